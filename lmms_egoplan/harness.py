@@ -1,0 +1,210 @@
+"""How this suite plugs into lmms-eval 0.7.x.
+
+* ``BenchmarkTask``: the base of our task classes (YAML ``class:`` key). Its docs come from a
+  benchmark loader that reads the official release files from a configurable location, and it
+  builds requests in the form the chosen backend speaks (lmms-eval's plain form for "simple"
+  backends, chat messages for "chat" backends such as ``openai`` or ``vllm``).
+* ``resolve_settings``: typed benchmark settings from the task YAML's ``metadata`` block,
+  overridden by environment variables (lmms-eval 0.7 has no per-task CLI overrides).
+* ``enable_plugin_task_discovery``: lmms-eval 0.7.3 reads ``LMMS_EVAL_PLUGINS`` only after it
+  has indexed the tasks, so plugin tasks are never found; this makes the index include them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+import os
+import typing
+from pathlib import Path
+from typing import Any, ClassVar, Iterable, Mapping
+
+from lmms_eval.api.task import ConfigurableMessagesTask, ConfigurableTask
+
+# lmms-eval copies a task's `metadata` into every request's metadata next to these keys.
+_RESERVED_SETTING_NAMES = frozenset({"task", "doc_id", "repeats", "split", "version"})
+
+
+class SettingsError(ValueError):
+    """A benchmark setting is unknown or has a value of the wrong type."""
+
+
+def env_var(prefix: str, field: str) -> str:
+    return f"{prefix}_{field}".upper()
+
+
+def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, Any] | None,
+                     env_prefix: str, environ: Mapping[str, str] = os.environ):
+    """Build ``settings_class`` (a dataclass): defaults < YAML ``metadata`` < ``<PREFIX>_<FIELD>`` env vars.
+
+    Unknown ``metadata`` keys and unparsable values raise SettingsError naming the task, the
+    key or environment variable, and what was expected.
+    """
+    hints = typing.get_type_hints(settings_class)
+    fields = {f.name: f for f in dataclasses.fields(settings_class)}
+    clash = _RESERVED_SETTING_NAMES & fields.keys()
+    if clash:
+        raise TypeError(f"{settings_class.__name__} uses names reserved by lmms-eval: {sorted(clash)}")
+    values: dict[str, Any] = {}
+    for key, raw in (metadata or {}).items():
+        if key == "version":
+            continue
+        if key not in fields:
+            raise SettingsError(
+                f"task {task}: unknown setting {key!r} in the YAML metadata; "
+                f"known settings: {', '.join(sorted(fields))}"
+            )
+        values[key] = _coerce(raw, hints[key], f"task {task}: metadata.{key}")
+    for name in fields:
+        variable = env_var(env_prefix, name)
+        if variable in environ:
+            values[name] = _coerce(environ[variable], hints[name], f"task {task}: environment variable {variable}")
+    return settings_class(**values)
+
+
+def _coerce(raw: Any, annotation: Any, where: str) -> Any:
+    """Convert a YAML or environment value to the annotated type (str / int / float / bool / Optional)."""
+    optional = type(None) in typing.get_args(annotation)
+    target = next((a for a in typing.get_args(annotation) if a is not type(None)), annotation) if optional else annotation
+    if raw is None or (optional and isinstance(raw, str) and raw.strip().lower() in ("", "none", "null")):
+        if optional:
+            return None
+        raise SettingsError(f"{where}: a value is required")
+    if target is bool:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise SettingsError(f"{where}: expected true/false, got {raw!r}")
+    if target in (int, float):
+        try:
+            value = target(raw)
+        except (TypeError, ValueError):
+            raise SettingsError(f"{where}: expected {'an integer' if target is int else 'a number'}, got {raw!r}") from None
+        if target is int and isinstance(raw, float) and raw != value:
+            raise SettingsError(f"{where}: expected an integer, got {raw!r}")
+        return value
+    if target is str:
+        return str(raw)
+    if target is Path:
+        return Path(os.path.expanduser(str(raw)))
+    return raw
+
+
+def enable_plugin_task_discovery() -> None:
+    """Make ``LMMS_EVAL_PLUGINS=<pkg>`` index ``<pkg>.tasks`` as lmms-eval documents.
+
+    lmms-eval 0.7.3 appends the plugin task folders to ``--include_path`` only after building
+    its TaskManager, so ``--tasks <plugin task>`` fails with "Tasks not found". Adding the
+    folders in ``TaskManager.__init__`` (de-duplicated, so a fixed lmms-eval is unaffected)
+    restores the documented behaviour. lmms-eval imports this package's model entry point
+    before it builds the TaskManager, which is where this is called from.
+    """
+    from lmms_eval.tasks import TaskManager
+
+    if getattr(TaskManager.__init__, "_includes_plugin_tasks", False):
+        return
+    original_init = TaskManager.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self, verbosity="INFO", include_path=None, include_defaults=True, model_name=None):
+        paths = [include_path] if isinstance(include_path, str) else list(include_path or [])
+        for folder in plugin_task_folders():
+            if folder not in paths:
+                paths.append(folder)
+        original_init(self, verbosity, paths or None, include_defaults, model_name)
+
+    __init__._includes_plugin_tasks = True
+    TaskManager.__init__ = __init__
+
+
+def plugin_task_folders(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """Task folders of the packages listed in ``LMMS_EVAL_PLUGINS`` (those that have one)."""
+    folders = []
+    for plugin in filter(None, (p.strip() for p in environ.get("LMMS_EVAL_PLUGINS", "").split(","))):
+        spec = importlib.util.find_spec(f"{plugin}.tasks")
+        if spec is not None and spec.submodule_search_locations:
+            folders.append(list(spec.submodule_search_locations)[0])
+    return folders
+
+
+_GENERATIVE_OUTPUT_TYPES = ("generate_until", "generate_until_multi_round", "generate_until_agentic")
+
+
+class BenchmarkTask(ConfigurableMessagesTask):
+    """An lmms-eval task whose documents come from a benchmark loader.
+
+    Subclasses set ``Settings`` (a dataclass of the benchmark's settings), ``ENV_PREFIX``
+    (environment overrides are ``<ENV_PREFIX>_<SETTING>``) and implement ``load_docs``.
+    The effective settings are written back into the task config's ``metadata`` so that the
+    results file records what was run.
+    """
+
+    Settings: ClassVar[type]
+    ENV_PREFIX: ClassVar[str]
+
+    def __init__(self, config: Mapping[str, Any], **kwargs):
+        config = {key: value for key, value in config.items() if key != "class"}
+        metadata = dict(config.get("metadata") or {})
+        self.settings = resolve_settings(self.Settings, task=config["task"], metadata=metadata, env_prefix=self.ENV_PREFIX)
+        config["metadata"] = {**metadata, **{k: _jsonable(v) for k, v in dataclasses.asdict(self.settings).items()}}
+        self._chat_backend = False
+        super().__init__(config=config, **kwargs)
+
+    def load_docs(self) -> Iterable[dict]:
+        """The evaluation documents, one dict per sample, in the benchmark's order."""
+        raise NotImplementedError
+
+    def download(self, dataset_kwargs=None) -> None:
+        import datasets
+
+        split = self.config.test_split or self.config.validation_split
+        if split is None:
+            raise ValueError(f"task {self.config.task}: set test_split (or validation_split) in its YAML")
+        docs = list(self.load_docs())
+        if not docs:
+            raise ValueError(f"task {self.config.task}: the benchmark loader returned no samples")
+        self.dataset = datasets.DatasetDict({split: datasets.Dataset.from_list(docs)})
+        if self.config.process_docs is not None:
+            self.dataset[split] = self.config.process_docs(self.dataset[split])
+        # Docs hold paths, not decoded media, so nothing needs stripping for post-processing.
+        self.dataset_no_image = self.dataset
+
+    def build_all_requests(self, **kwargs) -> None:
+        self._bind_to_backend(getattr(self, "args", None))
+        super().build_all_requests(**kwargs)
+
+    def _bind_to_backend(self, cli_args) -> None:
+        """Learn the backend from the CLI arguments lmms-eval hands every task before building requests.
+
+        lmms-eval constructs ``class:`` tasks without the model name, so model-specific
+        ``lmms_eval_specific_kwargs`` presets and the simple/chat request form are settled here.
+        """
+        model = getattr(cli_args, "model", None)
+        if not isinstance(model, str):
+            return
+        from lmms_eval.models import MODEL_REGISTRY_V2
+
+        resolved = MODEL_REGISTRY_V2.resolve(model, force_simple=bool(getattr(cli_args, "force_simple", False)))
+        self._chat_backend = resolved.model_type == "chat"
+        self.model_name = model
+        self._prepare_model_specific_config()
+
+    def construct_requests(self, doc_id: int, ctx: str, **kwargs):
+        if not self._chat_backend:
+            return ConfigurableTask.construct_requests(self, doc_id, ctx, **kwargs)
+        if self.OUTPUT_TYPE not in _GENERATIVE_OUTPUT_TYPES:
+            raise ValueError(
+                f"task {self.config.task} needs {self.OUTPUT_TYPE} scoring, which chat backends do not provide; "
+                f"use a backend with loglikelihood (e.g. --model egoplan_hf), or --force_simple where the "
+                f"backend has a simple implementation, or the task's generative variant"
+            )
+        return ConfigurableMessagesTask.construct_requests(self, doc_id, ctx, **kwargs)
+
+
+def _jsonable(value: Any) -> Any:
+    return str(value) if isinstance(value, Path) else value

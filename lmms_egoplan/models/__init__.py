@@ -1,0 +1,25 @@
+"""Model backends of this suite, registered with lmms-eval.
+
+lmms-eval finds them through the ``lmms_eval.models`` entry point (``model_manifests``) and,
+under the deprecated ``LMMS_EVAL_PLUGINS=lmms_egoplan``, through ``AVAILABLE_MODELS``
+(``<name>`` -> class ``lmms_egoplan.models.<name>.<class>``); both name the same classes.
+"""
+
+from lmms_eval.models.registry_v2 import ModelManifest
+
+from lmms_egoplan.harness import enable_plugin_task_discovery
+
+AVAILABLE_MODELS = {
+    "egoplan_hf": "EgoPlanHF",
+}
+
+
+def model_manifests() -> list[ModelManifest]:
+    return [
+        ModelManifest(model_id=name, simple_class_path=f"lmms_egoplan.models.{name}.{class_name}")
+        for name, class_name in AVAILABLE_MODELS.items()
+    ]
+
+
+# lmms-eval imports this module (entry point) before it indexes tasks: the moment to fix the index.
+enable_plugin_task_discovery()

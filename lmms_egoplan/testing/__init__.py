@@ -1,0 +1,1 @@
+"""Offline test helpers (tiny checkpoints, synthetic media)."""

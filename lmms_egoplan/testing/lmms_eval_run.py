@@ -1,0 +1,94 @@
+"""Run the real ``lmms-eval`` CLI in a subprocess, as a user would, and read what it wrote.
+
+lmms-eval 0.7.3 exits with status 0 even when a task fails (it prints the traceback and
+carries on), so success here means: exit status 0 *and* a results file naming every task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+# Nothing may reach the network: weights, datasets and tokenizers are all local.
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+class EvalRunError(RuntimeError):
+    """An lmms-eval run failed; the message carries the end of its log."""
+
+
+@dataclass
+class EvalRun:
+    command: list[str]
+    returncode: int
+    log: str
+    output_dir: Path
+    results: dict | None = field(default=None)
+
+    @property
+    def results_file(self) -> Path | None:
+        found = sorted(self.output_dir.rglob("*_results.json"), key=lambda p: p.stat().st_mtime)
+        return found[-1] if found else None
+
+    def metric(self, task: str, metric: str, filter_key: str = "none"):
+        section = "groups" if task in (self.results or {}).get("groups", {}) else "results"
+        return self.results[section][task][f"{metric},{filter_key}"]
+
+    def samples(self, task: str) -> list[dict]:
+        """The logged samples of ``task`` (needs ``--log_samples``), in document order."""
+        files = sorted(self.output_dir.rglob(f"*_samples_{task}.jsonl"), key=lambda p: p.stat().st_mtime)
+        if not files:
+            raise FileNotFoundError(f"no logged samples for {task} under {self.output_dir}")
+        rows = [json.loads(line) for line in files[-1].read_text().splitlines() if line.strip()]
+        return sorted(rows, key=lambda row: row["doc_id"])
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log.splitlines()[-lines:])
+
+
+def run_lmms_eval(*, model: str, model_args: str, tasks: Iterable[str], output_dir: str | os.PathLike,
+                  env: Mapping[str, str] | None = None, use_plugin: bool = True,
+                  include_path: str | os.PathLike | None = None, extra_args: Iterable[str] = (),
+                  launcher: Iterable[str] | None = None, check: bool = True, timeout: float = 1800) -> EvalRun:
+    """Evaluate ``tasks`` through ``python -m lmms_eval`` with logged samples.
+
+    ``use_plugin`` registers the suite's tasks with ``LMMS_EVAL_PLUGINS=lmms_egoplan``;
+    ``include_path`` passes ``--include_path`` instead (or as well). ``launcher`` replaces
+    ``python`` (e.g. ``torchrun --nproc_per_node 2``). With ``check``, a failed run raises
+    EvalRunError with the end of its log.
+    """
+    tasks = list(tasks)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    command = [*(launcher or [sys.executable]), "-m", "lmms_eval",
+               "--model", model, "--model_args", model_args, "--tasks", ",".join(tasks),
+               "--output_path", str(output_dir), "--log_samples", *extra_args]
+    if include_path is not None:
+        command += ["--include_path", str(include_path)]
+    run_env = {**os.environ, **OFFLINE_ENV, **(env or {})}
+    if use_plugin:
+        run_env["LMMS_EVAL_PLUGINS"] = "lmms_egoplan"
+    else:
+        run_env.pop("LMMS_EVAL_PLUGINS", None)
+    completed = subprocess.run(command, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, timeout=timeout)
+    run = EvalRun(command=command, returncode=completed.returncode, log=completed.stdout, output_dir=output_dir)
+    if run.results_file is not None:
+        run.results = json.loads(run.results_file.read_text())
+    missing = [t for t in tasks if not run.results or (t not in run.results.get("results", {})
+                                                       and t not in run.results.get("groups", {}))]
+    if check and (run.returncode != 0 or missing):
+        reason = f"exit status {run.returncode}" if run.returncode else f"no results for {', '.join(missing)}"
+        raise EvalRunError(f"lmms-eval failed ({reason}): {' '.join(command)}\n{run.log_tail()}")
+    return run

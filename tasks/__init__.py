@@ -1,0 +1,1 @@
+"""lmms-eval task YAMLs of lmms-egoplan (installed as the package ``lmms_egoplan.tasks``)."""

@@ -1,0 +1,81 @@
+"""BenchmarkTask and settings: what every benchmark of the suite stands on."""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from lmms_egoplan.harness import SettingsError, plugin_task_folders, resolve_settings
+from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+
+PROBE_TASKS = Path(__file__).parent / "fixtures" / "probe_tasks"
+
+
+@dataclass(frozen=True)
+class ExampleSettings:
+    root: str = ""
+    num_frames: int = 8
+    scale: float = 1.0
+    skip_missing: bool = False
+    judge_model: Optional[str] = None
+
+
+def resolve(metadata=None, environ=None):
+    return resolve_settings(ExampleSettings, task="t", metadata=metadata, env_prefix="EX", environ=environ or {})
+
+
+def test_settings_layer_defaults_yaml_then_environment():
+    assert resolve() == ExampleSettings()
+    assert resolve({"num_frames": 4, "version": 2}).num_frames == 4
+    settings = resolve({"num_frames": 4, "root": "/yaml"},
+                       {"EX_NUM_FRAMES": "16", "EX_SKIP_MISSING": "yes", "EX_SCALE": "0.5", "EX_JUDGE_MODEL": "none"})
+    assert settings == ExampleSettings(root="/yaml", num_frames=16, scale=0.5, skip_missing=True, judge_model=None)
+
+
+def test_unknown_metadata_key_names_the_task_and_the_known_settings():
+    with pytest.raises(SettingsError, match=r"task t: unknown setting 'num_frame'.*num_frames"):
+        resolve({"num_frame": 3})
+
+
+@pytest.mark.parametrize("variable, value, expected", [
+    ("EX_NUM_FRAMES", "eight", "an integer"),
+    ("EX_SKIP_MISSING", "maybe", "true/false"),
+    ("EX_SCALE", "big", "a number"),
+])
+def test_bad_environment_values_name_the_variable(variable, value, expected):
+    with pytest.raises(SettingsError, match=f"environment variable {variable}: expected {expected}"):
+        resolve(environ={variable: value})
+
+
+def test_reserved_names_cannot_be_settings():
+    @dataclass(frozen=True)
+    class Clashing:
+        split: str = "test"
+
+    with pytest.raises(TypeError, match="reserved"):
+        resolve_settings(Clashing, task="t", metadata={}, env_prefix="X", environ={})
+
+
+def test_plugin_task_folders_point_at_the_installed_task_yamls():
+    folders = plugin_task_folders({"LMMS_EVAL_PLUGINS": "lmms_egoplan"})
+    assert len(folders) == 1 and (Path(folders[0]) / "__init__.py").is_file()
+    assert plugin_task_folders({}) == []
+
+
+def test_benchmark_task_through_the_cli_uses_settings_presets_and_limit(tmp_path):
+    data = tmp_path / "probe.json"
+    data.write_text(json.dumps([{"question": f"q{i}?", "answer": "A" if i % 2 == 0 else "B"} for i in range(3)]))
+    run = run_lmms_eval(model="dummy", model_args="", tasks=["lmms_egoplan_probe"], output_dir=tmp_path / "out",
+                        include_path=PROBE_TASKS, use_plugin=False, extra_args=["--limit", "5"],
+                        env={"PROBE_DATA_FILE": str(data), "PROBE_REPEAT": "2"})
+    # Docs come from the loader (3 rows x repeat 2), --limit applies to them.
+    assert run.results["n-samples"]["lmms_egoplan_probe"] == {"original": 6, "effective": 5}
+    samples = run.samples("lmms_egoplan_probe")
+    # YAML metadata sets the prefix; the model-specific preset for `dummy` wins over `default`.
+    assert [s["input"] for s in samples] == [f"Question: q{i % 3}? (dummy preset)" for i in range(5)]
+    # The dummy backend always answers "A": docs 0, 2, 4 are right.
+    assert run.metric("lmms_egoplan_probe", "exact") == pytest.approx(3 / 5)
+    recorded = run.results["configs"]["lmms_egoplan_probe"]["metadata"]
+    assert recorded == {"version": 1, "prompt_prefix": "Question: ", "data_file": str(data), "repeat": 2}
