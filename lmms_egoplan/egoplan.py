@@ -92,8 +92,12 @@ def setting_name(field: str) -> str:
     return f"{env_var(ENV_PREFIX, field)} (metadata.{field})"
 
 
-class EgoPlanDataError(media.MediaError):
+class EgoPlanDataError(ValueError):
     """An annotation record or its media cannot be used; the message names the sample, path and setting."""
+
+    def __init__(self, message: str, path: str | Path | None = None):
+        super().__init__(message)
+        self.path = None if path is None else str(path)
 
 
 # =============================================================================================
@@ -281,10 +285,20 @@ def video_indices(doc: Mapping, video: media.VideoFile, numbers: Sequence[int]) 
 # =============================================================================================
 
 
+@dataclass(frozen=True)
+class MissingMedia:
+    sample_id: int
+    path: str
+    message: str  # what is missing, and the setting that points at it
+
+    def __str__(self) -> str:
+        return f"sample {self.sample_id}: {self.message}"
+
+
 @dataclass
 class LoadedSamples:
     docs: list[dict]
-    skipped: list[str]  # one line per skipped sample: id and what is missing
+    skipped: list[MissingMedia]
 
 
 def load_samples(settings: EgoPlanSettings, *, labelled: bool) -> LoadedSamples:
@@ -298,16 +312,14 @@ def load_samples(settings: EgoPlanSettings, *, labelled: bool) -> LoadedSamples:
     bins = progress_bins(settings)
     records = read_annotations(annotation_path(settings), labelled=labelled)
     docs = [_record_to_doc(record, settings, bins) for record in records]
-    problems = find_missing_media(docs, settings)
+    problems = find_missing_media(docs)
     if problems and not settings.skip_missing:
-        sample_id, message = problems[0]
         others = f" ({len(problems) - 1} more sample(s) have missing media)" if len(problems) > 1 else ""
-        raise EgoPlanDataError(f"EgoPlan sample {sample_id}: {message}{others}. Set "
-                               f"{setting_name('skip_missing')} to true to skip such samples instead "
-                               f"(they are counted in the skipped_samples metric)")
-    missing_ids = {sample_id for sample_id, _ in problems}
-    return LoadedSamples(docs=[d for d in docs if d["sample_id"] not in missing_ids],
-                         skipped=[f"sample {sample_id}: {message}" for sample_id, message in problems])
+        raise EgoPlanDataError(f"EgoPlan {problems[0]}{others}. Set {setting_name('skip_missing')} to true to "
+                               f"skip such samples instead (they are counted in the skipped_samples metric)",
+                               problems[0].path)
+    missing_ids = {problem.sample_id for problem in problems}
+    return LoadedSamples(docs=[d for d in docs if d["sample_id"] not in missing_ids], skipped=problems)
 
 
 def check_visual_settings(settings: EgoPlanSettings) -> None:
@@ -378,8 +390,8 @@ _ROOT_LAYOUTS = {
 _SETTING_OF_KIND = {"epic_frames": "epic_frames_root", "ego4d_video": "ego4d_videos_root", "clip": "clips_dir"}
 
 
-def find_missing_media(docs: Sequence[Mapping], settings: EgoPlanSettings) -> list[tuple[int, str]]:
-    """(sample_id, message) for every doc whose frame folder, frames, video or clip is missing.
+def find_missing_media(docs: Sequence[Mapping]) -> list[MissingMedia]:
+    """The docs whose frame folder, frames, video or clip is missing, in doc order.
 
     Frame folders are checked frame by frame; each Ego4D video is opened once to check its
     length; clips are checked for existence (their length is read when decoding).
@@ -392,11 +404,11 @@ def find_missing_media(docs: Sequence[Mapping], settings: EgoPlanSettings) -> li
             by_video[doc["media_path"]].append(doc)
         elif doc["media_kind"] == "epic_frames":
             if not path.is_dir():
-                problems.append((doc, f"frame folder not found: {path}"))
+                problems.append((doc, path, f"frame folder not found: {path}"))
             elif missing := media.FrameFolder(path).missing([*doc["progress_frames"], doc["current_observation_frame"]]):
-                problems.append((doc, f"{len(missing)} frame(s) missing, e.g. {missing[0]}"))
+                problems.append((doc, missing[0], f"{len(missing)} frame(s) missing, e.g. {missing[0]}"))
         elif not path.is_file():
-            problems.append((doc, f"clip not found: {path}"))
+            problems.append((doc, path, f"clip not found: {path}"))
     for path, video_docs in by_video.items():
         try:
             with media.VideoFile(path) as video:
@@ -405,13 +417,14 @@ def find_missing_media(docs: Sequence[Mapping], settings: EgoPlanSettings) -> li
                     if last >= video.info.num_frames:
                         message = (f"frame {doc['current_observation_frame']} (file index {last}) is past the end "
                                    f"of {path} ({video.info.num_frames} frames at {video.info.fps:g} fps)")
-                        problems.append((doc, message))
+                        problems.append((doc, path, message))
         except media.MediaError as error:
-            problems += [(doc, str(error)) for doc in video_docs]
+            problems += [(doc, path, str(error)) for doc in video_docs]
     order = {id(doc): position for position, doc in enumerate(docs)}
     problems.sort(key=lambda problem: order[id(problem[0])])
-    return [(doc["sample_id"], f"{message}; check {setting_name(_SETTING_OF_KIND[doc['media_kind']])}")
-            for doc, message in problems]
+    return [MissingMedia(doc["sample_id"], str(path),
+                         f"{message}; check {setting_name(_SETTING_OF_KIND[doc['media_kind']])}")
+            for doc, path, message in problems]
 
 
 # =============================================================================================
@@ -650,7 +663,7 @@ class EgoPlanValidation(BenchmarkTask):
         self.skipped_samples = loaded.skipped
         if loaded.skipped:
             eval_logger.warning(f"{self.config.task}: skipped {len(loaded.skipped)} sample(s) with missing media "
-                                f"({setting_name('skip_missing')}):\n  " + "\n  ".join(loaded.skipped))
+                                f"({setting_name('skip_missing')}):\n  " + "\n  ".join(map(str, loaded.skipped)))
         return loaded.docs
 
     def _prepare_metric_and_aggregation(self):

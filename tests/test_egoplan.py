@@ -6,7 +6,6 @@ from argparse import Namespace
 from unittest import mock
 
 import pytest
-
 from PIL import Image
 
 from lmms_egoplan import egoplan, media
@@ -147,8 +146,9 @@ def test_missing_media_raise_one_error_naming_sample_path_and_settings(broken):
 def test_skip_missing_drops_and_counts_the_samples(broken):
     loaded = load(broken, skip_missing="true")
     assert [d["sample_id"] for d in loaded.docs] == [101, 102, 104, 105, 106]
-    assert [line.split(":")[0] for line in loaded.skipped] == ["sample 103", "sample 107", "sample 108"]
-    assert "video not found" in loaded.skipped[1] and "EGOPLAN_EGO4D_VIDEOS_ROOT" in loaded.skipped[1]
+    assert [problem.sample_id for problem in loaded.skipped] == [103, 107, 108]
+    assert loaded.skipped[1].path == str(broken.ego4d_root / "4e5f6a7b-ego4d-video-two.mp4")
+    assert "video not found" in str(loaded.skipped[1]) and "EGOPLAN_EGO4D_VIDEOS_ROOT" in str(loaded.skipped[1])
 
 
 def test_observation_past_the_end_of_a_video_is_reported(fixture, tmp_path):
@@ -259,9 +259,11 @@ def test_similarity_levels_are_equal_size_tertiles_of_the_evaluated_set():
     assert levels == [[9, 8, 7, 6], [5, 4, 3], [2, 1, 0]]
     items = [{"sample_id": i, "task_goal": f"goal {i}", "answer": f"answer {i}", "correct": float(i % 3 == 0)}
              for i in range(7)]
-    # Similarity i/10 for item i: levels {0,1,2}, {3,4}, {5,6}.
-    fake = lambda pairs, model=None: [int(a.split()[1]) / 10 for a, _ in pairs]  # noqa: E731
-    with mock.patch.object(egoplan, "cosine_similarities", fake):
+
+    def similarity(pairs, model=None):  # item i: i / 10, so the levels are {0, 1, 2}, {3, 4}, {5, 6}
+        return [int(goal.split()[1]) / 10 for goal, _ in pairs]
+
+    with mock.patch.object(egoplan, "cosine_similarities", similarity):
         assert [egoplan.similarity_level_accuracy(items, level=k) for k in range(3)] == [1 / 3, 1 / 2, 1 / 2]
 
 
