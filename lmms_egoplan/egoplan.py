@@ -684,7 +684,9 @@ class EgoPlanValidation(BenchmarkTask):
         return metrics
 
     def process_results(self, doc, results, full_docs=None):
-        scores = super().process_results(doc, results, full_docs=full_docs)
+        # Scoring is deterministic: called directly, not through lmms-eval's retry wrapper (5 tries,
+        # then a RetryError that hides the message), so a problem surfaces at once and by name.
+        scores = self.config.process_results(doc, results)
         return {**scores, "skipped_samples": float(len(self.skipped_samples))}
 
 

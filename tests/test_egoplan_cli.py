@@ -1,15 +1,20 @@
 """EgoPlan-Bench end to end: the three tasks through the real `lmms-eval` CLI, the suite's backend,
 a tiny random Qwen2-VL and synthetic data in the official layouts."""
 
+import base64
+import io
 import json
 
 import pytest
+from PIL import Image
 
 from lmms_egoplan import egoplan
 from lmms_egoplan.harness import resolve_settings
 from lmms_egoplan.metrics import cosine_similarities, equal_size_levels, parse_bins
 from lmms_egoplan.testing.egoplan import build_fixture
+from lmms_egoplan.testing.judge_server import ChatServer, Reply
 from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.testing.media import read_index
 
 TASKS = ("egoplan_val", "egoplan_test", "egoplan_val_gen")
 UNAVAILABLE_SAMPLE = 109  # an extra record whose frame folder does not exist
@@ -108,3 +113,34 @@ def test_missing_media_stop_the_run_with_the_sample_path_and_setting(fixture, tm
     assert (f"EgoPlan sample {UNAVAILABLE_SAMPLE}: frame folder not found: "
             f"{fixture.epic_root / 'P09' / 'rgb_frames' / 'P09_99'}") in failed.log
     assert "EGOPLAN_EPIC_FRAMES_ROOT" in failed.log and "EGOPLAN_SKIP_MISSING" in failed.log
+
+
+def test_generative_variant_through_lmms_evals_openai_backend(fixture, tmp_path):
+    """A chat backend gets the visuals as images (progress frames, then the observation) and free-form
+    answers are read: a stated letter, the candidate's text, or nothing usable."""
+    docs = evaluated_docs(fixture)
+    options = {"\n".join(f"{x}. {c}" for x, c in zip("ABCD", egoplan.doc_to_choice(d))): d for d in docs}
+
+    def doc_of(call):
+        return next(doc for block, doc in options.items() if block in call.text)
+
+    def answer(call):
+        doc = doc_of(call)
+        golden = egoplan.doc_to_target(doc)
+        return Reply({0: f"The answer is ({'ABCD'[golden]}).",
+                      1: f"I would {egoplan.doc_to_choice(doc)[golden].upper()} next.",
+                      2: "I cannot tell from these frames."}[doc["sample_id"] % 3])
+
+    with ChatServer(answer) as server:
+        run = run_lmms_eval(model="openai", model_args=f"model_version=fake,base_url={server.base_url},api_key=unused",
+                            tasks=["egoplan_val_gen"], output_dir=tmp_path, env=fixture.env(skip_missing="true"))
+    unreadable = sum(d["sample_id"] % 3 == 2 for d in docs)
+    assert run.metric("egoplan_val_gen", "accuracy") == pytest.approx(1 - unreadable / len(docs))
+    assert run.metric("egoplan_val_gen", "unparseable") == unreadable
+    assert len(server.calls) == len(docs)
+    for call in server.calls:
+        doc = doc_of(call)
+        content = [m for m in call.messages if m["role"] == "user"][-1]["content"]
+        urls = [part["image_url"]["url"] for part in content if part["type"] == "image_url"]
+        shown = [read_index(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))) for url in urls]
+        assert shown == [*doc["progress_frames"], doc["current_observation_frame"]]
