@@ -1,5 +1,6 @@
 """The suite's tasks and backends register with lmms-eval as users install it, without clashes."""
 
+import contextlib
 import os
 import re
 import shutil
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lmms_egoplan.testing.lmms_eval_run import OFFLINE_ENV
+from lmms_egoplan.testing.lmms_eval_run import OFFLINE_ENV, run_lmms_eval
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 TASKS = CHECKOUT / "tasks"
@@ -36,10 +37,10 @@ def wheel_site(tmp_path_factory):
     """The suite built as a wheel and installed (not editable) into a folder of its own."""
     root = tmp_path_factory.mktemp("wheel")
     source = root / "source"
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
     source.mkdir()
     for name in ("setup.cfg", "pyproject.toml", "README.md"):
         shutil.copy(CHECKOUT / name, source / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
     for folder in ("lmms_egoplan", "tasks"):
         shutil.copytree(CHECKOUT / folder, source / folder, ignore=ignore)
     subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(root / "dist"), str(source)],
@@ -51,37 +52,56 @@ def wheel_site(tmp_path_factory):
     return site
 
 
-def listed_subtasks(site: Path, *args: str, plugin: bool) -> dict[str, str]:
-    """Task name -> YAML path, as `lmms-eval --tasks list_subtasks` prints them from the wheel copy."""
+def run_python(site: Path, *args: str, plugin: bool) -> str:
+    """stdout of ``python <args>`` seeing the wheel copy first (run from a folder without sources)."""
     env = {**os.environ, **OFFLINE_ENV, "PYTHONPATH": str(site)}
     env.pop("LMMS_EVAL_PLUGINS", None)
     if plugin:
         env["LMMS_EVAL_PLUGINS"] = "lmms_egoplan"
-    printed = subprocess.run([sys.executable, "-m", "lmms_eval", "--tasks", "list_subtasks", *args],
-                             env=env, capture_output=True, text=True, timeout=600).stdout
-    rows = re.findall(r"^\|([^|\s]+)\s*\|([^|]+?)\s*\|", printed, flags=re.MULTILINE)
-    return {name: path for name, path in rows}
+    return subprocess.run([sys.executable, *args], env=env, cwd=site.parent, capture_output=True, text=True,
+                          timeout=600, check=True).stdout
+
+
+def listed_names(site: Path, *args: str, plugin: bool) -> set[str]:
+    """Task, group and tag names as `lmms-eval --tasks list` prints them."""
+    printed = run_python(site, "-m", "lmms_eval", "--tasks", "list", *args, plugin=plugin)
+    return set(re.findall(r"^ - (\S+)$", printed, flags=re.MULTILINE))
+
+
+def test_the_wheel_copy_is_what_gets_imported(wheel_site):
+    printed = run_python(wheel_site, "-c", "import importlib.util as u, lmms_egoplan; "
+                         "print(lmms_egoplan.__file__); print(u.find_spec('lmms_egoplan.tasks').submodule_search_locations[0])",
+                         plugin=False).split()
+    assert [Path(p).is_relative_to(wheel_site) for p in printed] == [True, True]
+    assert {p.name for p in (Path(printed[1])).iterdir()} >= {path.name for path in TASKS.iterdir() if path.is_dir() and path.name != "__pycache__"}
 
 
 def test_wheel_install_registers_tasks_through_lmms_eval_plugins(wheel_site):
-    ours = {name for name, entry in our_task_index().items() if entry["type"] in ("task", "python_task")}
-    listed = listed_subtasks(wheel_site, plugin=True)
-    assert ours and ours <= listed.keys()
-    # The YAMLs come from the installed wheel, not from this checkout.
-    assert all(Path(listed[name]).is_relative_to(wheel_site / "lmms_egoplan" / "tasks") for name in ours)
+    ours = set(our_task_index())
+    assert ours <= listed_names(wheel_site, plugin=True)
+    # Neither mechanism, none of ours: the listing really depends on the plugin variable.
+    assert not ours & listed_names(wheel_site, plugin=False)
 
 
 def test_wheel_install_registers_tasks_through_include_path(wheel_site):
-    ours = {name for name, entry in our_task_index().items() if entry["type"] in ("task", "python_task")}
-    listed = listed_subtasks(wheel_site, "--include_path", str(TASKS), plugin=False)
-    assert ours and ours <= listed.keys()
-    assert all(Path(listed[name]).is_relative_to(TASKS) for name in ours)
+    assert set(our_task_index()) <= listed_names(wheel_site, "--include_path", str(TASKS), plugin=False)
+
+
+def test_wheel_install_evaluates_a_task_through_the_plugin(wheel_site, tiny_model, tmp_path):
+    from lmms_egoplan.testing.egoplan import smoke_suite
+
+    with contextlib.ExitStack() as resources:
+        suite = smoke_suite(tmp_path / "data", resources)
+        run = run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}", tasks=["egoplan_val"],
+                            output_dir=tmp_path / "out", env={**suite.env, "PYTHONPATH": str(wheel_site)},
+                            extra_args=["--limit", "2"])
+    assert run.results["n-samples"]["egoplan_val"]["effective"] == 2
+    assert 0.0 <= run.metric("egoplan_val", "accuracy") <= 1.0
 
 
 def test_wheel_install_registers_the_backend_entry_point(wheel_site):
-    code = ("import lmms_egoplan, lmms_eval.models as m; "
-            "print(lmms_egoplan.__file__); print(m.get_model_manifest('egoplan_hf').simple_class_path)")
-    env = {**os.environ, **OFFLINE_ENV, "PYTHONPATH": str(wheel_site)}
-    printed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    code = ("import lmms_eval.models as m; cls = m.get_model('egoplan_hf'); import sys; "
+            "print(sys.modules[cls.__module__].__file__); print(m.get_model_manifest('egoplan_hf').simple_class_path)")
+    printed = run_python(wheel_site, "-c", code, plugin=False).split()
     assert Path(printed[0]).is_relative_to(wheel_site)
     assert printed[1] == "lmms_egoplan.models.egoplan_hf.EgoPlanHF"

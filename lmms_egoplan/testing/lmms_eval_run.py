@@ -81,8 +81,10 @@ def run_lmms_eval(*, model: str, model_args: str, tasks: Iterable[str], output_d
         run_env["LMMS_EVAL_PLUGINS"] = "lmms_egoplan"
     else:
         run_env.pop("LMMS_EVAL_PLUGINS", None)
-    completed = subprocess.run(command, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, timeout=timeout)
+    # The output folder as working directory: a source checkout in the caller's working directory
+    # would otherwise shadow the installed package (``python -m`` puts the cwd first on sys.path).
+    completed = subprocess.run(command, env=run_env, cwd=output_dir, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, timeout=timeout)
     run = EvalRun(command=command, returncode=completed.returncode, log=completed.stdout, output_dir=output_dir)
     if run.results_file is not None:
         run.results = json.loads(run.results_file.read_text())
