@@ -7,7 +7,7 @@ under the deprecated ``LMMS_EVAL_PLUGINS=lmms_egoplan``, through ``AVAILABLE_MOD
 
 from lmms_eval.models.registry_v2 import ModelManifest
 
-from lmms_egoplan.harness import enable_plugin_task_discovery
+from lmms_egoplan.harness import enable_plugin_task_discovery, keep_loglikelihood_results
 
 AVAILABLE_MODELS = {
     "egoplan_hf": "EgoPlanHF",
@@ -21,5 +21,7 @@ def model_manifests() -> list[ModelManifest]:
     ]
 
 
-# lmms-eval imports this module (entry point) before it indexes tasks: the moment to fix the index.
+# lmms-eval imports this module (entry point) before it indexes tasks and before its evaluator
+# binds its names: the moment to fix the task index and the handling of loglikelihood results.
 enable_plugin_task_discovery()
+keep_loglikelihood_results()
