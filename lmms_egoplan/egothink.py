@@ -168,7 +168,7 @@ def load_release_dimension(data_root: str | Path, dimension: Dimension) -> list[
     docs, missing = [], []
     for index, record in enumerate(records):
         for key in ("question", "answer"):
-            if not isinstance(record.get(key), str):
+            if not isinstance(record, dict) or not isinstance(record.get(key), str):
                 raise ValueError(f"{annotations}: record {index} has no text field {key!r}")
         if not isinstance(record.get("image_path"), list) or not record["image_path"]:
             raise ValueError(f"{annotations}: record {index} has no image_path list")

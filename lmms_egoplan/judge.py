@@ -506,6 +506,8 @@ class Judge:
                     rating = float(parse_rating(raw))
                 except ValueError as problem:
                     error = str(problem)
+                except Exception as problem:  # a parser bug shows in the failure reasons, not as a lost run
+                    error = f"the rating parser failed: {type(problem).__name__}: {problem}"
             for position, request in enumerate(by_key[key]):
                 judgement = Judgement(request.id, self.model, request.messages, raw, rating,
                                       error if rating is None else None, cached, attempts if position == 0 else 0)
@@ -557,7 +559,10 @@ class Judge:
             except Exception as error:  # a judge problem must not cost the evaluation its generations
                 return None, f"{type(error).__name__}: {error}", attempt
             if self.cache is not None:
-                self.cache.put(key, self.model, messages, self.decoding, completion.text)
+                try:
+                    self.cache.put(key, self.model, messages, self.decoding, completion.text)
+                except sqlite3.Error as error:  # the answer is still good; only a re-run would ask again
+                    logger.warning(f"judge cache {self.cache.path}: could not store an answer: {error}")
             return completion.text, None, attempt
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
