@@ -636,6 +636,13 @@ class ItemScore:
     results: JudgeResults = field(repr=False)
 
 
+def unjudged(items: Sequence[dict], judge_model: str, reason: str) -> ItemScore:
+    """The outcome when no judge could be asked: every item failed, for ``reason``."""
+    failed = [Judgement(item["judge_request_id"], judge_model, tuple(item["judge_messages"]), None, None, reason,
+                        False, 0) for item in items]
+    return ItemScore(math.nan, JudgeResults(failed, judge_model))
+
+
 def score_items(items: Sequence[dict], judge: Judge, *, audit_path: str | os.PathLike | None = None,
                 progress: bool = True, description: str = "Judging") -> ItemScore:
     """Judge the logged items of one task (one rubric) and compute its score."""

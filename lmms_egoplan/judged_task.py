@@ -40,7 +40,8 @@ from typing import Any, Sequence
 from loguru import logger
 
 from lmms_egoplan.harness import BenchmarkTask, SettingsError
-from lmms_egoplan.judge import ItemScore, Judge, JudgeSettings, JudgeSetupError, is_judge_item, score_items
+from lmms_egoplan.judge import (ItemScore, Judge, JudgeSettings, JudgeSetupError, is_judge_item, score_items,
+                                unjudged)
 
 
 class JudgedTask(BenchmarkTask):
@@ -71,9 +72,17 @@ class JudgedTask(BenchmarkTask):
         key = tuple(item["judge_request_id"] for item in items)
         with self._scores_lock:
             if key not in self._scores:
-                judge = _shared_judge(JudgeSettings.of(self.settings))
-                self._scores[key] = score_items(items, judge, audit_path=audit_path(args, self.config.task),
-                                                description=f"Judging {self.config.task}")
+                settings = JudgeSettings.of(self.settings)
+                try:
+                    judge = _shared_judge(settings)
+                except Exception as error:  # e.g. an hf judge that does not load: report, keep the run
+                    logger.error(f"task {self.config.task}: the judge {settings.judge_model} is unavailable ({error}); "
+                                 f"every answer counts as failed; re-score the logged samples with lmms-egoplan rejudge")
+                    self._scores[key] = unjudged(items, f"{settings.judge_backend}:{settings.judge_model}",
+                                                 f"judge unavailable: {error}")
+                else:
+                    self._scores[key] = score_items(items, judge, audit_path=audit_path(args, self.config.task),
+                                                    description=f"Judging {self.config.task}")
             return self._scores[key]
 
 

@@ -236,3 +236,23 @@ def test_an_unusable_judge_stops_the_task_before_its_data_loads(tmp_path, monkey
     manager = TaskManager(include_path=str(Path(__file__).parents[1] / "tasks"), include_defaults=False)
     with pytest.raises(SettingsError, match="ego_think_counting: the judge's API key variable EGOTHINK_UNSET_KEY is not set"):
         get_task_dict(["ego_think_counting"], manager)
+
+
+def test_a_judge_that_cannot_load_fails_the_judgements_instead_of_the_run(tmp_path, monkeypatch):
+    from lmms_eval.tasks import TaskManager, get_task_dict
+
+    from lmms_egoplan.egothink import process_results
+
+    data = write_release(tmp_path / "data", per_dimension=2)
+    for name, value in {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data), "EGOTHINK_JUDGE_BACKEND": "hf",
+                        "EGOTHINK_JUDGE_MODEL": str(tmp_path / "no-such-model"), "EGOTHINK_JUDGE_CACHE_DIR": "none"}.items():
+        monkeypatch.setenv(name, value)
+    manager = TaskManager(include_path=str(Path(__file__).parents[1] / "tasks"), include_defaults=False)
+    task = get_task_dict(["ego_think_counting"], manager)["ego_think_counting"]
+    items = [process_results(doc, ["Two."])["score"] for doc in task.dataset["test"]]
+    aggregate = task.aggregation()
+    # Reported as failed judgements (the logged answers can be re-judged later), not an exception
+    # that would end lmms-eval before it writes the generations.
+    assert (aggregate["judged"](items, args=None), aggregate["failed"](items, args=None)) == (0, 2)
+    score = aggregate["score"](items, args=None)
+    assert score != score  # NaN, never a silent zero
