@@ -114,6 +114,7 @@ class EgoPlanHF(lmms):
                 continuation = continuation(self.task_dict[task][split][doc_id])
             questions.setdefault((task, split, doc_id, doc_to_visual, context), []).append((index, continuation))
         results: list[tuple[float, bool] | None] = [None] * len(requests)
+        self._visual_cache = None
         progress = tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf loglikelihood")
         for (task, split, doc_id, doc_to_visual, context), members in questions.items():
             visuals = self._doc_visuals(task, split, doc_id, doc_to_visual)
@@ -123,6 +124,7 @@ class EgoPlanHF(lmms):
                 results[index] = score
             progress.update(len(members))
         progress.close()
+        self._visual_cache = None
         return results
 
     def _score_question(self, context: str, continuations: Sequence[str], visuals: ModelVisuals,
@@ -148,6 +150,7 @@ class EgoPlanHF(lmms):
         # Same generation kwargs per batch, longest prompts first (memory errors surface at once).
         collator = Collator([r.args for r in requests], lambda args: (-len(args[0]), args[0]), grouping=True)
         outputs = []
+        self._visual_cache = None
         progress = tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf generate_until")
         for chunk in collator.get_batched(n=self.batch_size):
             contexts, generation_kwargs, doc_to_visuals, doc_ids, tasks, splits = zip(*chunk)
@@ -158,6 +161,7 @@ class EgoPlanHF(lmms):
             outputs.extend(self._generate(inputs, dict(generation_kwargs[0] or {}), where))
             progress.update(len(chunk))
         progress.close()
+        self._visual_cache = None
         return collator.get_original(outputs)
 
     @torch.inference_mode()
@@ -212,7 +216,11 @@ class EgoPlanHF(lmms):
             media["videos"] = [video for v in visuals for video in v.videos]
         inputs = self.processor(text=texts, return_tensors="pt", padding=True, add_special_tokens=False, **media)
         self._check_length(inputs["input_ids"].shape[1], where)
-        return inputs.to(self._device, dtype=self._model.dtype)
+        inputs = inputs.to(self._device)
+        for key, value in inputs.items():  # pixel values in the model's dtype; ids and masks stay integers
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                inputs[key] = value.to(self._model.dtype)
+        return inputs
 
     def _check_length(self, length: int, where: str) -> None:
         if self.max_length is not None and length > self.max_length:
