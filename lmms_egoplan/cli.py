@@ -14,7 +14,32 @@ def _smoke(args: argparse.Namespace) -> int:
     return 1 if run_smoke(workdir, arch=args.arch, only=args.benchmark) else 0
 
 
+def _rejudge(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from lmms_egoplan.harness import resolve_settings
+    from lmms_egoplan.judge import Judge, JudgeSettings
+    from lmms_egoplan.judged_task import rejudge_samples
+    from lmms_egoplan.smoke import format_table, result_rows
+
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JudgeSettings) if hasattr(args, f.name)}
+    try:
+        settings = resolve_settings(JudgeSettings, task="rejudge", metadata=given, env_prefix="", environ={})
+        scores = rejudge_samples(args.samples, Judge.from_settings(settings), args.output)
+    except (ValueError, FileNotFoundError) as error:  # bad settings or paths: say which, no traceback
+        print(f"lmms-egoplan rejudge: {error}", file=sys.stderr)
+        return 2
+    results = {"results": {task: {f"{metric},none": row[metric] for metric in ("score", "judged", "failed")}
+                           for task, row in scores.items()}}
+    print(format_table(result_rows(results, tuple(scores))))
+    print(f"Judge: {settings.judge_backend}:{settings.judge_model}; audit trails and scores in {args.output}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
+    import dataclasses
+
+    from lmms_egoplan.judge import JudgeSettings
     from lmms_egoplan.smoke import DEFAULT_ARCH, SUITES, suite_name
 
     parser = argparse.ArgumentParser(prog="lmms-egoplan", description=__doc__)
@@ -27,6 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--benchmark", action="append", choices=[suite_name(entry) for entry in SUITES],
                        help="run only this benchmark's tasks (repeatable; default: all)")
     smoke.set_defaults(handler=_smoke)
+
+    rejudge = commands.add_parser(
+        "rejudge", help="re-score logged model outputs (lmms-eval --log_samples files) with another judge, "
+                        "without running the model")
+    rejudge.add_argument("samples", nargs="+", help="samples files (<date>_samples_<task>.jsonl) or folders holding them")
+    rejudge.add_argument("--output", required=True, help="folder for the new audit trails and scores")
+    for setting in dataclasses.fields(JudgeSettings):
+        rejudge.add_argument(f"--{setting.name}", default=argparse.SUPPRESS,
+                             help=f"(default: {setting.default}); see README, section Judges")
+    rejudge.set_defaults(handler=_rejudge)
     return parser
 
 

@@ -253,6 +253,7 @@ class OpenAIChatBackend:
 
         self.model = model
         self.kind = "azure" if azure_api_version else "openai"
+        self._sampling_kwargs = _lmms_eval_sampling_rule()
         # Local servers without authentication still need a non-empty key for the client.
         api_key = environ[api_key_env] if api_key_env else "EMPTY"
         # Retries are ours (exponential backoff, counted, and only for transient errors).
@@ -271,7 +272,7 @@ class OpenAIChatBackend:
 
         try:
             response = self._client.chat.completions.create(
-                model=self.model, messages=list(messages), **_sampling_kwargs(self.model, decoding))
+                model=self.model, messages=list(messages), **self._sampling_kwargs(self.model, decoding))
         except openai.APIStatusError as error:
             message = f"HTTP {error.status_code}: {_error_message(error)}"
             if error.status_code in (408, 409, 429) or error.status_code >= 500:
@@ -281,16 +282,21 @@ class OpenAIChatBackend:
             raise TransientJudgeError("timed out") from None
         except openai.APIConnectionError as error:
             raise TransientJudgeError(f"connection failed: {error.__cause__ or error}") from None
+        except openai.APIError as error:  # e.g. a malformed response
+            raise JudgeCallError(f"{type(error).__name__}: {error}") from None
+        if not response.choices:
+            raise JudgeCallError("the response has no choices")
         return Completion(text=response.choices[0].message.content or "", model=response.model or self.model)
 
 
-def _sampling_kwargs(model: str, decoding: Decoding) -> dict:
-    """lmms-eval's rule: reasoning models take max_completion_tokens and no temperature."""
+def _lmms_eval_sampling_rule() -> Callable[[str, Decoding], dict]:
+    """lmms-eval's rule for the token limit and temperature: reasoning models (gpt-5, o1, ...) take
+    max_completion_tokens and no temperature. Imported once per backend: lmms-eval is slow to import."""
     from lmms_eval.llm_judge.protocol import ServerConfig
     from lmms_eval.llm_judge.providers.openai import build_sampling_kwargs
 
-    return build_sampling_kwargs(ServerConfig(model_name=model, temperature=decoding.temperature,
-                                              max_tokens=decoding.max_tokens))
+    return lambda model, decoding: build_sampling_kwargs(
+        ServerConfig(model_name=model, temperature=decoding.temperature, max_tokens=decoding.max_tokens))
 
 
 def _error_message(error) -> str:
@@ -500,6 +506,8 @@ class Judge:
                     rating = float(parse_rating(raw))
                 except ValueError as problem:
                     error = str(problem)
+                except Exception as problem:  # a parser bug shows in the failure reasons, not as a lost run
+                    error = f"the rating parser failed: {type(problem).__name__}: {problem}"
             for position, request in enumerate(by_key[key]):
                 judgement = Judgement(request.id, self.model, request.messages, raw, rating,
                                       error if rating is None else None, cached, attempts if position == 0 else 0)
@@ -548,8 +556,13 @@ class Judge:
                 continue
             except JudgeCallError as error:
                 return None, str(error), attempt
+            except Exception as error:  # a judge problem must not cost the evaluation its generations
+                return None, f"{type(error).__name__}: {error}", attempt
             if self.cache is not None:
-                self.cache.put(key, self.model, messages, self.decoding, completion.text)
+                try:
+                    self.cache.put(key, self.model, messages, self.decoding, completion.text)
+                except sqlite3.Error as error:  # the answer is still good; only a re-run would ask again
+                    logger.warning(f"judge cache {self.cache.path}: could not store an answer: {error}")
             return completion.text, None, attempt
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
@@ -621,6 +634,13 @@ class ItemScore:
 
     score: float
     results: JudgeResults = field(repr=False)
+
+
+def unjudged(items: Sequence[dict], judge_model: str, reason: str) -> ItemScore:
+    """The outcome when no judge could be asked: every item failed, for ``reason``."""
+    failed = [Judgement(item["judge_request_id"], judge_model, tuple(item["judge_messages"]), None, None, reason,
+                        False, 0) for item in items]
+    return ItemScore(math.nan, JudgeResults(failed, judge_model))
 
 
 def score_items(items: Sequence[dict], judge: Judge, *, audit_path: str | os.PathLike | None = None,

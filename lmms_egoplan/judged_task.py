@@ -37,23 +37,31 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
+from loguru import logger
+
 from lmms_egoplan.harness import BenchmarkTask, SettingsError
-from lmms_egoplan.judge import ItemScore, Judge, JudgeSettings, JudgeSetupError, score_items
+from lmms_egoplan.judge import (ItemScore, Judge, JudgeSettings, JudgeSetupError, is_judge_item, score_items,
+                                unjudged)
 
 
 class JudgedTask(BenchmarkTask):
     """A BenchmarkTask whose metrics are rated by an LLM judge (see the module docstring)."""
 
     def __init__(self, config, **kwargs):
-        super().__init__(config, **kwargs)
         if not issubclass(self.Settings, JudgeSettings):
             raise TypeError(f"{type(self).__name__}.Settings must inherit lmms_egoplan.judge.JudgeSettings")
+        self._scores: dict[tuple[str, ...], ItemScore] = {}
+        self._scores_lock = threading.Lock()
+        super().__init__(config, **kwargs)
+
+    def download(self, dataset_kwargs=None) -> None:
+        # The judge settings are checked first: a run must not fetch data, let alone generate,
+        # with a judge that cannot work.
         try:
             JudgeSettings.of(self.settings).check()
         except JudgeSetupError as error:
             raise SettingsError(f"task {self.config.task}: {error}") from None
-        self._scores: dict[tuple[str, ...], ItemScore] = {}
-        self._scores_lock = threading.Lock()
+        super().download(dataset_kwargs)
 
     def aggregation(self):
         return {metric: functools.partial(function, task=self) if function in _JUDGE_AGGREGATIONS else function
@@ -64,9 +72,17 @@ class JudgedTask(BenchmarkTask):
         key = tuple(item["judge_request_id"] for item in items)
         with self._scores_lock:
             if key not in self._scores:
-                judge = _shared_judge(JudgeSettings.of(self.settings))
-                self._scores[key] = score_items(items, judge, audit_path=audit_path(args, self.config.task),
-                                                description=f"Judging {self.config.task}")
+                settings = JudgeSettings.of(self.settings)
+                try:
+                    judge = _shared_judge(settings)
+                except Exception as error:  # e.g. an hf judge that does not load: report, keep the run
+                    logger.error(f"task {self.config.task}: the judge {settings.judge_model} is unavailable ({error}); "
+                                 f"every answer counts as failed; re-score the logged samples with lmms-egoplan rejudge")
+                    self._scores[key] = unjudged(items, f"{settings.judge_backend}:{settings.judge_model}",
+                                                 f"judge unavailable: {error}")
+                else:
+                    self._scores[key] = score_items(items, judge, audit_path=audit_path(args, self.config.task),
+                                                    description=f"Judging {self.config.task}")
             return self._scores[key]
 
 
@@ -123,3 +139,61 @@ _JUDGE_AGGREGATIONS = (judged_score, judged_count, failed_count)
 def sum_over_subtasks(metrics: Sequence[float], sizes: Sequence[int], weight_by_size: bool = False) -> float:
     """Group aggregation for counts (``judged``, ``failed``): the subtasks' total."""
     return sum(metrics)
+
+
+# --- Re-judging logged samples -----------------------------------------------------------------
+
+
+def rejudge_samples(paths: Sequence[str | Path], judge: Judge, output_dir: str | Path, *,
+                    progress: bool = True) -> dict[str, dict]:
+    """Re-score the judged metrics of logged samples (``--log_samples`` files) with ``judge``.
+
+    ``paths`` are samples files (``<date>_samples_<task>.jsonl``) or folders searched for them
+    (the newest file per task). No model runs: the logged judge items hold the full judge
+    requests. Writes an audit trail per task and ``<date>_rejudged.json`` (the scores) into
+    ``output_dir``; returns the scores by task.
+    """
+    import json
+
+    output_dir = Path(output_dir)
+    stamp = _run_stamp(None)
+    summary: dict[str, dict] = {}
+    for task, samples_file in _samples_files(paths).items():
+        by_id: dict[str, dict] = {}
+        for line in samples_file.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                for value in json.loads(line).values():
+                    if is_judge_item(value):
+                        by_id.setdefault(value["judge_request_id"], value)
+        by_rubric: dict[str, list[dict]] = {}
+        for item in by_id.values():
+            by_rubric.setdefault(item["judge_rubric"], []).append(item)
+        if not by_rubric:
+            logger.warning(f"{samples_file}: no judged items (was the task a judged task?)")
+        for rubric, items in by_rubric.items():
+            label = task if len(by_rubric) == 1 else f"{task}[{rubric.rsplit(':', 1)[-1]}]"
+            audit = output_dir / f"{stamp}_judgements_{label}.jsonl"
+            scored = score_items(items, judge, audit_path=audit, progress=progress, description=f"Judging {label}")
+            summary[label] = {"score": scored.score, "judged": scored.results.judged, "failed": scored.results.failed,
+                              "judge_model": judge.model, "samples": str(samples_file), "audit_trail": str(audit)}
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / f"{stamp}_rejudged.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _samples_files(paths: Sequence[str | Path]) -> dict[str, Path]:
+    """Task name -> its logged samples file (the newest, when a folder holds several runs)."""
+    import re
+
+    found: dict[str, Path] = {}
+    for path in map(Path, paths):
+        candidates = sorted(path.rglob("*_samples_*.jsonl")) if path.is_dir() else [path]
+        if not candidates:
+            raise FileNotFoundError(f"no lmms-eval samples files (*_samples_<task>.jsonl) under {path}")
+        for candidate in candidates:
+            match = re.search(r"_samples_(.+)\.jsonl$", candidate.name)
+            if match is None or not candidate.is_file():
+                raise FileNotFoundError(f"{candidate} is not an lmms-eval samples file (<date>_samples_<task>.jsonl)")
+            if match.group(1) not in found or candidate.name > found[match.group(1)].name:
+                found[match.group(1)] = candidate
+    return found

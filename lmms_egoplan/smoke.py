@@ -22,6 +22,7 @@ from lmms_egoplan.testing.lmms_eval_run import EvalRunError, run_lmms_eval
 # synthetic data (and whatever it needs, e.g. a loopback judge) and returning a SmokeSuite.
 SUITES: tuple[str, ...] = (
     "lmms_egoplan.testing.egoplan:smoke_suite",
+    "lmms_egoplan.testing.egothink:smoke_suite",
 )
 
 MODEL = "egoplan_hf"

@@ -129,6 +129,13 @@ def test_answers_without_a_valid_rating_are_failed_excluded_from_the_mean_and_wa
     assert str(tmp_path / "audit.jsonl") in warnings_logged[-1]
 
 
+def test_a_broken_rating_parser_fails_judgements_instead_of_the_run(warnings_logged):
+    with ChatServer(rating_responder(hash_rating)) as server:
+        results = judge_for(server).run(requests(2), lambda text: text.no_such_method(), progress=False)
+    assert results.failed == 2 and all(j.raw_output for j in results.judgements)
+    assert results.judgements[0].error.startswith("the rating parser failed: AttributeError")
+
+
 def test_nothing_judged_gives_nan_not_zero():
     with ChatServer(lambda call: Reply("no idea")) as server:
         results = judge_for(server).run(requests(2), ZERO_HALF_ONE, progress=False)
