@@ -28,6 +28,12 @@ A judged benchmark needs:
 
   and, in a group YAML, ``aggregation: !function lmms_egoplan.judged_task.sum_over_subtasks``
   for ``judged`` / ``failed`` (the group's totals).
+
+A sample judged on several parts (``judge.judge_parts_item``, e.g. three answer fields)
+reports the mean of its part scores under ``judged_score``; one part alone is reported by
+returning an item holding only that part under the part's metric. Breakdowns (a metric only
+some samples return, e.g. per scenario) use ``judged_score`` too. Every metric of a task reads
+the same judgements: each request is judged once, whichever metric lmms-eval aggregates first.
 """
 
 from __future__ import annotations
@@ -38,7 +44,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from lmms_egoplan.harness import BenchmarkTask, SettingsError
-from lmms_egoplan.judge import ItemScore, Judge, JudgeSettings, JudgeSetupError, score_items
+from lmms_egoplan.judge import (
+    ItemScore,
+    Judge,
+    Judgement,
+    JudgeSettings,
+    JudgeSetupError,
+    item_requests,
+    items_rubric,
+    score_judged,
+)
 
 
 class JudgedTask(BenchmarkTask):
@@ -52,22 +67,27 @@ class JudgedTask(BenchmarkTask):
             JudgeSettings.of(self.settings).check()
         except JudgeSetupError as error:
             raise SettingsError(f"task {self.config.task}: {error}") from None
-        self._scores: dict[tuple[str, ...], ItemScore] = {}
-        self._scores_lock = threading.Lock()
+        self._judgements: dict[str, Judgement] = {}  # by request id, over all metrics of the task
+        self._judgements_lock = threading.Lock()
 
     def aggregation(self):
         return {metric: functools.partial(function, task=self) if function in _JUDGE_AGGREGATIONS else function
                 for metric, function in super().aggregation().items()}
 
     def judge_score(self, items: Sequence[dict], args: Any) -> ItemScore:
-        """Judge the task's items once; every judged metric of the task reads the same outcome."""
-        key = tuple(item["judge_request_id"] for item in items)
-        with self._scores_lock:
-            if key not in self._scores:
-                judge = _shared_judge(JudgeSettings.of(self.settings))
-                self._scores[key] = score_items(items, judge, audit_path=audit_path(args, self.config.task),
-                                                description=f"Judging {self.config.task}")
-            return self._scores[key]
+        """Score ``items``, judging in one concurrent batch only the requests no metric of this
+        task has had judged yet: every metric (overall, per part, breakdowns over subsets of the
+        samples) reads the same judgements, whatever order lmms-eval aggregates them in."""
+        judge = _shared_judge(JudgeSettings.of(self.settings))
+        trail = audit_path(args, self.config.task)
+        with self._judgements_lock:
+            pending = [request for request in item_requests(items)
+                       if request.id not in self._judgements or self._judgements[request.id].messages != request.messages]
+            # Run even with nothing pending: the (then empty) audit trail says nothing needed judging.
+            results = judge.run(pending, items_rubric(items).parse_rating, audit_path=trail, append_audit=True,
+                                description=f"Judging {self.config.task}")
+            self._judgements.update((j.id, j) for j in results.judgements)
+            return score_judged(items, self._judgements, judge_model=judge.model, audit_path=trail)
 
 
 @functools.cache
