@@ -8,6 +8,7 @@ was given and check it against the protocol (e.g. never past the observation fra
 from __future__ import annotations
 
 import os
+from fractions import Fraction
 from pathlib import Path
 from typing import Iterable
 
@@ -48,7 +49,7 @@ def read_index(image: Image.Image) -> int:
     return index
 
 
-def write_video(path: str | os.PathLike, num_frames: int, fps: int = 30,
+def write_video(path: str | os.PathLike, num_frames: int, fps: int | Fraction = 30,
                 size: tuple[int, int] = DEFAULT_SIZE, keyframe_interval: int = 12) -> Path:
     """An H.264 mp4 whose frame ``i`` shows ``index_image(i)``; short GOPs exercise seeking."""
     import av
