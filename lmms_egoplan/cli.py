@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from pathlib import Path
 
 
 def _smoke(args: argparse.Namespace) -> int:
@@ -12,6 +13,28 @@ def _smoke(args: argparse.Namespace) -> int:
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="lmms-egoplan-smoke-")
     return 1 if run_smoke(workdir, arch=args.arch, only=args.benchmark) else 0
+
+
+def _egointent_check(args: argparse.Namespace) -> int:
+    from lmms_egoplan.egointent import (
+        EgoIntentDataError,
+        EgoIntentSettings,
+        describe_steps,
+        load_steps,
+        step_docs,
+    )
+    from lmms_egoplan.harness import SettingsError
+
+    settings = EgoIntentSettings(annotations=args.annotations, video_root=args.video_root,
+                                 sample_fps=args.sample_fps, max_frames=args.max_frames)
+    try:
+        settings.check_sampling("options")
+        docs = step_docs(load_steps(settings.annotations, settings.video_root), settings)
+    except (EgoIntentDataError, SettingsError) as error:
+        print(f"lmms-egoplan egointent-check: {error}", file=sys.stderr)
+        return 2
+    print(describe_steps(docs, settings))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--benchmark", action="append", choices=[suite_name(entry) for entry in SUITES],
                        help="run only this benchmark's tasks (repeatable; default: all)")
     smoke.set_defaults(handler=_smoke)
+
+    check = commands.add_parser(
+        "egointent-check", help="validate EgoIntent annotations in the local format (and their videos) and "
+                                "summarise the steps and frame plans")
+    check.add_argument("annotations", type=Path, help="the annotation file (.json list or .jsonl)")
+    check.add_argument("--video-root", type=Path, help="where video paths and video_uids resolve "
+                                                       "(default: the annotation file's folder)")
+    check.add_argument("--sample-fps", type=float, default=6.0, help="frames sampled per second (default: 6)")
+    check.add_argument("--max-frames", type=int, default=32, help="frame cap per clip (default: 32)")
+    check.set_defaults(handler=_egointent_check)
     return parser
 
 

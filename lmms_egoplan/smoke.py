@@ -20,7 +20,9 @@ from lmms_egoplan.testing.lmms_eval_run import EvalRunError, run_lmms_eval
 
 # One entry per benchmark: "module:function", the function building that benchmark's
 # synthetic data (and whatever it needs, e.g. a loopback judge) and returning a SmokeSuite.
-SUITES: tuple[str, ...] = ()
+SUITES: tuple[str, ...] = (
+    "lmms_egoplan.testing.egointent:smoke_suite",
+)
 
 MODEL = "egoplan_hf"
 DEFAULT_ARCH = "qwen2_vl"
@@ -34,6 +36,7 @@ class SmokeSuite:
     tasks: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     model_args: str = ""  # extra backend arguments this benchmark needs, "key=value,..."
+    cli_args: tuple[str, ...] = ()  # extra lmms-eval arguments, e.g. ("--gen_kwargs", "max_new_tokens=16")
 
 
 SuiteBuilder = Callable[[Path, ExitStack], SmokeSuite]
@@ -78,7 +81,7 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
             started = time.monotonic()
             try:
                 run = run_lmms_eval(model=MODEL, model_args=model_args, tasks=suite.tasks,
-                                    output_dir=log_dir, env=suite.env)
+                                    output_dir=log_dir, env=suite.env, extra_args=suite.cli_args)
             except EvalRunError as error:
                 failures.append(name)
                 print(f"[{name}] FAILED\n{error}", file=out)
