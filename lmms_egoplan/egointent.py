@@ -153,7 +153,8 @@ def read_records(path: Path) -> list[dict]:
         else:
             records = json.loads(text)
     except json.JSONDecodeError as error:
-        raise EgoIntentDataError(f"{path}: not valid JSON{' lines' if path.suffix == '.jsonl' else ''}: {error}") from None
+        kind = "JSON lines" if path.suffix.lower() == ".jsonl" else "JSON"
+        raise EgoIntentDataError(f"{path}: not valid {kind}: {error}") from None
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise EgoIntentDataError(f"{path}: expected a list of step records (objects), one per step")
     return records
@@ -170,7 +171,8 @@ def load_steps(path: str | Path, video_root: str | Path | None = None) -> list[S
     steps: list[Step] = []
     seen_ids: set[str] = set()
     for number, record in enumerate(read_records(path), start=1):
-        where = f"record {number}" + (f" (step_id {record['step_id']!r})" if isinstance(record.get("step_id"), str) else "")
+        step_id = record.get("step_id")
+        where = f"record {number}" + (f" (step_id {step_id!r})" if isinstance(step_id, str) else "")
         found = _record_problems(record)
         if not found:
             if record["step_id"] in seen_ids:
@@ -192,7 +194,8 @@ def load_steps(path: str | Path, video_root: str | Path | None = None) -> list[S
         problems.append("no step records")
     if problems:
         listed = "\n  ".join(problems[:_MAX_LISTED_PROBLEMS])
-        more = f"\n  ... and {len(problems) - _MAX_LISTED_PROBLEMS} more" if len(problems) > _MAX_LISTED_PROBLEMS else ""
+        unlisted = len(problems) - _MAX_LISTED_PROBLEMS
+        more = f"\n  ... and {unlisted} more" if unlisted > 0 else ""
         raise EgoIntentDataError(f"{path}: {len(problems)} problem(s) in the EgoIntent annotations "
                                  f"(format: README, section EgoIntent):\n  {listed}{more}")
     return steps
@@ -417,7 +420,8 @@ _LABEL = "|".join(_label_pattern(name) for name in sorted(_FIELD_OF_NAME, key=le
 # A labelled line: optional bullet / number / markdown, the label, an optional "(What)", then ":" or a
 # dash, or nothing more on the line (a heading; the value follows on the next lines).
 _LABELLED_LINE = re.compile(
-    rf"^[ \t>#*\-•\d.)(\[\]]*[\"'*_`]*(?P<label>{_LABEL})[\"'*_`]*[ \t]*(?:\([^)\n]*\))?[\"'*_`]*[ \t]*(?:[:：=\-–—]+|(?=\r?\n)|\Z)(?P<value>.*)$",
+    rf"^[ \t>#*\-•\d.)(\[\]]*[\"'*_`]*(?P<label>{_LABEL})[\"'*_`]*[ \t]*(?:\([^)\n]*\))?[\"'*_`]*[ \t]*"
+    rf"(?:[:：=\-–—]+|(?=\r?\n)|\Z)(?P<value>.*)$",
     re.IGNORECASE | re.MULTILINE)
 _EMPTY_VALUES = {"", "n/a", "na", "none", "null", "unknown", "-"}
 

@@ -82,7 +82,7 @@ class JudgedTask(BenchmarkTask):
         trail = audit_path(args, self.config.task)
         with self._judgements_lock:
             pending = [request for request in item_requests(items)
-                       if request.id not in self._judgements or self._judgements[request.id].messages != request.messages]
+                       if getattr(self._judgements.get(request.id), "messages", None) != request.messages]
             # Run even with nothing pending: the (then empty) audit trail says nothing needed judging.
             results = judge.run(pending, items_rubric(items).parse_rating, audit_path=trail, append_audit=True,
                                 description=f"Judging {self.config.task}")
