@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from pathlib import Path
 
 
 def _smoke(args: argparse.Namespace) -> int:
@@ -29,10 +30,32 @@ def _rejudge(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as error:  # bad settings or paths: say which, no traceback
         print(f"lmms-egoplan rejudge: {error}", file=sys.stderr)
         return 2
-    results = {"results": {task: {f"{metric},none": row[metric] for metric in ("score", "judged", "failed")}
+    results = {"results": {task: {f"{metric},none": value for metric, value in row.items() if isinstance(value, (int, float))}
                            for task, row in scores.items()}}
     print(format_table(result_rows(results, tuple(scores))))
     print(f"Judge: {settings.judge_backend}:{settings.judge_model}; audit trails and scores in {args.output}")
+    return 0
+
+
+def _egointent_check(args: argparse.Namespace) -> int:
+    from lmms_egoplan.egointent import (
+        EgoIntentDataError,
+        EgoIntentSettings,
+        describe_steps,
+        load_steps,
+        step_docs,
+    )
+    from lmms_egoplan.harness import SettingsError
+
+    settings = EgoIntentSettings(annotations=args.annotations, video_root=args.video_root,
+                                 sample_fps=args.sample_fps, max_frames=args.max_frames)
+    try:
+        settings.check_sampling("options")
+        docs = step_docs(load_steps(settings.annotations, settings.video_root), settings)
+    except (EgoIntentDataError, SettingsError) as error:
+        print(f"lmms-egoplan egointent-check: {error}", file=sys.stderr)
+        return 2
+    print(describe_steps(docs, settings))
     return 0
 
 
@@ -62,6 +85,16 @@ def build_parser() -> argparse.ArgumentParser:
         rejudge.add_argument(f"--{setting.name}", default=argparse.SUPPRESS,
                              help=f"(default: {setting.default}); see README, section Judges")
     rejudge.set_defaults(handler=_rejudge)
+
+    check = commands.add_parser(
+        "egointent-check", help="validate EgoIntent annotations in the local format (and their videos) and "
+                                "summarise the steps and frame plans")
+    check.add_argument("annotations", type=Path, help="the annotation file (.json list or .jsonl)")
+    check.add_argument("--video-root", type=Path, help="where video paths and video_uids resolve "
+                                                       "(default: the annotation file's folder)")
+    check.add_argument("--sample-fps", type=float, default=6.0, help="frames sampled per second (default: 6)")
+    check.add_argument("--max-frames", type=int, default=32, help="frame cap per clip (default: 32)")
+    check.set_defaults(handler=_egointent_check)
     return parser
 
 

@@ -18,6 +18,9 @@ client (OpenAI, Azure OpenAI, a local vLLM or SGLang server) and an in-process t
 causal LM for fully offline judging. API keys are read from the environment variable *named*
 in the settings; they never reach the cache, the audit trail or a log line.
 
+A sample may be judged on several parts (e.g. three answer fields: ``judge_parts_item``); a
+part that needs no judge (a field the model left out) carries a ``FixedRating`` instead.
+
 Inside lmms-eval, tasks use this engine through ``lmms_egoplan.judged_task.JudgedTask``;
 ``lmms-egoplan rejudge`` uses it to re-score logged model outputs with another judge.
 This module deliberately does not import lmms-eval (slow to import) at module level.
@@ -480,10 +483,11 @@ class Judge:
         return self.backend.identity
 
     def run(self, requests: Sequence[JudgeRequest], parse_rating: RatingParser, *,
-            audit_path: str | os.PathLike | None = None, progress: bool = True,
+            audit_path: str | os.PathLike | None = None, append_audit: bool = False, progress: bool = True,
             description: str = "Judging") -> JudgeResults:
         """Judge every request; returns the judgements in request order. Never raises for a
-        failed call or an unparsable answer: those are failed judgements."""
+        failed call or an unparsable answer: those are failed judgements. The audit trail
+        replaces ``audit_path``, or adds to it with ``append_audit``."""
         from tqdm import tqdm
 
         ids = Counter(r.id for r in requests)
@@ -496,7 +500,7 @@ class Judge:
             key = JudgeCache.key(self.model, request.messages, self.decoding)
             by_key.setdefault(key, []).append(request)
 
-        audit = _AuditWriter(audit_path)
+        audit = _AuditWriter(audit_path, append=append_audit)
         done: dict[str, Judgement] = {}
 
         def record(key: str, raw: str | None, error: str | None, cached: bool, attempts: int) -> None:
@@ -574,12 +578,12 @@ class Judge:
 class _AuditWriter:
     """Appends one JSON line per judgement as it is made, so a crash keeps what was judged."""
 
-    def __init__(self, path: str | os.PathLike | None):
+    def __init__(self, path: str | os.PathLike | None, *, append: bool = False):
         self.path = Path(path) if path else None
         self._file = None
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("w", encoding="utf-8")
+            self._file = self.path.open("a" if append else "w", encoding="utf-8")
 
     def write(self, judgement: Judgement) -> None:
         if self._file:
@@ -620,6 +624,64 @@ def is_judge_item(value: Any) -> bool:
     return isinstance(value, dict) and {"judge_request_id", "judge_messages", "judge_rubric"} <= value.keys()
 
 
+@dataclass(frozen=True)
+class FixedRating:
+    """A part of a judged item settled without the judge (e.g. an answer field the model left
+    out scores 0): it counts in the score like a rating, and is neither judged nor failed."""
+
+    rating: float
+    reason: str
+
+
+def judge_parts_item(parts: Mapping[str, JudgeRequest | FixedRating], rubric: str) -> dict:
+    """The per-sample value for a sample judged on several parts (e.g. three answer fields, one
+    judge request each), self-contained like ``judge_item``.
+
+    A metric over such items scores each part over all items (mean rating x scale, failed
+    judgements excluded) and reports the mean of the part scores; an item holding one part of
+    a sample is how a metric reports that part alone.
+    """
+    if not parts:
+        raise ValueError("a judged item needs at least one part")
+    return {"judge_parts": {name: _part_value(part) for name, part in parts.items()}, "judge_rubric": rubric}
+
+
+def _part_value(part: JudgeRequest | FixedRating) -> dict:
+    if isinstance(part, FixedRating):
+        return {"fixed_rating": float(part.rating), "fixed_reason": part.reason}
+    return {"judge_request_id": part.id, "judge_messages": [dict(m) for m in part.messages]}
+
+
+def is_judge_parts_item(value: Any) -> bool:
+    return isinstance(value, dict) and {"judge_parts", "judge_rubric"} <= value.keys()
+
+
+def item_parts(item: Mapping[str, Any]) -> dict[str, JudgeRequest | FixedRating]:
+    """The parts of a logged judged item, by name; a ``judge_item`` is one part named ``""``."""
+    if is_judge_item(item):
+        return {"": JudgeRequest(item["judge_request_id"], tuple(item["judge_messages"]))}
+    if not is_judge_parts_item(item):
+        raise ValueError(f"not a judged item (judge_item / judge_parts_item): {str(item)[:120]}")
+    return {name: FixedRating(part["fixed_rating"], part.get("fixed_reason", "")) if "fixed_rating" in part
+            else JudgeRequest(part["judge_request_id"], tuple(part["judge_messages"]))
+            for name, part in item["judge_parts"].items()}
+
+
+def item_requests(items: Sequence[Mapping[str, Any]]) -> list[JudgeRequest]:
+    """The distinct judge requests of ``items`` in order: a request that several items carry (a
+    sample counted both overall and in a breakdown) appears once. One id with two different
+    prompts raises."""
+    requests: dict[str, JudgeRequest] = {}
+    for item in items:
+        for part in item_parts(item).values():
+            if isinstance(part, FixedRating):
+                continue
+            known = requests.setdefault(part.id, part)
+            if known.messages != part.messages:
+                raise ValueError(f"judge request id {part.id!r} is used for two different prompts")
+    return list(requests.values())
+
+
 def load_rubric(reference: str) -> Rubric:
     module, _, attribute = reference.partition(":")
     rubric = getattr(importlib.import_module(module), attribute, None)
@@ -628,29 +690,55 @@ def load_rubric(reference: str) -> Rubric:
     return rubric
 
 
+def items_rubric(items: Sequence[Mapping[str, Any]]) -> Rubric:
+    """The one rubric that ``items`` name (a judged metric reads one rubric)."""
+    rubrics = {item["judge_rubric"] for item in items}
+    if len(rubrics) != 1:
+        raise ValueError(f"a judged metric needs items of one rubric, got {sorted(rubrics) or 'no items'}")
+    return load_rubric(rubrics.pop())
+
+
 @dataclass
 class ItemScore:
-    """A judged metric: ``score`` (mean rating x scale; NaN when nothing was judged) and the judgements."""
+    """A judged metric: ``score`` (the mean of the part scores; for one-request items the mean
+    rating x scale; NaN when a part has no rating), the score of each part, and the judgements."""
 
     score: float
     results: JudgeResults = field(repr=False)
+    part_scores: dict[str, float] = field(default_factory=dict)
 
 
-def unjudged(items: Sequence[dict], judge_model: str, reason: str) -> ItemScore:
-    """The outcome when no judge could be asked: every item failed, for ``reason``."""
-    failed = [Judgement(item["judge_request_id"], judge_model, tuple(item["judge_messages"]), None, None, reason,
-                        False, 0) for item in items]
+def score_judged(items: Sequence[Mapping[str, Any]], judgements: Mapping[str, Judgement], *, judge_model: str,
+                 audit_path: str | os.PathLike | None = None) -> ItemScore:
+    """The score of ``items`` from judgements already made (by request id), so that metrics over
+    different subsets of one task's samples all read the same judgements."""
+    scale = items_rubric(items).scale
+    ratings: dict[str, list[float]] = {}
+    for item in items:
+        for name, part in item_parts(item).items():
+            rating = part.rating if isinstance(part, FixedRating) else judgements[part.id].rating
+            bucket = ratings.setdefault(name, [])
+            if rating is not None:  # a failed judgement: counted, never averaged in
+                bucket.append(rating)
+    part_scores = {name: sum(r) / len(r) * scale if r else math.nan for name, r in ratings.items()}
+    score = sum(part_scores.values()) / len(part_scores) if part_scores else math.nan
+    results = JudgeResults([judgements[r.id] for r in item_requests(items)], judge_model,
+                           Path(audit_path) if audit_path else None)
+    return ItemScore(score, results, part_scores)
+
+
+def unjudged(items: Sequence[Mapping[str, Any]], judge_model: str, reason: str) -> ItemScore:
+    """The outcome when no judge could be asked: every judge request of ``items`` failed, for ``reason``."""
+    failed = [Judgement(request.id, judge_model, request.messages, None, None, reason, False, 0)
+              for request in item_requests(items)]
     return ItemScore(math.nan, JudgeResults(failed, judge_model))
 
 
 def score_items(items: Sequence[dict], judge: Judge, *, audit_path: str | os.PathLike | None = None,
                 progress: bool = True, description: str = "Judging") -> ItemScore:
     """Judge the logged items of one task (one rubric) and compute its score."""
-    rubrics = {item["judge_rubric"] for item in items}
-    if len(rubrics) != 1:
-        raise ValueError(f"a judged metric needs items of one rubric, got {sorted(rubrics) or 'no items'}")
-    rubric = load_rubric(rubrics.pop())
-    requests = [JudgeRequest(item["judge_request_id"], tuple(item["judge_messages"])) for item in items]
-    results = judge.run(requests, rubric.parse_rating, audit_path=audit_path, progress=progress,
+    rubric = items_rubric(items)
+    results = judge.run(item_requests(items), rubric.parse_rating, audit_path=audit_path, progress=progress,
                         description=description)
-    return ItemScore(results.mean_rating() * rubric.scale, results)
+    return score_judged(items, {j.id: j for j in results.judgements}, judge_model=results.judge_model,
+                        audit_path=results.audit_path)

@@ -28,6 +28,12 @@ A judged benchmark needs:
 
   and, in a group YAML, ``aggregation: !function lmms_egoplan.judged_task.sum_over_subtasks``
   for ``judged`` / ``failed`` (the group's totals).
+
+A sample judged on several parts (``judge.judge_parts_item``, e.g. three answer fields)
+reports the mean of its part scores under ``judged_score``; one part alone is reported by
+returning an item holding only that part under the part's metric. Breakdowns (a metric only
+some samples return, e.g. per scenario) use ``judged_score`` too. Every metric of a task reads
+the same judgements: each request is judged once, whichever metric lmms-eval aggregates first.
 """
 
 from __future__ import annotations
@@ -40,8 +46,19 @@ from typing import Any, Sequence
 from loguru import logger
 
 from lmms_egoplan.harness import BenchmarkTask, SettingsError
-from lmms_egoplan.judge import (ItemScore, Judge, JudgeSettings, JudgeSetupError, is_judge_item, score_items,
-                                unjudged)
+from lmms_egoplan.judge import (
+    ItemScore,
+    Judge,
+    Judgement,
+    JudgeSettings,
+    JudgeSetupError,
+    is_judge_item,
+    is_judge_parts_item,
+    item_requests,
+    items_rubric,
+    score_judged,
+    unjudged,
+)
 
 
 class JudgedTask(BenchmarkTask):
@@ -50,8 +67,8 @@ class JudgedTask(BenchmarkTask):
     def __init__(self, config, **kwargs):
         if not issubclass(self.Settings, JudgeSettings):
             raise TypeError(f"{type(self).__name__}.Settings must inherit lmms_egoplan.judge.JudgeSettings")
-        self._scores: dict[tuple[str, ...], ItemScore] = {}
-        self._scores_lock = threading.Lock()
+        self._judgements: dict[str, Judgement] = {}  # by request id, over all metrics of the task
+        self._judgements_lock = threading.Lock()
         super().__init__(config, **kwargs)
 
     def download(self, dataset_kwargs=None) -> None:
@@ -68,22 +85,25 @@ class JudgedTask(BenchmarkTask):
                 for metric, function in super().aggregation().items()}
 
     def judge_score(self, items: Sequence[dict], args: Any) -> ItemScore:
-        """Judge the task's items once; every judged metric of the task reads the same outcome."""
-        key = tuple(item["judge_request_id"] for item in items)
-        with self._scores_lock:
-            if key not in self._scores:
-                settings = JudgeSettings.of(self.settings)
-                try:
-                    judge = _shared_judge(settings)
-                except Exception as error:  # e.g. an hf judge that does not load: report, keep the run
-                    logger.error(f"task {self.config.task}: the judge {settings.judge_model} is unavailable ({error}); "
-                                 f"every answer counts as failed; re-score the logged samples with lmms-egoplan rejudge")
-                    self._scores[key] = unjudged(items, f"{settings.judge_backend}:{settings.judge_model}",
-                                                 f"judge unavailable: {error}")
-                else:
-                    self._scores[key] = score_items(items, judge, audit_path=audit_path(args, self.config.task),
-                                                    description=f"Judging {self.config.task}")
-            return self._scores[key]
+        """Score ``items``, judging in one concurrent batch only the requests no metric of this
+        task has had judged yet: every metric (overall, per part, breakdowns over subsets of the
+        samples) reads the same judgements, whatever order lmms-eval aggregates them in."""
+        settings = JudgeSettings.of(self.settings)
+        trail = audit_path(args, self.config.task)
+        with self._judgements_lock:
+            try:
+                judge = _shared_judge(settings)
+            except Exception as error:  # e.g. an hf judge that does not load: report, keep the run
+                logger.error(f"task {self.config.task}: the judge {settings.judge_model} is unavailable ({error}); "
+                             f"every answer counts as failed; re-score the logged samples with lmms-egoplan rejudge")
+                return unjudged(items, f"{settings.judge_backend}:{settings.judge_model}", f"judge unavailable: {error}")
+            pending = [request for request in item_requests(items)
+                       if getattr(self._judgements.get(request.id), "messages", None) != request.messages]
+            # Run even with nothing pending: the (then empty) audit trail says nothing needed judging.
+            results = judge.run(pending, items_rubric(items).parse_rating, audit_path=trail, append_audit=True,
+                                description=f"Judging {self.config.task}")
+            self._judgements.update((j.id, j) for j in results.judgements)
+            return score_judged(items, self._judgements, judge_model=judge.model, audit_path=trail)
 
 
 @functools.cache
@@ -134,6 +154,8 @@ def failed_count(items: Sequence[dict], args: Any = None, *, task: JudgedTask | 
 
 
 _JUDGE_AGGREGATIONS = (judged_score, judged_count, failed_count)
+# Metrics that count judgements rather than score them (judged_count / failed_count).
+COUNT_METRICS = ("judged", "failed")
 
 
 def sum_over_subtasks(metrics: Sequence[float], sizes: Sequence[int], weight_by_size: bool = False) -> float:
@@ -150,8 +172,10 @@ def rejudge_samples(paths: Sequence[str | Path], judge: Judge, output_dir: str |
 
     ``paths`` are samples files (``<date>_samples_<task>.jsonl``) or folders searched for them
     (the newest file per task). No model runs: the logged judge items hold the full judge
-    requests. Writes an audit trail per task and ``<date>_rejudged.json`` (the scores) into
-    ``output_dir``; returns the scores by task.
+    requests. Every judged metric of a task (whole-sample scores, parts, breakdowns) is scored
+    from one set of judgements, each request judged once, as in the evaluation itself. Writes
+    an audit trail per task and ``<date>_rejudged.json`` (the scores) into ``output_dir``;
+    returns the scores by task: each judged metric, then ``judged`` / ``failed`` over the task.
     """
     import json
 
@@ -159,23 +183,24 @@ def rejudge_samples(paths: Sequence[str | Path], judge: Judge, output_dir: str |
     stamp = _run_stamp(None)
     summary: dict[str, dict] = {}
     for task, samples_file in _samples_files(paths).items():
-        by_id: dict[str, dict] = {}
+        columns: dict[str, list[dict]] = {}
         for line in samples_file.read_text(encoding="utf-8").splitlines():
             if line.strip():
-                for value in json.loads(line).values():
-                    if is_judge_item(value):
-                        by_id.setdefault(value["judge_request_id"], value)
-        by_rubric: dict[str, list[dict]] = {}
-        for item in by_id.values():
-            by_rubric.setdefault(item["judge_rubric"], []).append(item)
-        if not by_rubric:
+                for metric, value in json.loads(line).items():
+                    if is_judge_item(value) or is_judge_parts_item(value):
+                        columns.setdefault(metric, []).append(value)
+        if not columns:
             logger.warning(f"{samples_file}: no judged items (was the task a judged task?)")
-        for rubric, items in by_rubric.items():
-            label = task if len(by_rubric) == 1 else f"{task}[{rubric.rsplit(':', 1)[-1]}]"
-            audit = output_dir / f"{stamp}_judgements_{label}.jsonl"
-            scored = score_items(items, judge, audit_path=audit, progress=progress, description=f"Judging {label}")
-            summary[label] = {"score": scored.score, "judged": scored.results.judged, "failed": scored.results.failed,
-                              "judge_model": judge.model, "samples": str(samples_file), "audit_trail": str(audit)}
+            continue
+        every_item = [item for items in columns.values() for item in items]
+        audit = output_dir / f"{stamp}_judgements_{task}.jsonl"
+        results = judge.run(item_requests(every_item), items_rubric(every_item).parse_rating, audit_path=audit,
+                            progress=progress, description=f"Judging {task}")
+        judgements = {j.id: j for j in results.judgements}
+        scores = {metric: score_judged(items, judgements, judge_model=results.judge_model).score
+                  for metric, items in columns.items() if metric not in COUNT_METRICS}
+        summary[task] = {**scores, "judged": results.judged, "failed": results.failed, "judge_model": judge.model,
+                         "samples": str(samples_file), "audit_trail": str(audit)}
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / f"{stamp}_rejudged.json").write_text(json.dumps(summary, indent=2))
     return summary

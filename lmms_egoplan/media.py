@@ -81,6 +81,25 @@ def uniform_indices(first: int, last: int, count: int) -> list[int]:
     return [min(last, first + math.floor(i * step + 0.5)) for i in range(count)]
 
 
+# Times closer than this many seconds count as the same time (far below a frame's duration):
+# float seconds cannot fall exactly on a frame boundary such as 100 x 1001 / 30000 s.
+TIME_TOLERANCE = 1e-6
+
+
+def frame_at(seconds: float, fps: float) -> int:
+    """Index of the frame on screen at ``seconds`` (the last frame starting at or before it)."""
+    return math.floor(seconds * fps + 1e-6)
+
+
+def last_frame_before(seconds: float, fps: float) -> int:
+    """Index of the last frame that starts strictly before ``seconds`` (-1 if none does).
+
+    A frame starting within ``TIME_TOLERANCE`` of ``seconds`` counts as starting at it, so a
+    time that falls on a frame boundary (as well as floats can say) excludes that frame.
+    """
+    return math.ceil((seconds - TIME_TOLERANCE) * fps) - 1
+
+
 def as_video_frames(frames: Sequence[Image.Image], clip: str) -> list[Image.Image]:
     """Tag ``frames`` (in time order) as one video clip named ``clip``; returns them as a list."""
     for frame in frames:
@@ -178,7 +197,7 @@ class VideoFile:
 
     def index_at(self, seconds: float) -> int:
         """Index of the frame on screen at ``seconds`` (the last frame starting at or before it)."""
-        return math.floor(seconds * self.info.fps + 1e-6)
+        return frame_at(seconds, self.info.fps)
 
     def _frame_index(self, frame) -> int:
         return round(float((frame.pts - self._start) * self._stream.time_base) * self.info.fps)

@@ -23,6 +23,7 @@ from lmms_egoplan.testing.lmms_eval_run import EvalRunError, run_lmms_eval
 SUITES: tuple[str, ...] = (
     "lmms_egoplan.testing.egoplan:smoke_suite",
     "lmms_egoplan.testing.egothink:smoke_suite",
+    "lmms_egoplan.testing.egointent:smoke_suite",
 )
 
 MODEL = "egoplan_hf"
@@ -37,6 +38,7 @@ class SmokeSuite:
     tasks: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     model_args: str = ""  # extra backend arguments this benchmark needs, "key=value,..."
+    cli_args: tuple[str, ...] = ()  # extra lmms-eval arguments, e.g. ("--gen_kwargs", "max_new_tokens=16")
 
 
 SuiteBuilder = Callable[[Path, ExitStack], SmokeSuite]
@@ -81,7 +83,7 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
             started = time.monotonic()
             try:
                 run = run_lmms_eval(model=MODEL, model_args=model_args, tasks=suite.tasks,
-                                    output_dir=log_dir, env=suite.env)
+                                    output_dir=log_dir, env=suite.env, extra_args=suite.cli_args)
             except EvalRunError as error:
                 failures.append(name)
                 print(f"[{name}] FAILED\n{error}", file=out)

@@ -8,6 +8,7 @@ was given and check it against the protocol (e.g. never past the observation fra
 from __future__ import annotations
 
 import os
+from fractions import Fraction
 from pathlib import Path
 from typing import Iterable
 
@@ -48,11 +49,12 @@ def read_index(image: Image.Image) -> int:
     return index
 
 
-def write_video(path: str | os.PathLike, num_frames: int, fps: int = 30,
+def write_video(path: str | os.PathLike, num_frames: int, fps: int | Fraction = 30,
                 size: tuple[int, int] = DEFAULT_SIZE, keyframe_interval: int = 12, first_index: int = 0) -> Path:
     """An H.264 mp4 whose frame ``i`` shows ``index_image(first_index + i)``; short GOPs exercise seeking.
 
-    ``first_index`` > 0 makes a clip cut from a longer source whose frames keep their source numbers.
+    ``fps`` may be fractional (``Fraction(30000, 1001)``); ``first_index`` > 0 makes a clip cut
+    from a longer source whose frames keep their source numbers.
     """
     import av
 

@@ -1,0 +1,479 @@
+"""EgoIntent: the local annotation format, pre-outcome frame sampling, answer parsing, judging,
+and the task end to end through the lmms-eval CLI with a loopback judge."""
+
+import base64
+import hashlib
+import io
+import itertools
+import json
+import re
+import statistics
+from fractions import Fraction
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from PIL import Image
+
+from lmms_egoplan import egointent
+from lmms_egoplan.egointent import (
+    FIELDS,
+    PROMPT,
+    EgoIntentDataError,
+    EgoIntentSettings,
+    clip_frame_indices,
+    doc_to_visual,
+    load_steps,
+    parse_answer,
+    parse_judge_rating,
+    scenario_metric,
+    step_docs,
+)
+from lmms_egoplan.harness import SettingsError
+from lmms_egoplan.judge import (
+    FixedRating,
+    Judge,
+    JudgeRequest,
+    OpenAIChatBackend,
+    item_requests,
+    judge_item,
+    judge_parts_item,
+    score_items,
+)
+from lmms_egoplan.media import VIDEO_CLIP_KEY
+from lmms_egoplan.testing.egointent import (
+    VIDEOS,
+    judge_rating,
+    step_records,
+    write_dataset,
+)
+from lmms_egoplan.testing.judge_server import ChatServer, Reply
+from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.testing.media import read_index
+
+STEP_ID = re.compile(r"Step id: (\S+)")
+FPS_OF = {video.name: video.fps for video in VIDEOS}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return write_dataset(tmp_path_factory.mktemp("egointent") / "data")
+
+
+@pytest.fixture(scope="module")
+def docs(dataset):
+    """The task's documents for the synthetic dataset, in order (lmms-eval logs only their index)."""
+    return step_docs(load_steps(dataset), EgoIntentSettings(annotations=dataset))
+
+
+def video_fps(doc) -> Fraction:
+    """The exact frame rate of a synthetic video (float fps cannot say 30000/1001)."""
+    return FPS_OF[Path(doc["video"]).stem]
+
+
+def judge_env(judge, cache_dir, annotations):
+    return {"EGOINTENT_ANNOTATIONS": str(annotations), "EGOINTENT_JUDGE_BASE_URL": judge.base_url,
+            "EGOINTENT_JUDGE_MODEL": "loopback-judge", "EGOINTENT_JUDGE_CACHE_DIR": str(cache_dir),
+            "EGOINTENT_JUDGE_BACKOFF": "0.01"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The pre-outcome clip: no frame at or after the truncation time, ever
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fps", [Fraction(30), Fraction(30000, 1001), Fraction(25), Fraction(24000, 1001),
+                                 Fraction(60000, 1001)], ids=["30", "29.97", "25", "23.976", "59.94"])
+def test_no_frame_starts_at_or_after_the_truncation_time_on_or_between_frame_boundaries(fps):
+    checked = 0
+    for k in range(1, 400):
+        for frames in (k, k + 0.5, k + 0.999, k + 0.001):
+            for nudge in (0.0, 1e-9, -1e-9):
+                end = float(frames / fps) + nudge
+                indices = clip_frame_indices(max(0.0, end - 3.0), end, float(fps), 10_000, sample_fps=6, max_frames=32)
+                assert all(Fraction(i) / fps < Fraction(end) for i in indices), (fps, end, indices)
+                # ... and nothing more than that is dropped: the next frame starts at the truncation time
+                # (a frame on the boundary, as well as floats can tell) or after it.
+                assert Fraction(indices[-1] + 1) / fps >= Fraction(end) - Fraction(2, 10**6)
+                checked += 1
+    assert checked == 399 * 12
+
+
+@pytest.mark.parametrize("max_frames", [32, 1000])
+def test_frames_are_sampled_at_6_fps_and_a_long_clip_is_subsampled_uniformly_to_the_cap(max_frames):
+    # 30 FPS, step from frame 30 to a truncation on the boundary of frame 270: frames 30..269, 8 s.
+    indices = clip_frame_indices(1.0, 9.0, 30.0, 300, sample_fps=6, max_frames=max_frames)
+    assert indices[0] == 30 and indices[-1] == 269
+    gaps = {b - a for a, b in itertools.pairwise(indices)}
+    if max_frames == 32:
+        assert len(indices) == 32 and gaps <= {7, 8}  # 239 / 31 = 7.7: uniform over the clip
+    else:
+        assert len(indices) == 48 and gaps <= {5, 6}  # 239 / 47 = 5.09 frames: at most 6 FPS
+    # A clip shorter than one sampling interval gives the last frame before the truncation.
+    assert clip_frame_indices(3.34, 3.45, 30.0, 300, sample_fps=6, max_frames=32) == [103]
+
+
+def test_decoded_frames_show_only_pre_outcome_content_at_30_29_97_and_25_fps(docs):
+    assert {video_fps(d) for d in docs} == {Fraction(30), Fraction(30000, 1001), Fraction(25)}
+    for doc in docs:
+        frames = doc_to_visual(doc)
+        shown = [read_index(frame) for frame in frames]  # the frame's own index, hence its timestamp
+        assert shown == doc["frame_indices"]
+        assert all(Fraction(i) / video_fps(doc) < Fraction(doc["truncation_time"]) for i in shown), doc["step_id"]
+        # The first frame is the one on screen at the step start (a start on a frame boundary, as
+        # well as floats can say, starts with that frame).
+        at_start = Fraction(doc["step_start"]) * video_fps(doc) + Fraction(1, 10**6)
+        assert shown[0] <= at_start < shown[0] + 1 or len(shown) == 1
+        # One clip, tagged as a video for video-native backends.
+        assert {frame.info[VIDEO_CLIP_KEY] for frame in frames} == {f"egointent:{doc['step_id']}"}
+    assert max(len(d["frame_indices"]) for d in docs) == 32
+
+
+def test_the_clip_goes_as_separate_images_when_video_input_is_off(dataset):
+    settings = EgoIntentSettings(annotations=dataset, video_input=False, frame_max_side=32)
+    doc = step_docs(load_steps(dataset), settings)[0]
+    frames = doc_to_visual(doc)
+    assert len(frames) > 1 and all(VIDEO_CLIP_KEY not in f.info and max(f.size) == 32 for f in frames)
+
+
+# ---------------------------------------------------------------------------------------------
+# The local format and its validation
+# ---------------------------------------------------------------------------------------------
+
+
+def test_json_and_jsonl_files_and_video_paths_or_uids_load_alike(dataset, tmp_path):
+    steps = load_steps(dataset)
+    assert [s.step_id for s in steps] == [r["step_id"] for r in step_records()]
+    assert {s.video for s in steps} == {dataset.parent / "kitchen_0001.mp4", dataset.parent / "videos/yard_0002.mp4",
+                                        dataset.parent / "bedroom_0003.mp4"}
+    as_list = tmp_path / "steps.json"
+    as_list.write_text(json.dumps(step_records()))
+    assert load_steps(as_list, video_root=dataset.parent) == steps
+
+
+def test_every_bad_record_is_reported_with_its_field(dataset, tmp_path):
+    good = step_records()[0]
+    bad = [
+        {k: v for k, v in good.items() if k != "global_intent"},
+        {**good, "step_id": "late", "step_start": 5.0, "truncation_time": 4.0},
+        {**good, "step_id": "gone", "video_uid": "no_such_video"},
+        {**good, "step_id": "roof", "environment": "rooftop"},
+        {**good, "step_id": "blank", "next_step_plan": "  "},
+        {**good, "step_id": "when", "truncation_time": "soon"},
+        good, good,
+        {**good, "step_id": "yard", "scenario": "Kitchen", "environment": "outdoor"},
+    ]
+    path = tmp_path / "bad.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in bad))
+    with pytest.raises(EgoIntentDataError) as caught:
+        load_steps(path, video_root=dataset.parent)
+    message = str(caught.value)
+    for expected in [
+        f"{path}: 8 problem(s)",
+        "record 1 (step_id 'step_0000'): missing field 'global_intent'",
+        "record 2 (step_id 'late'): truncation_time (4 s) must be after step_start (5 s)",
+        (f"record 3 (step_id 'gone'): video not found: {dataset.parent / 'no_such_video.mp4'} (field video_uid under "
+         f"video_root {dataset.parent}; setting video_root, environment variable EGOINTENT_VIDEO_ROOT)"),
+        "record 4 (step_id 'roof'): field 'environment' must be one of indoor, outdoor, got 'rooftop'",
+        "record 5 (step_id 'blank'): field 'next_step_plan' must be a non-empty string",
+        "record 6 (step_id 'when'): field 'truncation_time' must be a number of seconds >= 0, got 'soon'",
+        "record 8 (step_id 'step_0000'): step_id 'step_0000' is used by an earlier record",
+        "scenario 'Kitchen' is filed as both indoor and outdoor",
+    ]:
+        assert expected in message
+
+
+def test_a_truncation_time_past_the_end_of_its_video_is_an_error(dataset, tmp_path):
+    record = {**step_records()[0], "truncation_time": 12.0}  # the video lasts 10 s
+    path = tmp_path / "late.json"
+    path.write_text(json.dumps([record]))
+    with pytest.raises(EgoIntentDataError, match=r"truncation_time 12 s is past the end of .*kitchen_0001.mp4 \(10.000 s\)"):
+        step_docs(load_steps(path, video_root=dataset.parent), EgoIntentSettings(annotations=path))
+
+
+def test_the_annotation_file_is_a_required_setting(tmp_path):
+    task = SimpleNamespace(settings=EgoIntentSettings(), config=SimpleNamespace(task="egointent"))
+    with pytest.raises(SettingsError, match="task egointent: set EGOINTENT_ANNOTATIONS"):
+        egointent.EgoIntentTask.load_docs(task)
+    task.settings = EgoIntentSettings(annotations=tmp_path / "missing.jsonl")
+    with pytest.raises(EgoIntentDataError, match="annotation file not found: .*missing.jsonl"):
+        egointent.EgoIntentTask.load_docs(task)
+
+
+def test_scenarios_get_distinct_metric_names():
+    assert scenario_metric("Living room") == "scenario_living_room"
+    assert scenario_metric("Garage / Workshop") == "scenario_garage_workshop"
+
+
+# ---------------------------------------------------------------------------------------------
+# Answers and judge outputs
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("answer, expected", [
+    ('{"local_intent": "flatten it", "global_intent": "tidy up", "next_step_plan": "fold it"}',
+     {"local_intent": "flatten it", "global_intent": "tidy up", "next_step_plan": "fold it"}),
+    ('Here you go:\n```json\n{"Local Intent": "a", "global-intent": "b", "next step plan": "c"}\n```\nThanks!',
+     {"local_intent": "a", "global_intent": "b", "next_step_plan": "c"}),
+    ("**Local intent:** grip the lid\n**Global intent** - open the jar\n\nNext-step plan: pour it\n\nI hope this helps.",
+     {"local_intent": "grip the lid", "global_intent": "open the jar", "next_step_plan": "pour it"}),
+    ("1. Local intent (What): ready the drill\n2. Global intent (Why): mount the wheel\n",
+     {"local_intent": "ready the drill", "global_intent": "mount the wheel"}),
+    ("### Next step\nclimb the\nladder\n\nThat is all.", {"next_step_plan": "climb the ladder"}),
+    ("{'local_intent': 'x', 'next_step_plan': 'y'}", {"local_intent": "x", "next_step_plan": "y"}),
+    ('{"local_intent": "...", "global_intent": "N/A", "next_step_plan": ""}', {}),
+    ("The person is in a kitchen.", {}),
+])
+def test_answers_are_read_from_json_or_labelled_lines_amid_prose(answer, expected):
+    assert parse_answer(answer) == expected
+
+
+def test_judge_ratings_are_integers_0_to_10_after_any_thinking():
+    assert parse_judge_rating("<think>perhaps [[2]]</think>Close in meaning. Rating: [[8]]") == 8.0
+    for text, reason in [("Rating: [[7.5]]", "not one of 0, 1"), ("Rating: [[11]]", "not one of"),
+                         ("<think>so long", "reasoning never ended"), ("Fine.", "no \\[\\[rating\\]\\]")]:
+        with pytest.raises(ValueError, match=reason):
+            parse_judge_rating(text)
+
+
+def test_missing_fields_score_zero_without_a_judge_call_and_present_ones_are_judged_against_their_reference():
+    doc = {"step_id": "s7", "environment": "outdoor", "scenario": "Yard", "local_intent": "steady the ladder",
+           "global_intent": "reach the branch safely", "next_step_plan": "climb the ladder"}
+    values = egointent.process_results(doc, ['{"local_intent": "hold the ladder still"}'])
+    parts = values["overall"]["judge_parts"]
+    assert parts["global_intent"] == parts["next_step_plan"] == {"fixed_rating": 0.0,
+                                                                  "fixed_reason": "the answer has no such field"}
+    system, user = parts["local_intent"]["judge_messages"]
+    assert system == {"role": "system", "content": egointent.JUDGE_SYSTEM}
+    assert "Reference: steady the ladder\nPrediction: hold the ladder still" in user["content"]
+    assert parts["local_intent"]["judge_request_id"] == "s7/local_intent"
+    assert values["outdoor"] is values["scenario_yard"] is values["overall"]
+    assert values["local_intent"]["judge_parts"].keys() == {"local_intent"}
+    assert (values["incomplete_answers"], values["missing_fields"]) == (1, 2)
+    assert "indoor" not in values
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end through the lmms-eval CLI
+# ---------------------------------------------------------------------------------------------
+
+
+def scripted_answer(step_id: str) -> str:
+    """Answers in the forms models give: JSON, fenced JSON in prose, labelled lines, a field
+    missing, or no fields at all."""
+    number = int(step_id.split("_")[1])
+    values = {field: f"{field.replace('_', ' ')} guess {number}" for field in FIELDS}
+    return [json.dumps(values),
+            f"Sure.\n```json\n{json.dumps(values, indent=2)}\n```\nLet me know if you need more.",
+            "\n".join(f"**{f.replace('_', ' ').capitalize()}:** {v}" for f, v in values.items()),
+            f"Local intent: {values['local_intent']}\nGlobal intent: {values['global_intent']}\n",
+            "I cannot tell what the person is doing."][number % 5]
+
+
+def sometimes_unrated(call):
+    """A 0-10 judge that, for about one prompt in five, writes no rating (a failed judgement)."""
+    if int(hashlib.sha256(call.text.encode()).hexdigest(), 16) % 5 == 0:
+        return Reply("I cannot judge this without the video.")
+    return Reply(f"The prediction is related. Rating: [[{judge_rating(call)}]]")
+
+
+class ScriptedModel:
+    """A chat model behind lmms-eval's `openai` backend: records what it is shown, answers by script."""
+
+    def __init__(self):
+        self.seen: dict[str, dict] = {}
+
+    def __call__(self, call):
+        content = call.messages[-1]["content"]
+        text = "\n".join(part["text"] for part in content if part["type"] == "text")
+        images = [Image.open(io.BytesIO(base64.b64decode(part["image_url"]["url"].split(",", 1)[1])))
+                  for part in content if part["type"] == "image_url"]
+        step_id = STEP_ID.search(text).group(1)
+        self.seen[step_id] = {"text": text, "frames": [read_index(image) for image in images]}
+        return Reply(scripted_answer(step_id))
+
+
+@pytest.fixture(scope="module")
+def runs(dataset, tiny_model, tmp_path_factory):
+    """Two lmms-eval runs at once (each spends most of its time starting up): lmms-eval's `openai`
+    backend against a scripted chat model, and this suite's backend on a tiny random qwen2_vl."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    root = tmp_path_factory.mktemp("egointent-runs")
+    model = ScriptedModel()
+    with ChatServer(model) as model_server, ChatServer(sometimes_unrated) as chat_judge, \
+            ChatServer(sometimes_unrated) as hf_judge, ThreadPoolExecutor(2) as pool:
+        chat = pool.submit(run_lmms_eval, model="openai", output_dir=root / "chat", tasks=["egointent"],
+                           model_args=f"model=scripted-vlm,base_url={model_server.base_url},api_key=unused",
+                           env=judge_env(chat_judge, root / "chat-judge-cache", dataset))
+        hf = pool.submit(run_lmms_eval, model="egoplan_hf", output_dir=root / "hf", tasks=["egointent"],
+                         model_args=f"pretrained={tiny_model('qwen2_vl')}",
+                         env=judge_env(hf_judge, root / "hf-judge-cache", dataset),
+                         extra_args=["--limit", "6", "--gen_kwargs", "max_new_tokens=8"])
+        return SimpleNamespace(chat=SimpleNamespace(run=chat.result(), model=model, judge=chat_judge),
+                               hf=SimpleNamespace(run=hf.result(), judge=hf_judge))
+
+
+@pytest.fixture(scope="module")
+def chat_run(runs):
+    return runs.chat
+
+
+def audit_trail(output_dir: Path) -> dict[str, dict]:
+    files = sorted(output_dir.rglob("*_judgements_egointent.jsonl"))
+    assert len(files) == 1, files
+    records = [json.loads(line) for line in files[0].read_text().splitlines()]
+    by_id = {r["id"]: r for r in records}
+    assert len(by_id) == len(records), "a request was judged twice"
+    return by_id
+
+
+def response(sample: dict) -> str:
+    """The model's answer in a logged sample."""
+    answer = sample["filtered_resps"]
+    return answer[0] if isinstance(answer, list) else answer
+
+
+def recomputed(samples: list[dict], docs: list[dict], audit: dict[str, dict]) -> dict[str, float]:
+    """Every score metric, recomputed from the logged items, the docs and the audit trail's ratings."""
+    def score(subset, fields=FIELDS):
+        per_field = []
+        for field in fields:
+            ratings = []
+            for sample in subset:
+                part = sample["overall"]["judge_parts"][field]
+                rating = part["fixed_rating"] if "fixed_rating" in part else audit[part["judge_request_id"]]["rating"]
+                if rating is not None:
+                    ratings.append(rating)
+            per_field.append(10 * statistics.mean(ratings))
+        return statistics.mean(per_field)
+
+    metrics = {"overall": score(samples), **{field: score(samples, [field]) for field in FIELDS}}
+    for environment in ("indoor", "outdoor"):
+        metrics[environment] = score([s for s in samples if docs[s["doc_id"]]["environment"] == environment])
+    for scenario in {docs[s["doc_id"]]["scenario"] for s in samples}:
+        metrics[scenario_metric(scenario)] = score([s for s in samples if docs[s["doc_id"]]["scenario"] == scenario])
+    return metrics
+
+
+def check_metrics_against_audit_trail(run, docs) -> dict:
+    samples = run.samples("egointent")
+    audit = audit_trail(run.output_dir)
+    for metric, value in recomputed(samples, docs, audit).items():
+        assert run.metric("egointent", metric) == pytest.approx(value), metric
+    assert run.metric("egointent", "judged") == sum(r["rating"] is not None for r in audit.values())
+    assert run.metric("egointent", "failed") == sum(r["rating"] is None for r in audit.values())
+    missing = [len(FIELDS) - len(parse_answer(response(s))) for s in samples]
+    assert run.metric("egointent", "missing_fields") == sum(missing)
+    assert run.metric("egointent", "incomplete_answers") == sum(m > 0 for m in missing)
+    # Breakdowns partition the steps: each step counts in exactly one environment and one scenario.
+    breakdowns = {"indoor", "outdoor", *(scenario_metric(docs[s["doc_id"]]["scenario"]) for s in samples)}
+    for sample in samples:
+        doc = docs[sample["doc_id"]]
+        present = [key for key in breakdowns if key in sample]
+        assert sorted(present) == sorted([doc["environment"], scenario_metric(doc["scenario"])])
+    for group in (["indoor", "outdoor"], sorted(breakdowns - {"indoor", "outdoor"})):
+        counts = [sum(key in s for s in samples) for key in group]
+        assert sum(counts) == len(samples) and all(counts)
+    return audit
+
+
+def test_chat_backend_metrics_equal_those_recomputed_from_the_audit_trail(chat_run, docs):
+    audit = check_metrics_against_audit_trail(chat_run.run, docs)
+    run = chat_run.run
+    # The script leaves fields out (scored 0), and the judge fails some ratings (excluded): both happen.
+    assert run.metric("egointent", "incomplete_answers") == 6 and run.metric("egointent", "missing_fields") == 12
+    assert 0 < run.metric("egointent", "failed") < len(audit)
+    assert {key.split(",")[0] for key in run.results["results"]["egointent"]} >= {
+        "overall", *FIELDS, "indoor", "outdoor", "scenario_kitchen", "scenario_yard", "scenario_bedroom"}
+
+
+def test_each_present_field_is_judged_once_whatever_metrics_read_it(chat_run):
+    audit = audit_trail(chat_run.run.output_dir)
+    expected = {f"step_{s['doc_id']:04d}/{field}" for s in chat_run.run.samples("egointent")
+                for field in parse_answer(response(s))}
+    assert audit.keys() == expected
+    assert len(chat_run.judge.calls) == len(expected)  # eight judged metrics, one judgement per field
+
+
+def test_the_model_gets_the_unified_prompt_and_only_pre_outcome_frames(chat_run, docs):
+    by_id = {d["step_id"]: d for d in docs}
+    assert chat_run.model.seen.keys() == by_id.keys()
+    for step_id, seen in chat_run.model.seen.items():
+        doc = by_id[step_id]
+        assert seen["text"] == PROMPT.format(step_id=step_id)
+        assert seen["frames"] == doc["frame_indices"]
+        assert all(Fraction(i) / video_fps(doc) < Fraction(doc["truncation_time"]) for i in seen["frames"])
+
+
+def test_egoplan_hf_backend_end_to_end(runs, docs):
+    run = runs.hf.run
+    check_metrics_against_audit_trail(run, docs)
+    assert len(run.samples("egointent")) == 6
+    # Judged only what the random model's answers held (usually nothing): one call per field found.
+    assert len(runs.hf.judge.calls) == len(audit_trail(run.output_dir))
+
+
+def test_metrics_aggregated_in_any_order_read_one_judgement_per_field(dataset, tmp_path, monkeypatch):
+    """lmms-eval aggregates metrics in the first document's key order (one process) or sorted by
+    name (several): breakdowns over subsets may come first, and must neither re-judge nor differ."""
+    from lmms_eval.tasks import TaskManager
+
+    with ChatServer(sometimes_unrated) as judge:
+        for name, value in judge_env(judge, tmp_path / "judge-cache", dataset).items():
+            monkeypatch.setenv(name, value)
+        task = TaskManager(include_path=str(Path(__file__).parents[1] / "tasks"),
+                           include_defaults=False).load_task_or_group(["egointent"])["egointent"]
+        docs = list(task.test_docs())
+        samples = [{"doc_id": n, **egointent.process_results(doc, [scripted_answer(doc["step_id"])])}
+                   for n, doc in enumerate(docs)]
+        args = SimpleNamespace(output_path=str(tmp_path / "out"), model_args="pretrained=scripted")
+        aggregations = task.aggregation()
+        order = ["scenario_yard", "next_step_plan", "indoor", "failed", "overall", "scenario_kitchen", "outdoor",
+                 "local_intent", "judged", "global_intent", "scenario_bedroom"]
+        reported = {metric: aggregations[metric]([s[metric] for s in samples if metric in s], args=args)
+                    for metric in order}
+    audit = audit_trail(tmp_path / "out")
+    assert len(judge.calls) == len(audit) == sum(len(parse_answer(scripted_answer(d["step_id"]))) for d in docs)
+    for metric, value in recomputed(samples, docs, audit).items():
+        assert reported[metric] == pytest.approx(value), metric
+    assert reported["failed"] == sum(r["rating"] is None for r in audit.values()) > 0
+
+
+def test_the_check_command_validates_a_converted_file_and_summarises_it(dataset, tmp_path, capsys):
+    from lmms_egoplan.cli import main
+
+    assert main(["egointent-check", str(dataset)]) == 0
+    printed = capsys.readouterr().out
+    assert "15 steps in 3 videos" in printed and "3 clips at the cap of 32" in printed
+    assert "scenario_yard                        5 steps  (Yard, outdoor)" in printed
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{**step_records()[0], "truncation_time": 0.1}]))
+    assert main(["egointent-check", str(bad), "--video-root", str(dataset.parent)]) == 2
+    assert "truncation_time (0.1 s) must be after step_start (0.4 s)" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# The judge engine's items with several parts (added for EgoIntent, general)
+# ---------------------------------------------------------------------------------------------
+
+def test_parts_items_score_each_part_then_average_excluding_failed_judgements(tmp_path):
+    def rate(call):  # "rate 7" -> 7; "rate x" -> no rating (a failed judgement)
+        word = call.text.split()[-1]
+        return Reply(f"Rating: [[{word}]]" if word.isdigit() else "no idea")
+
+    parts = [{"a": JudgeRequest.from_prompt("1/a", "rate 8"), "b": JudgeRequest.from_prompt("1/b", "rate 2")},
+             {"a": JudgeRequest.from_prompt("2/a", "rate x"), "b": FixedRating(0.0, "missing")},
+             {"a": JudgeRequest.from_prompt("3/a", "rate 5"), "b": JudgeRequest.from_prompt("3/b", "rate 6")}]
+    items = [judge_parts_item(p, egointent.RUBRIC_REFERENCE) for p in parts]  # ratings 0-10, scale 10
+    with ChatServer(rate) as server:
+        judge = Judge(OpenAIChatBackend("loopback-judge", base_url=server.base_url, api_key_env=""))
+        scored = score_items(items + items[:1], judge, progress=False)  # a repeated item is judged once
+        assert len(server.calls) == 5
+        single = score_items([judge_item(parts[0]["a"], egointent.RUBRIC_REFERENCE)], judge, progress=False)
+    assert scored.part_scores == {"a": pytest.approx(10 * (8 + 5 + 8) / 3), "b": pytest.approx(10 * (2 + 0 + 6 + 2) / 4)}
+    assert scored.score == pytest.approx((scored.part_scores["a"] + scored.part_scores["b"]) / 2)
+    assert (scored.results.judged, scored.results.failed) == (4, 1)  # the fixed rating is neither
+    assert single.score == 80.0 and single.part_scores == {"": 80.0}
+    with pytest.raises(ValueError, match="judge request id '1/a' is used for two different prompts"):
+        item_requests([*items, judge_parts_item({"a": JudgeRequest.from_prompt("1/a", "rate 9")}, "x:y")])
