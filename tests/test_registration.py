@@ -57,8 +57,9 @@ def listed_subtasks(site: Path, *args: str, plugin: bool) -> dict[str, str]:
     env.pop("LMMS_EVAL_PLUGINS", None)
     if plugin:
         env["LMMS_EVAL_PLUGINS"] = "lmms_egoplan"
+    # cwd: not the checkout, whose lmms_egoplan/ would shadow the wheel's copy (sys.path[0] is the cwd).
     printed = subprocess.run([sys.executable, "-m", "lmms_eval", "--tasks", "list_subtasks", *args],
-                             env=env, capture_output=True, text=True, timeout=600).stdout
+                             env=env, capture_output=True, text=True, timeout=600, cwd=site).stdout
     rows = re.findall(r"^\|([^|\s]+)\s*\|([^|]+?)\s*\|", printed, flags=re.MULTILINE)
     return {name: path for name, path in rows}
 
@@ -79,9 +80,14 @@ def test_wheel_install_registers_tasks_through_include_path(wheel_site):
 
 
 def test_wheel_install_registers_the_backend_entry_point(wheel_site):
-    code = ("import lmms_egoplan, lmms_eval.models as m; "
-            "print(lmms_egoplan.__file__); print(m.get_model_manifest('egoplan_hf').simple_class_path)")
+    code = ("import inspect, lmms_egoplan, lmms_eval.models as m; "
+            "print(lmms_egoplan.__file__); print(m.get_model_manifest('egoplan_hf').simple_class_path); "
+            "backend = m.get_model('egoplan_hf'); print(inspect.getfile(backend)); print(backend.is_simple)")
     env = {**os.environ, **OFFLINE_ENV, "PYTHONPATH": str(wheel_site)}
-    printed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    printed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                             cwd=wheel_site).stdout.split()
     assert Path(printed[0]).is_relative_to(wheel_site)
     assert printed[1] == "lmms_egoplan.models.egoplan_hf.EgoPlanHF"
+    # The class itself loads, from the wheel's copy of the module.
+    assert Path(printed[2]) == wheel_site / "lmms_egoplan" / "models" / "egoplan_hf.py"
+    assert printed[3] == "True"

@@ -173,7 +173,6 @@ class EgoPlanHF(lmms):
             logger.warning(f"egoplan_hf ignores these generation kwargs: {sorted(unread)}")
             self._reported_generation_keys |= unread
         prompt_length = inputs["input_ids"].shape[1]
-        self._check_length(prompt_length, where)
         max_new_tokens = int(generation_kwargs.get("max_new_tokens", generation_kwargs.get("max_gen_toks", DEFAULT_MAX_NEW_TOKENS)))
         if self.max_length is not None and prompt_length + max_new_tokens > self.max_length:
             logger.warning(f"{self.pretrained}: {where}: max_new_tokens {max_new_tokens} cut to "
@@ -208,7 +207,11 @@ class EgoPlanHF(lmms):
         return self._visual_cache[1]
 
     def _encode(self, texts: list[str], visuals: Sequence[ModelVisuals], where: str):
-        """Processor output for ``texts`` (chat-rendered, so no extra special tokens), on the device."""
+        """Processor output for ``texts`` (chat-rendered, so no extra special tokens), on the device.
+
+        Images are nested per prompt (LLaVA-OneVision reads a flat list as one image per prompt);
+        videos are one flat list of frame lists, which every video processor reads the same way.
+        """
         media: dict[str, list] = {}
         if any(v.images for v in visuals):
             media["images"] = [v.images for v in visuals]
