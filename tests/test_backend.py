@@ -137,7 +137,7 @@ def test_vision_encoder_and_visual_decoding_run_once_per_question(arch, encoder_
     def count_vision(*_):
         calls["vision"] += 1
 
-    docs = [egoplan_doc(0), egoplan_doc(1), egoplan_doc(2)]
+    docs = [egoplan_doc(0), egoplan_doc(1)]
     for prefix_sharing, runs_per_question in ((True, encoder_runs_per_question), (False, 4 * encoder_runs_per_question)):
         model = backend(arch, prefix_sharing=prefix_sharing)
         hook = getattr(model.model.model, VISION_TOWER[arch]).register_forward_hook(count_vision)

@@ -17,7 +17,7 @@ from lmms_egoplan.testing.media import index_image, write_image, write_video
 TASKS_DIR = Path(__file__).parent / "fixtures" / "backend_tasks"
 MC, GEN = "egoplan_backend_probe_mc", "egoplan_backend_probe_gen"
 CHOICES = ["open the fridge", "wash the hands", "put the pan on the stove", "take the cup"]
-NUM_DOCS = 5
+NUM_DOCS = 4
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +79,8 @@ def test_single_process_run_scores_every_choice_and_picks_the_argmin(single_proc
 
 def test_use_cache_resumes_with_the_responses_of_the_interrupted_run(single_process):
     partial, full = single_process
-    assert "ResponseCache: 8/20 cache hits" in full.log  # 2 docs x 4 choices of 5 x 4
-    assert "ResponseCache: 2/5 cache hits" in full.log  # 2 generations of 5
+    assert "ResponseCache: 8/16 cache hits" in full.log  # 2 docs x 4 choices of 4 x 4
+    assert "ResponseCache: 2/4 cache hits" in full.log  # 2 generations of 4
     assert {d: v for d, v in scores(full).items() if d < 2} == scores(partial)
 
 

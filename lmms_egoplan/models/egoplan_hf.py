@@ -91,6 +91,8 @@ class EgoPlanHF(lmms):
         self.batch_size = int(batch_size)
         self.prefix_sharing = _as_bool(prefix_sharing, "prefix_sharing")
         self.lstrip_continuation = _as_bool(lstrip_continuation, "lstrip_continuation")
+        if int(continuation_batch_size) < 1:
+            raise ValueError(f"egoplan_hf: continuation_batch_size must be at least 1, got {continuation_batch_size}")
         self.scorer = LikelihoodScorer(self._model, self.pretrained, int(continuation_batch_size))
         self._visual_cache: tuple[tuple, ModelVisuals] | None = None
         self._reported_generation_keys: set[str] = set()
@@ -102,6 +104,12 @@ class EgoPlanHF(lmms):
     @property
     def device(self):
         return self._device
+
+    def clean(self):
+        # lmms-eval frees the model after the requests (e.g. to make room for a local judge); the
+        # scorer holds it too.
+        self.scorer = None
+        super().clean()
 
     # ------------------------------------------------------------------ loglikelihood
 
