@@ -75,7 +75,7 @@ def backend(tiny_model):
     def get(arch: str, **model_args) -> EgoPlanHF:
         key = (arch, tuple(sorted(model_args.items())))
         if key not in loaded:
-            loaded[key] = EgoPlanHF(pretrained=str(tiny_model(arch)), device="cpu", dtype="float32", **model_args)
+            loaded[key] = EgoPlanHF(pretrained=str(tiny_model(arch)), **{"device": "cpu", "dtype": "float32", **model_args})
         return loaded[key]
 
     return get
@@ -137,7 +137,7 @@ def test_vision_encoder_and_visual_decoding_run_once_per_question(arch, encoder_
     def count_vision(*_):
         calls["vision"] += 1
 
-    docs = [egoplan_doc(0), egoplan_doc(1), egoplan_doc(2)]
+    docs = [egoplan_doc(0), egoplan_doc(1)]
     for prefix_sharing, runs_per_question in ((True, encoder_runs_per_question), (False, 4 * encoder_runs_per_question)):
         model = backend(arch, prefix_sharing=prefix_sharing)
         hook = getattr(model.model.model, VISION_TOWER[arch]).register_forward_hook(count_vision)
@@ -343,3 +343,12 @@ def test_bad_model_args_raise(tiny_model):
         EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), max_frame=8)
     with pytest.raises(ValueError, match="dtype must be auto or one of"):
         EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), dtype="fp8")
+
+
+def test_dtype_and_attention_implementation_are_model_args(backend):
+    model = backend("llava", dtype="bfloat16", attn_implementation="eager")
+    assert model.model.dtype == torch.bfloat16
+    assert model.model.config.get_text_config()._attn_implementation == "eager"
+    values = model.loglikelihood(mc_requests(model, [egoplan_doc(0)]))
+    reference = backend("llava").loglikelihood(mc_requests(backend("llava"), [egoplan_doc(0)]))
+    assert [v for v, _ in values] == pytest.approx([v for v, _ in reference], abs=0.05)  # bfloat16 precision

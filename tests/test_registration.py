@@ -100,8 +100,12 @@ def test_wheel_install_evaluates_a_task_through_the_plugin(wheel_site, tiny_mode
 
 
 def test_wheel_install_registers_the_backend_entry_point(wheel_site):
-    code = ("import lmms_eval.models as m; cls = m.get_model('egoplan_hf'); import sys; "
-            "print(sys.modules[cls.__module__].__file__); print(m.get_model_manifest('egoplan_hf').simple_class_path)")
+    code = ("import inspect, lmms_egoplan, lmms_eval.models as m; "
+            "print(lmms_egoplan.__file__); print(m.get_model_manifest('egoplan_hf').simple_class_path); "
+            "backend = m.get_model('egoplan_hf'); print(inspect.getfile(backend)); print(backend.is_simple)")
     printed = run_python(wheel_site, "-c", code, plugin=False).split()
     assert Path(printed[0]).is_relative_to(wheel_site)
     assert printed[1] == "lmms_egoplan.models.egoplan_hf.EgoPlanHF"
+    # The class itself loads, from the wheel's copy of the module.
+    assert Path(printed[2]) == wheel_site / "lmms_egoplan" / "models" / "egoplan_hf.py"
+    assert printed[3] == "True"

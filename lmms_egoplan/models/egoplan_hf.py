@@ -91,6 +91,8 @@ class EgoPlanHF(lmms):
         self.batch_size = int(batch_size)
         self.prefix_sharing = _as_bool(prefix_sharing, "prefix_sharing")
         self.lstrip_continuation = _as_bool(lstrip_continuation, "lstrip_continuation")
+        if int(continuation_batch_size) < 1:
+            raise ValueError(f"egoplan_hf: continuation_batch_size must be at least 1, got {continuation_batch_size}")
         self.scorer = LikelihoodScorer(self._model, self.pretrained, int(continuation_batch_size))
         self._visual_cache: tuple[tuple, ModelVisuals] | None = None
         self._reported_generation_keys: set[str] = set()
@@ -102,6 +104,12 @@ class EgoPlanHF(lmms):
     @property
     def device(self):
         return self._device
+
+    def clean(self):
+        # lmms-eval frees the model after the requests (e.g. to make room for a local judge); the
+        # scorer holds it too.
+        self.scorer = None
+        super().clean()
 
     # ------------------------------------------------------------------ loglikelihood
 
@@ -173,7 +181,6 @@ class EgoPlanHF(lmms):
             logger.warning(f"egoplan_hf ignores these generation kwargs: {sorted(unread)}")
             self._reported_generation_keys |= unread
         prompt_length = inputs["input_ids"].shape[1]
-        self._check_length(prompt_length, where)
         max_new_tokens = int(generation_kwargs.get("max_new_tokens", generation_kwargs.get("max_gen_toks", DEFAULT_MAX_NEW_TOKENS)))
         if self.max_length is not None and prompt_length + max_new_tokens > self.max_length:
             logger.warning(f"{self.pretrained}: {where}: max_new_tokens {max_new_tokens} cut to "
@@ -208,7 +215,11 @@ class EgoPlanHF(lmms):
         return self._visual_cache[1]
 
     def _encode(self, texts: list[str], visuals: Sequence[ModelVisuals], where: str):
-        """Processor output for ``texts`` (chat-rendered, so no extra special tokens), on the device."""
+        """Processor output for ``texts`` (chat-rendered, so no extra special tokens), on the device.
+
+        Images are nested per prompt (LLaVA-OneVision reads a flat list as one image per prompt);
+        videos are one flat list of frame lists, which every video processor reads the same way.
+        """
         media: dict[str, list] = {}
         if any(v.images for v in visuals):
             media["images"] = [v.images for v in visuals]

@@ -47,19 +47,6 @@ class ModelVisuals:
     images: list[Image.Image] = field(default_factory=list)
     videos: list[list[Image.Image]] = field(default_factory=list)
 
-    def processor_kwargs(self, nested: bool = True) -> dict:
-        """``images``/``videos`` arguments of a processor call for one prompt.
-
-        Images are nested per prompt (LLaVA-OneVision treats a flat list as one image per prompt);
-        videos are a flat list of frame lists, which every video processor reads the same way.
-        """
-        kwargs = {}
-        if self.images:
-            kwargs["images"] = [self.images] if nested else self.images
-        if self.videos:
-            kwargs["videos"] = self.videos
-        return kwargs
-
 
 def prepare_visuals(visuals: Sequence | None, *, limits: VisualLimits, video_native: bool,
                     takes_images: bool, model_name: str) -> ModelVisuals:
