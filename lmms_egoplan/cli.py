@@ -32,7 +32,7 @@ def _rejudge(args: argparse.Namespace) -> int:
         return 2
     results = {"results": {task: {f"{metric},none": value for metric, value in row.items() if isinstance(value, (int, float))}
                            for task, row in scores.items()}}
-    print(format_table(result_rows(results, tuple(scores))))
+    print(format_table(result_rows(results)))
     print(f"Judge: {settings.judge_backend}:{settings.judge_model}; audit trails and scores in {args.output}")
     return 0
 
