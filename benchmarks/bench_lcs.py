@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model load: {time.perf_counter() - started:.1f} s")
 
     started, cpu_started = time.perf_counter(), time.process_time()
-    matcher.embed(step for prediction, gold, _ in pairs for step in (*prediction, *gold))
+    matcher.embeddings(step for prediction, gold, _ in pairs for step in (*prediction, *gold))
     embedded = time.perf_counter()
     fast = matcher.lcs_many([(prediction, gold) for prediction, gold, _ in pairs])
     fast_seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started

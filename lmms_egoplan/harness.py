@@ -225,3 +225,36 @@ def _bind_context(function: Any, context: Mapping[str, Any]) -> Any:
 
 def _jsonable(value: Any) -> Any:
     return str(value) if isinstance(value, Path) else value
+
+
+def keep_loglikelihood_results() -> None:
+    """Hand ``multiple_choice`` tasks the ``(loss, is_greedy)`` pairs that backends return.
+
+    lmms-eval 0.7.3 passes every model response through ``unwrap_generation_output``, which turns
+    anything but text into ``str(response)``: a loglikelihood pair becomes ``"(1.2, False)"`` and
+    every multiple_choice task fails in process_results (``too many values to unpack``); a pair
+    read back from ``--use_cache`` (a JSON list) meets the same fate. Pairs pass through as tuples;
+    everything else is unwrapped as before. Installed before ``lmms_eval.evaluator`` binds the
+    name (lmms-eval loads model entry points while importing the evaluator), and patched there
+    too when it already has.
+    """
+    import sys
+
+    from lmms_eval.api import instance
+
+    original = instance.unwrap_generation_output
+    if getattr(original, "_keeps_loglikelihood_pairs", False):
+        return
+
+    @functools.wraps(original)
+    def unwrap_generation_output(output):
+        if (isinstance(output, (tuple, list)) and len(output) == 2 and isinstance(output[1], bool)
+                and isinstance(output[0], (int, float)) and not isinstance(output[0], bool)):
+            return tuple(output), None
+        return original(output)
+
+    unwrap_generation_output._keeps_loglikelihood_pairs = True
+    instance.unwrap_generation_output = unwrap_generation_output
+    evaluator = sys.modules.get("lmms_eval.evaluator")
+    if evaluator is not None and hasattr(evaluator, "unwrap_generation_output"):
+        evaluator.unwrap_generation_output = unwrap_generation_output

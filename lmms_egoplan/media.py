@@ -50,12 +50,18 @@ def load_image(path: str | os.PathLike) -> Image.Image:
         raise MediaError(f"cannot read image {path}: {error}", path) from error
 
 
-def fit_within(image: Image.Image, max_side: int | None) -> Image.Image:
-    """Downscale so the longer side is at most ``max_side`` (aspect kept); never upscale."""
-    if not max_side or max(image.size) <= max_side:
+def fit_within(image: Image.Image, max_side: int | None, max_pixels: int | None = None) -> Image.Image:
+    """Downscale so the longer side is at most ``max_side`` and the area at most ``max_pixels``
+    (aspect kept; either limit may be None); never upscale."""
+    scale = 1.0
+    if max_side:
+        scale = min(scale, max_side / max(image.size))
+    if max_pixels:
+        scale = min(scale, math.sqrt(max_pixels / (image.width * image.height)))
+    if scale >= 1.0:
         return image
-    scale = max_side / max(image.size)
-    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    # floor (with float slack) keeps both limits true limits: rounding up could exceed max_pixels.
+    size = tuple(max(1, math.floor(side * scale + 1e-6)) for side in image.size)
     return image.resize(size, Image.BICUBIC)
 
 

@@ -21,6 +21,7 @@ from lmms_egoplan.testing.lmms_eval_run import EvalRunError, run_lmms_eval
 # One entry per benchmark: "module:function", the function building that benchmark's
 # synthetic data (and whatever it needs, e.g. a loopback judge) and returning a SmokeSuite.
 SUITES: tuple[str, ...] = (
+    "lmms_egoplan.testing.egoplan:smoke_suite",
     "lmms_egoplan.testing.actplan:smoke_suite",
 )
 

@@ -52,8 +52,7 @@ def encode(matcher):
 
 def near_threshold_pairs(matcher, steps, low=0.76, high=0.84):
     """Step pairs whose cosine is close to 0.8: where a careless implementation would differ."""
-    matcher.embed(steps)
-    vectors = np.stack([matcher._embeddings[s] for s in steps])
+    vectors = np.stack(matcher.embeddings(steps))
     cosines = vectors @ vectors.T
     return [(steps[i], steps[j]) for i, j in zip(*np.nonzero((cosines > low) & (cosines < high))) if i < j]
 

@@ -5,21 +5,26 @@ under the deprecated ``LMMS_EVAL_PLUGINS=lmms_egoplan``, through ``AVAILABLE_MOD
 (``<name>`` -> class ``lmms_egoplan.models.<name>.<class>``); both name the same classes.
 """
 
-from lmms_eval.models.registry_v2 import ModelManifest
-
-from lmms_egoplan.harness import enable_plugin_task_discovery
-
 AVAILABLE_MODELS = {
     "egoplan_hf": "EgoPlanHF",
 }
 
 
-def model_manifests() -> list[ModelManifest]:
+def model_manifests():
+    from lmms_eval.models.registry_v2 import ModelManifest
+
     return [
         ModelManifest(model_id=name, simple_class_path=f"lmms_egoplan.models.{name}.{class_name}")
         for name, class_name in AVAILABLE_MODELS.items()
     ]
 
 
-# lmms-eval imports this module (entry point) before it indexes tasks: the moment to fix the index.
+# Imported only now: importing lmms-eval's model package loads the entry points, i.e. reads
+# ``model_manifests`` from this module, which must exist by then (this module may be imported first,
+# e.g. ``import lmms_egoplan.models.egoplan_hf`` in a script).
+from lmms_egoplan.harness import enable_plugin_task_discovery, keep_loglikelihood_results  # noqa: E402
+
+# lmms-eval imports this module (entry point) before it indexes tasks and before its evaluator
+# binds its names: the moment to fix the task index and the handling of loglikelihood results.
 enable_plugin_task_discovery()
+keep_loglikelihood_results()

@@ -49,8 +49,11 @@ def read_index(image: Image.Image) -> int:
 
 
 def write_video(path: str | os.PathLike, num_frames: int, fps: int = 30,
-                size: tuple[int, int] = DEFAULT_SIZE, keyframe_interval: int = 12) -> Path:
-    """An H.264 mp4 whose frame ``i`` shows ``index_image(i)``; short GOPs exercise seeking."""
+                size: tuple[int, int] = DEFAULT_SIZE, keyframe_interval: int = 12, first_index: int = 0) -> Path:
+    """An H.264 mp4 whose frame ``i`` shows ``index_image(first_index + i)``; short GOPs exercise seeking.
+
+    ``first_index`` > 0 makes a clip cut from a longer source whose frames keep their source numbers.
+    """
     import av
 
     path = Path(path)
@@ -61,7 +64,7 @@ def write_video(path: str | os.PathLike, num_frames: int, fps: int = 30,
         stream.pix_fmt = "yuv420p"
         stream.options = {"g": str(keyframe_interval), "crf": "18", "bf": "0"}
         for index in range(num_frames):
-            frame = av.VideoFrame.from_image(index_image(index, size))
+            frame = av.VideoFrame.from_image(index_image(first_index + index, size))
             container.mux(stream.encode(frame))
         container.mux(stream.encode())
     return path

@@ -1,0 +1,294 @@
+"""``egoplan_hf``: any transformers image-text-to-text checkpoint as an lmms-eval backend.
+
+``lmms-eval --model egoplan_hf --model_args pretrained=<dir or hub id>,...``. It loads the model,
+processor and chat template through the Auto classes, gives each architecture its visuals in
+native form (see ``visuals``), scores ``multiple_choice`` the way lmms-eval ranks it (mean
+negative log-likelihood of the answer tokens, lower is better) with the prompt and visuals
+computed once per question (see ``likelihood``), and generates in batches.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import torch
+from lmms_eval.api.instance import Instance
+from lmms_eval.api.model import lmms
+from tqdm import tqdm
+
+from lmms_egoplan.models.chat import ChatRenderer
+from lmms_egoplan.models.likelihood import LikelihoodScorer, scored_sequence
+from lmms_egoplan.models.visuals import ModelVisuals, VisualLimits, prepare_visuals
+
+logger = logging.getLogger("lmms-eval")
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEFAULT_MAX_NEW_TOKENS = 256
+# Generation kwargs lmms-eval tasks send that this backend reads; anything else is reported once.
+_GENERATION_KEYS = frozenset({"until", "max_new_tokens", "max_gen_toks", "temperature", "do_sample", "top_p",
+                              "top_k", "num_beams", "repetition_penalty"})
+
+
+class ContextTooLongError(ValueError):
+    """A prompt has more tokens than the model's context window."""
+
+
+class EgoPlanHF(lmms):
+    is_simple = True
+
+    def __init__(
+        self,
+        pretrained: str,
+        device: str = "auto",
+        dtype: str = "auto",
+        attn_implementation: str | None = None,
+        batch_size: int | str = 1,
+        max_frames: int = 32,
+        image_max_side: int | None = None,
+        image_max_pixels: int | None = None,
+        video_max_side: int | None = None,
+        video_max_pixels: int | None = None,
+        max_length: int | None = None,
+        system_prompt: str | None = None,
+        chat_template: str | None = None,
+        prefix_sharing: bool = True,
+        lstrip_continuation: bool = True,
+        continuation_batch_size: int = 16,
+        trust_remote_code: bool = False,
+        max_batch_size: int | None = None,  # lmms-eval passes --max_batch_size to every backend; unused
+        **unknown: Any,
+    ) -> None:
+        super().__init__()
+        if unknown:
+            raise TypeError(f"egoplan_hf: unknown model_args {sorted(unknown)}; see the README section 'Backend: egoplan_hf'")
+        from accelerate import Accelerator
+
+        self.pretrained = str(pretrained)
+        accelerator = Accelerator()
+        self._device = torch.device(_resolve_device(device, accelerator))
+        if accelerator.num_processes > 1:
+            # Data parallel: each rank holds a full model and scores its shard of the requests.
+            self.accelerator = accelerator
+            self._rank = accelerator.process_index
+            self._world_size = accelerator.num_processes
+        self.processor, self._model = _load(self.pretrained, dtype, attn_implementation, trust_remote_code)
+        self._model.to(self._device).eval()
+        self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
+        self.tokenizer.padding_side = "left"  # decoder-only batched generation
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.takes_images = getattr(self.processor, "image_processor", None) is not None
+        self.video_native = getattr(self.processor, "video_processor", None) is not None
+        self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt, chat_template=chat_template)
+        self.limits = VisualLimits(max_frames=int(max_frames), image_max_side=_optional_int(image_max_side),
+                                   image_max_pixels=_optional_int(image_max_pixels),
+                                   video_max_side=_optional_int(video_max_side),
+                                   video_max_pixels=_optional_int(video_max_pixels))
+        self.max_length = _optional_int(max_length) or _context_window(self._model)
+        if str(batch_size).startswith("auto"):
+            raise ValueError("egoplan_hf: batch_size=auto is not supported; pass --batch_size N")
+        self.batch_size = int(batch_size)
+        self.prefix_sharing = _as_bool(prefix_sharing, "prefix_sharing")
+        self.lstrip_continuation = _as_bool(lstrip_continuation, "lstrip_continuation")
+        self.scorer = LikelihoodScorer(self._model, self.pretrained, int(continuation_batch_size))
+        self._visual_cache: tuple[tuple, ModelVisuals] | None = None
+        self._reported_generation_keys: set[str] = set()
+
+    @property
+    def model(self):
+        return self._model
+
+    @property
+    def device(self):
+        return self._device
+
+    # ------------------------------------------------------------------ loglikelihood
+
+    def loglikelihood(self, requests: list[Instance]) -> list[tuple[float, bool]]:
+        """(mean NLL per answer token, answer is greedy) per request; questions share their prefix."""
+        questions: dict[tuple, list[tuple[int, str]]] = {}
+        for index, request in enumerate(requests):
+            context, continuation, doc_to_visual, doc_id, task, split = _loglikelihood_args(request)
+            if callable(continuation):  # output_type: loglikelihood passes doc_to_target itself
+                continuation = continuation(self.task_dict[task][split][doc_id])
+            questions.setdefault((task, split, doc_id, doc_to_visual, context), []).append((index, continuation))
+        results: list[tuple[float, bool] | None] = [None] * len(requests)
+        self._visual_cache = None
+        progress = tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf loglikelihood")
+        for (task, split, doc_id, doc_to_visual, context), members in questions.items():
+            visuals = self._doc_visuals(task, split, doc_id, doc_to_visual)
+            where = f"{task} doc {doc_id}" if task is not None else "a context-free request"
+            scores = self._score_question(context, [c for _, c in members], visuals, where)
+            for (index, _), score in zip(members, scores):
+                results[index] = score
+            progress.update(len(members))
+        progress.close()
+        self._visual_cache = None
+        return results
+
+    def _score_question(self, context: str, continuations: Sequence[str], visuals: ModelVisuals,
+                        where: str) -> list[tuple[float, bool]]:
+        answers = [c.lstrip() if self.lstrip_continuation else c for c in continuations]
+        if not all(answers):
+            raise ValueError(f"{self.pretrained}: an empty continuation in {where} has no tokens to score")
+        rendered = self.chat.with_answers(self.chat.user_turn(visuals.parts, context), answers)
+        sequences = [scored_sequence(self.tokenizer, r) for r in rendered]
+        if not self.prefix_sharing:
+            return [self.scorer.score_full(self._encode([r.text], [visuals], where), s)
+                    for r, s in zip(rendered, sequences)]
+        inputs = self._encode([rendered[0].text], [visuals], where)
+        longest = inputs["input_ids"].shape[1] + max(len(s.token_ids) for s in sequences) - len(sequences[0].token_ids)
+        self._check_length(longest, where)
+        return self.scorer.score_shared(inputs, sequences)
+
+    # ------------------------------------------------------------------ generation
+
+    def generate_until(self, requests: list[Instance]) -> list[str]:
+        from lmms_eval.utils import Collator
+
+        # Same generation kwargs per batch, longest prompts first (memory errors surface at once).
+        collator = Collator([r.args for r in requests], lambda args: (-len(args[0]), args[0]), grouping=True)
+        outputs = []
+        self._visual_cache = None
+        progress = tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf generate_until")
+        for chunk in collator.get_batched(n=self.batch_size):
+            contexts, generation_kwargs, doc_to_visuals, doc_ids, tasks, splits = zip(*chunk)
+            visuals = [self._doc_visuals(*key) for key in zip(tasks, splits, doc_ids, doc_to_visuals)]
+            prompts = [self.chat.generation_prompt(self.chat.user_turn(v.parts, c)) for v, c in zip(visuals, contexts)]
+            where = f"{tasks[0]} docs {list(doc_ids)}"
+            inputs = self._encode(prompts, visuals, where)
+            outputs.extend(self._generate(inputs, dict(generation_kwargs[0] or {}), where))
+            progress.update(len(chunk))
+        progress.close()
+        self._visual_cache = None
+        return collator.get_original(outputs)
+
+    @torch.inference_mode()
+    def _generate(self, inputs, generation_kwargs: dict, where: str) -> list[str]:
+        until = generation_kwargs.get("until") or []
+        until = [until] if isinstance(until, str) else list(until)
+        unread = set(generation_kwargs) - _GENERATION_KEYS - self._reported_generation_keys
+        if unread:
+            logger.warning(f"egoplan_hf ignores these generation kwargs: {sorted(unread)}")
+            self._reported_generation_keys |= unread
+        prompt_length = inputs["input_ids"].shape[1]
+        self._check_length(prompt_length, where)
+        max_new_tokens = int(generation_kwargs.get("max_new_tokens", generation_kwargs.get("max_gen_toks", DEFAULT_MAX_NEW_TOKENS)))
+        if self.max_length is not None and prompt_length + max_new_tokens > self.max_length:
+            logger.warning(f"{self.pretrained}: {where}: max_new_tokens {max_new_tokens} cut to "
+                           f"{self.max_length - prompt_length} to stay within the context window of {self.max_length} tokens")
+            max_new_tokens = self.max_length - prompt_length
+        temperature = float(generation_kwargs.get("temperature") or 0.0)
+        do_sample = _as_bool(generation_kwargs.get("do_sample", False), "do_sample") or temperature > 0
+        settings: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": do_sample}
+        if do_sample:
+            settings["temperature"] = temperature or 1.0
+            settings.update({k: generation_kwargs[k] for k in ("top_p", "top_k") if generation_kwargs.get(k) is not None})
+        settings.update({k: generation_kwargs[k] for k in ("num_beams", "repetition_penalty") if generation_kwargs.get(k) is not None})
+        if until:
+            settings.update(stop_strings=until, tokenizer=self.tokenizer)
+        generated = self._model.generate(**inputs, pad_token_id=self.tokenizer.pad_token_id, **settings)
+        texts = self.tokenizer.batch_decode(generated[:, prompt_length:], skip_special_tokens=True)
+        return [_cut_at_first(text, until) for text in texts]
+
+    def generate_until_multi_round(self, requests) -> list[str]:
+        raise NotImplementedError("egoplan_hf does not implement generate_until_multi_round")
+
+    # ------------------------------------------------------------------ shared steps
+
+    def _doc_visuals(self, task, split, doc_id, doc_to_visual) -> ModelVisuals:
+        """The doc's visuals, decoded once for all requests of the doc (requests arrive grouped by doc)."""
+        key = (task, split, doc_id, doc_to_visual)
+        if self._visual_cache is None or self._visual_cache[0] != key:
+            raw = doc_to_visual(self.task_dict[task][split][doc_id]) if doc_to_visual is not None else []
+            raw = raw if isinstance(raw, (list, tuple)) else [raw]
+            self._visual_cache = key, prepare_visuals(raw, limits=self.limits, video_native=self.video_native,
+                                                      takes_images=self.takes_images, model_name=self.pretrained)
+        return self._visual_cache[1]
+
+    def _encode(self, texts: list[str], visuals: Sequence[ModelVisuals], where: str):
+        """Processor output for ``texts`` (chat-rendered, so no extra special tokens), on the device."""
+        media: dict[str, list] = {}
+        if any(v.images for v in visuals):
+            media["images"] = [v.images for v in visuals]
+        if any(v.videos for v in visuals):
+            media["videos"] = [video for v in visuals for video in v.videos]
+        inputs = self.processor(text=texts, return_tensors="pt", padding=True, add_special_tokens=False, **media)
+        self._check_length(inputs["input_ids"].shape[1], where)
+        inputs = inputs.to(self._device)
+        for key, value in inputs.items():  # pixel values in the model's dtype; ids and masks stay integers
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                inputs[key] = value.to(self._model.dtype)
+        return inputs
+
+    def _check_length(self, length: int, where: str) -> None:
+        if self.max_length is not None and length > self.max_length:
+            raise ContextTooLongError(
+                f"{self.pretrained}: the prompt of {where} has {length} tokens, more than the model's context window "
+                f"of {self.max_length} tokens; lower max_frames / image_max_pixels / video_max_pixels, or raise "
+                f"max_length if the model supports more"
+            )
+
+
+def _load(pretrained: str, dtype: str, attn_implementation: str | None, trust_remote_code: bool):
+    """Processor (or tokenizer, for text-only checkpoints) and model, through the Auto classes."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
+
+    if dtype != "auto" and dtype not in DTYPES:
+        raise ValueError(f"egoplan_hf: dtype must be auto or one of {sorted(DTYPES)}, got {dtype!r}")
+    try:
+        processor = AutoProcessor.from_pretrained(pretrained, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"egoplan_hf: no processor or tokenizer could be loaded for {pretrained}: {error}") from error
+    takes_images = getattr(processor, "image_processor", None) is not None
+    model_class = AutoModelForImageTextToText if takes_images else AutoModelForCausalLM
+    options = {"dtype": DTYPES.get(dtype, "auto"), "trust_remote_code": trust_remote_code}
+    if attn_implementation:
+        options["attn_implementation"] = attn_implementation
+    try:
+        model = model_class.from_pretrained(pretrained, **options)
+    except ValueError as error:
+        raise ValueError(f"egoplan_hf: {pretrained} cannot be loaded with {model_class.__name__}: {error}") from error
+    return processor, model
+
+
+def _resolve_device(device: str | None, accelerator) -> str:
+    """``auto``: the rank's GPU where there is one, else the CPU; a bare ``cuda`` gets the rank's index."""
+    device = device or "auto"
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and accelerator.num_processes > 1:
+        device = f"cuda:{accelerator.local_process_index}"
+    return device
+
+
+def _context_window(model) -> int | None:
+    return getattr(model.config.get_text_config(), "max_position_embeddings", None)
+
+
+def _loglikelihood_args(request: Instance) -> tuple:
+    """(context, continuation, doc_to_visual, doc_id, task, split); mutual-information requests carry only
+    (context, continuation) and no visuals."""
+    args = request.args
+    return tuple(args) if len(args) == 6 else (args[0], args[1], None, None, None, None)
+
+
+def _cut_at_first(text: str, stops: Sequence[str]) -> str:
+    cut = min((text.find(s) for s in stops if s and s in text), default=len(text))
+    return text[:cut]
+
+
+def _optional_int(value) -> int | None:
+    return None if value in (None, "", "None", "none") else int(value)
+
+
+def _as_bool(value, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes"):
+        return True
+    if text in ("0", "false", "no"):
+        return False
+    raise ValueError(f"egoplan_hf: {name} must be true or false, got {value!r}")

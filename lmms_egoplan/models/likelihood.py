@@ -1,0 +1,136 @@
+"""Mean negative log-likelihood of an answer's tokens, as lmms-eval's ``multiple_choice`` ranks them.
+
+Two ways to compute the same numbers:
+
+* ``score_full``: one forward pass over the whole conversation per candidate answer (what
+  lmms-eval's own backends do; the reference).
+* ``score_shared``: the candidates of one question share their prompt, visuals included, so the
+  vision encoder and the prompt run once (prefill, KV cache kept) and all candidates continue from
+  that cache in one batched forward pass. Where the tokenizer merges the end of the prompt with
+  the start of an answer, the candidates' token sequences part earlier; only their common token
+  prefix is shared.
+
+Positions are handled in two token spaces: the tokenizer's ids of the rendered conversation
+(each visual placeholder one token; ``ScoredSequence``) and the processor's ids, where
+placeholders are expanded to one token per visual embedding. Expansion happens only inside the
+user turn, so the two agree on everything after it, shifted by a constant; ``expansion_shift``
+checks that before any position is trusted.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from lmms_egoplan.models.chat import RenderedAnswer, token_range
+
+
+class PromptAlignmentError(RuntimeError):
+    """The processor's token ids do not end with the tokenizer's ids of the same rendering."""
+
+
+@dataclass(frozen=True)
+class ScoredSequence:
+    """Tokenizer ids of a rendered conversation; the answer's tokens are ``token_ids[first:stop]``."""
+
+    token_ids: list[int]
+    first: int
+    stop: int
+
+
+def scored_sequence(tokenizer, rendered: RenderedAnswer) -> ScoredSequence:
+    encoded = tokenizer(rendered.text, add_special_tokens=False, return_offsets_mapping=True)
+    first, stop = token_range(encoded["offset_mapping"], rendered.start, rendered.end)
+    if first == 0:
+        raise ValueError("the answer starts the conversation: no token precedes it to predict it")
+    return ScoredSequence(list(encoded["input_ids"]), first, stop)
+
+
+def expansion_shift(expanded_ids: Sequence[int], sequence: ScoredSequence, from_index: int, model_name: str) -> int:
+    """How many tokens placeholder expansion added before ``sequence.token_ids[from_index]``.
+
+    Checks that the processor's ids end with ``sequence.token_ids[from_index:]`` unchanged.
+    """
+    shift = len(expanded_ids) - len(sequence.token_ids)
+    if shift < 0 or list(expanded_ids[shift + from_index:]) != sequence.token_ids[from_index:]:
+        raise PromptAlignmentError(
+            f"{model_name}: the processor's token ids of the prompt do not end with the tokenizer's ids of the "
+            f"same text (from token {from_index} on), so the answer tokens cannot be located; the processor "
+            f"changes text outside the visual placeholders"
+        )
+    return shift
+
+
+def answer_nll(logits: torch.Tensor, targets: torch.Tensor) -> tuple[float, bool]:
+    """(mean negative log-likelihood of ``targets``, whether each is the argmax) from their predicting logits."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    nll = -logprobs.gather(-1, targets[:, None].to(logits.device))[:, 0]
+    return float(nll.mean()), bool((logits.argmax(-1) == targets.to(logits.device)).all())
+
+
+def token_aligned(inputs, length: int) -> dict:
+    """Processor outputs cut to the first ``length`` tokens (per-token tensors only; media untouched)."""
+    shape = tuple(inputs["input_ids"].shape)
+    return {key: value[:, :length] if _is_per_token(value, shape) else value for key, value in inputs.items()}
+
+
+def _is_per_token(value, shape: tuple) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() >= 2 and tuple(value.shape[:2]) == shape
+
+
+class LikelihoodScorer:
+    def __init__(self, model, model_name: str, continuation_batch_size: int):
+        self.model = model
+        self.model_name = model_name
+        self.continuation_batch_size = continuation_batch_size
+        # Qwen2-VL-style models keep the M-RoPE offset of the last prefill on the module and reuse it
+        # for cached continuations; a text-only prefill does not refresh it, so it is cleared first.
+        self._position_state = [m for m in model.modules() if hasattr(m, "rope_deltas")]
+
+    @torch.inference_mode()
+    def score_full(self, inputs, sequence: ScoredSequence) -> tuple[float, bool]:
+        """One forward pass over the whole conversation (``inputs``: its processor output, batch 1)."""
+        ids = inputs["input_ids"][0]
+        shift = expansion_shift(ids.tolist(), sequence, sequence.first, self.model_name)
+        self._clear_position_state()
+        logits = self.model(**inputs).logits[0]
+        first, stop = shift + sequence.first, shift + sequence.stop
+        return answer_nll(logits[first - 1:stop - 1], ids[first:stop])
+
+    @torch.inference_mode()
+    def score_shared(self, inputs, sequences: Sequence[ScoredSequence]) -> list[tuple[float, bool]]:
+        """All ``sequences`` (one prompt, different answers) from one prefill of their common prefix.
+
+        ``inputs`` is the processor output of ``sequences[0]`` (batch 1); the others differ from it
+        only after the common prefix, so they need no processor call (no second image preprocessing).
+        """
+        common = min(len(os.path.commonprefix([s.token_ids for s in sequences])), min(s.first for s in sequences))
+        prefix_length = expansion_shift(inputs["input_ids"][0].tolist(), sequences[0], common, self.model_name) + common
+        self._clear_position_state()
+        prefill = self.model(**token_aligned(inputs, prefix_length), use_cache=True, logits_to_keep=1)
+        last_logits = prefill.logits[0, -1:]  # predicts the first token after the prefix
+        device = inputs["input_ids"].device
+        scores = []
+        chunks = [sequences[i:i + self.continuation_batch_size]
+                  for i in range(0, len(sequences), self.continuation_batch_size)]
+        for number, chunk in enumerate(chunks):
+            suffixes = [torch.tensor(s.token_ids[common:s.stop], device=device) for s in chunk]
+            # Right padding: padded positions come after every real token, so causal attention
+            # keeps them out of the real tokens' logits; no attention mask needed.
+            batch = torch.nn.utils.rnn.pad_sequence(suffixes, batch_first=True, padding_value=0)
+            cache = prefill.past_key_values if number == len(chunks) - 1 else copy.deepcopy(prefill.past_key_values)
+            cache.batch_repeat_interleave(len(chunk))
+            logits = self.model(input_ids=batch, past_key_values=cache, use_cache=True).logits
+            for row, (sequence, suffix) in enumerate(zip(chunk, suffixes)):
+                predicting = torch.cat([last_logits, logits[row, :len(suffix) - 1]])
+                answer = slice(sequence.first - common, sequence.stop - common)
+                scores.append(answer_nll(predicting[answer], suffix[answer]))
+        return scores
+
+    def _clear_position_state(self) -> None:
+        for module in self._position_state:
+            module.rope_deltas = None

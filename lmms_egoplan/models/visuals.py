@@ -1,0 +1,122 @@
+"""A request's visuals in the form a transformers processor takes them.
+
+``doc_to_visual(doc)`` returns a list that may mix PIL images, PIL frames tagged as one clip
+(``media.as_video_frames``), nested lists of frames, and paths to image or video files. Each
+item becomes either an image or a video, in the task's order; videos go to the model as videos
+where the processor has a video input, and as a sequence of images otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from PIL import Image
+
+from lmms_egoplan.media import VideoFile, fit_within, group_visuals, load_image, uniform_indices
+
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
+
+
+class UnsupportedVisualError(ValueError):
+    """A visual this backend or the loaded model cannot take."""
+
+
+@dataclass(frozen=True)
+class VisualLimits:
+    """How much of each visual reaches the model (None: no limit)."""
+
+    max_frames: int = 32
+    image_max_side: int | None = None
+    image_max_pixels: int | None = None
+    video_max_side: int | None = None
+    video_max_pixels: int | None = None
+
+    def __post_init__(self):
+        if self.max_frames < 1:
+            raise ValueError(f"max_frames must be at least 1, got {self.max_frames}")
+
+
+@dataclass
+class ModelVisuals:
+    """Chat content parts (placeholders, in order) and the media they stand for."""
+
+    parts: list[dict] = field(default_factory=list)
+    images: list[Image.Image] = field(default_factory=list)
+    videos: list[list[Image.Image]] = field(default_factory=list)
+
+    def processor_kwargs(self, nested: bool = True) -> dict:
+        """``images``/``videos`` arguments of a processor call for one prompt.
+
+        Images are nested per prompt (LLaVA-OneVision treats a flat list as one image per prompt);
+        videos are a flat list of frame lists, which every video processor reads the same way.
+        """
+        kwargs = {}
+        if self.images:
+            kwargs["images"] = [self.images] if nested else self.images
+        if self.videos:
+            kwargs["videos"] = self.videos
+        return kwargs
+
+
+def prepare_visuals(visuals: Sequence | None, *, limits: VisualLimits, video_native: bool,
+                    takes_images: bool, model_name: str) -> ModelVisuals:
+    """Turn ``doc_to_visual(doc)`` output into the model's input form (see the module docstring)."""
+    prepared = ModelVisuals()
+    for item in group_visuals(list(visuals or [])):
+        frames = _as_clip(item, limits)
+        if frames is None:
+            image = _as_image(item, model_name)
+            _require_images(takes_images, model_name, type(item).__name__)
+            prepared.parts.append({"type": "image"})
+            prepared.images.append(fit_within(image, limits.image_max_side, limits.image_max_pixels))
+            continue
+        _require_images(takes_images, model_name, "video")
+        frames = [fit_within(f, limits.video_max_side, limits.video_max_pixels) for f in frames]
+        if video_native:
+            prepared.parts.append({"type": "video"})
+            prepared.videos.append(frames)
+        else:
+            prepared.parts.extend({"type": "image"} for _ in frames)
+            prepared.images.extend(frames)
+    return prepared
+
+
+def _as_clip(item, limits: VisualLimits) -> list[Image.Image] | None:
+    """The frames of ``item`` if it is a video (a frame list or a video file), else None."""
+    if isinstance(item, (list, tuple)):
+        frames = [_rgb(frame) for frame in item]
+        if len(frames) > limits.max_frames:
+            frames = [frames[i] for i in uniform_indices(0, len(frames) - 1, limits.max_frames)]
+        return frames
+    if isinstance(item, (str, os.PathLike)) and Path(item).suffix.lower() not in IMAGE_SUFFIXES:
+        with VideoFile(item) as video:
+            last = video.info.num_frames - 1
+            return video.frames(uniform_indices(0, last, min(limits.max_frames, last + 1)))
+    return None
+
+
+def _as_image(item, model_name: str) -> Image.Image:
+    if isinstance(item, Image.Image):
+        return _rgb(item)
+    if isinstance(item, (str, os.PathLike)):
+        return load_image(item)
+    raise UnsupportedVisualError(
+        f"{model_name}: cannot take a visual of type {type(item).__name__} ({str(item)[:80]!r}); "
+        f"doc_to_visual may return PIL images, lists of PIL frames (a video) and image or video file paths"
+    )
+
+
+def _rgb(image) -> Image.Image:
+    if not isinstance(image, Image.Image):
+        raise UnsupportedVisualError(f"a video frame must be a PIL image, got {type(image).__name__}")
+    return image if image.mode == "RGB" else image.convert("RGB")
+
+
+def _require_images(takes_images: bool, model_name: str, what: str) -> None:
+    if not takes_images:
+        raise UnsupportedVisualError(
+            f"{model_name} is a text-only model (no image processor), but the request has a {what} visual"
+        )

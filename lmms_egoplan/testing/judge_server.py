@@ -1,0 +1,221 @@
+"""A real OpenAI-compatible chat-completions server on 127.0.0.1, scripted per test.
+
+``ChatServer(responder)`` listens on a random loopback port and answers
+``POST <base_url>/chat/completions`` (any path ending so, which also covers Azure's
+``/openai/deployments/<name>/chat/completions``) with whatever ``responder(call)`` returns: a
+``Reply`` with the text, or an HTTP error status, after an optional delay. It records every
+call (``calls``) and the most calls it had in flight at once (``max_in_flight``).
+
+The same server plays two parts:
+
+* a **judge** for ``lmms_egoplan.judge`` (``judge_base_url=server.base_url``)::
+
+      with ChatServer(rating_responder(hash_rating)) as judge: ...
+
+* a chat **model** for lmms-eval's ``openai`` backend, answering generation requests::
+
+      with ChatServer(lambda call: Reply("the answer")) as model:
+          run_lmms_eval(model="openai", model_args=f"model=fake,base_url={model.base_url},api_key=unused", ...)
+
+Responders are plain functions of a ``ChatCall``; the helpers below compose the usual
+scripts (fail the first attempt, answer slowly, hang past the client's timeout).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class ChatCall:
+    """One chat-completions request as the server received it."""
+
+    path: str
+    body: dict
+    headers: dict[str, str]  # lower-case names
+    attempt: int  # how many earlier calls carried the same messages (0 = first)
+    received: float  # time.monotonic() on arrival
+
+    @property
+    def messages(self) -> list[dict]:
+        return self.body.get("messages", [])
+
+    @property
+    def text(self) -> str:
+        """The text of the last user message (text parts joined for multimodal content)."""
+        user = [m for m in self.messages if m.get("role") == "user"]
+        content = user[-1].get("content", "") if user else ""
+        if isinstance(content, list):
+            return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
+        return content
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the server does with a call: answer ``text`` (status 200) or fail with ``status``."""
+
+    text: str = ""
+    status: int = 200
+    delay: float = 0.0  # seconds to wait before replying
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Responder = Callable[[ChatCall], Reply]
+
+
+class ChatServer:
+    """The server; use it as a context manager (or ``start()`` / ``close()``)."""
+
+    def __init__(self, responder: Responder, *, model_name: str = "loopback-judge"):
+        self.responder = responder
+        self.model_name = model_name
+        self._lock = threading.Lock()
+        self._calls: list[ChatCall] = []
+        self._attempts: dict[str, int] = {}
+        self._in_flight = 0
+        self.max_in_flight = 0
+        self._closing = threading.Event()
+        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._httpd.owner = self
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    @property
+    def calls(self) -> list[ChatCall]:
+        with self._lock:
+            return list(self._calls)
+
+    def reset(self) -> None:
+        """Forget the recorded calls and the concurrency peak (attempt counts too)."""
+        with self._lock:
+            self._calls.clear()
+            self._attempts.clear()
+            self.max_in_flight = 0
+
+    def start(self) -> "ChatServer":
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._closing.set()  # wakes replies that are still waiting out their delay
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> "ChatServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _begin(self, path: str, body: dict, headers: dict[str, str]) -> ChatCall:
+        key = hashlib.sha256(json.dumps(body.get("messages"), sort_keys=True).encode()).hexdigest()
+        with self._lock:
+            call = ChatCall(path, body, headers, self._attempts.get(key, 0), time.monotonic())
+            self._attempts[key] = call.attempt + 1
+            self._calls.append(call)
+            self._in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        return call
+
+    def _end(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    def _wait(self, seconds: float) -> None:
+        self._closing.wait(seconds)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 512  # many clients connect at once; a full backlog would stall them
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as real servers do
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in two writes; with Nagle's algorithm on, the body would wait
+        # for the client's delayed ACK (~40 ms per call on keep-alive connections).
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+        server: ChatServer = self.server.owner
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        if not self.path.split("?")[0].rstrip("/").endswith("/chat/completions"):
+            self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+            return
+        call = server._begin(self.path, body, {k.lower(): v for k, v in self.headers.items()})
+        try:
+            reply = server.responder(call)
+            if reply.delay:
+                server._wait(reply.delay)
+            if reply.status != 200:
+                self._send(reply.status, {"error": {"message": reply.text or f"scripted status {reply.status}",
+                                                    "type": "scripted_error"}}, reply.headers)
+                return
+            self._send(200, {
+                "id": f"chatcmpl-{len(server.calls)}", "object": "chat.completion", "created": int(time.time()),
+                "model": body.get("model") or server.model_name,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
+                             "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": len(call.text.split()), "completion_tokens": len(reply.text.split()),
+                          "total_tokens": len(call.text.split()) + len(reply.text.split())},
+            }, reply.headers)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (its timeout) before the reply
+        finally:
+            server._end()
+
+    def do_GET(self) -> None:  # noqa: N802
+        server: ChatServer = self.server.owner
+        self._send(200, {"object": "list", "data": [{"id": server.model_name, "object": "model"}]})
+
+    def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass  # keep test output clean
+
+
+# ---------------------------------------------------------------------------------------------
+# Responders
+# ---------------------------------------------------------------------------------------------
+
+
+def hash_rating(call: ChatCall) -> str:
+    """A deterministic 0 / 0.5 / 1 rating from the prompt, so scores vary but can be recomputed."""
+    return ("0", "0.5", "1")[int(hashlib.sha256(call.text.encode()).hexdigest(), 16) % 3]
+
+
+def rating_responder(rating: Callable[[ChatCall], str], *, delay: float = 0.0) -> Responder:
+    """A judge that explains itself briefly, then rates in FastChat's ``[[rating]]`` format."""
+    return lambda call: Reply(f"The answer was compared with the reference. Rating: [[{rating(call)}]]", delay=delay)
+
+
+def fail_first(status: int, then: Responder, *, times: int = 1) -> Responder:
+    """Fail the first ``times`` attempts of every prompt with HTTP ``status``, then answer."""
+    return lambda call: Reply(status=status) if call.attempt < times else then(call)
+
+
+def hang(seconds: float) -> Responder:
+    """Never answer in time: wait ``seconds`` (longer than the client's timeout) first."""
+    return lambda call: Reply("too late. Rating: [[1]]", delay=seconds)

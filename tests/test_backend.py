@@ -1,0 +1,345 @@
+"""egoplan_hf in-process: likelihood values, prefix sharing, visuals, generation, errors.
+
+The lmms-eval CLI runs (single process, two ranks, response cache) are in test_backend_cli.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import pytest
+import torch
+from lmms_eval.api.instance import Instance
+
+from lmms_egoplan.media import MediaError, as_video_frames
+from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
+from lmms_egoplan.models.egoplan_hf import ContextTooLongError, EgoPlanHF
+from lmms_egoplan.models.likelihood import scored_sequence
+from lmms_egoplan.models.visuals import UnsupportedVisualError, VisualLimits, prepare_visuals
+from lmms_egoplan.testing.checkpoints import END_OF_TURN
+from lmms_egoplan.testing.media import index_image, read_index, write_video
+
+ARCHS = ["llava", "llava_onevision", "qwen2_vl", "idefics3"]
+TASK, SPLIT = "probe", "test"
+CHOICES = ["open the fridge", "wash the hands", "put the pan on the stove", "take the cup"]
+# The module that runs the vision encoder, per architecture (to count its forward passes).
+VISION_TOWER = {"llava": "vision_tower", "llava_onevision": "vision_tower", "qwen2_vl": "visual",
+                "idefics3": "vision_model"}
+
+# Like the real LLaVA-1.5 template: the generation prompt ends "ASSISTANT:" but the assistant
+# turn renders "ASSISTANT: <answer>", so the space before the answer is the template's, and the
+# tokenizer merges it with the answer's first word (" wash" is one token).
+SPACED_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}{{ 'USER: ' }}"
+    "{% for p in m['content'] %}{% if p['type'] == 'image' %}{{ '<image>\\n' }}{% else %}{{ p['text'] }}{% endif %}"
+    "{% endfor %}{{ ' ' }}{% else %}{{ 'ASSISTANT: ' }}{% for p in m['content'] %}{{ p['text'] }}{% endfor %}"
+    "{{ eos_token }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}"
+)
+
+
+def egoplan_doc(seed: int) -> dict:
+    return {"question": f"Task goal: make coffee (case {seed}). Considering the progress shown in the video "
+                        f"and my current observation in the last frame, what action should I take next?",
+            "frames": list(range(seed * 8, seed * 8 + 8)), "observation": 1000 + seed}
+
+
+def egoplan_visuals(doc: dict) -> list:
+    """What EgoPlan-Bench sends: 8 progress frames tagged as one clip, then the observation image."""
+    frames = as_video_frames([index_image(i, size=(48, 40)) for i in doc["frames"]], clip="progress")
+    return [*frames, index_image(doc["observation"], size=(56, 42))]
+
+
+def mc_requests(backend: EgoPlanHF, docs: list[dict], choices=CHOICES, doc_to_visual=egoplan_visuals,
+                delimiter: str = " ") -> list[Instance]:
+    backend.task_dict = {TASK: {SPLIT: docs}}
+    return [Instance(request_type="loglikelihood", idx=i,
+                     arguments=(doc["question"], delimiter + choice, doc_to_visual, doc_id, TASK, SPLIT),
+                     metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
+            for doc_id, doc in enumerate(docs) for i, choice in enumerate(choices)]
+
+
+def gen_requests(backend: EgoPlanHF, docs: list[dict], **generation_kwargs) -> list[Instance]:
+    backend.task_dict = {TASK: {SPLIT: docs}}
+    return [Instance(request_type="generate_until", idx=0,
+                     arguments=(doc["question"], dict(generation_kwargs), egoplan_visuals, doc_id, TASK, SPLIT),
+                     metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
+            for doc_id, doc in enumerate(docs)]
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model):
+    """``backend(arch, **model_args)``: one EgoPlanHF per (arch, args), shared by the module's tests."""
+    loaded = {}
+
+    def get(arch: str, **model_args) -> EgoPlanHF:
+        key = (arch, tuple(sorted(model_args.items())))
+        if key not in loaded:
+            loaded[key] = EgoPlanHF(pretrained=str(tiny_model(arch)), device="cpu", dtype="float32", **model_args)
+        return loaded[key]
+
+    return get
+
+
+def model_visuals(model: EgoPlanHF, doc: dict):
+    return prepare_visuals(egoplan_visuals(doc), limits=model.limits, video_native=model.video_native,
+                           takes_images=model.takes_images, model_name=model.pretrained)
+
+
+def labelled_loss(model: EgoPlanHF, doc: dict, answer: str) -> float:
+    """Reference: HF's own loss over the answer tokens of one full forward pass.
+
+    The tiny templates render ``prompt + answer + end_of_turn`` (test_checkpoints checks it), so
+    the answer's tokens are those between the generation prompt and the end-of-turn marker.
+    """
+    end_of_turn = END_OF_TURN[model.model.config.model_type]
+    visuals = model_visuals(model, doc)
+    prompt = model.chat.generation_prompt(model.chat.user_turn(visuals.parts, doc["question"]))
+    inputs = model._encode([prompt + answer + end_of_turn], [visuals], "reference")
+    first = model._encode([prompt], [visuals], "reference")["input_ids"].shape[1]
+    stop = inputs["input_ids"].shape[1] - len(model.tokenizer(end_of_turn, add_special_tokens=False)["input_ids"])
+    labels = torch.full_like(inputs["input_ids"], -100)
+    labels[:, first:stop] = inputs["input_ids"][:, first:stop]
+    with torch.inference_mode():
+        return float(model.model(**inputs, labels=labels).loss)
+
+
+# ---------------------------------------------------------------------------------------------
+# loglikelihood: values, prefix sharing, the delimiter, the boundary merge
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_prefix_shared_scores_equal_a_full_forward_per_candidate(arch, backend):
+    docs = [egoplan_doc(0), egoplan_doc(1)]
+    shared = backend(arch).loglikelihood(mc_requests(backend(arch), docs))
+    naive = backend(arch, prefix_sharing=False).loglikelihood(mc_requests(backend(arch, prefix_sharing=False), docs))
+    assert len(shared) == len(naive) == 8
+    for (value, greedy), (expected, expected_greedy) in zip(shared, naive):
+        assert value == pytest.approx(expected, abs=1e-4) and greedy == expected_greedy
+    for question in (slice(0, 4), slice(4, 8)):
+        assert min(range(4), key=lambda i: shared[question][i][0]) == min(range(4), key=lambda i: naive[question][i][0])
+    # The naive values are HF's loss over exactly the answer tokens (delimiter stripped).
+    references = [labelled_loss(backend(arch), docs[0], choice) for choice in CHOICES]
+    assert [v for v, _ in naive[:4]] == pytest.approx(references, abs=1e-5)
+    # Different docs, different visuals: the scores are not all the same.
+    assert len({round(v, 6) for v, _ in shared}) > 4
+
+
+@pytest.mark.parametrize("arch, encoder_runs_per_question", [("llava", 1), ("qwen2_vl", 2)])  # qwen: images, video
+def test_vision_encoder_and_visual_decoding_run_once_per_question(arch, encoder_runs_per_question, backend):
+    calls = {"doc_to_visual": 0, "vision": 0}
+
+    def counting_visuals(doc):
+        calls["doc_to_visual"] += 1
+        return egoplan_visuals(doc)
+
+    def count_vision(*_):
+        calls["vision"] += 1
+
+    docs = [egoplan_doc(0), egoplan_doc(1), egoplan_doc(2)]
+    for prefix_sharing, runs_per_question in ((True, encoder_runs_per_question), (False, 4 * encoder_runs_per_question)):
+        model = backend(arch, prefix_sharing=prefix_sharing)
+        hook = getattr(model.model.model, VISION_TOWER[arch]).register_forward_hook(count_vision)
+        calls.update(doc_to_visual=0, vision=0)
+        try:
+            model.loglikelihood(mc_requests(model, docs, doc_to_visual=counting_visuals))
+        finally:
+            hook.remove()
+        assert calls == {"doc_to_visual": len(docs), "vision": len(docs) * runs_per_question}
+
+
+def test_target_delimiter_is_stripped_inside_the_assistant_turn(backend):
+    """lmms-eval sends `" " + choice`; in a chat turn the answer starts the turn, without the space."""
+    docs = [egoplan_doc(0)]
+    spaced = backend("qwen2_vl").loglikelihood(mc_requests(backend("qwen2_vl"), docs, delimiter=" "))
+    bare = backend("qwen2_vl").loglikelihood(mc_requests(backend("qwen2_vl"), docs, delimiter=""))
+    assert spaced == bare
+    kept = backend("qwen2_vl", lstrip_continuation=False)
+    with_space = kept.loglikelihood(mc_requests(kept, docs, delimiter=" "))
+    assert all(abs(a[0] - b[0]) > 1e-3 for a, b in zip(with_space, spaced))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_scored_tokens_are_exactly_the_answer(arch, tiny_model):
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(tiny_model(arch))
+    chat = ChatRenderer(processor, arch)
+    answers = ["B", "wash the hands", "put the pan on the stove, then 煮 water."]
+    for answer, rendered in zip(answers, chat.with_answers(chat.user_turn([{"type": "image"}], "Next?"), answers)):
+        sequence = scored_sequence(processor.tokenizer, rendered)
+        assert processor.tokenizer.decode(sequence.token_ids[sequence.first:sequence.stop]) == answer
+        assert rendered.text[rendered.end:] == END_OF_TURN[arch]  # the end-of-turn marker is not scored
+
+
+def test_tokens_merged_across_the_answer_boundary_are_scored_and_shared_prefix_stops_before_them(
+        backend, tmp_path, tiny_model):
+    template = tmp_path / "spaced.jinja"
+    template.write_text(SPACED_TEMPLATE)
+    shared = backend("llava", chat_template=str(template))
+    chat, tokenizer = shared.chat, shared.tokenizer
+    rendered = chat.with_answers(chat.user_turn([], "Next?"), ["wash the hands", "B"])
+    merged, separate = (scored_sequence(tokenizer, r) for r in rendered)
+    # " wash" is one token holding the template's space: it is scored (it produces "wash").
+    assert tokenizer.decode(merged.token_ids[merged.first:merged.stop]) == " wash the hands"
+    # " B" is not a token: the space stays a token of its own, outside the answer.
+    assert tokenizer.decode(separate.token_ids[separate.first:separate.stop]) == "B"
+    assert merged.token_ids[:merged.first] != separate.token_ids[:separate.first]
+    choices = ["wash the hands", "B", "take the cup", "open the fridge"]
+    naive = backend("llava", chat_template=str(template), prefix_sharing=False)
+    docs = [egoplan_doc(3)]
+    expected = naive.loglikelihood(mc_requests(naive, docs, choices=choices))
+    got = shared.loglikelihood(mc_requests(shared, docs, choices=choices))
+    assert [v for v, _ in got] == pytest.approx([v for v, _ in expected], abs=1e-4)
+
+
+def test_more_candidates_than_one_continuation_batch(backend):
+    docs = [egoplan_doc(4)]
+    chunked = backend("qwen2_vl", continuation_batch_size=3)
+    whole = backend("qwen2_vl")
+    choices = CHOICES + ["close the door", "stir the soup", "pour the water"]
+    in_chunks = chunked.loglikelihood(mc_requests(chunked, docs, choices=choices))
+    at_once = whole.loglikelihood(mc_requests(whole, docs, choices=choices))
+    assert [v for v, _ in in_chunks] == pytest.approx([v for v, _ in at_once], abs=1e-5)
+
+
+def test_context_free_requests_are_scored(backend):
+    """acc_mutual_info adds (context="", continuation) requests without visuals."""
+    model = backend("qwen2_vl")
+    request = Instance(request_type="loglikelihood", arguments=("", " wash the hands"), idx=0,
+                       metadata={"task": TASK, "doc_id": 0, "repeats": 1})
+    [(value, greedy)] = model.loglikelihood([request])
+    assert value > 0 and isinstance(greedy, bool)
+
+
+# ---------------------------------------------------------------------------------------------
+# Visuals
+# ---------------------------------------------------------------------------------------------
+
+
+def test_egoplan_visuals_become_a_video_and_an_image_for_video_models_and_images_otherwise():
+    limits = VisualLimits()
+    native = prepare_visuals(egoplan_visuals(egoplan_doc(0)), limits=limits, video_native=True,
+                             takes_images=True, model_name="m")
+    assert native.parts == [{"type": "video"}, {"type": "image"}]
+    assert [read_index(f) for f in native.videos[0]] == list(range(8)) and read_index(native.images[0]) == 1000
+    flat = prepare_visuals(egoplan_visuals(egoplan_doc(0)), limits=limits, video_native=False,
+                           takes_images=True, model_name="m")
+    assert flat.parts == [{"type": "image"}] * 9 and not flat.videos
+    assert [read_index(i) for i in flat.images] == [*range(8), 1000]
+
+
+@pytest.mark.parametrize("arch, video_key", [("qwen2_vl", "pixel_values_videos"), ("llava_onevision", "pixel_values_videos"),
+                                             ("llava", None), ("idefics3", None)])
+def test_each_architecture_gets_its_native_input_form(arch, video_key, backend):
+    model = backend(arch)
+    visuals = model_visuals(model, egoplan_doc(0))
+    inputs = model._encode([model.chat.generation_prompt(model.chat.user_turn(visuals.parts, "Q"))], [visuals], "test")
+    assert (video_key in inputs) == (video_key is not None)
+    assert "pixel_values" in inputs
+
+
+def test_video_files_are_sampled_uniformly_and_long_clips_are_capped(tmp_path):
+    video = write_video(tmp_path / "clip.mp4", num_frames=40)
+    limits = VisualLimits(max_frames=5, video_max_side=32, image_max_pixels=20 * 20)
+    prepared = prepare_visuals([str(video), index_image(7, size=(64, 64))], limits=limits, video_native=True,
+                               takes_images=True, model_name="m")
+    assert [read_index(f) for f in prepared.videos[0]] == [0, 10, 20, 29, 39]
+    assert max(prepared.videos[0][0].size) == 32
+    assert prepared.images[0].size == (20, 20)
+    long_clip = [[index_image(i) for i in range(20)]]  # a nested frame list is a video too
+    capped = prepare_visuals(long_clip, limits=limits, video_native=False, takes_images=True, model_name="m")
+    assert [read_index(f) for f in capped.images] == [0, 5, 10, 14, 19]
+
+
+def test_unusable_visuals_raise_naming_the_model(tmp_path):
+    with pytest.raises(UnsupportedVisualError, match=r"my-model: cannot take a visual of type dict"):
+        prepare_visuals([{"array": [0.0], "sampling_rate": 16000}], limits=VisualLimits(), video_native=True,
+                        takes_images=True, model_name="my-model")
+    with pytest.raises(UnsupportedVisualError, match=r"my-llm is a text-only model"):
+        prepare_visuals([index_image(1)], limits=VisualLimits(), video_native=False, takes_images=False,
+                        model_name="my-llm")
+    with pytest.raises(MediaError, match="missing.mp4"):
+        prepare_visuals([str(tmp_path / "missing.mp4")], limits=VisualLimits(), video_native=True,
+                        takes_images=True, model_name="m")
+
+
+def test_text_only_checkpoint_scores_text_and_refuses_visuals(tiny_model):
+    model = EgoPlanHF(pretrained=str(tiny_model("llama")), device="cpu", dtype="float32")
+    text_only = mc_requests(model, [egoplan_doc(0)], doc_to_visual=lambda doc: [])
+    assert len(model.loglikelihood(text_only)) == 4
+    with pytest.raises(UnsupportedVisualError, match=f"{tiny_model('llama')} is a text-only model"):
+        model.loglikelihood(mc_requests(model, [egoplan_doc(0)]))
+
+
+# ---------------------------------------------------------------------------------------------
+# generate_until
+# ---------------------------------------------------------------------------------------------
+
+
+def test_generation_is_batched_with_left_padding_and_returns_only_new_text(backend):
+    docs = [egoplan_doc(0), {**egoplan_doc(1), "question": "Short?"}, egoplan_doc(2)]
+    one = backend("qwen2_vl").generate_until(gen_requests(backend("qwen2_vl"), docs, max_new_tokens=8))
+    batched = backend("qwen2_vl", batch_size=3)
+    assert batched.generate_until(gen_requests(batched, docs, max_new_tokens=8)) == one
+    # Reference: the model's own generate() on the same prompt; only the new tokens are returned.
+    model = backend("qwen2_vl")
+    visuals = model_visuals(model, docs[1])
+    inputs = model._encode([model.chat.generation_prompt(model.chat.user_turn(visuals.parts, "Short?"))], [visuals], "t")
+    with torch.inference_mode():
+        out = model.model.generate(**inputs, max_new_tokens=8, do_sample=False)
+    assert one[1] == model.tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def test_generation_honours_until_and_max_new_tokens_and_samples_when_asked(backend):
+    model = backend("qwen2_vl")
+    docs = [egoplan_doc(0)]
+    [full] = model.generate_until(gen_requests(model, docs, max_new_tokens=12))
+    [short] = model.generate_until(gen_requests(model, docs, max_new_tokens=3))
+    assert full.startswith(short) and len(short) < len(full)
+    stop = full[len(full) // 2:len(full) // 2 + 2]
+    [cut] = model.generate_until(gen_requests(model, docs, max_new_tokens=12, until=[stop]))
+    assert cut == full[:full.find(stop)]
+    torch.manual_seed(0)
+    [sampled] = model.generate_until(gen_requests(model, docs, max_new_tokens=12, temperature=1.0))
+    torch.manual_seed(0)
+    [again] = model.generate_until(gen_requests(model, docs, max_new_tokens=12, do_sample=True, temperature=1.0))
+    assert sampled == again != full
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------
+
+
+def test_over_long_prompts_raise_naming_the_model_and_the_limit(backend, tiny_model, caplog):
+    model = backend("qwen2_vl", max_length=60)
+    with pytest.raises(ContextTooLongError, match=rf"{tiny_model('qwen2_vl')}: the prompt of probe doc 0 has \d+ "
+                                                  r"tokens, more than the model's context window of 60 tokens"):
+        model.loglikelihood(mc_requests(model, [egoplan_doc(0)]))
+    roomy = backend("qwen2_vl", max_length=120)
+    with caplog.at_level(logging.WARNING, logger="lmms-eval"):
+        [text] = roomy.generate_until(gen_requests(roomy, [{**egoplan_doc(0), "question": "Hi?"}], max_new_tokens=200))
+    assert "cut to" in caplog.text and "context window of 120 tokens" in caplog.text
+
+
+def test_missing_chat_template_and_rewriting_template_raise_naming_the_checkpoint(tiny_model, tmp_path):
+    bare = tmp_path / "no-template"
+    shutil.copytree(tiny_model("llava"), bare)
+    (bare / "chat_template.jinja").unlink()
+    with pytest.raises(ChatTemplateError, match=f"{bare} has no chat template.*chat_template=<path"):
+        EgoPlanHF(pretrained=str(bare), device="cpu")
+    upper = tmp_path / "upper.jinja"
+    upper.write_text(SPACED_TEMPLATE.replace("{{ p['text'] }}{% endfor %}{{ eos_token }}",
+                                             "{{ p['text'] | upper }}{% endfor %}{{ eos_token }}"))
+    model = EgoPlanHF(pretrained=str(bare), device="cpu", chat_template=str(upper))
+    with pytest.raises(ChatTemplateError, match=f"chat template of {bare} does not reproduce"):
+        model.loglikelihood(mc_requests(model, [egoplan_doc(0)]))
+
+
+def test_bad_model_args_raise(tiny_model):
+    with pytest.raises(TypeError, match=r"unknown model_args \['max_frame'\]"):
+        EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), max_frame=8)
+    with pytest.raises(ValueError, match="dtype must be auto or one of"):
+        EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), dtype="fp8")

@@ -1,0 +1,284 @@
+"""EgoPlan-Bench: data loading, visual input, prompts, scoring, breakdowns and the submission file."""
+
+import json
+import shutil
+from argparse import Namespace
+from unittest import mock
+
+import pytest
+from PIL import Image
+
+from lmms_egoplan import egoplan, media
+from lmms_egoplan.harness import SettingsError, resolve_settings
+from lmms_egoplan.metrics import ValueBin, equal_size_levels, parse_bins
+from lmms_egoplan.testing.egoplan import EGO4D_VIDEOS, build_fixture
+from lmms_egoplan.testing.media import read_index, write_video
+
+
+@pytest.fixture(scope="module")
+def fixture(tmp_path_factory):
+    return build_fixture(tmp_path_factory.mktemp("egoplan"))
+
+
+def settings_for(fixture, split="validation", **overrides):
+    annotation = "EgoPlan_validation.json" if split == "validation" else "EgoPlan_test.json"
+    return resolve_settings(egoplan.EgoPlanSettings, task="egoplan_test_case", metadata={"annotation_file": annotation},
+                            env_prefix="EGOPLAN", environ=fixture.env(**overrides))
+
+
+def load(fixture, split="validation", **overrides):
+    return egoplan.load_samples(settings_for(fixture, split, **overrides), labelled=split == "validation")
+
+
+def shown_frames(doc):
+    """(progress frame numbers, observation frame number) decoded from the pixels the model gets."""
+    visuals = egoplan.doc_to_visual(doc)
+    assert all(isinstance(v, Image.Image) for v in visuals)
+    assert [v.info.get(media.VIDEO_CLIP_KEY) for v in visuals] == [egoplan.PROGRESS_CLIP] * (len(visuals) - 1) + [None]
+    assert media.group_visuals(visuals)[1:] == [visuals[-1]]  # one video, then the observation image
+    return [read_index(v) for v in visuals[:-1]], read_index(visuals[-1])
+
+
+# --- Data -------------------------------------------------------------------------------------
+
+
+def test_docs_keep_the_release_records_choice_order_and_golden_index(fixture):
+    loaded = load(fixture)
+    records = fixture.records()
+    assert loaded.skipped == [] and [d["sample_id"] for d in loaded.docs] == [r["sample_id"] for r in records]
+    for doc, record in zip(loaded.docs, records):
+        assert egoplan.doc_to_choice(doc) == [record[f"choice_{x}"] for x in "abcd"]
+        assert egoplan.doc_to_choice(doc)[egoplan.doc_to_target(doc)] == record["answer"]
+        assert doc["progress_length"] == len(record["task_progress_metadata"])
+    assert {d["media_kind"] for d in loaded.docs} == {"epic_frames", "ego4d_video"}
+
+
+def test_test_split_loads_without_labels(fixture):
+    docs = load(fixture, "test").docs
+    assert [d["sample_id"] for d in docs] == [201, 202, 203]
+    assert all(egoplan.doc_to_target(d) is None and d["answer"] is None for d in docs)
+
+
+# --- Visual input -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["raw", "clips"])
+def test_uniform_progress_runs_from_the_first_action_to_the_observation_and_never_past_it(fixture, source):
+    for doc, record in zip(load(fixture, visual_source=source, num_frames=6).docs, fixture.records()):
+        progress, observation = shown_frames(doc)
+        assert observation == record["current_observation_frame"]
+        assert len(progress) == 6 and progress == sorted(progress) == doc["progress_frames"]
+        actions = record["task_progress_metadata"]
+        if actions:
+            assert progress[0] == actions[0]["start_frame"] and progress[-1] < observation
+        else:  # nothing done yet: the observation stands in for the progress
+            assert progress == [observation] * 6
+
+
+@pytest.mark.parametrize("source", ["raw", "clips"])
+def test_keyframes_come_from_the_last_completed_action_segments(fixture, source):
+    docs = load(fixture, visual_source=source, frame_sampling="keyframes", keyframe_segments=2,
+                keyframes_per_segment=3).docs
+    for doc, record in zip(docs, fixture.records()):
+        progress, observation = shown_frames(doc)
+        assert observation == record["current_observation_frame"] and max(progress) <= observation
+        segments = [a for a in record["task_progress_metadata"] if a["stop_frame"] <= observation][-2:]
+        if not segments:
+            assert progress == [observation] * 3
+            continue
+        assert len(progress) == 3 * len(segments)
+        for position, segment in enumerate(segments):
+            chunk = progress[3 * position: 3 * position + 3]
+            assert segment["start_frame"] == chunk[0] and all(f <= segment["stop_frame"] for f in chunk)
+
+
+def test_ego4d_frame_numbers_count_at_the_annotation_rate_whatever_the_file_rate(fixture, tmp_path):
+    # The same Ego4D video re-encoded at 60 fps: annotation frame n (30 fps) is file frame 2n.
+    for video_id, count in EGO4D_VIDEOS.items():
+        write_video(tmp_path / f"{video_id}.mp4", num_frames=2 * count, fps=60)
+    docs = [d for d in load(fixture, ego4d_videos_root=tmp_path).docs if d["media_kind"] == "ego4d_video"]
+    for doc in docs:
+        progress, observation = shown_frames(doc)
+        assert observation == 2 * doc["current_observation_frame"]
+        assert progress == [2 * n for n in doc["progress_frames"]]
+
+
+def test_frames_are_decoded_once_for_the_four_candidate_requests(fixture):
+    doc = next(d for d in load(fixture).docs if d["media_kind"] == "ego4d_video")
+    with mock.patch.object(egoplan, "_read_frames", wraps=egoplan._read_frames) as reader:
+        egoplan._visual_memo.clear()
+        calls = [egoplan.doc_to_visual(doc) for _ in range(4)]
+    assert reader.call_count == 1
+    assert all(c == calls[0] and c is not calls[0] for c in calls[1:])
+
+
+def test_max_side_bounds_the_frame_resolution(fixture):
+    doc = load(fixture, max_side=32).docs[0]
+    assert all(max(image.size) == 32 for image in egoplan.doc_to_visual(doc))
+
+
+# --- Bad input --------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def broken(tmp_path, fixture):
+    """A copy of the data with one EPIC frame, one Ego4D video and one clip missing."""
+    root = tmp_path / "broken"
+    shutil.copytree(fixture.root, root)
+    copy = build_fixture(root)
+    doc_103 = next(d for d in load(copy).docs if d["sample_id"] == 103)
+    (media.FrameFolder(doc_103["media_path"]).frame_path(doc_103["progress_frames"][2])).unlink()
+    (copy.ego4d_root / "4e5f6a7b-ego4d-video-two.mp4").unlink()  # samples 107 and 108
+    (copy.clips_dir / "106.mp4").unlink()
+    return copy
+
+
+def test_missing_media_raise_one_error_naming_sample_path_and_settings(broken):
+    with pytest.raises(egoplan.EgoPlanDataError) as error:
+        load(broken)
+    message = str(error.value)
+    assert "sample 103" in message and "frame_0000000" in message and "EGOPLAN_EPIC_FRAMES_ROOT" in message
+    assert "2 more sample(s)" in message and "EGOPLAN_SKIP_MISSING" in message
+    with pytest.raises(egoplan.EgoPlanDataError, match=r"sample 106: clip not found: .*106\.mp4.*EGOPLAN_CLIPS_DIR"):
+        load(broken, visual_source="clips")
+
+
+def test_skip_missing_drops_and_counts_the_samples(broken):
+    loaded = load(broken, skip_missing="true")
+    assert [d["sample_id"] for d in loaded.docs] == [101, 102, 104, 105, 106]
+    assert [problem.sample_id for problem in loaded.skipped] == [103, 107, 108]
+    assert loaded.skipped[1].path == str(broken.ego4d_root / "4e5f6a7b-ego4d-video-two.mp4")
+    assert "video not found" in str(loaded.skipped[1]) and "EGOPLAN_EGO4D_VIDEOS_ROOT" in str(loaded.skipped[1])
+
+
+def test_observation_past_the_end_of_a_video_is_reported(fixture, tmp_path):
+    records = fixture.records()
+    records[4]["current_observation_frame"] = 10_000  # sample 105, Ego4D video of 330 frames
+    bad = tmp_path / "EgoPlan_validation.json"
+    bad.write_text(json.dumps(records))
+    with pytest.raises(egoplan.EgoPlanDataError, match=r"sample 105: frame 10000 .*past the end of .*330 frames"):
+        egoplan.load_samples(settings_for(fixture, annotation_file=bad), labelled=True)
+
+
+def test_bad_records_and_settings_are_named(fixture, tmp_path):
+    records = fixture.records()
+    del records[1]["choice_c"]
+    bad = tmp_path / "EgoPlan_validation.json"
+    bad.write_text(json.dumps(records))
+    with pytest.raises(egoplan.EgoPlanDataError, match=r"record #1 \(sample_id 102\): missing field\(s\) choice_c"):
+        egoplan.load_samples(settings_for(fixture, annotation_file=bad), labelled=True)
+    with pytest.raises(egoplan.EgoPlanDataError, match=r"annotation file not found: .*EGOPLAN_ANNOTATION_DIR"):
+        load(fixture, annotation_dir=tmp_path / "nowhere")
+    with pytest.raises(SettingsError, match="EGOPLAN_EGO4D_VIDEOS_ROOT .* is not set"):
+        load(fixture, ego4d_videos_root="")
+    with pytest.raises(SettingsError, match="EGOPLAN_FRAME_SAMPLING .*uniform, keyframes"):
+        load(fixture, frame_sampling="dense")
+    with pytest.raises(SettingsError, match="EGOPLAN_PROGRESS_LENGTH_BINS .*contiguous from 0"):
+        load(fixture, progress_length_bins="1-4,5+")
+
+
+# --- Prompt -----------------------------------------------------------------------------------
+
+
+def test_prompts(fixture):
+    doc = load(fixture).docs[0]  # goal "chop vegetables"
+    assert egoplan.doc_to_text(doc) == doc["question"]
+    assert egoplan.doc_to_text(doc, {"pre_prompt": "<", "post_prompt": ">"}) == f"<{doc['question']}>"
+    assert egoplan.doc_to_text(doc, {"question_format": "egoplan_it"}).startswith(
+        "My current task is to chop vegetables. The task's progress is demonstrated in the provided video.")
+    gerund = {**doc, "task_goal": "Making coffee."}
+    assert egoplan.question_text(gerund, "egoplan_it").startswith("I am tasked with making coffee. ")
+    choices = egoplan.doc_to_choice(doc)
+    assert egoplan.doc_to_text_with_options(doc, {"post_prompt": "\nLetter?"}) == (
+        doc["question"] + "".join(f"\n{x}. {c}" for x, c in zip("ABCD", choices)) + "\nLetter?")
+    with pytest.raises(ValueError, match="question_format"):
+        egoplan.doc_to_text(doc, {"question_format": "free"})
+
+
+# --- Scoring ----------------------------------------------------------------------------------
+
+
+def test_ranking_picks_the_lowest_mean_loss_in_either_result_form():
+    assert egoplan.ranked_choice([(2.0, False), (0.5, True), (0.7, False), (3.0, False)]) == 1
+    # lmms-eval 0.7.3 hands loglikelihood results to process_results as their str().
+    assert egoplan.ranked_choice(["(2.0, False)", "(1.5, False)", "(0.25, False)", "(0.3, True)"]) == 2
+    assert egoplan.ranked_choice([(1.0, False)] * 4) == 0  # ties: the first, as argmin
+
+
+CHOICES = ["put cereal box into cupboard", "take cereal bag", "open cupboard", "put cereal bag into cereal box"]
+
+
+@pytest.mark.parametrize("response, expected", [
+    ("B", 1), ("(c)", 2), ("d.", 3), ("The answer is (B)", 1), ("Answer: C", 2), ("the answer is d", 3),
+    ("B. take cereal bag", 1), ("(A) put cereal box into cupboard", 0), ("b) take cereal bag", 1),
+    ("open cupboard", 2), ("Open Cupboard.", 2), ("I would put cereal bag into cereal box next.", 3),
+    ("Looking at the video, the person has folded the bag, so option C is best.", 2),
+    ("It is not A. The correct answer is D because the box is closed.", 3),
+    ("A good next step is D.", 3),
+    ("The answer is a knife", None), ("I cannot tell from the video.", None), ("", None), ("A or B", None),
+])
+def test_answer_extraction(response, expected):
+    assert egoplan.extract_choice(response, CHOICES) == expected
+
+
+def test_generative_scores_count_unparseable_answers_as_wrong(fixture):
+    doc = load(fixture).docs[0]
+    golden = "ABCD"[egoplan.doc_to_target(doc)]
+    right = egoplan.process_generation_results(doc, [f"The answer is {golden}."])
+    assert right["accuracy"] == 1.0 and right["unparseable"] == 0.0
+    unclear = egoplan.process_generation_results(doc, ["I am not sure."])
+    assert unclear["accuracy"] == 0.0 and unclear["unparseable"] == 1.0
+
+
+# --- Breakdowns -------------------------------------------------------------------------------
+
+
+def test_breakdown_keys_put_each_sample_in_exactly_one_source_and_progress_bin(fixture):
+    bins = parse_bins(egoplan.EgoPlanSettings.progress_length_bins)
+    seen = []
+    for doc in load(fixture).docs:
+        scores = egoplan.process_ranking_results(doc, [(1.0, False)] * 4)
+        sources = [k for k in scores if k in ("accuracy_epic_kitchens", "accuracy_ego4d")]
+        progress = [k for k in scores if k.startswith("accuracy_progress_")]
+        assert len(sources) == 1 and len(progress) == 1
+        assert doc["progress_length"] in next(b for b in bins if progress[0] == f"accuracy_progress_{b.label}")
+        seen.append(progress[0])
+    assert len(set(seen)) == len(bins)  # the fixture covers every default bin
+
+
+def test_progress_bins():
+    assert parse_bins("0-4,5-9,10+") == (ValueBin(0, 4), ValueBin(5, 9), ValueBin(10, None))
+    assert [b.label for b in parse_bins("0,1-2,3+")] == ["0_0", "1_2", "3_plus"]
+    for bad in ("0-4,6+", "0-4,5-9", "0+,1+", "0-x"):
+        with pytest.raises(ValueError):
+            parse_bins(bad)
+
+
+def test_similarity_levels_are_equal_size_tertiles_of_the_evaluated_set():
+    levels = equal_size_levels(list(range(10)), key=lambda x: -x, n_levels=3)
+    assert levels == [[9, 8, 7, 6], [5, 4, 3], [2, 1, 0]]
+    items = [{"sample_id": i, "task_goal": f"goal {i}", "answer": f"answer {i}", "correct": float(i % 3 == 0)}
+             for i in range(7)]
+
+    def similarity(pairs, model=None):  # item i: i / 10, so the levels are {0, 1, 2}, {3, 4}, {5, 6}
+        return [int(goal.split()[1]) / 10 for goal, _ in pairs]
+
+    with mock.patch.object(egoplan, "cosine_similarities", similarity):
+        assert [egoplan.similarity_level_accuracy(items, level=k) for k in range(3)] == [1 / 3, 1 / 2, 1 / 2]
+
+
+# --- Submission -------------------------------------------------------------------------------
+
+
+def test_submission_file_is_written_sorted_and_valid(tmp_path):
+    items = [{"sample_id": 7, "label": "C"}, {"sample_id": 3, "label": "A"}]
+    assert egoplan.write_submission(items, Namespace(output_path=str(tmp_path))) == 2
+    written = json.loads(next((tmp_path / "submissions").glob("egoplan_test_submission_*.json")).read_text())
+    assert written == [{"sample_id": 3, "label": "A"}, {"sample_id": 7, "label": "C"}]
+    egoplan.validate_submission(written, sample_ids=[3, 7])
+    for bad in ([{"sample_id": 1, "label": "E"}], [{"sample_id": "1", "label": "A"}],
+                [{"sample_id": 1, "label": "A"}] * 2, {"sample_id": 1}):
+        with pytest.raises(ValueError):
+            egoplan.validate_submission(bad)
+    with pytest.raises(ValueError, match="expected 3"):
+        egoplan.validate_submission(written, sample_ids=[1, 3, 7])

@@ -1,0 +1,146 @@
+"""EgoPlan-Bench end to end: the three tasks through the real `lmms-eval` CLI, the suite's backend,
+a tiny random Qwen2-VL and synthetic data in the official layouts."""
+
+import base64
+import io
+import json
+
+import pytest
+from PIL import Image
+
+from lmms_egoplan import egoplan
+from lmms_egoplan.harness import resolve_settings
+from lmms_egoplan.metrics import cosine_similarities, equal_size_levels, parse_bins
+from lmms_egoplan.testing.egoplan import build_fixture
+from lmms_egoplan.testing.judge_server import ChatServer, Reply
+from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.testing.media import read_index
+
+TASKS = ("egoplan_val", "egoplan_test", "egoplan_val_gen")
+UNAVAILABLE_SAMPLE = 109  # an extra record whose frame folder does not exist
+
+
+@pytest.fixture(scope="module")
+def fixture(tmp_path_factory):
+    fixture = build_fixture(tmp_path_factory.mktemp("egoplan"))
+    records = fixture.records()
+    records.append({**records[0], "sample_id": UNAVAILABLE_SAMPLE, "video_id": "P09_99"})
+    fixture.validation_file.write_text(json.dumps(records))
+    return fixture
+
+
+@pytest.fixture(scope="module")
+def run(fixture, tiny_model, tmp_path_factory):
+    # A random model's answers are noise whatever their length: 16 new tokens keep the run short.
+    return run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}", tasks=TASKS,
+                         output_dir=tmp_path_factory.mktemp("out"), env=fixture.env(skip_missing="true"),
+                         extra_args=["--batch_size", "8", "--gen_kwargs", "max_new_tokens=16"])
+
+
+def evaluated_docs(fixture, split="validation"):
+    """The docs lmms-eval evaluated, in doc_id order (as the tasks load them)."""
+    annotation = "EgoPlan_validation.json" if split == "validation" else "EgoPlan_test.json"
+    settings = resolve_settings(egoplan.EgoPlanSettings, task="check", metadata={"annotation_file": annotation},
+                                env_prefix="EGOPLAN", environ=fixture.env(skip_missing="true"))
+    return egoplan.load_samples(settings, labelled=split == "validation").docs
+
+
+def mean(values):
+    return sum(values) / len(values)
+
+
+def test_reported_accuracies_are_those_of_the_logged_candidate_losses(run, fixture):
+    docs, samples = evaluated_docs(fixture), run.samples("egoplan_val")
+    assert len(samples) == len(docs) == len(fixture.records()) - 1
+    correct = {}
+    for doc, sample in zip(docs, samples):
+        losses = [egoplan.candidate_loss(r) for r in sample["filtered_resps"]]
+        assert len(losses) == 4 and len(set(losses)) > 1  # a real model scored four different continuations
+        correct[doc["sample_id"]] = float(losses.index(min(losses)) == egoplan.doc_to_target(doc))
+    assert run.metric("egoplan_val", "accuracy") == pytest.approx(mean(list(correct.values())))
+    for source, suffix in egoplan.VIDEO_SOURCES.items():
+        expected = mean([correct[d["sample_id"]] for d in docs if d["video_source"] == source])
+        assert run.metric("egoplan_val", f"accuracy_{suffix}") == pytest.approx(expected)
+    for value_bin in parse_bins(egoplan.EgoPlanSettings.progress_length_bins):
+        expected = mean([correct[d["sample_id"]] for d in docs if d["progress_length"] in value_bin])
+        assert run.metric("egoplan_val", f"accuracy_progress_{value_bin.label}") == pytest.approx(expected)
+    assert run.metric("egoplan_val", "skipped_samples") == 1
+
+
+def test_breakdowns_partition_the_evaluated_samples(run, fixture):
+    samples = run.samples("egoplan_val")
+    sources = [[k for k in s if k in ("accuracy_epic_kitchens", "accuracy_ego4d")] for s in samples]
+    progress = [[k for k in s if k.startswith("accuracy_progress_")] for s in samples]
+    assert all(len(keys) == 1 for keys in sources + progress)
+    # Similarity levels: tertiles of the evaluated samples, recomputed from the logged records.
+    records = [s["accuracy_similarity_low"] for s in samples]
+    similarities = cosine_similarities([(r["task_goal"], r["answer"]) for r in records])
+    levels = equal_size_levels(list(zip(similarities, records)), key=lambda e: (e[0], e[1]["sample_id"]), n_levels=3)
+    assert sorted(len(level) for level in levels) == [2, 3, 3]
+    assert sorted(r["sample_id"] for level in levels for _, r in level) == sorted(r["sample_id"] for r in records)
+    for name, level in zip(egoplan.SIMILARITY_LEVELS, levels):
+        expected = mean([r["correct"] for _, r in level])
+        assert run.metric("egoplan_val", f"accuracy_similarity_{name}") == pytest.approx(expected)
+
+
+def test_test_split_writes_a_valid_submission_and_reports_no_accuracy(run, fixture):
+    files = list((run.output_dir / "submissions").glob("egoplan_test_submission_*.json"))
+    assert len(files) == 1
+    submission = json.loads(files[0].read_text())
+    test_ids = [r["sample_id"] for r in fixture.records("test")]
+    egoplan.validate_submission(submission, sample_ids=test_ids)
+    for entry, sample in zip(submission, run.samples("egoplan_test")):  # both in sample-id order here
+        losses = [egoplan.candidate_loss(r) for r in sample["filtered_resps"]]
+        assert entry["label"] == "ABCD"[losses.index(min(losses))]
+    reported = {key.split(",")[0] for key in run.results["results"]["egoplan_test"]} - {"alias"}
+    assert run.metric("egoplan_test", "predictions") == len(test_ids)
+    assert not any(key.startswith("accuracy") for key in reported)
+
+
+def test_generative_variant_scores_the_extracted_letters(run, fixture):
+    docs, samples = evaluated_docs(fixture), run.samples("egoplan_val_gen")
+    picks = [egoplan.extract_choice(s["filtered_resps"][0], egoplan.doc_to_choice(d)) for d, s in zip(docs, samples)]
+    correct = [float(p is not None and p == egoplan.doc_to_target(d)) for p, d in zip(picks, docs)]
+    assert run.metric("egoplan_val_gen", "accuracy") == pytest.approx(mean(correct))
+    assert run.metric("egoplan_val_gen", "unparseable") == sum(p is None for p in picks)
+    assert run.metric("egoplan_val_gen", "skipped_samples") == 1
+
+
+def test_missing_media_stop_the_run_with_the_sample_path_and_setting(fixture, tmp_path):
+    failed = run_lmms_eval(model="dummy", model_args="", tasks=["egoplan_val"], output_dir=tmp_path,
+                           env=fixture.env(), check=False)
+    assert failed.results is None
+    assert (f"EgoPlan sample {UNAVAILABLE_SAMPLE}: frame folder not found: "
+            f"{fixture.epic_root / 'P09' / 'rgb_frames' / 'P09_99'}") in failed.log
+    assert "EGOPLAN_EPIC_FRAMES_ROOT" in failed.log and "EGOPLAN_SKIP_MISSING" in failed.log
+
+
+def test_generative_variant_through_lmms_evals_openai_backend(fixture, tmp_path):
+    """A chat backend gets the visuals as images (progress frames, then the observation) and free-form
+    answers are read: a stated letter, the candidate's text, or nothing usable."""
+    docs = evaluated_docs(fixture)
+    options = {"\n".join(f"{x}. {c}" for x, c in zip("ABCD", egoplan.doc_to_choice(d))): d for d in docs}
+
+    def doc_of(call):
+        return next(doc for block, doc in options.items() if block in call.text)
+
+    def answer(call):
+        doc = doc_of(call)
+        golden = egoplan.doc_to_target(doc)
+        return Reply({0: f"The answer is ({'ABCD'[golden]}).",
+                      1: f"I would {egoplan.doc_to_choice(doc)[golden].upper()} next.",
+                      2: "I cannot tell from these frames."}[doc["sample_id"] % 3])
+
+    with ChatServer(answer) as server:
+        run = run_lmms_eval(model="openai", model_args=f"model_version=fake,base_url={server.base_url},api_key=unused",
+                            tasks=["egoplan_val_gen"], output_dir=tmp_path, env=fixture.env(skip_missing="true"))
+    unreadable = sum(d["sample_id"] % 3 == 2 for d in docs)
+    assert run.metric("egoplan_val_gen", "accuracy") == pytest.approx(1 - unreadable / len(docs))
+    assert run.metric("egoplan_val_gen", "unparseable") == unreadable
+    assert len(server.calls) == len(docs)
+    for call in server.calls:
+        doc = doc_of(call)
+        content = [m for m in call.messages if m["role"] == "user"][-1]["content"]
+        urls = [part["image_url"]["url"] for part in content if part["type"] == "image_url"]
+        shown = [read_index(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))) for url in urls]
+        assert shown == [*doc["progress_frames"], doc["current_observation_frame"]]
