@@ -104,7 +104,8 @@ def test_scoring_command_on_the_release_layout(tmp_path, matcher, encode, capsys
     table = capsys.readouterr().out
     rows = [json.loads(line) for line in output.read_text().splitlines()]
     assert {r["model"] for r in rows} == {"gpt-4v", "chatty"} and len(rows) == 4
-    for row in rows:
+    assert [(r["model"], r["split"]) for r in (rows[0], rows[-1])] == [("chatty", "normal"), ("gpt-4v", "counterfactual")]
+    for row in (rows[0], rows[-1]):
         folder = release / "annotation" / row["instance_id"]
         # --steps lines reproduces the release's pairs exactly: its text.split("\n"), its gold file.
         candidate = (folder / f"plan_{row['model']}.txt").read_text().split("\n")

@@ -273,20 +273,36 @@ def release_lcs(candidate: Sequence[str], reference: Sequence[str], encode: Call
     return int(lcs(len(candidate), len(reference), np.zeros((len(candidate) + 1, len(reference) + 1)) - 1.0))
 
 
-def write_classifier_checkpoint(out_dir: str | Path, base_dir: str | Path) -> Path:
-    """An (untrained) plan-classifier folder on top of a tiny BERT, as ``actplan-train-bleurt`` writes them."""
+def write_classifier_checkpoint(out_dir: str | Path, base_dir: str | Path,
+                                calibration: Sequence[tuple[str, str]] = ()) -> Path:
+    """An untrained plan-classifier folder on top of a tiny BERT, as ``actplan-train-bleurt`` writes them.
+
+    With ``calibration`` pairs (gold, generated), the head's bias is set so that about half of
+    them are judged correct, which gives tests a classifier whose verdicts vary.
+    """
+    import torch
+
     from lmms_egoplan.bleurt import classifier_from_base
 
-    return classifier_from_base(base_dir, device="cpu").save(out_dir, {"format": "lmms_egoplan plan classifier",
-                                                                        "note": "untrained, for tests"})
+    classifier = classifier_from_base(base_dir, device="cpu")
+    if calibration:
+        classifier.module.eval()
+        with torch.no_grad():
+            logits = classifier.logits([g for g, _ in calibration], [c for _, c in calibration])
+            margins = (logits[:, 1] - logits[:, 0]).sort().values
+            classifier.module.mlp.bias[1] -= (margins[(len(margins) - 1) // 2] + margins[len(margins) // 2]) / 2
+    return classifier.save(out_dir, {"format": "lmms_egoplan plan classifier", "note": "untrained, for tests"})
 
 
 def smoke_suite(workdir: Path, resources: ExitStack):
     """Both ActPlan-1K tasks on a small synthetic release, with an (untrained) BLEURT classifier."""
+    from lmms_egoplan.actplan import gold_steps, plan_text
     from lmms_egoplan.smoke import SmokeSuite
 
-    data = write_release_dataset(workdir / "release", scenes=1, activities=2, samples=1)
-    classifier = write_classifier_checkpoint(workdir / "classifier", build_tiny_bert(workdir / "tiny-bert"))
+    data = write_release_dataset(workdir / "release", scenes=1, activities=1, samples=1)
+    plans = [(plan_text(gold_steps(gold.read_text())), plan_text(gold_steps(gold.with_name("plan_gpt-4v.txt").read_text())))
+             for gold in sorted(data.glob("annotation/*/*/*/sample_*/plan_gold_1.txt"))]
+    classifier = write_classifier_checkpoint(workdir / "classifier", build_tiny_bert(workdir / "tiny-bert"), plans)
     return SmokeSuite(name="actplan", tasks=TASKS,
                       env={"ACTPLAN_DATA_ROOT": str(data), "ACTPLAN_BLEURT_CHECKPOINT": str(classifier),
                            "ACTPLAN_SCORING_DEVICE": "cpu"})
