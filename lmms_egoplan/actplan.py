@@ -423,7 +423,7 @@ class CandidatePlan:
     parsed: ParsedPlan
 
 
-def plan_steps(text: str, steps: str) -> list[str]:
+def candidate_steps(text: str, steps: str) -> list[str]:
     """``parsed``: the ``action(args)`` steps; ``lines``: the release's ``text.split("\\n")`` verbatim
     (a trailing newline gives a final empty step, which matches the other plan's)."""
     return parse_plan(text).steps if steps == "parsed" else text.split("\n")
@@ -453,7 +453,7 @@ def candidates_from_release(data_root: str | Path, models: Sequence[str] | None 
                 left_out[reason] = left_out.get(reason, 0) + 1
                 continue
             text = candidate.read_text()
-            plans.append(CandidatePlan(model, doc["instance_id"], doc["split"], plan_steps(text, steps),
+            plans.append(CandidatePlan(model, doc["instance_id"], doc["split"], candidate_steps(text, steps),
                                        [_gold((folder / name).read_text(), steps) for name in gold_files], parse_plan(text)))
     notes += [f"{count} instance(s) left out ({reason})" for reason, count in sorted(left_out.items())]
     return plans, notes
@@ -481,7 +481,7 @@ def candidates_from_jsonl(path: str | Path, *, model: str | None = None, steps: 
         instance = str(row.get("instance_id") or row.get("dir") or row.get("path") or f"{path.name}:{number}")
         split = row.get("split") or split_of_path(instance)
         plans.append(CandidatePlan(row.get("model") or model or path.stem, instance, split,
-                                   plan_steps(row["candidate"], steps), [_gold(r, steps) for r in references],
+                                   candidate_steps(row["candidate"], steps), [_gold(r, steps) for r in references],
                                    parse_plan(row["candidate"])))
     return plans
 

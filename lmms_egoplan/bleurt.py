@@ -212,11 +212,6 @@ def load_finetuning_data(data_file: str | Path, activities_file: str | Path) -> 
     return rows, unassigned
 
 
-def plan_steps(plan: str) -> list[str]:
-    """The ``action(args)`` steps of a plan string of the fine-tuning data."""
-    return parse_plan(plan).steps
-
-
 def training_pair(row: dict, rng: random.Random) -> tuple[str, str, int]:
     """One (reference, candidate, label) pair drawn from a training row (release ``EmbDataset``)."""
     # The paper and the release's readme mix gold and correct plans of both VLMs as positives
@@ -243,7 +238,7 @@ def _two_positives(positives: list[str], rng: random.Random) -> tuple[str, str]:
 def _shuffled_steps(plan: str, rng: random.Random) -> str | None:
     # The release splits on newlines, but the released plans are single lines (steps joined by
     # spaces), so its "shuffled" negatives are the positive plan itself. Shuffle the steps.
-    steps = plan_steps(plan)
+    steps = parse_plan(plan).steps
     if len(set(steps)) < 2:
         return None
     shuffled = steps[:]

@@ -248,8 +248,8 @@ class StepMatcher:
 
     def __init__(self, model: str | Path | None = None, *, threshold: float = DEFAULT_MATCH_THRESHOLD,
                  device: str = "cpu", batch_size: int = 256):
-        self.model_path = str(model or default_sentence_model())
-        if not Path(self.model_path).expanduser().is_dir():
+        self.model_path = str(Path(model).expanduser()) if model else default_sentence_model()
+        if not Path(self.model_path).is_dir():
             raise FileNotFoundError(f"sentence-embedding model folder not found: {self.model_path}")
         self.threshold = float(threshold)
         self.device = resolve_device(device)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lmms_egoplan import bleurt
+from lmms_egoplan.actplan import parse_plan
 from lmms_egoplan.bleurt import (
     RELEASE_SPECIAL_TOKENS,
     PlanPairClassifier,
@@ -16,7 +17,6 @@ from lmms_egoplan.bleurt import (
     load_classifier,
     load_finetuning_data,
     matthews_corrcoef,
-    plan_steps,
     score_split,
     training_pair,
 )
@@ -60,8 +60,8 @@ def test_training_pairs_follow_the_release_sampling():
         if label:
             assert candidate in positives and candidate != reference  # two different correct plans
         elif candidate != "grab(z)":  # otherwise a shuffle of the reference's own steps
-            assert sorted(plan_steps(candidate)) == sorted(plan_steps(reference))
-            assert candidate != " ".join(plan_steps(reference))
+            assert sorted(parse_plan(candidate).steps) == sorted(parse_plan(reference).steps)
+            assert candidate != " ".join(parse_plan(reference).steps)
     wrong = sum(candidate == "grab(z)" for _, candidate, _ in draws) / len(draws)
     assert wrong == pytest.approx(0.5, abs=0.03)
     # Without wrong VLM plans every negative is a shuffle.

@@ -48,23 +48,17 @@ def docs(release):
     return load_instances(release)
 
 
-def scripted_plan(description: str) -> str:
-    """What the loopback model answers to a task description (the same for both tasks)."""
-    return _scripted[description]
-
-
-_scripted: dict[str, str] = {}
-
-
 @pytest.fixture(scope="module")
 def scripted(docs):
+    """What the loopback model answers, by task description (the same with and without images)."""
     rng = random.Random(7)
+    answers = {}
     for number, doc in enumerate(docs):
         plan = vlm_plan(doc["gold_plans"][0], rng, (0.2, 0.7)[number % 2])
         if number % 2:
             plan.insert(3, "Then walk to the sink.")  # a line not in the action(object) form
-        _scripted.setdefault(doc["description"], model_output(plan, rng))
-    return _scripted
+        answers.setdefault(doc["description"], model_output(plan, rng))
+    return answers
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +74,7 @@ def env(release, classifier):
 
 @pytest.fixture(scope="module")
 def chat_run(release, classifier, scripted, tmp_path_factory):
-    with ChatServer(lambda call: Reply(scripted_plan(call.text.strip()))) as server:
+    with ChatServer(lambda call: Reply(scripted[call.text.strip()])) as server:
         run = run_lmms_eval(model="openai", model_args=f"model_version=fake,base_url={server.base_url},api_key=unused",
                             tasks=TASKS, output_dir=tmp_path_factory.mktemp("out"), env=env(release, classifier))
     return run, server.calls

@@ -3,9 +3,12 @@
 * ``write_release_dataset``: ``annotation/<scene>/<activity>/<problem>/sample_<k>/`` folders with
   scene images (``testing.media.index_image``: each image encodes a unique number), gold plans,
   VLM plans and task descriptions, plus ``problem<k>.bddl`` files, as the release ships them.
+* ``make_activities`` / ``vlm_plan`` / ``model_output``: plausible gold plans (about 24 steps,
+  counterfactual ones longer), model plans with the paper's error types, and free-form output.
 * ``write_finetuning_data``: rows of ``finetuning_data.jsonl`` and an ``activities.txt`` split.
 * ``build_tiny_bert``: a random-weight BLEURT-like checkpoint (``BertForSequenceClassification``
-  with one regression output, WordPiece tokenizer) built offline.
+  with one regression output, WordPiece tokenizer) built offline; ``write_classifier_checkpoint``
+  puts an untrained plan classifier on top of it.
 * ``release_lcs``: the release's recursive LCS, the oracle the fast implementation must equal.
 * ``smoke_suite``: ActPlan-1K's share of ``lmms-egoplan smoke``.
 """
@@ -14,8 +17,8 @@ from __future__ import annotations
 
 import json
 import random
-from contextlib import ExitStack
 import re
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
@@ -228,7 +231,7 @@ def build_tiny_bert(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 32
     characters = "abcdefghijklmnopqrstuvwxyz0123456789"
     words = sorted({part for name in (*_ITEMS, *_SOURCES, *_CONTAINERS, *_VERBS, "walk_to", "place_inside",
                                       "place_on_top", "switch_on", "kitchen", "trash_can", "dryer")
-                    for part in name.split("_")} | {"the", "a", "is", "of", "and", "to"})
+                    for part in name.split("_")} | {"grab", "open", "close", "check", "the", "is", "of", "and"})
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *characters, *"_(),.-", *[f"##{c}" for c in characters + "_"],
              *[w for w in words if len(w) > 1]]
     tokenizer = BertTokenizer(vocab={token: index for index, token in enumerate(dict.fromkeys(vocab))})
