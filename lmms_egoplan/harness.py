@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import inspect
 import os
 import typing
 from pathlib import Path
@@ -142,6 +143,11 @@ class BenchmarkTask(ConfigurableMessagesTask):
     (environment overrides are ``<ENV_PREFIX>_<SETTING>``) and implement ``load_docs``.
     The effective settings are written back into the task config's ``metadata`` so that the
     results file records what was run.
+
+    The YAML's ``process_results`` and aggregation functions may declare a ``settings`` and/or
+    a ``task_name`` parameter: the task binds its effective settings and its name to them, so
+    per-document scoring and run-level aggregation (e.g. scoring all outputs of a run at once)
+    follow the settings without module globals.
     """
 
     Settings: ClassVar[type]
@@ -154,6 +160,9 @@ class BenchmarkTask(ConfigurableMessagesTask):
         config["metadata"] = {**metadata, **{k: _jsonable(v) for k, v in dataclasses.asdict(self.settings).items()}}
         self._chat_backend = False
         super().__init__(config=config, **kwargs)
+        context = {"settings": self.settings, "task_name": self.config.task}
+        self.config.process_results = _bind_context(self.config.process_results, context)
+        self._aggregation_list = {name: _bind_context(fn, context) for name, fn in self._aggregation_list.items()}
 
     def load_docs(self) -> Iterable[dict]:
         """The evaluation documents, one dict per sample, in the benchmark's order."""
@@ -204,6 +213,14 @@ class BenchmarkTask(ConfigurableMessagesTask):
                 f"backend has a simple implementation, or the task's generative variant"
             )
         return ConfigurableMessagesTask.construct_requests(self, doc_id, ctx, **kwargs)
+
+
+def _bind_context(function: Any, context: Mapping[str, Any]) -> Any:
+    """``function`` with the entries of ``context`` it declares as parameters bound by keyword."""
+    if not callable(function):
+        return function
+    wanted = {name: value for name, value in context.items() if name in inspect.signature(function).parameters}
+    return functools.partial(function, **wanted) if wanted else function
 
 
 def _jsonable(value: Any) -> Any:

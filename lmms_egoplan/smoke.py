@@ -24,6 +24,7 @@ SUITES: tuple[str, ...] = (
     "lmms_egoplan.testing.egoplan:smoke_suite",
     "lmms_egoplan.testing.egothink:smoke_suite",
     "lmms_egoplan.testing.egointent:smoke_suite",
+    "lmms_egoplan.testing.actplan:smoke_suite",
 )
 
 MODEL = "egoplan_hf"

@@ -1,0 +1,225 @@
+"""ActPlan-1K: release layout loader, plan parsing, task wiring and scoring logic (no models loaded)."""
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lmms_egoplan import actplan
+from lmms_egoplan.actplan import (
+    ActPlanDataError,
+    ActPlanSettings,
+    ParsedPlan,
+    bleurt_correct,
+    candidates_from_jsonl,
+    check_settings,
+    load_instances,
+    parse_plan,
+    process_results,
+    score_lcs,
+)
+from lmms_egoplan.harness import SettingsError
+from lmms_egoplan.testing.actplan import write_release_dataset
+from lmms_egoplan.testing.media import read_index
+
+TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory) -> Path:
+    return write_release_dataset(tmp_path_factory.mktemp("actplan") / "ActPlan-1K", scenes=2, activities=2,
+                                 counterfactual=2, samples=2)
+
+
+def test_one_instance_per_sample_folder_with_split_from_the_problem_index(release):
+    instances = load_instances(release)
+    assert len(instances) == 2 * 2 * 3 * 2  # scenes x activities x problems (0, 1, 2) x samples
+    assert [d["instance_id"] for d in instances] == sorted(d["instance_id"] for d in instances)
+    for doc in instances:
+        scene, activity, problem, sample = doc["instance_id"].split("/")
+        assert (doc["scene"], doc["activity"], doc["problem"], f"sample_{doc['sample']}") == (scene, activity, int(problem), sample)
+        assert doc["split"] == ("normal" if problem == "0" else "counterfactual")
+        folder = release / "annotation" / doc["instance_id"]
+        assert doc["description"] == (folder.parent / f"task_description_{problem}.txt").read_text().strip()
+        assert doc["gold_files"] == ["plan_gold_1.txt", "plan_gold_2.txt"]
+        assert doc["gold_plans"][0] == (folder / "plan_gold_1.txt").read_text().splitlines()
+        assert 2 <= len(doc["image_paths"]) <= 5
+    # The annotation folder itself may be given as the data root.
+    assert load_instances(release / "annotation") == instances
+
+
+def test_images_come_in_frame_number_order(release, tmp_path):
+    doc = load_instances(release)[0]
+    frames = [int(Path(p).stem) for p in doc["image_paths"]]
+    assert frames == sorted(frames)
+    # The synthetic images encode a counter written in folder (= frame) order.
+    indices = [read_index(image) for image in actplan.doc_to_visual(doc)]
+    assert indices == sorted(indices) and len(set(indices)) == len(indices)
+    assert actplan.doc_to_visual_text_only(doc) == []
+
+
+@pytest.mark.parametrize("remove, message", [
+    ("*.png", "no images"),
+    ("plan_gold_*.txt", "no gold plan"),
+    ("../task_description_1.txt", "no task description"),
+])
+def test_an_incomplete_instance_folder_is_named_in_the_error(release, tmp_path, remove, message):
+    copy = tmp_path / "copy"
+    shutil.copytree(release, copy)
+    folder = copy / "annotation" / load_instances(release)[3]["instance_id"]
+    for path in folder.glob(remove):
+        path.unlink()
+    with pytest.raises(ActPlanDataError, match=rf"{folder}: {message}"):
+        load_instances(copy)
+
+
+def test_empty_release_and_missing_folder_are_errors(tmp_path):
+    (tmp_path / "annotation").mkdir()
+    with pytest.raises(ActPlanDataError, match="no ActPlan-1K instances"):
+        load_instances(tmp_path)
+    with pytest.raises(ActPlanDataError, match="not found"):
+        load_instances(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("text, steps, plan_lines, format_errors", [
+    ("walk_to(table)\ngrab(cup)\n", ["walk_to(table)", "grab(cup)"], 2, 0),
+    ("1. walk_to(table)\n2) grab(cup)\n(3) open(fridge)", ["walk_to(table)", "grab(cup)", "open(fridge)"], 3, 0),
+    ("- walk_to(table)\n* grab(cup)\n\u2022 close(fridge)", ["walk_to(table)", "grab(cup)", "close(fridge)"], 3, 0),
+    ("```python\nwalk_to(table)\nplace_inside(basket_1,cookie)\n```", ["walk_to(table)", "place_inside(basket_1, cookie)"], 2, 0),
+    ("Here is the plan:\n\nwalk_to(table)\ngrab(cup)\n\nThis completes the task.", ["walk_to(table)", "grab(cup)"], 2, 0),
+    ("walk_to(table) grab(cup)  place_inside( sink , cup )", ["walk_to(table)", "grab(cup)", "place_inside(sink, cup)"], 1, 0),
+    ("**Step 1:** `switch-on(stove)`.\nStep 2: walk_to(table),", ["switch-on(stove)", "walk_to(table)"], 2, 0),
+    # Lines between the first and the last step that are not only steps are format errors.
+    ("walk_to(table)\n(brush sweater1)\nWalk to the sink.\ngrab(cup) # then wash it\nopen(tap)",
+     ["walk_to(table)", "grab(cup)", "open(tap)"], 5, 3),
+    # No step at all: every line is a format error (the open-source VLM output of Appendix F).
+    ("1. Walk to the table. 2. Place a cookie on top of the bowl.\n3. Grab a candle from the floor.", [], 2, 2),
+    ("", [], 0, 0),
+    ("Walk to the kitchen (the one on the left) and grab() the cup.", [], 1, 1),
+])
+def test_plan_parsing(text, steps, plan_lines, format_errors):
+    assert parse_plan(text) == ParsedPlan(steps, plan_lines, format_errors)
+
+
+def settings(**overrides):
+    return ActPlanSettings(**{"data_root": "/data", **overrides})
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"data_root": ""}, r"metadata.data_root / ACTPLAN_DATA_ROOT: set it"),
+    ({"gold_plan": "last"}, r"metadata.gold_plan / ACTPLAN_GOLD_PLAN: expected one of first, best"),
+    ({"instances": "odd"}, r"ACTPLAN_INSTANCES: expected all, normal or counterfactual"),
+    ({"match_threshold": 1.5}, r"ACTPLAN_MATCH_THRESHOLD"),
+    ({"bleurt_checkpoint": "/no/such/checkpoint"}, r"ACTPLAN_BLEURT_CHECKPOINT: not found"),
+])
+def test_bad_settings_name_the_setting(overrides, message):
+    with pytest.raises(SettingsError, match=message):
+        check_settings(settings(**overrides), "actplan1k")
+
+
+def test_process_results_returns_the_split_metrics_and_bleurt_only_when_configured(release):
+    doc = load_instances(release)[-1]
+    assert doc["split"] == "counterfactual"
+    output = "Plan:\n1. walk_to(table)\nthen grab the cup\n2. grab(cup)"
+    values = process_results(doc, [output], settings())
+    assert set(values) == {"lcs", "norm_lcs", "lcs_counterfactual", "norm_lcs_counterfactual", "format_error_rate",
+                           "plan_length", "no_plan_rate"}
+    assert values["lcs"] == {"instance_id": doc["instance_id"], "split": "counterfactual", "output": output,
+                             "prediction": ["walk_to(table)", "grab(cup)"], "gold": doc["gold_plans"]}
+    assert values["format_error_rate"] == {"format_errors": 1, "plan_lines": 3}
+    assert (values["plan_length"], values["no_plan_rate"]) == (2, 0.0)
+    with_bleurt = process_results(doc, [output], settings(bleurt_checkpoint="/ckpt"))
+    assert {"bleurt_accuracy", "bleurt_accuracy_counterfactual"} <= set(with_bleurt)
+
+
+def test_format_error_rate_is_pooled_over_lines_and_nan_without_any():
+    items = [{"format_errors": 1, "plan_lines": 4}, {"format_errors": 0, "plan_lines": 0}, {"format_errors": 2, "plan_lines": 6}]
+    assert actplan.aggregate_format_error_rate(items) == pytest.approx(0.3)
+    assert math.isnan(actplan.aggregate_format_error_rate([{"format_errors": 0, "plan_lines": 0}]))
+
+
+class ExactMatcher:
+    """Steps match when equal (the LCS logic under test does not depend on the embedding model)."""
+
+    def lcs_many(self, pairs):
+        from lmms_egoplan.metrics import lcs_length
+
+        return [lcs_length([[x == y for y in b] for x in a]) for a, b in pairs]
+
+
+def test_first_gold_plan_or_best_gold_plan():
+    prediction = ["a", "b", "c"]
+    golds = [["a", "x", "y", "z"], ["a", "b", "c", "d"], ["a", "b", "c", "d", "e"]]
+    first, = score_lcs([(prediction, golds)], ExactMatcher(), "first")
+    assert (first.lcs, first.norm_lcs, first.gold_index) == (1, 0.25, 0)
+    best, = score_lcs([(prediction, golds)], ExactMatcher(), "best")
+    assert (best.lcs, best.norm_lcs, best.gold_index) == (3, 0.75, 1)
+    empty, = score_lcs([([], golds)], ExactMatcher(), "best")
+    assert (empty.lcs, empty.norm_lcs) == (0, 0.0)
+
+
+class KeywordClassifier:
+    """Judges a plan correct when it mentions the word "good" (records what it was asked)."""
+
+    def __init__(self):
+        self.asked = []
+
+    def predict(self, references, candidates, batch_size=16):
+        self.asked += list(zip(references, candidates))
+        return [int("good" in c) for c in candidates]
+
+
+def test_bleurt_correctness_against_the_first_or_any_gold_plan():
+    pairs = [(["walk_to(good)", "grab(cup)"], [["walk_to(x)"], ["walk_to(y)"]]), ([], [["walk_to(x)"]]),
+             (["walk_to(bad)"], [["walk_to(x)"]])]
+    classifier = KeywordClassifier()
+    assert bleurt_correct(pairs, classifier, "first") == [1, 0, 0]
+    # Plans are given as the fine-tuning data writes them; a plan without steps is never asked.
+    assert classifier.asked == [("walk_to(x)", "walk_to(good) grab(cup)"), ("walk_to(x)", "walk_to(bad)")]
+    assert bleurt_correct(pairs, KeywordClassifier(), "best") == [1, 0, 0]
+
+
+def test_pair_files_of_the_release_and_of_this_suite(tmp_path):
+    release_pairs = tmp_path / "gpt-4v_pairs.jsonl"
+    release_pairs.write_text("\n".join(json.dumps(row) for row in [
+        {"dir": "./annotation/Rs_int/cleaning_oven/0/sample_1", "candidate": "walk_to(oven)\nopen(oven)\n", "reference": "walk_to(oven)\n"},
+        {"dir": "./annotation/Rs_int/cleaning_oven/2/sample_0", "candidate": "1. walk_to(oven)", "reference": "open(oven)\n"},
+    ]) + "\n")
+    parsed = candidates_from_jsonl(release_pairs)
+    assert [(p.model, p.split, p.prediction, p.gold) for p in parsed] == [
+        ("gpt-4v_pairs", "normal", ["walk_to(oven)", "open(oven)"], [["walk_to(oven)"]]),
+        ("gpt-4v_pairs", "counterfactual", ["walk_to(oven)"], [["open(oven)"]]),
+    ]
+    # "lines": the release's text.split("\n"), trailing empty step included.
+    lines = candidates_from_jsonl(release_pairs, steps="lines")
+    assert lines[0].prediction == ["walk_to(oven)", "open(oven)", ""] and lines[0].gold == [["walk_to(oven)", ""]]
+    ours = tmp_path / "actplan1k_plans.jsonl"
+    ours.write_text(json.dumps({"instance_id": "S/a/1/sample_0", "split": "counterfactual", "candidate": "grab(x)",
+                                "references": ["grab(x)", "grab(y)"]}) + "\n")
+    plan, = candidates_from_jsonl(ours, model="m")
+    assert (plan.model, plan.split, plan.gold) == ("m", "counterfactual", [["grab(x)"], ["grab(y)"]])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"candidate": "grab(x)"}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: needs 'candidate' and 'reference'"):
+        candidates_from_jsonl(bad)
+
+
+def test_yaml_tasks_bind_settings_and_differ_only_in_images(release, monkeypatch):
+    from lmms_eval.tasks import TaskManager, get_task_dict
+
+    monkeypatch.setenv("ACTPLAN_DATA_ROOT", str(release))
+    monkeypatch.setenv("ACTPLAN_INSTANCES", "counterfactual")
+    tasks = get_task_dict(["actplan1k", "actplan1k_text_only"], TaskManager(include_path=str(TASKS_DIR), include_defaults=False))
+    with_images, text_only = tasks["actplan1k"], tasks["actplan1k_text_only"]
+    docs = list(with_images.test_docs())
+    assert len(docs) == 16 and {d["split"] for d in docs} == {"counterfactual"}
+    assert with_images.config.metadata["instances"] == "counterfactual"  # recorded in the results file
+    assert len(with_images.doc_to_visual(docs[0])) == len(docs[0]["image_paths"])
+    assert text_only.doc_to_visual(docs[0]) == []
+    assert with_images.doc_to_text(docs[0]) == text_only.doc_to_text(docs[0]) == docs[0]["description"]
+    assert with_images.config.generation_kwargs["until"] == [] and with_images.config.generation_kwargs["temperature"] == 0
+    # process_results and the aggregations receive the task's settings.
+    assert with_images.config.process_results.keywords["settings"].instances == "counterfactual"
+    assert with_images.aggregation()["lcs"].keywords["task_name"] == "actplan1k"
