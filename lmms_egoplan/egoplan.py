@@ -26,7 +26,6 @@ Protocol, in the order of this module:
 
 from __future__ import annotations
 
-import ast
 import collections
 import datetime
 import functools
@@ -485,22 +484,16 @@ def doc_to_target(doc: Mapping) -> int | None:
     return CHOICE_LETTERS.index(golden) if golden else None
 
 
-def candidate_loss(result: Sequence | str) -> float:
-    """The loss in one loglikelihood result ``(loss, is_greedy)``.
+def candidate_loss(result: Sequence) -> float:
+    """The loss in one loglikelihood result ``(loss, is_greedy)`` (a list once logged as JSON).
 
-    lmms-eval 0.7.3 stores these tuples as their ``str()`` ("(1.25, False)": its
-    ``unwrap_generation_output`` keeps only strings), so both forms are read; ``repr`` of a
-    float round-trips exactly.
+    The pairs reach ``process_results`` intact because installing this suite patches lmms-eval
+    0.7.3, which would otherwise turn them into strings (``harness.keep_loglikelihood_results``).
     """
-    if isinstance(result, str):
-        try:
-            result = ast.literal_eval(result)
-        except (ValueError, SyntaxError):
-            raise ValueError(f"not a loglikelihood result: {result!r}") from None
     return float(result[0])
 
 
-def ranked_choice(results: Sequence[Sequence | str]) -> int:
+def ranked_choice(results: Sequence[Sequence]) -> int:
     """The candidate with the lowest mean token loss (lmms-eval's backends return losses).
 
     Ties go to the earlier candidate, as ``argmin`` in the official evaluation.

@@ -144,10 +144,10 @@ class BenchmarkTask(ConfigurableMessagesTask):
     The effective settings are written back into the task config's ``metadata`` so that the
     results file records what was run.
 
-    The YAML's ``process_results`` and aggregation functions may declare a ``settings`` and/or
-    a ``task_name`` parameter: the task binds its effective settings and its name to them, so
-    per-document scoring and run-level aggregation (e.g. scoring all outputs of a run at once)
-    follow the settings without module globals.
+    The YAML's ``process_results`` and aggregation functions may declare a ``settings``,
+    ``task_name`` and/or ``task`` parameter: the task binds its effective settings, its name and
+    itself to them, so per-document scoring and run-level aggregation (e.g. scoring all outputs
+    of a run at once) follow the settings and share run state without module globals.
     """
 
     Settings: ClassVar[type]
@@ -160,7 +160,7 @@ class BenchmarkTask(ConfigurableMessagesTask):
         config["metadata"] = {**metadata, **{k: _jsonable(v) for k, v in dataclasses.asdict(self.settings).items()}}
         self._chat_backend = False
         super().__init__(config=config, **kwargs)
-        context = {"settings": self.settings, "task_name": self.config.task}
+        context = {"settings": self.settings, "task_name": self.config.task, "task": self}
         self.config.process_results = _bind_context(self.config.process_results, context)
         self._aggregation_list = {name: _bind_context(fn, context) for name, fn in self._aggregation_list.items()}
 

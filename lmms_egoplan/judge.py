@@ -732,13 +732,3 @@ def unjudged(items: Sequence[Mapping[str, Any]], judge_model: str, reason: str) 
     failed = [Judgement(request.id, judge_model, request.messages, None, None, reason, False, 0)
               for request in item_requests(items)]
     return ItemScore(math.nan, JudgeResults(failed, judge_model))
-
-
-def score_items(items: Sequence[dict], judge: Judge, *, audit_path: str | os.PathLike | None = None,
-                progress: bool = True, description: str = "Judging") -> ItemScore:
-    """Judge the logged items of one task (one rubric) and compute its score."""
-    rubric = items_rubric(items)
-    results = judge.run(item_requests(items), rubric.parse_rating, audit_path=audit_path, progress=progress,
-                        description=description)
-    return score_judged(items, {j.id: j for j in results.judgements}, judge_model=results.judge_model,
-                        audit_path=results.audit_path)

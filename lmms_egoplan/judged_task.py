@@ -80,10 +80,6 @@ class JudgedTask(BenchmarkTask):
             raise SettingsError(f"task {self.config.task}: {error}") from None
         super().download(dataset_kwargs)
 
-    def aggregation(self):
-        return {metric: functools.partial(function, task=self) if function in _JUDGE_AGGREGATIONS else function
-                for metric, function in super().aggregation().items()}
-
     def judge_score(self, items: Sequence[dict], args: Any) -> ItemScore:
         """Score ``items``, judging in one concurrent batch only the requests no metric of this
         task has had judged yet: every metric (overall, per part, breakdowns over subsets of the
@@ -134,8 +130,8 @@ def audit_path(args: Any, task: str) -> Path:
     return Path(output_path) / sanitize_model_name(model) / file_name
 
 
-def _task_of(task: JudgedTask | None) -> JudgedTask:
-    if task is None:
+def _task_of(task: BenchmarkTask | None) -> JudgedTask:
+    if not isinstance(task, JudgedTask):
         raise TypeError("judged metrics aggregate only in a task whose YAML class: is a lmms_egoplan JudgedTask")
     return task
 
@@ -153,7 +149,6 @@ def failed_count(items: Sequence[dict], args: Any = None, *, task: JudgedTask | 
     return _task_of(task).judge_score(items, args).results.failed
 
 
-_JUDGE_AGGREGATIONS = (judged_score, judged_count, failed_count)
 # Metrics that count judgements rather than score them (judged_count / failed_count).
 COUNT_METRICS = ("judged", "failed")
 

@@ -38,7 +38,7 @@ from lmms_egoplan.judge import (
     item_requests,
     judge_item,
     judge_parts_item,
-    score_items,
+    score_judged,
 )
 from lmms_egoplan.media import VIDEO_CLIP_KEY
 from lmms_egoplan.testing.egointent import (
@@ -457,6 +457,11 @@ def test_the_check_command_validates_a_converted_file_and_summarises_it(dataset,
 # The judge engine's items with several parts (added for EgoIntent, general)
 # ---------------------------------------------------------------------------------------------
 
+def judge_and_score(items, judge):
+    results = judge.run(item_requests(items), egointent.RUBRIC.parse_rating, progress=False)
+    return score_judged(items, {j.id: j for j in results.judgements}, judge_model=results.judge_model)
+
+
 def test_parts_items_score_each_part_then_average_excluding_failed_judgements(tmp_path):
     def rate(call):  # "rate 7" -> 7; "rate x" -> no rating (a failed judgement)
         word = call.text.split()[-1]
@@ -468,9 +473,9 @@ def test_parts_items_score_each_part_then_average_excluding_failed_judgements(tm
     items = [judge_parts_item(p, egointent.RUBRIC_REFERENCE) for p in parts]  # ratings 0-10, scale 10
     with ChatServer(rate) as server:
         judge = Judge(OpenAIChatBackend("loopback-judge", base_url=server.base_url, api_key_env=""))
-        scored = score_items(items + items[:1], judge, progress=False)  # a repeated item is judged once
+        scored = judge_and_score(items + items[:1], judge)  # a repeated item is judged once
         assert len(server.calls) == 5
-        single = score_items([judge_item(parts[0]["a"], egointent.RUBRIC_REFERENCE)], judge, progress=False)
+        single = judge_and_score([judge_item(parts[0]["a"], egointent.RUBRIC_REFERENCE)], judge)
     assert scored.part_scores == {"a": pytest.approx(10 * (8 + 5 + 8) / 3), "b": pytest.approx(10 * (2 + 0 + 6 + 2) / 4)}
     assert scored.score == pytest.approx((scored.part_scores["a"] + scored.part_scores["b"]) / 2)
     assert (scored.results.judged, scored.results.failed) == (4, 1)  # the fixed rating is neither

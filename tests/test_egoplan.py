@@ -198,10 +198,9 @@ def test_prompts(fixture):
 # --- Scoring ----------------------------------------------------------------------------------
 
 
-def test_ranking_picks_the_lowest_mean_loss_in_either_result_form():
+def test_ranking_picks_the_lowest_mean_loss():
     assert egoplan.ranked_choice([(2.0, False), (0.5, True), (0.7, False), (3.0, False)]) == 1
-    # lmms-eval 0.7.3 hands loglikelihood results to process_results as their str().
-    assert egoplan.ranked_choice(["(2.0, False)", "(1.5, False)", "(0.25, False)", "(0.3, True)"]) == 2
+    assert egoplan.ranked_choice([[2.0, False], [1.5, False], [0.25, False], [0.3, True]]) == 2  # as logged
     assert egoplan.ranked_choice([(1.0, False)] * 4) == 0  # ties: the first, as argmin
 
 

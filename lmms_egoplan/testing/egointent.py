@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from lmms_egoplan.smoke import SmokeSuite
-from lmms_egoplan.testing.judge_server import ChatCall, ChatServer, rating_responder
+from lmms_egoplan.testing.judge_server import hashed_rating, loopback_judge_settings
 from lmms_egoplan.testing.media import write_video
 
 
@@ -85,20 +84,18 @@ def write_dataset(root: str | Path, videos: tuple[SyntheticVideo, ...] = VIDEOS)
     return annotations
 
 
-def judge_rating(call: ChatCall) -> str:
-    """A deterministic 0-10 rating from the judge prompt, so scores vary but can be recomputed."""
-    return str(int(hashlib.sha256(call.text.encode()).hexdigest(), 16) % 11)
+# A deterministic 0-10 rating per judge prompt (EgoIntent's scale).
+judge_rating = hashed_rating(tuple(str(rating) for rating in range(11)))
 
 
 def smoke_suite(workdir: Path, resources: ExitStack) -> SmokeSuite:
     """EgoIntent on synthetic videos and annotations, judged by a loopback judge."""
     annotations = write_dataset(Path(workdir) / "data")
-    judge = resources.enter_context(ChatServer(rating_responder(judge_rating)))
     return SmokeSuite(
         name="egointent",
         tasks=("egointent",),
-        env={"EGOINTENT_ANNOTATIONS": str(annotations), "EGOINTENT_JUDGE_BASE_URL": judge.base_url,
-             "EGOINTENT_JUDGE_MODEL": "loopback-judge", "EGOINTENT_JUDGE_CACHE_DIR": str(Path(workdir) / "judge-cache")},
+        env={"EGOINTENT_ANNOTATIONS": str(annotations),
+             **loopback_judge_settings("EGOINTENT", judge_rating, workdir, resources)},
         # A random model rarely ends its answer: 512 new tokens per step would only slow the demo down.
         cli_args=("--gen_kwargs", "max_new_tokens=16"),
     )

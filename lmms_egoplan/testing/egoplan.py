@@ -17,11 +17,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmms_egoplan.testing.media import (
-    epic_frame_folder,
-    write_frame_folder,
-    write_video,
-)
+from lmms_egoplan.egoplan import epic_frame_folder
+from lmms_egoplan.testing.media import write_frame_folder, write_video
 
 EPIC_VIDEOS = {"P01_13": 400, "P02_03": 400}  # video id -> number of frames (numbered 1..N)
 EGO4D_VIDEOS = {"0a1b2c3d-ego4d-video-one": 330, "4e5f6a7b-ego4d-video-two": 330}  # frames 0..N-1

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lmms_egoplan.egothink import DIMENSIONS, Dimension
 from lmms_egoplan.smoke import SmokeSuite
-from lmms_egoplan.testing.judge_server import ChatServer, hash_rating, rating_responder
+from lmms_egoplan.testing.judge_server import hash_rating, loopback_judge_settings
 from lmms_egoplan.testing.media import write_image
 
 QUESTIONS = ("What am I holding in my left hand?", "Is there a cup on my right?", "What will I do next?",
@@ -72,11 +72,9 @@ def write_hub_copy(root: str | Path, per_dimension: int = 2) -> Path:
 def smoke_suite(workdir: Path, resources: ExitStack) -> SmokeSuite:
     """All EgoThink tasks on synthetic release data, judged by a loopback judge."""
     data_root = write_release(Path(workdir) / "data")
-    judge = resources.enter_context(ChatServer(rating_responder(hash_rating)))
     return SmokeSuite(
         name="egothink",
         tasks=("ego_think",),
         env={"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data_root),
-             "EGOTHINK_JUDGE_BASE_URL": judge.base_url, "EGOTHINK_JUDGE_MODEL": "loopback-judge",
-             "EGOTHINK_JUDGE_API_KEY_ENV": "", "EGOTHINK_JUDGE_CACHE_DIR": str(Path(workdir) / "judge-cache")},
+             **loopback_judge_settings("EGOTHINK", hash_rating, workdir, resources)},
     )

@@ -28,9 +28,11 @@ import json
 import socket
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Sequence
 
 
 @dataclass(frozen=True)
@@ -201,9 +203,23 @@ class _Handler(BaseHTTPRequestHandler):
 # ---------------------------------------------------------------------------------------------
 
 
-def hash_rating(call: ChatCall) -> str:
-    """A deterministic 0 / 0.5 / 1 rating from the prompt, so scores vary but can be recomputed."""
-    return ("0", "0.5", "1")[int(hashlib.sha256(call.text.encode()).hexdigest(), 16) % 3]
+def hashed_rating(scale: Sequence[str]) -> Callable[[ChatCall], str]:
+    """A deterministic rating from ``scale`` per prompt, so scores vary but can be recomputed."""
+    return lambda call: scale[int(hashlib.sha256(call.text.encode()).hexdigest(), 16) % len(scale)]
+
+
+# EgoThink's 0 / 0.5 / 1 scale.
+hash_rating = hashed_rating(("0", "0.5", "1"))
+
+
+def loopback_judge_settings(env_prefix: str, rating: Callable[[ChatCall], str], workdir: Path,
+                            resources: ExitStack) -> dict[str, str]:
+    """Start a loopback judge rating with ``rating`` (stopped with ``resources``) and return the
+    ``<env_prefix>_JUDGE_*`` settings that point a judged benchmark at it, with a cache in ``workdir``."""
+    judge = resources.enter_context(ChatServer(rating_responder(rating)))
+    settings = {"base_url": judge.base_url, "model": "loopback-judge", "api_key_env": "",
+                "cache_dir": str(Path(workdir) / "judge-cache")}
+    return {f"{env_prefix}_JUDGE_{name.upper()}": value for name, value in settings.items()}
 
 
 def rating_responder(rating: Callable[[ChatCall], str], *, delay: float = 0.0) -> Responder:

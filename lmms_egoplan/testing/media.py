@@ -82,11 +82,6 @@ def write_frame_folder(folder: str | os.PathLike, numbers: Iterable[int],
     return folder
 
 
-def epic_frame_folder(root: str | os.PathLike, video_id: str) -> Path:
-    """EPIC-KITCHENS-100 layout: ``<root>/<participant>/rgb_frames/<video_id>`` (P01_13 -> P01)."""
-    return Path(root) / video_id.split("_")[0] / "rgb_frames" / video_id
-
-
 def write_image(path: str | os.PathLike, seed: int = 0, size: tuple[int, int] = DEFAULT_SIZE) -> Path:
     """A deterministic noise image (JPEG or PNG by suffix)."""
     path = Path(path)
