@@ -59,8 +59,13 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
     """Run the demo under ``workdir``; returns the number of failed benchmarks (0 = all passed)."""
     import sys
 
+    from transformers.utils import logging as transformers_logging
+
     from lmms_egoplan.testing.checkpoints import tiny_checkpoint
 
+    # Building the fixtures' random models is not news: keep transformers' reports and bars out of the table's way.
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
     out = out or sys.stdout
     workdir = Path(workdir).resolve()
     entries = [e for e in SUITES if not only or suite_name(e) in only]
