@@ -8,6 +8,12 @@ import tempfile
 from pathlib import Path
 
 
+def _fail(command: str, message: str) -> int:
+    """A usage or input error: one line naming what to fix, no traceback, exit status 2."""
+    print(f"lmms-egoplan {command}: {message}", file=sys.stderr)
+    return 2
+
+
 def _smoke(args: argparse.Namespace) -> int:
     from lmms_egoplan.smoke import run_smoke
 
@@ -28,8 +34,7 @@ def _rejudge(args: argparse.Namespace) -> int:
         settings = resolve_settings(JudgeSettings, task="rejudge", metadata=given, env_prefix="", environ={})
         scores = rejudge_samples(args.samples, Judge.from_settings(settings), args.output)
     except (ValueError, FileNotFoundError) as error:  # bad settings or paths: say which, no traceback
-        print(f"lmms-egoplan rejudge: {error}", file=sys.stderr)
-        return 2
+        return _fail("rejudge", str(error))
     results = {"results": {task: {f"{metric},none": value for metric, value in row.items() if isinstance(value, (int, float))}
                            for task, row in scores.items()}}
     print(format_table(result_rows(results)))
@@ -53,8 +58,7 @@ def _egointent_check(args: argparse.Namespace) -> int:
         settings.check_sampling("options")
         docs = step_docs(load_steps(settings.annotations, settings.video_root), settings)
     except (EgoIntentDataError, SettingsError) as error:
-        print(f"lmms-egoplan egointent-check: {error}", file=sys.stderr)
-        return 2
+        return _fail("egointent-check", str(error))
     print(describe_steps(docs, settings))
     return 0
 
@@ -66,16 +70,16 @@ def _actplan_score(args: argparse.Namespace) -> int:
     from lmms_egoplan.metrics import step_matcher
 
     if not args.data_root and not args.pairs:
-        raise SystemExit("actplan-score: give --data-root (release layout) and/or --pairs (JSONL)")
+        return _fail("actplan-score", "give --data-root (release layout) and/or --pairs (JSONL)")
     if args.pairs and args.gold not in actplan.GOLD_CHOICES:
-        raise SystemExit(f"actplan-score: --gold {args.gold} names a release file; with --pairs use first or best")
+        return _fail("actplan-score", f"--gold {args.gold} names a release file; with --pairs use first or best")
     plans, notes = [], []
     if args.data_root:
         plans, notes = actplan.candidates_from_release(args.data_root, args.model, gold=args.gold, steps=args.steps)
     for path in args.pairs or []:
         plans += actplan.candidates_from_jsonl(path, steps=args.steps)
     if not plans:
-        raise SystemExit("actplan-score: no plans to score" + "".join(f"\n  {note}" for note in notes))
+        return _fail("actplan-score", "no plans to score" + "".join(f"\n  {note}" for note in notes))
     matcher = step_matcher(args.embedding_model, threshold=args.threshold, device=args.device, batch_size=args.batch_size)
     scores = actplan.score_lcs([(p.prediction, p.gold) for p in plans], matcher,
                                args.gold if args.gold in actplan.GOLD_CHOICES else "first")
@@ -96,7 +100,7 @@ def _actplan_train_bleurt(args: argparse.Namespace) -> int:
     from lmms_egoplan import bleurt
 
     if args.preset not in bleurt.PRESET_LEARNING_RATES:
-        raise SystemExit(f"actplan-train-bleurt: --preset must be one of {', '.join(bleurt.PRESET_LEARNING_RATES)}")
+        return _fail("actplan-train-bleurt", f"--preset must be one of {', '.join(bleurt.PRESET_LEARNING_RATES)}")
     config = bleurt.TrainingConfig(
         learning_rate=args.learning_rate or bleurt.PRESET_LEARNING_RATES[args.preset], batch_size=args.batch_size,
         epochs=args.epochs, max_length=args.max_length, select_by=args.select_by, seed=args.seed)

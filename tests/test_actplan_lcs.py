@@ -115,3 +115,14 @@ def test_scoring_command_on_the_release_layout(tmp_path, matcher, encode, capsys
     mean = np.mean([r["lcs"] for r in rows if r["model"] == "gpt-4v"])
     assert any(line.split()[:2] == ["gpt-4v", "all"] and float(line.split()[3]) == pytest.approx(mean, abs=0.005)
                for line in table.splitlines())
+
+
+def test_scoring_command_says_what_is_missing_without_a_traceback(tmp_path, capsys):
+    from lmms_egoplan.cli import main
+
+    assert main(["actplan-score"]) == 2
+    assert "give --data-root (release layout) and/or --pairs" in capsys.readouterr().err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main(["actplan-score", "--pairs", str(empty)]) == 2
+    assert "no plans to score" in capsys.readouterr().err

@@ -396,6 +396,23 @@ def test_each_present_field_is_judged_once_whatever_metrics_read_it(chat_run):
     assert len(chat_run.judge.calls) == len(expected)  # eight judged metrics, one judgement per field
 
 
+def test_rejudging_the_logged_samples_reproduces_every_metric_judging_each_field_once(chat_run, tmp_path):
+    from lmms_egoplan.cli import main
+
+    with ChatServer(sometimes_unrated) as judge:  # the same ratings, a fresh cache: every field judged again
+        assert main(["rejudge", str(chat_run.run.output_dir), "--output", str(tmp_path),
+                     "--judge_base_url", judge.base_url, "--judge_model", "another-judge", "--judge_api_key_env", "",
+                     "--judge_cache_dir", str(tmp_path / "cache")]) == 0
+    summary = json.loads(next(tmp_path.glob("*_rejudged.json")).read_text())["egointent"]
+    reported = {key.split(",")[0]: value for key, value in chat_run.run.results["results"]["egointent"].items()
+                if key != "alias" and "stderr" not in key}
+    scored = [metric for metric in summary if metric in reported and metric not in ("judged", "failed")]
+    assert set(scored) >= {"overall", *FIELDS, "indoor", "outdoor", "scenario_kitchen"}
+    for metric in [*scored, "judged", "failed"]:
+        assert summary[metric] == pytest.approx(reported[metric]), metric
+    assert len(judge.calls) == reported["judged"] + reported["failed"] == len(audit_trail(chat_run.run.output_dir))
+
+
 def test_the_model_gets_the_unified_prompt_and_only_pre_outcome_frames(chat_run, docs):
     by_id = {d["step_id"]: d for d in docs}
     assert chat_run.model.seen.keys() == by_id.keys()
