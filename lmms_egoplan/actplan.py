@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from lmms_egoplan.errors import InputError
 from lmms_egoplan.harness import BenchmarkTask, SettingsError, env_var
 from lmms_egoplan.media import load_image
 
@@ -49,7 +50,7 @@ _PLAN_FILE = re.compile(r"plan_(.+)\.txt")
 _PROBLEM_IN_PATH = re.compile(r"(?:^|/)(\d+)/sample_\d+/?$")
 
 
-class ActPlanDataError(ValueError):
+class ActPlanDataError(InputError):
     """The ActPlan-1K release folder is missing or incomplete."""
 
 

@@ -32,6 +32,7 @@ from torch import nn
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from lmms_egoplan.actplan import parse_plan
+from lmms_egoplan.errors import InputError
 from lmms_egoplan.metrics import resolve_device
 
 # The release adds these action names to the BERT vocabulary as special (unsplit) tokens.
@@ -49,7 +50,7 @@ SPLITS = ("train", "val", "test")
 _PLAN_LISTS = tuple(f"{kind}_{vlm}" for vlm in VLMS for kind in ("pos", "neg", "gold"))
 
 
-class FinetuningDataError(ValueError):
+class FinetuningDataError(InputError):
     """The fine-tuning rows or the activity split file are malformed."""
 
 

@@ -27,38 +27,24 @@ def _rejudge(args: argparse.Namespace) -> int:
     from lmms_egoplan.harness import resolve_settings
     from lmms_egoplan.judge import Judge, JudgeSettings
     from lmms_egoplan.judged_task import rejudge_samples
-    from lmms_egoplan.smoke import format_table, result_rows
+    from lmms_egoplan.smoke import format_table, format_value
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JudgeSettings) if hasattr(args, f.name)}
-    try:
-        settings = resolve_settings(JudgeSettings, task="rejudge", metadata=given, env_prefix="", environ={})
-        scores = rejudge_samples(args.samples, Judge.from_settings(settings), args.output)
-    except (ValueError, FileNotFoundError) as error:  # bad settings or paths: say which, no traceback
-        return _fail("rejudge", str(error))
-    results = {"results": {task: {f"{metric},none": value for metric, value in row.items() if isinstance(value, (int, float))}
-                           for task, row in scores.items()}}
-    print(format_table(result_rows(results)))
+    settings = resolve_settings(JudgeSettings, task="rejudge", metadata=given, env_prefix="", environ={})
+    scores = rejudge_samples(args.samples, Judge.from_settings(settings), args.output)
+    print(format_table([(task, metric, format_value(value)) for task, row in scores.items()
+                        for metric, value in row.items() if isinstance(value, (int, float))]))
     print(f"Judge: {settings.judge_backend}:{settings.judge_model}; audit trails and scores in {args.output}")
     return 0
 
 
 def _egointent_check(args: argparse.Namespace) -> int:
-    from lmms_egoplan.egointent import (
-        EgoIntentDataError,
-        EgoIntentSettings,
-        describe_steps,
-        load_steps,
-        step_docs,
-    )
-    from lmms_egoplan.harness import SettingsError
+    from lmms_egoplan.egointent import EgoIntentSettings, describe_steps, load_steps, step_docs
 
     settings = EgoIntentSettings(annotations=args.annotations, video_root=args.video_root,
                                  sample_fps=args.sample_fps, max_frames=args.max_frames)
-    try:
-        settings.check_sampling("options")
-        docs = step_docs(load_steps(settings.annotations, settings.video_root), settings)
-    except (EgoIntentDataError, SettingsError) as error:
-        return _fail("egointent-check", str(error))
+    settings.check_sampling("options")
+    docs = step_docs(load_steps(settings.annotations, settings.video_root), settings)
     print(describe_steps(docs, settings))
     return 0
 
@@ -188,8 +174,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from lmms_egoplan.errors import InputError
+
     args = build_parser().parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except (InputError, FileNotFoundError) as error:  # bad data, settings or paths: what to fix, no traceback
+        return _fail(args.command, str(error))
 
 
 if __name__ == "__main__":

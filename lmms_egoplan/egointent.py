@@ -36,6 +36,7 @@ from typing import Any, Optional
 
 from loguru import logger
 
+from lmms_egoplan.errors import InputError
 from lmms_egoplan.harness import SettingsError
 from lmms_egoplan.judge import (
     FixedRating,
@@ -118,7 +119,7 @@ class EgoIntentSettings(JudgeSettings):
 # =============================================================================================
 
 
-class EgoIntentDataError(ValueError):
+class EgoIntentDataError(InputError):
     """The annotation file, or a video it names, cannot be used; the message lists every problem."""
 
 
@@ -310,13 +311,8 @@ class EgoIntentTask(JudgedTask):
     def download(self, dataset_kwargs=None) -> None:
         super().download(dataset_kwargs)
         # One breakdown metric per scenario of the data (Figure 7); the YAML cannot list them.
-        split = self.config.test_split or self.config.validation_split
-        for scenario in sorted(set(self.dataset[split]["scenario"])):
-            metric = scenario_metric(scenario)
-            self._metric_fn_list[metric] = None
-            self._metric_fn_kwargs[metric] = {}
-            self._aggregation_list[metric] = judged_score
-            self._higher_is_better[metric] = True
+        for scenario in sorted(set(self.eval_docs["scenario"])):
+            self.add_metric(scenario_metric(scenario), judged_score)
 
 
 def step_docs(steps: list[Step], settings: EgoIntentSettings) -> list[dict]:

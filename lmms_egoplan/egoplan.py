@@ -42,6 +42,7 @@ from loguru import logger as eval_logger
 from PIL import Image
 
 from lmms_egoplan import media
+from lmms_egoplan.errors import InputError
 from lmms_egoplan.harness import BenchmarkTask, SettingsError, env_var
 from lmms_egoplan.metrics import (
     ValueBin,
@@ -91,7 +92,7 @@ def setting_name(field: str) -> str:
     return f"{env_var(ENV_PREFIX, field)} (metadata.{field})"
 
 
-class EgoPlanDataError(ValueError):
+class EgoPlanDataError(InputError):
     """An annotation record or its media cannot be used; the message names the sample, path and setting."""
 
     def __init__(self, message: str, path: str | Path | None = None):

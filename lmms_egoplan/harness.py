@@ -19,20 +19,27 @@ import inspect
 import os
 import typing
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 from lmms_eval.api.task import ConfigurableMessagesTask, ConfigurableTask
+
+from lmms_egoplan.errors import InputError
 
 # lmms-eval copies a task's `metadata` into every request's metadata next to these keys.
 _RESERVED_SETTING_NAMES = frozenset({"task", "doc_id", "repeats", "split", "version"})
 
 
-class SettingsError(ValueError):
+class SettingsError(InputError):
     """A benchmark setting is unknown or has a value of the wrong type."""
 
 
 def env_var(prefix: str, field: str) -> str:
     return f"{prefix}_{field}".upper()
+
+
+def setting_name(prefix: str, field: str) -> str:
+    """How a user changes setting ``field``: its environment variable and its YAML metadata key."""
+    return f"{env_var(prefix, field)} (metadata.{field})"
 
 
 def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, Any] | None,
@@ -56,16 +63,17 @@ def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, 
                 f"task {task}: unknown setting {key!r} in the YAML metadata; "
                 f"known settings: {', '.join(sorted(fields))}"
             )
-        values[key] = _coerce(raw, hints[key], f"task {task}: metadata.{key}")
+        values[key] = coerce_setting(raw, hints[key], f"task {task}: metadata.{key}")
     for name in fields:
         variable = env_var(env_prefix, name)
         if variable in environ:
-            values[name] = _coerce(environ[variable], hints[name], f"task {task}: environment variable {variable}")
+            values[name] = coerce_setting(environ[variable], hints[name], f"task {task}: environment variable {variable}")
     return settings_class(**values)
 
 
-def _coerce(raw: Any, annotation: Any, where: str) -> Any:
-    """Convert a YAML or environment value to the annotated type (str / int / float / bool / Optional)."""
+def coerce_setting(raw: Any, annotation: Any, where: str) -> Any:
+    """Convert a YAML, environment or command-line value to the annotated type (str / int / float /
+    bool / Path / Optional); a value that does not fit raises SettingsError naming ``where``."""
     optional = type(None) in typing.get_args(annotation)
     target = next((a for a in typing.get_args(annotation) if a is not type(None)), annotation) if optional else annotation
     if raw is None or (optional and isinstance(raw, str) and raw.strip().lower() in ("", "none", "null")):
@@ -147,7 +155,8 @@ class BenchmarkTask(ConfigurableMessagesTask):
     The YAML's ``process_results`` and aggregation functions may declare a ``settings``,
     ``task_name`` and/or ``task`` parameter: the task binds its effective settings, its name and
     itself to them, so per-document scoring and run-level aggregation (e.g. scoring all outputs
-    of a run at once) follow the settings and share run state without module globals.
+    of a run at once) follow the settings and share run state without module globals. Metrics
+    whose names come from settings or data, which a YAML cannot list, join with ``add_metric``.
     """
 
     Settings: ClassVar[type]
@@ -159,10 +168,29 @@ class BenchmarkTask(ConfigurableMessagesTask):
         self.settings = resolve_settings(self.Settings, task=config["task"], metadata=metadata, env_prefix=self.ENV_PREFIX)
         config["metadata"] = {**metadata, **{k: _jsonable(v) for k, v in dataclasses.asdict(self.settings).items()}}
         self._chat_backend = False
+        self._context = {"settings": self.settings, "task_name": config["task"], "task": self}
         super().__init__(config=config, **kwargs)
-        context = {"settings": self.settings, "task_name": self.config.task, "task": self}
-        self.config.process_results = _bind_context(self.config.process_results, context)
-        self._aggregation_list = {name: _bind_context(fn, context) for name, fn in self._aggregation_list.items()}
+        self.config.process_results = _bind_context(self.config.process_results, self._context)
+
+    def _prepare_metric_and_aggregation(self) -> None:
+        super()._prepare_metric_and_aggregation()
+        self._aggregation_list = {name: _bind_context(fn, self._context) for name, fn in self._aggregation_list.items()}
+
+    def add_metric(self, name: str, aggregation: str | Callable, *, higher_is_better: bool = True) -> None:
+        """Report ``name`` (which ``process_results`` returns for the docs it applies to), aggregated
+        by ``aggregation`` (a registered name such as "mean", or a function, context-bound as above)."""
+        from lmms_eval.api.registry import get_aggregation
+
+        function = get_aggregation(aggregation) if isinstance(aggregation, str) else aggregation
+        self._metric_fn_list[name] = None
+        self._metric_fn_kwargs[name] = {}
+        self._aggregation_list[name] = _bind_context(function, self._context)
+        self._higher_is_better[name] = higher_is_better
+
+    def process_results(self, doc, results, full_docs=None):
+        # lmms-eval wraps process_results in a retry (5 tries, 2 s apart, the cause hidden in a
+        # RetryError). Scoring is deterministic: a failure should surface at once, by name.
+        return ConfigurableTask.process_results.__wrapped__(self, doc, results, full_docs)
 
     def load_docs(self) -> Iterable[dict]:
         """The evaluation documents, one dict per sample, in the benchmark's order."""
@@ -225,6 +253,30 @@ def _bind_context(function: Any, context: Mapping[str, Any]) -> Any:
 
 def _jsonable(value: Any) -> Any:
     return str(value) if isinstance(value, Path) else value
+
+
+@functools.cache
+def run_stamp(timezone: str | None) -> str:
+    """One date-time per run, formatted (and in the time zone) as lmms-eval names its files."""
+    from lmms_eval.utils import get_datetime_str
+
+    return get_datetime_str(timezone=timezone) if timezone else get_datetime_str()
+
+
+def run_file(args: Any, task: str, kind: str, suffix: str = ".jsonl") -> Path:
+    """Where a task writes a file of this run (judgements, plans, a submission): beside lmms-eval's
+    results file, ``<output_path>/<model>/<date-time>_<kind>_<task><suffix>``, so that runs of
+    other models or at other times never overwrite it; ``./<kind>/`` without ``--output_path``."""
+    file_name = f"{run_stamp(getattr(args, 'timezone', None))}_{kind}_{task}{suffix}"
+    output_path = getattr(args, "output_path", None)
+    if not output_path:
+        return Path.cwd() / kind / file_name
+    from lmms_eval.loggers.evaluation_tracker import GeneralConfigTracker
+    from lmms_eval.utils import sanitize_model_name
+
+    model_args = getattr(args, "model_args", "")
+    model = GeneralConfigTracker._get_model_name(model_args if isinstance(model_args, str) else "")
+    return Path(output_path) / sanitize_model_name(model) / file_name
 
 
 def keep_loglikelihood_results() -> None:

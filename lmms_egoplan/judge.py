@@ -46,6 +46,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from loguru import logger
 
+from lmms_egoplan.errors import InputError
+
 JUDGE_BACKENDS = ("openai", "azure", "hf")
 
 # A rating parser turns the judge's raw text into a rating, or raises ValueError (its message
@@ -53,7 +55,7 @@ JUDGE_BACKENDS = ("openai", "azure", "hf")
 RatingParser = Callable[[str], float]
 
 
-class JudgeSetupError(ValueError):
+class JudgeSetupError(InputError):
     """The judge settings cannot work (unknown backend, missing key variable, ...)."""
 
 

@@ -45,7 +45,7 @@ from typing import Any, Sequence
 
 from loguru import logger
 
-from lmms_egoplan.harness import BenchmarkTask, SettingsError
+from lmms_egoplan.harness import BenchmarkTask, SettingsError, run_file, run_stamp
 from lmms_egoplan.judge import (
     ItemScore,
     Judge,
@@ -85,7 +85,7 @@ class JudgedTask(BenchmarkTask):
         task has had judged yet: every metric (overall, per part, breakdowns over subsets of the
         samples) reads the same judgements, whatever order lmms-eval aggregates them in."""
         settings = JudgeSettings.of(self.settings)
-        trail = audit_path(args, self.config.task)
+        trail = run_file(args, self.config.task, "judgements")
         with self._judgements_lock:
             try:
                 judge = _shared_judge(settings)
@@ -106,28 +106,6 @@ class JudgedTask(BenchmarkTask):
 def _shared_judge(settings: JudgeSettings) -> Judge:
     # One engine per judge configuration: the tasks of a run share its client, cache and (hf) model.
     return Judge.from_settings(settings)
-
-
-@functools.cache
-def _run_stamp(timezone: str | None) -> str:
-    """One date-time per run, formatted (and in the time zone) as lmms-eval names its files."""
-    from lmms_eval.utils import get_datetime_str
-
-    return get_datetime_str(timezone=timezone) if timezone else get_datetime_str()
-
-
-def audit_path(args: Any, task: str) -> Path:
-    """Where a task's judgements go: beside lmms-eval's results file (``./judgements`` without --output_path)."""
-    file_name = f"{_run_stamp(getattr(args, 'timezone', None))}_judgements_{task}.jsonl"
-    output_path = getattr(args, "output_path", None)
-    if not output_path:
-        return Path.cwd() / "judgements" / file_name
-    from lmms_eval.loggers.evaluation_tracker import GeneralConfigTracker
-    from lmms_eval.utils import sanitize_model_name
-
-    model_args = getattr(args, "model_args", "")
-    model = GeneralConfigTracker._get_model_name(model_args if isinstance(model_args, str) else "")
-    return Path(output_path) / sanitize_model_name(model) / file_name
 
 
 def _task_of(task: BenchmarkTask | None) -> JudgedTask:
@@ -175,7 +153,7 @@ def rejudge_samples(paths: Sequence[str | Path], judge: Judge, output_dir: str |
     import json
 
     output_dir = Path(output_dir)
-    stamp = _run_stamp(None)
+    stamp = run_stamp(None)
     summary: dict[str, dict] = {}
     for task, samples_file in _samples_files(paths).items():
         columns: dict[str, list[dict]] = {}

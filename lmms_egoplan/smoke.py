@@ -38,7 +38,6 @@ class SmokeSuite:
     name: str
     tasks: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
-    model_args: str = ""  # extra backend arguments this benchmark needs, "key=value,..."
     cli_args: tuple[str, ...] = ()  # extra lmms-eval arguments, e.g. ("--gen_kwargs", "max_new_tokens=16")
 
 
@@ -89,11 +88,10 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
                 continue
             log_dir = workdir / "logs" / name
             log_dirs.append(log_dir)
-            model_args = ",".join(filter(None, [f"pretrained={checkpoint}", suite.model_args]))
             print(f"[{name}] lmms-eval --model {MODEL} --tasks {','.join(suite.tasks)} ...", file=out, flush=True)
             started = time.monotonic()
             try:
-                run = run_lmms_eval(model=MODEL, model_args=model_args, tasks=suite.tasks,
+                run = run_lmms_eval(model=MODEL, model_args=f"pretrained={checkpoint}", tasks=suite.tasks,
                                     output_dir=log_dir, env=suite.env, extra_args=suite.cli_args)
             except EvalRunError as error:
                 failures.append(name)
@@ -122,11 +120,11 @@ def result_rows(results: dict) -> list[tuple[str, str, str]]:
                 metric = key.split(",")[0]
                 if key == "alias" or "stderr" in metric or value in ("", " "):
                     continue
-                rows.append((name, metric, _format_value(value)))
+                rows.append((name, metric, format_value(value)))
     return rows
 
 
-def _format_value(value) -> str:
+def format_value(value) -> str:
     if isinstance(value, float):
         return "nan" if math.isnan(value) else f"{value:.4g}"
     return str(value)

@@ -343,6 +343,10 @@ def test_bad_model_args_raise(tiny_model):
         EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), max_frame=8)
     with pytest.raises(ValueError, match="dtype must be auto or one of"):
         EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), dtype="fp8")
+    with pytest.raises(ValueError, match="egoplan_hf model_args image_max_side: expected an integer, got 'big'"):
+        EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), image_max_side="big")
+    with pytest.raises(ValueError, match="egoplan_hf model_args prefix_sharing: expected true/false"):
+        EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), prefix_sharing="maybe")
 
 
 def test_dtype_and_attention_implementation_are_model_args(backend):

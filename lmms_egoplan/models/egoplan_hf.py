@@ -17,6 +17,8 @@ from lmms_eval.api.instance import Instance
 from lmms_eval.api.model import lmms
 from tqdm import tqdm
 
+from lmms_egoplan.harness import coerce_setting
+from lmms_egoplan.metrics import resolve_device
 from lmms_egoplan.models.chat import ChatRenderer
 from lmms_egoplan.models.likelihood import LikelihoodScorer, scored_sequence
 from lmms_egoplan.models.visuals import ModelVisuals, VisualLimits, prepare_visuals
@@ -81,19 +83,21 @@ class EgoPlanHF(lmms):
         self.takes_images = getattr(self.processor, "image_processor", None) is not None
         self.video_native = getattr(self.processor, "video_processor", None) is not None
         self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt, chat_template=chat_template)
-        self.limits = VisualLimits(max_frames=int(max_frames), image_max_side=_optional_int(image_max_side),
-                                   image_max_pixels=_optional_int(image_max_pixels),
-                                   video_max_side=_optional_int(video_max_side),
-                                   video_max_pixels=_optional_int(video_max_pixels))
-        self.max_length = _optional_int(max_length) or _context_window(self._model)
+        self.limits = VisualLimits(max_frames=_arg(max_frames, int, "max_frames"),
+                                   image_max_side=_arg(image_max_side, int | None, "image_max_side"),
+                                   image_max_pixels=_arg(image_max_pixels, int | None, "image_max_pixels"),
+                                   video_max_side=_arg(video_max_side, int | None, "video_max_side"),
+                                   video_max_pixels=_arg(video_max_pixels, int | None, "video_max_pixels"))
+        self.max_length = _arg(max_length, int | None, "max_length") or _context_window(self._model)
         if str(batch_size).startswith("auto"):
             raise ValueError("egoplan_hf: batch_size=auto is not supported; pass --batch_size N")
-        self.batch_size = int(batch_size)
-        self.prefix_sharing = _as_bool(prefix_sharing, "prefix_sharing")
-        self.lstrip_continuation = _as_bool(lstrip_continuation, "lstrip_continuation")
-        if int(continuation_batch_size) < 1:
+        self.batch_size = _arg(batch_size, int, "batch_size")
+        self.prefix_sharing = _arg(prefix_sharing, bool, "prefix_sharing")
+        self.lstrip_continuation = _arg(lstrip_continuation, bool, "lstrip_continuation")
+        continuation_batch_size = _arg(continuation_batch_size, int, "continuation_batch_size")
+        if continuation_batch_size < 1:
             raise ValueError(f"egoplan_hf: continuation_batch_size must be at least 1, got {continuation_batch_size}")
-        self.scorer = LikelihoodScorer(self._model, self.pretrained, int(continuation_batch_size))
+        self.scorer = LikelihoodScorer(self._model, self.pretrained, continuation_batch_size)
         self._visual_cache: tuple[tuple, ModelVisuals] | None = None
         self._reported_generation_keys: set[str] = set()
 
@@ -187,7 +191,7 @@ class EgoPlanHF(lmms):
                            f"{self.max_length - prompt_length} to stay within the context window of {self.max_length} tokens")
             max_new_tokens = self.max_length - prompt_length
         temperature = float(generation_kwargs.get("temperature") or 0.0)
-        do_sample = _as_bool(generation_kwargs.get("do_sample", False), "do_sample") or temperature > 0
+        do_sample = coerce_setting(generation_kwargs.get("do_sample", False), bool, "egoplan_hf gen_kwargs do_sample") or temperature > 0
         settings: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": do_sample}
         if do_sample:
             settings["temperature"] = temperature or 1.0
@@ -266,9 +270,7 @@ def _load(pretrained: str, dtype: str, attn_implementation: str | None, trust_re
 
 def _resolve_device(device: str | None, accelerator) -> str:
     """``auto``: the rank's GPU where there is one, else the CPU; a bare ``cuda`` gets the rank's index."""
-    device = device or "auto"
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(device or "auto")
     if device == "cuda" and accelerator.num_processes > 1:
         device = f"cuda:{accelerator.local_process_index}"
     return device
@@ -290,16 +292,7 @@ def _cut_at_first(text: str, stops: Sequence[str]) -> str:
     return text[:cut]
 
 
-def _optional_int(value) -> int | None:
-    return None if value in (None, "", "None", "none") else int(value)
-
-
-def _as_bool(value, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes"):
-        return True
-    if text in ("0", "false", "no"):
-        return False
-    raise ValueError(f"egoplan_hf: {name} must be true or false, got {value!r}")
+def _arg(value, annotation, name: str):
+    """A model_arg (lmms-eval passes them as parsed literals or strings) as ``annotation``;
+    a value that does not fit raises an error naming the argument."""
+    return coerce_setting(value, annotation, f"egoplan_hf model_args {name}")

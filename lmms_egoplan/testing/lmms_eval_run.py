@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -35,10 +36,16 @@ class EvalRun:
     log: str
     output_dir: Path
     results: dict | None = field(default=None)
+    started: float = 0.0  # time.time() when the run started: files older than it are an earlier run's
+
+    def _written(self, pattern: str) -> list[Path]:
+        """Files matching ``pattern`` that this run wrote, oldest first."""
+        found = [p for p in self.output_dir.rglob(pattern) if p.stat().st_mtime >= self.started]
+        return sorted(found, key=lambda p: p.stat().st_mtime)
 
     @property
     def results_file(self) -> Path | None:
-        found = sorted(self.output_dir.rglob("*_results.json"), key=lambda p: p.stat().st_mtime)
+        found = self._written("*_results.json")
         return found[-1] if found else None
 
     def metric(self, task: str, metric: str, filter_key: str = "none"):
@@ -47,9 +54,9 @@ class EvalRun:
 
     def samples(self, task: str) -> list[dict]:
         """The logged samples of ``task`` (needs ``--log_samples``), in document order."""
-        files = sorted(self.output_dir.rglob(f"*_samples_{task}.jsonl"), key=lambda p: p.stat().st_mtime)
+        files = self._written(f"*_samples_{task}.jsonl")
         if not files:
-            raise FileNotFoundError(f"no logged samples for {task} under {self.output_dir}")
+            raise FileNotFoundError(f"this run logged no samples for {task} under {self.output_dir}")
         rows = [json.loads(line) for line in files[-1].read_text().splitlines() if line.strip()]
         return sorted(rows, key=lambda row: row["doc_id"])
 
@@ -83,9 +90,11 @@ def run_lmms_eval(*, model: str, model_args: str, tasks: Iterable[str], output_d
         run_env.pop("LMMS_EVAL_PLUGINS", None)
     # The output folder as working directory: a source checkout in the caller's working directory
     # would otherwise shadow the installed package (``python -m`` puts the cwd first on sys.path).
+    started = time.time()
     completed = subprocess.run(command, env=run_env, cwd=output_dir, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, timeout=timeout)
-    run = EvalRun(command=command, returncode=completed.returncode, log=completed.stdout, output_dir=output_dir)
+    run = EvalRun(command=command, returncode=completed.returncode, log=completed.stdout, output_dir=output_dir,
+                  started=started)
     if run.results_file is not None:
         run.results = json.loads(run.results_file.read_text())
     missing = [t for t in tasks if not run.results or (t not in run.results.get("results", {})
