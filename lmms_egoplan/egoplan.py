@@ -652,6 +652,17 @@ class EgoPlanValidation(BenchmarkTask):
     ENV_PREFIX = ENV_PREFIX
     LABELLED: ClassVar[bool] = True
 
+    def __init__(self, config, **kwargs):
+        super().__init__(config, **kwargs)
+        # Metrics whose names or parameters come from settings join those the YAML lists.
+        self.add_metric("skipped_samples", largest, higher_is_better=False)
+        if self.LABELLED:
+            for value_bin in progress_bins(self.settings):
+                self.add_metric(f"accuracy_progress_{value_bin.label}", "mean")
+            for level, name in enumerate(SIMILARITY_LEVELS):
+                self.add_metric(f"accuracy_similarity_{name}", functools.partial(
+                    similarity_level_accuracy, level=level, model=self.settings.similarity_model))
+
     def load_docs(self) -> list[dict]:
         loaded = load_samples(self.settings, labelled=self.LABELLED)
         self.skipped_samples = loaded.skipped
@@ -660,28 +671,8 @@ class EgoPlanValidation(BenchmarkTask):
                                 f"({setting_name('skip_missing')}):\n  " + "\n  ".join(map(str, loaded.skipped)))
         return loaded.docs
 
-    def _prepare_metric_and_aggregation(self):
-        # Metrics whose names or parameters come from settings join those the YAML lists.
-        self.config.metric_list = [*(self.config.metric_list or []), *self.settings_metrics()]
-        super()._prepare_metric_and_aggregation()
-
-    def settings_metrics(self) -> list[dict]:
-        metrics = [{"metric": "skipped_samples", "aggregation": largest, "higher_is_better": False}]
-        if not self.LABELLED:
-            return metrics
-        metrics += [{"metric": f"accuracy_progress_{b.label}", "aggregation": "mean", "higher_is_better": True}
-                    for b in progress_bins(self.settings)]
-        metrics += [{"metric": f"accuracy_similarity_{name}", "higher_is_better": True,
-                     "aggregation": functools.partial(similarity_level_accuracy, level=level,
-                                                      model=self.settings.similarity_model)}
-                    for level, name in enumerate(SIMILARITY_LEVELS)]
-        return metrics
-
     def process_results(self, doc, results, full_docs=None):
-        # Scoring is deterministic: called directly, not through lmms-eval's retry wrapper (5 tries,
-        # then a RetryError that hides the message), so a problem surfaces at once and by name.
-        scores = self.config.process_results(doc, results)
-        return {**scores, "skipped_samples": float(len(self.skipped_samples))}
+        return {**super().process_results(doc, results, full_docs), "skipped_samples": float(len(self.skipped_samples))}
 
 
 class EgoPlanTest(EgoPlanValidation):
