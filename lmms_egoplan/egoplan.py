@@ -43,7 +43,7 @@ from PIL import Image
 
 from lmms_egoplan import media
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.harness import BenchmarkTask, SettingsError, env_var
+from lmms_egoplan.harness import BenchmarkTask, SettingsError, setting_name
 from lmms_egoplan.metrics import (
     ValueBin,
     bin_of,
@@ -87,17 +87,8 @@ class EgoPlanSettings:
     similarity_model: str = ""  # sentence-transformers model for goal-answer similarity; "" = all-MiniLM-L6-v2
 
 
-def setting_name(field: str) -> str:
-    """How a user changes ``field``: its environment variable and YAML metadata key."""
-    return f"{env_var(ENV_PREFIX, field)} (metadata.{field})"
-
-
 class EgoPlanDataError(InputError):
     """An annotation record or its media cannot be used; the message names the sample, path and setting."""
-
-    def __init__(self, message: str, path: str | Path | None = None):
-        super().__init__(message)
-        self.path = None if path is None else str(path)
 
 
 # =============================================================================================
@@ -111,13 +102,13 @@ _ACTION_FIELDS = ("narration_text", "start_frame", "stop_frame")
 
 def annotation_path(settings: EgoPlanSettings) -> Path:
     if not settings.annotation_file:
-        raise SettingsError(f"EgoPlan: no annotation file; set {setting_name('annotation_dir')} to the folder "
-                            f"holding EgoPlan_validation.json / EgoPlan_test.json")
+        raise SettingsError(f"EgoPlan: no annotation file; set {setting_name(ENV_PREFIX, 'annotation_dir')} to "
+                            f"the folder holding EgoPlan_validation.json / EgoPlan_test.json")
     path = Path(settings.annotation_file).expanduser()
     if not path.is_absolute():
         if not settings.annotation_dir:
             raise SettingsError(f"EgoPlan: annotation file {settings.annotation_file!r} is relative; set "
-                                f"{setting_name('annotation_dir')} to the folder that holds it")
+                                f"{setting_name(ENV_PREFIX, 'annotation_dir')} to the folder that holds it")
         path = Path(settings.annotation_dir).expanduser() / path
     return path
 
@@ -125,14 +116,15 @@ def annotation_path(settings: EgoPlanSettings) -> Path:
 def read_annotations(path: Path, *, labelled: bool) -> list[dict]:
     """The records of an official annotation file, checked field by field."""
     if not path.is_file():
-        raise EgoPlanDataError(f"EgoPlan annotation file not found: {path}; set {setting_name('annotation_dir')} "
-                               f"(or {setting_name('annotation_file')})", path)
+        raise EgoPlanDataError(f"EgoPlan annotation file not found: {path}; set "
+                               f"{setting_name(ENV_PREFIX, 'annotation_dir')} "
+                               f"(or {setting_name(ENV_PREFIX, 'annotation_file')})")
     try:
         records = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise EgoPlanDataError(f"cannot read EgoPlan annotation file {path}: {error}", path) from error
+        raise EgoPlanDataError(f"cannot read EgoPlan annotation file {path}: {error}") from error
     if not isinstance(records, list) or not records:
-        raise EgoPlanDataError(f"EgoPlan annotation file {path} must hold a non-empty JSON list of records", path)
+        raise EgoPlanDataError(f"EgoPlan annotation file {path} must hold a non-empty JSON list of records")
     for position, record in enumerate(records):
         _check_record(record, position, path, labelled=labelled)
     return records
@@ -141,25 +133,25 @@ def read_annotations(path: Path, *, labelled: bool) -> list[dict]:
 def _check_record(record: Any, position: int, path: Path, *, labelled: bool) -> None:
     where = f"EgoPlan annotation file {path}, record #{position}"
     if not isinstance(record, dict):
-        raise EgoPlanDataError(f"{where}: expected a JSON object", path)
+        raise EgoPlanDataError(f"{where}: expected a JSON object")
     where += f" (sample_id {record.get('sample_id')!r})"
     required = _RECORD_FIELDS + (("golden_choice_idx",) if labelled else ())
     missing = [name for name in required if name not in record]
     if missing:
-        raise EgoPlanDataError(f"{where}: missing field(s) {', '.join(missing)}", path)
+        raise EgoPlanDataError(f"{where}: missing field(s) {', '.join(missing)}")
     if record["video_source"] not in VIDEO_SOURCES:
         raise EgoPlanDataError(f"{where}: video_source must be one of {sorted(VIDEO_SOURCES)}, "
-                               f"got {record['video_source']!r}", path)
+                               f"got {record['video_source']!r}")
     if labelled and record["golden_choice_idx"] not in tuple(CHOICE_LETTERS):
-        raise EgoPlanDataError(f"{where}: golden_choice_idx must be one of A-D, got {record['golden_choice_idx']!r}", path)
+        raise EgoPlanDataError(f"{where}: golden_choice_idx must be one of A-D, got {record['golden_choice_idx']!r}")
     actions = record["task_progress_metadata"]
     if not isinstance(actions, list) or any(not isinstance(a, dict) or any(f not in a for f in _ACTION_FIELDS)
                                             for a in actions):
         raise EgoPlanDataError(f"{where}: task_progress_metadata must be a list of objects with "
-                               f"{', '.join(_ACTION_FIELDS)}", path)
+                               f"{', '.join(_ACTION_FIELDS)}")
     if actions and actions[0]["start_frame"] > record["current_observation_frame"]:
         raise EgoPlanDataError(f"{where}: the first action starts (frame {actions[0]['start_frame']}) after the "
-                               f"current observation frame {record['current_observation_frame']}", path)
+                               f"current observation frame {record['current_observation_frame']}")
 
 
 def epic_frame_folder(root: str | Path, video_id: str) -> Path:
@@ -260,7 +252,7 @@ def _read_frames(doc: Mapping, numbers: Sequence[int]) -> list[Image.Image]:
         with media.VideoFile(doc["media_path"]) as video:
             return video.frames(video_indices(doc, video, numbers), max_side=doc["max_side"])
     except media.MediaError as error:
-        raise EgoPlanDataError(f"EgoPlan sample {doc['sample_id']}: {error}", error.path) from error
+        raise EgoPlanDataError(f"EgoPlan sample {doc['sample_id']}: {error}") from error
 
 
 def video_indices(doc: Mapping, video: media.VideoFile, numbers: Sequence[int]) -> list[int]:
@@ -315,9 +307,8 @@ def load_samples(settings: EgoPlanSettings, *, labelled: bool) -> LoadedSamples:
     problems = find_missing_media(docs)
     if problems and not settings.skip_missing:
         others = f" ({len(problems) - 1} more sample(s) have missing media)" if len(problems) > 1 else ""
-        raise EgoPlanDataError(f"EgoPlan {problems[0]}{others}. Set {setting_name('skip_missing')} to true to "
-                               f"skip such samples instead (they are counted in the skipped_samples metric)",
-                               problems[0].path)
+        raise EgoPlanDataError(f"EgoPlan {problems[0]}{others}. Set {setting_name(ENV_PREFIX, 'skip_missing')} to "
+                               f"true to skip such samples instead (they are counted in the skipped_samples metric)")
     missing_ids = {problem.sample_id for problem in problems}
     return LoadedSamples(docs=[d for d in docs if d["sample_id"] not in missing_ids], skipped=problems)
 
@@ -326,20 +317,21 @@ def check_visual_settings(settings: EgoPlanSettings) -> None:
     choices = {"visual_source": ("raw", "clips"), "frame_sampling": ("uniform", "keyframes")}
     for field, allowed in choices.items():
         if getattr(settings, field) not in allowed:
-            raise SettingsError(f"EgoPlan: {setting_name(field)} must be one of {', '.join(allowed)}, "
+            raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, field)} must be one of {', '.join(allowed)}, "
                                 f"got {getattr(settings, field)!r}")
     for field in ("num_frames", "keyframe_segments", "keyframes_per_segment"):
         if getattr(settings, field) < 1:
-            raise SettingsError(f"EgoPlan: {setting_name(field)} must be at least 1, got {getattr(settings, field)}")
+            raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, field)} must be at least 1, "
+                                f"got {getattr(settings, field)}")
     if settings.ego4d_annotation_fps <= 0:
-        raise SettingsError(f"EgoPlan: {setting_name('ego4d_annotation_fps')} must be positive")
+        raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, 'ego4d_annotation_fps')} must be positive")
 
 
 def progress_bins(settings: EgoPlanSettings) -> tuple[ValueBin, ...]:
     try:
         return parse_bins(settings.progress_length_bins)
     except ValueError as error:
-        raise SettingsError(f"EgoPlan: {setting_name('progress_length_bins')}: {error}") from None
+        raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, 'progress_length_bins')}: {error}") from None
 
 
 def _record_to_doc(record: Mapping, settings: EgoPlanSettings, bins: Sequence[ValueBin]) -> dict:
@@ -377,7 +369,7 @@ def _record_to_doc(record: Mapping, settings: EgoPlanSettings, bins: Sequence[Va
 def _required_root(settings: EgoPlanSettings, field: str) -> str:
     value = getattr(settings, field)
     if not value:
-        raise SettingsError(f"EgoPlan: {setting_name(field)} is not set; it must point at "
+        raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, field)} is not set; it must point at "
                             f"{_ROOT_LAYOUTS[field]} (visual_source={settings.visual_source!r})")
     return value
 
@@ -423,7 +415,7 @@ def find_missing_media(docs: Sequence[Mapping]) -> list[MissingMedia]:
     order = {id(doc): position for position, doc in enumerate(docs)}
     problems.sort(key=lambda problem: order[id(problem[0])])
     return [MissingMedia(doc["sample_id"], str(path),
-                         f"{message}; check {setting_name(_SETTING_OF_KIND[doc['media_kind']])}")
+                         f"{message}; check {setting_name(ENV_PREFIX, _SETTING_OF_KIND[doc['media_kind']])}")
             for doc, path, message in problems]
 
 
@@ -668,7 +660,8 @@ class EgoPlanValidation(BenchmarkTask):
         self.skipped_samples = loaded.skipped
         if loaded.skipped:
             eval_logger.warning(f"{self.config.task}: skipped {len(loaded.skipped)} sample(s) with missing media "
-                                f"({setting_name('skip_missing')}):\n  " + "\n  ".join(map(str, loaded.skipped)))
+                                f"({setting_name(ENV_PREFIX, 'skip_missing')}):\n  "
+                                + "\n  ".join(map(str, loaded.skipped)))
         return loaded.docs
 
     def process_results(self, doc, results, full_docs=None):
