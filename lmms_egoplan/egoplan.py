@@ -52,6 +52,7 @@ from lmms_egoplan.metrics import (
     largest,
     mean_or_nan,
     parse_bins,
+    sentence_embeddings,
 )
 
 ENV_PREFIX = "EGOPLAN"
@@ -114,7 +115,7 @@ def annotation_path(settings: EgoPlanSettings) -> Path:
 
 
 def read_annotations(path: Path, *, labelled: bool) -> list[dict]:
-    """The records of an official annotation file, checked field by field."""
+    """The records of an official annotation file, checked field by field; sample ids are unique."""
     if not path.is_file():
         raise EgoPlanDataError(f"EgoPlan annotation file not found: {path}; set "
                                f"{setting_name(ENV_PREFIX, 'annotation_dir')} "
@@ -127,6 +128,11 @@ def read_annotations(path: Path, *, labelled: bool) -> list[dict]:
         raise EgoPlanDataError(f"EgoPlan annotation file {path} must hold a non-empty JSON list of records")
     for position, record in enumerate(records):
         _check_record(record, position, path, labelled=labelled)
+    counts = collections.Counter(record["sample_id"] for record in records)
+    if duplicates := [sample_id for sample_id, count in counts.items() if count > 1]:
+        raise EgoPlanDataError(f"EgoPlan annotation file {path}: sample_id(s) {', '.join(map(repr, duplicates))} "
+                               f"appear more than once; each record needs its own (results and the submission "
+                               f"are keyed by it)")
     return records
 
 
@@ -579,6 +585,18 @@ def _named_choices(text: str, choices: Sequence[str]) -> list[int]:
 # =============================================================================================
 
 
+def check_similarity_model(settings: EgoPlanSettings) -> None:
+    """Load the goal-answer similarity model now rather than at aggregation, after the paid model run.
+
+    On the CPU: only rank 0 aggregates, and the check should not take GPU memory on every rank.
+    """
+    try:
+        sentence_embeddings(["store cereal"], settings.similarity_model or None, device="cpu")
+    except (ImportError, OSError, ValueError) as error:
+        raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, 'similarity_model')}: cannot load the goal-answer "
+                            f"similarity model {settings.similarity_model or 'all-MiniLM-L6-v2'!r}: {error}") from error
+
+
 def similarity_level_accuracy(items: Sequence[Mapping], *, level: int, model: str = "") -> float:
     """Accuracy within one of three equal-size goal-answer similarity levels (paper Figure 7).
 
@@ -657,6 +675,8 @@ class EgoPlanValidation(BenchmarkTask):
 
     def load_docs(self) -> list[dict]:
         loaded = load_samples(self.settings, labelled=self.LABELLED)
+        if self.LABELLED:
+            check_similarity_model(self.settings)
         self.skipped_samples = loaded.skipped
         if loaded.skipped:
             eval_logger.warning(f"{self.config.task}: skipped {len(loaded.skipped)} sample(s) with missing media "

@@ -3,9 +3,11 @@
 import json
 import shutil
 from argparse import Namespace
+from pathlib import Path
 from unittest import mock
 
 import pytest
+from lmms_eval.utils import load_yaml_config
 from PIL import Image
 
 from lmms_egoplan import egoplan, media
@@ -13,6 +15,8 @@ from lmms_egoplan.harness import SettingsError, resolve_settings
 from lmms_egoplan.metrics import ValueBin, equal_size_levels, parse_bins
 from lmms_egoplan.testing.egoplan import EGO4D_VIDEOS, build_fixture
 from lmms_egoplan.testing.media import read_index, write_video
+
+TASKS = Path(__file__).resolve().parents[1] / "tasks" / "egoplan"
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +171,12 @@ def test_bad_records_and_settings_are_named(fixture, tmp_path):
     bad.write_text(json.dumps(records))
     with pytest.raises(egoplan.EgoPlanDataError, match=r"record #1 \(sample_id 102\): missing field\(s\) choice_c"):
         egoplan.load_samples(settings_for(fixture, annotation_file=bad), labelled=True)
+    records = fixture.records()
+    records[3]["sample_id"] = records[6]["sample_id"] = records[0]["sample_id"]
+    records[5]["sample_id"] = records[1]["sample_id"]
+    bad.write_text(json.dumps(records))
+    with pytest.raises(egoplan.EgoPlanDataError, match=r"EgoPlan_validation\.json: sample_id\(s\) 101, 102 appear more "):
+        egoplan.load_samples(settings_for(fixture, annotation_file=bad), labelled=True)
     with pytest.raises(egoplan.EgoPlanDataError, match=r"annotation file not found: .*EGOPLAN_ANNOTATION_DIR"):
         load(fixture, annotation_dir=tmp_path / "nowhere")
     with pytest.raises(SettingsError, match="EGOPLAN_EGO4D_VIDEOS_ROOT .* is not set"):
@@ -175,6 +185,18 @@ def test_bad_records_and_settings_are_named(fixture, tmp_path):
         load(fixture, frame_sampling="dense")
     with pytest.raises(SettingsError, match="EGOPLAN_PROGRESS_LENGTH_BINS .*contiguous from 0"):
         load(fixture, progress_length_bins="1-4,5+")
+
+
+def test_a_similarity_model_that_does_not_load_stops_the_labelled_tasks_at_load(fixture, tmp_path, monkeypatch):
+    """Found when the task loads, not at aggregation after the whole (paid) model run."""
+    for name, value in fixture.env(similarity_model=tmp_path / "no-such-model").items():
+        monkeypatch.setenv(name, value)
+    for yaml in ("egoplan_val.yaml", "egoplan_val_gen.yaml"):
+        config = load_yaml_config(str(TASKS / yaml))
+        with pytest.raises(SettingsError, match=r"EGOPLAN_SIMILARITY_MODEL .*cannot load .*no-such-model"):
+            config["class"](config=config)
+    config = load_yaml_config(str(TASKS / "egoplan_test.yaml"))  # no similarity breakdown on Test
+    assert len(config["class"](config=config).eval_docs) == len(fixture.records("test"))
 
 
 # --- Prompt -----------------------------------------------------------------------------------
