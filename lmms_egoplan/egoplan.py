@@ -27,7 +27,6 @@ Protocol, in the order of this module:
 from __future__ import annotations
 
 import collections
-import datetime
 import functools
 import json
 import re
@@ -43,7 +42,7 @@ from PIL import Image
 
 from lmms_egoplan import media
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.harness import BenchmarkTask, SettingsError, setting_name
+from lmms_egoplan.harness import BenchmarkTask, SettingsError, run_file, setting_name
 from lmms_egoplan.metrics import (
     ValueBin,
     bin_of,
@@ -636,15 +635,14 @@ def validate_submission(records: Any, sample_ids: Iterable[int] | None = None) -
         raise ValueError(f"submission covers {len(set(ids))} sample ids, expected {len(set(sample_ids))}")
 
 
-def write_submission(items: Sequence[Mapping], args=None) -> int:
-    """Aggregation of ``egoplan_test``: write the submission file next to the results; report its size."""
-    from lmms_eval.tasks._task_utils.file_utils import generate_submission_file
-
+def write_submission(items: Sequence[Mapping], args=None, *, task_name: str) -> int:
+    """Aggregation of ``egoplan_test``: write the submission file beside the results file
+    (``harness.run_file``: ``<output_path>/<model>/<date-time>_submission_<task>.json``); report its size."""
     records = sorted(({"sample_id": int(item["sample_id"]), "label": item["label"]} for item in items),
                      key=lambda record: record["sample_id"])
     validate_submission(records)
-    stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
-    path = Path(generate_submission_file(f"egoplan_test_submission_{stamp}.json", args))
+    path = run_file(args, task_name, "submission", ".json")
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(records, indent=1) + "\n", encoding="utf-8")
     eval_logger.info(f"EgoPlan-Test submission ({len(records)} predictions) written to {path}")
     return len(records)

@@ -1,6 +1,7 @@
 """EgoPlan-Bench: data loading, visual input, prompts, scoring, breakdowns and the submission file."""
 
 import json
+import re
 import shutil
 from argparse import Namespace
 from pathlib import Path
@@ -293,8 +294,12 @@ def test_similarity_levels_are_equal_size_tertiles_of_the_evaluated_set():
 
 def test_submission_file_is_written_sorted_and_valid(tmp_path):
     items = [{"sample_id": 7, "label": "C"}, {"sample_id": 3, "label": "A"}]
-    assert egoplan.write_submission(items, Namespace(output_path=str(tmp_path))) == 2
-    written = json.loads(next((tmp_path / "submissions").glob("egoplan_test_submission_*.json")).read_text())
+    args = Namespace(output_path=str(tmp_path), model_args="pretrained=/models/tiny-qwen2-vl", timezone="UTC")
+    assert egoplan.write_submission(items, args, task_name="egoplan_test") == 2
+    [path] = tmp_path.rglob("*.json")  # beside lmms-eval's results file, named as lmms-eval names its files
+    assert path.parent == tmp_path / "models__tiny-qwen2-vl"
+    assert re.fullmatch(r"\d{8}_\d{6}_submission_egoplan_test\.json", path.name)
+    written = json.loads(path.read_text())
     assert written == [{"sample_id": 3, "label": "A"}, {"sample_id": 7, "label": "C"}]
     egoplan.validate_submission(written, sample_ids=[3, 7])
     for bad in ([{"sample_id": 1, "label": "E"}], [{"sample_id": "1", "label": "A"}],

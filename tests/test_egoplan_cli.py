@@ -84,8 +84,8 @@ def test_breakdowns_partition_the_evaluated_samples(run, fixture):
 
 
 def test_test_split_writes_a_valid_submission_and_reports_no_accuracy(run, fixture):
-    files = list((run.output_dir / "submissions").glob("egoplan_test_submission_*.json"))
-    assert len(files) == 1
+    files = list(run.output_dir.rglob("*_submission_egoplan_test.json"))
+    assert [file.parent for file in files] == [run.results_file.parent]  # one file, beside the results
     submission = json.loads(files[0].read_text())
     test_ids = [r["sample_id"] for r in fixture.records("test")]
     egoplan.validate_submission(submission, sample_ids=test_ids)
