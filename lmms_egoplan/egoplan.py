@@ -250,10 +250,7 @@ def doc_to_visual(doc: Mapping) -> list[Image.Image]:
 def _read_frames(doc: Mapping, numbers: Sequence[int]) -> list[Image.Image]:
     try:
         if doc["media_kind"] == "epic_frames":
-            folder = media.FrameFolder(doc["media_path"])
-            unique = sorted(set(numbers))
-            loaded = dict(zip(unique, folder.frames(unique, max_side=doc["max_side"])))
-            return [loaded[n] for n in numbers]
+            return media.FrameFolder(doc["media_path"]).frames(numbers, max_side=doc["max_side"])
         with media.VideoFile(doc["media_path"]) as video:
             return video.frames(video_indices(doc, video, numbers), max_side=doc["max_side"])
     except media.MediaError as error:

@@ -146,7 +146,10 @@ class FrameFolder:
         return [p for p in map(self.frame_path, numbers) if not p.is_file()]
 
     def frames(self, numbers: Sequence[int], max_side: int | None = None) -> list[Image.Image]:
-        return [fit_within(load_image(self.frame_path(n)), max_side) for n in numbers]
+        """The frames numbered ``numbers`` (any order, repeats allowed), as RGB images; each file is
+        read once (a repeated number gives the same image object)."""
+        loaded = {n: fit_within(load_image(self.frame_path(n)), max_side) for n in dict.fromkeys(numbers)}
+        return [loaded[number] for number in numbers]
 
 
 @dataclass(frozen=True)

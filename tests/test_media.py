@@ -1,3 +1,5 @@
+from unittest import mock
+
 import pytest
 
 from lmms_egoplan import media
@@ -33,6 +35,16 @@ def test_video_reader_is_reusable_across_batches_and_backwards(video):
 def test_every_frame_decodes_in_one_pass(video):
     with media.VideoFile(video) as reader:
         assert [synthetic.read_index(f) for f in reader.frames(range(300))] == list(range(300))
+
+
+def test_folder_frames_are_the_requested_ones_in_request_order_each_file_read_once(tmp_path):
+    folder = media.FrameFolder(synthetic.write_frame_folder(tmp_path, range(1, 21)))
+    numbers = [20, 3, 3, 17, 1, 20, 3]
+    with mock.patch.object(media, "load_image", wraps=media.load_image) as load_image:
+        frames = folder.frames(numbers, max_side=16)
+    assert [synthetic.read_index(f) for f in frames] == numbers
+    assert sorted(call.args[0] for call in load_image.call_args_list) == [folder.frame_path(n) for n in (1, 3, 17, 20)]
+    assert all(max(f.size) == 16 for f in frames)
 
 
 def test_index_at_time_never_rounds_up(video):
