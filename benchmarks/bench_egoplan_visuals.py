@@ -51,13 +51,9 @@ def write_data(root: Path, questions: int, seconds: int) -> list[dict]:
     return egoplan.load_samples(settings, labelled=True).docs
 
 
-def frame_numbers(doc: dict) -> list[int]:
-    return [*doc["progress_frames"], doc["current_observation_frame"]]
-
-
 def naive(doc: dict) -> list:
     frames = []
-    for number in frame_numbers(doc):
+    for number in egoplan.doc_frame_numbers(doc):
         with media.VideoFile(doc["media_path"]) as video:
             frames += video.frames([number])
     return frames
@@ -65,7 +61,7 @@ def naive(doc: dict) -> list:
 
 def batched(doc: dict) -> list:
     with media.VideoFile(doc["media_path"]) as video:
-        return video.frames(frame_numbers(doc))
+        return video.frames(egoplan.doc_frame_numbers(doc))
 
 
 def timed(read, docs: list[dict]) -> float:
@@ -73,7 +69,7 @@ def timed(read, docs: list[dict]) -> float:
     for doc in docs:
         for _ in range(CANDIDATES):
             frames = read(doc)
-        assert [read_index(f) for f in frames] == frame_numbers(doc)  # the right frames, every way
+        assert [read_index(f) for f in frames] == egoplan.doc_frame_numbers(doc)  # the right frames, every way
     return time.perf_counter() - started
 
 

@@ -216,6 +216,11 @@ def progress_frame_numbers(record: Mapping, settings: EgoPlanSettings) -> list[i
     return frames
 
 
+def doc_frame_numbers(doc: Mapping) -> list[int]:
+    """Every frame a doc shows (annotation frame numbers): the task-progress frames, then the observation."""
+    return [*doc["progress_frames"], doc["current_observation_frame"]]
+
+
 # Frames are read through one reader per doc; lmms-eval asks for a doc's visuals once per
 # candidate (4 times per question), so the last few docs' frames are kept.
 _VISUAL_MEMO_SIZE = 8
@@ -229,13 +234,13 @@ def doc_to_visual(doc: Mapping) -> list[Image.Image]:
     A flat list of PIL images: lmms-eval's own backends take it as a sequence of images; the
     suite's backend regroups the tagged frames into a video (``media.group_visuals``).
     """
-    key = (doc["media_kind"], doc["media_path"], tuple(doc["progress_frames"]), doc["current_observation_frame"],
-           doc["clip_first_frame"], doc["frame_rate"], doc["max_side"])
+    key = (doc["media_kind"], doc["media_path"], tuple(doc_frame_numbers(doc)), doc["clip_first_frame"],
+           doc["frame_rate"], doc["max_side"])
     with _visual_memo_lock:
         if key in _visual_memo:
             _visual_memo.move_to_end(key)
             return list(_visual_memo[key])
-    frames = _read_frames(doc, [*doc["progress_frames"], doc["current_observation_frame"]])
+    frames = _read_frames(doc, doc_frame_numbers(doc))
     # The observation may be the very object of a progress frame (same index): copy before tagging.
     observation = frames[-1].copy()
     observation.info.pop(media.VIDEO_CLIP_KEY, None)
@@ -399,7 +404,7 @@ def find_missing_media(docs: Sequence[Mapping]) -> list[MissingMedia]:
         elif doc["media_kind"] == "epic_frames":
             if not path.is_dir():
                 problems.append((doc, path, f"frame folder not found: {path}"))
-            elif missing := media.FrameFolder(path).missing([*doc["progress_frames"], doc["current_observation_frame"]]):
+            elif missing := media.FrameFolder(path).missing(doc_frame_numbers(doc)):
                 problems.append((doc, missing[0], f"{len(missing)} frame(s) missing, e.g. {missing[0]}"))
         elif not path.is_file():
             problems.append((doc, path, f"clip not found: {path}"))
@@ -407,7 +412,7 @@ def find_missing_media(docs: Sequence[Mapping]) -> list[MissingMedia]:
         try:
             with media.VideoFile(path) as video:
                 for doc in video_docs:
-                    last = max(video_indices(doc, video, [*doc["progress_frames"], doc["current_observation_frame"]]))
+                    last = max(video_indices(doc, video, doc_frame_numbers(doc)))
                     if last >= video.info.num_frames:
                         message = (f"frame {doc['current_observation_frame']} (file index {last}) is past the end "
                                    f"of {path} ({video.info.num_frames} frames at {video.info.fps:g} fps)")
