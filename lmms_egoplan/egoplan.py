@@ -10,9 +10,9 @@ Protocol, in the order of this module:
    Videos: EPIC-KITCHENS-100 RGB frame folders (frame numbers are the file numbers) and Ego4D
    mp4s (frame numbers index the 30 fps canonical video), or pre-cut clips named by sample id.
 2. Visual input (§3.3, appendix C.1): task-progress frames sampled from the first action's start
-   up to (never past) the current observation frame -- uniformly, or per action segment (the
-   last N segments x K keyframes) -- as one video clip, then the current observation frame as a
-   separate, final image.
+   up to (never past) the current observation frame -- uniformly as one video clip, or per action
+   segment (the last N segments x K keyframes, one clip each) -- then the current observation
+   frame as a separate, final image.
 3. Prompt: the record's own question (what the official evaluation feeds the model), or the
    EgoPlan-IT instruction; configurable through ``lmms_eval_specific_kwargs``.
 4. Scoring (§3.5): each candidate's likelihood given visual input and question; the prediction
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import json
 import re
 import string
@@ -59,7 +60,6 @@ CHOICE_LETTERS = "ABCD"
 VIDEO_SOURCES = {"EpicKitchens": "epic_kitchens", "Ego4D": "ego4d"}  # record value -> metric suffix
 SIMILARITY_LEVELS = ("low", "medium", "high")
 CLIP_EXTENSIONS = (".mp4", ".MP4", ".mkv", ".webm")
-PROGRESS_CLIP = "task_progress"
 
 
 @dataclass(frozen=True)
@@ -193,32 +193,39 @@ def task_start_frame(record: Mapping) -> int:
     return actions[0]["start_frame"] if actions else record["current_observation_frame"]
 
 
-def progress_frame_numbers(record: Mapping, settings: EgoPlanSettings) -> list[int]:
-    """Task-progress frames (annotation frame numbers, time order), none past the observation frame.
+def progress_clips(record: Mapping, settings: EgoPlanSettings) -> list[list[int]]:
+    """Task-progress frames as video clips (annotation frame numbers, time order), none past the
+    observation frame.
 
-    ``uniform``: ``num_frames`` frames over [first action start, observation). ``keyframes``
-    (appendix C.1): the last ``keyframe_segments`` actions completed by the observation frame,
-    each cut at the next action's start (the last at the observation), ``keyframes_per_segment``
-    frames each. With nothing completed yet, the observation frame stands in for the progress.
+    ``uniform``: one clip of ``num_frames`` frames over [first action start, observation).
+    ``keyframes`` (appendix C.1): one clip per action segment -- the last ``keyframe_segments``
+    actions completed by the observation frame, each cut at the next action's start (the last at
+    the observation), ``keyframes_per_segment`` frames each. With nothing completed yet, the
+    observation frame stands in for the progress (one clip).
     """
     observation = record["current_observation_frame"]
     if settings.frame_sampling == "uniform":
-        return bin_starts(task_start_frame(record), observation, settings.num_frames)
+        return [bin_starts(task_start_frame(record), observation, settings.num_frames)]
     completed = [a for a in record["task_progress_metadata"] if a["stop_frame"] <= observation]
     segments = completed[-settings.keyframe_segments:]
     if not segments:
-        return [observation] * settings.keyframes_per_segment
-    frames = []
+        return [[observation] * settings.keyframes_per_segment]
+    clips = []
     for position, action in enumerate(segments):
         stop = segments[position + 1]["start_frame"] if position + 1 < len(segments) else observation
         stop = max(action["start_frame"], min(action["stop_frame"], stop))
-        frames += bin_starts(action["start_frame"], stop + 1, settings.keyframes_per_segment)
-    return frames
+        clips.append(bin_starts(action["start_frame"], stop + 1, settings.keyframes_per_segment))
+    return clips
+
+
+def progress_clip_name(position: int) -> str:
+    """The video-clip tag of a doc's progress clip at ``position`` (from 0)."""
+    return f"task_progress_{position + 1}"
 
 
 def doc_frame_numbers(doc: Mapping) -> list[int]:
-    """Every frame a doc shows (annotation frame numbers): the task-progress frames, then the observation."""
-    return [*doc["progress_frames"], doc["current_observation_frame"]]
+    """Every frame a doc shows (annotation frame numbers): the task-progress clips, then the observation."""
+    return [*itertools.chain.from_iterable(doc["progress_clips"]), doc["current_observation_frame"]]
 
 
 # Frames are read through one reader per doc; lmms-eval asks for a doc's visuals once per
@@ -229,27 +236,40 @@ _visual_memo_lock = threading.Lock()
 
 
 def doc_to_visual(doc: Mapping) -> list[Image.Image]:
-    """Task-progress frames (tagged as one video clip), then the current observation frame.
+    """Task-progress frames (each progress clip tagged as a video clip), then the current
+    observation frame (untagged: an image of its own).
 
     A flat list of PIL images: lmms-eval's own backends take it as a sequence of images; the
-    suite's backend regroups the tagged frames into a video (``media.group_visuals``).
+    suite's backend regroups the tagged frames into videos (``media.group_visuals``): one in
+    ``uniform`` mode, one per action segment in ``keyframes`` mode.
     """
-    key = (doc["media_kind"], doc["media_path"], tuple(doc_frame_numbers(doc)), doc["clip_first_frame"],
-           doc["frame_rate"], doc["max_side"])
+    key = (doc["media_kind"], doc["media_path"], tuple(map(tuple, doc["progress_clips"])),
+           doc["current_observation_frame"], doc["clip_first_frame"], doc["frame_rate"], doc["max_side"])
     with _visual_memo_lock:
         if key in _visual_memo:
             _visual_memo.move_to_end(key)
             return list(_visual_memo[key])
-    frames = _read_frames(doc, doc_frame_numbers(doc))
-    # The observation may be the very object of a progress frame (same index): copy before tagging.
-    observation = frames[-1].copy()
-    observation.info.pop(media.VIDEO_CLIP_KEY, None)
-    visuals = (*media.as_video_frames(frames[:-1], clip=PROGRESS_CLIP), observation)
+    frames = iter(_distinct_images(_read_frames(doc, doc_frame_numbers(doc))))
+    visuals = []
+    for position, clip in enumerate(doc["progress_clips"]):
+        visuals += media.as_video_frames([next(frames) for _ in clip], clip=progress_clip_name(position))
+    visuals = (*visuals, next(frames))
     with _visual_memo_lock:
         _visual_memo[key] = visuals
         while len(_visual_memo) > _VISUAL_MEMO_SIZE:
             _visual_memo.popitem(last=False)
     return list(visuals)
+
+
+def _distinct_images(images: Sequence[Image.Image]) -> list[Image.Image]:
+    """``images`` with repeated objects copied: a frame number shown twice (in two clips, or also
+    as the observation) is one decoded image, and each position must carry its own clip tag."""
+    seen: set[int] = set()
+    distinct = []
+    for image in images:
+        distinct.append(image.copy() if id(image) in seen else image)
+        seen.add(id(image))
+    return distinct
 
 
 def _read_frames(doc: Mapping, numbers: Sequence[int]) -> list[Image.Image]:
@@ -366,7 +386,7 @@ def _record_to_doc(record: Mapping, settings: EgoPlanSettings, bins: Sequence[Va
         "progress_bucket": bin_of(progress_length, bins).label,
         "media_kind": kind,
         "media_path": str(path),
-        "progress_frames": progress_frame_numbers(record, settings),
+        "progress_clips": progress_clips(record, settings),
         "clip_first_frame": task_start_frame(record),
         "frame_rate": settings.ego4d_annotation_fps if kind == "ego4d_video" else None,
         "max_side": settings.max_side,

@@ -14,6 +14,7 @@ from PIL import Image
 from lmms_egoplan import egoplan, media
 from lmms_egoplan.harness import SettingsError, resolve_settings
 from lmms_egoplan.metrics import ValueBin, equal_size_levels, parse_bins
+from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
 from lmms_egoplan.testing.egoplan import EGO4D_VIDEOS, build_fixture
 from lmms_egoplan.testing.media import read_index, write_video
 
@@ -36,12 +37,16 @@ def load(fixture, split="validation", **overrides):
 
 
 def shown_frames(doc):
-    """(progress frame numbers, observation frame number) decoded from the pixels the model gets."""
+    """(progress clips, observation): frame numbers decoded from the pixels the model gets, grouped
+    as the suite's backend groups them (a video per progress clip, then the observation image)."""
     visuals = egoplan.doc_to_visual(doc)
-    assert all(isinstance(v, Image.Image) for v in visuals)
-    assert [v.info.get(media.VIDEO_CLIP_KEY) for v in visuals] == [egoplan.PROGRESS_CLIP] * (len(visuals) - 1) + [None]
-    assert media.group_visuals(visuals)[1:] == [visuals[-1]]  # one video, then the observation image
-    return [read_index(v) for v in visuals[:-1]], read_index(visuals[-1])
+    assert all(isinstance(v, Image.Image) for v in visuals)  # lmms-eval's backends: a flat list of images
+    *clips, observation = media.group_visuals(visuals)
+    assert isinstance(observation, Image.Image) and media.VIDEO_CLIP_KEY not in observation.info
+    assert all(isinstance(clip, list) for clip in clips)
+    assert [clip[0].info[media.VIDEO_CLIP_KEY] for clip in clips] == [
+        egoplan.progress_clip_name(position) for position in range(len(clips))]
+    return [[read_index(frame) for frame in clip] for clip in clips], read_index(observation)
 
 
 # --- Data -------------------------------------------------------------------------------------
@@ -70,9 +75,11 @@ def test_test_split_loads_without_labels(fixture):
 @pytest.mark.parametrize("source", ["raw", "clips"])
 def test_uniform_progress_runs_from_the_first_action_to_the_observation_and_never_past_it(fixture, source):
     for doc, record in zip(load(fixture, visual_source=source, num_frames=6).docs, fixture.records()):
-        progress, observation = shown_frames(doc)
+        clips, observation = shown_frames(doc)
         assert observation == record["current_observation_frame"]
-        assert len(progress) == 6 and progress == sorted(progress) == doc["progress_frames"]
+        assert len(clips) == 1 and clips == doc["progress_clips"]  # one video
+        progress = clips[0]
+        assert len(progress) == 6 and progress == sorted(progress)
         actions = record["task_progress_metadata"]
         if actions:
             assert progress[0] == actions[0]["start_frame"] and progress[-1] < observation
@@ -81,20 +88,47 @@ def test_uniform_progress_runs_from_the_first_action_to_the_observation_and_neve
 
 
 @pytest.mark.parametrize("source", ["raw", "clips"])
-def test_keyframes_come_from_the_last_completed_action_segments(fixture, source):
+def test_keyframes_come_from_the_last_completed_action_segments_one_video_each(fixture, source):
     docs = load(fixture, visual_source=source, frame_sampling="keyframes", keyframe_segments=2,
                 keyframes_per_segment=3).docs
     for doc, record in zip(docs, fixture.records()):
-        progress, observation = shown_frames(doc)
-        assert observation == record["current_observation_frame"] and max(progress) <= observation
+        clips, observation = shown_frames(doc)
+        assert clips == doc["progress_clips"]
+        assert observation == record["current_observation_frame"] and max(map(max, clips)) <= observation
         segments = [a for a in record["task_progress_metadata"] if a["stop_frame"] <= observation][-2:]
         if not segments:
-            assert progress == [observation] * 3
+            assert clips == [[observation] * 3]
             continue
-        assert len(progress) == 3 * len(segments)
-        for position, segment in enumerate(segments):
-            chunk = progress[3 * position: 3 * position + 3]
-            assert segment["start_frame"] == chunk[0] and all(f <= segment["stop_frame"] for f in chunk)
+        assert len(clips) == len(segments)
+        for clip, segment in zip(clips, segments):
+            assert len(clip) == 3 and clip[0] == segment["start_frame"] and max(clip) <= segment["stop_frame"]
+
+
+def test_keyframe_clips_reach_video_models_as_one_video_each_even_where_they_share_frames(fixture, tmp_path):
+    # Sample 102: three actions, each ending where the next starts, the last at the observation;
+    # more keyframes than frames per segment, so every segment's last frame is also sampled.
+    records = fixture.records()
+    record = records[1]
+    actions = record["task_progress_metadata"]
+    for action, following in zip(actions, actions[1:]):
+        action["stop_frame"] = following["start_frame"]
+    actions[-1]["stop_frame"] = record["current_observation_frame"]
+    annotation = tmp_path / "EgoPlan_validation.json"
+    annotation.write_text(json.dumps(records))
+    settings = settings_for(fixture, annotation_file=annotation, frame_sampling="keyframes",
+                            keyframe_segments=3, keyframes_per_segment=24)
+    doc = egoplan.load_samples(settings, labelled=True).docs[1]
+    clips, observation = shown_frames(doc)
+    assert clips == doc["progress_clips"] and [len(clip) for clip in clips] == [24] * 3
+    assert clips[0][-1] == clips[1][0] and clips[1][-1] == clips[2][0] and clips[2][-1] == observation
+    # The suite's backend: 3 videos + the observation image for video models, 73 images otherwise.
+    native = prepare_visuals(egoplan.doc_to_visual(doc), limits=VisualLimits(), video_native=True,
+                             takes_images=True, model_name="m")
+    assert native.parts == [{"type": "video"}] * 3 + [{"type": "image"}]
+    assert [[read_index(frame) for frame in video] for video in native.videos] == clips
+    flat = prepare_visuals(egoplan.doc_to_visual(doc), limits=VisualLimits(), video_native=False,
+                           takes_images=True, model_name="m")
+    assert [read_index(image) for image in flat.images] == egoplan.doc_frame_numbers(doc)
 
 
 def test_ego4d_frame_numbers_count_at_the_annotation_rate_whatever_the_file_rate(fixture, tmp_path):
@@ -103,9 +137,9 @@ def test_ego4d_frame_numbers_count_at_the_annotation_rate_whatever_the_file_rate
         write_video(tmp_path / f"{video_id}.mp4", num_frames=2 * count, fps=60)
     docs = [d for d in load(fixture, ego4d_videos_root=tmp_path).docs if d["media_kind"] == "ego4d_video"]
     for doc in docs:
-        progress, observation = shown_frames(doc)
+        clips, observation = shown_frames(doc)
         assert observation == 2 * doc["current_observation_frame"]
-        assert progress == [2 * n for n in doc["progress_frames"]]
+        assert clips == [[2 * n for n in clip] for clip in doc["progress_clips"]]
 
 
 def test_frames_are_decoded_once_for_the_four_candidate_requests(fixture):
@@ -132,7 +166,7 @@ def broken(tmp_path, fixture):
     shutil.copytree(fixture.root, root)
     copy = build_fixture(root)
     doc_103 = next(d for d in load(copy).docs if d["sample_id"] == 103)
-    (media.FrameFolder(doc_103["media_path"]).frame_path(doc_103["progress_frames"][2])).unlink()
+    (media.FrameFolder(doc_103["media_path"]).frame_path(doc_103["progress_clips"][0][2])).unlink()
     (copy.ego4d_root / "4e5f6a7b-ego4d-video-two.mp4").unlink()  # samples 107 and 108
     (copy.clips_dir / "106.mp4").unlink()
     return copy

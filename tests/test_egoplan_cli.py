@@ -143,4 +143,4 @@ def test_generative_variant_through_lmms_evals_openai_backend(fixture, tmp_path)
         content = [m for m in call.messages if m["role"] == "user"][-1]["content"]
         urls = [part["image_url"]["url"] for part in content if part["type"] == "image_url"]
         shown = [read_index(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))) for url in urls]
-        assert shown == [*doc["progress_frames"], doc["current_observation_frame"]]
+        assert shown == egoplan.doc_frame_numbers(doc)
