@@ -17,7 +17,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmms_egoplan.egoplan import epic_frame_folder
+from lmms_egoplan.egoplan import ENV_PREFIX, epic_frame_folder, task_start_frame
+from lmms_egoplan.harness import env_var
 from lmms_egoplan.testing.media import write_frame_folder, write_video
 
 EPIC_VIDEOS = {"P01_13": 400, "P02_03": 400}  # video id -> number of frames (numbered 1..N)
@@ -63,7 +64,7 @@ class EgoPlanFixture:
         """``EGOPLAN_*`` variables pointing the tasks at this data, plus any extra settings."""
         values = {"annotation_dir": self.annotation_dir, "epic_frames_root": self.epic_root,
                   "ego4d_videos_root": self.ego4d_root, "clips_dir": self.clips_dir, **settings}
-        return {f"EGOPLAN_{name.upper()}": str(value) for name, value in values.items()}
+        return {env_var(ENV_PREFIX, name): str(value) for name, value in values.items()}
 
 
 def build_fixture(root: str | Path) -> EgoPlanFixture:
@@ -82,8 +83,7 @@ def build_fixture(root: str | Path) -> EgoPlanFixture:
     validation = [_record(*sample, labelled=True) for sample in VALIDATION_SAMPLES]
     test = [_record(*sample, labelled=False) for sample in TEST_SAMPLES]
     for record in validation + test:
-        start = record["task_progress_metadata"][0]["start_frame"] if record["task_progress_metadata"] \
-            else record["current_observation_frame"]
+        start = task_start_frame(record)
         write_video(fixture.clips_dir / f"{record['sample_id']}.mp4", first_index=start, fps=EGO4D_FPS,
                     num_frames=record["current_observation_frame"] - start + 1)
     fixture.annotation_dir.mkdir(parents=True, exist_ok=True)
