@@ -33,7 +33,7 @@ import json
 import re
 import string
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -172,6 +172,40 @@ def clip_path(clips_dir: str | Path, sample_id: int) -> Path:
     """``<clips_dir>/<sample_id>.mp4`` (or .mkv / .webm); the .mp4 name when none exists."""
     candidates = [Path(clips_dir) / f"{sample_id}{ext}" for ext in CLIP_EXTENSIONS]
     return next((p for p in candidates if p.is_file()), candidates[0])
+
+
+@dataclass(frozen=True)
+class MediaKind:
+    """Where one kind of media lives: the setting naming its root folder, and a record's path under it."""
+
+    setting: str  # the setting that holds the root folder
+    layout: str  # what that folder must hold (for error messages)
+    path: Callable[[str, Mapping], Path]  # (root, record) -> the record's media
+
+
+MEDIA_KINDS = {
+    "epic_frames": MediaKind("epic_frames_root", "the EPIC-KITCHENS-100 root "
+                             "(<root>/<participant>/rgb_frames/<video_id>/frame_%010d.jpg)",
+                             lambda root, record: epic_frame_folder(root, record["video_id"])),
+    "ego4d_video": MediaKind("ego4d_videos_root", "the Ego4D video folder (<root>/<video_id>.mp4)",
+                             lambda root, record: ego4d_video_path(root, record["video_id"])),
+    "clip": MediaKind("clips_dir", "the folder of pre-cut clips (<clips_dir>/<sample_id>.mp4)",
+                      lambda root, record: clip_path(root, record["sample_id"])),
+}
+
+
+def record_media(record: Mapping, settings: EgoPlanSettings) -> tuple[str, Path]:
+    """The kind of a record's media (a key of ``MEDIA_KINDS``) and its path."""
+    if settings.visual_source == "clips":
+        kind = "clip"
+    else:
+        kind = "epic_frames" if record["video_source"] == "EpicKitchens" else "ego4d_video"
+    media_kind = MEDIA_KINDS[kind]
+    root = getattr(settings, media_kind.setting)
+    if not root:
+        raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, media_kind.setting)} is not set; it must point at "
+                            f"{media_kind.layout} (visual_source={settings.visual_source!r})")
+    return kind, media_kind.path(root, record)
 
 
 # =============================================================================================
@@ -362,18 +396,12 @@ def progress_bins(settings: EgoPlanSettings) -> tuple[ValueBin, ...]:
 
 
 def _record_to_doc(record: Mapping, settings: EgoPlanSettings, bins: Sequence[ValueBin]) -> dict:
-    source = record["video_source"]
-    if settings.visual_source == "clips":
-        kind, path = "clip", clip_path(_required_root(settings, "clips_dir"), record["sample_id"])
-    elif source == "EpicKitchens":
-        kind, path = "epic_frames", epic_frame_folder(_required_root(settings, "epic_frames_root"), record["video_id"])
-    else:
-        kind, path = "ego4d_video", ego4d_video_path(_required_root(settings, "ego4d_videos_root"), record["video_id"])
+    kind, path = record_media(record, settings)
     golden = record.get("golden_choice_idx")
     progress_length = len(record["task_progress_metadata"])
     return {
         "sample_id": record["sample_id"],
-        "video_source": source,
+        "video_source": record["video_source"],
         "video_id": record["video_id"],
         "task_goal": record["task_goal"],
         "question": record["question"],
@@ -391,22 +419,6 @@ def _record_to_doc(record: Mapping, settings: EgoPlanSettings, bins: Sequence[Va
         "frame_rate": settings.ego4d_annotation_fps if kind == "ego4d_video" else None,
         "max_side": settings.max_side,
     }
-
-
-def _required_root(settings: EgoPlanSettings, field: str) -> str:
-    value = getattr(settings, field)
-    if not value:
-        raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, field)} is not set; it must point at "
-                            f"{_ROOT_LAYOUTS[field]} (visual_source={settings.visual_source!r})")
-    return value
-
-
-_ROOT_LAYOUTS = {
-    "epic_frames_root": "the EPIC-KITCHENS-100 root (<root>/<participant>/rgb_frames/<video_id>/frame_%010d.jpg)",
-    "ego4d_videos_root": "the Ego4D video folder (<root>/<video_id>.mp4)",
-    "clips_dir": "the folder of pre-cut clips (<clips_dir>/<sample_id>.mp4)",
-}
-_SETTING_OF_KIND = {"epic_frames": "epic_frames_root", "ego4d_video": "ego4d_videos_root", "clip": "clips_dir"}
 
 
 def find_missing_media(docs: Sequence[Mapping]) -> list[MissingMedia]:
@@ -442,7 +454,7 @@ def find_missing_media(docs: Sequence[Mapping]) -> list[MissingMedia]:
     order = {id(doc): position for position, doc in enumerate(docs)}
     problems.sort(key=lambda problem: order[id(problem[0])])
     return [MissingMedia(doc["sample_id"], str(path),
-                         f"{message}; check {setting_name(ENV_PREFIX, _SETTING_OF_KIND[doc['media_kind']])}")
+                         f"{message}; check {setting_name(ENV_PREFIX, MEDIA_KINDS[doc['media_kind']].setting)}")
             for doc, path, message in problems]
 
 
