@@ -50,6 +50,18 @@ def encode(matcher):
     return functools.lru_cache(maxsize=None)(lambda step: matcher.model.encode(step, convert_to_tensor=True, show_progress_bar=False))
 
 
+def test_one_sentence_model_and_one_embedding_cache_per_device_whoever_asks(matcher):
+    from lmms_egoplan import metrics
+
+    step = "place_inside(dishwasher_3, teapot_7)"  # embedded nowhere else
+    # The matcher's device given as "auto", cosine_similarities' left unset: both are this machine's CPU.
+    StepMatcher(device="auto").embeddings([step])
+    loads = metrics._sentence_model.cache_info().misses
+    assert metrics.cosine_similarities([(step, step)]) == [pytest.approx(1.0)]
+    assert metrics._sentence_model.cache_info().misses == loads
+    assert {device for _, device, text in metrics._embedding_cache if text == step} == {matcher.device} == {"cpu"}
+
+
 def near_threshold_pairs(matcher, steps, low=0.76, high=0.84):
     """Step pairs whose cosine is close to 0.8: where a careless implementation would differ."""
     vectors = np.stack(matcher.embeddings(steps))
