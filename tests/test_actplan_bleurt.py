@@ -20,6 +20,7 @@ from lmms_egoplan.bleurt import (
     score_split,
     training_pair,
 )
+from lmms_egoplan.errors import InputError
 from lmms_egoplan.testing.actplan import build_tiny_bert, write_finetuning_data
 
 
@@ -114,6 +115,17 @@ def test_fine_tuning_command_keeps_the_best_validation_epoch(tiny_bert, finetuni
     assert validation.per_vlm == metrics["validation"]["per_vlm"]
     info = json.loads((output / bleurt.CLASSIFIER_INFO).read_text())
     assert info["epoch"] == metrics["best_epoch"] and info["training"]["batch_size"] == 12
+
+
+@pytest.mark.parametrize("setting, value, message", [
+    ("epochs", 0, "epochs must be at least 1, got 0"),
+    ("batch_size", 0, "batch_size must be at least 1"),
+    ("learning_rate", 0.0, "learning_rate must be positive"),
+    ("select_by", "f1", "select_by must be one of accuracy, loss"),
+])
+def test_training_settings_that_cannot_train_are_input_errors(setting, value, message):
+    with pytest.raises(InputError, match=message):
+        bleurt.TrainingConfig(**{setting: value})
 
 
 def test_optimizer_and_presets_follow_the_paper(tiny_bert):
