@@ -29,10 +29,12 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
+
+from loguru import logger
 
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.harness import BenchmarkTask, SettingsError, setting_name
+from lmms_egoplan.harness import BenchmarkTask, SettingsError, run_file, setting_name
 from lmms_egoplan.media import load_image
 from lmms_egoplan.metrics import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD, mean_or_nan
 from lmms_egoplan.records import read_jsonl
@@ -315,13 +317,80 @@ def check_settings(settings: ActPlanSettings, task: str) -> None:
 
 
 class ActPlanTask(BenchmarkTask):
+    """The task, and the state its metrics share over a run: every plan metric (overall and per
+    split) receives every plan of the run, keeps them in the run's plans file if no metric has
+    yet, and reads the same BLEURT verdicts, whatever order lmms-eval aggregates them in."""
+
     Settings = ActPlanSettings
     ENV_PREFIX = "ACTPLAN"
+
+    def __init__(self, config, **kwargs):
+        self.plans_file: Path | None = None
+        self._verdicts: RememberedVerdicts | None = None
+        super().__init__(config, **kwargs)
 
     def load_docs(self) -> list[dict]:
         check_settings(self.settings, self.config.task)
         docs = load_instances(self.settings.data_root)
         return [doc for doc in docs if self.settings.instances in ("all", doc["split"])]
+
+    def keep_plans(self, items: Sequence[dict], args: Any) -> Path:
+        """Write the run's plans, once, before any is scored, so that a failure while scoring loses
+        none of the model's outputs: a pair file for ``lmms-egoplan actplan-score`` beside the
+        results (``harness.run_file``: ``<date-time>_plans_<task>.jsonl``)."""
+        if self.plans_file is None:
+            path = run_file(args, self.config.task, "plans")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            label = _run_label(args, self.config.task)
+            path.write_text("".join(json.dumps({"model": label, "instance_id": item["instance_id"], "split": item["split"],
+                                                "candidate": item["output"], "references": ["\n".join(g) for g in item["gold"]]})
+                                    + "\n" for item in items))
+            logger.info(f"task {self.config.task}: plans kept in {path}")
+            self.plans_file = path
+        return self.plans_file
+
+    def lcs_scores(self, items: Sequence[dict], args: Any) -> list[PlanScore]:
+        """LCS of every plan of the run (cached by the shared matcher, so each pair is scored once)."""
+        self.keep_plans(items, args)
+        return score_lcs([(item["prediction"], item["gold"]) for item in items], _matcher(self.settings),
+                         self.settings.gold_plan)
+
+    def bleurt_verdicts(self, items: Sequence[dict], args: Any) -> list[int]:
+        """The classifier's verdict on every plan of the run (each plan pair classified once per task)."""
+        self.keep_plans(items, args)
+        settings = self.settings
+        if self._verdicts is None:
+            self._verdicts = RememberedVerdicts(_classifier(settings.bleurt_checkpoint, settings.bleurt_base,
+                                                            settings.scoring_device))
+        return bleurt_correct([(item["prediction"], item["gold"]) for item in items], self._verdicts,
+                              settings.gold_plan, settings.bleurt_batch_size)
+
+
+class RememberedVerdicts:
+    """A plan classifier whose verdicts are remembered per (reference, candidate) pair, so that the
+    BLEURT metrics of a task (overall and per split) classify each pair once; pairs repeated in
+    one call (e.g. the same plan for two samples of a problem) are classified once too."""
+
+    def __init__(self, classifier):
+        self.classifier = classifier
+        self._labels: dict[tuple[str, str], int] = {}
+
+    def predict(self, references: Sequence[str], candidates: Sequence[str], batch_size: int = 16) -> list[int]:
+        pairs = list(zip(references, candidates))
+        new = list(dict.fromkeys(pair for pair in pairs if pair not in self._labels))
+        if new:
+            labels = self.classifier.predict([r for r, _ in new], [c for _, c in new], batch_size=batch_size)
+            self._labels.update(zip(new, labels))
+        return [self._labels[pair] for pair in pairs]
+
+
+def _run_label(args: Any, task: str) -> str:
+    """How ``actplan-score`` names a run's plans: the task and the evaluated model."""
+    from lmms_eval.loggers.evaluation_tracker import GeneralConfigTracker
+
+    model_args = getattr(args, "model_args", "")
+    model = GeneralConfigTracker._get_model_name(model_args if isinstance(model_args, str) else "")
+    return f"{task}:{Path(model).name}" if model else task
 
 
 def doc_to_visual(doc: dict) -> list:
@@ -342,18 +411,25 @@ def doc_to_target(doc: dict) -> str:
     return "\n".join(doc["gold_plans"][0])
 
 
+def _metric_name(family: str, scope: str) -> str:
+    return family if scope == "all" else f"{family}_{scope}"
+
+
 def process_results(doc: dict, results: list[str], settings: ActPlanSettings) -> dict:
-    """Per instance: the parsed plan for the run-level metrics (scored at aggregation, all at once)."""
+    """Per instance: the parsed plan for the run-level metrics (scored at aggregation, all at once).
+
+    Every plan metric gets every instance's plan, its ``scope`` saying which instances the
+    metric averages over (all, or one split), so that any of them can keep the run's plans.
+    """
     output = results[0]
     plan = parse_plan(output)
-    split = doc["split"]
-    scored = {"instance_id": doc["instance_id"], "split": split, "output": output,
+    scored = {"instance_id": doc["instance_id"], "split": doc["split"], "output": output,
               "prediction": plan.steps, "gold": doc["gold_plans"]}
-    values = {"lcs": scored, "norm_lcs": scored, f"lcs_{split}": scored, f"norm_lcs_{split}": scored,
-              "format_error_rate": plan.format_counts,
-              "plan_length": len(plan.steps), "no_plan_rate": float(not plan.steps)}
-    if settings.bleurt_checkpoint:
-        values.update({"bleurt_accuracy": scored, f"bleurt_accuracy_{split}": scored})
+    families = ("lcs", "norm_lcs", *(("bleurt_accuracy",) if settings.bleurt_checkpoint else ()))
+    scopes = ("all", *SPLITS) if settings.instances == "all" else ("all", settings.instances)
+    values = {_metric_name(family, scope): {**scored, "scope": scope} for family in families for scope in scopes}
+    values.update({"format_error_rate": plan.format_counts, "plan_length": len(plan.steps),
+                   "no_plan_rate": float(not plan.steps)})
     return values
 
 
@@ -371,47 +447,23 @@ def _classifier(checkpoint: str, base: str, device: str):
     return load_classifier(checkpoint, base=base or None, device=device)
 
 
-def _persist_plans(items: list[dict], task_name: str, args) -> None:
-    """Write the run's plans as a pair file for ``lmms-egoplan actplan-score`` before scoring them,
-    so that a failure while scoring loses none of the model's outputs."""
-    if args is None or getattr(args, "output_path", None) is None:
-        return
-    from lmms_eval.tasks._task_utils.file_utils import generate_submission_file
-
-    rows = [json.dumps({"instance_id": item["instance_id"], "split": item["split"], "candidate": item["output"],
-                        "references": ["\n".join(g) for g in item["gold"]]}) for item in items]
-    content = "\n".join(rows) + "\n"
-    path = Path(generate_submission_file(f"{task_name}_plans.jsonl", args))
-    if not path.is_file() or path.read_text() != content:
-        path.write_text(content)
+def _mean_in_scope(items: Sequence[dict], values: Sequence[float]) -> float:
+    """The mean of the values of the plans in the metric's scope."""
+    return mean_or_nan(value for item, value in zip(items, values) if item["scope"] in ("all", item["split"]))
 
 
-def _lcs_scores(items: list[dict], settings: ActPlanSettings) -> list[PlanScore]:
-    return score_lcs([(item["prediction"], item["gold"]) for item in items], _matcher(settings), settings.gold_plan)
+def aggregate_lcs(items: list[dict], task: ActPlanTask, args=None) -> float:
+    """Mean LCS over the metric's scope (``lcs``: all instances; ``lcs_<split>``: one split)."""
+    return _mean_in_scope(items, [score.lcs for score in task.lcs_scores(items, args)])
 
 
-def aggregate_lcs(items: list[dict], settings: ActPlanSettings, task_name: str, args=None) -> float:
-    """Mean LCS over the run; also persists the run's plans first (``lcs`` is the first metric
-    ``process_results`` returns, so lmms-eval aggregates it before any other)."""
-    _persist_plans(items, task_name, args)
-    return mean_or_nan(score.lcs for score in _lcs_scores(items, settings))
+def aggregate_norm_lcs(items: list[dict], task: ActPlanTask, args=None) -> float:
+    return _mean_in_scope(items, [score.norm_lcs for score in task.lcs_scores(items, args)])
 
 
-def aggregate_split_lcs(items: list[dict], settings: ActPlanSettings) -> float:
-    """Mean LCS over the instances of one split (the items lmms-eval hands ``lcs_<split>``)."""
-    return mean_or_nan(score.lcs for score in _lcs_scores(items, settings))
-
-
-def aggregate_norm_lcs(items: list[dict], settings: ActPlanSettings) -> float:
-    return mean_or_nan(score.norm_lcs for score in _lcs_scores(items, settings))
-
-
-def aggregate_bleurt_accuracy(items: list[dict], settings: ActPlanSettings) -> float:
-    """Fraction of the plans the BLEURT classifier judges correct."""
-    classifier = _classifier(settings.bleurt_checkpoint, settings.bleurt_base, settings.scoring_device)
-    correct = bleurt_correct([(item["prediction"], item["gold"]) for item in items], classifier,
-                             settings.gold_plan, settings.bleurt_batch_size)
-    return mean_or_nan(correct)
+def aggregate_bleurt_accuracy(items: list[dict], task: ActPlanTask, args=None) -> float:
+    """Fraction of the plans in the metric's scope that the BLEURT classifier judges correct."""
+    return _mean_in_scope(items, task.bleurt_verdicts(items, args))
 
 
 # ---------------------------------------------------------------------------------------------
