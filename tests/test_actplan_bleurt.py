@@ -128,6 +128,30 @@ def test_training_settings_that_cannot_train_are_input_errors(setting, value, me
         bleurt.TrainingConfig(**{setting: value})
 
 
+def test_training_command_reports_bad_input_in_one_line(tiny_bert, finetuning, tmp_path, capsys):
+    from lmms_egoplan.cli import main
+
+    data, activities = finetuning
+    given = {"--data": str(data), "--activities": str(activities), "--base": str(tiny_bert), "--output": str(tmp_path / "out")}
+
+    def one_line_error(**changed) -> str:
+        argv = [item for option, value in {**given, **changed}.items() for item in (option, value)]
+        assert main(["actplan-train-bleurt", *argv, "--device", "cpu"]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("lmms-egoplan actplan-train-bleurt: ") and "Traceback" not in error
+        return error
+
+    assert f"fine-tuning data not found: {tmp_path / 'missing.jsonl'}" in one_line_error(**{"--data": str(tmp_path / "missing.jsonl")})
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(data.read_text().splitlines()[0] + "\n[]\n")
+    assert f"{bad}:2: expected a JSON object, got list" in one_line_error(**{"--data": str(bad)})
+    assert "epochs must be at least 1, got 0" in one_line_error(**{"--epochs": "0"})
+    assert not (tmp_path / "out").exists()  # nothing was trained
+    with pytest.raises(SystemExit) as exit:
+        main(["actplan-train-bleurt", *[item for pair in given.items() for item in pair], "--preset", "bleurt-tiny"])
+    assert exit.value.code == 2 and "argument --preset: invalid choice: 'bleurt-tiny'" in capsys.readouterr().err
+
+
 def test_optimizer_and_presets_follow_the_paper(tiny_bert):
     assert bleurt.PRESET_LEARNING_RATES == {"bleurt": 5e-6, "bleurt-base": 1e-6}
     config = bleurt.TrainingConfig()

@@ -132,9 +132,30 @@ def test_scoring_command_on_the_release_layout(tmp_path, matcher, encode, capsys
 def test_scoring_command_says_what_is_missing_without_a_traceback(tmp_path, capsys):
     from lmms_egoplan.cli import main
 
-    assert main(["actplan-score"]) == 2
-    assert "give --data-root (release layout) and/or --pairs" in capsys.readouterr().err
+    def one_line_error(argv) -> str:
+        assert main(argv) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("lmms-egoplan actplan-score: ") and "Traceback" not in error
+        return error
+
+    assert "give --data-root (release layout) and/or --pairs" in one_line_error(["actplan-score"])
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    assert main(["actplan-score", "--pairs", str(empty)]) == 2
-    assert "no plans to score" in capsys.readouterr().err
+    assert "no plans to score" in one_line_error(["actplan-score", "--pairs", str(empty)])
+    assert f"ActPlan-1K data folder not found: {tmp_path / 'nowhere'}" in one_line_error(
+        ["actplan-score", "--data-root", str(tmp_path / "nowhere")])
+    assert f"file not found: {tmp_path / 'missing.jsonl'}" in one_line_error(
+        ["actplan-score", "--pairs", str(tmp_path / "missing.jsonl")])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"candidate": "grab(x)", "reference": "grab(x)"}) + "\n{candidate: grab(x)}\n")
+    assert f"{bad}:2: not JSON" in one_line_error(["actplan-score", "--pairs", str(bad)])
+
+
+@pytest.mark.parametrize("threshold", ["0", "1.5", "high"])
+def test_scoring_command_takes_a_cosine_threshold(threshold, capsys):
+    from lmms_egoplan.cli import main
+
+    with pytest.raises(SystemExit) as exit:
+        main(["actplan-score", "--pairs", "any.jsonl", "--threshold", threshold])
+    assert exit.value.code == 2
+    assert "argument --threshold:" in capsys.readouterr().err
