@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         "actplan-score", help="ActPlan-1K: LCS / normalised LCS of plans against gold plans, per model and split",
         description="Score plans outside the harness: the VLM plans shipped in the ActPlan-1K release "
                     "(plan_<model>.txt beside the gold plans), the release's auto_lcs pair files, or the "
-                    "<task>_plans.jsonl files written next to lmms-eval results.")
+                    "plans files (<date-time>_plans_<task>.jsonl) that ActPlan-1K runs write beside their results.")
     score.add_argument("--data-root", help="release folder (holding annotation/): score its plan_<model>.txt files")
     score.add_argument("--model", action="append", help="with --data-root: model name of plan_<model>.txt (repeatable; default: all)")
     score.add_argument("--pairs", action="append", metavar="JSONL",

@@ -261,7 +261,7 @@ def test_pair_files_of_the_release_and_of_this_suite(tmp_path):
     # "lines": the release's text.split("\n"), trailing empty step included.
     lines = candidates_from_jsonl(release_pairs, steps="lines")
     assert lines[0].prediction == ["walk_to(oven)", "open(oven)", ""] and lines[0].gold == [["walk_to(oven)", ""]]
-    ours = tmp_path / "actplan1k_plans.jsonl"
+    ours = tmp_path / "20261121_101500_plans_actplan1k.jsonl"
     ours.write_text(json.dumps({"instance_id": "S/a/1/sample_0", "split": "counterfactual", "candidate": "grab(x)",
                                 "references": ["grab(x)", "grab(y)"]}) + "\n")
     plan, = candidates_from_jsonl(ours, model="m")
