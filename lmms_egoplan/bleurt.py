@@ -33,7 +33,8 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 
 from lmms_egoplan.actplan import parse_plan
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.metrics import resolve_device
+from lmms_egoplan.metrics import mean_or_nan, resolve_device
+from lmms_egoplan.records import read_jsonl
 
 # The release adds these action names to the BERT vocabulary as special (unsplit) tokens.
 RELEASE_SPECIAL_TOKENS = ("switch-on", "switch-off", "place_inside", "place_on_top", "walk_to")
@@ -44,6 +45,9 @@ CLASSIFIER_INFO = "plan_classifier.json"
 # Paper §4.2.2. (The release's scripts use them the other way round: 5e-6 for BLEURT-base, 1e-6
 # for BLEURT-large.)
 PRESET_LEARNING_RATES = {"bleurt": 5e-6, "bleurt-base": 1e-6}
+DEFAULT_PRESET = "bleurt"
+# Which validation score picks the kept epoch: the paper's best accuracy, or the release code's lowest loss.
+SELECTION_CRITERIA = ("accuracy", "loss")
 
 VLMS = ("gpt", "gemini")
 SPLITS = ("train", "val", "test")
@@ -154,7 +158,7 @@ def load_classifier(checkpoint: str | Path, *, base: str | Path | None = None, d
         state = load_file(str(weights))
     else:
         if not base:
-            raise ValueError(f"{checkpoint} is a state-dict file (the release's format): also give the BLEURT base "
+            raise InputError(f"{checkpoint} is a state-dict file (the release's format): also give the BLEURT base "
                              "checkpoint folder it was fine-tuned from (setting bleurt_base / --bleurt-base)")
         base = _existing_path(base, "BLEURT base checkpoint")
         tokenizer = _base_tokenizer(base)
@@ -166,7 +170,7 @@ def load_classifier(checkpoint: str | Path, *, base: str | Path | None = None, d
     module = PlanPairClassifier(config)
     missing, unexpected = module.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise ValueError(f"{checkpoint} does not fit a BERT + 2-way head classifier: "
+        raise InputError(f"{checkpoint} does not fit a BERT + 2-way head classifier: "
                          f"missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
     return PlanClassifier(module, tokenizer, resolve_device(device))
 
@@ -196,13 +200,7 @@ def load_finetuning_data(data_file: str | Path, activities_file: str | Path) -> 
         split_of[fields[0]] = fields[1]
     rows: dict[str, list[dict]] = {split: [] for split in SPLITS}
     unassigned = 0
-    for number, line in enumerate(data_file.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise FinetuningDataError(f"{data_file}:{number}: not JSON ({error})") from None
+    for number, row in read_jsonl(data_file, FinetuningDataError):
         missing = [key for key in ("activity", *_PLAN_LISTS) if key not in row]
         if missing:
             raise FinetuningDataError(f"{data_file}:{number}: missing {', '.join(missing)}")
@@ -307,24 +305,30 @@ def score_split(classifier: PlanClassifier, pairs: Sequence[EvaluationPair], bat
 
 
 def _accuracy(labels: Sequence[int], predictions: Sequence[int]) -> float:
-    return sum(a == b for a, b in zip(labels, predictions)) / len(labels) if labels else math.nan
+    return mean_or_nan(a == b for a, b in zip(labels, predictions))
 
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    learning_rate: float = PRESET_LEARNING_RATES["bleurt"]
+    learning_rate: float = PRESET_LEARNING_RATES[DEFAULT_PRESET]
     batch_size: int = 12
     epochs: int = 70
     max_length: int = MAX_LENGTH
     weight_decay: float = 0.01
     max_grad_norm: float = 5.0
     eval_batch_size: int = 16
-    select_by: str = "accuracy"  # paper: best validation score; the release's code: lowest validation loss
+    select_by: str = SELECTION_CRITERIA[0]
     seed: int = 0
 
     def __post_init__(self):
-        if self.select_by not in ("accuracy", "loss"):
-            raise ValueError(f"select_by must be 'accuracy' or 'loss', got {self.select_by!r}")
+        if self.select_by not in SELECTION_CRITERIA:
+            raise InputError(f"select_by must be one of {', '.join(SELECTION_CRITERIA)}, got {self.select_by!r}")
+        # Training keeps the best epoch, so it needs at least one.
+        for name in ("epochs", "batch_size", "eval_batch_size", "max_length"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not self.learning_rate > 0:
+            raise InputError(f"learning_rate must be positive, got {self.learning_rate}")
 
 
 @dataclass

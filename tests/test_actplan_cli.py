@@ -145,14 +145,17 @@ def test_plans_are_kept_for_the_scoring_command(chat_run, docs, capsys):
     from lmms_egoplan.cli import main
 
     run, _ = chat_run
-    kept = run.output_dir / "submissions" / "actplan1k_plans.jsonl"
-    rows = [json.loads(line) for line in kept.read_text().splitlines()]
+    # Beside the results file, named by model, date-time and task, so that no other run overwrites it.
+    kept = {task: list((run.output_dir / "fake").glob(f"*_plans_{task}.jsonl")) for task in TASKS}
+    assert all(len(files) == 1 for files in kept.values())
+    rows = [json.loads(line) for line in kept["actplan1k"][0].read_text().splitlines()]
     assert [r["candidate"] for r in rows] == [logged_output(s) for s in run.samples("actplan1k")]
     assert [r["instance_id"] for r in rows] == [d["instance_id"] for d in docs]
-    assert main(["actplan-score", "--pairs", str(kept)]) == 0
+    assert main(["actplan-score", *(f"--pairs={files[0]}" for files in kept.values())]) == 0
     printed = {tuple(line.split()[:2]): line.split() for line in capsys.readouterr().out.splitlines()[1:]}
-    assert float(printed[("actplan1k_plans", "all")][3]) == pytest.approx(run.metric("actplan1k", "lcs"), abs=0.005)
-    assert float(printed[("actplan1k_plans", "all")][4]) == pytest.approx(run.metric("actplan1k", "norm_lcs"), abs=0.0005)
+    for task in TASKS:
+        assert float(printed[(f"{task}:fake", "all")][3]) == pytest.approx(run.metric(task, "lcs"), abs=0.005)
+        assert float(printed[(f"{task}:fake", "all")][4]) == pytest.approx(run.metric(task, "norm_lcs"), abs=0.0005)
 
 
 def test_egoplan_hf_backend_with_multi_image_input(release, classifier, docs, matcher, tiny_model, tmp_path):

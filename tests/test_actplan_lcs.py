@@ -50,6 +50,18 @@ def encode(matcher):
     return functools.lru_cache(maxsize=None)(lambda step: matcher.model.encode(step, convert_to_tensor=True, show_progress_bar=False))
 
 
+def test_one_sentence_model_and_one_embedding_cache_per_device_whoever_asks(matcher):
+    from lmms_egoplan import metrics
+
+    step = "place_inside(dishwasher_3, teapot_7)"  # embedded nowhere else
+    # The matcher's device given as "auto", cosine_similarities' left unset: both are this machine's CPU.
+    StepMatcher(device="auto").embeddings([step])
+    loads = metrics._sentence_model.cache_info().misses
+    assert metrics.cosine_similarities([(step, step)]) == [pytest.approx(1.0)]
+    assert metrics._sentence_model.cache_info().misses == loads
+    assert {device for _, device, text in metrics._embedding_cache if text == step} == {matcher.device} == {"cpu"}
+
+
 def near_threshold_pairs(matcher, steps, low=0.76, high=0.84):
     """Step pairs whose cosine is close to 0.8: where a careless implementation would differ."""
     vectors = np.stack(matcher.embeddings(steps))
@@ -120,9 +132,30 @@ def test_scoring_command_on_the_release_layout(tmp_path, matcher, encode, capsys
 def test_scoring_command_says_what_is_missing_without_a_traceback(tmp_path, capsys):
     from lmms_egoplan.cli import main
 
-    assert main(["actplan-score"]) == 2
-    assert "give --data-root (release layout) and/or --pairs" in capsys.readouterr().err
+    def one_line_error(argv) -> str:
+        assert main(argv) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("lmms-egoplan actplan-score: ") and "Traceback" not in error
+        return error
+
+    assert "give --data-root (release layout) and/or --pairs" in one_line_error(["actplan-score"])
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    assert main(["actplan-score", "--pairs", str(empty)]) == 2
-    assert "no plans to score" in capsys.readouterr().err
+    assert "no plans to score" in one_line_error(["actplan-score", "--pairs", str(empty)])
+    assert f"ActPlan-1K data folder not found: {tmp_path / 'nowhere'}" in one_line_error(
+        ["actplan-score", "--data-root", str(tmp_path / "nowhere")])
+    assert f"file not found: {tmp_path / 'missing.jsonl'}" in one_line_error(
+        ["actplan-score", "--pairs", str(tmp_path / "missing.jsonl")])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"candidate": "grab(x)", "reference": "grab(x)"}) + "\n{candidate: grab(x)}\n")
+    assert f"{bad}:2: not JSON" in one_line_error(["actplan-score", "--pairs", str(bad)])
+
+
+@pytest.mark.parametrize("threshold", ["0", "1.5", "high"])
+def test_scoring_command_takes_a_cosine_threshold(threshold, capsys):
+    from lmms_egoplan.cli import main
+
+    with pytest.raises(SystemExit) as exit:
+        main(["actplan-score", "--pairs", "any.jsonl", "--threshold", threshold])
+    assert exit.value.code == 2
+    assert "argument --threshold:" in capsys.readouterr().err
