@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from loguru import logger
 
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.harness import BenchmarkTask, SettingsError, run_file, setting_name
+from lmms_egoplan.harness import BenchmarkTask, SettingsError, run_file, run_model_name, setting_name
 from lmms_egoplan.media import load_image
 from lmms_egoplan.metrics import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD, mean_or_nan
 from lmms_egoplan.records import read_jsonl
@@ -386,10 +386,7 @@ class RememberedVerdicts:
 
 def _run_label(args: Any, task: str) -> str:
     """How ``actplan-score`` names a run's plans: the task and the evaluated model."""
-    from lmms_eval.loggers.evaluation_tracker import GeneralConfigTracker
-
-    model_args = getattr(args, "model_args", "")
-    model = GeneralConfigTracker._get_model_name(model_args if isinstance(model_args, str) else "")
+    model = run_model_name(args)
     return f"{task}:{Path(model).name}" if model else task
 
 

@@ -103,27 +103,21 @@ def _actplan_train_bleurt(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    import dataclasses
-
-    from lmms_egoplan import actplan, bleurt, metrics
-    from lmms_egoplan.judge import JudgeSettings
+def _smoke_arguments(smoke: argparse.ArgumentParser) -> None:
     from lmms_egoplan.smoke import DEFAULT_ARCH, SUITES, suite_name
 
-    parser = argparse.ArgumentParser(prog="lmms-egoplan", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    smoke = commands.add_parser(
-        "smoke", help="offline demo: every task through lmms-eval on a tiny random model and synthetic data")
     smoke.add_argument("--workdir", help="where fixtures, checkpoints and logs go (default: a new temp folder)")
     smoke.add_argument("--arch", default=DEFAULT_ARCH, help=f"tiny checkpoint architecture (default: {DEFAULT_ARCH})")
     smoke.add_argument("--benchmark", action="append", choices=[suite_name(entry) for entry in SUITES],
                        help="run only this benchmark's tasks (repeatable; default: all)")
     smoke.set_defaults(handler=_smoke)
 
-    rejudge = commands.add_parser(
-        "rejudge", help="re-score logged model outputs (lmms-eval --log_samples files) with another judge, "
-                        "without running the model")
+
+def _rejudge_arguments(rejudge: argparse.ArgumentParser) -> None:
+    import dataclasses
+
+    from lmms_egoplan.judge import JudgeSettings
+
     rejudge.add_argument("samples", nargs="+", help="samples files (<date>_samples_<task>.jsonl) or folders holding them")
     rejudge.add_argument("--output", required=True, help="folder for the new audit trails and scores")
     for setting in dataclasses.fields(JudgeSettings):
@@ -131,9 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                              help=f"(default: {setting.default}); see README, section Judges")
     rejudge.set_defaults(handler=_rejudge)
 
-    check = commands.add_parser(
-        "egointent-check", help="validate EgoIntent annotations in the local format (and their videos) and "
-                                "summarise the steps and frame plans")
+
+def _egointent_check_arguments(check: argparse.ArgumentParser) -> None:
     check.add_argument("annotations", type=Path, help="the annotation file (.json list or .jsonl)")
     check.add_argument("--video-root", type=Path, help="where video paths and video_uids resolve "
                                                        "(default: the annotation file's folder)")
@@ -141,11 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--max-frames", type=int, default=32, help="frame cap per clip (default: 32)")
     check.set_defaults(handler=_egointent_check)
 
-    score = commands.add_parser(
-        "actplan-score", help="ActPlan-1K: LCS / normalised LCS of plans against gold plans, per model and split",
-        description="Score plans outside the harness: the VLM plans shipped in the ActPlan-1K release "
-                    "(plan_<model>.txt beside the gold plans), the release's auto_lcs pair files, or the "
-                    "plans files (<date-time>_plans_<task>.jsonl) that ActPlan-1K runs write beside their results.")
+
+def _actplan_score_arguments(score: argparse.ArgumentParser) -> None:
+    from lmms_egoplan import actplan, metrics
+
     score.add_argument("--data-root", help="release folder (holding annotation/): score its plan_<model>.txt files")
     score.add_argument("--model", action="append", help="with --data-root: model name of plan_<model>.txt (repeatable; default: all)")
     score.add_argument("--pairs", action="append", metavar="JSONL",
@@ -164,8 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--output", help="write per-plan values to this JSONL file")
     score.set_defaults(handler=_actplan_score)
 
-    train = commands.add_parser(
-        "actplan-train-bleurt", help="ActPlan-1K: fine-tune the BLEURT plan classifier (paper §4.2.2, Table 5)")
+
+def _actplan_train_bleurt_arguments(train: argparse.ArgumentParser) -> None:
+    from lmms_egoplan import bleurt
+
     train.add_argument("--data", required=True, help="the release's bleu-cls/data/finetuning_data.jsonl")
     train.add_argument("--activities", required=True, help="the release's bleu-cls/data/activities.txt (train/val/test)")
     train.add_argument("--base", required=True, help="BLEURT checkpoint folder to start from (PyTorch, BERT-based)")
@@ -184,13 +178,46 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=defaults.seed, help=f"(default {defaults.seed})")
     train.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
     train.set_defaults(handler=_actplan_train_bleurt)
+
+
+# name -> (help, how to add its arguments). Only the command being run gets its arguments (and
+# imports what they need), so that `lmms-egoplan --help` answers at once.
+COMMANDS = {
+    "smoke": ("offline demo: every task through lmms-eval on a tiny random model and synthetic data",
+              _smoke_arguments),
+    "rejudge": ("re-score logged model outputs (lmms-eval --log_samples files) with another judge, "
+                "without running the model", _rejudge_arguments),
+    "egointent-check": ("validate EgoIntent annotations in the local format (and their videos) and "
+                        "summarise the steps and frame plans", _egointent_check_arguments),
+    "actplan-score": ("ActPlan-1K: LCS / normalised LCS of plans against gold plans, per model and split",
+                      _actplan_score_arguments),
+    "actplan-train-bleurt": ("ActPlan-1K: fine-tune the BLEURT plan classifier (paper §4.2.2, Table 5)",
+                             _actplan_train_bleurt_arguments),
+}
+_DESCRIPTIONS = {
+    "actplan-score": ("Score plans outside the harness: the VLM plans shipped in the ActPlan-1K release "
+                      "(plan_<model>.txt beside the gold plans), the release's auto_lcs pair files, or the "
+                      "plans files (<date-time>_plans_<task>.jsonl) that ActPlan-1K runs write beside their results."),
+}
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``argv``, only the command it names gets its arguments (all of them without)."""
+    requested = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+    parser = argparse.ArgumentParser(prog="lmms-egoplan", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, (help_text, add_arguments) in COMMANDS.items():
+        command = commands.add_parser(name, help=help_text, description=_DESCRIPTIONS.get(name, help_text))
+        if argv is None or name == requested:
+            add_arguments(command)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     from lmms_egoplan.errors import InputError
 
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     try:
         return args.handler(args)
     except (InputError, FileNotFoundError) as error:  # bad data, settings or paths: what to fix, no traceback

@@ -263,20 +263,26 @@ def run_stamp(timezone: str | None) -> str:
     return get_datetime_str(timezone=timezone) if timezone else get_datetime_str()
 
 
+def run_model_name(args: Any) -> str:
+    """The evaluated model as lmms-eval names it in its output folder (from ``pretrained=`` etc.)."""
+    from lmms_eval.loggers.evaluation_tracker import GeneralConfigTracker
+
+    model_args = getattr(args, "model_args", "")
+    return GeneralConfigTracker._get_model_name(model_args if isinstance(model_args, str) else "")
+
+
 def run_file(args: Any, task: str, kind: str, suffix: str = ".jsonl") -> Path:
     """Where a task writes a file of this run (judgements, plans, a submission): beside lmms-eval's
-    results file, ``<output_path>/<model>/<date-time>_<kind>_<task><suffix>``, so that runs of
-    other models or at other times never overwrite it; ``./<kind>/`` without ``--output_path``."""
+    results file, ``<output_path>/<model>/<date-time>_<kind>_<task><suffix>`` (the date-time of
+    this process's first such file, in lmms-eval's format and ``--timezone``), so that runs of other
+    models or at other times never overwrite it; ``./<kind>/`` without ``--output_path``."""
     file_name = f"{run_stamp(getattr(args, 'timezone', None))}_{kind}_{task}{suffix}"
     output_path = getattr(args, "output_path", None)
     if not output_path:
         return Path.cwd() / kind / file_name
-    from lmms_eval.loggers.evaluation_tracker import GeneralConfigTracker
     from lmms_eval.utils import sanitize_model_name
 
-    model_args = getattr(args, "model_args", "")
-    model = GeneralConfigTracker._get_model_name(model_args if isinstance(model_args, str) else "")
-    return Path(output_path) / sanitize_model_name(model) / file_name
+    return Path(output_path) / sanitize_model_name(run_model_name(args)) / file_name
 
 
 def keep_loglikelihood_results() -> None:

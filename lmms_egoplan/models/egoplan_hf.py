@@ -270,7 +270,7 @@ def _load(pretrained: str, dtype: str, attn_implementation: str | None, trust_re
 
 def _resolve_device(device: str | None, accelerator) -> str:
     """``auto``: the rank's GPU where there is one, else the CPU; a bare ``cuda`` gets the rank's index."""
-    device = resolve_device(device or "auto")
+    device = resolve_device(device)
     if device == "cuda" and accelerator.num_processes > 1:
         device = f"cuda:{accelerator.local_process_index}"
     return device
