@@ -26,6 +26,7 @@ section EgoIntent) into which the release can be converted.
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import math
@@ -438,47 +439,76 @@ def _field_of(name: str) -> str | None:
 
 
 def _fields_from_json(text: str) -> dict[str, str]:
-    """Fields of the first object in ``text`` that has any: JSON, or a Python dict literal."""
+    """Fields of the first object in ``text`` that has any: JSON, or a Python dict literal.
+
+    JSON is tried at every ``{`` outside an object already decoded (what is nested in one was
+    searched with it). A Python literal is read from a ``{`` to the ``}`` that closes it (braces
+    counted, quotes not: a brace inside a quoted string must be balanced), never from inside a
+    span already tried, so ``literal_eval`` sees each character once at most and a degenerate
+    answer ("{{{{...}}}}") is read in linear time. A model may write anything: whatever a parser
+    raises (an unhashable key, nesting too deep) means "no object here".
+    """
     decoder = json.JSONDecoder()
-    closing = [m.start() for m in re.finditer(r"\}", text)]
+    closing = _closing_braces(text)
+    json_end = literal_end = 0  # where the last object decoded as JSON / given to literal_eval ends
     for start in (m.start() for m in re.finditer(r"\{", text)):
-        try:
-            value = decoder.raw_decode(text, start)[0]
-        except json.JSONDecodeError:
-            value = _python_literal(text, start, closing)
+        value = None
+        if start >= json_end:
+            try:
+                value, json_end = decoder.raw_decode(text, start)
+            except Exception:  # not JSON here, or nested deeper than Python recurses
+                pass
+        if value is None and start >= literal_end and start in closing:
+            literal_end = closing[start] + 1
+            value = _python_literal(text[start:literal_end])
         fields = _fields_of_object(value)
         if fields:
             return fields
     return {}
 
 
-def _python_literal(text: str, start: int, closing: list[int]) -> Any:
-    """The dict literal starting at ``start`` ({'local_intent': '...'}), or None."""
-    import ast
+def _closing_braces(text: str) -> dict[int, int]:
+    """The position of the ``}`` closing each ``{`` of ``text`` (a ``{`` never closed has none)."""
+    closing, opened = {}, []
+    for brace in re.finditer(r"[{}]", text):
+        if brace.group() == "{":
+            opened.append(brace.start())
+        elif opened:
+            closing[opened.pop()] = brace.start()
+    return closing
 
-    for end in (e for e in closing if e > start):
-        try:
-            return ast.literal_eval(text[start:end + 1])
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            continue
-    return None
+
+def _python_literal(span: str) -> Any:
+    """The value of the Python literal ``span`` ({'local_intent': '...'}), or None."""
+    try:
+        return ast.literal_eval(span)
+    except Exception:  # whatever literal_eval raises means: not a literal
+        return None
 
 
 def _fields_of_object(value: Any) -> dict[str, str]:
-    """Fields of a decoded JSON object, looking one level into nested objects ({"answer": {...}})."""
-    if not isinstance(value, dict):
-        return {}
+    """Fields of a decoded object: its own, else those of the first object nested in it (in its
+    values or in lists, in order, at any depth: {"answer": {...}})."""
+    pending = [value]
+    while pending:  # depth first, without recursion (a model may nest deeper than Python recurses)
+        value = pending.pop()
+        if isinstance(value, dict):
+            fields = _own_fields(value)
+            if fields:
+                return fields
+            pending.extend(reversed(value.values()))
+        elif isinstance(value, list):
+            pending.extend(reversed(value))
+    return {}
+
+
+def _own_fields(value: dict) -> dict[str, str]:
     fields = {}
     for key, item in value.items():
         field = _field_of(key)
         text = _clean(item if isinstance(item, str) else "; ".join(map(str, item)) if isinstance(item, list) else "")
         if field and text:
             fields.setdefault(field, text)
-    if not fields:
-        for item in value.values():
-            fields = _fields_of_object(item)
-            if fields:
-                break
     return fields
 
 

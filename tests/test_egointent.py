@@ -221,11 +221,37 @@ def test_scenarios_get_distinct_metric_names():
      {"local_intent": "ready the drill", "global_intent": "mount the wheel"}),
     ("### Next step\nclimb the\nladder\n\nThat is all.", {"next_step_plan": "climb the ladder"}),
     ("{'local_intent': 'x', 'next_step_plan': 'y'}", {"local_intent": "x", "next_step_plan": "y"}),
+    ('{"answers": [{"step": 1}, {"global_intent": "g"}]}', {"global_intent": "g"}),
+    ('{"text": "I think {\'local_intent\': \'q\'} fits"}', {"local_intent": "q"}),
+    # Neither a JSON object nor a dict literal (literal_eval: unhashable key): read on, never crash.
+    ('{{"local_intent": "a"}}', {"local_intent": "a"}),
+    ("x {[1]: 2} local intent: a", {}),
+    ("x {[1]: 2}\nLocal intent: a", {"local_intent": "a"}),
     ('{"local_intent": "...", "global_intent": "N/A", "next_step_plan": ""}', {}),
     ("The person is in a kitchen.", {}),
 ])
 def test_answers_are_read_from_json_or_labelled_lines_amid_prose(answer, expected):
     assert parse_answer(answer) == expected
+
+
+@pytest.mark.parametrize("answer", [
+    "{" * 900 + "}" * 900,  # took 17.9 s when every "}" was tried for every "{"
+    "{" * 1800,
+    "{}" * 900,
+    "{[" * 450 + "]}" * 450,
+    '{"a": ' * 300,
+    "{'a': " * 300 + "1" + "}" * 300,
+    "{x} local intent: {y} " * 80,
+])
+def test_degenerate_answers_are_read_in_linear_time(answer, monkeypatch):
+    """literal_eval sees each character at most once, so a long degenerate answer cannot stall the run."""
+    import ast
+
+    evaluated = []
+    literal_eval = ast.literal_eval
+    monkeypatch.setattr(ast, "literal_eval", lambda text: evaluated.append(text) or literal_eval(text))
+    assert "local_intent" not in parse_answer(answer)
+    assert sum(map(len, evaluated)) <= len(answer)
 
 
 def test_judge_ratings_are_integers_0_to_10_after_any_thinking():
