@@ -38,8 +38,8 @@ the same judgements: each request is judged once, whichever metric lmms-eval agg
 
 from __future__ import annotations
 
-import functools
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -87,12 +87,9 @@ class JudgedTask(BenchmarkTask):
         settings = JudgeSettings.of(self.settings)
         trail = run_file(args, self.config.task, "judgements")
         with self._judgements_lock:
-            try:
-                judge = _shared_judge(settings)
-            except Exception as error:  # e.g. an hf judge that does not load: report, keep the run
-                logger.error(f"task {self.config.task}: the judge {settings.judge_model} is unavailable ({error}); "
-                             f"every answer counts as failed; re-score the logged samples with lmms-egoplan rejudge")
-                return unjudged(items, f"{settings.judge_backend}:{settings.judge_model}", f"judge unavailable: {error}")
+            judge = _shared_judge(settings)
+            if isinstance(judge, JudgeUnavailable):
+                return unjudged(items, judge.model, f"judge unavailable: {judge.error}")
             pending = [request for request in item_requests(items)
                        if getattr(self._judgements.get(request.id), "messages", None) != request.messages]
             # Run even with nothing pending: the (then empty) audit trail says nothing needed judging.
@@ -102,10 +99,32 @@ class JudgedTask(BenchmarkTask):
             return score_judged(items, self._judgements, judge_model=judge.model, audit_path=trail)
 
 
-@functools.cache
-def _shared_judge(settings: JudgeSettings) -> Judge:
-    # One engine per judge configuration: the tasks of a run share its client, cache and (hf) model.
-    return Judge.from_settings(settings)
+@dataclass(frozen=True)
+class JudgeUnavailable:
+    """A judge configuration that failed to load (remembered: loading is not retried per metric)."""
+
+    model: str
+    error: str
+
+
+_JUDGES: dict[JudgeSettings, Judge | JudgeUnavailable] = {}
+_JUDGES_LOCK = threading.Lock()
+
+
+def _shared_judge(settings: JudgeSettings) -> Judge | JudgeUnavailable:
+    """One engine per judge configuration: the tasks of a run share its client, cache and (hf)
+    model. One that fails to load (e.g. an hf judge that does not exist) is reported once and
+    fails every judgement of every metric that asks for it, instead of reloading each time."""
+    with _JUDGES_LOCK:
+        if settings not in _JUDGES:
+            try:
+                _JUDGES[settings] = Judge.from_settings(settings)
+            except Exception as error:  # report, and keep the run: the generations are logged
+                model = f"{settings.judge_backend}:{settings.judge_model}"
+                logger.error(f"the judge {model} is unavailable ({error}); every answer it should judge counts as "
+                             f"failed; re-score the logged samples with lmms-egoplan rejudge")
+                _JUDGES[settings] = JudgeUnavailable(model, str(error))
+        return _JUDGES[settings]
 
 
 def _task_of(task: BenchmarkTask | None) -> JudgedTask:

@@ -241,8 +241,12 @@ def test_an_unusable_judge_stops_the_task_before_its_data_loads(tmp_path, monkey
 def test_a_judge_that_cannot_load_fails_the_judgements_instead_of_the_run(tmp_path, monkeypatch):
     from lmms_eval.tasks import TaskManager, get_task_dict
 
+    from lmms_egoplan import judge
     from lmms_egoplan.egothink import process_results
 
+    loads = []
+    transformers_backend = judge.TransformersBackend
+    monkeypatch.setattr(judge, "TransformersBackend", lambda *a, **k: loads.append(a) or transformers_backend(*a, **k))
     data = write_release(tmp_path / "data", per_dimension=2)
     for name, value in {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data), "EGOTHINK_JUDGE_BACKEND": "hf",
                         "EGOTHINK_JUDGE_MODEL": str(tmp_path / "no-such-model"), "EGOTHINK_JUDGE_CACHE_DIR": "none"}.items():
@@ -256,3 +260,4 @@ def test_a_judge_that_cannot_load_fails_the_judgements_instead_of_the_run(tmp_pa
     assert (aggregate["judged"](items, args=None), aggregate["failed"](items, args=None)) == (0, 2)
     score = aggregate["score"](items, args=None)
     assert score != score  # NaN, never a silent zero
+    assert len(loads) == 1, "the judge that failed to load was loaded again for another metric"
