@@ -47,6 +47,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from loguru import logger
 
 from lmms_egoplan.errors import InputError
+from lmms_egoplan.metrics import mean_or_nan
 
 JUDGE_BACKENDS = ("openai", "azure", "hf")
 
@@ -177,15 +178,6 @@ class JudgeResults:
     @property
     def failure_rate(self) -> float:
         return self.failed / len(self.judgements) if self.judgements else 0.0
-
-    @property
-    def ratings(self) -> list[float]:
-        return [j.rating for j in self.judgements if j.ok]
-
-    def mean_rating(self) -> float:
-        """Mean over the successful judgements only; NaN when there are none."""
-        ratings = self.ratings
-        return sum(ratings) / len(ratings) if ratings else math.nan
 
     @property
     def calls(self) -> int:
@@ -722,8 +714,8 @@ def score_judged(items: Sequence[Mapping[str, Any]], judgements: Mapping[str, Ju
             bucket = ratings.setdefault(name, [])
             if rating is not None:  # a failed judgement: counted, never averaged in
                 bucket.append(rating)
-    part_scores = {name: sum(r) / len(r) * scale if r else math.nan for name, r in ratings.items()}
-    score = sum(part_scores.values()) / len(part_scores) if part_scores else math.nan
+    part_scores = {name: mean_or_nan(part_ratings) * scale for name, part_ratings in ratings.items()}
+    score = mean_or_nan(list(part_scores.values()))
     results = JudgeResults([judgements[r.id] for r in item_requests(items)], judge_model,
                            Path(audit_path) if audit_path else None)
     return ItemScore(score, results, part_scores)

@@ -23,6 +23,8 @@ from lmms_egoplan.judge import (
     OpenAIChatBackend,
     TransformersBackend,
     bracket_rating,
+    judge_parts_item,
+    score_judged,
 )
 from lmms_egoplan.testing.judge_server import ChatServer, Reply, fail_first, hang, hash_rating, rating_responder
 
@@ -40,6 +42,13 @@ def judge_for(server, *, cache_dir=None, model="loopback-judge", concurrency=8, 
     backend = OpenAIChatBackend(model, base_url=server.base_url, api_key_env="", timeout=timeout)
     return Judge(backend, cache=JudgeCache(cache_dir) if cache_dir else None, concurrency=concurrency,
                  retries=retries, backoff=backoff, decoding=decoding)
+
+
+def mean_rating(results):
+    """The mean rating a judged metric reports for ``results`` (EgoThink's rubric: 0 / 0.5 / 1, x 100)."""
+    items = [judge_parts_item({"": JudgeRequest(j.id, j.messages)}, "lmms_egoplan.egothink:RUBRIC")
+             for j in results.judgements]
+    return score_judged(items, {j.id: j for j in results.judgements}, judge_model=results.judge_model).score / 100
 
 
 def expected_rating(request):
@@ -67,7 +76,7 @@ def test_judgements_run_concurrently_up_to_the_limit_and_keep_request_order():
     assert [j.id for j in results.judgements] == [r.id for r in batch]
     assert [j.rating for j in results.judgements] == [expected_rating(r) for r in batch]
     assert (results.judged, results.failed) == (40, 0)
-    assert results.mean_rating() == pytest.approx(sum(map(expected_rating, batch)) / 40)
+    assert mean_rating(results) == pytest.approx(sum(map(expected_rating, batch)) / 40)
     # The judge sees exactly the request's messages.
     sent = {call.messages[-1]["content"] for call in server.calls}
     assert sent == {r.messages[-1]["content"] for r in batch}
@@ -119,8 +128,8 @@ def test_answers_without_a_valid_rating_are_failed_excluded_from_the_mean_and_wa
         results = judge_for(server).run(requests(8), ZERO_HALF_ONE, audit_path=tmp_path / "audit.jsonl",
                                         progress=False)
     assert (results.judged, results.failed) == (4, 4)
-    assert results.ratings == [0.5, 1.0, 0.5, 1.0]
-    assert results.mean_rating() == 0.75
+    assert [j.rating for j in results.judgements if j.ok] == [0.5, 1.0, 0.5, 1.0]
+    assert mean_rating(results) == 0.75
     errors = {j.id: j.error for j in results.judgements if not j.ok}
     assert errors == {"q0": "no [[rating]] in the judge output", "q4": "no [[rating]] in the judge output",
                       "q1": "rating 7 is not one of 0, 0.5, 1", "q5": "rating 7 is not one of 0, 0.5, 1"}
@@ -138,7 +147,7 @@ def test_a_broken_rating_parser_fails_judgements_instead_of_the_run(warnings_log
 def test_nothing_judged_gives_nan_not_zero():
     with ChatServer(lambda call: Reply("no idea")) as server:
         results = judge_for(server).run(requests(2), ZERO_HALF_ONE, progress=False)
-    assert results.judged == 0 and results.mean_rating() != results.mean_rating()
+    assert results.judged == 0 and mean_rating(results) != mean_rating(results)
 
 
 def test_audit_trail_records_prompt_raw_output_rating_and_judge_model(tmp_path):
