@@ -36,7 +36,7 @@ from lmms_eval.api.task import ConfigurableMessagesTask
 from loguru import logger
 
 from lmms_egoplan.harness import SettingsError
-from lmms_egoplan.judge import JudgeRequest, JudgeSettings, Rubric, bracket_rating, judge_item
+from lmms_egoplan.judge import JudgeRequest, JudgeSettings, Rubric, bracket_rating, judge_parts_item
 from lmms_egoplan.judged_task import JudgedTask
 from lmms_egoplan.media import MediaError, load_image
 
@@ -252,5 +252,5 @@ def doc_to_messages(doc: dict, lmms_eval_specific_kwargs: dict | None = None) ->
 
 def process_results(doc: dict, results: list) -> dict:
     """The judge item for this answer; the judge rates all items of the task after generation."""
-    item = judge_item(judge_request(doc, results[0]), _RUBRIC_REFERENCE)
+    item = judge_parts_item({"": judge_request(doc, results[0])}, _RUBRIC_REFERENCE)  # judged as a whole
     return {"score": item, "judged": item, "failed": item}

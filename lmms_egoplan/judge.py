@@ -603,21 +603,6 @@ class Rubric:
     scale: float = 1.0
 
 
-def judge_item(request: JudgeRequest, rubric: str) -> dict:
-    """The per-sample value a judged task's ``process_results`` returns for each judged metric.
-
-    It is self-contained (lmms-eval logs it with ``--log_samples``), so the outputs can be
-    re-judged later without the model: ``rubric`` names the benchmark's ``Rubric`` as
-    ``"module:attribute"``.
-    """
-    return {"judge_request_id": request.id, "judge_messages": [dict(m) for m in request.messages],
-            "judge_rubric": rubric}
-
-
-def is_judge_item(value: Any) -> bool:
-    return isinstance(value, dict) and {"judge_request_id", "judge_messages", "judge_rubric"} <= value.keys()
-
-
 @dataclass(frozen=True)
 class FixedRating:
     """A part of a judged item settled without the judge (e.g. an answer field the model left
@@ -628,12 +613,15 @@ class FixedRating:
 
 
 def judge_parts_item(parts: Mapping[str, JudgeRequest | FixedRating], rubric: str) -> dict:
-    """The per-sample value for a sample judged on several parts (e.g. three answer fields, one
-    judge request each), self-contained like ``judge_item``.
+    """The per-sample value a judged task's ``process_results`` returns for each judged metric:
+    the sample's parts by name, each a judge request or a ``FixedRating`` (e.g. three answer
+    fields; a sample judged as a whole is one part named ``""``).
 
-    A metric over such items scores each part over all items (mean rating x scale, failed
-    judgements excluded) and reports the mean of the part scores; an item holding one part of
-    a sample is how a metric reports that part alone.
+    It is self-contained (lmms-eval logs it with ``--log_samples``), so the outputs can be
+    re-judged later without the model: ``rubric`` names the benchmark's ``Rubric`` as
+    ``"module:attribute"``. A metric over such items scores each part over all items (mean
+    rating x scale, failed judgements excluded) and reports the mean of the part scores; an item
+    holding one part of a sample is how a metric reports that part alone.
     """
     if not parts:
         raise ValueError("a judged item needs at least one part")
@@ -651,11 +639,9 @@ def is_judge_parts_item(value: Any) -> bool:
 
 
 def item_parts(item: Mapping[str, Any]) -> dict[str, JudgeRequest | FixedRating]:
-    """The parts of a logged judged item, by name; a ``judge_item`` is one part named ``""``."""
-    if is_judge_item(item):
-        return {"": JudgeRequest(item["judge_request_id"], tuple(item["judge_messages"]))}
+    """The parts of a logged judged item (``judge_parts_item``), by name."""
     if not is_judge_parts_item(item):
-        raise ValueError(f"not a judged item (judge_item / judge_parts_item): {str(item)[:120]}")
+        raise ValueError(f"not a judged item (judge_parts_item): {str(item)[:120]}")
     return {name: FixedRating(part["fixed_rating"], part.get("fixed_reason", "")) if "fixed_rating" in part
             else JudgeRequest(part["judge_request_id"], tuple(part["judge_messages"]))
             for name, part in item["judge_parts"].items()}

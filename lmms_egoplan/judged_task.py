@@ -1,8 +1,8 @@
 """Judged tasks in lmms-eval: metrics an LLM judge scores after generation, all items at once.
 
-lmms-eval calls ``process_results`` once per document (in threads, under a retry wrapper), so
-a judge call there blocks, repeats and cannot batch. A ``JudgedTask`` instead has
-``process_results`` return a self-contained judge item per sample (``judge.judge_item``);
+lmms-eval calls ``process_results`` once per document (in threads), so a judge call there
+blocks and cannot batch. A ``JudgedTask`` instead has
+``process_results`` return a self-contained judge item per sample (``judge.judge_parts_item``);
 the aggregation functions below then run on rank 0, after gathering, and send every item of
 the task through the judge engine in one concurrent, cached batch. The audit trail is written
 next to the results file (``<output_path>/<model>/<date>_judgements_<task>.jsonl``).
@@ -11,8 +11,8 @@ A judged benchmark needs:
 
 * ``Settings`` inheriting ``lmms_egoplan.judge.JudgeSettings`` (so its judge is configured by
   ``<ENV_PREFIX>_JUDGE_MODEL`` etc.; the settings are checked before anything is generated);
-* ``process_results`` returning ``{metric: judge_item(request, "<module>:<RUBRIC>") ...}`` for
-  the judged metric and for ``judged`` / ``failed``;
+* ``process_results`` returning ``{metric: judge_parts_item({"": request}, "<module>:<RUBRIC>")
+  ...}`` for the judged metric and for ``judged`` / ``failed``;
 * this ``metric_list`` in its YAML (and ``class:`` a ``JudgedTask`` subclass)::
 
       metric_list:
@@ -29,7 +29,7 @@ A judged benchmark needs:
   and, in a group YAML, ``aggregation: !function lmms_egoplan.judged_task.sum_over_subtasks``
   for ``judged`` / ``failed`` (the group's totals).
 
-A sample judged on several parts (``judge.judge_parts_item``, e.g. three answer fields)
+A sample judged on several named parts (e.g. three answer fields, one request each)
 reports the mean of its part scores under ``judged_score``; one part alone is reported by
 returning an item holding only that part under the part's metric. Breakdowns (a metric only
 some samples return, e.g. per scenario) use ``judged_score`` too. Every metric of a task reads
@@ -52,7 +52,6 @@ from lmms_egoplan.judge import (
     Judgement,
     JudgeSettings,
     JudgeSetupError,
-    is_judge_item,
     is_judge_parts_item,
     item_requests,
     items_rubric,
@@ -179,7 +178,7 @@ def rejudge_samples(paths: Sequence[str | Path], judge: Judge, output_dir: str |
         for line in samples_file.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 for metric, value in json.loads(line).items():
-                    if is_judge_item(value) or is_judge_parts_item(value):
+                    if is_judge_parts_item(value):
                         columns.setdefault(metric, []).append(value)
         if not columns:
             logger.warning(f"{samples_file}: no judged items (was the task a judged task?)")

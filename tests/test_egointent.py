@@ -36,7 +36,6 @@ from lmms_egoplan.judge import (
     JudgeRequest,
     OpenAIChatBackend,
     item_requests,
-    judge_item,
     judge_parts_item,
     score_judged,
 )
@@ -518,7 +517,7 @@ def test_parts_items_score_each_part_then_average_excluding_failed_judgements(tm
         judge = Judge(OpenAIChatBackend("loopback-judge", base_url=server.base_url, api_key_env=""))
         scored = judge_and_score(items + items[:1], judge)  # a repeated item is judged once
         assert len(server.calls) == 5
-        single = judge_and_score([judge_item(parts[0]["a"], egointent.RUBRIC_REFERENCE)], judge)
+        single = judge_and_score([judge_parts_item({"": parts[0]["a"]}, egointent.RUBRIC_REFERENCE)], judge)
     assert scored.part_scores == {"a": pytest.approx(10 * (8 + 5 + 8) / 3), "b": pytest.approx(10 * (2 + 0 + 6 + 2) / 4)}
     assert scored.score == pytest.approx((scored.part_scores["a"] + scored.part_scores["b"]) / 2)
     assert (scored.results.judged, scored.results.failed) == (4, 1)  # the fixed rating is neither
