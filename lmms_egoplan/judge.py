@@ -11,7 +11,8 @@ output (an id and chat messages) and supplies a rating parser; ``Judge.run`` the
 * parses every answer with the benchmark's parser; a call that still fails, or an answer
   without a valid rating, becomes a *failed* judgement: counted, excluded from the mean, and
   warned about with the failure rate;
-* writes an audit trail (JSON lines: prompt, raw judge output, parsed rating, judge model).
+* writes an audit trail (JSON lines: prompt, raw judge output, parsed rating, judge model and
+  the model the server says answered, e.g. the snapshot behind an alias such as ``gpt-4``).
 
 Backends: any OpenAI-compatible chat-completions endpoint through the official ``openai``
 client (OpenAI, Azure OpenAI, a local vLLM or SGLang server) and an in-process transformers
@@ -148,15 +149,18 @@ class Judgement:
     error: Optional[str]  # why it failed (None when it did not)
     cached: bool  # answered from the cache, without a call
     attempts: int  # calls made for it in this run (0 when cached)
+    # The model the server says answered: names like "gpt-4" are aliases of changing snapshots.
+    # None when no answer came back (or for answers cached before it was recorded).
+    served_model: Optional[str] = None
 
     @property
     def ok(self) -> bool:
         return self.rating is not None
 
     def audit_record(self) -> dict:
-        return {"id": self.id, "judge_model": self.judge_model, "prompt": list(self.messages),
-                "raw_output": self.raw_output, "rating": self.rating, "error": self.error,
-                "cached": self.cached, "attempts": self.attempts}
+        return {"id": self.id, "judge_model": self.judge_model, "served_model": self.served_model,
+                "prompt": list(self.messages), "raw_output": self.raw_output, "rating": self.rating,
+                "error": self.error, "cached": self.cached, "attempts": self.attempts}
 
 
 @dataclass
@@ -189,14 +193,13 @@ class JudgeResults:
 # =============================================================================================
 
 
-def bracket_rating(allowed: Sequence[float] | None = None, *, low: float | None = None,
-                   high: float | None = None) -> RatingParser:
+def bracket_rating(allowed: Sequence[float]) -> RatingParser:
     """Parser for FastChat-style single-answer grading: ``Rating: [[0.5]]``.
 
     Like FastChat (and the EgoThink and MT-Bench judges built on it) it takes the first
-    ``[[x]]`` and falls back to the first ``[x]``. The rating must then be one of ``allowed``,
-    or lie in ``[low, high]``; anything else is no valid rating (a judge answering on another
-    scale is a failed judgement, not a score).
+    ``[[x]]`` and falls back to the first ``[x]``. The rating must then be one of ``allowed``;
+    anything else is no valid rating (a judge answering on another scale is a failed
+    judgement, not a score).
     """
     import re
 
@@ -208,10 +211,8 @@ def bracket_rating(allowed: Sequence[float] | None = None, *, low: float | None 
         if match is None:
             raise ValueError("no [[rating]] in the judge output")
         rating = float(match.group(1))
-        if allowed is not None and rating not in allowed:
+        if rating not in allowed:
             raise ValueError(f"rating {match.group(1)} is not one of {', '.join(f'{a:g}' for a in allowed)}")
-        if (low is not None and rating < low) or (high is not None and rating > high):
-            raise ValueError(f"rating {match.group(1)} is outside [{low:g}, {high:g}]")
         return rating
 
     return parse
@@ -225,7 +226,7 @@ def bracket_rating(allowed: Sequence[float] | None = None, *, low: float | None 
 @dataclass(frozen=True)
 class Completion:
     text: str
-    model: str  # the model the server says answered
+    model: Optional[str]  # the model the server says answered (None: not known)
 
 
 class TransientJudgeError(RuntimeError):
@@ -398,7 +399,8 @@ def make_backend(settings: JudgeSettings, environ: Mapping[str, str] = os.enviro
 
 
 class JudgeCache:
-    """Raw judge outputs on disk, keyed by (judge model, full prompt, decoding settings).
+    """Raw judge outputs (and the model the server said answered) on disk, keyed by (judge model,
+    full prompt, decoding settings).
 
     SQLite in WAL mode: several processes (two evaluations sharing the cache) and the engine's
     threads can write at once; each answer is committed as it arrives. Only requests and
@@ -415,22 +417,31 @@ class JudgeCache:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS judgements (key TEXT PRIMARY KEY, judge_model TEXT NOT NULL, "
-                         "request TEXT NOT NULL, output TEXT NOT NULL, created REAL NOT NULL)")
+                         "request TEXT NOT NULL, output TEXT NOT NULL, created REAL NOT NULL, served_model TEXT)")
+        # A cache written before the served model was recorded lacks its column: add it, keeping
+        # the answers (paid for) it holds.
+        if "served_model" not in {row[1] for row in self._db.execute("PRAGMA table_info(judgements)")}:
+            try:
+                self._db.execute("ALTER TABLE judgements ADD COLUMN served_model TEXT")
+            except sqlite3.OperationalError:  # another process added it at the same moment
+                pass
 
     @staticmethod
     def key(judge_model: str, messages: Sequence[Mapping[str, str]], decoding: Decoding) -> str:
         return hashlib.sha256(_request_json(judge_model, messages, decoding).encode()).hexdigest()
 
-    def get(self, key: str) -> Optional[str]:
+    def get(self, key: str) -> Optional[Completion]:
         with self._lock:
-            row = self._db.execute("SELECT output FROM judgements WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
+            row = self._db.execute("SELECT output, served_model FROM judgements WHERE key = ?", (key,)).fetchone()
+        return Completion(*row) if row else None
 
     def put(self, key: str, judge_model: str, messages: Sequence[Mapping[str, str]], decoding: Decoding,
-            output: str) -> None:
+            answer: Completion) -> None:
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO judgements VALUES (?, ?, ?, ?, ?)",
-                             (key, judge_model, _request_json(judge_model, messages, decoding), output, time.time()))
+            self._db.execute(
+                "INSERT OR REPLACE INTO judgements (key, judge_model, request, output, created, served_model) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (key, judge_model, _request_json(judge_model, messages, decoding), answer.text, time.time(), answer.model))
 
     def __len__(self) -> int:
         with self._lock:
@@ -497,8 +508,8 @@ class Judge:
         audit = _AuditWriter(audit_path, append=append_audit)
         done: dict[str, Judgement] = {}
 
-        def record(key: str, raw: str | None, error: str | None, cached: bool, attempts: int) -> None:
-            rating = None
+        def record(key: str, answer: Completion | None, error: str | None, cached: bool, attempts: int) -> None:
+            raw, rating = (answer.text if answer else None), None
             if raw is not None:
                 try:
                     rating = float(parse_rating(raw))
@@ -508,7 +519,8 @@ class Judge:
                     error = f"the rating parser failed: {type(problem).__name__}: {problem}"
             for position, request in enumerate(by_key[key]):
                 judgement = Judgement(request.id, self.model, request.messages, raw, rating,
-                                      error if rating is None else None, cached, attempts if position == 0 else 0)
+                                      error if rating is None else None, cached, attempts if position == 0 else 0,
+                                      answer.model if answer else None)
                 done[request.id] = judgement
                 audit.write(judgement)
 
@@ -524,8 +536,8 @@ class Judge:
                     ThreadPoolExecutor(max_workers=self.concurrency) as pool:
                 futures = {pool.submit(self._call, key, by_key[key][0].messages): key for key in missing}
                 for future in as_completed(futures):
-                    raw, error, attempts = future.result()
-                    record(futures[future], raw, error, False, attempts)
+                    answer, error, attempts = future.result()
+                    record(futures[future], answer, error, False, attempts)
                     bar.update()
         finally:
             audit.close()
@@ -540,8 +552,8 @@ class Judge:
                 + (f"; audit trail: {audit.path}" if audit.path else ""))
         return results
 
-    def _call(self, key: str, messages) -> tuple[Optional[str], Optional[str], int]:
-        """(raw output or None, error or None, attempts) for one prompt; stores answers in the cache."""
+    def _call(self, key: str, messages) -> tuple[Optional[Completion], Optional[str], int]:
+        """(answer or None, error or None, attempts) for one prompt; stores answers in the cache."""
         attempt = 0
         while True:
             attempt += 1
@@ -558,10 +570,10 @@ class Judge:
                 return None, f"{type(error).__name__}: {error}", attempt
             if self.cache is not None:
                 try:
-                    self.cache.put(key, self.model, messages, self.decoding, completion.text)
+                    self.cache.put(key, self.model, messages, self.decoding, completion)
                 except sqlite3.Error as error:  # the answer is still good; only a re-run would ask again
                     logger.warning(f"judge cache {self.cache.path}: could not store an answer: {error}")
-            return completion.text, None, attempt
+            return completion, None, attempt
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         """Exponential backoff with jitter (so that throttled calls do not return in lockstep)."""

@@ -84,6 +84,7 @@ def test_every_dimension_reports_the_score_recomputed_from_its_audit_trail(evalu
                 f"[The End of Reference Answer]\n\n[The Start of Assistant's Answer]\n{sample['filtered_resps']}\n"
                 f"[The End of Assistant's Answer]")
             assert by_id[doc["id"]]["judge_model"] == "openai:loopback-judge"
+            assert by_id[doc["id"]]["served_model"] == "loopback-judge"
     assert total_failed > 0, "the scripted judge should have left some answers unrated"
     assert len(evaluation.judge.calls) == 24  # one call per answer, nothing judged twice
 
