@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -213,9 +215,16 @@ def _stored_image(image: dict, folder: Path, index: int) -> Path:
     suffix = Path(image.get("path") or "").suffix or ".jpg"
     path = folder / f"{index}-{hashlib.sha256(content).hexdigest()[:16]}{suffix}"
     if not path.is_file():
-        partial = path.with_name(f".{path.name}.partial")
-        partial.write_bytes(content)
-        partial.replace(path)
+        # Ranks load at once and may store the same image together: each writes a file of its
+        # own and renames it into place (the same bytes, whichever rename lands last).
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".partial", delete=False) as partial:
+            partial.write(content)
+        try:
+            os.replace(partial.name, path)
+        except OSError:
+            Path(partial.name).unlink(missing_ok=True)
+            if not path.is_file():
+                raise
     return path
 
 

@@ -225,6 +225,31 @@ def test_hub_loader_reads_the_hub_shaped_dataset_and_stores_its_images_once(tmp_
         assert [Path(d["image"]).stat().st_mtime_ns for d in again] == stamps
 
 
+def _store_images(folder, barrier, count):
+    from lmms_egoplan.egothink import _stored_image
+
+    barrier.wait()
+    for index in range(count):
+        _stored_image({"bytes": bytes([index]) * 50_000, "path": f"{index}.png"}, folder, index)
+
+
+def test_ranks_storing_the_same_hub_images_at_once_do_not_collide(tmp_path):
+    """Each rank of a multi-GPU run loads the Hub dataset and stores its images in one folder."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(4)
+    ranks = [context.Process(target=_store_images, args=(tmp_path, barrier, 60)) for _ in range(4)]
+    for rank in ranks:
+        rank.start()
+    for rank in ranks:
+        rank.join(60)
+    assert [rank.exitcode for rank in ranks] == [0] * 4
+    stored = sorted(tmp_path.iterdir())
+    assert len(stored) == 60 and not [p for p in stored if p.name.startswith(".")]  # no temporary file left
+    assert all(p.read_bytes() == bytes([int(p.name.split("-")[0])]) * 50_000 for p in stored)
+
+
 def test_an_unusable_judge_stops_the_task_before_its_data_loads(tmp_path, monkeypatch):
     from lmms_eval.tasks import TaskManager, get_task_dict
 
