@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from loguru import logger
 
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.metrics import mean_or_nan
+from lmms_egoplan.metrics import mean_or_nan, resolve_device
 
 JUDGE_BACKENDS = ("openai", "azure", "hf")
 
@@ -320,8 +320,7 @@ class TransformersBackend:
     ``concurrency`` is the generation batch size here.
     """
 
-    def __init__(self, model: str, *, batch_size: int = 8, device: str | None = None):
-        import torch
+    def __init__(self, model: str, *, batch_size: int = 8):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.model = model
@@ -330,8 +329,7 @@ class TransformersBackend:
         self._tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
         if self._tokenizer.pad_token is None:
             self._tokenizer.pad_token = self._tokenizer.eos_token
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self._model = AutoModelForCausalLM.from_pretrained(model, dtype="auto").to(device).eval()
+        self._model = AutoModelForCausalLM.from_pretrained(model, dtype="auto").to(resolve_device("auto")).eval()
         self._pending: list[tuple[tuple, Decoding, Future]] = []
         self._pending_lock = threading.Lock()
         self._generate_lock = threading.Lock()
