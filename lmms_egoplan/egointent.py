@@ -33,12 +33,12 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from loguru import logger
 
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.harness import SettingsError
+from lmms_egoplan.harness import SettingsError, setting_name
 from lmms_egoplan.judge import (
     FixedRating,
     JudgeRequest,
@@ -94,6 +94,13 @@ ENVIRONMENTS = ("indoor", "outdoor")
 # =============================================================================================
 
 
+ENV_PREFIX = "EGOINTENT"  # settings are overridden by environment variables EGOINTENT_<SETTING>
+
+
+def _setting(field: str) -> str:
+    return setting_name(ENV_PREFIX, field)
+
+
 @dataclass(frozen=True)
 class EgoIntentSettings(JudgeSettings):
     """``metadata:`` keys of the task YAML; environment variables ``EGOINTENT_<NAME>`` override them."""
@@ -109,10 +116,14 @@ class EgoIntentSettings(JudgeSettings):
     judge_base_url: Optional[str] = "http://localhost:8000/v1"
     judge_api_key_env: str = ""  # a local server needs no key; name the variable holding one if yours does
 
-    def check_sampling(self, where: str) -> None:
-        if not self.sample_fps > 0 or self.max_frames < 1:
-            raise SettingsError(f"{where}: sample_fps must be > 0 and max_frames >= 1, "
-                                f"got {self.sample_fps} and {self.max_frames}")
+    def check_sampling(self, where: str | None = None, *, name: Callable[[str], str] = _setting) -> None:
+        """Fail early on a frame plan that cannot work. ``name`` says how the user sets a field
+        (default: its environment variable and metadata key; a command line names its flags)."""
+        problems = [f"{name('sample_fps')} must be > 0, got {self.sample_fps:g}"] if not self.sample_fps > 0 else []
+        if self.max_frames < 1:
+            problems.append(f"{name('max_frames')} must be at least 1, got {self.max_frames}")
+        if problems:
+            raise SettingsError((f"{where}: " if where else "") + "; ".join(problems))
 
 
 # =============================================================================================
@@ -246,7 +257,7 @@ def _video_source(record: dict, root: Path) -> str:
     if "video" in record and Path(record["video"]).is_absolute():
         return "field video"
     field = "video" if "video" in record else "video_uid"
-    return f"field {field} under video_root {root}; setting video_root, environment variable EGOINTENT_VIDEO_ROOT"
+    return f"field {field} under video_root {root}; setting {_setting('video_root')}"
 
 
 def _scenario_problems(steps: list[Step]) -> list[str]:
@@ -298,13 +309,13 @@ def clip_frame_indices(step_start: float, truncation_time: float, fps: float, nu
 
 class EgoIntentTask(JudgedTask):
     Settings = EgoIntentSettings
-    ENV_PREFIX = "EGOINTENT"
+    ENV_PREFIX = ENV_PREFIX
 
     def load_docs(self) -> list[dict]:
         settings = self.settings
         if settings.annotations is None:
-            raise SettingsError(f"task {self.config.task}: set EGOINTENT_ANNOTATIONS (or metadata.annotations) to "
-                                f"the local annotation file; README, section EgoIntent, describes its format")
+            raise SettingsError(f"task {self.config.task}: set {_setting('annotations')} to the local annotation "
+                                f"file; README, section EgoIntent, describes its format")
         settings.check_sampling(f"task {self.config.task}")
         steps = load_steps(settings.annotations, settings.video_root)
         return step_docs(steps, settings)

@@ -94,21 +94,26 @@ class JudgeSettings:
         """The judge part of a benchmark's settings (an instance of a subclass)."""
         return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)})
 
-    def check(self, environ: Mapping[str, str] = os.environ) -> None:
-        """Fail before anything is generated if these settings cannot judge."""
+    def check(self, environ: Mapping[str, str] = os.environ, *, name: Callable[[str], str] = str) -> None:
+        """Fail before anything is generated if these settings cannot judge. ``name`` says how the
+        user sets a field (inside lmms-eval: its environment variable; default: the field name)."""
         if self.judge_backend not in JUDGE_BACKENDS:
-            raise JudgeSetupError(f"judge_backend must be one of {', '.join(JUDGE_BACKENDS)}, got {self.judge_backend!r}")
+            raise JudgeSetupError(f"{name('judge_backend')} must be one of {', '.join(JUDGE_BACKENDS)}, "
+                                  f"got {self.judge_backend!r}")
         if self.judge_backend in ("openai", "azure") and self.judge_api_key_env and self.judge_api_key_env not in environ:
             raise JudgeSetupError(
                 f"the judge's API key variable {self.judge_api_key_env} is not set: export it, or name another "
-                f"variable with judge_api_key_env (set it to an empty value for a server without authentication)")
+                f"variable with {name('judge_api_key_env')} (set it to an empty value for a server without "
+                f"authentication)")
         if self.judge_backend == "azure" and not self.judge_base_url:
-            raise JudgeSetupError("judge_backend azure needs judge_base_url (the Azure OpenAI endpoint)")
-        for name in ("judge_concurrency", "judge_max_tokens"):
-            if getattr(self, name) < 1:
-                raise JudgeSetupError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.judge_retries < 0 or self.judge_timeout <= 0 or self.judge_backoff < 0:
-            raise JudgeSetupError("judge_retries and judge_backoff must be >= 0 and judge_timeout > 0")
+            raise JudgeSetupError(f"{name('judge_backend')} azure needs {name('judge_base_url')}, the Azure OpenAI "
+                                  f"endpoint")
+        for setting, least in (("judge_concurrency", 1), ("judge_max_tokens", 1), ("judge_retries", 0),
+                               ("judge_backoff", 0)):
+            if getattr(self, setting) < least:
+                raise JudgeSetupError(f"{name(setting)} must be at least {least}, got {getattr(self, setting)}")
+        if self.judge_timeout <= 0:
+            raise JudgeSetupError(f"{name('judge_timeout')} must be > 0 (seconds), got {self.judge_timeout}")
 
 
 # =============================================================================================

@@ -38,6 +38,7 @@ the same judgements: each request is judged once, whichever metric lmms-eval agg
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,7 @@ from typing import Any, Sequence
 
 from loguru import logger
 
-from lmms_egoplan.harness import BenchmarkTask, SettingsError, run_file, run_stamp
+from lmms_egoplan.harness import BenchmarkTask, SettingsError, run_file, run_stamp, setting_name
 from lmms_egoplan.judge import (
     ItemScore,
     Judge,
@@ -74,7 +75,7 @@ class JudgedTask(BenchmarkTask):
         # The judge settings are checked first: a run must not fetch data, let alone generate,
         # with a judge that cannot work.
         try:
-            JudgeSettings.of(self.settings).check()
+            JudgeSettings.of(self.settings).check(name=functools.partial(setting_name, self.ENV_PREFIX))
         except JudgeSetupError as error:
             raise SettingsError(f"task {self.config.task}: {error}") from None
         super().download(dataset_kwargs)

@@ -172,7 +172,7 @@ def test_every_bad_record_is_reported_with_its_field(dataset, tmp_path):
         "record 1 (step_id 'step_0000'): missing field 'global_intent'",
         "record 2 (step_id 'late'): truncation_time (4 s) must be after step_start (5 s)",
         (f"record 3 (step_id 'gone'): video not found: {dataset.parent / 'no_such_video.mp4'} (field video_uid under "
-         f"video_root {dataset.parent}; setting video_root, environment variable EGOINTENT_VIDEO_ROOT)"),
+         f"video_root {dataset.parent}; setting EGOINTENT_VIDEO_ROOT (metadata.video_root))"),
         "record 4 (step_id 'roof'): field 'environment' must be one of indoor, outdoor, got 'rooftop'",
         "record 5 (step_id 'blank'): field 'next_step_plan' must be a non-empty string",
         "record 6 (step_id 'when'): field 'truncation_time' must be a number of seconds >= 0, got 'soon'",
@@ -190,13 +190,18 @@ def test_a_truncation_time_past_the_end_of_its_video_is_an_error(dataset, tmp_pa
         step_docs(load_steps(path, video_root=dataset.parent), EgoIntentSettings(annotations=path))
 
 
-def test_the_annotation_file_is_a_required_setting(tmp_path):
+def test_the_annotation_file_is_a_required_setting_and_sampling_settings_are_checked(tmp_path):
     task = SimpleNamespace(settings=EgoIntentSettings(), config=SimpleNamespace(task="egointent"))
-    with pytest.raises(SettingsError, match="task egointent: set EGOINTENT_ANNOTATIONS"):
+    with pytest.raises(SettingsError, match=r"task egointent: set EGOINTENT_ANNOTATIONS \(metadata.annotations\) to the "):
         egointent.EgoIntentTask.load_docs(task)
     task.settings = EgoIntentSettings(annotations=tmp_path / "missing.jsonl")
     with pytest.raises(EgoIntentDataError, match="annotation file not found: .*missing.jsonl"):
         egointent.EgoIntentTask.load_docs(task)
+    task.settings = EgoIntentSettings(annotations=tmp_path / "missing.jsonl", sample_fps=0, max_frames=0)
+    with pytest.raises(SettingsError) as caught:
+        egointent.EgoIntentTask.load_docs(task)
+    assert str(caught.value) == ("task egointent: EGOINTENT_SAMPLE_FPS (metadata.sample_fps) must be > 0, got 0; "
+                                 "EGOINTENT_MAX_FRAMES (metadata.max_frames) must be at least 1, got 0")
 
 
 def test_scenarios_get_distinct_metric_names():
@@ -493,6 +498,8 @@ def test_the_check_command_validates_a_converted_file_and_summarises_it(dataset,
     bad.write_text(json.dumps([{**step_records()[0], "truncation_time": 0.1}]))
     assert main(["egointent-check", str(bad), "--video-root", str(dataset.parent)]) == 2
     assert "truncation_time (0.1 s) must be after step_start (0.4 s)" in capsys.readouterr().err
+    assert main(["egointent-check", str(dataset), "--max-frames", "0"]) == 2
+    assert capsys.readouterr().err == "lmms-egoplan egointent-check: --max-frames must be at least 1, got 0\n"
 
 
 # ---------------------------------------------------------------------------------------------

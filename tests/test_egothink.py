@@ -260,8 +260,23 @@ def test_an_unusable_judge_stops_the_task_before_its_data_loads(tmp_path, monkey
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("EGOTHINK_UNSET_KEY", raising=False)
     manager = TaskManager(include_path=str(Path(__file__).parents[1] / "tasks"), include_defaults=False)
-    with pytest.raises(SettingsError, match="ego_think_counting: the judge's API key variable EGOTHINK_UNSET_KEY is not set"):
+    with pytest.raises(SettingsError, match="ego_think_counting: the judge's API key variable EGOTHINK_UNSET_KEY is not set"
+                                            r".* name another variable with EGOTHINK_JUDGE_API_KEY_ENV \(metadata"):
         get_task_dict(["ego_think_counting"], manager)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"source": "local"}, r"source is local but EGOTHINK_DATA_ROOT \(metadata.data_root\) \(the release's data folder\)"),
+    ({"source": "s3"}, r"EGOTHINK_SOURCE \(metadata.source\) must be 'hub' or 'local', got 's3'"),
+])
+def test_source_settings_are_named_as_users_set_them(settings, message):
+    from lmms_egoplan.egothink import EgoThinkSettings, EgoThinkTask
+    from lmms_egoplan.harness import SettingsError
+
+    task = SimpleNamespace(settings=EgoThinkSettings(**settings),
+                           config=SimpleNamespace(task="ego_think_counting", dataset_name="Reasoning_counting"))
+    with pytest.raises(SettingsError, match="task ego_think_counting: " + message):
+        EgoThinkTask.load_docs(task)
 
 
 def test_a_judge_that_cannot_load_fails_the_judgements_instead_of_the_run(tmp_path, monkeypatch):
