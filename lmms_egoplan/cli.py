@@ -43,7 +43,7 @@ def _egointent_check(args: argparse.Namespace) -> int:
 
     settings = EgoIntentSettings(annotations=args.annotations, video_root=args.video_root,
                                  sample_fps=args.sample_fps, max_frames=args.max_frames)
-    settings.check_sampling("options")
+    settings.check_sampling(name=lambda field: "--" + field.replace("_", "-"))
     docs = step_docs(load_steps(settings.annotations, settings.video_root), settings)
     print(describe_steps(docs, settings))
     return 0

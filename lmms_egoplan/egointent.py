@@ -26,18 +26,19 @@ section EgoIntent) into which the release can be converted.
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from loguru import logger
 
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.harness import SettingsError
+from lmms_egoplan.harness import SettingsError, setting_name
 from lmms_egoplan.judge import (
     FixedRating,
     JudgeRequest,
@@ -94,6 +95,13 @@ ENVIRONMENTS = ("indoor", "outdoor")
 # =============================================================================================
 
 
+ENV_PREFIX = "EGOINTENT"  # settings are overridden by environment variables EGOINTENT_<SETTING>
+
+
+def _setting(field: str) -> str:
+    return setting_name(ENV_PREFIX, field)
+
+
 @dataclass(frozen=True)
 class EgoIntentSettings(JudgeSettings):
     """``metadata:`` keys of the task YAML; environment variables ``EGOINTENT_<NAME>`` override them."""
@@ -109,10 +117,14 @@ class EgoIntentSettings(JudgeSettings):
     judge_base_url: Optional[str] = "http://localhost:8000/v1"
     judge_api_key_env: str = ""  # a local server needs no key; name the variable holding one if yours does
 
-    def check_sampling(self, where: str) -> None:
-        if not self.sample_fps > 0 or self.max_frames < 1:
-            raise SettingsError(f"{where}: sample_fps must be > 0 and max_frames >= 1, "
-                                f"got {self.sample_fps} and {self.max_frames}")
+    def check_sampling(self, where: str | None = None, *, name: Callable[[str], str] = _setting) -> None:
+        """Fail early on a frame plan that cannot work. ``name`` says how the user sets a field
+        (default: its environment variable and metadata key; a command line names its flags)."""
+        problems = [f"{name('sample_fps')} must be > 0, got {self.sample_fps:g}"] if not self.sample_fps > 0 else []
+        if self.max_frames < 1:
+            problems.append(f"{name('max_frames')} must be at least 1, got {self.max_frames}")
+        if problems:
+            raise SettingsError((f"{where}: " if where else "") + "; ".join(problems))
 
 
 # =============================================================================================
@@ -243,7 +255,7 @@ def _video_source(record: dict, root: Path) -> str:
     if "video" in record and Path(record["video"]).is_absolute():
         return "field video"
     field = "video" if "video" in record else "video_uid"
-    return f"field {field} under video_root {root}; setting video_root, environment variable EGOINTENT_VIDEO_ROOT"
+    return f"field {field} under video_root {root}; setting {_setting('video_root')}"
 
 
 def _scenario_problems(steps: list[Step]) -> list[str]:
@@ -295,13 +307,13 @@ def clip_frame_indices(step_start: float, truncation_time: float, fps: float, nu
 
 class EgoIntentTask(JudgedTask):
     Settings = EgoIntentSettings
-    ENV_PREFIX = "EGOINTENT"
+    ENV_PREFIX = ENV_PREFIX
 
     def load_docs(self) -> list[dict]:
         settings = self.settings
         if settings.annotations is None:
-            raise SettingsError(f"task {self.config.task}: set EGOINTENT_ANNOTATIONS (or metadata.annotations) to "
-                                f"the local annotation file; README, section EgoIntent, describes its format")
+            raise SettingsError(f"task {self.config.task}: set {_setting('annotations')} to the local annotation "
+                                f"file; README, section EgoIntent, describes its format")
         settings.check_sampling(f"task {self.config.task}")
         steps = load_steps(settings.annotations, settings.video_root)
         return step_docs(steps, settings)
@@ -436,47 +448,76 @@ def _field_of(name: str) -> str | None:
 
 
 def _fields_from_json(text: str) -> dict[str, str]:
-    """Fields of the first object in ``text`` that has any: JSON, or a Python dict literal."""
+    """Fields of the first object in ``text`` that has any: JSON, or a Python dict literal.
+
+    JSON is tried at every ``{`` outside an object already decoded (what is nested in one was
+    searched with it). A Python literal is read from a ``{`` to the ``}`` that closes it (braces
+    counted, quotes not: a brace inside a quoted string must be balanced), never from inside a
+    span already tried, so ``literal_eval`` sees each character once at most and a degenerate
+    answer ("{{{{...}}}}") is read in linear time. A model may write anything: whatever a parser
+    raises (an unhashable key, nesting too deep) means "no object here".
+    """
     decoder = json.JSONDecoder()
-    closing = [m.start() for m in re.finditer(r"\}", text)]
+    closing = _closing_braces(text)
+    json_end = literal_end = 0  # where the last object decoded as JSON / given to literal_eval ends
     for start in (m.start() for m in re.finditer(r"\{", text)):
-        try:
-            value = decoder.raw_decode(text, start)[0]
-        except json.JSONDecodeError:
-            value = _python_literal(text, start, closing)
+        value = None
+        if start >= json_end:
+            try:
+                value, json_end = decoder.raw_decode(text, start)
+            except Exception:  # not JSON here, or nested deeper than Python recurses
+                pass
+        if value is None and start >= literal_end and start in closing:
+            literal_end = closing[start] + 1
+            value = _python_literal(text[start:literal_end])
         fields = _fields_of_object(value)
         if fields:
             return fields
     return {}
 
 
-def _python_literal(text: str, start: int, closing: list[int]) -> Any:
-    """The dict literal starting at ``start`` ({'local_intent': '...'}), or None."""
-    import ast
+def _closing_braces(text: str) -> dict[int, int]:
+    """The position of the ``}`` closing each ``{`` of ``text`` (a ``{`` never closed has none)."""
+    closing, opened = {}, []
+    for brace in re.finditer(r"[{}]", text):
+        if brace.group() == "{":
+            opened.append(brace.start())
+        elif opened:
+            closing[opened.pop()] = brace.start()
+    return closing
 
-    for end in (e for e in closing if e > start):
-        try:
-            return ast.literal_eval(text[start:end + 1])
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            continue
-    return None
+
+def _python_literal(span: str) -> Any:
+    """The value of the Python literal ``span`` ({'local_intent': '...'}), or None."""
+    try:
+        return ast.literal_eval(span)
+    except Exception:  # whatever literal_eval raises means: not a literal
+        return None
 
 
 def _fields_of_object(value: Any) -> dict[str, str]:
-    """Fields of a decoded JSON object, looking one level into nested objects ({"answer": {...}})."""
-    if not isinstance(value, dict):
-        return {}
+    """Fields of a decoded object: its own, else those of the first object nested in it (in its
+    values or in lists, in order, at any depth: {"answer": {...}})."""
+    pending = [value]
+    while pending:  # depth first, without recursion (a model may nest deeper than Python recurses)
+        value = pending.pop()
+        if isinstance(value, dict):
+            fields = _own_fields(value)
+            if fields:
+                return fields
+            pending.extend(reversed(value.values()))
+        elif isinstance(value, list):
+            pending.extend(reversed(value))
+    return {}
+
+
+def _own_fields(value: dict) -> dict[str, str]:
     fields = {}
     for key, item in value.items():
         field = _field_of(key)
         text = _clean(item if isinstance(item, str) else "; ".join(map(str, item)) if isinstance(item, list) else "")
         if field and text:
             fields.setdefault(field, text)
-    if not fields:
-        for item in value.values():
-            fields = _fields_of_object(item)
-            if fields:
-                break
     return fields
 
 

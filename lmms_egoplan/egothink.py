@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -35,8 +37,9 @@ from typing import Optional
 from lmms_eval.api.task import ConfigurableMessagesTask
 from loguru import logger
 
-from lmms_egoplan.harness import SettingsError
-from lmms_egoplan.judge import JudgeRequest, JudgeSettings, Rubric, bracket_rating, judge_item
+from lmms_egoplan.errors import InputError
+from lmms_egoplan.harness import SettingsError, setting_name
+from lmms_egoplan.judge import JudgeRequest, JudgeSettings, Rubric, bracket_rating, judge_parts_item
 from lmms_egoplan.judged_task import JudgedTask
 from lmms_egoplan.media import MediaError, load_image
 
@@ -65,6 +68,13 @@ DIMENSIONS: dict[str, Dimension] = {d.hub_config: d for d in (
     Dimension("navigation", "Planning", "Planning_navigation", ("Planning/navigation",)),
     Dimension("assistance", "Planning", "Planning_assistance", ("Planning/assistance",)),
 )}
+
+
+ENV_PREFIX = "EGOTHINK"  # settings are overridden by environment variables EGOTHINK_<SETTING>
+
+
+class EgoThinkDataError(InputError):
+    """An annotation file of the release cannot be used."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +123,7 @@ def judge_request(doc: dict, prediction: str) -> JudgeRequest:
 
 class EgoThinkTask(JudgedTask):
     Settings = EgoThinkSettings
-    ENV_PREFIX = "EGOTHINK"
+    ENV_PREFIX = ENV_PREFIX
 
     def load_docs(self) -> list[dict]:
         dimension = DIMENSIONS.get(self.config.dataset_name)
@@ -123,15 +133,16 @@ class EgoThinkTask(JudgedTask):
         settings = self.settings
         if settings.source == "local":
             if settings.data_root is None:
-                raise SettingsError(f"task {self.config.task}: source is local but data_root is not set "
-                                    f"(EGOTHINK_DATA_ROOT: the release's data folder)")
+                raise SettingsError(f"task {self.config.task}: source is local but {_setting('data_root')} "
+                                    f"(the release's data folder) is not set")
             docs, origin = load_release_dimension(settings.data_root, dimension), str(settings.data_root)
         elif settings.source == "hub":
             docs = load_hub_dimension(settings.hub_repo, dimension, revision=settings.hub_revision,
                                       image_cache=settings.image_cache)
             origin = f"{settings.hub_repo} ({dimension.hub_config})"
         else:
-            raise SettingsError(f"task {self.config.task}: source must be 'hub' or 'local', got {settings.source!r}")
+            raise SettingsError(f"task {self.config.task}: {_setting('source')} must be 'hub' or 'local', "
+                                f"got {settings.source!r}")
         logger.info(f"EgoThink {dimension.capability}/{dimension.name}: {len(docs)} questions from {origin} "
                     f"(the paper has {dimension.paper_count})")
         return docs
@@ -142,9 +153,13 @@ class EgoThinkTask(JudgedTask):
         if preset:
             presets = {k: v for k, v in (self.config.lmms_eval_specific_kwargs or {}).items() if isinstance(v, dict)}
             if preset not in presets:
-                raise SettingsError(f"task {self.config.task}: prompt_preset {preset!r} is not one of "
+                raise SettingsError(f"task {self.config.task}: {_setting('prompt_preset')} {preset!r} is not one of "
                                     f"{', '.join(sorted(presets))}")
             self.lmms_eval_specific_kwargs = presets[preset]
+
+
+def _setting(field: str) -> str:
+    return setting_name(ENV_PREFIX, field)
 
 
 # --- Data ------------------------------------------------------------------------------------
@@ -162,16 +177,19 @@ def load_release_dimension(data_root: str | Path, dimension: Dimension) -> list[
         raise FileNotFoundError(f"EgoThink {dimension.name}: no annotations.json in "
                                 + " or ".join(str(c) for c in candidates) + " (is data_root the release's data folder?)")
     annotations = folder / "annotations.json"
-    records = json.loads(annotations.read_text(encoding="utf-8"))
+    try:
+        records = json.loads(annotations.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise EgoThinkDataError(f"{annotations}: not valid JSON: {error}") from None
     if not isinstance(records, list):
-        raise ValueError(f"{annotations}: expected a JSON list of records")
+        raise EgoThinkDataError(f"{annotations}: expected a JSON list of records")
     docs, missing = [], []
     for index, record in enumerate(records):
         for key in ("question", "answer"):
             if not isinstance(record, dict) or not isinstance(record.get(key), str):
-                raise ValueError(f"{annotations}: record {index} has no text field {key!r}")
+                raise EgoThinkDataError(f"{annotations}: record {index} has no text field {key!r}")
         if not isinstance(record.get("image_path"), list) or not record["image_path"]:
-            raise ValueError(f"{annotations}: record {index} has no image_path list")
+            raise EgoThinkDataError(f"{annotations}: record {index} has no image_path list")
         image = folder / "images" / Path(record["image_path"][0]).name
         if not image.is_file():
             missing.append(image)
@@ -194,8 +212,9 @@ def load_hub_dimension(repo: str, dimension: Dimension, *, revision: str | None 
         raise RuntimeError(
             f"EgoThink {dimension.name}: could not load config {dimension.hub_config!r} of {repo} "
             f"(revision {revision or 'default'}): {error}. If this datasets version refuses the repository's "
-            f"loading script, set EGOTHINK_HUB_REVISION=refs/convert/parquet, or EGOTHINK_HUB_REPO=lmms-lab/Egothink "
-            f"(same configs), or use a local copy (EGOTHINK_SOURCE=local, EGOTHINK_DATA_ROOT)") from error
+            f"loading script, set {_setting('hub_revision')} to refs/convert/parquet, or {_setting('hub_repo')} to "
+            f"lmms-lab/Egothink (same configs), or use a local copy ({_setting('source')} local, "
+            f"{_setting('data_root')})") from error
     data = data.cast_column("image", datasets.Image(decode=False))
     folder = Path(image_cache).expanduser() / re.sub(r"[^\w.-]+", "_", repo) / dimension.hub_config
     folder.mkdir(parents=True, exist_ok=True)
@@ -213,9 +232,16 @@ def _stored_image(image: dict, folder: Path, index: int) -> Path:
     suffix = Path(image.get("path") or "").suffix or ".jpg"
     path = folder / f"{index}-{hashlib.sha256(content).hexdigest()[:16]}{suffix}"
     if not path.is_file():
-        partial = path.with_name(f".{path.name}.partial")
-        partial.write_bytes(content)
-        partial.replace(path)
+        # Ranks load at once and may store the same image together: each writes a file of its
+        # own and renames it into place (the same bytes, whichever rename lands last).
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".partial", delete=False) as partial:
+            partial.write(content)
+        try:
+            os.replace(partial.name, path)
+        except OSError:
+            Path(partial.name).unlink(missing_ok=True)
+            if not path.is_file():
+                raise
     return path
 
 
@@ -252,5 +278,5 @@ def doc_to_messages(doc: dict, lmms_eval_specific_kwargs: dict | None = None) ->
 
 def process_results(doc: dict, results: list) -> dict:
     """The judge item for this answer; the judge rates all items of the task after generation."""
-    item = judge_item(judge_request(doc, results[0]), _RUBRIC_REFERENCE)
+    item = judge_parts_item({"": judge_request(doc, results[0])}, _RUBRIC_REFERENCE)  # judged as a whole
     return {"score": item, "judged": item, "failed": item}

@@ -11,7 +11,8 @@ output (an id and chat messages) and supplies a rating parser; ``Judge.run`` the
 * parses every answer with the benchmark's parser; a call that still fails, or an answer
   without a valid rating, becomes a *failed* judgement: counted, excluded from the mean, and
   warned about with the failure rate;
-* writes an audit trail (JSON lines: prompt, raw judge output, parsed rating, judge model).
+* writes an audit trail (JSON lines: prompt, raw judge output, parsed rating, judge model and
+  the model the server says answered, e.g. the snapshot behind an alias such as ``gpt-4``).
 
 Backends: any OpenAI-compatible chat-completions endpoint through the official ``openai``
 client (OpenAI, Azure OpenAI, a local vLLM or SGLang server) and an in-process transformers
@@ -47,6 +48,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from loguru import logger
 
 from lmms_egoplan.errors import InputError
+from lmms_egoplan.metrics import mean_or_nan, resolve_device
 
 JUDGE_BACKENDS = ("openai", "azure", "hf")
 
@@ -92,21 +94,26 @@ class JudgeSettings:
         """The judge part of a benchmark's settings (an instance of a subclass)."""
         return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)})
 
-    def check(self, environ: Mapping[str, str] = os.environ) -> None:
-        """Fail before anything is generated if these settings cannot judge."""
+    def check(self, environ: Mapping[str, str] = os.environ, *, name: Callable[[str], str] = str) -> None:
+        """Fail before anything is generated if these settings cannot judge. ``name`` says how the
+        user sets a field (inside lmms-eval: its environment variable; default: the field name)."""
         if self.judge_backend not in JUDGE_BACKENDS:
-            raise JudgeSetupError(f"judge_backend must be one of {', '.join(JUDGE_BACKENDS)}, got {self.judge_backend!r}")
+            raise JudgeSetupError(f"{name('judge_backend')} must be one of {', '.join(JUDGE_BACKENDS)}, "
+                                  f"got {self.judge_backend!r}")
         if self.judge_backend in ("openai", "azure") and self.judge_api_key_env and self.judge_api_key_env not in environ:
             raise JudgeSetupError(
                 f"the judge's API key variable {self.judge_api_key_env} is not set: export it, or name another "
-                f"variable with judge_api_key_env (set it to an empty value for a server without authentication)")
+                f"variable with {name('judge_api_key_env')} (set it to an empty value for a server without "
+                f"authentication)")
         if self.judge_backend == "azure" and not self.judge_base_url:
-            raise JudgeSetupError("judge_backend azure needs judge_base_url (the Azure OpenAI endpoint)")
-        for name in ("judge_concurrency", "judge_max_tokens"):
-            if getattr(self, name) < 1:
-                raise JudgeSetupError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.judge_retries < 0 or self.judge_timeout <= 0 or self.judge_backoff < 0:
-            raise JudgeSetupError("judge_retries and judge_backoff must be >= 0 and judge_timeout > 0")
+            raise JudgeSetupError(f"{name('judge_backend')} azure needs {name('judge_base_url')}, the Azure OpenAI "
+                                  f"endpoint")
+        for setting, least in (("judge_concurrency", 1), ("judge_max_tokens", 1), ("judge_retries", 0),
+                               ("judge_backoff", 0)):
+            if getattr(self, setting) < least:
+                raise JudgeSetupError(f"{name(setting)} must be at least {least}, got {getattr(self, setting)}")
+        if self.judge_timeout <= 0:
+            raise JudgeSetupError(f"{name('judge_timeout')} must be > 0 (seconds), got {self.judge_timeout}")
 
 
 # =============================================================================================
@@ -147,15 +154,18 @@ class Judgement:
     error: Optional[str]  # why it failed (None when it did not)
     cached: bool  # answered from the cache, without a call
     attempts: int  # calls made for it in this run (0 when cached)
+    # The model the server says answered: names like "gpt-4" are aliases of changing snapshots.
+    # None when no answer came back (or for answers cached before it was recorded).
+    served_model: Optional[str] = None
 
     @property
     def ok(self) -> bool:
         return self.rating is not None
 
     def audit_record(self) -> dict:
-        return {"id": self.id, "judge_model": self.judge_model, "prompt": list(self.messages),
-                "raw_output": self.raw_output, "rating": self.rating, "error": self.error,
-                "cached": self.cached, "attempts": self.attempts}
+        return {"id": self.id, "judge_model": self.judge_model, "served_model": self.served_model,
+                "prompt": list(self.messages), "raw_output": self.raw_output, "rating": self.rating,
+                "error": self.error, "cached": self.cached, "attempts": self.attempts}
 
 
 @dataclass
@@ -179,15 +189,6 @@ class JudgeResults:
         return self.failed / len(self.judgements) if self.judgements else 0.0
 
     @property
-    def ratings(self) -> list[float]:
-        return [j.rating for j in self.judgements if j.ok]
-
-    def mean_rating(self) -> float:
-        """Mean over the successful judgements only; NaN when there are none."""
-        ratings = self.ratings
-        return sum(ratings) / len(ratings) if ratings else math.nan
-
-    @property
     def calls(self) -> int:
         return sum(j.attempts for j in self.judgements)
 
@@ -197,14 +198,13 @@ class JudgeResults:
 # =============================================================================================
 
 
-def bracket_rating(allowed: Sequence[float] | None = None, *, low: float | None = None,
-                   high: float | None = None) -> RatingParser:
+def bracket_rating(allowed: Sequence[float]) -> RatingParser:
     """Parser for FastChat-style single-answer grading: ``Rating: [[0.5]]``.
 
     Like FastChat (and the EgoThink and MT-Bench judges built on it) it takes the first
-    ``[[x]]`` and falls back to the first ``[x]``. The rating must then be one of ``allowed``,
-    or lie in ``[low, high]``; anything else is no valid rating (a judge answering on another
-    scale is a failed judgement, not a score).
+    ``[[x]]`` and falls back to the first ``[x]``. The rating must then be one of ``allowed``;
+    anything else is no valid rating (a judge answering on another scale is a failed
+    judgement, not a score).
     """
     import re
 
@@ -216,10 +216,8 @@ def bracket_rating(allowed: Sequence[float] | None = None, *, low: float | None 
         if match is None:
             raise ValueError("no [[rating]] in the judge output")
         rating = float(match.group(1))
-        if allowed is not None and rating not in allowed:
+        if rating not in allowed:
             raise ValueError(f"rating {match.group(1)} is not one of {', '.join(f'{a:g}' for a in allowed)}")
-        if (low is not None and rating < low) or (high is not None and rating > high):
-            raise ValueError(f"rating {match.group(1)} is outside [{low:g}, {high:g}]")
         return rating
 
     return parse
@@ -233,7 +231,7 @@ def bracket_rating(allowed: Sequence[float] | None = None, *, low: float | None 
 @dataclass(frozen=True)
 class Completion:
     text: str
-    model: str  # the model the server says answered
+    model: Optional[str]  # the model the server says answered (None: not known)
 
 
 class TransientJudgeError(RuntimeError):
@@ -327,8 +325,7 @@ class TransformersBackend:
     ``concurrency`` is the generation batch size here.
     """
 
-    def __init__(self, model: str, *, batch_size: int = 8, device: str | None = None):
-        import torch
+    def __init__(self, model: str, *, batch_size: int = 8):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.model = model
@@ -337,8 +334,7 @@ class TransformersBackend:
         self._tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
         if self._tokenizer.pad_token is None:
             self._tokenizer.pad_token = self._tokenizer.eos_token
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self._model = AutoModelForCausalLM.from_pretrained(model, dtype="auto").to(device).eval()
+        self._model = AutoModelForCausalLM.from_pretrained(model, dtype="auto").to(resolve_device("auto")).eval()
         self._pending: list[tuple[tuple, Decoding, Future]] = []
         self._pending_lock = threading.Lock()
         self._generate_lock = threading.Lock()
@@ -406,7 +402,8 @@ def make_backend(settings: JudgeSettings, environ: Mapping[str, str] = os.enviro
 
 
 class JudgeCache:
-    """Raw judge outputs on disk, keyed by (judge model, full prompt, decoding settings).
+    """Raw judge outputs (and the model the server said answered) on disk, keyed by (judge model,
+    full prompt, decoding settings).
 
     SQLite in WAL mode: several processes (two evaluations sharing the cache) and the engine's
     threads can write at once; each answer is committed as it arrives. Only requests and
@@ -423,22 +420,31 @@ class JudgeCache:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS judgements (key TEXT PRIMARY KEY, judge_model TEXT NOT NULL, "
-                         "request TEXT NOT NULL, output TEXT NOT NULL, created REAL NOT NULL)")
+                         "request TEXT NOT NULL, output TEXT NOT NULL, created REAL NOT NULL, served_model TEXT)")
+        # A cache written before the served model was recorded lacks its column: add it, keeping
+        # the answers (paid for) it holds.
+        if "served_model" not in {row[1] for row in self._db.execute("PRAGMA table_info(judgements)")}:
+            try:
+                self._db.execute("ALTER TABLE judgements ADD COLUMN served_model TEXT")
+            except sqlite3.OperationalError:  # another process added it at the same moment
+                pass
 
     @staticmethod
     def key(judge_model: str, messages: Sequence[Mapping[str, str]], decoding: Decoding) -> str:
         return hashlib.sha256(_request_json(judge_model, messages, decoding).encode()).hexdigest()
 
-    def get(self, key: str) -> Optional[str]:
+    def get(self, key: str) -> Optional[Completion]:
         with self._lock:
-            row = self._db.execute("SELECT output FROM judgements WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
+            row = self._db.execute("SELECT output, served_model FROM judgements WHERE key = ?", (key,)).fetchone()
+        return Completion(*row) if row else None
 
     def put(self, key: str, judge_model: str, messages: Sequence[Mapping[str, str]], decoding: Decoding,
-            output: str) -> None:
+            answer: Completion) -> None:
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO judgements VALUES (?, ?, ?, ?, ?)",
-                             (key, judge_model, _request_json(judge_model, messages, decoding), output, time.time()))
+            self._db.execute(
+                "INSERT OR REPLACE INTO judgements (key, judge_model, request, output, created, served_model) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (key, judge_model, _request_json(judge_model, messages, decoding), answer.text, time.time(), answer.model))
 
     def __len__(self) -> int:
         with self._lock:
@@ -505,8 +511,8 @@ class Judge:
         audit = _AuditWriter(audit_path, append=append_audit)
         done: dict[str, Judgement] = {}
 
-        def record(key: str, raw: str | None, error: str | None, cached: bool, attempts: int) -> None:
-            rating = None
+        def record(key: str, answer: Completion | None, error: str | None, cached: bool, attempts: int) -> None:
+            raw, rating = (answer.text if answer else None), None
             if raw is not None:
                 try:
                     rating = float(parse_rating(raw))
@@ -516,7 +522,8 @@ class Judge:
                     error = f"the rating parser failed: {type(problem).__name__}: {problem}"
             for position, request in enumerate(by_key[key]):
                 judgement = Judgement(request.id, self.model, request.messages, raw, rating,
-                                      error if rating is None else None, cached, attempts if position == 0 else 0)
+                                      error if rating is None else None, cached, attempts if position == 0 else 0,
+                                      answer.model if answer else None)
                 done[request.id] = judgement
                 audit.write(judgement)
 
@@ -532,8 +539,8 @@ class Judge:
                     ThreadPoolExecutor(max_workers=self.concurrency) as pool:
                 futures = {pool.submit(self._call, key, by_key[key][0].messages): key for key in missing}
                 for future in as_completed(futures):
-                    raw, error, attempts = future.result()
-                    record(futures[future], raw, error, False, attempts)
+                    answer, error, attempts = future.result()
+                    record(futures[future], answer, error, False, attempts)
                     bar.update()
         finally:
             audit.close()
@@ -548,8 +555,8 @@ class Judge:
                 + (f"; audit trail: {audit.path}" if audit.path else ""))
         return results
 
-    def _call(self, key: str, messages) -> tuple[Optional[str], Optional[str], int]:
-        """(raw output or None, error or None, attempts) for one prompt; stores answers in the cache."""
+    def _call(self, key: str, messages) -> tuple[Optional[Completion], Optional[str], int]:
+        """(answer or None, error or None, attempts) for one prompt; stores answers in the cache."""
         attempt = 0
         while True:
             attempt += 1
@@ -566,10 +573,10 @@ class Judge:
                 return None, f"{type(error).__name__}: {error}", attempt
             if self.cache is not None:
                 try:
-                    self.cache.put(key, self.model, messages, self.decoding, completion.text)
+                    self.cache.put(key, self.model, messages, self.decoding, completion)
                 except sqlite3.Error as error:  # the answer is still good; only a re-run would ask again
                     logger.warning(f"judge cache {self.cache.path}: could not store an answer: {error}")
-            return completion.text, None, attempt
+            return completion, None, attempt
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         """Exponential backoff with jitter (so that throttled calls do not return in lockstep)."""
@@ -611,21 +618,6 @@ class Rubric:
     scale: float = 1.0
 
 
-def judge_item(request: JudgeRequest, rubric: str) -> dict:
-    """The per-sample value a judged task's ``process_results`` returns for each judged metric.
-
-    It is self-contained (lmms-eval logs it with ``--log_samples``), so the outputs can be
-    re-judged later without the model: ``rubric`` names the benchmark's ``Rubric`` as
-    ``"module:attribute"``.
-    """
-    return {"judge_request_id": request.id, "judge_messages": [dict(m) for m in request.messages],
-            "judge_rubric": rubric}
-
-
-def is_judge_item(value: Any) -> bool:
-    return isinstance(value, dict) and {"judge_request_id", "judge_messages", "judge_rubric"} <= value.keys()
-
-
 @dataclass(frozen=True)
 class FixedRating:
     """A part of a judged item settled without the judge (e.g. an answer field the model left
@@ -636,12 +628,15 @@ class FixedRating:
 
 
 def judge_parts_item(parts: Mapping[str, JudgeRequest | FixedRating], rubric: str) -> dict:
-    """The per-sample value for a sample judged on several parts (e.g. three answer fields, one
-    judge request each), self-contained like ``judge_item``.
+    """The per-sample value a judged task's ``process_results`` returns for each judged metric:
+    the sample's parts by name, each a judge request or a ``FixedRating`` (e.g. three answer
+    fields; a sample judged as a whole is one part named ``""``).
 
-    A metric over such items scores each part over all items (mean rating x scale, failed
-    judgements excluded) and reports the mean of the part scores; an item holding one part of
-    a sample is how a metric reports that part alone.
+    It is self-contained (lmms-eval logs it with ``--log_samples``), so the outputs can be
+    re-judged later without the model: ``rubric`` names the benchmark's ``Rubric`` as
+    ``"module:attribute"``. A metric over such items scores each part over all items (mean
+    rating x scale, failed judgements excluded) and reports the mean of the part scores; an item
+    holding one part of a sample is how a metric reports that part alone.
     """
     if not parts:
         raise ValueError("a judged item needs at least one part")
@@ -659,11 +654,9 @@ def is_judge_parts_item(value: Any) -> bool:
 
 
 def item_parts(item: Mapping[str, Any]) -> dict[str, JudgeRequest | FixedRating]:
-    """The parts of a logged judged item, by name; a ``judge_item`` is one part named ``""``."""
-    if is_judge_item(item):
-        return {"": JudgeRequest(item["judge_request_id"], tuple(item["judge_messages"]))}
+    """The parts of a logged judged item (``judge_parts_item``), by name."""
     if not is_judge_parts_item(item):
-        raise ValueError(f"not a judged item (judge_item / judge_parts_item): {str(item)[:120]}")
+        raise ValueError(f"not a judged item (judge_parts_item): {str(item)[:120]}")
     return {name: FixedRating(part["fixed_rating"], part.get("fixed_reason", "")) if "fixed_rating" in part
             else JudgeRequest(part["judge_request_id"], tuple(part["judge_messages"]))
             for name, part in item["judge_parts"].items()}
@@ -722,8 +715,8 @@ def score_judged(items: Sequence[Mapping[str, Any]], judgements: Mapping[str, Ju
             bucket = ratings.setdefault(name, [])
             if rating is not None:  # a failed judgement: counted, never averaged in
                 bucket.append(rating)
-    part_scores = {name: sum(r) / len(r) * scale if r else math.nan for name, r in ratings.items()}
-    score = sum(part_scores.values()) / len(part_scores) if part_scores else math.nan
+    part_scores = {name: mean_or_nan(part_ratings) * scale for name, part_ratings in ratings.items()}
+    score = mean_or_nan(list(part_scores.values()))
     results = JudgeResults([judgements[r.id] for r in item_requests(items)], judge_model,
                            Path(audit_path) if audit_path else None)
     return ItemScore(score, results, part_scores)

@@ -1,8 +1,8 @@
 """Judged tasks in lmms-eval: metrics an LLM judge scores after generation, all items at once.
 
-lmms-eval calls ``process_results`` once per document (in threads, under a retry wrapper), so
-a judge call there blocks, repeats and cannot batch. A ``JudgedTask`` instead has
-``process_results`` return a self-contained judge item per sample (``judge.judge_item``);
+lmms-eval calls ``process_results`` once per document (in threads), so a judge call there
+blocks and cannot batch. A ``JudgedTask`` instead has
+``process_results`` return a self-contained judge item per sample (``judge.judge_parts_item``);
 the aggregation functions below then run on rank 0, after gathering, and send every item of
 the task through the judge engine in one concurrent, cached batch. The audit trail is written
 next to the results file (``<output_path>/<model>/<date>_judgements_<task>.jsonl``).
@@ -11,8 +11,8 @@ A judged benchmark needs:
 
 * ``Settings`` inheriting ``lmms_egoplan.judge.JudgeSettings`` (so its judge is configured by
   ``<ENV_PREFIX>_JUDGE_MODEL`` etc.; the settings are checked before anything is generated);
-* ``process_results`` returning ``{metric: judge_item(request, "<module>:<RUBRIC>") ...}`` for
-  the judged metric and for ``judged`` / ``failed``;
+* ``process_results`` returning ``{metric: judge_parts_item({"": request}, "<module>:<RUBRIC>")
+  ...}`` for the judged metric and for ``judged`` / ``failed``;
 * this ``metric_list`` in its YAML (and ``class:`` a ``JudgedTask`` subclass)::
 
       metric_list:
@@ -29,7 +29,7 @@ A judged benchmark needs:
   and, in a group YAML, ``aggregation: !function lmms_egoplan.judged_task.sum_over_subtasks``
   for ``judged`` / ``failed`` (the group's totals).
 
-A sample judged on several parts (``judge.judge_parts_item``, e.g. three answer fields)
+A sample judged on several named parts (e.g. three answer fields, one request each)
 reports the mean of its part scores under ``judged_score``; one part alone is reported by
 returning an item holding only that part under the part's metric. Breakdowns (a metric only
 some samples return, e.g. per scenario) use ``judged_score`` too. Every metric of a task reads
@@ -40,19 +40,19 @@ from __future__ import annotations
 
 import functools
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from loguru import logger
 
-from lmms_egoplan.harness import BenchmarkTask, SettingsError, run_file, run_stamp
+from lmms_egoplan.harness import BenchmarkTask, SettingsError, run_file, run_stamp, setting_name
 from lmms_egoplan.judge import (
     ItemScore,
     Judge,
     Judgement,
     JudgeSettings,
     JudgeSetupError,
-    is_judge_item,
     is_judge_parts_item,
     item_requests,
     items_rubric,
@@ -75,7 +75,7 @@ class JudgedTask(BenchmarkTask):
         # The judge settings are checked first: a run must not fetch data, let alone generate,
         # with a judge that cannot work.
         try:
-            JudgeSettings.of(self.settings).check()
+            JudgeSettings.of(self.settings).check(name=functools.partial(setting_name, self.ENV_PREFIX))
         except JudgeSetupError as error:
             raise SettingsError(f"task {self.config.task}: {error}") from None
         super().download(dataset_kwargs)
@@ -87,12 +87,9 @@ class JudgedTask(BenchmarkTask):
         settings = JudgeSettings.of(self.settings)
         trail = run_file(args, self.config.task, "judgements")
         with self._judgements_lock:
-            try:
-                judge = _shared_judge(settings)
-            except Exception as error:  # e.g. an hf judge that does not load: report, keep the run
-                logger.error(f"task {self.config.task}: the judge {settings.judge_model} is unavailable ({error}); "
-                             f"every answer counts as failed; re-score the logged samples with lmms-egoplan rejudge")
-                return unjudged(items, f"{settings.judge_backend}:{settings.judge_model}", f"judge unavailable: {error}")
+            judge = _shared_judge(settings)
+            if isinstance(judge, JudgeUnavailable):
+                return unjudged(items, judge.model, f"judge unavailable: {judge.error}")
             pending = [request for request in item_requests(items)
                        if getattr(self._judgements.get(request.id), "messages", None) != request.messages]
             # Run even with nothing pending: the (then empty) audit trail says nothing needed judging.
@@ -102,10 +99,32 @@ class JudgedTask(BenchmarkTask):
             return score_judged(items, self._judgements, judge_model=judge.model, audit_path=trail)
 
 
-@functools.cache
-def _shared_judge(settings: JudgeSettings) -> Judge:
-    # One engine per judge configuration: the tasks of a run share its client, cache and (hf) model.
-    return Judge.from_settings(settings)
+@dataclass(frozen=True)
+class JudgeUnavailable:
+    """A judge configuration that failed to load (remembered: loading is not retried per metric)."""
+
+    model: str
+    error: str
+
+
+_JUDGES: dict[JudgeSettings, Judge | JudgeUnavailable] = {}
+_JUDGES_LOCK = threading.Lock()
+
+
+def _shared_judge(settings: JudgeSettings) -> Judge | JudgeUnavailable:
+    """One engine per judge configuration: the tasks of a run share its client, cache and (hf)
+    model. One that fails to load (e.g. an hf judge that does not exist) is reported once and
+    fails every judgement of every metric that asks for it, instead of reloading each time."""
+    with _JUDGES_LOCK:
+        if settings not in _JUDGES:
+            try:
+                _JUDGES[settings] = Judge.from_settings(settings)
+            except Exception as error:  # report, and keep the run: the generations are logged
+                model = f"{settings.judge_backend}:{settings.judge_model}"
+                logger.error(f"the judge {model} is unavailable ({error}); every answer it should judge counts as "
+                             f"failed; re-score the logged samples with lmms-egoplan rejudge")
+                _JUDGES[settings] = JudgeUnavailable(model, str(error))
+        return _JUDGES[settings]
 
 
 def _task_of(task: BenchmarkTask | None) -> JudgedTask:
@@ -160,7 +179,7 @@ def rejudge_samples(paths: Sequence[str | Path], judge: Judge, output_dir: str |
         for line in samples_file.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 for metric, value in json.loads(line).items():
-                    if is_judge_item(value) or is_judge_parts_item(value):
+                    if is_judge_parts_item(value):
                         columns.setdefault(metric, []).append(value)
         if not columns:
             logger.warning(f"{samples_file}: no judged items (was the task a judged task?)")

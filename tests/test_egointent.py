@@ -36,7 +36,6 @@ from lmms_egoplan.judge import (
     JudgeRequest,
     OpenAIChatBackend,
     item_requests,
-    judge_item,
     judge_parts_item,
     score_judged,
 )
@@ -173,7 +172,7 @@ def test_every_bad_record_is_reported_with_its_field(dataset, tmp_path):
         "record 1 (step_id 'step_0000'): missing field 'global_intent'",
         "record 2 (step_id 'late'): truncation_time (4 s) must be after step_start (5 s)",
         (f"record 3 (step_id 'gone'): video not found: {dataset.parent / 'no_such_video.mp4'} (field video_uid under "
-         f"video_root {dataset.parent}; setting video_root, environment variable EGOINTENT_VIDEO_ROOT)"),
+         f"video_root {dataset.parent}; setting EGOINTENT_VIDEO_ROOT (metadata.video_root))"),
         "record 4 (step_id 'roof'): field 'environment' must be one of indoor, outdoor, got 'rooftop'",
         "record 5 (step_id 'blank'): field 'next_step_plan' must be a non-empty string",
         "record 6 (step_id 'when'): field 'truncation_time' must be a number of seconds >= 0, got 'soon'",
@@ -191,13 +190,18 @@ def test_a_truncation_time_past_the_end_of_its_video_is_an_error(dataset, tmp_pa
         step_docs(load_steps(path, video_root=dataset.parent), EgoIntentSettings(annotations=path))
 
 
-def test_the_annotation_file_is_a_required_setting(tmp_path):
+def test_the_annotation_file_is_a_required_setting_and_sampling_settings_are_checked(tmp_path):
     task = SimpleNamespace(settings=EgoIntentSettings(), config=SimpleNamespace(task="egointent"))
-    with pytest.raises(SettingsError, match="task egointent: set EGOINTENT_ANNOTATIONS"):
+    with pytest.raises(SettingsError, match=r"task egointent: set EGOINTENT_ANNOTATIONS \(metadata.annotations\) to the "):
         egointent.EgoIntentTask.load_docs(task)
     task.settings = EgoIntentSettings(annotations=tmp_path / "missing.jsonl")
     with pytest.raises(EgoIntentDataError, match="annotation file not found: .*missing.jsonl"):
         egointent.EgoIntentTask.load_docs(task)
+    task.settings = EgoIntentSettings(annotations=tmp_path / "missing.jsonl", sample_fps=0, max_frames=0)
+    with pytest.raises(SettingsError) as caught:
+        egointent.EgoIntentTask.load_docs(task)
+    assert str(caught.value) == ("task egointent: EGOINTENT_SAMPLE_FPS (metadata.sample_fps) must be > 0, got 0; "
+                                 "EGOINTENT_MAX_FRAMES (metadata.max_frames) must be at least 1, got 0")
 
 
 def test_scenarios_get_distinct_metric_names():
@@ -221,11 +225,37 @@ def test_scenarios_get_distinct_metric_names():
      {"local_intent": "ready the drill", "global_intent": "mount the wheel"}),
     ("### Next step\nclimb the\nladder\n\nThat is all.", {"next_step_plan": "climb the ladder"}),
     ("{'local_intent': 'x', 'next_step_plan': 'y'}", {"local_intent": "x", "next_step_plan": "y"}),
+    ('{"answers": [{"step": 1}, {"global_intent": "g"}]}', {"global_intent": "g"}),
+    ('{"text": "I think {\'local_intent\': \'q\'} fits"}', {"local_intent": "q"}),
+    # Neither a JSON object nor a dict literal (literal_eval: unhashable key): read on, never crash.
+    ('{{"local_intent": "a"}}', {"local_intent": "a"}),
+    ("x {[1]: 2} local intent: a", {}),
+    ("x {[1]: 2}\nLocal intent: a", {"local_intent": "a"}),
     ('{"local_intent": "...", "global_intent": "N/A", "next_step_plan": ""}', {}),
     ("The person is in a kitchen.", {}),
 ])
 def test_answers_are_read_from_json_or_labelled_lines_amid_prose(answer, expected):
     assert parse_answer(answer) == expected
+
+
+@pytest.mark.parametrize("answer", [
+    "{" * 900 + "}" * 900,  # took 17.9 s when every "}" was tried for every "{"
+    "{" * 1800,
+    "{}" * 900,
+    "{[" * 450 + "]}" * 450,
+    '{"a": ' * 300,
+    "{'a': " * 300 + "1" + "}" * 300,
+    "{x} local intent: {y} " * 80,
+])
+def test_degenerate_answers_are_read_in_linear_time(answer, monkeypatch):
+    """literal_eval sees each character at most once, so a long degenerate answer cannot stall the run."""
+    import ast
+
+    evaluated = []
+    literal_eval = ast.literal_eval
+    monkeypatch.setattr(ast, "literal_eval", lambda text: evaluated.append(text) or literal_eval(text))
+    assert "local_intent" not in parse_answer(answer)
+    assert sum(map(len, evaluated)) <= len(answer)
 
 
 def test_judge_ratings_are_integers_0_to_10_after_any_thinking():
@@ -468,6 +498,8 @@ def test_the_check_command_validates_a_converted_file_and_summarises_it(dataset,
     bad.write_text(json.dumps([{**step_records()[0], "truncation_time": 0.1}]))
     assert main(["egointent-check", str(bad), "--video-root", str(dataset.parent)]) == 2
     assert "truncation_time (0.1 s) must be after step_start (0.4 s)" in capsys.readouterr().err
+    assert main(["egointent-check", str(dataset), "--max-frames", "0"]) == 2
+    assert capsys.readouterr().err == "lmms-egoplan egointent-check: --max-frames must be at least 1, got 0\n"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -492,7 +524,7 @@ def test_parts_items_score_each_part_then_average_excluding_failed_judgements(tm
         judge = Judge(OpenAIChatBackend("loopback-judge", base_url=server.base_url, api_key_env=""))
         scored = judge_and_score(items + items[:1], judge)  # a repeated item is judged once
         assert len(server.calls) == 5
-        single = judge_and_score([judge_item(parts[0]["a"], egointent.RUBRIC_REFERENCE)], judge)
+        single = judge_and_score([judge_parts_item({"": parts[0]["a"]}, egointent.RUBRIC_REFERENCE)], judge)
     assert scored.part_scores == {"a": pytest.approx(10 * (8 + 5 + 8) / 3), "b": pytest.approx(10 * (2 + 0 + 6 + 2) / 4)}
     assert scored.score == pytest.approx((scored.part_scores["a"] + scored.part_scores["b"]) / 2)
     assert (scored.results.judged, scored.results.failed) == (4, 1)  # the fixed rating is neither

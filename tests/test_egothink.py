@@ -84,6 +84,7 @@ def test_every_dimension_reports_the_score_recomputed_from_its_audit_trail(evalu
                 f"[The End of Reference Answer]\n\n[The Start of Assistant's Answer]\n{sample['filtered_resps']}\n"
                 f"[The End of Assistant's Answer]")
             assert by_id[doc["id"]]["judge_model"] == "openai:loopback-judge"
+            assert by_id[doc["id"]]["served_model"] == "loopback-judge"
     assert total_failed > 0, "the scripted judge should have left some answers unrated"
     assert len(evaluation.judge.calls) == 24  # one call per answer, nothing judged twice
 
@@ -224,6 +225,31 @@ def test_hub_loader_reads_the_hub_shaped_dataset_and_stores_its_images_once(tmp_
         assert [Path(d["image"]).stat().st_mtime_ns for d in again] == stamps
 
 
+def _store_images(folder, barrier, count):
+    from lmms_egoplan.egothink import _stored_image
+
+    barrier.wait()
+    for index in range(count):
+        _stored_image({"bytes": bytes([index]) * 50_000, "path": f"{index}.png"}, folder, index)
+
+
+def test_ranks_storing_the_same_hub_images_at_once_do_not_collide(tmp_path):
+    """Each rank of a multi-GPU run loads the Hub dataset and stores its images in one folder."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(4)
+    ranks = [context.Process(target=_store_images, args=(tmp_path, barrier, 60)) for _ in range(4)]
+    for rank in ranks:
+        rank.start()
+    for rank in ranks:
+        rank.join(60)
+    assert [rank.exitcode for rank in ranks] == [0] * 4
+    stored = sorted(tmp_path.iterdir())
+    assert len(stored) == 60 and not [p for p in stored if p.name.startswith(".")]  # no temporary file left
+    assert all(p.read_bytes() == bytes([int(p.name.split("-")[0])]) * 50_000 for p in stored)
+
+
 def test_an_unusable_judge_stops_the_task_before_its_data_loads(tmp_path, monkeypatch):
     from lmms_eval.tasks import TaskManager, get_task_dict
 
@@ -234,15 +260,34 @@ def test_an_unusable_judge_stops_the_task_before_its_data_loads(tmp_path, monkey
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("EGOTHINK_UNSET_KEY", raising=False)
     manager = TaskManager(include_path=str(Path(__file__).parents[1] / "tasks"), include_defaults=False)
-    with pytest.raises(SettingsError, match="ego_think_counting: the judge's API key variable EGOTHINK_UNSET_KEY is not set"):
+    with pytest.raises(SettingsError, match="ego_think_counting: the judge's API key variable EGOTHINK_UNSET_KEY is not set"
+                                            r".* name another variable with EGOTHINK_JUDGE_API_KEY_ENV \(metadata"):
         get_task_dict(["ego_think_counting"], manager)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"source": "local"}, r"source is local but EGOTHINK_DATA_ROOT \(metadata.data_root\) \(the release's data folder\)"),
+    ({"source": "s3"}, r"EGOTHINK_SOURCE \(metadata.source\) must be 'hub' or 'local', got 's3'"),
+])
+def test_source_settings_are_named_as_users_set_them(settings, message):
+    from lmms_egoplan.egothink import EgoThinkSettings, EgoThinkTask
+    from lmms_egoplan.harness import SettingsError
+
+    task = SimpleNamespace(settings=EgoThinkSettings(**settings),
+                           config=SimpleNamespace(task="ego_think_counting", dataset_name="Reasoning_counting"))
+    with pytest.raises(SettingsError, match="task ego_think_counting: " + message):
+        EgoThinkTask.load_docs(task)
 
 
 def test_a_judge_that_cannot_load_fails_the_judgements_instead_of_the_run(tmp_path, monkeypatch):
     from lmms_eval.tasks import TaskManager, get_task_dict
 
+    from lmms_egoplan import judge
     from lmms_egoplan.egothink import process_results
 
+    loads = []
+    transformers_backend = judge.TransformersBackend
+    monkeypatch.setattr(judge, "TransformersBackend", lambda *a, **k: loads.append(a) or transformers_backend(*a, **k))
     data = write_release(tmp_path / "data", per_dimension=2)
     for name, value in {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data), "EGOTHINK_JUDGE_BACKEND": "hf",
                         "EGOTHINK_JUDGE_MODEL": str(tmp_path / "no-such-model"), "EGOTHINK_JUDGE_CACHE_DIR": "none"}.items():
@@ -256,3 +301,4 @@ def test_a_judge_that_cannot_load_fails_the_judgements_instead_of_the_run(tmp_pa
     assert (aggregate["judged"](items, args=None), aggregate["failed"](items, args=None)) == (0, 2)
     score = aggregate["score"](items, args=None)
     assert score != score  # NaN, never a silent zero
+    assert len(loads) == 1, "the judge that failed to load was loaded again for another metric"

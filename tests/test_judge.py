@@ -14,6 +14,7 @@ import pytest
 from loguru import logger
 
 from lmms_egoplan.judge import (
+    Completion,
     Decoding,
     Judge,
     JudgeCache,
@@ -23,6 +24,8 @@ from lmms_egoplan.judge import (
     OpenAIChatBackend,
     TransformersBackend,
     bracket_rating,
+    judge_parts_item,
+    score_judged,
 )
 from lmms_egoplan.testing.judge_server import ChatServer, Reply, fail_first, hang, hash_rating, rating_responder
 
@@ -40,6 +43,13 @@ def judge_for(server, *, cache_dir=None, model="loopback-judge", concurrency=8, 
     backend = OpenAIChatBackend(model, base_url=server.base_url, api_key_env="", timeout=timeout)
     return Judge(backend, cache=JudgeCache(cache_dir) if cache_dir else None, concurrency=concurrency,
                  retries=retries, backoff=backoff, decoding=decoding)
+
+
+def mean_rating(results):
+    """The mean rating a judged metric reports for ``results`` (EgoThink's rubric: 0 / 0.5 / 1, x 100)."""
+    items = [judge_parts_item({"": JudgeRequest(j.id, j.messages)}, "lmms_egoplan.egothink:RUBRIC")
+             for j in results.judgements]
+    return score_judged(items, {j.id: j for j in results.judgements}, judge_model=results.judge_model).score / 100
 
 
 def expected_rating(request):
@@ -67,7 +77,7 @@ def test_judgements_run_concurrently_up_to_the_limit_and_keep_request_order():
     assert [j.id for j in results.judgements] == [r.id for r in batch]
     assert [j.rating for j in results.judgements] == [expected_rating(r) for r in batch]
     assert (results.judged, results.failed) == (40, 0)
-    assert results.mean_rating() == pytest.approx(sum(map(expected_rating, batch)) / 40)
+    assert mean_rating(results) == pytest.approx(sum(map(expected_rating, batch)) / 40)
     # The judge sees exactly the request's messages.
     sent = {call.messages[-1]["content"] for call in server.calls}
     assert sent == {r.messages[-1]["content"] for r in batch}
@@ -119,8 +129,8 @@ def test_answers_without_a_valid_rating_are_failed_excluded_from_the_mean_and_wa
         results = judge_for(server).run(requests(8), ZERO_HALF_ONE, audit_path=tmp_path / "audit.jsonl",
                                         progress=False)
     assert (results.judged, results.failed) == (4, 4)
-    assert results.ratings == [0.5, 1.0, 0.5, 1.0]
-    assert results.mean_rating() == 0.75
+    assert [j.rating for j in results.judgements if j.ok] == [0.5, 1.0, 0.5, 1.0]
+    assert mean_rating(results) == 0.75
     errors = {j.id: j.error for j in results.judgements if not j.ok}
     assert errors == {"q0": "no [[rating]] in the judge output", "q4": "no [[rating]] in the judge output",
                       "q1": "rating 7 is not one of 0, 0.5, 1", "q5": "rating 7 is not one of 0, 0.5, 1"}
@@ -138,24 +148,32 @@ def test_a_broken_rating_parser_fails_judgements_instead_of_the_run(warnings_log
 def test_nothing_judged_gives_nan_not_zero():
     with ChatServer(lambda call: Reply("no idea")) as server:
         results = judge_for(server).run(requests(2), ZERO_HALF_ONE, progress=False)
-    assert results.judged == 0 and results.mean_rating() != results.mean_rating()
+    assert results.judged == 0 and mean_rating(results) != mean_rating(results)
 
 
 def test_audit_trail_records_prompt_raw_output_rating_and_judge_model(tmp_path):
     import json
 
     batch = requests(5)
-    with ChatServer(rating_responder(hash_rating)) as server:
-        judge_for(server, model="judge-v1").run(batch, ZERO_HALF_ONE, audit_path=tmp_path / "a" / "audit.jsonl",
-                                                progress=False)
+    # The server answers "judge-v1" requests with a dated snapshot, as OpenAI does for its aliases.
+    snapshot = lambda call: dataclasses.replace(rating_responder(hash_rating)(call), model="judge-v1-2024-06-13")  # noqa: E731
+    with ChatServer(snapshot) as server:
+        results = judge_for(server, model="judge-v1", cache_dir=tmp_path / "cache").run(
+            batch, ZERO_HALF_ONE, audit_path=tmp_path / "a" / "audit.jsonl", progress=False)
+        cached = judge_for(server, model="judge-v1", cache_dir=tmp_path / "cache").run(batch, ZERO_HALF_ONE,
+                                                                                       progress=False)
     records = {r["id"]: r for r in map(json.loads, (tmp_path / "a" / "audit.jsonl").read_text().splitlines())}
     assert records.keys() == {r.id for r in batch}
     for request in batch:
         record = records[request.id]
         assert record["prompt"] == [dict(m) for m in request.messages]
         assert record["judge_model"] == "openai:judge-v1"
+        assert record["served_model"] == "judge-v1-2024-06-13"
         assert record["raw_output"].endswith(f"Rating: [[{hash_rating_text(request)}]]")
         assert record["rating"] == expected_rating(request) and record["error"] is None
+    # An answer read back from the cache keeps the model that gave it.
+    assert all(j.cached for j in cached.judgements)
+    assert [j.served_model for j in cached.judgements] == [j.served_model for j in results.judgements]
 
 
 def hash_rating_text(request):
@@ -231,7 +249,8 @@ def _write_entries(directory, worker, count):
     cache = JudgeCache(directory)
     for i in range(count):
         messages = ({"role": "user", "content": f"worker {worker} prompt {i}"},)
-        cache.put(JudgeCache.key("m", messages, Decoding()), "m", messages, Decoding(), f"output {worker}/{i}")
+        cache.put(JudgeCache.key("m", messages, Decoding()), "m", messages, Decoding(),
+                  Completion(f"output {worker}/{i}", "m-snapshot"))
 
 
 def test_concurrent_writers_do_not_corrupt_the_cache(tmp_path):
@@ -244,7 +263,8 @@ def test_concurrent_writers_do_not_corrupt_the_cache(tmp_path):
     assert all(p.exitcode == 0 for p in workers)
     cache = JudgeCache(tmp_path)
     assert len(cache) == 600
-    assert cache.get(JudgeCache.key("m", ({"role": "user", "content": "worker 3 prompt 149"},), Decoding())) == "output 3/149"
+    assert cache.get(JudgeCache.key("m", ({"role": "user", "content": "worker 3 prompt 149"},), Decoding())) == Completion(
+        "output 3/149", "m-snapshot")
     assert sqlite3.connect(cache.path).execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
@@ -264,6 +284,23 @@ def test_the_api_key_is_sent_but_never_written(tmp_path, warnings_logged):
     for path in written:
         assert SECRET.encode() not in path.read_bytes(), path
     assert warnings_logged and not any(SECRET in m for m in warnings_logged)
+
+
+def test_a_cache_written_before_served_models_were_recorded_keeps_its_answers(tmp_path):
+    messages = ({"role": "user", "content": "an old prompt"},)
+    key = JudgeCache.key("m", messages, Decoding())
+    old = sqlite3.connect(tmp_path / JudgeCache.FILE_NAME)
+    old.execute("CREATE TABLE judgements (key TEXT PRIMARY KEY, judge_model TEXT NOT NULL, request TEXT NOT NULL, "
+                "output TEXT NOT NULL, created REAL NOT NULL)")
+    old.execute("INSERT INTO judgements VALUES (?, 'm', '{}', 'Rating: [[1]]', 0)", (key,))
+    old.commit()
+    old.close()
+    cache = JudgeCache(tmp_path)
+    assert cache.get(key) == Completion("Rating: [[1]]", None)
+    new_messages = ({"role": "user", "content": "a new prompt"},)
+    new_key = JudgeCache.key("m", new_messages, Decoding())
+    cache.put(new_key, "m", new_messages, Decoding(), Completion("Rating: [[0]]", "m-snapshot"))
+    assert cache.get(new_key) == Completion("Rating: [[0]]", "m-snapshot") and len(cache) == 2
 
 
 def test_settings_are_checked_before_anything_runs():
@@ -300,6 +337,7 @@ def test_offline_transformers_judge_batches_records_and_caches(tiny_model, tmp_p
     assert lenient.calls == 0 and all(j.cached for j in lenient.judgements)
     assert [j.raw_output for j in lenient.judgements] == [j.raw_output for j in strict.judgements]
     assert lenient.judge_model == f"hf:{checkpoint}"
+    assert {j.served_model for j in strict.judgements + lenient.judgements} == {str(checkpoint)}
     # Batched generation gives what one-at-a-time generation gives (greedy decoding).
     alone = Judge(backend, decoding=Decoding(max_tokens=8), concurrency=1).run(batch[:2], ZERO_HALF_ONE, progress=False)
     assert [j.raw_output for j in alone.judgements] == [j.raw_output for j in strict.judgements[:2]]
@@ -323,4 +361,3 @@ def test_bracket_rating_reads_fastchat_ratings(text, rating):
 def test_bracket_rating_rejects_missing_and_off_scale_ratings(text, reason):
     with pytest.raises(ValueError, match=reason.replace("[", r"\[").replace(".", r"\.")):
         ZERO_HALF_ONE(text)
-    assert bracket_rating(low=1, high=10)("[[7]]") == 7.0

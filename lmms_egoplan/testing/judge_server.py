@@ -67,6 +67,7 @@ class Reply:
     status: int = 200
     delay: float = 0.0  # seconds to wait before replying
     headers: dict[str, str] = field(default_factory=dict)
+    model: str | None = None  # the model the answer says it comes from (default: the one requested)
 
 
 Responder = Callable[[ChatCall], Reply]
@@ -169,7 +170,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._send(200, {
                 "id": f"chatcmpl-{len(server.calls)}", "object": "chat.completion", "created": int(time.time()),
-                "model": body.get("model") or server.model_name,
+                "model": reply.model or body.get("model") or server.model_name,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
                              "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": len(call.text.split()), "completion_tokens": len(reply.text.split()),
