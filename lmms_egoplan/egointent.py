@@ -158,8 +158,7 @@ class Step:
 def read_records(path: Path) -> list[dict]:
     """The records of a ``.json`` file (a list) or a ``.jsonl`` file (one object per line)."""
     if not path.is_file():
-        raise EgoIntentDataError(f"EgoIntent annotation file not found: {path} (setting `annotations`, "
-                                 f"environment variable EGOINTENT_ANNOTATIONS)")
+        raise EgoIntentDataError(f"EgoIntent annotation file not found: {path}; check {_setting('annotations')}")
     if path.suffix.lower() == ".jsonl":
         return [record for _, record in read_jsonl(path, EgoIntentDataError)]
     try:

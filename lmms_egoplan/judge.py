@@ -716,7 +716,7 @@ def score_judged(items: Sequence[Mapping[str, Any]], judgements: Mapping[str, Ju
             if rating is not None:  # a failed judgement: counted, never averaged in
                 bucket.append(rating)
     part_scores = {name: mean_or_nan(part_ratings) * scale for name, part_ratings in ratings.items()}
-    score = mean_or_nan(list(part_scores.values()))
+    score = mean_or_nan(part_scores.values())
     results = JudgeResults([judgements[r.id] for r in item_requests(items)], judge_model,
                            Path(audit_path) if audit_path else None)
     return ItemScore(score, results, part_scores)

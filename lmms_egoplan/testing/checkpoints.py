@@ -412,21 +412,19 @@ def _vision_dims(hidden: int | None, layers: int | None) -> tuple[int, int]:
     return v_hidden, v_layers
 
 
+def _vision_tower(hidden: int, layers: int, image_size: int, patch_size: int, **extra: Any) -> dict:
+    """A ViT-style vision tower config: 4 heads, MLP twice the width (plus architecture extras)."""
+    return {"hidden_size": hidden, "intermediate_size": 2 * hidden, "num_hidden_layers": layers,
+            "num_attention_heads": 4, "image_size": image_size, "patch_size": patch_size, **extra}
+
+
 def _build_llava(tok, hidden, layers, v_hidden, v_layers):
     from transformers import CLIPImageProcessor, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
 
     num_tokens = (_LLAVA_IMAGE // _LLAVA_PATCH) ** 2  # CLS dropped by the "default" strategy
     config = LlavaConfig(
-        vision_config={
-            "model_type": "clip_vision_model",
-            "hidden_size": v_hidden,
-            "intermediate_size": 2 * v_hidden,
-            "num_hidden_layers": v_layers,
-            "num_attention_heads": 4,
-            "image_size": _LLAVA_IMAGE,
-            "patch_size": _LLAVA_PATCH,
-            "projection_dim": v_hidden,
-        },
+        vision_config=_vision_tower(v_hidden, v_layers, _LLAVA_IMAGE, _LLAVA_PATCH, model_type="clip_vision_model",
+                                    projection_dim=v_hidden),
         text_config={"model_type": "llama", **_text_kwargs(tok, hidden, layers)},
         image_token_index=tok.convert_tokens_to_ids("<image>"),
         image_seq_length=num_tokens,
@@ -457,16 +455,8 @@ def _build_llava_onevision(tok, hidden, layers, v_hidden, v_layers):
     )
 
     config = LlavaOnevisionConfig(
-        vision_config={
-            "model_type": "siglip_vision_model",
-            "hidden_size": v_hidden,
-            "intermediate_size": 2 * v_hidden,
-            "num_hidden_layers": v_layers,
-            "num_attention_heads": 4,
-            "image_size": _OV_IMAGE,
-            "patch_size": _OV_PATCH,
-            "vision_use_head": False,
-        },
+        vision_config=_vision_tower(v_hidden, v_layers, _OV_IMAGE, _OV_PATCH, model_type="siglip_vision_model",
+                                    vision_use_head=False),
         text_config={"model_type": "qwen2", **_text_kwargs(tok, hidden, layers)},
         image_token_index=tok.convert_tokens_to_ids("<image>"),
         video_token_index=tok.convert_tokens_to_ids("<video>"),
@@ -541,14 +531,7 @@ def _build_idefics3(tok, hidden, layers, v_hidden, v_layers):
 
     image_seq_len = (_IDEFICS_TILE // _IDEFICS_PATCH) ** 2 // _IDEFICS_SCALE**2
     config = Idefics3Config(
-        vision_config={
-            "hidden_size": v_hidden,
-            "intermediate_size": 2 * v_hidden,
-            "num_hidden_layers": v_layers,
-            "num_attention_heads": 4,
-            "image_size": _IDEFICS_TILE,
-            "patch_size": _IDEFICS_PATCH,
-        },
+        vision_config=_vision_tower(v_hidden, v_layers, _IDEFICS_TILE, _IDEFICS_PATCH),
         text_config={"model_type": "llama", **_text_kwargs(tok, hidden, layers)},
         image_token_id=tok.convert_tokens_to_ids("<image>"),
         scale_factor=_IDEFICS_SCALE,
