@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from lmms_egoplan import egoplan, media
-from lmms_egoplan.harness import resolve_settings
+from lmms_egoplan.settings import resolve_settings
 from lmms_egoplan.testing.media import read_index, write_video
 
 FPS = 30

@@ -34,10 +34,11 @@ from typing import Any, Iterable, Mapping, Sequence
 from loguru import logger
 
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.harness import BenchmarkTask, SettingsError, run_file, run_model_name, setting_name
+from lmms_egoplan.harness import BenchmarkTask, run_file, run_model_name
 from lmms_egoplan.media import load_image
 from lmms_egoplan.metrics import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD, mean_or_nan
 from lmms_egoplan.records import read_jsonl
+from lmms_egoplan.settings import SettingsError, setting_name
 
 # ---------------------------------------------------------------------------------------------
 # Release layout

@@ -24,9 +24,9 @@ def _smoke(args: argparse.Namespace) -> int:
 def _rejudge(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from lmms_egoplan.harness import resolve_settings
     from lmms_egoplan.judge import Judge, JudgeSettings
     from lmms_egoplan.judged_task import rejudge_samples
+    from lmms_egoplan.settings import resolve_settings
     from lmms_egoplan.smoke import format_table, format_value
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JudgeSettings) if hasattr(args, f.name)}

@@ -38,7 +38,6 @@ from typing import Any, Callable, Optional
 from loguru import logger
 
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.harness import SettingsError, setting_name
 from lmms_egoplan.judge import (
     FixedRating,
     JudgeRequest,
@@ -58,6 +57,7 @@ from lmms_egoplan.media import (
     uniform_indices,
 )
 from lmms_egoplan.records import read_jsonl
+from lmms_egoplan.settings import SettingsError, setting_name
 
 # =============================================================================================
 # The three dimensions of step-level intent (section 3.2)

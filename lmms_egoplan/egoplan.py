@@ -43,7 +43,7 @@ from PIL import Image
 
 from lmms_egoplan import media
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.harness import BenchmarkTask, SettingsError, run_file, setting_name
+from lmms_egoplan.harness import BenchmarkTask, run_file
 from lmms_egoplan.metrics import (
     ValueBin,
     bin_of,
@@ -54,6 +54,7 @@ from lmms_egoplan.metrics import (
     parse_bins,
     sentence_embeddings,
 )
+from lmms_egoplan.settings import SettingsError, setting_name
 
 ENV_PREFIX = "EGOPLAN"
 CHOICE_LETTERS = "ABCD"

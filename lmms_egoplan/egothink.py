@@ -38,10 +38,10 @@ from lmms_eval.api.task import ConfigurableMessagesTask
 from loguru import logger
 
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.harness import SettingsError, setting_name
 from lmms_egoplan.judge import JudgeRequest, JudgeSettings, Rubric, bracket_rating, judge_parts_item
 from lmms_egoplan.judged_task import JudgedTask
 from lmms_egoplan.media import MediaError, load_image
+from lmms_egoplan.settings import SettingsError, setting_name
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ class JudgeSettings:
 
     A benchmark's Settings dataclass inherits these fields, so inside lmms-eval they come from
     the task YAML's ``metadata`` and environment variables ``<BENCH>_JUDGE_MODEL`` etc.
-    (see ``lmms_egoplan.harness.resolve_settings``). A benchmark may redeclare a field to
+    (see ``lmms_egoplan.settings.resolve_settings``). A benchmark may redeclare a field to
     change its default (EgoThink's judge is the paper's GPT-4).
     """
 

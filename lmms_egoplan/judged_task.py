@@ -46,7 +46,7 @@ from typing import Any, Sequence
 
 from loguru import logger
 
-from lmms_egoplan.harness import BenchmarkTask, SettingsError, run_file, run_stamp, setting_name
+from lmms_egoplan.harness import BenchmarkTask, run_file, run_stamp
 from lmms_egoplan.judge import (
     ItemScore,
     Judge,
@@ -59,6 +59,7 @@ from lmms_egoplan.judge import (
     score_judged,
     unjudged,
 )
+from lmms_egoplan.settings import SettingsError, setting_name
 
 
 class JudgedTask(BenchmarkTask):

@@ -21,7 +21,7 @@ from lmms_egoplan.actplan import (
     process_results,
     score_lcs,
 )
-from lmms_egoplan.harness import SettingsError
+from lmms_egoplan.settings import SettingsError
 from lmms_egoplan.testing.actplan import write_release_dataset
 from lmms_egoplan.testing.media import read_index
 

@@ -29,7 +29,6 @@ from lmms_egoplan.egointent import (
     scenario_metric,
     step_docs,
 )
-from lmms_egoplan.harness import SettingsError
 from lmms_egoplan.judge import (
     FixedRating,
     Judge,
@@ -40,6 +39,7 @@ from lmms_egoplan.judge import (
     score_judged,
 )
 from lmms_egoplan.media import VIDEO_CLIP_KEY
+from lmms_egoplan.settings import SettingsError
 from lmms_egoplan.testing.egointent import (
     VIDEOS,
     judge_rating,

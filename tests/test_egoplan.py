@@ -12,9 +12,9 @@ from lmms_eval.utils import load_yaml_config
 from PIL import Image
 
 from lmms_egoplan import egoplan, media
-from lmms_egoplan.harness import SettingsError, resolve_settings
 from lmms_egoplan.metrics import ValueBin, equal_size_levels, parse_bins
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
+from lmms_egoplan.settings import SettingsError, resolve_settings
 from lmms_egoplan.testing.egoplan import EGO4D_VIDEOS, build_fixture
 from lmms_egoplan.testing.media import read_index, write_video
 

@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 
 from lmms_egoplan import egoplan
-from lmms_egoplan.harness import resolve_settings
 from lmms_egoplan.metrics import cosine_similarities, equal_size_levels, parse_bins
+from lmms_egoplan.settings import resolve_settings
 from lmms_egoplan.testing.egoplan import build_fixture
 from lmms_egoplan.testing.judge_server import ChatServer, Reply
 from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval

@@ -253,7 +253,7 @@ def test_ranks_storing_the_same_hub_images_at_once_do_not_collide(tmp_path):
 def test_an_unusable_judge_stops_the_task_before_its_data_loads(tmp_path, monkeypatch):
     from lmms_eval.tasks import TaskManager, get_task_dict
 
-    from lmms_egoplan.harness import SettingsError
+    from lmms_egoplan.settings import SettingsError
 
     for name, value in {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(tmp_path / "no-data-here"),
                         "EGOTHINK_JUDGE_API_KEY_ENV": "EGOTHINK_UNSET_KEY"}.items():
@@ -271,7 +271,7 @@ def test_an_unusable_judge_stops_the_task_before_its_data_loads(tmp_path, monkey
 ])
 def test_source_settings_are_named_as_users_set_them(settings, message):
     from lmms_egoplan.egothink import EgoThinkSettings, EgoThinkTask
-    from lmms_egoplan.harness import SettingsError
+    from lmms_egoplan.settings import SettingsError
 
     task = SimpleNamespace(settings=EgoThinkSettings(**settings),
                            config=SimpleNamespace(task="ego_think_counting", dataset_name="Reasoning_counting"))

@@ -17,11 +17,11 @@ from lmms_eval.api.instance import Instance
 from lmms_eval.api.model import lmms
 from tqdm import tqdm
 
-from lmms_egoplan.harness import coerce_setting
 from lmms_egoplan.metrics import resolve_device
 from lmms_egoplan.models.chat import ChatRenderer
 from lmms_egoplan.models.likelihood import LikelihoodScorer, scored_sequence
 from lmms_egoplan.models.visuals import ModelVisuals, VisualLimits, prepare_visuals
+from lmms_egoplan.settings import coerce_setting
 
 logger = logging.getLogger("lmms-eval")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmms_egoplan.egoplan import ENV_PREFIX, epic_frame_folder, task_start_frame
-from lmms_egoplan.harness import env_var
+from lmms_egoplan.settings import env_var
 from lmms_egoplan.testing.media import write_frame_folder, write_video
 
 EPIC_VIDEOS = {"P01_13": 400, "P02_03": 400}  # video id -> number of frames (numbered 1..N)

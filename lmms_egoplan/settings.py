@@ -1,0 +1,93 @@
+"""Benchmark settings: typed dataclass fields, set in a task YAML's ``metadata`` block or by
+``<PREFIX>_<FIELD>`` environment variables (lmms-eval 0.7 has no per-task CLI overrides).
+
+This module does not import lmms-eval, so command-line tools and tests can use it cheaply.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from pathlib import Path
+from typing import Any, Mapping
+
+from lmms_egoplan.errors import InputError
+
+# lmms-eval copies a task's `metadata` into every request's metadata next to these keys.
+_RESERVED_SETTING_NAMES = frozenset({"task", "doc_id", "repeats", "split", "version"})
+
+
+class SettingsError(InputError):
+    """A benchmark setting is unknown or has a value of the wrong type."""
+
+
+def env_var(prefix: str, field: str) -> str:
+    return f"{prefix}_{field}".upper()
+
+
+def setting_name(prefix: str, field: str) -> str:
+    """How a user changes setting ``field``: its environment variable and its YAML metadata key."""
+    return f"{env_var(prefix, field)} (metadata.{field})"
+
+
+def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, Any] | None,
+                     env_prefix: str, environ: Mapping[str, str] = os.environ):
+    """Build ``settings_class`` (a dataclass): defaults < YAML ``metadata`` < ``<PREFIX>_<FIELD>`` env vars.
+
+    Unknown ``metadata`` keys and unparsable values raise SettingsError naming the task, the
+    key or environment variable, and what was expected.
+    """
+    hints = typing.get_type_hints(settings_class)
+    fields = {f.name: f for f in dataclasses.fields(settings_class)}
+    clash = _RESERVED_SETTING_NAMES & fields.keys()
+    if clash:
+        raise TypeError(f"{settings_class.__name__} uses names reserved by lmms-eval: {sorted(clash)}")
+    values: dict[str, Any] = {}
+    for key, raw in (metadata or {}).items():
+        if key == "version":
+            continue
+        if key not in fields:
+            raise SettingsError(
+                f"task {task}: unknown setting {key!r} in the YAML metadata; "
+                f"known settings: {', '.join(sorted(fields))}"
+            )
+        values[key] = coerce_setting(raw, hints[key], f"task {task}: metadata.{key}")
+    for name in fields:
+        variable = env_var(env_prefix, name)
+        if variable in environ:
+            values[name] = coerce_setting(environ[variable], hints[name], f"task {task}: environment variable {variable}")
+    return settings_class(**values)
+
+
+def coerce_setting(raw: Any, annotation: Any, where: str) -> Any:
+    """Convert a YAML, environment or command-line value to the annotated type (str / int / float /
+    bool / Path / Optional); a value that does not fit raises SettingsError naming ``where``."""
+    optional = type(None) in typing.get_args(annotation)
+    target = next((a for a in typing.get_args(annotation) if a is not type(None)), annotation) if optional else annotation
+    if raw is None or (optional and isinstance(raw, str) and raw.strip().lower() in ("", "none", "null")):
+        if optional:
+            return None
+        raise SettingsError(f"{where}: a value is required")
+    if target is bool:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise SettingsError(f"{where}: expected true/false, got {raw!r}")
+    if target in (int, float):
+        try:
+            value = target(raw)
+        except (TypeError, ValueError):
+            raise SettingsError(f"{where}: expected {'an integer' if target is int else 'a number'}, got {raw!r}") from None
+        if target is int and isinstance(raw, float) and raw != value:
+            raise SettingsError(f"{where}: expected an integer, got {raw!r}")
+        return value
+    if target is str:
+        return str(raw)
+    if target is Path:
+        return Path(os.path.expanduser(str(raw)))
+    return raw
