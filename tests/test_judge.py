@@ -1,6 +1,7 @@
 """The judge engine against a real loopback chat-completions server (and a tiny offline HF judge)."""
 
 import dataclasses
+import json
 import multiprocessing
 import os
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from loguru import logger
@@ -28,6 +30,8 @@ from lmms_egoplan.judge import (
     score_judged,
 )
 from lmms_egoplan.testing.judge_server import ChatServer, Reply, fail_first, hang, hash_rating, rating_responder
+
+LOGS_BEFORE_RUBRIC_NAMES = Path(__file__).parent / "fixtures" / "logs_before_rubric_names"
 
 ZERO_HALF_ONE = bracket_rating((0, 0.5, 1))
 SECRET = "sk-loopback-SECRET-9f3b7c1e"
@@ -361,3 +365,30 @@ def test_bracket_rating_reads_fastchat_ratings(text, rating):
 def test_bracket_rating_rejects_missing_and_off_scale_ratings(text, reason):
     with pytest.raises(ValueError, match=reason.replace("[", r"\[").replace(".", r"\.")):
         ZERO_HALF_ONE(text)
+
+
+@pytest.mark.parametrize("run", ["think", "intent"])
+def test_logs_written_before_rubrics_had_names_rejudge_to_their_scores(run, tmp_path):
+    from lmms_egoplan.cli import main
+
+    logs = LOGS_BEFORE_RUBRIC_NAMES / run
+    samples = [json.loads(line) for path in logs.glob("*_samples_*.jsonl") for line in path.read_text().splitlines()]
+    assert {value["judge_rubric"] for sample in samples for value in sample.values()
+            if isinstance(value, dict) and "judge_rubric" in value} <= {"lmms_egoplan.egothink:RUBRIC",
+                                                                        "lmms_egoplan.egointent:RUBRIC"}
+    # The judge of that run again: it answers every prompt as its audit trail says it did.
+    answers = {json.dumps(record["prompt"]): record["raw_output"]
+               for path in logs.glob("*_judgements_*.jsonl") for record in map(json.loads, path.read_text().splitlines())}
+    with ChatServer(lambda call: Reply(answers[json.dumps(call.messages)])) as judge:
+        assert main(["rejudge", str(logs), "--output", str(tmp_path), "--judge_base_url", judge.base_url,
+                     "--judge_model", "loopback-judge", "--judge_api_key_env", "", "--judge_cache_dir", "none"]) == 0
+    assert len(judge.calls) == len(answers)
+    reported = json.loads(next(logs.glob("*_results.json")).read_text())["results"]
+    rejudged = json.loads(next(tmp_path.glob("*_rejudged.json")).read_text())
+    assert rejudged.keys() == reported.keys()
+    for task, metrics in reported.items():
+        scores = {metric: value for metric, value in rejudged[task].items()
+                  if metric not in ("judge_model", "samples", "audit_trail")}
+        assert {"judged", "failed"} < scores.keys() <= {key.split(",")[0] for key in metrics}
+        for metric, value in scores.items():
+            assert value == pytest.approx(metrics[f"{metric},none"], nan_ok=True), (task, metric)
