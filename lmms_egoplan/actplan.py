@@ -39,6 +39,7 @@ from lmms_egoplan.media import load_image
 from lmms_egoplan.metrics import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD, mean_or_nan
 from lmms_egoplan.records import read_jsonl
 from lmms_egoplan.settings import SettingsError, setting_name
+from lmms_egoplan.tables import format_table
 
 # ---------------------------------------------------------------------------------------------
 # Release layout
@@ -572,7 +573,6 @@ def summarize(plans: Sequence[CandidatePlan], scores: Sequence[PlanScore]) -> li
 
 
 def format_summary(rows: Sequence[SummaryRow]) -> str:
-    header = f"{'model':<24} {'split':<15} {'n':>6} {'LCS':>8} {'Norm. LCS':>10} {'format errors':>14}"
-    body = [f"{r.model:<24} {r.split:<15} {r.count:>6} {r.lcs:>8.2f} {r.norm_lcs:>10.3f} {r.format_error_rate * 100:>13.1f}%"
-            for r in rows]
-    return "\n".join([header, *body])
+    return format_table(("model", "split", "n", "LCS", "Norm. LCS", "format errors"),
+                        [(r.model, r.split, str(r.count), f"{r.lcs:.2f}", f"{r.norm_lcs:.3f}",
+                          f"{r.format_error_rate * 100:.1f}%") for r in rows], right=(2, 3, 4, 5))

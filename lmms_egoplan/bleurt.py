@@ -35,6 +35,7 @@ from lmms_egoplan.actplan import parse_plan
 from lmms_egoplan.errors import InputError
 from lmms_egoplan.metrics import mean_or_nan, resolve_device
 from lmms_egoplan.records import read_jsonl
+from lmms_egoplan.tables import format_table
 
 # The release adds these action names to the BERT vocabulary as special (unsplit) tokens.
 RELEASE_SPECIAL_TOKENS = ("switch-on", "switch-off", "place_inside", "place_on_top", "walk_to")
@@ -421,15 +422,15 @@ def train_classifier(data_file: str | Path, activities_file: str | Path, base: s
 
 def format_report(report: TrainingReport) -> str:
     """Table 5's layout: per VLM, validation MCC and accuracy, test accuracy (and test MCC)."""
-    lines = [f"best epoch {report.best_epoch} (by validation {report.selected_by}); checkpoint: {report.checkpoint}",
-             f"{'VLM':<8} {'MCC(val)':>9} {'Val acc':>8} {'Test acc':>9} {'MCC(test)':>10}"]
+    rows = []
     for vlm in VLMS:
         val, test = report.validation.per_vlm.get(vlm), report.test.per_vlm.get(vlm)
         if val or test:
-            lines.append(f"{vlm:<8} {_cell(val, 'mcc', 1, 3):>9} {_cell(val, 'accuracy', 100, 1):>8} "
-                         f"{_cell(test, 'accuracy', 100, 1):>9} {_cell(test, 'mcc', 1, 3):>10}")
-    lines.append(f"{'all':<8} {'':>9} {report.validation.accuracy * 100:>8.1f} {report.test.accuracy * 100:>9.1f}")
-    return "\n".join(lines)
+            rows.append((vlm, _cell(val, "mcc", 1, 3), _cell(val, "accuracy", 100, 1), _cell(test, "accuracy", 100, 1),
+                         _cell(test, "mcc", 1, 3)))
+    rows.append(("all", "", f"{report.validation.accuracy * 100:.1f}", f"{report.test.accuracy * 100:.1f}", ""))
+    return (f"best epoch {report.best_epoch} (by validation {report.selected_by}); checkpoint: {report.checkpoint}\n"
+            + format_table(("VLM", "MCC(val)", "Val acc", "Test acc", "MCC(test)"), rows, right=(1, 2, 3, 4)))
 
 
 def _cell(scores: dict | None, key: str, scale: float, digits: int) -> str:

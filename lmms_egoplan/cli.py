@@ -27,13 +27,14 @@ def _rejudge(args: argparse.Namespace) -> int:
     from lmms_egoplan.judge import Judge, JudgeSettings
     from lmms_egoplan.judged_task import rejudge_samples
     from lmms_egoplan.settings import resolve_settings
-    from lmms_egoplan.smoke import format_table, format_value
+    from lmms_egoplan.tables import format_table, format_value
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JudgeSettings) if hasattr(args, f.name)}
     settings = resolve_settings(JudgeSettings, task="rejudge", metadata=given, env_prefix="", environ={})
     scores = rejudge_samples(args.samples, Judge.from_settings(settings), args.output)
-    print(format_table([(task, metric, format_value(value)) for task, row in scores.items()
-                        for metric, value in row.items() if isinstance(value, (int, float))]))
+    rows = [(task, metric, format_value(value)) for task, row in scores.items()
+            for metric, value in row.items() if isinstance(value, (int, float))]
+    print(format_table(("task", "metric", "value"), rows))
     print(f"Judge: {settings.judge_backend}:{settings.judge_model}; audit trails and scores in {args.output}")
     return 0
 

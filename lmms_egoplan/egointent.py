@@ -45,6 +45,7 @@ from lmms_egoplan.judge import (
     Rubric,
     bracket_rating,
     judge_parts_item,
+    register_rubric,
 )
 from lmms_egoplan.judged_task import JudgedTask, judged_score
 from lmms_egoplan.media import (
@@ -572,7 +573,7 @@ def parse_judge_rating(text: str) -> float:
 
 
 RUBRIC = Rubric(parse_judge_rating, scale=10.0)  # 0-10 ratings, reported on 0-100 like Table 3
-RUBRIC_REFERENCE = "lmms_egoplan.egointent:RUBRIC"
+RUBRIC_REFERENCE = register_rubric("egointent", RUBRIC)  # the name its judged items (and logs) carry
 MISSING = FixedRating(0.0, "the answer has no such field")
 
 

@@ -38,7 +38,7 @@ from lmms_eval.api.task import ConfigurableMessagesTask
 from loguru import logger
 
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.judge import JudgeRequest, JudgeSettings, Rubric, bracket_rating, judge_parts_item
+from lmms_egoplan.judge import JudgeRequest, JudgeSettings, Rubric, bracket_rating, judge_parts_item, register_rubric
 from lmms_egoplan.judged_task import JudgedTask
 from lmms_egoplan.media import MediaError, load_image
 from lmms_egoplan.settings import SettingsError, setting_name
@@ -110,7 +110,7 @@ JUDGE_PROMPT = (
 
 # Scores are mean ratings x 100; a rating other than 0, 0.5 or 1 is no valid rating.
 RUBRIC = Rubric(bracket_rating(allowed=(0, 0.5, 1)), scale=100.0)
-_RUBRIC_REFERENCE = f"{__name__}:RUBRIC"
+_RUBRIC_REFERENCE = register_rubric("egothink", RUBRIC)  # the name its judged items (and logs) carry
 
 
 def judge_request(doc: dict, prediction: str) -> JudgeRequest:

@@ -2,7 +2,7 @@
 
 lmms-eval calls ``process_results`` once per document (in threads), so a judge call there
 blocks and cannot batch. A ``JudgedTask`` instead has
-``process_results`` return a self-contained judge item per sample (``judge.judge_parts_item``);
+``process_results`` return a self-contained judge item per sample (``judge_parts_item``);
 the aggregation functions below then run on rank 0, after gathering, and send every item of
 the task through the judge engine in one concurrent, cached batch. The audit trail is written
 next to the results file (``<output_path>/<model>/<date>_judgements_<task>.jsonl``).
@@ -11,8 +11,10 @@ A judged benchmark needs:
 
 * ``Settings`` inheriting ``lmms_egoplan.judge.JudgeSettings`` (so its judge is configured by
   ``<ENV_PREFIX>_JUDGE_MODEL`` etc.; the settings are checked before anything is generated);
-* ``process_results`` returning ``{metric: judge_parts_item({"": request}, "<module>:<RUBRIC>")
-  ...}`` for the judged metric and for ``judged`` / ``failed``;
+* a ``Rubric`` registered under the benchmark's name (``register_rubric``, in
+  ``lmms_egoplan.judge.rubrics``) and ``process_results`` returning
+  ``{metric: judge_parts_item({"": request}, "<rubric name>") ...}`` for the judged metric and
+  for ``judged`` / ``failed``;
 * this ``metric_list`` in its YAML (and ``class:`` a ``JudgedTask`` subclass)::
 
       metric_list:

@@ -9,13 +9,13 @@ and prints one table. A random model's scores check the pipeline; they measure n
 from __future__ import annotations
 
 import importlib
-import math
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, TextIO
 
+from lmms_egoplan.tables import format_table, format_value
 from lmms_egoplan.testing.lmms_eval_run import EvalRunError, run_lmms_eval
 
 # One entry per benchmark: "module:function", the function building that benchmark's
@@ -100,7 +100,7 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
             print(f"[{name}] done in {time.monotonic() - started:.0f} s", file=out)
             rows += result_rows(run.results)
 
-    print(format_table(rows), file=out)
+    print(format_table(("task", "metric", "value"), rows), file=out)
     print("\nThese scores come from a tiny RANDOM model on synthetic data: they check the pipeline "
           "end to end and measure nothing.", file=out)
     print("Logs, per-sample outputs and results: " + ", ".join(str(d) for d in log_dirs), file=out)
@@ -123,15 +123,3 @@ def result_rows(results: dict) -> list[tuple[str, str, str]]:
                 rows.append((name, metric, format_value(value)))
     return rows
 
-
-def format_value(value) -> str:
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.4g}"
-    return str(value)
-
-
-def format_table(rows: list[tuple[str, str, str]]) -> str:
-    header = ("task", "metric", "value")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
-    line = lambda r: "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(header), line(tuple("-" * w for w in widths)), *map(line, rows)])

@@ -282,12 +282,12 @@ def test_source_settings_are_named_as_users_set_them(settings, message):
 def test_a_judge_that_cannot_load_fails_the_judgements_instead_of_the_run(tmp_path, monkeypatch):
     from lmms_eval.tasks import TaskManager, get_task_dict
 
-    from lmms_egoplan import judge
     from lmms_egoplan.egothink import process_results
+    from lmms_egoplan.judge import factory
 
     loads = []
-    transformers_backend = judge.TransformersBackend
-    monkeypatch.setattr(judge, "TransformersBackend", lambda *a, **k: loads.append(a) or transformers_backend(*a, **k))
+    transformers_backend = factory.TransformersBackend
+    monkeypatch.setattr(factory, "TransformersBackend", lambda *a, **k: loads.append(a) or transformers_backend(*a, **k))
     data = write_release(tmp_path / "data", per_dimension=2)
     for name, value in {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data), "EGOTHINK_JUDGE_BACKEND": "hf",
                         "EGOTHINK_JUDGE_MODEL": str(tmp_path / "no-such-model"), "EGOTHINK_JUDGE_CACHE_DIR": "none"}.items():

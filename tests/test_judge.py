@@ -1,6 +1,7 @@
 """The judge engine against a real loopback chat-completions server (and a tiny offline HF judge)."""
 
 import dataclasses
+import json
 import multiprocessing
 import os
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from loguru import logger
@@ -29,6 +31,8 @@ from lmms_egoplan.judge import (
 )
 from lmms_egoplan.testing.judge_server import ChatServer, Reply, fail_first, hang, hash_rating, rating_responder
 
+LOGS_BEFORE_RUBRIC_NAMES = Path(__file__).parent / "fixtures" / "logs_before_rubric_names"
+
 ZERO_HALF_ONE = bracket_rating((0, 0.5, 1))
 SECRET = "sk-loopback-SECRET-9f3b7c1e"
 
@@ -47,7 +51,7 @@ def judge_for(server, *, cache_dir=None, model="loopback-judge", concurrency=8, 
 
 def mean_rating(results):
     """The mean rating a judged metric reports for ``results`` (EgoThink's rubric: 0 / 0.5 / 1, x 100)."""
-    items = [judge_parts_item({"": JudgeRequest(j.id, j.messages)}, "lmms_egoplan.egothink:RUBRIC")
+    items = [judge_parts_item({"": JudgeRequest(j.id, j.messages)}, "egothink")
              for j in results.judgements]
     return score_judged(items, {j.id: j for j in results.judgements}, judge_model=results.judge_model).score / 100
 
@@ -361,3 +365,70 @@ def test_bracket_rating_reads_fastchat_ratings(text, rating):
 def test_bracket_rating_rejects_missing_and_off_scale_ratings(text, reason):
     with pytest.raises(ValueError, match=reason.replace("[", r"\[").replace(".", r"\.")):
         ZERO_HALF_ONE(text)
+
+
+@pytest.mark.parametrize("run", ["think", "intent"])
+def test_logs_written_before_rubrics_had_names_rejudge_to_their_scores(run, tmp_path):
+    from lmms_egoplan.cli import main
+
+    logs = LOGS_BEFORE_RUBRIC_NAMES / run
+    samples = [json.loads(line) for path in logs.glob("*_samples_*.jsonl") for line in path.read_text().splitlines()]
+    assert {value["judge_rubric"] for sample in samples for value in sample.values()
+            if isinstance(value, dict) and "judge_rubric" in value} <= {"lmms_egoplan.egothink:RUBRIC",
+                                                                        "lmms_egoplan.egointent:RUBRIC"}
+    # The judge of that run again: it answers every prompt as its audit trail says it did.
+    answers = {json.dumps(record["prompt"]): record["raw_output"]
+               for path in logs.glob("*_judgements_*.jsonl") for record in map(json.loads, path.read_text().splitlines())}
+    with ChatServer(lambda call: Reply(answers[json.dumps(call.messages)])) as judge:
+        assert main(["rejudge", str(logs), "--output", str(tmp_path), "--judge_base_url", judge.base_url,
+                     "--judge_model", "loopback-judge", "--judge_api_key_env", "", "--judge_cache_dir", "none"]) == 0
+    assert len(judge.calls) == len(answers)
+    reported = json.loads(next(logs.glob("*_results.json")).read_text())["results"]
+    rejudged = json.loads(next(tmp_path.glob("*_rejudged.json")).read_text())
+    assert rejudged.keys() == reported.keys()
+    for task, metrics in reported.items():
+        scores = {metric: value for metric, value in rejudged[task].items()
+                  if metric not in ("judge_model", "samples", "audit_trail")}
+        assert {"judged", "failed"} < scores.keys() <= {key.split(",")[0] for key in metrics}
+        for metric, value in scores.items():
+            assert value == pytest.approx(metrics[f"{metric},none"], nan_ok=True), (task, metric)
+
+
+def test_rubrics_are_found_by_registered_name_even_before_their_benchmark_is_imported():
+    script = textwrap.dedent("""
+        import sys
+        from lmms_egoplan.judge import load_rubric
+        assert "lmms_egoplan.egothink" not in sys.modules
+        rubric = load_rubric("egothink")
+        assert rubric is sys.modules["lmms_egoplan.egothink"].RUBRIC and rubric.scale == 100.0
+        assert load_rubric("lmms_egoplan.egothink:RUBRIC") is rubric  # as logs written before names say
+        assert load_rubric("lmms_egoplan.egointent:RUBRIC") is load_rubric("egointent")
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True)
+
+
+def test_a_rubric_name_belongs_to_one_rubric():
+    from lmms_egoplan.judge import Rubric, load_rubric, register_rubric
+
+    rubric = Rubric(ZERO_HALF_ONE, scale=2.0)
+    assert register_rubric("test-halves", rubric) == "test-halves"
+    assert register_rubric("test-halves", rubric) == "test-halves"  # the same rubric again: no conflict
+    assert load_rubric("test-halves") is rubric
+    with pytest.raises(ValueError, match="another rubric is already registered as 'test-halves'"):
+        register_rubric("test-halves", Rubric(ZERO_HALF_ONE, scale=3.0))
+    with pytest.raises(ValueError, match="letters, digits"):
+        register_rubric("my.module:RUBRIC", rubric)
+    with pytest.raises(ValueError, match="no rubric is registered as 'no-such-rubric'"):
+        load_rubric("no-such-rubric")
+
+
+@pytest.mark.parametrize("model", ["gpt-4o-2024-11-20", "gpt-4", "gpt-5-mini", "o1", "o3-mini", "o4-mini", "qwen3-32b"])
+def test_openai_requests_set_token_limit_and_temperature_by_lmms_evals_rule(model):
+    from lmms_eval.llm_judge.protocol import ServerConfig
+    from lmms_eval.llm_judge.providers.openai import build_sampling_kwargs
+
+    from lmms_egoplan.judge.providers.openai_compatible import sampling_kwargs
+
+    decoding = Decoding(temperature=0.3, max_tokens=321)
+    assert sampling_kwargs(model, decoding) == build_sampling_kwargs(
+        ServerConfig(model_name=model, temperature=decoding.temperature, max_tokens=decoding.max_tokens))

@@ -1,0 +1,74 @@
+"""The persistent cache of judge answers (SQLite), shared by runs, processes and threads."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from lmms_egoplan.judge.protocol import Completion, Decoding
+
+
+class JudgeCache:
+    """Raw judge outputs (and the model the server said answered) on disk, keyed by (judge model,
+    full prompt, decoding settings).
+
+    SQLite in WAL mode: several processes (two evaluations sharing the cache) and the engine's
+    threads can write at once; each answer is committed as it arrives. Only requests and
+    outputs are stored, never credentials.
+    """
+
+    FILE_NAME = "judgements.sqlite"
+
+    def __init__(self, directory: str | os.PathLike):
+        self.path = Path(os.path.expanduser(str(directory))) / self.FILE_NAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS judgements (key TEXT PRIMARY KEY, judge_model TEXT NOT NULL, "
+                         "request TEXT NOT NULL, output TEXT NOT NULL, created REAL NOT NULL, served_model TEXT)")
+        # A cache written before the served model was recorded lacks its column: add it, keeping
+        # the answers (paid for) it holds.
+        if "served_model" not in {row[1] for row in self._db.execute("PRAGMA table_info(judgements)")}:
+            try:
+                self._db.execute("ALTER TABLE judgements ADD COLUMN served_model TEXT")
+            except sqlite3.OperationalError:  # another process added it at the same moment
+                pass
+
+    @staticmethod
+    def key(judge_model: str, messages: Sequence[Mapping[str, str]], decoding: Decoding) -> str:
+        return hashlib.sha256(_request_json(judge_model, messages, decoding).encode()).hexdigest()
+
+    def get(self, key: str) -> Optional[Completion]:
+        with self._lock:
+            row = self._db.execute("SELECT output, served_model FROM judgements WHERE key = ?", (key,)).fetchone()
+        return Completion(*row) if row else None
+
+    def put(self, key: str, judge_model: str, messages: Sequence[Mapping[str, str]], decoding: Decoding,
+            answer: Completion) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO judgements (key, judge_model, request, output, created, served_model) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (key, judge_model, _request_json(judge_model, messages, decoding), answer.text, time.time(), answer.model))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM judgements").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _request_json(judge_model: str, messages, decoding: Decoding) -> str:
+    return json.dumps({"judge_model": judge_model, "messages": [dict(m) for m in messages],
+                       "decoding": dataclasses.asdict(decoding)}, sort_keys=True, ensure_ascii=False)

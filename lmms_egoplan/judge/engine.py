@@ -1,0 +1,183 @@
+"""The judge engine: many judgements at once, cached, retried, counted, audited.
+
+``Judge.run`` takes judge requests and a rating parser, and
+
+* answers what the persistent cache already holds without calling the judge (a re-run of the
+  same evaluation makes zero calls; a run killed half-way resumes where it stopped: every
+  answer is stored the moment it arrives);
+* sends the rest concurrently (``concurrency`` calls in flight, a progress bar), retrying
+  rate limits (429), server errors (5xx) and timeouts with exponential backoff;
+* parses every answer with the benchmark's parser; a call that still fails, or an answer
+  without a valid rating, becomes a *failed* judgement: counted, excluded from the mean, and
+  warned about with the failure rate;
+* writes an audit trail (JSON lines: prompt, raw judge output, parsed rating, judge model and
+  the model the server says answered, e.g. the snapshot behind an alias such as ``gpt-4``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sqlite3
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from loguru import logger
+
+from lmms_egoplan.judge.base import JudgeBackend
+from lmms_egoplan.judge.cache import JudgeCache
+from lmms_egoplan.judge.factory import make_backend
+from lmms_egoplan.judge.protocol import (
+    Completion,
+    Decoding,
+    JudgeCallError,
+    Judgement,
+    JudgeRequest,
+    JudgeResults,
+    RatingParser,
+    TransientJudgeError,
+)
+from lmms_egoplan.judge.settings import JudgeSettings
+
+
+class Judge:
+    """Runs batches of judge requests against one judge model. Thread-safe; reuse it."""
+
+    def __init__(self, backend: JudgeBackend, *, decoding: Decoding = Decoding(), cache: JudgeCache | None = None,
+                 concurrency: int = 16, retries: int = 6, backoff: float = 1.0, max_backoff: float = 60.0):
+        self.backend = backend
+        self.decoding = decoding
+        self.cache = cache
+        self.concurrency = concurrency
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+
+    @classmethod
+    def from_settings(cls, settings: JudgeSettings, environ: Mapping[str, str] = os.environ) -> "Judge":
+        return cls(make_backend(settings, environ),
+                   decoding=Decoding(settings.judge_temperature, settings.judge_max_tokens),
+                   cache=JudgeCache(settings.judge_cache_dir) if settings.judge_cache_dir else None,
+                   concurrency=settings.judge_concurrency, retries=settings.judge_retries,
+                   backoff=settings.judge_backoff)
+
+    @property
+    def model(self) -> str:
+        return self.backend.identity
+
+    def run(self, requests: Sequence[JudgeRequest], parse_rating: RatingParser, *,
+            audit_path: str | os.PathLike | None = None, append_audit: bool = False, progress: bool = True,
+            description: str = "Judging") -> JudgeResults:
+        """Judge every request; returns the judgements in request order. Never raises for a
+        failed call or an unparsable answer: those are failed judgements. The audit trail
+        replaces ``audit_path``, or adds to it with ``append_audit``."""
+        from tqdm import tqdm
+
+        ids = Counter(r.id for r in requests)
+        duplicates = [i for i, n in ids.items() if n > 1]
+        if duplicates:
+            raise ValueError(f"judge request ids must be unique; repeated: {duplicates[:5]}")
+        # Identical prompts are judged once.
+        by_key: dict[str, list[JudgeRequest]] = {}
+        for request in requests:
+            key = JudgeCache.key(self.model, request.messages, self.decoding)
+            by_key.setdefault(key, []).append(request)
+
+        audit = _AuditWriter(audit_path, append=append_audit)
+        done: dict[str, Judgement] = {}
+
+        def record(key: str, answer: Completion | None, error: str | None, cached: bool, attempts: int) -> None:
+            raw, rating = (answer.text if answer else None), None
+            if raw is not None:
+                try:
+                    rating = float(parse_rating(raw))
+                except ValueError as problem:
+                    error = str(problem)
+                except Exception as problem:  # a parser bug shows in the failure reasons, not as a lost run
+                    error = f"the rating parser failed: {type(problem).__name__}: {problem}"
+            for position, request in enumerate(by_key[key]):
+                judgement = Judgement(request.id, self.model, request.messages, raw, rating,
+                                      error if rating is None else None, cached, attempts if position == 0 else 0,
+                                      answer.model if answer else None)
+                done[request.id] = judgement
+                audit.write(judgement)
+
+        try:
+            missing = []
+            for key in by_key:
+                cached = self.cache.get(key) if self.cache is not None else None
+                if cached is None:
+                    missing.append(key)
+                else:
+                    record(key, cached, None, True, 0)
+            with tqdm(total=len(missing), desc=description, disable=not progress or not missing) as bar, \
+                    ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+                futures = {pool.submit(self._call, key, by_key[key][0].messages): key for key in missing}
+                for future in as_completed(futures):
+                    answer, error, attempts = future.result()
+                    record(futures[future], answer, error, False, attempts)
+                    bar.update()
+        finally:
+            audit.close()
+
+        results = JudgeResults([done[r.id] for r in requests], self.model, audit.path)
+        if results.failed:
+            reasons = Counter(j.error for j in results.judgements if not j.ok)
+            logger.warning(
+                f"judge {self.model}: {results.failed} of {len(results.judgements)} judgements failed "
+                f"({100 * results.failure_rate:.1f}%) and are excluded from the score; reasons: "
+                + "; ".join(f"{reason} (x{count})" for reason, count in reasons.most_common(3))
+                + (f"; audit trail: {audit.path}" if audit.path else ""))
+        return results
+
+    def _call(self, key: str, messages) -> tuple[Optional[Completion], Optional[str], int]:
+        """(answer or None, error or None, attempts) for one prompt; stores answers in the cache."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                completion = self.backend.complete(messages, self.decoding)
+            except TransientJudgeError as error:
+                if attempt > self.retries:
+                    return None, f"{error} (gave up after {attempt} attempts)", attempt
+                time.sleep(self._delay(attempt, error.retry_after))
+                continue
+            except JudgeCallError as error:
+                return None, str(error), attempt
+            except Exception as error:  # a judge problem must not cost the evaluation its generations
+                return None, f"{type(error).__name__}: {error}", attempt
+            if self.cache is not None:
+                try:
+                    self.cache.put(key, self.model, messages, self.decoding, completion)
+                except sqlite3.Error as error:  # the answer is still good; only a re-run would ask again
+                    logger.warning(f"judge cache {self.cache.path}: could not store an answer: {error}")
+            return completion, None, attempt
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        """Exponential backoff with jitter (so that throttled calls do not return in lockstep)."""
+        delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff) * random.uniform(0.5, 1.0)
+        return min(max(delay, retry_after or 0.0), self.max_backoff)
+
+
+class _AuditWriter:
+    """Appends one JSON line per judgement as it is made, so a crash keeps what was judged."""
+
+    def __init__(self, path: str | os.PathLike | None, *, append: bool = False):
+        self.path = Path(path) if path else None
+        self._file = None
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a" if append else "w", encoding="utf-8")
+
+    def write(self, judgement: Judgement) -> None:
+        if self._file:
+            self._file.write(json.dumps(judgement.audit_record(), ensure_ascii=False) + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file:
+            self._file.close()

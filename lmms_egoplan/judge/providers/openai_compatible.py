@@ -1,0 +1,77 @@
+"""Chat completions through the official ``openai`` client: OpenAI, Azure OpenAI, vLLM, SGLang, ..."""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence
+
+from lmms_egoplan.judge.base import JudgeBackend
+from lmms_egoplan.judge.protocol import Completion, Decoding, JudgeCallError, TransientJudgeError
+
+# Reasoning models take max_completion_tokens and reject a temperature other than the default.
+REASONING_MODEL_PREFIXES = ("gpt-5", "o1", "o3", "o4")
+
+
+def sampling_kwargs(model: str, decoding: Decoding) -> dict:
+    """The token limit and temperature of a request, by lmms-eval's rule
+    (``lmms_eval.llm_judge.providers.openai.build_sampling_kwargs``; a test keeps them equal)."""
+    if model.startswith(REASONING_MODEL_PREFIXES):
+        return {"max_completion_tokens": decoding.max_tokens}
+    return {"max_tokens": decoding.max_tokens, "temperature": decoding.temperature}
+
+
+class OpenAIChatBackend(JudgeBackend):
+    """Any OpenAI-compatible chat-completions endpoint; Azure OpenAI given ``azure_api_version``."""
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+                 azure_api_version: str | None = None, timeout: float = 120.0,
+                 environ: Mapping[str, str] = os.environ):
+        import openai
+
+        self.model = model
+        self.kind = "azure" if azure_api_version else "openai"
+        # Local servers without authentication still need a non-empty key for the client.
+        api_key = environ[api_key_env] if api_key_env else "EMPTY"
+        # Retries are the engine's (exponential backoff, counted, and only for transient errors).
+        if azure_api_version:
+            self._client = openai.AzureOpenAI(api_key=api_key, azure_endpoint=base_url, api_version=azure_api_version,
+                                              timeout=timeout, max_retries=0)
+        else:
+            self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
+
+    def complete(self, messages: Sequence[Mapping[str, str]], decoding: Decoding) -> Completion:
+        import openai
+
+        try:
+            response = self._client.chat.completions.create(
+                model=self.model, messages=list(messages), **sampling_kwargs(self.model, decoding))
+        except openai.APIStatusError as error:
+            message = f"HTTP {error.status_code}: {_error_message(error)}"
+            if error.status_code in (408, 409, 429) or error.status_code >= 500:
+                raise TransientJudgeError(message, _retry_after(error)) from None
+            raise JudgeCallError(message) from None
+        except openai.APITimeoutError:
+            raise TransientJudgeError("timed out") from None
+        except openai.APIConnectionError as error:
+            raise TransientJudgeError(f"connection failed: {error.__cause__ or error}") from None
+        except openai.APIError as error:  # e.g. a malformed response
+            raise JudgeCallError(f"{type(error).__name__}: {error}") from None
+        if not response.choices:
+            raise JudgeCallError("the response has no choices")
+        return Completion(text=response.choices[0].message.content or "", model=response.model or self.model)
+
+
+def _error_message(error) -> str:
+    body = getattr(error, "body", None)
+    if isinstance(body, dict):
+        body = body.get("error", body)
+        if isinstance(body, dict) and body.get("message"):
+            return str(body["message"])
+    return str(getattr(error, "message", error))
+
+
+def _retry_after(error) -> float | None:
+    try:
+        return float(error.response.headers["retry-after"])
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None

@@ -1,0 +1,202 @@
+"""How benchmarks read their judge (rubrics, registered by name) and the judged items they log.
+
+A benchmark registers its ``Rubric`` (rating parser and score scale) under a stable name when
+its module is imported::
+
+    RUBRIC = Rubric(bracket_rating(allowed=(0, 0.5, 1)), scale=100.0)
+    RUBRIC_NAME = register_rubric("egothink", RUBRIC)
+
+Its ``process_results`` returns ``judge_parts_item(parts, RUBRIC_NAME)`` per sample: the judge
+requests (or ``FixedRating``s) and the rubric's name, self-contained, so that lmms-eval's sample
+logs can be re-judged later without the model (``lmms-egoplan rejudge``). A metric over such items
+is ``score_judged``: each part scored over all items, then the mean of the part scores.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from lmms_egoplan.judge.protocol import Judgement, JudgeRequest, JudgeResults, RatingParser
+from lmms_egoplan.metrics import mean_or_nan
+
+
+@dataclass(frozen=True)
+class Rubric:
+    """How a benchmark reads its judge: the rating parser and the scale of the reported score
+    (score = mean rating x scale, over successful judgements)."""
+
+    parse_rating: RatingParser
+    scale: float = 1.0
+
+
+def bracket_rating(allowed: Sequence[float]) -> RatingParser:
+    """Parser for FastChat-style single-answer grading: ``Rating: [[0.5]]``.
+
+    Like FastChat (and the EgoThink and MT-Bench judges built on it) it takes the first
+    ``[[x]]`` and falls back to the first ``[x]``. The rating must then be one of ``allowed``;
+    anything else is no valid rating (a judge answering on another scale is a failed
+    judgement, not a score).
+    """
+    double = re.compile(r"\[\[(\d+\.?\d*)\]\]")
+    single = re.compile(r"\[(\d+\.?\d*)\]")
+
+    def parse(text: str) -> float:
+        match = double.search(text) or single.search(text)
+        if match is None:
+            raise ValueError("no [[rating]] in the judge output")
+        rating = float(match.group(1))
+        if rating not in allowed:
+            raise ValueError(f"rating {match.group(1)} is not one of {', '.join(f'{a:g}' for a in allowed)}")
+        return rating
+
+    return parse
+
+
+# --- The registry ------------------------------------------------------------------------------
+
+_RUBRICS: dict[str, Rubric] = {}
+
+# The modules that register the suite's own rubrics, so that a log re-judges in a process that has
+# not imported its benchmark (named, not imported: the judge package sits below the benchmarks).
+SUITE_RUBRIC_MODULES = {"egothink": "lmms_egoplan.egothink", "egointent": "lmms_egoplan.egointent"}
+
+# What logs written before rubrics had names carry: the module path of the rubric.
+MODULE_PATH_REFERENCES = {"lmms_egoplan.egothink:RUBRIC": "egothink", "lmms_egoplan.egointent:RUBRIC": "egointent"}
+
+
+def register_rubric(name: str, rubric: Rubric) -> str:
+    """Register ``rubric`` under ``name``, the name its judged items carry (and logs keep); returns
+    ``name``. A name stays with its rubric: registering another rubric under it is an error."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ValueError(f"a rubric name is letters, digits and _ . - only, got {name!r}")
+    known = _RUBRICS.setdefault(name, rubric)
+    if known is not rubric:
+        raise ValueError(f"another rubric is already registered as {name!r}")
+    return name
+
+
+def load_rubric(reference: str) -> Rubric:
+    """The rubric a judged item names: a registered name, or the module path that logs written
+    before rubrics had names carry (``"lmms_egoplan.egothink:RUBRIC"``)."""
+    name = MODULE_PATH_REFERENCES.get(reference, reference)
+    if name not in _RUBRICS and name in SUITE_RUBRIC_MODULES:
+        importlib.import_module(SUITE_RUBRIC_MODULES[name])  # registers it
+    if name not in _RUBRICS:
+        raise ValueError(f"no rubric is registered as {reference!r} (registered: {', '.join(sorted(_RUBRICS))})")
+    return _RUBRICS[name]
+
+
+# --- Judged items --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FixedRating:
+    """A part of a judged item settled without the judge (e.g. an answer field the model left
+    out scores 0): it counts in the score like a rating, and is neither judged nor failed."""
+
+    rating: float
+    reason: str
+
+
+def judge_parts_item(parts: Mapping[str, JudgeRequest | FixedRating], rubric: str) -> dict:
+    """The per-sample value a judged task's ``process_results`` returns for each judged metric:
+    the sample's parts by name, each a judge request or a ``FixedRating`` (e.g. three answer
+    fields; a sample judged as a whole is one part named ``""``).
+
+    It is self-contained (lmms-eval logs it with ``--log_samples``), so the outputs can be
+    re-judged later without the model: ``rubric`` is the name the benchmark registered its
+    ``Rubric`` under (``register_rubric``). A metric over such items scores each part over all
+    items (mean rating x scale, failed judgements excluded) and reports the mean of the part
+    scores; an item holding one part of a sample is how a metric reports that part alone.
+    """
+    if not parts:
+        raise ValueError("a judged item needs at least one part")
+    return {"judge_parts": {name: _part_value(part) for name, part in parts.items()}, "judge_rubric": rubric}
+
+
+def _part_value(part: JudgeRequest | FixedRating) -> dict:
+    if isinstance(part, FixedRating):
+        return {"fixed_rating": float(part.rating), "fixed_reason": part.reason}
+    return {"judge_request_id": part.id, "judge_messages": [dict(m) for m in part.messages]}
+
+
+def is_judge_parts_item(value: Any) -> bool:
+    return isinstance(value, dict) and {"judge_parts", "judge_rubric"} <= value.keys()
+
+
+def item_parts(item: Mapping[str, Any]) -> dict[str, JudgeRequest | FixedRating]:
+    """The parts of a logged judged item (``judge_parts_item``), by name."""
+    if not is_judge_parts_item(item):
+        raise ValueError(f"not a judged item (judge_parts_item): {str(item)[:120]}")
+    return {name: FixedRating(part["fixed_rating"], part.get("fixed_reason", "")) if "fixed_rating" in part
+            else JudgeRequest(part["judge_request_id"], tuple(part["judge_messages"]))
+            for name, part in item["judge_parts"].items()}
+
+
+def item_requests(items: Sequence[Mapping[str, Any]]) -> list[JudgeRequest]:
+    """The distinct judge requests of ``items`` in order: a request that several items carry (a
+    sample counted both overall and in a breakdown) appears once. One id with two different
+    prompts raises."""
+    requests: dict[str, JudgeRequest] = {}
+    for item in items:
+        for part in item_parts(item).values():
+            if isinstance(part, FixedRating):
+                continue
+            known = requests.setdefault(part.id, part)
+            if known.messages != part.messages:
+                raise ValueError(f"judge request id {part.id!r} is used for two different prompts")
+    return list(requests.values())
+
+
+def items_rubric(items: Sequence[Mapping[str, Any]]) -> Rubric:
+    """The one rubric that ``items`` name (a judged metric reads one rubric)."""
+    rubrics = {load_rubric(item["judge_rubric"]) for item in items}
+    if len(rubrics) != 1:
+        names = sorted({item["judge_rubric"] for item in items})
+        raise ValueError(f"a judged metric needs items of one rubric, got {names or 'no items'}")
+    return rubrics.pop()
+
+
+# --- Scoring -------------------------------------------------------------------------------------
+
+
+@dataclass
+class ItemScore:
+    """A judged metric: ``score`` (the mean of the part scores; for one-request items the mean
+    rating x scale; NaN when a part has no rating), the score of each part, and the judgements."""
+
+    score: float
+    results: JudgeResults = field(repr=False)
+    part_scores: dict[str, float] = field(default_factory=dict)
+
+
+def score_judged(items: Sequence[Mapping[str, Any]], judgements: Mapping[str, Judgement], *, judge_model: str,
+                 audit_path: str | os.PathLike | None = None) -> ItemScore:
+    """The score of ``items`` from judgements already made (by request id), so that metrics over
+    different subsets of one task's samples all read the same judgements."""
+    scale = items_rubric(items).scale
+    ratings: dict[str, list[float]] = {}
+    for item in items:
+        for name, part in item_parts(item).items():
+            rating = part.rating if isinstance(part, FixedRating) else judgements[part.id].rating
+            bucket = ratings.setdefault(name, [])
+            if rating is not None:  # a failed judgement: counted, never averaged in
+                bucket.append(rating)
+    part_scores = {name: mean_or_nan(part_ratings) * scale for name, part_ratings in ratings.items()}
+    score = mean_or_nan(part_scores.values())
+    results = JudgeResults([judgements[r.id] for r in item_requests(items)], judge_model,
+                           Path(audit_path) if audit_path else None)
+    return ItemScore(score, results, part_scores)
+
+
+def unjudged(items: Sequence[Mapping[str, Any]], judge_model: str, reason: str) -> ItemScore:
+    """The outcome when no judge could be asked: every judge request of ``items`` failed, for ``reason``."""
+    failed = [Judgement(request.id, judge_model, request.messages, None, None, reason, False, 0)
+              for request in item_requests(items)]
+    return ItemScore(math.nan, JudgeResults(failed, judge_model))

@@ -1,0 +1,67 @@
+"""The judge settings every judged benchmark shares, and their check."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+from lmms_egoplan.errors import InputError
+
+JUDGE_BACKENDS = ("openai", "azure", "hf")
+
+
+class JudgeSetupError(InputError):
+    """The judge settings cannot work (unknown backend, missing key variable, ...)."""
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    """Judge settings, shared by every judged benchmark.
+
+    A benchmark's Settings dataclass inherits these fields, so inside lmms-eval they come from
+    the task YAML's ``metadata`` and environment variables ``<BENCH>_JUDGE_MODEL`` etc.
+    (see ``lmms_egoplan.settings.resolve_settings``). A benchmark may redeclare a field to
+    change its default (EgoThink's judge is the paper's GPT-4).
+    """
+
+    judge_backend: str = "openai"  # "openai" (any OpenAI-compatible server), "azure" or "hf"
+    judge_model: str = "gpt-4o-2024-11-20"  # API model / Azure deployment / HF model path or id
+    judge_base_url: Optional[str] = None  # e.g. http://localhost:8000/v1; Azure: the endpoint
+    judge_api_key_env: str = "OPENAI_API_KEY"  # NAME of the variable holding the key ("" = no key)
+    judge_api_version: str = "2024-10-21"  # Azure OpenAI only
+    judge_temperature: float = 0.0
+    judge_max_tokens: int = 2048
+    judge_concurrency: int = 16  # calls in flight (hf: generation batch size)
+    judge_timeout: float = 120.0  # seconds per call
+    judge_retries: int = 6  # retries after the first attempt (429 / 5xx / timeouts only)
+    judge_backoff: float = 1.0  # seconds before the first retry; doubles with each retry
+    judge_cache_dir: Optional[Path] = Path("~/.cache/lmms_egoplan/judge")  # none = no cache
+
+    @classmethod
+    def of(cls, settings: Any) -> "JudgeSettings":
+        """The judge part of a benchmark's settings (an instance of a subclass)."""
+        return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)})
+
+    def check(self, environ: Mapping[str, str] = os.environ, *, name: Callable[[str], str] = str) -> None:
+        """Fail before anything is generated if these settings cannot judge. ``name`` says how the
+        user sets a field (inside lmms-eval: its environment variable; default: the field name)."""
+        if self.judge_backend not in JUDGE_BACKENDS:
+            raise JudgeSetupError(f"{name('judge_backend')} must be one of {', '.join(JUDGE_BACKENDS)}, "
+                                  f"got {self.judge_backend!r}")
+        if self.judge_backend in ("openai", "azure") and self.judge_api_key_env and self.judge_api_key_env not in environ:
+            raise JudgeSetupError(
+                f"the judge's API key variable {self.judge_api_key_env} is not set: export it, or name another "
+                f"variable with {name('judge_api_key_env')} (set it to an empty value for a server without "
+                f"authentication)")
+        if self.judge_backend == "azure" and not self.judge_base_url:
+            raise JudgeSetupError(f"{name('judge_backend')} azure needs {name('judge_base_url')}, the Azure OpenAI "
+                                  f"endpoint")
+        for setting, least in (("judge_concurrency", 1), ("judge_max_tokens", 1), ("judge_retries", 0),
+                               ("judge_backoff", 0)):
+            if getattr(self, setting) < least:
+                raise JudgeSetupError(f"{name(setting)} must be at least {least}, got {getattr(self, setting)}")
+        if self.judge_timeout <= 0:
+            raise JudgeSetupError(f"{name('judge_timeout')} must be > 0 (seconds), got {self.judge_timeout}")

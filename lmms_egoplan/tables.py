@@ -1,0 +1,25 @@
+"""Plain-text tables for the suite's commands (the demo, rejudge, ActPlan-1K scores, BLEURT training)."""
+
+from __future__ import annotations
+
+import math
+from typing import Collection, Sequence
+
+
+def format_value(value, spec: str = ".4g") -> str:
+    """A cell: numbers by ``spec`` (NaN as ``nan``), anything else as text."""
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else format(value, spec)
+    return str(value)
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Collection[int] = ()) -> str:
+    """``header``, a rule of dashes, then ``rows``: columns as wide as their widest cell, two spaces
+    apart; the columns numbered in ``right`` (numbers) are right-aligned, the others left-aligned."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(cell.rjust(width) if i in right else cell.ljust(width)
+                         for i, (cell, width) in enumerate(zip(row, widths))).rstrip()
+
+    return "\n".join([line(header), line(["-" * width for width in widths]), *map(line, rows)])
