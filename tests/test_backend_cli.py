@@ -14,6 +14,9 @@ import pytest
 from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.testing.media import index_image, write_image, write_video
 
+# End to end: the real lmms-eval CLI in subprocesses.
+pytestmark = pytest.mark.e2e
+
 TASKS_DIR = Path(__file__).parent / "fixtures" / "backend_tasks"
 MC, GEN = "egoplan_backend_probe_mc", "egoplan_backend_probe_gen"
 CHOICES = ["open the fridge", "wash the hands", "put the pan on the stove", "take the cup"]

@@ -408,6 +408,7 @@ def check_metrics_against_audit_trail(run, docs) -> dict:
     return audit
 
 
+@pytest.mark.e2e
 def test_chat_backend_metrics_equal_those_recomputed_from_the_audit_trail(chat_run, docs):
     audit = check_metrics_against_audit_trail(chat_run.run, docs)
     run = chat_run.run
@@ -418,6 +419,7 @@ def test_chat_backend_metrics_equal_those_recomputed_from_the_audit_trail(chat_r
         "overall", *FIELDS, "indoor", "outdoor", "scenario_kitchen", "scenario_yard", "scenario_bedroom"}
 
 
+@pytest.mark.e2e
 def test_each_present_field_is_judged_once_whatever_metrics_read_it(chat_run):
     audit = audit_trail(chat_run.run.output_dir)
     expected = {f"step_{s['doc_id']:04d}/{field}" for s in chat_run.run.samples("egointent")
@@ -426,6 +428,7 @@ def test_each_present_field_is_judged_once_whatever_metrics_read_it(chat_run):
     assert len(chat_run.judge.calls) == len(expected)  # eight judged metrics, one judgement per field
 
 
+@pytest.mark.e2e
 def test_rejudging_the_logged_samples_reproduces_every_metric_judging_each_field_once(chat_run, tmp_path):
     from lmms_egoplan.cli import main
 
@@ -443,6 +446,7 @@ def test_rejudging_the_logged_samples_reproduces_every_metric_judging_each_field
     assert len(judge.calls) == reported["judged"] + reported["failed"] == len(audit_trail(chat_run.run.output_dir))
 
 
+@pytest.mark.e2e
 def test_the_model_gets_the_unified_prompt_and_only_pre_outcome_frames(chat_run, docs):
     by_id = {d["step_id"]: d for d in docs}
     assert chat_run.model.seen.keys() == by_id.keys()
@@ -453,6 +457,7 @@ def test_the_model_gets_the_unified_prompt_and_only_pre_outcome_frames(chat_run,
         assert all(Fraction(i) / video_fps(doc) < Fraction(doc["truncation_time"]) for i in seen["frames"])
 
 
+@pytest.mark.e2e
 def test_egoplan_hf_backend_end_to_end(runs, docs):
     run = runs.hf.run
     check_metrics_against_audit_trail(run, docs)

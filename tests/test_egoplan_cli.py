@@ -16,6 +16,9 @@ from lmms_egoplan.testing.judge_server import ChatServer, Reply
 from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.testing.media import read_index
 
+# End to end: the real lmms-eval CLI in subprocesses.
+pytestmark = pytest.mark.e2e
+
 TASKS = ("egoplan_val", "egoplan_test", "egoplan_val_gen")
 UNAVAILABLE_SAMPLE = 109  # an extra record whose frame folder does not exist
 

@@ -56,6 +56,7 @@ def audit_trail(output_dir: Path, task: str) -> list[dict]:
     return [json.loads(line) for line in files[-1].read_text().splitlines()]
 
 
+@pytest.mark.e2e
 def test_every_dimension_reports_the_score_recomputed_from_its_audit_trail(evaluation):
     run = evaluation.run
     total_failed = 0
@@ -89,6 +90,7 @@ def test_every_dimension_reports_the_score_recomputed_from_its_audit_trail(evalu
     assert len(evaluation.judge.calls) == 24  # one call per answer, nothing judged twice
 
 
+@pytest.mark.e2e
 def test_capabilities_average_their_dimensions_and_the_overall_is_the_mean_of_all_twelve(evaluation):
     run = evaluation.run
     scores = {name: run.metric(f"ego_think_{name}", "score") for names in CAPABILITIES.values() for name in names}
@@ -104,6 +106,7 @@ def test_capabilities_average_their_dimensions_and_the_overall_is_the_mean_of_al
     assert run.metric("ego_think", "judged") + run.metric("ego_think", "failed") == 24
 
 
+@pytest.mark.e2e
 def test_models_get_the_papers_prompts_greedy_decoding_and_longer_planning_answers(evaluation):
     run = evaluation.run
     for task, dimension in zip(TASKS, DIMENSIONS.values()):
@@ -117,6 +120,7 @@ def test_models_get_the_papers_prompts_greedy_decoding_and_longer_planning_answe
     assert "EgoThink Planning/navigation: 2 questions from" in run.log
 
 
+@pytest.mark.e2e
 def test_the_judge_key_is_used_but_written_nowhere(evaluation):
     assert {c.headers["authorization"] for c in evaluation.judge.calls} == {f"Bearer {SECRET}"}
     assert SECRET not in evaluation.run.log
@@ -127,6 +131,7 @@ def test_the_judge_key_is_used_but_written_nowhere(evaluation):
     assert recorded["judge_api_key_env"] == KEY_VARIABLE and recorded["judge_model"] == "loopback-judge"
 
 
+@pytest.mark.e2e
 def test_rejudging_logged_outputs_with_another_judge_needs_no_model(evaluation, tmp_path, capsys):
     from lmms_egoplan.cli import main
 
@@ -146,6 +151,7 @@ def test_rejudging_logged_outputs_with_another_judge_needs_no_model(evaluation, 
     assert "ego_think_navigation" in capsys.readouterr().out
 
 
+@pytest.mark.e2e
 def test_rejudging_with_the_same_judge_and_cache_makes_no_calls(evaluation, tmp_path):
     from lmms_egoplan.cli import main
 
@@ -160,6 +166,7 @@ def test_rejudging_with_the_same_judge_and_cache_makes_no_calls(evaluation, tmp_
         assert summary[task]["score"] == pytest.approx(reported, nan_ok=True)
 
 
+@pytest.mark.e2e
 def test_chat_backends_get_the_preset_as_a_system_turn_with_the_image(tmp_path):
     """lmms-eval's `openai` backend against the loopback server playing a chat model."""
     data = write_release(tmp_path / "data", per_dimension=1)

@@ -65,6 +65,7 @@ def test_plugin_task_folders_point_at_the_installed_task_yamls():
     assert plugin_task_folders({}) == []
 
 
+@pytest.mark.e2e
 def test_benchmark_task_through_the_cli_uses_settings_presets_and_limit(tmp_path):
     data = tmp_path / "probe.json"
     data.write_text(json.dumps([{"question": f"q{i}?", "answer": "A" if i % 2 == 0 else "B"} for i in range(3)]))

@@ -68,6 +68,7 @@ def listed_names(site: Path, *args: str, plugin: bool) -> set[str]:
     return set(re.findall(r"^ - (\S+)$", printed, flags=re.MULTILINE))
 
 
+@pytest.mark.e2e
 def test_the_wheel_copy_is_what_gets_imported(wheel_site):
     printed = run_python(wheel_site, "-c", "import importlib.util as u, lmms_egoplan; "
                          "print(lmms_egoplan.__file__); print(u.find_spec('lmms_egoplan.tasks').submodule_search_locations[0])",
@@ -76,6 +77,7 @@ def test_the_wheel_copy_is_what_gets_imported(wheel_site):
     assert {p.name for p in (Path(printed[1])).iterdir()} >= {path.name for path in TASKS.iterdir() if path.is_dir() and path.name != "__pycache__"}
 
 
+@pytest.mark.e2e
 def test_wheel_install_registers_tasks_through_lmms_eval_plugins(wheel_site):
     ours = set(our_task_index())
     assert ours <= listed_names(wheel_site, plugin=True)
@@ -83,10 +85,12 @@ def test_wheel_install_registers_tasks_through_lmms_eval_plugins(wheel_site):
     assert not ours & listed_names(wheel_site, plugin=False)
 
 
+@pytest.mark.e2e
 def test_wheel_install_registers_tasks_through_include_path(wheel_site):
     assert set(our_task_index()) <= listed_names(wheel_site, "--include_path", str(TASKS), plugin=False)
 
 
+@pytest.mark.e2e
 def test_wheel_install_evaluates_a_task_through_the_plugin(wheel_site, tiny_model, tmp_path):
     from lmms_egoplan.testing.egoplan import smoke_suite
 
@@ -99,6 +103,7 @@ def test_wheel_install_evaluates_a_task_through_the_plugin(wheel_site, tiny_mode
     assert 0.0 <= run.metric("egoplan_val", "accuracy") <= 1.0
 
 
+@pytest.mark.e2e
 def test_wheel_install_registers_the_backend_entry_point(wheel_site):
     code = ("import inspect, lmms_egoplan, lmms_eval.models as m; "
             "print(lmms_egoplan.__file__); print(m.get_model_manifest('egoplan_hf').simple_class_path); "

@@ -6,8 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from lmms_egoplan import smoke
 from lmms_egoplan.smoke import SmokeSuite
+
+# End to end: the real lmms-eval CLI in subprocesses.
+pytestmark = pytest.mark.e2e
 
 
 def test_smoke_command_evaluates_a_benchmark_and_prints_one_table(tmp_path):
