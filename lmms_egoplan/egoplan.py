@@ -521,7 +521,7 @@ def candidate_loss(result: Sequence) -> float:
     """The loss in one loglikelihood result ``(loss, is_greedy)`` (a list once logged as JSON).
 
     The pairs reach ``process_results`` intact because installing this suite patches lmms-eval
-    0.7.3, which would otherwise turn them into strings (``harness.keep_loglikelihood_results``).
+    0.7.3, which would otherwise turn them into strings (``lmms_eval_compat.keep_loglikelihood_results``).
     """
     return float(result[0])
 

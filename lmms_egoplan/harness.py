@@ -4,61 +4,23 @@
   benchmark loader that reads the official release files from a configurable location, and it
   builds requests in the form the chosen backend speaks (lmms-eval's plain form for "simple"
   backends, chat messages for "chat" backends such as ``openai`` or ``vllm``).
-* ``enable_plugin_task_discovery``: lmms-eval 0.7.3 reads ``LMMS_EVAL_PLUGINS`` only after it
-  has indexed the tasks, so plugin tasks are never found; this makes the index include them.
+* ``run_file``: where a task writes the files of a run beside lmms-eval's results file.
+
+Workarounds of lmms-eval bugs live in ``lmms_egoplan.lmms_eval_compat``, not here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 import inspect
-import os
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 from lmms_eval.api.task import ConfigurableMessagesTask, ConfigurableTask
 
+from lmms_egoplan.lmms_eval_compat import bind_class_task_to_backend, on_suite_use, unretried_process_results
 from lmms_egoplan.settings import resolve_settings
-
-
-def enable_plugin_task_discovery() -> None:
-    """Make ``LMMS_EVAL_PLUGINS=<pkg>`` index ``<pkg>.tasks`` as lmms-eval documents.
-
-    lmms-eval 0.7.3 appends the plugin task folders to ``--include_path`` only after building
-    its TaskManager, so ``--tasks <plugin task>`` fails with "Tasks not found". Adding the
-    folders in ``TaskManager.__init__`` (de-duplicated, so a fixed lmms-eval is unaffected)
-    restores the documented behaviour. lmms-eval imports this package's model entry point
-    before it builds the TaskManager, which is where this is called from.
-    """
-    from lmms_eval.tasks import TaskManager
-
-    if getattr(TaskManager.__init__, "_includes_plugin_tasks", False):
-        return
-    original_init = TaskManager.__init__
-
-    @functools.wraps(original_init)
-    def __init__(self, verbosity="INFO", include_path=None, include_defaults=True, model_name=None):
-        paths = [include_path] if isinstance(include_path, str) else list(include_path or [])
-        for folder in plugin_task_folders():
-            if folder not in paths:
-                paths.append(folder)
-        original_init(self, verbosity, paths or None, include_defaults, model_name)
-
-    __init__._includes_plugin_tasks = True
-    TaskManager.__init__ = __init__
-
-
-def plugin_task_folders(environ: Mapping[str, str] = os.environ) -> list[str]:
-    """Task folders of the packages listed in ``LMMS_EVAL_PLUGINS`` (those that have one)."""
-    folders = []
-    for plugin in filter(None, (p.strip() for p in environ.get("LMMS_EVAL_PLUGINS", "").split(","))):
-        spec = importlib.util.find_spec(f"{plugin}.tasks")
-        if spec is not None and spec.submodule_search_locations:
-            folders.append(list(spec.submodule_search_locations)[0])
-    return folders
-
 
 _GENERATIVE_OUTPUT_TYPES = ("generate_until", "generate_until_multi_round", "generate_until_agentic")
 
@@ -82,6 +44,7 @@ class BenchmarkTask(ConfigurableMessagesTask):
     ENV_PREFIX: ClassVar[str]
 
     def __init__(self, config: Mapping[str, Any], **kwargs):
+        on_suite_use()
         config = {key: value for key, value in config.items() if key != "class"}
         metadata = dict(config.get("metadata") or {})
         self.settings = resolve_settings(self.Settings, task=config["task"], metadata=metadata, env_prefix=self.ENV_PREFIX)
@@ -107,9 +70,7 @@ class BenchmarkTask(ConfigurableMessagesTask):
         self._higher_is_better[name] = higher_is_better
 
     def process_results(self, doc, results, full_docs=None):
-        # lmms-eval wraps process_results in a retry (5 tries, 2 s apart, the cause hidden in a
-        # RetryError). Scoring is deterministic: a failure should surface at once, by name.
-        return ConfigurableTask.process_results.__wrapped__(self, doc, results, full_docs)
+        return unretried_process_results(ConfigurableTask.process_results)(self, doc, results, full_docs)
 
     def load_docs(self) -> Iterable[dict]:
         """The evaluation documents, one dict per sample, in the benchmark's order."""
@@ -135,11 +96,9 @@ class BenchmarkTask(ConfigurableMessagesTask):
         super().build_all_requests(**kwargs)
 
     def _bind_to_backend(self, cli_args) -> None:
-        """Learn the backend from the CLI arguments lmms-eval hands every task before building requests.
-
-        lmms-eval constructs ``class:`` tasks without the model name, so model-specific
-        ``lmms_eval_specific_kwargs`` presets and the simple/chat request form are settled here.
-        """
+        """Settle the request form (lmms-eval's plain form, or chat messages for chat backends) from
+        the CLI arguments lmms-eval hands every task, before requests are built."""
+        bind_class_task_to_backend(self, cli_args)
         model = getattr(cli_args, "model", None)
         if not isinstance(model, str):
             return
@@ -147,8 +106,6 @@ class BenchmarkTask(ConfigurableMessagesTask):
 
         resolved = MODEL_REGISTRY_V2.resolve(model, force_simple=bool(getattr(cli_args, "force_simple", False)))
         self._chat_backend = resolved.model_type == "chat"
-        self.model_name = model
-        self._prepare_model_specific_config()
 
     def construct_requests(self, doc_id: int, ctx: str, **kwargs):
         if not self._chat_backend:
@@ -202,36 +159,3 @@ def run_file(args: Any, task: str, kind: str, suffix: str = ".jsonl") -> Path:
     from lmms_eval.utils import sanitize_model_name
 
     return Path(output_path) / sanitize_model_name(run_model_name(args)) / file_name
-
-
-def keep_loglikelihood_results() -> None:
-    """Hand ``multiple_choice`` tasks the ``(loss, is_greedy)`` pairs that backends return.
-
-    lmms-eval 0.7.3 passes every model response through ``unwrap_generation_output``, which turns
-    anything but text into ``str(response)``: a loglikelihood pair becomes ``"(1.2, False)"`` and
-    every multiple_choice task fails in process_results (``too many values to unpack``); a pair
-    read back from ``--use_cache`` (a JSON list) meets the same fate. Pairs pass through as tuples;
-    everything else is unwrapped as before. Installed before ``lmms_eval.evaluator`` binds the
-    name (lmms-eval loads model entry points while importing the evaluator), and patched there
-    too when it already has.
-    """
-    import sys
-
-    from lmms_eval.api import instance
-
-    original = instance.unwrap_generation_output
-    if getattr(original, "_keeps_loglikelihood_pairs", False):
-        return
-
-    @functools.wraps(original)
-    def unwrap_generation_output(output):
-        if (isinstance(output, (tuple, list)) and len(output) == 2 and isinstance(output[1], bool)
-                and isinstance(output[0], (int, float)) and not isinstance(output[0], bool)):
-            return tuple(output), None
-        return original(output)
-
-    unwrap_generation_output._keeps_loglikelihood_pairs = True
-    instance.unwrap_generation_output = unwrap_generation_output
-    evaluator = sys.modules.get("lmms_eval.evaluator")
-    if evaluator is not None and hasattr(evaluator, "unwrap_generation_output"):
-        evaluator.unwrap_generation_output = unwrap_generation_output

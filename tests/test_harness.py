@@ -7,7 +7,7 @@ from typing import Optional
 
 import pytest
 
-from lmms_egoplan.harness import plugin_task_folders
+from lmms_egoplan.lmms_eval_compat import plugin_task_folders
 from lmms_egoplan.settings import SettingsError, resolve_settings
 from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
 

@@ -17,6 +17,7 @@ from lmms_eval.api.instance import Instance
 from lmms_eval.api.model import lmms
 from tqdm import tqdm
 
+from lmms_egoplan.lmms_eval_compat import on_suite_use
 from lmms_egoplan.metrics import resolve_device
 from lmms_egoplan.models.chat import ChatRenderer
 from lmms_egoplan.models.likelihood import LikelihoodScorer, scored_sequence
@@ -61,6 +62,7 @@ class EgoPlanHF(lmms):
         max_batch_size: int | None = None,  # lmms-eval passes --max_batch_size to every backend; unused
         **unknown: Any,
     ) -> None:
+        on_suite_use()
         super().__init__()
         if unknown:
             raise TypeError(f"egoplan_hf: unknown model_args {sorted(unknown)}; see the README section 'Backend: egoplan_hf'")

@@ -1,0 +1,257 @@
+"""Every workaround of an lmms-eval bug this suite needs, in one place, scoped to runs of the suite.
+
+Each workaround below is a named function whose docstring gives the bug, where it sits in
+lmms-eval, what it breaks, and the fix; ``docs/upstream.md`` gives each a minimal reproduction
+and the change proposed to lmms-eval. Each one
+
+* is guarded by version (lmms-eval releases before ``FIXED_IN``, i.e. up to the 0.7.x this suite
+  is pinned to) AND by behaviour: it first checks that the installed lmms-eval still behaves
+  wrongly and changes nothing where it does not;
+* is switched on only by a run that uses the suite:
+
+  ================================  =====================================================
+  workaround                        switched on when
+  ================================  =====================================================
+  ``enable_plugin_task_discovery``  ``LMMS_EVAL_PLUGINS`` names ``lmms_egoplan``
+  ``fail_runs_with_failed_tasks``   that, or a suite task / the suite's backend is built
+  ``keep_loglikelihood_results``    a suite task or the suite's backend is built
+  ``unretried_process_results``     called by the suite's tasks only
+  ``bind_class_task_to_backend``    called by the suite's tasks only
+  ================================  =====================================================
+
+lmms-eval loads the suite's model entry point in every run once the suite is installed; the
+entry point registers the backend's manifest and calls ``on_entry_point_load``, which does
+nothing unless ``LMMS_EVAL_PLUGINS`` names the suite. A run that uses none of the suite behaves
+as lmms-eval alone (tests/test_lmms_eval_compat.py runs one both ways).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import inspect
+import os
+import sys
+from importlib.metadata import version
+from typing import Any, Callable, Mapping
+
+from loguru import logger
+
+SUITE_PLUGIN = "lmms_egoplan"
+# The first lmms-eval release not known to have these bugs; the behaviour checks decide below it.
+FIXED_IN = (0, 8)
+
+
+def lmms_eval_version() -> tuple[int, ...]:
+    numbers = []
+    for part in version("lmms-eval").split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        numbers.append(int(digits or 0))
+    return tuple(numbers)
+
+
+def _affected_release() -> bool:
+    return lmms_eval_version() < FIXED_IN
+
+
+# ---------------------------------------------------------------------------------------------
+# When the workarounds are switched on
+# ---------------------------------------------------------------------------------------------
+
+def suite_plugin_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``LMMS_EVAL_PLUGINS`` names this suite (the user asked lmms-eval for its tasks)."""
+    return SUITE_PLUGIN in (p.strip() for p in environ.get("LMMS_EVAL_PLUGINS", "").split(","))
+
+
+def on_entry_point_load() -> None:
+    """Called when lmms-eval loads the suite's model entry point, i.e. in every lmms-eval run once
+    the suite is installed: only runs that name the suite in ``LMMS_EVAL_PLUGINS`` get anything.
+    The moment matters: lmms-eval loads entry points before it builds its task index."""
+    if suite_plugin_enabled():
+        enable_plugin_task_discovery()
+        fail_runs_with_failed_tasks()
+
+
+def on_suite_use() -> None:
+    """Called when a suite task or the suite's backend is built: this run uses the suite."""
+    keep_loglikelihood_results()
+    fail_runs_with_failed_tasks()
+
+
+# ---------------------------------------------------------------------------------------------
+# Plugin task discovery
+# ---------------------------------------------------------------------------------------------
+
+def enable_plugin_task_discovery() -> bool:
+    """Make ``LMMS_EVAL_PLUGINS=<pkg>`` index ``<pkg>.tasks`` as lmms-eval documents.
+
+    Bug: ``lmms_eval/__main__.py:cli_evaluate_single`` builds its ``TaskManager`` first and only
+    then appends the plugin task folders to ``args.include_path``, which nothing reads afterwards:
+    ``--tasks <plugin task>`` fails with "Tasks not found". Fix: ``TaskManager.__init__`` adds the
+    plugin folders itself (de-duplicated, so a lmms-eval that passes them is unaffected).
+    Returns whether the workaround is in place.
+    """
+    from lmms_eval.tasks import TaskManager
+
+    if getattr(TaskManager.__init__, "_includes_plugin_tasks", False):
+        return True
+    if not (_affected_release() and _task_manager_ignores_plugins(TaskManager)):
+        return False
+    original_init = TaskManager.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self, verbosity="INFO", include_path=None, include_defaults=True, model_name=None):
+        paths = [include_path] if isinstance(include_path, str) else list(include_path or [])
+        for folder in plugin_task_folders():
+            if folder not in paths:
+                paths.append(folder)
+        original_init(self, verbosity, paths or None, include_defaults, model_name)
+
+    __init__._includes_plugin_tasks = True
+    TaskManager.__init__ = __init__
+    return True
+
+
+def _task_manager_ignores_plugins(task_manager_class: type) -> bool:
+    """Behaviour check without indexing every task (seconds): neither the TaskManager nor the CLI
+    passes plugin folders to it before it indexes."""
+    return "LMMS_EVAL_PLUGINS" not in inspect.getsource(task_manager_class.__init__)
+
+
+def plugin_task_folders(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """Task folders of the packages listed in ``LMMS_EVAL_PLUGINS`` (those that have one)."""
+    folders = []
+    for plugin in filter(None, (p.strip() for p in environ.get("LMMS_EVAL_PLUGINS", "").split(","))):
+        spec = importlib.util.find_spec(f"{plugin}.tasks")
+        if spec is not None and spec.submodule_search_locations:
+            folders.append(list(spec.submodule_search_locations)[0])
+    return folders
+
+
+# ---------------------------------------------------------------------------------------------
+# Loglikelihood results
+# ---------------------------------------------------------------------------------------------
+
+def keep_loglikelihood_results() -> bool:
+    """Hand ``multiple_choice`` tasks the ``(loss, is_greedy)`` pairs that backends return.
+
+    Bug: ``lmms_eval/api/instance.py:unwrap_generation_output``, which the evaluator applies to
+    every response, turns anything but text into ``str(response)``: a loglikelihood pair becomes
+    ``"(1.2, False)"`` and every multiple_choice task fails in process_results ("too many values
+    to unpack"); a pair read back from ``--use_cache`` (a JSON list) meets the same fate. Fix:
+    pairs pass through as tuples; everything else is unwrapped as before. The evaluator binds the
+    name at import, so it is replaced there too. Returns whether the workaround is in place.
+    """
+    from lmms_eval.api import instance
+
+    original = instance.unwrap_generation_output
+    if getattr(original, "_keeps_loglikelihood_pairs", False):
+        return True
+    if not (_affected_release() and _pairs_become_strings(original)):
+        return False
+
+    @functools.wraps(original)
+    def unwrap_generation_output(output):
+        if _is_loglikelihood_pair(output):
+            return tuple(output), None
+        return original(output)
+
+    unwrap_generation_output._keeps_loglikelihood_pairs = True
+    instance.unwrap_generation_output = unwrap_generation_output
+    evaluator = sys.modules.get("lmms_eval.evaluator")
+    if evaluator is not None and hasattr(evaluator, "unwrap_generation_output"):
+        evaluator.unwrap_generation_output = unwrap_generation_output
+    return True
+
+
+def _is_loglikelihood_pair(output: Any) -> bool:
+    return (isinstance(output, (tuple, list)) and len(output) == 2 and isinstance(output[1], bool)
+            and isinstance(output[0], (int, float)) and not isinstance(output[0], bool))
+
+
+def _pairs_become_strings(unwrap: Callable) -> bool:
+    return isinstance(unwrap((1.5, False))[0], str)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exit status
+# ---------------------------------------------------------------------------------------------
+
+_FAILED_RUN_EXIT_STATUS = 1
+
+
+def fail_runs_with_failed_tasks() -> bool:
+    """Make a run of the suite that failed exit with a non-zero status.
+
+    Bug: ``lmms_eval/__main__.py:cli_evaluate`` catches any exception of an evaluation, prints it,
+    logs "Error during evaluation" and carries on; the process then exits 0, so scripts and CI
+    cannot tell a failed run from a good one. Fix: when that error is logged in a run that uses the
+    suite, the process exits with status 1 right after the message (a run with several
+    ``--config`` entries stops at the first failing one). With ``--verbosity DEBUG`` lmms-eval
+    re-raises, and the exit status is already non-zero. Returns whether the workaround is in place.
+    """
+    global _exit_guard_sink
+    if _exit_guard_sink is not None:
+        return True
+    if not (_affected_release() and _cli_swallows_evaluation_errors()):
+        return False
+    _exit_guard_sink = logger.add(_exit_after_evaluation_error, level="ERROR", format="{message}",
+                                  filter=_is_evaluation_error)
+    return True
+
+
+_exit_guard_sink: int | None = None
+
+
+def _cli_swallows_evaluation_errors() -> bool:
+    import lmms_eval.__main__ as cli
+
+    source = inspect.getsource(cli.cli_evaluate) if hasattr(cli, "cli_evaluate") else inspect.getsource(cli)
+    return "Error during evaluation" in source and "results_list.append(None)" in source
+
+
+def _is_evaluation_error(record: Mapping[str, Any]) -> bool:
+    return (record["name"] == "lmms_eval.__main__" and record["function"] == "cli_evaluate"
+            and str(record["message"]).startswith("Error during evaluation"))
+
+
+def _exit_after_evaluation_error(message) -> None:
+    sys.stdout.flush()
+    sys.stderr.write(f"lmms-egoplan: the evaluation failed (the error is above); exiting with status "
+                     f"{_FAILED_RUN_EXIT_STATUS}, where lmms-eval {version('lmms-eval')} alone would exit 0 "
+                     f"(see docs/upstream.md)\n")
+    sys.stderr.flush()
+    raise SystemExit(_FAILED_RUN_EXIT_STATUS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Workarounds the suite's tasks call for themselves
+# ---------------------------------------------------------------------------------------------
+
+def unretried_process_results(method: Callable) -> Callable:
+    """``ConfigurableTask.process_results`` without the retry lmms-eval wraps it in.
+
+    Bug: ``lmms_eval/api/task.py`` decorates ``ConfigurableTask.process_results`` with tenacity's
+    ``@retry`` (5 tries, 2 s apart), so a deterministic scoring error costs 8 s per document and
+    surfaces as a ``RetryError`` that hides its cause. Fix: the suite's tasks call the undecorated
+    function, so a scoring error surfaces at once, by name. Other tasks keep lmms-eval's retry.
+    """
+    wrapped = getattr(method, "__wrapped__", None)
+    is_retry_wrapper = hasattr(method, "retry") and wrapped is not None
+    return wrapped if is_retry_wrapper and _affected_release() else method
+
+
+def bind_class_task_to_backend(task: Any, cli_args: Any) -> None:
+    """Give a ``class:`` task the model name lmms-eval did not give it, before requests are built.
+
+    Bug: ``lmms_eval/tasks/__init__.py:TaskManager._load_individual_task_or_group`` constructs
+    ``class:`` tasks as ``config["class"](config=config)``, without ``model_name``, while YAML tasks
+    get it: model-specific ``lmms_eval_specific_kwargs`` presets never apply to them. Fix: learn
+    the model from the CLI arguments lmms-eval hands every task (``task.args``) and prepare the
+    model-specific config then; a task that already has its model name is left as it is.
+    """
+    model = getattr(cli_args, "model", None)
+    if not isinstance(model, str) or getattr(task, "model_name", None) == model:
+        return
+    task.model_name = model
+    task._prepare_model_specific_config()
