@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import inspect
 import os
 import sys
 from importlib.metadata import version
@@ -52,6 +51,22 @@ def lmms_eval_version() -> tuple[int, ...]:
 
 def _affected_release() -> bool:
     return lmms_eval_version() < FIXED_IN
+
+
+def lmms_eval_source(module: str, qualified_name: str) -> str:
+    """The source text of a function of the installed lmms-eval, read from its file: the behaviour
+    checks run while lmms-eval is still importing (entry points load then), so they import nothing."""
+    import ast
+
+    path = importlib.util.find_spec(module).origin
+    with open(path, encoding="utf-8") as file:
+        text = file.read()
+    scope: list = ast.parse(text).body
+    node = None
+    for name in qualified_name.split("."):
+        node = next(n for n in scope if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name)
+        scope = node.body
+    return ast.get_source_segment(text, node)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,7 +110,7 @@ def enable_plugin_task_discovery() -> bool:
 
     if getattr(TaskManager.__init__, "_includes_plugin_tasks", False):
         return True
-    if not (_affected_release() and _task_manager_ignores_plugins(TaskManager)):
+    if not (_affected_release() and _plugin_folders_reach_the_index_too_late()):
         return False
     original_init = TaskManager.__init__
 
@@ -112,10 +127,15 @@ def enable_plugin_task_discovery() -> bool:
     return True
 
 
-def _task_manager_ignores_plugins(task_manager_class: type) -> bool:
-    """Behaviour check without indexing every task (seconds): neither the TaskManager nor the CLI
-    passes plugin folders to it before it indexes."""
-    return "LMMS_EVAL_PLUGINS" not in inspect.getsource(task_manager_class.__init__)
+def _plugin_folders_reach_the_index_too_late(task_manager_init: str | None = None, cli_evaluate_single: str | None = None) -> bool:
+    """Behaviour check without indexing every task (seconds): neither the TaskManager reads
+    ``LMMS_EVAL_PLUGINS`` nor the CLI adds the plugin folders before it builds the TaskManager."""
+    task_manager_init = task_manager_init or lmms_eval_source("lmms_eval.tasks", "TaskManager.__init__")
+    cli_evaluate_single = cli_evaluate_single or lmms_eval_source("lmms_eval.__main__", "cli_evaluate_single")
+    if "LMMS_EVAL_PLUGINS" in task_manager_init:
+        return False
+    plugins, index = cli_evaluate_single.find("LMMS_EVAL_PLUGINS"), cli_evaluate_single.find("TaskManager(")
+    return plugins < 0 or plugins > index
 
 
 def plugin_task_folders(environ: Mapping[str, str] = os.environ) -> list[str]:
@@ -203,11 +223,9 @@ def fail_runs_with_failed_tasks() -> bool:
 _exit_guard_sink: int | None = None
 
 
-def _cli_swallows_evaluation_errors() -> bool:
-    import lmms_eval.__main__ as cli
-
-    source = inspect.getsource(cli.cli_evaluate) if hasattr(cli, "cli_evaluate") else inspect.getsource(cli)
-    return "Error during evaluation" in source and "results_list.append(None)" in source
+def _cli_swallows_evaluation_errors(cli_evaluate: str | None = None) -> bool:
+    cli_evaluate = cli_evaluate or lmms_eval_source("lmms_eval.__main__", "cli_evaluate")
+    return "Error during evaluation" in cli_evaluate and "sys.exit(1)" not in cli_evaluate
 
 
 def _is_evaluation_error(record: Mapping[str, Any]) -> bool:

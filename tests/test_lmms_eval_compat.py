@@ -130,10 +130,7 @@ def test_a_failed_run_of_a_suite_task_exits_non_zero_and_a_good_one_zero(tmp_pat
 def test_the_installed_lmms_eval_has_every_bug_worked_around():
     unwrap = getattr(instance.unwrap_generation_output, "__wrapped__", instance.unwrap_generation_output)
     assert lmms_eval_compat._pairs_become_strings(unwrap)
-    from lmms_eval.tasks import TaskManager
-
-    original_init = getattr(TaskManager.__init__, "__wrapped__", TaskManager.__init__)
-    assert lmms_eval_compat._task_manager_ignores_plugins(SimpleNamespace(__init__=original_init))
+    assert lmms_eval_compat._plugin_folders_reach_the_index_too_late()
     assert lmms_eval_compat._cli_swallows_evaluation_errors()
     assert hasattr(ConfigurableTask.process_results, "retry")
 
@@ -146,20 +143,15 @@ def test_nothing_is_changed_where_lmms_eval_behaves(monkeypatch):
     assert lmms_eval_compat.keep_loglikelihood_results() is False
     assert instance.unwrap_generation_output is fixed_unwrap
 
-    import lmms_eval.__main__ as cli
-
-    def fixed_cli_evaluate(args=None):
-        raise SystemExit(1)
-
-    monkeypatch.setattr(cli, "cli_evaluate", fixed_cli_evaluate)
-    monkeypatch.setattr(lmms_eval_compat, "_exit_guard_sink", None)
-    assert lmms_eval_compat.fail_runs_with_failed_tasks() is False
-
-    class FixedTaskManager:
-        def __init__(self, include_path=None):
-            self.paths = [include_path, os.environ.get("LMMS_EVAL_PLUGINS")]
-
-    assert lmms_eval_compat._task_manager_ignores_plugins(FixedTaskManager) is False
+    # lmms-eval with the changes proposed in docs/upstream.md:
+    installed = lmms_eval_compat.lmms_eval_source("lmms_eval.__main__", "cli_evaluate")
+    assert lmms_eval_compat._cli_swallows_evaluation_errors(installed + "\n    if failed:\n        sys.exit(1)\n") is False
+    cli_evaluate_single = lmms_eval_compat.lmms_eval_source("lmms_eval.__main__", "cli_evaluate_single")
+    plugins_first = ("    for plugin in os.environ['LMMS_EVAL_PLUGINS'].split(','): ...\n"
+                     + cli_evaluate_single.replace("LMMS_EVAL_PLUGINS", "PLUGINS_READ_ABOVE"))
+    assert lmms_eval_compat._plugin_folders_reach_the_index_too_late(cli_evaluate_single=plugins_first) is False
+    assert lmms_eval_compat._plugin_folders_reach_the_index_too_late(
+        task_manager_init="def __init__(self):\n    os.environ.get('LMMS_EVAL_PLUGINS')\n") is False
 
     def plain(self, doc, results):
         return {}
