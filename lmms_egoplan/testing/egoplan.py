@@ -17,7 +17,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmms_egoplan.egoplan import ENV_PREFIX, epic_frame_folder, task_start_frame
+from lmms_egoplan.egoplan_data import ENV_PREFIX, epic_frame_folder, task_start_frame
 from lmms_egoplan.settings import env_var
 from lmms_egoplan.testing.media import write_frame_folder, write_video
 
