@@ -15,7 +15,7 @@ import json
 from contextlib import ExitStack
 from pathlib import Path
 
-from lmms_egoplan.egothink import DIMENSIONS, Dimension
+from lmms_egoplan.egothink_data import DIMENSIONS, Dimension
 from lmms_egoplan.smoke import SmokeSuite
 from lmms_egoplan.testing.judge_server import hash_rating, loopback_judge_settings
 from lmms_egoplan.testing.media import write_image
