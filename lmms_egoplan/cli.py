@@ -39,7 +39,8 @@ def _rejudge(args: argparse.Namespace) -> int:
 
 
 def _egointent_check(args: argparse.Namespace) -> int:
-    from lmms_egoplan.egointent import EgoIntentSettings, describe_steps, load_steps, step_docs
+    from lmms_egoplan.egointent import EgoIntentSettings
+    from lmms_egoplan.egointent_data import describe_steps, load_steps, step_docs
 
     settings = EgoIntentSettings(annotations=args.annotations, video_root=args.video_root,
                                  sample_fps=args.sample_fps, max_frames=args.max_frames)

@@ -17,15 +17,17 @@ from PIL import Image
 
 from lmms_egoplan import egointent
 from lmms_egoplan.egointent import (
-    FIELDS,
     PROMPT,
-    EgoIntentDataError,
     EgoIntentSettings,
-    clip_frame_indices,
     doc_to_visual,
-    load_steps,
     parse_answer,
     parse_judge_rating,
+)
+from lmms_egoplan.egointent_data import (
+    FIELDS,
+    EgoIntentDataError,
+    clip_frame_indices,
+    load_steps,
     scenario_metric,
     step_docs,
 )
