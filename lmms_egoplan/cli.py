@@ -51,7 +51,7 @@ def _egointent_check(args: argparse.Namespace) -> int:
 
 
 def _match_threshold(text: str) -> float:
-    from lmms_egoplan.actplan import match_threshold_problem
+    from lmms_egoplan.actplan_data import match_threshold_problem
 
     threshold = float(text)
     if problem := match_threshold_problem(threshold):
@@ -62,24 +62,24 @@ def _match_threshold(text: str) -> float:
 def _actplan_score(args: argparse.Namespace) -> int:
     import json
 
-    from lmms_egoplan import actplan
+    from lmms_egoplan import actplan_plans
     from lmms_egoplan.metrics import step_matcher
 
     if not args.data_root and not args.pairs:
         return _fail("actplan-score", "give --data-root (release layout) and/or --pairs (JSONL)")
-    if args.pairs and args.gold not in actplan.GOLD_CHOICES:
+    if args.pairs and args.gold not in actplan_plans.GOLD_CHOICES:
         return _fail("actplan-score", f"--gold {args.gold} names a release file; with --pairs use first or best")
     plans, notes = [], []
     if args.data_root:
-        plans, notes = actplan.candidates_from_release(args.data_root, args.model, gold=args.gold, steps=args.steps)
+        plans, notes = actplan_plans.candidates_from_release(args.data_root, args.model, gold=args.gold, steps=args.steps)
     for path in args.pairs or []:
-        plans += actplan.candidates_from_jsonl(path, steps=args.steps)
+        plans += actplan_plans.candidates_from_jsonl(path, steps=args.steps)
     if not plans:
         return _fail("actplan-score", "no plans to score" + "".join(f"\n  {note}" for note in notes))
     matcher = step_matcher(args.embedding_model, threshold=args.threshold, device=args.device, batch_size=args.batch_size)
-    scores = actplan.score_lcs([(p.prediction, p.gold) for p in plans], matcher,
-                               args.gold if args.gold in actplan.GOLD_CHOICES else "first")
-    print(actplan.format_summary(actplan.summarize(plans, scores)))
+    scores = actplan_plans.score_lcs([(p.prediction, p.gold) for p in plans], matcher,
+                                     args.gold if args.gold in actplan_plans.GOLD_CHOICES else "first")
+    print(actplan_plans.format_summary(actplan_plans.summarize(plans, scores)))
     for note in notes:
         print(f"note: {note}")
     if args.output:
@@ -137,15 +137,15 @@ def _egointent_check_arguments(check: argparse.ArgumentParser) -> None:
 
 
 def _actplan_score_arguments(score: argparse.ArgumentParser) -> None:
-    from lmms_egoplan import actplan, metrics
+    from lmms_egoplan import actplan_plans, metrics
 
     score.add_argument("--data-root", help="release folder (holding annotation/): score its plan_<model>.txt files")
     score.add_argument("--model", action="append", help="with --data-root: model name of plan_<model>.txt (repeatable; default: all)")
     score.add_argument("--pairs", action="append", metavar="JSONL",
                        help="rows with 'candidate' and 'reference' (or 'references') texts (repeatable)")
-    score.add_argument("--gold", default=actplan.GOLD_CHOICES[0],
+    score.add_argument("--gold", default=actplan_plans.GOLD_CHOICES[0],
                        help="first (default, as the paper), best, or a release gold file name such as plan_gold_2.txt")
-    score.add_argument("--steps", choices=actplan.STEP_MODES, default=actplan.STEP_MODES[0],
+    score.add_argument("--steps", choices=actplan_plans.STEP_MODES, default=actplan_plans.STEP_MODES[0],
                        help="parsed: action(args) steps of the plan (default); lines: the release's text.split('\\n'), "
                             "trailing empty line included, to reproduce its numbers exactly")
     score.add_argument("--threshold", type=_match_threshold, default=metrics.DEFAULT_MATCH_THRESHOLD,

@@ -299,7 +299,8 @@ def write_classifier_checkpoint(out_dir: str | Path, base_dir: str | Path,
 
 def smoke_suite(workdir: Path, resources: ExitStack):
     """Both ActPlan-1K tasks on a small synthetic release, with an (untrained) BLEURT classifier."""
-    from lmms_egoplan.actplan import gold_steps, plan_text
+    from lmms_egoplan.actplan_data import gold_steps
+    from lmms_egoplan.actplan_plans import plan_text
     from lmms_egoplan.smoke import SmokeSuite
 
     data = write_release_dataset(workdir / "release", scenes=1, activities=1, samples=1)
