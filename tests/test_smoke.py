@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from lmms_egoplan import smoke
-from lmms_egoplan.smoke import SmokeSuite
+from lmms_egoplan.testing.suite import SmokeSuite
 
 
 def test_smoke_command_evaluates_a_benchmark_and_prints_one_table(tmp_path):
