@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lmms_egoplan import egoplan, media
+from lmms_egoplan import egoplan, egoplan_data, media
 from lmms_egoplan.settings import resolve_settings
 from lmms_egoplan.testing.media import read_index, write_video
 
@@ -48,12 +48,12 @@ def write_data(root: Path, questions: int, seconds: int) -> list[dict]:
     settings = resolve_settings(egoplan.EgoPlanSettings, task="bench", metadata={}, env_prefix="EGOPLAN", environ={
         "EGOPLAN_ANNOTATION_FILE": str(root / "EgoPlan_validation.json"),
         "EGOPLAN_EGO4D_VIDEOS_ROOT": str(root / "videos")})
-    return egoplan.load_samples(settings, labelled=True).docs
+    return egoplan_data.load_samples(settings, labelled=True).docs
 
 
 def naive(doc: dict) -> list:
     frames = []
-    for number in egoplan.doc_frame_numbers(doc):
+    for number in egoplan_data.doc_frame_numbers(doc):
         with media.VideoFile(doc["media_path"]) as video:
             frames += video.frames([number])
     return frames
@@ -61,7 +61,7 @@ def naive(doc: dict) -> list:
 
 def batched(doc: dict) -> list:
     with media.VideoFile(doc["media_path"]) as video:
-        return video.frames(egoplan.doc_frame_numbers(doc))
+        return video.frames(egoplan_data.doc_frame_numbers(doc))
 
 
 def timed(read, docs: list[dict]) -> float:
@@ -69,7 +69,7 @@ def timed(read, docs: list[dict]) -> float:
     for doc in docs:
         for _ in range(CANDIDATES):
             frames = read(doc)
-        assert [read_index(f) for f in frames] == egoplan.doc_frame_numbers(doc)  # the right frames, every way
+        assert [read_index(f) for f in frames] == egoplan_data.doc_frame_numbers(doc)  # the right frames, every way
     return time.perf_counter() - started
 
 

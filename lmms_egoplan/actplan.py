@@ -19,268 +19,34 @@ plan (``lmms_egoplan.metrics``); the accuracy of a fine-tuned BLEURT classifier
 (``lmms_egoplan.bleurt``); each overall and for normal / counterfactual instances. The model's
 output is parsed into ``action(args)`` steps; lines in the plan that are not in that form are
 counted as format errors.
+
+Release loading and settings checks: ``lmms_egoplan.actplan_data``; plan parsing and scoring
+(shared with ``lmms_egoplan.bleurt``): ``lmms_egoplan.actplan_plans``. This module follows the task
+YAMLs (``tasks/actplan/``): settings, the task, then what the harness calls in order -- visuals,
+text, results, aggregation.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Sequence
 
 from loguru import logger
 
-from lmms_egoplan.errors import InputError
+from lmms_egoplan.actplan_data import ENV_PREFIX, SPLITS, check_settings, load_instances
+from lmms_egoplan.actplan_plans import PlanScore, bleurt_correct, parse_plan, score_lcs
 from lmms_egoplan.harness import BenchmarkTask, run_file, run_model_name
 from lmms_egoplan.media import load_image
 from lmms_egoplan.metrics import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD, mean_or_nan
-from lmms_egoplan.records import read_jsonl
-from lmms_egoplan.settings import SettingsError, setting_name
-from lmms_egoplan.tables import format_table
-
-# ---------------------------------------------------------------------------------------------
-# Release layout
-# ---------------------------------------------------------------------------------------------
-
-ANNOTATION_FOLDER = "annotation"
-NORMAL, COUNTERFACTUAL = "normal", "counterfactual"
-SPLITS = (NORMAL, COUNTERFACTUAL)
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
-_SAMPLE_FOLDER = re.compile(r"sample_(\d+)")
-_GOLD_FILE = re.compile(r"plan_gold_(\d+)\.txt")
-_PLAN_FILE = re.compile(r"plan_(.+)\.txt")
-# ".../<activity>/<problem>/sample_<k>" in instance ids and the release's pair files.
-_PROBLEM_IN_PATH = re.compile(r"(?:^|/)(\d+)/sample_\d+/?$")
-
-
-class ActPlanDataError(InputError):
-    """The ActPlan-1K release folder is missing or incomplete."""
-
-
-def split_of_problem(problem: int) -> str:
-    """Problem 0 is the Behavior-100 activity; higher indices are its counterfactual variants."""
-    return NORMAL if problem == 0 else COUNTERFACTUAL
-
-
-def split_of_path(path: str) -> str | None:
-    """The split of an instance named by a path ending in ``<problem>/sample_<k>`` (None otherwise)."""
-    found = _PROBLEM_IN_PATH.search(path.replace("\\", "/"))
-    return split_of_problem(int(found.group(1))) if found else None
-
-
-def annotation_root(data_root: str | Path) -> Path:
-    """The release's ``annotation`` folder: ``data_root/annotation``, or ``data_root`` itself."""
-    root = Path(data_root).expanduser()
-    if not root.is_dir():
-        raise ActPlanDataError(f"ActPlan-1K data folder not found: {root}")
-    return root / ANNOTATION_FOLDER if (root / ANNOTATION_FOLDER).is_dir() else root
-
-
-def _numbered(paths: Iterable[Path], pattern: re.Pattern) -> list[tuple[int, Path]]:
-    found = [(int(m.group(1)), p) for p in paths if (m := pattern.fullmatch(p.name))]
-    return sorted(found)
-
-
-def gold_plan_files(sample_folder: Path) -> list[Path]:
-    """``plan_gold_<n>.txt`` files in number order (``first`` = the lowest number)."""
-    return [path for _, path in _numbered(sample_folder.glob("plan_gold_*.txt"), _GOLD_FILE)]
-
-
-def candidate_plan_files(sample_folder: Path) -> dict[str, Path]:
-    """The VLM plans shipped with an instance, ``plan_<model>.txt``, by model name."""
-    plans = {}
-    for path in sorted(sample_folder.glob("plan_*.txt")):
-        if not _GOLD_FILE.fullmatch(path.name):
-            plans[_PLAN_FILE.fullmatch(path.name).group(1)] = path
-    return plans
-
-
-def _image_order(path: Path):
-    return (0, int(path.stem), path.name) if path.stem.isdigit() else (1, 0, path.name)
-
-
-def image_files(sample_folder: Path) -> list[Path]:
-    """The scene images, in frame-number order."""
-    images = [p for p in sample_folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()]
-    return sorted(images, key=_image_order)
-
-
-def gold_steps(text: str) -> list[str]:
-    """A gold plan's steps: its non-blank lines, stripped."""
-    return [line.strip() for line in text.splitlines() if line.strip()]
-
-
-def load_instances(data_root: str | Path) -> list[dict]:
-    """Every instance of the release under ``data_root``, in (scene, activity, problem, sample) order.
-
-    An instance folder without images, gold plan or task description raises ActPlanDataError
-    listing every such folder.
-    """
-    root = annotation_root(data_root)
-    instances, problems = [], []
-    for scene in sorted(p for p in root.iterdir() if p.is_dir()):
-        for activity in sorted(p for p in scene.iterdir() if p.is_dir()):
-            problem_folders = sorted((int(p.name), p) for p in activity.iterdir() if p.is_dir() and p.name.isdigit())
-            for problem, problem_folder in problem_folders:
-                description_file = problem_folder / f"task_description_{problem}.txt"
-                for sample, folder in _numbered((p for p in problem_folder.iterdir() if p.is_dir()), _SAMPLE_FOLDER):
-                    images, golds = image_files(folder), gold_plan_files(folder)
-                    missing = [what for what, ok in (("images (*.png / *.jpg)", images), ("gold plan (plan_gold_<n>.txt)", golds),
-                                                     (f"task description ({description_file.name} beside it)", description_file.is_file()))
-                               if not ok]
-                    if missing:
-                        problems.append(f"{folder}: no {', no '.join(missing)}")
-                        continue
-                    plans = [gold_steps(path.read_text()) for path in golds]
-                    empty = [path.name for path, steps in zip(golds, plans) if not steps]
-                    if empty:
-                        problems.append(f"{folder}: empty gold plan {', '.join(empty)}")
-                        continue
-                    instances.append({
-                        "instance_id": folder.relative_to(root).as_posix(),
-                        "scene": scene.name,
-                        "activity": activity.name,
-                        "problem": problem,
-                        "sample": sample,
-                        "split": split_of_problem(problem),
-                        "folder": str(folder),
-                        "description": description_file.read_text().strip(),
-                        "image_paths": [str(path) for path in images],
-                        "gold_files": [path.name for path in golds],
-                        "gold_plans": plans,
-                    })
-    if problems:
-        shown = "\n  ".join(problems[:20]) + (f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else "")
-        raise ActPlanDataError(f"{len(problems)} ActPlan-1K instance folder(s) under {root} are incomplete:\n  {shown}")
-    if not instances:
-        raise ActPlanDataError(f"no ActPlan-1K instances under {root}: expected "
-                               f"{ANNOTATION_FOLDER}/<scene>/<activity>/<problem>/sample_<k>/ folders")
-    return instances
-
-
-# ---------------------------------------------------------------------------------------------
-# Plan parsing
-# ---------------------------------------------------------------------------------------------
-
-# ``action(arg, ...)``: the name touches the parenthesis (so prose such as "the kitchen (left)"
-# is not a step); arguments are non-empty and unnested.
-_STEP = re.compile(r"(?<![\w-])([A-Za-z][\w-]*)\(([^()\n]*[^()\s,][^()\n]*)\)")
-_LIST_MARKER = re.compile(r"^\s*(?:[-*+\u2022]\s+|\(?\d+\s*[.):]\s*|step\s*\d+\s*[:.)-]?\s*)", re.IGNORECASE)
-_DECORATION = re.compile(r"[`*]")
-# What may surround steps on a line that is "in the required form".
-_SEPARATORS = re.compile(r"[\s,;.>\u2192-]*")
-
-
-@dataclass(frozen=True)
-class ParsedPlan:
-    """The ``action(args)`` steps found in a model's output and the format errors around them.
-
-    ``plan_lines``: non-blank lines from the first to the last line holding a step (the whole
-    output when there is none; code-fence lines never count). ``format_errors``: those of them
-    that are not only steps (prose, malformed steps, steps with comments).
-    """
-
-    steps: list[str]
-    plan_lines: int
-    format_errors: int
-
-    @property
-    def format_counts(self) -> dict[str, int]:
-        """What ``aggregate_format_error_rate`` pools over plans."""
-        return {"format_errors": self.format_errors, "plan_lines": self.plan_lines}
-
-
-def _canonical_step(action: str, args: str) -> str:
-    return f"{action}({', '.join(arg.strip() for arg in args.split(','))})"
-
-
-def parse_plan(text: str) -> ParsedPlan:
-    """Extract the steps of a free-form plan (numbered lists, bullets, code fences, prose around it)."""
-    lines = []
-    for raw in text.splitlines():
-        if raw.strip().startswith("```"):
-            continue
-        line = _LIST_MARKER.sub("", _DECORATION.sub("", raw), count=1).strip()
-        if line:
-            steps = [_canonical_step(action, args) for action, args in _STEP.findall(line)]
-            in_form = bool(steps) and _SEPARATORS.fullmatch(_STEP.sub("", line)) is not None
-            lines.append((steps, in_form))
-    with_steps = [i for i, (steps, _) in enumerate(lines) if steps]
-    if with_steps:
-        lines = lines[with_steps[0]:with_steps[-1] + 1]
-    return ParsedPlan(steps=[step for steps, _ in lines for step in steps], plan_lines=len(lines),
-                      format_errors=sum(not in_form for _, in_form in lines))
-
-
-def aggregate_format_error_rate(counts: Iterable[Mapping[str, int]]) -> float:
-    """Format-error lines / plan lines, pooled over plans (``ParsedPlan.format_counts`` each);
-    nan when no plan has a single line."""
-    counts = list(counts)
-    lines = sum(count["plan_lines"] for count in counts)
-    return sum(count["format_errors"] for count in counts) / lines if lines else math.nan
-
-
-# ---------------------------------------------------------------------------------------------
-# Scoring
-# ---------------------------------------------------------------------------------------------
-
-GOLD_CHOICES = ("first", "best")  # the first is the paper's
-
-
-@dataclass(frozen=True)
-class PlanScore:
-    lcs: int
-    norm_lcs: float
-    gold_index: int  # which of the instance's gold plans the values refer to
-
-
-def score_lcs(pairs: Sequence[tuple[Sequence[str], Sequence[Sequence[str]]]], matcher, gold: str = "first") -> list[PlanScore]:
-    """LCS / normalised LCS of each (predicted steps, gold plans) pair.
-
-    ``gold="first"``: against the first gold plan (the paper's evaluation); ``"best"``: against
-    the gold plan giving the highest normalised LCS (ties: longer LCS, then the earlier plan).
-    """
-    from lmms_egoplan.metrics import normalized_lcs
-
-    if gold not in GOLD_CHOICES:
-        raise ValueError(f"gold must be one of {GOLD_CHOICES}, got {gold!r}")
-    chosen = [golds[:1] if gold == "first" else golds for _, golds in pairs]
-    lengths = iter(matcher.lcs_many([(prediction, g) for (prediction, _), golds in zip(pairs, chosen) for g in golds]))
-    scores = []
-    for (prediction, _), golds in zip(pairs, chosen):
-        candidates = [PlanScore(lcs, normalized_lcs(lcs, len(prediction), len(g)), k) for k, (g, lcs) in enumerate(zip(golds, lengths))]
-        scores.append(max(candidates, key=lambda s: (s.norm_lcs, s.lcs, -s.gold_index)))
-    return scores
-
-
-def plan_text(steps: Sequence[str]) -> str:
-    """A plan as the BLEURT classifier reads it: steps joined by spaces (the fine-tuning data's form)."""
-    return " ".join(steps)
-
-
-def bleurt_correct(pairs: Sequence[tuple[Sequence[str], Sequence[Sequence[str]]]], classifier, gold: str = "first",
-                   batch_size: int = 16) -> list[int]:
-    """1 where the classifier judges the predicted plan correct against the first gold plan
-    (``gold="best"``: against any gold plan). A prediction without steps is never correct."""
-    queries = [(i, plan_text(g), plan_text(prediction)) for i, (prediction, golds) in enumerate(pairs) if prediction
-               for g in (golds[:1] if gold == "first" else golds)]
-    labels = classifier.predict([q[1] for q in queries], [q[2] for q in queries], batch_size=batch_size)
-    correct = [0] * len(pairs)
-    for (i, _, _), label in zip(queries, labels):
-        correct[i] = max(correct[i], int(label))
-    return correct
-
-
-# ---------------------------------------------------------------------------------------------
-# lmms-eval task
-# ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ActPlanSettings:
+    """``metadata:`` keys of the task YAML; environment variables ``ACTPLAN_<NAME>`` override them."""
+
     data_root: str = ""  # the release folder holding annotation/ (or the annotation folder itself)
     instances: str = "all"  # all | normal | counterfactual
     gold_plan: str = "first"  # first (paper) | best
@@ -293,29 +59,9 @@ class ActPlanSettings:
     scoring_device: str = "auto"  # for the embedding model and the classifier
 
 
-def match_threshold_problem(threshold: float) -> str | None:
-    """What is wrong with a step-match threshold (it is a cosine similarity in (0, 1]), or None."""
-    return None if 0 < threshold <= 1 else f"expected a cosine in (0, 1], got {threshold}"
-
-
-def check_settings(settings: ActPlanSettings, task: str) -> None:
-    """Values the type check cannot catch, reported with the setting's variable name and YAML key."""
-
-    def fail(field: str, problem: str):
-        raise SettingsError(f"task {task}: {setting_name(ActPlanTask.ENV_PREFIX, field)}: {problem}")
-
-    if not settings.data_root:
-        fail("data_root", "set it to the ActPlan-1K release folder (the one holding annotation/)")
-    if settings.instances not in ("all", *SPLITS):
-        fail("instances", f"expected all, {NORMAL} or {COUNTERFACTUAL}, got {settings.instances!r}")
-    if settings.gold_plan not in GOLD_CHOICES:
-        fail("gold_plan", f"expected one of {', '.join(GOLD_CHOICES)}, got {settings.gold_plan!r}")
-    if problem := match_threshold_problem(settings.match_threshold):
-        fail("match_threshold", problem)
-    for field in ("embedding_model", "bleurt_checkpoint", "bleurt_base"):
-        value = getattr(settings, field)
-        if value and not Path(value).expanduser().exists():
-            fail(field, f"not found: {value}")
+# ---------------------------------------------------------------------------------------------
+# The task
+# ---------------------------------------------------------------------------------------------
 
 
 class ActPlanTask(BenchmarkTask):
@@ -324,7 +70,7 @@ class ActPlanTask(BenchmarkTask):
     yet, and reads the same BLEURT verdicts, whatever order lmms-eval aggregates them in."""
 
     Settings = ActPlanSettings
-    ENV_PREFIX = "ACTPLAN"
+    ENV_PREFIX = ENV_PREFIX
 
     def __init__(self, config, **kwargs):
         self.plans_file: Path | None = None
@@ -392,7 +138,13 @@ def _run_label(args: Any, task: str) -> str:
     return f"{task}:{Path(model).name}" if model else task
 
 
+# ---------------------------------------------------------------------------------------------
+# 1. Visuals
+# ---------------------------------------------------------------------------------------------
+
+
 def doc_to_visual(doc: dict) -> list:
+    """The instance's 2-5 scene images, in frame-number order (paper §3.1)."""
     return [load_image(path) for path in doc["image_paths"]]
 
 
@@ -401,13 +153,25 @@ def doc_to_visual_text_only(doc: dict) -> list:
     return []
 
 
+# ---------------------------------------------------------------------------------------------
+# 2. Text
+# ---------------------------------------------------------------------------------------------
+
+
 def doc_to_text(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> str:
+    """The activity's natural-language task description (allowed actions, the ``action(object)`` form)."""
     kwargs = lmms_eval_specific_kwargs or {}
     return f"{kwargs.get('pre_prompt', '')}{doc['description']}{kwargs.get('post_prompt', '')}"
 
 
 def doc_to_target(doc: dict) -> str:
+    """The first gold plan, one step per line (what the paper scores against)."""
     return "\n".join(doc["gold_plans"][0])
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Results
+# ---------------------------------------------------------------------------------------------
 
 
 def _metric_name(family: str, scope: str) -> str:
@@ -419,6 +183,8 @@ def process_results(doc: dict, results: list[str], settings: ActPlanSettings) ->
 
     Every plan metric gets every instance's plan, its ``scope`` saying which instances the
     metric averages over (all, or one split), so that any of them can keep the run's plans.
+
+    ``settings``: injected by BenchmarkTask.
     """
     output = results[0]
     plan = parse_plan(output)
@@ -430,6 +196,11 @@ def process_results(doc: dict, results: list[str], settings: ActPlanSettings) ->
     values.update({"format_error_rate": plan.format_counts, "plan_length": len(plan.steps),
                    "no_plan_rate": float(not plan.steps)})
     return values
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Aggregation (format_error_rate: actplan_plans.aggregate_format_error_rate)
+# ---------------------------------------------------------------------------------------------
 
 
 def _matcher(settings: ActPlanSettings):
@@ -452,127 +223,20 @@ def _mean_in_scope(items: Sequence[dict], values: Sequence[float]) -> float:
 
 
 def aggregate_lcs(items: list[dict], task: ActPlanTask, args=None) -> float:
-    """Mean LCS over the metric's scope (``lcs``: all instances; ``lcs_<split>``: one split)."""
+    """Mean LCS over the metric's scope (``lcs``: all instances; ``lcs_<split>``: one split).
+
+    ``task``: injected by BenchmarkTask."""
     return _mean_in_scope(items, [score.lcs for score in task.lcs_scores(items, args)])
 
 
 def aggregate_norm_lcs(items: list[dict], task: ActPlanTask, args=None) -> float:
+    """Mean normalised LCS over the metric's scope. ``task``: injected by BenchmarkTask."""
     return _mean_in_scope(items, [score.norm_lcs for score in task.lcs_scores(items, args)])
 
 
 def aggregate_bleurt_accuracy(items: list[dict], task: ActPlanTask, args=None) -> float:
-    """Fraction of the plans in the metric's scope that the BLEURT classifier judges correct."""
+    """Fraction of the plans in the metric's scope that the BLEURT classifier judges correct.
+
+    ``task``: injected by BenchmarkTask."""
     return _mean_in_scope(items, task.bleurt_verdicts(items, args))
 
-
-# ---------------------------------------------------------------------------------------------
-# Scoring plans outside the harness (`lmms-egoplan actplan-score`)
-# ---------------------------------------------------------------------------------------------
-
-STEP_MODES = ("parsed", "lines")  # the first is the default
-
-
-@dataclass(frozen=True)
-class CandidatePlan:
-    """One model's plan for one instance, with the instance's gold plans, ready to score."""
-
-    model: str
-    instance_id: str
-    split: str | None
-    prediction: list[str]
-    gold: list[list[str]]
-    parsed: ParsedPlan
-
-
-def candidate_plan(model: str, instance_id: str, split: str | None, text: str, gold: list[list[str]],
-                   steps: str) -> CandidatePlan:
-    """``steps="parsed"``: the plan's ``action(args)`` steps are scored; ``"lines"``: the release's
-    ``text.split("\\n")`` verbatim (a trailing newline gives a final empty step, which matches the
-    other plan's). Format errors are counted on the parsed plan either way."""
-    parsed = parse_plan(text)
-    return CandidatePlan(model, instance_id, split, parsed.steps if steps == "parsed" else text.split("\n"), gold, parsed)
-
-
-def _gold(text: str, steps: str) -> list[str]:
-    return gold_steps(text) if steps == "parsed" else text.split("\n")
-
-
-def _release_gold(doc: dict, gold: str, steps: str) -> list[list[str]]:
-    """An instance's gold plans to score against (``gold``: first / best: all of them, else the
-    named file; none when it lacks that file). Parsed steps are those ``load_instances`` read;
-    ``lines`` needs each file's text verbatim."""
-    names = doc["gold_files"] if gold in GOLD_CHOICES else [gold] if gold in doc["gold_files"] else []
-    if steps == "parsed":
-        return [doc["gold_plans"][doc["gold_files"].index(name)] for name in names]
-    return [_gold((Path(doc["folder"]) / name).read_text(), steps) for name in names]
-
-
-def candidates_from_release(data_root: str | Path, models: Sequence[str] | None = None, *, gold: str = "first",
-                            steps: str = STEP_MODES[0]) -> tuple[list[CandidatePlan], list[str]]:
-    """The VLM plans shipped in the release layout (``plan_<model>.txt``), with notes on what was left out.
-
-    ``gold``: first / best, or a gold file name (``plan_gold_2.txt``, as the release scores Gemini).
-    """
-    plans = []
-    left_out: dict[str, int] = {}
-    instances = load_instances(data_root)
-    golds = [_release_gold(doc, gold, steps) for doc in instances]
-    wanted = list(models) if models else sorted({m for doc in instances for m in candidate_plan_files(Path(doc["folder"]))})
-    for model in wanted:
-        for doc, doc_golds in zip(instances, golds):
-            candidate = Path(doc["folder"]) / f"plan_{model}.txt"
-            if not candidate.is_file() or not doc_golds:
-                reason = f"{model}: no {candidate.name}" if not candidate.is_file() else f"{model}: no {gold}"
-                left_out[reason] = left_out.get(reason, 0) + 1
-                continue
-            plans.append(candidate_plan(model, doc["instance_id"], doc["split"], candidate.read_text(), doc_golds, steps))
-    return plans, [f"{count} instance(s) left out ({reason})" for reason, count in sorted(left_out.items())]
-
-
-def candidates_from_jsonl(path: str | Path, *, model: str | None = None, steps: str = STEP_MODES[0]) -> list[CandidatePlan]:
-    """Plan pairs from JSONL rows with ``candidate`` and ``reference`` (or ``references``) texts.
-
-    Reads the release's ``auto_lcs/*_pairs.jsonl`` and the plans files (``<date-time>_plans_<task>.jsonl``)
-    this suite writes beside lmms-eval results. The split comes from ``split`` or from the instance
-    path in ``instance_id`` / ``dir`` / ``path``; the model from ``model``, else the file name.
-    """
-    path = Path(path)
-    plans = []
-    for number, row in read_jsonl(path, ActPlanDataError):
-        references = row.get("references") or ([row["reference"]] if "reference" in row else [])
-        texts = isinstance(row.get("candidate"), str) and isinstance(references, list) and all(isinstance(r, str) for r in references)
-        if not texts or not references:
-            raise ActPlanDataError(f"{path}:{number}: needs 'candidate' and 'reference' (or 'references') texts")
-        instance = str(row.get("instance_id") or row.get("dir") or row.get("path") or f"{path.name}:{number}")
-        plans.append(candidate_plan(row.get("model") or model or path.stem, instance, row.get("split") or split_of_path(instance),
-                                    row["candidate"], [_gold(r, steps) for r in references], steps))
-    return plans
-
-
-@dataclass(frozen=True)
-class SummaryRow:
-    model: str
-    split: str
-    count: int
-    lcs: float
-    norm_lcs: float
-    format_error_rate: float
-
-
-def summarize(plans: Sequence[CandidatePlan], scores: Sequence[PlanScore]) -> list[SummaryRow]:
-    """Mean LCS / normalised LCS and the format-error rate per model, overall and per split."""
-    rows = []
-    for model in dict.fromkeys(p.model for p in plans):
-        for split in ("all", *SPLITS):
-            chosen = [(p, s) for p, s in zip(plans, scores) if p.model == model and split in ("all", p.split)]
-            if chosen:
-                rows.append(SummaryRow(model, split, len(chosen), mean_or_nan(s.lcs for _, s in chosen),
-                                       mean_or_nan(s.norm_lcs for _, s in chosen),
-                                       aggregate_format_error_rate(p.parsed.format_counts for p, _ in chosen)))
-    return rows
-
-
-def format_summary(rows: Sequence[SummaryRow]) -> str:
-    return format_table(("model", "split", "n", "LCS", "Norm. LCS", "format errors"),
-                        [(r.model, r.split, str(r.count), f"{r.lcs:.2f}", f"{r.norm_lcs:.3f}",
-                          f"{r.format_error_rate * 100:.1f}%") for r in rows], right=(2, 3, 4, 5))

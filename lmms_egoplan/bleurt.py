@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from transformers import AutoTokenizer, BertConfig, BertModel
 
-from lmms_egoplan.actplan import parse_plan
+from lmms_egoplan.actplan_plans import parse_plan
 from lmms_egoplan.errors import InputError
 from lmms_egoplan.metrics import mean_or_nan, resolve_device
 from lmms_egoplan.records import read_jsonl

@@ -40,7 +40,8 @@ def _rejudge(args: argparse.Namespace) -> int:
 
 
 def _egointent_check(args: argparse.Namespace) -> int:
-    from lmms_egoplan.egointent import EgoIntentSettings, describe_steps, load_steps, step_docs
+    from lmms_egoplan.egointent import EgoIntentSettings
+    from lmms_egoplan.egointent_data import describe_steps, load_steps, step_docs
 
     settings = EgoIntentSettings(annotations=args.annotations, video_root=args.video_root,
                                  sample_fps=args.sample_fps, max_frames=args.max_frames)
@@ -51,7 +52,7 @@ def _egointent_check(args: argparse.Namespace) -> int:
 
 
 def _match_threshold(text: str) -> float:
-    from lmms_egoplan.actplan import match_threshold_problem
+    from lmms_egoplan.actplan_data import match_threshold_problem
 
     threshold = float(text)
     if problem := match_threshold_problem(threshold):
@@ -62,24 +63,24 @@ def _match_threshold(text: str) -> float:
 def _actplan_score(args: argparse.Namespace) -> int:
     import json
 
-    from lmms_egoplan import actplan
+    from lmms_egoplan import actplan_plans
     from lmms_egoplan.metrics import step_matcher
 
     if not args.data_root and not args.pairs:
         return _fail("actplan-score", "give --data-root (release layout) and/or --pairs (JSONL)")
-    if args.pairs and args.gold not in actplan.GOLD_CHOICES:
+    if args.pairs and args.gold not in actplan_plans.GOLD_CHOICES:
         return _fail("actplan-score", f"--gold {args.gold} names a release file; with --pairs use first or best")
     plans, notes = [], []
     if args.data_root:
-        plans, notes = actplan.candidates_from_release(args.data_root, args.model, gold=args.gold, steps=args.steps)
+        plans, notes = actplan_plans.candidates_from_release(args.data_root, args.model, gold=args.gold, steps=args.steps)
     for path in args.pairs or []:
-        plans += actplan.candidates_from_jsonl(path, steps=args.steps)
+        plans += actplan_plans.candidates_from_jsonl(path, steps=args.steps)
     if not plans:
         return _fail("actplan-score", "no plans to score" + "".join(f"\n  {note}" for note in notes))
     matcher = step_matcher(args.embedding_model, threshold=args.threshold, device=args.device, batch_size=args.batch_size)
-    scores = actplan.score_lcs([(p.prediction, p.gold) for p in plans], matcher,
-                               args.gold if args.gold in actplan.GOLD_CHOICES else "first")
-    print(actplan.format_summary(actplan.summarize(plans, scores)))
+    scores = actplan_plans.score_lcs([(p.prediction, p.gold) for p in plans], matcher,
+                                     args.gold if args.gold in actplan_plans.GOLD_CHOICES else "first")
+    print(actplan_plans.format_summary(actplan_plans.summarize(plans, scores)))
     for note in notes:
         print(f"note: {note}")
     if args.output:
@@ -123,7 +124,7 @@ def _rejudge_arguments(rejudge: argparse.ArgumentParser) -> None:
     rejudge.add_argument("--output", required=True, help="folder for the new audit trails and scores")
     for setting in dataclasses.fields(JudgeSettings):
         rejudge.add_argument(f"--{setting.name}", default=argparse.SUPPRESS,
-                             help=f"(default: {setting.default}); see README, section Judges")
+                             help=f"(default: {setting.default}); see docs/judges.md")
     rejudge.set_defaults(handler=_rejudge)
 
 
@@ -137,15 +138,15 @@ def _egointent_check_arguments(check: argparse.ArgumentParser) -> None:
 
 
 def _actplan_score_arguments(score: argparse.ArgumentParser) -> None:
-    from lmms_egoplan import actplan, metrics
+    from lmms_egoplan import actplan_plans, metrics
 
     score.add_argument("--data-root", help="release folder (holding annotation/): score its plan_<model>.txt files")
     score.add_argument("--model", action="append", help="with --data-root: model name of plan_<model>.txt (repeatable; default: all)")
     score.add_argument("--pairs", action="append", metavar="JSONL",
                        help="rows with 'candidate' and 'reference' (or 'references') texts (repeatable)")
-    score.add_argument("--gold", default=actplan.GOLD_CHOICES[0],
+    score.add_argument("--gold", default=actplan_plans.GOLD_CHOICES[0],
                        help="first (default, as the paper), best, or a release gold file name such as plan_gold_2.txt")
-    score.add_argument("--steps", choices=actplan.STEP_MODES, default=actplan.STEP_MODES[0],
+    score.add_argument("--steps", choices=actplan_plans.STEP_MODES, default=actplan_plans.STEP_MODES[0],
                        help="parsed: action(args) steps of the plan (default); lines: the release's text.split('\\n'), "
                             "trailing empty line included, to reproduce its numbers exactly")
     score.add_argument("--threshold", type=_match_threshold, default=metrics.DEFAULT_MATCH_THRESHOLD,

@@ -20,16 +20,19 @@ The protocol of the paper (sections 3 and 4.1), as this module implements it:
    the three field scores, as in Table 3), ``indoor`` / ``outdoor`` (Table 3) and
    ``scenario_<name>`` per environment category (Figure 7).
 
-The annotations are not public yet: the suite reads a local format (``load_steps``; README,
-section EgoIntent) into which the release can be converted.
+The annotations are not public yet: the suite reads a local format (tasks/egointent/README.md)
+into which the release can be converted; reading and checking it, and planning each clip's
+frames, is ``lmms_egoplan.egointent_data``. This module follows the task YAML
+(``tasks/egointent/``): settings, the task, then what the harness calls in order -- visuals,
+text, results (answers read, then judged), aggregation.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import json
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +40,15 @@ from typing import Any, Callable, Optional
 
 from loguru import logger
 
-from lmms_egoplan.errors import InputError
+from lmms_egoplan.egointent_data import (
+    DIMENSIONS,
+    ENV_PREFIX,
+    FIELDS,
+    Dimension,
+    load_steps,
+    scenario_metric,
+    step_docs,
+)
 from lmms_egoplan.judge import (
     FixedRating,
     JudgeRequest,
@@ -48,59 +59,8 @@ from lmms_egoplan.judge import (
     register_rubric,
 )
 from lmms_egoplan.judged_task import JudgedTask, judged_score
-from lmms_egoplan.media import (
-    MediaError,
-    VideoFile,
-    VideoInfo,
-    as_video_frames,
-    frame_at,
-    last_frame_before,
-    uniform_indices,
-)
-from lmms_egoplan.records import read_jsonl
+from lmms_egoplan.media import VideoFile, as_video_frames
 from lmms_egoplan.settings import SettingsError, setting_name
-
-# =============================================================================================
-# The three dimensions of step-level intent (section 3.2)
-# =============================================================================================
-
-
-@dataclass(frozen=True)
-class Dimension:
-    field: str  # annotation field, answer key and metric name
-    label: str  # as the prompts name it
-    question: str  # what the model is asked
-    definition: str  # what the judge is told the dimension means
-
-
-DIMENSIONS = (
-    Dimension("local_intent", "Local intent",
-              "What is the person trying to accomplish in this step? Give the immediate goal, "
-              "not a description of the visible motion.",
-              "the person's immediate goal within the current step: what they are trying to accomplish now "
-              "(a goal, not a restatement of the visible action)"),
-    Dimension("global_intent", "Global intent",
-              "Why is this step needed? Give the role this step plays in the person's overall activity.",
-              "the role of the current step in the overall activity: why this step is needed at this point "
-              "of the procedure"),
-    Dimension("next_step_plan", "Next-step plan",
-              "What will the person most likely do right after this step?",
-              "the action most likely to begin right after the current step is completed"),
-)
-FIELDS = tuple(d.field for d in DIMENSIONS)
-ENVIRONMENTS = ("indoor", "outdoor")
-
-
-# =============================================================================================
-# Settings
-# =============================================================================================
-
-
-ENV_PREFIX = "EGOINTENT"  # settings are overridden by environment variables EGOINTENT_<SETTING>
-
-
-def _setting(field: str) -> str:
-    return setting_name(ENV_PREFIX, field)
 
 
 @dataclass(frozen=True)
@@ -118,7 +78,8 @@ class EgoIntentSettings(JudgeSettings):
     judge_base_url: Optional[str] = "http://localhost:8000/v1"
     judge_api_key_env: str = ""  # a local server needs no key; name the variable holding one if yours does
 
-    def check_sampling(self, where: str | None = None, *, name: Callable[[str], str] = _setting) -> None:
+    def check_sampling(self, where: str | None = None, *,
+                       name: Callable[[str], str] = functools.partial(setting_name, ENV_PREFIX)) -> None:
         """Fail early on a frame plan that cannot work. ``name`` says how the user sets a field
         (default: its environment variable and metadata key; a command line names its flags)."""
         problems = [f"{name('sample_fps')} must be > 0, got {self.sample_fps:g}"] if not self.sample_fps > 0 else []
@@ -129,191 +90,21 @@ class EgoIntentSettings(JudgeSettings):
 
 
 # =============================================================================================
-# Annotations: the local format (README, section EgoIntent)
-# =============================================================================================
-
-
-class EgoIntentDataError(InputError):
-    """The annotation file, or a video it names, cannot be used; the message lists every problem."""
-
-
-REQUIRED_TEXT_FIELDS = ("step_id", "scenario", "environment", *FIELDS)
-VIDEO_SUFFIX = ".mp4"  # `video_uid` resolves to <video_root>/<video_uid>.mp4, Ego4D's layout
-_MAX_LISTED_PROBLEMS = 20
-
-
-@dataclass(frozen=True)
-class Step:
-    """One validated annotation record."""
-
-    step_id: str
-    video: Path
-    step_start: float
-    truncation_time: float
-    scenario: str
-    environment: str
-    references: dict[str, str]  # field -> reference label
-    event: str  # never shown to the model
-
-
-def read_records(path: Path) -> list[dict]:
-    """The records of a ``.json`` file (a list) or a ``.jsonl`` file (one object per line)."""
-    if not path.is_file():
-        raise EgoIntentDataError(f"EgoIntent annotation file not found: {path}; check {_setting('annotations')}")
-    if path.suffix.lower() == ".jsonl":
-        return [record for _, record in read_jsonl(path, EgoIntentDataError)]
-    try:
-        records = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise EgoIntentDataError(f"{path}: not valid JSON: {error}") from None
-    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-        raise EgoIntentDataError(f"{path}: expected a list of step records (objects), one per step")
-    return records
-
-
-def load_steps(path: str | Path, video_root: str | Path | None = None) -> list[Step]:
-    """Read and validate every record of an annotation file; raise one EgoIntentDataError listing
-    all problems (missing or empty field, wrong type, truncation not after the step start,
-    unknown environment, duplicate step id, a scenario filed as both indoor and outdoor,
-    missing video)."""
-    path = Path(path)
-    root = Path(video_root) if video_root else path.parent
-    problems: list[str] = []
-    steps: list[Step] = []
-    seen_ids: set[str] = set()
-    for number, record in enumerate(read_records(path), start=1):
-        step_id = record.get("step_id")
-        where = f"record {number}" + (f" (step_id {step_id!r})" if isinstance(step_id, str) else "")
-        found = _record_problems(record)
-        if not found:
-            if record["step_id"] in seen_ids:
-                found.append(f"step_id {record['step_id']!r} is used by an earlier record")
-            video = _video_path(record, root)
-            if not video.is_file():
-                found.append(f"video not found: {video} ({_video_source(record, root)})")
-        if found:
-            problems += [f"{where}: {problem}" for problem in found]
-            continue
-        seen_ids.add(record["step_id"])
-        steps.append(Step(step_id=record["step_id"], video=video, step_start=float(record["step_start"]),
-                          truncation_time=float(record["truncation_time"]), scenario=record["scenario"].strip(),
-                          environment=record["environment"].strip().lower(),
-                          references={field: record[field].strip() for field in FIELDS},
-                          event=str(record.get("event") or "")))
-    problems += _scenario_problems(steps)
-    if not problems and not steps:
-        problems.append("no step records")
-    if problems:
-        listed = "\n  ".join(problems[:_MAX_LISTED_PROBLEMS])
-        unlisted = len(problems) - _MAX_LISTED_PROBLEMS
-        more = f"\n  ... and {unlisted} more" if unlisted > 0 else ""
-        raise EgoIntentDataError(f"{path}: {len(problems)} problem(s) in the EgoIntent annotations "
-                                 f"(format: README, section EgoIntent):\n  {listed}{more}")
-    return steps
-
-
-def _record_problems(record: dict) -> list[str]:
-    problems = []
-    for name in REQUIRED_TEXT_FIELDS:
-        value = record.get(name)
-        if name not in record:
-            problems.append(f"missing field {name!r}")
-        elif not isinstance(value, str) or not value.strip():
-            problems.append(f"field {name!r} must be a non-empty string, got {value!r}")
-    if isinstance(record.get("environment"), str) and record["environment"].strip().lower() not in ENVIRONMENTS:
-        problems.append(f"field 'environment' must be one of {', '.join(ENVIRONMENTS)}, got {record['environment']!r}")
-    video_keys = [key for key in ("video", "video_uid") if key in record]
-    if len(video_keys) != 1:
-        problems.append("exactly one of the fields 'video' (a path) and 'video_uid' is required"
-                        + (", got both" if len(video_keys) == 2 else ""))
-    elif not isinstance(record[video_keys[0]], str) or not record[video_keys[0]].strip():
-        problems.append(f"field {video_keys[0]!r} must be a non-empty string, got {record[video_keys[0]]!r}")
-    times = {}
-    for name in ("step_start", "truncation_time"):
-        value = record.get(name)
-        if name not in record:
-            problems.append(f"missing field {name!r} (seconds from the start of the video)")
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            problems.append(f"field {name!r} must be a number of seconds >= 0, got {value!r}")
-        else:
-            times[name] = float(value)
-    if len(times) == 2 and times["truncation_time"] <= times["step_start"]:
-        problems.append(f"truncation_time ({times['truncation_time']:g} s) must be after step_start "
-                        f"({times['step_start']:g} s): the clip would be empty")
-    return problems
-
-
-def _video_path(record: dict, root: Path) -> Path:
-    if "video" in record:
-        video = Path(record["video"])
-        return video if video.is_absolute() else root / video
-    return root / f"{record['video_uid']}{VIDEO_SUFFIX}"
-
-
-def _video_source(record: dict, root: Path) -> str:
-    """How a record's video path came about, for the error that it is missing."""
-    if "video" in record and Path(record["video"]).is_absolute():
-        return "field video"
-    field = "video" if "video" in record else "video_uid"
-    return f"field {field} under video_root {root}; setting {_setting('video_root')}"
-
-
-def _scenario_problems(steps: list[Step]) -> list[str]:
-    """Each scenario is indoor or outdoor, and each gets a metric name of its own."""
-    problems = []
-    environments: dict[str, set[str]] = {}
-    names: dict[str, set[str]] = {}
-    for step in steps:
-        environments.setdefault(step.scenario, set()).add(step.environment)
-        names.setdefault(scenario_metric(step.scenario), set()).add(step.scenario)
-    problems += [f"scenario {scenario!r} is filed as both indoor and outdoor"
-                 for scenario, found in environments.items() if len(found) > 1]
-    problems += [f"scenarios {sorted(found)} share the metric name {metric!r}; rename one"
-                 for metric, found in names.items() if len(found) > 1]
-    return problems
-
-
-def scenario_metric(scenario: str) -> str:
-    """The metric name of a scenario's breakdown: ``scenario_<lower-case name, _ for the rest>``."""
-    return "scenario_" + (re.sub(r"[^0-9a-z]+", "_", scenario.lower()).strip("_") or "unnamed")
-
-
-# =============================================================================================
-# The pre-outcome clip
-# =============================================================================================
-
-
-def clip_frame_indices(step_start: float, truncation_time: float, fps: float, num_frames: int, *,
-                       sample_fps: float, max_frames: int) -> list[int]:
-    """The frames given to the model for one step, in time order.
-
-    They span the clip from the frame on screen at ``step_start`` to the last frame that starts
-    strictly before ``truncation_time`` (both included), evenly spaced at no more than
-    ``sample_fps``; a clip that would give more than ``max_frames`` gets ``max_frames`` frames
-    spread uniformly over it.
-    """
-    last = min(last_frame_before(truncation_time, fps), num_frames - 1)
-    if last < 0:
-        raise ValueError(f"no frame starts before the truncation time {truncation_time:g} s")
-    first = min(frame_at(step_start, fps), last)
-    sampled = math.floor((last - first) / fps * sample_fps + 1e-9) + 1
-    return uniform_indices(first, last, min(sampled, last - first + 1, max_frames))
-
-
-# =============================================================================================
 # The task
 # =============================================================================================
 
 
 class EgoIntentTask(JudgedTask):
+    """EgoIntent: every step of the annotation file, its answer judged per field after generation."""
+
     Settings = EgoIntentSettings
     ENV_PREFIX = ENV_PREFIX
 
     def load_docs(self) -> list[dict]:
         settings = self.settings
         if settings.annotations is None:
-            raise SettingsError(f"task {self.config.task}: set {_setting('annotations')} to the local annotation "
-                                f"file; README, section EgoIntent, describes its format")
+            raise SettingsError(f"task {self.config.task}: set {setting_name(ENV_PREFIX, 'annotations')} to the local "
+                                f"annotation file; tasks/egointent/README.md describes its format")
         settings.check_sampling(f"task {self.config.task}")
         steps = load_steps(settings.annotations, settings.video_root)
         return step_docs(steps, settings)
@@ -325,58 +116,9 @@ class EgoIntentTask(JudgedTask):
             self.add_metric(scenario_metric(scenario), judged_score)
 
 
-def step_docs(steps: list[Step], settings: EgoIntentSettings) -> list[dict]:
-    """The evaluation documents: each step with its video's frame plan (read from each video once)."""
-    videos: dict[Path, VideoInfo] = {}
-    problems = []
-    for video in dict.fromkeys(step.video for step in steps):
-        try:
-            with VideoFile(video) as reader:
-                videos[video] = reader.info
-        except MediaError as error:
-            problems.append(str(error))
-    docs = []
-    for step in steps:
-        info = videos.get(step.video)
-        if info is None:
-            continue
-        # A truncation time past the last frame's end means the annotation and the video disagree.
-        if step.truncation_time > info.num_frames / info.fps + 1 / info.fps:
-            problems.append(f"step {step.step_id!r}: truncation_time {step.truncation_time:g} s is past the end of "
-                            f"{step.video} ({info.num_frames / info.fps:.3f} s)")
-            continue
-        try:
-            indices = clip_frame_indices(step.step_start, step.truncation_time, info.fps, info.num_frames,
-                                         sample_fps=settings.sample_fps, max_frames=settings.max_frames)
-        except ValueError as error:
-            problems.append(f"step {step.step_id!r}: {error}")
-            continue
-        docs.append({"step_id": step.step_id, "video": str(step.video), "step_start": step.step_start,
-                     "truncation_time": step.truncation_time, "scenario": step.scenario,
-                     "environment": step.environment, "event": step.event, **step.references,
-                     "video_fps": info.fps, "frame_indices": indices,
-                     "video_input": settings.video_input, "frame_max_side": settings.frame_max_side})
-    if problems:
-        raise EgoIntentDataError("EgoIntent videos:\n  " + "\n  ".join(problems[:_MAX_LISTED_PROBLEMS]))
-    return docs
-
-
-def describe_steps(docs: list[dict], settings: EgoIntentSettings) -> str:
-    """A summary of loaded steps: counts by environment and scenario, frames per clip."""
-    from collections import Counter
-
-    frames = sorted(len(d["frame_indices"]) for d in docs)
-    at_cap = sum(n == settings.max_frames for n in frames)
-    lines = [(f"{len(docs)} steps in {len({d['video'] for d in docs})} videos; frames per clip at "
-              f"{settings.sample_fps:g} FPS: min {frames[0]}, median {frames[len(frames) // 2]}, max {frames[-1]} "
-              f"({at_cap} clips at the cap of {settings.max_frames})")]
-    environments = Counter(d["environment"] for d in docs)
-    lines.append("environment: " + ", ".join(f"{name} {environments[name]}" for name in ENVIRONMENTS))
-    scenarios = Counter((d["scenario"], d["environment"]) for d in docs)
-    lines.append(f"{len(scenarios)} scenarios (the paper has 15):")
-    lines += [f"  {scenario_metric(name):<32} {count:>5} steps  ({name}, {environment})"
-              for (name, environment), count in sorted(scenarios.items())]
-    return "\n".join(lines)
+# =============================================================================================
+# 1. Visuals
+# =============================================================================================
 
 
 def doc_to_visual(doc: dict) -> list:
@@ -384,6 +126,11 @@ def doc_to_visual(doc: dict) -> list:
     with VideoFile(doc["video"]) as video:
         frames = video.frames(doc["frame_indices"], max_side=doc["frame_max_side"])
     return as_video_frames(frames, clip=f"egointent:{doc['step_id']}") if doc["video_input"] else frames
+
+
+# =============================================================================================
+# 2. Text
+# =============================================================================================
 
 
 PROMPT = (
@@ -403,11 +150,12 @@ def doc_to_text(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> str
 
 
 def doc_to_target(doc: dict) -> str:
+    """The three reference labels, as the JSON object the prompt asks for."""
     return json.dumps({field: doc[field] for field in FIELDS}, ensure_ascii=False)
 
 
 # =============================================================================================
-# Reading answers
+# 3. Results: reading answers
 # =============================================================================================
 
 
@@ -539,9 +287,8 @@ def _clean(value: str) -> str:
     return "" if value.lower().rstrip(".") in _EMPTY_VALUES else value
 
 
-
 # =============================================================================================
-# Judging (this suite's reconstruction; the paper does not publish its judge prompt)
+# 3. Results: judging (this suite's reconstruction; the paper does not publish its judge prompt)
 # =============================================================================================
 
 JUDGE_SYSTEM = ("You are a careful evaluator of egocentric video understanding. You compare a model's prediction "
@@ -573,7 +320,7 @@ def parse_judge_rating(text: str) -> float:
 
 
 RUBRIC = Rubric(parse_judge_rating, scale=10.0)  # 0-10 ratings, reported on 0-100 like Table 3
-RUBRIC_REFERENCE = register_rubric("egointent", RUBRIC)  # the name its judged items (and logs) carry
+RUBRIC_NAME = register_rubric("egointent", RUBRIC)  # the name its judged items (and logs) carry
 MISSING = FixedRating(0.0, "the answer has no such field")
 
 
@@ -587,11 +334,11 @@ def process_results(doc: dict, results: list) -> dict:
     """Judge items for every metric this step counts in; the judge runs after generation."""
     answer = parse_answer(results[0])
     parts = {d.field: judge_request(doc, d, answer[d.field]) if d.field in answer else MISSING for d in DIMENSIONS}
-    step = judge_parts_item(parts, RUBRIC_REFERENCE)
+    step = judge_parts_item(parts, RUBRIC_NAME)
     missing = len(FIELDS) - len(answer)
     return {
         "overall": step,
-        **{field: judge_parts_item({field: part}, RUBRIC_REFERENCE) for field, part in parts.items()},
+        **{field: judge_parts_item({field: part}, RUBRIC_NAME) for field, part in parts.items()},
         doc["environment"]: step,
         scenario_metric(doc["scenario"]): step,
         "judged": step,
@@ -599,6 +346,11 @@ def process_results(doc: dict, results: list) -> dict:
         "incomplete_answers": int(missing > 0),
         "missing_fields": missing,
     }
+
+
+# =============================================================================================
+# 4. Aggregation (with lmms_egoplan.judged_task's judged_score / judged_count / failed_count)
+# =============================================================================================
 
 
 def incomplete_answers(items: list[int]) -> int:
@@ -611,5 +363,6 @@ def incomplete_answers(items: list[int]) -> int:
 
 
 def missing_fields(items: list[int]) -> int:
+    """Fields missing over all answers (each scored 0)."""
     return sum(items)
 

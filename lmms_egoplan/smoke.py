@@ -11,12 +11,12 @@ from __future__ import annotations
 import importlib
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, TextIO
+from typing import Callable, TextIO
 
 from lmms_egoplan.tables import format_table, format_value
 from lmms_egoplan.testing.lmms_eval_run import EvalRunError, run_lmms_eval
+from lmms_egoplan.testing.suite import SmokeSuite
 
 # One entry per benchmark: "module:function", the function building that benchmark's
 # synthetic data (and whatever it needs, e.g. a loopback judge) and returning a SmokeSuite.
@@ -29,16 +29,6 @@ SUITES: tuple[str, ...] = (
 
 MODEL = "egoplan_hf"
 DEFAULT_ARCH = "qwen2_vl"
-
-
-@dataclass(frozen=True)
-class SmokeSuite:
-    """One benchmark's share of the demo: its tasks and the settings pointing them at the fixtures."""
-
-    name: str
-    tasks: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
-    cli_args: tuple[str, ...] = ()  # extra lmms-eval arguments, e.g. ("--gen_kwargs", "max_new_tokens=16")
 
 
 SuiteBuilder = Callable[[Path, ExitStack], SmokeSuite]

@@ -8,17 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from lmms_egoplan import actplan
-from lmms_egoplan.actplan import (
-    ActPlanDataError,
-    ActPlanSettings,
+from lmms_egoplan import actplan, actplan_plans
+from lmms_egoplan.actplan import ActPlanSettings, process_results
+from lmms_egoplan.actplan_data import ActPlanDataError, check_settings, load_instances
+from lmms_egoplan.actplan_plans import (
     ParsedPlan,
     bleurt_correct,
     candidates_from_jsonl,
-    check_settings,
-    load_instances,
     parse_plan,
-    process_results,
     score_lcs,
 )
 from lmms_egoplan.settings import SettingsError
@@ -143,8 +140,8 @@ def test_process_results_gives_every_plan_metric_the_plan_and_its_scope(release)
 
 def test_format_error_rate_is_pooled_over_lines_and_nan_without_any():
     items = [{"format_errors": 1, "plan_lines": 4}, {"format_errors": 0, "plan_lines": 0}, {"format_errors": 2, "plan_lines": 6}]
-    assert actplan.aggregate_format_error_rate(items) == pytest.approx(0.3)
-    assert math.isnan(actplan.aggregate_format_error_rate([{"format_errors": 0, "plan_lines": 0}]))
+    assert actplan_plans.aggregate_format_error_rate(items) == pytest.approx(0.3)
+    assert math.isnan(actplan_plans.aggregate_format_error_rate([{"format_errors": 0, "plan_lines": 0}]))
 
 
 class ExactMatcher:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lmms_egoplan import bleurt
-from lmms_egoplan.actplan import parse_plan
+from lmms_egoplan.actplan_plans import parse_plan
 from lmms_egoplan.bleurt import (
     RELEASE_SPECIAL_TOKENS,
     PlanPairClassifier,

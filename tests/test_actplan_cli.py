@@ -16,9 +16,9 @@ import random
 import pytest
 from PIL import Image
 
-from lmms_egoplan.actplan import (
+from lmms_egoplan.actplan_data import load_instances
+from lmms_egoplan.actplan_plans import (
     bleurt_correct,
-    load_instances,
     parse_plan,
     plan_text,
     score_lcs,

@@ -5,12 +5,12 @@ The lmms-eval CLI runs (single process, two ranks, response cache) are in test_b
 
 from __future__ import annotations
 
-import logging
 import shutil
 
 import pytest
 import torch
 from lmms_eval.api.instance import Instance
+from loguru import logger
 
 from lmms_egoplan.media import MediaError, as_video_frames
 from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
@@ -319,8 +319,11 @@ def test_over_long_prompts_raise_naming_the_model_and_the_limit(backend, tiny_mo
                                                   r"tokens, more than the model's context window of 60 tokens"):
         model.loglikelihood(mc_requests(model, [egoplan_doc(0)]))
     roomy = backend("qwen2_vl", max_length=120)
-    with caplog.at_level(logging.WARNING, logger="lmms-eval"):
+    sink = logger.add(caplog.handler, level="WARNING", format="{message}")  # the backend logs through loguru
+    try:
         [text] = roomy.generate_until(gen_requests(roomy, [{**egoplan_doc(0), "question": "Hi?"}], max_new_tokens=200))
+    finally:
+        logger.remove(sink)
     assert "cut to" in caplog.text and "context window of 120 tokens" in caplog.text
 
 

@@ -17,15 +17,17 @@ from PIL import Image
 
 from lmms_egoplan import egointent
 from lmms_egoplan.egointent import (
-    FIELDS,
     PROMPT,
-    EgoIntentDataError,
     EgoIntentSettings,
-    clip_frame_indices,
     doc_to_visual,
-    load_steps,
     parse_answer,
     parse_judge_rating,
+)
+from lmms_egoplan.egointent_data import (
+    FIELDS,
+    EgoIntentDataError,
+    clip_frame_indices,
+    load_steps,
     scenario_metric,
     step_docs,
 )
@@ -524,12 +526,12 @@ def test_parts_items_score_each_part_then_average_excluding_failed_judgements(tm
     parts = [{"a": JudgeRequest.from_prompt("1/a", "rate 8"), "b": JudgeRequest.from_prompt("1/b", "rate 2")},
              {"a": JudgeRequest.from_prompt("2/a", "rate x"), "b": FixedRating(0.0, "missing")},
              {"a": JudgeRequest.from_prompt("3/a", "rate 5"), "b": JudgeRequest.from_prompt("3/b", "rate 6")}]
-    items = [judge_parts_item(p, egointent.RUBRIC_REFERENCE) for p in parts]  # ratings 0-10, scale 10
+    items = [judge_parts_item(p, egointent.RUBRIC_NAME) for p in parts]  # ratings 0-10, scale 10
     with ChatServer(rate) as server:
         judge = Judge(OpenAIChatBackend("loopback-judge", base_url=server.base_url, api_key_env=""))
         scored = judge_and_score(items + items[:1], judge)  # a repeated item is judged once
         assert len(server.calls) == 5
-        single = judge_and_score([judge_parts_item({"": parts[0]["a"]}, egointent.RUBRIC_REFERENCE)], judge)
+        single = judge_and_score([judge_parts_item({"": parts[0]["a"]}, egointent.RUBRIC_NAME)], judge)
     assert scored.part_scores == {"a": pytest.approx(10 * (8 + 5 + 8) / 3), "b": pytest.approx(10 * (2 + 0 + 6 + 2) / 4)}
     assert scored.score == pytest.approx((scored.part_scores["a"] + scored.part_scores["b"]) / 2)
     assert (scored.results.judged, scored.results.failed) == (4, 1)  # the fixed rating is neither

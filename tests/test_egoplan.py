@@ -11,7 +11,7 @@ import pytest
 from lmms_eval.utils import load_yaml_config
 from PIL import Image
 
-from lmms_egoplan import egoplan, media
+from lmms_egoplan import egoplan, egoplan_data, media
 from lmms_egoplan.metrics import ValueBin, equal_size_levels, parse_bins
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
 from lmms_egoplan.settings import SettingsError, resolve_settings
@@ -33,7 +33,7 @@ def settings_for(fixture, split="validation", **overrides):
 
 
 def load(fixture, split="validation", **overrides):
-    return egoplan.load_samples(settings_for(fixture, split, **overrides), labelled=split == "validation")
+    return egoplan_data.load_samples(settings_for(fixture, split, **overrides), labelled=split == "validation")
 
 
 def shown_frames(doc):
@@ -117,7 +117,7 @@ def test_keyframe_clips_reach_video_models_as_one_video_each_even_where_they_sha
     annotation.write_text(json.dumps(records))
     settings = settings_for(fixture, annotation_file=annotation, frame_sampling="keyframes",
                             keyframe_segments=3, keyframes_per_segment=24)
-    doc = egoplan.load_samples(settings, labelled=True).docs[1]
+    doc = egoplan_data.load_samples(settings, labelled=True).docs[1]
     clips, observation = shown_frames(doc)
     assert clips == doc["progress_clips"] and [len(clip) for clip in clips] == [24] * 3
     assert clips[0][-1] == clips[1][0] and clips[1][-1] == clips[2][0] and clips[2][-1] == observation
@@ -128,7 +128,7 @@ def test_keyframe_clips_reach_video_models_as_one_video_each_even_where_they_sha
     assert [[read_index(frame) for frame in video] for video in native.videos] == clips
     flat = prepare_visuals(egoplan.doc_to_visual(doc), limits=VisualLimits(), video_native=False,
                            takes_images=True, model_name="m")
-    assert [read_index(image) for image in flat.images] == egoplan.doc_frame_numbers(doc)
+    assert [read_index(image) for image in flat.images] == egoplan_data.doc_frame_numbers(doc)
 
 
 def test_ego4d_frame_numbers_count_at_the_annotation_rate_whatever_the_file_rate(fixture, tmp_path):
@@ -173,12 +173,12 @@ def broken(tmp_path, fixture):
 
 
 def test_missing_media_raise_one_error_naming_sample_path_and_settings(broken):
-    with pytest.raises(egoplan.EgoPlanDataError) as error:
+    with pytest.raises(egoplan_data.EgoPlanDataError) as error:
         load(broken)
     message = str(error.value)
     assert "sample 103" in message and "frame_0000000" in message and "EGOPLAN_EPIC_FRAMES_ROOT" in message
     assert "2 more sample(s)" in message and "EGOPLAN_SKIP_MISSING" in message
-    with pytest.raises(egoplan.EgoPlanDataError, match=r"sample 106: clip not found: .*106\.mp4.*EGOPLAN_CLIPS_DIR"):
+    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"sample 106: clip not found: .*106\.mp4.*EGOPLAN_CLIPS_DIR"):
         load(broken, visual_source="clips")
 
 
@@ -195,8 +195,8 @@ def test_observation_past_the_end_of_a_video_is_reported(fixture, tmp_path):
     records[4]["current_observation_frame"] = 10_000  # sample 105, Ego4D video of 330 frames
     bad = tmp_path / "EgoPlan_validation.json"
     bad.write_text(json.dumps(records))
-    with pytest.raises(egoplan.EgoPlanDataError, match=r"sample 105: frame 10000 .*past the end of .*330 frames"):
-        egoplan.load_samples(settings_for(fixture, annotation_file=bad), labelled=True)
+    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"sample 105: frame 10000 .*past the end of .*330 frames"):
+        egoplan_data.load_samples(settings_for(fixture, annotation_file=bad), labelled=True)
 
 
 def test_bad_records_and_settings_are_named(fixture, tmp_path):
@@ -204,15 +204,15 @@ def test_bad_records_and_settings_are_named(fixture, tmp_path):
     del records[1]["choice_c"]
     bad = tmp_path / "EgoPlan_validation.json"
     bad.write_text(json.dumps(records))
-    with pytest.raises(egoplan.EgoPlanDataError, match=r"record #1 \(sample_id 102\): missing field\(s\) choice_c"):
-        egoplan.load_samples(settings_for(fixture, annotation_file=bad), labelled=True)
+    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"record #1 \(sample_id 102\): missing field\(s\) choice_c"):
+        egoplan_data.load_samples(settings_for(fixture, annotation_file=bad), labelled=True)
     records = fixture.records()
     records[3]["sample_id"] = records[6]["sample_id"] = records[0]["sample_id"]
     records[5]["sample_id"] = records[1]["sample_id"]
     bad.write_text(json.dumps(records))
-    with pytest.raises(egoplan.EgoPlanDataError, match=r"EgoPlan_validation\.json: sample_id\(s\) 101, 102 appear more "):
-        egoplan.load_samples(settings_for(fixture, annotation_file=bad), labelled=True)
-    with pytest.raises(egoplan.EgoPlanDataError, match=r"annotation file not found: .*EGOPLAN_ANNOTATION_DIR"):
+    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"EgoPlan_validation\.json: sample_id\(s\) 101, 102 appear more "):
+        egoplan_data.load_samples(settings_for(fixture, annotation_file=bad), labelled=True)
+    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"annotation file not found: .*EGOPLAN_ANNOTATION_DIR"):
         load(fixture, annotation_dir=tmp_path / "nowhere")
     with pytest.raises(SettingsError, match="EGOPLAN_EGO4D_VIDEOS_ROOT .* is not set"):
         load(fixture, ego4d_videos_root="")

@@ -8,7 +8,7 @@ import json
 import pytest
 from PIL import Image
 
-from lmms_egoplan import egoplan
+from lmms_egoplan import egoplan, egoplan_data
 from lmms_egoplan.metrics import cosine_similarities, equal_size_levels, parse_bins
 from lmms_egoplan.settings import resolve_settings
 from lmms_egoplan.testing.egoplan import build_fixture
@@ -45,7 +45,7 @@ def evaluated_docs(fixture, split="validation"):
     annotation = "EgoPlan_validation.json" if split == "validation" else "EgoPlan_test.json"
     settings = resolve_settings(egoplan.EgoPlanSettings, task="check", metadata={"annotation_file": annotation},
                                 env_prefix="EGOPLAN", environ=fixture.env(skip_missing="true"))
-    return egoplan.load_samples(settings, labelled=split == "validation").docs
+    return egoplan_data.load_samples(settings, labelled=split == "validation").docs
 
 
 def mean(values):
@@ -61,7 +61,7 @@ def test_reported_accuracies_are_those_of_the_logged_candidate_losses(run, fixtu
         assert len(losses) == 4 and len(set(losses)) > 1  # a real model scored four different continuations
         correct[doc["sample_id"]] = float(losses.index(min(losses)) == egoplan.doc_to_target(doc))
     assert run.metric("egoplan_val", "accuracy") == pytest.approx(mean(list(correct.values())))
-    for source, suffix in egoplan.VIDEO_SOURCES.items():
+    for source, suffix in egoplan_data.VIDEO_SOURCES.items():
         expected = mean([correct[d["sample_id"]] for d in docs if d["video_source"] == source])
         assert run.metric("egoplan_val", f"accuracy_{suffix}") == pytest.approx(expected)
     for value_bin in parse_bins(egoplan.EgoPlanSettings.progress_length_bins):
@@ -146,4 +146,4 @@ def test_generative_variant_through_lmms_evals_openai_backend(fixture, tmp_path)
         content = [m for m in call.messages if m["role"] == "user"][-1]["content"]
         urls = [part["image_url"]["url"] for part in content if part["type"] == "image_url"]
         shown = [read_index(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))) for url in urls]
-        assert shown == egoplan.doc_frame_numbers(doc)
+        assert shown == egoplan_data.doc_frame_numbers(doc)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lmms_egoplan.egothink import DIMENSIONS, load_hub_dimension, load_release_dimension
+from lmms_egoplan.egothink_data import DIMENSIONS, load_hub_dimension, load_release_dimension
 from lmms_egoplan.media import MediaError
 from lmms_egoplan.testing.egothink import write_hub_copy, write_release
 from lmms_egoplan.testing.judge_server import ChatServer, Reply, hash_rating, rating_responder
@@ -233,7 +233,7 @@ def test_hub_loader_reads_the_hub_shaped_dataset_and_stores_its_images_once(tmp_
 
 
 def _store_images(folder, barrier, count):
-    from lmms_egoplan.egothink import _stored_image
+    from lmms_egoplan.egothink_data import _stored_image
 
     barrier.wait()
     for index in range(count):

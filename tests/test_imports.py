@@ -6,8 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parents[1] / "lmms_egoplan"
 JUDGE = "lmms_egoplan.judge"
 
@@ -94,8 +92,6 @@ def test_no_import_cycle_runs_through_the_judge_package():
     assert [c for c in cycles(graph) + cycles(folder_graph(graph)) if any(map(in_judge, c))] == []
 
 
-@pytest.mark.xfail(strict=True, reason="actplan<->bleurt and smoke<->testing are being untangled (issue 12); "
-                                       "drop this mark once they are")
 def test_no_import_cycle_anywhere():
     graph = import_graph()
     assert cycles(graph) + cycles(folder_graph(graph)) == []

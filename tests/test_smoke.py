@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lmms_egoplan import smoke
-from lmms_egoplan.smoke import SmokeSuite
+from lmms_egoplan.testing.suite import SmokeSuite
 
 # End to end: the real lmms-eval CLI in subprocesses.
 pytestmark = pytest.mark.e2e

@@ -9,12 +9,12 @@ computed once per question (see ``likelihood``), and generates in batches.
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Sequence
 
 import torch
 from lmms_eval.api.instance import Instance
 from lmms_eval.api.model import lmms
+from loguru import logger
 from tqdm import tqdm
 
 from lmms_egoplan.lmms_eval_compat import on_suite_use
@@ -23,8 +23,6 @@ from lmms_egoplan.models.chat import ChatRenderer
 from lmms_egoplan.models.likelihood import LikelihoodScorer, scored_sequence
 from lmms_egoplan.models.visuals import ModelVisuals, VisualLimits, prepare_visuals
 from lmms_egoplan.settings import coerce_setting
-
-logger = logging.getLogger("lmms-eval")
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEFAULT_MAX_NEW_TOKENS = 256
@@ -65,7 +63,7 @@ class EgoPlanHF(lmms):
         on_suite_use()
         super().__init__()
         if unknown:
-            raise TypeError(f"egoplan_hf: unknown model_args {sorted(unknown)}; see the README section 'Backend: egoplan_hf'")
+            raise TypeError(f"egoplan_hf: unknown model_args {sorted(unknown)}; see docs/backend.md")
         from accelerate import Accelerator
 
         self.pretrained = str(pretrained)

@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from lmms_egoplan.testing.media import index_image
+from lmms_egoplan.testing.suite import SmokeSuite
 
 TASKS = ("actplan1k", "actplan1k_text_only")
 
@@ -297,10 +298,10 @@ def write_classifier_checkpoint(out_dir: str | Path, base_dir: str | Path,
     return classifier.save(out_dir, {"format": "lmms_egoplan plan classifier", "note": "untrained, for tests"})
 
 
-def smoke_suite(workdir: Path, resources: ExitStack):
+def smoke_suite(workdir: Path, resources: ExitStack) -> SmokeSuite:
     """Both ActPlan-1K tasks on a small synthetic release, with an (untrained) BLEURT classifier."""
-    from lmms_egoplan.actplan import gold_steps, plan_text
-    from lmms_egoplan.smoke import SmokeSuite
+    from lmms_egoplan.actplan_data import gold_steps
+    from lmms_egoplan.actplan_plans import plan_text
 
     data = write_release_dataset(workdir / "release", scenes=1, activities=1, samples=1)
     plans = [(plan_text(gold_steps(gold.read_text())), plan_text(gold_steps(gold.with_name("plan_gpt-4v.txt").read_text())))

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from lmms_egoplan.smoke import SmokeSuite
 from lmms_egoplan.testing.judge_server import hashed_rating, loopback_judge_settings
 from lmms_egoplan.testing.media import write_video
+from lmms_egoplan.testing.suite import SmokeSuite
 
 
 @dataclass(frozen=True)

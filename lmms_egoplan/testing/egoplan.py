@@ -17,9 +17,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmms_egoplan.egoplan import ENV_PREFIX, epic_frame_folder, task_start_frame
+from lmms_egoplan.egoplan_data import ENV_PREFIX, epic_frame_folder, task_start_frame
 from lmms_egoplan.settings import env_var
 from lmms_egoplan.testing.media import write_frame_folder, write_video
+from lmms_egoplan.testing.suite import SmokeSuite
 
 EPIC_VIDEOS = {"P01_13": 400, "P02_03": 400}  # video id -> number of frames (numbered 1..N)
 EGO4D_VIDEOS = {"0a1b2c3d-ego4d-video-one": 330, "4e5f6a7b-ego4d-video-two": 330}  # frames 0..N-1
@@ -122,9 +123,7 @@ def _record(sample_id: int, video_id: str, completed: int, *, labelled: bool) ->
     return record
 
 
-def smoke_suite(workdir: Path, resources: contextlib.ExitStack):
+def smoke_suite(workdir: Path, resources: contextlib.ExitStack) -> SmokeSuite:
     """EgoPlan's share of ``lmms-egoplan smoke``: all three tasks on the synthetic data."""
-    from lmms_egoplan.smoke import SmokeSuite
-
     fixture = build_fixture(workdir)
     return SmokeSuite(name="egoplan", tasks=("egoplan_val", "egoplan_test", "egoplan_val_gen"), env=fixture.env())

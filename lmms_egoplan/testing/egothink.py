@@ -15,10 +15,10 @@ import json
 from contextlib import ExitStack
 from pathlib import Path
 
-from lmms_egoplan.egothink import DIMENSIONS, Dimension
-from lmms_egoplan.smoke import SmokeSuite
+from lmms_egoplan.egothink_data import DIMENSIONS, Dimension
 from lmms_egoplan.testing.judge_server import hash_rating, loopback_judge_settings
 from lmms_egoplan.testing.media import write_image
+from lmms_egoplan.testing.suite import SmokeSuite
 
 QUESTIONS = ("What am I holding in my left hand?", "Is there a cup on my right?", "What will I do next?",
              "How many plates are in front of me?", "How do I get to the door?")

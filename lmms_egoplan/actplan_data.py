@@ -1,0 +1,166 @@
+"""ActPlan-1K's release: the layout of its ``annotation`` folder, every instance loaded and checked
+from it, and the checks on the task's settings. The protocol is in ``lmms_egoplan.actplan``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterable
+
+from lmms_egoplan.errors import InputError
+from lmms_egoplan.settings import SettingsError, setting_name
+
+ENV_PREFIX = "ACTPLAN"  # settings are overridden by environment variables ACTPLAN_<SETTING>
+GOLD_CHOICES = ("first", "best")  # which gold plan a prediction is scored against; the first is the paper's
+
+# ---------------------------------------------------------------------------------------------
+# Release layout
+# ---------------------------------------------------------------------------------------------
+
+ANNOTATION_FOLDER = "annotation"
+NORMAL, COUNTERFACTUAL = "normal", "counterfactual"
+SPLITS = (NORMAL, COUNTERFACTUAL)
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+_SAMPLE_FOLDER = re.compile(r"sample_(\d+)")
+_GOLD_FILE = re.compile(r"plan_gold_(\d+)\.txt")
+_PLAN_FILE = re.compile(r"plan_(.+)\.txt")
+# ".../<activity>/<problem>/sample_<k>" in instance ids and the release's pair files.
+_PROBLEM_IN_PATH = re.compile(r"(?:^|/)(\d+)/sample_\d+/?$")
+
+
+class ActPlanDataError(InputError):
+    """The ActPlan-1K release folder is missing or incomplete."""
+
+
+def split_of_problem(problem: int) -> str:
+    """Problem 0 is the Behavior-100 activity; higher indices are its counterfactual variants."""
+    return NORMAL if problem == 0 else COUNTERFACTUAL
+
+
+def split_of_path(path: str) -> str | None:
+    """The split of an instance named by a path ending in ``<problem>/sample_<k>`` (None otherwise)."""
+    found = _PROBLEM_IN_PATH.search(path.replace("\\", "/"))
+    return split_of_problem(int(found.group(1))) if found else None
+
+
+def annotation_root(data_root: str | Path) -> Path:
+    """The release's ``annotation`` folder: ``data_root/annotation``, or ``data_root`` itself."""
+    root = Path(data_root).expanduser()
+    if not root.is_dir():
+        raise ActPlanDataError(f"ActPlan-1K data folder not found: {root}")
+    return root / ANNOTATION_FOLDER if (root / ANNOTATION_FOLDER).is_dir() else root
+
+
+def _numbered(paths: Iterable[Path], pattern: re.Pattern) -> list[tuple[int, Path]]:
+    found = [(int(m.group(1)), p) for p in paths if (m := pattern.fullmatch(p.name))]
+    return sorted(found)
+
+
+def gold_plan_files(sample_folder: Path) -> list[Path]:
+    """``plan_gold_<n>.txt`` files in number order (``first`` = the lowest number)."""
+    return [path for _, path in _numbered(sample_folder.glob("plan_gold_*.txt"), _GOLD_FILE)]
+
+
+def candidate_plan_files(sample_folder: Path) -> dict[str, Path]:
+    """The VLM plans shipped with an instance, ``plan_<model>.txt``, by model name."""
+    plans = {}
+    for path in sorted(sample_folder.glob("plan_*.txt")):
+        if not _GOLD_FILE.fullmatch(path.name):
+            plans[_PLAN_FILE.fullmatch(path.name).group(1)] = path
+    return plans
+
+
+def _image_order(path: Path):
+    return (0, int(path.stem), path.name) if path.stem.isdigit() else (1, 0, path.name)
+
+
+def image_files(sample_folder: Path) -> list[Path]:
+    """The scene images, in frame-number order."""
+    images = [p for p in sample_folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()]
+    return sorted(images, key=_image_order)
+
+
+def gold_steps(text: str) -> list[str]:
+    """A gold plan's steps: its non-blank lines, stripped."""
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def load_instances(data_root: str | Path) -> list[dict]:
+    """Every instance of the release under ``data_root``, in (scene, activity, problem, sample) order.
+
+    An instance folder without images, gold plan or task description raises ActPlanDataError
+    listing every such folder.
+    """
+    root = annotation_root(data_root)
+    instances, problems = [], []
+    for scene in sorted(p for p in root.iterdir() if p.is_dir()):
+        for activity in sorted(p for p in scene.iterdir() if p.is_dir()):
+            problem_folders = sorted((int(p.name), p) for p in activity.iterdir() if p.is_dir() and p.name.isdigit())
+            for problem, problem_folder in problem_folders:
+                description_file = problem_folder / f"task_description_{problem}.txt"
+                for sample, folder in _numbered((p for p in problem_folder.iterdir() if p.is_dir()), _SAMPLE_FOLDER):
+                    images, golds = image_files(folder), gold_plan_files(folder)
+                    missing = [what for what, ok in (("images (*.png / *.jpg)", images), ("gold plan (plan_gold_<n>.txt)", golds),
+                                                     (f"task description ({description_file.name} beside it)", description_file.is_file()))
+                               if not ok]
+                    if missing:
+                        problems.append(f"{folder}: no {', no '.join(missing)}")
+                        continue
+                    plans = [gold_steps(path.read_text()) for path in golds]
+                    empty = [path.name for path, steps in zip(golds, plans) if not steps]
+                    if empty:
+                        problems.append(f"{folder}: empty gold plan {', '.join(empty)}")
+                        continue
+                    instances.append({
+                        "instance_id": folder.relative_to(root).as_posix(),
+                        "scene": scene.name,
+                        "activity": activity.name,
+                        "problem": problem,
+                        "sample": sample,
+                        "split": split_of_problem(problem),
+                        "folder": str(folder),
+                        "description": description_file.read_text().strip(),
+                        "image_paths": [str(path) for path in images],
+                        "gold_files": [path.name for path in golds],
+                        "gold_plans": plans,
+                    })
+    if problems:
+        shown = "\n  ".join(problems[:20]) + (f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else "")
+        raise ActPlanDataError(f"{len(problems)} ActPlan-1K instance folder(s) under {root} are incomplete:\n  {shown}")
+    if not instances:
+        raise ActPlanDataError(f"no ActPlan-1K instances under {root}: expected "
+                               f"{ANNOTATION_FOLDER}/<scene>/<activity>/<problem>/sample_<k>/ folders")
+    return instances
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings checks
+# ---------------------------------------------------------------------------------------------
+
+
+def match_threshold_problem(threshold: float) -> str | None:
+    """What is wrong with a step-match threshold (it is a cosine similarity in (0, 1]), or None."""
+    return None if 0 < threshold <= 1 else f"expected a cosine in (0, 1], got {threshold}"
+
+
+def check_settings(settings, task: str) -> None:
+    """Values of an ``actplan.ActPlanSettings`` that the type check cannot catch, reported with the
+    setting's variable name and YAML key."""
+
+    def fail(field: str, problem: str):
+        raise SettingsError(f"task {task}: {setting_name(ENV_PREFIX, field)}: {problem}")
+
+    if not settings.data_root:
+        fail("data_root", "set it to the ActPlan-1K release folder (the one holding annotation/)")
+    if settings.instances not in ("all", *SPLITS):
+        fail("instances", f"expected all, {NORMAL} or {COUNTERFACTUAL}, got {settings.instances!r}")
+    if settings.gold_plan not in GOLD_CHOICES:
+        fail("gold_plan", f"expected one of {', '.join(GOLD_CHOICES)}, got {settings.gold_plan!r}")
+    if problem := match_threshold_problem(settings.match_threshold):
+        fail("match_threshold", problem)
+    for field in ("embedding_model", "bleurt_checkpoint", "bleurt_base"):
+        value = getattr(settings, field)
+        if value and not Path(value).expanduser().exists():
+            fail(field, f"not found: {value}")

@@ -1,0 +1,356 @@
+"""EgoPlan-Bench's release files: annotation records, where their media live, and the docs built
+from them (paths and annotation frame numbers, never decoded media), all checked before a run.
+
+``lmms_egoplan.egoplan`` holds the protocol (settings, task, prompt, scoring); this module holds
+what it loads. Functions taking ``settings`` receive an ``egoplan.EgoPlanSettings``.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmms_egoplan import media
+from lmms_egoplan.errors import InputError
+from lmms_egoplan.metrics import ValueBin, bin_of, parse_bins, sentence_embeddings
+from lmms_egoplan.settings import SettingsError, setting_name
+
+ENV_PREFIX = "EGOPLAN"  # settings are overridden by environment variables EGOPLAN_<SETTING>
+CHOICE_LETTERS = "ABCD"
+VIDEO_SOURCES = {"EpicKitchens": "epic_kitchens", "Ego4D": "ego4d"}  # record value -> metric suffix
+CLIP_EXTENSIONS = (".mp4", ".MP4", ".mkv", ".webm")
+
+
+class EgoPlanDataError(InputError):
+    """An annotation record or its media cannot be used; the message names the sample, path and setting."""
+
+
+
+# =============================================================================================
+# Annotation records and where their media live
+# =============================================================================================
+
+_RECORD_FIELDS = ("sample_id", "video_source", "video_id", "task_goal", "question", "current_observation_frame",
+                  "task_progress_metadata", *(f"choice_{letter.lower()}" for letter in CHOICE_LETTERS))
+_ACTION_FIELDS = ("narration_text", "start_frame", "stop_frame")
+
+
+def annotation_path(settings) -> Path:
+    if not settings.annotation_file:
+        raise SettingsError(f"EgoPlan: no annotation file; set {setting_name(ENV_PREFIX, 'annotation_dir')} to "
+                            f"the folder holding EgoPlan_validation.json / EgoPlan_test.json")
+    path = Path(settings.annotation_file).expanduser()
+    if not path.is_absolute():
+        if not settings.annotation_dir:
+            raise SettingsError(f"EgoPlan: annotation file {settings.annotation_file!r} is relative; set "
+                                f"{setting_name(ENV_PREFIX, 'annotation_dir')} to the folder that holds it")
+        path = Path(settings.annotation_dir).expanduser() / path
+    return path
+
+
+def read_annotations(path: Path, *, labelled: bool) -> list[dict]:
+    """The records of an official annotation file, checked field by field; sample ids are unique."""
+    if not path.is_file():
+        raise EgoPlanDataError(f"EgoPlan annotation file not found: {path}; set "
+                               f"{setting_name(ENV_PREFIX, 'annotation_dir')} "
+                               f"(or {setting_name(ENV_PREFIX, 'annotation_file')})")
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise EgoPlanDataError(f"cannot read EgoPlan annotation file {path}: {error}") from error
+    if not isinstance(records, list) or not records:
+        raise EgoPlanDataError(f"EgoPlan annotation file {path} must hold a non-empty JSON list of records")
+    for position, record in enumerate(records):
+        _check_record(record, position, path, labelled=labelled)
+    counts = collections.Counter(record["sample_id"] for record in records)
+    if duplicates := [sample_id for sample_id, count in counts.items() if count > 1]:
+        raise EgoPlanDataError(f"EgoPlan annotation file {path}: sample_id(s) {', '.join(map(repr, duplicates))} "
+                               f"appear more than once; each record needs its own (results and the submission "
+                               f"are keyed by it)")
+    return records
+
+
+def _check_record(record: Any, position: int, path: Path, *, labelled: bool) -> None:
+    where = f"EgoPlan annotation file {path}, record #{position}"
+    if not isinstance(record, dict):
+        raise EgoPlanDataError(f"{where}: expected a JSON object")
+    where += f" (sample_id {record.get('sample_id')!r})"
+    required = _RECORD_FIELDS + (("golden_choice_idx",) if labelled else ())
+    missing = [name for name in required if name not in record]
+    if missing:
+        raise EgoPlanDataError(f"{where}: missing field(s) {', '.join(missing)}")
+    if record["video_source"] not in VIDEO_SOURCES:
+        raise EgoPlanDataError(f"{where}: video_source must be one of {sorted(VIDEO_SOURCES)}, "
+                               f"got {record['video_source']!r}")
+    if labelled and record["golden_choice_idx"] not in tuple(CHOICE_LETTERS):
+        raise EgoPlanDataError(f"{where}: golden_choice_idx must be one of A-D, got {record['golden_choice_idx']!r}")
+    actions = record["task_progress_metadata"]
+    if not isinstance(actions, list) or any(not isinstance(a, dict) or any(f not in a for f in _ACTION_FIELDS)
+                                            for a in actions):
+        raise EgoPlanDataError(f"{where}: task_progress_metadata must be a list of objects with "
+                               f"{', '.join(_ACTION_FIELDS)}")
+    if actions and actions[0]["start_frame"] > record["current_observation_frame"]:
+        raise EgoPlanDataError(f"{where}: the first action starts (frame {actions[0]['start_frame']}) after the "
+                               f"current observation frame {record['current_observation_frame']}")
+
+
+def epic_frame_folder(root: str | Path, video_id: str) -> Path:
+    """EPIC-KITCHENS-100 RGB frames: ``<root>/<participant>/rgb_frames/<video_id>`` (P01_13 -> P01)."""
+    return Path(root) / video_id.split("_")[0] / "rgb_frames" / video_id
+
+
+def ego4d_video_path(root: str | Path, video_id: str) -> Path:
+    return Path(root) / f"{video_id}.mp4"
+
+
+def clip_path(clips_dir: str | Path, sample_id: int) -> Path:
+    """``<clips_dir>/<sample_id>.mp4`` (or .mkv / .webm); the .mp4 name when none exists."""
+    candidates = [Path(clips_dir) / f"{sample_id}{ext}" for ext in CLIP_EXTENSIONS]
+    return next((p for p in candidates if p.is_file()), candidates[0])
+
+
+@dataclass(frozen=True)
+class MediaKind:
+    """Where one kind of media lives: the setting naming its root folder, and a record's path under it."""
+
+    setting: str  # the setting that holds the root folder
+    layout: str  # what that folder must hold (for error messages)
+    path: Callable[[str, Mapping], Path]  # (root, record) -> the record's media
+
+
+MEDIA_KINDS = {
+    "epic_frames": MediaKind("epic_frames_root", "the EPIC-KITCHENS-100 root "
+                             "(<root>/<participant>/rgb_frames/<video_id>/frame_%010d.jpg)",
+                             lambda root, record: epic_frame_folder(root, record["video_id"])),
+    "ego4d_video": MediaKind("ego4d_videos_root", "the Ego4D video folder (<root>/<video_id>.mp4)",
+                             lambda root, record: ego4d_video_path(root, record["video_id"])),
+    "clip": MediaKind("clips_dir", "the folder of pre-cut clips (<clips_dir>/<sample_id>.mp4)",
+                      lambda root, record: clip_path(root, record["sample_id"])),
+}
+
+
+def record_media(record: Mapping, settings) -> tuple[str, Path]:
+    """The kind of a record's media (a key of ``MEDIA_KINDS``) and its path."""
+    if settings.visual_source == "clips":
+        kind = "clip"
+    else:
+        kind = "epic_frames" if record["video_source"] == "EpicKitchens" else "ego4d_video"
+    media_kind = MEDIA_KINDS[kind]
+    root = getattr(settings, media_kind.setting)
+    if not root:
+        raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, media_kind.setting)} is not set; it must point at "
+                            f"{media_kind.layout} (visual_source={settings.visual_source!r})")
+    return kind, media_kind.path(root, record)
+
+
+
+# =============================================================================================
+# Which frames a doc shows (annotation frame numbers; paper §3.3, appendix C.1)
+# =============================================================================================
+
+
+def bin_starts(first: int, end: int, count: int) -> list[int]:
+    """The first frame of each of ``count`` equal bins of ``[first, end)``, as the official
+    EgoPlan evaluation samples; all lie before ``end`` unless the range is empty (then ``first``)."""
+    if end <= first:
+        return [first] * count
+    return [first + (i * (end - first)) // count for i in range(count)]
+
+
+def task_start_frame(record: Mapping) -> int:
+    """Where the task progress starts: the first action's start (the observation when none is done)."""
+    actions = record["task_progress_metadata"]
+    return actions[0]["start_frame"] if actions else record["current_observation_frame"]
+
+
+def progress_clips(record: Mapping, settings) -> list[list[int]]:
+    """Task-progress frames as video clips (annotation frame numbers, time order), none past the
+    observation frame.
+
+    ``uniform``: one clip of ``num_frames`` frames over [first action start, observation).
+    ``keyframes`` (appendix C.1): one clip per action segment -- the last ``keyframe_segments``
+    actions completed by the observation frame, each cut at the next action's start (the last at
+    the observation), ``keyframes_per_segment`` frames each. With nothing completed yet, the
+    observation frame stands in for the progress (one clip).
+    """
+    observation = record["current_observation_frame"]
+    if settings.frame_sampling == "uniform":
+        return [bin_starts(task_start_frame(record), observation, settings.num_frames)]
+    completed = [a for a in record["task_progress_metadata"] if a["stop_frame"] <= observation]
+    segments = completed[-settings.keyframe_segments:]
+    if not segments:
+        return [[observation] * settings.keyframes_per_segment]
+    clips = []
+    for position, action in enumerate(segments):
+        stop = segments[position + 1]["start_frame"] if position + 1 < len(segments) else observation
+        stop = max(action["start_frame"], min(action["stop_frame"], stop))
+        clips.append(bin_starts(action["start_frame"], stop + 1, settings.keyframes_per_segment))
+    return clips
+
+
+
+def doc_frame_numbers(doc: Mapping) -> list[int]:
+    """Every frame a doc shows (annotation frame numbers): the task-progress clips, then the observation."""
+    return [*itertools.chain.from_iterable(doc["progress_clips"]), doc["current_observation_frame"]]
+
+
+def video_indices(doc: Mapping, video: media.VideoFile, numbers: Sequence[int]) -> list[int]:
+    """Indices into the doc's video file of annotation frame ``numbers``.
+
+    Ego4D: numbers count frames at ``frame_rate`` (30 fps, the canonical videos'), so they are
+    mapped through time and stay right for a re-encoded video. Pre-cut clips span the task
+    progress (first frame: task start, last frame: current observation), so numbers map
+    proportionally onto the clip's frames.
+    """
+    if doc["media_kind"] == "ego4d_video":
+        return [video.index_at(n / doc["frame_rate"]) for n in numbers]
+    last = video.info.num_frames - 1
+    first, observation = doc["clip_first_frame"], doc["current_observation_frame"]
+    if observation <= first:
+        return [last] * len(numbers)
+    return [min(last, max(0, round((n - first) * last / (observation - first)))) for n in numbers]
+
+
+
+# =============================================================================================
+# Loading: records -> docs, media checked up front
+# =============================================================================================
+
+
+@dataclass(frozen=True)
+class MissingMedia:
+    sample_id: int
+    path: str
+    message: str  # what is missing, and the setting that points at it
+
+    def __str__(self) -> str:
+        return f"sample {self.sample_id}: {self.message}"
+
+
+@dataclass
+class LoadedSamples:
+    docs: list[dict]
+    skipped: list[MissingMedia]
+
+
+def load_samples(settings, *, labelled: bool) -> LoadedSamples:
+    """Docs for every record of the annotation file, with their media checked.
+
+    A missing frame folder, frame, video or clip raises one EgoPlanDataError naming the sample,
+    the path and the setting to change -- or, with ``skip_missing``, drops the sample and
+    records it in ``skipped``.
+    """
+    check_visual_settings(settings)
+    bins = progress_bins(settings)
+    records = read_annotations(annotation_path(settings), labelled=labelled)
+    docs = [_record_to_doc(record, settings, bins) for record in records]
+    problems = find_missing_media(docs)
+    if problems and not settings.skip_missing:
+        others = f" ({len(problems) - 1} more sample(s) have missing media)" if len(problems) > 1 else ""
+        raise EgoPlanDataError(f"EgoPlan {problems[0]}{others}. Set {setting_name(ENV_PREFIX, 'skip_missing')} to "
+                               f"true to skip such samples instead (they are counted in the skipped_samples metric)")
+    missing_ids = {problem.sample_id for problem in problems}
+    return LoadedSamples(docs=[d for d in docs if d["sample_id"] not in missing_ids], skipped=problems)
+
+
+def check_visual_settings(settings) -> None:
+    choices = {"visual_source": ("raw", "clips"), "frame_sampling": ("uniform", "keyframes")}
+    for field, allowed in choices.items():
+        if getattr(settings, field) not in allowed:
+            raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, field)} must be one of {', '.join(allowed)}, "
+                                f"got {getattr(settings, field)!r}")
+    for field in ("num_frames", "keyframe_segments", "keyframes_per_segment"):
+        if getattr(settings, field) < 1:
+            raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, field)} must be at least 1, "
+                                f"got {getattr(settings, field)}")
+    if settings.ego4d_annotation_fps <= 0:
+        raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, 'ego4d_annotation_fps')} must be positive")
+
+
+def progress_bins(settings) -> tuple[ValueBin, ...]:
+    try:
+        return parse_bins(settings.progress_length_bins)
+    except ValueError as error:
+        raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, 'progress_length_bins')}: {error}") from None
+
+
+def _record_to_doc(record: Mapping, settings, bins: Sequence[ValueBin]) -> dict:
+    kind, path = record_media(record, settings)
+    golden = record.get("golden_choice_idx")
+    progress_length = len(record["task_progress_metadata"])
+    return {
+        "sample_id": record["sample_id"],
+        "video_source": record["video_source"],
+        "video_id": record["video_id"],
+        "task_goal": record["task_goal"],
+        "question": record["question"],
+        **{f"choice_{letter.lower()}": record[f"choice_{letter.lower()}"] for letter in CHOICE_LETTERS},
+        "golden_choice_idx": golden,
+        "answer": record[f"choice_{golden.lower()}"] if golden else None,
+        "current_observation_frame": record["current_observation_frame"],
+        "task_progress_metadata": record["task_progress_metadata"],
+        "progress_length": progress_length,
+        "progress_bucket": bin_of(progress_length, bins).label,
+        "media_kind": kind,
+        "media_path": str(path),
+        "progress_clips": progress_clips(record, settings),
+        "clip_first_frame": task_start_frame(record),
+        "frame_rate": settings.ego4d_annotation_fps if kind == "ego4d_video" else None,
+        "max_side": settings.max_side,
+    }
+
+
+def find_missing_media(docs: Sequence[Mapping]) -> list[MissingMedia]:
+    """The docs whose frame folder, frames, video or clip is missing, in doc order.
+
+    Frame folders are checked frame by frame; each Ego4D video is opened once to check its
+    length; clips are checked for existence (their length is read when decoding).
+    """
+    problems = []
+    by_video: dict[str, list[Mapping]] = collections.defaultdict(list)
+    for doc in docs:
+        path = Path(doc["media_path"])
+        if doc["media_kind"] == "ego4d_video":
+            by_video[doc["media_path"]].append(doc)
+        elif doc["media_kind"] == "epic_frames":
+            if not path.is_dir():
+                problems.append((doc, path, f"frame folder not found: {path}"))
+            elif missing := media.FrameFolder(path).missing(doc_frame_numbers(doc)):
+                problems.append((doc, missing[0], f"{len(missing)} frame(s) missing, e.g. {missing[0]}"))
+        elif not path.is_file():
+            problems.append((doc, path, f"clip not found: {path}"))
+    for path, video_docs in by_video.items():
+        try:
+            with media.VideoFile(path) as video:
+                for doc in video_docs:
+                    last = max(video_indices(doc, video, doc_frame_numbers(doc)))
+                    if last >= video.info.num_frames:
+                        message = (f"frame {doc['current_observation_frame']} (file index {last}) is past the end "
+                                   f"of {path} ({video.info.num_frames} frames at {video.info.fps:g} fps)")
+                        problems.append((doc, path, message))
+        except media.MediaError as error:
+            problems += [(doc, path, str(error)) for doc in video_docs]
+    order = {id(doc): position for position, doc in enumerate(docs)}
+    problems.sort(key=lambda problem: order[id(problem[0])])
+    return [MissingMedia(doc["sample_id"], str(path),
+                         f"{message}; check {setting_name(ENV_PREFIX, MEDIA_KINDS[doc['media_kind']].setting)}")
+            for doc, path, message in problems]
+
+
+
+def check_similarity_model(settings) -> None:
+    """Load the goal-answer similarity model now rather than at aggregation, after the paid model run.
+
+    On the CPU: only rank 0 aggregates, and the check should not take GPU memory on every rank.
+    """
+    try:
+        sentence_embeddings(["store cereal"], settings.similarity_model or None, device="cpu")
+    except (ImportError, OSError, ValueError) as error:
+        raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, 'similarity_model')}: cannot load the goal-answer "
+                            f"similarity model {settings.similarity_model or 'all-MiniLM-L6-v2'!r}: {error}") from error
+
