@@ -137,15 +137,18 @@ def _task_of(task: BenchmarkTask | None) -> JudgedTask:
 
 
 def judged_score(items: Sequence[dict], args: Any = None, *, task: JudgedTask | None = None) -> float:
-    """The judged metric: mean rating x the rubric's scale over successful judgements (NaN if none)."""
+    """The judged metric: mean rating x the rubric's scale over successful judgements (NaN if none).
+    ``task``: injected by BenchmarkTask (the task whose judge and run files are used)."""
     return _task_of(task).judge_score(items, args).score
 
 
 def judged_count(items: Sequence[dict], args: Any = None, *, task: JudgedTask | None = None) -> int:
+    """Judgements with a valid rating. ``task``: injected by BenchmarkTask."""
     return _task_of(task).judge_score(items, args).results.judged
 
 
 def failed_count(items: Sequence[dict], args: Any = None, *, task: JudgedTask | None = None) -> int:
+    """Failed judgements (no answer, or no valid rating). ``task``: injected by BenchmarkTask."""
     return _task_of(task).judge_score(items, args).results.failed
 
 
