@@ -1,7 +1,9 @@
 """Run the real ``lmms-eval`` CLI in a subprocess, as a user would, and read what it wrote.
 
-lmms-eval 0.7.3 exits with status 0 even when a task fails (it prints the traceback and
-carries on), so success here means: exit status 0 *and* a results file naming every task.
+lmms-eval 0.7.3 exits with status 0 even when a task fails (it prints the traceback and carries
+on); runs that use the suite exit 1 instead (``lmms_eval_compat.fail_runs_with_failed_tasks``), but
+runs here may also use only lmms-eval's own tasks, so success means: exit status 0 *and* a results
+file naming every task.
 """
 
 from __future__ import annotations
