@@ -1,7 +1,8 @@
 """Questions per second of egoplan_hf's multiple-choice scoring: naive per-candidate vs prefix-shared.
 
-EgoPlan-shaped questions (8 progress frames as one clip + 1 observation image, a ~100-token
-prompt, 4 candidates of 3-8 tokens) are scored by the same backend instance twice: once with a
+EgoPlan-shaped questions (one clip of 8 frames, the observation last, a ~100-token prompt,
+4 candidates of 3-8 tokens, scored over the answer and the end-of-turn token as egoplan_val
+asks by default) are scored by the same backend instance twice: once with a
 full forward pass per candidate (vision encoder included, as lmms-eval's own backends do) and
 once with prefix sharing (one prefill per question, candidates batched on its KV cache). Rounds
 alternate between the two methods so that a busy machine slows both alike; the median round
@@ -9,6 +10,7 @@ counts. Visuals are decoded once per question in both methods, so the ratio is m
 
     python benchmarks/bench_loglikelihood.py                      # CPU, float32, tiny-random qwen2_vl
     python benchmarks/bench_loglikelihood.py --device cuda --dtype bfloat16
+    python benchmarks/bench_loglikelihood.py --scored-span answer   # lmms-eval's convention
 """
 
 from __future__ import annotations
@@ -50,17 +52,20 @@ def egoplan_visuals(doc: dict) -> list[Image.Image]:
 
     rng = np.random.default_rng(doc["seed"])
     frames = [Image.fromarray(rng.integers(0, 256, (224, 224, 3), dtype=np.uint8)) for _ in range(8)]
-    observation = Image.fromarray(rng.integers(0, 256, (224, 224, 3), dtype=np.uint8))
-    return [*as_video_frames(frames, clip="progress"), observation]
+    return as_video_frames(frames, clip="task_progress_1")
 
 
-def requests_for(docs: list[dict]) -> list:
+def requests_for(docs: list[dict], span: str) -> list:
     from lmms_eval.api.instance import Instance
 
-    return [Instance(request_type="loglikelihood", idx=i,
-                     arguments=(doc["question"], " " + choice, egoplan_visuals, doc_id, TASK, SPLIT),
-                     metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
-            for doc_id, doc in enumerate(docs) for i, choice in enumerate(doc["choices"])]
+    from lmms_egoplan import scored_span
+
+    requests = [Instance(request_type="loglikelihood", idx=i,
+                         arguments=(doc["question"], " " + choice, egoplan_visuals, doc_id, TASK, SPLIT),
+                         metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
+                for doc_id, doc in enumerate(docs) for i, choice in enumerate(doc["choices"])]
+    scored_span.mark_requests(requests, span)
+    return requests
 
 
 def timed(backend, requests, prefix_sharing: bool) -> tuple[float, list]:
@@ -86,6 +91,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--scored-span", default="answer_and_end_of_turn", choices=["answer_and_end_of_turn", "answer"])
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "lmms_egoplan_bench_checkpoints"))
     args = parser.parse_args()
 
@@ -101,11 +107,12 @@ def main() -> None:
     backend = EgoPlanHF(pretrained=pretrained, device=args.device, dtype=args.dtype)
     docs = egoplan_docs(args.questions)
     backend.task_dict = {TASK: {SPLIT: docs}}
-    requests = requests_for(docs)
+    requests = requests_for(docs, args.scored_span)
     parameters = sum(p.numel() for p in backend.model.parameters())
     print(f"model: {pretrained} ({parameters / 1e6:.1f}M parameters), device {args.device}, {args.dtype}, "
           f"{torch.get_num_threads()} CPU threads")
-    print(f"questions per round: {args.questions} (4 candidates each), rounds: {args.rounds} per method")
+    print(f"questions per round: {args.questions} (4 candidates each, scored span: {args.scored_span}), "
+          f"rounds: {args.rounds} per method")
 
     timed(backend, requests[:4], prefix_sharing=False)  # warm-up (allocators, kernels)
     timed(backend, requests[:4], prefix_sharing=True)

@@ -9,19 +9,22 @@ Protocol (paper sections):
    the completed actions (``task_progress_metadata``) and the ``current_observation_frame``.
    Videos: EPIC-KITCHENS-100 RGB frame folders (frame numbers are the file numbers) and Ego4D
    mp4s (frame numbers index the 30 fps canonical video), or pre-cut clips named by sample id.
-2. Visual input (§3.3, appendix C.1): task-progress frames sampled from the first action's start
-   up to (never past) the current observation frame -- uniformly as one video clip, or per action
-   segment (the last N segments x K keyframes, one clip each) -- then the current observation
-   frame as a separate, final image.
+2. Visual input (§3, §3.3; official ``src/video_llama_interface.py``): one video clip of 8 frames,
+   7 sampled from the first action's start up to the current observation frame, the observation
+   frame itself last. Settings offer the earlier layouts: the progress frames as one clip then the
+   observation as a separate image, or per action segment (appendix C.1: the last N segments x K
+   keyframes, one clip each) then the observation image.
 3. Prompt: the record's own question (what the official evaluation feeds the model), or the
    EgoPlan-IT instruction; configurable through ``lmms_eval_specific_kwargs``.
-4. Scoring (§3.5): each candidate's likelihood given visual input and question; the prediction
-   is the candidate with the lowest mean token loss. A generative letter-choice variant serves
-   backends without likelihood.
+4. Scoring (§3.5; official ``preprocess_for_llama_v2``): each candidate's mean token loss given
+   visual input and question, over the answer's tokens and the token that closes the assistant's
+   turn; the prediction is the candidate with the lowest loss. A generative letter-choice variant
+   serves backends without likelihood.
 5. Breakdowns (§4.2, Table 3, Figures 7-8): accuracy per video source (EpicKitchens = in-domain,
    Ego4D = out-of-domain), by task-progress length and by goal-answer similarity (three
-   equal-size levels over the evaluated samples).
-6. Test split: the leaderboard submission file ``[{"sample_id": int, "label": "A".."D"}]``.
+   equal-size levels of the split), each with its sample count; every logged sample carries the
+   values it was scored and binned by.
+6. Leaderboard: submission files ``[{"sample_id": int, "label": "A".."D"}]`` for Val and Test.
 
 Loading and validation of the release files (records, media paths, frame plans, missing media):
 ``lmms_egoplan.egoplan_data``. This module follows the task YAMLs (``tasks/egoplan/``): settings,
@@ -31,7 +34,6 @@ tasks, then what the harness calls in order -- visuals, text, results, aggregati
 from __future__ import annotations
 
 import collections
-import functools
 import json
 import re
 import string
@@ -43,23 +45,21 @@ from typing import Any, ClassVar
 from loguru import logger
 from PIL import Image
 
-from lmms_egoplan import media
+from lmms_egoplan import media, scored_span
 from lmms_egoplan.egoplan_data import (
     CHOICE_LETTERS,
     ENV_PREFIX,
+    SIMILARITY_LEVELS,
     VIDEO_SOURCES,
     EgoPlanDataError,
-    check_similarity_model,
     doc_frame_numbers,
     load_samples,
     progress_bins,
     video_indices,
 )
 from lmms_egoplan.harness import BenchmarkTask, run_file
-from lmms_egoplan.metrics import cosine_similarities, equal_size_levels, largest, mean_or_nan
+from lmms_egoplan.metrics import count, largest
 from lmms_egoplan.settings import setting_name
-
-SIMILARITY_LEVELS = ("low", "medium", "high")
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,10 @@ class EgoPlanSettings:
     ego4d_videos_root: str = ""  # <root>/<video_id>.mp4
     ego4d_annotation_fps: float = 30.0  # frame rate EgoPlan's Ego4D frame numbers count in
     clips_dir: str = ""
-    # "uniform": num_frames over the whole progress; "keyframes": appendix C.1, the last
-    # keyframe_segments completed actions x keyframes_per_segment frames.
-    frame_sampling: str = "uniform"
+    # "official": one clip of num_frames frames, the observation last; "uniform": num_frames over the
+    # progress, then the observation as an image; "keyframes": appendix C.1, the last keyframe_segments
+    # completed actions x keyframes_per_segment frames, then the observation as an image.
+    frame_sampling: str = "official"
     num_frames: int = 8
     keyframe_segments: int = 4
     keyframes_per_segment: int = 8
@@ -85,6 +86,8 @@ class EgoPlanSettings:
     skip_missing: bool = False  # skip samples whose media are missing (count reported) instead of failing
     progress_length_bins: str = "0-4,5-9,10-14,15+"
     similarity_model: str = ""  # sentence-transformers model for goal-answer similarity; "" = all-MiniLM-L6-v2
+    # Likelihood tasks: "answer_and_end_of_turn" (the official loss) or "answer" (lmms-eval's convention).
+    scored_tokens: str = scored_span.ANSWER_AND_END_OF_TURN
 
 
 # =============================================================================================
@@ -97,24 +100,26 @@ class EgoPlanValidation(BenchmarkTask):
 
     Settings = EgoPlanSettings
     ENV_PREFIX = ENV_PREFIX
+    SCORED_SPAN_SETTING = "scored_tokens"
     LABELLED: ClassVar[bool] = True
 
     def __init__(self, config, **kwargs):
         super().__init__(config, **kwargs)
-        # Metrics whose names or parameters come from settings join those the YAML lists.
+        # Metrics whose names come from settings join those the YAML lists; each breakdown's
+        # accuracy has its sample count beside it.
         self.add_metric("skipped_samples", largest, higher_is_better=False)
         if self.LABELLED:
-            for value_bin in progress_bins(self.settings):
-                self.add_metric(f"accuracy_progress_{value_bin.label}", "mean")
-            for level, name in enumerate(SIMILARITY_LEVELS):
-                self.add_metric(f"accuracy_similarity_{name}", functools.partial(
-                    similarity_level_accuracy, level=level, model=self.settings.similarity_model))
+            breakdowns = [*VIDEO_SOURCES.values(), *(f"progress_{value_bin.label}" for value_bin in progress_bins(self.settings)),
+                          *(f"similarity_{level}" for level in SIMILARITY_LEVELS)]
+            for breakdown in breakdowns:
+                if f"accuracy_{breakdown}" not in self._aggregation_list:
+                    self.add_metric(f"accuracy_{breakdown}", "mean")
+                self.add_metric(f"n_{breakdown}", count)
 
     def load_docs(self) -> list[dict]:
         loaded = load_samples(self.settings, labelled=self.LABELLED)
-        if self.LABELLED:
-            check_similarity_model(self.settings)
         self.skipped_samples = loaded.skipped
+        self.split_size = len(loaded.docs) + len(loaded.skipped)
         if loaded.skipped:
             logger.warning(f"{self.config.task}: skipped {len(loaded.skipped)} sample(s) with missing media "
                            f"({setting_name(ENV_PREFIX, 'skip_missing')}):\n  "
@@ -137,7 +142,7 @@ class EgoPlanTest(EgoPlanValidation):
 
 
 def progress_clip_name(position: int) -> str:
-    """The video-clip tag of a doc's progress clip at ``position`` (from 0)."""
+    """The video-clip tag of a doc's clip at ``position`` (from 0)."""
     return f"task_progress_{position + 1}"
 
 
@@ -149,14 +154,15 @@ _visual_memo_lock = threading.Lock()
 
 
 def doc_to_visual(doc: Mapping) -> list[Image.Image]:
-    """Task-progress frames (each progress clip tagged as a video clip), then the current
-    observation frame (untagged: an image of its own).
+    """The doc's video clips (each frame tagged with its clip), then the current observation frame
+    (untagged: an image of its own) where the layout shows it apart (``egoplan_data.frame_plan``).
 
-    A flat list of PIL images: lmms-eval's own backends take it as a sequence of images; the
-    suite's backend regroups the tagged frames into videos (``media.group_visuals``): one in
-    ``uniform`` mode, one per action segment in ``keyframes`` mode.
+    By default one clip of 8 frames whose last frame is the observation, as the official
+    evaluation shows it. A flat list of PIL images: lmms-eval's own backends take it as a
+    sequence of images; the suite's backend regroups the tagged frames into videos
+    (``media.group_visuals``).
     """
-    key = (doc["media_kind"], doc["media_path"], tuple(map(tuple, doc["progress_clips"])),
+    key = (doc["media_kind"], doc["media_path"], tuple(map(tuple, doc["clips"])), doc["observation_image"],
            doc["current_observation_frame"], doc["clip_first_frame"], doc["frame_rate"], doc["max_side"])
     with _visual_memo_lock:
         if key in _visual_memo:
@@ -164,9 +170,9 @@ def doc_to_visual(doc: Mapping) -> list[Image.Image]:
             return list(_visual_memo[key])
     frames = iter(_distinct_images(_read_frames(doc, doc_frame_numbers(doc))))
     visuals = []
-    for position, clip in enumerate(doc["progress_clips"]):
+    for position, clip in enumerate(doc["clips"]):
         visuals += media.as_video_frames([next(frames) for _ in clip], clip=progress_clip_name(position))
-    visuals = (*visuals, next(frames))
+    visuals = (*visuals, *frames)  # the observation image, if any
     with _visual_memo_lock:
         _visual_memo[key] = visuals
         while len(_visual_memo) > _VISUAL_MEMO_SIZE:
@@ -257,48 +263,57 @@ def doc_to_target(doc: Mapping) -> int | None:
 # =============================================================================================
 
 
-def candidate_loss(result: Sequence) -> float:
-    """The loss in one loglikelihood result ``(loss, is_greedy)`` (a list once logged as JSON).
+def sample_record(doc: Mapping, predicted: int | None, losses: Sequence[float] | None = None) -> dict[str, Any]:
+    """What a logged sample shows of how it was scored and binned: the item of the ``predictions``
+    metric (the submission file takes ``sample_id`` and ``label`` from it)."""
+    return {
+        "sample_id": doc["sample_id"],
+        "label": CHOICE_LETTERS[predicted] if predicted is not None else None,
+        "gold": doc["golden_choice_idx"],
+        "candidate_losses": dict(zip(CHOICE_LETTERS, losses)) if losses is not None else None,
+        "video_source": doc["video_source"],
+        "progress_length": doc["progress_length"],
+        "progress_bin": doc["progress_bucket"],
+        "goal_answer_similarity": doc.get("goal_answer_similarity"),
+        "similarity_level": doc.get("similarity_level"),
+    }
+
+
+def labelled_scores(doc: Mapping, record: Mapping) -> dict[str, Any]:
+    """Accuracy overall and in every breakdown the doc belongs to, with a count per breakdown
+    (an unparsed answer is wrong)."""
+    correct = float(record["label"] is not None and record["label"] == record["gold"])
+    breakdowns = (VIDEO_SOURCES[doc["video_source"]], f"progress_{doc['progress_bucket']}",
+                  f"similarity_{doc['similarity_level']}")
+    return {"accuracy": correct, **{f"accuracy_{name}": correct for name in breakdowns},
+            **{f"n_{name}": 1 for name in breakdowns}, "predictions": dict(record)}
+
+
+def candidate_losses(results: Sequence[Sequence]) -> list[float]:
+    """The loss in each loglikelihood result ``(loss, is_greedy)`` (a list once logged as JSON).
 
     The pairs reach ``process_results`` intact because installing this suite patches lmms-eval
     0.7.3, which would otherwise turn them into strings (``lmms_eval_compat.keep_loglikelihood_results``).
     """
-    return float(result[0])
+    return [float(result[0]) for result in results]
 
 
-def ranked_choice(results: Sequence[Sequence]) -> int:
-    """The candidate with the lowest mean token loss (lmms-eval's backends return losses).
-
-    Ties go to the earlier candidate, as ``argmin`` in the official evaluation.
-    """
-    losses = [candidate_loss(result) for result in results]
+def ranked_choice(losses: Sequence[float]) -> int:
+    """The candidate with the lowest mean token loss; ties go to the earlier candidate, as ``argmin``
+    in the official evaluation."""
     return min(range(len(losses)), key=losses.__getitem__)
-
-
-def labelled_scores(doc: Mapping, predicted: int | None) -> dict[str, Any]:
-    """Accuracy overall and in every breakdown the doc belongs to (an unparsed answer is wrong)."""
-    correct = float(predicted is not None and predicted == doc_to_target(doc))
-    # The similarity levels are fixed only once all samples are in; this record (also what the
-    # logged samples show of the prediction) is what their aggregation needs.
-    record = {"sample_id": doc["sample_id"], "task_goal": doc["task_goal"], "answer": doc["answer"],
-              "prediction": CHOICE_LETTERS[predicted] if predicted is not None else None, "correct": correct}
-    return {
-        "accuracy": correct,
-        f"accuracy_{VIDEO_SOURCES[doc['video_source']]}": correct,
-        f"accuracy_progress_{doc['progress_bucket']}": correct,
-        **{f"accuracy_similarity_{level}": record for level in SIMILARITY_LEVELS},
-    }
 
 
 def process_ranking_results(doc: Mapping, results: Sequence[Sequence]) -> dict[str, Any]:
     """``egoplan_val``: the likelihood-ranked candidate, scored overall and per breakdown."""
-    return labelled_scores(doc, ranked_choice(results))
+    losses = candidate_losses(results)
+    return labelled_scores(doc, sample_record(doc, ranked_choice(losses), losses))
 
 
 def process_generation_results(doc: Mapping, results: Sequence[str]) -> dict[str, Any]:
     """``egoplan_val_gen``: the letter read from the answer, scored as above; an unread one is counted."""
     predicted = extract_choice(results[0], doc_to_choice(doc))
-    return {**labelled_scores(doc, predicted), "unparseable": float(predicted is None)}
+    return {**labelled_scores(doc, sample_record(doc, predicted)), "unparseable": float(predicted is None)}
 
 
 _BARE_LETTER = re.compile(r"[(\[]?\s*([A-Da-d])\s*[)\]]?[.:]?")
@@ -359,27 +374,14 @@ def _named_choices(text: str, choices: Sequence[str]) -> list[int]:
 
 def process_submission_results(doc: Mapping, results: Sequence[Sequence]) -> dict[str, Any]:
     """``egoplan_test``: the likelihood-ranked candidate's letter, for the submission file."""
-    return {"predictions": {"sample_id": doc["sample_id"], "label": CHOICE_LETTERS[ranked_choice(results)]}}
+    losses = candidate_losses(results)
+    return {"predictions": sample_record(doc, ranked_choice(losses), losses)}
 
 
 
 # =============================================================================================
-# 4. Aggregation: breakdowns over the evaluated set, the Test submission file
+# 4. Aggregation: the leaderboard submission files
 # =============================================================================================
-
-
-def similarity_level_accuracy(items: Sequence[Mapping], *, level: int, model: str = "") -> float:
-    """Accuracy within one of three equal-size goal-answer similarity levels (paper Figure 7).
-
-    The paper ranks EgoPlan-Val by BERTScore between task goal and right answer; here the
-    similarity is the cosine of sentence embeddings (all-MiniLM-L6-v2 by default, offline).
-    Levels are tertiles of the evaluated samples (ties broken by sample id), lowest first.
-    """
-    similarities = cosine_similarities([(item["task_goal"], item["answer"]) for item in items], model or None)
-    ranked = [(similarity, item["sample_id"], item["correct"]) for similarity, item in zip(similarities, items)]
-    levels = equal_size_levels(ranked, key=lambda entry: entry[:2], n_levels=len(SIMILARITY_LEVELS))
-    return mean_or_nan([correct for _, _, correct in levels[level]])
-
 
 
 def validate_submission(records: Any, sample_ids: Iterable[int] | None = None) -> None:
@@ -399,17 +401,29 @@ def validate_submission(records: Any, sample_ids: Iterable[int] | None = None) -
         raise ValueError(f"submission covers {len(set(ids))} sample ids, expected {len(set(sample_ids))}")
 
 
-def write_submission(items: Sequence[Mapping], args=None, *, task_name: str) -> int:
-    """Aggregation of ``egoplan_test``: write the submission file beside the results file
-    (``harness.run_file``: ``<output_path>/<model>/<date-time>_submission_<task>.json``); report its size.
+def write_submission(items: Sequence[Mapping], args=None, *, task_name: str, task: EgoPlanValidation) -> int:
+    """Aggregation of ``predictions``: write the leaderboard submission file beside the results
+    file (``harness.run_file``: ``<output_path>/<model>/<date-time>_submission_<task>.json``);
+    report its size.
 
-    ``task_name``: injected by BenchmarkTask."""
+    A run that did not predict every sample of the split (``--limit``, samples skipped for missing
+    media) writes ``..._submission_partial_<task>.json`` instead, with a warning saying why: it is
+    not a leaderboard submission. ``task_name``, ``task``: injected by BenchmarkTask.
+    """
     records = sorted(({"sample_id": int(item["sample_id"]), "label": item["label"]} for item in items),
                      key=lambda record: record["sample_id"])
     validate_submission(records)
-    path = run_file(args, task_name, "submission", ".json")
+    unpredicted = task.split_size - len(records)
+    path = run_file(args, task_name, "submission_partial" if unpredicted else "submission", ".json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(records, indent=1) + "\n", encoding="utf-8")
-    logger.info(f"EgoPlan-Test submission ({len(records)} predictions) written to {path}")
+    if unpredicted:
+        skipped = len(task.skipped_samples)
+        reasons = [f"{skipped} skipped for missing media ({setting_name(ENV_PREFIX, 'skip_missing')})"] if skipped else []
+        if unpredicted > skipped:
+            reasons.append(f"{unpredicted - skipped} not evaluated (--limit)")
+        logger.warning(f"{task_name}: predictions for {len(records)} of the split's {task.split_size} samples "
+                       f"({'; '.join(reasons)}): not a leaderboard submission, written as {path}")
+    else:
+        logger.info(f"{task_name}: leaderboard submission ({len(records)} predictions) written to {path}")
     return len(records)
-

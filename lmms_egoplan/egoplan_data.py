@@ -8,6 +8,7 @@ what it loads. Functions taking ``settings`` receive an ``egoplan.EgoPlanSetting
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -15,15 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmms_egoplan import media
+from lmms_egoplan import media, scored_span
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.metrics import ValueBin, bin_of, parse_bins, sentence_embeddings
+from lmms_egoplan.metrics import ValueBin, bin_of, cosine_similarities, equal_size_levels, parse_bins
 from lmms_egoplan.settings import SettingsError, setting_name
 
 ENV_PREFIX = "EGOPLAN"  # settings are overridden by environment variables EGOPLAN_<SETTING>
 CHOICE_LETTERS = "ABCD"
 VIDEO_SOURCES = {"EpicKitchens": "epic_kitchens", "Ego4D": "ego4d"}  # record value -> metric suffix
 CLIP_EXTENSIONS = (".mp4", ".MP4", ".mkv", ".webm")
+SIMILARITY_LEVELS = ("low", "medium", "high")  # goal-answer similarity levels, lowest first
 
 
 class EgoPlanDataError(InputError):
@@ -150,13 +152,36 @@ def record_media(record: Mapping, settings) -> tuple[str, Path]:
 
 
 # =============================================================================================
-# Which frames a doc shows (annotation frame numbers; paper §3.3, appendix C.1)
+# Which frames a doc shows (annotation frame numbers; paper §3.3, appendix C.1, official code)
 # =============================================================================================
+
+FRAME_SAMPLINGS = ("official", "uniform", "keyframes")
+
+
+def official_clip(record: Mapping, num_frames: int) -> list[int]:
+    """The one clip the official evaluation shows (``src/video_llama_interface.py``,
+    ``epic_kitchens_video_process`` / ``ego4d_video_process``): the first ``num_frames - 1`` of
+    ``np.arange(start, observation, (observation - start) / (num_frames - 1)).astype(int)`` from the
+    first action's start, then the current observation frame as the clip's last frame; with no
+    completed action, the observation ``num_frames`` times.
+
+    Where the official code divides by zero (one frame; a first action starting at the observation)
+    the observation stands for the whole clip, as with no completed action.
+    """
+    import numpy as np
+
+    observation = record["current_observation_frame"]
+    actions = record["task_progress_metadata"]
+    start = actions[0]["start_frame"] if actions else observation
+    if num_frames == 1 or start >= observation:
+        return [observation] * num_frames
+    progress = np.arange(start, observation, (observation - start) / (num_frames - 1)).astype(int).tolist()
+    return [*progress[:num_frames - 1], observation]
 
 
 def bin_starts(first: int, end: int, count: int) -> list[int]:
-    """The first frame of each of ``count`` equal bins of ``[first, end)``, as the official
-    EgoPlan evaluation samples; all lie before ``end`` unless the range is empty (then ``first``)."""
+    """The first frame of each of ``count`` equal bins of ``[first, end)``; all lie before ``end``
+    unless the range is empty (then ``first``)."""
     if end <= first:
         return [first] * count
     return [first + (i * (end - first)) // count for i in range(count)]
@@ -168,35 +193,48 @@ def task_start_frame(record: Mapping) -> int:
     return actions[0]["start_frame"] if actions else record["current_observation_frame"]
 
 
-def progress_clips(record: Mapping, settings) -> list[list[int]]:
-    """Task-progress frames as video clips (annotation frame numbers, time order), none past the
-    observation frame.
+@dataclass(frozen=True)
+class FramePlan:
+    """The frames a doc shows: video clips (annotation frame numbers, time order), then the
+    current observation frame as an image of its own when ``observation_image``."""
 
-    ``uniform``: one clip of ``num_frames`` frames over [first action start, observation).
+    clips: list[list[int]]
+    observation_image: bool
+
+
+def frame_plan(record: Mapping, settings) -> FramePlan:
+    """Which frames the model sees, per ``frame_sampling``; none lies past the observation frame.
+
+    ``official`` (default): one clip of ``num_frames`` frames ending at the observation (``official_clip``).
+    ``uniform``: one clip of ``num_frames`` frames over [first action start, observation), then the
+    observation as a separate image.
     ``keyframes`` (appendix C.1): one clip per action segment -- the last ``keyframe_segments``
     actions completed by the observation frame, each cut at the next action's start (the last at
-    the observation), ``keyframes_per_segment`` frames each. With nothing completed yet, the
-    observation frame stands in for the progress (one clip).
+    the observation), ``keyframes_per_segment`` frames each -- then the observation image. With
+    nothing completed yet, the observation frame stands in for the progress (one clip).
     """
     observation = record["current_observation_frame"]
+    if settings.frame_sampling == "official":
+        return FramePlan([official_clip(record, settings.num_frames)], observation_image=False)
     if settings.frame_sampling == "uniform":
-        return [bin_starts(task_start_frame(record), observation, settings.num_frames)]
+        return FramePlan([bin_starts(task_start_frame(record), observation, settings.num_frames)], observation_image=True)
     completed = [a for a in record["task_progress_metadata"] if a["stop_frame"] <= observation]
     segments = completed[-settings.keyframe_segments:]
     if not segments:
-        return [[observation] * settings.keyframes_per_segment]
+        return FramePlan([[observation] * settings.keyframes_per_segment], observation_image=True)
     clips = []
     for position, action in enumerate(segments):
         stop = segments[position + 1]["start_frame"] if position + 1 < len(segments) else observation
         stop = max(action["start_frame"], min(action["stop_frame"], stop))
         clips.append(bin_starts(action["start_frame"], stop + 1, settings.keyframes_per_segment))
-    return clips
-
+    return FramePlan(clips, observation_image=True)
 
 
 def doc_frame_numbers(doc: Mapping) -> list[int]:
-    """Every frame a doc shows (annotation frame numbers): the task-progress clips, then the observation."""
-    return [*itertools.chain.from_iterable(doc["progress_clips"]), doc["current_observation_frame"]]
+    """Every frame a doc shows (annotation frame numbers), in order: its clips, then the observation
+    image if it has one."""
+    observation = [doc["current_observation_frame"]] if doc["observation_image"] else []
+    return [*itertools.chain.from_iterable(doc["clips"]), *observation]
 
 
 def video_indices(doc: Mapping, video: media.VideoFile, numbers: Sequence[int]) -> list[int]:
@@ -245,7 +283,7 @@ def load_samples(settings, *, labelled: bool) -> LoadedSamples:
     the path and the setting to change -- or, with ``skip_missing``, drops the sample and
     records it in ``skipped``.
     """
-    check_visual_settings(settings)
+    check_settings(settings)
     bins = progress_bins(settings)
     records = read_annotations(annotation_path(settings), labelled=labelled)
     docs = [_record_to_doc(record, settings, bins) for record in records]
@@ -255,11 +293,15 @@ def load_samples(settings, *, labelled: bool) -> LoadedSamples:
         raise EgoPlanDataError(f"EgoPlan {problems[0]}{others}. Set {setting_name(ENV_PREFIX, 'skip_missing')} to "
                                f"true to skip such samples instead (they are counted in the skipped_samples metric)")
     missing_ids = {problem.sample_id for problem in problems}
-    return LoadedSamples(docs=[d for d in docs if d["sample_id"] not in missing_ids], skipped=problems)
+    docs = [doc for doc in docs if doc["sample_id"] not in missing_ids]
+    if labelled:
+        add_similarity_levels(docs, settings)
+    return LoadedSamples(docs=docs, skipped=problems)
 
 
-def check_visual_settings(settings) -> None:
-    choices = {"visual_source": ("raw", "clips"), "frame_sampling": ("uniform", "keyframes")}
+def check_settings(settings) -> None:
+    choices = {"visual_source": ("raw", "clips"), "frame_sampling": FRAME_SAMPLINGS,
+               "scored_tokens": (scored_span.ANSWER_AND_END_OF_TURN, scored_span.ANSWER)}
     for field, allowed in choices.items():
         if getattr(settings, field) not in allowed:
             raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, field)} must be one of {', '.join(allowed)}, "
@@ -298,7 +340,7 @@ def _record_to_doc(record: Mapping, settings, bins: Sequence[ValueBin]) -> dict:
         "progress_bucket": bin_of(progress_length, bins).label,
         "media_kind": kind,
         "media_path": str(path),
-        "progress_clips": progress_clips(record, settings),
+        **dataclasses.asdict(frame_plan(record, settings)),
         "clip_first_frame": task_start_frame(record),
         "frame_rate": settings.ego4d_annotation_fps if kind == "ego4d_video" else None,
         "max_side": settings.max_side,
@@ -343,14 +385,25 @@ def find_missing_media(docs: Sequence[Mapping]) -> list[MissingMedia]:
 
 
 
-def check_similarity_model(settings) -> None:
-    """Load the goal-answer similarity model now rather than at aggregation, after the paid model run.
+def add_similarity_levels(docs: Sequence[dict], settings) -> None:
+    """Each labelled doc's goal-answer similarity and its level (paper §4.2, Figure 7): the cosine of
+    the sentence embeddings of task goal and right answer, and which of three equal-size levels of the
+    loaded split it falls in (ties broken by sample id), lowest first.
 
-    On the CPU: only rank 0 aggregates, and the check should not take GPU memory on every rank.
+    Computed when the task loads, before the paid model run, so that a similarity model that does not
+    load stops the run at once and every logged sample carries its level. On the CPU: every rank
+    loads the docs, and this should not take GPU memory there.
     """
     try:
-        sentence_embeddings(["store cereal"], settings.similarity_model or None, device="cpu")
+        similarities = cosine_similarities([(doc["task_goal"], doc["answer"]) for doc in docs],
+                                           settings.similarity_model or None, device="cpu")
     except (ImportError, OSError, ValueError) as error:
         raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, 'similarity_model')}: cannot load the goal-answer "
                             f"similarity model {settings.similarity_model or 'all-MiniLM-L6-v2'!r}: {error}") from error
-
+    for doc, similarity in zip(docs, similarities):
+        doc["goal_answer_similarity"] = similarity
+    levels = equal_size_levels(docs, key=lambda doc: (doc["goal_answer_similarity"], doc["sample_id"]),
+                               n_levels=len(SIMILARITY_LEVELS))
+    for name, level in zip(SIMILARITY_LEVELS, levels):
+        for doc in level:
+            doc["similarity_level"] = name

@@ -19,8 +19,9 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 from lmms_eval.api.task import ConfigurableMessagesTask, ConfigurableTask
 
+from lmms_egoplan import scored_span
 from lmms_egoplan.lmms_eval_compat import bind_class_task_to_backend, on_suite_use, unretried_process_results
-from lmms_egoplan.settings import resolve_settings
+from lmms_egoplan.settings import SettingsError, resolve_settings, setting_name
 
 _GENERATIVE_OUTPUT_TYPES = ("generate_until", "generate_until_multi_round", "generate_until_agentic")
 
@@ -38,10 +39,15 @@ class BenchmarkTask(ConfigurableMessagesTask):
     itself to them, so per-document scoring and run-level aggregation (e.g. scoring all outputs
     of a run at once) follow the settings and share run state without module globals. Metrics
     whose names come from settings or data, which a YAML cannot list, join with ``add_metric``.
+
+    ``SCORED_SPAN_SETTING``: the setting (if any) that chooses which tokens of a ``loglikelihood``
+    request the backend scores (``lmms_egoplan.scored_span``); the task marks its requests with it
+    and refuses, before any model call, a backend that cannot score that span.
     """
 
     Settings: ClassVar[type]
     ENV_PREFIX: ClassVar[str]
+    SCORED_SPAN_SETTING: ClassVar[str | None] = None
 
     def __init__(self, config: Mapping[str, Any], **kwargs):
         on_suite_use()
@@ -104,12 +110,31 @@ class BenchmarkTask(ConfigurableMessagesTask):
             return
         from lmms_eval.models import MODEL_REGISTRY_V2
 
-        resolved = MODEL_REGISTRY_V2.resolve(model, force_simple=bool(getattr(cli_args, "force_simple", False)))
-        self._chat_backend = resolved.model_type == "chat"
+        force_simple = bool(getattr(cli_args, "force_simple", False))
+        self._chat_backend = MODEL_REGISTRY_V2.resolve(model, force_simple=force_simple).model_type == "chat"
+        if not self._chat_backend:  # chat backends are refused loglikelihood requests in construct_requests
+            self._check_backend_scores_span(MODEL_REGISTRY_V2.get_model_class(model, force_simple=force_simple), model)
+
+    @property
+    def scored_span(self) -> str:
+        return getattr(self.settings, self.SCORED_SPAN_SETTING) if self.SCORED_SPAN_SETTING else scored_span.ANSWER
+
+    def _check_backend_scores_span(self, model_class: type, model: str) -> None:
+        if self.OUTPUT_TYPE in _GENERATIVE_OUTPUT_TYPES or scored_span.backend_scores(model_class, self.scored_span):
+            return
+        raise SettingsError(
+            f"task {self.config.task} scores the {self.scored_span.replace('_', ' ')} tokens of each candidate "
+            f"(its official evaluation does), which backend {model!r} cannot score; use --model egoplan_hf, or set "
+            f"{setting_name(self.ENV_PREFIX, self.SCORED_SPAN_SETTING)} to {scored_span.ANSWER!r} to score the "
+            f"answer tokens only (lmms-eval's convention)"
+        )
 
     def construct_requests(self, doc_id: int, ctx: str, **kwargs):
         if not self._chat_backend:
-            return ConfigurableTask.construct_requests(self, doc_id, ctx, **kwargs)
+            requests = ConfigurableTask.construct_requests(self, doc_id, ctx, **kwargs)
+            if self.OUTPUT_TYPE not in _GENERATIVE_OUTPUT_TYPES and self.scored_span != scored_span.ANSWER:
+                scored_span.mark_requests(requests, self.scored_span)
+            return requests
         if self.OUTPUT_TYPE not in _GENERATIVE_OUTPUT_TYPES:
             raise ValueError(
                 f"task {self.config.task} needs {self.OUTPUT_TYPE} scoring, which chat backends do not provide; "

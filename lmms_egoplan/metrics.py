@@ -42,6 +42,11 @@ def total(items: Sequence[float]) -> float:
     return float(sum(items))
 
 
+def count(items: Sequence[Any]) -> int:
+    """Aggregation: how many documents reported the metric (e.g. the samples of one breakdown bin)."""
+    return len(items)
+
+
 def largest(items: Sequence[float]) -> float:
     """Aggregation for a run-level number every document repeats (e.g. samples skipped at load)."""
     return float(max(items))
@@ -194,7 +199,8 @@ def sentence_embeddings(texts: Iterable[str], model: str | None = None, *, devic
         return [_embedding_cache[(model, device, text)] for text in texts]
 
 
-def cosine_similarities(pairs: Iterable[tuple[str, str]], model: str | None = None) -> list[float]:
+def cosine_similarities(pairs: Iterable[tuple[str, str]], model: str | None = None, *,
+                        device: str | None = None) -> list[float]:
     """Cosine similarity of the sentence embeddings of each ``(a, b)`` pair.
 
     Every distinct sentence is encoded once per process (also across calls), in batches.
@@ -203,7 +209,7 @@ def cosine_similarities(pairs: Iterable[tuple[str, str]], model: str | None = No
     import numpy as np
 
     pairs = list(pairs)
-    vectors = sentence_embeddings([text for pair in pairs for text in pair], model)
+    vectors = sentence_embeddings([text for pair in pairs for text in pair], model, device=device)
     return [float(np.dot(vectors[2 * i], vectors[2 * i + 1])) for i in range(len(pairs))]
 
 

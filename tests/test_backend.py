@@ -12,10 +12,11 @@ import torch
 from lmms_eval.api.instance import Instance
 from loguru import logger
 
+from lmms_egoplan import scored_span
 from lmms_egoplan.media import MediaError, as_video_frames
 from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
 from lmms_egoplan.models.egoplan_hf import ContextTooLongError, EgoPlanHF
-from lmms_egoplan.models.likelihood import scored_sequence
+from lmms_egoplan.models.likelihood import scored_sequence, special_token_ids
 from lmms_egoplan.models.visuals import UnsupportedVisualError, VisualLimits, prepare_visuals
 from lmms_egoplan.testing.checkpoints import END_OF_TURN
 from lmms_egoplan.testing.media import index_image, read_index, write_video
@@ -51,12 +52,16 @@ def egoplan_visuals(doc: dict) -> list:
 
 
 def mc_requests(backend: EgoPlanHF, docs: list[dict], choices=CHOICES, doc_to_visual=egoplan_visuals,
-                delimiter: str = " ") -> list[Instance]:
+                delimiter: str = " ", span: str | None = None) -> list[Instance]:
+    """lmms-eval's multiple_choice requests; ``span``: the scored span the task asks for, if any."""
     backend.task_dict = {TASK: {SPLIT: docs}}
-    return [Instance(request_type="loglikelihood", idx=i,
-                     arguments=(doc["question"], delimiter + choice, doc_to_visual, doc_id, TASK, SPLIT),
-                     metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
-            for doc_id, doc in enumerate(docs) for i, choice in enumerate(choices)]
+    requests = [Instance(request_type="loglikelihood", idx=i,
+                         arguments=(doc["question"], delimiter + choice, doc_to_visual, doc_id, TASK, SPLIT),
+                         metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
+                for doc_id, doc in enumerate(docs) for i, choice in enumerate(choices)]
+    if span is not None:
+        scored_span.mark_requests(requests, span)
+    return requests
 
 
 def gen_requests(backend: EgoPlanHF, docs: list[dict], **generation_kwargs) -> list[Instance]:
@@ -86,18 +91,26 @@ def model_visuals(model: EgoPlanHF, doc: dict):
                            takes_images=model.takes_images, model_name=model.pretrained)
 
 
-def labelled_loss(model: EgoPlanHF, doc: dict, answer: str) -> float:
-    """Reference: HF's own loss over the answer tokens of one full forward pass.
+# The token each tiny template closes the assistant's turn with (the start of its END_OF_TURN).
+SCORED_END_OF_TURN = {"llava": "</s>", "llava_onevision": "<|im_end|>", "qwen2_vl": "<|im_end|>",
+                      "idefics3": "<end_of_utterance>"}
+
+
+def labelled_loss(model: EgoPlanHF, doc: dict, answer: str, *, with_end_of_turn: bool = False) -> float:
+    """Reference: HF's own loss over the answer tokens (and the token closing the turn) of one full
+    forward pass.
 
     The tiny templates render ``prompt + answer + end_of_turn`` (test_checkpoints checks it), so
-    the answer's tokens are those between the generation prompt and the end-of-turn marker.
+    the answer's tokens are those between the generation prompt and the end-of-turn marker, and the
+    closing token is the marker's first.
     """
     end_of_turn = END_OF_TURN[model.model.config.model_type]
+    unscored = end_of_turn.removeprefix(SCORED_END_OF_TURN[model.model.config.model_type]) if with_end_of_turn else end_of_turn
     visuals = model_visuals(model, doc)
     prompt = model.chat.generation_prompt(model.chat.user_turn(visuals.parts, doc["question"]))
     inputs = model._encode([prompt + answer + end_of_turn], [visuals], "reference")
     first = model._encode([prompt], [visuals], "reference")["input_ids"].shape[1]
-    stop = inputs["input_ids"].shape[1] - len(model.tokenizer(end_of_turn, add_special_tokens=False)["input_ids"])
+    stop = inputs["input_ids"].shape[1] - len(model.tokenizer(unscored, add_special_tokens=False)["input_ids"])
     labels = torch.full_like(inputs["input_ids"], -100)
     labels[:, first:stop] = inputs["input_ids"][:, first:stop]
     with torch.inference_mode():
@@ -124,6 +137,66 @@ def test_prefix_shared_scores_equal_a_full_forward_per_candidate(arch, backend):
     assert [v for v, _ in naive[:4]] == pytest.approx(references, abs=1e-5)
     # Different docs, different visuals: the scores are not all the same.
     assert len({round(v, 6) for v, _ in shared}) > 4
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_end_of_turn_span_scores_the_answer_and_the_token_closing_the_turn(arch, backend):
+    docs = [egoplan_doc(0), egoplan_doc(1)]
+    span = scored_span.ANSWER_AND_END_OF_TURN
+    shared = backend(arch).loglikelihood(mc_requests(backend(arch), docs, span=span))
+    naive_model = backend(arch, prefix_sharing=False)
+    naive = naive_model.loglikelihood(mc_requests(naive_model, docs, span=span))
+    for (value, greedy), (expected, expected_greedy) in zip(shared, naive):
+        assert value == pytest.approx(expected, abs=1e-4) and greedy == expected_greedy
+    for question in (slice(0, 4), slice(4, 8)):
+        assert min(range(4), key=lambda i: shared[question][i][0]) == min(range(4), key=lambda i: naive[question][i][0])
+    references = [labelled_loss(backend(arch), docs[0], choice, with_end_of_turn=True) for choice in CHOICES]
+    assert [v for v, _ in shared[:4]] == pytest.approx(references, abs=1e-4)
+    assert [v for v, _ in naive[:4]] == pytest.approx(references, abs=1e-5)
+    answer_only = backend(arch).loglikelihood(mc_requests(backend(arch), docs))
+    assert all(abs(a[0] - b[0]) > 1e-4 for a, b in zip(shared, answer_only))
+
+
+def test_the_end_of_turn_token_flips_the_ranking_of_a_candidate_and_its_own_prefix(backend):
+    """A model biased, through its logits, so that the turn does not end after "cupboard" but does
+    after "door", and "door" is unlikely after "cupboard": answer-only scoring prefers the prefix,
+    the official range (answer + end-of-turn) the whole action."""
+    short, long = "open the cupboard", "open the cupboard door"
+    for prefix_sharing in (True, False):
+        model = backend("qwen2_vl", prefix_sharing=prefix_sharing)
+        rendered = model.chat.with_answers(model.chat.user_turn([], "Next?"), [short, long])
+        short_ids, long_ids = (scored_sequence(model.tokenizer, r) for r in rendered)
+        end_of_turn = model.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        last_short, extra, last_long = (short_ids.token_ids[short_ids.stop - 1], long_ids.token_ids[short_ids.stop],
+                                        long_ids.token_ids[long_ids.stop - 1])
+        assert len({last_short, extra, last_long}) == 3
+        bias = torch.zeros(len(model.tokenizer), len(model.tokenizer))  # bias[input token, next token]
+        bias[last_short, end_of_turn], bias[last_short, extra], bias[last_long, end_of_turn] = -30.0, -10.0, 30.0
+
+        def biased(module, args, kwargs, output):
+            logits = output.logits
+            output.logits = logits + bias[kwargs["input_ids"][:, -logits.shape[1]:]].to(logits.dtype)
+            return output
+
+        hook = model.model.register_forward_hook(biased, with_kwargs=True)
+        try:
+            rankings = {}
+            for span in scored_span.SPANS:
+                values = [v for v, _ in model.loglikelihood(mc_requests(model, [egoplan_doc(2)], choices=[short, long],
+                                                                        span=span))]
+                rankings[span] = min(range(2), key=values.__getitem__)
+        finally:
+            hook.remove()
+        assert rankings == {scored_span.ANSWER: 0, scored_span.ANSWER_AND_END_OF_TURN: 1}
+
+
+def test_a_template_without_a_closing_special_token_cannot_score_the_end_of_turn(backend, tmp_path):
+    template = tmp_path / "plain-close.jinja"
+    template.write_text(SPACED_TEMPLATE.replace("{{ eos_token }}", "{{ '\\n###' }}"))
+    model = backend("llava", chat_template=str(template))
+    with pytest.raises(ChatTemplateError, match=r"closes the assistant's turn with no special token.*'\\n###'"):
+        model.loglikelihood(mc_requests(model, [egoplan_doc(0)], span=scored_span.ANSWER_AND_END_OF_TURN))
+    assert len(model.loglikelihood(mc_requests(model, [egoplan_doc(0)]))) == 4  # answer-only still works
 
 
 @pytest.mark.parametrize("arch, encoder_runs_per_question", [("llava", 1), ("qwen2_vl", 2)])  # qwen: images, video
@@ -171,6 +244,9 @@ def test_scored_tokens_are_exactly_the_answer(arch, tiny_model):
         sequence = scored_sequence(processor.tokenizer, rendered)
         assert processor.tokenizer.decode(sequence.token_ids[sequence.first:sequence.stop]) == answer
         assert rendered.text[rendered.end:] == END_OF_TURN[arch]  # the end-of-turn marker is not scored
+        closed = scored_sequence(processor.tokenizer, rendered, end_of_turn_ids=special_token_ids(processor.tokenizer))
+        assert closed.first == sequence.first
+        assert processor.tokenizer.decode(closed.token_ids[closed.first:closed.stop]) == answer + SCORED_END_OF_TURN[arch]
 
 
 def test_tokens_merged_across_the_answer_boundary_are_scored_and_shared_prefix_stops_before_them(

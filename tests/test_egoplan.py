@@ -1,5 +1,6 @@
 """EgoPlan-Bench: data loading, visual input, prompts, scoring, breakdowns and the submission file."""
 
+import collections
 import json
 import re
 import shutil
@@ -9,14 +10,15 @@ from unittest import mock
 
 import pytest
 from lmms_eval.utils import load_yaml_config
+from loguru import logger
 from PIL import Image
 
-from lmms_egoplan import egoplan, egoplan_data, media
-from lmms_egoplan.metrics import ValueBin, equal_size_levels, parse_bins
+from lmms_egoplan import egoplan, egoplan_data, media, scored_span
+from lmms_egoplan.metrics import ValueBin, cosine_similarities, equal_size_levels, parse_bins
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
 from lmms_egoplan.settings import SettingsError, resolve_settings
 from lmms_egoplan.testing.egoplan import EGO4D_VIDEOS, build_fixture
-from lmms_egoplan.testing.media import read_index, write_video
+from lmms_egoplan.testing.media import read_index, write_frame_folder, write_video
 
 TASKS = Path(__file__).resolve().parents[1] / "tasks" / "egoplan"
 
@@ -37,16 +39,17 @@ def load(fixture, split="validation", **overrides):
 
 
 def shown_frames(doc):
-    """(progress clips, observation): frame numbers decoded from the pixels the model gets, grouped
-    as the suite's backend groups them (a video per progress clip, then the observation image)."""
+    """(clips, observation image or None): frame numbers decoded from the pixels the model gets,
+    grouped as the suite's backend groups them (a video per clip, then the observation image if any)."""
     visuals = egoplan.doc_to_visual(doc)
     assert all(isinstance(v, Image.Image) for v in visuals)  # lmms-eval's backends: a flat list of images
-    *clips, observation = media.group_visuals(visuals)
-    assert isinstance(observation, Image.Image) and media.VIDEO_CLIP_KEY not in observation.info
-    assert all(isinstance(clip, list) for clip in clips)
-    assert [clip[0].info[media.VIDEO_CLIP_KEY] for clip in clips] == [
-        egoplan.progress_clip_name(position) for position in range(len(clips))]
-    return [[read_index(frame) for frame in clip] for clip in clips], read_index(observation)
+    grouped = media.group_visuals(visuals)
+    observation = grouped.pop() if isinstance(grouped[-1], Image.Image) else None
+    assert observation is None or media.VIDEO_CLIP_KEY not in observation.info
+    assert all(isinstance(clip, list) for clip in grouped)
+    assert [clip[0].info[media.VIDEO_CLIP_KEY] for clip in grouped] == [
+        egoplan.progress_clip_name(position) for position in range(len(grouped))]
+    return [[read_index(frame) for frame in clip] for clip in grouped], observation and read_index(observation)
 
 
 # --- Data -------------------------------------------------------------------------------------
@@ -72,12 +75,61 @@ def test_test_split_loads_without_labels(fixture):
 # --- Visual input -----------------------------------------------------------------------------
 
 
+# Sample 115 of the released EgoPlan-Val (EpicKitchens P01_13): its completed actions' frames and
+# its observation frame (the texts are not needed here).
+SAMPLE_115_ACTIONS = [(36, 105), (111, 253), (274, 456), (457, 606), (689, 760)]
+SAMPLE_115_OBSERVATION = 760
+SAMPLE_115_OFFICIAL_FRAMES = [36, 139, 242, 346, 449, 553, 656, 760]
+
+
+@pytest.mark.parametrize("source", ["raw", "clips"])
+def test_by_default_one_clip_of_eight_frames_ends_at_the_observation_as_the_official_evaluation_shows_it(
+        fixture, source, tmp_path):
+    records = fixture.records()
+    records[0].update(sample_id=115, video_id="P01_13", current_observation_frame=SAMPLE_115_OBSERVATION,
+                      task_progress_metadata=[{"narration_text": f"action {i}", "start_frame": start, "stop_frame": stop}
+                                              for i, (start, stop) in enumerate(SAMPLE_115_ACTIONS)])
+    annotation = tmp_path / "EgoPlan_validation.json"
+    annotation.write_text(json.dumps(records))
+    epic_root, clips_dir = tmp_path / "epic", tmp_path / "clips"
+    shutil.copytree(fixture.epic_root, epic_root)
+    write_frame_folder(egoplan_data.epic_frame_folder(epic_root, "P01_13"), range(401, 761))  # the fixture's end at 400
+    shutil.copytree(fixture.clips_dir, clips_dir)
+    write_video(clips_dir / "115.mp4", first_index=36, num_frames=760 - 36 + 1, fps=30)
+    docs = egoplan_data.load_samples(settings_for(fixture, annotation_file=annotation, visual_source=source,
+                                                  epic_frames_root=epic_root, clips_dir=clips_dir), labelled=True).docs
+    assert shown_frames(docs[0]) == ([SAMPLE_115_OFFICIAL_FRAMES], None)  # one video clip, no separate image
+    for doc, record in zip(docs[1:], records[1:]):
+        clips, observation = shown_frames(doc)
+        actions, last = record["task_progress_metadata"], record["current_observation_frame"]
+        assert observation is None and len(clips) == 1 and len(clips[0]) == 8 and clips[0][-1] == last
+        if actions:
+            assert clips[0] == egoplan_data.official_clip(record, 8) and clips[0][0] == actions[0]["start_frame"]
+        else:
+            assert clips[0] == [last] * 8
+    # num_frames counts the whole clip, the observation included.
+    assert egoplan_data.official_clip(records[0], 4) == [36, 277, 518, 760]
+    assert egoplan_data.official_clip(records[0], 1) == [760]
+    assert egoplan_data.official_clip({**records[0], "current_observation_frame": 36}, 3) == [36] * 3
+
+
+def test_the_released_sample_115_shows_the_official_frames():
+    """On the release's own record, where the shared formats folder is present."""
+    release = Path(__file__).resolve().parents[2] / "shared" / "formats" / "egoplan" / "EgoPlan_validation.sample.json"
+    if not release.is_file():
+        pytest.skip(f"{release} is not present")
+    record = next(r for r in json.loads(release.read_text()) if r["sample_id"] == 115)
+    settings = egoplan.EgoPlanSettings()
+    assert egoplan_data.frame_plan(record, settings) == egoplan_data.FramePlan([SAMPLE_115_OFFICIAL_FRAMES], False)
+
+
 @pytest.mark.parametrize("source", ["raw", "clips"])
 def test_uniform_progress_runs_from_the_first_action_to_the_observation_and_never_past_it(fixture, source):
-    for doc, record in zip(load(fixture, visual_source=source, num_frames=6).docs, fixture.records()):
+    docs = load(fixture, visual_source=source, num_frames=6, frame_sampling="uniform").docs
+    for doc, record in zip(docs, fixture.records()):
         clips, observation = shown_frames(doc)
         assert observation == record["current_observation_frame"]
-        assert len(clips) == 1 and clips == doc["progress_clips"]  # one video
+        assert len(clips) == 1 and clips == doc["clips"]  # one video, then the observation image
         progress = clips[0]
         assert len(progress) == 6 and progress == sorted(progress)
         actions = record["task_progress_metadata"]
@@ -93,7 +145,7 @@ def test_keyframes_come_from_the_last_completed_action_segments_one_video_each(f
                 keyframes_per_segment=3).docs
     for doc, record in zip(docs, fixture.records()):
         clips, observation = shown_frames(doc)
-        assert clips == doc["progress_clips"]
+        assert clips == doc["clips"]
         assert observation == record["current_observation_frame"] and max(map(max, clips)) <= observation
         segments = [a for a in record["task_progress_metadata"] if a["stop_frame"] <= observation][-2:]
         if not segments:
@@ -119,7 +171,7 @@ def test_keyframe_clips_reach_video_models_as_one_video_each_even_where_they_sha
                             keyframe_segments=3, keyframes_per_segment=24)
     doc = egoplan_data.load_samples(settings, labelled=True).docs[1]
     clips, observation = shown_frames(doc)
-    assert clips == doc["progress_clips"] and [len(clip) for clip in clips] == [24] * 3
+    assert clips == doc["clips"] and [len(clip) for clip in clips] == [24] * 3
     assert clips[0][-1] == clips[1][0] and clips[1][-1] == clips[2][0] and clips[2][-1] == observation
     # The suite's backend: 3 videos + the observation image for video models, 73 images otherwise.
     native = prepare_visuals(egoplan.doc_to_visual(doc), limits=VisualLimits(), video_native=True,
@@ -137,9 +189,9 @@ def test_ego4d_frame_numbers_count_at_the_annotation_rate_whatever_the_file_rate
         write_video(tmp_path / f"{video_id}.mp4", num_frames=2 * count, fps=60)
     docs = [d for d in load(fixture, ego4d_videos_root=tmp_path).docs if d["media_kind"] == "ego4d_video"]
     for doc in docs:
-        clips, observation = shown_frames(doc)
-        assert observation == 2 * doc["current_observation_frame"]
-        assert clips == [[2 * n for n in clip] for clip in doc["progress_clips"]]
+        clips, _ = shown_frames(doc)
+        assert clips[0][-1] == 2 * doc["current_observation_frame"]
+        assert clips == [[2 * n for n in clip] for clip in doc["clips"]]
 
 
 def test_frames_are_decoded_once_for_the_four_candidate_requests(fixture):
@@ -152,7 +204,7 @@ def test_frames_are_decoded_once_for_the_four_candidate_requests(fixture):
 
 
 def test_max_side_bounds_the_frame_resolution(fixture):
-    doc = load(fixture, max_side=32).docs[0]
+    doc = load(fixture, max_side=32, frame_sampling="uniform").docs[0]
     assert all(max(image.size) == 32 for image in egoplan.doc_to_visual(doc))
 
 
@@ -166,7 +218,7 @@ def broken(tmp_path, fixture):
     shutil.copytree(fixture.root, root)
     copy = build_fixture(root)
     doc_103 = next(d for d in load(copy).docs if d["sample_id"] == 103)
-    (media.FrameFolder(doc_103["media_path"]).frame_path(doc_103["progress_clips"][0][2])).unlink()
+    (media.FrameFolder(doc_103["media_path"]).frame_path(doc_103["clips"][0][2])).unlink()
     (copy.ego4d_root / "4e5f6a7b-ego4d-video-two.mp4").unlink()  # samples 107 and 108
     (copy.clips_dir / "106.mp4").unlink()
     return copy
@@ -216,7 +268,7 @@ def test_bad_records_and_settings_are_named(fixture, tmp_path):
         load(fixture, annotation_dir=tmp_path / "nowhere")
     with pytest.raises(SettingsError, match="EGOPLAN_EGO4D_VIDEOS_ROOT .* is not set"):
         load(fixture, ego4d_videos_root="")
-    with pytest.raises(SettingsError, match="EGOPLAN_FRAME_SAMPLING .*uniform, keyframes"):
+    with pytest.raises(SettingsError, match="EGOPLAN_FRAME_SAMPLING .*official, uniform, keyframes"):
         load(fixture, frame_sampling="dense")
     with pytest.raises(SettingsError, match="EGOPLAN_PROGRESS_LENGTH_BINS .*contiguous from 0"):
         load(fixture, progress_length_bins="1-4,5+")
@@ -232,6 +284,36 @@ def test_a_similarity_model_that_does_not_load_stops_the_labelled_tasks_at_load(
             config["class"](config=config)
     config = load_yaml_config(str(TASKS / "egoplan_test.yaml"))  # no similarity breakdown on Test
     assert len(config["class"](config=config).eval_docs) == len(fixture.records("test"))
+
+
+def test_likelihood_tasks_score_the_official_span_and_refuse_backends_that_cannot(fixture, monkeypatch):
+    """egoplan_val / egoplan_test ask for the answer and end-of-turn tokens on every request; a backend that
+    does not declare that span is refused before any model call, naming the setting that changes it."""
+    for name, value in fixture.env().items():
+        monkeypatch.setenv(name, value)
+    for yaml in ("egoplan_val.yaml", "egoplan_test.yaml"):
+        config = load_yaml_config(str(TASKS / yaml))
+        task = config["class"](config=config)
+        with pytest.raises(SettingsError, match=r"backend 'dummy' cannot score.*EGOPLAN_SCORED_TOKENS.*'answer'"):
+            task._bind_to_backend(Namespace(model="dummy"))
+        task._bind_to_backend(Namespace(model="egoplan_hf"))
+        requests = task.construct_requests(doc_id=0, ctx="Next?", metadata={
+            "task": config["task"], "doc_id": 0, "repeats": 1, "split": task.config.test_split})
+        assert len(requests) == 4
+        assert {scored_span.request_span(request) for request in requests} == {scored_span.ANSWER_AND_END_OF_TURN}
+    monkeypatch.setenv("EGOPLAN_SCORED_TOKENS", "answer")
+    config = load_yaml_config(str(TASKS / "egoplan_val.yaml"))
+    task = config["class"](config=config)
+    task._bind_to_backend(Namespace(model="dummy"))  # lmms-eval's convention: any backend
+    requests = task.construct_requests(doc_id=0, ctx="Next?", metadata={
+        "task": "egoplan_val", "doc_id": 0, "repeats": 1, "split": "validation"})
+    assert {scored_span.request_span(request) for request in requests} == {scored_span.ANSWER}
+    assert not any(hasattr(request, scored_span.REQUEST_ATTRIBUTE) for request in requests)
+    config = load_yaml_config(str(TASKS / "egoplan_val_gen.yaml"))
+    config["class"](config=config)._bind_to_backend(Namespace(model="dummy"))  # generation: no span
+    monkeypatch.setenv("EGOPLAN_SCORED_TOKENS", "answer_and_eot")
+    with pytest.raises(SettingsError, match=r"EGOPLAN_SCORED_TOKENS .*answer_and_end_of_turn, answer"):
+        config["class"](config=config)
 
 
 # --- Prompt -----------------------------------------------------------------------------------
@@ -256,9 +338,9 @@ def test_prompts(fixture):
 
 
 def test_ranking_picks_the_lowest_mean_loss():
-    assert egoplan.ranked_choice([(2.0, False), (0.5, True), (0.7, False), (3.0, False)]) == 1
-    assert egoplan.ranked_choice([[2.0, False], [1.5, False], [0.25, False], [0.3, True]]) == 2  # as logged
-    assert egoplan.ranked_choice([(1.0, False)] * 4) == 0  # ties: the first, as argmin
+    assert egoplan.ranked_choice(egoplan.candidate_losses([(2.0, False), (0.5, True), (0.7, False), (3.0, False)])) == 1
+    assert egoplan.ranked_choice(egoplan.candidate_losses([[2.0, False], [1.5, False], [0.25, False], [0.3, True]])) == 2
+    assert egoplan.ranked_choice([1.0] * 4) == 0  # ties: the first, as argmin
 
 
 CHOICES = ["put cereal box into cupboard", "take cereal bag", "open cupboard", "put cereal bag into cereal box"]
@@ -289,16 +371,26 @@ def test_generative_scores_count_unparseable_answers_as_wrong(fixture):
 # --- Breakdowns -------------------------------------------------------------------------------
 
 
-def test_breakdown_keys_put_each_sample_in_exactly_one_source_and_progress_bin(fixture):
+def test_each_sample_is_in_one_bin_per_breakdown_counted_beside_it_and_logged_with_its_values(fixture):
     bins = parse_bins(egoplan.EgoPlanSettings.progress_length_bins)
     seen = []
     for doc in load(fixture).docs:
-        scores = egoplan.process_ranking_results(doc, [(1.0, False)] * 4)
-        sources = [k for k in scores if k in ("accuracy_epic_kitchens", "accuracy_ego4d")]
-        progress = [k for k in scores if k.startswith("accuracy_progress_")]
-        assert len(sources) == 1 and len(progress) == 1
-        assert doc["progress_length"] in next(b for b in bins if progress[0] == f"accuracy_progress_{b.label}")
-        seen.append(progress[0])
+        losses = [1.5, 0.25, 0.5, 2.0]
+        scores = egoplan.process_ranking_results(doc, [(loss, False) for loss in losses])
+        groups = {"source": ("epic_kitchens", "ego4d"), "progress": tuple(f"progress_{b.label}" for b in bins),
+                  "similarity": ("similarity_low", "similarity_medium", "similarity_high")}
+        for names in groups.values():
+            [member] = [name for name in names if f"accuracy_{name}" in scores]
+            assert scores[f"n_{member}"] == 1 and not any(f"n_{other}" in scores for other in names if other != member)
+        record = scores["predictions"]
+        assert record == {
+            "sample_id": doc["sample_id"], "label": "B", "gold": doc["golden_choice_idx"],
+            "candidate_losses": dict(zip("ABCD", losses)), "video_source": doc["video_source"],
+            "progress_length": doc["progress_length"], "progress_bin": doc["progress_bucket"],
+            "goal_answer_similarity": doc["goal_answer_similarity"], "similarity_level": doc["similarity_level"]}
+        assert scores["accuracy"] == float(doc["golden_choice_idx"] == "B")
+        assert doc["progress_length"] in next(b for b in bins if f"accuracy_progress_{b.label}" in scores)
+        seen.append(doc["progress_bucket"])
     assert len(set(seen)) == len(bins)  # the fixture covers every default bin
 
 
@@ -310,26 +402,31 @@ def test_progress_bins():
             parse_bins(bad)
 
 
-def test_similarity_levels_are_equal_size_tertiles_of_the_evaluated_set():
+def test_similarity_levels_are_equal_size_tertiles_of_the_split_fixed_at_load(fixture):
     levels = equal_size_levels(list(range(10)), key=lambda x: -x, n_levels=3)
     assert levels == [[9, 8, 7, 6], [5, 4, 3], [2, 1, 0]]
-    items = [{"sample_id": i, "task_goal": f"goal {i}", "answer": f"answer {i}", "correct": float(i % 3 == 0)}
-             for i in range(7)]
 
-    def similarity(pairs, model=None):  # item i: i / 10, so the levels are {0, 1, 2}, {3, 4}, {5, 6}
-        return [int(goal.split()[1]) / 10 for goal, _ in pairs]
+    def similarity(pairs, model=None, device=None):  # decreasing with the sample's position
+        return [-position / 10 for position, _ in enumerate(pairs)]
 
-    with mock.patch.object(egoplan, "cosine_similarities", similarity):
-        assert [egoplan.similarity_level_accuracy(items, level=k) for k in range(3)] == [1 / 3, 1 / 2, 1 / 2]
+    with mock.patch.object(egoplan_data, "cosine_similarities", similarity):
+        docs = load(fixture).docs
+    assert [doc["similarity_level"] for doc in docs] == ["high"] * 2 + ["medium"] * 3 + ["low"] * 3
+    assert [doc["goal_answer_similarity"] for doc in docs] == [-i / 10 for i in range(len(docs))]
+    real = load(fixture).docs  # all-MiniLM-L6-v2
+    assert [d["goal_answer_similarity"] for d in real] == pytest.approx(
+        cosine_similarities([(d["task_goal"], d["answer"]) for d in real]), abs=1e-6)
+    assert sorted(collections.Counter(d["similarity_level"] for d in real).values()) == [2, 3, 3]
 
 
 # --- Submission -------------------------------------------------------------------------------
 
 
 def test_submission_file_is_written_sorted_and_valid(tmp_path):
-    items = [{"sample_id": 7, "label": "C"}, {"sample_id": 3, "label": "A"}]
+    items = [{"sample_id": 7, "label": "C", "gold": None}, {"sample_id": 3, "label": "A", "gold": None}]
     args = Namespace(output_path=str(tmp_path), model_args="pretrained=/models/tiny-qwen2-vl", timezone="UTC")
-    assert egoplan.write_submission(items, args, task_name="egoplan_test") == 2
+    task = Namespace(split_size=2, skipped_samples=[])
+    assert egoplan.write_submission(items, args, task_name="egoplan_test", task=task) == 2
     [path] = tmp_path.rglob("*.json")  # beside lmms-eval's results file, named as lmms-eval names its files
     assert path.parent == tmp_path / "models__tiny-qwen2-vl"
     assert re.fullmatch(r"\d{8}_\d{6}_submission_egoplan_test\.json", path.name)
@@ -342,3 +439,20 @@ def test_submission_file_is_written_sorted_and_valid(tmp_path):
             egoplan.validate_submission(bad)
     with pytest.raises(ValueError, match="expected 3"):
         egoplan.validate_submission(written, sample_ids=[1, 3, 7])
+
+
+def test_a_run_that_did_not_predict_the_whole_split_writes_no_complete_looking_submission(tmp_path):
+    items = [{"sample_id": 7, "label": "C"}, {"sample_id": 3, "label": "A"}]
+    args = Namespace(output_path=str(tmp_path), model_args="pretrained=m", timezone="UTC")
+    skipped = [egoplan_data.MissingMedia(9, "/x/9.mp4", "clip not found")]
+    messages = []
+    handler = logger.add(messages.append, level="WARNING", format="{message}")
+    try:
+        egoplan.write_submission(items, args, task_name="egoplan_val", task=Namespace(split_size=5, skipped_samples=skipped))
+    finally:
+        logger.remove(handler)
+    [path] = tmp_path.rglob("*.json")
+    assert re.fullmatch(r"\d{8}_\d{6}_submission_partial_egoplan_val\.json", path.name)
+    [message] = messages
+    assert "2 of the split's 5 samples" in message and "1 skipped for missing media" in message
+    assert "2 not evaluated (--limit)" in message and "not a leaderboard submission" in message

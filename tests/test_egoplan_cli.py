@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from lmms_egoplan import egoplan, egoplan_data
-from lmms_egoplan.metrics import cosine_similarities, equal_size_levels, parse_bins
+from lmms_egoplan.metrics import parse_bins
 from lmms_egoplan.settings import resolve_settings
 from lmms_egoplan.testing.egoplan import build_fixture
 from lmms_egoplan.testing.judge_server import ChatServer, Reply
@@ -57,33 +57,51 @@ def test_reported_accuracies_are_those_of_the_logged_candidate_losses(run, fixtu
     assert len(samples) == len(docs) == len(fixture.records()) - 1
     correct = {}
     for doc, sample in zip(docs, samples):
-        losses = [egoplan.candidate_loss(r) for r in sample["filtered_resps"]]
+        losses = egoplan.candidate_losses(sample["filtered_resps"])
         assert len(losses) == 4 and len(set(losses)) > 1  # a real model scored four different continuations
         correct[doc["sample_id"]] = float(losses.index(min(losses)) == egoplan.doc_to_target(doc))
-    assert run.metric("egoplan_val", "accuracy") == pytest.approx(mean(list(correct.values())))
+        # The logged sample shows what it was scored and binned by.
+        record = sample["predictions"]
+        assert record["candidate_losses"] == dict(zip("ABCD", losses)) and record["gold"] == doc["golden_choice_idx"]
+        assert record["label"] == "ABCD"[losses.index(min(losses))]
+        assert (record["video_source"], record["progress_length"], record["progress_bin"]) == (
+            doc["video_source"], doc["progress_length"], doc["progress_bucket"])
+        assert (record["goal_answer_similarity"], record["similarity_level"]) == pytest.approx(
+            (doc["goal_answer_similarity"], doc["similarity_level"]))
+    results = run.results["results"]["egoplan_val"]
+    breakdowns = {"accuracy": list(correct)}
     for source, suffix in egoplan_data.VIDEO_SOURCES.items():
-        expected = mean([correct[d["sample_id"]] for d in docs if d["video_source"] == source])
-        assert run.metric("egoplan_val", f"accuracy_{suffix}") == pytest.approx(expected)
+        breakdowns[f"accuracy_{suffix}"] = [d["sample_id"] for d in docs if d["video_source"] == source]
     for value_bin in parse_bins(egoplan.EgoPlanSettings.progress_length_bins):
-        expected = mean([correct[d["sample_id"]] for d in docs if d["progress_length"] in value_bin])
-        assert run.metric("egoplan_val", f"accuracy_progress_{value_bin.label}") == pytest.approx(expected)
+        breakdowns[f"accuracy_progress_{value_bin.label}"] = [d["sample_id"] for d in docs if d["progress_length"] in value_bin]
+    for level in egoplan_data.SIMILARITY_LEVELS:
+        breakdowns[f"accuracy_similarity_{level}"] = [d["sample_id"] for d in docs if d["similarity_level"] == level]
+    for metric, members in breakdowns.items():
+        values = [correct[sample_id] for sample_id in members]
+        assert run.metric("egoplan_val", metric) == pytest.approx(mean(values))
+        if metric != "accuracy":  # each breakdown's sample count beside it
+            assert run.metric("egoplan_val", "n_" + metric.removeprefix("accuracy_")) == len(members)
+        stderr = results[f"{metric},none".replace(",", "_stderr,")]
+        if len(values) > 1:  # lmms-eval's mean_stderr: the sample standard deviation over sqrt(n)
+            spread = sum((v - mean(values)) ** 2 for v in values) / (len(values) - 1)
+            assert stderr == pytest.approx((spread / len(values)) ** 0.5)
+    assert sorted(len(breakdowns[f"accuracy_similarity_{level}"]) for level in egoplan_data.SIMILARITY_LEVELS) == [2, 3, 3]
     assert run.metric("egoplan_val", "skipped_samples") == 1
+    recorded = run.results["configs"]["egoplan_val"]["metadata"]
+    assert recorded["version"] == 2 and recorded["frame_sampling"] == "official"
+    assert recorded["scored_tokens"] == "answer_and_end_of_turn"
 
 
-def test_breakdowns_partition_the_evaluated_samples(run, fixture):
-    samples = run.samples("egoplan_val")
-    sources = [[k for k in s if k in ("accuracy_epic_kitchens", "accuracy_ego4d")] for s in samples]
-    progress = [[k for k in s if k.startswith("accuracy_progress_")] for s in samples]
-    assert all(len(keys) == 1 for keys in sources + progress)
-    # Similarity levels: tertiles of the evaluated samples, recomputed from the logged records.
-    records = [s["accuracy_similarity_low"] for s in samples]
-    similarities = cosine_similarities([(r["task_goal"], r["answer"]) for r in records])
-    levels = equal_size_levels(list(zip(similarities, records)), key=lambda e: (e[0], e[1]["sample_id"]), n_levels=3)
-    assert sorted(len(level) for level in levels) == [2, 3, 3]
-    assert sorted(r["sample_id"] for level in levels for _, r in level) == sorted(r["sample_id"] for r in records)
-    for name, level in zip(egoplan.SIMILARITY_LEVELS, levels):
-        expected = mean([r["correct"] for _, r in level])
-        assert run.metric("egoplan_val", f"accuracy_similarity_{name}") == pytest.approx(expected)
+def test_validation_writes_its_submission_file_marked_partial_when_samples_were_skipped(run, fixture):
+    assert not list(run.output_dir.rglob("*_submission_egoplan_val.json"))  # one sample was skipped
+    [file] = run.output_dir.rglob("*_submission_partial_egoplan_val.json")
+    assert file.parent == run.results_file.parent
+    submission = json.loads(file.read_text())
+    egoplan.validate_submission(submission, sample_ids=[d["sample_id"] for d in evaluated_docs(fixture)])
+    labels = {s["predictions"]["sample_id"]: s["predictions"]["label"] for s in run.samples("egoplan_val")}
+    assert {entry["sample_id"]: entry["label"] for entry in submission} == labels
+    assert "1 skipped for missing media" in run.log and "not a leaderboard submission" in run.log
+    assert run.metric("egoplan_val", "predictions") == len(submission)
 
 
 def test_test_split_writes_a_valid_submission_and_reports_no_accuracy(run, fixture):
@@ -93,7 +111,7 @@ def test_test_split_writes_a_valid_submission_and_reports_no_accuracy(run, fixtu
     test_ids = [r["sample_id"] for r in fixture.records("test")]
     egoplan.validate_submission(submission, sample_ids=test_ids)
     for entry, sample in zip(submission, run.samples("egoplan_test")):  # both in sample-id order here
-        losses = [egoplan.candidate_loss(r) for r in sample["filtered_resps"]]
+        losses = egoplan.candidate_losses(sample["filtered_resps"])
         assert entry["label"] == "ABCD"[losses.index(min(losses))]
     reported = {key.split(",")[0] for key in run.results["results"]["egoplan_test"]} - {"alias"}
     assert run.metric("egoplan_test", "predictions") == len(test_ids)

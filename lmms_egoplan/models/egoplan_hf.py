@@ -3,7 +3,8 @@
 ``lmms-eval --model egoplan_hf --model_args pretrained=<dir or hub id>,...``. It loads the model,
 processor and chat template through the Auto classes, gives each architecture its visuals in
 native form (see ``visuals``), scores ``multiple_choice`` the way lmms-eval ranks it (mean
-negative log-likelihood of the answer tokens, lower is better) with the prompt and visuals
+negative log-likelihood of the answer tokens, lower is better; with the end-of-turn token(s)
+where the task asks for it, see ``lmms_egoplan.scored_span``) with the prompt and visuals
 computed once per question (see ``likelihood``), and generates in batches.
 """
 
@@ -17,10 +18,11 @@ from lmms_eval.api.model import lmms
 from loguru import logger
 from tqdm import tqdm
 
+from lmms_egoplan import scored_span
 from lmms_egoplan.lmms_eval_compat import on_suite_use
 from lmms_egoplan.metrics import resolve_device
 from lmms_egoplan.models.chat import ChatRenderer
-from lmms_egoplan.models.likelihood import LikelihoodScorer, scored_sequence
+from lmms_egoplan.models.likelihood import LikelihoodScorer, scored_sequence, special_token_ids
 from lmms_egoplan.models.visuals import ModelVisuals, VisualLimits, prepare_visuals
 from lmms_egoplan.settings import coerce_setting
 
@@ -37,6 +39,7 @@ class ContextTooLongError(ValueError):
 
 class EgoPlanHF(lmms):
     is_simple = True
+    scored_spans = scored_span.SPANS
 
     def __init__(
         self,
@@ -98,6 +101,7 @@ class EgoPlanHF(lmms):
         if continuation_batch_size < 1:
             raise ValueError(f"egoplan_hf: continuation_batch_size must be at least 1, got {continuation_batch_size}")
         self.scorer = LikelihoodScorer(self._model, self.pretrained, continuation_batch_size)
+        self._special_token_ids = special_token_ids(self.tokenizer)
         self._visual_cache: tuple[tuple, ModelVisuals] | None = None
         self._reported_generation_keys: set[str] = set()
 
@@ -118,20 +122,24 @@ class EgoPlanHF(lmms):
     # ------------------------------------------------------------------ loglikelihood
 
     def loglikelihood(self, requests: list[Instance]) -> list[tuple[float, bool]]:
-        """(mean NLL per answer token, answer is greedy) per request; questions share their prefix."""
+        """(mean NLL per scored token, scored tokens are greedy) per request; questions share their prefix.
+
+        The scored tokens are the answer's, and the end-of-turn token(s) after it where the request
+        asks for them (``scored_span``)."""
         questions: dict[tuple, list[tuple[int, str]]] = {}
         for index, request in enumerate(requests):
             context, continuation, doc_to_visual, doc_id, task, split = _loglikelihood_args(request)
             if callable(continuation):  # output_type: loglikelihood passes doc_to_target itself
                 continuation = continuation(self.task_dict[task][split][doc_id])
-            questions.setdefault((task, split, doc_id, doc_to_visual, context), []).append((index, continuation))
+            key = (task, split, doc_id, doc_to_visual, context, scored_span.request_span(request))
+            questions.setdefault(key, []).append((index, continuation))
         results: list[tuple[float, bool] | None] = [None] * len(requests)
         self._visual_cache = None
         progress = tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf loglikelihood")
-        for (task, split, doc_id, doc_to_visual, context), members in questions.items():
+        for (task, split, doc_id, doc_to_visual, context, span), members in questions.items():
             visuals = self._doc_visuals(task, split, doc_id, doc_to_visual)
             where = f"{task} doc {doc_id}" if task is not None else "a context-free request"
-            scores = self._score_question(context, [c for _, c in members], visuals, where)
+            scores = self._score_question(context, [c for _, c in members], visuals, where, span)
             for (index, _), score in zip(members, scores):
                 results[index] = score
             progress.update(len(members))
@@ -140,12 +148,16 @@ class EgoPlanHF(lmms):
         return results
 
     def _score_question(self, context: str, continuations: Sequence[str], visuals: ModelVisuals,
-                        where: str) -> list[tuple[float, bool]]:
+                        where: str, span: str = scored_span.ANSWER) -> list[tuple[float, bool]]:
+        if span not in scored_span.SPANS:
+            raise ValueError(f"{self.pretrained}: {where} asks for scored span {span!r}; known: {scored_span.SPANS}")
         answers = [c.lstrip() if self.lstrip_continuation else c for c in continuations]
         if not all(answers):
             raise ValueError(f"{self.pretrained}: an empty continuation in {where} has no tokens to score")
         rendered = self.chat.with_answers(self.chat.user_turn(visuals.parts, context), answers)
-        sequences = [scored_sequence(self.tokenizer, r) for r in rendered]
+        end_of_turn_ids = self._special_token_ids if span == scored_span.ANSWER_AND_END_OF_TURN else None
+        sequences = [scored_sequence(self.tokenizer, r, end_of_turn_ids=end_of_turn_ids, model_name=self.pretrained)
+                     for r in rendered]
         if not self.prefix_sharing:
             return [self.scorer.score_full(self._encode([r.text], [visuals], where), s)
                     for r, s in zip(rendered, sequences)]

@@ -1,4 +1,6 @@
-"""Mean negative log-likelihood of an answer's tokens, as lmms-eval's ``multiple_choice`` ranks them.
+"""Mean negative log-likelihood of an answer's tokens, as lmms-eval's ``multiple_choice`` ranks them,
+or of the answer's tokens and the end-of-turn token(s) that close it, where the task asks for it
+(``lmms_egoplan.scored_span``; EgoPlan-Bench's official loss).
 
 Two ways to compute the same numbers:
 
@@ -26,7 +28,7 @@ from typing import Sequence
 
 import torch
 
-from lmms_egoplan.models.chat import RenderedAnswer, token_range
+from lmms_egoplan.models.chat import ChatTemplateError, RenderedAnswer, token_range
 
 
 class PromptAlignmentError(RuntimeError):
@@ -35,19 +37,42 @@ class PromptAlignmentError(RuntimeError):
 
 @dataclass(frozen=True)
 class ScoredSequence:
-    """Tokenizer ids of a rendered conversation; the answer's tokens are ``token_ids[first:stop]``."""
+    """Tokenizer ids of a rendered conversation; the scored tokens are ``token_ids[first:stop]``."""
 
     token_ids: list[int]
     first: int
     stop: int
 
 
-def scored_sequence(tokenizer, rendered: RenderedAnswer) -> ScoredSequence:
+def special_token_ids(tokenizer) -> frozenset[int]:
+    """Ids of the tokenizer's special tokens, named (eos, ...) or added as special (``<|im_end|>``, ...)."""
+    added = getattr(tokenizer, "added_tokens_decoder", {})
+    return frozenset(tokenizer.all_special_ids) | {index for index, token in added.items() if token.special}
+
+
+def scored_sequence(tokenizer, rendered: RenderedAnswer, *, end_of_turn_ids: frozenset[int] | None = None,
+                    model_name: str = "") -> ScoredSequence:
+    """The rendered conversation's token ids and the scored range: the answer's tokens, and with
+    ``end_of_turn_ids`` (the special token ids) also the tokens that follow the answer up to and
+    including the first special token -- how the chat template closes the assistant's turn
+    (``<|im_end|>``, ``<end_of_turn>``, ``</s>``, ...); the text after it (a newline) is not scored.
+    """
     encoded = tokenizer(rendered.text, add_special_tokens=False, return_offsets_mapping=True)
+    token_ids = list(encoded["input_ids"])
     first, stop = token_range(encoded["offset_mapping"], rendered.start, rendered.end)
     if first == 0:
         raise ValueError("the answer starts the conversation: no token precedes it to predict it")
-    return ScoredSequence(list(encoded["input_ids"]), first, stop)
+    if end_of_turn_ids is not None:
+        closing = next((index for index in range(stop, len(token_ids)) if token_ids[index] in end_of_turn_ids), None)
+        if closing is None:
+            raise ChatTemplateError(
+                f"the chat template of {model_name} closes the assistant's turn with no special token after the "
+                f"answer ({rendered.text[rendered.end:]!r}), so its end-of-turn token cannot be scored; score the "
+                f"answer tokens only (the task's setting for it), or pass a chat_template that ends the turn with "
+                f"the model's end-of-turn token"
+            )
+        stop = closing + 1
+    return ScoredSequence(token_ids, first, stop)
 
 
 def expansion_shift(expanded_ids: Sequence[int], sequence: ScoredSequence, from_index: int, model_name: str) -> int:
