@@ -30,7 +30,6 @@ text, results (answers read, then judged), aggregation.
 from __future__ import annotations
 
 import ast
-import functools
 import itertools
 import json
 import re
@@ -60,7 +59,7 @@ from lmms_egoplan.judge import (
 )
 from lmms_egoplan.judged_task import JudgedTask, judged_score
 from lmms_egoplan.media import VideoFile, as_video_frames
-from lmms_egoplan.settings import SettingsError, setting_name
+from lmms_egoplan.settings import SettingsError, setting, setting_name, value_problems
 
 
 @dataclass(frozen=True)
@@ -69,24 +68,20 @@ class EgoIntentSettings(JudgeSettings):
 
     annotations: Optional[Path] = None  # the local annotation file (.json list or .jsonl), required
     video_root: Optional[Path] = None  # where `video` paths and `video_uid`s resolve; default: the file's folder
-    sample_fps: float = 6.0  # frames per second sampled from each clip (the paper: 6)
-    max_frames: int = 32  # cap per clip; longer clips are subsampled uniformly
+    sample_fps: float = setting(6.0, above=0)  # frames per second sampled from each clip (the paper: 6)
+    max_frames: int = setting(32, minimum=1)  # cap per clip; longer clips are subsampled uniformly
     video_input: bool = True  # frames as one video (video-capable backends) or as separate images
-    frame_max_side: Optional[int] = None  # downscale frames so that their longer side is at most this
+    frame_max_side: Optional[int] = setting(None, minimum=1)  # downscale frames so that their longer side is at most this
     # The paper's judge is Qwen3, served here by any OpenAI-compatible server (e.g. `vllm serve`).
     judge_model: str = "Qwen/Qwen3-30B-A3B-Instruct-2507"
     judge_base_url: Optional[str] = "http://localhost:8000/v1"
     judge_api_key_env: str = ""  # a local server needs no key; name the variable holding one if yours does
 
-    def check_sampling(self, where: str | None = None, *,
-                       name: Callable[[str], str] = functools.partial(setting_name, ENV_PREFIX)) -> None:
-        """Fail early on a frame plan that cannot work. ``name`` says how the user sets a field
-        (default: its environment variable and metadata key; a command line names its flags)."""
-        problems = [f"{name('sample_fps')} must be > 0, got {self.sample_fps:g}"] if not self.sample_fps > 0 else []
-        if self.max_frames < 1:
-            problems.append(f"{name('max_frames')} must be at least 1, got {self.max_frames}")
-        if problems:
-            raise SettingsError((f"{where}: " if where else "") + "; ".join(problems))
+    def check_sampling(self, name: Callable[[str], str]) -> None:
+        """Fail early on a frame plan that cannot work (``lmms-egoplan egointent-steps``; inside
+        lmms-eval, ``resolve_settings`` checks). ``name`` says how the user sets a field."""
+        if problems := value_problems(self, name):
+            raise SettingsError("; ".join(problems))
 
 
 # =============================================================================================
@@ -105,7 +100,6 @@ class EgoIntentTask(JudgedTask):
         if settings.annotations is None:
             raise SettingsError(f"task {self.config.task}: set {setting_name(ENV_PREFIX, 'annotations')} to the local "
                                 f"annotation file; tasks/egointent/README.md describes its format")
-        settings.check_sampling(f"task {self.config.task}")
         steps = load_steps(settings.annotations, settings.video_root)
         return step_docs(steps, settings)
 

@@ -49,6 +49,7 @@ from lmms_egoplan import media, scored_span
 from lmms_egoplan.egoplan_data import (
     CHOICE_LETTERS,
     ENV_PREFIX,
+    FRAME_SAMPLINGS,
     SIMILARITY_LEVELS,
     VIDEO_SOURCES,
     EgoPlanDataError,
@@ -59,7 +60,7 @@ from lmms_egoplan.egoplan_data import (
 )
 from lmms_egoplan.harness import BenchmarkTask, run_file
 from lmms_egoplan.metrics import count, largest
-from lmms_egoplan.settings import setting_name
+from lmms_egoplan.settings import setting, setting_name
 
 
 @dataclass(frozen=True)
@@ -70,24 +71,25 @@ class EgoPlanSettings:
     annotation_file: str = ""
     annotation_dir: str = ""
     # "raw": EPIC-KITCHENS frame folders + Ego4D videos; "clips": <clips_dir>/<sample_id>.mp4.
-    visual_source: str = "raw"
+    visual_source: str = setting("raw", choices=("raw", "clips"))
     epic_frames_root: str = ""  # <root>/<participant>/rgb_frames/<video_id>/frame_%010d.jpg
     ego4d_videos_root: str = ""  # <root>/<video_id>.mp4
-    ego4d_annotation_fps: float = 30.0  # frame rate EgoPlan's Ego4D frame numbers count in
+    ego4d_annotation_fps: float = setting(30.0, above=0)  # frame rate EgoPlan's Ego4D frame numbers count in
     clips_dir: str = ""
     # "official": one clip of num_frames frames, the observation last; "uniform": num_frames over the
     # progress, then the observation as an image; "keyframes": appendix C.1, the last keyframe_segments
     # completed actions x keyframes_per_segment frames, then the observation as an image.
-    frame_sampling: str = "official"
-    num_frames: int = 8
-    keyframe_segments: int = 4
-    keyframes_per_segment: int = 8
-    max_side: int | None = None  # downscale frames so the longer side is at most this
+    frame_sampling: str = setting("official", choices=FRAME_SAMPLINGS)
+    num_frames: int = setting(8, minimum=1)
+    keyframe_segments: int = setting(4, minimum=1)
+    keyframes_per_segment: int = setting(8, minimum=1)
+    max_side: int | None = setting(None, minimum=1)  # downscale frames so the longer side is at most this
     skip_missing: bool = False  # skip samples whose media are missing (count reported) instead of failing
     progress_length_bins: str = "0-4,5-9,10-14,15+"
     similarity_model: str = ""  # sentence-transformers model for goal-answer similarity; "" = all-MiniLM-L6-v2
     # Likelihood tasks: "answer_and_end_of_turn" (the official loss) or "answer" (lmms-eval's convention).
-    scored_tokens: str = scored_span.ANSWER_AND_END_OF_TURN
+    scored_tokens: str = setting(scored_span.ANSWER_AND_END_OF_TURN,
+                                 choices=(scored_span.ANSWER_AND_END_OF_TURN, scored_span.ANSWER))
 
 
 # =============================================================================================

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmms_egoplan import media, scored_span
+from lmms_egoplan import media
 from lmms_egoplan.errors import InputError
 from lmms_egoplan.metrics import ValueBin, bin_of, cosine_similarities, equal_size_levels, parse_bins
 from lmms_egoplan.settings import SettingsError, setting_name
@@ -283,7 +283,6 @@ def load_samples(settings, *, labelled: bool) -> LoadedSamples:
     the path and the setting to change -- or, with ``skip_missing``, drops the sample and
     records it in ``skipped``.
     """
-    check_settings(settings)
     bins = progress_bins(settings)
     records = read_annotations(annotation_path(settings), labelled=labelled)
     docs = [_record_to_doc(record, settings, bins) for record in records]
@@ -297,21 +296,6 @@ def load_samples(settings, *, labelled: bool) -> LoadedSamples:
     if labelled:
         add_similarity_levels(docs, settings)
     return LoadedSamples(docs=docs, skipped=problems)
-
-
-def check_settings(settings) -> None:
-    choices = {"visual_source": ("raw", "clips"), "frame_sampling": FRAME_SAMPLINGS,
-               "scored_tokens": (scored_span.ANSWER_AND_END_OF_TURN, scored_span.ANSWER)}
-    for field, allowed in choices.items():
-        if getattr(settings, field) not in allowed:
-            raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, field)} must be one of {', '.join(allowed)}, "
-                                f"got {getattr(settings, field)!r}")
-    for field in ("num_frames", "keyframe_segments", "keyframes_per_segment"):
-        if getattr(settings, field) < 1:
-            raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, field)} must be at least 1, "
-                                f"got {getattr(settings, field)}")
-    if settings.ego4d_annotation_fps <= 0:
-        raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, 'ego4d_annotation_fps')} must be positive")
 
 
 def progress_bins(settings) -> tuple[ValueBin, ...]:

@@ -7,10 +7,11 @@ This module does not import lmms-eval, so command-line tools and tests can use i
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import typing
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from lmms_egoplan.errors import InputError
 
@@ -20,6 +21,33 @@ _RESERVED_SETTING_NAMES = frozenset({"task", "doc_id", "repeats", "split", "vers
 
 class SettingsError(InputError):
     """A benchmark setting is unknown or has a value of the wrong type."""
+
+
+def setting(default: Any, *, choices: tuple | None = None, minimum: float | None = None,
+            above: float | None = None, maximum: float | None = None) -> Any:
+    """A settings field whose allowed values ``resolve_settings`` checks: one of ``choices``, or a
+    number ``>= minimum``, ``> above``, ``<= maximum`` (None, where the type allows it, is always allowed)."""
+    limits = {"choices": choices, "minimum": minimum, "above": above, "maximum": maximum}
+    return dataclasses.field(default=default, metadata={key: value for key, value in limits.items() if value is not None})
+
+
+def value_problems(settings: Any, name: Callable[[str], str] = str) -> list[str]:
+    """What is wrong with the values of ``settings`` (fields declared with ``setting``), one line per
+    field; ``name`` says how the user sets a field (an environment variable, a command-line flag)."""
+    problems = []
+    for field in dataclasses.fields(settings):
+        value, limits = getattr(settings, field.name), field.metadata
+        if value is None or not limits:
+            continue
+        if "choices" in limits and value not in limits["choices"]:
+            problems.append(f"{name(field.name)} must be one of {', '.join(map(str, limits['choices']))}, got {value!r}")
+        if "minimum" in limits and value < limits["minimum"]:
+            problems.append(f"{name(field.name)} must be at least {limits['minimum']}, got {value!r}")
+        if "above" in limits and not value > limits["above"]:
+            problems.append(f"{name(field.name)} must be greater than {limits['above']}, got {value!r}")
+        if "maximum" in limits and value > limits["maximum"]:
+            problems.append(f"{name(field.name)} must be at most {limits['maximum']}, got {value!r}")
+    return problems
 
 
 def env_var(prefix: str, field: str) -> str:
@@ -35,8 +63,10 @@ def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, 
                      env_prefix: str, environ: Mapping[str, str] = os.environ):
     """Build ``settings_class`` (a dataclass): defaults < YAML ``metadata`` < ``<PREFIX>_<FIELD>`` env vars.
 
-    Unknown ``metadata`` keys and unparsable values raise SettingsError naming the task, the
-    key or environment variable, and what was expected.
+    Unknown ``metadata`` keys, environment variables with the prefix that name no setting (a
+    misspelt ``EGOPLAN_NUMFRAMES`` would otherwise be ignored), unparsable values and values out of
+    a field's range (``setting``) raise SettingsError naming the task, the key or variable, and what
+    was expected.
     """
     hints = typing.get_type_hints(settings_class)
     fields = {f.name: f for f in dataclasses.fields(settings_class)}
@@ -53,11 +83,22 @@ def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, 
                 f"known settings: {', '.join(sorted(fields))}"
             )
         values[key] = coerce_setting(raw, hints[key], f"task {task}: metadata.{key}")
-    for name in fields:
-        variable = env_var(env_prefix, name)
+    variables = {env_var(env_prefix, name): name for name in fields}
+    for variable, name in variables.items():
         if variable in environ:
             values[name] = coerce_setting(environ[variable], hints[name], f"task {task}: environment variable {variable}")
-    return settings_class(**values)
+    settings = settings_class(**values)
+    # Variables that settings name (``judge_api_key_env``: where a key is) are not settings.
+    named = {getattr(settings, name) for name in fields if name.endswith("_env")}
+    for variable in sorted(environ):
+        if variable.startswith(f"{env_prefix.upper()}_") and variable not in variables and variable not in named:
+            closest = difflib.get_close_matches(variable, variables, n=1, cutoff=0.6)
+            hint = f"did you mean {closest[0]}?" if closest else f"the settings are {', '.join(sorted(variables))}"
+            raise SettingsError(f"task {task}: environment variable {variable} names no setting; {hint}")
+    problems = value_problems(settings, lambda field: setting_name(env_prefix, field))
+    if problems:
+        raise SettingsError(f"task {task}: " + "; ".join(problems))
+    return settings
 
 
 def coerce_setting(raw: Any, annotation: Any, where: str) -> Any:

@@ -41,7 +41,7 @@ from lmms_egoplan.judge import (
     score_judged,
 )
 from lmms_egoplan.media import VIDEO_CLIP_KEY
-from lmms_egoplan.settings import SettingsError
+from lmms_egoplan.settings import SettingsError, resolve_settings
 from lmms_egoplan.testing.egointent import (
     VIDEOS,
     judge_rating,
@@ -199,11 +199,11 @@ def test_the_annotation_file_is_a_required_setting_and_sampling_settings_are_che
     task.settings = EgoIntentSettings(annotations=tmp_path / "missing.jsonl")
     with pytest.raises(EgoIntentDataError, match="annotation file not found: .*missing.jsonl"):
         egointent.EgoIntentTask.load_docs(task)
-    task.settings = EgoIntentSettings(annotations=tmp_path / "missing.jsonl", sample_fps=0, max_frames=0)
     with pytest.raises(SettingsError) as caught:
-        egointent.EgoIntentTask.load_docs(task)
-    assert str(caught.value) == ("task egointent: EGOINTENT_SAMPLE_FPS (metadata.sample_fps) must be > 0, got 0; "
-                                 "EGOINTENT_MAX_FRAMES (metadata.max_frames) must be at least 1, got 0")
+        resolve_settings(EgoIntentSettings, task="egointent", metadata={"annotations": str(tmp_path / "a.jsonl")},
+                         env_prefix="EGOINTENT", environ={"EGOINTENT_SAMPLE_FPS": "0", "EGOINTENT_MAX_FRAMES": "0"})
+    assert str(caught.value) == ("task egointent: EGOINTENT_SAMPLE_FPS (metadata.sample_fps) must be greater than 0, "
+                                 "got 0.0; EGOINTENT_MAX_FRAMES (metadata.max_frames) must be at least 1, got 0")
 
 
 def test_scenarios_get_distinct_metric_names():

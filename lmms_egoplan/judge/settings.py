@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from lmms_egoplan.errors import InputError
+from lmms_egoplan.settings import setting, value_problems
 
 JUDGE_BACKENDS = ("openai", "azure", "hf")
 
@@ -27,17 +28,17 @@ class JudgeSettings:
     change its default (EgoThink's judge is the paper's GPT-4).
     """
 
-    judge_backend: str = "openai"  # "openai" (any OpenAI-compatible server), "azure" or "hf"
+    judge_backend: str = setting("openai", choices=JUDGE_BACKENDS)  # "openai" (any OpenAI-compatible server), "azure" or "hf"
     judge_model: str = "gpt-4o-2024-11-20"  # API model / Azure deployment / HF model path or id
     judge_base_url: Optional[str] = None  # e.g. http://localhost:8000/v1; Azure: the endpoint
     judge_api_key_env: str = "OPENAI_API_KEY"  # NAME of the variable holding the key ("" = no key)
     judge_api_version: str = "2024-10-21"  # Azure OpenAI only
-    judge_temperature: float = 0.0
-    judge_max_tokens: int = 2048
-    judge_concurrency: int = 16  # calls in flight (hf: generation batch size)
-    judge_timeout: float = 120.0  # seconds per call
-    judge_retries: int = 6  # retries after the first attempt (429 / 5xx / timeouts only)
-    judge_backoff: float = 1.0  # seconds before the first retry; doubles with each retry
+    judge_temperature: float = setting(0.0, minimum=0)
+    judge_max_tokens: int = setting(2048, minimum=1)
+    judge_concurrency: int = setting(16, minimum=1)  # calls in flight (hf: generation batch size)
+    judge_timeout: float = setting(120.0, above=0)  # seconds per call
+    judge_retries: int = setting(6, minimum=0)  # retries after the first attempt (429 / 5xx / timeouts only)
+    judge_backoff: float = setting(1.0, minimum=0)  # seconds before the first retry; doubles with each retry
     judge_cache_dir: Optional[Path] = Path("~/.cache/lmms_egoplan/judge")  # none = no cache
 
     @classmethod
@@ -48,9 +49,8 @@ class JudgeSettings:
     def check(self, environ: Mapping[str, str] = os.environ, *, name: Callable[[str], str] = str) -> None:
         """Fail before anything is generated if these settings cannot judge. ``name`` says how the
         user sets a field (inside lmms-eval: its environment variable; default: the field name)."""
-        if self.judge_backend not in JUDGE_BACKENDS:
-            raise JudgeSetupError(f"{name('judge_backend')} must be one of {', '.join(JUDGE_BACKENDS)}, "
-                                  f"got {self.judge_backend!r}")
+        if problems := value_problems(self, name):
+            raise JudgeSetupError("; ".join(problems))
         if self.judge_backend in ("openai", "azure") and self.judge_api_key_env and self.judge_api_key_env not in environ:
             raise JudgeSetupError(
                 f"the judge's API key variable {self.judge_api_key_env} is not set: export it, or name another "
@@ -59,9 +59,3 @@ class JudgeSettings:
         if self.judge_backend == "azure" and not self.judge_base_url:
             raise JudgeSetupError(f"{name('judge_backend')} azure needs {name('judge_base_url')}, the Azure OpenAI "
                                   f"endpoint")
-        for setting, least in (("judge_concurrency", 1), ("judge_max_tokens", 1), ("judge_retries", 0),
-                               ("judge_backoff", 0)):
-            if getattr(self, setting) < least:
-                raise JudgeSetupError(f"{name(setting)} must be at least {least}, got {getattr(self, setting)}")
-        if self.judge_timeout <= 0:
-            raise JudgeSetupError(f"{name('judge_timeout')} must be > 0 (seconds), got {self.judge_timeout}")
