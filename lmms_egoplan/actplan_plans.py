@@ -6,7 +6,6 @@ plans scored against gold plans (LCS, BLEURT verdicts), and plans scored outside
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -18,6 +17,7 @@ from lmms_egoplan.actplan_data import (
     candidate_plan_files,
     gold_steps,
     load_instances,
+    plan_lines,
     split_of_path,
 )
 from lmms_egoplan.metrics import mean_or_nan
@@ -27,14 +27,6 @@ from lmms_egoplan.tables import format_table
 # ---------------------------------------------------------------------------------------------
 # Plan parsing
 # ---------------------------------------------------------------------------------------------
-
-# ``action(arg, ...)``: the name touches the parenthesis (so prose such as "the kitchen (left)"
-# is not a step); arguments are non-empty and unnested.
-_STEP = re.compile(r"(?<![\w-])([A-Za-z][\w-]*)\(([^()\n]*[^()\s,][^()\n]*)\)")
-_LIST_MARKER = re.compile(r"^\s*(?:[-*+\u2022]\s+|\(?\d+\s*[.):]\s*|step\s*\d+\s*[:.)-]?\s*)", re.IGNORECASE)
-_DECORATION = re.compile(r"[`*]")
-# What may surround steps on a line that is "in the required form".
-_SEPARATORS = re.compile(r"[\s,;.>\u2192-]*")
 
 
 @dataclass(frozen=True)
@@ -56,26 +48,17 @@ class ParsedPlan:
         return {"format_errors": self.format_errors, "plan_lines": self.plan_lines}
 
 
-def _canonical_step(action: str, args: str) -> str:
-    return f"{action}({', '.join(arg.strip() for arg in args.split(','))})"
-
-
 def parse_plan(text: str) -> ParsedPlan:
-    """Extract the steps of a free-form plan (numbered lists, bullets, code fences, prose around it)."""
-    lines = []
-    for raw in text.splitlines():
-        if raw.strip().startswith("```"):
-            continue
-        line = _LIST_MARKER.sub("", _DECORATION.sub("", raw), count=1).strip()
-        if line:
-            steps = [_canonical_step(action, args) for action, args in _STEP.findall(line)]
-            in_form = bool(steps) and _SEPARATORS.fullmatch(_STEP.sub("", line)) is not None
-            lines.append((steps, in_form))
-    with_steps = [i for i, (steps, _) in enumerate(lines) if steps]
+    """Extract the steps of a free-form plan (numbered lists, bullets, code fences, prose around it).
+
+    Lines are split into steps as gold plans are (``actplan_data.plan_lines``); what differs is
+    other text: here it is a format error and scores nothing, in a gold plan it is a step."""
+    lines = plan_lines(text)
+    with_steps = [i for i, line in enumerate(lines) if line.steps]
     if with_steps:
         lines = lines[with_steps[0]:with_steps[-1] + 1]
-    return ParsedPlan(steps=[step for steps, _ in lines for step in steps], plan_lines=len(lines),
-                      format_errors=sum(not in_form for _, in_form in lines))
+    return ParsedPlan(steps=[step for line in lines for step in line.steps], plan_lines=len(lines),
+                      format_errors=sum(not line.in_form for line in lines))
 
 
 def aggregate_format_error_rate(counts: Iterable[Mapping[str, int]]) -> float:
@@ -101,7 +84,7 @@ class PlanScore:
 def score_lcs(pairs: Sequence[tuple[Sequence[str], Sequence[Sequence[str]]]], matcher, gold: str = "first") -> list[PlanScore]:
     """LCS / normalised LCS of each (predicted steps, gold plans) pair.
 
-    ``gold="first"``: against the first gold plan (the paper's evaluation); ``"best"``: against
+    ``gold="first"``: against the first gold plan (the default); ``"best"``: against
     the gold plan giving the highest normalised LCS (ties: longer LCS, then the earlier plan).
     """
     from lmms_egoplan.metrics import normalized_lcs
@@ -140,6 +123,8 @@ def bleurt_correct(pairs: Sequence[tuple[Sequence[str], Sequence[Sequence[str]]]
 # ---------------------------------------------------------------------------------------------
 
 STEP_MODES = ("parsed", "lines")  # the first is the default
+# ``gold`` of ``candidates_from_release``: each model's plans against the gold file the release pairs them with.
+RELEASE_PAIRING = "release-pairing"
 
 
 @dataclass(frozen=True)
@@ -167,6 +152,12 @@ def _gold(text: str, steps: str) -> list[str]:
     return gold_steps(text) if steps == "parsed" else text.split("\n")
 
 
+def release_gold_file(model: str) -> str:
+    """The gold file the release's ``auto_lcs`` scripts score a model's plans against: its readme
+    pairs Gemini (``plan_gemini*.txt``) with ``plan_gold_2.txt``, GPT-4V and Claude with ``plan_gold_1.txt``."""
+    return "plan_gold_2.txt" if "gemini" in model.lower() else "plan_gold_1.txt"
+
+
 def _release_gold(doc: dict, gold: str, steps: str) -> list[list[str]]:
     """An instance's gold plans to score against (``gold``: first / best: all of them, else the
     named file; none when it lacks that file). Parsed steps are those ``load_instances`` read;
@@ -181,18 +172,20 @@ def candidates_from_release(data_root: str | Path, models: Sequence[str] | None 
                             steps: str = STEP_MODES[0]) -> tuple[list[CandidatePlan], list[str]]:
     """The VLM plans shipped in the release layout (``plan_<model>.txt``), with notes on what was left out.
 
-    ``gold``: first / best, or a gold file name (``plan_gold_2.txt``, as the release scores Gemini).
+    ``gold``: first / best, a gold file name (``plan_gold_2.txt``), or ``RELEASE_PAIRING``: the
+    file ``release_gold_file`` names for the model.
     """
     plans = []
     left_out: dict[str, int] = {}
     instances = load_instances(data_root)
-    golds = [_release_gold(doc, gold, steps) for doc in instances]
     wanted = list(models) if models else sorted({m for doc in instances for m in candidate_plan_files(Path(doc["folder"]))})
     for model in wanted:
-        for doc, doc_golds in zip(instances, golds):
+        model_gold = release_gold_file(model) if gold == RELEASE_PAIRING else gold
+        for doc in instances:
             candidate = Path(doc["folder"]) / f"plan_{model}.txt"
+            doc_golds = _release_gold(doc, model_gold, steps)
             if not candidate.is_file() or not doc_golds:
-                reason = f"{model}: no {candidate.name}" if not candidate.is_file() else f"{model}: no {gold}"
+                reason = f"{model}: no {candidate.name}" if not candidate.is_file() else f"{model}: no {model_gold}"
                 left_out[reason] = left_out.get(reason, 0) + 1
                 continue
             plans.append(candidate_plan(model, doc["instance_id"], doc["split"], candidate.read_text(), doc_golds, steps))
@@ -205,6 +198,8 @@ def candidates_from_jsonl(path: str | Path, *, model: str | None = None, steps: 
     Reads the release's ``auto_lcs/*_pairs.jsonl`` and the plans files (``<date-time>_plans_<task>.jsonl``)
     this suite writes beside lmms-eval results. The split comes from ``split`` or from the instance
     path in ``instance_id`` / ``dir`` / ``path``; the model from ``model``, else the file name.
+    Gold texts are split into steps as the release's gold files are (``gold_steps``: one step per
+    line, or steps joined by spaces as in ``finetuning_data.jsonl``); one without a step is an error.
     """
     path = Path(path)
     plans = []
@@ -213,6 +208,11 @@ def candidates_from_jsonl(path: str | Path, *, model: str | None = None, steps: 
         texts = isinstance(row.get("candidate"), str) and isinstance(references, list) and all(isinstance(r, str) for r in references)
         if not texts or not references:
             raise ActPlanDataError(f"{path}:{number}: needs 'candidate' and 'reference' (or 'references') texts")
+        field = "references" if row.get("references") else "reference"
+        for index, reference in enumerate(references):
+            if not gold_steps(reference):
+                which = f"'{field}' item {index + 1}" if field == "references" else f"'{field}'"
+                raise ActPlanDataError(f"{path}:{number}: the gold plan in {which} has no step: {reference!r}")
         instance = str(row.get("instance_id") or row.get("dir") or row.get("path") or f"{path.name}:{number}")
         plans.append(candidate_plan(row.get("model") or model or path.stem, instance, row.get("split") or split_of_path(instance),
                                     row["candidate"], [_gold(r, steps) for r in references], steps))

@@ -69,7 +69,7 @@ def _actplan_score(args: argparse.Namespace) -> int:
     if not args.data_root and not args.pairs:
         return _fail("actplan-score", "give --data-root (release layout) and/or --pairs (JSONL)")
     if args.pairs and args.gold not in actplan_plans.GOLD_CHOICES:
-        return _fail("actplan-score", f"--gold {args.gold} names a release file; with --pairs use first or best")
+        return _fail("actplan-score", f"--gold {args.gold} picks a release gold file; with --pairs use first or best")
     plans, notes = [], []
     if args.data_root:
         plans, notes = actplan_plans.candidates_from_release(args.data_root, args.model, gold=args.gold, steps=args.steps)
@@ -145,7 +145,9 @@ def _actplan_score_arguments(score: argparse.ArgumentParser) -> None:
     score.add_argument("--pairs", action="append", metavar="JSONL",
                        help="rows with 'candidate' and 'reference' (or 'references') texts (repeatable)")
     score.add_argument("--gold", default=actplan_plans.GOLD_CHOICES[0],
-                       help="first (default, as the paper), best, or a release gold file name such as plan_gold_2.txt")
+                       help="first (default), best, a release gold file name such as plan_gold_2.txt, or "
+                            f"{actplan_plans.RELEASE_PAIRING}: Gemini plans against plan_gold_2.txt, the others against "
+                            "plan_gold_1.txt, as the release's auto_lcs/readme.md")
     score.add_argument("--steps", choices=actplan_plans.STEP_MODES, default=actplan_plans.STEP_MODES[0],
                        help="parsed: action(args) steps of the plan (default); lines: the release's text.split('\\n'), "
                             "trailing empty line included, to reproduce its numbers exactly")

@@ -8,8 +8,9 @@ The protocol, as the paper (section 3-4, appendices C-D) and its release define 
   reasoning), Forecasting, Planning (navigation, assistance). One lmms-eval task per dimension.
 * The model answers zero-shot with its family's inference prompt: short answers (Table 5),
   detailed ones for the two planning dimensions (Table 6). The prompts are per-model presets
-  in the task YAMLs' ``lmms_eval_specific_kwargs``; greedy decoding; 30 new tokens, 300 for
-  planning (the official inference script's limits).
+  in the task YAMLs' ``lmms_eval_specific_kwargs``; greedy decoding by default (the ``decoding``
+  setting offers the official scripts' sampling instead); 30 new tokens, 300 for planning (the
+  official inference script's limits).
 * GPT-4 grades each answer against the reference with the prompt of Table 7 ("single-answer
   grading"): 0 (wrong), 0.5 (partially correct) or 1 (correct), written ``Rating: [[x]]``.
 * A dimension's score is its mean rating x 100; the paper's "Average" (Table 3) is the mean of
@@ -49,6 +50,18 @@ class EgoThinkSettings(JudgeSettings):
     hub_revision: Optional[str] = None
     image_cache: Path = Path("~/.cache/lmms_egoplan/egothink")  # Hub images are written here as files
     prompt_preset: Optional[str] = None  # force an inference-prompt preset (default: by --model)
+    decoding: str = "greedy"  # a key of DECODING_PRESETS
+
+
+# How answers are decoded: ``greedy`` keeps the YAML's generation_kwargs (the default: a run is
+# repeatable); the others are the sampling of the official inference scripts (AdaCheng/EgoThink
+# ``models/test_llava2.py``: temperature 0.2, top_p unset; ``models/test_pandagpt.py``: temperature
+# 0.1, top_p 0.01), put over the YAML's. Token limits are the YAML's either way (the scripts' too).
+DECODING_PRESETS: dict[str, dict] = {
+    "greedy": {},
+    "official_llava": {"do_sample": True, "temperature": 0.2, "num_beams": 1},
+    "official_pandagpt": {"do_sample": True, "temperature": 0.1, "top_p": 0.01},
+}
 
 
 # --- The task -----------------------------------------------------------------------------------
@@ -83,7 +96,14 @@ class EgoThinkTask(JudgedTask):
         return docs
 
     def _prepare_model_specific_config(self):
+        # lmms-eval calls this before the data loads and after its model-specific generation_kwargs
+        # (a --gen_kwargs on the command line still overrides the decoding preset).
         super()._prepare_model_specific_config()
+        decoding = DECODING_PRESETS.get(self.settings.decoding)
+        if decoding is None:
+            raise SettingsError(f"task {self.config.task}: {setting_name(ENV_PREFIX, 'decoding')} must be one of "
+                                f"{', '.join(DECODING_PRESETS)}, got {self.settings.decoding!r}")
+        self.config.generation_kwargs.update(decoding)
         preset = self.settings.prompt_preset
         if preset:
             presets = {k: v for k, v in (self.config.lmms_eval_specific_kwargs or {}).items() if isinstance(v, dict)}

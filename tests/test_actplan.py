@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -10,11 +11,13 @@ import pytest
 
 from lmms_egoplan import actplan, actplan_plans
 from lmms_egoplan.actplan import ActPlanSettings, process_results
-from lmms_egoplan.actplan_data import ActPlanDataError, check_settings, load_instances
+from lmms_egoplan.actplan_data import ActPlanDataError, check_settings, gold_steps, load_instances
 from lmms_egoplan.actplan_plans import (
+    RELEASE_PAIRING,
     ParsedPlan,
     bleurt_correct,
     candidates_from_jsonl,
+    candidates_from_release,
     parse_plan,
     score_lcs,
 )
@@ -99,6 +102,36 @@ def test_empty_release_and_missing_folder_are_errors(tmp_path):
 ])
 def test_plan_parsing(text, steps, plan_lines, format_errors):
     assert parse_plan(text) == ParsedPlan(steps, plan_lines, format_errors)
+
+
+@pytest.mark.parametrize("text, steps", [
+    # The release's gold files: one step per line, each line a step as written.
+    ("walk_to(table)\nplace_inside(basket_1, cookie)\n", ["walk_to(table)", "place_inside(basket_1, cookie)"]),
+    ("walk_to(floor)\nwait\nplace_on_top(mousetrap3, floor, next_to(toilet))\nplace_inside(carton, snack_food\n",
+     ["walk_to(floor)", "wait", "place_on_top(mousetrap3, floor, next_to(toilet))", "place_inside(carton, snack_food"]),
+    # finetuning_data.jsonl: one line of steps joined by spaces, split as model output is.
+    ("walk_to(table) grab(cookie) place_inside(basket_1,cookie) ", ["walk_to(table)", "grab(cookie)", "place_inside(basket_1, cookie)"]),
+    # Text between steps on such a line is an annotated step too, never dropped.
+    ("walk_to(floor) wait grab(mop) place_inside(carton, snack_food", ["walk_to(floor)", "wait", "grab(mop)", "place_inside(carton, snack_food"]),
+    ("1. walk_to(table)\n```\n", ["walk_to(table)"]),
+    ("\n  \n```\n```\n", []),
+])
+def test_gold_plans_are_split_into_steps_as_model_output_is(text, steps):
+    assert gold_steps(text) == steps
+
+
+def test_a_gold_plan_without_a_step_is_named_with_its_file_and_row(release, tmp_path):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"candidate": "grab(x)", "reference": "grab(x)"}) + "\n"
+                     + json.dumps({"candidate": "grab(x)", "references": ["grab(x)", "```\n\n```\n"]}) + "\n")
+    with pytest.raises(ActPlanDataError, match=rf"{pairs}:2: the gold plan in 'references' item 2 has no step"):
+        candidates_from_jsonl(pairs)
+    copy = tmp_path / "copy"
+    shutil.copytree(release, copy)
+    folder = copy / "annotation" / load_instances(release)[5]["instance_id"]
+    (folder / "plan_gold_2.txt").write_text("\n\n")
+    with pytest.raises(ActPlanDataError, match=rf"{folder}: gold plan without a step plan_gold_2.txt"):
+        load_instances(copy)
 
 
 def settings(**overrides):
@@ -278,6 +311,51 @@ def test_pair_files_of_the_release_and_of_this_suite(tmp_path):
         candidates_from_jsonl(bad)
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
         candidates_from_jsonl(tmp_path / "missing.jsonl")
+
+
+def test_space_joined_gold_plans_score_as_one_step_per_line(tmp_path, monkeypatch, capsys):
+    from lmms_egoplan import metrics
+    from lmms_egoplan.cli import main
+    from lmms_egoplan.testing.actplan import write_finetuning_data
+
+    monkeypatch.setattr(metrics, "step_matcher", lambda *args, **kwargs: ExactMatcher())
+    data, _ = write_finetuning_data(tmp_path, activities=3)
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    # Pairs as finetuning_data.jsonl writes plans (steps joined by spaces), and the same plans one step per line.
+    joined = [{"candidate": (row["pos_gpt"] + row["neg_gpt"])[0], "reference": row["gold_gpt"][0]} for row in rows]
+    per_line = [{key: "\n".join(re.split(r"(?<=\)) ", text)) for key, text in pair.items()} for pair in joined]
+    scores = {}
+    for name, pairs in (("joined", joined), ("per_line", per_line)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(pair) + "\n" for pair in pairs))
+        assert main(["actplan-score", "--pairs", str(tmp_path / f"{name}.jsonl"), "--output", str(tmp_path / f"{name}.out")]) == 0
+        scores[name] = [json.loads(line)["lcs"] for line in (tmp_path / f"{name}.out").read_text().splitlines()]
+    assert scores["joined"] == scores["per_line"] and min(scores["joined"]) > 0
+
+
+def test_release_pairing_scores_gemini_against_the_second_gold_plan(release, tmp_path, monkeypatch, capsys):
+    from lmms_egoplan import metrics
+    from lmms_egoplan.cli import main
+
+    docs = {doc["instance_id"]: doc for doc in load_instances(release)}
+    plans, notes = candidates_from_release(release, gold=RELEASE_PAIRING)
+    assert {plan.model for plan in plans} == {"gemini", "gpt-4v"} and notes == []
+    for plan in plans:
+        assert plan.gold == [docs[plan.instance_id]["gold_plans"][1 if plan.model == "gemini" else 0]]
+    # Through the command: the same pairs, and an instance without the model's gold file is left out.
+    copy = tmp_path / "copy"
+    shutil.copytree(release, copy)
+    next(copy.glob("annotation/*/*/*/sample_0/plan_gold_2.txt")).unlink()
+    monkeypatch.setattr(metrics, "step_matcher", lambda *args, **kwargs: ExactMatcher())
+    output = tmp_path / "scores.jsonl"
+    assert main(["actplan-score", "--data-root", str(copy), "--gold", RELEASE_PAIRING, "--output", str(output)]) == 0
+    assert "note: 1 instance(s) left out (gemini: no plan_gold_2.txt)" in capsys.readouterr().out
+    expected = {(plan.model, plan.instance_id): score.lcs
+                for plan, score in zip(plans, score_lcs([(p.prediction, p.gold) for p in plans], ExactMatcher()))}
+    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    assert len(rows) == len(plans) - 1 and all(row["lcs"] == expected[row["model"], row["instance_id"]] for row in rows)
+    # Pair files carry their own gold plans.
+    assert main(["actplan-score", "--pairs", str(output), "--gold", RELEASE_PAIRING]) == 2
+    assert f"--gold {RELEASE_PAIRING} picks a release gold file" in capsys.readouterr().err
 
 
 def test_yaml_tasks_bind_settings_and_differ_only_in_images(release, monkeypatch):

@@ -25,6 +25,19 @@ SHORT_PROMPT = "Please let your answer be as short as possible. Question: {} Sho
 PLANNING_PROMPT = "Answer your question in a detailed and helpful way. Question: {} Short answer:"  # Table 6
 
 
+def load_tasks(names: list[str]) -> dict:
+    """The tasks as lmms-eval builds them from this suite's YAMLs (settings from the environment)."""
+    from lmms_eval.tasks import TaskManager, get_task_dict
+
+    return get_task_dict(names, TaskManager(include_path=str(Path(__file__).parents[1] / "tasks"), include_defaults=False))
+
+
+def offline_judge_env(data: Path, tmp_path: Path) -> dict:
+    """Questions from a local release; a judge that is loaded only when asked to judge."""
+    return {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data), "EGOTHINK_JUDGE_BACKEND": "hf",
+            "EGOTHINK_JUDGE_MODEL": str(tmp_path / "no-such-model"), "EGOTHINK_JUDGE_CACHE_DIR": "none"}
+
+
 def judge_env(judge, cache_dir, **extra):
     return {"EGOTHINK_JUDGE_BASE_URL": judge.base_url, "EGOTHINK_JUDGE_MODEL": "loopback-judge",
             "EGOTHINK_JUDGE_CACHE_DIR": str(cache_dir), "EGOTHINK_JUDGE_BACKOFF": "0.01", **extra}
@@ -258,18 +271,45 @@ def test_ranks_storing_the_same_hub_images_at_once_do_not_collide(tmp_path):
 
 
 def test_an_unusable_judge_stops_the_task_before_its_data_loads(tmp_path, monkeypatch):
-    from lmms_eval.tasks import TaskManager, get_task_dict
-
     from lmms_egoplan.settings import SettingsError
 
     for name, value in {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(tmp_path / "no-data-here"),
                         "EGOTHINK_JUDGE_API_KEY_ENV": "EGOTHINK_UNSET_KEY"}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("EGOTHINK_UNSET_KEY", raising=False)
-    manager = TaskManager(include_path=str(Path(__file__).parents[1] / "tasks"), include_defaults=False)
     with pytest.raises(SettingsError, match="ego_think_counting: the judge's API key variable EGOTHINK_UNSET_KEY is not set"
                                             r".* name another variable with EGOTHINK_JUDGE_API_KEY_ENV \(metadata"):
-        get_task_dict(["ego_think_counting"], manager)
+        load_tasks(["ego_think_counting"])
+
+
+@pytest.mark.parametrize("decoding, sampling", [
+    (None, {"do_sample": False, "temperature": 0.0}),  # greedy, the default
+    ("official_llava", {"do_sample": True, "temperature": 0.2, "num_beams": 1}),
+    ("official_pandagpt", {"do_sample": True, "temperature": 0.1, "top_p": 0.01}),
+])
+def test_requests_carry_the_chosen_decoding_and_the_token_limits(decoding, sampling, tmp_path, monkeypatch):
+    data = write_release(tmp_path / "data", per_dimension=1)
+    for name, value in offline_judge_env(data, tmp_path).items():
+        monkeypatch.setenv(name, value)
+    if decoding:
+        monkeypatch.setenv("EGOTHINK_DECODING", decoding)
+    tasks = load_tasks(["ego_think_counting", "ego_think_navigation"])
+    for name, max_new_tokens in (("ego_think_counting", 30), ("ego_think_navigation", 300)):
+        task = tasks[name]
+        task.build_all_requests(limit=1)
+        generation = task.instances[0].args[1]
+        assert generation == {"until": [], "max_new_tokens": max_new_tokens, **sampling}
+        assert task.config.metadata["decoding"] == (decoding or "greedy")  # recorded in the results file
+
+
+def test_an_unknown_decoding_stops_the_task_before_its_data_loads(tmp_path, monkeypatch):
+    from lmms_egoplan.settings import SettingsError
+
+    for name, value in {**offline_judge_env(tmp_path / "no-data-here", tmp_path), "EGOTHINK_DECODING": "beam"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=r"ego_think_counting: EGOTHINK_DECODING \(metadata.decoding\) must be one of "
+                                            "greedy, official_llava, official_pandagpt, got 'beam'"):
+        load_tasks(["ego_think_counting"])
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -287,8 +327,6 @@ def test_source_settings_are_named_as_users_set_them(settings, message):
 
 
 def test_a_judge_that_cannot_load_fails_the_judgements_instead_of_the_run(tmp_path, monkeypatch):
-    from lmms_eval.tasks import TaskManager, get_task_dict
-
     from lmms_egoplan.egothink import process_results
     from lmms_egoplan.judge import factory
 
@@ -296,11 +334,9 @@ def test_a_judge_that_cannot_load_fails_the_judgements_instead_of_the_run(tmp_pa
     transformers_backend = factory.TransformersBackend
     monkeypatch.setattr(factory, "TransformersBackend", lambda *a, **k: loads.append(a) or transformers_backend(*a, **k))
     data = write_release(tmp_path / "data", per_dimension=2)
-    for name, value in {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data), "EGOTHINK_JUDGE_BACKEND": "hf",
-                        "EGOTHINK_JUDGE_MODEL": str(tmp_path / "no-such-model"), "EGOTHINK_JUDGE_CACHE_DIR": "none"}.items():
+    for name, value in offline_judge_env(data, tmp_path).items():
         monkeypatch.setenv(name, value)
-    manager = TaskManager(include_path=str(Path(__file__).parents[1] / "tasks"), include_defaults=False)
-    task = get_task_dict(["ego_think_counting"], manager)["ego_think_counting"]
+    task = load_tasks(["ego_think_counting"])["ego_think_counting"]
     items = [process_results(doc, ["Two."])["score"] for doc in task.dataset["test"]]
     aggregate = task.aggregation()
     # Reported as failed judgements (the logged answers can be re-judged later), not an exception
