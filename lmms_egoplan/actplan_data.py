@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterable
 
 from lmms_egoplan.errors import InputError
+from lmms_egoplan.records import read_text
 from lmms_egoplan.settings import SettingsError, setting_name
 
 ENV_PREFIX = "ACTPLAN"  # settings are overridden by environment variables ACTPLAN_<SETTING>
@@ -104,7 +105,7 @@ def load_instances(data_root: str | Path) -> list[dict]:
                     if missing:
                         problems.append(f"{folder}: no {', no '.join(missing)}")
                         continue
-                    plans = [gold_steps(path.read_text()) for path in golds]
+                    plans = [gold_steps(read_text(path, ActPlanDataError)) for path in golds]
                     empty = [path.name for path, steps in zip(golds, plans) if not steps]
                     if empty:
                         problems.append(f"{folder}: gold plan without a step {', '.join(empty)}")
@@ -117,7 +118,7 @@ def load_instances(data_root: str | Path) -> list[dict]:
                         "sample": sample,
                         "split": split_of_problem(problem),
                         "folder": str(folder),
-                        "description": description_file.read_text().strip(),
+                        "description": read_text(description_file, ActPlanDataError).strip(),
                         "image_paths": [str(path) for path in images],
                         "gold_files": [path.name for path in golds],
                         "gold_plans": plans,

@@ -21,7 +21,7 @@ from lmms_egoplan.actplan_data import (
     split_of_path,
 )
 from lmms_egoplan.metrics import mean_or_nan
-from lmms_egoplan.records import read_jsonl
+from lmms_egoplan.records import read_jsonl, read_text
 from lmms_egoplan.tables import format_table
 
 # ---------------------------------------------------------------------------------------------
@@ -165,7 +165,7 @@ def _release_gold(doc: dict, gold: str, steps: str) -> list[list[str]]:
     names = doc["gold_files"] if gold in GOLD_CHOICES else [gold] if gold in doc["gold_files"] else []
     if steps == "parsed":
         return [doc["gold_plans"][doc["gold_files"].index(name)] for name in names]
-    return [_gold((Path(doc["folder"]) / name).read_text(), steps) for name in names]
+    return [_gold(read_text(Path(doc["folder"]) / name, ActPlanDataError), steps) for name in names]
 
 
 def candidates_from_release(data_root: str | Path, models: Sequence[str] | None = None, *, gold: str = "first",
@@ -188,7 +188,7 @@ def candidates_from_release(data_root: str | Path, models: Sequence[str] | None 
                 reason = f"{model}: no {candidate.name}" if not candidate.is_file() else f"{model}: no {model_gold}"
                 left_out[reason] = left_out.get(reason, 0) + 1
                 continue
-            plans.append(candidate_plan(model, doc["instance_id"], doc["split"], candidate.read_text(), doc_golds, steps))
+            plans.append(candidate_plan(model, doc["instance_id"], doc["split"], read_text(candidate, ActPlanDataError), doc_golds, steps))
     return plans, [f"{count} instance(s) left out ({reason})" for reason, count in sorted(left_out.items())]
 
 

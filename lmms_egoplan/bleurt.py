@@ -34,7 +34,7 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 from lmms_egoplan.actplan_plans import parse_plan
 from lmms_egoplan.errors import InputError
 from lmms_egoplan.metrics import mean_or_nan, resolve_device
-from lmms_egoplan.records import read_jsonl
+from lmms_egoplan.records import read_jsonl, read_text
 from lmms_egoplan.tables import format_table
 
 # The release adds these action names to the BERT vocabulary as special (unsplit) tokens.
@@ -192,7 +192,7 @@ def load_finetuning_data(data_file: str | Path, activities_file: str | Path) -> 
     """Rows of ``finetuning_data.jsonl`` by split of their activity, and how many rows no split names."""
     data_file = _existing_path(data_file, "fine-tuning data")
     split_of: dict[str, str] = {}
-    for number, line in enumerate(_existing_path(activities_file, "activity split file").read_text().splitlines(), 1):
+    for number, line in enumerate(read_text(_existing_path(activities_file, "activity split file")).splitlines(), 1):
         if not line.strip():
             continue
         fields = line.strip().split("\t")

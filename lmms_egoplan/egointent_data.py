@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lmms_egoplan.errors import InputError
 from lmms_egoplan.media import MediaError, VideoFile, VideoInfo, frame_at, last_frame_before, uniform_indices
-from lmms_egoplan.records import read_jsonl
+from lmms_egoplan.records import read_jsonl, read_text
 from lmms_egoplan.settings import setting_name
 
 ENV_PREFIX = "EGOINTENT"  # settings are overridden by environment variables EGOINTENT_<SETTING>
@@ -89,7 +89,7 @@ def read_records(path: Path) -> list[dict]:
     if path.suffix.lower() == ".jsonl":
         return [record for _, record in read_jsonl(path, EgoIntentDataError)]
     try:
-        records = json.loads(path.read_text(encoding="utf-8"))
+        records = json.loads(read_text(path, EgoIntentDataError))
     except json.JSONDecodeError as error:
         raise EgoIntentDataError(f"{path}: not valid JSON: {error}") from None
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):

@@ -19,6 +19,7 @@ from typing import Any
 from lmms_egoplan import media
 from lmms_egoplan.errors import InputError
 from lmms_egoplan.metrics import ValueBin, bin_of, cosine_similarities, equal_size_levels, parse_bins
+from lmms_egoplan.records import read_text
 from lmms_egoplan.settings import SettingsError, setting_name
 
 ENV_PREFIX = "EGOPLAN"  # settings are overridden by environment variables EGOPLAN_<SETTING>
@@ -62,7 +63,9 @@ def read_annotations(path: Path, *, labelled: bool) -> list[dict]:
                                f"{setting_name(ENV_PREFIX, 'annotation_dir')} "
                                f"(or {setting_name(ENV_PREFIX, 'annotation_file')})")
     try:
-        records = json.loads(path.read_text(encoding="utf-8"))
+        records = json.loads(read_text(path, EgoPlanDataError))
+    except EgoPlanDataError:
+        raise
     except (OSError, ValueError) as error:
         raise EgoPlanDataError(f"cannot read EgoPlan annotation file {path}: {error}") from error
     if not isinstance(records, list) or not records:
@@ -77,6 +80,30 @@ def read_annotations(path: Path, *, labelled: bool) -> list[dict]:
     return records
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+# What each field of a record must be (the release's types), and how to say it.
+_FIELD_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "sample_id": (_is_int, "an integer"),
+    "video_id": (_is_text, "a non-empty string"),
+    "task_goal": (_is_text, "a non-empty string"),
+    "question": (_is_text, "a non-empty string"),
+    **{f"choice_{letter.lower()}": (_is_text, "a non-empty string") for letter in CHOICE_LETTERS},
+    "current_observation_frame": (lambda value: _is_int(value) and value >= 0, "a frame number (an integer >= 0)"),
+}
+_ACTION_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "narration_text": (lambda value: isinstance(value, str), "a string"),
+    "start_frame": (lambda value: _is_int(value) and value >= 0, "a frame number (an integer >= 0)"),
+    "stop_frame": (lambda value: _is_int(value) and value >= 0, "a frame number (an integer >= 0)"),
+}
+
+
 def _check_record(record: Any, position: int, path: Path, *, labelled: bool) -> None:
     where = f"EgoPlan annotation file {path}, record #{position}"
     if not isinstance(record, dict):
@@ -86,6 +113,9 @@ def _check_record(record: Any, position: int, path: Path, *, labelled: bool) -> 
     missing = [name for name in required if name not in record]
     if missing:
         raise EgoPlanDataError(f"{where}: missing field(s) {', '.join(missing)}")
+    for field, (valid, expected) in _FIELD_TYPES.items():
+        if not valid(record[field]):
+            raise EgoPlanDataError(f"{where}: {field} must be {expected}, got {record[field]!r}")
     if record["video_source"] not in VIDEO_SOURCES:
         raise EgoPlanDataError(f"{where}: video_source must be one of {sorted(VIDEO_SOURCES)}, "
                                f"got {record['video_source']!r}")
@@ -96,6 +126,11 @@ def _check_record(record: Any, position: int, path: Path, *, labelled: bool) -> 
                                             for a in actions):
         raise EgoPlanDataError(f"{where}: task_progress_metadata must be a list of objects with "
                                f"{', '.join(_ACTION_FIELDS)}")
+    for number, action in enumerate(actions):
+        for field, (valid, expected) in _ACTION_TYPES.items():
+            if not valid(action[field]):
+                raise EgoPlanDataError(f"{where}: task_progress_metadata[{number}].{field} must be {expected}, "
+                                       f"got {action[field]!r}")
     if actions and actions[0]["start_frame"] > record["current_observation_frame"]:
         raise EgoPlanDataError(f"{where}: the first action starts (frame {actions[0]['start_frame']}) after the "
                                f"current observation frame {record['current_observation_frame']}")

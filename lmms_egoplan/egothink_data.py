@@ -16,6 +16,7 @@ from pathlib import Path
 
 from lmms_egoplan.errors import InputError
 from lmms_egoplan.media import MediaError
+from lmms_egoplan.records import read_text
 from lmms_egoplan.settings import setting_name
 
 ENV_PREFIX = "EGOTHINK"  # settings are overridden by environment variables EGOTHINK_<SETTING>
@@ -66,7 +67,7 @@ def load_release_dimension(data_root: str | Path, dimension: Dimension) -> list[
                                 + " or ".join(str(c) for c in candidates) + " (is data_root the release's data folder?)")
     annotations = folder / "annotations.json"
     try:
-        records = json.loads(annotations.read_text(encoding="utf-8"))
+        records = json.loads(read_text(annotations, EgoThinkDataError))
     except json.JSONDecodeError as error:
         raise EgoThinkDataError(f"{annotations}: not valid JSON: {error}") from None
     if not isinstance(records, list):

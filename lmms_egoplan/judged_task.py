@@ -61,6 +61,7 @@ from lmms_egoplan.judge import (
     score_judged,
     unjudged,
 )
+from lmms_egoplan.records import read_jsonl
 from lmms_egoplan.settings import SettingsError, setting_name
 
 
@@ -182,11 +183,10 @@ def rejudge_samples(paths: Sequence[str | Path], judge: Judge, output_dir: str |
     summary: dict[str, dict] = {}
     for task, samples_file in _samples_files(paths).items():
         columns: dict[str, list[dict]] = {}
-        for line in samples_file.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                for metric, value in json.loads(line).items():
-                    if is_judge_parts_item(value):
-                        columns.setdefault(metric, []).append(value)
+        for _, sample in read_jsonl(samples_file):
+            for metric, value in sample.items():
+                if is_judge_parts_item(value):
+                    columns.setdefault(metric, []).append(value)
         if not columns:
             logger.warning(f"{samples_file}: no judged items (was the task a judged task?)")
             continue

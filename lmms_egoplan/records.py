@@ -1,4 +1,5 @@
-"""JSON-lines record files (one JSON object per line), read one way across the suite."""
+"""Text and JSON-lines record files (one JSON object per line), read one way across the suite:
+as UTF-8, with errors that name the file and line."""
 
 from __future__ import annotations
 
@@ -9,23 +10,35 @@ from typing import Iterator
 from lmms_egoplan.errors import InputError
 
 
-def read_jsonl(path: str | Path, error_class: type[InputError] = InputError) -> Iterator[tuple[int, dict]]:
-    """``(line number, record)`` for every non-blank line of ``path``, as the file is read.
-
-    A missing file raises FileNotFoundError; a line that is not a JSON object raises
-    ``error_class`` naming the file and the line.
-    """
+def read_text(path: str | Path, error_class: type[InputError] = InputError) -> str:
+    """The UTF-8 text of ``path``. A missing file raises FileNotFoundError; bytes that are not UTF-8
+    raise ``error_class`` naming the file, the line and the column."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"file not found: {path}")
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise error_class(f"{path}:{number}: not JSON ({error})") from None
-            if not isinstance(record, dict):
-                raise error_class(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
-            yield number, record
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise error_class(f"{path}:{line}: not UTF-8 text (byte 0x{data[error.start]:02x} at column {column}); "
+                          f"save the file as UTF-8") from None
+
+
+def read_jsonl(path: str | Path, error_class: type[InputError] = InputError) -> Iterator[tuple[int, dict]]:
+    """``(line number, record)`` for every non-blank line of ``path``.
+
+    A missing file raises FileNotFoundError; bytes that are not UTF-8, or a line that is not a
+    JSON object, raise ``error_class`` naming the file and the line.
+    """
+    for number, line in enumerate(read_text(path, error_class).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise error_class(f"{path}:{number}: not JSON ({error})") from None
+        if not isinstance(record, dict):
+            raise error_class(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+        yield number, record

@@ -417,6 +417,28 @@ def test_missing_chat_template_and_rewriting_template_raise_naming_the_checkpoin
         model.loglikelihood(mc_requests(model, [egoplan_doc(0)]))
 
 
+# Renders only the text parts of a message: no placeholder for its images or videos.
+TEXT_ONLY_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] + ': ' }}{% for p in m['content'] %}{% if p['type'] == 'text' %}"
+    "{{ p['text'] }}{% endif %}{% endfor %}{{ eos_token }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'assistant: ' }}{% endif %}"
+)
+
+
+@pytest.mark.parametrize("arch, kind", [("llava", "image"), ("qwen2_vl", "video")])
+def test_a_template_without_visual_placeholders_is_named_before_the_processor_runs(arch, kind, backend, tmp_path):
+    template = tmp_path / "text-only.jinja"
+    template.write_text(TEXT_ONLY_TEMPLATE)
+    model = backend(arch, chat_template=str(template))
+    message = (rf"{model.pretrained}: the chat template renders 0 {kind} placeholder\(s\) .* for the \d+ {kind}\(s\) "
+               rf"of probe doc.*pass chat_template=<path")
+    visuals = egoplan_visuals if kind == "image" else (lambda doc: egoplan_visuals(doc)[:-1])  # the clip alone
+    with pytest.raises(ChatTemplateError, match=message):
+        model.loglikelihood(mc_requests(model, [egoplan_doc(0)], doc_to_visual=visuals))
+    with pytest.raises(ChatTemplateError, match=message.replace(kind, "(image|video)")):
+        model.generate_until(gen_requests(model, [egoplan_doc(0)], max_new_tokens=2))
+
+
 def test_bad_model_args_raise(tiny_model):
     with pytest.raises(TypeError, match=r"unknown model_args \['max_frame'\]"):
         EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), max_frame=8)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
+
+from lmms_egoplan.records import read_text
 
 
 class ChatTemplateError(ValueError):
@@ -36,7 +37,7 @@ class ChatRenderer:
         self.system_prompt = system_prompt
         tokenizer = getattr(processor, "tokenizer", processor)
         if chat_template is not None:
-            self.template = Path(chat_template).read_text()
+            self.template = read_text(chat_template, ChatTemplateError)
         else:
             self.template = getattr(processor, "chat_template", None) or getattr(tokenizer, "chat_template", None)
         if not self.template:

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from lmms_egoplan import scored_span
 from lmms_egoplan.lmms_eval_compat import on_suite_use
 from lmms_egoplan.metrics import resolve_device
-from lmms_egoplan.models.chat import ChatRenderer
+from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
 from lmms_egoplan.models.likelihood import LikelihoodScorer, scored_sequence, special_token_ids
 from lmms_egoplan.models.visuals import ModelVisuals, VisualLimits, prepare_visuals
 from lmms_egoplan.settings import coerce_setting
@@ -236,6 +236,8 @@ class EgoPlanHF(lmms):
         Images are nested per prompt (LLaVA-OneVision reads a flat list as one image per prompt);
         videos are one flat list of frame lists, which every video processor reads the same way.
         """
+        for text, visual in zip(texts, visuals):
+            self._check_placeholders(text, visual, where)
         media: dict[str, list] = {}
         if any(v.images for v in visuals):
             media["images"] = [v.images for v in visuals]
@@ -248,6 +250,22 @@ class EgoPlanHF(lmms):
             if isinstance(value, torch.Tensor) and value.is_floating_point():
                 inputs[key] = value.to(self._model.dtype)
         return inputs
+
+    def _check_placeholders(self, text: str, visuals: ModelVisuals, where: str) -> None:
+        """The rendered prompt must hold one placeholder per image and per video (the processor
+        expands each into the visual's tokens); a chat template that renders only string content
+        leaves them out, and the processor's own error then names neither model nor template."""
+        for kind, count in (("image", len(visuals.images)), ("video", len(visuals.videos))):
+            # Gemma-3-style processors expand a begin-of-image token that the template renders.
+            names = ("boi_token", "image_token") if kind == "image" else ("video_token",)
+            placeholder = next((getattr(self.processor, n) for n in names if getattr(self.processor, n, None)), None)
+            if count and placeholder and text.count(placeholder) != count:
+                raise ChatTemplateError(
+                    f"{self.pretrained}: the chat template renders {text.count(placeholder)} {kind} placeholder(s) "
+                    f"({placeholder}) for the {count} {kind}(s) of {where}: it must render one for each "
+                    f"{{'type': '{kind}'}} content item; pass chat_template=<path to a Jinja template that does> "
+                    f"in --model_args"
+                )
 
     def _check_length(self, length: int, where: str) -> None:
         if self.max_length is not None and length > self.max_length:
