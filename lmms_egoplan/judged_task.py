@@ -58,6 +58,7 @@ from lmms_egoplan.judge import (
     is_judge_parts_item,
     item_requests,
     items_rubric,
+    preflight,
     score_judged,
     unjudged,
 )
@@ -76,12 +77,22 @@ class JudgedTask(BenchmarkTask):
         super().__init__(config, **kwargs)
 
     def download(self, dataset_kwargs=None) -> None:
-        # The judge settings are checked first: a run must not fetch data, let alone generate,
-        # with a judge that cannot work.
+        # The judge is checked first: a run must not fetch data, let alone generate, with a judge
+        # that cannot work.
+        name = functools.partial(setting_name, self.ENV_PREFIX)
+        settings = JudgeSettings.of(self.settings)
         try:
-            JudgeSettings.of(self.settings).check(name=functools.partial(setting_name, self.ENV_PREFIX))
+            settings.check(name=name)
         except JudgeSetupError as error:
             raise SettingsError(f"task {self.config.task}: {error}") from None
+        if settings.judge_preflight:
+            try:
+                preflight(settings)
+            except JudgeSetupError as error:
+                raise SettingsError(
+                    f"task {self.config.task}: {error}; check {name('judge_base_url')}, {name('judge_model')} and "
+                    f"{name('judge_api_key_env')}, or set {name('judge_preflight')} to false to generate now and "
+                    f"judge later with `lmms-egoplan rejudge`") from None
         super().download(dataset_kwargs)
 
     def judge_score(self, items: Sequence[dict], args: Any) -> ItemScore:

@@ -4,10 +4,20 @@ as UTF-8, with errors that name the file and line."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Iterator
 
 from lmms_egoplan.errors import InputError
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD. An API client can return them (from broken
+    bytes); no UTF-8 file, database or HTTP body can hold them, so model output is cleaned once,
+    where the suite first takes it."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 def read_text(path: str | Path, error_class: type[InputError] = InputError) -> str:

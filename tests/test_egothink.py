@@ -35,7 +35,8 @@ def load_tasks(names: list[str]) -> dict:
 def offline_judge_env(data: Path, tmp_path: Path) -> dict:
     """Questions from a local release; a judge that is loaded only when asked to judge."""
     return {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data), "EGOTHINK_JUDGE_BACKEND": "hf",
-            "EGOTHINK_JUDGE_MODEL": str(tmp_path / "no-such-model"), "EGOTHINK_JUDGE_CACHE_DIR": "none"}
+            "EGOTHINK_JUDGE_MODEL": str(tmp_path / "no-such-model"), "EGOTHINK_JUDGE_CACHE_DIR": "none",
+            "EGOTHINK_JUDGE_PREFLIGHT": "false"}
 
 
 def judge_env(judge, cache_dir, **extra):

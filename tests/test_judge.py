@@ -334,11 +334,18 @@ def test_offline_transformers_judge_batches_records_and_caches(tiny_model, tmp_p
     backend = TransformersBackend(str(checkpoint), batch_size=4)
     judge = Judge(backend, decoding=Decoding(max_tokens=8), cache=JudgeCache(tmp_path), concurrency=4)
     batch = requests(6)
+
+    def any_text(text):
+        return 1.0
+
+    lenient = judge.run(batch, any_text, progress=False)
+    assert lenient.calls == 6 and lenient.failed == 0
+    again = judge.run(batch, any_text, progress=False)  # valid ratings are cached
+    assert again.calls == 0 and all(j.cached for j in again.judgements)
+    # A random-weight model writes no rating: every judgement fails, with its raw output kept, and
+    # a cached answer without a valid rating is asked again (greedy: the same text comes back).
     strict = judge.run(batch, ZERO_HALF_ONE, progress=False)
-    # A random-weight model writes no rating: every judgement fails, with its raw output kept.
-    assert strict.failed == 6 and all(isinstance(j.raw_output, str) for j in strict.judgements)
-    lenient = judge.run(batch, lambda text: float(len(text) > 0), progress=False)
-    assert lenient.calls == 0 and all(j.cached for j in lenient.judgements)
+    assert strict.failed == 6 and strict.calls == 6 and all(isinstance(j.raw_output, str) for j in strict.judgements)
     assert [j.raw_output for j in lenient.judgements] == [j.raw_output for j in strict.judgements]
     assert lenient.judge_model == f"hf:{checkpoint}"
     assert {j.served_model for j in strict.judgements + lenient.judgements} == {str(checkpoint)}

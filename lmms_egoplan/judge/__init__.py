@@ -23,7 +23,7 @@ Inside lmms-eval, tasks use the judge through ``lmms_egoplan.judged_task.JudgedT
 
 from lmms_egoplan.judge.base import JudgeBackend
 from lmms_egoplan.judge.cache import JudgeCache
-from lmms_egoplan.judge.engine import Judge
+from lmms_egoplan.judge.engine import Judge, preflight
 from lmms_egoplan.judge.factory import make_backend
 from lmms_egoplan.judge.protocol import (
     Completion,
@@ -59,5 +59,5 @@ __all__ = [
     "JudgeCallError", "JudgeRequest", "JudgeResults", "JudgeSettings", "JudgeSetupError", "Judgement",
     "OpenAIChatBackend", "RatingParser", "Rubric", "TransformersBackend", "TransientJudgeError", "bracket_rating",
     "is_judge_parts_item", "item_parts", "item_requests", "items_rubric", "judge_parts_item", "load_rubric",
-    "make_backend", "register_rubric", "score_judged", "unjudged",
+    "make_backend", "preflight", "register_rubric", "score_judged", "unjudged",
 ]

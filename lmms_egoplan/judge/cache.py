@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from lmms_egoplan.judge.protocol import Completion, Decoding
+from lmms_egoplan.judge.settings import JudgeSetupError
 
 
 class JudgeCache:
@@ -31,6 +32,17 @@ class JudgeCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
+        try:
+            self._open()
+        except sqlite3.DatabaseError as error:
+            self._db.close()
+            raise self._unreadable(error) from None
+
+    def _unreadable(self, error: sqlite3.DatabaseError) -> JudgeSetupError:
+        return JudgeSetupError(f"the judge cache {self.path} is not a readable SQLite database ({error}); move it "
+                               f"away (its answers are lost to this run) or point judge_cache_dir elsewhere")
+
+    def _open(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS judgements (key TEXT PRIMARY KEY, judge_model TEXT NOT NULL, "
@@ -49,7 +61,10 @@ class JudgeCache:
 
     def get(self, key: str) -> Optional[Completion]:
         with self._lock:
-            row = self._db.execute("SELECT output, served_model FROM judgements WHERE key = ?", (key,)).fetchone()
+            try:
+                row = self._db.execute("SELECT output, served_model FROM judgements WHERE key = ?", (key,)).fetchone()
+            except sqlite3.DatabaseError as error:
+                raise self._unreadable(error) from None
         return Completion(*row) if row else None
 
     def put(self, key: str, judge_model: str, messages: Sequence[Mapping[str, str]], decoding: Decoding,

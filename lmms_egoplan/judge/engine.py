@@ -9,7 +9,9 @@
   rate limits (429), server errors (5xx) and timeouts with exponential backoff;
 * parses every answer with the benchmark's parser; a call that still fails, or an answer
   without a valid rating, becomes a *failed* judgement: counted, excluded from the mean, and
-  warned about with the failure rate;
+  warned about with the failure rate. Only answers with a valid rating are cached: a failed
+  judgement is asked again by the next run or ``rejudge`` (a cached answer that no longer parses,
+  too);
 * writes an audit trail (JSON lines: prompt, raw judge output, parsed rating, judge model and
   the model the server says answered, e.g. the snapshot behind an alias such as ``gpt-4``).
 """
@@ -41,7 +43,7 @@ from lmms_egoplan.judge.protocol import (
     RatingParser,
     TransientJudgeError,
 )
-from lmms_egoplan.judge.settings import JudgeSettings
+from lmms_egoplan.judge.settings import JudgeSettings, JudgeSetupError
 
 
 class Judge:
@@ -93,12 +95,9 @@ class Judge:
         def record(key: str, answer: Completion | None, error: str | None, cached: bool, attempts: int) -> None:
             raw, rating = (answer.text if answer else None), None
             if raw is not None:
-                try:
-                    rating = float(parse_rating(raw))
-                except ValueError as problem:
-                    error = str(problem)
-                except Exception as problem:  # a parser bug shows in the failure reasons, not as a lost run
-                    error = f"the rating parser failed: {type(problem).__name__}: {problem}"
+                rating, error = _parsed(parse_rating, raw)
+            if rating is not None and not cached:
+                self._store(key, by_key[key][0].messages, answer)
             for position, request in enumerate(by_key[key]):
                 judgement = Judgement(request.id, self.model, request.messages, raw, rating,
                                       error if rating is None else None, cached, attempts if position == 0 else 0,
@@ -110,7 +109,7 @@ class Judge:
             missing = []
             for key in by_key:
                 cached = self.cache.get(key) if self.cache is not None else None
-                if cached is None:
+                if cached is None or _parsed(parse_rating, cached.text)[0] is None:
                     missing.append(key)
                 else:
                     record(key, cached, None, True, 0)
@@ -150,12 +149,23 @@ class Judge:
                 return None, str(error), attempt
             except Exception as error:  # a judge problem must not cost the evaluation its generations
                 return None, f"{type(error).__name__}: {error}", attempt
-            if self.cache is not None:
-                try:
-                    self.cache.put(key, self.model, messages, self.decoding, completion)
-                except sqlite3.Error as error:  # the answer is still good; only a re-run would ask again
-                    logger.warning(f"judge cache {self.cache.path}: could not store an answer: {error}")
             return completion, None, attempt
+
+    def _store(self, key: str, messages, answer: Completion) -> None:
+        if self.cache is None:
+            return
+        try:
+            self.cache.put(key, self.model, messages, self.decoding, answer)
+        except sqlite3.Error as error:  # the answer is still good; only a re-run would ask again
+            logger.warning(f"judge cache {self.cache.path}: could not store an answer: {error}")
+
+    def preflight(self) -> None:
+        """One short request: raises JudgeSetupError when the judge cannot answer (server
+        unreachable, model unknown, key refused)."""
+        try:
+            self.backend.complete(PREFLIGHT_MESSAGES, Decoding(temperature=0.0, max_tokens=8))
+        except (TransientJudgeError, JudgeCallError) as error:
+            raise JudgeSetupError(f"the judge {self.model} did not answer a test request: {error}") from None
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         """Exponential backoff with jitter (so that throttled calls do not return in lockstep)."""
@@ -163,20 +173,55 @@ class Judge:
         return min(max(delay, retry_after or 0.0), self.max_backoff)
 
 
+# The preflight request (a judge server in a test can recognise it).
+PREFLIGHT_MESSAGES = ({"role": "user", "content": "This is a connection test. Reply with the word OK."},)
+
+
+def preflight(settings: JudgeSettings, environ: Mapping[str, str] = os.environ) -> None:
+    """What a judged task checks when it loads, before anything is generated: the judge cache
+    opens, and the judge answers one short request (an hf judge: its configuration loads; its
+    weights load when judging starts). Raises JudgeSetupError."""
+    if settings.judge_cache_dir:
+        JudgeCache(settings.judge_cache_dir).close()
+    if settings.judge_backend == "hf":
+        from transformers import AutoConfig
+
+        try:
+            AutoConfig.from_pretrained(settings.judge_model)
+        except (OSError, ValueError) as error:
+            raise JudgeSetupError(f"the hf judge {settings.judge_model} cannot be loaded: {error}") from None
+        return
+    Judge(make_backend(settings, environ)).preflight()
+
+
+def _parsed(parse_rating: RatingParser, raw: str) -> tuple[float | None, str | None]:
+    """(rating, None), or (None, why there is none)."""
+    try:
+        return float(parse_rating(raw)), None
+    except ValueError as problem:
+        return None, str(problem)
+    except Exception as problem:  # a parser bug shows in the failure reasons, not as a lost run
+        return None, f"the rating parser failed: {type(problem).__name__}: {problem}"
+
+
 class _AuditWriter:
-    """Appends one JSON line per judgement as it is made, so a crash keeps what was judged."""
+    """Appends one JSON line per judgement as it is made, so a crash keeps what was judged (a
+    reader recovers every line up to the last complete one). The file is created with its first
+    line: nothing judged, no file."""
 
     def __init__(self, path: str | os.PathLike | None, *, append: bool = False):
         self.path = Path(path) if path else None
+        self._mode = "a" if append else "w"
         self._file = None
-        if self.path:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("a" if append else "w", encoding="utf-8")
 
     def write(self, judgement: Judgement) -> None:
-        if self._file:
-            self._file.write(json.dumps(judgement.audit_record(), ensure_ascii=False) + "\n")
-            self._file.flush()
+        if self.path is None:
+            return
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open(self._mode, encoding="utf-8")
+        self._file.write(json.dumps(judgement.audit_record(), ensure_ascii=False) + "\n")
+        self._file.flush()
 
     def close(self) -> None:
         if self._file:

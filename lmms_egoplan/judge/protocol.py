@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
+from lmms_egoplan.records import valid_text
+
 # A rating parser turns the judge's raw text into a rating, or raises ValueError (its message
 # is recorded as the failure reason) when the text holds no valid rating.
 RatingParser = Callable[[str], float]
@@ -22,6 +24,12 @@ class JudgeRequest:
 
     id: str
     messages: tuple[Mapping[str, str], ...]
+
+    def __post_init__(self):
+        # Model output inside a prompt must survive the cache key, the audit trail and the HTTP body.
+        cleaned = tuple({key: valid_text(value) if isinstance(value, str) else value for key, value in message.items()}
+                        for message in self.messages)
+        object.__setattr__(self, "messages", cleaned)
 
     @classmethod
     def from_prompt(cls, id: str, prompt: str, system: str | None = None) -> "JudgeRequest":

@@ -40,6 +40,9 @@ class JudgeSettings:
     judge_retries: int = setting(6, minimum=0)  # retries after the first attempt (429 / 5xx / timeouts only)
     judge_backoff: float = setting(1.0, minimum=0)  # seconds before the first retry; doubles with each retry
     judge_cache_dir: Optional[Path] = Path("~/.cache/lmms_egoplan/judge")  # none = no cache
+    # A judged task sends one short request when it loads, so that a judge that cannot answer stops
+    # the run before generation; false to generate now and judge later (``lmms-egoplan rejudge``).
+    judge_preflight: bool = True
 
     @classmethod
     def of(cls, settings: Any) -> "JudgeSettings":

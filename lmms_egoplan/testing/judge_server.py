@@ -34,6 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Sequence
 
+from lmms_egoplan.judge.engine import PREFLIGHT_MESSAGES
+
 
 @dataclass(frozen=True)
 class ChatCall:
@@ -68,17 +70,25 @@ class Reply:
     delay: float = 0.0  # seconds to wait before replying
     headers: dict[str, str] = field(default_factory=dict)
     model: str | None = None  # the model the answer says it comes from (default: the one requested)
+    body: str | None = None  # send this body (as text/html) instead of a chat completion: a broken proxy
 
 
 Responder = Callable[[ChatCall], Reply]
 
 
 class ChatServer:
-    """The server; use it as a context manager (or ``start()`` / ``close()``)."""
+    """The server; use it as a context manager (or ``start()`` / ``close()``).
 
-    def __init__(self, responder: Responder, *, model_name: str = "loopback-judge"):
+    The judge's preflight request (``lmms_egoplan.judge.engine.PREFLIGHT_MESSAGES``, sent when a
+    judged task loads) is answered "OK" and counted in ``preflight_calls``, not in ``calls``;
+    with ``answer_preflight=False`` it goes to the responder like any call.
+    """
+
+    def __init__(self, responder: Responder, *, model_name: str = "loopback-judge", answer_preflight: bool = True):
         self.responder = responder
         self.model_name = model_name
+        self.answer_preflight = answer_preflight
+        self.preflight_calls = 0
         self._lock = threading.Lock()
         self._calls: list[ChatCall] = []
         self._attempts: dict[str, int] = {}
@@ -159,23 +169,26 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.path.split("?")[0].rstrip("/").endswith("/chat/completions"):
             self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
             return
+        if server.answer_preflight and body.get("messages") == list(PREFLIGHT_MESSAGES):
+            with server._lock:
+                server.preflight_calls += 1
+            self._send(200, _completion("preflight", body.get("model") or server.model_name, "OK"))
+            return
         call = server._begin(self.path, body, {k.lower(): v for k, v in self.headers.items()})
         try:
             reply = server.responder(call)
             if reply.delay:
                 server._wait(reply.delay)
+            if reply.body is not None:
+                self._send(reply.status, reply.body, reply.headers)
+                return
             if reply.status != 200:
                 self._send(reply.status, {"error": {"message": reply.text or f"scripted status {reply.status}",
                                                     "type": "scripted_error"}}, reply.headers)
                 return
-            self._send(200, {
-                "id": f"chatcmpl-{len(server.calls)}", "object": "chat.completion", "created": int(time.time()),
-                "model": reply.model or body.get("model") or server.model_name,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
-                             "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": len(call.text.split()), "completion_tokens": len(reply.text.split()),
-                          "total_tokens": len(call.text.split()) + len(reply.text.split())},
-            }, reply.headers)
+            self._send(200, _completion(f"chatcmpl-{len(server.calls)}",
+                                        reply.model or body.get("model") or server.model_name, reply.text,
+                                        len(call.text.split())), reply.headers)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (its timeout) before the reply
         finally:
@@ -185,10 +198,10 @@ class _Handler(BaseHTTPRequestHandler):
         server: ChatServer = self.server.owner
         self._send(200, {"object": "list", "data": [{"id": server.model_name, "object": "model"}]})
 
-    def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
+    def _send(self, status: int, payload: dict | str, headers: dict[str, str] | None = None) -> None:
+        data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/html" if isinstance(payload, str) else "application/json")
         self.send_header("Content-Length", str(len(data)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
@@ -197,6 +210,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         pass  # keep test output clean
+
+
+def _completion(completion_id: str, model: str, text: str, prompt_tokens: int = 0) -> dict:
+    return {"id": completion_id, "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()),
+                      "total_tokens": prompt_tokens + len(text.split())}}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -54,11 +54,15 @@ class OpenAIChatBackend(JudgeBackend):
             raise TransientJudgeError("timed out") from None
         except openai.APIConnectionError as error:
             raise TransientJudgeError(f"connection failed: {error.__cause__ or error}") from None
-        except openai.APIError as error:  # e.g. a malformed response
+        except openai.APIResponseValidationError as error:
+            raise TransientJudgeError(f"malformed response body: {error}") from None
+        except openai.APIError as error:
             raise JudgeCallError(f"{type(error).__name__}: {error}") from None
-        if not response.choices:
-            raise JudgeCallError("the response has no choices")
-        return Completion(text=response.choices[0].message.content or "", model=response.model or self.model)
+        # A proxy in trouble can answer 200 with an HTML page or a truncated body: retried like a 5xx.
+        choices = getattr(response, "choices", None)
+        if not choices or getattr(choices[0], "message", None) is None:
+            raise TransientJudgeError(f"malformed response body (no choices): {str(response)[:120]!r}")
+        return Completion(text=choices[0].message.content or "", model=response.model or self.model)
 
 
 def _error_message(error) -> str:
