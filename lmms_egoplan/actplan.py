@@ -41,6 +41,7 @@ from lmms_egoplan.actplan_plans import PlanScore, bleurt_correct, parse_plan, sc
 from lmms_egoplan.harness import BenchmarkTask, run_file, run_model_name
 from lmms_egoplan.media import load_image
 from lmms_egoplan.metrics import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD, mean_or_nan
+from lmms_egoplan.records import write_atomically
 from lmms_egoplan.settings import setting
 
 
@@ -89,11 +90,11 @@ class ActPlanTask(BenchmarkTask):
         results (``harness.run_file``: ``<date-time>_plans_<task>.jsonl``)."""
         if self.plans_file is None:
             path = run_file(args, self.config.task, "plans")
-            path.parent.mkdir(parents=True, exist_ok=True)
             label = _run_label(args, self.config.task)
-            path.write_text("".join(json.dumps({"model": label, "instance_id": item["instance_id"], "split": item["split"],
-                                                "candidate": item["output"], "references": ["\n".join(g) for g in item["gold"]]})
-                                    + "\n" for item in items))
+            write_atomically(path, "".join(json.dumps({"model": label, "instance_id": item["instance_id"],
+                                                       "split": item["split"], "candidate": item["output"],
+                                                       "references": ["\n".join(g) for g in item["gold"]]}) + "\n"
+                                           for item in items))
             logger.info(f"task {self.config.task}: plans kept in {path}")
             self.plans_file = path
         return self.plans_file

@@ -65,6 +65,7 @@ def _actplan_score(args: argparse.Namespace) -> int:
 
     from lmms_egoplan import actplan_plans
     from lmms_egoplan.metrics import step_matcher
+    from lmms_egoplan.records import write_atomically
 
     if not args.data_root and not args.pairs:
         return _fail("actplan-score", "give --data-root (release layout) and/or --pairs (JSONL)")
@@ -84,12 +85,11 @@ def _actplan_score(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"note: {note}")
     if args.output:
-        with open(args.output, "w") as out:
-            for plan, score in zip(plans, scores):
-                out.write(json.dumps({"model": plan.model, "instance_id": plan.instance_id, "split": plan.split,
-                                      "lcs": score.lcs, "norm_lcs": score.norm_lcs, "gold_index": score.gold_index,
-                                      "prediction_steps": len(plan.prediction), "format_errors": plan.parsed.format_errors,
-                                      "plan_lines": plan.parsed.plan_lines}) + "\n")
+        write_atomically(args.output, "".join(json.dumps({
+            "model": plan.model, "instance_id": plan.instance_id, "split": plan.split, "lcs": score.lcs,
+            "norm_lcs": score.norm_lcs, "gold_index": score.gold_index, "prediction_steps": len(plan.prediction),
+            "format_errors": plan.parsed.format_errors, "plan_lines": plan.parsed.plan_lines}) + "\n"
+            for plan, score in zip(plans, scores)))
     return 0
 
 

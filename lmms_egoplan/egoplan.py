@@ -60,6 +60,7 @@ from lmms_egoplan.egoplan_data import (
 )
 from lmms_egoplan.harness import BenchmarkTask, run_file
 from lmms_egoplan.metrics import count, largest
+from lmms_egoplan.records import write_atomically
 from lmms_egoplan.settings import setting, setting_name
 
 
@@ -129,7 +130,8 @@ class EgoPlanValidation(BenchmarkTask):
         return loaded.docs
 
     def process_results(self, doc, results, full_docs=None):
-        return {**super().process_results(doc, results, full_docs), "skipped_samples": float(len(self.skipped_samples))}
+        scores = super().process_results(doc, results, full_docs)
+        return scores if self.predict_only else {**scores, "skipped_samples": float(len(self.skipped_samples))}
 
 
 class EgoPlanTest(EgoPlanValidation):
@@ -417,8 +419,7 @@ def write_submission(items: Sequence[Mapping], args=None, *, task_name: str, tas
     validate_submission(records)
     unpredicted = task.split_size - len(records)
     path = run_file(args, task_name, "submission_partial" if unpredicted else "submission", ".json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(records, indent=1) + "\n", encoding="utf-8")
+    write_atomically(path, json.dumps(records, indent=1) + "\n")
     if unpredicted:
         skipped = len(task.skipped_samples)
         reasons = [f"{skipped} skipped for missing media ({setting_name(ENV_PREFIX, 'skip_missing')})"] if skipped else []

@@ -175,3 +175,21 @@ def process_results(doc: dict, results: list) -> dict:
     """The judge item for this answer; the judge rates all items of the task after generation."""
     item = judge_parts_item({"": judge_request(doc, results[0])}, RUBRIC_NAME)  # judged as a whole
     return {"score": item, "judged": item, "failed": item}
+
+
+def group_scores(task_scores: dict[str, dict]) -> dict[str, dict]:
+    """The groups' scores as the run reports them (``tasks/egothink/_group_yaml``), from the
+    dimensions' (``rejudge``): each capability and ``ego_think`` the unweighted mean of their
+    dimensions' scores (the paper's Average: over the 12 dimensions), judged / failed totals.
+    Only groups whose dimensions are all present."""
+    dimensions = {f"ego_think_{d.name}": d for d in DIMENSIONS.values()}
+    members = {"ego_think": list(dimensions)}
+    for name, dimension in dimensions.items():
+        members.setdefault(f"ego_think_capability_{dimension.capability.lower()}", []).append(name)
+    groups = {}
+    for group, tasks in members.items():
+        if all(task in task_scores for task in tasks):
+            rows = [task_scores[task] for task in tasks]
+            groups[group] = {"score": sum(row["score"] for row in rows) / len(rows),
+                             "judged": sum(row["judged"] for row in rows), "failed": sum(row["failed"] for row in rows)}
+    return groups

@@ -11,16 +11,24 @@ Workarounds of lmms-eval bugs live in ``lmms_egoplan.lmms_eval_compat``, not her
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import inspect
+import os
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 from lmms_eval.api.task import ConfigurableMessagesTask, ConfigurableTask
 
 from lmms_egoplan import scored_span
-from lmms_egoplan.lmms_eval_compat import bind_class_task_to_backend, on_suite_use, unretried_process_results
+from lmms_egoplan.errors import InputError
+from lmms_egoplan.lmms_eval_compat import (
+    bind_class_task_to_backend,
+    on_suite_use,
+    run_datetime_str,
+    unretried_process_results,
+)
 from lmms_egoplan.settings import SettingsError, resolve_settings, setting_name
 
 _GENERATIVE_OUTPUT_TYPES = ("generate_until", "generate_until_multi_round", "generate_until_agentic")
@@ -59,6 +67,7 @@ class BenchmarkTask(ConfigurableMessagesTask):
         self._context = {"settings": self.settings, "task_name": config["task"], "task": self}
         super().__init__(config=config, **kwargs)
         self.config.process_results = _bind_context(self.config.process_results, self._context)
+        self._scoring = self.config.process_results  # kept: --predict_only removes it from the config
 
     def _prepare_metric_and_aggregation(self) -> None:
         super()._prepare_metric_and_aggregation()
@@ -76,7 +85,21 @@ class BenchmarkTask(ConfigurableMessagesTask):
         self._higher_is_better[name] = higher_is_better
 
     def process_results(self, doc, results, full_docs=None):
+        if self.predict_only:
+            # lmms-eval replaced the task's metrics by "bypass": the outputs are logged, nothing is scored
+            # (its own scoring of the output type would need labels, e.g. EgoPlan-Test's, that a task may lack).
+            # The value is what the sample log shows under "bypass" (lmms-eval reports every other key as a metric).
+            return {metric: self.logged_predictions(doc, results) for metric in self._metric_fn_list}
         return unretried_process_results(ConfigurableTask.process_results)(self, doc, results, full_docs)
+
+    def logged_predictions(self, doc, results) -> Any:
+        """What a ``--predict_only`` run logs per sample besides the outputs (under "bypass")."""
+        return None
+
+    @property
+    def predict_only(self) -> bool:
+        """``--predict_only``: lmms-eval's ``override_metric("bypass")`` removed the task's scoring."""
+        return self.config.process_results is None and "bypass" in self._metric_fn_list
 
     def load_docs(self) -> Iterable[dict]:
         """The evaluation documents, one dict per sample, in the benchmark's order."""
@@ -103,7 +126,9 @@ class BenchmarkTask(ConfigurableMessagesTask):
 
     def _bind_to_backend(self, cli_args) -> None:
         """Settle the request form (lmms-eval's plain form, or chat messages for chat backends) from
-        the CLI arguments lmms-eval hands every task, before requests are built."""
+        the CLI arguments lmms-eval hands every task, before requests are built; claim the output
+        folder (before any model call)."""
+        claim_output_folder(cli_args)
         bind_class_task_to_backend(self, cli_args)
         model = getattr(cli_args, "model", None)
         if not isinstance(model, str):
@@ -156,12 +181,62 @@ def _jsonable(value: Any) -> Any:
     return str(value) if isinstance(value, Path) else value
 
 
-@functools.cache
-def run_stamp(timezone: str | None) -> str:
-    """One date-time per run, formatted (and in the time zone) as lmms-eval names its files."""
-    from lmms_eval.utils import get_datetime_str
+_run_stamp: str | None = None
 
-    return get_datetime_str(timezone=timezone) if timezone else get_datetime_str()
+
+def run_stamp(args: Any = None) -> str:
+    """One date-time per run, as lmms-eval writes it in its file names: the one of this run's
+    results file (``lmms_eval_compat.run_datetime_str``), else the time of the first call
+    (``--timezone`` honoured)."""
+    global _run_stamp
+    if _run_stamp is None:
+        stamp = run_datetime_str(args)
+        if stamp is None:
+            from lmms_eval.utils import get_datetime_str
+
+            timezone = getattr(args, "timezone", None)
+            stamp = get_datetime_str(timezone=timezone) if timezone else get_datetime_str()
+        _run_stamp = stamp.replace(":", "-")
+    return _run_stamp
+
+
+_claimed_folders: set[Path] = set()
+
+
+def claim_output_folder(args: Any) -> None:
+    """Before any model call: the folder this run writes into (``<output_path>/<model>``) is
+    writable, and no other run writes the files of the same date-time into it.
+
+    lmms-eval names a run's results and samples files by the second it started, as this suite
+    names its side files: two runs started in the same second with the same ``--output_path`` and
+    model would overwrite each other's files. Rank 0 (the one that writes) creates
+    ``<date-time>.lmms_egoplan.lock`` there for the run's lifetime; a run that finds it refuses to
+    start, with an InputError saying what to change. Once per process.
+    """
+    output_path = getattr(args, "output_path", None)
+    if not output_path or os.environ.get("RANK", "0") != "0":
+        return
+    from lmms_eval.utils import sanitize_model_name
+
+    folder = Path(output_path) / sanitize_model_name(run_model_name(args))
+    if folder in _claimed_folders:
+        return
+    lock = folder / f"{run_stamp(args)}.lmms_egoplan.lock"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        raise InputError(f"another run (its lock: {lock}) writes the files of the same date-time "
+                         f"({run_stamp(args)}) into {folder}: its results, samples and side files would "
+                         f"overwrite this run's. Start this run a second later, or give it another "
+                         f"--output_path") from None
+    except OSError as error:
+        raise InputError(f"--output_path {output_path}: cannot write into {folder} ({error}); "
+                         f"give a writable folder") from None
+    with os.fdopen(descriptor, "w") as file:
+        file.write(f"{os.getpid()}\n")
+    _claimed_folders.add(folder)
+    atexit.register(lock.unlink, missing_ok=True)
 
 
 def run_model_name(args: Any) -> str:
@@ -177,7 +252,7 @@ def run_file(args: Any, task: str, kind: str, suffix: str = ".jsonl") -> Path:
     results file, ``<output_path>/<model>/<date-time>_<kind>_<task><suffix>`` (the date-time of
     this process's first such file, in lmms-eval's format and ``--timezone``), so that runs of other
     models or at other times never overwrite it; ``./<kind>/`` without ``--output_path``."""
-    file_name = f"{run_stamp(getattr(args, 'timezone', None))}_{kind}_{task}{suffix}"
+    file_name = f"{run_stamp(args)}_{kind}_{task}{suffix}"
     output_path = getattr(args, "output_path", None)
     if not output_path:
         return Path.cwd() / kind / file_name

@@ -48,6 +48,7 @@ from typing import Any, Sequence
 
 from loguru import logger
 
+from lmms_egoplan.errors import InputError
 from lmms_egoplan.harness import BenchmarkTask, run_file, run_stamp
 from lmms_egoplan.judge import (
     ItemScore,
@@ -62,7 +63,7 @@ from lmms_egoplan.judge import (
     score_judged,
     unjudged,
 )
-from lmms_egoplan.records import read_jsonl
+from lmms_egoplan.records import read_jsonl, write_atomically
 from lmms_egoplan.settings import SettingsError, setting_name
 
 
@@ -79,21 +80,40 @@ class JudgedTask(BenchmarkTask):
     def download(self, dataset_kwargs=None) -> None:
         # The judge is checked first: a run must not fetch data, let alone generate, with a judge
         # that cannot work.
-        name = functools.partial(setting_name, self.ENV_PREFIX)
-        settings = JudgeSettings.of(self.settings)
         try:
-            settings.check(name=name)
+            JudgeSettings.of(self.settings).check(name=functools.partial(setting_name, self.ENV_PREFIX))
         except JudgeSetupError as error:
             raise SettingsError(f"task {self.config.task}: {error}") from None
-        if settings.judge_preflight:
-            try:
-                preflight(settings)
-            except JudgeSetupError as error:
-                raise SettingsError(
-                    f"task {self.config.task}: {error}; check {name('judge_base_url')}, {name('judge_model')} and "
-                    f"{name('judge_api_key_env')}, or set {name('judge_preflight')} to false to generate now and "
-                    f"judge later with `lmms-egoplan rejudge`") from None
         super().download(dataset_kwargs)
+
+    def logged_predictions(self, doc, results) -> dict:
+        """The judge items (``{"judge_items": {metric: item}}``), so that ``lmms-egoplan rejudge`` can
+        judge a ``--predict_only`` run's log (lmms-eval logs neither docs nor prompts); building them
+        calls no judge."""
+        answers = [answer.strip() if isinstance(answer, str) else answer for answer in results]
+        items = {metric: value for metric, value in self._scoring(doc, answers).items() if is_judge_parts_item(value)}
+        return {PREDICT_ONLY_ITEMS: items}
+
+    def _bind_to_backend(self, cli_args) -> None:
+        super()._bind_to_backend(cli_args)
+        if not getattr(cli_args, "predict_only", False):  # a predict-only run judges nothing
+            self._check_judge_answers()
+
+    def _check_judge_answers(self) -> None:
+        """Before any model call, the judge answers one short request (``judge.preflight``; once per
+        judge configuration and process), unless ``judge_preflight`` is off."""
+        settings = JudgeSettings.of(self.settings)
+        if not settings.judge_preflight or settings in _ANSWERING_JUDGES:
+            return
+        name = functools.partial(setting_name, self.ENV_PREFIX)
+        try:
+            preflight(settings)
+        except JudgeSetupError as error:
+            raise SettingsError(
+                f"task {self.config.task}: {error}; check {name('judge_base_url')}, {name('judge_model')} and "
+                f"{name('judge_api_key_env')}, or set {name('judge_preflight')} to false to generate now and judge "
+                f"later with `lmms-egoplan rejudge`") from None
+        _ANSWERING_JUDGES.add(settings)
 
     def judge_score(self, items: Sequence[dict], args: Any) -> ItemScore:
         """Score ``items``, judging in one concurrent batch only the requests no metric of this
@@ -107,7 +127,7 @@ class JudgedTask(BenchmarkTask):
                 return unjudged(items, judge.model, f"judge unavailable: {judge.error}")
             pending = [request for request in item_requests(items)
                        if getattr(self._judgements.get(request.id), "messages", None) != request.messages]
-            # Run even with nothing pending: the (then empty) audit trail says nothing needed judging.
+            # With nothing pending no call is made and no audit file is written.
             results = judge.run(pending, items_rubric(items).parse_rating, audit_path=trail, append_audit=True,
                                 description=f"Judging {self.config.task}")
             self._judgements.update((j.id, j) for j in results.judgements)
@@ -123,6 +143,7 @@ class JudgeUnavailable:
 
 
 _JUDGES: dict[JudgeSettings, Judge | JudgeUnavailable] = {}
+_ANSWERING_JUDGES: set[JudgeSettings] = set()  # judge configurations whose preflight passed
 _JUDGES_LOCK = threading.Lock()
 
 
@@ -176,30 +197,60 @@ def sum_over_subtasks(metrics: Sequence[float], sizes: Sequence[int], weight_by_
 # --- Re-judging logged samples -----------------------------------------------------------------
 
 
+# Groups ``rejudge`` reports as the run would, by the prefix of their tasks' names: "module:function"
+# turning task scores into group scores, imported when used (the benchmarks import this module).
+REJUDGE_GROUPS = {"ego_think_": "lmms_egoplan.egothink:group_scores"}
+
+
+# Where a --predict_only run logs the judge items of a sample (inside its "bypass" value).
+PREDICT_ONLY_ITEMS = "judge_items"
+
+
+class NothingToJudgeError(InputError):
+    """The samples files hold no judged items."""
+
+
+def _group_scores(summary: dict[str, dict]) -> dict[str, dict]:
+    import importlib
+
+    groups = {}
+    for prefix, reference in REJUDGE_GROUPS.items():
+        module, name = reference.split(":")
+        tasks = {task: scores for task, scores in summary.items() if task.startswith(prefix)}
+        if tasks:
+            groups.update(getattr(importlib.import_module(module), name)(tasks))
+    return groups
+
+
 def rejudge_samples(paths: Sequence[str | Path], judge: Judge, output_dir: str | Path, *,
                     progress: bool = True) -> dict[str, dict]:
     """Re-score the judged metrics of logged samples (``--log_samples`` files) with ``judge``.
 
     ``paths`` are samples files (``<date>_samples_<task>.jsonl``) or folders searched for them
     (the newest file per task). No model runs: the logged judge items hold the full judge
-    requests. Every judged metric of a task (whole-sample scores, parts, breakdowns) is scored
-    from one set of judgements, each request judged once, as in the evaluation itself. Writes
-    an audit trail per task and ``<date>_rejudged.json`` (the scores) into ``output_dir``;
-    returns the scores by task: each judged metric, then ``judged`` / ``failed`` over the task.
+    requests (a ``--predict_only`` run logs them too). Every judged
+    metric of a task (whole-sample scores, parts, breakdowns) is scored from one set of
+    judgements, each request judged once, as in the evaluation itself. Writes an audit trail per
+    task and ``<date>_rejudged.json`` (the scores) into ``output_dir``; returns the scores by task
+    and by group (as the run reports groups): each judged metric, then ``judged`` / ``failed``.
+    Raises NothingToJudgeError when no file holds anything to judge.
     """
     import json
 
     output_dir = Path(output_dir)
-    stamp = run_stamp(None)
+    stamp = run_stamp()
     summary: dict[str, dict] = {}
-    for task, samples_file in _samples_files(paths).items():
+    files = _samples_files(paths)
+    for task, samples_file in files.items():
         columns: dict[str, list[dict]] = {}
         for _, sample in read_jsonl(samples_file):
-            for metric, value in sample.items():
+            logged = sample.get("bypass")  # a --predict_only run's log
+            items = logged.get(PREDICT_ONLY_ITEMS, {}) if isinstance(logged, dict) else sample
+            for metric, value in items.items():
                 if is_judge_parts_item(value):
                     columns.setdefault(metric, []).append(value)
         if not columns:
-            logger.warning(f"{samples_file}: no judged items (was the task a judged task?)")
+            logger.warning(f"{samples_file}: nothing to judge (task {task} is not a judged task of this suite)")
             continue
         every_item = [item for items in columns.values() for item in items]
         audit = output_dir / f"{stamp}_judgements_{task}.jsonl"
@@ -210,8 +261,11 @@ def rejudge_samples(paths: Sequence[str | Path], judge: Judge, output_dir: str |
                   for metric, items in columns.items() if metric not in COUNT_METRICS}
         summary[task] = {**scores, "judged": results.judged, "failed": results.failed, "judge_model": judge.model,
                          "samples": str(samples_file), "audit_trail": str(audit)}
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / f"{stamp}_rejudged.json").write_text(json.dumps(summary, indent=2))
+    if not summary:
+        raise NothingToJudgeError(f"nothing to judge in {', '.join(map(str, paths))}: the samples files of "
+                                  f"{', '.join(sorted(files))} hold no judged items (no judged task of this suite)")
+    summary.update({group: {**scores, "judge_model": judge.model} for group, scores in _group_scores(summary).items()})
+    write_atomically(output_dir / f"{stamp}_rejudged.json", json.dumps(summary, indent=2))
     return summary
 
 

@@ -17,6 +17,7 @@ and the change proposed to lmms-eval. Each one
   ``keep_loglikelihood_results``    a suite task or the suite's backend is built
   ``unretried_process_results``     called by the suite's tasks only
   ``bind_class_task_to_backend``    called by the suite's tasks only
+  ``run_datetime_str``              called by the suite's tasks only (reads, changes nothing)
   ================================  =====================================================
 
 lmms-eval loads the suite's model entry point in every run once the suite is installed; the
@@ -32,6 +33,7 @@ import importlib.util
 import os
 import sys
 from importlib.metadata import version
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from loguru import logger
@@ -211,10 +213,15 @@ def fail_runs_with_failed_tasks() -> bool:
     re-raises, and the exit status is already non-zero. Returns whether the workaround is in place.
     """
     global _exit_guard_sink
-    if _exit_guard_sink is not None:
-        return True
     if not (_affected_release() and _cli_swallows_evaluation_errors()):
         return False
+    if _exit_guard_sink is not None:
+        # Added again each time: ``cli_evaluate`` removes every loguru sink when it sets the
+        # verbosity, which may come after the entry point added this one.
+        try:
+            logger.remove(_exit_guard_sink)
+        except ValueError:
+            pass
     _exit_guard_sink = logger.add(_exit_after_evaluation_error, level="ERROR", format="{message}",
                                   filter=_is_evaluation_error)
     return True
@@ -229,7 +236,8 @@ def _cli_swallows_evaluation_errors(cli_evaluate: str | None = None) -> bool:
 
 
 def _is_evaluation_error(record: Mapping[str, Any]) -> bool:
-    return (record["name"] == "lmms_eval.__main__" and record["function"] == "cli_evaluate"
+    # By file, not module name: ``python -m lmms_eval`` runs that file as ``__main__``.
+    return (Path(record["file"].path).parts[-2:] == ("lmms_eval", "__main__.py") and record["function"] == "cli_evaluate"
             and str(record["message"]).startswith("Error during evaluation"))
 
 
@@ -257,6 +265,30 @@ def unretried_process_results(method: Callable) -> Callable:
     wrapped = getattr(method, "__wrapped__", None)
     is_retry_wrapper = hasattr(method, "retry") and wrapped is not None
     return wrapped if is_retry_wrapper and _affected_release() else method
+
+
+def run_datetime_str(cli_args: Any = None) -> str | None:
+    """The date-time lmms-eval names this run's results and samples files with, or None where it
+    cannot be learnt.
+
+    Gap: ``lmms_eval/__main__.py:cli_evaluate`` computes ``datetime_str`` and hands it only to
+    ``evaluator.simple_evaluate`` and the results writer; a task that writes files beside the
+    results (judgements, plans, a submission) cannot learn it, so its files carry a later second
+    than the run's results file. Workaround: read it from the running ``simple_evaluate`` call
+    (its frame; nothing of lmms-eval changes). Fix proposed upstream: ``cli_args.datetime_str``,
+    which is read first.
+    """
+    if isinstance(getattr(cli_args, "datetime_str", None), str):
+        return cli_args.datetime_str
+    if not _affected_release():
+        return None
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "simple_evaluate" and frame.f_globals.get("__name__") == "lmms_eval.evaluator":
+            value = frame.f_locals.get("datetime_str")
+            return value if isinstance(value, str) else None
+        frame = frame.f_back
+    return None
 
 
 def bind_class_task_to_backend(task: Any, cli_args: Any) -> None:

@@ -4,7 +4,9 @@ as UTF-8, with errors that name the file and line."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -34,6 +36,24 @@ def read_text(path: str | Path, error_class: type[InputError] = InputError) -> s
         column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
         raise error_class(f"{path}:{line}: not UTF-8 text (byte 0x{data[error.start]:02x} at column {column}); "
                           f"save the file as UTF-8") from None
+
+
+def write_atomically(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` so that a reader sees the old file or the whole new one,
+    never a part: a temporary file in the same folder, flushed to disk, then renamed over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
 
 
 def read_jsonl(path: str | Path, error_class: type[InputError] = InputError) -> Iterator[tuple[int, dict]]:
