@@ -41,7 +41,7 @@ from lmms_egoplan.actplan_plans import PlanScore, bleurt_correct, parse_plan, sc
 from lmms_egoplan.harness import BenchmarkTask, run_file, run_model_name
 from lmms_egoplan.media import load_image
 from lmms_egoplan.metrics import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD, mean_or_nan
-from lmms_egoplan.records import write_atomically
+from lmms_egoplan.records import valid_text, write_atomically
 from lmms_egoplan.settings import setting
 
 
@@ -188,7 +188,7 @@ def process_results(doc: dict, results: list[str], settings: ActPlanSettings) ->
 
     ``settings``: injected by BenchmarkTask.
     """
-    output = results[0]
+    output = valid_text(results[0])  # no lone surrogate reaches the embedding model or the plans file
     plan = parse_plan(output)
     scored = {"instance_id": doc["instance_id"], "split": doc["split"], "output": output,
               "prediction": plan.steps, "gold": doc["gold_plans"]}

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterable
 
 from lmms_egoplan.errors import InputError
+from lmms_egoplan.media import image_file_problem
 from lmms_egoplan.records import read_text
 from lmms_egoplan.settings import SettingsError, setting_name
 
@@ -104,6 +105,9 @@ def load_instances(data_root: str | Path) -> list[dict]:
                                if not ok]
                     if missing:
                         problems.append(f"{folder}: no {', no '.join(missing)}")
+                        continue
+                    if unusable := [problem for path in images if (problem := image_file_problem(path))]:
+                        problems.append(f"{folder}: {unusable[0]}")
                         continue
                     plans = [gold_steps(read_text(path, ActPlanDataError)) for path in golds]
                     empty = [path.name for path, steps in zip(golds, plans) if not steps]

@@ -50,6 +50,7 @@ from lmms_egoplan.egoplan_data import (
     CHOICE_LETTERS,
     ENV_PREFIX,
     FRAME_SAMPLINGS,
+    MEDIA_KINDS,
     SIMILARITY_LEVELS,
     VIDEO_SOURCES,
     EgoPlanDataError,
@@ -202,7 +203,9 @@ def _read_frames(doc: Mapping, numbers: Sequence[int]) -> list[Image.Image]:
         with media.VideoFile(doc["media_path"]) as video:
             return video.frames(video_indices(doc, video, numbers), max_side=doc["max_side"])
     except media.MediaError as error:
-        raise EgoPlanDataError(f"EgoPlan sample {doc['sample_id']}: {error}") from error
+        setting = setting_name(ENV_PREFIX, MEDIA_KINDS[doc["media_kind"]].setting)
+        raise EgoPlanDataError(f"EgoPlan sample {doc['sample_id']}: {error}; check {setting} (a run with --use_cache "
+                               f"resumes from the requests already scored)") from error
 
 
 

@@ -367,10 +367,12 @@ def _record_to_doc(record: Mapping, settings, bins: Sequence[ValueBin]) -> dict:
 
 
 def find_missing_media(docs: Sequence[Mapping]) -> list[MissingMedia]:
-    """The docs whose frame folder, frames, video or clip is missing, in doc order.
+    """The docs whose frame folder, frames, video or clip is missing or unusable, in doc order.
 
-    Frame folders are checked frame by frame; each Ego4D video is opened once to check its
-    length; clips are checked for existence (their length is read when decoding).
+    Frames are checked file by file (missing, empty, truncated: ``media.image_file_problem``);
+    each Ego4D video is opened once to check its length; each clip is opened (an empty or damaged
+    one does not open). What only decoding can find (a video damaged inside) stops the run at that
+    sample, naming it, its file and the setting.
     """
     problems = []
     by_video: dict[str, list[Mapping]] = collections.defaultdict(list)
@@ -381,10 +383,15 @@ def find_missing_media(docs: Sequence[Mapping]) -> list[MissingMedia]:
         elif doc["media_kind"] == "epic_frames":
             if not path.is_dir():
                 problems.append((doc, path, f"frame folder not found: {path}"))
-            elif missing := media.FrameFolder(path).missing(doc_frame_numbers(doc)):
-                problems.append((doc, missing[0], f"{len(missing)} frame(s) missing, e.g. {missing[0]}"))
+            elif broken := media.FrameFolder(path).problems(doc_frame_numbers(doc)):
+                problems.append((doc, broken[0][0], f"{len(broken)} frame(s) unusable, e.g. {broken[0][1]}"))
         elif not path.is_file():
             problems.append((doc, path, f"clip not found: {path}"))
+        else:
+            try:  # opening reads the container's header: an empty or damaged clip fails here
+                media.VideoFile(path).close()
+            except media.MediaError as error:
+                problems.append((doc, path, str(error)))
     for path, video_docs in by_video.items():
         try:
             with media.VideoFile(path) as video:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.media import MediaError
+from lmms_egoplan.media import MediaError, image_file_problem
 from lmms_egoplan.records import read_text
 from lmms_egoplan.settings import setting_name
 
@@ -80,12 +80,12 @@ def load_release_dimension(data_root: str | Path, dimension: Dimension) -> list[
         if not isinstance(record.get("image_path"), list) or not record["image_path"]:
             raise EgoThinkDataError(f"{annotations}: record {index} has no image_path list")
         image = folder / "images" / Path(record["image_path"][0]).name
-        if not image.is_file():
-            missing.append(image)
+        if problem := image_file_problem(image):  # missing, empty or truncated
+            missing.append((image, problem))
         docs.append(_doc(dimension, index, record["question"], record["answer"], image))
     if missing:
-        raise MediaError(f"EgoThink {dimension.name}: {len(missing)} image(s) named in {annotations} are missing, "
-                         f"e.g. {missing[0]}", missing[0])
+        raise MediaError(f"EgoThink {dimension.name}: {len(missing)} image(s) named in {annotations} are missing or "
+                         f"unusable, e.g. {missing[0][1]}; check EGOTHINK_DATA_ROOT", missing[0][0])
     return docs
 
 

@@ -15,6 +15,8 @@ and the change proposed to lmms-eval. Each one
   ``enable_plugin_task_discovery``  ``LMMS_EVAL_PLUGINS`` names ``lmms_egoplan``
   ``fail_runs_with_failed_tasks``   that, or a suite task / the suite's backend is built
   ``keep_loglikelihood_results``    a suite task or the suite's backend is built
+  ``keep_responses_of_stopped_runs``  a suite task or the suite's backend is built
+  ``clean_lone_surrogates``         a suite task or the suite's backend is built
   ``unretried_process_results``     called by the suite's tasks only
   ``bind_class_task_to_backend``    called by the suite's tasks only
   ``run_datetime_str``              called by the suite's tasks only (reads, changes nothing)
@@ -93,6 +95,8 @@ def on_suite_use() -> None:
     """Called when a suite task or the suite's backend is built: this run uses the suite."""
     keep_loglikelihood_results()
     fail_runs_with_failed_tasks()
+    keep_responses_of_stopped_runs()
+    clean_lone_surrogates()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,6 +190,40 @@ def keep_loglikelihood_results() -> bool:
     return True
 
 
+def clean_lone_surrogates() -> bool:
+    """Log model output that holds a lone surrogate instead of losing the samples file.
+
+    Bug: an API model can return text with a lone surrogate (from broken bytes, e.g. "\\udcff");
+    ``lmms_eval/loggers/evaluation_tracker.py:save_results_samples`` writes samples as UTF-8, which
+    cannot encode it, and the task's samples file stays empty (the run still exits 0). Fix: text
+    responses are cleaned where the evaluator unwraps them (``unwrap_generation_output``): lone
+    surrogates become U+FFFD, what any UTF-8 decoder makes of broken bytes. Returns whether the
+    workaround is in place.
+    """
+    from lmms_eval.api import instance
+
+    from lmms_egoplan.records import valid_text
+
+    unwrap = instance.unwrap_generation_output
+    if getattr(unwrap, "_cleans_lone_surrogates", False):
+        return True
+    if not (_affected_release() and unwrap("\udcff")[0] == "\udcff"):
+        return False
+
+    @functools.wraps(unwrap)
+    def unwrap_generation_output(output):
+        text, counts = unwrap(output)
+        return (valid_text(text) if isinstance(text, str) else text), counts
+
+    unwrap_generation_output._cleans_lone_surrogates = True
+    unwrap_generation_output._keeps_loglikelihood_pairs = getattr(unwrap, "_keeps_loglikelihood_pairs", False)
+    instance.unwrap_generation_output = unwrap_generation_output
+    evaluator = sys.modules.get("lmms_eval.evaluator")
+    if evaluator is not None and hasattr(evaluator, "unwrap_generation_output"):
+        evaluator.unwrap_generation_output = unwrap_generation_output
+    return True
+
+
 def _is_loglikelihood_pair(output: Any) -> bool:
     return (isinstance(output, (tuple, list)) and len(output) == 2 and isinstance(output[1], bool)
             and isinstance(output[0], (int, float)) and not isinstance(output[0], bool))
@@ -200,6 +238,83 @@ def _pairs_become_strings(unwrap: Callable) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 _FAILED_RUN_EXIT_STATUS = 1
+
+
+def keep_responses_of_stopped_runs() -> bool:
+    """Make ``--use_cache`` resume a run that stopped part-way from the responses it had.
+
+    Bugs, both in ``lmms_eval/caching/response_cache.py``: ``ResponseCache.execute`` sends every
+    uncached request of a type to the model in one call and stores the responses only when that
+    call returns; and ``ResponseCache.finalize(success=False)`` leaves what a failed run stored in
+    its ``runs/<id>/`` folder, which later runs never read. A run that stops at a sample it cannot
+    read after hours of GPU work keeps nothing, and the next run starts from zero. Fix: call the
+    model per chunk of whole documents (``RESPONSE_CHUNK_BATCHES`` batches of the backend's batch
+    size, at least ``RESPONSE_CHUNK_MIN_DOCS`` documents), storing each chunk as it returns, and
+    merge a failed run's stored responses into the cache like a finished run's (each is a complete
+    response to its request). Responses and their order are unchanged; a backend sorts and batches
+    within a chunk. A process killed outright still leaves its folder unmerged. Returns whether
+    the workaround is in place.
+    """
+    from lmms_eval.caching.response_cache import ResponseCache
+
+    if getattr(ResponseCache.execute, "_stores_per_chunk", False):
+        return True
+    if not (_affected_release() and _stores_after_the_whole_call() and _drops_failed_runs()):
+        return False
+    whole_call, finalize = ResponseCache.execute, ResponseCache.finalize
+
+    @functools.wraps(whole_call)
+    def execute(self, lm, reqtype, requests):
+        size = max(RESPONSE_CHUNK_MIN_DOCS, RESPONSE_CHUNK_BATCHES * _batch_size(lm))
+        return [response for chunk in _document_chunks(requests, size) for response in whole_call(self, lm, reqtype, chunk)]
+
+    @functools.wraps(finalize)
+    def finalize_keeping_responses(self, *, success: bool, **kwargs):
+        return finalize(self, success=True, **kwargs)
+
+    execute._stores_per_chunk = True
+    ResponseCache.execute = execute
+    ResponseCache.finalize = finalize_keeping_responses
+    return True
+
+
+RESPONSE_CHUNK_BATCHES = 4
+RESPONSE_CHUNK_MIN_DOCS = 4
+
+
+def _stores_after_the_whole_call(execute: str | None = None) -> bool:
+    execute = execute or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.execute")
+    return "getattr(lm, reqtype)(uncached)" in execute
+
+
+def _drops_failed_runs(finalize: str | None = None) -> bool:
+    finalize = finalize or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.finalize")
+    return "if not success" in finalize
+
+
+def _batch_size(lm) -> int:
+    try:
+        return max(1, int(getattr(lm, "batch_size", 1)))
+    except (TypeError, ValueError):  # e.g. "auto"
+        return 1
+
+
+def _document_chunks(requests: list, size: int) -> list[list]:
+    """``requests`` in order, cut into runs of at most ``size`` documents (a document's requests,
+    e.g. the four candidates of a question, stay together)."""
+    chunks: list[list] = []
+    documents = 0
+    previous = None
+    for request in requests:
+        document = (request.task_name, request.doc_id)
+        if document != previous:
+            if not chunks or documents == size:
+                chunks.append([])
+                documents = 0
+            documents += 1
+            previous = document
+        chunks[-1].append(request)
+    return chunks
 
 
 def fail_runs_with_failed_tasks() -> bool:

@@ -39,13 +39,45 @@ class MediaError(FileNotFoundError):
         self.path = None if path is None else str(path)
 
 
+# How an image file of each format ends when it is complete (JPEG: the end-of-image marker, maybe
+# followed by padding; PNG: the IEND chunk and its CRC).
+_IMAGE_ENDINGS = {b"\xff\xd8": ("JPEG", b"\xff\xd9"), b"\x89PNG": ("PNG", b"IEND\xaeB`\x82")}
+
+
+def image_file_problem(path: str | os.PathLike) -> str | None:
+    """What makes an image file unusable before decoding it (missing, empty, truncated JPEG or
+    PNG), or None. Reads a few bytes at each end: cheap enough for every frame of a run, and the
+    one check that catches truncation, which lmms-eval makes PIL decode silently (it sets
+    ``ImageFile.LOAD_TRUNCATED_IMAGES``)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return f"image not found: {path}"
+    except OSError as error:
+        return f"cannot read image {path}: {error}"
+    try:  # raw descriptor reads: this runs for every frame of a run
+        size = os.fstat(descriptor).st_size
+        if size == 0:
+            return f"image is empty (0 bytes): {path}"
+        head = os.pread(descriptor, 4, 0)
+        tail = os.pread(descriptor, 64, max(0, size - 64)).rstrip(b"\x00")
+    except OSError as error:
+        return f"cannot read image {path}: {error}"
+    finally:
+        os.close(descriptor)
+    for magic, (kind, ending) in _IMAGE_ENDINGS.items():
+        if head.startswith(magic) and not tail.endswith(ending):
+            return f"image is truncated (it does not end as a {kind} file does): {path}"
+    return None
+
+
 def load_image(path: str | os.PathLike) -> Image.Image:
-    """An RGB image from disk; a missing or broken file raises MediaError naming it."""
+    """An RGB image from disk; a missing, empty, truncated or broken file raises MediaError naming it."""
+    if problem := image_file_problem(path):
+        raise MediaError(problem, path)
     try:
         with Image.open(path) as image:
             return image.convert("RGB")
-    except FileNotFoundError:
-        raise MediaError(f"image not found: {path}", path) from None
     except OSError as error:
         raise MediaError(f"cannot read image {path}: {error}", path) from error
 
@@ -141,9 +173,11 @@ class FrameFolder:
     def frame_path(self, number: int) -> Path:
         return self.folder / self.template.format(number)
 
-    def missing(self, numbers: Sequence[int]) -> list[Path]:
-        """Paths of the requested frames that do not exist (cheap check before a run)."""
-        return [p for p in map(self.frame_path, numbers) if not p.is_file()]
+    def problems(self, numbers: Sequence[int]) -> list[tuple[Path, str]]:
+        """``(path, what is wrong)`` for the requested frames' files that are missing, empty or
+        truncated, in order: a cheap check before a run (``image_file_problem``)."""
+        found = ((path, image_file_problem(path)) for path in dict.fromkeys(map(self.frame_path, numbers)))
+        return [(path, problem) for path, problem in found if problem]
 
     def frames(self, numbers: Sequence[int], max_side: int | None = None) -> list[Image.Image]:
         """The frames numbered ``numbers`` (any order, repeats allowed), as RGB images; each file is
@@ -228,7 +262,7 @@ class VideoFile:
                 continue
             if previous is None or not 0 < target - previous[0] <= SEEK_GAP_FRAMES:
                 self._seek_before(target)
-                frames, previous = self._container.decode(self._stream), None
+                frames, previous = self._decoded(), None
             chosen = None
             for frame in frames:
                 index = self._frame_index(frame)
@@ -249,6 +283,15 @@ class VideoFile:
                 )
             decoded[target] = fit_within(chosen[1].to_image(), max_side)
         return [decoded[i] for i in indices]
+
+    def _decoded(self):
+        """The stream's frames from the current position; a decoding error raises MediaError naming the video."""
+        import av
+
+        try:
+            yield from self._container.decode(self._stream)
+        except av.error.FFmpegError as error:
+            raise MediaError(f"cannot decode {self.path}: {error}", self.path) from None
 
     def _seek_before(self, index: int) -> None:
         pts = self._start + int(index / self.info.fps / self._stream.time_base)

@@ -201,3 +201,201 @@ def test_rejudge_with_nothing_to_judge_exits_non_zero_saying_so(predict_only, tm
     assert status == 2 and judge.calls == []
     assert "nothing to judge" in capsys.readouterr().err
     assert not list(tmp_path.glob("*_rejudged.json"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Through the lmms-eval CLI: a failed run exits non-zero, names what to fix, loses nothing
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def egoplan_data(tmp_path_factory):
+    from lmms_egoplan.testing.egoplan import build_fixture
+
+    return build_fixture(tmp_path_factory.mktemp("egoplan"))
+
+
+def broken_copy(egoplan_data, tmp_path):
+    """A copy of the EgoPlan data to damage."""
+    import shutil
+
+    from lmms_egoplan.testing.egoplan import build_fixture
+
+    shutil.copytree(egoplan_data.root, tmp_path / "data")
+    return build_fixture(tmp_path / "data")
+
+
+def egoplan_run(data, output: Path, *, model: str = "dummy", model_args: str = "", extra_args=(), **settings):
+    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+
+    scored = {} if model == "egoplan_hf" else {"scored_tokens": "answer"}  # dummy scores no end-of-turn
+    return run_lmms_eval(model=model, model_args=model_args, tasks=["egoplan_val"], output_dir=output,
+                         env=data.env(**{**scored, **settings}), extra_args=list(extra_args), check=False)
+
+
+def first_epic_frame(data) -> Path:
+    doc = next(d for d in load_docs(data) if d["media_kind"] == "epic_frames")
+    return Path(doc["media_path"]) / f"frame_{doc['clips'][0][-2]:010d}.jpg"
+
+
+def load_docs(data, **settings):
+    from lmms_egoplan import egoplan, egoplan_data
+    from lmms_egoplan.settings import resolve_settings
+
+    resolved = resolve_settings(egoplan.EgoPlanSettings, task="check", metadata={"annotation_file": "EgoPlan_validation.json"},
+                                env_prefix="EGOPLAN", environ=data.env(**settings))
+    return egoplan_data.load_samples(resolved, labelled=True).docs
+
+
+def truncate(path: Path, keep: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[:int(len(data) * keep)])
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("case, settings, message", [
+    ("a value of the wrong type", {"num_frames": "abc"}, "EGOPLAN_NUM_FRAMES: expected an integer, got 'abc'"),
+    ("a misspelt setting", {"numframes": "16"}, "EGOPLAN_NUMFRAMES names no setting; did you mean EGOPLAN_NUM_FRAMES?"),
+    ("a value out of range", {"max_side": "-5"}, "EGOPLAN_MAX_SIDE (metadata.max_side) must be at least 1, got -5"),
+])
+def test_bad_settings_stop_the_run_with_exit_status_1(case, settings, message, egoplan_data, tmp_path):
+    run = egoplan_run(egoplan_data, tmp_path, **settings)
+    assert run.returncode == 1 and run.results is None, case
+    assert message in run.log and "lmms-egoplan: the evaluation failed" in run.log
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("damage", ["empty", "truncated"])
+def test_an_unusable_frame_is_named_at_load_or_skipped_and_counted(damage, egoplan_data, tmp_path):
+    data = broken_copy(egoplan_data, tmp_path)
+    frame = first_epic_frame(data)
+    frame.write_bytes(b"") if damage == "empty" else truncate(frame, 0.6)
+    stopped = egoplan_run(data, tmp_path / "stopped")
+    assert stopped.returncode == 1 and stopped.results is None
+    assert f"{damage}" in stopped.log and str(frame) in stopped.log and "EGOPLAN_EPIC_FRAMES_ROOT" in stopped.log
+    skipped = egoplan_run(data, tmp_path / "skipped", skip_missing="true")
+    assert skipped.returncode == 0 and skipped.metric("egoplan_val", "skipped_samples") == 1
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("damage", ["empty", "not a video"])
+def test_an_unusable_clip_is_named_at_load(damage, egoplan_data, tmp_path):
+    data = broken_copy(egoplan_data, tmp_path)
+    clip = data.clips_dir / "104.mp4"
+    clip.write_bytes(b"" if damage == "empty" else b"\x00\x01garbage" * 999)
+    run = egoplan_run(data, tmp_path / "out", visual_source="clips")
+    assert run.returncode == 1 and "sample 104" in run.log and str(clip) in run.log and "EGOPLAN_CLIPS_DIR" in run.log
+
+
+@pytest.mark.e2e
+def test_a_clip_damaged_inside_stops_the_run_at_its_sample_and_the_next_run_resumes_from_the_cache(
+        egoplan_data, tiny_model, tmp_path):
+    """The clip opens (its index comes first) but its second half is gone: decoding fails at that
+    sample, mid-run. With --use_cache the requests scored before it are stored, and the run after
+    the clip is repaired reads them back."""
+    from lmms_egoplan.testing.media import write_video
+
+    data = broken_copy(egoplan_data, tmp_path)
+    record = next(r for r in data.records() if r["sample_id"] == 106)  # doc 5 of 8
+    clip = data.clips_dir / "106.mp4"
+    intact = clip.read_bytes()
+    start = record["task_progress_metadata"][0]["start_frame"]
+    write_video(clip, first_index=start, num_frames=record["current_observation_frame"] - start + 1, faststart=True)
+    truncate(clip, 0.5)
+    args = dict(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}",
+                extra_args=["--use_cache", str(tmp_path / "cache")], visual_source="clips")
+    stopped = egoplan_run(data, tmp_path / "first", **args)
+    assert stopped.returncode == 1 and stopped.results is None
+    assert "EgoPlan sample 106" in stopped.log and str(clip) in stopped.log and "EGOPLAN_CLIPS_DIR" in stopped.log
+    clip.write_bytes(intact)
+    resumed = egoplan_run(data, tmp_path / "second", **args)
+    assert resumed.returncode == 0
+    hits = [int(line.split("ResponseCache: ")[1].split("/")[0]) for line in resumed.log.splitlines()
+            if "ResponseCache: " in line and "cache hits" in line]
+    assert sum(hits) >= 4 * 4  # the four questions before sample 106, four candidates each
+
+
+@pytest.mark.e2e
+def test_an_output_path_that_cannot_be_written_fails_before_any_model_call(egoplan_data, tmp_path):
+    blocker = tmp_path / "some_file"
+    blocker.write_text("not a folder")
+    run = egoplan_run(egoplan_data, blocker / "out")
+    assert run.returncode == 1 and f"--output_path {blocker / 'out'}: cannot write into" in run.log
+    assert "Running loglikelihood requests" not in run.log
+
+
+@pytest.mark.e2e
+def test_two_runs_into_one_output_path_never_overwrite_each_others_files(egoplan_data, tmp_path):
+    """Started together: either they got different seconds (two complete sets of files) or the
+    second refuses before any model call (exit 1, one set of files): never one set shared."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda _: egoplan_run(egoplan_data, tmp_path / "out", extra_args=["--log_samples"]),
+                             range(2)))
+    results = sorted(p.name for p in (tmp_path / "out").rglob("*_results.json"))
+    samples = sorted(p.name for p in (tmp_path / "out").rglob("*_samples_egoplan_val.jsonl"))
+    statuses = sorted(run.returncode for run in runs)
+    if statuses == [0, 0]:
+        assert len(set(results)) == len(set(samples)) == 2
+    else:
+        assert statuses == [0, 1] and len(results) == len(samples) == 1
+        refused = next(run for run in runs if run.returncode == 1)
+        assert "another run" in refused.log and "Running loglikelihood requests" not in refused.log
+    assert not list((tmp_path / "out").rglob("*.lmms_egoplan.lock"))  # released at exit
+
+
+@pytest.mark.e2e
+def test_a_judge_that_does_not_answer_stops_the_run_before_generation(tmp_path):
+    from lmms_egoplan.testing.egothink import write_release
+    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+
+    data = write_release(tmp_path / "data", per_dimension=1)
+    with ChatServer(lambda call: Reply("an answer")) as model:
+        run = run_lmms_eval(model="openai", model_args=f"model_version=fake,base_url={model.base_url},api_key=unused",
+                            tasks=["ego_think_counting"], output_dir=tmp_path / "out", check=False,
+                            env={"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data),
+                                 "EGOTHINK_JUDGE_BASE_URL": "http://127.0.0.1:9/v1", "EGOTHINK_JUDGE_MODEL": "j",
+                                 "EGOTHINK_JUDGE_API_KEY_ENV": "", "EGOTHINK_JUDGE_CACHE_DIR": str(tmp_path / "cache")})
+    assert run.returncode == 1 and model.calls == []  # not one answer generated
+    assert "did not answer a test request" in run.log and "EGOTHINK_JUDGE_PREFLIGHT" in run.log
+
+
+@pytest.mark.e2e
+def test_lone_surrogates_in_model_output_are_judged_and_scored_and_logged(tmp_path):
+    """An OpenAI-compatible model whose output holds a lone surrogate (broken bytes): the judged
+    task and ActPlan score it, and the samples file holds every sample."""
+    from contextlib import ExitStack
+
+    from lmms_egoplan.testing.actplan import smoke_suite as actplan_suite
+    from lmms_egoplan.testing.egothink import write_release
+    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+
+    with ExitStack() as resources, ChatServer(lambda call: Reply("Two plates \udcff.\nwalk_to(sink\udcff)")) as model, \
+            ChatServer(rating_responder(lambda call: "1")) as judge:
+        actplan = actplan_suite(tmp_path / "actplan", resources)
+        env = {**actplan.env, "EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(write_release(tmp_path / "think", 1)),
+               "EGOTHINK_JUDGE_BASE_URL": judge.base_url, "EGOTHINK_JUDGE_MODEL": "loopback-judge",
+               "EGOTHINK_JUDGE_API_KEY_ENV": "", "EGOTHINK_JUDGE_CACHE_DIR": str(tmp_path / "cache")}
+        run = run_lmms_eval(model="openai", model_args=f"model_version=fake,base_url={model.base_url},api_key=unused",
+                            tasks=["ego_think_counting", "actplan1k"], output_dir=tmp_path / "out", env=env, check=False)
+    assert run.returncode == 0, run.log_tail()
+    assert run.metric("ego_think_counting", "score") == 100.0 and run.metric("ego_think_counting", "failed") == 0
+    assert "Two plates \ufffd." in judge.calls[0].text
+    assert run.metric("actplan1k", "plan_length") == 1
+    for task in ("ego_think_counting", "actplan1k"):
+        assert len(run.samples(task)) > 0
+
+
+@pytest.mark.e2e
+def test_a_chat_template_without_visual_placeholders_names_the_model_and_the_model_arg(egoplan_data, tiny_model, tmp_path):
+    template = tmp_path / "text-only.jinja"
+    template.write_text("{% for m in messages %}{{ m['role'] }}: {% for p in m['content'] %}{% if p['type'] == 'text' %}"
+                        "{{ p['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}assistant: "
+                        "{% endif %}")
+    checkpoint = tiny_model("qwen2_vl")
+    run = egoplan_run(egoplan_data, tmp_path / "out", model="egoplan_hf",
+                      model_args=f"pretrained={checkpoint},chat_template={template}")
+    assert run.returncode == 1
+    assert f"{checkpoint}: the chat template renders 0 video placeholder(s)" in run.log
+    assert "pass chat_template=<path" in run.log

@@ -65,7 +65,7 @@ def test_missing_media_errors_name_the_path(tmp_path):
     with pytest.raises(media.MediaError, match="frame folder not found"):
         media.FrameFolder(tmp_path / "missing")
     folder = media.FrameFolder(synthetic.write_frame_folder(tmp_path / "f", [1, 2]))
-    assert folder.missing([1, 2, 3]) == [folder.frame_path(3)]
+    assert folder.problems([1, 2, 3]) == [(folder.frame_path(3), f"image not found: {folder.frame_path(3)}")]
     with pytest.raises(media.MediaError, match=r"frame_0000000003\.jpg"):
         folder.frames([1, 3])
 

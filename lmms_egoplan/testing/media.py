@@ -50,17 +50,19 @@ def read_index(image: Image.Image) -> int:
 
 
 def write_video(path: str | os.PathLike, num_frames: int, fps: int | Fraction = 30,
-                size: tuple[int, int] = DEFAULT_SIZE, keyframe_interval: int = 12, first_index: int = 0) -> Path:
+                size: tuple[int, int] = DEFAULT_SIZE, keyframe_interval: int = 12, first_index: int = 0,
+                faststart: bool = False) -> Path:
     """An H.264 mp4 whose frame ``i`` shows ``index_image(first_index + i)``; short GOPs exercise seeking.
 
     ``fps`` may be fractional (``Fraction(30000, 1001)``); ``first_index`` > 0 makes a clip cut
-    from a longer source whose frames keep their source numbers.
+    from a longer source whose frames keep their source numbers. ``faststart``: the index (moov)
+    before the frames, as streaming copies have it; cut short, such a file still opens.
     """
     import av
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w") as container:
+    with av.open(str(path), "w", options={"movflags": "faststart"} if faststart else {}) as container:
         stream = container.add_stream("libx264", rate=fps)
         stream.width, stream.height = size
         stream.pix_fmt = "yuv420p"
