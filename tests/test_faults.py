@@ -130,6 +130,37 @@ def test_the_preflight_names_an_unreachable_server_an_unknown_model_a_refused_ke
 
 
 # ---------------------------------------------------------------------------------------------
+# Outputs
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_second_run_of_the_same_second_into_the_same_folder_is_refused(tmp_path, monkeypatch):
+    from argparse import Namespace
+
+    from lmms_egoplan import harness
+    from lmms_egoplan.errors import InputError
+
+    monkeypatch.setattr(harness, "_run_stamp", "20261122_101010")
+    monkeypatch.setattr(harness, "_claimed_folders", set())
+    args = Namespace(output_path=str(tmp_path), model_args="pretrained=/models/tiny", timezone=None)
+    harness.claim_output_folder(args)
+    assert (tmp_path / "models__tiny" / "20261122_101010.lmms_egoplan.lock").is_file()
+    monkeypatch.setattr(harness, "_claimed_folders", set())  # as in another process
+    with pytest.raises(InputError, match=r"another run .* writes the files of the same date-time \(20261122_101010\)"):
+        harness.claim_output_folder(args)
+
+
+def test_files_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    from lmms_egoplan.records import write_atomically
+
+    path = write_atomically(tmp_path / "submission.json", "[1, 2, 3]\n")
+    monkeypatch.setattr("os.replace", lambda *_: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError, match="disk full"):
+        write_atomically(path, "[4, 5")
+    assert path.read_text() == "[1, 2, 3]\n" and [p.name for p in tmp_path.iterdir()] == ["submission.json"]
+
+
+# ---------------------------------------------------------------------------------------------
 # Predict-only runs and rejudge
 # ---------------------------------------------------------------------------------------------
 
@@ -313,6 +344,10 @@ def test_a_clip_damaged_inside_stops_the_run_at_its_sample_and_the_next_run_resu
     hits = [int(line.split("ResponseCache: ")[1].split("/")[0]) for line in resumed.log.splitlines()
             if "ResponseCache: " in line and "cache hits" in line]
     assert sum(hits) >= 4 * 4  # the four questions before sample 106, four candidates each
+    # The run's side file carries its results file's date-time.
+    [results] = (tmp_path / "second").rglob("*_results.json")
+    [submission] = (tmp_path / "second").rglob("*_submission_egoplan_val.json")
+    assert submission.name.split("_submission_")[0] == results.name.removesuffix("_results.json")
 
 
 @pytest.mark.e2e

@@ -1,6 +1,7 @@
 """The lmms-eval compatibility layer: each workaround applies only where lmms-eval still has its bug,
 and only to runs that use the suite; a run that uses none of the suite is lmms-eval's own."""
 
+import inspect
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 import tenacity
 from lmms_eval.api import instance
 from lmms_eval.api.task import ConfigurableTask
+from lmms_eval.caching.response_cache import ResponseCache
 
 from lmms_egoplan import lmms_eval_compat
 from lmms_egoplan.testing.lmms_eval_run import OFFLINE_ENV
@@ -128,11 +130,13 @@ def test_a_failed_run_of_a_suite_task_exits_non_zero_and_a_good_one_zero(tmp_pat
 
 
 def test_the_installed_lmms_eval_has_every_bug_worked_around():
-    unwrap = getattr(instance.unwrap_generation_output, "__wrapped__", instance.unwrap_generation_output)
+    unwrap = inspect.unwrap(instance.unwrap_generation_output)
     assert lmms_eval_compat._pairs_become_strings(unwrap)
+    assert unwrap("\udcff") == ("\udcff", None)
     assert lmms_eval_compat._plugin_folders_reach_the_index_too_late()
     assert lmms_eval_compat._cli_swallows_evaluation_errors()
     assert hasattr(ConfigurableTask.process_results, "retry")
+    assert lmms_eval_compat._stores_after_the_whole_call() and lmms_eval_compat._drops_failed_runs()
 
 
 def test_nothing_is_changed_where_lmms_eval_behaves(monkeypatch):
@@ -153,24 +157,57 @@ def test_nothing_is_changed_where_lmms_eval_behaves(monkeypatch):
     assert lmms_eval_compat._plugin_folders_reach_the_index_too_late(
         task_manager_init="def __init__(self):\n    os.environ.get('LMMS_EVAL_PLUGINS')\n") is False
 
+    assert lmms_eval_compat._stores_after_the_whole_call("for chunk in chunks: lm_call(chunk); self._store(...)") is False
+    assert lmms_eval_compat._drops_failed_runs("def finalize(self, *, success):\n    self._merge_run_to_root()") is False
+
+    def cleaning_unwrap(output):
+        return output.replace("\udcff", "\ufffd"), None
+
+    monkeypatch.setattr(instance, "unwrap_generation_output", cleaning_unwrap)
+    assert lmms_eval_compat.clean_lone_surrogates() is False and instance.unwrap_generation_output is cleaning_unwrap
+
     def plain(self, doc, results):
         return {}
 
     assert lmms_eval_compat.unretried_process_results(plain) is plain
+    assert lmms_eval_compat.run_datetime_str(SimpleNamespace(datetime_str="20261122_101010")) == "20261122_101010"
 
 
 def test_releases_from_the_fixed_version_on_get_no_workaround(monkeypatch):
     monkeypatch.setattr(lmms_eval_compat, "lmms_eval_version", lambda: lmms_eval_compat.FIXED_IN)
-    unwrap = getattr(instance.unwrap_generation_output, "__wrapped__", instance.unwrap_generation_output)
+    unwrap = inspect.unwrap(instance.unwrap_generation_output)
     monkeypatch.setattr(instance, "unwrap_generation_output", unwrap)
     monkeypatch.setattr(lmms_eval_compat, "_exit_guard_sink", None)
+    monkeypatch.setattr(ResponseCache, "execute", inspect.unwrap(ResponseCache.execute))
     assert lmms_eval_compat.keep_loglikelihood_results() is False
+    assert lmms_eval_compat.clean_lone_surrogates() is False
+    assert lmms_eval_compat.keep_responses_of_stopped_runs() is False
     assert lmms_eval_compat.fail_runs_with_failed_tasks() is False
+    assert lmms_eval_compat.run_datetime_str(None) is None
     assert lmms_eval_compat.unretried_process_results(ConfigurableTask.process_results) is ConfigurableTask.process_results
 
 
+def test_a_stopped_run_keeps_its_responses_chunk_by_chunk_with_whole_documents(monkeypatch):
+    requests = [SimpleNamespace(task_name=task, doc_id=doc) for task, doc in
+                [("a", 0), ("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 0)]]
+    chunks = lmms_eval_compat._document_chunks(requests, 2)
+    assert [[(r.task_name, r.doc_id) for r in chunk] for chunk in chunks] == [
+        [("a", 0), ("a", 0), ("a", 1)], [("a", 2), ("b", 0), ("b", 0)]]
+    monkeypatch.setattr(ResponseCache, "execute", inspect.unwrap(ResponseCache.execute))
+    monkeypatch.setattr(ResponseCache, "finalize", inspect.unwrap(ResponseCache.finalize))
+    assert lmms_eval_compat.keep_responses_of_stopped_runs() is True
+    assert ResponseCache.execute._stores_per_chunk
+
+
+def test_text_responses_are_cleaned_of_lone_surrogates(monkeypatch):
+    monkeypatch.setattr(instance, "unwrap_generation_output", inspect.unwrap(instance.unwrap_generation_output))
+    assert lmms_eval_compat.keep_loglikelihood_results() and lmms_eval_compat.clean_lone_surrogates()
+    assert instance.unwrap_generation_output("Two plates \udcff.") == ("Two plates \ufffd.", None)
+    assert instance.unwrap_generation_output((1.5, True)) == ((1.5, True), None)
+
+
 def test_loglikelihood_pairs_pass_and_everything_else_is_unwrapped_as_before(monkeypatch):
-    unwrap = getattr(instance.unwrap_generation_output, "__wrapped__", instance.unwrap_generation_output)
+    unwrap = inspect.unwrap(instance.unwrap_generation_output)
     monkeypatch.setattr(instance, "unwrap_generation_output", unwrap)
     assert lmms_eval_compat.keep_loglikelihood_results() is True
     patched = instance.unwrap_generation_output
