@@ -106,7 +106,7 @@ def load_instances(data_root: str | Path) -> list[dict]:
                     if missing:
                         problems.append(f"{folder}: no {', no '.join(missing)}")
                         continue
-                    if unusable := [problem for path in images if (problem := image_file_problem(path))]:
+                    if unusable := [issue for path in images if (issue := image_file_problem(path))]:
                         problems.append(f"{folder}: {unusable[0]}")
                         continue
                     plans = [gold_steps(read_text(path, ActPlanDataError)) for path in golds]

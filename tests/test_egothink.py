@@ -216,7 +216,7 @@ def test_release_loader_reads_every_dimension_and_names_missing_images(tmp_path)
     assert (data / "Forecast" / "annotations.json").is_file()  # the official folder name is accepted
     missing = data / "Reasoning" / "counting" / "images" / "2.jpg"
     missing.unlink()
-    with pytest.raises(MediaError, match=f"1 image.*missing, e.g. {missing}"):
+    with pytest.raises(MediaError, match=f"1 image.*missing or unusable, e.g. image not found: {missing}"):
         load_release_dimension(data, DIMENSIONS["Reasoning_counting"])
     annotations = data / "Activity" / "annotations.json"
     records = json.loads(annotations.read_text())
