@@ -9,6 +9,7 @@ predict-only and rejudge, the backend's chat template. End-to-end cases are mark
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,50 @@ def test_text_that_is_not_utf8_is_an_error_naming_file_line_and_column(tmp_path)
         read_text(path)
     with pytest.raises(ValueError, match=r"annotations\.jsonl:2: not UTF-8"):
         list(read_jsonl(path))
+
+
+def test_every_reader_of_text_names_a_file_that_is_not_utf8(tmp_path):
+    from lmms_egoplan import egointent_data
+    from lmms_egoplan.actplan_data import load_instances
+    from lmms_egoplan.actplan_plans import candidates_from_jsonl
+    from lmms_egoplan.testing.actplan import write_release_dataset
+    from lmms_egoplan.testing.egointent import write_dataset
+
+    annotations = write_dataset(tmp_path / "egointent")
+    annotations.write_bytes(annotations.read_bytes().replace(b"loosen", b"l\xf6osen", 1))
+    with pytest.raises(ValueError, match=rf"{annotations}:\d+: not UTF-8 text"):
+        egointent_data.load_steps(annotations)
+    release = write_release_dataset(tmp_path / "actplan" / "ActPlan-1K", scenes=1, activities=1, samples=1)
+    description = next(release.rglob("task_description_0.txt"))
+    description.write_bytes(b"Put the cups away.\nCaf\xe9 table.\n")
+    with pytest.raises(ValueError, match=rf"{description}:2: not UTF-8 text \(byte 0xe9 at column 4\)"):
+        load_instances(release)
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_bytes(b'{"candidate": "walk_to(sink)", "reference": "walk_to(sink)"}\n{"candidate": "\xff"}\n')
+    with pytest.raises(ValueError, match=rf"{pairs}:2: not UTF-8"):
+        candidates_from_jsonl(pairs)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("current_observation_frame", "abc", "current_observation_frame must be a frame number (an integer >= 0), got 'abc'"),
+    ("sample_id", [1], "sample_id must be an integer, got [1]"),
+    ("choice_a", 3, "choice_a must be a non-empty string, got 3"),
+    ("question", None, "question must be a non-empty string, got None"),
+])
+def test_egoplan_record_fields_of_the_wrong_type_are_named_at_load(field, value, message, tmp_path):
+    from lmms_egoplan import egoplan, egoplan_data
+    from lmms_egoplan.settings import resolve_settings
+    from lmms_egoplan.testing.egoplan import build_fixture
+
+    data = build_fixture(tmp_path / "egoplan")
+    records = data.records()
+    records[2][field] = value
+    annotation = tmp_path / "EgoPlan_validation.json"
+    annotation.write_text(json.dumps(records))
+    settings = resolve_settings(egoplan.EgoPlanSettings, task="t", metadata={"annotation_file": str(annotation)},
+                                env_prefix="EGOPLAN", environ=data.env())
+    with pytest.raises(egoplan_data.EgoPlanDataError, match=rf"{annotation}, record #2 .*: {re.escape(message)}"):
+        egoplan_data.load_samples(settings, labelled=True)
 
 
 def test_lone_surrogates_become_replacement_characters():
