@@ -399,7 +399,7 @@ def test_a_clip_damaged_inside_stops_the_run_at_its_sample_and_the_next_run_resu
 def test_an_output_path_that_cannot_be_written_fails_before_any_model_call(egoplan_data, tmp_path):
     blocker = tmp_path / "some_file"
     blocker.write_text("not a folder")
-    run = egoplan_run(egoplan_data, blocker / "out")
+    run = egoplan_run(egoplan_data, tmp_path / "cwd", extra_args=["--output_path", str(blocker / "out")])
     assert run.returncode == 1 and f"--output_path {blocker / 'out'}: cannot write into" in run.log
     assert "Running loglikelihood requests" not in run.log
 
