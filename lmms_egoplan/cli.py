@@ -21,6 +21,16 @@ def _smoke(args: argparse.Namespace) -> int:
     return 1 if run_smoke(workdir, arch=args.arch, only=args.benchmark) else 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from lmms_egoplan.report import write_report
+
+    report = write_report(args.results, args.output, all_runs=args.all_runs)
+    for line in report.lines:
+        print(line)
+    print(f"Report: {report.markdown} (and {report.html.name}, {len(report.files)} tables and figures beside it)")
+    return 0
+
+
 def _rejudge(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -128,6 +138,15 @@ def _rejudge_arguments(rejudge: argparse.ArgumentParser) -> None:
     rejudge.set_defaults(handler=_rejudge)
 
 
+def _report_arguments(report: argparse.ArgumentParser) -> None:
+    report.add_argument("results", nargs="+", help="results files or folders holding them, at any depth "
+                                                   "(lmms-eval <date>_results.json, lm-eval results_<date-time>.json)")
+    report.add_argument("--output", required=True, help="folder for report.md, report.html, the CSVs and figures")
+    report.add_argument("--all-runs", action="store_true",
+                        help="every run of a model and task (default: the latest)")
+    report.set_defaults(handler=_report)
+
+
 def _egointent_check_arguments(check: argparse.ArgumentParser) -> None:
     check.add_argument("annotations", type=Path, help="the annotation file (.json list or .jsonl)")
     check.add_argument("--video-root", type=Path, help="where video paths and video_uids resolve "
@@ -189,6 +208,8 @@ def _actplan_train_bleurt_arguments(train: argparse.ArgumentParser) -> None:
 COMMANDS = {
     "smoke": ("offline demo: every task through lmms-eval on a tiny random model and synthetic data",
               _smoke_arguments),
+    "report": ("the results in each paper's table layout beside the published rows, with 95% intervals, "
+               "breakdown figures and one HTML page", _report_arguments),
     "rejudge": ("re-score logged model outputs (lmms-eval --log_samples files) with another judge, "
                 "without running the model", _rejudge_arguments),
     "egointent-check": ("validate EgoIntent annotations in the local format (and their videos) and "

@@ -1,0 +1,72 @@
+"""``lmms-egoplan report``: the suite's results in each paper's table layout, beside the published
+rows, with intervals, breakdown figures and a self-contained HTML page.
+
+runs (finding and reading results files) -> intervals (from the per-sample logs) -> layout and
+tables (one table per benchmark) -> figures -> markdown, CSV, PNG / SVG and HTML written here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lmms_egoplan.records import write_atomically
+from lmms_egoplan.report.runs import NothingFoundError, load_runs
+
+__all__ = ["NothingFoundError", "Report", "write_report"]
+
+TITLE = "lmms-egoplan report"
+
+
+@dataclass
+class Report:
+    markdown: Path
+    html: Path
+    files: list[Path]
+    lines: list[str]  # what the report says about its inputs: ignored tasks, unreadable files
+
+
+def write_report(paths: list[str | Path], output: str | Path, *, all_runs: bool = False) -> Report:
+    """Write report.md, report.html, a CSV per table and the figures (PNG and SVG) into ``output``.
+
+    Raises NothingFoundError when ``paths`` hold no result of the suite's tasks.
+    """
+    from lmms_egoplan.report.figures import table_figures
+    from lmms_egoplan.report.html import html_page
+    from lmms_egoplan.report.intervals import BOOTSTRAP, EXACT_BINOMIAL
+    from lmms_egoplan.report.tables import build_tables, csv_table, markdown_table
+
+    runs, unreadable = load_runs(paths, all_runs=all_runs)
+    tables, ignored = build_tables(runs)
+    if not tables:
+        raise NothingFoundError(f"no results of the suite's tasks in {', '.join(map(str, paths))}"
+                                + (f" (other tasks: {', '.join(ignored)})" if ignored else "")
+                                + "".join(f"\n  {line}" for line in unreadable))
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    lines = [f"Ignored (no table of the suite reads them): {', '.join(ignored)}"] if ignored else []
+    lines += [f"Unreadable: {line}" for line in unreadable]
+    preamble = [
+        f"Runs: {len({row.run.path for table in tables for row in table.user_rows})} results files "
+        f"({'every run' if all_runs else 'the latest run of each model and task; --all-runs for every run'}).",
+        f"95% intervals in brackets: accuracies {EXACT_BINOMIAL}; other means {BOOTSTRAP}. Rows marked "
+        "'no per-sample logs' ran without --log_samples and have none; ActPlan-1K's LCS, BLEURT and format "
+        "errors are scored at aggregation and EgoThink's capabilities and average are groups: no interval.",
+        "Rows 'published' are transcribed from the papers (table named); they are not re-computed.",
+        *lines]
+    files, markdown, sections = [], [f"# {TITLE}", "", *(f"{line}\n" for line in preamble)], []
+    for table in tables:
+        csv_path = write_atomically(output / f"{table.name}.csv", csv_table(table))
+        figures = table_figures(table)
+        markdown += [f"## {table.benchmark.title}", "", f"Layout of {table.benchmark.source}. Table: "
+                     f"[{csv_path.name}]({csv_path.name}).", "", markdown_table(table), ""]
+        for name, figure in figures.items():
+            for suffix in ("png", "svg"):
+                figure.savefig(output / f"{name}.{suffix}", dpi=120)
+                files.append(output / f"{name}.{suffix}")
+            markdown += [f"![{name}]({name}.png)", ""]
+        files.append(csv_path)
+        sections.append((table, figures))
+    markdown_path = write_atomically(output / "report.md", "\n".join(markdown))
+    html_path = write_atomically(output / "report.html", html_page(TITLE, preamble, sections))
+    return Report(markdown_path, html_path, files, lines)

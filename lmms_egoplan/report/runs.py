@@ -1,0 +1,146 @@
+"""Finding and reading results files: lmms-eval's ``<date>_results.json`` and lm-eval's
+``results_<date-time>.json``, with the per-sample logs (``--log_samples``) written beside them."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from lmms_egoplan.errors import InputError
+
+LMMS_EVAL = "lmms-eval"
+LM_EVAL = "lm-eval"
+# lmms-eval 0.7: 20261123_025423_results.json; lm-eval 0.4: results_2026-11-22T18-53-03.123456.json
+_LMMS_EVAL_RESULTS = re.compile(r"^(\d{8}_\d{6})_results\.json$")
+_LM_EVAL_RESULTS = re.compile(r"^results_(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)\.json$")
+SUPPORTED_LMMS_EVAL = "0.7."
+
+
+class NothingFoundError(InputError):
+    """No results file of the suite's tasks under the paths given."""
+
+
+@dataclass
+class Run:
+    """One results file: every task it reports, with what the report needs of each."""
+
+    path: Path
+    harness: str  # LMMS_EVAL or LM_EVAL
+    model: str
+    stamp: datetime
+    metrics: dict[str, dict[str, object]]  # task or group -> metric (filter dropped) -> value
+    samples: dict[str, Path] = field(default_factory=dict)  # task -> its --log_samples file
+    partial: dict[str, str] = field(default_factory=dict)  # task -> why its numbers cover part of the data
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} ({self.stamp:%Y-%m-%d %H:%M})"
+
+    def side_file(self, kind: str, task: str) -> Path | None:
+        """A file an lmms-eval run of the suite wrote beside its results (``<date>_<kind>_<task>.<ext>``)."""
+        if self.harness != LMMS_EVAL:
+            return None
+        prefix = self.path.name.removesuffix("_results.json")
+        return next(iter(sorted(self.path.parent.glob(f"{prefix}_{kind}_{task}.*"))), None)
+
+
+def results_files(paths: list[str | Path]) -> list[Path]:
+    """Every results file named, or found at any depth under the folders named."""
+    found = []
+    for path in map(Path, paths):
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist")
+        candidates = [path] if path.is_file() else sorted(path.rglob("*.json"))
+        found += [c for c in candidates if _stamp_text(c) is not None]
+        if path.is_file() and _stamp_text(path) is None:
+            raise InputError(f"{path} is not a results file (<date>_results.json of lmms-eval or "
+                             "results_<date-time>.json of lm-eval)")
+    return sorted(set(found))
+
+
+def _stamp_text(path: Path) -> tuple[str, str] | None:
+    for harness, pattern in ((LMMS_EVAL, _LMMS_EVAL_RESULTS), (LM_EVAL, _LM_EVAL_RESULTS)):
+        if match := pattern.match(path.name):
+            return harness, match.group(1)
+    return None
+
+
+def read_run(path: Path) -> Run:
+    """The run a results file records. Raises InputError naming the file and what is wrong with it."""
+    harness, stamp_text = _stamp_text(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InputError(f"{path}: unreadable ({type(error).__name__}: {error})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("results"), dict):
+        raise InputError(f"{path}: unreadable (no 'results' object: not a results file of a known layout)")
+    metrics: dict[str, dict[str, object]] = {}
+    for section in ("results", "groups"):
+        for task, values in (data.get(section) or {}).items():
+            if not isinstance(values, dict):
+                raise InputError(f"{path}: unreadable ('{section}.{task}' is not an object)")
+            # "accuracy,none" (metric,filter) since lmms-eval 0.2 / lm-eval 0.4; a bare name before.
+            metrics.setdefault(task, {}).update((key.split(",")[0], value) for key, value in values.items()
+                                                if "_stderr" not in key and key != "alias")
+    stamp = (datetime.strptime(stamp_text, "%Y%m%d_%H%M%S") if harness == LMMS_EVAL
+             else datetime.fromisoformat(stamp_text[:10] + stamp_text[10:].replace("-", ":")))
+    run = Run(path, harness, _model_name(data, path), stamp, metrics)
+    version = data.get("lmms_eval_version")
+    if harness == LMMS_EVAL and re.match(r"\d+\.\d+", str(version or "")) and not str(version).startswith(SUPPORTED_LMMS_EVAL):
+        run.notes.append(f"written by lmms-eval {version}; read with the {SUPPORTED_LMMS_EVAL}x layout")
+    limit = (data.get("config") or {}).get("limit")
+    for task, counts in (data.get("n-samples") or {}).items():
+        if isinstance(counts, dict) and counts.get("effective", 0) < counts.get("original", 0):
+            run.partial[task] = f"{counts['effective']} of {counts['original']} samples" + (f" (--limit {limit})" if limit else "")
+    for task, values in metrics.items():
+        if isinstance(values.get("skipped_samples"), (int, float)) and values["skipped_samples"] > 0:
+            run.partial[task] = f"{values['skipped_samples']:g} samples skipped at load"
+    run.samples = _samples_files(path, harness, stamp_text)
+    return run
+
+
+def _model_name(data: dict, path: Path) -> str:
+    """The evaluated checkpoint's name: its folder or hub name, else the results folder's name."""
+    name = data.get("model_name") or ""
+    if not name:
+        args = str((data.get("config") or {}).get("model_args") or "")
+        name = next((part.split("=", 1)[1] for part in args.split(",") if part.startswith("pretrained=")), "")
+    return Path(name).name if name.startswith("/") else (name or path.parent.name)
+
+
+def _samples_files(path: Path, harness: str, stamp_text: str) -> dict[str, Path]:
+    pattern = (re.compile(rf"^{re.escape(stamp_text)}_samples_(.+)\.jsonl$") if harness == LMMS_EVAL
+               else re.compile(rf"^samples_(.+)_{re.escape(stamp_text)}\.jsonl$"))
+    return {match.group(1): candidate for candidate in sorted(path.parent.iterdir())
+            if (match := pattern.match(candidate.name))}
+
+
+def load_runs(paths: list[str | Path], *, all_runs: bool = False) -> tuple[list[Run], list[str]]:
+    """The runs under ``paths`` and one line per file that could not be read.
+
+    Without ``all_runs`` a (model, task) pair keeps only its latest run: older runs lose that task.
+    Raises NothingFoundError when no results file is found.
+    """
+    files = results_files(paths)
+    if not files:
+        raise NothingFoundError(f"no results files (<date>_results.json, results_<date-time>.json) under "
+                                f"{', '.join(map(str, paths))}")
+    runs, unreadable = [], []
+    for path in files:
+        try:
+            runs.append(read_run(path))
+        except InputError as error:
+            unreadable.append(str(error))
+    if not all_runs:
+        latest: dict[tuple[str, str], Run] = {}
+        for run in sorted(runs, key=lambda r: r.stamp):
+            for task in run.metrics:
+                latest[(run.model, task)] = run
+        for run in runs:
+            run.metrics = {task: values for task, values in run.metrics.items() if latest[(run.model, task)] is run}
+        runs = [run for run in runs if run.metrics]
+    return runs, unreadable

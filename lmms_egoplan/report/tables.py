@@ -1,0 +1,140 @@
+"""The report's tables: the user's rows (one per run and task variant) beside the published rows."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+
+from lmms_egoplan.report.intervals import Interval, interval
+from lmms_egoplan.report.layout import BENCHMARKS, SUBMISSION, Benchmark, Column, published_rows
+from lmms_egoplan.report.runs import LM_EVAL, Run
+
+THIS_RUN = "this run"
+TEXT_ONLY_BASELINE = "text-only baseline (lm-eval)"
+NO_INTERVALS = "no per-sample logs: no intervals"
+
+
+@dataclass
+class Row:
+    source: str  # THIS_RUN, TEXT_ONLY_BASELINE or "published (<paper>, <table>)"
+    model: str
+    task: str
+    input: str
+    values: list[object]  # one per column, None where the row has no value
+    intervals: list[Interval | None]
+    notes: list[str] = field(default_factory=list)
+    run: Run | None = None  # None for a published row
+
+    @property
+    def published(self) -> bool:
+        return self.run is None
+
+
+@dataclass
+class Table:
+    benchmark: Benchmark
+    rows: list[Row]
+
+    @property
+    def name(self) -> str:
+        return self.benchmark.key
+
+    @property
+    def user_rows(self) -> list[Row]:
+        return [row for row in self.rows if not row.published]
+
+
+def _value(run: Run, task: str, column: Column) -> object:
+    if column.metric == SUBMISSION:
+        path = run.side_file("submission", task) or run.side_file("submission_partial", task)
+        return path.name if path else None
+    value = run.metrics.get(column.task_of(task), {}).get(column.metric)
+    return value * column.scale if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _run_row(benchmark: Benchmark, run: Run, task: str) -> Row | None:
+    tasks = {column.task_of(task) for column in benchmark.columns}
+    if not tasks & run.metrics.keys():
+        return None
+    values = [_value(run, task, column) for column in benchmark.columns]
+    intervals = []
+    for column, value in zip(benchmark.columns, values):
+        found = interval(run, column.task_of(task), column.metric, proportion=column.proportion) if column.interval and value is not None else None
+        intervals.append(Interval(found.low * column.scale, found.high * column.scale, found.method, found.samples)
+                         if found else None)
+    notes = [f"partial: {run.partial[t]}" for t in sorted(tasks) if t in run.partial] + run.notes
+    if not run.samples.keys() & tasks:
+        notes.append(NO_INTERVALS)
+    source = TEXT_ONLY_BASELINE if run.harness == LM_EVAL else THIS_RUN
+    return Row(source, run.model, task, benchmark.tasks[task], values, intervals, notes, run)
+
+
+def _published_row(benchmark: Benchmark, published: dict) -> Row:
+    values = [published["values"].get(column.published_key) for column in benchmark.columns]
+    notes = [published["note"]] if published.get("note") else []
+    return Row(f"published ({published['paper']}, {published['table']})", published["model"], "",
+               published.get("input", ""), values, [None] * len(values), notes)
+
+
+def build_tables(runs: list[Run]) -> tuple[list[Table], list[str]]:
+    """One table per benchmark that a run reports, and the tasks no table reads (``run: task``)."""
+    published = published_rows()
+    tables = []
+    for benchmark in BENCHMARKS:
+        rows = [row for run in sorted(runs, key=lambda r: (r.model, r.stamp)) for task in benchmark.tasks
+                if (row := _run_row(benchmark, run, task))]
+        if rows:
+            rows += [_published_row(benchmark, p) for p in published if p["benchmark"] == benchmark.key]
+            tables.append(Table(benchmark, rows))
+    ignored = sorted({task for run in runs for task in run.metrics
+                      if not any(benchmark.reads(task) for benchmark in BENCHMARKS)})
+    return tables, ignored
+
+
+# --- Markdown and CSV -------------------------------------------------------------------------------
+
+_FIXED = ("source", "model", "task", "input", "run")
+
+
+def cell_text(value: object, column: Column, found: Interval | None) -> str:
+    if value is None:
+        return "—"
+    if not isinstance(value, (int, float)):
+        return str(value)
+    text = f"{value:.{column.digits}f}"
+    return f"{text} [{found.low:.{column.digits}f}, {found.high:.{column.digits}f}]" if found else text
+
+
+def run_text(row: Row) -> str:
+    return "" if row.run is None else f"{row.run.stamp:%Y-%m-%d %H:%M:%S}"
+
+
+def markdown_table(table: Table) -> str:
+    header = [*_FIXED, *(column.header for column in table.benchmark.columns), "notes"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for row in table.rows:
+        cells = [row.source, row.model, row.task, row.input, run_text(row),
+                 *(cell_text(v, c, i) for v, c, i in zip(row.values, table.benchmark.columns, row.intervals)),
+                 "; ".join(row.notes)]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(lines)
+
+
+def csv_table(table: Table) -> str:
+    """Full-precision values; a ``<column> 95% low`` / ``high`` pair beside each mean over samples."""
+    columns = table.benchmark.columns
+    header = list(_FIXED)
+    for column in columns:
+        header += [column.header] + ([f"{column.header} 95% low", f"{column.header} 95% high"] if column.interval else [])
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([*header, "notes"])
+    for row in table.rows:
+        cells = [row.source, row.model, row.task, row.input, run_text(row)]
+        for column, value, found in zip(columns, row.values, row.intervals):
+            cells.append("" if value is None else repr(value) if isinstance(value, float) else str(value))
+            if column.interval:
+                cells += [repr(found.low), repr(found.high)] if found else ["", ""]
+        writer.writerow([*cells, "; ".join(row.notes)])
+    return buffer.getvalue()

@@ -1,0 +1,234 @@
+"""``lmms-egoplan report``: tables equal to the results files, intervals, figures, HTML, and robustness
+(partial runs, several runs, other tasks, unreadable files, lm-eval baselines, nothing found)."""
+
+import csv
+import json
+from html.parser import HTMLParser
+
+import pytest
+
+from lmms_egoplan.cli import main
+from lmms_egoplan.metrics import bootstrap_interval, exact_binomial_interval
+from lmms_egoplan.report import NothingFoundError, write_report
+from lmms_egoplan.report.figures import actplan_splits, egointent_scenarios, egoplan_breakdowns, egothink_dimensions
+from lmms_egoplan.report.layout import BENCHMARKS, EGOTHINK_CAPABILITIES, PUBLISHED_FIELDS, published_rows
+from lmms_egoplan.report.runs import load_runs
+from lmms_egoplan.report.tables import TEXT_ONLY_BASELINE, THIS_RUN, build_tables
+
+DIMENSIONS = [name for names in EGOTHINK_CAPABILITIES.values() for name in names]
+# EgoPlan per-sample outcomes: (correct, source, progress bin, similarity level)
+EGOPLAN_SAMPLES = [(1, "epic_kitchens", "0_4", "low"), (0, "epic_kitchens", "0_4", "high"),
+                   (1, "ego4d", "5_9", "high"), (0, "ego4d", "15_plus", "medium"), (1, "ego4d", "5_9", "low")]
+
+
+def write_lmms_eval_run(folder, stamp, tasks, samples=None, *, n_samples=None, limit=None, version="0.7.3"):
+    folder.mkdir(parents=True, exist_ok=True)
+    results = {task: {"alias": task, **{f"{m},none": v for m, v in metrics.items()},
+                      **{f"{m}_stderr,none": "N/A" for m in metrics}} for task, metrics in tasks.items()}
+    data = {"results": results, "n-samples": n_samples or {}, "config": {"model": "egoplan_hf", "limit": limit,
+            "model_args": "pretrained=/ckpt/tiny-model"}, "model_name": "/ckpt/tiny-model", "lmms_eval_version": version}
+    (folder / f"{stamp}_results.json").write_text(json.dumps(data))
+    for task, records in (samples or {}).items():
+        (folder / f"{stamp}_samples_{task}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder / f"{stamp}_results.json"
+
+
+def egoplan_run(folder, stamp="20260101_100000", **kwargs):
+    def accuracy(rows):
+        return sum(c for c, *_ in rows) / len(rows)
+    metrics = {"accuracy": accuracy(EGOPLAN_SAMPLES), "predictions": len(EGOPLAN_SAMPLES)}
+    for index, family in ((1, "source"), (2, "progress"), (3, "similarity")):
+        for name in sorted({s[index] for s in EGOPLAN_SAMPLES}):
+            rows = [s for s in EGOPLAN_SAMPLES if s[index] == name]
+            prefix = "" if family == "source" else f"{family}_"
+            metrics[f"accuracy_{prefix}{name}"], metrics[f"n_{prefix}{name}"] = accuracy(rows), len(rows)
+    samples = [{"doc_id": i, "accuracy": c, f"accuracy_{src}": c, f"accuracy_progress_{p}": c,
+                f"accuracy_similarity_{s}": c} for i, (c, src, p, s) in enumerate(EGOPLAN_SAMPLES)]
+    return write_lmms_eval_run(folder, stamp, {"egoplan_val": metrics, "egoplan_test": {"predictions": 3}},
+                               {"egoplan_val": samples}, **kwargs)
+
+
+def judged(request_id):
+    return {"judge_parts": {"": {"judge_request_id": request_id, "judge_messages": [{"role": "user", "content": "q"}]}},
+            "judge_rubric": "egothink"}
+
+
+@pytest.fixture
+def results_tree(tmp_path):
+    root = tmp_path / "results"
+    egoplan_run(root / "egoplan" / "tiny-model", stamp="20260101_090000")  # older run: replaced by default
+    egoplan_run(root / "egoplan" / "tiny-model")
+    ratings = {"existence": [1, 0.5, 0], "counting": [1, 1]}
+    think = {f"ego_think_{d}": {"score": 100 * sum(ratings.get(d, [0.5])) / len(ratings.get(d, [0.5])), "judged": 1}
+             for d in DIMENSIONS}
+    think.update({f"ego_think_capability_{c}": {"score": 40.0 + i} for i, c in enumerate(EGOTHINK_CAPABILITIES)})
+    think["ego_think"] = {"score": 45.5}
+    think_samples = {f"ego_think_{d}": [{"doc_id": i, "score": judged(f"{d}/{i}")} for i in range(len(r))]
+                     for d, r in ratings.items()}
+    folder = root / "egothink" / "tiny-model"
+    write_lmms_eval_run(folder, "20260101_110000", think, think_samples)
+    for d, r in ratings.items():
+        (folder / f"20260101_110000_judgements_ego_think_{d}.jsonl").write_text(
+            "".join(json.dumps({"id": f"{d}/{i}", "rating": v}) + "\n" for i, v in enumerate(r)))
+    write_lmms_eval_run(root / "egointent" / "tiny-model", "20260101_120000", {"egointent": {
+        "overall": 30.0, "local_intent": 20.0, "global_intent": 40.0, "next_step_plan": 30.0, "indoor": 25.0,
+        "outdoor": 35.0, "scenario_kitchen": 10.0, "scenario_yard": 50.0, "scenario_bedroom": 90.0}},
+        n_samples={"egointent": {"original": 10, "effective": 4}}, limit=4)
+    plans = {"lcs": 3.0, "lcs_normal": 4.0, "lcs_counterfactual": 2.0, "norm_lcs": 0.5, "norm_lcs_normal": 0.6,
+             "norm_lcs_counterfactual": 0.4, "bleurt_accuracy": 0.25, "format_error_rate": 0.1, "plan_length": 12.0}
+    write_lmms_eval_run(root / "actplan" / "tiny-model", "20260101_130000", {
+        "actplan1k": plans, "actplan1k_text_only": {**plans, "norm_lcs": 0.3}, "mmmu_val": {"accuracy": 0.4}})
+    lm_eval = root / "lm-eval" / "tiny-lm"
+    lm_eval.mkdir(parents=True)
+    (lm_eval / "results_2026-01-01T14-00-00.123456.json").write_text(json.dumps({
+        "results": {"egoplan_val_blind": {"alias": "egoplan_val_blind", "accuracy,none": 0.4,
+                                          "accuracy_stderr,none": 0.2, "accuracy_ego4d,none": 0.5}},
+        "configs": {}, "versions": {"egoplan_val_blind": 1}, "n-shot": {"egoplan_val_blind": 0},
+        "config": {"model": "hf", "model_args": "pretrained=tiny-lm", "limit": None},
+        "n-samples": {"egoplan_val_blind": {"original": 5, "effective": 5}}, "model_name": "tiny-lm"}))
+    (lm_eval / "samples_egoplan_val_blind_2026-01-01T14-00-00.123456.jsonl").write_text(
+        "".join(json.dumps({"doc_id": i, "accuracy": c}) + "\n" for i, c in enumerate([1, 0, 1, 0, 0])))
+    (root / "broken").mkdir()
+    (root / "broken" / "20250101_000000_results.json").write_text("{not json")
+    return root
+
+
+def read_csv(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_published_rows_name_paper_table_model_and_values_of_the_table_columns():
+    rows = published_rows()
+    columns = {b.key: {c.published_key for c in b.columns} for b in BENCHMARKS}
+    assert {r["benchmark"] for r in rows} == set(columns)
+    for row in rows:
+        assert PUBLISHED_FIELDS <= row.keys() and row["model"] and row["table"].startswith("Table ")
+        assert row["values"] and set(row["values"]) <= columns[row["benchmark"]], row
+        assert all(isinstance(v, float) for v in row["values"].values())
+    gpt4v = next(r for r in rows if r["paper"] == "EgoThink" and r["model"] == "GPT-4V")["values"]
+    assert gpt4v["average"] == pytest.approx(sum(gpt4v[d] for d in DIMENSIONS) / 12, abs=0.05)
+
+
+def test_intervals_against_hand_computed_cases():
+    # Clopper-Pearson for 3 of 10 and 1 of 4 (standard tables), and the ends.
+    assert exact_binomial_interval(3, 10) == pytest.approx((0.0667395, 0.6524529), abs=1e-6)
+    assert exact_binomial_interval(1, 4) == pytest.approx((0.0063095, 0.8058796), abs=1e-6)
+    assert exact_binomial_interval(0, 10) == pytest.approx((0.0, 1 - 0.025 ** 0.1))
+    assert bootstrap_interval([2.0] * 7) == (2.0, 2.0)
+    low, high = bootstrap_interval([0.0, 100.0] * 50)
+    assert 35 < low < 50 < high < 65  # mean 50, standard error 5: about 50 +- 9.8
+
+
+def test_every_number_in_the_tables_equals_its_results_file(results_tree, tmp_path):
+    report = write_report([results_tree], tmp_path / "report")
+    val = read_csv(tmp_path / "report" / "egoplan_val.csv")
+    ours = [r for r in val if r["source"] == THIS_RUN]
+    assert [r["task"] for r in ours] == ["egoplan_val"]
+    results = json.loads((results_tree / "egoplan" / "tiny-model" / "20260101_100000_results.json").read_text())
+    metrics = results["results"]["egoplan_val"]
+    for header, metric in (("Accuracy", "accuracy"), ("In-domain (EpicKitchens)", "accuracy_epic_kitchens"),
+                           ("Out-of-domain (Ego4D)", "accuracy_ego4d")):
+        assert float(ours[0][header]) == metrics[f"{metric},none"] * 100
+    outcomes = [c for c, *_ in EGOPLAN_SAMPLES]
+    low, high = exact_binomial_interval(sum(outcomes), len(outcomes))
+    assert (float(ours[0]["Accuracy 95% low"]), float(ours[0]["Accuracy 95% high"])) == pytest.approx((low * 100, high * 100))
+    markdown = report.markdown.read_text()
+    assert f"| 60.00 [{low * 100:.2f}, {high * 100:.2f}] |" in markdown
+    assert "| 5 |" in markdown and "20260101_100000" not in markdown  # the sample count; no submission file
+
+    think = read_csv(tmp_path / "report" / "ego_think.csv")[0]
+    assert float(think["Existence"]) == 50.0 and float(think["Counting"]) == 100.0 and float(think["Average"]) == 45.5
+    assert float(think["Object (capability)"]) == 40.0
+    assert (float(think["Counting 95% low"]), float(think["Counting 95% high"])) == (100.0, 100.0)
+    assert think["Activity 95% low"] == ""  # no samples logged for it
+    published = [r for r in read_csv(tmp_path / "report" / "ego_think.csv") if r["source"].startswith("published")]
+    assert float(next(r for r in published if r["model"] == "GPT-4V")["Average"]) == 65.5
+
+    intent = read_csv(tmp_path / "report" / "egointent.csv")[0]
+    assert [float(intent[h]) for h in ("Local intent", "Global intent", "Next-step plan", "Overall")] == [20, 40, 30, 30]
+    assert "partial: 4 of 10 samples (--limit 4)" in intent["notes"] and "no intervals" in intent["notes"]
+    plans = {r["task"]: r for r in read_csv(tmp_path / "report" / "actplan1k.csv") if r["source"] == THIS_RUN}
+    assert float(plans["actplan1k"]["BLEURT accuracy (%)"]) == 25.0 and float(plans["actplan1k_text_only"]["Norm. LCS"]) == 0.3
+    assert report.lines[0] == "Ignored (no table of the suite reads them): mmmu_val"
+    assert report.lines[1].startswith("Unreadable: ") and "broken/20250101_000000_results.json" in report.lines[1]
+
+
+def test_lm_eval_results_are_text_only_baseline_rows_of_the_same_table(results_tree, tmp_path):
+    write_report([results_tree], tmp_path / "report")
+    blind = [r for r in read_csv(tmp_path / "report" / "egoplan_val.csv") if r["source"] == TEXT_ONLY_BASELINE]
+    assert len(blind) == 1 and blind[0]["model"] == "tiny-lm" and blind[0]["input"] == "text only"
+    assert float(blind[0]["Accuracy"]) == 40.0 and float(blind[0]["Out-of-domain (Ego4D)"]) == 50.0
+    low, high = exact_binomial_interval(2, 5)
+    assert float(blind[0]["Accuracy 95% low"]) == pytest.approx(low * 100)
+
+
+def test_latest_run_by_default_every_run_with_all_runs(results_tree):
+    latest, _ = load_runs([results_tree / "egoplan"])
+    every, _ = load_runs([results_tree / "egoplan"], all_runs=True)
+    assert [f"{r.stamp:%H}" for r in latest] == ["10"] and sorted(f"{r.stamp:%H}" for r in every) == ["09", "10"]
+    tables, _ = build_tables(every)
+    assert len(tables[0].user_rows) == 2
+
+
+def test_figures_have_a_bar_or_cell_per_model_and_bin(results_tree):
+    runs, _ = load_runs([results_tree])
+    tables = {t.name: t for t in build_tables(runs)[0]}
+    figure = egoplan_breakdowns(tables["egoplan_val"])
+    progress, similarity = figure.axes[:2]
+    # two rows (the multimodal run and the lm-eval baseline, which has no bins): bars of the run only
+    assert [t.get_text() for t in progress.get_xticklabels()] == ["0-4", "5-9", "15+"]
+    assert [round(p.get_height(), 6) for p in progress.patches] == [50.0, 100.0, 0.0]
+    assert [t.get_text() for t in similarity.get_xticklabels()] == ["low", "medium", "high"]
+    assert [round(p.get_height(), 6) for p in similarity.patches] == [100.0, 0.0, 50.0]
+    assert [t.get_text() for t in progress.texts] == ["n=2", "n=2", "n=1"]
+    assert len(progress.lines) > 0  # error bars from the samples
+    think = egothink_dimensions(tables["ego_think"])
+    assert len(think.axes[0].patches) == 12 * len(tables["ego_think"].rows)
+    intent = egointent_scenarios(tables["egointent"])
+    assert intent.axes[0].images[0].get_array().tolist() == [[90.0, 10.0, 50.0]]
+    plans = actplan_splits(tables["actplan1k"])
+    assert [p.get_height() for p in plans.axes[0].patches] == [0.6, 0.6, 0.4, 0.4]
+    assert [p.get_height() for p in plans.axes[1].patches] == [0.5, 0.3]
+
+
+class _Collector(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def test_html_is_one_page_with_every_table_and_figure(results_tree, tmp_path):
+    report = write_report([results_tree], tmp_path / "report")
+    parser = _Collector()
+    parser.feed(report.html.read_text())
+    ids = {attrs.get("id") for _, attrs in parser.tags}
+    assert {f"table-{b.key}" for b in BENCHMARKS} <= ids
+    figures = {path.stem for path in report.files if path.suffix == ".svg"}
+    assert figures == {"egoplan_breakdowns", "egothink_dimensions", "egointent_scenarios", "actplan_splits"}
+    assert {f"figure-{name}" for name in figures} <= ids
+    assert sum(tag == "svg" for tag, _ in parser.tags) >= len(figures)
+    assert not [a for t, a in parser.tags if t in ("script", "link", "img") and any("http" in v for v in a.values())]
+    assert all(path.exists() and path.with_suffix(".png").exists() for path in report.files if path.suffix == ".svg")
+
+
+def test_nothing_found_exits_2_naming_the_path(tmp_path, capsys):
+    (tmp_path / "other").mkdir()
+    write_lmms_eval_run(tmp_path / "other", "20260101_100000", {"mmmu_val": {"accuracy": 0.4}})
+    with pytest.raises(NothingFoundError, match="other tasks: mmmu_val"):
+        write_report([tmp_path / "other"], tmp_path / "out")
+    assert main(["report", str(tmp_path / "empty-or-missing"), "--output", str(tmp_path / "out")]) == 2
+    assert main(["report", str(tmp_path / "other"), "--output", str(tmp_path / "out")]) == 2
+    assert "no results of the suite's tasks" in capsys.readouterr().err
+
+
+def test_a_results_file_of_another_version_is_read_and_named(tmp_path):
+    egoplan_run(tmp_path / "r", version="0.3.0")
+    runs, unreadable = load_runs([tmp_path / "r"])
+    assert not unreadable and runs[0].notes == ["written by lmms-eval 0.3.0; read with the 0.7.x layout"]
+    (tmp_path / "r" / "20260101_100001_results.json").write_text(json.dumps({"results": ["not", "an", "object"]}))
+    runs, unreadable = load_runs([tmp_path / "r"])
+    assert len(runs) == 1 and "no 'results' object" in unreadable[0]
