@@ -3,18 +3,20 @@
 It builds a tiny random-weight model and synthetic data in each benchmark's real on-disk
 layout, starts a loopback judge where a benchmark needs one, runs each benchmark's tasks
 through the real ``lmms-eval`` CLI with ``LMMS_EVAL_PLUGINS=lmms_egoplan`` (as a user would),
-and prints one table. A random model's scores check the pipeline; they measure nothing.
+prints one table (a row per task) and writes the report of its runs (``lmms-egoplan report``). A random model's scores check the pipeline; they measure nothing.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, TextIO
 
-from lmms_egoplan.tables import format_table, format_value
+from lmms_egoplan.report import write_report
+from lmms_egoplan.tables import format_table, format_value, natural_order
 from lmms_egoplan.testing.lmms_eval_run import EvalRunError, run_lmms_eval
 from lmms_egoplan.testing.suite import SmokeSuite
 
@@ -65,6 +67,7 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
     print(f"Building a tiny random-weight {arch} checkpoint under {workdir / 'checkpoints'} ...", file=out)
     checkpoint = tiny_checkpoint(arch, workdir / "checkpoints")
     rows: list[tuple[str, str, str]] = []
+    results_dirs: list[Path] = []
     failures: list[str] = []
     log_dirs: list[Path] = []
     with ExitStack() as resources:
@@ -89,27 +92,36 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
                 continue
             print(f"[{name}] done in {time.monotonic() - started:.0f} s", file=out)
             rows += result_rows(run.results)
+            results_dirs.append(log_dir)
 
-    print(format_table(("task", "metric", "value"), rows), file=out)
+    print(format_table(("task", "main metrics", "breakdowns"), rows), file=out)
     print("\nThese scores come from a tiny RANDOM model on synthetic data: they check the pipeline "
           "end to end and measure nothing.", file=out)
     print("Logs, per-sample outputs and results: " + ", ".join(str(d) for d in log_dirs), file=out)
+    if results_dirs:
+        report = write_report(results_dirs, workdir / "report")
+        print(f"Report of these runs (tables beside the published rows, figures, HTML): {report.markdown}", file=out)
     if failures:
         print(f"FAILED: {', '.join(failures)}", file=out)
     return len(failures)
 
 
+BREAKDOWN = re.compile(r"^(?:accuracy|n)_(?:progress|similarity)_|^(?:scenario_|indoor$|outdoor$)|_(?:normal|counterfactual)$")
+
+
 def result_rows(results: dict) -> list[tuple[str, str, str]]:
-    """(task or group, metric, value) for every reported metric, stderr columns left out."""
+    """(task or group, its main metrics, its breakdowns) for each task: ``name value`` pairs, the
+    breakdown bins in their natural order, stderr columns left out."""
     rows = []
     for section in ("groups", "results"):
         for name, metrics in (results.get(section) or {}).items():
             if section == "results" and name in (results.get("groups") or {}):
                 continue
-            for key, value in metrics.items():
-                metric = key.split(",")[0]
-                if key == "alias" or "stderr" in metric or value in ("", " "):
-                    continue
-                rows.append((name, metric, format_value(value)))
+            values = {key.split(",")[0]: value for key, value in metrics.items()
+                      if key != "alias" and "stderr" not in key and value not in ("", " ")}
+            ordered = natural_order(values)
+            main = "  ".join(f"{m} {format_value(values[m])}" for m in ordered if not BREAKDOWN.search(m))
+            breakdowns = "  ".join(f"{m} {format_value(values[m])}" for m in ordered if BREAKDOWN.search(m))
+            rows.append((name, main, breakdowns))
     return rows
 
