@@ -1,5 +1,5 @@
-"""The offline demo, ``lmms-egoplan smoke``: one table, plain words about random scores, and a
-non-zero exit status when a benchmark fails."""
+"""The offline demo, ``lmms-egoplan smoke``: one table, plain words about random scores, the report of
+its runs, and a non-zero exit status when a benchmark fails."""
 
 import io
 import subprocess
@@ -27,6 +27,12 @@ def test_smoke_command_evaluates_a_benchmark_and_prints_one_table(tmp_path):
     assert "tiny RANDOM model" in printed and "measure nothing" in printed
     assert f"{tmp_path / 'logs' / 'egoplan'}" in printed
     assert list((tmp_path / "logs" / "egoplan").rglob("*_results.json"))
+    # one row per task: main metrics, then the breakdown bins in their natural order
+    val_row = next(line for line in table.splitlines() if line.startswith("egoplan_val "))
+    assert val_row.index("accuracy_progress_0_4") < val_row.index("accuracy_progress_5_9") < val_row.index(
+        "accuracy_progress_15_plus") < val_row.index("accuracy_similarity_low") < val_row.index("accuracy_similarity_high")
+    report = tmp_path / "report" / "report.md"
+    assert printed.rstrip().endswith(str(report)) and "| this run |" in report.read_text()
 
 
 def broken_fixture(workdir, resources):
