@@ -130,6 +130,8 @@ def main() -> None:
     parser.add_argument("--frame-size", type=int, default=448, help="--model: the video's width and height")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--threads", type=int, help="--model: torch CPU threads (default: torch's choice); fewer than "
+                                                     "the cores leaves one to decode, as a GPU run does")
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "lmms_egoplan_bench_checkpoints"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
@@ -146,11 +148,14 @@ def main() -> None:
 
 
 def time_model(args, folder: Path) -> None:
+    import torch
     from bench_loglikelihood import realistic_checkpoint
 
     from lmms_egoplan.models.egoplan_hf import EgoPlanHF
     from lmms_egoplan.testing.checkpoints import tiny_checkpoint
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     pretrained = (tiny_checkpoint("qwen2_vl", cache, hidden_size=512, num_layers=args.layers or 8) if args.model == "tiny"
@@ -158,7 +163,8 @@ def time_model(args, folder: Path) -> None:
     backend = EgoPlanHF(pretrained=str(pretrained), device=args.device, dtype=args.dtype)
     docs = write_data(folder, args.questions, args.seconds, size=(args.frame_size, args.frame_size), frame_sampling="uniform")
     model_times(backend, docs[:1], prefetch=0)  # warm-up
-    print(f"\negoplan_hf {args.model} ({pretrained.name}), {args.device} {args.dtype}: {len(docs)} questions, "
+    print(f"\negoplan_hf {args.model} ({pretrained.name}), {args.device} {args.dtype}, {torch.get_num_threads()} torch "
+          f"threads: {len(docs)} questions, "
           f"8 frames + the observation at {args.frame_size} px, {CANDIDATES} candidates each, prefix-shared")
     for prefetch in (0, 2):
         times = model_times(backend, docs, prefetch)

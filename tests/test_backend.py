@@ -454,8 +454,8 @@ def test_the_next_questions_visuals_decode_while_the_model_runs_with_the_same_re
         if not waited:
             waited.append(second_decoded.wait(timeout=30))
 
-    model = backend(arch)
-    off = backend(arch, visual_prefetch=0)
+    model = backend(arch, visual_prefetch=2)
+    off = backend(arch)
     hook = getattr(model.model.model, VISION_TOWER[arch]).register_forward_hook(wait_for_the_second)
     try:
         values = model.loglikelihood(mc_requests(model, docs, doc_to_visual=signalling_visuals))
@@ -486,7 +486,8 @@ def test_a_decoding_error_is_raised_at_its_question_after_the_questions_before_i
     assert len(scored) == 2 * 2  # docs 0 and 1 (an image and a video each), none after the broken one
 
 
-def test_visual_prefetch_is_a_count(tiny_model):
+def test_visual_prefetch_is_a_count_off_by_default_on_cpu(backend, tiny_model):
+    assert backend("qwen2_vl").visual_prefetch == 0  # the model's threads already use every core
     with pytest.raises(ValueError, match="visual_prefetch must be 0 or more, got -1"):
         EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), visual_prefetch=-1)
 

@@ -65,7 +65,7 @@ class EgoPlanHF(lmms):
         prefix_sharing: bool = True,
         lstrip_continuation: bool = True,
         continuation_batch_size: int = 16,
-        visual_prefetch: int = 2,
+        visual_prefetch: int | None = None,
         trust_remote_code: bool = False,
         max_batch_size: int | None = None,  # lmms-eval passes --max_batch_size to every backend; unused
         **unknown: Any,
@@ -115,7 +115,10 @@ class EgoPlanHF(lmms):
         if continuation_batch_size < 1:
             raise ValueError(f"egoplan_hf: continuation_batch_size must be at least 1, got {continuation_batch_size}")
         self.scorer = LikelihoodScorer(self._model, self.pretrained, continuation_batch_size)
-        self.visual_prefetch = _arg(visual_prefetch, int, "visual_prefetch")
+        # On a GPU the scoring thread mostly waits for the device, so a decoding thread runs beside it;
+        # on CPU the model's threads already use every core, and decoding ahead only competes with them.
+        visual_prefetch = _arg(visual_prefetch, int | None, "visual_prefetch")
+        self.visual_prefetch = (2 if self._device.type == "cuda" else 0) if visual_prefetch is None else visual_prefetch
         if self.visual_prefetch < 0:
             raise ValueError(f"egoplan_hf: visual_prefetch must be 0 or more, got {self.visual_prefetch}")
         self._special_token_ids = special_token_ids(self.tokenizer)
