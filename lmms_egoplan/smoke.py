@@ -3,7 +3,7 @@
 It builds a tiny random-weight model and synthetic data in each benchmark's real on-disk
 layout, starts a loopback judge where a benchmark needs one, runs each benchmark's tasks
 through the real ``lmms-eval`` CLI with ``LMMS_EVAL_PLUGINS=lmms_egoplan`` (as a user would),
-prints one table (a row per task) and writes the report of its runs (``lmms-egoplan report``). A random model's scores check the pipeline; they measure nothing.
+prints a table per benchmark (a row per task, its main metrics as columns) and writes the report of its runs (``lmms-egoplan report``). A random model's scores check the pipeline; they measure nothing.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
 
     print(f"Building a tiny random-weight {arch} checkpoint under {workdir / 'checkpoints'} ...", file=out)
     checkpoint = tiny_checkpoint(arch, workdir / "checkpoints")
-    rows: list[tuple[str, str, str]] = []
+    tables: list[str] = []
     results_dirs: list[Path] = []
     failures: list[str] = []
     log_dirs: list[Path] = []
@@ -91,10 +91,10 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
                 print(f"[{name}] FAILED\n{error}", file=out)
                 continue
             print(f"[{name}] done in {time.monotonic() - started:.0f} s", file=out)
-            rows += result_rows(run.results)
+            tables.append(task_table(run.results))
             results_dirs.append(log_dir)
 
-    print(format_table(("task", "main metrics", "breakdowns"), rows), file=out)
+    print("\n\n".join(tables), file=out)
     print("\nThese scores come from a tiny RANDOM model on synthetic data: they check the pipeline "
           "end to end and measure nothing.", file=out)
     print("Logs, per-sample outputs and results: " + ", ".join(str(d) for d in log_dirs), file=out)
@@ -106,12 +106,18 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
     return len(failures)
 
 
-BREAKDOWN = re.compile(r"^(?:accuracy|n)_(?:progress|similarity)_|^(?:scenario_|indoor$|outdoor$)|_(?:normal|counterfactual)$")
+# A breakdown bin: (accuracy_)family_bin (EgoPlan, EgoIntent) or metric_split (ActPlan-1K).
+BREAKDOWN = re.compile(r"^(?:accuracy_)?(progress|similarity|scenario)_(.+)$|^(.+)_(normal|counterfactual)$")
+
+# Counts that say how a score was reached, shown after the scores.
+BOOKKEEPING = ("predictions", "skipped_samples", "judged", "failed", "unparseable", "incomplete_answers",
+               "missing_fields", "no_plan_rate")
 
 
-def result_rows(results: dict) -> list[tuple[str, str, str]]:
-    """(task or group, its main metrics, its breakdowns) for each task: ``name value`` pairs, the
-    breakdown bins in their natural order, stderr columns left out."""
+def task_table(results: dict) -> str:
+    """One row per task or group of an lmms-eval run: its main metrics as columns (a count ``n_X``
+    beside its ``accuracy_X``), then its breakdowns in one column, bins in their natural order."""
+    columns: list[str] = []
     rows = []
     for section in ("groups", "results"):
         for name, metrics in (results.get(section) or {}).items():
@@ -119,9 +125,23 @@ def result_rows(results: dict) -> list[tuple[str, str, str]]:
                 continue
             values = {key.split(",")[0]: value for key, value in metrics.items()
                       if key != "alias" and "stderr" not in key and value not in ("", " ")}
-            ordered = natural_order(values)
-            main = "  ".join(f"{m} {format_value(values[m])}" for m in ordered if not BREAKDOWN.search(m))
-            breakdowns = "  ".join(f"{m} {format_value(values[m])}" for m in ordered if BREAKDOWN.search(m))
-            rows.append((name, main, breakdowns))
-    return rows
-
+            main: dict[str, str] = {}
+            breakdowns: dict[str, list[str]] = {}
+            for metric in natural_order(values):
+                if metric.startswith("n_") and f"accuracy_{metric[2:]}" in values:
+                    continue  # shown beside its accuracy
+                text = format_value(values[metric])
+                count = values.get(f"n_{metric.removeprefix('accuracy_')}") if metric.startswith("accuracy_") else None
+                text += f" ({format_value(count)})" if count is not None else ""
+                if match := BREAKDOWN.match(metric):
+                    family, bin_name = (match[1], match[2]) if match[1] else (match[3], match[4])
+                    breakdowns.setdefault(family, []).append(f"{bin_name} {text}")
+                else:
+                    main[metric] = text
+                    columns += [] if metric in columns else [metric]
+            rows.append((name, main, "; ".join(f"{family}: {', '.join(bins)}" for family, bins in breakdowns.items())))
+    columns.sort(key=lambda column: column in BOOKKEEPING)  # stable: scores first, counts after
+    with_breakdowns = any(breakdowns for *_, breakdowns in rows)
+    return format_table(["task", *columns, *["breakdowns (n)"] * with_breakdowns],
+                        [[name, *(main.get(column, "") for column in columns), *[breakdowns] * with_breakdowns]
+                         for name, main, breakdowns in rows])

@@ -186,7 +186,9 @@ def test_figures_have_a_bar_or_cell_per_model_and_bin(results_tree):
     think = egothink_dimensions(tables["ego_think"])
     assert len(think.axes[0].patches) == 12 * len(tables["ego_think"].rows)
     intent = egointent_scenarios(tables["egointent"])
-    assert intent.axes[0].images[0].get_array().tolist() == [[90.0, 10.0, 50.0]]
+    # as the paper's Figure 7: scenarios from the lowest mean score to the highest
+    assert [t.get_text() for t in intent.axes[0].get_xticklabels()] == ["kitchen", "yard", "bedroom"]
+    assert intent.axes[0].images[0].get_array().tolist() == [[10.0, 50.0, 90.0]]
     plans = actplan_splits(tables["actplan1k"])
     assert [p.get_height() for p in plans.axes[0].patches] == [0.6, 0.6, 0.4, 0.4]
     assert [p.get_height() for p in plans.axes[1].patches] == [0.5, 0.3]

@@ -27,10 +27,12 @@ def test_smoke_command_evaluates_a_benchmark_and_prints_one_table(tmp_path):
     assert "tiny RANDOM model" in printed and "measure nothing" in printed
     assert f"{tmp_path / 'logs' / 'egoplan'}" in printed
     assert list((tmp_path / "logs" / "egoplan").rglob("*_results.json"))
-    # one row per task: main metrics, then the breakdown bins in their natural order
-    val_row = next(line for line in table.splitlines() if line.startswith("egoplan_val "))
-    assert val_row.index("accuracy_progress_0_4") < val_row.index("accuracy_progress_5_9") < val_row.index(
-        "accuracy_progress_15_plus") < val_row.index("accuracy_similarity_low") < val_row.index("accuracy_similarity_high")
+    # one row per task, its main metrics as columns, then the breakdown bins in their natural order
+    header, _, *task_rows = table.strip().splitlines()
+    assert header.split()[:4] == ["task", "accuracy", "accuracy_epic_kitchens", "accuracy_ego4d"]
+    val_row = next(line for line in task_rows if line.startswith("egoplan_val "))
+    assert val_row.index("progress: 0_4") < val_row.index(", 5_9") < val_row.index(", 10_14") < val_row.index(
+        ", 15_plus") < val_row.index("similarity: low") < val_row.index(", medium") < val_row.index(", high")
     report = tmp_path / "report" / "report.md"
     assert printed.rstrip().endswith(str(report)) and "| this run |" in report.read_text()
 

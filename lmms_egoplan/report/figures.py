@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+from statistics import mean
 
 import matplotlib
 
@@ -93,13 +95,19 @@ def egothink_dimensions(table: Table) -> Figure:
 
 
 def egointent_scenarios(table: Table) -> Figure | None:
-    """Scenario x model heatmap of the overall score (the shape of the paper's Figure 7)."""
-    rows = table.user_rows
-    scenarios = sorted({key.removeprefix("scenario_") for row in rows
-                        for key in row.run.metrics.get(row.task, {}) if key.startswith("scenario_")})
+    """Scenario x model heatmap of the overall score, ordered as the paper's Figure 7: models by
+    overall score from top to bottom, scenarios by their mean over models from lowest to highest."""
+    rows = sorted(table.user_rows, key=lambda row: -row.run.metrics[row.task].get("overall", float("-inf")))
+    scenarios = {key.removeprefix("scenario_") for row in rows
+                 for key in row.run.metrics.get(row.task, {}) if key.startswith("scenario_")}
     if not scenarios:
         return None
-    cells = [[row.run.metrics[row.task].get(f"scenario_{name}", float("nan")) for name in scenarios] for row in rows]
+
+    def score(row: Row, scenario: str) -> float:
+        return row.run.metrics[row.task].get(f"scenario_{scenario}", float("nan"))
+
+    scenarios = sorted(scenarios, key=lambda name: (mean(v for row in rows if not math.isnan(v := score(row, name))), name))
+    cells = [[score(row, name) for name in scenarios] for row in rows]
     figure = Figure(figsize=(max(6, len(scenarios) * 0.9), 1.5 + 0.5 * len(rows)), layout="constrained")
     axes = figure.subplots()
     image = axes.imshow(cells, cmap="Blues", aspect="auto", vmin=0, vmax=100)
