@@ -48,7 +48,9 @@ def _grouped_bars(axes, groups: list[str], series: dict[str, list[float | None]]
             count = (counts or {}).get(name, [None] * len(values))[position]
             if count is not None:
                 axes.annotate(f"n={count}", (x, bounds[1] if bounds else value), ha="center", va="bottom", fontsize=7)
-    axes.set_xticks(range(len(groups)), groups)
+    long_labels = sum(map(len, groups)) > 60  # model names side by side would overlap
+    axes.set_xticks(range(len(groups)), groups, rotation=20 if long_labels else 0, ha="right" if long_labels else "center",
+                    fontsize=7 if long_labels else None)
     axes.legend(fontsize=7)
 
 
