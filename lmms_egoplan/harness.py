@@ -96,6 +96,10 @@ class BenchmarkTask(ConfigurableMessagesTask):
         """Where this task writes a file of this run (``run_file``)."""
         return run_file(args, self.config.task, kind, suffix)
 
+    def model_name(self, args: Any) -> str:
+        """The evaluated model as the results folder names it (``run_model_name``)."""
+        return run_model_name(args)
+
     def process_results(self, doc, results, full_docs=None):
         if self.predict_only:
             # lmms-eval replaced the task's metrics by "bypass": the outputs are logged, nothing is scored

@@ -33,6 +33,7 @@ class LmEvalRun:
     """What a task knows of the lm-eval run that builds it."""
 
     model_arg_names: frozenset[str]
+    model_name: str  # as lm-eval names the model in its results (from ``pretrained=``, ``model=``, ...)
     output_path: str | None
     model_folder: str  # lm-eval's results folder name for the model (``<output_path>/<model_folder>/``)
     stamp: str  # date-time of the run's side files, in lm-eval's format (it names results files at saving)
@@ -54,10 +55,12 @@ def current_run() -> LmEvalRun:
     if isinstance(model_args, str):
         model_args = simple_parse_args_string(model_args)
     model_args = model_args if isinstance(model_args, dict) else {}
+    model_name = GeneralConfigTracker._get_model_name(model_args) or ""
     return LmEvalRun(
         model_arg_names=frozenset(model_args),
+        model_name=model_name,
         output_path=getattr(tracker, "output_path", None),
-        model_folder=sanitize_model_name(GeneralConfigTracker._get_model_name(model_args) or ""),
+        model_folder=sanitize_model_name(model_name),
         stamp=_run_stamps.setdefault(id(frame), datetime.now().isoformat().replace(":", "-")),
     )
 
@@ -117,6 +120,10 @@ class LmEvalBenchmarkTask(ConfigurableTask):
         if not docs:
             raise ValueError(f"task {self.config.task}: the benchmark loader returned no samples")
         self.dataset = datasets.DatasetDict({split: datasets.Dataset.from_list(docs)})
+
+    def model_name(self, args: Any) -> str:
+        """The evaluated model as lm-eval names it. ``args``: unused (``harness.BenchmarkTask.model_name``)."""
+        return self.run.model_name
 
     def run_file(self, args: Any, kind: str, suffix: str = ".jsonl") -> Path:
         """Where this task writes a file of this run: beside lm-eval's results,

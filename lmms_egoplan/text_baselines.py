@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from lmms_egoplan.actplan import ActPlanScoring
 from lmms_egoplan.egoplan import EgoPlanScoring
 from lmms_egoplan.egothink import DECODING_PRESETS, EgoThinkScoring
 from lmms_egoplan.harness_lm_eval import LmEvalBenchmarkTask
@@ -40,3 +41,8 @@ class EgoThinkBlind(EgoThinkScoring, JudgedScoring, LmEvalBenchmarkTask):
     def download(self, dataset_kwargs=None, **kwargs) -> None:
         super().download(dataset_kwargs, **kwargs)
         self.check_judge_answers()  # before any model call, as the lmms-eval tasks do
+
+
+class ActPlanTextOnly(ActPlanScoring, LmEvalBenchmarkTask):
+    """``actplan1k_text_only_lm``: ActPlan-1K's text-only ablation (paper Table 6) with lm-eval's
+    models, generation and chat templates, scored as ``actplan1k_text_only``."""
