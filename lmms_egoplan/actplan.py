@@ -92,7 +92,7 @@ class ActPlanScoring:
         results (``harness.run_file``: ``<date-time>_plans_<task>.jsonl``)."""
         if self.plans_file is None:
             path = self.run_file(args, "plans")
-            model = self.model_name(args)
+            model = self.evaluated_model(args)
             label = f"{self.config.task}:{Path(model).name}" if model else self.config.task
             write_atomically(path, "".join(json.dumps({"model": label, "instance_id": item["instance_id"],
                                                        "split": item["split"], "candidate": item["output"],

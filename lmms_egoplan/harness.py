@@ -96,7 +96,7 @@ class BenchmarkTask(ConfigurableMessagesTask):
         """Where this task writes a file of this run (``run_file``)."""
         return run_file(args, self.config.task, kind, suffix)
 
-    def model_name(self, args: Any) -> str:
+    def evaluated_model(self, args: Any) -> str:
         """The evaluated model as the results folder names it (``run_model_name``)."""
         return run_model_name(args)
 

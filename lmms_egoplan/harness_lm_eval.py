@@ -82,10 +82,10 @@ class LmEvalBenchmarkTask(ConfigurableTask):
     def __init__(self, config: Mapping[str, Any], **kwargs):
         config = {key: value for key, value in config.items() if key != "class"}
         metadata = dict(config.get("metadata") or {})
-        self.run = current_run()
+        self.lm_eval_run = current_run()
         self.settings = resolve_settings(self.Settings, task=config["task"], metadata=metadata,
                                          env_prefix=self.ENV_PREFIX,
-                                         foreign_keys=self.run.model_arg_names | {LM_EVAL_CONFIG_SOURCE})
+                                         foreign_keys=self.lm_eval_run.model_arg_names | {LM_EVAL_CONFIG_SOURCE})
         settings_keys = {"version", LM_EVAL_CONFIG_SOURCE}
         config["metadata"] = {**{key: metadata[key] for key in settings_keys & metadata.keys()},
                               **jsonable_settings(self.settings)}
@@ -121,15 +121,15 @@ class LmEvalBenchmarkTask(ConfigurableTask):
             raise ValueError(f"task {self.config.task}: the benchmark loader returned no samples")
         self.dataset = datasets.DatasetDict({split: datasets.Dataset.from_list(docs)})
 
-    def model_name(self, args: Any) -> str:
-        """The evaluated model as lm-eval names it. ``args``: unused (``harness.BenchmarkTask.model_name``)."""
-        return self.run.model_name
+    def evaluated_model(self, args: Any) -> str:
+        """The evaluated model as lm-eval names it. ``args``: unused (``harness.BenchmarkTask.evaluated_model``)."""
+        return self.lm_eval_run.model_name
 
     def run_file(self, args: Any, kind: str, suffix: str = ".jsonl") -> Path:
         """Where this task writes a file of this run: beside lm-eval's results,
         ``<output_path>/<model>/<date-time>_<kind>_<task><suffix>``; ``./<kind>/`` without
         ``--output_path``. ``args``: unused, for the signature of ``harness.BenchmarkTask.run_file``."""
-        file_name = f"{self.run.stamp}_{kind}_{self.config.task}{suffix}"
-        if not self.run.output_path:
+        file_name = f"{self.lm_eval_run.stamp}_{kind}_{self.config.task}{suffix}"
+        if not self.lm_eval_run.output_path:
             return Path.cwd() / kind / file_name
-        return Path(self.run.output_path) / self.run.model_folder / file_name
+        return Path(self.lm_eval_run.output_path) / self.lm_eval_run.model_folder / file_name

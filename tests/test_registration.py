@@ -41,7 +41,7 @@ def wheel_site(tmp_path_factory):
     for name in ("setup.cfg", "pyproject.toml", "README.md"):
         shutil.copy(CHECKOUT / name, source / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
-    for folder in ("lmms_egoplan", "tasks"):
+    for folder in ("lmms_egoplan", "tasks", "lm_eval_tasks"):
         shutil.copytree(CHECKOUT / folder, source / folder, ignore=ignore)
     subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(root / "dist"), str(source)],
                    check=True, capture_output=True)
