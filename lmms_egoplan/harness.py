@@ -62,9 +62,11 @@ class BenchmarkTask(ConfigurableMessagesTask):
     def __init__(self, config: Mapping[str, Any], **kwargs):
         if LM_EVAL_CONFIG_SOURCE in (config.get("metadata") or {}):
             raise InputError(
-                f"task {config['task']} is an lmms-eval task (it shows the model images and videos); lm-eval "
-                f"cannot run it. The suite's lm-eval tasks (text-only baselines: egoplan_val_blind, ...) are in "
-                f"the checkout's lm_eval_tasks/ folder: lm_eval --include_path <checkout>/lm_eval_tasks"
+                f"task {config['task']} is an lmms-eval task (it shows the model images and videos; run it with "
+                f"lmms-eval); lm-eval cannot run it. The suite's lm-eval tasks, the text-only baselines "
+                f"(egoplan_val_blind, egoplan_val_narrated, egoplan_test_blind, ego_think_blind, "
+                f"actplan1k_text_only_lm), are in the checkout's lm_eval_tasks/ folder: "
+                f"lm_eval --include_path <checkout>/lm_eval_tasks"
             )
         on_suite_use()
         config = {key: value for key, value in config.items() if key != "class"}
