@@ -2,7 +2,7 @@
 
 Before any model call, ``egoplan_data.find_missing_media`` proves every file a run will read usable
 (EPIC frames: present, not empty, not truncated, by a few bytes at each end; pre-cut clips: the
-container opens). This script builds a 1,000-sample run in both layouts (EPIC-sized JPEG frames,
+container opens and its packets, read without decoding, reach the last frame the sample shows). This script builds a 1,000-sample run in both layouts (EPIC-sized JPEG frames,
 456x256, photo-like; one H.264 clip per sample) and prints the check's time, the time to decode every frame
 the run shows (``egoplan.doc_to_visual`` per sample, as the backend calls it), and their ratio.
 The target is a check under 5% of the decoding.

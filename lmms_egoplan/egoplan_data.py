@@ -382,9 +382,10 @@ def find_missing_media(docs: Sequence[Mapping]) -> list[MissingMedia]:
     """The docs whose frame folder, frames, video or clip is missing or unusable, in doc order.
 
     Frames are checked file by file (missing, empty, truncated: ``media.image_file_problem``);
-    each Ego4D video is opened once to check its length; each clip is opened (an empty or damaged
-    one does not open). What only decoding can find (a video damaged inside) stops the run at that
-    sample, naming it, its file and the setting.
+    each Ego4D video and each clip is opened once (an empty or damaged one does not open) and its
+    packets are read, without decoding, up to the last frame its samples show (one cut short
+    after its index opens fine). What only decoding can find (every byte present, the compressed
+    data corrupt) stops the run at that sample, naming it, its file and the setting.
     """
     problems = []
     by_video: dict[str, list[Mapping]] = collections.defaultdict(list)
@@ -400,19 +401,20 @@ def find_missing_media(docs: Sequence[Mapping]) -> list[MissingMedia]:
         elif not path.is_file():
             problems.append((doc, path, f"clip not found: {path}"))
         else:
-            try:  # opening reads the container's header: an empty or damaged clip fails here
-                media.VideoFile(path).close()
-            except media.MediaError as error:
-                problems.append((doc, path, str(error)))
+            by_video[doc["media_path"]].append(doc)
     for path, video_docs in by_video.items():
-        try:
+        try:  # opening reads the container's header: an empty or damaged file fails here
             with media.VideoFile(path) as video:
+                needed = {id(doc): max(video_indices(doc, video, doc_frame_numbers(doc))) for doc in video_docs}
+                stored = video.last_stored_frame(up_to=min(max(needed.values()), video.info.num_frames - 1))
                 for doc in video_docs:
-                    last = max(video_indices(doc, video, doc_frame_numbers(doc)))
+                    last = needed[id(doc)]
                     if last >= video.info.num_frames:
-                        message = (f"frame {doc['current_observation_frame']} (file index {last}) is past the end "
-                                   f"of {path} ({video.info.num_frames} frames at {video.info.fps:g} fps)")
-                        problems.append((doc, path, message))
+                        problems.append((doc, path, f"frame {doc['current_observation_frame']} (file index {last}) is past "
+                                                    f"the end of {path} ({video.info.num_frames} frames at {video.info.fps:g} fps)"))
+                    elif last > stored:
+                        problems.append((doc, path, f"{path} holds frames up to file index {stored} of the "
+                                                    f"{video.info.num_frames} it declares (cut short?); this sample needs {last}"))
         except media.MediaError as error:
             problems += [(doc, path, str(error)) for doc in video_docs]
     order = {id(doc): position for position, doc in enumerate(docs)}

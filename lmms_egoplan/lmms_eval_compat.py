@@ -251,9 +251,10 @@ def keep_responses_of_stopped_runs() -> bool:
     model per chunk of whole documents (``RESPONSE_CHUNK_BATCHES`` batches of the backend's batch
     size, at least ``RESPONSE_CHUNK_MIN_DOCS`` documents), storing each chunk as it returns, and
     merge a failed run's stored responses into the cache like a finished run's (each is a complete
-    response to its request). Responses and their order are unchanged; a backend sorts and batches
-    within a chunk. A process killed outright still leaves its folder unmerged. Returns whether
-    the workaround is in place.
+    response to its request). A chunk that fails is called again a document at a time, so that the
+    documents before the failing one are stored too (``call_in_chunks``). Responses and their order
+    are unchanged; a backend sorts and batches within a chunk. A process killed outright still
+    leaves its folder unmerged. Returns whether the workaround is in place.
     """
     from lmms_eval.caching.response_cache import ResponseCache
 
@@ -266,7 +267,7 @@ def keep_responses_of_stopped_runs() -> bool:
     @functools.wraps(whole_call)
     def execute(self, lm, reqtype, requests):
         size = max(RESPONSE_CHUNK_MIN_DOCS, RESPONSE_CHUNK_BATCHES * _batch_size(lm))
-        return [response for chunk in _document_chunks(requests, size) for response in whole_call(self, lm, reqtype, chunk)]
+        return call_in_chunks(functools.partial(whole_call, self, lm, reqtype), requests, size)
 
     @functools.wraps(finalize)
     def finalize_keeping_responses(self, *, success: bool, **kwargs):
@@ -297,6 +298,27 @@ def _batch_size(lm) -> int:
         return max(1, int(getattr(lm, "batch_size", 1)))
     except (TypeError, ValueError):  # e.g. "auto"
         return 1
+
+
+def call_in_chunks(call, requests: list, size: int) -> list:
+    """``call(chunk)`` for each chunk of ``size`` documents, responses concatenated in order.
+
+    When a chunk's call fails, its documents are called one at a time: those before the failing
+    document get their responses (and the cache stores them) at the cost of computing at most
+    ``size - 1`` documents twice, once, in a run that is stopping anyway; the failing document
+    raises its error again (a failure that does not recur, e.g. memory taken by a batch, is gone).
+    """
+    responses = []
+    for chunk in _document_chunks(requests, size):
+        try:
+            responses += call(chunk)
+        except Exception:
+            documents = _document_chunks(chunk, 1)
+            if len(documents) == 1:
+                raise
+            for document in documents:
+                responses += call(document)
+    return responses
 
 
 def _document_chunks(requests: list, size: int) -> list[list]:

@@ -5,7 +5,9 @@ The lmms-eval CLI runs (single process, two ranks, response cache) are in test_b
 
 from __future__ import annotations
 
+import json
 import shutil
+import threading
 
 import pytest
 import torch
@@ -382,6 +384,112 @@ def test_generation_honours_until_and_max_new_tokens_and_samples_when_asked(back
     torch.manual_seed(0)
     [again] = model.generate_until(gen_requests(model, docs, max_new_tokens=12, do_sample=True, temperature=1.0))
     assert sampled == again != full
+
+
+# ---------------------------------------------------------------------------------------------
+# Models larger than one device: device_map
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_device_map_offloading_layers_to_disk_gives_the_single_device_likelihoods_and_generations(
+        backend, tiny_model, tmp_path):
+    """Accelerate's big-model inference on CPU: the second decoder layer and the LM head live on disk
+    (weights on the meta device, loaded by hooks at each forward), so the prefill's KV cache and its
+    per-chunk copies (continuation_batch_size 3 < 4 candidates) are built through those hooks."""
+    device_map = {"model.visual": "cpu", "model.language_model.embed_tokens": "cpu", "model.language_model.layers.0": "cpu",
+                  "model.language_model.layers.1": "disk", "model.language_model.norm": "cpu",
+                  "model.language_model.rotary_emb": "cpu", "lm_head": "disk"}
+    split = EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), dtype="float32", continuation_batch_size=3,
+                      device_map=json.dumps(device_map), offload_folder=str(tmp_path / "offload"))
+    assert split.model.model.language_model.layers[1].mlp.up_proj.weight.device.type == "meta"
+    assert split.device == torch.device("cpu")
+    single = backend("qwen2_vl")
+    docs = [egoplan_doc(0), egoplan_doc(1)]
+    for span in scored_span.SPANS:
+        assert split.loglikelihood(mc_requests(split, docs, span=span)) == single.loglikelihood(mc_requests(single, docs, span=span))
+    assert (split.generate_until(gen_requests(split, docs, max_new_tokens=6))
+            == single.generate_until(gen_requests(single, docs, max_new_tokens=6)))
+
+
+def test_device_map_errors_name_the_model_arg(tiny_model, monkeypatch):
+    import accelerate
+
+    pretrained = str(tiny_model("qwen2_vl"))
+    with pytest.raises(ValueError, match="device_map must be one of auto, balanced, balanced_low_0, sequential or a JSON"):
+        EgoPlanHF(pretrained=pretrained, device_map="everywhere")
+    with pytest.raises(ValueError, match="model_args device_map is not valid JSON"):
+        EgoPlanHF(pretrained=pretrained, device_map="{lm_head: 0}")
+    with pytest.raises(ValueError, match="pass device .'cpu'. or device_map, not both"):
+        EgoPlanHF(pretrained=pretrained, device="cpu", device_map="auto")
+    with pytest.raises(ValueError, match="model_args max_memory needs device_map"):
+        EgoPlanHF(pretrained=pretrained, max_memory='{"0": "20GiB"}')
+
+    class TwoProcesses(accelerate.Accelerator):
+        num_processes = 2
+
+    monkeypatch.setattr(accelerate, "Accelerator", TwoProcesses)
+    with pytest.raises(ValueError, match=r"cannot combine with lmms-eval's data parallelism \(2 processes"):
+        EgoPlanHF(pretrained=pretrained, device_map="auto")
+
+
+# ---------------------------------------------------------------------------------------------
+# Visuals decoded in the background
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["llava", "qwen2_vl"])
+def test_the_next_questions_visuals_decode_while_the_model_runs_with_the_same_results(arch, backend):
+    """doc 0's vision encoder waits for doc 1's doc_to_visual: it returns only because prefetching
+    decodes doc 1 in the background while the model works on doc 0."""
+    docs = [egoplan_doc(seed) for seed in range(4)]
+    second_decoded = threading.Event()
+    waited = []
+
+    def signalling_visuals(doc):
+        if doc is docs[1]:
+            second_decoded.set()
+        return egoplan_visuals(doc)
+
+    def wait_for_the_second(*_):
+        if not waited:
+            waited.append(second_decoded.wait(timeout=30))
+
+    model = backend(arch, visual_prefetch=2)
+    off = backend(arch)
+    hook = getattr(model.model.model, VISION_TOWER[arch]).register_forward_hook(wait_for_the_second)
+    try:
+        values = model.loglikelihood(mc_requests(model, docs, doc_to_visual=signalling_visuals))
+    finally:
+        hook.remove()
+    assert waited == [True]
+    assert values == off.loglikelihood(mc_requests(off, docs))
+    generations = model.generate_until(gen_requests(model, docs, max_new_tokens=5))
+    assert generations == off.generate_until(gen_requests(off, docs, max_new_tokens=5))
+
+
+def test_a_decoding_error_is_raised_at_its_question_after_the_questions_before_it(backend):
+    docs = [egoplan_doc(seed) for seed in range(5)]
+    scored = []
+
+    def broken_third(doc):
+        if doc is docs[2]:
+            raise MediaError("EgoPlan sample 2: cannot decode /data/clip-2.mp4", "/data/clip-2.mp4")
+        return egoplan_visuals(doc)
+
+    model = backend("qwen2_vl", visual_prefetch=3)
+    hook = model.model.model.visual.register_forward_hook(lambda *_: scored.append(1))
+    try:
+        with pytest.raises(MediaError, match="EgoPlan sample 2: cannot decode /data/clip-2.mp4"):
+            model.loglikelihood(mc_requests(model, docs, doc_to_visual=broken_third))
+    finally:
+        hook.remove()
+    assert len(scored) == 2 * 2  # docs 0 and 1 (an image and a video each), none after the broken one
+
+
+def test_visual_prefetch_is_a_count_off_by_default_on_cpu(backend, tiny_model):
+    assert backend("qwen2_vl").visual_prefetch == 0  # the model's threads already use every core
+    with pytest.raises(ValueError, match="visual_prefetch must be 0 or more, got -1"):
+        EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), visual_prefetch=-1)
 
 
 # ---------------------------------------------------------------------------------------------

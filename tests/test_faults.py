@@ -354,41 +354,50 @@ def test_an_unusable_frame_is_named_at_load_or_skipped_and_counted(damage, egopl
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("damage", ["empty", "not a video"])
+@pytest.mark.parametrize("damage", ["empty", "not a video", "cut short"])
 def test_an_unusable_clip_is_named_at_load(damage, egoplan_data, tmp_path):
     data = broken_copy(egoplan_data, tmp_path)
-    clip = data.clips_dir / "104.mp4"
-    clip.write_bytes(b"" if damage == "empty" else b"\x00\x01garbage" * 999)
+    clip = data.clips_dir / "106.mp4"
+    if damage == "cut short":  # its index comes first, so it opens; only its packets show the loss
+        from lmms_egoplan.testing.media import write_video
+
+        record = next(r for r in data.records() if r["sample_id"] == 106)
+        start = record["task_progress_metadata"][0]["start_frame"]
+        write_video(clip, first_index=start, num_frames=record["current_observation_frame"] - start + 1, faststart=True)
+        truncate(clip, 0.5)
+    else:
+        clip.write_bytes(b"" if damage == "empty" else b"\x00\x01garbage" * 999)
     run = egoplan_run(data, tmp_path / "out", visual_source="clips")
-    assert run.returncode == 1 and "sample 104" in run.log and str(clip) in run.log and "EGOPLAN_CLIPS_DIR" in run.log
+    assert run.returncode == 1 and "sample 106" in run.log and str(clip) in run.log and "EGOPLAN_CLIPS_DIR" in run.log
+    assert "Running loglikelihood requests" not in run.log
+    if damage == "cut short":  # the packets stop early, or the last one read is marked damaged
+        assert "cut short" in run.log or "damaged packet" in run.log
+        skipped = egoplan_run(data, tmp_path / "skipped", visual_source="clips", skip_missing="true")
+        assert skipped.returncode == 0 and skipped.metric("egoplan_val", "skipped_samples") == 1
 
 
 @pytest.mark.e2e
-def test_a_clip_damaged_inside_stops_the_run_at_its_sample_and_the_next_run_resumes_from_the_cache(
+def test_a_frame_that_fails_to_decode_stops_the_run_at_its_sample_and_the_next_run_resumes_from_the_cache(
         egoplan_data, tiny_model, tmp_path):
-    """The clip opens (its index comes first) but its second half is gone: decoding fails at that
-    sample, mid-run. With --use_cache the requests scored before it are stored, and the run after
-    the clip is repaired reads them back."""
-    from lmms_egoplan.testing.media import write_video
-
+    """Every byte of the frame is there, JPEG markers at both ends, but its content is not an
+    image: only decoding finds it, mid-run. With --use_cache the requests scored before it are
+    stored, and the run after the frame is repaired reads them back."""
     data = broken_copy(egoplan_data, tmp_path)
-    record = next(r for r in data.records() if r["sample_id"] == 106)  # doc 5 of 8
-    clip = data.clips_dir / "106.mp4"
-    intact = clip.read_bytes()
-    start = record["task_progress_metadata"][0]["start_frame"]
-    write_video(clip, first_index=start, num_frames=record["current_observation_frame"] - start + 1, faststart=True)
-    truncate(clip, 0.5)
+    doc = next(d for d in load_docs(data) if d["sample_id"] == 104)  # doc 4 of 8; frame 217 is its alone
+    frame = Path(doc["media_path"]) / "frame_0000000217.jpg"
+    intact = frame.read_bytes()
+    frame.write_bytes(b"\xff\xd8\xff\xe0" + b"not an image" * 99 + b"\xff\xd9")
     args = dict(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}",
-                extra_args=["--use_cache", str(tmp_path / "cache")], visual_source="clips")
+                extra_args=["--use_cache", str(tmp_path / "cache")])
     stopped = egoplan_run(data, tmp_path / "first", **args)
     assert stopped.returncode == 1 and stopped.results is None
-    assert "EgoPlan sample 106" in stopped.log and str(clip) in stopped.log and "EGOPLAN_CLIPS_DIR" in stopped.log
-    clip.write_bytes(intact)
+    assert "EgoPlan sample 104" in stopped.log and str(frame) in stopped.log and "EGOPLAN_EPIC_FRAMES_ROOT" in stopped.log
+    frame.write_bytes(intact)
     resumed = egoplan_run(data, tmp_path / "second", **args)
     assert resumed.returncode == 0
     hits = [int(line.split("ResponseCache: ")[1].split("/")[0]) for line in resumed.log.splitlines()
             if "ResponseCache: " in line and "cache hits" in line]
-    assert sum(hits) >= 4 * 4  # the four questions before sample 106, four candidates each
+    assert sum(hits) >= 3 * 4  # the three questions before sample 104, four candidates each
     # The run's side file carries its results file's date-time.
     [results] = (tmp_path / "second").rglob("*_results.json")
     [submission] = (tmp_path / "second").rglob("*_submission_egoplan_val.json")

@@ -199,6 +199,35 @@ def test_a_stopped_run_keeps_its_responses_chunk_by_chunk_with_whole_documents(m
     assert ResponseCache.execute._stores_per_chunk
 
 
+def test_a_failing_chunk_is_called_again_a_document_at_a_time_so_the_documents_before_the_failure_are_kept():
+    requests = [SimpleNamespace(task_name="a", doc_id=doc) for doc in (0, 0, 1, 2, 3, 4)]
+    calls, kept = [], []
+
+    def call(chunk):
+        documents = [r.doc_id for r in chunk]
+        calls.append(documents)
+        if 3 in documents:
+            raise ValueError("doc 3 cannot be read")
+        kept.extend(documents)
+        return [f"response {doc}" for doc in documents]
+
+    with pytest.raises(ValueError, match="doc 3"):
+        lmms_eval_compat.call_in_chunks(call, requests, 2)
+    assert calls == [[0, 0, 1], [2, 3], [2], [3]]
+    assert kept == [0, 0, 1, 2]
+    calls.clear()
+    transient = iter([ValueError("out of memory")])
+
+    def fails_once(chunk):
+        calls.append([r.doc_id for r in chunk])
+        if (error := next(transient, None)) is not None:
+            raise error
+        return [r.doc_id for r in chunk]
+
+    assert lmms_eval_compat.call_in_chunks(fails_once, requests[:4], 4) == [0, 0, 1, 2]
+    assert calls == [[0, 0, 1, 2], [0, 0], [1], [2]]
+
+
 def test_text_responses_are_cleaned_of_lone_surrogates(monkeypatch):
     monkeypatch.setattr(instance, "unwrap_generation_output", inspect.unwrap(instance.unwrap_generation_output))
     assert lmms_eval_compat.keep_loglikelihood_results() and lmms_eval_compat.clean_lone_surrogates()

@@ -59,6 +59,22 @@ def test_frame_past_the_end_names_the_video(video):
         reader.frames([10, 300])
 
 
+def test_a_video_cut_short_after_its_index_is_found_without_decoding(video, tmp_path):
+    with media.VideoFile(video) as intact:
+        assert intact.last_stored_frame(up_to=120) == 120
+        assert intact.last_stored_frame(up_to=10_000) == 299
+    clip = synthetic.write_video(tmp_path / "cut.mp4", num_frames=300, fps=30, faststart=True)
+    clip.write_bytes(clip.read_bytes()[:clip.stat().st_size // 2])
+    with media.VideoFile(clip) as cut:  # opens: the index came first and declares all 300 frames
+        assert cut.info.num_frames == 300
+        try:
+            stored = cut.last_stored_frame(up_to=299)
+        except media.MediaError as error:  # or the last packet read is marked damaged
+            assert str(clip) in str(error)
+        else:
+            assert 0 < stored < 200
+
+
 def test_missing_media_errors_name_the_path(tmp_path):
     with pytest.raises(media.MediaError, match="video not found: .*nope.mp4"):
         media.VideoFile(tmp_path / "nope.mp4")

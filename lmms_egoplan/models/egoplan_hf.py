@@ -10,7 +10,10 @@ computed once per question (see ``likelihood``), and generates in batches.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import contextlib
+import itertools
+import json
+from typing import Any, Iterator, Sequence
 
 import torch
 from lmms_eval.api.instance import Instance
@@ -23,7 +26,7 @@ from lmms_egoplan.lmms_eval_compat import on_suite_use
 from lmms_egoplan.metrics import resolve_device
 from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
 from lmms_egoplan.models.likelihood import LikelihoodScorer, scored_sequence, special_token_ids
-from lmms_egoplan.models.visuals import ModelVisuals, VisualLimits, prepare_visuals
+from lmms_egoplan.models.visuals import ModelVisuals, VisualLimits, decode_ahead, prepare_visuals
 from lmms_egoplan.settings import coerce_setting
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -47,6 +50,9 @@ class EgoPlanHF(lmms):
         device: str = "auto",
         dtype: str = "auto",
         attn_implementation: str | None = None,
+        device_map: str | dict | None = None,
+        max_memory: str | dict | None = None,
+        offload_folder: str | None = None,
         batch_size: int | str = 1,
         max_frames: int = 32,
         image_max_side: int | None = None,
@@ -59,6 +65,7 @@ class EgoPlanHF(lmms):
         prefix_sharing: bool = True,
         lstrip_continuation: bool = True,
         continuation_batch_size: int = 16,
+        visual_prefetch: int | None = None,
         trust_remote_code: bool = False,
         max_batch_size: int | None = None,  # lmms-eval passes --max_batch_size to every backend; unused
         **unknown: Any,
@@ -71,14 +78,21 @@ class EgoPlanHF(lmms):
 
         self.pretrained = str(pretrained)
         accelerator = Accelerator()
-        self._device = torch.device(_resolve_device(device, accelerator))
+        placement = _placement(device_map, max_memory, offload_folder, device, accelerator.num_processes)
         if accelerator.num_processes > 1:
             # Data parallel: each rank holds a full model and scores its shard of the requests.
             self.accelerator = accelerator
             self._rank = accelerator.process_index
             self._world_size = accelerator.num_processes
-        self.processor, self._model = _load(self.pretrained, dtype, attn_implementation, trust_remote_code)
-        self._model.to(self._device).eval()
+        self.processor, self._model = _load(self.pretrained, dtype, attn_implementation, trust_remote_code, placement)
+        if placement:
+            # Layers spread over devices (accelerate's hooks move activations between them); the
+            # inputs go where the embedding layer runs.
+            self._device = _input_device(self._model)
+        else:
+            self._device = torch.device(_resolve_device(device, accelerator))
+            self._model.to(self._device)
+        self._model.eval()
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # decoder-only batched generation
         if self.tokenizer.pad_token is None:
@@ -101,8 +115,13 @@ class EgoPlanHF(lmms):
         if continuation_batch_size < 1:
             raise ValueError(f"egoplan_hf: continuation_batch_size must be at least 1, got {continuation_batch_size}")
         self.scorer = LikelihoodScorer(self._model, self.pretrained, continuation_batch_size)
+        # On a GPU the scoring thread mostly waits for the device, so a decoding thread runs beside it;
+        # on CPU the model's threads already use every core, and decoding ahead only competes with them.
+        visual_prefetch = _arg(visual_prefetch, int | None, "visual_prefetch")
+        self.visual_prefetch = (2 if self._device.type == "cuda" else 0) if visual_prefetch is None else visual_prefetch
+        if self.visual_prefetch < 0:
+            raise ValueError(f"egoplan_hf: visual_prefetch must be 0 or more, got {self.visual_prefetch}")
         self._special_token_ids = special_token_ids(self.tokenizer)
-        self._visual_cache: tuple[tuple, ModelVisuals] | None = None
         self._reported_generation_keys: set[str] = set()
 
     @property
@@ -134,17 +153,15 @@ class EgoPlanHF(lmms):
             key = (task, split, doc_id, doc_to_visual, context, scored_span.request_span(request))
             questions.setdefault(key, []).append((index, continuation))
         results: list[tuple[float, bool] | None] = [None] * len(requests)
-        self._visual_cache = None
         progress = tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf loglikelihood")
-        for (task, split, doc_id, doc_to_visual, context, span), members in questions.items():
-            visuals = self._doc_visuals(task, split, doc_id, doc_to_visual)
-            where = f"{task} doc {doc_id}" if task is not None else "a context-free request"
-            scores = self._score_question(context, [c for _, c in members], visuals, where, span)
-            for (index, _), score in zip(members, scores):
-                results[index] = score
-            progress.update(len(members))
+        with contextlib.closing(self._visuals_in_order([key[:4] for key in questions])) as visuals_in_order:
+            for ((task, split, doc_id, _, context, span), members), visuals in zip(questions.items(), visuals_in_order):
+                where = f"{task} doc {doc_id}" if task is not None else "a context-free request"
+                scores = self._score_question(context, [c for _, c in members], visuals, where, span)
+                for (index, _), score in zip(members, scores):
+                    results[index] = score
+                progress.update(len(members))
         progress.close()
-        self._visual_cache = None
         return results
 
     def _score_question(self, context: str, continuations: Sequence[str], visuals: ModelVisuals,
@@ -174,18 +191,19 @@ class EgoPlanHF(lmms):
         # Same generation kwargs per batch, longest prompts first (memory errors surface at once).
         collator = Collator([r.args for r in requests], lambda args: (-len(args[0]), args[0]), grouping=True)
         outputs = []
-        self._visual_cache = None
+        chunks = list(collator.get_batched(n=self.batch_size))
+        keys = [(task, split, doc_id, doc_to_visual) for chunk in chunks for _, _, doc_to_visual, doc_id, task, split in chunk]
         progress = tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf generate_until")
-        for chunk in collator.get_batched(n=self.batch_size):
-            contexts, generation_kwargs, doc_to_visuals, doc_ids, tasks, splits = zip(*chunk)
-            visuals = [self._doc_visuals(*key) for key in zip(tasks, splits, doc_ids, doc_to_visuals)]
-            prompts = [self.chat.generation_prompt(self.chat.user_turn(v.parts, c)) for v, c in zip(visuals, contexts)]
-            where = f"{tasks[0]} docs {list(doc_ids)}"
-            inputs = self._encode(prompts, visuals, where)
-            outputs.extend(self._generate(inputs, dict(generation_kwargs[0] or {}), where))
-            progress.update(len(chunk))
+        with contextlib.closing(self._visuals_in_order(keys)) as visuals_in_order:
+            for chunk in chunks:
+                contexts, generation_kwargs, _, doc_ids, tasks, _ = zip(*chunk)
+                visuals = list(itertools.islice(visuals_in_order, len(chunk)))
+                prompts = [self.chat.generation_prompt(self.chat.user_turn(v.parts, c)) for v, c in zip(visuals, contexts)]
+                where = f"{tasks[0]} docs {list(doc_ids)}"
+                inputs = self._encode(prompts, visuals, where)
+                outputs.extend(self._generate(inputs, dict(generation_kwargs[0] or {}), where))
+                progress.update(len(chunk))
         progress.close()
-        self._visual_cache = None
         return collator.get_original(outputs)
 
     @torch.inference_mode()
@@ -220,15 +238,21 @@ class EgoPlanHF(lmms):
 
     # ------------------------------------------------------------------ shared steps
 
-    def _doc_visuals(self, task, split, doc_id, doc_to_visual) -> ModelVisuals:
-        """The doc's visuals, decoded once for all requests of the doc (requests arrive grouped by doc)."""
-        key = (task, split, doc_id, doc_to_visual)
-        if self._visual_cache is None or self._visual_cache[0] != key:
-            raw = doc_to_visual(self.task_dict[task][split][doc_id]) if doc_to_visual is not None else []
-            raw = raw if isinstance(raw, (list, tuple)) else [raw]
-            self._visual_cache = key, prepare_visuals(raw, limits=self.limits, video_native=self.video_native,
-                                                      takes_images=self.takes_images, model_name=self.pretrained)
-        return self._visual_cache[1]
+    def _visuals_in_order(self, keys: Sequence[tuple]) -> Iterator[ModelVisuals]:
+        """The visuals of each (task, split, doc_id, doc_to_visual) key, in order: decoded once for a
+        run of equal keys (requests arrive grouped by doc), the next ``visual_prefetch`` docs in a
+        background thread while the model runs. A decoding error is raised when its key is reached."""
+        runs = [(key, sum(1 for _ in run)) for key, run in itertools.groupby(keys)]
+        with contextlib.closing(decode_ahead(self._doc_visuals, [key for key, _ in runs], self.visual_prefetch)) as decoded:
+            for visuals, (_, count) in zip(decoded, runs):
+                yield from itertools.repeat(visuals, count)
+
+    def _doc_visuals(self, key: tuple) -> ModelVisuals:
+        task, split, doc_id, doc_to_visual = key
+        raw = doc_to_visual(self.task_dict[task][split][doc_id]) if doc_to_visual is not None else []
+        raw = raw if isinstance(raw, (list, tuple)) else [raw]
+        return prepare_visuals(raw, limits=self.limits, video_native=self.video_native,
+                               takes_images=self.takes_images, model_name=self.pretrained)
 
     def _encode(self, texts: list[str], visuals: Sequence[ModelVisuals], where: str):
         """Processor output for ``texts`` (chat-rendered, so no extra special tokens), on the device.
@@ -276,8 +300,9 @@ class EgoPlanHF(lmms):
             )
 
 
-def _load(pretrained: str, dtype: str, attn_implementation: str | None, trust_remote_code: bool):
-    """Processor (or tokenizer, for text-only checkpoints) and model, through the Auto classes."""
+def _load(pretrained: str, dtype: str, attn_implementation: str | None, trust_remote_code: bool, placement: dict):
+    """Processor (or tokenizer, for text-only checkpoints) and model, through the Auto classes;
+    ``placement``: accelerate's big-model options (device_map, max_memory, offload_folder), if any."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
 
     if dtype != "auto" and dtype not in DTYPES:
@@ -288,7 +313,7 @@ def _load(pretrained: str, dtype: str, attn_implementation: str | None, trust_re
         raise ValueError(f"egoplan_hf: no processor or tokenizer could be loaded for {pretrained}: {error}") from error
     takes_images = getattr(processor, "image_processor", None) is not None
     model_class = AutoModelForImageTextToText if takes_images else AutoModelForCausalLM
-    options = {"dtype": DTYPES.get(dtype, "auto"), "trust_remote_code": trust_remote_code}
+    options = {"dtype": DTYPES.get(dtype, "auto"), "trust_remote_code": trust_remote_code, **placement}
     if attn_implementation:
         options["attn_implementation"] = attn_implementation
     try:
@@ -296,6 +321,65 @@ def _load(pretrained: str, dtype: str, attn_implementation: str | None, trust_re
     except ValueError as error:
         raise ValueError(f"egoplan_hf: {pretrained} cannot be loaded with {model_class.__name__}: {error}") from error
     return processor, model
+
+
+DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def _placement(device_map, max_memory, offload_folder, device: str, num_processes: int) -> dict:
+    """from_pretrained's big-model options from the model_args; {} without a device_map.
+
+    ``device_map``: one of accelerate's strategies, or a JSON object {module name: device}
+    (a GPU index, "cpu" or "disk"); ``max_memory``: a JSON object {GPU index or "cpu": size}.
+    """
+    if device_map is None:
+        for name, value in (("max_memory", max_memory), ("offload_folder", offload_folder)):
+            if value is not None:
+                raise ValueError(f"egoplan_hf: model_args {name} needs device_map (e.g. device_map=auto)")
+        return {}
+    if num_processes > 1:
+        raise ValueError(
+            f"egoplan_hf: device_map spreads one model over the visible devices, which cannot combine with "
+            f"lmms-eval's data parallelism ({num_processes} processes, each with a full model); run one process "
+            f"(python -m lmms_eval or accelerate launch --num_processes 1) with device_map, or drop device_map")
+    if device != "auto":
+        raise ValueError(f"egoplan_hf: pass device ({device!r}) or device_map, not both: device_map places the model")
+    placement = {"device_map": _json_arg(device_map, "device_map") if _is_json(device_map) else device_map}
+    if isinstance(placement["device_map"], str) and placement["device_map"] not in DEVICE_MAP_STRATEGIES:
+        raise ValueError(f"egoplan_hf: model_args device_map must be one of {', '.join(DEVICE_MAP_STRATEGIES)} or a "
+                         f"JSON object {{module name: device}}, got {device_map!r}")
+    if max_memory is not None:
+        memory = _json_arg(max_memory, "max_memory")
+        placement["max_memory"] = {int(k) if str(k).isdigit() else k: v for k, v in memory.items()}
+    if offload_folder is not None:
+        placement["offload_folder"] = str(offload_folder)
+    return placement
+
+
+def _is_json(value) -> bool:
+    return isinstance(value, dict) or str(value).lstrip().startswith("{")
+
+
+def _json_arg(value, name: str) -> dict:
+    if isinstance(value, dict):
+        return value
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"egoplan_hf: model_args {name} is not valid JSON ({error}): {value!r}") from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"egoplan_hf: model_args {name} must be a JSON object, got {value!r}")
+    return parsed
+
+
+def _input_device(model) -> torch.device:
+    """Where a device-mapped model's embedding layer runs: its entry in ``hf_device_map`` (the
+    longest module-name prefix); layers offloaded to "cpu" / "disk" run on the CPU."""
+    embeddings = model.get_input_embeddings()
+    name = next(n for n, module in model.named_modules() if module is embeddings)
+    owner = max((key for key in model.hf_device_map if key == "" or name == key or name.startswith(key + ".")), key=len)
+    where = model.hf_device_map[owner]
+    return torch.device("cpu" if where in ("cpu", "disk", "meta") else f"cuda:{where}" if isinstance(where, int) else where)
 
 
 def _resolve_device(device: str | None, accelerator) -> str:

@@ -118,13 +118,16 @@ class LikelihoodScorer:
 
     @torch.inference_mode()
     def score_full(self, inputs, sequence: ScoredSequence) -> tuple[float, bool]:
-        """One forward pass over the whole conversation (``inputs``: its processor output, batch 1)."""
+        """One forward pass over the whole conversation (``inputs``: its processor output, batch 1).
+
+        Only the logits that predict scored tokens are computed (the vocabulary projection of every
+        prompt token would cost more than a decoder layer)."""
         ids = inputs["input_ids"][0]
         shift = expansion_shift(ids.tolist(), sequence, sequence.first, self.model_name)
         self._clear_position_state()
-        logits = self.model(**inputs).logits[0]
         first, stop = shift + sequence.first, shift + sequence.stop
-        return answer_nll(logits[first - 1:stop - 1], ids[first:stop])
+        logits = self.model(**inputs, logits_to_keep=len(ids) - first + 1).logits[0]  # from position first - 1 on
+        return answer_nll(logits[:stop - first], ids[first:stop])
 
     @torch.inference_mode()
     def score_shared(self, inputs, sequences: Sequence[ScoredSequence]) -> list[tuple[float, bool]]:

@@ -8,14 +8,20 @@ where the processor has a video input, and as a sequence of images otherwise.
 
 from __future__ import annotations
 
+import collections
+import itertools
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from PIL import Image
 
 from lmms_egoplan.media import VideoFile, fit_within, group_visuals, load_image, uniform_indices
+
+Key = TypeVar("Key")
+Decoded = TypeVar("Decoded")
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 
@@ -107,3 +113,24 @@ def _require_images(takes_images: bool, model_name: str, what: str) -> None:
         raise UnsupportedVisualError(
             f"{model_name} is a text-only model (no image processor), but the request has a {what} visual"
         )
+
+
+def decode_ahead(decode: Callable[[Key], Decoded], keys: Sequence[Key], ahead: int) -> Iterator[Decoded]:
+    """``decode(key)`` for each key, in order, with the next ``ahead`` keys decoded in a background
+    thread while the caller works on the current one (``ahead`` 0: each decoded when reached).
+
+    At most ``ahead`` decoded keys wait beyond the current one (bounded memory); a decoding error is
+    raised when its key is reached, after every key before it was handed out, as without prefetch.
+    """
+    if ahead < 1:
+        yield from map(decode, keys)
+        return
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="egoplan_hf-visuals")
+    remaining = iter(keys)
+    pending = collections.deque(pool.submit(decode, key) for key in itertools.islice(remaining, ahead + 1))
+    try:
+        while pending:
+            yield pending.popleft().result()
+            pending.extend(pool.submit(decode, key) for key in itertools.islice(remaining, 1))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

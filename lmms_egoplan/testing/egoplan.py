@@ -81,8 +81,8 @@ def build_fixture(root: str | Path) -> EgoPlanFixture:
         write_frame_folder(epic_frame_folder(fixture.epic_root, video_id), range(1, count + 1))
     for video_id, count in EGO4D_VIDEOS.items():
         write_video(fixture.ego4d_root / f"{video_id}.mp4", num_frames=count, fps=EGO4D_FPS)
-    validation = [_record(*sample, labelled=True) for sample in VALIDATION_SAMPLES]
-    test = [_record(*sample, labelled=False) for sample in TEST_SAMPLES]
+    validation = [release_record(*sample, labelled=True) for sample in VALIDATION_SAMPLES]
+    test = [release_record(*sample, labelled=False) for sample in TEST_SAMPLES]
     for record in validation + test:
         start = task_start_frame(record)
         write_video(fixture.clips_dir / f"{record['sample_id']}.mp4", first_index=start, fps=EGO4D_FPS,
@@ -94,7 +94,7 @@ def build_fixture(root: str | Path) -> EgoPlanFixture:
     return fixture
 
 
-def _record(sample_id: int, video_id: str, completed: int, *, labelled: bool) -> dict:
+def release_record(sample_id: int, video_id: str, completed: int, *, labelled: bool) -> dict:
     """One record: ``completed`` actions of 12 frames with gaps, then the observation 6 frames on."""
     first_frame = 1 if video_id in EPIC_VIDEOS else 0
     start = first_frame + 7 * (sample_id % 5)
