@@ -49,8 +49,8 @@ def test_egoplan_baselines_on_a_tiny_llama_report_what_their_logged_likelihoods_
     data = build_fixture(tmp_path / "egoplan")
     output = tmp_path / "out"
     report = run_lm_eval("hf", f"pretrained={tiny_model('llama')},dtype=float32",
-                         "egoplan_val_blind,egoplan_val_narrated,egoplan_test_blind", output,
-                         {"EGOPLAN_ANNOTATION_DIR": str(data.annotation_dir)}, "--device", "cpu")
+                         "egoplan_val_blind,egoplan_val_narrated,egoplan_test_blind", output, {}, "--device", "cpu",
+                         "--metadata", json.dumps({"annotation_dir": str(data.annotation_dir)}))  # a setting by lm-eval's flag
     for task in ("egoplan_val_blind", "egoplan_val_narrated"):
         samples, reported = logged_samples(output, task), report["results"][task]
         assert len(samples) == len(data.records()) == reported["predictions,none"]
