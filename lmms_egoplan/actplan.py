@@ -38,7 +38,7 @@ from loguru import logger
 
 from lmms_egoplan.actplan_data import ENV_PREFIX, GOLD_CHOICES, SPLITS, check_settings, load_instances
 from lmms_egoplan.actplan_plans import PlanScore, bleurt_correct, parse_plan, score_lcs
-from lmms_egoplan.harness import BenchmarkTask, run_file, run_model_name
+from lmms_egoplan.harness import BenchmarkTask
 from lmms_egoplan.media import load_image
 from lmms_egoplan.metrics import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD, mean_or_nan
 from lmms_egoplan.records import valid_text, write_atomically
@@ -66,10 +66,12 @@ class ActPlanSettings:
 # ---------------------------------------------------------------------------------------------
 
 
-class ActPlanTask(BenchmarkTask):
-    """The task, and the state its metrics share over a run: every plan metric (overall and per
-    split) receives every plan of the run, keeps them in the run's plans file if no metric has
-    yet, and reads the same BLEURT verdicts, whatever order lmms-eval aggregates them in."""
+class ActPlanScoring:
+    """The task under either harness (lmms-eval's ``BenchmarkTask``, lm-eval's
+    ``LmEvalBenchmarkTask``), and the state its metrics share over a run: every plan metric
+    (overall and per split) receives every plan of the run, keeps them in the run's plans file if
+    no metric has yet, and reads the same BLEURT verdicts, whatever order the harness aggregates
+    them in."""
 
     Settings = ActPlanSettings
     ENV_PREFIX = ENV_PREFIX
@@ -89,8 +91,9 @@ class ActPlanTask(BenchmarkTask):
         none of the model's outputs: a pair file for ``lmms-egoplan actplan-score`` beside the
         results (``harness.run_file``: ``<date-time>_plans_<task>.jsonl``)."""
         if self.plans_file is None:
-            path = run_file(args, self.config.task, "plans")
-            label = _run_label(args, self.config.task)
+            path = self.run_file(args, "plans")
+            model = self.evaluated_model(args)
+            label = f"{self.config.task}:{Path(model).name}" if model else self.config.task
             write_atomically(path, "".join(json.dumps({"model": label, "instance_id": item["instance_id"],
                                                        "split": item["split"], "candidate": item["output"],
                                                        "references": ["\n".join(g) for g in item["gold"]]}) + "\n"
@@ -116,6 +119,10 @@ class ActPlanTask(BenchmarkTask):
                               settings.gold_plan, settings.bleurt_batch_size)
 
 
+class ActPlanTask(ActPlanScoring, BenchmarkTask):
+    """``actplan1k`` and ``actplan1k_text_only`` (lmms-eval)."""
+
+
 class RememberedVerdicts:
     """A plan classifier whose verdicts are remembered per (reference, candidate) pair, so that the
     BLEURT metrics of a task (overall and per split) classify each pair once; pairs repeated in
@@ -132,12 +139,6 @@ class RememberedVerdicts:
             labels = self.classifier.predict([r for r, _ in new], [c for _, c in new], batch_size=batch_size)
             self._labels.update(zip(new, labels))
         return [self._labels[pair] for pair in pairs]
-
-
-def _run_label(args: Any, task: str) -> str:
-    """How ``actplan-score`` names a run's plans: the task and the evaluated model."""
-    model = run_model_name(args)
-    return f"{task}:{Path(model).name}" if model else task
 
 
 # ---------------------------------------------------------------------------------------------

@@ -54,12 +54,13 @@ from lmms_egoplan.egoplan_data import (
     SIMILARITY_LEVELS,
     VIDEO_SOURCES,
     EgoPlanDataError,
+    completed_actions,
     doc_frame_numbers,
     load_samples,
     progress_bins,
     video_indices,
 )
-from lmms_egoplan.harness import BenchmarkTask, run_file
+from lmms_egoplan.harness import BenchmarkTask
 from lmms_egoplan.metrics import count, largest
 from lmms_egoplan.records import write_atomically
 from lmms_egoplan.settings import setting, setting_name
@@ -99,13 +100,14 @@ class EgoPlanSettings:
 # =============================================================================================
 
 
-class EgoPlanValidation(BenchmarkTask):
-    """EgoPlan-Val (labelled): accuracy and the paper's breakdowns."""
+class EgoPlanScoring:
+    """What every EgoPlan task does under either harness (lmms-eval's ``BenchmarkTask``, lm-eval's
+    ``LmEvalBenchmarkTask``): its settings, docs and the paper's breakdown metrics."""
 
     Settings = EgoPlanSettings
     ENV_PREFIX = ENV_PREFIX
-    SCORED_SPAN_SETTING = "scored_tokens"
     LABELLED: ClassVar[bool] = True
+    WITH_MEDIA: ClassVar[bool] = True  # False: text-only baselines, no media setting needed
 
     def __init__(self, config, **kwargs):
         super().__init__(config, **kwargs)
@@ -121,7 +123,7 @@ class EgoPlanValidation(BenchmarkTask):
                 self.add_metric(f"n_{breakdown}", count)
 
     def load_docs(self) -> list[dict]:
-        loaded = load_samples(self.settings, labelled=self.LABELLED)
+        loaded = load_samples(self.settings, labelled=self.LABELLED, with_media=self.WITH_MEDIA)
         self.skipped_samples = loaded.skipped
         self.split_size = len(loaded.docs) + len(loaded.skipped)
         if loaded.skipped:
@@ -130,9 +132,15 @@ class EgoPlanValidation(BenchmarkTask):
                            + "\n  ".join(map(str, loaded.skipped)))
         return loaded.docs
 
-    def process_results(self, doc, results, full_docs=None):
-        scores = super().process_results(doc, results, full_docs)
+    def process_results(self, doc, results, *args, **kwargs):
+        scores = super().process_results(doc, results, *args, **kwargs)
         return scores if self.predict_only else {**scores, "skipped_samples": float(len(self.skipped_samples))}
+
+
+class EgoPlanValidation(EgoPlanScoring, BenchmarkTask):
+    """EgoPlan-Val (labelled): accuracy and the paper's breakdowns."""
+
+    SCORED_SPAN_SETTING = "scored_tokens"
 
 
 class EgoPlanTest(EgoPlanValidation):
@@ -253,6 +261,20 @@ def doc_to_text_with_options(doc: Mapping, lmms_eval_specific_kwargs: Mapping | 
 
 
 
+def doc_to_text_blind(doc: Mapping) -> str:
+    """The text-only baselines' prompt (lm-eval): the task goal and the record's question, nothing
+    of the video; the candidates continue it."""
+    return f"Task goal: {doc['task_goal']}\nQuestion: {doc['question']}\nNext action:"
+
+
+def doc_to_text_narrated(doc: Mapping) -> str:
+    """The blind prompt plus the completed actions' narrations from the record: what a perfect
+    captioner of the task-progress video would write ("So far: open drawer, grab knife.")."""
+    done = [action["narration_text"] for action in completed_actions(doc)]
+    return (f"Task goal: {doc['task_goal']}\nSo far: {', '.join(done) if done else 'nothing'}.\n"
+            f"Question: {doc['question']}\nNext action:")
+
+
 def doc_to_choice(doc: Mapping) -> list[str]:
     """The four candidate actions in the release's order, A to D."""
     return [doc[f"choice_{letter.lower()}"] for letter in CHOICE_LETTERS]
@@ -315,6 +337,25 @@ def process_ranking_results(doc: Mapping, results: Sequence[Sequence]) -> dict[s
     """``egoplan_val``: the likelihood-ranked candidate, scored overall and per breakdown."""
     losses = candidate_losses(results)
     return labelled_scores(doc, sample_record(doc, ranked_choice(losses), losses))
+
+
+def lm_eval_losses(results: Sequence[Sequence]) -> list[float]:
+    """The candidate losses of lm-eval's loglikelihood results ``(log-likelihood, is_greedy)``: the
+    negated log-likelihood, summed over the candidate's tokens (lm-eval returns no token counts, so
+    the text-only baselines rank by the total, not the official mean, loss)."""
+    return [-loss for loss in map(float, (result[0] for result in results))]
+
+
+def process_blind_ranking_results(doc: Mapping, results: Sequence[Sequence]) -> dict[str, Any]:
+    """``egoplan_val_blind`` / ``egoplan_val_narrated`` (lm-eval): scored as ``egoplan_val``."""
+    losses = lm_eval_losses(results)
+    return labelled_scores(doc, sample_record(doc, ranked_choice(losses), losses))
+
+
+def process_blind_submission_results(doc: Mapping, results: Sequence[Sequence]) -> dict[str, Any]:
+    """``egoplan_test_blind`` (lm-eval): the predictions for the submission file, as ``egoplan_test``."""
+    losses = lm_eval_losses(results)
+    return {"predictions": sample_record(doc, ranked_choice(losses), losses)}
 
 
 def process_generation_results(doc: Mapping, results: Sequence[str]) -> dict[str, Any]:
@@ -415,13 +456,14 @@ def write_submission(items: Sequence[Mapping], args=None, *, task_name: str, tas
 
     A run that did not predict every sample of the split (``--limit``, samples skipped for missing
     media) writes ``..._submission_partial_<task>.json`` instead, with a warning saying why: it is
-    not a leaderboard submission. ``task_name``, ``task``: injected by BenchmarkTask.
+    not a leaderboard submission. ``task_name``, ``task``: injected by the task class (lmms-eval's
+    BenchmarkTask or lm-eval's LmEvalBenchmarkTask, which place the file beside their results).
     """
     records = sorted(({"sample_id": int(item["sample_id"]), "label": item["label"]} for item in items),
                      key=lambda record: record["sample_id"])
     validate_submission(records)
     unpredicted = task.split_size - len(records)
-    path = run_file(args, task_name, "submission_partial" if unpredicted else "submission", ".json")
+    path = task.run_file(args, "submission_partial" if unpredicted else "submission", ".json")
     write_atomically(path, json.dumps(records, indent=1) + "\n")
     if unpredicted:
         skipped = len(task.skipped_samples)

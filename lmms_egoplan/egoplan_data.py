@@ -193,6 +193,11 @@ def record_media(record: Mapping, settings) -> tuple[str, Path]:
 FRAME_SAMPLINGS = ("official", "uniform", "keyframes")
 
 
+def completed_actions(record: Mapping) -> list[dict]:
+    """The actions of the task progress that end by the current observation frame, in order."""
+    return [a for a in record["task_progress_metadata"] if a["stop_frame"] <= record["current_observation_frame"]]
+
+
 def official_clip(record: Mapping, num_frames: int) -> list[int]:
     """The one clip the official evaluation shows (``src/video_llama_interface.py``,
     ``epic_kitchens_video_process`` / ``ego4d_video_process``): the first ``num_frames - 1`` of
@@ -253,7 +258,7 @@ def frame_plan(record: Mapping, settings) -> FramePlan:
         return FramePlan([official_clip(record, settings.num_frames)], observation_image=False)
     if settings.frame_sampling == "uniform":
         return FramePlan([bin_starts(task_start_frame(record), observation, settings.num_frames)], observation_image=True)
-    completed = [a for a in record["task_progress_metadata"] if a["stop_frame"] <= observation]
+    completed = completed_actions(record)
     segments = completed[-settings.keyframe_segments:]
     if not segments:
         return FramePlan([[observation] * settings.keyframes_per_segment], observation_image=True)
@@ -311,17 +316,19 @@ class LoadedSamples:
     skipped: list[MissingMedia]
 
 
-def load_samples(settings, *, labelled: bool) -> LoadedSamples:
+def load_samples(settings, *, labelled: bool, with_media: bool = True) -> LoadedSamples:
     """Docs for every record of the annotation file, with their media checked.
 
     A missing frame folder, frame, video or clip raises one EgoPlanDataError naming the sample,
     the path and the setting to change -- or, with ``skip_missing``, drops the sample and
-    records it in ``skipped``.
+    records it in ``skipped``. ``with_media=False`` (the text-only baselines): docs without
+    media fields, and no media setting is needed.
     """
     bins = progress_bins(settings)
     records = read_annotations(annotation_path(settings), labelled=labelled)
-    docs = [_record_to_doc(record, settings, bins) for record in records]
-    problems = find_missing_media(docs)
+    docs = [{**_record_text(record, bins), **(_record_media_fields(record, settings) if with_media else {})}
+            for record in records]
+    problems = find_missing_media(docs) if with_media else []
     if problems and not settings.skip_missing:
         others = f" ({len(problems) - 1} more sample(s) have missing media)" if len(problems) > 1 else ""
         raise EgoPlanDataError(f"EgoPlan {problems[0]}{others}. Set {setting_name(ENV_PREFIX, 'skip_missing')} to "
@@ -340,8 +347,7 @@ def progress_bins(settings) -> tuple[ValueBin, ...]:
         raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, 'progress_length_bins')}: {error}") from None
 
 
-def _record_to_doc(record: Mapping, settings, bins: Sequence[ValueBin]) -> dict:
-    kind, path = record_media(record, settings)
+def _record_text(record: Mapping, bins: Sequence[ValueBin]) -> dict:
     golden = record.get("golden_choice_idx")
     progress_length = len(record["task_progress_metadata"])
     return {
@@ -357,6 +363,12 @@ def _record_to_doc(record: Mapping, settings, bins: Sequence[ValueBin]) -> dict:
         "task_progress_metadata": record["task_progress_metadata"],
         "progress_length": progress_length,
         "progress_bucket": bin_of(progress_length, bins).label,
+    }
+
+
+def _record_media_fields(record: Mapping, settings) -> dict:
+    kind, path = record_media(record, settings)
+    return {
         "media_kind": kind,
         "media_path": str(path),
         **dataclasses.asdict(frame_plan(record, settings)),

@@ -27,10 +27,13 @@ visuals, text, results (aggregation: ``lmms_egoplan.judged_task``).
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+import yaml
 from lmms_eval.api.task import ConfigurableMessagesTask
 from loguru import logger
 
@@ -66,8 +69,9 @@ class EgoThinkSettings(JudgeSettings):
 # --- The task -----------------------------------------------------------------------------------
 
 
-class EgoThinkTask(JudgedTask):
-    """One EgoThink dimension (YAML ``dataset_name``), judged by an LLM after generation."""
+class EgoThinkScoring:
+    """What an EgoThink task does under either harness: its settings and docs (judged by
+    ``judged_task.JudgedScoring``)."""
 
     Settings = EgoThinkSettings
     ENV_PREFIX = ENV_PREFIX
@@ -93,6 +97,11 @@ class EgoThinkTask(JudgedTask):
         logger.info(f"EgoThink {dimension.capability}/{dimension.name}: {len(docs)} questions from {origin} "
                     f"(the paper has {dimension.paper_count})")
         return docs
+
+
+
+class EgoThinkTask(EgoThinkScoring, JudgedTask):
+    """One EgoThink dimension (YAML ``dataset_name``), judged by an LLM after generation."""
 
     def _prepare_model_specific_config(self):
         # lmms-eval calls this before the data loads and after its model-specific generation_kwargs
@@ -130,6 +139,19 @@ def doc_to_text(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> str
     """Plain-text backends have no system turn: a preset's system prompt leads the text."""
     system, text = _prompt(doc, lmms_eval_specific_kwargs)
     return f"{system}\n{text}" if system else text
+
+
+@functools.cache
+def _default_preset(template: str) -> dict:
+    """The ``default`` inference-prompt preset of one of the lmms-eval task templates."""
+    text = (importlib.resources.files("lmms_egoplan.tasks") / "egothink" / template).read_text(encoding="utf-8")
+    return yaml.safe_load(text)["lmms_eval_specific_kwargs"]["default"]
+
+
+def doc_to_text_blind(doc: dict) -> str:
+    """``ego_think_blind`` (lm-eval): the question without its image, in the default preset's prompt
+    of the dimension's kind (Table 5: short answers; Table 6: detailed, for planning)."""
+    return _prompt(doc, _default_preset("_planning_yaml" if doc["capability"] == "Planning" else "_short_answer_yaml"))[1]
 
 
 def doc_to_messages(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> list[dict]:

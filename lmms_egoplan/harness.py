@@ -31,6 +31,8 @@ from lmms_egoplan.lmms_eval_compat import (
 )
 from lmms_egoplan.settings import SettingsError, resolve_settings, setting_name
 
+# The metadata key lm-eval's task factory adds to every task it builds (lmms-eval adds none).
+LM_EVAL_CONFIG_SOURCE = "config_source"
 _GENERATIVE_OUTPUT_TYPES = ("generate_until", "generate_until_multi_round", "generate_until_agentic")
 
 
@@ -58,20 +60,28 @@ class BenchmarkTask(ConfigurableMessagesTask):
     SCORED_SPAN_SETTING: ClassVar[str | None] = None
 
     def __init__(self, config: Mapping[str, Any], **kwargs):
+        if LM_EVAL_CONFIG_SOURCE in (config.get("metadata") or {}):
+            raise InputError(
+                f"task {config['task']} is an lmms-eval task (it shows the model images and videos; run it with "
+                f"lmms-eval); lm-eval cannot run it. The suite's lm-eval tasks, the text-only baselines "
+                f"(egoplan_val_blind, egoplan_val_narrated, egoplan_test_blind, ego_think_blind, "
+                f"actplan1k_text_only_lm), are in the checkout's lm_eval_tasks/ folder: "
+                f"lm_eval --include_path <checkout>/lm_eval_tasks"
+            )
         on_suite_use()
         config = {key: value for key, value in config.items() if key != "class"}
         metadata = dict(config.get("metadata") or {})
         self.settings = resolve_settings(self.Settings, task=config["task"], metadata=metadata, env_prefix=self.ENV_PREFIX)
-        config["metadata"] = {**metadata, **{k: _jsonable(v) for k, v in dataclasses.asdict(self.settings).items()}}
+        config["metadata"] = {**metadata, **jsonable_settings(self.settings)}
         self._chat_backend = False
         self._context = {"settings": self.settings, "task_name": config["task"], "task": self}
         super().__init__(config=config, **kwargs)
-        self.config.process_results = _bind_context(self.config.process_results, self._context)
+        self.config.process_results = bind_context(self.config.process_results, self._context)
         self._scoring = self.config.process_results  # kept: --predict_only removes it from the config
 
     def _prepare_metric_and_aggregation(self) -> None:
         super()._prepare_metric_and_aggregation()
-        self._aggregation_list = {name: _bind_context(fn, self._context) for name, fn in self._aggregation_list.items()}
+        self._aggregation_list = {name: bind_context(fn, self._context) for name, fn in self._aggregation_list.items()}
 
     def add_metric(self, name: str, aggregation: str | Callable, *, higher_is_better: bool = True) -> None:
         """Report ``name`` (which ``process_results`` returns for the docs it applies to), aggregated
@@ -81,8 +91,16 @@ class BenchmarkTask(ConfigurableMessagesTask):
         function = get_aggregation(aggregation) if isinstance(aggregation, str) else aggregation
         self._metric_fn_list[name] = None
         self._metric_fn_kwargs[name] = {}
-        self._aggregation_list[name] = _bind_context(function, self._context)
+        self._aggregation_list[name] = bind_context(function, self._context)
         self._higher_is_better[name] = higher_is_better
+
+    def run_file(self, args: Any, kind: str, suffix: str = ".jsonl") -> Path:
+        """Where this task writes a file of this run (``run_file``)."""
+        return run_file(args, self.config.task, kind, suffix)
+
+    def evaluated_model(self, args: Any) -> str:
+        """The evaluated model as the results folder names it (``run_model_name``)."""
+        return run_model_name(args)
 
     def process_results(self, doc, results, full_docs=None):
         if self.predict_only:
@@ -169,7 +187,7 @@ class BenchmarkTask(ConfigurableMessagesTask):
         return ConfigurableMessagesTask.construct_requests(self, doc_id, ctx, **kwargs)
 
 
-def _bind_context(function: Any, context: Mapping[str, Any]) -> Any:
+def bind_context(function: Any, context: Mapping[str, Any]) -> Any:
     """``function`` with the entries of ``context`` it declares as parameters bound by keyword."""
     if not callable(function):
         return function
@@ -177,8 +195,9 @@ def _bind_context(function: Any, context: Mapping[str, Any]) -> Any:
     return functools.partial(function, **wanted) if wanted else function
 
 
-def _jsonable(value: Any) -> Any:
-    return str(value) if isinstance(value, Path) else value
+def jsonable_settings(settings: Any) -> dict[str, Any]:
+    """The fields of a settings dataclass as a task config's ``metadata`` records them (JSON values)."""
+    return {key: str(value) if isinstance(value, Path) else value for key, value in dataclasses.asdict(settings).items()}
 
 
 _run_stamp: str | None = None

@@ -49,7 +49,7 @@ from typing import Any, Sequence
 from loguru import logger
 
 from lmms_egoplan.errors import InputError
-from lmms_egoplan.harness import BenchmarkTask, run_file, run_stamp
+from lmms_egoplan.harness import BenchmarkTask, run_stamp
 from lmms_egoplan.judge import (
     ItemScore,
     Judge,
@@ -67,8 +67,10 @@ from lmms_egoplan.records import read_jsonl, write_atomically
 from lmms_egoplan.settings import SettingsError, setting_name
 
 
-class JudgedTask(BenchmarkTask):
-    """A BenchmarkTask whose metrics are rated by an LLM judge (see the module docstring)."""
+class JudgedScoring:
+    """What a judged task does under either harness (lmms-eval's ``BenchmarkTask``, lm-eval's
+    ``LmEvalBenchmarkTask``, which come after it in the class's bases): check the judge before
+    anything is loaded or generated, and score its metrics with the judge engine."""
 
     def __init__(self, config, **kwargs):
         if not issubclass(self.Settings, JudgeSettings):
@@ -77,29 +79,16 @@ class JudgedTask(BenchmarkTask):
         self._judgements_lock = threading.Lock()
         super().__init__(config, **kwargs)
 
-    def download(self, dataset_kwargs=None) -> None:
+    def download(self, dataset_kwargs=None, **kwargs) -> None:
         # The judge is checked first: a run must not fetch data, let alone generate, with a judge
         # that cannot work.
         try:
             JudgeSettings.of(self.settings).check(name=functools.partial(setting_name, self.ENV_PREFIX))
         except JudgeSetupError as error:
             raise SettingsError(f"task {self.config.task}: {error}") from None
-        super().download(dataset_kwargs)
+        super().download(dataset_kwargs, **kwargs)
 
-    def logged_predictions(self, doc, results) -> dict:
-        """The judge items (``{"judge_items": {metric: item}}``), so that ``lmms-egoplan rejudge`` can
-        judge a ``--predict_only`` run's log (lmms-eval logs neither docs nor prompts); building them
-        calls no judge."""
-        answers = [answer.strip() if isinstance(answer, str) else answer for answer in results]
-        items = {metric: value for metric, value in self._scoring(doc, answers).items() if is_judge_parts_item(value)}
-        return {PREDICT_ONLY_ITEMS: items}
-
-    def _bind_to_backend(self, cli_args) -> None:
-        super()._bind_to_backend(cli_args)
-        if not getattr(cli_args, "predict_only", False):  # a predict-only run judges nothing
-            self._check_judge_answers()
-
-    def _check_judge_answers(self) -> None:
+    def check_judge_answers(self) -> None:
         """Before any model call, the judge answers one short request (``judge.preflight``; once per
         judge configuration and process), unless ``judge_preflight`` is off."""
         settings = JudgeSettings.of(self.settings)
@@ -120,7 +109,7 @@ class JudgedTask(BenchmarkTask):
         task has had judged yet: every metric (overall, per part, breakdowns over subsets of the
         samples) reads the same judgements, whatever order lmms-eval aggregates them in."""
         settings = JudgeSettings.of(self.settings)
-        trail = run_file(args, self.config.task, "judgements")
+        trail = self.run_file(args, "judgements")
         with self._judgements_lock:
             judge = _shared_judge(settings)
             if isinstance(judge, JudgeUnavailable):
@@ -132,6 +121,23 @@ class JudgedTask(BenchmarkTask):
                                 description=f"Judging {self.config.task}")
             self._judgements.update((j.id, j) for j in results.judgements)
             return score_judged(items, self._judgements, judge_model=judge.model, audit_path=trail)
+
+
+class JudgedTask(JudgedScoring, BenchmarkTask):
+    """An lmms-eval BenchmarkTask whose metrics are rated by an LLM judge (see the module docstring)."""
+
+    def logged_predictions(self, doc, results) -> dict:
+        """The judge items (``{"judge_items": {metric: item}}``), so that ``lmms-egoplan rejudge`` can
+        judge a ``--predict_only`` run's log (lmms-eval logs neither docs nor prompts); building them
+        calls no judge."""
+        answers = [answer.strip() if isinstance(answer, str) else answer for answer in results]
+        items = {metric: value for metric, value in self._scoring(doc, answers).items() if is_judge_parts_item(value)}
+        return {PREDICT_ONLY_ITEMS: items}
+
+    def _bind_to_backend(self, cli_args) -> None:
+        super()._bind_to_backend(cli_args)
+        if not getattr(cli_args, "predict_only", False):  # a predict-only run judges nothing
+            self.check_judge_answers()
 
 
 @dataclass(frozen=True)
@@ -163,24 +169,25 @@ def _shared_judge(settings: JudgeSettings) -> Judge | JudgeUnavailable:
         return _JUDGES[settings]
 
 
-def _task_of(task: BenchmarkTask | None) -> JudgedTask:
-    if not isinstance(task, JudgedTask):
-        raise TypeError("judged metrics aggregate only in a task whose YAML class: is a lmms_egoplan JudgedTask")
+def _task_of(task: Any) -> JudgedScoring:
+    if not isinstance(task, JudgedScoring):
+        raise TypeError("judged metrics aggregate only in a task whose YAML class: is a lmms_egoplan judged task "
+                        "(JudgedTask, or JudgedScoring under lm-eval)")
     return task
 
 
-def judged_score(items: Sequence[dict], args: Any = None, *, task: JudgedTask | None = None) -> float:
+def judged_score(items: Sequence[dict], args: Any = None, *, task: JudgedScoring | None = None) -> float:
     """The judged metric: mean rating x the rubric's scale over successful judgements (NaN if none).
     ``task``: injected by BenchmarkTask (the task whose judge and run files are used)."""
     return _task_of(task).judge_score(items, args).score
 
 
-def judged_count(items: Sequence[dict], args: Any = None, *, task: JudgedTask | None = None) -> int:
+def judged_count(items: Sequence[dict], args: Any = None, *, task: JudgedScoring | None = None) -> int:
     """Judgements with a valid rating. ``task``: injected by BenchmarkTask."""
     return _task_of(task).judge_score(items, args).results.judged
 
 
-def failed_count(items: Sequence[dict], args: Any = None, *, task: JudgedTask | None = None) -> int:
+def failed_count(items: Sequence[dict], args: Any = None, *, task: JudgedScoring | None = None) -> int:
     """Failed judgements (no answer, or no valid rating). ``task``: injected by BenchmarkTask."""
     return _task_of(task).judge_score(items, args).results.failed
 

@@ -11,7 +11,7 @@ import difflib
 import os
 import typing
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from lmms_egoplan.errors import InputError
 
@@ -60,8 +60,13 @@ def setting_name(prefix: str, field: str) -> str:
 
 
 def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, Any] | None,
-                     env_prefix: str, environ: Mapping[str, str] = os.environ):
+                     env_prefix: str, environ: Mapping[str, str] = os.environ,
+                     foreign_keys: Collection[str] = ()):
     """Build ``settings_class`` (a dataclass): defaults < YAML ``metadata`` < ``<PREFIX>_<FIELD>`` env vars.
+
+    ``foreign_keys``: ``metadata`` keys another program put there, never settings (lm-eval merges
+    the run's ``--model_args`` into every task's metadata); they are skipped, and any other key
+    still has to name a setting.
 
     Unknown ``metadata`` keys, environment variables with the prefix that name no setting (a
     misspelt ``EGOPLAN_NUMFRAMES`` would otherwise be ignored), unparsable values and values out of
@@ -75,7 +80,7 @@ def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, 
         raise TypeError(f"{settings_class.__name__} uses names reserved by lmms-eval: {sorted(clash)}")
     values: dict[str, Any] = {}
     for key, raw in (metadata or {}).items():
-        if key == "version":
+        if key == "version" or key in foreign_keys:
             continue
         if key not in fields:
             raise SettingsError(

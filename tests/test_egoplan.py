@@ -13,7 +13,7 @@ from lmms_eval.utils import load_yaml_config
 from loguru import logger
 from PIL import Image
 
-from lmms_egoplan import egoplan, egoplan_data, media, scored_span
+from lmms_egoplan import egoplan, egoplan_data, harness, media, scored_span
 from lmms_egoplan.metrics import ValueBin, cosine_similarities, equal_size_levels, parse_bins
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
 from lmms_egoplan.settings import SettingsError, resolve_settings
@@ -422,10 +422,15 @@ def test_similarity_levels_are_equal_size_tertiles_of_the_split_fixed_at_load(fi
 # --- Submission -------------------------------------------------------------------------------
 
 
+def submission_task(name: str, **attributes) -> Namespace:
+    """What write_submission uses of an lmms-eval EgoPlan task."""
+    return Namespace(run_file=lambda args, kind, suffix: harness.run_file(args, name, kind, suffix), **attributes)
+
+
 def test_submission_file_is_written_sorted_and_valid(tmp_path):
     items = [{"sample_id": 7, "label": "C", "gold": None}, {"sample_id": 3, "label": "A", "gold": None}]
     args = Namespace(output_path=str(tmp_path), model_args="pretrained=/models/tiny-qwen2-vl", timezone="UTC")
-    task = Namespace(split_size=2, skipped_samples=[])
+    task = submission_task("egoplan_test", split_size=2, skipped_samples=[])
     assert egoplan.write_submission(items, args, task_name="egoplan_test", task=task) == 2
     [path] = tmp_path.rglob("*.json")  # beside lmms-eval's results file, named as lmms-eval names its files
     assert path.parent == tmp_path / "models__tiny-qwen2-vl"
@@ -448,7 +453,7 @@ def test_a_run_that_did_not_predict_the_whole_split_writes_no_complete_looking_s
     messages = []
     handler = logger.add(messages.append, level="WARNING", format="{message}")
     try:
-        egoplan.write_submission(items, args, task_name="egoplan_val", task=Namespace(split_size=5, skipped_samples=skipped))
+        egoplan.write_submission(items, args, task_name="egoplan_val", task=submission_task("egoplan_val", split_size=5, skipped_samples=skipped))
     finally:
         logger.remove(handler)
     [path] = tmp_path.rglob("*.json")

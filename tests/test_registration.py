@@ -14,6 +14,7 @@ from lmms_egoplan.testing.lmms_eval_run import OFFLINE_ENV, run_lmms_eval
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 TASKS = CHECKOUT / "tasks"
+LM_EVAL_TASKS = CHECKOUT / "lm_eval_tasks"
 
 
 def our_task_index():
@@ -41,7 +42,7 @@ def wheel_site(tmp_path_factory):
     for name in ("setup.cfg", "pyproject.toml", "README.md"):
         shutil.copy(CHECKOUT / name, source / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
-    for folder in ("lmms_egoplan", "tasks"):
+    for folder in ("lmms_egoplan", "tasks", "lm_eval_tasks"):
         shutil.copytree(CHECKOUT / folder, source / folder, ignore=ignore)
     subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(root / "dist"), str(source)],
                    check=True, capture_output=True)
@@ -75,6 +76,15 @@ def test_the_wheel_copy_is_what_gets_imported(wheel_site):
                          plugin=False).split()
     assert [Path(p).is_relative_to(wheel_site) for p in printed] == [True, True]
     assert {p.name for p in (Path(printed[1])).iterdir()} >= {path.name for path in TASKS.iterdir() if path.is_dir() and path.name != "__pycache__"}
+
+
+@pytest.mark.e2e
+def test_the_wheel_ships_the_lm_eval_baselines(wheel_site):
+    [installed] = run_python(wheel_site, "-c", "import lmms_egoplan.lm_eval_tasks as t; print(t.__path__[0])",
+                             plugin=False).split()
+    assert Path(installed).is_relative_to(wheel_site)
+    shipped = {path.relative_to(installed) for path in Path(installed).rglob("*") if "yaml" in path.name}
+    assert shipped == {path.relative_to(LM_EVAL_TASKS) for path in LM_EVAL_TASKS.rglob("*") if "yaml" in path.name}
 
 
 @pytest.mark.e2e
