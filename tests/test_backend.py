@@ -369,6 +369,24 @@ def test_a_clip_goes_to_the_model_as_a_video_where_the_processor_takes_videos(ar
         assert both.parts == [{"type": "video"}, {"type": "image"}]
 
 
+def test_a_batch_mixing_video_prompts_and_image_prompts_is_refused_where_the_processor_cannot_take_both(backend):
+    model = backend("smolvlm", batch_size=2)
+    docs = [egoplan_doc(0), egoplan_doc(1)]
+
+    def clip_or_image(doc):  # doc 0: EgoPlan's clip alone (a video); doc 1: its observation image alone
+        return egoplan_visuals(doc)[:-1] if doc is docs[0] else egoplan_visuals(doc)[-1:]
+
+    requests = gen_requests(model, docs, max_new_tokens=2)
+    for request in requests:
+        request.arguments = (*request.arguments[:2], clip_or_image, *request.arguments[3:])
+    with pytest.raises(UnsupportedVisualError, match=rf"{model.pretrained}: SmolVLMProcessor cannot take videos and "
+                                                     r"images in one call, .*run with --batch_size 1"):
+        model.generate_until(requests)
+    one_at_a_time = backend("smolvlm")
+    one_at_a_time.task_dict = model.task_dict
+    assert len(one_at_a_time.generate_until(requests)) == 2
+
+
 def test_video_files_are_sampled_uniformly_and_long_clips_are_capped(tmp_path):
     video = write_video(tmp_path / "clip.mp4", num_frames=40)
     limits = VisualLimits(max_frames=5, video_max_side=32, image_max_pixels=20 * 20)
