@@ -76,8 +76,9 @@ def scored_sequence(tokenizer, rendered: RenderedAnswer, *, end_of_turn_ids: fro
 
 
 def expansion_shift(expanded_ids: Sequence[int], sequence: ScoredSequence, from_index: int, model_name: str,
-                    architecture: str = "") -> int:
-    """How many tokens placeholder expansion added before ``sequence.token_ids[from_index]``.
+                    architecture: str) -> int:
+    """How many tokens placeholder expansion added before ``sequence.token_ids[from_index]``
+    (``architecture``: the model's ``model_type``, for the error).
 
     Checks that the processor's ids end with ``sequence.token_ids[from_index:]`` unchanged.
     """
