@@ -82,12 +82,13 @@ def realistic_checkpoint(shape: str, layers: int | None, cache: Path, device: st
     folder = cache / f"{shape}-{key[:12]}"
     if (folder / "config.json").is_file():
         return folder
-    # Qwen2.5-VL's tokenizer and chat template are Qwen2-VL's. When the suite's checkpoints gain a
-    # qwen2_5_vl builder (branch archs), take its tokenizer from there.
-    tokenizer = build_tokenizer("qwen2_vl")
-    classes = {"qwen2-vl-7b": ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration", "Qwen2VLProcessor"),
-               "qwen2.5-vl-7b": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLProcessor")}
-    config_class, model_class, processor_class = (getattr(transformers, name) for name in classes[shape])
+    # The tiny checkpoints' tokenizer and chat template of the architecture, at the published geometry.
+    classes = {"qwen2-vl-7b": ("qwen2_vl", "Qwen2VLConfig", "Qwen2VLForConditionalGeneration", "Qwen2VLProcessor"),
+               "qwen2.5-vl-7b": ("qwen2_5_vl", "Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration",
+                                 "Qwen2_5_VLProcessor")}
+    arch, *names = classes[shape]
+    config_class, model_class, processor_class = (getattr(transformers, name) for name in names)
+    tokenizer = build_tokenizer(arch)
     text.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     config = config_class(text_config=text, vision_config=vision,
                           **{f"{name}_token_id": tokenizer.convert_tokens_to_ids(token) for name, token in
@@ -97,7 +98,7 @@ def realistic_checkpoint(shape: str, layers: int | None, cache: Path, device: st
     processor = processor_class(
         image_processor=transformers.Qwen2VLImageProcessor(size=PIXELS, **geometry),
         video_processor=transformers.Qwen2VLVideoProcessor(size=PIXELS, cap_pixels_per_frame=True, min_frames=2, **geometry),
-        tokenizer=tokenizer, chat_template=CHAT_TEMPLATES["qwen2_vl"])
+        tokenizer=tokenizer, chat_template=CHAT_TEMPLATES[arch])
     with torch.device(device):
         model = model_class._from_config(config, dtype=torch.bfloat16)
     partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=cache))
@@ -173,8 +174,8 @@ def peak_memory(backend, requests, prefix_sharing: bool) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="tiny", choices=["tiny", *SHAPES])
-    parser.add_argument("--arch", default="qwen2_vl", help="tiny shape: checkpoint architecture (llava, "
-                                                            "llava_onevision, qwen2_vl, idefics3)")
+    parser.add_argument("--arch", default="qwen2_vl", help="tiny shape: checkpoint architecture (one of "
+                                                            "lmms_egoplan.testing.checkpoints.ARCHITECTURES)")
     parser.add_argument("--pretrained", help="score with this checkpoint instead of a random one")
     parser.add_argument("--hidden-size", type=int, default=512, help="tiny shape: text hidden size")
     parser.add_argument("--layers", type=int, help="decoder layers (tiny: default 8; realistic shapes: default "

@@ -32,14 +32,27 @@ from lmms_egoplan.testing.checkpoints import (
 MULTIMODAL = [a for a in ARCHITECTURES if a != "llama"]
 VIDEO = [a for a in ARCHITECTURES if a in ck.VIDEO_ARCHITECTURES]
 
-# Token the processor expands into per-image / per-video placeholders.
+# The model's image token: the processor expands each image into a run of it.
 IMAGE_TOKEN = {
     "llava": "<image>",
     "llava_onevision": "<image>",
     "qwen2_vl": "<|image_pad|>",
     "idefics3": "<image>",
+    "qwen2_5_vl": "<|image_pad|>",
+    "qwen3_vl": "<|image_pad|>",
+    "internvl": "<IMG_CONTEXT>",
+    "gemma3": "<image_soft_token>",
+    "smolvlm": "<image>",
+    "llava_next_video": "<image>",
+    "mistral3": "[IMG]",
 }
-VIDEO_TOKEN = {"llava_onevision": "<video>", "qwen2_vl": "<|video_pad|>"}
+# What the chat template renders per image, where it is not the image token itself.
+IMAGE_PLACEHOLDER = {**IMAGE_TOKEN, "gemma3": "<start_of_image>"}
+VIDEO_TOKEN = {"llava_onevision": "<video>", "qwen2_vl": "<|video_pad|>", "qwen2_5_vl": "<|video_pad|>",
+               "qwen3_vl": "<|video_pad|>", "internvl": "<video>", "smolvlm": "<video>", "llava_next_video": "<video>"}
+# Where a processor's video goes: its own input (a video token), or into the images' pixel_values
+# (InternVL and SmolVLM expand a video into image tokens, one image per frame).
+VIDEO_AS_FRAMES = ("internvl", "smolvlm")
 
 
 def _images(n: int = 2) -> list[Image.Image]:
@@ -117,18 +130,22 @@ def test_images_forward_generate(arch, loaded):
         }
     ]
     prompt = proc.apply_chat_template(messages, add_generation_prompt=True)
-    assert prompt.count(IMAGE_TOKEN[arch]) == 2
+    assert prompt.count(IMAGE_PLACEHOLDER[arch]) == 2
     inputs = proc(text=prompt, images=_images(2), return_tensors="pt")
 
     n_img_tokens = int((inputs["input_ids"] == model.config.image_token_id).sum())
-    if arch == "llava":
-        assert n_img_tokens == 2 * 16  # (32/8)^2 patches, CLS dropped
-    elif arch == "qwen2_vl":
+    if arch in ("llava", "gemma3"):
+        assert n_img_tokens == 2 * 16  # (32/8)^2 patches, CLS dropped; Gemma 3 pools 8x8 patches to 4x4
+    elif arch in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"):
         assert n_img_tokens == int(inputs["image_grid_thw"].prod(-1).sum()) // 4
         assert n_img_tokens <= 2 * 16  # max_pixels caps each image at 32x32 px
-    elif arch == "idefics3":
+    elif arch in ("idefics3", "smolvlm"):
         n_tiles = int(inputs["pixel_attention_mask"].flatten(2).any(-1).sum())
         assert n_img_tokens == 16 * n_tiles
+    elif arch == "internvl":
+        assert n_img_tokens == 16 * inputs["pixel_values"].shape[0]  # 16 per tile (thumbnail included)
+    elif arch == "mistral3":
+        assert n_img_tokens == int((inputs["image_sizes"] // 8).prod(-1).sum())  # one per 8x8 px, native aspect
     else:
         assert n_img_tokens > 2 * 16
     _forward_and_generate(model, inputs, vocab)
@@ -143,18 +160,26 @@ def test_video_forward_generate(arch, as_numpy, loaded):
     video = np.stack([np.asarray(f) for f in frames]) if as_numpy else frames
     messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "Next step?"}]}]
     prompt = proc.apply_chat_template(messages, add_generation_prompt=True)
-    inputs = proc(text=prompt, videos=[video], return_tensors="pt")
+    inputs = proc(text=prompt, videos=[video], do_sample_frames=False, return_tensors="pt")
+    if arch in VIDEO_AS_FRAMES:
+        assert int((inputs["input_ids"] == model.config.image_token_id).sum()) == 8 * 16
+        _forward_and_generate(model, inputs, vocab)
+        return
     assert "pixel_values_videos" in inputs
     n_vid_tokens = int((inputs["input_ids"] == model.config.video_token_id).sum())
-    if arch == "qwen2_vl":
+    if arch in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"):
         assert inputs["video_grid_thw"].tolist()[0][0] == 4  # 8 frames / temporal patch 2
         assert n_vid_tokens == int(inputs["video_grid_thw"].prod(-1).sum()) // 4
+    elif arch == "llava_next_video":
+        assert n_vid_tokens == 8 * 2 * 2  # 4x4 patches pooled to 2x2 per frame
     else:
         assert n_vid_tokens == 8 * 2 * 2 + 1  # 4x4 patches pooled to 2x2 per frame + newline
     _forward_and_generate(model, inputs, vocab)
 
 
-@pytest.mark.parametrize("arch", VIDEO)
+# SmolVLM's video processor writes the images' pixel_values: one prompt cannot hold both (the
+# backend sends such a request's videos as frames).
+@pytest.mark.parametrize("arch", [a for a in VIDEO if a != "smolvlm"])
 def test_images_and_video_together(arch, loaded):
     proc, model = loaded[arch]
     messages = [
@@ -321,8 +346,8 @@ def test_tokenizer_round_trip(arch, ckpt_dirs):
     for special in filter(None, specials):
         ids = tok(special, add_special_tokens=False)["input_ids"]
         assert ids == [tok.convert_tokens_to_ids(special)]
-    if arch in IMAGE_TOKEN:
-        assert tok.image_token == IMAGE_TOKEN[arch]
+    if arch in IMAGE_TOKEN:  # what processors read the image token from
+        assert getattr(tok, "context_image_token" if arch == "internvl" else "image_token") == IMAGE_TOKEN[arch]
 
 
 def _user_turns(arch: str) -> list[list[dict]]:
@@ -362,16 +387,21 @@ def test_chat_template_prefix_property(arch, ckpt_dirs):
         assert proc.chat_template == tok.chat_template == ck.CHAT_TEMPLATES[arch]
         renderers.append(proc)
     eot = ck.END_OF_TURN[arch]
+    # SmolVLM's processor swaps in its built-in template for conversations with a video unless one is
+    # passed (the backend always passes the checkpoint's).
+    template = {"chat_template": ck.CHAT_TEMPLATES[arch]} if arch == "smolvlm" else {}
     for r in renderers:
         for history in _user_turns(arch):
-            context = r.apply_chat_template(history, tokenize=False, add_generation_prompt=True)
-            assert context != r.apply_chat_template(history, tokenize=False, add_generation_prompt=False)
+            context = r.apply_chat_template(history, tokenize=False, add_generation_prompt=True, **template)
+            if arch != "mistral3":  # Mistral's answer follows [/INST]: no generation prompt
+                assert context != r.apply_chat_template(history, tokenize=False, add_generation_prompt=False, **template)
             for answer in ["B", " B", "grind the beans, then 煮 water.", ""]:
                 for content in (answer, [{"type": "text", "text": answer}]):
-                    full = r.apply_chat_template(history + [{"role": "assistant", "content": content}], tokenize=False)
+                    full = r.apply_chat_template(history + [{"role": "assistant", "content": content}], tokenize=False,
+                                                 **template)
                     assert full == context + answer + eot
             # Token level: the context's ids are a prefix of the full conversation's ids.
-            full = r.apply_chat_template(history + [{"role": "assistant", "content": "B"}], tokenize=False)
+            full = r.apply_chat_template(history + [{"role": "assistant", "content": "B"}], tokenize=False, **template)
             ctx_ids = tok(context, add_special_tokens=False)["input_ids"]
             full_ids = tok(full, add_special_tokens=False)["input_ids"]
             assert full_ids[: len(ctx_ids)] == ctx_ids
@@ -392,6 +422,15 @@ def test_chat_template_styles(ckpt_dirs):
         "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Q<|im_end|>\n<|im_start|>assistant\n"
     )
     assert rendered["idefics3"] == "<|begin_of_text|>User:<image>Q<end_of_utterance>\nAssistant:"
+    assert rendered["qwen2_5_vl"] == rendered["qwen2_vl"]
+    assert rendered["qwen3_vl"] == (
+        "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Q<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert rendered["internvl"] == "<|im_start|>user\n<IMG_CONTEXT>\nQ<|im_end|>\n<|im_start|>assistant\n"
+    assert rendered["gemma3"] == "<bos><start_of_turn>user\n<start_of_image>Q<end_of_turn>\n<start_of_turn>model\n"
+    assert rendered["smolvlm"] == "<|im_start|>User:<image>Q<end_of_utterance>\nAssistant:"
+    assert rendered["llava_next_video"] == rendered["llava"]
+    assert rendered["mistral3"] == "<s>[INST][IMG]Q[/INST]"
     assert rendered["llama"] == (
         "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nQ<|eot_id|>"
         "<|start_header_id|>assistant<|end_header_id|>\n\n"

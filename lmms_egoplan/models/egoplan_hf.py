@@ -26,7 +26,13 @@ from lmms_egoplan.lmms_eval_compat import on_suite_use
 from lmms_egoplan.metrics import resolve_device
 from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
 from lmms_egoplan.models.likelihood import LikelihoodScorer, scored_sequence, special_token_ids
-from lmms_egoplan.models.visuals import ModelVisuals, VisualLimits, decode_ahead, prepare_visuals
+from lmms_egoplan.models.visuals import (
+    ModelVisuals,
+    UnsupportedVisualError,
+    VisualLimits,
+    decode_ahead,
+    prepare_visuals,
+)
 from lmms_egoplan.settings import coerce_setting
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -99,6 +105,8 @@ class EgoPlanHF(lmms):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.takes_images = getattr(self.processor, "image_processor", None) is not None
         self.video_native = getattr(self.processor, "video_processor", None) is not None
+        self.videos_with_images = not self.video_native or not self.takes_images or not (
+            set(self.processor.video_processor.model_input_names) & set(self.processor.image_processor.model_input_names))
         self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt, chat_template=chat_template)
         self.limits = VisualLimits(max_frames=_arg(max_frames, int, "max_frames"),
                                    image_max_side=_arg(image_max_side, int | None, "image_max_side"),
@@ -251,8 +259,8 @@ class EgoPlanHF(lmms):
         task, split, doc_id, doc_to_visual = key
         raw = doc_to_visual(self.task_dict[task][split][doc_id]) if doc_to_visual is not None else []
         raw = raw if isinstance(raw, (list, tuple)) else [raw]
-        return prepare_visuals(raw, limits=self.limits, video_native=self.video_native,
-                               takes_images=self.takes_images, model_name=self.pretrained)
+        return prepare_visuals(raw, limits=self.limits, video_native=self.video_native, takes_images=self.takes_images,
+                               model_name=self.pretrained, videos_with_images=self.videos_with_images)
 
     def _encode(self, texts: list[str], visuals: Sequence[ModelVisuals], where: str):
         """Processor output for ``texts`` (chat-rendered, so no extra special tokens), on the device.
@@ -266,7 +274,13 @@ class EgoPlanHF(lmms):
         if any(v.images for v in visuals):
             media["images"] = [v.images for v in visuals]
         if any(v.videos for v in visuals):
-            media["videos"] = [video for v in visuals for video in v.videos]
+            if "images" in media and not self.videos_with_images:
+                raise UnsupportedVisualError(
+                    f"{self.pretrained}: {type(self.processor).__name__} cannot take videos and images in one call, "
+                    f"and the batch of {where} holds both; run with --batch_size 1")
+            # The frames were sampled here (max_frames); a processor that samples by fps (Qwen3-VL's)
+            # would keep only a few of them, at a frame rate it cannot know.
+            media.update(videos=[video for v in visuals for video in v.videos], do_sample_frames=False)
         inputs = self.processor(text=texts, return_tensors="pt", padding=True, add_special_tokens=False, **media)
         self._check_length(inputs["input_ids"].shape[1], where)
         inputs = inputs.to(self._device)

@@ -75,8 +75,10 @@ def scored_sequence(tokenizer, rendered: RenderedAnswer, *, end_of_turn_ids: fro
     return ScoredSequence(token_ids, first, stop)
 
 
-def expansion_shift(expanded_ids: Sequence[int], sequence: ScoredSequence, from_index: int, model_name: str) -> int:
-    """How many tokens placeholder expansion added before ``sequence.token_ids[from_index]``.
+def expansion_shift(expanded_ids: Sequence[int], sequence: ScoredSequence, from_index: int, model_name: str,
+                    architecture: str) -> int:
+    """How many tokens placeholder expansion added before ``sequence.token_ids[from_index]``
+    (``architecture``: the model's ``model_type``, for the error).
 
     Checks that the processor's ids end with ``sequence.token_ids[from_index:]`` unchanged.
     """
@@ -84,8 +86,8 @@ def expansion_shift(expanded_ids: Sequence[int], sequence: ScoredSequence, from_
     if shift < 0 or list(expanded_ids[shift + from_index:]) != sequence.token_ids[from_index:]:
         raise PromptAlignmentError(
             f"{model_name}: the processor's token ids of the prompt do not end with the tokenizer's ids of the "
-            f"same text (from token {from_index} on), so the answer tokens cannot be located; the processor "
-            f"changes text outside the visual placeholders"
+            f"same text (from token {from_index} on), so the answer tokens cannot be located; the {architecture} "
+            f"processor changes text outside the visual placeholders, which egoplan_hf cannot score"
         )
     return shift
 
@@ -111,6 +113,7 @@ class LikelihoodScorer:
     def __init__(self, model, model_name: str, continuation_batch_size: int):
         self.model = model
         self.model_name = model_name
+        self.architecture = model.config.model_type
         self.continuation_batch_size = continuation_batch_size
         # Qwen2-VL-style models keep the M-RoPE offset of the last prefill on the module and reuse it
         # for cached continuations; a text-only prefill does not refresh it, so it is cleared first.
@@ -123,7 +126,7 @@ class LikelihoodScorer:
         Only the logits that predict scored tokens are computed (the vocabulary projection of every
         prompt token would cost more than a decoder layer)."""
         ids = inputs["input_ids"][0]
-        shift = expansion_shift(ids.tolist(), sequence, sequence.first, self.model_name)
+        shift = expansion_shift(ids.tolist(), sequence, sequence.first, self.model_name, self.architecture)
         self._clear_position_state()
         first, stop = shift + sequence.first, shift + sequence.stop
         logits = self.model(**inputs, logits_to_keep=len(ids) - first + 1).logits[0]  # from position first - 1 on
@@ -137,7 +140,8 @@ class LikelihoodScorer:
         only after the common prefix, so they need no processor call (no second image preprocessing).
         """
         common = min(len(os.path.commonprefix([s.token_ids for s in sequences])), min(s.first for s in sequences))
-        prefix_length = expansion_shift(inputs["input_ids"][0].tolist(), sequences[0], common, self.model_name) + common
+        prefix_length = expansion_shift(inputs["input_ids"][0].tolist(), sequences[0], common, self.model_name,
+                                        self.architecture) + common
         self._clear_position_state()
         prefill = self.model(**token_aligned(inputs, prefix_length), use_cache=True, logits_to_keep=1)
         last_logits = prefill.logits[0, -1:]  # predicts the first token after the prefix

@@ -55,8 +55,11 @@ class ModelVisuals:
 
 
 def prepare_visuals(visuals: Sequence | None, *, limits: VisualLimits, video_native: bool,
-                    takes_images: bool, model_name: str) -> ModelVisuals:
-    """Turn ``doc_to_visual(doc)`` output into the model's input form (see the module docstring)."""
+                    takes_images: bool, model_name: str, videos_with_images: bool = True) -> ModelVisuals:
+    """Turn ``doc_to_visual(doc)`` output into the model's input form (see the module docstring).
+
+    ``videos_with_images`` False: the processor cannot take videos and images in one prompt (SmolVLM's
+    video output overwrites the images'), so a request holding both gets its videos as frames."""
     prepared = ModelVisuals()
     for item in group_visuals(list(visuals or [])):
         frames = _as_clip(item, limits)
@@ -74,7 +77,20 @@ def prepare_visuals(visuals: Sequence | None, *, limits: VisualLimits, video_nat
         else:
             prepared.parts.extend({"type": "image"} for _ in frames)
             prepared.images.extend(frames)
+    if prepared.videos and prepared.images and not videos_with_images:
+        return _videos_as_frames(prepared)
     return prepared
+
+
+def _videos_as_frames(prepared: ModelVisuals) -> ModelVisuals:
+    """``prepared`` with each video replaced by its frames as images, in place of the video."""
+    images, videos = iter(prepared.images), iter(prepared.videos)
+    flat = ModelVisuals()
+    for part in prepared.parts:
+        frames = next(videos) if part["type"] == "video" else [next(images)]
+        flat.parts.extend({"type": "image"} for _ in frames)
+        flat.images.extend(frames)
+    return flat
 
 
 def _as_clip(item, limits: VisualLimits) -> list[Image.Image] | None:

@@ -31,13 +31,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-ARCHITECTURES: tuple[str, ...] = ("llava", "llava_onevision", "qwen2_vl", "idefics3", "llama")
+ARCHITECTURES: tuple[str, ...] = ("llava", "llava_onevision", "qwen2_vl", "idefics3", "qwen2_5_vl", "qwen3_vl",
+                                   "internvl", "gemma3", "smolvlm", "llava_next_video", "mistral3", "llama")
 
 # Part of the tiny_checkpoint cache key: bump whenever the checkpoint contents change.
-BUILDER_VERSION = "1"
+BUILDER_VERSION = "2"
 
 # Architectures whose processor also accepts ``videos=``.
-VIDEO_ARCHITECTURES: tuple[str, ...] = ("llava_onevision", "qwen2_vl")
+VIDEO_ARCHITECTURES: tuple[str, ...] = ("llava_onevision", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "internvl", "smolvlm",
+                                        "llava_next_video")
 
 # ---------------------------------------------------------------------------------------------
 # Geometry of the default tiny vision towers.  Kept small so that a processor call + forward pass
@@ -57,6 +59,14 @@ _IDEFICS_TILE = 32  # SigLIP-style tower: 32px / patch 4 -> 64 patches, pixel-sh
 _IDEFICS_PATCH = 4
 _IDEFICS_SCALE = 2
 _IDEFICS_LONGEST_EDGE = 2 * _IDEFICS_TILE  # images are split into at most 2x2 tiles + a global view
+_INTERNVL_TILE = 32  # InternViT-style tower: 32px tiles / patch 4, pixel shuffle 0.5 -> 16 tokens per tile
+_INTERNVL_PATCH = 4
+_GEMMA3_IMAGE = 32  # SigLIP tower: 32px / patch 4 -> 8x8 patches, pooled to 4x4 = 16 tokens per image
+_GEMMA3_PATCH = 4
+_GEMMA3_WINDOW = 64  # sliding-window layers' span, in tokens
+_PIXTRAL_LONGEST_EDGE = 32  # Pixtral tower: native aspect ratio, at most 32px / patch 4, 2x2 merge -> 4x4 tokens
+_PIXTRAL_PATCH = 4
+_PIXTRAL_MERGE = 2
 
 _DEFAULT_HIDDEN = 32
 _DEFAULT_LAYERS = 2
@@ -233,7 +243,43 @@ _SPECIALS: dict[str, dict[str, Any]] = {
         "extra": {"image_token": "<image>"},
         "stop": ["<end_of_utterance>", "<|end_of_text|>"],
     },
+    "internvl": {  # InternVL3-hf: a Qwen2.5 tokenizer with <img>...</img> around <IMG_CONTEXT> tokens
+        "special": ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<img>", "</img>", "<IMG_CONTEXT>", "<video>"],
+        "named": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+        "extra": {"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
+                  "video_token": "<video>"},
+        "stop": ["<|im_end|>", "<|endoftext|>"],
+    },
+    "gemma3": {  # the template renders <start_of_image>; the processor expands it around <image_soft_token>s
+        "special": ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>",
+                    "<end_of_image>", "<image_soft_token>"],
+        "named": {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"},
+        "extra": {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"},
+        "stop": ["<end_of_turn>", "<eos>"],
+    },
+    "smolvlm": {  # SmolVLM2: Idefics3's image tokens, plus <video>; <|im_start|> is the BOS
+        "special": ["<|im_start|>", "<|im_end|>", "<end_of_utterance>", "<fake_token_around_image>", "<image>",
+                    "<global-img>", "<video>", *_IDEFICS_ROW_COL],
+        "named": {"bos_token": "<|im_start|>", "eos_token": "<end_of_utterance>", "pad_token": "<|im_end|>"},
+        "extra": {"image_token": "<image>", "video_token": "<video>"},
+        "stop": ["<end_of_utterance>"],
+    },
+    "llava_next_video": {
+        "special": ["<unk>", "<s>", "</s>", "<pad>", "<image>", "<video>"],
+        "named": {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"},
+        "extra": {"image_token": "<image>", "video_token": "<video>"},
+        "stop": ["</s>"],
+    },
+    "mistral3": {  # Mistral-Small-3.1: Pixtral's [IMG] / [IMG_BREAK] / [IMG_END] image tokens
+        "special": ["<unk>", "<s>", "</s>", "<pad>", "[INST]", "[/INST]", "[IMG]", "[IMG_BREAK]", "[IMG_END]",
+                    "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"],
+        "named": {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"},
+        "extra": {"image_token": "[IMG]"},
+        "stop": ["</s>"],
+    },
 }
+# Qwen2.5-VL and Qwen3-VL keep Qwen2-VL's vision tokens.
+_SPECIALS["qwen2_5_vl"] = _SPECIALS["qwen3_vl"] = _SPECIALS["qwen2_vl"]
 
 # ---------------------------------------------------------------------------------------------
 # Chat templates.  Each mimics the real model's prompt format but is written so that
@@ -261,18 +307,24 @@ _RENDER_MACRO = (
 # NOTE: HF renders templates with trim_blocks/lstrip_blocks and we use "{%-"/"-%}" freely, so every
 # literal that contains whitespace is emitted through a string expression ({{ '...' }}).
 
-# Plain LLaVA-1.5 (vicuna style): "<s>USER: <image>\nQ ASSISTANT:A</s>".
-_LLAVA_TEMPLATE = (
-    _RENDER_MACRO + "{{ bos_token }}"
-    "{%- for message in messages -%}"
-    "{%- if message['role'] == 'system' -%}{{ render_content(message['content'], '', none) + ' ' }}"
-    "{%- elif message['role'] == 'user' -%}"
-    "{{ 'USER: ' + render_content(message['content'], '<image>\\n', none) + ' ' }}"
-    "{%- else -%}{{ 'ASSISTANT:' + render_content(message['content'], '', none) + eos_token }}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ 'ASSISTANT:' }}{%- endif -%}"
-)
+
+def _vicuna_template(video_str: str) -> str:
+    """LLaVA-1.5 / LLaVA-NeXT-Video (vicuna style): "<s>USER: <image>\\nQ ASSISTANT:A</s>";
+    ``video_str``: the Jinja expression a video renders as (``none``: videos are refused)."""
+    return (
+        _RENDER_MACRO + "{{ bos_token }}"
+        "{%- for message in messages -%}"
+        "{%- if message['role'] == 'system' -%}{{ render_content(message['content'], '', none) + ' ' }}"
+        "{%- elif message['role'] == 'user' -%}"
+        "{{ 'USER: ' + render_content(message['content'], '<image>\\n', " + video_str + ") + ' ' }}"
+        "{%- else -%}{{ 'ASSISTANT:' + render_content(message['content'], '', none) + eos_token }}"
+        "{%- endif -%}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{ 'ASSISTANT:' }}{%- endif -%}"
+    )
+
+
+_LLAVA_TEMPLATE = _vicuna_template("none")
 
 # LLaVA-OneVision (Qwen2 LM, ChatML): "<|im_start|>user\n<image>\nQ<|im_end|>\n<|im_start|>assistant\n".
 _LLAVA_OV_TEMPLATE = (
@@ -309,6 +361,68 @@ _IDEFICS3_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{ 'Assistant:' }}{%- endif -%}"
 )
 
+# Qwen3-VL-Instruct: ChatML, no default system prompt; each frame of a video gets its own
+# vision_start/end pair from the processor (with its timestamp).
+_QWEN3_VL_TEMPLATE = (
+    _RENDER_MACRO + "{%- for message in messages -%}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{{ render_content(message['content'], '<|vision_start|><|image_pad|><|vision_end|>', "
+    "'<|vision_start|><|video_pad|><|vision_end|>') + '<|im_end|>\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
+)
+
+# InternVL3-hf: ChatML (its long default system prompt left out), "<IMG_CONTEXT>\n" per image.
+_INTERNVL_TEMPLATE = (
+    _RENDER_MACRO + "{%- for message in messages -%}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{{ render_content(message['content'], '<IMG_CONTEXT>\\n', '<video>\\n') + '<|im_end|>\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
+)
+
+# Gemma 3: the system prompt opens the first user turn, the assistant's role is "model".
+_GEMMA3_TEMPLATE = (
+    _RENDER_MACRO + "{{ bos_token }}"
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- set first_user_prefix = render_content(messages[0]['content'], '', none) + '\\n\\n' -%}"
+    "{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}{%- set first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}"
+    "{%- for message in loop_messages -%}"
+    "{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else message['role']) + '\\n' }}"
+    "{{ (first_user_prefix if loop.first else '') + render_content(message['content'], '<start_of_image>', none) }}"
+    "{{ '<end_of_turn>\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\\n' }}{%- endif -%}"
+)
+
+# SmolVLM2: Idefics3's "User:<image>Q<end_of_utterance>" turns after <|im_start|>, "<video>" per video.
+_SMOLVLM_TEMPLATE = (
+    _RENDER_MACRO + "{{ bos_token }}"
+    "{%- for message in messages -%}"
+    "{{ (message['role'] | capitalize) + ':' }}"
+    "{%- if message['role'] != 'assistant' and (message['content'] is string or "
+    "(message['content'] | length > 0 and message['content'][0]['type'] == 'text')) -%}{{ ' ' }}{%- endif -%}"
+    "{{ render_content(message['content'], '<image>', '<video>') + '<end_of_utterance>\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ 'Assistant:' }}{%- endif -%}"
+)
+
+_LLAVA_NEXT_VIDEO_TEMPLATE = _vicuna_template("'<video>\\n'")
+
+# Mistral-Small-3.1: "<s>[SYSTEM_PROMPT]S[/SYSTEM_PROMPT][INST][IMG]Q[/INST]A</s>" (its long default
+# system prompt left out); like the real one, it has no generation prompt: the answer follows [/INST].
+_MISTRAL3_TEMPLATE = (
+    _RENDER_MACRO + "{{ bos_token }}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'system' -%}"
+    "{{ '[SYSTEM_PROMPT]' + render_content(message['content'], '', none) + '[/SYSTEM_PROMPT]' }}"
+    "{%- elif message['role'] == 'user' -%}{{ '[INST]' + render_content(message['content'], '[IMG]', none) + '[/INST]' }}"
+    "{%- else -%}{{ render_content(message['content'], '', none) + eos_token }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+)
+
 # Llama-3 instruct style, text only (used as an offline LLM judge).
 _LLAMA_TEMPLATE = (
     _RENDER_MACRO + "{{ bos_token }}"
@@ -324,6 +438,13 @@ CHAT_TEMPLATES: dict[str, str] = {
     "llava_onevision": _LLAVA_OV_TEMPLATE,
     "qwen2_vl": _QWEN2_VL_TEMPLATE,
     "idefics3": _IDEFICS3_TEMPLATE,
+    "qwen2_5_vl": _QWEN2_VL_TEMPLATE,  # Qwen2.5-VL publishes Qwen2-VL's template
+    "qwen3_vl": _QWEN3_VL_TEMPLATE,
+    "internvl": _INTERNVL_TEMPLATE,
+    "gemma3": _GEMMA3_TEMPLATE,
+    "smolvlm": _SMOLVLM_TEMPLATE,
+    "llava_next_video": _LLAVA_NEXT_VIDEO_TEMPLATE,
+    "mistral3": _MISTRAL3_TEMPLATE,
     "llama": _LLAMA_TEMPLATE,
 }
 
@@ -333,6 +454,13 @@ END_OF_TURN: dict[str, str] = {
     "llava_onevision": "<|im_end|>\n",
     "qwen2_vl": "<|im_end|>\n",
     "idefics3": "<end_of_utterance>\n",
+    "qwen2_5_vl": "<|im_end|>\n",
+    "qwen3_vl": "<|im_end|>\n",
+    "internvl": "<|im_end|>\n",
+    "gemma3": "<end_of_turn>\n",
+    "smolvlm": "<end_of_utterance>\n",
+    "llava_next_video": "</s>",
+    "mistral3": "</s>",
     "llama": "<|eot_id|>",
 }
 
@@ -480,50 +608,80 @@ def _build_llava_onevision(tok, hidden, layers, v_hidden, v_layers):
     return LlavaOnevisionForConditionalGeneration, config, processor
 
 
-def _build_qwen2_vl(tok, hidden, layers, v_hidden, v_layers):
-    from transformers import (
-        Qwen2VLConfig,
-        Qwen2VLForConditionalGeneration,
-        Qwen2VLImageProcessor,
-        Qwen2VLProcessor,
-        Qwen2VLVideoProcessor,
-    )
-
+def _mrope_text_kwargs(tok, hidden: int, layers: int, rope_theta: float, **rope: Any) -> dict[str, Any]:
+    """Text config of a Qwen-VL language model: M-RoPE splits the rotary half-dim into (temporal,
+    height, width) sections, which must sum to half the head dim."""
     text = _text_kwargs(tok, hidden, layers)
     heads, _ = _heads(hidden)
     half = (hidden // heads) // 2
-    # M-RoPE splits the rotary half-dim into (temporal, height, width) sections; must sum to half.
     mrope = [half - 2 * (half // 4), half // 4, half // 4]
-    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": mrope}
-    config = Qwen2VLConfig(
-        text_config=text,
-        vision_config={
-            "depth": v_layers,
-            "embed_dim": v_hidden,
-            "hidden_size": hidden,  # merger output dim == LM hidden size
-            "mlp_ratio": 2,
-            "num_heads": 4,
-            "patch_size": _QWEN_PATCH,
-            "spatial_merge_size": _QWEN_MERGE,
-            "temporal_patch_size": _QWEN_TEMPORAL,
-        },
-        image_token_id=tok.convert_tokens_to_ids("<|image_pad|>"),
-        video_token_id=tok.convert_tokens_to_ids("<|video_pad|>"),
-        vision_start_token_id=tok.convert_tokens_to_ids("<|vision_start|>"),
-        vision_end_token_id=tok.convert_tokens_to_ids("<|vision_end|>"),
-    )
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": rope_theta, "mrope_section": mrope, **rope}
+    return text
+
+
+def _qwen_vl_parts(tok, arch: str, processor_cls, video_processor_cls, vision: dict[str, Any]):
+    """What the Qwen-VL generations share: vision token ids, patch geometry, processors."""
+    token_ids = {f"{name}_token_id": tok.convert_tokens_to_ids(f"<|{token}|>") for name, token in
+                 (("image", "image_pad"), ("video", "video_pad"), ("vision_start", "vision_start"),
+                  ("vision_end", "vision_end"))}
+    vision = {**vision, "patch_size": _QWEN_PATCH, "spatial_merge_size": _QWEN_MERGE, "temporal_patch_size": _QWEN_TEMPORAL}
     geometry = {"patch_size": _QWEN_PATCH, "merge_size": _QWEN_MERGE, "temporal_patch_size": _QWEN_TEMPORAL}
     size = {"shortest_edge": _QWEN_MIN_PIXELS, "longest_edge": _QWEN_MAX_PIXELS}
+    from transformers import Qwen2VLImageProcessor
+
     image_processor = Qwen2VLImageProcessor(size=size, **geometry)
     # cap_pixels_per_frame=True: reference (qwen-vl-utils) behaviour, and silences a FutureWarning.
-    video_processor = Qwen2VLVideoProcessor(size=size, cap_pixels_per_frame=True, min_frames=2, **geometry)
-    processor = Qwen2VLProcessor(
-        image_processor=image_processor,
-        tokenizer=tok,
-        video_processor=video_processor,
-        chat_template=CHAT_TEMPLATES["qwen2_vl"],
-    )
+    video_processor = video_processor_cls(size=size, cap_pixels_per_frame=True, min_frames=2, **geometry)
+    processor = processor_cls(image_processor=image_processor, tokenizer=tok, video_processor=video_processor,
+                              chat_template=CHAT_TEMPLATES[arch])
+    return token_ids, vision, processor
+
+
+def _build_qwen2_vl(tok, hidden, layers, v_hidden, v_layers):
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor, Qwen2VLVideoProcessor
+
+    token_ids, vision, processor = _qwen_vl_parts(
+        tok, "qwen2_vl", Qwen2VLProcessor, Qwen2VLVideoProcessor,
+        {"depth": v_layers, "embed_dim": v_hidden, "hidden_size": hidden,  # merger output dim == LM hidden size
+         "mlp_ratio": 2, "num_heads": 4})
+    config = Qwen2VLConfig(text_config=_mrope_text_kwargs(tok, hidden, layers, 1_000_000.0), vision_config=vision,
+                           **token_ids)
     return Qwen2VLForConditionalGeneration, config, processor
+
+
+def _build_qwen2_5_vl(tok, hidden, layers, v_hidden, v_layers):
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2_5_VLProcessor,
+        Qwen2VLVideoProcessor,
+    )
+
+    token_ids, vision, processor = _qwen_vl_parts(
+        tok, "qwen2_5_vl", Qwen2_5_VLProcessor, Qwen2VLVideoProcessor,
+        # Windowed attention over 2x2 merged tokens in every block but the last, as the real model
+        # keeps every 8th block global.
+        {"depth": v_layers, "hidden_size": v_hidden, "intermediate_size": 2 * v_hidden, "num_heads": 4,
+         "out_hidden_size": hidden, "window_size": 2 * _QWEN_PATCH * _QWEN_MERGE, "fullatt_block_indexes": [v_layers - 1],
+         "tokens_per_second": 2})
+    config = Qwen2_5_VLConfig(text_config=_mrope_text_kwargs(tok, hidden, layers, 1_000_000.0), vision_config=vision,
+                              **token_ids)
+    return Qwen2_5_VLForConditionalGeneration, config, processor
+
+
+def _build_qwen3_vl(tok, hidden, layers, v_hidden, v_layers):
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    token_ids, vision, processor = _qwen_vl_parts(
+        tok, "qwen3_vl", Qwen3VLProcessor, Qwen3VLVideoProcessor,
+        # Learned position embeddings on an 8x8 grid (interpolated to each image's); the first
+        # block's features are also added to the first LM layers ("deepstack").
+        {"depth": v_layers, "hidden_size": v_hidden, "intermediate_size": 2 * v_hidden, "num_heads": 4,
+         "out_hidden_size": hidden, "num_position_embeddings": 64, "deepstack_visual_indexes": [0]})
+    text = _mrope_text_kwargs(tok, hidden, layers, 5_000_000.0, mrope_interleaved=True)
+    text["head_dim"] = hidden // _heads(hidden)[0]
+    config = Qwen3VLConfig(text_config=text, vision_config=vision, **token_ids)
+    return Qwen3VLForConditionalGeneration, config, processor
 
 
 def _build_idefics3(tok, hidden, layers, v_hidden, v_layers):
@@ -551,6 +709,140 @@ def _build_idefics3(tok, hidden, layers, v_hidden, v_layers):
     return Idefics3ForConditionalGeneration, config, processor
 
 
+def _build_internvl(tok, hidden, layers, v_hidden, v_layers):
+    from transformers import (
+        GotOcr2ImageProcessor,
+        InternVLConfig,
+        InternVLForConditionalGeneration,
+        InternVLProcessor,
+        InternVLVideoProcessor,
+    )
+
+    # 32px tiles / patch 4 = 8x8 patches, pixel-shuffled (downsample 0.5) to 16 tokens per tile.
+    image_seq_length = (_INTERNVL_TILE // _INTERNVL_PATCH) ** 2 // 4
+    config = InternVLConfig(
+        vision_config=_vision_tower(v_hidden, v_layers, [_INTERNVL_TILE] * 2, [_INTERNVL_PATCH] * 2),
+        text_config={"model_type": "qwen2", **_text_kwargs(tok, hidden, layers)},
+        image_token_id=tok.convert_tokens_to_ids("<IMG_CONTEXT>"),
+        image_seq_length=image_seq_length,
+        downsample_ratio=0.5,
+    )
+    size = {"height": _INTERNVL_TILE, "width": _INTERNVL_TILE}
+    # Like InternVL3: an image is cut into tiles of its aspect ratio (here at most 2) plus a thumbnail.
+    image_processor = GotOcr2ImageProcessor(size=size, crop_to_patches=True, min_patches=1, max_patches=2)
+    processor = InternVLProcessor(image_processor=image_processor, tokenizer=tok,
+                                  video_processor=InternVLVideoProcessor(size=size),
+                                  image_seq_length=image_seq_length, chat_template=CHAT_TEMPLATES["internvl"])
+    return InternVLForConditionalGeneration, config, processor
+
+
+def _build_gemma3(tok, hidden, layers, v_hidden, v_layers):
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessor, Gemma3Processor
+
+    text = _text_kwargs(tok, hidden, layers)
+    head_dim = hidden // _heads(hidden)[0]
+    # Local (sliding-window) layers before a global one, as in Gemma 3's 5:1 pattern; the window is
+    # shorter than a prompt with a few images, so cached continuations cross it.
+    text.update(model_type="gemma3_text", head_dim=head_dim, query_pre_attn_scalar=head_dim,
+                sliding_window=_GEMMA3_WINDOW, layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"])
+    image_tokens = (_GEMMA3_IMAGE // _GEMMA3_PATCH) ** 2 // 4  # average-pooled 2x2
+    config = Gemma3Config(
+        vision_config=_vision_tower(v_hidden, v_layers, _GEMMA3_IMAGE, _GEMMA3_PATCH, model_type="siglip_vision_model",
+                                    vision_use_head=False),
+        text_config=text,
+        mm_tokens_per_image=image_tokens,
+        boi_token_index=tok.convert_tokens_to_ids("<start_of_image>"),
+        eoi_token_index=tok.convert_tokens_to_ids("<end_of_image>"),
+        image_token_index=tok.convert_tokens_to_ids("<image_soft_token>"),
+    )
+    image_processor = Gemma3ImageProcessor(size={"height": _GEMMA3_IMAGE, "width": _GEMMA3_IMAGE})
+    processor = Gemma3Processor(image_processor=image_processor, tokenizer=tok, image_seq_length=image_tokens,
+                                chat_template=CHAT_TEMPLATES["gemma3"])
+    return Gemma3ForConditionalGeneration, config, processor
+
+
+def _build_smolvlm(tok, hidden, layers, v_hidden, v_layers):
+    from transformers import (
+        SmolVLMConfig,
+        SmolVLMForConditionalGeneration,
+        SmolVLMImageProcessor,
+        SmolVLMProcessor,
+        SmolVLMVideoProcessor,
+    )
+
+    # Idefics3's geometry: 32px tiles of 16 tokens, at most 2x2 tiles plus a global view; video
+    # frames are single 32px views.
+    image_seq_len = (_IDEFICS_TILE // _IDEFICS_PATCH) ** 2 // _IDEFICS_SCALE**2
+    config = SmolVLMConfig(
+        vision_config=_vision_tower(v_hidden, v_layers, _IDEFICS_TILE, _IDEFICS_PATCH),
+        text_config={"model_type": "llama", **_text_kwargs(tok, hidden, layers)},
+        image_token_id=tok.convert_tokens_to_ids("<image>"),
+        scale_factor=_IDEFICS_SCALE,
+        pad_token_id=tok.pad_token_id,
+    )
+    tile = {"longest_edge": _IDEFICS_TILE}
+    image_processor = SmolVLMImageProcessor(size={"longest_edge": _IDEFICS_LONGEST_EDGE}, max_image_size=tile,
+                                            do_image_splitting=True)
+    video_processor = SmolVLMVideoProcessor(size=tile, max_image_size=tile)
+    processor = SmolVLMProcessor(image_processor=image_processor, tokenizer=tok, video_processor=video_processor,
+                                 image_seq_len=image_seq_len, chat_template=CHAT_TEMPLATES["smolvlm"])
+    return SmolVLMForConditionalGeneration, config, processor
+
+
+def _build_llava_next_video(tok, hidden, layers, v_hidden, v_layers):
+    from transformers import (
+        LlavaNextImageProcessor,
+        LlavaNextVideoConfig,
+        LlavaNextVideoForConditionalGeneration,
+        LlavaNextVideoProcessor,
+        LlavaNextVideoVideoProcessor,
+    )
+
+    patches = (_LLAVA_IMAGE // _LLAVA_PATCH) ** 2
+    config = LlavaNextVideoConfig(
+        vision_config=_vision_tower(v_hidden, v_layers, _LLAVA_IMAGE, _LLAVA_PATCH, model_type="clip_vision_model",
+                                    projection_dim=v_hidden),
+        text_config={"model_type": "llama", **_text_kwargs(tok, hidden, layers)},
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+        video_token_index=tok.convert_tokens_to_ids("<video>"),
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-2,
+        image_grid_pinpoints=_OV_PINPOINTS,  # anyres: a base view plus up to 2x2 crops
+        spatial_pool_stride=2,  # a video frame's 4x4 patches are pooled to 2x2 tokens
+        image_seq_length=patches,
+        video_seq_length=patches // 4,
+    )
+    size, crop = {"shortest_edge": _LLAVA_IMAGE}, {"height": _LLAVA_IMAGE, "width": _LLAVA_IMAGE}
+    processor = LlavaNextVideoProcessor(
+        video_processor=LlavaNextVideoVideoProcessor(size=size, crop_size=crop),
+        image_processor=LlavaNextImageProcessor(size=size, crop_size=crop, image_grid_pinpoints=_OV_PINPOINTS),
+        tokenizer=tok,
+        patch_size=_LLAVA_PATCH,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,  # CLIP's CLS token
+        chat_template=CHAT_TEMPLATES["llava_next_video"],
+    )
+    return LlavaNextVideoForConditionalGeneration, config, processor
+
+
+def _build_mistral3(tok, hidden, layers, v_hidden, v_layers):
+    from transformers import Mistral3Config, Mistral3ForConditionalGeneration, PixtralImageProcessor, PixtralProcessor
+
+    config = Mistral3Config(
+        vision_config=_vision_tower(v_hidden, v_layers, _PIXTRAL_LONGEST_EDGE, _PIXTRAL_PATCH, model_type="pixtral",
+                                    head_dim=v_hidden // 4),
+        text_config={"model_type": "mistral", **_text_kwargs(tok, hidden, layers)},
+        image_token_index=tok.convert_tokens_to_ids("[IMG]"),
+        spatial_merge_size=_PIXTRAL_MERGE,
+    )
+    # Pixtral keeps each image's aspect ratio: one [IMG] per 8x8 pixels (2x2 merged patches), an
+    # [IMG_BREAK] after each row and [IMG_END] last.
+    image_processor = PixtralImageProcessor(size={"longest_edge": _PIXTRAL_LONGEST_EDGE}, patch_size=_PIXTRAL_PATCH)
+    processor = PixtralProcessor(image_processor=image_processor, tokenizer=tok, patch_size=_PIXTRAL_PATCH,
+                                 spatial_merge_size=_PIXTRAL_MERGE, chat_template=CHAT_TEMPLATES["mistral3"])
+    return Mistral3ForConditionalGeneration, config, processor
+
+
 def _build_llama(tok, hidden, layers, v_hidden, v_layers):
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -562,6 +854,13 @@ _BUILDERS = {
     "llava_onevision": _build_llava_onevision,
     "qwen2_vl": _build_qwen2_vl,
     "idefics3": _build_idefics3,
+    "qwen2_5_vl": _build_qwen2_5_vl,
+    "qwen3_vl": _build_qwen3_vl,
+    "internvl": _build_internvl,
+    "gemma3": _build_gemma3,
+    "smolvlm": _build_smolvlm,
+    "llava_next_video": _build_llava_next_video,
+    "mistral3": _build_mistral3,
     "llama": _build_llama,
 }
 
