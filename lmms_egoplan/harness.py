@@ -36,6 +36,20 @@ LM_EVAL_CONFIG_SOURCE = "config_source"
 _GENERATIVE_OUTPUT_TYPES = ("generate_until", "generate_until_multi_round", "generate_until_agentic")
 
 
+def benchmark_dataset(task: Any) -> tuple[str, Any]:
+    """A suite task's documents (``task.load_docs()``) as the harness's ``datasets.DatasetDict``, under
+    the split its YAML names; shared by the lmms-eval and the lm-eval task classes."""
+    import datasets
+
+    split = task.config.test_split or task.config.validation_split
+    if split is None:
+        raise ValueError(f"task {task.config.task}: set test_split (or validation_split) in its YAML")
+    docs = list(task.load_docs())
+    if not docs:
+        raise ValueError(f"task {task.config.task}: the benchmark loader returned no samples")
+    return split, datasets.DatasetDict({split: datasets.Dataset.from_list(docs)})
+
+
 class BenchmarkTask(ConfigurableMessagesTask):
     """An lmms-eval task whose documents come from a benchmark loader.
 
@@ -124,15 +138,7 @@ class BenchmarkTask(ConfigurableMessagesTask):
         raise NotImplementedError
 
     def download(self, dataset_kwargs=None) -> None:
-        import datasets
-
-        split = self.config.test_split or self.config.validation_split
-        if split is None:
-            raise ValueError(f"task {self.config.task}: set test_split (or validation_split) in its YAML")
-        docs = list(self.load_docs())
-        if not docs:
-            raise ValueError(f"task {self.config.task}: the benchmark loader returned no samples")
-        self.dataset = datasets.DatasetDict({split: datasets.Dataset.from_list(docs)})
+        split, self.dataset = benchmark_dataset(self)
         if self.config.process_docs is not None:
             self.dataset[split] = self.config.process_docs(self.dataset[split])
         # Docs hold paths, not decoded media, so nothing needs stripping for post-processing.

@@ -21,10 +21,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Mapping
 
-import datasets
 from lm_eval.api.task import ConfigurableTask
 
-from lmms_egoplan.harness import LM_EVAL_CONFIG_SOURCE, bind_context, jsonable_settings
+from lmms_egoplan.harness import LM_EVAL_CONFIG_SOURCE, benchmark_dataset, bind_context, jsonable_settings
 from lmms_egoplan.settings import resolve_settings
 
 
@@ -113,13 +112,7 @@ class LmEvalBenchmarkTask(ConfigurableTask):
         raise NotImplementedError
 
     def download(self, dataset_kwargs=None, **kwargs) -> None:
-        split = self.config.test_split or self.config.validation_split
-        if split is None:
-            raise ValueError(f"task {self.config.task}: set test_split (or validation_split) in its YAML")
-        docs = list(self.load_docs())
-        if not docs:
-            raise ValueError(f"task {self.config.task}: the benchmark loader returned no samples")
-        self.dataset = datasets.DatasetDict({split: datasets.Dataset.from_list(docs)})
+        _, self.dataset = benchmark_dataset(self)
 
     def evaluated_model(self, args: Any) -> str:
         """The evaluated model as lm-eval names it. ``args``: unused (``harness.BenchmarkTask.evaluated_model``)."""
