@@ -343,7 +343,7 @@ def lm_eval_losses(results: Sequence[Sequence]) -> list[float]:
     """The candidate losses of lm-eval's loglikelihood results ``(log-likelihood, is_greedy)``: the
     negated log-likelihood, summed over the candidate's tokens (lm-eval returns no token counts, so
     the text-only baselines rank by the total, not the official mean, loss)."""
-    return [-loss for loss in map(float, (result[0] for result in results))]
+    return [-float(log_likelihood) for log_likelihood, *_ in results]
 
 
 def process_blind_ranking_results(doc: Mapping, results: Sequence[Sequence]) -> dict[str, Any]:

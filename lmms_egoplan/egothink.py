@@ -99,7 +99,6 @@ class EgoThinkScoring:
         return docs
 
 
-
 class EgoThinkTask(EgoThinkScoring, JudgedTask):
     """One EgoThink dimension (YAML ``dataset_name``), judged by an LLM after generation."""
 
