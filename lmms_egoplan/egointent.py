@@ -58,7 +58,7 @@ from lmms_egoplan.judge import (
     register_rubric,
 )
 from lmms_egoplan.judged_task import JudgedTask, judged_score
-from lmms_egoplan.media import VideoFile, as_video_frames
+from lmms_egoplan.media import VideoFile, as_video_frames, frame_times
 from lmms_egoplan.settings import SettingsError, setting, setting_name, value_problems
 
 
@@ -116,10 +116,16 @@ class EgoIntentTask(JudgedTask):
 
 
 def doc_to_visual(doc: dict) -> list:
-    """The clip's frames: tagged as one video clip, or as separate images (``video_input``)."""
+    """The clip's frames: tagged as one video clip, each with its time from the step's start at the
+    video's frame rate (the rate actually sampled reaches the model), or as separate images
+    (``video_input``)."""
+    indices = doc["frame_indices"]
     with VideoFile(doc["video"]) as video:
-        frames = video.frames(doc["frame_indices"], max_side=doc["frame_max_side"])
-    return as_video_frames(frames, clip=f"egointent:{doc['step_id']}") if doc["video_input"] else frames
+        frames = video.frames(indices, max_side=doc["frame_max_side"])
+    if not doc["video_input"]:
+        return frames
+    return as_video_frames(frames, clip=f"egointent:{doc['step_id']}",
+                           times=frame_times(indices, indices[0], doc["video_fps"]))
 
 
 # =============================================================================================

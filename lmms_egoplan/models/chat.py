@@ -1,7 +1,7 @@
 """Prompts rendered with the checkpoint's own chat template, and where an answer sits in them.
 
-A request becomes one user turn: the visuals' placeholders first (in order), then the context
-text. For generation the template's generation prompt follows; for likelihood the candidate
+A request becomes one user turn: the visuals' placeholders (in order), then the context text, or
+the text first where the request asks for it (``request_options.VISUALS_PLACEMENT``). For generation the template's generation prompt follows; for likelihood the candidate
 answer is rendered as the assistant turn, and the answer's characters are located in that
 rendering so that exactly the tokens covering them are scored (whatever the template puts
 around them, and whatever the tokenizer merges across their boundary).
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from lmms_egoplan.records import read_text
+from lmms_egoplan.request_options import AFTER_TEXT, BEFORE_TEXT
 
 
 class ChatTemplateError(ValueError):
@@ -46,11 +47,13 @@ class ChatRenderer:
                 f"pass chat_template=<path to a Jinja template> in --model_args"
             )
 
-    def user_turn(self, visual_parts: Sequence[dict], text: str) -> list[dict]:
+    def user_turn(self, visual_parts: Sequence[dict], text: str, visuals_placement: str = BEFORE_TEXT) -> list[dict]:
         messages = []
         if self.system_prompt:
             messages.append({"role": "system", "content": [{"type": "text", "text": self.system_prompt}]})
-        messages.append({"role": "user", "content": [*visual_parts, {"type": "text", "text": text}]})
+        text_part = [{"type": "text", "text": text}]
+        content = [*text_part, *visual_parts] if visuals_placement == AFTER_TEXT else [*visual_parts, *text_part]
+        messages.append({"role": "user", "content": content})
         return messages
 
     def generation_prompt(self, messages: list[dict]) -> str:
