@@ -206,10 +206,10 @@ class BenchmarkTask(ConfigurableMessagesTask):
         return ConfigurableMessagesTask.construct_requests(self, doc_id, ctx, **kwargs)
 
     def _build_user_turn(self, visuals, text: str) -> list:
-        """A chat backend's user turn: the visuals before or after the text, as the task places them."""
-        placement = request_options.VISUALS_PLACEMENT
-        setting = next((name for name, option in self.REQUEST_OPTION_SETTINGS.items() if option is placement), None)
-        if setting is None or getattr(self.settings, setting) == placement.convention:
+        """A chat backend's user turn: the visuals before or after the text, as the task orders them."""
+        order = request_options.INPUT_ORDER
+        setting = next((name for name, option in self.REQUEST_OPTION_SETTINGS.items() if option is order), None)
+        if setting is None or getattr(self.settings, setting) == order.convention:
             return super()._build_user_turn(visuals, text)
         return [{"role": "user", "content": [{"type": "text", "text": text},
                                              *(self._visual_to_content(v) for v in visuals or [])]}]

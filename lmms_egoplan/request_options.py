@@ -5,7 +5,7 @@ does otherwise sets an option on the requests it builds (``RequestOption.mark``:
 lmms-eval's ``Instance``): EgoPlan-Bench's loss covers the answer and the token closing the
 assistant's turn (``SCORED_SPAN``) and, as its official code computes it, may leave out the tokens
 whose loss is exactly 0 (``LOSS_MEAN``); ActPlan-1K puts the task text before the images
-(``VISUALS_PLACEMENT``). A backend declares the values it honours in its class attribute
+(``INPUT_ORDER``). A backend declares the values it honours in its class attribute
 ``request_options`` (``{option name: values}``). A request without the attribute, and a backend
 without the declaration, follow lmms-eval's convention. (Proposed upstream as a field of
 ``Instance``: docs/upstream.md.)
@@ -59,7 +59,7 @@ NONZERO_LOSS_TOKENS = "nonzero_loss_tokens"  # the summed loss over the tokens w
 LOSS_MEAN = RequestOption("loss_mean", EVERY_SCORED_TOKEN, (EVERY_SCORED_TOKEN, NONZERO_LOSS_TOKENS), binding=True,
                           likelihood_only=True)
 
-BEFORE_TEXT = "before_text"
-AFTER_TEXT = "after_text"
-VISUALS_PLACEMENT = RequestOption("visuals_placement", BEFORE_TEXT, (BEFORE_TEXT, AFTER_TEXT), binding=False,
+VISUALS_FIRST = "visuals_first"
+TEXT_FIRST = "text_first"
+INPUT_ORDER = RequestOption("input_order", VISUALS_FIRST, (VISUALS_FIRST, TEXT_FIRST), binding=False,
                                   likelihood_only=False)

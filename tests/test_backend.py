@@ -20,13 +20,13 @@ from lmms_egoplan.models.egoplan_hf import ContextTooLongError, EgoPlanHF
 from lmms_egoplan.models.likelihood import PromptAlignmentError, scored_sequence, special_token_ids
 from lmms_egoplan.models.visuals import UnsupportedVisualError, VisualLimits, prepare_visuals
 from lmms_egoplan.request_options import (
-    AFTER_TEXT,
     ANSWER,
     ANSWER_AND_END_OF_TURN,
+    INPUT_ORDER,
     LOSS_MEAN,
     NONZERO_LOSS_TOKENS,
     SCORED_SPAN,
-    VISUALS_PLACEMENT,
+    TEXT_FIRST,
 )
 from lmms_egoplan.testing.checkpoints import ARCHITECTURES, END_OF_TURN
 from lmms_egoplan.testing.media import index_image, read_index, write_video
@@ -68,7 +68,7 @@ def egoplan_visuals(doc: dict) -> list:
 def mc_requests(backend: EgoPlanHF, docs: list[dict], choices=CHOICES, doc_to_visual=egoplan_visuals,
                 delimiter: str = " ", span: str | None = None, **options: str) -> list[Instance]:
     """lmms-eval's multiple_choice requests; ``span``: the scored span the task asks for, if any;
-    ``options``: other request options by name (``loss_mean``, ``visuals_placement``)."""
+    ``options``: other request options by name (``loss_mean``, ``input_order``)."""
     backend.task_dict = {TASK: {SPLIT: docs}}
     requests = [Instance(request_type="loglikelihood", idx=i,
                          arguments=(doc["question"], delimiter + choice, doc_to_visual, doc_id, TASK, SPLIT),
@@ -76,7 +76,7 @@ def mc_requests(backend: EgoPlanHF, docs: list[dict], choices=CHOICES, doc_to_vi
                 for doc_id, doc in enumerate(docs) for i, choice in enumerate(choices)]
     if span is not None:
         SCORED_SPAN.mark(requests, span)
-    for option in (LOSS_MEAN, VISUALS_PLACEMENT):
+    for option in (LOSS_MEAN, INPUT_ORDER):
         if option.name in options:
             option.mark(requests, options[option.name])
     return requests
@@ -266,9 +266,9 @@ def test_a_request_asking_for_the_text_first_gets_its_visuals_after_the_text(arc
     model._encode = recording
     try:
         docs = [egoplan_doc(4)]
-        model.loglikelihood(mc_requests(model, docs, visuals_placement=AFTER_TEXT))
+        model.loglikelihood(mc_requests(model, docs, input_order=TEXT_FIRST))
         requests = gen_requests(model, docs, max_new_tokens=1)
-        VISUALS_PLACEMENT.mark(requests, AFTER_TEXT)
+        INPUT_ORDER.mark(requests, TEXT_FIRST)
         model.generate_until(requests)
     finally:
         del model._encode

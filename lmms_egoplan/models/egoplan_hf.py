@@ -33,12 +33,12 @@ from lmms_egoplan.models.visuals import (
     decode_ahead,
     prepare_visuals,
 )
-from lmms_egoplan.request_options import ANSWER_AND_END_OF_TURN, LOSS_MEAN, SCORED_SPAN, VISUALS_PLACEMENT
+from lmms_egoplan.request_options import ANSWER_AND_END_OF_TURN, INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.settings import coerce_setting
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # The request options that shape how a question is scored; its candidates share them.
-_QUESTION_OPTIONS = (SCORED_SPAN, LOSS_MEAN, VISUALS_PLACEMENT)
+_QUESTION_OPTIONS = (SCORED_SPAN, LOSS_MEAN, INPUT_ORDER)
 DEFAULT_MAX_NEW_TOKENS = 256
 # Generation kwargs lmms-eval tasks send that this backend reads; anything else is reported once.
 _GENERATION_KEYS = frozenset({"until", "max_new_tokens", "max_gen_toks", "temperature", "do_sample", "top_p",
@@ -51,7 +51,7 @@ class ContextTooLongError(ValueError):
 
 class EgoPlanHF(lmms):
     is_simple = True
-    request_options = {option.name: option.values for option in (SCORED_SPAN, LOSS_MEAN, VISUALS_PLACEMENT)}
+    request_options = {option.name: option.values for option in (SCORED_SPAN, LOSS_MEAN, INPUT_ORDER)}
 
     def __init__(
         self,
@@ -179,11 +179,11 @@ class EgoPlanHF(lmms):
 
     def _score_question(self, context: str, continuations: Sequence[str], visuals: ModelVisuals, where: str,
                         scored_span: str = SCORED_SPAN.convention, loss_mean: str = LOSS_MEAN.convention,
-                        visuals_placement: str = VISUALS_PLACEMENT.convention) -> list[tuple[float, bool]]:
+                        input_order: str = INPUT_ORDER.convention) -> list[tuple[float, bool]]:
         answers = [c.lstrip() if self.lstrip_continuation else c for c in continuations]
         if not all(answers):
             raise ValueError(f"{self.pretrained}: an empty continuation in {where} has no tokens to score")
-        rendered = self.chat.with_answers(self.chat.user_turn(visuals.parts, context, visuals_placement), answers)
+        rendered = self.chat.with_answers(self.chat.user_turn(visuals.parts, context, input_order), answers)
         end_of_turn_ids = self._special_token_ids if scored_span == ANSWER_AND_END_OF_TURN else None
         sequences = [scored_sequence(self.tokenizer, r, end_of_turn_ids=end_of_turn_ids, model_name=self.pretrained)
                      for r in rendered]
@@ -202,7 +202,7 @@ class EgoPlanHF(lmms):
 
         # Same generation kwargs per batch, longest prompts first (memory errors surface at once); each
         # request's arguments followed by where it places the visuals.
-        collator = Collator([(*r.args, VISUALS_PLACEMENT.of(r)) for r in requests], lambda args: (-len(args[0]), args[0]),
+        collator = Collator([(*r.args, INPUT_ORDER.of(r)) for r in requests], lambda args: (-len(args[0]), args[0]),
                             grouping=True)
         outputs = []
         chunks = list(collator.get_batched(n=self.batch_size))
@@ -213,7 +213,7 @@ class EgoPlanHF(lmms):
                 contexts, generation_kwargs, _, doc_ids, tasks, _, placements = zip(*chunk)
                 visuals = list(itertools.islice(visuals_in_order, len(chunk)))
                 where = f"{tasks[0]} docs {list(doc_ids)}"
-                prompts = [self.chat.generation_prompt(self.chat.user_turn(v.parts, c, VISUALS_PLACEMENT.check(p, where)))
+                prompts = [self.chat.generation_prompt(self.chat.user_turn(v.parts, c, INPUT_ORDER.check(p, where)))
                            for v, c, p in zip(visuals, contexts, placements)]
                 inputs = self._encode(prompts, visuals, where)
                 outputs.extend(self._generate(inputs, dict(generation_kwargs[0] or {}), where))
