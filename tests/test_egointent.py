@@ -293,7 +293,7 @@ def test_judge_ratings_are_integers_0_to_10_after_any_thinking():
 
 def test_missing_fields_score_zero_without_a_judge_call_and_present_ones_are_judged_against_their_reference():
     doc = {"step_id": "s7", "environment": "outdoor", "scenario": "Yard", "local_intent": "steady the ladder",
-           "global_intent": "reach the branch safely", "next_step_plan": "climb the ladder"}
+           "global_intent": "reach the branch safely", "next_step_plan": "climb the ladder", "frames_capped": False}
     values = egointent.process_results(doc, ['{"local_intent": "hold the ladder still"}'])
     parts = values["overall"]["judge_parts"]
     assert parts["global_intent"] == parts["next_step_plan"] == {"fixed_rating": 0.0,
@@ -304,7 +304,7 @@ def test_missing_fields_score_zero_without_a_judge_call_and_present_ones_are_jud
     assert parts["local_intent"]["judge_request_id"] == "s7/local_intent"
     assert values["outdoor"] is values["scenario_yard"] is values["overall"]
     assert values["local_intent"]["judge_parts"].keys() == {"local_intent"}
-    assert (values["incomplete_answers"], values["missing_fields"]) == (1, 2)
+    assert (values["incomplete_answers"], values["missing_fields"], values["capped_samples"]) == (1, 2, 0)
     assert "indoor" not in values
 
 

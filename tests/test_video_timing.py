@@ -195,19 +195,24 @@ TIME_CARRIER = {"qwen2_5_vl": "second_per_grid_ts", "qwen3_vl": "timestamps in t
 
 @pytest.mark.parametrize("arch", VIDEO_ARCHITECTURES)
 def test_time_reaches_exactly_the_architectures_that_read_it(arch, backend):
-    """The same 8 frames shown at two different rates: the processor output differs exactly where the
-    architecture reads time, in the way the docs say; elsewhere it is the same."""
+    """The same 8 frames shown at two different rates, and without times (what every architecture got
+    before): the processor output differs exactly where the architecture reads time, in the way the
+    docs say; elsewhere it is the same, and the same as without times."""
     model = backend(arch)
     frames = [index_image(i, size=(48, 40)) for i in range(8)]
 
-    def encoded(fps: float) -> dict:
-        clip = media.as_video_frames([f.copy() for f in frames], clip="c", times=media.frame_times(range(0, 80, 10), 0, fps))
+    def encoded(fps: float | None) -> dict:
+        times = None if fps is None else media.frame_times(range(0, 80, 10), 0, fps)
+        clip = media.as_video_frames([f.copy() for f in frames], clip="c", times=times)
         visuals = prepare_visuals(clip, limits=VisualLimits(), video_native=True, takes_images=True, model_name=arch)
         return model._encode([model.chat.generation_prompt(model.chat.user_turn(visuals.parts, "Q"))], [visuals], "t")
 
-    slow, fast = encoded(10.0), encoded(50.0)  # one frame per second, or five
-    same = slow.keys() == fast.keys() and all(torch.equal(slow[key], fast[key]) for key in slow)
-    assert same == (TIME_CARRIER[arch] is None)
+    def equal(one: dict, other: dict) -> bool:
+        return one.keys() == other.keys() and all(torch.equal(one[key], other[key]) for key in one)
+
+    slow, fast, untimed = encoded(10.0), encoded(50.0), encoded(None)  # one frame per second, five, unknown
+    assert equal(slow, fast) == (TIME_CARRIER[arch] is None)
+    assert equal(slow, untimed) == (TIME_CARRIER[arch] is None)
     if arch == "qwen2_5_vl":  # seconds per temporal patch of 2 frames
         assert slow["second_per_grid_ts"].tolist() == pytest.approx([2.0]) and fast["second_per_grid_ts"].tolist() == pytest.approx([0.4])
     elif TIME_CARRIER[arch] is not None:
