@@ -94,10 +94,10 @@ def model_times(backend, docs: list[dict], prefetch: int) -> dict[str, float]:
     spent = {"decode": 0.0, "model": 0.0}
 
     def timing(step: str, work):
-        def run(*args):
+        def run(*args, **kwargs):
             started = time.perf_counter()
             try:
-                return work(*args)
+                return work(*args, **kwargs)
             finally:
                 spent[step] += time.perf_counter() - started
         return run

@@ -133,6 +133,33 @@ def test_the_released_sample_115_shows_the_official_frames():
 
 
 @pytest.mark.parametrize("source", ["raw", "clips"])
+def test_each_clip_frame_carries_its_real_time_from_the_first_action(fixture, source):
+    """EPIC-KITCHENS frame numbers count at the video's rate (P01_13 and P02_03: 59.94 fps,
+    EPIC_100_video_info.csv), Ego4D's at 30 fps; a pre-cut clip's frames are timed by its container
+    (the fixture's clips: 30 fps, one frame per source frame from the first action's start)."""
+    epic_rate = 60000 / 1001
+    for doc in load(fixture, visual_source=source).docs:
+        [clip] = [item for item in media.group_visuals(egoplan.doc_to_visual(doc)) if isinstance(item, list)]
+        numbers = doc["clips"][0]
+        rate = 30.0 if source == "clips" or doc["video_source"] == "Ego4D" else epic_rate
+        times = [media.frame_time(frame) for frame in clip]
+        assert [time.seconds for time in times] == pytest.approx([(n - doc["clip_first_frame"]) / rate for n in numbers])
+        assert all(time.source_fps == pytest.approx(rate) for time in times)
+
+
+def test_epic_frame_rates_follow_the_video_info_and_a_setting_overrides_them(fixture):
+    assert egoplan_data.epic_frame_rate("P01_13") == pytest.approx(59.94, abs=0.01)
+    assert egoplan_data.epic_frame_rate("P03_105") == 50.0  # the EPIC-KITCHENS-100 extension
+    assert egoplan_data.epic_frame_rate("P09_07") == pytest.approx(29.97, abs=0.01)
+    assert egoplan_data.epic_frame_rate("P17_02") == pytest.approx(47.95, abs=0.01)
+    assert egoplan_data.epic_frame_rate("P18_09") == 90.0
+    docs = load(fixture, epic_annotation_fps=25).docs
+    assert {doc["frame_rate"] for doc in docs if doc["video_source"] == "EpicKitchens"} == {25.0}
+    assert {doc["frame_rate"] for doc in docs if doc["video_source"] == "Ego4D"} == {30.0}
+    assert {doc["frame_rate"] for doc in load(fixture, visual_source="clips").docs} == {None}
+
+
+@pytest.mark.parametrize("source", ["raw", "clips"])
 def test_uniform_progress_runs_from_the_first_action_to_the_observation_and_never_past_it(fixture, source):
     docs = load(fixture, visual_source=source, num_frames=6, frame_sampling="uniform").docs
     for doc, record in zip(docs, fixture.records()):
