@@ -37,7 +37,7 @@ from lmms_egoplan.request_options import ANSWER_AND_END_OF_TURN, INPUT_ORDER, LO
 from lmms_egoplan.settings import coerce_setting
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# The request options that shape how a question is scored; its candidates share them.
+# The request options this backend honours (``request_options``); a question's candidates share them.
 _QUESTION_OPTIONS = (SCORED_SPAN, LOSS_MEAN, INPUT_ORDER)
 DEFAULT_MAX_NEW_TOKENS = 256
 # Generation kwargs lmms-eval tasks send that this backend reads; anything else is reported once.
@@ -51,7 +51,7 @@ class ContextTooLongError(ValueError):
 
 class EgoPlanHF(lmms):
     is_simple = True
-    request_options = {option.name: option.values for option in (SCORED_SPAN, LOSS_MEAN, INPUT_ORDER)}
+    request_options = {option.name: option.values for option in _QUESTION_OPTIONS}
 
     def __init__(
         self,

@@ -65,7 +65,7 @@ class Video:
 
     def metadata(self) -> dict:
         """The video's ``VideoMetadata`` for a transformers processor, so that each architecture
-        reads the frames' real timing in its own way (docs/backend.md, Architectures).
+        reads the frames' real timing in its own way (docs/backend.md, Time).
 
         ``fps`` is the source's frame rate and ``frames_indices`` each frame's source frame
         number from the start of the footage, so ``frames_indices / fps`` are the frames' times
