@@ -89,15 +89,15 @@ def model_times(backend, docs: list[dict], prefetch: int) -> dict[str, float]:
     from bench_loglikelihood import SPLIT, TASK
     from lmms_eval.api.instance import Instance
 
-    from lmms_egoplan import scored_span
+    from lmms_egoplan.request_options import ANSWER_AND_END_OF_TURN, SCORED_SPAN
 
     spent = {"decode": 0.0, "model": 0.0}
 
     def timing(step: str, work):
-        def run(*args):
+        def run(*args, **kwargs):
             started = time.perf_counter()
             try:
-                return work(*args)
+                return work(*args, **kwargs)
             finally:
                 spent[step] += time.perf_counter() - started
         return run
@@ -105,7 +105,7 @@ def model_times(backend, docs: list[dict], prefetch: int) -> dict[str, float]:
     requests = [Instance(request_type="loglikelihood", idx=i, metadata={"task": TASK, "doc_id": doc_id, "repeats": 1},
                          arguments=(egoplan.doc_to_text(doc), choice, egoplan.doc_to_visual, doc_id, TASK, SPLIT))
                 for doc_id, doc in enumerate(docs) for i, choice in enumerate(egoplan.doc_to_choice(doc))]
-    scored_span.mark_requests(requests, scored_span.ANSWER_AND_END_OF_TURN)
+    SCORED_SPAN.mark(requests, ANSWER_AND_END_OF_TURN)
     backend.task_dict = {TASK: {SPLIT: docs}}
     backend.visual_prefetch = prefetch
     egoplan._visual_memo.clear()

@@ -129,14 +129,15 @@ def egoplan_visuals(doc: dict) -> list[Image.Image]:
 def requests_for(docs: list[dict], span: str) -> list:
     from lmms_eval.api.instance import Instance
 
-    from lmms_egoplan import egoplan, scored_span
+    from lmms_egoplan import egoplan
+    from lmms_egoplan.request_options import SCORED_SPAN
 
     # egoplan_val: the task's prompt builder, candidates appended with target_delimiter "".
     requests = [Instance(request_type="loglikelihood", idx=i,
                          arguments=(egoplan.doc_to_text(doc), choice, egoplan_visuals, doc_id, TASK, SPLIT),
                          metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
                 for doc_id, doc in enumerate(docs) for i, choice in enumerate(egoplan.doc_to_choice(doc))]
-    scored_span.mark_requests(requests, span)
+    SCORED_SPAN.mark(requests, span)
     return requests
 
 
@@ -214,7 +215,7 @@ def main() -> None:
     parameters = sum(p.numel() for p in backend.model.parameters())
     print(f"model: {args.shape} {pretrained} ({parameters / 1e9:.2f}B parameters), device {args.device}, {args.dtype}, "
           f"{torch.get_num_threads()} CPU threads")
-    print(f"prompt: {prompt['input_ids'].shape[1]} tokens ({len(visuals.videos)} video of {len(visuals.videos[0])} frames, "
+    print(f"prompt: {prompt['input_ids'].shape[1]} tokens ({len(visuals.videos)} video of {len(visuals.videos[0].frames)} frames, "
           f"{len(visuals.images)} image(s), {FRAME_SIDE[args.shape]} px); questions per round: {args.questions} "
           f"(4 candidates each, scored span: {args.scored_span}), rounds: {args.rounds} per method")
 

@@ -2,8 +2,9 @@
 
 Protocol (paper §3.1, §5.1): the model gets an activity's natural-language task description
 (which states the allowed actions and the ``action(object)`` form) and the instance's 2-5 scene
-images, ``P* = VLM([T, I1, I2, ...])``, decoded greedily (temperature 0), and writes a plan. The
-text-only variant (§5.5, Table 6) gives the description alone.
+images, in that order, ``P* = VLM([T, I1, I2, ...])`` (Eq. 4; ``input_order``), decoded greedily
+(temperature 0), and writes a plan. The text-only variant (§5.5, Table 6) gives the description
+alone.
 
 Data (the release's layout): one instance per sample folder
 ``annotation/<scene>/<activity>/<problem>/sample_<k>/`` holding the scene images and one or more
@@ -42,6 +43,7 @@ from lmms_egoplan.harness import BenchmarkTask
 from lmms_egoplan.media import load_image
 from lmms_egoplan.metrics import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD, mean_or_nan
 from lmms_egoplan.records import valid_text, write_atomically
+from lmms_egoplan.request_options import INPUT_ORDER, TEXT_FIRST
 from lmms_egoplan.settings import setting
 
 
@@ -59,6 +61,8 @@ class ActPlanSettings:
     bleurt_base: str = ""  # only for a state-dict checkpoint saved by the release's finetune.py
     bleurt_batch_size: int = setting(16, minimum=1)
     scoring_device: str = "auto"  # for the embedding model and the classifier
+    # text_first: the paper's VLM([T, I1, I2, ...]) (Eq. 4); visuals_first: the images, then the description
+    input_order: str = setting(TEXT_FIRST, choices=INPUT_ORDER.values)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,7 +124,13 @@ class ActPlanScoring:
 
 
 class ActPlanTask(ActPlanScoring, BenchmarkTask):
-    """``actplan1k`` and ``actplan1k_text_only`` (lmms-eval)."""
+    """``actplan1k`` (lmms-eval): the description and the images, in the order ``input_order`` sets."""
+
+    REQUEST_OPTION_SETTINGS = {"input_order": INPUT_ORDER}
+
+
+class ActPlanTextOnlyTask(ActPlanScoring, BenchmarkTask):
+    """``actplan1k_text_only`` (lmms-eval): the description alone, so no input order."""
 
 
 class RememberedVerdicts:

@@ -61,6 +61,15 @@ def _egointent_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _frame_cap(text: str) -> int | None:
+    from lmms_egoplan.settings import SettingsError, coerce_setting
+
+    try:
+        return coerce_setting(text, int | None, "--max-frames")
+    except SettingsError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _match_threshold(text: str) -> float:
     from lmms_egoplan.actplan_data import match_threshold_problem
 
@@ -152,7 +161,7 @@ def _egointent_check_arguments(check: argparse.ArgumentParser) -> None:
     check.add_argument("--video-root", type=Path, help="where video paths and video_uids resolve "
                                                        "(default: the annotation file's folder)")
     check.add_argument("--sample-fps", type=float, default=6.0, help="frames sampled per second (default: 6)")
-    check.add_argument("--max-frames", type=int, default=32, help="frame cap per clip (default: 32)")
+    check.add_argument("--max-frames", type=_frame_cap, default=32, help="frame cap per clip, or none (default: 32)")
     check.set_defaults(handler=_egointent_check)
 
 

@@ -6,9 +6,11 @@ The protocol of the paper (sections 3 and 4.1), as this module implements it:
    the step's start to the *truncation time*, set just before the step's key outcome becomes
    visible: no frame at or after the truncation time reaches the model (``clip_frame_indices``).
 2. **Visual input.** Frames are sampled from the clip at 6 FPS (``sample_fps``); a clip with
-   more frames than ``max_frames`` is subsampled uniformly. The frames go to the model as one
-   video where the backend takes videos (open-source models in the paper) or as a sequence of
-   images (``video_input: false``; the paper's protocol for API models).
+   more frames than ``max_frames`` (none: no cap, the paper's rule) is subsampled uniformly, at a
+   lower rate, and counted (``capped_samples``). The frames go to the model as one video, with
+   their times (the rate actually sampled), where the backend takes videos (open-source models in
+   the paper) or as a sequence of images (``video_input: false``; the paper's protocol for API
+   models).
 3. **Prompt.** One prompt for all models; it gives the clip and the step id only (no task or
    event name, no annotation) and asks for three fields: local intent (what the person is
    trying to accomplish now), global intent (why the step is needed) and next-step plan (what
@@ -58,7 +60,7 @@ from lmms_egoplan.judge import (
     register_rubric,
 )
 from lmms_egoplan.judged_task import JudgedTask, judged_score
-from lmms_egoplan.media import VideoFile, as_video_frames
+from lmms_egoplan.media import VideoFile, as_video_frames, frame_times
 from lmms_egoplan.settings import SettingsError, setting, setting_name, value_problems
 
 
@@ -69,7 +71,8 @@ class EgoIntentSettings(JudgeSettings):
     annotations: Optional[Path] = None  # the local annotation file (.json list or .jsonl), required
     video_root: Optional[Path] = None  # where `video` paths and `video_uid`s resolve; default: the file's folder
     sample_fps: float = setting(6.0, above=0)  # frames per second sampled from each clip (the paper: 6)
-    max_frames: int = setting(32, minimum=1)  # cap per clip; longer clips are subsampled uniformly
+    # cap per clip, longer clips subsampled uniformly below sample_fps (counted: capped_samples); none: the paper's rule
+    max_frames: Optional[int] = setting(32, minimum=1)
     video_input: bool = True  # frames as one video (video-capable backends) or as separate images
     frame_max_side: Optional[int] = setting(None, minimum=1)  # downscale frames so that their longer side is at most this
     # The paper's judge is Qwen3, served here by any OpenAI-compatible server (e.g. `vllm serve`).
@@ -116,10 +119,16 @@ class EgoIntentTask(JudgedTask):
 
 
 def doc_to_visual(doc: dict) -> list:
-    """The clip's frames: tagged as one video clip, or as separate images (``video_input``)."""
+    """The clip's frames: tagged as one video clip, each with its time from the step's start at the
+    video's frame rate (the rate actually sampled reaches the model), or as separate images
+    (``video_input``)."""
+    indices = doc["frame_indices"]
     with VideoFile(doc["video"]) as video:
-        frames = video.frames(doc["frame_indices"], max_side=doc["frame_max_side"])
-    return as_video_frames(frames, clip=f"egointent:{doc['step_id']}") if doc["video_input"] else frames
+        frames = video.frames(indices, max_side=doc["frame_max_side"])
+    if not doc["video_input"]:
+        return frames
+    return as_video_frames(frames, clip=f"egointent:{doc['step_id']}",
+                           times=frame_times(indices, indices[0], doc["video_fps"]))
 
 
 # =============================================================================================
@@ -339,6 +348,7 @@ def process_results(doc: dict, results: list) -> dict:
         "failed": step,
         "incomplete_answers": int(missing > 0),
         "missing_fields": missing,
+        "capped_samples": int(doc["frames_capped"]),
     }
 
 
@@ -358,5 +368,11 @@ def incomplete_answers(items: list[int]) -> int:
 
 def missing_fields(items: list[int]) -> int:
     """Fields missing over all answers (each scored 0)."""
+    return sum(items)
+
+
+def capped_samples(items: list[int]) -> int:
+    """Steps whose clip had more frames at ``sample_fps`` than ``max_frames`` allows, so was sampled at a
+    lower rate than the paper's 6 FPS."""
     return sum(items)
 

@@ -210,20 +210,20 @@ def scenario_metric(scenario: str) -> str:
 
 
 def clip_frame_indices(step_start: float, truncation_time: float, fps: float, num_frames: int, *,
-                       sample_fps: float, max_frames: int) -> list[int]:
+                       sample_fps: float, max_frames: int | None) -> list[int]:
     """The frames given to the model for one step, in time order.
 
     They span the clip from the frame on screen at ``step_start`` to the last frame that starts
     strictly before ``truncation_time`` (both included), evenly spaced at no more than
-    ``sample_fps``; a clip that would give more than ``max_frames`` gets ``max_frames`` frames
-    spread uniformly over it.
+    ``sample_fps`` (the paper's rule); a clip that would give more than ``max_frames`` (None: no
+    cap) gets ``max_frames`` frames spread uniformly over it, i.e. a lower rate.
     """
     last = min(last_frame_before(truncation_time, fps), num_frames - 1)
     if last < 0:
         raise ValueError(f"no frame starts before the truncation time {truncation_time:g} s")
     first = min(frame_at(step_start, fps), last)
-    sampled = math.floor((last - first) / fps * sample_fps + 1e-9) + 1
-    return uniform_indices(first, last, min(sampled, last - first + 1, max_frames))
+    sampled = min(math.floor((last - first) / fps * sample_fps + 1e-9) + 1, last - first + 1)
+    return uniform_indices(first, last, sampled if max_frames is None else min(sampled, max_frames))
 
 
 # =============================================================================================
@@ -254,13 +254,15 @@ def step_docs(steps: list[Step], settings) -> list[dict]:
         try:
             indices = clip_frame_indices(step.step_start, step.truncation_time, info.fps, info.num_frames,
                                          sample_fps=settings.sample_fps, max_frames=settings.max_frames)
+            at_sample_fps = clip_frame_indices(step.step_start, step.truncation_time, info.fps, info.num_frames,
+                                               sample_fps=settings.sample_fps, max_frames=None)
         except ValueError as error:
             problems.append(f"step {step.step_id!r}: {error}")
             continue
         docs.append({"step_id": step.step_id, "video": str(step.video), "step_start": step.step_start,
                      "truncation_time": step.truncation_time, "scenario": step.scenario,
                      "environment": step.environment, "event": step.event, **step.references,
-                     "video_fps": info.fps, "frame_indices": indices,
+                     "video_fps": info.fps, "frame_indices": indices, "frames_capped": len(indices) < len(at_sample_fps),
                      "video_input": settings.video_input, "frame_max_side": settings.frame_max_side})
     if problems:
         raise EgoIntentDataError("EgoIntent videos:\n  " + "\n  ".join(problems[:_MAX_LISTED_PROBLEMS]))
@@ -270,10 +272,11 @@ def step_docs(steps: list[Step], settings) -> list[dict]:
 def describe_steps(docs: list[dict], settings) -> str:
     """A summary of loaded steps: counts by environment and scenario, frames per clip."""
     frames = sorted(len(d["frame_indices"]) for d in docs)
-    at_cap = sum(n == settings.max_frames for n in frames)
+    capped = sum(d["frames_capped"] for d in docs)
+    cap = "no frame cap" if settings.max_frames is None else f"{capped} clips capped at {settings.max_frames} frames"
     lines = [(f"{len(docs)} steps in {len({d['video'] for d in docs})} videos; frames per clip at "
               f"{settings.sample_fps:g} FPS: min {frames[0]}, median {frames[len(frames) // 2]}, max {frames[-1]} "
-              f"({at_cap} clips at the cap of {settings.max_frames})")]
+              f"({cap})")]
     environments = Counter(d["environment"] for d in docs)
     lines.append("environment: " + ", ".join(f"{name} {environments[name]}" for name in ENVIRONMENTS))
     scenarios = Counter((d["scenario"], d["environment"]) for d in docs)

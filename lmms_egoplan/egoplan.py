@@ -16,10 +16,11 @@ Protocol (paper sections):
    keyframes, one clip each) then the observation image.
 3. Prompt: the record's own question (what the official evaluation feeds the model), or the
    EgoPlan-IT instruction; configurable through ``lmms_eval_specific_kwargs``.
-4. Scoring (§3.5; official ``preprocess_for_llama_v2``): each candidate's mean token loss given
-   visual input and question, over the answer's tokens and the token that closes the assistant's
-   turn; the prediction is the candidate with the lowest loss. A generative letter-choice variant
-   serves backends without likelihood.
+4. Scoring (§3.5; official ``preprocess_for_llama_v2`` and ``modeling_llama.py``): each candidate's
+   mean token loss given visual input and question, over the answer's tokens and the token that
+   closes the assistant's turn (the official code's mean leaves out tokens whose loss is exactly 0:
+   ``loss_mean``); the prediction is the candidate with the lowest loss. A generative letter-choice
+   variant serves backends without likelihood.
 5. Breakdowns (§4.2, Table 3, Figures 7-8): accuracy per video source (EpicKitchens = in-domain,
    Ego4D = out-of-domain), by task-progress length and by goal-answer similarity (three
    equal-size levels of the split), each with its sample count; every logged sample carries the
@@ -45,7 +46,7 @@ from typing import Any, ClassVar
 from loguru import logger
 from PIL import Image
 
-from lmms_egoplan import media, scored_span
+from lmms_egoplan import media, request_options
 from lmms_egoplan.egoplan_data import (
     CHOICE_LETTERS,
     ENV_PREFIX,
@@ -63,6 +64,7 @@ from lmms_egoplan.egoplan_data import (
 from lmms_egoplan.harness import BenchmarkTask
 from lmms_egoplan.metrics import count, largest
 from lmms_egoplan.records import write_atomically
+from lmms_egoplan.request_options import LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.settings import setting, setting_name
 
 
@@ -78,6 +80,8 @@ class EgoPlanSettings:
     epic_frames_root: str = ""  # <root>/<participant>/rgb_frames/<video_id>/frame_%010d.jpg
     ego4d_videos_root: str = ""  # <root>/<video_id>.mp4
     ego4d_annotation_fps: float = setting(30.0, above=0)  # frame rate EgoPlan's Ego4D frame numbers count in
+    # frame rate EPIC-KITCHENS frame numbers count in; none: each video's own (egoplan_data.epic_frame_rate)
+    epic_annotation_fps: float | None = setting(None, above=0)
     clips_dir: str = ""
     # "official": one clip of num_frames frames, the observation last; "uniform": num_frames over the
     # progress, then the observation as an image; "keyframes": appendix C.1, the last keyframe_segments
@@ -91,8 +95,11 @@ class EgoPlanSettings:
     progress_length_bins: str = "0-4,5-9,10-14,15+"
     similarity_model: str = ""  # sentence-transformers model for goal-answer similarity; "" = all-MiniLM-L6-v2
     # Likelihood tasks: "answer_and_end_of_turn" (the official loss) or "answer" (lmms-eval's convention).
-    scored_tokens: str = setting(scored_span.ANSWER_AND_END_OF_TURN,
-                                 choices=(scored_span.ANSWER_AND_END_OF_TURN, scored_span.ANSWER))
+    scored_tokens: str = setting(request_options.ANSWER_AND_END_OF_TURN,
+                                 choices=(request_options.ANSWER_AND_END_OF_TURN, request_options.ANSWER))
+    # Likelihood tasks: a candidate's loss is the mean over "every_scored_token" (default), or, as the
+    # official code computes it, the summed loss over the "nonzero_loss_tokens" (README, Fidelity).
+    loss_mean: str = setting(request_options.EVERY_SCORED_TOKEN, choices=LOSS_MEAN.values)
 
 
 # =============================================================================================
@@ -140,7 +147,7 @@ class EgoPlanScoring:
 class EgoPlanValidation(EgoPlanScoring, BenchmarkTask):
     """EgoPlan-Val (labelled): accuracy and the paper's breakdowns."""
 
-    SCORED_SPAN_SETTING = "scored_tokens"
+    REQUEST_OPTION_SETTINGS = {"scored_tokens": SCORED_SPAN, "loss_mean": LOSS_MEAN}
 
 
 class EgoPlanTest(EgoPlanValidation):
@@ -173,7 +180,9 @@ def doc_to_visual(doc: Mapping) -> list[Image.Image]:
     By default one clip of 8 frames whose last frame is the observation, as the official
     evaluation shows it. A flat list of PIL images: lmms-eval's own backends take it as a
     sequence of images; the suite's backend regroups the tagged frames into videos
-    (``media.group_visuals``).
+    (``media.group_visuals``) and gives the model each frame's time (``media.FrameTime``: seconds
+    from the first action's start, from the frame numbers and the source's annotation frame rate,
+    or from a pre-cut clip's container).
     """
     key = (doc["media_kind"], doc["media_path"], tuple(map(tuple, doc["clips"])), doc["observation_image"],
            doc["current_observation_frame"], doc["clip_first_frame"], doc["frame_rate"], doc["max_side"])
@@ -181,10 +190,12 @@ def doc_to_visual(doc: Mapping) -> list[Image.Image]:
         if key in _visual_memo:
             _visual_memo.move_to_end(key)
             return list(_visual_memo[key])
-    frames = iter(_distinct_images(_read_frames(doc, doc_frame_numbers(doc))))
+    images, times = _read_frames(doc, doc_frame_numbers(doc))
+    frames, times = iter(_distinct_images(images)), iter(times)
     visuals = []
     for position, clip in enumerate(doc["clips"]):
-        visuals += media.as_video_frames([next(frames) for _ in clip], clip=progress_clip_name(position))
+        visuals += media.as_video_frames([next(frames) for _ in clip], clip=progress_clip_name(position),
+                                         times=[next(times) for _ in clip])
     visuals = (*visuals, *frames)  # the observation image, if any
     with _visual_memo_lock:
         _visual_memo[key] = visuals
@@ -204,12 +215,21 @@ def _distinct_images(images: Sequence[Image.Image]) -> list[Image.Image]:
     return distinct
 
 
-def _read_frames(doc: Mapping, numbers: Sequence[int]) -> list[Image.Image]:
+def _read_frames(doc: Mapping, numbers: Sequence[int]) -> tuple[list[Image.Image], list[media.FrameTime]]:
+    """The frames numbered ``numbers`` and when each was shown, from the first action's start: by
+    its number at the annotation frame rate, or (a pre-cut clip, which starts there) by its place
+    in the clip's container."""
+    start = doc["clip_first_frame"]
     try:
         if doc["media_kind"] == "epic_frames":
-            return media.FrameFolder(doc["media_path"]).frames(numbers, max_side=doc["max_side"])
+            frames = media.FrameFolder(doc["media_path"]).frames(numbers, max_side=doc["max_side"])
+            return frames, media.frame_times(numbers, start, doc["frame_rate"])
         with media.VideoFile(doc["media_path"]) as video:
-            return video.frames(video_indices(doc, video, numbers), max_side=doc["max_side"])
+            indices = video_indices(doc, video, numbers)
+            frames = video.frames(indices, max_side=doc["max_side"])
+            if doc["media_kind"] == "clip":
+                return frames, media.frame_times(indices, 0, video.info.fps)
+            return frames, media.frame_times(numbers, start, doc["frame_rate"])
     except media.MediaError as error:
         setting = setting_name(ENV_PREFIX, MEDIA_KINDS[doc["media_kind"]].setting)
         raise EgoPlanDataError(f"EgoPlan sample {doc['sample_id']}: {error}; check {setting} (a run with --use_cache "

@@ -171,6 +171,31 @@ MEDIA_KINDS = {
 }
 
 
+# EPIC-KITCHENS-100 frame numbers (its rgb_frames files, EgoPlan's EPIC frame numbers) count frames at
+# the video's own rate: EPIC_100_video_info.csv (epic-kitchens/epic-kitchens-100-annotations, commit
+# 6c92b84) lists 50 fps for the extension's videos (PXX_1YY), 59.94 for EPIC-KITCHENS-55's (PXX_YY),
+# except these.
+EPIC_55_FPS = 60000 / 1001
+EPIC_EXTENSION_FPS = 50.0
+EPIC_OTHER_RATES = {**dict.fromkeys(("P09_07", "P09_08", "P10_04", "P18_02"), 30000 / 1001),
+                    **dict.fromkeys(("P17_01", "P17_02", "P17_03", "P17_04"), 48000 / 1001), "P18_09": 90.0}
+
+
+def epic_frame_rate(video_id: str) -> float:
+    """The rate an EPIC-KITCHENS-100 video's frame numbers count in (EPIC_100_video_info.csv)."""
+    if video_id in EPIC_OTHER_RATES:
+        return EPIC_OTHER_RATES[video_id]
+    return EPIC_EXTENSION_FPS if len(video_id.split("_")[-1]) == 3 else EPIC_55_FPS
+
+
+def annotation_frame_rate(kind: str, record: Mapping, settings) -> float | None:
+    """The rate a record's frame numbers count in (seconds = number / rate); None for pre-cut clips,
+    whose frames are timed by their container."""
+    if kind == "epic_frames":
+        return settings.epic_annotation_fps or epic_frame_rate(record["video_id"])
+    return settings.ego4d_annotation_fps if kind == "ego4d_video" else None
+
+
 def record_media(record: Mapping, settings) -> tuple[str, Path]:
     """The kind of a record's media (a key of ``MEDIA_KINDS``) and its path."""
     if settings.visual_source == "clips":
@@ -373,7 +398,7 @@ def _record_media_fields(record: Mapping, settings) -> dict:
         "media_path": str(path),
         **dataclasses.asdict(frame_plan(record, settings)),
         "clip_first_frame": task_start_frame(record),
-        "frame_rate": settings.ego4d_annotation_fps if kind == "ego4d_video" else None,
+        "frame_rate": annotation_frame_rate(kind, record, settings),
         "max_side": settings.max_side,
     }
 

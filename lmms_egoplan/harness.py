@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 from lmms_eval.api.task import ConfigurableMessagesTask, ConfigurableTask
+from loguru import logger
 
-from lmms_egoplan import scored_span
+from lmms_egoplan import request_options
 from lmms_egoplan.errors import InputError
 from lmms_egoplan.lmms_eval_compat import (
     bind_class_task_to_backend,
@@ -64,14 +65,17 @@ class BenchmarkTask(ConfigurableMessagesTask):
     of a run at once) follow the settings and share run state without module globals. Metrics
     whose names come from settings or data, which a YAML cannot list, join with ``add_metric``.
 
-    ``SCORED_SPAN_SETTING``: the setting (if any) that chooses which tokens of a ``loglikelihood``
-    request the backend scores (``lmms_egoplan.scored_span``); the task marks its requests with it
-    and refuses, before any model call, a backend that cannot score that span.
+    ``REQUEST_OPTION_SETTINGS``: the settings that choose what the task asks of the backend beyond
+    lmms-eval's request arguments (``{setting name: lmms_egoplan.request_options.RequestOption}``:
+    which tokens of a candidate are scored, how their losses are averaged, where the visuals go);
+    the task marks its requests with them and, before any model call, refuses a backend that
+    cannot honour a value that changes scores (it warns where the backend places visuals its own
+    way). Chat backends get the visuals where the task places them in its messages.
     """
 
     Settings: ClassVar[type]
     ENV_PREFIX: ClassVar[str]
-    SCORED_SPAN_SETTING: ClassVar[str | None] = None
+    REQUEST_OPTION_SETTINGS: ClassVar[Mapping[str, request_options.RequestOption]] = {}
 
     def __init__(self, config: Mapping[str, Any], **kwargs):
         if LM_EVAL_CONFIG_SOURCE in (config.get("metadata") or {}):
@@ -162,27 +166,36 @@ class BenchmarkTask(ConfigurableMessagesTask):
         force_simple = bool(getattr(cli_args, "force_simple", False))
         self._chat_backend = MODEL_REGISTRY_V2.resolve(model, force_simple=force_simple).model_type == "chat"
         if not self._chat_backend:  # chat backends are refused loglikelihood requests in construct_requests
-            self._check_backend_scores_span(MODEL_REGISTRY_V2.get_model_class(model, force_simple=force_simple), model)
+            self._check_backend_honours_options(MODEL_REGISTRY_V2.get_model_class(model, force_simple=force_simple), model)
 
-    @property
-    def scored_span(self) -> str:
-        return getattr(self.settings, self.SCORED_SPAN_SETTING) if self.SCORED_SPAN_SETTING else scored_span.ANSWER
+    def requested_options(self) -> list[tuple[str, request_options.RequestOption, str]]:
+        """(setting, option, value) of every option the task's requests carry: those whose value is
+        not lmms-eval's convention, for this task's output type."""
+        generative = self.OUTPUT_TYPE in _GENERATIVE_OUTPUT_TYPES
+        chosen = [(name, option, getattr(self.settings, name)) for name, option in self.REQUEST_OPTION_SETTINGS.items()]
+        return [(name, option, value) for name, option, value in chosen
+                if value != option.convention and not (generative and option.likelihood_only)]
 
-    def _check_backend_scores_span(self, model_class: type, model: str) -> None:
-        if self.OUTPUT_TYPE in _GENERATIVE_OUTPUT_TYPES or scored_span.backend_scores(model_class, self.scored_span):
-            return
-        raise SettingsError(
-            f"task {self.config.task} scores the {self.scored_span.replace('_', ' ')} tokens of each candidate "
-            f"(its official evaluation does), which backend {model!r} cannot score; use --model egoplan_hf, or set "
-            f"{setting_name(self.ENV_PREFIX, self.SCORED_SPAN_SETTING)} to {scored_span.ANSWER!r} to score the "
-            f"answer tokens only (lmms-eval's convention)"
-        )
+    def _check_backend_honours_options(self, model_class: type, model: str) -> None:
+        for name, option, value in self.requested_options():
+            if option.honoured_by(model_class, value):
+                continue
+            setting = setting_name(self.ENV_PREFIX, name)
+            if not option.binding:
+                logger.warning(f"task {self.config.task} asks for {option.name} {value!r} ({setting}), which backend "
+                               f"{model!r} does not declare it honours: it follows its own convention")
+                continue
+            raise SettingsError(
+                f"task {self.config.task} asks for {option.name} {value!r} (its official evaluation does), which "
+                f"backend {model!r} cannot honour; use --model egoplan_hf, or set {setting} to "
+                f"{option.convention!r} (lmms-eval's convention)"
+            )
 
     def construct_requests(self, doc_id: int, ctx: str, **kwargs):
         if not self._chat_backend:
             requests = ConfigurableTask.construct_requests(self, doc_id, ctx, **kwargs)
-            if self.OUTPUT_TYPE not in _GENERATIVE_OUTPUT_TYPES and self.scored_span != scored_span.ANSWER:
-                scored_span.mark_requests(requests, self.scored_span)
+            for _, option, value in self.requested_options():
+                option.mark(requests, value)
             return requests
         if self.OUTPUT_TYPE not in _GENERATIVE_OUTPUT_TYPES:
             raise ValueError(
@@ -191,6 +204,15 @@ class BenchmarkTask(ConfigurableMessagesTask):
                 f"backend has a simple implementation, or the task's generative variant"
             )
         return ConfigurableMessagesTask.construct_requests(self, doc_id, ctx, **kwargs)
+
+    def _build_user_turn(self, visuals, text: str) -> list:
+        """A chat backend's user turn: the visuals before or after the text, as the task orders them."""
+        order = request_options.INPUT_ORDER
+        setting = next((name for name, option in self.REQUEST_OPTION_SETTINGS.items() if option is order), None)
+        if setting is None or getattr(self.settings, setting) == order.convention:
+            return super()._build_user_turn(visuals, text)
+        return [{"role": "user", "content": [{"type": "text", "text": text},
+                                             *(self._visual_to_content(v) for v in visuals or [])]}]
 
 
 def bind_context(function: Any, context: Mapping[str, Any]) -> Any:

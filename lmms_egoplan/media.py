@@ -11,7 +11,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from PIL import Image
 
@@ -25,6 +25,24 @@ EPIC_FRAME_TEMPLATE = "frame_{:010d}.jpg"
 # lmms-eval's own backends they are ordinary images in a flat list; this suite's backend
 # regroups them and hands each clip to the model as a video where the architecture has one.
 VIDEO_CLIP_KEY = "lmms_egoplan.video_clip"
+# A clip's frames also carry when each was shown (a ``FrameTime``), so that the suite's backend
+# can give the model the frames' real timing; lmms-eval's own backends ignore it.
+FRAME_TIME_KEY = "lmms_egoplan.frame_time"
+
+
+class FrameTime(NamedTuple):
+    """When a frame of a clip was shown: ``seconds`` from the start of the footage the task shows
+    (EgoPlan: the first action's start; EgoIntent: the step's start; a video file: its first
+    frame), read at ``source_fps``, the frame rate the frame's number counts in."""
+
+    seconds: float
+    source_fps: float
+
+
+def frame_times(numbers: Sequence[int], start: int, fps: float) -> list[FrameTime]:
+    """The times of frames numbered ``numbers`` in a source counting ``fps`` frames per second,
+    from its frame ``start``."""
+    return [FrameTime((number - start) / fps, fps) for number in numbers]
 
 
 class MediaError(FileNotFoundError):
@@ -132,11 +150,22 @@ def last_frame_before(seconds: float, fps: float) -> int:
     return math.ceil((seconds - TIME_TOLERANCE) * fps) - 1
 
 
-def as_video_frames(frames: Sequence[Image.Image], clip: str) -> list[Image.Image]:
-    """Tag ``frames`` (in time order) as one video clip named ``clip``; returns them as a list."""
-    for frame in frames:
+def as_video_frames(frames: Sequence[Image.Image], clip: str,
+                    times: Sequence[FrameTime] | None = None) -> list[Image.Image]:
+    """Tag ``frames`` (in time order) as one video clip named ``clip``, each with its time if
+    ``times`` are given; returns them as a list."""
+    if times is not None and len(times) != len(frames):
+        raise ValueError(f"clip {clip!r}: {len(frames)} frames but {len(times)} times")
+    for position, frame in enumerate(frames):
         frame.info[VIDEO_CLIP_KEY] = clip
+        if times is not None:
+            frame.info[FRAME_TIME_KEY] = FrameTime(*times[position])
     return list(frames)
+
+
+def frame_time(frame: Image.Image) -> FrameTime | None:
+    """The time a clip's frame was tagged with (``as_video_frames``), or None."""
+    return frame.info.get(FRAME_TIME_KEY)
 
 
 def group_visuals(visuals: Sequence) -> list:

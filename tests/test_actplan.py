@@ -138,6 +138,40 @@ def settings(**overrides):
     return ActPlanSettings(**{"data_root": "/data", **overrides})
 
 
+def test_the_description_comes_before_the_images_as_the_paper_orders_them_and_after_them_as_a_setting(release, monkeypatch):
+    """Paper Eq. 4, VLM([T, I1, I2, ...]): egoplan_hf's requests ask for the text first; a chat backend's
+    messages hold it first; a backend that does not say it honours the order is named in a warning.
+    ``input_order: visuals_first`` gives lmms-eval's usual order (no request option)."""
+    from argparse import Namespace
+
+    from lmms_eval.utils import load_yaml_config
+
+    from lmms_egoplan.request_options import INPUT_ORDER, TEXT_FIRST, VISUALS_FIRST
+
+    monkeypatch.setenv("ACTPLAN_DATA_ROOT", str(release))
+    warnings = []
+    monkeypatch.setattr("lmms_egoplan.harness.logger", SimpleNamespace(warning=warnings.append))
+    for order, content in ((TEXT_FIRST, ["text", "image", "image"]), (VISUALS_FIRST, ["image", "image", "text"])):
+        monkeypatch.setenv("ACTPLAN_INPUT_ORDER", order)
+        config = load_yaml_config(str(TASKS_DIR / "actplan" / "actplan1k.yaml"))
+        task = config["class"](config=config)
+        doc = task.eval_docs[0]
+        warned = len(warnings)
+        task._bind_to_backend(Namespace(model="egoplan_hf"))
+        assert len(warnings) == warned
+        request = task.construct_requests(doc_id=0, ctx=actplan.doc_to_text(doc), metadata={
+            "task": "actplan1k", "doc_id": 0, "repeats": 1, "split": "test"})
+        assert INPUT_ORDER.of(request) == order and hasattr(request, INPUT_ORDER.name) == (order == TEXT_FIRST)
+        turn = task._build_user_turn(actplan.doc_to_visual(doc)[:2], doc["description"])
+        assert [part["type"] for part in turn[0]["content"]] == content
+        task._bind_to_backend(Namespace(model="dummy"))
+        assert len(warnings) - warned == (order == TEXT_FIRST)
+    assert "asks for input_order 'text_first' (ACTPLAN_INPUT_ORDER" in warnings[0]
+    assert "'dummy' does not declare it honours" in warnings[0]
+    text_only = load_yaml_config(str(TASKS_DIR / "actplan" / "actplan1k_text_only.yaml"))
+    assert not text_only["class"](config=text_only).requested_options()  # no images, no order
+
+
 @pytest.mark.parametrize("overrides, message", [
     ({"data_root": ""}, r"ACTPLAN_DATA_ROOT \(metadata.data_root\): set it"),
     ({"match_threshold": 1.5}, r"ACTPLAN_MATCH_THRESHOLD \(metadata.match_threshold\): expected a cosine in \(0, 1\]"),

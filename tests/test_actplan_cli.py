@@ -129,7 +129,7 @@ def test_reported_metrics_are_those_of_the_logged_plans(chat_run, docs, matcher,
     assert (config["gold_plan"], config["match_threshold"]) == ("first", 0.8)
 
 
-def test_requests_carry_the_description_and_all_images_or_none(chat_run, docs):
+def test_requests_carry_the_description_then_all_images_or_none(chat_run, docs):
     _, calls = chat_run
     assert len(calls) == 2 * len(docs)
     with_images = {}
@@ -137,6 +137,7 @@ def test_requests_carry_the_description_and_all_images_or_none(chat_run, docs):
         content = [m for m in call.messages if m["role"] == "user"][-1]["content"]
         parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
         urls = [p["image_url"]["url"] for p in parts if p["type"] == "image_url"]
+        assert [p["type"] for p in parts] == ["text"] + ["image_url"] * len(urls)  # the paper's [T, I1, I2, ...]
         shown = [read_index(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))) for url in urls]
         with_images.setdefault(call.text.strip(), []).append(shown)
     for doc in docs:

@@ -14,12 +14,20 @@ import torch
 from lmms_eval.api.instance import Instance
 from loguru import logger
 
-from lmms_egoplan import scored_span
 from lmms_egoplan.media import MediaError, as_video_frames
 from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
 from lmms_egoplan.models.egoplan_hf import ContextTooLongError, EgoPlanHF
 from lmms_egoplan.models.likelihood import PromptAlignmentError, scored_sequence, special_token_ids
 from lmms_egoplan.models.visuals import UnsupportedVisualError, VisualLimits, prepare_visuals
+from lmms_egoplan.request_options import (
+    ANSWER,
+    ANSWER_AND_END_OF_TURN,
+    INPUT_ORDER,
+    LOSS_MEAN,
+    NONZERO_LOSS_TOKENS,
+    SCORED_SPAN,
+    TEXT_FIRST,
+)
 from lmms_egoplan.testing.checkpoints import ARCHITECTURES, END_OF_TURN
 from lmms_egoplan.testing.media import index_image, read_index, write_video
 
@@ -58,15 +66,19 @@ def egoplan_visuals(doc: dict) -> list:
 
 
 def mc_requests(backend: EgoPlanHF, docs: list[dict], choices=CHOICES, doc_to_visual=egoplan_visuals,
-                delimiter: str = " ", span: str | None = None) -> list[Instance]:
-    """lmms-eval's multiple_choice requests; ``span``: the scored span the task asks for, if any."""
+                delimiter: str = " ", span: str | None = None, **options: str) -> list[Instance]:
+    """lmms-eval's multiple_choice requests; ``span``: the scored span the task asks for, if any;
+    ``options``: other request options by name (``loss_mean``, ``input_order``)."""
     backend.task_dict = {TASK: {SPLIT: docs}}
     requests = [Instance(request_type="loglikelihood", idx=i,
                          arguments=(doc["question"], delimiter + choice, doc_to_visual, doc_id, TASK, SPLIT),
                          metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
                 for doc_id, doc in enumerate(docs) for i, choice in enumerate(choices)]
     if span is not None:
-        scored_span.mark_requests(requests, span)
+        SCORED_SPAN.mark(requests, span)
+    for option in (LOSS_MEAN, INPUT_ORDER):
+        if option.name in options:
+            option.mark(requests, options[option.name])
     return requests
 
 
@@ -148,7 +160,7 @@ def test_prefix_shared_scores_equal_a_full_forward_per_candidate(arch, backend):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_the_end_of_turn_span_scores_the_answer_and_the_token_closing_the_turn(arch, backend):
     docs = [egoplan_doc(0), egoplan_doc(1)]
-    span = scored_span.ANSWER_AND_END_OF_TURN
+    span = ANSWER_AND_END_OF_TURN
     shared = backend(arch).loglikelihood(mc_requests(backend(arch), docs, span=span))
     naive_model = backend(arch, prefix_sharing=False)
     naive = naive_model.loglikelihood(mc_requests(naive_model, docs, span=span))
@@ -190,13 +202,13 @@ def test_the_end_of_turn_token_flips_the_ranking_of_a_candidate_and_its_own_pref
         hook = model.model.register_forward_hook(biased, with_kwargs=True)
         try:
             rankings = {}
-            for span in scored_span.SPANS:
+            for span in SCORED_SPAN.values:
                 values = [v for v, _ in model.loglikelihood(mc_requests(model, [egoplan_doc(2)], choices=[short, long],
                                                                         span=span))]
                 rankings[span] = min(range(2), key=values.__getitem__)
         finally:
             hook.remove()
-        assert rankings == {scored_span.ANSWER: 0, scored_span.ANSWER_AND_END_OF_TURN: 1}
+        assert rankings == {ANSWER: 0, ANSWER_AND_END_OF_TURN: 1}
 
 
 def test_a_template_without_a_closing_special_token_cannot_score_the_end_of_turn(backend, tmp_path):
@@ -204,8 +216,67 @@ def test_a_template_without_a_closing_special_token_cannot_score_the_end_of_turn
     template.write_text(SPACED_TEMPLATE.replace("{{ eos_token }}", "{{ '\\n###' }}"))
     model = backend("llava", chat_template=str(template))
     with pytest.raises(ChatTemplateError, match=r"closes the assistant's turn with no special token.*'\\n###'"):
-        model.loglikelihood(mc_requests(model, [egoplan_doc(0)], span=scored_span.ANSWER_AND_END_OF_TURN))
+        model.loglikelihood(mc_requests(model, [egoplan_doc(0)], span=ANSWER_AND_END_OF_TURN))
     assert len(model.loglikelihood(mc_requests(model, [egoplan_doc(0)]))) == 4  # answer-only still works
+
+
+@pytest.mark.parametrize("prefix_sharing", [True, False])
+def test_the_official_loss_mean_leaves_out_a_token_the_model_is_certain_of(prefix_sharing, backend):
+    """A model biased, through its logits, to be certain of the second token of "wash the hands" after
+    its first (a logit 1e4 above the rest: its loss is exactly 0 in float32, as a near-certain token's
+    rounds to 0 under the official fp16 autocast). The official mean divides that candidate's summed
+    loss by one token fewer; every other candidate keeps its value."""
+    model = backend("qwen2_vl", prefix_sharing=prefix_sharing)
+    [rendered] = model.chat.with_answers(model.chat.user_turn([], "Next?"), ["wash the hands"])
+    sequence = scored_sequence(model.tokenizer, rendered)
+    first, second = sequence.token_ids[sequence.first:sequence.first + 2]
+    scored = sequence.stop - sequence.first
+    bias = torch.zeros(len(model.tokenizer))
+    bias[second] = 1e4
+
+    def certain(module, args, kwargs, output):
+        previous = kwargs["input_ids"][:, -output.logits.shape[1]:]
+        output.logits = output.logits + (previous == first)[..., None] * bias.to(output.logits.dtype)
+        return output
+
+    hook = model.model.register_forward_hook(certain, with_kwargs=True)
+    try:
+        docs = [egoplan_doc(3)]
+        every = [v for v, _ in model.loglikelihood(mc_requests(model, docs, doc_to_visual=lambda doc: []))]
+        official = [v for v, _ in model.loglikelihood(mc_requests(model, docs, doc_to_visual=lambda doc: [],
+                                                                  loss_mean=NONZERO_LOSS_TOKENS))]
+    finally:
+        hook.remove()
+    wash = CHOICES.index("wash the hands")
+    assert official[wash] == pytest.approx(every[wash] * scored / (scored - 1), rel=1e-6)
+    assert [v for i, v in enumerate(official) if i != wash] == [v for i, v in enumerate(every) if i != wash]
+
+
+@pytest.mark.parametrize("arch", ["qwen2_vl", "llava"])
+def test_a_request_asking_for_the_text_first_gets_its_visuals_after_the_text(arch, backend):
+    """ActPlan-1K's order, VLM([T, I1, I2, ...]): the text, then the images, in both paths."""
+    model = backend(arch)
+    prompts = []
+    encode = model._encode
+
+    def recording(texts, visuals, where):
+        prompts.extend(texts)
+        return encode(texts, visuals, where)
+
+    model._encode = recording
+    try:
+        docs = [egoplan_doc(4)]
+        model.loglikelihood(mc_requests(model, docs, input_order=TEXT_FIRST))
+        requests = gen_requests(model, docs, max_new_tokens=1)
+        INPUT_ORDER.mark(requests, TEXT_FIRST)
+        model.generate_until(requests)
+    finally:
+        del model._encode
+    placeholder = model.processor.image_token
+    for prompt in prompts:
+        assert prompt.index(docs[0]["question"]) < prompt.index(placeholder)
+    default = model.chat.generation_prompt(model.chat.user_turn([{"type": "image"}], docs[0]["question"]))
+    assert default.index(placeholder) < default.index(docs[0]["question"])
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -324,7 +395,7 @@ def test_egoplan_visuals_become_a_video_and_an_image_for_video_models_and_images
     native = prepare_visuals(egoplan_visuals(egoplan_doc(0)), limits=limits, video_native=True,
                              takes_images=True, model_name="m")
     assert native.parts == [{"type": "video"}, {"type": "image"}]
-    assert [read_index(f) for f in native.videos[0]] == list(range(8)) and read_index(native.images[0]) == 1000
+    assert [read_index(f) for f in native.videos[0].frames] == list(range(8)) and read_index(native.images[0]) == 1000
     flat = prepare_visuals(egoplan_visuals(egoplan_doc(0)), limits=limits, video_native=False,
                            takes_images=True, model_name="m")
     assert flat.parts == [{"type": "image"}] * 9 and not flat.videos
@@ -392,8 +463,8 @@ def test_video_files_are_sampled_uniformly_and_long_clips_are_capped(tmp_path):
     limits = VisualLimits(max_frames=5, video_max_side=32, image_max_pixels=20 * 20)
     prepared = prepare_visuals([str(video), index_image(7, size=(64, 64))], limits=limits, video_native=True,
                                takes_images=True, model_name="m")
-    assert [read_index(f) for f in prepared.videos[0]] == [0, 10, 20, 29, 39]
-    assert max(prepared.videos[0][0].size) == 32
+    assert [read_index(f) for f in prepared.videos[0].frames] == [0, 10, 20, 29, 39]
+    assert max(prepared.videos[0].frames[0].size) == 32
     assert prepared.images[0].size == (20, 20)
     long_clip = [[index_image(i) for i in range(20)]]  # a nested frame list is a video too
     capped = prepare_visuals(long_clip, limits=limits, video_native=False, takes_images=True, model_name="m")
@@ -475,7 +546,7 @@ def test_a_device_map_offloading_layers_to_disk_gives_the_single_device_likeliho
     assert split.device == torch.device("cpu")
     single = backend("qwen2_vl")
     docs = [egoplan_doc(0), egoplan_doc(1)]
-    for span in scored_span.SPANS:
+    for span in SCORED_SPAN.values:
         assert split.loglikelihood(mc_requests(split, docs, span=span)) == single.loglikelihood(mc_requests(single, docs, span=span))
     assert (split.generate_until(gen_requests(split, docs, max_new_tokens=6))
             == single.generate_until(gen_requests(single, docs, max_new_tokens=6)))

@@ -6,6 +6,7 @@ import hashlib
 import io
 import itertools
 import json
+import math
 import re
 import statistics
 from fractions import Fraction
@@ -112,6 +113,28 @@ def test_frames_are_sampled_at_6_fps_and_a_long_clip_is_subsampled_uniformly_to_
         assert len(indices) == 48 and gaps <= {5, 6}  # 239 / 47 = 5.09 frames: at most 6 FPS
     # A clip shorter than one sampling interval gives the last frame before the truncation.
     assert clip_frame_indices(3.34, 3.45, 30.0, 300, sample_fps=6, max_frames=32) == [103]
+    # No cap (the paper's rule): 6 FPS however long the step.
+    assert clip_frame_indices(1.0, 9.0, 30.0, 300, sample_fps=6, max_frames=None) == clip_frame_indices(
+        1.0, 9.0, 30.0, 300, sample_fps=6, max_frames=1000)
+
+
+def test_the_steps_sampled_below_6_fps_for_the_cap_are_counted_and_none_lifts_the_cap(dataset, docs):
+    """A step is capped when its clip holds more frames at 6 FPS than max_frames: 32 frames cover
+    31 / 6 = 5.17 s. The results count them (capped_samples); max_frames none samples every step at 6 FPS."""
+    def at_6_fps(doc):
+        span = (doc["frame_indices"][-1] - doc["frame_indices"][0]) / doc["video_fps"]
+        return math.floor(span * 6 + 1e-9) + 1
+
+    assert [doc["frames_capped"] for doc in docs] == [len(doc["frame_indices"]) < at_6_fps(doc) for doc in docs]
+    assert sum(doc["frames_capped"] for doc in docs) == 3
+    assert all(len(doc["frame_indices"]) == 32 for doc in docs if doc["frames_capped"])
+    values = egointent.process_results(next(d for d in docs if d["frames_capped"]), ['{"local_intent": "x"}'])
+    assert values["capped_samples"] == 1 and egointent.capped_samples([1, 0, 1]) == 2
+    uncapped = step_docs(load_steps(dataset), resolve_settings(EgoIntentSettings, task="egointent", metadata={},
+                                                               env_prefix="EGOINTENT",
+                                                               environ={"EGOINTENT_MAX_FRAMES": "none"}))
+    assert not any(doc["frames_capped"] for doc in uncapped)
+    assert max(len(doc["frame_indices"]) for doc in uncapped) == 58  # 9.6 s at 25 fps
 
 
 def test_decoded_frames_show_only_pre_outcome_content_at_30_29_97_and_25_fps(docs):
@@ -270,7 +293,7 @@ def test_judge_ratings_are_integers_0_to_10_after_any_thinking():
 
 def test_missing_fields_score_zero_without_a_judge_call_and_present_ones_are_judged_against_their_reference():
     doc = {"step_id": "s7", "environment": "outdoor", "scenario": "Yard", "local_intent": "steady the ladder",
-           "global_intent": "reach the branch safely", "next_step_plan": "climb the ladder"}
+           "global_intent": "reach the branch safely", "next_step_plan": "climb the ladder", "frames_capped": False}
     values = egointent.process_results(doc, ['{"local_intent": "hold the ladder still"}'])
     parts = values["overall"]["judge_parts"]
     assert parts["global_intent"] == parts["next_step_plan"] == {"fixed_rating": 0.0,
@@ -281,7 +304,7 @@ def test_missing_fields_score_zero_without_a_judge_call_and_present_ones_are_jud
     assert parts["local_intent"]["judge_request_id"] == "s7/local_intent"
     assert values["outdoor"] is values["scenario_yard"] is values["overall"]
     assert values["local_intent"]["judge_parts"].keys() == {"local_intent"}
-    assert (values["incomplete_answers"], values["missing_fields"]) == (1, 2)
+    assert (values["incomplete_answers"], values["missing_fields"], values["capped_samples"]) == (1, 2, 0)
     assert "indoor" not in values
 
 
@@ -399,6 +422,7 @@ def check_metrics_against_audit_trail(run, docs) -> dict:
     missing = [len(FIELDS) - len(parse_answer(response(s))) for s in samples]
     assert run.metric("egointent", "missing_fields") == sum(missing)
     assert run.metric("egointent", "incomplete_answers") == sum(m > 0 for m in missing)
+    assert run.metric("egointent", "capped_samples") == sum(docs[s["doc_id"]]["frames_capped"] for s in samples) > 0
     # Breakdowns partition the steps: each step counts in exactly one environment and one scenario.
     breakdowns = {"indoor", "outdoor", *(scenario_metric(docs[s["doc_id"]]["scenario"]) for s in samples)}
     for sample in samples:
@@ -500,7 +524,9 @@ def test_the_check_command_validates_a_converted_file_and_summarises_it(dataset,
 
     assert main(["egointent-check", str(dataset)]) == 0
     printed = capsys.readouterr().out
-    assert "15 steps in 3 videos" in printed and "3 clips at the cap of 32" in printed
+    assert "15 steps in 3 videos" in printed and "3 clips capped at 32 frames" in printed
+    assert main(["egointent-check", str(dataset), "--max-frames", "none"]) == 0
+    assert "max 58 (no frame cap)" in capsys.readouterr().out
     assert "scenario_yard                        5 steps  (Yard, outdoor)" in printed
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{**step_records()[0], "truncation_time": 0.1}]))

@@ -13,9 +13,18 @@ from lmms_eval.utils import load_yaml_config
 from loguru import logger
 from PIL import Image
 
-from lmms_egoplan import egoplan, egoplan_data, harness, media, scored_span
+from lmms_egoplan import egoplan, egoplan_data, harness, media
 from lmms_egoplan.metrics import ValueBin, cosine_similarities, equal_size_levels, parse_bins
+from lmms_egoplan.models.likelihood import mean_loss
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
+from lmms_egoplan.request_options import (
+    ANSWER,
+    ANSWER_AND_END_OF_TURN,
+    EVERY_SCORED_TOKEN,
+    LOSS_MEAN,
+    NONZERO_LOSS_TOKENS,
+    SCORED_SPAN,
+)
 from lmms_egoplan.settings import SettingsError, resolve_settings
 from lmms_egoplan.testing.egoplan import EGO4D_VIDEOS, build_fixture
 from lmms_egoplan.testing.media import read_index, write_frame_folder, write_video
@@ -124,6 +133,33 @@ def test_the_released_sample_115_shows_the_official_frames():
 
 
 @pytest.mark.parametrize("source", ["raw", "clips"])
+def test_each_clip_frame_carries_its_real_time_from_the_first_action(fixture, source):
+    """EPIC-KITCHENS frame numbers count at the video's rate (P01_13 and P02_03: 59.94 fps,
+    EPIC_100_video_info.csv), Ego4D's at 30 fps; a pre-cut clip's frames are timed by its container
+    (the fixture's clips: 30 fps, one frame per source frame from the first action's start)."""
+    epic_rate = 60000 / 1001
+    for doc in load(fixture, visual_source=source).docs:
+        [clip] = [item for item in media.group_visuals(egoplan.doc_to_visual(doc)) if isinstance(item, list)]
+        numbers = doc["clips"][0]
+        rate = 30.0 if source == "clips" or doc["video_source"] == "Ego4D" else epic_rate
+        times = [media.frame_time(frame) for frame in clip]
+        assert [time.seconds for time in times] == pytest.approx([(n - doc["clip_first_frame"]) / rate for n in numbers])
+        assert all(time.source_fps == pytest.approx(rate) for time in times)
+
+
+def test_epic_frame_rates_follow_the_video_info_and_a_setting_overrides_them(fixture):
+    assert egoplan_data.epic_frame_rate("P01_13") == pytest.approx(59.94, abs=0.01)
+    assert egoplan_data.epic_frame_rate("P03_105") == 50.0  # the EPIC-KITCHENS-100 extension
+    assert egoplan_data.epic_frame_rate("P09_07") == pytest.approx(29.97, abs=0.01)
+    assert egoplan_data.epic_frame_rate("P17_02") == pytest.approx(47.95, abs=0.01)
+    assert egoplan_data.epic_frame_rate("P18_09") == 90.0
+    docs = load(fixture, epic_annotation_fps=25).docs
+    assert {doc["frame_rate"] for doc in docs if doc["video_source"] == "EpicKitchens"} == {25.0}
+    assert {doc["frame_rate"] for doc in docs if doc["video_source"] == "Ego4D"} == {30.0}
+    assert {doc["frame_rate"] for doc in load(fixture, visual_source="clips").docs} == {None}
+
+
+@pytest.mark.parametrize("source", ["raw", "clips"])
 def test_uniform_progress_runs_from_the_first_action_to_the_observation_and_never_past_it(fixture, source):
     docs = load(fixture, visual_source=source, num_frames=6, frame_sampling="uniform").docs
     for doc, record in zip(docs, fixture.records()):
@@ -177,7 +213,7 @@ def test_keyframe_clips_reach_video_models_as_one_video_each_even_where_they_sha
     native = prepare_visuals(egoplan.doc_to_visual(doc), limits=VisualLimits(), video_native=True,
                              takes_images=True, model_name="m")
     assert native.parts == [{"type": "video"}] * 3 + [{"type": "image"}]
-    assert [[read_index(frame) for frame in video] for video in native.videos] == clips
+    assert [[read_index(frame) for frame in video.frames] for video in native.videos] == clips
     flat = prepare_visuals(egoplan.doc_to_visual(doc), limits=VisualLimits(), video_native=False,
                            takes_images=True, model_name="m")
     assert [read_index(image) for image in flat.images] == egoplan_data.doc_frame_numbers(doc)
@@ -294,21 +330,32 @@ def test_likelihood_tasks_score_the_official_span_and_refuse_backends_that_canno
     for yaml in ("egoplan_val.yaml", "egoplan_test.yaml"):
         config = load_yaml_config(str(TASKS / yaml))
         task = config["class"](config=config)
-        with pytest.raises(SettingsError, match=r"backend 'dummy' cannot score.*EGOPLAN_SCORED_TOKENS.*'answer'"):
+        with pytest.raises(SettingsError, match=r"scored_span 'answer_and_end_of_turn'.*backend 'dummy' cannot honour"
+                                                 r".*EGOPLAN_SCORED_TOKENS.*'answer'"):
             task._bind_to_backend(Namespace(model="dummy"))
         task._bind_to_backend(Namespace(model="egoplan_hf"))
         requests = task.construct_requests(doc_id=0, ctx="Next?", metadata={
             "task": config["task"], "doc_id": 0, "repeats": 1, "split": task.config.test_split})
         assert len(requests) == 4
-        assert {scored_span.request_span(request) for request in requests} == {scored_span.ANSWER_AND_END_OF_TURN}
-    monkeypatch.setenv("EGOPLAN_SCORED_TOKENS", "answer")
+        assert {SCORED_SPAN.of(request) for request in requests} == {ANSWER_AND_END_OF_TURN}
+        assert {LOSS_MEAN.of(request) for request in requests} == {EVERY_SCORED_TOKEN}
+    monkeypatch.setenv("EGOPLAN_LOSS_MEAN", NONZERO_LOSS_TOKENS)  # the official code's mean
     config = load_yaml_config(str(TASKS / "egoplan_val.yaml"))
+    task = config["class"](config=config)
+    task._bind_to_backend(Namespace(model="egoplan_hf"))
+    requests = task.construct_requests(doc_id=0, ctx="Next?", metadata={
+        "task": "egoplan_val", "doc_id": 0, "repeats": 1, "split": "validation"})
+    assert {LOSS_MEAN.of(request) for request in requests} == {NONZERO_LOSS_TOKENS}
+    monkeypatch.setenv("EGOPLAN_SCORED_TOKENS", "answer")
+    with pytest.raises(SettingsError, match=r"loss_mean 'nonzero_loss_tokens'.*backend 'dummy'.*EGOPLAN_LOSS_MEAN"):
+        config["class"](config=config)._bind_to_backend(Namespace(model="dummy"))
+    monkeypatch.delenv("EGOPLAN_LOSS_MEAN")
     task = config["class"](config=config)
     task._bind_to_backend(Namespace(model="dummy"))  # lmms-eval's convention: any backend
     requests = task.construct_requests(doc_id=0, ctx="Next?", metadata={
         "task": "egoplan_val", "doc_id": 0, "repeats": 1, "split": "validation"})
-    assert {scored_span.request_span(request) for request in requests} == {scored_span.ANSWER}
-    assert not any(hasattr(request, scored_span.REQUEST_ATTRIBUTE) for request in requests)
+    assert {SCORED_SPAN.of(request) for request in requests} == {ANSWER}
+    assert not any(hasattr(request, option.name) for request in requests for option in (SCORED_SPAN, LOSS_MEAN))
     config = load_yaml_config(str(TASKS / "egoplan_val_gen.yaml"))
     config["class"](config=config)._bind_to_backend(Namespace(model="dummy"))  # generation: no span
     monkeypatch.setenv("EGOPLAN_SCORED_TOKENS", "answer_and_eot")
@@ -341,6 +388,27 @@ def test_ranking_picks_the_lowest_mean_loss():
     assert egoplan.ranked_choice(egoplan.candidate_losses([(2.0, False), (0.5, True), (0.7, False), (3.0, False)])) == 1
     assert egoplan.ranked_choice(egoplan.candidate_losses([[2.0, False], [1.5, False], [0.25, False], [0.3, True]])) == 2
     assert egoplan.ranked_choice([1.0] * 4) == 0  # ties: the first, as argmin
+
+
+def test_the_two_loss_means_rank_a_constructed_question_differently():
+    """Per-token losses of four candidates; A's second token is one the model is certain of (loss
+    exactly 0, as a near-certain token's under the official fp16 autocast). Averaged over every scored
+    token, A wins (0.45 < 0.7); over the tokens whose loss is not 0, as the official code averages, B
+    does (0.9 > 0.7). A candidate whose every token has loss 0 gets 0 there and wins, as the official
+    argmin picks its 0/0 = NaN."""
+    tokens = [[0.9, 0.0], [0.7, 0.7], [1.2, 0.8, 1.0], [2.0]]
+    every = [mean_loss(losses) for losses in tokens]
+    official = [mean_loss(losses, NONZERO_LOSS_TOKENS) for losses in tokens]
+    assert every == pytest.approx([0.45, 0.7, 1.0, 2.0]) and official == pytest.approx([0.9, 0.7, 1.0, 2.0])
+    assert egoplan.ranked_choice(every) == 0 and egoplan.ranked_choice(official) == 1
+    certain = [*tokens, [0.0, 0.0]]
+    assert mean_loss(certain[-1], NONZERO_LOSS_TOKENS) == 0.0
+    assert egoplan.ranked_choice([mean_loss(losses, NONZERO_LOSS_TOKENS) for losses in certain]) == 4
+    torch = pytest.importorskip("torch")  # the official expression, for the all-zero row: NaN, picked by argmin
+    padded = torch.tensor([[0.9, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    assert torch.isnan((padded.sum(1) / (padded != 0).sum(1))[1]) and int(torch.argmin(padded.sum(1) / (padded != 0).sum(1))) == 1
+    with pytest.raises(ValueError, match="loss_mean 'median'"):
+        mean_loss([1.0], "median")
 
 
 CHOICES = ["put cereal box into cupboard", "take cereal bag", "open cupboard", "put cereal bag into cereal box"]

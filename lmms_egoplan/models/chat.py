@@ -1,10 +1,11 @@
 """Prompts rendered with the checkpoint's own chat template, and where an answer sits in them.
 
-A request becomes one user turn: the visuals' placeholders first (in order), then the context
-text. For generation the template's generation prompt follows; for likelihood the candidate
-answer is rendered as the assistant turn, and the answer's characters are located in that
-rendering so that exactly the tokens covering them are scored (whatever the template puts
-around them, and whatever the tokenizer merges across their boundary).
+A request becomes one user turn: the visuals' placeholders (in order), then the context text, or
+the text first where the request asks for it (``request_options.INPUT_ORDER``). For generation
+the template's generation prompt follows; for likelihood the candidate answer is rendered as the
+assistant turn, and the answer's characters are located in that rendering so that exactly the
+tokens covering them are scored (whatever the template puts around them, and whatever the
+tokenizer merges across their boundary).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from lmms_egoplan.records import read_text
+from lmms_egoplan.request_options import TEXT_FIRST, VISUALS_FIRST
 
 
 class ChatTemplateError(ValueError):
@@ -46,11 +48,13 @@ class ChatRenderer:
                 f"pass chat_template=<path to a Jinja template> in --model_args"
             )
 
-    def user_turn(self, visual_parts: Sequence[dict], text: str) -> list[dict]:
+    def user_turn(self, visual_parts: Sequence[dict], text: str, input_order: str = VISUALS_FIRST) -> list[dict]:
         messages = []
         if self.system_prompt:
             messages.append({"role": "system", "content": [{"type": "text", "text": self.system_prompt}]})
-        messages.append({"role": "user", "content": [*visual_parts, {"type": "text", "text": text}]})
+        text_part = [{"type": "text", "text": text}]
+        content = [*text_part, *visual_parts] if input_order == TEXT_FIRST else [*visual_parts, *text_part]
+        messages.append({"role": "user", "content": content})
         return messages
 
     def generation_prompt(self, messages: list[dict]) -> str:

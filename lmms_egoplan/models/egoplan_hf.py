@@ -2,10 +2,11 @@
 
 ``lmms-eval --model egoplan_hf --model_args pretrained=<dir or hub id>,...``. It loads the model,
 processor and chat template through the Auto classes, gives each architecture its visuals in
-native form (see ``visuals``), scores ``multiple_choice`` the way lmms-eval ranks it (mean
-negative log-likelihood of the answer tokens, lower is better; with the end-of-turn token(s)
-where the task asks for it, see ``lmms_egoplan.scored_span``) with the prompt and visuals
-computed once per question (see ``likelihood``), and generates in batches.
+native form and real timing (see ``visuals``), scores ``multiple_choice`` the way lmms-eval ranks it
+(mean negative log-likelihood of the answer tokens, lower is better; with the end-of-turn token(s),
+or averaged as EgoPlan-Bench's official code averages, where the task asks for it, see
+``lmms_egoplan.request_options``) with the prompt and visuals computed once per question (see
+``likelihood``), and generates in batches.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from lmms_eval.api.model import lmms
 from loguru import logger
 from tqdm import tqdm
 
-from lmms_egoplan import scored_span
 from lmms_egoplan.lmms_eval_compat import on_suite_use
 from lmms_egoplan.metrics import resolve_device
 from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
@@ -33,9 +33,12 @@ from lmms_egoplan.models.visuals import (
     decode_ahead,
     prepare_visuals,
 )
+from lmms_egoplan.request_options import ANSWER_AND_END_OF_TURN, INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.settings import coerce_setting
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# The request options this backend honours (``request_options``); a question's candidates share them.
+_QUESTION_OPTIONS = (SCORED_SPAN, LOSS_MEAN, INPUT_ORDER)
 DEFAULT_MAX_NEW_TOKENS = 256
 # Generation kwargs lmms-eval tasks send that this backend reads; anything else is reported once.
 _GENERATION_KEYS = frozenset({"until", "max_new_tokens", "max_gen_toks", "temperature", "do_sample", "top_p",
@@ -48,7 +51,7 @@ class ContextTooLongError(ValueError):
 
 class EgoPlanHF(lmms):
     is_simple = True
-    scored_spans = scored_span.SPANS
+    request_options = {option.name: option.values for option in _QUESTION_OPTIONS}
 
     def __init__(
         self,
@@ -152,62 +155,66 @@ class EgoPlanHF(lmms):
         """(mean NLL per scored token, scored tokens are greedy) per request; questions share their prefix.
 
         The scored tokens are the answer's, and the end-of-turn token(s) after it where the request
-        asks for them (``scored_span``)."""
+        asks for them (``SCORED_SPAN``); the mean is over every scored token, or over those whose
+        loss is not exactly 0 where the request asks for it (``LOSS_MEAN``)."""
         questions: dict[tuple, list[tuple[int, str]]] = {}
         for index, request in enumerate(requests):
             context, continuation, doc_to_visual, doc_id, task, split = _loglikelihood_args(request)
             if callable(continuation):  # output_type: loglikelihood passes doc_to_target itself
                 continuation = continuation(self.task_dict[task][split][doc_id])
-            key = (task, split, doc_id, doc_to_visual, context, scored_span.request_span(request))
+            key = (task, split, doc_id, doc_to_visual, context, *(option.of(request) for option in _QUESTION_OPTIONS))
             questions.setdefault(key, []).append((index, continuation))
         results: list[tuple[float, bool] | None] = [None] * len(requests)
         progress = tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf loglikelihood")
         with contextlib.closing(self._visuals_in_order([key[:4] for key in questions])) as visuals_in_order:
-            for ((task, split, doc_id, _, context, span), members), visuals in zip(questions.items(), visuals_in_order):
+            for ((task, split, doc_id, _, context, *options), members), visuals in zip(questions.items(), visuals_in_order):
                 where = f"{task} doc {doc_id}" if task is not None else "a context-free request"
-                scores = self._score_question(context, [c for _, c in members], visuals, where, span)
+                asked = {option.name: option.check(value, where) for option, value in zip(_QUESTION_OPTIONS, options)}
+                scores = self._score_question(context, [c for _, c in members], visuals, where, **asked)
                 for (index, _), score in zip(members, scores):
                     results[index] = score
                 progress.update(len(members))
         progress.close()
         return results
 
-    def _score_question(self, context: str, continuations: Sequence[str], visuals: ModelVisuals,
-                        where: str, span: str = scored_span.ANSWER) -> list[tuple[float, bool]]:
-        if span not in scored_span.SPANS:
-            raise ValueError(f"{self.pretrained}: {where} asks for scored span {span!r}; known: {scored_span.SPANS}")
+    def _score_question(self, context: str, continuations: Sequence[str], visuals: ModelVisuals, where: str,
+                        scored_span: str = SCORED_SPAN.convention, loss_mean: str = LOSS_MEAN.convention,
+                        input_order: str = INPUT_ORDER.convention) -> list[tuple[float, bool]]:
         answers = [c.lstrip() if self.lstrip_continuation else c for c in continuations]
         if not all(answers):
             raise ValueError(f"{self.pretrained}: an empty continuation in {where} has no tokens to score")
-        rendered = self.chat.with_answers(self.chat.user_turn(visuals.parts, context), answers)
-        end_of_turn_ids = self._special_token_ids if span == scored_span.ANSWER_AND_END_OF_TURN else None
+        rendered = self.chat.with_answers(self.chat.user_turn(visuals.parts, context, input_order), answers)
+        end_of_turn_ids = self._special_token_ids if scored_span == ANSWER_AND_END_OF_TURN else None
         sequences = [scored_sequence(self.tokenizer, r, end_of_turn_ids=end_of_turn_ids, model_name=self.pretrained)
                      for r in rendered]
         if not self.prefix_sharing:
-            return [self.scorer.score_full(self._encode([r.text], [visuals], where), s)
+            return [self.scorer.score_full(self._encode([r.text], [visuals], where), s, loss_mean)
                     for r, s in zip(rendered, sequences)]
         inputs = self._encode([rendered[0].text], [visuals], where)
         longest = inputs["input_ids"].shape[1] + max(len(s.token_ids) for s in sequences) - len(sequences[0].token_ids)
         self._check_length(longest, where)
-        return self.scorer.score_shared(inputs, sequences)
+        return self.scorer.score_shared(inputs, sequences, loss_mean)
 
     # ------------------------------------------------------------------ generation
 
     def generate_until(self, requests: list[Instance]) -> list[str]:
         from lmms_eval.utils import Collator
 
-        # Same generation kwargs per batch, longest prompts first (memory errors surface at once).
-        collator = Collator([r.args for r in requests], lambda args: (-len(args[0]), args[0]), grouping=True)
+        # Same generation kwargs per batch, longest prompts first (memory errors surface at once); each
+        # request's arguments followed by where it places the visuals.
+        collator = Collator([(*r.args, INPUT_ORDER.of(r)) for r in requests], lambda args: (-len(args[0]), args[0]),
+                            grouping=True)
         outputs = []
         chunks = list(collator.get_batched(n=self.batch_size))
-        keys = [(task, split, doc_id, doc_to_visual) for chunk in chunks for _, _, doc_to_visual, doc_id, task, split in chunk]
+        keys = [(task, split, doc_id, doc_to_visual) for chunk in chunks for _, _, doc_to_visual, doc_id, task, split, _ in chunk]
         progress = tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf generate_until")
         with contextlib.closing(self._visuals_in_order(keys)) as visuals_in_order:
             for chunk in chunks:
-                contexts, generation_kwargs, _, doc_ids, tasks, _ = zip(*chunk)
+                contexts, generation_kwargs, _, doc_ids, tasks, _, placements = zip(*chunk)
                 visuals = list(itertools.islice(visuals_in_order, len(chunk)))
-                prompts = [self.chat.generation_prompt(self.chat.user_turn(v.parts, c)) for v, c in zip(visuals, contexts)]
                 where = f"{tasks[0]} docs {list(doc_ids)}"
+                prompts = [self.chat.generation_prompt(self.chat.user_turn(v.parts, c, INPUT_ORDER.check(p, where)))
+                           for v, c, p in zip(visuals, contexts, placements)]
                 inputs = self._encode(prompts, visuals, where)
                 outputs.extend(self._generate(inputs, dict(generation_kwargs[0] or {}), where))
                 progress.update(len(chunk))
@@ -266,7 +273,9 @@ class EgoPlanHF(lmms):
         """Processor output for ``texts`` (chat-rendered, so no extra special tokens), on the device.
 
         Images are nested per prompt (LLaVA-OneVision reads a flat list as one image per prompt);
-        videos are one flat list of frame lists, which every video processor reads the same way.
+        videos are one flat list of frame lists, which every video processor reads the same way,
+        each with its ``video_metadata`` (the frames' real timing, ``visuals.Video.metadata``). The
+        likelihood and the generation paths both encode here, so the model sees the same timing.
         """
         for text, visual in zip(texts, visuals):
             self._check_placeholders(text, visual, where)
@@ -278,9 +287,11 @@ class EgoPlanHF(lmms):
                 raise UnsupportedVisualError(
                     f"{self.pretrained}: {type(self.processor).__name__} cannot take videos and images in one call, "
                     f"and the batch of {where} holds both; run with --batch_size 1")
-            # The frames were sampled here (max_frames); a processor that samples by fps (Qwen3-VL's)
-            # would keep only a few of them, at a frame rate it cannot know.
-            media.update(videos=[video for v in visuals for video in v.videos], do_sample_frames=False)
+            # The frames were sampled already (by the task, or here: max_frames); a processor that
+            # samples by fps (Qwen3-VL's) would keep only a few of them.
+            videos = [video for v in visuals for video in v.videos]
+            media.update(videos=[video.frames for video in videos], video_metadata=[video.metadata() for video in videos],
+                         do_sample_frames=False)
         inputs = self.processor(text=texts, return_tensors="pt", padding=True, add_special_tokens=False, **media)
         self._check_length(inputs["input_ids"].shape[1], where)
         inputs = inputs.to(self._device)

@@ -1,6 +1,8 @@
 """Mean negative log-likelihood of an answer's tokens, as lmms-eval's ``multiple_choice`` ranks them,
 or of the answer's tokens and the end-of-turn token(s) that close it, where the task asks for it
-(``lmms_egoplan.scored_span``; EgoPlan-Bench's official loss).
+(``lmms_egoplan.request_options.SCORED_SPAN``; EgoPlan-Bench's official loss); averaged over every
+scored token, or over those whose loss is not exactly 0 as EgoPlan-Bench's official code does
+(``mean_loss``, ``request_options.LOSS_MEAN``).
 
 Two ways to compute the same numbers:
 
@@ -29,6 +31,7 @@ from typing import Sequence
 import torch
 
 from lmms_egoplan.models.chat import ChatTemplateError, RenderedAnswer, token_range
+from lmms_egoplan.request_options import EVERY_SCORED_TOKEN, LOSS_MEAN, NONZERO_LOSS_TOKENS
 
 
 class PromptAlignmentError(RuntimeError):
@@ -92,11 +95,32 @@ def expansion_shift(expanded_ids: Sequence[int], sequence: ScoredSequence, from_
     return shift
 
 
-def answer_nll(logits: torch.Tensor, targets: torch.Tensor) -> tuple[float, bool]:
-    """(mean negative log-likelihood of ``targets``, whether each is the argmax) from their predicting logits."""
+def mean_loss(token_losses: Sequence[float], rule: str = EVERY_SCORED_TOKEN) -> float:
+    """A candidate's loss from the negative log-likelihoods of its scored tokens, under ``rule``
+    (``request_options.LOSS_MEAN``; any backend computes it so from its per-token losses):
+
+    * ``every_scored_token``: their mean (lmms-eval's convention);
+    * ``nonzero_loss_tokens``: their sum over the number of tokens whose loss is not exactly 0, as
+      EgoPlan-Bench's official code computes it (``modeling_llama.py``: ``loss.sum(1) / (loss !=
+      0).sum(1)``, meant to leave out the masked prompt tokens; it also leaves out a scored token
+      the model is certain of, whose loss rounds to exactly 0). A candidate whose every token has
+      loss 0 gets 0: the official code divides 0 by 0 and its ``argmin`` picks the NaN, so such a
+      candidate wins there as 0 does here (ties: the first).
+    """
+    if not token_losses:
+        raise ValueError("a candidate without scored tokens has no loss")
+    if rule == NONZERO_LOSS_TOKENS:
+        counted = sum(1 for loss in token_losses if loss != 0)
+        return sum(token_losses) / counted if counted else 0.0
+    LOSS_MEAN.check(rule, "a loss")
+    return sum(token_losses) / len(token_losses)
+
+
+def answer_nll(logits: torch.Tensor, targets: torch.Tensor, rule: str = EVERY_SCORED_TOKEN) -> tuple[float, bool]:
+    """(loss of ``targets`` under ``rule``, whether each is the argmax) from their predicting logits."""
     logprobs = torch.log_softmax(logits.float(), dim=-1)
     nll = -logprobs.gather(-1, targets[:, None].to(logits.device))[:, 0]
-    return float(nll.mean()), bool((logits.argmax(-1) == targets.to(logits.device)).all())
+    return mean_loss(nll.tolist(), rule), bool((logits.argmax(-1) == targets.to(logits.device)).all())
 
 
 def token_aligned(inputs, length: int) -> dict:
@@ -120,7 +144,7 @@ class LikelihoodScorer:
         self._position_state = [m for m in model.modules() if hasattr(m, "rope_deltas")]
 
     @torch.inference_mode()
-    def score_full(self, inputs, sequence: ScoredSequence) -> tuple[float, bool]:
+    def score_full(self, inputs, sequence: ScoredSequence, rule: str = EVERY_SCORED_TOKEN) -> tuple[float, bool]:
         """One forward pass over the whole conversation (``inputs``: its processor output, batch 1).
 
         Only the logits that predict scored tokens are computed (the vocabulary projection of every
@@ -130,10 +154,11 @@ class LikelihoodScorer:
         self._clear_position_state()
         first, stop = shift + sequence.first, shift + sequence.stop
         logits = self.model(**inputs, logits_to_keep=len(ids) - first + 1).logits[0]  # from position first - 1 on
-        return answer_nll(logits[:stop - first], ids[first:stop])
+        return answer_nll(logits[:stop - first], ids[first:stop], rule)
 
     @torch.inference_mode()
-    def score_shared(self, inputs, sequences: Sequence[ScoredSequence]) -> list[tuple[float, bool]]:
+    def score_shared(self, inputs, sequences: Sequence[ScoredSequence],
+                     rule: str = EVERY_SCORED_TOKEN) -> list[tuple[float, bool]]:
         """All ``sequences`` (one prompt, different answers) from one prefill of their common prefix.
 
         ``inputs`` is the processor output of ``sequences[0]`` (batch 1); the others differ from it
@@ -160,7 +185,7 @@ class LikelihoodScorer:
             for row, (sequence, suffix) in enumerate(zip(chunk, suffixes)):
                 predicting = torch.cat([last_logits, logits[row, :len(suffix) - 1]])
                 answer = slice(sequence.first - common, sequence.stop - common)
-                scores.append(answer_nll(predicting[answer], suffix[answer]))
+                scores.append(answer_nll(predicting[answer], suffix[answer], rule))
         return scores
 
     def _clear_position_state(self) -> None:

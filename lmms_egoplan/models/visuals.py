@@ -3,7 +3,9 @@
 ``doc_to_visual(doc)`` returns a list that may mix PIL images, PIL frames tagged as one clip
 (``media.as_video_frames``), nested lists of frames, and paths to image or video files. Each
 item becomes either an image or a video, in the task's order; videos go to the model as videos
-where the processor has a video input, and as a sequence of images otherwise.
+where the processor has a video input, and as a sequence of images otherwise. A video keeps when
+each of its frames was shown (``media.FrameTime``: tagged by the task, or read from the video
+file), and the processor gets that timing (``video_metadata``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ from typing import Callable, Iterator, Sequence, TypeVar
 
 from PIL import Image
 
-from lmms_egoplan.media import VideoFile, fit_within, group_visuals, load_image, uniform_indices
+from lmms_egoplan.media import (
+    FrameTime,
+    VideoFile,
+    fit_within,
+    frame_time,
+    frame_times,
+    group_visuals,
+    load_image,
+    uniform_indices,
+)
 
 Key = TypeVar("Key")
 Decoded = TypeVar("Decoded")
@@ -46,12 +57,42 @@ class VisualLimits:
 
 
 @dataclass
+class Video:
+    """A video's frames, in time order, and when each was shown (None: not known)."""
+
+    frames: list[Image.Image]
+    times: list[FrameTime] | None = None
+
+    def metadata(self) -> dict:
+        """The video's ``VideoMetadata`` for a transformers processor, so that each architecture
+        reads the frames' real timing in its own way (docs/backend.md, Time).
+
+        ``fps`` is the source's frame rate and ``frames_indices`` each frame's source frame
+        number from the start of the footage, so ``frames_indices / fps`` are the frames' times
+        (Qwen3-VL and SmolVLM write them into the prompt). ``total_num_frames`` is how many source
+        frames the clip would hold at its sampling rate, so that transformers' ``sampled_fps``
+        (``len(frames_indices) / total_num_frames * fps``) is the rate between the first and the
+        last frame (Qwen2.5-VL's seconds per temporal patch); frames of one instant (a still shown
+        n times) count as n consecutive source frames. Without times: transformers' own default
+        (no frame rate; processors assume one).
+        """
+        count = len(self.frames)
+        if self.times is None:
+            return {"total_num_frames": count, "fps": None, "frames_indices": list(range(count))}
+        fps = self.times[0].source_fps
+        indices = [round(time.seconds * fps) for time in self.times]
+        span = indices[-1] - indices[0]
+        return {"fps": fps, "frames_indices": indices, "duration": self.times[-1].seconds,
+                "total_num_frames": count * span / (count - 1) if count > 1 and span > 0 else count}
+
+
+@dataclass
 class ModelVisuals:
     """Chat content parts (placeholders, in order) and the media they stand for."""
 
     parts: list[dict] = field(default_factory=list)
     images: list[Image.Image] = field(default_factory=list)
-    videos: list[list[Image.Image]] = field(default_factory=list)
+    videos: list[Video] = field(default_factory=list)
 
 
 def prepare_visuals(visuals: Sequence | None, *, limits: VisualLimits, video_native: bool,
@@ -62,21 +103,21 @@ def prepare_visuals(visuals: Sequence | None, *, limits: VisualLimits, video_nat
     video output overwrites the images'), so a request holding both gets its videos as frames."""
     prepared = ModelVisuals()
     for item in group_visuals(list(visuals or [])):
-        frames = _as_clip(item, limits)
-        if frames is None:
+        video = _as_video(item, limits, model_name)
+        if video is None:
             image = _as_image(item, model_name)
             _require_images(takes_images, model_name, type(item).__name__)
             prepared.parts.append({"type": "image"})
             prepared.images.append(fit_within(image, limits.image_max_side, limits.image_max_pixels))
             continue
         _require_images(takes_images, model_name, "video")
-        frames = [fit_within(f, limits.video_max_side, limits.video_max_pixels) for f in frames]
+        video.frames = [fit_within(f, limits.video_max_side, limits.video_max_pixels) for f in video.frames]
         if video_native:
             prepared.parts.append({"type": "video"})
-            prepared.videos.append(frames)
-        else:
-            prepared.parts.extend({"type": "image"} for _ in frames)
-            prepared.images.extend(frames)
+            prepared.videos.append(video)
+        else:  # a sequence of images: the model is given no time
+            prepared.parts.extend({"type": "image"} for _ in video.frames)
+            prepared.images.extend(video.frames)
     if prepared.videos and prepared.images and not videos_with_images:
         return _videos_as_frames(prepared)
     return prepared
@@ -87,23 +128,30 @@ def _videos_as_frames(prepared: ModelVisuals) -> ModelVisuals:
     images, videos = iter(prepared.images), iter(prepared.videos)
     flat = ModelVisuals()
     for part in prepared.parts:
-        frames = next(videos) if part["type"] == "video" else [next(images)]
+        frames = next(videos).frames if part["type"] == "video" else [next(images)]
         flat.parts.extend({"type": "image"} for _ in frames)
         flat.images.extend(frames)
     return flat
 
 
-def _as_clip(item, limits: VisualLimits) -> list[Image.Image] | None:
-    """The frames of ``item`` if it is a video (a frame list or a video file), else None."""
+def _as_video(item, limits: VisualLimits, model_name: str) -> Video | None:
+    """``item`` as a video if it is one (a frame list, or a video file: frames timed by the
+    container), at most ``limits.max_frames`` frames of it spread uniformly; else None."""
     if isinstance(item, (list, tuple)):
         frames = [_rgb(frame) for frame in item]
-        if len(frames) > limits.max_frames:
-            frames = [frames[i] for i in uniform_indices(0, len(frames) - 1, limits.max_frames)]
-        return frames
+        if not frames:
+            raise UnsupportedVisualError(f"{model_name}: a video without frames (an empty frame list)")
+        times = [frame_time(frame) for frame in frames]
+        if any(time is None for time in times) != all(time is None for time in times):
+            raise UnsupportedVisualError(f"{model_name}: some frames of a video are tagged with their time and "
+                                         f"others are not; tag all of them (media.as_video_frames) or none")
+        kept = uniform_indices(0, len(frames) - 1, min(len(frames), limits.max_frames))
+        return Video([frames[i] for i in kept], None if times[0] is None else [times[i] for i in kept])
     if isinstance(item, (str, os.PathLike)) and Path(item).suffix.lower() not in IMAGE_SUFFIXES:
         with VideoFile(item) as video:
             last = video.info.num_frames - 1
-            return video.frames(uniform_indices(0, last, min(limits.max_frames, last + 1)))
+            indices = uniform_indices(0, last, min(limits.max_frames, last + 1))
+            return Video(video.frames(indices), frame_times(indices, 0, video.info.fps))
     return None
 
 
