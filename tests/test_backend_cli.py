@@ -41,8 +41,8 @@ def probe_data(tmp_path_factory) -> Path:
     return root / "docs.json"
 
 
-def evaluate(model_dir: Path, data: Path, output: Path, *extra: str, launcher=None):
-    return run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={model_dir},max_frames=8", tasks=[MC, GEN],
+def evaluate(model_dir: Path, data: Path, output: Path, *extra: str, launcher=None, model_args: str = ""):
+    return run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={model_dir},max_frames=8{model_args}", tasks=[MC, GEN],
                          output_dir=output, include_path=TASKS_DIR, use_plugin=False, launcher=launcher,
                          env={"BACKEND_PROBE_DATA_FILE": str(data)}, extra_args=list(extra))
 
@@ -99,3 +99,16 @@ def test_two_ranks_give_the_single_process_results(single_process, tiny_model, p
         assert got[doc_id] == pytest.approx(expected[doc_id], abs=1e-5)
     assert [s["filtered_resps"] for s in distributed.samples(GEN)] == [s["filtered_resps"] for s in single.samples(GEN)]
     assert distributed.metric(MC, "acc") == single.metric(MC, "acc")
+
+
+@pytest.mark.parametrize("strategy", ["auto", "balanced", "sequential"])
+def test_a_device_map_strategy_gives_the_single_process_results(strategy, single_process, tiny_model, probe_data, tmp_path):
+    """What lmms-eval's examples pass every model, on this CPU-only machine (one device): the same
+    likelihoods as the single-process run, within 1e-6, and the same generations."""
+    _, single = single_process
+    mapped = evaluate(tiny_model("qwen2_vl"), probe_data, tmp_path, model_args=f",device_map={strategy}")
+    got, expected = scores(mapped), scores(single)
+    assert got.keys() == expected.keys()
+    for doc_id in expected:
+        assert got[doc_id] == pytest.approx(expected[doc_id], abs=1e-6)
+    assert [s["filtered_resps"] for s in mapped.samples(GEN)] == [s["filtered_resps"] for s in single.samples(GEN)]

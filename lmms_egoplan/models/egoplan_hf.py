@@ -388,11 +388,18 @@ def _json_arg(value, name: str) -> dict:
 
 def _input_device(model) -> torch.device:
     """Where a device-mapped model's embedding layer runs: its entry in ``hf_device_map`` (the
-    longest module-name prefix); layers offloaded to "cpu" / "disk" run on the CPU."""
+    longest module-name prefix); layers offloaded to "cpu" / "disk" run on the CPU.
+
+    transformers dispatches a model (and sets ``hf_device_map``) only when its map spans several
+    devices or the disk; a map that resolves to one device (``auto`` with one GPU, or on a CPU-only
+    machine) leaves the whole model there, without a map: the embedding weights say where."""
     embeddings = model.get_input_embeddings()
+    device_map = getattr(model, "hf_device_map", None)
+    if not device_map:
+        return embeddings.weight.device
     name = next(n for n, module in model.named_modules() if module is embeddings)
-    owner = max((key for key in model.hf_device_map if key == "" or name == key or name.startswith(key + ".")), key=len)
-    where = model.hf_device_map[owner]
+    owner = max((key for key in device_map if key == "" or name == key or name.startswith(key + ".")), key=len)
+    where = device_map[owner]
     return torch.device("cpu" if where in ("cpu", "disk", "meta") else f"cuda:{where}" if isinstance(where, int) else where)
 
 
