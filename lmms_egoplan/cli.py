@@ -35,17 +35,29 @@ def _rejudge(args: argparse.Namespace) -> int:
     import dataclasses
 
     from lmms_egoplan.judge import Judge, JudgeSettings
-    from lmms_egoplan.judged_task import rejudge_samples
+    from lmms_egoplan.judged_task import read_logged_items, rejudge_samples
     from lmms_egoplan.settings import resolve_settings
     from lmms_egoplan.tables import format_table, format_value
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JudgeSettings) if hasattr(args, f.name)}
     settings = resolve_settings(JudgeSettings, task="rejudge", metadata=given, env_prefix="", environ={})
-    scores = rejudge_samples(args.samples, Judge.from_settings(settings), args.output)
+    logged = read_logged_items(args.samples)  # first: a folder without samples says so before the key is asked for
+    scores = rejudge_samples(logged, Judge.from_settings(settings), args.output)
     rows = [(task, metric, format_value(value)) for task, row in scores.items()
-            for metric, value in row.items() if isinstance(value, (int, float))]
+            for metric, value in row.items() if isinstance(value, (int, float)) or value is None]
     print(format_table(("task", "metric", "value"), rows))
     print(f"Judge: {settings.judge_backend}:{settings.judge_model}; audit trails and scores in {args.output}")
+    unusable = sum(len(rows) for rows in logged.unusable.values())
+    if unusable:
+        print(f"lmms-egoplan rejudge: {unusable} logged rows could not be used (each named above, file:line); "
+              f"the scores cover the others", file=sys.stderr)
+    failed = sum(row.get("failed", 0) for task, row in scores.items() if task in logged.columns)
+    if failed and settings.judge_failed_exit_status:
+        cached = ("the others come from the judge cache" if settings.judge_cache_dir
+                  else "with --judge_cache_dir none every judgement is asked again")
+        print(f"lmms-egoplan rejudge: {failed} judgements failed and are left out of the scores; run the same "
+              f"command again to ask for them ({cached})", file=sys.stderr)
+        return settings.judge_failed_exit_status
     return 0
 
 
@@ -71,11 +83,9 @@ def _match_threshold(text: str) -> float:
 
 
 def _actplan_score(args: argparse.Namespace) -> int:
-    import json
-
     from lmms_egoplan import actplan_plans
     from lmms_egoplan.metrics import step_matcher
-    from lmms_egoplan.records import write_atomically
+    from lmms_egoplan.records import strict_json, write_atomically
 
     if not args.data_root and not args.pairs:
         return _fail("actplan-score", "give --data-root (release layout) and/or --pairs (JSONL)")
@@ -95,7 +105,7 @@ def _actplan_score(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"note: {note}")
     if args.output:
-        write_atomically(args.output, "".join(json.dumps({
+        write_atomically(args.output, "".join(strict_json({
             "model": plan.model, "instance_id": plan.instance_id, "split": plan.split, "lcs": score.lcs,
             "norm_lcs": score.norm_lcs, "gold_index": score.gold_index, "prediction_steps": len(plan.prediction),
             "format_errors": plan.parsed.format_errors, "plan_lines": plan.parsed.plan_lines}) + "\n"

@@ -4,11 +4,13 @@ as UTF-8, with errors that name the file and line."""
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from lmms_egoplan.errors import InputError
 
@@ -20,6 +22,24 @@ def valid_text(text: str) -> str:
     bytes); no UTF-8 file, database or HTTP body can hold them, so model output is cleaned once,
     where the suite first takes it."""
     return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+def finite_or_null(value: Any) -> Any:
+    """``value`` with every NaN or infinite number replaced by None, in dicts, lists and tuples at
+    any depth: how a metric without a value is written, as ``null`` (strict JSON has no NaN)."""
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):  # numpy's floats too
+        number = float(value)
+        return number if math.isfinite(number) else None
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(item) for item in value]
+    return value
+
+
+def strict_json(value: Any, **options) -> str:
+    """``json.dumps`` that strict parsers read: a metric without a value (NaN, infinity) is ``null``."""
+    return json.dumps(finite_or_null(value), allow_nan=False, **options)
 
 
 def read_text(path: str | Path, error_class: type[InputError] = InputError) -> str:

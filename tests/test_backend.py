@@ -20,6 +20,7 @@ from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
 from lmms_egoplan.models.egoplan_hf import ContextTooLongError, EgoPlanHF
 from lmms_egoplan.models.likelihood import PromptAlignmentError, scored_sequence, special_token_ids
 from lmms_egoplan.models.visuals import UnsupportedVisualError, VisualLimits, prepare_visuals
+from lmms_egoplan.settings import SettingsError
 from lmms_egoplan.testing.checkpoints import ARCHITECTURES, END_OF_TURN
 from lmms_egoplan.testing.media import index_image, read_index, write_video
 
@@ -657,8 +658,11 @@ def test_a_template_without_visual_placeholders_is_named_before_the_processor_ru
 
 
 def test_bad_model_args_raise(tiny_model):
-    with pytest.raises(TypeError, match=r"unknown model_args \['max_frame'\]"):
+    with pytest.raises(SettingsError, match=r"unknown model_args max_frame \(did you mean max_frames\?\)"):
         EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), max_frame=8)
+    with pytest.raises(SettingsError, match=r"unknown model_args devicemap \(did you mean device_map\?\); qqq \(known: "
+                                            r"attn_implementation, batch_size, "):
+        EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), devicemap="auto", qqq=1)
     with pytest.raises(ValueError, match="dtype must be auto or one of"):
         EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), dtype="fp8")
     with pytest.raises(ValueError, match="egoplan_hf model_args image_max_side: expected an integer, got 'big'"):
