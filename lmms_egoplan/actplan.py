@@ -59,6 +59,8 @@ class ActPlanSettings:
     bleurt_base: str = ""  # only for a state-dict checkpoint saved by the release's finetune.py
     bleurt_batch_size: int = setting(16, minimum=1)
     scoring_device: str = "auto"  # for the embedding model and the classifier
+    # Read instance files that lead out of data_root through a symbolic link.
+    allow_paths_outside_root: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,7 +85,7 @@ class ActPlanScoring:
 
     def load_docs(self) -> list[dict]:
         check_settings(self.settings, self.config.task)
-        docs = load_instances(self.settings.data_root)
+        docs = load_instances(self.settings.data_root, allow_outside=self.settings.allow_paths_outside_root)
         return [doc for doc in docs if self.settings.instances in ("all", doc["split"])]
 
     def keep_plans(self, items: Sequence[dict], args: Any) -> Path:

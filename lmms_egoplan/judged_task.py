@@ -329,26 +329,25 @@ def read_logged_items(paths: Sequence[str | Path]) -> LoggedItems:
         for number, sample in rows:
             items, problem = _judged_items(sample)
             if problem:
-                problems.append(f"{samples_file}:{number}: {problem}")
+                problems.append((number, problem))
             elif not items:
-                without_items.append(f"{samples_file}:{number}: holds no judged item (doc_id {sample.get('doc_id')!r}); "
-                                     f"it is not a sample of a judged task of this suite")
+                without_items.append((number, f"holds no judged item (doc_id {sample.get('doc_id')!r}); it is not "
+                                              f"a sample of a judged task of this suite"))
             for metric, item in items.items():
                 task_columns.setdefault(metric, []).append(item)
         if not task_columns:
             logger.warning(f"{samples_file}: nothing to judge (task {task} is not a judged task of this suite)")
             continue
         problems += without_items  # the other rows of the file have judged items
-        for problem in problems:
-            logger.warning(f"rejudge skips {problem}")
-        columns[task], unusable[task] = task_columns, problems
+        columns[task] = task_columns
+        unusable[task] = [f"{samples_file}:{number}: {problem}" for number, problem in sorted(problems)]
     if not columns:
         raise NothingToJudgeError(f"nothing to judge in {', '.join(map(str, paths))}: the samples files of "
                                   f"{', '.join(sorted(files))} hold no judged items (no judged task of this suite)")
     return LoggedItems(columns, {task: files[task] for task in columns}, unusable)
 
 
-def _logged_rows(samples_file: Path) -> tuple[list[tuple[int, dict]], list[str]]:
+def _logged_rows(samples_file: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, str]]]:
     """(line number, row) of each JSON object in ``samples_file``, and what is wrong with the other lines."""
     import json
 
@@ -364,10 +363,10 @@ def _logged_rows(samples_file: Path) -> tuple[list[tuple[int, dict]], list[str]]
             row = json.loads(line)
         except json.JSONDecodeError as error:
             cut = " (the last line, cut off: the run was stopped while writing it)" if number == last else ""
-            problems.append(f"{samples_file}:{number}: not JSON{cut}: {error}")
+            problems.append((number, f"not JSON{cut}: {error}"))
             continue
         if not isinstance(row, dict):
-            problems.append(f"{samples_file}:{number}: a JSON {type(row).__name__}, not a sample")
+            problems.append((number, f"a JSON {type(row).__name__}, not a sample"))
             continue
         rows.append((number, row))
     return rows, problems

@@ -799,7 +799,7 @@ def _exit_if_asked(tracker: Any) -> None:
         for _, line in verdicts:
             logger.warning(f"lmms-egoplan: {line}")
         return
-    from lmms_eval.evaluator import make_table
+    from lmms_eval.utils import make_table
 
     results = tracker._lmms_egoplan_results
     print(make_table(results))

@@ -58,6 +58,39 @@ def read_text(path: str | Path, error_class: type[InputError] = InputError) -> s
                           f"save the file as UTF-8") from None
 
 
+def inside_root(path: str | Path, root: str | Path, *, where: str, setting: str, allow: bool = False,
+                error_class: type[InputError] = InputError) -> Path:
+    """``path``, built under the data folder ``root`` from an id or path of a record, if it stays
+    inside ``root``: a record whose value is an absolute path (it replaces ``root``), climbs out
+    with ``..``, or leads out through a symbolic link raises ``error_class`` naming ``where`` (the
+    record and the field) and ``setting``, the switch that allows it (``allow``: it is on).
+    Anything a run reads comes from where its settings point, not from wherever a record says."""
+    path, root = Path(path), Path(root).expanduser()
+    if allow:
+        return path
+    if not _is_within(path, root):
+        why = "is an absolute path"
+    elif not _is_within(os.path.normpath(path), os.path.normpath(root)):
+        why = "climbs out of it with '..'"
+    elif not _is_within(os.path.realpath(path), os.path.realpath(root)):
+        why = f"leads out of it through a symbolic link (to {os.path.realpath(path)})"
+    else:
+        return path
+    raise error_class(f"{where} {why}: {path} is outside the data folder {root}; media and annotations are read "
+                      f"only inside their data folders (set {setting} to true to allow paths outside it)")
+
+
+def _is_within(path: str | Path, root: str | Path) -> bool:
+    return Path(path) == Path(root) or Path(root) in Path(path).parents
+
+
+def safe_file_part(text: str, fallback: str = "_") -> str:
+    """``text`` (from a record) as a part of a file name: letters, digits, ``-``, ``_`` and inner dots
+    only, so that it cannot name a folder, climb out of one, or hide the file."""
+    part = re.sub(r"[^\w.-]+", "_", text).strip(".")
+    return part[:100] or fallback
+
+
 def write_atomically(path: str | Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` so that a reader sees the old file or the whole new one,
     never a part: a temporary file in the same folder, flushed to disk, then renamed over ``path``."""
