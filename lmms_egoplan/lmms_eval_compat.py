@@ -453,6 +453,7 @@ def recover_killed_runs(cache_root: str) -> int:
     processes of this machine that no longer run; marks each merged. Returns the responses merged."""
     import json
     import socket
+    import sqlite3
     from glob import glob
 
     from lmms_eval.caching.response_cache import ResponseCache, _merge_lock, _touch_text
@@ -462,19 +463,26 @@ def recover_killed_runs(cache_root: str) -> int:
         return 0
     merged = 0
     host = socket.gethostname()
-    with _merge_lock(str(runs / ".merge.lock"), timeout_seconds=60):
-        for folder in sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            owners = [json.loads(p.read_text()) for p in folder.glob(f"*{_OWNER_SUFFIX}")]
-            if (folder / ".merged").exists() or not owners or any(
-                    o.get("host") != host or _process_runs(o.get("pid"), o.get("started")) for o in owners):
-                continue
-            databases = sorted(glob(str(folder / "rank_*.db")))
-            count = ResponseCache.merge_shards(databases, str(Path(cache_root, "cache.db"))) if databases else 0
-            ResponseCache.merge_audit_logs(sorted(glob(str(folder / "rank_*.audit.jsonl"))),
-                                           str(Path(cache_root, "cache.audit.jsonl")))
-            _touch_text(str(folder / ".merged"), "recovered by lmms_egoplan from a run that was killed\n")
-            logger.info(f"ResponseCache: recovered {count} responses of a killed run ({folder}) into {cache_root}")
-            merged += count
+    try:
+        with _merge_lock(str(runs / ".merge.lock"), timeout_seconds=60):
+            for folder in sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")):
+                try:
+                    owners = [json.loads(p.read_text()) for p in folder.glob(f"*{_OWNER_SUFFIX}")]
+                    if (folder / ".merged").exists() or not owners or any(
+                            o.get("host") != host or _process_runs(o.get("pid"), o.get("started")) for o in owners):
+                        continue
+                    databases = sorted(glob(str(folder / "rank_*.db")))
+                    count = ResponseCache.merge_shards(databases, str(Path(cache_root, "cache.db"))) if databases else 0
+                    ResponseCache.merge_audit_logs(sorted(glob(str(folder / "rank_*.audit.jsonl"))),
+                                                   str(Path(cache_root, "cache.audit.jsonl")))
+                except (OSError, ValueError, sqlite3.Error) as error:  # recovery must not stop the new run
+                    logger.warning(f"ResponseCache: could not recover the killed run in {folder}: {error}")
+                    continue
+                _touch_text(str(folder / ".merged"), "recovered by lmms_egoplan from a run that was killed\n")
+                logger.info(f"ResponseCache: recovered {count} responses of a killed run ({folder}) into {cache_root}")
+                merged += count
+    except TimeoutError as error:
+        logger.warning(f"ResponseCache: killed runs not recovered now (merge lock busy): {error}")
     return merged
 
 

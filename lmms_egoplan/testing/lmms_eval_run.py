@@ -65,6 +65,19 @@ class EvalRun:
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log.splitlines()[-lines:])
 
+    def judged(self, *tasks: str) -> "EvalRun":
+        """This run, checked as a finished judged run (started with ``check=False``): its results
+        written, and exit status 0, or the distinct status for failed judgements where ``tasks`` have
+        some (``judge_failed_exit_status``, default)."""
+        from lmms_egoplan.judge import JudgeSettings
+
+        failed = self.results is not None and any(self.metric(task, "failed") for task in tasks)
+        expected = JudgeSettings().judge_failed_exit_status if failed else 0
+        if self.results is None or self.returncode != expected:
+            raise EvalRunError(f"expected a finished judged run with exit status {expected}, got {self.returncode}: "
+                               f"{' '.join(self.command)}\n{self.log_tail()}")
+        return self
+
 
 def lmms_eval_command(*, model: str, model_args: str, tasks: Iterable[str], output_dir: str | os.PathLike,
                       env: Mapping[str, str] | None = None, use_plugin: bool = True,
