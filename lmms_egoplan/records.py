@@ -84,13 +84,6 @@ def _is_within(path: str | Path, root: str | Path) -> bool:
     return Path(path) == Path(root) or Path(root) in Path(path).parents
 
 
-def safe_file_part(text: str, fallback: str = "_") -> str:
-    """``text`` (from a record) as a part of a file name: letters, digits, ``-``, ``_`` and inner dots
-    only, so that it cannot name a folder, climb out of one, or hide the file."""
-    part = re.sub(r"[^\w.-]+", "_", text).strip(".")
-    return part[:100] or fallback
-
-
 def write_atomically(path: str | Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` so that a reader sees the old file or the whole new one,
     never a part: a temporary file in the same folder, flushed to disk, then renamed over ``path``."""
