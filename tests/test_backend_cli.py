@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -91,8 +92,14 @@ def test_two_ranks_give_the_single_process_results(single_process, tiny_model, p
     _, single = single_process
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                 "--master_addr", "127.0.0.1", "--master_port", str(free_port())]
-    distributed = evaluate(tiny_model("qwen2_vl"), probe_data, tmp_path, launcher=launcher)
+    distributed = evaluate(tiny_model("qwen2_vl"), probe_data, tmp_path, "--use_cache", str(tmp_path / "cache"),
+                           launcher=launcher)
     assert re.search(r"Running on rank 1 \(local rank 1\)", distributed.log)
+    # Each rank stored its responses as it computed them in a database of its own; all were merged.
+    [run_folder] = (tmp_path / "cache" / "runs").iterdir()
+    assert sorted(p.name for p in run_folder.glob("rank_*.db")) == ["rank_0.db", "rank_1.db"]
+    with sqlite3.connect(tmp_path / "cache" / "cache.db") as db:
+        assert db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == NUM_DOCS * 4 + NUM_DOCS
     got, expected = scores(distributed), scores(single)
     assert got.keys() == expected.keys()
     for doc_id in expected:
