@@ -63,6 +63,8 @@ class ActPlanSettings:
     scoring_device: str = "auto"  # for the embedding model and the classifier
     # text_first: the paper's VLM([T, I1, I2, ...]) (Eq. 4); visuals_first: the images, then the description
     input_order: str = setting(TEXT_FIRST, choices=INPUT_ORDER.values)
+    # Read instance files that lead out of data_root through a symbolic link.
+    allow_paths_outside_root: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,7 +89,7 @@ class ActPlanScoring:
 
     def load_docs(self) -> list[dict]:
         check_settings(self.settings, self.config.task)
-        docs = load_instances(self.settings.data_root)
+        docs = load_instances(self.settings.data_root, allow_outside=self.settings.allow_paths_outside_root)
         return [doc for doc in docs if self.settings.instances in ("all", doc["split"])]
 
     def keep_plans(self, items: Sequence[dict], args: Any) -> Path:

@@ -12,7 +12,7 @@ from typing import Iterable
 
 from lmms_egoplan.errors import InputError
 from lmms_egoplan.media import image_file_problem
-from lmms_egoplan.records import read_text
+from lmms_egoplan.records import inside_root, read_text
 from lmms_egoplan.settings import SettingsError, setting_name
 
 ENV_PREFIX = "ACTPLAN"  # settings are overridden by environment variables ACTPLAN_<SETTING>
@@ -85,11 +85,12 @@ def image_files(sample_folder: Path) -> list[Path]:
     return sorted(images, key=_image_order)
 
 
-def load_instances(data_root: str | Path) -> list[dict]:
+def load_instances(data_root: str | Path, *, allow_outside: bool = False) -> list[dict]:
     """Every instance of the release under ``data_root``, in (scene, activity, problem, sample) order.
 
     An instance folder without images, gold plan or task description raises ActPlanDataError
-    listing every such folder.
+    listing every such folder; one whose folder or files lead out of ``data_root`` through a
+    symbolic link raises it naming the instance and the file, unless ``allow_outside``.
     """
     root = annotation_root(data_root)
     instances, problems = [], []
@@ -106,6 +107,11 @@ def load_instances(data_root: str | Path) -> list[dict]:
                     if missing:
                         problems.append(f"{folder}: no {', no '.join(missing)}")
                         continue
+                    for path in (folder, description_file, *images, *golds):
+                        inside_root(path, root, where=f"ActPlan-1K instance {folder.relative_to(root).as_posix()}: "
+                                                      f"{path.relative_to(folder.parent).as_posix()}",
+                                    setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"), allow=allow_outside,
+                                    error_class=ActPlanDataError)
                     if unusable := [issue for path in images if (issue := image_file_problem(path))]:
                         problems.append(f"{folder}: {unusable[0]}")
                         continue

@@ -169,7 +169,7 @@ def _release_gold(doc: dict, gold: str, steps: str) -> list[list[str]]:
 
 
 def candidates_from_release(data_root: str | Path, models: Sequence[str] | None = None, *, gold: str = "first",
-                            steps: str = STEP_MODES[0]) -> tuple[list[CandidatePlan], list[str]]:
+                            steps: str = STEP_MODES[0], allow_outside: bool = False) -> tuple[list[CandidatePlan], list[str]]:
     """The VLM plans shipped in the release layout (``plan_<model>.txt``), with notes on what was left out.
 
     ``gold``: first / best, a gold file name (``plan_gold_2.txt``), or ``RELEASE_PAIRING``: the
@@ -177,7 +177,7 @@ def candidates_from_release(data_root: str | Path, models: Sequence[str] | None 
     """
     plans = []
     left_out: dict[str, int] = {}
-    instances = load_instances(data_root)
+    instances = load_instances(data_root, allow_outside=allow_outside)
     wanted = list(models) if models else sorted({m for doc in instances for m in candidate_plan_files(Path(doc["folder"]))})
     for model in wanted:
         model_gold = release_gold_file(model) if gold == RELEASE_PAIRING else gold

@@ -19,7 +19,6 @@ per VLM with accuracy and the Matthews correlation coefficient (Table 5).
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections import Counter
@@ -34,7 +33,7 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 from lmms_egoplan.actplan_plans import parse_plan
 from lmms_egoplan.errors import InputError
 from lmms_egoplan.metrics import mean_or_nan, resolve_device
-from lmms_egoplan.records import read_jsonl, read_text
+from lmms_egoplan.records import read_jsonl, read_text, strict_json
 from lmms_egoplan.tables import format_table
 
 # The release adds these action names to the BERT vocabulary as special (unsplit) tokens.
@@ -117,7 +116,7 @@ class PlanClassifier:
         self.tokenizer.save_pretrained(out)
         self.module.bert.config.save_pretrained(out)
         save_file({k: v.detach().cpu().contiguous() for k, v in self.module.state_dict().items()}, out / CLASSIFIER_WEIGHTS)
-        (out / CLASSIFIER_INFO).write_text(json.dumps(info, indent=2) + "\n")
+        (out / CLASSIFIER_INFO).write_text(strict_json(info, indent=2) + "\n")
         return out
 
 
@@ -403,7 +402,7 @@ def train_classifier(data_file: str | Path, activities_file: str | Path, base: s
         record = {"epoch": epoch, "train_loss": train_loss / len(order), "validation": asdict(validation),
                   "test": asdict(test), "selected": improved}
         with log_file.open("a") as out:
-            out.write(json.dumps(record) + "\n")
+            out.write(strict_json(record) + "\n")
         log(f"epoch {epoch}: train loss {record['train_loss']:.4f}, validation accuracy {validation.accuracy:.4f} "
             f"(loss {validation.loss:.4f}), test accuracy {test.accuracy:.4f}" + (" *" if improved else ""))
         if improved:
@@ -414,7 +413,7 @@ def train_classifier(data_file: str | Path, activities_file: str | Path, base: s
     epoch, validation, test = best
     report = TrainingReport(best_epoch=epoch, selected_by=config.select_by, validation=validation, test=test,
                             checkpoint=output_dir, counts=counts)
-    (output_dir / "metrics.json").write_text(json.dumps(
+    (output_dir / "metrics.json").write_text(strict_json(
         {"best_epoch": epoch, "selected_by": config.select_by, "validation": asdict(validation), "test": asdict(test),
          "counts": counts}, indent=2) + "\n")
     return report

@@ -35,17 +35,31 @@ def _rejudge(args: argparse.Namespace) -> int:
     import dataclasses
 
     from lmms_egoplan.judge import Judge, JudgeSettings
-    from lmms_egoplan.judged_task import rejudge_samples
+    from lmms_egoplan.judged_task import read_logged_items, rejudge_samples
     from lmms_egoplan.settings import resolve_settings
     from lmms_egoplan.tables import format_table, format_value
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JudgeSettings) if hasattr(args, f.name)}
     settings = resolve_settings(JudgeSettings, task="rejudge", metadata=given, env_prefix="", environ={})
-    scores = rejudge_samples(args.samples, Judge.from_settings(settings), args.output)
+    logged = read_logged_items(args.samples)  # first: a folder without samples says so before the key is asked for
+    for problem in (problem for problems in logged.unusable.values() for problem in problems):
+        print(f"lmms-egoplan rejudge: skipped {problem}", file=sys.stderr)
+    scores = rejudge_samples(logged, Judge.from_settings(settings), args.output)
     rows = [(task, metric, format_value(value)) for task, row in scores.items()
-            for metric, value in row.items() if isinstance(value, (int, float))]
+            for metric, value in row.items() if isinstance(value, (int, float)) or value is None]
     print(format_table(("task", "metric", "value"), rows))
     print(f"Judge: {settings.judge_backend}:{settings.judge_model}; audit trails and scores in {args.output}")
+    unusable = sum(len(rows) for rows in logged.unusable.values())
+    if unusable:
+        print(f"lmms-egoplan rejudge: {unusable} logged rows could not be used (each named above: file:line); "
+              f"the scores cover the others", file=sys.stderr)
+    failed = sum(row.get("failed", 0) for task, row in scores.items() if task in logged.columns)
+    if failed and settings.judge_failed_exit_status:
+        cached = ("the others come from the judge cache" if settings.judge_cache_dir
+                  else "with --judge_cache_dir none every judgement is asked again")
+        print(f"lmms-egoplan rejudge: {failed} judgements failed and are left out of the scores; run the same "
+              f"command again to ask for them ({cached})", file=sys.stderr)
+        return settings.judge_failed_exit_status
     return 0
 
 
@@ -56,7 +70,8 @@ def _egointent_check(args: argparse.Namespace) -> int:
     settings = EgoIntentSettings(annotations=args.annotations, video_root=args.video_root,
                                  sample_fps=args.sample_fps, max_frames=args.max_frames)
     settings.check_sampling(name=lambda field: "--" + field.replace("_", "-"))
-    docs = step_docs(load_steps(settings.annotations, settings.video_root), settings)
+    steps = load_steps(settings.annotations, settings.video_root, allow_outside=args.allow_paths_outside_root)
+    docs = step_docs(steps, settings)
     print(describe_steps(docs, settings))
     return 0
 
@@ -80,11 +95,9 @@ def _match_threshold(text: str) -> float:
 
 
 def _actplan_score(args: argparse.Namespace) -> int:
-    import json
-
     from lmms_egoplan import actplan_plans
     from lmms_egoplan.metrics import step_matcher
-    from lmms_egoplan.records import write_atomically
+    from lmms_egoplan.records import strict_json, write_atomically
 
     if not args.data_root and not args.pairs:
         return _fail("actplan-score", "give --data-root (release layout) and/or --pairs (JSONL)")
@@ -92,7 +105,8 @@ def _actplan_score(args: argparse.Namespace) -> int:
         return _fail("actplan-score", f"--gold {args.gold} picks a release gold file; with --pairs use first or best")
     plans, notes = [], []
     if args.data_root:
-        plans, notes = actplan_plans.candidates_from_release(args.data_root, args.model, gold=args.gold, steps=args.steps)
+        plans, notes = actplan_plans.candidates_from_release(args.data_root, args.model, gold=args.gold, steps=args.steps,
+                                                             allow_outside=args.allow_paths_outside_root)
     for path in args.pairs or []:
         plans += actplan_plans.candidates_from_jsonl(path, steps=args.steps)
     if not plans:
@@ -104,7 +118,7 @@ def _actplan_score(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"note: {note}")
     if args.output:
-        write_atomically(args.output, "".join(json.dumps({
+        write_atomically(args.output, "".join(strict_json({
             "model": plan.model, "instance_id": plan.instance_id, "split": plan.split, "lcs": score.lcs,
             "norm_lcs": score.norm_lcs, "gold_index": score.gold_index, "prediction_steps": len(plan.prediction),
             "format_errors": plan.parsed.format_errors, "plan_lines": plan.parsed.plan_lines}) + "\n"
@@ -162,6 +176,7 @@ def _egointent_check_arguments(check: argparse.ArgumentParser) -> None:
                                                        "(default: the annotation file's folder)")
     check.add_argument("--sample-fps", type=float, default=6.0, help="frames sampled per second (default: 6)")
     check.add_argument("--max-frames", type=_frame_cap, default=32, help="frame cap per clip, or none (default: 32)")
+    _allow_paths_outside_root_argument(check, "videos")
     check.set_defaults(handler=_egointent_check)
 
 
@@ -186,7 +201,14 @@ def _actplan_score_arguments(score: argparse.ArgumentParser) -> None:
     score.add_argument("--batch-size", type=int, default=metrics.DEFAULT_EMBEDDING_BATCH_SIZE,
                        help=f"embedding batch size (default {metrics.DEFAULT_EMBEDDING_BATCH_SIZE})")
     score.add_argument("--output", help="write per-plan values to this JSONL file")
+    _allow_paths_outside_root_argument(score, "instance files")
     score.set_defaults(handler=_actplan_score)
+
+
+def _allow_paths_outside_root_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--allow-paths-outside-root", action="store_true",
+                        help=f"read {what} that lead out of the data folder (absolute paths, '..', symbolic links); "
+                             "refused by default")
 
 
 def _actplan_train_bleurt_arguments(train: argparse.ArgumentParser) -> None:

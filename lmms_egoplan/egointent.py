@@ -75,6 +75,8 @@ class EgoIntentSettings(JudgeSettings):
     max_frames: Optional[int] = setting(32, minimum=1)
     video_input: bool = True  # frames as one video (video-capable backends) or as separate images
     frame_max_side: Optional[int] = setting(None, minimum=1)  # downscale frames so that their longer side is at most this
+    # Read videos that a record places outside video_root (an absolute `video`, "..", a symlink out).
+    allow_paths_outside_root: bool = False
     # The paper's judge is Qwen3, served here by any OpenAI-compatible server (e.g. `vllm serve`).
     judge_model: str = "Qwen/Qwen3-30B-A3B-Instruct-2507"
     judge_base_url: Optional[str] = "http://localhost:8000/v1"
@@ -103,7 +105,7 @@ class EgoIntentTask(JudgedTask):
         if settings.annotations is None:
             raise SettingsError(f"task {self.config.task}: set {setting_name(ENV_PREFIX, 'annotations')} to the local "
                                 f"annotation file; tasks/egointent/README.md describes its format")
-        steps = load_steps(settings.annotations, settings.video_root)
+        steps = load_steps(settings.annotations, settings.video_root, allow_outside=settings.allow_paths_outside_root)
         return step_docs(steps, settings)
 
     def download(self, dataset_kwargs=None) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lmms_egoplan.errors import InputError
 from lmms_egoplan.media import MediaError, VideoFile, VideoInfo, frame_at, last_frame_before, uniform_indices
-from lmms_egoplan.records import read_jsonl, read_text
+from lmms_egoplan.records import inside_root, read_jsonl, read_text
 from lmms_egoplan.settings import setting_name
 
 ENV_PREFIX = "EGOINTENT"  # settings are overridden by environment variables EGOINTENT_<SETTING>
@@ -97,11 +97,11 @@ def read_records(path: Path) -> list[dict]:
     return records
 
 
-def load_steps(path: str | Path, video_root: str | Path | None = None) -> list[Step]:
+def load_steps(path: str | Path, video_root: str | Path | None = None, *, allow_outside: bool = False) -> list[Step]:
     """Read and validate every record of an annotation file; raise one EgoIntentDataError listing
     all problems (missing or empty field, wrong type, truncation not after the step start,
     unknown environment, duplicate step id, a scenario filed as both indoor and outdoor,
-    missing video)."""
+    missing video, a video outside ``video_root`` unless ``allow_outside``)."""
     path = Path(path)
     root = Path(video_root) if video_root else path.parent
     problems: list[str] = []
@@ -115,8 +115,15 @@ def load_steps(path: str | Path, video_root: str | Path | None = None) -> list[S
             if record["step_id"] in seen_ids:
                 found.append(f"step_id {record['step_id']!r} is used by an earlier record")
             video = _video_path(record, root)
-            if not video.is_file():
-                found.append(f"video not found: {video} ({_video_source(record, root)})")
+            field = "video" if "video" in record else "video_uid"
+            try:
+                inside_root(video, root, where=f"field {field} {record[field]!r}", allow=allow_outside,
+                            setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"))
+            except InputError as error:
+                found.append(str(error))
+            else:
+                if not video.is_file():
+                    found.append(f"video not found: {video} ({_video_source(record, root)})")
         if found:
             problems += [f"{where}: {problem}" for problem in found]
             continue

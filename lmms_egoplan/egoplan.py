@@ -92,6 +92,8 @@ class EgoPlanSettings:
     keyframes_per_segment: int = setting(8, minimum=1)
     max_side: int | None = setting(None, minimum=1)  # downscale frames so the longer side is at most this
     skip_missing: bool = False  # skip samples whose media are missing (count reported) instead of failing
+    # Read media that a record's video_id places outside its root folder (absolute, "..", a symlink out).
+    allow_paths_outside_root: bool = False
     progress_length_bins: str = "0-4,5-9,10-14,15+"
     similarity_model: str = ""  # sentence-transformers model for goal-answer similarity; "" = all-MiniLM-L6-v2
     # Likelihood tasks: "answer_and_end_of_turn" (the official loss) or "answer" (lmms-eval's convention).

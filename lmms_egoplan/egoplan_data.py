@@ -19,7 +19,7 @@ from typing import Any
 from lmms_egoplan import media
 from lmms_egoplan.errors import InputError
 from lmms_egoplan.metrics import ValueBin, bin_of, cosine_similarities, equal_size_levels, parse_bins
-from lmms_egoplan.records import read_text
+from lmms_egoplan.records import inside_root, read_text
 from lmms_egoplan.settings import SettingsError, setting_name
 
 ENV_PREFIX = "EGOPLAN"  # settings are overridden by environment variables EGOPLAN_<SETTING>
@@ -157,16 +157,17 @@ class MediaKind:
 
     setting: str  # the setting that holds the root folder
     layout: str  # what that folder must hold (for error messages)
+    record_field: str  # the record's field that names its media under that folder
     path: Callable[[str, Mapping], Path]  # (root, record) -> the record's media
 
 
 MEDIA_KINDS = {
     "epic_frames": MediaKind("epic_frames_root", "the EPIC-KITCHENS-100 root "
-                             "(<root>/<participant>/rgb_frames/<video_id>/frame_%010d.jpg)",
+                             "(<root>/<participant>/rgb_frames/<video_id>/frame_%010d.jpg)", "video_id",
                              lambda root, record: epic_frame_folder(root, record["video_id"])),
-    "ego4d_video": MediaKind("ego4d_videos_root", "the Ego4D video folder (<root>/<video_id>.mp4)",
+    "ego4d_video": MediaKind("ego4d_videos_root", "the Ego4D video folder (<root>/<video_id>.mp4)", "video_id",
                              lambda root, record: ego4d_video_path(root, record["video_id"])),
-    "clip": MediaKind("clips_dir", "the folder of pre-cut clips (<clips_dir>/<sample_id>.mp4)",
+    "clip": MediaKind("clips_dir", "the folder of pre-cut clips (<clips_dir>/<sample_id>.mp4)", "sample_id",
                       lambda root, record: clip_path(root, record["sample_id"])),
 }
 
@@ -197,7 +198,8 @@ def annotation_frame_rate(kind: str, record: Mapping, settings) -> float | None:
 
 
 def record_media(record: Mapping, settings) -> tuple[str, Path]:
-    """The kind of a record's media (a key of ``MEDIA_KINDS``) and its path."""
+    """The kind of a record's media (a key of ``MEDIA_KINDS``) and its path, which must stay inside
+    the media's root folder (``records.inside_root``; ``allow_paths_outside_root`` allows it)."""
     if settings.visual_source == "clips":
         kind = "clip"
     else:
@@ -207,7 +209,11 @@ def record_media(record: Mapping, settings) -> tuple[str, Path]:
     if not root:
         raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, media_kind.setting)} is not set; it must point at "
                             f"{media_kind.layout} (visual_source={settings.visual_source!r})")
-    return kind, media_kind.path(root, record)
+    field = media_kind.record_field
+    return kind, inside_root(media_kind.path(root, record), root, error_class=EgoPlanDataError,
+                             where=f"EgoPlan sample {record['sample_id']}: field {field} {record[field]!r}",
+                             setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"),
+                             allow=settings.allow_paths_outside_root)
 
 
 

@@ -64,6 +64,8 @@ class EgoThinkSettings(JudgeSettings):
     image_cache: Path = Path("~/.cache/lmms_egoplan/egothink")  # Hub images are written here as files
     prompt_preset: Optional[str] = None  # force an inference-prompt preset (default: by --model)
     decoding: str = setting("greedy", choices=tuple(DECODING_PRESETS))  # how answers are decoded
+    # Read images that a record's image_path places outside data_root (through a symlink out of it).
+    allow_paths_outside_root: bool = False
 
 
 # --- The task -----------------------------------------------------------------------------------
@@ -86,7 +88,8 @@ class EgoThinkScoring:
             if settings.data_root is None:
                 raise SettingsError(f"task {self.config.task}: source is local but "
                                     f"{setting_name(ENV_PREFIX, 'data_root')} (the release's data folder) is not set")
-            docs, origin = load_release_dimension(settings.data_root, dimension), str(settings.data_root)
+            docs = load_release_dimension(settings.data_root, dimension, allow_outside=settings.allow_paths_outside_root)
+            origin = str(settings.data_root)
         elif settings.source == "hub":
             docs = load_hub_dimension(settings.hub_repo, dimension, revision=settings.hub_revision,
                                       image_cache=settings.image_cache)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from lmms_egoplan.errors import InputError
 from lmms_egoplan.media import MediaError, image_file_problem
-from lmms_egoplan.records import read_text
+from lmms_egoplan.records import inside_root, read_text
 from lmms_egoplan.settings import setting_name
 
 ENV_PREFIX = "EGOTHINK"  # settings are overridden by environment variables EGOTHINK_<SETTING>
@@ -54,11 +54,12 @@ class EgoThinkDataError(InputError):
 
 
 
-def load_release_dimension(data_root: str | Path, dimension: Dimension) -> list[dict]:
+def load_release_dimension(data_root: str | Path, dimension: Dimension, *, allow_outside: bool = False) -> list[dict]:
     """One dimension from the release layout: ``<data_root>/<dir>/annotations.json`` + ``images/``.
 
     As the official inference script does, a record's image is ``images/<file name of its
-    first image_path>``. Every image is checked here, before anything runs.
+    first image_path>``. Every image is checked here, before anything runs; one that leads out of
+    ``data_root`` (a symbolic link) is an error unless ``allow_outside``.
     """
     candidates = [Path(data_root).expanduser() / d for d in dimension.release_dirs]
     folder = next((c for c in candidates if (c / "annotations.json").is_file()), None)
@@ -79,7 +80,9 @@ def load_release_dimension(data_root: str | Path, dimension: Dimension) -> list[
                 raise EgoThinkDataError(f"{annotations}: record {index} has no text field {key!r}")
         if not isinstance(record.get("image_path"), list) or not record["image_path"]:
             raise EgoThinkDataError(f"{annotations}: record {index} has no image_path list")
-        image = folder / "images" / Path(record["image_path"][0]).name
+        image = inside_root(folder / "images" / Path(record["image_path"][0]).name, data_root, allow=allow_outside,
+                            where=f"{annotations}, record {index}: field image_path {record['image_path'][0]!r}",
+                            setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"), error_class=EgoThinkDataError)
         if problem := image_file_problem(image):  # missing, empty or truncated
             missing.append((image, problem))
         docs.append(_doc(dimension, index, record["question"], record["answer"], image))
@@ -118,7 +121,9 @@ def _stored_image(image: dict, folder: Path, index: int) -> Path:
     content = image.get("bytes")
     if content is None:  # the dataset points at a local file
         return Path(image["path"])
-    suffix = Path(image.get("path") or "").suffix or ".jpg"
+    # The file name is the suite's; only a plain extension of the dataset's path is kept.
+    suffix = Path(image.get("path") or "").suffix
+    suffix = suffix if re.fullmatch(r"\.[A-Za-z0-9]{1,8}", suffix) else ".jpg"
     path = folder / f"{index}-{hashlib.sha256(content).hexdigest()[:16]}{suffix}"
     if not path.is_file():
         # Ranks load at once and may store the same image together: each writes a file of its

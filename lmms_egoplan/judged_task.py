@@ -54,16 +54,20 @@ from lmms_egoplan.judge import (
     ItemScore,
     Judge,
     Judgement,
+    JudgeResults,
     JudgeSettings,
     JudgeSetupError,
     is_judge_parts_item,
+    item_parts,
     item_requests,
     items_rubric,
+    load_rubric,
     preflight,
     score_judged,
     unjudged,
 )
-from lmms_egoplan.records import read_jsonl, write_atomically
+from lmms_egoplan.lmms_eval_compat import exit_when_results_are_written, note_kept_on_stop
+from lmms_egoplan.records import strict_json, write_atomically
 from lmms_egoplan.settings import SettingsError, setting_name
 
 
@@ -113,14 +117,23 @@ class JudgedScoring:
         with self._judgements_lock:
             judge = _shared_judge(settings)
             if isinstance(judge, JudgeUnavailable):
-                return unjudged(items, judge.model, f"judge unavailable: {judge.error}")
+                scored = unjudged(items, judge.model, f"judge unavailable: {judge.error}")
+                self.judged_outcome(scored.results, settings)
+                return scored
             pending = [request for request in item_requests(items)
                        if getattr(self._judgements.get(request.id), "messages", None) != request.messages]
+            if pending and judge.cache is not None:
+                note_kept_on_stop(f"judgements already made are in the judge cache {judge.cache.path}")
             # With nothing pending no call is made and no audit file is written.
             results = judge.run(pending, items_rubric(items).parse_rating, audit_path=trail, append_audit=True,
                                 description=f"Judging {self.config.task}")
             self._judgements.update((j.id, j) for j in results.judgements)
-            return score_judged(items, self._judgements, judge_model=judge.model, audit_path=trail)
+            scored = score_judged(items, self._judgements, judge_model=judge.model, audit_path=trail)
+            self.judged_outcome(scored.results, settings)
+            return scored
+
+    def judged_outcome(self, results: JudgeResults, settings: JudgeSettings) -> None:
+        """What the harness does with a metric's judgements once made (lmms-eval: ``JudgedTask``)."""
 
 
 class JudgedTask(JudgedScoring, BenchmarkTask):
@@ -138,6 +151,66 @@ class JudgedTask(JudgedScoring, BenchmarkTask):
         super()._bind_to_backend(cli_args)
         if not getattr(cli_args, "predict_only", False):  # a predict-only run judges nothing
             self.check_judge_answers()
+
+    def judged_outcome(self, results: JudgeResults, settings: JudgeSettings) -> None:
+        """Remember the task's judgements (every metric reads the same ones, so the largest set is
+        the task's), so that the run ends with a distinct status if some failed, once its results
+        and samples files are written (``failed_judgements_verdict``)."""
+        known = _RUN_JUDGEMENTS.get(self.config.task)
+        if known is None or len(results.judgements) >= known.total:
+            _RUN_JUDGEMENTS[self.config.task] = TaskJudgements(results.failed, len(results.judgements), settings)
+        exit_when_results_are_written(failed_judgements_verdict)
+
+
+@dataclass(frozen=True)
+class TaskJudgements:
+    failed: int
+    total: int
+    settings: JudgeSettings
+
+
+_RUN_JUDGEMENTS: dict[str, TaskJudgements] = {}  # by task, in this run
+
+
+def failed_judgements_verdict(files: Sequence[Path]) -> tuple[int, str] | None:
+    """(exit status, what to do) when judgements of this run failed: how many, of which tasks, and
+    the ``lmms-egoplan rejudge`` command that asks the judge for them (and takes the others from the
+    judge cache); None when none failed. ``files``: the results and samples files of the run."""
+    failed = {task: outcome for task, outcome in _RUN_JUDGEMENTS.items() if outcome.failed}
+    if not failed:
+        return None
+    total = sum(outcome.total for outcome in _RUN_JUDGEMENTS.values())
+    counts = ", ".join(f"{task} {outcome.failed}" for task, outcome in failed.items())
+    line = (f"{sum(o.failed for o in failed.values())} of {total} judgements failed ({counts}) and are left out of "
+            f"the scores; the results and the judge cache are written")
+    by_judge: dict[JudgeSettings, list[str]] = {}
+    for task, outcome in failed.items():
+        by_judge.setdefault(outcome.settings, []).append(task)
+    commands = []
+    for settings, tasks in by_judge.items():
+        samples = [str(f) for task in tasks for f in files if f.name.endswith(f"_samples_{task}.jsonl")]
+        if len(samples) == len(tasks):
+            commands.append(rejudge_command(samples, files[0].parent, settings))
+    if commands:
+        line += "; judge the failed ones with: " + " ; ".join(commands)
+    else:
+        line += ("; re-run the same command to judge them (judgements already made come from the judge cache), "
+                 "or add --log_samples to judge them later with lmms-egoplan rejudge")
+    return max(o.settings.judge_failed_exit_status for o in failed.values()), line
+
+
+def rejudge_command(samples: Sequence[str], output: Path, settings: JudgeSettings) -> str:
+    """The ``lmms-egoplan rejudge`` command judging ``samples`` with ``settings`` (its options for
+    the settings that differ from the defaults)."""
+    import dataclasses
+    import shlex
+
+    options = []
+    for field in dataclasses.fields(JudgeSettings):
+        value = getattr(settings, field.name)
+        if value != field.default and field.name != "judge_preflight":
+            options += [f"--{field.name}", "none" if value is None else str(value)]
+    return shlex.join(["lmms-egoplan", "rejudge", *samples, "--output", str(output), *options])
 
 
 @dataclass(frozen=True)
@@ -229,36 +302,105 @@ def _group_scores(summary: dict[str, dict]) -> dict[str, dict]:
     return groups
 
 
-def rejudge_samples(paths: Sequence[str | Path], judge: Judge, output_dir: str | Path, *,
-                    progress: bool = True) -> dict[str, dict]:
-    """Re-score the judged metrics of logged samples (``--log_samples`` files) with ``judge``.
+@dataclass
+class LoggedItems:
+    """What ``rejudge`` judges: the judged items of logged samples (``--log_samples`` files), by
+    task and metric, with each task's samples file, and every row that could not be used and why."""
 
-    ``paths`` are samples files (``<date>_samples_<task>.jsonl``) or folders searched for them
-    (the newest file per task). No model runs: the logged judge items hold the full judge
-    requests (a ``--predict_only`` run logs them too). Every judged
-    metric of a task (whole-sample scores, parts, breakdowns) is scored from one set of
-    judgements, each request judged once, as in the evaluation itself. Writes an audit trail per
-    task and ``<date>_rejudged.json`` (the scores) into ``output_dir``; returns the scores by task
-    and by group (as the run reports groups): each judged metric, then ``judged`` / ``failed``.
-    Raises NothingToJudgeError when no file holds anything to judge.
-    """
+    columns: dict[str, dict[str, list[dict]]]
+    files: dict[str, Path]
+    unusable: dict[str, list[str]]  # by task: "<file>:<line>: why"
+
+
+def read_logged_items(paths: Sequence[str | Path]) -> LoggedItems:
+    """The judged items of the samples files in ``paths`` (files, or folders searched for them: the
+    newest file per task). No judge is needed to read them (``rejudge`` reads them first, so that a
+    folder without samples says so before anything asks for a key). A row that is not JSON (the last
+    line of a log whose run was killed while writing it is cut off), not an object, holds no judged
+    item where the other rows of its file do, or holds a broken one, is named and counted; the other
+    rows are judged. Raises NothingToJudgeError when no file holds anything to judge."""
+    files = _samples_files(paths)
+    columns: dict[str, dict[str, list[dict]]] = {}
+    unusable: dict[str, list[str]] = {}
+    for task, samples_file in files.items():
+        rows, problems = _logged_rows(samples_file)
+        task_columns: dict[str, list[dict]] = {}
+        without_items = []
+        for number, sample in rows:
+            items, problem = _judged_items(sample)
+            if problem:
+                problems.append((number, problem))
+            elif not items:
+                without_items.append((number, f"holds no judged item (doc_id {sample.get('doc_id')!r}); it is not "
+                                              f"a sample of a judged task of this suite"))
+            for metric, item in items.items():
+                task_columns.setdefault(metric, []).append(item)
+        if not task_columns:
+            logger.warning(f"{samples_file}: nothing to judge (task {task} is not a judged task of this suite)")
+            continue
+        problems += without_items  # the other rows of the file have judged items
+        columns[task] = task_columns
+        unusable[task] = [f"{samples_file}:{number}: {problem}" for number, problem in sorted(problems)]
+    if not columns:
+        raise NothingToJudgeError(f"nothing to judge in {', '.join(map(str, paths))}: the samples files of "
+                                  f"{', '.join(sorted(files))} hold no judged items (no judged task of this suite)")
+    return LoggedItems(columns, {task: files[task] for task in columns}, unusable)
+
+
+def _logged_rows(samples_file: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, str]]]:
+    """(line number, row) of each JSON object in ``samples_file``, and what is wrong with the other lines."""
     import json
 
+    from lmms_egoplan.records import read_text
+
+    lines = read_text(samples_file).splitlines()
+    last = max((number for number, line in enumerate(lines, 1) if line.strip()), default=0)
+    rows, problems = [], []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            cut = " (the last line, cut off: the run was stopped while writing it)" if number == last else ""
+            problems.append((number, f"not JSON{cut}: {error}"))
+            continue
+        if not isinstance(row, dict):
+            problems.append((number, f"a JSON {type(row).__name__}, not a sample"))
+            continue
+        rows.append((number, row))
+    return rows, problems
+
+
+def _judged_items(sample: dict) -> tuple[dict[str, dict], str | None]:
+    """(judged items by metric, None), or ({}, why they cannot be used)."""
+    logged = sample.get("bypass")  # a --predict_only run's log
+    items = logged.get(PREDICT_ONLY_ITEMS, {}) if isinstance(logged, dict) else sample
+    judged = {metric: value for metric, value in items.items() if is_judge_parts_item(value)}
+    for metric, item in judged.items():
+        try:
+            item_parts(item)
+            load_rubric(item["judge_rubric"])
+        except (KeyError, TypeError, ValueError) as error:
+            return {}, f"the judged item of metric {metric} (doc_id {sample.get('doc_id')!r}) is broken: {error}"
+    return judged, None
+
+
+def rejudge_samples(logged: LoggedItems, judge: Judge, output_dir: str | Path, *,
+                    progress: bool = True) -> dict[str, dict]:
+    """Re-score the judged metrics of logged samples (``read_logged_items``) with ``judge``.
+
+    No model runs: the logged judge items hold the full judge requests (a ``--predict_only`` run
+    logs them too). Every judged metric of a task (whole-sample scores, parts, breakdowns) is
+    scored from one set of judgements, each request judged once, as in the evaluation itself.
+    Writes an audit trail per task and ``<date>_rejudged.json`` (the scores; a metric without a
+    value is ``null``) into ``output_dir``; returns the scores by task and by group (as the run
+    reports groups): each judged metric, then ``judged`` / ``failed`` and ``unusable_rows``.
+    """
     output_dir = Path(output_dir)
     stamp = run_stamp()
     summary: dict[str, dict] = {}
-    files = _samples_files(paths)
-    for task, samples_file in files.items():
-        columns: dict[str, list[dict]] = {}
-        for _, sample in read_jsonl(samples_file):
-            logged = sample.get("bypass")  # a --predict_only run's log
-            items = logged.get(PREDICT_ONLY_ITEMS, {}) if isinstance(logged, dict) else sample
-            for metric, value in items.items():
-                if is_judge_parts_item(value):
-                    columns.setdefault(metric, []).append(value)
-        if not columns:
-            logger.warning(f"{samples_file}: nothing to judge (task {task} is not a judged task of this suite)")
-            continue
+    for task, columns in logged.columns.items():
         every_item = [item for items in columns.values() for item in items]
         audit = output_dir / f"{stamp}_judgements_{task}.jsonl"
         results = judge.run(item_requests(every_item), items_rubric(every_item).parse_rating, audit_path=audit,
@@ -266,13 +408,11 @@ def rejudge_samples(paths: Sequence[str | Path], judge: Judge, output_dir: str |
         judgements = {j.id: j for j in results.judgements}
         scores = {metric: score_judged(items, judgements, judge_model=results.judge_model).score
                   for metric, items in columns.items() if metric not in COUNT_METRICS}
-        summary[task] = {**scores, "judged": results.judged, "failed": results.failed, "judge_model": judge.model,
-                         "samples": str(samples_file), "audit_trail": str(audit)}
-    if not summary:
-        raise NothingToJudgeError(f"nothing to judge in {', '.join(map(str, paths))}: the samples files of "
-                                  f"{', '.join(sorted(files))} hold no judged items (no judged task of this suite)")
+        summary[task] = {**scores, "judged": results.judged, "failed": results.failed,
+                         "unusable_rows": len(logged.unusable[task]), "judge_model": judge.model,
+                         "samples": str(logged.files[task]), "audit_trail": str(audit)}
     summary.update({group: {**scores, "judge_model": judge.model} for group, scores in _group_scores(summary).items()})
-    write_atomically(output_dir / f"{stamp}_rejudged.json", json.dumps(summary, indent=2))
+    write_atomically(output_dir / f"{stamp}_rejudged.json", strict_json(summary, indent=2))
     return summary
 
 

@@ -4,11 +4,13 @@ as UTF-8, with errors that name the file and line."""
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from lmms_egoplan.errors import InputError
 
@@ -20,6 +22,24 @@ def valid_text(text: str) -> str:
     bytes); no UTF-8 file, database or HTTP body can hold them, so model output is cleaned once,
     where the suite first takes it."""
     return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+def finite_or_null(value: Any) -> Any:
+    """``value`` with every NaN or infinite number replaced by None, in dicts, lists and tuples at
+    any depth: how a metric without a value is written, as ``null`` (strict JSON has no NaN)."""
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):  # numpy's floats too
+        number = float(value)
+        return number if math.isfinite(number) else None
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(item) for item in value]
+    return value
+
+
+def strict_json(value: Any, **options) -> str:
+    """``json.dumps`` that strict parsers read: a metric without a value (NaN, infinity) is ``null``."""
+    return json.dumps(finite_or_null(value), allow_nan=False, **options)
 
 
 def read_text(path: str | Path, error_class: type[InputError] = InputError) -> str:
@@ -36,6 +56,32 @@ def read_text(path: str | Path, error_class: type[InputError] = InputError) -> s
         column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
         raise error_class(f"{path}:{line}: not UTF-8 text (byte 0x{data[error.start]:02x} at column {column}); "
                           f"save the file as UTF-8") from None
+
+
+def inside_root(path: str | Path, root: str | Path, *, where: str, setting: str, allow: bool = False,
+                error_class: type[InputError] = InputError) -> Path:
+    """``path``, built under the data folder ``root`` from an id or path of a record, if it stays
+    inside ``root``: a record whose value is an absolute path (it replaces ``root``), climbs out
+    with ``..``, or leads out through a symbolic link raises ``error_class`` naming ``where`` (the
+    record and the field) and ``setting``, the switch that allows it (``allow``: it is on).
+    Anything a run reads comes from where its settings point, not from wherever a record says."""
+    path, root = Path(path), Path(root).expanduser()
+    if allow:
+        return path
+    if not _is_within(path, root):
+        why = "is an absolute path"
+    elif not _is_within(os.path.normpath(path), os.path.normpath(root)):
+        why = "climbs out of it with '..'"
+    elif not _is_within(os.path.realpath(path), os.path.realpath(root)):
+        why = f"leads out of it through a symbolic link (to {os.path.realpath(path)})"
+    else:
+        return path
+    raise error_class(f"{where} {why}: {path} is outside the data folder {root}; media and annotations are read "
+                      f"only inside their data folders (set {setting} to true to allow paths outside it)")
+
+
+def _is_within(path: str | Path, root: str | Path) -> bool:
+    return Path(path) == Path(root) or Path(root) in Path(path).parents
 
 
 def write_atomically(path: str | Path, text: str) -> Path:

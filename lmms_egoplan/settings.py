@@ -97,13 +97,18 @@ def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, 
     named = {getattr(settings, name) for name in fields if name.endswith("_env")}
     for variable in sorted(environ):
         if variable.startswith(f"{env_prefix.upper()}_") and variable not in variables and variable not in named:
-            closest = difflib.get_close_matches(variable, variables, n=1, cutoff=0.6)
-            hint = f"did you mean {closest[0]}?" if closest else f"the settings are {', '.join(sorted(variables))}"
+            hint = closest_name_hint(variable, variables, listing="the settings are")
             raise SettingsError(f"task {task}: environment variable {variable} names no setting; {hint}")
     problems = value_problems(settings, lambda field: setting_name(env_prefix, field))
     if problems:
         raise SettingsError(f"task {task}: " + "; ".join(problems))
     return settings
+
+
+def closest_name_hint(name: str, known: Collection[str], listing: str = "known:") -> str:
+    """"did you mean X?" for the closest of ``known`` names, else ``listing`` and all of them."""
+    closest = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f"did you mean {closest[0]}?" if closest else f"{listing} {', '.join(sorted(known))}"
 
 
 def coerce_setting(raw: Any, annotation: Any, where: str) -> Any:

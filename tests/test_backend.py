@@ -28,6 +28,7 @@ from lmms_egoplan.request_options import (
     SCORED_SPAN,
     TEXT_FIRST,
 )
+from lmms_egoplan.settings import SettingsError
 from lmms_egoplan.testing.checkpoints import ARCHITECTURES, END_OF_TURN
 from lmms_egoplan.testing.media import index_image, read_index, write_video
 
@@ -552,6 +553,45 @@ def test_a_device_map_offloading_layers_to_disk_gives_the_single_device_likeliho
             == single.generate_until(gen_requests(single, docs, max_new_tokens=6)))
 
 
+@pytest.mark.parametrize("strategy", ["auto", "balanced", "sequential"])
+def test_a_device_map_strategy_on_one_device_gives_the_single_device_likelihoods(strategy, backend):
+    """On a machine with one device (here the CPU) accelerate resolves the strategy to that device and
+    transformers leaves the model undispatched, without ``hf_device_map``: the inputs go where the
+    embedding weights are."""
+    mapped = EgoPlanHF(pretrained=backend("qwen2_vl").pretrained, dtype="float32", device_map=strategy)
+    assert not hasattr(mapped.model, "hf_device_map") and mapped.device == torch.device("cpu")
+    single = backend("qwen2_vl")
+    docs = [egoplan_doc(0), egoplan_doc(1)]
+    got, expected = mapped.loglikelihood(mc_requests(mapped, docs)), single.loglikelihood(mc_requests(single, docs))
+    assert [greedy for _, greedy in got] == [greedy for _, greedy in expected]
+    assert [value for value, _ in got] == pytest.approx([value for value, _ in expected], abs=1e-6)
+
+
+# hf_device_map as accelerate writes it after dispatching a Qwen2-VL over several devices (GPU
+# indices), over a GPU and the CPU, or with the disk; the input device is the embedding layer's.
+ACCELERATE_DEVICE_MAPS = [
+    ({"model.visual": 0, "model.language_model.embed_tokens": 0, "model.language_model.layers.0": 0,
+      "model.language_model.layers.1": 1, "model.language_model.norm": 1, "model.language_model.rotary_emb": 1,
+      "lm_head": 1}, "cuda:0"),
+    ({"model.visual": 0, "model.language_model.embed_tokens": 1, "model.language_model.layers": 1, "lm_head": 2}, "cuda:1"),
+    ({"model.visual": 1, "model.language_model": 0, "lm_head": 0}, "cuda:0"),
+    ({"model": "cuda:1", "lm_head": "cuda:0"}, "cuda:1"),
+    ({"model.visual": 0, "model.language_model": "cpu", "lm_head": "disk"}, "cpu"),
+    ({"model.visual": "disk", "model.language_model.embed_tokens": "disk", "model.language_model.layers": 0,
+      "lm_head": 0}, "cpu"),
+    ({"": "mps"}, "mps"),
+]
+
+
+@pytest.mark.parametrize("device_map, device", ACCELERATE_DEVICE_MAPS)
+def test_the_inputs_of_a_dispatched_model_go_to_its_embedding_layers_device(device_map, device, backend, monkeypatch):
+    from lmms_egoplan.models.egoplan_hf import _input_device
+
+    model = backend("qwen2_vl").model
+    monkeypatch.setattr(model, "hf_device_map", device_map, raising=False)
+    assert _input_device(model) == torch.device(device)
+
+
 def test_device_map_errors_name_the_model_arg(tiny_model, monkeypatch):
     import accelerate
 
@@ -689,8 +729,11 @@ def test_a_template_without_visual_placeholders_is_named_before_the_processor_ru
 
 
 def test_bad_model_args_raise(tiny_model):
-    with pytest.raises(TypeError, match=r"unknown model_args \['max_frame'\]"):
+    with pytest.raises(SettingsError, match=r"unknown model_args max_frame \(did you mean max_frames\?\)"):
         EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), max_frame=8)
+    with pytest.raises(SettingsError, match=r"unknown model_args devicemap \(did you mean device_map\?\); qqq \(known: "
+                                            r"attn_implementation, batch_size, "):
+        EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), devicemap="auto", qqq=1)
     with pytest.raises(ValueError, match="dtype must be auto or one of"):
         EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), dtype="fp8")
     with pytest.raises(ValueError, match="egoplan_hf model_args image_max_side: expected an integer, got 'big'"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -41,8 +42,8 @@ def probe_data(tmp_path_factory) -> Path:
     return root / "docs.json"
 
 
-def evaluate(model_dir: Path, data: Path, output: Path, *extra: str, launcher=None):
-    return run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={model_dir},max_frames=8", tasks=[MC, GEN],
+def evaluate(model_dir: Path, data: Path, output: Path, *extra: str, launcher=None, model_args: str = ""):
+    return run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={model_dir},max_frames=8{model_args}", tasks=[MC, GEN],
                          output_dir=output, include_path=TASKS_DIR, use_plugin=False, launcher=launcher,
                          env={"BACKEND_PROBE_DATA_FILE": str(data)}, extra_args=list(extra))
 
@@ -91,11 +92,30 @@ def test_two_ranks_give_the_single_process_results(single_process, tiny_model, p
     _, single = single_process
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                 "--master_addr", "127.0.0.1", "--master_port", str(free_port())]
-    distributed = evaluate(tiny_model("qwen2_vl"), probe_data, tmp_path, launcher=launcher)
+    distributed = evaluate(tiny_model("qwen2_vl"), probe_data, tmp_path, "--use_cache", str(tmp_path / "cache"),
+                           launcher=launcher)
     assert re.search(r"Running on rank 1 \(local rank 1\)", distributed.log)
+    # Each rank stored its responses as it computed them in a database of its own; all were merged.
+    [run_folder] = (tmp_path / "cache" / "runs").iterdir()
+    assert sorted(p.name for p in run_folder.glob("rank_*.db")) == ["rank_0.db", "rank_1.db"]
+    with sqlite3.connect(tmp_path / "cache" / "cache.db") as db:
+        assert db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == NUM_DOCS * 4 + NUM_DOCS
     got, expected = scores(distributed), scores(single)
     assert got.keys() == expected.keys()
     for doc_id in expected:
         assert got[doc_id] == pytest.approx(expected[doc_id], abs=1e-5)
     assert [s["filtered_resps"] for s in distributed.samples(GEN)] == [s["filtered_resps"] for s in single.samples(GEN)]
     assert distributed.metric(MC, "acc") == single.metric(MC, "acc")
+
+
+@pytest.mark.parametrize("strategy", ["auto", "balanced", "sequential"])
+def test_a_device_map_strategy_gives_the_single_process_results(strategy, single_process, tiny_model, probe_data, tmp_path):
+    """What lmms-eval's examples pass every model, on this CPU-only machine (one device): the same
+    likelihoods as the single-process run, within 1e-6, and the same generations."""
+    _, single = single_process
+    mapped = evaluate(tiny_model("qwen2_vl"), probe_data, tmp_path, model_args=f",device_map={strategy}")
+    got, expected = scores(mapped), scores(single)
+    assert got.keys() == expected.keys()
+    for doc_id in expected:
+        assert got[doc_id] == pytest.approx(expected[doc_id], abs=1e-6)
+    assert [s["filtered_resps"] for s in mapped.samples(GEN)] == [s["filtered_resps"] for s in single.samples(GEN)]

@@ -488,3 +488,410 @@ def test_a_chat_template_without_visual_placeholders_names_the_model_and_the_mod
     assert run.returncode == 1
     assert f"{checkpoint}: the chat template renders 0 video placeholder(s)" in run.log
     assert "pass chat_template=<path" in run.log
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths from records stay inside their data folders (all four loaders)
+# ---------------------------------------------------------------------------------------------
+
+
+def escape_path(escape: str, root: Path, name: str, outside_file: Path) -> str:
+    """A record's value for ``name`` under ``root`` that leads to ``outside_file`` (outside ``root``):
+    with ``..``, as an absolute path, or through a symbolic link inside ``root``."""
+    import os
+    import shutil
+
+    if escape == "dotdot":
+        shutil.copy(outside_file, root.parent / f"{name}{outside_file.suffix}")
+        return f"../{name}"
+    if escape == "absolute":
+        return str(outside_file.with_suffix(""))
+    (root / f"{name}{outside_file.suffix}").symlink_to(outside_file)
+    os.utime(root, None)
+    return name
+
+
+@pytest.mark.parametrize("escape, why", [("dotdot", "climbs out of it with '..'"), ("absolute", "is an absolute path"),
+                                         ("symlink", "leads out of it through a symbolic link")])
+def test_an_egoplan_video_id_that_leaves_its_root_is_an_error_naming_the_sample_and_field(escape, why, tmp_path):
+    import shutil
+
+    from lmms_egoplan import egoplan, egoplan_data
+    from lmms_egoplan.settings import resolve_settings
+    from lmms_egoplan.testing.egoplan import build_fixture
+
+    data = build_fixture(tmp_path / "egoplan")
+    records = data.records()
+    record = next(r for r in records if r["video_source"] != "EpicKitchens")  # <ego4d root>/<video_id>.mp4
+    outside = tmp_path / "elsewhere" / "video.mp4"
+    outside.parent.mkdir()
+    shutil.copy(data.ego4d_root / f"{record['video_id']}.mp4", outside)
+    record["video_id"] = escape_path(escape, data.ego4d_root, "escaped", outside)
+    data.validation_file.write_text(json.dumps(records))
+
+    def load(**settings):
+        resolved = resolve_settings(egoplan.EgoPlanSettings, task="t", metadata={"annotation_file": "EgoPlan_validation.json"},
+                                    env_prefix="EGOPLAN", environ=data.env(**settings))
+        return egoplan_data.load_samples(resolved, labelled=True).docs
+
+    message = (rf"EgoPlan sample {record['sample_id']}: field video_id {re.escape(repr(record['video_id']))} {why}.*"
+               rf"set EGOPLAN_ALLOW_PATHS_OUTSIDE_ROOT \(metadata.allow_paths_outside_root\) to true")
+    with pytest.raises(egoplan_data.EgoPlanDataError, match=message):
+        load()
+    with pytest.raises(egoplan_data.EgoPlanDataError, match=message):
+        load(skip_missing="true")  # not a missing file: never skipped in silence
+    assert len(load(allow_paths_outside_root="true")) == len(records)
+
+
+def test_an_egothink_image_that_leads_out_of_the_data_root_is_an_error_naming_the_record(tmp_path):
+    from lmms_egoplan.egothink_data import DIMENSIONS, EgoThinkDataError, load_release_dimension
+    from lmms_egoplan.testing.egothink import write_release
+
+    root = write_release(tmp_path / "data", per_dimension=2)
+    dimension = DIMENSIONS["Object_existence"]
+    image = root / dimension.release_dirs[0] / "images" / "2.jpg"
+    outside = tmp_path / "elsewhere.jpg"
+    image.rename(outside)
+    image.symlink_to(outside)
+    annotations = root / dimension.release_dirs[0] / "annotations.json"
+    with pytest.raises(EgoThinkDataError, match=rf"{re.escape(str(annotations))}, record 1: field image_path '2.jpg' leads "
+                                                rf"out of it through a symbolic link \(to {re.escape(str(outside))}\).*"
+                                                rf"EGOTHINK_ALLOW_PATHS_OUTSIDE_ROOT"):
+        load_release_dimension(root, dimension)
+    assert len(load_release_dimension(root, dimension, allow_outside=True)) == 2
+
+
+@pytest.mark.parametrize("escape, why", [("dotdot", "climbs out of it with '..'"), ("absolute", "is an absolute path"),
+                                         ("symlink", "leads out of it through a symbolic link")])
+def test_an_egointent_video_that_leaves_the_video_root_is_named_with_its_record_and_field(escape, why, tmp_path):
+    from lmms_egoplan.egointent_data import EgoIntentDataError, load_steps
+    from lmms_egoplan.testing.egointent import write_dataset
+
+    annotations = write_dataset(tmp_path / "data")
+    records = [json.loads(line) for line in annotations.read_text().splitlines()]
+    record = next(r for r in records if "video" in r)
+    outside = tmp_path / "elsewhere" / "video.mp4"
+    outside.parent.mkdir()
+    outside.write_bytes((annotations.parent / record["video"]).read_bytes())
+    record["video"] = escape_path(escape, annotations.parent, "escaped", outside) + ".mp4"
+    annotations.write_text("".join(json.dumps(r) + "\n" for r in records))
+    number = records.index(record) + 1
+    with pytest.raises(EgoIntentDataError, match=rf"record {number} \(step_id '{record['step_id']}'\): field video "
+                                                 rf"{re.escape(repr(record['video']))} {why}.*EGOINTENT_ALLOW_PATHS_OUTSIDE_ROOT"):
+        load_steps(annotations)
+    assert len(load_steps(annotations, allow_outside=True)) == len(records)
+
+
+def test_an_actplan_instance_file_that_leads_out_of_the_release_is_an_error_naming_the_instance(tmp_path):
+    from lmms_egoplan.actplan_data import ActPlanDataError, load_instances
+    from lmms_egoplan.testing.actplan import write_release_dataset
+
+    release = write_release_dataset(tmp_path / "ActPlan-1K", scenes=1, activities=1, samples=1)
+    image = sorted(release.rglob("*.png"))[0]
+    outside = tmp_path / "elsewhere.png"
+    image.rename(outside)
+    image.symlink_to(outside)
+    instance = image.parent.relative_to(release / "annotation").as_posix()
+    with pytest.raises(ActPlanDataError, match=rf"ActPlan-1K instance {re.escape(instance)}: {image.parent.name}/{image.name} "
+                                               rf"leads out of it through a symbolic link.*ACTPLAN_ALLOW_PATHS_OUTSIDE_ROOT"):
+        load_instances(release)
+    assert len(load_instances(release, allow_outside=True)) == 2
+
+
+def test_a_dataset_path_in_a_stored_image_name_is_reduced_to_a_plain_extension(tmp_path):
+    from lmms_egoplan.egothink_data import _stored_image
+
+    for given, suffix in (("photo.png", ".png"), ("a/../../../etc/x.j pg", ".jpg"), ("x.jpg\n", ".jpg"), ("", ".jpg")):
+        stored = _stored_image({"bytes": given.encode() + b"content", "path": given}, tmp_path, 0)
+        assert stored.parent == tmp_path and stored.suffix == suffix and stored.is_file()
+
+
+@pytest.mark.e2e
+def test_a_record_whose_media_leaves_the_data_root_stops_the_run_naming_it_last(egoplan_data, tmp_path):
+    data = broken_copy(egoplan_data, tmp_path)
+    records = data.records()
+    records[4]["video_id"] = "../../../../etc/passwd"
+    data.validation_file.write_text(json.dumps(records))
+    run = egoplan_run(data, tmp_path / "out")
+    assert run.returncode == 1 and run.results is None
+    assert run.log.splitlines()[-1].startswith(f"lmms-egoplan: error: EgoPlan sample {records[4]['sample_id']}: field "
+                                               f"video_id '../../../../etc/passwd' climbs out of it with '..'")
+
+
+# ---------------------------------------------------------------------------------------------
+# rejudge: every row it cannot use named and counted, the rest judged; samples before keys
+# ---------------------------------------------------------------------------------------------
+
+
+def judged_rows(count: int) -> list[dict]:
+    """Samples-file rows of an EgoThink task as a judged run logs them."""
+    from lmms_egoplan.egothink import RUBRIC_NAME
+    from lmms_egoplan.judge import judge_parts_item
+
+    rows = []
+    for doc_id in range(count):
+        item = judge_parts_item({"": JudgeRequest.from_prompt(f"d{doc_id}", f"Rate answer {doc_id}")}, RUBRIC_NAME)
+        rows.append({"doc_id": doc_id, "score": item, "judged": item, "failed": item})
+    return rows
+
+
+def test_rejudge_names_and_counts_every_row_it_cannot_use_and_judges_the_rest(tmp_path, capsys):
+    from lmms_egoplan.cli import main
+
+    samples = tmp_path / "logs" / "20261122_101010_samples_ego_think_counting.jsonl"
+    samples.parent.mkdir()
+    good = judged_rows(3)
+    broken = {"doc_id": 5, "score": {"judge_parts": {"": {"judge_request_id": "d5"}}, "judge_rubric": "egothink"}}
+    lines = [json.dumps(row) for row in good] + [json.dumps({"doc_id": 4, "resps": ["an answer"]}), json.dumps(broken),
+                                                 "[1, 2]", json.dumps(judged_rows(7)[6])[:40]]
+    samples.write_text("\n".join(lines))  # the last line cut off, as a killed run leaves it
+    with ChatServer(rating_responder(lambda call: "1")) as judge:
+        status = main(["rejudge", str(samples.parent), "--output", str(tmp_path / "out"), "--judge_base_url",
+                       judge.base_url, "--judge_model", "loopback-judge", "--judge_api_key_env", "", "--judge_cache_dir", "none"])
+    assert status == 0 and len(judge.calls) == 3
+    err = capsys.readouterr().err
+    for number, why in ((4, "holds no judged item (doc_id 4)"), (5, "the judged item of metric score (doc_id 5) is broken"),
+                        (6, "a JSON list, not a sample"), (7, "not JSON (the last line, cut off")):
+        assert f"{samples}:{number}: {why}" in err
+    assert "4 logged rows could not be used" in err.splitlines()[-1]
+    summary = json.loads(next((tmp_path / "out").glob("*_rejudged.json")).read_text())["ego_think_counting"]
+    assert (summary["judged"], summary["failed"], summary["unusable_rows"], summary["score"]) == (3, 0, 4, 100.0)
+
+
+def test_rejudge_of_a_folder_without_samples_says_so_before_asking_for_an_api_key(tmp_path, capsys, monkeypatch):
+    from lmms_egoplan.cli import main
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    (tmp_path / "results").mkdir()
+    assert main(["rejudge", str(tmp_path / "results"), "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"no lmms-eval samples files (*_samples_<task>.jsonl) under {tmp_path / 'results'}" in err
+    assert "OPENAI_API_KEY" not in err
+
+
+def test_rejudge_with_failed_judgements_exits_with_the_distinct_status_saying_how_to_finish(tmp_path, capsys):
+    from lmms_egoplan.cli import main
+
+    samples = tmp_path / "20261122_101010_samples_ego_think_counting.jsonl"
+    samples.write_text("".join(json.dumps(row) + "\n" for row in judged_rows(4)))
+    args = ["rejudge", str(samples), "--output", str(tmp_path / "out"), "--judge_model", "loopback-judge",
+            "--judge_api_key_env", "", "--judge_cache_dir", str(tmp_path / "cache"), "--judge_retries", "0"]
+    with ChatServer(lambda call: Reply(status=503) if call.text.endswith(("1", "3")) else rating_responder(lambda c: "1")(call)) as judge:
+        assert main([*args, "--judge_base_url", judge.base_url]) == 3
+        assert "2 judgements failed" in capsys.readouterr().err.splitlines()[-1]
+        summary = json.loads(next((tmp_path / "out").glob("*_rejudged.json")).read_text())
+        assert summary["ego_think_counting"]["failed"] == 2
+        assert main([*args, "--judge_base_url", judge.base_url, "--judge_failed_exit_status", "0"]) == 0
+        assert len(judge.calls) == 4 + 2  # the second run asked only for the two that had failed
+
+
+# ---------------------------------------------------------------------------------------------
+# The invocations users type: a task or model_arg misspelt, the plugin variable forgotten; the
+# suite's error is the run's last line
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("case, model, tasks, plugin, last_line", [
+    ("a misspelt task", "dummy", "egoplan_vall", True,
+     "lmms-egoplan: error: --tasks: no task named egoplan_vall; did you mean egoplan_val or egoplan_val_gen?"),
+    ("the plugin variable forgotten", "egoplan_hf", "egoplan_val", False,
+     "lmms-egoplan: error: --tasks: egoplan_val is a task of lmms_egoplan, whose tasks lmms-eval indexes only when "
+     "LMMS_EVAL_PLUGINS names it; add this line before the command: export LMMS_EVAL_PLUGINS=lmms_egoplan"),
+    ("a misspelt suite task and no plugin variable", "egoplan_hf", "ego_think_countng", False,
+     "lmms-egoplan: error: --tasks: no task named ego_think_countng; did you mean ego_think_counting or egothink_counting "
+     "or ego_think_comparing?; add this line before the command: export LMMS_EVAL_PLUGINS=lmms_egoplan"),
+])
+def test_a_task_that_is_not_found_in_a_run_of_the_suite_exits_1_saying_what_to_type(case, model, tasks, plugin,
+                                                                                     last_line, tmp_path):
+    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+
+    run = run_lmms_eval(model=model, model_args="pretrained=unused", tasks=[tasks], output_dir=tmp_path, check=False,
+                        use_plugin=plugin)
+    assert run.returncode == 1, case
+    assert run.log.splitlines()[-1] == last_line
+
+
+@pytest.mark.e2e
+def test_an_unknown_model_arg_names_the_closest_one_on_the_last_line(egoplan_data, tiny_model, tmp_path):
+    run = egoplan_run(egoplan_data, tmp_path, model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')},max_frame=8")
+    assert run.returncode == 1
+    assert run.log.splitlines()[-1] == ("lmms-egoplan: error: egoplan_hf: unknown model_args max_frame (did you mean "
+                                        "max_frames?); every model_arg is in docs/backend.md")
+
+
+@pytest.mark.e2e
+def test_a_missing_annotation_folder_is_named_on_the_last_line_under_lmms_evals_traceback(egoplan_data, tmp_path):
+    run = egoplan_run(egoplan_data, tmp_path, annotation_dir=str(tmp_path / "no_such_folder"))
+    assert run.returncode == 1 and "Traceback" in run.log
+    last = run.log.splitlines()[-1]
+    assert last.startswith("lmms-egoplan: error: EgoPlan annotation file not found: ") and str(tmp_path / "no_such_folder") in last
+
+
+# ---------------------------------------------------------------------------------------------
+# Killed mid-pass (SIGKILL) or preempted (SIGTERM): the same command resumes; nothing paid for is
+# computed or judged twice
+# ---------------------------------------------------------------------------------------------
+
+
+def cached_rows(database: Path, table: str) -> int:
+    import contextlib
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(database)) as db:
+            return db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+    except sqlite3.Error:  # not created yet
+        return 0
+
+
+def stored_responses(cache: Path) -> int:
+    """Responses the runs of ``cache`` stored in their per-run folders (not yet merged)."""
+    return sum(cached_rows(db, "responses") for db in cache.glob("runs/*/rank_*.db"))
+
+
+def cache_hits(log: str) -> int:
+    return sum(int(line.split("ResponseCache: ")[1].split("/")[0]) for line in log.splitlines()
+               if "ResponseCache: " in line and "cache hits" in line)
+
+
+def stop(running, signum: int):
+    """Send ``signum``; the run's end as lmms-eval left it."""
+    running.signal(signum)
+    return running.wait()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("signum", [9, 15], ids=["SIGKILL", "SIGTERM"])
+def test_a_likelihood_pass_stopped_mid_way_keeps_every_scored_question(signum, egoplan_data, tiny_model, tmp_path):
+    """egoplan_hf hands each question's four likelihoods to the response cache as it scores them: the
+    stored count grows a question at a time, and the same command run again scores only the rest."""
+    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval, start_lmms_eval
+
+    cache = tmp_path / "cache"
+    args = dict(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}", tasks=["egoplan_val"],
+                env=egoplan_data.env(), extra_args=["--use_cache", str(cache)])
+    running = start_lmms_eval(output_dir=tmp_path / "first", **args)
+    seen = []
+    running.wait_for(lambda: seen.append(stored_responses(cache)) or seen[-1] >= 8, what="two questions stored")
+    stopped = stop(running, signum)
+    kept = stored_responses(cache)
+    assert 4 in seen and kept % 4 == 0 and 8 <= kept < 32  # a question at a time, not a chunk of documents
+    if signum == 15:
+        assert stopped.returncode == 143
+        assert stopped.log.splitlines()[-1].startswith(
+            f"lmms-egoplan: stopped by SIGTERM (exit status 143); the model responses it computed are kept in the "
+            f"response cache {cache}")
+    else:
+        assert stopped.returncode == -9
+    resumed = run_lmms_eval(output_dir=tmp_path / "second", **args)
+    assert cache_hits(resumed.log) == kept and f"{kept}/32 cache hits" in resumed.log  # 8 questions x 4 choices
+    strict_json_files(resumed)
+
+
+def strict_json_files(run) -> None:
+    """Every results and samples file of the run parses as strict JSON (no NaN, no Infinity)."""
+    for path in [*run.output_dir.rglob("*_results.json"), *run.output_dir.rglob("*_samples_*.jsonl")]:
+        for line in [path.read_text()] if path.suffix == ".json" else path.read_text().splitlines():
+            json.loads(line, parse_constant=refuse_constant)
+
+
+def refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def egothink_run_args(data: Path, model, judge, cache: Path, **settings) -> dict:
+    env = {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data), "EGOTHINK_JUDGE_BASE_URL": judge.base_url,
+           "EGOTHINK_JUDGE_MODEL": "loopback-judge", "EGOTHINK_JUDGE_API_KEY_ENV": "",
+           "EGOTHINK_JUDGE_CACHE_DIR": str(cache / "judge"),
+           **{f"EGOTHINK_{name.upper()}": value for name, value in settings.items()}}
+    return dict(model="openai", model_args=f"model_version=fake,base_url={model.base_url},api_key=unused",
+                tasks=["ego_think_counting"], env=env, extra_args=["--use_cache", str(cache / "responses")])
+
+
+@pytest.mark.e2e
+def test_a_generation_pass_killed_mid_way_resumes_from_what_lmms_evals_cache_kept(tmp_path):
+    """lmms-eval's own openai backend: the killed run's per-run cache folder, never merged by lmms-eval,
+    is merged by the next run, which asks the model only for the answers it lacks."""
+    from lmms_egoplan.testing.egothink import write_release
+    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval, start_lmms_eval
+
+    data = write_release(tmp_path / "data", per_dimension=12)
+    with ChatServer(lambda call: Reply("Two.", delay=0.2)) as model, ChatServer(rating_responder(lambda call: "1")) as judge:
+        args = egothink_run_args(data, model, judge, tmp_path)
+        running = start_lmms_eval(output_dir=tmp_path / "first", **args)
+        running.wait_for(lambda: len(model.calls) >= 6, what="six answers")
+        assert stop(running, 9).returncode == -9
+        kept = stored_responses(tmp_path / "responses")
+        assert kept >= 4 and judge.calls == []  # stored per chunk of documents; nothing judged yet
+        model.reset()
+        resumed = run_lmms_eval(output_dir=tmp_path / "second", **args)
+    assert f"recovered {kept} responses of a killed run" in resumed.log
+    assert len(model.calls) == 12 - kept and len(judge.calls) == 12
+    assert resumed.metric("ego_think_counting", "judged") == 12
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("signum", [9, 15], ids=["SIGKILL", "SIGTERM"])
+def test_a_run_stopped_while_judging_asks_no_model_again_and_the_judge_only_what_it_had_not_answered(signum, tmp_path):
+    from lmms_egoplan.judge import JudgeCache
+    from lmms_egoplan.testing.egothink import write_release
+    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval, start_lmms_eval
+
+    data = write_release(tmp_path / "data", per_dimension=12)
+    with ChatServer(lambda call: Reply("Two.")) as model, \
+            ChatServer(rating_responder(lambda call: "1", delay=0.3)) as judge:
+        args = egothink_run_args(data, model, judge, tmp_path, judge_concurrency="1")
+        running = start_lmms_eval(output_dir=tmp_path / "first", **args)
+        running.wait_for(lambda: len(judge.calls) >= 4, what="four judgements")
+        stopped = stop(running, signum)
+        judged = cached_rows(tmp_path / "judge" / JudgeCache.FILE_NAME, "judgements")
+        asked = len(judge.calls)
+        assert len(model.calls) == 12 and 3 <= judged <= asked
+        if signum == 15:  # the call in flight is answered and stored; nothing more is asked
+            assert stopped.returncode == 143 and judged == asked
+            assert stopped.log.splitlines()[-1].endswith(
+                f"judgements already made are in the judge cache {tmp_path / 'judge' / JudgeCache.FILE_NAME}")
+        model.reset(), judge.reset()
+        resumed = run_lmms_eval(output_dir=tmp_path / "second", **args)
+    assert model.calls == [] and len(judge.calls) == 12 - judged
+    assert resumed.metric("ego_think_counting", "judged") == 12 and resumed.metric("ego_think_counting", "score") == 100.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Failed judgements: results first, then a distinct exit status and the command that finishes them
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_a_judge_failing_after_a_good_preflight_ends_the_run_with_status_3_and_the_rejudge_command(tmp_path):
+    import shlex
+    import subprocess
+    import sys
+
+    from lmms_egoplan.testing.egothink import write_release
+    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+
+    data = write_release(tmp_path / "data", per_dimension=3)
+    state = {"down": True}
+    with ChatServer(lambda call: Reply("Two.")) as model, \
+            ChatServer(lambda call: Reply(status=503) if state["down"] else rating_responder(lambda c: "1")(call)) as judge:
+        run = run_lmms_eval(check=False, output_dir=tmp_path / "out",
+                            **egothink_run_args(data, model, judge, tmp_path, judge_retries="1", judge_backoff="0"))
+        assert run.returncode == 3
+        assert run.metric("ego_think_counting", "failed") == 3 and run.metric("ego_think_counting", "score") is None
+        strict_json_files(run)  # the score without a value is null, beside judged 0 / failed 3
+        last = run.log.splitlines()[-1]
+        assert last.startswith("lmms-egoplan: 3 of 3 judgements failed (ego_think_counting 3) and are left out of the "
+                               "scores; the results and the judge cache are written; judge the failed ones with: ")
+        command = shlex.split(last.split("judge the failed ones with: ")[1])
+        [samples] = run.output_dir.rglob("*_samples_ego_think_counting.jsonl")
+        assert command[:3] == ["lmms-egoplan", "rejudge", str(samples)]
+        assert f"--judge_base_url {judge.base_url}" in last and f"--judge_cache_dir {tmp_path / 'judge'}" in last
+        state["down"] = False
+        judge.reset()
+        finished = subprocess.run([sys.executable, "-m", "lmms_egoplan.cli", *command[1:]], capture_output=True, text=True)
+    assert finished.returncode == 0, finished.stderr
+    assert len(judge.calls) == 3
+    rejudged = json.loads(next(samples.parent.glob("*_rejudged.json")).read_text(), parse_constant=refuse_constant)
+    assert rejudged["ego_think_counting"]["score"] == 100.0 and rejudged["ego_think_counting"]["failed"] == 0

@@ -4,6 +4,9 @@ and only to runs that use the suite; a run that uses none of the suite is lmms-e
 import inspect
 import json
 import os
+import signal
+import socket
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +16,9 @@ import pytest
 import tenacity
 from lmms_eval.api import instance
 from lmms_eval.api.task import ConfigurableTask
-from lmms_eval.caching.response_cache import ResponseCache
+from lmms_eval.caching.response_cache import _SCHEMA_SQL, ResponseCache
+from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
+from lmms_eval.tasks import TaskManager
 
 from lmms_egoplan import lmms_eval_compat
 from lmms_egoplan.testing.lmms_eval_run import OFFLINE_ENV
@@ -112,6 +117,13 @@ def test_a_run_without_the_suite_is_lmms_evals_own(tmp_path):
     assert failed_installed[0] == failed_alone[0] == 0
     assert "Error during evaluation" in failed_installed[3] and failed_installed[2] is None
 
+    # A task name that exists nowhere, in a run that names nothing of the suite: lmms-eval's answer, exit 0.
+    typo_installed = run_cli("installed", "plain_probe_typo", tmp_path / "typo_installed", include_path=tasks)
+    typo_alone = run_cli("alone", "plain_probe_typo", tmp_path / "typo_alone", include_path=tasks)
+    assert typo_installed[0] == typo_alone[0] == 0
+    for log in (typo_installed[3], typo_alone[3]):
+        assert "Tasks not found: plain_probe_typo" in log and "lmms-egoplan" not in log and "did you mean" not in log
+
 
 @pytest.mark.e2e
 def test_a_failed_run_of_a_suite_task_exits_non_zero_and_a_good_one_zero(tmp_path):
@@ -137,6 +149,9 @@ def test_the_installed_lmms_eval_has_every_bug_worked_around():
     assert lmms_eval_compat._cli_swallows_evaluation_errors()
     assert hasattr(ConfigurableTask.process_results, "retry")
     assert lmms_eval_compat._stores_after_the_whole_call() and lmms_eval_compat._drops_failed_runs()
+    assert lmms_eval_compat._never_reads_run_folders() and lmms_eval_compat._cli_swallows_missing_tasks()
+    assert lmms_eval_compat._writes_nan_as_is() and lmms_eval_compat._writes_results_then_samples()
+    assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, lmms_eval_compat._stop_on_sigterm)
 
 
 def test_nothing_is_changed_where_lmms_eval_behaves(monkeypatch):
@@ -159,6 +174,24 @@ def test_nothing_is_changed_where_lmms_eval_behaves(monkeypatch):
 
     assert lmms_eval_compat._stores_after_the_whole_call("for chunk in chunks: lm_call(chunk); self._store(...)") is False
     assert lmms_eval_compat._drops_failed_runs("def finalize(self, *, success):\n    self._merge_run_to_root()") is False
+    create = lmms_eval_compat.lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.create")
+    assert lmms_eval_compat._never_reads_run_folders(create.replace("os.makedirs(run_dir", "self._merge_stale_runs(); "
+                                                                                           "os.makedirs(run_dir")) is False
+    assert lmms_eval_compat._writes_nan_as_is("dumped = json.dumps(results, allow_nan=False)") is False
+    assert lmms_eval_compat._writes_results_then_samples(
+        cli_evaluate_single + "\n    if failed_metrics:\n        sys.exit(3)\n") is False
+    with_missing_tasks_failing = installed.replace("eval_logger.error(f\"Error during evaluation", "sys.exit(1)  #")
+    assert lmms_eval_compat._cli_swallows_evaluation_errors(with_missing_tasks_failing) is False
+
+    def someone_elses_handler(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, someone_elses_handler)
+    try:
+        assert lmms_eval_compat.stop_cleanly_on_sigterm() is False
+        assert signal.getsignal(signal.SIGTERM) is someone_elses_handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
     def cleaning_unwrap(output):
         return output.replace("\udcff", "\ufffd"), None
@@ -183,6 +216,17 @@ def test_releases_from_the_fixed_version_on_get_no_workaround(monkeypatch):
     assert lmms_eval_compat.clean_lone_surrogates() is False
     assert lmms_eval_compat.keep_responses_of_stopped_runs() is False
     assert lmms_eval_compat.fail_runs_with_failed_tasks() is False
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        assert lmms_eval_compat.stop_cleanly_on_sigterm() is False and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    monkeypatch.setattr(TaskManager, "match_tasks", inspect.unwrap(TaskManager.match_tasks))
+    monkeypatch.setattr(EvaluationTracker, "save_results_aggregated", inspect.unwrap(EvaluationTracker.save_results_aggregated))
+    monkeypatch.setattr(EvaluationTracker, "save_results_samples", inspect.unwrap(EvaluationTracker.save_results_samples))
+    assert lmms_eval_compat.explain_missing_tasks() is False
+    assert lmms_eval_compat.write_results_as_strict_json() is False
+    assert lmms_eval_compat.exit_when_results_are_written(lambda files: None) is False
     assert lmms_eval_compat.run_datetime_str(None) is None
     assert lmms_eval_compat.unretried_process_results(ConfigurableTask.process_results) is ConfigurableTask.process_results
 
@@ -267,3 +311,45 @@ def test_only_runs_that_name_the_suite_get_the_task_discovery_fix():
     assert lmms_eval_compat.suite_plugin_enabled({"LMMS_EVAL_PLUGINS": "other, lmms_egoplan"})
     assert not lmms_eval_compat.suite_plugin_enabled({"LMMS_EVAL_PLUGINS": "other"})
     assert not lmms_eval_compat.suite_plugin_enabled({})
+
+
+def killed_run_folder(cache: Path, run_id: str, *, pid: int, host: str | None = None, rows: int = 3) -> Path:
+    """A run folder as a killed run leaves it: its rank database with ``rows`` responses, its owner file."""
+    folder = cache / "runs" / run_id
+    folder.mkdir(parents=True)
+    with sqlite3.connect(folder / "rank_0.db") as db:
+        db.executescript(_SCHEMA_SQL)
+        db.executemany("INSERT INTO responses VALUES (?, 'loglikelihood', 't', ?, 0, '{}', '[1.5, false]', 0)",
+                       [(f"{run_id}-{doc}", doc) for doc in range(rows)])
+    if pid:
+        owner = {"host": host or socket.gethostname(), "pid": pid, "started": lmms_eval_compat._process_start(pid)}
+        (folder / "rank_0.db.owner.json").write_text(json.dumps(owner))
+    return folder
+
+
+def test_the_cache_folders_of_killed_runs_are_merged_and_those_of_live_or_unknown_runs_are_not(tmp_path):
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    killed = killed_run_folder(tmp_path, "killed", pid=ended.pid)
+    live = killed_run_folder(tmp_path, "live", pid=os.getpid())
+    elsewhere = killed_run_folder(tmp_path, "elsewhere", pid=ended.pid, host="another-machine")
+    unknown = killed_run_folder(tmp_path, "unknown", pid=0)  # written without the workaround
+    assert lmms_eval_compat.recover_killed_runs(str(tmp_path)) == 3
+    with sqlite3.connect(tmp_path / "cache.db") as db:
+        assert sorted(key for key, in db.execute("SELECT cache_key FROM responses")) == ["killed-0", "killed-1", "killed-2"]
+    assert (killed / ".merged").is_file()
+    assert not any((folder / ".merged").exists() for folder in (live, elsewhere, unknown))
+    assert lmms_eval_compat.recover_killed_runs(str(tmp_path)) == 0  # merged once
+
+
+@pytest.mark.parametrize("missing, environ, message", [
+    (["egoplan_vall"], {"LMMS_EVAL_PLUGINS": "lmms_egoplan"}, "--tasks: no task named egoplan_vall; did you mean egoplan_val?"),
+    (["egoplan_val"], {}, "--tasks: egoplan_val is a task of lmms_egoplan, whose tasks lmms-eval indexes only when "
+                          "LMMS_EVAL_PLUGINS names it; add this line before the command: export LMMS_EVAL_PLUGINS=lmms_egoplan"),
+    (["egoplan_vall"], {"LMMS_EVAL_PLUGINS": "mine"}, "--tasks: no task named egoplan_vall; did you mean egoplan_val?; "
+                                                      "add this line before the command: export LMMS_EVAL_PLUGINS=mine,lmms_egoplan"),
+    (["mmee"], {}, "--tasks: no task named mmee; did you mean mme?"),
+    (["zzzz"], {"LMMS_EVAL_PLUGINS": "lmms_egoplan"}, "--tasks: no task named zzzz (`lmms-eval --tasks list` lists them)"),
+])
+def test_a_missing_task_gets_the_closest_names_and_the_plugin_line_where_a_suite_task_is_meant(missing, environ, message):
+    assert lmms_eval_compat.missing_tasks_message(missing, ["mme", "egothink"], {"egoplan_val", "ego_think"}, environ) == message

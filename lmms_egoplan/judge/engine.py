@@ -4,7 +4,7 @@
 
 * answers what the persistent cache already holds without calling the judge (a re-run of the
   same evaluation makes zero calls; a run killed half-way resumes where it stopped: every
-  answer is stored the moment it arrives);
+  answer is stored the moment it arrives, by the thread that receives it);
 * sends the rest concurrently (``concurrency`` calls in flight, a progress bar), retrying
   rate limits (429), server errors (5xx) and timeouts with exponential backoff;
 * parses every answer with the benchmark's parser; a call that still fails, or an answer
@@ -22,7 +22,7 @@ import json
 import os
 import random
 import sqlite3
-import time
+import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -96,8 +96,6 @@ class Judge:
             raw, rating = (answer.text if answer else None), None
             if raw is not None:
                 rating, error = _parsed(parse_rating, raw)
-            if rating is not None and not cached:
-                self._store(key, by_key[key][0].messages, answer)
             for position, request in enumerate(by_key[key]):
                 judgement = Judgement(request.id, self.model, request.messages, raw, rating,
                                       error if rating is None else None, cached, attempts if position == 0 else 0,
@@ -113,13 +111,23 @@ class Judge:
                     missing.append(key)
                 else:
                     record(key, cached, None, True, 0)
-            with tqdm(total=len(missing), desc=description, disable=not progress or not missing) as bar, \
-                    ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-                futures = {pool.submit(self._call, key, by_key[key][0].messages): key for key in missing}
-                for future in as_completed(futures):
-                    answer, error, attempts = future.result()
-                    record(futures[future], answer, error, False, attempts)
-                    bar.update()
+            stopping = threading.Event()
+            pool = ThreadPoolExecutor(max_workers=self.concurrency)
+            try:
+                with tqdm(total=len(missing), desc=description, disable=not progress or not missing) as bar:
+                    futures = {pool.submit(self._call, key, by_key[key][0].messages, parse_rating, stopping): key
+                               for key in missing}
+                    for future in as_completed(futures):
+                        answer, error, attempts = future.result()
+                        record(futures[future], answer, error, False, attempts)
+                        bar.update()
+            except BaseException:
+                # Stopped (SIGTERM, Ctrl-C) or failing: ask nothing more. The calls in flight end
+                # (without retries), and their good answers are stored as they arrive.
+                stopping.set()
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            pool.shutdown()
         finally:
             audit.close()
 
@@ -133,22 +141,27 @@ class Judge:
                 + (f"; audit trail: {audit.path}" if audit.path else ""))
         return results
 
-    def _call(self, key: str, messages) -> tuple[Optional[Completion], Optional[str], int]:
-        """(answer or None, error or None, attempts) for one prompt; stores answers in the cache."""
+    def _call(self, key: str, messages, parse_rating: RatingParser,
+              stopping: threading.Event) -> tuple[Optional[Completion], Optional[str], int]:
+        """(answer or None, error or None, attempts) for one prompt. An answer with a valid rating
+        is stored in the cache the moment it arrives (a run killed a second later keeps it); no
+        retry once ``stopping`` is set."""
         attempt = 0
         while True:
             attempt += 1
             try:
                 completion = self.backend.complete(messages, self.decoding)
             except TransientJudgeError as error:
-                if attempt > self.retries:
+                if attempt > self.retries or stopping.is_set():
                     return None, f"{error} (gave up after {attempt} attempts)", attempt
-                time.sleep(self._delay(attempt, error.retry_after))
+                stopping.wait(self._delay(attempt, error.retry_after))
                 continue
             except JudgeCallError as error:
                 return None, str(error), attempt
             except Exception as error:  # a judge problem must not cost the evaluation its generations
                 return None, f"{type(error).__name__}: {error}", attempt
+            if _parsed(parse_rating, completion.text)[0] is not None:
+                self._store(key, messages, completion)
             return completion, None, attempt
 
     def _store(self, key: str, messages, answer: Completion) -> None:

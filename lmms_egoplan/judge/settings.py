@@ -43,6 +43,9 @@ class JudgeSettings:
     # A judged task sends one short request when it loads, so that a judge that cannot answer stops
     # the run before generation; false to generate now and judge later (``lmms-egoplan rejudge``).
     judge_preflight: bool = True
+    # The exit status of a run (or ``rejudge``) whose judgements did not all succeed, once its results
+    # are written: distinct from 1 (the run failed); 0 to accept such runs.
+    judge_failed_exit_status: int = setting(3, minimum=0, maximum=255)
 
     @classmethod
     def of(cls, settings: Any) -> "JudgeSettings":

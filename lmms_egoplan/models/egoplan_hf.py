@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from lmms_eval.api.instance import Instance
@@ -34,7 +34,7 @@ from lmms_egoplan.models.visuals import (
     prepare_visuals,
 )
 from lmms_egoplan.request_options import ANSWER_AND_END_OF_TURN, INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
-from lmms_egoplan.settings import coerce_setting
+from lmms_egoplan.settings import SettingsError, closest_name_hint, coerce_setting
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # The request options this backend honours (``request_options``); a question's candidates share them.
@@ -52,6 +52,10 @@ class ContextTooLongError(ValueError):
 class EgoPlanHF(lmms):
     is_simple = True
     request_options = {option.name: option.values for option in _QUESTION_OPTIONS}
+    # Set while lmms-eval's --use_cache calls this backend (``lmms_eval_compat.
+    # keep_responses_of_stopped_runs``): each response is handed to it as soon as it is computed,
+    # and stored, so that a run killed mid-pass keeps every question it scored.
+    response_sink: Callable[[Instance, Any], None] | None = None
 
     def __init__(
         self,
@@ -82,7 +86,7 @@ class EgoPlanHF(lmms):
         on_suite_use()
         super().__init__()
         if unknown:
-            raise TypeError(f"egoplan_hf: unknown model_args {sorted(unknown)}; see docs/backend.md")
+            raise SettingsError(unknown_model_args_message(sorted(unknown)))
         from accelerate import Accelerator
 
         self.pretrained = str(pretrained)
@@ -173,6 +177,7 @@ class EgoPlanHF(lmms):
                 scores = self._score_question(context, [c for _, c in members], visuals, where, **asked)
                 for (index, _), score in zip(members, scores):
                     results[index] = score
+                    self._hand_over(requests[index], score)
                 progress.update(len(members))
         progress.close()
         return results
@@ -206,6 +211,7 @@ class EgoPlanHF(lmms):
                             grouping=True)
         outputs = []
         chunks = list(collator.get_batched(n=self.batch_size))
+        in_batch_order = iter([requests[index] for index in collator.reorder_indices])
         keys = [(task, split, doc_id, doc_to_visual) for chunk in chunks for _, _, doc_to_visual, doc_id, task, split, _ in chunk]
         progress = tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf generate_until")
         with contextlib.closing(self._visuals_in_order(keys)) as visuals_in_order:
@@ -216,7 +222,10 @@ class EgoPlanHF(lmms):
                 prompts = [self.chat.generation_prompt(self.chat.user_turn(v.parts, c, INPUT_ORDER.check(p, where)))
                            for v, c, p in zip(visuals, contexts, placements)]
                 inputs = self._encode(prompts, visuals, where)
-                outputs.extend(self._generate(inputs, dict(generation_kwargs[0] or {}), where))
+                generated = self._generate(inputs, dict(generation_kwargs[0] or {}), where)
+                for request, text in zip(in_batch_order, generated):
+                    self._hand_over(request, text)
+                outputs.extend(generated)
                 progress.update(len(chunk))
         progress.close()
         return collator.get_original(outputs)
@@ -252,6 +261,10 @@ class EgoPlanHF(lmms):
         raise NotImplementedError("egoplan_hf does not implement generate_until_multi_round")
 
     # ------------------------------------------------------------------ shared steps
+
+    def _hand_over(self, request: Instance, response: Any) -> None:
+        if self.response_sink is not None:
+            self.response_sink(request, response)
 
     def _visuals_in_order(self, keys: Sequence[tuple]) -> Iterator[ModelVisuals]:
         """The visuals of each (task, split, doc_id, doc_to_visual) key, in order: decoded once for a
@@ -323,6 +336,15 @@ class EgoPlanHF(lmms):
                 f"of {self.max_length} tokens; lower max_frames / image_max_pixels / video_max_pixels, or raise "
                 f"max_length if the model supports more"
             )
+
+
+def unknown_model_args_message(unknown: Sequence[str]) -> str:
+    """Each unknown key with the closest model_arg of ``EgoPlanHF``."""
+    import inspect
+
+    known = [name for name in inspect.signature(EgoPlanHF.__init__).parameters if name not in ("self", "unknown")]
+    named = "; ".join(f"{key} ({closest_name_hint(key, known)})" for key in unknown)
+    return f"egoplan_hf: unknown model_args {named}; every model_arg is in docs/backend.md"
 
 
 def _load(pretrained: str, dtype: str, attn_implementation: str | None, trust_remote_code: bool, placement: dict):
@@ -399,11 +421,18 @@ def _json_arg(value, name: str) -> dict:
 
 def _input_device(model) -> torch.device:
     """Where a device-mapped model's embedding layer runs: its entry in ``hf_device_map`` (the
-    longest module-name prefix); layers offloaded to "cpu" / "disk" run on the CPU."""
+    longest module-name prefix); layers offloaded to "cpu" / "disk" run on the CPU.
+
+    transformers dispatches a model (and sets ``hf_device_map``) only when its map spans several
+    devices or the disk; a map that resolves to one device (``auto`` with one GPU, or on a CPU-only
+    machine) leaves the whole model there, without a map: the embedding weights say where."""
     embeddings = model.get_input_embeddings()
+    device_map = getattr(model, "hf_device_map", None)
+    if not device_map:
+        return embeddings.weight.device
     name = next(n for n, module in model.named_modules() if module is embeddings)
-    owner = max((key for key in model.hf_device_map if key == "" or name == key or name.startswith(key + ".")), key=len)
-    where = model.hf_device_map[owner]
+    owner = max((key for key in device_map if key == "" or name == key or name.startswith(key + ".")), key=len)
+    where = device_map[owner]
     return torch.device("cpu" if where in ("cpu", "disk", "meta") else f"cuda:{where}" if isinstance(where, int) else where)
 
 

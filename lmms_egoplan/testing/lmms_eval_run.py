@@ -65,19 +65,25 @@ class EvalRun:
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log.splitlines()[-lines:])
 
+    def judged(self, *tasks: str) -> "EvalRun":
+        """This run, checked as a finished judged run (started with ``check=False``): its results
+        written, and exit status 0, or the distinct status for failed judgements where ``tasks`` have
+        some (``judge_failed_exit_status``, default)."""
+        from lmms_egoplan.judge import JudgeSettings
 
-def run_lmms_eval(*, model: str, model_args: str, tasks: Iterable[str], output_dir: str | os.PathLike,
-                  env: Mapping[str, str] | None = None, use_plugin: bool = True,
-                  include_path: str | os.PathLike | None = None, extra_args: Iterable[str] = (),
-                  launcher: Iterable[str] | None = None, check: bool = True, timeout: float = 1800) -> EvalRun:
-    """Evaluate ``tasks`` through ``python -m lmms_eval`` with logged samples.
+        failed = self.results is not None and any(self.metric(task, "failed") for task in tasks)
+        expected = JudgeSettings().judge_failed_exit_status if failed else 0
+        if self.results is None or self.returncode != expected:
+            raise EvalRunError(f"expected a finished judged run with exit status {expected}, got {self.returncode}: "
+                               f"{' '.join(self.command)}\n{self.log_tail()}")
+        return self
 
-    ``use_plugin`` registers the suite's tasks with ``LMMS_EVAL_PLUGINS=lmms_egoplan``;
-    ``include_path`` passes ``--include_path`` instead (or as well). ``launcher`` replaces
-    ``python`` (e.g. ``torchrun --nproc_per_node 2``). With ``check``, a failed run raises
-    EvalRunError with the end of its log.
-    """
-    tasks = list(tasks)
+
+def lmms_eval_command(*, model: str, model_args: str, tasks: Iterable[str], output_dir: str | os.PathLike,
+                      env: Mapping[str, str] | None = None, use_plugin: bool = True,
+                      include_path: str | os.PathLike | None = None, extra_args: Iterable[str] = (),
+                      launcher: Iterable[str] | None = None) -> tuple[list[str], dict[str, str], Path]:
+    """(command, environment, working directory) of an lmms-eval run (see ``run_lmms_eval``)."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     command = [*(launcher or [sys.executable]), "-m", "lmms_eval",
@@ -92,11 +98,33 @@ def run_lmms_eval(*, model: str, model_args: str, tasks: Iterable[str], output_d
         run_env.pop("LMMS_EVAL_PLUGINS", None)
     # The output folder as working directory: a source checkout in the caller's working directory
     # would otherwise shadow the installed package (``python -m`` puts the cwd first on sys.path).
+    return command, run_env, output_dir
+
+
+def run_lmms_eval(*, model: str, model_args: str, tasks: Iterable[str], output_dir: str | os.PathLike,
+                  env: Mapping[str, str] | None = None, use_plugin: bool = True,
+                  include_path: str | os.PathLike | None = None, extra_args: Iterable[str] = (),
+                  launcher: Iterable[str] | None = None, check: bool = True, timeout: float = 1800) -> EvalRun:
+    """Evaluate ``tasks`` through ``python -m lmms_eval`` with logged samples.
+
+    ``use_plugin`` registers the suite's tasks with ``LMMS_EVAL_PLUGINS=lmms_egoplan``;
+    ``include_path`` passes ``--include_path`` instead (or as well). ``launcher`` replaces
+    ``python`` (e.g. ``torchrun --nproc_per_node 2``). With ``check``, a failed run raises
+    EvalRunError with the end of its log.
+    """
+    tasks = list(tasks)
+    command, run_env, output_dir = lmms_eval_command(model=model, model_args=model_args, tasks=tasks,
+                                                     output_dir=output_dir, env=env, use_plugin=use_plugin,
+                                                     include_path=include_path, extra_args=extra_args, launcher=launcher)
     started = time.time()
     completed = subprocess.run(command, env=run_env, cwd=output_dir, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, timeout=timeout)
-    run = EvalRun(command=command, returncode=completed.returncode, log=completed.stdout, output_dir=output_dir,
-                  started=started)
+    return finished_run(command, completed.returncode, completed.stdout, output_dir, started, tasks, check)
+
+
+def finished_run(command: list[str], returncode: int, log: str, output_dir: Path, started: float,
+                 tasks: list[str], check: bool) -> EvalRun:
+    run = EvalRun(command=command, returncode=returncode, log=log, output_dir=output_dir, started=started)
     if run.results_file is not None:
         run.results = json.loads(run.results_file.read_text())
     missing = [t for t in tasks if not run.results or (t not in run.results.get("results", {})
@@ -105,3 +133,42 @@ def run_lmms_eval(*, model: str, model_args: str, tasks: Iterable[str], output_d
         reason = f"exit status {run.returncode}" if run.returncode else f"no results for {', '.join(missing)}"
         raise EvalRunError(f"lmms-eval failed ({reason}): {' '.join(command)}\n{run.log_tail()}")
     return run
+
+
+class RunningEval:
+    """An lmms-eval run started in the background (``start_lmms_eval``), to be stopped mid-pass:
+    ``signal`` it, then ``wait`` for its EvalRun."""
+
+    def __init__(self, command: list[str], env: dict[str, str], output_dir: Path, tasks: list[str]):
+        self.command, self.output_dir, self.tasks = command, output_dir, tasks
+        self.log_path = output_dir / "lmms-eval.log"
+        self.started = time.time()
+        self._log = self.log_path.open("w")
+        self.process = subprocess.Popen(command, env=env, cwd=output_dir, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def wait_for(self, condition, *, timeout: float = 900, poll: float = 0.05, what: str = "the condition") -> None:
+        """Poll ``condition()`` until it holds; fails if the run ends first or ``timeout`` passes."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if self.process.poll() is not None:
+                raise EvalRunError(f"the run ended (status {self.process.returncode}) before {what}:\n"
+                                   f"{self.log_path.read_text()[-4000:]}")
+            if time.monotonic() > deadline:
+                raise EvalRunError(f"{what} did not happen within {timeout} s")
+            time.sleep(poll)
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float = 600) -> EvalRun:
+        self.process.wait(timeout=timeout)
+        self._log.close()
+        return finished_run(self.command, self.process.returncode, self.log_path.read_text(), self.output_dir,
+                            self.started, self.tasks, check=False)
+
+
+def start_lmms_eval(**arguments) -> RunningEval:
+    """``run_lmms_eval``'s run (same arguments, without ``check`` / ``timeout``), in the background;
+    its output goes to ``<output_dir>/lmms-eval.log``."""
+    command, env, output_dir = lmms_eval_command(**arguments)
+    return RunningEval(command, env, output_dir, list(arguments["tasks"]))
