@@ -346,3 +346,26 @@ def test_the_page_keeps_wide_tables_in_their_own_scrolling_box(results_tree, tmp
     style = page[page.index("<style>"):page.index("</style>")]
     assert ".table-box{overflow-x:auto" in style and "figure svg{max-width:100%" in style
     assert page.count('<div class="table-box"><table id="table-') == len(BENCHMARKS)
+
+
+@pytest.mark.e2e
+def test_in_a_browser_the_page_fits_1400_pixels_and_every_figure_renders(results_tree, tmp_path):
+    """Headless Chromium, where one is installed (Debian: apt-get install chromium); the screenshots
+    are what a developer looks at (python -m lmms_egoplan.report.screenshots)."""
+    from PIL import Image
+
+    from lmms_egoplan.report import screenshots
+
+    try:
+        screenshots.find_chromium()
+    except FileNotFoundError as missing:
+        pytest.skip(str(missing))
+    report = write_report([results_tree], tmp_path / "report")
+    size, shots = screenshots.take_screenshots(tmp_path / "report", tmp_path / "shots", width=1400)
+    assert size.width <= 1400 and size.height > 1400  # no sideways scrolling; every table and figure below
+    figures = sorted(path.stem for path in report.files if path.suffix == ".svg")
+    assert [shot.name for shot in shots] == ["report.png", *(f"{name}.png" for name in figures)]
+    for shot in shots:
+        with Image.open(shot) as image:
+            assert len(set(image.convert("L").getdata())) > 10, shot  # drawn, not a blank page
+    assert screenshots.main([str(tmp_path / "report"), "--output", str(tmp_path / "again")]) == 0
