@@ -211,8 +211,8 @@ def _actplan_train_bleurt_arguments(train: argparse.ArgumentParser) -> None:
 # name -> (help, how to add its arguments). Only the command being run gets its arguments (and
 # imports what they need), so that `lmms-egoplan --help` answers at once.
 COMMANDS = {
-    "smoke": ("offline demo: every task through lmms-eval on a tiny random model and synthetic data",
-              _smoke_arguments),
+    "smoke": ("offline demo: every task through lmms-eval on a tiny random model and synthetic data, then the "
+              "generative ones with scripted answers whose every value is checked", _smoke_arguments),
     "report": ("the results in each paper's table layout beside the published rows, with 95% intervals, "
                "breakdown figures and one HTML page", _report_arguments),
     "rejudge": ("re-score logged model outputs (lmms-eval --log_samples files) with another judge, "
