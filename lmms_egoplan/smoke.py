@@ -106,22 +106,7 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
             scripted_run = run_scripted(scripts, log_dirs[-1], resources, out)
             failures += [f"{name} (scripted)" for name in scripts] if scripted_run is None else []
 
-    checks = {name: differences(reported_metrics(_subset(scripted_run, script)), script.expected(scripted_run))
-              for name, script in scripts.items() if scripted_run is not None}
-    for name, run in random_runs.items():
-        sources = [(run.results, "")]
-        if name in checks:
-            sources.append((_subset(scripted_run, scripts[name]), SCRIPTED))
-        print("\n" + task_table(sources, samples=_sample_counts(run, scripted_run)), file=out)
-        if name in checks:
-            checked = sum(len(metrics) for metrics in scripts[name].expected(scripted_run).values())
-            if checks[name]:
-                failures.append(f"{name} (scripted)")
-                print(f"{SCRIPTED} rows: {len(checks[name])} of {checked} values differ from what the script implies:\n  "
-                      + "\n  ".join(checks[name]), file=out)
-            else:
-                print(f"{SCRIPTED} rows: answers of known quality; all {checked} values equal those the script "
-                      "implies (computed without the suite's scorers).", file=out)
+    failures += print_tables(random_runs, scripts, scripted_run, out)
     print("\nRows without a mark: a tiny RANDOM model on synthetic data; they check the pipeline end to end "
           "and measure nothing.", file=out)
     print("Logs, per-sample outputs and results: " + ", ".join(str(d) for d in log_dirs), file=out)
@@ -150,26 +135,42 @@ def run_scripted(scripts: Mapping[str, ScriptedAnswers], log_dir: Path, resource
     return run
 
 
+def print_tables(random_runs: Mapping[str, EvalRun], scripts: Mapping[str, ScriptedAnswers],
+                 scripted_run: EvalRun | None, out: TextIO) -> list[str]:
+    """A table per benchmark: the random model's rows, then the scripted rows and their check.
+    Returns the benchmarks whose scripted values differ from their script's."""
+    failures = []
+    for name, run in random_runs.items():
+        script = scripts.get(name) if scripted_run is not None else None
+        scripted = _subset(scripted_run, script) if script else None
+        print("\n" + task_table([(run.results, ""), *([(scripted, SCRIPTED)] if script else [])]), file=out)
+        if not script:
+            continue
+        expected = script.expected(scripted_run)
+        found = differences(reported_metrics(scripted), expected)
+        checked = sum(len(metrics) for metrics in expected.values())
+        if found:
+            failures.append(f"{name} (scripted)")
+            print(f"{SCRIPTED} rows: {len(found)} of {checked} values differ from what the script implies:\n  "
+                  + "\n  ".join(found), file=out)
+        else:
+            print(f"{SCRIPTED} rows: answers of known quality; all {checked} values equal those the script "
+                  "implies (computed without the suite's scorers).", file=out)
+    return failures
+
+
 def _subset(run: EvalRun, script: ScriptedAnswers) -> dict:
-    """The part of a results file about one script's tasks (and their subtasks and groups)."""
+    """The part of a results file about one script's tasks (their subtasks and groups, sample counts)."""
     tasks = set(script.expected(run))
     return {section: {task: values for task, values in (run.results.get(section) or {}).items() if task in tasks}
-            for section in ("results", "groups")}
-
-
-def _sample_counts(*runs: EvalRun | None) -> dict[str, int]:
-    counts = {}
-    for run in runs:
-        for task, count in ((run.results or {}).get("n-samples") or {}).items() if run else ():
-            counts[task] = count.get("effective") if isinstance(count, dict) else None
-    return counts
+            for section in ("results", "groups", "n-samples")}
 
 
 # A breakdown bin: (accuracy_)family_bin (EgoPlan, EgoIntent) or metric_split (ActPlan-1K).
 BREAKDOWN = re.compile(r"^(?:accuracy_)?(progress|similarity|scenario)_(.+)$|^(.+)_(normal|counterfactual)$")
 
 
-def task_table(sources: Sequence[tuple[dict, str]], samples: Mapping[str, int | None] | None = None) -> str:
+def task_table(sources: Sequence[tuple[dict, str]]) -> str:
     """One row per task or group of lmms-eval results: its main metrics as columns (a count ``n_X``
     beside its ``accuracy_X``), then its breakdowns in one column, bins in their natural order.
 
@@ -180,8 +181,9 @@ def task_table(sources: Sequence[tuple[dict, str]], samples: Mapping[str, int | 
     columns: list[str] = []
     rows = []
     for results, mark in sources:
+        counts = results.get("n-samples") or {}
         for task, values in reported_metrics(results).items():
-            reason = unscored_reason(values, (samples or {}).get(task))
+            reason = unscored_reason(values, (counts.get(task) or {}).get("effective"))
             main: dict[str, str] = {}
             breakdowns: dict[str, list[str]] = {}
             for metric in natural_order(values):

@@ -106,11 +106,11 @@ def test_null_and_nan_read_no_value(value):
 
 def test_the_demo_table_marks_scripted_rows_and_says_why_zeros_are_no_scores():
     def results(**tasks):
-        return {"results": {task: {f"{k},none": v for k, v in metrics.items()} for task, metrics in tasks.items()}}
+        return {"results": {task: {f"{k},none": v for k, v in metrics.items()} for task, metrics in tasks.items()},
+                "n-samples": {task: {"original": 15, "effective": 15} for task in tasks}}
 
     table = task_table([(results(egointent={"overall": 0.0, "judged": 0, "failed": 0, "incomplete_answers": 15}), ""),
-                        (results(egointent={"overall": 62.0, "judged": 42, "failed": 0, "incomplete_answers": 3}), SCRIPTED)],
-                       samples={"egointent": 15})
+                        (results(egointent={"overall": 62.0, "judged": 42, "failed": 0, "incomplete_answers": 3}), SCRIPTED)])
     header, _, random_row, scripted_row = table.splitlines()
     assert header.split()[:2] == ["task", "overall"] and header.rstrip().endswith("why not scored")
     assert random_row.startswith("egointent ") and " 0 (not scored) " in random_row

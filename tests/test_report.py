@@ -303,6 +303,11 @@ def test_values_that_are_no_score_say_why_in_the_tables_and_figures(tmp_path):
     intent_figure = egointent_scenarios(tables["egointent"])
     assert not intent_figure.axes[0].images and "0 judged: 15 of 15 answers incomplete" in intent_figure.get_supxlabel()
     assert not egoplan_breakdowns(tables["egoplan_val"]).axes[0].patches
+    think_figure = egothink_dimensions(tables["ego_think"])
+    assert [p.get_height() for p in think_figure.axes[0].patches] == [50.0]  # spatial; not the two unscored
+    assert think_figure.get_supxlabel().splitlines() == [
+        "tiny-model · ego_think, Existence: not scored (0 judged: 2 failed)",
+        "tiny-model · ego_think, Counting: not scored (0 judged: 2 failed)"]
 
 
 def test_run_times_carry_their_time_zone(tmp_path):

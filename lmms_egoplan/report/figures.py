@@ -22,7 +22,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from lmms_egoplan.report.intervals import interval  # noqa: E402
 from lmms_egoplan.report.layout import ACTPLAN_TEXT, EGOTHINK_CAPABILITIES  # noqa: E402
 from lmms_egoplan.report.tables import NOT_SCORED, Row, Table  # noqa: E402
-from lmms_egoplan.tables import natural_order  # noqa: E402
+from lmms_egoplan.tables import DESCRIPTIVE, natural_order  # noqa: E402
 
 SIMILARITY_LEVELS = ("low", "medium", "high")
 _PROGRESS = re.compile(r"^accuracy_progress_\d+_(?:\d+|plus)$")
@@ -119,18 +119,27 @@ def progress_bins(metrics: dict) -> list[str]:
     return [key.removeprefix("accuracy_progress_") for key in natural_order(metrics) if _PROGRESS.match(key)]
 
 
-def _unscored_note(label: str, row: Row) -> str:
-    return f"{label}: {NOT_SCORED} ({next(reason for reason in row.unscored if reason)})"
+def _unscored_notes(table: Table, labels: list[str]) -> list[str]:
+    """A line per user row with values that are no score, saying why (per column where they differ)."""
+    notes = []
+    for label, row in zip(labels, table.user_rows):
+        reasons = {column.header: reason for column, reason in zip(table.benchmark.columns, row.unscored) if reason}
+        scores = [i for i, column in enumerate(table.benchmark.columns)
+                  if column.metric not in DESCRIPTIVE and row.scored(i) is not None]
+        if len(set(reasons.values())) == 1 and not scores:  # the whole row, for one reason
+            notes.append(f"{label}: {NOT_SCORED} ({next(iter(reasons.values()))})")
+        else:
+            notes += [f"{label}, {header}: {NOT_SCORED} ({reason})" for header, reason in reasons.items()]
+    return notes
 
 
 def egoplan_breakdowns(table: Table) -> Figure:
     """Accuracy by task-progress length and by goal-answer similarity level (the paper's Figures 7-8):
     one bar per run and bin with its sample count and 95% interval, and the 25% chance line."""
-    rows = [row for row in table.user_rows if row.run.metrics.get(row.task, {}).get("accuracy") is not None]
-    labels = run_labels(rows)
+    labels = run_labels(table.user_rows)
     figure = Figure(figsize=(12, 5), layout="constrained")
-    unscored = [_unscored_note(label, row) for label, row in zip(labels, rows) if any(row.unscored)]
-    drawn = [(label, row) for label, row in zip(labels, rows) if not any(row.unscored)]
+    drawn = [(label, row) for label, row in zip(labels, table.user_rows)
+             if row.run.metrics.get(row.task, {}).get("accuracy") is not None and not any(row.unscored)]
     all_metrics = {k: v for _, row in drawn for k, v in row.run.metrics[row.task].items()}
     for axes, (title, name, bins) in zip(figure.subplots(1, 2), (
             ("by task-progress length (actions so far)", "progress", progress_bins(all_metrics)),
@@ -159,7 +168,7 @@ def egoplan_breakdowns(table: Table) -> Figure:
         axes.set_yticks(range(0, 101, 20))
         axes.set_ylabel("accuracy (%)")
     _legend_above(figure, columns=2)
-    _footnote(figure, unscored)
+    _footnote(figure, _unscored_notes(table, labels))
     return figure
 
 
@@ -189,7 +198,7 @@ def egothink_dimensions(table: Table) -> Figure:
     axes.set_title("EgoThink per-dimension scores: your runs (bars) and the published models (grey)", fontsize=10)
     axes.set_ylabel("score (0-100)")
     _legend_above(figure)
-    _footnote(figure, [_unscored_note(label, row) for label, row in zip(labels, rows) if any(row.unscored)])
+    _footnote(figure, _unscored_notes(table, labels))
     return figure
 
 
@@ -201,10 +210,10 @@ def egointent_scenarios(table: Table) -> Figure:
         value = row.run.metrics[row.task].get("overall")
         return value if isinstance(value, (int, float)) and not math.isnan(value) else -math.inf
 
-    candidates = sorted(table.user_rows, key=lambda row: -overall(row))
-    labels = run_labels(candidates)
-    unscored = [_unscored_note(label, row) for label, row in zip(labels, candidates) if any(row.unscored)]
-    drawn = [(label, row) for label, row in zip(labels, candidates) if not any(row.unscored)]
+    labels = run_labels(table.user_rows)
+    unscored = _unscored_notes(table, labels)
+    drawn = sorted([(label, row) for label, row in zip(labels, table.user_rows) if not any(row.unscored)],
+                   key=lambda drawn_row: -overall(drawn_row[1]))
     scenarios = sorted({key.removeprefix("scenario_") for _, row in drawn
                         for key in row.run.metrics.get(row.task, {}) if key.startswith("scenario_")})
 
@@ -277,7 +286,7 @@ def actplan_splits(table: Table) -> Figure:
     else:
         _no_data(inputs, "no run of yours has a normalised LCS")
     _legend_above(figure, columns=3)
-    _footnote(figure, [_unscored_note(label, row) for label, row in zip(labels, rows) if any(row.unscored)])
+    _footnote(figure, _unscored_notes(table, labels))
     return figure
 
 
