@@ -14,6 +14,11 @@ def _fail(command: str, message: str) -> int:
     return 2
 
 
+def _literal(text: str) -> str:
+    """A help text shown as written: argparse %-formats help strings ("95%" would break --help)."""
+    return text.replace("%", "%%")
+
+
 def _smoke(args: argparse.Namespace) -> int:
     from lmms_egoplan.smoke import run_smoke
 
@@ -157,7 +162,7 @@ def _rejudge_arguments(rejudge: argparse.ArgumentParser) -> None:
     rejudge.add_argument("--output", required=True, help="folder for the new audit trails and scores")
     for setting in dataclasses.fields(JudgeSettings):
         rejudge.add_argument(f"--{setting.name}", default=argparse.SUPPRESS,
-                             help=f"(default: {setting.default}); see docs/judges.md")
+                             help=_literal(f"(default: {setting.default}); see docs/judges.md"))
     rejudge.set_defaults(handler=_rejudge)
 
 
@@ -237,8 +242,8 @@ def _actplan_train_bleurt_arguments(train: argparse.ArgumentParser) -> None:
 # name -> (help, how to add its arguments). Only the command being run gets its arguments (and
 # imports what they need), so that `lmms-egoplan --help` answers at once.
 COMMANDS = {
-    "smoke": ("offline demo: every task through lmms-eval on a tiny random model and synthetic data",
-              _smoke_arguments),
+    "smoke": ("offline demo: every task through lmms-eval on a tiny random model and synthetic data, then the "
+              "generative ones with scripted answers whose every value is checked", _smoke_arguments),
     "report": ("the results in each paper's table layout beside the published rows, with 95% intervals, "
                "breakdown figures and one HTML page", _report_arguments),
     "rejudge": ("re-score logged model outputs (lmms-eval --log_samples files) with another judge, "
@@ -263,7 +268,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lmms-egoplan", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, add_arguments) in COMMANDS.items():
-        command = commands.add_parser(name, help=help_text, description=_DESCRIPTIONS.get(name, help_text))
+        command = commands.add_parser(name, help=_literal(help_text), description=_DESCRIPTIONS.get(name, help_text))
         if argv is None or name == requested:
             add_arguments(command)
     return parser

@@ -84,17 +84,38 @@ def _is_within(path: str | Path, root: str | Path) -> bool:
     return Path(path) == Path(root) or Path(root) in Path(path).parents
 
 
-def write_atomically(path: str | Path, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` so that a reader sees the old file or the whole new one,
-    never a part: a temporary file in the same folder, flushed to disk, then renamed over ``path``."""
+def _read_umask() -> int:
+    """This process's umask, read without setting it where the system tells (Linux), else by setting
+    and restoring it (then once: setting it is not thread-safe)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
+    except (OSError, StopIteration, ValueError):
+        return _UMASK_AT_IMPORT
+
+
+def _umask_at_import() -> int:
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
+_UMASK_AT_IMPORT = _umask_at_import()
+
+
+def write_atomically(path: str | Path, content: str | bytes) -> Path:
+    """Write ``content`` (text as UTF-8) to ``path`` so that a reader sees the old file or the whole
+    new one, never a part: a temporary file in the same folder, flushed to disk, then renamed over
+    ``path``, with the permissions a file written directly would have (mkstemp's are 600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-            file.write(text)
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(content.encode("utf-8") if isinstance(content, str) else content)
             file.flush()
             os.fsync(file.fileno())
+            os.fchmod(file.fileno(), 0o666 & ~_read_umask())
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

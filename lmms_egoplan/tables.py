@@ -4,14 +4,53 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Collection, Iterable, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
+
+NO_VALUE = "no value"
+# Counts that say how a task's scores were reached (tables show them after the scores).
+BOOKKEEPING = ("predictions", "skipped_samples", "judged", "failed", "unparseable", "incomplete_answers",
+               "missing_fields", "no_plan_rate")
+# What describes a task's outputs rather than scores them: true even when nothing could be scored.
+DESCRIPTIVE = (*BOOKKEEPING, "format_error_rate", "plan_length")
+
+
+def is_no_value(value) -> bool:
+    """A metric reported without a value: null in a results file, or NaN (older files, mean of nothing)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def format_value(value, spec: str = ".4g") -> str:
-    """A cell: numbers by ``spec`` (NaN as ``nan``), anything else as text."""
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else format(value, spec)
-    return str(value)
+    """A cell: numbers by ``spec`` (null and NaN as "no value"), anything else as text."""
+    if is_no_value(value):
+        return NO_VALUE
+    return format(value, spec) if isinstance(value, float) else str(value)
+
+
+def _count(value) -> float | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value) else None
+
+
+def unscored_reason(metrics: Mapping[str, object], samples: int | None = None) -> str | None:
+    """Why a task's scores measure nothing, read from its counts, or None when they are scores.
+
+    ``metrics``: one task's (or group's) metrics by name; ``samples``: how many samples it evaluated
+    (lmms-eval's ``n-samples``), when known. Nothing was judged ("0 judged: 15 of 15 answers
+    incomplete", "0 judged: 24 failed"), every answer was unparseable ("8 of 8 answers unparseable"),
+    or no output held a plan ("no plan in 2 of 2 outputs").
+    """
+    judged, failed = _count(metrics.get("judged")), _count(metrics.get("failed"))
+    if judged == 0:
+        incomplete = _count(metrics.get("incomplete_answers"))
+        causes = [f"{failed:g} failed"] if failed else []
+        if incomplete:
+            causes.append(f"{incomplete:g} of {samples:g} answers incomplete" if samples else f"{incomplete:g} answers incomplete")
+        return "0 judged" + (f": {', '.join(causes)}" if causes else "")
+    unparseable, predictions = _count(metrics.get("unparseable")), _count(metrics.get("predictions"))
+    if unparseable and unparseable == (predictions or samples):
+        return f"{unparseable:g} of {unparseable:g} answers unparseable"
+    if _count(metrics.get("no_plan_rate")) == 1:
+        return f"no plan in {samples:g} of {samples:g} outputs" if samples else "no plan in any output"
+    return None
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Collection[int] = ()) -> str:

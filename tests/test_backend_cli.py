@@ -43,9 +43,11 @@ def probe_data(tmp_path_factory) -> Path:
 
 
 def evaluate(model_dir: Path, data: Path, output: Path, *extra: str, launcher=None, model_args: str = ""):
+    # One CPU thread per process in every run: torchrun gives each rank one (OMP_NUM_THREADS=1), and
+    # greedy generations compared across runs must not hang on how many cores this machine has.
     return run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={model_dir},max_frames=8{model_args}", tasks=[MC, GEN],
                          output_dir=output, include_path=TASKS_DIR, use_plugin=False, launcher=launcher,
-                         env={"BACKEND_PROBE_DATA_FILE": str(data)}, extra_args=list(extra))
+                         env={"BACKEND_PROBE_DATA_FILE": str(data), "OMP_NUM_THREADS": "1"}, extra_args=list(extra))
 
 
 def free_port() -> int:
@@ -85,6 +87,7 @@ def test_use_cache_resumes_with_the_responses_of_the_interrupted_run(single_proc
     partial, full = single_process
     assert "ResponseCache: 8/16 cache hits" in full.log  # 2 docs x 4 choices of 4 x 4
     assert "ResponseCache: 2/4 cache hits" in full.log  # 2 generations of 4
+    # Read back from the cache, not recomputed: the very same floats.
     assert {d: v for d, v in scores(full).items() if d < 2} == scores(partial)
 
 

@@ -123,11 +123,13 @@ def test_by_default_one_clip_of_eight_frames_ends_at_the_observation_as_the_offi
 
 
 def test_the_released_sample_115_shows_the_official_frames():
-    """On the release's own record, where the shared formats folder is present."""
-    release = Path(__file__).resolve().parents[2] / "shared" / "formats" / "egoplan" / "EgoPlan_validation.sample.json"
-    if not release.is_file():
-        pytest.skip(f"{release} is not present")
-    record = next(r for r in json.loads(release.read_text()) if r["sample_id"] == 115)
+    """Sample 115's record as the release writes it (its frame numbers; texts shortened)."""
+    record = {"sample_id": 115, "video_source": "EpicKitchens", "video_id": "P01_13", "task_goal": "store cereal",
+              "question": "What action should I take next in order to store cereal?",
+              **{f"choice_{letter}": f"candidate {letter}" for letter in "abcd"}, "golden_choice_idx": "A",
+              "answer": "candidate a", "current_observation_frame": SAMPLE_115_OBSERVATION,
+              "task_progress_metadata": [{"narration_text": f"action {i}", "start_frame": start, "stop_frame": stop}
+                                         for i, (start, stop) in enumerate(SAMPLE_115_ACTIONS)]}
     settings = egoplan.EgoPlanSettings()
     assert egoplan_data.frame_plan(record, settings) == egoplan_data.FramePlan([SAMPLE_115_OFFICIAL_FRAMES], False)
 

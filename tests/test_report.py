@@ -3,14 +3,23 @@
 
 import csv
 import json
+import os
+import stat
 from html.parser import HTMLParser
 
 import pytest
+from matplotlib.colors import to_hex, to_rgb
 
 from lmms_egoplan.cli import main
 from lmms_egoplan.metrics import bootstrap_interval, exact_binomial_interval
 from lmms_egoplan.report import NothingFoundError, write_report
-from lmms_egoplan.report.figures import actplan_splits, egointent_scenarios, egoplan_breakdowns, egothink_dimensions
+from lmms_egoplan.report.figures import (
+    PUBLISHED_COLOUR,
+    actplan_splits,
+    egointent_scenarios,
+    egoplan_breakdowns,
+    egothink_dimensions,
+)
 from lmms_egoplan.report.layout import BENCHMARKS, EGOTHINK_CAPABILITIES, PUBLISHED_FIELDS, published_rows
 from lmms_egoplan.report.runs import load_runs
 from lmms_egoplan.report.tables import TEXT_ONLY_BASELINE, THIS_RUN, build_tables
@@ -183,15 +192,40 @@ def test_figures_have_a_bar_or_cell_per_model_and_bin(results_tree):
     assert [round(p.get_height(), 6) for p in similarity.patches] == [100.0, 0.0, 50.0]
     assert [t.get_text() for t in progress.texts] == ["n=2", "n=2", "n=1"]
     assert len(progress.lines) > 0  # error bars from the samples
-    think = egothink_dimensions(tables["ego_think"])
-    assert len(think.axes[0].patches) == 12 * len(tables["ego_think"].rows)
+    # the chance line at 25%, and one legend for the figure, above the panels (none over the data)
+    assert [line.get_ydata() for line in progress.lines if line.get_linestyle() == "--"] == [[25.0, 25.0]]
+    assert len(figure.legends) == 1 and all(axes.get_legend() is None for axes in figure.axes)
+    assert "chance (25%" in " ".join(t.get_text() for t in figure.legends[0].get_texts())
+
+    think_table = tables["ego_think"]
+    think = egothink_dimensions(think_table).axes[0]
+    # your run: 12 coloured bars; the published models: grey dots (one per model and dimension) over a grey band
+    assert [round(p.get_height(), 6) for p in think.patches] == [50.0] * 6 + [100.0] + [50.0] * 5
+    assert all(p.get_facecolor()[:3] != to_rgb(PUBLISHED_COLOUR) for p in think.patches)
+    published = [row for row in think_table.rows if row.published]
+    dots = [c for c in think.collections if c.get_offsets().shape[0] == len(published)]
+    assert len(dots) == 12 and all(to_hex(c.get_facecolor()[0]) == PUBLISHED_COLOUR for c in dots)
+    assert sorted(dots[0].get_offsets()[:, 1]) == sorted(row.values[0] for row in published)  # existence
     intent = egointent_scenarios(tables["egointent"])
     # as the paper's Figure 7: scenarios from the lowest mean score to the highest
     assert [t.get_text() for t in intent.axes[0].get_xticklabels()] == ["kitchen", "yard", "bedroom"]
     assert intent.axes[0].images[0].get_array().tolist() == [[10.0, 50.0, 90.0]]
     plans = actplan_splits(tables["actplan1k"])
-    assert [p.get_height() for p in plans.axes[0].patches] == [0.6, 0.6, 0.4, 0.4]
+    # normal and counterfactual per row, then the published models' overall values (Table 4), grey
+    table_4 = [r["values"]["norm_lcs"] for r in published_rows() if r["benchmark"] == "actplan1k" and "norm_lcs" in r["values"]]
+    assert [p.get_height() for p in plans.axes[0].patches] == [0.6, 0.6, 0.4, 0.4, *table_4]
+    assert [to_hex(p.get_facecolor()) for p in plans.axes[0].patches[4:]] == [PUBLISHED_COLOUR] * len(table_4)
     assert [p.get_height() for p in plans.axes[1].patches] == [0.5, 0.3]
+
+
+def test_a_panel_without_data_says_so(tmp_path):
+    write_lmms_eval_run(tmp_path / "r", "20260101_100000", {
+        "egoplan_val": {"accuracy": 0.5, "predictions": 2},  # no breakdown bins
+        "egointent": {"overall": 20.0, "judged": 3, "failed": 0}})  # no scenarios
+    tables = {t.name: t for t in build_tables(load_runs([tmp_path / "r"])[0])[0]}
+    for figure in (egoplan_breakdowns(tables["egoplan_val"]), egointent_scenarios(tables["egointent"])):
+        assert all(any(t.get_text().startswith("no data") for t in axes.texts) for axes in figure.axes)
+        assert not any(axes.patches or axes.images for axes in figure.axes)
 
 
 class _Collector(HTMLParser):
@@ -234,3 +268,109 @@ def test_a_results_file_of_another_version_is_read_and_named(tmp_path):
     (tmp_path / "r" / "20260101_100001_results.json").write_text(json.dumps({"results": ["not", "an", "object"]}))
     runs, unreadable = load_runs([tmp_path / "r"])
     assert len(runs) == 1 and "no 'results' object" in unreadable[0]
+
+
+def test_values_that_are_no_score_say_why_in_the_tables_and_figures(tmp_path):
+    """Nothing judged (every answer incomplete, or every judgement failed: NaN in older results
+    files, null now), every answer unparseable: no bare 0.00 with an interval, but the reason."""
+    folder = tmp_path / "r"
+    write_lmms_eval_run(folder, "20260101_100000", {
+        "egointent": {"overall": 0.0, "local_intent": 0.0, "global_intent": 0.0, "next_step_plan": 0.0, "indoor": 0.0,
+                      "outdoor": 0.0, "scenario_kitchen": 0.0, "judged": 0, "failed": 0, "incomplete_answers": 15,
+                      "missing_fields": 45},
+        "egoplan_val_gen": {"accuracy": 0.0, "accuracy_ego4d": 0.0, "predictions": 8, "unparseable": 8.0},
+        "ego_think_existence": {"score": float("nan"), "judged": 0, "failed": 2},
+        "ego_think_counting": {"score": None, "judged": 0, "failed": 2},
+        "ego_think_spatial": {"score": 50.0, "judged": 2, "failed": 0}},
+        {"egoplan_val_gen": [{"doc_id": i, "accuracy": 0.0} for i in range(8)]},
+        n_samples={"egointent": {"original": 15, "effective": 15}})
+    assert "NaN" in (folder / "20260101_100000_results.json").read_text()  # as older files hold it
+    report = write_report([folder], tmp_path / "report")
+    markdown = report.markdown.read_text()
+    intent = next(line for line in markdown.splitlines() if "| egointent |" in line)
+    assert intent.count("0.00 (not scored)") == 6 and "[" not in intent.split("| video |")[1]  # no interval
+    assert "not scored: 0 judged: 15 of 15 answers incomplete" in intent
+    generated = next(line for line in markdown.splitlines() if "| egoplan_val_gen |" in line)
+    assert "0.00 (not scored)" in generated and "not scored: 8 of 8 answers unparseable" in generated
+    think = next(line for line in markdown.splitlines() if "| ego_think |" in line)
+    assert think.count("no value") == 2 and "50.0" in think and "nan" not in think.lower().replace("no value", "")
+    assert "not scored: ego_think_existence: 0 judged: 2 failed" in think
+    assert "not scored: ego_think_counting: 0 judged: 2 failed" in think
+    rows = {r["task"]: r for r in read_csv(tmp_path / "report" / "ego_think.csv") if r["source"] == THIS_RUN}
+    assert rows["ego_think"]["Existence"] == rows["ego_think"]["Counting"] == "" and float(rows["ego_think"]["Spatial"]) == 50
+    # figures leave them out and name them
+    tables = {t.name: t for t in build_tables(load_runs([folder])[0])[0]}
+    intent_figure = egointent_scenarios(tables["egointent"])
+    assert not intent_figure.axes[0].images and "0 judged: 15 of 15 answers incomplete" in intent_figure.get_supxlabel()
+    assert not egoplan_breakdowns(tables["egoplan_val"]).axes[0].patches
+    think_figure = egothink_dimensions(tables["ego_think"])
+    assert [p.get_height() for p in think_figure.axes[0].patches] == [50.0]  # spatial; not the two unscored
+    assert think_figure.get_supxlabel().splitlines() == [
+        "tiny-model · ego_think, Existence: not scored (0 judged: 2 failed)",
+        "tiny-model · ego_think, Counting: not scored (0 judged: 2 failed)"]
+
+
+def test_run_times_carry_their_time_zone(tmp_path):
+    """lmms-eval stamps its files in the zone of --timezone (UTC+8 by default); lm-eval records a
+    POSIX start time. The report says which zone, and orders runs by the real time."""
+    results = egoplan_run(tmp_path / "a", stamp="20260101_100000")  # lmms-eval's default zone: UTC+8
+    data = json.loads(results.read_text())
+    data["config"]["resolved_cli_args"] = {"timezone": "America/New_York"}
+    later = tmp_path / "b" / "20260101_090000_results.json"  # 09:00 in New York is 22:00 in Singapore
+    later.parent.mkdir()
+    later.write_text(json.dumps(data))
+    runs, _ = load_runs([tmp_path / "a", tmp_path / "b"], all_runs=True)
+    times = sorted(run.time_text for run in runs)
+    assert times == ["2026-01-01 09:00:00 UTC-05:00", "2026-01-01 10:00:00 UTC+08:00"]
+    latest, _ = load_runs([tmp_path / "a", tmp_path / "b"])
+    assert [run.time_text for run in latest] == ["2026-01-01 09:00:00 UTC-05:00"]  # the later run, in real time
+    lm_eval = tmp_path / "c" / "results_2026-01-01T14-00-00.123456.json"
+    lm_eval.parent.mkdir()
+    lm_eval.write_text(json.dumps({"results": {"egoplan_val_blind": {"accuracy,none": 0.4}}, "date": 1767276000.0,
+                                   "config": {"model_args": "pretrained=tiny-lm"}}))
+    [baseline], _ = load_runs([lm_eval])
+    assert baseline.time_text == "2026-01-01 14:00:00 UTC"
+    markdown = write_report([tmp_path / "a"], tmp_path / "report").markdown.read_text()
+    assert "| 2026-01-01 10:00:00 UTC+08:00 |" in markdown
+
+
+def test_every_output_file_has_the_permissions_of_the_umask(results_tree, tmp_path):
+    previous = os.umask(0o027)
+    try:
+        report = write_report([results_tree], tmp_path / "report")
+    finally:
+        os.umask(previous)
+    written = sorted((tmp_path / "report").iterdir())
+    assert {report.markdown, report.html, *report.files} == set(written)
+    assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in written} == {path.name: 0o640 for path in written}
+
+
+def test_the_page_keeps_wide_tables_in_their_own_scrolling_box(results_tree, tmp_path):
+    report = write_report([results_tree], tmp_path / "report")
+    page = report.html.read_text()
+    style = page[page.index("<style>"):page.index("</style>")]
+    assert ".table-box{overflow-x:auto" in style and "figure svg{max-width:100%" in style
+    assert page.count('<div class="table-box"><table id="table-') == len(BENCHMARKS)
+
+
+@pytest.mark.e2e
+def test_in_a_browser_the_page_fits_1400_pixels_and_every_figure_renders(results_tree, tmp_path):
+    """Headless Chromium, where one is installed (Debian: apt-get install chromium); the screenshots
+    are what a developer looks at (python -m lmms_egoplan.report.screenshots)."""
+    from PIL import Image
+
+    from lmms_egoplan.report import screenshots
+
+    try:
+        screenshots.find_chromium()
+    except FileNotFoundError as missing:
+        pytest.skip(str(missing))
+    report = write_report([results_tree], tmp_path / "report")
+    size, shots = screenshots.take_screenshots(tmp_path / "report", tmp_path / "shots", width=1400)
+    assert size.width <= 1400 and size.height > 1400  # no sideways scrolling; every table and figure below
+    figures = sorted(path.stem for path in report.files if path.suffix == ".svg")
+    assert [shot.name for shot in shots] == ["report.png", *(f"{name}.png" for name in figures)]
+    for shot in shots:
+        with Image.open(shot) as image:
+            assert len(set(image.convert("L").getdata())) > 10, shot  # drawn, not a blank page
+    assert screenshots.main([str(tmp_path / "report"), "--output", str(tmp_path / "again")]) == 0

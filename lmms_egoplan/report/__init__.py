@@ -32,7 +32,7 @@ def write_report(paths: list[str | Path], output: str | Path, *, all_runs: bool 
     Raises NothingFoundError when ``paths`` hold no result of the suite's tasks.
     """
     from lmms_egoplan.report.figures import table_figures
-    from lmms_egoplan.report.html import html_page
+    from lmms_egoplan.report.html import figure_bytes, html_page
     from lmms_egoplan.report.intervals import BOOTSTRAP, EXACT_BINOMIAL
     from lmms_egoplan.report.tables import build_tables, csv_table, markdown_table
 
@@ -62,8 +62,7 @@ def write_report(paths: list[str | Path], output: str | Path, *, all_runs: bool 
                      f"[{csv_path.name}]({csv_path.name}).", "", markdown_table(table), ""]
         for name, figure in figures.items():
             for suffix in ("png", "svg"):
-                figure.savefig(output / f"{name}.{suffix}", dpi=120)
-                files.append(output / f"{name}.{suffix}")
+                files.append(write_atomically(output / f"{name}.{suffix}", figure_bytes(figure, suffix)))
             markdown += [f"![{name}]({name}.png)", ""]
         files.append(csv_path)
         sections.append((table, figures))

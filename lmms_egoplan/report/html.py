@@ -7,30 +7,42 @@ import io
 
 from matplotlib.figure import Figure
 
-from lmms_egoplan.report.tables import Table, cell_text, run_text
+from lmms_egoplan.report.tables import Table, row_cells
 
-_STYLE = ("body{font-family:sans-serif;margin:2em;max-width:110em}table{border-collapse:collapse;font-size:13px}"
-          "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:nth-child(-n+5),th{text-align:left}"
-          "tr.published{color:#555;background:#f6f6f6}figure{margin:1em 0}")
+# The page never scrolls sideways: a table wider than the window scrolls inside its own box, figures
+# shrink to the page's width. Numbers stay on one line; the text columns wrap.
+_STYLE = ("body{font-family:sans-serif;margin:2em auto;padding:0 2em;max-width:1600px;box-sizing:border-box}"
+          ".table-box{overflow-x:auto;max-width:100%}"
+          "table{border-collapse:collapse;font-size:12px}"
+          "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;white-space:nowrap;vertical-align:top}"
+          "th{background:#eee;white-space:normal;min-width:5em}td:nth-child(-n+5),th{text-align:left}"
+          "td:nth-child(1){white-space:normal;min-width:15em}td:nth-child(4){white-space:normal;min-width:7em}"
+          "td:last-child{white-space:normal;min-width:15em;text-align:left}"
+          "tr.published{color:#666}tr.published td{background:#f6f6f6}"
+          "figure{margin:1em 0}figure svg{max-width:100%;height:auto}figcaption{color:#555;font-size:13px}")
+
+
+def figure_bytes(figure: Figure, file_format: str) -> bytes:
+    """The figure as a PNG or SVG file; the bounding box grows to hold every label (none clipped)."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=file_format, dpi=120, bbox_inches="tight", pad_inches=0.1)
+    return buffer.getvalue()
 
 
 def svg_text(figure: Figure) -> str:
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg")
-    text = buffer.getvalue()
+    text = figure_bytes(figure, "svg").decode("utf-8")
     return text[text.index("<svg"):]  # inline: without the XML declaration and doctype
 
 
 def html_table(table: Table) -> str:
     columns = table.benchmark.columns
     header = ["source", "model", "task", "input", "run", *(c.header for c in columns), "notes"]
-    lines = [f'<table id="table-{table.name}"><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
+    lines = [f'<div class="table-box"><table id="table-{table.name}"><tr>'
+             + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
     for row in table.rows:
-        cells = [row.source, row.model, row.task, row.input, run_text(row),
-                 *(cell_text(v, c, i) for v, c, i in zip(row.values, columns, row.intervals)), "; ".join(row.notes)]
         css = ' class="published"' if row.published else ""
-        lines.append(f"<tr{css}>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in cells) + "</tr>")
-    return "\n".join(lines) + "\n</table>"
+        lines.append(f"<tr{css}>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row_cells(table, row)) + "</tr>")
+    return "\n".join(lines) + "\n</table></div>"
 
 
 def html_page(title: str, preamble: list[str], sections: list[tuple[Table, dict[str, Figure]]]) -> str:

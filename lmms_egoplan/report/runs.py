@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from lmms_egoplan.errors import InputError
 
@@ -17,6 +18,8 @@ LM_EVAL = "lm-eval"
 _LMMS_EVAL_RESULTS = re.compile(r"^(\d{8}_\d{6})_results\.json$")
 _LM_EVAL_RESULTS = re.compile(r"^results_(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)\.json$")
 SUPPORTED_LMMS_EVAL = "0.7."
+# lmms-eval stamps its files in the time zone of its --timezone argument, this one by default (UTC+8).
+LMMS_EVAL_DEFAULT_TIMEZONE = "Asia/Singapore"
 
 
 class NothingFoundError(InputError):
@@ -30,15 +33,17 @@ class Run:
     path: Path
     harness: str  # LMMS_EVAL or LM_EVAL
     model: str
-    stamp: datetime
+    stamp: datetime  # when the run was stamped, with its time zone
     metrics: dict[str, dict[str, object]]  # task or group -> metric (filter dropped) -> value
     samples: dict[str, Path] = field(default_factory=dict)  # task -> its --log_samples file
     partial: dict[str, str] = field(default_factory=dict)  # task -> why its numbers cover part of the data
     notes: list[str] = field(default_factory=list)
+    sample_counts: dict[str, int] = field(default_factory=dict)  # task -> samples evaluated (n-samples)
 
     @property
-    def label(self) -> str:
-        return f"{self.model} ({self.stamp:%Y-%m-%d %H:%M})"
+    def time_text(self) -> str:
+        """The run's time with its time zone: ``2026-11-23 16:51:08 UTC+08:00``."""
+        return f"{self.stamp:%Y-%m-%d %H:%M:%S} {zone_text(self.stamp)}"
 
     def side_file(self, kind: str, task: str) -> Path | None:
         """A file an lmms-eval run of the suite wrote beside its results (``<date>_<kind>_<task>.<ext>``)."""
@@ -46,6 +51,37 @@ class Run:
             return None
         prefix = self.path.name.removesuffix("_results.json")
         return next(iter(sorted(self.path.parent.glob(f"{prefix}_{kind}_{task}.*"))), None)
+
+
+def zone_text(stamp: datetime) -> str:
+    """``UTC`` or ``UTC+08:00``: the offset, which names the zone unambiguously and briefly."""
+    offset = stamp.utcoffset()
+    if not offset:
+        return "UTC"
+    minutes = int(offset.total_seconds()) // 60
+    return f"UTC{'+' if minutes > 0 else '-'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def _run_time(harness: str, stamp_text: str, data: dict) -> tuple[datetime, list[str]]:
+    """When the run was stamped, time-zone aware, and a note where the zone had to be assumed.
+
+    lmms-eval names its files with the local time of its ``--timezone`` (recorded under
+    ``config.resolved_cli_args``); lm-eval records the start as a POSIX time (``date``) and names
+    its files with the machine's local time, whose zone it does not record.
+    """
+    if harness == LM_EVAL:
+        if isinstance(data.get("date"), (int, float)):
+            return datetime.fromtimestamp(data["date"], tz=timezone.utc), []
+        naive = datetime.fromisoformat(stamp_text[:10] + stamp_text[10:].replace("-", ":"))
+        return naive.astimezone(), ["no start time recorded: the file name's local time is read in this machine's zone"]
+    naive = datetime.strptime(stamp_text, "%Y%m%d_%H%M%S")
+    arguments = (data.get("config") or {}).get("resolved_cli_args") or {}
+    name = arguments.get("timezone") or LMMS_EVAL_DEFAULT_TIMEZONE
+    try:
+        return naive.replace(tzinfo=ZoneInfo(name)), []
+    except (ZoneInfoNotFoundError, ValueError):
+        return naive.replace(tzinfo=ZoneInfo(LMMS_EVAL_DEFAULT_TIMEZONE)), [
+            f"time zone {name!r} unknown here: its time read as lmms-eval's default {LMMS_EVAL_DEFAULT_TIMEZONE}"]
 
 
 def results_files(paths: list[str | Path]) -> list[Path]:
@@ -86,14 +122,15 @@ def read_run(path: Path) -> Run:
             # "accuracy,none" (metric,filter) since lmms-eval 0.2 / lm-eval 0.4; a bare name before.
             metrics.setdefault(task, {}).update((key.split(",")[0], value) for key, value in values.items()
                                                 if "_stderr" not in key and key != "alias")
-    stamp = (datetime.strptime(stamp_text, "%Y%m%d_%H%M%S") if harness == LMMS_EVAL
-             else datetime.fromisoformat(stamp_text[:10] + stamp_text[10:].replace("-", ":")))
-    run = Run(path, harness, _model_name(data, path), stamp, metrics)
+    stamp, time_notes = _run_time(harness, stamp_text, data)
+    run = Run(path, harness, _model_name(data, path), stamp, metrics, notes=time_notes)
     version = data.get("lmms_eval_version")
     if harness == LMMS_EVAL and re.match(r"\d+\.\d+", str(version or "")) and not str(version).startswith(SUPPORTED_LMMS_EVAL):
         run.notes.append(f"written by lmms-eval {version}; read with the {SUPPORTED_LMMS_EVAL}x layout")
     limit = (data.get("config") or {}).get("limit")
     for task, counts in (data.get("n-samples") or {}).items():
+        if isinstance(counts, dict) and isinstance(counts.get("effective"), int):
+            run.sample_counts[task] = counts["effective"]
         if isinstance(counts, dict) and counts.get("effective", 0) < counts.get("original", 0):
             run.partial[task] = f"{counts['effective']} of {counts['original']} samples" + (f" (--limit {limit})" if limit else "")
     for task, values in metrics.items():

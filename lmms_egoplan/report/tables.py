@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from dataclasses import dataclass, field
 
 from lmms_egoplan.report.intervals import Interval, interval
 from lmms_egoplan.report.layout import BENCHMARKS, SUBMISSION, Benchmark, Column, published_rows
 from lmms_egoplan.report.runs import LM_EVAL, Run
+from lmms_egoplan.tables import DESCRIPTIVE, NO_VALUE, is_no_value, unscored_reason
 
 THIS_RUN = "this run"
 TEXT_ONLY_BASELINE = "text-only baseline (lm-eval)"
 NO_INTERVALS = "no per-sample logs: no intervals"
+NOT_SCORED = "not scored"
 
 
 @dataclass
@@ -21,10 +24,17 @@ class Row:
     model: str
     task: str
     input: str
-    values: list[object]  # one per column, None where the row has no value
+    values: list[object]  # one per column: None where the row has no such metric, NaN where it has no value
     intervals: list[Interval | None]
     notes: list[str] = field(default_factory=list)
     run: Run | None = None  # None for a published row
+    unscored: list[str | None] = field(default_factory=list)  # per column: why its value is no score
+
+    def scored(self, index: int) -> float | None:
+        """The column's value where it is a score (what figures draw), else None."""
+        value = self.values[index]
+        unscored = self.unscored[index] if self.unscored else None
+        return None if unscored or not isinstance(value, (int, float)) or math.isnan(value) else value
 
     @property
     def published(self) -> bool:
@@ -46,11 +56,24 @@ class Table:
 
 
 def _value(run: Run, task: str, column: Column) -> object:
+    """The column's value: a number (scaled), a file name, None (no such metric) or NaN (reported
+    without a value: null, or NaN in older results files)."""
     if column.metric == SUBMISSION:
         path = run.side_file("submission", task) or run.side_file("submission_partial", task)
         return path.name if path else None
-    value = run.metrics.get(column.task_of(task), {}).get(column.metric)
+    metrics = run.metrics.get(column.task_of(task), {})
+    value = metrics.get(column.metric)
+    if column.metric in metrics and is_no_value(value):
+        return math.nan
     return value * column.scale if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _unscored(run: Run, task: str, column: Column) -> str | None:
+    """Why the column's value, a score, measures nothing (read from its task's counts)."""
+    task = column.task_of(task)
+    if column.metric in DESCRIPTIVE or column.metric == SUBMISSION or task not in run.metrics:
+        return None
+    return unscored_reason(run.metrics[task], run.sample_counts.get(task))
 
 
 def _run_row(benchmark: Benchmark, run: Run, task: str) -> Row | None:
@@ -58,16 +81,22 @@ def _run_row(benchmark: Benchmark, run: Run, task: str) -> Row | None:
     if not tasks & run.metrics.keys():
         return None
     values = [_value(run, task, column) for column in benchmark.columns]
+    unscored = [_unscored(run, task, column) for column in benchmark.columns]
     intervals = []
-    for column, value in zip(benchmark.columns, values):
-        found = interval(run, column.task_of(task), column.metric, proportion=column.proportion) if column.interval and value is not None else None
+    for column, value, reason in zip(benchmark.columns, values, unscored):
+        measured = isinstance(value, (int, float)) and not math.isnan(value) and not reason
+        found = interval(run, column.task_of(task), column.metric, proportion=column.proportion) if column.interval and measured else None
         intervals.append(Interval(found.low * column.scale, found.high * column.scale, found.method, found.samples)
                          if found else None)
     notes = [f"partial: {run.partial[t]}" for t in sorted(tasks) if t in run.partial] + run.notes
+    for column, reason in zip(benchmark.columns, unscored):
+        which = column.task_of(task)
+        note = f"{NOT_SCORED}: {reason}" if which == task else f"{NOT_SCORED}: {which}: {reason}"
+        notes += [note] if reason and note not in notes else []
     if not run.samples.keys() & tasks:
         notes.append(NO_INTERVALS)
     source = TEXT_ONLY_BASELINE if run.harness == LM_EVAL else THIS_RUN
-    return Row(source, run.model, task, benchmark.tasks[task], values, intervals, notes, run)
+    return Row(source, run.model, task, benchmark.tasks[task], values, intervals, notes, run, unscored)
 
 
 def _published_row(benchmark: Benchmark, published: dict) -> Row:
@@ -97,26 +126,37 @@ def build_tables(runs: list[Run]) -> tuple[list[Table], list[str]]:
 _FIXED = ("source", "model", "task", "input", "run")
 
 
-def cell_text(value: object, column: Column, found: Interval | None) -> str:
+def cell_text(value: object, column: Column, found: Interval | None, unscored: str | None = None) -> str:
+    """A cell: the value with its interval; "no value"; a value that is no score marked so (the
+    row's notes say why); "—" where the row has no such metric."""
     if value is None:
         return "—"
     if not isinstance(value, (int, float)):
         return str(value)
+    if math.isnan(value):
+        return NO_VALUE
     text = f"{value:.{column.digits}f}"
+    if unscored:
+        return f"{text} ({NOT_SCORED})"
     return f"{text} [{found.low:.{column.digits}f}, {found.high:.{column.digits}f}]" if found else text
 
 
+def row_cells(table: Table, row: Row) -> list[str]:
+    """The row's cells as the Markdown and HTML tables show them."""
+    columns, unscored = table.benchmark.columns, row.unscored or [None] * len(row.values)
+    return [row.source, row.model, row.task, row.input, run_text(row),
+            *(cell_text(*cell) for cell in zip(row.values, columns, row.intervals, unscored)), "; ".join(row.notes)]
+
+
 def run_text(row: Row) -> str:
-    return "" if row.run is None else f"{row.run.stamp:%Y-%m-%d %H:%M:%S}"
+    return "" if row.run is None else row.run.time_text
 
 
 def markdown_table(table: Table) -> str:
     header = [*_FIXED, *(column.header for column in table.benchmark.columns), "notes"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for row in table.rows:
-        cells = [row.source, row.model, row.task, row.input, run_text(row),
-                 *(cell_text(v, c, i) for v, c, i in zip(row.values, table.benchmark.columns, row.intervals)),
-                 "; ".join(row.notes)]
+        cells = row_cells(table, row)
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines)
 
@@ -133,7 +173,7 @@ def csv_table(table: Table) -> str:
     for row in table.rows:
         cells = [row.source, row.model, row.task, row.input, run_text(row)]
         for column, value, found in zip(columns, row.values, row.intervals):
-            cells.append("" if value is None else repr(value) if isinstance(value, float) else str(value))
+            cells.append("" if is_no_value(value) else repr(value) if isinstance(value, float) else str(value))
             if column.interval:
                 cells += [repr(found.low), repr(found.high)] if found else ["", ""]
         writer.writerow([*cells, "; ".join(row.notes)])

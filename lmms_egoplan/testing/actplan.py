@@ -10,7 +10,8 @@
   with one regression output, WordPiece tokenizer) built offline; ``write_classifier_checkpoint``
   puts an untrained plan classifier on top of it.
 * ``release_lcs``: the release's recursive LCS, the oracle the fast implementation must equal.
-* ``smoke_suite``: ActPlan-1K's share of ``lmms-egoplan smoke``.
+* ``smoke_suite``: ActPlan-1K's share of ``lmms-egoplan smoke``, with its scripted answers
+  (``scripted_answers``: exact, partly right and wrong plans, and no plan).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from lmms_egoplan.testing.lmms_eval_run import EvalRun
 from lmms_egoplan.testing.media import index_image
+from lmms_egoplan.testing.scripted import Expected, ScriptedAnswers, lcs_length, mean
 from lmms_egoplan.testing.suite import SmokeSuite
 
 TASKS = ("actplan1k", "actplan1k_text_only")
@@ -278,18 +281,24 @@ def release_lcs(candidate: Sequence[str], reference: Sequence[str], encode: Call
 
 
 def write_classifier_checkpoint(out_dir: str | Path, base_dir: str | Path,
-                                calibration: Sequence[tuple[str, str]] = ()) -> Path:
+                                calibration: Sequence[tuple[str, str]] = (), *, accept_every_plan: bool = False) -> Path:
     """An untrained plan-classifier folder on top of a tiny BERT, as ``actplan-train-bleurt`` writes them.
 
     With ``calibration`` pairs (gold, generated), the head's bias is set so that about half of
-    them are judged correct, which gives tests a classifier whose verdicts vary.
+    them are judged correct, which gives tests a classifier whose verdicts vary. With
+    ``accept_every_plan`` the head ignores the encoder and judges every pair correct, so that the
+    BLEURT accuracy of a run is known beforehand: the share of outputs that hold a plan.
     """
     import torch
 
     from lmms_egoplan.bleurt import classifier_from_base
 
     classifier = classifier_from_base(base_dir, device="cpu")
-    if calibration:
+    if accept_every_plan:
+        with torch.no_grad():
+            classifier.module.mlp.weight.zero_()
+            classifier.module.mlp.bias.copy_(torch.tensor([0.0, 1.0]))
+    elif calibration:
         classifier.module.eval()
         with torch.no_grad():
             logits = classifier.logits([g for g, _ in calibration], [c for _, c in calibration])
@@ -298,15 +307,78 @@ def write_classifier_checkpoint(out_dir: str | Path, base_dir: str | Path,
     return classifier.save(out_dir, {"format": "lmms_egoplan plan classifier", "note": "untrained, for tests"})
 
 
-def smoke_suite(workdir: Path, resources: ExitStack) -> SmokeSuite:
-    """Both ActPlan-1K tasks on a small synthetic release, with an (untrained) BLEURT classifier."""
-    from lmms_egoplan.actplan_data import gold_steps
-    from lmms_egoplan.actplan_plans import plan_text
+# Steps no gold plan of the synthetic release holds, all far from every gold step for the step
+# matcher (cosine similarity under 0.3 with all-MiniLM-L6-v2; a match needs 0.8).
+UNRELATED_STEPS = ("switch_on(television)", "turn_on(radio)", "feed(dog)", "make(coffee)")
+PROSE_LINE = "Then look around the room."
+NO_PLAN = "I am not able to plan this task."
 
-    data = write_release_dataset(workdir / "release", scenes=1, activities=1, samples=1)
-    plans = [(plan_text(gold_steps(gold.read_text())), plan_text(gold_steps(gold.with_name("plan_gpt-4v.txt").read_text())))
-             for gold in sorted(data.glob("annotation/*/*/*/sample_*/plan_gold_1.txt"))]
-    classifier = write_classifier_checkpoint(workdir / "classifier", build_tiny_bert(workdir / "tiny-bert"), plans)
-    return SmokeSuite(name="actplan", tasks=TASKS,
-                      env={"ACTPLAN_DATA_ROOT": str(data), "ACTPLAN_BLEURT_CHECKPOINT": str(classifier),
-                           "ACTPLAN_SCORING_DEVICE": "cpu"})
+
+@dataclass(frozen=True)
+class ScriptedPlan:
+    """A scripted output: its text and what it holds by construction."""
+
+    text: str
+    steps: list[str]
+    plan_lines: int  # non-blank lines from the first to the last step (the whole output without a step)
+    format_errors: int  # of those, lines that are not steps
+
+
+def scripted_plan(kind: str, gold: Sequence[str]) -> ScriptedPlan:
+    """The gold plan in a code fence; part of it (every third step dropped) as a numbered list with a
+    line of prose inside; unrelated steps as a bulleted list after a heading; prose without a plan."""
+    if kind == "exact":
+        return ScriptedPlan("```\n" + "\n".join(gold) + "\n```\n", list(gold), len(gold), 0)
+    if kind == "partly right":
+        kept = [step for i, step in enumerate(gold) if i % 3 != 2]
+        lines = [f"{i + 1}. {step}" for i, step in enumerate(kept)]
+        lines.insert(len(lines) // 2, PROSE_LINE)
+        return ScriptedPlan("\n".join(lines) + "\n", kept, len(lines), 1)
+    if kind == "wrong":
+        return ScriptedPlan("Here is the plan:\n\n" + "".join(f"- {step}\n" for step in UNRELATED_STEPS),
+                            list(UNRELATED_STEPS), len(UNRELATED_STEPS), 0)
+    return ScriptedPlan(NO_PLAN + "\n", [], 1, 1)
+
+
+SCRIPTED_KINDS = ("exact", "partly right", "wrong", "no plan")
+
+
+def scripted_answers(data: Path, classifier: Path) -> ScriptedAnswers:
+    """Each instance answered with one kind of ``SCRIPTED_KINDS`` in turn (the same with and without
+    images). LCS from a plain DP over the scripted and first gold steps (the unrelated steps match no
+    gold step, the others are gold steps); BLEURT accuracy the share of outputs with a plan (the
+    demo's classifier accepts every plan); format errors, plan length and no-plan rate by construction."""
+    from lmms_egoplan.actplan_data import load_instances
+
+    docs = load_instances(data)
+    plans = [scripted_plan(SCRIPTED_KINDS[i % len(SCRIPTED_KINDS)], doc["gold_plans"][0]) for i, doc in enumerate(docs)]
+    lcs = [lcs_length(plan.steps, doc["gold_plans"][0]) for plan, doc in zip(plans, docs)]
+    norm_lcs = [length / max(len(plan.steps), len(doc["gold_plans"][0])) for length, plan, doc in zip(lcs, plans, docs)]
+    accepted = [float(bool(plan.steps)) for plan in plans]
+
+    def expected(run: EvalRun) -> Expected:
+        metrics = {"format_error_rate": sum(p.format_errors for p in plans) / sum(p.plan_lines for p in plans),
+                   "plan_length": mean([len(p.steps) for p in plans]), "no_plan_rate": mean([float(not p.steps) for p in plans])}
+        for suffix, chosen in (("", range(len(docs))), *((f"_{split}", [i for i, d in enumerate(docs) if d["split"] == split])
+                                                        for split in ("normal", "counterfactual"))):
+            metrics |= {f"lcs{suffix}": mean([lcs[i] for i in chosen]), f"norm_lcs{suffix}": mean([norm_lcs[i] for i in chosen]),
+                        f"bleurt_accuracy{suffix}": mean([accepted[i] for i in chosen])}
+        return {task: metrics for task in TASKS}
+
+    return ScriptedAnswers(tasks=TASKS, answers={doc["description"]: plan.text for doc, plan in zip(docs, plans)},
+                           expected=expected, env=_settings(data, classifier))
+
+
+def _settings(data: Path, classifier: Path) -> dict[str, str]:
+    return {"ACTPLAN_DATA_ROOT": str(data), "ACTPLAN_BLEURT_CHECKPOINT": str(classifier), "ACTPLAN_SCORING_DEVICE": "cpu"}
+
+
+def smoke_suite(workdir: Path, resources: ExitStack) -> SmokeSuite:
+    """Both ActPlan-1K tasks on a small synthetic release (two scenes, a normal and a counterfactual
+    problem in each), with a BLEURT classifier that accepts every plan; answered by script too."""
+    data = write_release_dataset(workdir / "release", scenes=2, activities=1, samples=1)
+    classifier = write_classifier_checkpoint(workdir / "classifier", build_tiny_bert(workdir / "tiny-bert"),
+                                             accept_every_plan=True)
+    return SmokeSuite(name="actplan", tasks=TASKS, env=_settings(data, classifier),
+                      # A random model writes no plan: 1,024 new tokens per instance would only slow the demo down.
+                      cli_args=("--gen_kwargs", "max_new_tokens=48"), scripted=scripted_answers(data, classifier))

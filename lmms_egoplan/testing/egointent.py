@@ -12,13 +12,17 @@
 from __future__ import annotations
 
 import json
+import re
 from contextlib import ExitStack
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from lmms_egoplan.egointent_data import scenario_metric
 from lmms_egoplan.testing.judge_server import hashed_rating, loopback_judge_settings
+from lmms_egoplan.testing.lmms_eval_run import EvalRun
 from lmms_egoplan.testing.media import write_video
+from lmms_egoplan.testing.scripted import Expected, ScriptedAnswers, mean
 from lmms_egoplan.testing.suite import SmokeSuite
 
 
@@ -88,8 +92,75 @@ def write_dataset(root: str | Path, videos: tuple[SyntheticVideo, ...] = VIDEOS)
 judge_rating = hashed_rating(tuple(str(rating) for rating in range(11)))
 
 
+FIELDS = ("local_intent", "global_intent", "next_step_plan")
+# What the scripted judge rates each kind of field answer (0-10), and how each is written.
+SCRIPTED_RATINGS = {"reference": 10, "partly right": 6, "wrong": 1}
+WRONG_ANSWER = "wave to a neighbour"
+# The scripted answers, one per step in turn: the answer's form, then each field's kind (None: left out).
+SCRIPTED_STEPS = (
+    ("json", ("reference", "reference", "reference")),
+    ("lines", ("partly right", "reference", "wrong")),
+    ("json", ("reference", "partly right", None)),  # incomplete: no next-step plan
+    ("fenced json", ("partly right", "partly right", "partly right")),
+    ("lines", ("wrong", "wrong", "reference")),
+    ("json", ("reference", "reference", "partly right")),
+)  # six, against five steps per video: each video (scenario) gets its own mix
+_LABELS = {"local_intent": "Local intent", "global_intent": "Global intent", "next_step_plan": "Next-step plan"}
+# Where EgoIntent's judge prompt holds the reference and the prediction.
+_JUDGED_PAIR = re.compile(r"^Reference: (.*)\nPrediction: (.*)$", re.MULTILINE)
+
+
+def field_answer(reference: str, kind: str) -> str:
+    return {"reference": reference, "partly right": f"probably {reference}", "wrong": WRONG_ANSWER}[kind]
+
+
+def scripted_text(form: str, fields: dict[str, str]) -> str:
+    """An answer in one of the forms models write: a JSON object, one in a fenced block amid prose,
+    or labelled lines."""
+    if form == "lines":
+        return "\n".join(f"{_LABELS[name]}: {value}" for name, value in fields.items())
+    text = json.dumps(fields)
+    return f"Here is my reading of the clip.\n```json\n{text}\n```" if form == "fenced json" else text
+
+
+def scripted_answers(annotations: Path) -> ScriptedAnswers:
+    """Every step answered in the forms and kinds of ``SCRIPTED_STEPS``, in turn. A field's score is
+    its mean rating over the steps (a missing field counts 0) x 10, overall the mean of the three, and
+    indoor / outdoor / each scenario the same over their steps."""
+    steps = step_records()
+    answers, ratings, step_ratings = {}, {}, []
+    for number, step in enumerate(steps):
+        form, kinds = SCRIPTED_STEPS[number % len(SCRIPTED_STEPS)]
+        fields = {name: field_answer(step[name], kind) for name, kind in zip(FIELDS, kinds) if kind}
+        answers[f"Step id: {step['step_id']}\n"] = scripted_text(form, fields)
+        ratings.update({(step[name], fields[name]): str(SCRIPTED_RATINGS[kind]) for name, kind in zip(FIELDS, kinds) if kind})
+        step_ratings.append([SCRIPTED_RATINGS[kind] if kind else 0 for kind in kinds])
+
+    def rating(prompt: str) -> str | None:
+        pair = _JUDGED_PAIR.search(prompt)
+        return ratings.get((pair.group(1), pair.group(2))) if pair else None
+
+    def score(chosen: list[int]) -> dict[str, float]:
+        fields = {name: 10 * mean([step_ratings[i][f] for i in chosen]) for f, name in enumerate(FIELDS)}
+        return {**fields, "overall": mean(list(fields.values()))}
+
+    def expected(run: EvalRun) -> Expected:
+        everything = list(range(len(steps)))
+        missing = [sum(kind is None for kind in SCRIPTED_STEPS[i % len(SCRIPTED_STEPS)][1]) for i in everything]
+        metrics = {**score(everything), "judged": 3 * len(steps) - sum(missing), "failed": 0,
+                   "incomplete_answers": sum(m > 0 for m in missing), "missing_fields": sum(missing)}
+        for environment in {step["environment"] for step in steps}:  # the metrics indoor, outdoor
+            metrics[environment] = score([i for i in everything if steps[i]["environment"] == environment])["overall"]
+        for scenario in {step["scenario"] for step in steps}:
+            metrics[scenario_metric(scenario)] = score([i for i in everything if steps[i]["scenario"] == scenario])["overall"]
+        return {"egointent": metrics}
+
+    return ScriptedAnswers(tasks=("egointent",), answers=answers, expected=expected, ratings=rating,
+                           judge_prefix="EGOINTENT", env={"EGOINTENT_ANNOTATIONS": str(annotations)})
+
+
 def smoke_suite(workdir: Path, resources: ExitStack) -> SmokeSuite:
-    """EgoIntent on synthetic videos and annotations, judged by a loopback judge."""
+    """EgoIntent on synthetic videos and annotations, judged by a loopback judge; answered by script too."""
     annotations = write_dataset(Path(workdir) / "data")
     return SmokeSuite(
         name="egointent",
@@ -98,4 +169,5 @@ def smoke_suite(workdir: Path, resources: ExitStack) -> SmokeSuite:
              **loopback_judge_settings("EGOINTENT", judge_rating, workdir, resources)},
         # A random model rarely ends its answer: 512 new tokens per step would only slow the demo down.
         cli_args=("--gen_kwargs", "max_new_tokens=16"),
+        scripted=scripted_answers(annotations),
     )

@@ -19,7 +19,9 @@ from pathlib import Path
 
 from lmms_egoplan.egoplan_data import ENV_PREFIX, epic_frame_folder, task_start_frame
 from lmms_egoplan.settings import env_var
+from lmms_egoplan.testing.lmms_eval_run import EvalRun
 from lmms_egoplan.testing.media import write_frame_folder, write_video
+from lmms_egoplan.testing.scripted import Expected, ScriptedAnswers, mean
 from lmms_egoplan.testing.suite import SmokeSuite
 
 EPIC_VIDEOS = {"P01_13": 400, "P02_03": 400}  # video id -> number of frames (numbered 1..N)
@@ -123,7 +125,52 @@ def release_record(sample_id: int, video_id: str, completed: int, *, labelled: b
     return record
 
 
+# How the scripted model answers the validation samples, in turn: right by a stated letter, a bare
+# letter or the candidate's text (answer extraction's three ways), a wrong letter, nothing readable.
+SCRIPTED_STYLES = ("stated letter", "bare letter", "candidate text", "wrong letter", "unreadable")
+_SCRIPTED_RIGHT = {"stated letter", "bare letter", "candidate text"}
+# The tasks' default progress bins (egoplan_val.yaml): actions done so far.
+_PROGRESS_BINS = {"0_4": range(0, 5), "5_9": range(5, 10), "10_14": range(10, 15), "15_plus": range(15, 10**6)}
+
+
+def scripted_answer(record: dict, style: str) -> str:
+    letters, golden = "ABCD", "ABCD".index(record["golden_choice_idx"])
+    return {"stated letter": f"The answer is ({letters[golden]}).", "bare letter": letters[golden],
+            "candidate text": f"I would {record['answer']} next.",
+            "wrong letter": f"The answer is {letters[(golden + 1) % 4]}.",
+            "unreadable": "I cannot tell from these frames."}[style]
+
+
+def scripted_answers(fixture: EgoPlanFixture) -> ScriptedAnswers:
+    """``egoplan_val_gen`` answered in the five styles; its accuracy per source, progress bin and
+    similarity level follows from which styles are right (a sample's similarity level is the run's)."""
+    records = fixture.records("validation")
+    styles = {record["sample_id"]: SCRIPTED_STYLES[i % len(SCRIPTED_STYLES)] for i, record in enumerate(records)}
+    # The options block names a sample: the prompt holds it, the answer is keyed by it.
+    answers = {"\n".join(f"{letter}. {record[f'choice_{letter.lower()}']}" for letter in "ABCD"):
+               scripted_answer(record, styles[record["sample_id"]]) for record in records}
+
+    def expected(run: EvalRun) -> Expected:
+        right = {sample_id: float(style in _SCRIPTED_RIGHT) for sample_id, style in styles.items()}
+        levels = {s["predictions"]["sample_id"]: s["predictions"]["similarity_level"] for s in run.samples("egoplan_val_gen")}
+        groups = {"epic_kitchens": [r["sample_id"] for r in records if r["video_source"] == "EpicKitchens"],
+                  "ego4d": [r["sample_id"] for r in records if r["video_source"] == "Ego4D"]}
+        groups.update({f"progress_{name}": [r["sample_id"] for r in records if len(r["task_progress_metadata"]) in span]
+                       for name, span in _PROGRESS_BINS.items()})
+        groups.update({f"similarity_{level}": [i for i, found in levels.items() if found == level]
+                       for level in sorted(set(levels.values()))})
+        metrics = {"accuracy": mean(list(right.values())), "predictions": len(records), "skipped_samples": 0,
+                   "unparseable": sum(style == "unreadable" for style in styles.values())}
+        for name, members in groups.items():
+            metrics |= {f"accuracy_{name}": mean([right[i] for i in members]), f"n_{name}": len(members)} if members else {}
+        return {"egoplan_val_gen": metrics}
+
+    return ScriptedAnswers(tasks=("egoplan_val_gen",), answers=answers, expected=expected, env=fixture.env())
+
+
 def smoke_suite(workdir: Path, resources: contextlib.ExitStack) -> SmokeSuite:
-    """EgoPlan's share of ``lmms-egoplan smoke``: all three tasks on the synthetic data."""
+    """EgoPlan's share of ``lmms-egoplan smoke``: all three tasks on the synthetic data, and the
+    generative one answered by script."""
     fixture = build_fixture(workdir)
-    return SmokeSuite(name="egoplan", tasks=("egoplan_val", "egoplan_test", "egoplan_val_gen"), env=fixture.env())
+    return SmokeSuite(name="egoplan", tasks=("egoplan_val", "egoplan_test", "egoplan_val_gen"), env=fixture.env(),
+                      scripted=scripted_answers(fixture))

@@ -12,12 +12,15 @@
 from __future__ import annotations
 
 import json
+import re
 from contextlib import ExitStack
 from pathlib import Path
 
 from lmms_egoplan.egothink_data import DIMENSIONS, Dimension
 from lmms_egoplan.testing.judge_server import hash_rating, loopback_judge_settings
+from lmms_egoplan.testing.lmms_eval_run import EvalRun
 from lmms_egoplan.testing.media import write_image
+from lmms_egoplan.testing.scripted import Expected, ScriptedAnswers, mean
 from lmms_egoplan.testing.suite import SmokeSuite
 
 QUESTIONS = ("What am I holding in my left hand?", "Is there a cup on my right?", "What will I do next?",
@@ -69,12 +72,61 @@ def write_hub_copy(root: str | Path, per_dimension: int = 2) -> Path:
     return root
 
 
+# The scripted model's answers, in turn, and the rating the scripted judge gives each (0 / 0.5 / 1).
+SCRIPTED_RATINGS = {"reference": "1", "partly right": "0.5", "wrong": "0"}
+WRONG_ANSWER = "I cannot see that in the image."
+# Where the judge prompt (EgoThink's Table 7 prompt) holds the reference and the answer.
+_JUDGED_PAIR = re.compile(r"\[The Start of Reference Answer\]\n(.*?)\n\[The End of Reference Answer\].*"
+                          r"\[The Start of Assistant's Answer\]\n(.*?)\n\[The End of Assistant's Answer\]", re.DOTALL)
+
+
+def scripted_answer(reference: str, kind: str) -> str:
+    return {"reference": reference, "partly right": f"Perhaps: {reference.lower()}", "wrong": WRONG_ANSWER}[kind]
+
+
+def scripted_answers(data_root: Path, per_dimension: int) -> ScriptedAnswers:
+    """Every question answered with its reference, partly or wrongly, in turn; the judge rates them
+    1, 0.5 and 0. Each dimension's score is its mean rating x 100, each capability's the mean of its
+    dimensions', the average the mean of the twelve."""
+    kinds = list(SCRIPTED_RATINGS)
+    answers, ratings, scores, count = {}, {}, {}, 0
+    for dimension in DIMENSIONS.values():
+        dimension_ratings = []
+        for record in synthetic_records(dimension, per_dimension):
+            kind = kinds[count % len(kinds)]
+            count += 1
+            answer = scripted_answer(record["answer"], kind)
+            answers[record["question"]] = answer
+            ratings[(record["answer"], answer)] = SCRIPTED_RATINGS[kind]
+            dimension_ratings.append(float(SCRIPTED_RATINGS[kind]))
+        scores[dimension] = (100 * mean(dimension_ratings), len(dimension_ratings))
+
+    def rating(prompt: str) -> str | None:
+        pair = _JUDGED_PAIR.search(prompt)
+        return ratings.get((pair.group(1), pair.group(2))) if pair else None
+
+    def expected(run: EvalRun) -> Expected:
+        values = {f"ego_think_{d.name}": {"score": score, "judged": n, "failed": 0} for d, (score, n) in scores.items()}
+        groups = {f"ego_think_capability_{c.lower()}": [d for d in scores if d.capability == c]
+                  for c in dict.fromkeys(d.capability for d in scores)}
+        groups["ego_think"] = list(scores)
+        for group, members in groups.items():
+            values[group] = {"score": mean([scores[d][0] for d in members]), "judged": sum(scores[d][1] for d in members),
+                             "failed": 0}
+        return values
+
+    return ScriptedAnswers(tasks=("ego_think",), answers=answers, expected=expected, ratings=rating,
+                           judge_prefix="EGOTHINK", env={"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data_root)})
+
+
 def smoke_suite(workdir: Path, resources: ExitStack) -> SmokeSuite:
-    """All EgoThink tasks on synthetic release data, judged by a loopback judge."""
-    data_root = write_release(Path(workdir) / "data")
+    """All EgoThink tasks on synthetic release data, judged by a loopback judge; answered by script too."""
+    per_dimension = 2
+    data_root = write_release(Path(workdir) / "data", per_dimension)
     return SmokeSuite(
         name="egothink",
         tasks=("ego_think",),
         env={"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data_root),
              **loopback_judge_settings("EGOTHINK", hash_rating, workdir, resources)},
+        scripted=scripted_answers(data_root, per_dimension),
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from lmms_egoplan.testing.scripted import ScriptedAnswers
+
 
 @dataclass(frozen=True)
 class SmokeSuite:
@@ -14,3 +16,4 @@ class SmokeSuite:
     tasks: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     cli_args: tuple[str, ...] = ()  # extra lmms-eval arguments, e.g. ("--gen_kwargs", "max_new_tokens=16")
+    scripted: ScriptedAnswers | None = None  # its generative tasks answered once more, by script

@@ -1,0 +1,118 @@
+"""The demo's parts that need no harness run: the scripted answerer and judge, the check of reported
+values against the script's, and the printed tables (scripted rows marked, zeros that are no score
+saying why)."""
+
+import itertools
+import random
+
+import pytest
+
+from lmms_egoplan.smoke import SCRIPTED, task_table
+from lmms_egoplan.tables import format_value, unscored_reason
+from lmms_egoplan.testing import actplan, egointent, egoplan, egothink
+from lmms_egoplan.testing.judge_server import ChatCall
+from lmms_egoplan.testing.scripted import ScriptedAnswers, answering, differences, lcs_length, rating_by_script
+
+
+def call(text: str) -> ChatCall:
+    return ChatCall("/v1/chat/completions", {"messages": [{"role": "user", "content": text}]}, {}, 0, 0.0)
+
+
+def test_lcs_length_against_brute_force():
+    rng = random.Random(0)
+    for _ in range(200):
+        a, b = ([rng.choice("abcd") for _ in range(rng.randint(0, 6))] for _ in range(2))
+        longest = max((n for n in range(len(a) + 1) for sub in itertools.combinations(a, n)
+                       if _is_subsequence(sub, b)), default=0)
+        assert lcs_length(a, b) == longest, (a, b)
+
+
+def _is_subsequence(sub, sequence) -> bool:
+    remaining = iter(sequence)
+    return all(item in remaining for item in sub)
+
+
+def test_the_scripted_model_answers_the_most_specific_key_and_flags_unknown_prompts():
+    script = ScriptedAnswers(tasks=("t",), answers={"The goal is X.": "normal", "The goal is X. It is wet.": "counterfactual",
+                                                    "Step id: 7\n": "seven"}, expected=dict)
+    respond = answering([script])
+    assert respond(call("Task: The goal is X.\nPlan:")).text == "normal"
+    assert respond(call("Task: The goal is X. It is wet.\nPlan:")).text == "counterfactual"
+    assert respond(call("Step id: 7\nAnswer")).text == "seven"
+    assert respond(call("something else")).text.startswith("(no scripted answer")  # scores as a wrong answer
+
+
+def test_the_scripted_judges_read_reference_and_answer_from_the_benchmarks_judge_prompts(tmp_path):
+    from lmms_egoplan import egointent as egointent_task
+    from lmms_egoplan import egothink as egothink_task
+    from lmms_egoplan.egointent_data import DIMENSIONS as INTENT_FIELDS
+
+    think = egothink.scripted_answers(tmp_path, per_dimension=2)
+    intent = egointent.scripted_answers(tmp_path / "annotations.jsonl")
+    judge = rating_by_script([think, intent])
+    record = egothink.synthetic_records(next(iter(egothink.DIMENSIONS.values())), 2)[1]
+    doc = {"id": "x", "question": record["question"], "answer": record["answer"]}
+    for kind, rating in egothink.SCRIPTED_RATINGS.items():
+        prompt = egothink_task.judge_request(doc, egothink.scripted_answer(record["answer"], kind)).messages[-1]["content"]
+        assert judge(call(prompt)).text.endswith(f"Rating: [[{rating}]]")
+    steps = egointent.step_records()
+    for number in range(len(egointent.SCRIPTED_STEPS)):  # the local intent of each kind of scripted answer
+        kind = egointent.SCRIPTED_STEPS[number][1][0]
+        prediction = egointent.field_answer(steps[number]["local_intent"], kind)
+        prompt = egointent_task.judge_request(steps[number], INTENT_FIELDS[0], prediction).messages[-1]["content"]
+        assert judge(call(prompt)).text.endswith(f"Rating: [[{egointent.SCRIPTED_RATINGS[kind]}]]")
+    unknown = egothink_task.judge_request(doc, "an answer nobody scripted").messages[-1]["content"]
+    assert "[[" not in judge(call(unknown)).text  # no rating: the judgement fails and is counted
+
+
+def test_differences_name_every_value_off_the_script_missing_or_unpredicted():
+    expected = {"t": {"accuracy": 0.75, "judged": 3}}
+    assert differences({"t": {"accuracy": 0.75 + 1e-12, "judged": 3, "alias": "t"}}, expected) == []
+    assert differences({"t": {"accuracy": 0.5, "extra": 1.0}}, expected) == [
+        "t accuracy: reported 0.5, expected 0.75", "t extra: reported 1.0, the script predicts no value",
+        "t judged: reported None, expected 3"]
+
+
+def test_scripted_answers_of_each_benchmark_cover_every_kind(tmp_path):
+    """The scripts hold what the demo promises: right, partly right and wrong answers, incomplete
+    ones, letters and candidate texts, plans and no plan."""
+    fixture = egoplan.build_fixture(tmp_path / "egoplan")
+    answers = list(egoplan.scripted_answers(fixture).answers.values())
+    assert len(answers) == len(fixture.records())  # one per sample: the options blocks differ
+    for looks_like in (lambda a: a.startswith("The answer is ("), lambda a: len(a) == 1,  # stated and bare letters
+                       lambda a: a.startswith("I would "), lambda a: "cannot tell" in a):  # candidate text, nothing
+        assert any(map(looks_like, answers))
+    data = actplan.write_release_dataset(tmp_path / "actplan", scenes=2, activities=1, samples=1)
+    plans = list(actplan.scripted_answers(data, tmp_path / "classifier").answers.values())
+    assert len(plans) == 4 and plans[0].startswith("```") and plans[1].startswith("1. ") and actplan.NO_PLAN in plans[3]
+    assert sum(kinds[2] is None for _, kinds in egointent.SCRIPTED_STEPS) == 1  # an incomplete answer
+
+
+def test_unscored_reasons_come_from_the_counts():
+    assert unscored_reason({"overall": 0.0, "judged": 0, "failed": 0, "incomplete_answers": 15}, 15) == \
+        "0 judged: 15 of 15 answers incomplete"
+    assert unscored_reason({"score": float("nan"), "judged": 0, "failed": 24}) == "0 judged: 24 failed"
+    assert unscored_reason({"accuracy": 0.0, "predictions": 8, "unparseable": 8.0}) == "8 of 8 answers unparseable"
+    assert unscored_reason({"lcs": 0.0, "no_plan_rate": 1.0}, 4) == "no plan in 4 of 4 outputs"
+    for scored in ({"score": 0.0, "judged": 2, "failed": 0}, {"accuracy": 0.0, "predictions": 8, "unparseable": 7.0},
+                   {"lcs": 0.0, "no_plan_rate": 0.5}, {"accuracy": 0.0}):
+        assert unscored_reason(scored, 8) is None  # a zero that is a score
+
+
+@pytest.mark.parametrize("value", [None, float("nan")])
+def test_null_and_nan_read_no_value(value):
+    assert format_value(value) == "no value"
+
+
+def test_the_demo_table_marks_scripted_rows_and_says_why_zeros_are_no_scores():
+    def results(**tasks):
+        return {"results": {task: {f"{k},none": v for k, v in metrics.items()} for task, metrics in tasks.items()},
+                "n-samples": {task: {"original": 15, "effective": 15} for task in tasks}}
+
+    table = task_table([(results(egointent={"overall": 0.0, "judged": 0, "failed": 0, "incomplete_answers": 15}), ""),
+                        (results(egointent={"overall": 62.0, "judged": 42, "failed": 0, "incomplete_answers": 3}), SCRIPTED)])
+    header, _, random_row, scripted_row = table.splitlines()
+    assert header.split()[:2] == ["task", "overall"] and header.rstrip().endswith("why not scored")
+    assert random_row.startswith("egointent ") and " 0 (not scored) " in random_row
+    assert random_row.rstrip().endswith("0 judged: 15 of 15 answers incomplete")
+    assert scripted_row.startswith(f"egointent {SCRIPTED}") and "62" in scripted_row and "not scored" not in scripted_row
