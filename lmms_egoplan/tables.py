@@ -9,7 +9,7 @@ from typing import Collection, Iterable, Mapping, Sequence
 NO_VALUE = "no value"
 # Counts that say how a task's scores were reached (tables show them after the scores).
 BOOKKEEPING = ("predictions", "skipped_samples", "judged", "failed", "unparseable", "incomplete_answers",
-               "missing_fields", "no_plan_rate")
+               "missing_fields", "no_plan_rate", "capped_samples", "unusable_rows")
 # What describes a task's outputs rather than scores them: true even when nothing could be scored.
 DESCRIPTIVE = (*BOOKKEEPING, "format_error_rate", "plan_length")
 

@@ -31,3 +31,21 @@ def settings_only_from_the_tests():
         for name in [name for name in os.environ if name.startswith(prefixes)]:
             patch.delenv(name)
         yield
+
+
+# EgoPlan-Val sample 115 (EpicKitchens P01_13) as the release records it: its completed actions' frames
+# and its observation frame (texts shortened: no test reads them). Its official 8-frame clip is
+# frames 36, 139, 242, 346, 449, 553, 656, 760.
+SAMPLE_115_ACTIONS = [(36, 105), (111, 253), (274, 456), (457, 606), (689, 760)]
+SAMPLE_115_OBSERVATION = 760
+
+
+@pytest.fixture
+def sample_115() -> dict:
+    """Sample 115's record in the release's format (tests/conftest.py says which fields are real)."""
+    return {"sample_id": 115, "video_source": "EpicKitchens", "video_id": "P01_13", "task_goal": "store cereal",
+            "question": "What action should I take next in order to store cereal?",
+            **{f"choice_{letter}": f"candidate {letter}" for letter in "abcd"}, "golden_choice_idx": "A",
+            "answer": "candidate a", "current_observation_frame": SAMPLE_115_OBSERVATION,
+            "task_progress_metadata": [{"narration_text": f"action {i}", "start_frame": start, "stop_frame": stop}
+                                       for i, (start, stop) in enumerate(SAMPLE_115_ACTIONS)]}

@@ -84,20 +84,15 @@ def test_test_split_loads_without_labels(fixture):
 # --- Visual input -----------------------------------------------------------------------------
 
 
-# Sample 115 of the released EgoPlan-Val (EpicKitchens P01_13): its completed actions' frames and
-# its observation frame (the texts are not needed here).
-SAMPLE_115_ACTIONS = [(36, 105), (111, 253), (274, 456), (457, 606), (689, 760)]
-SAMPLE_115_OBSERVATION = 760
 SAMPLE_115_OFFICIAL_FRAMES = [36, 139, 242, 346, 449, 553, 656, 760]
 
 
 @pytest.mark.parametrize("source", ["raw", "clips"])
 def test_by_default_one_clip_of_eight_frames_ends_at_the_observation_as_the_official_evaluation_shows_it(
-        fixture, source, tmp_path):
+        fixture, source, tmp_path, sample_115):
     records = fixture.records()
-    records[0].update(sample_id=115, video_id="P01_13", current_observation_frame=SAMPLE_115_OBSERVATION,
-                      task_progress_metadata=[{"narration_text": f"action {i}", "start_frame": start, "stop_frame": stop}
-                                              for i, (start, stop) in enumerate(SAMPLE_115_ACTIONS)])
+    records[0].update({field: sample_115[field] for field in ("sample_id", "video_id", "current_observation_frame",
+                                                              "task_progress_metadata")})
     annotation = tmp_path / "EgoPlan_validation.json"
     annotation.write_text(json.dumps(records))
     epic_root, clips_dir = tmp_path / "epic", tmp_path / "clips"
@@ -122,14 +117,8 @@ def test_by_default_one_clip_of_eight_frames_ends_at_the_observation_as_the_offi
     assert egoplan_data.official_clip({**records[0], "current_observation_frame": 36}, 3) == [36] * 3
 
 
-def test_the_released_sample_115_shows_the_official_frames():
-    """Sample 115's record as the release writes it (its frame numbers; texts shortened)."""
-    record = {"sample_id": 115, "video_source": "EpicKitchens", "video_id": "P01_13", "task_goal": "store cereal",
-              "question": "What action should I take next in order to store cereal?",
-              **{f"choice_{letter}": f"candidate {letter}" for letter in "abcd"}, "golden_choice_idx": "A",
-              "answer": "candidate a", "current_observation_frame": SAMPLE_115_OBSERVATION,
-              "task_progress_metadata": [{"narration_text": f"action {i}", "start_frame": start, "stop_frame": stop}
-                                         for i, (start, stop) in enumerate(SAMPLE_115_ACTIONS)]}
+def test_the_released_sample_115_shows_the_official_frames(sample_115):
+    record = sample_115
     settings = egoplan.EgoPlanSettings()
     assert egoplan_data.frame_plan(record, settings) == egoplan_data.FramePlan([SAMPLE_115_OFFICIAL_FRAMES], False)
 

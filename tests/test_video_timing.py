@@ -2,9 +2,8 @@
 and generation share (docs/backend.md, Architectures).
 
 Expected values are computed here from the frame numbers and frame rates, not by the suite's code.
-The test on EgoPlan-Val's released sample 115 reads the record from the shared formats folder beside
-the checkout (``../shared``), and is skipped where that folder is absent; the same assertions run
-on a record built here.
+EgoPlan-Val's released sample 115 (its frame numbers: the ``sample_115`` fixture) and a record of
+our own get the same assertions.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from lmms_egoplan.settings import resolve_settings
 from lmms_egoplan.testing.checkpoints import VIDEO_ARCHITECTURES
 from lmms_egoplan.testing.media import index_image, write_frame_folder, write_video
 
-RELEASED_RECORDS = Path(__file__).resolve().parents[2] / "shared" / "formats" / "egoplan" / "EgoPlan_validation.sample.json"
 TOKENS_PER_SECOND = 2  # the tiny Qwen2.5-VL's vision_config.tokens_per_second, as the released checkpoints'
 TEMPORAL_PATCH = 2  # frames per temporal patch of the Qwen-VL video processors
 TASK, SPLIT = "timing", "test"
@@ -43,13 +41,6 @@ SYNTHETIC_RECORD = {
                                {"narration_text": "open tap", "start_frame": 820, "stop_frame": 1300}],
 }
 EPIC_RATES = {"P03_105": 50.0, "P01_13": 60000 / 1001}  # EPIC_100_video_info.csv
-
-
-def released_record(sample_id: int) -> dict:
-    if not RELEASED_RECORDS.is_file():
-        pytest.skip(f"the released EgoPlan record is read from the shared formats folder beside the checkout, "
-                    f"{RELEASED_RECORDS}, which is not present here")
-    return next(r for r in json.loads(RELEASED_RECORDS.read_text()) if r["sample_id"] == sample_id)
 
 
 def egoplan_doc(record: dict, root: Path) -> dict:
@@ -165,9 +156,10 @@ def test_an_egoplan_clip_reaches_qwen_models_with_its_frames_real_times(tmp_path
     check_egoplan_clip_timing(SYNTHETIC_RECORD, tmp_path, backend, monkeypatch)
 
 
-def test_the_released_sample_115_reaches_qwen_models_with_its_frames_real_times(tmp_path, backend, monkeypatch):
+def test_the_released_sample_115_reaches_qwen_models_with_its_frames_real_times(sample_115, tmp_path, backend,
+                                                                                 monkeypatch):
     """EgoPlan-Val sample 115 (P01_13, 59.94 fps): frames 36 ... 760 span 12.1 s; positions [0, 6, 13, 20]."""
-    record = released_record(115)
+    record = sample_115
     assert egoplan_data.official_clip(record, 8) == [36, 139, 242, 346, 449, 553, 656, 760]
     assert expected_patch_positions(official_times(record)) == [0, 6, 13, 20]
     check_egoplan_clip_timing(record, tmp_path, backend, monkeypatch)

@@ -123,6 +123,15 @@ def scripted_text(form: str, fields: dict[str, str]) -> str:
     return f"Here is my reading of the clip.\n```json\n{text}\n```" if form == "fenced json" else text
 
 
+# The task's defaults: frames sampled at 6 FPS, at most 32 per clip. A clip of d seconds holds about
+# d x 6 + 1 frames at that rate, so one of 32 / 6 s or more is capped.
+DEMO_SAMPLE_FPS, DEMO_FRAME_CAP = 6, 32
+
+
+def clip_seconds(step: dict) -> float:
+    return step["truncation_time"] - step["step_start"]
+
+
 def scripted_answers(annotations: Path) -> ScriptedAnswers:
     """Every step answered in the forms and kinds of ``SCRIPTED_STEPS``, in turn. A field's score is
     its mean rating over the steps (a missing field counts 0) x 10, overall the mean of the three, and
@@ -148,7 +157,8 @@ def scripted_answers(annotations: Path) -> ScriptedAnswers:
         everything = list(range(len(steps)))
         missing = [sum(kind is None for kind in SCRIPTED_STEPS[i % len(SCRIPTED_STEPS)][1]) for i in everything]
         metrics = {**score(everything), "judged": 3 * len(steps) - sum(missing), "failed": 0,
-                   "incomplete_answers": sum(m > 0 for m in missing), "missing_fields": sum(missing)}
+                   "incomplete_answers": sum(m > 0 for m in missing), "missing_fields": sum(missing),
+                   "capped_samples": sum(clip_seconds(step) * DEMO_SAMPLE_FPS >= DEMO_FRAME_CAP for step in steps)}
         for environment in {step["environment"] for step in steps}:  # the metrics indoor, outdoor
             metrics[environment] = score([i for i in everything if steps[i]["environment"] == environment])["overall"]
         for scenario in {step["scenario"] for step in steps}:
