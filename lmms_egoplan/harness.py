@@ -268,20 +268,26 @@ def claim_output_folder(args: Any) -> None:
     folder = Path(output_path) / sanitize_model_name(run_model_name(args))
     if folder in _claimed_folders:
         return
-    lock = folder / f"{run_stamp(args)}.lmms_egoplan.lock"
+    stamp = run_stamp(args)
+    lock = folder / f"{stamp}.lmms_egoplan.lock"
+    taken = InputError(f"another run (its lock {lock}, or its files {stamp}_*) writes the files of the same date-time ({stamp}) into "
+                       f"{folder}: its results, samples and side files would overwrite this run's. Start this run "
+                       f"a second later, or give it another --output_path")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
-        raise InputError(f"another run (its lock: {lock}) writes the files of the same date-time "
-                         f"({run_stamp(args)}) into {folder}: its results, samples and side files would "
-                         f"overwrite this run's. Start this run a second later, or give it another "
-                         f"--output_path") from None
+        raise taken from None
     except OSError as error:
         raise InputError(f"--output_path {output_path}: cannot write into {folder} ({error}); "
                          f"give a writable folder") from None
     with os.fdopen(descriptor, "w") as file:
         file.write(f"{os.getpid()}\n")
+    # A run of the same second that has finished (it wrote its files, then removed its lock) is there
+    # by its files: a slow start can reach this point after such a run has ended.
+    if any(path != lock for path in folder.glob(f"{stamp}_*")):
+        lock.unlink(missing_ok=True)
+        raise taken
     _claimed_folders.add(folder)
     atexit.register(lock.unlink, missing_ok=True)
 

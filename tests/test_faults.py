@@ -195,6 +195,25 @@ def test_a_second_run_of_the_same_second_into_the_same_folder_is_refused(tmp_pat
         harness.claim_output_folder(args)
 
 
+def test_a_run_of_the_same_second_that_has_ended_is_found_by_its_files(tmp_path, monkeypatch):
+    """The run that ended removed its lock, but its files are there: a slow start of a second run of the
+    same second must not overwrite them."""
+    from argparse import Namespace
+
+    from lmms_egoplan import harness
+    from lmms_egoplan.errors import InputError
+
+    monkeypatch.setattr(harness, "_run_stamp", "20261122_101010")
+    monkeypatch.setattr(harness, "_claimed_folders", set())
+    folder = tmp_path / "models__tiny"
+    folder.mkdir()
+    (folder / "20261122_101010_results.json").write_text("{}")
+    args = Namespace(output_path=str(tmp_path), model_args="pretrained=/models/tiny", timezone=None)
+    with pytest.raises(InputError, match=r"another run .* writes the files of the same date-time \(20261122_101010\)"):
+        harness.claim_output_folder(args)
+    assert not (folder / "20261122_101010.lmms_egoplan.lock").exists()
+
+
 def test_files_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     from lmms_egoplan.records import write_atomically
 
@@ -765,25 +784,38 @@ def stop(running, signum: int):
 @pytest.mark.parametrize("signum", [9, 15], ids=["SIGKILL", "SIGTERM"])
 def test_a_likelihood_pass_stopped_mid_way_keeps_every_scored_question(signum, egoplan_data, tiny_model, tmp_path):
     """egoplan_hf hands each question's four likelihoods to the response cache as it scores them: the
-    stored count grows a question at a time, and the same command run again scores only the rest."""
+    stored count grows a question at a time, and the same command run again scores only the rest.
+
+    The run is frozen (SIGSTOP) as soon as anything is stored, so what it stored can be counted
+    before the signal under test ends it; a model a few hundred times the default tiny size makes a
+    question take long enough that the first count is one question, whatever the machine's speed.
+    lmms-eval's own storing, a chunk of ``RESPONSE_CHUNK_MIN_DOCS`` documents at a time, would show 16."""
+    import signal
+
+    from lmms_egoplan.lmms_eval_compat import RESPONSE_CHUNK_MIN_DOCS
     from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval, start_lmms_eval
 
     cache = tmp_path / "cache"
-    args = dict(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}", tasks=["egoplan_val"],
+    model = tiny_model("qwen2_vl", hidden_size=512, num_layers=8)
+    args = dict(model="egoplan_hf", model_args=f"pretrained={model}", tasks=["egoplan_val"],
                 env=egoplan_data.env(), extra_args=["--use_cache", str(cache)])
     running = start_lmms_eval(output_dir=tmp_path / "first", **args)
-    seen = []
-    running.wait_for(lambda: seen.append(stored_responses(cache)) or seen[-1] >= 8, what="two questions stored")
-    stopped = stop(running, signum)
+    running.wait_for(lambda: stored_responses(cache) > 0, poll=0.005, what="a question stored")
+    running.signal(signal.SIGSTOP)
+    frozen = stored_responses(cache)
+    assert frozen % 4 == 0 and 4 <= frozen < 4 * RESPONSE_CHUNK_MIN_DOCS  # a question at a time, not a chunk
+    running.signal(signum)
+    running.signal(signal.SIGCONT)  # SIGTERM is handled once the process runs again
+    stopped = running.wait()
     kept = stored_responses(cache)
-    assert 4 in seen and kept % 4 == 0 and 8 <= kept < 32  # a question at a time, not a chunk of documents
     if signum == 15:
         assert stopped.returncode == 143
+        assert kept % 4 == 0 and frozen <= kept < 32  # at most the question in flight added
         assert stopped.log.splitlines()[-1].startswith(
             f"lmms-egoplan: stopped by SIGTERM (exit status 143); the model responses it computed are kept in the "
             f"response cache {cache}")
     else:
-        assert stopped.returncode == -9
+        assert stopped.returncode == -9 and kept == frozen
     resumed = run_lmms_eval(output_dir=tmp_path / "second", **args)
     assert cache_hits(resumed.log) == kept and f"{kept}/32 cache hits" in resumed.log  # 8 questions x 4 choices
     strict_json_files(resumed)
