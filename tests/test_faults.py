@@ -788,7 +788,8 @@ def test_a_likelihood_pass_stopped_mid_way_keeps_every_scored_question(signum, e
 
     The run is frozen (SIGSTOP) as soon as anything is stored, so what it stored can be counted
     before the signal under test ends it; a model a few hundred times the default tiny size makes a
-    question take long enough that the first count is one question, whatever the machine's speed.
+    question take long enough that the first count is at most one question, whatever the machine's
+    speed (each response is committed on its own, so the count may stop inside a question).
     lmms-eval's own storing, a chunk of ``RESPONSE_CHUNK_MIN_DOCS`` documents at a time, would show 16."""
     import signal
 
@@ -803,14 +804,16 @@ def test_a_likelihood_pass_stopped_mid_way_keeps_every_scored_question(signum, e
     running.wait_for(lambda: stored_responses(cache) > 0, poll=0.005, what="a question stored")
     running.signal(signal.SIGSTOP)
     frozen = stored_responses(cache)
-    assert frozen % 4 == 0 and 4 <= frozen < 4 * RESPONSE_CHUNK_MIN_DOCS  # a question at a time, not a chunk
+    # a response at a time (the poll may find a question part-stored, or lag one question behind),
+    # not lmms-eval's chunk of documents: all 8 questions (32 responses) at once
+    assert 1 <= frozen <= 8 < 4 * min(8, RESPONSE_CHUNK_MIN_DOCS)
     running.signal(signum)
     running.signal(signal.SIGCONT)  # SIGTERM is handled once the process runs again
     stopped = running.wait()
     kept = stored_responses(cache)
     if signum == 15:
         assert stopped.returncode == 143
-        assert kept % 4 == 0 and frozen <= kept < 32  # at most the question in flight added
+        assert frozen <= kept <= frozen + 4  # at most the question in flight added
         assert stopped.log.splitlines()[-1].startswith(
             f"lmms-egoplan: stopped by SIGTERM (exit status 143); the model responses it computed are kept in the "
             f"response cache {cache}")
