@@ -167,7 +167,7 @@ def plugin_task_folders(environ: Mapping[str, str] = os.environ) -> list[str]:
 
 # The suite's model backends (``lmms_egoplan.models.AVAILABLE_MODELS``), named here so that this
 # module imports nothing of the suite while lmms-eval loads the entry point.
-SUITE_BACKENDS = ("egoplan_hf",)
+SUITE_BACKENDS = ("egoplan_hf", "egoplan_server")
 
 
 def explain_missing_tasks() -> bool:

@@ -181,9 +181,14 @@ class Judge:
             raise JudgeSetupError(f"the judge {self.model} did not answer a test request: {error}") from None
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
-        """Exponential backoff with jitter (so that throttled calls do not return in lockstep)."""
-        delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff) * random.uniform(0.5, 1.0)
-        return min(max(delay, retry_after or 0.0), self.max_backoff)
+        return backoff_delay(attempt, self.backoff, self.max_backoff, retry_after)
+
+
+def backoff_delay(attempt: int, backoff: float, max_backoff: float, retry_after: float | None = None) -> float:
+    """Seconds before retry ``attempt``: exponential backoff with jitter (so that throttled calls do
+    not return in lockstep), at least the server's Retry-After, at most ``max_backoff``."""
+    delay = min(backoff * 2 ** (attempt - 1), max_backoff) * random.uniform(0.5, 1.0)
+    return min(max(delay, retry_after or 0.0), max_backoff)
 
 
 # The preflight request (a judge server in a test can recognise it).

@@ -7,6 +7,7 @@ under the deprecated ``LMMS_EVAL_PLUGINS=lmms_egoplan``, through ``AVAILABLE_MOD
 
 AVAILABLE_MODELS = {
     "egoplan_hf": "EgoPlanHF",
+    "egoplan_server": "EgoPlanServer",
 }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 from lmms_eval.api.instance import Instance
@@ -24,21 +24,20 @@ from tqdm import tqdm
 
 from lmms_egoplan.lmms_eval_compat import on_suite_use
 from lmms_egoplan.metrics import resolve_device
-from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
-from lmms_egoplan.models.likelihood import LikelihoodScorer, scored_sequence, special_token_ids
-from lmms_egoplan.models.visuals import (
-    ModelVisuals,
-    UnsupportedVisualError,
-    VisualLimits,
-    decode_ahead,
-    prepare_visuals,
+from lmms_egoplan.models.chat import ChatRenderer
+from lmms_egoplan.models.doc_requests import (
+    QUESTION_OPTIONS,
+    DocRequests,
+    cut_at_first,
+    processor_inputs,
+    unknown_model_args_message,
 )
+from lmms_egoplan.models.likelihood import LikelihoodScorer, scored_sequence, special_token_ids
+from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError, VisualLimits
 from lmms_egoplan.request_options import ANSWER_AND_END_OF_TURN, INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
-from lmms_egoplan.settings import SettingsError, closest_name_hint, coerce_setting
+from lmms_egoplan.settings import SettingsError, coerce_setting
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# The request options this backend honours (``request_options``); a question's candidates share them.
-_QUESTION_OPTIONS = (SCORED_SPAN, LOSS_MEAN, INPUT_ORDER)
 DEFAULT_MAX_NEW_TOKENS = 256
 # Generation kwargs lmms-eval tasks send that this backend reads; anything else is reported once.
 _GENERATION_KEYS = frozenset({"until", "max_new_tokens", "max_gen_toks", "temperature", "do_sample", "top_p",
@@ -49,13 +48,9 @@ class ContextTooLongError(ValueError):
     """A prompt has more tokens than the model's context window."""
 
 
-class EgoPlanHF(lmms):
+class EgoPlanHF(DocRequests, lmms):
     is_simple = True
-    request_options = {option.name: option.values for option in _QUESTION_OPTIONS}
-    # Set while lmms-eval's --use_cache calls this backend (``lmms_eval_compat.
-    # keep_responses_of_stopped_runs``): each response is handed to it as soon as it is computed,
-    # and stored, so that a run killed mid-pass keeps every question it scored.
-    response_sink: Callable[[Instance, Any], None] | None = None
+    request_options = {option.name: option.values for option in QUESTION_OPTIONS}
 
     def __init__(
         self,
@@ -86,7 +81,7 @@ class EgoPlanHF(lmms):
         on_suite_use()
         super().__init__()
         if unknown:
-            raise SettingsError(unknown_model_args_message(sorted(unknown)))
+            raise SettingsError(unknown_model_args_message("egoplan_hf", EgoPlanHF, unknown))
         from accelerate import Accelerator
 
         self.pretrained = str(pretrained)
@@ -110,10 +105,7 @@ class EgoPlanHF(lmms):
         self.tokenizer.padding_side = "left"  # decoder-only batched generation
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.takes_images = getattr(self.processor, "image_processor", None) is not None
-        self.video_native = getattr(self.processor, "video_processor", None) is not None
-        self.videos_with_images = not self.video_native or not self.takes_images or not (
-            set(self.processor.video_processor.model_input_names) & set(self.processor.image_processor.model_input_names))
+        self.takes_images, self.video_native, self.videos_with_images = processor_inputs(self.processor)
         self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt, chat_template=chat_template)
         self.limits = VisualLimits(max_frames=_arg(max_frames, int, "max_frames"),
                                    image_max_side=_arg(image_max_side, int | None, "image_max_side"),
@@ -161,24 +153,17 @@ class EgoPlanHF(lmms):
         The scored tokens are the answer's, and the end-of-turn token(s) after it where the request
         asks for them (``SCORED_SPAN``); the mean is over every scored token, or over those whose
         loss is not exactly 0 where the request asks for it (``LOSS_MEAN``)."""
-        questions: dict[tuple, list[tuple[int, str]]] = {}
-        for index, request in enumerate(requests):
-            context, continuation, doc_to_visual, doc_id, task, split = _loglikelihood_args(request)
-            if callable(continuation):  # output_type: loglikelihood passes doc_to_target itself
-                continuation = continuation(self.task_dict[task][split][doc_id])
-            key = (task, split, doc_id, doc_to_visual, context, *(option.of(request) for option in _QUESTION_OPTIONS))
-            questions.setdefault(key, []).append((index, continuation))
+        questions = self._questions(requests)
         results: list[tuple[float, bool] | None] = [None] * len(requests)
         progress = tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf loglikelihood")
-        with contextlib.closing(self._visuals_in_order([key[:4] for key in questions])) as visuals_in_order:
-            for ((task, split, doc_id, _, context, *options), members), visuals in zip(questions.items(), visuals_in_order):
-                where = f"{task} doc {doc_id}" if task is not None else "a context-free request"
-                asked = {option.name: option.check(value, where) for option, value in zip(_QUESTION_OPTIONS, options)}
-                scores = self._score_question(context, [c for _, c in members], visuals, where, **asked)
-                for (index, _), score in zip(members, scores):
+        with contextlib.closing(self._visuals_in_order([q.visual_key for q in questions])) as visuals_in_order:
+            for question, visuals in zip(questions, visuals_in_order):
+                scores = self._score_question(question.context, question.continuations, visuals, question.where,
+                                              **question.options)
+                for (index, _), score in zip(question.members, scores):
                     results[index] = score
                     self._hand_over(requests[index], score)
-                progress.update(len(members))
+                progress.update(len(question.members))
         progress.close()
         return results
 
@@ -255,32 +240,12 @@ class EgoPlanHF(lmms):
             settings.update(stop_strings=until, tokenizer=self.tokenizer)
         generated = self._model.generate(**inputs, pad_token_id=self.tokenizer.pad_token_id, **settings)
         texts = self.tokenizer.batch_decode(generated[:, prompt_length:], skip_special_tokens=True)
-        return [_cut_at_first(text, until) for text in texts]
+        return [cut_at_first(text, until) for text in texts]
 
     def generate_until_multi_round(self, requests) -> list[str]:
         raise NotImplementedError("egoplan_hf does not implement generate_until_multi_round")
 
     # ------------------------------------------------------------------ shared steps
-
-    def _hand_over(self, request: Instance, response: Any) -> None:
-        if self.response_sink is not None:
-            self.response_sink(request, response)
-
-    def _visuals_in_order(self, keys: Sequence[tuple]) -> Iterator[ModelVisuals]:
-        """The visuals of each (task, split, doc_id, doc_to_visual) key, in order: decoded once for a
-        run of equal keys (requests arrive grouped by doc), the next ``visual_prefetch`` docs in a
-        background thread while the model runs. A decoding error is raised when its key is reached."""
-        runs = [(key, sum(1 for _ in run)) for key, run in itertools.groupby(keys)]
-        with contextlib.closing(decode_ahead(self._doc_visuals, [key for key, _ in runs], self.visual_prefetch)) as decoded:
-            for visuals, (_, count) in zip(decoded, runs):
-                yield from itertools.repeat(visuals, count)
-
-    def _doc_visuals(self, key: tuple) -> ModelVisuals:
-        task, split, doc_id, doc_to_visual = key
-        raw = doc_to_visual(self.task_dict[task][split][doc_id]) if doc_to_visual is not None else []
-        raw = raw if isinstance(raw, (list, tuple)) else [raw]
-        return prepare_visuals(raw, limits=self.limits, video_native=self.video_native, takes_images=self.takes_images,
-                               model_name=self.pretrained, videos_with_images=self.videos_with_images)
 
     def _encode(self, texts: list[str], visuals: Sequence[ModelVisuals], where: str):
         """Processor output for ``texts`` (chat-rendered, so no extra special tokens), on the device.
@@ -313,22 +278,6 @@ class EgoPlanHF(lmms):
                 inputs[key] = value.to(self._model.dtype)
         return inputs
 
-    def _check_placeholders(self, text: str, visuals: ModelVisuals, where: str) -> None:
-        """The rendered prompt must hold one placeholder per image and per video (the processor
-        expands each into the visual's tokens); a chat template that renders only string content
-        leaves them out, and the processor's own error then names neither model nor template."""
-        for kind, count in (("image", len(visuals.images)), ("video", len(visuals.videos))):
-            # Gemma-3-style processors expand a begin-of-image token that the template renders.
-            names = ("boi_token", "image_token") if kind == "image" else ("video_token",)
-            placeholder = next((getattr(self.processor, n) for n in names if getattr(self.processor, n, None)), None)
-            if count and placeholder and text.count(placeholder) != count:
-                raise ChatTemplateError(
-                    f"{self.pretrained}: the chat template renders {text.count(placeholder)} {kind} placeholder(s) "
-                    f"({placeholder}) for the {count} {kind}(s) of {where}: it must render one for each "
-                    f"{{'type': '{kind}'}} content item; pass chat_template=<path to a Jinja template that does> "
-                    f"in --model_args"
-                )
-
     def _check_length(self, length: int, where: str) -> None:
         if self.max_length is not None and length > self.max_length:
             raise ContextTooLongError(
@@ -338,26 +287,14 @@ class EgoPlanHF(lmms):
             )
 
 
-def unknown_model_args_message(unknown: Sequence[str]) -> str:
-    """Each unknown key with the closest model_arg of ``EgoPlanHF``."""
-    import inspect
-
-    known = [name for name in inspect.signature(EgoPlanHF.__init__).parameters if name not in ("self", "unknown")]
-    named = "; ".join(f"{key} ({closest_name_hint(key, known)})" for key in unknown)
-    return f"egoplan_hf: unknown model_args {named}; every model_arg is in docs/backend.md"
-
-
 def _load(pretrained: str, dtype: str, attn_implementation: str | None, trust_remote_code: bool, placement: dict):
     """Processor (or tokenizer, for text-only checkpoints) and model, through the Auto classes;
     ``placement``: accelerate's big-model options (device_map, max_memory, offload_folder), if any."""
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     if dtype != "auto" and dtype not in DTYPES:
         raise ValueError(f"egoplan_hf: dtype must be auto or one of {sorted(DTYPES)}, got {dtype!r}")
-    try:
-        processor = AutoProcessor.from_pretrained(pretrained, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"egoplan_hf: no processor or tokenizer could be loaded for {pretrained}: {error}") from error
+    processor = load_processor(pretrained, trust_remote_code, "egoplan_hf")
     takes_images = getattr(processor, "image_processor", None) is not None
     model_class = AutoModelForImageTextToText if takes_images else AutoModelForCausalLM
     options = {"dtype": DTYPES.get(dtype, "auto"), "trust_remote_code": trust_remote_code, **placement}
@@ -368,6 +305,17 @@ def _load(pretrained: str, dtype: str, attn_implementation: str | None, trust_re
     except ValueError as error:
         raise ValueError(f"egoplan_hf: {pretrained} cannot be loaded with {model_class.__name__}: {error}") from error
     return processor, model
+
+
+def load_processor(pretrained: str, trust_remote_code: bool, backend: str, hint: str = ""):
+    """The checkpoint's processor (or tokenizer, for text-only checkpoints): chat template included."""
+    from transformers import AutoProcessor
+
+    try:
+        return AutoProcessor.from_pretrained(pretrained, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{backend}: no processor or tokenizer could be loaded for {pretrained}: {error}"
+                         + (f"; {hint}" if hint else "")) from error
 
 
 DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -446,18 +394,6 @@ def _resolve_device(device: str | None, accelerator) -> str:
 
 def _context_window(model) -> int | None:
     return getattr(model.config.get_text_config(), "max_position_embeddings", None)
-
-
-def _loglikelihood_args(request: Instance) -> tuple:
-    """(context, continuation, doc_to_visual, doc_id, task, split); mutual-information requests carry only
-    (context, continuation) and no visuals."""
-    args = request.args
-    return tuple(args) if len(args) == 6 else (args[0], args[1], None, None, None, None)
-
-
-def _cut_at_first(text: str, stops: Sequence[str]) -> str:
-    cut = min((text.find(s) for s in stops if s and s in text), default=len(text))
-    return text[:cut]
 
 
 def _arg(value, annotation, name: str):

@@ -1,0 +1,131 @@
+"""What the suite's backends do with lmms-eval's requests before any model sees them.
+
+``egoplan_hf`` (the model in the process) and ``egoplan_server`` (the model behind an inference
+server) share it, so that both group a question's candidates, decode its visuals and place them in
+the prompt the same way, and hand each response to lmms-eval's response cache as it is computed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+from lmms_eval.api.instance import Instance
+
+from lmms_egoplan.models.chat import ChatTemplateError
+from lmms_egoplan.models.visuals import ModelVisuals, decode_ahead, prepare_visuals
+from lmms_egoplan.request_options import INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
+from lmms_egoplan.settings import closest_name_hint
+
+# The request options a likelihood backend honours (``request_options``); a question's candidates share them.
+QUESTION_OPTIONS = (SCORED_SPAN, LOSS_MEAN, INPUT_ORDER)
+
+
+@dataclass
+class Question:
+    """A question's loglikelihood requests: one context and visuals, its candidate continuations."""
+
+    visual_key: tuple  # (task, split, doc_id, doc_to_visual): what ``DocRequests._doc_visuals`` decodes
+    context: str
+    where: str  # the question, for errors
+    options: dict[str, str]  # request option name -> value (checked)
+    members: list[tuple[int, str]]  # (index of the request, its continuation)
+
+    @property
+    def continuations(self) -> list[str]:
+        return [continuation for _, continuation in self.members]
+
+
+def processor_inputs(processor) -> tuple[bool, bool, bool]:
+    """(takes images, takes videos, takes videos and images in one call) of a processor."""
+    takes_images = getattr(processor, "image_processor", None) is not None
+    video_native = getattr(processor, "video_processor", None) is not None
+    videos_with_images = not video_native or not takes_images or not (
+        set(processor.video_processor.model_input_names) & set(processor.image_processor.model_input_names))
+    return takes_images, video_native, videos_with_images
+
+
+class DocRequests:
+    """Mixin of the suite's backends. The backend sets ``pretrained``, ``processor``, ``limits``,
+    ``takes_images``, ``video_native``, ``videos_with_images`` and ``visual_prefetch``; lmms-eval
+    sets ``task_dict``."""
+
+    # Set while lmms-eval's --use_cache calls the backend (``lmms_eval_compat.
+    # keep_responses_of_stopped_runs``): each response is handed to it as soon as it is computed,
+    # and stored, so that a run killed mid-pass keeps every question it scored.
+    response_sink: Callable[[Instance, Any], None] | None = None
+
+    def _questions(self, requests: Sequence[Instance]) -> list[Question]:
+        """The requests grouped by question (same doc, context, visuals and options), in order."""
+        questions: dict[tuple, Question] = {}
+        for index, request in enumerate(requests):
+            context, continuation, doc_to_visual, doc_id, task, split = loglikelihood_args(request)
+            if callable(continuation):  # output_type: loglikelihood passes doc_to_target itself
+                continuation = continuation(self.task_dict[task][split][doc_id])
+            options = tuple(option.of(request) for option in QUESTION_OPTIONS)
+            key = (task, split, doc_id, doc_to_visual, context, *options)
+            if key not in questions:
+                where = f"{task} doc {doc_id}" if task is not None else "a context-free request"
+                checked = {option.name: option.check(value, where) for option, value in zip(QUESTION_OPTIONS, options)}
+                questions[key] = Question(key[:4], context, where, checked, [])
+            questions[key].members.append((index, continuation))
+        return list(questions.values())
+
+    def _hand_over(self, request: Instance, response: Any) -> None:
+        if self.response_sink is not None:
+            self.response_sink(request, response)
+
+    def _visuals_in_order(self, keys: Sequence[tuple]) -> Iterator[ModelVisuals]:
+        """The visuals of each (task, split, doc_id, doc_to_visual) key, in order: decoded once for a
+        run of equal keys (requests arrive grouped by doc), the next ``visual_prefetch`` docs in a
+        background thread while the model runs. A decoding error is raised when its key is reached."""
+        runs = [(key, sum(1 for _ in run)) for key, run in itertools.groupby(keys)]
+        with contextlib.closing(decode_ahead(self._doc_visuals, [key for key, _ in runs], self.visual_prefetch)) as decoded:
+            for visuals, (_, count) in zip(decoded, runs):
+                yield from itertools.repeat(visuals, count)
+
+    def _doc_visuals(self, key: tuple) -> ModelVisuals:
+        task, split, doc_id, doc_to_visual = key
+        raw = doc_to_visual(self.task_dict[task][split][doc_id]) if doc_to_visual is not None else []
+        raw = raw if isinstance(raw, (list, tuple)) else [raw]
+        return prepare_visuals(raw, limits=self.limits, video_native=self.video_native, takes_images=self.takes_images,
+                               model_name=self.pretrained, videos_with_images=self.videos_with_images)
+
+    def _check_placeholders(self, text: str, visuals: ModelVisuals, where: str) -> None:
+        """The rendered prompt must hold one placeholder per image and per video (the processor
+        expands each into the visual's tokens); a chat template that renders only string content
+        leaves them out, and the processor's own error then names neither model nor template."""
+        for kind, count in (("image", len(visuals.images)), ("video", len(visuals.videos))):
+            # Gemma-3-style processors expand a begin-of-image token that the template renders.
+            names = ("boi_token", "image_token") if kind == "image" else ("video_token",)
+            placeholder = next((getattr(self.processor, n) for n in names if getattr(self.processor, n, None)), None)
+            if count and placeholder and text.count(placeholder) != count:
+                raise ChatTemplateError(
+                    f"{self.pretrained}: the chat template renders {text.count(placeholder)} {kind} placeholder(s) "
+                    f"({placeholder}) for the {count} {kind}(s) of {where}: it must render one for each "
+                    f"{{'type': '{kind}'}} content item; pass chat_template=<path to a Jinja template that does> "
+                    f"in --model_args"
+                )
+
+
+def loglikelihood_args(request: Instance) -> tuple:
+    """(context, continuation, doc_to_visual, doc_id, task, split); mutual-information requests carry only
+    (context, continuation) and no visuals."""
+    args = request.args
+    return tuple(args) if len(args) == 6 else (args[0], args[1], None, None, None, None)
+
+
+def unknown_model_args_message(backend: str, backend_class: type, unknown: Sequence[str]) -> str:
+    """Each unknown key with the closest model_arg of ``backend_class``."""
+    import inspect
+
+    known = [name for name in inspect.signature(backend_class.__init__).parameters if name not in ("self", "unknown")]
+    named = "; ".join(f"{key} ({closest_name_hint(key, known)})" for key in sorted(unknown))
+    return f"{backend}: unknown model_args {named}; every model_arg is in docs/backend.md"
+
+
+def cut_at_first(text: str, stops: Sequence[str]) -> str:
+    cut = min((text.find(s) for s in stops if s and s in text), default=len(text))
+    return text[:cut]

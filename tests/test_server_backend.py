@@ -1,0 +1,352 @@
+"""egoplan_server against loopback SGLang / vLLM servers computing with the tiny checkpoints.
+
+Fast tier (in-process): the server backend's likelihoods equal egoplan_hf's within 1e-4 with the
+same argmin on every architecture each loopback engine serves; generation; SGLang's shared prefix;
+the load checks; a server dying mid-run. The e2e tier runs the real lmms-eval CLI against one
+loopback vLLM server: a wrong model name stops the run at load; a server dying mid-run keeps every
+scored question in --use_cache, and the resumed run completes with egoplan_hf's values.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from lmms_eval.api.instance import Instance
+
+from lmms_egoplan.media import as_video_frames, frame_times
+from lmms_egoplan.models.egoplan_hf import EgoPlanHF
+from lmms_egoplan.models.egoplan_server import EgoPlanServer
+from lmms_egoplan.models.engines import ServerRequestError, ServerSetupError
+from lmms_egoplan.models.visuals import UnsupportedVisualError
+from lmms_egoplan.request_options import (
+    ANSWER_AND_END_OF_TURN,
+    LOSS_MEAN,
+    NONZERO_LOSS_TOKENS,
+    SCORED_SPAN,
+)
+from lmms_egoplan.testing.checkpoints import ARCHITECTURES, VIDEO_ARCHITECTURES
+from lmms_egoplan.testing.engine_servers import EngineServer
+from lmms_egoplan.testing.judge_server import ChatServer, Reply
+from lmms_egoplan.testing.media import index_image
+
+TASK, SPLIT = "probe", "test"
+CHOICES = ["open the fridge", "wash the hands", "put the pan on the stove", "take the cup"]
+TOLERANCE = 1e-4
+
+
+def doc(seed: int, *, video: bool = True) -> dict:
+    return {"question": f"Task goal: make coffee (case {seed}). What action should I take next?",
+            "frames": list(range(seed * 8, seed * 8 + 8)) if video else [], "observation": 1000 + seed}
+
+
+def visuals(d: dict) -> list:
+    """EgoPlan's visuals: 8 progress frames tagged as one clip with their times (30 fps source), the observation."""
+    frames = [index_image(i, size=(48, 40)) for i in d["frames"]]
+    clip = as_video_frames(frames, clip="progress", times=frame_times([13 * i for i in range(8)], 0, 30.0)) if frames else []
+    return [*clip, index_image(d["observation"], size=(56, 42))]
+
+
+def mc_requests(backend, docs: list[dict], **options: str) -> list[Instance]:
+    backend.task_dict = {TASK: {SPLIT: docs}}
+    requests = [Instance(request_type="loglikelihood", idx=i,
+                         arguments=(d["question"], " " + choice, visuals, doc_id, TASK, SPLIT),
+                         metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
+                for doc_id, d in enumerate(docs) for i, choice in enumerate(CHOICES)]
+    for option in (SCORED_SPAN, LOSS_MEAN):
+        if option.name in options:
+            option.mark(requests, options[option.name])
+    return requests
+
+
+def gen_requests(backend, docs: list[dict]) -> list[Instance]:
+    backend.task_dict = {TASK: {SPLIT: docs}}
+    return [Instance(request_type="generate_until", idx=0,
+                     arguments=(d["question"], {"max_new_tokens": 6, "until": ["\n"]}, visuals, doc_id, TASK, SPLIT),
+                     metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
+            for doc_id, d in enumerate(docs)]
+
+
+@pytest.fixture(scope="module")
+def servers(tiny_model):
+    """``servers(engine, arch, **options)``: a running loopback server per (engine, arch, options)."""
+    started = {}
+
+    def get(engine: str, arch: str, **options) -> EngineServer:
+        key = (engine, arch, tuple(sorted(options.items())))
+        if key not in started:
+            started[key] = EngineServer(engine, tiny_model(arch), **options).start()
+        started[key].die_after(None)
+        started[key].reset()
+        return started[key]
+
+    yield get
+    for server in started.values():
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model):
+    loaded = {}
+
+    def get(arch: str) -> EgoPlanHF:
+        if arch not in loaded:
+            loaded[arch] = EgoPlanHF(pretrained=str(tiny_model(arch)), device="cpu", dtype="float32", max_frames=8)
+        return loaded[arch]
+
+    return get
+
+
+def server_backend(server: EngineServer, **model_args) -> EgoPlanServer:
+    return EgoPlanServer(engine=server.engine, base_url=server.base_url, model=server.served_model_name,
+                         **{"max_frames": 8, "retries": 0, "backoff": 0.01, "concurrency": 2, **model_args})
+
+
+def assert_same_scores(got, expected, docs: int):
+    assert len(got) == len(expected)
+    for (value, _), (reference_value, _) in zip(got, expected):
+        assert value == pytest.approx(reference_value, abs=TOLERANCE)
+    values, reference_values = np.array([v for v, _ in got]), np.array([v for v, _ in expected])
+    assert (values.reshape(docs, -1).argmin(1) == reference_values.reshape(docs, -1).argmin(1)).all()
+
+
+MULTIMODAL = [arch for arch in ARCHITECTURES if arch != "llama"]
+# SGLang's /generate takes no frame list: video models get image-only questions there (below).
+CASES = ([("vllm", arch) for arch in ARCHITECTURES] + [("sglang", arch) for arch in ARCHITECTURES])
+
+
+@pytest.mark.parametrize("engine,arch", CASES)
+def test_the_server_backend_scores_as_egoplan_hf(engine, arch, servers, reference):
+    """EgoPlan's question (a timed clip and an image; SGLang + video model: the image only) with the
+    official span and mean: the same values within 1e-4 and the same argmin."""
+    server = servers(engine, arch)
+    backend = server_backend(server)
+    with_video = arch != "llama" and not (engine == "sglang" and arch in VIDEO_ARCHITECTURES)
+    docs = [doc(0, video=with_video), doc(1, video=with_video)] if arch != "llama" else [doc(0), doc(1)]
+    options = {"scored_span": ANSWER_AND_END_OF_TURN, "loss_mean": NONZERO_LOSS_TOKENS}
+    if arch == "llama":
+        for d in docs:
+            d["frames"], d["observation"] = [], None
+    hf = reference(arch)
+    visual_function = visuals if arch != "llama" else None
+    got = backend.loglikelihood(_with_visuals(mc_requests(backend, docs, **options), visual_function))
+    expected = hf.loglikelihood(_with_visuals(mc_requests(hf, docs, **options), visual_function))
+    assert_same_scores(got, expected, len(docs))
+
+
+def _with_visuals(requests: list[Instance], doc_to_visual) -> list[Instance]:
+    for request in requests:
+        request.arguments = (*request.arguments[:2], doc_to_visual, *request.arguments[3:])
+    return requests
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_lmms_evals_span_and_mean_are_scored_as_egoplan_hf(engine, servers, reference):
+    server = servers(engine, "qwen2_vl")
+    backend = server_backend(server, videos_as_frames=engine == "sglang")
+    docs = [doc(2, video=engine == "vllm")]
+    got = backend.loglikelihood(mc_requests(backend, docs))
+    expected = reference("qwen2_vl").loglikelihood(mc_requests(reference("qwen2_vl"), docs))
+    assert_same_scores(got, expected, 1)
+
+
+def test_sglang_candidates_reuse_the_prefix_the_prefix_request_cached(servers):
+    server = servers("sglang", "gemma3")
+    backend = server_backend(server)
+    server.reset()
+    backend.loglikelihood(mc_requests(backend, [doc(3)], scored_span=ANSWER_AND_END_OF_TURN))
+    [prefix, *candidates] = [body for _, body in server.requests]
+    assert "return_logprob" not in prefix and prefix["sampling_params"] == {"max_new_tokens": 0}
+    assert len(candidates) == 4 and len({c["logprob_start_len"] for c in candidates}) == 1
+    assert len(prefix["image_data"]) == 9  # gemma3 takes the 8 frames as images, then the observation
+    # The candidates start scoring after the expanded prefix (placeholders count many tokens each).
+    prompt_tokens = candidates[0]["logprob_start_len"] + 1
+    assert prompt_tokens > len(backend.tokenizer(prefix["text"], add_special_tokens=False)["input_ids"])
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_generation_is_egoplan_hfs_greedy_text(engine, servers, reference):
+    server = servers(engine, "qwen2_vl")
+    backend = server_backend(server, videos_as_frames=engine == "sglang")
+    docs = [doc(4, video=engine == "vllm"), doc(5, video=engine == "vllm")]
+    hf = reference("qwen2_vl")
+    assert backend.generate_until(gen_requests(backend, docs)) == hf.generate_until(gen_requests(hf, docs))
+
+
+def test_sglang_refuses_a_video_naming_the_model_arg_that_sends_its_frames(servers):
+    backend = server_backend(servers("sglang", "qwen2_vl"))
+    with pytest.raises(UnsupportedVisualError, match="videos_as_frames=true"):
+        backend.loglikelihood(mc_requests(backend, [doc(0)]))
+
+
+def test_vllm_sends_the_clips_frames_and_timing(servers):
+    server = servers("vllm", "qwen2_5_vl")
+    backend = server_backend(server)
+    backend.loglikelihood(mc_requests(backend, [doc(0)]))
+    _, body = server.requests[-1]
+    assert body["media_io_kwargs"]["video"] == {"num_frames": 8, "fps": 30.0, "frames_indices": [13 * i for i in range(8)],
+                                                "total_num_frames": 8 * 91 / 7, "duration": 91 / 30}
+    assert body["prompt_logprobs"] == 0 and body["add_generation_prompt"] is False
+
+
+# ---------------------------------------------------------------------------------------------
+# Load checks and a dying server
+# ---------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_an_unreachable_server_is_named_at_load(engine, tiny_model):
+    with pytest.raises(ServerSetupError, match="fix model_args base_url"):
+        EgoPlanServer(engine=engine, base_url=f"http://127.0.0.1:{free_port()}", model="tiny",
+                      pretrained=str(tiny_model("qwen2_vl")))
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_a_model_the_server_does_not_serve_is_named_at_load(engine, servers):
+    server = servers(engine, "qwen2_vl")
+    with pytest.raises(ServerSetupError, match=r"serves \['tiny'\], not 'other'.*fix model_args model"):
+        EgoPlanServer(engine=engine, base_url=server.base_url, model="other")
+    assert server.requests == []  # nothing scored
+
+
+def test_the_processor_defaults_to_the_served_model_folder(servers, tiny_model):
+    backend = server_backend(servers("vllm", "qwen2_vl"))
+    assert backend.pretrained == str(tiny_model("qwen2_vl"))
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"version": "0.10.1.1"}, "runs vLLM 0.10.1.1; scoring needs vLLM 0.19.1 or later"),
+    ({"prompt_logprobs": False}, "did not return the prompt log-probabilities.*engine=vllm"),
+])
+def test_a_vllm_without_prompt_logprobs_is_refused_at_load(options, message, servers):
+    with pytest.raises(ServerSetupError, match=message):
+        server_backend(servers("vllm", "qwen2_vl", **options))
+
+
+def test_a_plain_openai_endpoint_is_refused_at_load(tiny_model):
+    with ChatServer(lambda call: Reply("hello"), model_name="tiny") as openai_like:
+        with pytest.raises(ServerSetupError, match="does not answer GET /version"):
+            EgoPlanServer(engine="vllm", base_url=openai_like.base_url, model="tiny", pretrained=str(tiny_model("qwen2_vl")))
+
+
+def test_a_server_with_another_chat_template_is_refused_at_load(servers, tiny_model):
+    template = "{% for m in messages %}{{ m['role'] }}: {% for p in m['content'] %}{{ p['text'] }}{% endfor %}\n{% endfor %}"
+    server = servers("vllm", "qwen2_vl", chat_template=template)
+    with pytest.raises(ServerSetupError, match="other tokens than model_args pretrained's processor and chat template"):
+        server_backend(server)
+
+
+def test_an_sglang_server_of_a_text_only_model_is_refused_for_a_multimodal_processor(servers, tiny_model):
+    with pytest.raises(ServerSetupError, match="without image input"):
+        server_backend(servers("sglang", "llama"), pretrained=str(tiny_model("qwen2_vl")))
+
+
+def test_a_server_dying_mid_run_keeps_every_question_it_scored(servers):
+    server = servers("vllm", "qwen2_vl")
+    backend = server_backend(server, concurrency=1)
+    handed = []
+    backend.response_sink = lambda request, response: handed.append((request.doc_id, response))
+    server.die_after(2 * 4)  # two questions' candidates
+    with pytest.raises(ServerRequestError, match="connection failed"):
+        backend.loglikelihood(mc_requests(backend, [doc(seed) for seed in range(4)]))
+    assert sorted(doc_id for doc_id, _ in handed) == [0] * 4 + [1] * 4
+
+
+def test_bad_model_args_are_named(servers):
+    server = servers("vllm", "qwen2_vl")
+    with pytest.raises(Exception, match="unknown model_args concurency"):
+        server_backend(server, concurency=2)
+    with pytest.raises(Exception, match="engine must be one of sglang, vllm"):
+        EgoPlanServer(engine="tgi", base_url=server.base_url, model="tiny")
+
+
+# ---------------------------------------------------------------------------------------------
+# The real lmms-eval CLI
+# ---------------------------------------------------------------------------------------------
+
+TASKS_DIR = Path(__file__).parent / "fixtures" / "backend_tasks"
+MC, GEN = "egoplan_backend_probe_mc", "egoplan_backend_probe_gen"
+
+
+@pytest.fixture(scope="module")
+def cli_setup(tiny_model, tmp_path_factory):
+    """Probe docs in the backend tests' task format, and one loopback vLLM server for every CLI run."""
+    import json
+
+    from lmms_egoplan.testing.media import write_image
+
+    root = tmp_path_factory.mktemp("server_probe")
+    docs = []
+    for d in range(4):
+        frames = []
+        for i in range(8):
+            index_image(d * 8 + i).save(root / f"doc{d}_frame{i}.png")
+            frames.append(str(root / f"doc{d}_frame{i}.png"))
+        docs.append({"question": f"Task goal: make coffee (case {d}). What should I do next?", "choices": CHOICES,
+                     "answer": d % 4, "frames": frames, "observation": str(write_image(root / f"doc{d}.png", seed=d)),
+                     "video": None})
+    (root / "docs.json").write_text(json.dumps(docs))
+    with EngineServer("vllm", tiny_model("qwen2_vl")) as server:
+        yield root / "docs.json", server
+
+
+def evaluate_through(server: EngineServer, data: Path, output: Path, *extra: str, model: str = "tiny"):
+    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+
+    return run_lmms_eval(model="egoplan_server", check=False, tasks=[MC, GEN], output_dir=output,
+                         model_args=f"engine=vllm,base_url={server.base_url},model={model},max_frames=8,retries=1,"
+                                    f"backoff=0.01,concurrency=1",
+                         include_path=TASKS_DIR, use_plugin=False, env={"BACKEND_PROBE_DATA_FILE": str(data)},
+                         extra_args=list(extra))
+
+
+@pytest.mark.e2e
+def test_cli_a_wrong_model_name_stops_the_run_before_any_scoring(cli_setup, tmp_path):
+    data, server = cli_setup
+    server.die_after(None)
+    server.reset()
+    run = evaluate_through(server, data, tmp_path, model="qwen-7b")
+    assert run.returncode != 0 and run.results is None
+    assert "serves ['tiny'], not 'qwen-7b': fix model_args model" in run.log
+    assert server.requests == []
+
+
+@pytest.mark.e2e
+def test_cli_a_server_dying_mid_run_loses_no_scored_question(cli_setup, tmp_path, reference):
+    data, server = cli_setup
+    server.reset()
+    server.die_after(1 + 2 * 4)  # the load probe, then two questions
+    died = evaluate_through(server, data, tmp_path / "died", "--use_cache", str(tmp_path / "cache"))
+    assert died.returncode != 0 and died.results is None
+    assert "connection failed" in died.log
+    server.die_after(None)
+    resumed = evaluate_through(server, data, tmp_path / "resumed", "--use_cache", str(tmp_path / "cache"))
+    assert resumed.returncode == 0, resumed.log_tail()
+    assert "ResponseCache: 8/16 cache hits" in resumed.log  # the two questions scored before the server died
+    # egoplan_hf in this process, on the same docs through the same task functions.
+    sys.path.insert(0, str(TASKS_DIR))
+    try:
+        import backend_task
+    finally:
+        sys.path.remove(str(TASKS_DIR))
+    import json
+
+    docs = json.loads(data.read_text())
+    hf = reference("qwen2_vl")
+    hf.task_dict = {TASK: {SPLIT: docs}}
+    requests = [Instance(request_type="loglikelihood", idx=i,
+                         arguments=(backend_task.doc_to_text(d), " " + c, backend_task.doc_to_visual, doc_id, TASK, SPLIT),
+                         metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
+                for doc_id, d in enumerate(docs) for i, c in enumerate(CHOICES)]
+    expected = [value for value, _ in hf.loglikelihood(requests)]
+    got = [float(value) for sample in resumed.samples(MC) for value, _ in sample["filtered_resps"]]
+    assert got == pytest.approx(expected, abs=TOLERANCE)
