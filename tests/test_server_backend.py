@@ -36,6 +36,8 @@ from lmms_egoplan.testing.media import index_image
 TASK, SPLIT = "probe", "test"
 CHOICES = ["open the fridge", "wash the hands", "put the pan on the stove", "take the cup"]
 TOLERANCE = 1e-4
+# EgoPlan-Val sample 115's 8 frame numbers (30 fps), from its first: a span of 724 frames in 7 steps.
+CLIP_FRAMES = [0, 103, 206, 310, 413, 517, 620, 724]
 
 
 def doc(seed: int, *, video: bool = True) -> dict:
@@ -46,7 +48,7 @@ def doc(seed: int, *, video: bool = True) -> dict:
 def visuals(d: dict) -> list:
     """EgoPlan's visuals: 8 progress frames tagged as one clip with their times (30 fps source), the observation."""
     frames = [index_image(i, size=(48, 40)) for i in d["frames"]]
-    clip = as_video_frames(frames, clip="progress", times=frame_times([13 * i for i in range(8)], 0, 30.0)) if frames else []
+    clip = as_video_frames(frames, clip="progress", times=frame_times(CLIP_FRAMES, 0, 30.0)) if frames else []
     return [*clip, index_image(d["observation"], size=(56, 42))]
 
 
@@ -187,8 +189,9 @@ def test_vllm_sends_the_clips_frames_and_timing(servers):
     backend = server_backend(server)
     backend.loglikelihood(mc_requests(backend, [doc(0)]))
     _, body = server.requests[-1]
-    assert body["media_io_kwargs"]["video"] == {"num_frames": 8, "fps": 30.0, "frames_indices": [13 * i for i in range(8)],
-                                                "total_num_frames": 8 * 91 / 7, "duration": 91 / 30}
+    # egoplan_hf's clip length, 8 * 724 / 7 source frames, made whole: frame numbers and rate x7, same times.
+    assert body["media_io_kwargs"]["video"] == {"num_frames": 8, "fps": 30.0 * 7, "total_num_frames": 8 * 724,
+                                                "frames_indices": [7 * i for i in CLIP_FRAMES], "duration": 724 / 30}
     assert body["prompt_logprobs"] == 0 and body["add_generation_prompt"] is False
 
 

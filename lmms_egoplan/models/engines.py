@@ -25,6 +25,7 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Sequence
 
 from lmms_egoplan.errors import InputError
@@ -367,12 +368,27 @@ def _openai_messages(messages: Sequence[dict], visuals: ModelVisuals) -> tuple[l
     if len(visuals.videos) > 1:
         raise UnsupportedVisualError("egoplan_server: vLLM takes one frame timing per request (media_io_kwargs), "
                                      f"and a request has {len(visuals.videos)} videos")
-    metadata = visuals.videos[0].metadata()
-    timing = {"num_frames": len(visuals.videos[0].frames), "frames_indices": metadata["frames_indices"],
-              "total_num_frames": metadata["total_num_frames"]}
-    if metadata["fps"] is not None:
-        timing.update(fps=metadata["fps"], duration=metadata.get("duration"))
-    return converted, {"video": {k: v for k, v in timing.items() if v is not None}}
+    return converted, {"video": vllm_video_timing(visuals.videos[0])}
+
+
+def vllm_video_timing(video) -> dict:
+    """The ``media_io_kwargs`` video entry that makes vLLM (0.33.0, ``vllm/multimodal/media/video.py``)
+    build the ``VideoMetadata`` egoplan_hf gives the processor (``visuals.Video.metadata``).
+
+    vLLM wants integral ``total_num_frames``, where egoplan_hf's is the clip's fractional length at
+    its sampling rate: frame numbers, frame rate and length are all scaled by the smallest integer
+    that makes it whole, which leaves every frame's time (``frames_indices / fps``: Qwen3-VL's
+    timestamps) and the sampling rate (``len(frames_indices) / total_num_frames * fps``: Qwen2.5-VL's
+    seconds per temporal patch) unchanged. Without frame times, vLLM's defaults apply (fps 1)."""
+    metadata = video.metadata()
+    count = len(video.frames)
+    timing = {"num_frames": count}  # vLLM keeps only the first num_frames frames (default 32)
+    if metadata["fps"] is None:
+        return timing
+    total = Fraction(metadata["total_num_frames"]).limit_denominator(count)
+    scale = total.denominator
+    return {**timing, "fps": metadata["fps"] * scale, "frames_indices": [i * scale for i in metadata["frames_indices"]],
+            "total_num_frames": int(total * scale), "duration": metadata["duration"]}
 
 
 def png_data_url(image) -> str:

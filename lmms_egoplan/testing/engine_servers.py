@@ -352,11 +352,18 @@ def _hf_messages(messages: list[dict]) -> tuple[list[dict], list, list[list]]:
 
 
 def _video_metadata(count: int, timing: dict) -> dict:
-    """The metadata vLLM 0.33.0 builds for pre-extracted frames (vllm/multimodal/media/video.py):
-    fps (default 1), frames_indices (default 0..n-1), total_num_frames (default n), duration."""
+    """The metadata vLLM 0.33.0 builds for pre-extracted frames (vllm/multimodal/media/video.py,
+    ``VideoMediaIO.load_base64``), with its checks: fps (default 1), frames_indices (integers, one
+    per frame; default 0..n-1), total_num_frames (an integer, at least n; default n), duration."""
     fps = float(timing.get("fps", 1.0))
-    indices = list(timing.get("frames_indices", range(count)))
+    indices = timing.get("frames_indices", list(range(count)))
     total = timing.get("total_num_frames", count)
+    if not (isinstance(indices, list) and all(isinstance(i, int) for i in indices)) or len(indices) != count:
+        raise RequestRefused(400, _vllm_error("frames_indices must be a list of integers, one per frame sent",
+                                              "BadRequestError", 400))
+    if not isinstance(total, int) or total < count:
+        raise RequestRefused(400, _vllm_error("total_num_frames must be a positive integer, at least the number "
+                                              "of frames sent", "BadRequestError", 400))
     return {"fps": fps, "frames_indices": indices, "total_num_frames": total,
             "duration": timing.get("duration", total / fps)}
 
