@@ -101,7 +101,7 @@ class EgoPlanServer(DocRequests, lmms):
         self._special_token_ids = special_token_ids(self.tokenizer)
         self._reported_generation_keys: set[str] = set()
         probe = self._prompt(ModelVisuals(), PROBE_QUESTION, INPUT_ORDER.convention, "the load check")
-        rendered, sequence = self._candidates(probe, [PROBE_ANSWER], ANSWER_AND_END_OF_TURN)
+        rendered, sequence = self._candidates(probe, [PROBE_ANSWER], SCORED_SPAN.convention)
         self.engine.check(probe, rendered[0], sequence[0], self.tokenizer, takes_images=self.takes_images)
 
     def clean(self):
