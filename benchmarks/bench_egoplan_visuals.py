@@ -31,8 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from lmms_egoplan import egoplan, egoplan_data, media
-from lmms_egoplan.settings import resolve_settings
+from lmms_egoplan import egoplan, egoplan_data
+from lmms_egoplan.core import media
+from lmms_egoplan.core.settings import resolve_settings
 from lmms_egoplan.testing.media import read_index, write_video
 
 FPS = 30
@@ -89,7 +90,7 @@ def model_times(backend, docs: list[dict], prefetch: int) -> dict[str, float]:
     from bench_loglikelihood import SPLIT, TASK
     from lmms_eval.api.instance import Instance
 
-    from lmms_egoplan.request_options import ANSWER_AND_END_OF_TURN, SCORED_SPAN
+    from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, SCORED_SPAN
 
     spent = {"decode": 0.0, "model": 0.0}
 

@@ -2,7 +2,7 @@
 
 Builds synthetic plan pairs shaped like the benchmark (by default its 1,187 instances, 825 normal
 and 362 counterfactual, gold plans of about 24 / 32 steps, model plans with renamed, missing,
-swapped and invented steps), scores all of them with ``lmms_egoplan.metrics.StepMatcher`` and a
+swapped and invented steps), scores all of them with ``lmms_egoplan.actplan_lcs.StepMatcher`` and a
 few of them with the release's algorithm (``auto_lcs/lcs.py``: both steps encoded, one sentence
 at a time, at every cell the memoised recursion visits), checks that the values agree and prints
 the per-pair times, their ratio and the projected time for the whole benchmark.
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from lmms_egoplan.metrics import StepMatcher
+    from lmms_egoplan.actplan_lcs import StepMatcher
     from lmms_egoplan.testing.actplan import release_lcs
 
     torch.set_num_threads(args.threads)

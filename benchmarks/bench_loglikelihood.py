@@ -118,7 +118,7 @@ def egoplan_docs(count: int, frame_side: int, observation: bool) -> list[dict]:
 
 def egoplan_visuals(doc: dict) -> list[Image.Image]:
     """8 progress frames as one clip, then (realistic shapes) the observation as an image of its own."""
-    from lmms_egoplan.media import as_video_frames
+    from lmms_egoplan.core.media import as_video_frames
 
     rng = np.random.default_rng(doc["seed"])
     side = doc["frame_side"]
@@ -130,7 +130,7 @@ def requests_for(docs: list[dict], span: str) -> list:
     from lmms_eval.api.instance import Instance
 
     from lmms_egoplan import egoplan
-    from lmms_egoplan.request_options import SCORED_SPAN
+    from lmms_egoplan.core.request_options import SCORED_SPAN
 
     # egoplan_val: the task's prompt builder, candidates appended with target_delimiter "".
     requests = [Instance(request_type="loglikelihood", idx=i,

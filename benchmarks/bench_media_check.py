@@ -24,8 +24,8 @@ import numpy as np
 from PIL import Image
 
 from lmms_egoplan import egoplan, egoplan_data
-from lmms_egoplan.media import EPIC_FRAME_TEMPLATE
-from lmms_egoplan.settings import resolve_settings
+from lmms_egoplan.core.media import EPIC_FRAME_TEMPLATE
+from lmms_egoplan.core.settings import resolve_settings
 
 FRAME_SIZE = (456, 256)  # EPIC-KITCHENS-100 rgb_frames
 FRAMES_PER_VIDEO = 900

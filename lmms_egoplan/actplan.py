@@ -16,7 +16,7 @@ instances).
 
 Metrics (§4.2): the LCS of the predicted and gold plans, two steps matching when the cosine
 similarity of their all-MiniLM-L6-v2 embeddings is >= 0.8, and the LCS normalised by the longer
-plan (``lmms_egoplan.metrics``); the accuracy of a fine-tuned BLEURT classifier
+plan (``lmms_egoplan.actplan_lcs``); the accuracy of a fine-tuned BLEURT classifier
 (``lmms_egoplan.bleurt``); each overall and for normal / counterfactual instances. The model's
 output is parsed into ``action(args)`` steps; lines in the plan that are not in that form are
 counted as format errors.
@@ -38,13 +38,14 @@ from typing import Any, Sequence
 from loguru import logger
 
 from lmms_egoplan.actplan_data import ENV_PREFIX, GOLD_CHOICES, SPLITS, check_settings, load_instances
+from lmms_egoplan.actplan_lcs import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD
 from lmms_egoplan.actplan_plans import PlanScore, bleurt_correct, parse_plan, score_lcs
+from lmms_egoplan.core.files import valid_text, write_atomically
+from lmms_egoplan.core.media import load_image
+from lmms_egoplan.core.request_options import INPUT_ORDER, TEXT_FIRST
+from lmms_egoplan.core.settings import setting
+from lmms_egoplan.core.statistics import mean_or_nan
 from lmms_egoplan.harness import BenchmarkTask
-from lmms_egoplan.media import load_image
-from lmms_egoplan.metrics import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD, mean_or_nan
-from lmms_egoplan.records import valid_text, write_atomically
-from lmms_egoplan.request_options import INPUT_ORDER, TEXT_FIRST
-from lmms_egoplan.settings import setting
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,7 @@ def process_results(doc: dict, results: list[str], settings: ActPlanSettings) ->
 
 
 def _matcher(settings: ActPlanSettings):
-    from lmms_egoplan.metrics import step_matcher
+    from lmms_egoplan.actplan_lcs import step_matcher
 
     return step_matcher(settings.embedding_model or None, threshold=settings.match_threshold,
                         device=settings.scoring_device, batch_size=settings.embedding_batch_size)

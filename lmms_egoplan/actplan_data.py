@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from lmms_egoplan.errors import InputError
-from lmms_egoplan.media import image_file_problem
-from lmms_egoplan.records import inside_root, read_text
-from lmms_egoplan.settings import SettingsError, setting_name
+from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.files import inside_root, read_text
+from lmms_egoplan.core.media import image_file_problem
+from lmms_egoplan.core.settings import SettingsError, setting_name
 
 ENV_PREFIX = "ACTPLAN"  # settings are overridden by environment variables ACTPLAN_<SETTING>
 GOLD_CHOICES = ("first", "best")  # which gold plan a prediction is scored against; the first is the default

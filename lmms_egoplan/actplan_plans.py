@@ -20,9 +20,9 @@ from lmms_egoplan.actplan_data import (
     plan_lines,
     split_of_path,
 )
-from lmms_egoplan.metrics import mean_or_nan
-from lmms_egoplan.records import read_jsonl, read_text
-from lmms_egoplan.tables import format_table
+from lmms_egoplan.core.files import read_jsonl, read_text
+from lmms_egoplan.core.statistics import mean_or_nan
+from lmms_egoplan.core.text_tables import format_table
 
 # ---------------------------------------------------------------------------------------------
 # Plan parsing
@@ -87,7 +87,7 @@ def score_lcs(pairs: Sequence[tuple[Sequence[str], Sequence[Sequence[str]]]], ma
     ``gold="first"``: against the first gold plan (the default); ``"best"``: against
     the gold plan giving the highest normalised LCS (ties: longer LCS, then the earlier plan).
     """
-    from lmms_egoplan.metrics import normalized_lcs
+    from lmms_egoplan.actplan_lcs import normalized_lcs
 
     if gold not in GOLD_CHOICES:
         raise ValueError(f"gold must be one of {GOLD_CHOICES}, got {gold!r}")

@@ -31,10 +31,11 @@ from torch import nn
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from lmms_egoplan.actplan_plans import parse_plan
-from lmms_egoplan.errors import InputError
-from lmms_egoplan.metrics import mean_or_nan, resolve_device
-from lmms_egoplan.records import read_jsonl, read_text, strict_json
-from lmms_egoplan.tables import format_table
+from lmms_egoplan.core.devices import resolve_device
+from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.files import read_jsonl, read_text, strict_json
+from lmms_egoplan.core.statistics import mean_or_nan
+from lmms_egoplan.core.text_tables import format_table
 
 # The release adds these action names to the BERT vocabulary as special (unsplit) tokens.
 RELEASE_SPECIAL_TOKENS = ("switch-on", "switch-off", "place_inside", "place_on_top", "walk_to")

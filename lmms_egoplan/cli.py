@@ -39,10 +39,10 @@ def _report(args: argparse.Namespace) -> int:
 def _rejudge(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from lmms_egoplan.core.settings import resolve_settings
+    from lmms_egoplan.core.text_tables import format_table, format_value
     from lmms_egoplan.judge import Judge, JudgeSettings
     from lmms_egoplan.judged_task import read_logged_items, rejudge_samples
-    from lmms_egoplan.settings import resolve_settings
-    from lmms_egoplan.tables import format_table, format_value
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JudgeSettings) if hasattr(args, f.name)}
     settings = resolve_settings(JudgeSettings, task="rejudge", metadata=given, env_prefix="", environ={})
@@ -82,7 +82,7 @@ def _egointent_check(args: argparse.Namespace) -> int:
 
 
 def _frame_cap(text: str) -> int | None:
-    from lmms_egoplan.settings import SettingsError, coerce_setting
+    from lmms_egoplan.core.settings import SettingsError, coerce_setting
 
     try:
         return coerce_setting(text, int | None, "--max-frames")
@@ -101,8 +101,8 @@ def _match_threshold(text: str) -> float:
 
 def _actplan_score(args: argparse.Namespace) -> int:
     from lmms_egoplan import actplan_plans
-    from lmms_egoplan.metrics import step_matcher
-    from lmms_egoplan.records import strict_json, write_atomically
+    from lmms_egoplan.actplan_lcs import step_matcher
+    from lmms_egoplan.core.files import strict_json, write_atomically
 
     if not args.data_root and not args.pairs:
         return _fail("actplan-score", "give --data-root (release layout) and/or --pairs (JSONL)")
@@ -186,7 +186,7 @@ def _egointent_check_arguments(check: argparse.ArgumentParser) -> None:
 
 
 def _actplan_score_arguments(score: argparse.ArgumentParser) -> None:
-    from lmms_egoplan import actplan_plans, metrics
+    from lmms_egoplan import actplan_lcs, actplan_plans
 
     score.add_argument("--data-root", help="release folder (holding annotation/): score its plan_<model>.txt files")
     score.add_argument("--model", action="append", help="with --data-root: model name of plan_<model>.txt (repeatable; default: all)")
@@ -199,12 +199,12 @@ def _actplan_score_arguments(score: argparse.ArgumentParser) -> None:
     score.add_argument("--steps", choices=actplan_plans.STEP_MODES, default=actplan_plans.STEP_MODES[0],
                        help="parsed: action(args) steps of the plan (default); lines: the release's text.split('\\n'), "
                             "trailing empty line included, to reproduce its numbers exactly")
-    score.add_argument("--threshold", type=_match_threshold, default=metrics.DEFAULT_MATCH_THRESHOLD,
-                       help=f"cosine similarity for two steps to match, in (0, 1] (default {metrics.DEFAULT_MATCH_THRESHOLD})")
+    score.add_argument("--threshold", type=_match_threshold, default=actplan_lcs.DEFAULT_MATCH_THRESHOLD,
+                       help=f"cosine similarity for two steps to match, in (0, 1] (default {actplan_lcs.DEFAULT_MATCH_THRESHOLD})")
     score.add_argument("--embedding-model", help="sentence-transformers folder (default: bundled all-MiniLM-L6-v2)")
     score.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
-    score.add_argument("--batch-size", type=int, default=metrics.DEFAULT_EMBEDDING_BATCH_SIZE,
-                       help=f"embedding batch size (default {metrics.DEFAULT_EMBEDDING_BATCH_SIZE})")
+    score.add_argument("--batch-size", type=int, default=actplan_lcs.DEFAULT_EMBEDDING_BATCH_SIZE,
+                       help=f"embedding batch size (default {actplan_lcs.DEFAULT_EMBEDDING_BATCH_SIZE})")
     score.add_argument("--output", help="write per-plan values to this JSONL file")
     _allow_paths_outside_root_argument(score, "instance files")
     score.set_defaults(handler=_actplan_score)
@@ -275,7 +275,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lmms_egoplan.errors import InputError
+    from lmms_egoplan.core.errors import InputError
 
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)

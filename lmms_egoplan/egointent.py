@@ -41,6 +41,8 @@ from typing import Any, Callable, Optional
 
 from loguru import logger
 
+from lmms_egoplan.core.media import VideoFile, as_video_frames, frame_times
+from lmms_egoplan.core.settings import SettingsError, setting, setting_name, value_problems
 from lmms_egoplan.egointent_data import (
     DIMENSIONS,
     ENV_PREFIX,
@@ -60,8 +62,6 @@ from lmms_egoplan.judge import (
     register_rubric,
 )
 from lmms_egoplan.judged_task import JudgedTask, judged_score
-from lmms_egoplan.media import VideoFile, as_video_frames, frame_times
-from lmms_egoplan.settings import SettingsError, setting, setting_name, value_problems
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmms_egoplan.errors import InputError
-from lmms_egoplan.media import MediaError, VideoFile, VideoInfo, frame_at, last_frame_before, uniform_indices
-from lmms_egoplan.records import inside_root, read_jsonl, read_text
-from lmms_egoplan.settings import setting_name
+from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.files import inside_root, read_jsonl, read_text
+from lmms_egoplan.core.media import MediaError, VideoFile, VideoInfo, frame_at, last_frame_before, uniform_indices
+from lmms_egoplan.core.settings import setting_name
 
 ENV_PREFIX = "EGOINTENT"  # settings are overridden by environment variables EGOINTENT_<SETTING>
 

@@ -46,7 +46,11 @@ from typing import Any, ClassVar
 from loguru import logger
 from PIL import Image
 
-from lmms_egoplan import media, request_options
+from lmms_egoplan.core import media, request_options
+from lmms_egoplan.core.files import write_atomically
+from lmms_egoplan.core.request_options import LOSS_MEAN, SCORED_SPAN
+from lmms_egoplan.core.settings import setting, setting_name
+from lmms_egoplan.core.statistics import count, largest
 from lmms_egoplan.egoplan_data import (
     CHOICE_LETTERS,
     ENV_PREFIX,
@@ -62,10 +66,6 @@ from lmms_egoplan.egoplan_data import (
     video_indices,
 )
 from lmms_egoplan.harness import BenchmarkTask
-from lmms_egoplan.metrics import count, largest
-from lmms_egoplan.records import write_atomically
-from lmms_egoplan.request_options import LOSS_MEAN, SCORED_SPAN
-from lmms_egoplan.settings import setting, setting_name
 
 
 @dataclass(frozen=True)

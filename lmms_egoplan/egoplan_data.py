@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmms_egoplan import media
-from lmms_egoplan.errors import InputError
-from lmms_egoplan.metrics import ValueBin, bin_of, cosine_similarities, equal_size_levels, parse_bins
-from lmms_egoplan.records import inside_root, read_text
-from lmms_egoplan.settings import SettingsError, setting_name
+from lmms_egoplan.core import media
+from lmms_egoplan.core.embeddings import cosine_similarities
+from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.files import inside_root, read_text
+from lmms_egoplan.core.settings import SettingsError, setting_name
+from lmms_egoplan.core.statistics import ValueBin, bin_of, equal_size_levels, parse_bins
 
 ENV_PREFIX = "EGOPLAN"  # settings are overridden by environment variables EGOPLAN_<SETTING>
 CHOICE_LETTERS = "ABCD"

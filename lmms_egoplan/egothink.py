@@ -37,11 +37,11 @@ import yaml
 from lmms_eval.api.task import ConfigurableMessagesTask
 from loguru import logger
 
+from lmms_egoplan.core.media import load_image
+from lmms_egoplan.core.settings import SettingsError, setting, setting_name
 from lmms_egoplan.egothink_data import DIMENSIONS, ENV_PREFIX, load_hub_dimension, load_release_dimension
 from lmms_egoplan.judge import JudgeRequest, JudgeSettings, Rubric, bracket_rating, judge_parts_item, register_rubric
 from lmms_egoplan.judged_task import JudgedTask
-from lmms_egoplan.media import load_image
-from lmms_egoplan.settings import SettingsError, setting, setting_name
 
 # How answers are decoded: ``greedy`` keeps the YAML's generation_kwargs (the default: a run is
 # repeatable); the others are the sampling of the official inference scripts (AdaCheng/EgoThink

@@ -14,10 +14,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmms_egoplan.errors import InputError
-from lmms_egoplan.media import MediaError, image_file_problem
-from lmms_egoplan.records import inside_root, read_text
-from lmms_egoplan.settings import setting_name
+from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.files import inside_root, read_text
+from lmms_egoplan.core.media import MediaError, image_file_problem
+from lmms_egoplan.core.settings import setting_name
 
 ENV_PREFIX = "EGOTHINK"  # settings are overridden by environment variables EGOTHINK_<SETTING>
 

@@ -22,15 +22,15 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping
 from lmms_eval.api.task import ConfigurableMessagesTask, ConfigurableTask
 from loguru import logger
 
-from lmms_egoplan import request_options
-from lmms_egoplan.errors import InputError
+from lmms_egoplan.core import request_options
+from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.settings import SettingsError, resolve_settings, setting_name
 from lmms_egoplan.lmms_eval_compat import (
     bind_class_task_to_backend,
     on_suite_use,
     run_datetime_str,
     unretried_process_results,
 )
-from lmms_egoplan.settings import SettingsError, resolve_settings, setting_name
 
 # The metadata key lm-eval's task factory adds to every task it builds (lmms-eval adds none).
 LM_EVAL_CONFIG_SOURCE = "config_source"
@@ -66,7 +66,7 @@ class BenchmarkTask(ConfigurableMessagesTask):
     whose names come from settings or data, which a YAML cannot list, join with ``add_metric``.
 
     ``REQUEST_OPTION_SETTINGS``: the settings that choose what the task asks of the backend beyond
-    lmms-eval's request arguments (``{setting name: lmms_egoplan.request_options.RequestOption}``:
+    lmms-eval's request arguments (``{setting name: lmms_egoplan.core.request_options.RequestOption}``:
     which tokens of a candidate are scored, how their losses are averaged, where the visuals go);
     the task marks its requests with them and, before any model call, refuses a backend that
     cannot honour a value that changes scores (it warns where the backend places visuals its own

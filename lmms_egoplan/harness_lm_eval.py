@@ -23,8 +23,8 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 from lm_eval.api.task import ConfigurableTask
 
+from lmms_egoplan.core.settings import resolve_settings
 from lmms_egoplan.harness import LM_EVAL_CONFIG_SOURCE, benchmark_dataset, bind_context, jsonable_settings
-from lmms_egoplan.settings import resolve_settings
 
 
 @dataclass(frozen=True)

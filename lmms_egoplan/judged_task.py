@@ -48,7 +48,9 @@ from typing import Any, Sequence
 
 from loguru import logger
 
-from lmms_egoplan.errors import InputError
+from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.files import strict_json, write_atomically
+from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.harness import BenchmarkTask, run_stamp
 from lmms_egoplan.judge import (
     ItemScore,
@@ -67,8 +69,6 @@ from lmms_egoplan.judge import (
     unjudged,
 )
 from lmms_egoplan.lmms_eval_compat import exit_when_results_are_written, note_kept_on_stop
-from lmms_egoplan.records import strict_json, write_atomically
-from lmms_egoplan.settings import SettingsError, setting_name
 
 
 class JudgedScoring:
@@ -351,7 +351,7 @@ def _logged_rows(samples_file: Path) -> tuple[list[tuple[int, dict]], list[tuple
     """(line number, row) of each JSON object in ``samples_file``, and what is wrong with the other lines."""
     import json
 
-    from lmms_egoplan.records import read_text
+    from lmms_egoplan.core.files import read_text
 
     lines = read_text(samples_file).splitlines()
     last = max((number for number, line in enumerate(lines, 1) if line.strip()), default=0)

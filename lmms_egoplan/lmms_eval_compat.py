@@ -211,7 +211,7 @@ def explain_missing_tasks() -> bool:
 
 
 class TasksNotFoundError(ValueError):
-    """``--tasks`` names a task that lmms-eval cannot find (lmms_egoplan.errors.InputError is not
+    """``--tasks`` names a task that lmms-eval cannot find (lmms_egoplan.core.errors.InputError is not
     imported here: this module loads with lmms-eval's entry points)."""
 
 
@@ -304,7 +304,7 @@ def clean_lone_surrogates() -> bool:
     """
     from lmms_eval.api import instance
 
-    from lmms_egoplan.records import valid_text
+    from lmms_egoplan.core.files import valid_text
 
     unwrap = instance.unwrap_generation_output
     if getattr(unwrap, "_cleans_lone_surrogates", False):
@@ -710,7 +710,7 @@ def write_results_as_strict_json() -> bool:
     """
     from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
 
-    from lmms_egoplan.records import finite_or_null
+    from lmms_egoplan.core.files import finite_or_null
 
     if getattr(EvaluationTracker.save_results_aggregated, "_strict_json", False):
         return True

@@ -20,8 +20,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Mapping, Sequence, TextIO
 
+from lmms_egoplan.core.text_tables import format_table, format_value
 from lmms_egoplan.report import write_report
-from lmms_egoplan.tables import BOOKKEEPING, DESCRIPTIVE, format_table, format_value, natural_order, unscored_reason
+from lmms_egoplan.report.metric_roles import BOOKKEEPING, DESCRIPTIVE, natural_order, unscored_reason
 from lmms_egoplan.testing.lmms_eval_run import EvalRun, EvalRunError, run_lmms_eval
 from lmms_egoplan.testing.scripted import ScriptedAnswers, differences, reported_metrics, scripted_environment
 from lmms_egoplan.testing.suite import SmokeSuite

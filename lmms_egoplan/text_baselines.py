@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import ClassVar
 
 from lmms_egoplan.actplan import ActPlanScoring
+from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.egoplan import EgoPlanScoring
 from lmms_egoplan.egothink import DECODING_PRESETS, EgoThinkScoring
 from lmms_egoplan.harness_lm_eval import LmEvalBenchmarkTask
 from lmms_egoplan.judged_task import JudgedScoring
-from lmms_egoplan.settings import SettingsError, setting_name
 
 
 class EgoPlanBlind(EgoPlanScoring, LmEvalBenchmarkTask):

@@ -20,7 +20,7 @@ from lmms_egoplan.bleurt import (
     score_split,
     training_pair,
 )
-from lmms_egoplan.errors import InputError
+from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.testing.actplan import build_tiny_bert, write_finetuning_data
 
 

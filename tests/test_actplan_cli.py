@@ -17,6 +17,7 @@ import pytest
 from PIL import Image
 
 from lmms_egoplan.actplan_data import load_instances
+from lmms_egoplan.actplan_lcs import StepMatcher
 from lmms_egoplan.actplan_plans import (
     bleurt_correct,
     parse_plan,
@@ -24,7 +25,6 @@ from lmms_egoplan.actplan_plans import (
     score_lcs,
 )
 from lmms_egoplan.bleurt import load_classifier
-from lmms_egoplan.metrics import StepMatcher
 from lmms_egoplan.testing.actplan import (
     TASKS,
     build_tiny_bert,

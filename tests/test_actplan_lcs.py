@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 
-from lmms_egoplan.metrics import StepMatcher, lcs_length, normalized_lcs
+from lmms_egoplan.actplan_lcs import StepMatcher, lcs_length, normalized_lcs
 from lmms_egoplan.testing.actplan import make_activities, model_output, release_lcs, vlm_plan, write_release_dataset
 
 
@@ -51,15 +51,15 @@ def encode(matcher):
 
 
 def test_one_sentence_model_and_one_embedding_cache_per_device_whoever_asks(matcher):
-    from lmms_egoplan import metrics
+    from lmms_egoplan.core import embeddings
 
     step = "place_inside(dishwasher_3, teapot_7)"  # embedded nowhere else
     # The matcher's device given as "auto", cosine_similarities' left unset: both are this machine's CPU.
     StepMatcher(device="auto").embeddings([step])
-    loads = metrics._sentence_model.cache_info().misses
-    assert metrics.cosine_similarities([(step, step)]) == [pytest.approx(1.0)]
-    assert metrics._sentence_model.cache_info().misses == loads
-    assert {device for _, device, text in metrics._embedding_cache if text == step} == {matcher.device} == {"cpu"}
+    loads = embeddings.sentence_model.cache_info().misses
+    assert embeddings.cosine_similarities([(step, step)]) == [pytest.approx(1.0)]
+    assert embeddings.sentence_model.cache_info().misses == loads
+    assert {device for _, device, text in embeddings._embedding_cache if text == step} == {matcher.device} == {"cpu"}
 
 
 def near_threshold_pairs(matcher, steps, low=0.76, high=0.84):

@@ -7,8 +7,9 @@ import random
 
 import pytest
 
+from lmms_egoplan.core.text_tables import format_value
+from lmms_egoplan.report.metric_roles import unscored_reason
 from lmms_egoplan.smoke import SCRIPTED, task_table
-from lmms_egoplan.tables import format_value, unscored_reason
 from lmms_egoplan.testing import actplan, egointent, egoplan, egothink
 from lmms_egoplan.testing.judge_server import ChatCall
 from lmms_egoplan.testing.scripted import ScriptedAnswers, answering, differences, lcs_length, rating_by_script

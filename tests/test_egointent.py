@@ -17,6 +17,8 @@ import pytest
 from PIL import Image
 
 from lmms_egoplan import egointent
+from lmms_egoplan.core.media import VIDEO_CLIP_KEY
+from lmms_egoplan.core.settings import SettingsError, resolve_settings
 from lmms_egoplan.egointent import (
     PROMPT,
     EgoIntentSettings,
@@ -41,8 +43,6 @@ from lmms_egoplan.judge import (
     judge_parts_item,
     score_judged,
 )
-from lmms_egoplan.media import VIDEO_CLIP_KEY
-from lmms_egoplan.settings import SettingsError, resolve_settings
 from lmms_egoplan.testing.egointent import (
     VIDEOS,
     judge_rating,

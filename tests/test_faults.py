@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from lmms_egoplan.core.files import read_jsonl, read_text, valid_text
 from lmms_egoplan.judge import (
     Judge,
     JudgeCache,
@@ -24,7 +25,6 @@ from lmms_egoplan.judge import (
     bracket_rating,
     preflight,
 )
-from lmms_egoplan.records import read_jsonl, read_text, valid_text
 from lmms_egoplan.testing.judge_server import ChatServer, Reply, rating_responder
 
 ZERO_HALF_ONE = bracket_rating((0, 0.5, 1))
@@ -83,7 +83,7 @@ def test_every_reader_of_text_names_a_file_that_is_not_utf8(tmp_path):
 ])
 def test_egoplan_record_fields_of_the_wrong_type_are_named_at_load(field, value, message, tmp_path):
     from lmms_egoplan import egoplan, egoplan_data
-    from lmms_egoplan.settings import resolve_settings
+    from lmms_egoplan.core.settings import resolve_settings
     from lmms_egoplan.testing.egoplan import build_fixture
 
     data = build_fixture(tmp_path / "egoplan")
@@ -183,7 +183,7 @@ def test_a_second_run_of_the_same_second_into_the_same_folder_is_refused(tmp_pat
     from argparse import Namespace
 
     from lmms_egoplan import harness
-    from lmms_egoplan.errors import InputError
+    from lmms_egoplan.core.errors import InputError
 
     monkeypatch.setattr(harness, "_run_stamp", "20261122_101010")
     monkeypatch.setattr(harness, "_claimed_folders", set())
@@ -201,7 +201,7 @@ def test_a_run_of_the_same_second_that_has_ended_is_found_by_its_files(tmp_path,
     from argparse import Namespace
 
     from lmms_egoplan import harness
-    from lmms_egoplan.errors import InputError
+    from lmms_egoplan.core.errors import InputError
 
     monkeypatch.setattr(harness, "_run_stamp", "20261122_101010")
     monkeypatch.setattr(harness, "_claimed_folders", set())
@@ -215,7 +215,7 @@ def test_a_run_of_the_same_second_that_has_ended_is_found_by_its_files(tmp_path,
 
 
 def test_files_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
-    from lmms_egoplan.records import write_atomically
+    from lmms_egoplan.core.files import write_atomically
 
     path = write_atomically(tmp_path / "submission.json", "[1, 2, 3]\n")
     monkeypatch.setattr("os.replace", lambda *_: (_ for _ in ()).throw(OSError("disk full")))
@@ -335,7 +335,7 @@ def first_epic_frame(data) -> Path:
 
 def load_docs(data, **settings):
     from lmms_egoplan import egoplan, egoplan_data
-    from lmms_egoplan.settings import resolve_settings
+    from lmms_egoplan.core.settings import resolve_settings
 
     resolved = resolve_settings(egoplan.EgoPlanSettings, task="check", metadata={"annotation_file": "EgoPlan_validation.json"},
                                 env_prefix="EGOPLAN", environ=data.env(**settings))
@@ -536,7 +536,7 @@ def test_an_egoplan_video_id_that_leaves_its_root_is_an_error_naming_the_sample_
     import shutil
 
     from lmms_egoplan import egoplan, egoplan_data
-    from lmms_egoplan.settings import resolve_settings
+    from lmms_egoplan.core.settings import resolve_settings
     from lmms_egoplan.testing.egoplan import build_fixture
 
     data = build_fixture(tmp_path / "egoplan")

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from lmms_egoplan import egoplan
+from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.settings import SettingsError, resolve_settings
 from lmms_egoplan.egoplan import EgoPlanSettings
-from lmms_egoplan.errors import InputError
-from lmms_egoplan.settings import SettingsError, resolve_settings
 from lmms_egoplan.testing.egoplan import build_fixture
 
 CHECKOUT = Path(__file__).resolve().parents[1]

@@ -2,7 +2,7 @@ from unittest import mock
 
 import pytest
 
-from lmms_egoplan import media
+from lmms_egoplan.core import media
 from lmms_egoplan.testing import media as synthetic
 
 

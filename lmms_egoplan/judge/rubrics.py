@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from lmms_egoplan.core.statistics import mean_or_nan
 from lmms_egoplan.judge.protocol import Judgement, JudgeRequest, JudgeResults, RatingParser
-from lmms_egoplan.metrics import mean_or_nan
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Iterable
 import numpy as np
 from PIL import Image
 
-from lmms_egoplan.media import EPIC_FRAME_TEMPLATE
+from lmms_egoplan.core.media import EPIC_FRAME_TEMPLATE
 
 GRID = 4
 DARK, BRIGHT = 40, 215

@@ -13,7 +13,7 @@ import typing
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping
 
-from lmms_egoplan.errors import InputError
+from lmms_egoplan.core.errors import InputError
 
 # lmms-eval copies a task's `metadata` into every request's metadata next to these keys.
 _RESERVED_SETTING_NAMES = frozenset({"task", "doc_id", "repeats", "split", "version"})
@@ -69,7 +69,7 @@ def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, 
     still has to name a setting.
 
     Unknown ``metadata`` keys, environment variables with the prefix that name no setting (a
-    misspelt ``EGOPLAN_NUMFRAMES`` would otherwise be ignored), unparsable values and values out of
+    misspelt ``<PREFIX>_NUMFRAMES`` would otherwise be ignored), unparsable values and values out of
     a field's range (``setting``) raise SettingsError naming the task, the key or variable, and what
     was expected.
     """

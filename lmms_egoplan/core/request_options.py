@@ -2,10 +2,10 @@
 
 lmms-eval's backends score and prompt by their own conventions. A task whose official evaluation
 does otherwise sets an option on the requests it builds (``RequestOption.mark``: an attribute of
-lmms-eval's ``Instance``): EgoPlan-Bench's loss covers the answer and the token closing the
-assistant's turn (``SCORED_SPAN``) and, as its official code computes it, may leave out the tokens
-whose loss is exactly 0 (``LOSS_MEAN``); ActPlan-1K puts the task text before the images
-(``INPUT_ORDER``). A backend declares the values it honours in its class attribute
+lmms-eval's ``Instance``): which tokens of a candidate answer are scored, e.g. the answer and
+the token closing the assistant's turn (``SCORED_SPAN``); how their losses are averaged, e.g.
+leaving out the tokens whose loss is exactly 0 (``LOSS_MEAN``); whether the task text comes before
+the images (``INPUT_ORDER``). The benchmarks' READMEs say which task asks for what. A backend declares the values it honours in its class attribute
 ``request_options`` (``{option name: values}``). A request without the attribute, and a backend
 without the declaration, follow lmms-eval's convention. (Proposed upstream as a field of
 ``Instance``: docs/upstream.md.)

@@ -1,29 +1,18 @@
-"""Plain-text tables for the suite's commands (the demo, rejudge, ActPlan-1K scores, BLEURT training)."""
+"""How a task's metrics read: which are scores and which bookkeeping counts, why a task's scores
+measure nothing (read from its counts), and breakdown bins in their natural order. The report's
+tables and figures and the demo's tables read them alike."""
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Collection, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping
 
-NO_VALUE = "no value"
 # Counts that say how a task's scores were reached (tables show them after the scores).
 BOOKKEEPING = ("predictions", "skipped_samples", "judged", "failed", "unparseable", "incomplete_answers",
                "missing_fields", "no_plan_rate", "capped_samples", "unusable_rows")
 # What describes a task's outputs rather than scores them: true even when nothing could be scored.
 DESCRIPTIVE = (*BOOKKEEPING, "format_error_rate", "plan_length")
-
-
-def is_no_value(value) -> bool:
-    """A metric reported without a value: null in a results file, or NaN (older files, mean of nothing)."""
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def format_value(value, spec: str = ".4g") -> str:
-    """A cell: numbers by ``spec`` (null and NaN as "no value"), anything else as text."""
-    if is_no_value(value):
-        return NO_VALUE
-    return format(value, spec) if isinstance(value, float) else str(value)
 
 
 def _count(value) -> float | None:
@@ -51,18 +40,6 @@ def unscored_reason(metrics: Mapping[str, object], samples: int | None = None) -
     if _count(metrics.get("no_plan_rate")) == 1:
         return f"no plan in {samples:g} of {samples:g} outputs" if samples else "no plan in any output"
     return None
-
-
-def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Collection[int] = ()) -> str:
-    """``header``, a rule of dashes, then ``rows``: columns as wide as their widest cell, two spaces
-    apart; the columns numbered in ``right`` (numbers) are right-aligned, the others left-aligned."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-
-    def line(row: Sequence[str]) -> str:
-        return "  ".join(cell.rjust(width) if i in right else cell.ljust(width)
-                         for i, (cell, width) in enumerate(zip(row, widths))).rstrip()
-
-    return "\n".join([line(header), line(["-" * width for width in widths]), *map(line, rows)])
 
 
 _BIN_SUFFIX = re.compile(r"^(.*)_(\d+)_(?:\d+|plus)$")

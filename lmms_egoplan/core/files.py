@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from lmms_egoplan.errors import InputError
+from lmms_egoplan.core.errors import InputError
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
