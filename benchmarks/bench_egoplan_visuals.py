@@ -31,9 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from lmms_egoplan import egoplan, egoplan_data
 from lmms_egoplan.core import media
 from lmms_egoplan.core.settings import resolve_settings
+from lmms_egoplan.egoplan import data as egoplan_data
+from lmms_egoplan.egoplan import task as egoplan
 from lmms_egoplan.testing.media import read_index, write_video
 
 FPS = 30

@@ -2,7 +2,7 @@
 
 Builds synthetic plan pairs shaped like the benchmark (by default its 1,187 instances, 825 normal
 and 362 counterfactual, gold plans of about 24 / 32 steps, model plans with renamed, missing,
-swapped and invented steps), scores all of them with ``lmms_egoplan.actplan_lcs.StepMatcher`` and a
+swapped and invented steps), scores all of them with ``lmms_egoplan.actplan.lcs.StepMatcher`` and a
 few of them with the release's algorithm (``auto_lcs/lcs.py``: both steps encoded, one sentence
 at a time, at every cell the memoised recursion visits), checks that the values agree and prints
 the per-pair times, their ratio and the projected time for the whole benchmark.
@@ -26,7 +26,7 @@ NORMAL_SHARE = 825 / 1187
 
 def synthetic_pairs(count: int, seed: int = 0) -> list[tuple[list[str], list[str], bool]]:
     """(model plan, gold plan, counterfactual?) pairs: 100 activities, 53 with a counterfactual variant."""
-    from lmms_egoplan.testing.actplan import make_activities, vlm_plan
+    from lmms_egoplan.actplan.synthetic import make_activities, vlm_plan
 
     rng = random.Random(seed)
     activities = make_activities(100, seed)
@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from lmms_egoplan.actplan_lcs import StepMatcher
-    from lmms_egoplan.testing.actplan import release_lcs
+    from lmms_egoplan.actplan.lcs import StepMatcher
+    from lmms_egoplan.actplan.synthetic import release_lcs
 
     torch.set_num_threads(args.threads)
     pairs = synthetic_pairs(args.pairs)

@@ -110,7 +110,7 @@ def realistic_checkpoint(shape: str, layers: int | None, cache: Path, device: st
 
 def egoplan_docs(count: int, frame_side: int, observation: bool) -> list[dict]:
     """EgoPlan-Val records in the release format (the suite's synthetic ones), with the frame size."""
-    from lmms_egoplan.testing.egoplan import VALIDATION_SAMPLES, release_record
+    from lmms_egoplan.egoplan.synthetic import VALIDATION_SAMPLES, release_record
 
     return [{**release_record(*VALIDATION_SAMPLES[i % len(VALIDATION_SAMPLES)], labelled=True), "seed": i,
              "frame_side": frame_side, "observation": observation} for i in range(count)]
@@ -129,8 +129,8 @@ def egoplan_visuals(doc: dict) -> list[Image.Image]:
 def requests_for(docs: list[dict], span: str) -> list:
     from lmms_eval.api.instance import Instance
 
-    from lmms_egoplan import egoplan
     from lmms_egoplan.core.request_options import SCORED_SPAN
+    from lmms_egoplan.egoplan import task as egoplan
 
     # egoplan_val: the task's prompt builder, candidates appended with target_delimiter "".
     requests = [Instance(request_type="loglikelihood", idx=i,

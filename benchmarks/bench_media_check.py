@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from lmms_egoplan import egoplan, egoplan_data
 from lmms_egoplan.core.media import EPIC_FRAME_TEMPLATE
 from lmms_egoplan.core.settings import resolve_settings
+from lmms_egoplan.egoplan import data as egoplan_data
+from lmms_egoplan.egoplan import task as egoplan
 
 FRAME_SIZE = (456, 256)  # EPIC-KITCHENS-100 rgb_frames
 FRAMES_PER_VIDEO = 900

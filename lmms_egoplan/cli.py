@@ -69,8 +69,8 @@ def _rejudge(args: argparse.Namespace) -> int:
 
 
 def _egointent_check(args: argparse.Namespace) -> int:
-    from lmms_egoplan.egointent import EgoIntentSettings
-    from lmms_egoplan.egointent_data import describe_steps, load_steps, step_docs
+    from lmms_egoplan.egointent.data import describe_steps, load_steps, step_docs
+    from lmms_egoplan.egointent.task import EgoIntentSettings
 
     settings = EgoIntentSettings(annotations=args.annotations, video_root=args.video_root,
                                  sample_fps=args.sample_fps, max_frames=args.max_frames)
@@ -91,7 +91,7 @@ def _frame_cap(text: str) -> int | None:
 
 
 def _match_threshold(text: str) -> float:
-    from lmms_egoplan.actplan_data import match_threshold_problem
+    from lmms_egoplan.actplan.data import match_threshold_problem
 
     threshold = float(text)
     if problem := match_threshold_problem(threshold):
@@ -100,8 +100,8 @@ def _match_threshold(text: str) -> float:
 
 
 def _actplan_score(args: argparse.Namespace) -> int:
-    from lmms_egoplan import actplan_plans
-    from lmms_egoplan.actplan_lcs import step_matcher
+    from lmms_egoplan.actplan import plans as actplan_plans
+    from lmms_egoplan.actplan.lcs import step_matcher
     from lmms_egoplan.core.files import strict_json, write_atomically
 
     if not args.data_root and not args.pairs:
@@ -132,7 +132,7 @@ def _actplan_score(args: argparse.Namespace) -> int:
 
 
 def _actplan_train_bleurt(args: argparse.Namespace) -> int:
-    from lmms_egoplan import bleurt
+    from lmms_egoplan.actplan import classifier as bleurt
 
     config = bleurt.TrainingConfig(
         learning_rate=bleurt.PRESET_LEARNING_RATES[args.preset] if args.learning_rate is None else args.learning_rate,
@@ -186,7 +186,8 @@ def _egointent_check_arguments(check: argparse.ArgumentParser) -> None:
 
 
 def _actplan_score_arguments(score: argparse.ArgumentParser) -> None:
-    from lmms_egoplan import actplan_lcs, actplan_plans
+    from lmms_egoplan.actplan import lcs as actplan_lcs
+    from lmms_egoplan.actplan import plans as actplan_plans
 
     score.add_argument("--data-root", help="release folder (holding annotation/): score its plan_<model>.txt files")
     score.add_argument("--model", action="append", help="with --data-root: model name of plan_<model>.txt (repeatable; default: all)")
@@ -217,7 +218,7 @@ def _allow_paths_outside_root_argument(parser: argparse.ArgumentParser, what: st
 
 
 def _actplan_train_bleurt_arguments(train: argparse.ArgumentParser) -> None:
-    from lmms_egoplan import bleurt
+    from lmms_egoplan.actplan import classifier as bleurt
 
     train.add_argument("--data", required=True, help="the release's bleu-cls/data/finetuning_data.jsonl")
     train.add_argument("--activities", required=True, help="the release's bleu-cls/data/activities.txt (train/val/test)")

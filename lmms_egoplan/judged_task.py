@@ -279,7 +279,7 @@ def sum_over_subtasks(metrics: Sequence[float], sizes: Sequence[int], weight_by_
 
 # Groups ``rejudge`` reports as the run would, by the prefix of their tasks' names: "module:function"
 # turning task scores into group scores, imported when used (the benchmarks import this module).
-REJUDGE_GROUPS = {"ego_think_": "lmms_egoplan.egothink:group_scores"}
+REJUDGE_GROUPS = {"ego_think_": "lmms_egoplan.egothink.task:group_scores"}
 
 
 # Where a --predict_only run logs the judge items of a sample (inside its "bypass" value).

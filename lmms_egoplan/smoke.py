@@ -30,10 +30,10 @@ from lmms_egoplan.testing.suite import SmokeSuite
 # One entry per benchmark: "module:function", the function building that benchmark's
 # synthetic data (and whatever it needs, e.g. a loopback judge) and returning a SmokeSuite.
 SUITES: tuple[str, ...] = (
-    "lmms_egoplan.testing.egoplan:smoke_suite",
-    "lmms_egoplan.testing.egothink:smoke_suite",
-    "lmms_egoplan.testing.egointent:smoke_suite",
-    "lmms_egoplan.testing.actplan:smoke_suite",
+    "lmms_egoplan.egoplan.synthetic:smoke_suite",
+    "lmms_egoplan.egothink.synthetic:smoke_suite",
+    "lmms_egoplan.egointent.synthetic:smoke_suite",
+    "lmms_egoplan.actplan.synthetic:smoke_suite",
 )
 
 MODEL = "egoplan_hf"
@@ -50,7 +50,7 @@ def load_suite_builder(entry: str) -> SuiteBuilder:
 
 
 def suite_name(entry: str) -> str:
-    return entry.split(":")[0].rsplit(".", 1)[-1]
+    return entry.split(":")[0].split(".")[1]  # lmms_egoplan.<benchmark>.synthetic
 
 
 def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] | None = None,

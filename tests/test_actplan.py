@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from lmms_egoplan import actplan, actplan_plans
-from lmms_egoplan.actplan import ActPlanSettings, process_results
-from lmms_egoplan.actplan_data import ActPlanDataError, check_settings, gold_steps, load_instances
-from lmms_egoplan.actplan_plans import (
+from lmms_egoplan.actplan import plans as actplan_plans
+from lmms_egoplan.actplan import task as actplan
+from lmms_egoplan.actplan.data import ActPlanDataError, check_settings, gold_steps, load_instances
+from lmms_egoplan.actplan.plans import (
     RELEASE_PAIRING,
     ParsedPlan,
     bleurt_correct,
@@ -21,8 +21,9 @@ from lmms_egoplan.actplan_plans import (
     parse_plan,
     score_lcs,
 )
+from lmms_egoplan.actplan.synthetic import write_release_dataset
+from lmms_egoplan.actplan.task import ActPlanSettings, process_results
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
-from lmms_egoplan.testing.actplan import write_release_dataset
 from lmms_egoplan.testing.media import read_index
 
 TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
@@ -224,7 +225,7 @@ class ExactMatcher:
     """Steps match when equal (the LCS logic under test does not depend on the embedding model)."""
 
     def lcs_many(self, pairs):
-        from lmms_egoplan.actplan_lcs import lcs_length
+        from lmms_egoplan.actplan.lcs import lcs_length
 
         return [lcs_length([[x == y for y in b] for x in a]) for a, b in pairs]
 
@@ -357,9 +358,9 @@ def test_pair_files_of_the_release_and_of_this_suite(tmp_path):
 
 
 def test_space_joined_gold_plans_score_as_one_step_per_line(tmp_path, monkeypatch, capsys):
-    from lmms_egoplan import actplan_lcs
+    from lmms_egoplan.actplan import lcs as actplan_lcs
+    from lmms_egoplan.actplan.synthetic import write_finetuning_data
     from lmms_egoplan.cli import main
-    from lmms_egoplan.testing.actplan import write_finetuning_data
 
     monkeypatch.setattr(actplan_lcs, "step_matcher", lambda *args, **kwargs: ExactMatcher())
     data, _ = write_finetuning_data(tmp_path, activities=3)
@@ -376,7 +377,7 @@ def test_space_joined_gold_plans_score_as_one_step_per_line(tmp_path, monkeypatc
 
 
 def test_release_pairing_scores_gemini_against_the_second_gold_plan(release, tmp_path, monkeypatch, capsys):
-    from lmms_egoplan import actplan_lcs
+    from lmms_egoplan.actplan import lcs as actplan_lcs
     from lmms_egoplan.cli import main
 
     docs = {doc["instance_id"]: doc for doc in load_instances(release)}

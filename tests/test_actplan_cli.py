@@ -16,16 +16,16 @@ import random
 import pytest
 from PIL import Image
 
-from lmms_egoplan.actplan_data import load_instances
-from lmms_egoplan.actplan_lcs import StepMatcher
-from lmms_egoplan.actplan_plans import (
+from lmms_egoplan.actplan.classifier import load_classifier
+from lmms_egoplan.actplan.data import load_instances
+from lmms_egoplan.actplan.lcs import StepMatcher
+from lmms_egoplan.actplan.plans import (
     bleurt_correct,
     parse_plan,
     plan_text,
     score_lcs,
 )
-from lmms_egoplan.bleurt import load_classifier
-from lmms_egoplan.testing.actplan import (
+from lmms_egoplan.actplan.synthetic import (
     TASKS,
     build_tiny_bert,
     model_output,

@@ -16,23 +16,29 @@ from types import SimpleNamespace
 import pytest
 from PIL import Image
 
-from lmms_egoplan import egointent
 from lmms_egoplan.core.media import VIDEO_CLIP_KEY
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
-from lmms_egoplan.egointent import (
-    PROMPT,
-    EgoIntentSettings,
-    doc_to_visual,
-    parse_answer,
-    parse_judge_rating,
-)
-from lmms_egoplan.egointent_data import (
+from lmms_egoplan.egointent import task as egointent
+from lmms_egoplan.egointent.data import (
     FIELDS,
     EgoIntentDataError,
     clip_frame_indices,
     load_steps,
     scenario_metric,
     step_docs,
+)
+from lmms_egoplan.egointent.synthetic import (
+    VIDEOS,
+    judge_rating,
+    step_records,
+    write_dataset,
+)
+from lmms_egoplan.egointent.task import (
+    PROMPT,
+    EgoIntentSettings,
+    doc_to_visual,
+    parse_answer,
+    parse_judge_rating,
 )
 from lmms_egoplan.judge import (
     FixedRating,
@@ -42,12 +48,6 @@ from lmms_egoplan.judge import (
     item_requests,
     judge_parts_item,
     score_judged,
-)
-from lmms_egoplan.testing.egointent import (
-    VIDEOS,
-    judge_rating,
-    step_records,
-    write_dataset,
 )
 from lmms_egoplan.testing.judge_server import ChatServer, Reply
 from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval

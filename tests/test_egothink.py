@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from lmms_egoplan.core.media import MediaError
-from lmms_egoplan.egothink_data import DIMENSIONS, load_hub_dimension, load_release_dimension
-from lmms_egoplan.testing.egothink import write_hub_copy, write_release
+from lmms_egoplan.egothink.data import DIMENSIONS, load_hub_dimension, load_release_dimension
+from lmms_egoplan.egothink.synthetic import write_hub_copy, write_release
 from lmms_egoplan.testing.judge_server import ChatServer, Reply, hash_rating, rating_responder
 from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
 
@@ -251,7 +251,7 @@ def test_hub_loader_reads_the_hub_shaped_dataset_and_stores_its_images_once(tmp_
 
 
 def _store_images(folder, barrier, count):
-    from lmms_egoplan.egothink_data import _stored_image
+    from lmms_egoplan.egothink.data import _stored_image
 
     barrier.wait()
     for index in range(count):
@@ -323,7 +323,7 @@ def test_an_unknown_decoding_stops_the_task_before_its_data_loads(tmp_path, monk
 ])
 def test_source_settings_are_named_as_users_set_them(settings, message):
     from lmms_egoplan.core.settings import SettingsError
-    from lmms_egoplan.egothink import EgoThinkSettings, EgoThinkTask
+    from lmms_egoplan.egothink.task import EgoThinkSettings, EgoThinkTask
 
     task = SimpleNamespace(settings=EgoThinkSettings(**settings),
                            config=SimpleNamespace(task="ego_think_counting", dataset_name="Reasoning_counting"))
@@ -332,7 +332,7 @@ def test_source_settings_are_named_as_users_set_them(settings, message):
 
 
 def test_a_judge_that_cannot_load_fails_the_judgements_instead_of_the_run(tmp_path, monkeypatch):
-    from lmms_egoplan.egothink import process_results
+    from lmms_egoplan.egothink.task import process_results
     from lmms_egoplan.judge import factory
 
     loads = []

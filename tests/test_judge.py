@@ -414,9 +414,9 @@ def test_rubrics_are_found_by_registered_name_even_before_their_benchmark_is_imp
     script = textwrap.dedent("""
         import sys
         from lmms_egoplan.judge import load_rubric
-        assert "lmms_egoplan.egothink" not in sys.modules
+        assert "lmms_egoplan.egothink.task" not in sys.modules
         rubric = load_rubric("egothink")
-        assert rubric is sys.modules["lmms_egoplan.egothink"].RUBRIC and rubric.scale == 100.0
+        assert rubric is sys.modules["lmms_egoplan.egothink.task"].RUBRIC and rubric.scale == 100.0
         assert load_rubric("lmms_egoplan.egothink:RUBRIC") is rubric  # as logs written before names say
         assert load_rubric("lmms_egoplan.egointent:RUBRIC") is load_rubric("egointent")
     """)

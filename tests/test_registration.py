@@ -200,7 +200,7 @@ def test_wheel_install_evaluates_one_task_of_each_benchmark(wheel_run):
 def test_every_lmms_egoplan_command_runs_from_the_wheel(wheel_env, wheel_run, tmp_path):
     """`lmms-egoplan` of the fresh environment (its console script): each subcommand on the files of
     the run above, or on the fixtures the demo builds."""
-    from lmms_egoplan.testing.actplan import build_tiny_bert, write_finetuning_data
+    from lmms_egoplan.actplan.synthetic import build_tiny_bert, write_finetuning_data
     from lmms_egoplan.testing.judge_server import ChatServer, rating_responder
 
     run, suites, _ = wheel_run

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lmms_egoplan import smoke
-from lmms_egoplan.testing import egoplan
+from lmms_egoplan.egoplan import synthetic as egoplan
 from lmms_egoplan.testing.suite import SmokeSuite
 
 # End to end: the real lmms-eval CLI in subprocesses.

@@ -16,11 +16,13 @@ import pytest
 import torch
 from lmms_eval.api.instance import Instance
 
-from lmms_egoplan import egointent, egoplan, egoplan_data
 from lmms_egoplan.core import media
 from lmms_egoplan.core.settings import resolve_settings
-from lmms_egoplan.egointent import EgoIntentSettings
-from lmms_egoplan.egointent_data import load_steps, step_docs
+from lmms_egoplan.egointent import task as egointent
+from lmms_egoplan.egointent.data import load_steps, step_docs
+from lmms_egoplan.egointent.task import EgoIntentSettings
+from lmms_egoplan.egoplan import data as egoplan_data
+from lmms_egoplan.egoplan import task as egoplan
 from lmms_egoplan.models.egoplan_hf import EgoPlanHF
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
 from lmms_egoplan.testing.checkpoints import VIDEO_ARCHITECTURES

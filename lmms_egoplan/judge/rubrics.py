@@ -64,7 +64,7 @@ _RUBRICS: dict[str, Rubric] = {}
 
 # The modules that register the suite's own rubrics, so that a log re-judges in a process that has
 # not imported its benchmark (named, not imported: the judge package sits below the benchmarks).
-SUITE_RUBRIC_MODULES = {"egothink": "lmms_egoplan.egothink", "egointent": "lmms_egoplan.egointent"}
+SUITE_RUBRIC_MODULES = {"egothink": "lmms_egoplan.egothink.task", "egointent": "lmms_egoplan.egointent.task"}
 
 # What logs written before rubrics had names carry: the module path of the rubric.
 MODULE_PATH_REFERENCES = {"lmms_egoplan.egothink:RUBRIC": "egothink", "lmms_egoplan.egointent:RUBRIC": "egointent"}

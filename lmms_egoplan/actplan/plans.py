@@ -1,6 +1,6 @@
 """ActPlan-1K's plans: a model's output parsed into ``action(args)`` steps (format errors counted),
 plans scored against gold plans (LCS, BLEURT verdicts), and plans scored outside the harness
-(``lmms-egoplan actplan-score``). Shared by ``lmms_egoplan.actplan`` and ``lmms_egoplan.bleurt``.
+(``lmms-egoplan actplan-score``). Shared by ``lmms_egoplan.actplan.task`` and ``lmms_egoplan.actplan.classifier``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from lmms_egoplan.actplan_data import (
+from lmms_egoplan.actplan.data import (
     GOLD_CHOICES,
     SPLITS,
     ActPlanDataError,
@@ -87,7 +87,7 @@ def score_lcs(pairs: Sequence[tuple[Sequence[str], Sequence[Sequence[str]]]], ma
     ``gold="first"``: against the first gold plan (the default); ``"best"``: against
     the gold plan giving the highest normalised LCS (ties: longer LCS, then the earlier plan).
     """
-    from lmms_egoplan.actplan_lcs import normalized_lcs
+    from lmms_egoplan.actplan.lcs import normalized_lcs
 
     if gold not in GOLD_CHOICES:
         raise ValueError(f"gold must be one of {GOLD_CHOICES}, got {gold!r}")

@@ -1,7 +1,7 @@
 """EgoPlan-Bench's release files: annotation records, where their media live, and the docs built
 from them (paths and annotation frame numbers, never decoded media), all checked before a run.
 
-``lmms_egoplan.egoplan`` holds the protocol (settings, task, prompt, scoring); this module holds
+``lmms_egoplan.egoplan.task`` holds the protocol (settings, task, prompt, scoring); this module holds
 what it loads. Functions taking ``settings`` receive an ``egoplan.EgoPlanSettings``.
 """
 

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from transformers import AutoTokenizer, BertConfig, BertModel
 
-from lmms_egoplan.actplan_plans import parse_plan
+from lmms_egoplan.actplan.plans import parse_plan
 from lmms_egoplan.core.devices import resolve_device
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.files import read_jsonl, read_text, strict_json

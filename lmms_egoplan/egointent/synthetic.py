@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from lmms_egoplan.egointent_data import scenario_metric
+from lmms_egoplan.egointent.data import scenario_metric
 from lmms_egoplan.testing.judge_server import hashed_rating, loopback_judge_settings
 from lmms_egoplan.testing.lmms_eval_run import EvalRun
 from lmms_egoplan.testing.media import write_video

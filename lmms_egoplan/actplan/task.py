@@ -16,13 +16,13 @@ instances).
 
 Metrics (§4.2): the LCS of the predicted and gold plans, two steps matching when the cosine
 similarity of their all-MiniLM-L6-v2 embeddings is >= 0.8, and the LCS normalised by the longer
-plan (``lmms_egoplan.actplan_lcs``); the accuracy of a fine-tuned BLEURT classifier
-(``lmms_egoplan.bleurt``); each overall and for normal / counterfactual instances. The model's
+plan (``lmms_egoplan.actplan.lcs``); the accuracy of a fine-tuned BLEURT classifier
+(``lmms_egoplan.actplan.classifier``); each overall and for normal / counterfactual instances. The model's
 output is parsed into ``action(args)`` steps; lines in the plan that are not in that form are
 counted as format errors.
 
-Release loading and settings checks: ``lmms_egoplan.actplan_data``; plan parsing and scoring
-(shared with ``lmms_egoplan.bleurt``): ``lmms_egoplan.actplan_plans``. This module follows the task
+Release loading and settings checks: ``lmms_egoplan.actplan.data``; plan parsing and scoring
+(shared with ``lmms_egoplan.actplan.classifier``): ``lmms_egoplan.actplan.plans``. This module follows the task
 YAMLs (``tasks/actplan/``): settings, the task, then what the harness calls in order -- visuals,
 text, results, aggregation.
 """
@@ -37,9 +37,9 @@ from typing import Any, Sequence
 
 from loguru import logger
 
-from lmms_egoplan.actplan_data import ENV_PREFIX, GOLD_CHOICES, SPLITS, check_settings, load_instances
-from lmms_egoplan.actplan_lcs import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD
-from lmms_egoplan.actplan_plans import PlanScore, bleurt_correct, parse_plan, score_lcs
+from lmms_egoplan.actplan.data import ENV_PREFIX, GOLD_CHOICES, SPLITS, check_settings, load_instances
+from lmms_egoplan.actplan.lcs import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD
+from lmms_egoplan.actplan.plans import PlanScore, bleurt_correct, parse_plan, score_lcs
 from lmms_egoplan.core.files import valid_text, write_atomically
 from lmms_egoplan.core.media import load_image
 from lmms_egoplan.core.request_options import INPUT_ORDER, TEXT_FIRST
@@ -220,7 +220,7 @@ def process_results(doc: dict, results: list[str], settings: ActPlanSettings) ->
 
 
 def _matcher(settings: ActPlanSettings):
-    from lmms_egoplan.actplan_lcs import step_matcher
+    from lmms_egoplan.actplan.lcs import step_matcher
 
     return step_matcher(settings.embedding_model or None, threshold=settings.match_threshold,
                         device=settings.scoring_device, batch_size=settings.embedding_batch_size)
@@ -228,7 +228,7 @@ def _matcher(settings: ActPlanSettings):
 
 @functools.lru_cache(maxsize=4)
 def _classifier(checkpoint: str, base: str, device: str):
-    from lmms_egoplan.bleurt import load_classifier
+    from lmms_egoplan.actplan.classifier import load_classifier
 
     return load_classifier(checkpoint, base=base or None, device=device)
 

@@ -24,7 +24,7 @@ The protocol of the paper (sections 3 and 4.1), as this module implements it:
 
 The annotations are not public yet: the suite reads a local format (tasks/egointent/README.md)
 into which the release can be converted; reading and checking it, and planning each clip's
-frames, is ``lmms_egoplan.egointent_data``. This module follows the task YAML
+frames, is ``lmms_egoplan.egointent.data``. This module follows the task YAML
 (``tasks/egointent/``): settings, the task, then what the harness calls in order -- visuals,
 text, results (answers read, then judged), aggregation.
 """
@@ -43,7 +43,7 @@ from loguru import logger
 
 from lmms_egoplan.core.media import VideoFile, as_video_frames, frame_times
 from lmms_egoplan.core.settings import SettingsError, setting, setting_name, value_problems
-from lmms_egoplan.egointent_data import (
+from lmms_egoplan.egointent.data import (
     DIMENSIONS,
     ENV_PREFIX,
     FIELDS,

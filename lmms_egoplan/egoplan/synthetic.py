@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmms_egoplan.core.settings import env_var
-from lmms_egoplan.egoplan_data import ENV_PREFIX, epic_frame_folder, task_start_frame
+from lmms_egoplan.egoplan.data import ENV_PREFIX, epic_frame_folder, task_start_frame
 from lmms_egoplan.testing.lmms_eval_run import EvalRun
 from lmms_egoplan.testing.media import write_frame_folder, write_video
 from lmms_egoplan.testing.scripted import Expected, ScriptedAnswers, mean

@@ -291,7 +291,7 @@ def write_classifier_checkpoint(out_dir: str | Path, base_dir: str | Path,
     """
     import torch
 
-    from lmms_egoplan.bleurt import classifier_from_base
+    from lmms_egoplan.actplan.classifier import classifier_from_base
 
     classifier = classifier_from_base(base_dir, device="cpu")
     if accept_every_plan:
@@ -348,7 +348,7 @@ def scripted_answers(data: Path, classifier: Path) -> ScriptedAnswers:
     images). LCS from a plain DP over the scripted and first gold steps (the unrelated steps match no
     gold step, the others are gold steps); BLEURT accuracy the share of outputs with a plan (the
     demo's classifier accepts every plan); format errors, plan length and no-plan rate by construction."""
-    from lmms_egoplan.actplan_data import load_instances
+    from lmms_egoplan.actplan.data import load_instances
 
     docs = load_instances(data)
     plans = [scripted_plan(SCRIPTED_KINDS[i % len(SCRIPTED_KINDS)], doc["gold_plans"][0]) for i, doc in enumerate(docs)]

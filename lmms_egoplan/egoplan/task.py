@@ -28,7 +28,7 @@ Protocol (paper sections):
 6. Leaderboard: submission files ``[{"sample_id": int, "label": "A".."D"}]`` for Val and Test.
 
 Loading and validation of the release files (records, media paths, frame plans, missing media):
-``lmms_egoplan.egoplan_data``. This module follows the task YAMLs (``tasks/egoplan/``): settings,
+``lmms_egoplan.egoplan.data``. This module follows the task YAMLs (``tasks/egoplan/``): settings,
 tasks, then what the harness calls in order -- visuals, text, results, aggregation.
 """
 
@@ -51,7 +51,7 @@ from lmms_egoplan.core.files import write_atomically
 from lmms_egoplan.core.request_options import LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import setting, setting_name
 from lmms_egoplan.core.statistics import count, largest
-from lmms_egoplan.egoplan_data import (
+from lmms_egoplan.egoplan.data import (
     CHOICE_LETTERS,
     ENV_PREFIX,
     FRAME_SAMPLINGS,

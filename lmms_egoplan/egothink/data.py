@@ -1,7 +1,7 @@
 """EgoThink's release: its twelve dimensions, and the questions of one dimension loaded from the
 Hub dataset (``EgoThink/EgoThink``, one config per dimension, split ``test``) or from a local
 copy of the release layout (``<data_root>/<Capability>/<dimension>/annotations.json`` +
-``images/``), every image checked before a run. The protocol is in ``lmms_egoplan.egothink``.
+``images/``), every image checked before a run. The protocol is in ``lmms_egoplan.egothink.task``.
 """
 
 from __future__ import annotations

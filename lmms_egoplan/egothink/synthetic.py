@@ -16,7 +16,7 @@ import re
 from contextlib import ExitStack
 from pathlib import Path
 
-from lmms_egoplan.egothink_data import DIMENSIONS, Dimension
+from lmms_egoplan.egothink.data import DIMENSIONS, Dimension
 from lmms_egoplan.testing.judge_server import hash_rating, loopback_judge_settings
 from lmms_egoplan.testing.lmms_eval_run import EvalRun
 from lmms_egoplan.testing.media import write_image

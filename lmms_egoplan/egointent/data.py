@@ -2,7 +2,7 @@
 format (tasks/egointent/README.md) read and checked record by record, and each step's pre-outcome
 clip planned as frame indices (docs hold paths and indices, never decoded frames).
 
-The protocol is in ``lmms_egoplan.egointent``. Functions taking ``settings`` receive an
+The protocol is in ``lmms_egoplan.egointent.task``. Functions taking ``settings`` receive an
 ``egointent.EgoIntentSettings``.
 """
 

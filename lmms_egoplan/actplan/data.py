@@ -1,6 +1,6 @@
 """ActPlan-1K's release: the layout of its ``annotation`` folder, the ``action(args)`` steps of
 plan text (gold plans and model output are split alike), every instance loaded and checked from it,
-and the checks on the task's settings. The protocol is in ``lmms_egoplan.actplan``.
+and the checks on the task's settings. The protocol is in ``lmms_egoplan.actplan.task``.
 """
 
 from __future__ import annotations
