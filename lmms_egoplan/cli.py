@@ -41,8 +41,8 @@ def _rejudge(args: argparse.Namespace) -> int:
 
     from lmms_egoplan.core.settings import resolve_settings
     from lmms_egoplan.core.text_tables import format_table, format_value
+    from lmms_egoplan.harness.judged import read_logged_items, rejudge_samples
     from lmms_egoplan.judge import Judge, JudgeSettings
-    from lmms_egoplan.judged_task import read_logged_items, rejudge_samples
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JudgeSettings) if hasattr(args, f.name)}
     settings = resolve_settings(JudgeSettings, task="rejudge", metadata=given, env_prefix="", environ={})

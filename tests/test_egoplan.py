@@ -13,7 +13,7 @@ from lmms_eval.utils import load_yaml_config
 from loguru import logger
 from PIL import Image
 
-from lmms_egoplan import harness
+from lmms_egoplan.harness import lmms_eval_task as harness
 from lmms_egoplan.core import media
 from lmms_egoplan.core.embeddings import cosine_similarities
 from lmms_egoplan.core.request_options import (

@@ -183,7 +183,7 @@ def test_the_preflight_names_an_unreachable_server_an_unknown_model_a_refused_ke
 def test_a_second_run_of_the_same_second_into_the_same_folder_is_refused(tmp_path, monkeypatch):
     from argparse import Namespace
 
-    from lmms_egoplan import harness
+    from lmms_egoplan.harness import lmms_eval_task as harness
     from lmms_egoplan.core.errors import InputError
 
     monkeypatch.setattr(harness, "_run_stamp", "20261122_101010")
@@ -201,7 +201,7 @@ def test_a_run_of_the_same_second_that_has_ended_is_found_by_its_files(tmp_path,
     same second must not overwrite them."""
     from argparse import Namespace
 
-    from lmms_egoplan import harness
+    from lmms_egoplan.harness import lmms_eval_task as harness
     from lmms_egoplan.core.errors import InputError
 
     monkeypatch.setattr(harness, "_run_stamp", "20261122_101010")
@@ -795,7 +795,7 @@ def test_a_likelihood_pass_stopped_mid_way_keeps_every_scored_question(signum, e
     lmms-eval's own storing, a chunk of ``RESPONSE_CHUNK_MIN_DOCS`` documents at a time, would show 16."""
     import signal
 
-    from lmms_egoplan.lmms_eval_compat import RESPONSE_CHUNK_MIN_DOCS
+    from lmms_egoplan.harness.lmms_eval_compat import RESPONSE_CHUNK_MIN_DOCS
     from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval, start_lmms_eval
 
     cache = tmp_path / "cache"

@@ -45,7 +45,7 @@ from lmms_egoplan.core.media import load_image
 from lmms_egoplan.core.request_options import INPUT_ORDER, TEXT_FIRST
 from lmms_egoplan.core.settings import setting
 from lmms_egoplan.core.statistics import mean_or_nan
-from lmms_egoplan.harness import BenchmarkTask
+from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lmms_egoplan.actplan.task import ActPlanScoring
-from lmms_egoplan.harness_lm_eval import LmEvalBenchmarkTask
+from lmms_egoplan.harness.lm_eval_task import LmEvalBenchmarkTask
 
 
 class ActPlanTextOnly(ActPlanScoring, LmEvalBenchmarkTask):

@@ -52,6 +52,7 @@ from lmms_egoplan.egointent.data import (
     scenario_metric,
     step_docs,
 )
+from lmms_egoplan.harness.judged import JudgedTask, judged_score
 from lmms_egoplan.judge import (
     FixedRating,
     JudgeRequest,
@@ -61,7 +62,6 @@ from lmms_egoplan.judge import (
     judge_parts_item,
     register_rubric,
 )
-from lmms_egoplan.judged_task import JudgedTask, judged_score
 
 
 @dataclass(frozen=True)
@@ -355,7 +355,7 @@ def process_results(doc: dict, results: list) -> dict:
 
 
 # =============================================================================================
-# 4. Aggregation (with lmms_egoplan.judged_task's judged_score / judged_count / failed_count)
+# 4. Aggregation (with lmms_egoplan.harness.judged's judged_score / judged_count / failed_count)
 # =============================================================================================
 
 

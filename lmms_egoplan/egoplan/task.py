@@ -65,7 +65,7 @@ from lmms_egoplan.egoplan.data import (
     progress_bins,
     video_indices,
 )
-from lmms_egoplan.harness import BenchmarkTask
+from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ class EgoPlanScoring:
             breakdowns = [*VIDEO_SOURCES.values(), *(f"progress_{value_bin.label}" for value_bin in progress_bins(self.settings)),
                           *(f"similarity_{level}" for level in SIMILARITY_LEVELS)]
             for breakdown in breakdowns:
-                if f"accuracy_{breakdown}" not in self._aggregation_list:
+                if not self.has_metric(f"accuracy_{breakdown}"):
                     self.add_metric(f"accuracy_{breakdown}", "mean")
                 self.add_metric(f"n_{breakdown}", count)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from lmms_egoplan.egoplan.task import EgoPlanScoring
-from lmms_egoplan.harness_lm_eval import LmEvalBenchmarkTask
+from lmms_egoplan.harness.lm_eval_task import LmEvalBenchmarkTask
 
 
 class EgoPlanBlind(EgoPlanScoring, LmEvalBenchmarkTask):

@@ -22,7 +22,7 @@ The protocol, as the paper (section 3-4, appendices C-D) and its release define 
 Data comes from the Hub dataset or from a local copy of the release layout, chosen by the
 ``source`` setting; loading and checking it is ``lmms_egoplan.egothink.data``. This module follows
 the task YAMLs (``tasks/egothink/``): settings, the task, then what the harness calls in order --
-visuals, text, results (aggregation: ``lmms_egoplan.judged_task``).
+visuals, text, results (aggregation: ``lmms_egoplan.harness.judged``).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from loguru import logger
 from lmms_egoplan.core.media import load_image
 from lmms_egoplan.core.settings import SettingsError, setting, setting_name
 from lmms_egoplan.egothink.data import DIMENSIONS, ENV_PREFIX, load_hub_dimension, load_release_dimension
+from lmms_egoplan.harness.judged import JudgedTask
 from lmms_egoplan.judge import JudgeRequest, JudgeSettings, Rubric, bracket_rating, judge_parts_item, register_rubric
-from lmms_egoplan.judged_task import JudgedTask
 
 # How answers are decoded: ``greedy`` keeps the YAML's generation_kwargs (the default: a run is
 # repeatable); the others are the sampling of the official inference scripts (AdaCheng/EgoThink

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.egothink.task import DECODING_PRESETS, EgoThinkScoring
-from lmms_egoplan.harness_lm_eval import LmEvalBenchmarkTask
-from lmms_egoplan.judged_task import JudgedScoring
+from lmms_egoplan.harness.judged import JudgedScoring
+from lmms_egoplan.harness.lm_eval_task import LmEvalBenchmarkTask
 
 
 class EgoThinkBlind(EgoThinkScoring, JudgedScoring, LmEvalBenchmarkTask):

@@ -25,7 +25,7 @@ from tqdm import tqdm
 from lmms_egoplan.core.devices import resolve_device
 from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import SettingsError, closest_name_hint, coerce_setting
-from lmms_egoplan.lmms_eval_compat import on_suite_use
+from lmms_egoplan.harness.lmms_eval_compat import on_suite_use
 from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
 from lmms_egoplan.models.likelihood import LikelihoodScorer, scored_sequence, special_token_ids
 from lmms_egoplan.models.visuals import (

@@ -6,15 +6,12 @@
   backends, chat messages for "chat" backends such as ``openai`` or ``vllm``).
 * ``run_file``: where a task writes the files of a run beside lmms-eval's results file.
 
-Workarounds of lmms-eval bugs live in ``lmms_egoplan.lmms_eval_compat``, not here.
+Workarounds of lmms-eval bugs live in ``lmms_egoplan.harness.lmms_eval_compat``, not here.
 """
 
 from __future__ import annotations
 
 import atexit
-import dataclasses
-import functools
-import inspect
 import os
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Mapping
@@ -24,34 +21,19 @@ from loguru import logger
 
 from lmms_egoplan.core import request_options
 from lmms_egoplan.core.errors import InputError
-from lmms_egoplan.core.settings import SettingsError, resolve_settings, setting_name
-from lmms_egoplan.lmms_eval_compat import (
+from lmms_egoplan.core.settings import SettingsError, setting_name
+from lmms_egoplan.harness.lmms_eval_compat import (
     bind_class_task_to_backend,
     on_suite_use,
     run_datetime_str,
     unretried_process_results,
 )
+from lmms_egoplan.harness.task_setup import LM_EVAL_CONFIG_SOURCE, SuiteTaskSetup, benchmark_dataset
 
-# The metadata key lm-eval's task factory adds to every task it builds (lmms-eval adds none).
-LM_EVAL_CONFIG_SOURCE = "config_source"
 _GENERATIVE_OUTPUT_TYPES = ("generate_until", "generate_until_multi_round", "generate_until_agentic")
 
 
-def benchmark_dataset(task: Any) -> tuple[str, Any]:
-    """A suite task's documents (``task.load_docs()``) as the harness's ``datasets.DatasetDict``, under
-    the split its YAML names; shared by the lmms-eval and the lm-eval task classes."""
-    import datasets
-
-    split = task.config.test_split or task.config.validation_split
-    if split is None:
-        raise ValueError(f"task {task.config.task}: set test_split (or validation_split) in its YAML")
-    docs = list(task.load_docs())
-    if not docs:
-        raise ValueError(f"task {task.config.task}: the benchmark loader returned no samples")
-    return split, datasets.DatasetDict({split: datasets.Dataset.from_list(docs)})
-
-
-class BenchmarkTask(ConfigurableMessagesTask):
+class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
     """An lmms-eval task whose documents come from a benchmark loader.
 
     Subclasses set ``Settings`` (a dataclass of the benchmark's settings), ``ENV_PREFIX``
@@ -73,9 +55,13 @@ class BenchmarkTask(ConfigurableMessagesTask):
     way). Chat backends get the visuals where the task places them in its messages.
     """
 
-    Settings: ClassVar[type]
-    ENV_PREFIX: ClassVar[str]
     REQUEST_OPTION_SETTINGS: ClassVar[Mapping[str, request_options.RequestOption]] = {}
+
+    @staticmethod
+    def registered_aggregation(name: str) -> Callable:
+        from lmms_eval.api.registry import get_aggregation
+
+        return get_aggregation(name)
 
     def __init__(self, config: Mapping[str, Any], **kwargs):
         if LM_EVAL_CONFIG_SOURCE in (config.get("metadata") or {}):
@@ -87,30 +73,13 @@ class BenchmarkTask(ConfigurableMessagesTask):
                 f"lm_eval --include_path <checkout>/lm_eval_tasks"
             )
         on_suite_use()
-        config = {key: value for key, value in config.items() if key != "class"}
-        metadata = dict(config.get("metadata") or {})
-        self.settings = resolve_settings(self.Settings, task=config["task"], metadata=metadata, env_prefix=self.ENV_PREFIX)
-        config["metadata"] = {**metadata, **jsonable_settings(self.settings)}
         self._chat_backend = False
-        self._context = {"settings": self.settings, "task_name": config["task"], "task": self}
-        super().__init__(config=config, **kwargs)
-        self.config.process_results = bind_context(self.config.process_results, self._context)
-        self._scoring = self.config.process_results  # kept: --predict_only removes it from the config
+        super().__init__(config=self.harness_config(config), **kwargs)
+        self.bind_scoring()
 
     def _prepare_metric_and_aggregation(self) -> None:
         super()._prepare_metric_and_aggregation()
-        self._aggregation_list = {name: bind_context(fn, self._context) for name, fn in self._aggregation_list.items()}
-
-    def add_metric(self, name: str, aggregation: str | Callable, *, higher_is_better: bool = True) -> None:
-        """Report ``name`` (which ``process_results`` returns for the docs it applies to), aggregated
-        by ``aggregation`` (a registered name such as "mean", or a function, context-bound as above)."""
-        from lmms_eval.api.registry import get_aggregation
-
-        function = get_aggregation(aggregation) if isinstance(aggregation, str) else aggregation
-        self._metric_fn_list[name] = None
-        self._metric_fn_kwargs[name] = {}
-        self._aggregation_list[name] = bind_context(function, self._context)
-        self._higher_is_better[name] = higher_is_better
+        self.bind_aggregations()
 
     def run_file(self, args: Any, kind: str, suffix: str = ".jsonl") -> Path:
         """Where this task writes a file of this run (``run_file``)."""
@@ -213,19 +182,6 @@ class BenchmarkTask(ConfigurableMessagesTask):
             return super()._build_user_turn(visuals, text)
         return [{"role": "user", "content": [{"type": "text", "text": text},
                                              *(self._visual_to_content(v) for v in visuals or [])]}]
-
-
-def bind_context(function: Any, context: Mapping[str, Any]) -> Any:
-    """``function`` with the entries of ``context`` it declares as parameters bound by keyword."""
-    if not callable(function):
-        return function
-    wanted = {name: value for name, value in context.items() if name in inspect.signature(function).parameters}
-    return functools.partial(function, **wanted) if wanted else function
-
-
-def jsonable_settings(settings: Any) -> dict[str, Any]:
-    """The fields of a settings dataclass as a task config's ``metadata`` records them (JSON values)."""
-    return {key: str(value) if isinstance(value, Path) else value for key, value in dataclasses.asdict(settings).items()}
 
 
 _run_stamp: str | None = None

@@ -19,12 +19,11 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from lm_eval.api.task import ConfigurableTask
 
-from lmms_egoplan.core.settings import resolve_settings
-from lmms_egoplan.harness import LM_EVAL_CONFIG_SOURCE, benchmark_dataset, bind_context, jsonable_settings
+from lmms_egoplan.harness.task_setup import LM_EVAL_CONFIG_SOURCE, SuiteTaskSetup, benchmark_dataset
 
 
 @dataclass(frozen=True)
@@ -68,40 +67,26 @@ def current_run() -> LmEvalRun:
 _run_stamps: dict[int, str] = {}
 
 
-class LmEvalBenchmarkTask(ConfigurableTask):
+class LmEvalBenchmarkTask(SuiteTaskSetup, ConfigurableTask):
     """An lm-eval task (YAML ``class:``) whose documents come from a benchmark loader.
 
     Subclasses (usually a benchmark's scoring mixin first) set ``Settings`` and ``ENV_PREFIX`` and
     implement ``load_docs``, as for ``harness.BenchmarkTask``.
     """
 
-    Settings: ClassVar[type]
-    ENV_PREFIX: ClassVar[str]
-
-    def __init__(self, config: Mapping[str, Any], **kwargs):
-        config = {key: value for key, value in config.items() if key != "class"}
-        metadata = dict(config.get("metadata") or {})
-        self.lm_eval_run = current_run()
-        self.settings = resolve_settings(self.Settings, task=config["task"], metadata=metadata,
-                                         env_prefix=self.ENV_PREFIX,
-                                         foreign_keys=self.lm_eval_run.model_arg_names | {LM_EVAL_CONFIG_SOURCE})
-        settings_keys = {"version", LM_EVAL_CONFIG_SOURCE}
-        config["metadata"] = {**{key: metadata[key] for key in settings_keys & metadata.keys()},
-                              **jsonable_settings(self.settings)}
-        self._context = {"settings": self.settings, "task_name": config["task"], "task": self}
-        super().__init__(config=config, **kwargs)
-        self.config.process_results = bind_context(self.config.process_results, self._context)
-        self._aggregation_list = {name: bind_context(fn, self._context) for name, fn in self._aggregation_list.items()}
-
-    def add_metric(self, name: str, aggregation: str | Callable, *, higher_is_better: bool = True) -> None:
-        """As ``harness.BenchmarkTask.add_metric``."""
+    @staticmethod
+    def registered_aggregation(name: str) -> Callable:
         from lm_eval.api.registry import get_aggregation
 
-        function = get_aggregation(aggregation) if isinstance(aggregation, str) else aggregation
-        self._metric_fn_list[name] = None
-        self._metric_fn_kwargs[name] = {}
-        self._aggregation_list[name] = bind_context(function, self._context)
-        self._higher_is_better[name] = higher_is_better
+        return get_aggregation(name)
+
+    def __init__(self, config: Mapping[str, Any], **kwargs):
+        self.lm_eval_run = current_run()
+        config = self.harness_config(config, foreign_keys=self.lm_eval_run.model_arg_names | {LM_EVAL_CONFIG_SOURCE},
+                                     kept_metadata=("version", LM_EVAL_CONFIG_SOURCE))
+        super().__init__(config=config, **kwargs)
+        self.bind_scoring()
+        self.bind_aggregations()
 
     @property
     def predict_only(self) -> bool:

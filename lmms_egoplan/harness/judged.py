@@ -19,16 +19,16 @@ A judged benchmark needs:
 
       metric_list:
         - metric: score      # mean rating x the rubric's scale; failed judgements excluded
-          aggregation: !function lmms_egoplan.judged_task.judged_score
+          aggregation: !function lmms_egoplan.harness.judged.judged_score
           higher_is_better: true
         - metric: judged     # judgements with a valid rating
-          aggregation: !function lmms_egoplan.judged_task.judged_count
+          aggregation: !function lmms_egoplan.harness.judged.judged_count
           higher_is_better: true
         - metric: failed     # failed calls and answers without a valid rating
-          aggregation: !function lmms_egoplan.judged_task.failed_count
+          aggregation: !function lmms_egoplan.harness.judged.failed_count
           higher_is_better: false
 
-  and, in a group YAML, ``aggregation: !function lmms_egoplan.judged_task.sum_over_subtasks``
+  and, in a group YAML, ``aggregation: !function lmms_egoplan.harness.judged.sum_over_subtasks``
   for ``judged`` / ``failed`` (the group's totals).
 
 A sample judged on several named parts (e.g. three answer fields, one request each)
@@ -51,7 +51,8 @@ from loguru import logger
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.files import strict_json, write_atomically
 from lmms_egoplan.core.settings import SettingsError, setting_name
-from lmms_egoplan.harness import BenchmarkTask, run_stamp
+from lmms_egoplan.harness.lmms_eval_compat import exit_when_results_are_written, note_kept_on_stop
+from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask, run_stamp
 from lmms_egoplan.judge import (
     ItemScore,
     Judge,
@@ -68,7 +69,6 @@ from lmms_egoplan.judge import (
     score_judged,
     unjudged,
 )
-from lmms_egoplan.lmms_eval_compat import exit_when_results_are_written, note_kept_on_stop
 
 
 class JudgedScoring:
@@ -144,7 +144,7 @@ class JudgedTask(JudgedScoring, BenchmarkTask):
         judge a ``--predict_only`` run's log (lmms-eval logs neither docs nor prompts); building them
         calls no judge."""
         answers = [answer.strip() if isinstance(answer, str) else answer for answer in results]
-        items = {metric: value for metric, value in self._scoring(doc, answers).items() if is_judge_parts_item(value)}
+        items = {metric: value for metric, value in self.scoring(doc, answers).items() if is_judge_parts_item(value)}
         return {PREDICT_ONLY_ITEMS: items}
 
     def _bind_to_backend(self, cli_args) -> None:
