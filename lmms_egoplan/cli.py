@@ -20,7 +20,7 @@ def _literal(text: str) -> str:
 
 
 def _smoke(args: argparse.Namespace) -> int:
-    from lmms_egoplan.smoke import run_smoke
+    from lmms_egoplan.demo import run_smoke
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="lmms-egoplan-smoke-")
     return 1 if run_smoke(workdir, arch=args.arch, only=args.benchmark) else 0
@@ -144,7 +144,7 @@ def _actplan_train_bleurt(args: argparse.Namespace) -> int:
 
 
 def _smoke_arguments(smoke: argparse.ArgumentParser) -> None:
-    from lmms_egoplan.smoke import DEFAULT_ARCH, SUITES, suite_name
+    from lmms_egoplan.demo import DEFAULT_ARCH, SUITES, suite_name
 
     smoke.add_argument("--workdir", help="where fixtures, checkpoints and logs go (default: a new temp folder)")
     smoke.add_argument("--arch", default=DEFAULT_ARCH, help=f"tiny checkpoint architecture (default: {DEFAULT_ARCH})")

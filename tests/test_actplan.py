@@ -24,7 +24,7 @@ from lmms_egoplan.actplan.plans import (
 from lmms_egoplan.actplan.synthetic import write_release_dataset
 from lmms_egoplan.actplan.task import ActPlanSettings, process_results
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
-from lmms_egoplan.testing.media import read_index
+from lmms_egoplan.fixtures.media import read_index
 
 TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
 

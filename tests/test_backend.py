@@ -25,12 +25,12 @@ from lmms_egoplan.core.request_options import (
     TEXT_FIRST,
 )
 from lmms_egoplan.core.settings import SettingsError
+from lmms_egoplan.fixtures.checkpoints import ARCHITECTURES, END_OF_TURN
+from lmms_egoplan.fixtures.media import index_image, read_index, write_video
 from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
 from lmms_egoplan.models.egoplan_hf import ContextTooLongError, EgoPlanHF
 from lmms_egoplan.models.likelihood import PromptAlignmentError, scored_sequence, special_token_ids
 from lmms_egoplan.models.visuals import UnsupportedVisualError, VisualLimits, prepare_visuals
-from lmms_egoplan.testing.checkpoints import ARCHITECTURES, END_OF_TURN
-from lmms_egoplan.testing.media import index_image, read_index, write_video
 
 ARCHS = [arch for arch in ARCHITECTURES if arch != "llama"]  # every multimodal tiny checkpoint
 TASK, SPLIT = "probe", "test"

@@ -9,13 +9,13 @@ import pytest
 
 from lmms_egoplan.actplan import synthetic as actplan
 from lmms_egoplan.core.text_tables import format_value
+from lmms_egoplan.demo import SCRIPTED, task_table
 from lmms_egoplan.egointent import synthetic as egointent
 from lmms_egoplan.egoplan import synthetic as egoplan
 from lmms_egoplan.egothink import synthetic as egothink
+from lmms_egoplan.fixtures.judge_server import ChatCall
+from lmms_egoplan.fixtures.scripted import ScriptedAnswers, answering, differences, lcs_length, rating_by_script
 from lmms_egoplan.report.metric_roles import unscored_reason
-from lmms_egoplan.smoke import SCRIPTED, task_table
-from lmms_egoplan.testing.judge_server import ChatCall
-from lmms_egoplan.testing.scripted import ScriptedAnswers, answering, differences, lcs_length, rating_by_script
 
 
 def call(text: str) -> ChatCall:

@@ -40,6 +40,9 @@ from lmms_egoplan.egointent.task import (
     parse_answer,
     parse_judge_rating,
 )
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
+from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.fixtures.media import read_index
 from lmms_egoplan.judge import (
     FixedRating,
     Judge,
@@ -49,9 +52,6 @@ from lmms_egoplan.judge import (
     judge_parts_item,
     score_judged,
 )
-from lmms_egoplan.testing.judge_server import ChatServer, Reply
-from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
-from lmms_egoplan.testing.media import read_index
 
 STEP_ID = re.compile(r"Step id: (\S+)")
 FPS_OF = {video.name: video.fps for video in VIDEOS}

@@ -13,7 +13,6 @@ from lmms_eval.utils import load_yaml_config
 from loguru import logger
 from PIL import Image
 
-from lmms_egoplan.harness import lmms_eval_task as harness
 from lmms_egoplan.core import media
 from lmms_egoplan.core.embeddings import cosine_similarities
 from lmms_egoplan.core.request_options import (
@@ -29,9 +28,10 @@ from lmms_egoplan.core.statistics import ValueBin, equal_size_levels, parse_bins
 from lmms_egoplan.egoplan import data as egoplan_data
 from lmms_egoplan.egoplan import task as egoplan
 from lmms_egoplan.egoplan.synthetic import EGO4D_VIDEOS, build_fixture
+from lmms_egoplan.fixtures.media import read_index, write_frame_folder, write_video
+from lmms_egoplan.harness import lmms_eval_task as harness
 from lmms_egoplan.models.likelihood import mean_loss
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
-from lmms_egoplan.testing.media import read_index, write_frame_folder, write_video
 
 TASKS = Path(__file__).resolve().parents[1] / "tasks" / "egoplan"
 

@@ -12,8 +12,8 @@ import pytest
 from lmms_egoplan.core.media import MediaError
 from lmms_egoplan.egothink.data import DIMENSIONS, load_hub_dimension, load_release_dimension
 from lmms_egoplan.egothink.synthetic import write_hub_copy, write_release
-from lmms_egoplan.testing.judge_server import ChatServer, Reply, hash_rating, rating_responder
-from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, hash_rating, rating_responder
+from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 
 SECRET = "sk-egothink-SECRET-5e1d0c"
 KEY_VARIABLE = "EGOTHINK_TEST_JUDGE_KEY"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from lmms_egoplan.core.files import read_jsonl, read_text, valid_text
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, rating_responder
 from lmms_egoplan.judge import (
     Judge,
     JudgeCache,
@@ -25,7 +26,6 @@ from lmms_egoplan.judge import (
     bracket_rating,
     preflight,
 )
-from lmms_egoplan.testing.judge_server import ChatServer, Reply, rating_responder
 
 ZERO_HALF_ONE = bracket_rating((0, 0.5, 1))
 
@@ -183,8 +183,8 @@ def test_the_preflight_names_an_unreachable_server_an_unknown_model_a_refused_ke
 def test_a_second_run_of_the_same_second_into_the_same_folder_is_refused(tmp_path, monkeypatch):
     from argparse import Namespace
 
-    from lmms_egoplan.harness import lmms_eval_task as harness
     from lmms_egoplan.core.errors import InputError
+    from lmms_egoplan.harness import lmms_eval_task as harness
 
     monkeypatch.setattr(harness, "_run_stamp", "20261122_101010")
     monkeypatch.setattr(harness, "_claimed_folders", set())
@@ -201,8 +201,8 @@ def test_a_run_of_the_same_second_that_has_ended_is_found_by_its_files(tmp_path,
     same second must not overwrite them."""
     from argparse import Namespace
 
-    from lmms_egoplan.harness import lmms_eval_task as harness
     from lmms_egoplan.core.errors import InputError
+    from lmms_egoplan.harness import lmms_eval_task as harness
 
     monkeypatch.setattr(harness, "_run_stamp", "20261122_101010")
     monkeypatch.setattr(harness, "_claimed_folders", set())
@@ -235,8 +235,8 @@ def predict_only(tmp_path_factory, tiny_model):
     """Every task of the suite in one ``--predict_only`` run (its judge is never asked)."""
     from contextlib import ExitStack
 
-    from lmms_egoplan.smoke import SUITES, load_suite_builder, suite_name
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.demo import SUITES, load_suite_builder, suite_name
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 
     root = tmp_path_factory.mktemp("predict_only")
     with ExitStack() as resources:
@@ -322,7 +322,7 @@ def broken_copy(egoplan_data, tmp_path):
 
 
 def egoplan_run(data, output: Path, *, model: str = "dummy", model_args: str = "", extra_args=(), **settings):
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 
     scored = {} if model == "egoplan_hf" else {"scored_tokens": "answer"}  # dummy scores no end-of-turn
     return run_lmms_eval(model=model, model_args=model_args, tasks=["egoplan_val"], output_dir=output,
@@ -380,7 +380,7 @@ def test_an_unusable_clip_is_named_at_load(damage, egoplan_data, tmp_path):
     data = broken_copy(egoplan_data, tmp_path)
     clip = data.clips_dir / "106.mp4"
     if damage == "cut short":  # its index comes first, so it opens; only its packets show the loss
-        from lmms_egoplan.testing.media import write_video
+        from lmms_egoplan.fixtures.media import write_video
 
         record = next(r for r in data.records() if r["sample_id"] == 106)
         start = record["task_progress_metadata"][0]["start_frame"]
@@ -458,7 +458,7 @@ def test_two_runs_into_one_output_path_never_overwrite_each_others_files(egoplan
 @pytest.mark.e2e
 def test_a_judge_that_does_not_answer_stops_the_run_before_generation(tmp_path):
     from lmms_egoplan.egothink.synthetic import write_release
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 
     data = write_release(tmp_path / "data", per_dimension=1)
     with ChatServer(lambda call: Reply("an answer")) as model:
@@ -479,7 +479,7 @@ def test_lone_surrogates_in_model_output_are_judged_and_scored_and_logged(tmp_pa
 
     from lmms_egoplan.actplan.synthetic import smoke_suite as actplan_suite
     from lmms_egoplan.egothink.synthetic import write_release
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 
     with ExitStack() as resources, ChatServer(lambda call: Reply("Two plates \udcff.\nwalk_to(sink\udcff)")) as model, \
             ChatServer(rating_responder(lambda call: "1")) as judge:
@@ -726,7 +726,7 @@ def test_rejudge_with_failed_judgements_exits_with_the_distinct_status_saying_ho
 ])
 def test_a_task_that_is_not_found_in_a_run_of_the_suite_exits_1_saying_what_to_type(case, model, tasks, plugin,
                                                                                      last_line, tmp_path):
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 
     run = run_lmms_eval(model=model, model_args="pretrained=unused", tasks=[tasks], output_dir=tmp_path, check=False,
                         use_plugin=plugin)
@@ -795,8 +795,8 @@ def test_a_likelihood_pass_stopped_mid_way_keeps_every_scored_question(signum, e
     lmms-eval's own storing, a chunk of ``RESPONSE_CHUNK_MIN_DOCS`` documents at a time, would show 16."""
     import signal
 
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval, start_lmms_eval
     from lmms_egoplan.harness.lmms_eval_compat import RESPONSE_CHUNK_MIN_DOCS
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval, start_lmms_eval
 
     cache = tmp_path / "cache"
     model = tiny_model("qwen2_vl", hidden_size=512, num_layers=8)
@@ -849,7 +849,7 @@ def test_a_generation_pass_killed_mid_way_resumes_from_what_lmms_evals_cache_kep
     """lmms-eval's own openai backend: the killed run's per-run cache folder, never merged by lmms-eval,
     is merged by the next run, which asks the model only for the answers it lacks."""
     from lmms_egoplan.egothink.synthetic import write_release
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval, start_lmms_eval
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval, start_lmms_eval
 
     data = write_release(tmp_path / "data", per_dimension=12)
     with ChatServer(lambda call: Reply("Two.", delay=0.2)) as model, ChatServer(rating_responder(lambda call: "1")) as judge:
@@ -870,8 +870,8 @@ def test_a_generation_pass_killed_mid_way_resumes_from_what_lmms_evals_cache_kep
 @pytest.mark.parametrize("signum", [9, 15], ids=["SIGKILL", "SIGTERM"])
 def test_a_run_stopped_while_judging_asks_no_model_again_and_the_judge_only_what_it_had_not_answered(signum, tmp_path):
     from lmms_egoplan.egothink.synthetic import write_release
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval, start_lmms_eval
     from lmms_egoplan.judge import JudgeCache
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval, start_lmms_eval
 
     data = write_release(tmp_path / "data", per_dimension=12)
     with ChatServer(lambda call: Reply("Two.")) as model, \
@@ -905,7 +905,7 @@ def test_a_judge_failing_after_a_good_preflight_ends_the_run_with_status_3_and_t
     import sys
 
     from lmms_egoplan.egothink.synthetic import write_release
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 
     data = write_release(tmp_path / "data", per_dimension=3)
     state = {"down": True}

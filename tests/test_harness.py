@@ -8,8 +8,8 @@ from typing import Optional
 import pytest
 
 from lmms_egoplan.core.settings import SettingsError, resolve_settings, setting
+from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.harness.lmms_eval_compat import plugin_task_folders
-from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
 
 PROBE_TASKS = Path(__file__).parent / "fixtures" / "probe_tasks"
 

@@ -20,8 +20,8 @@ from lmms_egoplan.egoplan.data import CHOICE_LETTERS
 from lmms_egoplan.egoplan.synthetic import build_fixture
 from lmms_egoplan.egothink.data import DIMENSIONS
 from lmms_egoplan.egothink.synthetic import write_release
-from lmms_egoplan.testing.judge_server import ChatServer, Reply
-from lmms_egoplan.testing.lmms_eval_run import OFFLINE_ENV
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
+from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 RATINGS = ("0", "0.5", "1")

@@ -20,8 +20,8 @@ from lmms_eval.caching.response_cache import _SCHEMA_SQL, ResponseCache
 from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
 from lmms_eval.tasks import TaskManager
 
+from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV
 from lmms_egoplan.harness import lmms_eval_compat
-from lmms_egoplan.testing.lmms_eval_run import OFFLINE_ENV
 
 PROBE_TASKS = Path(__file__).parent / "fixtures" / "probe_tasks"
 

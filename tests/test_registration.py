@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lmms_egoplan.testing.lmms_eval_run import OFFLINE_ENV, run_lmms_eval
+from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV, run_lmms_eval
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 TASKS = CHECKOUT / "tasks"
@@ -171,7 +171,7 @@ def test_wheel_install_registers_tasks_through_include_path(wheel_env):
 def wheel_run(wheel_env, tiny_model, tmp_path_factory):
     """One task of each benchmark in one lmms-eval run of the fresh environment (EgoThink and EgoIntent
     judged by loopback judges), and the data it read."""
-    from lmms_egoplan.smoke import SUITES, load_suite_builder, suite_name
+    from lmms_egoplan.demo import SUITES, load_suite_builder, suite_name
 
     root = tmp_path_factory.mktemp("wheel_run")
     one_task = {"egoplan": "egoplan_val", "egothink": "ego_think_counting", "egointent": "egointent",
@@ -201,7 +201,7 @@ def test_every_lmms_egoplan_command_runs_from_the_wheel(wheel_env, wheel_run, tm
     """`lmms-egoplan` of the fresh environment (its console script): each subcommand on the files of
     the run above, or on the fixtures the demo builds."""
     from lmms_egoplan.actplan.synthetic import build_tiny_bert, write_finetuning_data
-    from lmms_egoplan.testing.judge_server import ChatServer, rating_responder
+    from lmms_egoplan.fixtures.judge_server import ChatServer, rating_responder
 
     run, suites, _ = wheel_run
     wheel_env.run("lmms-egoplan", "report", str(run.output_dir), "--output", str(tmp_path / "report"))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from lmms_egoplan import smoke
+from lmms_egoplan import demo as smoke
 from lmms_egoplan.egoplan import synthetic as egoplan
-from lmms_egoplan.testing.suite import SmokeSuite
+from lmms_egoplan.fixtures.suite import SmokeSuite
 
 # End to end: the real lmms-eval CLI in subprocesses.
 pytestmark = pytest.mark.e2e

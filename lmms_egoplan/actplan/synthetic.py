@@ -1,7 +1,7 @@
 """Synthetic ActPlan-1K data in the release's exact layout, a tiny BERT, and the release's LCS.
 
 * ``write_release_dataset``: ``annotation/<scene>/<activity>/<problem>/sample_<k>/`` folders with
-  scene images (``testing.media.index_image``: each image encodes a unique number), gold plans,
+  scene images (``fixtures.media.index_image``: each image encodes a unique number), gold plans,
   VLM plans and task descriptions, plus ``problem<k>.bddl`` files, as the release ships them.
 * ``make_activities`` / ``vlm_plan`` / ``model_output``: plausible gold plans (about 24 steps,
   counterfactual ones longer), model plans with the paper's error types, and free-form output.
@@ -26,10 +26,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from lmms_egoplan.testing.lmms_eval_run import EvalRun
-from lmms_egoplan.testing.media import index_image
-from lmms_egoplan.testing.scripted import Expected, ScriptedAnswers, lcs_length, mean
-from lmms_egoplan.testing.suite import SmokeSuite
+from lmms_egoplan.fixtures.lmms_eval_run import EvalRun
+from lmms_egoplan.fixtures.media import index_image
+from lmms_egoplan.fixtures.scripted import Expected, ScriptedAnswers, lcs_length, mean
+from lmms_egoplan.fixtures.suite import SmokeSuite
 
 TASKS = ("actplan1k", "actplan1k_text_only")
 

@@ -1,6 +1,6 @@
 """Synthetic EgoIntent data in the suite's local format, and EgoIntent's share of the offline demo.
 
-* ``write_dataset(root)``: videos whose frames show their own index (``testing.media``), at
+* ``write_dataset(root)``: videos whose frames show their own index (``fixtures.media``), at
   30, 29.97 (30000/1001) and 25 FPS, and ``annotations.jsonl`` with steps whose truncation
   times fall on frame boundaries and between frames, clips shorter than one sampling interval
   and clips longer than the frame cap, in indoor and outdoor scenarios; videos are named by
@@ -19,11 +19,11 @@ from fractions import Fraction
 from pathlib import Path
 
 from lmms_egoplan.egointent.data import scenario_metric
-from lmms_egoplan.testing.judge_server import hashed_rating, loopback_judge_settings
-from lmms_egoplan.testing.lmms_eval_run import EvalRun
-from lmms_egoplan.testing.media import write_video
-from lmms_egoplan.testing.scripted import Expected, ScriptedAnswers, mean
-from lmms_egoplan.testing.suite import SmokeSuite
+from lmms_egoplan.fixtures.judge_server import hashed_rating, loopback_judge_settings
+from lmms_egoplan.fixtures.lmms_eval_run import EvalRun
+from lmms_egoplan.fixtures.media import write_video
+from lmms_egoplan.fixtures.scripted import Expected, ScriptedAnswers, mean
+from lmms_egoplan.fixtures.suite import SmokeSuite
 
 
 @dataclass(frozen=True)

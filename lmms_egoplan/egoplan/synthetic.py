@@ -5,7 +5,7 @@
   numbers from 0), pre-cut clips ``<clips>/<sample_id>.mp4`` spanning each sample's task progress;
 * ``EgoPlan_validation.json`` (labelled) and ``EgoPlan_test.json`` (no labels) in the release format.
 
-Every frame's pixels encode its source frame number (``testing.media.read_index``), so a test can
+Every frame's pixels encode its source frame number (``fixtures.media.read_index``), so a test can
 check which frames a model was shown. Progress lengths cover every default progress bin.
 """
 
@@ -19,10 +19,10 @@ from pathlib import Path
 
 from lmms_egoplan.core.settings import env_var
 from lmms_egoplan.egoplan.data import ENV_PREFIX, epic_frame_folder, task_start_frame
-from lmms_egoplan.testing.lmms_eval_run import EvalRun
-from lmms_egoplan.testing.media import write_frame_folder, write_video
-from lmms_egoplan.testing.scripted import Expected, ScriptedAnswers, mean
-from lmms_egoplan.testing.suite import SmokeSuite
+from lmms_egoplan.fixtures.lmms_eval_run import EvalRun
+from lmms_egoplan.fixtures.media import write_frame_folder, write_video
+from lmms_egoplan.fixtures.scripted import Expected, ScriptedAnswers, mean
+from lmms_egoplan.fixtures.suite import SmokeSuite
 
 EPIC_VIDEOS = {"P01_13": 400, "P02_03": 400}  # video id -> number of frames (numbered 1..N)
 EGO4D_VIDEOS = {"0a1b2c3d-ego4d-video-one": 330, "4e5f6a7b-ego4d-video-two": 330}  # frames 0..N-1

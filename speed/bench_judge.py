@@ -5,7 +5,7 @@ items x latency / concurrency (4.4 s for the defaults) against items x latency (
 one blocking call per sample, which is what lmms-eval's built-in EgoThink does. The script
 prints both ratios and exits non-zero when the run is slower than 1.3x the ideal.
 
-    python benchmarks/bench_judge.py [--items 700] [--latency 0.2] [--concurrency 32]
+    python speed/bench_judge.py [--items 700] [--latency 0.2] [--concurrency 32]
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import argparse
 import sys
 import time
 
+from lmms_egoplan.fixtures.judge_server import ChatServer, hash_rating, rating_responder
 from lmms_egoplan.judge import Judge, JudgeRequest, OpenAIChatBackend, bracket_rating
-from lmms_egoplan.testing.judge_server import ChatServer, hash_rating, rating_responder
 
 ALLOWED_OVERHEAD = 1.3
 

@@ -7,7 +7,7 @@ container opens and its packets, read without decoding, reach the last frame the
 the run shows (``egoplan.doc_to_visual`` per sample, as the backend calls it), and their ratio.
 The target is a check under 5% of the decoding.
 
-    python benchmarks/bench_media_check.py [--samples 1000]
+    python speed/bench_media_check.py [--samples 1000]
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ the wall time against the sum of decoding (doc_to_visual and resizing) and model
 forward passes) times: without prefetch the wall time is their sum; with it, decoding hides
 behind the model.
 
-    python benchmarks/bench_egoplan_visuals.py [--questions 20] [--seconds 180]
-    python benchmarks/bench_egoplan_visuals.py --questions 8 --seconds 60 --model qwen2-vl-7b --layers 1 --frame-size 448
+    python speed/bench_egoplan_visuals.py [--questions 20] [--seconds 180]
+    python speed/bench_egoplan_visuals.py --questions 8 --seconds 60 --model qwen2-vl-7b --layers 1 --frame-size 448
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from lmms_egoplan.core import media
 from lmms_egoplan.core.settings import resolve_settings
 from lmms_egoplan.egoplan import data as egoplan_data
 from lmms_egoplan.egoplan import task as egoplan
-from lmms_egoplan.testing.media import read_index, write_video
+from lmms_egoplan.fixtures.media import read_index, write_video
 
 FPS = 30
 CANDIDATES = 4
@@ -153,8 +153,8 @@ def time_model(args, folder: Path) -> None:
     import torch
     from bench_loglikelihood import realistic_checkpoint
 
+    from lmms_egoplan.fixtures.checkpoints import tiny_checkpoint
     from lmms_egoplan.models.egoplan_hf import EgoPlanHF
-    from lmms_egoplan.testing.checkpoints import tiny_checkpoint
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -17,9 +17,9 @@ Shapes (random weights, nothing downloaded):
   of 448 px plus the observation image at 448 px (1,280 visual tokens); ``--layers N`` keeps N of
   the 28 decoder layers and the same share of the 32 vision blocks where memory or time needs it.
 
-    python benchmarks/bench_loglikelihood.py                                    # tiny qwen2_vl, CPU
-    python benchmarks/bench_loglikelihood.py --shape qwen2-vl-7b --layers 1 --questions 2 --rounds 3
-    python benchmarks/bench_loglikelihood.py --shape qwen2.5-vl-7b --device cuda --dtype bfloat16
+    python speed/bench_loglikelihood.py                                    # tiny qwen2_vl, CPU
+    python speed/bench_loglikelihood.py --shape qwen2-vl-7b --layers 1 --questions 2 --rounds 3
+    python speed/bench_loglikelihood.py --shape qwen2.5-vl-7b --device cuda --dtype bfloat16
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def realistic_checkpoint(shape: str, layers: int | None, cache: Path, device: st
     import torch
     import transformers
 
-    from lmms_egoplan.testing.checkpoints import CHAT_TEMPLATES, build_tokenizer
+    from lmms_egoplan.fixtures.checkpoints import CHAT_TEMPLATES, build_tokenizer
 
     text, vision = dict(SHAPES[shape]["text"]), dict(SHAPES[shape]["vision"])
     if layers is not None:  # the published share of vision blocks; Qwen2.5-VL keeps every 8th block global
@@ -176,7 +176,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="tiny", choices=["tiny", *SHAPES])
     parser.add_argument("--arch", default="qwen2_vl", help="tiny shape: checkpoint architecture (one of "
-                                                            "lmms_egoplan.testing.checkpoints.ARCHITECTURES)")
+                                                            "lmms_egoplan.fixtures.checkpoints.ARCHITECTURES)")
     parser.add_argument("--pretrained", help="score with this checkpoint instead of a random one")
     parser.add_argument("--hidden-size", type=int, default=512, help="tiny shape: text hidden size")
     parser.add_argument("--layers", type=int, help="decoder layers (tiny: default 8; realistic shapes: default "
@@ -192,8 +192,8 @@ def main() -> None:
 
     import torch
 
+    from lmms_egoplan.fixtures.checkpoints import tiny_checkpoint
     from lmms_egoplan.models.egoplan_hf import EgoPlanHF
-    from lmms_egoplan.testing.checkpoints import tiny_checkpoint
 
     if args.threads:
         torch.set_num_threads(args.threads)

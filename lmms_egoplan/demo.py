@@ -5,7 +5,7 @@ layout, starts a loopback judge where a benchmark needs one, and runs each bench
 through the real ``lmms-eval`` CLI with ``LMMS_EVAL_PLUGINS=lmms_egoplan`` (as a user would): this
 checks the pipeline, and its scores measure nothing. A random model writes no parseable plan,
 intent or letter, so the generative benchmarks then run once more with scripted answers of known
-quality (``lmms_egoplan.testing.scripted``), through lmms-eval's ``openai`` backend, so that
+quality (``lmms_egoplan.fixtures.scripted``), through lmms-eval's ``openai`` backend, so that
 every scorer shows what it computes; each of their values is checked against the one the script
 implies. It prints a table per benchmark (a row per task, its main metrics as columns; scripted
 rows marked) and writes the report of its runs (``lmms-egoplan report``).
@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence, TextIO
 
 from lmms_egoplan.core.text_tables import format_table, format_value
+from lmms_egoplan.fixtures.lmms_eval_run import EvalRun, EvalRunError, run_lmms_eval
+from lmms_egoplan.fixtures.scripted import ScriptedAnswers, differences, reported_metrics, scripted_environment
+from lmms_egoplan.fixtures.suite import SmokeSuite
 from lmms_egoplan.report import write_report
 from lmms_egoplan.report.metric_roles import BOOKKEEPING, DESCRIPTIVE, natural_order, unscored_reason
-from lmms_egoplan.testing.lmms_eval_run import EvalRun, EvalRunError, run_lmms_eval
-from lmms_egoplan.testing.scripted import ScriptedAnswers, differences, reported_metrics, scripted_environment
-from lmms_egoplan.testing.suite import SmokeSuite
 
 # One entry per benchmark: "module:function", the function building that benchmark's
 # synthetic data (and whatever it needs, e.g. a loopback judge) and returning a SmokeSuite.
@@ -61,7 +61,7 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
 
     from transformers.utils import logging as transformers_logging
 
-    from lmms_egoplan.testing.checkpoints import tiny_checkpoint
+    from lmms_egoplan.fixtures.checkpoints import tiny_checkpoint
 
     # Building the fixtures' random models is not news: keep transformers' reports and bars out of the table's way.
     transformers_logging.set_verbosity_error()

@@ -7,7 +7,7 @@ few of them with the release's algorithm (``auto_lcs/lcs.py``: both steps encode
 at a time, at every cell the memoised recursion visits), checks that the values agree and prints
 the per-pair times, their ratio and the projected time for the whole benchmark.
 
-    python benchmarks/bench_lcs.py [--pairs 1187] [--reference-pairs 3] [--threads 2]
+    python speed/bench_lcs.py [--pairs 1187] [--reference-pairs 3] [--threads 2]
 """
 
 from __future__ import annotations
