@@ -39,6 +39,7 @@ def _report(args: argparse.Namespace) -> int:
 def _rejudge(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from lmms_egoplan import registry
     from lmms_egoplan.core.settings import resolve_settings
     from lmms_egoplan.core.text_tables import format_table, format_value
     from lmms_egoplan.harness.judged import read_logged_items, rejudge_samples
@@ -49,7 +50,7 @@ def _rejudge(args: argparse.Namespace) -> int:
     logged = read_logged_items(args.samples)  # first: a folder without samples says so before the key is asked for
     for problem in (problem for problems in logged.unusable.values() for problem in problems):
         print(f"lmms-egoplan rejudge: skipped {problem}", file=sys.stderr)
-    scores = rejudge_samples(logged, Judge.from_settings(settings), args.output)
+    scores = rejudge_samples(logged, Judge.from_settings(settings), args.output, group_scores=registry.group_scores)
     rows = [(task, metric, format_value(value)) for task, row in scores.items()
             for metric, value in row.items() if isinstance(value, (int, float)) or value is None]
     print(format_table(("task", "metric", "value"), rows))
@@ -144,11 +145,12 @@ def _actplan_train_bleurt(args: argparse.Namespace) -> int:
 
 
 def _smoke_arguments(smoke: argparse.ArgumentParser) -> None:
-    from lmms_egoplan.demo import DEFAULT_ARCH, SUITES, suite_name
+    from lmms_egoplan.demo import DEFAULT_ARCH
+    from lmms_egoplan.registry import BENCHMARKS
 
     smoke.add_argument("--workdir", help="where fixtures, checkpoints and logs go (default: a new temp folder)")
     smoke.add_argument("--arch", default=DEFAULT_ARCH, help=f"tiny checkpoint architecture (default: {DEFAULT_ARCH})")
-    smoke.add_argument("--benchmark", action="append", choices=[suite_name(entry) for entry in SUITES],
+    smoke.add_argument("--benchmark", action="append", choices=[entry.name for entry in BENCHMARKS],
                        help="run only this benchmark's tasks (repeatable; default: all)")
     smoke.set_defaults(handler=_smoke)
 

@@ -13,44 +13,26 @@ rows marked) and writes the report of its runs (``lmms-egoplan report``).
 
 from __future__ import annotations
 
-import importlib
 import re
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Callable, Mapping, Sequence, TextIO
+from typing import Mapping, Sequence, TextIO
 
 from lmms_egoplan.core.text_tables import format_table, format_value
 from lmms_egoplan.fixtures.lmms_eval_run import EvalRun, EvalRunError, run_lmms_eval
 from lmms_egoplan.fixtures.scripted import ScriptedAnswers, differences, reported_metrics, scripted_environment
-from lmms_egoplan.fixtures.suite import SmokeSuite
+from lmms_egoplan.registry import BENCHMARKS, load
 from lmms_egoplan.report import write_report
 from lmms_egoplan.report.metric_roles import BOOKKEEPING, DESCRIPTIVE, natural_order, unscored_reason
 
-# One entry per benchmark: "module:function", the function building that benchmark's
-# synthetic data (and whatever it needs, e.g. a loopback judge) and returning a SmokeSuite.
-SUITES: tuple[str, ...] = (
-    "lmms_egoplan.egoplan.synthetic:smoke_suite",
-    "lmms_egoplan.egothink.synthetic:smoke_suite",
-    "lmms_egoplan.egointent.synthetic:smoke_suite",
-    "lmms_egoplan.actplan.synthetic:smoke_suite",
-)
+# Each benchmark's demo: "module:function", the function building its synthetic data (and whatever
+# it needs, e.g. a loopback judge) and returning a SmokeSuite (the registry names them).
+SUITES: dict[str, str] = {entry.name: entry.demo_suite for entry in BENCHMARKS if entry.demo_suite}
 
 MODEL = "egoplan_hf"
 DEFAULT_ARCH = "qwen2_vl"
 SCRIPTED = "[scripted]"  # marks the rows of the scripted answers in the printed tables
-
-
-SuiteBuilder = Callable[[Path, ExitStack], SmokeSuite]
-
-
-def load_suite_builder(entry: str) -> SuiteBuilder:
-    module_name, function_name = entry.split(":")
-    return getattr(importlib.import_module(module_name), function_name)
-
-
-def suite_name(entry: str) -> str:
-    return entry.split(":")[0].split(".")[1]  # lmms_egoplan.<benchmark>.synthetic
 
 
 def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] | None = None,
@@ -68,7 +50,7 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
     transformers_logging.disable_progress_bar()
     out = out or sys.stdout
     workdir = Path(workdir).resolve()
-    entries = [e for e in SUITES if not only or suite_name(e) in only]
+    entries = {name: reference for name, reference in SUITES.items() if not only or name in only}
     if not entries:
         print("No benchmark registers a smoke suite yet.", file=out)
         return 0
@@ -80,10 +62,9 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
     failures: list[str] = []
     log_dirs: list[Path] = []
     with ExitStack() as resources:
-        for entry in entries:
-            name = suite_name(entry)
+        for name, reference in entries.items():
             try:
-                suite = load_suite_builder(entry)(workdir / "data" / name, resources)
+                suite = load(reference)(workdir / "data" / name, resources)
             except Exception as error:  # a broken fixture fails its benchmark, not the whole demo
                 failures.append(name)
                 print(f"[{name}] FAILED building its fixtures: {type(error).__name__}: {error}", file=out)

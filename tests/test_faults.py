@@ -235,12 +235,13 @@ def predict_only(tmp_path_factory, tiny_model):
     """Every task of the suite in one ``--predict_only`` run (its judge is never asked)."""
     from contextlib import ExitStack
 
-    from lmms_egoplan.demo import SUITES, load_suite_builder, suite_name
+    from lmms_egoplan.demo import SUITES
     from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.registry import load
 
     root = tmp_path_factory.mktemp("predict_only")
     with ExitStack() as resources:
-        suites = [load_suite_builder(entry)(root / "data" / suite_name(entry), resources) for entry in SUITES]
+        suites = [load(reference)(root / "data" / name, resources) for name, reference in SUITES.items()]
         env = {key: value for suite in suites for key, value in suite.env.items()}
         tasks = [task for suite in suites for task in suite.tasks]
         run = run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}", tasks=tasks,

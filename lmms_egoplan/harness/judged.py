@@ -44,7 +44,7 @@ import functools
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from loguru import logger
 
@@ -277,29 +277,12 @@ def sum_over_subtasks(metrics: Sequence[float], sizes: Sequence[int], weight_by_
 # --- Re-judging logged samples -----------------------------------------------------------------
 
 
-# Groups ``rejudge`` reports as the run would, by the prefix of their tasks' names: "module:function"
-# turning task scores into group scores, imported when used (the benchmarks import this module).
-REJUDGE_GROUPS = {"ego_think_": "lmms_egoplan.egothink.task:group_scores"}
-
-
 # Where a --predict_only run logs the judge items of a sample (inside its "bypass" value).
 PREDICT_ONLY_ITEMS = "judge_items"
 
 
 class NothingToJudgeError(InputError):
     """The samples files hold no judged items."""
-
-
-def _group_scores(summary: dict[str, dict]) -> dict[str, dict]:
-    import importlib
-
-    groups = {}
-    for prefix, reference in REJUDGE_GROUPS.items():
-        module, name = reference.split(":")
-        tasks = {task: scores for task, scores in summary.items() if task.startswith(prefix)}
-        if tasks:
-            groups.update(getattr(importlib.import_module(module), name)(tasks))
-    return groups
 
 
 @dataclass
@@ -386,8 +369,8 @@ def _judged_items(sample: dict) -> tuple[dict[str, dict], str | None]:
     return judged, None
 
 
-def rejudge_samples(logged: LoggedItems, judge: Judge, output_dir: str | Path, *,
-                    progress: bool = True) -> dict[str, dict]:
+def rejudge_samples(logged: LoggedItems, judge: Judge, output_dir: str | Path, *, progress: bool = True,
+                    group_scores: Callable[[dict[str, dict]], dict[str, dict]] | None = None) -> dict[str, dict]:
     """Re-score the judged metrics of logged samples (``read_logged_items``) with ``judge``.
 
     No model runs: the logged judge items hold the full judge requests (a ``--predict_only`` run
@@ -395,7 +378,8 @@ def rejudge_samples(logged: LoggedItems, judge: Judge, output_dir: str | Path, *
     scored from one set of judgements, each request judged once, as in the evaluation itself.
     Writes an audit trail per task and ``<date>_rejudged.json`` (the scores; a metric without a
     value is ``null``) into ``output_dir``; returns the scores by task and by group (as the run
-    reports groups): each judged metric, then ``judged`` / ``failed`` and ``unusable_rows``.
+    reports groups, ``group_scores`` turning task scores into group scores: the registry's
+    ``lmms_egoplan.registry.group_scores``): each judged metric, then ``judged`` / ``failed`` and ``unusable_rows``.
     """
     output_dir = Path(output_dir)
     stamp = run_stamp()
@@ -411,7 +395,7 @@ def rejudge_samples(logged: LoggedItems, judge: Judge, output_dir: str | Path, *
         summary[task] = {**scores, "judged": results.judged, "failed": results.failed,
                          "unusable_rows": len(logged.unusable[task]), "judge_model": judge.model,
                          "samples": str(logged.files[task]), "audit_trail": str(audit)}
-    summary.update({group: {**scores, "judge_model": judge.model} for group, scores in _group_scores(summary).items()})
+    summary.update({group: {**scores, "judge_model": judge.model} for group, scores in (group_scores or dict)(summary).items()})
     write_atomically(output_dir / f"{stamp}_rejudged.json", strict_json(summary, indent=2))
     return summary
 
