@@ -93,7 +93,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    """The graph between lmms_egoplan's modules and folders (``testing/``, ``judge/``, ...): a folder
+    """The graph between lmms_egoplan's modules and folders (``fixtures/``, ``judge/``, ...): a folder
     is one node, so that two folders importing each other is a cycle too."""
     def node(module: str) -> str:
         return ".".join(module.split(".")[:2])
