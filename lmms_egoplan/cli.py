@@ -20,7 +20,7 @@ def _literal(text: str) -> str:
 
 
 def _smoke(args: argparse.Namespace) -> int:
-    from lmms_egoplan.smoke import run_smoke
+    from lmms_egoplan.demo import run_smoke
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="lmms-egoplan-smoke-")
     return 1 if run_smoke(workdir, arch=args.arch, only=args.benchmark) else 0
@@ -39,17 +39,18 @@ def _report(args: argparse.Namespace) -> int:
 def _rejudge(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from lmms_egoplan import registry
+    from lmms_egoplan.core.settings import resolve_settings
+    from lmms_egoplan.core.text_tables import format_table, format_value
+    from lmms_egoplan.harness.judged import read_logged_items, rejudge_samples
     from lmms_egoplan.judge import Judge, JudgeSettings
-    from lmms_egoplan.judged_task import read_logged_items, rejudge_samples
-    from lmms_egoplan.settings import resolve_settings
-    from lmms_egoplan.tables import format_table, format_value
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JudgeSettings) if hasattr(args, f.name)}
     settings = resolve_settings(JudgeSettings, task="rejudge", metadata=given, env_prefix="", environ={})
     logged = read_logged_items(args.samples)  # first: a folder without samples says so before the key is asked for
     for problem in (problem for problems in logged.unusable.values() for problem in problems):
         print(f"lmms-egoplan rejudge: skipped {problem}", file=sys.stderr)
-    scores = rejudge_samples(logged, Judge.from_settings(settings), args.output)
+    scores = rejudge_samples(logged, Judge.from_settings(settings), args.output, group_scores=registry.group_scores)
     rows = [(task, metric, format_value(value)) for task, row in scores.items()
             for metric, value in row.items() if isinstance(value, (int, float)) or value is None]
     print(format_table(("task", "metric", "value"), rows))
@@ -69,8 +70,8 @@ def _rejudge(args: argparse.Namespace) -> int:
 
 
 def _egointent_check(args: argparse.Namespace) -> int:
-    from lmms_egoplan.egointent import EgoIntentSettings
-    from lmms_egoplan.egointent_data import describe_steps, load_steps, step_docs
+    from lmms_egoplan.egointent.data import describe_steps, load_steps, step_docs
+    from lmms_egoplan.egointent.task import EgoIntentSettings
 
     settings = EgoIntentSettings(annotations=args.annotations, video_root=args.video_root,
                                  sample_fps=args.sample_fps, max_frames=args.max_frames)
@@ -82,7 +83,7 @@ def _egointent_check(args: argparse.Namespace) -> int:
 
 
 def _frame_cap(text: str) -> int | None:
-    from lmms_egoplan.settings import SettingsError, coerce_setting
+    from lmms_egoplan.core.settings import SettingsError, coerce_setting
 
     try:
         return coerce_setting(text, int | None, "--max-frames")
@@ -91,7 +92,7 @@ def _frame_cap(text: str) -> int | None:
 
 
 def _match_threshold(text: str) -> float:
-    from lmms_egoplan.actplan_data import match_threshold_problem
+    from lmms_egoplan.actplan.data import match_threshold_problem
 
     threshold = float(text)
     if problem := match_threshold_problem(threshold):
@@ -100,9 +101,9 @@ def _match_threshold(text: str) -> float:
 
 
 def _actplan_score(args: argparse.Namespace) -> int:
-    from lmms_egoplan import actplan_plans
-    from lmms_egoplan.metrics import step_matcher
-    from lmms_egoplan.records import strict_json, write_atomically
+    from lmms_egoplan.actplan import plans as actplan_plans
+    from lmms_egoplan.actplan.lcs import step_matcher
+    from lmms_egoplan.core.files import strict_json, write_atomically
 
     if not args.data_root and not args.pairs:
         return _fail("actplan-score", "give --data-root (release layout) and/or --pairs (JSONL)")
@@ -132,7 +133,7 @@ def _actplan_score(args: argparse.Namespace) -> int:
 
 
 def _actplan_train_bleurt(args: argparse.Namespace) -> int:
-    from lmms_egoplan import bleurt
+    from lmms_egoplan.actplan import classifier as bleurt
 
     config = bleurt.TrainingConfig(
         learning_rate=bleurt.PRESET_LEARNING_RATES[args.preset] if args.learning_rate is None else args.learning_rate,
@@ -144,11 +145,12 @@ def _actplan_train_bleurt(args: argparse.Namespace) -> int:
 
 
 def _smoke_arguments(smoke: argparse.ArgumentParser) -> None:
-    from lmms_egoplan.smoke import DEFAULT_ARCH, SUITES, suite_name
+    from lmms_egoplan.demo import DEFAULT_ARCH
+    from lmms_egoplan.registry import BENCHMARKS
 
     smoke.add_argument("--workdir", help="where fixtures, checkpoints and logs go (default: a new temp folder)")
     smoke.add_argument("--arch", default=DEFAULT_ARCH, help=f"tiny checkpoint architecture (default: {DEFAULT_ARCH})")
-    smoke.add_argument("--benchmark", action="append", choices=[suite_name(entry) for entry in SUITES],
+    smoke.add_argument("--benchmark", action="append", choices=[entry.name for entry in BENCHMARKS],
                        help="run only this benchmark's tasks (repeatable; default: all)")
     smoke.set_defaults(handler=_smoke)
 
@@ -186,7 +188,8 @@ def _egointent_check_arguments(check: argparse.ArgumentParser) -> None:
 
 
 def _actplan_score_arguments(score: argparse.ArgumentParser) -> None:
-    from lmms_egoplan import actplan_plans, metrics
+    from lmms_egoplan.actplan import lcs as actplan_lcs
+    from lmms_egoplan.actplan import plans as actplan_plans
 
     score.add_argument("--data-root", help="release folder (holding annotation/): score its plan_<model>.txt files")
     score.add_argument("--model", action="append", help="with --data-root: model name of plan_<model>.txt (repeatable; default: all)")
@@ -199,12 +202,12 @@ def _actplan_score_arguments(score: argparse.ArgumentParser) -> None:
     score.add_argument("--steps", choices=actplan_plans.STEP_MODES, default=actplan_plans.STEP_MODES[0],
                        help="parsed: action(args) steps of the plan (default); lines: the release's text.split('\\n'), "
                             "trailing empty line included, to reproduce its numbers exactly")
-    score.add_argument("--threshold", type=_match_threshold, default=metrics.DEFAULT_MATCH_THRESHOLD,
-                       help=f"cosine similarity for two steps to match, in (0, 1] (default {metrics.DEFAULT_MATCH_THRESHOLD})")
+    score.add_argument("--threshold", type=_match_threshold, default=actplan_lcs.DEFAULT_MATCH_THRESHOLD,
+                       help=f"cosine similarity for two steps to match, in (0, 1] (default {actplan_lcs.DEFAULT_MATCH_THRESHOLD})")
     score.add_argument("--embedding-model", help="sentence-transformers folder (default: bundled all-MiniLM-L6-v2)")
     score.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
-    score.add_argument("--batch-size", type=int, default=metrics.DEFAULT_EMBEDDING_BATCH_SIZE,
-                       help=f"embedding batch size (default {metrics.DEFAULT_EMBEDDING_BATCH_SIZE})")
+    score.add_argument("--batch-size", type=int, default=actplan_lcs.DEFAULT_EMBEDDING_BATCH_SIZE,
+                       help=f"embedding batch size (default {actplan_lcs.DEFAULT_EMBEDDING_BATCH_SIZE})")
     score.add_argument("--output", help="write per-plan values to this JSONL file")
     _allow_paths_outside_root_argument(score, "instance files")
     score.set_defaults(handler=_actplan_score)
@@ -217,7 +220,7 @@ def _allow_paths_outside_root_argument(parser: argparse.ArgumentParser, what: st
 
 
 def _actplan_train_bleurt_arguments(train: argparse.ArgumentParser) -> None:
-    from lmms_egoplan import bleurt
+    from lmms_egoplan.actplan import classifier as bleurt
 
     train.add_argument("--data", required=True, help="the release's bleu-cls/data/finetuning_data.jsonl")
     train.add_argument("--activities", required=True, help="the release's bleu-cls/data/activities.txt (train/val/test)")
@@ -275,7 +278,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lmms_egoplan.errors import InputError
+    from lmms_egoplan.core.errors import InputError
 
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)

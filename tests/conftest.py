@@ -14,7 +14,7 @@ def checkpoint_cache(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(checkpoint_cache):
     """``tiny_model(arch, **size)`` -> directory of a tiny random-weight checkpoint (cached)."""
-    from lmms_egoplan.testing.checkpoints import tiny_checkpoint
+    from lmms_egoplan.fixtures.checkpoints import tiny_checkpoint
 
     return lambda arch, **kwargs: tiny_checkpoint(arch, checkpoint_cache, **kwargs)
 
@@ -24,7 +24,10 @@ def settings_only_from_the_tests():
     """A benchmark setting in the developer's environment (``EGOPLAN_ANNOTATION_DIR`` pointing at the
     real data, ``EGOTHINK_JUDGE_MODEL``, ...) would reach every task the tests build and every
     lmms-eval subprocess they start: the tests run without them."""
-    from lmms_egoplan import actplan_data, egointent_data, egoplan_data, egothink_data
+    from lmms_egoplan.actplan import data as actplan_data
+    from lmms_egoplan.egointent import data as egointent_data
+    from lmms_egoplan.egoplan import data as egoplan_data
+    from lmms_egoplan.egothink import data as egothink_data
 
     prefixes = tuple(f"{module.ENV_PREFIX}_" for module in (actplan_data, egointent_data, egoplan_data, egothink_data))
     with pytest.MonkeyPatch.context() as patch:

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from lmms_egoplan import actplan, actplan_plans
-from lmms_egoplan.actplan import ActPlanSettings, process_results
-from lmms_egoplan.actplan_data import ActPlanDataError, check_settings, gold_steps, load_instances
-from lmms_egoplan.actplan_plans import (
+from lmms_egoplan.actplan import plans as actplan_plans
+from lmms_egoplan.actplan import task as actplan
+from lmms_egoplan.actplan.data import ActPlanDataError, check_settings, gold_steps, load_instances
+from lmms_egoplan.actplan.plans import (
     RELEASE_PAIRING,
     ParsedPlan,
     bleurt_correct,
@@ -21,9 +21,10 @@ from lmms_egoplan.actplan_plans import (
     parse_plan,
     score_lcs,
 )
-from lmms_egoplan.settings import SettingsError, resolve_settings
-from lmms_egoplan.testing.actplan import write_release_dataset
-from lmms_egoplan.testing.media import read_index
+from lmms_egoplan.actplan.synthetic import write_release_dataset
+from lmms_egoplan.actplan.task import ActPlanSettings, process_results
+from lmms_egoplan.core.settings import SettingsError, resolve_settings
+from lmms_egoplan.fixtures.media import read_index
 
 TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
 
@@ -146,11 +147,11 @@ def test_the_description_comes_before_the_images_as_the_paper_orders_them_and_af
 
     from lmms_eval.utils import load_yaml_config
 
-    from lmms_egoplan.request_options import INPUT_ORDER, TEXT_FIRST, VISUALS_FIRST
+    from lmms_egoplan.core.request_options import INPUT_ORDER, TEXT_FIRST, VISUALS_FIRST
 
     monkeypatch.setenv("ACTPLAN_DATA_ROOT", str(release))
     warnings = []
-    monkeypatch.setattr("lmms_egoplan.harness.logger", SimpleNamespace(warning=warnings.append))
+    monkeypatch.setattr("lmms_egoplan.harness.lmms_eval_task.logger", SimpleNamespace(warning=warnings.append))
     for order, content in ((TEXT_FIRST, ["text", "image", "image"]), (VISUALS_FIRST, ["image", "image", "text"])):
         monkeypatch.setenv("ACTPLAN_INPUT_ORDER", order)
         config = load_yaml_config(str(TASKS_DIR / "actplan" / "actplan1k.yaml"))
@@ -224,7 +225,7 @@ class ExactMatcher:
     """Steps match when equal (the LCS logic under test does not depend on the embedding model)."""
 
     def lcs_many(self, pairs):
-        from lmms_egoplan.metrics import lcs_length
+        from lmms_egoplan.actplan.lcs import lcs_length
 
         return [lcs_length([[x == y for y in b] for x in a]) for a, b in pairs]
 
@@ -357,11 +358,11 @@ def test_pair_files_of_the_release_and_of_this_suite(tmp_path):
 
 
 def test_space_joined_gold_plans_score_as_one_step_per_line(tmp_path, monkeypatch, capsys):
-    from lmms_egoplan import metrics
+    from lmms_egoplan.actplan import lcs as actplan_lcs
+    from lmms_egoplan.actplan.synthetic import write_finetuning_data
     from lmms_egoplan.cli import main
-    from lmms_egoplan.testing.actplan import write_finetuning_data
 
-    monkeypatch.setattr(metrics, "step_matcher", lambda *args, **kwargs: ExactMatcher())
+    monkeypatch.setattr(actplan_lcs, "step_matcher", lambda *args, **kwargs: ExactMatcher())
     data, _ = write_finetuning_data(tmp_path, activities=3)
     rows = [json.loads(line) for line in data.read_text().splitlines()]
     # Pairs as finetuning_data.jsonl writes plans (steps joined by spaces), and the same plans one step per line.
@@ -376,7 +377,7 @@ def test_space_joined_gold_plans_score_as_one_step_per_line(tmp_path, monkeypatc
 
 
 def test_release_pairing_scores_gemini_against_the_second_gold_plan(release, tmp_path, monkeypatch, capsys):
-    from lmms_egoplan import metrics
+    from lmms_egoplan.actplan import lcs as actplan_lcs
     from lmms_egoplan.cli import main
 
     docs = {doc["instance_id"]: doc for doc in load_instances(release)}
@@ -388,7 +389,7 @@ def test_release_pairing_scores_gemini_against_the_second_gold_plan(release, tmp
     copy = tmp_path / "copy"
     shutil.copytree(release, copy)
     next(copy.glob("annotation/*/*/*/sample_0/plan_gold_2.txt")).unlink()
-    monkeypatch.setattr(metrics, "step_matcher", lambda *args, **kwargs: ExactMatcher())
+    monkeypatch.setattr(actplan_lcs, "step_matcher", lambda *args, **kwargs: ExactMatcher())
     output = tmp_path / "scores.jsonl"
     assert main(["actplan-score", "--data-root", str(copy), "--gold", RELEASE_PAIRING, "--output", str(output)]) == 0
     assert "note: 1 instance(s) left out (gemini: no plan_gold_2.txt)" in capsys.readouterr().out

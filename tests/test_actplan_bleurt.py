@@ -7,9 +7,8 @@ from collections import Counter
 import pytest
 import torch
 
-from lmms_egoplan import bleurt
-from lmms_egoplan.actplan_plans import parse_plan
-from lmms_egoplan.bleurt import (
+from lmms_egoplan.actplan import classifier as bleurt
+from lmms_egoplan.actplan.classifier import (
     RELEASE_SPECIAL_TOKENS,
     PlanPairClassifier,
     classifier_from_base,
@@ -20,8 +19,9 @@ from lmms_egoplan.bleurt import (
     score_split,
     training_pair,
 )
-from lmms_egoplan.errors import InputError
-from lmms_egoplan.testing.actplan import build_tiny_bert, write_finetuning_data
+from lmms_egoplan.actplan.plans import parse_plan
+from lmms_egoplan.actplan.synthetic import build_tiny_bert, write_finetuning_data
+from lmms_egoplan.core.errors import InputError
 
 
 @pytest.fixture(scope="module")

@@ -16,16 +16,16 @@ import random
 import pytest
 from PIL import Image
 
-from lmms_egoplan.actplan_data import load_instances
-from lmms_egoplan.actplan_plans import (
+from lmms_egoplan.actplan.classifier import load_classifier
+from lmms_egoplan.actplan.data import load_instances
+from lmms_egoplan.actplan.lcs import StepMatcher
+from lmms_egoplan.actplan.plans import (
     bleurt_correct,
     parse_plan,
     plan_text,
     score_lcs,
 )
-from lmms_egoplan.bleurt import load_classifier
-from lmms_egoplan.metrics import StepMatcher
-from lmms_egoplan.testing.actplan import (
+from lmms_egoplan.actplan.synthetic import (
     TASKS,
     build_tiny_bert,
     model_output,
@@ -33,9 +33,9 @@ from lmms_egoplan.testing.actplan import (
     write_classifier_checkpoint,
     write_release_dataset,
 )
-from lmms_egoplan.testing.judge_server import ChatServer, Reply
-from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
-from lmms_egoplan.testing.media import read_index
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
+from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.fixtures.media import read_index
 
 # End to end: the real lmms-eval CLI in subprocesses.
 pytestmark = pytest.mark.e2e

@@ -1,6 +1,6 @@
 """The fast LCS equals ActPlan-1K's release algorithm (auto_lcs/lcs.py) on every pair.
 
-The oracle is ``lmms_egoplan.testing.actplan.release_lcs``: the release's memoised recursion with
+The oracle is ``lmms_egoplan.actplan.synthetic.release_lcs``: the release's memoised recursion with
 its is_similar (one-sentence encodings of all-MiniLM-L6-v2, util.cos_sim, >= threshold). Its
 encodings are memoised here (the release re-encodes at every cell; same values, much slower).
 """
@@ -12,8 +12,8 @@ import random
 import numpy as np
 import pytest
 
-from lmms_egoplan.metrics import StepMatcher, lcs_length, normalized_lcs
-from lmms_egoplan.testing.actplan import make_activities, model_output, release_lcs, vlm_plan, write_release_dataset
+from lmms_egoplan.actplan.lcs import StepMatcher, lcs_length, normalized_lcs
+from lmms_egoplan.actplan.synthetic import make_activities, model_output, release_lcs, vlm_plan, write_release_dataset
 
 
 def recursive_lcs(matches) -> int:
@@ -51,15 +51,15 @@ def encode(matcher):
 
 
 def test_one_sentence_model_and_one_embedding_cache_per_device_whoever_asks(matcher):
-    from lmms_egoplan import metrics
+    from lmms_egoplan.core import embeddings
 
     step = "place_inside(dishwasher_3, teapot_7)"  # embedded nowhere else
     # The matcher's device given as "auto", cosine_similarities' left unset: both are this machine's CPU.
     StepMatcher(device="auto").embeddings([step])
-    loads = metrics._sentence_model.cache_info().misses
-    assert metrics.cosine_similarities([(step, step)]) == [pytest.approx(1.0)]
-    assert metrics._sentence_model.cache_info().misses == loads
-    assert {device for _, device, text in metrics._embedding_cache if text == step} == {matcher.device} == {"cpu"}
+    loads = embeddings.sentence_model.cache_info().misses
+    assert embeddings.cosine_similarities([(step, step)]) == [pytest.approx(1.0)]
+    assert embeddings.sentence_model.cache_info().misses == loads
+    assert {device for _, device, text in embeddings._embedding_cache if text == step} == {matcher.device} == {"cpu"}
 
 
 def near_threshold_pairs(matcher, steps, low=0.76, high=0.84):

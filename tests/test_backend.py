@@ -14,12 +14,8 @@ import torch
 from lmms_eval.api.instance import Instance
 from loguru import logger
 
-from lmms_egoplan.media import MediaError, as_video_frames
-from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
-from lmms_egoplan.models.egoplan_hf import ContextTooLongError, EgoPlanHF
-from lmms_egoplan.models.likelihood import PromptAlignmentError, scored_sequence, special_token_ids
-from lmms_egoplan.models.visuals import UnsupportedVisualError, VisualLimits, prepare_visuals
-from lmms_egoplan.request_options import (
+from lmms_egoplan.core.media import MediaError, as_video_frames
+from lmms_egoplan.core.request_options import (
     ANSWER,
     ANSWER_AND_END_OF_TURN,
     INPUT_ORDER,
@@ -28,9 +24,13 @@ from lmms_egoplan.request_options import (
     SCORED_SPAN,
     TEXT_FIRST,
 )
-from lmms_egoplan.settings import SettingsError
-from lmms_egoplan.testing.checkpoints import ARCHITECTURES, END_OF_TURN
-from lmms_egoplan.testing.media import index_image, read_index, write_video
+from lmms_egoplan.core.settings import SettingsError
+from lmms_egoplan.fixtures.checkpoints import ARCHITECTURES, END_OF_TURN
+from lmms_egoplan.fixtures.media import index_image, read_index, write_video
+from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
+from lmms_egoplan.models.egoplan_hf import ContextTooLongError, EgoPlanHF
+from lmms_egoplan.models.likelihood import PromptAlignmentError, scored_sequence, special_token_ids
+from lmms_egoplan.models.visuals import UnsupportedVisualError, VisualLimits, prepare_visuals
 
 ARCHS = [arch for arch in ARCHITECTURES if arch != "llama"]  # every multimodal tiny checkpoint
 TASK, SPLIT = "probe", "test"

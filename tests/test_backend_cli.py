@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
-from lmms_egoplan.testing.media import index_image, write_image, write_video
+from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.fixtures.media import index_image, write_image, write_video
 
 # End to end: the real lmms-eval CLI in subprocesses.
 pytestmark = pytest.mark.e2e

@@ -7,11 +7,15 @@ import random
 
 import pytest
 
-from lmms_egoplan.smoke import SCRIPTED, task_table
-from lmms_egoplan.tables import format_value, unscored_reason
-from lmms_egoplan.testing import actplan, egointent, egoplan, egothink
-from lmms_egoplan.testing.judge_server import ChatCall
-from lmms_egoplan.testing.scripted import ScriptedAnswers, answering, differences, lcs_length, rating_by_script
+from lmms_egoplan.actplan import synthetic as actplan
+from lmms_egoplan.core.text_tables import format_value
+from lmms_egoplan.demo import SCRIPTED, task_table
+from lmms_egoplan.egointent import synthetic as egointent
+from lmms_egoplan.egoplan import synthetic as egoplan
+from lmms_egoplan.egothink import synthetic as egothink
+from lmms_egoplan.fixtures.judge_server import ChatCall
+from lmms_egoplan.fixtures.scripted import ScriptedAnswers, answering, differences, lcs_length, rating_by_script
+from lmms_egoplan.report.metric_roles import unscored_reason
 
 
 def call(text: str) -> ChatCall:
@@ -43,9 +47,9 @@ def test_the_scripted_model_answers_the_most_specific_key_and_flags_unknown_prom
 
 
 def test_the_scripted_judges_read_reference_and_answer_from_the_benchmarks_judge_prompts(tmp_path):
-    from lmms_egoplan import egointent as egointent_task
-    from lmms_egoplan import egothink as egothink_task
-    from lmms_egoplan.egointent_data import DIMENSIONS as INTENT_FIELDS
+    from lmms_egoplan.egointent import task as egointent_task
+    from lmms_egoplan.egointent.data import DIMENSIONS as INTENT_FIELDS
+    from lmms_egoplan.egothink import task as egothink_task
 
     think = egothink.scripted_answers(tmp_path, per_dimension=2)
     intent = egointent.scripted_answers(tmp_path / "annotations.jsonl")

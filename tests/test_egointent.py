@@ -16,15 +16,10 @@ from types import SimpleNamespace
 import pytest
 from PIL import Image
 
-from lmms_egoplan import egointent
-from lmms_egoplan.egointent import (
-    PROMPT,
-    EgoIntentSettings,
-    doc_to_visual,
-    parse_answer,
-    parse_judge_rating,
-)
-from lmms_egoplan.egointent_data import (
+from lmms_egoplan.core.media import VIDEO_CLIP_KEY
+from lmms_egoplan.core.settings import SettingsError, resolve_settings
+from lmms_egoplan.egointent import task as egointent
+from lmms_egoplan.egointent.data import (
     FIELDS,
     EgoIntentDataError,
     clip_frame_indices,
@@ -32,6 +27,22 @@ from lmms_egoplan.egointent_data import (
     scenario_metric,
     step_docs,
 )
+from lmms_egoplan.egointent.synthetic import (
+    VIDEOS,
+    judge_rating,
+    step_records,
+    write_dataset,
+)
+from lmms_egoplan.egointent.task import (
+    PROMPT,
+    EgoIntentSettings,
+    doc_to_visual,
+    parse_answer,
+    parse_judge_rating,
+)
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
+from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.fixtures.media import read_index
 from lmms_egoplan.judge import (
     FixedRating,
     Judge,
@@ -41,17 +52,6 @@ from lmms_egoplan.judge import (
     judge_parts_item,
     score_judged,
 )
-from lmms_egoplan.media import VIDEO_CLIP_KEY
-from lmms_egoplan.settings import SettingsError, resolve_settings
-from lmms_egoplan.testing.egointent import (
-    VIDEOS,
-    judge_rating,
-    step_records,
-    write_dataset,
-)
-from lmms_egoplan.testing.judge_server import ChatServer, Reply
-from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
-from lmms_egoplan.testing.media import read_index
 
 STEP_ID = re.compile(r"Step id: (\S+)")
 FPS_OF = {video.name: video.fps for video in VIDEOS}

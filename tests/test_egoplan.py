@@ -13,11 +13,9 @@ from lmms_eval.utils import load_yaml_config
 from loguru import logger
 from PIL import Image
 
-from lmms_egoplan import egoplan, egoplan_data, harness, media
-from lmms_egoplan.metrics import ValueBin, cosine_similarities, equal_size_levels, parse_bins
-from lmms_egoplan.models.likelihood import mean_loss
-from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
-from lmms_egoplan.request_options import (
+from lmms_egoplan.core import media
+from lmms_egoplan.core.embeddings import cosine_similarities
+from lmms_egoplan.core.request_options import (
     ANSWER,
     ANSWER_AND_END_OF_TURN,
     EVERY_SCORED_TOKEN,
@@ -25,9 +23,15 @@ from lmms_egoplan.request_options import (
     NONZERO_LOSS_TOKENS,
     SCORED_SPAN,
 )
-from lmms_egoplan.settings import SettingsError, resolve_settings
-from lmms_egoplan.testing.egoplan import EGO4D_VIDEOS, build_fixture
-from lmms_egoplan.testing.media import read_index, write_frame_folder, write_video
+from lmms_egoplan.core.settings import SettingsError, resolve_settings
+from lmms_egoplan.core.statistics import ValueBin, equal_size_levels, parse_bins
+from lmms_egoplan.egoplan import data as egoplan_data
+from lmms_egoplan.egoplan import task as egoplan
+from lmms_egoplan.egoplan.synthetic import EGO4D_VIDEOS, build_fixture
+from lmms_egoplan.fixtures.media import read_index, write_frame_folder, write_video
+from lmms_egoplan.harness import lmms_eval_task as harness
+from lmms_egoplan.models.likelihood import mean_loss
+from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
 
 TASKS = Path(__file__).resolve().parents[1] / "tasks" / "egoplan"
 

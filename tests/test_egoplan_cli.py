@@ -8,13 +8,14 @@ import json
 import pytest
 from PIL import Image
 
-from lmms_egoplan import egoplan, egoplan_data
-from lmms_egoplan.metrics import parse_bins
-from lmms_egoplan.settings import resolve_settings
-from lmms_egoplan.testing.egoplan import build_fixture
-from lmms_egoplan.testing.judge_server import ChatServer, Reply
-from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
-from lmms_egoplan.testing.media import read_index
+from lmms_egoplan.core.settings import resolve_settings
+from lmms_egoplan.core.statistics import parse_bins
+from lmms_egoplan.egoplan import data as egoplan_data
+from lmms_egoplan.egoplan import task as egoplan
+from lmms_egoplan.egoplan.synthetic import build_fixture
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
+from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.fixtures.media import read_index
 
 # End to end: the real lmms-eval CLI in subprocesses.
 pytestmark = pytest.mark.e2e

@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from lmms_egoplan.egothink_data import DIMENSIONS, load_hub_dimension, load_release_dimension
-from lmms_egoplan.media import MediaError
-from lmms_egoplan.testing.egothink import write_hub_copy, write_release
-from lmms_egoplan.testing.judge_server import ChatServer, Reply, hash_rating, rating_responder
-from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.core.media import MediaError
+from lmms_egoplan.egothink.data import DIMENSIONS, load_hub_dimension, load_release_dimension
+from lmms_egoplan.egothink.synthetic import write_hub_copy, write_release
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, hash_rating, rating_responder
+from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 
 SECRET = "sk-egothink-SECRET-5e1d0c"
 KEY_VARIABLE = "EGOTHINK_TEST_JUDGE_KEY"
@@ -251,7 +251,7 @@ def test_hub_loader_reads_the_hub_shaped_dataset_and_stores_its_images_once(tmp_
 
 
 def _store_images(folder, barrier, count):
-    from lmms_egoplan.egothink_data import _stored_image
+    from lmms_egoplan.egothink.data import _stored_image
 
     barrier.wait()
     for index in range(count):
@@ -276,7 +276,7 @@ def test_ranks_storing_the_same_hub_images_at_once_do_not_collide(tmp_path):
 
 
 def test_an_unusable_judge_stops_the_task_before_its_data_loads(tmp_path, monkeypatch):
-    from lmms_egoplan.settings import SettingsError
+    from lmms_egoplan.core.settings import SettingsError
 
     for name, value in {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(tmp_path / "no-data-here"),
                         "EGOTHINK_JUDGE_API_KEY_ENV": "EGOTHINK_UNSET_KEY"}.items():
@@ -308,7 +308,7 @@ def test_requests_carry_the_chosen_decoding_and_the_token_limits(decoding, sampl
 
 
 def test_an_unknown_decoding_stops_the_task_before_its_data_loads(tmp_path, monkeypatch):
-    from lmms_egoplan.settings import SettingsError
+    from lmms_egoplan.core.settings import SettingsError
 
     for name, value in {**offline_judge_env(tmp_path / "no-data-here", tmp_path), "EGOTHINK_DECODING": "beam"}.items():
         monkeypatch.setenv(name, value)
@@ -322,8 +322,8 @@ def test_an_unknown_decoding_stops_the_task_before_its_data_loads(tmp_path, monk
     ({"source": "s3"}, r"EGOTHINK_SOURCE \(metadata.source\) must be 'hub' or 'local', got 's3'"),
 ])
 def test_source_settings_are_named_as_users_set_them(settings, message):
-    from lmms_egoplan.egothink import EgoThinkSettings, EgoThinkTask
-    from lmms_egoplan.settings import SettingsError
+    from lmms_egoplan.core.settings import SettingsError
+    from lmms_egoplan.egothink.task import EgoThinkSettings, EgoThinkTask
 
     task = SimpleNamespace(settings=EgoThinkSettings(**settings),
                            config=SimpleNamespace(task="ego_think_counting", dataset_name="Reasoning_counting"))
@@ -332,7 +332,7 @@ def test_source_settings_are_named_as_users_set_them(settings, message):
 
 
 def test_a_judge_that_cannot_load_fails_the_judgements_instead_of_the_run(tmp_path, monkeypatch):
-    from lmms_egoplan.egothink import process_results
+    from lmms_egoplan.egothink.task import process_results
     from lmms_egoplan.judge import factory
 
     loads = []

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from lmms_egoplan.core.files import read_jsonl, read_text, valid_text
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, rating_responder
 from lmms_egoplan.judge import (
     Judge,
     JudgeCache,
@@ -24,8 +26,6 @@ from lmms_egoplan.judge import (
     bracket_rating,
     preflight,
 )
-from lmms_egoplan.records import read_jsonl, read_text, valid_text
-from lmms_egoplan.testing.judge_server import ChatServer, Reply, rating_responder
 
 ZERO_HALF_ONE = bracket_rating((0, 0.5, 1))
 
@@ -54,11 +54,11 @@ def test_text_that_is_not_utf8_is_an_error_naming_file_line_and_column(tmp_path)
 
 
 def test_every_reader_of_text_names_a_file_that_is_not_utf8(tmp_path):
-    from lmms_egoplan import egointent_data
-    from lmms_egoplan.actplan_data import load_instances
-    from lmms_egoplan.actplan_plans import candidates_from_jsonl
-    from lmms_egoplan.testing.actplan import write_release_dataset
-    from lmms_egoplan.testing.egointent import write_dataset
+    from lmms_egoplan.actplan.data import load_instances
+    from lmms_egoplan.actplan.plans import candidates_from_jsonl
+    from lmms_egoplan.actplan.synthetic import write_release_dataset
+    from lmms_egoplan.egointent import data as egointent_data
+    from lmms_egoplan.egointent.synthetic import write_dataset
 
     annotations = write_dataset(tmp_path / "egointent")
     annotations.write_bytes(annotations.read_bytes().replace(b"loosen", b"l\xf6osen", 1))
@@ -82,9 +82,10 @@ def test_every_reader_of_text_names_a_file_that_is_not_utf8(tmp_path):
     ("question", None, "question must be a non-empty string, got None"),
 ])
 def test_egoplan_record_fields_of_the_wrong_type_are_named_at_load(field, value, message, tmp_path):
-    from lmms_egoplan import egoplan, egoplan_data
-    from lmms_egoplan.settings import resolve_settings
-    from lmms_egoplan.testing.egoplan import build_fixture
+    from lmms_egoplan.core.settings import resolve_settings
+    from lmms_egoplan.egoplan import data as egoplan_data
+    from lmms_egoplan.egoplan import task as egoplan
+    from lmms_egoplan.egoplan.synthetic import build_fixture
 
     data = build_fixture(tmp_path / "egoplan")
     records = data.records()
@@ -182,8 +183,8 @@ def test_the_preflight_names_an_unreachable_server_an_unknown_model_a_refused_ke
 def test_a_second_run_of_the_same_second_into_the_same_folder_is_refused(tmp_path, monkeypatch):
     from argparse import Namespace
 
-    from lmms_egoplan import harness
-    from lmms_egoplan.errors import InputError
+    from lmms_egoplan.core.errors import InputError
+    from lmms_egoplan.harness import lmms_eval_task as harness
 
     monkeypatch.setattr(harness, "_run_stamp", "20261122_101010")
     monkeypatch.setattr(harness, "_claimed_folders", set())
@@ -200,8 +201,8 @@ def test_a_run_of_the_same_second_that_has_ended_is_found_by_its_files(tmp_path,
     same second must not overwrite them."""
     from argparse import Namespace
 
-    from lmms_egoplan import harness
-    from lmms_egoplan.errors import InputError
+    from lmms_egoplan.core.errors import InputError
+    from lmms_egoplan.harness import lmms_eval_task as harness
 
     monkeypatch.setattr(harness, "_run_stamp", "20261122_101010")
     monkeypatch.setattr(harness, "_claimed_folders", set())
@@ -215,7 +216,7 @@ def test_a_run_of_the_same_second_that_has_ended_is_found_by_its_files(tmp_path,
 
 
 def test_files_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
-    from lmms_egoplan.records import write_atomically
+    from lmms_egoplan.core.files import write_atomically
 
     path = write_atomically(tmp_path / "submission.json", "[1, 2, 3]\n")
     monkeypatch.setattr("os.replace", lambda *_: (_ for _ in ()).throw(OSError("disk full")))
@@ -234,12 +235,13 @@ def predict_only(tmp_path_factory, tiny_model):
     """Every task of the suite in one ``--predict_only`` run (its judge is never asked)."""
     from contextlib import ExitStack
 
-    from lmms_egoplan.smoke import SUITES, load_suite_builder, suite_name
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.demo import SUITES
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.registry import load
 
     root = tmp_path_factory.mktemp("predict_only")
     with ExitStack() as resources:
-        suites = [load_suite_builder(entry)(root / "data" / suite_name(entry), resources) for entry in SUITES]
+        suites = [load(reference)(root / "data" / name, resources) for name, reference in SUITES.items()]
         env = {key: value for suite in suites for key, value in suite.env.items()}
         tasks = [task for suite in suites for task in suite.tasks]
         run = run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}", tasks=tasks,
@@ -305,7 +307,7 @@ def test_rejudge_with_nothing_to_judge_exits_non_zero_saying_so(predict_only, tm
 
 @pytest.fixture(scope="module")
 def egoplan_data(tmp_path_factory):
-    from lmms_egoplan.testing.egoplan import build_fixture
+    from lmms_egoplan.egoplan.synthetic import build_fixture
 
     return build_fixture(tmp_path_factory.mktemp("egoplan"))
 
@@ -314,14 +316,14 @@ def broken_copy(egoplan_data, tmp_path):
     """A copy of the EgoPlan data to damage."""
     import shutil
 
-    from lmms_egoplan.testing.egoplan import build_fixture
+    from lmms_egoplan.egoplan.synthetic import build_fixture
 
     shutil.copytree(egoplan_data.root, tmp_path / "data")
     return build_fixture(tmp_path / "data")
 
 
 def egoplan_run(data, output: Path, *, model: str = "dummy", model_args: str = "", extra_args=(), **settings):
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 
     scored = {} if model == "egoplan_hf" else {"scored_tokens": "answer"}  # dummy scores no end-of-turn
     return run_lmms_eval(model=model, model_args=model_args, tasks=["egoplan_val"], output_dir=output,
@@ -334,8 +336,9 @@ def first_epic_frame(data) -> Path:
 
 
 def load_docs(data, **settings):
-    from lmms_egoplan import egoplan, egoplan_data
-    from lmms_egoplan.settings import resolve_settings
+    from lmms_egoplan.core.settings import resolve_settings
+    from lmms_egoplan.egoplan import data as egoplan_data
+    from lmms_egoplan.egoplan import task as egoplan
 
     resolved = resolve_settings(egoplan.EgoPlanSettings, task="check", metadata={"annotation_file": "EgoPlan_validation.json"},
                                 env_prefix="EGOPLAN", environ=data.env(**settings))
@@ -378,7 +381,7 @@ def test_an_unusable_clip_is_named_at_load(damage, egoplan_data, tmp_path):
     data = broken_copy(egoplan_data, tmp_path)
     clip = data.clips_dir / "106.mp4"
     if damage == "cut short":  # its index comes first, so it opens; only its packets show the loss
-        from lmms_egoplan.testing.media import write_video
+        from lmms_egoplan.fixtures.media import write_video
 
         record = next(r for r in data.records() if r["sample_id"] == 106)
         start = record["task_progress_metadata"][0]["start_frame"]
@@ -455,8 +458,8 @@ def test_two_runs_into_one_output_path_never_overwrite_each_others_files(egoplan
 
 @pytest.mark.e2e
 def test_a_judge_that_does_not_answer_stops_the_run_before_generation(tmp_path):
-    from lmms_egoplan.testing.egothink import write_release
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.egothink.synthetic import write_release
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 
     data = write_release(tmp_path / "data", per_dimension=1)
     with ChatServer(lambda call: Reply("an answer")) as model:
@@ -475,9 +478,9 @@ def test_lone_surrogates_in_model_output_are_judged_and_scored_and_logged(tmp_pa
     task and ActPlan score it, and the samples file holds every sample."""
     from contextlib import ExitStack
 
-    from lmms_egoplan.testing.actplan import smoke_suite as actplan_suite
-    from lmms_egoplan.testing.egothink import write_release
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.actplan.synthetic import smoke_suite as actplan_suite
+    from lmms_egoplan.egothink.synthetic import write_release
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 
     with ExitStack() as resources, ChatServer(lambda call: Reply("Two plates \udcff.\nwalk_to(sink\udcff)")) as model, \
             ChatServer(rating_responder(lambda call: "1")) as judge:
@@ -535,9 +538,10 @@ def escape_path(escape: str, root: Path, name: str, outside_file: Path) -> str:
 def test_an_egoplan_video_id_that_leaves_its_root_is_an_error_naming_the_sample_and_field(escape, why, tmp_path):
     import shutil
 
-    from lmms_egoplan import egoplan, egoplan_data
-    from lmms_egoplan.settings import resolve_settings
-    from lmms_egoplan.testing.egoplan import build_fixture
+    from lmms_egoplan.core.settings import resolve_settings
+    from lmms_egoplan.egoplan import data as egoplan_data
+    from lmms_egoplan.egoplan import task as egoplan
+    from lmms_egoplan.egoplan.synthetic import build_fixture
 
     data = build_fixture(tmp_path / "egoplan")
     records = data.records()
@@ -563,8 +567,8 @@ def test_an_egoplan_video_id_that_leaves_its_root_is_an_error_naming_the_sample_
 
 
 def test_an_egothink_image_that_leads_out_of_the_data_root_is_an_error_naming_the_record(tmp_path):
-    from lmms_egoplan.egothink_data import DIMENSIONS, EgoThinkDataError, load_release_dimension
-    from lmms_egoplan.testing.egothink import write_release
+    from lmms_egoplan.egothink.data import DIMENSIONS, EgoThinkDataError, load_release_dimension
+    from lmms_egoplan.egothink.synthetic import write_release
 
     root = write_release(tmp_path / "data", per_dimension=2)
     dimension = DIMENSIONS["Object_existence"]
@@ -583,8 +587,8 @@ def test_an_egothink_image_that_leads_out_of_the_data_root_is_an_error_naming_th
 @pytest.mark.parametrize("escape, why", [("dotdot", "climbs out of it with '..'"), ("absolute", "is an absolute path"),
                                          ("symlink", "leads out of it through a symbolic link")])
 def test_an_egointent_video_that_leaves_the_video_root_is_named_with_its_record_and_field(escape, why, tmp_path):
-    from lmms_egoplan.egointent_data import EgoIntentDataError, load_steps
-    from lmms_egoplan.testing.egointent import write_dataset
+    from lmms_egoplan.egointent.data import EgoIntentDataError, load_steps
+    from lmms_egoplan.egointent.synthetic import write_dataset
 
     annotations = write_dataset(tmp_path / "data")
     records = [json.loads(line) for line in annotations.read_text().splitlines()]
@@ -602,8 +606,8 @@ def test_an_egointent_video_that_leaves_the_video_root_is_named_with_its_record_
 
 
 def test_an_actplan_instance_file_that_leads_out_of_the_release_is_an_error_naming_the_instance(tmp_path):
-    from lmms_egoplan.actplan_data import ActPlanDataError, load_instances
-    from lmms_egoplan.testing.actplan import write_release_dataset
+    from lmms_egoplan.actplan.data import ActPlanDataError, load_instances
+    from lmms_egoplan.actplan.synthetic import write_release_dataset
 
     release = write_release_dataset(tmp_path / "ActPlan-1K", scenes=1, activities=1, samples=1)
     image = sorted(release.rglob("*.png"))[0]
@@ -618,7 +622,7 @@ def test_an_actplan_instance_file_that_leads_out_of_the_release_is_an_error_nami
 
 
 def test_a_dataset_path_in_a_stored_image_name_is_reduced_to_a_plain_extension(tmp_path):
-    from lmms_egoplan.egothink_data import _stored_image
+    from lmms_egoplan.egothink.data import _stored_image
 
     for given, suffix in (("photo.png", ".png"), ("a/../../../etc/x.j pg", ".jpg"), ("x.jpg\n", ".jpg"), ("", ".jpg")):
         stored = _stored_image({"bytes": given.encode() + b"content", "path": given}, tmp_path, 0)
@@ -644,7 +648,7 @@ def test_a_record_whose_media_leaves_the_data_root_stops_the_run_naming_it_last(
 
 def judged_rows(count: int) -> list[dict]:
     """Samples-file rows of an EgoThink task as a judged run logs them."""
-    from lmms_egoplan.egothink import RUBRIC_NAME
+    from lmms_egoplan.egothink.task import RUBRIC_NAME
     from lmms_egoplan.judge import judge_parts_item
 
     rows = []
@@ -723,7 +727,7 @@ def test_rejudge_with_failed_judgements_exits_with_the_distinct_status_saying_ho
 ])
 def test_a_task_that_is_not_found_in_a_run_of_the_suite_exits_1_saying_what_to_type(case, model, tasks, plugin,
                                                                                      last_line, tmp_path):
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 
     run = run_lmms_eval(model=model, model_args="pretrained=unused", tasks=[tasks], output_dir=tmp_path, check=False,
                         use_plugin=plugin)
@@ -793,8 +797,8 @@ def test_a_likelihood_pass_stopped_mid_way_keeps_every_scored_question(signum, e
     lmms-eval's own storing, a chunk of ``RESPONSE_CHUNK_MIN_DOCS`` documents at a time, would show 16."""
     import signal
 
-    from lmms_egoplan.lmms_eval_compat import RESPONSE_CHUNK_MIN_DOCS
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval, start_lmms_eval
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval, start_lmms_eval
+    from lmms_egoplan.harness.lmms_eval_compat import RESPONSE_CHUNK_MIN_DOCS
 
     cache = tmp_path / "cache"
     model = tiny_model("qwen2_vl", hidden_size=512, num_layers=8)
@@ -848,8 +852,8 @@ def egothink_run_args(data: Path, model, judge, cache: Path, **settings) -> dict
 def test_a_generation_pass_killed_mid_way_resumes_from_what_lmms_evals_cache_kept(tmp_path):
     """lmms-eval's own openai backend: the killed run's per-run cache folder, never merged by lmms-eval,
     is merged by the next run, which asks the model only for the answers it lacks."""
-    from lmms_egoplan.testing.egothink import write_release
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval, start_lmms_eval
+    from lmms_egoplan.egothink.synthetic import write_release
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval, start_lmms_eval
 
     data = write_release(tmp_path / "data", per_dimension=12)
     with ChatServer(lambda call: Reply("Two.", delay=0.2)) as model, ChatServer(rating_responder(lambda call: "1")) as judge:
@@ -869,9 +873,9 @@ def test_a_generation_pass_killed_mid_way_resumes_from_what_lmms_evals_cache_kep
 @pytest.mark.e2e
 @pytest.mark.parametrize("signum", [9, 15], ids=["SIGKILL", "SIGTERM"])
 def test_a_run_stopped_while_judging_asks_no_model_again_and_the_judge_only_what_it_had_not_answered(signum, tmp_path):
+    from lmms_egoplan.egothink.synthetic import write_release
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval, start_lmms_eval
     from lmms_egoplan.judge import JudgeCache
-    from lmms_egoplan.testing.egothink import write_release
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval, start_lmms_eval
 
     data = write_release(tmp_path / "data", per_dimension=12)
     with ChatServer(lambda call: Reply("Two.")) as model, \
@@ -904,8 +908,8 @@ def test_a_judge_failing_after_a_good_preflight_ends_the_run_with_status_3_and_t
     import subprocess
     import sys
 
-    from lmms_egoplan.testing.egothink import write_release
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.egothink.synthetic import write_release
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 
     data = write_release(tmp_path / "data", per_dimension=3)
     state = {"down": True}

@@ -7,9 +7,9 @@ from typing import Optional
 
 import pytest
 
-from lmms_egoplan.lmms_eval_compat import plugin_task_folders
-from lmms_egoplan.settings import SettingsError, resolve_settings, setting
-from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.core.settings import SettingsError, resolve_settings, setting
+from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.harness.lmms_eval_compat import plugin_task_folders
 
 PROBE_TASKS = Path(__file__).parent / "fixtures" / "probe_tasks"
 
@@ -108,3 +108,39 @@ def test_benchmark_task_through_the_cli_uses_settings_presets_and_limit(tmp_path
     assert run.metric("lmms_egoplan_probe", "exact") == pytest.approx(3 / 5)
     recorded = run.results["configs"]["lmms_egoplan_probe"]["metadata"]
     assert recorded == {"version": 1, "prompt_prefix": "Question: ", "data_file": str(data), "repeat": 2}
+
+
+def test_both_harness_adapters_provide_the_written_contract():
+    from lmms_egoplan.harness.contract import BenchmarkScoring, HarnessTask
+    from lmms_egoplan.harness.lm_eval_task import LmEvalBenchmarkTask
+    from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask
+
+    members = [name for name in vars(HarnessTask) if not name.startswith("_")]
+    assert {"add_metric", "has_metric", "run_file", "evaluated_model", "predict_only"} <= set(members)
+    for adapter in (BenchmarkTask, LmEvalBenchmarkTask):
+        assert [name for name in members if not hasattr(adapter, name)] == [], adapter
+    from lmms_egoplan.actplan.task import ActPlanScoring
+    from lmms_egoplan.egoplan.task import EgoPlanScoring
+    from lmms_egoplan.egothink.task import EgoThinkScoring
+
+    for scoring in (ActPlanScoring, EgoPlanScoring, EgoThinkScoring):
+        assert all(hasattr(scoring, name) for name in ("Settings", "ENV_PREFIX", "load_docs")), scoring
+    assert "load_docs" in vars(BenchmarkScoring)
+
+
+def test_no_benchmark_scoring_reads_a_private_attribute_it_does_not_set():
+    """A scoring class reads only what ``harness.contract.HarnessTask`` names of its adapter: every
+    ``self._name`` it reads, the module itself assigns."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "lmms_egoplan"
+    modules = [*package.glob("*/task.py"), *package.glob("*/text_baselines.py"), package / "harness" / "judged.py"]
+    for module in modules:
+        tree = ast.parse(module.read_text())
+        private = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                   and isinstance(node.value, ast.Name) and node.value.id == "self" and node.attr.startswith("_")
+                   and not node.attr.startswith("__")}
+        assigned = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                    and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name) and node.value.id == "self"}
+        methods = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+        assert private - assigned - methods == set(), module.relative_to(package)

@@ -1,13 +1,22 @@
-"""The import graph of lmms_egoplan (function-local imports included) has no cycle, and the judge
-package stands below lmms-eval and the benchmarks."""
+"""The import graph of lmms_egoplan (function-local imports and string imports -- "module:attribute"
+references and module names imported by importlib -- included) has no cycle, and the layers hold:
+the core below everything, the judge below lmms-eval and the benchmarks, nothing importing upwards."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lmms_egoplan"
 JUDGE = "lmms_egoplan.judge"
+STRING_IMPORT = re.compile(r"(lmms_egoplan(?:\.\w+)*)(?::\w+)?")
+BENCHMARKS = ("egoplan", "egothink", "egointent", "actplan")
+# A benchmark named in text: EgoPlan, ego_think, ActPlan-1K, ... (not the suite's own name, lmms_egoplan).
+BENCHMARK_MENTION = re.compile(r"(?<![\w-])(ego_?plan|ego_?think|ego_?intent|act_?plan)", re.IGNORECASE)
+# Each folder's layer: a module imports only from its own layer's folder or from lower layers.
+LAYERS = {"core": 0, "judge": 1, "harness": 2, "models": 3, "fixtures": 2,
+          **{name: 3 for name in BENCHMARKS}, "registry": 4, "": 4, "report": 4, "demo": 5, "cli": 6}
 
 
 def module_name(path: Path) -> str:
@@ -30,7 +39,20 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
                 base = ".".join([*anchor, *([base] if base else [])])
             # `from package import submodule` imports the submodule.
             found.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.update(string_imports(node.value, modules))
     return found
+
+
+def string_imports(text: str, modules: set[str]) -> set[str]:
+    """The modules a string names as a whole: "lmms_egoplan.x.y" or "lmms_egoplan.x.y:attribute"."""
+    match = STRING_IMPORT.fullmatch(text.strip())
+    if match is None:
+        return set()
+    name = match.group(1)
+    while name not in modules and "." in name:  # "package.module.attribute": the module
+        name = name.rpartition(".")[0]
+    return {name} if name in modules and name != "lmms_egoplan" else set()  # "lmms_egoplan.video_clip": a key
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -71,7 +93,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    """The graph between lmms_egoplan's modules and folders (``testing/``, ``judge/``, ...): a folder
+    """The graph between lmms_egoplan's modules and folders (``fixtures/``, ``judge/``, ...): a folder
     is one node, so that two folders importing each other is a cycle too."""
     def node(module: str) -> str:
         return ".".join(module.split(".")[:2])
@@ -99,11 +121,10 @@ def test_no_import_cycle_anywhere():
 
 def test_the_judge_package_imports_neither_lmms_eval_nor_a_benchmark():
     graph = import_graph()
-    allowed = {"lmms_egoplan.errors", "lmms_egoplan.metrics", "lmms_egoplan.records", "lmms_egoplan.settings"}  # the core
     for module, targets in graph.items():
         if in_judge(module):
             outside = {t for t in targets if t.split(".")[0] in ("lmms_eval", "lmms_egoplan")
-                       and not in_judge(t) and t not in allowed}
+                       and not in_judge(t) and not t.startswith("lmms_egoplan.core")}
             assert outside == set(), module
 
 
@@ -114,3 +135,44 @@ def test_every_judge_module_imports_alone_in_a_fresh_interpreter_without_loading
             [sys.executable, "-c", f"import sys, {module}; print(sorted({{m.split('.')[0] for m in sys.modules}}))"],
             capture_output=True, text=True, check=True).stdout
         assert not {"'lmms_eval'", "'openai'", "'torch'", "'transformers'"} & set(loaded.strip("[]\n").split(", ")), module
+
+
+def folder(module: str) -> str:
+    """The top-level module or folder of lmms_egoplan a module is in ("" for the package itself)."""
+    return module.split(".")[1] if "." in module else ""
+
+
+def layer(module: str) -> int:
+    return LAYERS[folder(module)]
+
+
+def test_string_imports_are_in_the_graph():
+    graph = import_graph()
+    assert "lmms_egoplan.egothink.task" in graph["lmms_egoplan.registry"]  # "lmms_egoplan.egothink.task:group_scores"
+    assert "lmms_egoplan.egoplan.synthetic" in graph["lmms_egoplan.registry"]
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    graph = import_graph()
+    assert set(LAYERS) >= {folder(module) for module in graph}, "a new folder needs a layer"
+    upward = sorted((module, target) for module, targets in graph.items() for target in targets
+                    if target in graph and layer(target) > layer(module))
+    assert upward == []
+    sideways = sorted((module, target) for module, targets in graph.items() for target in targets if target in graph
+                      and layer(target) == layer(module) and folder(module) != folder(target)
+                      and {folder(module), folder(target)} & set(BENCHMARKS))
+    assert sideways == [], "a benchmark imports another (or its layer's shared code)"
+
+
+def test_the_core_imports_nothing_of_the_suite_outside_itself():
+    for module, targets in import_graph().items():
+        if module.startswith("lmms_egoplan.core"):
+            assert {t for t in targets if t.startswith("lmms_egoplan") and not t.startswith("lmms_egoplan.core")} == set()
+
+
+def test_neither_the_core_nor_the_judge_names_a_benchmark_not_even_in_a_string():
+    for path in [*sorted((PACKAGE / "core").rglob("*.py")), *sorted((PACKAGE / "judge").rglob("*.py"))]:
+        strings = [node.value for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Constant)
+                   and isinstance(node.value, str)]
+        named = sorted({match.group(0) for text in strings for match in BENCHMARK_MENTION.finditer(text)})
+        assert named == [], path.relative_to(PACKAGE)

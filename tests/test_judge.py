@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from loguru import logger
 
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, fail_first, hang, hash_rating, rating_responder
 from lmms_egoplan.judge import (
     Completion,
     Decoding,
@@ -30,7 +31,6 @@ from lmms_egoplan.judge import (
     judge_parts_item,
     score_judged,
 )
-from lmms_egoplan.testing.judge_server import ChatServer, Reply, fail_first, hang, hash_rating, rating_responder
 
 LOGS_BEFORE_RUBRIC_NAMES = Path(__file__).parent / "fixtures" / "logs_before_rubric_names"
 
@@ -59,7 +59,7 @@ def mean_rating(results):
 
 def expected_rating(request):
     """What `hash_rating` answers for this request (it rates the user message)."""
-    from lmms_egoplan.testing.judge_server import ChatCall
+    from lmms_egoplan.fixtures.judge_server import ChatCall
 
     call = ChatCall("/v1/chat/completions", {"messages": [dict(m) for m in request.messages]}, {}, 0, 0.0)
     return float(hash_rating(call))
@@ -414,9 +414,9 @@ def test_rubrics_are_found_by_registered_name_even_before_their_benchmark_is_imp
     script = textwrap.dedent("""
         import sys
         from lmms_egoplan.judge import load_rubric
-        assert "lmms_egoplan.egothink" not in sys.modules
+        assert "lmms_egoplan.egothink.task" not in sys.modules
         rubric = load_rubric("egothink")
-        assert rubric is sys.modules["lmms_egoplan.egothink"].RUBRIC and rubric.scale == 100.0
+        assert rubric is sys.modules["lmms_egoplan.egothink.task"].RUBRIC and rubric.scale == 100.0
         assert load_rubric("lmms_egoplan.egothink:RUBRIC") is rubric  # as logs written before names say
         assert load_rubric("lmms_egoplan.egointent:RUBRIC") is load_rubric("egointent")
     """)

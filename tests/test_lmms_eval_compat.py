@@ -20,8 +20,8 @@ from lmms_eval.caching.response_cache import _SCHEMA_SQL, ResponseCache
 from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
 from lmms_eval.tasks import TaskManager
 
-from lmms_egoplan import lmms_eval_compat
-from lmms_egoplan.testing.lmms_eval_run import OFFLINE_ENV
+from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV
+from lmms_egoplan.harness import lmms_eval_compat
 
 PROBE_TASKS = Path(__file__).parent / "fixtures" / "probe_tasks"
 
@@ -47,7 +47,7 @@ except SystemExit as stop:
 finally:
     from lmms_eval.api import instance
     from lmms_eval.tasks import TaskManager
-    compat = sys.modules.get("lmms_egoplan.lmms_eval_compat")
+    compat = sys.modules.get("lmms_egoplan.harness.lmms_eval_compat")
     print("COMPAT-STATE " + json.dumps({
         "suite_loaded": "lmms_egoplan" in sys.modules,
         "loglikelihood_pairs_kept": getattr(instance.unwrap_generation_output, "_keeps_loglikelihood_pairs", False),

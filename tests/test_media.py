@@ -2,8 +2,8 @@ from unittest import mock
 
 import pytest
 
-from lmms_egoplan import media
-from lmms_egoplan.testing import media as synthetic
+from lmms_egoplan.core import media
+from lmms_egoplan.fixtures import media as synthetic
 
 
 @pytest.fixture(scope="module")

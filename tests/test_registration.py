@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lmms_egoplan.testing.lmms_eval_run import OFFLINE_ENV, run_lmms_eval
+from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV, run_lmms_eval
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 TASKS = CHECKOUT / "tasks"
@@ -171,14 +171,14 @@ def test_wheel_install_registers_tasks_through_include_path(wheel_env):
 def wheel_run(wheel_env, tiny_model, tmp_path_factory):
     """One task of each benchmark in one lmms-eval run of the fresh environment (EgoThink and EgoIntent
     judged by loopback judges), and the data it read."""
-    from lmms_egoplan.smoke import SUITES, load_suite_builder, suite_name
+    from lmms_egoplan.demo import SUITES
+    from lmms_egoplan.registry import load
 
     root = tmp_path_factory.mktemp("wheel_run")
     one_task = {"egoplan": "egoplan_val", "egothink": "ego_think_counting", "egointent": "egointent",
                 "actplan": "actplan1k"}
     with contextlib.ExitStack() as resources:
-        suites = {suite_name(entry): load_suite_builder(entry)(root / "data" / suite_name(entry), resources)
-                  for entry in SUITES}
+        suites = {name: load(reference)(root / "data" / name, resources) for name, reference in SUITES.items()}
         run = run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}",
                             tasks=[one_task[name] for name in suites], output_dir=root / "out",
                             env={key: value for suite in suites.values() for key, value in suite.env.items()},
@@ -200,8 +200,8 @@ def test_wheel_install_evaluates_one_task_of_each_benchmark(wheel_run):
 def test_every_lmms_egoplan_command_runs_from_the_wheel(wheel_env, wheel_run, tmp_path):
     """`lmms-egoplan` of the fresh environment (its console script): each subcommand on the files of
     the run above, or on the fixtures the demo builds."""
-    from lmms_egoplan.testing.actplan import build_tiny_bert, write_finetuning_data
-    from lmms_egoplan.testing.judge_server import ChatServer, rating_responder
+    from lmms_egoplan.actplan.synthetic import build_tiny_bert, write_finetuning_data
+    from lmms_egoplan.fixtures.judge_server import ChatServer, rating_responder
 
     run, suites, _ = wheel_run
     wheel_env.run("lmms-egoplan", "report", str(run.output_dir), "--output", str(tmp_path / "report"))

@@ -11,7 +11,6 @@ import pytest
 from matplotlib.colors import to_hex, to_rgb
 
 from lmms_egoplan.cli import main
-from lmms_egoplan.metrics import bootstrap_interval, exact_binomial_interval
 from lmms_egoplan.report import NothingFoundError, write_report
 from lmms_egoplan.report.figures import (
     PUBLISHED_COLOUR,
@@ -20,6 +19,7 @@ from lmms_egoplan.report.figures import (
     egoplan_breakdowns,
     egothink_dimensions,
 )
+from lmms_egoplan.report.intervals import bootstrap_interval, exact_binomial_interval
 from lmms_egoplan.report.layout import BENCHMARKS, EGOTHINK_CAPABILITIES, PUBLISHED_FIELDS, published_rows
 from lmms_egoplan.report.runs import load_runs
 from lmms_egoplan.report.tables import TEXT_ONLY_BASELINE, THIS_RUN, build_tables

@@ -17,21 +17,21 @@ import numpy as np
 import pytest
 from lmms_eval.api.instance import Instance
 
-from lmms_egoplan.media import as_video_frames, frame_times
-from lmms_egoplan.models.egoplan_hf import EgoPlanHF
-from lmms_egoplan.models.egoplan_server import EgoPlanServer
-from lmms_egoplan.models.engines import ServerRequestError, ServerSetupError
-from lmms_egoplan.models.visuals import UnsupportedVisualError
-from lmms_egoplan.request_options import (
+from lmms_egoplan.core.media import as_video_frames, frame_times
+from lmms_egoplan.core.request_options import (
     ANSWER_AND_END_OF_TURN,
     LOSS_MEAN,
     NONZERO_LOSS_TOKENS,
     SCORED_SPAN,
 )
-from lmms_egoplan.testing.checkpoints import ARCHITECTURES, VIDEO_ARCHITECTURES
-from lmms_egoplan.testing.engine_servers import EngineServer
-from lmms_egoplan.testing.judge_server import ChatServer, Reply
-from lmms_egoplan.testing.media import index_image
+from lmms_egoplan.fixtures.checkpoints import ARCHITECTURES, VIDEO_ARCHITECTURES
+from lmms_egoplan.fixtures.engine_servers import EngineServer
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
+from lmms_egoplan.fixtures.media import index_image
+from lmms_egoplan.models.egoplan_hf import EgoPlanHF
+from lmms_egoplan.models.egoplan_server import EgoPlanServer
+from lmms_egoplan.models.engines import ServerRequestError, ServerSetupError
+from lmms_egoplan.models.visuals import UnsupportedVisualError
 
 TASK, SPLIT = "probe", "test"
 CHOICES = ["open the fridge", "wash the hands", "put the pan on the stove", "take the cup"]
@@ -285,7 +285,7 @@ def cli_setup(tiny_model, tmp_path_factory):
     """Probe docs in the backend tests' task format, and one loopback vLLM server for every CLI run."""
     import json
 
-    from lmms_egoplan.testing.media import write_image
+    from lmms_egoplan.fixtures.media import write_image
 
     root = tmp_path_factory.mktemp("server_probe")
     docs = []
@@ -303,7 +303,7 @@ def cli_setup(tiny_model, tmp_path_factory):
 
 
 def evaluate_through(server: EngineServer, data: Path, output: Path, *extra: str, model: str = "tiny"):
-    from lmms_egoplan.testing.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 
     return run_lmms_eval(model="egoplan_server", check=False, tasks=[MC, GEN], output_dir=output,
                          model_args=f"engine=vllm,base_url={server.base_url},model={model},max_frames=8,retries=1,"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from lmms_egoplan import smoke
-from lmms_egoplan.testing import egoplan
-from lmms_egoplan.testing.suite import SmokeSuite
+from lmms_egoplan import demo as smoke
+from lmms_egoplan.egoplan import synthetic as egoplan
+from lmms_egoplan.fixtures.suite import SmokeSuite
 
 # End to end: the real lmms-eval CLI in subprocesses.
 pytestmark = pytest.mark.e2e
@@ -60,13 +60,13 @@ def missing_data(workdir, resources):
 
 
 def test_smoke_reports_every_failing_benchmark_and_fails(tmp_path, monkeypatch):
-    monkeypatch.setattr(smoke, "SUITES", (f"{__name__}:broken_fixture", f"{__name__}:missing_data"))
+    monkeypatch.setattr(smoke, "SUITES", {"broken": f"{__name__}:broken_fixture", "missing": f"{__name__}:missing_data"})
     out = io.StringIO()
     assert smoke.run_smoke(tmp_path, out=out) == 2
     printed = out.getvalue()
     assert "FAILED building its fixtures: RuntimeError: cannot build" in printed
     assert "EgoPlan annotation file not found" in printed  # lmms-eval's own log tail names the cause
-    assert printed.rstrip().endswith(f"FAILED: {__name__.rsplit('.', 1)[-1]}, {__name__.rsplit('.', 1)[-1]}")
+    assert printed.rstrip().endswith("FAILED: broken, missing")
 
 
 def tampered_egoplan(workdir, resources):
@@ -83,7 +83,7 @@ def tampered_egoplan(workdir, resources):
 
 
 def test_a_scripted_value_off_the_script_fails_the_demo(tmp_path, monkeypatch):
-    monkeypatch.setattr(smoke, "SUITES", (f"{__name__}:tampered_egoplan",))
+    monkeypatch.setattr(smoke, "SUITES", {"egoplan": f"{__name__}:tampered_egoplan"})
     out = io.StringIO()
     assert smoke.run_smoke(tmp_path, out=out) == 1
     printed = out.getvalue()
@@ -91,4 +91,4 @@ def test_a_scripted_value_off_the_script_fails_the_demo(tmp_path, monkeypatch):
     reported = results["results"]["egoplan_val_gen"]["accuracy,none"]
     assert f"[scripted] rows: 1 of 22 values differ from what the script implies:\n  egoplan_val_gen accuracy: " \
            f"reported {reported}, expected {reported + 0.125:.6g}" in printed
-    assert printed.rstrip().endswith(f"FAILED: {__name__.rsplit('.', 1)[-1]} (scripted)")  # the suite's module
+    assert printed.rstrip().endswith("FAILED: egoplan (scripted)")

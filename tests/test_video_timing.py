@@ -16,14 +16,17 @@ import pytest
 import torch
 from lmms_eval.api.instance import Instance
 
-from lmms_egoplan import egointent, egoplan, egoplan_data, media
-from lmms_egoplan.egointent import EgoIntentSettings
-from lmms_egoplan.egointent_data import load_steps, step_docs
+from lmms_egoplan.core import media
+from lmms_egoplan.core.settings import resolve_settings
+from lmms_egoplan.egointent import task as egointent
+from lmms_egoplan.egointent.data import load_steps, step_docs
+from lmms_egoplan.egointent.task import EgoIntentSettings
+from lmms_egoplan.egoplan import data as egoplan_data
+from lmms_egoplan.egoplan import task as egoplan
+from lmms_egoplan.fixtures.checkpoints import VIDEO_ARCHITECTURES
+from lmms_egoplan.fixtures.media import index_image, write_frame_folder, write_video
 from lmms_egoplan.models.egoplan_hf import EgoPlanHF
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
-from lmms_egoplan.settings import resolve_settings
-from lmms_egoplan.testing.checkpoints import VIDEO_ARCHITECTURES
-from lmms_egoplan.testing.media import index_image, write_frame_folder, write_video
 
 TOKENS_PER_SECOND = 2  # the tiny Qwen2.5-VL's vision_config.tokens_per_second, as the released checkpoints'
 TEMPORAL_PATCH = 2  # frames per temporal patch of the Qwen-VL video processors

@@ -17,7 +17,7 @@ benchmark):
 * ``cache``: the SQLite cache of answers; ``engine``: ``Judge``;
 * ``rubrics``: rubrics registered by name, the judged items tasks log, and their scores.
 
-Inside lmms-eval, tasks use the judge through ``lmms_egoplan.judged_task.JudgedTask``;
+Inside lmms-eval, tasks use the judge through ``lmms_egoplan.harness.judged.JudgedTask``;
 ``lmms-egoplan rejudge`` uses it to re-score logged model outputs with another judge.
 """
 

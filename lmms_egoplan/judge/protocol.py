@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
-from lmms_egoplan.records import valid_text
+from lmms_egoplan.core.files import valid_text
 
 # A rating parser turns the judge's raw text into a rating, or raises ValueError (its message
 # is recorded as the failure reason) when the text holds no valid rating.

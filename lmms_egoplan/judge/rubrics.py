@@ -4,7 +4,7 @@ A benchmark registers its ``Rubric`` (rating parser and score scale) under a sta
 its module is imported::
 
     RUBRIC = Rubric(bracket_rating(allowed=(0, 0.5, 1)), scale=100.0)
-    RUBRIC_NAME = register_rubric("egothink", RUBRIC)
+    RUBRIC_NAME = register_rubric("my_benchmark", RUBRIC)
 
 Its ``process_results`` returns ``judge_parts_item(parts, RUBRIC_NAME)`` per sample: the judge
 requests (or ``FixedRating``s) and the rubric's name, self-contained, so that lmms-eval's sample
@@ -14,16 +14,15 @@ is ``score_judged``: each part scored over all items, then the mean of the part 
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from lmms_egoplan.core.statistics import mean_or_nan
 from lmms_egoplan.judge.protocol import Judgement, JudgeRequest, JudgeResults, RatingParser
-from lmms_egoplan.metrics import mean_or_nan
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ class Rubric:
 def bracket_rating(allowed: Sequence[float]) -> RatingParser:
     """Parser for FastChat-style single-answer grading: ``Rating: [[0.5]]``.
 
-    Like FastChat (and the EgoThink and MT-Bench judges built on it) it takes the first
+    Like FastChat (and the MT-Bench-style judges built on it) it takes the first
     ``[[x]]`` and falls back to the first ``[x]``. The rating must then be one of ``allowed``;
     anything else is no valid rating (a judge answering on another scale is a failed
     judgement, not a score).
@@ -62,12 +61,16 @@ def bracket_rating(allowed: Sequence[float]) -> RatingParser:
 
 _RUBRICS: dict[str, Rubric] = {}
 
-# The modules that register the suite's own rubrics, so that a log re-judges in a process that has
-# not imported its benchmark (named, not imported: the judge package sits below the benchmarks).
-SUITE_RUBRIC_MODULES = {"egothink": "lmms_egoplan.egothink", "egointent": "lmms_egoplan.egointent"}
+# Where a rubric not registered yet is looked up (a reference in, its registered name out, or None):
+# finders a layer above installs (the suite's benchmark registry, ``lmms_egoplan.registry``), so
+# that a log re-judges in a process that has not imported its benchmark.
+_RUBRIC_FINDERS: list[Callable[[str], str | None]] = []
 
-# What logs written before rubrics had names carry: the module path of the rubric.
-MODULE_PATH_REFERENCES = {"lmms_egoplan.egothink:RUBRIC": "egothink", "lmms_egoplan.egointent:RUBRIC": "egointent"}
+
+def add_rubric_finder(finder: Callable[[str], str | None]) -> None:
+    """Look rubrics not registered yet up with ``finder`` (which registers the rubric it names)."""
+    if finder not in _RUBRIC_FINDERS:
+        _RUBRIC_FINDERS.append(finder)
 
 
 def register_rubric(name: str, rubric: Rubric) -> str:
@@ -83,10 +86,12 @@ def register_rubric(name: str, rubric: Rubric) -> str:
 
 def load_rubric(reference: str) -> Rubric:
     """The rubric a judged item names: a registered name, or the module path that logs written
-    before rubrics had names carry (``"lmms_egoplan.egothink:RUBRIC"``)."""
-    name = MODULE_PATH_REFERENCES.get(reference, reference)
-    if name not in _RUBRICS and name in SUITE_RUBRIC_MODULES:
-        importlib.import_module(SUITE_RUBRIC_MODULES[name])  # registers it
+    before rubrics had names carry, as a finder (``add_rubric_finder``) maps them."""
+    name = reference
+    for finder in _RUBRIC_FINDERS:
+        if name in _RUBRICS:
+            break
+        name = finder(reference) or name
     if name not in _RUBRICS:
         raise ValueError(f"no rubric is registered as {reference!r} (registered: {', '.join(sorted(_RUBRICS))})")
     return _RUBRICS[name]

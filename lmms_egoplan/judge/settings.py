@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from lmms_egoplan.errors import InputError
-from lmms_egoplan.settings import setting, value_problems
+from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.settings import setting, value_problems
 
 JUDGE_BACKENDS = ("openai", "azure", "hf")
 
@@ -24,8 +24,8 @@ class JudgeSettings:
 
     A benchmark's Settings dataclass inherits these fields, so inside lmms-eval they come from
     the task YAML's ``metadata`` and environment variables ``<BENCH>_JUDGE_MODEL`` etc.
-    (see ``lmms_egoplan.settings.resolve_settings``). A benchmark may redeclare a field to
-    change its default (EgoThink's judge is the paper's GPT-4).
+    (see ``lmms_egoplan.core.settings.resolve_settings``). A benchmark may redeclare a field to
+    change its default (e.g. to the judge model its paper used).
     """
 
     judge_backend: str = setting("openai", choices=JUDGE_BACKENDS)  # "openai" (any OpenAI-compatible server), "azure" or "hf"

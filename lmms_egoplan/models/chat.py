@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass
 from typing import Sequence
 
-from lmms_egoplan.records import read_text
-from lmms_egoplan.request_options import TEXT_FIRST, VISUALS_FIRST
+from lmms_egoplan.core.files import read_text
+from lmms_egoplan.core.request_options import TEXT_FIRST, VISUALS_FIRST
 
 
 class ChatTemplateError(ValueError):

@@ -14,10 +14,10 @@ from typing import Any, Callable, Iterator, Sequence
 
 from lmms_eval.api.instance import Instance
 
+from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
+from lmms_egoplan.core.settings import closest_name_hint
 from lmms_egoplan.models.chat import ChatTemplateError
 from lmms_egoplan.models.visuals import ModelVisuals, decode_ahead, prepare_visuals
-from lmms_egoplan.request_options import INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
-from lmms_egoplan.settings import closest_name_hint
 
 # The request options a likelihood backend honours (``request_options``); a question's candidates share them.
 QUESTION_OPTIONS = (SCORED_SPAN, LOSS_MEAN, INPUT_ORDER)

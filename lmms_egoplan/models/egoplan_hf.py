@@ -5,7 +5,7 @@ processor and chat template through the Auto classes, gives each architecture it
 native form and real timing (see ``visuals``), scores ``multiple_choice`` the way lmms-eval ranks it
 (mean negative log-likelihood of the answer tokens, lower is better; with the end-of-turn token(s),
 or averaged as EgoPlan-Bench's official code averages, where the task asks for it, see
-``lmms_egoplan.request_options``) with the prompt and visuals computed once per question (see
+``lmms_egoplan.core.request_options``) with the prompt and visuals computed once per question (see
 ``likelihood``), and generates in batches.
 """
 
@@ -22,8 +22,10 @@ from lmms_eval.api.model import lmms
 from loguru import logger
 from tqdm import tqdm
 
-from lmms_egoplan.lmms_eval_compat import on_suite_use
-from lmms_egoplan.metrics import resolve_device
+from lmms_egoplan.core.devices import resolve_device
+from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
+from lmms_egoplan.core.settings import SettingsError, coerce_setting
+from lmms_egoplan.harness.lmms_eval_compat import on_suite_use
 from lmms_egoplan.models.chat import ChatRenderer
 from lmms_egoplan.models.doc_requests import (
     QUESTION_OPTIONS,
@@ -34,8 +36,6 @@ from lmms_egoplan.models.doc_requests import (
 )
 from lmms_egoplan.models.likelihood import LikelihoodScorer, scored_sequence, special_token_ids
 from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError, VisualLimits
-from lmms_egoplan.request_options import ANSWER_AND_END_OF_TURN, INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
-from lmms_egoplan.settings import SettingsError, coerce_setting
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEFAULT_MAX_NEW_TOKENS = 256

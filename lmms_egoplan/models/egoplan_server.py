@@ -20,7 +20,9 @@ from lmms_eval.api.model import lmms
 from loguru import logger
 from tqdm import tqdm
 
-from lmms_egoplan.lmms_eval_compat import on_suite_use
+from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
+from lmms_egoplan.core.settings import SettingsError, coerce_setting
+from lmms_egoplan.harness.lmms_eval_compat import on_suite_use
 from lmms_egoplan.models.chat import ChatRenderer
 from lmms_egoplan.models.doc_requests import (
     QUESTION_OPTIONS,
@@ -34,8 +36,6 @@ from lmms_egoplan.models.egoplan_hf import _GENERATION_KEYS, DEFAULT_MAX_NEW_TOK
 from lmms_egoplan.models.engines import ENGINE_CLASSES, ENGINES, ServerClient, ServerPrompt
 from lmms_egoplan.models.likelihood import expansion_shift, mean_loss, scored_sequence, special_token_ids
 from lmms_egoplan.models.visuals import ModelVisuals, VisualLimits
-from lmms_egoplan.request_options import ANSWER_AND_END_OF_TURN, INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
-from lmms_egoplan.settings import SettingsError, coerce_setting
 
 # The text-only question every run scores once at load (``engines.Engine.check``).
 PROBE_QUESTION, PROBE_ANSWER = "What should I do next?", "Open the fridge."

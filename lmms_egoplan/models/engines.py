@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Sequence
 
-from lmms_egoplan.errors import InputError
+from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.judge.engine import backoff_delay
 from lmms_egoplan.models.chat import RenderedAnswer
 from lmms_egoplan.models.likelihood import ScoredSequence

@@ -1,6 +1,6 @@
 """Mean negative log-likelihood of an answer's tokens, as lmms-eval's ``multiple_choice`` ranks them,
 or of the answer's tokens and the end-of-turn token(s) that close it, where the task asks for it
-(``lmms_egoplan.request_options.SCORED_SPAN``; EgoPlan-Bench's official loss); averaged over every
+(``lmms_egoplan.core.request_options.SCORED_SPAN``; EgoPlan-Bench's official loss); averaged over every
 scored token, or over those whose loss is not exactly 0 as EgoPlan-Bench's official code does
 (``mean_loss``, ``request_options.LOSS_MEAN``).
 
@@ -30,8 +30,8 @@ from typing import Sequence
 
 import torch
 
+from lmms_egoplan.core.request_options import EVERY_SCORED_TOKEN, LOSS_MEAN, NONZERO_LOSS_TOKENS
 from lmms_egoplan.models.chat import ChatTemplateError, RenderedAnswer, token_range
-from lmms_egoplan.request_options import EVERY_SCORED_TOKEN, LOSS_MEAN, NONZERO_LOSS_TOKENS
 
 
 class PromptAlignmentError(RuntimeError):

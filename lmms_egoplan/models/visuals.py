@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Sequence, TypeVar
 
 from PIL import Image
 
-from lmms_egoplan.media import (
+from lmms_egoplan.core.media import (
     FrameTime,
     VideoFile,
     fit_within,

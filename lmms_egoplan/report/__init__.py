@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmms_egoplan.records import write_atomically
+from lmms_egoplan.core.files import write_atomically
 from lmms_egoplan.report.runs import NothingFoundError, load_runs
 
 __all__ = ["NothingFoundError", "Report", "write_report"]

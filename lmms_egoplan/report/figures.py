@@ -21,8 +21,8 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from lmms_egoplan.report.intervals import interval  # noqa: E402
 from lmms_egoplan.report.layout import ACTPLAN_TEXT, EGOTHINK_CAPABILITIES  # noqa: E402
+from lmms_egoplan.report.metric_roles import DESCRIPTIVE, natural_order
 from lmms_egoplan.report.tables import NOT_SCORED, Row, Table  # noqa: E402
-from lmms_egoplan.tables import DESCRIPTIVE, natural_order  # noqa: E402
 
 SIMILARITY_LEVELS = ("low", "medium", "high")
 _PROGRESS = re.compile(r"^accuracy_progress_\d+_(?:\d+|plus)$")

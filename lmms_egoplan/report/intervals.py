@@ -12,12 +12,14 @@ groups have no interval.
 from __future__ import annotations
 
 import functools
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lmms_egoplan.core.files import read_jsonl
+from lmms_egoplan.core.statistics import mean_or_nan
 from lmms_egoplan.judge.rubrics import FixedRating, is_judge_parts_item, item_parts, load_rubric
-from lmms_egoplan.metrics import bootstrap_interval, exact_binomial_interval, mean_or_nan
-from lmms_egoplan.records import read_jsonl
 from lmms_egoplan.report.runs import Run
 
 CONFIDENCE = 0.95
@@ -91,3 +93,52 @@ def interval(run: Run, task: str, metric: str, *, proportion: bool = False) -> I
         return Interval(low, high, EXACT_BINOMIAL, len(values))
     low, high = bootstrap_interval(values, CONFIDENCE)
     return Interval(low, high, BOOTSTRAP, len(values))
+
+
+# --- Intervals of a mean over samples ---------------------------------------------------------------
+
+
+def _binomial_cdf(successes: int, trials: int, p: float) -> float:
+    """P(X <= successes) for X ~ Binomial(trials, p), summed in log space (no overflow for large ``trials``)."""
+    if p <= 0.0:
+        return 1.0
+    if p >= 1.0:
+        return 1.0 if successes >= trials else 0.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    log_n = math.lgamma(trials + 1)
+    return min(1.0, sum(math.exp(log_n - math.lgamma(i + 1) - math.lgamma(trials - i + 1) + i * log_p + (trials - i) * log_q)
+                        for i in range(successes + 1)))
+
+
+def _bisect(decreasing: Callable[[float], float], target: float) -> float:
+    """The p in [0, 1] where the decreasing function ``decreasing`` crosses ``target`` (to 1e-12)."""
+    low, high = 0.0, 1.0
+    while high - low > 1e-12:
+        middle = (low + high) / 2
+        low, high = (middle, high) if decreasing(middle) > target else (low, middle)
+    return (low + high) / 2
+
+
+def exact_binomial_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Clopper-Pearson interval of a proportion: the p whose binomial tails at ``successes`` are each
+    (1 - confidence) / 2. Exact (never narrower than the nominal coverage)."""
+    if not 0 <= successes <= trials or trials < 1:
+        raise ValueError(f"need 0 <= successes <= trials and trials >= 1, got {successes} of {trials}")
+    tail = (1 - confidence) / 2
+    lower = 0.0 if successes == 0 else _bisect(lambda p: _binomial_cdf(successes - 1, trials, p), 1 - tail)
+    upper = 1.0 if successes == trials else _bisect(lambda p: _binomial_cdf(successes, trials, p), tail)
+    return lower, upper
+
+
+def bootstrap_interval(values: Sequence[float], confidence: float = 0.95, *, resamples: int = 2000,
+                       seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` (samples drawn with replacement,
+    ``resamples`` times, from a fixed ``seed`` so that a report is reproducible)."""
+    import numpy as np
+
+    if len(values) == 0:
+        raise ValueError("a bootstrap interval needs at least one value")
+    data = np.asarray(values, dtype=float)
+    means = data[np.random.default_rng(seed).integers(0, len(data), size=(resamples, len(data)))].mean(axis=1)
+    tail = (1 - confidence) / 2 * 100
+    return float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))

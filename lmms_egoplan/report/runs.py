@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from lmms_egoplan.errors import InputError
+from lmms_egoplan.core.errors import InputError
 
 LMMS_EVAL = "lmms-eval"
 LM_EVAL = "lm-eval"

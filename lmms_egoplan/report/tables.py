@@ -7,10 +7,11 @@ import io
 import math
 from dataclasses import dataclass, field
 
+from lmms_egoplan.core.text_tables import NO_VALUE, is_no_value
 from lmms_egoplan.report.intervals import Interval, interval
 from lmms_egoplan.report.layout import BENCHMARKS, SUBMISSION, Benchmark, Column, published_rows
+from lmms_egoplan.report.metric_roles import DESCRIPTIVE, unscored_reason
 from lmms_egoplan.report.runs import LM_EVAL, Run
-from lmms_egoplan.tables import DESCRIPTIVE, NO_VALUE, is_no_value, unscored_reason
 
 THIS_RUN = "this run"
 TEXT_ONLY_BASELINE = "text-only baseline (lm-eval)"

@@ -6,9 +6,9 @@ import threading
 from concurrent.futures import Future
 from typing import Mapping, Sequence
 
+from lmms_egoplan.core.devices import resolve_device
 from lmms_egoplan.judge.base import JudgeBackend
 from lmms_egoplan.judge.protocol import Completion, Decoding, JudgeCallError
-from lmms_egoplan.metrics import resolve_device
 
 
 class TransformersBackend(JudgeBackend):

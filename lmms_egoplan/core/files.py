@@ -1,0 +1,141 @@
+"""Text and JSON-lines record files (one JSON object per line), read one way across the suite:
+as UTF-8, with errors that name the file and line."""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from lmms_egoplan.core.errors import InputError
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD. An API client can return them (from broken
+    bytes); no UTF-8 file, database or HTTP body can hold them, so model output is cleaned once,
+    where the suite first takes it."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+def finite_or_null(value: Any) -> Any:
+    """``value`` with every NaN or infinite number replaced by None, in dicts, lists and tuples at
+    any depth: how a metric without a value is written, as ``null`` (strict JSON has no NaN)."""
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):  # numpy's floats too
+        number = float(value)
+        return number if math.isfinite(number) else None
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(item) for item in value]
+    return value
+
+
+def strict_json(value: Any, **options) -> str:
+    """``json.dumps`` that strict parsers read: a metric without a value (NaN, infinity) is ``null``."""
+    return json.dumps(finite_or_null(value), allow_nan=False, **options)
+
+
+def read_text(path: str | Path, error_class: type[InputError] = InputError) -> str:
+    """The UTF-8 text of ``path``. A missing file raises FileNotFoundError; bytes that are not UTF-8
+    raise ``error_class`` naming the file, the line and the column."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"file not found: {path}")
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise error_class(f"{path}:{line}: not UTF-8 text (byte 0x{data[error.start]:02x} at column {column}); "
+                          f"save the file as UTF-8") from None
+
+
+def inside_root(path: str | Path, root: str | Path, *, where: str, setting: str, allow: bool = False,
+                error_class: type[InputError] = InputError) -> Path:
+    """``path``, built under the data folder ``root`` from an id or path of a record, if it stays
+    inside ``root``: a record whose value is an absolute path (it replaces ``root``), climbs out
+    with ``..``, or leads out through a symbolic link raises ``error_class`` naming ``where`` (the
+    record and the field) and ``setting``, the switch that allows it (``allow``: it is on).
+    Anything a run reads comes from where its settings point, not from wherever a record says."""
+    path, root = Path(path), Path(root).expanduser()
+    if allow:
+        return path
+    if not _is_within(path, root):
+        why = "is an absolute path"
+    elif not _is_within(os.path.normpath(path), os.path.normpath(root)):
+        why = "climbs out of it with '..'"
+    elif not _is_within(os.path.realpath(path), os.path.realpath(root)):
+        why = f"leads out of it through a symbolic link (to {os.path.realpath(path)})"
+    else:
+        return path
+    raise error_class(f"{where} {why}: {path} is outside the data folder {root}; media and annotations are read "
+                      f"only inside their data folders (set {setting} to true to allow paths outside it)")
+
+
+def _is_within(path: str | Path, root: str | Path) -> bool:
+    return Path(path) == Path(root) or Path(root) in Path(path).parents
+
+
+def _read_umask() -> int:
+    """This process's umask, read without setting it where the system tells (Linux), else by setting
+    and restoring it (then once: setting it is not thread-safe)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
+    except (OSError, StopIteration, ValueError):
+        return _UMASK_AT_IMPORT
+
+
+def _umask_at_import() -> int:
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
+_UMASK_AT_IMPORT = _umask_at_import()
+
+
+def write_atomically(path: str | Path, content: str | bytes) -> Path:
+    """Write ``content`` (text as UTF-8) to ``path`` so that a reader sees the old file or the whole
+    new one, never a part: a temporary file in the same folder, flushed to disk, then renamed over
+    ``path``, with the permissions a file written directly would have (mkstemp's are 600)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(content.encode("utf-8") if isinstance(content, str) else content)
+            file.flush()
+            os.fsync(file.fileno())
+            os.fchmod(file.fileno(), 0o666 & ~_read_umask())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_jsonl(path: str | Path, error_class: type[InputError] = InputError) -> Iterator[tuple[int, dict]]:
+    """``(line number, record)`` for every non-blank line of ``path``.
+
+    A missing file raises FileNotFoundError; bytes that are not UTF-8, or a line that is not a
+    JSON object, raise ``error_class`` naming the file and the line.
+    """
+    for number, line in enumerate(read_text(path, error_class).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise error_class(f"{path}:{number}: not JSON ({error})") from None
+        if not isinstance(record, dict):
+            raise error_class(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+        yield number, record

@@ -1,0 +1,346 @@
+"""Frames from videos, frame folders and images: the one place this suite decodes media.
+
+Every request of a video benchmark pays for decoding, so readers open a file once and
+serve a whole batch of frame indices from it: sorted targets, one forward decode where
+targets are close, a keyframe seek where the next target is far ahead.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple, Sequence
+
+from PIL import Image
+
+# Targets further apart than this are reached by seeking to a keyframe instead of decoding
+# every frame in between (a typical GOP is 1-2 s, i.e. 30-60 frames at 30 fps).
+SEEK_GAP_FRAMES = 48
+
+EPIC_FRAME_TEMPLATE = "frame_{:010d}.jpg"
+
+# Frames that belong to one video carry this key in ``Image.info`` (value: a clip name). To
+# lmms-eval's own backends they are ordinary images in a flat list; this suite's backend
+# regroups them and hands each clip to the model as a video where the architecture has one.
+VIDEO_CLIP_KEY = "lmms_egoplan.video_clip"
+# A clip's frames also carry when each was shown (a ``FrameTime``), so that the suite's backend
+# can give the model the frames' real timing; lmms-eval's own backends ignore it.
+FRAME_TIME_KEY = "lmms_egoplan.frame_time"
+
+
+class FrameTime(NamedTuple):
+    """When a frame of a clip was shown: ``seconds`` from the start of the footage the task shows
+    (e.g. the start of a task's first action, or of a step; a video file: its first frame), read at ``source_fps``, the frame rate the frame's number counts in."""
+
+    seconds: float
+    source_fps: float
+
+
+def frame_times(numbers: Sequence[int], start: int, fps: float) -> list[FrameTime]:
+    """The times of frames numbered ``numbers`` in a source counting ``fps`` frames per second,
+    from its frame ``start``."""
+    return [FrameTime((number - start) / fps, fps) for number in numbers]
+
+
+class MediaError(FileNotFoundError):
+    """A video, frame folder, frame or image is missing or unreadable.
+
+    ``path`` is the offending file; the message says what was being read and, where the
+    caller knows it, which setting points at it.
+    """
+
+    def __init__(self, message: str, path: str | os.PathLike | None = None):
+        super().__init__(message)
+        self.path = None if path is None else str(path)
+
+
+# How an image file of each format ends when it is complete (JPEG: the end-of-image marker, maybe
+# followed by padding; PNG: the IEND chunk and its CRC).
+_IMAGE_ENDINGS = {b"\xff\xd8": ("JPEG", b"\xff\xd9"), b"\x89PNG": ("PNG", b"IEND\xaeB`\x82")}
+
+
+def image_file_problem(path: str | os.PathLike) -> str | None:
+    """What makes an image file unusable before decoding it (missing, empty, truncated JPEG or
+    PNG), or None. Reads a few bytes at each end: cheap enough for every frame of a run, and the
+    one check that catches truncation, which lmms-eval makes PIL decode silently (it sets
+    ``ImageFile.LOAD_TRUNCATED_IMAGES``)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return f"image not found: {path}"
+    except OSError as error:
+        return f"cannot read image {path}: {error}"
+    try:  # raw descriptor reads: this runs for every frame of a run
+        size = os.fstat(descriptor).st_size
+        if size == 0:
+            return f"image is empty (0 bytes): {path}"
+        head = os.pread(descriptor, 4, 0)
+        tail = os.pread(descriptor, 64, max(0, size - 64)).rstrip(b"\x00")
+    except OSError as error:
+        return f"cannot read image {path}: {error}"
+    finally:
+        os.close(descriptor)
+    for magic, (kind, ending) in _IMAGE_ENDINGS.items():
+        if head.startswith(magic) and not tail.endswith(ending):
+            return f"image is truncated (it does not end as a {kind} file does): {path}"
+    return None
+
+
+def load_image(path: str | os.PathLike) -> Image.Image:
+    """An RGB image from disk; a missing, empty, truncated or broken file raises MediaError naming it."""
+    if problem := image_file_problem(path):
+        raise MediaError(problem, path)
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except OSError as error:
+        raise MediaError(f"cannot read image {path}: {error}", path) from error
+
+
+def fit_within(image: Image.Image, max_side: int | None, max_pixels: int | None = None) -> Image.Image:
+    """Downscale so the longer side is at most ``max_side`` and the area at most ``max_pixels``
+    (aspect kept; either limit may be None); never upscale."""
+    scale = 1.0
+    if max_side:
+        scale = min(scale, max_side / max(image.size))
+    if max_pixels:
+        scale = min(scale, math.sqrt(max_pixels / (image.width * image.height)))
+    if scale >= 1.0:
+        return image
+    # floor (with float slack) keeps both limits true limits: rounding up could exceed max_pixels.
+    size = tuple(max(1, math.floor(side * scale + 1e-6)) for side in image.size)
+    return image.resize(size, Image.BICUBIC)
+
+
+def uniform_indices(first: int, last: int, count: int) -> list[int]:
+    """``count`` frame indices spread evenly over ``[first, last]``, both ends included.
+
+    With fewer frames than ``count`` in the range, indices repeat rather than leave the range:
+    models expect a fixed number of frames, and no index may pass ``last``.
+    """
+    if count < 1:
+        raise ValueError(f"frame count must be at least 1, got {count}")
+    if last < first:
+        raise ValueError(f"empty frame range [{first}, {last}]")
+    if count == 1:
+        return [last]
+    step = (last - first) / (count - 1)
+    return [min(last, first + math.floor(i * step + 0.5)) for i in range(count)]
+
+
+# Times closer than this many seconds count as the same time (far below a frame's duration):
+# float seconds cannot fall exactly on a frame boundary such as 100 x 1001 / 30000 s.
+TIME_TOLERANCE = 1e-6
+
+
+def frame_at(seconds: float, fps: float) -> int:
+    """Index of the frame on screen at ``seconds`` (the last frame starting at or before it)."""
+    return math.floor(seconds * fps + 1e-6)
+
+
+def last_frame_before(seconds: float, fps: float) -> int:
+    """Index of the last frame that starts strictly before ``seconds`` (-1 if none does).
+
+    A frame starting within ``TIME_TOLERANCE`` of ``seconds`` counts as starting at it, so a
+    time that falls on a frame boundary (as well as floats can say) excludes that frame.
+    """
+    return math.ceil((seconds - TIME_TOLERANCE) * fps) - 1
+
+
+def as_video_frames(frames: Sequence[Image.Image], clip: str,
+                    times: Sequence[FrameTime] | None = None) -> list[Image.Image]:
+    """Tag ``frames`` (in time order) as one video clip named ``clip``, each with its time if
+    ``times`` are given; returns them as a list."""
+    if times is not None and len(times) != len(frames):
+        raise ValueError(f"clip {clip!r}: {len(frames)} frames but {len(times)} times")
+    for position, frame in enumerate(frames):
+        frame.info[VIDEO_CLIP_KEY] = clip
+        if times is not None:
+            frame.info[FRAME_TIME_KEY] = FrameTime(*times[position])
+    return list(frames)
+
+
+def frame_time(frame: Image.Image) -> FrameTime | None:
+    """The time a clip's frame was tagged with (``as_video_frames``), or None."""
+    return frame.info.get(FRAME_TIME_KEY)
+
+
+def group_visuals(visuals: Sequence) -> list:
+    """Regroup a flat visual list: consecutive frames of one tagged clip become a list (a video).
+
+    Untagged images and anything else (e.g. a video path) pass through one by one, in order.
+    """
+    grouped: list = []
+    current_clip = None
+    for visual in visuals:
+        clip = visual.info.get(VIDEO_CLIP_KEY) if isinstance(visual, Image.Image) else None
+        if clip is not None and clip == current_clip:
+            grouped[-1].append(visual)
+        elif clip is not None:
+            grouped.append([visual])
+        else:
+            grouped.append(visual)
+        current_clip = clip
+    return grouped
+
+
+class FrameFolder:
+    """A folder of extracted frames, e.g. EPIC-KITCHENS ``rgb_frames/<video_id>/frame_%010d.jpg``.
+
+    Frame numbers are the numbers in the file names (EPIC-KITCHENS counts from 1).
+    """
+
+    def __init__(self, folder: str | os.PathLike, template: str = EPIC_FRAME_TEMPLATE):
+        self.folder = Path(folder)
+        self.template = template
+        if not self.folder.is_dir():
+            raise MediaError(f"frame folder not found: {self.folder}", self.folder)
+
+    def frame_path(self, number: int) -> Path:
+        return self.folder / self.template.format(number)
+
+    def problems(self, numbers: Sequence[int]) -> list[tuple[Path, str]]:
+        """``(path, what is wrong)`` for the requested frames' files that are missing, empty or
+        truncated, in order: a cheap check before a run (``image_file_problem``)."""
+        found = ((path, image_file_problem(path)) for path in dict.fromkeys(map(self.frame_path, numbers)))
+        return [(path, problem) for path, problem in found if problem]
+
+    def frames(self, numbers: Sequence[int], max_side: int | None = None) -> list[Image.Image]:
+        """The frames numbered ``numbers`` (any order, repeats allowed), as RGB images; each file is
+        read once (a repeated number gives the same image object)."""
+        loaded = {n: fit_within(load_image(self.frame_path(n)), max_side) for n in dict.fromkeys(numbers)}
+        return [loaded[number] for number in numbers]
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    fps: float
+    num_frames: int
+    duration: float  # seconds
+
+
+class VideoFile:
+    """A video file decoded with PyAV; frame ``i`` is the frame shown at ``i / fps`` seconds.
+
+    Use as a context manager, or call ``close()``; one instance serves many ``frames`` calls.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        import av  # imported here so that image-only users never load FFmpeg
+
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise MediaError(f"video not found: {self.path}", self.path)
+        try:
+            self._container = av.open(str(self.path))
+            self._stream = self._container.streams.video[0]
+        except (av.error.FFmpegError, IndexError) as error:
+            raise MediaError(f"cannot read video {self.path}: {error}", self.path) from error
+        self._stream.thread_type = "AUTO"
+        stream = self._stream
+        fps = float(stream.average_rate or stream.guessed_rate or 0)
+        if fps <= 0:
+            raise MediaError(f"video {self.path} reports no frame rate", self.path)
+        if stream.duration is not None:
+            duration = float(stream.duration * stream.time_base)
+        else:
+            duration = float(self._container.duration or 0) / 1_000_000
+        num_frames = stream.frames or int(round(duration * fps))
+        self.info = VideoInfo(fps=fps, num_frames=num_frames, duration=duration)
+        self._start = stream.start_time or 0
+
+    def __enter__(self) -> "VideoFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._container.close()
+
+    def index_at(self, seconds: float) -> int:
+        """Index of the frame on screen at ``seconds`` (the last frame starting at or before it)."""
+        return frame_at(seconds, self.info.fps)
+
+    def _frame_index(self, frame) -> int:
+        return round(float((frame.pts - self._start) * self._stream.time_base) * self.info.fps)
+
+    def last_stored_frame(self, up_to: int) -> int:
+        """The index of the last frame the file holds data for, read up to frame ``up_to`` (then
+        ``up_to``) without decoding: reading packets costs about 1% of decoding frames, and finds a
+        file cut short after its index (an interrupted copy or download), which opens fine. A damaged
+        packet or unreadable data raises MediaError naming the video."""
+        import av
+
+        last = -1
+        try:
+            for packet in self._container.demux(self._stream):
+                if packet.is_corrupt:
+                    raise MediaError(f"video {self.path} has a damaged packet near frame {max(last, 0)}", self.path)
+                if packet.pts is not None:
+                    last = max(last, self._frame_index(packet))
+                    if last >= up_to:
+                        return up_to
+        except av.error.FFmpegError as error:
+            raise MediaError(f"cannot read video {self.path}: {error}", self.path) from None
+        return last
+
+    def frames(self, indices: Sequence[int], max_side: int | None = None) -> list[Image.Image]:
+        """The frames at ``indices`` (any order, repeats allowed), as RGB images.
+
+        An index past the end of the video raises MediaError naming the video and its length.
+        """
+        wanted = sorted(set(indices))
+        if not wanted:
+            return []
+        outside = [i for i in (wanted[0], wanted[-1]) if not 0 <= i < self.info.num_frames]
+        if outside:
+            raise MediaError(
+                f"frame {outside[0]} requested from {self.path}, which has frames 0..{self.info.num_frames - 1}",
+                self.path,
+            )
+        decoded: dict[int, Image.Image] = {}
+        frames = None  # decode iterator, positioned just after ``previous``
+        previous = None  # (index, frame) of the last decoded frame
+        for target in wanted:
+            if previous is not None and previous[0] == target:
+                decoded[target] = fit_within(previous[1].to_image(), max_side)
+                continue
+            if previous is None or not 0 < target - previous[0] <= SEEK_GAP_FRAMES:
+                self._seek_before(target)
+                frames, previous = self._decoded(), None
+            chosen = None
+            for frame in frames:
+                index = self._frame_index(frame)
+                if index > target:
+                    # Variable frame timing: the frame on screen at the target is the one before.
+                    chosen = previous
+                    previous = (index, frame)
+                    break
+                previous = (index, frame)
+                if index == target:
+                    chosen = previous
+                    break
+            if chosen is None:
+                raise MediaError(
+                    f"frame {target} of {self.path} could not be decoded "
+                    f"(last decoded frame: {previous[0] if previous else 'none'})",
+                    self.path,
+                )
+            decoded[target] = fit_within(chosen[1].to_image(), max_side)
+        return [decoded[i] for i in indices]
+
+    def _decoded(self):
+        """The stream's frames from the current position; a decoding error raises MediaError naming the video."""
+        import av
+
+        try:
+            yield from self._container.decode(self._stream)
+        except av.error.FFmpegError as error:
+            raise MediaError(f"cannot decode {self.path}: {error}", self.path) from None
+
+    def _seek_before(self, index: int) -> None:
+        pts = self._start + int(index / self.info.fps / self._stream.time_base)
+        self._container.seek(pts, stream=self._stream, backward=True, any_frame=False)

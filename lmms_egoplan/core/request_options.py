@@ -1,0 +1,65 @@
+"""What a task asks of the backend for its requests beyond lmms-eval's request arguments, per request.
+
+lmms-eval's backends score and prompt by their own conventions. A task whose official evaluation
+does otherwise sets an option on the requests it builds (``RequestOption.mark``: an attribute of
+lmms-eval's ``Instance``): which tokens of a candidate answer are scored, e.g. the answer and
+the token closing the assistant's turn (``SCORED_SPAN``); how their losses are averaged, e.g.
+leaving out the tokens whose loss is exactly 0 (``LOSS_MEAN``); whether the task text comes before
+the images (``INPUT_ORDER``). The benchmarks' READMEs say which task asks for what. A backend declares the values it honours in its class attribute
+``request_options`` (``{option name: values}``). A request without the attribute, and a backend
+without the declaration, follow lmms-eval's convention. (Proposed upstream as a field of
+``Instance``: docs/upstream.md.)
+
+This module imports nothing of the suite or the harness, so tasks and backends share it without an
+import cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BACKEND_ATTRIBUTE = "request_options"
+
+
+@dataclass(frozen=True)
+class RequestOption:
+    name: str  # the request attribute a task sets, and the key of a backend's declaration
+    convention: str  # lmms-eval's: what a request without the attribute gets
+    values: tuple[str, ...]
+    # True: a backend that cannot honour a value would give other scores, so the task refuses it;
+    # False: such a backend follows its own convention, and the task says so.
+    binding: bool
+    likelihood_only: bool  # only loglikelihood requests carry it
+
+    def of(self, request) -> str:
+        """The value a request asks for."""
+        return getattr(request, self.name, self.convention)
+
+    def mark(self, requests, value: str) -> None:
+        """Ask for ``value`` on ``requests`` (one lmms-eval Instance or a list of them)."""
+        self.check(value, "a task")
+        for request in requests if isinstance(requests, list) else [requests]:
+            setattr(request, self.name, value)
+
+    def honoured_by(self, backend_class: type, value: str) -> bool:
+        return value == self.convention or value in getattr(backend_class, BACKEND_ATTRIBUTE, {}).get(self.name, ())
+
+    def check(self, value: str, where: str) -> str:
+        if value not in self.values:
+            raise ValueError(f"{where} asks for {self.name} {value!r}; known: {', '.join(self.values)}")
+        return value
+
+
+ANSWER = "answer"
+ANSWER_AND_END_OF_TURN = "answer_and_end_of_turn"  # the answer, then the chat template's end-of-turn token(s)
+SCORED_SPAN = RequestOption("scored_span", ANSWER, (ANSWER, ANSWER_AND_END_OF_TURN), binding=True, likelihood_only=True)
+
+EVERY_SCORED_TOKEN = "every_scored_token"  # the mean over the scored tokens
+NONZERO_LOSS_TOKENS = "nonzero_loss_tokens"  # the summed loss over the tokens whose loss is not exactly 0
+LOSS_MEAN = RequestOption("loss_mean", EVERY_SCORED_TOKEN, (EVERY_SCORED_TOKEN, NONZERO_LOSS_TOKENS), binding=True,
+                          likelihood_only=True)
+
+VISUALS_FIRST = "visuals_first"
+TEXT_FIRST = "text_first"
+INPUT_ORDER = RequestOption("input_order", VISUALS_FIRST, (VISUALS_FIRST, TEXT_FIRST), binding=False,
+                                  likelihood_only=False)

@@ -1,0 +1,190 @@
+"""The offline demo (``lmms-egoplan smoke``): every task of the suite, end to end, on this machine.
+
+It builds a tiny random-weight model and synthetic data in each benchmark's real on-disk
+layout, starts a loopback judge where a benchmark needs one, and runs each benchmark's tasks
+through the real ``lmms-eval`` CLI with ``LMMS_EVAL_PLUGINS=lmms_egoplan`` (as a user would): this
+checks the pipeline, and its scores measure nothing. A random model writes no parseable plan,
+intent or letter, so the generative benchmarks then run once more with scripted answers of known
+quality (``lmms_egoplan.fixtures.scripted``), through lmms-eval's ``openai`` backend, so that
+every scorer shows what it computes; each of their values is checked against the one the script
+implies. It prints a table per benchmark (a row per task, its main metrics as columns; scripted
+rows marked) and writes the report of its runs (``lmms-egoplan report``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Mapping, Sequence, TextIO
+
+from lmms_egoplan.core.text_tables import format_table, format_value
+from lmms_egoplan.fixtures.lmms_eval_run import EvalRun, EvalRunError, run_lmms_eval
+from lmms_egoplan.fixtures.scripted import ScriptedAnswers, differences, reported_metrics, scripted_environment
+from lmms_egoplan.registry import BENCHMARKS, load
+from lmms_egoplan.report import write_report
+from lmms_egoplan.report.metric_roles import BOOKKEEPING, DESCRIPTIVE, natural_order, unscored_reason
+
+# Each benchmark's demo: "module:function", the function building its synthetic data (and whatever
+# it needs, e.g. a loopback judge) and returning a SmokeSuite (the registry names them).
+SUITES: dict[str, str] = {entry.name: entry.demo_suite for entry in BENCHMARKS if entry.demo_suite}
+
+MODEL = "egoplan_hf"
+DEFAULT_ARCH = "qwen2_vl"
+SCRIPTED = "[scripted]"  # marks the rows of the scripted answers in the printed tables
+
+
+def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] | None = None,
+              out: TextIO | None = None) -> int:
+    """Run the demo under ``workdir``; returns the number of failures (0 = all passed): benchmarks
+    that failed, and benchmarks whose scripted answers did not score as their script implies."""
+    import sys
+
+    from transformers.utils import logging as transformers_logging
+
+    from lmms_egoplan.fixtures.checkpoints import tiny_checkpoint
+
+    # Building the fixtures' random models is not news: keep transformers' reports and bars out of the table's way.
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
+    out = out or sys.stdout
+    workdir = Path(workdir).resolve()
+    entries = {name: reference for name, reference in SUITES.items() if not only or name in only}
+    if not entries:
+        print("No benchmark registers a smoke suite yet.", file=out)
+        return 0
+
+    print(f"Building a tiny random-weight {arch} checkpoint under {workdir / 'checkpoints'} ...", file=out)
+    checkpoint = tiny_checkpoint(arch, workdir / "checkpoints")
+    random_runs: dict[str, EvalRun] = {}
+    scripts: dict[str, ScriptedAnswers] = {}
+    failures: list[str] = []
+    log_dirs: list[Path] = []
+    with ExitStack() as resources:
+        for name, reference in entries.items():
+            try:
+                suite = load(reference)(workdir / "data" / name, resources)
+            except Exception as error:  # a broken fixture fails its benchmark, not the whole demo
+                failures.append(name)
+                print(f"[{name}] FAILED building its fixtures: {type(error).__name__}: {error}", file=out)
+                continue
+            log_dir = workdir / "logs" / name
+            log_dirs.append(log_dir)
+            print(f"[{name}] lmms-eval --model {MODEL} --tasks {','.join(suite.tasks)} ...", file=out, flush=True)
+            started = time.monotonic()
+            try:
+                random_runs[name] = run_lmms_eval(model=MODEL, model_args=f"pretrained={checkpoint}", tasks=suite.tasks,
+                                                  output_dir=log_dir, env=suite.env, extra_args=suite.cli_args)
+            except EvalRunError as error:
+                failures.append(name)
+                print(f"[{name}] FAILED\n{error}", file=out)
+                continue
+            print(f"[{name}] done in {time.monotonic() - started:.0f} s", file=out)
+            scripts.update({name: suite.scripted} if suite.scripted else {})
+        scripted_run = None
+        if scripts:
+            log_dirs.append(workdir / "logs" / "scripted")
+            scripted_run = run_scripted(scripts, log_dirs[-1], resources, out)
+            failures += [f"{name} (scripted)" for name in scripts] if scripted_run is None else []
+
+    failures += print_tables(random_runs, scripts, scripted_run, out)
+    print("\nRows without a mark: a tiny RANDOM model on synthetic data; they check the pipeline end to end "
+          "and measure nothing.", file=out)
+    print("Logs, per-sample outputs and results: " + ", ".join(str(d) for d in log_dirs), file=out)
+    results_dirs = [d for d in log_dirs if list(d.rglob("*_results.json"))]
+    if results_dirs:
+        report = write_report(results_dirs, workdir / "report")
+        print(f"Report of these runs (tables beside the published rows, figures, HTML): {report.markdown}", file=out)
+    if failures:
+        print(f"FAILED: {', '.join(failures)}", file=out)
+    return len(failures)
+
+
+def run_scripted(scripts: Mapping[str, ScriptedAnswers], log_dir: Path, resources: ExitStack,
+                 out: TextIO) -> EvalRun | None:
+    """One lmms-eval run of every scripted benchmark's tasks against the scripted model and judge."""
+    model_args, env = scripted_environment(list(scripts.values()), log_dir.parent.parent, resources)
+    tasks = [task for script in scripts.values() for task in script.tasks]
+    print(f"[scripted] lmms-eval --model openai (scripted answers) --tasks {','.join(tasks)} ...", file=out, flush=True)
+    started = time.monotonic()
+    try:
+        run = run_lmms_eval(model="openai", model_args=model_args, tasks=tasks, output_dir=log_dir, env=env)
+    except EvalRunError as error:
+        print(f"[scripted] FAILED\n{error}", file=out)
+        return None
+    print(f"[scripted] done in {time.monotonic() - started:.0f} s", file=out)
+    return run
+
+
+def print_tables(random_runs: Mapping[str, EvalRun], scripts: Mapping[str, ScriptedAnswers],
+                 scripted_run: EvalRun | None, out: TextIO) -> list[str]:
+    """A table per benchmark: the random model's rows, then the scripted rows and their check.
+    Returns the benchmarks whose scripted values differ from their script's."""
+    failures = []
+    for name, run in random_runs.items():
+        script = scripts.get(name) if scripted_run is not None else None
+        scripted = _subset(scripted_run, script) if script else None
+        print("\n" + task_table([(run.results, ""), *([(scripted, SCRIPTED)] if script else [])]), file=out)
+        if not script:
+            continue
+        expected = script.expected(scripted_run)
+        found = differences(reported_metrics(scripted), expected)
+        checked = sum(len(metrics) for metrics in expected.values())
+        if found:
+            failures.append(f"{name} (scripted)")
+            print(f"{SCRIPTED} rows: {len(found)} of {checked} values differ from what the script implies:\n  "
+                  + "\n  ".join(found), file=out)
+        else:
+            print(f"{SCRIPTED} rows: answers of known quality; all {checked} values equal those the script "
+                  "implies (computed without the suite's scorers).", file=out)
+    return failures
+
+
+def _subset(run: EvalRun, script: ScriptedAnswers) -> dict:
+    """The part of a results file about one script's tasks (their subtasks and groups, sample counts)."""
+    tasks = set(script.expected(run))
+    return {section: {task: values for task, values in (run.results.get(section) or {}).items() if task in tasks}
+            for section in ("results", "groups", "n-samples")}
+
+
+# A breakdown bin: (accuracy_)family_bin (EgoPlan, EgoIntent) or metric_split (ActPlan-1K).
+BREAKDOWN = re.compile(r"^(?:accuracy_)?(progress|similarity|scenario)_(.+)$|^(.+)_(normal|counterfactual)$")
+
+
+def task_table(sources: Sequence[tuple[dict, str]]) -> str:
+    """One row per task or group of lmms-eval results: its main metrics as columns (a count ``n_X``
+    beside its ``accuracy_X``), then its breakdowns in one column, bins in their natural order.
+
+    ``sources``: (results, mark) pairs, the mark appended to their rows' task names. A task whose
+    scores measure nothing (nothing judged, no answer readable) shows "(not scored)" after them and
+    why in a last column.
+    """
+    columns: list[str] = []
+    rows = []
+    for results, mark in sources:
+        counts = results.get("n-samples") or {}
+        for task, values in reported_metrics(results).items():
+            reason = unscored_reason(values, (counts.get(task) or {}).get("effective"))
+            main: dict[str, str] = {}
+            breakdowns: dict[str, list[str]] = {}
+            for metric in natural_order(values):
+                if values[metric] in ("", " ") or metric.startswith("n_") and f"accuracy_{metric[2:]}" in values:
+                    continue  # empty placeholders; counts are shown beside their accuracy
+                text = format_value(values[metric])
+                count = values.get(f"n_{metric.removeprefix('accuracy_')}") if metric.startswith("accuracy_") else None
+                count_text = f" ({format_value(count)})" if count is not None else ""
+                if match := BREAKDOWN.match(metric):
+                    family, bin_name = (match[1], match[2]) if match[1] else (match[3], match[4])
+                    breakdowns.setdefault(family, []).append(f"{bin_name} {text}{count_text}")
+                else:
+                    main[metric] = text + (" (not scored)" if reason and metric not in DESCRIPTIVE else "") + count_text
+                    columns += [] if metric in columns else [metric]
+            rows.append((f"{task} {mark}".strip(), main, "; ".join(f"{family}: {', '.join(bins)}"
+                                                                     for family, bins in breakdowns.items()), reason))
+    columns.sort(key=lambda column: column in BOOKKEEPING)  # stable: scores first, counts after
+    with_breakdowns = any(breakdowns for _, _, breakdowns, _ in rows)
+    with_reasons = any(reason for *_, reason in rows)
+    return format_table(["task", *columns, *["breakdowns (n)"] * with_breakdowns, *["why not scored"] * with_reasons],
+                        [[name, *(main.get(column, "") for column in columns), *[breakdowns] * with_breakdowns,
+                          *[reason or ""] * with_reasons] for name, main, breakdowns, reason in rows])

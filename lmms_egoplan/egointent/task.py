@@ -1,0 +1,380 @@
+"""EgoIntent (Pan et al., 2026): step-level intent understanding in egocentric video.
+
+The protocol of the paper (sections 3 and 4.1), as this module implements it:
+
+1. **Samples.** Each step of an egocentric procedural video is one sample. Its clip runs from
+   the step's start to the *truncation time*, set just before the step's key outcome becomes
+   visible: no frame at or after the truncation time reaches the model (``clip_frame_indices``).
+2. **Visual input.** Frames are sampled from the clip at 6 FPS (``sample_fps``); a clip with
+   more frames than ``max_frames`` (none: no cap, the paper's rule) is subsampled uniformly, at a
+   lower rate, and counted (``capped_samples``). The frames go to the model as one video, with
+   their times (the rate actually sampled), where the backend takes videos (open-source models in
+   the paper) or as a sequence of images (``video_input: false``; the paper's protocol for API
+   models).
+3. **Prompt.** One prompt for all models; it gives the clip and the step id only (no task or
+   event name, no annotation) and asks for three fields: local intent (what the person is
+   trying to accomplish now), global intent (why the step is needed) and next-step plan (what
+   comes next). ``parse_answer`` reads JSON or labelled lines amid prose; a missing field
+   scores 0 and is counted (``incomplete_answers``, ``missing_fields``).
+4. **Judging.** An LLM judge (a Qwen3 model in the paper) rates each field's semantic
+   consistency with its reference on 0-10 (``JUDGE_PROMPT``: this suite's reconstruction; the
+   paper does not publish its prompt). Reported on 0-100: each field, ``overall`` (the mean of
+   the three field scores, as in Table 3), ``indoor`` / ``outdoor`` (Table 3) and
+   ``scenario_<name>`` per environment category (Figure 7).
+
+The annotations are not public yet: the suite reads a local format (tasks/egointent/README.md)
+into which the release can be converted; reading and checking it, and planning each clip's
+frames, is ``lmms_egoplan.egointent.data``. This module follows the task YAML
+(``tasks/egointent/``): settings, the task, then what the harness calls in order -- visuals,
+text, results (answers read, then judged), aggregation.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from loguru import logger
+
+from lmms_egoplan.core.media import VideoFile, as_video_frames, frame_times
+from lmms_egoplan.core.settings import SettingsError, setting, setting_name, value_problems
+from lmms_egoplan.egointent.data import (
+    DIMENSIONS,
+    ENV_PREFIX,
+    FIELDS,
+    Dimension,
+    load_steps,
+    scenario_metric,
+    step_docs,
+)
+from lmms_egoplan.harness.judged import JudgedTask, judged_score
+from lmms_egoplan.judge import (
+    FixedRating,
+    JudgeRequest,
+    JudgeSettings,
+    Rubric,
+    bracket_rating,
+    judge_parts_item,
+    register_rubric,
+)
+
+
+@dataclass(frozen=True)
+class EgoIntentSettings(JudgeSettings):
+    """``metadata:`` keys of the task YAML; environment variables ``EGOINTENT_<NAME>`` override them."""
+
+    annotations: Optional[Path] = None  # the local annotation file (.json list or .jsonl), required
+    video_root: Optional[Path] = None  # where `video` paths and `video_uid`s resolve; default: the file's folder
+    sample_fps: float = setting(6.0, above=0)  # frames per second sampled from each clip (the paper: 6)
+    # cap per clip, longer clips subsampled uniformly below sample_fps (counted: capped_samples); none: the paper's rule
+    max_frames: Optional[int] = setting(32, minimum=1)
+    video_input: bool = True  # frames as one video (video-capable backends) or as separate images
+    frame_max_side: Optional[int] = setting(None, minimum=1)  # downscale frames so that their longer side is at most this
+    # Read videos that a record places outside video_root (an absolute `video`, "..", a symlink out).
+    allow_paths_outside_root: bool = False
+    # The paper's judge is Qwen3, served here by any OpenAI-compatible server (e.g. `vllm serve`).
+    judge_model: str = "Qwen/Qwen3-30B-A3B-Instruct-2507"
+    judge_base_url: Optional[str] = "http://localhost:8000/v1"
+    judge_api_key_env: str = ""  # a local server needs no key; name the variable holding one if yours does
+
+    def check_sampling(self, name: Callable[[str], str]) -> None:
+        """Fail early on a frame plan that cannot work (``lmms-egoplan egointent-steps``; inside
+        lmms-eval, ``resolve_settings`` checks). ``name`` says how the user sets a field."""
+        if problems := value_problems(self, name):
+            raise SettingsError("; ".join(problems))
+
+
+# =============================================================================================
+# The task
+# =============================================================================================
+
+
+class EgoIntentTask(JudgedTask):
+    """EgoIntent: every step of the annotation file, its answer judged per field after generation."""
+
+    Settings = EgoIntentSettings
+    ENV_PREFIX = ENV_PREFIX
+
+    def load_docs(self) -> list[dict]:
+        settings = self.settings
+        if settings.annotations is None:
+            raise SettingsError(f"task {self.config.task}: set {setting_name(ENV_PREFIX, 'annotations')} to the local "
+                                f"annotation file; tasks/egointent/README.md describes its format")
+        steps = load_steps(settings.annotations, settings.video_root, allow_outside=settings.allow_paths_outside_root)
+        return step_docs(steps, settings)
+
+    def download(self, dataset_kwargs=None) -> None:
+        super().download(dataset_kwargs)
+        # One breakdown metric per scenario of the data (Figure 7); the YAML cannot list them.
+        for scenario in sorted(set(self.eval_docs["scenario"])):
+            self.add_metric(scenario_metric(scenario), judged_score)
+
+
+# =============================================================================================
+# 1. Visuals
+# =============================================================================================
+
+
+def doc_to_visual(doc: dict) -> list:
+    """The clip's frames: tagged as one video clip, each with its time from the step's start at the
+    video's frame rate (the rate actually sampled reaches the model), or as separate images
+    (``video_input``)."""
+    indices = doc["frame_indices"]
+    with VideoFile(doc["video"]) as video:
+        frames = video.frames(indices, max_side=doc["frame_max_side"])
+    if not doc["video_input"]:
+        return frames
+    return as_video_frames(frames, clip=f"egointent:{doc['step_id']}",
+                           times=frame_times(indices, indices[0], doc["video_fps"]))
+
+
+# =============================================================================================
+# 2. Text
+# =============================================================================================
+
+
+PROMPT = (
+    "This egocentric (first-person) video clip shows one step of a person's activity. "
+    "It ends before the outcome of the step becomes visible.\n"
+    "Step id: {step_id}\n\n"
+    "Infer the person's intent at this step and answer three questions:\n"
+    + "".join(f"{n}. {d.label}: {d.question}\n" for n, d in enumerate(DIMENSIONS, start=1))
+    + "\nAnswer with one JSON object and nothing else: {{"
+    + ", ".join(f'"{field}": "..."' for field in FIELDS) + "}}"
+)
+
+
+def doc_to_text(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> str:
+    """The unified prompt (the same for every model): the step id and the three questions."""
+    return PROMPT.format(step_id=doc["step_id"])
+
+
+def doc_to_target(doc: dict) -> str:
+    """The three reference labels, as the JSON object the prompt asks for."""
+    return json.dumps({field: doc[field] for field in FIELDS}, ensure_ascii=False)
+
+
+# =============================================================================================
+# 3. Results: reading answers
+# =============================================================================================
+
+
+def _label_pattern(words: str) -> str:
+    return r"[\s_\-]*".join(map(re.escape, words.split()))
+
+
+# Names a model may give each field (compared after lower-casing, with _ and - as spaces).
+FIELD_NAMES = {
+    "local_intent": ("local intent", "local goal", "local"),
+    "global_intent": ("global intent", "global goal", "global"),
+    "next_step_plan": ("next step plan", "next plan", "next step", "next action"),
+}
+_FIELD_OF_NAME = {name: field for field, names in FIELD_NAMES.items() for name in names}
+_LABEL = "|".join(_label_pattern(name) for name in sorted(_FIELD_OF_NAME, key=len, reverse=True))
+# A labelled line: optional bullet / number / markdown, the label, an optional "(What)", then ":" or a
+# dash, or nothing more on the line (a heading; the value follows on the next lines).
+_LABELLED_LINE = re.compile(
+    rf"^[ \t>#*\-•\d.)(\[\]]*[\"'*_`]*(?P<label>{_LABEL})[\"'*_`]*[ \t]*(?:\([^)\n]*\))?[\"'*_`]*[ \t]*"
+    rf"(?:[:：=\-–—]+|(?=\r?\n)|\Z)(?P<value>.*)$",
+    re.IGNORECASE | re.MULTILINE)
+_EMPTY_VALUES = {"", "n/a", "na", "none", "null", "unknown", "-"}
+
+
+def parse_answer(text: str) -> dict[str, str]:
+    """The three fields from a model's answer: a JSON object (also in a code fence or amid
+    prose) or labelled lines ("Local intent: ...", "**Global intent** - ...", "1. Next-step
+    plan: ..."). Fields found in neither are absent from the result."""
+    text = text if isinstance(text, str) else ""
+    fields = _fields_from_json(text)
+    for field, value in _fields_from_lines(text).items():
+        fields.setdefault(field, value)
+    return {field: fields[field] for field in FIELDS if field in fields}
+
+
+def _field_of(name: str) -> str | None:
+    return _FIELD_OF_NAME.get(re.sub(r"[\s_\-]+", " ", str(name).strip().lower()))
+
+
+def _fields_from_json(text: str) -> dict[str, str]:
+    """Fields of the first object in ``text`` that has any: JSON, or a Python dict literal.
+
+    JSON is tried at every ``{`` outside an object already decoded (what is nested in one was
+    searched with it). A Python literal is read from a ``{`` to the ``}`` that closes it (braces
+    counted, quotes not: a brace inside a quoted string must be balanced), never from inside a
+    span already tried, so ``literal_eval`` sees each character once at most and a degenerate
+    answer ("{{{{...}}}}") is read in linear time. A model may write anything: whatever a parser
+    raises (an unhashable key, nesting too deep) means "no object here".
+    """
+    decoder = json.JSONDecoder()
+    closing = _closing_braces(text)
+    json_end = literal_end = 0  # where the last object decoded as JSON / given to literal_eval ends
+    for start in (m.start() for m in re.finditer(r"\{", text)):
+        value = None
+        if start >= json_end:
+            try:
+                value, json_end = decoder.raw_decode(text, start)
+            except Exception:  # not JSON here, or nested deeper than Python recurses
+                pass
+        if value is None and start >= literal_end and start in closing:
+            literal_end = closing[start] + 1
+            value = _python_literal(text[start:literal_end])
+        fields = _fields_of_object(value)
+        if fields:
+            return fields
+    return {}
+
+
+def _closing_braces(text: str) -> dict[int, int]:
+    """The position of the ``}`` closing each ``{`` of ``text`` (a ``{`` never closed has none)."""
+    closing, opened = {}, []
+    for brace in re.finditer(r"[{}]", text):
+        if brace.group() == "{":
+            opened.append(brace.start())
+        elif opened:
+            closing[opened.pop()] = brace.start()
+    return closing
+
+
+def _python_literal(span: str) -> Any:
+    """The value of the Python literal ``span`` ({'local_intent': '...'}), or None."""
+    try:
+        return ast.literal_eval(span)
+    except Exception:  # whatever literal_eval raises means: not a literal
+        return None
+
+
+def _fields_of_object(value: Any) -> dict[str, str]:
+    """Fields of a decoded object: its own, else those of the first object nested in it (in its
+    values or in lists, in order, at any depth: {"answer": {...}})."""
+    pending = [value]
+    while pending:  # depth first, without recursion (a model may nest deeper than Python recurses)
+        value = pending.pop()
+        if isinstance(value, dict):
+            fields = _own_fields(value)
+            if fields:
+                return fields
+            pending.extend(reversed(value.values()))
+        elif isinstance(value, list):
+            pending.extend(reversed(value))
+    return {}
+
+
+def _own_fields(value: dict) -> dict[str, str]:
+    fields = {}
+    for key, item in value.items():
+        field = _field_of(key)
+        text = _clean(item if isinstance(item, str) else "; ".join(map(str, item)) if isinstance(item, list) else "")
+        if field and text:
+            fields.setdefault(field, text)
+    return fields
+
+
+def _fields_from_lines(text: str) -> dict[str, str]:
+    fields = {}
+    for match, following in itertools.pairwise([*_LABELLED_LINE.finditer(text), None]):
+        # A value runs on to the next label, or to the first blank line after its own text.
+        value = text[match.start("value"):following.start() if following else len(text)]
+        value = re.split(r"\n[ \t]*\n", value.strip(), maxsplit=1)[0]
+        value = _clean(" ".join(line.strip() for line in value.splitlines()))
+        field = _field_of(match.group("label"))
+        if value:
+            fields.setdefault(field, value)
+    return fields
+
+
+def _clean(value: str) -> str:
+    value = re.sub(r"^[\s*_`\"']+|[\s*_`\"',]+$", "", value)
+    return "" if value.lower().rstrip(".") in _EMPTY_VALUES else value
+
+
+# =============================================================================================
+# 3. Results: judging (this suite's reconstruction; the paper does not publish its judge prompt)
+# =============================================================================================
+
+JUDGE_SYSTEM = ("You are a careful evaluator of egocentric video understanding. You compare a model's prediction "
+                "with a human-annotated reference for one dimension of a person's intent and rate how consistent "
+                "their meanings are.")
+JUDGE_PROMPT = """Dimension: {label}, {definition}.
+
+Reference: {reference}
+Prediction: {prediction}
+
+Rate how consistent the prediction is in meaning with the reference for this dimension, on an integer scale from 0 to 10:
+10: the same meaning (the wording may differ)
+7-9: the same intent, with minor differences in detail or specificity
+4-6: partly consistent: related, but the object, the purpose or the level of abstraction differs
+1-3: mostly inconsistent: only a loose connection to the reference
+0: unrelated or contradictory
+Rate meaning, not wording. A prediction that answers another dimension (the visible motion instead of its goal, the current step instead of the next one) is not consistent.
+Explain your judgement in one sentence, then give the rating as "Rating: [[x]]"."""
+JUDGE_SCALE = tuple(range(11))
+_THINKING = re.compile(r"<think>.*?</think>", re.DOTALL)
+_RATING = bracket_rating(JUDGE_SCALE)
+
+
+def parse_judge_rating(text: str) -> float:
+    """The 0-10 rating of a judge answer (``Rating: [[x]]``); a Qwen3 ``<think>`` block is skipped."""
+    if "<think>" in text and "</think>" not in text:
+        raise ValueError("the judge's reasoning never ended (raise judge_max_tokens)")
+    return _RATING(_THINKING.sub("", text))
+
+
+RUBRIC = Rubric(parse_judge_rating, scale=10.0)  # 0-10 ratings, reported on 0-100 like Table 3
+RUBRIC_NAME = register_rubric("egointent", RUBRIC)  # the name its judged items (and logs) carry
+MISSING = FixedRating(0.0, "the answer has no such field")
+
+
+def judge_request(doc: dict, dimension: Dimension, prediction: str) -> JudgeRequest:
+    prompt = JUDGE_PROMPT.format(label=dimension.label, definition=dimension.definition,
+                                 reference=doc[dimension.field], prediction=prediction)
+    return JudgeRequest.from_prompt(f"{doc['step_id']}/{dimension.field}", prompt, system=JUDGE_SYSTEM)
+
+
+def process_results(doc: dict, results: list) -> dict:
+    """Judge items for every metric this step counts in; the judge runs after generation."""
+    answer = parse_answer(results[0])
+    parts = {d.field: judge_request(doc, d, answer[d.field]) if d.field in answer else MISSING for d in DIMENSIONS}
+    step = judge_parts_item(parts, RUBRIC_NAME)
+    missing = len(FIELDS) - len(answer)
+    return {
+        "overall": step,
+        **{field: judge_parts_item({field: part}, RUBRIC_NAME) for field, part in parts.items()},
+        doc["environment"]: step,
+        scenario_metric(doc["scenario"]): step,
+        "judged": step,
+        "failed": step,
+        "incomplete_answers": int(missing > 0),
+        "missing_fields": missing,
+        "capped_samples": int(doc["frames_capped"]),
+    }
+
+
+# =============================================================================================
+# 4. Aggregation (with lmms_egoplan.harness.judged's judged_score / judged_count / failed_count)
+# =============================================================================================
+
+
+def incomplete_answers(items: list[int]) -> int:
+    """Answers lacking at least one field (each missing field scores 0); warned about when any."""
+    count = sum(items)
+    if count:
+        logger.warning(f"EgoIntent: {count} of {len(items)} answers lack at least one of the fields "
+                       f"{', '.join(FIELDS)}; each missing field scores 0 (see the metric missing_fields)")
+    return count
+
+
+def missing_fields(items: list[int]) -> int:
+    """Fields missing over all answers (each scored 0)."""
+    return sum(items)
+
+
+def capped_samples(items: list[int]) -> int:
+    """Steps whose clip had more frames at ``sample_fps`` than ``max_frames`` allows, so was sampled at a
+    lower rate than the paper's 6 FPS."""
+    return sum(items)
+

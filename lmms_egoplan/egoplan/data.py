@@ -1,0 +1,481 @@
+"""EgoPlan-Bench's release files: annotation records, where their media live, and the docs built
+from them (paths and annotation frame numbers, never decoded media), all checked before a run.
+
+``lmms_egoplan.egoplan.task`` holds the protocol (settings, task, prompt, scoring); this module holds
+what it loads. Functions taking ``settings`` receive an ``egoplan.EgoPlanSettings``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmms_egoplan.core import media
+from lmms_egoplan.core.embeddings import cosine_similarities
+from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.files import inside_root, read_text
+from lmms_egoplan.core.settings import SettingsError, setting_name
+from lmms_egoplan.core.statistics import ValueBin, bin_of, equal_size_levels, parse_bins
+
+ENV_PREFIX = "EGOPLAN"  # settings are overridden by environment variables EGOPLAN_<SETTING>
+CHOICE_LETTERS = "ABCD"
+VIDEO_SOURCES = {"EpicKitchens": "epic_kitchens", "Ego4D": "ego4d"}  # record value -> metric suffix
+CLIP_EXTENSIONS = (".mp4", ".MP4", ".mkv", ".webm")
+SIMILARITY_LEVELS = ("low", "medium", "high")  # goal-answer similarity levels, lowest first
+
+
+class EgoPlanDataError(InputError):
+    """An annotation record or its media cannot be used; the message names the sample, path and setting."""
+
+
+
+# =============================================================================================
+# Annotation records and where their media live
+# =============================================================================================
+
+_RECORD_FIELDS = ("sample_id", "video_source", "video_id", "task_goal", "question", "current_observation_frame",
+                  "task_progress_metadata", *(f"choice_{letter.lower()}" for letter in CHOICE_LETTERS))
+_ACTION_FIELDS = ("narration_text", "start_frame", "stop_frame")
+
+
+def annotation_path(settings) -> Path:
+    if not settings.annotation_file:
+        raise SettingsError(f"EgoPlan: no annotation file; set {setting_name(ENV_PREFIX, 'annotation_dir')} to "
+                            f"the folder holding EgoPlan_validation.json / EgoPlan_test.json")
+    path = Path(settings.annotation_file).expanduser()
+    if not path.is_absolute():
+        if not settings.annotation_dir:
+            raise SettingsError(f"EgoPlan: annotation file {settings.annotation_file!r} is relative; set "
+                                f"{setting_name(ENV_PREFIX, 'annotation_dir')} to the folder that holds it")
+        path = Path(settings.annotation_dir).expanduser() / path
+    return path
+
+
+def read_annotations(path: Path, *, labelled: bool) -> list[dict]:
+    """The records of an official annotation file, checked field by field; sample ids are unique."""
+    if not path.is_file():
+        raise EgoPlanDataError(f"EgoPlan annotation file not found: {path}; set "
+                               f"{setting_name(ENV_PREFIX, 'annotation_dir')} "
+                               f"(or {setting_name(ENV_PREFIX, 'annotation_file')})")
+    try:
+        records = json.loads(read_text(path, EgoPlanDataError))
+    except EgoPlanDataError:
+        raise
+    except (OSError, ValueError) as error:
+        raise EgoPlanDataError(f"cannot read EgoPlan annotation file {path}: {error}") from error
+    if not isinstance(records, list) or not records:
+        raise EgoPlanDataError(f"EgoPlan annotation file {path} must hold a non-empty JSON list of records")
+    for position, record in enumerate(records):
+        _check_record(record, position, path, labelled=labelled)
+    counts = collections.Counter(record["sample_id"] for record in records)
+    if duplicates := [sample_id for sample_id, count in counts.items() if count > 1]:
+        raise EgoPlanDataError(f"EgoPlan annotation file {path}: sample_id(s) {', '.join(map(repr, duplicates))} "
+                               f"appear more than once; each record needs its own (results and the submission "
+                               f"are keyed by it)")
+    return records
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+# What each field of a record must be (the release's types), and how to say it.
+_FIELD_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "sample_id": (_is_int, "an integer"),
+    "video_id": (_is_text, "a non-empty string"),
+    "task_goal": (_is_text, "a non-empty string"),
+    "question": (_is_text, "a non-empty string"),
+    **{f"choice_{letter.lower()}": (_is_text, "a non-empty string") for letter in CHOICE_LETTERS},
+    "current_observation_frame": (lambda value: _is_int(value) and value >= 0, "a frame number (an integer >= 0)"),
+}
+_ACTION_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "narration_text": (lambda value: isinstance(value, str), "a string"),
+    "start_frame": (lambda value: _is_int(value) and value >= 0, "a frame number (an integer >= 0)"),
+    "stop_frame": (lambda value: _is_int(value) and value >= 0, "a frame number (an integer >= 0)"),
+}
+
+
+def _check_record(record: Any, position: int, path: Path, *, labelled: bool) -> None:
+    where = f"EgoPlan annotation file {path}, record #{position}"
+    if not isinstance(record, dict):
+        raise EgoPlanDataError(f"{where}: expected a JSON object")
+    where += f" (sample_id {record.get('sample_id')!r})"
+    required = _RECORD_FIELDS + (("golden_choice_idx",) if labelled else ())
+    missing = [name for name in required if name not in record]
+    if missing:
+        raise EgoPlanDataError(f"{where}: missing field(s) {', '.join(missing)}")
+    for field, (valid, expected) in _FIELD_TYPES.items():
+        if not valid(record[field]):
+            raise EgoPlanDataError(f"{where}: {field} must be {expected}, got {record[field]!r}")
+    if record["video_source"] not in VIDEO_SOURCES:
+        raise EgoPlanDataError(f"{where}: video_source must be one of {sorted(VIDEO_SOURCES)}, "
+                               f"got {record['video_source']!r}")
+    if labelled and record["golden_choice_idx"] not in tuple(CHOICE_LETTERS):
+        raise EgoPlanDataError(f"{where}: golden_choice_idx must be one of A-D, got {record['golden_choice_idx']!r}")
+    actions = record["task_progress_metadata"]
+    if not isinstance(actions, list) or any(not isinstance(a, dict) or any(f not in a for f in _ACTION_FIELDS)
+                                            for a in actions):
+        raise EgoPlanDataError(f"{where}: task_progress_metadata must be a list of objects with "
+                               f"{', '.join(_ACTION_FIELDS)}")
+    for number, action in enumerate(actions):
+        for field, (valid, expected) in _ACTION_TYPES.items():
+            if not valid(action[field]):
+                raise EgoPlanDataError(f"{where}: task_progress_metadata[{number}].{field} must be {expected}, "
+                                       f"got {action[field]!r}")
+    if actions and actions[0]["start_frame"] > record["current_observation_frame"]:
+        raise EgoPlanDataError(f"{where}: the first action starts (frame {actions[0]['start_frame']}) after the "
+                               f"current observation frame {record['current_observation_frame']}")
+
+
+def epic_frame_folder(root: str | Path, video_id: str) -> Path:
+    """EPIC-KITCHENS-100 RGB frames: ``<root>/<participant>/rgb_frames/<video_id>`` (P01_13 -> P01)."""
+    return Path(root) / video_id.split("_")[0] / "rgb_frames" / video_id
+
+
+def ego4d_video_path(root: str | Path, video_id: str) -> Path:
+    return Path(root) / f"{video_id}.mp4"
+
+
+def clip_path(clips_dir: str | Path, sample_id: int) -> Path:
+    """``<clips_dir>/<sample_id>.mp4`` (or .mkv / .webm); the .mp4 name when none exists."""
+    candidates = [Path(clips_dir) / f"{sample_id}{ext}" for ext in CLIP_EXTENSIONS]
+    return next((p for p in candidates if p.is_file()), candidates[0])
+
+
+@dataclass(frozen=True)
+class MediaKind:
+    """Where one kind of media lives: the setting naming its root folder, and a record's path under it."""
+
+    setting: str  # the setting that holds the root folder
+    layout: str  # what that folder must hold (for error messages)
+    record_field: str  # the record's field that names its media under that folder
+    path: Callable[[str, Mapping], Path]  # (root, record) -> the record's media
+
+
+MEDIA_KINDS = {
+    "epic_frames": MediaKind("epic_frames_root", "the EPIC-KITCHENS-100 root "
+                             "(<root>/<participant>/rgb_frames/<video_id>/frame_%010d.jpg)", "video_id",
+                             lambda root, record: epic_frame_folder(root, record["video_id"])),
+    "ego4d_video": MediaKind("ego4d_videos_root", "the Ego4D video folder (<root>/<video_id>.mp4)", "video_id",
+                             lambda root, record: ego4d_video_path(root, record["video_id"])),
+    "clip": MediaKind("clips_dir", "the folder of pre-cut clips (<clips_dir>/<sample_id>.mp4)", "sample_id",
+                      lambda root, record: clip_path(root, record["sample_id"])),
+}
+
+
+# EPIC-KITCHENS-100 frame numbers (its rgb_frames files, EgoPlan's EPIC frame numbers) count frames at
+# the video's own rate: EPIC_100_video_info.csv (epic-kitchens/epic-kitchens-100-annotations, commit
+# 6c92b84) lists 50 fps for the extension's videos (PXX_1YY), 59.94 for EPIC-KITCHENS-55's (PXX_YY),
+# except these.
+EPIC_55_FPS = 60000 / 1001
+EPIC_EXTENSION_FPS = 50.0
+EPIC_OTHER_RATES = {**dict.fromkeys(("P09_07", "P09_08", "P10_04", "P18_02"), 30000 / 1001),
+                    **dict.fromkeys(("P17_01", "P17_02", "P17_03", "P17_04"), 48000 / 1001), "P18_09": 90.0}
+
+
+def epic_frame_rate(video_id: str) -> float:
+    """The rate an EPIC-KITCHENS-100 video's frame numbers count in (EPIC_100_video_info.csv)."""
+    if video_id in EPIC_OTHER_RATES:
+        return EPIC_OTHER_RATES[video_id]
+    return EPIC_EXTENSION_FPS if len(video_id.split("_")[-1]) == 3 else EPIC_55_FPS
+
+
+def annotation_frame_rate(kind: str, record: Mapping, settings) -> float | None:
+    """The rate a record's frame numbers count in (seconds = number / rate); None for pre-cut clips,
+    whose frames are timed by their container."""
+    if kind == "epic_frames":
+        return settings.epic_annotation_fps or epic_frame_rate(record["video_id"])
+    return settings.ego4d_annotation_fps if kind == "ego4d_video" else None
+
+
+def record_media(record: Mapping, settings) -> tuple[str, Path]:
+    """The kind of a record's media (a key of ``MEDIA_KINDS``) and its path, which must stay inside
+    the media's root folder (``records.inside_root``; ``allow_paths_outside_root`` allows it)."""
+    if settings.visual_source == "clips":
+        kind = "clip"
+    else:
+        kind = "epic_frames" if record["video_source"] == "EpicKitchens" else "ego4d_video"
+    media_kind = MEDIA_KINDS[kind]
+    root = getattr(settings, media_kind.setting)
+    if not root:
+        raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, media_kind.setting)} is not set; it must point at "
+                            f"{media_kind.layout} (visual_source={settings.visual_source!r})")
+    field = media_kind.record_field
+    return kind, inside_root(media_kind.path(root, record), root, error_class=EgoPlanDataError,
+                             where=f"EgoPlan sample {record['sample_id']}: field {field} {record[field]!r}",
+                             setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"),
+                             allow=settings.allow_paths_outside_root)
+
+
+
+# =============================================================================================
+# Which frames a doc shows (annotation frame numbers; paper §3.3, appendix C.1, official code)
+# =============================================================================================
+
+FRAME_SAMPLINGS = ("official", "uniform", "keyframes")
+
+
+def completed_actions(record: Mapping) -> list[dict]:
+    """The actions of the task progress that end by the current observation frame, in order."""
+    return [a for a in record["task_progress_metadata"] if a["stop_frame"] <= record["current_observation_frame"]]
+
+
+def official_clip(record: Mapping, num_frames: int) -> list[int]:
+    """The one clip the official evaluation shows (``src/video_llama_interface.py``,
+    ``epic_kitchens_video_process`` / ``ego4d_video_process``): the first ``num_frames - 1`` of
+    ``np.arange(start, observation, (observation - start) / (num_frames - 1)).astype(int)`` from the
+    first action's start, then the current observation frame as the clip's last frame; with no
+    completed action, the observation ``num_frames`` times.
+
+    Where the official code divides by zero (one frame; a first action starting at the observation)
+    the observation stands for the whole clip, as with no completed action.
+    """
+    import numpy as np
+
+    observation = record["current_observation_frame"]
+    actions = record["task_progress_metadata"]
+    start = actions[0]["start_frame"] if actions else observation
+    if num_frames == 1 or start >= observation:
+        return [observation] * num_frames
+    progress = np.arange(start, observation, (observation - start) / (num_frames - 1)).astype(int).tolist()
+    return [*progress[:num_frames - 1], observation]
+
+
+def bin_starts(first: int, end: int, count: int) -> list[int]:
+    """The first frame of each of ``count`` equal bins of ``[first, end)``; all lie before ``end``
+    unless the range is empty (then ``first``)."""
+    if end <= first:
+        return [first] * count
+    return [first + (i * (end - first)) // count for i in range(count)]
+
+
+def task_start_frame(record: Mapping) -> int:
+    """Where the task progress starts: the first action's start (the observation when none is done)."""
+    actions = record["task_progress_metadata"]
+    return actions[0]["start_frame"] if actions else record["current_observation_frame"]
+
+
+@dataclass(frozen=True)
+class FramePlan:
+    """The frames a doc shows: video clips (annotation frame numbers, time order), then the
+    current observation frame as an image of its own when ``observation_image``."""
+
+    clips: list[list[int]]
+    observation_image: bool
+
+
+def frame_plan(record: Mapping, settings) -> FramePlan:
+    """Which frames the model sees, per ``frame_sampling``; none lies past the observation frame.
+
+    ``official`` (default): one clip of ``num_frames`` frames ending at the observation (``official_clip``).
+    ``uniform``: one clip of ``num_frames`` frames over [first action start, observation), then the
+    observation as a separate image.
+    ``keyframes`` (appendix C.1): one clip per action segment -- the last ``keyframe_segments``
+    actions completed by the observation frame, each cut at the next action's start (the last at
+    the observation), ``keyframes_per_segment`` frames each -- then the observation image. With
+    nothing completed yet, the observation frame stands in for the progress (one clip).
+    """
+    observation = record["current_observation_frame"]
+    if settings.frame_sampling == "official":
+        return FramePlan([official_clip(record, settings.num_frames)], observation_image=False)
+    if settings.frame_sampling == "uniform":
+        return FramePlan([bin_starts(task_start_frame(record), observation, settings.num_frames)], observation_image=True)
+    completed = completed_actions(record)
+    segments = completed[-settings.keyframe_segments:]
+    if not segments:
+        return FramePlan([[observation] * settings.keyframes_per_segment], observation_image=True)
+    clips = []
+    for position, action in enumerate(segments):
+        stop = segments[position + 1]["start_frame"] if position + 1 < len(segments) else observation
+        stop = max(action["start_frame"], min(action["stop_frame"], stop))
+        clips.append(bin_starts(action["start_frame"], stop + 1, settings.keyframes_per_segment))
+    return FramePlan(clips, observation_image=True)
+
+
+def doc_frame_numbers(doc: Mapping) -> list[int]:
+    """Every frame a doc shows (annotation frame numbers), in order: its clips, then the observation
+    image if it has one."""
+    observation = [doc["current_observation_frame"]] if doc["observation_image"] else []
+    return [*itertools.chain.from_iterable(doc["clips"]), *observation]
+
+
+def video_indices(doc: Mapping, video: media.VideoFile, numbers: Sequence[int]) -> list[int]:
+    """Indices into the doc's video file of annotation frame ``numbers``.
+
+    Ego4D: numbers count frames at ``frame_rate`` (30 fps, the canonical videos'), so they are
+    mapped through time and stay right for a re-encoded video. Pre-cut clips span the task
+    progress (first frame: task start, last frame: current observation), so numbers map
+    proportionally onto the clip's frames.
+    """
+    if doc["media_kind"] == "ego4d_video":
+        return [video.index_at(n / doc["frame_rate"]) for n in numbers]
+    last = video.info.num_frames - 1
+    first, observation = doc["clip_first_frame"], doc["current_observation_frame"]
+    if observation <= first:
+        return [last] * len(numbers)
+    return [min(last, max(0, round((n - first) * last / (observation - first)))) for n in numbers]
+
+
+
+# =============================================================================================
+# Loading: records -> docs, media checked up front
+# =============================================================================================
+
+
+@dataclass(frozen=True)
+class MissingMedia:
+    sample_id: int
+    path: str
+    message: str  # what is missing, and the setting that points at it
+
+    def __str__(self) -> str:
+        return f"sample {self.sample_id}: {self.message}"
+
+
+@dataclass
+class LoadedSamples:
+    docs: list[dict]
+    skipped: list[MissingMedia]
+
+
+def load_samples(settings, *, labelled: bool, with_media: bool = True) -> LoadedSamples:
+    """Docs for every record of the annotation file, with their media checked.
+
+    A missing frame folder, frame, video or clip raises one EgoPlanDataError naming the sample,
+    the path and the setting to change -- or, with ``skip_missing``, drops the sample and
+    records it in ``skipped``. ``with_media=False`` (the text-only baselines): docs without
+    media fields, and no media setting is needed.
+    """
+    bins = progress_bins(settings)
+    records = read_annotations(annotation_path(settings), labelled=labelled)
+    docs = [{**_record_text(record, bins), **(_record_media_fields(record, settings) if with_media else {})}
+            for record in records]
+    problems = find_missing_media(docs) if with_media else []
+    if problems and not settings.skip_missing:
+        others = f" ({len(problems) - 1} more sample(s) have missing media)" if len(problems) > 1 else ""
+        raise EgoPlanDataError(f"EgoPlan {problems[0]}{others}. Set {setting_name(ENV_PREFIX, 'skip_missing')} to "
+                               f"true to skip such samples instead (they are counted in the skipped_samples metric)")
+    missing_ids = {problem.sample_id for problem in problems}
+    docs = [doc for doc in docs if doc["sample_id"] not in missing_ids]
+    if labelled:
+        add_similarity_levels(docs, settings)
+    return LoadedSamples(docs=docs, skipped=problems)
+
+
+def progress_bins(settings) -> tuple[ValueBin, ...]:
+    try:
+        return parse_bins(settings.progress_length_bins)
+    except ValueError as error:
+        raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, 'progress_length_bins')}: {error}") from None
+
+
+def _record_text(record: Mapping, bins: Sequence[ValueBin]) -> dict:
+    golden = record.get("golden_choice_idx")
+    progress_length = len(record["task_progress_metadata"])
+    return {
+        "sample_id": record["sample_id"],
+        "video_source": record["video_source"],
+        "video_id": record["video_id"],
+        "task_goal": record["task_goal"],
+        "question": record["question"],
+        **{f"choice_{letter.lower()}": record[f"choice_{letter.lower()}"] for letter in CHOICE_LETTERS},
+        "golden_choice_idx": golden,
+        "answer": record[f"choice_{golden.lower()}"] if golden else None,
+        "current_observation_frame": record["current_observation_frame"],
+        "task_progress_metadata": record["task_progress_metadata"],
+        "progress_length": progress_length,
+        "progress_bucket": bin_of(progress_length, bins).label,
+    }
+
+
+def _record_media_fields(record: Mapping, settings) -> dict:
+    kind, path = record_media(record, settings)
+    return {
+        "media_kind": kind,
+        "media_path": str(path),
+        **dataclasses.asdict(frame_plan(record, settings)),
+        "clip_first_frame": task_start_frame(record),
+        "frame_rate": annotation_frame_rate(kind, record, settings),
+        "max_side": settings.max_side,
+    }
+
+
+def find_missing_media(docs: Sequence[Mapping]) -> list[MissingMedia]:
+    """The docs whose frame folder, frames, video or clip is missing or unusable, in doc order.
+
+    Frames are checked file by file (missing, empty, truncated: ``media.image_file_problem``);
+    each Ego4D video and each clip is opened once (an empty or damaged one does not open) and its
+    packets are read, without decoding, up to the last frame its samples show (one cut short
+    after its index opens fine). What only decoding can find (every byte present, the compressed
+    data corrupt) stops the run at that sample, naming it, its file and the setting.
+    """
+    problems = []
+    by_video: dict[str, list[Mapping]] = collections.defaultdict(list)
+    for doc in docs:
+        path = Path(doc["media_path"])
+        if doc["media_kind"] == "ego4d_video":
+            by_video[doc["media_path"]].append(doc)
+        elif doc["media_kind"] == "epic_frames":
+            if not path.is_dir():
+                problems.append((doc, path, f"frame folder not found: {path}"))
+            elif broken := media.FrameFolder(path).problems(doc_frame_numbers(doc)):
+                problems.append((doc, broken[0][0], f"{len(broken)} frame(s) unusable, e.g. {broken[0][1]}"))
+        elif not path.is_file():
+            problems.append((doc, path, f"clip not found: {path}"))
+        else:
+            by_video[doc["media_path"]].append(doc)
+    for path, video_docs in by_video.items():
+        try:  # opening reads the container's header: an empty or damaged file fails here
+            with media.VideoFile(path) as video:
+                needed = {id(doc): max(video_indices(doc, video, doc_frame_numbers(doc))) for doc in video_docs}
+                stored = video.last_stored_frame(up_to=min(max(needed.values()), video.info.num_frames - 1))
+                for doc in video_docs:
+                    last = needed[id(doc)]
+                    if last >= video.info.num_frames:
+                        problems.append((doc, path, f"frame {doc['current_observation_frame']} (file index {last}) is past "
+                                                    f"the end of {path} ({video.info.num_frames} frames at {video.info.fps:g} fps)"))
+                    elif last > stored:
+                        problems.append((doc, path, f"{path} holds frames up to file index {stored} of the "
+                                                    f"{video.info.num_frames} it declares (cut short?); this sample needs {last}"))
+        except media.MediaError as error:
+            problems += [(doc, path, str(error)) for doc in video_docs]
+    order = {id(doc): position for position, doc in enumerate(docs)}
+    problems.sort(key=lambda problem: order[id(problem[0])])
+    return [MissingMedia(doc["sample_id"], str(path),
+                         f"{message}; check {setting_name(ENV_PREFIX, MEDIA_KINDS[doc['media_kind']].setting)}")
+            for doc, path, message in problems]
+
+
+
+def add_similarity_levels(docs: Sequence[dict], settings) -> None:
+    """Each labelled doc's goal-answer similarity and its level (paper §4.2, Figure 7): the cosine of
+    the sentence embeddings of task goal and right answer, and which of three equal-size levels of the
+    loaded split it falls in (ties broken by sample id), lowest first.
+
+    Computed when the task loads, before the paid model run, so that a similarity model that does not
+    load stops the run at once and every logged sample carries its level. On the CPU: every rank
+    loads the docs, and this should not take GPU memory there.
+    """
+    try:
+        similarities = cosine_similarities([(doc["task_goal"], doc["answer"]) for doc in docs],
+                                           settings.similarity_model or None, device="cpu")
+    except (ImportError, OSError, ValueError) as error:
+        raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, 'similarity_model')}: cannot load the goal-answer "
+                            f"similarity model {settings.similarity_model or 'all-MiniLM-L6-v2'!r}: {error}") from error
+    for doc, similarity in zip(docs, similarities):
+        doc["goal_answer_similarity"] = similarity
+    levels = equal_size_levels(docs, key=lambda doc: (doc["goal_answer_similarity"], doc["sample_id"]),
+                               n_levels=len(SIMILARITY_LEVELS))
+    for name, level in zip(SIMILARITY_LEVELS, levels):
+        for doc in level:
+            doc["similarity_level"] = name

@@ -1,0 +1,499 @@
+"""EgoPlan-Bench (Chen et al., "EgoPlan-Bench: Benchmarking Multimodal Large Language Models for
+Human-Level Planning"), as its paper and official evaluation code define it.
+
+Protocol (paper sections):
+
+1. Data (paper §3, official release): ``EgoPlan_validation.json`` / ``EgoPlan_test.json``, one
+   record per multiple-choice question: task goal, question, four candidate actions
+   ``choice_a..choice_d`` (``golden_choice_idx`` names the right one on Val; Test has no labels),
+   the completed actions (``task_progress_metadata``) and the ``current_observation_frame``.
+   Videos: EPIC-KITCHENS-100 RGB frame folders (frame numbers are the file numbers) and Ego4D
+   mp4s (frame numbers index the 30 fps canonical video), or pre-cut clips named by sample id.
+2. Visual input (§3, §3.3; official ``src/video_llama_interface.py``): one video clip of 8 frames,
+   7 sampled from the first action's start up to the current observation frame, the observation
+   frame itself last. Settings offer the earlier layouts: the progress frames as one clip then the
+   observation as a separate image, or per action segment (appendix C.1: the last N segments x K
+   keyframes, one clip each) then the observation image.
+3. Prompt: the record's own question (what the official evaluation feeds the model), or the
+   EgoPlan-IT instruction; configurable through ``lmms_eval_specific_kwargs``.
+4. Scoring (§3.5; official ``preprocess_for_llama_v2`` and ``modeling_llama.py``): each candidate's
+   mean token loss given visual input and question, over the answer's tokens and the token that
+   closes the assistant's turn (the official code's mean leaves out tokens whose loss is exactly 0:
+   ``loss_mean``); the prediction is the candidate with the lowest loss. A generative letter-choice
+   variant serves backends without likelihood.
+5. Breakdowns (§4.2, Table 3, Figures 7-8): accuracy per video source (EpicKitchens = in-domain,
+   Ego4D = out-of-domain), by task-progress length and by goal-answer similarity (three
+   equal-size levels of the split), each with its sample count; every logged sample carries the
+   values it was scored and binned by.
+6. Leaderboard: submission files ``[{"sample_id": int, "label": "A".."D"}]`` for Val and Test.
+
+Loading and validation of the release files (records, media paths, frame plans, missing media):
+``lmms_egoplan.egoplan.data``. This module follows the task YAMLs (``tasks/egoplan/``): settings,
+tasks, then what the harness calls in order -- visuals, text, results, aggregation.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+import string
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from loguru import logger
+from PIL import Image
+
+from lmms_egoplan.core import media, request_options
+from lmms_egoplan.core.files import write_atomically
+from lmms_egoplan.core.request_options import LOSS_MEAN, SCORED_SPAN
+from lmms_egoplan.core.settings import setting, setting_name
+from lmms_egoplan.core.statistics import count, largest
+from lmms_egoplan.egoplan.data import (
+    CHOICE_LETTERS,
+    ENV_PREFIX,
+    FRAME_SAMPLINGS,
+    MEDIA_KINDS,
+    SIMILARITY_LEVELS,
+    VIDEO_SOURCES,
+    EgoPlanDataError,
+    completed_actions,
+    doc_frame_numbers,
+    load_samples,
+    progress_bins,
+    video_indices,
+)
+from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask
+
+
+@dataclass(frozen=True)
+class EgoPlanSettings:
+    """Where the data is and how the visual input is built (tasks/egoplan/README.md, Settings)."""
+
+    # Annotation JSON: an absolute path, or a file name inside annotation_dir (set per task).
+    annotation_file: str = ""
+    annotation_dir: str = ""
+    # "raw": EPIC-KITCHENS frame folders + Ego4D videos; "clips": <clips_dir>/<sample_id>.mp4.
+    visual_source: str = setting("raw", choices=("raw", "clips"))
+    epic_frames_root: str = ""  # <root>/<participant>/rgb_frames/<video_id>/frame_%010d.jpg
+    ego4d_videos_root: str = ""  # <root>/<video_id>.mp4
+    ego4d_annotation_fps: float = setting(30.0, above=0)  # frame rate EgoPlan's Ego4D frame numbers count in
+    # frame rate EPIC-KITCHENS frame numbers count in; none: each video's own (egoplan_data.epic_frame_rate)
+    epic_annotation_fps: float | None = setting(None, above=0)
+    clips_dir: str = ""
+    # "official": one clip of num_frames frames, the observation last; "uniform": num_frames over the
+    # progress, then the observation as an image; "keyframes": appendix C.1, the last keyframe_segments
+    # completed actions x keyframes_per_segment frames, then the observation as an image.
+    frame_sampling: str = setting("official", choices=FRAME_SAMPLINGS)
+    num_frames: int = setting(8, minimum=1)
+    keyframe_segments: int = setting(4, minimum=1)
+    keyframes_per_segment: int = setting(8, minimum=1)
+    max_side: int | None = setting(None, minimum=1)  # downscale frames so the longer side is at most this
+    skip_missing: bool = False  # skip samples whose media are missing (count reported) instead of failing
+    # Read media that a record's video_id places outside its root folder (absolute, "..", a symlink out).
+    allow_paths_outside_root: bool = False
+    progress_length_bins: str = "0-4,5-9,10-14,15+"
+    similarity_model: str = ""  # sentence-transformers model for goal-answer similarity; "" = all-MiniLM-L6-v2
+    # Likelihood tasks: "answer_and_end_of_turn" (the official loss) or "answer" (lmms-eval's convention).
+    scored_tokens: str = setting(request_options.ANSWER_AND_END_OF_TURN,
+                                 choices=(request_options.ANSWER_AND_END_OF_TURN, request_options.ANSWER))
+    # Likelihood tasks: a candidate's loss is the mean over "every_scored_token" (default), or, as the
+    # official code computes it, the summed loss over the "nonzero_loss_tokens" (README, Fidelity).
+    loss_mean: str = setting(request_options.EVERY_SCORED_TOKEN, choices=LOSS_MEAN.values)
+
+
+# =============================================================================================
+# Tasks
+# =============================================================================================
+
+
+class EgoPlanScoring:
+    """What every EgoPlan task does under either harness (lmms-eval's ``BenchmarkTask``, lm-eval's
+    ``LmEvalBenchmarkTask``): its settings, docs and the paper's breakdown metrics."""
+
+    Settings = EgoPlanSettings
+    ENV_PREFIX = ENV_PREFIX
+    LABELLED: ClassVar[bool] = True
+    WITH_MEDIA: ClassVar[bool] = True  # False: text-only baselines, no media setting needed
+
+    def __init__(self, config, **kwargs):
+        super().__init__(config, **kwargs)
+        # Metrics whose names come from settings join those the YAML lists; each breakdown's
+        # accuracy has its sample count beside it.
+        self.add_metric("skipped_samples", largest, higher_is_better=False)
+        if self.LABELLED:
+            breakdowns = [*VIDEO_SOURCES.values(), *(f"progress_{value_bin.label}" for value_bin in progress_bins(self.settings)),
+                          *(f"similarity_{level}" for level in SIMILARITY_LEVELS)]
+            for breakdown in breakdowns:
+                if not self.has_metric(f"accuracy_{breakdown}"):
+                    self.add_metric(f"accuracy_{breakdown}", "mean")
+                self.add_metric(f"n_{breakdown}", count)
+
+    def load_docs(self) -> list[dict]:
+        loaded = load_samples(self.settings, labelled=self.LABELLED, with_media=self.WITH_MEDIA)
+        self.skipped_samples = loaded.skipped
+        self.split_size = len(loaded.docs) + len(loaded.skipped)
+        if loaded.skipped:
+            logger.warning(f"{self.config.task}: skipped {len(loaded.skipped)} sample(s) with missing media "
+                           f"({setting_name(ENV_PREFIX, 'skip_missing')}):\n  "
+                           + "\n  ".join(map(str, loaded.skipped)))
+        return loaded.docs
+
+    def process_results(self, doc, results, *args, **kwargs):
+        scores = super().process_results(doc, results, *args, **kwargs)
+        return scores if self.predict_only else {**scores, "skipped_samples": float(len(self.skipped_samples))}
+
+
+class EgoPlanValidation(EgoPlanScoring, BenchmarkTask):
+    """EgoPlan-Val (labelled): accuracy and the paper's breakdowns."""
+
+    REQUEST_OPTION_SETTINGS = {"scored_tokens": SCORED_SPAN, "loss_mean": LOSS_MEAN}
+
+
+class EgoPlanTest(EgoPlanValidation):
+    """EgoPlan-Test (no labels): predictions for the leaderboard, never an accuracy."""
+
+    LABELLED: ClassVar[bool] = False
+
+
+# =============================================================================================
+# 1. Visuals (doc_to_visual)
+# =============================================================================================
+
+
+def progress_clip_name(position: int) -> str:
+    """The video-clip tag of a doc's clip at ``position`` (from 0)."""
+    return f"task_progress_{position + 1}"
+
+
+# Frames are read through one reader per doc; lmms-eval asks for a doc's visuals once per
+# candidate (4 times per question), so the last few docs' frames are kept.
+_VISUAL_MEMO_SIZE = 8
+_visual_memo: collections.OrderedDict[tuple, tuple[Image.Image, ...]] = collections.OrderedDict()
+_visual_memo_lock = threading.Lock()
+
+
+def doc_to_visual(doc: Mapping) -> list[Image.Image]:
+    """The doc's video clips (each frame tagged with its clip), then the current observation frame
+    (untagged: an image of its own) where the layout shows it apart (``egoplan_data.frame_plan``).
+
+    By default one clip of 8 frames whose last frame is the observation, as the official
+    evaluation shows it. A flat list of PIL images: lmms-eval's own backends take it as a
+    sequence of images; the suite's backend regroups the tagged frames into videos
+    (``media.group_visuals``) and gives the model each frame's time (``media.FrameTime``: seconds
+    from the first action's start, from the frame numbers and the source's annotation frame rate,
+    or from a pre-cut clip's container).
+    """
+    key = (doc["media_kind"], doc["media_path"], tuple(map(tuple, doc["clips"])), doc["observation_image"],
+           doc["current_observation_frame"], doc["clip_first_frame"], doc["frame_rate"], doc["max_side"])
+    with _visual_memo_lock:
+        if key in _visual_memo:
+            _visual_memo.move_to_end(key)
+            return list(_visual_memo[key])
+    images, times = _read_frames(doc, doc_frame_numbers(doc))
+    frames, times = iter(_distinct_images(images)), iter(times)
+    visuals = []
+    for position, clip in enumerate(doc["clips"]):
+        visuals += media.as_video_frames([next(frames) for _ in clip], clip=progress_clip_name(position),
+                                         times=[next(times) for _ in clip])
+    visuals = (*visuals, *frames)  # the observation image, if any
+    with _visual_memo_lock:
+        _visual_memo[key] = visuals
+        while len(_visual_memo) > _VISUAL_MEMO_SIZE:
+            _visual_memo.popitem(last=False)
+    return list(visuals)
+
+
+def _distinct_images(images: Sequence[Image.Image]) -> list[Image.Image]:
+    """``images`` with repeated objects copied: a frame number shown twice (in two clips, or also
+    as the observation) is one decoded image, and each position must carry its own clip tag."""
+    seen: set[int] = set()
+    distinct = []
+    for image in images:
+        distinct.append(image.copy() if id(image) in seen else image)
+        seen.add(id(image))
+    return distinct
+
+
+def _read_frames(doc: Mapping, numbers: Sequence[int]) -> tuple[list[Image.Image], list[media.FrameTime]]:
+    """The frames numbered ``numbers`` and when each was shown, from the first action's start: by
+    its number at the annotation frame rate, or (a pre-cut clip, which starts there) by its place
+    in the clip's container."""
+    start = doc["clip_first_frame"]
+    try:
+        if doc["media_kind"] == "epic_frames":
+            frames = media.FrameFolder(doc["media_path"]).frames(numbers, max_side=doc["max_side"])
+            return frames, media.frame_times(numbers, start, doc["frame_rate"])
+        with media.VideoFile(doc["media_path"]) as video:
+            indices = video_indices(doc, video, numbers)
+            frames = video.frames(indices, max_side=doc["max_side"])
+            if doc["media_kind"] == "clip":
+                return frames, media.frame_times(indices, 0, video.info.fps)
+            return frames, media.frame_times(numbers, start, doc["frame_rate"])
+    except media.MediaError as error:
+        setting = setting_name(ENV_PREFIX, MEDIA_KINDS[doc["media_kind"]].setting)
+        raise EgoPlanDataError(f"EgoPlan sample {doc['sample_id']}: {error}; check {setting} (a run with --use_cache "
+                               f"resumes from the requests already scored)") from error
+
+
+
+# =============================================================================================
+# 2. Text (doc_to_text, doc_to_choice, doc_to_target)
+# =============================================================================================
+
+
+# The instruction the official code evaluates its EgoPlan-IT-tuned model with (lmms-eval's
+# built-in `egoplan` task uses it too); the vanilla evaluation feeds the record's question.
+_EGOPLAN_IT_OPENINGS = {"gerund": "I am tasked with {goal}. ", "imperative": "My current task is to {goal}. "}
+_EGOPLAN_IT_REST = ("The task's progress is demonstrated in the provided video. "
+                    "My current field of view is shown in the provided image. "
+                    "What should be my next action? "
+                    "Please output the most reasonable action you think, expressed in a short phrase.")
+QUESTION_FORMATS = ("dataset", "egoplan_it")
+
+
+def question_text(doc: Mapping, question_format: str = "dataset") -> str:
+    if question_format == "dataset":
+        return doc["question"]
+    if question_format == "egoplan_it":
+        goal = doc["task_goal"].strip(string.punctuation + " ").lower()
+        if "goal" in goal:  # "the goal is to X" -> "X", as the official prompt builder does
+            goal = goal.split("to", 1)[-1].strip()
+        form = "gerund" if goal.split()[0].endswith("ing") else "imperative"
+        return _EGOPLAN_IT_OPENINGS[form].format(goal=goal) + _EGOPLAN_IT_REST
+    raise ValueError(f"EgoPlan: lmms_eval_specific_kwargs.question_format must be one of "
+                     f"{', '.join(QUESTION_FORMATS)}, got {question_format!r}")
+
+
+def doc_to_text(doc: Mapping, lmms_eval_specific_kwargs: Mapping | None = None) -> str:
+    """The instruction for likelihood ranking: the question alone (candidates are continuations)."""
+    kwargs = lmms_eval_specific_kwargs or {}
+    question = question_text(doc, kwargs.get("question_format", "dataset"))
+    return f"{kwargs.get('pre_prompt', '')}{question}{kwargs.get('post_prompt', '')}"
+
+
+def doc_to_text_with_options(doc: Mapping, lmms_eval_specific_kwargs: Mapping | None = None) -> str:
+    """The instruction for generative letter choice: the question, then ``A. ...`` to ``D. ...``."""
+    kwargs = lmms_eval_specific_kwargs or {}
+    options = "\n".join(f"{letter}. {choice}" for letter, choice in zip(CHOICE_LETTERS, doc_to_choice(doc)))
+    question = question_text(doc, kwargs.get("question_format", "dataset"))
+    return f"{kwargs.get('pre_prompt', '')}{question}\n{options}{kwargs.get('post_prompt', '')}"
+
+
+
+def doc_to_text_blind(doc: Mapping) -> str:
+    """The text-only baselines' prompt (lm-eval): the task goal and the record's question, nothing
+    of the video; the candidates continue it."""
+    return f"Task goal: {doc['task_goal']}\nQuestion: {doc['question']}\nNext action:"
+
+
+def doc_to_text_narrated(doc: Mapping) -> str:
+    """The blind prompt plus the completed actions' narrations from the record: what a perfect
+    captioner of the task-progress video would write ("So far: open drawer, grab knife.")."""
+    done = [action["narration_text"] for action in completed_actions(doc)]
+    return (f"Task goal: {doc['task_goal']}\nSo far: {', '.join(done) if done else 'nothing'}.\n"
+            f"Question: {doc['question']}\nNext action:")
+
+
+def doc_to_choice(doc: Mapping) -> list[str]:
+    """The four candidate actions in the release's order, A to D."""
+    return [doc[f"choice_{letter.lower()}"] for letter in CHOICE_LETTERS]
+
+
+def doc_to_target(doc: Mapping) -> int | None:
+    """Index of the right candidate (``golden_choice_idx``); None on the unlabelled Test split."""
+    golden = doc.get("golden_choice_idx")
+    return CHOICE_LETTERS.index(golden) if golden else None
+
+
+
+# =============================================================================================
+# 3. Results (process_results)
+# =============================================================================================
+
+
+def sample_record(doc: Mapping, predicted: int | None, losses: Sequence[float] | None = None) -> dict[str, Any]:
+    """What a logged sample shows of how it was scored and binned: the item of the ``predictions``
+    metric (the submission file takes ``sample_id`` and ``label`` from it)."""
+    return {
+        "sample_id": doc["sample_id"],
+        "label": CHOICE_LETTERS[predicted] if predicted is not None else None,
+        "gold": doc["golden_choice_idx"],
+        "candidate_losses": dict(zip(CHOICE_LETTERS, losses)) if losses is not None else None,
+        "video_source": doc["video_source"],
+        "progress_length": doc["progress_length"],
+        "progress_bin": doc["progress_bucket"],
+        "goal_answer_similarity": doc.get("goal_answer_similarity"),
+        "similarity_level": doc.get("similarity_level"),
+    }
+
+
+def labelled_scores(doc: Mapping, record: Mapping) -> dict[str, Any]:
+    """Accuracy overall and in every breakdown the doc belongs to, with a count per breakdown
+    (an unparsed answer is wrong)."""
+    correct = float(record["label"] is not None and record["label"] == record["gold"])
+    breakdowns = (VIDEO_SOURCES[doc["video_source"]], f"progress_{doc['progress_bucket']}",
+                  f"similarity_{doc['similarity_level']}")
+    return {"accuracy": correct, **{f"accuracy_{name}": correct for name in breakdowns},
+            **{f"n_{name}": 1 for name in breakdowns}, "predictions": dict(record)}
+
+
+def candidate_losses(results: Sequence[Sequence]) -> list[float]:
+    """The loss in each loglikelihood result ``(loss, is_greedy)`` (a list once logged as JSON).
+
+    The pairs reach ``process_results`` intact because installing this suite patches lmms-eval
+    0.7.3, which would otherwise turn them into strings (``lmms_eval_compat.keep_loglikelihood_results``).
+    """
+    return [float(result[0]) for result in results]
+
+
+def ranked_choice(losses: Sequence[float]) -> int:
+    """The candidate with the lowest mean token loss; ties go to the earlier candidate, as ``argmin``
+    in the official evaluation."""
+    return min(range(len(losses)), key=losses.__getitem__)
+
+
+def process_ranking_results(doc: Mapping, results: Sequence[Sequence]) -> dict[str, Any]:
+    """``egoplan_val``: the likelihood-ranked candidate, scored overall and per breakdown."""
+    losses = candidate_losses(results)
+    return labelled_scores(doc, sample_record(doc, ranked_choice(losses), losses))
+
+
+def lm_eval_losses(results: Sequence[Sequence]) -> list[float]:
+    """The candidate losses of lm-eval's loglikelihood results ``(log-likelihood, is_greedy)``: the
+    negated log-likelihood, summed over the candidate's tokens (lm-eval returns no token counts, so
+    the text-only baselines rank by the total, not the official mean, loss)."""
+    return [-float(log_likelihood) for log_likelihood, *_ in results]
+
+
+def process_blind_ranking_results(doc: Mapping, results: Sequence[Sequence]) -> dict[str, Any]:
+    """``egoplan_val_blind`` / ``egoplan_val_narrated`` (lm-eval): scored as ``egoplan_val``."""
+    losses = lm_eval_losses(results)
+    return labelled_scores(doc, sample_record(doc, ranked_choice(losses), losses))
+
+
+def process_blind_submission_results(doc: Mapping, results: Sequence[Sequence]) -> dict[str, Any]:
+    """``egoplan_test_blind`` (lm-eval): the predictions for the submission file, as ``egoplan_test``."""
+    losses = lm_eval_losses(results)
+    return {"predictions": sample_record(doc, ranked_choice(losses), losses)}
+
+
+def process_generation_results(doc: Mapping, results: Sequence[str]) -> dict[str, Any]:
+    """``egoplan_val_gen``: the letter read from the answer, scored as above; an unread one is counted."""
+    predicted = extract_choice(results[0], doc_to_choice(doc))
+    return {**labelled_scores(doc, sample_record(doc, predicted)), "unparseable": float(predicted is None)}
+
+
+_BARE_LETTER = re.compile(r"[(\[]?\s*([A-Da-d])\s*[)\]]?[.:]?")
+_STATED_LETTER = re.compile(
+    r"\b(?:answer|option|choice|choose|chose|select|pick)\b"
+    r"(?:\s+(?:is|would\s+be|should\s+be|will\s+be))?\s*[:\-]?\s*(?:(?:option|choice)\s+)?"
+    r"(?P<open>[(\[])?(?P<letter>[A-Da-d])(?P<close>[)\]])?(?![A-Za-z0-9])",
+    re.IGNORECASE,
+)
+_LEADING_LETTER = re.compile(r"^(?:[(\[]([A-Da-d])[)\]]|([A-D])\s*[.:)\-]|([a-d])[.)])")
+_LONE_CAPITAL = re.compile(r"(?<![A-Za-z0-9'])([A-D])(?![A-Za-z0-9'])")
+# "A good step ..." is the article; "A or B", "A is right" name option A.
+_ARTICLE_FOLLOWER = re.compile(r"\s+(?!(?:or|and|is|was|seems|would|should|because|since)\b)[a-z]")
+
+
+def extract_choice(response: str, choices: Sequence[str]) -> int | None:
+    """The candidate a free-form answer picks, or None when it cannot be told.
+
+    In order: a bare letter ("B", "(b)"); a stated letter ("The answer is (B)", "option C";
+    the last one counts); a leading letter ("B. open cupboard"); the text of exactly one
+    candidate; exactly one distinct stand-alone capital A-D. An "a" / "A" followed by a word
+    ("the answer is a knife", "A good step") is the article, not option A.
+    """
+    text = (response or "").strip()
+    if not text:
+        return None
+    if match := _BARE_LETTER.fullmatch(text):
+        return CHOICE_LETTERS.index(match.group(1).upper())
+    stated = [m for m in _STATED_LETTER.finditer(text) if not _is_article(text, m)]
+    if stated:
+        return CHOICE_LETTERS.index(stated[-1].group("letter").upper())
+    if match := _LEADING_LETTER.match(text):
+        return CHOICE_LETTERS.index(next(g for g in match.groups() if g).upper())
+    named = _named_choices(text, choices)
+    if len(named) == 1:
+        return named[0]
+    letters = {m.group(1) for m in _LONE_CAPITAL.finditer(text)
+               if not (m.group(1) == "A" and _ARTICLE_FOLLOWER.match(text, m.end()))}
+    return CHOICE_LETTERS.index(letters.pop()) if len(letters) == 1 else None
+
+
+def _is_article(text: str, match: re.Match) -> bool:
+    bracketed = match.group("open") or match.group("close")
+    return match.group("letter") == "a" and not bracketed and bool(re.match(r"\s+[A-Za-z]", text[match.end():]))
+
+
+def _normalized(text: str) -> str:
+    return " ".join(re.sub(r"[^a-z0-9]+", " ", text.lower()).split())
+
+
+def _named_choices(text: str, choices: Sequence[str]) -> list[int]:
+    """Candidates whose text appears in ``text``, leaving out those inside a longer named one."""
+    padded = f" {_normalized(text)} "
+    named = {i: _normalized(c) for i, c in enumerate(choices) if _normalized(c) and f" {_normalized(c)} " in padded}
+    return [i for i, c in named.items() if not any(j != i and c != other and c in other for j, other in named.items())]
+
+
+
+def process_submission_results(doc: Mapping, results: Sequence[Sequence]) -> dict[str, Any]:
+    """``egoplan_test``: the likelihood-ranked candidate's letter, for the submission file."""
+    losses = candidate_losses(results)
+    return {"predictions": sample_record(doc, ranked_choice(losses), losses)}
+
+
+
+# =============================================================================================
+# 4. Aggregation: the leaderboard submission files
+# =============================================================================================
+
+
+def validate_submission(records: Any, sample_ids: Iterable[int] | None = None) -> None:
+    """Raise ValueError unless ``records`` is ``[{"sample_id": int, "label": "A".."D"}, ...]``
+    with unique ids (and, if given, exactly ``sample_ids``)."""
+    if not isinstance(records, list):
+        raise ValueError("an EgoPlan submission is a JSON list")
+    for record in records:
+        if not (isinstance(record, dict) and set(record) == {"sample_id", "label"}
+                and isinstance(record["sample_id"], int) and not isinstance(record["sample_id"], bool)
+                and record["label"] in tuple(CHOICE_LETTERS)):
+            raise ValueError(f"bad submission record {record!r}: expected {{'sample_id': int, 'label': 'A'..'D'}}")
+    ids = [record["sample_id"] for record in records]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"duplicate sample ids in submission: {sorted(i for i, n in collections.Counter(ids).items() if n > 1)}")
+    if sample_ids is not None and set(ids) != set(sample_ids):
+        raise ValueError(f"submission covers {len(set(ids))} sample ids, expected {len(set(sample_ids))}")
+
+
+def write_submission(items: Sequence[Mapping], args=None, *, task_name: str, task: EgoPlanValidation) -> int:
+    """Aggregation of ``predictions``: write the leaderboard submission file beside the results
+    file (``harness.run_file``: ``<output_path>/<model>/<date-time>_submission_<task>.json``);
+    report its size.
+
+    A run that did not predict every sample of the split (``--limit``, samples skipped for missing
+    media) writes ``..._submission_partial_<task>.json`` instead, with a warning saying why: it is
+    not a leaderboard submission. ``task_name``, ``task``: injected by the task class (lmms-eval's
+    BenchmarkTask or lm-eval's LmEvalBenchmarkTask, which place the file beside their results).
+    """
+    records = sorted(({"sample_id": int(item["sample_id"]), "label": item["label"]} for item in items),
+                     key=lambda record: record["sample_id"])
+    validate_submission(records)
+    unpredicted = task.split_size - len(records)
+    path = task.run_file(args, "submission_partial" if unpredicted else "submission", ".json")
+    write_atomically(path, json.dumps(records, indent=1) + "\n")
+    if unpredicted:
+        skipped = len(task.skipped_samples)
+        reasons = [f"{skipped} skipped for missing media ({setting_name(ENV_PREFIX, 'skip_missing')})"] if skipped else []
+        if unpredicted > skipped:
+            reasons.append(f"{unpredicted - skipped} not evaluated (--limit)")
+        logger.warning(f"{task_name}: predictions for {len(records)} of the split's {task.split_size} samples "
+                       f"({'; '.join(reasons)}): not a leaderboard submission, written as {path}")
+    else:
+        logger.info(f"{task_name}: leaderboard submission ({len(records)} predictions) written to {path}")
+    return len(records)

@@ -1,0 +1,418 @@
+"""Judged tasks in lmms-eval: metrics an LLM judge scores after generation, all items at once.
+
+lmms-eval calls ``process_results`` once per document (in threads), so a judge call there
+blocks and cannot batch. A ``JudgedTask`` instead has
+``process_results`` return a self-contained judge item per sample (``judge_parts_item``);
+the aggregation functions below then run on rank 0, after gathering, and send every item of
+the task through the judge engine in one concurrent, cached batch. The audit trail is written
+next to the results file (``<output_path>/<model>/<date>_judgements_<task>.jsonl``).
+
+A judged benchmark needs:
+
+* ``Settings`` inheriting ``lmms_egoplan.judge.JudgeSettings`` (so its judge is configured by
+  ``<ENV_PREFIX>_JUDGE_MODEL`` etc.; the settings are checked before anything is generated);
+* a ``Rubric`` registered under the benchmark's name (``register_rubric``, in
+  ``lmms_egoplan.judge.rubrics``) and ``process_results`` returning
+  ``{metric: judge_parts_item({"": request}, "<rubric name>") ...}`` for the judged metric and
+  for ``judged`` / ``failed``;
+* this ``metric_list`` in its YAML (and ``class:`` a ``JudgedTask`` subclass)::
+
+      metric_list:
+        - metric: score      # mean rating x the rubric's scale; failed judgements excluded
+          aggregation: !function lmms_egoplan.harness.judged.judged_score
+          higher_is_better: true
+        - metric: judged     # judgements with a valid rating
+          aggregation: !function lmms_egoplan.harness.judged.judged_count
+          higher_is_better: true
+        - metric: failed     # failed calls and answers without a valid rating
+          aggregation: !function lmms_egoplan.harness.judged.failed_count
+          higher_is_better: false
+
+  and, in a group YAML, ``aggregation: !function lmms_egoplan.harness.judged.sum_over_subtasks``
+  for ``judged`` / ``failed`` (the group's totals).
+
+A sample judged on several named parts (e.g. three answer fields, one request each)
+reports the mean of its part scores under ``judged_score``; one part alone is reported by
+returning an item holding only that part under the part's metric. Breakdowns (a metric only
+some samples return, e.g. per scenario) use ``judged_score`` too. Every metric of a task reads
+the same judgements: each request is judged once, whichever metric lmms-eval aggregates first.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from loguru import logger
+
+from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.files import strict_json, write_atomically
+from lmms_egoplan.core.settings import SettingsError, setting_name
+from lmms_egoplan.harness.lmms_eval_compat import exit_when_results_are_written, note_kept_on_stop
+from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask, run_stamp
+from lmms_egoplan.judge import (
+    ItemScore,
+    Judge,
+    Judgement,
+    JudgeResults,
+    JudgeSettings,
+    JudgeSetupError,
+    is_judge_parts_item,
+    item_parts,
+    item_requests,
+    items_rubric,
+    load_rubric,
+    preflight,
+    score_judged,
+    unjudged,
+)
+
+
+class JudgedScoring:
+    """What a judged task does under either harness (lmms-eval's ``BenchmarkTask``, lm-eval's
+    ``LmEvalBenchmarkTask``, which come after it in the class's bases): check the judge before
+    anything is loaded or generated, and score its metrics with the judge engine."""
+
+    def __init__(self, config, **kwargs):
+        if not issubclass(self.Settings, JudgeSettings):
+            raise TypeError(f"{type(self).__name__}.Settings must inherit lmms_egoplan.judge.JudgeSettings")
+        self._judgements: dict[str, Judgement] = {}  # by request id, over all metrics of the task
+        self._judgements_lock = threading.Lock()
+        super().__init__(config, **kwargs)
+
+    def download(self, dataset_kwargs=None, **kwargs) -> None:
+        # The judge is checked first: a run must not fetch data, let alone generate, with a judge
+        # that cannot work.
+        try:
+            JudgeSettings.of(self.settings).check(name=functools.partial(setting_name, self.ENV_PREFIX))
+        except JudgeSetupError as error:
+            raise SettingsError(f"task {self.config.task}: {error}") from None
+        super().download(dataset_kwargs, **kwargs)
+
+    def check_judge_answers(self) -> None:
+        """Before any model call, the judge answers one short request (``judge.preflight``; once per
+        judge configuration and process), unless ``judge_preflight`` is off."""
+        settings = JudgeSettings.of(self.settings)
+        if not settings.judge_preflight or settings in _ANSWERING_JUDGES:
+            return
+        name = functools.partial(setting_name, self.ENV_PREFIX)
+        try:
+            preflight(settings)
+        except JudgeSetupError as error:
+            raise SettingsError(
+                f"task {self.config.task}: {error}; check {name('judge_base_url')}, {name('judge_model')} and "
+                f"{name('judge_api_key_env')}, or set {name('judge_preflight')} to false to generate now and judge "
+                f"later with `lmms-egoplan rejudge`") from None
+        _ANSWERING_JUDGES.add(settings)
+
+    def judge_score(self, items: Sequence[dict], args: Any) -> ItemScore:
+        """Score ``items``, judging in one concurrent batch only the requests no metric of this
+        task has had judged yet: every metric (overall, per part, breakdowns over subsets of the
+        samples) reads the same judgements, whatever order lmms-eval aggregates them in."""
+        settings = JudgeSettings.of(self.settings)
+        trail = self.run_file(args, "judgements")
+        with self._judgements_lock:
+            judge = _shared_judge(settings)
+            if isinstance(judge, JudgeUnavailable):
+                scored = unjudged(items, judge.model, f"judge unavailable: {judge.error}")
+                self.judged_outcome(scored.results, settings)
+                return scored
+            pending = [request for request in item_requests(items)
+                       if getattr(self._judgements.get(request.id), "messages", None) != request.messages]
+            if pending and judge.cache is not None:
+                note_kept_on_stop(f"judgements already made are in the judge cache {judge.cache.path}")
+            # With nothing pending no call is made and no audit file is written.
+            results = judge.run(pending, items_rubric(items).parse_rating, audit_path=trail, append_audit=True,
+                                description=f"Judging {self.config.task}")
+            self._judgements.update((j.id, j) for j in results.judgements)
+            scored = score_judged(items, self._judgements, judge_model=judge.model, audit_path=trail)
+            self.judged_outcome(scored.results, settings)
+            return scored
+
+    def judged_outcome(self, results: JudgeResults, settings: JudgeSettings) -> None:
+        """What the harness does with a metric's judgements once made (lmms-eval: ``JudgedTask``)."""
+
+
+class JudgedTask(JudgedScoring, BenchmarkTask):
+    """An lmms-eval BenchmarkTask whose metrics are rated by an LLM judge (see the module docstring)."""
+
+    def logged_predictions(self, doc, results) -> dict:
+        """The judge items (``{"judge_items": {metric: item}}``), so that ``lmms-egoplan rejudge`` can
+        judge a ``--predict_only`` run's log (lmms-eval logs neither docs nor prompts); building them
+        calls no judge."""
+        answers = [answer.strip() if isinstance(answer, str) else answer for answer in results]
+        items = {metric: value for metric, value in self.scoring(doc, answers).items() if is_judge_parts_item(value)}
+        return {PREDICT_ONLY_ITEMS: items}
+
+    def _bind_to_backend(self, cli_args) -> None:
+        super()._bind_to_backend(cli_args)
+        if not getattr(cli_args, "predict_only", False):  # a predict-only run judges nothing
+            self.check_judge_answers()
+
+    def judged_outcome(self, results: JudgeResults, settings: JudgeSettings) -> None:
+        """Remember the task's judgements (every metric reads the same ones, so the largest set is
+        the task's), so that the run ends with a distinct status if some failed, once its results
+        and samples files are written (``failed_judgements_verdict``)."""
+        known = _RUN_JUDGEMENTS.get(self.config.task)
+        if known is None or len(results.judgements) >= known.total:
+            _RUN_JUDGEMENTS[self.config.task] = TaskJudgements(results.failed, len(results.judgements), settings)
+        exit_when_results_are_written(failed_judgements_verdict)
+
+
+@dataclass(frozen=True)
+class TaskJudgements:
+    failed: int
+    total: int
+    settings: JudgeSettings
+
+
+_RUN_JUDGEMENTS: dict[str, TaskJudgements] = {}  # by task, in this run
+
+
+def failed_judgements_verdict(files: Sequence[Path]) -> tuple[int, str] | None:
+    """(exit status, what to do) when judgements of this run failed: how many, of which tasks, and
+    the ``lmms-egoplan rejudge`` command that asks the judge for them (and takes the others from the
+    judge cache); None when none failed. ``files``: the results and samples files of the run."""
+    failed = {task: outcome for task, outcome in _RUN_JUDGEMENTS.items() if outcome.failed}
+    if not failed:
+        return None
+    total = sum(outcome.total for outcome in _RUN_JUDGEMENTS.values())
+    counts = ", ".join(f"{task} {outcome.failed}" for task, outcome in failed.items())
+    line = (f"{sum(o.failed for o in failed.values())} of {total} judgements failed ({counts}) and are left out of "
+            f"the scores; the results and the judge cache are written")
+    by_judge: dict[JudgeSettings, list[str]] = {}
+    for task, outcome in failed.items():
+        by_judge.setdefault(outcome.settings, []).append(task)
+    commands = []
+    for settings, tasks in by_judge.items():
+        samples = [str(f) for task in tasks for f in files if f.name.endswith(f"_samples_{task}.jsonl")]
+        if len(samples) == len(tasks):
+            commands.append(rejudge_command(samples, files[0].parent, settings))
+    if commands:
+        line += "; judge the failed ones with: " + " ; ".join(commands)
+    else:
+        line += ("; re-run the same command to judge them (judgements already made come from the judge cache), "
+                 "or add --log_samples to judge them later with lmms-egoplan rejudge")
+    return max(o.settings.judge_failed_exit_status for o in failed.values()), line
+
+
+def rejudge_command(samples: Sequence[str], output: Path, settings: JudgeSettings) -> str:
+    """The ``lmms-egoplan rejudge`` command judging ``samples`` with ``settings`` (its options for
+    the settings that differ from the defaults)."""
+    import dataclasses
+    import shlex
+
+    options = []
+    for field in dataclasses.fields(JudgeSettings):
+        value = getattr(settings, field.name)
+        if value != field.default and field.name != "judge_preflight":
+            options += [f"--{field.name}", "none" if value is None else str(value)]
+    return shlex.join(["lmms-egoplan", "rejudge", *samples, "--output", str(output), *options])
+
+
+@dataclass(frozen=True)
+class JudgeUnavailable:
+    """A judge configuration that failed to load (remembered: loading is not retried per metric)."""
+
+    model: str
+    error: str
+
+
+_JUDGES: dict[JudgeSettings, Judge | JudgeUnavailable] = {}
+_ANSWERING_JUDGES: set[JudgeSettings] = set()  # judge configurations whose preflight passed
+_JUDGES_LOCK = threading.Lock()
+
+
+def _shared_judge(settings: JudgeSettings) -> Judge | JudgeUnavailable:
+    """One engine per judge configuration: the tasks of a run share its client, cache and (hf)
+    model. One that fails to load (e.g. an hf judge that does not exist) is reported once and
+    fails every judgement of every metric that asks for it, instead of reloading each time."""
+    with _JUDGES_LOCK:
+        if settings not in _JUDGES:
+            try:
+                _JUDGES[settings] = Judge.from_settings(settings)
+            except Exception as error:  # report, and keep the run: the generations are logged
+                model = f"{settings.judge_backend}:{settings.judge_model}"
+                logger.error(f"the judge {model} is unavailable ({error}); every answer it should judge counts as "
+                             f"failed; re-score the logged samples with lmms-egoplan rejudge")
+                _JUDGES[settings] = JudgeUnavailable(model, str(error))
+        return _JUDGES[settings]
+
+
+def _task_of(task: Any) -> JudgedScoring:
+    if not isinstance(task, JudgedScoring):
+        raise TypeError("judged metrics aggregate only in a task whose YAML class: is a lmms_egoplan judged task "
+                        "(JudgedTask, or JudgedScoring under lm-eval)")
+    return task
+
+
+def judged_score(items: Sequence[dict], args: Any = None, *, task: JudgedScoring | None = None) -> float:
+    """The judged metric: mean rating x the rubric's scale over successful judgements (NaN if none).
+    ``task``: injected by BenchmarkTask (the task whose judge and run files are used)."""
+    return _task_of(task).judge_score(items, args).score
+
+
+def judged_count(items: Sequence[dict], args: Any = None, *, task: JudgedScoring | None = None) -> int:
+    """Judgements with a valid rating. ``task``: injected by BenchmarkTask."""
+    return _task_of(task).judge_score(items, args).results.judged
+
+
+def failed_count(items: Sequence[dict], args: Any = None, *, task: JudgedScoring | None = None) -> int:
+    """Failed judgements (no answer, or no valid rating). ``task``: injected by BenchmarkTask."""
+    return _task_of(task).judge_score(items, args).results.failed
+
+
+# Metrics that count judgements rather than score them (judged_count / failed_count).
+COUNT_METRICS = ("judged", "failed")
+
+
+def sum_over_subtasks(metrics: Sequence[float], sizes: Sequence[int], weight_by_size: bool = False) -> float:
+    """Group aggregation for counts (``judged``, ``failed``): the subtasks' total."""
+    return sum(metrics)
+
+
+# --- Re-judging logged samples -----------------------------------------------------------------
+
+
+# Where a --predict_only run logs the judge items of a sample (inside its "bypass" value).
+PREDICT_ONLY_ITEMS = "judge_items"
+
+
+class NothingToJudgeError(InputError):
+    """The samples files hold no judged items."""
+
+
+@dataclass
+class LoggedItems:
+    """What ``rejudge`` judges: the judged items of logged samples (``--log_samples`` files), by
+    task and metric, with each task's samples file, and every row that could not be used and why."""
+
+    columns: dict[str, dict[str, list[dict]]]
+    files: dict[str, Path]
+    unusable: dict[str, list[str]]  # by task: "<file>:<line>: why"
+
+
+def read_logged_items(paths: Sequence[str | Path]) -> LoggedItems:
+    """The judged items of the samples files in ``paths`` (files, or folders searched for them: the
+    newest file per task). No judge is needed to read them (``rejudge`` reads them first, so that a
+    folder without samples says so before anything asks for a key). A row that is not JSON (the last
+    line of a log whose run was killed while writing it is cut off), not an object, holds no judged
+    item where the other rows of its file do, or holds a broken one, is named and counted; the other
+    rows are judged. Raises NothingToJudgeError when no file holds anything to judge."""
+    files = _samples_files(paths)
+    columns: dict[str, dict[str, list[dict]]] = {}
+    unusable: dict[str, list[str]] = {}
+    for task, samples_file in files.items():
+        rows, problems = _logged_rows(samples_file)
+        task_columns: dict[str, list[dict]] = {}
+        without_items = []
+        for number, sample in rows:
+            items, problem = _judged_items(sample)
+            if problem:
+                problems.append((number, problem))
+            elif not items:
+                without_items.append((number, f"holds no judged item (doc_id {sample.get('doc_id')!r}); it is not "
+                                              f"a sample of a judged task of this suite"))
+            for metric, item in items.items():
+                task_columns.setdefault(metric, []).append(item)
+        if not task_columns:
+            logger.warning(f"{samples_file}: nothing to judge (task {task} is not a judged task of this suite)")
+            continue
+        problems += without_items  # the other rows of the file have judged items
+        columns[task] = task_columns
+        unusable[task] = [f"{samples_file}:{number}: {problem}" for number, problem in sorted(problems)]
+    if not columns:
+        raise NothingToJudgeError(f"nothing to judge in {', '.join(map(str, paths))}: the samples files of "
+                                  f"{', '.join(sorted(files))} hold no judged items (no judged task of this suite)")
+    return LoggedItems(columns, {task: files[task] for task in columns}, unusable)
+
+
+def _logged_rows(samples_file: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, str]]]:
+    """(line number, row) of each JSON object in ``samples_file``, and what is wrong with the other lines."""
+    import json
+
+    from lmms_egoplan.core.files import read_text
+
+    lines = read_text(samples_file).splitlines()
+    last = max((number for number, line in enumerate(lines, 1) if line.strip()), default=0)
+    rows, problems = [], []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            cut = " (the last line, cut off: the run was stopped while writing it)" if number == last else ""
+            problems.append((number, f"not JSON{cut}: {error}"))
+            continue
+        if not isinstance(row, dict):
+            problems.append((number, f"a JSON {type(row).__name__}, not a sample"))
+            continue
+        rows.append((number, row))
+    return rows, problems
+
+
+def _judged_items(sample: dict) -> tuple[dict[str, dict], str | None]:
+    """(judged items by metric, None), or ({}, why they cannot be used)."""
+    logged = sample.get("bypass")  # a --predict_only run's log
+    items = logged.get(PREDICT_ONLY_ITEMS, {}) if isinstance(logged, dict) else sample
+    judged = {metric: value for metric, value in items.items() if is_judge_parts_item(value)}
+    for metric, item in judged.items():
+        try:
+            item_parts(item)
+            load_rubric(item["judge_rubric"])
+        except (KeyError, TypeError, ValueError) as error:
+            return {}, f"the judged item of metric {metric} (doc_id {sample.get('doc_id')!r}) is broken: {error}"
+    return judged, None
+
+
+def rejudge_samples(logged: LoggedItems, judge: Judge, output_dir: str | Path, *, progress: bool = True,
+                    group_scores: Callable[[dict[str, dict]], dict[str, dict]] | None = None) -> dict[str, dict]:
+    """Re-score the judged metrics of logged samples (``read_logged_items``) with ``judge``.
+
+    No model runs: the logged judge items hold the full judge requests (a ``--predict_only`` run
+    logs them too). Every judged metric of a task (whole-sample scores, parts, breakdowns) is
+    scored from one set of judgements, each request judged once, as in the evaluation itself.
+    Writes an audit trail per task and ``<date>_rejudged.json`` (the scores; a metric without a
+    value is ``null``) into ``output_dir``; returns the scores by task and by group (as the run
+    reports groups, ``group_scores`` turning task scores into group scores: the registry's
+    ``lmms_egoplan.registry.group_scores``): each judged metric, then ``judged`` / ``failed`` and ``unusable_rows``.
+    """
+    output_dir = Path(output_dir)
+    stamp = run_stamp()
+    summary: dict[str, dict] = {}
+    for task, columns in logged.columns.items():
+        every_item = [item for items in columns.values() for item in items]
+        audit = output_dir / f"{stamp}_judgements_{task}.jsonl"
+        results = judge.run(item_requests(every_item), items_rubric(every_item).parse_rating, audit_path=audit,
+                            progress=progress, description=f"Judging {task}")
+        judgements = {j.id: j for j in results.judgements}
+        scores = {metric: score_judged(items, judgements, judge_model=results.judge_model).score
+                  for metric, items in columns.items() if metric not in COUNT_METRICS}
+        summary[task] = {**scores, "judged": results.judged, "failed": results.failed,
+                         "unusable_rows": len(logged.unusable[task]), "judge_model": judge.model,
+                         "samples": str(logged.files[task]), "audit_trail": str(audit)}
+    summary.update({group: {**scores, "judge_model": judge.model} for group, scores in (group_scores or dict)(summary).items()})
+    write_atomically(output_dir / f"{stamp}_rejudged.json", strict_json(summary, indent=2))
+    return summary
+
+
+def _samples_files(paths: Sequence[str | Path]) -> dict[str, Path]:
+    """Task name -> its logged samples file (the newest, when a folder holds several runs)."""
+    import re
+
+    found: dict[str, Path] = {}
+    for path in map(Path, paths):
+        candidates = sorted(path.rglob("*_samples_*.jsonl")) if path.is_dir() else [path]
+        if not candidates:
+            raise FileNotFoundError(f"no lmms-eval samples files (*_samples_<task>.jsonl) under {path}")
+        for candidate in candidates:
+            match = re.search(r"_samples_(.+)\.jsonl$", candidate.name)
+            if match is None or not candidate.is_file():
+                raise FileNotFoundError(f"{candidate} is not an lmms-eval samples file (<date>_samples_<task>.jsonl)")
+            if match.group(1) not in found or candidate.name > found[match.group(1)].name:
+                found[match.group(1)] = candidate
+    return found

@@ -1,0 +1,113 @@
+"""How this suite plugs into lm-eval 0.4.x, for the text-only baselines (YAMLs in ``lm_eval_tasks/``).
+
+``LmEvalBenchmarkTask`` is the lm-eval counterpart of ``harness.BenchmarkTask``: the same settings
+(YAML ``metadata`` < ``<PREFIX>_<SETTING>`` environment variables; lm-eval's ``--metadata`` JSON
+overrides the YAML's), the same benchmark loaders, and the same context binding of ``settings``,
+``task_name`` and ``task`` into ``process_results`` and aggregations, so that a benchmark's scoring
+code serves both harnesses unchanged.
+
+lm-eval hands a task nothing of its run but the config, and merges the run's ``--model_args`` into
+every task's ``metadata``. What a task needs of the run -- which metadata keys are model arguments
+(not settings: a misspelt setting must still be an error) and where the results go (side files such
+as EgoPlan's submission lie beside them) -- is read from lm-eval's ``simple_evaluate`` call, which
+builds the tasks.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from lm_eval.api.task import ConfigurableTask
+
+from lmms_egoplan.harness.task_setup import LM_EVAL_CONFIG_SOURCE, SuiteTaskSetup, benchmark_dataset
+
+
+@dataclass(frozen=True)
+class LmEvalRun:
+    """What a task knows of the lm-eval run that builds it."""
+
+    model_arg_names: frozenset[str]
+    model_name: str  # as lm-eval names the model in its results (from ``pretrained=``, ``model=``, ...)
+    output_path: str | None
+    model_folder: str  # lm-eval's results folder name for the model (``<output_path>/<model_folder>/``)
+    stamp: str  # date-time of the run's side files, in lm-eval's format (it names results files at saving)
+
+
+def current_run() -> LmEvalRun:
+    """The run of the innermost ``lm_eval.evaluator.simple_evaluate`` call on the stack (the CLI and
+    the Python API both build their tasks inside it); no model arguments and no output path when
+    tasks are built outside it (e.g. by a ``TaskManager`` directly)."""
+    from lm_eval.loggers.evaluation_tracker import GeneralConfigTracker
+    from lm_eval.utils import sanitize_model_name, simple_parse_args_string
+
+    frame = sys._getframe()
+    while frame is not None and not (frame.f_code.co_name == "simple_evaluate"
+                                     and frame.f_globals.get("__name__") == "lm_eval.evaluator"):
+        frame = frame.f_back
+    model_args = frame.f_locals.get("model_args") if frame is not None else None
+    tracker = frame.f_locals.get("evaluation_tracker") if frame is not None else None
+    if isinstance(model_args, str):
+        model_args = simple_parse_args_string(model_args)
+    model_args = model_args if isinstance(model_args, dict) else {}
+    model_name = GeneralConfigTracker._get_model_name(model_args) or ""
+    return LmEvalRun(
+        model_arg_names=frozenset(model_args),
+        model_name=model_name,
+        output_path=getattr(tracker, "output_path", None),
+        model_folder=sanitize_model_name(model_name),
+        stamp=_run_stamps.setdefault(id(frame), datetime.now().isoformat().replace(":", "-")),
+    )
+
+
+# One side-file date-time per simple_evaluate call (by its frame, alive for the whole run).
+_run_stamps: dict[int, str] = {}
+
+
+class LmEvalBenchmarkTask(SuiteTaskSetup, ConfigurableTask):
+    """An lm-eval task (YAML ``class:``) whose documents come from a benchmark loader.
+
+    Subclasses (usually a benchmark's scoring mixin first) set ``Settings`` and ``ENV_PREFIX`` and
+    implement ``load_docs``, as for ``harness.BenchmarkTask``.
+    """
+
+    @staticmethod
+    def registered_aggregation(name: str) -> Callable:
+        from lm_eval.api.registry import get_aggregation
+
+        return get_aggregation(name)
+
+    def __init__(self, config: Mapping[str, Any], **kwargs):
+        self.lm_eval_run = current_run()
+        config = self.harness_config(config, foreign_keys=self.lm_eval_run.model_arg_names | {LM_EVAL_CONFIG_SOURCE},
+                                     kept_metadata=("version", LM_EVAL_CONFIG_SOURCE))
+        super().__init__(config=config, **kwargs)
+        self.bind_scoring()
+        self.bind_aggregations()
+
+    @property
+    def predict_only(self) -> bool:
+        """``--predict_only``: lm-eval's ``override_metric("bypass")`` replaced the task's metrics."""
+        return "bypass" in self._metric_fn_list
+
+    def load_docs(self) -> Iterable[dict]:
+        raise NotImplementedError
+
+    def download(self, dataset_kwargs=None, **kwargs) -> None:
+        _, self.dataset = benchmark_dataset(self)
+
+    def evaluated_model(self, args: Any) -> str:
+        """The evaluated model as lm-eval names it. ``args``: unused (``harness.BenchmarkTask.evaluated_model``)."""
+        return self.lm_eval_run.model_name
+
+    def run_file(self, args: Any, kind: str, suffix: str = ".jsonl") -> Path:
+        """Where this task writes a file of this run: beside lm-eval's results,
+        ``<output_path>/<model>/<date-time>_<kind>_<task><suffix>``; ``./<kind>/`` without
+        ``--output_path``. ``args``: unused, for the signature of ``harness.BenchmarkTask.run_file``."""
+        file_name = f"{self.lm_eval_run.stamp}_{kind}_{self.config.task}{suffix}"
+        if not self.lm_eval_run.output_path:
+            return Path.cwd() / kind / file_name
+        return Path(self.lm_eval_run.output_path) / self.lm_eval_run.model_folder / file_name

@@ -1,0 +1,270 @@
+"""How this suite plugs into lmms-eval 0.7.x.
+
+* ``BenchmarkTask``: the base of our task classes (YAML ``class:`` key). Its docs come from a
+  benchmark loader that reads the official release files from a configurable location, and it
+  builds requests in the form the chosen backend speaks (lmms-eval's plain form for "simple"
+  backends, chat messages for "chat" backends such as ``openai`` or ``vllm``).
+* ``run_file``: where a task writes the files of a run beside lmms-eval's results file.
+
+Workarounds of lmms-eval bugs live in ``lmms_egoplan.harness.lmms_eval_compat``, not here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Iterable, Mapping
+
+from lmms_eval.api.task import ConfigurableMessagesTask, ConfigurableTask
+from loguru import logger
+
+from lmms_egoplan.core import request_options
+from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.settings import SettingsError, setting_name
+from lmms_egoplan.harness.lmms_eval_compat import (
+    bind_class_task_to_backend,
+    on_suite_use,
+    run_datetime_str,
+    unretried_process_results,
+)
+from lmms_egoplan.harness.task_setup import LM_EVAL_CONFIG_SOURCE, SuiteTaskSetup, benchmark_dataset
+
+_GENERATIVE_OUTPUT_TYPES = ("generate_until", "generate_until_multi_round", "generate_until_agentic")
+
+
+class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
+    """An lmms-eval task whose documents come from a benchmark loader.
+
+    Subclasses set ``Settings`` (a dataclass of the benchmark's settings), ``ENV_PREFIX``
+    (environment overrides are ``<ENV_PREFIX>_<SETTING>``) and implement ``load_docs``.
+    The effective settings are written back into the task config's ``metadata`` so that the
+    results file records what was run.
+
+    The YAML's ``process_results`` and aggregation functions may declare a ``settings``,
+    ``task_name`` and/or ``task`` parameter: the task binds its effective settings, its name and
+    itself to them, so per-document scoring and run-level aggregation (e.g. scoring all outputs
+    of a run at once) follow the settings and share run state without module globals. Metrics
+    whose names come from settings or data, which a YAML cannot list, join with ``add_metric``.
+
+    ``REQUEST_OPTION_SETTINGS``: the settings that choose what the task asks of the backend beyond
+    lmms-eval's request arguments (``{setting name: lmms_egoplan.core.request_options.RequestOption}``:
+    which tokens of a candidate are scored, how their losses are averaged, where the visuals go);
+    the task marks its requests with them and, before any model call, refuses a backend that
+    cannot honour a value that changes scores (it warns where the backend places visuals its own
+    way). Chat backends get the visuals where the task places them in its messages.
+    """
+
+    REQUEST_OPTION_SETTINGS: ClassVar[Mapping[str, request_options.RequestOption]] = {}
+
+    @staticmethod
+    def registered_aggregation(name: str) -> Callable:
+        from lmms_eval.api.registry import get_aggregation
+
+        return get_aggregation(name)
+
+    def __init__(self, config: Mapping[str, Any], **kwargs):
+        if LM_EVAL_CONFIG_SOURCE in (config.get("metadata") or {}):
+            raise InputError(
+                f"task {config['task']} is an lmms-eval task (it shows the model images and videos; run it with "
+                f"lmms-eval); lm-eval cannot run it. The suite's lm-eval tasks, the text-only baselines "
+                f"(egoplan_val_blind, egoplan_val_narrated, egoplan_test_blind, ego_think_blind, "
+                f"actplan1k_text_only_lm), are in the checkout's lm_eval_tasks/ folder: "
+                f"lm_eval --include_path <checkout>/lm_eval_tasks"
+            )
+        on_suite_use()
+        self._chat_backend = False
+        super().__init__(config=self.harness_config(config), **kwargs)
+        self.bind_scoring()
+
+    def _prepare_metric_and_aggregation(self) -> None:
+        super()._prepare_metric_and_aggregation()
+        self.bind_aggregations()
+
+    def run_file(self, args: Any, kind: str, suffix: str = ".jsonl") -> Path:
+        """Where this task writes a file of this run (``run_file``)."""
+        return run_file(args, self.config.task, kind, suffix)
+
+    def evaluated_model(self, args: Any) -> str:
+        """The evaluated model as the results folder names it (``run_model_name``)."""
+        return run_model_name(args)
+
+    def process_results(self, doc, results, full_docs=None):
+        if self.predict_only:
+            # lmms-eval replaced the task's metrics by "bypass": the outputs are logged, nothing is scored
+            # (its own scoring of the output type would need labels, e.g. EgoPlan-Test's, that a task may lack).
+            # The value is what the sample log shows under "bypass" (lmms-eval reports every other key as a metric).
+            return {metric: self.logged_predictions(doc, results) for metric in self._metric_fn_list}
+        return unretried_process_results(ConfigurableTask.process_results)(self, doc, results, full_docs)
+
+    def logged_predictions(self, doc, results) -> Any:
+        """What a ``--predict_only`` run logs per sample besides the outputs (under "bypass")."""
+        return None
+
+    @property
+    def predict_only(self) -> bool:
+        """``--predict_only``: lmms-eval's ``override_metric("bypass")`` removed the task's scoring."""
+        return self.config.process_results is None and "bypass" in self._metric_fn_list
+
+    def load_docs(self) -> Iterable[dict]:
+        """The evaluation documents, one dict per sample, in the benchmark's order."""
+        raise NotImplementedError
+
+    def download(self, dataset_kwargs=None) -> None:
+        split, self.dataset = benchmark_dataset(self)
+        if self.config.process_docs is not None:
+            self.dataset[split] = self.config.process_docs(self.dataset[split])
+        # Docs hold paths, not decoded media, so nothing needs stripping for post-processing.
+        self.dataset_no_image = self.dataset
+
+    def build_all_requests(self, **kwargs) -> None:
+        self._bind_to_backend(getattr(self, "args", None))
+        super().build_all_requests(**kwargs)
+
+    def _bind_to_backend(self, cli_args) -> None:
+        """Settle the request form (lmms-eval's plain form, or chat messages for chat backends) from
+        the CLI arguments lmms-eval hands every task, before requests are built; claim the output
+        folder (before any model call)."""
+        claim_output_folder(cli_args)
+        bind_class_task_to_backend(self, cli_args)
+        model = getattr(cli_args, "model", None)
+        if not isinstance(model, str):
+            return
+        from lmms_eval.models import MODEL_REGISTRY_V2
+
+        force_simple = bool(getattr(cli_args, "force_simple", False))
+        self._chat_backend = MODEL_REGISTRY_V2.resolve(model, force_simple=force_simple).model_type == "chat"
+        if not self._chat_backend:  # chat backends are refused loglikelihood requests in construct_requests
+            self._check_backend_honours_options(MODEL_REGISTRY_V2.get_model_class(model, force_simple=force_simple), model)
+
+    def requested_options(self) -> list[tuple[str, request_options.RequestOption, str]]:
+        """(setting, option, value) of every option the task's requests carry: those whose value is
+        not lmms-eval's convention, for this task's output type."""
+        generative = self.OUTPUT_TYPE in _GENERATIVE_OUTPUT_TYPES
+        chosen = [(name, option, getattr(self.settings, name)) for name, option in self.REQUEST_OPTION_SETTINGS.items()]
+        return [(name, option, value) for name, option, value in chosen
+                if value != option.convention and not (generative and option.likelihood_only)]
+
+    def _check_backend_honours_options(self, model_class: type, model: str) -> None:
+        for name, option, value in self.requested_options():
+            if option.honoured_by(model_class, value):
+                continue
+            setting = setting_name(self.ENV_PREFIX, name)
+            if not option.binding:
+                logger.warning(f"task {self.config.task} asks for {option.name} {value!r} ({setting}), which backend "
+                               f"{model!r} does not declare it honours: it follows its own convention")
+                continue
+            raise SettingsError(
+                f"task {self.config.task} asks for {option.name} {value!r} (its official evaluation does), which "
+                f"backend {model!r} cannot honour; use --model egoplan_hf, or set {setting} to "
+                f"{option.convention!r} (lmms-eval's convention)"
+            )
+
+    def construct_requests(self, doc_id: int, ctx: str, **kwargs):
+        if not self._chat_backend:
+            requests = ConfigurableTask.construct_requests(self, doc_id, ctx, **kwargs)
+            for _, option, value in self.requested_options():
+                option.mark(requests, value)
+            return requests
+        if self.OUTPUT_TYPE not in _GENERATIVE_OUTPUT_TYPES:
+            raise ValueError(
+                f"task {self.config.task} needs {self.OUTPUT_TYPE} scoring, which chat backends do not provide; "
+                f"use a backend with loglikelihood (e.g. --model egoplan_hf), or --force_simple where the "
+                f"backend has a simple implementation, or the task's generative variant"
+            )
+        return ConfigurableMessagesTask.construct_requests(self, doc_id, ctx, **kwargs)
+
+    def _build_user_turn(self, visuals, text: str) -> list:
+        """A chat backend's user turn: the visuals before or after the text, as the task orders them."""
+        order = request_options.INPUT_ORDER
+        setting = next((name for name, option in self.REQUEST_OPTION_SETTINGS.items() if option is order), None)
+        if setting is None or getattr(self.settings, setting) == order.convention:
+            return super()._build_user_turn(visuals, text)
+        return [{"role": "user", "content": [{"type": "text", "text": text},
+                                             *(self._visual_to_content(v) for v in visuals or [])]}]
+
+
+_run_stamp: str | None = None
+
+
+def run_stamp(args: Any = None) -> str:
+    """One date-time per run, as lmms-eval writes it in its file names: the one of this run's
+    results file (``lmms_eval_compat.run_datetime_str``), else the time of the first call
+    (``--timezone`` honoured)."""
+    global _run_stamp
+    if _run_stamp is None:
+        stamp = run_datetime_str(args)
+        if stamp is None:
+            from lmms_eval.utils import get_datetime_str
+
+            timezone = getattr(args, "timezone", None)
+            stamp = get_datetime_str(timezone=timezone) if timezone else get_datetime_str()
+        _run_stamp = stamp.replace(":", "-")
+    return _run_stamp
+
+
+_claimed_folders: set[Path] = set()
+
+
+def claim_output_folder(args: Any) -> None:
+    """Before any model call: the folder this run writes into (``<output_path>/<model>``) is
+    writable, and no other run writes the files of the same date-time into it.
+
+    lmms-eval names a run's results and samples files by the second it started, as this suite
+    names its side files: two runs started in the same second with the same ``--output_path`` and
+    model would overwrite each other's files. Rank 0 (the one that writes) creates
+    ``<date-time>.lmms_egoplan.lock`` there for the run's lifetime; a run that finds it refuses to
+    start, with an InputError saying what to change. Once per process.
+    """
+    output_path = getattr(args, "output_path", None)
+    if not output_path or os.environ.get("RANK", "0") != "0":
+        return
+    from lmms_eval.utils import sanitize_model_name
+
+    folder = Path(output_path) / sanitize_model_name(run_model_name(args))
+    if folder in _claimed_folders:
+        return
+    stamp = run_stamp(args)
+    lock = folder / f"{stamp}.lmms_egoplan.lock"
+    taken = InputError(f"another run (its lock {lock}, or its files {stamp}_*) writes the files of the same date-time ({stamp}) into "
+                       f"{folder}: its results, samples and side files would overwrite this run's. Start this run "
+                       f"a second later, or give it another --output_path")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        raise taken from None
+    except OSError as error:
+        raise InputError(f"--output_path {output_path}: cannot write into {folder} ({error}); "
+                         f"give a writable folder") from None
+    with os.fdopen(descriptor, "w") as file:
+        file.write(f"{os.getpid()}\n")
+    # A run of the same second that has finished (it wrote its files, then removed its lock) is there
+    # by its files: a slow start can reach this point after such a run has ended.
+    if any(path != lock for path in folder.glob(f"{stamp}_*")):
+        lock.unlink(missing_ok=True)
+        raise taken
+    _claimed_folders.add(folder)
+    atexit.register(lock.unlink, missing_ok=True)
+
+
+def run_model_name(args: Any) -> str:
+    """The evaluated model as lmms-eval names it in its output folder (from ``pretrained=`` etc.)."""
+    from lmms_eval.loggers.evaluation_tracker import GeneralConfigTracker
+
+    model_args = getattr(args, "model_args", "")
+    return GeneralConfigTracker._get_model_name(model_args if isinstance(model_args, str) else "")
+
+
+def run_file(args: Any, task: str, kind: str, suffix: str = ".jsonl") -> Path:
+    """Where a task writes a file of this run (judgements, plans, a submission): beside lmms-eval's
+    results file, ``<output_path>/<model>/<date-time>_<kind>_<task><suffix>`` (the date-time of
+    this process's first such file, in lmms-eval's format and ``--timezone``), so that runs of other
+    models or at other times never overwrite it; ``./<kind>/`` without ``--output_path``."""
+    file_name = f"{run_stamp(args)}_{kind}_{task}{suffix}"
+    output_path = getattr(args, "output_path", None)
+    if not output_path:
+        return Path.cwd() / kind / file_name
+    from lmms_eval.utils import sanitize_model_name
+
+    return Path(output_path) / sanitize_model_name(run_model_name(args)) / file_name

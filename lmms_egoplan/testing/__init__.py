@@ -1,1 +1,0 @@
-"""Offline test helpers (tiny checkpoints, synthetic media)."""
