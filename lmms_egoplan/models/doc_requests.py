@@ -15,9 +15,9 @@ from typing import Any, Callable, Iterator, Sequence
 from lmms_eval.api.instance import Instance
 
 from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
-from lmms_egoplan.core.settings import closest_name_hint
+from lmms_egoplan.core.settings import closest_name_hint, coerce_setting
 from lmms_egoplan.models.chat import ChatTemplateError
-from lmms_egoplan.models.visuals import ModelVisuals, decode_ahead, prepare_visuals
+from lmms_egoplan.models.visuals import ModelVisuals, VisualLimits, decode_ahead, prepare_visuals
 
 # The request options a likelihood backend honours (``request_options``); a question's candidates share them.
 QUESTION_OPTIONS = (SCORED_SPAN, LOSS_MEAN, INPUT_ORDER)
@@ -56,6 +56,21 @@ class DocRequests:
     # keep_responses_of_stopped_runs``): each response is handed to it as soon as it is computed,
     # and stored, so that a run killed mid-pass keeps every question it scored.
     response_sink: Callable[[Instance, Any], None] | None = None
+    is_simple = True
+    request_options = {option.name: option.values for option in QUESTION_OPTIONS}
+
+    @staticmethod
+    def visual_limits(backend: str, max_frames, image_max_side, image_max_pixels, video_max_side,
+                      video_max_pixels) -> VisualLimits:
+        """The visual-size model_args both backends take, each checked under its own name."""
+        def arg(value, annotation, name: str):
+            return coerce_setting(value, annotation, f"{backend} model_args {name}")
+
+        return VisualLimits(max_frames=arg(max_frames, int, "max_frames"),
+                            image_max_side=arg(image_max_side, int | None, "image_max_side"),
+                            image_max_pixels=arg(image_max_pixels, int | None, "image_max_pixels"),
+                            video_max_side=arg(video_max_side, int | None, "video_max_side"),
+                            video_max_pixels=arg(video_max_pixels, int | None, "video_max_pixels"))
 
     def _questions(self, requests: Sequence[Instance]) -> list[Question]:
         """The requests grouped by question (same doc, context, visuals and options), in order."""

@@ -28,14 +28,13 @@ from lmms_egoplan.core.settings import SettingsError, coerce_setting
 from lmms_egoplan.harness.lmms_eval_compat import on_suite_use
 from lmms_egoplan.models.chat import ChatRenderer
 from lmms_egoplan.models.doc_requests import (
-    QUESTION_OPTIONS,
     DocRequests,
     cut_at_first,
     processor_inputs,
     unknown_model_args_message,
 )
 from lmms_egoplan.models.likelihood import LikelihoodScorer, scored_sequence, special_token_ids
-from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError, VisualLimits
+from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEFAULT_MAX_NEW_TOKENS = 256
@@ -49,9 +48,6 @@ class ContextTooLongError(ValueError):
 
 
 class EgoPlanHF(DocRequests, lmms):
-    is_simple = True
-    request_options = {option.name: option.values for option in QUESTION_OPTIONS}
-
     def __init__(
         self,
         pretrained: str,
@@ -107,11 +103,8 @@ class EgoPlanHF(DocRequests, lmms):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.takes_images, self.video_native, self.videos_with_images = processor_inputs(self.processor)
         self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt, chat_template=chat_template)
-        self.limits = VisualLimits(max_frames=_arg(max_frames, int, "max_frames"),
-                                   image_max_side=_arg(image_max_side, int | None, "image_max_side"),
-                                   image_max_pixels=_arg(image_max_pixels, int | None, "image_max_pixels"),
-                                   video_max_side=_arg(video_max_side, int | None, "video_max_side"),
-                                   video_max_pixels=_arg(video_max_pixels, int | None, "video_max_pixels"))
+        self.limits = self.visual_limits("egoplan_hf", max_frames, image_max_side, image_max_pixels, video_max_side,
+                                         video_max_pixels)
         self.max_length = _arg(max_length, int | None, "max_length") or _context_window(self._model)
         if str(batch_size).startswith("auto"):
             raise ValueError("egoplan_hf: batch_size=auto is not supported; pass --batch_size N")

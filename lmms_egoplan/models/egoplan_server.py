@@ -25,7 +25,6 @@ from lmms_egoplan.core.settings import SettingsError, coerce_setting
 from lmms_egoplan.harness.lmms_eval_compat import on_suite_use
 from lmms_egoplan.models.chat import ChatRenderer
 from lmms_egoplan.models.doc_requests import (
-    QUESTION_OPTIONS,
     DocRequests,
     Question,
     cut_at_first,
@@ -35,16 +34,13 @@ from lmms_egoplan.models.doc_requests import (
 from lmms_egoplan.models.egoplan_hf import _GENERATION_KEYS, DEFAULT_MAX_NEW_TOKENS, load_processor
 from lmms_egoplan.models.engines import ENGINE_CLASSES, ENGINES, ServerClient, ServerPrompt
 from lmms_egoplan.models.likelihood import expansion_shift, mean_loss, scored_sequence, special_token_ids
-from lmms_egoplan.models.visuals import ModelVisuals, VisualLimits
+from lmms_egoplan.models.visuals import ModelVisuals
 
 # The text-only question every run scores once at load (``engines.Engine.check``).
 PROBE_QUESTION, PROBE_ANSWER = "What should I do next?", "Open the fridge."
 
 
 class EgoPlanServer(DocRequests, lmms):
-    is_simple = True
-    request_options = {option.name: option.values for option in QUESTION_OPTIONS}
-
     def __init__(
         self,
         engine: str,
@@ -91,11 +87,8 @@ class EgoPlanServer(DocRequests, lmms):
         if _arg(videos_as_frames, bool, "videos_as_frames"):
             self.video_native = False
         self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt, chat_template=chat_template)
-        self.limits = VisualLimits(max_frames=_arg(max_frames, int, "max_frames"),
-                                   image_max_side=_arg(image_max_side, int | None, "image_max_side"),
-                                   image_max_pixels=_arg(image_max_pixels, int | None, "image_max_pixels"),
-                                   video_max_side=_arg(video_max_side, int | None, "video_max_side"),
-                                   video_max_pixels=_arg(video_max_pixels, int | None, "video_max_pixels"))
+        self.limits = self.visual_limits("egoplan_server", max_frames, image_max_side, image_max_pixels, video_max_side,
+                                         video_max_pixels)
         self.lstrip_continuation = _arg(lstrip_continuation, bool, "lstrip_continuation")
         self.visual_prefetch = 0  # the questions in flight decode their own visuals, in parallel
         self._special_token_ids = special_token_ids(self.tokenizer)
