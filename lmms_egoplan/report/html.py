@@ -50,7 +50,7 @@ def html_page(title: str, preamble: list[str], sections: list[tuple[Table, dict[
     for table, figures in sections:
         body += [f"<h2>{html.escape(table.benchmark.title)}</h2>",
                  f"<p>Layout of {html.escape(table.benchmark.source)}.</p>", html_table(table)]
-        body += [f'<figure id="figure-{name}">{svg_text(figure)}<figcaption>{html.escape(name)}</figcaption></figure>'
+        body += [f'<figure id="figure-{name}">{svg_text(figure)}<figcaption>also as {html.escape(name)}.png and {html.escape(name)}.svg beside this page</figcaption></figure>'
                  for name, figure in figures.items()]
     return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
