@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from lmms_eval.api.instance import Instance
+from loguru import logger
 
 from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import closest_name_hint, coerce_setting
@@ -21,6 +22,24 @@ from lmms_egoplan.models.visuals import ModelVisuals, VisualLimits, decode_ahead
 
 # The request options a likelihood backend honours (``request_options``); a question's candidates share them.
 QUESTION_OPTIONS = (SCORED_SPAN, LOSS_MEAN, INPUT_ORDER)
+DEFAULT_MAX_NEW_TOKENS = 256
+# Generation kwargs lmms-eval tasks send that the backends read; anything else is reported once.
+GENERATION_KEYS = frozenset({"until", "max_new_tokens", "max_gen_toks", "temperature", "do_sample", "top_p", "top_k",
+                             "num_beams", "repetition_penalty"})
+
+
+@dataclass(frozen=True)
+class Generation:
+    """lmms-eval's generation kwargs of a request, read once for both backends."""
+
+    until: list[str]  # stop strings
+    max_new_tokens: int
+    temperature: float  # 0: greedy; sampling at this temperature otherwise
+    options: dict[str, Any]  # those set of top_p / top_k (only when sampling), num_beams, repetition_penalty
+
+    @property
+    def sampling(self) -> bool:
+        return self.temperature > 0
 
 
 @dataclass
@@ -49,8 +68,8 @@ def processor_inputs(processor) -> tuple[bool, bool, bool]:
 
 class DocRequests:
     """Mixin of the suite's backends. The backend sets ``pretrained``, ``processor``, ``limits``,
-    ``takes_images``, ``video_native``, ``videos_with_images`` and ``visual_prefetch``; lmms-eval
-    sets ``task_dict``."""
+    ``takes_images``, ``video_native``, ``videos_with_images``, ``visual_prefetch`` and
+    ``_reported_generation_keys`` (an empty set); lmms-eval sets ``task_dict``."""
 
     # Set while lmms-eval's --use_cache calls the backend (``lmms_eval_compat.
     # keep_responses_of_stopped_runs``): each response is handed to it as soon as it is computed,
@@ -71,6 +90,25 @@ class DocRequests:
                             image_max_pixels=arg(image_max_pixels, int | None, "image_max_pixels"),
                             video_max_side=arg(video_max_side, int | None, "video_max_side"),
                             video_max_pixels=arg(video_max_pixels, int | None, "video_max_pixels"))
+
+    def _generation(self, generation_kwargs: dict, backend: str, ignored: Sequence[str] = ()) -> Generation:
+        """``generation_kwargs`` as a ``Generation``; keys the backend does not read (``ignored``: those it
+        reads but cannot honour) are reported once per run. ``do_sample`` without a temperature samples
+        at 1, a temperature above 0 samples (as transformers' ``generate`` does)."""
+        until = generation_kwargs.get("until") or []
+        until = [until] if isinstance(until, str) else list(until)
+        unread = (set(generation_kwargs) - GENERATION_KEYS) | set(ignored)
+        if unread - self._reported_generation_keys:
+            logger.warning(f"{backend} ignores these generation kwargs: {sorted(unread - self._reported_generation_keys)}")
+            self._reported_generation_keys |= unread
+        temperature = float(generation_kwargs.get("temperature") or 0.0)
+        do_sample = coerce_setting(generation_kwargs.get("do_sample", False), bool, f"{backend} gen_kwargs do_sample")
+        sampling = do_sample or temperature > 0
+        options = {k: generation_kwargs[k] for k in ("top_p", "top_k") if sampling and generation_kwargs.get(k) is not None}
+        options.update({k: generation_kwargs[k] for k in ("num_beams", "repetition_penalty")
+                        if generation_kwargs.get(k) is not None})
+        max_new_tokens = generation_kwargs.get("max_new_tokens", generation_kwargs.get("max_gen_toks", DEFAULT_MAX_NEW_TOKENS))
+        return Generation(until, int(max_new_tokens), (temperature or 1.0) if sampling else 0.0, options)
 
     def _questions(self, requests: Sequence[Instance]) -> list[Question]:
         """The requests grouped by question (same doc, context, visuals and options), in order."""

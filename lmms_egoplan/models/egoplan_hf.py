@@ -37,10 +37,6 @@ from lmms_egoplan.models.likelihood import LikelihoodScorer, scored_sequence, sp
 from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-DEFAULT_MAX_NEW_TOKENS = 256
-# Generation kwargs lmms-eval tasks send that this backend reads; anything else is reported once.
-_GENERATION_KEYS = frozenset({"until", "max_new_tokens", "max_gen_toks", "temperature", "do_sample", "top_p",
-                              "top_k", "num_beams", "repetition_penalty"})
 
 
 class ContextTooLongError(ValueError):
@@ -210,30 +206,22 @@ class EgoPlanHF(DocRequests, lmms):
 
     @torch.inference_mode()
     def _generate(self, inputs, generation_kwargs: dict, where: str) -> list[str]:
-        until = generation_kwargs.get("until") or []
-        until = [until] if isinstance(until, str) else list(until)
-        unread = set(generation_kwargs) - _GENERATION_KEYS - self._reported_generation_keys
-        if unread:
-            logger.warning(f"egoplan_hf ignores these generation kwargs: {sorted(unread)}")
-            self._reported_generation_keys |= unread
+        generation = self._generation(generation_kwargs, "egoplan_hf")
         prompt_length = inputs["input_ids"].shape[1]
-        max_new_tokens = int(generation_kwargs.get("max_new_tokens", generation_kwargs.get("max_gen_toks", DEFAULT_MAX_NEW_TOKENS)))
+        max_new_tokens = generation.max_new_tokens
         if self.max_length is not None and prompt_length + max_new_tokens > self.max_length:
             logger.warning(f"{self.pretrained}: {where}: max_new_tokens {max_new_tokens} cut to "
                            f"{self.max_length - prompt_length} to stay within the context window of {self.max_length} tokens")
             max_new_tokens = self.max_length - prompt_length
-        temperature = float(generation_kwargs.get("temperature") or 0.0)
-        do_sample = coerce_setting(generation_kwargs.get("do_sample", False), bool, "egoplan_hf gen_kwargs do_sample") or temperature > 0
-        settings: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": do_sample}
-        if do_sample:
-            settings["temperature"] = temperature or 1.0
-            settings.update({k: generation_kwargs[k] for k in ("top_p", "top_k") if generation_kwargs.get(k) is not None})
-        settings.update({k: generation_kwargs[k] for k in ("num_beams", "repetition_penalty") if generation_kwargs.get(k) is not None})
-        if until:
-            settings.update(stop_strings=until, tokenizer=self.tokenizer)
+        settings: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": generation.sampling,
+                                    **generation.options}
+        if generation.sampling:
+            settings["temperature"] = generation.temperature
+        if generation.until:
+            settings.update(stop_strings=generation.until, tokenizer=self.tokenizer)
         generated = self._model.generate(**inputs, pad_token_id=self.tokenizer.pad_token_id, **settings)
         texts = self.tokenizer.batch_decode(generated[:, prompt_length:], skip_special_tokens=True)
-        return [cut_at_first(text, until) for text in texts]
+        return [cut_at_first(text, generation.until) for text in texts]
 
     def generate_until_multi_round(self, requests) -> list[str]:
         raise NotImplementedError("egoplan_hf does not implement generate_until_multi_round")

@@ -17,7 +17,6 @@ from typing import Any, Callable, Iterable, Sequence
 
 from lmms_eval.api.instance import Instance
 from lmms_eval.api.model import lmms
-from loguru import logger
 from tqdm import tqdm
 
 from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
@@ -31,7 +30,7 @@ from lmms_egoplan.models.doc_requests import (
     processor_inputs,
     unknown_model_args_message,
 )
-from lmms_egoplan.models.egoplan_hf import _GENERATION_KEYS, DEFAULT_MAX_NEW_TOKENS, load_processor
+from lmms_egoplan.models.egoplan_hf import load_processor
 from lmms_egoplan.models.engines import ENGINE_CLASSES, ENGINES, ServerClient, ServerPrompt
 from lmms_egoplan.models.likelihood import expansion_shift, mean_loss, scored_sequence, special_token_ids
 from lmms_egoplan.models.visuals import ModelVisuals
@@ -169,25 +168,13 @@ class EgoPlanServer(DocRequests, lmms):
 
     def _sampling(self, generation_kwargs: dict) -> tuple[dict, list[str]]:
         """The server's sampling settings for lmms-eval's generation kwargs, and the stop strings."""
-        until = generation_kwargs.get("until") or []
-        until = [until] if isinstance(until, str) else list(until)
-        unread = set(generation_kwargs) - _GENERATION_KEYS - self._reported_generation_keys
-        if generation_kwargs.get("num_beams", 1) not in (1, None):
-            unread.add("num_beams")
-        if unread:
-            logger.warning(f"egoplan_server ignores these generation kwargs: {sorted(unread)}")
-            self._reported_generation_keys |= unread
-        max_new_tokens = generation_kwargs.get("max_new_tokens", generation_kwargs.get("max_gen_toks", DEFAULT_MAX_NEW_TOKENS))
-        temperature = float(generation_kwargs.get("temperature") or 0.0)
-        do_sample = coerce_setting(generation_kwargs.get("do_sample", False), bool, "egoplan_server gen_kwargs do_sample")
-        sampling = {"max_new_tokens": int(max_new_tokens), "temperature": (temperature or 1.0) if do_sample else temperature}
-        if sampling["temperature"] > 0:
-            sampling.update({k: generation_kwargs[k] for k in ("top_p", "top_k") if generation_kwargs.get(k) is not None})
-        if generation_kwargs.get("repetition_penalty") is not None:
-            sampling["repetition_penalty"] = generation_kwargs["repetition_penalty"]
-        if until:
-            sampling["stop"] = until
-        return sampling, until
+        beams = generation_kwargs.get("num_beams", 1) not in (1, None)  # servers do not search beams
+        generation = self._generation(generation_kwargs, "egoplan_server", ignored=["num_beams"] if beams else [])
+        sampling = {"max_new_tokens": generation.max_new_tokens, "temperature": generation.temperature,
+                    **{k: v for k, v in generation.options.items() if k != "num_beams"}}
+        if generation.until:
+            sampling["stop"] = generation.until
+        return sampling, generation.until
 
     def generate_until_multi_round(self, requests) -> list[str]:
         raise NotImplementedError("egoplan_server does not implement generate_until_multi_round")
