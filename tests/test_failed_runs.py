@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from lmms_egoplan.compat import durability
+from lmms_egoplan.compat import tasks as compat_tasks
 from lmms_egoplan.core.documentation import doc_page
 from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV, run_lmms_eval
-from lmms_egoplan.harness import lmms_eval_compat
 from lmms_egoplan.harness.lmms_eval_task import computes_loglikelihood
 
 # lmms-eval's CLI, in a process where building egoplan_hf is observable: it writes MARKER first.
@@ -181,21 +182,21 @@ def test_a_backend_failing_while_it_is_built_is_named_in_the_error_line():
 
     with pytest.raises(TypeError) as raised:
         simple_evaluate("some_backend", "a=1")
-    assert lmms_eval_compat.error_line(raised.value) == (
+    assert durability.error_line(raised.value) == (
         "--model some_backend could not be loaded: TypeError: X.__init__() missing 1 required positional argument: "
         "engine; the suite's tasks also run on its own backends: --model egoplan_hf (transformers) or --model "
         "egoplan_server (an SGLang / vLLM server)")
     with pytest.raises(ValueError) as elsewhere:
         raise ValueError("a task failed")
-    assert lmms_eval_compat.error_line(elsewhere.value) == "ValueError: a task failed"
+    assert durability.error_line(elsewhere.value) == "ValueError: a task failed"
 
 
 def test_built_in_names_map_to_the_suite_tasks_that_implement_their_papers():
-    assert lmms_eval_compat.suite_counterpart("egothink_counting") == "ego_think_counting"
-    assert lmms_eval_compat.suite_counterpart("egothink") == "ego_think"
-    assert lmms_eval_compat.suite_counterpart("egoplan") == "egoplan_val"
-    assert lmms_eval_compat.suite_counterpart("mme") is None
-    hints = lmms_eval_compat.hint_suite_counterparts(["egothink_counting", "mme", "ego_think_counting"],
+    assert compat_tasks.suite_counterpart("egothink_counting") == "ego_think_counting"
+    assert compat_tasks.suite_counterpart("egothink") == "ego_think"
+    assert compat_tasks.suite_counterpart("egoplan") == "egoplan_val"
+    assert compat_tasks.suite_counterpart("mme") is None
+    hints = compat_tasks.hint_suite_counterparts(["egothink_counting", "mme", "ego_think_counting"],
                                                      ["egothink_counting", "mme", "ego_think_counting"],
                                                      {"ego_think", "ego_think_counting"})
     assert len(hints) == 1 and "egothink_counting is lmms-eval's built-in task" in hints[0]

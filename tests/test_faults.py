@@ -16,6 +16,7 @@ import pytest
 
 from lmms_egoplan.core.documentation import doc_page
 from lmms_egoplan.core.files import read_jsonl, read_text, valid_text
+from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, rating_responder
 from lmms_egoplan.judge import (
     Judge,
@@ -187,12 +188,12 @@ def test_a_second_run_of_the_same_second_into_the_same_folder_is_refused(tmp_pat
     from lmms_egoplan.core.errors import InputError
     from lmms_egoplan.harness import lmms_eval_task as harness
 
-    monkeypatch.setattr(harness, "_run_stamp", "20261122_101010")
-    monkeypatch.setattr(harness, "_claimed_folders", set())
+    monkeypatch.setattr(RUN, "stamp", "20261122_101010")
+    monkeypatch.setattr(RUN, "claimed_folders", set())
     args = Namespace(output_path=str(tmp_path), model_args="pretrained=/models/tiny", timezone=None)
     harness.claim_output_folder(args)
     assert (tmp_path / "models__tiny" / "20261122_101010.lmms_egoplan.lock").is_file()
-    monkeypatch.setattr(harness, "_claimed_folders", set())  # as in another process
+    monkeypatch.setattr(RUN, "claimed_folders", set())  # as in another process
     with pytest.raises(InputError, match=r"another run .* writes the files of the same date-time \(20261122_101010\)"):
         harness.claim_output_folder(args)
 
@@ -205,8 +206,8 @@ def test_a_run_of_the_same_second_that_has_ended_is_found_by_its_files(tmp_path,
     from lmms_egoplan.core.errors import InputError
     from lmms_egoplan.harness import lmms_eval_task as harness
 
-    monkeypatch.setattr(harness, "_run_stamp", "20261122_101010")
-    monkeypatch.setattr(harness, "_claimed_folders", set())
+    monkeypatch.setattr(RUN, "stamp", "20261122_101010")
+    monkeypatch.setattr(RUN, "claimed_folders", set())
     folder = tmp_path / "models__tiny"
     folder.mkdir()
     (folder / "20261122_101010_results.json").write_text("{}")
@@ -800,8 +801,8 @@ def test_a_likelihood_pass_stopped_mid_way_keeps_every_scored_question(signum, e
     lmms-eval's own storing, a chunk of ``RESPONSE_CHUNK_MIN_DOCS`` documents at a time, would show 16."""
     import signal
 
+    from lmms_egoplan.compat.durability import RESPONSE_CHUNK_MIN_DOCS
     from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval, start_lmms_eval
-    from lmms_egoplan.harness.lmms_eval_compat import RESPONSE_CHUNK_MIN_DOCS
 
     cache = tmp_path / "cache"
     model = tiny_model("qwen2_vl", hidden_size=512, num_layers=8)

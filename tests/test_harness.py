@@ -7,9 +7,9 @@ from typing import Optional
 
 import pytest
 
+from lmms_egoplan.compat.tasks import plugin_task_folders
 from lmms_egoplan.core.settings import SettingsError, resolve_settings, setting
 from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
-from lmms_egoplan.harness.lmms_eval_compat import plugin_task_folders
 
 PROBE_TASKS = Path(__file__).parent / "fixtures" / "probe_tasks"
 

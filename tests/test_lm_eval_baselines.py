@@ -37,7 +37,7 @@ def test_the_lmms_eval_folder_under_lm_eval_names_the_folder_to_use_instead():
     from lm_eval.tasks import TaskManager
 
     manager = TaskManager(include_path=str(CHECKOUT / "tasks"), include_defaults=False, metadata={"pretrained": "m"})
-    with pytest.raises(InputError, match=r"egoplan_val is an lmms-eval task.*lm_eval --include_path <checkout>/lm_eval_tasks"):
+    with pytest.raises(InputError, match=r"egoplan_val is an lmms-eval task.*lm_eval --include_path <checkout>/lm_eval_tasks \(--tasks list names them\)"):
         manager.load(["egoplan_val"])
 
 

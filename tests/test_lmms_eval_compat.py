@@ -20,8 +20,12 @@ from lmms_eval.caching.response_cache import _SCHEMA_SQL, ResponseCache
 from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
 from lmms_eval.tasks import TaskManager
 
+from lmms_egoplan import compat
+from lmms_egoplan.compat import durability
+from lmms_egoplan.compat import results as compat_results
+from lmms_egoplan.compat import tasks as compat_tasks
+from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV
-from lmms_egoplan.harness import lmms_eval_compat
 
 PROBE_TASKS = Path(__file__).parent / "fixtures" / "probe_tasks"
 
@@ -47,12 +51,12 @@ except SystemExit as stop:
 finally:
     from lmms_eval.api import instance
     from lmms_eval.tasks import TaskManager
-    compat = sys.modules.get("lmms_egoplan.harness.lmms_eval_compat")
+    run_state = sys.modules.get("lmms_egoplan.core.run_state")
     print("COMPAT-STATE " + json.dumps({
         "suite_loaded": "lmms_egoplan" in sys.modules,
         "loglikelihood_pairs_kept": getattr(instance.unwrap_generation_output, "_keeps_loglikelihood_pairs", False),
         "plugin_tasks_indexed": getattr(TaskManager.__init__, "_includes_plugin_tasks", False),
-        "exit_guard": getattr(compat, "_exit_guard_sink", None) is not None,
+        "exit_guard": run_state is not None and run_state.RUN.exit_guard_sink is not None,
     }))
 sys.exit(status)
 """
@@ -143,15 +147,15 @@ def test_a_failed_run_of_a_suite_task_exits_non_zero_and_a_good_one_zero(tmp_pat
 
 def test_the_installed_lmms_eval_has_every_bug_worked_around():
     unwrap = inspect.unwrap(instance.unwrap_generation_output)
-    assert lmms_eval_compat._pairs_become_strings(unwrap)
+    assert compat_results._pairs_become_strings(unwrap)
     assert unwrap("\udcff") == ("\udcff", None)
-    assert lmms_eval_compat._plugin_folders_reach_the_index_too_late()
-    assert lmms_eval_compat._cli_swallows_evaluation_errors()
+    assert compat_tasks._plugin_folders_reach_the_index_too_late()
+    assert durability.cli_swallows_evaluation_errors()
     assert hasattr(ConfigurableTask.process_results, "retry")
-    assert lmms_eval_compat._stores_after_the_whole_call() and lmms_eval_compat._drops_failed_runs()
-    assert lmms_eval_compat._never_reads_run_folders() and lmms_eval_compat._cli_swallows_missing_tasks()
-    assert lmms_eval_compat._writes_nan_as_is() and lmms_eval_compat._writes_results_then_samples()
-    assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, lmms_eval_compat._stop_on_sigterm)
+    assert durability._stores_after_the_whole_call() and durability._drops_failed_runs()
+    assert durability._never_reads_run_folders() and compat_tasks._cli_swallows_missing_tasks()
+    assert compat_results._writes_nan_as_is() and durability._writes_results_then_samples()
+    assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, durability._stop_on_sigterm)
 
 
 def test_nothing_is_changed_where_lmms_eval_behaves(monkeypatch):
@@ -159,36 +163,36 @@ def test_nothing_is_changed_where_lmms_eval_behaves(monkeypatch):
         return output, None
 
     monkeypatch.setattr(instance, "unwrap_generation_output", fixed_unwrap)
-    assert lmms_eval_compat.keep_loglikelihood_results() is False
+    assert compat_results.keep_loglikelihood_results() is False
     assert instance.unwrap_generation_output is fixed_unwrap
 
     # lmms-eval with the changes proposed in docs/upstream.md:
-    installed = lmms_eval_compat.lmms_eval_source("lmms_eval.__main__", "cli_evaluate")
-    assert lmms_eval_compat._cli_swallows_evaluation_errors(installed + "\n    if failed:\n        sys.exit(1)\n") is False
-    cli_evaluate_single = lmms_eval_compat.lmms_eval_source("lmms_eval.__main__", "cli_evaluate_single")
+    installed = compat.lmms_eval_source("lmms_eval.__main__", "cli_evaluate")
+    assert durability.cli_swallows_evaluation_errors(installed + "\n    if failed:\n        sys.exit(1)\n") is False
+    cli_evaluate_single = compat.lmms_eval_source("lmms_eval.__main__", "cli_evaluate_single")
     plugins_first = ("    for plugin in os.environ['LMMS_EVAL_PLUGINS'].split(','): ...\n"
                      + cli_evaluate_single.replace("LMMS_EVAL_PLUGINS", "PLUGINS_READ_ABOVE"))
-    assert lmms_eval_compat._plugin_folders_reach_the_index_too_late(cli_evaluate_single=plugins_first) is False
-    assert lmms_eval_compat._plugin_folders_reach_the_index_too_late(
+    assert compat_tasks._plugin_folders_reach_the_index_too_late(cli_evaluate_single=plugins_first) is False
+    assert compat_tasks._plugin_folders_reach_the_index_too_late(
         task_manager_init="def __init__(self):\n    os.environ.get('LMMS_EVAL_PLUGINS')\n") is False
 
-    assert lmms_eval_compat._stores_after_the_whole_call("for chunk in chunks: lm_call(chunk); self._store(...)") is False
-    assert lmms_eval_compat._drops_failed_runs("def finalize(self, *, success):\n    self._merge_run_to_root()") is False
-    create = lmms_eval_compat.lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.create")
-    assert lmms_eval_compat._never_reads_run_folders(create.replace("os.makedirs(run_dir", "self._merge_stale_runs(); "
+    assert durability._stores_after_the_whole_call("for chunk in chunks: lm_call(chunk); self._store(...)") is False
+    assert durability._drops_failed_runs("def finalize(self, *, success):\n    self._merge_run_to_root()") is False
+    create = compat.lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.create")
+    assert durability._never_reads_run_folders(create.replace("os.makedirs(run_dir", "self._merge_stale_runs(); "
                                                                                            "os.makedirs(run_dir")) is False
-    assert lmms_eval_compat._writes_nan_as_is("dumped = json.dumps(results, allow_nan=False)") is False
-    assert lmms_eval_compat._writes_results_then_samples(
+    assert compat_results._writes_nan_as_is("dumped = json.dumps(results, allow_nan=False)") is False
+    assert durability._writes_results_then_samples(
         cli_evaluate_single + "\n    if failed_metrics:\n        sys.exit(3)\n") is False
     with_missing_tasks_failing = installed.replace("eval_logger.error(f\"Error during evaluation", "sys.exit(1)  #")
-    assert lmms_eval_compat._cli_swallows_evaluation_errors(with_missing_tasks_failing) is False
+    assert durability.cli_swallows_evaluation_errors(with_missing_tasks_failing) is False
 
     def someone_elses_handler(signum, frame):
         pass
 
     previous = signal.signal(signal.SIGTERM, someone_elses_handler)
     try:
-        assert lmms_eval_compat.stop_cleanly_on_sigterm() is False
+        assert durability.stop_cleanly_on_sigterm() is False
         assert signal.getsignal(signal.SIGTERM) is someone_elses_handler
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -197,53 +201,53 @@ def test_nothing_is_changed_where_lmms_eval_behaves(monkeypatch):
         return output.replace("\udcff", "\ufffd"), None
 
     monkeypatch.setattr(instance, "unwrap_generation_output", cleaning_unwrap)
-    assert lmms_eval_compat.clean_lone_surrogates() is False and instance.unwrap_generation_output is cleaning_unwrap
+    assert compat_results.clean_lone_surrogates() is False and instance.unwrap_generation_output is cleaning_unwrap
 
     def plain(self, doc, results):
         return {}
 
-    assert lmms_eval_compat.unretried_process_results(plain) is plain
-    assert lmms_eval_compat.run_datetime_str(SimpleNamespace(datetime_str="20261122_101010")) == "20261122_101010"
+    assert compat_tasks.unretried_process_results(plain) is plain
+    assert compat_results.run_datetime_str(SimpleNamespace(datetime_str="20261122_101010")) == "20261122_101010"
 
 
 def test_releases_from_the_fixed_version_on_get_no_workaround(monkeypatch):
-    monkeypatch.setattr(lmms_eval_compat, "lmms_eval_version", lambda: lmms_eval_compat.FIXED_IN)
+    monkeypatch.setattr(compat, "lmms_eval_version", lambda: compat.FIXED_IN)
     unwrap = inspect.unwrap(instance.unwrap_generation_output)
     monkeypatch.setattr(instance, "unwrap_generation_output", unwrap)
-    monkeypatch.setattr(lmms_eval_compat, "_exit_guard_sink", None)
+    monkeypatch.setattr(RUN, "exit_guard_sink", None)
     monkeypatch.setattr(ResponseCache, "execute", inspect.unwrap(ResponseCache.execute))
-    assert lmms_eval_compat.keep_loglikelihood_results() is False
-    assert lmms_eval_compat.clean_lone_surrogates() is False
-    assert lmms_eval_compat.keep_responses_of_stopped_runs() is False
-    assert lmms_eval_compat.fail_runs_with_failed_tasks() is False
+    assert compat_results.keep_loglikelihood_results() is False
+    assert compat_results.clean_lone_surrogates() is False
+    assert durability.keep_responses_of_stopped_runs() is False
+    assert durability.fail_runs_with_failed_tasks() is False
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
-        assert lmms_eval_compat.stop_cleanly_on_sigterm() is False and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        assert durability.stop_cleanly_on_sigterm() is False and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     finally:
         signal.signal(signal.SIGTERM, previous)
     monkeypatch.setattr(TaskManager, "match_tasks", inspect.unwrap(TaskManager.match_tasks))
     from lmms_eval import evaluator
 
     monkeypatch.setattr(evaluator, "simple_evaluate", inspect.unwrap(evaluator.simple_evaluate))
-    assert lmms_eval_compat.check_suite_tasks_before_the_model() is False
+    assert compat_tasks.check_suite_tasks_before_the_model() is False
     monkeypatch.setattr(EvaluationTracker, "save_results_aggregated", inspect.unwrap(EvaluationTracker.save_results_aggregated))
     monkeypatch.setattr(EvaluationTracker, "save_results_samples", inspect.unwrap(EvaluationTracker.save_results_samples))
-    assert lmms_eval_compat.watch_task_selection() is False
-    assert lmms_eval_compat.write_results_as_strict_json() is False
-    assert lmms_eval_compat.exit_when_results_are_written(lambda files: None) is False
-    assert lmms_eval_compat.run_datetime_str(None) is None
-    assert lmms_eval_compat.unretried_process_results(ConfigurableTask.process_results) is ConfigurableTask.process_results
+    assert compat_tasks.watch_task_selection() is False
+    assert compat_results.write_results_as_strict_json() is False
+    assert durability.exit_when_results_are_written(lambda files: None) is False
+    assert compat_results.run_datetime_str(None) is None
+    assert compat_tasks.unretried_process_results(ConfigurableTask.process_results) is ConfigurableTask.process_results
 
 
 def test_a_stopped_run_keeps_its_responses_chunk_by_chunk_with_whole_documents(monkeypatch):
     requests = [SimpleNamespace(task_name=task, doc_id=doc) for task, doc in
                 [("a", 0), ("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 0)]]
-    chunks = lmms_eval_compat._document_chunks(requests, 2)
+    chunks = durability._document_chunks(requests, 2)
     assert [[(r.task_name, r.doc_id) for r in chunk] for chunk in chunks] == [
         [("a", 0), ("a", 0), ("a", 1)], [("a", 2), ("b", 0), ("b", 0)]]
     monkeypatch.setattr(ResponseCache, "execute", inspect.unwrap(ResponseCache.execute))
     monkeypatch.setattr(ResponseCache, "finalize", inspect.unwrap(ResponseCache.finalize))
-    assert lmms_eval_compat.keep_responses_of_stopped_runs() is True
+    assert durability.keep_responses_of_stopped_runs() is True
     assert ResponseCache.execute._stores_per_chunk
 
 
@@ -260,7 +264,7 @@ def test_a_failing_chunk_is_called_again_a_document_at_a_time_so_the_documents_b
         return [f"response {doc}" for doc in documents]
 
     with pytest.raises(ValueError, match="doc 3"):
-        lmms_eval_compat.call_in_chunks(call, requests, 2)
+        durability.call_in_chunks(call, requests, 2)
     assert calls == [[0, 0, 1], [2, 3], [2], [3]]
     assert kept == [0, 0, 1, 2]
     calls.clear()
@@ -272,13 +276,13 @@ def test_a_failing_chunk_is_called_again_a_document_at_a_time_so_the_documents_b
             raise error
         return [r.doc_id for r in chunk]
 
-    assert lmms_eval_compat.call_in_chunks(fails_once, requests[:4], 4) == [0, 0, 1, 2]
+    assert durability.call_in_chunks(fails_once, requests[:4], 4) == [0, 0, 1, 2]
     assert calls == [[0, 0, 1, 2], [0, 0], [1], [2]]
 
 
 def test_text_responses_are_cleaned_of_lone_surrogates(monkeypatch):
     monkeypatch.setattr(instance, "unwrap_generation_output", inspect.unwrap(instance.unwrap_generation_output))
-    assert lmms_eval_compat.keep_loglikelihood_results() and lmms_eval_compat.clean_lone_surrogates()
+    assert compat_results.keep_loglikelihood_results() and compat_results.clean_lone_surrogates()
     assert instance.unwrap_generation_output("Two plates \udcff.") == ("Two plates \ufffd.", None)
     assert instance.unwrap_generation_output((1.5, True)) == ((1.5, True), None)
 
@@ -286,7 +290,7 @@ def test_text_responses_are_cleaned_of_lone_surrogates(monkeypatch):
 def test_loglikelihood_pairs_pass_and_everything_else_is_unwrapped_as_before(monkeypatch):
     unwrap = inspect.unwrap(instance.unwrap_generation_output)
     monkeypatch.setattr(instance, "unwrap_generation_output", unwrap)
-    assert lmms_eval_compat.keep_loglikelihood_results() is True
+    assert compat_results.keep_loglikelihood_results() is True
     patched = instance.unwrap_generation_output
     assert patched((1.25, False)) == ((1.25, False), None)
     assert patched([0.5, True]) == ((0.5, True), None)  # read back from --use_cache
@@ -295,7 +299,7 @@ def test_loglikelihood_pairs_pass_and_everything_else_is_unwrapped_as_before(mon
 
 
 def test_suite_tasks_score_without_the_retry_and_other_tasks_keep_it():
-    unretried = lmms_eval_compat.unretried_process_results(ConfigurableTask.process_results)
+    unretried = compat_tasks.unretried_process_results(ConfigurableTask.process_results)
     assert unretried is ConfigurableTask.process_results.__wrapped__
     assert not isinstance(unretried, tenacity.Retrying)
 
@@ -303,18 +307,18 @@ def test_suite_tasks_score_without_the_retry_and_other_tasks_keep_it():
 def test_a_class_task_learns_its_model_only_when_lmms_eval_did_not_give_it():
     prepared = []
     task = SimpleNamespace(model_name=None, _prepare_model_specific_config=lambda: prepared.append(True))
-    lmms_eval_compat.bind_class_task_to_backend(task, SimpleNamespace(model="dummy"))
+    compat_tasks.bind_class_task_to_backend(task, SimpleNamespace(model="dummy"))
     assert task.model_name == "dummy" and prepared == [True]
-    lmms_eval_compat.bind_class_task_to_backend(task, SimpleNamespace(model="dummy"))
+    compat_tasks.bind_class_task_to_backend(task, SimpleNamespace(model="dummy"))
     assert prepared == [True]
-    lmms_eval_compat.bind_class_task_to_backend(task, None)
+    compat_tasks.bind_class_task_to_backend(task, None)
     assert prepared == [True]
 
 
 def test_only_runs_that_name_the_suite_get_the_task_discovery_fix():
-    assert lmms_eval_compat.suite_plugin_enabled({"LMMS_EVAL_PLUGINS": "other, lmms_egoplan"})
-    assert not lmms_eval_compat.suite_plugin_enabled({"LMMS_EVAL_PLUGINS": "other"})
-    assert not lmms_eval_compat.suite_plugin_enabled({})
+    assert compat.suite_plugin_enabled({"LMMS_EVAL_PLUGINS": "other, lmms_egoplan"})
+    assert not compat.suite_plugin_enabled({"LMMS_EVAL_PLUGINS": "other"})
+    assert not compat.suite_plugin_enabled({})
 
 
 def killed_run_folder(cache: Path, run_id: str, *, pid: int, host: str | None = None, rows: int = 3) -> Path:
@@ -326,7 +330,7 @@ def killed_run_folder(cache: Path, run_id: str, *, pid: int, host: str | None = 
         db.executemany("INSERT INTO responses VALUES (?, 'loglikelihood', 't', ?, 0, '{}', '[1.5, false]', 0)",
                        [(f"{run_id}-{doc}", doc) for doc in range(rows)])
     if pid:
-        owner = {"host": host or socket.gethostname(), "pid": pid, "started": lmms_eval_compat._process_start(pid)}
+        owner = {"host": host or socket.gethostname(), "pid": pid, "started": durability._process_start(pid)}
         (folder / "rank_0.db.owner.json").write_text(json.dumps(owner))
     return folder
 
@@ -338,12 +342,12 @@ def test_the_cache_folders_of_killed_runs_are_merged_and_those_of_live_or_unknow
     live = killed_run_folder(tmp_path, "live", pid=os.getpid())
     elsewhere = killed_run_folder(tmp_path, "elsewhere", pid=ended.pid, host="another-machine")
     unknown = killed_run_folder(tmp_path, "unknown", pid=0)  # written without the workaround
-    assert lmms_eval_compat.recover_killed_runs(str(tmp_path)) == 3
+    assert durability.recover_killed_runs(str(tmp_path)) == 3
     with sqlite3.connect(tmp_path / "cache.db") as db:
         assert sorted(key for key, in db.execute("SELECT cache_key FROM responses")) == ["killed-0", "killed-1", "killed-2"]
     assert (killed / ".merged").is_file()
     assert not any((folder / ".merged").exists() for folder in (live, elsewhere, unknown))
-    assert lmms_eval_compat.recover_killed_runs(str(tmp_path)) == 0  # merged once
+    assert durability.recover_killed_runs(str(tmp_path)) == 0  # merged once
 
 
 @pytest.mark.parametrize("missing, environ, message", [
@@ -356,4 +360,4 @@ def test_the_cache_folders_of_killed_runs_are_merged_and_those_of_live_or_unknow
     (["zzzz"], {"LMMS_EVAL_PLUGINS": "lmms_egoplan"}, "--tasks: no task named zzzz (`lmms-eval --tasks list` lists them)"),
 ])
 def test_a_missing_task_gets_the_closest_names_and_the_plugin_line_where_a_suite_task_is_meant(missing, environ, message):
-    assert lmms_eval_compat.missing_tasks_message(missing, ["mme", "egothink"], {"egoplan_val", "ego_think"}, environ) == message
+    assert compat_tasks.missing_tasks_message(missing, ["mme", "egothink"], {"egoplan_val", "ego_think"}, environ) == message

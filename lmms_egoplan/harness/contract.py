@@ -1,6 +1,6 @@
 """The contract between a harness adapter and a benchmark's scoring, written down.
 
-A benchmark's scoring class (``EgoPlanScoring``, ``EgoThinkScoring``, ``JudgedScoring``, ...) comes
+A benchmark's scoring class (its ``<Benchmark>Scoring``, or ``judged.JudgedScoring`` and a subclass) comes
 first in a task class's bases and one adapter after it: ``lmms_eval_task.BenchmarkTask`` (lmms-eval)
 or ``lm_eval_task.LmEvalBenchmarkTask`` (lm-eval). ``HarnessTask`` is all the scoring may read or
 call on ``self`` that the adapter provides; the scoring provides ``BenchmarkScoring`` in return. No

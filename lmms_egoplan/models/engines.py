@@ -39,7 +39,7 @@ from loguru import logger
 
 from lmms_egoplan.core.documentation import doc_page
 from lmms_egoplan.core.errors import InputError
-from lmms_egoplan.judge.engine import backoff_delay
+from lmms_egoplan.core.retry import backoff_delay, retry_after
 from lmms_egoplan.models.chat import RenderedAnswer
 from lmms_egoplan.models.likelihood import ScoredSequence
 from lmms_egoplan.models.visuals import UNTIMED_VIDEO_FPS, ModelVisuals, UnsupportedVisualError
@@ -170,7 +170,7 @@ class ServerClient:
             raise _Transient(f"connection failed: {error}") from None
         if response.status_code in (408, 429) or response.status_code >= 500:
             raise _Transient(f"HTTP {response.status_code}: {_error_message(response)}",
-                             _float_or_none(response.headers.get("retry-after")))
+                             retry_after(response.headers))
         if response.status_code != 200:
             raise ServerRequestError(f"{method} {self.base_url}{path}: HTTP {response.status_code}: "
                                      f"{_error_message(response)}")
@@ -572,10 +572,3 @@ def _error_message(response) -> str:
         return response.text[:200]
     error = body.get("error", body) if isinstance(body, dict) else body
     return str(error.get("message", error) if isinstance(error, dict) else error)[:300]
-
-
-def _float_or_none(value) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
