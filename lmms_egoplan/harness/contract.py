@@ -4,7 +4,7 @@ A benchmark's scoring class (its ``<Benchmark>Scoring``, or ``judged.JudgedScori
 first in a task class's bases and one adapter after it: ``lmms_eval_task.BenchmarkTask`` (lmms-eval)
 or ``lm_eval_task.LmEvalBenchmarkTask`` (lm-eval). ``HarnessTask`` is all the scoring may read or
 call on ``self`` that the adapter provides; the scoring provides ``BenchmarkScoring`` in return. No
-private attribute of either side is read across (tests/test_harness.py checks both adapters)."""
+private attribute of either side is read across (tests/harness/test_benchmark_task.py checks both adapters)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Each engine turns a question (the suite's chat rendering and visuals, see ``egop
 the requests its server documents, and reports per scored position the log-probability the server
 computed and the token ids it ran (visual placeholders expanded), so that the backend locates the
 scored span in the server's own ids. docs/backend.md cites the engines' sources for each field;
-tests/test_engine_conformance.py runs every request the backend builds through the released
+tests/models/test_engine_conformance.py runs every request the backend builds through the released
 engines' own request code.
 
 * SGLang (native ``POST /generate``; it applies no chat template): a text-only prompt goes as the
@@ -70,7 +70,7 @@ VLLM_MODALITIES: dict[str, dict[str, int | None]] = {
 # reports no image understanding and /generate drops the images.
 SGLANG_MULTIMODAL_FLAG = {"gemma3": "Gemma 3"}
 # Where the engine's own preprocessing gives the model another input than egoplan_hf's processor
-# (tests/test_engine_conformance.py shows each against the engine's code): egoplan_server still
+# (tests/models/test_engine_conformance.py shows each against the engine's code): egoplan_server still
 # scores, and says so at load.
 ENGINE_DEVIATIONS: dict[tuple[str, str], str] = {
     ("sglang", "qwen2_vl"): "SGLang loads Qwen2-VL's processor with its own pixel range, 3,136 to 1,003,520 pixels "
