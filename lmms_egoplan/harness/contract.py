@@ -16,7 +16,7 @@ from typing import Any, Callable, ClassVar, Iterable, Protocol, runtime_checkabl
 class HarnessTask(Protocol):
     """What an adapter gives a benchmark's scoring."""
 
-    settings: Any  # the benchmark's Settings dataclass, resolved once (YAML < environment < run's metadata)
+    settings: Any  # the benchmark's Settings dataclass, resolved once: defaults < the task's metadata (its YAML; under lm-eval with the run's --metadata merged in) < <ENV_PREFIX>_<SETTING> environment variables
     config: Any  # the harness's task config: ``task`` (the name), ``generation_kwargs``, ``dataset_name``, ...
     scoring: Callable[..., dict]  # the YAML's process_results, context-bound (kept under --predict_only)
 

@@ -36,13 +36,8 @@ STEP_ID = re.compile(r"Step id: (\S+)")
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    """The synthetic dataset every run of this module reads; ``docs``: its documents in order."""
+    """The synthetic dataset every run of this module reads (its documents: ``dataset_docs``)."""
     return write_dataset(tmp_path_factory.mktemp("egointent") / "data")
-
-
-@pytest.fixture(scope="module")
-def docs(dataset):
-    return dataset_docs(dataset)
 
 
 class ScriptedModel:
@@ -116,7 +111,8 @@ def check_metrics_against_audit_trail(run, docs) -> dict:
     return audit
 
 
-def test_chat_backend_metrics_equal_those_recomputed_from_the_audit_trail(chat_run, docs):
+def test_chat_backend_metrics_equal_those_recomputed_from_the_audit_trail(chat_run, dataset):
+    docs = dataset_docs(dataset)
     audit = check_metrics_against_audit_trail(chat_run.run, docs)
     run = chat_run.run
     # The script leaves fields out (scored 0), and the judge fails some ratings (excluded): both happen.
@@ -151,7 +147,8 @@ def test_rejudging_the_logged_samples_reproduces_every_metric_judging_each_field
     assert len(judge.calls) == reported["judged"] + reported["failed"] == len(audit_trail(chat_run.run.output_dir))
 
 
-def test_the_model_gets_the_unified_prompt_and_only_pre_outcome_frames(chat_run, docs):
+def test_the_model_gets_the_unified_prompt_and_only_pre_outcome_frames(chat_run, dataset):
+    docs = dataset_docs(dataset)
     by_id = {d["step_id"]: d for d in docs}
     assert chat_run.model.seen.keys() == by_id.keys()
     for step_id, seen in chat_run.model.seen.items():
@@ -161,7 +158,8 @@ def test_the_model_gets_the_unified_prompt_and_only_pre_outcome_frames(chat_run,
         assert all(Fraction(i) / video_fps(doc) < Fraction(doc["truncation_time"]) for i in seen["frames"])
 
 
-def test_egoplan_hf_backend_end_to_end(runs, docs):
+def test_egoplan_hf_backend_end_to_end(runs, dataset):
+    docs = dataset_docs(dataset)
     run = runs.hf.run
     check_metrics_against_audit_trail(run, docs)
     assert len(run.samples("egointent")) == 6
