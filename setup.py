@@ -5,7 +5,7 @@ setup.cfg's ``find_namespace:`` cannot reach the two folders installed under oth
 ``lmms_egoplan.lm_eval_tasks``, ``docs/`` is ``lmms_egoplan.docs``, the reference pages that
 messages point at), so they are found here: every folder of the three trees is a
 package, none is listed by hand, and each ships every file it holds (``package_data``).
-tests/test_registration.py compares the built wheel with the source tree.
+tests/e2e/test_wheel.py compares the built wheel with the source tree.
 """
 
 from setuptools import find_namespace_packages, setup

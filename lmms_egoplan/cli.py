@@ -42,7 +42,7 @@ def _rejudge(args: argparse.Namespace) -> int:
 
     from lmms_egoplan.core.settings import resolve_settings
     from lmms_egoplan.core.text_tables import format_table, format_value
-    from lmms_egoplan.harness.judged import read_logged_items, rejudge_samples
+    from lmms_egoplan.harness.rejudge import read_logged_items, rejudge_samples
     from lmms_egoplan.judge import Judge, JudgeSettings
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JudgeSettings) if hasattr(args, f.name)}

@@ -3,12 +3,29 @@ from pathlib import Path
 
 import pytest
 
+END_TO_END = Path(__file__).parent / "e2e"
+
+
+def pytest_collection_modifyitems(items):
+    """The end-to-end tier is a folder: every test under tests/e2e/ is marked ``e2e`` (setup.cfg's
+    ``-m "not e2e"`` leaves them to ``pytest -m e2e``), and no test elsewhere is."""
+    for item in items:
+        if END_TO_END in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.e2e)
+
 
 @pytest.fixture(scope="session")
 def checkpoint_cache(tmp_path_factory) -> Path:
-    """Where tiny checkpoints are built: once per session, or kept in LMMS_EGOPLAN_TEST_CACHE."""
+    """Where tiny checkpoints are built: once per test run (the xdist workers of a run share the folder:
+    a checkpoint appears by an atomic rename), or kept between runs in LMMS_EGOPLAN_TEST_CACHE."""
     kept = os.environ.get("LMMS_EGOPLAN_TEST_CACHE")
-    return Path(kept) if kept else tmp_path_factory.mktemp("checkpoints")
+    if kept:
+        return Path(kept)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # basetemp is <run>/popen-gwN: <run> is the workers' common folder
+        shared = tmp_path_factory.getbasetemp().parent / "checkpoints"
+        shared.mkdir(exist_ok=True)
+        return shared
+    return tmp_path_factory.mktemp("checkpoints")
 
 
 @pytest.fixture(scope="session")

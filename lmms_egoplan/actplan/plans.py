@@ -51,7 +51,7 @@ class ParsedPlan:
 def parse_plan(text: str) -> ParsedPlan:
     """Extract the steps of a free-form plan (numbered lists, bullets, code fences, prose around it).
 
-    Lines are split into steps as gold plans are (``actplan_data.plan_lines``); what differs is
+    Lines are split into steps as gold plans are (``actplan.data.plan_lines``); what differs is
     other text: here it is a format error and scores nothing, in a gold plan it is a step."""
     lines = plan_lines(text)
     with_steps = [i for i, line in enumerate(lines) if line.steps]

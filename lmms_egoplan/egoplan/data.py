@@ -221,7 +221,7 @@ def annotation_frame_rate(kind: str, record: Mapping, settings) -> float | None:
 
 def record_media(record: Mapping, settings) -> tuple[str, Path]:
     """The kind of a record's media (a key of ``MEDIA_KINDS``) and its path, which must stay inside
-    the media's root folder (``records.inside_root``; ``allow_paths_outside_root`` allows it)."""
+    the media's root folder (``core.files.inside_root``; ``allow_paths_outside_root`` allows it)."""
     if settings.visual_source == "clips":
         kind = "clip"
     else:

@@ -87,7 +87,7 @@ class EgoPlanSettings:
     epic_frames_root: str = ""  # <root>/<participant>/rgb_frames/<video_id>/frame_%010d.jpg
     ego4d_videos_root: str = ""  # <root>/<video_id>.mp4
     ego4d_annotation_fps: float = setting(30.0, above=0)  # frame rate EgoPlan's Ego4D frame numbers count in
-    # frame rate EPIC-KITCHENS frame numbers count in; none: each video's own (egoplan_data.epic_frame_rate)
+    # frame rate EPIC-KITCHENS frame numbers count in; none: each video's own (egoplan.data.epic_frame_rate)
     epic_annotation_fps: float | None = setting(None, above=0)
     clips_dir: str = ""
     # "official": one clip of num_frames frames, the observation last; "uniform": num_frames over the
@@ -185,7 +185,7 @@ _visual_memo_lock = threading.Lock()
 
 def doc_to_visual(doc: Mapping) -> list[Image.Image]:
     """The doc's video clips (each frame tagged with its clip), then the current observation frame
-    (untagged: an image of its own) where the layout shows it apart (``egoplan_data.frame_plan``).
+    (untagged: an image of its own) where the layout shows it apart (``egoplan.data.frame_plan``).
 
     By default one clip of 8 frames whose last frame is the observation, as the official
     evaluation shows it. A flat list of PIL images: lmms-eval's own backends take it as a
@@ -373,7 +373,7 @@ def candidate_losses(results: Sequence[Sequence]) -> list[float]:
     """The loss in each loglikelihood result ``(loss, is_greedy)`` (a list once logged as JSON).
 
     The pairs reach ``process_results`` intact because installing this suite patches lmms-eval
-    0.7.3, which would otherwise turn them into strings (``lmms_eval_compat.keep_loglikelihood_results``).
+    0.7.3, which would otherwise turn them into strings (``compat.results.keep_loglikelihood_results``).
     """
     return [float(result[0]) for result in results]
 

@@ -79,7 +79,7 @@ class EgoThinkSettings(JudgeSettings):
 
 class EgoThinkScoring:
     """What an EgoThink task does under either harness: its settings and docs (judged by
-    ``judged_task.JudgedScoring``)."""
+    ``harness.judged.JudgedScoring``)."""
 
     Settings = EgoThinkSettings
     ENV_PREFIX = ENV_PREFIX

@@ -1,10 +1,10 @@
 """The contract between a harness adapter and a benchmark's scoring, written down.
 
-A benchmark's scoring class (``EgoPlanScoring``, ``EgoThinkScoring``, ``JudgedScoring``, ...) comes
+A benchmark's scoring class (its ``<Benchmark>Scoring``, or ``judged.JudgedScoring`` and a subclass) comes
 first in a task class's bases and one adapter after it: ``lmms_eval_task.BenchmarkTask`` (lmms-eval)
 or ``lm_eval_task.LmEvalBenchmarkTask`` (lm-eval). ``HarnessTask`` is all the scoring may read or
 call on ``self`` that the adapter provides; the scoring provides ``BenchmarkScoring`` in return. No
-private attribute of either side is read across (tests/test_harness.py checks both adapters)."""
+private attribute of either side is read across (tests/harness/test_benchmark_task.py checks both adapters)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any, Callable, ClassVar, Iterable, Protocol, runtime_checkabl
 class HarnessTask(Protocol):
     """What an adapter gives a benchmark's scoring."""
 
-    settings: Any  # the benchmark's Settings dataclass, resolved once (YAML < environment < run's metadata)
+    settings: Any  # the benchmark's Settings dataclass, resolved once: defaults < the task's metadata (its YAML; under lm-eval with the run's --metadata merged in) < <ENV_PREFIX>_<SETTING> environment variables
     config: Any  # the harness's task config: ``task`` (the name), ``generation_kwargs``, ``dataset_name``, ...
     scoring: Callable[..., dict]  # the YAML's process_results, context-bound (kept under --predict_only)
 

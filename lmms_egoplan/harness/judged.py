@@ -44,15 +44,15 @@ import functools
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from loguru import logger
 
-from lmms_egoplan.core.errors import InputError
-from lmms_egoplan.core.files import strict_json, write_atomically
+from lmms_egoplan.compat.durability import exit_when_results_are_written, note_kept_on_stop
+from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import SettingsError, setting_name
-from lmms_egoplan.harness.lmms_eval_compat import exit_when_results_are_written, note_kept_on_stop
-from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask, run_stamp
+from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask
+from lmms_egoplan.harness.rejudge import PREDICT_ONLY_ITEMS, rejudge_command
 from lmms_egoplan.judge import (
     ItemScore,
     Judge,
@@ -61,10 +61,8 @@ from lmms_egoplan.judge import (
     JudgeSettings,
     JudgeSetupError,
     is_judge_parts_item,
-    item_parts,
     item_requests,
     items_rubric,
-    load_rubric,
     preflight,
     score_judged,
     unjudged,
@@ -96,7 +94,7 @@ class JudgedScoring:
         """Before any model call, the judge answers one short request (``judge.preflight``; once per
         judge configuration and process), unless ``judge_preflight`` is off."""
         settings = JudgeSettings.of(self.settings)
-        if not settings.judge_preflight or settings in _ANSWERING_JUDGES:
+        if not settings.judge_preflight or settings in RUN.answering_judges:
             return
         name = functools.partial(setting_name, self.ENV_PREFIX)
         try:
@@ -106,7 +104,7 @@ class JudgedScoring:
                 f"task {self.config.task}: {error}; check {name('judge_base_url')}, {name('judge_model')} and "
                 f"{name('judge_api_key_env')}, or set {name('judge_preflight')} to false to generate now and judge "
                 f"later with `lmms-egoplan rejudge`") from None
-        _ANSWERING_JUDGES.add(settings)
+        RUN.answering_judges.add(settings)
 
     def judge_score(self, items: Sequence[dict], args: Any) -> ItemScore:
         """Score ``items``, judging in one concurrent batch only the requests no metric of this
@@ -156,9 +154,9 @@ class JudgedTask(JudgedScoring, BenchmarkTask):
         """Remember the task's judgements (every metric reads the same ones, so the largest set is
         the task's), so that the run ends with a distinct status if some failed, once its results
         and samples files are written (``failed_judgements_verdict``)."""
-        known = _RUN_JUDGEMENTS.get(self.config.task)
+        known = RUN.task_judgements.get(self.config.task)
         if known is None or len(results.judgements) >= known.total:
-            _RUN_JUDGEMENTS[self.config.task] = TaskJudgements(results.failed, len(results.judgements), settings)
+            RUN.task_judgements[self.config.task] = TaskJudgements(results.failed, len(results.judgements), settings)
         exit_when_results_are_written(failed_judgements_verdict)
 
 
@@ -169,17 +167,16 @@ class TaskJudgements:
     settings: JudgeSettings
 
 
-_RUN_JUDGEMENTS: dict[str, TaskJudgements] = {}  # by task, in this run
 
 
 def failed_judgements_verdict(files: Sequence[Path]) -> tuple[int, str] | None:
     """(exit status, what to do) when judgements of this run failed: how many, of which tasks, and
     the ``lmms-egoplan rejudge`` command that asks the judge for them (and takes the others from the
     judge cache); None when none failed. ``files``: the results and samples files of the run."""
-    failed = {task: outcome for task, outcome in _RUN_JUDGEMENTS.items() if outcome.failed}
+    failed = {task: outcome for task, outcome in RUN.task_judgements.items() if outcome.failed}
     if not failed:
         return None
-    total = sum(outcome.total for outcome in _RUN_JUDGEMENTS.values())
+    total = sum(outcome.total for outcome in RUN.task_judgements.values())
     counts = ", ".join(f"{task} {outcome.failed}" for task, outcome in failed.items())
     line = (f"{sum(o.failed for o in failed.values())} of {total} judgements failed ({counts}) and are left out of "
             f"the scores; the results and the judge cache are written")
@@ -199,20 +196,6 @@ def failed_judgements_verdict(files: Sequence[Path]) -> tuple[int, str] | None:
     return max(o.settings.judge_failed_exit_status for o in failed.values()), line
 
 
-def rejudge_command(samples: Sequence[str], output: Path, settings: JudgeSettings) -> str:
-    """The ``lmms-egoplan rejudge`` command judging ``samples`` with ``settings`` (its options for
-    the settings that differ from the defaults)."""
-    import dataclasses
-    import shlex
-
-    options = []
-    for field in dataclasses.fields(JudgeSettings):
-        value = getattr(settings, field.name)
-        if value != field.default and field.name != "judge_preflight":
-            options += [f"--{field.name}", "none" if value is None else str(value)]
-    return shlex.join(["lmms-egoplan", "rejudge", *samples, "--output", str(output), *options])
-
-
 @dataclass(frozen=True)
 class JudgeUnavailable:
     """A judge configuration that failed to load (remembered: loading is not retried per metric)."""
@@ -221,9 +204,7 @@ class JudgeUnavailable:
     error: str
 
 
-_JUDGES: dict[JudgeSettings, Judge | JudgeUnavailable] = {}
-_ANSWERING_JUDGES: set[JudgeSettings] = set()  # judge configurations whose preflight passed
-_JUDGES_LOCK = threading.Lock()
+_JUDGES_LOCK = threading.Lock()  # RUN.judges is filled from the aggregation threads of several tasks
 
 
 def _shared_judge(settings: JudgeSettings) -> Judge | JudgeUnavailable:
@@ -231,15 +212,15 @@ def _shared_judge(settings: JudgeSettings) -> Judge | JudgeUnavailable:
     model. One that fails to load (e.g. an hf judge that does not exist) is reported once and
     fails every judgement of every metric that asks for it, instead of reloading each time."""
     with _JUDGES_LOCK:
-        if settings not in _JUDGES:
+        if settings not in RUN.judges:
             try:
-                _JUDGES[settings] = Judge.from_settings(settings)
+                RUN.judges[settings] = Judge.from_settings(settings)
             except Exception as error:  # report, and keep the run: the generations are logged
                 model = f"{settings.judge_backend}:{settings.judge_model}"
                 logger.error(f"the judge {model} is unavailable ({error}); every answer it should judge counts as "
                              f"failed; re-score the logged samples with lmms-egoplan rejudge")
-                _JUDGES[settings] = JudgeUnavailable(model, str(error))
-        return _JUDGES[settings]
+                RUN.judges[settings] = JudgeUnavailable(model, str(error))
+        return RUN.judges[settings]
 
 
 def _task_of(task: Any) -> JudgedScoring:
@@ -265,154 +246,6 @@ def failed_count(items: Sequence[dict], args: Any = None, *, task: JudgedScoring
     return _task_of(task).judge_score(items, args).results.failed
 
 
-# Metrics that count judgements rather than score them (judged_count / failed_count).
-COUNT_METRICS = ("judged", "failed")
-
-
 def sum_over_subtasks(metrics: Sequence[float], sizes: Sequence[int], weight_by_size: bool = False) -> float:
     """Group aggregation for counts (``judged``, ``failed``): the subtasks' total."""
     return sum(metrics)
-
-
-# --- Re-judging logged samples -----------------------------------------------------------------
-
-
-# Where a --predict_only run logs the judge items of a sample (inside its "bypass" value).
-PREDICT_ONLY_ITEMS = "judge_items"
-
-
-class NothingToJudgeError(InputError):
-    """The samples files hold no judged items."""
-
-
-@dataclass
-class LoggedItems:
-    """What ``rejudge`` judges: the judged items of logged samples (``--log_samples`` files), by
-    task and metric, with each task's samples file, and every row that could not be used and why."""
-
-    columns: dict[str, dict[str, list[dict]]]
-    files: dict[str, Path]
-    unusable: dict[str, list[str]]  # by task: "<file>:<line>: why"
-
-
-def read_logged_items(paths: Sequence[str | Path]) -> LoggedItems:
-    """The judged items of the samples files in ``paths`` (files, or folders searched for them: the
-    newest file per task). No judge is needed to read them (``rejudge`` reads them first, so that a
-    folder without samples says so before anything asks for a key). A row that is not JSON (the last
-    line of a log whose run was killed while writing it is cut off), not an object, holds no judged
-    item where the other rows of its file do, or holds a broken one, is named and counted; the other
-    rows are judged. Raises NothingToJudgeError when no file holds anything to judge."""
-    files = _samples_files(paths)
-    columns: dict[str, dict[str, list[dict]]] = {}
-    unusable: dict[str, list[str]] = {}
-    for task, samples_file in files.items():
-        rows, problems = _logged_rows(samples_file)
-        task_columns: dict[str, list[dict]] = {}
-        without_items = []
-        for number, sample in rows:
-            items, problem = _judged_items(sample)
-            if problem:
-                problems.append((number, problem))
-            elif not items:
-                without_items.append((number, f"holds no judged item (doc_id {sample.get('doc_id')!r}); it is not "
-                                              f"a sample of a judged task of this suite"))
-            for metric, item in items.items():
-                task_columns.setdefault(metric, []).append(item)
-        if not task_columns:
-            logger.warning(f"{samples_file}: nothing to judge (task {task} is not a judged task of this suite)")
-            continue
-        problems += without_items  # the other rows of the file have judged items
-        columns[task] = task_columns
-        unusable[task] = [f"{samples_file}:{number}: {problem}" for number, problem in sorted(problems)]
-    if not columns:
-        raise NothingToJudgeError(f"nothing to judge in {', '.join(map(str, paths))}: the samples files of "
-                                  f"{', '.join(sorted(files))} hold no judged items (no judged task of this suite)")
-    return LoggedItems(columns, {task: files[task] for task in columns}, unusable)
-
-
-def _logged_rows(samples_file: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, str]]]:
-    """(line number, row) of each JSON object in ``samples_file``, and what is wrong with the other lines."""
-    import json
-
-    from lmms_egoplan.core.files import read_text
-
-    lines = read_text(samples_file).splitlines()
-    last = max((number for number, line in enumerate(lines, 1) if line.strip()), default=0)
-    rows, problems = [], []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            cut = " (the last line, cut off: the run was stopped while writing it)" if number == last else ""
-            problems.append((number, f"not JSON{cut}: {error}"))
-            continue
-        if not isinstance(row, dict):
-            problems.append((number, f"a JSON {type(row).__name__}, not a sample"))
-            continue
-        rows.append((number, row))
-    return rows, problems
-
-
-def _judged_items(sample: dict) -> tuple[dict[str, dict], str | None]:
-    """(judged items by metric, None), or ({}, why they cannot be used)."""
-    logged = sample.get("bypass")  # a --predict_only run's log
-    items = logged.get(PREDICT_ONLY_ITEMS, {}) if isinstance(logged, dict) else sample
-    judged = {metric: value for metric, value in items.items() if is_judge_parts_item(value)}
-    for metric, item in judged.items():
-        try:
-            item_parts(item)
-            load_rubric(item["judge_rubric"])
-        except (KeyError, TypeError, ValueError) as error:
-            return {}, f"the judged item of metric {metric} (doc_id {sample.get('doc_id')!r}) is broken: {error}"
-    return judged, None
-
-
-def rejudge_samples(logged: LoggedItems, judge: Judge, output_dir: str | Path, *, progress: bool = True,
-                    group_scores: Callable[[dict[str, dict]], dict[str, dict]] | None = None) -> dict[str, dict]:
-    """Re-score the judged metrics of logged samples (``read_logged_items``) with ``judge``.
-
-    No model runs: the logged judge items hold the full judge requests (a ``--predict_only`` run
-    logs them too). Every judged metric of a task (whole-sample scores, parts, breakdowns) is
-    scored from one set of judgements, each request judged once, as in the evaluation itself.
-    Writes an audit trail per task and ``<date>_rejudged.json`` (the scores; a metric without a
-    value is ``null``) into ``output_dir``; returns the scores by task and by group (as the run
-    reports groups, ``group_scores`` turning task scores into group scores: the registry's
-    ``lmms_egoplan.registry.group_scores``): each judged metric, then ``judged`` / ``failed`` and ``unusable_rows``.
-    """
-    output_dir = Path(output_dir)
-    stamp = run_stamp()
-    summary: dict[str, dict] = {}
-    for task, columns in logged.columns.items():
-        every_item = [item for items in columns.values() for item in items]
-        audit = output_dir / f"{stamp}_judgements_{task}.jsonl"
-        results = judge.run(item_requests(every_item), items_rubric(every_item).parse_rating, audit_path=audit,
-                            progress=progress, description=f"Judging {task}")
-        judgements = {j.id: j for j in results.judgements}
-        scores = {metric: score_judged(items, judgements, judge_model=results.judge_model).score
-                  for metric, items in columns.items() if metric not in COUNT_METRICS}
-        summary[task] = {**scores, "judged": results.judged, "failed": results.failed,
-                         "unusable_rows": len(logged.unusable[task]), "judge_model": judge.model,
-                         "samples": str(logged.files[task]), "audit_trail": str(audit)}
-    summary.update({group: {**scores, "judge_model": judge.model} for group, scores in (group_scores or dict)(summary).items()})
-    write_atomically(output_dir / f"{stamp}_rejudged.json", strict_json(summary, indent=2))
-    return summary
-
-
-def _samples_files(paths: Sequence[str | Path]) -> dict[str, Path]:
-    """Task name -> its logged samples file (the newest, when a folder holds several runs)."""
-    import re
-
-    found: dict[str, Path] = {}
-    for path in map(Path, paths):
-        candidates = sorted(path.rglob("*_samples_*.jsonl")) if path.is_dir() else [path]
-        if not candidates:
-            raise FileNotFoundError(f"no lmms-eval samples files (*_samples_<task>.jsonl) under {path}")
-        for candidate in candidates:
-            match = re.search(r"_samples_(.+)\.jsonl$", candidate.name)
-            if match is None or not candidate.is_file():
-                raise FileNotFoundError(f"{candidate} is not an lmms-eval samples file (<date>_samples_<task>.jsonl)")
-            if match.group(1) not in found or candidate.name > found[match.group(1)].name:
-                found[match.group(1)] = candidate
-    return found

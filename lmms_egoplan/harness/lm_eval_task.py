@@ -1,6 +1,6 @@
 """How this suite plugs into lm-eval 0.4.x, for the text-only baselines (YAMLs in ``lm_eval_tasks/``).
 
-``LmEvalBenchmarkTask`` is the lm-eval counterpart of ``harness.BenchmarkTask``: the same settings
+``LmEvalBenchmarkTask`` is the lm-eval counterpart of ``harness.lmms_eval_task.BenchmarkTask``: the same settings
 (YAML ``metadata`` < ``<PREFIX>_<SETTING>`` environment variables; lm-eval's ``--metadata`` JSON
 overrides the YAML's), the same benchmark loaders, and the same context binding of ``settings``,
 ``task_name`` and ``task`` into ``process_results`` and aggregations, so that a benchmark's scoring
@@ -9,7 +9,7 @@ code serves both harnesses unchanged.
 lm-eval hands a task nothing of its run but the config, and merges the run's ``--model_args`` into
 every task's ``metadata``. What a task needs of the run -- which metadata keys are model arguments
 (not settings: a misspelt setting must still be an error) and where the results go (side files such
-as EgoPlan's submission lie beside them) -- is read from lm-eval's ``simple_evaluate`` call, which
+as a leaderboard submission lie beside them) -- is read from lm-eval's ``simple_evaluate`` call, which
 builds the tasks.
 """
 
@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from lm_eval.api.task import ConfigurableTask
 
+from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.harness.task_setup import LM_EVAL_CONFIG_SOURCE, SuiteTaskSetup, benchmark_dataset
 
 
@@ -59,19 +60,16 @@ def current_run() -> LmEvalRun:
         model_name=model_name,
         output_path=getattr(tracker, "output_path", None),
         model_folder=sanitize_model_name(model_name),
-        stamp=_run_stamps.setdefault(id(frame), datetime.now().isoformat().replace(":", "-")),
+        # One side-file date-time per simple_evaluate call (by its frame, alive for the whole run).
+        stamp=RUN.lm_eval_stamps.setdefault(id(frame), datetime.now().isoformat().replace(":", "-")),
     )
-
-
-# One side-file date-time per simple_evaluate call (by its frame, alive for the whole run).
-_run_stamps: dict[int, str] = {}
 
 
 class LmEvalBenchmarkTask(SuiteTaskSetup, ConfigurableTask):
     """An lm-eval task (YAML ``class:``) whose documents come from a benchmark loader.
 
     Subclasses (usually a benchmark's scoring mixin first) set ``Settings`` and ``ENV_PREFIX`` and
-    implement ``load_docs``, as for ``harness.BenchmarkTask``.
+    implement ``load_docs``, as for ``harness.lmms_eval_task.BenchmarkTask``.
     """
 
     @staticmethod

@@ -6,29 +6,28 @@
   backends, chat messages for "chat" backends such as ``openai`` or ``vllm``).
 * ``run_file``: where a task writes the files of a run beside lmms-eval's results file.
 
-Workarounds of lmms-eval bugs live in ``lmms_egoplan.harness.lmms_eval_compat``, not here.
+Workarounds of lmms-eval bugs live in ``lmms_egoplan.compat``, not here.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 from lmms_eval.api.task import ConfigurableMessagesTask, ConfigurableTask
 from loguru import logger
 
+from lmms_egoplan.compat.durability import missing_dependency_hint
+from lmms_egoplan.compat.results import run_datetime_str
+from lmms_egoplan.compat.switches import on_suite_use
+from lmms_egoplan.compat.tasks import bind_class_task_to_backend, unretried_process_results
 from lmms_egoplan.core import request_options
 from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import SettingsError, setting_name
-from lmms_egoplan.harness.lmms_eval_compat import (
-    bind_class_task_to_backend,
-    missing_dependency_hint,
-    on_suite_use,
-    run_datetime_str,
-    unretried_process_results,
-)
 from lmms_egoplan.harness.task_setup import LM_EVAL_CONFIG_SOURCE, SuiteTaskSetup, benchmark_dataset
 
 _GENERATIVE_OUTPUT_TYPES = ("generate_until", "generate_until_multi_round", "generate_until_agentic")
@@ -69,10 +68,9 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
         if LM_EVAL_CONFIG_SOURCE in (config.get("metadata") or {}):
             raise InputError(
                 f"task {config['task']} is an lmms-eval task (it shows the model images and videos; run it with "
-                f"lmms-eval); lm-eval cannot run it. The suite's lm-eval tasks, the text-only baselines "
-                f"(egoplan_val_blind, egoplan_val_narrated, egoplan_test_blind, ego_think_blind, "
-                f"actplan1k_text_only_lm), are in the checkout's lm_eval_tasks/ folder: "
-                f"lm_eval --include_path <checkout>/lm_eval_tasks"
+                f"lmms-eval); lm-eval cannot run it. The suite's lm-eval tasks, the text-only baselines, are in the "
+                f"checkout's lm_eval_tasks/ folder, installed as {resources.files('lmms_egoplan.lm_eval_tasks')}: "
+                f"lm_eval --include_path <checkout>/lm_eval_tasks (--tasks list names them)"
             )
         on_suite_use()
         self._chat_backend = False
@@ -94,7 +92,7 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
     def process_results(self, doc, results, full_docs=None):
         if self.predict_only:
             # lmms-eval replaced the task's metrics by "bypass": the outputs are logged, nothing is scored
-            # (its own scoring of the output type would need labels, e.g. EgoPlan-Test's, that a task may lack).
+            # (its own scoring of the output type would need labels, which a test split may lack).
             # The value is what the sample log shows under "bypass" (lmms-eval reports every other key as a metric).
             return {metric: self.logged_predictions(doc, results) for metric in self._metric_fn_list}
         return unretried_process_results(ConfigurableTask.process_results)(self, doc, results, full_docs)
@@ -125,7 +123,7 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
 
     def check_before_the_model(self, cli_args) -> None:
         """What this task can check of the run before the model loads (lmms-eval builds it after;
-        ``lmms_eval_compat.check_suite_tasks_before_the_model`` calls this first): the backend can
+        ``compat.tasks.check_suite_tasks_before_the_model`` calls this first): the backend can
         serve it, the output folder is free, and what subclasses add (the judge answers)."""
         self._bind_to_backend(cli_args)
 
@@ -205,26 +203,19 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
                                              *(self._visual_to_content(v) for v in visuals or [])]}]
 
 
-_run_stamp: str | None = None
-
-
 def run_stamp(args: Any = None) -> str:
-    """One date-time per run, as lmms-eval writes it in its file names: the one of this run's
-    results file (``lmms_eval_compat.run_datetime_str``), else the time of the first call
+    """One date-time per run (``RUN.stamp``), as lmms-eval writes it in its file names: the one of
+    this run's results file (``compat.results.run_datetime_str``), else the time of the first call
     (``--timezone`` honoured)."""
-    global _run_stamp
-    if _run_stamp is None:
+    if RUN.stamp is None:
         stamp = run_datetime_str(args)
         if stamp is None:
             from lmms_eval.utils import get_datetime_str
 
             timezone = getattr(args, "timezone", None)
             stamp = get_datetime_str(timezone=timezone) if timezone else get_datetime_str()
-        _run_stamp = stamp.replace(":", "-")
-    return _run_stamp
-
-
-_claimed_folders: set[Path] = set()
+        RUN.stamp = stamp.replace(":", "-")
+    return RUN.stamp
 
 
 def claim_output_folder(args: Any) -> None:
@@ -243,7 +234,7 @@ def claim_output_folder(args: Any) -> None:
     from lmms_eval.utils import sanitize_model_name
 
     folder = Path(output_path) / sanitize_model_name(run_model_name(args))
-    if folder in _claimed_folders:
+    if folder in RUN.claimed_folders:
         return
     stamp = run_stamp(args)
     lock = folder / f"{stamp}.lmms_egoplan.lock"
@@ -265,7 +256,7 @@ def claim_output_folder(args: Any) -> None:
     if any(path != lock for path in folder.glob(f"{stamp}_*")):
         lock.unlink(missing_ok=True)
         raise taken
-    _claimed_folders.add(folder)
+    RUN.claimed_folders.add(folder)
     atexit.register(lock.unlink, missing_ok=True)
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import sqlite3
 import threading
 from collections import Counter
@@ -30,6 +29,7 @@ from typing import Mapping, Optional, Sequence
 
 from loguru import logger
 
+from lmms_egoplan.core.retry import backoff_delay
 from lmms_egoplan.judge.base import JudgeBackend
 from lmms_egoplan.judge.cache import JudgeCache
 from lmms_egoplan.judge.factory import make_backend
@@ -182,13 +182,6 @@ class Judge:
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         return backoff_delay(attempt, self.backoff, self.max_backoff, retry_after)
-
-
-def backoff_delay(attempt: int, backoff: float, max_backoff: float, retry_after: float | None = None) -> float:
-    """Seconds before retry ``attempt``: exponential backoff with jitter (so that throttled calls do
-    not return in lockstep), at least the server's Retry-After, at most ``max_backoff``."""
-    delay = min(backoff * 2 ** (attempt - 1), max_backoff) * random.uniform(0.5, 1.0)
-    return min(max(delay, retry_after or 0.0), max_backoff)
 
 
 # The preflight request (a judge server in a test can recognise it).

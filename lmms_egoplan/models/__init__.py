@@ -23,7 +23,7 @@ def model_manifests():
 # Imported only now: importing lmms-eval's model package loads the entry points, i.e. reads
 # ``model_manifests`` from this module, which must exist by then (this module may be imported first,
 # e.g. ``import lmms_egoplan.models.egoplan_hf`` in a script).
-from lmms_egoplan.harness.lmms_eval_compat import on_entry_point_load  # noqa: E402
+from lmms_egoplan.compat.switches import on_entry_point_load  # noqa: E402
 
 # lmms-eval imports this module (entry point) in every run, before it indexes tasks: runs that
 # name the suite in LMMS_EVAL_PLUGINS get their workarounds now; other runs get nothing.

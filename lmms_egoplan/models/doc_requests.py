@@ -72,7 +72,7 @@ class DocRequests:
     ``takes_images``, ``video_native``, ``videos_with_images``, ``visual_prefetch`` and
     ``_reported_generation_keys`` (an empty set); lmms-eval sets ``task_dict``."""
 
-    # Set while lmms-eval's --use_cache calls the backend (``lmms_eval_compat.
+    # Set while lmms-eval's --use_cache calls the backend (``compat.durability.
     # keep_responses_of_stopped_runs``): each response is handed to it as soon as it is computed,
     # and stored, so that a run killed mid-pass keeps every question it scored.
     response_sink: Callable[[Instance, Any], None] | None = None

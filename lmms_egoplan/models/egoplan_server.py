@@ -19,10 +19,10 @@ from lmms_eval.api.instance import Instance
 from lmms_eval.api.model import lmms
 from tqdm import tqdm
 
+from lmms_egoplan.compat.switches import on_suite_use
 from lmms_egoplan.core.documentation import doc_page
 from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import SettingsError, coerce_setting
-from lmms_egoplan.harness.lmms_eval_compat import on_suite_use
 from lmms_egoplan.models.chat import ChatRenderer
 from lmms_egoplan.models.doc_requests import (
     DocRequests,

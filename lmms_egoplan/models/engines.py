@@ -4,7 +4,7 @@ Each engine turns a question (the suite's chat rendering and visuals, see ``egop
 the requests its server documents, and reports per scored position the log-probability the server
 computed and the token ids it ran (visual placeholders expanded), so that the backend locates the
 scored span in the server's own ids. docs/backend.md cites the engines' sources for each field;
-tests/test_engine_conformance.py runs every request the backend builds through the released
+tests/models/test_engine_conformance.py runs every request the backend builds through the released
 engines' own request code.
 
 * SGLang (native ``POST /generate``; it applies no chat template): a text-only prompt goes as the
@@ -39,7 +39,7 @@ from loguru import logger
 
 from lmms_egoplan.core.documentation import doc_page
 from lmms_egoplan.core.errors import InputError
-from lmms_egoplan.judge.engine import backoff_delay
+from lmms_egoplan.core.retry import backoff_delay, retry_after
 from lmms_egoplan.models.chat import RenderedAnswer
 from lmms_egoplan.models.likelihood import ScoredSequence
 from lmms_egoplan.models.visuals import UNTIMED_VIDEO_FPS, ModelVisuals, UnsupportedVisualError
@@ -70,7 +70,7 @@ VLLM_MODALITIES: dict[str, dict[str, int | None]] = {
 # reports no image understanding and /generate drops the images.
 SGLANG_MULTIMODAL_FLAG = {"gemma3": "Gemma 3"}
 # Where the engine's own preprocessing gives the model another input than egoplan_hf's processor
-# (tests/test_engine_conformance.py shows each against the engine's code): egoplan_server still
+# (tests/models/test_engine_conformance.py shows each against the engine's code): egoplan_server still
 # scores, and says so at load.
 ENGINE_DEVIATIONS: dict[tuple[str, str], str] = {
     ("sglang", "qwen2_vl"): "SGLang loads Qwen2-VL's processor with its own pixel range, 3,136 to 1,003,520 pixels "
@@ -170,7 +170,7 @@ class ServerClient:
             raise _Transient(f"connection failed: {error}") from None
         if response.status_code in (408, 429) or response.status_code >= 500:
             raise _Transient(f"HTTP {response.status_code}: {_error_message(response)}",
-                             _float_or_none(response.headers.get("retry-after")))
+                             retry_after(response.headers))
         if response.status_code != 200:
             raise ServerRequestError(f"{method} {self.base_url}{path}: HTTP {response.status_code}: "
                                      f"{_error_message(response)}")
@@ -572,10 +572,3 @@ def _error_message(response) -> str:
         return response.text[:200]
     error = body.get("error", body) if isinstance(body, dict) else body
     return str(error.get("message", error) if isinstance(error, dict) else error)[:300]
-
-
-def _float_or_none(value) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None

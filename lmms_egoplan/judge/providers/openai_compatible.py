@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Mapping, Sequence
 
+from lmms_egoplan.core.retry import retry_after
 from lmms_egoplan.judge.base import JudgeBackend
 from lmms_egoplan.judge.protocol import Completion, Decoding, JudgeCallError, TransientJudgeError
 
@@ -48,7 +49,7 @@ class OpenAIChatBackend(JudgeBackend):
         except openai.APIStatusError as error:
             message = f"HTTP {error.status_code}: {_error_message(error)}"
             if error.status_code in (408, 409, 429) or error.status_code >= 500:
-                raise TransientJudgeError(message, _retry_after(error)) from None
+                raise TransientJudgeError(message, retry_after(getattr(getattr(error, "response", None), "headers", None))) from None
             raise JudgeCallError(message) from None
         except openai.APITimeoutError:
             raise TransientJudgeError("timed out") from None
@@ -74,8 +75,3 @@ def _error_message(error) -> str:
     return str(getattr(error, "message", error))
 
 
-def _retry_after(error) -> float | None:
-    try:
-        return float(error.response.headers["retry-after"])
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return None

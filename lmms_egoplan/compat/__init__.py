@@ -1,0 +1,94 @@
+"""The lmms-eval workarounds of this suite: each one names an lmms-eval bug, is scoped to runs of the
+suite, and is guarded by release and by behaviour.
+
+Each workaround is a named function whose docstring gives the bug, where it sits in lmms-eval, what it
+breaks, and the fix; ``docs/upstream.md`` gives each a minimal reproduction and the change proposed to
+lmms-eval. Each one
+
+* is guarded by release (lmms-eval releases before ``FIXED_IN``, i.e. up to the 0.7.x this suite is
+  pinned to: ``affected_release``) AND by behaviour: it first checks, reading the installed
+  lmms-eval's source (``lmms_eval_source``), that lmms-eval still behaves wrongly, and changes
+  nothing where it does not;
+* is switched on only by a run that uses the suite (``switches``):
+
+  ========================================  ==========================================================
+  workaround                                switched on when
+  ========================================  ==========================================================
+  ``tasks.enable_plugin_task_discovery``    ``LMMS_EVAL_PLUGINS`` names ``lmms_egoplan``
+  ``tasks.watch_task_selection``            installed in every run; acts only in a run that names the
+                                            suite in ``LMMS_EVAL_PLUGINS``, as ``--model`` or one of
+                                            its tasks (below: "a run that uses the suite")
+  ``durability.fail_runs_with_failed_tasks``  a run that uses the suite, once its tasks are named; a
+                                            suite task or backend is built
+  ``tasks.explain_missing_tasks``           a run that uses the suite names a task not found
+  ``tasks.hint_suite_counterparts``         a run that uses the suite names an lmms-eval built-in
+                                            that a suite task implements as its paper defines it
+  ``tasks.check_suite_tasks_before_the_model``  a run that uses the suite, once its tasks are named
+  ``results.keep_loglikelihood_results``    a suite task or backend is built
+  ``durability.keep_responses_of_stopped_runs``  a suite task or backend is built
+  ``durability.stop_cleanly_on_sigterm``    a suite task or backend is built
+  ``results.clean_lone_surrogates``         a suite task or backend is built
+  ``results.write_results_as_strict_json``  a suite task or backend is built
+  ``durability.exit_when_results_are_written``  called by the suite's judged tasks only
+  ``tasks.unretried_process_results``       called by the suite's tasks only
+  ``tasks.bind_class_task_to_backend``      called by the suite's tasks only
+  ``results.run_datetime_str``              called by the suite's tasks only (reads, changes nothing)
+  ========================================  ==========================================================
+
+Modules by concern: ``tasks`` (task discovery, tasks not found, what a run's tasks need before the
+model loads), ``durability`` (what a stopped or killed run keeps, and a run's exit status),
+``results`` (what reaches and leaves the results and samples files), ``switches`` (when each is
+switched on). What a run learns as it goes (the response cache it opened, why it must exit
+non-zero, ...) is ``lmms_egoplan.core.run_state.RUN``.
+
+lmms-eval loads the suite's model entry point in every run once the suite is installed; the entry
+point registers the backends' manifests and calls ``switches.on_entry_point_load``, which does
+nothing unless ``LMMS_EVAL_PLUGINS`` names the suite, except ``tasks.watch_task_selection``, which
+passes the task lists of runs that do not name the suite through unchanged. A run that uses none of
+the suite behaves as lmms-eval alone (a test runs one both ways).
+This package imports nothing of lmms-eval at import (entry points load while lmms-eval imports).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from importlib.metadata import version
+from typing import Mapping
+
+SUITE_PLUGIN = "lmms_egoplan"
+
+FIXED_IN = (0, 8)
+
+def lmms_eval_version() -> tuple[int, ...]:
+    numbers = []
+    for part in version("lmms-eval").split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        numbers.append(int(digits or 0))
+    return tuple(numbers)
+
+def affected_release() -> bool:
+    """Whether the installed lmms-eval is a release before ``FIXED_IN`` (the behaviour checks decide there)."""
+    return lmms_eval_version() < FIXED_IN
+
+def lmms_eval_source(module: str, qualified_name: str) -> str:
+    """The source text of a function of the installed lmms-eval, read from its file: the behaviour
+    checks run while lmms-eval is still importing (entry points load then), so they import nothing."""
+    import ast
+
+    path = importlib.util.find_spec(module).origin
+    with open(path, encoding="utf-8") as file:
+        text = file.read()
+    scope: list = ast.parse(text).body
+    node = None
+    for name in qualified_name.split("."):
+        node = next(n for n in scope if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name)
+        scope = node.body
+    return ast.get_source_segment(text, node)
+
+def suite_plugin_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``LMMS_EVAL_PLUGINS`` names this suite (the user asked lmms-eval for its tasks)."""
+    return SUITE_PLUGIN in (p.strip() for p in environ.get("LMMS_EVAL_PLUGINS", "").split(","))
+
+# module imports nothing of the suite while lmms-eval loads the entry point.
+SUITE_BACKENDS = ("egoplan_hf", "egoplan_server")

@@ -1,0 +1,455 @@
+"""lmms-eval workarounds about what a run keeps and how it ends: responses stored as they are
+computed and recovered from killed runs, SIGTERM stopping cleanly, and an exit status that says what
+happened (a failed run exits non-zero; a task may end a finished run with its own status). Guards
+and the switch table: ``lmms_egoplan.compat``; this run's state: ``lmms_egoplan.core.run_state.RUN``."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from loguru import logger
+
+from lmms_egoplan.compat import SUITE_BACKENDS, SUITE_PLUGIN, affected_release, lmms_eval_source
+from lmms_egoplan.core.run_state import RUN
+
+_FAILED_RUN_EXIT_STATUS = 1
+
+def fail_runs_with_failed_tasks() -> bool:
+    """Make a run of the suite that failed exit with a non-zero status.
+
+    Bug: ``lmms_eval/__main__.py:cli_evaluate`` catches any exception of an evaluation, prints it,
+    logs "Error during evaluation" and carries on; the process then exits 0, so scripts and CI
+    cannot tell a failed run from a good one. Fix: when that error is logged in a run that uses the
+    suite, the process exits with status 1 right after the message (a run with several
+    ``--config`` entries stops at the first failing one). With ``--verbosity DEBUG`` lmms-eval
+    re-raises, and the exit status is already non-zero. Returns whether the workaround is in place.
+    """
+    if not (affected_release() and cli_swallows_evaluation_errors()):
+        return False
+    if RUN.exit_guard_sink is not None:
+        # Added again each time: ``cli_evaluate`` removes every loguru sink when it sets the
+        # verbosity, which may come after the entry point added this one.
+        try:
+            logger.remove(RUN.exit_guard_sink)
+        except ValueError:
+            pass
+    RUN.exit_guard_sink = logger.add(_exit_after_evaluation_error, level="ERROR", format="{message}",
+                                  filter=_is_evaluation_error)
+    return True
+
+def cli_swallows_evaluation_errors(cli_evaluate: str | None = None) -> bool:
+    cli_evaluate = cli_evaluate or lmms_eval_source("lmms_eval.__main__", "cli_evaluate")
+    return "Error during evaluation" in cli_evaluate and "sys.exit(1)" not in cli_evaluate
+
+def _is_evaluation_error(record: Mapping[str, Any]) -> bool:
+    # By file, not module name: ``python -m lmms_eval`` runs that file as ``__main__``.
+    return (Path(record["file"].path).parts[-2:] == ("lmms_eval", "__main__.py") and record["function"] == "cli_evaluate"
+            and str(record["message"]).startswith("Error during evaluation"))
+
+def _exit_after_evaluation_error(message) -> None:
+    # The sink runs inside lmms-eval's ``except`` block, which still holds the error.
+    error = sys.exc_info()[1]
+    sys.stdout.flush()
+    from lmms_egoplan.core.documentation import doc_page
+
+    sys.stderr.write(f"lmms-egoplan: the evaluation failed; exiting with status {_FAILED_RUN_EXIT_STATUS}, where "
+                     f"lmms-eval {version('lmms-eval')} alone would exit 0 (see {doc_page('upstream.md')})\n")
+    # The error again, last: lmms-eval printed it above its traceback and dozens of log lines.
+    sys.stderr.write(f"lmms-egoplan: error: {error_line(error, str(message))}\n")
+    sys.stderr.flush()
+    raise SystemExit(_FAILED_RUN_EXIT_STATUS)
+
+def error_line(error: BaseException | None, logged: str = "") -> str:
+    """The error on one line: its message (the suite's errors name the file, field or setting to
+    fix), with the type of anything else, and the backend where building it failed; without the
+    error, the one lmms-eval logged."""
+    if error is None:
+        text = logged.removeprefix("Error during evaluation: ").split(". Please set `--verbosity=DEBUG`")[0]
+    elif type(error).__module__.split(".")[0] == SUITE_PLUGIN:
+        text = str(error)
+    else:
+        text = f"{type(error).__name__}: {error}"
+    backend = _backend_being_built(error)
+    if backend is not None and not text.startswith(f"{backend}:"):
+        text = f"--model {backend} could not be loaded: {text}{_backend_hint(backend, error)}"
+    return " ".join(text.split())
+
+# ``lmms_eval/api/model.py:lmms.create_from_arg_string`` / ``create_from_arg_obj``).
+_BACKEND_CONSTRUCTION = ("get_model", "create_from_arg_string", "create_from_arg_obj")
+
+def _backend_being_built(error: BaseException | None) -> str | None:
+    """The ``--model`` whose import or construction raised ``error`` inside ``simple_evaluate``, or None."""
+    import traceback
+
+    model = None
+    for frame, _ in traceback.walk_tb(getattr(error, "__traceback__", None)):
+        if frame.f_code.co_name == "simple_evaluate" and isinstance(frame.f_locals.get("model"), str):
+            model = frame.f_locals["model"]
+        elif model is not None and frame.f_code.co_name in _BACKEND_CONSTRUCTION \
+                and frame.f_globals.get("__name__", "").startswith("lmms_eval."):
+            return model
+    return None
+
+def _backend_hint(backend: str, error: BaseException) -> str:
+    if hint := missing_dependency_hint(error):
+        return hint
+    if backend in SUITE_BACKENDS:
+        return ""
+    return ("; the suite's tasks also run on its own backends: --model egoplan_hf (transformers) or "
+            "--model egoplan_server (an SGLang / vLLM server)")
+
+def missing_dependency_hint(error: BaseException) -> str:
+    """What to install where an lmms-eval backend failed to import a package lmms-eval does not declare."""
+    if isinstance(error, ModuleNotFoundError) and error.name == "decord":
+        return ("; lmms-eval's own video backends (llava_hf, llava, ...) import decord, which lmms-eval does not "
+                "declare: pip install decord (or pip install 'lmms-egoplan[lmms-builtins]')")
+    return ""
+
+def exit_when_results_are_written(reason: Callable[[list[Path]], tuple[int, str] | None]) -> bool:
+    """Let a task end a run with a non-zero status once lmms-eval has written its files.
+
+    Gap: a task cannot set the exit status of a run that finished: ``lmms_eval/__main__.py:
+    cli_evaluate_single`` writes the results file, then the samples files, and the process exits
+    0 whatever the task saw (e.g. judgements that failed, which are missing from the score). Fix:
+    once the results file and every samples file of the run are written (``EvaluationTracker.
+    save_results_aggregated`` / ``save_results_samples``), the registered ``reason`` callables are
+    asked (with the files written); where one returns a status, the results tables are printed as
+    lmms-eval would print them, then the reasons' lines, the last one last, and the process exits
+    with the highest status. Registered by the suite's tasks only. Returns whether it is in place.
+    """
+    from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
+
+    if reason not in RUN.exit_reasons:
+        RUN.exit_reasons.append(reason)
+    if getattr(EvaluationTracker.save_results_samples, "_exits_when_written", False):
+        return True
+    if not (affected_release() and _writes_results_then_samples()):
+        return False
+    save_results, save_samples = EvaluationTracker.save_results_aggregated, EvaluationTracker.save_results_samples
+
+    @functools.wraps(save_results)
+    def save_results_aggregated(self, results, samples, datetime_str):
+        save_results(self, results, samples, datetime_str)
+        self._lmms_egoplan_files = [Path(self.output_path, self.general_config_tracker.model_name_sanitized,
+                                         f"{self.date_id}_results.json")] if self.output_path else []
+        self._lmms_egoplan_results = results
+        self._lmms_egoplan_unsaved = set(results.get("configs", {})) if samples else set()
+        _exit_if_asked(self)
+
+    @functools.wraps(save_samples)
+    def save_results_samples(self, task_name, samples):
+        save_samples(self, task_name, samples)
+        if not hasattr(self, "_lmms_egoplan_unsaved"):  # not called by the CLI after the results
+            return
+        self._lmms_egoplan_files.append(Path(self.output_path, self.general_config_tracker.model_name_sanitized,
+                                             f"{self.date_id}_samples_{task_name}.jsonl"))
+        self._lmms_egoplan_unsaved.discard(task_name)
+        _exit_if_asked(self)
+
+    save_results_samples._exits_when_written = True
+    EvaluationTracker.save_results_aggregated = save_results_aggregated
+    EvaluationTracker.save_results_samples = save_results_samples
+    return True
+
+def _writes_results_then_samples(cli_evaluate_single: str | None = None) -> bool:
+    cli_evaluate_single = cli_evaluate_single or lmms_eval_source("lmms_eval.__main__", "cli_evaluate_single")
+    results, samples = cli_evaluate_single.find("save_results_aggregated("), cli_evaluate_single.find("save_results_samples(")
+    return 0 <= results < samples and "sys.exit" not in cli_evaluate_single[results:]
+
+def _exit_if_asked(tracker: Any) -> None:
+    if tracker._lmms_egoplan_unsaved:
+        return
+    verdicts = [verdict for reason in RUN.exit_reasons if (verdict := reason(list(tracker._lmms_egoplan_files)))]
+    if not any(status for status, _ in verdicts):  # none, or accepted by a setting: said, lmms-eval goes on
+        for _, line in verdicts:
+            logger.warning(f"lmms-egoplan: {line}")
+        return
+    from lmms_eval.utils import make_table
+
+    results = tracker._lmms_egoplan_results
+    print(make_table(results))
+    if "groups" in results:
+        print(make_table(results, "groups"))
+    sys.stdout.flush()
+    for _, line in verdicts:
+        sys.stderr.write(f"lmms-egoplan: {line}\n")
+    sys.stderr.flush()
+    raise SystemExit(max(status for status, _ in verdicts))
+
+def keep_responses_of_stopped_runs() -> bool:
+    """Make ``--use_cache`` resume a run that stopped part-way, or was killed, from the responses it had.
+
+    Bugs, all in ``lmms_eval/caching/response_cache.py``: ``ResponseCache.execute`` sends every
+    uncached request of a type to the model in one call and stores the responses only when that
+    call returns; ``ResponseCache.finalize(success=False)`` leaves what a failed run stored in its
+    ``runs/<id>/`` folder; and a process killed outright (SIGKILL, out of memory) never finalizes:
+    later runs read neither folder (``ResponseCache.create`` opens only the merged ``cache.db``).
+    A run that stops or dies after hours of GPU work keeps nothing, and the next run starts from
+    zero. Fix:
+
+    * a backend with a ``response_sink`` attribute (``egoplan_hf``) hands over each response as it
+      computes it, and it is stored at once, as lmms-eval stores it (its key, its rank's
+      ``runs/<id>/rank_<r>.db``; ``_store_as_computed``): a killed run loses only the question or
+      batch in flight. Other backends are called per chunk of whole documents
+      (``RESPONSE_CHUNK_BATCHES`` batches of the backend's batch size, at least
+      ``RESPONSE_CHUNK_MIN_DOCS`` documents), each chunk stored as it returns; a chunk that fails is
+      called again a document at a time, so that the documents before the failing one are stored too
+      (``call_in_chunks``). Responses and their order are unchanged;
+    * a failed run's stored responses are merged into the cache like a finished run's;
+    * each rank records its process in its run folder (``<rank db>.owner.json``), and the next run
+      on the same machine, before it opens the cache, merges the folders of runs whose processes
+      are all gone (``recover_killed_runs``, under lmms-eval's merge lock; a folder of a run still
+      alive, of another machine, or written without this workaround, is left as it is).
+
+    Returns whether the workaround is in place.
+    """
+    from lmms_eval.caching.response_cache import ResponseCache
+
+    if getattr(ResponseCache.execute, "_stores_per_chunk", False):
+        return True
+    if not (affected_release() and _stores_after_the_whole_call() and _drops_failed_runs() and _never_reads_run_folders()):
+        return False
+    whole_call, finalize, create = ResponseCache.execute, ResponseCache.finalize, ResponseCache.create
+
+    @functools.wraps(whole_call)
+    def execute(self, lm, reqtype, requests):
+        if hasattr(lm, "response_sink"):
+            lm.response_sink = _store_as_computed(self, reqtype)
+            try:
+                return whole_call(self, lm, reqtype, requests)
+            finally:
+                lm.response_sink = None
+        size = max(RESPONSE_CHUNK_MIN_DOCS, RESPONSE_CHUNK_BATCHES * _batch_size(lm))
+        return call_in_chunks(functools.partial(whole_call, self, lm, reqtype), requests, size)
+
+    @functools.wraps(finalize)
+    def finalize_keeping_responses(self, *, success: bool, **kwargs):
+        return finalize(self, success=True, **kwargs)
+
+    @functools.wraps(create.__func__)
+    def create_recovering(cls, cache_root: str, **kwargs):
+        root = os.path.abspath(os.path.dirname(cache_root) if cache_root.endswith(".db") else cache_root)
+        recover_killed_runs(root)
+        cache = create.__func__(cls, cache_root, **kwargs)
+        _claim_run_folder(cache)
+        RUN.response_cache_root = root
+        return cache
+
+    execute._stores_per_chunk = True
+    ResponseCache.execute = execute
+    ResponseCache.finalize = finalize_keeping_responses
+    ResponseCache.create = classmethod(create_recovering)
+    return True
+
+def _store_as_computed(cache: Any, reqtype: str) -> Callable[[Any, Any], None]:
+    """Store one response the way ``ResponseCache.execute`` stores it after the backend returns (the
+    same key, validity rule and row); execute stores it again then (the same row)."""
+    from lmms_eval.caching.response_cache import (
+        _extract_content_hash,
+        compute_cache_key,
+        extract_gen_kwargs,
+        is_deterministic,
+    )
+
+    def store(request: Any, response: Any) -> None:
+        gen_kwargs = extract_gen_kwargs(request)
+        if not (is_deterministic(reqtype, gen_kwargs) and cache._is_valid_response(response, reqtype)):
+            return
+        key = compute_cache_key(request_type=reqtype, task_name=request.task_name, doc_id=request.doc_id,
+                                gen_kwargs=gen_kwargs, idx=request.idx, content_hash=_extract_content_hash(request),
+                                task_fingerprint=cache._task_fingerprints.get(request.task_name, ""),
+                                model_fingerprint_hash=cache._model_fingerprint_hash, eval_version=cache._eval_version)
+        cache._store(key, reqtype, request.task_name, request.doc_id, request.idx, gen_kwargs,
+                     cache._extract_cacheable(response))
+
+    return store
+
+_OWNER_SUFFIX = ".owner.json"
+
+def _claim_run_folder(cache: Any) -> None:
+    """Record this process as the writer of its rank's database, so that a later run can tell that
+    it died; a run folder reused under the same id (e.g. a requeued Slurm job) is unmerged again."""
+    import json
+    import socket
+
+    Path(cache._run_dir, ".merged").unlink(missing_ok=True)
+    owner = {"host": socket.gethostname(), "pid": os.getpid(), "started": _process_start(os.getpid())}
+    Path(cache._run_dir, f"rank_{cache._global_rank}.db{_OWNER_SUFFIX}").write_text(json.dumps(owner))
+
+def recover_killed_runs(cache_root: str) -> int:
+    """Merge into ``<cache_root>/cache.db`` the run folders whose writers (their owner files) are all
+    processes of this machine that no longer run; marks each merged. Returns the responses merged."""
+    import json
+    import socket
+    import sqlite3
+    from glob import glob
+
+    from lmms_eval.caching.response_cache import ResponseCache, _merge_lock, _touch_text
+
+    runs = Path(cache_root, "runs")
+    if not runs.is_dir():
+        return 0
+    merged = 0
+    host = socket.gethostname()
+    try:
+        with _merge_lock(str(runs / ".merge.lock"), timeout_seconds=60):
+            for folder in sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")):
+                try:
+                    owners = [json.loads(p.read_text()) for p in folder.glob(f"*{_OWNER_SUFFIX}")]
+                    if (folder / ".merged").exists() or not owners or any(
+                            o.get("host") != host or _process_runs(o.get("pid"), o.get("started")) for o in owners):
+                        continue
+                    databases = sorted(glob(str(folder / "rank_*.db")))
+                    count = ResponseCache.merge_shards(databases, str(Path(cache_root, "cache.db"))) if databases else 0
+                    ResponseCache.merge_audit_logs(sorted(glob(str(folder / "rank_*.audit.jsonl"))),
+                                                   str(Path(cache_root, "cache.audit.jsonl")))
+                except (OSError, ValueError, sqlite3.Error) as error:  # recovery must not stop the new run
+                    logger.warning(f"ResponseCache: could not recover the killed run in {folder}: {error}")
+                    continue
+                _touch_text(str(folder / ".merged"), "recovered by lmms_egoplan from a run that was killed\n")
+                logger.info(f"ResponseCache: recovered {count} responses of a killed run ({folder}) into {cache_root}")
+                merged += count
+    except TimeoutError as error:
+        logger.warning(f"ResponseCache: killed runs not recovered now (merge lock busy): {error}")
+    return merged
+
+def _process_start(pid: int) -> str | None:
+    """The start time of process ``pid`` (Linux: clock ticks since boot), telling it from a later
+    process given the same id; None where it cannot be read."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+def _process_runs(pid: Any, started: str | None) -> bool:
+    if not isinstance(pid, int):
+        return True  # unknown: leave the folder alone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it runs, as another user
+    return started is None or _process_start(pid) in (None, started)
+
+def _never_reads_run_folders(create: str | None = None) -> bool:
+    create = create or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.create")
+    return "_merge_stale_runs" not in create and 'shared_db_path = target_db if os.path.exists(target_db)' in create
+
+RESPONSE_CHUNK_BATCHES = 4
+
+RESPONSE_CHUNK_MIN_DOCS = 4
+
+def _stores_after_the_whole_call(execute: str | None = None) -> bool:
+    execute = execute or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.execute")
+    return "getattr(lm, reqtype)(uncached)" in execute
+
+def _drops_failed_runs(finalize: str | None = None) -> bool:
+    finalize = finalize or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.finalize")
+    return "if not success" in finalize
+
+def _batch_size(lm) -> int:
+    try:
+        return max(1, int(getattr(lm, "batch_size", 1)))
+    except (TypeError, ValueError):  # e.g. "auto"
+        return 1
+
+def call_in_chunks(call, requests: list, size: int) -> list:
+    """``call(chunk)`` for each chunk of ``size`` documents, responses concatenated in order.
+
+    When a chunk's call fails, its documents are called one at a time: those before the failing
+    document get their responses (and the cache stores them) at the cost of computing at most
+    ``size - 1`` documents twice, once, in a run that is stopping anyway; the failing document
+    raises its error again (a failure that does not recur, e.g. memory taken by a batch, is gone).
+    """
+    responses = []
+    for chunk in _document_chunks(requests, size):
+        try:
+            responses += call(chunk)
+        except Exception:
+            documents = _document_chunks(chunk, 1)
+            if len(documents) == 1:
+                raise
+            for document in documents:
+                responses += call(document)
+    return responses
+
+def _document_chunks(requests: list, size: int) -> list[list]:
+    """``requests`` in order, cut into runs of at most ``size`` documents (a document's requests,
+    e.g. the four candidates of a question, stay together)."""
+    chunks: list[list] = []
+    documents = 0
+    previous = None
+    for request in requests:
+        document = (request.task_name, request.doc_id)
+        if document != previous:
+            if not chunks or documents == size:
+                chunks.append([])
+                documents = 0
+            documents += 1
+            previous = document
+        chunks[-1].append(request)
+    return chunks
+
+def stop_cleanly_on_sigterm() -> bool:
+    """Make SIGTERM (what Slurm and Kubernetes send on preemption) stop a run the way an error does.
+
+    Bug: lmms-eval installs no SIGTERM handler, so the process ends at once, in the middle of a
+    pass: no ``finally`` runs, ``ResponseCache.finalize`` never merges what the run stored, nothing
+    says what happened, and the run's work is lost like a SIGKILL's. Fix: SIGTERM raises
+    ``RunStopped`` (a ``SystemExit`` with status 128 + 15 = 143, as a shell reports a process ended
+    by SIGTERM) in the main thread, so that lmms-eval's cleanup runs (the response cache merges
+    what was computed, ``keep_responses_of_stopped_runs``; the judge engine stores the judgements
+    that arrive and asks nothing more), and the last line says what is kept and how to resume. A
+    second SIGTERM ends the process at once. Left alone where a handler is already installed, or
+    outside the main thread. Returns whether the workaround is in place.
+    """
+    import signal
+    import threading
+
+    current = signal.getsignal(signal.SIGTERM)
+    if current is _stop_on_sigterm:
+        return True
+    if not (affected_release() and current == signal.SIG_DFL and threading.current_thread() is threading.main_thread()):
+        return False
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    return True
+
+class RunStopped(SystemExit):
+    """The run was asked to stop (SIGTERM); its exit status is 128 + the signal number."""
+
+def _stop_on_sigterm(signum, frame) -> None:
+    import atexit
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    sys.stdout.flush()
+    sys.stderr.write("lmms-egoplan: SIGTERM received: stopping; what this run computed is being kept\n")
+    sys.stderr.flush()
+    atexit.register(_report_stop, signum)
+    raise RunStopped(128 + signum)
+
+def _report_stop(signum: int) -> None:
+    import signal
+
+    name = signal.Signals(signum).name
+    if RUN.response_cache_root is not None:
+        kept = (f"the model responses it computed are kept in the response cache {RUN.response_cache_root}; the same "
+                f"command (with --use_cache {RUN.response_cache_root}) resumes from them")
+    else:
+        kept = "it ran without --use_cache, so its model responses are not kept (give long runs --use_cache DIR)"
+    sys.stdout.flush()
+    sys.stderr.write(f"lmms-egoplan: stopped by {name} (exit status {128 + signum}); "
+                     + "; ".join([kept, *RUN.kept_on_stop]) + "\n")
+    sys.stderr.flush()
+
+def note_kept_on_stop(what: str) -> None:
+    """What else a stopped run keeps (e.g. "judgements already made are in the judge cache <dir>"),
+    said when it stops (``stop_cleanly_on_sigterm``)."""
+    if what not in RUN.kept_on_stop:
+        RUN.kept_on_stop.append(what)

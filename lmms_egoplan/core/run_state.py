@@ -1,0 +1,51 @@
+"""What one run learns as it goes, in one named object: ``RUN``.
+
+Its lifetime is the process: an lmms-eval (or lm-eval) run is one process, and what its tasks,
+backends and the lmms-eval workarounds learn while it runs (the date-time its files are named by, the
+response cache it opened, why it must exit non-zero, its judges and their judgements) lives here
+until the process ends. Nothing in it is written to disk; a run that is started again starts with an
+empty one. Code that runs several evaluations in one process (tests; ``--config`` with several
+entries shares one, as lmms-eval shares its own state) starts a new one with ``RUN.reset()``.
+It names no type of the layers that fill it: it sits below all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+
+@dataclass
+class RunState:
+    # lmms-eval's date-time of this run's files ("20261123_101010"), once learnt
+    # (``harness.lmms_eval_task.run_stamp``); lm-eval runs: by the harness's call frame
+    stamp: str | None = None
+    lm_eval_stamps: dict[int, str] = field(default_factory=dict)
+    # Output folders this run claimed (``harness.lmms_eval_task.claim_output_folder``)
+    claimed_folders: set[Path] = field(default_factory=set)
+    # The --use_cache root this run opened (``compat.durability.keep_responses_of_stopped_runs``)
+    response_cache_root: str | None = None
+    # loguru's id of the sink that ends a failed run with status 1 (``compat.durability.fail_runs_with_failed_tasks``)
+    exit_guard_sink: int | None = None
+    # Why a run that computed its results must still exit non-zero (e.g. failed judgements): callables the
+    # suite's tasks register (``compat.durability.exit_when_results_are_written``), each returning None or
+    # (exit status, the line saying what to do), given the results and samples files written
+    exit_reasons: list[Callable[[list[Path]], tuple[int, str] | None]] = field(default_factory=list)
+    # What else a stopped run keeps, said when it stops (``compat.durability.note_kept_on_stop``)
+    kept_on_stop: list[str] = field(default_factory=list)
+    # The judges of this run: one engine per judge configuration, those whose preflight passed, and each
+    # judged task's judgements (``harness.judged``)
+    judges: dict[Any, Any] = field(default_factory=dict)
+    answering_judges: set[Any] = field(default_factory=set)
+    task_judgements: dict[str, Any] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        """Start a new run's state (every field back to its default), in place: modules keep ``RUN``."""
+        for item in dataclasses.fields(self):
+            setattr(self, item.name, item.default_factory() if item.default_factory is not dataclasses.MISSING
+                    else item.default)
+
+
+RUN = RunState()

@@ -1,0 +1,177 @@
+"""``lmms-egoplan rejudge``: the judged metrics of logged samples (``--log_samples`` files, a
+``--predict_only`` run's too) scored again by a judge, without running the model: what it reads
+(``read_logged_items``), how it scores (``rejudge_samples``), and the command line a run whose
+judgements failed suggests (``rejudge_command``). It needs neither lmms-eval nor the benchmarks: the
+logged items hold the full judge requests and name their rubric."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, fields
+from datetime import datetime
+from pathlib import Path
+from typing import Callable, Sequence
+
+from loguru import logger
+
+from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.files import read_text, strict_json, write_atomically
+from lmms_egoplan.judge import (
+    Judge,
+    JudgeSettings,
+    is_judge_parts_item,
+    item_parts,
+    item_requests,
+    items_rubric,
+    load_rubric,
+    score_judged,
+)
+
+# Where a --predict_only run logs the judge items of a sample (inside its "bypass" value).
+PREDICT_ONLY_ITEMS = "judge_items"
+# Metrics that count judgements rather than score them (a judged task's judged / failed).
+COUNT_METRICS = ("judged", "failed")
+
+
+class NothingToJudgeError(InputError):
+    """The samples files hold no judged items."""
+
+
+@dataclass
+class LoggedItems:
+    """What ``rejudge`` judges: the judged items of logged samples (``--log_samples`` files), by
+    task and metric, with each task's samples file, and every row that could not be used and why."""
+
+    columns: dict[str, dict[str, list[dict]]]
+    files: dict[str, Path]
+    unusable: dict[str, list[str]]  # by task: "<file>:<line>: why"
+
+
+def read_logged_items(paths: Sequence[str | Path]) -> LoggedItems:
+    """The judged items of the samples files in ``paths`` (files, or folders searched for them: the
+    newest file per task). No judge is needed to read them (``rejudge`` reads them first, so that a
+    folder without samples says so before anything asks for a key). A row that is not JSON (the last
+    line of a log whose run was killed while writing it is cut off), not an object, holds no judged
+    item where the other rows of its file do, or holds a broken one, is named and counted; the other
+    rows are judged. Raises NothingToJudgeError when no file holds anything to judge."""
+    files = _samples_files(paths)
+    columns: dict[str, dict[str, list[dict]]] = {}
+    unusable: dict[str, list[str]] = {}
+    for task, samples_file in files.items():
+        rows, problems = _logged_rows(samples_file)
+        task_columns: dict[str, list[dict]] = {}
+        without_items = []
+        for number, sample in rows:
+            items, problem = _judged_items(sample)
+            if problem:
+                problems.append((number, problem))
+            elif not items:
+                without_items.append((number, f"holds no judged item (doc_id {sample.get('doc_id')!r}); it is not "
+                                              f"a sample of a judged task of this suite"))
+            for metric, item in items.items():
+                task_columns.setdefault(metric, []).append(item)
+        if not task_columns:
+            logger.warning(f"{samples_file}: nothing to judge (task {task} is not a judged task of this suite)")
+            continue
+        problems += without_items  # the other rows of the file have judged items
+        columns[task] = task_columns
+        unusable[task] = [f"{samples_file}:{number}: {problem}" for number, problem in sorted(problems)]
+    if not columns:
+        raise NothingToJudgeError(f"nothing to judge in {', '.join(map(str, paths))}: the samples files of "
+                                  f"{', '.join(sorted(files))} hold no judged items (no judged task of this suite)")
+    return LoggedItems(columns, {task: files[task] for task in columns}, unusable)
+
+
+def _logged_rows(samples_file: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, str]]]:
+    """(line number, row) of each JSON object in ``samples_file``, and what is wrong with the other lines."""
+    lines = read_text(samples_file).splitlines()
+    last = max((number for number, line in enumerate(lines, 1) if line.strip()), default=0)
+    rows, problems = [], []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            cut = " (the last line, cut off: the run was stopped while writing it)" if number == last else ""
+            problems.append((number, f"not JSON{cut}: {error}"))
+            continue
+        if not isinstance(row, dict):
+            problems.append((number, f"a JSON {type(row).__name__}, not a sample"))
+            continue
+        rows.append((number, row))
+    return rows, problems
+
+
+def _judged_items(sample: dict) -> tuple[dict[str, dict], str | None]:
+    """(judged items by metric, None), or ({}, why they cannot be used)."""
+    logged = sample.get("bypass")  # a --predict_only run's log
+    items = logged.get(PREDICT_ONLY_ITEMS, {}) if isinstance(logged, dict) else sample
+    judged = {metric: value for metric, value in items.items() if is_judge_parts_item(value)}
+    for metric, item in judged.items():
+        try:
+            item_parts(item)
+            load_rubric(item["judge_rubric"])
+        except (KeyError, TypeError, ValueError) as error:
+            return {}, f"the judged item of metric {metric} (doc_id {sample.get('doc_id')!r}) is broken: {error}"
+    return judged, None
+
+
+def rejudge_samples(logged: LoggedItems, judge: Judge, output_dir: str | Path, *, progress: bool = True,
+                    group_scores: Callable[[dict[str, dict]], dict[str, dict]] | None = None) -> dict[str, dict]:
+    """Re-score the judged metrics of logged samples (``read_logged_items``) with ``judge``.
+
+    No model runs: the logged judge items hold the full judge requests (a ``--predict_only`` run
+    logs them too). Every judged metric of a task (whole-sample scores, parts, breakdowns) is
+    scored from one set of judgements, each request judged once, as in the evaluation itself.
+    Writes an audit trail per task and ``<date>_rejudged.json`` (the scores; a metric without a
+    value is ``null``) into ``output_dir``; returns the scores by task and by group (as the run
+    reports groups, ``group_scores`` turning task scores into group scores: the registry's
+    ``lmms_egoplan.registry.group_scores``): each judged metric, then ``judged`` / ``failed`` and ``unusable_rows``.
+    """
+    output_dir = Path(output_dir)
+    stamp = datetime.now().strftime("%Y%m%d_%H%M%S")  # as lmms-eval names a run's files, in local time
+    summary: dict[str, dict] = {}
+    for task, columns in logged.columns.items():
+        every_item = [item for items in columns.values() for item in items]
+        audit = output_dir / f"{stamp}_judgements_{task}.jsonl"
+        results = judge.run(item_requests(every_item), items_rubric(every_item).parse_rating, audit_path=audit,
+                            progress=progress, description=f"Judging {task}")
+        judgements = {j.id: j for j in results.judgements}
+        scores = {metric: score_judged(items, judgements, judge_model=results.judge_model).score
+                  for metric, items in columns.items() if metric not in COUNT_METRICS}
+        summary[task] = {**scores, "judged": results.judged, "failed": results.failed,
+                         "unusable_rows": len(logged.unusable[task]), "judge_model": judge.model,
+                         "samples": str(logged.files[task]), "audit_trail": str(audit)}
+    summary.update({group: {**scores, "judge_model": judge.model} for group, scores in (group_scores or dict)(summary).items()})
+    write_atomically(output_dir / f"{stamp}_rejudged.json", strict_json(summary, indent=2))
+    return summary
+
+
+def _samples_files(paths: Sequence[str | Path]) -> dict[str, Path]:
+    """Task name -> its logged samples file (the newest, when a folder holds several runs)."""
+    found: dict[str, Path] = {}
+    for path in map(Path, paths):
+        candidates = sorted(path.rglob("*_samples_*.jsonl")) if path.is_dir() else [path]
+        if not candidates:
+            raise FileNotFoundError(f"no lmms-eval samples files (*_samples_<task>.jsonl) under {path}")
+        for candidate in candidates:
+            match = re.search(r"_samples_(.+)\.jsonl$", candidate.name)
+            if match is None or not candidate.is_file():
+                raise FileNotFoundError(f"{candidate} is not an lmms-eval samples file (<date>_samples_<task>.jsonl)")
+            if match.group(1) not in found or candidate.name > found[match.group(1)].name:
+                found[match.group(1)] = candidate
+    return found
+
+
+def rejudge_command(samples: Sequence[str], output: Path, settings: JudgeSettings) -> str:
+    """The ``lmms-egoplan rejudge`` command judging ``samples`` with ``settings`` (its options for
+    the settings that differ from the defaults)."""
+    options = []
+    for field in fields(JudgeSettings):
+        value = getattr(settings, field.name)
+        if value != field.default and field.name != "judge_preflight":
+            options += [f"--{field.name}", "none" if value is None else str(value)]
+    return shlex.join(["lmms-egoplan", "rejudge", *samples, "--output", str(output), *options])

@@ -1,0 +1,43 @@
+"""Text files: every reader names a file that is not UTF-8 (file, line, column); lone surrogates become replacement characters."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmms_egoplan.core.files import read_jsonl, read_text, valid_text
+
+
+def test_text_that_is_not_utf8_is_an_error_naming_file_line_and_column(tmp_path):
+    path = tmp_path / "annotations.jsonl"
+    path.write_bytes(b'{"a": "fine"}\n{"b": "caf\xe9"}\n')
+    with pytest.raises(ValueError, match=r"annotations\.jsonl:2: not UTF-8 text \(byte 0xe9 at column 11\)"):
+        read_text(path)
+    with pytest.raises(ValueError, match=r"annotations\.jsonl:2: not UTF-8"):
+        list(read_jsonl(path))
+
+
+def test_every_reader_of_text_names_a_file_that_is_not_utf8(tmp_path):
+    from lmms_egoplan.actplan.data import load_instances
+    from lmms_egoplan.actplan.plans import candidates_from_jsonl
+    from lmms_egoplan.actplan.synthetic import write_release_dataset
+    from lmms_egoplan.egointent import data as egointent_data
+    from lmms_egoplan.egointent.synthetic import write_dataset
+
+    annotations = write_dataset(tmp_path / "egointent")
+    annotations.write_bytes(annotations.read_bytes().replace(b"loosen", b"l\xf6osen", 1))
+    with pytest.raises(ValueError, match=rf"{annotations}:\d+: not UTF-8 text"):
+        egointent_data.load_steps(annotations)
+    release = write_release_dataset(tmp_path / "actplan" / "ActPlan-1K", scenes=1, activities=1, samples=1)
+    description = next(release.rglob("task_description_0.txt"))
+    description.write_bytes(b"Put the cups away.\nCaf\xe9 table.\n")
+    with pytest.raises(ValueError, match=rf"{description}:2: not UTF-8 text \(byte 0xe9 at column 4\)"):
+        load_instances(release)
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_bytes(b'{"candidate": "walk_to(sink)", "reference": "walk_to(sink)"}\n{"candidate": "\xff"}\n')
+    with pytest.raises(ValueError, match=rf"{pairs}:2: not UTF-8"):
+        candidates_from_jsonl(pairs)
+
+
+def test_lone_surrogates_become_replacement_characters():
+    assert valid_text("Two plates \udcff.") == "Two plates \ufffd."
+    assert valid_text("naïve 😀") == "naïve 😀"

@@ -1,0 +1,122 @@
+"""Bad input through the real lmms-eval CLI: bad settings, unusable frames and clips, unwritable outputs, a chat template without visual placeholders, media outside the data root, a misspelt task or model_arg, a missing annotation folder: exit status 1 and the suite's error on the last line."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lmms_egoplan.core.documentation import doc_page
+from tests.e2e.runs import broken_copy, egoplan_run, first_epic_frame, truncate
+
+
+# A value of the wrong type: tests/e2e/test_failed_runs.py (which also shows the model never starts loading).
+@pytest.mark.parametrize("case, settings, message", [
+    ("a misspelt setting", {"numframes": "16"}, "EGOPLAN_NUMFRAMES names no setting; did you mean EGOPLAN_NUM_FRAMES?"),
+    ("a value out of range", {"max_side": "-5"}, "EGOPLAN_MAX_SIDE (metadata.max_side) must be at least 1, got -5"),
+])
+def test_bad_settings_stop_the_run_with_exit_status_1(case, settings, message, egoplan_data, tmp_path):
+    run = egoplan_run(egoplan_data, tmp_path, **settings)
+    assert run.returncode == 1 and run.results is None, case
+    assert message in run.log and "lmms-egoplan: the evaluation failed" in run.log
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated"])
+def test_an_unusable_frame_is_named_at_load_or_skipped_and_counted(damage, egoplan_data, tmp_path):
+    data = broken_copy(egoplan_data, tmp_path)
+    frame = first_epic_frame(data)
+    frame.write_bytes(b"") if damage == "empty" else truncate(frame, 0.6)
+    stopped = egoplan_run(data, tmp_path / "stopped")
+    assert stopped.returncode == 1 and stopped.results is None
+    assert f"{damage}" in stopped.log and str(frame) in stopped.log and "EGOPLAN_EPIC_FRAMES_ROOT" in stopped.log
+    if damage == "truncated":  # skipping is the same path whatever the damage: one run shows it
+        skipped = egoplan_run(data, tmp_path / "skipped", skip_missing="true")
+        assert skipped.returncode == 0 and skipped.metric("egoplan_val", "skipped_samples") == 1
+
+
+@pytest.mark.parametrize("damage", ["empty", "not a video", "cut short"])
+def test_an_unusable_clip_is_named_at_load(damage, egoplan_data, tmp_path):
+    data = broken_copy(egoplan_data, tmp_path)
+    clip = data.clips_dir / "106.mp4"
+    if damage == "cut short":  # its index comes first, so it opens; only its packets show the loss
+        from lmms_egoplan.fixtures.media import write_video
+
+        record = next(r for r in data.records() if r["sample_id"] == 106)
+        start = record["task_progress_metadata"][0]["start_frame"]
+        write_video(clip, first_index=start, num_frames=record["current_observation_frame"] - start + 1, faststart=True)
+        truncate(clip, 0.5)
+    else:
+        clip.write_bytes(b"" if damage == "empty" else b"\x00\x01garbage" * 999)
+    run = egoplan_run(data, tmp_path / "out", visual_source="clips")
+    assert run.returncode == 1 and "sample 106" in run.log and str(clip) in run.log and "EGOPLAN_CLIPS_DIR" in run.log
+    assert "Running loglikelihood requests" not in run.log
+    if damage == "cut short":  # the packets stop early, or the last one read is marked damaged
+        assert "cut short" in run.log or "damaged packet" in run.log
+        skipped = egoplan_run(data, tmp_path / "skipped", visual_source="clips", skip_missing="true")
+        assert skipped.returncode == 0 and skipped.metric("egoplan_val", "skipped_samples") == 1
+
+
+def test_an_output_path_that_cannot_be_written_fails_before_any_model_call(egoplan_data, tmp_path):
+    blocker = tmp_path / "some_file"
+    blocker.write_text("not a folder")
+    run = egoplan_run(egoplan_data, tmp_path / "cwd", extra_args=["--output_path", str(blocker / "out")])
+    assert run.returncode == 1 and f"--output_path {blocker / 'out'}: cannot write into" in run.log
+    assert "Running loglikelihood requests" not in run.log
+
+
+def test_a_chat_template_without_visual_placeholders_names_the_model_and_the_model_arg(egoplan_data, tiny_model, tmp_path):
+    template = tmp_path / "text-only.jinja"
+    template.write_text("{% for m in messages %}{{ m['role'] }}: {% for p in m['content'] %}{% if p['type'] == 'text' %}"
+                        "{{ p['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}assistant: "
+                        "{% endif %}")
+    checkpoint = tiny_model("qwen2_vl")
+    run = egoplan_run(egoplan_data, tmp_path / "out", model="egoplan_hf",
+                      model_args=f"pretrained={checkpoint},chat_template={template}")
+    assert run.returncode == 1
+    assert f"{checkpoint}: the chat template renders 0 video placeholder(s)" in run.log
+    assert "pass chat_template=<path" in run.log
+
+
+def test_a_record_whose_media_leaves_the_data_root_stops_the_run_naming_it_last(egoplan_data, tmp_path):
+    data = broken_copy(egoplan_data, tmp_path)
+    records = data.records()
+    records[4]["video_id"] = "../../../../etc/passwd"
+    data.validation_file.write_text(json.dumps(records))
+    run = egoplan_run(data, tmp_path / "out")
+    assert run.returncode == 1 and run.results is None
+    assert run.log.splitlines()[-1].startswith(f"lmms-egoplan: error: EgoPlan sample {records[4]['sample_id']}: field "
+                                               f"video_id '../../../../etc/passwd' climbs out of it with '..'")
+
+
+@pytest.mark.parametrize("case, model, tasks, plugin, last_line", [
+    ("a misspelt task", "dummy", "egoplan_vall", True,
+     "lmms-egoplan: error: --tasks: no task named egoplan_vall; did you mean egoplan_val or egoplan_val_gen?"),
+    ("the plugin variable forgotten", "egoplan_hf", "egoplan_val", False,
+     "lmms-egoplan: error: --tasks: egoplan_val is a task of lmms_egoplan, whose tasks lmms-eval indexes only when "
+     "LMMS_EVAL_PLUGINS names it; add this line before the command: export LMMS_EVAL_PLUGINS=lmms_egoplan"),
+    ("a misspelt suite task and no plugin variable", "egoplan_hf", "ego_think_countng", False,
+     "lmms-egoplan: error: --tasks: no task named ego_think_countng; did you mean ego_think_counting or egothink_counting "
+     "or ego_think_comparing?; add this line before the command: export LMMS_EVAL_PLUGINS=lmms_egoplan"),
+])
+def test_a_task_that_is_not_found_in_a_run_of_the_suite_exits_1_saying_what_to_type(case, model, tasks, plugin,
+                                                                                     last_line, tmp_path):
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+
+    run = run_lmms_eval(model=model, model_args="pretrained=unused", tasks=[tasks], output_dir=tmp_path, check=False,
+                        use_plugin=plugin)
+    assert run.returncode == 1, case
+    assert run.log.splitlines()[-1] == last_line
+
+
+def test_an_unknown_model_arg_names_the_closest_one_on_the_last_line(egoplan_data, tiny_model, tmp_path):
+    run = egoplan_run(egoplan_data, tmp_path, model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')},max_frame=8")
+    assert run.returncode == 1
+    assert run.log.splitlines()[-1] == ("lmms-egoplan: error: egoplan_hf: unknown model_args max_frame (did you mean "
+                                        f"max_frames?); every model_arg is in {doc_page('backend.md')}")
+
+
+def test_a_missing_annotation_folder_is_named_on_the_last_line_under_lmms_evals_traceback(egoplan_data, tmp_path):
+    run = egoplan_run(egoplan_data, tmp_path, annotation_dir=str(tmp_path / "no_such_folder"))
+    assert run.returncode == 1 and "Traceback" in run.log
+    last = run.log.splitlines()[-1]
+    assert last.startswith(f"lmms-egoplan: error: EgoPlan annotation file EgoPlan_validation.json not found: the folder "
+                           f"{tmp_path / 'no_such_folder'}, named by EGOPLAN_ANNOTATION_DIR")

@@ -1,0 +1,122 @@
+"""The lmms-eval compatibility layer through the real CLI: a run without the suite is lmms-eval's own; a failed run of a suite task exits non-zero and a good one zero."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV
+from tests.fixtures import PROBE_TASKS
+
+# Runs lmms-eval's CLI in-process, then prints which of the suite's workarounds are active.
+# "alone": the suite's entry point is hidden from lmms-eval, as if the suite were not installed.
+CHILD = r"""
+import importlib.metadata as metadata, json, sys
+mode, argv = sys.argv[1], sys.argv[2:]
+if mode == "alone":
+    all_entry_points = metadata.entry_points
+    class WithoutTheSuite:
+        def select(self, **params):
+            return metadata.EntryPoints(ep for ep in all_entry_points().select(**params)
+                                        if not ep.value.startswith("lmms_egoplan"))
+    metadata.entry_points = lambda **params: WithoutTheSuite().select(**params) if params else WithoutTheSuite()
+sys.argv = ["lmms-eval", *argv]
+status = 0
+try:
+    from lmms_eval.cli.dispatch import main
+    main()
+except SystemExit as stop:
+    status = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+finally:
+    from lmms_eval.api import instance
+    from lmms_eval.tasks import TaskManager
+    run_state = sys.modules.get("lmms_egoplan.core.run_state")
+    print("COMPAT-STATE " + json.dumps({
+        "suite_loaded": "lmms_egoplan" in sys.modules,
+        "loglikelihood_pairs_kept": getattr(instance.unwrap_generation_output, "_keeps_loglikelihood_pairs", False),
+        "plugin_tasks_indexed": getattr(TaskManager.__init__, "_includes_plugin_tasks", False),
+        "exit_guard": run_state is not None and run_state.RUN.exit_guard_sink is not None,
+    }))
+sys.exit(status)
+"""
+
+
+def run_cli(mode: str, tasks: str, output: Path, *, include_path: Path, env: dict | None = None):
+    """``(exit status, workaround state, results or None, log)`` of one lmms-eval run (dummy model)."""
+    output.mkdir(parents=True)
+    argv = ["--model", "dummy", "--tasks", tasks, "--include_path", str(include_path),
+            "--output_path", str(output), "--log_samples"]
+    run_env = {**os.environ, **OFFLINE_ENV, **(env or {})}
+    run_env.pop("LMMS_EVAL_PLUGINS", None)
+    completed = subprocess.run([sys.executable, "-c", CHILD, mode, *argv], env=run_env, cwd=output,
+                               capture_output=True, text=True, timeout=600)
+    log = completed.stdout + completed.stderr
+    state = json.loads(next(line for line in completed.stdout.splitlines() if line.startswith("COMPAT-STATE "))[13:])
+    results_files = sorted(output.rglob("*_results.json"))
+    results = json.loads(results_files[-1].read_text()) if results_files else None
+    return completed.returncode, state, results, log
+
+
+def plain_lmms_eval_task(folder: Path, data_file: Path) -> Path:
+    """A task written only with lmms-eval's own mechanisms (no class, no function of the suite)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "plain_probe.yaml").write_text(
+        "task: plain_probe\n"
+        "dataset_path: json\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {json.dumps(str(data_file))}\n"
+        "test_split: test\n"
+        "output_type: generate_until\n"
+        "doc_to_visual: null\n"
+        "doc_to_text: question\n"
+        "doc_to_target: answer\n"
+        "generation_kwargs:\n  max_new_tokens: 4\n"
+        "metric_list:\n  - metric: exact_match\n    aggregation: mean\n    higher_is_better: true\n"
+        "metadata:\n  version: 1\n")
+    return folder
+
+
+def comparable(results: dict) -> dict:
+    return {task: {k: v for k, v in metrics.items()} for task, metrics in results["results"].items()}
+
+
+def test_a_run_without_the_suite_is_lmms_evals_own(tmp_path):
+    data = tmp_path / "plain.json"
+    data.write_text(json.dumps([{"question": f"q{i}?", "answer": "A" if i % 2 else "B"} for i in range(4)]))
+    tasks = plain_lmms_eval_task(tmp_path / "tasks", data)
+    installed = run_cli("installed", "plain_probe", tmp_path / "installed", include_path=tasks)
+    alone = run_cli("alone", "plain_probe", tmp_path / "alone", include_path=tasks)
+    assert installed[0] == alone[0] == 0, installed[3][-3000:]
+    assert installed[2] is not None and comparable(installed[2]) == comparable(alone[2])
+    # The suite's entry point was loaded (and only there), and switched nothing on.
+    assert installed[1] == {"suite_loaded": True, "loglikelihood_pairs_kept": False, "plugin_tasks_indexed": False,
+                            "exit_guard": False}
+    assert alone[1] == {**installed[1], "suite_loaded": False}
+
+    # A failing run of lmms-eval's own task keeps lmms-eval's exit status (0) with the suite installed.
+    data.unlink()
+    failed_installed = run_cli("installed", "plain_probe", tmp_path / "failed_installed", include_path=tasks)
+    failed_alone = run_cli("alone", "plain_probe", tmp_path / "failed_alone", include_path=tasks)
+    assert failed_installed[0] == failed_alone[0] == 0
+    assert "Error during evaluation" in failed_installed[3] and failed_installed[2] is None
+
+    # A task name that exists nowhere, in a run that names nothing of the suite: lmms-eval's answer, exit 0.
+    typo_installed = run_cli("installed", "plain_probe_typo", tmp_path / "typo_installed", include_path=tasks)
+    typo_alone = run_cli("alone", "plain_probe_typo", tmp_path / "typo_alone", include_path=tasks)
+    assert typo_installed[0] == typo_alone[0] == 0
+    for log in (typo_installed[3], typo_alone[3]):
+        assert "Tasks not found: plain_probe_typo" in log and "lmms-egoplan" not in log and "did you mean" not in log
+
+
+def test_a_failed_run_of_a_suite_task_exits_non_zero_and_a_good_one_zero(tmp_path):
+    data = tmp_path / "probe.json"
+    data.write_text(json.dumps([{"question": "q?", "answer": "A"}]))
+    good = run_cli("installed", "lmms_egoplan_probe", tmp_path / "good", include_path=PROBE_TASKS,
+                   env={"PROBE_DATA_FILE": str(data)})
+    assert good[0] == 0 and good[2]["results"]["lmms_egoplan_probe"]["exact,none"] == 1.0, good[3][-3000:]
+    assert good[1] == {"suite_loaded": True, "loglikelihood_pairs_kept": True, "plugin_tasks_indexed": False,
+                       "exit_guard": True}
+
+    bad = run_cli("installed", "lmms_egoplan_probe", tmp_path / "bad", include_path=PROBE_TASKS,
+                  env={"PROBE_DATA_FILE": str(data), "PROBE_REPEAT": "not-a-number"})
+    assert bad[0] == 1 and bad[2] is None
+    assert "PROBE_REPEAT" in bad[3] and "lmms-egoplan: the evaluation failed" in bad[3]

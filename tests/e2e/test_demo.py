@@ -1,0 +1,93 @@
+"""The offline demo, ``lmms-egoplan smoke``: one table, plain words about random scores, scripted answers
+whose values are checked, the report of its runs, and a non-zero exit status when a benchmark fails
+or a scripted value is not the one its script implies."""
+
+import dataclasses
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from lmms_egoplan import demo as smoke
+from lmms_egoplan.egoplan import synthetic as egoplan
+from lmms_egoplan.fixtures.suite import SmokeSuite
+
+# End to end: the real lmms-eval CLI in subprocesses.
+
+
+def test_smoke_command_evaluates_a_benchmark_and_prints_one_table(tmp_path):
+    command = Path(sys.executable).parent / "lmms-egoplan"
+    completed = subprocess.run([str(command), "smoke", "--workdir", str(tmp_path), "--benchmark", "egoplan"],
+                               capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    printed = completed.stdout
+    table = printed[printed.index("task "):printed.index("Rows without a mark")]
+    for task in ("egoplan_val", "egoplan_test", "egoplan_val_gen", f"egoplan_val_gen {smoke.SCRIPTED}"):
+        assert f"\n{task} " in table
+    assert "tiny RANDOM model" in printed and "measure nothing" in printed
+    assert f"{tmp_path / 'logs' / 'egoplan'}" in printed and f"{tmp_path / 'logs' / 'scripted'}" in printed
+    assert list((tmp_path / "logs" / "egoplan").rglob("*_results.json"))
+    # one row per task, its main metrics as columns (each header with its unit), then the breakdown bins in
+    # their natural order
+    header, _, *task_rows = table.strip().splitlines()
+    assert re.split(r"\s{2,}", header)[:4] == ["task", "accuracy (%)", "accuracy_epic_kitchens (%)", "accuracy_ego4d (%)"]
+    val_row = next(line for line in task_rows if line.startswith("egoplan_val "))
+    assert val_row.index("progress (%): 0_4") < val_row.index(", 5_9") < val_row.index(", 10_14") < val_row.index(
+        ", 15_plus") < val_row.index("similarity (%): low") < val_row.index(", medium") < val_row.index(", high")
+    # the random model's letters are unreadable: its accuracy says it is no score, and why
+    random_row = next(line for line in task_rows if line.startswith("egoplan_val_gen "))
+    assert "(not scored)" in random_row and random_row.rstrip().endswith("8 of 8 answers unparseable")
+    # the scripted answers: 3 of every 5 right (stated letter, bare letter, candidate text), 1 in 5 unreadable
+    scripted_row = next(line for line in task_rows if line.startswith(f"egoplan_val_gen {smoke.SCRIPTED}"))
+    records = egoplan.build_fixture(tmp_path / "data" / "egoplan").records()
+    right = sum(egoplan.SCRIPTED_STYLES[i % 5] in ("stated letter", "bare letter", "candidate text") for i in range(len(records)))
+    assert scripted_row.split()[2] == f"{100 * right / len(records):.4g}" and "not scored" not in scripted_row  # in %
+    assert f"{smoke.SCRIPTED} rows: answers of known quality; all 22 values equal" in printed
+    report = tmp_path / "report" / "report.md"
+    assert printed.rstrip().endswith(str(report))
+    assert "| this run | scripted-answers | egoplan_val_gen |" in report.read_text()
+
+
+def broken_fixture(workdir, resources):
+    raise RuntimeError("cannot build")
+
+
+def missing_data(workdir, resources):
+    return SmokeSuite(env={"EGOPLAN_ANNOTATION_DIR": str(workdir / "nowhere")}, tasks=("egoplan_val",))
+
+
+def test_smoke_reports_every_failing_benchmark_and_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(smoke, "SUITES", {"broken": f"{__name__}:broken_fixture", "missing": f"{__name__}:missing_data"})
+    out = io.StringIO()
+    assert smoke.run_smoke(tmp_path, out=out) == 2
+    printed = out.getvalue()
+    assert "FAILED building its fixtures: RuntimeError: cannot build" in printed
+    assert "EgoPlan annotation file EgoPlan_validation.json not found" in printed  # lmms-eval's own log tail names the cause
+    assert printed.rstrip().endswith("FAILED: broken, missing")
+
+
+def tampered_egoplan(workdir, resources):
+    """EgoPlan's suite (its Test task only, for speed) whose script expects one accuracy too many."""
+    suite = egoplan.smoke_suite(workdir, resources)
+    script = suite.scripted
+
+    def expected(run):
+        values = script.expected(run)
+        values["egoplan_val_gen"]["accuracy"] += 0.125
+        return values
+
+    return dataclasses.replace(suite, tasks=("egoplan_test",), scripted=dataclasses.replace(script, expected=expected))
+
+
+def test_a_scripted_value_off_the_script_fails_the_demo(tmp_path, monkeypatch):
+    monkeypatch.setattr(smoke, "SUITES", {"egoplan": f"{__name__}:tampered_egoplan"})
+    out = io.StringIO()
+    assert smoke.run_smoke(tmp_path, out=out) == 1
+    printed = out.getvalue()
+    results = json.loads(next((tmp_path / "logs" / "scripted").rglob("*_results.json")).read_text())
+    reported = results["results"]["egoplan_val_gen"]["accuracy,none"]
+    assert f"[scripted] rows: 1 of 22 values differ from what the script implies:\n  egoplan_val_gen accuracy: " \
+           f"reported {reported}, expected {reported + 0.125:.6g}" in printed
+    assert printed.rstrip().endswith("FAILED: egoplan (scripted)")

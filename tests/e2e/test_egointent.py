@@ -1,0 +1,167 @@
+"""EgoIntent end to end through the real lmms-eval CLI: metrics equal those recomputed from the audit trail, one judgement per field, rejudging, the pre-outcome frames the model gets."""
+import base64
+import io
+import json
+import re
+from fractions import Fraction
+from types import SimpleNamespace
+
+import pytest
+from PIL import Image
+
+from lmms_egoplan.egointent.data import (
+    FIELDS,
+    scenario_metric,
+)
+from lmms_egoplan.egointent.synthetic import write_dataset
+from lmms_egoplan.egointent.task import (
+    PROMPT,
+    parse_answer,
+)
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
+from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.fixtures.media import read_index
+from tests.egointent.test_protocol import (
+    audit_trail,
+    dataset_docs,
+    judge_env,
+    recomputed,
+    scripted_answer,
+    sometimes_unrated,
+    video_fps,
+)
+
+STEP_ID = re.compile(r"Step id: (\S+)")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """The synthetic dataset every run of this module reads (its documents: ``dataset_docs``)."""
+    return write_dataset(tmp_path_factory.mktemp("egointent") / "data")
+
+
+class ScriptedModel:
+    """A chat model behind lmms-eval's `openai` backend: records what it is shown, answers by script."""
+
+    def __init__(self):
+        self.seen: dict[str, dict] = {}
+
+    def __call__(self, call):
+        content = call.messages[-1]["content"]
+        text = "\n".join(part["text"] for part in content if part["type"] == "text")
+        images = [Image.open(io.BytesIO(base64.b64decode(part["image_url"]["url"].split(",", 1)[1])))
+                  for part in content if part["type"] == "image_url"]
+        step_id = STEP_ID.search(text).group(1)
+        self.seen[step_id] = {"text": text, "frames": [read_index(image) for image in images]}
+        return Reply(scripted_answer(step_id))
+
+
+@pytest.fixture(scope="module")
+def runs(dataset, tiny_model, tmp_path_factory):
+    """Two lmms-eval runs at once (each spends most of its time starting up): lmms-eval's `openai`
+    backend against a scripted chat model, and this suite's backend on a tiny random qwen2_vl."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    root = tmp_path_factory.mktemp("egointent-runs")
+    model = ScriptedModel()
+    with ChatServer(model) as model_server, ChatServer(sometimes_unrated) as chat_judge, \
+            ChatServer(sometimes_unrated) as hf_judge, ThreadPoolExecutor(2) as pool:
+        chat = pool.submit(run_lmms_eval, model="openai", output_dir=root / "chat", tasks=["egointent"], check=False,
+                           model_args=f"model=scripted-vlm,base_url={model_server.base_url},api_key=unused",
+                           env=judge_env(chat_judge, root / "chat-judge-cache", dataset))
+        hf = pool.submit(run_lmms_eval, model="egoplan_hf", output_dir=root / "hf", tasks=["egointent"], check=False,
+                         model_args=f"pretrained={tiny_model('qwen2_vl')}",
+                         env=judge_env(hf_judge, root / "hf-judge-cache", dataset),
+                         extra_args=["--limit", "6", "--gen_kwargs", "max_new_tokens=8"])
+        return SimpleNamespace(chat=SimpleNamespace(run=chat.result().judged("egointent"), model=model, judge=chat_judge),
+                               hf=SimpleNamespace(run=hf.result().judged("egointent"), judge=hf_judge))
+
+
+@pytest.fixture(scope="module")
+def chat_run(runs):
+    return runs.chat
+
+
+def response(sample: dict) -> str:
+    """The model's answer in a logged sample."""
+    answer = sample["filtered_resps"]
+    return answer[0] if isinstance(answer, list) else answer
+
+
+def check_metrics_against_audit_trail(run, docs) -> dict:
+    samples = run.samples("egointent")
+    audit = audit_trail(run.output_dir)
+    for metric, value in recomputed(samples, docs, audit).items():
+        assert run.metric("egointent", metric) == pytest.approx(value), metric
+    assert run.metric("egointent", "judged") == sum(r["rating"] is not None for r in audit.values())
+    assert run.metric("egointent", "failed") == sum(r["rating"] is None for r in audit.values())
+    missing = [len(FIELDS) - len(parse_answer(response(s))) for s in samples]
+    assert run.metric("egointent", "missing_fields") == sum(missing)
+    assert run.metric("egointent", "incomplete_answers") == sum(m > 0 for m in missing)
+    assert run.metric("egointent", "capped_samples") == sum(docs[s["doc_id"]]["frames_capped"] for s in samples) > 0
+    # Breakdowns partition the steps: each step counts in exactly one environment and one scenario.
+    breakdowns = {"indoor", "outdoor", *(scenario_metric(docs[s["doc_id"]]["scenario"]) for s in samples)}
+    for sample in samples:
+        doc = docs[sample["doc_id"]]
+        present = [key for key in breakdowns if key in sample]
+        assert sorted(present) == sorted([doc["environment"], scenario_metric(doc["scenario"])])
+    for group in (["indoor", "outdoor"], sorted(breakdowns - {"indoor", "outdoor"})):
+        counts = [sum(key in s for s in samples) for key in group]
+        assert sum(counts) == len(samples) and all(counts)
+    return audit
+
+
+def test_chat_backend_metrics_equal_those_recomputed_from_the_audit_trail(chat_run, dataset):
+    docs = dataset_docs(dataset)
+    audit = check_metrics_against_audit_trail(chat_run.run, docs)
+    run = chat_run.run
+    # The script leaves fields out (scored 0), and the judge fails some ratings (excluded): both happen.
+    assert run.metric("egointent", "incomplete_answers") == 6 and run.metric("egointent", "missing_fields") == 12
+    assert 0 < run.metric("egointent", "failed") < len(audit)
+    assert {key.split(",")[0] for key in run.results["results"]["egointent"]} >= {
+        "overall", *FIELDS, "indoor", "outdoor", "scenario_kitchen", "scenario_yard", "scenario_bedroom"}
+
+
+def test_each_present_field_is_judged_once_whatever_metrics_read_it(chat_run):
+    audit = audit_trail(chat_run.run.output_dir)
+    expected = {f"step_{s['doc_id']:04d}/{field}" for s in chat_run.run.samples("egointent")
+                for field in parse_answer(response(s))}
+    assert audit.keys() == expected
+    assert len(chat_run.judge.calls) == len(expected)  # eight judged metrics, one judgement per field
+
+
+def test_rejudging_the_logged_samples_reproduces_every_metric_judging_each_field_once(chat_run, tmp_path):
+    from lmms_egoplan.cli import main
+
+    with ChatServer(sometimes_unrated) as judge:  # the same ratings, a fresh cache: every field judged again
+        assert main(["rejudge", str(chat_run.run.output_dir), "--output", str(tmp_path),
+                     "--judge_base_url", judge.base_url, "--judge_model", "another-judge", "--judge_api_key_env", "",
+                     "--judge_cache_dir", str(tmp_path / "cache")]) == (3 if chat_run.run.metric("egointent", "failed") else 0)
+    summary = json.loads(next(tmp_path.glob("*_rejudged.json")).read_text())["egointent"]
+    reported = {key.split(",")[0]: value for key, value in chat_run.run.results["results"]["egointent"].items()
+                if key != "alias" and "stderr" not in key}
+    scored = [metric for metric in summary if metric in reported and metric not in ("judged", "failed")]
+    assert set(scored) >= {"overall", *FIELDS, "indoor", "outdoor", "scenario_kitchen"}
+    for metric in [*scored, "judged", "failed"]:
+        assert summary[metric] == pytest.approx(reported[metric]), metric
+    assert len(judge.calls) == reported["judged"] + reported["failed"] == len(audit_trail(chat_run.run.output_dir))
+
+
+def test_the_model_gets_the_unified_prompt_and_only_pre_outcome_frames(chat_run, dataset):
+    docs = dataset_docs(dataset)
+    by_id = {d["step_id"]: d for d in docs}
+    assert chat_run.model.seen.keys() == by_id.keys()
+    for step_id, seen in chat_run.model.seen.items():
+        doc = by_id[step_id]
+        assert seen["text"] == PROMPT.format(step_id=step_id)
+        assert seen["frames"] == doc["frame_indices"]
+        assert all(Fraction(i) / video_fps(doc) < Fraction(doc["truncation_time"]) for i in seen["frames"])
+
+
+def test_egoplan_hf_backend_end_to_end(runs, dataset):
+    docs = dataset_docs(dataset)
+    run = runs.hf.run
+    check_metrics_against_audit_trail(run, docs)
+    assert len(run.samples("egointent")) == 6
+    # Judged only what the random model's answers held (usually nothing): one call per field found.
+    assert len(runs.hf.judge.calls) == len(audit_trail(run.output_dir))

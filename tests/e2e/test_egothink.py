@@ -1,0 +1,193 @@
+"""EgoThink end to end: all twelve tasks through the real lmms-eval CLI with a loopback judge: scores equal those recomputed from the audit trail, the papers' prompts, rejudging."""
+
+import hashlib
+import json
+import statistics
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from lmms_egoplan.egothink.data import CAPABILITIES, DIMENSIONS, load_release_dimension
+from lmms_egoplan.egothink.synthetic import write_release
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, hash_rating, rating_responder
+from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+
+SECRET = "sk-egothink-SECRET-5e1d0c"
+
+
+KEY_VARIABLE = "EGOTHINK_TEST_JUDGE_KEY"
+
+
+TASKS = [f"ego_think_{d.name}" for d in DIMENSIONS.values()]
+
+
+SHORT_PROMPT = "Please let your answer be as short as possible. Question: {} Short answer:"  # Table 5, GPT-4V
+
+
+PLANNING_PROMPT = "Answer your question in a detailed and helpful way. Question: {} Short answer:"  # Table 6
+
+
+def judge_env(judge, cache_dir, **extra):
+    return {"EGOTHINK_JUDGE_BASE_URL": judge.base_url, "EGOTHINK_JUDGE_MODEL": "loopback-judge",
+            "EGOTHINK_JUDGE_CACHE_DIR": str(cache_dir), "EGOTHINK_JUDGE_BACKOFF": "0.01", **extra}
+
+
+def sometimes_unrated(call):
+    """A judge that rates 0 / 0.5 / 1 by prompt, and for about one prompt in four writes no rating."""
+    if int(hashlib.sha256(call.text.encode()).hexdigest(), 16) % 4 == 0:
+        return Reply("I cannot tell without seeing the image.")
+    return Reply(f"The assistant's answer differs from the reference. Rating: [[{hash_rating(call)}]]")
+
+
+@pytest.fixture(scope="module")
+def evaluation(tmp_path_factory, tiny_model):
+    root = tmp_path_factory.mktemp("egothink")
+    data = write_release(root / "data", per_dimension=2)
+    with ChatServer(sometimes_unrated) as judge:
+        run = run_lmms_eval(
+            model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}", tasks=["ego_think"],
+            output_dir=root / "out", check=False,
+            env={"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data), KEY_VARIABLE: SECRET,
+                 **judge_env(judge, root / "judge-cache", EGOTHINK_JUDGE_API_KEY_ENV=KEY_VARIABLE)}).judged("ego_think")
+    return SimpleNamespace(run=run, judge=judge, root=root, data=data)
+
+
+def audit_trail(output_dir: Path, task: str) -> list[dict]:
+    files = sorted(output_dir.rglob(f"*_judgements_{task}.jsonl"))
+    assert files, f"no audit trail for {task} under {output_dir}"
+    return [json.loads(line) for line in files[-1].read_text().splitlines()]
+
+
+def test_every_dimension_reports_the_score_recomputed_from_its_audit_trail(evaluation):
+    run = evaluation.run
+    total_failed = 0
+    for task, dimension in zip(TASKS, DIMENSIONS.values()):
+        records = audit_trail(run.output_dir, task)
+        ratings = [r["rating"] for r in records if r["error"] is None]
+        assert run.metric(task, "judged") == len(ratings)
+        assert run.metric(task, "failed") == len(records) - len(ratings)
+        expected = 100 * statistics.mean(ratings) if ratings else None
+        if expected is None:
+            assert run.metric(task, "score") is None  # no value: null in the results file, never a silent zero
+        else:
+            assert run.metric(task, "score") == pytest.approx(expected)
+        total_failed += len(records) - len(ratings)
+        # The judge rated this task's model outputs, with the Table 7 prompt around them.
+        docs = load_release_dimension(evaluation.data, dimension)
+        by_id = {r["id"]: r for r in records}
+        assert by_id.keys() == {d["id"] for d in docs}
+        for sample in run.samples(task):
+            doc = docs[sample["doc_id"]]
+            system, user = by_id[doc["id"]]["prompt"]
+            assert system == {"role": "system", "content": "You are a helpful assistant."}
+            assert user["content"].startswith("[Instruction]\nPlease act as an impartial judge")
+            assert user["content"].endswith(
+                f"[Question]\n{doc['question']}\n\n[The Start of Reference Answer]\n{doc['answer']}\n"
+                f"[The End of Reference Answer]\n\n[The Start of Assistant's Answer]\n{sample['filtered_resps']}\n"
+                f"[The End of Assistant's Answer]")
+            assert by_id[doc["id"]]["judge_model"] == "openai:loopback-judge"
+            assert by_id[doc["id"]]["served_model"] == "loopback-judge"
+    assert total_failed > 0, "the scripted judge should have left some answers unrated"
+    assert len(evaluation.judge.calls) == 24  # one call per answer, nothing judged twice
+
+
+def test_capabilities_average_their_dimensions_and_the_overall_is_the_mean_of_all_twelve(evaluation):
+    run = evaluation.run
+    scores = {name: run.metric(f"ego_think_{name}", "score") for names in CAPABILITIES.values() for name in names}
+    for capability, names in CAPABILITIES.items():
+        group = f"ego_think_capability_{capability}"
+        assert run.metric(group, "score") == pytest.approx(statistics.mean(scores[n] for n in names))
+        assert run.metric(group, "judged") == sum(run.metric(f"ego_think_{n}", "judged") for n in names)
+        assert run.metric(group, "failed") == sum(run.metric(f"ego_think_{n}", "failed") for n in names)
+    # The paper's "Average": the mean of the 12 dimension scores (not of the 6 capabilities).
+    assert run.metric("ego_think", "score") == pytest.approx(statistics.mean(scores.values()))
+    capability_mean = statistics.mean(run.metric(f"ego_think_capability_{c}", "score") for c in CAPABILITIES)
+    assert capability_mean != pytest.approx(statistics.mean(scores.values()))
+    assert run.metric("ego_think", "judged") + run.metric("ego_think", "failed") == 24
+
+
+def test_models_get_the_papers_prompts_greedy_decoding_and_longer_planning_answers(evaluation):
+    run = evaluation.run
+    for task, dimension in zip(TASKS, DIMENSIONS.values()):
+        planning = dimension.capability == "Planning"
+        docs = load_release_dimension(evaluation.data, dimension)
+        prompt = PLANNING_PROMPT if planning else SHORT_PROMPT
+        assert [s["input"] for s in run.samples(task)] == [prompt.format(d["question"]) for d in docs]
+        generation = run.results["configs"][task]["generation_kwargs"]
+        assert generation["max_new_tokens"] == (300 if planning else 30)
+        assert generation["do_sample"] is False and generation["until"] == []
+    assert "EgoThink Planning/navigation: 2 questions from" in run.log
+
+
+def test_the_judge_key_is_used_but_written_nowhere(evaluation):
+    assert {c.headers["authorization"] for c in evaluation.judge.calls} == {f"Bearer {SECRET}"}
+    assert SECRET not in evaluation.run.log
+    files = [p for p in evaluation.root.rglob("*") if p.is_file()]
+    assert any(p.name.startswith("judgements.sqlite") for p in files)
+    assert [p for p in files if SECRET.encode() in p.read_bytes()] == []
+    recorded = evaluation.run.results["configs"]["ego_think_existence"]["metadata"]
+    assert recorded["judge_api_key_env"] == KEY_VARIABLE and recorded["judge_model"] == "loopback-judge"
+
+
+def test_rejudging_logged_outputs_with_another_judge_needs_no_model(evaluation, tmp_path, capsys):
+    from lmms_egoplan.cli import main
+
+    with ChatServer(rating_responder(lambda call: "1")) as other:
+        assert main(["rejudge", str(evaluation.run.output_dir), "--output", str(tmp_path / "new"),
+                     "--judge_base_url", other.base_url, "--judge_model", "other-judge", "--judge_api_key_env", "",
+                     "--judge_cache_dir", str(tmp_path / "cache")]) == 0
+    assert len(other.calls) == 24
+    summary = json.loads(next((tmp_path / "new").glob("*_rejudged.json")).read_text())
+    groups = {"ego_think", *(f"ego_think_capability_{d.capability.lower()}" for d in DIMENSIONS.values())}
+    assert summary.keys() == set(TASKS) | groups  # the groups as the run reports them
+    assert summary["ego_think"]["score"] == 100.0 and summary["ego_think"]["judged"] == 2 * len(TASKS)
+    for task in TASKS:
+        assert summary[task]["score"] == 100.0 and (summary[task]["judged"], summary[task]["failed"]) == (2, 0)
+        assert [r["rating"] for r in audit_trail(tmp_path / "new", task)] == [1.0, 1.0]
+        # The same prompts the first judge saw.
+        assert ({json.dumps(r["prompt"]) for r in audit_trail(tmp_path / "new", task)}
+                == {json.dumps(r["prompt"]) for r in audit_trail(evaluation.run.output_dir, task)})
+    assert "ego_think_navigation" in capsys.readouterr().out
+
+
+def test_rejudging_with_the_same_judge_and_cache_makes_no_calls(evaluation, tmp_path):
+    from lmms_egoplan.cli import main
+
+    with ChatServer(sometimes_unrated) as same:
+        assert main(["rejudge", str(evaluation.run.output_dir), "--output", str(tmp_path),
+                     "--judge_base_url", same.base_url, "--judge_model", "loopback-judge", "--judge_api_key_env", "",
+                     "--judge_cache_dir", str(evaluation.root / "judge-cache")]) == 3  # they fail again
+    # Valid ratings come from the cache; the answers the judge left unrated were not cached and are asked again.
+    failed = sum(evaluation.run.metric(task, "failed") for task in TASKS)
+    assert len(same.calls) == failed > 0
+    summary = json.loads(next(tmp_path.glob("*_rejudged.json")).read_text())
+    for task in TASKS:
+        reported = evaluation.run.metric(task, "score")
+        assert summary[task]["score"] == (None if reported is None else pytest.approx(reported))
+
+
+def test_chat_backends_get_the_preset_as_a_system_turn_with_the_image(tmp_path):
+    """lmms-eval's `openai` backend against the loopback server playing a chat model."""
+    data = write_release(tmp_path / "data", per_dimension=1)
+    with ChatServer(lambda call: Reply("Open the fridge.")) as model, \
+            ChatServer(rating_responder(lambda call: "0.5")) as judge:
+        run = run_lmms_eval(
+            model="openai", model_args=f"model=fake-vlm,base_url={model.base_url},api_key=unused",
+            tasks=["ego_think_existence", "ego_think_navigation"], output_dir=tmp_path / "out",
+            env={"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data), "EGOTHINK_PROMPT_PRESET": "llava",
+                 **judge_env(judge, tmp_path / "cache", EGOTHINK_JUDGE_API_KEY_ENV="")})
+    assert len(model.calls) == 2
+    systems = sorted(call.messages[0]["content"] if isinstance(call.messages[0]["content"], str)
+                     else call.messages[0]["content"][0]["text"] for call in model.calls)
+    assert [call.messages[0]["role"] for call in model.calls] == ["system", "system"]
+    # LLaVA's system prompts: Table 6 (planning) and Table 5 (short answers).
+    assert systems[0].endswith("Answer the questions in a detailed and helpful way.")
+    assert systems[1].endswith("Keep your answer as short as possible! Keep your answer as short as possible!")
+    for call in model.calls:
+        parts = call.messages[-1]["content"]
+        assert any(part["type"] == "image_url" for part in parts)
+        assert call.text.startswith("[existence 0]") or call.text.startswith("[navigation 0]")
+    assert {c.text.rsplit("[The Start of Assistant's Answer]\n", 1)[1].split("\n")[0] for c in judge.calls} == {
+        "Open the fridge."}
+    assert run.metric("ego_think_existence", "score") == run.metric("ego_think_navigation", "score") == 50.0

@@ -1,0 +1,136 @@
+"""Runs that say what happened, through the real lmms-eval CLI: a run that uses the suite and fails exits non-zero with one lmms-egoplan: error: line naming what to fix, before the model loads where it can; runs without the suite keep lmms-eval's status."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lmms_egoplan.core.documentation import doc_page
+from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV, run_lmms_eval
+
+# lmms-eval's CLI, in a process where building egoplan_hf is observable: it writes MARKER first.
+OBSERVED_CLI = r"""
+import sys
+from pathlib import Path
+marker, argv = Path(sys.argv[1]), sys.argv[2:]
+from lmms_egoplan.models import egoplan_hf
+building = egoplan_hf.EgoPlanHF.__init__
+def observed(self, *args, **kwargs):
+    marker.write_text("the model was being loaded")
+    building(self, *args, **kwargs)
+egoplan_hf.EgoPlanHF.__init__ = observed
+sys.argv = ["lmms-eval", *argv]
+from lmms_eval.cli.dispatch import main
+main()
+"""
+
+
+def observed_run(tmp_path: Path, model_args: str, tasks: str, env: dict, *extra: str):
+    """(exit status, log, whether egoplan_hf started loading, seconds) of ``lmms-eval --model egoplan_hf``."""
+    marker, output = tmp_path / "model_loading", tmp_path / "out"
+    output.mkdir()
+    argv = ["--model", "egoplan_hf", "--model_args", model_args, "--tasks", tasks, "--output_path", str(output), *extra]
+    started = time.monotonic()
+    completed = subprocess.run([sys.executable, "-c", OBSERVED_CLI, str(marker), *argv], cwd=output, text=True,
+                               env={**os.environ, **OFFLINE_ENV, "LMMS_EVAL_PLUGINS": "lmms_egoplan", **env},
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+    return completed.returncode, completed.stdout, marker.exists(), time.monotonic() - started
+
+
+def last_line(log: str) -> str:
+    return log.rstrip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("case, env, named", [
+    ("a setting of the wrong type", {"EGOPLAN_NUM_FRAMES": "abc"}, "EGOPLAN_NUM_FRAMES: expected an integer, got 'abc'"),
+    ("an empty annotation folder", {"EGOPLAN_ANNOTATION_DIR": "{empty}"},
+     "EgoPlan annotation file EgoPlan_validation.json not found: the folder {empty}, named by EGOPLAN_ANNOTATION_DIR"),
+    ("a missing video", {"EGOPLAN_EGO4D_VIDEOS_ROOT": "{empty}"}, "{empty}"),
+])
+def test_a_misconfigured_run_fails_before_the_model_starts_loading(case, env, named, egoplan_data, tiny_model, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {**egoplan_data.env(), **{key: value.format(empty=empty) for key, value in env.items()}}
+    status, log, loading, seconds = observed_run(tmp_path, f"pretrained={tiny_model('qwen2_vl')}", "egoplan_val", env)
+    assert status == 1 and not loading, (case, log[-3000:])
+    assert last_line(log).startswith("lmms-egoplan: error: ") and named.format(empty=empty) in last_line(log), case
+    print(f"{case}: failed in {seconds:.1f} s, the model never loaded")
+
+
+def test_a_judge_that_does_not_answer_fails_the_run_before_the_model_starts_loading(tiny_model, tmp_path):
+    from lmms_egoplan.egothink.synthetic import write_release
+
+    env = {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(write_release(tmp_path / "data", per_dimension=1)),
+           "EGOTHINK_JUDGE_BASE_URL": "http://127.0.0.1:9/v1", "EGOTHINK_JUDGE_MODEL": "judge",
+           "EGOTHINK_JUDGE_API_KEY_ENV": "", "EGOTHINK_JUDGE_CACHE_DIR": str(tmp_path / "cache")}
+    status, log, loading, _ = observed_run(tmp_path, f"pretrained={tiny_model('qwen2_vl')}", "ego_think_counting", env)
+    assert status == 1 and not loading, log[-3000:]
+    assert "did not answer a test request" in last_line(log) and "EGOTHINK_JUDGE_PREFLIGHT" in last_line(log)
+
+
+def test_a_good_run_loads_the_model_once_its_tasks_are_checked_and_builds_them_once(egoplan_data, tiny_model, tmp_path):
+    status, log, loading, _ = observed_run(tmp_path, f"pretrained={tiny_model('qwen2_vl')}", "egoplan_val",
+                                           egoplan_data.env(), "--limit", "1")
+    assert status == 0 and loading, log[-3000:]
+    results = json.loads(next((tmp_path / "out").rglob("*_results.json")).read_text())
+    assert results["results"]["egoplan_val"]["predictions,none"] == 1
+    assert log.count("Building contexts for egoplan_val") == 1  # the checked task is the one lmms-eval runs
+
+
+@pytest.mark.parametrize("case, model, model_args, tasks, error", [
+    ("lmms-eval's chat backend on a likelihood task", "llava_hf", "pretrained=/no/such/dir", "egoplan_val",
+     "lmms-egoplan: error: task egoplan_val ranks its candidate answers by likelihood, which --model llava_hf does not "
+     "compute (lmms-eval's chat implementation of it only generates); run it with --model egoplan_hf (transformers, in "
+     "this process) or --model egoplan_server (an SGLang / vLLM server), or run the generative task egoplan_val_gen "
+     "with --model llava_hf"),
+    ("lmms-eval's backend without decord", "llava_hf", "pretrained=/no/such/dir", "egoplan_val_gen",
+     "lmms-egoplan: error: --model llava_hf could not be loaded: ModuleNotFoundError: No module named 'decord'; "
+     "lmms-eval's own video backends (llava_hf, llava, ...) import decord, which lmms-eval does not declare: "
+     "pip install decord (or pip install 'lmms-egoplan[lmms-builtins]')"),
+    ("lmms-eval's backend that fails while it is built", "llava", "pretrained=/no/such/dir", "egoplan_val_gen",
+     "lmms-egoplan: error: --model llava could not be loaded: NameError: name "
+     "'get_model_name_from_path' is not defined; the suite's tasks also run on its own backends: --model egoplan_hf "
+     "(transformers) or --model egoplan_server (an SGLang / vLLM server)"),
+    ("the suite's backend without its checkpoint", "egoplan_hf", "max_frames=8", "egoplan_val_gen",
+     "lmms-egoplan: error: egoplan_hf: model_args pretrained is required: the checkpoint's folder or hub id "
+     "(--model_args pretrained=Qwen/Qwen2-VL-7B-Instruct,...)"),
+    ("the suite's server backend without its engine", "egoplan_server", "model=served", "egoplan_val",
+     "lmms-egoplan: error: egoplan_server: model_args engine=sglang|vllm is required: the engine of the server that "
+     f"scores ({doc_page('backend.md', 'Inference servers')})"),
+])
+def test_a_backend_that_cannot_serve_or_be_built_exits_1_naming_what_to_use(case, model, model_args, tasks, error,
+                                                                             egoplan_data, tmp_path):
+    run = run_lmms_eval(model=model, model_args=model_args, tasks=[tasks], output_dir=tmp_path,
+                        env=egoplan_data.env(), check=False)
+    assert run.returncode == 1 and last_line(run.log) == error, (case, run.log[-3000:])
+
+
+def test_a_backend_that_fails_to_build_in_a_run_without_the_suite_keeps_lmms_evals_exit_status(tmp_path):
+    data = tmp_path / "plain.json"
+    data.write_text(json.dumps([{"question": "q?", "answer": "A"}]))
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "plain_probe.yaml").write_text(
+        f"task: plain_probe\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {json.dumps(str(data))}\n"
+        "test_split: test\noutput_type: generate_until\ndoc_to_visual: null\ndoc_to_text: question\n"
+        "doc_to_target: answer\nmetric_list:\n  - metric: exact_match\n")
+    run = run_lmms_eval(model="llava_hf", model_args="pretrained=/no/such/dir", tasks=["plain_probe"],
+                        output_dir=tmp_path / "out", include_path=tasks, use_plugin=False, check=False)
+    assert run.returncode == 0 and "No module named 'decord'" in run.log and "lmms-egoplan" not in run.log
+
+
+def test_a_run_naming_the_suite_only_in_its_plugin_variable_gets_hints_and_a_non_zero_exit(tmp_path):
+    """lmms-eval's own backend and its own task, LMMS_EVAL_PLUGINS naming the suite: the task is a built-in
+    with a suite counterpart (a warning names it), and the backend fails while it is built (exit 1)."""
+    run = run_lmms_eval(model="llava_hf", model_args="pretrained=/no/such/dir", tasks=["egothink_counting"],
+                        output_dir=tmp_path, check=False)
+    assert ("lmms-egoplan: --tasks egothink_counting is lmms-eval's built-in task, not the suite's; the suite implements "
+            "it as its paper defines it as ego_think_counting") in run.log
+    assert run.returncode == 1 and last_line(run.log).startswith(
+        "lmms-egoplan: error: --model llava_hf could not be loaded: ModuleNotFoundError: No module named 'decord'")

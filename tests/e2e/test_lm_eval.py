@@ -1,0 +1,122 @@
+"""End to end: the text-only baselines through the real `lm_eval` CLI (offline), on a tiny Llama
+(`hf`) and through `local-chat-completions` against the loopback server; every reported metric
+equals the one recomputed from lm-eval's logged samples."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from statistics import mean
+
+import pytest
+
+from lmms_egoplan.actplan import task as actplan
+from lmms_egoplan.actplan.data import load_instances
+from lmms_egoplan.actplan.plans import score_lcs
+from lmms_egoplan.actplan.synthetic import write_release_dataset
+from lmms_egoplan.egoplan.data import CHOICE_LETTERS
+from lmms_egoplan.egoplan.synthetic import build_fixture
+from lmms_egoplan.egothink.data import DIMENSIONS
+from lmms_egoplan.egothink.synthetic import write_release
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
+from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+RATINGS = ("0", "0.5", "1")
+
+
+def run_lm_eval(model: str, model_args: str, tasks: str, output: Path, env: dict, *extra: str) -> dict:
+    """``python -m lm_eval run`` with logged samples; the results file's JSON."""
+    command = [sys.executable, "-m", "lm_eval", "run", "--model", model, "--model_args", model_args,
+               "--include_path", str(CHECKOUT / "lm_eval_tasks"), "--tasks", tasks,
+               "--output_path", str(output), "--log_samples", *extra]
+    completed = subprocess.run(command, env={**os.environ, **OFFLINE_ENV, "OMP_NUM_THREADS": "1", **env},
+                               capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    [results] = output.glob("*/results_*.json")
+    return json.loads(results.read_text())
+
+
+def logged_samples(output: Path, task: str) -> list[dict]:
+    [path] = output.glob(f"*/samples_{task}_*.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_egoplan_baselines_on_a_tiny_llama_report_what_their_logged_likelihoods_give(tiny_model, tmp_path):
+    data = build_fixture(tmp_path / "egoplan")
+    output = tmp_path / "out"
+    report = run_lm_eval("hf", f"pretrained={tiny_model('llama')},dtype=float32",
+                         "egoplan_val_blind,egoplan_val_narrated,egoplan_test_blind", output, {}, "--device", "cpu",
+                         "--metadata", json.dumps({"annotation_dir": str(data.annotation_dir)}))  # a setting by lm-eval's flag
+    for task in ("egoplan_val_blind", "egoplan_val_narrated"):
+        samples, reported = logged_samples(output, task), report["results"][task]
+        assert len(samples) == len(data.records()) == reported["predictions,none"]
+        correct, by_source = [], {"epic_kitchens": [], "ego4d": []}
+        for sample in samples:
+            likelihoods = [float(response[0][0]) for response in sample["resps"]]  # logged as strings
+            hit = float(likelihoods.index(max(likelihoods)) == int(sample["target"]))
+            correct.append(hit)
+            by_source["epic_kitchens" if sample["doc"]["video_source"] == "EpicKitchens" else "ego4d"].append(hit)
+            assert sample["predictions"]["label"] == CHOICE_LETTERS[likelihoods.index(max(likelihoods))]
+            context = sample["arguments"]["gen_args_0"]["arg_0"]
+            assert sample["doc"]["task_goal"] in context and ("So far:" in context) == (task == "egoplan_val_narrated")
+        assert reported["accuracy,none"] == pytest.approx(mean(correct))
+        for source, hits in by_source.items():
+            assert reported[f"accuracy_{source},none"] == pytest.approx(mean(hits))
+            assert reported[f"n_{source},none"] == len(hits)
+    test_samples = logged_samples(output, "egoplan_test_blind")
+    [submission] = output.glob("*/*_submission_egoplan_test_blind.json")  # the whole split: a real submission
+    expected = sorted(({"sample_id": s["doc"]["sample_id"],
+                        "label": CHOICE_LETTERS[max(range(4), key=lambda i: float(s["resps"][i][0][0]))]} for s in test_samples),
+                      key=lambda record: record["sample_id"])
+    assert json.loads(submission.read_text()) == expected
+
+
+def judge_rating(text: str) -> str:
+    """The loopback judge's rating of a grading prompt (recomputable from the logged prompt)."""
+    return RATINGS[int(hashlib.sha256(text.encode()).hexdigest(), 16) % len(RATINGS)]
+
+
+def test_chat_completions_baselines_report_what_their_logged_samples_give(tmp_path):
+    egothink = write_release(tmp_path / "egothink", per_dimension=2)
+    actplan_root = write_release_dataset(tmp_path / "actplan", scenes=1, activities=2)
+    gold = {doc["description"]: doc["gold_plans"][0] for doc in load_instances(actplan_root)}
+
+    def respond(call):
+        if call.text.startswith("[Instruction]"):
+            return Reply(f"Compared. Rating: [[{judge_rating(call.text)}]]")
+        plan = gold.get(call.text)  # ActPlan-1K: the first half of the gold plan; EgoThink: a short answer
+        return Reply("\n".join(plan[: len(plan) // 2]) if plan else "A knife.")
+
+    output = tmp_path / "out"
+    with ChatServer(respond) as server:
+        env = {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(egothink), "EGOTHINK_JUDGE_BASE_URL": server.base_url,
+               "EGOTHINK_JUDGE_MODEL": "loopback-judge", "EGOTHINK_JUDGE_API_KEY_ENV": "",
+               "EGOTHINK_JUDGE_CACHE_DIR": str(tmp_path / "judge-cache"), "ACTPLAN_DATA_ROOT": str(actplan_root)}
+        report = run_lm_eval("local-chat-completions",
+                             f"model=scripted,base_url={server.base_url}/chat/completions,tokenized_requests=False",
+                             "ego_think_blind,actplan1k_text_only_lm", output, env, "--apply_chat_template")
+    dimension_scores = []
+    for dimension in DIMENSIONS.values():
+        task = f"ego_think_blind_{dimension.name}"
+        samples, reported = logged_samples(output, task), report["results"][task]
+        ratings = []
+        for sample in samples:
+            [message] = [m for m in sample["score"]["judge_parts"][""]["judge_messages"] if m["role"] == "user"]
+            assert sample["doc"]["question"] in message["content"] and sample["doc"]["answer"] in message["content"]
+            ratings.append(float(judge_rating(message["content"])))
+            assert "image" not in json.dumps(sample["arguments"])  # the question's text only
+        assert reported["score,none"] == pytest.approx(100 * mean(ratings))
+        assert (reported["judged,none"], reported["failed,none"]) == (len(samples), 0)
+        dimension_scores.append(reported["score,none"])
+    assert report["results"]["ego_think_blind"]["score,none"] == pytest.approx(mean(dimension_scores))
+
+    samples, reported = logged_samples(output, "actplan1k_text_only_lm"), report["results"]["actplan1k_text_only_lm"]
+    items = [sample["lcs"] for sample in samples]
+    scores = score_lcs([(item["prediction"], item["gold"]) for item in items],
+                       actplan._matcher(actplan.ActPlanSettings()), "first")
+    assert reported["lcs,none"] == pytest.approx(mean(score.lcs for score in scores)) and reported["lcs,none"] > 0
+    assert reported["norm_lcs,none"] == pytest.approx(mean(score.norm_lcs for score in scores))
+    assert reported["plan_length,none"] == pytest.approx(mean(len(item["prediction"]) for item in items))

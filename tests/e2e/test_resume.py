@@ -1,0 +1,179 @@
+"""Runs that survive kills, through the real lmms-eval CLI: a frame that fails to decode stops the run at its sample and the next run resumes; two runs into one folder never overwrite; a pass stopped by SIGKILL or SIGTERM resumes without computing or judging anything twice."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, rating_responder
+from lmms_egoplan.judge import (
+    JudgeCache,
+)
+from tests.e2e.runs import broken_copy, egoplan_run, egothink_run_args, load_docs, strict_json_files
+
+
+def test_a_frame_that_fails_to_decode_stops_the_run_at_its_sample_and_the_next_run_resumes_from_the_cache(
+        egoplan_data, tiny_model, tmp_path):
+    """Every byte of the frame is there, JPEG markers at both ends, but its content is not an
+    image: only decoding finds it, mid-run. With --use_cache the requests scored before it are
+    stored, and the run after the frame is repaired reads them back."""
+    data = broken_copy(egoplan_data, tmp_path)
+    doc = next(d for d in load_docs(data) if d["sample_id"] == 104)  # doc 4 of 8; frame 217 is its alone
+    frame = Path(doc["media_path"]) / "frame_0000000217.jpg"
+    intact = frame.read_bytes()
+    frame.write_bytes(b"\xff\xd8\xff\xe0" + b"not an image" * 99 + b"\xff\xd9")
+    args = dict(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}",
+                extra_args=["--use_cache", str(tmp_path / "cache")])
+    stopped = egoplan_run(data, tmp_path / "first", **args)
+    assert stopped.returncode == 1 and stopped.results is None
+    assert "EgoPlan sample 104" in stopped.log and str(frame) in stopped.log and "EGOPLAN_EPIC_FRAMES_ROOT" in stopped.log
+    frame.write_bytes(intact)
+    resumed = egoplan_run(data, tmp_path / "second", **args)
+    assert resumed.returncode == 0
+    hits = [int(line.split("ResponseCache: ")[1].split("/")[0]) for line in resumed.log.splitlines()
+            if "ResponseCache: " in line and "cache hits" in line]
+    assert sum(hits) >= 3 * 4  # the three questions before sample 104, four candidates each
+    # The run's side file carries its results file's date-time.
+    [results] = (tmp_path / "second").rglob("*_results.json")
+    [submission] = (tmp_path / "second").rglob("*_submission_egoplan_val.json")
+    assert submission.name.split("_submission_")[0] == results.name.removesuffix("_results.json")
+
+
+def test_two_runs_into_one_output_path_never_overwrite_each_others_files(egoplan_data, tmp_path):
+    """Started together: either they got different seconds (two complete sets of files) or the
+    second refuses before any model call (exit 1, one set of files): never one set shared."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda _: egoplan_run(egoplan_data, tmp_path / "out", extra_args=["--log_samples"]),
+                             range(2)))
+    results = sorted(p.name for p in (tmp_path / "out").rglob("*_results.json"))
+    samples = sorted(p.name for p in (tmp_path / "out").rglob("*_samples_egoplan_val.jsonl"))
+    statuses = sorted(run.returncode for run in runs)
+    if statuses == [0, 0]:
+        assert len(set(results)) == len(set(samples)) == 2
+    else:
+        assert statuses == [0, 1] and len(results) == len(samples) == 1
+        refused = next(run for run in runs if run.returncode == 1)
+        assert "another run" in refused.log and "Running loglikelihood requests" not in refused.log
+    assert not list((tmp_path / "out").rglob("*.lmms_egoplan.lock"))  # released at exit
+
+
+def cached_rows(database: Path, table: str) -> int:
+    import contextlib
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(database)) as db:
+            return db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+    except sqlite3.Error:  # not created yet
+        return 0
+
+
+def stored_responses(cache: Path) -> int:
+    """Responses the runs of ``cache`` stored in their per-run folders (not yet merged)."""
+    return sum(cached_rows(db, "responses") for db in cache.glob("runs/*/rank_*.db"))
+
+
+def cache_hits(log: str) -> int:
+    return sum(int(line.split("ResponseCache: ")[1].split("/")[0]) for line in log.splitlines()
+               if "ResponseCache: " in line and "cache hits" in line)
+
+
+def stop(running, signum: int):
+    """Send ``signum``; the run's end as lmms-eval left it."""
+    running.signal(signum)
+    return running.wait()
+
+
+QUESTIONS = 3  # of the likelihood pass stopped mid-way
+
+
+@pytest.mark.parametrize("signum", [9, 15], ids=["SIGKILL", "SIGTERM"])
+def test_a_likelihood_pass_stopped_mid_way_keeps_every_scored_question(signum, egoplan_data, tiny_model, tmp_path):
+    """egoplan_hf hands each question's four likelihoods to the response cache as it scores them: the
+    stored count grows a question at a time, and the same command run again scores only the rest.
+
+    The run is frozen (SIGSTOP) as soon as anything is stored, so what it stored can be counted
+    before the signal under test ends it; a model a few hundred times the default tiny size makes a
+    question take long enough that the first count is at most one question, whatever the machine's
+    speed (each response is committed on its own, so the count may stop inside a question).
+    lmms-eval's own storing, a chunk of ``RESPONSE_CHUNK_MIN_DOCS`` documents at a time, would show all
+    12 responses of the run's 3 questions (``--limit 3``: the resumed run scores only what is left of them)."""
+    import signal
+
+    from lmms_egoplan.compat.durability import RESPONSE_CHUNK_MIN_DOCS
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval, start_lmms_eval
+
+    cache = tmp_path / "cache"
+    model = tiny_model("qwen2_vl", hidden_size=512, num_layers=8)
+    args = dict(model="egoplan_hf", model_args=f"pretrained={model}", tasks=["egoplan_val"],
+                env=egoplan_data.env(), extra_args=["--use_cache", str(cache), "--limit", str(QUESTIONS)])
+    running = start_lmms_eval(output_dir=tmp_path / "first", **args)
+    running.wait_for(lambda: stored_responses(cache) > 0, poll=0.005, what="a question stored")
+    running.signal(signal.SIGSTOP)
+    frozen = stored_responses(cache)
+    # a response at a time (the poll may find a question part-stored, or lag one question behind),
+    # not lmms-eval's chunk of documents: all 3 questions (12 responses) at once
+    assert 1 <= frozen <= 8 < 4 * min(QUESTIONS, RESPONSE_CHUNK_MIN_DOCS)
+    running.signal(signum)
+    running.signal(signal.SIGCONT)  # SIGTERM is handled once the process runs again
+    stopped = running.wait()
+    kept = stored_responses(cache)
+    if signum == 15:
+        assert stopped.returncode == 143
+        assert frozen <= kept <= frozen + 4  # at most the question in flight added
+        assert stopped.log.splitlines()[-1].startswith(
+            f"lmms-egoplan: stopped by SIGTERM (exit status 143); the model responses it computed are kept in the "
+            f"response cache {cache}")
+    else:
+        assert stopped.returncode == -9 and kept == frozen
+    resumed = run_lmms_eval(output_dir=tmp_path / "second", **args)
+    assert cache_hits(resumed.log) == kept and f"{kept}/{4 * QUESTIONS} cache hits" in resumed.log  # 4 choices each
+    strict_json_files(resumed)
+
+
+def test_a_generation_pass_killed_mid_way_resumes_from_what_lmms_evals_cache_kept(tmp_path):
+    """lmms-eval's own openai backend: the killed run's per-run cache folder, never merged by lmms-eval,
+    is merged by the next run, which asks the model only for the answers it lacks."""
+    from lmms_egoplan.egothink.synthetic import write_release
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval, start_lmms_eval
+
+    data = write_release(tmp_path / "data", per_dimension=12)
+    with ChatServer(lambda call: Reply("Two.", delay=0.2)) as model, ChatServer(rating_responder(lambda call: "1")) as judge:
+        args = egothink_run_args(data, model, judge, tmp_path)
+        running = start_lmms_eval(output_dir=tmp_path / "first", **args)
+        running.wait_for(lambda: len(model.calls) >= 6, what="six answers")
+        assert stop(running, 9).returncode == -9
+        kept = stored_responses(tmp_path / "responses")
+        assert kept >= 4 and judge.calls == []  # stored per chunk of documents; nothing judged yet
+        model.reset()
+        resumed = run_lmms_eval(output_dir=tmp_path / "second", **args)
+    assert f"recovered {kept} responses of a killed run" in resumed.log
+    assert len(model.calls) == 12 - kept and len(judge.calls) == 12
+    assert resumed.metric("ego_think_counting", "judged") == 12
+
+
+@pytest.mark.parametrize("signum", [9, 15], ids=["SIGKILL", "SIGTERM"])
+def test_a_run_stopped_while_judging_asks_no_model_again_and_the_judge_only_what_it_had_not_answered(signum, tmp_path):
+    from lmms_egoplan.egothink.synthetic import write_release
+    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval, start_lmms_eval
+
+    data = write_release(tmp_path / "data", per_dimension=12)
+    with ChatServer(lambda call: Reply("Two.")) as model, \
+            ChatServer(rating_responder(lambda call: "1", delay=0.3)) as judge:
+        args = egothink_run_args(data, model, judge, tmp_path, judge_concurrency="1")
+        running = start_lmms_eval(output_dir=tmp_path / "first", **args)
+        running.wait_for(lambda: len(judge.calls) >= 4, what="four judgements")
+        stopped = stop(running, signum)
+        judged = cached_rows(tmp_path / "judge" / JudgeCache.FILE_NAME, "judgements")
+        asked = len(judge.calls)
+        assert len(model.calls) == 12 and 3 <= judged <= asked
+        if signum == 15:  # the call in flight is answered and stored; nothing more is asked
+            assert stopped.returncode == 143 and judged == asked
+            assert stopped.log.splitlines()[-1].endswith(
+                f"judgements already made are in the judge cache {tmp_path / 'judge' / JudgeCache.FILE_NAME}")
+        model.reset(), judge.reset()
+        resumed = run_lmms_eval(output_dir=tmp_path / "second", **args)
+    assert model.calls == [] and len(judge.calls) == 12 - judged
+    assert resumed.metric("ego_think_counting", "judged") == 12 and resumed.metric("ego_think_counting", "score") == 100.0

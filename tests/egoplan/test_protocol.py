@@ -1,0 +1,584 @@
+"""EgoPlan-Bench: data loading, visual input, prompts, scoring, breakdowns and the submission file."""
+
+import collections
+import json
+import re
+import shutil
+from argparse import Namespace
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from lmms_eval.utils import load_yaml_config
+from loguru import logger
+from PIL import Image
+
+from lmms_egoplan.core import media
+from lmms_egoplan.core.embeddings import cosine_similarities
+from lmms_egoplan.core.request_options import (
+    ANSWER,
+    ANSWER_AND_END_OF_TURN,
+    EVERY_SCORED_TOKEN,
+    LOSS_MEAN,
+    NONZERO_LOSS_TOKENS,
+    SCORED_SPAN,
+)
+from lmms_egoplan.core.settings import SettingsError, resolve_settings
+from lmms_egoplan.core.statistics import ValueBin, equal_size_levels, parse_bins
+from lmms_egoplan.egoplan import data as egoplan_data
+from lmms_egoplan.egoplan import task as egoplan
+from lmms_egoplan.egoplan.synthetic import EGO4D_VIDEOS, build_fixture
+from lmms_egoplan.fixtures.media import read_index, write_frame_folder, write_video
+from lmms_egoplan.harness import lmms_eval_task as harness
+from lmms_egoplan.models.likelihood import mean_loss
+from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
+
+TASKS = Path(__file__).resolve().parents[2] / "tasks" / "egoplan"
+
+
+@pytest.fixture(scope="module")
+def fixture(tmp_path_factory):
+    return build_fixture(tmp_path_factory.mktemp("egoplan"))
+
+
+def settings_for(fixture, split="validation", **overrides):
+    annotation = "EgoPlan_validation.json" if split == "validation" else "EgoPlan_test.json"
+    return resolve_settings(egoplan.EgoPlanSettings, task="egoplan_test_case", metadata={"annotation_file": annotation},
+                            env_prefix="EGOPLAN", environ=fixture.env(**overrides))
+
+
+def load(fixture, split="validation", **overrides):
+    return egoplan_data.load_samples(settings_for(fixture, split, **overrides), labelled=split == "validation")
+
+
+def shown_frames(doc):
+    """(clips, observation image or None): frame numbers decoded from the pixels the model gets,
+    grouped as the suite's backend groups them (a video per clip, then the observation image if any)."""
+    visuals = egoplan.doc_to_visual(doc)
+    assert all(isinstance(v, Image.Image) for v in visuals)  # lmms-eval's backends: a flat list of images
+    grouped = media.group_visuals(visuals)
+    observation = grouped.pop() if isinstance(grouped[-1], Image.Image) else None
+    assert observation is None or media.VIDEO_CLIP_KEY not in observation.info
+    assert all(isinstance(clip, list) for clip in grouped)
+    assert [clip[0].info[media.VIDEO_CLIP_KEY] for clip in grouped] == [
+        egoplan.progress_clip_name(position) for position in range(len(grouped))]
+    return [[read_index(frame) for frame in clip] for clip in grouped], observation and read_index(observation)
+
+
+# --- Data -------------------------------------------------------------------------------------
+
+
+def test_docs_keep_the_release_records_choice_order_and_golden_index(fixture):
+    loaded = load(fixture)
+    records = fixture.records()
+    assert loaded.skipped == [] and [d["sample_id"] for d in loaded.docs] == [r["sample_id"] for r in records]
+    for doc, record in zip(loaded.docs, records):
+        assert egoplan.doc_to_choice(doc) == [record[f"choice_{x}"] for x in "abcd"]
+        assert egoplan.doc_to_choice(doc)[egoplan.doc_to_target(doc)] == record["answer"]
+        assert doc["progress_length"] == len(record["task_progress_metadata"])
+    assert {d["media_kind"] for d in loaded.docs} == {"epic_frames", "ego4d_video"}
+
+
+def test_test_split_loads_without_labels(fixture):
+    docs = load(fixture, "test").docs
+    assert [d["sample_id"] for d in docs] == [201, 202, 203]
+    assert all(egoplan.doc_to_target(d) is None and d["answer"] is None for d in docs)
+
+
+# --- Visual input -----------------------------------------------------------------------------
+
+
+SAMPLE_115_OFFICIAL_FRAMES = [36, 139, 242, 346, 449, 553, 656, 760]
+
+
+@pytest.mark.parametrize("source", ["raw", "clips"])
+def test_by_default_one_clip_of_eight_frames_ends_at_the_observation_as_the_official_evaluation_shows_it(
+        fixture, source, tmp_path, sample_115):
+    records = fixture.records()
+    records[0].update({field: sample_115[field] for field in ("sample_id", "video_id", "current_observation_frame",
+                                                              "task_progress_metadata")})
+    annotation = tmp_path / "EgoPlan_validation.json"
+    annotation.write_text(json.dumps(records))
+    epic_root, clips_dir = tmp_path / "epic", tmp_path / "clips"
+    shutil.copytree(fixture.epic_root, epic_root)
+    write_frame_folder(egoplan_data.epic_frame_folder(epic_root, "P01_13"), range(401, 761))  # the fixture's end at 400
+    shutil.copytree(fixture.clips_dir, clips_dir)
+    write_video(clips_dir / "115.mp4", first_index=36, num_frames=760 - 36 + 1, fps=30)
+    docs = egoplan_data.load_samples(settings_for(fixture, annotation_file=annotation, visual_source=source,
+                                                  epic_frames_root=epic_root, clips_dir=clips_dir), labelled=True).docs
+    assert shown_frames(docs[0]) == ([SAMPLE_115_OFFICIAL_FRAMES], None)  # one video clip, no separate image
+    for doc, record in zip(docs[1:], records[1:]):
+        clips, observation = shown_frames(doc)
+        actions, last = record["task_progress_metadata"], record["current_observation_frame"]
+        assert observation is None and len(clips) == 1 and len(clips[0]) == 8 and clips[0][-1] == last
+        if actions:
+            assert clips[0] == egoplan_data.official_clip(record, 8) and clips[0][0] == actions[0]["start_frame"]
+        else:
+            assert clips[0] == [last] * 8
+    # num_frames counts the whole clip, the observation included.
+    assert egoplan_data.official_clip(records[0], 4) == [36, 277, 518, 760]
+    assert egoplan_data.official_clip(records[0], 1) == [760]
+    assert egoplan_data.official_clip({**records[0], "current_observation_frame": 36}, 3) == [36] * 3
+
+
+def test_the_released_sample_115_shows_the_official_frames(sample_115):
+    record = sample_115
+    settings = egoplan.EgoPlanSettings()
+    assert egoplan_data.frame_plan(record, settings) == egoplan_data.FramePlan([SAMPLE_115_OFFICIAL_FRAMES], False)
+
+
+@pytest.mark.parametrize("source", ["raw", "clips"])
+def test_each_clip_frame_carries_its_real_time_from_the_first_action(fixture, source):
+    """EPIC-KITCHENS frame numbers count at the video's rate (P01_13 and P02_03: 59.94 fps,
+    EPIC_100_video_info.csv), Ego4D's at 30 fps; a pre-cut clip's frames are timed by its container
+    (the fixture's clips: 30 fps, one frame per source frame from the first action's start)."""
+    epic_rate = 60000 / 1001
+    for doc in load(fixture, visual_source=source).docs:
+        [clip] = [item for item in media.group_visuals(egoplan.doc_to_visual(doc)) if isinstance(item, list)]
+        numbers = doc["clips"][0]
+        rate = 30.0 if source == "clips" or doc["video_source"] == "Ego4D" else epic_rate
+        times = [media.frame_time(frame) for frame in clip]
+        assert [time.seconds for time in times] == pytest.approx([(n - doc["clip_first_frame"]) / rate for n in numbers])
+        assert all(time.source_fps == pytest.approx(rate) for time in times)
+
+
+def test_epic_frame_rates_follow_the_video_info_and_a_setting_overrides_them(fixture):
+    assert egoplan_data.epic_frame_rate("P01_13") == pytest.approx(59.94, abs=0.01)
+    assert egoplan_data.epic_frame_rate("P03_105") == 50.0  # the EPIC-KITCHENS-100 extension
+    assert egoplan_data.epic_frame_rate("P09_07") == pytest.approx(29.97, abs=0.01)
+    assert egoplan_data.epic_frame_rate("P17_02") == pytest.approx(47.95, abs=0.01)
+    assert egoplan_data.epic_frame_rate("P18_09") == 90.0
+    docs = load(fixture, epic_annotation_fps=25).docs
+    assert {doc["frame_rate"] for doc in docs if doc["video_source"] == "EpicKitchens"} == {25.0}
+    assert {doc["frame_rate"] for doc in docs if doc["video_source"] == "Ego4D"} == {30.0}
+    assert {doc["frame_rate"] for doc in load(fixture, visual_source="clips").docs} == {None}
+
+
+@pytest.mark.parametrize("source", ["raw", "clips"])
+def test_uniform_progress_runs_from_the_first_action_to_the_observation_and_never_past_it(fixture, source):
+    docs = load(fixture, visual_source=source, num_frames=6, frame_sampling="uniform").docs
+    for doc, record in zip(docs, fixture.records()):
+        clips, observation = shown_frames(doc)
+        assert observation == record["current_observation_frame"]
+        assert len(clips) == 1 and clips == doc["clips"]  # one video, then the observation image
+        progress = clips[0]
+        assert len(progress) == 6 and progress == sorted(progress)
+        actions = record["task_progress_metadata"]
+        if actions:
+            assert progress[0] == actions[0]["start_frame"] and progress[-1] < observation
+        else:  # nothing done yet: the observation stands in for the progress
+            assert progress == [observation] * 6
+
+
+@pytest.mark.parametrize("source", ["raw", "clips"])
+def test_keyframes_come_from_the_last_completed_action_segments_one_video_each(fixture, source):
+    docs = load(fixture, visual_source=source, frame_sampling="keyframes", keyframe_segments=2,
+                keyframes_per_segment=3).docs
+    for doc, record in zip(docs, fixture.records()):
+        clips, observation = shown_frames(doc)
+        assert clips == doc["clips"]
+        assert observation == record["current_observation_frame"] and max(map(max, clips)) <= observation
+        segments = [a for a in record["task_progress_metadata"] if a["stop_frame"] <= observation][-2:]
+        if not segments:
+            assert clips == [[observation] * 3]
+            continue
+        assert len(clips) == len(segments)
+        for clip, segment in zip(clips, segments):
+            assert len(clip) == 3 and clip[0] == segment["start_frame"] and max(clip) <= segment["stop_frame"]
+
+
+def test_keyframe_clips_reach_video_models_as_one_video_each_even_where_they_share_frames(fixture, tmp_path):
+    # Sample 102: three actions, each ending where the next starts, the last at the observation;
+    # more keyframes than frames per segment, so every segment's last frame is also sampled.
+    records = fixture.records()
+    record = records[1]
+    actions = record["task_progress_metadata"]
+    for action, following in zip(actions, actions[1:]):
+        action["stop_frame"] = following["start_frame"]
+    actions[-1]["stop_frame"] = record["current_observation_frame"]
+    annotation = tmp_path / "EgoPlan_validation.json"
+    annotation.write_text(json.dumps(records))
+    settings = settings_for(fixture, annotation_file=annotation, frame_sampling="keyframes",
+                            keyframe_segments=3, keyframes_per_segment=24)
+    doc = egoplan_data.load_samples(settings, labelled=True).docs[1]
+    clips, observation = shown_frames(doc)
+    assert clips == doc["clips"] and [len(clip) for clip in clips] == [24] * 3
+    assert clips[0][-1] == clips[1][0] and clips[1][-1] == clips[2][0] and clips[2][-1] == observation
+    # The suite's backend: 3 videos + the observation image for video models, 73 images otherwise.
+    native = prepare_visuals(egoplan.doc_to_visual(doc), limits=VisualLimits(), video_native=True,
+                             takes_images=True, model_name="m")
+    assert native.parts == [{"type": "video"}] * 3 + [{"type": "image"}]
+    assert [[read_index(frame) for frame in video.frames] for video in native.videos] == clips
+    flat = prepare_visuals(egoplan.doc_to_visual(doc), limits=VisualLimits(), video_native=False,
+                           takes_images=True, model_name="m")
+    assert [read_index(image) for image in flat.images] == egoplan_data.doc_frame_numbers(doc)
+
+
+def test_ego4d_frame_numbers_count_at_the_annotation_rate_whatever_the_file_rate(fixture, tmp_path):
+    # The same Ego4D video re-encoded at 60 fps: annotation frame n (30 fps) is file frame 2n.
+    for video_id, count in EGO4D_VIDEOS.items():
+        write_video(tmp_path / f"{video_id}.mp4", num_frames=2 * count, fps=60)
+    docs = [d for d in load(fixture, ego4d_videos_root=tmp_path).docs if d["media_kind"] == "ego4d_video"]
+    for doc in docs:
+        clips, _ = shown_frames(doc)
+        assert clips[0][-1] == 2 * doc["current_observation_frame"]
+        assert clips == [[2 * n for n in clip] for clip in doc["clips"]]
+
+
+def test_frames_are_decoded_once_for_the_four_candidate_requests(fixture):
+    doc = next(d for d in load(fixture).docs if d["media_kind"] == "ego4d_video")
+    with mock.patch.object(egoplan, "_read_frames", wraps=egoplan._read_frames) as reader:
+        egoplan._visual_memo.clear()
+        calls = [egoplan.doc_to_visual(doc) for _ in range(4)]
+    assert reader.call_count == 1
+    assert all(c == calls[0] and c is not calls[0] for c in calls[1:])
+
+
+def test_max_side_bounds_the_frame_resolution(fixture):
+    doc = load(fixture, max_side=32, frame_sampling="uniform").docs[0]
+    assert all(max(image.size) == 32 for image in egoplan.doc_to_visual(doc))
+
+
+# --- The SEED-Bench-R1 package (Levels 1-2) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("sampling", ["official", "uniform"])
+def test_the_seed_bench_r1_package_shows_the_release_frames_its_observation_an_image_of_its_own(fixture, sampling):
+    """The package's clip spans the task progress (the fixture's: its source frames from the first
+    action's start to the observation), so the plan's frames, placed in it by position, are the
+    release's; the observation is the package's image, after the clip; a question with nothing done
+    yet has no clip and shows its observation image in every place. Its records carry no frame numbers."""
+    release = load(fixture, frame_sampling=sampling).docs
+    package = load(fixture, data_source="seed_bench_r1", frame_sampling=sampling).docs
+    assert [d["sample_id"] for d in package] == [d["sample_id"] for d in release]
+    for doc, twin in zip(package, release):
+        clips, observation = shown_frames(doc)
+        assert len(clips) == 1 and [*clips[0], observation] == egoplan_data.doc_frame_numbers(twin)
+        assert (doc["similarity_level"], doc["progress_bucket"]) == (twin["similarity_level"], twin["progress_bucket"])
+        assert doc["current_observation_frame"] is None and (doc["media_path"] is None) == (twin["progress_length"] == 0)
+
+
+def test_the_package_holds_val_only_gives_no_keyframes_and_names_what_is_missing(fixture, tmp_path):
+    with pytest.raises(SettingsError, match=r"Val only \(Levels 1-2\).*EGOPLAN_DATA_SOURCE"):
+        load(fixture, "test", data_source="seed_bench_r1")
+    with pytest.raises(SettingsError, match=r"EGOPLAN_FRAME_SAMPLING .* keyframes needs each action's frames"):
+        load(fixture, data_source="seed_bench_r1", frame_sampling="keyframes")
+    root = tmp_path / "copy"
+    shutil.copytree(fixture.root, root)
+    clip = root / "SEED-Bench-R1" / "videos" / "Ego4D" / "106.mp4"
+    clip.unlink()
+    with pytest.raises(egoplan_data.EgoPlanDataError, match=rf"sample 106: progress video not found: {clip}; check "
+                                                            r"EGOPLAN_SEED_BENCH_R1_ROOT"):
+        load(build_fixture(root), data_source="seed_bench_r1")
+    assert [d["sample_id"] for d in load(build_fixture(root), data_source="seed_bench_r1", skip_missing="true").docs] == [
+        101, 102, 103, 104, 105, 107, 108]
+
+
+# --- Bad input --------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def broken(tmp_path, fixture):
+    """A copy of the data with one EPIC frame, one Ego4D video and one clip missing."""
+    root = tmp_path / "broken"
+    shutil.copytree(fixture.root, root)
+    copy = build_fixture(root)
+    doc_103 = next(d for d in load(copy).docs if d["sample_id"] == 103)
+    (media.FrameFolder(doc_103["media_path"]).frame_path(doc_103["clips"][0][2])).unlink()
+    (copy.ego4d_root / "4e5f6a7b-ego4d-video-two.mp4").unlink()  # samples 107 and 108
+    (copy.clips_dir / "106.mp4").unlink()
+    return copy
+
+
+def test_missing_media_raise_one_error_naming_sample_path_and_settings(broken):
+    with pytest.raises(egoplan_data.EgoPlanDataError) as error:
+        load(broken)
+    message = str(error.value)
+    assert "sample 103" in message and "frame_0000000" in message and "EGOPLAN_EPIC_FRAMES_ROOT" in message
+    assert "2 more sample(s)" in message and "EGOPLAN_SKIP_MISSING" in message
+    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"sample 106: clip not found: .*106\.mp4.*EGOPLAN_CLIPS_DIR"):
+        load(broken, visual_source="clips")
+
+
+def test_skip_missing_drops_and_counts_the_samples(broken):
+    loaded = load(broken, skip_missing="true")
+    assert [d["sample_id"] for d in loaded.docs] == [101, 102, 104, 105, 106]
+    assert [problem.sample_id for problem in loaded.skipped] == [103, 107, 108]
+    assert loaded.skipped[1].path == str(broken.ego4d_root / "4e5f6a7b-ego4d-video-two.mp4")
+    assert "video not found" in str(loaded.skipped[1]) and "EGOPLAN_EGO4D_VIDEOS_ROOT" in str(loaded.skipped[1])
+
+
+def test_observation_past_the_end_of_a_video_is_reported(fixture, tmp_path):
+    records = fixture.records()
+    records[4]["current_observation_frame"] = 10_000  # sample 105, Ego4D video of 330 frames
+    bad = tmp_path / "EgoPlan_validation.json"
+    bad.write_text(json.dumps(records))
+    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"sample 105: frame 10000 .*past the end of .*330 frames"):
+        egoplan_data.load_samples(settings_for(fixture, annotation_file=bad), labelled=True)
+
+
+def test_bad_records_and_settings_are_named(fixture, tmp_path):
+    records = fixture.records()
+    del records[1]["choice_c"]
+    bad = tmp_path / "EgoPlan_validation.json"
+    bad.write_text(json.dumps(records))
+    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"record #1 \(sample_id 102\): missing field\(s\) choice_c"):
+        egoplan_data.load_samples(settings_for(fixture, annotation_file=bad), labelled=True)
+    records = fixture.records()
+    records[3]["sample_id"] = records[6]["sample_id"] = records[0]["sample_id"]
+    records[5]["sample_id"] = records[1]["sample_id"]
+    bad.write_text(json.dumps(records))
+    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"EgoPlan_validation\.json: sample_id\(s\) 101, 102 appear more "):
+        egoplan_data.load_samples(settings_for(fixture, annotation_file=bad), labelled=True)
+    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"annotation file EgoPlan_validation.json not found: .*EGOPLAN_ANNOTATION_DIR"):
+        load(fixture, annotation_dir=tmp_path / "nowhere")
+    with pytest.raises(SettingsError, match="EGOPLAN_EGO4D_VIDEOS_ROOT .* is not set"):
+        load(fixture, ego4d_videos_root="")
+    with pytest.raises(SettingsError, match="EGOPLAN_FRAME_SAMPLING .*official, uniform, keyframes"):
+        load(fixture, frame_sampling="dense")
+    with pytest.raises(SettingsError, match="EGOPLAN_PROGRESS_LENGTH_BINS .*contiguous from 0"):
+        load(fixture, progress_length_bins="1-4,5+")
+
+
+def test_a_similarity_model_that_does_not_load_stops_the_labelled_tasks_at_load(fixture, tmp_path, monkeypatch):
+    """Found when the task loads, not at aggregation after the whole (paid) model run."""
+    for name, value in fixture.env(similarity_model=tmp_path / "no-such-model").items():
+        monkeypatch.setenv(name, value)
+    for yaml in ("egoplan_val.yaml", "egoplan_val_gen.yaml"):
+        config = load_yaml_config(str(TASKS / yaml))
+        with pytest.raises(SettingsError, match=r"EGOPLAN_SIMILARITY_MODEL .*cannot load .*no-such-model"):
+            config["class"](config=config)
+    config = load_yaml_config(str(TASKS / "egoplan_test.yaml"))  # no similarity breakdown on Test
+    assert len(config["class"](config=config).eval_docs) == len(fixture.records("test"))
+
+
+def test_likelihood_tasks_score_the_official_span_and_refuse_backends_that_cannot(fixture, monkeypatch):
+    """egoplan_val / egoplan_test ask for the answer and end-of-turn tokens on every request; a backend that
+    does not declare that span is refused before any model call, naming the setting that changes it."""
+    for name, value in fixture.env().items():
+        monkeypatch.setenv(name, value)
+    for yaml in ("egoplan_val.yaml", "egoplan_test.yaml"):
+        config = load_yaml_config(str(TASKS / yaml))
+        task = config["class"](config=config)
+        with pytest.raises(SettingsError, match=r"scored_span 'answer_and_end_of_turn'.*backend 'dummy' cannot honour"
+                                                 r".*EGOPLAN_SCORED_TOKENS.*'answer'"):
+            task._bind_to_backend(Namespace(model="dummy"))
+        task._bind_to_backend(Namespace(model="egoplan_hf"))
+        requests = task.construct_requests(doc_id=0, ctx="Next?", metadata={
+            "task": config["task"], "doc_id": 0, "repeats": 1, "split": task.config.test_split})
+        assert len(requests) == 4
+        assert {SCORED_SPAN.of(request) for request in requests} == {ANSWER_AND_END_OF_TURN}
+        assert {LOSS_MEAN.of(request) for request in requests} == {EVERY_SCORED_TOKEN}
+    monkeypatch.setenv("EGOPLAN_LOSS_MEAN", NONZERO_LOSS_TOKENS)  # the official code's mean
+    config = load_yaml_config(str(TASKS / "egoplan_val.yaml"))
+    task = config["class"](config=config)
+    task._bind_to_backend(Namespace(model="egoplan_hf"))
+    requests = task.construct_requests(doc_id=0, ctx="Next?", metadata={
+        "task": "egoplan_val", "doc_id": 0, "repeats": 1, "split": "validation"})
+    assert {LOSS_MEAN.of(request) for request in requests} == {NONZERO_LOSS_TOKENS}
+    monkeypatch.setenv("EGOPLAN_SCORED_TOKENS", "answer")
+    with pytest.raises(SettingsError, match=r"loss_mean 'nonzero_loss_tokens'.*backend 'dummy'.*EGOPLAN_LOSS_MEAN"):
+        config["class"](config=config)._bind_to_backend(Namespace(model="dummy"))
+    monkeypatch.delenv("EGOPLAN_LOSS_MEAN")
+    task = config["class"](config=config)
+    task._bind_to_backend(Namespace(model="dummy"))  # lmms-eval's convention: any backend
+    requests = task.construct_requests(doc_id=0, ctx="Next?", metadata={
+        "task": "egoplan_val", "doc_id": 0, "repeats": 1, "split": "validation"})
+    assert {SCORED_SPAN.of(request) for request in requests} == {ANSWER}
+    assert not any(hasattr(request, option.name) for request in requests for option in (SCORED_SPAN, LOSS_MEAN))
+    config = load_yaml_config(str(TASKS / "egoplan_val_gen.yaml"))
+    config["class"](config=config)._bind_to_backend(Namespace(model="dummy"))  # generation: no span
+    monkeypatch.setenv("EGOPLAN_SCORED_TOKENS", "answer_and_eot")
+    with pytest.raises(SettingsError, match=r"EGOPLAN_SCORED_TOKENS .*answer_and_end_of_turn, answer"):
+        config["class"](config=config)
+
+
+# --- Prompt -----------------------------------------------------------------------------------
+
+
+def test_prompts(fixture):
+    doc = load(fixture).docs[0]  # goal "chop vegetables"
+    assert egoplan.doc_to_text(doc) == doc["question"]
+    assert egoplan.doc_to_text(doc, {"pre_prompt": "<", "post_prompt": ">"}) == f"<{doc['question']}>"
+    assert egoplan.doc_to_text(doc, {"question_format": "egoplan_it"}).startswith(
+        "My current task is to chop vegetables. The task's progress is demonstrated in the provided video.")
+    gerund = {**doc, "task_goal": "Making coffee."}
+    assert egoplan.question_text(gerund, "egoplan_it").startswith("I am tasked with making coffee. ")
+    choices = egoplan.doc_to_choice(doc)
+    assert egoplan.doc_to_text_with_options(doc, {"post_prompt": "\nLetter?"}) == (
+        doc["question"] + "".join(f"\n{x}. {c}" for x, c in zip("ABCD", choices)) + "\nLetter?")
+    with pytest.raises(ValueError, match="question_format"):
+        egoplan.doc_to_text(doc, {"question_format": "free"})
+
+
+# --- Scoring ----------------------------------------------------------------------------------
+
+
+def test_ranking_picks_the_lowest_mean_loss():
+    assert egoplan.ranked_choice(egoplan.candidate_losses([(2.0, False), (0.5, True), (0.7, False), (3.0, False)])) == 1
+    assert egoplan.ranked_choice(egoplan.candidate_losses([[2.0, False], [1.5, False], [0.25, False], [0.3, True]])) == 2
+    assert egoplan.ranked_choice([1.0] * 4) == 0  # ties: the first, as argmin
+
+
+def test_the_two_loss_means_rank_a_constructed_question_differently():
+    """Per-token losses of four candidates; A's second token is one the model is certain of (loss
+    exactly 0, as a near-certain token's under the official fp16 autocast). Averaged over every scored
+    token, A wins (0.45 < 0.7); over the tokens whose loss is not 0, as the official code averages, B
+    does (0.9 > 0.7). A candidate whose every token has loss 0 gets 0 there and wins, as the official
+    argmin picks its 0/0 = NaN."""
+    tokens = [[0.9, 0.0], [0.7, 0.7], [1.2, 0.8, 1.0], [2.0]]
+    every = [mean_loss(losses) for losses in tokens]
+    official = [mean_loss(losses, NONZERO_LOSS_TOKENS) for losses in tokens]
+    assert every == pytest.approx([0.45, 0.7, 1.0, 2.0]) and official == pytest.approx([0.9, 0.7, 1.0, 2.0])
+    assert egoplan.ranked_choice(every) == 0 and egoplan.ranked_choice(official) == 1
+    certain = [*tokens, [0.0, 0.0]]
+    assert mean_loss(certain[-1], NONZERO_LOSS_TOKENS) == 0.0
+    assert egoplan.ranked_choice([mean_loss(losses, NONZERO_LOSS_TOKENS) for losses in certain]) == 4
+    torch = pytest.importorskip("torch")  # the official expression, for the all-zero row: NaN, picked by argmin
+    padded = torch.tensor([[0.9, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    assert torch.isnan((padded.sum(1) / (padded != 0).sum(1))[1]) and int(torch.argmin(padded.sum(1) / (padded != 0).sum(1))) == 1
+    with pytest.raises(ValueError, match="loss_mean 'median'"):
+        mean_loss([1.0], "median")
+
+
+CHOICES = ["put cereal box into cupboard", "take cereal bag", "open cupboard", "put cereal bag into cereal box"]
+
+
+@pytest.mark.parametrize("response, expected", [
+    ("B", 1), ("(c)", 2), ("d.", 3), ("The answer is (B)", 1), ("Answer: C", 2), ("the answer is d", 3),
+    ("B. take cereal bag", 1), ("(A) put cereal box into cupboard", 0), ("b) take cereal bag", 1),
+    ("open cupboard", 2), ("Open Cupboard.", 2), ("I would put cereal bag into cereal box next.", 3),
+    ("Looking at the video, the person has folded the bag, so option C is best.", 2),
+    ("It is not A. The correct answer is D because the box is closed.", 3),
+    ("A good next step is D.", 3),
+    ("The answer is a knife", None), ("I cannot tell from the video.", None), ("", None), ("A or B", None),
+])
+def test_answer_extraction(response, expected):
+    assert egoplan.extract_choice(response, CHOICES) == expected
+
+
+def test_generative_scores_count_unparseable_answers_as_wrong(fixture):
+    doc = load(fixture).docs[0]
+    golden = "ABCD"[egoplan.doc_to_target(doc)]
+    right = egoplan.process_generation_results(doc, [f"The answer is {golden}."])
+    assert right["accuracy"] == 1.0 and right["unparseable"] == 0.0
+    unclear = egoplan.process_generation_results(doc, ["I am not sure."])
+    assert unclear["accuracy"] == 0.0 and unclear["unparseable"] == 1.0
+
+
+# --- Breakdowns -------------------------------------------------------------------------------
+
+
+def test_each_sample_is_in_one_bin_per_breakdown_counted_beside_it_and_logged_with_its_values(fixture):
+    bins = parse_bins(egoplan.EgoPlanSettings.progress_length_bins)
+    seen = []
+    for doc in load(fixture).docs:
+        losses = [1.5, 0.25, 0.5, 2.0]
+        scores = egoplan.process_ranking_results(doc, [(loss, False) for loss in losses])
+        groups = {"source": ("epic_kitchens", "ego4d"), "progress": tuple(f"progress_{b.label}" for b in bins),
+                  "similarity": ("similarity_low", "similarity_medium", "similarity_high")}
+        for names in groups.values():
+            [member] = [name for name in names if f"accuracy_{name}" in scores]
+            assert scores[f"n_{member}"] == 1 and not any(f"n_{other}" in scores for other in names if other != member)
+        record = scores["predictions"]
+        assert record == {
+            "sample_id": doc["sample_id"], "label": "B", "gold": doc["golden_choice_idx"],
+            "candidate_losses": dict(zip("ABCD", losses)), "video_source": doc["video_source"],
+            "progress_length": doc["progress_length"], "progress_bin": doc["progress_bucket"],
+            "goal_answer_similarity": doc["goal_answer_similarity"], "similarity_level": doc["similarity_level"]}
+        assert scores["accuracy"] == float(doc["golden_choice_idx"] == "B")
+        assert doc["progress_length"] in next(b for b in bins if f"accuracy_progress_{b.label}" in scores)
+        seen.append(doc["progress_bucket"])
+    assert len(set(seen)) == len(bins)  # the fixture covers every default bin
+
+
+def test_progress_bins():
+    assert parse_bins("0-4,5-9,10+") == (ValueBin(0, 4), ValueBin(5, 9), ValueBin(10, None))
+    assert [b.label for b in parse_bins("0,1-2,3+")] == ["0_0", "1_2", "3_plus"]
+    for bad in ("0-4,6+", "0-4,5-9", "0+,1+", "0-x"):
+        with pytest.raises(ValueError):
+            parse_bins(bad)
+
+
+def test_similarity_levels_are_equal_size_tertiles_of_the_split_fixed_at_load(fixture):
+    levels = equal_size_levels(list(range(10)), key=lambda x: -x, n_levels=3)
+    assert levels == [[9, 8, 7, 6], [5, 4, 3], [2, 1, 0]]
+
+    def similarity(pairs, model=None, device=None):  # decreasing with the sample's position
+        return [-position / 10 for position, _ in enumerate(pairs)]
+
+    with mock.patch.object(egoplan_data, "cosine_similarities", similarity):
+        docs = load(fixture).docs
+    assert [doc["similarity_level"] for doc in docs] == ["high"] * 2 + ["medium"] * 3 + ["low"] * 3
+    assert [doc["goal_answer_similarity"] for doc in docs] == [-i / 10 for i in range(len(docs))]
+    real = load(fixture).docs  # all-MiniLM-L6-v2
+    assert [d["goal_answer_similarity"] for d in real] == pytest.approx(
+        cosine_similarities([(d["task_goal"], d["answer"]) for d in real]), abs=1e-6)
+    assert sorted(collections.Counter(d["similarity_level"] for d in real).values()) == [2, 3, 3]
+
+
+# --- Submission -------------------------------------------------------------------------------
+
+
+def submission_task(name: str, **attributes) -> Namespace:
+    """What write_submission uses of an lmms-eval EgoPlan task."""
+    return Namespace(run_file=lambda args, kind, suffix: harness.run_file(args, name, kind, suffix), **attributes)
+
+
+def test_submission_file_is_written_sorted_and_valid(tmp_path):
+    items = [{"sample_id": 7, "label": "C", "gold": None}, {"sample_id": 3, "label": "A", "gold": None}]
+    args = Namespace(output_path=str(tmp_path), model_args="pretrained=/models/tiny-qwen2-vl", timezone="UTC")
+    task = submission_task("egoplan_test", split_size=2, skipped_samples=[])
+    assert egoplan.write_submission(items, args, task_name="egoplan_test", task=task) == 2
+    [path] = tmp_path.rglob("*.json")  # beside lmms-eval's results file, named as lmms-eval names its files
+    assert path.parent == tmp_path / "models__tiny-qwen2-vl"
+    assert re.fullmatch(r"\d{8}_\d{6}_submission_egoplan_test\.json", path.name)
+    written = json.loads(path.read_text())
+    assert written == [{"sample_id": 3, "label": "A"}, {"sample_id": 7, "label": "C"}]
+    egoplan.validate_submission(written, sample_ids=[3, 7])
+    for bad in ([{"sample_id": 1, "label": "E"}], [{"sample_id": "1", "label": "A"}],
+                [{"sample_id": 1, "label": "A"}] * 2, {"sample_id": 1}):
+        with pytest.raises(ValueError):
+            egoplan.validate_submission(bad)
+    with pytest.raises(ValueError, match="expected 3"):
+        egoplan.validate_submission(written, sample_ids=[1, 3, 7])
+
+
+def test_a_run_that_did_not_predict_the_whole_split_writes_no_complete_looking_submission(tmp_path):
+    items = [{"sample_id": 7, "label": "C"}, {"sample_id": 3, "label": "A"}]
+    args = Namespace(output_path=str(tmp_path), model_args="pretrained=m", timezone="UTC")
+    skipped = [egoplan_data.MissingMedia(9, "/x/9.mp4", "clip not found")]
+    messages = []
+    handler = logger.add(messages.append, level="WARNING", format="{message}")
+    try:
+        egoplan.write_submission(items, args, task_name="egoplan_val", task=submission_task("egoplan_val", split_size=5, skipped_samples=skipped))
+    finally:
+        logger.remove(handler)
+    [path] = tmp_path.rglob("*.json")
+    assert re.fullmatch(r"\d{8}_\d{6}_submission_partial_egoplan_val\.json", path.name)
+    [message] = messages
+    assert "2 of the split's 5 samples" in message and "1 skipped for missing media" in message
+    assert "2 not evaluated (--limit)" in message and "not a leaderboard submission" in message
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("current_observation_frame", "abc", "current_observation_frame must be a frame number (an integer >= 0), got 'abc'"),
+    ("sample_id", [1], "sample_id must be an integer, got [1]"),
+    ("choice_a", 3, "choice_a must be a non-empty string, got 3"),
+    ("question", None, "question must be a non-empty string, got None"),
+])
+def test_egoplan_record_fields_of_the_wrong_type_are_named_at_load(field, value, message, tmp_path):
+    from lmms_egoplan.core.settings import resolve_settings
+    from lmms_egoplan.egoplan import data as egoplan_data
+    from lmms_egoplan.egoplan import task as egoplan
+    from lmms_egoplan.egoplan.synthetic import build_fixture
+
+    data = build_fixture(tmp_path / "egoplan")
+    records = data.records()
+    records[2][field] = value
+    annotation = tmp_path / "EgoPlan_validation.json"
+    annotation.write_text(json.dumps(records))
+    settings = resolve_settings(egoplan.EgoPlanSettings, task="t", metadata={"annotation_file": str(annotation)},
+                                env_prefix="EGOPLAN", environ=data.env())
+    with pytest.raises(egoplan_data.EgoPlanDataError, match=rf"{annotation}, record #2 .*: {re.escape(message)}"):
+        egoplan_data.load_samples(settings, labelled=True)

@@ -1,0 +1,181 @@
+"""EgoThink: the release and Hub data loaders, the twelve dimensions and six capabilities, the task YAMLs
+(all twelve tasks through the lmms-eval CLI: tests/e2e/test_egothink.py)."""
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from lmms_egoplan.core.media import MediaError
+from lmms_egoplan.egothink.data import CAPABILITIES, DIMENSIONS, load_hub_dimension, load_release_dimension
+from lmms_egoplan.egothink.synthetic import write_hub_copy, write_release
+
+
+def load_tasks(names: list[str]) -> dict:
+    """The tasks as lmms-eval builds them from this suite's YAMLs (settings from the environment)."""
+    from lmms_eval.tasks import TaskManager, get_task_dict
+
+    return get_task_dict(names, TaskManager(include_path=str(Path(__file__).parents[2] / "tasks"), include_defaults=False))
+
+
+def offline_judge_env(data: Path, tmp_path: Path) -> dict:
+    """Questions from a local release; a judge that is loaded only when asked to judge."""
+    return {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data), "EGOTHINK_JUDGE_BACKEND": "hf",
+            "EGOTHINK_JUDGE_MODEL": str(tmp_path / "no-such-model"), "EGOTHINK_JUDGE_CACHE_DIR": "none",
+            "EGOTHINK_JUDGE_PREFLIGHT": "false"}
+
+
+def test_the_capability_map_is_the_one_the_task_groups_average():
+    """CAPABILITIES (the report's columns, rejudge's groups) lists what the YAML groups include, in order."""
+    import yaml
+
+    folder = Path(__file__).resolve().parents[2] / "tasks" / "egothink"
+    groups = {config["group"]: config["task"] for config in (yaml.safe_load(path.read_text()) for path in folder.glob("*.yaml"))
+              if "group" in config}
+    assert groups.pop("ego_think") == [f"ego_think_capability_{capability}" for capability in CAPABILITIES]
+    assert groups == {f"ego_think_capability_{capability}": [f"ego_think_{name}" for name in names]
+                      for capability, names in CAPABILITIES.items()}
+    assert [name for names in CAPABILITIES.values() for name in names] == [d.name for d in DIMENSIONS.values()]
+
+
+def test_release_loader_reads_every_dimension_and_names_missing_images(tmp_path):
+    data = write_release(tmp_path, per_dimension=3)
+    for dimension in DIMENSIONS.values():
+        docs = load_release_dimension(data, dimension)
+        assert [d["id"] for d in docs] == [f"{dimension.hub_config}/{i}" for i in range(3)]
+        assert all(Path(d["image"]).is_file() and d["dimension"] == dimension.name for d in docs)
+    assert (data / "Forecast" / "annotations.json").is_file()  # the official folder name is accepted
+    missing = data / "Reasoning" / "counting" / "images" / "2.jpg"
+    missing.unlink()
+    with pytest.raises(MediaError, match=f"1 image.*missing or unusable, e.g. image not found: {missing}"):
+        load_release_dimension(data, DIMENSIONS["Reasoning_counting"])
+    annotations = data / "Activity" / "annotations.json"
+    records = json.loads(annotations.read_text())
+    del records[1]["answer"]
+    annotations.write_text(json.dumps(records))
+    with pytest.raises(ValueError, match=f"{annotations}: record 1 has no text field 'answer'"):
+        load_release_dimension(data, DIMENSIONS["Activity"])
+    shutil.rmtree(data / "Planning")
+    with pytest.raises(FileNotFoundError, match="no annotations.json in .*Planning/navigation"):
+        load_release_dimension(data, DIMENSIONS["Planning_navigation"])
+
+
+def test_hub_loader_reads_the_hub_shaped_dataset_and_stores_its_images_once(tmp_path, monkeypatch):
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    hub = write_hub_copy(tmp_path / "hub", per_dimension=2)
+    release = write_release(tmp_path / "release", per_dimension=2)
+    for dimension in (DIMENSIONS["Object_existence"], DIMENSIONS["Planning_assistance"]):
+        docs = load_hub_dimension(str(hub), dimension, image_cache=tmp_path / "images")
+        strip = lambda d: {k: v for k, v in d.items() if k != "image"}  # noqa: E731
+        assert list(map(strip, docs)) == list(map(strip, load_release_dimension(release, dimension)))
+        images = [Path(d["image"]) for d in docs]
+        assert all(p.is_file() and p.is_relative_to(tmp_path / "images") for p in images)
+        stamps = [p.stat().st_mtime_ns for p in images]
+        again = load_hub_dimension(str(hub), dimension, image_cache=tmp_path / "images")
+        assert [Path(d["image"]).stat().st_mtime_ns for d in again] == stamps
+
+
+def _store_images(folder, barrier, count):
+    from lmms_egoplan.egothink.data import _stored_image
+
+    barrier.wait()
+    for index in range(count):
+        _stored_image({"bytes": bytes([index]) * 50_000, "path": f"{index}.png"}, folder, index)
+
+
+def test_ranks_storing_the_same_hub_images_at_once_do_not_collide(tmp_path):
+    """Each rank of a multi-GPU run loads the Hub dataset and stores its images in one folder."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(4)
+    ranks = [context.Process(target=_store_images, args=(tmp_path, barrier, 60)) for _ in range(4)]
+    for rank in ranks:
+        rank.start()
+    for rank in ranks:
+        rank.join(60)
+    assert [rank.exitcode for rank in ranks] == [0] * 4
+    stored = sorted(tmp_path.iterdir())
+    assert len(stored) == 60 and not [p for p in stored if p.name.startswith(".")]  # no temporary file left
+    assert all(p.read_bytes() == bytes([int(p.name.split("-")[0])]) * 50_000 for p in stored)
+
+
+def test_an_unusable_judge_stops_the_task_before_its_data_loads(tmp_path, monkeypatch):
+    from lmms_egoplan.core.settings import SettingsError
+
+    for name, value in {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(tmp_path / "no-data-here"),
+                        "EGOTHINK_JUDGE_API_KEY_ENV": "EGOTHINK_UNSET_KEY"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("EGOTHINK_UNSET_KEY", raising=False)
+    with pytest.raises(SettingsError, match="ego_think_counting: the judge's API key variable EGOTHINK_UNSET_KEY is not set"
+                                            r".* name another variable with EGOTHINK_JUDGE_API_KEY_ENV \(metadata"):
+        load_tasks(["ego_think_counting"])
+
+
+@pytest.mark.parametrize("decoding, sampling", [
+    (None, {"do_sample": False, "temperature": 0.0}),  # greedy, the default
+    ("official_llava", {"do_sample": True, "temperature": 0.2, "num_beams": 1}),
+    ("official_pandagpt", {"do_sample": True, "temperature": 0.1, "top_p": 0.01}),
+])
+def test_requests_carry_the_chosen_decoding_and_the_token_limits(decoding, sampling, tmp_path, monkeypatch):
+    data = write_release(tmp_path / "data", per_dimension=1)
+    for name, value in offline_judge_env(data, tmp_path).items():
+        monkeypatch.setenv(name, value)
+    if decoding:
+        monkeypatch.setenv("EGOTHINK_DECODING", decoding)
+    tasks = load_tasks(["ego_think_counting", "ego_think_navigation"])
+    for name, max_new_tokens in (("ego_think_counting", 30), ("ego_think_navigation", 300)):
+        task = tasks[name]
+        task.build_all_requests(limit=1)
+        generation = task.instances[0].args[1]
+        assert generation == {"until": [], "max_new_tokens": max_new_tokens, **sampling}
+        assert task.config.metadata["decoding"] == (decoding or "greedy")  # recorded in the results file
+
+
+def test_an_unknown_decoding_stops_the_task_before_its_data_loads(tmp_path, monkeypatch):
+    from lmms_egoplan.core.settings import SettingsError
+
+    for name, value in {**offline_judge_env(tmp_path / "no-data-here", tmp_path), "EGOTHINK_DECODING": "beam"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=r"ego_think_counting: EGOTHINK_DECODING \(metadata.decoding\) must be one of "
+                                            "greedy, official_llava, official_pandagpt, got 'beam'"):
+        load_tasks(["ego_think_counting"])
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"source": "local"}, r"source is local but EGOTHINK_DATA_ROOT \(metadata.data_root\) \(the release's data folder\)"),
+    ({"source": "s3"}, r"EGOTHINK_SOURCE \(metadata.source\) must be 'hub' or 'local', got 's3'"),
+])
+def test_source_settings_are_named_as_users_set_them(settings, message):
+    from lmms_egoplan.core.settings import SettingsError
+    from lmms_egoplan.egothink.task import EgoThinkSettings, EgoThinkTask
+
+    task = SimpleNamespace(settings=EgoThinkSettings(**settings),
+                           config=SimpleNamespace(task="ego_think_counting", dataset_name="Reasoning_counting"))
+    with pytest.raises(SettingsError, match="task ego_think_counting: " + message):
+        EgoThinkTask.load_docs(task)
+
+
+def test_a_judge_that_cannot_load_fails_the_judgements_instead_of_the_run(tmp_path, monkeypatch):
+    from lmms_egoplan.egothink.task import process_results
+    from lmms_egoplan.judge import factory
+
+    loads = []
+    transformers_backend = factory.TransformersBackend
+    monkeypatch.setattr(factory, "TransformersBackend", lambda *a, **k: loads.append(a) or transformers_backend(*a, **k))
+    data = write_release(tmp_path / "data", per_dimension=2)
+    for name, value in offline_judge_env(data, tmp_path).items():
+        monkeypatch.setenv(name, value)
+    task = load_tasks(["ego_think_counting"])["ego_think_counting"]
+    items = [process_results(doc, ["Two."])["score"] for doc in task.dataset["test"]]
+    aggregate = task.aggregation()
+    # Reported as failed judgements (the logged answers can be re-judged later), not an exception
+    # that would end lmms-eval before it writes the generations.
+    assert (aggregate["judged"](items, args=None), aggregate["failed"](items, args=None)) == (0, 2)
+    score = aggregate["score"](items, args=None)
+    assert score != score  # NaN, never a silent zero
+    assert len(loads) == 1, "the judge that failed to load was loaded again for another metric"

@@ -1,0 +1,245 @@
+"""The lmms-eval compatibility layer: each workaround applies only where lmms-eval still has its bug,
+and only to runs that use the suite; a run that uses none of the suite is lmms-eval's own."""
+
+import inspect
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import tenacity
+from lmms_eval.api import instance
+from lmms_eval.api.task import ConfigurableTask
+from lmms_eval.caching.response_cache import _SCHEMA_SQL, ResponseCache
+from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
+from lmms_eval.tasks import TaskManager
+
+from lmms_egoplan import compat
+from lmms_egoplan.compat import durability
+from lmms_egoplan.compat import results as compat_results
+from lmms_egoplan.compat import tasks as compat_tasks
+from lmms_egoplan.core.run_state import RUN
+
+
+def test_the_installed_lmms_eval_has_every_bug_worked_around():
+    unwrap = inspect.unwrap(instance.unwrap_generation_output)
+    assert compat_results._pairs_become_strings(unwrap)
+    assert unwrap("\udcff") == ("\udcff", None)
+    assert compat_tasks._plugin_folders_reach_the_index_too_late()
+    assert durability.cli_swallows_evaluation_errors()
+    assert hasattr(ConfigurableTask.process_results, "retry")
+    assert durability._stores_after_the_whole_call() and durability._drops_failed_runs()
+    assert durability._never_reads_run_folders() and compat_tasks._cli_swallows_missing_tasks()
+    assert compat_results._writes_nan_as_is() and durability._writes_results_then_samples()
+    assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, durability._stop_on_sigterm)
+
+
+def test_nothing_is_changed_where_lmms_eval_behaves(monkeypatch):
+    def fixed_unwrap(output):
+        return output, None
+
+    monkeypatch.setattr(instance, "unwrap_generation_output", fixed_unwrap)
+    assert compat_results.keep_loglikelihood_results() is False
+    assert instance.unwrap_generation_output is fixed_unwrap
+
+    # lmms-eval with the changes proposed in docs/upstream.md:
+    installed = compat.lmms_eval_source("lmms_eval.__main__", "cli_evaluate")
+    assert durability.cli_swallows_evaluation_errors(installed + "\n    if failed:\n        sys.exit(1)\n") is False
+    cli_evaluate_single = compat.lmms_eval_source("lmms_eval.__main__", "cli_evaluate_single")
+    plugins_first = ("    for plugin in os.environ['LMMS_EVAL_PLUGINS'].split(','): ...\n"
+                     + cli_evaluate_single.replace("LMMS_EVAL_PLUGINS", "PLUGINS_READ_ABOVE"))
+    assert compat_tasks._plugin_folders_reach_the_index_too_late(cli_evaluate_single=plugins_first) is False
+    assert compat_tasks._plugin_folders_reach_the_index_too_late(
+        task_manager_init="def __init__(self):\n    os.environ.get('LMMS_EVAL_PLUGINS')\n") is False
+
+    assert durability._stores_after_the_whole_call("for chunk in chunks: lm_call(chunk); self._store(...)") is False
+    assert durability._drops_failed_runs("def finalize(self, *, success):\n    self._merge_run_to_root()") is False
+    create = compat.lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.create")
+    assert durability._never_reads_run_folders(create.replace("os.makedirs(run_dir", "self._merge_stale_runs(); "
+                                                                                           "os.makedirs(run_dir")) is False
+    assert compat_results._writes_nan_as_is("dumped = json.dumps(results, allow_nan=False)") is False
+    assert durability._writes_results_then_samples(
+        cli_evaluate_single + "\n    if failed_metrics:\n        sys.exit(3)\n") is False
+    with_missing_tasks_failing = installed.replace("eval_logger.error(f\"Error during evaluation", "sys.exit(1)  #")
+    assert durability.cli_swallows_evaluation_errors(with_missing_tasks_failing) is False
+
+    def someone_elses_handler(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, someone_elses_handler)
+    try:
+        assert durability.stop_cleanly_on_sigterm() is False
+        assert signal.getsignal(signal.SIGTERM) is someone_elses_handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    def cleaning_unwrap(output):
+        return output.replace("\udcff", "\ufffd"), None
+
+    monkeypatch.setattr(instance, "unwrap_generation_output", cleaning_unwrap)
+    assert compat_results.clean_lone_surrogates() is False and instance.unwrap_generation_output is cleaning_unwrap
+
+    def plain(self, doc, results):
+        return {}
+
+    assert compat_tasks.unretried_process_results(plain) is plain
+    assert compat_results.run_datetime_str(SimpleNamespace(datetime_str="20261122_101010")) == "20261122_101010"
+
+
+def test_releases_from_the_fixed_version_on_get_no_workaround(monkeypatch):
+    monkeypatch.setattr(compat, "lmms_eval_version", lambda: compat.FIXED_IN)
+    unwrap = inspect.unwrap(instance.unwrap_generation_output)
+    monkeypatch.setattr(instance, "unwrap_generation_output", unwrap)
+    monkeypatch.setattr(RUN, "exit_guard_sink", None)
+    monkeypatch.setattr(ResponseCache, "execute", inspect.unwrap(ResponseCache.execute))
+    assert compat_results.keep_loglikelihood_results() is False
+    assert compat_results.clean_lone_surrogates() is False
+    assert durability.keep_responses_of_stopped_runs() is False
+    assert durability.fail_runs_with_failed_tasks() is False
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        assert durability.stop_cleanly_on_sigterm() is False and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    monkeypatch.setattr(TaskManager, "match_tasks", inspect.unwrap(TaskManager.match_tasks))
+    from lmms_eval import evaluator
+
+    monkeypatch.setattr(evaluator, "simple_evaluate", inspect.unwrap(evaluator.simple_evaluate))
+    assert compat_tasks.check_suite_tasks_before_the_model() is False
+    monkeypatch.setattr(EvaluationTracker, "save_results_aggregated", inspect.unwrap(EvaluationTracker.save_results_aggregated))
+    monkeypatch.setattr(EvaluationTracker, "save_results_samples", inspect.unwrap(EvaluationTracker.save_results_samples))
+    assert compat_tasks.watch_task_selection() is False
+    assert compat_results.write_results_as_strict_json() is False
+    assert durability.exit_when_results_are_written(lambda files: None) is False
+    assert compat_results.run_datetime_str(None) is None
+    assert compat_tasks.unretried_process_results(ConfigurableTask.process_results) is ConfigurableTask.process_results
+
+
+def test_a_stopped_run_keeps_its_responses_chunk_by_chunk_with_whole_documents(monkeypatch):
+    requests = [SimpleNamespace(task_name=task, doc_id=doc) for task, doc in
+                [("a", 0), ("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 0)]]
+    chunks = durability._document_chunks(requests, 2)
+    assert [[(r.task_name, r.doc_id) for r in chunk] for chunk in chunks] == [
+        [("a", 0), ("a", 0), ("a", 1)], [("a", 2), ("b", 0), ("b", 0)]]
+    monkeypatch.setattr(ResponseCache, "execute", inspect.unwrap(ResponseCache.execute))
+    monkeypatch.setattr(ResponseCache, "finalize", inspect.unwrap(ResponseCache.finalize))
+    assert durability.keep_responses_of_stopped_runs() is True
+    assert ResponseCache.execute._stores_per_chunk
+
+
+def test_a_failing_chunk_is_called_again_a_document_at_a_time_so_the_documents_before_the_failure_are_kept():
+    requests = [SimpleNamespace(task_name="a", doc_id=doc) for doc in (0, 0, 1, 2, 3, 4)]
+    calls, kept = [], []
+
+    def call(chunk):
+        documents = [r.doc_id for r in chunk]
+        calls.append(documents)
+        if 3 in documents:
+            raise ValueError("doc 3 cannot be read")
+        kept.extend(documents)
+        return [f"response {doc}" for doc in documents]
+
+    with pytest.raises(ValueError, match="doc 3"):
+        durability.call_in_chunks(call, requests, 2)
+    assert calls == [[0, 0, 1], [2, 3], [2], [3]]
+    assert kept == [0, 0, 1, 2]
+    calls.clear()
+    transient = iter([ValueError("out of memory")])
+
+    def fails_once(chunk):
+        calls.append([r.doc_id for r in chunk])
+        if (error := next(transient, None)) is not None:
+            raise error
+        return [r.doc_id for r in chunk]
+
+    assert durability.call_in_chunks(fails_once, requests[:4], 4) == [0, 0, 1, 2]
+    assert calls == [[0, 0, 1, 2], [0, 0], [1], [2]]
+
+
+def test_text_responses_are_cleaned_of_lone_surrogates(monkeypatch):
+    monkeypatch.setattr(instance, "unwrap_generation_output", inspect.unwrap(instance.unwrap_generation_output))
+    assert compat_results.keep_loglikelihood_results() and compat_results.clean_lone_surrogates()
+    assert instance.unwrap_generation_output("Two plates \udcff.") == ("Two plates \ufffd.", None)
+    assert instance.unwrap_generation_output((1.5, True)) == ((1.5, True), None)
+
+
+def test_loglikelihood_pairs_pass_and_everything_else_is_unwrapped_as_before(monkeypatch):
+    unwrap = inspect.unwrap(instance.unwrap_generation_output)
+    monkeypatch.setattr(instance, "unwrap_generation_output", unwrap)
+    assert compat_results.keep_loglikelihood_results() is True
+    patched = instance.unwrap_generation_output
+    assert patched((1.25, False)) == ((1.25, False), None)
+    assert patched([0.5, True]) == ((0.5, True), None)  # read back from --use_cache
+    for other in ("text", (True, False), ["a", "b"]):
+        assert patched(other) == unwrap(other)
+
+
+def test_suite_tasks_score_without_the_retry_and_other_tasks_keep_it():
+    unretried = compat_tasks.unretried_process_results(ConfigurableTask.process_results)
+    assert unretried is ConfigurableTask.process_results.__wrapped__
+    assert not isinstance(unretried, tenacity.Retrying)
+
+
+def test_a_class_task_learns_its_model_only_when_lmms_eval_did_not_give_it():
+    prepared = []
+    task = SimpleNamespace(model_name=None, _prepare_model_specific_config=lambda: prepared.append(True))
+    compat_tasks.bind_class_task_to_backend(task, SimpleNamespace(model="dummy"))
+    assert task.model_name == "dummy" and prepared == [True]
+    compat_tasks.bind_class_task_to_backend(task, SimpleNamespace(model="dummy"))
+    assert prepared == [True]
+    compat_tasks.bind_class_task_to_backend(task, None)
+    assert prepared == [True]
+
+
+def test_only_runs_that_name_the_suite_get_the_task_discovery_fix():
+    assert compat.suite_plugin_enabled({"LMMS_EVAL_PLUGINS": "other, lmms_egoplan"})
+    assert not compat.suite_plugin_enabled({"LMMS_EVAL_PLUGINS": "other"})
+    assert not compat.suite_plugin_enabled({})
+
+
+def killed_run_folder(cache: Path, run_id: str, *, pid: int, host: str | None = None, rows: int = 3) -> Path:
+    """A run folder as a killed run leaves it: its rank database with ``rows`` responses, its owner file."""
+    folder = cache / "runs" / run_id
+    folder.mkdir(parents=True)
+    with sqlite3.connect(folder / "rank_0.db") as db:
+        db.executescript(_SCHEMA_SQL)
+        db.executemany("INSERT INTO responses VALUES (?, 'loglikelihood', 't', ?, 0, '{}', '[1.5, false]', 0)",
+                       [(f"{run_id}-{doc}", doc) for doc in range(rows)])
+    if pid:
+        owner = {"host": host or socket.gethostname(), "pid": pid, "started": durability._process_start(pid)}
+        (folder / "rank_0.db.owner.json").write_text(json.dumps(owner))
+    return folder
+
+
+def test_the_cache_folders_of_killed_runs_are_merged_and_those_of_live_or_unknown_runs_are_not(tmp_path):
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    killed = killed_run_folder(tmp_path, "killed", pid=ended.pid)
+    live = killed_run_folder(tmp_path, "live", pid=os.getpid())
+    elsewhere = killed_run_folder(tmp_path, "elsewhere", pid=ended.pid, host="another-machine")
+    unknown = killed_run_folder(tmp_path, "unknown", pid=0)  # written without the workaround
+    assert durability.recover_killed_runs(str(tmp_path)) == 3
+    with sqlite3.connect(tmp_path / "cache.db") as db:
+        assert sorted(key for key, in db.execute("SELECT cache_key FROM responses")) == ["killed-0", "killed-1", "killed-2"]
+    assert (killed / ".merged").is_file()
+    assert not any((folder / ".merged").exists() for folder in (live, elsewhere, unknown))
+    assert durability.recover_killed_runs(str(tmp_path)) == 0  # merged once
+
+
+@pytest.mark.parametrize("missing, environ, message", [
+    (["egoplan_vall"], {"LMMS_EVAL_PLUGINS": "lmms_egoplan"}, "--tasks: no task named egoplan_vall; did you mean egoplan_val?"),
+    (["egoplan_val"], {}, "--tasks: egoplan_val is a task of lmms_egoplan, whose tasks lmms-eval indexes only when "
+                          "LMMS_EVAL_PLUGINS names it; add this line before the command: export LMMS_EVAL_PLUGINS=lmms_egoplan"),
+    (["egoplan_vall"], {"LMMS_EVAL_PLUGINS": "mine"}, "--tasks: no task named egoplan_vall; did you mean egoplan_val?; "
+                                                      "add this line before the command: export LMMS_EVAL_PLUGINS=mine,lmms_egoplan"),
+    (["mmee"], {}, "--tasks: no task named mmee; did you mean mme?"),
+    (["zzzz"], {"LMMS_EVAL_PLUGINS": "lmms_egoplan"}, "--tasks: no task named zzzz (`lmms-eval --tasks list` lists them)"),
+])
+def test_a_missing_task_gets_the_closest_names_and_the_plugin_line_where_a_suite_task_is_meant(missing, environ, message):
+    assert compat_tasks.missing_tasks_message(missing, ["mme", "egothink"], {"egoplan_val", "ego_think"}, environ) == message

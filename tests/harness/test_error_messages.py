@@ -1,0 +1,73 @@
+"""The error lines of failed runs, in process: a backend without loglikelihood told apart by its code, a
+backend failing while it is built named, lmms-eval's built-in names mapped to the suite tasks that implement
+their papers, a missing file named with its setting (the runs themselves: tests/e2e/test_failed_runs.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmms_egoplan.compat import durability
+from lmms_egoplan.compat import tasks as compat_tasks
+from lmms_egoplan.harness.lmms_eval_task import computes_loglikelihood
+
+
+def test_lmms_evals_backends_without_loglikelihood_are_told_apart_by_their_code():
+    from lmms_eval.models.simple.dummy import Dummy
+    from lmms_eval.models.simple.vllm import VLLM
+
+    from lmms_egoplan.models.egoplan_hf import EgoPlanHF
+
+    assert computes_loglikelihood(EgoPlanHF) and computes_loglikelihood(Dummy)
+    assert not computes_loglikelihood(VLLM)  # its loglikelihood asserts False
+
+    class Asserts:
+        def loglikelihood(self, requests):
+            """Not supported."""
+            assert False, "not supported"
+
+    assert not computes_loglikelihood(Asserts)
+
+
+def test_a_backend_failing_while_it_is_built_is_named_in_the_error_line():
+    namespace = {"__name__": "lmms_eval.api.model"}
+    exec("def create_from_arg_string(arg_string):\n    raise TypeError('X.__init__() missing 1 required positional "
+         "argument: engine')\n", namespace)
+
+    def simple_evaluate(model, model_args):
+        namespace["create_from_arg_string"](model_args)
+
+    with pytest.raises(TypeError) as raised:
+        simple_evaluate("some_backend", "a=1")
+    assert durability.error_line(raised.value) == (
+        "--model some_backend could not be loaded: TypeError: X.__init__() missing 1 required positional argument: "
+        "engine; the suite's tasks also run on its own backends: --model egoplan_hf (transformers) or --model "
+        "egoplan_server (an SGLang / vLLM server)")
+    with pytest.raises(ValueError) as elsewhere:
+        raise ValueError("a task failed")
+    assert durability.error_line(elsewhere.value) == "ValueError: a task failed"
+
+
+def test_built_in_names_map_to_the_suite_tasks_that_implement_their_papers():
+    assert compat_tasks.suite_counterpart("egothink_counting") == "ego_think_counting"
+    assert compat_tasks.suite_counterpart("egothink") == "ego_think"
+    assert compat_tasks.suite_counterpart("egoplan") == "egoplan_val"
+    assert compat_tasks.suite_counterpart("mme") is None
+    hints = compat_tasks.hint_suite_counterparts(["egothink_counting", "mme", "ego_think_counting"],
+                                                     ["egothink_counting", "mme", "ego_think_counting"],
+                                                     {"ego_think", "ego_think_counting"})
+    assert len(hints) == 1 and "egothink_counting is lmms-eval's built-in task" in hints[0]
+
+
+def test_a_missing_file_names_the_setting_and_what_its_folder_holds(tmp_path):
+    from lmms_egoplan.core.files import missing_file_message
+
+    folder = tmp_path / "annotations"
+    message = missing_file_message("the file a.json", folder / "a.json", "X_DIR", "X_FILE")
+    assert message == (f"the file a.json not found: the folder {folder}, named by X_DIR, does not exist; point it at the "
+                       "folder that holds a.json, or set X_FILE to the file")
+    folder.mkdir()
+    assert f"the folder {folder}, named by X_DIR, is empty;" in missing_file_message("a", folder / "a.json", "X_DIR", "X_FILE")
+    for name in "bcdefgh":
+        (folder / f"{name}.json").write_text("[]")
+    assert "X_DIR, holds b.json, c.json, d.json, e.json, f.json and 2 more;" in \
+        missing_file_message("a", folder / "a.json", "X_DIR", "X_FILE")

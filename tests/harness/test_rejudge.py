@@ -1,0 +1,72 @@
+"""rejudge: every row it cannot use named and counted, the rest judged; samples checked before the API key is asked for; failed judgements exit with the distinct status."""
+
+from __future__ import annotations
+
+import json
+
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, rating_responder
+from lmms_egoplan.judge import (
+    JudgeRequest,
+)
+
+
+def judged_rows(count: int) -> list[dict]:
+    """Samples-file rows of an EgoThink task as a judged run logs them."""
+    from lmms_egoplan.egothink.task import RUBRIC_NAME
+    from lmms_egoplan.judge import judge_parts_item
+
+    rows = []
+    for doc_id in range(count):
+        item = judge_parts_item({"": JudgeRequest.from_prompt(f"d{doc_id}", f"Rate answer {doc_id}")}, RUBRIC_NAME)
+        rows.append({"doc_id": doc_id, "score": item, "judged": item, "failed": item})
+    return rows
+
+
+def test_rejudge_names_and_counts_every_row_it_cannot_use_and_judges_the_rest(tmp_path, capsys):
+    from lmms_egoplan.cli import main
+
+    samples = tmp_path / "logs" / "20261122_101010_samples_ego_think_counting.jsonl"
+    samples.parent.mkdir()
+    good = judged_rows(3)
+    broken = {"doc_id": 5, "score": {"judge_parts": {"": {"judge_request_id": "d5"}}, "judge_rubric": "egothink"}}
+    lines = [json.dumps(row) for row in good] + [json.dumps({"doc_id": 4, "resps": ["an answer"]}), json.dumps(broken),
+                                                 "[1, 2]", json.dumps(judged_rows(7)[6])[:40]]
+    samples.write_text("\n".join(lines))  # the last line cut off, as a killed run leaves it
+    with ChatServer(rating_responder(lambda call: "1")) as judge:
+        status = main(["rejudge", str(samples.parent), "--output", str(tmp_path / "out"), "--judge_base_url",
+                       judge.base_url, "--judge_model", "loopback-judge", "--judge_api_key_env", "", "--judge_cache_dir", "none"])
+    assert status == 0 and len(judge.calls) == 3
+    err = capsys.readouterr().err
+    for number, why in ((4, "holds no judged item (doc_id 4)"), (5, "the judged item of metric score (doc_id 5) is broken"),
+                        (6, "a JSON list, not a sample"), (7, "not JSON (the last line, cut off")):
+        assert f"{samples}:{number}: {why}" in err
+    assert "4 logged rows could not be used" in err.splitlines()[-1]
+    summary = json.loads(next((tmp_path / "out").glob("*_rejudged.json")).read_text())["ego_think_counting"]
+    assert (summary["judged"], summary["failed"], summary["unusable_rows"], summary["score"]) == (3, 0, 4, 100.0)
+
+
+def test_rejudge_of_a_folder_without_samples_says_so_before_asking_for_an_api_key(tmp_path, capsys, monkeypatch):
+    from lmms_egoplan.cli import main
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    (tmp_path / "results").mkdir()
+    assert main(["rejudge", str(tmp_path / "results"), "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"no lmms-eval samples files (*_samples_<task>.jsonl) under {tmp_path / 'results'}" in err
+    assert "OPENAI_API_KEY" not in err
+
+
+def test_rejudge_with_failed_judgements_exits_with_the_distinct_status_saying_how_to_finish(tmp_path, capsys):
+    from lmms_egoplan.cli import main
+
+    samples = tmp_path / "20261122_101010_samples_ego_think_counting.jsonl"
+    samples.write_text("".join(json.dumps(row) + "\n" for row in judged_rows(4)))
+    args = ["rejudge", str(samples), "--output", str(tmp_path / "out"), "--judge_model", "loopback-judge",
+            "--judge_api_key_env", "", "--judge_cache_dir", str(tmp_path / "cache"), "--judge_retries", "0"]
+    with ChatServer(lambda call: Reply(status=503) if call.text.endswith(("1", "3")) else rating_responder(lambda c: "1")(call)) as judge:
+        assert main([*args, "--judge_base_url", judge.base_url]) == 3
+        assert "2 judgements failed" in capsys.readouterr().err.splitlines()[-1]
+        summary = json.loads(next((tmp_path / "out").glob("*_rejudged.json")).read_text())
+        assert summary["ego_think_counting"]["failed"] == 2
+        assert main([*args, "--judge_base_url", judge.base_url, "--judge_failed_exit_status", "0"]) == 0
+        assert len(judge.calls) == 4 + 2  # the second run asked only for the two that had failed

@@ -1,0 +1,376 @@
+"""egoplan_server against loopback SGLang / vLLM servers computing with the tiny checkpoints.
+
+Fast tier (in-process): the server backend's likelihoods equal egoplan_hf's within 1e-4 with the
+same argmin on every architecture each loopback engine serves; generation; SGLang's shared prefix;
+the load checks; a server dying mid-run. The e2e tier runs the real lmms-eval CLI against one
+loopback vLLM server: a wrong model name stops the run at load; a server dying mid-run keeps every
+scored question in --use_cache, and the resumed run completes with egoplan_hf's values.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+import pytest
+from lmms_eval.api.instance import Instance
+
+from lmms_egoplan.core.media import as_video_frames, frame_times
+from lmms_egoplan.core.request_options import (
+    ANSWER_AND_END_OF_TURN,
+    INPUT_ORDER,
+    LOSS_MEAN,
+    NONZERO_LOSS_TOKENS,
+    SCORED_SPAN,
+)
+from lmms_egoplan.core.settings import SettingsError
+from lmms_egoplan.fixtures.checkpoints import ARCHITECTURES, VIDEO_ARCHITECTURES
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
+from lmms_egoplan.fixtures.media import index_image
+from lmms_egoplan.models.egoplan_hf import EgoPlanHF
+from lmms_egoplan.models.egoplan_server import EgoPlanServer
+from lmms_egoplan.models.engines import VLLM_MODALITIES, ServerRequestError, ServerSetupError, png_data_url
+from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError
+from tests.models.engine_servers import EngineServer
+
+TASK, SPLIT = "probe", "test"
+CHOICES = ["open the fridge", "wash the hands", "put the pan on the stove", "take the cup"]
+TOLERANCE = 1e-4
+# EgoPlan-Val sample 115's 8 frame numbers (30 fps), from its first: a span of 724 frames in 7 steps.
+CLIP_FRAMES = [0, 103, 206, 310, 413, 517, 620, 724]
+
+
+def doc(seed: int, *, video: bool = True, observation: bool = True, timed: bool = True) -> dict:
+    return {"question": f"Task goal: make coffee (case {seed}). What action should I take next?",
+            "frames": list(range(seed * 8, seed * 8 + 8)) if video else [],
+            "observation": 1000 + seed if observation else None, "timed": timed}
+
+
+def visuals(d: dict) -> list:
+    """EgoPlan's visuals: 8 progress frames tagged as one clip with their times (30 fps source; none
+    where the doc is not ``timed``), the observation (where the doc has one)."""
+    frames = [index_image(i, size=(48, 40)) for i in d["frames"]]
+    times = frame_times(CLIP_FRAMES, 0, 30.0) if d.get("timed", True) else None
+    clip = as_video_frames(frames, clip="progress", times=times) if frames else []
+    return [*clip, *([index_image(d["observation"], size=(56, 42))] if d["observation"] is not None else [])]
+
+
+def mc_requests(backend, docs: list[dict], **options: str) -> list[Instance]:
+    backend.task_dict = {TASK: {SPLIT: docs}}
+    requests = [Instance(request_type="loglikelihood", idx=i,
+                         arguments=(d["question"], " " + choice, visuals, doc_id, TASK, SPLIT),
+                         metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
+                for doc_id, d in enumerate(docs) for i, choice in enumerate(CHOICES)]
+    for option in (SCORED_SPAN, LOSS_MEAN):
+        if option.name in options:
+            option.mark(requests, options[option.name])
+    return requests
+
+
+def gen_requests(backend, docs: list[dict]) -> list[Instance]:
+    backend.task_dict = {TASK: {SPLIT: docs}}
+    return [Instance(request_type="generate_until", idx=0,
+                     arguments=(d["question"], {"max_new_tokens": 6, "until": ["\n"]}, visuals, doc_id, TASK, SPLIT),
+                     metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
+            for doc_id, d in enumerate(docs)]
+
+
+@pytest.fixture(scope="module")
+def servers(tiny_model):
+    """``servers(engine, arch, **options)``: a running loopback server per (engine, arch, options),
+    with the modality limits the engine serves the architecture with (``engines.VLLM_MODALITIES``)."""
+    started = {}
+
+    def get(engine: str, arch: str, **options) -> EngineServer:
+        key = (engine, arch, tuple(sorted(options.items())))
+        if key not in started:
+            limits = VLLM_MODALITIES.get(arch) if engine == "vllm" else None
+            started[key] = EngineServer(engine, tiny_model(arch), **{"modalities": limits, **options}).start()
+        started[key].die_after(None)
+        started[key].reset()
+        return started[key]
+
+    yield get
+    for server in started.values():
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model):
+    return reference_backends(tiny_model)
+
+
+def reference_backends(tiny_model):
+    """``get(arch)``: the in-process egoplan_hf of an architecture's tiny checkpoint, loaded once."""
+    loaded = {}
+
+    def get(arch: str) -> EgoPlanHF:
+        if arch not in loaded:
+            loaded[arch] = EgoPlanHF(pretrained=str(tiny_model(arch)), device="cpu", dtype="float32", max_frames=8)
+        return loaded[arch]
+
+    return get
+
+
+def server_backend(server: EngineServer, **model_args) -> EgoPlanServer:
+    return EgoPlanServer(engine=server.engine, base_url=server.base_url, model=server.served_model_name,
+                         **{"max_frames": 8, "retries": 0, "backoff": 0.01, "concurrency": 2, **model_args})
+
+
+def assert_same_scores(got, expected, docs: int):
+    assert len(got) == len(expected)
+    for (value, _), (reference_value, _) in zip(got, expected):
+        assert value == pytest.approx(reference_value, abs=TOLERANCE)
+    values, reference_values = np.array([v for v, _ in got]), np.array([v for v, _ in expected])
+    assert (values.reshape(docs, -1).argmin(1) == reference_values.reshape(docs, -1).argmin(1)).all()
+
+
+CASES = ([("vllm", arch) for arch in ARCHITECTURES] + [("sglang", arch) for arch in ARCHITECTURES])
+
+
+def question_shape(engine: str, arch: str) -> dict:
+    """The EgoPlan question each engine can take for the architecture: a timed clip and an image;
+    SGLang's /generate takes no frame list, so video models get the image only there; vLLM serves
+    LLaVA-NeXT-Video with one video and no image, so the clip only; the text-only Llama no visual."""
+    if arch == "llama":
+        return {"video": False, "observation": False}
+    if engine == "sglang" and arch in VIDEO_ARCHITECTURES:
+        return {"video": False}
+    if engine == "vllm" and "image" not in VLLM_MODALITIES.get(arch, {"image": None}):
+        return {"observation": False}
+    return {}
+
+
+@pytest.mark.parametrize("engine,arch", CASES)
+def test_the_server_backend_scores_as_egoplan_hf(engine, arch, servers, reference):
+    """EgoPlan's question (``question_shape``) with the official span and mean: the same values
+    within 1e-4 and the same argmin (a BOS-adding tokenizer on Llama, Gemma 3, Mistral 3,
+    Idefics3, LLaVA, LLaVA-NeXT-Video)."""
+    server = servers(engine, arch)
+    backend = server_backend(server)
+    docs = [doc(0, **question_shape(engine, arch)), doc(1, **question_shape(engine, arch))]
+    options = {"scored_span": ANSWER_AND_END_OF_TURN, "loss_mean": NONZERO_LOSS_TOKENS}
+    hf = reference(arch)
+    visual_function = visuals if arch != "llama" else None
+    got = backend.loglikelihood(_with_visuals(mc_requests(backend, docs, **options), visual_function))
+    expected = hf.loglikelihood(_with_visuals(mc_requests(hf, docs, **options), visual_function))
+    assert_same_scores(got, expected, len(docs))
+
+
+def _with_visuals(requests: list[Instance], doc_to_visual) -> list[Instance]:
+    for request in requests:
+        request.arguments = (*request.arguments[:2], doc_to_visual, *request.arguments[3:])
+    return requests
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_lmms_evals_span_and_mean_are_scored_as_egoplan_hf(engine, servers, reference):
+    server = servers(engine, "qwen2_vl")
+    backend = server_backend(server, videos_as_frames=engine == "sglang")
+    docs = [doc(2, video=engine == "vllm")]
+    got = backend.loglikelihood(mc_requests(backend, docs))
+    expected = reference("qwen2_vl").loglikelihood(mc_requests(reference("qwen2_vl"), docs))
+    assert_same_scores(got, expected, 1)
+
+
+def test_sglang_candidates_reuse_the_prefix_the_prefix_request_cached(servers):
+    server = servers("sglang", "gemma3")
+    backend = server_backend(server)
+    server.reset()
+    backend.loglikelihood(mc_requests(backend, [doc(3)], scored_span=ANSWER_AND_END_OF_TURN))
+    [prefix, *candidates] = [body for _, body in server.requests]
+    assert "return_logprob" not in prefix and prefix["sampling_params"] == {"max_new_tokens": 0}
+    assert len(candidates) == 4 and len({c["logprob_start_len"] for c in candidates}) == 1
+    assert len(prefix["image_data"]) == 9  # gemma3 takes the 8 frames as images, then the observation
+    # The candidates start scoring after the expanded prefix (placeholders count many tokens each).
+    prompt_tokens = candidates[0]["logprob_start_len"] + 1
+    assert prompt_tokens > len(backend.tokenizer(prefix["text"], add_special_tokens=False)["input_ids"])
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_generation_is_egoplan_hfs_greedy_text(engine, servers, reference):
+    server = servers(engine, "qwen2_vl")
+    backend = server_backend(server, videos_as_frames=engine == "sglang")
+    docs = [doc(4, video=engine == "vllm"), doc(5, video=engine == "vllm")]
+    hf = reference("qwen2_vl")
+    assert backend.generate_until(gen_requests(backend, docs)) == hf.generate_until(gen_requests(hf, docs))
+
+
+def test_sglang_refuses_a_video_naming_the_model_arg_that_sends_its_frames(servers):
+    backend = server_backend(servers("sglang", "qwen2_vl"))
+    with pytest.raises(UnsupportedVisualError, match="videos_as_frames=true"):
+        backend.loglikelihood(mc_requests(backend, [doc(0)]))
+
+
+def test_vllm_sends_the_clips_frames_and_timing(servers):
+    server = servers("vllm", "qwen2_5_vl")
+    backend = server_backend(server)
+    backend.loglikelihood(mc_requests(backend, [doc(0)]))
+    _, body = server.requests[-1]
+    # egoplan_hf's clip length, 8 * 724 / 7 source frames, made whole: frame numbers and rate x7, same times.
+    assert body["media_io_kwargs"]["video"] == {"num_frames": 8, "fps": 30.0 * 7, "total_num_frames": 8 * 724,
+                                                "frames_indices": [7 * i for i in CLIP_FRAMES], "duration": 724 / 30}
+    assert body["prompt_logprobs"] == 0 and body["add_generation_prompt"] is False
+
+
+def test_vllm_gets_a_clip_without_times_at_the_frame_rate_egoplan_hf_assumes(servers, reference):
+    """Frames without times: transformers assumes 24 fps in egoplan_hf, vLLM 1 fps unless told; the
+    backend tells it, so Qwen3-VL writes the same timestamps into the prompt."""
+    server = servers("vllm", "qwen3_vl")
+    backend = server_backend(server)
+    docs = [doc(6, timed=False)]
+    got = backend.loglikelihood(mc_requests(backend, docs))
+    _, body = server.requests[-1]
+    assert body["media_io_kwargs"]["video"] == {"num_frames": 8, "fps": 24.0, "frames_indices": list(range(8)),
+                                                "total_num_frames": 8}
+    assert_same_scores(got, reference("qwen3_vl").loglikelihood(mc_requests(reference("qwen3_vl"), docs)), 1)
+
+
+def test_vllm_gets_frames_as_images_where_it_serves_the_model_without_video(servers, reference):
+    """vLLM serves SmolVLM with images only (VLLM_MODALITIES): a clip goes as its frames."""
+    server = servers("vllm", "smolvlm")
+    backend = server_backend(server)
+    backend.loglikelihood(mc_requests(backend, [doc(7, observation=False)]))
+    _, body = server.requests[-1]
+    parts = [part["type"] for part in body["messages"][0]["content"]]
+    assert parts.count("image_url") == 8 and "video_url" not in parts and "media_io_kwargs" not in body
+
+
+def test_vllm_llava_next_video_takes_a_clip_but_no_image(servers):
+    """vLLM serves LLaVA-NeXT-Video with one video and no image: a question with an image is refused
+    before any request, naming the limit; frames as images (videos_as_frames) are refused at load; the
+    loopback server refuses an image as vLLM does."""
+    server = servers("vllm", "llava_next_video")
+    backend = server_backend(server)
+    server.reset()
+    with pytest.raises(UnsupportedVisualError, match=r"1 image\(s\), and vLLM serves llava_next_video with 1 video\(s\)"):
+        backend.loglikelihood(mc_requests(backend, [doc(8)]))
+    assert server.requests == []
+    with pytest.raises(ServerSetupError, match="videos_as_frames=true would send every video as images"):
+        server_backend(server, videos_as_frames=True)
+    image = {"type": "image_url", "image_url": {"url": png_data_url(index_image(1))}}
+    with pytest.raises(ServerRequestError, match=r"HTTP 400: At most 0 image\(s\) may be provided in one prompt"):
+        backend.engine.client.post("/v1/chat/completions", {"model": "tiny", "messages": [
+            {"role": "user", "content": [image, {"type": "text", "text": "?"}]}]})
+
+
+@pytest.mark.parametrize("arch,version,release", [("qwen2_5_vl", "0.30.0", "0.31.0 on \\(vllm PR 47736\\)"),
+                                                  ("qwen2_vl", "0.19.1", "0.20.0 on \\(vllm PR 40133\\)")])
+def test_a_vllm_that_drops_the_clips_timing_is_refused_a_video(arch, version, release, servers):
+    backend = server_backend(servers("vllm", arch, version=version))
+    with pytest.raises(UnsupportedVisualError, match=f"processor from release {release}; the server runs {version}"):
+        backend.loglikelihood(mc_requests(backend, [doc(9)]))
+
+
+def test_sglang_gets_token_ids_for_text_and_text_without_the_bos_its_tokenizer_adds(servers):
+    """SGLang tokenizes text with the tokenizer's defaults: a text-only prompt goes as the suite's ids;
+    a prompt with images as text, without the BOS Gemma 3's template writes (its tokenizer adds one)."""
+    server = servers("sglang", "gemma3")
+    backend = server_backend(server)
+    server.reset()
+    backend.loglikelihood(mc_requests(backend, [doc(10, video=False)]))
+    [prefix, *candidates] = [body for _, body in server.requests]
+    assert not prefix["text"].startswith("<bos>") and prefix["text"].startswith("<start_of_turn>user")
+    server.reset()
+    backend.loglikelihood(_with_visuals(mc_requests(backend, [doc(11)]), None))
+    start = [backend.tokenizer.bos_token_id, backend.tokenizer.convert_tokens_to_ids("<start_of_turn>")]
+    assert all("text" not in body and body["input_ids"][:2] == start for _, body in server.requests)
+
+
+def test_a_text_prompt_with_two_bos_on_sglang_is_what_the_backend_no_longer_sends(servers):
+    """The defect: SGLang's text path adds the tokenizer's BOS to the one the template wrote."""
+    server = servers("sglang", "llama")
+    backend = server_backend(server)
+    probe = backend._prompt(ModelVisuals(), "What should I do next?", INPUT_ORDER.convention, "here")
+    answer = backend.engine.client.post("/generate", {"text": probe.prefix_text, "sampling_params": {"max_new_tokens": 0},
+                                                      "return_prompt_token_ids": True})
+    assert answer["prompt_token_ids"] == [backend.tokenizer.bos_token_id, *probe.prefix_ids]
+
+
+# ---------------------------------------------------------------------------------------------
+# Load checks and a dying server
+# ---------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_an_unreachable_server_is_named_at_load(engine, tiny_model):
+    with pytest.raises(ServerSetupError, match="fix model_args base_url"):
+        EgoPlanServer(engine=engine, base_url=f"http://127.0.0.1:{free_port()}", model="tiny",
+                      pretrained=str(tiny_model("qwen2_vl")))
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_a_model_the_server_does_not_serve_is_named_at_load(engine, servers):
+    server = servers(engine, "qwen2_vl")
+    with pytest.raises(ServerSetupError, match=r"serves \['tiny'\], not 'other'.*fix model_args model"):
+        EgoPlanServer(engine=engine, base_url=server.base_url, model="other")
+    assert server.requests == []  # nothing scored
+
+
+def test_the_processor_defaults_to_the_served_model_folder(servers, tiny_model):
+    backend = server_backend(servers("vllm", "qwen2_vl"))
+    assert backend.pretrained == str(tiny_model("qwen2_vl"))
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"version": "0.10.1.1"}, "runs vLLM 0.10.1.1; scoring needs vLLM 0.10.2 or later.*PR 22587"),
+    ({"prompt_logprobs": False}, "did not return the prompt log-probabilities.*engine=vllm"),
+])
+def test_a_vllm_without_prompt_logprobs_is_refused_at_load(options, message, servers):
+    with pytest.raises(ServerSetupError, match=message):
+        server_backend(servers("vllm", "qwen2_vl", **options))
+
+
+def test_a_plain_openai_endpoint_is_refused_at_load(tiny_model):
+    with ChatServer(lambda call: Reply("hello"), model_name="tiny") as openai_like:
+        with pytest.raises(ServerSetupError, match="does not answer GET /version"):
+            EgoPlanServer(engine="vllm", base_url=openai_like.base_url, model="tiny", pretrained=str(tiny_model("qwen2_vl")))
+
+
+def test_a_server_with_another_chat_template_is_refused_at_load(servers, tiny_model):
+    template = "{% for m in messages %}{{ m['role'] }}: {% for p in m['content'] %}{{ p['text'] }}{% endfor %}\n{% endfor %}"
+    server = servers("vllm", "qwen2_vl", chat_template=template)
+    with pytest.raises(ServerSetupError, match="other tokens than model_args pretrained's processor and chat template"):
+        server_backend(server)
+
+
+def test_an_sglang_server_of_a_text_only_model_is_refused_for_a_multimodal_processor(servers, tiny_model):
+    with pytest.raises(ServerSetupError, match="without image input.*serve the model the task is scored with"):
+        server_backend(servers("sglang", "llama"), pretrained=str(tiny_model("qwen2_vl")))
+
+
+def test_an_sglang_gemma3_server_without_its_vision_tower_is_told_the_flag(servers):
+    with pytest.raises(ServerSetupError, match="start the server with --enable-multimodal"):
+        server_backend(servers("sglang", "gemma3", multimodal=False))
+
+
+def test_a_server_dying_mid_run_keeps_every_question_it_scored(servers):
+    server = servers("vllm", "qwen2_vl")
+    backend = server_backend(server, concurrency=1)
+    handed = []
+    backend.response_sink = lambda request, response: handed.append((request.doc_id, response))
+    server.die_after(2 * 4)  # two questions' candidates
+    with pytest.raises(ServerRequestError, match="connection failed"):
+        backend.loglikelihood(mc_requests(backend, [doc(seed) for seed in range(4)]))
+    assert sorted(doc_id for doc_id, _ in handed) == [0] * 4 + [1] * 4
+
+
+def test_bad_model_args_are_named(servers):
+    server = servers("vllm", "qwen2_vl")
+    with pytest.raises(Exception, match="unknown model_args concurency"):
+        server_backend(server, concurency=2)
+    with pytest.raises(Exception, match="engine must be one of sglang, vllm"):
+        EgoPlanServer(engine="tgi", base_url=server.base_url, model="tiny")
+
+
+@pytest.mark.parametrize("model_args,message", [({"model": "tiny"}, r"model_args engine=sglang\|vllm is required"),
+                                                ({"engine": "vllm"}, "model_args model=<the served model name> is required")])
+def test_a_missing_engine_or_model_is_named_with_its_choices(model_args, message):
+    with pytest.raises(SettingsError, match=message):
+        EgoPlanServer(**model_args)

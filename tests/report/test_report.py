@@ -1,0 +1,425 @@
+"""``lmms-egoplan report``: tables equal to the results files, intervals, figures, HTML, and robustness
+(partial runs, several runs, other tasks, unreadable files, lm-eval baselines, nothing found)."""
+
+import csv
+import json
+import os
+import stat
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from matplotlib.colors import to_hex, to_rgb
+
+from lmms_egoplan.actplan.report_face import actplan_splits
+from lmms_egoplan.cli import main
+from lmms_egoplan.egointent.report_face import egointent_scenarios
+from lmms_egoplan.egoplan.report_face import egoplan_breakdowns
+from lmms_egoplan.egothink.data import CAPABILITIES
+from lmms_egoplan.egothink.report_face import egothink_dimensions
+from lmms_egoplan.registry import report_faces
+from lmms_egoplan.report import NothingFoundError, write_report
+from lmms_egoplan.report.figures import PUBLISHED_COLOUR
+from lmms_egoplan.report.intervals import bootstrap_interval, exact_binomial_interval
+from lmms_egoplan.report.layout import PUBLISHED_FIELDS
+from lmms_egoplan.report.runs import load_runs
+from lmms_egoplan.report.tables import TEXT_ONLY_BASELINE, THIS_RUN, build_tables
+
+FACES = report_faces()  # the suite's benchmarks, as lmms-egoplan report reads them
+TABLES = [table for face in FACES for table in face.tables]
+DIMENSIONS = [name for names in CAPABILITIES.values() for name in names]
+# EgoPlan per-sample outcomes: (correct, source, progress bin, similarity level)
+EGOPLAN_SAMPLES = [(1, "epic_kitchens", "0_4", "low"), (0, "epic_kitchens", "0_4", "high"),
+                   (1, "ego4d", "5_9", "high"), (0, "ego4d", "15_plus", "medium"), (1, "ego4d", "5_9", "low")]
+
+
+def write_lmms_eval_run(folder, stamp, tasks, samples=None, *, n_samples=None, limit=None, version="0.7.3",
+                        model_path="/ckpt/tiny-model", settings=None):
+    """A results file as lmms-eval writes it; ``settings``: every task's effective settings (its config's metadata)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    results = {task: {"alias": task, **{f"{m},none": v for m, v in metrics.items()},
+                      **{f"{m}_stderr,none": "N/A" for m in metrics}} for task, metrics in tasks.items()}
+    data = {"results": results, "n-samples": n_samples or {}, "config": {"model": "egoplan_hf", "limit": limit,
+            "model_args": f"pretrained={model_path}"}, "model_name": model_path, "lmms_eval_version": version,
+            "configs": {task: {"task": task, "metadata": {"version": 3, **(settings or {})}} for task in tasks}}
+    (folder / f"{stamp}_results.json").write_text(json.dumps(data))
+    for task, records in (samples or {}).items():
+        (folder / f"{stamp}_samples_{task}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder / f"{stamp}_results.json"
+
+
+def egoplan_run(folder, stamp="20260101_100000", **kwargs):
+    def accuracy(rows):
+        return sum(c for c, *_ in rows) / len(rows)
+    metrics = {"accuracy": accuracy(EGOPLAN_SAMPLES), "predictions": len(EGOPLAN_SAMPLES)}
+    for index, family in ((1, "source"), (2, "progress"), (3, "similarity")):
+        for name in sorted({s[index] for s in EGOPLAN_SAMPLES}):
+            rows = [s for s in EGOPLAN_SAMPLES if s[index] == name]
+            prefix = "" if family == "source" else f"{family}_"
+            metrics[f"accuracy_{prefix}{name}"], metrics[f"n_{prefix}{name}"] = accuracy(rows), len(rows)
+    samples = [{"doc_id": i, "accuracy": c, f"accuracy_{src}": c, f"accuracy_progress_{p}": c,
+                f"accuracy_similarity_{s}": c} for i, (c, src, p, s) in enumerate(EGOPLAN_SAMPLES)]
+    return write_lmms_eval_run(folder, stamp, {"egoplan_val": metrics, "egoplan_test": {"predictions": 3}},
+                               {"egoplan_val": samples}, **kwargs)
+
+
+# EgoPlan-Bench2 per-sample outcomes: (correct, domain, scenario, read by the official parser)
+EGOPLAN_BENCH2_SAMPLES = [(1, "daily_life", "cooking", True), (0, "daily_life", "cleaning", False),
+                          (1, "work", "car_repair", True), (1, "hobbies", "baking", True)]
+
+
+def egoplan_bench2_run(folder, stamp="20260101_103000"):
+    samples = EGOPLAN_BENCH2_SAMPLES
+    metrics = {"accuracy": 0.75, "accuracy_official": 0.5, "accuracy_robust": 0.75, "unparseable": 0,
+               "unparseable_official": 1, "unparseable_robust": 0, "predictions": len(samples)}
+    for index, family in ((1, "domain"), (2, "scenario")):
+        for name in {s[index] for s in samples}:
+            members = [s[0] for s in samples if s[index] == name]
+            metrics[f"accuracy_{family}_{name}"], metrics[f"n_{family}_{name}"] = sum(members) / len(members), len(members)
+    logged = [{"doc_id": i, "accuracy": c, f"accuracy_domain_{d}": c, f"accuracy_scenario_{s}": c}
+              for i, (c, d, s, _) in enumerate(samples)]
+    return write_lmms_eval_run(folder, stamp, {"egoplan_bench2": metrics}, {"egoplan_bench2": logged})
+
+
+def judged(request_id):
+    return {"judge_parts": {"": {"judge_request_id": request_id, "judge_messages": [{"role": "user", "content": "q"}]}},
+            "judge_rubric": "egothink"}
+
+
+@pytest.fixture
+def results_tree(tmp_path):
+    return write_results_tree(tmp_path / "results")
+
+
+def write_results_tree(root: Path) -> Path:
+    """A results folder with a run of every benchmark (two of EgoPlan's, the older one replaced by default)."""
+    egoplan_run(root / "egoplan" / "tiny-model", stamp="20260101_090000")  # older run: replaced by default
+    egoplan_run(root / "egoplan" / "tiny-model")
+    ratings = {"existence": [1, 0.5, 0], "counting": [1, 1]}
+    think = {f"ego_think_{d}": {"score": 100 * sum(ratings.get(d, [0.5])) / len(ratings.get(d, [0.5])), "judged": 1}
+             for d in DIMENSIONS}
+    think.update({f"ego_think_capability_{c}": {"score": 40.0 + i} for i, c in enumerate(CAPABILITIES)})
+    think["ego_think"] = {"score": 45.5}
+    think_samples = {f"ego_think_{d}": [{"doc_id": i, "score": judged(f"{d}/{i}")} for i in range(len(r))]
+                     for d, r in ratings.items()}
+    folder = root / "egothink" / "tiny-model"
+    write_lmms_eval_run(folder, "20260101_110000", think, think_samples)
+    egoplan_bench2_run(root / "egoplan_bench2" / "tiny-model")
+    for d, r in ratings.items():
+        (folder / f"20260101_110000_judgements_ego_think_{d}.jsonl").write_text(
+            "".join(json.dumps({"id": f"{d}/{i}", "rating": v}) + "\n" for i, v in enumerate(r)))
+    write_lmms_eval_run(root / "egointent" / "tiny-model", "20260101_120000", {"egointent": {
+        "overall": 30.0, "local_intent": 20.0, "global_intent": 40.0, "next_step_plan": 30.0, "indoor": 25.0,
+        "outdoor": 35.0, "scenario_kitchen": 10.0, "scenario_yard": 50.0, "scenario_bedroom": 90.0}},
+        n_samples={"egointent": {"original": 10, "effective": 4}}, limit=4)
+    plans = {"lcs": 3.0, "lcs_normal": 4.0, "lcs_counterfactual": 2.0, "norm_lcs": 0.5, "norm_lcs_normal": 0.6,
+             "norm_lcs_counterfactual": 0.4, "bleurt_accuracy": 0.25, "format_error_rate": 0.1, "plan_length": 12.0}
+    write_lmms_eval_run(root / "actplan" / "tiny-model", "20260101_130000", {
+        "actplan1k": plans, "actplan1k_text_only": {**plans, "norm_lcs": 0.3}, "mmmu_val": {"accuracy": 0.4}})
+    lm_eval = root / "lm-eval" / "tiny-lm"
+    lm_eval.mkdir(parents=True)
+    (lm_eval / "results_2026-01-01T14-00-00.123456.json").write_text(json.dumps({
+        "results": {"egoplan_val_blind": {"alias": "egoplan_val_blind", "accuracy,none": 0.4,
+                                          "accuracy_stderr,none": 0.2, "accuracy_ego4d,none": 0.5}},
+        "configs": {}, "versions": {"egoplan_val_blind": 1}, "n-shot": {"egoplan_val_blind": 0},
+        "config": {"model": "hf", "model_args": "pretrained=tiny-lm", "limit": None},
+        "n-samples": {"egoplan_val_blind": {"original": 5, "effective": 5}}, "model_name": "tiny-lm"}))
+    (lm_eval / "samples_egoplan_val_blind_2026-01-01T14-00-00.123456.jsonl").write_text(
+        "".join(json.dumps({"doc_id": i, "accuracy": c}) + "\n" for i, c in enumerate([1, 0, 1, 0, 0])))
+    (root / "broken").mkdir()
+    (root / "broken" / "20250101_000000_results.json").write_text("{not json")
+    return root
+
+
+def read_csv(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_published_rows_name_paper_table_model_and_values_of_the_table_columns():
+    for face in FACES:  # each benchmark's rows (its folder's published_results.json) are of its own tables
+        assert {r["benchmark"] for r in face.published} == {table.key for table in face.tables}
+    rows = [row for face in FACES for row in face.published]
+    columns = {b.key: {c.published_key for c in b.columns} for b in TABLES}
+    for row in rows:
+        assert PUBLISHED_FIELDS <= row.keys() and row["model"] and row["table"].startswith("Table ")
+        assert row["values"] and set(row["values"]) <= columns[row["benchmark"]], row
+        assert all(isinstance(v, float) for v in row["values"].values())
+    gpt4v = next(r for r in rows if r["paper"] == "EgoThink" and r["model"] == "GPT-4V")["values"]
+    assert gpt4v["average"] == pytest.approx(sum(gpt4v[d] for d in DIMENSIONS) / 12, abs=0.05)
+
+
+def test_intervals_against_hand_computed_cases():
+    # Clopper-Pearson for 3 of 10 and 1 of 4 (standard tables), and the ends.
+    assert exact_binomial_interval(3, 10) == pytest.approx((0.0667395, 0.6524529), abs=1e-6)
+    assert exact_binomial_interval(1, 4) == pytest.approx((0.0063095, 0.8058796), abs=1e-6)
+    assert exact_binomial_interval(0, 10) == pytest.approx((0.0, 1 - 0.025 ** 0.1))
+    assert bootstrap_interval([2.0] * 7) == (2.0, 2.0)
+    low, high = bootstrap_interval([0.0, 100.0] * 50)
+    assert 35 < low < 50 < high < 65  # mean 50, standard error 5: about 50 +- 9.8
+
+
+def test_every_number_in_the_tables_equals_its_results_file(results_tree, tmp_path):
+    report = write_report([results_tree], tmp_path / "report", FACES)
+    val = read_csv(tmp_path / "report" / "egoplan_val.csv")
+    ours = [r for r in val if r["source"] == THIS_RUN]
+    assert [r["task"] for r in ours] == ["egoplan_val"]
+    results = json.loads((results_tree / "egoplan" / "tiny-model" / "20260101_100000_results.json").read_text())
+    metrics = results["results"]["egoplan_val"]
+    for header, metric in (("Accuracy (%)", "accuracy"), ("In-domain, EpicKitchens (%)", "accuracy_epic_kitchens"),
+                           ("Out-of-domain, Ego4D (%)", "accuracy_ego4d")):
+        assert float(ours[0][header]) == metrics[f"{metric},none"] * 100
+    outcomes = [c for c, *_ in EGOPLAN_SAMPLES]
+    low, high = exact_binomial_interval(sum(outcomes), len(outcomes))
+    assert (float(ours[0]["Accuracy (%) 95% low"]), float(ours[0]["Accuracy (%) 95% high"])) == pytest.approx((low * 100, high * 100))
+    markdown = report.markdown.read_text()
+    assert f"| 60.00 [{low * 100:.2f}, {high * 100:.2f}] |" in markdown
+    assert "| 5 |" in markdown and "20260101_100000" not in markdown  # the sample count; no submission file
+
+    think = read_csv(tmp_path / "report" / "ego_think.csv")[0]
+    assert float(think["Existence (0-100)"]) == 50.0 and float(think["Counting (0-100)"]) == 100.0 \
+        and float(think["Average (0-100)"]) == 45.5
+    assert float(think["Object (capability) (0-100)"]) == 40.0
+    assert (float(think["Counting (0-100) 95% low"]), float(think["Counting (0-100) 95% high"])) == (100.0, 100.0)
+    assert think["Activity (0-100) 95% low"] == ""  # no samples logged for it
+    published = [r for r in read_csv(tmp_path / "report" / "ego_think.csv") if r["source"].startswith("published")]
+    assert float(next(r for r in published if r["model"] == "GPT-4V")["Average (0-100)"]) == 65.5
+
+    intent = read_csv(tmp_path / "report" / "egointent.csv")[0]
+    assert [float(intent[h]) for h in ("Local intent (0-100)", "Global intent (0-100)", "Next-step plan (0-100)", "Overall (0-100)")] == [20, 40, 30, 30]
+    assert "partial: 4 of 10 samples (--limit 4)" in intent["notes"] and "no intervals" in intent["notes"]
+    plans = {r["task"]: r for r in read_csv(tmp_path / "report" / "actplan1k.csv") if r["source"] == THIS_RUN}
+    assert float(plans["actplan1k"]["BLEURT accuracy (%)"]) == 25.0 and float(plans["actplan1k_text_only"]["Norm. LCS (0-1)"]) == 0.3
+    bench2 = read_csv(tmp_path / "report" / "egoplan_bench2.csv")[0]
+    assert [float(bench2[h]) for h in ("Accuracy (%)", "Daily life (%)", "Work (%)", "Official parser (%)")] == [75, 50, 100, 50]
+    assert bench2["Hobbies (%)"] == "100.0" and bench2["Recreation (%)"] == "" and float(bench2["Unparseable, official parser"]) == 1
+    low, high = exact_binomial_interval(1, 2)  # daily life: 1 of 2 right
+    assert (float(bench2["Daily life (%) 95% low"]), float(bench2["Daily life (%) 95% high"])) == pytest.approx((low * 100, high * 100))
+    assert report.lines[0] == "Ignored (no table of the suite reads them): mmmu_val"
+    assert report.lines[1].startswith("Unreadable: ") and "broken/20250101_000000_results.json" in report.lines[1]
+
+
+def test_lm_eval_results_are_text_only_baseline_rows_of_the_same_table(results_tree, tmp_path):
+    write_report([results_tree], tmp_path / "report", FACES)
+    blind = [r for r in read_csv(tmp_path / "report" / "egoplan_val.csv") if r["source"] == TEXT_ONLY_BASELINE]
+    assert len(blind) == 1 and blind[0]["model"] == "tiny-lm" and blind[0]["input"] == "text only"
+    assert float(blind[0]["Accuracy (%)"]) == 40.0 and float(blind[0]["Out-of-domain, Ego4D (%)"]) == 50.0
+    low, high = exact_binomial_interval(2, 5)
+    assert float(blind[0]["Accuracy (%) 95% low"]) == pytest.approx(low * 100)
+
+
+def test_latest_run_by_default_every_run_with_all_runs(results_tree):
+    latest, _ = load_runs([results_tree / "egoplan"])
+    every, _ = load_runs([results_tree / "egoplan"], all_runs=True)
+    assert [f"{r.stamp:%H}" for r in latest] == ["10"] and sorted(f"{r.stamp:%H}" for r in every) == ["09", "10"]
+    tables, _ = build_tables(every, FACES)
+    assert len(tables[0].user_rows) == 2
+
+
+def test_figures_have_a_bar_or_cell_per_model_and_bin(results_tree):
+    runs, _ = load_runs([results_tree])
+    tables = {t.name: t for t in build_tables(runs, FACES)[0]}
+    figure = egoplan_breakdowns(tables["egoplan_val"])
+    progress, similarity = figure.axes[:2]
+    # two rows (the multimodal run and the lm-eval baseline, which has no bins): bars of the run only
+    assert [t.get_text() for t in progress.get_xticklabels()] == ["0-4", "5-9", "15+"]
+    assert [round(p.get_height(), 6) for p in progress.patches] == [50.0, 100.0, 0.0]
+    assert [t.get_text() for t in similarity.get_xticklabels()] == ["low", "medium", "high"]
+    assert [round(p.get_height(), 6) for p in similarity.patches] == [100.0, 0.0, 50.0]
+    assert [t.get_text() for t in progress.texts] == ["n=2", "n=2", "n=1"]
+    assert len(progress.lines) > 0  # error bars from the samples
+    # the chance line at 25%, and one legend for the figure, above the panels (none over the data)
+    assert [line.get_ydata() for line in progress.lines if line.get_linestyle() == "--"] == [[25.0, 25.0]]
+    assert len(figure.legends) == 1 and all(axes.get_legend() is None for axes in figure.axes)
+    assert "chance (25%" in " ".join(t.get_text() for t in figure.legends[0].get_texts())
+
+    think_table = tables["ego_think"]
+    think = egothink_dimensions(think_table).axes[0]
+    # your run: 12 coloured bars; the published models: grey dots (one per model and dimension) over a grey band
+    assert [round(p.get_height(), 6) for p in think.patches] == [50.0] * 6 + [100.0] + [50.0] * 5
+    assert all(p.get_facecolor()[:3] != to_rgb(PUBLISHED_COLOUR) for p in think.patches)
+    published = [row for row in think_table.rows if row.published]
+    dots = [c for c in think.collections if c.get_offsets().shape[0] == len(published)]
+    assert len(dots) == 12 and all(to_hex(c.get_facecolor()[0]) == PUBLISHED_COLOUR for c in dots)
+    assert sorted(dots[0].get_offsets()[:, 1]) == sorted(row.values[0] for row in published)  # existence
+    intent = egointent_scenarios(tables["egointent"])
+    # as the paper's Figure 7: scenarios from the lowest mean score to the highest
+    assert [t.get_text() for t in intent.axes[0].get_xticklabels()] == ["kitchen", "yard", "bedroom"]
+    assert intent.axes[0].images[0].get_array().tolist() == [[10.0, 50.0, 90.0]]
+    plans = actplan_splits(tables["actplan1k"])
+    # normal and counterfactual per row, then the published models' overall values (Table 4), grey
+    table_4 = [r["values"]["norm_lcs"] for face in FACES for r in face.published
+               if r["benchmark"] == "actplan1k" and "norm_lcs" in r["values"]]
+    assert [p.get_height() for p in plans.axes[0].patches] == [0.6, 0.6, 0.4, 0.4, *table_4]
+    assert [to_hex(p.get_facecolor()) for p in plans.axes[0].patches[4:]] == [PUBLISHED_COLOUR] * len(table_4)
+    assert [p.get_height() for p in plans.axes[1].patches] == [0.5, 0.3]
+
+
+def test_a_panel_without_data_says_so(tmp_path):
+    write_lmms_eval_run(tmp_path / "r", "20260101_100000", {
+        "egoplan_val": {"accuracy": 0.5, "predictions": 2},  # no breakdown bins
+        "egointent": {"overall": 20.0, "judged": 3, "failed": 0}})  # no scenarios
+    tables = {t.name: t for t in build_tables(load_runs([tmp_path / "r"])[0], FACES)[0]}
+    for figure in (egoplan_breakdowns(tables["egoplan_val"]), egointent_scenarios(tables["egointent"])):
+        assert all(any(t.get_text().startswith("no data") for t in axes.texts) for axes in figure.axes)
+        assert not any(axes.patches or axes.images for axes in figure.axes)
+
+
+class _Collector(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def test_html_is_one_page_with_every_table_and_figure(results_tree, tmp_path):
+    report = write_report([results_tree], tmp_path / "report", FACES)
+    parser = _Collector()
+    parser.feed(report.html.read_text())
+    ids = {attrs.get("id") for _, attrs in parser.tags}
+    assert {f"table-{b.key}" for b in TABLES} <= ids
+    figures = {path.stem for path in report.files if path.suffix == ".svg"}
+    assert figures == {"egoplan_breakdowns", "egothink_dimensions", "egointent_scenarios", "actplan_splits",
+                       "egoplan_bench2_breakdowns"}
+    assert {f"figure-{name}" for name in figures} <= ids
+    assert sum(tag == "svg" for tag, _ in parser.tags) >= len(figures)
+    assert not [a for t, a in parser.tags if t in ("script", "link", "img") and any("http" in v for v in a.values())]
+    assert all(path.exists() and path.with_suffix(".png").exists() for path in report.files if path.suffix == ".svg")
+
+
+def test_nothing_found_exits_2_naming_the_path(tmp_path, capsys):
+    (tmp_path / "other").mkdir()
+    write_lmms_eval_run(tmp_path / "other", "20260101_100000", {"mmmu_val": {"accuracy": 0.4}})
+    with pytest.raises(NothingFoundError, match="other tasks: mmmu_val"):
+        write_report([tmp_path / "other"], tmp_path / "out", FACES)
+    assert main(["report", str(tmp_path / "empty-or-missing"), "--output", str(tmp_path / "out")]) == 2
+    assert main(["report", str(tmp_path / "other"), "--output", str(tmp_path / "out")]) == 2
+    assert "no results of the suite's tasks" in capsys.readouterr().err
+
+
+def test_a_results_file_of_another_version_is_read_and_named(tmp_path):
+    egoplan_run(tmp_path / "r", version="0.3.0")
+    runs, unreadable = load_runs([tmp_path / "r"])
+    assert not unreadable and runs[0].notes == ["written by lmms-eval 0.3.0; read with the 0.7.x layout"]
+    (tmp_path / "r" / "20260101_100001_results.json").write_text(json.dumps({"results": ["not", "an", "object"]}))
+    runs, unreadable = load_runs([tmp_path / "r"])
+    assert len(runs) == 1 and "no 'results' object" in unreadable[0]
+
+
+def test_values_that_are_no_score_say_why_in_the_tables_and_figures(tmp_path):
+    """Nothing judged (every answer incomplete, or every judgement failed: NaN in older results
+    files, null now), every answer unparseable: no bare 0.00 with an interval, but the reason."""
+    folder = tmp_path / "r"
+    write_lmms_eval_run(folder, "20260101_100000", {
+        "egointent": {"overall": 0.0, "local_intent": 0.0, "global_intent": 0.0, "next_step_plan": 0.0, "indoor": 0.0,
+                      "outdoor": 0.0, "scenario_kitchen": 0.0, "judged": 0, "failed": 0, "incomplete_answers": 15,
+                      "missing_fields": 45},
+        "egoplan_val_gen": {"accuracy": 0.0, "accuracy_ego4d": 0.0, "predictions": 8, "unparseable": 8.0},
+        "ego_think_existence": {"score": float("nan"), "judged": 0, "failed": 2},
+        "ego_think_counting": {"score": None, "judged": 0, "failed": 2},
+        "ego_think_spatial": {"score": 50.0, "judged": 2, "failed": 0}},
+        {"egoplan_val_gen": [{"doc_id": i, "accuracy": 0.0} for i in range(8)]},
+        n_samples={"egointent": {"original": 15, "effective": 15}})
+    assert "NaN" in (folder / "20260101_100000_results.json").read_text()  # as older files hold it
+    report = write_report([folder], tmp_path / "report", FACES)
+    markdown = report.markdown.read_text()
+    intent = next(line for line in markdown.splitlines() if "| egointent |" in line)
+    assert intent.count("0.00 (not scored)") == 6 and "[" not in intent.split("| video |")[1]  # no interval
+    assert "not scored: 0 judged: 15 of 15 answers incomplete" in intent
+    generated = next(line for line in markdown.splitlines() if "| egoplan_val_gen |" in line)
+    assert "0.00 (not scored)" in generated and "not scored: 8 of 8 answers unparseable" in generated
+    think = next(line for line in markdown.splitlines() if "| ego_think |" in line)
+    assert think.count("no value") == 2 and "50.0" in think and "nan" not in think.lower().replace("no value", "")
+    assert "not scored: ego_think_existence: 0 judged: 2 failed" in think
+    assert "not scored: ego_think_counting: 0 judged: 2 failed" in think
+    rows = {r["task"]: r for r in read_csv(tmp_path / "report" / "ego_think.csv") if r["source"] == THIS_RUN}
+    assert rows["ego_think"]["Existence (0-100)"] == rows["ego_think"]["Counting (0-100)"] == "" \
+        and float(rows["ego_think"]["Spatial (0-100)"]) == 50
+    # figures leave them out and name them
+    tables = {t.name: t for t in build_tables(load_runs([folder])[0], FACES)[0]}
+    intent_figure = egointent_scenarios(tables["egointent"])
+    assert not intent_figure.axes[0].images and "0 judged: 15 of 15 answers incomplete" in intent_figure.get_supxlabel()
+    assert not egoplan_breakdowns(tables["egoplan_val"]).axes[0].patches
+    think_figure = egothink_dimensions(tables["ego_think"])
+    assert [p.get_height() for p in think_figure.axes[0].patches] == [50.0]  # spatial; not the two unscored
+    assert think_figure.get_supxlabel().splitlines() == [
+        "tiny-model · ego_think, Existence: not scored (0 judged: 2 failed)",
+        "tiny-model · ego_think, Counting: not scored (0 judged: 2 failed)"]
+
+
+def test_run_times_carry_their_time_zone(tmp_path):
+    """lmms-eval stamps its files in the zone of --timezone (UTC+8 by default); lm-eval records a
+    POSIX start time. The report says which zone, and orders runs by the real time."""
+    results = egoplan_run(tmp_path / "a", stamp="20260101_100000")  # lmms-eval's default zone: UTC+8
+    data = json.loads(results.read_text())
+    data["config"]["resolved_cli_args"] = {"timezone": "America/New_York"}
+    later = tmp_path / "b" / "20260101_090000_results.json"  # 09:00 in New York is 22:00 in Singapore
+    later.parent.mkdir()
+    later.write_text(json.dumps(data))
+    runs, _ = load_runs([tmp_path / "a", tmp_path / "b"], all_runs=True)
+    times = sorted(run.time_text for run in runs)
+    assert times == ["2026-01-01 09:00:00 UTC-05:00", "2026-01-01 10:00:00 UTC+08:00"]
+    latest, _ = load_runs([tmp_path / "a", tmp_path / "b"])
+    assert [run.time_text for run in latest] == ["2026-01-01 09:00:00 UTC-05:00"]  # the later run, in real time
+    lm_eval = tmp_path / "c" / "results_2026-01-01T14-00-00.123456.json"
+    lm_eval.parent.mkdir()
+    lm_eval.write_text(json.dumps({"results": {"egoplan_val_blind": {"accuracy,none": 0.4}}, "date": 1767276000.0,
+                                   "config": {"model_args": "pretrained=tiny-lm"}}))
+    [baseline], _ = load_runs([lm_eval])
+    assert baseline.time_text == "2026-01-01 14:00:00 UTC"
+    markdown = write_report([tmp_path / "a"], tmp_path / "report", FACES).markdown.read_text()
+    assert "| 2026-01-01 10:00:00 UTC+08:00 |" in markdown
+
+
+def test_every_output_file_has_the_permissions_of_the_umask(results_tree, tmp_path):
+    previous = os.umask(0o027)
+    try:
+        report = write_report([results_tree], tmp_path / "report", FACES)
+    finally:
+        os.umask(previous)
+    written = sorted((tmp_path / "report").iterdir())
+    assert {report.markdown, report.html, *report.files} == set(written)
+    assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in written} == {path.name: 0o640 for path in written}
+
+
+def test_the_page_keeps_wide_tables_in_their_own_scrolling_box(results_tree, tmp_path):
+    report = write_report([results_tree], tmp_path / "report", FACES)
+    page = report.html.read_text()
+    style = page[page.index("<style>"):page.index("</style>")]
+    assert ".table-box{overflow-x:auto" in style and "figure svg{max-width:100%" in style
+    assert page.count('<div class="table-box"><table id="table-') == len(TABLES)
+
+
+def egoplan_val_rows(folders, *, all_runs=False):
+    runs, _ = load_runs(folders, all_runs=all_runs)
+    tables, _ = build_tables(runs, FACES)
+    table = next(t for t in tables if t.name == "egoplan_val")
+    return [row for row in table.user_rows if row.task == "egoplan_val"]
+
+
+def test_runs_that_differ_only_in_one_setting_are_two_rows_each_labelled_with_it(tmp_path):
+    egoplan_run(tmp_path / "eight", stamp="20260101_090000", settings={"num_frames": 8})
+    egoplan_run(tmp_path / "four", stamp="20260101_100000", settings={"num_frames": 4})
+    rows = egoplan_val_rows([tmp_path])
+    assert sorted(row.model for row in rows) == ["tiny-model (num_frames 4)", "tiny-model (num_frames 8)"]
+
+
+def test_checkpoints_in_folders_of_the_same_name_are_two_models(tmp_path):
+    egoplan_run(tmp_path / "a", stamp="20260101_090000", model_path="/ckpt/run-1/final")
+    egoplan_run(tmp_path / "b", stamp="20260101_100000", model_path="/ckpt/run-2/final")
+    egoplan_run(tmp_path / "c", stamp="20260101_110000", model_path="/other/tiny-model")
+    assert sorted(row.model for row in egoplan_val_rows([tmp_path])) == ["run-1/final", "run-2/final", "tiny-model"]
+
+
+def test_identical_runs_keep_the_latest_and_all_runs_shows_each_told_apart_by_time(tmp_path):
+    egoplan_run(tmp_path / "first", stamp="20260101_090000", settings={"num_frames": 8})
+    egoplan_run(tmp_path / "again", stamp="20260101_100000", settings={"num_frames": 8})
+    latest = egoplan_val_rows([tmp_path])
+    assert [(row.model, row.run.time_text) for row in latest] == [("tiny-model", "2026-01-01 10:00:00 UTC+08:00")]
+    every = egoplan_val_rows([tmp_path], all_runs=True)
+    assert [(row.model, row.run.time_text[11:19]) for row in every] == [("tiny-model", "09:00:00"), ("tiny-model", "10:00:00")]
+    egoplan_run(tmp_path / "other backend", stamp="20260101_110000", settings={"num_frames": 8, "scored_tokens": "answer"})
+    labelled = sorted(row.model for row in egoplan_val_rows([tmp_path], all_runs=True))
+    assert labelled == ["tiny-model (scored_tokens answer)"] + ["tiny-model (scored_tokens unset)"] * 2

@@ -1,0 +1,41 @@
+"""Every script of speed/ runs on its smallest setting and prints its ratio line against the naive
+method, so none can break unseen. A smoke run, not a measurement: no time is asserted (the README
+quotes the scripts' own runs at their default settings)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SPEED = Path(__file__).resolve().parents[1] / "speed"
+
+# script -> (its smallest setting, the ratio line it must print)
+SMOKE_RUNS = {
+    "bench_judge.py": (["--items", "32", "--latency", "0.05", "--concurrency", "8"],
+                       r"serial / wall = [\d.]+x faster"),
+    "bench_lcs.py": (["--pairs", "20", "--reference-pairs", "1", "--reference-sample", "shortest"],
+                     r"per pair: release [\d.]+ s, fast [\d.]+ ms -> speed-up x[\d,]+"),
+    "bench_loglikelihood.py": (["--shape", "tiny", "--questions", "1", "--rounds", "1", "--layers", "1"],
+                               r"ratio\s+:\s+[\d.]+x"),
+    "bench_egoplan_visuals.py": (["--questions", "1", "--seconds", "4"], r"naive / egoplan =\s+[\d.]+x"),
+    "bench_media_check.py": (["--samples", "4", "--frames-per-video", "400"],
+                             r"pre-cut clips \(H\.264\)\s+: check .* check / decoding = [\d.]+%"),
+}
+
+
+def test_every_speed_script_has_a_smoke_run():
+    assert {path.name for path in SPEED.glob("*.py")} == set(SMOKE_RUNS)
+
+
+@pytest.mark.parametrize("script", sorted(SMOKE_RUNS))
+def test_the_speed_script_runs_and_prints_its_ratio(script, tmp_path):
+    arguments, ratio_line = SMOKE_RUNS[script]
+    run = subprocess.run([sys.executable, str(SPEED / script), *arguments], capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path)
+    output = run.stdout + run.stderr
+    # bench_judge exits 1 when the wall time exceeds its allowance: a verdict on this machine's load, not a breakage.
+    assert run.returncode in ((0, 1) if script == "bench_judge.py" else (0,)), output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert re.search(ratio_line, run.stdout), output[-3000:]
