@@ -9,50 +9,37 @@ from lmms_egoplan.core.documentation import doc_page
 from tests.e2e.runs import broken_copy, egoplan_run, first_epic_frame, truncate
 
 
-# A value of the wrong type: tests/e2e/test_failed_runs.py (which also shows the model never starts loading).
-@pytest.mark.parametrize("case, settings, message", [
-    ("a misspelt setting", {"numframes": "16"}, "EGOPLAN_NUMFRAMES names no setting; did you mean EGOPLAN_NUM_FRAMES?"),
-    ("a value out of range", {"max_side": "-5"}, "EGOPLAN_MAX_SIDE (metadata.max_side) must be at least 1, got -5"),
-])
-def test_bad_settings_stop_the_run_with_exit_status_1(case, settings, message, egoplan_data, tmp_path):
-    run = egoplan_run(egoplan_data, tmp_path, **settings)
-    assert run.returncode == 1 and run.results is None, case
-    assert message in run.log and "lmms-egoplan: the evaluation failed" in run.log
-
-
-@pytest.mark.parametrize("damage", ["empty", "truncated"])
-def test_an_unusable_frame_is_named_at_load_or_skipped_and_counted(damage, egoplan_data, tmp_path):
+# Settings: one CLI run shows the exit status and last line of a settings error (a value of the wrong type,
+# tests/e2e/test_failed_runs.py, which also shows the model never starts loading); every kind of settings
+# error is named in process (tests/harness/test_benchmark_task.py). Media: one run per kind of damage
+# through the CLI below; each damage's name in process (tests/egoplan/test_protocol.py).
+def test_an_unusable_frame_is_named_at_load_or_skipped_and_counted(egoplan_data, tmp_path):
     data = broken_copy(egoplan_data, tmp_path)
     frame = first_epic_frame(data)
-    frame.write_bytes(b"") if damage == "empty" else truncate(frame, 0.6)
+    truncate(frame, 0.6)
     stopped = egoplan_run(data, tmp_path / "stopped")
     assert stopped.returncode == 1 and stopped.results is None
-    assert f"{damage}" in stopped.log and str(frame) in stopped.log and "EGOPLAN_EPIC_FRAMES_ROOT" in stopped.log
-    if damage == "truncated":  # skipping is the same path whatever the damage: one run shows it
-        skipped = egoplan_run(data, tmp_path / "skipped", skip_missing="true")
-        assert skipped.returncode == 0 and skipped.metric("egoplan_val", "skipped_samples") == 1
+    assert "truncated" in stopped.log and str(frame) in stopped.log and "EGOPLAN_EPIC_FRAMES_ROOT" in stopped.log
+    skipped = egoplan_run(data, tmp_path / "skipped", skip_missing="true")
+    assert skipped.returncode == 0 and skipped.metric("egoplan_val", "skipped_samples") == 1
 
 
-@pytest.mark.parametrize("damage", ["empty", "not a video", "cut short"])
-def test_an_unusable_clip_is_named_at_load(damage, egoplan_data, tmp_path):
+def test_a_clip_cut_short_is_named_at_load_or_skipped_and_counted(egoplan_data, tmp_path):
+    """The hardest damage to see: its index comes first, so it opens; only its packets show the loss."""
+    from lmms_egoplan.fixtures.media import write_video
+
     data = broken_copy(egoplan_data, tmp_path)
     clip = data.clips_dir / "106.mp4"
-    if damage == "cut short":  # its index comes first, so it opens; only its packets show the loss
-        from lmms_egoplan.fixtures.media import write_video
-
-        record = next(r for r in data.records() if r["sample_id"] == 106)
-        start = record["task_progress_metadata"][0]["start_frame"]
-        write_video(clip, first_index=start, num_frames=record["current_observation_frame"] - start + 1, faststart=True)
-        truncate(clip, 0.5)
-    else:
-        clip.write_bytes(b"" if damage == "empty" else b"\x00\x01garbage" * 999)
+    record = next(r for r in data.records() if r["sample_id"] == 106)
+    start = record["task_progress_metadata"][0]["start_frame"]
+    write_video(clip, first_index=start, num_frames=record["current_observation_frame"] - start + 1, faststart=True)
+    truncate(clip, 0.5)
     run = egoplan_run(data, tmp_path / "out", visual_source="clips")
     assert run.returncode == 1 and "sample 106" in run.log and str(clip) in run.log and "EGOPLAN_CLIPS_DIR" in run.log
     assert "Running loglikelihood requests" not in run.log
-    if damage == "cut short":  # the packets stop early, or the last one read is marked damaged
-        assert "cut short" in run.log or "damaged packet" in run.log
-        skipped = egoplan_run(data, tmp_path / "skipped", visual_source="clips", skip_missing="true")
-        assert skipped.returncode == 0 and skipped.metric("egoplan_val", "skipped_samples") == 1
+    assert "cut short" in run.log or "damaged packet" in run.log  # the packets stop early, or the last one is damaged
+    skipped = egoplan_run(data, tmp_path / "skipped", visual_source="clips", skip_missing="true")
+    assert skipped.returncode == 0 and skipped.metric("egoplan_val", "skipped_samples") == 1
 
 
 def test_an_output_path_that_cannot_be_written_fails_before_any_model_call(egoplan_data, tmp_path):

@@ -300,6 +300,33 @@ def test_missing_media_raise_one_error_naming_sample_path_and_settings(broken):
         load(broken, visual_source="clips")
 
 
+
+@pytest.mark.parametrize("damage", ["empty frame", "truncated frame", "empty clip", "clip not a video"])
+def test_an_unusable_frame_or_clip_is_named_at_load_with_its_sample_and_setting(damage, fixture, tmp_path):
+    """What each damage is called at load (tests/e2e/test_bad_input.py runs one of each kind through
+    the CLI: the run stops before the model, naming it on its last line)."""
+    root = tmp_path / "damaged"
+    shutil.copytree(fixture.root, root)
+    copy = build_fixture(root)
+    if damage.endswith("frame"):
+        doc = next(d for d in load(copy).docs if d["media_kind"] == "epic_frames")
+        damaged, setting, visual_source = media.FrameFolder(doc["media_path"]).frame_path(doc["clips"][0][-2]), \
+            "EGOPLAN_EPIC_FRAMES_ROOT", "raw"
+    else:
+        doc = next(d for d in load(copy).docs if d["sample_id"] == 106)
+        damaged, setting, visual_source = copy.clips_dir / "106.mp4", "EGOPLAN_CLIPS_DIR", "clips"
+    if damage.startswith("empty"):
+        damaged.write_bytes(b"")
+    elif damage == "truncated frame":
+        damaged.write_bytes(damaged.read_bytes()[:int(0.6 * damaged.stat().st_size)])
+    else:
+        damaged.write_bytes(b"\x00\x01garbage" * 999)
+    with pytest.raises(egoplan_data.EgoPlanDataError) as error:
+        load(copy, visual_source=visual_source)
+    message = str(error.value)
+    assert f"sample {doc['sample_id']}" in message and str(damaged) in message and setting in message, message
+
+
 def test_skip_missing_drops_and_counts_the_samples(broken):
     loaded = load(broken, skip_missing="true")
     assert [d["sample_id"] for d in loaded.docs] == [101, 102, 104, 105, 106]
