@@ -10,7 +10,7 @@ def pytest_collection_modifyitems(items):
     """The end-to-end tier is a folder: every test under tests/e2e/ is marked ``e2e`` (setup.cfg's
     ``-m "not e2e"`` leaves them to ``pytest -m e2e``), and no test elsewhere is."""
     for item in items:
-        if END_TO_END in Path(item.fspath).parents:
+        if END_TO_END in item.path.parents:
             item.add_marker(pytest.mark.e2e)
 
 

@@ -9,14 +9,10 @@ import re
 
 from lmms_egoplan.egoplan.data import CHOICE_LETTERS, SIMILARITY_LEVELS
 from lmms_egoplan.report.figures import (
-    PUBLISHED_COLOUR,
     Figure,
-    bars,
-    binned_accuracies,
-    colour,
+    accuracy_bars,
     footnote,
     legend_above,
-    no_data,
     run_labels,
     unscored_notes,
 )
@@ -33,7 +29,6 @@ from lmms_egoplan.report.layout import (
 from lmms_egoplan.report.metric_roles import natural_order
 from lmms_egoplan.report.tables import Table
 
-CHANCE = 100 / len(CHOICE_LETTERS)  # % : one of the candidates
 _PROGRESS = re.compile(r"^accuracy_progress_\d+_(?:\d+|plus)$")
 
 
@@ -55,20 +50,8 @@ def egoplan_breakdowns(table: Table) -> Figure:
             ("by task-progress length (actions so far)", "progress", reported_progress_bins(all_metrics)),
             ("by goal-answer similarity level", "similarity", list(SIMILARITY_LEVELS)))):
         axes.set_title(f"EgoPlan-Bench Val accuracy {title}", fontsize=10)
-        series, errors, counts = [], {}, {}
-        for index, (label, row) in enumerate(drawn):
-            values, bounds, sizes = binned_accuracies(row, name, bins)
-            series.append((label, colour(index), values))
-            errors[label], counts[label] = bounds, sizes
-        if not any(v is not None for *_, values in series for v in values):
-            no_data(axes, "no run reports these bins")
-            continue
-        bars(axes, [b.replace("_plus", "+").replace("_", "-") for b in bins], series, errors, counts)
-        axes.axhline(CHANCE, color=PUBLISHED_COLOUR, linestyle="--", linewidth=1,
-                     label=f"chance ({CHANCE:g}%: one of {len(CHOICE_LETTERS)} candidates)")
-        axes.set_ylim(0, 112)
-        axes.set_yticks(range(0, 101, 20))
-        axes.set_ylabel("accuracy (%)")
+        accuracy_bars(axes, drawn, name, bins, [b.replace("_plus", "+").replace("_", "-") for b in bins],
+                      candidates=len(CHOICE_LETTERS), empty="no run reports these bins")
     legend_above(figure, columns=2)
     footnote(figure, unscored_notes(table, labels))
     return figure

@@ -10,27 +10,15 @@ from lmms_egoplan.egoplan_bench2.data import CHOICE_LETTERS, DOMAINS, metric_lab
 from lmms_egoplan.report.figures import (
     PUBLISHED_COLOUR,
     Figure,
-    bars,
-    binned_accuracies,
-    colour,
+    accuracy_bars,
     footnote,
     legend_above,
-    no_data,
     run_labels,
     unscored_notes,
 )
 from lmms_egoplan.report.layout import Breakdown, ReportFace, TableLayout, count_column, percent_column, published_rows
 
-CHANCE = 100 / len(CHOICE_LETTERS)  # % : one of the candidates
 _DOMAIN_METRICS = {domain: f"accuracy_domain_{metric_label(domain)}" for domain in DOMAINS}
-
-
-def _chance_line(axes) -> None:
-    axes.axhline(CHANCE, color=PUBLISHED_COLOUR, linestyle="--", linewidth=1,
-                 label=f"chance ({CHANCE:g}%: one of {len(CHOICE_LETTERS)} candidates)")
-    axes.set_ylim(0, 112)
-    axes.set_yticks(range(0, 101, 20))
-    axes.set_ylabel("accuracy (%)")
 
 
 def egoplan_bench2_breakdowns(table) -> Figure:
@@ -45,17 +33,9 @@ def egoplan_bench2_breakdowns(table) -> Figure:
             (by_domain, "domain", [metric_label(d) for d in DOMAINS], "by domain"),
             (by_scenario, "scenario", _reported_scenarios(rows), "by scenario")):
         axes.set_title(f"EgoPlan-Bench2 accuracy {title}", fontsize=10)
-        series, errors, counts = [], {}, {}
-        for index, (label, row) in enumerate(zip(labels, rows)):
-            values, bounds, sizes = binned_accuracies(row, family, bins)
-            series.append((label, colour(index), values))
-            errors[label], counts[label] = bounds, sizes
-        if not any(v is not None for *_, values in series for v in values):
-            no_data(axes, "no run of yours reports these accuracies")
-            continue
         names = list(DOMAINS) if family == "domain" else [b.replace("_", " ") for b in bins]
-        bars(axes, names, series, errors, counts)
-        _chance_line(axes)
+        accuracy_bars(axes, list(zip(labels, rows)), family, bins, names, candidates=len(CHOICE_LETTERS),
+                      empty="no run of yours reports these accuracies")
     published = [row for row in table.rows if row.published]
     for position, domain in enumerate(DOMAINS):
         column = next(i for i, c in enumerate(table.layout.columns) if c.metric == _DOMAIN_METRICS[domain])

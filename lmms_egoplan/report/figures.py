@@ -111,6 +111,29 @@ def binned_accuracies(row: Row, family: str, bins: list[str]) -> tuple[list, lis
     return values, bounds, sizes
 
 
+
+def accuracy_bars(axes, runs: list[tuple[str, Row]], family: str, bins: list[str], names: list[str], *,
+                  candidates: int, empty: str) -> bool:
+    """Each run's accuracy per bin of a breakdown (``binned_accuracies``) as bars named ``names``, the
+    chance line of a choice among ``candidates``, the axis in percent; ``no_data(axes, empty)`` where
+    no run reports a bin. Returns whether bars were drawn."""
+    series, errors, counts = [], {}, {}
+    for index, (label, row) in enumerate(runs):
+        values, bounds, sizes = binned_accuracies(row, family, bins)
+        series.append((label, colour(index), values))
+        errors[label], counts[label] = bounds, sizes
+    if not any(v is not None for *_, values in series for v in values):
+        no_data(axes, empty)
+        return False
+    bars(axes, names, series, errors, counts)
+    chance = 100 / candidates
+    axes.axhline(chance, color=PUBLISHED_COLOUR, linestyle="--", linewidth=1,
+                 label=f"chance ({chance:g}%: one of {candidates} candidates)")
+    axes.set_ylim(0, 112)
+    axes.set_yticks(range(0, 101, 20))
+    axes.set_ylabel("accuracy (%)")
+    return True
+
 def _group_ticks(axes, groups: list[str]) -> None:
     long_labels = sum(map(len, groups)) > 60  # labels side by side would overlap
     axes.set_xticks(range(len(groups)), groups, rotation=20 if long_labels else 0,
