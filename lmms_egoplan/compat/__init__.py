@@ -53,8 +53,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from importlib.metadata import version
-from typing import Mapping
+from pathlib import Path, PurePath
+from typing import Mapping, Sequence
 
 SUITE_PLUGIN = "lmms_egoplan"
 
@@ -92,3 +94,49 @@ def suite_plugin_enabled(environ: Mapping[str, str] = os.environ) -> bool:
 
 # module imports nothing of the suite while lmms-eval loads the entry point.
 SUITE_BACKENDS = ("egoplan_hf", "egoplan_server")
+
+def is_lmms_eval_cli(argv: Sequence[str] | None = None) -> bool:
+    """Whether this process runs lmms-eval's CLI: ``lmms-eval ...``, or ``python -m lmms_eval ...`` (what
+    accelerate and torchrun start on each rank)."""
+    argv = sys.argv if argv is None else argv
+    program = PurePath(argv[0]) if argv else PurePath()
+    return program.name == "lmms-eval" or program.parts[-2:] == ("lmms_eval", "__main__.py")
+
+def cli_option(name: str, argv: Sequence[str] | None = None) -> str | None:
+    """The value of option ``name`` (``--tasks``) in this command line (``name value`` or ``name=value``;
+    the last one given, as argparse takes it), or None."""
+    argv = list(sys.argv if argv is None else argv)
+    value = None
+    for position, argument in enumerate(argv[1:], 1):
+        if argument == name and position + 1 < len(argv):
+            value = argv[position + 1]
+        elif argument.startswith(f"{name}="):
+            value = argument.split("=", 1)[1]
+    return value
+
+def run_names_suite(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this run names the suite, read before lmms-eval has parsed anything: ``LMMS_EVAL_PLUGINS``
+    names it, or this is lmms-eval's CLI and its ``--model`` is a suite backend or its ``--tasks`` name a
+    suite task (``suite_task_names``: the YAMLs' names, read as text; no task index)."""
+    if suite_plugin_enabled(environ):
+        return True
+    if not is_lmms_eval_cli(argv):
+        return False
+    if cli_option("--model", argv) in SUITE_BACKENDS:
+        return True
+    import fnmatch
+
+    named = [name.strip() for name in (cli_option("--tasks", argv) or "").split(",") if name.strip()]
+    return any(fnmatch.fnmatchcase(task, name) for name in named for task in suite_task_names())
+
+def suite_task_names() -> frozenset[str]:
+    """The task and group names the suite's task YAMLs declare (``task: <name>``, ``group: <name>``),
+    read as text: cheap enough for every start of lmms-eval's CLI."""
+    import re
+
+    spec = importlib.util.find_spec(f"{SUITE_PLUGIN}.tasks")
+    if spec is None or not spec.submodule_search_locations:
+        return frozenset()
+    declared = re.compile(r"^(?:task|group):[ \t]*([\w.-]+)[ \t]*$", re.MULTILINE)
+    return frozenset(name for folder in spec.submodule_search_locations for path in Path(folder).rglob("*.yaml")
+                     for name in declared.findall(path.read_text(encoding="utf-8")))
