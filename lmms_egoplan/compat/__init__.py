@@ -18,18 +18,27 @@ lmms-eval. Each one
   ``tasks.watch_task_selection``            installed in every run; acts only in a run that names the
                                             suite in ``LMMS_EVAL_PLUGINS``, as ``--model`` or one of
                                             its tasks (below: "a run that uses the suite")
-  ``durability.fail_runs_with_failed_tasks``  a run that uses the suite, once its tasks are named; a
+  ``durability.fail_runs_with_failed_tasks``  a run that names the suite (``run_names_suite``), from
+                                            its entry point on; again once its tasks are named; a
                                             suite task or backend is built
+  ``durability.refuse_an_output_path_with_a_comma``  a run of lmms-eval's CLI that names the suite, when
+                                            its entry point loads
+  ``durability.say_what_to_fix_after_uncaught_errors``  a run of lmms-eval's CLI that names the suite, when
+                                            its entry point loads
   ``tasks.explain_missing_tasks``           a run that uses the suite names a task not found
   ``tasks.hint_suite_counterparts``         a run that uses the suite names an lmms-eval built-in
                                             that a suite task implements as its paper defines it
   ``tasks.check_suite_tasks_before_the_model``  a run that uses the suite, once its tasks are named
   ``results.keep_loglikelihood_results``    a suite task or backend is built
   ``durability.keep_responses_of_stopped_runs``  a suite task or backend is built
+  ``durability.keep_failed_requests_out_of_the_response_cache``  a suite task or backend is built
+  ``secrets.keep_api_keys_out_of_the_response_cache``  a suite task or backend is built
+  ``secrets.keep_api_keys_out_of_the_run_summary``  a run that uses the suite, once its tasks are named
   ``durability.stop_cleanly_on_sigterm``    a suite task or backend is built
   ``results.clean_lone_surrogates``         a suite task or backend is built
   ``results.write_results_as_strict_json``  a suite task or backend is built
-  ``durability.exit_when_results_are_written``  called by the suite's judged tasks only
+  ``durability.exit_when_results_are_written``  called by the suite's judged tasks, and by its generative
+                                            tasks when model requests failed
   ``tasks.unretried_process_results``       called by the suite's tasks only
   ``tasks.bind_class_task_to_backend``      called by the suite's tasks only
   ``results.run_datetime_str``              called by the suite's tasks only (reads, changes nothing)
@@ -37,15 +46,18 @@ lmms-eval. Each one
 
 Modules by concern: ``tasks`` (task discovery, tasks not found, what a run's tasks need before the
 model loads), ``durability`` (what a stopped or killed run keeps, and a run's exit status),
-``results`` (what reaches and leaves the results and samples files), ``switches`` (when each is
-switched on). What a run learns as it goes (the response cache it opened, why it must exit
-non-zero, ...) is ``lmms_egoplan.core.run_state.RUN``.
+``results`` (what reaches and leaves the results and samples files), ``secrets`` (the evaluated
+model's API key kept out of what a run writes and prints), ``switches`` (when each is switched on).
+What a run learns as it goes (the response cache it opened, why it must exit non-zero, ...) is
+``lmms_egoplan.core.run_state.RUN``.
 
 lmms-eval loads the suite's model entry point in every run once the suite is installed; the entry
 point registers the backends' manifests and calls ``switches.on_entry_point_load``, which does
-nothing unless ``LMMS_EVAL_PLUGINS`` names the suite, except ``tasks.watch_task_selection``, which
-passes the task lists of runs that do not name the suite through unchanged. A run that uses none of
-the suite behaves as lmms-eval alone (a test runs one both ways).
+nothing unless the run names the suite (``run_names_suite``: ``LMMS_EVAL_PLUGINS`` names it, or
+lmms-eval's command line names a suite backend or task; it reads ``sys.argv``, the environment and the
+task YAMLs as text, and imports nothing), except ``tasks.watch_task_selection``, which passes the task
+lists of runs that do not name the suite through unchanged. A run that uses none of the suite behaves
+as lmms-eval alone (a test runs one both ways).
 This package imports nothing of lmms-eval at import (entry points load while lmms-eval imports).
 """
 

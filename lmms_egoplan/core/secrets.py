@@ -24,12 +24,12 @@ _SHORTEST_KNOWN_SECRET = 8
 _SHAPES = (
     # The value of a header that carries a credential, as "name: value" or a JSON / dict entry.
     re.compile(r"(?i)(\b(?:proxy-)?authorization|\bx?-?api-key|\bapi_key)(\"?'?\s*[:=]\s*[\"']?)"
-               r"((?:bearer|basic)\s+)?[^\s\"',;}]+"),
+               r"((?:bearer|basic)\s+)?[^\s\"',;})\]<>]+"),
     re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{8,}"),
     re.compile(r"(?i)(^|[^\w-])(sk-[A-Za-z0-9_-]{8,})"),
     re.compile(r"(^|[^\w-])(hf_[A-Za-z0-9]{20,})"),
     re.compile(r"(^|[^\w-])(AIza[0-9A-Za-z_-]{30,})"),
-    re.compile(r"(?i)(^|[,\s?&])(\w*(?:api_key|token|secret|password))=([^,\s&]+)"),
+    re.compile(r"(?i)(^|[,\s?&<>])(\w*(?:api_key|token|secret|password))=([^,\s&\"')\]<>]+)"),
 )
 
 

@@ -34,8 +34,14 @@ from lmms_egoplan.core.secrets import MASK, mask_secrets
 FAILED_REQUESTS = "failed_requests"
 # Failed judgements end a run with 3 (judge_failed_exit_status); a failed model request leaves more out.
 FAILED_REQUESTS_EXIT_STATUS = 4
-# What a --predict_only run logs (under "bypass") for a sample whose request failed.
+# The per-sample value of a sample whose request failed, where a metric needs one (a judged metric's item,
+# what a --predict_only run logs under "bypass"): {FAILED_REQUEST_MARK: why}.
 FAILED_REQUEST_MARK = "failed_request"
+
+
+def is_failed_request_item(value: Any) -> bool:
+    """Whether a metric's per-sample value stands for a sample whose request failed (a judged task's)."""
+    return isinstance(value, dict) and FAILED_REQUEST_MARK in value
 
 
 def failed_request_count(items: Sequence[float], args: Any = None, *, task: Any = None) -> int:

@@ -118,8 +118,13 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
             logged = {FAILED_REQUEST_MARK: failure} if failure else self.logged_predictions(doc, results)
             return {**{metric: logged for metric in self._metric_fn_list if metric != FAILED_REQUESTS}, **counted}
         if failure is not None:
-            return counted
+            return {**self.failed_request_scores(failure), **counted}
         return {**unretried_process_results(ConfigurableTask.process_results)(self, doc, results, full_docs), **counted}
+
+    def failed_request_scores(self, failure: str) -> dict:
+        """What a document whose request failed returns besides its count: nothing, so that every
+        metric leaves it out (a judged task marks its judged metrics: ``harness.judged``)."""
+        return {}
 
     def failed_request(self, results) -> str | None:
         """Why a document's responses are no answer (``core.failed_requests``), or None."""

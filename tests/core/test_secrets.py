@@ -37,3 +37,30 @@ def test_the_configured_key_is_masked_whatever_its_shape_and_placeholders_are_no
 ])
 def test_texts_without_a_secret_are_unchanged(text):
     assert mask_secrets(text) == text
+
+
+def test_a_judge_that_echoes_the_authorization_header_gets_its_key_masked_in_the_error():
+    from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
+    from lmms_egoplan.judge import Decoding, JudgeCallError, OpenAIChatBackend
+
+    key = "plain-judge-key-0123"  # no key's shape: masked because it is the configured one
+    echo = ChatServer(lambda call: Reply(f"bad key {call.headers['authorization']} (x-api-key: {key})", status=401))
+    with echo:
+        backend = OpenAIChatBackend("judge", base_url=echo.base_url, api_key_env="KEY", environ={"KEY": key})
+        with pytest.raises(JudgeCallError) as refused:
+            backend.complete([{"role": "user", "content": "rate"}], Decoding())
+    assert str(refused.value) == "HTTP 401: bad key Bearer *** (x-api-key: ***)"
+
+
+def test_an_inference_servers_error_text_is_masked():
+    from types import SimpleNamespace
+
+    from lmms_egoplan.models.engines import _error_message
+
+    def response(body):
+        return SimpleNamespace(json=lambda: body, text=str(body))
+
+    assert _error_message(response({"error": {"message": "401: Authorization: Bearer hf_abcdefghijklmnopqrstuvwx"}})) \
+        == "401: Authorization: Bearer ***"
+    assert _error_message(SimpleNamespace(json=lambda: (_ for _ in ()).throw(ValueError()),
+                                          text="<html>api_key=sk-0123456789abcdef</html>")) == "<html>api_key=***</html>"

@@ -155,8 +155,10 @@ def test_a_model_that_fails_every_request_leaves_no_score_and_says_how_to_ask_ag
     reported = reported_metrics(run.results)
     asked = 0
     for task, metrics in reported.items():
-        numbers = {metric for metric, value in metrics.items() if isinstance(value, (int, float))}
-        assert numbers <= {"failed_requests", "skipped_samples"}, (task, numbers)  # no score, no count of answers
+        # No score (a judged one null, EgoThink's Average too) and no count of answers; nothing judged.
+        numbers = {metric: value for metric, value in metrics.items() if isinstance(value, (int, float))}
+        assert numbers.keys() <= {"failed_requests", "skipped_samples", "judged", "failed"}, (task, numbers)
+        assert numbers.get("judged", 0) == numbers.get("failed", 0) == 0 and metrics.get("score", None) is None
         if task in run.results["n-samples"]:  # a task, not a group
             assert metrics["failed_requests"] == run.results["n-samples"][task]["effective"]
             asked += metrics["failed_requests"]
