@@ -25,6 +25,8 @@ empty text they put in place of a null content is the model's answer.
 
 from __future__ import annotations
 
+from lmms_egoplan.core.secrets import mask_secrets
+
 REQUEST_FAILED_PREFIX = "[LMMS_EVAL_REQUEST_FAILED after "
 BUDGET_EXCEEDED = "[LMMS_EVAL_BUDGET_EXCEEDED]"
 
@@ -43,7 +45,7 @@ def failed_request(answer: object, backend: str | None = None) -> str | None:
     if not isinstance(answer, str):
         return None  # a likelihood, or an answer of another kind: answered
     if answer.startswith(REQUEST_FAILED_PREFIX):
-        return answer.split("\n", 1)[0]
+        return mask_secrets(answer.split("\n", 1)[0])  # the error of a server that may echo the request's key
     if answer.strip() == BUDGET_EXCEEDED:
         return f"{BUDGET_EXCEEDED}: the token budget of the run (--max_tokens) was spent before this request"
     if backend in FAILURE_TEXTS and answer.strip() == FAILURE_TEXTS[backend]:
