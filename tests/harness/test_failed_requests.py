@@ -190,3 +190,11 @@ def test_rejudge_counts_failed_requests_and_judges_the_rest(tmp_path):
     logged = read_logged_items([samples])
     assert logged.failed_requests == {"ego_think_counting": 2} and logged.unusable == {"ego_think_counting": []}
     assert len(logged.columns["ego_think_counting"]["score"]) == 1
+
+
+def test_a_task_whose_every_request_failed_says_why_it_has_no_score_in_tables():
+    from lmms_egoplan.report.metric_roles import BOOKKEEPING, unscored_reason
+
+    assert unscored_reason({FAILED_REQUESTS: 8.0}, 8) == "8 of 8 model requests failed"
+    assert unscored_reason({FAILED_REQUESTS: 1.0, "accuracy": 0.5}, 8) is None
+    assert FAILED_REQUESTS in BOOKKEEPING  # a count, shown after the scores
