@@ -149,7 +149,7 @@ class JudgedTask(JudgedScoring, BenchmarkTask):
     def failed_request_scores(self, failure: str) -> dict:
         """A sample whose model request failed goes to every judged metric marked so (never to the
         judge): a metric over failed samples alone is then NaN, as one whose judgements all failed,
-        and a group's mean over its subtasks (EgoThink's Average) NaN with it, not a mean over fewer."""
+        and a group's mean over its subtasks NaN with it, not a mean over fewer subtasks."""
         return {metric: {FAILED_REQUEST_MARK: failure}
                 for metric in self.metrics_aggregated_by(judged_score, judged_count, failed_count)}
 
