@@ -130,7 +130,7 @@ def print_tables(random_runs: Mapping[str, EvalRun], scripts: Mapping[str, Scrip
         print("\n" + task_table([(run.results, ""), *([(scripted, SCRIPTED)] if script else [])], face), file=out)
         if not script:
             continue
-        expected = script.expected(scripted_run)
+        expected = script.values(scripted_run)
         found = differences(reported_metrics(scripted), expected)
         checked = sum(len(metrics) for metrics in expected.values())
         if found:
@@ -145,7 +145,7 @@ def print_tables(random_runs: Mapping[str, EvalRun], scripts: Mapping[str, Scrip
 
 def _subset(run: EvalRun, script: ScriptedAnswers) -> dict:
     """The part of a results file about one script's tasks (their subtasks and groups, sample counts)."""
-    tasks = set(script.expected(run))
+    tasks = set(script.values(run))
     return {section: {task: values for task, values in (run.results.get(section) or {}).items() if task in tasks}
             for section in ("results", "groups", "n-samples")}
 

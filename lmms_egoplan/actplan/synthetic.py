@@ -356,11 +356,14 @@ def scripted_answers(data: Path, classifier: Path) -> ScriptedAnswers:
     norm_lcs = [length / max(len(plan.steps), len(doc["gold_plans"][0])) for length, plan, doc in zip(lcs, plans, docs)]
     accepted = [float(bool(plan.steps)) for plan in plans]
 
-    def expected(run: EvalRun) -> Expected:
-        metrics = {"format_error_rate": sum(p.format_errors for p in plans) / sum(p.plan_lines for p in plans),
-                   "plan_length": mean([len(p.steps) for p in plans]), "no_plan_rate": mean([float(not p.steps) for p in plans])}
-        for suffix, chosen in (("", range(len(docs))), *((f"_{split}", [i for i, d in enumerate(docs) if d["split"] == split])
-                                                        for split in ("normal", "counterfactual"))):
+    def expected(run: EvalRun, failed: frozenset[str] = frozenset()) -> Expected:
+        answered = [i for i, doc in enumerate(docs) if doc["description"] not in failed]
+        kept = [plans[i] for i in answered]
+        metrics = {"format_error_rate": sum(p.format_errors for p in kept) / sum(p.plan_lines for p in kept),
+                   "plan_length": mean([len(p.steps) for p in kept]), "no_plan_rate": mean([float(not p.steps) for p in kept]),
+                   "failed_requests": len(docs) - len(answered)}
+        for suffix, chosen in (("", answered), *((f"_{split}", [i for i in answered if docs[i]["split"] == split])
+                                                 for split in ("normal", "counterfactual"))):
             metrics |= {f"lcs{suffix}": mean([lcs[i] for i in chosen]), f"norm_lcs{suffix}": mean([norm_lcs[i] for i in chosen]),
                         f"bleurt_accuracy{suffix}": mean([accepted[i] for i in chosen])}
         return {task: metrics for task in SCRIPTED_TASKS}

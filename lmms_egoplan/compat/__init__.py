@@ -18,18 +18,27 @@ lmms-eval. Each one
   ``tasks.watch_task_selection``            installed in every run; acts only in a run that names the
                                             suite in ``LMMS_EVAL_PLUGINS``, as ``--model`` or one of
                                             its tasks (below: "a run that uses the suite")
-  ``durability.fail_runs_with_failed_tasks``  a run that uses the suite, once its tasks are named; a
+  ``durability.fail_runs_with_failed_tasks``  a run that names the suite (``run_names_suite``), from
+                                            its entry point on; again once its tasks are named; a
                                             suite task or backend is built
+  ``durability.refuse_an_output_path_with_a_comma``  a run of lmms-eval's CLI that names the suite, when
+                                            its entry point loads
+  ``durability.say_what_to_fix_after_uncaught_errors``  a run of lmms-eval's CLI that names the suite, when
+                                            its entry point loads
   ``tasks.explain_missing_tasks``           a run that uses the suite names a task not found
   ``tasks.hint_suite_counterparts``         a run that uses the suite names an lmms-eval built-in
                                             that a suite task implements as its paper defines it
   ``tasks.check_suite_tasks_before_the_model``  a run that uses the suite, once its tasks are named
   ``results.keep_loglikelihood_results``    a suite task or backend is built
   ``durability.keep_responses_of_stopped_runs``  a suite task or backend is built
+  ``durability.keep_failed_requests_out_of_the_response_cache``  a suite task or backend is built
+  ``secrets.keep_api_keys_out_of_the_response_cache``  a suite task or backend is built
+  ``secrets.keep_api_keys_out_of_the_run_summary``  a run that uses the suite, once its tasks are named
   ``durability.stop_cleanly_on_sigterm``    a suite task or backend is built
   ``results.clean_lone_surrogates``         a suite task or backend is built
   ``results.write_results_as_strict_json``  a suite task or backend is built
-  ``durability.exit_when_results_are_written``  called by the suite's judged tasks only
+  ``durability.exit_when_results_are_written``  called by the suite's judged tasks, and by its generative
+                                            tasks when model requests failed
   ``tasks.unretried_process_results``       called by the suite's tasks only
   ``tasks.bind_class_task_to_backend``      called by the suite's tasks only
   ``results.run_datetime_str``              called by the suite's tasks only (reads, changes nothing)
@@ -37,15 +46,18 @@ lmms-eval. Each one
 
 Modules by concern: ``tasks`` (task discovery, tasks not found, what a run's tasks need before the
 model loads), ``durability`` (what a stopped or killed run keeps, and a run's exit status),
-``results`` (what reaches and leaves the results and samples files), ``switches`` (when each is
-switched on). What a run learns as it goes (the response cache it opened, why it must exit
-non-zero, ...) is ``lmms_egoplan.core.run_state.RUN``.
+``results`` (what reaches and leaves the results and samples files), ``secrets`` (the evaluated
+model's API key kept out of what a run writes and prints), ``switches`` (when each is switched on).
+What a run learns as it goes (the response cache it opened, why it must exit non-zero, ...) is
+``lmms_egoplan.core.run_state.RUN``.
 
 lmms-eval loads the suite's model entry point in every run once the suite is installed; the entry
 point registers the backends' manifests and calls ``switches.on_entry_point_load``, which does
-nothing unless ``LMMS_EVAL_PLUGINS`` names the suite, except ``tasks.watch_task_selection``, which
-passes the task lists of runs that do not name the suite through unchanged. A run that uses none of
-the suite behaves as lmms-eval alone (a test runs one both ways).
+nothing unless the run names the suite (``run_names_suite``: ``LMMS_EVAL_PLUGINS`` names it, or
+lmms-eval's command line names a suite backend or task; it reads ``sys.argv``, the environment and the
+task YAMLs as text, and imports nothing), except ``tasks.watch_task_selection``, which passes the task
+lists of runs that do not name the suite through unchanged. A run that uses none of the suite behaves
+as lmms-eval alone (a test runs one both ways).
 This package imports nothing of lmms-eval at import (entry points load while lmms-eval imports).
 """
 
@@ -53,8 +65,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from importlib.metadata import version
-from typing import Mapping
+from pathlib import Path, PurePath
+from typing import Mapping, Sequence
 
 SUITE_PLUGIN = "lmms_egoplan"
 
@@ -92,3 +106,49 @@ def suite_plugin_enabled(environ: Mapping[str, str] = os.environ) -> bool:
 
 # module imports nothing of the suite while lmms-eval loads the entry point.
 SUITE_BACKENDS = ("egoplan_hf", "egoplan_server")
+
+def is_lmms_eval_cli(argv: Sequence[str] | None = None) -> bool:
+    """Whether this process runs lmms-eval's CLI: ``lmms-eval ...``, or ``python -m lmms_eval ...`` (what
+    accelerate and torchrun start on each rank)."""
+    argv = sys.argv if argv is None else argv
+    program = PurePath(argv[0]) if argv else PurePath()
+    return program.name == "lmms-eval" or program.parts[-2:] == ("lmms_eval", "__main__.py")
+
+def cli_option(name: str, argv: Sequence[str] | None = None) -> str | None:
+    """The value of option ``name`` (``--tasks``) in this command line (``name value`` or ``name=value``;
+    the last one given, as argparse takes it), or None."""
+    argv = list(sys.argv if argv is None else argv)
+    value = None
+    for position, argument in enumerate(argv[1:], 1):
+        if argument == name and position + 1 < len(argv):
+            value = argv[position + 1]
+        elif argument.startswith(f"{name}="):
+            value = argument.split("=", 1)[1]
+    return value
+
+def run_names_suite(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this run names the suite, read before lmms-eval has parsed anything: ``LMMS_EVAL_PLUGINS``
+    names it, or this is lmms-eval's CLI and its ``--model`` is a suite backend or its ``--tasks`` name a
+    suite task (``suite_task_names``: the YAMLs' names, read as text; no task index)."""
+    if suite_plugin_enabled(environ):
+        return True
+    if not is_lmms_eval_cli(argv):
+        return False
+    if cli_option("--model", argv) in SUITE_BACKENDS:
+        return True
+    import fnmatch
+
+    named = [name.strip() for name in (cli_option("--tasks", argv) or "").split(",") if name.strip()]
+    return any(fnmatch.fnmatchcase(task, name) for name in named for task in suite_task_names())
+
+def suite_task_names() -> frozenset[str]:
+    """The task and group names the suite's task YAMLs declare (``task: <name>``, ``group: <name>``),
+    read as text: cheap enough for every start of lmms-eval's CLI."""
+    import re
+
+    spec = importlib.util.find_spec(f"{SUITE_PLUGIN}.tasks")
+    if spec is None or not spec.submodule_search_locations:
+        return frozenset()
+    declared = re.compile(r"^(?:task|group):[ \t]*([\w.-]+)[ \t]*$", re.MULTILINE)
+    return frozenset(name for folder in spec.submodule_search_locations for path in Path(folder).rglob("*.yaml")
+                     for name in declared.findall(path.read_text(encoding="utf-8")))

@@ -10,11 +10,11 @@ import os
 import sys
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from loguru import logger
 
-from lmms_egoplan.compat import SUITE_BACKENDS, SUITE_PLUGIN, affected_release, lmms_eval_source
+from lmms_egoplan.compat import SUITE_BACKENDS, SUITE_PLUGIN, affected_release, cli_option, lmms_eval_source
 from lmms_egoplan.core.run_state import RUN
 
 _FAILED_RUN_EXIT_STATUS = 1
@@ -24,45 +24,123 @@ def fail_runs_with_failed_tasks() -> bool:
 
     Bug: ``lmms_eval/__main__.py:cli_evaluate`` catches any exception of an evaluation, prints it,
     logs "Error during evaluation" and carries on; the process then exits 0, so scripts and CI
-    cannot tell a failed run from a good one. Fix: when that error is logged in a run that uses the
-    suite, the process exits with status 1 right after the message (a run with several
-    ``--config`` entries stops at the first failing one). With ``--verbosity DEBUG`` lmms-eval
+    cannot tell a failed run from a good one. The same holds for every error before the run's tasks
+    are named (its arguments, the evaluation tracker, the task index), and a run without ``--tasks``
+    logs "Need to specify task to evaluate." and calls ``sys.exit()``: 0. Fix: when either is logged
+    in a run that uses the suite, the process exits with status 1 right after the message, the error
+    (what to fix) last (a run with several ``--config`` entries stops at the first failing one).
+    The guard is armed when a run that names the suite starts (its entry point loads) and stays armed:
+    ``cli_evaluate`` removes every loguru sink when it sets the verbosity, and each such reset puts the
+    guard back (``_keep_the_guard_across_log_resets``). With ``--verbosity DEBUG`` lmms-eval
     re-raises, and the exit status is already non-zero. Returns whether the workaround is in place.
     """
     if not (affected_release() and cli_swallows_evaluation_errors()):
         return False
     if RUN.exit_guard_sink is not None:
-        # Added again each time: ``cli_evaluate`` removes every loguru sink when it sets the
-        # verbosity, which may come after the entry point added this one.
+        # Added again each time, after the sinks a run added since (lmms-eval's own log line first).
         try:
             logger.remove(RUN.exit_guard_sink)
         except ValueError:
             pass
-    RUN.exit_guard_sink = logger.add(_exit_after_evaluation_error, level="ERROR", format="{message}",
-                                  filter=_is_evaluation_error)
+    _add_exit_guard()
+    _keep_the_guard_across_log_resets()
     return True
+
+def _add_exit_guard() -> None:
+    RUN.exit_guard_sink = logger.add(_exit_after_evaluation_error, level="ERROR", format="{message}",
+                                     filter=_is_evaluation_error)
+
+def _keep_the_guard_across_log_resets() -> None:
+    """``logger.remove()`` (every sink, as ``cli_evaluate`` resets its log) puts the exit guard back."""
+    remove = logger.remove
+    if getattr(remove, "_keeps_the_exit_guard", False):
+        return
+
+    @functools.wraps(remove)
+    def remove_keeping_the_guard(handler_id=None):
+        remove(handler_id)
+        if handler_id is None:
+            _add_exit_guard()
+
+    remove_keeping_the_guard._keeps_the_exit_guard = True
+    logger.remove = remove_keeping_the_guard
 
 def cli_swallows_evaluation_errors(cli_evaluate: str | None = None) -> bool:
     cli_evaluate = cli_evaluate or lmms_eval_source("lmms_eval.__main__", "cli_evaluate")
     return "Error during evaluation" in cli_evaluate and "sys.exit(1)" not in cli_evaluate
 
+# What lmms-eval's CLI logs where a run failed, by the function that logs it: an evaluation's error
+# (caught by ``cli_evaluate``), a run without tasks (``cli_evaluate_single``, before ``sys.exit()``).
+_FAILURE_RECORDS = {"cli_evaluate": "Error during evaluation", "cli_evaluate_single": "Need to specify task to evaluate"}
+
 def _is_evaluation_error(record: Mapping[str, Any]) -> bool:
     # By file, not module name: ``python -m lmms_eval`` runs that file as ``__main__``.
-    return (Path(record["file"].path).parts[-2:] == ("lmms_eval", "__main__.py") and record["function"] == "cli_evaluate"
-            and str(record["message"]).startswith("Error during evaluation"))
+    start = _FAILURE_RECORDS.get(record["function"])
+    return (start is not None and Path(record["file"].path).parts[-2:] == ("lmms_eval", "__main__.py")
+            and str(record["message"]).startswith(start))
 
 def _exit_after_evaluation_error(message) -> None:
-    # The sink runs inside lmms-eval's ``except`` block, which still holds the error.
+    # The sink runs inside lmms-eval's ``except`` block, which still holds the error (none for a run without tasks).
     error = sys.exc_info()[1]
     sys.stdout.flush()
     from lmms_egoplan.core.documentation import doc_page
 
     sys.stderr.write(f"lmms-egoplan: the evaluation failed; exiting with status {_FAILED_RUN_EXIT_STATUS}, where "
                      f"lmms-eval {version('lmms-eval')} alone would exit 0 (see {doc_page('upstream.md')})\n")
+    if error is None and str(message).startswith(_FAILURE_RECORDS["cli_evaluate_single"]):
+        line = "--tasks: name the tasks to evaluate (`lmms-eval --tasks list` lists them)"
+    else:
+        line = error_line(error, str(message))
     # The error again, last: lmms-eval printed it above its traceback and dozens of log lines.
-    sys.stderr.write(f"lmms-egoplan: error: {error_line(error, str(message))}\n")
+    sys.stderr.write(f"lmms-egoplan: error: {line}\n")
     sys.stderr.flush()
     raise SystemExit(_FAILED_RUN_EXIT_STATUS)
+
+def say_what_to_fix_after_uncaught_errors() -> bool:
+    """Make an error lmms-eval's CLI does not catch (a ``--config`` file that is not there, an
+    accelerator that does not start) end with the ``lmms-egoplan: error:`` line too: Python prints its
+    traceback and exits 1, the error's line last. Installed by a run of lmms-eval's CLI that names the
+    suite (its entry point); leaves a hook someone else installed alone. Returns whether it is in place."""
+    hook = sys.excepthook
+    if getattr(hook, "_says_what_to_fix", False):
+        return True
+    if hook is not sys.__excepthook__:
+        return False
+
+    def excepthook(kind, error, traceback) -> None:
+        hook(kind, error, traceback)
+        if not issubclass(kind, KeyboardInterrupt):
+            sys.stderr.write(f"lmms-egoplan: error: {error_line(error)}\n")
+
+    excepthook._says_what_to_fix = True
+    sys.excepthook = excepthook
+    return True
+
+def refuse_an_output_path_with_a_comma(argv: Sequence[str] | None = None) -> bool:
+    """Stop a run of the suite whose ``--output_path`` holds a comma before anything loads, saying so.
+
+    Bug: ``lmms_eval/__main__.py:cli_evaluate_single`` appends ``,output_path=<path>`` to the
+    comma-separated ``hf_hub_log_args`` and splits that on commas (``simple_parse_args_string``): a
+    path with a comma ends in ``ValueError: not enough values to unpack`` (or a wrong tracker argument
+    where the part after the comma holds a "="), after the task index is built, and the run exits 0.
+    Fix (a run of lmms-eval's CLI that names the suite, read from its command line when the entry point
+    loads): ``lmms-egoplan: error:`` naming the path and what to do, exit status 2 (as argparse ends
+    on an argument it cannot take). Returns whether the check is in place; exits where it finds one.
+    """
+    if not (affected_release() and _splits_the_output_path_on_commas()):
+        return False
+    output_path = cli_option("--output_path", argv)
+    if output_path is not None and "," in output_path:
+        sys.stderr.write(f"lmms-egoplan: error: --output_path {output_path!r} holds a comma, which lmms-eval "
+                         f"{version('lmms-eval')} cannot take (it passes the path to its evaluation tracker inside a "
+                         f"comma-separated list, hf_hub_log_args, and splits it there); choose a folder whose path "
+                         f"holds no comma\n")
+        raise SystemExit(2)
+    return True
+
+def _splits_the_output_path_on_commas(cli_evaluate_single: str | None = None) -> bool:
+    cli_evaluate_single = cli_evaluate_single or lmms_eval_source("lmms_eval.__main__", "cli_evaluate_single")
+    return 'args.hf_hub_log_args += f",output_path={args.output_path}"' in cli_evaluate_single
 
 def error_line(error: BaseException | None, logged: str = "") -> str:
     """The error on one line: its message (the suite's errors name the file, field or setting to
@@ -119,8 +197,8 @@ def exit_when_results_are_written(reason: Callable[[list[Path]], tuple[int, str]
     once the results file and every samples file of the run are written (``EvaluationTracker.
     save_results_aggregated`` / ``save_results_samples``), the registered ``reason`` callables are
     asked (with the files written); where one returns a status, the results tables are printed as
-    lmms-eval would print them, then the reasons' lines, the last one last, and the process exits
-    with the highest status. Registered by the suite's tasks only. Returns whether it is in place.
+    lmms-eval would print them, then the reasons' lines, the one of the highest status last, and the
+    process exits with that status. Registered by the suite's tasks only. Returns whether it is in place.
     """
     from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
 
@@ -165,6 +243,7 @@ def _exit_if_asked(tracker: Any) -> None:
     if tracker._lmms_egoplan_unsaved:
         return
     verdicts = [verdict for reason in RUN.exit_reasons if (verdict := reason(list(tracker._lmms_egoplan_files)))]
+    verdicts.sort(key=lambda verdict: verdict[0])  # the line of the highest status last
     if not any(status for status, _ in verdicts):  # none, or accepted by a setting: said, lmms-eval goes on
         for _, line in verdicts:
             logger.warning(f"lmms-egoplan: {line}")
@@ -245,6 +324,48 @@ def keep_responses_of_stopped_runs() -> bool:
     ResponseCache.finalize = finalize_keeping_responses
     ResponseCache.create = classmethod(create_recovering)
     return True
+
+def keep_failed_requests_out_of_the_response_cache() -> bool:
+    """Make ``--use_cache`` ask a failed model request again instead of serving its failure.
+
+    Bug: ``lmms_eval/caching/response_cache.py:ResponseCache._is_valid_response`` takes any non-empty
+    text for a response, lmms-eval's failure placeholders too (``[LMMS_EVAL_REQUEST_FAILED after N
+    retries] ...``, ``[LMMS_EVAL_BUDGET_EXCEEDED]``, which its API backends return in place of an
+    answer: ``lmms_egoplan.core.failed_requests``): ``ResponseCache.execute`` stores the failure as the
+    request's response, and every later run with the same cache is served it and never asks again.
+    Fix: a failure placeholder is no valid response (neither ``execute`` nor ``_store_as_computed``
+    stores it), and one a cache already holds (written before, or replayed from a run folder's audit
+    log by ``_replay_audit_log``) is a miss (``ResponseCache._lookup``): the request is sent again.
+    Answered requests are stored and served as before. Returns whether the workaround is in place.
+    """
+    from lmms_eval.caching.response_cache import ResponseCache
+
+    from lmms_egoplan.core.failed_requests import is_failure_placeholder
+
+    if getattr(ResponseCache._lookup, "_misses_failed_requests", False):
+        return True
+    if not (affected_release() and _keeps_failure_placeholders()):
+        return False
+    is_valid, lookup = ResponseCache._is_valid_response, ResponseCache._lookup
+
+    @functools.wraps(is_valid)
+    def is_valid_response(response: Any, request_type: str) -> bool:
+        return not is_failure_placeholder(getattr(response, "text", response)) and is_valid(response, request_type)
+
+    @functools.wraps(lookup)
+    def lookup_answered(self, cache_key: str) -> Any:
+        found = lookup(self, cache_key)
+        return None if is_failure_placeholder(found) else found
+
+    lookup_answered._misses_failed_requests = True
+    ResponseCache._is_valid_response = staticmethod(is_valid_response)
+    ResponseCache._lookup = lookup_answered
+    return True
+
+def _keeps_failure_placeholders(is_valid: str | None = None, lookup: str | None = None) -> bool:
+    is_valid = is_valid or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache._is_valid_response")
+    lookup = lookup or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache._lookup")
+    return not any("LMMS_EVAL_REQUEST_FAILED" in source for source in (is_valid, lookup))
 
 def _store_as_computed(cache: Any, reqtype: str) -> Callable[[Any, Any], None]:
     """Store one response the way ``ResponseCache.execute`` stores it after the backend returns (the

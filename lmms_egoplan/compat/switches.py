@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
-from lmms_egoplan.compat import suite_plugin_enabled
+from lmms_egoplan.compat import is_lmms_eval_cli, run_names_suite, suite_plugin_enabled
 from lmms_egoplan.compat.durability import (
     fail_runs_with_failed_tasks,
+    keep_failed_requests_out_of_the_response_cache,
     keep_responses_of_stopped_runs,
+    refuse_an_output_path_with_a_comma,
+    say_what_to_fix_after_uncaught_errors,
     stop_cleanly_on_sigterm,
 )
 from lmms_egoplan.compat.results import clean_lone_surrogates, keep_loglikelihood_results, write_results_as_strict_json
+from lmms_egoplan.compat.secrets import keep_api_keys_out_of_the_response_cache
 from lmms_egoplan.compat.tasks import enable_plugin_task_discovery, watch_task_selection
 
 
 def on_entry_point_load() -> None:
     """Called when lmms-eval loads the suite's model entry point, i.e. in every lmms-eval run once
-    the suite is installed: only runs that name the suite in ``LMMS_EVAL_PLUGINS`` get anything.
-    The moment matters: lmms-eval loads entry points before it builds its task index."""
+    the suite is installed: only runs that name the suite (``LMMS_EVAL_PLUGINS``, or lmms-eval's command
+    line naming a suite backend or task: ``run_names_suite``, which reads the command line and the
+    environment only) get anything. The moment matters: lmms-eval loads entry points before it parses
+    its arguments and builds its task index, so every failure of such a run exits non-zero."""
     if suite_plugin_enabled():
         enable_plugin_task_discovery()
+    if run_names_suite():
+        if is_lmms_eval_cli():
+            refuse_an_output_path_with_a_comma()
+            say_what_to_fix_after_uncaught_errors()
         fail_runs_with_failed_tasks()
     # Also in runs without the variable: a user who forgot it names a suite task or backend.
     watch_task_selection()
@@ -27,6 +37,8 @@ def on_suite_use() -> None:
     keep_loglikelihood_results()
     fail_runs_with_failed_tasks()
     keep_responses_of_stopped_runs()
+    keep_failed_requests_out_of_the_response_cache()
+    keep_api_keys_out_of_the_response_cache()
     stop_cleanly_on_sigterm()
     clean_lone_surrogates()
     write_results_as_strict_json()

@@ -14,6 +14,7 @@ from loguru import logger
 
 from lmms_egoplan.compat import SUITE_BACKENDS, SUITE_PLUGIN, affected_release, lmms_eval_source, suite_plugin_enabled
 from lmms_egoplan.compat.durability import cli_swallows_evaluation_errors, fail_runs_with_failed_tasks
+from lmms_egoplan.compat.secrets import keep_api_keys_out_of_the_run_summary
 
 
 def enable_plugin_task_discovery() -> bool:
@@ -75,9 +76,10 @@ def watch_task_selection() -> bool:
     wrapper arms the exit guard again (``fail_runs_with_failed_tasks``: the reset removed it, and a
     backend that fails while it is built would otherwise end the run with status 0), explains the
     tasks not found (``explain_missing_tasks``), points out lmms-eval built-ins that shadow a suite
-    task (``hint_suite_counterparts``) and has the suite's tasks checked before the model loads
-    (``check_suite_tasks_before_the_model``). Other runs get lmms-eval's matches unchanged. Returns
-    whether the wrapper is in place.
+    task (``hint_suite_counterparts``), has the suite's tasks checked before the model loads
+    (``check_suite_tasks_before_the_model``) and the run's summary line printed without its API key
+    (``secrets.keep_api_keys_out_of_the_run_summary``). Other runs get lmms-eval's matches unchanged.
+    Returns whether the wrapper is in place.
     """
     from lmms_eval.tasks import TaskManager
 
@@ -98,6 +100,7 @@ def watch_task_selection() -> bool:
         explain_missing_tasks(names, matched, self.all_tasks, suite_tasks)
         hint_suite_counterparts(names, matched, suite_tasks)
         check_suite_tasks_before_the_model()
+        keep_api_keys_out_of_the_run_summary()
         return matched
 
     match_tasks._watches_task_selection = True

@@ -40,6 +40,8 @@ class RunState:
     judges: dict[Any, Any] = field(default_factory=dict)
     answering_judges: set[Any] = field(default_factory=set)
     task_judgements: dict[str, Any] = field(default_factory=dict)
+    # Each generative task's (failed, asked) model requests, once aggregated (``harness.failed_requests``)
+    failed_requests: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def reset(self) -> None:
         """Start a new run's state (every field back to its default), in place: modules keep ``RUN``."""

@@ -138,10 +138,11 @@ def scripted_answers(annotations: Path) -> ScriptedAnswers:
     indoor / outdoor / each scenario the same over their steps."""
     steps = step_records()
     answers, ratings, step_ratings = {}, {}, []
+    keys = [f"Step id: {step['step_id']}\n" for step in steps]
     for number, step in enumerate(steps):
         form, kinds = SCRIPTED_STEPS[number % len(SCRIPTED_STEPS)]
         fields = {name: field_answer(step[name], kind) for name, kind in zip(FIELDS, kinds) if kind}
-        answers[f"Step id: {step['step_id']}\n"] = scripted_text(form, fields)
+        answers[keys[number]] = scripted_text(form, fields)
         ratings.update({(step[name], fields[name]): str(SCRIPTED_RATINGS[kind]) for name, kind in zip(FIELDS, kinds) if kind})
         step_ratings.append([SCRIPTED_RATINGS[kind] if kind else 0 for kind in kinds])
 
@@ -153,12 +154,13 @@ def scripted_answers(annotations: Path) -> ScriptedAnswers:
         fields = {name: 10 * mean([step_ratings[i][f] for i in chosen]) for f, name in enumerate(FIELDS)}
         return {**fields, "overall": mean(list(fields.values()))}
 
-    def expected(run: EvalRun) -> Expected:
-        everything = list(range(len(steps)))
+    def expected(run: EvalRun, failed: frozenset[str] = frozenset()) -> Expected:
+        everything = [i for i in range(len(steps)) if keys[i] not in failed]  # the answered steps
         missing = [sum(kind is None for kind in SCRIPTED_STEPS[i % len(SCRIPTED_STEPS)][1]) for i in everything]
-        metrics = {**score(everything), "judged": 3 * len(steps) - sum(missing), "failed": 0,
+        metrics = {**score(everything), "judged": 3 * len(everything) - sum(missing), "failed": 0,
                    "incomplete_answers": sum(m > 0 for m in missing), "missing_fields": sum(missing),
-                   "capped_samples": sum(clip_seconds(step) * DEMO_SAMPLE_FPS >= DEMO_FRAME_CAP for step in steps)}
+                   "capped_samples": sum(clip_seconds(steps[i]) * DEMO_SAMPLE_FPS >= DEMO_FRAME_CAP for i in everything),
+                   "failed_requests": len(steps) - len(everything)}
         for environment in {step["environment"] for step in steps}:  # the metrics indoor, outdoor
             metrics[environment] = score([i for i in everything if steps[i]["environment"] == environment])["overall"]
         for scenario in {step["scenario"] for step in steps}:

@@ -164,15 +164,18 @@ def scripted_answer(record: dict, style: str) -> str:
 def scripted_answers(fixture: EgoPlanFixture) -> ScriptedAnswers:
     """``egoplan_val_gen`` answered in the five styles; its accuracy per source, progress bin and
     similarity level follows from which styles are right (a sample's similarity level is the run's)."""
-    records = fixture.records("validation")
-    styles = {record["sample_id"]: SCRIPTED_STYLES[i % len(SCRIPTED_STYLES)] for i, record in enumerate(records)}
+    every_record = fixture.records("validation")
+    styles = {record["sample_id"]: SCRIPTED_STYLES[i % len(SCRIPTED_STYLES)] for i, record in enumerate(every_record)}
     # The options block names a sample: the prompt holds it, the answer is keyed by it.
-    answers = {"\n".join(f"{letter}. {record[f'choice_{letter.lower()}']}" for letter in "ABCD"):
-               scripted_answer(record, styles[record["sample_id"]]) for record in records}
+    keys = {record["sample_id"]: "\n".join(f"{letter}. {record[f'choice_{letter.lower()}']}" for letter in "ABCD")
+            for record in every_record}
+    answers = {keys[record["sample_id"]]: scripted_answer(record, styles[record["sample_id"]]) for record in every_record}
 
-    def expected(run: EvalRun) -> Expected:
-        right = {sample_id: float(style in _SCRIPTED_RIGHT) for sample_id, style in styles.items()}
-        levels = {s["predictions"]["sample_id"]: s["predictions"]["similarity_level"] for s in run.samples("egoplan_val_gen")}
+    def expected(run: EvalRun, failed: frozenset[str] = frozenset()) -> Expected:
+        records = [r for r in every_record if keys[r["sample_id"]] not in failed]  # the answered ones
+        right = {r["sample_id"]: float(styles[r["sample_id"]] in _SCRIPTED_RIGHT) for r in records}
+        levels = {s["predictions"]["sample_id"]: s["predictions"]["similarity_level"]
+                  for s in run.samples("egoplan_val_gen") if "predictions" in s}
         groups = {"epic_kitchens": [r["sample_id"] for r in records if r["video_source"] == "EpicKitchens"],
                   "ego4d": [r["sample_id"] for r in records if r["video_source"] == "Ego4D"]}
         groups.update({f"progress_{name}": [r["sample_id"] for r in records if len(r["task_progress_metadata"]) in span]
@@ -180,7 +183,8 @@ def scripted_answers(fixture: EgoPlanFixture) -> ScriptedAnswers:
         groups.update({f"similarity_{level}": [i for i, found in levels.items() if found == level]
                        for level in sorted(set(levels.values()))})
         metrics = {"accuracy": mean(list(right.values())), "predictions": len(records), "skipped_samples": 0,
-                   "unparseable": sum(style == "unreadable" for style in styles.values())}
+                   "unparseable": sum(styles[i] == "unreadable" for i in right),
+                   "failed_requests": len(every_record) - len(records)}
         for name, members in groups.items():
             metrics |= {f"accuracy_{name}": mean([right[i] for i in members]), f"n_{name}": len(members)} if members else {}
         return {"egoplan_val_gen": metrics}

@@ -149,22 +149,26 @@ def scripted_answer(record: dict, style: str) -> tuple[str, str | None, str | No
 def scripted_answers(fixture: EgoPlanBench2Fixture) -> ScriptedAnswers:
     """``egoplan_bench2`` answered in the six styles; each value the run reports follows from what each
     parser reads of each style (``scripted_answer``), computed here without the parsers."""
-    records = fixture.records()
+    every_record = fixture.records()
     read = {record["sample_id"]: scripted_answer(record, SCRIPTED_STYLES[i % len(SCRIPTED_STYLES)])
-            for i, record in enumerate(records)}
+            for i, record in enumerate(every_record)}
     # The options block names a question: the prompt holds it, the answer is keyed by it.
-    answers = {"\n".join(f"{letter}. {record[f'choice_{letter.lower()}']}" for letter in "ABCD"):
-               read[record["sample_id"]][0] for record in records}
+    keys = {record["sample_id"]: "\n".join(f"{letter}. {record[f'choice_{letter.lower()}']}" for letter in "ABCD")
+            for record in every_record}
+    answers = {keys[record["sample_id"]]: read[record["sample_id"]][0] for record in every_record}
 
-    def expected(run: EvalRun) -> Expected:
+    def expected(run: EvalRun, failed: frozenset[str] = frozenset()) -> Expected:
+        records = [r for r in every_record if keys[r["sample_id"]] not in failed]  # the answered ones
+        letters = [read[r["sample_id"]] for r in records]
         right = {parser: {r["sample_id"]: float(read[r["sample_id"]][column] == r["golden_choice_idx"]) for r in records}
                  for parser, column in (("official", 1), ("robust", 2))}
         # The default parser, robust, decides accuracy and unparseable.
         metrics = {"accuracy": mean(list(right["robust"].values())), "predictions": len(records), "skipped_samples": 0,
-                   "unparseable": sum(letters[2] is None for letters in read.values())}
+                   "unparseable": sum(read_letters[2] is None for read_letters in letters),
+                   "failed_requests": len(every_record) - len(records)}
         for parser, column in (("official", 1), ("robust", 2)):
             metrics[f"accuracy_{parser}"] = mean(list(right[parser].values()))
-            metrics[f"unparseable_{parser}"] = sum(letters[column] is None for letters in read.values())
+            metrics[f"unparseable_{parser}"] = sum(read_letters[column] is None for read_letters in letters)
         for field in ("domain", "scenario"):
             for value in {r[field] for r in records}:
                 members = [r["sample_id"] for r in records if r[field] == value]

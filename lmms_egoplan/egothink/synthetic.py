@@ -89,30 +89,33 @@ def scripted_answers(data_root: Path, per_dimension: int) -> ScriptedAnswers:
     1, 0.5 and 0. Each dimension's score is its mean rating x 100, each capability's the mean of its
     dimensions', the average the mean of the twelve."""
     kinds = list(SCRIPTED_RATINGS)
-    answers, ratings, scores, count = {}, {}, {}, 0
+    answers, ratings, questions, count = {}, {}, {}, 0  # questions: each dimension's (question, rating)
     for dimension in DIMENSIONS.values():
-        dimension_ratings = []
         for record in synthetic_records(dimension, per_dimension):
             kind = kinds[count % len(kinds)]
             count += 1
             answer = scripted_answer(record["answer"], kind)
             answers[record["question"]] = answer
             ratings[(record["answer"], answer)] = SCRIPTED_RATINGS[kind]
-            dimension_ratings.append(float(SCRIPTED_RATINGS[kind]))
-        scores[dimension] = (100 * mean(dimension_ratings), len(dimension_ratings))
+            questions.setdefault(dimension, []).append((record["question"], float(SCRIPTED_RATINGS[kind])))
 
     def rating(prompt: str) -> str | None:
         pair = _JUDGED_PAIR.search(prompt)
         return ratings.get((pair.group(1), pair.group(2))) if pair else None
 
-    def expected(run: EvalRun) -> Expected:
-        values = {f"ego_think_{d.name}": {"score": score, "judged": n, "failed": 0} for d, (score, n) in scores.items()}
+    def expected(run: EvalRun, failed: frozenset[str] = frozenset()) -> Expected:
+        # Each dimension: the mean rating x 100 of its answered questions, how many, how many failed.
+        scores = {d: ([r for q, r in asked if q not in failed], sum(q in failed for q, _ in asked))
+                  for d, asked in questions.items()}
+        values = {f"ego_think_{d.name}": {"score": 100 * mean(rated), "judged": len(rated), "failed": 0,
+                                          "failed_requests": lost} for d, (rated, lost) in scores.items()}
         groups = {f"ego_think_capability_{capability}": [d for d in scores if d.name in names]
                   for capability, names in CAPABILITIES.items()}
         groups["ego_think"] = list(scores)
         for group, members in groups.items():
-            values[group] = {"score": mean([scores[d][0] for d in members]), "judged": sum(scores[d][1] for d in members),
-                             "failed": 0}
+            values[group] = {"score": mean([100 * mean(scores[d][0]) for d in members]),
+                             "judged": sum(len(scores[d][0]) for d in members), "failed": 0,
+                             "failed_requests": sum(scores[d][1] for d in members)}
         return values
 
     return ScriptedAnswers(tasks=("ego_think",), answers=answers, expected=expected, ratings=rating,

@@ -30,6 +30,9 @@ class HarnessTask(Protocol):
     def has_metric(self, name: str) -> bool:
         """Whether the task reports ``name``."""
 
+    def metrics_aggregated_by(self, *aggregations: Callable) -> list[str]:
+        """The task's metrics whose aggregation is one of ``aggregations``."""
+
     def run_file(self, args: Any, kind: str, suffix: str = ".jsonl") -> Path:
         """Where the task writes a file of this run, beside the harness's results."""
 

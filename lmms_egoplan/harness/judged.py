@@ -41,6 +41,7 @@ the same judgements: each request is judged once, whichever metric lmms-eval agg
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,7 @@ from loguru import logger
 from lmms_egoplan.compat.durability import exit_when_results_are_written, note_kept_on_stop
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import SettingsError, setting_name
+from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, is_failed_request_item
 from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask
 from lmms_egoplan.harness.rejudge import PREDICT_ONLY_ITEMS, rejudge_command
 from lmms_egoplan.judge import (
@@ -109,8 +111,15 @@ class JudgedScoring:
     def judge_score(self, items: Sequence[dict], args: Any) -> ItemScore:
         """Score ``items``, judging in one concurrent batch only the requests no metric of this
         task has had judged yet: every metric (overall, per part, breakdowns over subsets of the
-        samples) reads the same judgements, whatever order lmms-eval aggregates them in."""
+        samples) reads the same judgements, whatever order lmms-eval aggregates them in. The samples
+        whose model request failed (``failed_request_scores``) are left out, as failed judgements
+        are: a metric none of whose samples was answered is NaN."""
         settings = JudgeSettings.of(self.settings)
+        items = [item for item in items if not is_failed_request_item(item)]
+        if not items:  # every sample's request failed: nothing to judge, no judge to load
+            scored = ItemScore(math.nan, JudgeResults([], f"{settings.judge_backend}:{settings.judge_model}"))
+            self.judged_outcome(scored.results, settings)
+            return scored
         trail = self.run_file(args, "judgements")
         with self._judgements_lock:
             judge = _shared_judge(settings)
@@ -136,6 +145,13 @@ class JudgedScoring:
 
 class JudgedTask(JudgedScoring, BenchmarkTask):
     """An lmms-eval BenchmarkTask whose metrics are rated by an LLM judge (see the module docstring)."""
+
+    def failed_request_scores(self, failure: str) -> dict:
+        """A sample whose model request failed goes to every judged metric marked so (never to the
+        judge): a metric over failed samples alone is then NaN, as one whose judgements all failed,
+        and a group's mean over its subtasks NaN with it, not a mean over fewer subtasks."""
+        return {metric: {FAILED_REQUEST_MARK: failure}
+                for metric in self.metrics_aggregated_by(judged_score, judged_count, failed_count)}
 
     def logged_predictions(self, doc, results) -> dict:
         """The judge items (``{"judge_items": {metric: item}}``), so that ``lmms-egoplan rejudge`` can

@@ -26,8 +26,10 @@ from lmms_egoplan.compat.switches import on_suite_use
 from lmms_egoplan.compat.tasks import bind_class_task_to_backend, unretried_process_results
 from lmms_egoplan.core import request_options
 from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.failed_requests import failed_request
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import SettingsError, setting_name
+from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, FAILED_REQUESTS, failed_request_count
 from lmms_egoplan.harness.task_setup import LM_EVAL_CONFIG_SOURCE, SuiteTaskSetup, benchmark_dataset
 
 _GENERATIVE_OUTPUT_TYPES = ("generate_until", "generate_until_multi_round", "generate_until_agentic")
@@ -74,12 +76,27 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
             )
         on_suite_use()
         self._chat_backend = False
+        self._backend: str | None = None  # the run's --model, canonical (``_bind_to_backend``)
         super().__init__(config=self.harness_config(config), **kwargs)
         self.bind_scoring()
 
     def _prepare_metric_and_aggregation(self) -> None:
         super()._prepare_metric_and_aggregation()
         self.bind_aggregations()
+        self._count_failed_requests()
+
+    def override_metric(self, metric_name: str) -> None:
+        # --predict_only replaces every metric by "bypass": failed requests are still counted.
+        super().override_metric(metric_name)
+        self._count_failed_requests()
+
+    @property
+    def generative(self) -> bool:
+        return self.OUTPUT_TYPE in _GENERATIVE_OUTPUT_TYPES
+
+    def _count_failed_requests(self) -> None:
+        if self.generative and not self.has_metric(FAILED_REQUESTS):
+            self.add_metric(FAILED_REQUESTS, failed_request_count, higher_is_better=False)
 
     def run_file(self, args: Any, kind: str, suffix: str = ".jsonl") -> Path:
         """Where this task writes a file of this run (``run_file``)."""
@@ -90,12 +107,30 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
         return run_model_name(args)
 
     def process_results(self, doc, results, full_docs=None):
+        # A failed model request is no answer: not parsed, judged or scored, only counted
+        # (harness.failed_requests); every other metric leaves the sample out.
+        failure = self.failed_request(results)
+        counted = {FAILED_REQUESTS: float(failure is not None)} if self.generative else {}
         if self.predict_only:
             # lmms-eval replaced the task's metrics by "bypass": the outputs are logged, nothing is scored
             # (its own scoring of the output type would need labels, which a test split may lack).
             # The value is what the sample log shows under "bypass" (lmms-eval reports every other key as a metric).
-            return {metric: self.logged_predictions(doc, results) for metric in self._metric_fn_list}
-        return unretried_process_results(ConfigurableTask.process_results)(self, doc, results, full_docs)
+            logged = {FAILED_REQUEST_MARK: failure} if failure else self.logged_predictions(doc, results)
+            return {**{metric: logged for metric in self._metric_fn_list if metric != FAILED_REQUESTS}, **counted}
+        if failure is not None:
+            return {**self.failed_request_scores(failure), **counted}
+        return {**unretried_process_results(ConfigurableTask.process_results)(self, doc, results, full_docs), **counted}
+
+    def failed_request_scores(self, failure: str) -> dict:
+        """What a document whose request failed returns besides its count: nothing, so that every
+        metric leaves it out (a judged task marks its judged metrics: ``harness.judged``)."""
+        return {}
+
+    def failed_request(self, results) -> str | None:
+        """Why a document's responses are no answer (``core.failed_requests``), or None."""
+        if not self.generative:
+            return None
+        return next(filter(None, (failed_request(result, self._backend) for result in results)), None)
 
     def logged_predictions(self, doc, results) -> Any:
         """What a ``--predict_only`` run logs per sample besides the outputs (under "bypass")."""
@@ -139,7 +174,8 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
         from lmms_eval.models import MODEL_REGISTRY_V2
 
         force_simple = bool(getattr(cli_args, "force_simple", False))
-        self._chat_backend = MODEL_REGISTRY_V2.resolve(model, force_simple=force_simple).model_type == "chat"
+        resolved = MODEL_REGISTRY_V2.resolve(model, force_simple=force_simple)
+        self._backend, self._chat_backend = resolved.model_id, resolved.model_type == "chat"
         if self._chat_backend:
             self._check_backend_scores(model, "lmms-eval's chat implementation of it only generates")
             return
@@ -164,7 +200,7 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
     def requested_options(self) -> list[tuple[str, request_options.RequestOption, str]]:
         """(setting, option, value) of every option the task's requests carry: those whose value is
         not lmms-eval's convention, for this task's output type."""
-        generative = self.OUTPUT_TYPE in _GENERATIVE_OUTPUT_TYPES
+        generative = self.generative
         chosen = [(name, option, getattr(self.settings, name)) for name, option in self.REQUEST_OPTION_SETTINGS.items()]
         return [(name, option, value) for name, option, value in chosen
                 if value != option.convention and not (generative and option.likelihood_only)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, Sequence
@@ -18,6 +18,7 @@ from loguru import logger
 
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.files import read_text, strict_json, write_atomically
+from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, FAILED_REQUESTS
 from lmms_egoplan.judge import (
     Judge,
     JudgeSettings,
@@ -47,6 +48,8 @@ class LoggedItems:
     columns: dict[str, dict[str, list[dict]]]
     files: dict[str, Path]
     unusable: dict[str, list[str]]  # by task: "<file>:<line>: why"
+    # by task: samples whose model request failed (nothing to judge: asked again by the run, not here)
+    failed_requests: dict[str, int] = field(default_factory=dict)
 
 
 def read_logged_items(paths: Sequence[str | Path]) -> LoggedItems:
@@ -59,11 +62,15 @@ def read_logged_items(paths: Sequence[str | Path]) -> LoggedItems:
     files = _samples_files(paths)
     columns: dict[str, dict[str, list[dict]]] = {}
     unusable: dict[str, list[str]] = {}
+    failed_requests: dict[str, int] = {}
     for task, samples_file in files.items():
         rows, problems = _logged_rows(samples_file)
         task_columns: dict[str, list[dict]] = {}
         without_items = []
         for number, sample in rows:
+            if _request_failed(sample):
+                failed_requests[task] = failed_requests.get(task, 0) + 1
+                continue
             items, problem = _judged_items(sample)
             if problem:
                 problems.append((number, problem))
@@ -73,7 +80,9 @@ def read_logged_items(paths: Sequence[str | Path]) -> LoggedItems:
             for metric, item in items.items():
                 task_columns.setdefault(metric, []).append(item)
         if not task_columns:
-            logger.warning(f"{samples_file}: nothing to judge (task {task} is not a judged task of this suite)")
+            why = ("every model request of the file failed" if failed_requests.get(task) == len(rows)
+                   else f"task {task} is not a judged task of this suite")
+            logger.warning(f"{samples_file}: nothing to judge ({why})")
             continue
         problems += without_items  # the other rows of the file have judged items
         columns[task] = task_columns
@@ -81,7 +90,14 @@ def read_logged_items(paths: Sequence[str | Path]) -> LoggedItems:
     if not columns:
         raise NothingToJudgeError(f"nothing to judge in {', '.join(map(str, paths))}: the samples files of "
                                   f"{', '.join(sorted(files))} hold no judged items (no judged task of this suite)")
-    return LoggedItems(columns, {task: files[task] for task in columns}, unusable)
+    return LoggedItems(columns, {task: files[task] for task in columns}, unusable,
+                       {task: failed_requests.get(task, 0) for task in columns})
+
+
+def _request_failed(sample: dict) -> bool:
+    """Whether a logged sample is one whose model request failed (``harness.failed_requests``)."""
+    logged = sample.get("bypass")  # a --predict_only run's log
+    return bool(sample.get(FAILED_REQUESTS)) or (isinstance(logged, dict) and FAILED_REQUEST_MARK in logged)
 
 
 def _logged_rows(samples_file: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, str]]]:
@@ -143,7 +159,8 @@ def rejudge_samples(logged: LoggedItems, judge: Judge, output_dir: str | Path, *
         scores = {metric: score_judged(items, judgements, judge_model=results.judge_model).score
                   for metric, items in columns.items() if metric not in COUNT_METRICS}
         summary[task] = {**scores, "judged": results.judged, "failed": results.failed,
-                         "unusable_rows": len(logged.unusable[task]), "judge_model": judge.model,
+                         "unusable_rows": len(logged.unusable[task]),
+                         FAILED_REQUESTS: logged.failed_requests.get(task, 0), "judge_model": judge.model,
                          "samples": str(logged.files[task]), "audit_trail": str(audit)}
     summary.update({group: {**scores, "judge_model": judge.model} for group, scores in (group_scores or dict)(summary).items()})
     write_atomically(output_dir / f"{stamp}_rejudged.json", strict_json(summary, indent=2))
@@ -170,8 +187,8 @@ def rejudge_command(samples: Sequence[str], output: Path, settings: JudgeSetting
     """The ``lmms-egoplan rejudge`` command judging ``samples`` with ``settings`` (its options for
     the settings that differ from the defaults)."""
     options = []
-    for field in fields(JudgeSettings):
-        value = getattr(settings, field.name)
-        if value != field.default and field.name != "judge_preflight":
-            options += [f"--{field.name}", "none" if value is None else str(value)]
+    for setting in fields(JudgeSettings):
+        value = getattr(settings, setting.name)
+        if value != setting.default and setting.name != "judge_preflight":
+            options += [f"--{setting.name}", "none" if value is None else str(value)]
     return shlex.join(["lmms-egoplan", "rejudge", *samples, "--output", str(output), *options])

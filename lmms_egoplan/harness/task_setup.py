@@ -85,6 +85,11 @@ class SuiteTaskSetup:
         """Whether the task reports ``name`` (listed by its YAML or added)."""
         return name in self._aggregation_list
 
+    def metrics_aggregated_by(self, *aggregations: Callable) -> list[str]:
+        """The task's metrics whose aggregation is one of ``aggregations`` (context-bound or not)."""
+        return [name for name, function in self._aggregation_list.items()
+                if getattr(function, "func", function) in aggregations]
+
     def add_metric(self, name: str, aggregation: str | Callable, *, higher_is_better: bool = True) -> None:
         """Report ``name`` (which ``process_results`` returns for the docs it applies to), aggregated
         by ``aggregation`` (a name the harness registers, such as "mean", or a function, context-bound as above)."""

@@ -30,6 +30,7 @@ from typing import Mapping, Optional, Sequence
 from loguru import logger
 
 from lmms_egoplan.core.retry import backoff_delay
+from lmms_egoplan.core.secrets import mask_secrets
 from lmms_egoplan.judge.base import JudgeBackend
 from lmms_egoplan.judge.cache import JudgeCache
 from lmms_egoplan.judge.factory import make_backend
@@ -94,6 +95,7 @@ class Judge:
 
         def record(key: str, answer: Completion | None, error: str | None, cached: bool, attempts: int) -> None:
             raw, rating = (answer.text if answer else None), None
+            error = mask_secrets(error) if error else error  # what any backend's error quotes: to the audit and the log
             if raw is not None:
                 rating, error = _parsed(parse_rating, raw)
             for position, request in enumerate(by_key[key]):

@@ -40,6 +40,7 @@ from loguru import logger
 from lmms_egoplan.core.documentation import doc_page
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.retry import backoff_delay, retry_after
+from lmms_egoplan.core.secrets import mask_secrets
 from lmms_egoplan.models.chat import RenderedAnswer
 from lmms_egoplan.models.likelihood import ScoredSequence
 from lmms_egoplan.models.visuals import UNTIMED_VIDEO_FPS, ModelVisuals, UnsupportedVisualError
@@ -177,7 +178,7 @@ class ServerClient:
         try:
             return response.json()
         except ValueError:
-            raise _Transient(f"not a JSON body: {response.text[:120]!r}") from None
+            raise _Transient(f"not a JSON body: {mask_secrets(response.text[:120])!r}") from None
 
 
 class Engine:
@@ -566,9 +567,10 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 
 def _error_message(response) -> str:
+    """The server's error text (a key it echoes masked: it reaches the log and the run's last line)."""
     try:
         body = response.json()
     except ValueError:
-        return response.text[:200]
+        return mask_secrets(response.text[:200])
     error = body.get("error", body) if isinstance(body, dict) else body
-    return str(error.get("message", error) if isinstance(error, dict) else error)[:300]
+    return mask_secrets(str(error.get("message", error) if isinstance(error, dict) else error)[:300])

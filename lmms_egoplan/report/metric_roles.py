@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 # Counts that say how a task's scores were reached (tables show them after the scores), as the shared
-# layers write them: a task's predictions, samples skipped at load, unparseable answers, and the
-# judged tasks' judged / failed counts and the rows rejudge could not use. A face adds its own.
-BOOKKEEPING = ("predictions", "skipped_samples", "judged", "failed", "unparseable", "unusable_rows")
+# layers write them: a task's predictions, samples skipped at load, unparseable answers, model requests
+# that failed (left out of the scores), and the judged tasks' judged / failed counts and the rows rejudge
+# could not use. A face adds its own.
+BOOKKEEPING = ("predictions", "skipped_samples", "judged", "failed", "unparseable", "unusable_rows", "failed_requests")
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,12 @@ def unscored_reason(metrics: Mapping[str, object], samples: int | None = None) -
     ``metrics``: one task's (or group's) metrics by name; ``samples``: how many samples it evaluated
     (lmms-eval's ``n-samples``), when known. Nothing was judged ("0 judged: 15 of 15 answers
     incomplete", "0 judged: 24 failed"), every answer was unparseable ("8 of 8 answers unparseable"),
-    or no output held a plan ("no plan in 2 of 2 outputs").
+    or no output held a plan ("no plan in 2 of 2 outputs"), or every model request failed ("8 of 8
+    model requests failed").
     """
+    requests_failed = _count(metrics.get("failed_requests"))
+    if requests_failed and requests_failed == samples:
+        return f"{requests_failed:g} of {samples:g} model requests failed"
     judged, failed = _count(metrics.get("judged")), _count(metrics.get("failed"))
     if judged == 0:
         incomplete = _count(metrics.get("incomplete_answers"))

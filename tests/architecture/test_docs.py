@@ -115,13 +115,32 @@ def test_every_exit_status_row_names_tests_that_exist_and_run_the_real_cli():
     in the end-to-end tier, tests/e2e/ (it runs the real lmms-eval CLI)."""
     text = (ROOT / "docs" / "running.md").read_text(encoding="utf-8")
     table = text[text.index("**Exit status**"):text.index("**Checked before the model loads.**")]
-    rows = [line for line in table.splitlines() if re.match(r"^\| (0|1|3|143) \|", line)]
-    assert {row.split("|")[1].strip() for row in rows} == {"0", "1", "3", "143"}
+    rows = [line for line in table.splitlines() if re.match(r"^\| (0|1|2|3|4|143) \|", line)]
+    assert {row.split("|")[1].strip() for row in rows} == {"0", "1", "2", "3", "4", "143"}
     for row in rows:
-        named = _TEST_REFERENCE.findall(row)
-        assert named, row
-        for file, test in named:
-            functions = {node.name: node for node in ast.parse((ROOT / file).read_text(encoding="utf-8")).body
-                         if isinstance(node, ast.FunctionDef)}
-            assert test in functions, f"{file}::{test} does not exist"
-            assert file.startswith("tests/e2e/"), f"{file}::{test} is not an end-to-end test"
+        assert _named_tests(row, end_to_end=True), row
+
+
+def _named_tests(row: str, *, end_to_end: bool) -> list[tuple[str, str]]:
+    """The tests (``file::function``) a documentation row names; each must exist, and be in the
+    end-to-end tier (tests/e2e/, the real CLI) where ``end_to_end``."""
+    named = _TEST_REFERENCE.findall(row)
+    for file, test in named:
+        path = ROOT / file
+        assert path.is_file(), f"{file} does not exist"
+        functions = {node.name for node in ast.parse(path.read_text(encoding="utf-8")).body
+                     if isinstance(node, ast.FunctionDef)}
+        assert test in functions, f"{file}::{test} does not exist"
+        assert not end_to_end or file.startswith("tests/e2e/"), f"{file}::{test} is not an end-to-end test"
+    return named
+
+
+def test_every_reliability_row_names_tests_that_exist_and_cli_rows_run_the_real_cli():
+    """docs/reliability.md: each row of its tables names the tests that show it (file::function), which
+    exist; a row marked *CLI* names end-to-end tests only (tests/e2e/: the real lmms-eval CLI)."""
+    text = (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith(("| case ", "| --- "))]
+    assert rows, "docs/reliability.md has no rows"
+    for row in rows:
+        assert _named_tests(row, end_to_end="*CLI*" in row), f"names no test: {row}"

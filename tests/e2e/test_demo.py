@@ -44,7 +44,7 @@ def test_smoke_command_evaluates_a_benchmark_and_prints_one_table(tmp_path):
     records = egoplan.build_fixture(tmp_path / "data" / "egoplan").records()
     right = sum(egoplan.SCRIPTED_STYLES[i % 5] in ("stated letter", "bare letter", "candidate text") for i in range(len(records)))
     assert scripted_row.split()[2] == f"{100 * right / len(records):.4g}" and "not scored" not in scripted_row  # in %
-    assert f"{smoke.SCRIPTED} rows: answers of known quality; all 22 values equal" in printed
+    assert f"{smoke.SCRIPTED} rows: answers of known quality; all 23 values equal" in printed
     report = tmp_path / "report" / "report.md"
     assert printed.rstrip().endswith(str(report))
     assert "| this run | scripted-answers | egoplan_val_gen |" in report.read_text()
@@ -88,6 +88,6 @@ def test_a_scripted_value_off_the_script_fails_the_demo(tmp_path, monkeypatch):
     printed = out.getvalue()
     results = json.loads(next((tmp_path / "logs" / "scripted").rglob("*_results.json")).read_text())
     reported = results["results"]["egoplan_val_gen"]["accuracy,none"]
-    assert f"[scripted] rows: 1 of 22 values differ from what the script implies:\n  egoplan_val_gen accuracy: " \
+    assert f"[scripted] rows: 1 of 23 values differ from what the script implies:\n  egoplan_val_gen accuracy: " \
            f"reported {reported}, expected {reported + 0.125:.6g}" in printed
     assert printed.rstrip().endswith("FAILED: egoplan (scripted)")

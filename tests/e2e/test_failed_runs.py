@@ -134,3 +134,27 @@ def test_a_run_naming_the_suite_only_in_its_plugin_variable_gets_hints_and_a_non
             "it as its paper defines it as ego_think_counting") in run.log
     assert run.returncode == 1 and last_line(run.log).startswith(
         "lmms-egoplan: error: --model llava_hf could not be loaded: ModuleNotFoundError: No module named 'decord'")
+
+
+def test_an_output_path_with_a_comma_stops_a_run_of_the_suite_before_anything_loads(egoplan_data, tmp_path):
+    """lmms-eval 0.7.3 splits its tracker arguments, the output path among them, on commas: ValueError, exit 0."""
+    output = tmp_path / "runs,2026"
+    run = run_lmms_eval(model="dummy", model_args="", tasks=["egoplan_val"], output_dir=output, env=egoplan_data.env(),
+                        check=False)
+    assert run.returncode == 2 and last_line(run.log) == (
+        f"lmms-egoplan: error: --output_path '{output}' holds a comma, which lmms-eval 0.7.3 cannot take (it passes "
+        f"the path to its evaluation tracker inside a comma-separated list, hf_hub_log_args, and splits it there); "
+        f"choose a folder whose path holds no comma"), run.log[-3000:]
+    assert "Building contexts" not in run.log and "Traceback" not in run.log
+
+
+def test_a_run_naming_only_a_suite_task_that_fails_before_its_tasks_are_named_exits_1(tmp_path):
+    """No LMMS_EVAL_PLUGINS: the run names the suite by its --tasks alone, and fails on its arguments (lmms-eval
+    checks them after building its task index and before naming the tasks): lmms-eval alone exits 0."""
+    environment = {key: value for key, value in {**os.environ, **OFFLINE_ENV}.items() if key != "LMMS_EVAL_PLUGINS"}
+    completed = subprocess.run([sys.executable, "-m", "lmms_eval", "--model", "openai", "--tasks", "egoplan_val_gen",
+                                "--predict_only"], cwd=tmp_path, env=environment, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+    assert completed.returncode == 1, completed.stdout[-3000:]
+    assert last_line(completed.stdout) == ("lmms-egoplan: error: ValueError: Specify --output_path if providing "
+                                           "--log_samples or --predict_only")

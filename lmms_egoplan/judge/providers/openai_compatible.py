@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Mapping, Sequence
 
 from lmms_egoplan.core.retry import retry_after
+from lmms_egoplan.core.secrets import mask_secrets
 from lmms_egoplan.judge.base import JudgeBackend
 from lmms_egoplan.judge.protocol import Completion, Decoding, JudgeCallError, TransientJudgeError
 
@@ -33,6 +35,7 @@ class OpenAIChatBackend(JudgeBackend):
         self.kind = "azure" if azure_api_version else "openai"
         # Local servers without authentication still need a non-empty key for the client.
         api_key = environ[api_key_env] if api_key_env else "EMPTY"
+        self._secrets = (api_key,)  # masked in every error text (a server may echo the key)
         # Retries are the engine's (exponential backoff, counted, and only for transient errors).
         if azure_api_version:
             self._client = openai.AzureOpenAI(api_key=api_key, azure_endpoint=base_url, api_version=azure_api_version,
@@ -43,26 +46,27 @@ class OpenAIChatBackend(JudgeBackend):
     def complete(self, messages: Sequence[Mapping[str, str]], decoding: Decoding) -> Completion:
         import openai
 
+        masked = functools.partial(mask_secrets, known=self._secrets)
         try:
             response = self._client.chat.completions.create(
                 model=self.model, messages=list(messages), **sampling_kwargs(self.model, decoding))
         except openai.APIStatusError as error:
-            message = f"HTTP {error.status_code}: {_error_message(error)}"
+            message = masked(f"HTTP {error.status_code}: {_error_message(error)}")
             if error.status_code in (408, 409, 429) or error.status_code >= 500:
                 raise TransientJudgeError(message, retry_after(getattr(getattr(error, "response", None), "headers", None))) from None
             raise JudgeCallError(message) from None
         except openai.APITimeoutError:
             raise TransientJudgeError("timed out") from None
         except openai.APIConnectionError as error:
-            raise TransientJudgeError(f"connection failed: {error.__cause__ or error}") from None
+            raise TransientJudgeError(masked(f"connection failed: {error.__cause__ or error}")) from None
         except openai.APIResponseValidationError as error:
-            raise TransientJudgeError(f"malformed response body: {error}") from None
+            raise TransientJudgeError(masked(f"malformed response body: {error}")) from None
         except openai.APIError as error:
-            raise JudgeCallError(f"{type(error).__name__}: {error}") from None
+            raise JudgeCallError(masked(f"{type(error).__name__}: {error}")) from None
         # A proxy in trouble can answer 200 with an HTML page or a truncated body: retried like a 5xx.
         choices = getattr(response, "choices", None)
         if not choices or getattr(choices[0], "message", None) is None:
-            raise TransientJudgeError(f"malformed response body (no choices): {str(response)[:120]!r}")
+            raise TransientJudgeError(masked(f"malformed response body (no choices): {str(response)[:120]!r}"))
         return Completion(text=choices[0].message.content or "", model=response.model or self.model)
 
 
