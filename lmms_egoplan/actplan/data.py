@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.errors import DatasetProblems, InputError
 from lmms_egoplan.core.files import inside_root, read_text
-from lmms_egoplan.core.media import image_file_problem
+from lmms_egoplan.core.media import IMAGES_DECODED_AT_LOAD, image_problems
 from lmms_egoplan.core.settings import SettingsError, setting_name
 
 ENV_PREFIX = "ACTPLAN"  # settings are overridden by environment variables ACTPLAN_<SETTING>
@@ -85,61 +85,70 @@ def image_files(sample_folder: Path) -> list[Path]:
     return sorted(images, key=_image_order)
 
 
-def load_instances(data_root: str | Path, *, allow_outside: bool = False) -> list[dict]:
+def load_instances(data_root: str | Path, *, allow_outside: bool = False,
+                   images_decoded: int = IMAGES_DECODED_AT_LOAD) -> list[dict]:
     """Every instance of the release under ``data_root``, in (scene, activity, problem, sample) order.
 
-    An instance folder without images, gold plan or task description raises ActPlanDataError
-    listing every such folder; one whose folder or files lead out of ``data_root`` through a
-    symbolic link raises it naming the instance and the file, unless ``allow_outside``.
+    Every problem of the release is listed in one ActPlanDataError naming the instance folder and the
+    file: an instance without images, gold plan or task description, a gold plan without a step, a
+    file that is not UTF-8, a folder or file that leads out of ``data_root`` through a symbolic link
+    (unless ``allow_outside``), a scene image missing or unusable (every image's first and last bytes;
+    ``images_decoded`` of them, spread over the release, decoded in full).
     """
     root = annotation_root(data_root)
-    instances, problems = [], []
+    instances = []
+    problems = DatasetProblems(f"the ActPlan-1K release under {root}", ActPlanDataError)
     for scene in sorted(p for p in root.iterdir() if p.is_dir()):
         for activity in sorted(p for p in scene.iterdir() if p.is_dir()):
             problem_folders = sorted((int(p.name), p) for p in activity.iterdir() if p.is_dir() and p.name.isdigit())
             for problem, problem_folder in problem_folders:
                 description_file = problem_folder / f"task_description_{problem}.txt"
                 for sample, folder in _numbered((p for p in problem_folder.iterdir() if p.is_dir()), _SAMPLE_FOLDER):
-                    images, golds = image_files(folder), gold_plan_files(folder)
-                    missing = [what for what, ok in (("images (*.png / *.jpg)", images), ("gold plan (plan_gold_<n>.txt)", golds),
-                                                     (f"task description ({description_file.name} beside it)", description_file.is_file()))
-                               if not ok]
-                    if missing:
-                        problems.append(f"{folder}: no {', no '.join(missing)}")
-                        continue
-                    for path in (folder, description_file, *images, *golds):
-                        inside_root(path, root, where=f"ActPlan-1K instance {folder.relative_to(root).as_posix()}: "
-                                                      f"{path.relative_to(folder.parent).as_posix()}",
-                                    setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"), allow=allow_outside,
-                                    error_class=ActPlanDataError)
-                    if unusable := [issue for path in images if (issue := image_file_problem(path))]:
-                        problems.append(f"{folder}: {unusable[0]}")
-                        continue
-                    plans = [gold_steps(read_text(path, ActPlanDataError)) for path in golds]
-                    empty = [path.name for path, steps in zip(golds, plans) if not steps]
-                    if empty:
-                        problems.append(f"{folder}: gold plan without a step {', '.join(empty)}")
-                        continue
-                    instances.append({
-                        "instance_id": folder.relative_to(root).as_posix(),
-                        "scene": scene.name,
-                        "activity": activity.name,
-                        "problem": problem,
-                        "sample": sample,
-                        "split": split_of_problem(problem),
-                        "folder": str(folder),
-                        "description": read_text(description_file, ActPlanDataError).strip(),
-                        "image_paths": [str(path) for path in images],
-                        "gold_files": [path.name for path in golds],
-                        "gold_plans": plans,
-                    })
-    if problems:
-        shown = "\n  ".join(problems[:20]) + (f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else "")
-        raise ActPlanDataError(f"{len(problems)} ActPlan-1K instance folder(s) under {root} are incomplete:\n  {shown}")
+                    with problems.collected():
+                        instances.append(_instance(root, scene, activity, problem, sample, folder, description_file,
+                                                   allow_outside))
+    unusable = image_problems([path for instance in instances for path in instance["image_paths"]], images_decoded)
+    for instance in instances:
+        if broken := [unusable[Path(path)] for path in instance["image_paths"] if Path(path) in unusable]:
+            problems.add(f"{instance['folder']}: {broken[0]}" + (f" (and {len(broken) - 1} more of its images)"
+                                                                 if len(broken) > 1 else ""))
+    problems.raise_if_any()
     if not instances:
         raise ActPlanDataError(f"no ActPlan-1K instances under {root}: expected "
                                f"{ANNOTATION_FOLDER}/<scene>/<activity>/<problem>/sample_<k>/ folders")
     return instances
+
+
+def _instance(root: Path, scene: Path, activity: Path, problem: int, sample: int, folder: Path,
+              description_file: Path, allow_outside: bool) -> dict:
+    """An instance folder's doc; the first thing that keeps it from being one raises ActPlanDataError."""
+    images, golds = image_files(folder), gold_plan_files(folder)
+    missing = [what for what, ok in (("images (*.png / *.jpg)", images), ("gold plan (plan_gold_<n>.txt)", golds),
+                                     (f"task description ({description_file.name} beside it)", description_file.is_file()))
+               if not ok]
+    if missing:
+        raise ActPlanDataError(f"{folder}: no {', no '.join(missing)}")
+    for path in (folder, description_file, *images, *golds):
+        inside_root(path, root, where=f"ActPlan-1K instance {folder.relative_to(root).as_posix()}: "
+                                      f"{path.relative_to(folder.parent).as_posix()}",
+                    setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"), allow=allow_outside,
+                    error_class=ActPlanDataError)
+    plans = [gold_steps(read_text(path, ActPlanDataError)) for path in golds]
+    if empty := [path.name for path, steps in zip(golds, plans) if not steps]:
+        raise ActPlanDataError(f"{folder}: gold plan without a step {', '.join(empty)}")
+    return {
+        "instance_id": folder.relative_to(root).as_posix(),
+        "scene": scene.name,
+        "activity": activity.name,
+        "problem": problem,
+        "sample": sample,
+        "split": split_of_problem(problem),
+        "folder": str(folder),
+        "description": read_text(description_file, ActPlanDataError).strip(),
+        "image_paths": [str(path) for path in images],
+        "gold_files": [path.name for path in golds],
+        "gold_plans": plans,
+    }
 
 
 # ---------------------------------------------------------------------------------------------

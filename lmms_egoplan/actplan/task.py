@@ -41,7 +41,7 @@ from lmms_egoplan.actplan.data import ENV_PREFIX, GOLD_CHOICES, SPLITS, check_se
 from lmms_egoplan.actplan.lcs import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD
 from lmms_egoplan.actplan.plans import PlanScore, bleurt_correct, parse_plan, score_lcs
 from lmms_egoplan.core.files import valid_text, write_atomically
-from lmms_egoplan.core.media import load_image
+from lmms_egoplan.core.media import IMAGES_DECODED_AT_LOAD, load_image
 from lmms_egoplan.core.request_options import INPUT_ORDER, TEXT_FIRST
 from lmms_egoplan.core.settings import setting
 from lmms_egoplan.core.statistics import mean_or_nan
@@ -64,6 +64,9 @@ class ActPlanSettings:
     scoring_device: str = "auto"  # for the embedding model and the classifier
     # text_first: the paper's VLM([T, I1, I2, ...]) (Eq. 4); visuals_first: the images, then the description
     input_order: str = setting(TEXT_FIRST, choices=INPUT_ORDER.values)
+    # Scene images decoded in full before the model loads, spread over the data (every one's first and
+    # last bytes are checked): core.media.image_problems
+    images_decoded_at_load: int = setting(IMAGES_DECODED_AT_LOAD, minimum=0)
     # Read instance files that lead out of data_root through a symbolic link.
     allow_paths_outside_root: bool = False
 
@@ -90,7 +93,8 @@ class ActPlanScoring:
 
     def load_docs(self) -> list[dict]:
         check_settings(self.settings, self.config.task)
-        docs = load_instances(self.settings.data_root, allow_outside=self.settings.allow_paths_outside_root)
+        docs = load_instances(self.settings.data_root, allow_outside=self.settings.allow_paths_outside_root,
+                              images_decoded=self.settings.images_decoded_at_load)
         return [doc for doc in docs if self.settings.instances in ("all", doc["split"])]
 
     def keep_plans(self, items: Sequence[dict], args: Any) -> Path:

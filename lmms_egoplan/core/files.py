@@ -42,18 +42,20 @@ def strict_json(value: Any, **options) -> str:
     return json.dumps(finite_or_null(value), allow_nan=False, **options)
 
 
-def missing_file_message(what: str, path: Path, folder_setting: str, file_setting: str) -> str:
+def missing_file_message(what: str, path: Path, folder_setting: str, file_setting: str | None) -> str:
     """Why ``path`` (``what``: the file a setting names) is not there, and which setting to change:
-    the folder ``folder_setting`` names does not exist, is empty, or holds other files (named)."""
+    the folder ``folder_setting`` names does not exist, is empty, or holds other files (named);
+    ``file_setting``, if any, names the file itself."""
     folder = path.parent
+    or_file = f", or set {file_setting} to the file" if file_setting else ""
     if not folder.is_dir():
         return (f"{what} not found: the folder {folder}, named by {folder_setting}, does not exist; point it at the "
-                f"folder that holds {path.name}, or set {file_setting} to the file")
+                f"folder that holds {path.name}{or_file}")
     others = sorted(entry.name for entry in folder.iterdir())
     holds = ("is empty" if not others else
              f"holds {', '.join(others[:5])}" + (f" and {len(others) - 5} more" if len(others) > 5 else ""))
     return (f"{what} not found: the folder {folder}, named by {folder_setting}, {holds}; point it at the folder that "
-            f"holds {path.name}, or set {file_setting} to the file")
+            f"holds {path.name}{or_file}")
 
 
 def read_text(path: str | Path, error_class: type[InputError] = InputError) -> str:
@@ -73,7 +75,7 @@ def read_text(path: str | Path, error_class: type[InputError] = InputError) -> s
 
 
 def read_json_list(path: str | Path, error_class: type[InputError], *, what: str, folder_setting: str,
-                   file_setting: str) -> list:
+                   file_setting: str | None) -> list:
     """The records of a file holding one non-empty JSON list. A missing file (``missing_file_message``:
     which of the settings ``folder_setting`` / ``file_setting`` to change), bytes that are not UTF-8,
     text that is not JSON or not a non-empty list raise ``error_class`` naming the file as ``what``

@@ -7,13 +7,17 @@ targets are close, a keyframe seek where the next target is far ahead.
 
 from __future__ import annotations
 
+import io
+import itertools
 import math
 import os
+import struct
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence, TypeVar
+from typing import Any, Callable, Iterable, NamedTuple, Sequence, TypeVar
 
-from PIL import Image
+from PIL import Image, ImageFile
 
 # Targets further apart than this are reached by seeking to a keyframe instead of decoding
 # every frame in between (a typical GOP is 1-2 s, i.e. 30-60 frames at 30 fps).
@@ -56,16 +60,33 @@ class MediaError(FileNotFoundError):
         self.path = None if path is None else str(path)
 
 
-# How an image file of each format ends when it is complete (JPEG: the end-of-image marker, maybe
-# followed by padding; PNG: the IEND chunk and its CRC).
-_IMAGE_ENDINGS = {b"\xff\xd8": ("JPEG", b"\xff\xd9"), b"\x89PNG": ("PNG", b"IEND\xaeB`\x82")}
+@dataclass(frozen=True)
+class ImageFormat:
+    """An image format the suite reads: the bytes a file of it starts with, and the bytes a complete
+    one ends with (None: no fixed ending)."""
+
+    name: str
+    starts: tuple[bytes, ...]
+    ending: bytes | None = None
+
+    def begins(self, head: bytes) -> bool:
+        return head.startswith(self.starts) and (self.name != "WebP" or head[8:12] == b"WEBP")
+
+
+# JPEG: start-of-image then a marker, and the end-of-image marker (maybe followed by padding); PNG: the
+# signature, and the IEND chunk with its CRC. Datasets ship JPEG and PNG; the others are formats PIL reads.
+IMAGE_FORMATS = (ImageFormat("JPEG", (b"\xff\xd8\xff",), b"\xff\xd9"),
+                 ImageFormat("PNG", (b"\x89PNG\r\n\x1a\n",), b"IEND\xaeB`\x82"),
+                 ImageFormat("GIF", (b"GIF87a", b"GIF89a")), ImageFormat("BMP", (b"BM",)),
+                 ImageFormat("WebP", (b"RIFF",)), ImageFormat("TIFF", (b"II*\x00", b"MM\x00*")))
+_HEAD_BYTES = 12
 
 
 def image_file_problem(path: str | os.PathLike) -> str | None:
-    """What makes an image file unusable before decoding it (missing, empty, truncated JPEG or
-    PNG), or None. Reads a few bytes at each end: cheap enough for every frame of a run, and the
-    one check that catches truncation, which lmms-eval makes PIL decode silently (it sets
-    ``ImageFile.LOAD_TRUNCATED_IMAGES``)."""
+    """What makes an image file unusable that a look at its first and last bytes shows (missing,
+    empty, not an image of a format the suite reads, a JPEG or PNG cut short), or None: cheap enough
+    for every image of a run before it starts. A file whose content is of another format than its
+    name says (a PNG named .jpg) is read, by its content, as PIL reads it."""
     try:
         descriptor = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -76,27 +97,145 @@ def image_file_problem(path: str | os.PathLike) -> str | None:
         size = os.fstat(descriptor).st_size
         if size == 0:
             return f"image is empty (0 bytes): {path}"
-        head = os.pread(descriptor, 4, 0)
+        head = os.pread(descriptor, _HEAD_BYTES, 0)
         tail = os.pread(descriptor, 64, max(0, size - 64)).rstrip(b"\x00")
     except OSError as error:
         return f"cannot read image {path}: {error}"
     finally:
         os.close(descriptor)
-    for magic, (kind, ending) in _IMAGE_ENDINGS.items():
-        if head.startswith(magic) and not tail.endswith(ending):
-            return f"image is truncated (it does not end as a {kind} file does): {path}"
+    kind = next((kind for kind in IMAGE_FORMATS if kind.begins(head)), None)
+    if kind is None:
+        names = [kind.name for kind in IMAGE_FORMATS]
+        return (f"not an image file (it starts with bytes {head.hex(' ')}, as no {', '.join(names[:-1])} or "
+                f"{names[-1]} file does): {path}")
+    if kind.ending is not None and not tail.endswith(kind.ending):
+        return f"image is truncated (it does not end as a {kind.name} file does): {path}"
     return None
 
 
 def load_image(path: str | os.PathLike) -> Image.Image:
-    """An RGB image from disk; a missing, empty, truncated or broken file raises MediaError naming it."""
+    """An RGB image from disk, decoded strictly (``decode_strictly``): a file that is missing, empty,
+    not an image, cut short or damaged raises MediaError naming it. The one decoder of every image a
+    suite task reads."""
     if problem := image_file_problem(path):
         raise MediaError(problem, path)
     try:
-        with Image.open(path) as image:
-            return image.convert("RGB")
-    except OSError as error:
-        raise MediaError(f"cannot read image {path}: {error}", path) from error
+        with open(path, "rb") as file:
+            data = file.read()
+        return decode_strictly(data).convert("RGB")
+    except (OSError, SyntaxError, ValueError, struct.error, Image.DecompressionBombError) as error:
+        raise MediaError(f"cannot decode image {path}: {error}", path) from error
+
+
+def decode_strictly(data: bytes) -> Image.Image:
+    """The image held in ``data``, its pixels decoded as PIL decodes them with
+    ``ImageFile.LOAD_TRUNCATED_IMAGES`` off, whatever that switch is set to; a PNG's chunks are
+    checked against their CRCs too (PIL skips the image data's). Raises OSError (or SyntaxError,
+    ValueError) for data that is cut short or damaged.
+
+    lmms-eval turns the switch on for the whole process when it is imported (``lmms_eval/api/task.py``),
+    so that PIL fills what it cannot decode with grey and carries on; flipping it off around a decode
+    would change how lmms-eval's own tasks, maybe decoding in other threads, read their images. So this
+    is ``ImageFile.load``'s decoding loop with the switch's answers fixed: data that ends before the
+    decoder is done, or a decoder error, raises. Formats whose plugin decodes in a ``load`` of its own
+    (WebP, TIFF) are left to it. ``ImageFile.Parser`` is no way round: it hands formats with a read
+    function of their own (JPEG, PNG) to ``load``.
+    """
+    if data.startswith(b"\x89PNG") and (problem := png_chunk_problem(data)):
+        raise OSError(problem)
+    image = Image.open(io.BytesIO(data))
+    if type(image).load is not ImageFile.ImageFile.load or not image.tile:
+        image.load()
+        return image
+    fp = image.fp
+    read = getattr(image, "load_read", fp.read)
+    seek = getattr(image, "load_seek", fp.seek)
+    image.load_prepare()
+    # In file order, less consecutive tiles that differ only by their offset, as ImageFile.load reads them.
+    tiles = [list(same)[-1] for _, same in itertools.groupby(sorted(image.tile, key=lambda tile: tile[2]),
+                                                             lambda tile: (tile[0], tile[1], tile[3]))]
+    for number, (decoder_name, extents, offset, args) in enumerate(tiles):
+        seek(offset)
+        following = tiles[number + 1][2] if number + 1 < len(tiles) else offset
+        decoder = Image._getdecoder(image.mode, decoder_name, args, image.decoderconfig)
+        try:
+            decoder.setimage(image.im, extents)
+            if decoder.pulls_fd:
+                decoder.setfd(fp)
+                error = decoder.decode(b"")[1]
+            else:
+                error = _push_to(decoder, read, fp, len(data), getattr(image, "tile_prefix", b""),
+                                 following - offset if following > offset else image.decodermaxblock)
+        finally:
+            decoder.cleanup()
+        if error < 0:
+            raise ImageFile._get_oserror(error, encoder=False)
+    image.tile = []
+    image.load_end()
+    return image
+
+
+def _push_to(decoder, read: Callable[[int], bytes], fp, size: int, prefix: bytes, block: int) -> int:
+    """Feed ``decoder`` from ``read`` until it is done; its error code. Data that ends first raises,
+    also where a format's read function would pretend the data ended (JPEG's adds an end-of-image
+    marker when the switch is on)."""
+    buffer = prefix
+    while True:
+        try:
+            chunk = b"" if fp.tell() >= size else read(block)
+        except (IndexError, struct.error):
+            chunk = b""
+        if not chunk:
+            raise OSError(f"image file is truncated ({len(buffer)} bytes not processed)")
+        buffer += chunk
+        consumed, error = decoder.decode(buffer)
+        if consumed < 0:
+            return error
+        buffer = buffer[consumed:]
+
+
+def png_chunk_problem(data: bytes) -> str | None:
+    """What breaks the chunk structure of PNG ``data`` (a chunk that runs past the end, fails its CRC,
+    or no IEND chunk), or None. Random bytes in the image data keep the file's start and end intact
+    and decode, leniently, to grey: the CRCs find them without decoding."""
+    view, position = memoryview(data), 8
+    while position + 12 <= len(data):
+        length = int.from_bytes(view[position:position + 4], "big")
+        kind, end = bytes(view[position + 4:position + 8]), position + 12 + length
+        if end > len(data):
+            return f"PNG chunk {kind!r} at byte {position} runs past the end of the file"
+        if zlib.crc32(view[position + 4:end - 4]) != int.from_bytes(view[end - 4:end], "big"):
+            return f"PNG chunk {kind!r} at byte {position} is damaged (its CRC does not match)"
+        if kind == b"IEND":
+            return None
+        position = end
+    return "PNG file without its IEND chunk (cut short?)"
+
+
+# Images decoded in full before a run by default (the setting ``images_decoded_at_load`` of each benchmark
+# that reads images): a sample spread over the data, which finds what is wrong with a whole dataset (a format
+# that does not decode, files damaged alike) in a fraction of a second; speed/bench_media_check.py measures it.
+IMAGES_DECODED_AT_LOAD = 64
+
+
+def image_problems(paths: Iterable[str | os.PathLike], decoded: int) -> dict[Path, str]:
+    """What is wrong with each of the image files at ``paths``, by path (only those with a problem),
+    checked before a run: every file's first and last bytes (``image_file_problem``), and a full
+    strict decode (``load_image``) of ``decoded`` of those that pass, spread evenly over them in order
+    (all of them where ``decoded`` is at least their number), which finds what only decoding shows."""
+    paths = list(dict.fromkeys(Path(path) for path in paths))
+    problems = {path: problem for path in paths if (problem := image_file_problem(path))}
+    intact = [path for path in paths if path not in problems]
+    if decoded >= len(intact):
+        sample = intact
+    else:
+        sample = [intact[i] for i in uniform_indices(0, len(intact) - 1, decoded)] if decoded > 0 else []
+    for path in dict.fromkeys(sample):
+        try:
+            load_image(path)
+        except MediaError as error:
+            problems[path] = str(error)
+    return problems
 
 
 def fit_within(image: Image.Image, max_side: int | None, max_pixels: int | None = None) -> Image.Image:
@@ -206,12 +345,6 @@ class FrameFolder:
 
     def frame_path(self, number: int) -> Path:
         return self.folder / self.template.format(number)
-
-    def problems(self, numbers: Sequence[int]) -> list[tuple[Path, str]]:
-        """``(path, what is wrong)`` for the requested frames' files that are missing, empty or
-        truncated, in order: a cheap check before a run (``image_file_problem``)."""
-        found = ((path, image_file_problem(path)) for path in dict.fromkeys(map(self.frame_path, numbers)))
-        return [(path, problem) for path, problem in found if problem]
 
     def frames(self, numbers: Sequence[int], max_side: int | None = None) -> list[Image.Image]:
         """The frames numbered ``numbers`` (any order, repeats allowed), as RGB images; each file is

@@ -23,14 +23,14 @@ from pathlib import Path
 
 from PIL import Image
 
-from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.errors import DatasetProblems, InputError
 from lmms_egoplan.core.files import inside_root, read_jsonl
 from lmms_egoplan.core.media import (
     FrameTime,
     VideoFile,
     fit_within,
     frame_times,
-    image_file_problem,
+    image_problems,
     load_image,
     video_problems,
 )
@@ -55,27 +55,31 @@ class PackageRecord:
     image: Path  # the current observation
 
 
-def read_levels(root: str | os.PathLike, levels: Sequence[int], *, error_class: type[InputError],
-                root_setting: str, allow_outside: bool = False, allow_setting: str = "") -> list[PackageRecord]:
+def read_levels(root: str | os.PathLike, levels: Sequence[int], *, problems: DatasetProblems, root_setting: str,
+                allow_outside: bool = False, allow_setting: str = "") -> list[PackageRecord]:
     """The records of the package's level files, in file and line order, each with its media paths.
 
-    A missing level file, a line that is not a JSON object, or a record whose media fields are
-    missing, of the wrong type or lead out of ``root`` (``inside_root``; ``allow_outside`` allows
-    it) raises ``error_class`` naming the file, the line and the field to fix, and ``root_setting``
-    (the setting that points at the package).
+    A missing level file or a line that is not a JSON object raises ``problems.error_class`` naming the
+    file, the line and ``root_setting`` (the setting that points at the package); a record whose media
+    fields are missing, of the wrong type or lead out of ``root`` (``inside_root``; ``allow_outside``
+    allows it) is left out and its problem, naming file, line and field, joins ``problems``.
     """
+    error_class = problems.error_class
     records = []
     for level in levels:
         path = level_file(root, level)
         if not path.is_file():
             raise error_class(f"SEED-Bench-R1 annotation file not found: {path}; set {root_setting} to the folder of "
                               f"the TencentARC/SEED-Bench-R1 package (it holds {ANNOTATIONS}/, {VIDEOS}/, {IMAGES}/)")
+        inside_root(path, root, where=f"SEED-Bench-R1 annotation file {path}", setting=allow_setting,
+                    allow=allow_outside, error_class=error_class)
         for line, record in read_jsonl(path, error_class):
             if "sample_id" not in record and "id" in record:
                 record["sample_id"] = record["id"]
-            video, image = _media_paths(record, root, f"{path}:{line} (sample_id {record.get('sample_id')!r})",
-                                        error_class, allow_outside, allow_setting)
-            records.append(PackageRecord(record, f"{path}:{line}", video, image))
+            with problems.collected():
+                video, image = _media_paths(record, root, f"{path}:{line} (sample_id {record.get('sample_id')!r})",
+                                            error_class, allow_outside, allow_setting)
+                records.append(PackageRecord(record, f"{path}:{line}", video, image))
     return records
 
 
@@ -97,14 +101,17 @@ def _media_paths(record: dict, root: str | os.PathLike, where: str, error_class:
     return (inside(VIDEOS, "video_basename") if progress else None), inside(IMAGES, "current_observation_basename")
 
 
-def media_problems(items: Sequence[tuple[str | None, str]], positions: Sequence[Positions]) -> list[tuple[int, str, str]]:
+def media_problems(items: Sequence[tuple[str | None, str]], positions: Sequence[Positions],
+                   images_decoded: int) -> list[tuple[int, str, str]]:
     """``(position in items, path, what is wrong)`` for each ``(video or None, image)`` whose image is
-    missing, empty or truncated, or whose clip is missing, does not open, or holds fewer frames than its
-    frame plan (``positions[i]``) reads; one problem per item, in order. Each clip is opened once and its
-    packets read up to the last frame shown, without decoding."""
+    unusable (``image_problems``: every image's first and last bytes, ``images_decoded`` of them decoded
+    in full), or whose clip is missing, does not open, or holds fewer frames than its frame plan
+    (``positions[i]``) reads; one problem per item, in order. Each clip is opened once and its packets
+    read up to the last frame shown, without decoding."""
     problems = []
+    unusable = image_problems([image for _, image in items], images_decoded)
     for number, ((video, image), plan) in enumerate(zip(items, positions)):
-        if problem := image_file_problem(image):
+        if problem := unusable.get(Path(image)):
             problems.append((number, image, problem))
         elif video is not None and not Path(video).is_file():
             problems.append((number, video, f"progress video not found: {video}"))

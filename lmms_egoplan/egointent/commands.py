@@ -11,14 +11,17 @@ from lmms_egoplan.core.arguments import allow_paths_outside_root_argument
 
 
 def _check(args: argparse.Namespace) -> int:
-    from lmms_egoplan.egointent.data import describe_steps, load_steps, step_docs
+    from lmms_egoplan.egointent.data import annotation_problems, describe_steps, load_steps, step_docs
     from lmms_egoplan.egointent.task import EgoIntentSettings
 
     settings = EgoIntentSettings(annotations=args.annotations, video_root=args.video_root,
                                  sample_fps=args.sample_fps, max_frames=args.max_frames)
     settings.check_sampling(name=lambda field: "--" + field.replace("_", "-"))
-    steps = load_steps(settings.annotations, settings.video_root, allow_outside=args.allow_paths_outside_root)
-    docs = step_docs(steps, settings)
+    problems = annotation_problems(settings.annotations)
+    steps = load_steps(settings.annotations, settings.video_root, allow_outside=args.allow_paths_outside_root,
+                       dataset_problems=problems)
+    docs = step_docs(steps, settings, problems)
+    problems.raise_if_any()
     print(describe_steps(docs, settings))
     return 0
 

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.errors import DatasetProblems, InputError
 from lmms_egoplan.core.files import inside_root, read_jsonl, read_text
 from lmms_egoplan.core.media import MediaError, VideoFile, VideoInfo, frame_at, last_frame_before, uniform_indices
 from lmms_egoplan.core.settings import setting_name
@@ -66,7 +66,6 @@ class EgoIntentDataError(InputError):
 
 REQUIRED_TEXT_FIELDS = ("step_id", "scenario", "environment", *FIELDS)
 VIDEO_SUFFIX = ".mp4"  # `video_uid` resolves to <video_root>/<video_uid>.mp4, Ego4D's layout
-_MAX_LISTED_PROBLEMS = 20
 
 
 @dataclass(frozen=True)
@@ -98,11 +97,13 @@ def read_records(path: Path) -> list[dict]:
     return records
 
 
-def load_steps(path: str | Path, video_root: str | Path | None = None, *, allow_outside: bool = False) -> list[Step]:
-    """Read and validate every record of an annotation file; raise one EgoIntentDataError listing
-    all problems (missing or empty field, wrong type, truncation not after the step start,
-    unknown environment, duplicate step id, a scenario filed as both indoor and outdoor,
-    missing video, a video outside ``video_root`` unless ``allow_outside``)."""
+def load_steps(path: str | Path, video_root: str | Path | None = None, *, allow_outside: bool = False,
+               dataset_problems: DatasetProblems | None = None) -> list[Step]:
+    """Read and validate every record of an annotation file: the valid steps. Every problem (missing
+    or empty field, wrong type, truncation not after the step start, unknown environment, duplicate
+    step id, a scenario filed as both indoor and outdoor, missing video, a video outside
+    ``video_root`` unless ``allow_outside``) joins ``dataset_problems``, which the caller raises once
+    the videos are checked too (``step_docs``); without it, they are raised here."""
     path = Path(path)
     root = Path(video_root) if video_root else path.parent
     problems: list[str] = []
@@ -137,13 +138,18 @@ def load_steps(path: str | Path, video_root: str | Path | None = None, *, allow_
     problems += _scenario_problems(steps)
     if not problems and not steps:
         problems.append("no step records")
-    if problems:
-        listed = "\n  ".join(problems[:_MAX_LISTED_PROBLEMS])
-        unlisted = len(problems) - _MAX_LISTED_PROBLEMS
-        more = f"\n  ... and {unlisted} more" if unlisted > 0 else ""
-        raise EgoIntentDataError(f"{path}: {len(problems)} problem(s) in the EgoIntent annotations "
-                                 f"(format: tasks/egointent/README.md):\n  {listed}{more}")
+    collector = annotation_problems(path) if dataset_problems is None else dataset_problems
+    for problem in problems:
+        collector.add(f"{path}, {problem}")
+    if dataset_problems is None:
+        collector.raise_if_any()
     return steps
+
+
+def annotation_problems(path: str | Path) -> DatasetProblems:
+    """Where every problem of an EgoIntent annotation file and its videos is collected (``load_steps``,
+    ``step_docs``), to be raised as one EgoIntentDataError."""
+    return DatasetProblems(f"the EgoIntent annotations {path} (format: tasks/egointent/README.md)", EgoIntentDataError)
 
 
 def _record_problems(record: dict) -> list[str]:
@@ -239,8 +245,10 @@ def clip_frame_indices(step_start: float, truncation_time: float, fps: float, nu
 # =============================================================================================
 
 
-def step_docs(steps: list[Step], settings) -> list[dict]:
-    """The evaluation documents: each step with its video's frame plan (read from each video once)."""
+def step_docs(steps: list[Step], settings, dataset_problems: DatasetProblems | None = None) -> list[dict]:
+    """The evaluation documents: each step with its video's frame plan (read from each video once).
+    A video that does not open or a step it cannot show joins ``dataset_problems`` (without it, the
+    problems are raised here)."""
     videos: dict[Path, VideoInfo] = {}
     problems = []
     for video in dict.fromkeys(step.video for step in steps):
@@ -272,8 +280,12 @@ def step_docs(steps: list[Step], settings) -> list[dict]:
                      "environment": step.environment, "event": step.event, **step.references,
                      "video_fps": info.fps, "frame_indices": indices, "frames_capped": len(indices) < len(at_sample_fps),
                      "video_input": settings.video_input, "frame_max_side": settings.frame_max_side})
-    if problems:
-        raise EgoIntentDataError("EgoIntent videos:\n  " + "\n  ".join(problems[:_MAX_LISTED_PROBLEMS]))
+    collector = DatasetProblems("the EgoIntent videos", EgoIntentDataError) if dataset_problems is None \
+        else dataset_problems
+    for problem in problems:
+        collector.add(problem)
+    if dataset_problems is None:
+        collector.raise_if_any()
     return docs
 
 

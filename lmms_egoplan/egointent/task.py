@@ -48,6 +48,7 @@ from lmms_egoplan.egointent.data import (
     ENV_PREFIX,
     FIELDS,
     Dimension,
+    annotation_problems,
     load_steps,
     scenario_metric,
     step_docs,
@@ -105,8 +106,12 @@ class EgoIntentTask(JudgedTask):
         if settings.annotations is None:
             raise SettingsError(f"task {self.config.task}: set {setting_name(ENV_PREFIX, 'annotations')} to the local "
                                 f"annotation file; tasks/egointent/README.md describes its format")
-        steps = load_steps(settings.annotations, settings.video_root, allow_outside=settings.allow_paths_outside_root)
-        return step_docs(steps, settings)
+        problems = annotation_problems(settings.annotations)
+        steps = load_steps(settings.annotations, settings.video_root, allow_outside=settings.allow_paths_outside_root,
+                           dataset_problems=problems)
+        docs = step_docs(steps, settings, problems)
+        problems.raise_if_any()  # the annotations' problems and the videos' together
+        return docs
 
     def download(self, dataset_kwargs=None) -> None:
         super().download(dataset_kwargs)

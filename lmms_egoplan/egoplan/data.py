@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any
 
 from lmms_egoplan.core import media, seed_bench_r1
 from lmms_egoplan.core.embeddings import cosine_similarities
-from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.errors import DatasetProblems, InputError
 from lmms_egoplan.core.files import inside_root, read_json_list
 from lmms_egoplan.core.media import LoadedSamples, MissingMedia
 from lmms_egoplan.core.settings import SettingsError, setting_name
@@ -62,39 +63,45 @@ def annotation_path(settings) -> Path:
     return path
 
 
-def read_annotations(path: Path, *, labelled: bool) -> list[dict]:
-    """The records of an official annotation file, checked field by field; sample ids are unique."""
+# Why a record's sample id must be its own.
+_UNIQUE_IDS = "results and the submission are keyed by it"
+
+
+def read_annotations(path: Path, *, labelled: bool, problems: DatasetProblems) -> list[dict]:
+    """The records of an official annotation file that pass the checks, field by field, with unique
+    sample ids; each other record's problem joins ``problems``."""
     records = read_json_list(path, EgoPlanDataError, what="EgoPlan annotation file",
                              folder_setting=setting_name(ENV_PREFIX, "annotation_dir"),
                              file_setting=setting_name(ENV_PREFIX, "annotation_file"))
+    checked = []
     for position, record in enumerate(records):
-        _check_record(record, f"EgoPlan annotation file {path}, record #{position}", labelled=labelled)
-    _check_unique_ids(records, f"EgoPlan annotation file {path}")
-    return records
+        with problems.collected():
+            _check_record(record, f"EgoPlan annotation file {path}, record #{position}", labelled=labelled)
+            checked.append(record)
+    return problems.without_repeats(checked, lambda record: record["sample_id"], where=f"EgoPlan annotation file {path}",
+                                    field="sample_id", why=_UNIQUE_IDS)
 
 
-def _check_unique_ids(records: Sequence[Mapping], source: str) -> None:
-    counts = collections.Counter(record["sample_id"] for record in records)
-    if duplicates := [sample_id for sample_id, count in counts.items() if count > 1]:
-        raise EgoPlanDataError(f"{source}: sample_id(s) {', '.join(map(repr, duplicates))} appear more than once; each "
-                               f"record needs its own (results and the submission are keyed by it)")
 
-
-def package_records(settings) -> list[seed_bench_r1.PackageRecord]:
+def package_records(settings, problems: DatasetProblems) -> list[seed_bench_r1.PackageRecord]:
     """EgoPlan-Bench Val as the SEED-Bench-R1 package's Levels 1 and 2, each record checked as the
-    release's are, less the frame numbers (the package's clip and image replace them)."""
+    release's are, less the frame numbers (the package's clip and image replace them); each other
+    record's problem joins ``problems``."""
     root = settings.seed_bench_r1_root
     if not root:
         raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, 'data_source')} is seed_bench_r1 but "
                             f"{setting_name(ENV_PREFIX, 'seed_bench_r1_root')} (the package's folder) is not set")
-    items = seed_bench_r1.read_levels(root, SEED_BENCH_R1_LEVELS, error_class=EgoPlanDataError,
+    items = seed_bench_r1.read_levels(root, SEED_BENCH_R1_LEVELS, problems=problems,
                                       root_setting=setting_name(ENV_PREFIX, "seed_bench_r1_root"),
                                       allow_outside=settings.allow_paths_outside_root,
                                       allow_setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"))
+    checked = []
     for item in items:
-        _check_record(item.record, item.where, labelled=True, frame_numbers=False)
-    _check_unique_ids([item.record for item in items], f"the SEED-Bench-R1 package {root}")
-    return items
+        with problems.collected():
+            _check_record(item.record, item.where, labelled=True, frame_numbers=False)
+            checked.append(item)
+    return problems.without_repeats(checked, lambda item: item.record["sample_id"],
+                                    where=f"the SEED-Bench-R1 package {root}", field="sample_id", why=_UNIQUE_IDS)
 
 
 def _is_int(value: Any) -> bool:
@@ -358,12 +365,14 @@ def video_indices(doc: Mapping, video: media.VideoFile, numbers: Sequence[int]) 
 def load_samples(settings, *, labelled: bool, with_media: bool = True) -> LoadedSamples:
     """Docs for every record of the annotation file, with their media checked.
 
-    A missing frame folder, frame, video or clip raises one EgoPlanDataError naming the sample,
-    the path and the setting to change -- or, with ``skip_missing``, drops the sample and
-    records it in ``skipped``. ``with_media=False`` (the text-only baselines): docs without
-    media fields, and no media setting is needed.
+    Every problem of the data -- a record's field, a path out of its root, a missing or unusable frame
+    folder, frame, video or clip -- is listed in one EgoPlanDataError naming the file, record and field
+    or the sample, path and setting to change; with ``skip_missing``, samples whose media are unusable
+    are dropped instead and recorded in ``skipped``. ``with_media=False`` (the text-only baselines):
+    docs without media fields, and no media setting is needed.
     """
     bins = progress_bins(settings)
+    problems = DatasetProblems("the EgoPlan data", EgoPlanDataError)
     if settings.data_source == "seed_bench_r1":
         if not labelled:
             raise SettingsError(f"EgoPlan: the SEED-Bench-R1 package holds EgoPlan-Bench Val only (Levels 1-2); the "
@@ -373,21 +382,27 @@ def load_samples(settings, *, labelled: bool, with_media: bool = True) -> Loaded
             raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, 'frame_sampling')} keyframes needs each action's "
                                 f"frames in the source video; the SEED-Bench-R1 package gives the progress as one clip: "
                                 f"use official or uniform, or {setting_name(ENV_PREFIX, 'data_source')} official")
-        docs = [{**_record_text(item.record, bins), **(_package_media_fields(item, settings) if with_media else {})}
-                for item in package_records(settings)]
+        sources = [(item.record, functools.partial(_package_media_fields, item, settings))
+                   for item in package_records(settings, problems)]
     else:
-        docs = [{**_record_text(record, bins), **(_record_media_fields(record, settings) if with_media else {})}
-                for record in read_annotations(annotation_path(settings), labelled=labelled)]
-    problems = find_missing_media(docs) if with_media else []
-    if problems and not settings.skip_missing:
-        others = f" ({len(problems) - 1} more sample(s) have missing media)" if len(problems) > 1 else ""
-        raise EgoPlanDataError(f"EgoPlan {problems[0]}{others}. Set {setting_name(ENV_PREFIX, 'skip_missing')} to "
-                               f"true to skip such samples instead (they are counted in the skipped_samples metric)")
-    missing_ids = {problem.sample_id for problem in problems}
+        sources = [(record, functools.partial(_record_media_fields, record, settings))
+                   for record in read_annotations(annotation_path(settings), labelled=labelled, problems=problems)]
+    docs = []
+    for record, media_fields in sources:
+        with problems.collected():
+            docs.append({**_record_text(record, bins), **(media_fields() if with_media else {})})
+    missing = find_missing_media(docs, settings.images_decoded_at_load) if with_media else []
+    skip = setting_name(ENV_PREFIX, "skip_missing")
+    if not settings.skip_missing:
+        for sample in missing:
+            problems.add(f"EgoPlan {sample}")
+    problems.raise_if_any(f"Set {skip} to true to skip the samples whose media are unusable instead (they are counted "
+                          f"in the skipped_samples metric)" if missing and not settings.skip_missing else "")
+    missing_ids = {problem.sample_id for problem in missing}
     docs = [doc for doc in docs if doc["sample_id"] not in missing_ids]
     if labelled:
         add_similarity_levels(docs, settings)
-    return LoadedSamples(docs=docs, skipped=problems)
+    return LoadedSamples(docs=docs, skipped=missing)
 
 
 def progress_bins(settings) -> tuple[ValueBin, ...]:
@@ -418,7 +433,7 @@ def _record_text(record: Mapping, bins: Sequence[ValueBin]) -> dict:
 
 def _record_media_fields(record: Mapping, settings) -> dict:
     kind, path = record_media(record, settings)
-    return {
+    fields = {
         "media_kind": kind,
         "media_path": str(path),
         **dataclasses.asdict(frame_plan(record, settings)),
@@ -426,6 +441,21 @@ def _record_media_fields(record: Mapping, settings) -> dict:
         "frame_rate": annotation_frame_rate(kind, record, settings),
         "max_side": settings.max_side,
     }
+    if kind == "epic_frames":
+        frame_files_inside_root({**record, **fields}, settings)
+    return fields
+
+
+def frame_files_inside_root(doc: Mapping, settings) -> None:
+    """Each frame file the doc shows must stay inside ``epic_frames_root`` as its folder does: a frame
+    symlinked out of it is refused (``allow_paths_outside_root`` allows it). Only the files a doc shows
+    are resolved, not whole folders of tens of thousands of frames."""
+    folder = Path(doc["media_path"])
+    for number in dict.fromkeys(doc_frame_numbers(doc)):
+        inside_root(folder / media.EPIC_FRAME_TEMPLATE.format(number), settings.epic_frames_root,
+                    where=f"EgoPlan sample {doc['sample_id']}: frame {number} of field video_id {doc['video_id']!r}",
+                    setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"),
+                    allow=settings.allow_paths_outside_root, error_class=EgoPlanDataError)
 
 
 PACKAGE_KIND = "seed_bench_r1"
@@ -464,18 +494,23 @@ def media_setting(kind: str) -> str:
     return "seed_bench_r1_root" if kind == PACKAGE_KIND else MEDIA_KINDS[kind].setting
 
 
-def find_missing_media(docs: Sequence[Mapping]) -> list[MissingMedia]:
-    """The docs whose frame folder, frames, video or clip is missing or unusable, in doc order.
+def find_missing_media(docs: Sequence[Mapping], images_decoded: int) -> list[MissingMedia]:
+    """The docs whose frame folder, frames, video, clip or image is missing or unusable, in doc order.
 
-    Frames are checked file by file (missing, empty, truncated: ``media.image_file_problem``);
-    each Ego4D video and each clip is opened once (an empty or damaged one does not open) and its
-    packets are read, without decoding, up to the last frame its samples show (one cut short
-    after its index opens fine). What only decoding can find (every byte present, the compressed
-    data corrupt) stops the run at that sample, naming it, its file and the setting.
+    Frames and images are checked file by file by their first and last bytes (missing, empty, not an
+    image, truncated), and ``images_decoded`` of them, spread over the run, are decoded in full
+    (``media.image_problems``); each Ego4D video and each clip is opened once (an empty or damaged one
+    does not open) and its packets are read, without decoding, up to the last frame its samples show
+    (one cut short after its index opens fine). What only decoding can find in a file outside the
+    decoded sample stops the run at that sample, naming it, its file and the setting.
     """
     package = [doc for doc in docs if doc["media_kind"] == PACKAGE_KIND]
     problems = [(package[number], path, message) for number, path, message in seed_bench_r1.media_problems(
-        [(doc["media_path"], doc["observation_path"]) for doc in package], [package_positions(doc) for doc in package])]
+        [(doc["media_path"], doc["observation_path"]) for doc in package], [package_positions(doc) for doc in package],
+        images_decoded)]
+    frames = {id(doc): [media.FrameFolder(doc["media_path"]).frame_path(number) for number in doc_frame_numbers(doc)]
+              for doc in docs if doc["media_kind"] == "epic_frames" and Path(doc["media_path"]).is_dir()}
+    unusable = media.image_problems(itertools.chain.from_iterable(frames.values()), images_decoded)
     by_video: dict[str, list[Mapping]] = collections.defaultdict(list)
     for doc in docs:
         path = Path(doc["media_path"] or "")
@@ -486,8 +521,8 @@ def find_missing_media(docs: Sequence[Mapping]) -> list[MissingMedia]:
         elif doc["media_kind"] == "epic_frames":
             if not path.is_dir():
                 problems.append((doc, path, f"frame folder not found: {path}"))
-            elif broken := media.FrameFolder(path).problems(doc_frame_numbers(doc)):
-                problems.append((doc, broken[0][0], f"{len(broken)} frame(s) unusable, e.g. {broken[0][1]}"))
+            elif broken := [frame for frame in dict.fromkeys(frames[id(doc)]) if frame in unusable]:
+                problems.append((doc, broken[0], f"{len(broken)} frame(s) unusable, e.g. {unusable[broken[0]]}"))
         elif not path.is_file():
             problems.append((doc, path, f"clip not found: {path}"))
         else:
@@ -499,7 +534,6 @@ def find_missing_media(docs: Sequence[Mapping]) -> list[MissingMedia]:
     return [MissingMedia(doc["sample_id"], str(path),
                          f"{message}; check {setting_name(ENV_PREFIX, media_setting(doc['media_kind']))}")
             for doc, path, message in problems]
-
 
 
 def _last_frame(video: media.VideoFile, doc: Mapping) -> tuple[int, str]:

@@ -98,6 +98,9 @@ class EgoPlanSettings:
     keyframe_segments: int = setting(4, minimum=1)
     keyframes_per_segment: int = setting(8, minimum=1)
     max_side: int | None = setting(None, minimum=1)  # downscale frames so the longer side is at most this
+    # Frames and images decoded in full before the model loads, spread over the data (every one's first and
+    # last bytes are checked): core.media.image_problems
+    images_decoded_at_load: int = setting(media.IMAGES_DECODED_AT_LOAD, minimum=0)
     skip_missing: bool = False  # skip samples whose media are missing (count reported) instead of failing
     # Read media that a record's video_id places outside its root folder (absolute, "..", a symlink out).
     allow_paths_outside_root: bool = False

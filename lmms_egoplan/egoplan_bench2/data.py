@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lmms_egoplan.core import seed_bench_r1
-from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.errors import DatasetProblems, InputError
 from lmms_egoplan.core.files import inside_root, read_json_list
 from lmms_egoplan.core.media import LoadedSamples, MissingMedia, video_problems
 from lmms_egoplan.core.settings import SettingsError, setting_name
@@ -92,11 +92,8 @@ def check_record(record: Any, where: str, *, with_frames: bool) -> None:
                                      f"before task_start_frame {record['task_start_frame']}")
 
 
-def check_unique_ids(records: Sequence[Mapping], source: str) -> None:
-    counts = collections.Counter(record["sample_id"] for record in records)
-    if duplicates := [sample_id for sample_id, count in counts.items() if count > 1]:
-        raise EgoPlanBench2DataError(f"{source}: sample_id(s) {', '.join(map(repr, duplicates))} appear more than "
-                                     f"once; each question needs its own (results and sample logs are keyed by it)")
+# Why a question's sample id must be its own.
+_UNIQUE_IDS = "results and sample logs are keyed by it"
 
 
 def annotation_path(settings) -> Path:
@@ -109,17 +106,20 @@ def annotation_path(settings) -> Path:
     return Path(settings.annotation_dir).expanduser() / path
 
 
-def read_annotations(path: Path) -> list[tuple[str, dict]]:
-    """``(where, record)`` for each record of the release's annotation file, checked field by field."""
+def read_annotations(path: Path, problems: DatasetProblems) -> list[tuple[str, dict]]:
+    """``(where, record)`` for each record of the release's annotation file that passes the checks,
+    field by field, with a sample id of its own; each other record's problem joins ``problems``."""
     records = read_json_list(path, EgoPlanBench2DataError, what="EgoPlan-Bench2 annotation file",
                              folder_setting=setting_name(ENV_PREFIX, "annotation_dir"),
                              file_setting=setting_name(ENV_PREFIX, "annotation_file"))
     located = []
     for position, record in enumerate(records):
         where = f"EgoPlan-Bench2 annotation file {path}, record #{position}"
-        check_record(record, where, with_frames=True)
-        located.append((f"{where} (sample_id {record['sample_id']!r})", record))
-    return located
+        with problems.collected():
+            check_record(record, where, with_frames=True)
+            located.append((f"{where} (sample_id {record['sample_id']!r})", record))
+    return problems.without_repeats(located, lambda pair: pair[1]["sample_id"], where=str(path), field="sample_id",
+                                    why=_UNIQUE_IDS)
 
 
 def video_uid(sample_id: str) -> str:
@@ -163,21 +163,25 @@ def package_positions(count: int) -> seed_bench_r1.Positions:
 def load_samples(settings) -> LoadedSamples:
     """A doc per question of the chosen source, in the source's order, with its media checked.
 
-    A missing video or image, a frame past the end of a video, a damaged or cut-short file raises one
-    EgoPlanBench2DataError naming the sample, the path and the setting -- or, with ``skip_missing``,
-    drops the sample and lists it in ``skipped``.
+    Every problem of the data -- a record's field, a path out of its root, a missing or unusable video
+    or image, a frame past the end of a video, a damaged or cut-short file -- is listed in one
+    EgoPlanBench2DataError naming the file, record and field or the sample, path and setting; with
+    ``skip_missing``, questions whose media are unusable are dropped instead and listed in ``skipped``.
     """
+    problems = DatasetProblems("the EgoPlan-Bench2 data", EgoPlanBench2DataError)
     if settings.data_source == "seed_bench_r1":
-        docs, problems = _package_docs(settings)
+        docs, unusable = _package_docs(settings, problems)
     else:
-        docs, problems = _official_docs(settings)
-    skipped = [MissingMedia(docs[number]["sample_id"], str(path), problem) for number, path, problem in problems]
-    if skipped and not settings.skip_missing:
-        others = f" ({len(skipped) - 1} more sample(s) have missing media)" if len(skipped) > 1 else ""
-        raise EgoPlanBench2DataError(f"EgoPlan-Bench2 {skipped[0]}{others}. Set {setting_name(ENV_PREFIX, 'skip_missing')} "
-                                     f"to true to skip such samples instead (they are counted in the skipped_samples metric)")
-    unusable = {number for number, _, _ in problems}
-    return LoadedSamples([doc for number, doc in enumerate(docs) if number not in unusable], skipped)
+        docs, unusable = _official_docs(settings, problems)
+    skipped = [MissingMedia(docs[number]["sample_id"], str(path), problem) for number, path, problem in unusable]
+    if not settings.skip_missing:
+        for sample in skipped:
+            problems.add(f"EgoPlan-Bench2 {sample}")
+    problems.raise_if_any(f"Set {setting_name(ENV_PREFIX, 'skip_missing')} to true to skip the questions whose media "
+                          f"are unusable instead (they are counted in the skipped_samples metric)"
+                          if skipped and not settings.skip_missing else "")
+    left_out = {number for number, _, _ in unusable}
+    return LoadedSamples([doc for number, doc in enumerate(docs) if number not in left_out], skipped)
 
 
 def _question(record: Mapping) -> dict:
@@ -189,25 +193,24 @@ def _media_settings(settings) -> dict:
             "max_side": settings.max_side}
 
 
-def _official_docs(settings) -> tuple[list[dict], list[tuple[int, Path, str]]]:
+def _official_docs(settings, problems: DatasetProblems) -> tuple[list[dict], list[tuple[int, Path, str]]]:
     root = settings.ego4d_videos_root
     if not root:
         raise SettingsError(f"EgoPlan-Bench2: {setting_name(ENV_PREFIX, 'ego4d_videos_root')} is not set; it must point "
                             f"at the Ego4D v1_288p folder (<root>/<video uid>.mp4)")
-    located = read_annotations(annotation_path(settings))
-    check_unique_ids([record for _, record in located], str(annotation_path(settings)))
     count = frame_count(settings)
     docs = []
-    for where, record in located:
-        video = inside_root(Path(root).expanduser() / f"{video_uid(record['sample_id'])}.mp4", root,
-                            where=f"{where}: field sample_id", error_class=EgoPlanBench2DataError,
-                            setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"),
-                            allow=settings.allow_paths_outside_root)
-        start, observation = record["task_start_frame"], record["current_observation_frame"]
-        docs.append({**_question(record), "media_kind": "ego4d_video", "video": str(video), "observation_image": None,
-                     "task_start_frame": start, "current_observation_frame": observation,
-                     "frame_numbers": shown_frames(start, observation, count), "frame_rate": settings.annotation_fps,
-                     **_media_settings(settings)})
+    for where, record in read_annotations(annotation_path(settings), problems):
+        with problems.collected():
+            video = inside_root(Path(root).expanduser() / f"{video_uid(record['sample_id'])}.mp4", root,
+                                where=f"{where}: field sample_id", error_class=EgoPlanBench2DataError,
+                                setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"),
+                                allow=settings.allow_paths_outside_root)
+            start, observation = record["task_start_frame"], record["current_observation_frame"]
+            docs.append({**_question(record), "media_kind": "ego4d_video", "video": str(video),
+                         "observation_image": None, "task_start_frame": start, "current_observation_frame": observation,
+                         "frame_numbers": shown_frames(start, observation, count),
+                         "frame_rate": settings.annotation_fps, **_media_settings(settings)})
     return docs, _video_problems(docs)
 
 
@@ -235,26 +238,31 @@ def file_index(video, number: int, annotation_fps: float) -> int:
     return video.index_at(number / annotation_fps)
 
 
-def _package_docs(settings) -> tuple[list[dict], list[tuple[int, Path, str]]]:
+def _package_docs(settings, problems: DatasetProblems) -> tuple[list[dict], list[tuple[int, Path, str]]]:
     root = settings.seed_bench_r1_root
     if not root:
         raise SettingsError(f"EgoPlan-Bench2: {setting_name(ENV_PREFIX, 'data_source')} is seed_bench_r1 but "
                             f"{setting_name(ENV_PREFIX, 'seed_bench_r1_root')} (the package's folder) is not set")
-    items = seed_bench_r1.read_levels(root, [SEED_BENCH_R1_LEVEL], error_class=EgoPlanBench2DataError,
+    items = seed_bench_r1.read_levels(root, [SEED_BENCH_R1_LEVEL], problems=problems,
                                       root_setting=setting_name(ENV_PREFIX, "seed_bench_r1_root"),
                                       allow_outside=settings.allow_paths_outside_root,
                                       allow_setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"))
+    checked = []
     for item in items:
-        check_record(item.record, item.where, with_frames=False)
-    check_unique_ids([item.record for item in items], str(seed_bench_r1.level_file(root, SEED_BENCH_R1_LEVEL)))
+        with problems.collected():
+            check_record(item.record, item.where, with_frames=False)
+            checked.append(item)
+    checked = problems.without_repeats(checked, lambda item: item.record["sample_id"], field="sample_id",
+                                       where=str(seed_bench_r1.level_file(root, SEED_BENCH_R1_LEVEL)), why=_UNIQUE_IDS)
     docs = [{**_question(item.record), "media_kind": "seed_bench_r1",
              "video": None if item.video is None else str(item.video), "observation_image": str(item.image),
              "task_start_frame": None, "current_observation_frame": None, "frame_numbers": None, "frame_rate": None,
-             **_media_settings(settings)} for item in items]
+             **_media_settings(settings)} for item in checked]
     plan = package_positions(frame_count(settings))
-    problems = seed_bench_r1.media_problems([(doc["video"], doc["observation_image"]) for doc in docs], [plan] * len(docs))
+    unusable = seed_bench_r1.media_problems([(doc["video"], doc["observation_image"]) for doc in docs],
+                                            [plan] * len(docs), settings.images_decoded_at_load)
     setting = setting_name(ENV_PREFIX, "seed_bench_r1_root")
-    return docs, [(number, Path(path), f"{problem}; check {setting}") for number, path, problem in problems]
+    return docs, [(number, Path(path), f"{problem}; check {setting}") for number, path, problem in unusable]
 
 
 def metric_label(text: str) -> str:

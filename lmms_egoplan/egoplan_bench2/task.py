@@ -79,6 +79,9 @@ class EgoPlanBench2Settings:
     num_frames: int | None = setting(None, minimum=2)  # none: the official count (keyframes 8, clip 32)
     max_side: int | None = setting(None, minimum=1)  # downscale frames so the longer side is at most this
     parser: str = setting("robust", choices=PARSERS)  # the answer reading `accuracy` and the breakdowns use
+    # Observation images (seed_bench_r1) decoded in full before the model loads, spread over the data
+    # (every one's first and last bytes are checked): core.media.image_problems
+    images_decoded_at_load: int = setting(media.IMAGES_DECODED_AT_LOAD, minimum=0)
     skip_missing: bool = False  # skip questions whose media are missing (counted) instead of failing
     # Read media that a record places outside its root folder (absolute, "..", a symlink out).
     allow_paths_outside_root: bool = False

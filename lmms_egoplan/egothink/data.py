@@ -7,16 +7,15 @@ copy of the release layout (``<data_root>/<Capability>/<dimension>/annotations.j
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmms_egoplan.core.errors import InputError
-from lmms_egoplan.core.files import inside_root, read_text
-from lmms_egoplan.core.media import MediaError, image_file_problem
+from lmms_egoplan.core.errors import DatasetProblems, InputError
+from lmms_egoplan.core.files import inside_root, read_json_list
+from lmms_egoplan.core.media import IMAGES_DECODED_AT_LOAD, image_problems
 from lmms_egoplan.core.settings import setting_name
 
 ENV_PREFIX = "EGOTHINK"  # settings are overridden by environment variables EGOTHINK_<SETTING>
@@ -59,12 +58,15 @@ class EgoThinkDataError(InputError):
 
 
 
-def load_release_dimension(data_root: str | Path, dimension: Dimension, *, allow_outside: bool = False) -> list[dict]:
+def load_release_dimension(data_root: str | Path, dimension: Dimension, *, allow_outside: bool = False,
+                           images_decoded: int = IMAGES_DECODED_AT_LOAD) -> list[dict]:
     """One dimension from the release layout: ``<data_root>/<dir>/annotations.json`` + ``images/``.
 
     As the official inference script does, a record's image is ``images/<file name of its
-    first image_path>``. Every image is checked here, before anything runs; one that leads out of
-    ``data_root`` (a symbolic link) is an error unless ``allow_outside``.
+    first image_path>``. Everything is checked here, before anything runs, and every problem is listed
+    in one EgoThinkDataError naming the file, the record and the field: a record's fields, an image
+    that leads out of ``data_root`` (a symbolic link; ``allow_outside`` allows it), an image missing or
+    unusable (every image's first and last bytes; ``images_decoded`` of them decoded in full).
     """
     candidates = [Path(data_root).expanduser() / d for d in dimension.release_dirs]
     folder = next((c for c in candidates if (c / "annotations.json").is_file()), None)
@@ -72,35 +74,43 @@ def load_release_dimension(data_root: str | Path, dimension: Dimension, *, allow
         raise FileNotFoundError(f"EgoThink {dimension.name}: no annotations.json in "
                                 + " or ".join(str(c) for c in candidates) + " (is data_root the release's data folder?)")
     annotations = folder / "annotations.json"
-    try:
-        records = json.loads(read_text(annotations, EgoThinkDataError))
-    except json.JSONDecodeError as error:
-        raise EgoThinkDataError(f"{annotations}: not valid JSON: {error}") from None
-    if not isinstance(records, list):
-        raise EgoThinkDataError(f"{annotations}: expected a JSON list of records")
-    docs, missing = [], []
+    allow_setting = setting_name(ENV_PREFIX, "allow_paths_outside_root")
+    inside_root(annotations, data_root, where=f"EgoThink {dimension.name}: {annotations}", setting=allow_setting,
+                allow=allow_outside, error_class=EgoThinkDataError)
+    records = read_json_list(annotations, EgoThinkDataError, what="EgoThink annotation file",
+                             folder_setting=setting_name(ENV_PREFIX, "data_root"), file_setting=None)
+    problems = DatasetProblems(f"EgoThink {dimension.name} ({annotations})", EgoThinkDataError)
+    docs, images = [], {}
     for index, record in enumerate(records):
-        for key in ("question", "answer"):
-            if not isinstance(record, dict) or not isinstance(record.get(key), str):
-                raise EgoThinkDataError(f"{annotations}: record {index} has no text field {key!r}")
-        if not isinstance(record.get("image_path"), list) or not record["image_path"]:
-            raise EgoThinkDataError(f"{annotations}: record {index} has no image_path list")
-        image = inside_root(folder / "images" / Path(record["image_path"][0]).name, data_root, allow=allow_outside,
-                            where=f"{annotations}, record {index}: field image_path {record['image_path'][0]!r}",
-                            setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"), error_class=EgoThinkDataError)
-        if problem := image_file_problem(image):  # missing, empty or truncated
-            missing.append((image, problem))
-        docs.append(_doc(dimension, index, record["question"], record["answer"], image))
-    if missing:
-        raise MediaError(f"EgoThink {dimension.name}: {len(missing)} image(s) named in {annotations} are missing or "
-                         f"unusable, e.g. {missing[0][1]}; check EGOTHINK_DATA_ROOT", missing[0][0])
+        with problems.collected():
+            where = f"{annotations}, record {index}"
+            if not isinstance(record, dict):
+                raise EgoThinkDataError(f"{where}: expected a JSON object, got {type(record).__name__}")
+            for key in ("question", "answer"):
+                if not isinstance(record.get(key), str):
+                    raise EgoThinkDataError(f"{where}: field {key!r} must be text, got {record.get(key)!r}")
+            paths = record.get("image_path")
+            if not isinstance(paths, list) or not paths or not isinstance(paths[0], str) or not paths[0].strip():
+                raise EgoThinkDataError(f"{where}: field image_path must be a list whose first item is the image's "
+                                        f"file name, got {paths!r}")
+            where += f": field image_path {paths[0]!r}"
+            image = inside_root(folder / "images" / Path(paths[0]).name, data_root, where=where, setting=allow_setting,
+                                allow=allow_outside, error_class=EgoThinkDataError)
+            docs.append(_doc(dimension, index, record["question"], record["answer"], image))
+            images.setdefault(image, []).append(where)
+    unusable = image_problems(images, images_decoded)
+    for image, problem in unusable.items():
+        for where in images[image]:
+            problems.add(f"{where}: {problem}")
+    problems.raise_if_any(f"Check {setting_name(ENV_PREFIX, 'data_root')}" if unusable else "")
     return docs
 
 
-def load_hub_dimension(repo: str, dimension: Dimension, *, revision: str | None = None,
-                       image_cache: str | Path) -> list[dict]:
+def load_hub_dimension(repo: str, dimension: Dimension, *, revision: str | None = None, image_cache: str | Path,
+                       images_decoded: int = IMAGES_DECODED_AT_LOAD) -> list[dict]:
     """One dimension (config) of the Hub dataset, split ``test``; its images are written once
-    to ``image_cache`` (content-addressed, original bytes) so that documents hold paths."""
+    to ``image_cache`` (content-addressed, original bytes) so that documents hold paths, and checked
+    as the release's are (one EgoThinkDataError names the row of each unusable image)."""
     import datasets
 
     try:
@@ -119,6 +129,11 @@ def load_hub_dimension(repo: str, dimension: Dimension, *, revision: str | None 
     for index, row in enumerate(data):
         image = _stored_image(row["image"], folder, index)
         docs.append(_doc(dimension, index, row["question"], row["answer"], image))
+    problems = DatasetProblems(f"EgoThink {dimension.name} ({repo}, config {dimension.hub_config})", EgoThinkDataError)
+    rows = {Path(doc["image"]): number for number, doc in enumerate(docs)}
+    for image, problem in image_problems(rows, images_decoded).items():
+        problems.add(f"{repo}, config {dimension.hub_config}, row {rows[image]}: field image: {problem}")
+    problems.raise_if_any()
     return docs
 
 

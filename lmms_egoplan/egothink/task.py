@@ -37,7 +37,7 @@ import yaml
 from lmms_eval.api.task import ConfigurableMessagesTask
 from loguru import logger
 
-from lmms_egoplan.core.media import load_image
+from lmms_egoplan.core.media import IMAGES_DECODED_AT_LOAD, load_image
 from lmms_egoplan.core.settings import SettingsError, setting, setting_name
 from lmms_egoplan.egothink.data import (
     CAPABILITIES,
@@ -70,6 +70,9 @@ class EgoThinkSettings(JudgeSettings):
     image_cache: Path = Path("~/.cache/lmms_egoplan/egothink")  # Hub images are written here as files
     prompt_preset: Optional[str] = None  # force an inference-prompt preset (default: by --model)
     decoding: str = setting("greedy", choices=tuple(DECODING_PRESETS))  # how answers are decoded
+    # Images decoded in full before the model loads, spread over the data (every one's first and
+    # last bytes are checked): core.media.image_problems
+    images_decoded_at_load: int = setting(IMAGES_DECODED_AT_LOAD, minimum=0)
     # Read images that a record's image_path places outside data_root (through a symlink out of it).
     allow_paths_outside_root: bool = False
 
@@ -94,11 +97,12 @@ class EgoThinkScoring:
             if settings.data_root is None:
                 raise SettingsError(f"task {self.config.task}: source is local but "
                                     f"{setting_name(ENV_PREFIX, 'data_root')} (the release's data folder) is not set")
-            docs = load_release_dimension(settings.data_root, dimension, allow_outside=settings.allow_paths_outside_root)
+            docs = load_release_dimension(settings.data_root, dimension, allow_outside=settings.allow_paths_outside_root,
+                                          images_decoded=settings.images_decoded_at_load)
             origin = str(settings.data_root)
         elif settings.source == "hub":
             docs = load_hub_dimension(settings.hub_repo, dimension, revision=settings.hub_revision,
-                                      image_cache=settings.image_cache)
+                                      image_cache=settings.image_cache, images_decoded=settings.images_decoded_at_load)
             origin = f"{settings.hub_repo} ({dimension.hub_config})"
         else:
             raise SettingsError(f"task {self.config.task}: {setting_name(ENV_PREFIX, 'source')} must be 'hub' or "

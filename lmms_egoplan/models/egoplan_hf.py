@@ -147,8 +147,9 @@ class EgoPlanHF(DocRequests, lmms):
         loss is not exactly 0 where the request asks for it (``LOSS_MEAN``)."""
         questions = self._questions(requests)
         results: list[tuple[float, bool] | None] = [None] * len(requests)
-        progress = tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf loglikelihood")
-        with contextlib.closing(self._visuals_in_order([q.visual_key for q in questions])) as visuals_in_order:
+        # The bar is closed (drawn for the last time) before an error leaves: else it is drawn at exit, below the error.
+        with tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf loglikelihood") as progress, \
+                contextlib.closing(self._visuals_in_order([q.visual_key for q in questions])) as visuals_in_order:
             for question, visuals in zip(questions, visuals_in_order):
                 scores = self._score_question(question.context, question.continuations, visuals, question.where,
                                               **question.options)
@@ -156,7 +157,6 @@ class EgoPlanHF(DocRequests, lmms):
                     results[index] = score
                     self._hand_over(requests[index], score)
                 progress.update(len(question.members))
-        progress.close()
         return results
 
     def _score_question(self, context: str, continuations: Sequence[str], visuals: ModelVisuals, where: str,
@@ -190,8 +190,8 @@ class EgoPlanHF(DocRequests, lmms):
         chunks = list(collator.get_batched(n=self.batch_size))
         in_batch_order = iter([requests[index] for index in collator.reorder_indices])
         keys = [(task, split, doc_id, doc_to_visual) for chunk in chunks for _, _, doc_to_visual, doc_id, task, split, _ in chunk]
-        progress = tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf generate_until")
-        with contextlib.closing(self._visuals_in_order(keys)) as visuals_in_order:
+        with tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf generate_until") as progress, \
+                contextlib.closing(self._visuals_in_order(keys)) as visuals_in_order:
             for chunk in chunks:
                 contexts, generation_kwargs, _, doc_ids, tasks, _, placements = zip(*chunk)
                 visuals = list(itertools.islice(visuals_in_order, len(chunk)))
@@ -204,7 +204,6 @@ class EgoPlanHF(DocRequests, lmms):
                     self._hand_over(request, text)
                 outputs.extend(generated)
                 progress.update(len(chunk))
-        progress.close()
         return collator.get_original(outputs)
 
     @torch.inference_mode()

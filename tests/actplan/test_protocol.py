@@ -77,6 +77,38 @@ def test_an_incomplete_instance_folder_is_named_in_the_error(release, tmp_path, 
         load_instances(copy)
 
 
+def test_a_scene_image_with_random_image_data_is_found_before_the_model_and_named(release, tmp_path):
+    """Its signature, chunk lengths and IEND intact, its image data random: PIL, as lmms-eval sets it,
+    decodes it to grey and a run would score it. Its CRC finds it when the task loads, before the model,
+    where it is among the images decoded there (all of them here); damage only decoding finds stops the
+    run when the image is read; one error lists it with the release's other problems."""
+    from lmms_egoplan.core.media import MediaError
+    from lmms_egoplan.fixtures.media import with_random_image_data
+
+    copy = tmp_path / "copy"
+    shutil.copytree(release, copy)
+    doc = load_instances(copy)[4]
+    image = Path(doc["image_paths"][1])
+    intact = image.read_bytes()
+    image.write_bytes(with_random_image_data(intact))
+    with pytest.raises(ActPlanDataError, match=rf"^{re.escape(doc['folder'])}: cannot decode image "
+                                               rf"{re.escape(str(image))}: PNG chunk b'IDAT' at byte 33 is damaged"):
+        load_instances(copy, images_decoded=1000)
+    image.write_bytes(with_random_image_data(intact, redo_crc=True))  # only decoding shows it
+    [unchecked] = [d for d in load_instances(copy, images_decoded=0) if d["instance_id"] == doc["instance_id"]]
+    with pytest.raises(MediaError, match=rf"cannot decode image {re.escape(str(image))}: broken data stream"):
+        actplan.doc_to_visual(unchecked)
+    other = copy / "annotation" / load_instances(release)[9]["instance_id"]
+    for gold in other.glob("plan_gold_*.txt"):
+        gold.unlink()
+    with pytest.raises(ActPlanDataError) as error:
+        load_instances(copy, images_decoded=1000)  # every image
+    assert str(error.value).splitlines() == [
+        f"2 problems in the ActPlan-1K release under {copy / 'annotation'}:",
+        f"  {other}: no gold plan (plan_gold_<n>.txt);",
+        f"  {doc['folder']}: cannot decode image {image}: broken data stream when reading image file"]
+
+
 def test_empty_release_and_missing_folder_are_errors(tmp_path):
     (tmp_path / "annotation").mkdir()
     with pytest.raises(ActPlanDataError, match="no ActPlan-1K instances"):

@@ -83,7 +83,8 @@ def test_missing_media_errors_name_the_path(tmp_path):
     with pytest.raises(media.MediaError, match="frame folder not found"):
         media.FrameFolder(tmp_path / "missing")
     folder = media.FrameFolder(synthetic.write_frame_folder(tmp_path / "f", [1, 2]))
-    assert folder.problems([1, 2, 3]) == [(folder.frame_path(3), f"image not found: {folder.frame_path(3)}")]
+    assert media.image_problems(map(folder.frame_path, [1, 2, 3]), decoded=3) == {
+        folder.frame_path(3): f"image not found: {folder.frame_path(3)}"}
     with pytest.raises(media.MediaError, match=r"frame_0000000003\.jpg"):
         folder.frames([1, 3])
 
@@ -111,3 +112,158 @@ def test_tagged_frames_regroup_into_clips_and_stay_plain_images():
     assert all(hasattr(v, "size") for v in flat[:-1])  # built-in backends still see a list of images
     assert media.group_visuals(flat) == [images[:3], images[3:5], images[5], "/videos/clip.mp4"]
     assert media.group_visuals(images[5:]) == [images[5]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Images decoded strictly, whatever lmms-eval sets
+# ---------------------------------------------------------------------------------------------
+
+
+def encoded(image, kind: str, **options) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    image.save(buffer, kind, **options)
+    return buffer.getvalue()
+
+
+def photo(seed: int = 0, size=(96, 64)):
+    import numpy as np
+    from PIL import Image
+
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
+
+
+def damaged_variants(seed: int = 0) -> dict[str, bytes]:
+    """JPEG and PNG files cut short or with bytes replaced, in the ways copies and downloads damage them."""
+    import zlib
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    jpeg, png = encoded(photo(seed), "JPEG"), encoded(photo(seed), "PNG")
+    variants = {"jpeg cut in half": jpeg[:len(jpeg) // 2], "jpeg cut, its end marker added": jpeg[:len(jpeg) // 2] + b"\xff\xd9",
+                "png cut in half": png[:len(png) // 2], "png with random image data": synthetic.with_random_image_data(png, seed)}
+    for number in range(12):
+        flipped = bytearray(jpeg)
+        for position in rng.integers(2, len(jpeg) - 2, size=int(rng.integers(1, 12))):
+            flipped[position] = int(rng.integers(0, 256))
+        variants[f"jpeg with bytes replaced #{number}"] = bytes(flipped)
+        start = png.index(b"IDAT") + 4
+        length = int.from_bytes(png[start - 8:start - 4], "big")
+        data = bytearray(png[start:start + length])
+        data[int(rng.integers(0, length))] ^= 0xFF
+        crc = zlib.crc32(b"IDAT" + data).to_bytes(4, "big")  # a damage the CRC does not show: the decoder must
+        variants[f"png with a byte replaced, CRC redone #{number}"] = png[:start] + bytes(data) + crc + png[start + length + 4:]
+    return variants
+
+
+def test_images_are_decoded_strictly_while_lmms_evals_own_switch_and_decoding_stay_as_it_set_them(tmp_path):
+    """lmms-eval turns ImageFile.LOAD_TRUNCATED_IMAGES on when it is imported; the suite's decoder refuses
+    what that switch lets through, without ever turning it off: lmms-eval's own tasks, decoding in another
+    thread meanwhile, still read the same damaged file as lmms-eval meant them to."""
+    import threading
+
+    import lmms_eval.api.task  # noqa: F401  (sets the switch, as in every run)
+    from PIL import Image, ImageFile
+
+    assert ImageFile.LOAD_TRUNCATED_IMAGES is True
+    damaged = tmp_path / "damaged.png"  # starts and ends as a PNG does, its CRCs right: only decoding shows the damage
+    damaged.write_bytes(synthetic.with_random_image_data(encoded(photo(), "PNG"), redo_crc=True))
+    assert media.image_file_problem(damaged) is None and media.png_chunk_problem(damaged.read_bytes()) is None
+    lenient_reads, stop = [], threading.Event()
+
+    def lmms_eval_task_decoding():
+        while not stop.is_set():
+            try:
+                with Image.open(damaged) as image:
+                    lenient_reads.append(image.convert("RGB").size)
+            except OSError as error:  # what a decoder that switched the setting off meanwhile would cause
+                lenient_reads.append(error)
+
+    other_thread = threading.Thread(target=lmms_eval_task_decoding)
+    other_thread.start()
+    try:
+        for _ in range(200):
+            with pytest.raises(media.MediaError, match=rf"cannot decode image {damaged}: broken data stream"):
+                media.load_image(damaged)
+    finally:
+        stop.set()
+        other_thread.join()
+    assert lenient_reads and set(lenient_reads) == {(96, 64)}
+    assert ImageFile.LOAD_TRUNCATED_IMAGES is True
+
+
+def test_the_strict_decoder_refuses_exactly_what_pil_refuses_with_the_switch_off_and_reads_pixels_as_pil_does(tmp_path):
+    """The oracle is PIL itself, in a fresh interpreter where nothing has turned the switch on; the
+    suite's decoder runs here, after lmms-eval turned it on. PNGs whose chunk CRCs fail are refused too
+    (PIL does not check the image data's)."""
+    import json
+    import subprocess
+    import sys
+
+    import lmms_eval.api.task  # noqa: F401
+    from PIL import Image
+
+    files = {}
+    for name, data in damaged_variants().items():
+        files[name] = tmp_path / f"{len(files)}{'.png' if name.startswith('png') else '.jpg'}"
+        files[name].write_bytes(data)
+    oracle = subprocess.run([sys.executable, "-c", (
+        "import json, sys\nfrom PIL import Image, ImageFile\nassert not ImageFile.LOAD_TRUNCATED_IMAGES\nverdicts = []\n"
+        "for path in sys.argv[1:]:\n    try:\n        Image.open(path).convert('RGB')\n        verdicts.append(True)\n"
+        "    except Exception:\n        verdicts.append(False)\nprint(json.dumps(verdicts))"), *map(str, files.values())],
+        capture_output=True, text=True, check=True)
+    pil_reads = dict(zip(files, json.loads(oracle.stdout)))
+
+    def suite_reads(path) -> bool:
+        try:
+            media.load_image(path)
+        except media.MediaError:
+            return False
+        return True
+
+    crc_found = {"png with random image data", "png cut in half"}
+    assert {name: suite_reads(path) for name, path in files.items()} == {
+        name: reads and name not in crc_found for name, reads in pil_reads.items()}
+    assert not all(pil_reads.values()) and any(pil_reads.values())  # the variants show both verdicts
+    for kind, options in (("JPEG", {}), ("JPEG", {"progressive": True}), ("PNG", {}), ("PNG", {"optimize": True}),
+                          ("GIF", {}), ("BMP", {}), ("WEBP", {}), ("TIFF", {})):
+        for mode in ("RGB", "P", "L", "RGBA", "I;16"):
+            image = photo().convert(mode)
+            try:
+                data = encoded(image, kind, **options)
+            except OSError:  # a mode the format cannot hold
+                continue
+            path = tmp_path / f"intact.{kind.lower()}"
+            path.write_bytes(data)
+            with Image.open(path) as reference:
+                assert media.load_image(path).tobytes() == reference.convert("RGB").tobytes(), (kind, options, mode)
+
+
+def test_a_file_that_is_no_image_is_found_by_its_first_bytes_and_one_of_another_format_is_read(tmp_path):
+    page = tmp_path / "frame.jpg"
+    page.write_text("<html><body>Access denied</body></html>\n")
+    assert media.image_file_problem(page) == (f"not an image file (it starts with bytes 3c 68 74 6d 6c 3e 3c 62 6f 64 "
+                                              f"79 3e, as no JPEG, PNG, GIF, BMP, WebP or TIFF file does): {page}")
+    with pytest.raises(media.MediaError, match="not an image file"):
+        media.load_image(page)
+    png_named_jpg = tmp_path / "photo.jpg"
+    png_named_jpg.write_bytes(encoded(photo(), "PNG"))  # PIL reads by content, as the official scripts do
+    assert media.image_file_problem(png_named_jpg) is None and media.load_image(png_named_jpg).size == (96, 64)
+
+
+def test_the_check_before_a_run_reads_every_header_and_decodes_a_sample_spread_over_the_images(tmp_path):
+    paths = []
+    for number in range(10):
+        paths.append(tmp_path / f"{number}.png")
+        paths[-1].write_bytes(encoded(photo(number), "PNG"))
+    paths[7].write_bytes(synthetic.with_random_image_data(paths[7].read_bytes()))  # found by decoding only
+    paths[2].write_bytes(b"GIF8")  # found by its first bytes
+    with mock.patch.object(media, "load_image", wraps=media.load_image) as load_image:
+        found = media.image_problems(paths, decoded=3)
+    assert [call.args[0] for call in load_image.call_args_list] == [paths[0], paths[5], paths[9]]
+    assert list(found) == [paths[2]] and "not an image file" in found[paths[2]]
+    assert list(media.image_problems(paths, decoded=0)) == [paths[2]]
+    found = media.image_problems([*paths, paths[7]], decoded=10)
+    assert list(found) == [paths[2], paths[7]] and "PNG chunk b'IDAT' at byte 33 is damaged" in found[paths[7]]

@@ -1,4 +1,6 @@
-"""Paths from records stay inside their data folders, in all four loaders: a path that leaves its root is an error naming the record and field (or allowed by the setting that says so)."""
+"""Paths from records stay inside their data folders, in all five benchmarks: a path that leaves its root (an
+absolute path, "..", a symbolic link, a file as well as a folder) is an error naming the record and field (or
+allowed by the setting that says so). Only the files a sample shows are resolved."""
 
 from __future__ import annotations
 
@@ -56,6 +58,88 @@ def test_an_egoplan_video_id_that_leaves_its_root_is_an_error_naming_the_sample_
     with pytest.raises(egoplan_data.EgoPlanDataError, match=message):
         load(skip_missing="true")  # not a missing file: never skipped in silence
     assert len(load(allow_paths_outside_root="true")) == len(records)
+
+
+def moved_out(path: Path, outside: Path) -> Path:
+    """Move ``path`` to ``outside`` and leave a symbolic link to it in its place; the outside file."""
+    outside.parent.mkdir(parents=True, exist_ok=True)
+    path.rename(outside)
+    path.symlink_to(outside)
+    return outside
+
+
+def test_an_epic_frame_file_symlinked_out_of_its_root_is_an_error_naming_sample_frame_and_field(tmp_path):
+    """Its folder is inside the EPIC-KITCHENS root; the frame file itself leads out (its pixels would come
+    from the outside file)."""
+    from lmms_egoplan.core import media
+    from lmms_egoplan.core.settings import resolve_settings
+    from lmms_egoplan.egoplan import data as egoplan_data
+    from lmms_egoplan.egoplan import task as egoplan
+    from lmms_egoplan.egoplan.synthetic import build_fixture
+
+    data = build_fixture(tmp_path / "egoplan")
+
+    def load(**settings):
+        resolved = resolve_settings(egoplan.EgoPlanSettings, task="t", metadata={"annotation_file": "EgoPlan_validation.json"},
+                                    env_prefix="EGOPLAN", environ=data.env(**settings))
+        return egoplan_data.load_samples(resolved, labelled=True).docs
+
+    doc = next(doc for doc in load() if doc["media_kind"] == "epic_frames")
+    number = doc["clips"][0][3]
+    outside = moved_out(media.FrameFolder(doc["media_path"]).frame_path(number), tmp_path / "elsewhere" / "frame.jpg")
+    with pytest.raises(egoplan_data.EgoPlanDataError,
+                       match=rf"EgoPlan sample {doc['sample_id']}: frame {number} of field video_id '{doc['video_id']}' "
+                             rf"leads out of it through a symbolic link \(to {re.escape(str(outside))}\).*"
+                             rf"EGOPLAN_ALLOW_PATHS_OUTSIDE_ROOT"):
+        load()
+    assert len(load(allow_paths_outside_root="true")) == len(data.records())
+
+
+@pytest.mark.parametrize("source", ["official", "seed_bench_r1"])
+def test_an_egoplan_bench2_video_or_image_symlinked_out_of_its_root_is_an_error_naming_the_record(source, tmp_path):
+    import shutil
+
+    from lmms_egoplan.core.settings import resolve_settings
+    from lmms_egoplan.egoplan_bench2 import data as egoplan2_data
+    from lmms_egoplan.egoplan_bench2 import task as egoplan2
+    from lmms_egoplan.egoplan_bench2.synthetic import build_fixture
+
+    data = build_fixture(tmp_path / "built")
+    shutil.copytree(data.root, tmp_path / "copy", symlinks=True)
+    data = build_fixture(tmp_path / "copy")
+
+    def load(**settings):
+        resolved = resolve_settings(egoplan2.EgoPlanBench2Settings, task="t", metadata={}, env_prefix="EGOPLAN2",
+                                    environ=data.env(data_source=source, **settings))
+        return egoplan2_data.load_samples(resolved).docs
+
+    if source == "official":
+        record = data.records()[2]
+        moved_out(data.ego4d_root / f"{egoplan2_data.video_uid(record['sample_id'])}.mp4", tmp_path / "out" / "v.mp4")
+        message = rf"annotation file .*, record #2 \(sample_id '{record['sample_id']}'\): field sample_id leads out"
+    else:
+        record = data.package_records()[2]
+        moved_out(data.package_root / "images" / record["video_source"] / record["current_observation_basename"],
+                  tmp_path / "out" / "observation.png")
+        message = (rf"validation_L3.jsonl:3 \(sample_id '{record['sample_id']}'\): field current_observation_basename "
+                   rf"'{record['current_observation_basename']}' leads out")
+    with pytest.raises(egoplan2_data.EgoPlanBench2DataError, match=rf"{message}.*EGOPLAN2_ALLOW_PATHS_OUTSIDE_ROOT"):
+        load()
+    assert len(load(allow_paths_outside_root="true")) == 8
+
+
+def test_an_egothink_annotation_file_symlinked_out_of_the_data_root_is_an_error(tmp_path):
+    from lmms_egoplan.egothink.data import DIMENSIONS, EgoThinkDataError, load_release_dimension
+    from lmms_egoplan.egothink.synthetic import write_release
+
+    root = write_release(tmp_path / "data", per_dimension=2)
+    dimension = DIMENSIONS["Reasoning_counting"]
+    annotations = root / dimension.release_dirs[0] / "annotations.json"
+    outside = moved_out(annotations, tmp_path / "elsewhere.json")
+    with pytest.raises(EgoThinkDataError, match=rf"EgoThink counting: {re.escape(str(annotations))} leads out of it "
+                                                rf"through a symbolic link \(to {re.escape(str(outside))}\)"):
+        load_release_dimension(root, dimension)
+    assert len(load_release_dimension(root, dimension, allow_outside=True)) == 2
 
 
 def test_an_egothink_image_that_leads_out_of_the_data_root_is_an_error_naming_the_record(tmp_path):

@@ -39,6 +39,14 @@ def load_docs(data, **settings):
     return egoplan_data.load_samples(resolved, labelled=True).docs
 
 
+def png_bytes(image) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
 def truncate(path: Path, keep: float = 0.5) -> None:
     data = path.read_bytes()
     path.write_bytes(data[:int(len(data) * keep)])

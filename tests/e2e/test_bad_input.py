@@ -1,4 +1,4 @@
-"""Bad input through the real lmms-eval CLI: bad settings, unusable frames and clips, unwritable outputs, a chat template without visual placeholders, media outside the data root, a misspelt task or model_arg, a missing annotation folder: exit status 1 and the suite's error on the last line."""
+"""Bad input through the real lmms-eval CLI: bad settings, unusable frames and clips (a frame only decoding finds damaged among them), unwritable outputs, a chat template without visual placeholders, media outside the data root, a misspelt task or model_arg, a missing annotation folder: exit status 1 and the suite's error on the last line."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from lmms_egoplan.core.documentation import doc_page
-from tests.e2e.runs import broken_copy, egoplan_run, first_epic_frame, truncate
+from tests.e2e.runs import broken_copy, egoplan_run, first_epic_frame, png_bytes, truncate
 
 
 # Settings: one CLI run shows the exit status and last line of a settings error (a value of the wrong type,
@@ -22,6 +22,25 @@ def test_an_unusable_frame_is_named_at_load_or_skipped_and_counted(egoplan_data,
     assert "truncated" in stopped.log and str(frame) in stopped.log and "EGOPLAN_EPIC_FRAMES_ROOT" in stopped.log
     skipped = egoplan_run(data, tmp_path / "skipped", skip_missing="true")
     assert skipped.returncode == 0 and skipped.metric("egoplan_val", "skipped_samples") == 1
+
+
+def test_a_frame_only_decoding_finds_damaged_stops_the_run_naming_it_on_the_last_line(egoplan_data, tiny_model, tmp_path):
+    """Its first and last bytes intact and left out of the frames decoded at load (none here): PIL, as
+    lmms-eval sets it, would decode it to grey and the run would score it. The suite's strict decoder
+    stops the run when the frame is read, with frames decoded ahead (visual_prefetch), the error last
+    (the progress bar used to be drawn below it)."""
+    from lmms_egoplan.fixtures.media import index_image, with_random_image_data
+
+    data = broken_copy(egoplan_data, tmp_path)
+    frame = first_epic_frame(data)
+    frame.write_bytes(with_random_image_data(png_bytes(index_image(7)), redo_crc=True))  # read by content, as PIL does
+    run = egoplan_run(data, tmp_path / "out", model="egoplan_hf",
+                      model_args=f"pretrained={tiny_model('qwen2_vl')},visual_prefetch=2", images_decoded_at_load="0")
+    assert run.returncode == 1 and run.results is None, run.log[-3000:]
+    last_line = run.log.rstrip().splitlines()[-1]
+    assert last_line.startswith("lmms-egoplan: error: EgoPlan sample ") and last_line.endswith(
+        f"cannot decode image {frame}: broken data stream when reading image file; check EGOPLAN_EPIC_FRAMES_ROOT "
+        f"(metadata.epic_frames_root) (a run with --use_cache resumes from the requests already scored)")
 
 
 def test_a_clip_cut_short_is_named_at_load_or_skipped_and_counted(egoplan_data, tmp_path):

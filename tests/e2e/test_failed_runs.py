@@ -51,15 +51,27 @@ def last_line(log: str) -> str:
     ("a setting of the wrong type", {"EGOPLAN_NUM_FRAMES": "abc"}, "EGOPLAN_NUM_FRAMES: expected an integer, got 'abc'"),
     ("an empty annotation folder", {"EGOPLAN_ANNOTATION_DIR": "{empty}"},
      "EgoPlan annotation file EgoPlan_validation.json not found: the folder {empty}, named by EGOPLAN_ANNOTATION_DIR"),
-    ("a missing video", {"EGOPLAN_EGO4D_VIDEOS_ROOT": "{empty}"}, "{empty}"),
+    # Media: a frame that is no image (a web page saved as .jpg), found by its first bytes, with frames decoded
+    # ahead (visual_prefetch), where it used to fail after the weights were in memory, a progress bar last.
+    ("an EPIC-KITCHENS frame that is not an image", {}, "frame(s) unusable, e.g. not an image file (it starts with "
+                                                        "bytes 3c 68 74 6d 6c 3e 3c 62 6f 64 79 3e, as no JPEG, PNG, GIF, "
+                                                        "BMP, WebP or TIFF file does): {frame}"),
 ])
 def test_a_misconfigured_run_fails_before_the_model_starts_loading(case, env, named, egoplan_data, tiny_model, tmp_path):
+    from tests.e2e.runs import broken_copy, first_epic_frame
+
     empty = tmp_path / "empty"
     empty.mkdir()
-    env = {**egoplan_data.env(), **{key: value.format(empty=empty) for key, value in env.items()}}
-    status, log, loading, seconds = observed_run(tmp_path, f"pretrained={tiny_model('qwen2_vl')}", "egoplan_val", env)
+    data, frame = egoplan_data, None
+    if "not an image" in case:
+        data = broken_copy(egoplan_data, tmp_path)
+        frame = first_epic_frame(data)
+        frame.write_text("<html><body>429 Too Many Requests</body></html>\n")
+    env = {**data.env(), **{key: value.format(empty=empty) for key, value in env.items()}}
+    status, log, loading, seconds = observed_run(tmp_path, f"pretrained={tiny_model('qwen2_vl')},visual_prefetch=2",
+                                                 "egoplan_val", env)
     assert status == 1 and not loading, (case, log[-3000:])
-    assert last_line(log).startswith("lmms-egoplan: error: ") and named.format(empty=empty) in last_line(log), case
+    assert last_line(log).startswith("lmms-egoplan: error: ") and named.format(empty=empty, frame=frame) in last_line(log), case
     print(f"{case}: failed in {seconds:.1f} s, the model never loaded")
 
 

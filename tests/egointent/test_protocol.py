@@ -190,7 +190,7 @@ def test_every_bad_record_is_reported_with_its_field(dataset, tmp_path):
         load_steps(path, video_root=dataset.parent)
     message = str(caught.value)
     for expected in [
-        f"{path}: 8 problem(s)",
+        f"8 problems in the EgoIntent annotations {path}",
         "record 1 (step_id 'step_0000'): missing field 'global_intent'",
         "record 2 (step_id 'late'): truncation_time (4 s) must be after step_start (5 s)",
         (f"record 3 (step_id 'gone'): video not found: {dataset.parent / 'no_such_video.mp4'} (field video_uid under "
@@ -202,6 +202,26 @@ def test_every_bad_record_is_reported_with_its_field(dataset, tmp_path):
         "scenario 'Kitchen' is filed as both indoor and outdoor",
     ]:
         assert expected in message
+
+
+def test_a_zero_byte_video_is_listed_in_the_same_error_as_the_records_problems(dataset, tmp_path):
+    """Not in a second round once the records are fixed: the task collects both into one error."""
+    import shutil
+
+    shutil.copytree(dataset.parent, tmp_path / "copy")
+    annotations = tmp_path / "copy" / dataset.name
+    records = [json.loads(line) for line in annotations.read_text().splitlines()]
+    del records[0]["local_intent"]
+    annotations.write_text("".join(json.dumps(record) + "\n" for record in records))
+    video = tmp_path / "copy" / "bedroom_0003.mp4"
+    video.write_bytes(b"")
+    task = SimpleNamespace(settings=EgoIntentSettings(annotations=annotations), config=SimpleNamespace(task="egointent"))
+    with pytest.raises(EgoIntentDataError) as caught:
+        egointent.EgoIntentTask.load_docs(task)
+    message = str(caught.value)
+    assert message.startswith(f"2 problems in the EgoIntent annotations {annotations}")
+    assert f"{annotations}, record 1 (step_id '{records[0]['step_id']}'): missing field 'local_intent'" in message
+    assert f"cannot read video {video}" in message
 
 
 def test_a_truncation_time_past_the_end_of_its_video_is_an_error(dataset, tmp_path):

@@ -290,18 +290,33 @@ def broken(tmp_path, fixture):
     return copy
 
 
-def test_missing_media_raise_one_error_naming_sample_path_and_settings(broken):
+def test_every_problem_of_the_data_records_and_media_is_listed_in_one_error(broken):
+    records = broken.records()
+    records[1]["choice_c"] = 3
+    records.append({**records[0], "sample_id": records[4]["sample_id"]})
+    broken.validation_file.write_text(json.dumps(records))
     with pytest.raises(egoplan_data.EgoPlanDataError) as error:
         load(broken)
     message = str(error.value)
-    assert "sample 103" in message and "frame_0000000" in message and "EGOPLAN_EPIC_FRAMES_ROOT" in message
-    assert "2 more sample(s)" in message and "EGOPLAN_SKIP_MISSING" in message
+    assert message.startswith("5 problems in the EgoPlan data:\n")
+    assert f"{broken.validation_file}, record #1 (sample_id 102): choice_c must be a non-empty string, got 3" in message
+    assert f"{broken.validation_file}: sample_id(s) 105 appear more than once" in message
+    assert "sample 103: 1 frame(s) unusable" in message and "frame_0000000" in message
+    assert "sample 107: video not found" in message and "sample 108: video not found" in message
+    assert "EGOPLAN_EPIC_FRAMES_ROOT" in message and "EGOPLAN_EGO4D_VIDEOS_ROOT" in message
+    assert message.endswith("Set EGOPLAN_SKIP_MISSING (metadata.skip_missing) to true to skip the samples whose media "
+                            "are unusable instead (they are counted in the skipped_samples metric)")
+    broken.validation_file.write_text(json.dumps(records[:-1]))
+    with pytest.raises(egoplan_data.EgoPlanDataError) as error:  # skipping leaves only the record's problem
+        load(broken, skip_missing="true")
+    assert str(error.value).startswith(f"EgoPlan annotation file {broken.validation_file}, record #1")
     with pytest.raises(egoplan_data.EgoPlanDataError, match=r"sample 106: clip not found: .*106\.mp4.*EGOPLAN_CLIPS_DIR"):
         load(broken, visual_source="clips")
 
 
 
-@pytest.mark.parametrize("damage", ["empty frame", "truncated frame", "empty clip", "clip not a video"])
+@pytest.mark.parametrize("damage", ["empty frame", "truncated frame", "frame not an image", "empty clip",
+                                    "clip not a video"])
 def test_an_unusable_frame_or_clip_is_named_at_load_with_its_sample_and_setting(damage, fixture, tmp_path):
     """What each damage is called at load (tests/e2e/test_bad_input.py runs one of each kind through
     the CLI: the run stops before the model, naming it on its last line)."""
@@ -317,6 +332,8 @@ def test_an_unusable_frame_or_clip_is_named_at_load_with_its_sample_and_setting(
         damaged, setting, visual_source = copy.clips_dir / "106.mp4", "EGOPLAN_CLIPS_DIR", "clips"
     if damage.startswith("empty"):
         damaged.write_bytes(b"")
+    elif damage == "frame not an image":  # found by its first bytes (tests/e2e/test_failed_runs.py: before the model)
+        damaged.write_text("<html>rate limit exceeded</html>\n")
     elif damage == "truncated frame":
         damaged.write_bytes(damaged.read_bytes()[:int(0.6 * damaged.stat().st_size)])
     else:

@@ -294,6 +294,7 @@ def test_a_duplicate_sample_id_and_a_path_out_of_the_video_folder_are_refused(fi
 
 
 def test_missing_media_stop_the_run_naming_sample_path_and_setting_or_are_skipped_and_counted(fixture, tmp_path):
+    """One error lists every problem of the data, a record's field beside the media."""
     root = tmp_path / "copy"
     shutil.copytree(fixture.root, root)
     copy = build_fixture(root)
@@ -301,12 +302,17 @@ def test_missing_media_stop_the_run_naming_sample_path_and_setting_or_are_skippe
     (copy.ego4d_root / f"{uid}.mp4").unlink()  # questions 4, 5, 6
     records = copy.records()
     records[0]["current_observation_frame"] = 400  # past the end of its 330-frame video
-    copy.annotation_file.write_text(json.dumps(records))
+    copy.annotation_file.write_text(json.dumps([*records, {**records[1], "sample_id": "x_9", "domain": 3}]))
     with pytest.raises(data.EgoPlanBench2DataError) as error:
         load(copy)
     message = str(error.value)
+    assert message.startswith("5 problems in the EgoPlan-Bench2 data:")
+    assert f"{copy.annotation_file}, record #8 (sample_id 'x_9'): domain must be a non-empty string, got 3" in message
     assert f"sample {records[0]['sample_id']}: observation frame 400 (file index 400) is past the end of" in message
-    assert "EGOPLAN2_EGO4D_VIDEOS_ROOT" in message and "3 more sample(s)" in message and "EGOPLAN2_SKIP_MISSING" in message
+    assert all(f"sample {records[i]['sample_id']}: video not found: {copy.ego4d_root / f'{uid}.mp4'}" in message
+               for i in (3, 4, 5))
+    assert "EGOPLAN2_EGO4D_VIDEOS_ROOT" in message and message.endswith("counted in the skipped_samples metric)")
+    copy.annotation_file.write_text(json.dumps(records))
     loaded = load(copy, skip_missing="true")
     assert [s.sample_id for s in loaded.skipped] == [records[i]["sample_id"] for i in (0, 3, 4, 5)]
     assert f"video not found: {copy.ego4d_root / f'{uid}.mp4'}" in str(loaded.skipped[1])
@@ -328,7 +334,8 @@ def test_the_package_source_names_missing_files_and_fields(fixture, tmp_path):
     clip.unlink()
     image = next((copy.package_root / "images" / "Ego4D").glob("*_2.png"))
     image.unlink()
-    with pytest.raises(data.EgoPlanBench2DataError, match=r"1 more sample\(s\)"):  # the missing clip too
+    with pytest.raises(data.EgoPlanBench2DataError, match=rf"(?s)2 problems .*progress video not found: {clip}.*"
+                                                          rf"image not found: {image}"):  # the missing clip too
         load(copy, data_source="seed_bench_r1")
     assert len(load(copy, data_source="seed_bench_r1", skip_missing="true").skipped) == 2
     with pytest.raises(data.EgoPlanBench2DataError, match=rf"progress video not found: {clip}.*EGOPLAN2_SEED_BENCH_R1_ROOT"):
@@ -344,6 +351,25 @@ def test_the_package_source_names_missing_files_and_fields(fixture, tmp_path):
     level.unlink()
     with pytest.raises(data.EgoPlanBench2DataError, match=r"validation_L3.jsonl; set EGOPLAN2_SEED_BENCH_R1_ROOT"):
         load(copy, data_source="seed_bench_r1")
+
+
+def test_an_observation_image_only_decoding_finds_damaged_is_named_or_skipped_and_counted(fixture, tmp_path):
+    """The package's images are decoded strictly when the task loads (a sample of them:
+    images_decoded_at_load; here all); with skip_missing the question is left out and counted."""
+    from lmms_egoplan.fixtures.media import with_random_image_data
+
+    root = tmp_path / "copy"
+    shutil.copytree(fixture.root, root)
+    copy = build_fixture(root)
+    record = copy.package_records()[5]
+    image = copy.package_root / "images" / record["video_source"] / record["current_observation_basename"]
+    image.write_bytes(with_random_image_data(image.read_bytes(), redo_crc=True))
+    with pytest.raises(data.EgoPlanBench2DataError, match=rf"EgoPlan-Bench2 sample {record['sample_id']}: cannot decode "
+                                                          rf"image {image}: broken data stream.*SKIP_MISSING"):
+        load(copy, data_source="seed_bench_r1")
+    loaded = load(copy, data_source="seed_bench_r1", skip_missing="true")
+    assert [skipped.sample_id for skipped in loaded.skipped] == [record["sample_id"]] and len(loaded.docs) == 7
+    assert len(load(copy, data_source="seed_bench_r1", images_decoded_at_load="0").docs) == 8  # headers only
 
 
 def test_settings_that_cannot_work_are_named(fixture):

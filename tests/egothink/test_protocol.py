@@ -8,8 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from lmms_egoplan.core.media import MediaError
-from lmms_egoplan.egothink.data import CAPABILITIES, DIMENSIONS, load_hub_dimension, load_release_dimension
+from lmms_egoplan.egothink.data import (
+    CAPABILITIES,
+    DIMENSIONS,
+    EgoThinkDataError,
+    load_hub_dimension,
+    load_release_dimension,
+)
 from lmms_egoplan.egothink.synthetic import write_hub_copy, write_release
 
 
@@ -47,19 +52,39 @@ def test_release_loader_reads_every_dimension_and_names_missing_images(tmp_path)
         assert [d["id"] for d in docs] == [f"{dimension.hub_config}/{i}" for i in range(3)]
         assert all(Path(d["image"]).is_file() and d["dimension"] == dimension.name for d in docs)
     assert (data / "Forecast" / "annotations.json").is_file()  # the official folder name is accepted
-    missing = data / "Reasoning" / "counting" / "images" / "2.jpg"
+    counting = data / "Reasoning" / "counting"
+    missing = counting / "images" / "2.jpg"
     missing.unlink()
-    with pytest.raises(MediaError, match=f"1 image.*missing or unusable, e.g. image not found: {missing}"):
+    with pytest.raises(EgoThinkDataError, match=rf"{counting / 'annotations.json'}, record 1: field image_path '2.jpg': "
+                                                rf"image not found: {missing}\. Check EGOTHINK_DATA_ROOT"):
         load_release_dimension(data, DIMENSIONS["Reasoning_counting"])
-    annotations = data / "Activity" / "annotations.json"
-    records = json.loads(annotations.read_text())
-    del records[1]["answer"]
-    annotations.write_text(json.dumps(records))
-    with pytest.raises(ValueError, match=f"{annotations}: record 1 has no text field 'answer'"):
-        load_release_dimension(data, DIMENSIONS["Activity"])
     shutil.rmtree(data / "Planning")
     with pytest.raises(FileNotFoundError, match="no annotations.json in .*Planning/navigation"):
         load_release_dimension(data, DIMENSIONS["Planning_navigation"])
+
+
+def test_every_problem_of_a_dimension_is_listed_in_one_error_naming_file_record_and_field(tmp_path):
+    """Bad fields (an image_path of numbers among them) and an image that is not one, in one error."""
+    data = write_release(tmp_path, per_dimension=4)
+    annotations = data / "Activity" / "annotations.json"
+    records = json.loads(annotations.read_text())
+    del records[1]["answer"]
+    records[2]["image_path"] = [5]
+    annotations.write_text(json.dumps(records))
+    (data / "Activity" / "images" / records[3]["image_path"][0]).write_text("<html>not found</html>\n")
+    with pytest.raises(EgoThinkDataError) as error:
+        load_release_dimension(data, DIMENSIONS["Activity"])
+    assert str(error.value).splitlines() == [
+        f"3 problems in EgoThink activity ({annotations}):",
+        f"  {annotations}, record 1: field 'answer' must be text, got None;",
+        f"  {annotations}, record 2: field image_path must be a list whose first item is the image's file name, got [5];",
+        f"  {annotations}, record 3: field image_path '4.jpg': not an image file (it starts with bytes "
+        f"3c 68 74 6d 6c 3e 6e 6f 74 20 66 6f, as no JPEG, PNG, GIF, BMP, WebP or TIFF file does): "
+        f"{data / 'Activity' / 'images' / '4.jpg'}. Check EGOTHINK_DATA_ROOT (metadata.data_root)"]
+    for empty in ("[]", ""):
+        annotations.write_text(empty)
+        with pytest.raises(EgoThinkDataError, match=rf"EgoThink annotation file {annotations}"):
+            load_release_dimension(data, DIMENSIONS["Activity"])
 
 
 def test_hub_loader_reads_the_hub_shaped_dataset_and_stores_its_images_once(tmp_path, monkeypatch):
