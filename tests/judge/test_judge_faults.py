@@ -46,12 +46,23 @@ def test_failed_judgements_are_never_cached_so_the_next_run_asks_again(bad, tmp_
         assert third.judged == 3 and third.calls == 0 and len(server.calls) == 6  # good ratings are cached
 
 
-def test_a_malformed_200_body_is_retried_like_a_server_error(tmp_path):
-    html = "<html><body><h1>502 Bad Gateway</h1></body></html>"
-    with ChatServer(lambda call: Reply(body=html) if call.attempt == 0 else Reply("Rating: [[0.5]]")) as server:
+# A chat completion's JSON cut in the middle of its choices, sent whole (its Content-Length) as JSON.
+CUT_COMPLETION = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "loopback-judge", "choices": [
+    {"index": 0, "message": {"role": "assistant", "content": "Rating: [[1]]"}, "finish_reason": "stop"}]})[:90]
+
+
+@pytest.mark.parametrize("broken", [Reply(body="<html><body><h1>502 Bad Gateway</h1></body></html>"),
+                                    Reply(body=CUT_COMPLETION, headers={"Content-Type": "application/json"})],
+                         ids=["html page", "cut JSON"])
+def test_a_malformed_200_body_is_retried_like_a_server_error(broken, tmp_path):
+    with ChatServer(lambda call: broken if call.attempt == 0 else Reply("Rating: [[0.5]]")) as server:
         results = judge_for(server, tmp_path).run(prompts(2), ZERO_HALF_ONE, progress=False)
     assert results.judged == 2 and [j.rating for j in results.judgements] == [0.5, 0.5]
     assert results.calls == 4
+    with ChatServer(lambda call: broken) as server:  # never mended: a failed judgement saying why, after the retries
+        failed = judge_for(server, retries=1).run(prompts(1), ZERO_HALF_ONE, progress=False).judgements[0]
+    assert not failed.ok and failed.error.startswith("malformed response body") and "gave up after 2 attempts" in failed.error
+    assert len(server.calls) == 2
 
 
 def test_lone_surrogates_in_model_output_survive_cache_key_audit_trail_and_request(tmp_path):
