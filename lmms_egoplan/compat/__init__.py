@@ -29,6 +29,7 @@ lmms-eval. Each one
   ``durability.stop_cleanly_on_sigterm``    a suite task or backend is built
   ``results.clean_lone_surrogates``         a suite task or backend is built
   ``results.write_results_as_strict_json``  a suite task or backend is built
+  ``results.fail_runs_whose_files_are_cut``  a suite task or backend is built
   ``durability.exit_when_results_are_written``  called by the suite's judged tasks only
   ``tasks.unretried_process_results``       called by the suite's tasks only
   ``tasks.bind_class_task_to_backend``      called by the suite's tasks only

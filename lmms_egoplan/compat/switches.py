@@ -8,7 +8,12 @@ from lmms_egoplan.compat.durability import (
     keep_responses_of_stopped_runs,
     stop_cleanly_on_sigterm,
 )
-from lmms_egoplan.compat.results import clean_lone_surrogates, keep_loglikelihood_results, write_results_as_strict_json
+from lmms_egoplan.compat.results import (
+    clean_lone_surrogates,
+    fail_runs_whose_files_are_cut,
+    keep_loglikelihood_results,
+    write_results_as_strict_json,
+)
 from lmms_egoplan.compat.tasks import enable_plugin_task_discovery, watch_task_selection
 
 
@@ -30,3 +35,4 @@ def on_suite_use() -> None:
     stop_cleanly_on_sigterm()
     clean_lone_surrogates()
     write_results_as_strict_json()
+    fail_runs_whose_files_are_cut()  # after strict JSON: it checks the files as written

@@ -8,3 +8,8 @@ traceback) while real bugs still surface as tracebacks.
 
 class InputError(ValueError):
     """Bad input: the message names the file, field or setting to fix."""
+
+
+class StorageError(OSError):
+    """Something paid for or produced could not be written (a full disk, a quota, a folder that cannot
+    be written): the message names the file or database, how much was not stored, and what is kept."""

@@ -17,6 +17,7 @@ matplotlib.use("Agg")  # files only: no display is needed, or wanted on a server
 
 from matplotlib.figure import Figure  # noqa: E402  (the faces draw on it, imported from here: Agg first)
 
+from lmms_egoplan.core.errors import InputError  # noqa: E402
 from lmms_egoplan.report.intervals import interval  # noqa: E402
 from lmms_egoplan.report.tables import INVALID, NOT_SCORED, Row, Table  # noqa: E402
 
@@ -101,7 +102,8 @@ def bars(axes, groups: list[str], series: list[tuple[str, str, list[float | None
     horizontal = is_horizontal(groups)
     width = 0.8 / max(len(series), 1)
     for index, (label, series_colour, values) in enumerate(series):
-        drawn = [(position - 0.4 + width * (index + 0.5), value) for position, value in enumerate(values) if value is not None]
+        drawn = [(position - 0.4 + width * (index + 0.5), value) for position, value in enumerate(values)
+                 if value is not None]
         if drawn:  # one call per series: hundreds of groups draw in a moment
             (axes.barh if horizontal else axes.bar)(*zip(*drawn), width, color=series_colour, label=label)
         for position, value in enumerate(values):
@@ -120,8 +122,8 @@ def bars(axes, groups: list[str], series: list[tuple[str, str, list[float | None
             count = (counts or {}).get(label, [None] * len(values))[position]
             if count is not None:
                 top = bounds[1] if bounds else value
-                axes.annotate(f"n={count}", (top, x) if horizontal else (x, top), xytext=(2, 0) if horizontal else (0, 2),
-                              textcoords="offset points", ha="left" if horizontal else "center",
+                axes.annotate(f"n={count}", (top, x) if horizontal else (x, top),
+                              xytext=(2, 0) if horizontal else (0, 2), textcoords="offset points", ha="left" if horizontal else "center",
                               va="center" if horizontal else "bottom", fontsize=7)
     _group_ticks(axes, groups)
 
@@ -155,7 +157,10 @@ def binned_accuracies(row: Row, family: str, bins: list[str]) -> tuple[list, lis
         metric = f"accuracy_{family}_{bin_name}"
         value = metrics.get(metric)
         value = None if not isinstance(value, (int, float)) or math.isnan(value) else value
-        found = interval(row.run, row.task, metric, proportion=True) if value is not None else None
+        try:
+            found = interval(row.run, row.task, metric, proportion=True) if value is not None else None
+        except InputError:  # a cut per-sample log: no interval (the table's notes name it)
+            found = None
         values.append(None if value is None else value * 100)
         bounds.append((found.low * 100, found.high * 100) if found else None)
         size = metrics.get(f"n_{family}_{bin_name}")

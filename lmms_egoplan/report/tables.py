@@ -117,7 +117,8 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
     for column, scale, value, reason in zip(layout.columns, scales, values, unscored):
         measured = isinstance(value, (int, float)) and not math.isnan(value) and not reason
         try:
-            found = interval(run, column.task_of(task), column.metric, proportion=column.proportion) if column.interval and measured else None
+            found = (interval(run, column.task_of(task), column.metric, proportion=column.proportion)
+                     if column.interval and measured else None)
         except InputError as error:  # a per-sample log or audit trail cut short (a full disk) or damaged
             found = None
             unreadable_logs += [] if str(error) in unreadable_logs else [str(error)]

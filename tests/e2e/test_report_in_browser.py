@@ -1,6 +1,7 @@
 """The report page in headless Chromium: it fits 1,400 pixels, every figure renders, and model names,
 settings and paths holding markup stay text. CI installs Chromium (.ci/run), where a missing one fails
 the test (LMMS_EGOPLAN_REQUIRE_CHROMIUM=1); elsewhere it is skipped, saying how to install one."""
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -21,7 +22,7 @@ def results_tree(tmp_path):
     hostile = root / "<i>runs</i>"  # a folder holding a file that cannot be read: named with its path
     egoplan_run(hostile, model_path=SCRIPT, settings={"note": IMAGE})
     egoplan_run(root / "plain", model_path=SCRIPT, settings={"note": "plain"})  # rows labelled with the note
-    (hostile / "20250101_000000_results.json").write_text('{"results": {}, "config": "' + IMAGE.replace('"', "'") + '"}')
+    (hostile / "20250101_000000_results.json").write_text(json.dumps({"results": {}, "config": IMAGE}))
     return root
 
 

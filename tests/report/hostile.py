@@ -47,7 +47,8 @@ def hostile_copies(results_file: Path, folder: Path) -> dict[Path, tuple[tuple, 
     """A copy of ``results_file`` per field and value of another type, each in a folder of its own
     with the run's per-sample logs and side files; returns each copy's (field path, value)."""
     data = json.loads(results_file.read_text())
-    beside = [p for p in results_file.parent.iterdir() if p.name.startswith(results_file.name[:15]) and p != results_file]
+    stamp = results_file.name[:15]  # lmms-eval's <date>_<time>: the run's samples and side files share it
+    beside = [p for p in results_file.parent.iterdir() if p.name.startswith(stamp) and p != results_file]
     copies = {}
     for path in field_paths(data):
         original = data

@@ -432,9 +432,9 @@ def test_a_results_file_with_any_field_of_another_type_is_named_and_left_out(res
     read or named with its field; the fields the report reads are named; the rest is reported."""
     egothink = next((results_tree / "egothink").rglob("*_results.json"))
     named = check_hostile_copies(egothink, tmp_path, {
-        ("config",): (dict,), ("config", "model_args"): (str, dict), ("configs",): (dict,), ("configs", "ego_think"): (dict,),
-        ("configs", "ego_think", "metadata"): (dict,), ("n-samples",): (dict,), ("model_name",): (str,),
-        ("results", "ego_think"): (dict,)})
+        ("config",): (dict,), ("config", "model_args"): (str, dict), ("configs",): (dict,),
+        ("configs", "ego_think"): (dict,), ("configs", "ego_think", "metadata"): (dict,), ("n-samples",): (dict,),
+        ("model_name",): (str,), ("results", "ego_think"): (dict,)})
     assert len(named) > 20
 
 
@@ -480,7 +480,7 @@ def test_report_md_escapes_what_report_html_escapes(tmp_path):
     name = f"{script}|![x](http://example.invalid/t.png)"
     egoplan_run(folder, model_path=name, settings={"note": image})
     egoplan_run(tmp_path / "runs" / "other", model_path=name, settings={"note": "plain"})  # rows labelled with the note
-    (folder / "20250101_000000_results.json").write_text(json.dumps({"results": {}, "config": image}))  # named with its path
+    (folder / "20250101_000000_results.json").write_text(json.dumps({"results": {}, "config": image}))  # named
     report = write_report([tmp_path / "runs"], tmp_path / "report", FACES)
     markdown, page = report.markdown.read_text(), report.html.read_text()
     for text in (markdown, page):
@@ -488,7 +488,7 @@ def test_report_md_escapes_what_report_html_escapes(tmp_path):
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "&lt;b&gt;folder&lt;/b&gt;" in text
         assert "(note &lt;img src=x onerror=" in text
     assert "![x]\\(http" in markdown and "\\|![x]" in markdown  # neither an image nor a cell's end
-    assert "Unreadable: " in markdown and "&lt;b&gt;" not in " ".join(report.lines)  # escaped in the page, not in what it says
+    assert "Unreadable: " in markdown and "&lt;b&gt;" not in " ".join(report.lines)  # escaped in pages, not the console
 
 
 def write_many_runs(root: Path, count: int) -> Path:
@@ -503,11 +503,13 @@ def write_many_runs(root: Path, count: int) -> Path:
         think = {f"ego_think_{d}": {"score": rng.uniform(0, 100), "judged": 1} for d in DIMENSIONS}
         write_lmms_eval_run(root / "egothink" / str(index), "20260101_110000", think, model_path=model)
         write_lmms_eval_run(root / "egointent" / str(index), "20260101_120000", {"egointent": {
-            "overall": rng.uniform(0, 100), "scenario_kitchen": rng.uniform(0, 100), "scenario_yard": rng.uniform(0, 100)}},
+            "overall": rng.uniform(0, 100), "scenario_kitchen": rng.uniform(0, 100),
+            "scenario_yard": rng.uniform(0, 100)}},
             model_path=model)
         plans = {"norm_lcs": rng.random(), "norm_lcs_normal": rng.random(), "norm_lcs_counterfactual": rng.random()}
         write_lmms_eval_run(root / "actplan" / str(index), "20260101_130000",
-                            {"actplan1k": plans, "actplan1k_text_only": {**plans, "norm_lcs": rng.random()}}, model_path=model)
+                            {"actplan1k": plans, "actplan1k_text_only": {**plans, "norm_lcs": rng.random()}},
+                            model_path=model)
     return root
 
 
@@ -533,3 +535,24 @@ def test_figures_stay_readable_with_200_runs(tmp_path):
                 for labels in (axes.get_xticklabels(), axes.get_yticklabels()):
                     boxes = [label.get_window_extent(renderer) for label in labels if label.get_text()]
                     assert not any(a.overlaps(b) for a, b in zip(boxes, boxes[1:])), name
+
+
+def test_a_report_into_a_full_disk_names_the_file_it_could_not_write(results_tree, small_disk, capsys):
+    disk = small_disk("256k")
+    disk.fill()
+    assert main(["report", str(results_tree), "--output", str(disk.path / "report")]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"lmms-egoplan report: cannot write {disk.path / 'report'}/")
+    assert len(error.splitlines()) == 1
+    assert error.endswith(": the disk is full (No space left on device); nothing was written there")
+    assert [path.name for path in (disk.path / "report").iterdir()] == []  # no part of a file left
+
+
+def test_a_cut_per_sample_log_costs_its_rows_intervals_not_the_report(tmp_path):
+    egoplan_run(tmp_path / "r")
+    log = next((tmp_path / "r").glob("*_samples_egoplan_val.jsonl"))
+    log.write_bytes(log.read_bytes()[:-20])  # its last line cut, as a full disk leaves lmms-eval's appends
+    write_report([tmp_path / "r"], tmp_path / "report", FACES)
+    [val] = [row for row in read_csv(tmp_path / "report" / "egoplan_val.csv") if row["task"] == "egoplan_val"]
+    assert val["Accuracy (%)"] == "60.0" and val["Accuracy (%) 95% low"] == ""
+    assert f"no interval: {log}:5: not JSON" in val["notes"]
