@@ -263,7 +263,7 @@ def keep_responses_of_stopped_runs() -> bool:
             cache = create.__func__(cls, cache_root, **kwargs)
             _claim_run_folder(cache)
         except (OSError, sqlite3.Error) as error:
-            where = getattr(error, "filename", None) or os.path.join(root, "runs", "<run>", "rank_<rank>.db")
+            where = getattr(error, "filename", None) or _database_being_opened(error) or root
             raise StorageError(f"--use_cache {root}: the response cache cannot store responses there "
                                f"({storage_failure(error, root)}: {where}); the responses it holds are kept. Free "
                                f"space on its disk (or point --use_cache at a folder on another disk) and run "
@@ -277,6 +277,16 @@ def keep_responses_of_stopped_runs() -> bool:
     ResponseCache.finalize = finalize_keeping_responses
     ResponseCache.create = classmethod(create_recovering)
     return True
+
+def _database_being_opened(error: BaseException) -> str | None:
+    """The database file a ``ResponseCache`` was opening when ``error`` was raised (SQLite's errors name none)."""
+    import traceback
+
+    from lmms_eval.caching.response_cache import ResponseCache
+
+    caches = [frame.f_locals.get("self") for frame, _ in traceback.walk_tb(error.__traceback__)]
+    opening = [cache.db_path for cache in caches if isinstance(cache, ResponseCache) and getattr(cache, "db_path", None)]
+    return opening[-1] if opening else None
 
 def _store_as_computed(cache: Any, reqtype: str) -> Callable[[Any, Any], None]:
     """Store one response the way ``ResponseCache.execute`` stores it after the backend returns (the

@@ -101,8 +101,8 @@ class JudgedScoring:
         try:
             preflight(settings)
         except JudgeCacheError as error:  # the cache's folder or disk, not the judge: nothing to say of the server
-            raise SettingsError(f"task {self.config.task}: {error} (judge_cache_dir: "
-                                f"{name('judge_cache_dir')})") from None
+            raise SettingsError(f"task {self.config.task}: {error}; judge_cache_dir is set by "
+                                f"{name('judge_cache_dir')}") from None
         except JudgeSetupError as error:
             raise SettingsError(
                 f"task {self.config.task}: {error}; check {name('judge_base_url')}, {name('judge_model')} and "

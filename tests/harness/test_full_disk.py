@@ -1,7 +1,8 @@
-"""A full disk under an lmms-eval run of the suite (a real small filesystem: tmpfs): `--use_cache` on a full disk
-names the cache and keeps what it holds; a response that cannot be stored stops the run before the model computes
-more, saying how many and where, and the cache's audit log keeps whole lines; a results or samples file that lmms-eval
-cannot write whole fails the run naming it, with no cut file left. Through the real CLI: tests/e2e/test_full_disk.py."""
+"""A full disk under an lmms-eval run of the suite (a real small filesystem: tmpfs): a judged task whose judge
+cache is on a full disk stops before the model, saying so; `--use_cache` on a full disk names the cache and keeps
+what it holds; a response that cannot be stored stops the run before the model computes more, saying how many and
+where, and the cache's audit log keeps whole lines; a results or samples file that lmms-eval cannot write whole
+fails the run naming it, with no cut file left. Through the real CLI: tests/e2e/test_full_disk.py."""
 
 import json
 import sqlite3
@@ -66,6 +67,7 @@ def test_use_cache_on_a_full_disk_names_the_cache_and_keeps_its_responses(suite_
         open_cache(disk.path / "cache")
     assert str(full.value).startswith(f"--use_cache {disk.path / 'cache'}: the response cache cannot store responses "
                                       f"there (the disk is full (")
+    assert f"): {disk.path / 'cache' / 'runs'}/" in str(full.value) and "/rank_0.db); " in str(full.value)  # the file
     assert "the responses it holds are kept" in str(full.value)
     disk.free()
     model = Model()
@@ -151,3 +153,26 @@ def test_a_results_or_samples_file_that_cannot_be_written_whole_fails_the_run_na
                                            r"3 of its 10 samples are written, each whole"):
         writer.save_results_samples(task_name="task", samples=logged(10))
     assert [json.loads(line)["doc_id"] for line in samples_file.read_text().splitlines()] == [0, 1, 2]
+
+
+def test_a_judged_task_whose_judge_cache_is_on_a_full_disk_stops_before_the_model_saying_so(small_disk, monkeypatch):
+    """Not the judge server's settings to check, and not "move it away": the disk, and the setting to change."""
+    from types import SimpleNamespace
+
+    from lmms_egoplan.core.settings import SettingsError
+    from lmms_egoplan.harness.judged import JudgedScoring
+    from lmms_egoplan.judge import JudgeCache, JudgeSettings
+
+    disk = small_disk()
+    JudgeCache(disk.path / "judge").close()
+    disk.fill()
+    monkeypatch.setattr(RUN, "answering_judges", set())
+    task = SimpleNamespace(ENV_PREFIX="EGOTHINK", config=SimpleNamespace(task="ego_think_counting"),
+                           settings=JudgeSettings(judge_base_url="http://127.0.0.1:9/v1", judge_api_key_env="",
+                                                  judge_cache_dir=disk.path / "judge"))
+    with pytest.raises(SettingsError) as full:
+        JudgedScoring.check_judge_answers(task)
+    assert str(full.value).startswith(f"task ego_think_counting: the judge cache {disk.path / 'judge'}/"
+                                      f"{JudgeCache.FILE_NAME} cannot store answers: the disk is full (")
+    assert str(full.value).endswith("; judge_cache_dir is set by EGOTHINK_JUDGE_CACHE_DIR (metadata.judge_cache_dir)")
+    assert "BASE_URL" not in str(full.value) and "move it away" not in str(full.value)
