@@ -147,7 +147,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lmms_egoplan.core.errors import InputError
+    from lmms_egoplan.core.errors import InputError, StorageError
 
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except (InputError, FileNotFoundError) as error:  # bad data, settings or paths: what to fix, no traceback
         return _fail(args.command, str(error))
+    except StorageError as error:  # a full disk: what was not written, where, what is kept
+        print(f"lmms-egoplan {args.command}: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -14,6 +14,55 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.e2e)
 
 
+class SmallDisk:
+    """A real filesystem of a few hundred kilobytes (tmpfs) mounted on ``path``, to fill up: what a
+    full disk does to a run. ``fill(leave)`` takes all its space but ``leave`` bytes; ``free()`` gives it back."""
+
+    def __init__(self, path: Path, size: str):
+        import subprocess
+
+        path.mkdir(parents=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs", str(path)], check=True)
+        self.path = path
+        self._filler = path / ".filler"
+
+    def fill(self, leave: int = 0) -> None:
+        """Take every byte but ``leave`` (in whole pages of 4 KiB: tmpfs allocates pages)."""
+        with open(self._filler, "ab", buffering=0) as filler:
+            try:
+                while filler.write(b"\0" * 65536):
+                    pass
+            except OSError:  # no space left
+                pass
+        if leave:
+            os.truncate(self._filler, max(0, self._filler.stat().st_size - leave))
+
+    def free(self) -> None:
+        self._filler.unlink(missing_ok=True)
+
+    def unmount(self) -> None:
+        import subprocess
+
+        subprocess.run(["umount", "--lazy", str(self.path)], check=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """``small_disk(size="512k")`` -> a SmallDisk under tmp_path; needs root (CI runs as root: there
+    it never skips), which a developer's machine may not give."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small disk (tmpfs) needs root")
+    disks = []
+
+    def mount(size: str = "512k") -> SmallDisk:
+        disks.append(SmallDisk(tmp_path / f"disk{len(disks)}", size))
+        return disks[-1]
+
+    yield mount
+    for disk in disks:
+        disk.unmount()
+
+
 @pytest.fixture(scope="session")
 def checkpoint_cache(tmp_path_factory) -> Path:
     """Where tiny checkpoints are built: once per test run (the xdist workers of a run share the folder:

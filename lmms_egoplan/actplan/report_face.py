@@ -11,11 +11,13 @@ from lmms_egoplan.report.figures import (
     bars,
     colour,
     footnote,
+    is_horizontal,
     legend_above,
     mark_unscored,
     no_data,
     run_labels,
     unscored_notes,
+    value_axis,
 )
 from lmms_egoplan.report.layout import Breakdown, Column, ReportFace, TableLayout, percent_column, published_rows
 from lmms_egoplan.report.metric_roles import FRACTION, STEPS, Unit
@@ -39,16 +41,17 @@ def actplan_splits(table: Table) -> Figure:
     user = len(labels)
     series = [("normal", colour(0), [row.scored(normal) for row in rows] + [None] * len(published)),
               ("counterfactual", colour(1), [row.scored(counterfactual) for row in rows] + [None] * len(published))]
+    horizontal = is_horizontal(groups)  # many rows: a line each
     if groups:
         bars(splits, groups, series)
         for position, row in enumerate(published, start=user):
-            splits.bar(position, row.values[overall], 0.5, color=PUBLISHED_COLOUR,
-                       label="published, overall (Table 4, images)")
+            (splits.barh if horizontal else splits.bar)(position, row.values[overall], 0.5, color=PUBLISHED_COLOUR,
+                                                        label="published, overall (Table 4, images)")
         if published and user:
-            splits.axvline(user - 0.5, color=PUBLISHED_COLOUR, linewidth=0.8)
-        splits.set_ylim(0, 1)
-        splits.set_ylabel("normalised LCS (0-1)")
-    mark_unscored(splits, [i for i in range(user) if series[0][2][i] is None and series[1][2][i] is None])
+            (splits.axhline if horizontal else splits.axvline)(user - 0.5, color=PUBLISHED_COLOUR, linewidth=0.8)
+        value_axis(splits, 0, 1, "normalised LCS (0-1)", horizontal=horizontal)
+    mark_unscored(splits, [i for i in range(user) if series[0][2][i] is None and series[1][2][i] is None],
+                  horizontal=horizontal)
     models = sorted({row.model for row in rows})
 
     def by_input(text_only: bool) -> list[float | None]:
@@ -59,8 +62,9 @@ def actplan_splits(table: Table) -> Figure:
     by_model = [(IMAGES, colour(2), by_input(False)), (TEXT_ONLY, colour(4), by_input(True))]
     if any(v is not None for *_, values in by_model for v in values):
         bars(inputs, models, by_model)
-        mark_unscored(inputs, [i for i in range(len(models)) if all(values[i] is None for *_, values in by_model)])
-        inputs.set_ylim(0, 1)
+        mark_unscored(inputs, [i for i in range(len(models)) if all(values[i] is None for *_, values in by_model)],
+                      horizontal=is_horizontal(models))
+        value_axis(inputs, 0, 1, horizontal=is_horizontal(models))
     else:
         no_data(inputs, "no run of yours has a normalised LCS")
     legend_above(figure, columns=3)
@@ -83,7 +87,7 @@ FACE = ReportFace(
                         figures={"actplan_splits": actplan_splits}),),
     published=published_rows(__package__),
     # The human evaluation (Table 4) is published in percent, as the papers print it.
-    units=(("human_*", Unit(1.0, "%")), ("norm_lcs", FRACTION), ("norm_lcs_*", FRACTION), ("lcs", STEPS),
+    units=(("human_*", Unit(1.0, "%", 0.0, 100.0)), ("norm_lcs", FRACTION), ("norm_lcs_*", FRACTION), ("lcs", STEPS),
            ("lcs_*", STEPS), ("plan_length", STEPS)),
     bookkeeping=("no_plan_rate",),
     descriptive=("format_error_rate", "plan_length"),

@@ -37,6 +37,7 @@ lmms-eval. Each one
   ``durability.stop_cleanly_on_sigterm``    a suite task or backend is built
   ``results.clean_lone_surrogates``         a suite task or backend is built
   ``results.write_results_as_strict_json``  a suite task or backend is built
+  ``results.fail_runs_whose_files_are_cut``  a suite task or backend is built
   ``durability.exit_when_results_are_written``  called by the suite's judged tasks, and by its generative
                                             tasks when model requests failed
   ``tasks.unretried_process_results``       called by the suite's tasks only

@@ -15,6 +15,8 @@ from typing import Any, Callable, Mapping, Sequence
 from loguru import logger
 
 from lmms_egoplan.compat import SUITE_BACKENDS, SUITE_PLUGIN, affected_release, cli_option, lmms_eval_source
+from lmms_egoplan.core.errors import StorageError
+from lmms_egoplan.core.files import storage_failure
 from lmms_egoplan.core.run_state import RUN
 
 _FAILED_RUN_EXIT_STATUS = 1
@@ -283,7 +285,14 @@ def keep_responses_of_stopped_runs() -> bool:
     * each rank records its process in its run folder (``<rank db>.owner.json``), and the next run
       on the same machine, before it opens the cache, merges the folders of runs whose processes
       are all gone (``recover_killed_runs``, under lmms-eval's merge lock; a folder of a run still
-      alive, of another machine, or written without this workaround, is left as it is).
+      alive, of another machine, or written without this workaround, is left as it is);
+    * a full disk (lmms-eval: ``OperationalError: database or disk is full`` naming no file, a cut
+      line in the cache's audit log, and the backend called again for each document of the chunk):
+      a cache that cannot be opened is named with what it keeps; a response that cannot be stored
+      stops the run at the end of its chunk (at once with a ``response_sink``), before the backend
+      computes more, saying how many were not stored and where (``_GuardedStoring``); a line the
+      audit log cannot take whole is cut back off; a merge that fails leaves the run's folder for
+      the next run to merge.
 
     Returns whether the workaround is in place.
     """
@@ -295,27 +304,50 @@ def keep_responses_of_stopped_runs() -> bool:
         return False
     whole_call, finalize, create = ResponseCache.execute, ResponseCache.finalize, ResponseCache.create
 
+    def stored_call(self, lm, reqtype, requests):
+        responses = whole_call(self, lm, reqtype, requests)
+        _GuardedStoring.of(self).stop_if_not_stored()
+        return responses
+
     @functools.wraps(whole_call)
     def execute(self, lm, reqtype, requests):
         if hasattr(lm, "response_sink"):
             lm.response_sink = _store_as_computed(self, reqtype)
             try:
-                return whole_call(self, lm, reqtype, requests)
+                return stored_call(self, lm, reqtype, requests)
             finally:
                 lm.response_sink = None
         size = max(RESPONSE_CHUNK_MIN_DOCS, RESPONSE_CHUNK_BATCHES * _batch_size(lm))
-        return call_in_chunks(functools.partial(whole_call, self, lm, reqtype), requests, size)
+        return call_in_chunks(functools.partial(stored_call, self, lm, reqtype), requests, size)
 
     @functools.wraps(finalize)
     def finalize_keeping_responses(self, *, success: bool, **kwargs):
-        return finalize(self, success=True, **kwargs)
+        import sqlite3
+
+        try:
+            return finalize(self, success=True, **kwargs)
+        except (OSError, sqlite3.Error) as error:  # a full disk: the run's folder keeps them for the next run
+            _drop_ownerless_lock(self._cache_root)
+            logger.warning(f"ResponseCache: this run's responses could not be merged into {self._cache_root} "
+                           f"({storage_failure(error, self._cache_root)}); they are kept in {self._run_dir}, which "
+                           f"the next run with --use_cache {self._cache_root} merges")
 
     @functools.wraps(create.__func__)
     def create_recovering(cls, cache_root: str, **kwargs):
+        import sqlite3
+
         root = os.path.abspath(os.path.dirname(cache_root) if cache_root.endswith(".db") else cache_root)
         recover_killed_runs(root)
-        cache = create.__func__(cls, cache_root, **kwargs)
-        _claim_run_folder(cache)
+        try:
+            cache = create.__func__(cls, cache_root, **kwargs)
+            _claim_run_folder(cache)
+        except (OSError, sqlite3.Error) as error:
+            where = getattr(error, "filename", None) or _database_being_opened(error) or root
+            raise StorageError(f"--use_cache {root}: the response cache cannot store responses there "
+                               f"({storage_failure(error, root)}: {where}); the responses it holds are kept. Free "
+                               f"space on its disk (or point --use_cache at a folder on another disk) and run "
+                               f"again") from None
+        _GuardedStoring.guard(cache)
         RUN.response_cache_root = root
         return cache
 
@@ -367,6 +399,16 @@ def _keeps_failure_placeholders(is_valid: str | None = None, lookup: str | None 
     lookup = lookup or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache._lookup")
     return not any("LMMS_EVAL_REQUEST_FAILED" in source for source in (is_valid, lookup))
 
+def _database_being_opened(error: BaseException) -> str | None:
+    """The database file a ``ResponseCache`` was opening when ``error`` was raised (SQLite's errors name none)."""
+    import traceback
+
+    from lmms_eval.caching.response_cache import ResponseCache
+
+    caches = [frame.f_locals.get("self") for frame, _ in traceback.walk_tb(error.__traceback__)]
+    opening = [cache.db_path for cache in caches if isinstance(cache, ResponseCache) and getattr(cache, "db_path", None)]
+    return opening[-1] if opening else None
+
 def _store_as_computed(cache: Any, reqtype: str) -> Callable[[Any, Any], None]:
     """Store one response the way ``ResponseCache.execute`` stores it after the backend returns (the
     same key, validity rule and row); execute stores it again then (the same row)."""
@@ -387,8 +429,79 @@ def _store_as_computed(cache: Any, reqtype: str) -> Callable[[Any, Any], None]:
                                 model_fingerprint_hash=cache._model_fingerprint_hash, eval_version=cache._eval_version)
         cache._store(key, reqtype, request.task_name, request.doc_id, request.idx, gen_kwargs,
                      cache._extract_cacheable(response))
+        _GuardedStoring.of(cache).stop_if_not_stored()  # inside the backend's loop: it computes nothing more
 
     return store
+
+
+class _GuardedStoring:
+    """A response cache's writes, guarded against a full disk: ``ResponseCache._store`` and
+    ``_log_to_audit`` (called by lmms-eval's storing loop, one response at a time) count a response
+    they cannot store instead of raising in the middle of the loop, and the audit log keeps whole
+    lines; ``stop_if_not_stored`` then ends the run before the backend computes more."""
+
+    def __init__(self, cache: Any):
+        self.cache = cache
+        self.not_stored: list[str] = []  # why, per response the cache could not store
+        self.audit_failure: str | None = None
+        store, log = cache._store, cache._log_to_audit
+        cache._store = functools.partial(self._store, store)
+        cache._log_to_audit = functools.partial(self._log, log)
+        cache._lmms_egoplan_storing = self
+
+    @classmethod
+    def guard(cls, cache: Any) -> "_GuardedStoring":
+        """The cache's guard, made once (a guard around a guard would keep the failures to itself)."""
+        return getattr(cache, "_lmms_egoplan_storing", None) or cls(cache)
+
+    @staticmethod
+    def of(cache: Any) -> "_GuardedStoring":
+        return cache._lmms_egoplan_storing
+
+    def _store(self, store: Callable, *args, **kwargs) -> None:
+        import sqlite3
+
+        try:
+            store(*args, **kwargs)
+        except (OSError, sqlite3.Error) as error:
+            self.not_stored.append(storage_failure(error, os.path.dirname(self.cache.db_path)))
+
+    def _log(self, log: Callable, *args, **kwargs) -> None:
+        if self.audit_failure:
+            return
+        path = self.cache.audit_path
+        whole = os.path.getsize(path)
+        try:
+            log(*args, **kwargs)
+        except OSError as error:
+            self.audit_failure = storage_failure(error, os.path.dirname(path))
+            try:
+                self.cache._audit_file.close()  # drops what its buffer could not write
+            except OSError:
+                pass
+            os.truncate(path, whole)  # a cut line would join the next run's first line
+            self.cache._audit_file = open(path, "a", encoding="utf-8")
+
+    def stop_if_not_stored(self) -> None:
+        """Raise StorageError if a response could not be stored: how many, where, what is kept."""
+        if not (self.not_stored or self.audit_failure):
+            return
+        import sqlite3
+
+        cache = self.cache
+        try:
+            kept = f"the {cache.db.execute('SELECT COUNT(*) FROM responses').fetchone()[0]} responses it stored"
+        except (AttributeError, sqlite3.Error):  # a count for the message only
+            kept = "the responses it stored"
+        count = len(self.not_stored)
+        problems = ([f"{count} model response{'s' if count > 1 else ''} just computed could not be stored in "
+                     f"{cache.db_path} ({self.not_stored[0]})"] if count else [])
+        problems += [f"its audit log {cache.audit_path} could not take a line ({self.audit_failure}; it ends with its "
+                     f"last whole line)"] if self.audit_failure else []
+        raise StorageError(f"--use_cache {cache._cache_root}: {'; '.join(problems)}. The run stopped before the model "
+                           f"computed more, so that none is paid for twice; {kept} are kept in {cache._run_dir}, which "
+                           f"the next run merges. Free space on that disk (or point --use_cache at another) and run "
+                           f"the same command again: it computes only what is not stored")
 
 _OWNER_SUFFIX = ".owner.json"
 
@@ -437,7 +550,23 @@ def recover_killed_runs(cache_root: str) -> int:
                 merged += count
     except TimeoutError as error:
         logger.warning(f"ResponseCache: killed runs not recovered now (merge lock busy): {error}")
+    except OSError as error:  # the lock cannot be written (a full disk): their folders wait for a later run
+        _drop_ownerless_lock(cache_root)
+        logger.warning(f"ResponseCache: killed runs not recovered now ({storage_failure(error, cache_root)})")
     return merged
+
+def _drop_ownerless_lock(cache_root: str) -> None:
+    """Remove the merge lock a full disk left without its owner file (lmms-eval's ``_merge_lock`` makes the
+    folder, then fails to write ``owner.json`` and never removes the folder: every later merge would wait
+    for it, time out and merge nothing). A lock whose owner file was written is another run's, kept."""
+    lock = Path(cache_root, "runs", ".merge.lock")
+    owner = lock / "owner.json"
+    try:
+        if lock.is_dir() and not (owner.exists() and owner.stat().st_size):
+            owner.unlink(missing_ok=True)
+            lock.rmdir()
+    except OSError:
+        pass
 
 def _process_start(pid: int) -> str | None:
     """The start time of process ``pid`` (Linux: clock ticks since boot), telling it from a later
@@ -492,6 +621,8 @@ def call_in_chunks(call, requests: list, size: int) -> list:
     for chunk in _document_chunks(requests, size):
         try:
             responses += call(chunk)
+        except StorageError:  # the model answered; the disk could not keep it: calling again would pay twice
+            raise
         except Exception:
             documents = _document_chunks(chunk, 1)
             if len(documents) == 1:

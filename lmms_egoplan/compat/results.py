@@ -1,14 +1,21 @@
 """lmms-eval workarounds about what reaches and leaves the results and samples files: loglikelihood
-pairs kept as pairs, model output cleaned of lone surrogates, strict JSON, and the run's date-time for
-the files a task writes beside them. Guards and the switch table: ``lmms_egoplan.compat``."""
+pairs kept as pairs, model output cleaned of lone surrogates, strict JSON, files written whole or the
+run failed, and the run's date-time for the files a task writes beside them. Guards and the switch
+table: ``lmms_egoplan.compat``."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
+import os
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 from lmms_egoplan.compat import affected_release, lmms_eval_source
+from lmms_egoplan.core.errors import StorageError
+from lmms_egoplan.core.run_state import RUN
 
 
 def keep_loglikelihood_results() -> bool:
@@ -123,6 +130,108 @@ def _writes_nan_as_is(save_results: str | None = None) -> bool:
     save_results = save_results or lmms_eval_source("lmms_eval.loggers.evaluation_tracker",
                                                     "EvaluationTracker.save_results_aggregated")
     return "json.dumps(" in save_results and "allow_nan" not in save_results
+
+def fail_runs_whose_files_are_cut() -> bool:
+    """Make a results or samples file that lmms-eval could not write whole fail the run, naming it.
+
+    Bug: ``lmms_eval/loggers/evaluation_tracker.py``: ``save_results_aggregated`` and
+    ``save_results_samples`` catch every exception, log "Could not save results aggregated" /
+    "Could not save sample results" with the error (``OSError(28, 'No space left on device')``)
+    and go on; the run exits 0. On a full disk the results file is left cut in the middle of its
+    JSON (written in one ``write``), a samples file with a cut last line (appended a sample at a
+    time), and the run looks finished. Fix: after each, the file is checked (the results file
+    parses as JSON; the samples file gained one whole line per sample): a cut results file is
+    removed, a cut samples file cut back to its last whole line, and the run fails (StorageError)
+    naming the file, why, and what the run keeps. Returns whether the workaround is in place.
+    """
+    from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
+
+    if getattr(EvaluationTracker.save_results_samples, "_checked_whole", False):
+        return True
+    if not (affected_release() and _swallows_write_errors()):
+        return False
+    save_results, save_samples = EvaluationTracker.save_results_aggregated, EvaluationTracker.save_results_samples
+
+    @functools.wraps(save_results)
+    def save_results_aggregated(self, results, samples, datetime_str):
+        with _logged_write_errors() as errors:
+            save_results(self, results, samples, datetime_str)
+        if not self.output_path:
+            return
+        path = _output_folder(self) / f"{datetime_str.replace(':', '-')}_results.json"
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            path.unlink(missing_ok=True)
+            raise StorageError(f"cannot write the results file {path}: {_why(errors)}; no part of it is left. "
+                               f"{_what_is_kept()}") from None
+
+    @functools.wraps(save_samples)
+    def save_results_samples(self, task_name, samples):
+        path = _output_folder(self) / f"{self.date_id}_samples_{task_name}.jsonl" if self.output_path else None
+        start = path.stat().st_size if path and path.exists() else 0  # lmms-eval appends
+        with _logged_write_errors() as errors:
+            save_samples(self, task_name, samples)
+        if path is None:
+            return
+        written = _written_since(path, start)
+        if not samples or (written.count(b"\n") == len(samples) and written.endswith(b"\n")):
+            return
+        whole = written[:written.rfind(b"\n") + 1]
+        if path.exists():
+            os.truncate(path, start + len(whole))  # a cut line would join the next line appended
+        lines = whole.count(b"\n")
+        raise StorageError(f"cannot write the samples file {path}: {_why(errors)}; {lines} of its {len(samples)} "
+                           f"samples are written, each whole. {_what_is_kept()}")
+
+    save_results_samples._checked_whole = True
+    EvaluationTracker.save_results_aggregated = save_results_aggregated
+    EvaluationTracker.save_results_samples = save_results_samples
+    return True
+
+def _swallows_write_errors(save_results: str | None = None, save_samples: str | None = None) -> bool:
+    save_results = save_results or lmms_eval_source("lmms_eval.loggers.evaluation_tracker",
+                                                    "EvaluationTracker.save_results_aggregated")
+    save_samples = save_samples or lmms_eval_source("lmms_eval.loggers.evaluation_tracker",
+                                                    "EvaluationTracker.save_results_samples")
+    return "Could not save results aggregated" in save_results and "Could not save sample results" in save_samples
+
+def _written_since(path: Path, start: int) -> bytes:
+    if not path.exists():
+        return b""
+    with open(path, "rb") as file:
+        file.seek(start)
+        return file.read()
+
+def _output_folder(tracker: Any) -> Path:
+    return Path(tracker.output_path, tracker.general_config_tracker.model_name_sanitized)
+
+@contextlib.contextmanager
+def _logged_write_errors():
+    """The errors lmms-eval's results writer logs (and swallows) while the block runs."""
+    from loguru import logger
+
+    errors: list[str] = []
+    sink = logger.add(lambda message: errors.append(message.record["message"]), level="INFO", format="{message}",
+                      filter=lambda record: record["name"] == "lmms_eval.loggers.evaluation_tracker"
+                      and record["message"].endswith(")") and "Error(" in record["message"])
+    try:
+        yield errors
+    finally:
+        logger.remove(sink)
+
+def _why(errors: list[str]) -> str:
+    """Why lmms-eval could not write a file, from the error it logged (and swallowed)."""
+    if any("No space left" in error or "Errno 28" in error or "Errno 122" in error for error in errors):
+        return f"the disk is full ({errors[-1]})"
+    return errors[-1] if errors else "lmms-eval left it cut"
+
+def _what_is_kept() -> str:
+    """What a run that cannot write its files keeps, and how to resume."""
+    kept = [f"the model's responses are kept in the response cache {RUN.response_cache_root}" if RUN.response_cache_root
+            else "this run had no --use_cache: its model responses are not kept", *RUN.kept_on_stop]
+    return f"The run stopped: {'; '.join(kept)}. Free space on that disk (or point --output_path at another) and run " \
+           f"the same command again"
 
 def run_datetime_str(cli_args: Any = None) -> str | None:
     """The date-time lmms-eval names this run's results and samples files with, or None where it

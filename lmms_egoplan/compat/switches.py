@@ -11,7 +11,12 @@ from lmms_egoplan.compat.durability import (
     say_what_to_fix_after_uncaught_errors,
     stop_cleanly_on_sigterm,
 )
-from lmms_egoplan.compat.results import clean_lone_surrogates, keep_loglikelihood_results, write_results_as_strict_json
+from lmms_egoplan.compat.results import (
+    clean_lone_surrogates,
+    fail_runs_whose_files_are_cut,
+    keep_loglikelihood_results,
+    write_results_as_strict_json,
+)
 from lmms_egoplan.compat.secrets import keep_api_keys_out_of_the_response_cache
 from lmms_egoplan.compat.tasks import enable_plugin_task_discovery, watch_task_selection
 
@@ -42,3 +47,4 @@ def on_suite_use() -> None:
     stop_cleanly_on_sigterm()
     clean_lone_surrogates()
     write_results_as_strict_json()
+    fail_runs_whose_files_are_cut()  # after strict JSON: it checks the files as written

@@ -69,3 +69,8 @@ class DatasetProblems:
         listed = ";\n  ".join(self.found[:self.LISTED])
         more = f";\n  ... and {len(self.found) - self.LISTED} more" if len(self.found) > self.LISTED else ""
         raise self.error_class(f"{len(self.found)} problems in {self.what}:\n  {listed}{more}{ending}")
+
+
+class StorageError(OSError):
+    """Something paid for or produced could not be written (a full disk, a quota, a folder that cannot
+    be written): the message names the file or database, how much was not stored, and what is kept."""

@@ -3,16 +3,18 @@ as UTF-8, with errors that name the file and line."""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import numbers
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.errors import InputError, StorageError
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -139,24 +141,90 @@ def _umask_at_import() -> int:
 _UMASK_AT_IMPORT = _umask_at_import()
 
 
+def disk_full(error: BaseException, where: str | Path | None = None) -> bool:
+    """Whether ``error`` comes from a full disk (or quota): ENOSPC or EDQUOT, SQLite's SQLITE_FULL, or
+    any failure to write where (``where``, a folder) no space is left: SQLite reports a WAL index it
+    cannot grow on a full disk as a "disk I/O error"."""
+    import sqlite3
+
+    if isinstance(error, sqlite3.Error) and (error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_FULL
+                                             if hasattr(error, "sqlite_errorcode") else "disk is full" in str(error)):
+        return True
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    try:
+        return where is not None and shutil.disk_usage(where).free < _NO_SPACE
+    except OSError:
+        return False
+
+
+_NO_SPACE = 64 * 1024  # less than this free: a database or file that cannot grow meets a full disk
+
+
+def storage_failure(error: BaseException, where: str | Path | None = None) -> str:
+    """Why something could not be written, for a message: "the disk is full (...)" where it is (``disk_full``)."""
+    detail = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+    return f"the disk is full ({detail})" if disk_full(error, where) else f"{type(error).__name__}: {detail}"
+
+
 def write_atomically(path: str | Path, content: str | bytes) -> Path:
     """Write ``content`` (text as UTF-8) to ``path`` so that a reader sees the old file or the whole
     new one, never a part: a temporary file in the same folder, flushed to disk, then renamed over
-    ``path``, with the permissions a file written directly would have (mkstemp's are 600)."""
+    ``path``, with the permissions a file written directly would have (mkstemp's are 600). A file
+    that cannot be written (a full disk) raises StorageError naming it; ``path`` is left as it was."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    temporary = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(descriptor, "wb") as file:
             file.write(content.encode("utf-8") if isinstance(content, str) else content)
             file.flush()
             os.fsync(file.fileno())
             os.fchmod(file.fileno(), 0o666 & ~_read_umask())
         os.replace(temporary, path)
+    except OSError as error:
+        if temporary:
+            Path(temporary).unlink(missing_ok=True)
+        kept = "the file there before is kept" if path.exists() else "nothing was written there"
+        raise StorageError(f"cannot write {path}: {storage_failure(error, path.parent)}; {kept}") from error
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        if temporary:
+            Path(temporary).unlink(missing_ok=True)
         raise
     return path
+
+
+class LineAppender:
+    """Appends lines to a file, each whole or not at all: a line the disk cannot take whole (it is
+    full) is cut back off, and StorageError names the file. The file is created with its first line
+    (``append=False``: replacing what was there)."""
+
+    def __init__(self, path: str | Path, *, append: bool = True):
+        self.path = Path(path)
+        self._flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (0 if append else os.O_TRUNC)
+        self._descriptor: int | None = None
+
+    def write(self, line: str) -> None:
+        data = memoryview(line.encode("utf-8"))
+        start = None
+        try:
+            if self._descriptor is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._descriptor = os.open(self.path, self._flags, 0o666)
+            start = os.lseek(self._descriptor, 0, os.SEEK_END)
+            while data:
+                data = data[os.write(self._descriptor, data):]
+        except OSError as error:
+            if start is not None:
+                os.ftruncate(self._descriptor, start)  # a cut line would join the next line written
+            raise StorageError(f"cannot write {self.path}: {storage_failure(error, self.path.parent)}; "
+                               f"its lines before this one are whole") from error
+
+    def close(self) -> None:
+        if self._descriptor is not None:
+            os.close(self._descriptor)
+            self._descriptor = None
 
 
 def read_jsonl(path: str | Path, error_class: type[InputError] = InputError) -> Iterator[tuple[int, dict]]:

@@ -45,7 +45,7 @@ def egothink_dimensions(table: Table) -> Figure:
         axes.text(0.5, 0.95, "no data from your runs", transform=axes.transAxes, ha="center", va="top",
                   color=NOTE_COLOUR)
     axes.set_ylim(0, 100)
-    axes.set_title("EgoThink per-dimension scores: your runs (bars) and the published models (grey)", fontsize=10)
+    axes.set_title("EgoThink per-dimension scores: your runs and the published models (grey)", fontsize=10)
     axes.set_ylabel("score (0-100)")
     legend_above(figure)
     footnote(figure, unscored_notes(table, labels))

@@ -58,6 +58,7 @@ from lmms_egoplan.harness.rejudge import PREDICT_ONLY_ITEMS, rejudge_command
 from lmms_egoplan.judge import (
     ItemScore,
     Judge,
+    JudgeCacheError,
     Judgement,
     JudgeResults,
     JudgeSettings,
@@ -101,6 +102,9 @@ class JudgedScoring:
         name = functools.partial(setting_name, self.ENV_PREFIX)
         try:
             preflight(settings)
+        except JudgeCacheError as error:  # the cache's folder or disk, not the judge: nothing to say of the server
+            raise SettingsError(f"task {self.config.task}: {error}; judge_cache_dir is set by "
+                                f"{name('judge_cache_dir')}") from None
         except JudgeSetupError as error:
             raise SettingsError(
                 f"task {self.config.task}: {error}; check {name('judge_base_url')}, {name('judge_model')} and "

@@ -22,7 +22,7 @@ Inside lmms-eval, tasks use the judge through ``lmms_egoplan.harness.judged.Judg
 """
 
 from lmms_egoplan.judge.base import JudgeBackend
-from lmms_egoplan.judge.cache import JudgeCache
+from lmms_egoplan.judge.cache import JudgeCache, JudgeCacheError
 from lmms_egoplan.judge.engine import Judge, preflight
 from lmms_egoplan.judge.factory import make_backend
 from lmms_egoplan.judge.protocol import (
@@ -56,8 +56,8 @@ from lmms_egoplan.judge.settings import JUDGE_BACKENDS, JudgeSettings, JudgeSetu
 
 __all__ = [
     "JUDGE_BACKENDS", "Completion", "Decoding", "FixedRating", "ItemScore", "Judge", "JudgeBackend", "JudgeCache",
-    "JudgeCallError", "JudgeRequest", "JudgeResults", "JudgeSettings", "JudgeSetupError", "Judgement",
-    "OpenAIChatBackend", "RatingParser", "Rubric", "TransformersBackend", "TransientJudgeError", "bracket_rating",
+    "JudgeCacheError", "JudgeCallError", "JudgeRequest", "JudgeResults", "JudgeSettings", "JudgeSetupError",
+    "Judgement", "OpenAIChatBackend", "RatingParser", "Rubric", "TransformersBackend", "TransientJudgeError", "bracket_rating",
     "is_judge_parts_item", "item_parts", "item_requests", "items_rubric", "judge_parts_item", "load_rubric",
     "make_backend", "preflight", "register_rubric", "score_judged", "unjudged",
 ]

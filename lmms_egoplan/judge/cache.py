@@ -12,8 +12,13 @@ import time
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
+from lmms_egoplan.core.files import disk_full, storage_failure
 from lmms_egoplan.judge.protocol import Completion, Decoding
 from lmms_egoplan.judge.settings import JudgeSetupError
+
+
+class JudgeCacheError(JudgeSetupError):
+    """The judge cache cannot be used; the message says whether its answers are intact."""
 
 
 class JudgeCache:
@@ -36,11 +41,21 @@ class JudgeCache:
             self._open()
         except sqlite3.DatabaseError as error:
             self._db.close()
-            raise self._unreadable(error) from None
+            raise self._unusable(error) from None
 
-    def _unreadable(self, error: sqlite3.DatabaseError) -> JudgeSetupError:
-        return JudgeSetupError(f"the judge cache {self.path} is not a readable SQLite database ({error}); move it "
-                               f"away (its answers are lost to this run) or point judge_cache_dir elsewhere")
+    def _unusable(self, error: sqlite3.DatabaseError) -> JudgeCacheError:
+        """Why the cache cannot be used, and what to do: only a file that is no SQLite database is to be
+        moved away; a full disk, a lock or a folder that cannot be written leave its answers intact."""
+        if disk_full(error, self.path.parent):
+            return JudgeCacheError(f"the judge cache {self.path} cannot store answers: "
+                                   f"{storage_failure(error, self.path.parent)}. The answers it holds are intact "
+                                   f"and kept; free space on its disk, or point judge_cache_dir at a folder on another "
+                                   f"disk")
+        if getattr(error, "sqlite_errorcode", None) in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT):
+            return JudgeCacheError(f"the judge cache {self.path} is not a readable SQLite database ({error}); move it "
+                                   f"away (its answers are lost to this run) or point judge_cache_dir elsewhere")
+        return JudgeCacheError(f"the judge cache {self.path} cannot be used ({error}); the answers it holds are kept: "
+                               f"make its folder writable, or point judge_cache_dir elsewhere")
 
     def _open(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -64,7 +79,7 @@ class JudgeCache:
             try:
                 row = self._db.execute("SELECT output, served_model FROM judgements WHERE key = ?", (key,)).fetchone()
             except sqlite3.DatabaseError as error:
-                raise self._unreadable(error) from None
+                raise self._unusable(error) from None
         return Completion(*row) if row else None
 
     def put(self, key: str, judge_model: str, messages: Sequence[Mapping[str, str]], decoding: Decoding,

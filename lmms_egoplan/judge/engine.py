@@ -13,7 +13,9 @@
   judgement is asked again by the next run or ``rejudge`` (a cached answer that no longer parses,
   too);
 * writes an audit trail (JSON lines: prompt, raw judge output, parsed rating, judge model and
-  the model the server says answered, e.g. the snapshot behind an alias such as ``gpt-4``).
+  the model the server says answered, e.g. the snapshot behind an alias such as ``gpt-4``);
+* stops asking when an answer cannot be stored or the audit trail cannot take a whole line (a
+  full disk): StorageError, once the calls in flight end, says how many, where, and what is kept.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Mapping, Optional, Sequence
 
 from loguru import logger
 
+from lmms_egoplan.core.errors import StorageError
+from lmms_egoplan.core.files import LineAppender, storage_failure
 from lmms_egoplan.core.retry import backoff_delay
 from lmms_egoplan.core.secrets import mask_secrets
 from lmms_egoplan.judge.base import JudgeBackend
@@ -77,7 +81,9 @@ class Judge:
             description: str = "Judging") -> JudgeResults:
         """Judge every request; returns the judgements in request order. Never raises for a
         failed call or an unparsable answer: those are failed judgements. The audit trail
-        replaces ``audit_path``, or adds to it with ``append_audit``."""
+        replaces ``audit_path``, or adds to it with ``append_audit``. An answer the cache cannot
+        store, or a line the audit trail cannot take (a full disk), stops the asking: the calls in
+        flight end, then StorageError says what was not stored, where, and what is kept."""
         from tqdm import tqdm
 
         ids = Counter(r.id for r in requests)
@@ -92,6 +98,8 @@ class Judge:
 
         audit = _AuditWriter(audit_path, append=append_audit)
         done: dict[str, Judgement] = {}
+        unstored: list[str] = []  # why the cache could not store each answer that it could not
+        received = stored = 0  # answers that came back this run, and those the cache stored
 
         def record(key: str, answer: Completion | None, error: str | None, cached: bool, attempts: int) -> None:
             raw, rating = (answer.text if answer else None), None
@@ -115,13 +123,30 @@ class Judge:
                     record(key, cached, None, True, 0)
             stopping = threading.Event()
             pool = ThreadPoolExecutor(max_workers=self.concurrency)
+
+            def stop_asking() -> None:
+                stopping.set()
+                for pending in futures:
+                    pending.cancel()  # those not yet sent; the calls in flight end, their answers are stored
+
             try:
                 with tqdm(total=len(missing), desc=description, disable=not progress or not missing) as bar:
                     futures = {pool.submit(self._call, key, by_key[key][0].messages, parse_rating, stopping): key
                                for key in missing}
                     for future in as_completed(futures):
-                        answer, error, attempts = future.result()
-                        record(futures[future], answer, error, False, attempts)
+                        if future.cancelled() or future.result() is None:  # never asked: the asking had stopped
+                            continue
+                        answer, error, attempts, not_stored = future.result()
+                        received += answer is not None
+                        stored += bool(answer and not not_stored and self.cache is not None
+                                       and _parsed(parse_rating, answer.text)[0] is not None)
+                        if not_stored:  # a full disk: every answer asked for now would be paid for again
+                            unstored.append(not_stored)
+                            stop_asking()
+                        try:
+                            record(futures[future], answer, error, False, attempts)
+                        except StorageError:  # the audit trail's disk is full (_AuditWriter keeps why)
+                            stop_asking()
                         bar.update()
             except BaseException:
                 # Stopped (SIGTERM, Ctrl-C) or failing: ask nothing more. The calls in flight end
@@ -132,6 +157,9 @@ class Judge:
             pool.shutdown()
         finally:
             audit.close()
+        if unstored or audit.failure:
+            unasked = sum(future.cancelled() or future.result() is None for future in futures)
+            raise self._not_kept(unstored, audit, received=received, stored=stored, unasked=unasked)
 
         results = JudgeResults([done[r.id] for r in requests], self.model, audit.path)
         if results.failed:
@@ -144,10 +172,13 @@ class Judge:
         return results
 
     def _call(self, key: str, messages, parse_rating: RatingParser,
-              stopping: threading.Event) -> tuple[Optional[Completion], Optional[str], int]:
-        """(answer or None, error or None, attempts) for one prompt. An answer with a valid rating
-        is stored in the cache the moment it arrives (a run killed a second later keeps it); no
-        retry once ``stopping`` is set."""
+              stopping: threading.Event) -> tuple[Optional[Completion], Optional[str], int, Optional[str]] | None:
+        """(answer or None, error or None, attempts, why the cache could not store the answer or None)
+        for one prompt, or None if ``stopping`` was set before it was asked. An answer with a valid
+        rating is stored in the cache the moment it arrives (a run killed a second later keeps it);
+        one that cannot be stored sets ``stopping`` at once; no retry once ``stopping`` is set."""
+        if stopping.is_set():
+            return None
         attempt = 0
         while True:
             attempt += 1
@@ -155,24 +186,42 @@ class Judge:
                 completion = self.backend.complete(messages, self.decoding)
             except TransientJudgeError as error:
                 if attempt > self.retries or stopping.is_set():
-                    return None, f"{error} (gave up after {attempt} attempts)", attempt
+                    return None, f"{error} (gave up after {attempt} attempts)", attempt, None
                 stopping.wait(self._delay(attempt, error.retry_after))
                 continue
             except JudgeCallError as error:
-                return None, str(error), attempt
+                return None, str(error), attempt, None
             except Exception as error:  # a judge problem must not cost the evaluation its generations
-                return None, f"{type(error).__name__}: {error}", attempt
-            if _parsed(parse_rating, completion.text)[0] is not None:
-                self._store(key, messages, completion)
-            return completion, None, attempt
+                return None, f"{type(error).__name__}: {error}", attempt, None
+            rated = _parsed(parse_rating, completion.text)[0] is not None
+            not_stored = self._store(key, messages, completion) if rated else None
+            if not_stored:
+                stopping.set()  # a full disk: whatever is asked now would be paid for again
+            return completion, None, attempt, not_stored
 
-    def _store(self, key: str, messages, answer: Completion) -> None:
+    def _store(self, key: str, messages, answer: Completion) -> Optional[str]:
+        """Store the answer; returns why it could not be (a full disk), or None."""
         if self.cache is None:
-            return
+            return None
         try:
             self.cache.put(key, self.model, messages, self.decoding, answer)
-        except sqlite3.Error as error:  # the answer is still good; only a re-run would ask again
-            logger.warning(f"judge cache {self.cache.path}: could not store an answer: {error}")
+        except sqlite3.Error as error:
+            return storage_failure(error, self.cache.path.parent)
+        return None
+
+    def _not_kept(self, unstored: list[str], audit: "_AuditWriter", *, received: int, stored: int,
+                  unasked: int) -> StorageError:
+        """What a run whose answers could not all be stored (the cache's disk, or the audit trail's, is
+        full) says as it stops: how many were not stored, where, what is kept, what to do."""
+        problems = [f"the judge cache {self.cache.path} could not store {len(unstored)} of the {received} answers "
+                    f"received ({unstored[0]})"] if unstored else []
+        problems += [str(audit.failure)] if audit.failure else []
+        kept = (f"the answers it stored ({stored} of this run's) are kept in the judge cache "
+                f"{self.cache.path} and read back by the next run" if self.cache is not None
+                else "this judge has no cache (judge_cache_dir): nothing it answered is kept")
+        return StorageError(f"{'; '.join(problems)}. Judging stopped before asking for the {unasked} judgements "
+                            f"left, so that none is paid for twice; {kept}. Free space on that disk (or point "
+                            f"judge_cache_dir or --output_path at another) and run the same command again")
 
     def preflight(self) -> None:
         """One short request: raises JudgeSetupError when the judge cannot answer (server
@@ -218,24 +267,25 @@ def _parsed(parse_rating: RatingParser, raw: str) -> tuple[float | None, str | N
 
 
 class _AuditWriter:
-    """Appends one JSON line per judgement as it is made, so a crash keeps what was judged (a
-    reader recovers every line up to the last complete one). The file is created with its first
-    line: nothing judged, no file."""
+    """Appends one JSON line per judgement as it is made, each whole (``core.files.LineAppender``), so
+    that a crash or a full disk keeps every line written whole. The file is created with its first
+    line: nothing judged, no file. After a line that could not be written (``failure``), it writes
+    no more: the trail has no gap."""
 
     def __init__(self, path: str | os.PathLike | None, *, append: bool = False):
         self.path = Path(path) if path else None
-        self._mode = "a" if append else "w"
-        self._file = None
+        self._lines = LineAppender(self.path, append=append) if self.path else None
+        self.failure: StorageError | None = None
 
     def write(self, judgement: Judgement) -> None:
-        if self.path is None:
+        if self._lines is None or self.failure:
             return
-        if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open(self._mode, encoding="utf-8")
-        self._file.write(json.dumps(judgement.audit_record(), ensure_ascii=False) + "\n")
-        self._file.flush()
+        try:
+            self._lines.write(json.dumps(judgement.audit_record(), ensure_ascii=False) + "\n")
+        except StorageError as error:
+            self.failure = error
+            raise
 
     def close(self) -> None:
-        if self._file:
-            self._file.close()
+        if self._lines:
+            self._lines.close()

@@ -41,7 +41,7 @@ def write_report(paths: list[str | Path], output: str | Path, faces: Sequence[Re
     from lmms_egoplan.report.figures import table_figures
     from lmms_egoplan.report.html import figure_bytes, html_page
     from lmms_egoplan.report.intervals import BOOTSTRAP, EXACT_BINOMIAL
-    from lmms_egoplan.report.tables import build_tables, csv_table, markdown_table
+    from lmms_egoplan.report.tables import build_tables, csv_table, markdown_table, markdown_text
 
     runs, unreadable = load_runs(paths, all_runs=all_runs)
     tables, ignored = build_tables(runs, faces)
@@ -63,7 +63,7 @@ def write_report(paths: list[str | Path], output: str | Path, faces: Sequence[Re
         + (f"; {without_intervals}: no interval." if without_intervals else "."),
         "Rows 'published' are transcribed from the papers (table named); they are not re-computed.",
         *lines]
-    files, markdown, sections = [], [f"# {TITLE}", "", *(f"{line}\n" for line in preamble)], []
+    files, markdown, sections = [], [f"# {TITLE}", "", *(f"{markdown_text(line)}\n" for line in preamble)], []
     for table in tables:
         csv_path = write_atomically(output / f"{table.name}.csv", csv_table(table))
         figures = table_figures(table)

@@ -111,6 +111,11 @@ class ReportFace:
     def unit(self, metric: str) -> Unit:
         return metric_unit(metric, self.units)
 
+    def value_range(self, metric: str) -> tuple[float, float]:
+        """The results-file values the metric can take: its unit's range; a count is never negative."""
+        unit = self.unit(metric)
+        return (max(unit.low, 0.0) if metric in self.bookkeeping_metrics else unit.low), unit.high
+
     def column_unit(self, column: Column) -> Unit:
         """The column's unit; the published rows are transcribed in it."""
         return PLAIN if column.metric == SUBMISSION else self.unit(column.metric)

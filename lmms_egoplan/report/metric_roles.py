@@ -7,6 +7,7 @@ face (``layout.ReportFace``) adds the units and counts of its own metrics."""
 from __future__ import annotations
 
 import fnmatch
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -21,20 +22,35 @@ BOOKKEEPING = ("predictions", "skipped_samples", "judged", "failed", "unparseabl
 
 @dataclass(frozen=True)
 class Unit:
-    """How a metric is shown: its results-file value times ``scale``, in ``label`` (None: a plain number)."""
+    """How a metric is shown: its results-file value times ``scale``, in ``label`` (None: a plain number);
+    a results-file value outside [``low``, ``high``] is no value of the unit (``invalid_reason``)."""
 
     scale: float = 1.0
     label: str | None = None
+    low: float = -math.inf
+    high: float = math.inf
 
     def header(self, name: str) -> str:
         return f"{name} ({self.label})" if self.label else name
 
 
-PERCENT = Unit(100.0, "%")  # a share in [0, 1] in the results, printed in percent as the papers print it
-SCORE_0_100 = Unit(1.0, "0-100")  # a judge's mean rating, already x 100 in the results (the papers' scale)
-FRACTION = Unit(1.0, "0-1")  # a normalised score a paper prints as a fraction
-STEPS = Unit(1.0, "steps")
+PERCENT = Unit(100.0, "%", 0.0, 1.0)  # a share in [0, 1] in the results, printed in percent as the papers print it
+SCORE_0_100 = Unit(1.0, "0-100", 0.0, 100.0)  # a judge's mean rating, already x 100 in the results (the papers' scale)
+FRACTION = Unit(1.0, "0-1", 0.0, 1.0)  # a normalised score a paper prints as a fraction
+STEPS = Unit(1.0, "steps", 0.0)
 PLAIN = Unit()
+
+
+def invalid_reason(value: object, low: float = -math.inf, high: float = math.inf) -> str | None:
+    """Why a metric's results-file value is no value at all (not a number, infinite, or outside
+    [``low``, ``high``]), or None: a number in range, or no value (null, NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return f"{json.dumps(value)[:40]} is not a number"
+    if not math.isfinite(value) or not low <= value <= high:
+        return f"{value:g} is outside its range [{low:g}, {high:g}]"
+    return None
 # Metric name patterns (fnmatch) -> unit, first match wins: what every benchmark's names mean (an
 # accuracy or a rate is a share). A face's own patterns (``ReportFace.units``) are tried after these.
 METRIC_UNITS = (

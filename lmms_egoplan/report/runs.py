@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from lmms_egoplan.core.errors import InputError
@@ -81,13 +81,17 @@ def _run_time(harness: str, stamp_text: str, data: dict) -> tuple[datetime, list
     its files with the machine's local time, whose zone it does not record.
     """
     if harness == LM_EVAL:
-        if isinstance(data.get("date"), (int, float)):
-            return datetime.fromtimestamp(data["date"], tz=timezone.utc), []
+        started = data.get("date")
+        if isinstance(started, (int, float)) and not isinstance(started, bool):
+            try:
+                return datetime.fromtimestamp(started, tz=timezone.utc), []
+            except (OverflowError, OSError, ValueError):
+                raise FieldError(f"'date' is {started!r}, not a time") from None
         naive = datetime.fromisoformat(stamp_text[:10] + stamp_text[10:].replace("-", ":"))
         return naive.astimezone(), ["no start time recorded: the file name's local time is read in this machine's zone"]
     naive = datetime.strptime(stamp_text, "%Y%m%d_%H%M%S")
-    arguments = (data.get("config") or {}).get("resolved_cli_args") or {}
-    name = arguments.get("timezone") or LMMS_EVAL_DEFAULT_TIMEZONE
+    arguments = _field(_field(data, "config", dict) or {}, "resolved_cli_args", dict, "config.") or {}
+    name = _field(arguments, "timezone", str, "config.resolved_cli_args.") or LMMS_EVAL_DEFAULT_TIMEZONE
     try:
         return naive.replace(tzinfo=ZoneInfo(name)), []
     except (ZoneInfoNotFoundError, ValueError):
@@ -117,7 +121,8 @@ def _stamp_text(path: Path) -> tuple[str, str] | None:
 
 
 def read_run(path: Path) -> Run:
-    """The run a results file records. Raises InputError naming the file and what is wrong with it."""
+    """The run a results file records. Raises InputError naming the file and what is wrong with it:
+    unreadable, not JSON, or a field the report reads holding a value of another type."""
     harness, stamp_text = _stamp_text(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -125,12 +130,18 @@ def read_run(path: Path) -> Run:
         raise InputError(f"{path}: unreadable ({type(error).__name__}: {error})") from None
     if not isinstance(data, dict) or not isinstance(data.get("results"), dict):
         raise InputError(f"{path}: unreadable (no 'results' object: not a results file of a known layout)")
+    try:
+        return _run(path, harness, stamp_text, data)
+    except FieldError as error:
+        raise InputError(f"{path}: unreadable ({error})") from None
+
+
+def _run(path: Path, harness: str, stamp_text: str, data: dict) -> Run:
     metrics: dict[str, dict[str, object]] = {}
     for section in ("results", "groups"):
-        for task, values in (data.get(section) or {}).items():
-            if not isinstance(values, dict):
-                raise InputError(f"{path}: unreadable ('{section}.{task}' is not an object)")
+        for task in _field(data, section, dict) or {}:
             # "accuracy,none" (metric,filter) since lmms-eval 0.2 / lm-eval 0.4; a bare name before.
+            values = _field(data[section], task, dict, f"{section}.") or {}
             metrics.setdefault(task, {}).update((key.split(",")[0], value) for key, value in values.items()
                                                 if "_stderr" not in key and key != "alias")
     stamp, time_notes = _run_time(harness, stamp_text, data)
@@ -140,24 +151,48 @@ def read_run(path: Path) -> Run:
     version = data.get("lmms_eval_version")
     if harness == LMMS_EVAL and re.match(r"\d+\.\d+", str(version or "")) and not str(version).startswith(SUPPORTED_LMMS_EVAL):
         run.notes.append(f"written by lmms-eval {version}; read with the {SUPPORTED_LMMS_EVAL}x layout")
-    limit = (data.get("config") or {}).get("limit")
-    for task, counts in (data.get("n-samples") or {}).items():
-        if isinstance(counts, dict) and isinstance(counts.get("effective"), int):
-            run.sample_counts[task] = counts["effective"]
-        if isinstance(counts, dict) and counts.get("effective", 0) < counts.get("original", 0):
-            run.partial[task] = f"{counts['effective']} of {counts['original']} samples" + (f" (--limit {limit})" if limit else "")
+    limit = _field(_field(data, "config", dict) or {}, "limit", (int, float), "config.")
+    counted = _field(data, "n-samples", dict) or {}
+    for task in counted:
+        counts = _field(counted, task, dict, "n-samples.") or {}
+        effective, original = (_field(counts, name, int, f"n-samples.{task}.") for name in ("effective", "original"))
+        if effective is not None:
+            run.sample_counts[task] = effective
+        if (effective or 0) < (original or 0):
+            run.partial[task] = f"{effective or 0} of {original} samples" + (f" (--limit {limit:g})" if limit else "")
     for task, values in metrics.items():
-        if isinstance(values.get("skipped_samples"), (int, float)) and values["skipped_samples"] > 0:
-            run.partial[task] = f"{values['skipped_samples']:g} samples skipped at load"
+        skipped = values.get("skipped_samples")
+        if isinstance(skipped, (int, float)) and not isinstance(skipped, bool) and skipped > 0:
+            run.partial[task] = f"{skipped:g} samples skipped at load"
     run.samples = _samples_files(path, harness, stamp_text)
     return run
 
 
+class FieldError(InputError):
+    """A field of a results file holds a value of a type the report cannot read."""
+
+
+_TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", int: "a whole number", float: "a number",
+               bool: "true or false", type(None): "null"}
+
+
+def _field(container: dict, name: str, expected: type | tuple[type, ...], where: str = "") -> Any:
+    """``container[name]`` where it is of an ``expected`` type (true and false are not numbers), None
+    where it is absent or null; any other value raises FieldError naming the field (``where`` + ``name``)."""
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    value = container.get(name)
+    if value is None or (isinstance(value, expected) and (bool in expected or not isinstance(value, bool))):
+        return value
+    wanted = " or ".join(dict.fromkeys(_TYPE_NAMES[kind] for kind in expected))
+    raise FieldError(f"'{where}{name}' is {_TYPE_NAMES.get(type(value), type(value).__name__)}, not {wanted}")
+
+
 def _model_name(data: dict, path: Path) -> str:
     """The evaluated checkpoint's name: its folder or hub name, else the results folder's name."""
-    name = data.get("model_name") or ""
+    name = _field(data, "model_name", str) or ""
     if not name:
-        args = str((data.get("config") or {}).get("model_args") or "")
+        args = _field(_field(data, "config", dict) or {}, "model_args", (str, dict), "config.")
+        args = args if isinstance(args, str) else ""
         name = next((part.split("=", 1)[1] for part in args.split(",") if part.startswith("pretrained=")), "")
     return Path(name).name if name.startswith("/") else (name or path.parent.name)
 
@@ -170,13 +205,13 @@ _UNSET = (None, "", False, 0, {}, [])
 
 def _producer(data: dict) -> tuple[str, dict[str, str]]:
     """(the checkpoint as given, {backend, each model_arg, each run option that is set}) of a results file."""
-    config = data.get("config") or {}
-    arguments = config.get("model_args") or {}
+    config = _field(data, "config", dict) or {}
+    arguments = _field(config, "model_args", (str, dict), "config.") or {}
     if isinstance(arguments, str):
         arguments = dict(part.split("=", 1) if "=" in part else (part, "") for part in arguments.split(",") if part)
-    producer = {"backend": str(config.get("model") or "")}
+    producer = {"backend": _field(config, "model", str, "config.") or ""}
     producer.update((str(name), _text(value)) for name, value in sorted(arguments.items()))
-    options = {**(config.get("resolved_cli_args") or {}), **config}
+    options = {**(_field(config, "resolved_cli_args", dict, "config.") or {}), **config}
     producer.update((name, _text(options[name])) for name in _RUN_OPTIONS if options.get(name) not in _UNSET)
     if data.get("system_instruction") not in _UNSET:
         producer["system_instruction"] = _text(data["system_instruction"])
@@ -186,9 +221,15 @@ def _producer(data: dict) -> tuple[str, dict[str, str]]:
 def _effective_settings(data: dict) -> dict[str, dict[str, str]]:
     """Each task's effective settings as the suite records them in its config's ``metadata`` (every
     setting, and the task's version), a group's those of its tasks ("group_subtasks")."""
-    settings = {task: {name: _text(value) for name, value in sorted(((config or {}).get("metadata") or {}).items())}
-                for task, config in (data.get("configs") or {}).items()}
-    groups = data.get("group_subtasks") or {}
+    configs = _field(data, "configs", dict) or {}
+    settings = {task: {name: _text(value) for name, value in sorted(
+        (_field(_field(configs, task, dict, "configs.") or {}, "metadata", dict, f"configs.{task}.") or {}).items())}
+        for task in configs}
+    groups = _field(data, "group_subtasks", dict) or {}
+    for group in groups:
+        members = _field(groups, group, list, "group_subtasks.") or []
+        if not all(isinstance(member, str) for member in members):
+            raise FieldError(f"'group_subtasks.{group}' holds a value that is not a task name")
 
     def of_group(group: str, seen: frozenset = frozenset()) -> dict[str, str]:
         return merged_settings(of_group(task, seen | {group}) if task in groups and task not in seen

@@ -56,12 +56,17 @@ def _chromium(chromium: str, profile: Path, window: tuple[int, int], *args: str)
 _UNROLLED = "<style>.table-box{overflow:visible!important;max-width:none!important}body{width:max-content;max-width:none}</style>"
 
 
+def rendered_dom(html: Path, width: int, chromium: str, profile: Path) -> str:
+    """The page's document as the browser holds it once loaded and its scripts (if any) have run, serialised."""
+    return _chromium(chromium, profile, (width, 900), "--virtual-time-budget=5000", "--dump-dom", html.as_uri())
+
+
 def page_size(html: Path, width: int, chromium: str, profile: Path) -> PageSize:
     """The page's scroll width and height in a window ``width`` pixels wide."""
     with tempfile.TemporaryDirectory() as scratch:
         measured = Path(scratch) / html.name  # a copy with a measuring script; the report stays as written
         measured.write_text(html.read_text(encoding="utf-8").replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
-        dom = _chromium(chromium, profile, (width, 900), "--virtual-time-budget=5000", "--dump-dom", measured.as_uri())
+        dom = rendered_dom(measured, width, chromium, profile)
     match = re.search(r'data-page-size="(\d+)x(\d+)"', dom)
     if not match:
         raise RuntimeError(f"could not measure {html} (no size in the rendered page)")

@@ -3,21 +3,46 @@
 from __future__ import annotations
 
 import csv
+import html
 import io
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.text_tables import NO_VALUE, is_no_value
 from lmms_egoplan.report.intervals import Interval, interval
 from lmms_egoplan.report.layout import SUBMISSION, Column, ReportFace, TableLayout
-from lmms_egoplan.report.metric_roles import unscored_reason
+from lmms_egoplan.report.metric_roles import invalid_reason, unscored_reason
 from lmms_egoplan.report.runs import LM_EVAL, Run
 
 THIS_RUN = "this run"
 TEXT_ONLY_BASELINE = "text-only baseline (lm-eval)"
 NO_INTERVALS = "no per-sample logs: no intervals"
 NOT_SCORED = "not scored"
+INVALID = "invalid"
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """A results-file value that is no value of its metric (``metric_roles.invalid_reason``): shown as
+    "invalid" with the reason in the row's notes, never as a number, never drawn."""
+
+    reason: str
+
+    def __str__(self) -> str:
+        return INVALID
+
+
+def mark_invalid_values(runs: list[Run], faces: Sequence[ReportFace]) -> None:
+    """Replace each value of a task a face reads that is not a number of its metric's range by ``Invalid``."""
+    for run in runs:
+        for task, metrics in run.metrics.items():
+            face = next((face for face in faces for layout in face.tables if layout.reads(task)), None)
+            for metric, value in metrics.items() if face else ():
+                if reason := invalid_reason(value, *face.value_range(metric)):
+                    metrics[metric] = Invalid(reason)
 
 
 @dataclass
@@ -59,8 +84,8 @@ class Table:
 
 
 def _value(run: Run, task: str, column: Column, scale: float) -> object:
-    """The column's value: a number (times ``scale``, its unit's), a file name, None (no such metric)
-    or NaN (reported without a value: null, or NaN in older results files)."""
+    """The column's value: a number (times ``scale``, its unit's), a file name, None (no such metric),
+    NaN (reported without a value: null, or NaN in older results files) or ``Invalid``."""
     if column.metric == SUBMISSION:
         path = run.side_file("submission", task) or run.side_file("submission_partial", task)
         return path.name if path else None
@@ -68,6 +93,8 @@ def _value(run: Run, task: str, column: Column, scale: float) -> object:
     value = metrics.get(column.metric)
     if column.metric in metrics and is_no_value(value):
         return math.nan
+    if isinstance(value, Invalid):
+        return value
     return value * scale if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -86,12 +113,20 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
     scales = [face.column_unit(column).scale for column in layout.columns]
     values = [_value(run, task, column, scale) for column, scale in zip(layout.columns, scales)]
     unscored = [_unscored(face, run, task, column) for column in layout.columns]
-    intervals = []
+    intervals, unreadable_logs = [], []
     for column, scale, value, reason in zip(layout.columns, scales, values, unscored):
         measured = isinstance(value, (int, float)) and not math.isnan(value) and not reason
-        found = interval(run, column.task_of(task), column.metric, proportion=column.proportion) if column.interval and measured else None
+        try:
+            found = (interval(run, column.task_of(task), column.metric, proportion=column.proportion)
+                     if column.interval and measured else None)
+        except InputError as error:  # a per-sample log or audit trail cut short (a full disk) or damaged
+            found = None
+            unreadable_logs += [] if str(error) in unreadable_logs else [str(error)]
         intervals.append(Interval(found.low * scale, found.high * scale, found.method, found.samples) if found else None)
     notes = [f"partial: {run.partial[t]}" for t in sorted(tasks) if t in run.partial] + run.notes
+    notes += [f"{INVALID}, left out: {metric if t == task else f'{t}: {metric}'}: {value.reason}" for t in sorted(tasks)
+              for metric, value in run.metrics.get(t, {}).items() if isinstance(value, Invalid)]
+    notes += [f"no interval: {error}" for error in unreadable_logs]
     for column, reason in zip(layout.columns, unscored):
         which = column.task_of(task)
         note = f"{NOT_SCORED}: {reason}" if which == task else f"{NOT_SCORED}: {which}: {reason}"
@@ -134,7 +169,9 @@ NO_SETTING = "unset"
 
 
 def build_tables(runs: list[Run], faces: Sequence[ReportFace]) -> tuple[list[Table], list[str]]:
-    """The tables of ``faces`` (the benchmarks') that a run reports, and the tasks no table reads."""
+    """The tables of ``faces`` (the benchmarks') that a run reports, and the tasks no table reads.
+    Values that are no value of their metric are marked ``Invalid`` in the runs first."""
+    mark_invalid_values(runs, faces)
     tables = []
     layouts = [(face, layout) for face in faces for layout in face.tables]
     for face, layout in layouts:
@@ -179,12 +216,23 @@ def run_text(row: Row) -> str:
     return "" if row.run is None else row.run.time_text
 
 
+# What Markdown would read as markup in a table cell or a paragraph: a backslash, code, a cell's end,
+# and the "](" of a link or image (brackets alone, as in an interval, stay as they are).
+_MARKDOWN_MARKUP = re.compile(r"([\\`|]|(?<=\])\()")
+
+
+def markdown_text(text: str) -> str:
+    """``text`` as Markdown shows it, never as markup: on one line, HTML escaped as report.html escapes
+    it (a tag or entity in a model name, setting or path stays text), and links, images, code and
+    cell ends escaped."""
+    return html.escape(_MARKDOWN_MARKUP.sub(r"\\\1", " ".join(text.splitlines())), quote=False)
+
+
 def markdown_table(table: Table) -> str:
     header = [*_FIXED, *(table.face.heading(column) for column in table.layout.columns), "notes"]
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines = ["| " + " | ".join(map(markdown_text, header)) + " |", "|" + " --- |" * len(header)]
     for row in table.rows:
-        cells = row_cells(table, row)
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+        lines.append("| " + " | ".join(map(markdown_text, row_cells(table, row))) + " |")
     return "\n".join(lines)
 
 

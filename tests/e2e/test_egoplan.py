@@ -118,6 +118,20 @@ def test_test_split_writes_a_valid_submission_and_reports_no_accuracy(run, fixtu
     assert not any(key.startswith("accuracy") for key in reported)
 
 
+def test_the_report_names_each_copy_of_this_runs_results_with_a_field_of_another_type(run, tmp_path):
+    """lmms-egoplan report over this run's results file copied with every field (any depth) replaced
+    by values of the other types: each copy it cannot read named with the field, the rest reported."""
+    from tests.report.hostile import check_hostile_copies
+
+    task_fields = {(section, task): (dict,) for section in ("results", "configs", "n-samples") for task in TASKS}
+    named = check_hostile_copies(run.results_file, tmp_path, {
+        **task_fields, **{("configs", task, "metadata"): (dict,) for task in TASKS},
+        ("config",): (dict,), ("config", "model_args"): (str, dict), ("config", "model"): (str,),
+        ("config", "resolved_cli_args"): (dict,), ("config", "resolved_cli_args", "timezone"): (str,),
+        ("configs",): (dict,), ("n-samples",): (dict,), ("group_subtasks",): (dict,), ("model_name",): (str,)})
+    assert len(named) > 100
+
+
 def test_generative_variant_scores_the_extracted_letters(run, fixture):
     docs, samples = evaluated_docs(fixture), run.samples("egoplan_val_gen")
     picks = [egoplan.extract_choice(s["filtered_resps"][0], egoplan.doc_to_choice(d)) for d, s in zip(docs, samples)]

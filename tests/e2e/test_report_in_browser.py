@@ -1,26 +1,49 @@
-"""The report page in headless Chromium: it fits 1,400 pixels and every figure renders."""
+"""The report page in headless Chromium: it fits 1,400 pixels, every figure renders, and model names,
+settings and paths holding markup stay text. CI installs Chromium (.ci/run), where a missing one fails
+the test (LMMS_EGOPLAN_REQUIRE_CHROMIUM=1); elsewhere it is skipped, saying how to install one."""
+import json
+import os
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from lmms_egoplan.report import write_report
-from tests.report.test_report import FACES, write_results_tree
+from tests.report.test_report import FACES, egoplan_run, write_results_tree
+
+# Markup that would change the page if it were read as markup: each marks the body when it runs.
+SCRIPT = "<script>document.body.setAttribute('data-marked','by-script')</script>"
+IMAGE = "<img src=x onerror=\"document.body.setAttribute('data-marked','by-image')\">"
 
 
 @pytest.fixture
 def results_tree(tmp_path):
-    return write_results_tree(tmp_path / "results")
+    root = write_results_tree(tmp_path / "results")
+    hostile = root / "<i>runs</i>"  # a folder holding a file that cannot be read: named with its path
+    egoplan_run(hostile, model_path=SCRIPT, settings={"note": IMAGE})
+    egoplan_run(root / "plain", model_path=SCRIPT, settings={"note": "plain"})  # rows labelled with the note
+    (hostile / "20250101_000000_results.json").write_text(json.dumps({"results": {}, "config": IMAGE}))
+    return root
 
 
-def test_in_a_browser_the_page_fits_1400_pixels_and_every_figure_renders(results_tree, tmp_path):
-    """Headless Chromium, where one is installed (Debian: apt-get install chromium); the screenshots
-    are what a developer looks at (python -m lmms_egoplan.report.screenshots)."""
-    from PIL import Image
-
+def chromium_or_skip() -> None:
     from lmms_egoplan.report import screenshots
 
     try:
         screenshots.find_chromium()
     except FileNotFoundError as missing:
+        if os.environ.get("LMMS_EGOPLAN_REQUIRE_CHROMIUM") == "1":
+            pytest.fail(f"{missing} (LMMS_EGOPLAN_REQUIRE_CHROMIUM=1: CI installs it)")
         pytest.skip(str(missing))
+
+
+def test_in_a_browser_the_page_fits_1400_pixels_every_figure_renders_and_markup_stays_text(results_tree, tmp_path):
+    """The screenshots are what a developer looks at (python -m lmms_egoplan.report.screenshots)."""
+    from PIL import Image
+
+    from lmms_egoplan.report import screenshots
+
+    chromium_or_skip()
     report = write_report([results_tree], tmp_path / "report", FACES)
     size, shots = screenshots.take_screenshots(tmp_path / "report", tmp_path / "shots", width=1400)
     assert size.width <= 1400 and size.height > 1400  # no sideways scrolling; every table and figure below
@@ -32,3 +55,9 @@ def test_in_a_browser_the_page_fits_1400_pixels_and_every_figure_renders(results
     with Image.open(shots[1]) as unrolled:  # every column of the widest table (EgoThink's 19 columns and notes)
         assert unrolled.width > 1400
     assert screenshots.main([str(tmp_path / "report"), "--output", str(tmp_path / "again")]) == 0
+
+    with tempfile.TemporaryDirectory() as profile:
+        dom = screenshots.rendered_dom(report.html, 1400, screenshots.find_chromium(), Path(profile))
+    assert "data-marked=" not in dom and "<img" not in dom  # no script ran, no image was made
+    assert "&lt;script&gt;document.body.setAttribute('data-marked','by-script')&lt;/script&gt;" in dom  # shown as text
+    assert "(note &lt;img src=x onerror=" in dom and "&lt;i&gt;runs&lt;/i&gt;/20250101_000000_results.json" in dom

@@ -37,6 +37,7 @@ def test_the_installed_lmms_eval_has_every_bug_worked_around():
     assert durability._stores_after_the_whole_call() and durability._drops_failed_runs()
     assert durability._never_reads_run_folders() and compat_tasks._cli_swallows_missing_tasks()
     assert compat_results._writes_nan_as_is() and durability._writes_results_then_samples()
+    assert compat_results._swallows_write_errors()
     assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, durability._stop_on_sigterm)
 
 
@@ -64,6 +65,7 @@ def test_nothing_is_changed_where_lmms_eval_behaves(monkeypatch):
     assert durability._never_reads_run_folders(create.replace("os.makedirs(run_dir", "self._merge_stale_runs(); "
                                                                                            "os.makedirs(run_dir")) is False
     assert compat_results._writes_nan_as_is("dumped = json.dumps(results, allow_nan=False)") is False
+    assert compat_results._swallows_write_errors("path.write_text(dumped)", "file.write(line)") is False
     assert durability._writes_results_then_samples(
         cli_evaluate_single + "\n    if failed_metrics:\n        sys.exit(3)\n") is False
     with_missing_tasks_failing = installed.replace("eval_logger.error(f\"Error during evaluation", "sys.exit(1)  #")
@@ -116,6 +118,7 @@ def test_releases_from_the_fixed_version_on_get_no_workaround(monkeypatch):
     monkeypatch.setattr(EvaluationTracker, "save_results_samples", inspect.unwrap(EvaluationTracker.save_results_samples))
     assert compat_tasks.watch_task_selection() is False
     assert compat_results.write_results_as_strict_json() is False
+    assert compat_results.fail_runs_whose_files_are_cut() is False
     assert durability.exit_when_results_are_written(lambda files: None) is False
     assert compat_results.run_datetime_str(None) is None
     assert compat_tasks.unretried_process_results(ConfigurableTask.process_results) is ConfigurableTask.process_results

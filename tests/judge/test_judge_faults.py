@@ -1,4 +1,6 @@
-"""Judge faults against a real loopback server: failed judgements never cached, malformed bodies retried, lone surrogates survive, a corrupt cache named, the preflight names what is wrong."""
+"""Judge faults against a real loopback server: failed judgements never cached, malformed bodies retried (cut
+JSON too), lone surrogates survive, a corrupt cache named, the preflight names what is wrong, a full disk stops the
+judging before more is paid for and says what is kept."""
 
 from __future__ import annotations
 
@@ -7,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from lmms_egoplan.core.errors import StorageError
 from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, rating_responder
 from lmms_egoplan.judge import (
     Judge,
     JudgeCache,
+    JudgeCacheError,
     JudgeRequest,
     JudgeSettings,
     JudgeSetupError,
@@ -46,12 +50,25 @@ def test_failed_judgements_are_never_cached_so_the_next_run_asks_again(bad, tmp_
         assert third.judged == 3 and third.calls == 0 and len(server.calls) == 6  # good ratings are cached
 
 
-def test_a_malformed_200_body_is_retried_like_a_server_error(tmp_path):
-    html = "<html><body><h1>502 Bad Gateway</h1></body></html>"
-    with ChatServer(lambda call: Reply(body=html) if call.attempt == 0 else Reply("Rating: [[0.5]]")) as server:
+# A chat completion's JSON cut in the middle of its choices, sent whole (its Content-Length) as JSON.
+CUT_COMPLETION = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "loopback-judge",
+                             "choices": [{"index": 0, "message": {"role": "assistant", "content": "Rating: [[1]]"},
+                                          "finish_reason": "stop"}]})[:90]
+
+
+@pytest.mark.parametrize("broken", [Reply(body="<html><body><h1>502 Bad Gateway</h1></body></html>"),
+                                    Reply(body=CUT_COMPLETION, headers={"Content-Type": "application/json"})],
+                         ids=["html page", "cut JSON"])
+def test_a_malformed_200_body_is_retried_like_a_server_error(broken, tmp_path):
+    with ChatServer(lambda call: broken if call.attempt == 0 else Reply("Rating: [[0.5]]")) as server:
         results = judge_for(server, tmp_path).run(prompts(2), ZERO_HALF_ONE, progress=False)
     assert results.judged == 2 and [j.rating for j in results.judgements] == [0.5, 0.5]
     assert results.calls == 4
+    with ChatServer(lambda call: broken) as server:  # never mended: a failed judgement saying why, after the retries
+        failed = judge_for(server, retries=1).run(prompts(1), ZERO_HALF_ONE, progress=False).judgements[0]
+    assert not failed.ok and failed.error.startswith("malformed response body")
+    assert "gave up after 2 attempts" in failed.error
+    assert len(server.calls) == 2
 
 
 def test_lone_surrogates_in_model_output_survive_cache_key_audit_trail_and_request(tmp_path):
@@ -96,3 +113,69 @@ def test_the_preflight_names_an_unreachable_server_an_unknown_model_a_refused_ke
     (tmp_path / "broken" / JudgeCache.FILE_NAME).write_bytes(b"garbage" * 500)
     with pytest.raises(JudgeSetupError, match="is not a readable SQLite database"):
         preflight(preflight_settings("http://127.0.0.1:9/v1", tmp_path / "broken"))
+
+
+def test_a_judge_cache_on_a_full_disk_is_called_full_and_its_answers_are_kept(small_disk):
+    disk = small_disk()
+    with ChatServer(rating_responder(lambda call: "1")) as server:
+        judge = judge_for(server, disk.path / "cache")
+        assert judge.run(prompts(24), ZERO_HALF_ONE, progress=False).judged == 24
+        judge.cache.close()
+        disk.fill()
+        with pytest.raises(JudgeCacheError) as full:
+            JudgeCache(disk.path / "cache")
+        assert str(full.value).startswith(f"the judge cache {disk.path / 'cache' / JudgeCache.FILE_NAME} cannot store "
+                                          f"answers: the disk is full (")
+        assert "intact and kept" in str(full.value) and "move it away" not in str(full.value)
+        with pytest.raises(JudgeSetupError, match="the disk is full"):
+            preflight(preflight_settings(server.base_url, disk.path / "cache"))
+        disk.free()
+        again = judge_for(server, disk.path / "cache").run(prompts(24), ZERO_HALF_ONE, progress=False)
+    assert again.judged == 24 and again.calls == 0  # every answer read back: nothing paid twice
+
+
+def test_a_judge_cache_that_fills_stops_the_judging_saying_how_many_answers_were_not_stored(small_disk, tmp_path):
+    """The disk fills at the 5th call: the call in flight ends, nothing more is asked, the error says how
+    many answers were not stored and where; once space is freed the next run asks only for those."""
+    disk, filled = small_disk(), []
+
+    def answer(call):
+        if len(server.calls) == 5 and not filled:
+            filled.append(disk.fill())
+        return Reply("Rating: [[1]]")
+
+    with ChatServer(answer) as server:
+        judge = judge_for(server, disk.path / "cache")
+        judge.concurrency = 2
+        with pytest.raises(StorageError) as stopped:
+            judge.run(prompts(30), ZERO_HALF_ONE, progress=False, audit_path=tmp_path / "audit.jsonl")
+        asked, stored = len(server.calls), len(judge.cache)
+        # none asked after the first answer that could not be stored but the call then in flight (2 at a time)
+        assert 3 <= stored < asked <= stored + 2
+        assert str(stopped.value).startswith(f"the judge cache {judge.cache.path} could not store {asked - stored} of "
+                                             f"the {asked} answers received (the disk is full (")
+        assert f"Judging stopped before asking for the {30 - asked} judgements left" in str(stopped.value)
+        assert len([json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]) == asked
+        disk.free()
+        server.reset()
+        assert judge.run(prompts(30), ZERO_HALF_ONE, progress=False).judged == 30
+    assert len(server.calls) == 30 - stored  # those stored are read back
+
+
+def test_an_audit_trail_on_a_full_disk_stops_the_judging_and_keeps_its_lines_whole(small_disk, tmp_path):
+    """Room for one audit line of 7 kB: the second is cut back off, the call then in flight ends and
+    nothing more is asked; every answer received is in the cache (elsewhere)."""
+    disk = small_disk()
+    trail = disk.path / "20260101_000000_judgements_task.jsonl"
+    disk.fill(leave=8192)
+    with ChatServer(rating_responder(lambda call: "1", delay=0.1)) as server:
+        judge = judge_for(server, tmp_path / "cache")
+        judge.concurrency = 1
+        with pytest.raises(StorageError) as stopped:
+            judge.run(prompts(30, text="A long answer to judge, number {i}. " * 200), ZERO_HALF_ONE, progress=False,
+                      audit_path=trail)
+    asked = len(server.calls)
+    assert str(stopped.value).startswith(f"cannot write {trail}: the disk is full")
+    assert asked == 3 and len(judge.cache) == 3  # the second line met the full disk while the third call was out
+    assert "the answers it stored (3 of this run's) are kept in the judge cache" in str(stopped.value)
+    assert [json.loads(line)["id"] for line in trail.read_text().splitlines()] == ["q0"]  # whole lines only

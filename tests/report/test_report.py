@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex, to_rgb
 
 from lmms_egoplan.actplan.report_face import actplan_splits
@@ -19,11 +20,12 @@ from lmms_egoplan.egothink.data import CAPABILITIES
 from lmms_egoplan.egothink.report_face import egothink_dimensions
 from lmms_egoplan.registry import report_faces
 from lmms_egoplan.report import NothingFoundError, write_report
-from lmms_egoplan.report.figures import PUBLISHED_COLOUR
+from lmms_egoplan.report.figures import PUBLISHED_COLOUR, table_figures
 from lmms_egoplan.report.intervals import bootstrap_interval, exact_binomial_interval
 from lmms_egoplan.report.layout import PUBLISHED_FIELDS
 from lmms_egoplan.report.runs import load_runs
 from lmms_egoplan.report.tables import TEXT_ONLY_BASELINE, THIS_RUN, build_tables
+from tests.report.hostile import check_hostile_copies
 
 FACES = report_faces()  # the suite's benchmarks, as lmms-egoplan report reads them
 TABLES = [table for face in FACES for table in face.tables]
@@ -68,7 +70,7 @@ EGOPLAN_BENCH2_SAMPLES = [(1, "daily_life", "cooking", True), (0, "daily_life", 
                           (1, "work", "car_repair", True), (1, "hobbies", "baking", True)]
 
 
-def egoplan_bench2_run(folder, stamp="20260101_103000"):
+def egoplan_bench2_run(folder, stamp="20260101_103000", **kwargs):
     samples = EGOPLAN_BENCH2_SAMPLES
     metrics = {"accuracy": 0.75, "accuracy_official": 0.5, "accuracy_robust": 0.75, "unparseable": 0,
                "unparseable_official": 1, "unparseable_robust": 0, "predictions": len(samples)}
@@ -78,7 +80,7 @@ def egoplan_bench2_run(folder, stamp="20260101_103000"):
             metrics[f"accuracy_{family}_{name}"], metrics[f"n_{family}_{name}"] = sum(members) / len(members), len(members)
     logged = [{"doc_id": i, "accuracy": c, f"accuracy_domain_{d}": c, f"accuracy_scenario_{s}": c}
               for i, (c, d, s, _) in enumerate(samples)]
-    return write_lmms_eval_run(folder, stamp, {"egoplan_bench2": metrics}, {"egoplan_bench2": logged})
+    return write_lmms_eval_run(folder, stamp, {"egoplan_bench2": metrics}, {"egoplan_bench2": logged}, **kwargs)
 
 
 def judged(request_id):
@@ -423,3 +425,134 @@ def test_identical_runs_keep_the_latest_and_all_runs_shows_each_told_apart_by_ti
     egoplan_run(tmp_path / "other backend", stamp="20260101_110000", settings={"num_frames": 8, "scored_tokens": "answer"})
     labelled = sorted(row.model for row in egoplan_val_rows([tmp_path], all_runs=True))
     assert labelled == ["tiny-model (scored_tokens answer)"] + ["tiny-model (scored_tokens unset)"] * 2
+
+
+def test_a_results_file_with_any_field_of_another_type_is_named_and_left_out(results_tree, tmp_path):
+    """Every field of a results file, at any depth, replaced by values of the other types: each copy is
+    read or named with its field; the fields the report reads are named; the rest is reported."""
+    egothink = next((results_tree / "egothink").rglob("*_results.json"))
+    named = check_hostile_copies(egothink, tmp_path, {
+        ("config",): (dict,), ("config", "model_args"): (str, dict), ("configs",): (dict,),
+        ("configs", "ego_think"): (dict,), ("configs", "ego_think", "metadata"): (dict,), ("n-samples",): (dict,),
+        ("model_name",): (str,), ("results", "ego_think"): (dict,)})
+    assert len(named) > 20
+
+
+def test_a_value_outside_its_metrics_range_is_invalid_with_a_note_never_a_number(tmp_path):
+    """An accuracy of 1e308 or -5, a count below 0, a judge score of 150, a number written as text:
+    "invalid" in every table (a note says what and why), left out of every figure."""
+    egoplan_run(tmp_path / "r")
+    path = next((tmp_path / "r").glob("*_results.json"))
+    data = json.loads(path.read_text())
+    data["results"]["egoplan_val"].update({"accuracy,none": 1e308, "accuracy_ego4d,none": -5, "predictions,none": -3,
+                                           "accuracy_epic_kitchens,none": "0.5", "accuracy_progress_0_4,none": 2.0,
+                                           "n_similarity_low,none": "many"})
+    data["results"]["ego_think_counting"] = {"score,none": 150.0, "judged,none": 1}
+    path.write_text(json.dumps(data))
+    report = write_report([tmp_path / "r"], tmp_path / "report", FACES)
+    [val] = [row for row in read_csv(tmp_path / "report" / "egoplan_val.csv") if row["task"] == "egoplan_val"]
+    for header in ("Accuracy (%)", "In-domain, EpicKitchens (%)", "Out-of-domain, Ego4D (%)", "Samples"):
+        assert val[header] == "invalid"
+    assert val["Accuracy (%) 95% low"] == ""  # no interval for what is no value
+    for note in ("invalid, left out: accuracy: 1e+308 is outside its range [0, 1]",
+                 "invalid, left out: accuracy_ego4d: -5 is outside its range [0, 1]",
+                 'invalid, left out: accuracy_epic_kitchens: "0.5" is not a number',
+                 "invalid, left out: predictions: -3 is outside its range [0, inf]",
+                 "invalid, left out: accuracy_progress_0_4: 2 is outside its range [0, 1]"):
+        assert note in val["notes"]
+    [think] = [row for row in read_csv(tmp_path / "report" / "ego_think.csv") if row["source"] == THIS_RUN]
+    assert think["Counting (0-100)"] == "invalid" and "score: 150 is outside its range [0, 100]" in think["notes"]
+    markdown = report.markdown.read_text()
+    assert "| invalid | invalid | invalid | invalid |" in markdown and "inf" not in markdown.replace("[0, inf]", "")
+    assert "-500" not in markdown and "15000" not in markdown
+    tables = {t.name: t for t in build_tables(load_runs([tmp_path / "r"])[0], FACES)[0]}
+    figure = egoplan_breakdowns(tables["egoplan_val"])
+    progress, similarity = figure.axes[:2]
+    assert [round(p.get_height(), 6) for p in progress.patches] == [100.0, 0.0]  # 5-9 and 15+: 0-4 is left out
+    assert "n=many" not in [t.get_text() for t in similarity.texts]
+    assert "accuracy_progress_0_4: 2 is outside its range [0, 1]" in figure.get_supxlabel()
+
+
+def test_report_md_escapes_what_report_html_escapes(tmp_path):
+    """Model names, settings and paths holding HTML or Markdown markup stay text in both pages."""
+    script, image = "<script>alert(1)</script>", '<img src=x onerror="alert(2)">'
+    folder = tmp_path / "runs" / "<b>folder</b>"
+    name = f"{script}|![x](http://example.invalid/t.png)"
+    egoplan_run(folder, model_path=name, settings={"note": image})
+    egoplan_run(tmp_path / "runs" / "other", model_path=name, settings={"note": "plain"})  # rows labelled with the note
+    (folder / "20250101_000000_results.json").write_text(json.dumps({"results": {}, "config": image}))  # named
+    report = write_report([tmp_path / "runs"], tmp_path / "report", FACES)
+    markdown, page = report.markdown.read_text(), report.html.read_text()
+    for text in (markdown, page):
+        assert "<script>alert" not in text and "<img src=x" not in text and "<b>folder" not in text
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "&lt;b&gt;folder&lt;/b&gt;" in text
+        assert "(note &lt;img src=x onerror=" in text
+    assert "![x]\\(http" in markdown and "\\|![x]" in markdown  # neither an image nor a cell's end
+    assert "Unreadable: " in markdown and "&lt;b&gt;" not in " ".join(report.lines)  # escaped in pages, not the console
+
+
+def write_many_runs(root: Path, count: int) -> Path:
+    """``count`` checkpoints, each with a run of every benchmark, their scores spread (seeded)."""
+    import random
+
+    rng = random.Random(0)
+    for index in range(count):
+        model = f"/ckpt/{('Qwen2-VL-7B-Instruct', 'llava-onevision-qwen2-7b-ov', 'tiny')[index % 3]}-step-{index:03d}"
+        egoplan_run(root / "egoplan" / str(index), model_path=model)
+        egoplan_bench2_run(root / "egoplan_bench2" / str(index), model_path=model)
+        think = {f"ego_think_{d}": {"score": rng.uniform(0, 100), "judged": 1} for d in DIMENSIONS}
+        write_lmms_eval_run(root / "egothink" / str(index), "20260101_110000", think, model_path=model)
+        write_lmms_eval_run(root / "egointent" / str(index), "20260101_120000", {"egointent": {
+            "overall": rng.uniform(0, 100), "scenario_kitchen": rng.uniform(0, 100),
+            "scenario_yard": rng.uniform(0, 100)}},
+            model_path=model)
+        plans = {"norm_lcs": rng.random(), "norm_lcs_normal": rng.random(), "norm_lcs_counterfactual": rng.random()}
+        write_lmms_eval_run(root / "actplan" / str(index), "20260101_130000",
+                            {"actplan1k": plans, "actplan1k_text_only": {**plans, "norm_lcs": rng.random()}},
+                            model_path=model)
+    return root
+
+
+def test_figures_stay_readable_with_200_runs(tmp_path):
+    """Past as many runs as colours, a run is a dot under one legend entry; past 30 groups, bars lie a
+    group per line and the figure grows: no legend over a panel, no tick labels over each other, no
+    panel squeezed (what the developer saw in Chromium: docs/reliability.md)."""
+    runs, _ = load_runs([write_many_runs(tmp_path / "runs", 200)])
+    tables, _ = build_tables(runs, FACES)
+    assert sorted(len(table.user_rows) for table in tables) == [200, 200, 200, 200, 200, 400]
+    for table in tables:
+        for name, figure in table_figures(table).items():
+            canvas = FigureCanvasAgg(figure)  # as the report's PNGs are drawn
+            canvas.draw()
+            renderer = canvas.get_renderer()
+            panels = [axes for axes in figure.axes if axes.get_label() != "<colorbar>"]
+            for axes in panels:
+                box = axes.get_window_extent()
+                assert box.width > 150 and box.height > 150, name  # not squeezed by a legend or labels
+                for legend in figure.legends:
+                    assert not legend.get_window_extent(renderer).overlaps(box), name
+                    assert len(legend.get_texts()) <= 6, name
+                for labels in (axes.get_xticklabels(), axes.get_yticklabels()):
+                    boxes = [label.get_window_extent(renderer) for label in labels if label.get_text()]
+                    assert not any(a.overlaps(b) for a, b in zip(boxes, boxes[1:])), name
+
+
+def test_a_report_into_a_full_disk_names_the_file_it_could_not_write(results_tree, small_disk, capsys):
+    disk = small_disk("256k")
+    disk.fill()
+    assert main(["report", str(results_tree), "--output", str(disk.path / "report")]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"lmms-egoplan report: cannot write {disk.path / 'report'}/")
+    assert len(error.splitlines()) == 1
+    assert error.endswith(": the disk is full (No space left on device); nothing was written there")
+    assert [path.name for path in (disk.path / "report").iterdir()] == []  # no part of a file left
+
+
+def test_a_cut_per_sample_log_costs_its_rows_intervals_not_the_report(tmp_path):
+    egoplan_run(tmp_path / "r")
+    log = next((tmp_path / "r").glob("*_samples_egoplan_val.jsonl"))
+    log.write_bytes(log.read_bytes()[:-20])  # its last line cut, as a full disk leaves lmms-eval's appends
+    write_report([tmp_path / "r"], tmp_path / "report", FACES)
+    [val] = [row for row in read_csv(tmp_path / "report" / "egoplan_val.csv") if row["task"] == "egoplan_val"]
+    assert val["Accuracy (%)"] == "60.0" and val["Accuracy (%) 95% low"] == ""
+    assert f"no interval: {log}:5: not JSON" in val["notes"]

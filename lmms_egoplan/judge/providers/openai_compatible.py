@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 from typing import Mapping, Sequence
 
@@ -63,6 +64,8 @@ class OpenAIChatBackend(JudgeBackend):
             raise TransientJudgeError(masked(f"malformed response body: {error}")) from None
         except openai.APIError as error:
             raise JudgeCallError(masked(f"{type(error).__name__}: {error}")) from None
+        except json.JSONDecodeError as error:  # a JSON body cut short (the client parses it unguarded)
+            raise TransientJudgeError(masked(f"malformed response body (cut JSON: {error})")) from None
         # A proxy in trouble can answer 200 with an HTML page or a truncated body: retried like a 5xx.
         choices = getattr(response, "choices", None)
         if not choices or getattr(choices[0], "message", None) is None:
