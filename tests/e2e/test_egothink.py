@@ -1,4 +1,4 @@
-"""EgoThink end to end: all twelve tasks through the real lmms-eval CLI with a loopback judge: scores equal those recomputed from the audit trail, the papers' prompts, rejudging."""
+"""EgoThink end to end: all twelve tasks through the real lmms-eval CLI with a loopback judge: scores equal those recomputed from the audit trail, the papers' prompts, the judge recorded whole, rejudging."""
 
 import hashlib
 import json
@@ -17,6 +17,7 @@ SECRET = "sk-egothink-SECRET-5e1d0c"
 
 
 KEY_VARIABLE = "EGOTHINK_TEST_JUDGE_KEY"
+FINGERPRINT = "fp_loopback_1"
 
 
 TASKS = [f"ego_think_{d.name}" for d in DIMENSIONS.values()]
@@ -44,7 +45,7 @@ def sometimes_unrated(call):
 def evaluation(tmp_path_factory, tiny_model):
     root = tmp_path_factory.mktemp("egothink")
     data = write_release(root / "data", per_dimension=2)
-    with ChatServer(sometimes_unrated) as judge:
+    with ChatServer(sometimes_unrated, system_fingerprint=FINGERPRINT) as judge:
         run = run_lmms_eval(
             model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}", tasks=["ego_think"],
             output_dir=root / "out", check=False,
@@ -191,3 +192,20 @@ def test_chat_backends_get_the_preset_as_a_system_turn_with_the_image(tmp_path):
     assert {c.text.rsplit("[The Start of Assistant's Answer]\n", 1)[1].split("\n")[0] for c in judge.calls} == {
         "Open the fridge."}
     assert run.metric("ego_think_existence", "score") == run.metric("ego_think_navigation", "score") == 50.0
+
+
+def test_the_judge_is_recorded_whole_in_the_results_each_judged_sample_and_each_audit_line(evaluation):
+    from lmms_egoplan.egothink.task import JUDGE_PROMPT, JUDGE_SYSTEM_PROMPT
+
+    prompt_hash = hashlib.sha256(f"{JUDGE_SYSTEM_PROMPT}\n\n{JUDGE_PROMPT}".encode()).hexdigest()[:16]
+    judge = {"backend": "openai", "model": "loopback-judge", "revision": None, "rubric": "egothink",
+             "rubric_version": "1", "prompt_hash": prompt_hash, "served_model": "loopback-judge",
+             "system_fingerprint": FINGERPRINT}
+    run = evaluation.run
+    for task in TASKS:
+        metadata = run.results["configs"][task]["metadata"]
+        assert {name: metadata[f"judge_{name}"] for name in judge} == judge
+        assert metadata["version"] == 2  # judged by another default judge than version 1
+        assert all(sample[metric]["judge"] == judge for sample in run.samples(task) for metric in ("score", "failed"))
+        assert all(record["judge"] == judge and record["system_fingerprint"] == FINGERPRINT
+                   for record in audit_trail(run.output_dir, task))
