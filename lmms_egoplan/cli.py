@@ -80,6 +80,45 @@ def _rejudge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _judge_agreement(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from lmms_egoplan.core.errors import InputError
+    from lmms_egoplan.harness.agreement import agreements, second_opinions
+    from lmms_egoplan.harness.rejudge import answering_judge, read_logged_items, recorded_judge
+    from lmms_egoplan.judge.agreement import most_disagreed
+    from lmms_egoplan.report.agreement import agreement_table, disagreement_lines, write_agreement
+
+    output = Path(args.output)
+    logged = read_logged_items(args.samples)
+    for problem in (problem for problems in logged.unusable.values() for problem in problems):
+        print(f"lmms-egoplan judge-agreement: skipped {problem}", file=sys.stderr)
+    first = " / ".join(dict.fromkeys(f"{judge.get('judge_backend', 'openai')}:{judge['judge_model']}"
+                                     if judge.get("judge_model") else "not recorded"
+                                     for judge in map(lambda task: recorded_judge(logged, task), logged.columns)))
+    # The second judge's answers go to a cache of its own (the run's cache and audit trails are only read).
+    settings = _judge_settings(args, {"judge_cache_dir": str(output / "judge-cache")})
+    judge = answering_judge(settings)
+    found = second_opinions(logged, judge, output)
+    if not found.pairs:
+        raise InputError(f"no answer in {', '.join(map(str, args.samples))} was rated by both judges "
+                         f"({found.first_failed} without a rating of the run's judge, {found.second_failed} without "
+                         f"one of {judge.model})")
+    rows, disagreed = agreements(found), most_disagreed(found.pairs, args.top)
+    files = write_agreement(rows, disagreed, first, judge.model, output)
+    print(agreement_table(rows, first, judge.model))
+    print(f"The {len(disagreed)} answers the two judges disagree on most (rating by the run's judge vs the second; the "
+          f"end of the judge prompt, which holds the answer):", *disagreement_lines(disagreed), sep="\n")
+    print(f"Left out: {found.first_failed} answers without a rating of the run's judge, {found.second_failed} without "
+          f"one of the second judge. Written: {', '.join(path.name for path in files)}; the second judge's audit "
+          f"trails and cache ({settings.judge_cache_dir}) in {output}")
+    if found.second_failed and settings.judge_failed_exit_status:
+        print(f"lmms-egoplan judge-agreement: {found.second_failed} judgements of the second judge failed and are "
+              f"left out; run the same command again to ask for them (the others come from its cache)", file=sys.stderr)
+        return settings.judge_failed_exit_status
+    return 0
+
+
 def _smoke_arguments(smoke: argparse.ArgumentParser) -> None:
     from lmms_egoplan.demo import DEFAULT_ARCH
     from lmms_egoplan.fixtures.checkpoints import ARCHITECTURES
@@ -113,6 +152,18 @@ def _rejudge_arguments(rejudge: argparse.ArgumentParser) -> None:
     rejudge.set_defaults(handler=_rejudge)
 
 
+def _judge_agreement_arguments(agreement: argparse.ArgumentParser) -> None:
+    agreement.add_argument("samples", nargs="+", help="a finished run's samples files (<date>_samples_<task>.jsonl, "
+                                                      "its audit trails <date>_judgements_<task>.jsonl beside them) or "
+                                                      "folders holding them")
+    agreement.add_argument("--output", required=True, help="folder for the tables, the figure, the second judge's audit "
+                                                           "trails and its cache (judge-cache/, unless --judge_cache_dir)")
+    agreement.add_argument("--top", type=int, default=10, help="how many of the answers the judges disagree on most "
+                                                               "to list (default: 10)")
+    _judge_options(agreement, "", judge_cache_dir="<output>/judge-cache, a cache of its own")
+    agreement.set_defaults(handler=_judge_agreement)
+
+
 def _report_arguments(report: argparse.ArgumentParser) -> None:
     report.add_argument("results", nargs="+", help="results files or folders holding them, at any depth "
                                                    "(lmms-eval <date>_results.json, lm-eval results_<date-time>.json)")
@@ -132,6 +183,9 @@ COMMANDS = {
                "breakdown figures and one HTML page", _report_arguments),
     "rejudge": ("re-score logged model outputs (lmms-eval --log_samples files) with the run's judge or another, "
                 "without running the model", _rejudge_arguments),
+    "judge-agreement": ("rate a finished run's answers with a second judge and measure how far the two agree (scores "
+                        "with 95% intervals, exact agreement, weighted kappa, the answers they disagree on most)",
+                        _judge_agreement_arguments),
     **registry.commands(),
 }
 

@@ -17,7 +17,8 @@ benchmark):
 * ``cache``: the SQLite cache of answers; ``engine``: ``Judge``;
 * ``rubrics``: rubrics registered by name, the judged items tasks log, and their scores;
 * ``identity``: ``JudgeIdentity``, what judged a run, whole (model, revision, snapshot, prompt, rubric);
-* ``retirements``: the judge models their provider shut down or will (package data), and what to say.
+* ``retirements``: the judge models their provider shut down or will (package data), and what to say;
+* ``agreement``: how far two judges' ratings of the same answers agree (weighted kappa, intervals).
 
 Inside lmms-eval, tasks use the judge through ``lmms_egoplan.harness.judged.JudgedTask``;
 ``lmms-egoplan rejudge`` uses it to re-score logged model outputs with another judge.

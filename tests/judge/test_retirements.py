@@ -52,10 +52,10 @@ def test_no_default_of_the_suite_names_a_model_its_provider_retired_or_will():
         assert settings.judge_base_url == "http://localhost:8000/v1" and settings.judge_api_key_env == ""
     # Another model drops the pinned revision (it is the default model's).
     assert JudgeSettings(judge_model="/models/other").judge_revision is None
-    # The judge settings of rejudge (logs recording no judge) when given no option.
+    # The judge settings of rejudge (logs recording no judge) and judge-agreement when given no option.
     from lmms_egoplan.cli import _judge_settings, build_parser
 
-    for command in ("rejudge",):
+    for command in ("rejudge", "judge-agreement"):
         argv = [command, "logs/", "--output", "out/"]
         settings = _judge_settings(build_parser(argv).parse_args(argv))
         assert settings.judge_model == DEFAULT_JUDGE_MODEL and retirement(settings.judge_model) is None
