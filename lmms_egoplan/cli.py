@@ -37,34 +37,84 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rejudge(args: argparse.Namespace) -> int:
+def _judge_settings(args: argparse.Namespace, recorded: dict | None = None):
+    """The judge settings the command line gives (``--judge_*``), over ``recorded`` (a run's judge)."""
     import dataclasses
 
     from lmms_egoplan.core.settings import resolve_settings
-    from lmms_egoplan.core.text_tables import format_table, format_value
-    from lmms_egoplan.harness.rejudge import read_logged_items, rejudge_samples
-    from lmms_egoplan.judge import Judge, JudgeSettings
+    from lmms_egoplan.judge import JudgeSettings
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JudgeSettings) if hasattr(args, f.name)}
-    settings = resolve_settings(JudgeSettings, task="rejudge", metadata=given, env_prefix="", environ={})
+    return resolve_settings(JudgeSettings, task=args.command, metadata={**(recorded or {}), **given}, env_prefix="",
+                            environ={})
+
+
+def _rejudge(args: argparse.Namespace) -> int:
+    from lmms_egoplan.core.text_tables import format_table, format_value
+    from lmms_egoplan.harness.rejudge import answering_judge, read_logged_items, recorded_judge, rejudge_samples
+
     logged = read_logged_items(args.samples)  # first: a folder without samples says so before the key is asked for
     for problem in (problem for problems in logged.unusable.values() for problem in problems):
         print(f"lmms-egoplan rejudge: skipped {problem}", file=sys.stderr)
-    scores = rejudge_samples(logged, Judge.from_settings(settings), args.output, group_scores=registry.group_scores)
+    # Each task with the judge its run recorded, but for the settings given here.
+    settings = {task: _judge_settings(args, recorded_judge(logged, task)) for task in logged.columns}
+    judges = {each: answering_judge(each) for each in dict.fromkeys(settings.values())}
+    scores = rejudge_samples(logged, {task: judges[each] for task, each in settings.items()}, args.output,
+                             group_scores=registry.group_scores)
     rows = [(task, metric, format_value(value)) for task, row in scores.items()
             for metric, value in row.items() if isinstance(value, (int, float)) or value is None]
     print(format_table(("task", "metric", "value"), rows))
-    print(f"Judge: {settings.judge_backend}:{settings.judge_model}; audit trails and scores in {args.output}")
+    print(f"Judge: {', '.join(judge.model for judge in judges.values())}; audit trails and scores in {args.output}")
     unusable = sum(len(rows) for rows in logged.unusable.values())
     if unusable:
         print(f"lmms-egoplan rejudge: {unusable} logged rows could not be used (each named above: file:line); "
               f"the scores cover the others", file=sys.stderr)
-    failed = sum(row.get("failed", 0) for task, row in scores.items() if task in logged.columns)
-    if failed and settings.judge_failed_exit_status:
-        cached = ("the others come from the judge cache" if settings.judge_cache_dir
+    failed = {task: scores[task].get("failed", 0) for task in logged.columns if scores[task].get("failed", 0)}
+    status = max((settings[task].judge_failed_exit_status for task in failed), default=0)
+    if failed and status:
+        cached = ("the others come from the judge cache" if all(settings[task].judge_cache_dir for task in failed)
                   else "with --judge_cache_dir none every judgement is asked again")
-        print(f"lmms-egoplan rejudge: {failed} judgements failed and are left out of the scores; run the same "
-              f"command again to ask for them ({cached})", file=sys.stderr)
+        print(f"lmms-egoplan rejudge: {sum(failed.values())} judgements failed and are left out of the scores; run "
+              f"the same command again to ask for them ({cached})", file=sys.stderr)
+        return status
+    return 0
+
+
+def _judge_agreement(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from lmms_egoplan.core.errors import InputError
+    from lmms_egoplan.harness.agreement import agreements, second_opinions
+    from lmms_egoplan.harness.rejudge import answering_judge, read_logged_items, recorded_judge
+    from lmms_egoplan.judge.agreement import most_disagreed
+    from lmms_egoplan.report.agreement import agreement_table, disagreement_lines, write_agreement
+
+    output = Path(args.output)
+    logged = read_logged_items(args.samples)
+    for problem in (problem for problems in logged.unusable.values() for problem in problems):
+        print(f"lmms-egoplan judge-agreement: skipped {problem}", file=sys.stderr)
+    first = " / ".join(dict.fromkeys(f"{judge.get('judge_backend', 'openai')}:{judge['judge_model']}"
+                                     if judge.get("judge_model") else "not recorded"
+                                     for judge in map(lambda task: recorded_judge(logged, task), logged.columns)))
+    # The second judge's answers go to a cache of its own (the run's cache and audit trails are only read).
+    settings = _judge_settings(args, {"judge_cache_dir": str(output / "judge-cache")})
+    judge = answering_judge(settings)
+    found = second_opinions(logged, judge, output)
+    if not found.pairs:
+        raise InputError(f"no answer in {', '.join(map(str, args.samples))} was rated by both judges "
+                         f"({found.first_failed} without a rating of the run's judge, {found.second_failed} without "
+                         f"one of {judge.model})")
+    rows, disagreed = agreements(found), most_disagreed(found.pairs, args.top)
+    files = write_agreement(rows, disagreed, first, judge.model, output)
+    print(agreement_table(rows, first, judge.model))
+    print(f"The {len(disagreed)} answers the two judges disagree on most (rating by the run's judge vs the second; the "
+          f"end of the judge prompt, which holds the answer):", *disagreement_lines(disagreed), sep="\n")
+    print(f"Left out: {found.first_failed} answers without a rating of the run's judge, {found.second_failed} without "
+          f"one of the second judge. Written: {', '.join(path.name for path in files)}; the second judge's audit "
+          f"trails and cache ({settings.judge_cache_dir}) in {output}")
+    if found.second_failed and settings.judge_failed_exit_status:
+        print(f"lmms-egoplan judge-agreement: {found.second_failed} judgements of the second judge failed and are "
+              f"left out; run the same command again to ask for them (the others come from its cache)", file=sys.stderr)
         return settings.judge_failed_exit_status
     return 0
 
@@ -81,18 +131,37 @@ def _smoke_arguments(smoke: argparse.ArgumentParser) -> None:
     smoke.set_defaults(handler=_smoke)
 
 
-def _rejudge_arguments(rejudge: argparse.ArgumentParser) -> None:
+def _judge_options(command: argparse.ArgumentParser, defaults: str, **own_defaults: str) -> None:
+    """The ``--judge_*`` settings (docs/judges.md); ``defaults``: where a setting not given comes from,
+    before the suite's default (``own_defaults``: the command's own, by setting)."""
     import dataclasses
 
     from lmms_egoplan.core.documentation import doc_page
     from lmms_egoplan.judge import JudgeSettings
 
+    for setting in dataclasses.fields(JudgeSettings):
+        default = own_defaults.get(setting.name, f"{defaults}{setting.default}")
+        command.add_argument(f"--{setting.name}", default=argparse.SUPPRESS,
+                             help=_literal(f"(default: {default}); see {doc_page('judges.md')}"))
+
+
+def _rejudge_arguments(rejudge: argparse.ArgumentParser) -> None:
     rejudge.add_argument("samples", nargs="+", help="samples files (<date>_samples_<task>.jsonl) or folders holding them")
     rejudge.add_argument("--output", required=True, help="folder for the new audit trails and scores")
-    for setting in dataclasses.fields(JudgeSettings):
-        rejudge.add_argument(f"--{setting.name}", default=argparse.SUPPRESS,
-                             help=_literal(f"(default: {setting.default}); see {doc_page('judges.md')}"))
+    _judge_options(rejudge, "the run's, as its results file records it, else ")
     rejudge.set_defaults(handler=_rejudge)
+
+
+def _judge_agreement_arguments(agreement: argparse.ArgumentParser) -> None:
+    agreement.add_argument("samples", nargs="+", help="a finished run's samples files (<date>_samples_<task>.jsonl, "
+                                                      "its audit trails <date>_judgements_<task>.jsonl beside them) or "
+                                                      "folders holding them")
+    agreement.add_argument("--output", required=True, help="folder for the tables, the figure, the second judge's audit "
+                                                           "trails and its cache (judge-cache/, unless --judge_cache_dir)")
+    agreement.add_argument("--top", type=int, default=10, help="how many of the answers the judges disagree on most "
+                                                               "to list (default: 10)")
+    _judge_options(agreement, "", judge_cache_dir="<output>/judge-cache, a cache of its own")
+    agreement.set_defaults(handler=_judge_agreement)
 
 
 def _report_arguments(report: argparse.ArgumentParser) -> None:
@@ -112,8 +181,11 @@ COMMANDS = {
               "generative ones with scripted answers whose every value is checked", _smoke_arguments),
     "report": ("the results in each paper's table layout beside the published rows, with 95% intervals, "
                "breakdown figures and one HTML page", _report_arguments),
-    "rejudge": ("re-score logged model outputs (lmms-eval --log_samples files) with another judge, "
+    "rejudge": ("re-score logged model outputs (lmms-eval --log_samples files) with the run's judge or another, "
                 "without running the model", _rejudge_arguments),
+    "judge-agreement": ("rate a finished run's answers with a second judge and measure how far the two agree (scores "
+                        "with 95% intervals, exact agreement, weighted kappa, the answers they disagree on most)",
+                        _judge_agreement_arguments),
     **registry.commands(),
 }
 

@@ -31,7 +31,8 @@ def test_every_subcommand_answers_help_with_its_arguments(name, capsys):
     assert "-h, --help" in shown.out and shown.out.count("\n  --") >= 1  # its own options are listed
 
 
-# Prints the heavy libraries a subcommand's --help loaded (help must answer at once: under 2 s measured).
+# Prints the heavy libraries a subcommand's --help loaded (help must answer at once: 0.4-0.6 s measured on a
+# loaded two-core machine, most of it the interpreter and the suite's registry; lmms-egoplan --help alike).
 HELP_IMPORTS = """
 import sys
 from lmms_egoplan.cli import main
@@ -39,7 +40,8 @@ try:
     main([sys.argv[1], "--help"])
 except SystemExit:
     pass
-print("LOADED", sorted({m.split(".")[0] for m in sys.modules} & {"torch", "lmms_eval", "transformers", "lm_eval"}))
+heavy = {"torch", "lmms_eval", "transformers", "lm_eval", "numpy", "matplotlib", "openai", "sklearn"}
+print("LOADED", sorted({m.split(".")[0] for m in sys.modules} & heavy))
 """
 
 
@@ -53,7 +55,7 @@ def test_the_benchmarks_commands_come_from_their_folders_through_the_registry():
     from lmms_egoplan import registry
 
     benchmarks = registry.commands()
-    assert list(COMMANDS) == ["smoke", "report", "rejudge", *benchmarks]  # none of the suite's is hidden
+    assert list(COMMANDS) == ["smoke", "report", "rejudge", "judge-agreement", *benchmarks]  # none of the suite's is hidden
     assert all(COMMANDS[name] == command for name, command in benchmarks.items())
 
 

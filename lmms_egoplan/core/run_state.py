@@ -35,10 +35,10 @@ class RunState:
     exit_reasons: list[Callable[[list[Path]], tuple[int, str] | None]] = field(default_factory=list)
     # What else a stopped run keeps, said when it stops (``compat.durability.note_kept_on_stop``)
     kept_on_stop: list[str] = field(default_factory=list)
-    # The judges of this run: one engine per judge configuration, those whose preflight passed, and each
-    # judged task's judgements (``harness.judged``)
+    # The judges of this run: one engine per judge configuration, those whose preflight passed (with what
+    # their server said answered it), and each judged task's judgements (``harness.judged``)
     judges: dict[Any, Any] = field(default_factory=dict)
-    answering_judges: set[Any] = field(default_factory=set)
+    answering_judges: dict[Any, Any] = field(default_factory=dict)
     task_judgements: dict[str, Any] = field(default_factory=dict)
     # Each generative task's (failed, asked) model requests, once aggregated (``harness.failed_requests``)
     failed_requests: dict[str, tuple[int, int]] = field(default_factory=dict)

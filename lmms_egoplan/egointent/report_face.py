@@ -63,7 +63,7 @@ FACE = ReportFace(
     tables=(TableLayout("egointent", "EgoIntent: judge scores (0-100)", "EgoIntent Table 3", {"egointent": "video"},
                         (*(Column(dimension.label, dimension.field) for dimension in DIMENSIONS), Column("Overall", "overall"),
                          *(Column(environment.capitalize(), environment) for environment in ENVIRONMENTS)),
-                        figures={"egointent_scenarios": egointent_scenarios}),),
+                        figures={"egointent_scenarios": egointent_scenarios}, judged=True),),
     published=published_rows(__package__),
     # Every score is a judge's mean rating x 100: the three fields, overall, per environment and scenario.
     units=tuple((metric, SCORE_0_100) for metric in ("overall", *FIELDS, *ENVIRONMENTS, f"{SCENARIO_PREFIX}*")),

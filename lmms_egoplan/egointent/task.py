@@ -78,10 +78,6 @@ class EgoIntentSettings(JudgeSettings):
     frame_max_side: Optional[int] = setting(None, minimum=1)  # downscale frames so that their longer side is at most this
     # Read videos that a record places outside video_root (an absolute `video`, "..", a symlink out).
     allow_paths_outside_root: bool = False
-    # The paper's judge is Qwen3, served here by any OpenAI-compatible server (e.g. `vllm serve`).
-    judge_model: str = "Qwen/Qwen3-30B-A3B-Instruct-2507"
-    judge_base_url: Optional[str] = "http://localhost:8000/v1"
-    judge_api_key_env: str = ""  # a local server needs no key; name the variable holding one if yours does
 
     def check_sampling(self, name: Callable[[str], str]) -> None:
         """Fail early on a frame plan that cannot work (``lmms-egoplan egointent-steps``; inside
@@ -100,6 +96,7 @@ class EgoIntentTask(JudgedTask):
 
     Settings = EgoIntentSettings
     ENV_PREFIX = ENV_PREFIX
+    JUDGE_RUBRIC = "egointent"  # its judged items' rubric (RUBRIC_NAME, registered below)
 
     def load_docs(self) -> list[dict]:
         settings = self.settings
@@ -329,7 +326,9 @@ def parse_judge_rating(text: str) -> float:
     return _RATING(_THINKING.sub("", text))
 
 
-RUBRIC = Rubric(parse_judge_rating, scale=10.0)  # 0-10 ratings, reported on 0-100 like Table 3
+# 0-10 ratings, reported on 0-100 like Table 3
+RUBRIC = Rubric(parse_judge_rating, scale=10.0, levels=JUDGE_SCALE, version="1",
+                prompt="\n\n".join([JUDGE_SYSTEM, JUDGE_PROMPT, *(f"{d.label}: {d.definition}" for d in DIMENSIONS)]))
 RUBRIC_NAME = register_rubric("egointent", RUBRIC)  # the name its judged items (and logs) carry
 MISSING = FixedRating(0.0, "the answer has no such field")
 

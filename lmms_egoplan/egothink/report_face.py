@@ -1,6 +1,6 @@
 """EgoThink in ``lmms-egoplan report`` and the demo's table: the twelve dimensions, the six
 capabilities and the average in the layout of its Table 3, and each dimension's score beside the
-published models'."""
+published models' (the paper's Table 3 and later reports, each row with the judge its source used)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ DIMENSIONS = [name for names in CAPABILITIES.values() for name in names]
 
 
 def egothink_dimensions(table: Table) -> Figure:
-    """Per-dimension scores: your runs as bars; the published models (Table 3) as grey dots, one per
-    model, over a grey band spanning their range."""
+    """Per-dimension scores: your runs as bars; the published models (Table 3 and later reports that
+    give the dimension) as grey dots, one per model, over a grey band spanning their range."""
     rows = table.user_rows
     labels = run_labels(rows)
     figure = Figure(figsize=(13, 5.5), layout="constrained")
@@ -35,9 +35,9 @@ def egothink_dimensions(table: Table) -> Figure:
         values = [row.values[position] for row in published if isinstance(row.values[position], (int, float))]
         if values:
             axes.fill_between([position - 0.45, position + 0.45], min(values), max(values), color=PUBLISHED_COLOUR,
-                              alpha=0.25, linewidth=0, label=f"published models (Table 3): range, {len(published)} models")
+                              alpha=0.25, linewidth=0, label="published models: range (judges differ, see the table)")
             axes.scatter([position] * len(values), values, s=10, color=PUBLISHED_COLOUR, zorder=3,
-                         label="published models (Table 3): one dot each")
+                         label="published models: one dot each")
     series = [(label, colour(index), [row.scored(i) for i in range(len(DIMENSIONS))])
               for index, (label, row) in enumerate(zip(labels, rows))]
     bars(axes, DIMENSIONS, series)
@@ -55,14 +55,14 @@ def egothink_dimensions(table: Table) -> Figure:
 # The dimensions first (the figure draws the first twelve columns), then the capabilities and the average.
 COLUMNS = (
     *(Column(name.capitalize(), "score", task=f"{{task}}_{name}", published=name, digits=1) for name in DIMENSIONS),
-    *(Column(f"{name.capitalize()} (capability)", "score", task=f"{{task}}_capability_{name}", digits=1, interval=False)
-      for name in CAPABILITIES),
+    *(Column(f"{name.capitalize()} (capability)", "score", task=f"{{task}}_capability_{name}",
+             published=f"capability_{name}", digits=1, interval=False) for name in CAPABILITIES),
     Column("Average", "score", published="average", digits=1, interval=False),
 )
 FACE = ReportFace(
     tables=(TableLayout("ego_think", "EgoThink: judge scores (0-100)", "EgoThink Table 3",
                         {"ego_think": "image", "ego_think_blind": "text only"}, COLUMNS,
-                        figures={"egothink_dimensions": egothink_dimensions}),),
+                        figures={"egothink_dimensions": egothink_dimensions}, judged=True),),
     published=published_rows(__package__),
     units=(("score", SCORE_0_100),),
     no_interval="EgoThink's capabilities and average are groups",

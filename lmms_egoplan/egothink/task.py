@@ -12,7 +12,10 @@ The protocol, as the paper (section 3-4, appendices C-D) and its release define 
   setting offers the official scripts' sampling instead); 30 new tokens, 300 for planning (the
   official inference script's limits).
 * GPT-4 grades each answer against the reference with the prompt of Table 7 ("single-answer
-  grading"): 0 (wrong), 0.5 (partially correct) or 1 (correct), written ``Rating: [[x]]``.
+  grading"): 0 (wrong), 0.5 (partially correct) or 1 (correct), written ``Rating: [[x]]``. OpenAI shut
+  ``gpt-4`` down on 2026-10-23: the judge here is the suite's default, an open-weights model served
+  locally (``lmms_egoplan.judge.settings``), with the same prompt and scale; the paper's GPT-4 stays
+  selectable where it is still served (tasks/egothink/README.md).
 * A dimension's score is its mean rating x 100; the paper's "Average" (Table 3) is the mean of
   the twelve dimension scores (it reproduces every row but one to 0.05, see tasks/egothink/README.md), which
   is what the ``ego_think`` group reports; capability groups average their dimensions.
@@ -62,7 +65,6 @@ DECODING_PRESETS: dict[str, dict] = {
 
 @dataclass(frozen=True)
 class EgoThinkSettings(JudgeSettings):
-    judge_model: str = "gpt-4"  # the paper's judge
     source: str = "hub"  # "hub" (Hugging Face dataset) or "local" (release layout under data_root)
     data_root: Optional[Path] = None  # the release's data folder (holds Activity/, Object/, ...)
     hub_repo: str = "EgoThink/EgoThink"
@@ -86,6 +88,7 @@ class EgoThinkScoring:
 
     Settings = EgoThinkSettings
     ENV_PREFIX = ENV_PREFIX
+    JUDGE_RUBRIC = "egothink"  # its judged items' rubric (RUBRIC_NAME, registered below)
 
     def load_docs(self) -> list[dict]:
         dimension = DIMENSIONS.get(self.config.dataset_name)
@@ -195,7 +198,9 @@ JUDGE_PROMPT = (
 )
 
 # Scores are mean ratings x 100; a rating other than 0, 0.5 or 1 is no valid rating.
-RUBRIC = Rubric(bracket_rating(allowed=(0, 0.5, 1)), scale=100.0)
+RATINGS = (0, 0.5, 1)
+RUBRIC = Rubric(bracket_rating(allowed=RATINGS), scale=100.0, levels=RATINGS,
+                prompt=f"{JUDGE_SYSTEM_PROMPT}\n\n{JUDGE_PROMPT}", version="1")
 RUBRIC_NAME = register_rubric("egothink", RUBRIC)  # the name its judged items (and logs) carry
 
 

@@ -12,7 +12,7 @@ A judged benchmark needs:
 * ``Settings`` inheriting ``lmms_egoplan.judge.JudgeSettings`` (so its judge is configured by
   ``<ENV_PREFIX>_JUDGE_MODEL`` etc.; the settings are checked before anything is generated);
 * a ``Rubric`` registered under the benchmark's name (``register_rubric``, in
-  ``lmms_egoplan.judge.rubrics``) and ``process_results`` returning
+  ``lmms_egoplan.judge.rubrics``), named by the task class's ``JUDGE_RUBRIC``, and ``process_results`` returning
   ``{metric: judge_parts_item({"": request}, "<rubric name>") ...}`` for the judged metric and
   for ``judged`` / ``failed``;
 * this ``metric_list`` in its YAML (and ``class:`` a ``JudgedTask`` subclass)::
@@ -36,6 +36,11 @@ reports the mean of its part scores under ``judged_score``; one part alone is re
 returning an item holding only that part under the part's metric. Breakdowns (a metric only
 some samples return, e.g. per scenario) use ``judged_score`` too. Every metric of a task reads
 the same judgements: each request is judged once, whichever metric lmms-eval aggregates first.
+
+What judged the task is recorded whole (``lmms_egoplan.judge.JudgeIdentity``: backend, model,
+revision, the served model and fingerprint the preflight's answer names, the judge prompt's hash and
+the rubric's version): in the config's ``metadata`` (so in the results file), in each judged item
+(so in the samples file) and in each line of the audit trail.
 """
 
 from __future__ import annotations
@@ -59,10 +64,12 @@ from lmms_egoplan.judge import (
     ItemScore,
     Judge,
     JudgeCacheError,
+    JudgeIdentity,
     Judgement,
     JudgeResults,
     JudgeSettings,
     JudgeSetupError,
+    RetiredJudgeError,
     is_judge_parts_item,
     item_requests,
     items_rubric,
@@ -77,12 +84,32 @@ class JudgedScoring:
     ``LmEvalBenchmarkTask``, which come after it in the class's bases): check the judge before
     anything is loaded or generated, and score its metrics with the judge engine."""
 
+    JUDGE_RUBRIC: str  # the registered name of the rubric its judged items name
+
     def __init__(self, config, **kwargs):
         if not issubclass(self.Settings, JudgeSettings):
             raise TypeError(f"{type(self).__name__}.Settings must inherit lmms_egoplan.judge.JudgeSettings")
         self._judgements: dict[str, Judgement] = {}  # by request id, over all metrics of the task
         self._judgements_lock = threading.Lock()
         super().__init__(config, **kwargs)
+        self._record_judge()
+
+    def _record_judge(self) -> None:
+        """The task's judge (with what its server said answered the preflight, once it has), as the
+        results' metadata and each judged item record it."""
+        settings = JudgeSettings.of(self.settings)
+        self.judge_identity = JudgeIdentity.of(settings, self.JUDGE_RUBRIC, RUN.answering_judges.get(settings))
+        self.config.metadata.update(self.judge_identity.metadata())
+
+    def process_results(self, doc, results, *args, **kwargs):
+        return self.with_judge(super().process_results(doc, results, *args, **kwargs))
+
+    def with_judge(self, values: dict) -> dict:
+        """``values`` (a sample's metric values), each judged item carrying the task's judge."""
+        for value in values.values():
+            if is_judge_parts_item(value):
+                value["judge"] = self.judge_identity.record()
+        return values
 
     def download(self, dataset_kwargs=None, **kwargs) -> None:
         # The judge is checked first: a run must not fetch data, let alone generate, with a judge
@@ -97,20 +124,24 @@ class JudgedScoring:
         """Before any model call, the judge answers one short request (``judge.preflight``; once per
         judge configuration and process), unless ``judge_preflight`` is off."""
         settings = JudgeSettings.of(self.settings)
-        if not settings.judge_preflight or settings in RUN.answering_judges:
+        if not settings.judge_preflight:
             return
         name = functools.partial(setting_name, self.ENV_PREFIX)
-        try:
-            preflight(settings)
-        except JudgeCacheError as error:  # the cache's folder or disk, not the judge: nothing to say of the server
-            raise SettingsError(f"task {self.config.task}: {error}; judge_cache_dir is set by "
-                                f"{name('judge_cache_dir')}") from None
-        except JudgeSetupError as error:
-            raise SettingsError(
-                f"task {self.config.task}: {error}; check {name('judge_base_url')}, {name('judge_model')} and "
-                f"{name('judge_api_key_env')}, or set {name('judge_preflight')} to false to generate now and judge "
-                f"later with `lmms-egoplan rejudge`") from None
-        RUN.answering_judges.add(settings)
+        if settings not in RUN.answering_judges:
+            try:
+                RUN.answering_judges[settings] = preflight(settings)
+            except RetiredJudgeError as error:
+                raise SettingsError(f"task {self.config.task}: {error}; "
+                                    f"{error.retirement.explain(name('judge_model'))}") from None
+            except JudgeCacheError as error:  # the cache's folder or disk, not the judge: nothing to say of the server
+                raise SettingsError(f"task {self.config.task}: {error}; judge_cache_dir is set by "
+                                    f"{name('judge_cache_dir')}") from None
+            except JudgeSetupError as error:
+                raise SettingsError(
+                    f"task {self.config.task}: {error}; check {name('judge_base_url')}, {name('judge_model')} and "
+                    f"{name('judge_api_key_env')}, or set {name('judge_preflight')} to false to generate now and "
+                    f"judge later with `lmms-egoplan rejudge`") from None
+        self._record_judge()
 
     def judge_score(self, items: Sequence[dict], args: Any) -> ItemScore:
         """Score ``items``, judging in one concurrent batch only the requests no metric of this
@@ -137,7 +168,7 @@ class JudgedScoring:
                 note_kept_on_stop(f"judgements already made are in the judge cache {judge.cache.path}")
             # With nothing pending no call is made and no audit file is written.
             results = judge.run(pending, items_rubric(items).parse_rating, audit_path=trail, append_audit=True,
-                                description=f"Judging {self.config.task}")
+                                description=f"Judging {self.config.task}", identity=self.judge_identity.record())
             self._judgements.update((j.id, j) for j in results.judgements)
             scored = score_judged(items, self._judgements, judge_model=judge.model, audit_path=trail)
             self.judged_outcome(scored.results, settings)
@@ -163,7 +194,7 @@ class JudgedTask(JudgedScoring, BenchmarkTask):
         calls no judge."""
         answers = [answer.strip() if isinstance(answer, str) else answer for answer in results]
         items = {metric: value for metric, value in self.scoring(doc, answers).items() if is_judge_parts_item(value)}
-        return {PREDICT_ONLY_ITEMS: items}
+        return {PREDICT_ONLY_ITEMS: self.with_judge(items)}
 
     def _bind_to_backend(self, cli_args) -> None:
         super()._bind_to_backend(cli_args)

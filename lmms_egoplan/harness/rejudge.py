@@ -1,6 +1,7 @@
 """``lmms-egoplan rejudge``: the judged metrics of logged samples (``--log_samples`` files, a
 ``--predict_only`` run's too) scored again by a judge, without running the model: what it reads
-(``read_logged_items``), how it scores (``rejudge_samples``), and the command line a run whose
+(``read_logged_items``), which judge the run recorded (``recorded_judge``: ``rejudge`` judges with it
+unless told otherwise), how it scores (``rejudge_samples``), and the command line a run whose
 judgements failed suggests (``rejudge_command``). It needs neither lmms-eval nor the benchmarks: the
 logged items hold the full judge requests and name their rubric."""
 
@@ -12,7 +13,7 @@ import shlex
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from loguru import logger
 
@@ -21,12 +22,16 @@ from lmms_egoplan.core.files import read_text, strict_json, write_atomically
 from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, FAILED_REQUESTS
 from lmms_egoplan.judge import (
     Judge,
+    JudgeIdentity,
     JudgeSettings,
+    JudgeSetupError,
+    RetiredJudgeError,
     is_judge_parts_item,
     item_parts,
     item_requests,
     items_rubric,
     load_rubric,
+    preflight,
     score_judged,
 )
 
@@ -135,9 +140,44 @@ def _judged_items(sample: dict) -> tuple[dict[str, dict], str | None]:
     return judged, None
 
 
-def rejudge_samples(logged: LoggedItems, judge: Judge, output_dir: str | Path, *, progress: bool = True,
+def recorded_judge(logged: LoggedItems, task: str) -> dict[str, Any]:
+    """The judge settings that judged ``task``'s run, as it recorded them: the ``judge_*`` settings of
+    the task's config metadata in the results file written beside its samples file (lmms-eval's
+    ``<date>_results.json``), else the backend, model and revision its judged items carry; {} when
+    neither says (logs of runs before judges were recorded)."""
+    samples = logged.files[task]
+    results = samples.with_name(samples.name.split("_samples_")[0] + "_results.json")
+    names = {field.name for field in fields(JudgeSettings)}
+    if results.is_file():
+        try:
+            metadata = ((json.loads(read_text(results)).get("configs") or {}).get(task) or {}).get("metadata") or {}
+        except (OSError, ValueError, AttributeError):
+            metadata = {}
+        if recorded := {name: value for name, value in metadata.items() if name in names}:
+            return recorded
+    identity = next((JudgeIdentity.from_record(item["judge"]) for items in logged.columns[task].values()
+                     for item in items if isinstance(item.get("judge"), dict)), None)
+    return {"judge_backend": identity.backend, "judge_model": identity.model,
+            "judge_revision": identity.revision} if identity else {}
+
+
+def answering_judge(settings: JudgeSettings) -> Judge:
+    """The judge of ``settings`` once it has answered the preflight's request (unless judge_preflight is
+    off), as a run checks its judge: one whose model its provider shut down is named so, with what to
+    use instead."""
+    if settings.judge_preflight:
+        try:
+            preflight(settings)
+        except RetiredJudgeError as error:
+            raise JudgeSetupError(f"{error}; {error.retirement.explain('--judge_model')}") from None
+    return Judge.from_settings(settings)
+
+
+def rejudge_samples(logged: LoggedItems, judge: Judge | Mapping[str, Judge], output_dir: str | Path, *,
+                    progress: bool = True,
                     group_scores: Callable[[dict[str, dict]], dict[str, dict]] | None = None) -> dict[str, dict]:
-    """Re-score the judged metrics of logged samples (``read_logged_items``) with ``judge``.
+    """Re-score the judged metrics of logged samples (``read_logged_items``) with ``judge`` (one
+    for every task, or one per task).
 
     No model runs: the logged judge items hold the full judge requests (a ``--predict_only`` run
     logs them too). Every judged metric of a task (whole-sample scores, parts, breakdowns) is
@@ -151,18 +191,20 @@ def rejudge_samples(logged: LoggedItems, judge: Judge, output_dir: str | Path, *
     stamp = datetime.now().strftime("%Y%m%d_%H%M%S")  # as lmms-eval names a run's files, in local time
     summary: dict[str, dict] = {}
     for task, columns in logged.columns.items():
+        task_judge = judge[task] if isinstance(judge, Mapping) else judge
         every_item = [item for items in columns.values() for item in items]
         audit = output_dir / f"{stamp}_judgements_{task}.jsonl"
-        results = judge.run(item_requests(every_item), items_rubric(every_item).parse_rating, audit_path=audit,
-                            progress=progress, description=f"Judging {task}")
+        results = task_judge.run(item_requests(every_item), items_rubric(every_item).parse_rating, audit_path=audit,
+                                 progress=progress, description=f"Judging {task}")
         judgements = {j.id: j for j in results.judgements}
         scores = {metric: score_judged(items, judgements, judge_model=results.judge_model).score
                   for metric, items in columns.items() if metric not in COUNT_METRICS}
         summary[task] = {**scores, "judged": results.judged, "failed": results.failed,
                          "unusable_rows": len(logged.unusable[task]),
-                         FAILED_REQUESTS: logged.failed_requests.get(task, 0), "judge_model": judge.model,
+                         FAILED_REQUESTS: logged.failed_requests.get(task, 0), "judge_model": task_judge.model,
                          "samples": str(logged.files[task]), "audit_trail": str(audit)}
-    summary.update({group: {**scores, "judge_model": judge.model} for group, scores in (group_scores or dict)(summary).items()})
+    judges = " / ".join(sorted({row["judge_model"] for row in summary.values()}))
+    summary.update({group: {**scores, "judge_model": judges} for group, scores in (group_scores or dict)(summary).items()})
     write_atomically(output_dir / f"{stamp}_rejudged.json", strict_json(summary, indent=2))
     return summary
 

@@ -15,7 +15,10 @@ benchmark):
 * ``base``: what a backend implements; ``providers``: any OpenAI-compatible server (OpenAI, Azure
   OpenAI, vLLM, SGLang) and an in-process transformers model; ``factory``: the backend settings name;
 * ``cache``: the SQLite cache of answers; ``engine``: ``Judge``;
-* ``rubrics``: rubrics registered by name, the judged items tasks log, and their scores.
+* ``rubrics``: rubrics registered by name, the judged items tasks log, and their scores;
+* ``identity``: ``JudgeIdentity``, what judged a run, whole (model, revision, snapshot, prompt, rubric);
+* ``retirements``: the judge models their provider shut down or will (package data), and what to say;
+* ``agreement``: how far two judges' ratings of the same answers agree (weighted kappa, intervals).
 
 Inside lmms-eval, tasks use the judge through ``lmms_egoplan.harness.judged.JudgedTask``;
 ``lmms-egoplan rejudge`` uses it to re-score logged model outputs with another judge.
@@ -23,8 +26,9 @@ Inside lmms-eval, tasks use the judge through ``lmms_egoplan.harness.judged.Judg
 
 from lmms_egoplan.judge.base import JudgeBackend
 from lmms_egoplan.judge.cache import JudgeCache, JudgeCacheError
-from lmms_egoplan.judge.engine import Judge, preflight
+from lmms_egoplan.judge.engine import Judge, RetiredJudgeError, preflight
 from lmms_egoplan.judge.factory import make_backend
+from lmms_egoplan.judge.identity import JudgeIdentity
 from lmms_egoplan.judge.protocol import (
     Completion,
     Decoding,
@@ -37,6 +41,7 @@ from lmms_egoplan.judge.protocol import (
 )
 from lmms_egoplan.judge.providers.openai_compatible import OpenAIChatBackend
 from lmms_egoplan.judge.providers.transformers import TransformersBackend
+from lmms_egoplan.judge.retirements import Retirement, retirement, retirements
 from lmms_egoplan.judge.rubrics import (
     FixedRating,
     ItemScore,
@@ -52,12 +57,13 @@ from lmms_egoplan.judge.rubrics import (
     score_judged,
     unjudged,
 )
-from lmms_egoplan.judge.settings import JUDGE_BACKENDS, JudgeSettings, JudgeSetupError
+from lmms_egoplan.judge.settings import DEFAULT_JUDGE_MODEL, JUDGE_BACKENDS, JudgeSettings, JudgeSetupError
 
 __all__ = [
-    "JUDGE_BACKENDS", "Completion", "Decoding", "FixedRating", "ItemScore", "Judge", "JudgeBackend", "JudgeCache",
-    "JudgeCacheError", "JudgeCallError", "JudgeRequest", "JudgeResults", "JudgeSettings", "JudgeSetupError",
-    "Judgement", "OpenAIChatBackend", "RatingParser", "Rubric", "TransformersBackend", "TransientJudgeError", "bracket_rating",
-    "is_judge_parts_item", "item_parts", "item_requests", "items_rubric", "judge_parts_item", "load_rubric",
-    "make_backend", "preflight", "register_rubric", "score_judged", "unjudged",
+    "DEFAULT_JUDGE_MODEL", "JUDGE_BACKENDS", "Completion", "Decoding", "FixedRating", "ItemScore", "Judge",
+    "JudgeBackend", "JudgeCache", "JudgeCacheError", "JudgeCallError", "JudgeIdentity", "JudgeRequest", "JudgeResults", "JudgeSettings",
+    "JudgeSetupError", "Judgement", "OpenAIChatBackend", "RatingParser", "RetiredJudgeError", "Retirement", "Rubric",
+    "TransformersBackend", "TransientJudgeError", "bracket_rating", "is_judge_parts_item", "item_parts",
+    "item_requests", "items_rubric", "judge_parts_item", "load_rubric", "make_backend", "preflight",
+    "register_rubric", "retirement", "retirements", "score_judged", "unjudged",
 ]

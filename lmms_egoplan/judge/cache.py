@@ -22,8 +22,8 @@ class JudgeCacheError(JudgeSetupError):
 
 
 class JudgeCache:
-    """Raw judge outputs (and the model the server said answered) on disk, keyed by (judge model,
-    full prompt, decoding settings).
+    """Raw judge outputs (and the model and configuration the server said answered) on disk, keyed by
+    (judge model, full prompt, decoding settings).
 
     SQLite in WAL mode: several processes (two evaluations sharing the cache) and the engine's
     threads can write at once; each answer is committed as it arrives. Only requests and
@@ -61,14 +61,17 @@ class JudgeCache:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS judgements (key TEXT PRIMARY KEY, judge_model TEXT NOT NULL, "
-                         "request TEXT NOT NULL, output TEXT NOT NULL, created REAL NOT NULL, served_model TEXT)")
-        # A cache written before the served model was recorded lacks its column: add it, keeping
-        # the answers (paid for) it holds.
-        if "served_model" not in {row[1] for row in self._db.execute("PRAGMA table_info(judgements)")}:
-            try:
-                self._db.execute("ALTER TABLE judgements ADD COLUMN served_model TEXT")
-            except sqlite3.OperationalError:  # another process added it at the same moment
-                pass
+                         "request TEXT NOT NULL, output TEXT NOT NULL, created REAL NOT NULL, served_model TEXT, "
+                         "system_fingerprint TEXT)")
+        # A cache written before the served model (or the server's fingerprint) was recorded lacks its
+        # column: add it, keeping the answers (paid for) it holds.
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(judgements)")}
+        for column in ("served_model", "system_fingerprint"):
+            if column not in columns:
+                try:
+                    self._db.execute(f"ALTER TABLE judgements ADD COLUMN {column} TEXT")
+                except sqlite3.OperationalError:  # another process added it at the same moment
+                    pass
 
     @staticmethod
     def key(judge_model: str, messages: Sequence[Mapping[str, str]], decoding: Decoding) -> str:
@@ -77,7 +80,8 @@ class JudgeCache:
     def get(self, key: str) -> Optional[Completion]:
         with self._lock:
             try:
-                row = self._db.execute("SELECT output, served_model FROM judgements WHERE key = ?", (key,)).fetchone()
+                row = self._db.execute("SELECT output, served_model, system_fingerprint FROM judgements WHERE key = ?",
+                                       (key,)).fetchone()
             except sqlite3.DatabaseError as error:
                 raise self._unusable(error) from None
         return Completion(*row) if row else None
@@ -86,9 +90,10 @@ class JudgeCache:
             answer: Completion) -> None:
         with self._lock:
             self._db.execute(
-                "INSERT OR REPLACE INTO judgements (key, judge_model, request, output, created, served_model) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (key, judge_model, _request_json(judge_model, messages, decoding), answer.text, time.time(), answer.model))
+                "INSERT OR REPLACE INTO judgements (key, judge_model, request, output, created, served_model, "
+                "system_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (key, judge_model, _request_json(judge_model, messages, decoding), answer.text, time.time(), answer.model,
+                 answer.fingerprint))
 
     def __len__(self) -> int:
         with self._lock:

@@ -13,7 +13,8 @@
   judgement is asked again by the next run or ``rejudge`` (a cached answer that no longer parses,
   too);
 * writes an audit trail (JSON lines: prompt, raw judge output, parsed rating, judge model and
-  the model the server says answered, e.g. the snapshot behind an alias such as ``gpt-4``);
+  the model and configuration the server says answered, e.g. the snapshot behind an alias such as
+  ``gpt-4``; with the run's ``JudgeIdentity`` when given);
 * stops asking when an answer cannot be stored or the audit trail cannot take a whole line (a
   full disk): StorageError, once the calls in flight end, says how many, where, and what is kept.
 """
@@ -48,6 +49,7 @@ from lmms_egoplan.judge.protocol import (
     RatingParser,
     TransientJudgeError,
 )
+from lmms_egoplan.judge.retirements import Retirement, retirement, says_model_is_gone
 from lmms_egoplan.judge.settings import JudgeSettings, JudgeSetupError
 
 
@@ -78,10 +80,11 @@ class Judge:
 
     def run(self, requests: Sequence[JudgeRequest], parse_rating: RatingParser, *,
             audit_path: str | os.PathLike | None = None, append_audit: bool = False, progress: bool = True,
-            description: str = "Judging") -> JudgeResults:
+            description: str = "Judging", identity: Mapping | None = None) -> JudgeResults:
         """Judge every request; returns the judgements in request order. Never raises for a
         failed call or an unparsable answer: those are failed judgements. The audit trail
-        replaces ``audit_path``, or adds to it with ``append_audit``. An answer the cache cannot
+        replaces ``audit_path``, or adds to it with ``append_audit``; each of its lines carries
+        ``identity`` (``JudgeIdentity.record()``) under "judge" when given. An answer the cache cannot
         store, or a line the audit trail cannot take (a full disk), stops the asking: the calls in
         flight end, then StorageError says what was not stored, where, and what is kept."""
         from tqdm import tqdm
@@ -96,7 +99,7 @@ class Judge:
             key = JudgeCache.key(self.model, request.messages, self.decoding)
             by_key.setdefault(key, []).append(request)
 
-        audit = _AuditWriter(audit_path, append=append_audit)
+        audit = _AuditWriter(audit_path, append=append_audit, identity=identity)
         done: dict[str, Judgement] = {}
         unstored: list[str] = []  # why the cache could not store each answer that it could not
         received = stored = 0  # answers that came back this run, and those the cache stored
@@ -109,7 +112,7 @@ class Judge:
             for position, request in enumerate(by_key[key]):
                 judgement = Judgement(request.id, self.model, request.messages, raw, rating,
                                       error if rating is None else None, cached, attempts if position == 0 else 0,
-                                      answer.model if answer else None)
+                                      answer.model if answer else None, answer.fingerprint if answer else None)
                 done[request.id] = judgement
                 audit.write(judgement)
 
@@ -223,13 +226,17 @@ class Judge:
                             f"left, so that none is paid for twice; {kept}. Free space on that disk (or point "
                             f"judge_cache_dir or --output_path at another) and run the same command again")
 
-    def preflight(self) -> None:
-        """One short request: raises JudgeSetupError when the judge cannot answer (server
-        unreachable, model unknown, key refused)."""
+    def preflight(self) -> Completion:
+        """One short request; returns the answer (what the server says answered it). Raises
+        JudgeSetupError when the judge cannot answer (server unreachable, model unknown, key refused),
+        RetiredJudgeError when the server does not know a model that the retirement table does."""
         try:
-            self.backend.complete(PREFLIGHT_MESSAGES, Decoding(temperature=0.0, max_tokens=8))
+            return self.backend.complete(PREFLIGHT_MESSAGES, Decoding(temperature=0.0, max_tokens=8))
         except (TransientJudgeError, JudgeCallError) as error:
-            raise JudgeSetupError(f"the judge {self.model} did not answer a test request: {error}") from None
+            message = f"the judge {self.model} did not answer a test request: {error}"
+            gone = isinstance(error, JudgeCallError) and says_model_is_gone(error.status, error.code, str(error))
+            retired = retirement(self.backend.model, self.backend.kind) if gone else None
+            raise (RetiredJudgeError(message, retired) if retired else JudgeSetupError(message)) from None
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         return backoff_delay(attempt, self.backoff, self.max_backoff, retry_after)
@@ -239,21 +246,31 @@ class Judge:
 PREFLIGHT_MESSAGES = ({"role": "user", "content": "This is a connection test. Reply with the word OK."},)
 
 
-def preflight(settings: JudgeSettings, environ: Mapping[str, str] = os.environ) -> None:
+class RetiredJudgeError(JudgeSetupError):
+    """The judge server does not know a model that its provider has shut down (or will): the message
+    says why the call failed, ``retirement`` the table's row (``Retirement.explain`` says what to do)."""
+
+    def __init__(self, message: str, retirement: Retirement):
+        super().__init__(message)
+        self.retirement = retirement
+
+
+def preflight(settings: JudgeSettings, environ: Mapping[str, str] = os.environ) -> Completion | None:
     """What a judged task checks when it loads, before anything is generated: the judge cache
     opens, and the judge answers one short request (an hf judge: its configuration loads; its
-    weights load when judging starts). Raises JudgeSetupError."""
+    weights load when judging starts). Returns the server's answer (None for an hf judge). Raises
+    JudgeSetupError (RetiredJudgeError for a model its provider shut down)."""
     if settings.judge_cache_dir:
         JudgeCache(settings.judge_cache_dir).close()
     if settings.judge_backend == "hf":
         from transformers import AutoConfig
 
         try:
-            AutoConfig.from_pretrained(settings.judge_model)
+            AutoConfig.from_pretrained(settings.judge_model, revision=settings.judge_revision)
         except (OSError, ValueError) as error:
             raise JudgeSetupError(f"the hf judge {settings.judge_model} cannot be loaded: {error}") from None
-        return
-    Judge(make_backend(settings, environ)).preflight()
+        return None
+    return Judge(make_backend(settings, environ)).preflight()
 
 
 def _parsed(parse_rating: RatingParser, raw: str) -> tuple[float | None, str | None]:
@@ -272,16 +289,17 @@ class _AuditWriter:
     line: nothing judged, no file. After a line that could not be written (``failure``), it writes
     no more: the trail has no gap."""
 
-    def __init__(self, path: str | os.PathLike | None, *, append: bool = False):
+    def __init__(self, path: str | os.PathLike | None, *, append: bool = False, identity: Mapping | None = None):
         self.path = Path(path) if path else None
         self._lines = LineAppender(self.path, append=append) if self.path else None
+        self._identity = {"judge": dict(identity)} if identity else {}
         self.failure: StorageError | None = None
 
     def write(self, judgement: Judgement) -> None:
         if self._lines is None or self.failure:
             return
         try:
-            self._lines.write(json.dumps(judgement.audit_record(), ensure_ascii=False) + "\n")
+            self._lines.write(json.dumps({**judgement.audit_record(), **self._identity}, ensure_ascii=False) + "\n")
         except StorageError as error:
             self.failure = error
             raise

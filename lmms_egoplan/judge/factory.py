@@ -14,7 +14,8 @@ from lmms_egoplan.judge.settings import JudgeSettings
 def make_backend(settings: JudgeSettings, environ: Mapping[str, str] = os.environ) -> JudgeBackend:
     settings.check(environ)
     if settings.judge_backend == "hf":
-        return TransformersBackend(settings.judge_model, batch_size=settings.judge_concurrency)
+        return TransformersBackend(settings.judge_model, revision=settings.judge_revision,
+                                   batch_size=settings.judge_concurrency)
     return OpenAIChatBackend(
         settings.judge_model, base_url=settings.judge_base_url, api_key_env=settings.judge_api_key_env,
         azure_api_version=settings.judge_api_version if settings.judge_backend == "azure" else None,

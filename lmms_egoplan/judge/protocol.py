@@ -51,6 +51,8 @@ class Completion:
 
     text: str
     model: Optional[str]  # the model the server says answered (None: not known)
+    # The server's configuration that answered (OpenAI's ``system_fingerprint``; None where not given)
+    fingerprint: Optional[str] = None
 
 
 class TransientJudgeError(RuntimeError):
@@ -62,7 +64,13 @@ class TransientJudgeError(RuntimeError):
 
 
 class JudgeCallError(RuntimeError):
-    """A call failed for good (bad request, authentication, retries exhausted)."""
+    """A call failed for good (bad request, authentication, retries exhausted): with the HTTP status and
+    the error code of the server's reply where there was one (OpenAI: ``model_not_found``)."""
+
+    def __init__(self, message: str, status: int | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,7 @@ class Judgement:
     # The model the server says answered: names like "gpt-4" are aliases of changing snapshots.
     # None when no answer came back (or for answers cached before it was recorded).
     served_model: Optional[str] = None
+    system_fingerprint: Optional[str] = None  # the server's configuration that answered, where it says
 
     @property
     def ok(self) -> bool:
@@ -87,8 +96,9 @@ class Judgement:
 
     def audit_record(self) -> dict:
         return {"id": self.id, "judge_model": self.judge_model, "served_model": self.served_model,
-                "prompt": list(self.messages), "raw_output": self.raw_output, "rating": self.rating,
-                "error": self.error, "cached": self.cached, "attempts": self.attempts}
+                "system_fingerprint": self.system_fingerprint, "prompt": list(self.messages),
+                "raw_output": self.raw_output, "rating": self.rating, "error": self.error, "cached": self.cached,
+                "attempts": self.attempts}
 
 
 @dataclass

@@ -3,7 +3,8 @@
 A benchmark registers its ``Rubric`` (rating parser and score scale) under a stable name when
 its module is imported::
 
-    RUBRIC = Rubric(bracket_rating(allowed=(0, 0.5, 1)), scale=100.0)
+    RUBRIC = Rubric(bracket_rating(allowed=(0, 0.5, 1)), scale=100.0, levels=(0, 0.5, 1),
+                    prompt=JUDGE_SYSTEM + JUDGE_PROMPT, version="1")
     RUBRIC_NAME = register_rubric("my_benchmark", RUBRIC)
 
 Its ``process_results`` returns ``judge_parts_item(parts, RUBRIC_NAME)`` per sample: the judge
@@ -14,6 +15,7 @@ is ``score_judged``: each part scored over all items, then the mean of the part 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
@@ -28,10 +30,21 @@ from lmms_egoplan.judge.protocol import Judgement, JudgeRequest, JudgeResults, R
 @dataclass(frozen=True)
 class Rubric:
     """How a benchmark reads its judge: the rating parser and the scale of the reported score
-    (score = mean rating x scale, over successful judgements)."""
+    (score = mean rating x scale, over successful judgements), the ratings a judge may give
+    (``levels``, in order), and what identifies it in a run's records: the judge prompt's text (its
+    template(s) and system turn; ``prompt_hash``) and a ``version`` raised when the parser or scale
+    changes what a judge answer scores."""
 
     parse_rating: RatingParser
     scale: float = 1.0
+    levels: tuple[float, ...] = ()
+    prompt: str = ""
+    version: str = "1"
+
+    @property
+    def prompt_hash(self) -> str:
+        """The first 16 hex digits of the SHA-256 of the judge prompt's text."""
+        return hashlib.sha256(self.prompt.encode()).hexdigest()[:16]
 
 
 def bracket_rating(allowed: Sequence[float]) -> RatingParser:

@@ -13,6 +13,15 @@ from lmms_egoplan.core.settings import setting, value_problems
 
 JUDGE_BACKENDS = ("openai", "azure", "hf")
 
+# The suite's default judge: open weights, served locally by any OpenAI-compatible server (docs/judges.md:
+# `vllm serve` / SGLang), so that it can be run as long as its weights can be had. One server serves
+# every judged benchmark.
+DEFAULT_JUDGE_MODEL = "Qwen/Qwen3-30B-A3B-Instruct-2507"
+DEFAULT_JUDGE_BASE_URL = "http://localhost:8000/v1"
+# The Hub revision (commit) of open-weights judges that the suite's rubrics were checked with: the
+# revision recorded for such a judge when judge_revision is not set (docs/judges.md: pinning a judge).
+PINNED_REVISIONS = {DEFAULT_JUDGE_MODEL: "0d7cf23991f47feeb3a57ecb4c9cee8ea4a17bfe"}
+
 
 class JudgeSetupError(InputError):
     """The judge settings cannot work (unknown backend, missing key variable, ...)."""
@@ -25,13 +34,16 @@ class JudgeSettings:
     A benchmark's Settings dataclass inherits these fields, so inside lmms-eval they come from
     the task YAML's ``metadata`` and environment variables ``<BENCH>_JUDGE_MODEL`` etc.
     (see ``lmms_egoplan.core.settings.resolve_settings``). A benchmark may redeclare a field to
-    change its default (e.g. to the judge model its paper used).
+    change its default.
     """
 
     judge_backend: str = setting("openai", choices=JUDGE_BACKENDS)  # "openai" (any OpenAI-compatible server), "azure" or "hf"
-    judge_model: str = "gpt-4o-2024-11-20"  # API model / Azure deployment / HF model path or id
-    judge_base_url: Optional[str] = None  # e.g. http://localhost:8000/v1; Azure: the endpoint
-    judge_api_key_env: str = "OPENAI_API_KEY"  # NAME of the variable holding the key ("" = no key)
+    judge_model: str = DEFAULT_JUDGE_MODEL  # API model / Azure deployment / HF model path or id
+    # The model's Hub revision: the hf judge loads it; a server is started with it (`vllm serve --revision`)
+    # and the runs record it. Unset: the revision pinned for the model (PINNED_REVISIONS), if any.
+    judge_revision: Optional[str] = None
+    judge_base_url: Optional[str] = DEFAULT_JUDGE_BASE_URL  # none: OpenAI's; Azure: the endpoint
+    judge_api_key_env: str = ""  # NAME of the variable holding the key ("" = no key: a local server)
     judge_api_version: str = "2024-10-21"  # Azure OpenAI only
     judge_temperature: float = setting(0.0, minimum=0)
     judge_max_tokens: int = setting(2048, minimum=1)
@@ -46,6 +58,10 @@ class JudgeSettings:
     # The exit status of a run (or ``rejudge``) whose judgements did not all succeed, once its results
     # are written: distinct from 1 (the run failed); 0 to accept such runs.
     judge_failed_exit_status: int = setting(3, minimum=0, maximum=255)
+
+    def __post_init__(self):
+        if self.judge_revision is None and self.judge_model in PINNED_REVISIONS:
+            object.__setattr__(self, "judge_revision", PINNED_REVISIONS[self.judge_model])
 
     @classmethod
     def of(cls, settings: Any) -> "JudgeSettings":

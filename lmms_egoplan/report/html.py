@@ -7,7 +7,7 @@ import io
 
 from matplotlib.figure import Figure
 
-from lmms_egoplan.report.tables import Table, row_cells
+from lmms_egoplan.report.tables import JUDGE_COLUMN, Table, header, row_cells
 
 # The page never scrolls sideways: a table wider than the window scrolls inside its own box, figures
 # shrink to the page's width. Numbers stay on one line; the text columns wrap.
@@ -17,7 +17,7 @@ _STYLE = ("body{font-family:sans-serif;margin:2em auto;padding:0 2em;max-width:1
           "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;white-space:nowrap;vertical-align:top}"
           "th{background:#eee;white-space:normal;min-width:5em}td:nth-child(-n+5),th{text-align:left}"
           "td:nth-child(1){white-space:normal;min-width:15em}td:nth-child(4){white-space:normal;min-width:7em}"
-          "td:last-child{white-space:normal;min-width:15em;text-align:left}"
+          "td:last-child,td.wrap{white-space:normal;min-width:15em;text-align:left}"
           "tr.published{color:#666}tr.published td{background:#f6f6f6}"
           "figure{margin:1em 0}figure svg{max-width:100%;height:auto}figcaption{color:#555;font-size:13px}")
 
@@ -35,12 +35,14 @@ def svg_text(figure: Figure) -> str:
 
 
 def html_table(table: Table) -> str:
-    header = ["source", "model", "task", "input", "run", *(table.face.heading(c) for c in table.layout.columns), "notes"]
+    names = header(table)
     lines = [f'<div class="table-box"><table id="table-{table.name}"><tr>'
-             + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
+             + "".join(f"<th>{html.escape(h)}</th>" for h in names) + "</tr>"]
+    wrapped = [' class="wrap"' if name == JUDGE_COLUMN else "" for name in names]  # text that wraps
     for row in table.rows:
         css = ' class="published"' if row.published else ""
-        lines.append(f"<tr{css}>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row_cells(table, row)) + "</tr>")
+        lines.append(f"<tr{css}>" + "".join(f"<td{wrap}>{html.escape(cell)}</td>"
+                                            for wrap, cell in zip(wrapped, row_cells(table, row))) + "</tr>")
     return "\n".join(lines) + "\n</table></div>"
 
 

@@ -62,6 +62,7 @@ class TableLayout:
     tasks: dict[str, str]  # row task -> its input, as the table's "input" column shows it
     columns: tuple[Column, ...]
     figures: Mapping[str, Callable[..., Figure]] = field(default_factory=dict)  # file stem -> drawing of a tables.Table
+    judged: bool = False  # its scores are an LLM judge's: every row names its judge (a "judge" column)
 
     def reads(self, task: str) -> bool:
         return any(column.task_of(row) == task for row in self.tasks for column in self.columns)
@@ -131,5 +132,7 @@ class ReportFace:
 
 def published_rows(package: str) -> tuple[dict, ...]:
     """A benchmark's published rows, as transcribed in its package's ``published_results.json``: one
-    object per row with benchmark (the table's key), paper, table, model, values; optional input and note."""
+    object per row with benchmark (the table's key), paper, table, model, values; optional input, note,
+    source (where the numbers were read), judge (the judge as the source states it; a judged table shows
+    "not stated" without it) and judge_model (its API name, looked up in the judge retirement table)."""
     return tuple(json.loads(resources.files(package).joinpath(PUBLISHED_FILE).read_text(encoding="utf-8")))

@@ -27,6 +27,11 @@ class NothingFoundError(InputError):
     """No results file of the suite's tasks under the paths given."""
 
 
+# What a run recorded that it observed rather than chose (the configuration a judge server said answered,
+# which OpenAI changes without notice): shown, but runs that differ only in it are runs of one setting.
+OBSERVED_SETTINGS = ("judge_system_fingerprint",)
+
+
 @dataclass
 class Run:
     """One results file: every task it reports, with what the report needs of each, and what
@@ -47,9 +52,14 @@ class Run:
 
     def identity(self, tasks: Iterable[str]) -> dict[str, str]:
         """What produced this run's values of ``tasks``: the backend, every model_arg and the run's
-        options (``producer``), and the tasks' effective settings (``merged_settings``); runs with
-        equal identities differ only in time."""
-        return {**self.producer, **merged_settings(self.settings.get(task, {}) for task in tasks)}
+        options (``producer``), and the tasks' effective settings (``recorded``, but what the run only
+        observed); runs with equal identities differ only in time."""
+        return {**self.producer, **{name: value for name, value in self.recorded(tasks).items()
+                                    if name not in OBSERVED_SETTINGS}}
+
+    def recorded(self, tasks: Iterable[str]) -> dict[str, str]:
+        """The effective settings (and what the tasks recorded beside them) of ``tasks``, merged (``merged_settings``)."""
+        return merged_settings(self.settings.get(task, {}) for task in tasks)
 
     @property
     def time_text(self) -> str:

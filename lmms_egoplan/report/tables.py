@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.text_tables import NO_VALUE, is_no_value
+from lmms_egoplan.judge import JudgeIdentity, retirement
 from lmms_egoplan.report.intervals import Interval, interval
 from lmms_egoplan.report.layout import SUBMISSION, Column, ReportFace, TableLayout
 from lmms_egoplan.report.metric_roles import invalid_reason, unscored_reason
@@ -56,6 +57,7 @@ class Row:
     notes: list[str] = field(default_factory=list)
     run: Run | None = None  # None for a published row
     unscored: list[str | None] = field(default_factory=list)  # per column: why its value is no score
+    judge: str = ""  # a judged table's: what judged the row (``judge_text``, ``published_judge_text``)
 
     def scored(self, index: int) -> float | None:
         """The column's value where it is a score (what figures draw), else None."""
@@ -134,14 +136,36 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
     if not run.samples.keys() & tasks:
         notes.append(NO_INTERVALS)
     source = TEXT_ONLY_BASELINE if run.harness == LM_EVAL else THIS_RUN
-    return Row(source, run.model, task, layout.tasks[task], values, intervals, notes, run, unscored)
+    row = Row(source, run.model, task, layout.tasks[task], values, intervals, notes, run, unscored)
+    row.judge = judge_text(run.recorded(tasks)) if layout.judged else ""
+    return row
 
 
 def _published_row(layout: TableLayout, published: dict) -> Row:
     values = [published["values"].get(column.published_key) for column in layout.columns]
     notes = [published["note"]] if published.get("note") else []
+    notes += [f"source: {published['source']}"] if published.get("source") else []
     return Row(f"published ({published['paper']}, {published['table']})", published["model"], "",
-               published.get("input", ""), values, [None] * len(values), notes)
+               published.get("input", ""), values, [None] * len(values), notes,
+               judge=published_judge_text(published) if layout.judged else "")
+
+
+NOT_STATED = "not stated"
+
+
+def judge_text(identity: dict[str, str]) -> str:
+    """What judged a run's row, from its recorded settings (``JudgeIdentity``), with its model's retirement."""
+    judge = JudgeIdentity.from_record(identity)
+    if judge is None:
+        return NOT_STATED
+    retired = retirement(judge.model, judge.backend)
+    return judge.text() + (f"; {retired.status()}" if retired else "")
+
+
+def published_judge_text(published: dict) -> str:
+    """The judge a published row's source states ("not stated" where it is silent), with its retirement."""
+    retired = retirement(published["judge_model"]) if published.get("judge_model") else None
+    return published.get("judge", NOT_STATED) + (f", {retired.status()}" if retired else "")
 
 
 def row_identity(layout: TableLayout, row: Row) -> dict[str, str]:
@@ -188,6 +212,16 @@ def build_tables(runs: list[Run], faces: Sequence[ReportFace]) -> tuple[list[Tab
 # --- Markdown and CSV -------------------------------------------------------------------------------
 
 _FIXED = ("source", "model", "task", "input", "run")
+JUDGE_COLUMN = "judge"
+
+
+def fixed_header(table: Table) -> list[str]:
+    """The columns before the table's values: a judged table's name the judge of every row."""
+    return [*_FIXED, *([JUDGE_COLUMN] if table.layout.judged else [])]
+
+
+def header(table: Table) -> list[str]:
+    return [*fixed_header(table), *(table.face.heading(column) for column in table.layout.columns), "notes"]
 
 
 def cell_text(value: object, column: Column, found: Interval | None, unscored: str | None = None) -> str:
@@ -208,8 +242,12 @@ def cell_text(value: object, column: Column, found: Interval | None, unscored: s
 def row_cells(table: Table, row: Row) -> list[str]:
     """The row's cells as the Markdown and HTML tables show them."""
     columns, unscored = table.layout.columns, row.unscored or [None] * len(row.values)
-    return [row.source, row.model, row.task, row.input, run_text(row),
-            *(cell_text(*cell) for cell in zip(row.values, columns, row.intervals, unscored)), "; ".join(row.notes)]
+    return [*fixed_cells(table, row), *(cell_text(*cell) for cell in zip(row.values, columns, row.intervals, unscored)),
+            "; ".join(row.notes)]
+
+
+def fixed_cells(table: Table, row: Row) -> list[str]:
+    return [row.source, row.model, row.task, row.input, run_text(row), *([row.judge] if table.layout.judged else [])]
 
 
 def run_text(row: Row) -> str:
@@ -229,8 +267,8 @@ def markdown_text(text: str) -> str:
 
 
 def markdown_table(table: Table) -> str:
-    header = [*_FIXED, *(table.face.heading(column) for column in table.layout.columns), "notes"]
-    lines = ["| " + " | ".join(map(markdown_text, header)) + " |", "|" + " --- |" * len(header)]
+    names = header(table)
+    lines = ["| " + " | ".join(map(markdown_text, names)) + " |", "|" + " --- |" * len(names)]
     for row in table.rows:
         lines.append("| " + " | ".join(map(markdown_text, row_cells(table, row))) + " |")
     return "\n".join(lines)
@@ -239,15 +277,15 @@ def markdown_table(table: Table) -> str:
 def csv_table(table: Table) -> str:
     """Full-precision values; a ``<column> 95% low`` / ``high`` pair beside each mean over samples."""
     columns = table.layout.columns
-    header = list(_FIXED)
+    names = fixed_header(table)
     for column in columns:
         heading = table.face.heading(column)
-        header += [heading] + ([f"{heading} 95% low", f"{heading} 95% high"] if column.interval else [])
+        names += [heading] + ([f"{heading} 95% low", f"{heading} 95% high"] if column.interval else [])
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow([*header, "notes"])
+    writer.writerow([*names, "notes"])
     for row in table.rows:
-        cells = [row.source, row.model, row.task, row.input, run_text(row)]
+        cells = fixed_cells(table, row)
         for column, value, found in zip(columns, row.values, row.intervals):
             cells.append("" if is_no_value(value) else repr(value) if isinstance(value, float) else str(value))
             if column.interval:

@@ -1,4 +1,4 @@
-"""EgoThink end to end: all twelve tasks through the real lmms-eval CLI with a loopback judge: scores equal those recomputed from the audit trail, the papers' prompts, rejudging."""
+"""EgoThink end to end: all twelve tasks through the real lmms-eval CLI with a loopback judge: scores equal those recomputed from the audit trail, the papers' prompts, the judge recorded whole, rejudging, a second judge's agreement."""
 
 import hashlib
 import json
@@ -17,6 +17,7 @@ SECRET = "sk-egothink-SECRET-5e1d0c"
 
 
 KEY_VARIABLE = "EGOTHINK_TEST_JUDGE_KEY"
+FINGERPRINT = "fp_loopback_1"
 
 
 TASKS = [f"ego_think_{d.name}" for d in DIMENSIONS.values()]
@@ -44,7 +45,7 @@ def sometimes_unrated(call):
 def evaluation(tmp_path_factory, tiny_model):
     root = tmp_path_factory.mktemp("egothink")
     data = write_release(root / "data", per_dimension=2)
-    with ChatServer(sometimes_unrated) as judge:
+    with ChatServer(sometimes_unrated, system_fingerprint=FINGERPRINT) as judge:
         run = run_lmms_eval(
             model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}", tasks=["ego_think"],
             output_dir=root / "out", check=False,
@@ -191,3 +192,80 @@ def test_chat_backends_get_the_preset_as_a_system_turn_with_the_image(tmp_path):
     assert {c.text.rsplit("[The Start of Assistant's Answer]\n", 1)[1].split("\n")[0] for c in judge.calls} == {
         "Open the fridge."}
     assert run.metric("ego_think_existence", "score") == run.metric("ego_think_navigation", "score") == 50.0
+
+
+def test_the_judge_is_recorded_whole_in_the_results_each_judged_sample_and_each_audit_line(evaluation):
+    from lmms_egoplan.egothink.task import JUDGE_PROMPT, JUDGE_SYSTEM_PROMPT
+
+    prompt_hash = hashlib.sha256(f"{JUDGE_SYSTEM_PROMPT}\n\n{JUDGE_PROMPT}".encode()).hexdigest()[:16]
+    judge = {"backend": "openai", "model": "loopback-judge", "revision": None, "rubric": "egothink",
+             "rubric_version": "1", "prompt_hash": prompt_hash, "served_model": "loopback-judge",
+             "system_fingerprint": FINGERPRINT}
+    run = evaluation.run
+    for task in TASKS:
+        metadata = run.results["configs"][task]["metadata"]
+        assert {name: metadata[f"judge_{name}"] for name in judge} == judge
+        assert metadata["version"] == 2  # judged by another default judge than version 1
+        assert all(sample[metric]["judge"] == judge for sample in run.samples(task) for metric in ("score", "failed"))
+        assert all(record["judge"] == judge and record["system_fingerprint"] == FINGERPRINT
+                   for record in audit_trail(run.output_dir, task))
+
+
+def second_judge(call):
+    """A judge scripted to agree with the run's (``sometimes_unrated``) on about two answers in three: on the
+    others it rates one level lower (0 stays 0); it rates every answer, those the run's judge left unrated too."""
+    first = hash_rating(call)
+    lower = {"1": "0.5", "0.5": "0", "0": "0"}
+    rating = lower[first] if int(hashlib.sha256(f"second {call.text}".encode()).hexdigest(), 16) % 3 == 0 else first
+    return Reply(f"Compared with the reference. Rating: [[{rating}]]")
+
+
+def test_a_second_judge_is_compared_with_the_runs_without_touching_its_judgements(evaluation, tmp_path, capsys):
+    import csv
+
+    from sklearn.metrics import cohen_kappa_score
+
+    from lmms_egoplan.cli import main
+
+    run = evaluation.run
+    kept = {path: path.read_bytes() for path in [*run.output_dir.rglob("*"), *(evaluation.root / "judge-cache").rglob("*")]
+            if path.is_file()}
+    args = ["judge-agreement", str(run.output_dir), "--output", str(tmp_path / "agreement"), "--judge_base_url", "{url}",
+            "--judge_model", "second-judge", "--judge_api_key_env", "", "--top", "5"]
+    with ChatServer(second_judge) as second:
+        assert main([arg.format(url=second.base_url) for arg in args]) == 0
+        assert len(second.calls) == 24  # every answer, into a cache of its own
+        assert main([arg.format(url=second.base_url) for arg in args]) == 0 and len(second.calls) == 24
+    assert {path: path.read_bytes() for path in kept} == kept  # the run's judgements and cache untouched
+    assert (tmp_path / "agreement" / "judge-cache" / "judgements.sqlite").is_file()
+    # What the two scripts make of the answers the run's judge rated, computed here from its audit trails.
+    expected: dict[str, list[tuple[float, float]]] = {}
+    for task in TASKS:
+        for record in audit_trail(run.output_dir, task):
+            if record["rating"] is not None:
+                call = SimpleNamespace(text=record["prompt"][-1]["content"])
+                second_rating = float(second_judge(call).text.split("[[")[1].split("]]")[0])
+                expected.setdefault(task, []).append((record["rating"], second_rating))
+    rows = {row["group"]: row for row in csv.DictReader((tmp_path / "agreement" / "judge_agreement.csv").open())}
+    expected["all (egothink)"] = [pair for task in TASKS for pair in expected.get(task, [])]
+    assert rows.keys() == expected.keys()
+    for group, pairs in expected.items():
+        first, second_ratings = [a for a, _ in pairs], [b for _, b in pairs]
+        row = rows[group]
+        assert int(row["answers"]) == len(pairs)
+        assert float(row["first score"]) == pytest.approx(100 * statistics.mean(first), abs=1e-9)
+        assert float(row["second score"]) == pytest.approx(100 * statistics.mean(second_ratings), abs=1e-9)
+        assert float(row["exact agreement"]) == pytest.approx(sum(a == b for a, b in pairs) / len(pairs), abs=1e-12)
+        assert float(row["first 95% low"]) <= float(row["first score"]) <= float(row["first 95% high"])
+    overall = rows["all (egothink)"]
+    first, second_ratings = zip(*expected["all (egothink)"])
+    labels = [str(r) for r in (0.0, 0.5, 1.0)]
+    assert float(overall["weighted kappa (linear)"]) == pytest.approx(cohen_kappa_score(
+        [str(r) for r in first], [str(r) for r in second_ratings], labels=labels, weights="linear"), abs=1e-12)
+    assert 0 < float(overall["weighted kappa (linear)"]) < 1 and float(overall["difference (second - first)"]) < 0
+    disagreements = list(csv.DictReader((tmp_path / "agreement" / "judge_disagreements.csv").open()))
+    gaps = [abs(float(d["first rating"]) - float(d["second rating"])) for d in disagreements]
+    differing = sum(a != b for a, b in expected["all (egothink)"])
+    assert len(disagreements) == min(5, differing) > 0 and gaps == sorted(gaps, reverse=True) and min(gaps) > 0
+    out = capsys.readouterr().out
+    assert "weighted kappa (linear)" in out and "Left out: " in out and (tmp_path / "agreement" / "judge_agreement.png").is_file()

@@ -75,15 +75,27 @@ def test_a_misconfigured_run_fails_before_the_model_starts_loading(case, env, na
     print(f"{case}: failed in {seconds:.1f} s, the model never loaded")
 
 
-def test_a_judge_that_does_not_answer_fails_the_run_before_the_model_starts_loading(tiny_model, tmp_path):
+def test_a_judge_shut_down_by_its_provider_is_named_so_and_fails_the_run_before_the_model_starts_loading(
+        tiny_model, tmp_path):
+    """The paper's judge, asked of a server that answers as OpenAI does for a model it shut down."""
     from lmms_egoplan.egothink.synthetic import write_release
+    from lmms_egoplan.fixtures.judge_server import ChatServer, shut_down_model
 
-    env = {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(write_release(tmp_path / "data", per_dimension=1)),
-           "EGOTHINK_JUDGE_BASE_URL": "http://127.0.0.1:9/v1", "EGOTHINK_JUDGE_MODEL": "judge",
-           "EGOTHINK_JUDGE_API_KEY_ENV": "", "EGOTHINK_JUDGE_CACHE_DIR": str(tmp_path / "cache")}
-    status, log, loading, _ = observed_run(tmp_path, f"pretrained={tiny_model('qwen2_vl')}", "ego_think_counting", env)
+    with ChatServer(shut_down_model("gpt-4"), answer_preflight=False) as judge:
+        env = {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(write_release(tmp_path / "data", per_dimension=1)),
+               "EGOTHINK_JUDGE_BASE_URL": judge.base_url, "EGOTHINK_JUDGE_MODEL": "gpt-4",
+               "EGOTHINK_JUDGE_API_KEY_ENV": "", "EGOTHINK_JUDGE_CACHE_DIR": str(tmp_path / "cache")}
+        status, log, loading, seconds = observed_run(tmp_path, f"pretrained={tiny_model('qwen2_vl')}",
+                                                     "ego_think_counting", env)
     assert status == 1 and not loading, log[-3000:]
-    assert "did not answer a test request" in last_line(log) and "EGOTHINK_JUDGE_PREFLIGHT" in last_line(log)
+    assert [call.body["model"] for call in judge.calls] == ["gpt-4"]  # the preflight's request, nothing judged
+    assert last_line(log).startswith("lmms-egoplan: error: task ego_think_counting: the judge openai:gpt-4 did not "
+                                     "answer a test request: HTTP 404: The model `gpt-4` does not exist")
+    assert last_line(log).endswith(
+        "; OpenAI shut down the judge model gpt-4 on 2026-10-23 (announced 2026-04-22); set EGOTHINK_JUDGE_MODEL "
+        "(metadata.judge_model) to a current model (OpenAI names its substitutes on https://platform.openai.com/docs/deprecations), or serve the "
+        "suite's default open-weights judge Qwen/Qwen3-30B-A3B-Instruct-2507 locally (docs/judges.md)")
+    print(f"a shut-down judge: failed in {seconds:.1f} s, the model never loaded")
 
 
 def test_a_good_run_loads_the_model_once_its_tasks_are_checked_and_builds_them_once(egoplan_data, tiny_model, tmp_path):

@@ -70,3 +70,43 @@ def test_rejudge_with_failed_judgements_exits_with_the_distinct_status_saying_ho
         assert summary["ego_think_counting"]["failed"] == 2
         assert main([*args, "--judge_base_url", judge.base_url, "--judge_failed_exit_status", "0"]) == 0
         assert len(judge.calls) == 4 + 2  # the second run asked only for the two that had failed
+
+
+def test_rejudge_judges_with_the_judge_the_run_recorded_unless_told_otherwise(tmp_path):
+    from lmms_egoplan.cli import main
+
+    samples = tmp_path / "run" / "20261122_101010_samples_ego_think_counting.jsonl"
+    samples.parent.mkdir()
+    samples.write_text("".join(json.dumps(row) + "\n" for row in judged_rows(2)))
+    with ChatServer(rating_responder(lambda call: "1")) as recorded, ChatServer(rating_responder(lambda call: "0")) as other:
+        judge = {"judge_backend": "openai", "judge_model": "recorded-judge", "judge_base_url": recorded.base_url,
+                 "judge_api_key_env": "", "judge_cache_dir": None, "judge_temperature": 0.0, "judge_rubric": "egothink"}
+        (samples.parent / "20261122_101010_results.json").write_text(json.dumps(
+            {"results": {}, "configs": {"ego_think_counting": {"metadata": {"version": 2, "source": "local", **judge}}}}))
+        assert main(["rejudge", str(samples), "--output", str(tmp_path / "same")]) == 0
+        assert [call.body["model"] for call in recorded.calls] == ["recorded-judge"] * 2 and other.calls == []
+        assert main(["rejudge", str(samples), "--output", str(tmp_path / "other"), "--judge_base_url", other.base_url,
+                     "--judge_model", "other-judge"]) == 0
+        assert [call.body["model"] for call in other.calls] == ["other-judge"] * 2 and len(recorded.calls) == 2
+    scores = [json.loads(next((tmp_path / out).glob("*_rejudged.json")).read_text())["ego_think_counting"]
+              for out in ("same", "other")]
+    assert [(s["score"], s["judge_model"]) for s in scores] == [(100.0, "openai:recorded-judge"), (0.0, "openai:other-judge")]
+
+
+def test_rejudge_of_a_run_judged_by_a_shut_down_model_says_so_and_what_to_use_instead(tmp_path, capsys):
+    """Logs without a results file: the judge their items recorded (the paper's GPT-4 here)."""
+    from lmms_egoplan.cli import main
+    from lmms_egoplan.fixtures.judge_server import shut_down_model
+
+    samples = tmp_path / "20261122_101010_samples_ego_think_counting.jsonl"
+    rows = judged_rows(1)
+    rows[0]["score"]["judge"] = {"backend": "openai", "model": "gpt-4", "revision": None, "rubric": "egothink"}
+    samples.write_text(json.dumps(rows[0]) + "\n")
+    with ChatServer(shut_down_model("gpt-4"), answer_preflight=False) as server:
+        assert main(["rejudge", str(samples), "--output", str(tmp_path / "out"), "--judge_base_url", server.base_url,
+                     "--judge_cache_dir", "none"]) == 2
+    assert [call.body["model"] for call in server.calls] == ["gpt-4"]  # the preflight's request only
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "OpenAI shut down the judge model gpt-4 on 2026-10-23 (announced 2026-04-22); set --judge_model to a current "
+        "model (OpenAI names its substitutes on https://platform.openai.com/docs/deprecations), or serve the suite's "
+        "default open-weights judge Qwen/Qwen3-30B-A3B-Instruct-2507 locally (docs/judges.md)")

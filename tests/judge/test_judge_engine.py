@@ -311,7 +311,7 @@ def test_settings_are_checked_before_anything_runs():
     with pytest.raises(JudgeSetupError, match="judge_backend must be one of openai, azure, hf"):
         JudgeSettings(judge_backend="anthropic").check({})
     with pytest.raises(JudgeSetupError, match="azure needs judge_base_url"):
-        JudgeSettings(judge_backend="azure").check({"OPENAI_API_KEY": "x"})
+        JudgeSettings(judge_backend="azure", judge_base_url=None).check({})
     JudgeSettings(judge_api_key_env="").check({})  # a local server without authentication
 
 

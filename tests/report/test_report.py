@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PathCollection
 from matplotlib.colors import to_hex, to_rgb
 
 from lmms_egoplan.actplan.report_face import actplan_splits
@@ -241,9 +242,11 @@ def test_figures_have_a_bar_or_cell_per_model_and_bin(results_tree):
     assert [round(p.get_height(), 6) for p in think.patches] == [50.0] * 6 + [100.0] + [50.0] * 5
     assert all(p.get_facecolor()[:3] != to_rgb(PUBLISHED_COLOUR) for p in think.patches)
     published = [row for row in think_table.rows if row.published]
-    dots = [c for c in think.collections if c.get_offsets().shape[0] == len(published)]
-    assert len(dots) == 12 and all(to_hex(c.get_facecolor()[0]) == PUBLISHED_COLOUR for c in dots)
-    assert sorted(dots[0].get_offsets()[:, 1]) == sorted(row.values[0] for row in published)  # existence
+    # one grey dot per published row that gives the dimension (later reports give some dimensions only)
+    given = [sorted(row.values[i] for row in published if row.values[i] is not None) for i in range(len(DIMENSIONS))]
+    dots = [c for c in think.collections if isinstance(c, PathCollection)]
+    assert all(to_hex(c.get_facecolor()[0]) == PUBLISHED_COLOUR for c in dots) and len(given[0]) == 21
+    assert [sorted(c.get_offsets()[:, 1]) for c in dots] == [values for values in given if values]
     intent = egointent_scenarios(tables["egointent"])
     # as the paper's Figure 7: scenarios from the lowest mean score to the highest
     assert [t.get_text() for t in intent.axes[0].get_xticklabels()] == ["kitchen", "yard", "bedroom"]
@@ -556,3 +559,37 @@ def test_a_cut_per_sample_log_costs_its_rows_intervals_not_the_report(tmp_path):
     [val] = [row for row in read_csv(tmp_path / "report" / "egoplan_val.csv") if row["task"] == "egoplan_val"]
     assert val["Accuracy (%)"] == "60.0" and val["Accuracy (%) 95% low"] == ""
     assert f"no interval: {log}:5: not JSON" in val["notes"]
+def test_every_row_of_a_judged_table_names_its_judge_and_runs_of_other_judge_prompts_are_other_rows(tmp_path):
+    judge = {"judge_backend": "openai", "judge_model": "Qwen/Qwen3-30B-A3B-Instruct-2507",
+             "judge_revision": "0d7cf23991f47feeb3a57ecb4c9cee8ea4a17bfe", "judge_rubric": "egothink",
+             "judge_rubric_version": "1", "judge_prompt_hash": "aaaa", "judge_served_model": "Qwen/Qwen3-30B-A3B-Instruct-2507",
+             "judge_system_fingerprint": "fp_1"}
+
+    def run(folder, stamp, score, **recorded):
+        write_lmms_eval_run(tmp_path / folder, stamp, {"ego_think_counting": {"score": score}}, settings={**judge, **recorded})
+
+    run("a", "20260101_100000", 50.0)
+    run("b", "20260101_110000", 50.0, judge_system_fingerprint="fp_2")  # the same judge: it replaces run a
+    run("c", "20260101_120000", 75.0, judge_prompt_hash="bbbb")  # another judge prompt: a row of its own
+    run("d", "20260101_130000", 25.0, judge_model="gpt-4", judge_revision=None, judge_served_model="gpt-4-0613")
+    main(["report", str(tmp_path), "--output", str(tmp_path / "report")])
+    rows = read_csv(tmp_path / "report" / "ego_think.csv")
+    assert all(row["judge"] for row in rows)  # every row of a judged table names its judge
+    mine = {row["model"]: row for row in rows if row["source"] == THIS_RUN}
+    assert {name: row["Counting (0-100)"] for name, row in mine.items()} == {
+        "tiny-model (judge_model Qwen/Qwen3-30B-A3B-Instruct-2507, judge_prompt_hash aaaa, judge_revision "
+        "0d7cf23991f47feeb3a57ecb4c9cee8ea4a17bfe, judge_served_model Qwen/Qwen3-30B-A3B-Instruct-2507)": "50.0",
+        "tiny-model (judge_model Qwen/Qwen3-30B-A3B-Instruct-2507, judge_prompt_hash bbbb, judge_revision "
+        "0d7cf23991f47feeb3a57ecb4c9cee8ea4a17bfe, judge_served_model Qwen/Qwen3-30B-A3B-Instruct-2507)": "75.0",
+        "tiny-model (judge_model gpt-4, judge_prompt_hash aaaa, judge_revision null, judge_served_model gpt-4-0613)":
+            "25.0"}
+    assert {row["judge"] for row in mine.values()} == {
+        "openai:Qwen/Qwen3-30B-A3B-Instruct-2507@0d7cf23 (fingerprint fp_2); rubric egothink v1, prompt aaaa",
+        "openai:Qwen/Qwen3-30B-A3B-Instruct-2507@0d7cf23 (fingerprint fp_1); rubric egothink v1, prompt bbbb",
+        "openai:gpt-4 (served as gpt-4-0613, fingerprint fp_1); rubric egothink v1, prompt aaaa; shut down by OpenAI "
+        "on 2026-10-23"}
+    published = {(row["source"], row["model"]): row["judge"] for row in rows if row["source"].startswith("published")}
+    assert published[("published (EgoThink, Table 3)", "GPT-4V")] == "GPT-4 (snapshot not given), shut down by OpenAI on 2026-10-23"
+    assert published[("published (EgoTools, Table 2)", "EgoTools-8B")].endswith(
+        ", to be shut down by OpenAI on 2027-01-14")
+    assert "not stated" in published[("published (RAVEN, Table 3)", "RAVEN")]

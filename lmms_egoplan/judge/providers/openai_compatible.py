@@ -55,7 +55,7 @@ class OpenAIChatBackend(JudgeBackend):
             message = masked(f"HTTP {error.status_code}: {_error_message(error)}")
             if error.status_code in (408, 409, 429) or error.status_code >= 500:
                 raise TransientJudgeError(message, retry_after(getattr(getattr(error, "response", None), "headers", None))) from None
-            raise JudgeCallError(message) from None
+            raise JudgeCallError(message, error.status_code, _error_code(error)) from None
         except openai.APITimeoutError:
             raise TransientJudgeError("timed out") from None
         except openai.APIConnectionError as error:
@@ -70,7 +70,16 @@ class OpenAIChatBackend(JudgeBackend):
         choices = getattr(response, "choices", None)
         if not choices or getattr(choices[0], "message", None) is None:
             raise TransientJudgeError(masked(f"malformed response body (no choices): {str(response)[:120]!r}"))
-        return Completion(text=choices[0].message.content or "", model=response.model or self.model)
+        return Completion(text=choices[0].message.content or "", model=response.model or self.model,
+                          fingerprint=getattr(response, "system_fingerprint", None))
+
+
+def _error_code(error) -> str | None:
+    """The ``code`` of an OpenAI-style error body (``{"error": {"code": "model_not_found", ...}}``)."""
+    body = getattr(error, "body", None)
+    body = body.get("error", body) if isinstance(body, dict) else None
+    code = body.get("code") if isinstance(body, dict) else None
+    return str(code) if code else getattr(error, "code", None)
 
 
 def _error_message(error) -> str:

@@ -18,16 +18,17 @@ class TransformersBackend(JudgeBackend):
     ``concurrency`` is the generation batch size here.
     """
 
-    def __init__(self, model: str, *, batch_size: int = 8):
+    def __init__(self, model: str, *, revision: str | None = None, batch_size: int = 8):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.model = model
         self.kind = "hf"
         self._batch_size = batch_size
-        self._tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
+        self._tokenizer = AutoTokenizer.from_pretrained(model, revision=revision, padding_side="left")
         if self._tokenizer.pad_token is None:
             self._tokenizer.pad_token = self._tokenizer.eos_token
-        self._model = AutoModelForCausalLM.from_pretrained(model, dtype="auto").to(resolve_device("auto")).eval()
+        self._model = AutoModelForCausalLM.from_pretrained(model, revision=revision, dtype="auto").to(
+            resolve_device("auto")).eval()
         self._pending: list[tuple[tuple, Decoding, Future]] = []
         self._pending_lock = threading.Lock()
         self._generate_lock = threading.Lock()

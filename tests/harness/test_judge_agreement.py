@@ -1,0 +1,91 @@
+"""judge-agreement in process: samples judged on named parts (EgoIntent's fields) are compared per field and
+overall; a run without its audit trail is named; the second judge's failures end with the distinct status and
+are asked again alone."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, rating_responder
+
+
+def egointent_run(folder, ratings: dict[str, list[int]]):
+    """A run's samples file and audit trail: one step per rating index, three fields each."""
+    from lmms_egoplan.egointent.task import RUBRIC_NAME
+    from lmms_egoplan.judge import JudgeRequest, judge_parts_item
+
+    folder.mkdir()
+    steps = len(next(iter(ratings.values())))
+    rows, audit = [], []
+    for step in range(steps):
+        parts = {field: JudgeRequest.from_prompt(f"s{step}/{field}", f"Reference and prediction of {field} {step}")
+                 for field in ratings}
+        item = judge_parts_item(parts, RUBRIC_NAME)
+        rows.append({"doc_id": step, "overall": item, "judged": item, "failed": item})
+        audit += [{"id": f"s{step}/{field}", "rating": float(ratings[field][step]), "raw_output": "first"}
+                  for field in ratings]
+    (folder / "20261122_101010_samples_egointent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "20261122_101010_judgements_egointent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in audit))
+
+
+def second_rating(call):
+    """The second judge: 10 for the local intent, the step's number for the others."""
+    field, step = call.text.rsplit(" ", 2)[-2:]
+    return "10" if field == "local_intent" else str(int(step))
+
+
+def test_fields_are_compared_one_by_one_and_together(tmp_path, capsys):
+    from lmms_egoplan.cli import main
+
+    ratings = {"local_intent": [10, 10, 9, 10], "global_intent": [0, 1, 2, 3], "next_step_plan": [3, 2, 1, 0]}
+    egointent_run(tmp_path / "run", ratings)
+    with ChatServer(rating_responder(second_rating)) as second:
+        assert main(["judge-agreement", str(tmp_path / "run"), "--output", str(tmp_path / "out"), "--judge_base_url",
+                     second.base_url, "--judge_model", "second"]) == 0
+    assert len(second.calls) == 12
+    rows = {row["group"]: row for row in csv.DictReader((tmp_path / "out" / "judge_agreement.csv").open())}
+    assert list(rows) == ["egointent · local_intent", "egointent · global_intent", "egointent · next_step_plan",
+                          "all (egointent)"]
+    # 0-10 ratings reported on 0-100, as the task reports them.
+    assert [float(rows[g]["first score"]) for g in rows] == pytest.approx([97.5, 15.0, 15.0, (97.5 + 15 + 15) / 3])
+    assert [float(rows[g]["second score"]) for g in rows] == pytest.approx([100.0, 15.0, 15.0, (100 + 15 + 15) / 3])
+    assert [float(rows[g]["exact agreement"]) for g in rows] == pytest.approx([0.75, 1.0, 0.0, 7 / 12])
+    assert float(rows["egointent · global_intent"]["weighted kappa (linear)"]) == 1.0
+    disagreed = list(csv.DictReader((tmp_path / "out" / "judge_disagreements.csv").open()))
+    assert [(d["id"], d["first rating"], d["second rating"]) for d in disagreed][:2] == [
+        ("s0/next_step_plan", "3.0", "0.0"), ("s3/next_step_plan", "0.0", "3.0")]
+    assert "egointent · local_intent" in capsys.readouterr().out
+
+
+def test_a_run_without_its_audit_trail_is_named(tmp_path, capsys):
+    from lmms_egoplan.cli import main
+
+    egointent_run(tmp_path / "run", {"local_intent": [1]})
+    (tmp_path / "run" / "20261122_101010_judgements_egointent.jsonl").unlink()
+    with ChatServer(rating_responder(lambda call: "1")) as second:
+        assert main(["judge-agreement", str(tmp_path / "run"), "--output", str(tmp_path / "out"), "--judge_base_url",
+                     second.base_url]) == 2
+    assert "no audit trail 20261122_101010_judgements_egointent.jsonl beside" in capsys.readouterr().err
+
+
+def test_failed_second_judgements_end_with_the_distinct_status_and_are_asked_again_alone(tmp_path, capsys):
+    from lmms_egoplan.cli import main
+
+    egointent_run(tmp_path / "run", {"local_intent": [5, 6, 7]})
+    state = {"down": {"s1/local_intent"}}
+
+    def flaky(call):
+        step = call.text.rsplit(" ", 1)[-1]
+        return Reply(status=503) if f"s{step}/local_intent" in state["down"] else Reply("Rating: [[5]]")
+
+    args = ["judge-agreement", str(tmp_path / "run"), "--output", str(tmp_path / "out"), "--judge_retries", "0"]
+    with ChatServer(flaky) as second:
+        assert main([*args, "--judge_base_url", second.base_url]) == 3
+        assert "1 judgements of the second judge failed" in capsys.readouterr().err
+        state["down"] = set()
+        second.reset()
+        assert main([*args, "--judge_base_url", second.base_url]) == 0
+        assert len(second.calls) == 1  # the others come from the second judge's own cache
