@@ -65,8 +65,9 @@ def _value(run: Run, task: str, column: Column, scale: float) -> object:
         path = run.side_file("submission", task) or run.side_file("submission_partial", task)
         return path.name if path else None
     metrics = run.metrics.get(column.task_of(task), {})
-    value = metrics.get(column.metric)
-    if column.metric in metrics and is_no_value(value):
+    name = column.reported_name(metrics)
+    value = metrics.get(name)
+    if name in metrics and is_no_value(value):
         return math.nan
     return value * scale if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -89,7 +90,9 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
     intervals = []
     for column, scale, value, reason in zip(layout.columns, scales, values, unscored):
         measured = isinstance(value, (int, float)) and not math.isnan(value) and not reason
-        found = interval(run, column.task_of(task), column.metric, proportion=column.proportion) if column.interval and measured else None
+        which = column.task_of(task)
+        found = (interval(run, which, column.reported_name(run.metrics.get(which, {})), proportion=column.proportion)
+                 if column.interval and measured else None)
         intervals.append(Interval(found.low * scale, found.high * scale, found.method, found.samples) if found else None)
     notes = [f"partial: {run.partial[t]}" for t in sorted(tasks) if t in run.partial] + run.notes
     for column, reason in zip(layout.columns, unscored):
