@@ -53,18 +53,19 @@ def test_the_scripted_judges_read_reference_and_answer_from_the_benchmarks_judge
     from lmms_egoplan.egothink import task as egothink_task
 
     think = egothink.scripted_answers(tmp_path, per_dimension=2)
-    intent = egointent.scripted_answers(tmp_path / "annotations.jsonl")
+    intent = egointent.scripted_answers(tmp_path / "EgoIntent")
     judge = rating_by_script([think, intent])
     record = egothink.synthetic_records(next(iter(egothink.DIMENSIONS.values())), 2)[1]
     doc = {"id": "x", "question": record["question"], "answer": record["answer"]}
     for kind, rating in egothink.SCRIPTED_RATINGS.items():
         prompt = egothink_task.judge_request(doc, egothink.scripted_answer(record["answer"], kind)).messages[-1]["content"]
         assert judge(call(prompt)).text.endswith(f"Rating: [[{rating}]]")
-    steps = egointent.step_records()
+    steps = egointent.released_steps()
     for number in range(len(egointent.SCRIPTED_STEPS)):  # the local intent of each kind of scripted answer
         kind = egointent.SCRIPTED_STEPS[number][1][0]
-        prediction = egointent.field_answer(steps[number]["local_intent"], kind)
-        prompt = egointent_task.judge_request(steps[number], INTENT_FIELDS[0], prediction).messages[-1]["content"]
+        step = {"step_id": steps[number].sample_id, "local_intent": steps[number].record["local_intent"]}
+        prediction = egointent.field_answer(step["local_intent"], kind)
+        prompt = egointent_task.judge_request(step, INTENT_FIELDS[0], prediction).messages[-1]["content"]
         assert judge(call(prompt)).text.endswith(f"Rating: [[{egointent.SCRIPTED_RATINGS[kind]}]]")
     unknown = egothink_task.judge_request(doc, "an answer nobody scripted").messages[-1]["content"]
     assert "[[" not in judge(call(unknown)).text  # no rating: the judgement fails and is counted

@@ -1,4 +1,4 @@
-"""EgoIntent: local intent, global intent and next-step plan from a clip cut before the step's key
+"""EgoIntent: Local Intent, Procedural Intent and Next-Plan from a clip cut before the step's key
 outcome, each field rated by an LLM judge. ``task`` holds the hooks in the order lmms-eval calls
 them, ``data`` reads the release, ``synthetic`` the demo's data, ``report_face`` its table and figure
 in ``lmms-egoplan report`` (its published rows in ``published_results.json``), ``commands`` its

@@ -11,18 +11,14 @@ from lmms_egoplan.core.arguments import allow_paths_outside_root_argument
 
 
 def _check(args: argparse.Namespace) -> int:
-    from lmms_egoplan.egointent.data import annotation_problems, describe_steps, load_steps, step_docs
+    from lmms_egoplan.egointent.data import describe_steps, load_samples
     from lmms_egoplan.egointent.task import EgoIntentSettings
 
-    settings = EgoIntentSettings(annotations=args.annotations, video_root=args.video_root,
-                                 sample_fps=args.sample_fps, max_frames=args.max_frames)
+    settings = EgoIntentSettings(annotations=args.annotations, data_layout=args.data_layout, video_root=args.video_root,
+                                 sample_fps=args.sample_fps, max_frames=args.max_frames,
+                                 allow_paths_outside_root=args.allow_paths_outside_root, skip_missing=args.skip_missing)
     settings.check_sampling(name=lambda field: "--" + field.replace("_", "-"))
-    problems = annotation_problems(settings.annotations)
-    steps = load_steps(settings.annotations, settings.video_root, allow_outside=args.allow_paths_outside_root,
-                       dataset_problems=problems)
-    docs = step_docs(steps, settings, problems)
-    problems.raise_if_any()
-    print(describe_steps(docs, settings))
+    print(describe_steps(load_samples(settings), settings))
     return 0
 
 
@@ -36,9 +32,14 @@ def _frame_cap(text: str) -> int | None:
 
 
 def _check_arguments(check: argparse.ArgumentParser) -> None:
-    check.add_argument("annotations", type=Path, help="the annotation file (.json list or .jsonl)")
-    check.add_argument("--video-root", type=Path, help="where video paths and video_uids resolve "
+    check.add_argument("annotations", type=Path, help="the release folder as downloaded, or a flat annotation file "
+                                                      "(.json list or .jsonl)")
+    check.add_argument("--data-layout", default="auto",
+                       help="release, flat or auto (default): a folder is the release, a file the flat format")
+    check.add_argument("--video-root", type=Path, help="flat format: where video paths and video_uids resolve "
                                                        "(default: the annotation file's folder)")
+    check.add_argument("--skip-missing", action="store_true",
+                       help="list the steps whose video is missing or unusable instead of failing")
     check.add_argument("--sample-fps", type=float, default=6.0, help="frames sampled per second (default: 6)")
     check.add_argument("--max-frames", type=_frame_cap, default=32, help="frame cap per clip, or none (default: 32)")
     allow_paths_outside_root_argument(check, "videos")
@@ -47,6 +48,6 @@ def _check_arguments(check: argparse.ArgumentParser) -> None:
 
 # name -> (help, how to add its arguments), as lmms_egoplan.cli.COMMANDS
 COMMANDS = {
-    "egointent-check": ("validate EgoIntent annotations in the local format (and their videos) and "
+    "egointent-check": ("validate the EgoIntent release (or a flat annotation file) and its videos, and "
                         "summarise the steps and frame plans", _check_arguments),
 }

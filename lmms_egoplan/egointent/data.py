@@ -1,6 +1,8 @@
-"""EgoIntent's data: the three annotated dimensions of step-level intent, the local annotation
-format (tasks/egointent/README.md) read and checked record by record, and each step's pre-outcome
-clip planned as frame indices (docs hold paths and indices, never decoded frames).
+"""EgoIntent's data: the three annotated dimensions of step-level intent; the two layouts it is read
+from -- the authors' release (``RELEASE``: a folder per event, a pre-cut clip per step) and the
+suite's flat file (a record per step, times into whole videos) -- each checked step by step, with
+every problem of a dataset, its media included, in one error; and each step's pre-outcome clip
+planned as frame indices (docs hold paths and indices, never decoded frames).
 
 The protocol is in ``lmms_egoplan.egointent.task``. Functions taking ``settings`` receive an
 ``egointent.EgoIntentSettings``.
@@ -14,78 +16,277 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 from lmms_egoplan.core.errors import DatasetProblems, InputError
 from lmms_egoplan.core.files import inside_root, read_jsonl, read_text
-from lmms_egoplan.core.media import MediaError, VideoFile, VideoInfo, frame_at, last_frame_before, uniform_indices
+from lmms_egoplan.core.media import (
+    LoadedSamples,
+    MissingMedia,
+    VideoFile,
+    VideoInfo,
+    frame_at,
+    last_frame_before,
+    uniform_indices,
+    video_problems,
+)
 from lmms_egoplan.core.settings import setting_name
 
 ENV_PREFIX = "EGOINTENT"  # settings are overridden by environment variables EGOINTENT_<SETTING>
 
 
 # =============================================================================================
-# The three dimensions of step-level intent (section 3.2)
+# The three dimensions of step-level intent (the authors' README; section 3.2 of arXiv v1)
 # =============================================================================================
 
 
 @dataclass(frozen=True)
 class Dimension:
-    field: str  # annotation field, answer key and metric name
-    label: str  # as the prompts name it
+    field: str  # answer key, metric name and the flat file's reference field
+    label: str  # as the authors name it, in the prompts and the tables
     question: str  # what the model is asked
     definition: str  # what the judge is told the dimension means
+    former_fields: tuple[str, ...] = ()  # its names before the release (arXiv v1), still read in flat files and logs
 
 
 DIMENSIONS = (
-    Dimension("local_intent", "Local intent",
+    Dimension("local_intent", "Local Intent",
               "What is the person trying to accomplish in this step? Give the immediate goal, "
               "not a description of the visible motion.",
               "the person's immediate goal within the current step: what they are trying to accomplish now "
               "(a goal, not a restatement of the visible action)"),
-    Dimension("global_intent", "Global intent",
+    Dimension("procedural_intent", "Procedural Intent",
               "Why is this step needed? Give the role this step plays in the person's overall activity.",
               "the role of the current step in the overall activity: why this step is needed at this point "
-              "of the procedure"),
-    Dimension("next_step_plan", "Next-step plan",
+              "of the procedure", former_fields=("global_intent",)),
+    Dimension("next_step_plan", "Next-Plan",
               "What will the person most likely do right after this step?",
               "the action most likely to begin right after the current step is completed"),
 )
 FIELDS = tuple(d.field for d in DIMENSIONS)
+# A dimension's former field name -> its field (global_intent -> procedural_intent)
+FORMER_FIELDS = {former: d.field for d in DIMENSIONS for former in d.former_fields}
 ENVIRONMENTS = ("indoor", "outdoor")
 SCENARIO = "scenario"  # a scenario's breakdown is the metric scenario_<name> (scenario_metric)
-
-
-# =============================================================================================
-# Annotations: the local format (tasks/egointent/README.md)
-# =============================================================================================
+NEXT_STEP_REFERENCES = ("observed", "observed_and_plausible")  # what the judge compares a Next-Plan with
+LAYOUTS = ("auto", "release", "flat")  # the setting data_layout: auto reads a folder as the release, a file as flat
 
 
 class EgoIntentDataError(InputError):
-    """The annotation file, or a video it names, cannot be used; the message lists every problem."""
+    """The annotations, or a video they name, cannot be used; the message lists every problem."""
 
 
-REQUIRED_TEXT_FIELDS = ("step_id", "scenario", "environment", *FIELDS)
-VIDEO_SUFFIX = ".mp4"  # `video_uid` resolves to <video_root>/<video_uid>.mp4, Ego4D's layout
+_OUTSIDE = setting_name(ENV_PREFIX, "allow_paths_outside_root")  # the switch that allows data outside its folder
 
 
 @dataclass(frozen=True)
 class Step:
-    """One validated annotation record."""
+    """One validated step, of either layout."""
 
-    step_id: str
-    video: Path
-    step_start: float
-    truncation_time: float
+    step_id: str  # the sample id, shown to the model: it carries no meaning (no scene, event or task name)
+    video: Path  # the file holding the step's observation
+    clip_start: float  # seconds into ``video`` where the observation starts
+    clip_end: float  # seconds into ``video`` before which it ends: no frame at or after it is shown
     scenario: str
     environment: str
-    references: dict[str, str]  # field -> reference label
+    references: dict[str, str]  # dimension field -> reference label
+    plausible_next_steps: tuple[str, ...]  # further plausible next steps (the release's), beside the reference
     event: str  # never shown to the model
+    source_video: str  # the video the step comes from (an Ego4D video_uid, or the flat file's video)
+    where: str  # how a problem names the step: its file, event and step
+    media_source: str  # how the step's video was found, for the error that it is missing
+    short_video: str  # what it means that ``video`` ends before ``clip_end``
+
+
+# =============================================================================================
+# The release: <indoor|outdoor>/<scene>/<event>/step_label.json and one clip per step
+# =============================================================================================
+
+
+@dataclass(frozen=True)
+class ReleaseLayout:
+    """The authors' release as this task reads it: every file and field name it expects, in one place,
+    so that a difference found on the real download is a one-line change here. Read from code that
+    downloads the release (tasks/egointent/README.md, Fidelity); the dataset card is the authority."""
+
+    label_file: str  # an event's annotations, in <indoor|outdoor>/<scene>/<event>/
+    clip_file: str  # a step's pre-cut clip, beside label_file ({step_id}: the step's id)
+    steps: str  # the label file's list of steps
+    video_uid: str  # the Ego4D video the event was cut from
+    step_id: str  # a step's id, unique within its event
+    start: str  # where the step's observation starts (seconds)
+    end: str  # where it ends, before the step's key outcome: the clip is the window start..end
+    references: Mapping[str, str]  # dimension field -> the release's name for its reference
+    plausible_next_steps: str  # further plausible next steps (a list), beside the observed one
+
+
+RELEASE = ReleaseLayout(
+    label_file="step_label.json", clip_file="step{step_id}.mp4", steps="steps", video_uid="video_uid",
+    step_id="step_id", start="start_time", end="obs_end_time",
+    references={"local_intent": "local_intent", "procedural_intent": "procedural_intent",
+                "next_step_plan": "observed_next_step"},
+    plausible_next_steps="plausible_next_steps",
+)
+
+
+def read_release(root: Path, *, allow_outside: bool = False) -> tuple[list[Step], list[str]]:
+    """Every step of the release under ``root``, and what is wrong with the others (each problem
+    naming the file, the event, the step and the field). Steps are in folder order."""
+    labels = sorted(root.rglob(RELEASE.label_file))
+    if not labels:
+        raise EgoIntentDataError(
+            f"{root}: no {RELEASE.label_file} under this folder; the EgoIntent release holds "
+            f"<indoor|outdoor>/<scene>/<event>/{RELEASE.label_file} (tasks/egointent/README.md, Data preparation); "
+            f"point {setting_name(ENV_PREFIX, 'annotations')} at the folder you downloaded, or at a flat annotation "
+            f"file")
+    steps: list[Step] = []
+    problems: list[str] = []
+    sample_ids: dict[str, str] = {}
+    for label in labels:
+        relative = label.relative_to(root)
+        if len(relative.parts) != 4 or relative.parts[0] not in ENVIRONMENTS:
+            problems.append(f"{relative}: not at <indoor|outdoor>/<scene>/<event>/{RELEASE.label_file}: its event has "
+                            f"no environment and scene")
+            continue
+        event_steps, event_problems = _event_steps(root, relative, allow_outside=allow_outside)
+        problems += event_problems
+        for step in event_steps:
+            if step.step_id in sample_ids:  # one Ego4D video cut into two events with the same step ids
+                problems.append(f"{step.where}: field {RELEASE.video_uid}: the sample id {step.step_id!r} "
+                                f"({RELEASE.video_uid} and {RELEASE.step_id}) is also that of "
+                                f"{sample_ids[step.step_id]}")
+                continue
+            sample_ids[step.step_id] = step.where
+            steps.append(step)
+    return steps, problems
+
+
+def _event_steps(root: Path, relative: Path, *, allow_outside: bool) -> tuple[list[Step], list[str]]:
+    """The valid steps of one event's label file, and its problems."""
+    environment, scene, event = relative.parts[:3]
+    label = root / relative
+    try:
+        inside_root(label, root, where=str(relative), allow=allow_outside, setting=_OUTSIDE,
+                    error_class=EgoIntentDataError)
+        data = json.loads(read_text(label, EgoIntentDataError))
+    except EgoIntentDataError as error:
+        return [], [f"{relative}: event {event}: {error}"]
+    except json.JSONDecodeError as error:
+        return [], [f"{relative}: event {event}: not valid JSON: {error}"]
+    if not isinstance(data, dict) or not isinstance(data.get(RELEASE.steps), list):
+        return [], [f"{relative}: event {event}: expected a JSON object whose field {RELEASE.steps} is a list of "
+                    f"steps"]
+    problems = []
+    video_uid = data.get(RELEASE.video_uid)
+    if not isinstance(video_uid, str) or not video_uid.strip():
+        problems.append(f"{relative}: event {event}, field {RELEASE.video_uid}: must be a non-empty string, "
+                        f"got {video_uid!r}")
+    ids = Counter(str(record.get(RELEASE.step_id)) for record in data[RELEASE.steps] if isinstance(record, dict))
+    duplicates = set()
+    steps = []
+    for number, record in enumerate(data[RELEASE.steps], start=1):
+        step_id = record.get(RELEASE.step_id) if isinstance(record, dict) else None
+        named = f"step {step_id!r}" if _is_step_id(step_id) else f"step #{number} of the list"
+        where = f"{relative}: event {event}, {named}"
+        if not isinstance(record, dict):
+            problems.append(f"{where}: expected a JSON object, got {type(record).__name__}")
+            continue
+        found = _release_step_problems(record)
+        duplicated = _is_step_id(step_id) and ids[str(step_id)] > 1
+        if duplicated and str(step_id) not in duplicates:  # said once, of the first step holding the id
+            found.append(f"field {RELEASE.step_id}: {step_id!r} is used by {ids[str(step_id)]} steps of this event "
+                         f"(their clips would share {RELEASE.clip_file.format(step_id=step_id)})")
+            duplicates.add(str(step_id))
+        clip = label.parent / RELEASE.clip_file.format(step_id=step_id)
+        if _is_step_id(step_id) and not duplicated:
+            try:
+                inside_root(clip, root, where=f"the clip of {named}", allow=allow_outside, setting=_OUTSIDE,
+                            error_class=EgoIntentDataError)
+            except EgoIntentDataError as error:
+                found.append(f"field {RELEASE.step_id}: {error}")
+        problems += [f"{where}, {problem}" if problem.startswith("field ") else f"{where}: {problem}"
+                     for problem in found]
+        if found or duplicated or not isinstance(video_uid, str) or not video_uid.strip():
+            continue
+        start, end = float(record[RELEASE.start]), float(record[RELEASE.end])
+        steps.append(Step(
+            step_id=f"{video_uid.strip()}_{step_id}", video=clip, clip_start=0.0, clip_end=end - start,
+            scenario=scene, environment=environment,
+            references={name: record[released].strip() for name, released in RELEASE.references.items()},
+            plausible_next_steps=tuple(text.strip() for text in record.get(RELEASE.plausible_next_steps) or ()),
+            event=event, source_video=video_uid.strip(), where=where,
+            media_source=f"the clip of {named}, named by field {RELEASE.step_id}",
+            short_video=(f"field {RELEASE.end}: the clip is shorter than its window ({RELEASE.end} - {RELEASE.start} "
+                         f"= {end - start:.3f} s)")))
+    return steps, problems
+
+
+def _is_step_id(value: Any) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool) and value >= 0) or (
+        isinstance(value, str) and bool(value.strip()) and "/" not in value)
+
+
+def _release_step_problems(record: dict) -> list[str]:
+    """What is wrong with one step of a label file, each problem naming its field."""
+    problems = []
+    if RELEASE.step_id not in record:
+        problems.append(f"field {RELEASE.step_id}: missing")
+    elif not _is_step_id(record[RELEASE.step_id]):
+        problems.append(f"field {RELEASE.step_id}: must be a whole number >= 0 or a name without '/', "
+                        f"got {record[RELEASE.step_id]!r}")
+    problems += _time_problems(record, (RELEASE.start, RELEASE.end), "seconds")
+    problems += _text_problems(record, RELEASE.references.values())
+    return problems + _plausible_problems(record, RELEASE.plausible_next_steps)
+
+
+def _plausible_problems(record: dict, name: str) -> list[str]:
+    """Further plausible next steps: optional, a list of non-empty strings."""
+    plausible = record.get(name, [])
+    if isinstance(plausible, list) and all(isinstance(text, str) and text.strip() for text in plausible):
+        return []
+    return [f"field {name}: must be a list of non-empty strings, got {plausible!r}"]
+
+
+def _time_problems(record: dict, names: tuple[str, str], meaning: str) -> list[str]:
+    """Two times (start, end) in seconds: present, numbers >= 0, the end after the start."""
+    problems, times = [], {}
+    for name in names:
+        value = record.get(name)
+        if name not in record:
+            problems.append(f"field {name}: missing ({meaning})")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            problems.append(f"field {name}: must be a number of seconds >= 0, got {value!r}")
+        else:
+            times[name] = float(value)
+    start, end = names
+    if len(times) == 2 and times[end] <= times[start]:
+        problems.append(f"field {end}: {times[end]:g} s must be after {start} ({times[start]:g} s): the clip would be "
+                        f"empty")
+    return problems
+
+
+def _text_problems(record: dict, names) -> list[str]:
+    problems = []
+    for name in names:
+        value = record.get(name)
+        if name not in record:
+            problems.append(f"field {name}: missing")
+        elif not isinstance(value, str) or not value.strip():
+            problems.append(f"field {name}: must be a non-empty string, got {value!r}")
+    return problems
+
+
+# =============================================================================================
+# The flat file (the suite's format before the release; tasks/egointent/README.md)
+# =============================================================================================
+
+
+FLAT_TEXT_FIELDS = ("step_id", "scenario", "environment")
+VIDEO_SUFFIX = ".mp4"  # `video_uid` resolves to <video_root>/<video_uid>.mp4, Ego4D's layout
 
 
 def read_records(path: Path) -> list[dict]:
     """The records of a ``.json`` file (a list) or a ``.jsonl`` file (one object per line)."""
-    if not path.is_file():
-        raise EgoIntentDataError(f"EgoIntent annotation file not found: {path}; check {setting_name(ENV_PREFIX, 'annotations')}")
     if path.suffix.lower() == ".jsonl":
         return [record for _, record in read_jsonl(path, EgoIntentDataError)]
     try:
@@ -97,14 +298,11 @@ def read_records(path: Path) -> list[dict]:
     return records
 
 
-def load_steps(path: str | Path, video_root: str | Path | None = None, *, allow_outside: bool = False,
-               dataset_problems: DatasetProblems | None = None) -> list[Step]:
-    """Read and validate every record of an annotation file: the valid steps. Every problem (missing
-    or empty field, wrong type, truncation not after the step start, unknown environment, duplicate
-    step id, a scenario filed as both indoor and outdoor, missing video, a video outside
-    ``video_root`` unless ``allow_outside``) joins ``dataset_problems``, which the caller raises once
-    the videos are checked too (``step_docs``); without it, they are raised here."""
-    path = Path(path)
+def read_flat(path: Path, video_root: Path | None = None, *,
+              allow_outside: bool = False) -> tuple[list[Step], list[str]]:
+    """Every valid record of a flat annotation file, and what is wrong with the others (missing or
+    empty field, wrong type, truncation not after the step start, unknown environment, duplicate step
+    id, a video outside ``video_root`` unless ``allow_outside``)."""
     root = Path(video_root) if video_root else path.parent
     problems: list[str] = []
     steps: list[Step] = []
@@ -112,75 +310,52 @@ def load_steps(path: str | Path, video_root: str | Path | None = None, *, allow_
     for number, record in enumerate(read_records(path), start=1):
         step_id = record.get("step_id")
         where = f"record {number}" + (f" (step_id {step_id!r})" if isinstance(step_id, str) else "")
-        found = _record_problems(record)
+        found = _flat_record_problems(record)
         if not found:
             if record["step_id"] in seen_ids:
                 found.append(f"step_id {record['step_id']!r} is used by an earlier record")
             video = _video_path(record, root)
-            field = "video" if "video" in record else "video_uid"
+            name = "video" if "video" in record else "video_uid"
             try:
-                inside_root(video, root, where=f"field {field} {record[field]!r}", allow=allow_outside,
-                            setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"))
+                inside_root(video, root, where=f"field {name} {record[name]!r}", allow=allow_outside, setting=_OUTSIDE)
             except InputError as error:
                 found.append(str(error))
-            else:
-                if not video.is_file():
-                    found.append(f"video not found: {video} ({_video_source(record, root)})")
         if found:
             problems += [f"{where}: {problem}" for problem in found]
             continue
         seen_ids.add(record["step_id"])
-        steps.append(Step(step_id=record["step_id"], video=video, step_start=float(record["step_start"]),
-                          truncation_time=float(record["truncation_time"]), scenario=record["scenario"].strip(),
-                          environment=record["environment"].strip().lower(),
-                          references={field: record[field].strip() for field in FIELDS},
-                          event=str(record.get("event") or "")))
-    problems += _scenario_problems(steps)
-    if not problems and not steps:
-        problems.append("no step records")
-    collector = annotation_problems(path) if dataset_problems is None else dataset_problems
-    for problem in problems:
-        collector.add(f"{path}, {problem}")
-    if dataset_problems is None:
-        collector.raise_if_any()
-    return steps
+        start, end = float(record["step_start"]), float(record["truncation_time"])
+        references = {d.field: next(record[name] for name in (d.field, *d.former_fields) if name in record).strip()
+                      for d in DIMENSIONS}
+        steps.append(Step(
+            step_id=record["step_id"], video=video, clip_start=start, clip_end=end, scenario=record["scenario"].strip(),
+            environment=record["environment"].strip().lower(), references=references,
+            plausible_next_steps=tuple(text.strip() for text in record.get("plausible_next_steps") or ()),
+            event=str(record.get("event") or ""), source_video=record.get("video_uid") or record["video"], where=where,
+            media_source=_video_source(record, root),
+            short_video=f"truncation_time {end:g} s is past the end of the video"))
+    return steps, problems
 
 
-def annotation_problems(path: str | Path) -> DatasetProblems:
-    """Where every problem of an EgoIntent annotation file and its videos is collected (``load_steps``,
-    ``step_docs``), to be raised as one EgoIntentDataError."""
-    return DatasetProblems(f"the EgoIntent annotations {path} (format: tasks/egointent/README.md)", EgoIntentDataError)
-
-
-def _record_problems(record: dict) -> list[str]:
-    problems = []
-    for name in REQUIRED_TEXT_FIELDS:
-        value = record.get(name)
-        if name not in record:
-            problems.append(f"missing field {name!r}")
-        elif not isinstance(value, str) or not value.strip():
-            problems.append(f"field {name!r} must be a non-empty string, got {value!r}")
+def _flat_record_problems(record: dict) -> list[str]:
+    problems = _text_problems(record, FLAT_TEXT_FIELDS)
+    for dimension in DIMENSIONS:
+        names = [name for name in (dimension.field, *dimension.former_fields) if name in record]
+        if len(names) > 1:
+            problems.append(f"fields {' and '.join(names)}: one reference under its name and its former name; "
+                            f"keep {dimension.field}")
+        else:
+            problems += _text_problems(record, names or [dimension.field])
     if isinstance(record.get("environment"), str) and record["environment"].strip().lower() not in ENVIRONMENTS:
-        problems.append(f"field 'environment' must be one of {', '.join(ENVIRONMENTS)}, got {record['environment']!r}")
+        problems.append(f"field environment: must be one of {', '.join(ENVIRONMENTS)}, got {record['environment']!r}")
     video_keys = [key for key in ("video", "video_uid") if key in record]
     if len(video_keys) != 1:
-        problems.append("exactly one of the fields 'video' (a path) and 'video_uid' is required"
+        problems.append("exactly one of the fields video (a path) and video_uid is required"
                         + (", got both" if len(video_keys) == 2 else ""))
     elif not isinstance(record[video_keys[0]], str) or not record[video_keys[0]].strip():
-        problems.append(f"field {video_keys[0]!r} must be a non-empty string, got {record[video_keys[0]]!r}")
-    times = {}
-    for name in ("step_start", "truncation_time"):
-        value = record.get(name)
-        if name not in record:
-            problems.append(f"missing field {name!r} (seconds from the start of the video)")
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            problems.append(f"field {name!r} must be a number of seconds >= 0, got {value!r}")
-        else:
-            times[name] = float(value)
-    if len(times) == 2 and times["truncation_time"] <= times["step_start"]:
-        problems.append(f"truncation_time ({times['truncation_time']:g} s) must be after step_start "
-                        f"({times['step_start']:g} s): the clip would be empty")
-    return problems
+        problems.append(f"field {video_keys[0]}: must be a non-empty string, got {record[video_keys[0]]!r}")
+    problems += _plausible_problems(record, "plausible_next_steps")
+    return problems + _time_problems(record, ("step_start", "truncation_time"), "seconds from the start of the video")
 
 
 def _video_path(record: dict, root: Path) -> Path:
@@ -194,8 +369,65 @@ def _video_source(record: dict, root: Path) -> str:
     """How a record's video path came about, for the error that it is missing."""
     if "video" in record and Path(record["video"]).is_absolute():
         return "field video"
-    field = "video" if "video" in record else "video_uid"
-    return f"field {field} under video_root {root}; setting {setting_name(ENV_PREFIX, 'video_root')}"
+    name = "video" if "video" in record else "video_uid"
+    return f"field {name} under video_root {root}; setting {setting_name(ENV_PREFIX, 'video_root')}"
+
+
+# =============================================================================================
+# Either layout: the steps, checked together with their media
+# =============================================================================================
+
+
+def layout_of(path: Path, data_layout: str = "auto") -> str:
+    """``release`` or ``flat``: the layout ``path`` is read in (``data_layout``: auto reads a folder as
+    the release and a file as the flat format). A path that does not fit the layout asked for, or
+    does not exist, raises EgoIntentDataError naming the setting."""
+    annotations, layout = setting_name(ENV_PREFIX, "annotations"), setting_name(ENV_PREFIX, "data_layout")
+    if not path.exists():
+        raise EgoIntentDataError(f"EgoIntent data not found: {path}; point {annotations} at the release folder "
+                                 f"(<indoor|outdoor>/<scene>/<event>/{RELEASE.label_file}) or at a flat annotation "
+                                 f"file")
+    found = "release" if path.is_dir() else "flat"
+    if data_layout not in ("auto", found):
+        raise EgoIntentDataError(f"{path} is a {'folder' if path.is_dir() else 'file'}, but {layout} is {data_layout}: "
+                                 f"the release is a folder, the flat format a .json / .jsonl file")
+    return found
+
+
+def load_samples(settings) -> LoadedSamples:
+    """The evaluation documents of the data ``settings.annotations`` names, in either layout, each
+    step with its clip's frame plan (every video opened once).
+
+    Annotation problems and media problems (a missing, unreadable or empty video; a clip shorter
+    than its window; data that stops early) are raised together in one EgoIntentDataError listing
+    each with its file, event, step and field -- or, with ``skip_missing``, the steps whose media
+    cannot be used are left out and returned as ``skipped`` (annotation problems are always raised).
+    """
+    path = Path(settings.annotations)
+    layout = layout_of(path, settings.data_layout)
+    if layout == "release":
+        if settings.video_root is not None:
+            raise EgoIntentDataError(f"{setting_name(ENV_PREFIX, 'video_root')} applies to the flat format only: the "
+                                     f"release keeps each step's clip beside its {RELEASE.label_file}; unset it")
+        steps, problems = read_release(path, allow_outside=settings.allow_paths_outside_root)
+    else:
+        steps, problems = read_flat(path, settings.video_root, allow_outside=settings.allow_paths_outside_root)
+        problems = [f"{path.name}, {problem}" for problem in problems]  # each names its file, listed alone too
+    problems += _scenario_problems(steps)
+    docs, unusable = step_docs(steps, settings)
+    skipped = [MissingMedia(step.step_id, str(step.video), f"{step.where}: {message}") for step, message in unusable]
+    if not settings.skip_missing:
+        problems += [media.message for media in skipped]
+    if not problems and not docs:
+        problems.append(f"{path}: " + ("no steps" if not skipped else "every step's media is unusable"))
+    found = DatasetProblems(f"the EgoIntent {'release' if layout == 'release' else 'annotations'} {path} "
+                            f"(format: tasks/egointent/README.md)", EgoIntentDataError)
+    for problem in problems:
+        found.add(problem)
+    found.raise_if_any("" if settings.skip_missing or not skipped else (
+        f"Set {setting_name(ENV_PREFIX, 'skip_missing')} to true to skip the {len(skipped)} step(s) whose media "
+        f"cannot be used; they are counted in skipped_samples"))
+    return LoadedSamples(docs, skipped)
 
 
 def _scenario_problems(steps: list[Step]) -> list[str]:
@@ -240,67 +472,87 @@ def clip_frame_indices(step_start: float, truncation_time: float, fps: float, nu
     return uniform_indices(first, last, sampled if max_frames is None else min(sampled, max_frames))
 
 
+def _past_the_end(step: Step, info: VideoInfo) -> bool:
+    """Whether the step's observation ends more than one frame after its video (container durations
+    round to a frame; within one, the video's last frame is the clip's)."""
+    return step.clip_end > info.num_frames / info.fps + 1 / info.fps
+
+
 # =============================================================================================
 # Steps -> docs
 # =============================================================================================
 
 
-def step_docs(steps: list[Step], settings, dataset_problems: DatasetProblems | None = None) -> list[dict]:
-    """The evaluation documents: each step with its video's frame plan (read from each video once).
-    A video that does not open or a step it cannot show joins ``dataset_problems`` (without it, the
-    problems are raised here)."""
-    videos: dict[Path, VideoInfo] = {}
-    problems = []
-    for video in dict.fromkeys(step.video for step in steps):
-        try:
-            with VideoFile(video) as reader:
-                videos[video] = reader.info
-        except MediaError as error:
-            problems.append(str(error))
+def step_docs(steps: list[Step], settings) -> tuple[list[dict], list[tuple[Step, str]]]:
+    """The evaluation documents: each step with its video's frame plan (each video opened once, its
+    packets read up to the last frame a step needs: a copy cut short is found here), and the steps
+    whose media cannot be used, with why."""
+    by_video: dict[Path, list[Step]] = {}
+    for step in steps:
+        by_video.setdefault(step.video, []).append(step)
+    infos: dict[Path, VideoInfo] = {}
+    unusable: list[tuple[Step, str]] = []
+    short: set[int] = set()
+
+    def last_frame(video: VideoFile, step: Step) -> tuple[int, str]:
+        info = infos[step.video] = video.info
+        needed = last_frame_before(step.clip_end, info.fps)
+        if _past_the_end(step, info):
+            short.add(id(step))
+            return needed, "the last frame before the step's end"
+        return min(needed, info.num_frames - 1), "the last frame before the step's end"
+
+    for video, group in by_video.items():
+        for step, message in video_problems(video, group, last_frame):
+            if id(step) in short:
+                info = infos[video]
+                message = f"{step.short_video} ({video}: {info.num_frames} frames at {info.fps:g} fps, " \
+                          f"{info.num_frames / info.fps:.3f} s)"
+            elif not video.is_file():
+                message = f"{message} ({step.media_source})"
+            unusable.append((step, message))
+    order = {id(step): number for number, step in enumerate(steps)}
+    unusable.sort(key=lambda found: order[id(found[0])])  # in the data's order, as the annotation problems
+    failed = {id(step) for step, _ in unusable}
     docs = []
     for step in steps:
-        info = videos.get(step.video)
-        if info is None:
+        if id(step) in failed:
             continue
-        # A truncation time past the last frame's end means the annotation and the video disagree.
-        if step.truncation_time > info.num_frames / info.fps + 1 / info.fps:
-            problems.append(f"step {step.step_id!r}: truncation_time {step.truncation_time:g} s is past the end of "
-                            f"{step.video} ({info.num_frames / info.fps:.3f} s)")
-            continue
+        info = infos[step.video]
         try:
-            indices = clip_frame_indices(step.step_start, step.truncation_time, info.fps, info.num_frames,
+            indices = clip_frame_indices(step.clip_start, step.clip_end, info.fps, info.num_frames,
                                          sample_fps=settings.sample_fps, max_frames=settings.max_frames)
-            at_sample_fps = clip_frame_indices(step.step_start, step.truncation_time, info.fps, info.num_frames,
+            at_sample_fps = clip_frame_indices(step.clip_start, step.clip_end, info.fps, info.num_frames,
                                                sample_fps=settings.sample_fps, max_frames=None)
         except ValueError as error:
-            problems.append(f"step {step.step_id!r}: {error}")
+            unusable.append((step, str(error)))
             continue
-        docs.append({"step_id": step.step_id, "video": str(step.video), "step_start": step.step_start,
-                     "truncation_time": step.truncation_time, "scenario": step.scenario,
-                     "environment": step.environment, "event": step.event, **step.references,
+        docs.append({"step_id": step.step_id, "video": str(step.video), "clip_start": step.clip_start,
+                     "clip_end": step.clip_end, "scenario": step.scenario, "environment": step.environment,
+                     "event": step.event, "source_video": step.source_video, **step.references,
+                     "plausible_next_steps": list(step.plausible_next_steps),
+                     "judge_sees_plausible_next_steps": settings.next_step_references == "observed_and_plausible",
                      "video_fps": info.fps, "frame_indices": indices, "frames_capped": len(indices) < len(at_sample_fps),
                      "video_input": settings.video_input, "frame_max_side": settings.frame_max_side})
-    collector = DatasetProblems("the EgoIntent videos", EgoIntentDataError) if dataset_problems is None \
-        else dataset_problems
-    for problem in problems:
-        collector.add(problem)
-    if dataset_problems is None:
-        collector.raise_if_any()
-    return docs
+    return docs, unusable
 
 
-def describe_steps(docs: list[dict], settings) -> str:
-    """A summary of loaded steps: counts by environment and scenario, frames per clip."""
+def describe_steps(loaded: LoadedSamples, settings) -> str:
+    """A summary of loaded steps: counts by environment and scenario, frames per clip, skipped steps."""
+    docs = loaded.docs
     frames = sorted(len(d["frame_indices"]) for d in docs)
     capped = sum(d["frames_capped"] for d in docs)
     cap = "no frame cap" if settings.max_frames is None else f"{capped} clips capped at {settings.max_frames} frames"
-    lines = [(f"{len(docs)} steps in {len({d['video'] for d in docs})} videos; frames per clip at "
+    lines = [(f"{len(docs)} steps in {len({d['source_video'] for d in docs})} videos; frames per clip at "
               f"{settings.sample_fps:g} FPS: min {frames[0]}, median {frames[len(frames) // 2]}, max {frames[-1]} "
               f"({cap})")]
+    if loaded.skipped:
+        lines.append(f"{len(loaded.skipped)} steps skipped, their media unusable:")
+        lines += [f"  {media.message}" for media in loaded.skipped]
     environments = Counter(d["environment"] for d in docs)
     lines.append("environment: " + ", ".join(f"{name} {environments[name]}" for name in ENVIRONMENTS))
     scenarios = Counter((d["scenario"], d["environment"]) for d in docs)
-    lines.append(f"{len(scenarios)} scenarios (the paper has 15):")
+    lines.append(f"{len(scenarios)} scenarios (the release has 15):")
     lines += [f"  {scenario_metric(name):<32} {count:>5} steps  ({name}, {environment})"
               for (name, environment), count in sorted(scenarios.items())]
     return "\n".join(lines)

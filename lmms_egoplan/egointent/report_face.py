@@ -1,13 +1,14 @@
-"""EgoIntent in ``lmms-egoplan report`` and the demo's table: local intent, global intent,
-next-step plan, overall, indoor and outdoor in the layout of its Table 3, and the overall score per
-scenario and model in the shape of its Figure 7."""
+"""EgoIntent in ``lmms-egoplan report`` and the demo's table: Local Intent, Procedural Intent,
+Next-Plan, overall, indoor and outdoor in the layout of arXiv v1's Table 3, beside two published
+blocks (the authors' leaderboard and Table 3, which use different judges or prompts: ``NOTES``), and
+the overall score per scenario and model in the shape of its Figure 7."""
 
 from __future__ import annotations
 
 import math
 from statistics import mean
 
-from lmms_egoplan.egointent.data import DIMENSIONS, ENVIRONMENTS, FIELDS, SCENARIO
+from lmms_egoplan.egointent.data import DIMENSIONS, ENVIRONMENTS, FIELDS, FORMER_FIELDS, SCENARIO
 from lmms_egoplan.report.figures import Figure, footnote, no_data, run_labels, unscored_notes
 from lmms_egoplan.report.layout import Breakdown, Column, ReportFace, TableLayout, published_rows
 from lmms_egoplan.report.metric_roles import SCORE_0_100
@@ -59,14 +60,31 @@ def egointent_scenarios(table: Table) -> Figure:
     return figure
 
 
+# What the table says beside its rows: the published blocks' sources and why they differ (the numbers are
+# checked against published_results.json by tests/report/test_report.py).
+NOTES = (
+    "Two published blocks: the authors' leaderboard (YePan2/EgoIntent, results/leaderboard.md at e6cf8e9, "
+    "2026-08-10; its judge is not named) and arXiv 2603.12147v1's Table 3 (judge: a Qwen3 model). They use "
+    "different judges or judge prompts, neither prompt public: for the models in both, Overall differs by up to "
+    "19.4 points (Qwen3.5-Plus: 33.31 in v1, 52.71 on the leaderboard) and a single dimension by up to 25.9. "
+    "Compare a run with the block whose judge it used; no block was re-computed.",
+    "Only arXiv v1 reports Indoor / Outdoor; the suite reports them for every run. The leaderboard's "
+    "Procedural column is v1's Global intent (renamed by the authors).",
+    "A field missing from an answer scores 0 in this suite, as on the leaderboard (\"Missing predictions "
+    "receive zero\"); the metric missing_fields counts them.",
+)
+
 FACE = ReportFace(
-    tables=(TableLayout("egointent", "EgoIntent: judge scores (0-100)", "EgoIntent Table 3", {"egointent": "video"},
-                        (*(Column(dimension.label, dimension.field) for dimension in DIMENSIONS), Column("Overall", "overall"),
+    tables=(TableLayout("egointent", "EgoIntent: judge scores (0-100)", "EgoIntent Table 3 (arXiv v1)",
+                        {"egointent": "video"},
+                        (*(Column(dimension.label, dimension.field, former_metrics=dimension.former_fields)
+                           for dimension in DIMENSIONS), Column("Overall", "overall"),
                          *(Column(environment.capitalize(), environment) for environment in ENVIRONMENTS)),
-                        figures={"egointent_scenarios": egointent_scenarios}, judged=True),),
+                        figures={"egointent_scenarios": egointent_scenarios}, judged=True, notes=NOTES),),
     published=published_rows(__package__),
     # Every score is a judge's mean rating x 100: the three fields, overall, per environment and scenario.
-    units=tuple((metric, SCORE_0_100) for metric in ("overall", *FIELDS, *ENVIRONMENTS, f"{SCENARIO_PREFIX}*")),
+    units=tuple((metric, SCORE_0_100) for metric in ("overall", *FIELDS, *FORMER_FIELDS, *ENVIRONMENTS,
+                                                     f"{SCENARIO_PREFIX}*")),
     bookkeeping=("incomplete_answers", "missing_fields", "capped_samples"),
     breakdowns=(Breakdown(rf"^({SCENARIO})_(.+)$"),),
 )

@@ -1,29 +1,139 @@
-"""Synthetic EgoIntent data in the suite's local format, and EgoIntent's share of the offline demo.
+"""Synthetic EgoIntent data in both layouts, and EgoIntent's share of the offline demo.
 
-* ``write_dataset(root)``: videos whose frames show their own index (``fixtures.media``), at
-  30, 29.97 (30000/1001) and 25 FPS, and ``annotations.jsonl`` with steps whose truncation
-  times fall on frame boundaries and between frames, clips shorter than one sampling interval
-  and clips longer than the frame cap, in indoor and outdoor scenarios; videos are named by
-  path and by ``video_uid``.
+* ``write_release(root)``: the authors' layout, ``<indoor|outdoor>/<scene>/<event>/step_label.json``
+  and a pre-cut clip per step (``step<step_id>.mp4``), three events (two indoor scenes, one
+  outdoor) at 30, 29.97 (30000/1001) and 25 FPS, five steps each; each clip's frames show their
+  frame number in the source video (``fixtures.media``), windows end on frame boundaries and
+  between frames, one clip holds frames after its window (never shown), one is shorter than a
+  sampling interval, three longer than the frame cap; steps have zero to two plausible next steps.
+* ``write_dataset(root)``: the same kind of steps in the flat format, whole videos named by
+  path and by ``video_uid`` and ``annotations.jsonl``.
 * ``judge_rating``: a deterministic 0-10 rating per judge prompt, for loopback judges.
-* ``smoke_suite``: that data plus a loopback judge, for ``lmms-egoplan smoke``.
+* ``smoke_suite``: the release plus a loopback judge, for ``lmms-egoplan smoke``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
+import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from lmms_egoplan.egointent.data import scenario_metric
+from lmms_egoplan.egointent.data import RELEASE, scenario_metric
 from lmms_egoplan.fixtures.judge_server import hashed_rating, loopback_judge_settings
 from lmms_egoplan.fixtures.lmms_eval_run import EvalRun
 from lmms_egoplan.fixtures.media import write_video
 from lmms_egoplan.fixtures.scripted import Expected, ScriptedAnswers, mean
 from lmms_egoplan.fixtures.suite import SmokeSuite
+
+FIELDS = ("local_intent", "procedural_intent", "next_step_plan")  # answer keys and metrics, as the prompt names them
+# (step start, truncation time) as multiples of the frame duration: whole numbers put the
+# truncation on a frame boundary, halves between two frames.
+STEP_FRAMES = ((12, 45), (45.5, 96.5), (100, 104), (30, 270), (150.25, 151))
+
+REFERENCES = (
+    ("loosen the jar lid", "open the jar to add its contents to the dish", "spoon sauce into the pan"),
+    ("line up the plank with the saw", "cut the plank to length for the shelf", "start sawing the plank"),
+    ("free both hands", "finish one task before moving to the next", "pick up the watering can"),
+    ("steady the ladder", "reach the high branch safely", "climb the ladder"),
+    ("smooth the sheet", "make the bed tidy for the night", "put the pillow in place"),
+)
+PLAUSIBLE_NEXT_STEPS = ((), ("wipe the counter",), ("put the tool down", "check the result"))
+
+
+def references(number: int) -> dict[str, str]:
+    """The three references of the ``number``-th step of a dataset (references cycle)."""
+    return dict(zip(FIELDS, REFERENCES[number % len(REFERENCES)]))
+
+
+# =============================================================================================
+# The release
+# =============================================================================================
+
+
+@dataclass(frozen=True)
+class SyntheticEvent:
+    environment: str
+    scene: str
+    event: str
+    fps: Fraction
+    first_frame: int  # where the event starts in its (Ego4D) source video
+
+    @property
+    def video_uid(self) -> str:
+        """A uid like Ego4D's, that says nothing of the event (it reaches the model as part of the step id)."""
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"egointent-synthetic/{self.scene}/{self.event}"))
+
+
+EVENTS = (
+    SyntheticEvent("indoor", "kitchen", "boil_noodles", Fraction(30), 24_000),
+    SyntheticEvent("outdoor", "yard", "rake_leaves", Fraction(30000, 1001), 9_000),
+    SyntheticEvent("indoor", "bedroom", "make_bed", Fraction(25), 15_000),
+)
+# Frames after the window that the clip of this step (its index in STEP_FRAMES) still holds: never shown.
+FRAMES_AFTER_WINDOW = {1: 4}
+
+
+@dataclass(frozen=True)
+class ReleasedStep:
+    """A step as written into the release, and what a reader must make of it."""
+
+    event: SyntheticEvent
+    step_id: int
+    first_frame: int  # the clip's first frame, numbered in the source video (the frames show these numbers)
+    clip_frames: int
+    record: dict  # as in step_label.json
+
+    @property
+    def sample_id(self) -> str:
+        return f"{self.event.video_uid}_{self.step_id}"
+
+    @property
+    def window(self) -> float:
+        return self.record[RELEASE.end] - self.record[RELEASE.start]
+
+
+def released_steps(events: tuple[SyntheticEvent, ...] = EVENTS) -> list[ReleasedStep]:
+    """Five steps per event, in the order the task reads them (events by folder, steps as listed).
+    A clip starts on a frame of the source video: its first frame is shown at ``start_time``."""
+    steps = []
+    for event in sorted(events, key=lambda e: (e.environment, e.scene, e.event)):
+        for s, (start, end) in enumerate(STEP_FRAMES):
+            first = event.first_frame + math.floor(start)
+            last = event.first_frame + math.ceil(end) - 1  # the last frame before the end of the window
+            number = EVENTS.index(event) + s
+            record = {RELEASE.step_id: s + 1, RELEASE.start: float(first / event.fps),
+                      RELEASE.end: float((event.first_frame + end) / event.fps),
+                      **{RELEASE.references[name]: text for name, text in references(number).items()},
+                      RELEASE.plausible_next_steps: list(PLAUSIBLE_NEXT_STEPS[number % len(PLAUSIBLE_NEXT_STEPS)])}
+            steps.append(ReleasedStep(event, s + 1, first, last - first + 1 + FRAMES_AFTER_WINDOW.get(s, 0), record))
+    return steps
+
+
+def write_release(root: str | Path, events: tuple[SyntheticEvent, ...] = EVENTS) -> Path:
+    """The release under ``root`` (returned): a folder per event with its label file and clips."""
+    root = Path(root)
+    steps = released_steps(events)
+    for event in events:
+        folder = root / event.environment / event.scene / event.event
+        own = [step for step in steps if step.event == event]
+        for step in own:
+            clip = folder / RELEASE.clip_file.format(step_id=step.step_id)
+            if not clip.is_file():
+                write_video(clip, step.clip_frames, fps=event.fps, first_index=step.first_frame)
+        label = {RELEASE.video_uid: event.video_uid, "scene": event.scene, "event": event.event,
+                 RELEASE.steps: [step.record for step in own]}
+        (folder / RELEASE.label_file).write_text(json.dumps(label, indent=1))
+    return root
+
+
+# =============================================================================================
+# The flat format
+# =============================================================================================
 
 
 @dataclass(frozen=True)
@@ -42,25 +152,12 @@ VIDEOS = (
     SyntheticVideo("bedroom_0003", Fraction(25), 300, "Bedroom", "indoor", by_uid=True),
 )
 
-# (step start, truncation time) as multiples of the frame duration: whole numbers put the
-# truncation on a frame boundary, halves between two frames.
-STEP_FRAMES = ((12, 45), (45.5, 96.5), (100, 104), (30, 270), (150.25, 151))
-
-REFERENCES = (
-    ("loosen the jar lid", "open the jar to add its contents to the dish", "spoon sauce into the pan"),
-    ("line up the plank with the saw", "cut the plank to length for the shelf", "start sawing the plank"),
-    ("free both hands", "finish one task before moving to the next", "pick up the watering can"),
-    ("steady the ladder", "reach the high branch safely", "climb the ladder"),
-    ("smooth the sheet", "make the bed tidy for the night", "put the pillow in place"),
-)
-
 
 def step_records(videos: tuple[SyntheticVideo, ...] = VIDEOS) -> list[dict]:
-    """The annotation records (local format) for ``videos``, five steps per video."""
+    """The annotation records (flat format) for ``videos``, five steps per video."""
     records = []
     for v, video in enumerate(videos):
         for s, (start, end) in enumerate(STEP_FRAMES):
-            local, global_, next_ = REFERENCES[(v + s) % len(REFERENCES)]
             records.append({
                 "step_id": f"step_{len(records):04d}",
                 **({"video_uid": video.name} if video.by_uid else {"video": f"videos/{video.name}.mp4"}),
@@ -68,9 +165,7 @@ def step_records(videos: tuple[SyntheticVideo, ...] = VIDEOS) -> list[dict]:
                 "truncation_time": float(end / video.fps),
                 "scenario": video.scenario,
                 "environment": video.environment,
-                "local_intent": local,
-                "global_intent": global_,
-                "next_step_plan": next_,
+                **references(v + s),
                 "event": f"synthetic event {v}",
             })
     return records
@@ -92,7 +187,6 @@ def write_dataset(root: str | Path, videos: tuple[SyntheticVideo, ...] = VIDEOS)
 judge_rating = hashed_rating(tuple(str(rating) for rating in range(11)))
 
 
-FIELDS = ("local_intent", "global_intent", "next_step_plan")
 # What the scripted judge rates each kind of field answer (0-10), and how each is written.
 SCRIPTED_RATINGS = {"reference": 10, "partly right": 6, "wrong": 1}
 WRONG_ANSWER = "wave to a neighbour"
@@ -105,7 +199,7 @@ SCRIPTED_STEPS = (
     ("lines", ("wrong", "wrong", "reference")),
     ("json", ("reference", "reference", "partly right")),
 )  # six, against five steps per video: each video (scenario) gets its own mix
-_LABELS = {"local_intent": "Local intent", "global_intent": "Global intent", "next_step_plan": "Next-step plan"}
+_LABELS = {"local_intent": "Local Intent", "procedural_intent": "Procedural intent", "next_step_plan": "Next-Plan"}
 # Where EgoIntent's judge prompt holds the reference and the prediction.
 _JUDGED_PAIR = re.compile(r"^Reference: (.*)\nPrediction: (.*)$", re.MULTILINE)
 
@@ -128,22 +222,20 @@ def scripted_text(form: str, fields: dict[str, str]) -> str:
 DEMO_SAMPLE_FPS, DEMO_FRAME_CAP = 6, 32
 
 
-def clip_seconds(step: dict) -> float:
-    return step["truncation_time"] - step["step_start"]
-
-
-def scripted_answers(annotations: Path) -> ScriptedAnswers:
-    """Every step answered in the forms and kinds of ``SCRIPTED_STEPS``, in turn. A field's score is
-    its mean rating over the steps (a missing field counts 0) x 10, overall the mean of the three, and
-    indoor / outdoor / each scenario the same over their steps."""
-    steps = step_records()
+def scripted_answers(release: Path) -> ScriptedAnswers:
+    """Every step of the release answered in the forms and kinds of ``SCRIPTED_STEPS``, in turn. A
+    field's score is its mean rating over the steps (a missing field counts 0) x 10, overall the mean of
+    the three, and indoor / outdoor / each scenario the same over their steps."""
+    steps = released_steps()
     answers, ratings, step_ratings = {}, {}, []
-    keys = [f"Step id: {step['step_id']}\n" for step in steps]
+    keys = [f"Step id: {step.sample_id}\n" for step in steps]
     for number, step in enumerate(steps):
         form, kinds = SCRIPTED_STEPS[number % len(SCRIPTED_STEPS)]
-        fields = {name: field_answer(step[name], kind) for name, kind in zip(FIELDS, kinds) if kind}
+        wanted = {name: step.record[RELEASE.references[name]] for name in FIELDS}
+        fields = {name: field_answer(wanted[name], kind) for name, kind in zip(FIELDS, kinds) if kind}
         answers[keys[number]] = scripted_text(form, fields)
-        ratings.update({(step[name], fields[name]): str(SCRIPTED_RATINGS[kind]) for name, kind in zip(FIELDS, kinds) if kind})
+        ratings.update({(wanted[name], fields[name]): str(SCRIPTED_RATINGS[kind])
+                        for name, kind in zip(FIELDS, kinds) if kind})
         step_ratings.append([SCRIPTED_RATINGS[kind] if kind else 0 for kind in kinds])
 
     def rating(prompt: str) -> str | None:
@@ -159,25 +251,27 @@ def scripted_answers(annotations: Path) -> ScriptedAnswers:
         missing = [sum(kind is None for kind in SCRIPTED_STEPS[i % len(SCRIPTED_STEPS)][1]) for i in everything]
         metrics = {**score(everything), "judged": 3 * len(everything) - sum(missing), "failed": 0,
                    "incomplete_answers": sum(m > 0 for m in missing), "missing_fields": sum(missing),
-                   "capped_samples": sum(clip_seconds(steps[i]) * DEMO_SAMPLE_FPS >= DEMO_FRAME_CAP for i in everything),
-                   "failed_requests": len(steps) - len(everything)}
-        for environment in {step["environment"] for step in steps}:  # the metrics indoor, outdoor
-            metrics[environment] = score([i for i in everything if steps[i]["environment"] == environment])["overall"]
-        for scenario in {step["scenario"] for step in steps}:
-            metrics[scenario_metric(scenario)] = score([i for i in everything if steps[i]["scenario"] == scenario])["overall"]
+                   "capped_samples": sum(steps[i].window * DEMO_SAMPLE_FPS >= DEMO_FRAME_CAP for i in everything),
+                   "skipped_samples": 0, "failed_requests": len(steps) - len(everything)}
+        for environment in {step.event.environment for step in steps}:  # the metrics indoor, outdoor
+            chosen = [i for i in everything if steps[i].event.environment == environment]
+            metrics[environment] = score(chosen)["overall"]
+        for scene in {step.event.scene for step in steps}:
+            metrics[scenario_metric(scene)] = score([i for i in everything if steps[i].event.scene == scene])["overall"]
         return {"egointent": metrics}
 
     return ScriptedAnswers(tasks=("egointent",), answers=answers, expected=expected, ratings=rating,
-                           judge_prefix="EGOINTENT", env={"EGOINTENT_ANNOTATIONS": str(annotations)})
+                           judge_prefix="EGOINTENT", env={"EGOINTENT_ANNOTATIONS": str(release)})
 
 
 def smoke_suite(workdir: Path, resources: ExitStack) -> SmokeSuite:
-    """EgoIntent on synthetic videos and annotations, judged by a loopback judge; answered by script too."""
-    annotations = write_dataset(Path(workdir) / "data")
+    """EgoIntent on a synthetic release (the authors' layout, as downloaded), judged by a loopback judge;
+    answered by script too."""
+    release = write_release(Path(workdir) / "data" / "EgoIntent")
     return SmokeSuite(
-        env={"EGOINTENT_ANNOTATIONS": str(annotations),
+        env={"EGOINTENT_ANNOTATIONS": str(release),
              **loopback_judge_settings("EGOINTENT", judge_rating, workdir, resources)},
         # A random model rarely ends its answer: 512 new tokens per step would only slow the demo down.
         cli_args=("--gen_kwargs", "max_new_tokens=16"),
-        scripted=scripted_answers(annotations),
+        scripted=scripted_answers(release),
     )

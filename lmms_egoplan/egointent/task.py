@@ -1,32 +1,37 @@
 """EgoIntent (Pan et al., 2026): step-level intent understanding in egocentric video.
 
-The protocol of the paper (sections 3 and 4.1), as this module implements it:
+The protocol of the paper (sections 3 and 4.1 of arXiv v1) and of the authors' release (2026-08-10:
+code page YePan2/EgoIntent, data py2279105943/EgoIntent on the Hugging Face Hub), as this module
+implements it:
 
 1. **Samples.** Each step of an egocentric procedural video is one sample. Its clip runs from
-   the step's start to the *truncation time*, set just before the step's key outcome becomes
-   visible: no frame at or after the truncation time reaches the model (``clip_frame_indices``).
+   the step's start to the end of its observation, set just before the step's key outcome becomes
+   visible: no frame at or after that time reaches the model (``clip_frame_indices``). The
+   release ships the clip pre-cut (the window ``start_time`` to ``obs_end_time``); the flat
+   format names a whole video and the two times in it.
 2. **Visual input.** Frames are sampled from the clip at 6 FPS (``sample_fps``); a clip with
    more frames than ``max_frames`` (none: no cap, the paper's rule) is subsampled uniformly, at a
    lower rate, and counted (``capped_samples``). The frames go to the model as one video, with
    their times (the rate actually sampled), where the backend takes videos (open-source models in
    the paper) or as a sequence of images (``video_input: false``; the paper's protocol for API
    models).
-3. **Prompt.** One prompt for all models; it gives the clip and the step id only (no task or
-   event name, no annotation) and asks for three fields: local intent (what the person is
-   trying to accomplish now), global intent (why the step is needed) and next-step plan (what
-   comes next). ``parse_answer`` reads JSON or labelled lines amid prose; a missing field
-   scores 0 and is counted (``incomplete_answers``, ``missing_fields``).
+3. **Prompt.** One prompt for all models (this suite's: the authors withdrew theirs); it gives the
+   clip and the step id only (no task or event name, no annotation) and asks for the three
+   dimensions under the authors' names: Local Intent (what the person is trying to accomplish
+   now), Procedural Intent (why the step is needed) and Next-Plan (what comes next).
+   ``parse_answer`` reads JSON or labelled lines amid prose; a missing field scores 0 and is
+   counted (``incomplete_answers``, ``missing_fields``), as the authors' leaderboard scores it.
 4. **Judging.** An LLM judge (a Qwen3 model in the paper) rates each field's semantic
    consistency with its reference on 0-10 (``JUDGE_PROMPT``: this suite's reconstruction; the
-   paper does not publish its prompt). Reported on 0-100: each field, ``overall`` (the mean of
-   the three field scores, as in Table 3), ``indoor`` / ``outdoor`` (Table 3) and
-   ``scenario_<name>`` per environment category (Figure 7).
+   authors publish no judge prompt); the Next-Plan is compared with the observed next step, and
+   with the release's plausible next steps too where ``next_step_references`` says so. Reported on
+   0-100: each field, ``overall`` (the mean of the three field scores, as in Table 3 and the
+   leaderboard), ``indoor`` / ``outdoor`` (Table 3) and ``scenario_<name>`` per scene (Figure 7).
 
-The annotations are not public yet: the suite reads a local format (tasks/egointent/README.md)
-into which the release can be converted; reading and checking it, and planning each clip's
-frames, is ``lmms_egoplan.egointent.data``. This module follows the task YAML
-(``tasks/egointent/``): settings, the task, then what the harness calls in order -- visuals,
-text, results (answers read, then judged), aggregation.
+Reading either layout and checking it, and planning each clip's frames, is
+``lmms_egoplan.egointent.data``. This module follows the task YAML (``tasks/egointent/``):
+settings, the task, then what the harness calls in order -- visuals, text, results (answers read,
+then judged), aggregation.
 """
 
 from __future__ import annotations
@@ -43,15 +48,16 @@ from loguru import logger
 
 from lmms_egoplan.core.media import VideoFile, as_video_frames, frame_times
 from lmms_egoplan.core.settings import SettingsError, setting, setting_name, value_problems
+from lmms_egoplan.core.statistics import largest
 from lmms_egoplan.egointent.data import (
     DIMENSIONS,
     ENV_PREFIX,
     FIELDS,
+    LAYOUTS,
+    NEXT_STEP_REFERENCES,
     Dimension,
-    annotation_problems,
-    load_steps,
+    load_samples,
     scenario_metric,
-    step_docs,
 )
 from lmms_egoplan.harness.judged import JudgedTask, judged_score
 from lmms_egoplan.judge import (
@@ -69,8 +75,12 @@ from lmms_egoplan.judge import (
 class EgoIntentSettings(JudgeSettings):
     """``metadata:`` keys of the task YAML; environment variables ``EGOINTENT_<NAME>`` override them."""
 
-    annotations: Optional[Path] = None  # the local annotation file (.json list or .jsonl), required
-    video_root: Optional[Path] = None  # where `video` paths and `video_uid`s resolve; default: the file's folder
+    # The release folder as downloaded (<indoor|outdoor>/<scene>/<event>/step_label.json), or a flat
+    # annotation file (.json list or .jsonl); required.
+    annotations: Optional[Path] = None
+    data_layout: str = setting("auto", choices=LAYOUTS)  # auto: a folder is the release, a file the flat format
+    # The flat format: where `video` paths and `video_uid`s resolve; default: the annotation file's folder.
+    video_root: Optional[Path] = None
     sample_fps: float = setting(6.0, above=0)  # frames per second sampled from each clip (the paper: 6)
     # cap per clip, longer clips subsampled uniformly below sample_fps (counted: capped_samples); none: the paper's rule
     max_frames: Optional[int] = setting(32, minimum=1)
@@ -78,6 +88,9 @@ class EgoIntentSettings(JudgeSettings):
     frame_max_side: Optional[int] = setting(None, minimum=1)  # downscale frames so that their longer side is at most this
     # Read videos that a record places outside video_root (an absolute `video`, "..", a symlink out).
     allow_paths_outside_root: bool = False
+    skip_missing: bool = False  # skip steps whose video is unusable (counted: skipped_samples) instead of failing
+    # What the judge compares a Next-Plan with: the observed next step, or it and the release's plausible next steps.
+    next_step_references: str = setting("observed", choices=NEXT_STEP_REFERENCES)
 
     def check_sampling(self, name: Callable[[str], str]) -> None:
         """Fail early on a frame plan that cannot work (``lmms-egoplan egointent-steps``; inside
@@ -92,7 +105,7 @@ class EgoIntentSettings(JudgeSettings):
 
 
 class EgoIntentTask(JudgedTask):
-    """EgoIntent: every step of the annotation file, its answer judged per field after generation."""
+    """EgoIntent: every step of the data, its answer judged per field after generation."""
 
     Settings = EgoIntentSettings
     ENV_PREFIX = ENV_PREFIX
@@ -101,20 +114,26 @@ class EgoIntentTask(JudgedTask):
     def load_docs(self) -> list[dict]:
         settings = self.settings
         if settings.annotations is None:
-            raise SettingsError(f"task {self.config.task}: set {setting_name(ENV_PREFIX, 'annotations')} to the local "
-                                f"annotation file; tasks/egointent/README.md describes its format")
-        problems = annotation_problems(settings.annotations)
-        steps = load_steps(settings.annotations, settings.video_root, allow_outside=settings.allow_paths_outside_root,
-                           dataset_problems=problems)
-        docs = step_docs(steps, settings, problems)
-        problems.raise_if_any()  # the annotations' problems and the videos' together
-        return docs
+            raise SettingsError(f"task {self.config.task}: set {setting_name(ENV_PREFIX, 'annotations')} to the "
+                                f"EgoIntent release folder (or a flat annotation file); tasks/egointent/README.md, "
+                                f"Data preparation, says how to get it")
+        loaded = load_samples(settings)
+        self.skipped_samples = loaded.skipped
+        if loaded.skipped:
+            logger.warning(f"{self.config.task}: skipped {len(loaded.skipped)} step(s) whose media cannot be used "
+                           f"({setting_name(ENV_PREFIX, 'skip_missing')}):\n  " + "\n  ".join(map(str, loaded.skipped)))
+        return loaded.docs
 
     def download(self, dataset_kwargs=None) -> None:
         super().download(dataset_kwargs)
+        self.add_metric("skipped_samples", largest, higher_is_better=False)
         # One breakdown metric per scenario of the data (Figure 7); the YAML cannot list them.
         for scenario in sorted(set(self.eval_docs["scenario"])):
             self.add_metric(scenario_metric(scenario), judged_score)
+
+    def process_results(self, doc, results, full_docs=None):
+        scores = super().process_results(doc, results, full_docs)
+        return scores if self.predict_only else {**scores, "skipped_samples": float(len(self.skipped_samples))}
 
 
 # =============================================================================================
@@ -170,10 +189,12 @@ def _label_pattern(words: str) -> str:
     return r"[\s_\-]*".join(map(re.escape, words.split()))
 
 
-# Names a model may give each field (compared after lower-casing, with _ and - as spaces).
+# Names a model may give each field (compared after lower-casing, with _ and - as spaces); Procedural
+# Intent under its arXiv v1 name too.
 FIELD_NAMES = {
     "local_intent": ("local intent", "local goal", "local"),
-    "global_intent": ("global intent", "global goal", "global"),
+    "procedural_intent": ("procedural intent", "procedural goal", "procedural",
+                          "global intent", "global goal", "global"),
     "next_step_plan": ("next step plan", "next plan", "next step", "next action"),
 }
 _FIELD_OF_NAME = {name: field for field, names in FIELD_NAMES.items() for name in names}
@@ -189,8 +210,8 @@ _EMPTY_VALUES = {"", "n/a", "na", "none", "null", "unknown", "-"}
 
 def parse_answer(text: str) -> dict[str, str]:
     """The three fields from a model's answer: a JSON object (also in a code fence or amid
-    prose) or labelled lines ("Local intent: ...", "**Global intent** - ...", "1. Next-step
-    plan: ..."). Fields found in neither are absent from the result."""
+    prose) or labelled lines ("Local Intent: ...", "**Procedural intent** - ...", "1. Next-Plan:
+    ..."). Fields found in neither are absent from the result."""
     text = text if isinstance(text, str) else ""
     fields = _fields_from_json(text)
     for field, value in _fields_from_lines(text).items():
@@ -295,7 +316,7 @@ def _clean(value: str) -> str:
 
 
 # =============================================================================================
-# 3. Results: judging (this suite's reconstruction; the paper does not publish its judge prompt)
+# 3. Results: judging (this suite's reconstruction; the authors publish no judge prompt)
 # =============================================================================================
 
 JUDGE_SYSTEM = ("You are a careful evaluator of egocentric video understanding. You compare a model's prediction "
@@ -304,9 +325,9 @@ JUDGE_SYSTEM = ("You are a careful evaluator of egocentric video understanding. 
 JUDGE_PROMPT = """Dimension: {label}, {definition}.
 
 Reference: {reference}
-Prediction: {prediction}
+{also_acceptable}Prediction: {prediction}
 
-Rate how consistent the prediction is in meaning with the reference for this dimension, on an integer scale from 0 to 10:
+Rate how consistent the prediction is in meaning with the reference{or_also_acceptable} for this dimension, on an integer scale from 0 to 10:
 10: the same meaning (the wording may differ)
 7-9: the same intent, with minor differences in detail or specificity
 4-6: partly consistent: related, but the object, the purpose or the level of abstraction differs
@@ -314,6 +335,9 @@ Rate how consistent the prediction is in meaning with the reference for this dim
 0: unrelated or contradictory
 Rate meaning, not wording. A prediction that answers another dimension (the visible motion instead of its goal, the current step instead of the next one) is not consistent.
 Explain your judgement in one sentence, then give the rating as "Rating: [[x]]"."""
+# Where the judge sees the release's plausible next steps (next_step_references: observed_and_plausible).
+ALSO_ACCEPTABLE = "Also acceptable: {answers}\n"
+OR_ALSO_ACCEPTABLE = " (or with one of the answers also acceptable)"
 JUDGE_SCALE = tuple(range(11))
 _THINKING = re.compile(r"<think>.*?</think>", re.DOTALL)
 _RATING = bracket_rating(JUDGE_SCALE)
@@ -334,8 +358,14 @@ MISSING = FixedRating(0.0, "the answer has no such field")
 
 
 def judge_request(doc: dict, dimension: Dimension, prediction: str) -> JudgeRequest:
-    prompt = JUDGE_PROMPT.format(label=dimension.label, definition=dimension.definition,
-                                 reference=doc[dimension.field], prediction=prediction)
+    """One field judged against its reference; a Next-Plan also against the plausible next steps
+    where the setting ``next_step_references`` shows them (``judge_sees_plausible_next_steps``)."""
+    alternatives = doc["plausible_next_steps"] if (
+        dimension.field == "next_step_plan" and doc["judge_sees_plausible_next_steps"]) else []
+    also = ALSO_ACCEPTABLE.format(answers="; ".join(alternatives)) if alternatives else ""
+    prompt = JUDGE_PROMPT.format(label=dimension.label, definition=dimension.definition, reference=doc[dimension.field],
+                                 also_acceptable=also, or_also_acceptable=OR_ALSO_ACCEPTABLE if alternatives else "",
+                                 prediction=prediction)
     return JudgeRequest.from_prompt(f"{doc['step_id']}/{dimension.field}", prompt, system=JUDGE_SYSTEM)
 
 

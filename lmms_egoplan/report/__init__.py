@@ -62,14 +62,16 @@ def write_report(paths: list[str | Path], output: str | Path, faces: Sequence[Re
         f"95% intervals in brackets: accuracies {EXACT_BINOMIAL}; other means {BOOTSTRAP}. Rows marked "
         "'no per-sample logs' ran without --log_samples and have none"
         + (f"; {without_intervals}: no interval." if without_intervals else "."),
-        "Rows 'published' are transcribed from the papers (table named); they are not re-computed.",
+        "Rows 'published' are transcribed from the papers or the authors' repositories (table or file named); they "
+        "are not re-computed.",
         *lines]
     files, markdown, sections = [], [f"# {TITLE}", "", *(f"{markdown_text(line)}\n" for line in preamble)], []
     for table in tables:
         csv_path = write_atomically(output / f"{table.name}.csv", csv_table(table))
         figures = table_figures(table)
         markdown += [f"## {table.layout.title}", "", f"Layout of {table.layout.source}. Table: "
-                     f"[{csv_path.name}]({csv_path.name}).", "", markdown_table(table), ""]
+                     f"[{csv_path.name}]({csv_path.name}).", "", *(f"{note}\n" for note in table.layout.notes),
+                     markdown_table(table), ""]
         for name, figure in figures.items():
             for suffix in ("png", "svg"):
                 files.append(write_atomically(output / f"{name}.{suffix}", figure_bytes(figure, suffix)))

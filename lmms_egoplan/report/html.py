@@ -50,7 +50,8 @@ def html_page(title: str, preamble: list[str], sections: list[tuple[Table, dict[
     body = [f"<h1>{html.escape(title)}</h1>", *(f"<p>{html.escape(line)}</p>" for line in preamble)]
     for table, figures in sections:
         body += [f"<h2>{html.escape(table.layout.title)}</h2>",
-                 f"<p>Layout of {html.escape(table.layout.source)}.</p>", html_table(table)]
+                 f"<p>Layout of {html.escape(table.layout.source)}.</p>",
+                 *(f"<p>{html.escape(note)}</p>" for note in table.layout.notes), html_table(table)]
         body += [f'<figure id="figure-{name}">{svg_text(figure)}<figcaption>also as {html.escape(name)}.png and {html.escape(name)}.svg beside this page</figcaption></figure>'
                  for name, figure in figures.items()]
     return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'

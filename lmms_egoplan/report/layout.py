@@ -36,9 +36,14 @@ class Column:
     digits: int = 2
     interval: bool = True  # a mean over samples (counts and file names have none)
     proportion: bool = False  # a mean of 0 / 1 outcomes: exact binomial interval
+    former_metrics: tuple[str, ...] = ()  # the metric's names in results of earlier versions of its task, still read
 
     def task_of(self, row_task: str) -> str:
         return self.task.format(task=row_task)
+
+    def reported_name(self, metrics: Mapping[str, object]) -> str:
+        """The name under which ``metrics`` (a run's, of one task) report the column: its own, or a former one."""
+        return next((name for name in (self.metric, *self.former_metrics) if name in metrics), self.metric)
 
     @property
     def published_key(self) -> str:
@@ -63,6 +68,7 @@ class TableLayout:
     columns: tuple[Column, ...]
     figures: Mapping[str, Callable[..., Figure]] = field(default_factory=dict)  # file stem -> drawing of a tables.Table
     judged: bool = False  # its scores are an LLM judge's: every row names its judge (a "judge" column)
+    notes: tuple[str, ...] = ()  # what a reader must know beside the rows (how published blocks differ)
 
     def reads(self, task: str) -> bool:
         return any(column.task_of(row) == task for row in self.tasks for column in self.columns)

@@ -92,8 +92,9 @@ def _value(run: Run, task: str, column: Column, scale: float) -> object:
         path = run.side_file("submission", task) or run.side_file("submission_partial", task)
         return path.name if path else None
     metrics = run.metrics.get(column.task_of(task), {})
-    value = metrics.get(column.metric)
-    if column.metric in metrics and is_no_value(value):
+    name = column.reported_name(metrics)
+    value = metrics.get(name)
+    if name in metrics and is_no_value(value):
         return math.nan
     if isinstance(value, Invalid):
         return value
@@ -118,9 +119,10 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
     intervals, unreadable_logs = [], []
     for column, scale, value, reason in zip(layout.columns, scales, values, unscored):
         measured = isinstance(value, (int, float)) and not math.isnan(value) and not reason
+        which = column.task_of(task)
         try:
-            found = (interval(run, column.task_of(task), column.metric, proportion=column.proportion)
-                     if column.interval and measured else None)
+            found = (interval(run, which, column.reported_name(run.metrics.get(which, {})),
+                              proportion=column.proportion) if column.interval and measured else None)
         except InputError as error:  # a per-sample log or audit trail cut short (a full disk) or damaged
             found = None
             unreadable_logs += [] if str(error) in unreadable_logs else [str(error)]

@@ -26,11 +26,12 @@ def test_every_reader_of_text_names_a_file_that_is_not_utf8(tmp_path):
     from lmms_egoplan.actplan.synthetic import write_release_dataset
     from lmms_egoplan.egointent import data as egointent_data
     from lmms_egoplan.egointent.synthetic import write_dataset
+    from lmms_egoplan.egointent.task import EgoIntentSettings
 
     annotations = write_dataset(tmp_path / "egointent")
     annotations.write_bytes(annotations.read_bytes().replace(b"loosen", b"l\xf6osen", 1))
     with pytest.raises(ValueError, match=rf"{annotations}:\d+: not UTF-8 text"):
-        egointent_data.load_steps(annotations)
+        egointent_data.load_samples(EgoIntentSettings(annotations=annotations))
     release = write_release_dataset(tmp_path / "actplan" / "ActPlan-1K", scenes=1, activities=1, samples=1)
     description = next(release.rglob("task_description_0.txt"))
     description.write_bytes(b"Put the cups away.\nCaf\xe9 table.\n")

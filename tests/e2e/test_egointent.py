@@ -1,4 +1,6 @@
-"""EgoIntent end to end through the real lmms-eval CLI: metrics equal those recomputed from the audit trail, one judgement per field, rejudging, the pre-outcome frames the model gets."""
+"""EgoIntent end to end through the real lmms-eval CLI: the authors' release read as downloaded (the chat run; the
+flat format: the egoplan_hf run), metrics equal those recomputed from the audit trail, one judgement per field,
+rejudging, the pre-outcome frames the model gets, a damaged release stopped before the model loads."""
 import base64
 import io
 import json
@@ -13,12 +15,12 @@ from lmms_egoplan.egointent.data import (
     FIELDS,
     scenario_metric,
 )
-from lmms_egoplan.egointent.synthetic import write_dataset
+from lmms_egoplan.egointent.synthetic import released_steps, write_dataset, write_release
 from lmms_egoplan.egointent.task import (
     PROMPT,
     parse_answer,
 )
-from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
+from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, rating_responder
 from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.fixtures.media import read_index
 from tests.egointent.test_protocol import (
@@ -28,7 +30,6 @@ from tests.egointent.test_protocol import (
     recomputed,
     scripted_answer,
     sometimes_unrated,
-    video_fps,
 )
 
 STEP_ID = re.compile(r"Step id: (\S+)")
@@ -36,8 +37,14 @@ STEP_ID = re.compile(r"Step id: (\S+)")
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    """The synthetic dataset every run of this module reads (its documents: ``dataset_docs``)."""
+    """The synthetic flat file the egoplan_hf run reads (its documents: ``dataset_docs``)."""
     return write_dataset(tmp_path_factory.mktemp("egointent") / "data")
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    """The synthetic release, as downloaded, that the chat run reads."""
+    return write_release(tmp_path_factory.mktemp("egointent") / "EgoIntent")
 
 
 class ScriptedModel:
@@ -57,9 +64,10 @@ class ScriptedModel:
 
 
 @pytest.fixture(scope="module")
-def runs(dataset, tiny_model, tmp_path_factory):
+def runs(dataset, release, tiny_model, tmp_path_factory):
     """Two lmms-eval runs at once (each spends most of its time starting up): lmms-eval's `openai`
-    backend against a scripted chat model, and this suite's backend on a tiny random qwen2_vl."""
+    backend against a scripted chat model on the release, and this suite's backend on a tiny random
+    qwen2_vl on the flat format."""
     from concurrent.futures import ThreadPoolExecutor
 
     root = tmp_path_factory.mktemp("egointent-runs")
@@ -68,7 +76,7 @@ def runs(dataset, tiny_model, tmp_path_factory):
             ChatServer(sometimes_unrated) as hf_judge, ThreadPoolExecutor(2) as pool:
         chat = pool.submit(run_lmms_eval, model="openai", output_dir=root / "chat", tasks=["egointent"], check=False,
                            model_args=f"model=scripted-vlm,base_url={model_server.base_url},api_key=unused",
-                           env=judge_env(chat_judge, root / "chat-judge-cache", dataset))
+                           env=judge_env(chat_judge, root / "chat-judge-cache", release))
         hf = pool.submit(run_lmms_eval, model="egoplan_hf", output_dir=root / "hf", tasks=["egointent"], check=False,
                          model_args=f"pretrained={tiny_model('qwen2_vl')}",
                          env=judge_env(hf_judge, root / "hf-judge-cache", dataset),
@@ -111,8 +119,8 @@ def check_metrics_against_audit_trail(run, docs) -> dict:
     return audit
 
 
-def test_chat_backend_metrics_equal_those_recomputed_from_the_audit_trail(chat_run, dataset):
-    docs = dataset_docs(dataset)
+def test_chat_backend_metrics_equal_those_recomputed_from_the_audit_trail(chat_run, release):
+    docs = dataset_docs(release)
     audit = check_metrics_against_audit_trail(chat_run.run, docs)
     run = chat_run.run
     # The script leaves fields out (scored 0), and the judge fails some ratings (excluded): both happen.
@@ -122,9 +130,9 @@ def test_chat_backend_metrics_equal_those_recomputed_from_the_audit_trail(chat_r
         "overall", *FIELDS, "indoor", "outdoor", "scenario_kitchen", "scenario_yard", "scenario_bedroom"}
 
 
-def test_each_present_field_is_judged_once_whatever_metrics_read_it(chat_run):
-    audit = audit_trail(chat_run.run.output_dir)
-    expected = {f"step_{s['doc_id']:04d}/{field}" for s in chat_run.run.samples("egointent")
+def test_each_present_field_is_judged_once_whatever_metrics_read_it(chat_run, release):
+    audit, docs = audit_trail(chat_run.run.output_dir), dataset_docs(release)
+    expected = {f"{docs[s['doc_id']]['step_id']}/{field}" for s in chat_run.run.samples("egointent")
                 for field in parse_answer(response(s))}
     assert audit.keys() == expected
     assert len(chat_run.judge.calls) == len(expected)  # eight judged metrics, one judgement per field
@@ -147,21 +155,44 @@ def test_rejudging_the_logged_samples_reproduces_every_metric_judging_each_field
     assert len(judge.calls) == reported["judged"] + reported["failed"] == len(audit_trail(chat_run.run.output_dir))
 
 
-def test_the_model_gets_the_unified_prompt_and_only_pre_outcome_frames(chat_run, dataset):
-    docs = dataset_docs(dataset)
-    by_id = {d["step_id"]: d for d in docs}
-    assert chat_run.model.seen.keys() == by_id.keys()
+def test_the_model_gets_the_unified_prompt_and_only_pre_outcome_frames(chat_run, release):
+    """Every step of the release is asked once; the frames it is shown (each shows its number in the
+    source video) are the planned ones of its clip, all before its obs_end_time."""
+    by_id = {d["step_id"]: d for d in dataset_docs(release)}
+    steps = {step.sample_id: step for step in released_steps()}
+    assert chat_run.model.seen.keys() == by_id.keys() == steps.keys()
     for step_id, seen in chat_run.model.seen.items():
-        doc = by_id[step_id]
+        doc, step = by_id[step_id], steps[step_id]
         assert seen["text"] == PROMPT.format(step_id=step_id)
-        assert seen["frames"] == doc["frame_indices"]
-        assert all(Fraction(i) / video_fps(doc) < Fraction(doc["truncation_time"]) for i in seen["frames"])
+        assert seen["frames"] == [step.first_frame + i for i in doc["frame_indices"]]
+        assert all(Fraction(n) / step.event.fps < Fraction(step.record["obs_end_time"]) for n in seen["frames"])
 
 
 def test_egoplan_hf_backend_end_to_end(runs, dataset):
     docs = dataset_docs(dataset)
     run = runs.hf.run
     check_metrics_against_audit_trail(run, docs)
-    assert len(run.samples("egointent")) == 6
+    assert len(run.samples("egointent")) == 6 and run.metric("egointent", "skipped_samples") == 0
     # Judged only what the random model's answers held (usually nothing): one call per field found.
     assert len(runs.hf.judge.calls) == len(audit_trail(run.output_dir))
+
+
+def test_a_damaged_release_stops_the_run_before_the_model_loads_naming_every_problem(release, tiny_model, tmp_path):
+    """A missing clip, a clip shorter than its window, an empty clip, a step without obs_end_time, a step_id
+    used twice, a label file that is not JSON: one error, the run's last line, before egoplan_hf is built."""
+    import shutil
+
+    from tests.e2e.test_failed_runs import last_line, observed_run
+    from tests.egointent.test_release import damage_annotations, damage_media
+
+    root = tmp_path / "EgoIntent"
+    shutil.copytree(release, root)
+    expected = damage_media(root) + damage_annotations(root)
+    with ChatServer(rating_responder(lambda call: "5")) as judge:
+        status, log, loading, seconds = observed_run(tmp_path, f"pretrained={tiny_model('qwen2_vl')}", "egointent",
+                                                     judge_env(judge, tmp_path / "judge-cache", root))
+    assert status == 1 and not loading, log[-3000:]
+    last = last_line(log)
+    assert last.startswith(f"lmms-egoplan: error: 6 problems in the EgoIntent release {root}"), last
+    assert all(line in last for line in expected), last
+    print(f"a damaged release: failed in {seconds:.1f} s, the model never loaded")

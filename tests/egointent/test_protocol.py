@@ -1,5 +1,5 @@
-"""EgoIntent: the local annotation format, pre-outcome frame sampling, answer parsing and judging
-(the task through the lmms-eval CLI: tests/e2e/test_egointent.py)."""
+"""EgoIntent: the flat annotation format, pre-outcome frame sampling, answer parsing and judging
+(the authors' release layout: test_release.py; the task through the lmms-eval CLI: tests/e2e/test_egointent.py)."""
 
 import hashlib
 import itertools
@@ -19,9 +19,9 @@ from lmms_egoplan.egointent.data import (
     FIELDS,
     EgoIntentDataError,
     clip_frame_indices,
-    load_steps,
+    load_samples,
+    read_flat,
     scenario_metric,
-    step_docs,
 )
 from lmms_egoplan.egointent.synthetic import (
     VIDEOS,
@@ -60,9 +60,9 @@ def docs(dataset):
     return dataset_docs(dataset)
 
 
-def dataset_docs(dataset: Path) -> list[dict]:
-    """The task's documents for the synthetic dataset, in order (lmms-eval logs only their index)."""
-    return step_docs(load_steps(dataset), EgoIntentSettings(annotations=dataset))
+def dataset_docs(dataset: Path, **settings) -> list[dict]:
+    """The task's documents for the synthetic data (either layout), in order (lmms-eval logs only their index)."""
+    return load_samples(EgoIntentSettings(annotations=dataset, **settings)).docs
 
 
 def video_fps(doc) -> Fraction:
@@ -127,9 +127,9 @@ def test_the_steps_sampled_below_6_fps_for_the_cap_are_counted_and_none_lifts_th
     assert all(len(doc["frame_indices"]) == 32 for doc in docs if doc["frames_capped"])
     values = egointent.process_results(next(d for d in docs if d["frames_capped"]), ['{"local_intent": "x"}'])
     assert values["capped_samples"] == 1 and egointent.capped_samples([1, 0, 1]) == 2
-    uncapped = step_docs(load_steps(dataset), resolve_settings(EgoIntentSettings, task="egointent", metadata={},
-                                                               env_prefix="EGOINTENT",
-                                                               environ={"EGOINTENT_MAX_FRAMES": "none"}))
+    uncapped = load_samples(resolve_settings(EgoIntentSettings, task="egointent",
+                                             metadata={"annotations": str(dataset)}, env_prefix="EGOINTENT",
+                                             environ={"EGOINTENT_MAX_FRAMES": "none"})).docs
     assert not any(doc["frames_capped"] for doc in uncapped)
     assert max(len(doc["frame_indices"]) for doc in uncapped) == 58  # 9.6 s at 25 fps
 
@@ -140,10 +140,10 @@ def test_decoded_frames_show_only_pre_outcome_content_at_30_29_97_and_25_fps(doc
         frames = doc_to_visual(doc)
         shown = [read_index(frame) for frame in frames]  # the frame's own index, hence its timestamp
         assert shown == doc["frame_indices"]
-        assert all(Fraction(i) / video_fps(doc) < Fraction(doc["truncation_time"]) for i in shown), doc["step_id"]
+        assert all(Fraction(i) / video_fps(doc) < Fraction(doc["clip_end"]) for i in shown), doc["step_id"]
         # The first frame is the one on screen at the step start (a start on a frame boundary, as
         # well as floats can say, starts with that frame).
-        at_start = Fraction(doc["step_start"]) * video_fps(doc) + Fraction(1, 10**6)
+        at_start = Fraction(doc["clip_start"]) * video_fps(doc) + Fraction(1, 10**6)
         assert shown[0] <= at_start < shown[0] + 1 or len(shown) == 1
         # One clip, tagged as a video for video-native backends.
         assert {frame.info[VIDEO_CLIP_KEY] for frame in frames} == {f"egointent:{doc['step_id']}"}
@@ -151,8 +151,7 @@ def test_decoded_frames_show_only_pre_outcome_content_at_30_29_97_and_25_fps(doc
 
 
 def test_the_clip_goes_as_separate_images_when_video_input_is_off(dataset):
-    settings = EgoIntentSettings(annotations=dataset, video_input=False, frame_max_side=32)
-    doc = step_docs(load_steps(dataset), settings)[0]
+    doc = dataset_docs(dataset, video_input=False, frame_max_side=32)[0]
     frames = doc_to_visual(doc)
     assert len(frames) > 1 and all(VIDEO_CLIP_KEY not in f.info and max(f.size) == 32 for f in frames)
 
@@ -163,19 +162,33 @@ def test_the_clip_goes_as_separate_images_when_video_input_is_off(dataset):
 
 
 def test_json_and_jsonl_files_and_video_paths_or_uids_load_alike(dataset, tmp_path):
-    steps = load_steps(dataset)
-    assert [s.step_id for s in steps] == [r["step_id"] for r in step_records()]
+    steps, problems = read_flat(dataset)
+    assert not problems and [s.step_id for s in steps] == [r["step_id"] for r in step_records()]
     assert {s.video for s in steps} == {dataset.parent / "kitchen_0001.mp4", dataset.parent / "videos/yard_0002.mp4",
                                         dataset.parent / "bedroom_0003.mp4"}
     as_list = tmp_path / "steps.json"
     as_list.write_text(json.dumps(step_records()))
-    assert load_steps(as_list, video_root=dataset.parent) == steps
+    assert read_flat(as_list, video_root=dataset.parent) == (steps, [])
 
 
-def test_every_bad_record_is_reported_with_its_field(dataset, tmp_path):
+def test_a_flat_file_of_arxiv_v1_with_global_intent_is_read_as_procedural_intent(dataset, tmp_path):
+    records = [{("global_intent" if key == "procedural_intent" else key): value for key, value in record.items()}
+               for record in step_records()]
+    old = tmp_path / "v1.jsonl"
+    old.write_text("".join(json.dumps(r) + "\n" for r in records))
+    steps, problems = read_flat(old, video_root=dataset.parent)
+    assert not problems and [s.references for s in steps] == [s.references for s in read_flat(dataset)[0]]
+    both = tmp_path / "both.json"
+    both.write_text(json.dumps([{**step_records()[0], "global_intent": "x"}]))
+    assert read_flat(both, video_root=dataset.parent)[1] == [
+        "record 1 (step_id 'step_0000'): fields procedural_intent and global_intent: one reference under its name and "
+        "its former name; keep procedural_intent"]
+
+
+def test_every_bad_record_and_missing_video_is_reported_in_one_error_with_its_field(dataset, tmp_path):
     good = step_records()[0]
     bad = [
-        {k: v for k, v in good.items() if k != "global_intent"},
+        {k: v for k, v in good.items() if k != "procedural_intent"},
         {**good, "step_id": "late", "step_start": 5.0, "truncation_time": 4.0},
         {**good, "step_id": "gone", "video_uid": "no_such_video"},
         {**good, "step_id": "roof", "environment": "rooftop"},
@@ -187,19 +200,21 @@ def test_every_bad_record_is_reported_with_its_field(dataset, tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in bad))
     with pytest.raises(EgoIntentDataError) as caught:
-        load_steps(path, video_root=dataset.parent)
+        load_samples(EgoIntentSettings(annotations=path, video_root=dataset.parent))
     message = str(caught.value)
     for expected in [
         f"8 problems in the EgoIntent annotations {path}",
-        "record 1 (step_id 'step_0000'): missing field 'global_intent'",
-        "record 2 (step_id 'late'): truncation_time (4 s) must be after step_start (5 s)",
-        (f"record 3 (step_id 'gone'): video not found: {dataset.parent / 'no_such_video.mp4'} (field video_uid under "
-         f"video_root {dataset.parent}; setting EGOINTENT_VIDEO_ROOT (metadata.video_root))"),
-        "record 4 (step_id 'roof'): field 'environment' must be one of indoor, outdoor, got 'rooftop'",
-        "record 5 (step_id 'blank'): field 'next_step_plan' must be a non-empty string",
-        "record 6 (step_id 'when'): field 'truncation_time' must be a number of seconds >= 0, got 'soon'",
+        "record 1 (step_id 'step_0000'): field procedural_intent: missing",
+        "record 2 (step_id 'late'): field truncation_time: 4 s must be after step_start (5 s)",
+        "record 4 (step_id 'roof'): field environment: must be one of indoor, outdoor, got 'rooftop'",
+        "record 5 (step_id 'blank'): field next_step_plan: must be a non-empty string",
+        "record 6 (step_id 'when'): field truncation_time: must be a number of seconds >= 0, got 'soon'",
         "record 8 (step_id 'step_0000'): step_id 'step_0000' is used by an earlier record",
         "scenario 'Kitchen' is filed as both indoor and outdoor",
+        # the media problem in the same error, after the annotation problems
+        (f"record 3 (step_id 'gone'): video not found: {dataset.parent / 'no_such_video.mp4'} (field video_uid under "
+         f"video_root {dataset.parent}; setting EGOINTENT_VIDEO_ROOT (metadata.video_root))"),
+        "Set EGOINTENT_SKIP_MISSING (metadata.skip_missing) to true to skip the 1 step(s)",
     ]:
         assert expected in message
 
@@ -219,8 +234,8 @@ def test_a_zero_byte_video_is_listed_in_the_same_error_as_the_records_problems(d
     with pytest.raises(EgoIntentDataError) as caught:
         egointent.EgoIntentTask.load_docs(task)
     message = str(caught.value)
-    assert message.startswith(f"2 problems in the EgoIntent annotations {annotations}")
-    assert f"{annotations}, record 1 (step_id '{records[0]['step_id']}'): missing field 'local_intent'" in message
+    assert message.startswith(f"6 problems in the EgoIntent annotations {annotations}")  # a record; 5 steps of the video
+    assert f"{annotations.name}, record 1 (step_id '{records[0]['step_id']}'): field local_intent: missing" in message
     assert f"cannot read video {video}" in message
 
 
@@ -228,16 +243,19 @@ def test_a_truncation_time_past_the_end_of_its_video_is_an_error(dataset, tmp_pa
     record = {**step_records()[0], "truncation_time": 12.0}  # the video lasts 10 s
     path = tmp_path / "late.json"
     path.write_text(json.dumps([record]))
-    with pytest.raises(EgoIntentDataError, match=r"truncation_time 12 s is past the end of .*kitchen_0001.mp4 \(10.000 s\)"):
-        step_docs(load_steps(path, video_root=dataset.parent), EgoIntentSettings(annotations=path))
+    with pytest.raises(EgoIntentDataError, match=r"truncation_time 12 s is past the end of the video "
+                                                 r"\(.*kitchen_0001.mp4: 300 frames at 30 fps, 10.000 s\)"):
+        load_samples(EgoIntentSettings(annotations=path, video_root=dataset.parent))
 
 
-def test_the_annotation_file_is_a_required_setting_and_sampling_settings_are_checked(tmp_path):
+def test_the_data_is_a_required_setting_and_sampling_settings_are_checked(tmp_path):
     task = SimpleNamespace(settings=EgoIntentSettings(), config=SimpleNamespace(task="egointent"))
-    with pytest.raises(SettingsError, match=r"task egointent: set EGOINTENT_ANNOTATIONS \(metadata.annotations\) to the "):
+    with pytest.raises(SettingsError, match=r"task egointent: set EGOINTENT_ANNOTATIONS \(metadata.annotations\) to "
+                                            r"the EgoIntent release folder"):
         egointent.EgoIntentTask.load_docs(task)
     task.settings = EgoIntentSettings(annotations=tmp_path / "missing.jsonl")
-    with pytest.raises(EgoIntentDataError, match="annotation file not found: .*missing.jsonl"):
+    with pytest.raises(EgoIntentDataError, match="EgoIntent data not found: .*missing.jsonl; point "
+                                                 "EGOINTENT_ANNOTATIONS"):
         egointent.EgoIntentTask.load_docs(task)
     with pytest.raises(SettingsError) as caught:
         resolve_settings(EgoIntentSettings, task="egointent", metadata={"annotations": str(tmp_path / "a.jsonl")},
@@ -257,23 +275,27 @@ def test_scenarios_get_distinct_metric_names():
 
 
 @pytest.mark.parametrize("answer, expected", [
-    ('{"local_intent": "flatten it", "global_intent": "tidy up", "next_step_plan": "fold it"}',
-     {"local_intent": "flatten it", "global_intent": "tidy up", "next_step_plan": "fold it"}),
-    ('Here you go:\n```json\n{"Local Intent": "a", "global-intent": "b", "next step plan": "c"}\n```\nThanks!',
-     {"local_intent": "a", "global_intent": "b", "next_step_plan": "c"}),
-    ("**Local intent:** grip the lid\n**Global intent** - open the jar\n\nNext-step plan: pour it\n\nI hope this helps.",
-     {"local_intent": "grip the lid", "global_intent": "open the jar", "next_step_plan": "pour it"}),
-    ("1. Local intent (What): ready the drill\n2. Global intent (Why): mount the wheel\n",
-     {"local_intent": "ready the drill", "global_intent": "mount the wheel"}),
+    ('{"local_intent": "flatten it", "procedural_intent": "tidy up", "next_step_plan": "fold it"}',
+     {"local_intent": "flatten it", "procedural_intent": "tidy up", "next_step_plan": "fold it"}),
+    ('Here you go:\n```json\n{"Local Intent": "a", "procedural-intent": "b", "next step plan": "c"}\n```\nThanks!',
+     {"local_intent": "a", "procedural_intent": "b", "next_step_plan": "c"}),
+    ("**Local Intent:** grip the lid\n**Procedural Intent** - open the jar\n\nNext-Plan: pour it\n\nI hope this helps.",
+     {"local_intent": "grip the lid", "procedural_intent": "open the jar", "next_step_plan": "pour it"}),
+    ("1. Local intent (What): ready the drill\n2. Procedural intent (Why): mount the wheel\n",
+     {"local_intent": "ready the drill", "procedural_intent": "mount the wheel"}),
+    # arXiv v1's name for Procedural Intent, as models prompted before the rename (or told by v1) write it
+    ('{"local_intent": "a", "global_intent": "b"}\n', {"local_intent": "a", "procedural_intent": "b"}),
+    ("**Global intent** - open the jar\nNext-step plan: pour it", {"procedural_intent": "open the jar",
+                                                                     "next_step_plan": "pour it"}),
     ("### Next step\nclimb the\nladder\n\nThat is all.", {"next_step_plan": "climb the ladder"}),
     ("{'local_intent': 'x', 'next_step_plan': 'y'}", {"local_intent": "x", "next_step_plan": "y"}),
-    ('{"answers": [{"step": 1}, {"global_intent": "g"}]}', {"global_intent": "g"}),
+    ('{"answers": [{"step": 1}, {"procedural_intent": "g"}]}', {"procedural_intent": "g"}),
     ('{"text": "I think {\'local_intent\': \'q\'} fits"}', {"local_intent": "q"}),
     # Neither a JSON object nor a dict literal (literal_eval: unhashable key): read on, never crash.
     ('{{"local_intent": "a"}}', {"local_intent": "a"}),
     ("x {[1]: 2} local intent: a", {}),
     ("x {[1]: 2}\nLocal intent: a", {"local_intent": "a"}),
-    ('{"local_intent": "...", "global_intent": "N/A", "next_step_plan": ""}', {}),
+    ('{"local_intent": "...", "procedural_intent": "N/A", "next_step_plan": ""}', {}),
     ("The person is in a kitchen.", {}),
 ])
 def test_answers_are_read_from_json_or_labelled_lines_amid_prose(answer, expected):
@@ -310,14 +332,16 @@ def test_judge_ratings_are_integers_0_to_10_after_any_thinking():
 
 def test_missing_fields_score_zero_without_a_judge_call_and_present_ones_are_judged_against_their_reference():
     doc = {"step_id": "s7", "environment": "outdoor", "scenario": "Yard", "local_intent": "steady the ladder",
-           "global_intent": "reach the branch safely", "next_step_plan": "climb the ladder", "frames_capped": False}
+           "procedural_intent": "reach the branch safely", "next_step_plan": "climb the ladder", "frames_capped": False,
+           "plausible_next_steps": ["fetch the saw"], "judge_sees_plausible_next_steps": True}
     values = egointent.process_results(doc, ['{"local_intent": "hold the ladder still"}'])
     parts = values["overall"]["judge_parts"]
-    assert parts["global_intent"] == parts["next_step_plan"] == {"fixed_rating": 0.0,
+    assert parts["procedural_intent"] == parts["next_step_plan"] == {"fixed_rating": 0.0,
                                                                   "fixed_reason": "the answer has no such field"}
     system, user = parts["local_intent"]["judge_messages"]
     assert system == {"role": "system", "content": egointent.JUDGE_SYSTEM}
     assert "Reference: steady the ladder\nPrediction: hold the ladder still" in user["content"]
+    assert "Dimension: Local Intent, the person's immediate goal" in user["content"]
     assert parts["local_intent"]["judge_request_id"] == "s7/local_intent"
     assert values["outdoor"] is values["scenario_yard"] is values["overall"]
     assert values["local_intent"]["judge_parts"].keys() == {"local_intent"}
@@ -338,7 +362,7 @@ def scripted_answer(step_id: str) -> str:
     return [json.dumps(values),
             f"Sure.\n```json\n{json.dumps(values, indent=2)}\n```\nLet me know if you need more.",
             "\n".join(f"**{f.replace('_', ' ').capitalize()}:** {v}" for f, v in values.items()),
-            f"Local intent: {values['local_intent']}\nGlobal intent: {values['global_intent']}\n",
+            f"Local Intent: {values['local_intent']}\nProcedural Intent: {values['procedural_intent']}\n",
             "I cannot tell what the person is doing."][number % 5]
 
 
@@ -397,7 +421,7 @@ def test_metrics_aggregated_in_any_order_read_one_judgement_per_field(dataset, t
         args = SimpleNamespace(output_path=str(tmp_path / "out"), model_args="pretrained=scripted")
         aggregations = task.aggregation()
         order = ["scenario_yard", "next_step_plan", "indoor", "failed", "overall", "scenario_kitchen", "outdoor",
-                 "local_intent", "judged", "global_intent", "scenario_bedroom"]
+                 "local_intent", "judged", "procedural_intent", "scenario_bedroom"]
         reported = {metric: aggregations[metric]([s[metric] for s in samples if metric in s], args=args)
                     for metric in order}
     audit = audit_trail(tmp_path / "out")
@@ -407,7 +431,7 @@ def test_metrics_aggregated_in_any_order_read_one_judgement_per_field(dataset, t
     assert reported["failed"] == sum(r["rating"] is None for r in audit.values()) > 0
 
 
-def test_the_check_command_validates_a_converted_file_and_summarises_it(dataset, tmp_path, capsys):
+def test_the_check_command_validates_a_flat_file_and_summarises_it(dataset, tmp_path, capsys):
     from lmms_egoplan.cli import main
 
     assert main(["egointent-check", str(dataset)]) == 0
@@ -419,7 +443,7 @@ def test_the_check_command_validates_a_converted_file_and_summarises_it(dataset,
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{**step_records()[0], "truncation_time": 0.1}]))
     assert main(["egointent-check", str(bad), "--video-root", str(dataset.parent)]) == 2
-    assert "truncation_time (0.1 s) must be after step_start (0.4 s)" in capsys.readouterr().err
+    assert "field truncation_time: 0.1 s must be after step_start (0.4 s)" in capsys.readouterr().err
     assert main(["egointent-check", str(dataset), "--max-frames", "0"]) == 2
     assert capsys.readouterr().err == "lmms-egoplan egointent-check: --max-frames must be at least 1, got 0\n"
 

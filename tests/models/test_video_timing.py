@@ -19,7 +19,7 @@ from lmms_eval.api.instance import Instance
 from lmms_egoplan.core import media
 from lmms_egoplan.core.settings import resolve_settings
 from lmms_egoplan.egointent import task as egointent
-from lmms_egoplan.egointent.data import load_steps, step_docs
+from lmms_egoplan.egointent.data import load_samples
 from lmms_egoplan.egointent.task import EgoIntentSettings
 from lmms_egoplan.egoplan import data as egoplan_data
 from lmms_egoplan.egoplan import task as egoplan
@@ -174,8 +174,8 @@ def test_an_egointent_clip_at_6_fps_gets_the_positions_of_its_sampling_rate(tmp_
     annotations = tmp_path / "steps.jsonl"
     annotations.write_text(json.dumps({"step_id": "s1", "video": "kitchen.mp4", "step_start": 0.0, "truncation_time": 5.2,
                                        "scenario": "Kitchen", "environment": "indoor", "local_intent": "a",
-                                       "global_intent": "b", "next_step_plan": "c"}) + "\n")
-    [doc] = step_docs(load_steps(annotations), EgoIntentSettings(annotations=annotations))
+                                       "procedural_intent": "b", "next_step_plan": "c"}) + "\n")
+    [doc] = load_samples(EgoIntentSettings(annotations=annotations)).docs
     assert doc["frame_indices"] == list(range(0, 156, 5))  # 32 frames, one every 5 source frames: 6 FPS
     paths = temporal_positions_of_both_paths(backend("qwen2_5_vl"), doc, egointent.doc_to_visual, monkeypatch)
     assert paths == [[0, 0, 1, 2, 2, 3, 4, 4, 5, 6, 6, 7, 8, 8, 9, 10]] * 2
