@@ -166,7 +166,7 @@ def test_a_judged_task_whose_judge_cache_is_on_a_full_disk_stops_before_the_mode
     disk = small_disk()
     JudgeCache(disk.path / "judge").close()
     disk.fill()
-    monkeypatch.setattr(RUN, "answering_judges", set())
+    monkeypatch.setattr(RUN, "answering_judges", {})
     task = SimpleNamespace(ENV_PREFIX="EGOTHINK", config=SimpleNamespace(task="ego_think_counting"),
                            settings=JudgeSettings(judge_base_url="http://127.0.0.1:9/v1", judge_api_key_env="",
                                                   judge_cache_dir=disk.path / "judge"))
