@@ -57,6 +57,18 @@ class ChatRenderer:
         messages.append({"role": "user", "content": content})
         return messages
 
+    def adds_special_tokens(self, text: str) -> bool:
+        """Whether the model's own processor adds its tokenizer's special tokens (the BOS) to ``text``,
+        a rendering of this template: transformers' ``ProcessorMixin.apply_chat_template(tokenize=True)``
+        adds them unless the rendering already starts with the BOS (``processing_utils.py``); a text-only
+        model's tokenizer adds none to a chat. Both backends tokenize every rendering so, which gives
+        llava-hf's LLaVA-1.5 and LLaVA-NeXT-Video, whose templates write no BOS, the BOS they were
+        trained with (docs/backend.md, BOS)."""
+        from transformers import ProcessorMixin
+
+        bos = getattr(getattr(self.processor, "tokenizer", None), "bos_token", None)
+        return isinstance(self.processor, ProcessorMixin) and not (bos and text.startswith(bos))
+
     def generation_prompt(self, messages: list[dict]) -> str:
         return self._render(messages, add_generation_prompt=True)
 

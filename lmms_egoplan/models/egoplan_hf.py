@@ -167,8 +167,8 @@ class EgoPlanHF(DocRequests, lmms):
             raise ValueError(f"{self.pretrained}: an empty continuation in {where} has no tokens to score")
         rendered = self.chat.with_answers(self.chat.user_turn(visuals.parts, context, input_order), answers)
         end_of_turn_ids = self._special_token_ids if scored_span == ANSWER_AND_END_OF_TURN else None
-        sequences = [scored_sequence(self.tokenizer, r, end_of_turn_ids=end_of_turn_ids, model_name=self.pretrained)
-                     for r in rendered]
+        sequences = [scored_sequence(self.tokenizer, r, end_of_turn_ids=end_of_turn_ids, model_name=self.pretrained,
+                                     add_special_tokens=self.chat.adds_special_tokens(r.text)) for r in rendered]
         if not self.prefix_sharing:
             return [self.scorer.score_full(self._encode([r.text], [visuals], where), s, loss_mean)
                     for r, s in zip(rendered, sequences)]
@@ -231,7 +231,8 @@ class EgoPlanHF(DocRequests, lmms):
     # ------------------------------------------------------------------ shared steps
 
     def _encode(self, texts: list[str], visuals: Sequence[ModelVisuals], where: str):
-        """Processor output for ``texts`` (chat-rendered, so no extra special tokens), on the device.
+        """Processor output for ``texts`` (chat-rendered; the tokenizer's special tokens added where the
+        model's own processor adds them to a chat, ``ChatRenderer.adds_special_tokens``), on the device.
 
         Images are nested per prompt (LLaVA-OneVision reads a flat list as one image per prompt);
         videos are one flat list of frame lists, which every video processor reads the same way,
@@ -253,7 +254,9 @@ class EgoPlanHF(DocRequests, lmms):
             videos = [video for v in visuals for video in v.videos]
             media.update(videos=[video.frames for video in videos], video_metadata=[video.metadata() for video in videos],
                          do_sample_frames=False)
-        inputs = self.processor(text=texts, return_tensors="pt", padding=True, add_special_tokens=False, **media)
+        # One template renders every text of a batch, so they all start alike (transformers decides from the first).
+        inputs = self.processor(text=texts, return_tensors="pt", padding=True,
+                                add_special_tokens=self.chat.adds_special_tokens(texts[0]), **media)
         self._check_length(inputs["input_ids"].shape[1], where)
         inputs = inputs.to(self._device)
         for key, value in inputs.items():  # pixel values in the model's dtype; ids and masks stay integers

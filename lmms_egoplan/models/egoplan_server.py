@@ -7,11 +7,16 @@ the same visuals (``visuals.prepare_visuals``), and each candidate scored over t
 the same mean (``request_options``, ``likelihood.mean_loss``), located in the token ids the server
 reports. Questions go to the server concurrently (``concurrency``), each request with a timeout
 and retries; every scored question is handed to lmms-eval's response cache as it completes.
-At load, one probe question checks the server (``engines.Engine.check``) before any scoring.
+Several servers (``base_urls``) share the questions (``engines.ServerPool``), a server that stops
+answering is taken out and its questions go to the others. At load, one probe question checks
+each server (``engines.Engine.check``) before any scoring. Generation carries the model's
+``generation_config`` sampling defaults, which transformers applies in ``egoplan_hf`` and vLLM
+applies itself, and SGLang's ``/generate`` does not.
 """
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, Iterable, Sequence
 
@@ -32,12 +37,19 @@ from lmms_egoplan.models.doc_requests import (
     unknown_model_args_message,
 )
 from lmms_egoplan.models.egoplan_hf import load_processor
-from lmms_egoplan.models.engines import ENGINE_CLASSES, ENGINES, ServerClient, ServerPrompt
+from lmms_egoplan.models.engines import ENGINE_CLASSES, ENGINES, ServerClient, ServerPool, ServerPrompt
 from lmms_egoplan.models.likelihood import expansion_shift, mean_loss, scored_sequence, special_token_ids
 from lmms_egoplan.models.visuals import ModelVisuals
 
 # The text-only question every run scores once at load (``engines.Engine.check``).
 PROBE_QUESTION, PROBE_ANSWER = "What should I do next?", "Open the fridge."
+# The generation_config settings that transformers' generate applies in egoplan_hf where a request
+# sets none (repetition_penalty always, the others when sampling), and that vLLM applies as its
+# defaults (--generation-config auto: vllm/config/model.py get_diff_sampling_param); SGLang applies
+# them only on its OpenAI chat endpoint (entrypoints/openai/serving_chat.py 416-418), not /generate.
+SAMPLING_DEFAULTS = ("repetition_penalty", "top_k", "top_p", "min_p")
+SAMPLING_ONLY = ("top_k", "top_p", "min_p")
+NEUTRAL_SAMPLING = {"repetition_penalty": 1.0, "top_p": 1.0, "min_p": 0.0}
 
 
 class EgoPlanServer(DocRequests, lmms):
@@ -46,6 +58,8 @@ class EgoPlanServer(DocRequests, lmms):
         engine: str | None = None,
         model: str | None = None,
         base_url: str | None = None,
+        base_urls: str | list | None = None,
+        api_key_env: str | None = None,
         pretrained: str | None = None,
         concurrency: int = 8,
         timeout: float = 600.0,
@@ -61,6 +75,7 @@ class EgoPlanServer(DocRequests, lmms):
         chat_template: str | None = None,
         lstrip_continuation: bool = True,
         trust_remote_code: bool = False,
+        api_key: str | None = None,  # refused: model_args are written into the results (api_key_env instead)
         batch_size: int | str = 1,  # lmms-eval passes --batch_size / --max_batch_size to every backend; the
         max_batch_size: int | None = None,  # server batches (continuous batching): concurrency sets the load
         **unknown: Any,
@@ -77,24 +92,34 @@ class EgoPlanServer(DocRequests, lmms):
         if model is None:
             raise SettingsError("egoplan_server: model_args model=<the served model name> is required (the server's "
                                 "--served-model-name)")
+        if api_key is not None:
+            raise SettingsError("egoplan_server: model_args api_key is not taken, as model_args are written into the "
+                                "results: export the key in an environment variable and pass its name as "
+                                "api_key_env=<variable>")
         self.concurrency = _arg(concurrency, int, "concurrency")
         if self.concurrency < 1:
             raise SettingsError(f"egoplan_server: model_args concurrency must be at least 1, got {self.concurrency}")
-        base_url = base_url or ("http://127.0.0.1:30000" if engine == "sglang" else "http://127.0.0.1:8000")
-        client = ServerClient(str(base_url), timeout=_arg(timeout, float, "timeout"), retries=_arg(retries, int, "retries"),
-                              backoff=_arg(backoff, float, "backoff"), connections=4 * self.concurrency)
-        self.engine = ENGINE_CLASSES[engine](client, str(model), concurrency=self.concurrency)
-        served_from = self.engine.connect()  # before anything loads: the server answers, with this model
+        urls = _server_urls(engine, base_url, base_urls)
+        options = {"timeout": _arg(timeout, float, "timeout"), "retries": _arg(retries, int, "retries"),
+                   "backoff": _arg(backoff, float, "backoff"), "connections": 4 * self.concurrency,
+                   "api_key": _api_key(api_key_env)}
+        self.servers = ServerPool([ENGINE_CLASSES[engine](ServerClient(url, **options), str(model),
+                                                          concurrency=self.concurrency) for url in urls])
+        # Before anything loads: every server answers, with this model.
+        served_from = [server.connect() for server in self.servers.engines][0]
         self.pretrained = str(pretrained or served_from)
         trust_remote_code = _arg(trust_remote_code, bool, "trust_remote_code")
         self.processor = load_processor(self.pretrained, trust_remote_code,
                                         "egoplan_server", hint="pass the served model's folder as model_args pretrained")
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.takes_images, video_native, self.videos_with_images = processor_inputs(self.processor)
-        self.video_native = self.engine.configure(self.tokenizer, _model_type(self.pretrained, trust_remote_code),
-                                                  takes_images=self.takes_images,
-                                                  video_native=video_native,
-                                                  videos_as_frames=_arg(videos_as_frames, bool, "videos_as_frames"))
+        model_type = _model_type(self.pretrained, trust_remote_code)
+        videos_as_frames = _arg(videos_as_frames, bool, "videos_as_frames")
+        self.video_native = [server.configure(self.tokenizer, model_type, pretrained=self.pretrained,
+                                              takes_images=self.takes_images, video_native=video_native,
+                                              videos_as_frames=videos_as_frames) for server in self.servers.engines][0]
+        self.engine.warn_deviation()
+        self.sampling_defaults = generation_defaults(self.pretrained, trust_remote_code)
         self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt, chat_template=chat_template)
         self.limits = self.visual_limits("egoplan_server", max_frames, image_max_side, image_max_pixels, video_max_side,
                                          video_max_pixels)
@@ -104,10 +129,16 @@ class EgoPlanServer(DocRequests, lmms):
         self._reported_generation_keys: set[str] = set()
         probe = self._prompt(ModelVisuals(), PROBE_QUESTION, INPUT_ORDER.convention, "the load check")
         rendered, sequence = self._candidates(probe, [PROBE_ANSWER], SCORED_SPAN.convention)
-        self.engine.check(probe, rendered[0], sequence[0], self.tokenizer, takes_images=self.takes_images)
+        for server in self.servers.engines:
+            server.check(probe, rendered[0], sequence[0], self.tokenizer, takes_images=self.takes_images)
+
+    @property
+    def engine(self):
+        """The first server (each is configured and checked alike)."""
+        return self.servers.engines[0]
 
     def clean(self):
-        self.engine.close()
+        self.servers.close()
         super().clean()
 
     # ------------------------------------------------------------------ loglikelihood
@@ -133,7 +164,8 @@ class EgoPlanServer(DocRequests, lmms):
         if not all(answers):
             raise ValueError(f"{self.pretrained}: an empty continuation in {question.where} has no tokens to score")
         rendered, sequences = self._candidates(prompt, answers, question.options[SCORED_SPAN.name])
-        reported = self.engine.score(prompt, rendered, sequences)
+        # The question and all its candidates on one server, which shares their prefix.
+        reported = self.servers.run(lambda server: server.score(prompt, rendered, sequences))
         scores = []
         for sequence, server in zip(sequences, reported):
             # The server's ids after the visuals must be the suite's (checked); the scored span is there.
@@ -146,14 +178,18 @@ class EgoPlanServer(DocRequests, lmms):
     def _candidates(self, prompt: ServerPrompt, answers: Sequence[str], scored_span: str):
         rendered = self.chat.with_answers(prompt.messages, answers)
         end_of_turn_ids = self._special_token_ids if scored_span == ANSWER_AND_END_OF_TURN else None
-        return rendered, [scored_sequence(self.tokenizer, r, end_of_turn_ids=end_of_turn_ids, model_name=self.pretrained)
-                          for r in rendered]
+        return rendered, [scored_sequence(self.tokenizer, r, end_of_turn_ids=end_of_turn_ids, model_name=self.pretrained,
+                                          add_special_tokens=prompt.add_special_tokens) for r in rendered]
 
     def _prompt(self, visuals: ModelVisuals, context: str, input_order: str, where: str) -> ServerPrompt:
         messages = self.chat.user_turn(visuals.parts, context, input_order)
         prefix = self.chat.generation_prompt(messages)
         self._check_placeholders(prefix, visuals, where)
-        return ServerPrompt(messages, visuals, prefix, self.tokenizer(prefix, add_special_tokens=False)["input_ids"], where)
+        # The BOS where the model's own processor adds one (egoplan_hf's input); the answers' renderings
+        # start as the prefix does.
+        special = self.chat.adds_special_tokens(prefix)
+        return ServerPrompt(messages, visuals, prefix, self.tokenizer(prefix, add_special_tokens=special)["input_ids"],
+                            where, special)
 
     # ------------------------------------------------------------------ generation
 
@@ -166,7 +202,7 @@ class EgoPlanServer(DocRequests, lmms):
             visuals = self._doc_visuals((task, split, doc_id, doc_to_visual))
             prompt = self._prompt(visuals, context, INPUT_ORDER.check(INPUT_ORDER.of(requests[index]), where), where)
             sampling, until = self._sampling(dict(generation_kwargs or {}))
-            return cut_at_first(self.engine.generate(prompt, sampling), until)
+            return cut_at_first(self.servers.run(lambda server: server.generate(prompt, sampling)), until)
 
         def done(index: int, text: str) -> None:
             results[index] = text
@@ -176,10 +212,12 @@ class EgoPlanServer(DocRequests, lmms):
         return results
 
     def _sampling(self, generation_kwargs: dict) -> tuple[dict, list[str]]:
-        """The server's sampling settings for lmms-eval's generation kwargs, and the stop strings."""
+        """The server's sampling settings for lmms-eval's generation kwargs over the model's
+        generation_config defaults (``SAMPLING_DEFAULTS``), and the stop strings."""
         beams = generation_kwargs.get("num_beams", 1) not in (1, None)  # servers do not search beams
         generation = self._generation(generation_kwargs, "egoplan_server", ignored=["num_beams"] if beams else [])
-        sampling = {"max_new_tokens": generation.max_new_tokens, "temperature": generation.temperature,
+        defaults = {k: v for k, v in self.sampling_defaults.items() if generation.sampling or k not in SAMPLING_ONLY}
+        sampling = {"max_new_tokens": generation.max_new_tokens, "temperature": generation.temperature, **defaults,
                     **{k: v for k, v in generation.options.items() if k != "num_beams"}}
         if generation.until:
             sampling["stop"] = generation.until
@@ -199,10 +237,11 @@ class EgoPlanServer(DocRequests, lmms):
         failure: BaseException | None = None
         items = iter(items)
         progress = tqdm(total=total, disable=self.rank != 0, desc=f"egoplan_server {what}")
-        pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="egoplan_server")
+        in_flight = self.concurrency * len(self.servers.engines)  # concurrency per server
+        pool = ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="egoplan_server")
         try:
             while True:
-                while failure is None and len(pending) < self.concurrency:
+                while failure is None and len(pending) < in_flight:
                     item = next(items, StopIteration)
                     if item is StopIteration:
                         break
@@ -221,7 +260,7 @@ class EgoPlanServer(DocRequests, lmms):
                     progress.update(size(item))
         except BaseException:
             # Stopped (SIGTERM, Ctrl-C): ask nothing more, retry nothing.
-            self.engine.client.stopping.set()
+            self.servers.stop()
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         finally:
@@ -233,6 +272,49 @@ class EgoPlanServer(DocRequests, lmms):
 
 def _arg(value, annotation, name: str):
     return coerce_setting(value, annotation, f"egoplan_server model_args {name}")
+
+
+def _server_urls(engine: str, base_url: str | None, base_urls: str | list | None) -> list[str]:
+    """The servers' roots: ``base_url`` (one), or ``base_urls`` as ``[url,url,...]`` (lmms-eval keeps
+    the commas inside the brackets together) or a list; the engine's default port without either."""
+    if base_url and base_urls:
+        raise SettingsError("egoplan_server: pass model_args base_url (one server) or base_urls (several), not both")
+    if not base_urls:
+        return [str(base_url or ("http://127.0.0.1:30000" if engine == "sglang" else "http://127.0.0.1:8000"))]
+    urls = base_urls if isinstance(base_urls, list) else str(base_urls).strip().strip("[]").split(",")
+    urls = [str(url).strip().strip("'\"") for url in urls if str(url).strip()]
+    if not urls or len(set(urls)) != len(urls):
+        raise SettingsError(f"egoplan_server: model_args base_urls must list distinct servers as "
+                            f"[http://host:port,http://host:port], got {base_urls!r}")
+    return urls
+
+
+def _api_key(variable: str | None) -> str | None:
+    """The key in the environment variable that model_args api_key_env names (never the key itself,
+    which would be written into the results with the model_args)."""
+    if not variable:
+        return None
+    if variable not in os.environ:
+        raise SettingsError(f"egoplan_server: model_args api_key_env names the environment variable {variable}, "
+                            f"which is not set: export the server's API key in it")
+    return os.environ[variable]
+
+
+def generation_defaults(pretrained: str, trust_remote_code: bool) -> dict:
+    """The model's sampling defaults (``SAMPLING_DEFAULTS``) as transformers' generate fills them in
+    egoplan_hf: the checkpoint's generation_config (or the one derived from its config), transformers'
+    own defaults where that leaves one unset; neutral values left out."""
+    from transformers import AutoConfig, GenerationConfig
+
+    try:
+        config = GenerationConfig.from_pretrained(pretrained)
+    except OSError:  # no generation_config.json: transformers derives one from the model's config
+        config = GenerationConfig.from_model_config(AutoConfig.from_pretrained(pretrained,
+                                                                               trust_remote_code=trust_remote_code))
+    fallback = GenerationConfig._get_default_generation_params()
+    values = {key: getattr(config, key, None) if getattr(config, key, None) is not None else fallback.get(key)
+              for key in SAMPLING_DEFAULTS}
+    return {key: value for key, value in values.items() if value is not None and value != NEUTRAL_SAMPLING.get(key)}
 
 
 def _model_type(pretrained: str, trust_remote_code: bool) -> str:

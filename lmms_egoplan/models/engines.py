@@ -9,31 +9,39 @@ engines' own request code.
 
 * SGLang (native ``POST /generate``; it applies no chat template): a text-only prompt goes as the
   suite's token ids (``input_ids``), which SGLang runs as they are; a prompt with images goes as the
-  rendered text with the images as PNG data URLs, and SGLang's tokenizer adds its special tokens
-  itself (``TokenizerManager._tokenize_texts``, and most multimodal processors), so the text leaves
-  out the leading BOS that the chat template wrote where the tokenizer adds one. A prefix-only
-  request (``max_new_tokens`` 0) returns the expanded length of the prompt and warms the radix
-  cache; each candidate then asks for the log-probabilities from its first scored token on
-  (``logprob_start_len``: the radix cache reuses the prompt up to there, so the candidates share the
-  visuals and the question).
+  rendered text with the images as PNG data URLs and ``modalities`` naming several images (the one
+  form in which SGLang's LLaVA processor takes every image at one crop each), and SGLang's tokenizer
+  adds its special tokens itself (``TokenizerManager._tokenize_texts``, and most multimodal
+  processors), so the text leaves out the leading BOS that the chat template wrote where the
+  tokenizer adds one. A prefix-only request (``max_new_tokens`` 0) returns the expanded length of
+  the prompt and warms the radix cache; each candidate then asks for the log-probabilities from its
+  first scored token on (``logprob_start_len``: the radix cache reuses the prompt up to there, so
+  the candidates share the visuals and the question).
 * vLLM (``POST /v1/chat/completions`` with ``prompt_logprobs``): the server renders the
   conversation with its chat template (checked against the suite's at load), images as PNG data
   URLs, a video as its frames (``data:video/jpeg;base64,...``, PNG-encoded, lossless) with their
   timing in ``media_io_kwargs``, as far as the model's modality limits let it (``VLLM_MODALITIES``:
   frames as images where it takes no video). Prompt log-probabilities bypass vLLM's prefix cache:
   each candidate is a full prefill.
+
+Several servers (``ServerPool``): each question goes, with all its candidates, to the server with
+the fewest questions in flight; a server that stops answering is taken out and its question goes
+to another one.
 """
 
 from __future__ import annotations
 
 import base64
+import fnmatch
 import io
+import math
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Callable, Sequence, TypeVar
 
 from loguru import logger
 
@@ -54,6 +62,13 @@ ENGINES = ("sglang", "vllm")
 VLLM_MIN_VERSION = (0, 10, 2)
 VLLM_VIDEO_TIMING_VERSION = (0, 20, 0)
 VLLM_MODEL_VIDEO_TIMING_VERSION = {"qwen2_5_vl": (0, 31, 0)}
+# Per-request media_io_kwargs need --trust-request-mm-kwargs from vLLM 0.31.0 on (vllm PR 58830).
+VLLM_REQUEST_MM_KWARGS_VERSION = (0, 31, 0)
+# The most likely entries per position the load check asks for (vLLM's --max-logprobs is 20 by default).
+VLLM_PROBE_TOP_LOGPROBS = 5
+# The sampling settings a generation request carries, those set (engines' names; vLLM's max tokens
+# is max_completion_tokens).
+SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "stop")
 
 # What vllm 0.33.0 serves each architecture with, where it is not images and videos without limit:
 # ``get_supported_mm_limits`` of the model's processing info (``model_executor/models/<model>.py``);
@@ -70,6 +85,14 @@ VLLM_MODALITIES: dict[str, dict[str, int | None]] = {
 # --enable-multimodal (``configs/model_config.py``, ``mm_disabled_models``); /model_info then
 # reports no image understanding and /generate drops the images.
 SGLANG_MULTIMODAL_FLAG = {"gemma3": "Gemma 3"}
+# Models that attend bidirectionally inside an image, which SGLang 0.5.23 builds only with its
+# Triton attention backend and only for an image wholly in the part of the prompt being computed
+# (``models/gemma3_mm.py`` 217-251, note at 442): any other backend, a prompt split by chunked
+# prefill, or a cached prefix ending inside an image (the radix cache matches whole pages,
+# ``mem_cache/radix_cache.py`` 215-220) attends to the image causally.
+SGLANG_BIDIRECTIONAL_IMAGES = {"gemma3": "Gemma 3"}
+# The server flags that give those models their bidirectional image attention on SGLang.
+SGLANG_BIDIRECTIONAL_FLAGS = "--attention-backend triton --chunked-prefill-size -1 --page-size 1"
 # Where the engine's own preprocessing gives the model another input than egoplan_hf's processor
 # (tests/models/test_engine_conformance.py shows each against the engine's code): egoplan_server still
 # scores, and says so at load.
@@ -77,9 +100,13 @@ ENGINE_DEVIATIONS: dict[tuple[str, str], str] = {
     ("sglang", "qwen2_vl"): "SGLang loads Qwen2-VL's processor with its own pixel range, 3,136 to 1,003,520 pixels "
                             "per image (utils/hf_transformers/processor.py), not the checkpoint's: images outside "
                             "it are resized otherwise than egoplan_hf resizes them",
-    ("sglang", "llava"): "SGLang expands LLaVA's image placeholders inside the model (models/llava.py, "
-                         "pad_input_ids), after its tokenization: how many tokens it gives each image is "
-                         "not checked against egoplan_hf's",
+    ("sglang", "llava"): "SGLang pads each LLaVA image to a square before its CLIP processor (original LLaVA-1.5's "
+                         "'pad', multimodal/processors/llava.py 240-243), where transformers' CLIP processor "
+                         "(egoplan_hf) crops its center: the same positions per image (576 for LLaVA-1.5, "
+                         "models/llava.py pad_input_ids), other pixels for every image that is not square (a "
+                         "16:9 frame shows all of its width, with bars, instead of its central 56%); a prompt "
+                         "with more than 16 images gets each pooled 2x2 (models/llava.py 93-97: 144 positions "
+                         "per image instead of 576)",
     ("sglang", "llava_onevision"): "SGLang gives each image of a prompt with several images its AnyRes tiles, where "
                                    "transformers (egoplan_hf) gives each one crop",
     ("vllm", "llava_onevision"): "vLLM gives each image of a prompt with several images its AnyRes tiles "
@@ -93,7 +120,15 @@ class ServerSetupError(InputError):
 
 
 class ServerRequestError(RuntimeError):
-    """A request the server refused, or that still failed after the retries."""
+    """A request the server refused (``status``: its HTTP status), or that still failed after the retries."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class ServerUnavailableError(ServerRequestError):
+    """The server stopped answering: no connection, timeouts or 408 / 429 / 5xx through every retry."""
 
 
 class _Transient(Exception):
@@ -111,8 +146,11 @@ class ServerPrompt:
     messages: list[dict]  # the user turn, in transformers' chat format (``ChatRenderer.user_turn``)
     visuals: ModelVisuals
     prefix_text: str  # ``messages`` rendered with the generation prompt
-    prefix_ids: list[int]  # the local tokenizer's ids of ``prefix_text`` (no special tokens added)
+    prefix_ids: list[int]  # the local tokenizer's ids of ``prefix_text``
     where: str
+    # Whether the model's processor adds the tokenizer's special tokens (the BOS) to the rendering
+    # (``ChatRenderer.adds_special_tokens``): ``prefix_ids`` and the scored sequences hold them.
+    add_special_tokens: bool = False
 
 
 @dataclass(frozen=True)
@@ -126,16 +164,19 @@ class ServerScores:
 
 class ServerClient:
     """JSON over HTTP to one server, with a timeout per request and retries with backoff for
-    transient failures; ``stopping`` ends the retries (the run is stopping)."""
+    transient failures; ``stopping`` ends the retries (the run is stopping). ``api_key``: sent as a
+    bearer token (a server started with --api-key)."""
 
     def __init__(self, base_url: str, *, timeout: float, retries: int, backoff: float, max_backoff: float = 60.0,
-                 connections: int = 16):
+                 connections: int = 16, api_key: str | None = None):
         import httpx
 
         self.base_url = re.sub(r"/v1/?$", "", base_url.rstrip("/"))
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
         self.stopping = threading.Event()
+        self.authenticated = bool(api_key)
         self._client = httpx.Client(base_url=self.base_url, timeout=timeout,
+                                    headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
                                     limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections))
 
     def close(self) -> None:
@@ -144,6 +185,15 @@ class ServerClient:
 
     def get(self, path: str, *, retry: bool = True) -> Any:
         return self._call("GET", path, None, retry)
+
+    def get_first(self, paths: Sequence[str]) -> Any:
+        """The first of ``paths`` the server (or the router in front of it) does not answer with 404."""
+        for path in paths:
+            try:
+                return self.get(path, retry=False)
+            except ServerRequestError as error:
+                if error.status != 404 or path == paths[-1]:
+                    raise
 
     def post(self, path: str, body: dict, *, retry: bool = True) -> Any:
         return self._call("POST", path, body, retry)
@@ -157,7 +207,7 @@ class ServerClient:
             except _Transient as error:
                 if not retry or attempt > self.retries or self.stopping.is_set():
                     tries = f" (gave up after {attempt} attempts)" if retry else ""
-                    raise ServerRequestError(f"{method} {self.base_url}{path}: {error}{tries}") from None
+                    raise ServerUnavailableError(f"{method} {self.base_url}{path}: {error}{tries}") from None
                 self.stopping.wait(backoff_delay(attempt, self.backoff, self.max_backoff, error.retry_after))
 
     def _once(self, method: str, path: str, body: dict | None) -> Any:
@@ -174,7 +224,7 @@ class ServerClient:
                              retry_after(response.headers))
         if response.status_code != 200:
             raise ServerRequestError(f"{method} {self.base_url}{path}: HTTP {response.status_code}: "
-                                     f"{_error_message(response)}")
+                                     f"{_error_message(response)}", response.status_code)
         try:
             return response.json()
         except ValueError:
@@ -182,7 +232,7 @@ class ServerClient:
 
 
 class Engine:
-    """What ``egoplan_server`` asks of a server; one subclass per engine."""
+    """What ``egoplan_server`` asks of one server; one subclass per engine."""
 
     name: str
 
@@ -190,6 +240,8 @@ class Engine:
         self.client = client
         self.model = model
         self.model_type = ""
+        self.pretrained = ""
+        self.context_length: int | None = None  # the served model's, from GET /v1/models
         # Candidates of the questions in flight go out at once.
         self._candidates = ThreadPoolExecutor(max_workers=4 * concurrency, thread_name_prefix=f"{self.name}-candidates")
 
@@ -200,20 +252,24 @@ class Engine:
     def connect(self) -> str:
         """Check that the server answers and serves the model; returns where the server loaded it from
         (the default processor of the suite's side)."""
-        listing = self._served_models()
-        return next((m.get("root") or "" for m in listing if m.get("id") == self.model), "")
+        entry = next(m for m in self._served_models() if m.get("id") == self.model)
+        self.context_length = entry.get("max_model_len") if isinstance(entry.get("max_model_len"), int) else None
+        return entry.get("root") or ""
 
-    def configure(self, tokenizer, model_type: str, *, takes_images: bool, video_native: bool,
+    def configure(self, tokenizer, model_type: str, *, pretrained: str, takes_images: bool, video_native: bool,
                   videos_as_frames: bool) -> bool:
-        """Fit the requests to the served architecture (``model_type``, the checkpoint's); returns
-        whether videos go to the server as videos (else as their frames, images). Raises
-        ServerSetupError where no form of the model's visuals reaches the server."""
-        self.model_type = model_type
-        deviation = ENGINE_DEVIATIONS.get((self.name, model_type))
+        """Fit the requests to the served architecture (``model_type``, the checkpoint's in
+        ``pretrained``); returns whether videos go to the server as videos (else as their frames,
+        images). Raises ServerSetupError where no form of the model's visuals reaches the server."""
+        self.model_type, self.pretrained = model_type, pretrained
+        self.video_native = video_native and not videos_as_frames
+        return self.video_native
+
+    def warn_deviation(self) -> None:
+        deviation = ENGINE_DEVIATIONS.get((self.name, self.model_type))
         if deviation:
             logger.warning(f"egoplan_server: {deviation}; those scores can differ from egoplan_hf's "
                            f"({doc_page('backend.md', 'Architectures and engines')})")
-        return video_native and not videos_as_frames
 
     def check_visuals(self, visuals: ModelVisuals, where: str) -> None:
         """Raise UnsupportedVisualError for visuals the server refuses for this architecture."""
@@ -231,10 +287,10 @@ class Engine:
             raise self._probe_failed(f"did not return the prompt log-probabilities of a probe request "
                                      f"({type(error).__name__}: {error})") from None
         if not _same_ids(scores.token_ids, sequence.token_ids):
-            raise self._other_tokens(tokenizer, scores.token_ids, sequence.token_ids,
-                                     "serve the model with the same chat template (--chat-template) or pass the "
-                                     "server's as model_args chat_template" if self.name == "vllm" else
-                                     "the server's tokenizer adds or splits tokens differently")
+            raise self._other_tokens(tokenizer, scores.token_ids, sequence.token_ids, self._other_tokens_fix())
+
+    def _other_tokens_fix(self) -> str:
+        return "the server's tokenizer adds or splits tokens differently"
 
     def _other_tokens(self, tokenizer, server_ids: list[int], suite_ids: list[int], fix: str) -> ServerSetupError:
         return ServerSetupError(
@@ -254,7 +310,7 @@ class Engine:
 
     def generate(self, prompt: ServerPrompt, sampling: dict) -> str:
         """The text generated after ``prompt``; ``sampling``: max_new_tokens, temperature, top_p, top_k,
-        repetition_penalty, stop (those set)."""
+        min_p, repetition_penalty, stop (those set)."""
         raise NotImplementedError
 
     def _served_models(self) -> list[dict]:
@@ -262,6 +318,13 @@ class Engine:
         try:
             listing = self.client.get("/v1/models", retry=False)
         except ServerRequestError as error:
+            if error.status in (401, 403):
+                raise ServerSetupError(
+                    f"egoplan_server: the {self.name} server at {self.client.base_url} refuses requests without its "
+                    f"API key (HTTP {error.status}): export the key in an environment variable and name it with "
+                    f"model_args api_key_env=<variable>" if not self.client.authenticated else
+                    f"egoplan_server: the {self.name} server at {self.client.base_url} refuses the API key of model_args "
+                    f"api_key_env (HTTP {error.status}): export the key the server was started with (--api-key)") from None
             raise ServerSetupError(f"egoplan_server: no {self.name} server answers at base_url={self.client.base_url} "
                                    f"({error}); start it, or fix model_args base_url") from None
         models = [entry for entry in (listing or {}).get("data", []) if isinstance(entry, dict)]
@@ -291,58 +354,130 @@ class SGLangEngine(Engine):
         return super().configure(tokenizer, model_type, **form)
 
     def _model_info(self) -> dict:
+        # /model_info, or its older name, which SGLang's model gateway passes on (to its first worker).
         try:
-            return self.client.get("/model_info", retry=False)
+            return self.client.get_first(["/model_info", "/get_model_info"])
         except ServerRequestError as error:
-            raise self._probe_failed(f"does not answer GET /model_info ({error})") from None
+            raise self._probe_failed(f"does not answer GET /model_info or /get_model_info ({error})") from None
+
+    def _server_info(self) -> dict:
+        try:
+            return self.client.get_first(["/server_info", "/get_server_info"])
+        except ServerRequestError as error:
+            raise self._probe_failed(f"does not answer GET /server_info or /get_server_info ({error})") from None
 
     def _check_server(self, takes_images: bool) -> None:
         info = self._model_info()
+        model_type = info.get("model_type") or self.model_type
         if takes_images and not info.get("has_image_understanding"):
             # /generate silently drops the media of a model served without image input.
-            flagged = SGLANG_MULTIMODAL_FLAG.get(info.get("model_type") or self.model_type)
+            flagged = SGLANG_MULTIMODAL_FLAG.get(model_type)
             fix = (f"start the server with --enable-multimodal (SGLang serves {flagged} without its vision tower "
                    f"otherwise)" if flagged else "serve the model the task is scored with, or fix pretrained")
             raise ServerSetupError(
                 f"egoplan_server: the server at {self.client.base_url} serves {info.get('model_path')} without image "
                 f"input, but model_args pretrained names a processor with one: {fix}")
+        settings = self._server_info()
+        if settings.get("allow_auto_truncate"):
+            raise ServerSetupError(
+                f"egoplan_server: the SGLang server at {self.client.base_url} was started with --allow-auto-truncate, "
+                f"which cuts the end off a prompt longer than the context (managers/tokenizer_manager.py 1338-1346) "
+                f"and would score a candidate without its answer: start it without the flag (egoplan_server "
+                f"shortens max_new_tokens near the context itself)")
+        if takes_images and model_type in SGLANG_BIDIRECTIONAL_IMAGES:
+            self._check_bidirectional_images(SGLANG_BIDIRECTIONAL_IMAGES[model_type], settings)
+
+    def _check_bidirectional_images(self, model: str, settings: dict) -> None:
+        """The settings under which SGLang attends bidirectionally inside each image, as the model
+        does in egoplan_hf (``token_type_ids``) and vLLM (``is_mm_prefix_lm``)."""
+        backends = {settings.get(f"{phase}_attention_backend") or settings.get("attention_backend")
+                    for phase in ("prefill", "decode")}
+        chunk = settings.get("chunked_prefill_size")
+        page = settings.get("page_size") or 1
+        wrong = []
+        if backends != {"triton"}:
+            # The mask is built only where the backend is a TritonAttnBackend; different prefill and
+            # decode backends make a hybrid backend, which is not one (model_executor/...
+            # attention_backend_setup.py 219-244).
+            wrong.append(f"its attention backend is {' / '.join(sorted(map(str, backends)))}, not triton")
+        if chunk is not None and chunk > 0:
+            # A prompt is split wherever the batch's remaining prefill budget ends, whatever its own
+            # length (managers/schedule_policy.py 1327-1358): only disabling chunked prefill keeps
+            # every image in one extend.
+            wrong.append(f"chunked prefill splits prompts ({chunk} tokens per batch)")
+        if page > 1:
+            wrong.append(f"its radix cache matches pages of {page} tokens")
+        if wrong:
+            raise ServerSetupError(
+                f"egoplan_server: the SGLang server at {self.client.base_url} would attend to {model}'s images causally "
+                f"({'; '.join(wrong)}), where {model} attends bidirectionally inside each image (egoplan_hf, vLLM): "
+                f"SGLang builds that mask only with its Triton attention backend and for an image wholly in the part "
+                f"of the prompt being computed (models/gemma3_mm.py 217-251): start it with {SGLANG_BIDIRECTIONAL_FLAGS} "
+                f"({doc_page('backend.md', 'Architectures and engines')})")
 
     def check(self, probe, rendered, sequence, tokenizer, *, takes_images: bool) -> None:
         super().check(probe, rendered, sequence, tokenizer, takes_images=takes_images)
-        if takes_images:
-            # Prompts with images go as text, tokenized by the server: its tokenizer must give the suite's ids.
-            answer = self.client.post("/generate", {**self._server_text(rendered.text), "return_prompt_token_ids": True,
-                                                    "sampling_params": {"max_new_tokens": 0}})
-            if list(answer["prompt_token_ids"]) != sequence.token_ids:
-                raise self._other_tokens(tokenizer, list(answer["prompt_token_ids"]), sequence.token_ids,
-                                         "the server's tokenizer adds or splits tokens differently")
+        # Prompts with images go as text, tokenized by the server; a text-only prompt goes as ids, which
+        # would hide another tokenizer: the server's tokenization of the probe's text must be the suite's.
+        [scores] = self._logprobs([self._server_text(rendered.text)], 0)
+        if not _same_ids(scores.token_ids, sequence.token_ids):
+            raise self._other_tokens(tokenizer, scores.token_ids, sequence.token_ids, self._other_tokens_fix())
 
     def score(self, prompt, rendered, sequences):
         media = self._media(prompt.visuals, prompt.where)
         # The prefix alone: its length after the visuals' placeholders expand (sglang PR 2597), and the
         # radix cache warm with it before the candidates arrive.
-        prefix = self.client.post("/generate", {**self._prompt_fields(prompt.prefix_text, prompt.prefix_ids, media),
-                                                "sampling_params": {"max_new_tokens": 0}})
-        shift = prefix["meta_info"]["prompt_tokens"] - len(prompt.prefix_ids)
+        shift = self._prompt_tokens(self._prompt_fields(prompt.prefix_text, prompt.prefix_ids, media)) - len(prompt.prefix_ids)
+        # Entry 0 of input_token_logprobs is always null: each starts one token before its first scored one.
+        starts = [shift + sequence.first - 1 for sequence in sequences]
+        return self._logprobs([self._prompt_fields(r.text, s.token_ids, media) for r, s in zip(rendered, sequences)],
+                              starts)
 
-        def one(text: str, sequence: ScoredSequence) -> ServerScores:
-            # Entry 0 of input_token_logprobs is always null: start one token before the first scored one.
-            start = shift + sequence.first - 1
-            body = {**self._prompt_fields(text, sequence.token_ids, media), "sampling_params": {"max_new_tokens": 0},
-                    "return_logprob": True, "logprob_start_len": start, "top_logprobs_num": 1}
+    def _logprobs(self, prompts: Sequence[dict], starts: Sequence[int] | int) -> list[ServerScores]:
+        """Each prompt's ids and log-probabilities from its ``start`` on, the requests concurrent."""
+        starts = [starts] * len(prompts) if isinstance(starts, int) else starts
+
+        def one(fields: dict, start: int) -> ServerScores:
+            body = {**fields, "sampling_params": {"max_new_tokens": 0}, "return_logprob": True,
+                    "logprob_start_len": start, "top_logprobs_num": 1}
             return self._scores(self.client.post("/generate", body), start)
 
-        return list(self._candidates.map(one, [r.text for r in rendered], sequences))
+        return list(self._candidates.map(one, prompts, starts))
+
+    def _prompt_tokens(self, fields: dict) -> int:
+        """A prompt's length as the model runs it (visual placeholders expanded), by a prefill."""
+        return self.client.post("/generate", {**fields, "sampling_params": {"max_new_tokens": 0}})["meta_info"]["prompt_tokens"]
 
     def generate(self, prompt, sampling):
-        sampling_params = {"max_new_tokens": sampling["max_new_tokens"], "temperature": sampling.get("temperature", 0.0),
-                           **{k: sampling[k] for k in ("top_p", "top_k", "repetition_penalty") if k in sampling}}
-        if sampling.get("stop"):
-            sampling_params["stop"] = sampling["stop"]
         media = self._media(prompt.visuals, prompt.where)
-        answer = self.client.post("/generate", {**self._prompt_fields(prompt.prefix_text, prompt.prefix_ids, media),
-                                                "sampling_params": sampling_params})
-        return answer["text"]
+        fields = self._prompt_fields(prompt.prefix_text, prompt.prefix_ids, media)
+        sampling_params = {k: sampling[k] for k in SAMPLING_KEYS if k in sampling}
+        if not media:  # SGLang refuses a prompt plus max_new_tokens over the context (tokenizer_manager.py 1353-1378)
+            sampling_params["max_new_tokens"] = self._within_context(len(prompt.prefix_ids), sampling_params, prompt.where)
+        try:
+            return self.client.post("/generate", {**fields, "sampling_params": sampling_params})["text"]
+        except ServerRequestError as error:
+            if error.status != 400 or not media or self.context_length is None:
+                raise
+            # Where the expanded prompt is too long for max_new_tokens: shortened, as the other backends do.
+            try:
+                length = self._prompt_tokens(fields)
+            except ServerRequestError:
+                raise error from None
+            if length + sampling_params["max_new_tokens"] <= self.context_length:
+                raise
+            sampling_params["max_new_tokens"] = self._within_context(length, sampling_params, prompt.where)
+            return self.client.post("/generate", {**fields, "sampling_params": sampling_params})["text"]
+
+    def _within_context(self, length: int, sampling_params: dict, where: str) -> int:
+        """``max_new_tokens`` shortened to fit a prompt of ``length`` tokens into the context, as
+        egoplan_hf and vLLM (``get_max_tokens``) shorten it, with egoplan_hf's warning."""
+        requested = sampling_params["max_new_tokens"]
+        if self.context_length is None or length + requested <= self.context_length:
+            return requested
+        logger.warning(f"{self.model}: {where}: max_new_tokens {requested} cut to {self.context_length - length} to stay "
+                       f"within the context window of {self.context_length} tokens")
+        return max(0, self.context_length - length)
 
     def _prompt_fields(self, text: str, token_ids: Sequence[int], media: dict) -> dict:
         """A prompt as ``/generate`` takes it: without media, the suite's ids (run as they are); with
@@ -373,16 +508,20 @@ class SGLangEngine(Engine):
                 f"egoplan_server: {where} has a video, which SGLang's /generate cannot take with the frames and timing "
                 f"the task chose ({doc_page('backend.md', 'Inference servers')}); use engine=vllm, or videos_as_frames=true to "
                 f"send its frames as images (the model then sees no time, unlike egoplan_hf)")
-        return {"image_data": [png_data_url(image) for image in visuals.images]} if visuals.images else {}
+        if not visuals.images:
+            return {}
+        # Several images for every image request: SGLang's LLaVA processor otherwise takes only the first
+        # image, at anyres (multimodal/processors/llava.py 230-263); its other processors do not read it.
+        return {"image_data": [png_data_url(image) for image in visuals.images], "modalities": ["multi-images"]}
 
 
 class VLLMEngine(Engine):
     name = "vllm"
 
-    def configure(self, tokenizer, model_type: str, *, takes_images: bool, video_native: bool,
+    def configure(self, tokenizer, model_type: str, *, pretrained: str, takes_images: bool, video_native: bool,
                   videos_as_frames: bool) -> bool:
-        video_native = super().configure(tokenizer, model_type, takes_images=takes_images, video_native=video_native,
-                                         videos_as_frames=videos_as_frames)
+        video_native = super().configure(tokenizer, model_type, pretrained=pretrained, takes_images=takes_images,
+                                         video_native=video_native, videos_as_frames=videos_as_frames)
         self.modalities = VLLM_MODALITIES.get(model_type, {"image": None, "video": None})
         if video_native and "video" not in self.modalities:
             logger.warning(f"egoplan_server: vLLM serves {model_type} without video input ({_modalities_source(model_type)}): "
@@ -393,7 +532,8 @@ class VLLMEngine(Engine):
                 f"egoplan_server: vLLM serves {model_type} with {_limits_text(self.modalities)} per prompt "
                 f"({_modalities_source(model_type)}), and videos_as_frames=true would send every video as images: "
                 f"leave videos_as_frames false (images still cannot go), or score with egoplan_hf")
-        return video_native and "video" in self.modalities
+        self.video_native = video_native and "video" in self.modalities
+        return self.video_native
 
     def check_visuals(self, visuals: ModelVisuals, where: str) -> None:
         counts = {"image": len(visuals.images), "video": len(visuals.videos)}
@@ -417,20 +557,78 @@ class VLLMEngine(Engine):
                 f"{_dotted(VLLM_MIN_VERSION)} or later (the prompt's token ids, return_token_ids: vllm PR 22587): "
                 f"upgrade it")
 
+    def check(self, probe, rendered, sequence, tokenizer, *, takes_images: bool) -> None:
+        try:
+            super().check(probe, rendered, sequence, tokenizer, takes_images=takes_images)
+        except ServerSetupError as error:
+            flags = mistral_format_flags(self.pretrained)
+            if flags:  # vLLM serves it with its Mistral tokenizer / config, which render and tokenize otherwise
+                raise ServerSetupError(
+                    f"{error}. model_args pretrained ({self.pretrained}) is a Mistral-format repository, which vLLM "
+                    f"serves with its Mistral tokenizer and config unless told otherwise (vllm/tokenizers/registry.py "
+                    f"145-161, transformers_utils/config.py 889-899): start it with {' '.join(flags)}") from None
+            raise
+        body = self._scoring_body([*probe.messages, {"role": "assistant", "content": [
+            {"type": "text", "text": rendered.text[rendered.start:rendered.end]}]}], add_special_tokens=probe.add_special_tokens)
+        self._check_log_probabilities(body)
+        if self.video_native and self.version >= VLLM_REQUEST_MM_KWARGS_VERSION:
+            self._check_media_kwargs(body)
+
+    def _other_tokens_fix(self) -> str:
+        return ("serve the model with the same chat template (--chat-template) or pass the server's as model_args "
+                "chat_template, and with the tokenizer of pretrained")
+
+    def _check_log_probabilities(self, body: dict) -> None:
+        """Prompt log-probabilities, not logits: vLLM returns logits under --logprobs-mode raw_logits or
+        processed_logits (v1/worker/gpu_model_runner.py 5321-5327); the most likely entries of a
+        position then do not sum to at most 1."""
+        try:
+            answer = self.client.post("/v1/chat/completions", {**body, "prompt_logprobs": VLLM_PROBE_TOP_LOGPROBS})
+        except ServerRequestError as error:
+            raise ServerSetupError(
+                f"egoplan_server: the vLLM server at {self.client.base_url} does not return the {VLLM_PROBE_TOP_LOGPROBS} "
+                f"most likely tokens per prompt position that the load check asks for ({error}): start it with "
+                f"--max-logprobs {VLLM_PROBE_TOP_LOGPROBS} or more (its default is 20)") from None
+        for entry in answer["prompt_logprobs"][1:]:
+            values = [float(candidate["logprob"]) for candidate in entry.values()]
+            if max(values) > 0 or sum(math.exp(value) for value in values) > 1 + 1e-3:
+                raise ServerSetupError(
+                    f"egoplan_server: the vLLM server at {self.client.base_url} returns logits, not log-probabilities, "
+                    f"as its prompt_logprobs (a position's {len(values)} most likely entries: {values[:3]}...): start it "
+                    f"without --logprobs-mode, or with raw_logprobs / processed_logprobs, which for prompt tokens are "
+                    f"the same (vllm/v1/worker/gpu_model_runner.py 5321-5327)")
+
+    def _check_media_kwargs(self, body: dict) -> None:
+        """Per-request media_io_kwargs (a video's frame timing) pass the server's check, which vLLM
+        0.31+ makes for any request carrying them (entrypoints/generate/base/protocol.py 72-97)."""
+        try:
+            self.client.post("/v1/chat/completions", {**body, "media_io_kwargs": {"video": {"num_frames": 1}}},
+                             retry=False)
+        except ServerRequestError as error:
+            if error.status != 400:
+                raise
+            raise ServerSetupError(
+                f"egoplan_server: the vLLM server at {self.client.base_url} refuses per-request media_io_kwargs, which "
+                f"carry each video's frame timing ({error}): start it with --trust-request-mm-kwargs, or send videos "
+                f"as frames (videos_as_frames=true: the model then sees no time)") from None
+
     def score(self, prompt, rendered, sequences):
         messages, media_io = self._request_media(prompt)
 
         def one(answer: str) -> ServerScores:
             conversation = [*messages, {"role": "assistant", "content": [{"type": "text", "text": answer}]}]
-            return self._scores(self.client.post("/v1/chat/completions", self._scoring_body(conversation, media_io)))
+            return self._scores(self.client.post("/v1/chat/completions", self._scoring_body(
+                conversation, media_io, add_special_tokens=prompt.add_special_tokens)))
 
         return list(self._candidates.map(one, [r.text[r.start:r.end] for r in rendered]))
 
     def generate(self, prompt, sampling):
         messages, media_io = self._request_media(prompt)
+        # vLLM shortens max_completion_tokens to the context itself (entrypoints/serve/utils/api_utils.py 234-269).
         body = {"model": self.model, "messages": messages, "max_completion_tokens": sampling["max_new_tokens"],
-                "temperature": sampling.get("temperature", 0.0),
-                **{k: sampling[k] for k in ("top_p", "top_k", "repetition_penalty", "stop") if sampling.get(k)}}
+                **{k: sampling[k] for k in SAMPLING_KEYS if k != "max_new_tokens" and k in sampling}}
+        if prompt.add_special_tokens:
+            body["add_special_tokens"] = True
         if media_io:
             body["media_io_kwargs"] = media_io
         return self.client.post("/v1/chat/completions", body)["choices"][0]["message"]["content"] or ""
@@ -441,12 +639,15 @@ class VLLMEngine(Engine):
             self._check_video_timing(prompt.where)
         return _openai_messages(prompt.messages, prompt.visuals)
 
-    def _scoring_body(self, messages: list[dict], media_io: dict | None = None) -> dict:
+    def _scoring_body(self, messages: list[dict], media_io: dict | None = None, *, add_special_tokens: bool) -> dict:
         # The closed assistant turn, its end-of-turn token(s) included; one generated token (at least
-        # one is required), the prompt's log-probabilities (each token's own, with its rank) and ids.
+        # one is required), the prompt's log-probabilities (each token's own, with its rank) and ids;
+        # the BOS added where the model's processor adds it (vLLM's chat default adds none).
         body = {"model": self.model, "messages": messages, "add_generation_prompt": False,
                 "continue_final_message": False, "prompt_logprobs": 0, "return_token_ids": True,
                 "max_completion_tokens": 1, "temperature": 0.0}
+        if add_special_tokens:
+            body["add_special_tokens"] = True
         if media_io:
             body["media_io_kwargs"] = media_io
         return body
@@ -475,6 +676,75 @@ class VLLMEngine(Engine):
 ENGINE_CLASSES = {"sglang": SGLangEngine, "vllm": VLLMEngine}
 # A position of a server's prompt whose token id it did not report (before SGLang's logprob_start_len).
 UNREPORTED = -1
+Result = TypeVar("Result")
+
+
+class ServerPool:
+    """The servers of a run (``model_args base_urls``), each an ``Engine`` checked at load.
+
+    ``run(work)`` calls ``work(engine)`` on the server with the fewest calls in flight, so that a
+    question and all its candidates go to one server (which shares their prefix); a server that stops
+    answering (``ServerUnavailableError``: every retry failed) is taken out for the rest of the run,
+    and the same call goes to another one. Only once none is left does the error reach the run."""
+
+    def __init__(self, engines: Sequence[Engine]):
+        self.engines = list(engines)
+        self._live = list(engines)
+        self._in_flight = {id(engine): 0 for engine in engines}
+        self._lock = threading.Lock()
+
+    def run(self, work: Callable[[Engine], Result]) -> Result:
+        tried: set[int] = set()
+        while True:
+            engine = self._take(tried)
+            try:
+                return work(engine)
+            except ServerUnavailableError as error:
+                if not self._drop(engine, error):
+                    raise
+                tried.add(id(engine))
+            finally:
+                with self._lock:
+                    self._in_flight[id(engine)] -= 1
+
+    def _take(self, tried: set[int]) -> Engine:
+        with self._lock:
+            candidates = [engine for engine in self._live if id(engine) not in tried] or self._live[:1]
+            engine = min(candidates, key=lambda candidate: self._in_flight[id(candidate)])
+            self._in_flight[id(engine)] += 1
+            return engine
+
+    def _drop(self, engine: Engine, error: ServerUnavailableError) -> bool:
+        """Take ``engine`` out; False where it was the last server (the error then stops the run)."""
+        with self._lock:
+            if engine in self._live and len(self._live) > 1:
+                self._live.remove(engine)
+                logger.warning(f"egoplan_server: the server at {engine.client.base_url} stopped answering ({error}); "
+                               f"its questions go to the {len(self._live)} other server(s) from now on")
+            return engine not in self._live
+
+    def stop(self) -> None:
+        for engine in self.engines:
+            engine.client.stopping.set()
+
+    def close(self) -> None:
+        for engine in self.engines:
+            engine.close()
+
+
+def mistral_format_flags(pretrained: str) -> list[str]:
+    """The vLLM flags that make it serve ``pretrained`` (a local folder) from its transformers files,
+    where vLLM 0.33 would pick its Mistral tokenizer (``consolidated*.safetensors`` with ``tekken.json``
+    or ``tokenizer.model.v*``: ``vllm/tokenizers/registry.py`` 145-161) or its Mistral config (with
+    ``params.json``: ``transformers_utils/config.py`` 889-899), as the released Mistral-Small-3.1
+    repositories hold both; [] for any other folder."""
+    folder = Path(pretrained)
+    names = [path.name for path in folder.rglob("*") if path.is_file()] if folder.is_dir() else []
+    if not any(fnmatch.fnmatch(name, "consolidated*.safetensors") for name in names):
+        return []
+    tokenizer = any(fnmatch.fnmatch(name, pattern) for name in names for pattern in ("tekken.json", "tokenizer.model.v*"))
+    return [*(["--tokenizer-mode hf"] if tokenizer else []),
+            *(["--config-format hf"] if (folder / "params.json").is_file() else [])]
 
 
 def _same_ids(server_ids: Sequence[int], suite_ids: Sequence[int]) -> bool:

@@ -15,7 +15,7 @@ Two ways to compute the same numbers:
   prefix is shared.
 
 Positions are handled in two token spaces: the tokenizer's ids of the rendered conversation
-(each visual placeholder one token; ``ScoredSequence``) and the processor's ids, where
+(each visual placeholder one token, the BOS where the model's processor adds one; ``ScoredSequence``) and the processor's ids, where
 placeholders are expanded to one token per visual embedding. Expansion happens only inside the
 user turn, so the two agree on everything after it, shifted by a constant; ``expansion_shift``
 checks that before any position is trusted.
@@ -54,13 +54,15 @@ def special_token_ids(tokenizer) -> frozenset[int]:
 
 
 def scored_sequence(tokenizer, rendered: RenderedAnswer, *, end_of_turn_ids: frozenset[int] | None = None,
-                    model_name: str = "") -> ScoredSequence:
+                    model_name: str = "", add_special_tokens: bool = False) -> ScoredSequence:
     """The rendered conversation's token ids and the scored range: the answer's tokens, and with
     ``end_of_turn_ids`` (the special token ids) also the tokens that follow the answer up to and
     including the first special token -- how the chat template closes the assistant's turn
     (``<|im_end|>``, ``<end_of_turn>``, ``</s>``, ...); the text after it (a newline) is not scored.
+    ``add_special_tokens``: the tokenizer's own (the BOS) added, as the model's processor adds them
+    (``ChatRenderer.adds_special_tokens``).
     """
-    encoded = tokenizer(rendered.text, add_special_tokens=False, return_offsets_mapping=True)
+    encoded = tokenizer(rendered.text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
     token_ids = list(encoded["input_ids"])
     first, stop = token_range(encoded["offset_mapping"], rendered.start, rendered.end)
     if first == 0:

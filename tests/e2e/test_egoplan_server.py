@@ -1,6 +1,10 @@
-"""egoplan_server through the real lmms-eval CLI against loopback servers: a wrong model name stops the run before any scoring; a server dying mid-run loses no scored question."""
+"""egoplan_server through the real lmms-eval CLI against loopback servers: a wrong model name stops the run before any
+scoring; a server dying mid-run loses no scored question; three servers behind an API key (read from the variable
+api_key_env names, never written out), one of them killed mid-run, complete the run with egoplan_hf's values."""
 from __future__ import annotations
 
+import contextlib
+import json
 import sys
 from pathlib import Path
 
@@ -18,8 +22,6 @@ MC, GEN = "egoplan_backend_probe_mc", "egoplan_backend_probe_gen"
 @pytest.fixture(scope="module")
 def cli_setup(tiny_model, tmp_path_factory):
     """Probe docs in the backend tests' task format, and one loopback vLLM server for every CLI run."""
-    import json
-
     from lmms_egoplan.fixtures.media import write_image
 
     root = tmp_path_factory.mktemp("server_probe")
@@ -42,14 +44,37 @@ def reference(tiny_model):
     return reference_backends(tiny_model)
 
 
-def evaluate_through(server: EngineServer, data: Path, output: Path, *extra: str, model: str = "tiny"):
+# The POSTs of a vLLM server's load check for the tiny Qwen2-VL: the probe, its log-probability check,
+# its media_io_kwargs check (videos go as videos).
+LOAD_REQUESTS = 3
+
+
+def evaluate_through(server: EngineServer | str, data: Path, output: Path, *extra: str, model: str = "tiny",
+                     env: dict | None = None):
     from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 
+    where = f"base_url={server.base_url}" if isinstance(server, EngineServer) else server
     return run_lmms_eval(model="egoplan_server", check=False, tasks=[MC, GEN], output_dir=output,
-                         model_args=f"engine=vllm,base_url={server.base_url},model={model},max_frames=8,retries=1,"
-                                    f"backoff=0.01,concurrency=1",
-                         include_path=BACKEND_TASKS, use_plugin=False, env={"BACKEND_PROBE_DATA_FILE": str(data)},
-                         extra_args=list(extra))
+                         model_args=f"engine=vllm,{where},model={model},max_frames=8,retries=1,backoff=0.01,concurrency=1",
+                         include_path=BACKEND_TASKS, use_plugin=False,
+                         env={"BACKEND_PROBE_DATA_FILE": str(data), **(env or {})}, extra_args=list(extra))
+
+
+def reference_scores(data: Path, reference) -> list[float]:
+    """egoplan_hf in this process, on the same docs through the same task functions."""
+    sys.path.insert(0, str(BACKEND_TASKS))
+    try:
+        import backend_task
+    finally:
+        sys.path.remove(str(BACKEND_TASKS))
+    docs = json.loads(data.read_text())
+    hf = reference("qwen2_vl")
+    hf.task_dict = {TASK: {SPLIT: docs}}
+    requests = [Instance(request_type="loglikelihood", idx=i,
+                         arguments=(backend_task.doc_to_text(d), " " + c, backend_task.doc_to_visual, doc_id, TASK, SPLIT),
+                         metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
+                for doc_id, d in enumerate(docs) for i, c in enumerate(CHOICES)]
+    return [value for value, _ in hf.loglikelihood(requests)]
 
 
 def test_cli_a_wrong_model_name_stops_the_run_before_any_scoring(cli_setup, tmp_path):
@@ -65,7 +90,7 @@ def test_cli_a_wrong_model_name_stops_the_run_before_any_scoring(cli_setup, tmp_
 def test_cli_a_server_dying_mid_run_loses_no_scored_question(cli_setup, tmp_path, reference):
     data, server = cli_setup
     server.reset()
-    server.die_after(1 + 2 * 4)  # the load probe, then two questions
+    server.die_after(LOAD_REQUESTS + 2 * 4)  # the load check, then two questions
     died = evaluate_through(server, data, tmp_path / "died", "--use_cache", str(tmp_path / "cache"))
     assert died.returncode != 0 and died.results is None
     assert "connection failed" in died.log
@@ -73,21 +98,27 @@ def test_cli_a_server_dying_mid_run_loses_no_scored_question(cli_setup, tmp_path
     resumed = evaluate_through(server, data, tmp_path / "resumed", "--use_cache", str(tmp_path / "cache"))
     assert resumed.returncode == 0, resumed.log_tail()
     assert "ResponseCache: 8/16 cache hits" in resumed.log  # the two questions scored before the server died
-    # egoplan_hf in this process, on the same docs through the same task functions.
-    sys.path.insert(0, str(BACKEND_TASKS))
-    try:
-        import backend_task
-    finally:
-        sys.path.remove(str(BACKEND_TASKS))
-    import json
-
-    docs = json.loads(data.read_text())
-    hf = reference("qwen2_vl")
-    hf.task_dict = {TASK: {SPLIT: docs}}
-    requests = [Instance(request_type="loglikelihood", idx=i,
-                         arguments=(backend_task.doc_to_text(d), " " + c, backend_task.doc_to_visual, doc_id, TASK, SPLIT),
-                         metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
-                for doc_id, d in enumerate(docs) for i, c in enumerate(CHOICES)]
-    expected = [value for value, _ in hf.loglikelihood(requests)]
     got = [float(value) for sample in resumed.samples(MC) for value, _ in sample["filtered_resps"]]
-    assert got == pytest.approx(expected, abs=TOLERANCE)
+    assert got == pytest.approx(reference_scores(data, reference), abs=TOLERANCE)
+
+
+def test_cli_three_keyed_servers_one_killed_mid_run_complete_the_run(cli_setup, tiny_model, tmp_path, reference):
+    """base_urls as lmms-eval's model_args carry it (brackets keep its commas), the key from the variable
+    api_key_env names: the second server stops answering after its load check and two requests; its
+    question goes to the others, the run completes with egoplan_hf's values, and the key is in no file
+    the run wrote nor in its log."""
+    data, _ = cli_setup
+    key = "sk-e2e-not-in-results-4711"
+    with contextlib.ExitStack() as stack:
+        started = [stack.enter_context(EngineServer("vllm", tiny_model("qwen2_vl"), api_key=key)) for _ in range(3)]
+        started[1].die_after(LOAD_REQUESTS + 2)
+        run = evaluate_through(f"base_urls=[{','.join(s.base_url for s in started)}],api_key_env=E2E_SERVER_KEY",
+                               data, tmp_path, "--log_samples", env={"E2E_SERVER_KEY": key})
+        served = [len(server.requests) for server in started]
+    assert run.returncode == 0, run.log_tail()
+    assert "stopped answering" in run.log and served[1] == LOAD_REQUESTS + 2 and served[0] > LOAD_REQUESTS < served[2]
+    got = [float(value) for sample in run.samples(MC) for value, _ in sample["filtered_resps"]]
+    assert got == pytest.approx(reference_scores(data, reference), abs=TOLERANCE)
+    assert len(run.samples(GEN)) == 4
+    assert key not in run.log and not [path for path in tmp_path.rglob("*") if path.is_file() and key in path.read_text()]
+    assert "api_key_env=E2E_SERVER_KEY" in json.dumps(run.results["config"])

@@ -6,16 +6,24 @@ sglang 0.5.23 there ``--no-deps``, pinned, with the few pure-Python packages and
 release each pins; the suite's environment gives torch), and asks it, one JSON line at a time:
 
 * ``load(checkpoint, **server_options)``: start serving the checkpoint as the server would (vLLM:
-  the ``OnlineRenderer`` its CPU-only render server builds, ``vllm launch render``; SGLang: the
-  ``TokenizerManager``'s model config, tokenizer and multimodal processor). Returns the server's
-  view of the model: vLLM's per-model modality limits (``get_supported_mm_limits``); SGLang's
-  ``GET /model_info`` fields (``has_image_understanding``, ...) and its multimodal processor.
+  the ``OnlineRenderer`` its CPU-only render server builds, ``vllm launch render``, with the engine
+  arguments given; SGLang: the ``TokenizerManager``'s model config, tokenizer and multimodal
+  processor). Returns the server's view of the model: vLLM's per-model modality limits
+  (``get_supported_mm_limits``); SGLang's ``GET /model_info`` fields (``has_image_understanding``,
+  ...), its multimodal processor and the ``GET /server_info`` fields the backend reads, built by
+  the function that endpoint calls (``utils/common.py`` ``build_server_info``).
 * ``request(body)``: what the server makes of one request body, through its own request model and
   preprocessing: ``{"status": 200, "token_ids": [...]}`` (the ids the engine runs, visual
   placeholders expanded by its own multimodal processor) or ``{"status": 400, "error": message}``
-  where its validation refuses the body. vLLM also returns the positions its visual embeddings
-  take (``embedded``) and each video's ``second_per_grid_ts`` (Qwen2.5-VL's time per temporal
-  patch); SGLang's ids are those its tokenization stage reports as ``prompt_token_ids``.
+  where its validation refuses the body. Both return the positions the model fills with visual
+  embeddings (``embedded``). vLLM also returns each video's ``second_per_grid_ts`` (Qwen2.5-VL's
+  time per temporal patch). SGLang's ``token_ids`` are those its tokenization stage reports as
+  ``prompt_token_ids``; for a request with media, its scheduler's next step runs too, the model's
+  ``pad_input_ids`` (``managers/scheduler.py`` 3200-3226): ``padded_ids`` are the ids the model
+  runs, ``embedded`` the positions holding an item's pad value (its embeddings go there,
+  ``managers/mm_utils.py`` ``embed_mm_inputs``) or, for the transformers backend, whose
+  ``pad_input_ids`` keeps the ids, the image / video token's; ``items`` each media item's
+  modality, positions and (``features=True``) pixel values.
 * ``command(arguments)``: a server command line's options, parsed by the engine's own parser
   (``vllm serve``'s, ``sglang.launch_server``'s): ``{"status": 0}`` or ``{"status": 2, "error": ...}``.
 * ``response(answer)``: a response body in the engine's own response shape (vLLM: the
@@ -23,7 +31,15 @@ release each pins; the suite's environment gives torch), and asks it, one JSON l
   ``input_token_logprobs`` / ``input_top_logprobs`` as its ``TokenizerManager`` formats the
   scheduler's values and ids).
 
-What is not run: the engines' models (the scheduler-side steps, such as SGLang's ``pad_input_ids``).
+What is not run: the engines' models (their forward passes: attention masks, embeddings, the
+log-probabilities) and schedulers, other than SGLang's ``pad_input_ids``. That is called on an
+instance of the model class built on CPU without weights where it reads the model's configuration
+(the LLaVA family: LLaVA-1.5, Mistral 3); the others read only the request's items and are called
+on an instance with nothing built. SGLang 0.5.23 cannot build llava-hf's LLaVA-1.5 as released:
+its registry has no ``CLIPVisionModel`` (``models/clip.py`` registers only ``CLIPModel``), so the
+vision tower resolves to the transformers backend, which fails on a vision config
+(``models/llava.py`` 782-792, ``models/transformers.py`` 632-636); to run ``pad_input_ids`` here,
+SGLang's own ``CLIPVisionModel`` (``models/clip.py`` 492) is registered for it.
 """
 
 from __future__ import annotations
@@ -35,6 +51,8 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+
+import numpy as np
 
 ENGINE_PACKAGES = {"vllm": "vllm", "sglang": "sglang"}
 SERVED_MODEL_NAME = "tiny"
@@ -78,8 +96,11 @@ class EngineCode:
     def load(self, checkpoint: str | os.PathLike, **server_options) -> dict:
         return self._call({"op": "load", "checkpoint": str(checkpoint), "options": server_options})
 
-    def request(self, body: dict) -> dict:
-        return self._call({"op": "request", "body": body})
+    def request(self, body: dict, *, features: bool = False) -> dict:
+        return self._call({"op": "request", "body": body, **({"features": True} if features else {})})
+
+    def mistral_format(self, folder: str | os.PathLike) -> dict:
+        return self._call({"op": "mistral_format", "body": str(folder)})
 
     def response(self, answer: dict) -> dict:
         return self._call({"op": "response", "body": answer})
@@ -132,7 +153,7 @@ class _VLLM:
         registry._run_in_subprocess = lambda function: function()
         self.renderer = None
 
-    def load(self, checkpoint: str, trust_request_mm_kwargs: bool = True, dtype: str = "float32") -> dict:
+    def load(self, checkpoint: str, trust_request_mm_kwargs: bool = True, dtype: str = "float32", **engine_args) -> dict:
         from vllm import envs
         from vllm.config import VllmConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -141,7 +162,7 @@ class _VLLM:
         from vllm.renderers.online_renderer import OnlineRenderer
 
         # The tiny checkpoints' dtype (vLLM's CPU default is bfloat16, which rounds the processors' tensors).
-        arguments = AsyncEngineArgs(model=checkpoint, served_model_name=[SERVED_MODEL_NAME], dtype=dtype)
+        arguments = AsyncEngineArgs(model=checkpoint, served_model_name=[SERVED_MODEL_NAME], dtype=dtype, **engine_args)
         model_config = arguments.create_model_config()
         model_config.quantization = None  # as the render server: preprocessing only
         envs.VLLM_CPU_KVCACHE_SPACE = 0
@@ -152,7 +173,25 @@ class _VLLM:
                                        trust_request_mm_kwargs=trust_request_mm_kwargs)
         limits = (MULTIMODAL_REGISTRY.create_processor(model_config).info.get_supported_mm_limits()
                   if model_config.is_multimodal_model else {})
-        return {"modalities": dict(limits), "architectures": list(model_config.architectures)}
+        return {"modalities": dict(limits), "architectures": list(model_config.architectures),
+                "tokenizer_mode": model_config.tokenizer_mode, "config_format": str(model_config.config_format)}
+
+    @staticmethod
+    def mistral_format(folder: str) -> dict:
+        """What vLLM's own detection makes of a folder: a Mistral-format repository (its Mistral
+        tokenizer, ``tokenizers/registry.py`` 145-161; its Mistral config, ``transformers_utils/config.py``
+        889-899) under ``--tokenizer-mode auto`` / ``--config-format auto``."""
+        from vllm.transformers_utils.config import MISTRAL_CONFIG_NAME
+        from vllm.transformers_utils.repo_utils import (
+            any_pattern_in_repo_files,
+            file_or_path_exists,
+            is_mistral_model_repo,
+        )
+
+        mistral = is_mistral_model_repo(model_name_or_path=folder)
+        return {"tokenizer": mistral and any_pattern_in_repo_files(model_name_or_path=folder,
+                                                                   allow_patterns=["tekken.json", "tokenizer.model.v*"]),
+                "config": mistral and file_or_path_exists(model=folder, config_name=MISTRAL_CONFIG_NAME, revision=None)}
 
     async def request(self, body: dict) -> dict:
         from pydantic import ValidationError
@@ -216,18 +255,21 @@ class _SGLang:
                 self.init_tokenizer_and_processor()
                 self.max_req_input_len = self.context_len
 
-            def _create_tokenized_object(self, obj, input_text, input_ids, *rest):
+            def _create_tokenized_object(self, obj, input_text, input_ids, input_embeds=None, mm_inputs=None, *rest):
                 sampling = SamplingParams(**obj.sampling_params)
                 sampling.normalize(self.tokenizer)
                 sampling.verify(self.model_config.vocab_size)
-                return input_ids
+                return input_ids, mm_inputs
 
         self.tokenization_class = Tokenization
         self.manager = None
+        self.pad_input_ids = None
+        self._parallel_groups = False
 
     def load(self, checkpoint: str, **options) -> dict:
         from sglang.srt.entrypoints.engine import publish, resolve_auto_parsers
         from sglang.srt.server_args import ServerArgs
+        from sglang.srt.utils.common import build_server_info
 
         server_args = ServerArgs(model_path=checkpoint, device="cpu", served_model_name=SERVED_MODEL_NAME, **options)
         server_args.resolve_once()
@@ -236,20 +278,74 @@ class _SGLang:
         self.manager = self.tokenization_class(server_args)
         config = self.manager.model_config
         processor = self.manager.mm_processor
+        self.pad_input_ids = self._pad_function(server_args, config) if config.is_multimodal else None
+        info = build_server_info(server_args, {})
         return {"has_image_understanding": bool(config.is_image_understandable_model),
                 "model_type": config.hf_config.model_type, "architectures": list(config.hf_config.architectures),
-                "processor": type(getattr(processor, "inner", processor)).__name__ if processor else None}
+                "processor": type(getattr(processor, "inner", processor)).__name__ if processor else None,
+                "server_info": {key: info.get(key) for key in SGLANG_SERVER_INFO_KEYS}}
 
-    async def request(self, body: dict) -> dict:
+    def _pad_function(self, server_args, config):
+        """The model class's ``pad_input_ids`` (see the module's docstring for how it is built)."""
+        from sglang.srt.models.llava import LlavaBaseForCausalLM
+        from sglang.srt.models.registry import ModelRegistry
+
+        model_class, _ = ModelRegistry.resolve_model_cls(config.hf_config.architectures)
+        if not issubclass(model_class, LlavaBaseForCausalLM):  # the transformers backend has none: ids kept
+            pad = getattr(model_class, "pad_input_ids", None)
+            return pad.__get__(object.__new__(model_class)) if pad else lambda input_ids, mm_inputs: input_ids
+        import sglang.srt.layers.rotary_embedding.base as rotary
+        from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
+        from sglang.srt.entrypoints.engine import publish
+        from sglang.srt.models.clip import CLIPVisionModel
+        from sglang.srt.runtime_context import SpawnRanks
+
+        publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=0, gpu_id=None))
+        if not self._parallel_groups:
+            init_distributed_environment(backend="gloo", world_size=1, rank=0, local_rank=0,
+                                         distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+            initialize_model_parallel(backend="gloo")
+            self._parallel_groups = True
+        ModelRegistry.models.setdefault("CLIPVisionModel", CLIPVisionModel)  # missing in 0.5.23 (docstring)
+        rotary._is_cpu = True  # the CPU rotary path: the fallback kernel it would import is vLLM's
+        return model_class(config.hf_config).pad_input_ids
+
+    async def request(self, body: dict, features: bool = False) -> dict:
         from sglang.srt.managers.io_struct import GenerateReqInput
 
         try:
             request = GenerateReqInput(**body)
             request.normalize_batch_and_arguments()
-            ids = await self.manager._tokenize_one_request(request)
+            ids, mm_inputs = await self.manager._tokenize_one_request(request)
         except (ValueError, TypeError) as error:  # the server answers these with 400
             return {"status": 400, "error": str(error)}
-        return {"status": 200, "token_ids": list(ids)}
+        answer = {"status": 200, "token_ids": list(ids)}
+        if mm_inputs is not None:
+            answer.update(self._padded(ids, mm_inputs, features))
+        return answer
+
+    def _padded(self, ids, mm_inputs, features: bool) -> dict:
+        """The scheduler's next steps for a request with media (``managers/scheduler.py`` 3200-3226)."""
+        from array import array
+
+        from sglang.srt.managers.mm_utils import duplicate_pad_mm_input_ids
+        from sglang.srt.managers.schedule_batch import MultimodalInputs
+
+        inputs = MultimodalInputs.from_processor_output(
+            mm_inputs, requires_mm_token_modalities=self.manager.model_config.requires_mm_token_modalities)
+        padded = list(duplicate_pad_mm_input_ids(array("q", ids), inputs, self.pad_input_ids))
+        items = inputs.mm_items
+        values = [set(item.padding_values()) for item in items]  # the values an item's positions cycle through
+        markers = set().union(*values)
+        if padded == list(ids):  # the transformers backend: the model scatters into the media tokens
+            markers = {token for token in (inputs.im_token_id, inputs.video_token_id) if token is not None}
+        described = [{"modality": item.modality.name, "positions": sum(token in item_values for token in padded)}
+                     for item, item_values in zip(items, values)]
+        if features:
+            for entry, item in zip(described, items):
+                entry["features"] = np.asarray(item.feature, dtype=np.float32).tolist()
+        return {"padded_ids": padded, "embedded": [i for i, token in enumerate(padded) if token in markers],
+                "items": described}
 
     @staticmethod
     def command(arguments: list[str]) -> dict:
@@ -274,6 +370,19 @@ class _SGLang:
                 [[e[0] for e in top] if top else None for top in tops],
                 [[e[1] for e in top] if top else None for top in tops], False)
         return json.loads(json.dumps(formatted))
+
+
+# The GET /server_info fields egoplan_server reads (engines.SGLangEngine).
+SGLANG_SERVER_INFO_KEYS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend",
+                           "chunked_prefill_size", "page_size", "allow_auto_truncate")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        return listener.getsockname()[1]
 
 
 def _parsed(parse) -> dict:
@@ -303,10 +412,11 @@ def _serve(engine: str) -> None:
         try:
             if message["op"] == "load":
                 answer = code.load(message["checkpoint"], **message["options"])
-            elif message["op"] in ("response", "command"):
+            elif message["op"] in ("response", "command", "mistral_format"):
                 answer = getattr(code, message["op"])(message["body"])
             else:
-                answer = loop.run_until_complete(code.request(message["body"]))
+                answer = loop.run_until_complete(code.request(message["body"], **({"features": True}
+                                                                                  if message.get("features") else {})))
         except Exception as error:  # noqa: BLE001 -- reported to the test, which fails with it
             answer = {"failure": f"{type(error).__name__}: {error}"}
         answers.write(json.dumps(answer) + "\n")

@@ -10,10 +10,16 @@ API and vLLM 0.33.0's OpenAI-compatible API (docs/backend.md cites the sources):
   the text starts with BOS; ``max_new_tokens`` 0 is a prefill; ``input_token_logprobs``
   ``[logprob, id, text]`` from ``logprob_start_len`` on, entry 0 null; the expanded
   ``prompt_tokens`` and ``prompt_token_ids``; ``cached_tokens``: the longest prefix shared with an
-  earlier prompt, capped at ``logprob_start_len`` as the radix cache caps it), ``GET /model_info``,
-  ``GET /v1/models``. Unknown sampling keys are refused with 400, as SGLang's request schema does;
-  ``multimodal=False`` plays a multimodal model served without its vision tower (SGLang's Gemma 3
-  without --enable-multimodal): no image understanding, images dropped.
+  earlier prompt, capped at ``logprob_start_len`` as the radix cache caps it; a prompt of
+  ``context_length`` tokens or more, or a prompt plus ``max_new_tokens`` over it, 400 with SGLang's
+  messages; greedy generation with the request's ``repetition_penalty`` only, as SGLang's
+  ``/generate`` applies no generation_config), ``GET /model_info`` and ``/get_model_info``,
+  ``GET /server_info`` and ``/get_server_info`` (the server's flags: ``attention_backend``,
+  ``chunked_prefill_size``, ``page_size``, ``allow_auto_truncate``, fa3 / 8192 / 1 / false by default,
+  as on an H100), ``GET /v1/models`` (``max_model_len``: ``context_length``). Unknown sampling keys are
+  refused with 400, as SGLang's request schema does; ``multimodal=False`` plays a multimodal model
+  served without its vision tower (SGLang's Gemma 3 without --enable-multimodal): no image
+  understanding, images dropped.
 * vLLM: ``POST /v1/chat/completions`` (the server renders with its chat template; ``image_url``
   and ``video_url`` data URLs, a video as ``data:video/jpeg;base64,<frame>,<frame>...`` with its
   timing in ``media_io_kwargs``, 1 fps where it gives none; ``prompt_logprobs``: entry 0 null, then
@@ -21,7 +27,18 @@ API and vLLM 0.33.0's OpenAI-compatible API (docs/backend.md cites the sources):
   ``return_token_ids``), ``GET /version``, ``GET /v1/models``; a wrong model name gets 404, both
   generation-prompt flags 400, ``max_completion_tokens`` 0 400, per-request media kwargs 400 unless
   the server trusts them, more images or videos than ``modalities`` allows (the model's
-  ``get_supported_mm_limits``, e.g. ``{"video": 1}``; None: any) 400 with vLLM's message.
+  ``get_supported_mm_limits``, e.g. ``{"video": 1}``; None: any) 400 with vLLM's message;
+  ``prompt_logprobs`` k: the token's entry and the k most likely, logits instead of log-probabilities
+  under ``logprobs_mode`` raw_logits; a prompt over ``context_length`` 400, max tokens shortened to
+  fit it (``get_max_tokens``); greedy generation with the request's ``repetition_penalty`` or else
+  the checkpoint's generation_config one (``--generation-config auto``).
+* Either engine: ``api_key`` answers 401 to a request without it (SGLang: every endpoint but
+  ``/health``; vLLM: ``/v1/...``).
+
+``RouterProxy`` stands in front of several servers as a router does: SGLang's model gateway
+(``sgl-model-gateway``: ``/generate`` re-serialized through its request type, so fields it does not
+know are dropped; ``/get_model_info`` and ``/get_server_info`` from its first worker, no
+``/model_info`` or ``/server_info``) or the one API server of a vLLM data-parallel deployment.
 
 The log-probabilities are a real computation: the checkpoint's processor expands the visuals and
 one float32 forward pass over the whole prompt gives each token's log-softmax; ``ran`` records each
@@ -81,44 +98,88 @@ class TinyModel:
         except (ValueError, TypeError) as error:  # e.g. placeholders and media do not match
             raise RequestRefused(400, {"error": {"message": f"{type(error).__name__}: {error}"}}) from None
 
-    def prompt_logprobs(self, inputs) -> tuple[list[int], list[tuple[float, int, float] | None]]:
-        """The prompt's ids and, per position p >= 1, (log p(token p), most likely token, its log p)."""
+    def prompt_logprobs(self, inputs, top: int = 1, logits: bool = False) -> tuple[list[int], list[dict | None]]:
+        """The prompt's ids and, per position p >= 1, ``{"logprob": log p(token p), "top": [(id, log p),
+        ...]}`` with the ``top`` most likely tokens, most likely first (``logits``: the logits instead)."""
         import torch
 
         with self.lock, torch.inference_mode():
-            logits = self.model(**inputs).logits[0].float()
-        logprobs = torch.log_softmax(logits, dim=-1)
+            raw = self.model(**inputs).logits[0].float()
+        values = raw if logits else torch.log_softmax(raw, dim=-1)
         ids = inputs["input_ids"][0].tolist()
-        rows = [None]
+        rows: list[dict | None] = [None]
         for position in range(1, len(ids)):
-            row = logprobs[position - 1]
-            top = int(row.argmax())
-            rows.append((float(row[ids[position]]), top, float(row[top])))
+            row = values[position - 1]
+            best = torch.topk(row, max(top, 1))
+            rows.append({"logprob": float(row[ids[position]]),
+                         "top": [(int(i), float(v)) for i, v in zip(best.indices, best.values)]})
         return ids, rows
 
-    def generate(self, inputs, max_new_tokens: int, stop: list[str]) -> tuple[str, list[int]]:
+    def generate(self, inputs, max_new_tokens: int, stop: list[str], repetition_penalty: float | None = None
+                 ) -> tuple[str, list[int]]:
+        """Greedy generation with only the given settings (the end-of-sequence tokens the checkpoint's)."""
         import torch
+        from transformers import GenerationConfig
 
+        config = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens,
+                                  repetition_penalty=repetition_penalty or 1.0,
+                                  eos_token_id=self.model.generation_config.eos_token_id,
+                                  pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id)
         with self.lock, torch.inference_mode():
-            output = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
-                                         pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id)
+            output = self.model.generate(**inputs, generation_config=config)
         new = output[0, inputs["input_ids"].shape[1]:].tolist()
         text = self.tokenizer.decode(new, skip_special_tokens=True)
         cut = min((text.find(s) for s in stop if s and s in text), default=len(text))
         return text[:cut], new
 
 
-class EngineServer:
+class _Loopback:
+    """An HTTP server on a random loopback port, answered by ``handler`` (which reads the owner from
+    ``self.server.owner``); a context manager."""
+
+    def _listen(self, handler) -> None:
+        self._httpd = _Server(("127.0.0.1", 0), handler)
+        self._httpd.owner = self
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class EngineServer(_Loopback):
     """The server; use it as a context manager. ``requests`` records each POST body (path, body)."""
 
     def __init__(self, engine: str, checkpoint: str | os.PathLike, *, served_model_name: str = "tiny",
                  version: str = "0.33.0", trust_request_mm_kwargs: bool = True, prompt_logprobs: bool = True,
                  chat_template: str | None = None, modalities: dict[str, int | None] | None = None,
-                 multimodal: bool = True):
+                 multimodal: bool = True, api_key: str | None = None, context_length: int | None = None,
+                 logprobs_mode: str = "raw_logprobs", **server_flags):
         if engine not in ("sglang", "vllm"):
             raise ValueError(f"engine must be sglang or vllm, got {engine!r}")
         self.engine = engine
         self.model = TinyModel(checkpoint)
+        self.api_key = api_key
+        self.context_length = context_length or self.model.model.config.get_text_config().max_position_embeddings
+        self.logprobs_mode = logprobs_mode
+        self.server_flags = {**SGLANG_H100_FLAGS, **server_flags}
+        unknown = set(self.server_flags) - set(SGLANG_H100_FLAGS)
+        if unknown:
+            raise ValueError(f"unknown server flags {sorted(unknown)}")
         self.served_model_name = served_model_name
         self.version = version
         self.trust_request_mm_kwargs = trust_request_mm_kwargs
@@ -131,13 +192,7 @@ class EngineServer:
         self.cached_prompts: list[list[int]] = []  # SGLang's radix cache, as prompts
         self._lock = threading.Lock()
         self._remaining: int | None = None
-        self._httpd = _Server(("127.0.0.1", 0), _EngineHandler)
-        self._httpd.owner = self
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._listen(_EngineHandler)
 
     def die_after(self, requests: int | None) -> None:
         """Answer ``requests`` more POSTs, then drop every request without an answer (None: live again)."""
@@ -154,20 +209,6 @@ class EngineServer:
         with self._lock:
             self.ran.append((body, ids))
 
-    def start(self) -> "EngineServer":
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
-    def __enter__(self) -> "EngineServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def _admit(self, path: str, body: dict) -> bool:
         with self._lock:
             if self._remaining is not None:
@@ -181,7 +222,11 @@ class EngineServer:
 
     def models(self) -> dict:
         return {"object": "list", "data": [{"id": self.served_model_name, "object": "model", "root": self.model.path,
-                                            "owned_by": self.engine, "max_model_len": 8192}]}
+                                            "owned_by": self.engine, "max_model_len": self.context_length}]}
+
+    def server_info(self) -> dict:
+        return {**self.server_flags, "prefill_attention_backend": None, "decode_attention_backend": None,
+                "context_length": None, "version": "0.5.23"}
 
     def model_info(self) -> dict:
         config = self.model.model.config
@@ -203,8 +248,17 @@ class EngineServer:
         images = [data_url_image(item) for item in (images if isinstance(images, list) else [images])] if self.multimodal else []
         inputs = self._sglang_inputs(body, images)
         ids = inputs["input_ids"][0].tolist()
-        self._ran(body, ids)
         max_new_tokens = int(sampling.get("max_new_tokens", 128))
+        # TokenizerManager._validate_one_request (managers/tokenizer_manager.py 1338-1378).
+        if len(ids) >= self.context_length:
+            raise RequestRefused(400, {"error": {"message": f"The input ({len(ids)} tokens) is longer than the model's "
+                                                            f"context length ({self.context_length} tokens)."}})
+        if len(ids) + max_new_tokens > self.context_length:
+            raise RequestRefused(400, {"error": {"message": (
+                f"Requested token count exceeds the model's maximum context length of {self.context_length} tokens. "
+                f"You requested a total of {len(ids) + max_new_tokens} tokens: {len(ids)} tokens from the input "
+                f"messages and {max_new_tokens} tokens for the completion.")}})
+        self._ran(body, ids)
         meta = {"id": f"req-{len(self.requests)}", "prompt_tokens": len(ids), "completion_tokens": 0,
                 "finish_reason": {"type": "length", "length": 0}}
         start = body.get("logprob_start_len", -1) if body.get("return_logprob") else -1
@@ -218,16 +272,18 @@ class EngineServer:
             self.cached_prompts.append(ids)
         text, output_ids = "", []
         if body.get("return_logprob"):
-            _, rows = self.model.prompt_logprobs(inputs)
+            top = int(body.get("top_logprobs_num") or 0)
+            _, rows = self.model.prompt_logprobs(inputs, top)
             start = len(ids) if start < 0 else start
-            meta["input_token_logprobs"] = [[None, ids[start], None] if k == start else [rows[k][0], ids[k], None]
+            meta["input_token_logprobs"] = [[None, ids[start], None] if k == start else [rows[k]["logprob"], ids[k], None]
                                             for k in range(start, len(ids))]
-            if body.get("top_logprobs_num"):
-                meta["input_top_logprobs"] = [None if k == start else [[rows[k][2], rows[k][1], None]]
+            if top:
+                meta["input_top_logprobs"] = [None if k == start else [[v, i, None] for i, v in rows[k]["top"][:top]]
                                               for k in range(start, len(ids))]
         if max_new_tokens > 0:
             stop = sampling.get("stop") or []
-            text, output_ids = self.model.generate(inputs, max_new_tokens, [stop] if isinstance(stop, str) else stop)
+            text, output_ids = self.model.generate(inputs, max_new_tokens, [stop] if isinstance(stop, str) else stop,
+                                                   sampling.get("repetition_penalty"))
             meta["completion_tokens"] = len(output_ids)
         answer = {"text": text, "output_ids": output_ids, "meta_info": meta}
         if body.get("return_prompt_token_ids"):
@@ -287,31 +343,42 @@ class EngineServer:
         inputs = self.model.encode(text, images=images, videos=videos, video_metadata=metadata,
                                    add_special_tokens=bool(body.get("add_special_tokens", False)))
         ids = inputs["input_ids"][0].tolist()
+        if len(ids) > self.context_length:
+            raise RequestRefused(400, _vllm_error(f"Input length ({len(ids)}) exceeds model's maximum context length "
+                                                  f"({self.context_length}).", "BadRequestError", 400))
         self._ran(body, ids)
         stop = body.get("stop") or []
-        generated, output_ids = self.model.generate(inputs, max_tokens or 16, [stop] if isinstance(stop, str) else stop)
+        # get_max_tokens: the request's (else 16 here), shortened to the context; the checkpoint's
+        # generation_config defaults under the request's settings (--generation-config auto).
+        max_tokens = min(max_tokens or 16, self.context_length - len(ids))
+        penalty = body.get("repetition_penalty", self.model.model.generation_config.repetition_penalty)
+        generated, output_ids = self.model.generate(inputs, max_tokens, [stop] if isinstance(stop, str) else stop,
+                                                    penalty)
         answer = {"id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "model": self.served_model_name,
                   "choices": [{"index": 0, "message": {"role": "assistant", "content": generated}, "logprobs": None,
                                "finish_reason": "length", "stop_reason": None}],
                   "usage": {"prompt_tokens": len(ids), "completion_tokens": len(output_ids),
                             "total_tokens": len(ids) + len(output_ids)}}
         if body.get("prompt_logprobs") is not None and self.supports_prompt_logprobs:
-            _, rows = self.model.prompt_logprobs(inputs)
-            answer["prompt_logprobs"] = [None] + [self._prompt_logprob(ids[p], rows[p], int(body["prompt_logprobs"]))
-                                                  for p in range(1, len(ids))]
+            top = int(body["prompt_logprobs"])
+            _, rows = self.model.prompt_logprobs(inputs, top, logits=self.logprobs_mode.endswith("logits"))
+            answer["prompt_logprobs"] = [None] + [self._prompt_logprob(ids[p], rows[p], top) for p in range(1, len(ids))]
         if body.get("return_token_ids"):
             answer["prompt_token_ids"] = ids
             answer["choices"][0]["token_ids"] = output_ids
         return answer
 
-    def _prompt_logprob(self, token: int, row: tuple[float, int, float], top: int) -> dict:
-        logprob, best, best_logprob = row
-        decoded = self.model.tokenizer.decode([token])
-        # The rank of the token itself: 1 when it is the most likely (ties aside).
-        entry = {str(token): {"logprob": logprob, "rank": 1 if token == best or logprob >= best_logprob else 2,
-                              "decoded_token": decoded}}
-        if top >= 1 and best != token:
-            entry[str(best)] = {"logprob": best_logprob, "rank": 1, "decoded_token": self.model.tokenizer.decode([best])}
+    def _prompt_logprob(self, token: int, row: dict, top: int) -> dict:
+        """vLLM's entry of one prompt position: the token's own (with its rank), then the ``top``
+        most likely tokens, each keyed by its id."""
+        ranked = [i for i, _ in row["top"]]
+        rank = ranked.index(token) + 1 if token in ranked else len(ranked) + 1
+        if rank > 1 and row["logprob"] >= row["top"][0][1]:  # ties aside
+            rank = 1
+        entry = {str(token): {"logprob": row["logprob"], "rank": rank, "decoded_token": self.model.tokenizer.decode([token])}}
+        for place, (candidate, value) in enumerate(row["top"][:top], start=1):
+            entry.setdefault(str(candidate), {"logprob": value, "rank": place,
+                                              "decoded_token": self.model.tokenizer.decode([candidate])})
         return entry
 
 
@@ -320,10 +387,13 @@ class _EngineHandler(_Handler):
         server: EngineServer = self.server.owner
         path = self.path.split("?")[0].rstrip("/")
         routes = {"/v1/models": server.models, "/health": dict}
-        routes.update({"/model_info": server.model_info} if server.engine == "sglang"
-                      else {"/version": lambda: {"version": server.version}})
+        routes.update({"/model_info": server.model_info, "/get_model_info": server.model_info,
+                       "/server_info": server.server_info, "/get_server_info": server.server_info}
+                      if server.engine == "sglang" else {"/version": lambda: {"version": server.version}})
         if path not in routes:
             self._send(404, {"detail": "Not Found"})
+            return
+        if self._refused_without_key(server, path):
             return
         self._send(200, routes[path]())
 
@@ -336,6 +406,8 @@ class _EngineHandler(_Handler):
         if route is None:
             self._send(404, {"detail": "Not Found"})
             return
+        if self._refused_without_key(server, path):
+            return
         if not server._admit(path, body):
             self.close_connection = True  # the server died: no answer
             return
@@ -345,6 +417,22 @@ class _EngineHandler(_Handler):
             self._send(refused.status, refused.payload)
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+
+    def _refused_without_key(self, server: EngineServer, path: str) -> bool:
+        """--api-key: SGLang guards every endpoint but /health (utils/auth.py), vLLM /v1/... (its
+        AuthenticationMiddleware's GUARDED_PREFIX)."""
+        guarded = path.startswith("/v1") if server.engine == "vllm" else not path.startswith("/health")
+        if server.api_key and guarded and self.headers.get("Authorization") != f"Bearer {server.api_key}":
+            self._send(401, {"error": "Unauthorized"})
+            return True
+        return False
+
+
+# SGLang's settings on an H100 where the command line names none (model_override_base.py 305-311: fa3;
+# server_args: chunked prefill on, one token per page, no auto-truncation), as /server_info reports them.
+SGLANG_H100_FLAGS = {"attention_backend": "fa3", "chunked_prefill_size": 8192, "page_size": 1,
+                     "allow_auto_truncate": False}
 
 
 def _vllm_error(message: str, kind: str, code: int, param: str | None = None) -> dict:
@@ -404,3 +492,90 @@ def _video_metadata(count: int, timing: dict) -> dict:
                                               "of frames sent", "BadRequestError", 400))
     return {"fps": fps, "frames_indices": indices, "total_num_frames": total,
             "duration": timing.get("duration", total / fps)}
+
+
+# What SGLang's model gateway keeps of a /generate body: the fields of its GenerateRequest and
+# SamplingParams types, which it re-serializes to the worker (sgl-model-gateway/src/protocols/
+# generate.rs and sampling_params.rs; routers/http/router.rs send_typed_request); anything else
+# (return_prompt_token_ids) is dropped.
+GATEWAY_GENERATE_FIELDS = frozenset({
+    "text", "model", "input_ids", "input_embeds", "image_data", "video_data", "audio_data", "sampling_params",
+    "return_logprob", "logprob_start_len", "top_logprobs_num", "token_ids_logprob", "return_text_in_logprobs",
+    "stream", "log_metrics", "return_hidden_states", "return_routed_experts", "modalities", "session_params",
+    "lora_path", "lora_id", "custom_logit_processor", "bootstrap_host", "bootstrap_port", "bootstrap_room",
+    "bootstrap_pair_key", "data_parallel_rank", "background", "conversation_id", "priority", "extra_key", "no_logs",
+    "custom_labels", "return_bytes", "return_entropy", "rid"})
+GATEWAY_SAMPLING_FIELDS = frozenset({
+    "temperature", "max_new_tokens", "top_p", "top_k", "frequency_penalty", "presence_penalty", "repetition_penalty",
+    "stop", "ignore_eos", "skip_special_tokens", "json_schema", "regex", "ebnf", "min_p", "min_new_tokens",
+    "stop_token_ids", "no_stop_trim", "n", "sampling_seed"})
+# The routes each router passes on: GET path -> the worker's path; POST paths.
+ROUTER_ROUTES = {
+    # sgl-model-gateway's server (public routes and /generate): /v1/models, /get_model_info and
+    # /get_server_info from the first healthy worker (proxy_get_request, to its /model_info and
+    # /server_info), no /model_info or /server_info of its own.
+    "sglang-gateway": ({"/v1/models": "/v1/models", "/get_model_info": "/model_info",
+                        "/get_server_info": "/server_info", "/health": "/health"}, ("/generate",)),
+    # A vLLM data-parallel deployment (--data-parallel-size, multi-node with --headless) has one API
+    # server, vLLM's own: the routes the backend uses, as they are.
+    "vllm-dp": ({"/v1/models": "/v1/models", "/version": "/version", "/health": "/health"}, ("/v1/chat/completions",)),
+}
+
+
+class RouterProxy(_Loopback):
+    """A router in front of ``upstreams`` (running ``EngineServer``s), as ``kind`` passes requests
+    (``ROUTER_ROUTES``): GETs to the first upstream, each POST to the next upstream in turn (the
+    worst case for prefix sharing); an upstream that does not answer gets a 502 back, as a router
+    answers. ``posts`` records (upstream index, body sent on) per POST. A context manager."""
+
+    def __init__(self, kind: str, upstreams: list[EngineServer]):
+        self.kind, self.upstreams = kind, upstreams
+        self.gets, self.post_paths = ROUTER_ROUTES[kind]
+        self.posts: list[tuple[int, dict]] = []
+        self._turn = 0
+        self._lock = threading.Lock()
+        self._listen(_ProxyHandler)
+
+    def forward(self, method: str, path: str, body: dict | None, headers: dict) -> tuple[int, bytes]:
+        import httpx
+
+        if method == "GET":
+            upstream, path = 0, self.gets[path]
+        else:
+            if self.kind == "sglang-gateway":
+                body = {k: v for k, v in body.items() if k in GATEWAY_GENERATE_FIELDS}
+                if isinstance(body.get("sampling_params"), dict):
+                    body["sampling_params"] = {k: v for k, v in body["sampling_params"].items()
+                                               if k in GATEWAY_SAMPLING_FIELDS}
+            with self._lock:
+                upstream = self._turn % len(self.upstreams)
+                self._turn += 1
+                self.posts.append((upstream, body))
+        forwarded = {k: v for k, v in headers.items() if k.lower() == "authorization"}
+        try:
+            response = httpx.request(method, f"{self.upstreams[upstream].base_url}{path}", json=body, headers=forwarded,
+                                     timeout=120)
+        except httpx.TransportError as error:
+            return 502, json.dumps({"error": {"message": f"call_upstream_request_failed: {error}"}}).encode()
+        return response.status_code, response.content
+
+
+class _ProxyHandler(_Handler):
+    def do_GET(self) -> None:  # noqa: N802
+        self._route("GET", None)
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._route("POST", json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}"))
+
+    def _route(self, method: str, body: dict | None) -> None:
+        proxy: RouterProxy = self.server.owner
+        path = self.path.split("?")[0].rstrip("/")
+        if (path not in proxy.gets) if method == "GET" else (path not in proxy.post_paths):
+            self._send(404, {"detail": "Not Found"})
+            return
+        status, content = proxy.forward(method, path, body, dict(self.headers.items()))
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(content)))
+        self.end_headers()
+        self.wfile.write(content)

@@ -25,7 +25,7 @@ from lmms_egoplan.core.request_options import (
     TEXT_FIRST,
 )
 from lmms_egoplan.core.settings import SettingsError
-from lmms_egoplan.fixtures.checkpoints import ARCHITECTURES, END_OF_TURN
+from lmms_egoplan.fixtures.checkpoints import ANSWER_OPENING, ARCHITECTURES, BOS_ADDING, END_OF_TURN
 from lmms_egoplan.fixtures.media import index_image, read_index, write_video
 from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
 from lmms_egoplan.models.egoplan_hf import ContextTooLongError, EgoPlanHF
@@ -111,23 +111,26 @@ def model_visuals(model: EgoPlanHF, doc: dict):
                            videos_with_images=model.videos_with_images)
 
 
-# The token each tiny template closes the assistant's turn with (its END_OF_TURN, newline left out).
-SCORED_END_OF_TURN = {arch: END_OF_TURN[arch].rstrip("\n") for arch in ARCHS}
+# The token each tiny template closes the assistant's turn with (its END_OF_TURN, newline left out);
+# llava-hf's templates (LLaVA-1.5, LLaVA-NeXT-Video) close it with a space, no special token.
+SCORED_END_OF_TURN = {arch: END_OF_TURN[arch].rstrip("\n") for arch in ARCHS if END_OF_TURN[arch].strip()}
+CLOSING_ARCHS = list(SCORED_END_OF_TURN)
 
 
 def labelled_loss(model: EgoPlanHF, doc: dict, answer: str, *, with_end_of_turn: bool = False) -> float:
     """Reference: HF's own loss over the answer tokens (and the token closing the turn) of one full
     forward pass.
 
-    The tiny templates render ``prompt + answer + end_of_turn`` (test_checkpoints checks it), so
-    the answer's tokens are those between the generation prompt and the end-of-turn marker, and the
-    closing token is the marker's first.
+    The tiny templates render ``prompt + opening + answer + end_of_turn`` (test_checkpoints checks it),
+    so the answer's tokens are those between the generation prompt and the end-of-turn marker (the
+    opening space merges into the answer's first word), and the closing token is the marker's first.
     """
-    end_of_turn = END_OF_TURN[model.model.config.model_type]
-    unscored = end_of_turn.removeprefix(SCORED_END_OF_TURN[model.model.config.model_type]) if with_end_of_turn else end_of_turn
+    arch = model.model.config.model_type
+    end_of_turn = END_OF_TURN[arch]
+    unscored = end_of_turn.removeprefix(SCORED_END_OF_TURN[arch]) if with_end_of_turn else end_of_turn
     visuals = model_visuals(model, doc)
     prompt = model.chat.generation_prompt(model.chat.user_turn(visuals.parts, doc["question"]))
-    inputs = model._encode([prompt + answer + end_of_turn], [visuals], "reference")
+    inputs = model._encode([prompt + ANSWER_OPENING[arch] + answer + end_of_turn], [visuals], "reference")
     first = model._encode([prompt], [visuals], "reference")["input_ids"].shape[1]
     stop = inputs["input_ids"].shape[1] - len(model.tokenizer(unscored, add_special_tokens=False)["input_ids"])
     labels = torch.full_like(inputs["input_ids"], -100)
@@ -158,7 +161,7 @@ def test_prefix_shared_scores_equal_a_full_forward_per_candidate(arch, backend):
     assert len({round(v, 6) for v, _ in shared}) > 4
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", CLOSING_ARCHS)
 def test_the_end_of_turn_span_scores_the_answer_and_the_token_closing_the_turn(arch, backend):
     docs = [egoplan_doc(0), egoplan_doc(1)]
     span = ANSWER_AND_END_OF_TURN
@@ -212,11 +215,11 @@ def test_the_end_of_turn_token_flips_the_ranking_of_a_candidate_and_its_own_pref
         assert rankings == {ANSWER: 0, ANSWER_AND_END_OF_TURN: 1}
 
 
-def test_a_template_without_a_closing_special_token_cannot_score_the_end_of_turn(backend, tmp_path):
-    template = tmp_path / "plain-close.jinja"
-    template.write_text(SPACED_TEMPLATE.replace("{{ eos_token }}", "{{ '\\n###' }}"))
-    model = backend("llava", chat_template=str(template))
-    with pytest.raises(ChatTemplateError, match=r"closes the assistant's turn with no special token.*'\\n###'"):
+@pytest.mark.parametrize("arch", ["llava", "llava_next_video"])
+def test_a_template_without_a_closing_special_token_cannot_score_the_end_of_turn(arch, backend):
+    """llava-hf's templates close the assistant's turn with a space (``ASSISTANT: <answer> ``)."""
+    model = backend(arch)
+    with pytest.raises(ChatTemplateError, match=r"closes the assistant's turn with no special token.*\(' '\)"):
         model.loglikelihood(mc_requests(model, [egoplan_doc(0)], span=ANSWER_AND_END_OF_TURN))
     assert len(model.loglikelihood(mc_requests(model, [egoplan_doc(0)]))) == 4  # answer-only still works
 
@@ -253,9 +256,10 @@ def test_the_official_loss_mean_leaves_out_a_token_the_model_is_certain_of(prefi
     assert [v for i, v in enumerate(official) if i != wash] == [v for i, v in enumerate(every) if i != wash]
 
 
-@pytest.mark.parametrize("arch", ["qwen2_vl", "llava"])
+@pytest.mark.parametrize("arch", ["qwen2_vl", "gemma3"])
 def test_a_request_asking_for_the_text_first_gets_its_visuals_after_the_text(arch, backend):
-    """ActPlan-1K's order, VLM([T, I1, I2, ...]): the text, then the images, in both paths."""
+    """ActPlan-1K's order, VLM([T, I1, I2, ...]): the text, then the images, in both paths (where the
+    template renders the parts in order: llava-hf's put a turn's images first whatever the order)."""
     model = backend(arch)
     prompts = []
     encode = model._encode
@@ -330,6 +334,32 @@ def test_target_delimiter_is_stripped_inside_the_assistant_turn(backend):
     assert all(abs(a[0] - b[0]) > 1e-3 for a, b in zip(with_space, spaced))
 
 
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_the_model_gets_the_tokens_its_own_processor_gives_the_conversation(arch, backend, tiny_model):
+    """The oracle: transformers' ``apply_chat_template(tokenize=True)`` of the model's own processor (a
+    text-only model's tokenizer), which adds the BOS unless the template wrote it. egoplan_hf's model
+    input and the scored sequence's ids are its ids: with the BOS for llava-hf's LLaVA-1.5 and
+    LLaVA-NeXT-Video, whose templates write none, and with one BOS where the template writes it."""
+    model = backend(arch) if arch != "llama" else EgoPlanHF(pretrained=str(tiny_model(arch)), device="cpu",
+                                                           dtype="float32")
+    images = [] if arch == "llama" else [index_image(1, size=(48, 40)), index_image(2, size=(56, 42))]
+    visuals = prepare_visuals(images, limits=model.limits, video_native=model.video_native,
+                              takes_images=model.takes_images, model_name=arch, videos_with_images=model.videos_with_images)
+    [rendered] = model.chat.with_answers(model.chat.user_turn(visuals.parts, "What next?"), ["wash the hands"])
+    conversation = [{"role": "user", "content": [*({"type": "image", "image": image} for image in images),
+                                                 {"type": "text", "text": "What next?"}]},
+                    {"role": "assistant", "content": [{"type": "text", "text": "wash the hands"}]}]
+    oracle = model.processor.apply_chat_template(conversation, tokenize=True, return_dict=True)["input_ids"]
+    oracle = oracle.tolist() if isinstance(oracle, torch.Tensor) else oracle
+    oracle = oracle[0] if isinstance(oracle[0], list) else oracle
+    assert model._encode([rendered.text], [visuals], "the oracle")["input_ids"][0].tolist() == oracle
+    sequence = scored_sequence(model.tokenizer, rendered, add_special_tokens=model.chat.adds_special_tokens(rendered.text))
+    bos = model.tokenizer.bos_token_id
+    assert sequence.token_ids[1] != bos and (arch not in BOS_ADDING or sequence.token_ids[0] == bos)
+    if not images:
+        assert sequence.token_ids == oracle
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_scored_tokens_are_exactly_the_answer(arch, tiny_model):
     from transformers import AutoProcessor
@@ -339,8 +369,14 @@ def test_scored_tokens_are_exactly_the_answer(arch, tiny_model):
     answers = ["B", "wash the hands", "put the pan on the stove, then 煮 water."]
     for answer, rendered in zip(answers, chat.with_answers(chat.user_turn([{"type": "image"}], "Next?"), answers)):
         sequence = scored_sequence(processor.tokenizer, rendered)
-        assert processor.tokenizer.decode(sequence.token_ids[sequence.first:sequence.stop]) == answer
+        scored = processor.tokenizer.decode(sequence.token_ids[sequence.first:sequence.stop])
+        # llava-hf's "ASSISTANT: " opening space merges into a first word (" wash"), which is scored.
+        assert scored.removeprefix(ANSWER_OPENING[arch]) == answer
         assert rendered.text[rendered.end:] == END_OF_TURN[arch]  # the end-of-turn marker is not scored
+        if arch not in SCORED_END_OF_TURN:
+            with pytest.raises(ChatTemplateError, match="no special token"):
+                scored_sequence(processor.tokenizer, rendered, end_of_turn_ids=special_token_ids(processor.tokenizer))
+            continue
         closed = scored_sequence(processor.tokenizer, rendered, end_of_turn_ids=special_token_ids(processor.tokenizer))
         assert closed.first == sequence.first
         assert processor.tokenizer.decode(closed.token_ids[closed.first:closed.stop]) == answer + SCORED_END_OF_TURN[arch]

@@ -1,19 +1,22 @@
 """egoplan_server against loopback SGLang / vLLM servers computing with the tiny checkpoints.
 
 Fast tier (in-process): the server backend's likelihoods equal egoplan_hf's within 1e-4 with the
-same argmin on every architecture each loopback engine serves; generation; SGLang's shared prefix;
-the load checks; a server dying mid-run. The e2e tier runs the real lmms-eval CLI against one
-loopback vLLM server: a wrong model name stops the run at load; a server dying mid-run keeps every
-scored question in --use_cache, and the resumed run completes with egoplan_hf's values.
+same argmin on every architecture each loopback engine serves; generation, with the model's sampling
+defaults and near the context; SGLang's shared prefix; the load checks (Gemma 3's image attention,
+truncation, tokenizers, API keys, log-probabilities, media kwargs, Mistral-format repositories); a
+server dying mid-run; several servers, one killed mid-run; routers in front of them. The e2e tier
+(tests/e2e/test_egoplan_server.py) runs the real lmms-eval CLI against loopback vLLM servers.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 
 import numpy as np
 import pytest
 from lmms_eval.api.instance import Instance
+from loguru import logger
 
 from lmms_egoplan.core.media import as_video_frames, frame_times
 from lmms_egoplan.core.request_options import (
@@ -24,14 +27,21 @@ from lmms_egoplan.core.request_options import (
     SCORED_SPAN,
 )
 from lmms_egoplan.core.settings import SettingsError
-from lmms_egoplan.fixtures.checkpoints import ARCHITECTURES, VIDEO_ARCHITECTURES
+from lmms_egoplan.fixtures.checkpoints import ARCHITECTURES, END_OF_TURN, VIDEO_ARCHITECTURES
 from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
 from lmms_egoplan.fixtures.media import index_image
 from lmms_egoplan.models.egoplan_hf import EgoPlanHF
 from lmms_egoplan.models.egoplan_server import EgoPlanServer
-from lmms_egoplan.models.engines import VLLM_MODALITIES, ServerRequestError, ServerSetupError, png_data_url
+from lmms_egoplan.models.engines import (
+    SGLANG_BIDIRECTIONAL_IMAGES,
+    VLLM_MODALITIES,
+    ServerRequestError,
+    ServerSetupError,
+    mistral_format_flags,
+    png_data_url,
+)
 from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError
-from tests.models.engine_servers import EngineServer
+from tests.models.engine_servers import EngineServer, RouterProxy
 
 TASK, SPLIT = "probe", "test"
 CHOICES = ["open the fridge", "wash the hands", "put the pan on the stove", "take the cup"]
@@ -75,17 +85,27 @@ def gen_requests(backend, docs: list[dict]) -> list[Instance]:
             for doc_id, d in enumerate(docs)]
 
 
+def serving_flags(engine: str, arch: str) -> dict:
+    """How the docs start the server for the architecture: SGLang's Gemma 3 with the flags that give
+    it bidirectional image attention (``engines.SGLANG_BIDIRECTIONAL_FLAGS``)."""
+    if engine == "sglang" and arch in SGLANG_BIDIRECTIONAL_IMAGES:
+        return {"attention_backend": "triton", "chunked_prefill_size": -1}
+    return {}
+
+
 @pytest.fixture(scope="module")
 def servers(tiny_model):
     """``servers(engine, arch, **options)``: a running loopback server per (engine, arch, options),
-    with the modality limits the engine serves the architecture with (``engines.VLLM_MODALITIES``)."""
+    with the modality limits the engine serves the architecture with (``engines.VLLM_MODALITIES``)
+    and the flags the docs start it with (``serving_flags``)."""
     started = {}
 
     def get(engine: str, arch: str, **options) -> EngineServer:
         key = (engine, arch, tuple(sorted(options.items())))
         if key not in started:
             limits = VLLM_MODALITIES.get(arch) if engine == "vllm" else None
-            started[key] = EngineServer(engine, tiny_model(arch), **{"modalities": limits, **options}).start()
+            started[key] = EngineServer(engine, tiny_model(arch), **{"modalities": limits,
+                                                                     **serving_flags(engine, arch), **options}).start()
         started[key].die_after(None)
         started[key].reset()
         return started[key]
@@ -144,12 +164,14 @@ def question_shape(engine: str, arch: str) -> dict:
 @pytest.mark.parametrize("engine,arch", CASES)
 def test_the_server_backend_scores_as_egoplan_hf(engine, arch, servers, reference):
     """EgoPlan's question (``question_shape``) with the official span and mean: the same values
-    within 1e-4 and the same argmin (a BOS-adding tokenizer on Llama, Gemma 3, Mistral 3,
-    Idefics3, LLaVA, LLaVA-NeXT-Video)."""
+    within 1e-4 and the same argmin (a BOS-adding tokenizer on Llama, Gemma 3, Mistral 3, Idefics3,
+    whose templates write it, and LLaVA, LLaVA-NeXT-Video, whose llava-hf templates do not)."""
     server = servers(engine, arch)
     backend = server_backend(server)
     docs = [doc(0, **question_shape(engine, arch)), doc(1, **question_shape(engine, arch))]
-    options = {"scored_span": ANSWER_AND_END_OF_TURN, "loss_mean": NONZERO_LOSS_TOKENS}
+    # llava-hf's templates close the assistant's turn with no special token: the answer only there.
+    span = ANSWER_AND_END_OF_TURN if END_OF_TURN[arch].strip() else SCORED_SPAN.convention
+    options = {"scored_span": span, "loss_mean": NONZERO_LOSS_TOKENS}
     hf = reference(arch)
     visual_function = visuals if arch != "llama" else None
     got = backend.loglikelihood(_with_visuals(mc_requests(backend, docs, **options), visual_function))
@@ -374,3 +396,277 @@ def test_bad_model_args_are_named(servers):
 def test_a_missing_engine_or_model_is_named_with_its_choices(model_args, message):
     with pytest.raises(SettingsError, match=message):
         EgoPlanServer(**model_args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Load checks that check: Gemma 3's image attention, truncation, tokenizers, keys, log-probabilities
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flags,named", [
+    ({}, r"attention backend is fa3, not triton; chunked prefill splits prompts \(8192 tokens per batch\)"),
+    ({"attention_backend": "triton"}, r"chunked prefill splits prompts \(8192"),
+    ({"chunked_prefill_size": -1}, "attention backend is fa3, not triton"),
+    ({"attention_backend": "triton", "chunked_prefill_size": -1, "page_size": 16}, "matches pages of 16 tokens"),
+])
+def test_sglang_gemma3_is_refused_where_it_would_attend_to_images_causally(flags, named, tiny_model):
+    """SGLang's H100 defaults (fa3, chunked prefill) and each partial fix: refused at load, naming the
+    flags; the docs' flags (serving_flags) load (every other test of Gemma 3 on SGLang)."""
+    with EngineServer("sglang", tiny_model("gemma3"), **flags) as server:
+        with pytest.raises(ServerSetupError, match=f"{named}.*start it with --attention-backend triton "
+                                                   f"--chunked-prefill-size -1 --page-size 1"):
+            server_backend(server)
+        assert server.requests == []
+
+
+def test_sglang_gemma3_behind_a_router_is_checked_through_get_server_info(tiny_model):
+    with EngineServer("sglang", tiny_model("gemma3")) as server, RouterProxy("sglang-gateway", [server]) as router:
+        with pytest.raises(ServerSetupError, match="attention backend is fa3"):
+            EgoPlanServer(engine="sglang", base_url=router.base_url, model="tiny", retries=0)
+
+
+def test_an_sglang_server_that_truncates_prompts_is_refused_at_load(servers):
+    with pytest.raises(ServerSetupError, match="started with --allow-auto-truncate"):
+        server_backend(servers("sglang", "qwen2_vl", allow_auto_truncate=True))
+
+
+@pytest.fixture(scope="module")
+def foreign_tokenizer(tiny_model, tmp_path_factory):
+    """The tiny Llama checkpoint with a tokenizer that splits words otherwise (its last 150 merges
+    dropped): same special tokens and chat template, other ids for the same text."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("foreign") / "llama"
+    shutil.copytree(tiny_model("llama"), folder)
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    tokenizer["model"]["merges"] = tokenizer["model"]["merges"][:-150]
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    return folder
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_a_pretrained_with_another_tokenizer_is_refused_on_both_engines_text_only_included(engine, servers,
+                                                                                            foreign_tokenizer):
+    """SGLang runs a text-only prompt's ids as they are, so the ids alone would pass: the load check
+    also has the server tokenize the probe's text."""
+    server = servers(engine, "llama")
+    with pytest.raises(ServerSetupError, match="other tokens than model_args pretrained's processor"):
+        server_backend(server, pretrained=str(foreign_tokenizer))
+
+
+def test_a_vllm_without_trust_request_mm_kwargs_is_named_at_load_not_at_the_first_video(servers):
+    server = servers("vllm", "qwen2_vl", trust_request_mm_kwargs=False)
+    with pytest.raises(ServerSetupError, match="refuses per-request media_io_kwargs.*--trust-request-mm-kwargs"):
+        server_backend(server)
+    server_backend(server, videos_as_frames=True)  # frames as images carry no media_io_kwargs
+
+
+def test_a_vllm_returning_logits_is_refused_at_load(servers):
+    with pytest.raises(ServerSetupError, match="returns logits, not log-probabilities.*--logprobs-mode"):
+        server_backend(servers("vllm", "llama", logprobs_mode="raw_logits"))
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_a_server_with_an_api_key_takes_it_from_the_variable_named_in_api_key_env(engine, servers, monkeypatch):
+    server = servers(engine, "qwen2_vl", api_key="sk-loopback-secret")
+    with pytest.raises(ServerSetupError, match="refuses requests without its API key.*api_key_env=<variable>"):
+        server_backend(server)
+    monkeypatch.setenv("LOOPBACK_KEY", "sk-wrong")
+    with pytest.raises(ServerSetupError, match="refuses the API key of model_args api_key_env"):
+        server_backend(server, api_key_env="LOOPBACK_KEY")
+    monkeypatch.setenv("LOOPBACK_KEY", "sk-loopback-secret")
+    backend = server_backend(server, api_key_env="LOOPBACK_KEY", videos_as_frames=engine == "sglang")
+    assert len(backend.loglikelihood(mc_requests(backend, [doc(12, video=engine == "vllm")]))) == 4
+    with pytest.raises(SettingsError, match="LOOPBACK_MISSING, which is not set"):
+        server_backend(server, api_key_env="LOOPBACK_MISSING")
+    with pytest.raises(SettingsError, match="api_key is not taken.*api_key_env=<variable>"):
+        server_backend(server, api_key="sk-loopback-secret")
+
+
+@pytest.fixture(scope="module")
+def mistral_format(tiny_model, tmp_path_factory):
+    """The tiny Mistral 3 checkpoint as the released Mistral-Small-3.1 repositories hold it: the
+    transformers files and Mistral's own (consolidated weights, params.json, tekken.json)."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("mistral_format") / "mistral3"
+    shutil.copytree(tiny_model("mistral3"), folder)
+    shutil.copy(folder / "model.safetensors", folder / "consolidated.safetensors")
+    (folder / "params.json").write_text(json.dumps({"dim": 32, "n_layers": 2}))
+    (folder / "tekken.json").write_text(json.dumps({"config": {}}))
+    return folder
+
+
+def test_a_mistral_format_repository_on_vllm_is_named_with_the_two_flags(servers, mistral_format):
+    """A vLLM that serves it with its Mistral tokenizer renders the probe otherwise (played here by
+    another chat template); the error names what makes vLLM serve the transformers files."""
+    template = "{% for m in messages %}[{{ m['role'] }}]{% for p in m['content'] %}{{ p['text'] }}{% endfor %}{% endfor %}"
+    server = servers("vllm", "mistral3", chat_template=template)
+    with pytest.raises(ServerSetupError, match="Mistral-format repository.*--tokenizer-mode hf --config-format hf"):
+        server_backend(server, pretrained=str(mistral_format))
+    assert mistral_format_flags(str(mistral_format)) == ["--tokenizer-mode hf", "--config-format hf"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Generation parity: the model's sampling defaults, the context
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def penalised(tiny_model, tmp_path_factory):
+    """The tiny Qwen2-VL with a repetition penalty in its generation_config (as Qwen2.5-VL-Instruct's
+    sets 1.05), strong enough to change the tiny model's greedy text."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("penalised") / "qwen2_vl"
+    shutil.copytree(tiny_model("qwen2_vl"), folder)
+    config = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({**config, "repetition_penalty": 3.0}))
+    return folder
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_generation_carries_the_models_sampling_defaults_as_egoplan_hf_applies_them(engine, penalised):
+    docs = [doc(13, video=engine == "vllm"), doc(14, video=engine == "vllm")]
+    hf = EgoPlanHF(pretrained=str(penalised), device="cpu", dtype="float32", max_frames=8)
+    expected = hf.generate_until(long_generations(hf, docs))
+    with EngineServer(engine, penalised) as server:
+        backend = server_backend(server, videos_as_frames=engine == "sglang")
+        assert backend.generate_until(long_generations(backend, docs)) == expected
+        bodies = [body for _, body in server.requests[-2:]]
+        assert all((body["sampling_params"] if engine == "sglang" else body)["repetition_penalty"] == 3.0
+                   for body in bodies)
+        backend.sampling_defaults = {}  # what SGLang's /generate applied without them: another text
+        assert backend.generate_until(long_generations(backend, docs)) != expected or engine == "vllm"
+
+
+def long_generations(backend, docs: list[dict], max_new_tokens: int = 24) -> list[Instance]:
+    requests = gen_requests(backend, docs)
+    for request in requests:
+        request.arguments = (request.arguments[0], {"max_new_tokens": max_new_tokens, "until": []},
+                             *request.arguments[2:])
+    return requests
+
+
+@pytest.mark.parametrize("engine,video", [("sglang", False), ("sglang", True), ("vllm", True)])
+def test_a_prompt_near_the_context_shortens_max_new_tokens_as_egoplan_hf_does(engine, video, tiny_model, caplog):
+    """A context only a little longer than the prompt: egoplan_hf (max_length) and both engines cut
+    max_new_tokens to what fits, with the same text; SGLang's refusal of a prompt with images (whose
+    expanded length the suite does not know) is answered by a prefill that measures it."""
+    arch = "qwen2_vl"
+    docs = [doc(15, video=False, observation=video)]
+    hf = EgoPlanHF(pretrained=str(tiny_model(arch)), device="cpu", dtype="float32", max_frames=8)
+    hf.task_dict = {TASK: {SPLIT: docs}}
+    prompt_visuals = hf._doc_visuals((TASK, SPLIT, 0, visuals if video else None))
+    prompt = hf.chat.generation_prompt(hf.chat.user_turn(prompt_visuals.parts, docs[0]["question"]))
+    prompt_length = hf._encode([prompt], [prompt_visuals], "the context")["input_ids"].shape[1]
+    hf.max_length = prompt_length + 5
+    expected = hf.generate_until(_with_visuals(long_generations(hf, docs, 40), visuals if video else None))
+    sink = logger.add(caplog.handler, level="WARNING", format="{message}")  # the backends log through loguru
+    try:
+        with EngineServer(engine, tiny_model(arch), context_length=prompt_length + 5) as server:
+            backend = server_backend(server)
+            got = backend.generate_until(_with_visuals(long_generations(backend, docs, 40), visuals if video else None))
+    finally:
+        logger.remove(sink)
+    assert got == expected
+    assert "max_new_tokens 40 cut to 5" in caplog.text or engine == "vllm"
+
+
+# ---------------------------------------------------------------------------------------------
+# Several servers, and routers in front of them
+# ---------------------------------------------------------------------------------------------
+
+
+def questions_on(servers_used: list[EngineServer]) -> dict[str, set[int]]:
+    """Per question (its text, answer turn left out), the servers that got its scoring requests."""
+    seen: dict[str, set[int]] = {}
+    for index, server in enumerate(servers_used):
+        for _, body in server.requests:
+            key = body.get("text") or json.dumps(body.get("messages", [body.get("input_ids")])[0])
+            seen.setdefault(key.split("Task goal")[-1][:60], set()).add(index)
+    return seen
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_several_servers_share_the_questions_each_with_all_its_candidates(engine, tiny_model, reference):
+    arch = "qwen2_vl"
+    docs = [doc(20 + i, video=engine == "vllm") for i in range(6)]
+    started = [EngineServer(engine, tiny_model(arch)).start() for _ in range(3)]
+    try:
+        backend = EgoPlanServer(engine=engine, base_urls=f"[{','.join(s.base_url for s in started)}]", model="tiny",
+                                max_frames=8, retries=0, concurrency=1, videos_as_frames=engine == "sglang")
+        for server in started:
+            server.reset()
+        got = backend.loglikelihood(mc_requests(backend, docs))
+        assert_same_scores(got, reference(arch).loglikelihood(mc_requests(reference(arch), docs)), len(docs))
+        assert all(server.requests for server in started)  # every server scored some
+        assert all(len(on) == 1 for on in questions_on(started).values())  # each question on one server
+    finally:
+        for server in started:
+            server.close()
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_a_server_killed_mid_run_loses_nothing_and_scores_nothing_twice(engine, tiny_model, reference):
+    """One of three servers stops answering after two requests of the scoring pass: its question
+    goes to the others; every question is handed over once, with egoplan_hf's values."""
+    arch = "qwen2_vl"
+    docs = [doc(30 + i, video=engine == "vllm") for i in range(6)]
+    started = [EngineServer(engine, tiny_model(arch)).start() for _ in range(3)]
+    try:
+        backend = EgoPlanServer(engine=engine, base_urls=[s.base_url for s in started], model="tiny", max_frames=8,
+                                retries=1, backoff=0.01, concurrency=1, videos_as_frames=engine == "sglang")
+        handed = []
+        backend.response_sink = lambda request, response: handed.append((request.doc_id, request.idx, response))
+        started[1].die_after(2)
+        got = backend.loglikelihood(mc_requests(backend, docs))
+        assert sorted((doc_id, idx) for doc_id, idx, _ in handed) == [(d, i) for d in range(6) for i in range(4)]
+        assert [response for _, _, response in handed] == [got[4 * d + i] for d, i, _ in handed]
+        assert_same_scores(got, reference(arch).loglikelihood(mc_requests(reference(arch), docs)), len(docs))
+        assert backend.servers._live == [backend.servers.engines[0], backend.servers.engines[2]]
+    finally:
+        for server in started:
+            server.close()
+
+
+def test_when_every_server_is_gone_the_run_stops_with_the_error(tiny_model):
+    started = [EngineServer("vllm", tiny_model("llama")).start() for _ in range(2)]
+    try:
+        backend = EgoPlanServer(engine="vllm", base_urls=[s.base_url for s in started], model="tiny", retries=0)
+        for server in started:
+            server.die_after(0)
+        with pytest.raises(ServerRequestError, match="connection failed"):
+            backend.loglikelihood(_with_visuals(mc_requests(backend, [doc(40, video=False, observation=False)]), None))
+    finally:
+        for server in started:
+            server.close()
+
+
+@pytest.mark.parametrize("kind,engine", [("sglang-gateway", "sglang"), ("vllm-dp", "vllm")])
+def test_the_backend_scores_through_a_router_that_passes_only_what_routers_pass(kind, engine, tiny_model, reference):
+    """Two servers behind SGLang's model gateway (its /get_model_info and /get_server_info, /generate
+    bodies re-serialized: return_prompt_token_ids dropped) or a vLLM data-parallel API server, each
+    request to the next server in turn (the candidates of one question on different servers):
+    loaded, checked and scored as egoplan_hf scores; images included."""
+    arch = "gemma3" if engine == "sglang" else "qwen2_vl"
+    docs = [doc(50 + i, **question_shape(engine, arch)) for i in range(2)]
+    upstreams = [EngineServer(engine, tiny_model(arch), **serving_flags(engine, arch)).start() for _ in range(2)]
+    try:
+        with RouterProxy(kind, upstreams) as router:
+            backend = EgoPlanServer(engine=engine, base_url=router.base_url, model="tiny", max_frames=8, retries=0)
+            got = backend.loglikelihood(mc_requests(backend, docs))
+            assert all(upstream.requests for upstream in upstreams)
+            if engine == "sglang":
+                assert not any("return_prompt_token_ids" in body for _, body in router.posts)
+        assert_same_scores(got, reference(arch).loglikelihood(mc_requests(reference(arch), docs)), len(docs))
+    finally:
+        for upstream in upstreams:
+            upstream.close()
+
+
+def test_base_url_and_base_urls_are_not_both_taken(servers):
+    with pytest.raises(SettingsError, match="base_url .*or base_urls"):
+        server_backend(servers("vllm", "llama"), base_urls="[http://127.0.0.1:1]")
+    with pytest.raises(SettingsError, match="distinct servers"):
+        EgoPlanServer(engine="vllm", base_urls="[http://a:1,http://a:1]", model="tiny")

@@ -6,9 +6,14 @@ run on the tiny checkpoints by ``tests.models.engine_code`` (no engine, no GPU).
   token ids the loopback server ran for it, which are those egoplan_hf scores
   (tests/models/test_egoplan_server.py), except where the engine's preprocessing differs
   (``engines.ENGINE_DEVIATIONS``), which each such case shows exactly.
+* Every image of every request becomes image embeddings: the positions the engine fills with them
+  (vLLM's placeholders; SGLang's after its model's ``pad_input_ids``) are those of egoplan_hf's
+  image and video tokens, for every architecture.
 * The facts the backend and the loopback servers keep per architecture are the engines': vLLM's
   modality limits (refused with vLLM's message), SGLang's Gemma 3 without its vision tower unless
-  --enable-multimodal, SGLang's text tokenization (a second BOS).
+  --enable-multimodal, SGLang's text tokenization (a second BOS), the ``/server_info`` fields the
+  backend reads, vLLM's recognition of a Mistral-format repository and the flags that serve it as
+  the transformers checkpoint.
 * The loopback servers answer in the engines' response shapes.
 * vLLM's video metadata handling gives Qwen2.5-VL egoplan_hf's time per temporal patch.
 
@@ -24,21 +29,39 @@ import shlex
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
-from transformers import AutoProcessor
+from PIL import Image
+from transformers import AutoConfig, AutoProcessor
 
 from lmms_egoplan.core.media import frame_time
 from lmms_egoplan.fixtures.checkpoints import ARCHITECTURES, BOS_ADDING, VIDEO_ARCHITECTURES
 from lmms_egoplan.fixtures.media import index_image
-from lmms_egoplan.models.engines import ENGINE_DEVIATIONS, SGLANG_MULTIMODAL_FLAG, VLLM_MODALITIES, png_data_url
+from lmms_egoplan.models.engines import (
+    ENGINE_DEVIATIONS,
+    SGLANG_MULTIMODAL_FLAG,
+    VLLM_MODALITIES,
+    mistral_format_flags,
+    png_data_url,
+)
 from lmms_egoplan.models.visuals import Video
 from tests.models.engine_code import EngineCode, engines_dir, installed
 from tests.models.engine_servers import EngineServer, data_url_image, hf_messages
-from tests.models.test_egoplan_server import doc, gen_requests, mc_requests, question_shape, server_backend, visuals
+from tests.models.test_egoplan_server import (
+    doc,
+    gen_requests,
+    mc_requests,
+    question_shape,
+    server_backend,
+    serving_flags,
+    visuals,
+)
 
 CASES = [(engine, arch) for engine in ("vllm", "sglang") for arch in ARCHITECTURES]
-# How the server is started for each architecture (SGLang: Gemma 3's vision tower needs a flag).
-SERVER_OPTIONS = {("sglang", arch): {"enable_multimodal": True} for arch in SGLANG_MULTIMODAL_FLAG}
+# How the server is started for each architecture, as the docs start it (SGLang: Gemma 3's vision
+# tower needs a flag, its bidirectional image attention three more).
+SERVER_OPTIONS = {("sglang", arch): {"enable_multimodal": True, **serving_flags("sglang", arch)}
+                  for arch in SGLANG_MULTIMODAL_FLAG}
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +91,7 @@ def engines(tmp_path_factory):
 
 def loopback(engine: str, checkpoint, arch: str, **options) -> EngineServer:
     return EngineServer(engine, checkpoint, modalities=VLLM_MODALITIES.get(arch) if engine == "vllm" else None,
-                        **options)
+                        **{**serving_flags(engine, arch), **options})
 
 
 def backend_exchanges(engine: str, arch: str, checkpoint) -> list[tuple[dict, list[int]]]:
@@ -84,7 +107,12 @@ def backend_exchanges(engine: str, arch: str, checkpoint) -> list[tuple[dict, li
         requests = [*with_visuals(mc_requests(backend, [doc(0, **shape)]), visuals if arch != "llama" else None),
                     *with_visuals(gen_requests(backend, [doc(1, **shape)]), visuals if arch != "llama" else None)]
         backend.loglikelihood([r for r in requests if r.request_type == "loglikelihood"])
-        backend.generate_until([r for r in requests if r.request_type == "generate_until"])
+        generations = [r for r in requests if r.request_type == "generate_until"]
+        backend.generate_until(generations)
+        # Sampling: the model's generation_config defaults (transformers' top_k 50) go too.
+        generations[0].arguments = (generations[0].arguments[0], {"max_new_tokens": 2, "temperature": 0.7},
+                                    *generations[0].arguments[2:])
+        backend.generate_until(generations[:1])
         if two_images:
             backend.loglikelihood(with_visuals(mc_requests(backend, [doc(2)]), scene_images))
         return list(server.ran)
@@ -101,19 +129,23 @@ def with_visuals(requests: list, doc_to_visual) -> list:
 
 
 def engine_ids(answer: dict, reference: list[int]) -> tuple[list[int], list[int]]:
-    """The engine's ids and ``reference``, each with the positions the engine fills with visual
-    embeddings masked (the placeholder token there is the engine's choice: vLLM's InternVL puts
-    ``<video>`` where transformers puts ``<IMG_CONTEXT>``; the model never sees it)."""
+    """The ids the engine's model runs (SGLang's after ``pad_input_ids``) and ``reference``, each with
+    the positions the engine fills with visual embeddings masked (the token there is the engine's
+    choice: vLLM's InternVL puts ``<video>`` where transformers puts ``<IMG_CONTEXT>``, SGLang its
+    items' pad values; the model never sees it)."""
     masked = set(answer.get("embedded", []))
-    return ([None if i in masked else t for i, t in enumerate(answer["token_ids"])],
+    ran = answer.get("padded_ids", answer["token_ids"])
+    return ([None if i in masked else t for i, t in enumerate(ran)],
             [None if i in masked else t for i, t in enumerate(reference)])
 
 
-def sglang_collapsed_placeholders(body: dict, ran: list[int], processor) -> list[int]:
-    """SGLang's LLaVA: the ids of its tokenization stage keep one placeholder per image (the model
-    expands them later, ``pad_input_ids``)."""
-    image = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
-    return [token for i, token in enumerate(ran) if token != image or i == 0 or ran[i - 1] != image]
+def media_positions(ids: list[int], checkpoint) -> list[int]:
+    """Where egoplan_hf's processor put the model's image and video tokens (those of its config, into
+    which the model scatters the visual embeddings)."""
+    config = AutoConfig.from_pretrained(checkpoint)
+    media = {getattr(config, name, None) for name in ("image_token_id", "image_token_index", "video_token_id",
+                                                      "video_token_index")} - {None}
+    return [i for i, token in enumerate(ids) if token in media]
 
 
 def sglang_qwen2_vl_pixel_range(body: dict, ran: list[int], processor) -> list[int]:
@@ -140,34 +172,74 @@ def anyres_per_image(body: dict, ran: list[int], processor) -> list[int]:
 
 # What each engine runs where it differs from egoplan_hf's ids (engines.ENGINE_DEVIATIONS): the ids
 # computed as the engine's code computes them, for the request body and the ids the backend scored.
-DEVIATIONS = {("sglang", "llava"): sglang_collapsed_placeholders,
-              ("sglang", "qwen2_vl"): sglang_qwen2_vl_pixel_range,
+DEVIATIONS = {("sglang", "qwen2_vl"): sglang_qwen2_vl_pixel_range,
               ("sglang", "llava_onevision"): anyres_per_image,
               ("vllm", "llava_onevision"): anyres_per_image}
+# Deviations in the pixels, not the ids (tested below).
+PIXEL_DEVIATIONS = {("sglang", "llava")}
 
 
 def test_the_deviations_tested_are_those_the_backend_announces():
-    assert set(DEVIATIONS) == set(ENGINE_DEVIATIONS)
+    assert set(DEVIATIONS) | PIXEL_DEVIATIONS == set(ENGINE_DEVIATIONS)
 
 
 @pytest.mark.parametrize("engine,arch", CASES)
 def test_the_engine_runs_each_request_of_the_backend_as_the_backend_scores_it(engine, arch, engines, tiny_model):
     """The ids of every request: the loopback server's (egoplan_hf's), or where the engine deviates,
-    exactly those of its documented deviation, which some request shows."""
+    exactly those of its documented deviation, which some request shows; and every image and video
+    becomes embeddings at the positions of egoplan_hf's (or the deviation's) image and video tokens."""
     checkpoint = tiny_model(arch)
     exchanges = backend_exchanges(engine, arch, checkpoint)
     code = engines(engine, checkpoint, **SERVER_OPTIONS.get((engine, arch), {}))
     deviation = DEVIATIONS.get((engine, arch))
-    processor = AutoProcessor.from_pretrained(checkpoint) if deviation else None
+    processor = AutoProcessor.from_pretrained(checkpoint)
     deviating = 0
     for body, ran in exchanges:
         answer = code.request(body)
         assert answer["status"] == 200, f"{engine} refuses a request of the backend: {answer['error']}"
         expected = deviation(body, ran, processor) if deviation else ran
         deviating += expected != ran
+        if body.get("image_data") or any(part.get("type") != "text" for message in body.get("messages", [])
+                                          if isinstance(message["content"], list) for part in message["content"]):
+            assert answer["embedded"] == media_positions(expected, checkpoint), (
+                f"{engine} fills other positions with visual embeddings than {arch}'s media tokens in "
+                f"{json.dumps(body)[:300]}")
         got, expected = engine_ids(answer, expected)
         assert got == expected, f"{engine} runs other ids than the backend expects for {json.dumps(body)[:300]}"
     assert deviating or not deviation, f"no request shows {engine}'s deviation for {arch}: drop it"
+
+
+def test_sglang_llava_pads_every_image_to_a_square_with_egoplan_hfs_positions(engines, tiny_model):
+    """engines.ENGINE_DEVIATIONS[("sglang", "llava")], exactly: each image of the backend's requests
+    (``modalities`` multi-images) becomes one item of egoplan_hf's 16 positions (the tiny CLIP's; 576
+    for LLaVA-1.5), whose pixels are CLIP's of the image padded to a square with the mean colour
+    (``expand2square``), not the centre crop egoplan_hf's processor takes: the same for a square
+    image, others for the backend's 48x40 frames; with more than 16 images each is pooled to 4."""
+    checkpoint = tiny_model("llava")
+    code = engines("sglang", checkpoint)
+    processor = AutoProcessor.from_pretrained(checkpoint)
+    clip = processor.image_processor
+    frames = [index_image(i, size=(48, 40)) for i in range(2)] + [index_image(9, size=(40, 40))]
+    text = processor.apply_chat_template([{"role": "user", "content": [*({"type": "image"} for _ in frames),
+                                                                       {"type": "text", "text": "Next?"}]}],
+                                         tokenize=False, add_generation_prompt=True)
+    answer = code.request({"text": text, "image_data": [png_data_url(frame) for frame in frames],
+                           "modalities": ["multi-images"], "sampling_params": {"max_new_tokens": 0}}, features=True)
+    assert [item["positions"] for item in answer["items"]] == [16, 16, 16]
+    for frame, item in zip(frames, answer["items"]):
+        mean = tuple(int(x * 255) for x in clip.image_mean)
+        square = Image.new("RGB", (max(frame.size),) * 2, mean)
+        square.paste(frame, ((max(frame.size) - frame.width) // 2, (max(frame.size) - frame.height) // 2))
+        padded, cropped = (clip(image, return_tensors="np")["pixel_values"][0] for image in (square, frame))
+        assert np.array(item["features"])[0] == pytest.approx(padded, abs=1e-2)  # SGLang keeps float16
+        assert (np.abs(padded - cropped).max() < 1e-2) == (frame.width == frame.height)
+    many = [png_data_url(index_image(i, size=(40, 40))) for i in range(17)]
+    text = processor.apply_chat_template([{"role": "user", "content": [*({"type": "image"} for _ in many),
+                                                                       {"type": "text", "text": "Next?"}]}],
+                                         tokenize=False, add_generation_prompt=True)
+    answer = code.request({"text": text, "image_data": many, "modalities": ["multi-images"],
+                           "sampling_params": {"max_new_tokens": 0}})
+    assert {item["positions"] for item in answer["items"]} == {4}
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -303,3 +375,71 @@ def test_the_documented_server_commands_parse_with_the_engines_own_parser(engine
     for command in commands:
         assert code.command(command) == {"status": 0}, command
     assert code.command([*commands[0], "--no-such-option"])["status"] == 2
+
+
+@pytest.mark.parametrize("flags", [{}, {"attention_backend": "triton", "chunked_prefill_size": -1, "page_size": 1},
+                                   {"allow_auto_truncate": True}])
+def test_sglang_server_info_holds_the_settings_the_backend_reads_as_its_loopback_does(flags, engines, tiny_model):
+    """GET /server_info's fields (build_server_info over the resolved server arguments): the names and
+    the values the loopback server reports for the same flags, SGLang resolving the attention backend
+    itself where none is named (torch_native on this CPU; fa3 on an H100, model_override_base.py
+    305-311, which the loopback plays) and chunked prefill on by default."""
+    checkpoint = tiny_model("gemma3")
+    engines("sglang", checkpoint, enable_multimodal=True, **flags)
+    info = engines.loaded("sglang")["server_info"]
+    with loopback("sglang", checkpoint, "gemma3", **flags) as server:
+        played = httpx.get(f"{server.base_url}/server_info").json()
+    for key in ("prefill_attention_backend", "decode_attention_backend", "page_size", "allow_auto_truncate"):
+        assert info[key] == played[key], key
+    assert info["attention_backend"] == flags.get("attention_backend", "torch_native")
+    assert info["chunked_prefill_size"] > 0 if "chunked_prefill_size" not in flags else info["chunked_prefill_size"] == -1
+
+
+def test_vllm_recognises_a_mistral_format_repository_as_the_backend_does(engines, tiny_model, tmp_path):
+    """vLLM's own detection (tokenizers/registry.py, transformers_utils/config.py) and the backend's
+    mistral_format_flags agree on the layouts of a folder; with --tokenizer-mode hf --config-format hf
+    vLLM serves the Mistral-format folder from its transformers files, with the probe's ids of the
+    transformers checkpoint."""
+    import shutil
+
+    code = engines("vllm", tiny_model("mistral3"))
+    base = tmp_path / "mistral3"
+    shutil.copytree(tiny_model("mistral3"), base)
+    layouts = {"transformers only": [], "consolidated": ["consolidated.safetensors"],
+               "tekken": ["consolidated.safetensors", "tekken.json"],
+               "sentencepiece v3": ["consolidated-00001.safetensors", "tokenizer.model.v3"],
+               "params": ["consolidated.safetensors", "params.json"],
+               "both": ["consolidated.safetensors", "tekken.json", "params.json"]}
+    for layout, files in layouts.items():
+        folder = tmp_path / layout.replace(" ", "_")
+        shutil.copytree(base, folder)
+        for name in files:  # the weights a real copy (vLLM reads safetensors headers), the rest placeholders
+            if name.endswith(".safetensors"):
+                shutil.copy(base / "model.safetensors", folder / name)
+            else:
+                (folder / name).write_text("{}")
+        detected = code.mistral_format(folder)
+        assert mistral_format_flags(str(folder)) == [*(["--tokenizer-mode hf"] if detected["tokenizer"] else []),
+                                                     *(["--config-format hf"] if detected["config"] else [])], layout
+    assert mistral_format_flags(str(tmp_path / "both")) == ["--tokenizer-mode hf", "--config-format hf"]
+    served = code.load(tmp_path / "both", tokenizer_mode="hf", config_format="hf")
+    assert served["tokenizer_mode"] == "hf" and served["architectures"] == ["Mistral3ForConditionalGeneration"]
+    with loopback("vllm", tiny_model("mistral3"), "mistral3") as server:
+        backend = server_backend(server)
+        body, ran = server.ran[0]
+    assert code.request(body)["token_ids"] == ran
+    backend.clean()
+
+
+def test_vllm_refuses_the_load_checks_media_kwargs_without_trust_as_its_loopback_does(engines, tiny_model):
+    """The load check's probe with media_io_kwargs: 400 from vLLM's own renderer started without
+    --trust-request-mm-kwargs (validate_request_mm_kwargs), as from the loopback server; accepted
+    with it."""
+    checkpoint = tiny_model("qwen2_vl")
+    with loopback("vllm", checkpoint, "qwen2_vl", trust_request_mm_kwargs=False) as server:
+        with pytest.raises(Exception, match="--trust-request-mm-kwargs"):
+            server_backend(server)
+        [body] = [body for _, body in server.requests if "media_io_kwargs" in body]
+    untrusted = engines("vllm", checkpoint, trust_request_mm_kwargs=False).request(body)
+    assert untrusted["status"] == 400 and "--trust-request-mm-kwargs" in untrusted["error"]
+    assert engines("vllm", checkpoint).request(body)["status"] == 200

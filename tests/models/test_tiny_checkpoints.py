@@ -32,6 +32,8 @@ from lmms_egoplan.fixtures.checkpoints import (
 
 MULTIMODAL = [a for a in ARCHITECTURES if a != "llama"]
 VIDEO = [a for a in ARCHITECTURES if a in ck.VIDEO_ARCHITECTURES]
+# The architectures whose tiny templates take the llava-hf form (no BOS, lists of parts only).
+LLAVA_HF = ("llava", "llava_next_video")
 
 # The model's image token: the processor expands each image into a run of it.
 IMAGE_TOKEN = {
@@ -370,6 +372,9 @@ def _user_turns(arch: str) -> list[list[dict]]:
     ]
     if arch == "llama":  # text-only model: keep just the text parts
         turns = [[_text_parts_only(m) for m in t] for t in turns]
+    if arch in LLAVA_HF:  # their templates render only lists of parts
+        turns = [[{**m, "content": [{"type": "text", "text": m["content"]}]} if isinstance(m["content"], str) else m
+                  for m in t] for t in turns]
     return turns
 
 
@@ -390,7 +395,10 @@ def test_chat_template_prefix_property(arch, ckpt_dirs):
         proc = AutoProcessor.from_pretrained(path, local_files_only=True)
         assert proc.chat_template == tok.chat_template == ck.CHAT_TEMPLATES[arch]
         renderers.append(proc)
-    eot = ck.END_OF_TURN[arch]
+    eot, opening = ck.END_OF_TURN[arch], ck.ANSWER_OPENING[arch]
+    # llava-hf's templates render a string content as nothing: their turns are lists of parts.
+    contents = (lambda text: [[{"type": "text", "text": text}]]) if arch in LLAVA_HF else (
+        lambda text: [text, [{"type": "text", "text": text}]])
     # SmolVLM's processor swaps in its built-in template for conversations with a video unless one is
     # passed (the backend always passes the checkpoint's).
     template = {"chat_template": ck.CHAT_TEMPLATES[arch]} if arch == "smolvlm" else {}
@@ -400,12 +408,13 @@ def test_chat_template_prefix_property(arch, ckpt_dirs):
             if arch != "mistral3":  # Mistral's answer follows [/INST]: no generation prompt
                 assert context != r.apply_chat_template(history, tokenize=False, add_generation_prompt=False, **template)
             for answer in ["B", " B", "grind the beans, then 煮 water.", ""]:
-                for content in (answer, [{"type": "text", "text": answer}]):
+                for content in contents(answer):
                     full = r.apply_chat_template(history + [{"role": "assistant", "content": content}], tokenize=False,
                                                  **template)
-                    assert full == context + answer + eot
+                    assert full == context + opening + answer + eot
             # Token level: the context's ids are a prefix of the full conversation's ids.
-            full = r.apply_chat_template(history + [{"role": "assistant", "content": "B"}], tokenize=False, **template)
+            full = r.apply_chat_template(history + [{"role": "assistant", "content": contents("B")[-1]}],
+                                         tokenize=False, **template)
             ctx_ids = tok(context, add_special_tokens=False)["input_ids"]
             full_ids = tok(full, add_special_tokens=False)["input_ids"]
             assert full_ids[: len(ctx_ids)] == ctx_ids
@@ -419,7 +428,7 @@ def test_chat_template_styles(ckpt_dirs):
         )
         for arch in ARCHITECTURES
     }
-    assert rendered["llava"] == "<s>USER: <image>\nQ ASSISTANT:"
+    assert rendered["llava"] == "USER: <image>\nQ ASSISTANT:"  # llava-hf's form: no BOS, a space after each text
     assert rendered["llava_onevision"] == "<|im_start|>user\n<image>\nQ<|im_end|>\n<|im_start|>assistant\n"
     assert rendered["qwen2_vl"] == (
         "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
@@ -439,7 +448,8 @@ def test_chat_template_styles(ckpt_dirs):
         "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nQ<|eot_id|>"
         "<|start_header_id|>assistant<|end_header_id|>\n\n"
     )
-    # Video parts are rejected by image-only templates instead of being silently dropped.
-    tok = AutoTokenizer.from_pretrained(ckpt_dirs["llava"], local_files_only=True)
+    # Video parts are rejected by image-only templates instead of being silently dropped (llava-hf's
+    # drop them, as the released one does; the backends send LLaVA-1.5 no video).
+    tok = AutoTokenizer.from_pretrained(ckpt_dirs["idefics3"], local_files_only=True)
     with pytest.raises(Exception, match="video"):
         tok.apply_chat_template([{"role": "user", "content": [{"type": "video"}]}], tokenize=False)
