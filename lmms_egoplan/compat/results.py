@@ -8,7 +8,7 @@ import functools
 import sys
 from typing import Any, Callable
 
-from lmms_egoplan.compat import affected_release, lmms_eval_source
+from lmms_egoplan.compat import affected_release, lmms_eval_source, switched_off
 
 
 def keep_loglikelihood_results() -> bool:
@@ -23,6 +23,8 @@ def keep_loglikelihood_results() -> bool:
     """
     from lmms_eval.api import instance
 
+    if switched_off("results.keep_loglikelihood_results"):  # docs/upstream/01-loglikelihood-results.patch
+        return False
     original = instance.unwrap_generation_output
     if getattr(original, "_keeps_loglikelihood_pairs", False):
         return True
