@@ -45,6 +45,10 @@ lmms-eval. Each one
   ``results.run_datetime_str``              called by the suite's tasks only (reads, changes nothing)
   ========================================  ==========================================================
 
+A workaround whose fix is proposed as a patch (``docs/upstream/``) can be switched off by name
+(``switched_off``: ``LMMS_EGOPLAN_COMPAT_OFF=results.keep_loglikelihood_results``), so that a test
+shows the patched lmms-eval doing its job alone; not a user setting.
+
 Modules by concern: ``tasks`` (task discovery, tasks not found, what a run's tasks need before the
 model loads), ``durability`` (what a stopped or killed run keeps, and a run's exit status),
 ``results`` (what reaches and leaves the results and samples files), ``secrets`` (the evaluated
@@ -104,6 +108,14 @@ def lmms_eval_source(module: str, qualified_name: str) -> str:
 def suite_plugin_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether ``LMMS_EVAL_PLUGINS`` names this suite (the user asked lmms-eval for its tasks)."""
     return SUITE_PLUGIN in (p.strip() for p in environ.get("LMMS_EVAL_PLUGINS", "").split(","))
+
+OFF_SWITCH = "LMMS_EGOPLAN_COMPAT_OFF"
+
+def switched_off(workaround: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``LMMS_EGOPLAN_COMPAT_OFF`` (comma-separated ``<module>.<function>`` names, as in the table
+    above) names ``workaround``: tests/e2e/test_upstream_patches.py runs the suite's tests of a behaviour
+    on lmms-eval patched with its fix and the workaround off."""
+    return workaround in (name.strip() for name in environ.get(OFF_SWITCH, "").split(","))
 
 # module imports nothing of the suite while lmms-eval loads the entry point.
 SUITE_BACKENDS = ("egoplan_hf", "egoplan_server")

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from lmms_egoplan.compat import affected_release, lmms_eval_source
+from lmms_egoplan.compat import affected_release, lmms_eval_source, switched_off
 from lmms_egoplan.core.errors import StorageError
 from lmms_egoplan.core.run_state import RUN
 
@@ -30,6 +30,8 @@ def keep_loglikelihood_results() -> bool:
     """
     from lmms_eval.api import instance
 
+    if switched_off("results.keep_loglikelihood_results"):  # docs/upstream/01-loglikelihood-results.patch
+        return False
     original = instance.unwrap_generation_output
     if getattr(original, "_keeps_loglikelihood_pairs", False):
         return True

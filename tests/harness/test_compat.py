@@ -183,6 +183,14 @@ def test_loglikelihood_pairs_pass_and_everything_else_is_unwrapped_as_before(mon
         assert patched(other) == unwrap(other)
 
 
+def test_a_workaround_switched_off_by_name_changes_nothing(monkeypatch):
+    unwrap = inspect.unwrap(instance.unwrap_generation_output)
+    monkeypatch.setattr(instance, "unwrap_generation_output", unwrap)
+    monkeypatch.setenv(compat.OFF_SWITCH, "tasks.explain_missing_tasks, results.keep_loglikelihood_results")
+    assert compat_results.keep_loglikelihood_results() is False and instance.unwrap_generation_output is unwrap
+    assert compat.switched_off("results.keep_loglikelihood_results") and not compat.switched_off("keep_loglikelihood")
+
+
 def test_suite_tasks_score_without_the_retry_and_other_tasks_keep_it():
     unretried = compat_tasks.unretried_process_results(ConfigurableTask.process_results)
     assert unretried is ConfigurableTask.process_results.__wrapped__
