@@ -5,10 +5,10 @@ already keeps the key out of the results file). Guards and the switch table: ``l
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable
 
-from lmms_egoplan.compat import affected_release, lmms_eval_source
+from lmms_egoplan.compat import affected_release, lmms_eval_source, switched_off
+from lmms_egoplan.compat.replacements import add_layer, has_layer
 
 
 def keep_api_keys_out_of_the_response_cache() -> bool:
@@ -23,24 +23,24 @@ def keep_api_keys_out_of_the_response_cache() -> bool:
     model share the cache, and a cache written with the key in its fingerprint is not read again (its
     request keys differ). Returns whether the workaround is in place.
     """
-    from lmms_eval.caching.response_cache import ResponseCache
-
     redact = _lmms_evals_redaction()
-    if getattr(ResponseCache.create, "_fingerprints_without_secrets", False):
+    if switched_off(_CACHE_FINGERPRINT):
+        return False
+    if has_layer(_CACHE_FINGERPRINT, *_CREATE):
         return True
     if not (affected_release() and redact is not None and _fingerprints_the_model_args_as_given()):
         return False
-    create = ResponseCache.create.__func__
 
-    @functools.wraps(create)
-    def create_without_secrets(cls, cache_root: str, **kwargs):
+    def create_without_secrets(create, cls, cache_root: str, **kwargs):
         if isinstance(kwargs.get("model_args"), (str, dict)):
             kwargs["model_args"] = redact(kwargs["model_args"])
         return create(cls, cache_root, **kwargs)
 
-    create_without_secrets._fingerprints_without_secrets = True
-    ResponseCache.create = classmethod(create_without_secrets)
+    add_layer(_CACHE_FINGERPRINT, *_CREATE, create_without_secrets)
     return True
+
+_CACHE_FINGERPRINT = "secrets.keep_api_keys_out_of_the_response_cache"
+_CREATE = ("lmms_eval.caching.response_cache", "ResponseCache.create")
 
 
 def _fingerprints_the_model_args_as_given(create: str | None = None) -> bool:
@@ -63,25 +63,27 @@ def keep_api_keys_out_of_the_run_summary() -> bool:
     from lmms_eval import evaluator
 
     redact = _lmms_evals_redaction()
-    original = evaluator.simple_evaluate
-    if getattr(original, "_redacts_the_run_summary", False):
+    if switched_off(_RUN_SUMMARY):
+        return False
+    if has_layer(_RUN_SUMMARY, *_SIMPLE_EVALUATE):
         return True
     if not (affected_release() and redact is not None and _prints_the_model_args_as_given()):
         return False
-    signature = inspect.signature(original)
+    signature = inspect.signature(evaluator.simple_evaluate)
 
-    @functools.wraps(original)
-    def simple_evaluate(*args, **kwargs):
+    def redact_once_evaluated(simple_evaluate, *args, **kwargs):
         cli_args = signature.bind(*args, **kwargs).arguments.get("cli_args")
         try:
-            return original(*args, **kwargs)
+            return simple_evaluate(*args, **kwargs)
         finally:
             if isinstance(getattr(cli_args, "model_args", None), (str, dict)):
                 cli_args.model_args = redact(cli_args.model_args)
 
-    simple_evaluate._redacts_the_run_summary = True
-    evaluator.simple_evaluate = simple_evaluate
+    add_layer(_RUN_SUMMARY, *_SIMPLE_EVALUATE, redact_once_evaluated)
     return True
+
+_RUN_SUMMARY = "secrets.keep_api_keys_out_of_the_run_summary"
+_SIMPLE_EVALUATE = ("lmms_eval.evaluator", "simple_evaluate")
 
 
 def _prints_the_model_args_as_given(cli_evaluate: str | None = None) -> bool:
