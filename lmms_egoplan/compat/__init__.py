@@ -34,6 +34,8 @@ lmms-eval. Each one
   ``durability.keep_failed_requests_out_of_the_response_cache``  a suite task or backend is built
   ``secrets.keep_api_keys_out_of_the_response_cache``  a suite task or backend is built
   ``secrets.keep_api_keys_out_of_the_run_summary``  a run that uses the suite, once its tasks are named
+  ``secrets.keep_secrets_out_of_lmms_evals_error_texts``  the entry point loads in an lmms-eval CLI run that
+                                            names the suite; a suite task or backend is built
   ``durability.stop_cleanly_on_sigterm``    a suite task or backend is built
   ``results.clean_lone_surrogates``         a suite task or backend is built
   ``results.write_results_as_strict_json``  a suite task or backend is built
@@ -52,7 +54,7 @@ shows the patched lmms-eval doing its job alone; not a user setting.
 Modules by concern: ``tasks`` (task discovery, tasks not found, what a run's tasks need before the
 model loads), ``durability`` (what a stopped or killed run keeps, and a run's exit status),
 ``results`` (what reaches and leaves the results and samples files), ``secrets`` (the evaluated
-model's API key kept out of what a run writes and prints), ``switches`` (when each is switched on).
+model's API key and the run's other secrets kept out of what a run writes and prints), ``switches`` (when each is switched on).
 What a run learns as it goes (the response cache it opened, why it must exit non-zero, ...) is
 ``lmms_egoplan.core.run_state.RUN``.
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lmms_egoplan.compat import affected_release, lmms_eval_source, switched_off
+from lmms_egoplan.compat.secrets import masked_response
 from lmms_egoplan.core.errors import StorageError
 from lmms_egoplan.core.run_state import RUN
 
@@ -121,7 +122,7 @@ def write_results_as_strict_json() -> bool:
 
     @functools.wraps(save_samples)
     def save_results_samples(self, task_name, samples):
-        save_samples(self, task_name, finite_or_null(samples))
+        save_samples(self, task_name, finite_or_null(masked_response(samples)))  # error texts without secrets
 
     save_results_aggregated._strict_json = True
     EvaluationTracker.save_results_aggregated = save_results_aggregated

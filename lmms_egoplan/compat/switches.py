@@ -17,7 +17,10 @@ from lmms_egoplan.compat.results import (
     keep_loglikelihood_results,
     write_results_as_strict_json,
 )
-from lmms_egoplan.compat.secrets import keep_api_keys_out_of_the_response_cache
+from lmms_egoplan.compat.secrets import (
+    keep_api_keys_out_of_the_response_cache,
+    keep_secrets_out_of_lmms_evals_error_texts,
+)
 from lmms_egoplan.compat.tasks import enable_plugin_task_discovery, watch_task_selection
 
 
@@ -33,6 +36,7 @@ def on_entry_point_load() -> None:
         if is_lmms_eval_cli():
             refuse_an_output_path_with_a_comma()
             say_what_to_fix_after_uncaught_errors()
+            keep_secrets_out_of_lmms_evals_error_texts()
         fail_runs_with_failed_tasks()
     # Also in runs without the variable: a user who forgot it names a suite task or backend.
     watch_task_selection()
@@ -44,6 +48,7 @@ def on_suite_use() -> None:
     keep_responses_of_stopped_runs()
     keep_failed_requests_out_of_the_response_cache()
     keep_api_keys_out_of_the_response_cache()
+    keep_secrets_out_of_lmms_evals_error_texts()
     stop_cleanly_on_sigterm()
     clean_lone_surrogates()
     write_results_as_strict_json()
