@@ -49,6 +49,11 @@ a patch for lmms-eval with its pull-request text, or why it cannot become one. E
                                                               cache, one per run)
   ``secrets.keep_api_keys_out_of_the_run_summary``            a run that uses the suite, once its tasks are
                                                               named (the run's one summary line)
+  ``secrets.keep_secrets_out_of_lmms_evals_error_texts``      a run of lmms-eval's CLI names the suite, when its
+                                                              entry point loads; a suite task or backend is
+                                                              built (every log line of the process, every
+                                                              failure text of the run's samples files and
+                                                              response cache)
   ``durability.stop_cleanly_on_sigterm``                      a suite task or backend is built (the process)
   ``results.clean_lone_surrogates``                           a suite task or backend is built (every response
                                                               of the run: lmms-eval unwraps them before it
@@ -72,7 +77,7 @@ shows the patched lmms-eval doing its job alone; not a user setting.
 Modules by concern: ``tasks`` (task discovery, tasks not found, what a run's tasks need before the
 model loads), ``durability`` (what a stopped or killed run keeps, and a run's exit status),
 ``results`` (what reaches and leaves the results and samples files), ``secrets`` (the evaluated
-model's API key kept out of what a run writes and prints), ``replacements`` (the one wrapper per lmms-eval
+model's API key and the run's other secrets kept out of what a run writes and prints), ``replacements`` (the one wrapper per lmms-eval
 function, and the record of what is in place), ``switches`` (when each is switched on).
 What a run learns as it goes (the response cache it opened, why it must exit non-zero, ...) is
 ``lmms_egoplan.core.run_state.RUN``.

@@ -33,6 +33,7 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
         "durability.exit_when_results_are_written",
         "results.fail_runs_whose_files_are_cut",
         "results.write_results_as_strict_json",
+        "secrets.keep_secrets_out_of_lmms_evals_error_texts",  # the failure texts of the samples written
     ),
     ("lmms_eval.caching.response_cache", "ResponseCache.create"): (
         "durability.keep_responses_of_stopped_runs",
@@ -45,6 +46,9 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
     ),
     ("lmms_eval.caching.response_cache", "ResponseCache._lookup"): (
         "durability.keep_failed_requests_out_of_the_response_cache",
+    ),
+    ("lmms_eval.caching.response_cache", "ResponseCache._log_to_audit"): (
+        "secrets.keep_secrets_out_of_lmms_evals_error_texts",
     ),
     ("lmms_eval.tasks", "TaskManager.__init__"): ("tasks.enable_plugin_task_discovery",),
     ("lmms_eval.tasks", "TaskManager.match_tasks"): ("tasks.watch_task_selection",),

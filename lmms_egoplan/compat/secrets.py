@@ -1,14 +1,19 @@
-"""lmms-eval workarounds that keep the evaluated model's API key (``--model_args api_key=...``) out of
-what a run writes and prints: the response cache's model fingerprint and the summary line. Both use
-lmms-eval's own rule for what is secret (``lmms_eval.evaluator._redact_eval_config_secrets``, which
-already keeps the key out of the results file). Guards and the switch table: ``lmms_egoplan.compat``."""
+"""lmms-eval workarounds that keep the evaluated model's API key (``--model_args api_key=...``) and the
+run's other secrets out of what a run writes and prints: the response cache's model fingerprint and the
+summary line (both by lmms-eval's own rule for what is secret,
+``lmms_eval.evaluator._redact_eval_config_secrets``, which already keeps the key out of the results
+file), and the error texts of failed requests in log lines, the samples file and the cache's audit log. Guards and the switch table: ``lmms_egoplan.compat``."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import os
+from typing import Any, Callable, Mapping, Sequence
 
-from lmms_egoplan.compat import affected_release, lmms_eval_source, switched_off
-from lmms_egoplan.compat.replacements import add_layer, has_layer
+from lmms_egoplan.compat import affected_release, cli_option, lmms_eval_source, switched_off
+from lmms_egoplan.compat.replacements import add_layer, has_layer, note_in_place
+from lmms_egoplan.core.failed_requests import is_failure_placeholder
+from lmms_egoplan.core.run_state import RUN
+from lmms_egoplan.core.secrets import MASK, SHORTEST_KNOWN_SECRET, mask_secrets
 
 
 def keep_api_keys_out_of_the_response_cache() -> bool:
@@ -96,3 +101,82 @@ def _lmms_evals_redaction() -> Callable[[Any], Any] | None:
     from lmms_eval import evaluator
 
     return getattr(evaluator, "_redact_eval_config_secrets", None)
+
+
+def keep_secrets_out_of_lmms_evals_error_texts() -> bool:
+    """Mask the run's secrets in the error texts lmms-eval logs and keeps.
+
+    Bug: lmms-eval's API backends log every failed attempt with its error's text (``Attempt 1/5 failed
+    with error: ...``, ``lmms_eval/models/chat/openai.py`` 138-140, the simple one and gemini alike) and,
+    once they give up, return that text as the answer (``[LMMS_EVAL_REQUEST_FAILED after N retries]
+    <error>``), which the samples file (``resps``, ``filtered_resps``) and the response cache's audit log
+    (``ResponseCache._log_to_audit``) keep: a server or proxy that answers 401 echoing the request's
+    ``Authorization`` header, or an error that quotes the key, puts the key on the console and on disk.
+    Fix: every log line of the run, the failure texts written into the samples file and the responses
+    written into the cache's audit log pass through ``core.secrets.mask_secrets``, with the run's own
+    secrets (``run_secrets``: the ``api_key`` of ``--model_args`` and the values of ``*_API_KEY`` /
+    ``*_TOKEN`` environment variables) masked wherever they appear. Answers that hold no secret are
+    written as they are. Switched on when the entry point loads in a run that names the suite (so that
+    the first log line is masked too). Returns whether the workaround is in place.
+    """
+    from loguru import logger
+
+    if has_layer(_ERROR_TEXTS, _RESPONSE_CACHE, "ResponseCache._log_to_audit"):
+        return True
+    if switched_off(_ERROR_TEXTS) or not (affected_release() and _logs_error_texts()):
+        return False
+    known = run_secrets()
+
+    def mask_record(record: dict) -> None:
+        record["message"] = mask_secrets(record["message"], known)
+
+    logger.configure(patcher=mask_record)
+
+    def log_masked_to_audit(log_to_audit, self, request_type, task_name, doc_id, idx, gen_kwargs, response, **kwargs):
+        return log_to_audit(self, request_type, task_name, doc_id, idx, gen_kwargs, masked_response(response), **kwargs)
+
+    def save_masked_samples(save_samples, self, task_name, samples):
+        save_samples(self, task_name, masked_response(samples))  # the failure texts of lmms-eval's API backends
+
+    add_layer(_ERROR_TEXTS, _RESPONSE_CACHE, "ResponseCache._log_to_audit", log_masked_to_audit)
+    add_layer(_ERROR_TEXTS, "lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_samples",
+              save_masked_samples)
+    note_in_place(_ERROR_TEXTS)  # the log's patcher too
+    RUN.secrets = known
+    return True
+
+_ERROR_TEXTS = "secrets.keep_secrets_out_of_lmms_evals_error_texts"
+_RESPONSE_CACHE = "lmms_eval.caching.response_cache"
+
+
+def masked_response(value: Any) -> Any:
+    """``value`` (a response, a logged sample) with the run's secrets masked in every string, at any depth,
+    and every failure text (an error's, never a model's answer) masked of whatever has a secret's shape."""
+    if isinstance(value, str):
+        return mask_secrets(value, RUN.secrets) if is_failure_placeholder(value) else _without(value, RUN.secrets)
+    if isinstance(value, dict):
+        return {key: masked_response(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(masked_response(item) for item in value)
+    return value
+
+
+def _without(text: str, secrets: tuple[str, ...]) -> str:
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return text
+
+
+def run_secrets(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """This run's secrets: the ``api_key`` of lmms-eval's ``--model_args`` and the values of environment
+    variables whose names end in ``API_KEY``, ``_TOKEN`` or ``_SECRET`` (read from the command line and
+    the environment, before lmms-eval has parsed anything)."""
+    model_args = cli_option("--model_args", argv) or ""
+    given = [value for key, _, value in (pair.partition("=") for pair in model_args.split(",")) if key.strip() == "api_key"]
+    named = [value for name, value in environ.items() if name.upper().endswith(("API_KEY", "_TOKEN", "_SECRET"))]
+    return tuple(secret for secret in {*given, *named} if len(secret) >= SHORTEST_KNOWN_SECRET)
+
+
+def _logs_error_texts(openai_chat: str | None = None) -> bool:
+    openai_chat = openai_chat or lmms_eval_source("lmms_eval.models.chat.openai", "OpenAICompatible")
+    return "failed with error: {error_msg}" in openai_chat and "mask" not in openai_chat

@@ -25,6 +25,7 @@ def on_entry_point_load() -> None:
         say_what_to_fix_after_uncaught_errors,
     )
     from lmms_egoplan.compat.results import record_in_results
+    from lmms_egoplan.compat.secrets import keep_secrets_out_of_lmms_evals_error_texts
     from lmms_egoplan.compat.tasks import enable_plugin_task_discovery, watch_task_selection
 
     if suite_plugin_enabled():
@@ -32,6 +33,7 @@ def on_entry_point_load() -> None:
     if is_lmms_eval_cli():
         refuse_an_output_path_with_a_comma()
         say_what_to_fix_after_uncaught_errors()
+        keep_secrets_out_of_lmms_evals_error_texts()  # the run's first log line masked too
     fail_runs_with_failed_tasks()
     watch_task_selection()
     record_in_results()
@@ -52,13 +54,17 @@ def on_suite_use() -> None:
         record_in_results,
         write_results_as_strict_json,
     )
-    from lmms_egoplan.compat.secrets import keep_api_keys_out_of_the_response_cache
+    from lmms_egoplan.compat.secrets import (
+        keep_api_keys_out_of_the_response_cache,
+        keep_secrets_out_of_lmms_evals_error_texts,
+    )
 
     keep_loglikelihood_results()
     fail_runs_with_failed_tasks()
     keep_responses_of_stopped_runs()
     keep_failed_requests_out_of_the_response_cache()
     keep_api_keys_out_of_the_response_cache()
+    keep_secrets_out_of_lmms_evals_error_texts()
     stop_cleanly_on_sigterm()
     clean_lone_surrogates()
     write_results_as_strict_json()

@@ -372,6 +372,8 @@ class VideoFile:
         self.path = Path(path)
         if not self.path.is_file():
             raise MediaError(f"video not found: {self.path}", self.path)
+        if self.path.stat().st_size == 0:  # FFmpeg calls it "Invalid data": say what it is
+            raise MediaError(f"video is empty (0 bytes): {self.path}", self.path)
         try:
             self._container = av.open(str(self.path))
             self._stream = self._container.streams.video[0]

@@ -35,6 +35,9 @@ class RunState:
     exit_reasons: list[Callable[[list[Path]], tuple[int, str] | None]] = field(default_factory=list)
     # What else a stopped run keeps, said when it stops (``compat.durability.note_kept_on_stop``)
     kept_on_stop: list[str] = field(default_factory=list)
+    # The run's own secrets (the evaluated model's api_key, keys in the environment), masked wherever
+    # lmms-eval logs or keeps an error text (``compat.secrets.keep_secrets_out_of_lmms_evals_error_texts``)
+    secrets: tuple[str, ...] = ()
     # The judges of this run: one engine per judge configuration, those whose preflight passed (with what
     # their server said answered it), and each judged task's judgements (``harness.judged``)
     judges: dict[Any, Any] = field(default_factory=dict)

@@ -19,7 +19,7 @@ MASK = "***"
 
 # A configured key shorter than this is no secret worth a search (e.g. "EMPTY" or "unused" stand in
 # for local servers that take none) and would mask ordinary words.
-_SHORTEST_KNOWN_SECRET = 8
+SHORTEST_KNOWN_SECRET = 8
 
 _SHAPES = (
     # The value of a header that carries a credential, as "name: value" or a JSON / dict entry.
@@ -39,7 +39,7 @@ def mask_secrets(text: str, known: Iterable[str | None] = ()) -> str:
     says what went wrong."""
     if not isinstance(text, str) or not text:
         return text
-    for secret in sorted({s for s in known if isinstance(s, str) and len(s) >= _SHORTEST_KNOWN_SECRET}, key=len,
+    for secret in sorted({s for s in known if isinstance(s, str) and len(s) >= SHORTEST_KNOWN_SECRET}, key=len,
                          reverse=True):
         text = text.replace(secret, MASK)
     header, scheme, openai_key, hf_token, google_key, assignment = _SHAPES

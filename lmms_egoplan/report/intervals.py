@@ -71,8 +71,11 @@ def sample_values(run: Run, task: str, metric: str) -> tuple[list[float], bool] 
             values.append(float(value))
         elif is_judge_parts_item(value):
             judged_items = True
-            judged = _judged_value(value, _ratings(run.side_file("judgements", task)))
-            if judged is None:  # a failed or missing judgement: the score leaves it out too
+            ratings = _ratings(run.side_file("judgements", task))
+            if any(not isinstance(part, FixedRating) and part.id not in ratings for part in item_parts(value).values()):
+                return None  # the run's audit trail is not there, or not whole: its ratings cannot be read
+            judged = _judged_value(value, ratings)
+            if judged is None:  # a failed judgement: the score leaves it out too
                 continue
             values.append(judged)
         else:  # scored at aggregation (e.g. plans against gold plans): no per-sample value

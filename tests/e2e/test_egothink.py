@@ -2,7 +2,9 @@
 
 import hashlib
 import json
+import sqlite3
 import statistics
+from contextlib import closing
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -228,15 +230,24 @@ def test_a_second_judge_is_compared_with_the_runs_without_touching_its_judgement
     from lmms_egoplan.cli import main
 
     run = evaluation.run
-    kept = {path: path.read_bytes() for path in [*run.output_dir.rglob("*"), *(evaluation.root / "judge-cache").rglob("*")]
-            if path.is_file()}
+
+    def contents(path: Path):
+        """A file's bytes; a judge cache's rows (SQLite's journal files come and go as connections close)."""
+        if path.suffix != ".sqlite":
+            return path.read_bytes()
+        with closing(sqlite3.connect(path)) as database:
+            return [database.execute(f"select * from {table} order by 1").fetchall() for (table,) in
+                    database.execute("select name from sqlite_master where type = 'table' order by name")]
+
+    kept = {path: contents(path) for path in [*run.output_dir.rglob("*"), *(evaluation.root / "judge-cache").rglob("*")]
+            if path.is_file() and not path.name.endswith(("-wal", "-shm", "-journal"))}
     args = ["judge-agreement", str(run.output_dir), "--output", str(tmp_path / "agreement"), "--judge_base_url", "{url}",
             "--judge_model", "second-judge", "--judge_api_key_env", "", "--top", "5"]
     with ChatServer(second_judge) as second:
         assert main([arg.format(url=second.base_url) for arg in args]) == 0
         assert len(second.calls) == 24  # every answer, into a cache of its own
         assert main([arg.format(url=second.base_url) for arg in args]) == 0 and len(second.calls) == 24
-    assert {path: path.read_bytes() for path in kept} == kept  # the run's judgements and cache untouched
+    assert {path: contents(path) for path in kept} == kept  # the run's judgements and cache untouched
     assert (tmp_path / "agreement" / "judge-cache" / "judgements.sqlite").is_file()
     # What the two scripts make of the answers the run's judge rated, computed here from its audit trails.
     expected: dict[str, list[tuple[float, float]]] = {}

@@ -17,9 +17,9 @@ from lmms_egoplan.demo import SUITES
 from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
 from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.fixtures.scripted import (
-    FAILED_REQUEST,
     answering,
     differences,
+    failed_request,
     rating_by_script,
     reported_metrics,
 )
@@ -109,6 +109,7 @@ def test_failed_requests_are_left_out_counted_never_judged_and_asked_again_alone
         [failed_sample] = [s for s in first.samples("egoplan_bench2") if s["failed_requests"]]
         assert failed_sample["target"] == "0" and "accuracy_official" not in failed_sample  # gold A (its index)
         assert "[LMMS_EVAL_REQUEST_FAILED after 2 retries]" in str(failed_sample["filtered_resps"])
+        assert "(Authorization: Bearer ***)" in str(failed_sample["filtered_resps"])  # the model's echo, masked
         # The judges never saw a failed request (EgoThink: one call per answered question; EgoIntent: its failed
         # count above is that of the answered steps' fields).
         assert not any("LMMS_EVAL_REQUEST_FAILED" in call.text for calls in judged_first.values() for call in calls)
@@ -142,7 +143,7 @@ def test_failed_requests_are_left_out_counted_never_judged_and_asked_again_alone
 def test_a_model_that_fails_every_request_leaves_no_score_and_says_how_to_ask_again(tmp_path):
     with ExitStack() as resources:
         scripts, _ = scripts_with_one_failing_request_each(tmp_path / "data", resources)
-        model = resources.enter_context(ChatServer(lambda call: FAILED_REQUEST))
+        model = resources.enter_context(ChatServer(failed_request))
         env = {name: value for script in scripts.values() for name, value in script.env.items()}
         for prefix in ("EGOTHINK", "EGOINTENT"):  # a judge that is never asked (no answer to judge)
             env.update({f"{prefix}_JUDGE_BASE_URL": model.base_url, f"{prefix}_JUDGE_MODEL": "judge",

@@ -22,8 +22,11 @@ def test_a_frame_that_fails_to_decode_stops_the_run_at_its_sample_and_the_next_r
     frame = Path(doc["media_path"]) / "frame_0000000217.jpg"
     intact = frame.read_bytes()
     frame.write_bytes(b"\xff\xd8\xff\xe0" + b"not an image" * 99 + b"\xff\xd9")
+    # No frame decoded before the model loads (decoded then, the damage would stop the run before any model
+    # call): it is found mid-run, where the cache must keep what was scored before it. The same settings in both
+    # runs: they are part of what the response cache keys its answers by.
     args = dict(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}",
-                extra_args=["--use_cache", str(tmp_path / "cache")])
+                extra_args=["--use_cache", str(tmp_path / "cache")], images_decoded_at_load="0")
     stopped = egoplan_run(data, tmp_path / "first", **args)
     assert stopped.returncode == 1 and stopped.results is None
     assert "EgoPlan sample 104" in stopped.log and str(frame) in stopped.log and "EGOPLAN_EPIC_FRAMES_ROOT" in stopped.log

@@ -236,7 +236,7 @@ def test_a_zero_byte_video_is_listed_in_the_same_error_as_the_records_problems(d
     message = str(caught.value)
     assert message.startswith(f"6 problems in the EgoIntent annotations {annotations}")  # a record; 5 steps of the video
     assert f"{annotations.name}, record 1 (step_id '{records[0]['step_id']}'): field local_intent: missing" in message
-    assert f"cannot read video {video}" in message
+    assert f"video is empty (0 bytes): {video}" in message
 
 
 def test_a_truncation_time_past_the_end_of_its_video_is_an_error(dataset, tmp_path):

@@ -100,7 +100,7 @@ def damage_media(root: Path) -> list[str]:
     where = "indoor/bedroom/make_bed/step_label.json: event make_bed"
     return [f"{where}, step 1: field obs_end_time: the clip is shorter than its window (obs_end_time - start_time = "
             f"1.320 s) ({bedroom / 'step1.mp4'}: 3 frames at 25 fps, 0.120 s)",
-            f"{where}, step 2: cannot read video {bedroom / 'step2.mp4'}",
+            f"{where}, step 2: video is empty (0 bytes): {bedroom / 'step2.mp4'}",
             f"indoor/kitchen/boil_noodles/step_label.json: event boil_noodles, step 2: video not found: "
             f"{kitchen / 'step2.mp4'} (the clip of step 2, named by field step_id)"]
 

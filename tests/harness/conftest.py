@@ -16,3 +16,14 @@ def switch_on():
             assert workaround() or switched_off(name), f"{name} is not in place"
 
     return switch
+
+
+@pytest.fixture(autouse=True)
+def unwrap_generation_output_restored_under_both_names(monkeypatch):
+    """A test that puts ``unwrap_generation_output`` back to lmms-eval's own replaces it in ``lmms_eval.api.instance``
+    only; the suite's wrapper then rebinds ``lmms_eval.evaluator``'s name too, which monkeypatch would not restore."""
+    from lmms_eval import evaluator
+    from lmms_eval.api import instance
+
+    monkeypatch.setattr(instance, "unwrap_generation_output", instance.unwrap_generation_output)
+    monkeypatch.setattr(evaluator, "unwrap_generation_output", evaluator.unwrap_generation_output)

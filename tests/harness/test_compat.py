@@ -341,3 +341,21 @@ def test_a_results_file_names_the_workarounds_in_place_and_lmms_evals_release(tm
     record = written[replacements.RECORD_KEY]
     assert record["lmms_eval"] == version("lmms-eval") == "0.7.3"
     assert "results.keep_loglikelihood_results" in record["applied"] and "results.record_in_results" not in record["applied"]
+
+
+def test_the_runs_secrets_are_masked_in_failure_texts_and_answers_keep_their_words(monkeypatch):
+    """What ``secrets.keep_secrets_out_of_lmms_evals_error_texts`` masks: the run's own secrets anywhere, and
+    whatever has a secret's shape in lmms-eval's failure texts only (a model's answer keeps its words)."""
+    from lmms_egoplan.compat import secrets
+
+    argv = ["lmms-eval", "--model", "openai", "--model_args", "model_version=m,api_key=sk-given-0123456789,max_retries=2"]
+    found = secrets.run_secrets(argv, {"OPENAI_API_KEY": "sk-environment-987654", "HF_TOKEN": "hf_short", "HOME": "/r"})
+    assert sorted(found) == ["hf_short", "sk-environment-987654", "sk-given-0123456789"]
+    monkeypatch.setattr(RUN, "secrets", found)
+    failure = "[LMMS_EVAL_REQUEST_FAILED after 2 retries] Error code: 401 - Authorization: Bearer sk-other-abcdef012345"
+    sample = {"resps": [[failure]], "filtered_resps": ["token=abcdefgh said sk-given-0123456789"], "doc_id": 3}
+    assert secrets.masked_response(sample) == {
+        "resps": [["[LMMS_EVAL_REQUEST_FAILED after 2 retries] Error code: 401 - Authorization: Bearer ***"]],
+        "filtered_resps": ["token=abcdefgh said ***"], "doc_id": 3}  # an answer: only the run's own key goes
+    assert secrets._logs_error_texts()
+    assert secrets._logs_error_texts('eval_logger.info(f"failed with error: {mask(error_msg)}")') is False

@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import atexit
 import functools
+import http.server
 import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -449,3 +451,53 @@ def test_an_output_path_with_a_comma_is_never_split(monkeypatch, tmp_path, capsy
     monkeypatch.setattr(evaluator, "simple_evaluate", lambda **kwargs: seen.update(kwargs))
     lmms_eval_cli.cli_evaluate_single(cli_args(monkeypatch, argv, str(folder)))
     assert str(seen["evaluation_tracker"].output_path) == str(out)
+
+
+class EchoingServer(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-compatible server that answers 401, echoing the request's Authorization header."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.dumps({"error": {"message": f"bad credentials: Authorization: {self.headers['Authorization']}"}})
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_key_a_server_echoes_reaches_no_log_line_samples_file_or_cache_audit_log(tmp_path, switch_on,
+                                                                                   cache_workarounds):
+    from lmms_eval.models.simple.openai import OpenAICompatible
+
+    switch_on(secrets.keep_secrets_out_of_lmms_evals_error_texts)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), EchoingServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    logged = []
+    sink = logger.add(lambda message: logged.append(str(message)), level="DEBUG", format="{message}")
+    try:
+        model = OpenAICompatible(model_version="m", base_url=f"http://127.0.0.1:{server.server_address[1]}/v1",
+                                 api_key=KEY, max_retries=1, retry_backoff_s=0)
+        model.task_dict = {"task": {"test": [{}]}}
+        request = Instance("generate_until", ("question", {"max_new_tokens": 4}, lambda doc: [], 0, "task", "test"),
+                           0, {"task": "task", "doc_id": 0, "repeats": 1})
+        cache = open_cache(tmp_path / "cache", "model_version=m")
+        answer = cache.execute(model, "generate_until", [request])[0]
+    finally:
+        logger.remove(sink)
+        server.shutdown()
+    text = getattr(answer, "text", answer)
+    writer = tracker(tmp_path / "out")
+    writer.date_id = "20260101_000000"
+    writer.save_results_samples(task_name="task", samples=[{"doc_id": 0, "doc": {}, "target": "A",
+                                                            "arguments": [("q", {})], "resps": [[text]],
+                                                            "filtered_resps": [text]}])
+    cache.close()
+    samples = (tmp_path / "out" / "model" / "20260101_000000_samples_task.jsonl").read_text()
+    audit = Path(cache.audit_path).read_text()
+    assert "LMMS_EVAL_REQUEST_FAILED" in samples and "401" in samples and "401" in audit  # the failure is kept
+    assert any("401" in line for line in logged)
+    assert KEY not in samples and KEY not in audit and not any(KEY in line for line in logged)

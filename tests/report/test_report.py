@@ -597,3 +597,31 @@ def test_every_row_of_a_judged_table_names_its_judge_and_runs_of_other_judge_pro
     assert published[("published (EgoTools, Table 2)", "EgoTools-8B")].endswith(
         ", to be shut down by OpenAI on 2027-01-14")
     assert "not stated" in published[("published (RAVEN, Table 3)", "RAVEN")]
+
+
+def test_a_row_whose_model_requests_failed_says_how_many_were_left_out(tmp_path):
+    """lmms-eval's API backends give up on requests; the task leaves them out of every score and counts them
+    (failed_requests): its row is partial, saying so beside the --limit a run had too."""
+    folder = tmp_path / "run"
+    metrics = {"accuracy": 0.75, "accuracy_official": 0.5, "accuracy_robust": 0.75, "unparseable": 0,
+               "predictions": 4, "failed_requests": 2}
+    write_lmms_eval_run(folder, "20260101_103000", {"egoplan_bench2": metrics}, limit=6,
+                        n_samples={"egoplan_bench2": {"effective": 6, "original": 10}})
+    write_report([folder], tmp_path / "report", FACES)
+    [row] = read_csv(tmp_path / "report" / "egoplan_bench2.csv")[:1]
+    assert "partial: 6 of 10 samples (--limit 6); 2 of 6 model requests failed, left out of the scores" in row["notes"]
+    assert float(row["Accuracy (%)"]) == 75.0  # the score of the answered samples, as the task computed it
+
+
+def test_a_judged_run_whose_audit_trail_cannot_be_found_gets_no_interval_rather_than_a_wrong_one(tmp_path):
+    """Logs of a release whose audit trail carries another second than its results: its ratings cannot be read,
+    so its rows have no interval (not one computed over the fixed zeros of incomplete answers alone)."""
+    import shutil
+
+    from tests.fixtures import LOGS_BEFORE_RUBRIC_NAMES
+
+    shutil.copytree(LOGS_BEFORE_RUBRIC_NAMES / "intent", tmp_path / "logs")
+    write_report([tmp_path / "logs"], tmp_path / "report", FACES)
+    ours = next(row for row in read_csv(tmp_path / "report" / "egointent.csv") if row["source"] == THIS_RUN)
+    assert float(ours["Overall (0-100)"]) > 0
+    assert [ours[f"{name} (0-100) 95% low"] for name in ("Local Intent", "Procedural Intent", "Overall")] == ["", "", ""]
