@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from lmms_egoplan.compat.tasks import SUITE_COUNTERPARTS
+from lmms_egoplan.compat import SUITE_COUNTERPARTS
 from lmms_egoplan.judge.rubrics import add_rubric_finder
 
 if TYPE_CHECKING:

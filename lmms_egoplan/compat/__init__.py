@@ -2,50 +2,73 @@
 suite, and is guarded by release and by behaviour.
 
 Each workaround is a named function whose docstring gives the bug, where it sits in lmms-eval, what it
-breaks, and the fix; ``docs/upstream.md`` gives each a minimal reproduction and the change proposed to
-lmms-eval. Each one
+breaks, and the fix; ``docs/upstream.md`` gives each a minimal reproduction, and ``docs/upstream/`` the fix as
+a patch for lmms-eval with its pull-request text, or why it cannot become one. Each one
 
 * is guarded by release (lmms-eval releases before ``FIXED_IN``, i.e. up to the 0.7.x this suite is
   pinned to: ``affected_release``) AND by behaviour: it first checks, reading the installed
   lmms-eval's source (``lmms_eval_source``), that lmms-eval still behaves wrongly, and changes
   nothing where it does not;
-* is switched on only by a run that uses the suite (``switches``):
+* is switched on only by a run that uses the suite (``switches``), and acts on the suite's tasks alone
+  where lmms-eval lets it be scoped; the others act on the whole run, as said below (what that changes
+  for lmms-eval's own tasks in a mixed run: docs/lmms_eval_tasks.md);
+* replaces an lmms-eval function, if at all, as a layer of the one wrapper the suite puts on it
+  (``replacements``: each function replaced once, its layers called in a stated order); a run's results
+  file names the workarounds in place and lmms-eval's release (``results.record_in_results``).
 
-  ========================================  ==========================================================
-  workaround                                switched on when
-  ========================================  ==========================================================
-  ``tasks.enable_plugin_task_discovery``    ``LMMS_EVAL_PLUGINS`` names ``lmms_egoplan``
-  ``tasks.watch_task_selection``            installed in every run; acts only in a run that names the
-                                            suite in ``LMMS_EVAL_PLUGINS``, as ``--model`` or one of
-                                            its tasks (below: "a run that uses the suite")
-  ``durability.fail_runs_with_failed_tasks``  a run that names the suite (``run_names_suite``), from
-                                            its entry point on; again once its tasks are named; a
-                                            suite task or backend is built
-  ``durability.refuse_an_output_path_with_a_comma``  a run of lmms-eval's CLI that names the suite, when
-                                            its entry point loads
-  ``durability.say_what_to_fix_after_uncaught_errors``  a run of lmms-eval's CLI that names the suite, when
-                                            its entry point loads
-  ``tasks.explain_missing_tasks``           a run that uses the suite names a task not found
-  ``tasks.hint_suite_counterparts``         a run that uses the suite names an lmms-eval built-in
-                                            that a suite task implements as its paper defines it
-  ``tasks.check_suite_tasks_before_the_model``  a run that uses the suite, once its tasks are named
-  ``results.keep_loglikelihood_results``    a suite task or backend is built
-  ``durability.keep_responses_of_stopped_runs``  a suite task or backend is built
-  ``durability.keep_failed_requests_out_of_the_response_cache``  a suite task or backend is built
-  ``secrets.keep_api_keys_out_of_the_response_cache``  a suite task or backend is built
-  ``secrets.keep_api_keys_out_of_the_run_summary``  a run that uses the suite, once its tasks are named
-  ``secrets.keep_secrets_out_of_lmms_evals_error_texts``  the entry point loads in an lmms-eval CLI run that
-                                            names the suite; a suite task or backend is built
-  ``durability.stop_cleanly_on_sigterm``    a suite task or backend is built
-  ``results.clean_lone_surrogates``         a suite task or backend is built
-  ``results.write_results_as_strict_json``  a suite task or backend is built
-  ``results.fail_runs_whose_files_are_cut``  a suite task or backend is built
-  ``durability.exit_when_results_are_written``  called by the suite's judged tasks, and by its generative
-                                            tasks when model requests failed
-  ``tasks.unretried_process_results``       called by the suite's tasks only
-  ``tasks.bind_class_task_to_backend``      called by the suite's tasks only
-  ``results.run_datetime_str``              called by the suite's tasks only (reads, changes nothing)
-  ========================================  ==========================================================
+  ==========================================================  ==============================================
+  workaround                                                  switched on when (and what it acts on)
+  ==========================================================  ==============================================
+  ``tasks.enable_plugin_task_discovery``                      ``LMMS_EVAL_PLUGINS`` names ``lmms_egoplan``
+  ``tasks.watch_task_selection``                              a run names the suite (``run_names_suite``:
+                                                              ``LMMS_EVAL_PLUGINS``, or a suite backend or
+                                                              task on lmms-eval's command line or in its
+                                                              ``--config``), when its entry point loads;
+                                                              acts once the run's tasks are named
+  ``durability.fail_runs_with_failed_tasks``                  a run names the suite, from its entry point on;
+                                                              again once its tasks are named; a suite task
+                                                              or backend is built (the run's exit status)
+  ``durability.refuse_an_output_path_with_a_comma``           a run of lmms-eval's CLI names the suite, when
+                                                              its entry point loads
+  ``durability.say_what_to_fix_after_uncaught_errors``        a run of lmms-eval's CLI names the suite, when
+                                                              its entry point loads
+  ``tasks.explain_missing_tasks``                             a run that uses the suite names a task not found
+  ``tasks.hint_suite_counterparts``                           a run that uses the suite names an lmms-eval
+                                                              built-in that a suite task implements as its
+                                                              paper defines it
+  ``tasks.check_suite_tasks_before_the_model``                a run that uses the suite, once its tasks are
+                                                              named (the suite's tasks only)
+  ``results.keep_loglikelihood_results``                      a suite task or backend is built (every task of
+                                                              the run: the fix that lets lmms-eval's own
+                                                              likelihood tasks score on the suite's backends)
+  ``durability.keep_responses_of_stopped_runs``               a suite task or backend is built (the response
+                                                              cache, one per run)
+  ``durability.keep_failed_requests_out_of_the_response_cache``  a suite task or backend is built (the
+                                                              response cache, one per run)
+  ``secrets.keep_api_keys_out_of_the_response_cache``         a suite task or backend is built (the response
+                                                              cache, one per run)
+  ``secrets.keep_api_keys_out_of_the_run_summary``            a run that uses the suite, once its tasks are
+                                                              named (the run's one summary line)
+  ``secrets.keep_secrets_out_of_lmms_evals_error_texts``      a run of lmms-eval's CLI names the suite, when its
+                                                              entry point loads; a suite task or backend is
+                                                              built (every log line of the process, every
+                                                              failure text of the run's samples files and
+                                                              response cache)
+  ``durability.stop_cleanly_on_sigterm``                      a suite task or backend is built (the process)
+  ``results.clean_lone_surrogates``                           a suite task or backend is built (every response
+                                                              of the run: lmms-eval unwraps them before it
+                                                              knows their task)
+  ``results.write_results_as_strict_json``                    a suite task or backend is built (the run's
+                                                              results file, one per run, and samples files)
+  ``results.fail_runs_whose_files_are_cut``                   a suite task or backend is built (the run's
+                                                              results and samples files)
+  ``durability.exit_when_results_are_written``                called by the suite's judged tasks, and by its
+                                                              generative tasks when model requests failed
+  ``tasks.unretried_process_results``                         called by the suite's tasks only
+  ``tasks.bind_class_task_to_backend``                        called by the suite's tasks only
+  ``results.run_datetime_str``                                called by the suite's tasks only (reads,
+                                                              changes nothing)
+  ==========================================================  ==============================================
 
 A workaround whose fix is proposed as a patch (``docs/upstream/``) can be switched off by name
 (``switched_off``: ``LMMS_EGOPLAN_COMPAT_OFF=results.keep_loglikelihood_results``), so that a test
@@ -54,17 +77,16 @@ shows the patched lmms-eval doing its job alone; not a user setting.
 Modules by concern: ``tasks`` (task discovery, tasks not found, what a run's tasks need before the
 model loads), ``durability`` (what a stopped or killed run keeps, and a run's exit status),
 ``results`` (what reaches and leaves the results and samples files), ``secrets`` (the evaluated
-model's API key and the run's other secrets kept out of what a run writes and prints), ``switches`` (when each is switched on).
+model's API key and the run's other secrets kept out of what a run writes and prints), ``replacements`` (the one wrapper per lmms-eval
+function, and the record of what is in place), ``switches`` (when each is switched on).
 What a run learns as it goes (the response cache it opened, why it must exit non-zero, ...) is
 ``lmms_egoplan.core.run_state.RUN``.
 
 lmms-eval loads the suite's model entry point in every run once the suite is installed; the entry
 point registers the backends' manifests and calls ``switches.on_entry_point_load``, which does
-nothing unless the run names the suite (``run_names_suite``: ``LMMS_EVAL_PLUGINS`` names it, or
-lmms-eval's command line names a suite backend or task; it reads ``sys.argv``, the environment and the
-task YAMLs as text, and imports nothing), except ``tasks.watch_task_selection``, which passes the task
-lists of runs that do not name the suite through unchanged. A run that uses none of the suite behaves
-as lmms-eval alone (a test runs one both ways).
+nothing, and imports nothing more, unless the run names the suite (``run_names_suite``: it reads
+``sys.argv``, the environment, a ``--config`` file and the task YAMLs as text). A run that names none
+of the suite behaves as lmms-eval alone and costs what it costs without the suite (tests check both).
 This package imports nothing of lmms-eval at import (entry points load while lmms-eval imports).
 """
 
@@ -119,8 +141,14 @@ def switched_off(workaround: str, environ: Mapping[str, str] = os.environ) -> bo
     on lmms-eval patched with its fix and the workaround off."""
     return workaround in (name.strip() for name in environ.get(OFF_SWITCH, "").split(","))
 
-# module imports nothing of the suite while lmms-eval loads the entry point.
+# The suite's backends (lmms_egoplan.models.AVAILABLE_MODELS), named here: this package imports nothing of the
+# suite while lmms-eval loads the entry point.
 SUITE_BACKENDS = ("egoplan_hf", "egoplan_server")
+
+# lmms-eval built-in tasks that the suite implements as their papers define them: a built-in name
+# (a name, or a prefix ending in "_" that stands for every name it starts) -> the suite's task,
+# filled by the benchmark registry (``lmms_egoplan.registry``; this package imports nothing of the suite).
+SUITE_COUNTERPARTS: dict[str, str] = {}
 
 def is_lmms_eval_cli(argv: Sequence[str] | None = None) -> bool:
     """Whether this process runs lmms-eval's CLI: ``lmms-eval ...``, or ``python -m lmms_eval ...`` (what
@@ -144,17 +172,34 @@ def cli_option(name: str, argv: Sequence[str] | None = None) -> str | None:
 def run_names_suite(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.environ) -> bool:
     """Whether this run names the suite, read before lmms-eval has parsed anything: ``LMMS_EVAL_PLUGINS``
     names it, or this is lmms-eval's CLI and its ``--model`` is a suite backend or its ``--tasks`` name a
-    suite task (``suite_task_names``: the YAMLs' names, read as text; no task index)."""
+    suite task (``suite_task_names``: the YAMLs' names, read as text; no task index), on the command line
+    or in the ``--config`` file it names."""
     if suite_plugin_enabled(environ):
         return True
     if not is_lmms_eval_cli(argv):
         return False
-    if cli_option("--model", argv) in SUITE_BACKENDS:
+    runs = [{"model": cli_option("--model", argv), "tasks": cli_option("--tasks", argv)}, *_config_runs(argv)]
+    if any(run.get("model") in SUITE_BACKENDS for run in runs):
         return True
     import fnmatch
 
-    named = [name.strip() for name in (cli_option("--tasks", argv) or "").split(",") if name.strip()]
-    return any(fnmatch.fnmatchcase(task, name) for name in named for task in suite_task_names())
+    named = [name.strip() for run in runs for name in str(run.get("tasks") or "").split(",") if name.strip()]
+    return bool(named) and any(fnmatch.fnmatchcase(task, name) for name in named for task in suite_task_names())
+
+def _config_runs(argv: Sequence[str] | None) -> list[dict]:
+    """The runs of the ``--config`` file this command line names (lmms-eval's form: one mapping, or a list
+    of them), as far as they can be read; an unreadable one is lmms-eval's to report."""
+    config = cli_option("--config", argv)
+    if config is None:
+        return []
+    try:
+        import yaml
+
+        with open(config, encoding="utf-8") as file:
+            loaded = yaml.safe_load(file)
+    except (OSError, ValueError, ImportError):
+        return []
+    return [run for run in (loaded if isinstance(loaded, list) else [loaded]) if isinstance(run, dict)]
 
 def suite_task_names() -> frozenset[str]:
     """The task and group names the suite's task YAMLs declare (``task: <name>``, ``group: <name>``),

@@ -14,7 +14,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 from loguru import logger
 
-from lmms_egoplan.compat import SUITE_BACKENDS, SUITE_PLUGIN, affected_release, cli_option, lmms_eval_source
+from lmms_egoplan.compat import (
+    SUITE_BACKENDS,
+    SUITE_PLUGIN,
+    affected_release,
+    cli_option,
+    lmms_eval_source,
+    switched_off,
+)
+from lmms_egoplan.compat.replacements import add_layer, has_layer, note_in_place
 from lmms_egoplan.core.errors import StorageError
 from lmms_egoplan.core.files import storage_failure
 from lmms_egoplan.core.run_state import RUN
@@ -36,7 +44,8 @@ def fail_runs_with_failed_tasks() -> bool:
     guard back (``_keep_the_guard_across_log_resets``). With ``--verbosity DEBUG`` lmms-eval
     re-raises, and the exit status is already non-zero. Returns whether the workaround is in place.
     """
-    if not (affected_release() and cli_swallows_evaluation_errors()):
+    if switched_off("durability.fail_runs_with_failed_tasks") or not (affected_release()
+                                                                     and cli_swallows_evaluation_errors()):
         return False
     if RUN.exit_guard_sink is not None:
         # Added again each time, after the sinks a run added since (lmms-eval's own log line first).
@@ -54,18 +63,18 @@ def _add_exit_guard() -> None:
 
 def _keep_the_guard_across_log_resets() -> None:
     """``logger.remove()`` (every sink, as ``cli_evaluate`` resets its log) puts the exit guard back."""
-    remove = logger.remove
-    if getattr(remove, "_keeps_the_exit_guard", False):
+    if has_layer(_EXIT_GUARD, *_LOG_RESET):
         return
 
-    @functools.wraps(remove)
-    def remove_keeping_the_guard(handler_id=None):
+    def remove_keeping_the_guard(remove, handler_id=None):
         remove(handler_id)
         if handler_id is None:
             _add_exit_guard()
 
-    remove_keeping_the_guard._keeps_the_exit_guard = True
-    logger.remove = remove_keeping_the_guard
+    add_layer(_EXIT_GUARD, *_LOG_RESET, remove_keeping_the_guard)
+
+_EXIT_GUARD = "durability.fail_runs_with_failed_tasks"
+_LOG_RESET = ("loguru", "logger.remove")
 
 def cli_swallows_evaluation_errors(cli_evaluate: str | None = None) -> bool:
     cli_evaluate = cli_evaluate or lmms_eval_source("lmms_eval.__main__", "cli_evaluate")
@@ -106,7 +115,7 @@ def say_what_to_fix_after_uncaught_errors() -> bool:
     hook = sys.excepthook
     if getattr(hook, "_says_what_to_fix", False):
         return True
-    if hook is not sys.__excepthook__:
+    if hook is not sys.__excepthook__ or switched_off("durability.say_what_to_fix_after_uncaught_errors"):
         return False
 
     def excepthook(kind, error, traceback) -> None:
@@ -116,6 +125,7 @@ def say_what_to_fix_after_uncaught_errors() -> bool:
 
     excepthook._says_what_to_fix = True
     sys.excepthook = excepthook
+    note_in_place("durability.say_what_to_fix_after_uncaught_errors")
     return True
 
 def refuse_an_output_path_with_a_comma(argv: Sequence[str] | None = None) -> bool:
@@ -129,8 +139,10 @@ def refuse_an_output_path_with_a_comma(argv: Sequence[str] | None = None) -> boo
     loads): ``lmms-egoplan: error:`` naming the path and what to do, exit status 2 (as argparse ends
     on an argument it cannot take). Returns whether the check is in place; exits where it finds one.
     """
-    if not (affected_release() and _splits_the_output_path_on_commas()):
+    if switched_off("durability.refuse_an_output_path_with_a_comma") or not (
+            affected_release() and _splits_the_output_path_on_commas()):
         return False
+    note_in_place("durability.refuse_an_output_path_with_a_comma")
     output_path = cli_option("--output_path", argv)
     if output_path is not None and "," in output_path:
         sys.stderr.write(f"lmms-egoplan: error: --output_path {output_path!r} holds a comma, which lmms-eval "
@@ -202,18 +214,14 @@ def exit_when_results_are_written(reason: Callable[[list[Path]], tuple[int, str]
     lmms-eval would print them, then the reasons' lines, the one of the highest status last, and the
     process exits with that status. Registered by the suite's tasks only. Returns whether it is in place.
     """
-    from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
-
     if reason not in RUN.exit_reasons:
         RUN.exit_reasons.append(reason)
-    if getattr(EvaluationTracker.save_results_samples, "_exits_when_written", False):
+    if has_layer(_EXIT_WHEN_WRITTEN, *_SAVE_SAMPLES):
         return True
     if not (affected_release() and _writes_results_then_samples()):
         return False
-    save_results, save_samples = EvaluationTracker.save_results_aggregated, EvaluationTracker.save_results_samples
 
-    @functools.wraps(save_results)
-    def save_results_aggregated(self, results, samples, datetime_str):
+    def results_written(save_results, self, results, samples, datetime_str):
         save_results(self, results, samples, datetime_str)
         self._lmms_egoplan_files = [Path(self.output_path, self.general_config_tracker.model_name_sanitized,
                                          f"{self.date_id}_results.json")] if self.output_path else []
@@ -221,8 +229,7 @@ def exit_when_results_are_written(reason: Callable[[list[Path]], tuple[int, str]
         self._lmms_egoplan_unsaved = set(results.get("configs", {})) if samples else set()
         _exit_if_asked(self)
 
-    @functools.wraps(save_samples)
-    def save_results_samples(self, task_name, samples):
+    def samples_written(save_samples, self, task_name, samples):
         save_samples(self, task_name, samples)
         if not hasattr(self, "_lmms_egoplan_unsaved"):  # not called by the CLI after the results
             return
@@ -231,10 +238,13 @@ def exit_when_results_are_written(reason: Callable[[list[Path]], tuple[int, str]
         self._lmms_egoplan_unsaved.discard(task_name)
         _exit_if_asked(self)
 
-    save_results_samples._exits_when_written = True
-    EvaluationTracker.save_results_aggregated = save_results_aggregated
-    EvaluationTracker.save_results_samples = save_results_samples
+    add_layer(_EXIT_WHEN_WRITTEN, *_SAVE_RESULTS, results_written)
+    add_layer(_EXIT_WHEN_WRITTEN, *_SAVE_SAMPLES, samples_written)
     return True
+
+_EXIT_WHEN_WRITTEN = "durability.exit_when_results_are_written"
+_SAVE_RESULTS = ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_aggregated")
+_SAVE_SAMPLES = ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_samples")
 
 def _writes_results_then_samples(cli_evaluate_single: str | None = None) -> bool:
     cli_evaluate_single = cli_evaluate_single or lmms_eval_source("lmms_eval.__main__", "cli_evaluate_single")
@@ -296,32 +306,29 @@ def keep_responses_of_stopped_runs() -> bool:
 
     Returns whether the workaround is in place.
     """
-    from lmms_eval.caching.response_cache import ResponseCache
-
-    if getattr(ResponseCache.execute, "_stores_per_chunk", False):
+    if switched_off(_KEEP_RESPONSES):
+        return False
+    if has_layer(_KEEP_RESPONSES, *_CACHE_EXECUTE):
         return True
     if not (affected_release() and _stores_after_the_whole_call() and _drops_failed_runs() and _never_reads_run_folders()):
         return False
-    whole_call, finalize, create = ResponseCache.execute, ResponseCache.finalize, ResponseCache.create
 
-    def stored_call(self, lm, reqtype, requests):
+    def stored_call(whole_call, self, lm, reqtype, requests):
         responses = whole_call(self, lm, reqtype, requests)
         _GuardedStoring.of(self).stop_if_not_stored()
         return responses
 
-    @functools.wraps(whole_call)
-    def execute(self, lm, reqtype, requests):
+    def execute_storing_as_it_goes(whole_call, self, lm, reqtype, requests):
         if hasattr(lm, "response_sink"):
             lm.response_sink = _store_as_computed(self, reqtype)
             try:
-                return stored_call(self, lm, reqtype, requests)
+                return stored_call(whole_call, self, lm, reqtype, requests)
             finally:
                 lm.response_sink = None
         size = max(RESPONSE_CHUNK_MIN_DOCS, RESPONSE_CHUNK_BATCHES * _batch_size(lm))
-        return call_in_chunks(functools.partial(stored_call, self, lm, reqtype), requests, size)
+        return call_in_chunks(functools.partial(stored_call, whole_call, self, lm, reqtype), requests, size)
 
-    @functools.wraps(finalize)
-    def finalize_keeping_responses(self, *, success: bool, **kwargs):
+    def finalize_keeping_responses(finalize, self, *, success: bool, **kwargs):
         import sqlite3
 
         try:
@@ -332,14 +339,13 @@ def keep_responses_of_stopped_runs() -> bool:
                            f"({storage_failure(error, self._cache_root)}); they are kept in {self._run_dir}, which "
                            f"the next run with --use_cache {self._cache_root} merges")
 
-    @functools.wraps(create.__func__)
-    def create_recovering(cls, cache_root: str, **kwargs):
+    def create_recovering(create, cls, cache_root: str, **kwargs):
         import sqlite3
 
         root = os.path.abspath(os.path.dirname(cache_root) if cache_root.endswith(".db") else cache_root)
         recover_killed_runs(root)
         try:
-            cache = create.__func__(cls, cache_root, **kwargs)
+            cache = create(cls, cache_root, **kwargs)
             _claim_run_folder(cache)
         except (OSError, sqlite3.Error) as error:
             where = getattr(error, "filename", None) or _database_being_opened(error) or root
@@ -351,11 +357,14 @@ def keep_responses_of_stopped_runs() -> bool:
         RUN.response_cache_root = root
         return cache
 
-    execute._stores_per_chunk = True
-    ResponseCache.execute = execute
-    ResponseCache.finalize = finalize_keeping_responses
-    ResponseCache.create = classmethod(create_recovering)
+    add_layer(_KEEP_RESPONSES, *_CACHE_EXECUTE, execute_storing_as_it_goes)
+    add_layer(_KEEP_RESPONSES, _RESPONSE_CACHE, "ResponseCache.finalize", finalize_keeping_responses)
+    add_layer(_KEEP_RESPONSES, _RESPONSE_CACHE, "ResponseCache.create", create_recovering)
     return True
+
+_KEEP_RESPONSES = "durability.keep_responses_of_stopped_runs"
+_RESPONSE_CACHE = "lmms_eval.caching.response_cache"
+_CACHE_EXECUTE = (_RESPONSE_CACHE, "ResponseCache.execute")
 
 def keep_failed_requests_out_of_the_response_cache() -> bool:
     """Make ``--use_cache`` ask a failed model request again instead of serving its failure.
@@ -370,29 +379,27 @@ def keep_failed_requests_out_of_the_response_cache() -> bool:
     log by ``_replay_audit_log``) is a miss (``ResponseCache._lookup``): the request is sent again.
     Answered requests are stored and served as before. Returns whether the workaround is in place.
     """
-    from lmms_eval.caching.response_cache import ResponseCache
-
     from lmms_egoplan.core.failed_requests import is_failure_placeholder
 
-    if getattr(ResponseCache._lookup, "_misses_failed_requests", False):
+    if switched_off(_NO_FAILURES_CACHED):
+        return False
+    if has_layer(_NO_FAILURES_CACHED, _RESPONSE_CACHE, "ResponseCache._lookup"):
         return True
     if not (affected_release() and _keeps_failure_placeholders()):
         return False
-    is_valid, lookup = ResponseCache._is_valid_response, ResponseCache._lookup
 
-    @functools.wraps(is_valid)
-    def is_valid_response(response: Any, request_type: str) -> bool:
+    def answered_only(is_valid, response: Any, request_type: str) -> bool:
         return not is_failure_placeholder(getattr(response, "text", response)) and is_valid(response, request_type)
 
-    @functools.wraps(lookup)
-    def lookup_answered(self, cache_key: str) -> Any:
+    def lookup_answered(lookup, self, cache_key: str) -> Any:
         found = lookup(self, cache_key)
         return None if is_failure_placeholder(found) else found
 
-    lookup_answered._misses_failed_requests = True
-    ResponseCache._is_valid_response = staticmethod(is_valid_response)
-    ResponseCache._lookup = lookup_answered
+    add_layer(_NO_FAILURES_CACHED, _RESPONSE_CACHE, "ResponseCache._is_valid_response", answered_only)
+    add_layer(_NO_FAILURES_CACHED, _RESPONSE_CACHE, "ResponseCache._lookup", lookup_answered)
     return True
+
+_NO_FAILURES_CACHED = "durability.keep_failed_requests_out_of_the_response_cache"
 
 def _keeps_failure_placeholders(is_valid: str | None = None, lookup: str | None = None) -> bool:
     is_valid = is_valid or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache._is_valid_response")
@@ -667,9 +674,11 @@ def stop_cleanly_on_sigterm() -> bool:
     current = signal.getsignal(signal.SIGTERM)
     if current is _stop_on_sigterm:
         return True
-    if not (affected_release() and current == signal.SIG_DFL and threading.current_thread() is threading.main_thread()):
+    if switched_off("durability.stop_cleanly_on_sigterm") or not (
+            affected_release() and current == signal.SIG_DFL and threading.current_thread() is threading.main_thread()):
         return False
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    note_in_place("durability.stop_cleanly_on_sigterm")
     return True
 
 class RunStopped(SystemExit):

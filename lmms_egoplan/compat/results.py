@@ -6,7 +6,6 @@ table: ``lmms_egoplan.compat``."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lmms_egoplan.compat import affected_release, lmms_eval_source, switched_off
-from lmms_egoplan.compat.secrets import masked_response
+from lmms_egoplan.compat.replacements import RECORD_KEY, add_layer, has_layer, note_in_place, workaround_record
 from lmms_egoplan.core.errors import StorageError
 from lmms_egoplan.core.run_state import RUN
 
@@ -31,26 +30,23 @@ def keep_loglikelihood_results() -> bool:
     """
     from lmms_eval.api import instance
 
-    if switched_off("results.keep_loglikelihood_results"):  # docs/upstream/01-loglikelihood-results.patch
+    if switched_off(_KEEP_PAIRS):  # docs/upstream/01-loglikelihood-results.patch
         return False
-    original = instance.unwrap_generation_output
-    if getattr(original, "_keeps_loglikelihood_pairs", False):
+    if has_layer(_KEEP_PAIRS, *_UNWRAP):
         return True
-    if not (affected_release() and _pairs_become_strings(original)):
+    if not (affected_release() and _pairs_become_strings(instance.unwrap_generation_output)):
         return False
 
-    @functools.wraps(original)
-    def unwrap_generation_output(output):
+    def keep_pairs(unwrap, output):
         if _is_loglikelihood_pair(output):
             return tuple(output), None
-        return original(output)
+        return unwrap(output)
 
-    unwrap_generation_output._keeps_loglikelihood_pairs = True
-    instance.unwrap_generation_output = unwrap_generation_output
-    evaluator = sys.modules.get("lmms_eval.evaluator")
-    if evaluator is not None and hasattr(evaluator, "unwrap_generation_output"):
-        evaluator.unwrap_generation_output = unwrap_generation_output
+    add_layer(_KEEP_PAIRS, *_UNWRAP, keep_pairs)
     return True
+
+_KEEP_PAIRS = "results.keep_loglikelihood_results"
+_UNWRAP = ("lmms_eval.api.instance", "unwrap_generation_output")
 
 def clean_lone_surrogates() -> bool:
     """Log model output that holds a lone surrogate instead of losing the samples file.
@@ -66,24 +62,21 @@ def clean_lone_surrogates() -> bool:
 
     from lmms_egoplan.core.files import valid_text
 
-    unwrap = instance.unwrap_generation_output
-    if getattr(unwrap, "_cleans_lone_surrogates", False):
+    if switched_off(_CLEAN_TEXT):
+        return False
+    if has_layer(_CLEAN_TEXT, *_UNWRAP):
         return True
-    if not (affected_release() and unwrap("\udcff")[0] == "\udcff"):
+    if not (affected_release() and instance.unwrap_generation_output("\udcff")[0] == "\udcff"):
         return False
 
-    @functools.wraps(unwrap)
-    def unwrap_generation_output(output):
+    def clean(unwrap, output):
         text, counts = unwrap(output)
         return (valid_text(text) if isinstance(text, str) else text), counts
 
-    unwrap_generation_output._cleans_lone_surrogates = True
-    unwrap_generation_output._keeps_loglikelihood_pairs = getattr(unwrap, "_keeps_loglikelihood_pairs", False)
-    instance.unwrap_generation_output = unwrap_generation_output
-    evaluator = sys.modules.get("lmms_eval.evaluator")
-    if evaluator is not None and hasattr(evaluator, "unwrap_generation_output"):
-        evaluator.unwrap_generation_output = unwrap_generation_output
+    add_layer(_CLEAN_TEXT, *_UNWRAP, clean)
     return True
+
+_CLEAN_TEXT = "results.clean_lone_surrogates"
 
 def _is_loglikelihood_pair(output: Any) -> bool:
     return (isinstance(output, (tuple, list)) and len(output) == 2 and isinstance(output[1], bool)
@@ -104,30 +97,30 @@ def write_results_as_strict_json() -> bool:
     a judged metric say why. What lmms-eval prints and returns is unchanged. Returns whether the
     workaround is in place.
     """
-    from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
-
     from lmms_egoplan.core.files import finite_or_null
 
-    if getattr(EvaluationTracker.save_results_aggregated, "_strict_json", False):
+    if switched_off(_STRICT_JSON):
+        return False
+    if has_layer(_STRICT_JSON, *SAVE_RESULTS):
         return True
     if not (affected_release() and _writes_nan_as_is()):
         return False
-    save_results, save_samples = EvaluationTracker.save_results_aggregated, EvaluationTracker.save_results_samples
 
-    @functools.wraps(save_results)
-    def save_results_aggregated(self, results, samples, datetime_str):
+    def strict_results(save_results, self, results, samples, datetime_str):
         written = finite_or_null(results)
         save_results(self, written, samples, datetime_str)
         results.update((key, value) for key, value in written.items() if key not in results)  # task hashes, config
 
-    @functools.wraps(save_samples)
-    def save_results_samples(self, task_name, samples):
-        save_samples(self, task_name, finite_or_null(masked_response(samples)))  # error texts without secrets
+    def strict_samples(save_samples, self, task_name, samples):
+        save_samples(self, task_name, finite_or_null(samples))
 
-    save_results_aggregated._strict_json = True
-    EvaluationTracker.save_results_aggregated = save_results_aggregated
-    EvaluationTracker.save_results_samples = save_results_samples
+    add_layer(_STRICT_JSON, *SAVE_RESULTS, strict_results)
+    add_layer(_STRICT_JSON, *SAVE_SAMPLES, strict_samples)
     return True
+
+_STRICT_JSON = "results.write_results_as_strict_json"
+SAVE_RESULTS = ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_aggregated")
+SAVE_SAMPLES = ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_samples")
 
 def _writes_nan_as_is(save_results: str | None = None) -> bool:
     save_results = save_results or lmms_eval_source("lmms_eval.loggers.evaluation_tracker",
@@ -147,16 +140,14 @@ def fail_runs_whose_files_are_cut() -> bool:
     removed, a cut samples file cut back to its last whole line, and the run fails (StorageError)
     naming the file, why, and what the run keeps. Returns whether the workaround is in place.
     """
-    from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
-
-    if getattr(EvaluationTracker.save_results_samples, "_checked_whole", False):
+    if switched_off(_WHOLE_FILES):
+        return False
+    if has_layer(_WHOLE_FILES, *SAVE_SAMPLES):
         return True
     if not (affected_release() and _swallows_write_errors()):
         return False
-    save_results, save_samples = EvaluationTracker.save_results_aggregated, EvaluationTracker.save_results_samples
 
-    @functools.wraps(save_results)
-    def save_results_aggregated(self, results, samples, datetime_str):
+    def whole_results(save_results, self, results, samples, datetime_str):
         with _logged_write_errors() as errors:
             save_results(self, results, samples, datetime_str)
         if not self.output_path:
@@ -169,8 +160,7 @@ def fail_runs_whose_files_are_cut() -> bool:
             raise StorageError(f"cannot write the results file {path}: {_why(errors)}; no part of it is left. "
                                f"{_what_is_kept()}") from None
 
-    @functools.wraps(save_samples)
-    def save_results_samples(self, task_name, samples):
+    def whole_samples(save_samples, self, task_name, samples):
         path = _output_folder(self) / f"{self.date_id}_samples_{task_name}.jsonl" if self.output_path else None
         start = path.stat().st_size if path and path.exists() else 0  # lmms-eval appends
         with _logged_write_errors() as errors:
@@ -187,10 +177,11 @@ def fail_runs_whose_files_are_cut() -> bool:
         raise StorageError(f"cannot write the samples file {path}: {_why(errors)}; {lines} of its {len(samples)} "
                            f"samples are written, each whole. {_what_is_kept()}")
 
-    save_results_samples._checked_whole = True
-    EvaluationTracker.save_results_aggregated = save_results_aggregated
-    EvaluationTracker.save_results_samples = save_results_samples
+    add_layer(_WHOLE_FILES, *SAVE_RESULTS, whole_results)
+    add_layer(_WHOLE_FILES, *SAVE_SAMPLES, whole_samples)
     return True
+
+_WHOLE_FILES = "results.fail_runs_whose_files_are_cut"
 
 def _swallows_write_errors(save_results: str | None = None, save_samples: str | None = None) -> bool:
     save_results = save_results or lmms_eval_source("lmms_eval.loggers.evaluation_tracker",
@@ -249,12 +240,36 @@ def run_datetime_str(cli_args: Any = None) -> str | None:
     """
     if isinstance(getattr(cli_args, "datetime_str", None), str):
         return cli_args.datetime_str
-    if not affected_release():
+    if switched_off("results.run_datetime_str") or not affected_release():
         return None
     frame = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "simple_evaluate" and frame.f_globals.get("__name__") == "lmms_eval.evaluator":
             value = frame.f_locals.get("datetime_str")
-            return value if isinstance(value, str) else None
+            if not isinstance(value, str):
+                return None
+            note_in_place("results.run_datetime_str")
+            return value
         frame = frame.f_back
     return None
+
+
+def record_in_results() -> bool:
+    """Write into the run's results file which workarounds were in place, and lmms-eval's release
+    (``RECORD_KEY``: ``{"lmms_eval": "0.7.3", "applied": ["results.keep_loglikelihood_results", ...]}``, named
+    as in ``lmms_egoplan.compat``'s table and docs/upstream/README.md), so that a number can be traced to the
+    lmms-eval behaviour that produced it. Put on ``save_results_aggregated`` by a run that names or uses the
+    suite (on an lmms-eval release the suite works around). Returns whether it is in place."""
+    if has_layer(_RECORD, *SAVE_RESULTS):
+        return True
+    if not affected_release():
+        return False
+
+    def record(save_results, self, results, samples, datetime_str):
+        results[RECORD_KEY] = workaround_record()
+        save_results(self, results, samples, datetime_str)
+
+    add_layer(_RECORD, *SAVE_RESULTS, record)
+    return True
+
+_RECORD = "results.record_in_results"

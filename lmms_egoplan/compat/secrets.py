@@ -6,11 +6,11 @@ file), and the error texts of failed requests in log lines, the samples file and
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Any, Callable, Mapping, Sequence
 
 from lmms_egoplan.compat import affected_release, cli_option, lmms_eval_source, switched_off
+from lmms_egoplan.compat.replacements import add_layer, has_layer, note_in_place
 from lmms_egoplan.core.failed_requests import is_failure_placeholder
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.secrets import MASK, SHORTEST_KNOWN_SECRET, mask_secrets
@@ -28,24 +28,24 @@ def keep_api_keys_out_of_the_response_cache() -> bool:
     model share the cache, and a cache written with the key in its fingerprint is not read again (its
     request keys differ). Returns whether the workaround is in place.
     """
-    from lmms_eval.caching.response_cache import ResponseCache
-
     redact = _lmms_evals_redaction()
-    if getattr(ResponseCache.create, "_fingerprints_without_secrets", False):
+    if switched_off(_CACHE_FINGERPRINT):
+        return False
+    if has_layer(_CACHE_FINGERPRINT, *_CREATE):
         return True
     if not (affected_release() and redact is not None and _fingerprints_the_model_args_as_given()):
         return False
-    create = ResponseCache.create.__func__
 
-    @functools.wraps(create)
-    def create_without_secrets(cls, cache_root: str, **kwargs):
+    def create_without_secrets(create, cls, cache_root: str, **kwargs):
         if isinstance(kwargs.get("model_args"), (str, dict)):
             kwargs["model_args"] = redact(kwargs["model_args"])
         return create(cls, cache_root, **kwargs)
 
-    create_without_secrets._fingerprints_without_secrets = True
-    ResponseCache.create = classmethod(create_without_secrets)
+    add_layer(_CACHE_FINGERPRINT, *_CREATE, create_without_secrets)
     return True
+
+_CACHE_FINGERPRINT = "secrets.keep_api_keys_out_of_the_response_cache"
+_CREATE = ("lmms_eval.caching.response_cache", "ResponseCache.create")
 
 
 def _fingerprints_the_model_args_as_given(create: str | None = None) -> bool:
@@ -68,25 +68,27 @@ def keep_api_keys_out_of_the_run_summary() -> bool:
     from lmms_eval import evaluator
 
     redact = _lmms_evals_redaction()
-    original = evaluator.simple_evaluate
-    if getattr(original, "_redacts_the_run_summary", False):
+    if switched_off(_RUN_SUMMARY):
+        return False
+    if has_layer(_RUN_SUMMARY, *_SIMPLE_EVALUATE):
         return True
     if not (affected_release() and redact is not None and _prints_the_model_args_as_given()):
         return False
-    signature = inspect.signature(original)
+    signature = inspect.signature(evaluator.simple_evaluate)
 
-    @functools.wraps(original)
-    def simple_evaluate(*args, **kwargs):
+    def redact_once_evaluated(simple_evaluate, *args, **kwargs):
         cli_args = signature.bind(*args, **kwargs).arguments.get("cli_args")
         try:
-            return original(*args, **kwargs)
+            return simple_evaluate(*args, **kwargs)
         finally:
             if isinstance(getattr(cli_args, "model_args", None), (str, dict)):
                 cli_args.model_args = redact(cli_args.model_args)
 
-    simple_evaluate._redacts_the_run_summary = True
-    evaluator.simple_evaluate = simple_evaluate
+    add_layer(_RUN_SUMMARY, *_SIMPLE_EVALUATE, redact_once_evaluated)
     return True
+
+_RUN_SUMMARY = "secrets.keep_api_keys_out_of_the_run_summary"
+_SIMPLE_EVALUATE = ("lmms_eval.evaluator", "simple_evaluate")
 
 
 def _prints_the_model_args_as_given(cli_evaluate: str | None = None) -> bool:
@@ -117,13 +119,11 @@ def keep_secrets_out_of_lmms_evals_error_texts() -> bool:
     written as they are. Switched on when the entry point loads in a run that names the suite (so that
     the first log line is masked too). Returns whether the workaround is in place.
     """
-    from lmms_eval.caching.response_cache import ResponseCache
     from loguru import logger
 
-    if getattr(ResponseCache._log_to_audit, "_masks_secrets", False):
+    if has_layer(_ERROR_TEXTS, _RESPONSE_CACHE, "ResponseCache._log_to_audit"):
         return True
-    if switched_off("secrets.keep_secrets_out_of_lmms_evals_error_texts") or not (
-            affected_release() and _logs_error_texts()):
+    if switched_off(_ERROR_TEXTS) or not (affected_release() and _logs_error_texts()):
         return False
     known = run_secrets()
 
@@ -131,16 +131,22 @@ def keep_secrets_out_of_lmms_evals_error_texts() -> bool:
         record["message"] = mask_secrets(record["message"], known)
 
     logger.configure(patcher=mask_record)
-    log_to_audit = ResponseCache._log_to_audit
 
-    @functools.wraps(log_to_audit)
-    def log_masked_to_audit(self, request_type, task_name, doc_id, idx, gen_kwargs, response, **kwargs):
+    def log_masked_to_audit(log_to_audit, self, request_type, task_name, doc_id, idx, gen_kwargs, response, **kwargs):
         return log_to_audit(self, request_type, task_name, doc_id, idx, gen_kwargs, masked_response(response), **kwargs)
 
-    log_masked_to_audit._masks_secrets = True
-    ResponseCache._log_to_audit = log_masked_to_audit
+    def save_masked_samples(save_samples, self, task_name, samples):
+        save_samples(self, task_name, masked_response(samples))  # the failure texts of lmms-eval's API backends
+
+    add_layer(_ERROR_TEXTS, _RESPONSE_CACHE, "ResponseCache._log_to_audit", log_masked_to_audit)
+    add_layer(_ERROR_TEXTS, "lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_samples",
+              save_masked_samples)
+    note_in_place(_ERROR_TEXTS)  # the log's patcher too
     RUN.secrets = known
     return True
+
+_ERROR_TEXTS = "secrets.keep_secrets_out_of_lmms_evals_error_texts"
+_RESPONSE_CACHE = "lmms_eval.caching.response_cache"
 
 
 def masked_response(value: Any) -> Any:

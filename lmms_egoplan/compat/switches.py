@@ -1,48 +1,64 @@
-"""When the suite's lmms-eval workarounds are switched on (the table: ``lmms_egoplan.compat``)."""
+"""When the suite's lmms-eval workarounds are switched on (the table: ``lmms_egoplan.compat``).
+
+The workaround modules are imported only by a run that names or uses the suite: lmms-eval loads the
+suite's entry point in every run, and one that does not name the suite must not pay for them (they
+import lmms-eval's task machinery, and with it torch and transformers)."""
 
 from __future__ import annotations
 
 from lmms_egoplan.compat import is_lmms_eval_cli, run_names_suite, suite_plugin_enabled
-from lmms_egoplan.compat.durability import (
-    fail_runs_with_failed_tasks,
-    keep_failed_requests_out_of_the_response_cache,
-    keep_responses_of_stopped_runs,
-    refuse_an_output_path_with_a_comma,
-    say_what_to_fix_after_uncaught_errors,
-    stop_cleanly_on_sigterm,
-)
-from lmms_egoplan.compat.results import (
-    clean_lone_surrogates,
-    fail_runs_whose_files_are_cut,
-    keep_loglikelihood_results,
-    write_results_as_strict_json,
-)
-from lmms_egoplan.compat.secrets import (
-    keep_api_keys_out_of_the_response_cache,
-    keep_secrets_out_of_lmms_evals_error_texts,
-)
-from lmms_egoplan.compat.tasks import enable_plugin_task_discovery, watch_task_selection
 
 
 def on_entry_point_load() -> None:
     """Called when lmms-eval loads the suite's model entry point, i.e. in every lmms-eval run once
     the suite is installed: only runs that name the suite (``LMMS_EVAL_PLUGINS``, or lmms-eval's command
     line naming a suite backend or task: ``run_names_suite``, which reads the command line and the
-    environment only) get anything. The moment matters: lmms-eval loads entry points before it parses
-    its arguments and builds its task index, so every failure of such a run exits non-zero."""
+    environment only) get anything; the others import nothing more. The moment matters: lmms-eval loads
+    entry points before it parses its arguments and builds its task index, so every failure of such a
+    run exits non-zero, and a user who named a suite task or backend without ``LMMS_EVAL_PLUGINS`` is
+    told what to type (``tasks.watch_task_selection``)."""
+    if not run_names_suite():
+        return
+    from lmms_egoplan.compat.durability import (
+        fail_runs_with_failed_tasks,
+        refuse_an_output_path_with_a_comma,
+        say_what_to_fix_after_uncaught_errors,
+    )
+    from lmms_egoplan.compat.results import record_in_results
+    from lmms_egoplan.compat.secrets import keep_secrets_out_of_lmms_evals_error_texts
+    from lmms_egoplan.compat.tasks import enable_plugin_task_discovery, watch_task_selection
+
     if suite_plugin_enabled():
         enable_plugin_task_discovery()
-    if run_names_suite():
-        if is_lmms_eval_cli():
-            refuse_an_output_path_with_a_comma()
-            say_what_to_fix_after_uncaught_errors()
-            keep_secrets_out_of_lmms_evals_error_texts()
-        fail_runs_with_failed_tasks()
-    # Also in runs without the variable: a user who forgot it names a suite task or backend.
+    if is_lmms_eval_cli():
+        refuse_an_output_path_with_a_comma()
+        say_what_to_fix_after_uncaught_errors()
+        keep_secrets_out_of_lmms_evals_error_texts()  # the run's first log line masked too
+    fail_runs_with_failed_tasks()
     watch_task_selection()
+    record_in_results()
+
 
 def on_suite_use() -> None:
     """Called when a suite task or the suite's backend is built: this run uses the suite."""
+    from lmms_egoplan.compat.durability import (
+        fail_runs_with_failed_tasks,
+        keep_failed_requests_out_of_the_response_cache,
+        keep_responses_of_stopped_runs,
+        stop_cleanly_on_sigterm,
+    )
+    from lmms_egoplan.compat.results import (
+        clean_lone_surrogates,
+        fail_runs_whose_files_are_cut,
+        keep_loglikelihood_results,
+        record_in_results,
+        write_results_as_strict_json,
+    )
+    from lmms_egoplan.compat.secrets import (
+        keep_api_keys_out_of_the_response_cache,
+        keep_secrets_out_of_lmms_evals_error_texts,
+    )
+
     keep_loglikelihood_results()
     fail_runs_with_failed_tasks()
     keep_responses_of_stopped_runs()
@@ -52,4 +68,5 @@ def on_suite_use() -> None:
     stop_cleanly_on_sigterm()
     clean_lone_surrogates()
     write_results_as_strict_json()
-    fail_runs_whose_files_are_cut()  # after strict JSON: it checks the files as written
+    fail_runs_whose_files_are_cut()
+    record_in_results()

@@ -5,15 +5,23 @@ the model loads, and what lmms-eval does not give a suite task (its model, an un
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 from typing import Any, Callable, Mapping, NamedTuple
 
 from loguru import logger
 
-from lmms_egoplan.compat import SUITE_BACKENDS, SUITE_PLUGIN, affected_release, lmms_eval_source, suite_plugin_enabled
+from lmms_egoplan.compat import (
+    SUITE_BACKENDS,
+    SUITE_COUNTERPARTS,
+    SUITE_PLUGIN,
+    affected_release,
+    lmms_eval_source,
+    suite_plugin_enabled,
+    switched_off,
+)
 from lmms_egoplan.compat.durability import cli_swallows_evaluation_errors, fail_runs_with_failed_tasks
+from lmms_egoplan.compat.replacements import add_layer, has_layer, note_in_place
 from lmms_egoplan.compat.secrets import keep_api_keys_out_of_the_run_summary
 
 
@@ -26,25 +34,25 @@ def enable_plugin_task_discovery() -> bool:
     plugin folders itself (de-duplicated, so a lmms-eval that passes them is unaffected).
     Returns whether the workaround is in place.
     """
-    from lmms_eval.tasks import TaskManager
-
-    if getattr(TaskManager.__init__, "_includes_plugin_tasks", False):
+    if switched_off(_PLUGIN_TASKS):
+        return False
+    if has_layer(_PLUGIN_TASKS, *_TASK_MANAGER_INIT):
         return True
     if not (affected_release() and _plugin_folders_reach_the_index_too_late()):
         return False
-    original_init = TaskManager.__init__
 
-    @functools.wraps(original_init)
-    def __init__(self, verbosity="INFO", include_path=None, include_defaults=True, model_name=None):
+    def include_plugin_folders(init, self, verbosity="INFO", include_path=None, include_defaults=True, model_name=None):
         paths = [include_path] if isinstance(include_path, str) else list(include_path or [])
         for folder in plugin_task_folders():
             if folder not in paths:
                 paths.append(folder)
-        original_init(self, verbosity, paths or None, include_defaults, model_name)
+        init(self, verbosity, paths or None, include_defaults, model_name)
 
-    __init__._includes_plugin_tasks = True
-    TaskManager.__init__ = __init__
+    add_layer(_PLUGIN_TASKS, *_TASK_MANAGER_INIT, include_plugin_folders)
     return True
+
+_PLUGIN_TASKS = "tasks.enable_plugin_task_discovery"
+_TASK_MANAGER_INIT = ("lmms_eval.tasks", "TaskManager.__init__")
 
 def _plugin_folders_reach_the_index_too_late(task_manager_init: str | None = None, cli_evaluate_single: str | None = None) -> bool:
     """Behaviour check without indexing every task (seconds): neither the TaskManager reads
@@ -81,17 +89,13 @@ def watch_task_selection() -> bool:
     (``secrets.keep_api_keys_out_of_the_run_summary``). Other runs get lmms-eval's matches unchanged.
     Returns whether the wrapper is in place.
     """
-    from lmms_eval.tasks import TaskManager
-
-    original = TaskManager.match_tasks
-    if getattr(original, "_watches_task_selection", False):
+    if has_layer(_WATCH, *_MATCH_TASKS):
         return True
     if not affected_release():
         return False
 
-    @functools.wraps(original)
-    def match_tasks(self, task_list):
-        matched = original(self, task_list)
+    def watch(match_tasks, self, task_list):
+        matched = match_tasks(self, task_list)
         names = [task_list] if isinstance(task_list, str) else list(task_list)
         suite_tasks = _suite_task_names(self)
         if not (suite_plugin_enabled() or getattr(self, "model_name", None) in SUITE_BACKENDS or set(names) & suite_tasks):
@@ -103,9 +107,11 @@ def watch_task_selection() -> bool:
         keep_api_keys_out_of_the_run_summary()
         return matched
 
-    match_tasks._watches_task_selection = True
-    TaskManager.match_tasks = match_tasks
+    add_layer(_WATCH, *_MATCH_TASKS, watch)
     return True
+
+_WATCH = "tasks.watch_task_selection"
+_MATCH_TASKS = ("lmms_eval.tasks", "TaskManager.match_tasks")
 
 def explain_missing_tasks(names: list[str], matched: list, indexed: list[str], suite_tasks: set[str]) -> None:
     """Make a run of the suite that names a task lmms-eval cannot find fail, saying what to type.
@@ -119,8 +125,11 @@ def explain_missing_tasks(names: list[str], matched: list, indexed: list[str], s
     where a suite task is meant but the variable misses it; the run exits 1
     (``fail_runs_with_failed_tasks``).
     """
+    if switched_off("tasks.explain_missing_tasks"):
+        return
     missing = [name for name in names if name not in matched and "*" not in name and not os.path.isfile(name)]
     if missing and _cli_swallows_missing_tasks():
+        note_in_place("tasks.explain_missing_tasks")
         raise TasksNotFoundError(missing_tasks_message(missing, indexed, suite_tasks))
 
 class TasksNotFoundError(ValueError):
@@ -164,11 +173,6 @@ def missing_tasks_message(missing: list[str], indexed: list[str], suite_tasks: s
     hint = f"; add this line before the command: {plugin_variable_line(environ)}" if needs_plugin else ""
     return f"--tasks: {'; '.join(problems)}{hint}"
 
-# lmms-eval built-in tasks that the suite implements as their papers define them: a built-in name
-# (a name, or a prefix ending in "_" that stands for every name it starts) -> the suite's task,
-# filled by the benchmark registry (``lmms_egoplan.registry``; this module imports nothing of the suite).
-SUITE_COUNTERPARTS: dict[str, str] = {}
-
 def hint_suite_counterparts(names: list[str], matched: list, suite_tasks: set[str]) -> list[str]:
     """Warn where a run of the suite names an lmms-eval built-in that a suite task implements.
 
@@ -180,6 +184,7 @@ def hint_suite_counterparts(names: list[str], matched: list, suite_tasks: set[st
     wants). Returns the warnings.
     """
     lines = []
+    note_in_place("tasks.hint_suite_counterparts")
     for name in names:
         counterpart = suite_counterpart(name)
         if name in matched and name not in suite_tasks and counterpart in suite_tasks:
@@ -212,41 +217,43 @@ def check_suite_tasks_before_the_model() -> bool:
     answers); lmms-eval's own ``get_task_dict`` call of that run then gets these task objects, built
     once, and builds the other tasks as before. Returns whether the workaround is in place.
     """
+    import inspect
+
     from lmms_eval import evaluator
 
-    original = evaluator.simple_evaluate
-    if getattr(original, "_checks_suite_tasks_first", False):
+    if switched_off(_TASKS_FIRST):
+        return False
+    if has_layer(_TASKS_FIRST, *_SIMPLE_EVALUATE):
         return True
     if not (affected_release() and _builds_the_model_before_the_tasks()):
         return False
-    import inspect
+    signature = inspect.signature(evaluator.simple_evaluate)
 
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def simple_evaluate(*args, **kwargs):
+    def tasks_first(simple_evaluate, *args, **kwargs):
         arguments = signature.bind(*args, **kwargs)
         arguments.apply_defaults()
         run = arguments.arguments
         prebuilt = _suite_tasks_checked(run["model"], run["tasks"], run["task_manager"], run["force_simple"],
                                         run["cli_args"], run["datetime_str"])
         if not prebuilt:
-            return original(*args, **kwargs)
+            return simple_evaluate(*args, **kwargs)
         build_tasks = evaluator.get_task_dict
 
         def get_task_dict(task_name_list, task_manager=None, task_type="simple"):
             others = [task for task in task_name_list if not (isinstance(task, str) and task in prebuilt.names)]
             return {**prebuilt.tasks, **(build_tasks(others, task_manager, task_type) if others else {})}
 
-        evaluator.get_task_dict = get_task_dict
+        evaluator.get_task_dict = get_task_dict  # for this call only
         try:
-            return original(*args, **kwargs)
+            return simple_evaluate(*args, **kwargs)
         finally:
             evaluator.get_task_dict = build_tasks
 
-    simple_evaluate._checks_suite_tasks_first = True
-    evaluator.simple_evaluate = simple_evaluate
+    add_layer(_TASKS_FIRST, *_SIMPLE_EVALUATE, tasks_first)
     return True
+
+_TASKS_FIRST = "tasks.check_suite_tasks_before_the_model"
+_SIMPLE_EVALUATE = ("lmms_eval.evaluator", "simple_evaluate")
 
 class _Prebuilt(NamedTuple):
     names: set[str]  # the suite's task and group names the run named
@@ -299,8 +306,11 @@ def unretried_process_results(method: Callable) -> Callable:
     function, so a scoring error surfaces at once, by name. Other tasks keep lmms-eval's retry.
     """
     wrapped = getattr(method, "__wrapped__", None)
-    is_retry_wrapper = hasattr(method, "retry") and wrapped is not None
-    return wrapped if is_retry_wrapper and affected_release() else method
+    if not (hasattr(method, "retry") and wrapped is not None and affected_release()) \
+            or switched_off("tasks.unretried_process_results"):
+        return method
+    note_in_place("tasks.unretried_process_results")
+    return wrapped
 
 def bind_class_task_to_backend(task: Any, cli_args: Any) -> None:
     """Give a ``class:`` task the model name lmms-eval did not give it, before requests are built.
@@ -312,7 +322,9 @@ def bind_class_task_to_backend(task: Any, cli_args: Any) -> None:
     model-specific config then; a task that already has its model name is left as it is.
     """
     model = getattr(cli_args, "model", None)
-    if not isinstance(model, str) or getattr(task, "model_name", None) == model:
+    if not isinstance(model, str) or getattr(task, "model_name", None) == model \
+            or switched_off("tasks.bind_class_task_to_backend"):
         return
+    note_in_place("tasks.bind_class_task_to_backend")
     task.model_name = model
     task._prepare_model_specific_config()

@@ -24,40 +24,30 @@ Inside lmms-eval, tasks use the judge through ``lmms_egoplan.harness.judged.Judg
 ``lmms-egoplan rejudge`` uses it to re-score logged model outputs with another judge.
 """
 
-from lmms_egoplan.judge.base import JudgeBackend
-from lmms_egoplan.judge.cache import JudgeCache, JudgeCacheError
-from lmms_egoplan.judge.engine import Judge, RetiredJudgeError, preflight
-from lmms_egoplan.judge.factory import make_backend
-from lmms_egoplan.judge.identity import JudgeIdentity
-from lmms_egoplan.judge.protocol import (
-    Completion,
-    Decoding,
-    JudgeCallError,
-    Judgement,
-    JudgeRequest,
-    JudgeResults,
-    RatingParser,
-    TransientJudgeError,
-)
-from lmms_egoplan.judge.providers.openai_compatible import OpenAIChatBackend
-from lmms_egoplan.judge.providers.transformers import TransformersBackend
+# The module ``retirements`` and its function of that name: the function is the package's attribute (bound
+# here, before any import of the module could bind the module instead).
 from lmms_egoplan.judge.retirements import Retirement, retirement, retirements
-from lmms_egoplan.judge.rubrics import (
-    FixedRating,
-    ItemScore,
-    Rubric,
-    bracket_rating,
-    is_judge_parts_item,
-    item_parts,
-    item_requests,
-    items_rubric,
-    judge_parts_item,
-    load_rubric,
-    register_rubric,
-    score_judged,
-    unjudged,
-)
-from lmms_egoplan.judge.settings import DEFAULT_JUDGE_MODEL, JUDGE_BACKENDS, JudgeSettings, JudgeSetupError
+
+# The others are imported when first asked for (PEP 562): lmms-eval loads the suite's entry point in every run,
+# which needs only the rubric registry (lmms_egoplan.registry); the engine and its backends load with a judge.
+_EXPORTS = {
+    "JudgeBackend": "base",
+    "JudgeCache": "cache", "JudgeCacheError": "cache",
+    "Judge": "engine", "RetiredJudgeError": "engine", "preflight": "engine",
+    "make_backend": "factory",
+    "JudgeIdentity": "identity",
+    "Completion": "protocol", "Decoding": "protocol", "JudgeCallError": "protocol", "Judgement": "protocol",
+    "JudgeRequest": "protocol", "JudgeResults": "protocol", "RatingParser": "protocol",
+    "TransientJudgeError": "protocol",
+    "OpenAIChatBackend": "providers.openai_compatible",
+    "TransformersBackend": "providers.transformers",
+    "FixedRating": "rubrics", "ItemScore": "rubrics", "Rubric": "rubrics", "bracket_rating": "rubrics",
+    "is_judge_parts_item": "rubrics", "item_parts": "rubrics", "item_requests": "rubrics", "items_rubric": "rubrics",
+    "judge_parts_item": "rubrics", "load_rubric": "rubrics", "register_rubric": "rubrics", "score_judged": "rubrics",
+    "unjudged": "rubrics",
+    "DEFAULT_JUDGE_MODEL": "settings", "JUDGE_BACKENDS": "settings", "JudgeSettings": "settings",
+    "JudgeSetupError": "settings",
+}
 
 __all__ = [
     "DEFAULT_JUDGE_MODEL", "JUDGE_BACKENDS", "Completion", "Decoding", "FixedRating", "ItemScore", "Judge",
@@ -67,3 +57,18 @@ __all__ = [
     "item_requests", "items_rubric", "judge_parts_item", "load_rubric", "make_backend", "preflight",
     "register_rubric", "retirement", "retirements", "score_judged", "unjudged",
 ]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -1,10 +1,12 @@
-"""The lmms-eval compatibility layer through the real CLI: a run without the suite is lmms-eval's own; a failed run of a suite task exits non-zero and a good one zero."""
+"""The lmms-eval compatibility layer through the real CLI: a run without the suite is lmms-eval's own; a failed run of a suite task exits non-zero and a good one zero, its results file naming the workarounds in place."""
 import json
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
+from lmms_egoplan.compat.replacements import RECORD_KEY
 from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV
 from tests.fixtures import PROBE_TASKS
 
@@ -28,13 +30,11 @@ try:
 except SystemExit as stop:
     status = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
 finally:
-    from lmms_eval.api import instance
-    from lmms_eval.tasks import TaskManager
     run_state = sys.modules.get("lmms_egoplan.core.run_state")
+    replacements = sys.modules.get("lmms_egoplan.compat.replacements")
     print("COMPAT-STATE " + json.dumps({
         "suite_loaded": "lmms_egoplan" in sys.modules,
-        "loglikelihood_pairs_kept": getattr(instance.unwrap_generation_output, "_keeps_loglikelihood_pairs", False),
-        "plugin_tasks_indexed": getattr(TaskManager.__init__, "_includes_plugin_tasks", False),
+        "workarounds": replacements.in_place() if replacements else [],
         "exit_guard": run_state is not None and run_state.RUN.exit_guard_sink is not None,
     }))
 sys.exit(status)
@@ -87,10 +87,10 @@ def test_a_run_without_the_suite_is_lmms_evals_own(tmp_path):
     alone = run_cli("alone", "plain_probe", tmp_path / "alone", include_path=tasks)
     assert installed[0] == alone[0] == 0, installed[3][-3000:]
     assert installed[2] is not None and comparable(installed[2]) == comparable(alone[2])
-    # The suite's entry point was loaded (and only there), and switched nothing on.
-    assert installed[1] == {"suite_loaded": True, "loglikelihood_pairs_kept": False, "plugin_tasks_indexed": False,
-                            "exit_guard": False}
+    # The suite's entry point was loaded (and only there), and switched nothing on; the results record none.
+    assert installed[1] == {"suite_loaded": True, "workarounds": [], "exit_guard": False}
     assert alone[1] == {**installed[1], "suite_loaded": False}
+    assert RECORD_KEY not in installed[2] and RECORD_KEY not in alone[2]
 
     # A failing run of lmms-eval's own task keeps lmms-eval's exit status (0) with the suite installed.
     data.unlink()
@@ -113,8 +113,11 @@ def test_a_failed_run_of_a_suite_task_exits_non_zero_and_a_good_one_zero(tmp_pat
     good = run_cli("installed", "lmms_egoplan_probe", tmp_path / "good", include_path=PROBE_TASKS,
                    env={"PROBE_DATA_FILE": str(data)})
     assert good[0] == 0 and good[2]["results"]["lmms_egoplan_probe"]["exact,none"] == 1.0, good[3][-3000:]
-    assert good[1] == {"suite_loaded": True, "loglikelihood_pairs_kept": True, "plugin_tasks_indexed": False,
-                       "exit_guard": True}
+    assert good[1]["exit_guard"] and "results.keep_loglikelihood_results" in good[1]["workarounds"]
+    # The results file names the workarounds in place as its task was scored, and lmms-eval's release.
+    assert good[2][RECORD_KEY] == {"lmms_eval": version("lmms-eval"), "applied": good[1]["workarounds"]}
+    assert {"durability.fail_runs_with_failed_tasks", "results.write_results_as_strict_json",
+            "tasks.unretried_process_results", "tasks.bind_class_task_to_backend"} <= set(good[1]["workarounds"])
 
     bad = run_cli("installed", "lmms_egoplan_probe", tmp_path / "bad", include_path=PROBE_TASKS,
                   env={"PROBE_DATA_FILE": str(data), "PROBE_REPEAT": "not-a-number"})

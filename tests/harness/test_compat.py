@@ -21,7 +21,7 @@ from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
 from lmms_eval.tasks import TaskManager
 
 from lmms_egoplan import compat
-from lmms_egoplan.compat import durability
+from lmms_egoplan.compat import durability, replacements
 from lmms_egoplan.compat import results as compat_results
 from lmms_egoplan.compat import tasks as compat_tasks
 from lmms_egoplan.core.run_state import RUN
@@ -133,7 +133,8 @@ def test_a_stopped_run_keeps_its_responses_chunk_by_chunk_with_whole_documents(m
     monkeypatch.setattr(ResponseCache, "execute", inspect.unwrap(ResponseCache.execute))
     monkeypatch.setattr(ResponseCache, "finalize", inspect.unwrap(ResponseCache.finalize))
     assert durability.keep_responses_of_stopped_runs() is True
-    assert ResponseCache.execute._stores_per_chunk
+    assert replacements.has_layer("durability.keep_responses_of_stopped_runs", "lmms_eval.caching.response_cache",
+                                  "ResponseCache.execute")
 
 
 def test_a_failing_chunk_is_called_again_a_document_at_a_time_so_the_documents_before_the_failure_are_kept():
@@ -254,6 +255,92 @@ def test_the_cache_folders_of_killed_runs_are_merged_and_those_of_live_or_unknow
 ])
 def test_a_missing_task_gets_the_closest_names_and_the_plugin_line_where_a_suite_task_is_meant(missing, environ, message):
     assert compat_tasks.missing_tasks_message(missing, ["mme", "egothink"], {"egoplan_val", "ego_think"}, environ) == message
+
+
+def test_every_lmms_eval_function_the_suite_replaces_is_replaced_once_by_one_wrapper(monkeypatch):
+    from lmms_egoplan.compat import secrets, switches
+    from lmms_egoplan.compat import tasks as compat_tasks_module
+
+    switches.on_suite_use()
+    compat_tasks_module.watch_task_selection()
+    compat_tasks_module.check_suite_tasks_before_the_model()
+    secrets.keep_api_keys_out_of_the_run_summary()
+    durability.exit_when_results_are_written(lambda files: None)
+    replaced = 0
+    for module, attribute in replacements.LAYER_ORDER:
+        if module == "lmms_eval.tasks" and attribute == "TaskManager.__init__":
+            continue  # LMMS_EVAL_PLUGINS only
+        owner, name = replacements._owner(module, attribute)
+        raw = vars(owner).get(name) if isinstance(owner, type) else getattr(owner, name)
+        wrapper = getattr(raw, "__func__", raw)
+        assert getattr(wrapper, replacements._LAYERS, None), f"{module}.{attribute} is not the suite's wrapper"
+        assert not hasattr(wrapper.__wrapped__, replacements._LAYERS), f"{module}.{attribute} is wrapped twice"
+        replaced += 1
+    assert replaced == len(replacements.LAYER_ORDER) - 1
+    from lmms_eval import evaluator
+
+    assert evaluator.unwrap_generation_output is instance.unwrap_generation_output  # the name lmms-eval bound too
+
+
+def test_the_layers_of_a_function_run_in_the_stated_order_whatever_order_they_were_put_in(monkeypatch):
+    calls = []
+
+    def function(value):
+        calls.append("lmms-eval")
+        return value
+
+    target = sys.modules[__name__]
+    monkeypatch.setattr(target, "replaced_for_the_test", function, raising=False)
+    monkeypatch.setitem(replacements.LAYER_ORDER, (__name__, "replaced_for_the_test"), ("outer", "middle", "inner"))
+    for concern in ("inner", "outer", "middle"):
+        replacements.add_layer(concern, __name__, "replaced_for_the_test",
+                               lambda call, value, concern=concern: calls.append(concern) or call(value))
+    assert target.replaced_for_the_test(3) == 3
+    assert calls == ["outer", "middle", "inner", "lmms-eval"]
+    assert target.replaced_for_the_test.__wrapped__ is function
+    with pytest.raises(ValueError, match="not among the layers"):
+        replacements.add_layer("elsewhere", __name__, "replaced_for_the_test", lambda call, value: call(value))
+
+
+def test_compat_replaces_lmms_eval_attributes_only_through_its_one_wrapper():
+    """No module of compat/ but replacements.py assigns an attribute of lmms-eval (or loguru's logger); the one
+    exception, evaluator.get_task_dict, is swapped for one call of simple_evaluate and put back."""
+    import ast
+
+    compat_folder = Path(compat.__file__).parent
+    for path in compat_folder.glob("*.py"):
+        if path.name == "replacements.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree)
+                    if isinstance(node, (ast.Import, ast.ImportFrom))
+                    and (getattr(node, "module", None) or "").split(".")[0] in ("lmms_eval", "loguru")
+                    for alias in node.names} | {alias.asname or alias.name for node in ast.walk(tree)
+                                                if isinstance(node, ast.Import) for alias in node.names
+                                                if alias.name.startswith("lmms_eval")}
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for target in targets:
+                root = target
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(target, ast.Attribute) and isinstance(root, ast.Name) and root.id in imported:
+                    assert ast.unparse(target) == "evaluator.get_task_dict", f"{path.name}: {ast.unparse(target)}"
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "setattr":
+                raise AssertionError(f"{path.name}: {ast.unparse(node)}")
+
+
+def test_a_results_file_names_the_workarounds_in_place_and_lmms_evals_release(tmp_path):
+    from importlib.metadata import version
+
+    assert compat_results.keep_loglikelihood_results() and compat_results.record_in_results()
+    writer = EvaluationTracker(output_path=str(tmp_path))
+    writer.general_config_tracker.model_name_sanitized = "model"
+    writer.save_results_aggregated(results={"results": {}}, samples=None, datetime_str="20260101_000000")
+    written = json.loads((tmp_path / "model" / "20260101_000000_results.json").read_text())
+    record = written[replacements.RECORD_KEY]
+    assert record["lmms_eval"] == version("lmms-eval") == "0.7.3"
+    assert "results.keep_loglikelihood_results" in record["applied"] and "results.record_in_results" not in record["applied"]
 
 
 def test_the_runs_secrets_are_masked_in_failure_texts_and_answers_keep_their_words(monkeypatch):

@@ -1,9 +1,13 @@
-"""A run that names the suite, in process: how it is recognised from its command line alone, its exit
-guard armed from the start and kept across lmms-eval's log reset, an --output_path with a comma refused
-before anything loads, and the evaluated model's API key kept out of the response cache's fingerprint
-and the summary line."""
+"""A run that names the suite, in process: how it is recognised from its command line (or --config file) alone, its
+exit guard armed from the start and kept across lmms-eval's log reset, an --output_path with a comma refused before
+anything loads, and the evaluated model's API key kept out of the response cache's fingerprint and the summary line.
+A run that does not name it loads the suite's entry point and imports nothing more (a subprocess shows it)."""
 
+import json
+import os
 import sqlite3
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -106,3 +110,60 @@ def test_the_summary_line_holds_no_key(monkeypatch):
     assert evaluator.simple_evaluate("openai", cli_args.model_args, cli_args=cli_args) == "results"
     assert cli_args.model_args == "model_version=m,api_key=[REDACTED]"
     assert compat_secrets._prints_the_model_args_as_given('print(f"{args.model} ({_redact(args.model_args)})')  is False
+
+
+# Loads lmms-eval's model registry, hence the suite's entry point, as `lmms-eval <argv>` does when it starts.
+ENTRY_POINT_LOAD = """
+import json, sys
+sys.argv = ["/venv/bin/lmms-eval", *sys.argv[1:]]
+import lmms_eval.models
+print(json.dumps(sorted(sys.modules)))
+"""
+
+TASK_MACHINERY = ("lmms_eval.tasks", "lmms_eval.api.task", "lmms_eval.evaluator", "torch", "transformers", "evaluate")
+
+
+def test_a_run_that_does_not_name_the_suite_imports_nothing_for_it(tmp_path):
+    """lmms-eval loads the suite's entry point in every run: one that does not name the suite gets its backends'
+    manifests and nothing else (no workaround module, nothing of lmms-eval's task machinery, torch or transformers)."""
+    config = tmp_path / "runs.yaml"
+    config.write_text("- model: dummy\n  tasks: mme\n")
+    env = {key: value for key, value in os.environ.items() if key != "LMMS_EVAL_PLUGINS"}
+    for argv in (["--model", "dummy", "--tasks", "mme,ego_schema"], ["--config", str(config)], ["models"]):
+        completed = subprocess.run([sys.executable, "-c", ENTRY_POINT_LOAD, *argv], capture_output=True, text=True,
+                                   env=env, check=True)
+        imported = set(json.loads(completed.stdout.splitlines()[-1]))
+        assert "lmms_egoplan.models" in imported, argv  # the entry point was loaded
+        assert not imported & {*TASK_MACHINERY, "lmms_egoplan.compat.tasks", "lmms_egoplan.compat.durability",
+                               "lmms_egoplan.judge.engine"}, (argv, sorted(imported & {*TASK_MACHINERY}))
+
+
+@pytest.mark.parametrize("argv", [
+    ["/venv/bin/lmms-eval", "--model", "dummy", "--tasks", "egoplan_val"],  # the plugin variable forgotten
+    ["/venv/bin/lmms-eval", "--model", "egoplan_hf", "--tasks", "mme"],
+])
+def test_a_run_that_names_a_suite_task_or_backend_without_the_plugin_variable_is_watched(argv, monkeypatch):
+    """...so that a suite task not found is explained with the line that sets LMMS_EVAL_PLUGINS (through the CLI:
+    tests/e2e/test_bad_input.py::test_a_task_that_is_not_found_in_a_run_of_the_suite_exits_1_saying_what_to_type)."""
+    from lmms_egoplan.compat import replacements, switches
+
+    monkeypatch.delenv("LMMS_EVAL_PLUGINS", raising=False)
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(RUN, "exit_guard_sink", None)
+    try:
+        switches.on_entry_point_load()
+    finally:
+        if RUN.exit_guard_sink is not None:
+            logger.remove(RUN.exit_guard_sink)
+    assert replacements.has_layer("tasks.watch_task_selection", "lmms_eval.tasks", "TaskManager.match_tasks")
+
+
+def test_a_run_names_the_suite_in_its_config_file(tmp_path):
+    config = tmp_path / "runs.yaml"
+    config.write_text("- model: openai\n  tasks: mme\n- model: openai\n  tasks: ego_think_counting\n")
+    assert compat.run_names_suite(["lmms-eval", "--config", str(config)], {})
+    config.write_text("model: egoplan_server\ntasks: mme\n")
+    assert compat.run_names_suite(["lmms-eval", "--config", str(config)], {})
+    config.write_text("model: openai\ntasks: mme\n")
+    assert not compat.run_names_suite(["lmms-eval", "--config", str(config)], {})
+    assert not compat.run_names_suite(["lmms-eval", "--config", str(tmp_path / "missing.yaml")], {})
