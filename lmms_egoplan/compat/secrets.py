@@ -13,7 +13,7 @@ from lmms_egoplan.compat import affected_release, cli_option, lmms_eval_source, 
 from lmms_egoplan.compat.replacements import add_layer, has_layer, note_in_place
 from lmms_egoplan.core.failed_requests import is_failure_placeholder
 from lmms_egoplan.core.run_state import RUN
-from lmms_egoplan.core.secrets import MASK, SHORTEST_KNOWN_SECRET, mask_secrets
+from lmms_egoplan.core.secrets import SHORTEST_KNOWN_SECRET, mask_known_secrets, mask_secrets
 
 
 def keep_api_keys_out_of_the_response_cache() -> bool:
@@ -153,18 +153,13 @@ def masked_response(value: Any) -> Any:
     """``value`` (a response, a logged sample) with the run's secrets masked in every string, at any depth,
     and every failure text (an error's, never a model's answer) masked of whatever has a secret's shape."""
     if isinstance(value, str):
-        return mask_secrets(value, RUN.secrets) if is_failure_placeholder(value) else _without(value, RUN.secrets)
+        masked = mask_secrets if is_failure_placeholder(value) else mask_known_secrets
+        return masked(value, RUN.secrets)
     if isinstance(value, dict):
         return {key: masked_response(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(masked_response(item) for item in value)
     return value
-
-
-def _without(text: str, secrets: tuple[str, ...]) -> str:
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, MASK)
-    return text
 
 
 def run_secrets(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:

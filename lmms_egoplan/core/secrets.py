@@ -39,12 +39,19 @@ def mask_secrets(text: str, known: Iterable[str | None] = ()) -> str:
     says what went wrong."""
     if not isinstance(text, str) or not text:
         return text
-    for secret in sorted({s for s in known if isinstance(s, str) and len(s) >= SHORTEST_KNOWN_SECRET}, key=len,
-                         reverse=True):
-        text = text.replace(secret, MASK)
+    text = mask_known_secrets(text, known)
     header, scheme, openai_key, hf_token, google_key, assignment = _SHAPES
     text = header.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3) or ''}{MASK}", text)
     text = scheme.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
     for shape in (openai_key, hf_token, google_key):
         text = shape.sub(lambda m: f"{m.group(1)}{MASK}", text)
     return assignment.sub(lambda m: f"{m.group(1)}{m.group(2)}={MASK}", text)
+
+
+def mask_known_secrets(text: str, known: Iterable[str | None]) -> str:
+    """``text`` with each of the ``known`` secrets (those long enough to be one) replaced by ``***``, and
+    nothing else: for a model's answer, in which a key-shaped word is the model's and stays."""
+    for secret in sorted({s for s in known if isinstance(s, str) and len(s) >= SHORTEST_KNOWN_SECRET}, key=len,
+                         reverse=True):
+        text = text.replace(secret, MASK)
+    return text
