@@ -156,8 +156,9 @@ def _judge_agreement_arguments(agreement: argparse.ArgumentParser) -> None:
     agreement.add_argument("samples", nargs="+", help="a finished run's samples files (<date>_samples_<task>.jsonl, "
                                                       "its audit trails <date>_judgements_<task>.jsonl beside them) or "
                                                       "folders holding them")
-    agreement.add_argument("--output", required=True, help="folder for the tables, the figure, the second judge's audit "
-                                                           "trails and its cache (judge-cache/, unless --judge_cache_dir)")
+    agreement.add_argument("--output", required=True,
+                           help="folder for the tables, the figure, the second judge's audit trails and its cache "
+                                "(judge-cache/, unless --judge_cache_dir)")
     agreement.add_argument("--top", type=int, default=10, help="how many of the answers the judges disagree on most "
                                                                "to list (default: 10)")
     _judge_options(agreement, "", judge_cache_dir="<output>/judge-cache, a cache of its own")

@@ -123,9 +123,9 @@ def _instance(root: Path, scene: Path, activity: Path, problem: int, sample: int
               description_file: Path, allow_outside: bool) -> dict:
     """An instance folder's doc; the first thing that keeps it from being one raises ActPlanDataError."""
     images, golds = image_files(folder), gold_plan_files(folder)
-    missing = [what for what, ok in (("images (*.png / *.jpg)", images), ("gold plan (plan_gold_<n>.txt)", golds),
-                                     (f"task description ({description_file.name} beside it)", description_file.is_file()))
-               if not ok]
+    parts = (("images (*.png / *.jpg)", images), ("gold plan (plan_gold_<n>.txt)", golds),
+             (f"task description ({description_file.name} beside it)", description_file.is_file()))
+    missing = [what for what, ok in parts if not ok]
     if missing:
         raise ActPlanDataError(f"{folder}: no {', no '.join(missing)}")
     for path in (folder, description_file, *images, *golds):

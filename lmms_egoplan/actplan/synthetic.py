@@ -360,7 +360,8 @@ def scripted_answers(data: Path, classifier: Path) -> ScriptedAnswers:
         answered = [i for i, doc in enumerate(docs) if doc["description"] not in failed]
         kept = [plans[i] for i in answered]
         metrics = {"format_error_rate": sum(p.format_errors for p in kept) / sum(p.plan_lines for p in kept),
-                   "plan_length": mean([len(p.steps) for p in kept]), "no_plan_rate": mean([float(not p.steps) for p in kept]),
+                   "plan_length": mean([len(p.steps) for p in kept]),
+                   "no_plan_rate": mean([float(not p.steps) for p in kept]),
                    "failed_requests": len(docs) - len(answered)}
         for suffix, chosen in (("", answered), *((f"_{split}", [i for i in answered if docs[i]["split"] == split])
                                                  for split in ("normal", "counterfactual"))):

@@ -77,8 +77,9 @@ shows the patched lmms-eval doing its job alone; not a user setting.
 Modules by concern: ``tasks`` (task discovery, tasks not found, what a run's tasks need before the
 model loads), ``durability`` (what a stopped or killed run keeps, and a run's exit status),
 ``results`` (what reaches and leaves the results and samples files), ``secrets`` (the evaluated
-model's API key and the run's other secrets kept out of what a run writes and prints), ``replacements`` (the one wrapper per lmms-eval
-function, and the record of what is in place), ``switches`` (when each is switched on).
+model's API key and the run's other secrets kept out of what a run writes and prints), ``replacements``
+(the one wrapper per lmms-eval function, and the record of what is in place), ``switches`` (when each is
+switched on).
 What a run learns as it goes (the response cache it opened, why it must exit non-zero, ...) is
 ``lmms_egoplan.core.run_state.RUN``.
 

@@ -82,7 +82,8 @@ def cli_swallows_evaluation_errors(cli_evaluate: str | None = None) -> bool:
 
 # What lmms-eval's CLI logs where a run failed, by the function that logs it: an evaluation's error
 # (caught by ``cli_evaluate``), a run without tasks (``cli_evaluate_single``, before ``sys.exit()``).
-_FAILURE_RECORDS = {"cli_evaluate": "Error during evaluation", "cli_evaluate_single": "Need to specify task to evaluate"}
+_FAILURE_RECORDS = {"cli_evaluate": "Error during evaluation",
+                    "cli_evaluate_single": "Need to specify task to evaluate"}
 
 def _is_evaluation_error(record: Mapping[str, Any]) -> bool:
     # By file, not module name: ``python -m lmms_eval`` runs that file as ``__main__``.
@@ -413,7 +414,8 @@ def _database_being_opened(error: BaseException) -> str | None:
     from lmms_eval.caching.response_cache import ResponseCache
 
     caches = [frame.f_locals.get("self") for frame, _ in traceback.walk_tb(error.__traceback__)]
-    opening = [cache.db_path for cache in caches if isinstance(cache, ResponseCache) and getattr(cache, "db_path", None)]
+    opening = [cache.db_path for cache in caches
+               if isinstance(cache, ResponseCache) and getattr(cache, "db_path", None)]
     return opening[-1] if opening else None
 
 def _store_as_computed(cache: Any, reqtype: str) -> Callable[[Any, Any], None]:

@@ -2,7 +2,8 @@
 run's other secrets out of what a run writes and prints: the response cache's model fingerprint and the
 summary line (both by lmms-eval's own rule for what is secret,
 ``lmms_eval.evaluator._redact_eval_config_secrets``, which already keeps the key out of the results
-file), and the error texts of failed requests in log lines, the samples file and the cache's audit log. Guards and the switch table: ``lmms_egoplan.compat``."""
+file), and the error texts of failed requests in log lines, the samples file and the cache's audit log.
+Guards and the switch table: ``lmms_egoplan.compat``."""
 
 from __future__ import annotations
 
@@ -167,7 +168,8 @@ def run_secrets(argv: Sequence[str] | None = None, environ: Mapping[str, str] = 
     variables whose names end in ``API_KEY``, ``_TOKEN`` or ``_SECRET`` (read from the command line and
     the environment, before lmms-eval has parsed anything)."""
     model_args = cli_option("--model_args", argv) or ""
-    given = [value for key, _, value in (pair.partition("=") for pair in model_args.split(",")) if key.strip() == "api_key"]
+    pairs = (pair.partition("=") for pair in model_args.split(","))
+    given = [value for key, _, value in pairs if key.strip() == "api_key"]
     named = [value for name, value in environ.items() if name.upper().endswith(("API_KEY", "_TOKEN", "_SECRET"))]
     return tuple(secret for secret in {*given, *named} if len(secret) >= SHORTEST_KNOWN_SECRET)
 

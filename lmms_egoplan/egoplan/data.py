@@ -78,8 +78,8 @@ def read_annotations(path: Path, *, labelled: bool, problems: DatasetProblems) -
         with problems.collected():
             _check_record(record, f"EgoPlan annotation file {path}, record #{position}", labelled=labelled)
             checked.append(record)
-    return problems.without_repeats(checked, lambda record: record["sample_id"], where=f"EgoPlan annotation file {path}",
-                                    field="sample_id", why=_UNIQUE_IDS)
+    return problems.without_repeats(checked, lambda record: record["sample_id"],
+                                    where=f"EgoPlan annotation file {path}", field="sample_id", why=_UNIQUE_IDS)
 
 
 

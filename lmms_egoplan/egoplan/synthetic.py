@@ -169,7 +169,8 @@ def scripted_answers(fixture: EgoPlanFixture) -> ScriptedAnswers:
     # The options block names a sample: the prompt holds it, the answer is keyed by it.
     keys = {record["sample_id"]: "\n".join(f"{letter}. {record[f'choice_{letter.lower()}']}" for letter in "ABCD")
             for record in every_record}
-    answers = {keys[record["sample_id"]]: scripted_answer(record, styles[record["sample_id"]]) for record in every_record}
+    answers = {keys[record["sample_id"]]: scripted_answer(record, styles[record["sample_id"]])
+               for record in every_record}
 
     def expected(run: EvalRun, failed: frozenset[str] = frozenset()) -> Expected:
         records = [r for r in every_record if keys[r["sample_id"]] not in failed]  # the answered ones

@@ -100,7 +100,8 @@ class EgoThinkScoring:
             if settings.data_root is None:
                 raise SettingsError(f"task {self.config.task}: source is local but "
                                     f"{setting_name(ENV_PREFIX, 'data_root')} (the release's data folder) is not set")
-            docs = load_release_dimension(settings.data_root, dimension, allow_outside=settings.allow_paths_outside_root,
+            docs = load_release_dimension(settings.data_root, dimension,
+                                          allow_outside=settings.allow_paths_outside_root,
                                           images_decoded=settings.images_decoded_at_load)
             origin = str(settings.data_root)
         elif settings.source == "hub":

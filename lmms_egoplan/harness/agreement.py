@@ -37,7 +37,8 @@ def group_name(task: str, part: str) -> str:
     return f"{task} · {part}" if part else task
 
 
-def second_opinions(logged: LoggedItems, judge: Judge, output_dir: str | Path, *, progress: bool = True) -> SecondOpinions:
+def second_opinions(logged: LoggedItems, judge: Judge, output_dir: str | Path, *,
+                    progress: bool = True) -> SecondOpinions:
     """The second ``judge``'s ratings of the judged requests of ``logged``, paired with the run's."""
     output_dir = Path(output_dir)
     stamp = datetime.now().strftime("%Y%m%d_%H%M%S")

@@ -71,7 +71,8 @@ def failed_requests_verdict(files: Sequence[Path]) -> tuple[int, str] | None:
     else:
         cache = Path(cli_option("--output_path") or ".", "response_cache")
         line += (f"this run had no --use_cache, so its answers were not kept: ask every request again, keeping the "
-                 f"answers (a run after that asks only the failed ones), with: {rerun_command('--use_cache', str(cache))}")
+                 f"answers (a run after that asks only the failed ones), with: "
+                 f"{rerun_command('--use_cache', str(cache))}")
     if MASK in line:
         line += f" (your key in place of {MASK})"
     return FAILED_REQUESTS_EXIT_STATUS, line

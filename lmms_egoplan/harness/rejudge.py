@@ -204,7 +204,8 @@ def rejudge_samples(logged: LoggedItems, judge: Judge | Mapping[str, Judge], out
                          FAILED_REQUESTS: logged.failed_requests.get(task, 0), "judge_model": task_judge.model,
                          "samples": str(logged.files[task]), "audit_trail": str(audit)}
     judges = " / ".join(sorted({row["judge_model"] for row in summary.values()}))
-    summary.update({group: {**scores, "judge_model": judges} for group, scores in (group_scores or dict)(summary).items()})
+    groups = (group_scores or dict)(summary)
+    summary.update({group: {**scores, "judge_model": judges} for group, scores in groups.items()})
     write_atomically(output_dir / f"{stamp}_rejudged.json", strict_json(summary, indent=2))
     return summary
 

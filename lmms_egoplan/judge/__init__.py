@@ -51,7 +51,8 @@ _EXPORTS = {
 
 __all__ = [
     "DEFAULT_JUDGE_MODEL", "JUDGE_BACKENDS", "Completion", "Decoding", "FixedRating", "ItemScore", "Judge",
-    "JudgeBackend", "JudgeCache", "JudgeCacheError", "JudgeCallError", "JudgeIdentity", "JudgeRequest", "JudgeResults", "JudgeSettings",
+    "JudgeBackend", "JudgeCache", "JudgeCacheError", "JudgeCallError", "JudgeIdentity", "JudgeRequest", "JudgeResults",
+    "JudgeSettings",
     "JudgeSetupError", "Judgement", "OpenAIChatBackend", "RatingParser", "RetiredJudgeError", "Retirement", "Rubric",
     "TransformersBackend", "TransientJudgeError", "bracket_rating", "is_judge_parts_item", "item_parts",
     "item_requests", "items_rubric", "judge_parts_item", "load_rubric", "make_backend", "preflight",

@@ -92,8 +92,8 @@ class JudgeCache:
             self._db.execute(
                 "INSERT OR REPLACE INTO judgements (key, judge_model, request, output, created, served_model, "
                 "system_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (key, judge_model, _request_json(judge_model, messages, decoding), answer.text, time.time(), answer.model,
-                 answer.fingerprint))
+                (key, judge_model, _request_json(judge_model, messages, decoding), answer.text, time.time(),
+                 answer.model, answer.fingerprint))
 
     def __len__(self) -> int:
         with self._lock:

@@ -178,8 +178,9 @@ class EgoPlanServer(DocRequests, lmms):
     def _candidates(self, prompt: ServerPrompt, answers: Sequence[str], scored_span: str):
         rendered = self.chat.with_answers(prompt.messages, answers)
         end_of_turn_ids = self._special_token_ids if scored_span == ANSWER_AND_END_OF_TURN else None
-        return rendered, [scored_sequence(self.tokenizer, r, end_of_turn_ids=end_of_turn_ids, model_name=self.pretrained,
-                                          add_special_tokens=prompt.add_special_tokens) for r in rendered]
+        return rendered, [scored_sequence(self.tokenizer, r, end_of_turn_ids=end_of_turn_ids,
+                                          model_name=self.pretrained, add_special_tokens=prompt.add_special_tokens)
+                          for r in rendered]
 
     def _prompt(self, visuals: ModelVisuals, context: str, input_order: str, where: str) -> ServerPrompt:
         messages = self.chat.user_turn(visuals.parts, context, input_order)

@@ -323,8 +323,9 @@ class Engine:
                     f"egoplan_server: the {self.name} server at {self.client.base_url} refuses requests without its "
                     f"API key (HTTP {error.status}): export the key in an environment variable and name it with "
                     f"model_args api_key_env=<variable>" if not self.client.authenticated else
-                    f"egoplan_server: the {self.name} server at {self.client.base_url} refuses the API key of model_args "
-                    f"api_key_env (HTTP {error.status}): export the key the server was started with (--api-key)") from None
+                    f"egoplan_server: the {self.name} server at {self.client.base_url} refuses the API key of "
+                    f"model_args api_key_env (HTTP {error.status}): export the key the server was started with "
+                    f"(--api-key)") from None
             raise ServerSetupError(f"egoplan_server: no {self.name} server answers at base_url={self.client.base_url} "
                                    f"({error}); start it, or fix model_args base_url") from None
         models = [entry for entry in (listing or {}).get("data", []) if isinstance(entry, dict)]
@@ -409,10 +410,12 @@ class SGLangEngine(Engine):
             wrong.append(f"its radix cache matches pages of {page} tokens")
         if wrong:
             raise ServerSetupError(
-                f"egoplan_server: the SGLang server at {self.client.base_url} would attend to {model}'s images causally "
-                f"({'; '.join(wrong)}), where {model} attends bidirectionally inside each image (egoplan_hf, vLLM): "
+                f"egoplan_server: the SGLang server at {self.client.base_url} would attend to {model}'s images "
+                f"causally ({'; '.join(wrong)}), where {model} attends bidirectionally inside each image "
+                f"(egoplan_hf, vLLM): "
                 f"SGLang builds that mask only with its Triton attention backend and for an image wholly in the part "
-                f"of the prompt being computed (models/gemma3_mm.py 217-251): start it with {SGLANG_BIDIRECTIONAL_FLAGS} "
+                f"of the prompt being computed (models/gemma3_mm.py 217-251): start it with "
+                f"{SGLANG_BIDIRECTIONAL_FLAGS} "
                 f"({doc_page('backend.md', 'Architectures and engines')})")
 
     def check(self, probe, rendered, sequence, tokenizer, *, takes_images: bool) -> None:
@@ -427,7 +430,8 @@ class SGLangEngine(Engine):
         media = self._media(prompt.visuals, prompt.where)
         # The prefix alone: its length after the visuals' placeholders expand (sglang PR 2597), and the
         # radix cache warm with it before the candidates arrive.
-        shift = self._prompt_tokens(self._prompt_fields(prompt.prefix_text, prompt.prefix_ids, media)) - len(prompt.prefix_ids)
+        prefix_fields = self._prompt_fields(prompt.prefix_text, prompt.prefix_ids, media)
+        shift = self._prompt_tokens(prefix_fields) - len(prompt.prefix_ids)
         # Entry 0 of input_token_logprobs is always null: each starts one token before its first scored one.
         starts = [shift + sequence.first - 1 for sequence in sequences]
         return self._logprobs([self._prompt_fields(r.text, s.token_ids, media) for r, s in zip(rendered, sequences)],
@@ -446,14 +450,16 @@ class SGLangEngine(Engine):
 
     def _prompt_tokens(self, fields: dict) -> int:
         """A prompt's length as the model runs it (visual placeholders expanded), by a prefill."""
-        return self.client.post("/generate", {**fields, "sampling_params": {"max_new_tokens": 0}})["meta_info"]["prompt_tokens"]
+        prefill = self.client.post("/generate", {**fields, "sampling_params": {"max_new_tokens": 0}})
+        return prefill["meta_info"]["prompt_tokens"]
 
     def generate(self, prompt, sampling):
         media = self._media(prompt.visuals, prompt.where)
         fields = self._prompt_fields(prompt.prefix_text, prompt.prefix_ids, media)
         sampling_params = {k: sampling[k] for k in SAMPLING_KEYS if k in sampling}
         if not media:  # SGLang refuses a prompt plus max_new_tokens over the context (tokenizer_manager.py 1353-1378)
-            sampling_params["max_new_tokens"] = self._within_context(len(prompt.prefix_ids), sampling_params, prompt.where)
+            sampling_params["max_new_tokens"] = self._within_context(len(prompt.prefix_ids), sampling_params,
+                                                                     prompt.where)
         try:
             return self.client.post("/generate", {**fields, "sampling_params": sampling_params})["text"]
         except ServerRequestError as error:
@@ -475,8 +481,8 @@ class SGLangEngine(Engine):
         requested = sampling_params["max_new_tokens"]
         if self.context_length is None or length + requested <= self.context_length:
             return requested
-        logger.warning(f"{self.model}: {where}: max_new_tokens {requested} cut to {self.context_length - length} to stay "
-                       f"within the context window of {self.context_length} tokens")
+        logger.warning(f"{self.model}: {where}: max_new_tokens {requested} cut to {self.context_length - length} "
+                       f"to stay within the context window of {self.context_length} tokens")
         return max(0, self.context_length - length)
 
     def _prompt_fields(self, text: str, token_ids: Sequence[int], media: dict) -> dict:
@@ -568,8 +574,9 @@ class VLLMEngine(Engine):
                     f"serves with its Mistral tokenizer and config unless told otherwise (vllm/tokenizers/registry.py "
                     f"145-161, transformers_utils/config.py 889-899): start it with {' '.join(flags)}") from None
             raise
-        body = self._scoring_body([*probe.messages, {"role": "assistant", "content": [
-            {"type": "text", "text": rendered.text[rendered.start:rendered.end]}]}], add_special_tokens=probe.add_special_tokens)
+        scored_turn = {"role": "assistant",
+                       "content": [{"type": "text", "text": rendered.text[rendered.start:rendered.end]}]}
+        body = self._scoring_body([*probe.messages, scored_turn], add_special_tokens=probe.add_special_tokens)
         self._check_log_probabilities(body)
         if self.video_native and self.version >= VLLM_REQUEST_MM_KWARGS_VERSION:
             self._check_media_kwargs(body)
@@ -586,15 +593,17 @@ class VLLMEngine(Engine):
             answer = self.client.post("/v1/chat/completions", {**body, "prompt_logprobs": VLLM_PROBE_TOP_LOGPROBS})
         except ServerRequestError as error:
             raise ServerSetupError(
-                f"egoplan_server: the vLLM server at {self.client.base_url} does not return the {VLLM_PROBE_TOP_LOGPROBS} "
-                f"most likely tokens per prompt position that the load check asks for ({error}): start it with "
+                f"egoplan_server: the vLLM server at {self.client.base_url} does not return the "
+                f"{VLLM_PROBE_TOP_LOGPROBS} most likely tokens per prompt position that the load check asks for "
+                f"({error}): start it with "
                 f"--max-logprobs {VLLM_PROBE_TOP_LOGPROBS} or more (its default is 20)") from None
         for entry in answer["prompt_logprobs"][1:]:
             values = [float(candidate["logprob"]) for candidate in entry.values()]
             if max(values) > 0 or sum(math.exp(value) for value in values) > 1 + 1e-3:
                 raise ServerSetupError(
-                    f"egoplan_server: the vLLM server at {self.client.base_url} returns logits, not log-probabilities, "
-                    f"as its prompt_logprobs (a position's {len(values)} most likely entries: {values[:3]}...): start it "
+                    f"egoplan_server: the vLLM server at {self.client.base_url} returns logits, not "
+                    f"log-probabilities, as its prompt_logprobs (a position's {len(values)} most likely entries: "
+                    f"{values[:3]}...): start it "
                     f"without --logprobs-mode, or with raw_logprobs / processed_logprobs, which for prompt tokens are "
                     f"the same (vllm/v1/worker/gpu_model_runner.py 5321-5327)")
 
@@ -742,7 +751,8 @@ def mistral_format_flags(pretrained: str) -> list[str]:
     names = [path.name for path in folder.rglob("*") if path.is_file()] if folder.is_dir() else []
     if not any(fnmatch.fnmatch(name, "consolidated*.safetensors") for name in names):
         return []
-    tokenizer = any(fnmatch.fnmatch(name, pattern) for name in names for pattern in ("tekken.json", "tokenizer.model.v*"))
+    tokenizer = any(fnmatch.fnmatch(name, pattern) for name in names
+                    for pattern in ("tekken.json", "tokenizer.model.v*"))
     return [*(["--tokenizer-mode hf"] if tokenizer else []),
             *(["--config-format hf"] if (folder / "params.json").is_file() else [])]
 

@@ -15,10 +15,10 @@ Two ways to compute the same numbers:
   prefix is shared.
 
 Positions are handled in two token spaces: the tokenizer's ids of the rendered conversation
-(each visual placeholder one token, the BOS where the model's processor adds one; ``ScoredSequence``) and the processor's ids, where
-placeholders are expanded to one token per visual embedding. Expansion happens only inside the
-user turn, so the two agree on everything after it, shifted by a constant; ``expansion_shift``
-checks that before any position is trusted.
+(each visual placeholder one token, the BOS where the model's processor adds one; ``ScoredSequence``) and
+the processor's ids, where placeholders are expanded to one token per visual embedding. Expansion happens
+only inside the user turn, so the two agree on everything after it, shifted by a constant;
+``expansion_shift`` checks that before any position is trusted.
 """
 
 from __future__ import annotations

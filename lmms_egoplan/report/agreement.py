@@ -64,9 +64,11 @@ def agreement_figure(agreements: Sequence[Agreement], first: str, second: str) -
     figure = Figure(figsize=(13, 0.55 * len(agreements) + 3), layout="constrained")
     scores, confusion = figure.subplots(1, 2, width_ratios=(3, 2))
     positions = range(len(agreements))
-    for index, (label, offset, values, intervals) in enumerate((
-            (f"run's judge: {first}", -0.15, [a.first_score for a in agreements], [a.first_interval for a in agreements]),
-            (f"second judge: {second}", 0.15, [a.second_score for a in agreements], [a.second_interval for a in agreements]))):
+    judges = ((f"run's judge: {first}", -0.15, [a.first_score for a in agreements],
+               [a.first_interval for a in agreements]),
+              (f"second judge: {second}", 0.15, [a.second_score for a in agreements],
+               [a.second_interval for a in agreements]))
+    for index, (label, offset, values, intervals) in enumerate(judges):
         low = [value - interval[0] for value, interval in zip(values, intervals)]
         high = [interval[1] - value for value, interval in zip(values, intervals)]
         scores.errorbar(values, [p + offset for p in positions], xerr=[low, high], fmt="o", color=colour(index),

@@ -123,8 +123,9 @@ def bars(axes, groups: list[str], series: list[tuple[str, str, list[float | None
             if count is not None:
                 top = bounds[1] if bounds else value
                 axes.annotate(f"n={count}", (top, x) if horizontal else (x, top),
-                              xytext=(2, 0) if horizontal else (0, 2), textcoords="offset points", ha="left" if horizontal else "center",
-                              va="center" if horizontal else "bottom", fontsize=7)
+                              xytext=(2, 0) if horizontal else (0, 2), textcoords="offset points",
+                              ha="left" if horizontal else "center", va="center" if horizontal else "bottom",
+                              fontsize=7)
     _group_ticks(axes, groups)
 
 

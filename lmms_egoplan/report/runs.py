@@ -58,7 +58,8 @@ class Run:
                                     if name not in OBSERVED_SETTINGS}}
 
     def recorded(self, tasks: Iterable[str]) -> dict[str, str]:
-        """The effective settings (and what the tasks recorded beside them) of ``tasks``, merged (``merged_settings``)."""
+        """The effective settings (and what the tasks recorded beside them) of ``tasks``, merged
+        (``merged_settings``)."""
         return merged_settings(self.settings.get(task, {}) for task in tasks)
 
     @property
