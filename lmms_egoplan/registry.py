@@ -35,6 +35,7 @@ class Benchmark:
     report_face: str  # "module:attribute" of its face in the report and the demo's table (report.layout.ReportFace)
     commands: str = ""  # "module:attribute" of its lmms-egoplan commands: name -> (help, add_arguments), as cli.COMMANDS
     rubric: str | None = None  # the judge rubric its judged items name (registered by its task module)
+    other_rubrics: tuple[str, ...] = ()  # further rubrics its task module registers (a setting picks one)
     legacy_rubric_references: tuple[str, ...] = ()  # what logs written before rubrics had names carry
     demo_suite: str = ""  # "module:function" writing the demo's data (fixtures.suite.SmokeSuite)
     rejudge_groups: Mapping[str, str] = field(default_factory=dict)  # task-name prefix -> "module:function"
@@ -67,6 +68,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("egointent", "EgoIntent", "lmms_egoplan.egointent.report_face:FACE",
               commands="lmms_egoplan.egointent.commands:COMMANDS",
               rubric="egointent", legacy_rubric_references=("lmms_egoplan.egointent:RUBRIC",),
+              other_rubrics=("egointent_release",),
               demo_suite="lmms_egoplan.egointent.synthetic:smoke_suite"),
     Benchmark("actplan", "ActPlan-1K", "lmms_egoplan.actplan.report_face:FACE",
               commands="lmms_egoplan.actplan.commands:COMMANDS",
@@ -127,9 +129,9 @@ def find_rubric(reference: str) -> str | None:
     logs written before rubrics had names carry), its benchmark's task module imported (which
     registers it); None for a rubric of no benchmark here."""
     for entry in BENCHMARKS:
-        if entry.rubric and reference in (entry.rubric, *entry.legacy_rubric_references):
+        if entry.rubric and reference in (entry.rubric, *entry.legacy_rubric_references, *entry.other_rubrics):
             importlib.import_module(entry.task_module)
-            return entry.rubric
+            return reference if reference in entry.other_rubrics else entry.rubric
     return None
 
 

@@ -63,7 +63,8 @@ def test_the_scripted_judges_read_reference_and_answer_from_the_benchmarks_judge
     steps = egointent.released_steps()
     for number in range(len(egointent.SCRIPTED_STEPS)):  # the local intent of each kind of scripted answer
         kind = egointent.SCRIPTED_STEPS[number][1][0]
-        step = {"step_id": steps[number].sample_id, "local_intent": steps[number].record["local_intent"]}
+        step = {"step_id": steps[number].sample_id, "local_intent": steps[number].record["local_intent"],
+                "definitions": "release"}
         prediction = egointent.field_answer(step["local_intent"], kind)
         prompt = egointent_task.judge_request(step, INTENT_FIELDS[0], prediction).messages[-1]["content"]
         assert judge(call(prompt)).text.endswith(f"Rating: [[{egointent.SCRIPTED_RATINGS[kind]}]]")

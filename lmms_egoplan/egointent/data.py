@@ -44,24 +44,38 @@ ENV_PREFIX = "EGOINTENT"  # settings are overridden by environment variables EGO
 class Dimension:
     field: str  # answer key, metric name and the flat file's reference field
     label: str  # as the authors name it, in the prompts and the tables
-    question: str  # what the model is asked
-    definition: str  # what the judge is told the dimension means
+    # What the judge is told the dimension means, by the setting ``definitions`` (DEFINITIONS): the release's
+    # (its README, e6cf8e9, made precise by the authors' prediction prompt, 3528dc9 prompts/) or arXiv v1's.
+    definitions: Mapping[str, str]
+    v1_question: str  # what the v1 prompt (definitions: v1) asks
     former_fields: tuple[str, ...] = ()  # its names before the release (arXiv v1), still read in flat files and logs
 
 
+# The setting ``definitions``: what the model is asked and the judge told. release: the authors' prediction
+# prompts (YePan2/EgoIntent@3528dc9, prompts/) and the release README's definitions (@e6cf8e9); v1: the
+# suite's prompt and judge up to task version 3 (arXiv v1's definitions), for comparisons with v1's Table 3.
+DEFINITIONS = ("release", "v1")
 DIMENSIONS = (
-    Dimension("local_intent", "Local Intent",
-              "What is the person trying to accomplish in this step? Give the immediate goal, "
-              "not a description of the visible motion.",
-              "the person's immediate goal within the current step: what they are trying to accomplish now "
-              "(a goal, not a restatement of the visible action)"),
-    Dimension("procedural_intent", "Procedural Intent",
-              "Why is this step needed? Give the role this step plays in the person's overall activity.",
-              "the role of the current step in the overall activity: why this step is needed at this point "
-              "of the procedure", former_fields=("global_intent",)),
-    Dimension("next_step_plan", "Next-Plan",
-              "What will the person most likely do right after this step?",
-              "the action most likely to begin right after the current step is completed"),
+    Dimension("local_intent", "Local Intent", {
+        "release": "the actor's immediate goal in the current micro-step: what the actor is trying to accomplish "
+                   "through the current action, rather than only the body motion",
+        "v1": "the person's immediate goal within the current step: what they are trying to accomplish now "
+              "(a goal, not a restatement of the visible action)"},
+        "What is the person trying to accomplish in this step? Give the immediate goal, "
+        "not a description of the visible motion."),
+    Dimension("procedural_intent", "Procedural Intent", {
+        "release": "the functional role of the current step in the broader procedure: the near-term procedural "
+                   "subgoal that the local intent supports, one level more abstract than it, not a broad "
+                   "event-level goal",
+        "v1": "the role of the current step in the overall activity: why this step is needed at this point "
+              "of the procedure"},
+        "Why is this step needed? Give the role this step plays in the person's overall activity.",
+        former_fields=("global_intent",)),
+    Dimension("next_step_plan", "Next-Plan", {
+        "release": "the action most likely to occur immediately after the observation boundary; where an action "
+                   "is clearly unfinished at the boundary, its immediate continuation is such an action",
+        "v1": "the action most likely to begin right after the current step is completed"},
+        "What will the person most likely do right after this step?"),
 )
 FIELDS = tuple(d.field for d in DIMENSIONS)
 # A dimension's former field name -> its field (global_intent -> procedural_intent)
@@ -532,6 +546,7 @@ def step_docs(steps: list[Step], settings) -> tuple[list[dict], list[tuple[Step,
                      "event": step.event, "source_video": step.source_video, **step.references,
                      "plausible_next_steps": list(step.plausible_next_steps),
                      "judge_sees_plausible_next_steps": settings.next_step_references == "observed_and_plausible",
+                     "definitions": settings.definitions, "show_step_id": settings.show_step_id,
                      "video_fps": info.fps, "frame_indices": indices, "frames_capped": len(indices) < len(at_sample_fps),
                      "video_input": settings.video_input, "frame_max_side": settings.frame_max_side})
     return docs, unusable

@@ -261,7 +261,9 @@ def scripted_answers(release: Path) -> ScriptedAnswers:
         return {"egointent": metrics}
 
     return ScriptedAnswers(tasks=("egointent",), answers=answers, expected=expected, ratings=rating,
-                           judge_prefix="EGOINTENT", env={"EGOINTENT_ANNOTATIONS": str(release)})
+                           judge_prefix="EGOINTENT",
+                           # the step id in the prompt tells the scripted model which step it answers
+                           env={"EGOINTENT_ANNOTATIONS": str(release), "EGOINTENT_SHOW_STEP_ID": "true"})
 
 
 def smoke_suite(workdir: Path, resources: ExitStack) -> SmokeSuite:

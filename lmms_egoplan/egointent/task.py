@@ -44,12 +44,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from lmms_eval.api.task import ConfigurableMessagesTask
 from loguru import logger
 
 from lmms_egoplan.core.media import VideoFile, as_video_frames, frame_times
 from lmms_egoplan.core.settings import SettingsError, setting, setting_name, value_problems
 from lmms_egoplan.core.statistics import largest
 from lmms_egoplan.egointent.data import (
+    DEFINITIONS,
     DIMENSIONS,
     ENV_PREFIX,
     FIELDS,
@@ -91,6 +93,12 @@ class EgoIntentSettings(JudgeSettings):
     skip_missing: bool = False  # skip steps whose video is unusable (counted: skipped_samples) instead of failing
     # What the judge compares a Next-Plan with: the observed next step, or it and the release's plausible next steps.
     next_step_references: str = setting("observed", choices=NEXT_STEP_REFERENCES)
+    # What the model is asked and the judge told: the release's definitions, in the authors' prediction prompts
+    # (default), or v1: the suite's prompt and judge up to task version 3 (arXiv v1's definitions).
+    definitions: str = setting("release", choices=DEFINITIONS)
+    # Show the model the sample id <video_uid>_<step_id> (whose step ordinal tells the position in the event);
+    # the authors' prompt shows none. Version 3's prompt: definitions v1 with show_step_id true.
+    show_step_id: bool = False
 
     def check_sampling(self, name: Callable[[str], str]) -> None:
         """Fail early on a frame plan that cannot work (``lmms-egoplan egointent-steps``; inside
@@ -109,7 +117,11 @@ class EgoIntentTask(JudgedTask):
 
     Settings = EgoIntentSettings
     ENV_PREFIX = ENV_PREFIX
-    JUDGE_RUBRIC = "egointent"  # its judged items' rubric (RUBRIC_NAME, registered below)
+
+    @property
+    def JUDGE_RUBRIC(self) -> str:  # noqa: N802 (the judged task's attribute, here by the setting)
+        """The rubric of the judge prompt the setting ``definitions`` picks (RUBRIC_NAMES)."""
+        return RUBRIC_NAMES[self.settings.definitions]
 
     def load_docs(self) -> list[dict]:
         settings = self.settings
@@ -159,20 +171,95 @@ def doc_to_visual(doc: dict) -> list:
 # =============================================================================================
 
 
-PROMPT = (
+# definitions: release -- the authors' prediction prompts, verbatim: YePan2/EgoIntent@3528dc9,
+# prompts/benchmark_prediction_system.txt (the system message) and prompts/benchmark_prediction_user.txt (the
+# user message, with the whole clip), as prompts/README.md says to send them. Withdrawn at ef6dc0b, public in
+# the history; the only prediction prompts the authors published.
+RELEASE_SYSTEM = """You are evaluating egocentric procedural video understanding.
+
+You will receive one video containing the complete observation window of a single benchmark step. Watch the entire \
+video in chronological order and infer exactly three labels.
+
+LABEL DEFINITIONS
+
+1. local_intent
+The actor's immediate goal within the observed video.
+Describe what the actor is trying to accomplish through the current action, rather than only describing body motion.
+An action-form phrase is acceptable when it clearly expresses the immediate goal.
+Keep the description specific to the current step.
+
+2. procedural_intent
+The near-term procedural subgoal that the local intent supports.
+It should be one level more abstract than local_intent, but it must remain visually and procedurally supported.
+Do not infer a broad event-level goal merely from the scene or objects.
+
+3. next_step
+The single most likely action that will occur immediately after the observation window ends.
+Predict only one action.
+Do not repeat an action that has already been completed in the video.
+If an action is clearly unfinished at the end of the video, its immediate continuation may be predicted.
+Keep the prediction temporally close and at a similar level of granularity to the observed action.
+
+EVIDENCE RULES
+
+- Use motion and state changes across the entire video, not only the final frame.
+- Treat the final frame as the temporal boundary between the observation and the predicted next step.
+- Base all predictions only on visible evidence and ordinary procedural continuity.
+- Do not invent specific objects, tools, directions, or goals that are not visually supported.
+- When multiple interpretations are possible, choose the single most visually supported and temporally immediate \
+interpretation.
+- Describe the camera wearer or primary actor, not the camera movement.
+
+OUTPUT REQUIREMENTS
+
+- Write all labels in English.
+- Use concise verb phrases.
+- Return valid JSON only.
+- Do not include explanations, reasoning, confidence scores, alternatives, or additional fields.
+
+REQUIRED OUTPUT FORMAT
+
+{
+  "local_intent": "string",
+  "procedural_intent": "string",
+  "next_step": "string"
+}"""
+RELEASE_USER = ("Watch the attached step video in full and predict the three required labels.\n\n"
+                "Return only the JSON object specified in the system prompt.")
+# definitions: v1 -- the suite's own prompt up to version 3 (arXiv v1 published none), no system message.
+V1_PROMPT = (
     "This egocentric (first-person) video clip shows one step of a person's activity. "
     "It ends before the outcome of the step becomes visible.\n"
-    "Step id: {step_id}\n\n"
+    "{step_line}\n"
     "Infer the person's intent at this step and answer three questions:\n"
-    + "".join(f"{n}. {d.label}: {d.question}\n" for n, d in enumerate(DIMENSIONS, start=1))
+    + "".join(f"{n}. {d.label}: {d.v1_question}\n" for n, d in enumerate(DIMENSIONS, start=1))
     + "\nAnswer with one JSON object and nothing else: {{"
     + ", ".join(f'"{field}": "..."' for field in FIELDS) + "}}"
 )
+STEP_LINE = "Step id: {step_id}\n"  # shown only with show_step_id
+
+
+def prompt_turns(doc: dict) -> tuple[str, str]:
+    """(system message, user message) of the prediction prompt the setting ``definitions`` picks; the
+    step id is in it only with ``show_step_id``."""
+    step_line = STEP_LINE.format(step_id=doc["step_id"]) if doc["show_step_id"] else ""
+    if doc["definitions"] == "v1":
+        return "", V1_PROMPT.format(step_line=step_line)
+    return RELEASE_SYSTEM, f"{step_line}\n{RELEASE_USER}" if step_line else RELEASE_USER
 
 
 def doc_to_text(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> str:
-    """The unified prompt (the same for every model): the step id and the three questions."""
-    return PROMPT.format(step_id=doc["step_id"])
+    """Backends without a system turn (the suite's egoplan_hf, lmms-eval's simple models): the system
+    message leads the text."""
+    system, user = prompt_turns(doc)
+    return f"{system}\n\n{user}" if system else user
+
+
+def doc_to_messages(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> list[dict]:
+    """Chat backends: the system message as a system turn, then the clip and the user message."""
+    system, user = prompt_turns(doc)
+    system_turn = [{"role": "system", "content": [{"type": "text", "text": system}]}] if system else []
+    return system_turn + ConfigurableMessagesTask._build_user_turn(doc_to_visual(doc), user)
 
 
 def doc_to_target(doc: dict) -> str:
@@ -333,8 +420,12 @@ Rate how consistent the prediction is in meaning with the reference{or_also_acce
 4-6: partly consistent: related, but the object, the purpose or the level of abstraction differs
 1-3: mostly inconsistent: only a loose connection to the reference
 0: unrelated or contradictory
-Rate meaning, not wording. A prediction that answers another dimension (the visible motion instead of its goal, the current step instead of the next one) is not consistent.
+Rate meaning, not wording. A prediction that answers another dimension ({other_dimension}) is not consistent.
 Explain your judgement in one sentence, then give the rating as "Rating: [[x]]"."""
+# What answering another dimension means, by the setting definitions: the release's Next-Plan allows the
+# immediate continuation of an unfinished action (3528dc9 prompts/benchmark_prediction_system.txt), v1's did not.
+OTHER_DIMENSION = {"release": "the visible motion instead of its goal",
+                   "v1": "the visible motion instead of its goal, the current step instead of the next one"}
 # Where the judge sees the release's plausible next steps (next_step_references: observed_and_plausible).
 ALSO_ACCEPTABLE = "Also acceptable: {answers}\n"
 OR_ALSO_ACCEPTABLE = " (or with one of the answers also acceptable)"
@@ -350,10 +441,27 @@ def parse_judge_rating(text: str) -> float:
     return _RATING(_THINKING.sub("", text))
 
 
-# 0-10 ratings, reported on 0-100 like Table 3
-RUBRIC = Rubric(parse_judge_rating, scale=10.0, levels=JUDGE_SCALE, version="1",
-                prompt="\n\n".join([JUDGE_SYSTEM, JUDGE_PROMPT, *(f"{d.label}: {d.definition}" for d in DIMENSIONS)]))
-RUBRIC_NAME = register_rubric("egointent", RUBRIC)  # the name its judged items (and logs) carry
+
+
+def judge_template(definitions: str) -> str:
+    """The judge prompt of the setting ``definitions``, its {placeholders} for one field left."""
+    return JUDGE_PROMPT.replace("{other_dimension}", OTHER_DIMENSION[definitions])
+
+
+def _rubric(definitions: str) -> Rubric:
+    """0-10 ratings, reported on 0-100 like Table 3; identified by the judge prompt of ``definitions``
+    (its hash changes with any change of the prompt or of a definition)."""
+    prompt = "\n\n".join([JUDGE_SYSTEM, judge_template(definitions),
+                           *(f"{d.label}: {d.definitions[definitions]}" for d in DIMENSIONS)])
+    return Rubric(parse_judge_rating, scale=10.0, levels=JUDGE_SCALE, version="1", prompt=prompt)
+
+
+# The names their judged items (and logs) carry: "egointent" stays the judge of versions 1-3 (v1's definitions),
+# so that older logs keep their judge's identity.
+RUBRICS = {definitions: _rubric(definitions) for definitions in DEFINITIONS}
+RUBRIC_NAMES = {"release": register_rubric("egointent_release", RUBRICS["release"]),
+                "v1": register_rubric("egointent", RUBRICS["v1"])}
+RUBRIC, RUBRIC_NAME = RUBRICS["release"], RUBRIC_NAMES["release"]  # the default's
 MISSING = FixedRating(0.0, "the answer has no such field")
 
 
@@ -363,9 +471,10 @@ def judge_request(doc: dict, dimension: Dimension, prediction: str) -> JudgeRequ
     alternatives = doc["plausible_next_steps"] if (
         dimension.field == "next_step_plan" and doc["judge_sees_plausible_next_steps"]) else []
     also = ALSO_ACCEPTABLE.format(answers="; ".join(alternatives)) if alternatives else ""
-    prompt = JUDGE_PROMPT.format(label=dimension.label, definition=dimension.definition, reference=doc[dimension.field],
-                                 also_acceptable=also, or_also_acceptable=OR_ALSO_ACCEPTABLE if alternatives else "",
-                                 prediction=prediction)
+    definitions = doc["definitions"]
+    prompt = judge_template(definitions).format(
+        label=dimension.label, definition=dimension.definitions[definitions], reference=doc[dimension.field],
+        also_acceptable=also, or_also_acceptable=OR_ALSO_ACCEPTABLE if alternatives else "", prediction=prediction)
     return JudgeRequest.from_prompt(f"{doc['step_id']}/{dimension.field}", prompt, system=JUDGE_SYSTEM)
 
 
@@ -373,11 +482,12 @@ def process_results(doc: dict, results: list) -> dict:
     """Judge items for every metric this step counts in; the judge runs after generation."""
     answer = parse_answer(results[0])
     parts = {d.field: judge_request(doc, d, answer[d.field]) if d.field in answer else MISSING for d in DIMENSIONS}
-    step = judge_parts_item(parts, RUBRIC_NAME)
+    rubric = RUBRIC_NAMES[doc["definitions"]]
+    step = judge_parts_item(parts, rubric)
     missing = len(FIELDS) - len(answer)
     return {
         "overall": step,
-        **{field: judge_parts_item({field: part}, RUBRIC_NAME) for field, part in parts.items()},
+        **{field: judge_parts_item({field: part}, rubric) for field, part in parts.items()},
         doc["environment"]: step,
         scenario_metric(doc["scenario"]): step,
         "judged": step,

@@ -17,8 +17,9 @@ from lmms_egoplan.egointent.data import (
 )
 from lmms_egoplan.egointent.synthetic import released_steps, write_dataset, write_release
 from lmms_egoplan.egointent.task import (
-    PROMPT,
+    RELEASE_SYSTEM,
     parse_answer,
+    prompt_turns,
 )
 from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, rating_responder
 from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
@@ -59,7 +60,9 @@ class ScriptedModel:
         images = [Image.open(io.BytesIO(base64.b64decode(part["image_url"]["url"].split(",", 1)[1])))
                   for part in content if part["type"] == "image_url"]
         step_id = STEP_ID.search(text).group(1)
-        self.seen[step_id] = {"text": text, "frames": [read_index(image) for image in images]}
+        system = ["".join(part["text"] for part in m["content"]) if isinstance(m["content"], list) else m["content"]
+                  for m in call.messages if m["role"] == "system"]
+        self.seen[step_id] = {"system": system, "text": text, "frames": [read_index(image) for image in images]}
         return Reply(scripted_answer(step_id))
 
 
@@ -76,7 +79,9 @@ def runs(dataset, release, tiny_model, tmp_path_factory):
             ChatServer(sometimes_unrated) as hf_judge, ThreadPoolExecutor(2) as pool:
         chat = pool.submit(run_lmms_eval, model="openai", output_dir=root / "chat", tasks=["egointent"], check=False,
                            model_args=f"model=scripted-vlm,base_url={model_server.base_url},api_key=unused",
-                           env=judge_env(chat_judge, root / "chat-judge-cache", release))
+                           # the default prompt, the step id shown: it tells the scripted model the step
+                           env={**judge_env(chat_judge, root / "chat-judge-cache", release),
+                                "EGOINTENT_SHOW_STEP_ID": "true"})
         hf = pool.submit(run_lmms_eval, model="egoplan_hf", output_dir=root / "hf", tasks=["egointent"], check=False,
                          model_args=f"pretrained={tiny_model('qwen2_vl')}",
                          env=judge_env(hf_judge, root / "hf-judge-cache", dataset),
@@ -163,7 +168,9 @@ def test_the_model_gets_the_unified_prompt_and_only_pre_outcome_frames(chat_run,
     assert chat_run.model.seen.keys() == by_id.keys() == steps.keys()
     for step_id, seen in chat_run.model.seen.items():
         doc, step = by_id[step_id], steps[step_id]
-        assert seen["text"] == PROMPT.format(step_id=step_id)
+        # the authors' prediction prompt: their system message as a system turn, the user message with the clip
+        assert seen["system"] == [RELEASE_SYSTEM]
+        assert seen["text"] == prompt_turns({"step_id": step_id, "definitions": "release", "show_step_id": True})[1]
         assert seen["frames"] == [step.first_frame + i for i in doc["frame_indices"]]
         assert all(Fraction(n) / step.event.fps < Fraction(step.record["obs_end_time"]) for n in seen["frames"])
 

@@ -16,6 +16,7 @@ from lmms_egoplan.core.media import VIDEO_CLIP_KEY
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
 from lmms_egoplan.egointent import task as egointent
 from lmms_egoplan.egointent.data import (
+    DIMENSIONS,
     FIELDS,
     EgoIntentDataError,
     clip_frame_indices,
@@ -333,7 +334,7 @@ def test_judge_ratings_are_integers_0_to_10_after_any_thinking():
 def test_missing_fields_score_zero_without_a_judge_call_and_present_ones_are_judged_against_their_reference():
     doc = {"step_id": "s7", "environment": "outdoor", "scenario": "Yard", "local_intent": "steady the ladder",
            "procedural_intent": "reach the branch safely", "next_step_plan": "climb the ladder", "frames_capped": False,
-           "plausible_next_steps": ["fetch the saw"], "judge_sees_plausible_next_steps": True}
+           "plausible_next_steps": ["fetch the saw"], "judge_sees_plausible_next_steps": True, "definitions": "release"}
     values = egointent.process_results(doc, ['{"local_intent": "hold the ladder still"}'])
     parts = values["overall"]["judge_parts"]
     assert parts["procedural_intent"] == parts["next_step_plan"] == {"fixed_rating": 0.0,
@@ -341,12 +342,68 @@ def test_missing_fields_score_zero_without_a_judge_call_and_present_ones_are_jud
     system, user = parts["local_intent"]["judge_messages"]
     assert system == {"role": "system", "content": egointent.JUDGE_SYSTEM}
     assert "Reference: steady the ladder\nPrediction: hold the ladder still" in user["content"]
-    assert "Dimension: Local Intent, the person's immediate goal" in user["content"]
+    assert "Dimension: Local Intent, the actor's immediate goal in the current micro-step" in user["content"]
     assert parts["local_intent"]["judge_request_id"] == "s7/local_intent"
     assert values["outdoor"] is values["scenario_yard"] is values["overall"]
     assert values["local_intent"]["judge_parts"].keys() == {"local_intent"}
     assert (values["incomplete_answers"], values["missing_fields"], values["capped_samples"]) == (1, 2, 0)
     assert "indoor" not in values
+
+
+
+# The authors' prediction prompts, held by the SHA-256 of each file as published: YePan2/EgoIntent@3528dc9,
+# prompts/benchmark_prediction_system.txt and prompts/benchmark_prediction_user.txt (each ends with a newline).
+OFFICIAL_PROMPT_SHA256 = {"system": "1ed38740763de641459988d21c915d7d83db75a446713d957ccdb218a11d9684",
+                          "user": "123b6e421325a886d0599e3bb7c8f75f2909908aa2768eb520261e228151b212"}
+# The prompt of task versions 1-3 (definitions: v1, show_step_id: true), as it was sent.
+VERSION_3_PROMPT = (
+    "This egocentric (first-person) video clip shows one step of a person's activity. It ends before the outcome of "
+    "the step becomes visible.\nStep id: s7\n\nInfer the person's intent at this step and answer three questions:\n"
+    "1. Local Intent: What is the person trying to accomplish in this step? Give the immediate goal, not a "
+    "description of the visible motion.\n2. Procedural Intent: Why is this step needed? Give the role this step "
+    "plays in the person's overall activity.\n3. Next-Plan: What will the person most likely do right after this "
+    "step?\n\nAnswer with one JSON object and nothing else: {\"local_intent\": \"...\", \"procedural_intent\": "
+    "\"...\", \"next_step_plan\": \"...\"}")
+
+
+def prompt_doc(**settings) -> dict:
+    return {"step_id": "s7", "definitions": "release", "show_step_id": False, **settings}
+
+
+def test_the_default_prompt_is_the_authors_published_one_verbatim_with_no_step_id():
+    system, user = egointent.prompt_turns(prompt_doc())
+    assert hashlib.sha256(f"{system}\n".encode()).hexdigest() == OFFICIAL_PROMPT_SHA256["system"]
+    assert hashlib.sha256(f"{user}\n".encode()).hexdigest() == OFFICIAL_PROMPT_SHA256["user"]
+    assert egointent.doc_to_text(prompt_doc()) == f"{system}\n\n{user}" and "s7" not in system + user
+    # The authors' JSON key for the Next-Plan is read as the field next_step_plan.
+    assert parse_answer('{"local_intent": "a", "procedural_intent": "b", "next_step": "c"}') == {
+        "local_intent": "a", "procedural_intent": "b", "next_step_plan": "c"}
+
+
+def test_the_step_id_is_shown_only_where_the_setting_asks_and_v1_keeps_version_3s_prompt():
+    system, user = egointent.prompt_turns(prompt_doc(show_step_id=True))
+    assert user.startswith("Step id: s7\n\n") and user.endswith(egointent.RELEASE_USER)
+    assert egointent.prompt_turns(prompt_doc(definitions="v1", show_step_id=True)) == ("", VERSION_3_PROMPT)
+    assert egointent.prompt_turns(prompt_doc(definitions="v1")) == ("", VERSION_3_PROMPT.replace("Step id: s7\n", ""))
+
+
+def test_the_judge_follows_the_definitions_setting_and_each_prompt_has_its_own_identity():
+    from lmms_egoplan.judge.rubrics import load_rubric
+
+    doc = {"step_id": "s7", "next_step_plan": "climb the ladder", "plausible_next_steps": [],
+           "judge_sees_plausible_next_steps": False}
+    release = egointent.judge_request({**doc, "definitions": "release"}, DIMENSIONS[2], "keep climbing")
+    v1 = egointent.judge_request({**doc, "definitions": "v1"}, DIMENSIONS[2], "keep climbing")
+    release_text, v1_text = release.messages[-1]["content"], v1.messages[-1]["content"]
+    # The release allows the immediate continuation of an unfinished action; v1's judge marked it down.
+    assert "its immediate continuation is such an action" in release_text
+    assert "the current step instead of the next one" not in release_text
+    assert "the current step instead of the next one" in v1_text
+    assert "Dimension: Next-Plan, the action most likely to begin right after the current step is completed" in v1_text
+    # v1's judge keeps the identity (rubric name and prompt hash) of versions 1-3; the release's has its own.
+    assert egointent.RUBRIC_NAMES == {"release": "egointent_release", "v1": "egointent"}
+    assert load_rubric("egointent").prompt_hash == "ec9c4e681602dc98"
+    assert load_rubric("egointent_release").prompt_hash not in ("ec9c4e681602dc98", "")
 
 
 # ---------------------------------------------------------------------------------------------

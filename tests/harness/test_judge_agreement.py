@@ -48,7 +48,7 @@ def test_fields_are_compared_one_by_one_and_together(tmp_path, capsys):
     assert len(second.calls) == 12
     rows = {row["group"]: row for row in csv.DictReader((tmp_path / "out" / "judge_agreement.csv").open())}
     assert list(rows) == ["egointent · local_intent", "egointent · global_intent", "egointent · next_step_plan",
-                          "all (egointent)"]
+                          "all (egointent_release)"]
     # 0-10 ratings reported on 0-100, as the task reports them.
     assert [float(rows[g]["first score"]) for g in rows] == pytest.approx([97.5, 15.0, 15.0, (97.5 + 15 + 15) / 3])
     assert [float(rows[g]["second score"]) for g in rows] == pytest.approx([100.0, 15.0, 15.0, (100 + 15 + 15) / 3])

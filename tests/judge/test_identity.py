@@ -2,6 +2,7 @@
 results metadata and records; the server's fingerprint kept in the cache and the audit trail."""
 
 import json
+from types import SimpleNamespace
 
 from lmms_egoplan.egothink.task import RUBRIC, RUBRIC_NAME
 from lmms_egoplan.fixtures.judge_server import ChatServer, rating_responder
@@ -44,6 +45,9 @@ def test_each_judged_task_names_the_rubric_its_items_name():
     from lmms_egoplan.registry import BENCHMARKS
 
     assert egothink.EgoThinkScoring.JUDGE_RUBRIC == egothink.RUBRIC_NAME
-    assert egointent.EgoIntentTask.JUDGE_RUBRIC == egointent.RUBRIC_NAME
-    assert {b.rubric for b in BENCHMARKS if b.rubric} == {egothink.RUBRIC_NAME, egointent.RUBRIC_NAME}
+    for definitions, name in egointent.RUBRIC_NAMES.items():  # the setting definitions picks the rubric
+        task = SimpleNamespace(settings=SimpleNamespace(definitions=definitions))
+        assert egointent.EgoIntentTask.JUDGE_RUBRIC.fget(task) == name
+    assert {name for b in BENCHMARKS if b.rubric for name in (b.rubric, *b.other_rubrics)} == {
+        egothink.RUBRIC_NAME, *egointent.RUBRIC_NAMES.values()}
     assert egointent.RUBRIC.levels == tuple(range(11)) and egointent.RUBRIC.prompt_hash != egothink.RUBRIC.prompt_hash
