@@ -1,6 +1,7 @@
 """EgoThink: the release and Hub data loaders, the twelve dimensions and six capabilities, the task YAMLs
 (all twelve tasks through the lmms-eval CLI: tests/e2e/test_egothink.py)."""
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -204,3 +205,34 @@ def test_a_judge_that_cannot_load_fails_the_judgements_instead_of_the_run(tmp_pa
     score = aggregate["score"](items, args=None)
     assert score != score  # NaN, never a silent zero
     assert len(loads) == 1, "the judge that failed to load was loaded again for another metric"
+
+
+# The official judge prompt, held by the SHA-256 of its exact strings: AdaCheng/EgoThink@fbafe8f,
+# judge_prompts.jsonl, the record "single-math-v2" (its "system_prompt" and "prompt_template", as json.loads
+# reads them; the template names the reference {ref_answer_1}, the suite {reference}).
+OFFICIAL_SINGLE_MATH_V2_SHA256 = {
+    "system_prompt": "75357d685f238b6afd7738be9786fdafde641eb6ca9a3be7471939715a68a4de",
+    "prompt_template": "ed38861d0f82d2d0d5b6db7b95a3856a02498065174b821e4e2895c3187641bc",
+}
+
+
+def official_form(prompt: str) -> str:
+    """The suite's judge template under the official placeholder names: the only difference allowed."""
+    assert prompt.count("{reference}") == 1
+    return prompt.replace("{reference}", "{ref_answer_1}")
+
+
+def test_the_judge_prompt_is_the_official_single_math_v2_to_the_character():
+    """Any change of one character of the judge prompt (whitespace included) or of its system turn fails here."""
+    from lmms_egoplan.egothink import task as egothink
+
+    def sha256(text):
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    assert sha256(egothink.JUDGE_SYSTEM_PROMPT) == OFFICIAL_SINGLE_MATH_V2_SHA256["system_prompt"]
+    assert sha256(official_form(egothink.JUDGE_PROMPT)) == OFFICIAL_SINGLE_MATH_V2_SHA256["prompt_template"]
+    # What the judge receives is that template filled in, after that system turn.
+    system, user = egothink.judge_request({"id": "q1", "question": "Q?", "answer": "R"}, "A").messages
+    assert system == {"role": "system", "content": egothink.JUDGE_SYSTEM_PROMPT}
+    assert user == {"role": "user", "content": official_form(egothink.JUDGE_PROMPT).format(
+        question="Q?", ref_answer_1="R", answer="A")}
