@@ -16,7 +16,8 @@ def _check(args: argparse.Namespace) -> int:
 
     settings = EgoIntentSettings(annotations=args.annotations, data_layout=args.data_layout, video_root=args.video_root,
                                  sample_fps=args.sample_fps, max_frames=args.max_frames,
-                                 allow_paths_outside_root=args.allow_paths_outside_root, skip_missing=args.skip_missing)
+                                 allow_paths_outside_root=args.allow_paths_outside_root, skip_missing=args.skip_missing,
+                                 longer_clips=args.longer_clips)
     settings.check_sampling(name=lambda field: "--" + field.replace("_", "-"))
     print(describe_steps(load_samples(settings), settings))
     return 0
@@ -42,6 +43,9 @@ def _check_arguments(check: argparse.ArgumentParser) -> None:
                        help="list the steps whose video is missing or unusable instead of failing")
     check.add_argument("--sample-fps", type=float, default=6.0, help="frames sampled per second (default: 6)")
     check.add_argument("--max-frames", type=_frame_cap, default=32, help="frame cap per clip, or none (default: 32)")
+    check.add_argument("--longer-clips", default="end", choices=("end", "start", "error"),
+                       help="a clip longer than its window: show the window ending at the clip's end (default), "
+                            "the one from its first frame, or list it as a problem")
     allow_paths_outside_root_argument(check, "videos")
     check.set_defaults(handler=_check)
 

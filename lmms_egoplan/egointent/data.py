@@ -83,7 +83,11 @@ FORMER_FIELDS = {former: d.field for d in DIMENSIONS for former in d.former_fiel
 ENVIRONMENTS = ("indoor", "outdoor")
 SCENARIO = "scenario"  # a scenario's breakdown is the metric scenario_<name> (scenario_metric)
 NEXT_STEP_REFERENCES = ("observed", "observed_and_plausible")  # what the judge compares a Next-Plan with
-LAYOUTS = ("auto", "release", "flat")  # the setting data_layout: auto reads a folder as the release, a file as flat
+LAYOUTS = ("auto", "release", "flat")
+# The setting longer_clips: which window of a release clip longer than its window is shown. end: the window that
+# ends at the clip's end (the authors feed the whole clip, whose end is the observation boundary); start: the
+# window from the clip's first frame (versions 1-3: the seconds before the boundary are lost); error: a problem.
+LONGER_CLIPS = ("end", "start", "error")  # the setting data_layout: auto reads a folder as the release, a file as flat
 
 
 class EgoIntentDataError(InputError):
@@ -110,6 +114,7 @@ class Step:
     where: str  # how a problem names the step: its file, event and step
     media_source: str  # how the step's video was found, for the error that it is missing
     short_video: str  # what it means that ``video`` ends before ``clip_end``
+    pre_cut: bool = False  # the video is the step's clip (the release): its length should be its window's
 
 
 # =============================================================================================
@@ -229,7 +234,7 @@ def _event_steps(root: Path, relative: Path, *, allow_outside: bool) -> tuple[li
             references={name: record[released].strip() for name, released in RELEASE.references.items()},
             plausible_next_steps=tuple(text.strip() for text in record.get(RELEASE.plausible_next_steps) or ()),
             event=event, source_video=video_uid.strip(), where=where,
-            media_source=f"the clip of {named}, named by field {RELEASE.step_id}",
+            media_source=f"the clip of {named}, named by field {RELEASE.step_id}", pre_cut=True,
             short_video=(f"field {RELEASE.end}: the clip is shorter than its window ({RELEASE.end} - {RELEASE.start} "
                          f"= {end - start:.3f} s)")))
     return steps, problems
@@ -533,16 +538,24 @@ def step_docs(steps: list[Step], settings) -> tuple[list[dict], list[tuple[Step,
         if id(step) in failed:
             continue
         info = infos[step.video]
+        excess = clip_excess(step, info)
+        if excess and settings.longer_clips == "error":
+            unusable.append((step, f"{longer_clip_text(step, info, excess)}; "
+                                   f"{setting_name(ENV_PREFIX, 'longer_clips')} is error"))
+            continue
+        # The window shown: where the clip holds more than its window, the one the setting longer_clips picks.
+        start, end = (excess, excess + step.clip_end) if excess and settings.longer_clips == "end" else (
+            step.clip_start, step.clip_end)
         try:
-            indices = clip_frame_indices(step.clip_start, step.clip_end, info.fps, info.num_frames,
+            indices = clip_frame_indices(start, end, info.fps, info.num_frames,
                                          sample_fps=settings.sample_fps, max_frames=settings.max_frames)
-            at_sample_fps = clip_frame_indices(step.clip_start, step.clip_end, info.fps, info.num_frames,
+            at_sample_fps = clip_frame_indices(start, end, info.fps, info.num_frames,
                                                sample_fps=settings.sample_fps, max_frames=None)
         except ValueError as error:
             unusable.append((step, str(error)))
             continue
-        docs.append({"step_id": step.step_id, "video": str(step.video), "clip_start": step.clip_start,
-                     "clip_end": step.clip_end, "scenario": step.scenario, "environment": step.environment,
+        docs.append({"step_id": step.step_id, "video": str(step.video), "clip_start": start, "clip_end": end,
+                     "clip_excess": excess, "scenario": step.scenario, "environment": step.environment,
                      "event": step.event, "source_video": step.source_video, **step.references,
                      "plausible_next_steps": list(step.plausible_next_steps),
                      "judge_sees_plausible_next_steps": settings.next_step_references == "observed_and_plausible",
@@ -550,6 +563,34 @@ def step_docs(steps: list[Step], settings) -> tuple[list[dict], list[tuple[Step,
                      "video_fps": info.fps, "frame_indices": indices, "frames_capped": len(indices) < len(at_sample_fps),
                      "video_input": settings.video_input, "frame_max_side": settings.frame_max_side})
     return docs, unusable
+
+
+def clip_excess(step: Step, info: VideoInfo) -> float:
+    """Seconds by which a release clip is longer than its window (``obs_end_time - start_time``), where
+    more than one frame (container durations round to a frame); 0 otherwise, and for the flat format."""
+    excess = info.num_frames / info.fps - (step.clip_end - step.clip_start)
+    return excess if step.pre_cut and excess > 1 / info.fps else 0.0
+
+
+def longer_clip_text(step: Step, info: VideoInfo, excess: float) -> str:
+    return (f"the clip is {excess:.3f} s longer than its window ({RELEASE.end} - {RELEASE.start} = "
+            f"{step.clip_end - step.clip_start:.3f} s; {step.video}: {info.num_frames} frames at {info.fps:g} fps)")
+
+
+def longer_clips_summary(docs: list[dict], settings) -> str:
+    """What the steps whose clip is longer than its window show (empty when none): how many, the largest
+    difference, the first few steps named, and the setting that chose."""
+    longer = [doc for doc in docs if doc["clip_excess"]]
+    if not longer:
+        return ""
+    largest = max(longer, key=lambda doc: doc["clip_excess"])
+    shown = {"end": "the window that ends at each clip's end", "start": "the window from each clip's first frame "
+             "(the seconds before the clip's end are not shown)"}[settings.longer_clips]
+    return (f"{len(longer)} clip(s) longer than their window ({RELEASE.end} - {RELEASE.start}) by more than a frame, "
+            f"by up to {largest['clip_excess']:.3f} s ({largest['step_id']}); first: "
+            f"{', '.join(doc['step_id'] for doc in longer[:5])}; shown: {shown} "
+            f"({setting_name(ENV_PREFIX, 'longer_clips')}: {settings.longer_clips}; tasks/egointent/README.md, "
+            f"Fidelity, Clip length)")
 
 
 def describe_steps(loaded: LoadedSamples, settings) -> str:
@@ -561,6 +602,8 @@ def describe_steps(loaded: LoadedSamples, settings) -> str:
     lines = [(f"{len(docs)} steps in {len({d['source_video'] for d in docs})} videos; frames per clip at "
               f"{settings.sample_fps:g} FPS: min {frames[0]}, median {frames[len(frames) // 2]}, max {frames[-1]} "
               f"({cap})")]
+    if longer := longer_clips_summary(docs, settings):
+        lines.append(longer)
     if loaded.skipped:
         lines.append(f"{len(loaded.skipped)} steps skipped, their media unusable:")
         lines += [f"  {media.message}" for media in loaded.skipped]

@@ -74,8 +74,6 @@ EVENTS = (
     SyntheticEvent("outdoor", "yard", "rake_leaves", Fraction(30000, 1001), 9_000),
     SyntheticEvent("indoor", "bedroom", "make_bed", Fraction(25), 15_000),
 )
-# Frames after the window that the clip of this step (its index in STEP_FRAMES) still holds: never shown.
-FRAMES_AFTER_WINDOW = {1: 4}
 
 
 @dataclass(frozen=True)
@@ -110,7 +108,7 @@ def released_steps(events: tuple[SyntheticEvent, ...] = EVENTS) -> list[Released
                       RELEASE.end: float((event.first_frame + end) / event.fps),
                       **{RELEASE.references[name]: text for name, text in references(number).items()},
                       RELEASE.plausible_next_steps: list(PLAUSIBLE_NEXT_STEPS[number % len(PLAUSIBLE_NEXT_STEPS)])}
-            steps.append(ReleasedStep(event, s + 1, first, last - first + 1 + FRAMES_AFTER_WINDOW.get(s, 0), record))
+            steps.append(ReleasedStep(event, s + 1, first, last - first + 1, record))
     return steps
 
 

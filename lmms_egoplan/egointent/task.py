@@ -56,9 +56,11 @@ from lmms_egoplan.egointent.data import (
     ENV_PREFIX,
     FIELDS,
     LAYOUTS,
+    LONGER_CLIPS,
     NEXT_STEP_REFERENCES,
     Dimension,
     load_samples,
+    longer_clips_summary,
     scenario_metric,
 )
 from lmms_egoplan.harness.judged import JudgedTask, judged_score
@@ -91,6 +93,9 @@ class EgoIntentSettings(JudgeSettings):
     # Read videos that a record places outside video_root (an absolute `video`, "..", a symlink out).
     allow_paths_outside_root: bool = False
     skip_missing: bool = False  # skip steps whose video is unusable (counted: skipped_samples) instead of failing
+    # A release clip longer than its window (obs_end_time - start_time) by more than a frame: show the window that
+    # ends at the clip's end, the one from its first frame (versions 1-3), or stop (error).
+    longer_clips: str = setting("end", choices=LONGER_CLIPS)
     # What the judge compares a Next-Plan with: the observed next step, or it and the release's plausible next steps.
     next_step_references: str = setting("observed", choices=NEXT_STEP_REFERENCES)
     # What the model is asked and the judge told: the release's definitions, in the authors' prediction prompts
@@ -134,6 +139,8 @@ class EgoIntentTask(JudgedTask):
         if loaded.skipped:
             logger.warning(f"{self.config.task}: skipped {len(loaded.skipped)} step(s) whose media cannot be used "
                            f"({setting_name(ENV_PREFIX, 'skip_missing')}):\n  " + "\n  ".join(map(str, loaded.skipped)))
+        if longer := longer_clips_summary(loaded.docs, settings):
+            logger.warning(f"{self.config.task}: {longer}")
         return loaded.docs
 
     def download(self, dataset_kwargs=None) -> None:

@@ -223,6 +223,41 @@ def test_the_check_command_reads_the_release_and_lists_the_steps_it_would_skip(r
     assert "--data-layout must be one of auto, release, flat, got 'folder'" in capsys.readouterr().err
 
 
+
+def test_a_clip_longer_than_its_window_is_reported_and_shown_as_the_setting_longer_clips_says(release, tmp_path, capsys):
+    """A release-layout copy with one step's start_time moved 1 s later: its 8 s clip holds a 7 s window.
+    egointent-check and the task's own loading (before any model) report it; by default the window that
+    ends at the clip's end is shown, `start` keeps versions 1-3's reading, `error` stops."""
+    from lmms_egoplan.cli import main
+
+    root = damaged_copy(release, tmp_path)
+    edit_steps(root / "indoor" / "kitchen" / "boil_noodles" / RELEASE.label_file,
+               lambda steps: steps[3].update({RELEASE.start: steps[3][RELEASE.start] + 1.0}))
+    step = next(s for s in released_steps() if s.event.event == "boil_noodles" and s.step_id == 4)
+    assert step.event.fps == 30 and step.clip_frames == 240  # 8 s
+    end, start = ({d["step_id"]: d for d in docs_of(root, **settings)} for settings in ({}, {"longer_clips": "start"}))
+    assert end[step.sample_id]["clip_excess"] == pytest.approx(1.0, abs=1e-6)
+    # end: from 1 s into the clip to its last frame; start: from its first frame, the clip's last second never shown
+    assert end[step.sample_id]["frame_indices"][0] == 30 and end[step.sample_id]["frame_indices"][-1] == 239
+    assert start[step.sample_id]["frame_indices"][0] == 0 and start[step.sample_id]["frame_indices"][-1] == 209
+    untouched = {d["step_id"]: d for d in docs_of(release)}
+    for step_id, doc in end.items():  # every other step as before, in either reading
+        assert doc["clip_excess"] == 0.0 or step_id == step.sample_id
+        if step_id != step.sample_id:
+            assert doc["frame_indices"] == start[step_id]["frame_indices"] == untouched[step_id]["frame_indices"]
+    with pytest.raises(EgoIntentDataError, match=re.escape(
+            f"event boil_noodles, step 4: the clip is 1.000 s longer than its window (obs_end_time - start_time = "
+            f"7.000 s; {root / 'indoor/kitchen/boil_noodles/step4.mp4'}: 240 frames at 30 fps); "
+            f"EGOINTENT_LONGER_CLIPS")):
+        docs_of(root, longer_clips="error")
+    summary = (f"1 clip(s) longer than their window (obs_end_time - start_time) by more than a frame, by up to "
+               f"1.000 s ({step.sample_id}); first: {step.sample_id}; shown: the window that ends at each clip's end")
+    assert main(["egointent-check", str(root)]) == 0 and summary in capsys.readouterr().out
+    assert main(["egointent-check", str(root), "--longer-clips", "error"]) == 2
+    assert "the clip is 1.000 s longer than its window" in capsys.readouterr().err
+    assert main(["egointent-check", str(release)]) == 0 and "longer than" not in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------------------------------------
 # The report: logs written before the rename, and the two published blocks
 # ---------------------------------------------------------------------------------------------
