@@ -85,6 +85,6 @@ FACE = ReportFace(
     # Every score is a judge's mean rating x 100: the three fields, overall, per environment and scenario.
     units=tuple((metric, SCORE_0_100) for metric in ("overall", *FIELDS, *FORMER_FIELDS, *ENVIRONMENTS,
                                                      f"{SCENARIO_PREFIX}*")),
-    bookkeeping=("incomplete_answers", "missing_fields", "capped_samples"),
+    bookkeeping=("incomplete_answers", "missing_fields", "cut_answers", "capped_samples"),
     breakdowns=(Breakdown(rf"^({SCENARIO})_(.+)$"),),
 )

@@ -248,7 +248,7 @@ def scripted_answers(release: Path) -> ScriptedAnswers:
         everything = [i for i in range(len(steps)) if keys[i] not in failed]  # the answered steps
         missing = [sum(kind is None for kind in SCRIPTED_STEPS[i % len(SCRIPTED_STEPS)][1]) for i in everything]
         metrics = {**score(everything), "judged": 3 * len(everything) - sum(missing), "failed": 0,
-                   "incomplete_answers": sum(m > 0 for m in missing), "missing_fields": sum(missing),
+                   "incomplete_answers": sum(m > 0 for m in missing), "missing_fields": sum(missing), "cut_answers": 0,
                    "capped_samples": sum(steps[i].window * DEMO_SAMPLE_FPS >= DEMO_FRAME_CAP for i in everything),
                    "skipped_samples": 0, "failed_requests": len(steps) - len(everything)}
         for environment in {step.event.environment for step in steps}:  # the metrics indoor, outdoor

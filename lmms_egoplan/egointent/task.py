@@ -501,6 +501,7 @@ def process_results(doc: dict, results: list) -> dict:
         "failed": step,
         "incomplete_answers": int(missing > 0),
         "missing_fields": missing,
+        "cut_answers": int(missing > 0 and ends_unfinished(results[0])),
         "capped_samples": int(doc["frames_capped"]),
     }
 
@@ -516,6 +517,25 @@ def incomplete_answers(items: list[int]) -> int:
     if count:
         logger.warning(f"EgoIntent: {count} of {len(items)} answers lack at least one of the fields "
                        f"{', '.join(FIELDS)}; each missing field scores 0 (see the metric missing_fields)")
+    return count
+
+
+def ends_unfinished(text: str) -> bool:
+    """Whether an answer stops inside what it opened -- a ``<think>`` block, a JSON object, a code fence --
+    as a generation cut by ``max_new_tokens`` does (lmms-eval gives the task the text, not why it stopped)."""
+    text = text if isinstance(text, str) else ""
+    return (text.count("<think>") > text.count("</think>") or text.count("{") > text.count("}")
+            or text.count("```") % 2 == 1)
+
+
+def cut_answers(items: list[int]) -> int:
+    """Incomplete answers that end unfinished: most likely cut by the token limit; warned about when any."""
+    count = sum(items)
+    if count:
+        logger.warning(f"EgoIntent: {count} of {len(items)} answers lack a field and end unfinished (a thinking "
+                       f"block, JSON object or code fence left open): most likely cut by max_new_tokens; their "
+                       f"missing fields score 0. For a thinking model raise it (--gen_kwargs max_new_tokens=...; "
+                       f"tasks/egointent/README.md, Fidelity, Answer length)")
     return count
 
 

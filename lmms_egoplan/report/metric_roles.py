@@ -88,6 +88,8 @@ def unscored_reason(metrics: Mapping[str, object], samples: int | None = None) -
         causes = [f"{failed:g} failed"] if failed else []
         if incomplete:
             causes.append(f"{incomplete:g} of {samples:g} answers incomplete" if samples else f"{incomplete:g} answers incomplete")
+        if cut := _count(metrics.get("cut_answers")):
+            causes.append(f"{cut:g} cut at the token limit")
         return "0 judged" + (f": {', '.join(causes)}" if causes else "")
     unparseable, predictions = _count(metrics.get("unparseable")), _count(metrics.get("predictions"))
     if unparseable and unparseable == (predictions or samples):

@@ -172,13 +172,15 @@ def _run(path: Path, harness: str, stamp_text: str, data: dict) -> Run:
         if (effective or 0) < (original or 0):
             run.partial[task] = f"{effective or 0} of {original} samples" + (f" (--limit {limit:g})" if limit else "")
     for task, values in metrics.items():
-        skipped, failed = values.get("skipped_samples"), values.get("failed_requests")
+        skipped, failed, cut = (values.get(name) for name in ("skipped_samples", "failed_requests", "cut_answers"))
         reasons = [run.partial[task]] if task in run.partial else []
         if isinstance(skipped, (int, float)) and not isinstance(skipped, bool) and skipped > 0:
             reasons.append(f"{skipped:g} samples skipped at load")
         if isinstance(failed, (int, float)) and not isinstance(failed, bool) and failed > 0:  # left out of every score
             of = f" of {run.sample_counts[task]:g}" if task in run.sample_counts else ""
             reasons.append(f"{failed:g}{of} model requests failed, left out of the scores")
+        if isinstance(cut, (int, float)) and not isinstance(cut, bool) and cut > 0:  # scored, their missing fields 0
+            reasons.append(f"{cut:g} answers cut at the token limit (max_new_tokens), their missing fields scored 0")
         if reasons:
             run.partial[task] = "; ".join(reasons)
     run.samples = _samples_files(path, harness, stamp_text)

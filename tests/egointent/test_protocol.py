@@ -406,6 +406,21 @@ def test_the_judge_follows_the_definitions_setting_and_each_prompt_has_its_own_i
     assert load_rubric("egointent_release").prompt_hash not in ("ec9c4e681602dc98", "")
 
 
+
+def test_an_incomplete_answer_that_ends_unfinished_is_counted_as_cut_at_the_token_limit():
+    doc = {"step_id": "s7", "environment": "indoor", "scenario": "Kitchen", "local_intent": "a", "procedural_intent": "b",
+           "next_step_plan": "c", "frames_capped": False, "plausible_next_steps": [],
+           "judge_sees_plausible_next_steps": False, "definitions": "release"}
+    complete = '{"local_intent": "x", "procedural_intent": "y", "next_step": "z"}'
+    for answer, cut in [("<think>The person reaches for the", 1),  # a thinking model spent its tokens thinking
+                        ('{"local_intent": "x", "procedural_int', 1), ('```json\n{"local_intent": "x"}', 1),
+                        ('{"local_intent": "x"}', 0), ("I cannot tell.", 0), (complete, 0),
+                        (complete + " {", 0)]:  # every field written: not incomplete, whatever follows
+        values = egointent.process_results(doc, [answer])
+        assert values["cut_answers"] == cut, answer
+    assert egointent.cut_answers([1, 0, 1]) == 2
+
+
 # ---------------------------------------------------------------------------------------------
 # Scripted answers, judge ratings and the audit trail (also of tests/e2e/test_egointent.py)
 # ---------------------------------------------------------------------------------------------

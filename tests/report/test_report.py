@@ -317,6 +317,31 @@ def test_a_results_file_of_another_version_is_read_and_named(tmp_path):
     assert len(runs) == 1 and "no 'results' object" in unreadable[0]
 
 
+
+def test_a_row_with_answers_cut_at_the_token_limit_says_so(tmp_path):
+    """EgoIntent counts incomplete answers that end unfinished (cut_answers): scored, their missing fields 0,
+    and named in the row's notes; where nothing was judged, in the reason too."""
+    scores = {"overall": 20.0, "local_intent": 20.0, "procedural_intent": 20.0, "next_step_plan": 20.0,
+              "indoor": 20.0, "outdoor": 20.0}
+    write_lmms_eval_run(tmp_path / "a", "20260101_100000", {"egointent": {
+        **scores, "judged": 5, "failed": 0, "incomplete_answers": 4, "missing_fields": 10, "cut_answers": 3}})
+    write_lmms_eval_run(tmp_path / "b", "20260101_110000", {"egointent": {
+        **{name: 0.0 for name in scores}, "judged": 0, "failed": 0, "incomplete_answers": 15, "missing_fields": 45,
+        "cut_answers": 15}}, n_samples={"egointent": {"original": 15, "effective": 15}})
+    def notes(run):
+        report = write_report([tmp_path / run], tmp_path / f"report-{run}", FACES)
+        [row] = [row for row in read_csv(tmp_path / f"report-{run}" / "egointent.csv")
+                 if not row["source"].startswith("published")]
+        assert row["notes"] in report.markdown.read_text()
+        return row["notes"]
+
+    cut_some, cut_all = notes("a"), notes("b")
+    assert cut_some.startswith("partial: 3 answers cut at the token limit (max_new_tokens), their missing fields "
+                               "scored 0") and "not scored" not in cut_some
+    assert cut_all.startswith("partial: 15 answers cut at the token limit")
+    assert "not scored: 0 judged: 15 of 15 answers incomplete, 15 cut at the token limit" in cut_all
+
+
 def test_values_that_are_no_score_say_why_in_the_tables_and_figures(tmp_path):
     """Nothing judged (every answer incomplete, or every judgement failed: NaN in older results
     files, null now), every answer unparseable: no bare 0.00 with an interval, but the reason."""
