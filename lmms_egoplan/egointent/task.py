@@ -15,16 +15,19 @@ implements it:
    their times (the rate actually sampled), where the backend takes videos (open-source models in
    the paper) or as a sequence of images (``video_input: false``; the paper's protocol for API
    models).
-3. **Prompt.** One prompt for all models (this suite's: the authors withdrew theirs); it gives the
-   clip and the step id only (no task or event name, no annotation) and asks for the three
-   dimensions under the authors' names: Local Intent (what the person is trying to accomplish
-   now), Procedural Intent (why the step is needed) and Next-Plan (what comes next).
+3. **Prompt.** One prompt for all models: by default (``definitions: release``) the authors' published
+   prediction prompts (YePan2/EgoIntent@3528dc9, ``prompts/``; withdrawn, public in the history), a system
+   and a user message with the whole clip, asking for ``local_intent``, ``procedural_intent`` and
+   ``next_step`` by the release's definitions; ``definitions: v1``: this suite's prompt of versions 1-3. No
+   task or event name, no annotation; the sample id only with ``show_step_id``. Answers cut by
+   ``max_new_tokens`` before every field is written are counted (``cut_answers``).
    ``parse_answer`` reads JSON or labelled lines amid prose; a missing field scores 0 and is
    counted (``incomplete_answers``, ``missing_fields``), as the authors' leaderboard scores it.
 4. **Judging.** An LLM judge (a Qwen3 model in the paper) rates each field's semantic
-   consistency with its reference on 0-10 (``JUDGE_PROMPT``: this suite's reconstruction; the
-   authors publish no judge prompt); the Next-Plan is compared with the observed next step, and
-   with the release's plausible next steps too where ``next_step_references`` says so. Reported on
+   consistency with its reference on 0-10 (``JUDGE_PROMPT``: this suite's reconstruction, told the
+   definitions the setting ``definitions`` picks; the authors publish no judge prompt); the Next-Plan
+   is compared with the observed next step, and with the release's plausible next steps too where
+   ``next_step_references`` says so. Reported on
    0-100: each field, ``overall`` (the mean of the three field scores, as in Table 3 and the
    leaderboard), ``indoor`` / ``outdoor`` (Table 3) and ``scenario_<name>`` per scene (Figure 7).
 
