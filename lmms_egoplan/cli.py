@@ -108,7 +108,7 @@ def _judge_agreement(args: argparse.Namespace) -> int:
     files = write_agreement(rows, disagreed, first, judge.model, output)
     print(agreement_table(rows, first, judge.model))
     print(f"The {len(disagreed)} answers the two judges disagree on most (rating by the run's judge vs the second; the "
-          f"end of the judge prompt, which holds the answer):", *disagreement_lines(disagreed), sep="\n")
+          f"answer judged):", *disagreement_lines(disagreed), sep="\n")
     print(f"Left out: {found.first_failed} answers without a rating of the run's judge, {found.second_failed} without "
           f"one of the second judge. Written: {', '.join(path.name for path in files)}; the second judge's audit "
           f"trails and cache ({settings.judge_cache_dir}) in {output}")

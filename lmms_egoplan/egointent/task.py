@@ -453,6 +453,10 @@ def parse_judge_rating(text: str) -> float:
 
 
 
+# Where a judge prompt holds the prediction (judge-agreement's excerpts)
+ANSWER_PATTERN = r"\nPrediction: (?P<answer>.*?)\n\nRate how consistent"
+
+
 def judge_template(definitions: str) -> str:
     """The judge prompt of the setting ``definitions``, its {placeholders} for one field left."""
     return JUDGE_PROMPT.replace("{other_dimension}", OTHER_DIMENSION[definitions])
@@ -463,7 +467,8 @@ def _rubric(definitions: str) -> Rubric:
     (its hash changes with any change of the prompt or of a definition)."""
     prompt = "\n\n".join([JUDGE_SYSTEM, judge_template(definitions),
                            *(f"{d.label}: {d.definitions[definitions]}" for d in DIMENSIONS)])
-    return Rubric(parse_judge_rating, scale=10.0, levels=JUDGE_SCALE, version="1", prompt=prompt)
+    return Rubric(parse_judge_rating, scale=10.0, levels=JUDGE_SCALE, version="1", prompt=prompt,
+                  answer_pattern=ANSWER_PATTERN)
 
 
 # The names their judged items (and logs) carry: "egointent" stays the judge of versions 1-3 (v1's definitions),

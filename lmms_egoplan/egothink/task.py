@@ -201,7 +201,8 @@ JUDGE_PROMPT = (
 # Scores are mean ratings x 100; a rating other than 0, 0.5 or 1 is no valid rating.
 RATINGS = (0, 0.5, 1)
 RUBRIC = Rubric(bracket_rating(allowed=RATINGS), scale=100.0, levels=RATINGS,
-                prompt=f"{JUDGE_SYSTEM_PROMPT}\n\n{JUDGE_PROMPT}", version="1")
+                prompt=f"{JUDGE_SYSTEM_PROMPT}\n\n{JUDGE_PROMPT}", version="1",
+                answer_pattern=r"\[The Start of Assistant's Answer\]\n(?P<answer>.*)\n\[The End of Assistant's Answer\]$")
 RUBRIC_NAME = register_rubric("egothink", RUBRIC)  # the name its judged items (and logs) carry
 
 

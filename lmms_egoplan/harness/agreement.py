@@ -62,10 +62,25 @@ def second_opinions(logged: LoggedItems, judge: Judge, output_dir: str | Path, *
             else:
                 group = group_name(task, parts[judgement.id])
                 found.group_tasks[group] = task
+                prompt = judgement.messages[-1]["content"]
                 found.pairs.append(RatingPair(group, judgement.id, float(rated["rating"]), judgement.rating,
-                                              judgement.messages[-1]["content"], rated.get("raw_output") or "",
-                                              judgement.raw_output or ""))
+                                              prompt, rated.get("raw_output") or "", judgement.raw_output or "",
+                                              answer=rubric.answer_in(prompt)))
+        fixed = fixed_pairs(task, columns)
+        found.group_tasks.update({pair.group: task for pair in fixed})
+        found.pairs += fixed
     return found
+
+
+def fixed_pairs(task: str, columns: dict[str, list[dict]]) -> list[RatingPair]:
+    """The parts the run scored without a judge (an EgoIntent field missing from the answer: 0), each once,
+    as both judges' "rating", so that the scores are on the task's scale. Read from the column whose items
+    hold the most parts (each sample once, whole: EgoIntent's overall)."""
+    items = max(columns.values(), key=lambda column: max(len(item_parts(item)) for item in column))
+    return [RatingPair(group_name(task, name), f"{task}#{number}/{name}", part.rating, part.rating,
+                       f"({part.reason})", "", "", fixed=True)
+            for number, item in enumerate(items) for name, part in item_parts(item).items()
+            if isinstance(part, FixedRating)]
 
 
 def agreements(found: SecondOpinions) -> list[Agreement]:
@@ -75,6 +90,8 @@ def agreements(found: SecondOpinions) -> list[Agreement]:
         groups.setdefault(pair.group, []).append(pair)
     rows = []
     for group, pairs in groups.items():
+        if all(pair.fixed for pair in pairs):
+            continue  # nothing of it was judged
         rubric = load_rubric(found.rubrics[found.group_tasks[group]])
         rows.append(agreement(group, pairs, rubric.levels, rubric.scale))
     for name in dict.fromkeys(found.rubrics.values()):

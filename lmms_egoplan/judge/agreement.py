@@ -27,12 +27,16 @@ class RatingPair:
     prompt: str  # the judge prompt's user turn (it holds the answer judged)
     first_output: str  # each judge's raw answer
     second_output: str
+    answer: str = ""  # the answer judged, where the rubric says where the prompt holds it (Rubric.answer_in)
+    # settled without a judge (a FixedRating: an EgoIntent field missing from the answer scores 0): both
+    # "ratings" are that value; counted in the scores, as the run counts it, not in the agreement
+    fixed: bool = False
 
 
 @dataclass(frozen=True)
 class Agreement:
     group: str
-    pairs: int
+    pairs: int  # answers both judges rated
     scale: float  # a score is the mean rating x scale
     levels: tuple[float, ...]  # the rating scale, in order
     first_score: float
@@ -44,26 +48,31 @@ class Agreement:
     exact: float  # the share of answers both judges rated alike
     kappa: float  # Cohen's kappa, linear weights over ``levels`` (NaN where no disagreement is to be expected)
     confusion: tuple[tuple[int, ...], ...]  # answers by (first's level, second's level)
+    fixed: int = 0  # parts scored without a judge (in both scores, as the run scores them; not in the agreement)
 
 
 def agreement(group: str, pairs: Sequence[RatingPair], levels: Sequence[float], scale: float) -> Agreement:
-    """The agreement of the two judges over ``pairs`` (at least one), whose ratings are among ``levels``
-    (empty: the ratings the pairs hold)."""
+    """The agreement of the two judges over ``pairs`` (at least one rated by both), whose ratings are among
+    ``levels`` (empty: the ratings the pairs hold). The scores count every pair, those settled without a
+    judge too (the task's scale); exact agreement, kappa and the confusion only the judged ones."""
     import numpy as np
 
-    if not pairs:
+    judged = [pair for pair in pairs if not pair.fixed]
+    if not judged:
         raise ValueError(f"{group}: no answer rated by both judges")
     levels = tuple(sorted(levels or {rating for pair in pairs for rating in (pair.first, pair.second)}))
     first = np.array([pair.first for pair in pairs], dtype=float)
     second = np.array([pair.second for pair in pairs], dtype=float)
     picks = np.random.default_rng(0).integers(0, len(pairs), size=(RESAMPLES, len(pairs)))
     first_means, second_means = first[picks].mean(axis=1) * scale, second[picks].mean(axis=1) * scale
-    confusion = confusion_matrix(first, second, levels)
-    return Agreement(group, len(pairs), scale, levels, float(first.mean() * scale), _percentiles(first_means),
+    rated_first = np.array([pair.first for pair in judged], dtype=float)
+    rated_second = np.array([pair.second for pair in judged], dtype=float)
+    confusion = confusion_matrix(rated_first, rated_second, levels)
+    return Agreement(group, len(judged), scale, levels, float(first.mean() * scale), _percentiles(first_means),
                      float(second.mean() * scale), _percentiles(second_means),
                      float((second.mean() - first.mean()) * scale), _percentiles(second_means - first_means),
-                     float(np.mean(first == second)), weighted_kappa(confusion),
-                     tuple(tuple(int(count) for count in row) for row in confusion))
+                     float(np.mean(rated_first == rated_second)), weighted_kappa(confusion),
+                     tuple(tuple(int(count) for count in row) for row in confusion), len(pairs) - len(judged))
 
 
 def confusion_matrix(first: Sequence[float], second: Sequence[float], levels: Sequence[float]):

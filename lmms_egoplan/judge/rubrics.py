@@ -40,6 +40,14 @@ class Rubric:
     levels: tuple[float, ...] = ()
     prompt: str = ""
     version: str = "1"
+    # Where a judge prompt's user turn holds the answer judged: a regular expression (dot matches newlines)
+    # whose group "answer" it is, for excerpts (``judge-agreement``); empty: unknown.
+    answer_pattern: str = ""
+
+    def answer_in(self, prompt: str) -> str:
+        """The answer a judge prompt holds (``answer_pattern``), or "" where unknown or not found."""
+        found = re.search(self.answer_pattern, prompt, re.DOTALL) if self.answer_pattern else None
+        return found.group("answer") if found else ""
 
     @property
     def prompt_hash(self) -> str:

@@ -18,30 +18,31 @@ from lmms_egoplan.report.figures import NOTE_COLOUR, Figure, colour, legend_abov
 from lmms_egoplan.report.html import figure_bytes
 
 STEM = "judge_agreement"
-EXCERPT = 90  # characters of an answer's judge prompt a printed line shows (its end, where the answer is)
+EXCERPT = 90  # characters a printed line shows of the answer judged (where unknown: the end of its judge prompt)
 
 
 def agreement_table(agreements: Sequence[Agreement], first: str, second: str) -> str:
-    rows = [(row.group, str(row.pairs), _score(row.first_score, row.first_interval),
+    rows = [(row.group, str(row.pairs), str(row.fixed), _score(row.first_score, row.first_interval),
              _score(row.second_score, row.second_interval), _score(row.difference, row.difference_interval, "+.1f"),
              f"{100 * row.exact:.1f}%", format_value(row.kappa, ".3f")) for row in agreements]
-    return format_table(("group", "answers", f"run's judge {first}", f"second judge {second}", "difference",
-                         "exact agreement", f"weighted kappa ({KAPPA_WEIGHTS})"), rows, right={1, 5, 6})
+    return format_table(("group", "answers", "scored without a judge", f"run's judge {first}",
+                         f"second judge {second}", "difference", "exact agreement",
+                         f"weighted kappa ({KAPPA_WEIGHTS})"), rows, right={1, 2, 6, 7})
 
 
 def disagreement_lines(pairs: Sequence[RatingPair]) -> list[str]:
-    return [f"  {pair.group} {pair.id}: {pair.first:g} vs {pair.second:g}: ...{_flat(pair.prompt)[-EXCERPT:]}"
-            for pair in pairs]
+    return [f"  {pair.group} {pair.id}: {pair.first:g} vs {pair.second:g}: " + (
+        _flat(pair.answer)[:EXCERPT] if pair.answer else f"...{_flat(pair.prompt)[-EXCERPT:]}") for pair in pairs]
 
 
 def agreement_csv(agreements: Sequence[Agreement]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["group", "answers", "first score", "first 95% low", "first 95% high", "second score",
+    writer.writerow(["group", "answers", "scored without a judge", "first score", "first 95% low", "first 95% high", "second score",
                      "second 95% low", "second 95% high", "difference (second - first)", "difference 95% low",
                      "difference 95% high", "exact agreement", f"weighted kappa ({KAPPA_WEIGHTS})"])
     for row in agreements:
-        writer.writerow([row.group, row.pairs, row.first_score, *row.first_interval, row.second_score,
+        writer.writerow([row.group, row.pairs, row.fixed, row.first_score, *row.first_interval, row.second_score,
                          *row.second_interval, row.difference, *row.difference_interval, row.exact,
                          "" if math.isnan(row.kappa) else row.kappa])
     return buffer.getvalue()
@@ -50,10 +51,10 @@ def agreement_csv(agreements: Sequence[Agreement]) -> str:
 def disagreements_csv(pairs: Sequence[RatingPair]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["group", "id", "first rating", "second rating", "judge prompt", "first judge's answer",
-                     "second judge's answer"])
+    writer.writerow(["group", "id", "first rating", "second rating", "answer judged", "judge prompt",
+                     "first judge's answer", "second judge's answer"])
     for pair in pairs:
-        writer.writerow([pair.group, pair.id, pair.first, pair.second, pair.prompt, pair.first_output,
+        writer.writerow([pair.group, pair.id, pair.first, pair.second, pair.answer, pair.prompt, pair.first_output,
                          pair.second_output])
     return buffer.getvalue()
 

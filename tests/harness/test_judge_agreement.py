@@ -89,3 +89,41 @@ def test_failed_second_judgements_end_with_the_distinct_status_and_are_asked_aga
         second.reset()
         assert main([*args, "--judge_base_url", second.base_url]) == 0
         assert len(second.calls) == 1  # the others come from the second judge's own cache
+
+
+def test_egointent_scores_are_on_the_tasks_scale_and_the_excerpts_show_the_answers(tmp_path, capsys):
+    """A field missing from an answer scores 0 in the run: judge-agreement counts it so in both scores (the
+    task's metric), leaves it out of the agreement, and its excerpts show the answer judged, not the prompt."""
+    from lmms_egoplan.cli import main
+    from lmms_egoplan.egointent import task as egointent
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    answers = ['{"local_intent": "grip the jar lid", "procedural_intent": "open the jar", "next_step": "pour it"}',
+               '{"local_intent": "grip the jar lid", "procedural_intent": "open the jar"}']  # no Next-Plan: 0
+    rows, audit = [], []
+    for number in range(4):
+        doc = {"step_id": f"s{number}", "environment": "indoor", "scenario": "Kitchen", "local_intent": "loosen the lid",
+               "procedural_intent": "open the jar", "next_step_plan": "pour the sauce", "frames_capped": False,
+               "plausible_next_steps": [], "judge_sees_plausible_next_steps": False, "definitions": "release"}
+        values = egointent.process_results(doc, [answers[number % 2]])
+        rows.append({"doc_id": number, **{name: value for name, value in values.items() if isinstance(value, dict)}})
+        audit += [{"id": part["judge_request_id"], "rating": 8.0, "raw_output": "Rating: [[8]]"}
+                  for part in values["overall"]["judge_parts"].values() if "judge_request_id" in part]
+    (folder / "20261122_101010_samples_egointent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "20261122_101010_judgements_egointent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in audit))
+    with ChatServer(rating_responder(lambda call: "4")) as second:
+        assert main(["judge-agreement", str(folder), "--output", str(tmp_path / "out"), "--judge_base_url",
+                     second.base_url, "--judge_model", "second"]) == 0
+    assert len(second.calls) == 3  # the three distinct judge prompts (cached); the missing fields are not asked
+    table = {row["group"]: row for row in csv.DictReader((tmp_path / "out" / "judge_agreement.csv").open())}
+    plan = table["egointent · next_step_plan"]
+    # the task's next_step_plan: 10 x mean(8, 0, 8, 0) by the run's judge, 10 x mean(4, 0, 4, 0) by the second
+    assert (float(plan["first score"]), float(plan["second score"])) == pytest.approx((40.0, 20.0))
+    assert (plan["answers"], plan["scored without a judge"], float(plan["exact agreement"])) == ("2", "2", 0.0)
+    assert (float(table["egointent · local_intent"]["first score"]), table["egointent · local_intent"]["answers"]) == (
+        pytest.approx(80.0), "4")
+    printed = capsys.readouterr().out
+    assert "vs 4: grip the jar lid" in printed and "Rate meaning" not in printed
+    disagreed = list(csv.DictReader((tmp_path / "out" / "judge_disagreements.csv").open()))
+    assert {d["answer judged"] for d in disagreed} <= {"grip the jar lid", "open the jar", "pour it"}
