@@ -73,9 +73,9 @@ def second_opinions(logged: LoggedItems, judge: Judge, output_dir: str | Path, *
 
 
 def fixed_pairs(task: str, columns: dict[str, list[dict]]) -> list[RatingPair]:
-    """The parts the run scored without a judge (an EgoIntent field missing from the answer: 0), each once,
-    as both judges' "rating", so that the scores are on the task's scale. Read from the column whose items
-    hold the most parts (each sample once, whole: EgoIntent's overall)."""
+    """The parts the run scored without a judge (a ``FixedRating``: e.g. a field missing from the answer, 0),
+    each once, as both judges' "rating", so that the scores are on the task's scale. Read from the column
+    whose items hold the most parts (each sample once, whole: a task's overall score)."""
     items = max(columns.values(), key=lambda column: max(len(item_parts(item)) for item in column))
     return [RatingPair(group_name(task, name), f"{task}#{number}/{name}", part.rating, part.rating,
                        f"({part.reason})", "", "", fixed=True)

@@ -28,7 +28,7 @@ class RatingPair:
     first_output: str  # each judge's raw answer
     second_output: str
     answer: str = ""  # the answer judged, where the rubric says where the prompt holds it (Rubric.answer_in)
-    # settled without a judge (a FixedRating: an EgoIntent field missing from the answer scores 0): both
+    # settled without a judge (a FixedRating: e.g. a field missing from the answer, scored 0): both
     # "ratings" are that value; counted in the scores, as the run counts it, not in the agreement
     fixed: bool = False
 
