@@ -186,20 +186,27 @@ def test_egoplan_hf_backend_end_to_end(runs, dataset):
 
 def test_a_damaged_release_stops_the_run_before_the_model_loads_naming_every_problem(release, tiny_model, tmp_path):
     """A missing clip, a clip shorter than its window, an empty clip, a step without obs_end_time, a step_id
-    used twice, a label file that is not JSON: one error, the run's last line, before egoplan_hf is built."""
+    used twice, a label file that is not JSON, and (with longer_clips: error) a clip longer than its window:
+    one error, the run's last line, before egoplan_hf is built."""
     import shutil
 
     from tests.e2e.test_failed_runs import last_line, observed_run
-    from tests.egointent.test_release import damage_annotations, damage_media
+    from tests.egointent.test_release import damage_annotations, damage_media, edit_steps
 
     root = tmp_path / "EgoIntent"
     shutil.copytree(release, root)
     expected = damage_media(root) + damage_annotations(root)
+    # the bedroom's step 4 starts 1 s later: its 9.6 s clip holds an 8.6 s window
+    bedroom = root / "indoor" / "bedroom" / "make_bed" / "step_label.json"
+    edit_steps(bedroom, lambda steps: steps[3].update({"start_time": steps[3]["start_time"] + 1.0}))
+    expected.append("indoor/bedroom/make_bed/step_label.json: event make_bed, step 4: the clip is 1.000 s longer than "
+                    "its window")
     with ChatServer(rating_responder(lambda call: "5")) as judge:
         status, log, loading, seconds = observed_run(tmp_path, f"pretrained={tiny_model('qwen2_vl')}", "egointent",
-                                                     judge_env(judge, tmp_path / "judge-cache", root))
+                                                     {**judge_env(judge, tmp_path / "judge-cache", root),
+                                                      "EGOINTENT_LONGER_CLIPS": "error"})
     assert status == 1 and not loading, log[-3000:]
     last = last_line(log)
-    assert last.startswith(f"lmms-egoplan: error: 6 problems in the EgoIntent release {root}"), last
+    assert last.startswith(f"lmms-egoplan: error: 7 problems in the EgoIntent release {root}"), last
     assert all(line in last for line in expected), last
     print(f"a damaged release: failed in {seconds:.1f} s, the model never loaded")

@@ -258,6 +258,23 @@ def test_a_clip_longer_than_its_window_is_reported_and_shown_as_the_setting_long
     assert main(["egointent-check", str(release)]) == 0 and "longer than" not in capsys.readouterr().out
 
 
+
+def test_the_run_warns_of_longer_clips_when_it_loads_the_data_before_any_model(release, tmp_path, monkeypatch):
+    from lmms_eval.tasks import TaskManager
+
+    root = damaged_copy(release, tmp_path)
+    edit_steps(root / "indoor" / "kitchen" / "boil_noodles" / RELEASE.label_file,
+               lambda steps: steps[3].update({RELEASE.start: steps[3][RELEASE.start] + 1.0}))
+    monkeypatch.setenv("EGOINTENT_ANNOTATIONS", str(root))
+    monkeypatch.setenv("EGOINTENT_JUDGE_PREFLIGHT", "false")
+    warnings = []  # lmms-eval replaces loguru's handlers: the task's warnings are recorded at the source
+    monkeypatch.setattr(egointent.logger, "warning", warnings.append)
+    TaskManager(include_path=str(Path(__file__).parents[2] / "tasks"),
+                include_defaults=False).load_task_or_group(["egointent"])
+    assert any("egointent: 1 clip(s) longer than their window (obs_end_time - start_time) by more than a frame, by up "
+               "to 1.000 s" in warning for warning in warnings), warnings
+
+
 # ---------------------------------------------------------------------------------------------
 # The report: logs written before the rename, and the two published blocks
 # ---------------------------------------------------------------------------------------------
