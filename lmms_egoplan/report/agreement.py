@@ -50,7 +50,8 @@ def agreement_csv(agreements: Sequence[Agreement]) -> str:
 
 def disagreements_csv(pairs: Sequence[RatingPair]) -> str:
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    # every text quoted: a model's answer may hold a carriage return, which the "\n" terminator does not quote
+    writer = csv.writer(buffer, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)
     writer.writerow(["group", "id", "first rating", "second rating", "answer judged", "judge prompt",
                      "first judge's answer", "second judge's answer"])
     for pair in pairs:
