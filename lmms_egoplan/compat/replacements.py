@@ -32,6 +32,7 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
     ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_samples"): (
         "durability.exit_when_results_are_written",
         "results.fail_runs_whose_files_are_cut",
+        "results.record_in_results",
         "results.write_results_as_strict_json",
         "secrets.keep_secrets_out_of_lmms_evals_error_texts",  # the failure texts of the samples written
     ),

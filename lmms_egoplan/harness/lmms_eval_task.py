@@ -154,6 +154,9 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
 
     def build_all_requests(self, **kwargs) -> None:
         self._bind_to_backend(getattr(self, "args", None))
+        if (request_options.SCORED_SPAN, request_options.ANSWER_AND_END_OF_TURN) in \
+                [(option, value) for _, option, value in self.requested_options()]:
+            RUN.turn_end_tasks.add(self.config.task)  # the results and samples say which token that was
         super().build_all_requests(**kwargs)
 
     def check_before_the_model(self, cli_args) -> None:
