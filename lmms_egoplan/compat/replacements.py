@@ -51,6 +51,7 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
     ("lmms_eval.caching.response_cache", "ResponseCache._log_to_audit"): (
         "secrets.keep_secrets_out_of_lmms_evals_error_texts",
     ),
+    ("lmms_eval.models.simple.llava_hf", "LlavaHf.loglikelihood"): ("backends.score_llava_hf_with_its_images",),
     ("lmms_eval.tasks", "TaskManager.__init__"): ("tasks.enable_plugin_task_discovery",),
     ("lmms_eval.tasks", "TaskManager.match_tasks"): ("tasks.watch_task_selection",),
     ("lmms_eval.evaluator", "simple_evaluate"): (

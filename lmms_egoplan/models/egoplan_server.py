@@ -301,7 +301,8 @@ def _api_key(variable: str | None) -> str | None:
 
 
 def generation_config(pretrained: str, trust_remote_code: bool):
-    """The checkpoint's generation_config, or the one transformers derives from its config (as egoplan_hf's model has)."""
+    """The checkpoint's generation_config, or the one transformers derives from its config (as egoplan_hf's
+    model has)."""
     from transformers import AutoConfig, GenerationConfig
 
     try:
