@@ -47,7 +47,7 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
 
     from transformers.utils import logging as transformers_logging
 
-    from lmms_egoplan.fixtures.checkpoints import tiny_checkpoint
+    from lmms_egoplan.fixtures.checkpoints import TEXT_ONLY_ARCHITECTURES, tiny_checkpoint
 
     # Building the fixtures' random models is not news: keep transformers' reports and bars out of the table's way.
     transformers_logging.set_verbosity_error()
@@ -68,8 +68,9 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
     left_out: list[str] = []
     with ExitStack() as resources:
         for name, reference in entries.items():
-            plan = arch_plan(arch, name)
-            if plan.left_out:
+            # A text-only model's plan first: a benchmark it leaves out builds no fixtures.
+            plan = arch_plan(arch, name) if arch in TEXT_ONLY_ARCHITECTURES else None
+            if plan and plan.left_out:
                 print(f"[{name}] {plan.left_out}", file=out)
                 left_out.append(name)
                 if not plan.tasks:
@@ -82,11 +83,12 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
                 continue
             log_dir = workdir / "logs" / name
             log_dirs.append(log_dir)
-            tasks = plan.tasks if plan.text_only else suite.tasks or plan.tasks
-            print(f"[{name}] {plan.harness} --model {plan.model} --tasks {','.join(tasks)} ...", file=out, flush=True)
+            plan = plan or ArchPlan(False, suite.tasks or benchmark(name).tasks)
+            print(f"[{name}] {plan.harness} --model {plan.model} --tasks {','.join(plan.tasks)} ...", file=out,
+                  flush=True)
             started = time.monotonic()
             try:
-                random_runs[name] = run_plan(plan, checkpoint, tasks, log_dir, suite)
+                random_runs[name] = run_plan(plan, checkpoint, log_dir, suite)
             except EvalRunError as error:
                 failures.append(name)
                 print(f"[{name}] FAILED\n{error}", file=out)
@@ -105,7 +107,8 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
     if left_out:
         print(f"Left out for the text-only {arch}: what [{'], ['.join(left_out)}] say above.", file=out)
     print("Logs, per-sample outputs and results: " + ", ".join(str(d) for d in log_dirs), file=out)
-    results_dirs = [d for d in log_dirs if any(d.rglob(pattern) for pattern in ("*_results.json", "results_*.json"))]
+    results_dirs = [d for d in log_dirs
+                    if any(next(d.rglob(pattern), None) for pattern in ("*_results.json", "results_*.json"))]
     if results_dirs:
         report = write_report(results_dirs, workdir / "report", report_faces())
         print(f"Report of these runs (tables beside the published rows, figures, HTML): {report.markdown}", file=out)
@@ -148,17 +151,16 @@ def arch_plan(arch: str, name: str) -> ArchPlan:
     return ArchPlan(True, entry.lm_eval_tasks, f"its text-only baselines only: {shown}")
 
 
-def run_plan(plan: ArchPlan, checkpoint: Path, tasks: Sequence[str], log_dir: Path, suite: SmokeSuite,
-             limit: int | None = None) -> EvalRun:
-    """One run of the demo: ``tasks`` on the checkpoint through the plan's harness and backend, in the
+def run_plan(plan: ArchPlan, checkpoint: Path, log_dir: Path, suite: SmokeSuite, limit: int | None = None) -> EvalRun:
+    """One run of the demo: the plan's tasks on the checkpoint through its harness and backend, in the
     settings of ``suite`` (its data, its judge); ``limit``: that many documents per task."""
     from importlib import resources
 
     limited = ("--limit", str(limit)) if limit else ()
     if plan.text_only:
-        return run_lm_eval(model_args=f"pretrained={checkpoint},dtype=float32", tasks=tasks, output_dir=log_dir,
+        return run_lm_eval(model_args=f"pretrained={checkpoint},dtype=float32", tasks=plan.tasks, output_dir=log_dir,
                            include_path=resources.files(LM_EVAL_TASKS), env=suite.env, extra_args=limited)
-    return run_lmms_eval(model=MODEL, model_args=f"pretrained={checkpoint}", tasks=tasks, output_dir=log_dir,
+    return run_lmms_eval(model=MODEL, model_args=f"pretrained={checkpoint}", tasks=plan.tasks, output_dir=log_dir,
                          env=suite.env, extra_args=(*suite.cli_args, *limited))
 
 

@@ -76,7 +76,7 @@ def test_every_architecture_the_demo_offers_answers_a_question_of_each_benchmark
     assert all("images or videos" in plans[name].left_out for name in left_out)
     tasks = [task for plan in plans.values() for task in plan.tasks]
     env = {key: value for suite in every_suite.values() for key, value in suite.env.items()}
-    run = smoke.run_plan(smoke.ArchPlan(text_only, tuple(tasks)), tiny_model(arch), tasks, tmp_path, SmokeSuite(
+    run = smoke.run_plan(smoke.ArchPlan(text_only, tuple(tasks)), tiny_model(arch), tmp_path, SmokeSuite(
         env=env, cli_args=("--gen_kwargs", "max_new_tokens=16")), limit=1)
     assert set(tasks) <= set(run.results["results"]) | set(run.results.get("groups", {}))
 
