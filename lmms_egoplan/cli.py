@@ -125,7 +125,8 @@ def _smoke_arguments(smoke: argparse.ArgumentParser) -> None:
 
     smoke.add_argument("--workdir", help="where fixtures, checkpoints and logs go (default: a new temp folder)")
     smoke.add_argument("--arch", default=DEFAULT_ARCH, choices=ARCHITECTURES, metavar="ARCH",
-                       help=f"tiny checkpoint architecture: {', '.join(ARCHITECTURES)} (default: {DEFAULT_ARCH})")
+                       help=f"tiny checkpoint architecture: {', '.join(ARCHITECTURES)} (default: {DEFAULT_ARCH}); a "
+                            f"text-only one runs the text-only baselines through lm-eval and says what it leaves out")
     smoke.add_argument("--benchmark", action="append", choices=[entry.name for entry in registry.BENCHMARKS],
                        help="run only this benchmark's tasks (repeatable; default: all)")
     smoke.set_defaults(handler=_smoke)

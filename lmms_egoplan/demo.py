@@ -7,7 +7,9 @@ checks the pipeline, and its scores measure nothing. A random model writes no pa
 intent or letter, so the generative benchmarks then run once more with scripted answers of known
 quality (``lmms_egoplan.fixtures.scripted``), through lmms-eval's ``openai`` backend, so that
 every scorer shows what it computes; each of their values is checked against the one the script
-implies. It prints a table per benchmark (a row per task, its main metrics as columns; scripted
+implies. A text-only architecture (``llama``) runs what it can take, each benchmark's text-only
+baselines through the real ``lm_eval`` CLI (``--model hf``), and says what it leaves out and why. It
+prints a table per benchmark (a row per task, its main metrics as columns; scripted
 rows marked) and writes the report of its runs (``lmms-egoplan report``).
 """
 
@@ -15,13 +17,15 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence, TextIO
 
 from lmms_egoplan.core.text_tables import format_table, format_value
-from lmms_egoplan.fixtures.lmms_eval_run import EvalRun, EvalRunError, run_lmms_eval
+from lmms_egoplan.fixtures.lmms_eval_run import EvalRun, EvalRunError, run_lm_eval, run_lmms_eval
 from lmms_egoplan.fixtures.scripted import ScriptedAnswers, differences, reported_metrics, scripted_environment
-from lmms_egoplan.registry import BENCHMARKS, benchmark, load, report_faces
+from lmms_egoplan.fixtures.suite import SmokeSuite
+from lmms_egoplan.registry import BENCHMARKS, LM_EVAL_TASKS, benchmark, load, report_faces
 from lmms_egoplan.report import write_report
 from lmms_egoplan.report.layout import ReportFace
 from lmms_egoplan.report.metric_roles import Unit, natural_order, unscored_reason
@@ -43,7 +47,7 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
 
     from transformers.utils import logging as transformers_logging
 
-    from lmms_egoplan.fixtures.checkpoints import tiny_checkpoint
+    from lmms_egoplan.fixtures.checkpoints import TEXT_ONLY_ARCHITECTURES, tiny_checkpoint
 
     # Building the fixtures' random models is not news: keep transformers' reports and bars out of the table's way.
     transformers_logging.set_verbosity_error()
@@ -61,8 +65,16 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
     scripts: dict[str, ScriptedAnswers] = {}
     failures: list[str] = []
     log_dirs: list[Path] = []
+    left_out: list[str] = []
     with ExitStack() as resources:
         for name, reference in entries.items():
+            # A text-only model's plan first: a benchmark it leaves out builds no fixtures.
+            plan = arch_plan(arch, name) if arch in TEXT_ONLY_ARCHITECTURES else None
+            if plan and plan.left_out:
+                print(f"[{name}] {plan.left_out}", file=out)
+                left_out.append(name)
+                if not plan.tasks:
+                    continue
             try:
                 suite = load(reference)(workdir / "data" / name, resources)
             except Exception as error:  # a broken fixture fails its benchmark, not the whole demo
@@ -71,12 +83,12 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
                 continue
             log_dir = workdir / "logs" / name
             log_dirs.append(log_dir)
-            tasks = suite.tasks or benchmark(name).tasks
-            print(f"[{name}] lmms-eval --model {MODEL} --tasks {','.join(tasks)} ...", file=out, flush=True)
+            plan = plan or ArchPlan(False, suite.tasks or benchmark(name).tasks)
+            print(f"[{name}] {plan.harness} --model {plan.model} --tasks {','.join(plan.tasks)} ...", file=out,
+                  flush=True)
             started = time.monotonic()
             try:
-                random_runs[name] = run_lmms_eval(model=MODEL, model_args=f"pretrained={checkpoint}", tasks=tasks,
-                                                  output_dir=log_dir, env=suite.env, extra_args=suite.cli_args)
+                random_runs[name] = run_plan(plan, checkpoint, log_dir, suite)
             except EvalRunError as error:
                 failures.append(name)
                 print(f"[{name}] FAILED\n{error}", file=out)
@@ -92,14 +104,64 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
     failures += print_tables(random_runs, scripts, scripted_run, out)
     print("\nRows without a mark: a tiny RANDOM model on synthetic data; they check the pipeline end to end "
           "and measure nothing.", file=out)
+    if left_out:
+        print(f"Left out for the text-only {arch}: what [{'], ['.join(left_out)}] say above.", file=out)
     print("Logs, per-sample outputs and results: " + ", ".join(str(d) for d in log_dirs), file=out)
-    results_dirs = [d for d in log_dirs if list(d.rglob("*_results.json"))]
+    results_dirs = [d for d in log_dirs
+                    if any(next(d.rglob(pattern), None) for pattern in ("*_results.json", "results_*.json"))]
     if results_dirs:
         report = write_report(results_dirs, workdir / "report", report_faces())
         print(f"Report of these runs (tables beside the published rows, figures, HTML): {report.markdown}", file=out)
     if failures:
         print(f"FAILED: {', '.join(failures)}", file=out)
     return len(failures)
+
+
+@dataclass(frozen=True)
+class ArchPlan:
+    """What the demo runs of one benchmark on one architecture: its lmms-eval tasks on ``egoplan_hf``, or,
+    for a text-only model, its text-only baselines through lm-eval (``hf``), and what it leaves out and why."""
+
+    text_only: bool
+    tasks: tuple[str, ...]  # empty: the benchmark is left out
+    left_out: str = ""  # what is left out and why ("" where nothing is)
+
+    @property
+    def harness(self) -> str:
+        return "lm_eval" if self.text_only else "lmms-eval"
+
+    @property
+    def model(self) -> str:
+        return "hf" if self.text_only else MODEL
+
+
+def arch_plan(arch: str, name: str) -> ArchPlan:
+    """What the demo runs of benchmark ``name`` on a tiny ``arch`` checkpoint: every lmms-eval task of the
+    benchmark on a multimodal architecture; on a text-only one, whose model cannot take the images and
+    videos every lmms-eval task of the suite shows it, the benchmark's text-only baselines (lm-eval), if any."""
+    from lmms_egoplan.fixtures.checkpoints import TEXT_ONLY_ARCHITECTURES
+
+    entry = benchmark(name)
+    if arch not in TEXT_ONLY_ARCHITECTURES:
+        return ArchPlan(False, entry.tasks)
+    shown = (f"its lmms-eval tasks ({', '.join(entry.tasks)}) show the model images or videos, which the text-only "
+             f"{arch} cannot take")
+    if not entry.lm_eval_tasks:
+        return ArchPlan(True, (), f"left out: {shown}, and it has no text-only baselines")
+    return ArchPlan(True, entry.lm_eval_tasks, f"its text-only baselines only: {shown}")
+
+
+def run_plan(plan: ArchPlan, checkpoint: Path, log_dir: Path, suite: SmokeSuite, limit: int | None = None) -> EvalRun:
+    """One run of the demo: the plan's tasks on the checkpoint through its harness and backend, in the
+    settings of ``suite`` (its data, its judge); ``limit``: that many documents per task."""
+    from importlib import resources
+
+    limited = ("--limit", str(limit)) if limit else ()
+    if plan.text_only:
+        return run_lm_eval(model_args=f"pretrained={checkpoint},dtype=float32", tasks=plan.tasks, output_dir=log_dir,
+                           include_path=resources.files(LM_EVAL_TASKS), env=suite.env, extra_args=limited)
+    return run_lmms_eval(model=MODEL, model_args=f"pretrained={checkpoint}", tasks=plan.tasks, output_dir=log_dir,
+                         env=suite.env, extra_args=(*suite.cli_args, *limited))
 
 
 def run_scripted(scripts: Mapping[str, ScriptedAnswers], log_dir: Path, resources: ExitStack,

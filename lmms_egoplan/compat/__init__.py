@@ -62,6 +62,8 @@ a patch for lmms-eval with its pull-request text, or why it cannot become one. E
                                                               results file, one per run, and samples files)
   ``results.fail_runs_whose_files_are_cut``                   a suite task or backend is built (the run's
                                                               results and samples files)
+  ``backends.score_llava_hf_with_its_images``                 a suite task is bound to ``--model llava_hf
+                                                              --force_simple`` (every likelihood task of the run)
   ``durability.exit_when_results_are_written``                called by the suite's judged tasks, and by its
                                                               generative tasks when model requests failed
   ``tasks.unretried_process_results``                         called by the suite's tasks only
@@ -76,7 +78,8 @@ shows the patched lmms-eval doing its job alone; not a user setting.
 
 Modules by concern: ``tasks`` (task discovery, tasks not found, what a run's tasks need before the
 model loads), ``durability`` (what a stopped or killed run keeps, and a run's exit status),
-``results`` (what reaches and leaves the results and samples files), ``secrets`` (the evaluated
+``results`` (what reaches and leaves the results and samples files), ``backends`` (lmms-eval's own backends
+on the suite's tasks), ``secrets`` (the evaluated
 model's API key and the run's other secrets kept out of what a run writes and prints), ``replacements``
 (the one wrapper per lmms-eval function, and the record of what is in place), ``switches`` (when each is
 switched on).

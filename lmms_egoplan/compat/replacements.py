@@ -32,6 +32,7 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
     ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_samples"): (
         "durability.exit_when_results_are_written",
         "results.fail_runs_whose_files_are_cut",
+        "results.record_in_results",
         "results.write_results_as_strict_json",
         "secrets.keep_secrets_out_of_lmms_evals_error_texts",  # the failure texts of the samples written
     ),
@@ -50,6 +51,7 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
     ("lmms_eval.caching.response_cache", "ResponseCache._log_to_audit"): (
         "secrets.keep_secrets_out_of_lmms_evals_error_texts",
     ),
+    ("lmms_eval.models.simple.llava_hf", "LlavaHf.loglikelihood"): ("backends.score_llava_hf_with_its_images",),
     ("lmms_eval.tasks", "TaskManager.__init__"): ("tasks.enable_plugin_task_discovery",),
     ("lmms_eval.tasks", "TaskManager.match_tasks"): ("tasks.watch_task_selection",),
     ("lmms_eval.evaluator", "simple_evaluate"): (

@@ -258,8 +258,12 @@ def record_in_results() -> bool:
     """Write into the run's results file which workarounds were in place, and lmms-eval's release
     (``RECORD_KEY``: ``{"lmms_eval": "0.7.3", "applied": ["results.keep_loglikelihood_results", ...]}``, named
     as in ``lmms_egoplan.compat``'s table and docs/upstream/README.md), so that a number can be traced to the
-    lmms-eval behaviour that produced it. Put on ``save_results_aggregated`` by a run that names or uses the
-    suite (on an lmms-eval release the suite works around). Returns whether it is in place."""
+    lmms-eval behaviour that produced it; and, for the tasks that score the token closing the assistant's turn
+    (``RUN.turn_end_tasks``), which token that was and where it came from (``RUN.turn_end``: the template, or
+    the model's generation config or tokenizer), in the results (``TURN_END_KEY``: {task: "</s>
+    (generation_config)"}) and in each of their logged samples (``TURN_END_KEY``). Put on
+    ``save_results_aggregated`` and ``save_results_samples`` by a run that names or uses the suite (on an
+    lmms-eval release the suite works around). Returns whether it is in place."""
     if has_layer(_RECORD, *SAVE_RESULTS):
         return True
     if not affected_release():
@@ -267,9 +271,18 @@ def record_in_results() -> bool:
 
     def record(save_results, self, results, samples, datetime_str):
         results[RECORD_KEY] = workaround_record()
+        if RUN.turn_end_tasks:
+            results[TURN_END_KEY] = {task: RUN.turn_end for task in sorted(RUN.turn_end_tasks)}
         save_results(self, results, samples, datetime_str)
 
+    def record_in_samples(save_samples, self, task_name, samples):
+        if task_name in RUN.turn_end_tasks:
+            samples = [{**sample, TURN_END_KEY: RUN.turn_end} for sample in samples]
+        save_samples(self, task_name, samples)
+
     add_layer(_RECORD, *SAVE_RESULTS, record)
+    add_layer(_RECORD, *SAVE_SAMPLES, record_in_samples)
     return True
 
+TURN_END_KEY = "lmms_egoplan_end_of_turn"
 _RECORD = "results.record_in_results"

@@ -45,6 +45,12 @@ class RunState:
     task_judgements: dict[str, Any] = field(default_factory=dict)
     # Each generative task's (failed, asked) model requests, once aggregated (``harness.failed_requests``)
     failed_requests: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # The token that closes a scored assistant turn and where it comes from ("</s> (generation_config)"),
+    # as the run's likelihood backend found it (``models.likelihood.TurnEnd``); None: the backend has none.
+    # The tasks that score it (``harness.lmms_eval_task``); both are recorded in the results and samples
+    # files (``compat.results.record_in_results``)
+    turn_end: str | None = None
+    turn_end_tasks: set[str] = field(default_factory=set)
 
     def reset(self) -> None:
         """Start a new run's state (every field back to its default), in place: modules keep ``RUN``."""

@@ -20,6 +20,7 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping
 from lmms_eval.api.task import ConfigurableMessagesTask, ConfigurableTask
 from loguru import logger
 
+from lmms_egoplan.compat.backends import score_llava_hf_with_its_images
 from lmms_egoplan.compat.durability import missing_dependency_hint
 from lmms_egoplan.compat.results import run_datetime_str
 from lmms_egoplan.compat.switches import on_suite_use
@@ -154,6 +155,9 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
 
     def build_all_requests(self, **kwargs) -> None:
         self._bind_to_backend(getattr(self, "args", None))
+        if (request_options.SCORED_SPAN, request_options.ANSWER_AND_END_OF_TURN) in \
+                [(option, value) for _, option, value in self.requested_options()]:
+            RUN.turn_end_tasks.add(self.config.task)  # the results and samples say which token that was
         super().build_all_requests(**kwargs)
 
     def check_before_the_model(self, cli_args) -> None:
@@ -177,9 +181,12 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
         resolved = MODEL_REGISTRY_V2.resolve(model, force_simple=force_simple)
         self._backend, self._chat_backend = resolved.model_id, resolved.model_type == "chat"
         if self._chat_backend:
-            self._check_backend_scores(model, "lmms-eval's chat implementation of it only generates")
+            simple = MODEL_REGISTRY_V2.resolve(model, force_simple=True).model_type == "simple"
+            self._check_backend_scores(model, "lmms-eval's chat implementation of it only generates",
+                                       self._simple_backend_hint(model) if simple else "")
             return
         model_class = backend_class(model, force_simple)
+        score_llava_hf_with_its_images(model_class)
         if not computes_loglikelihood(model_class):
             self._check_backend_scores(model, f"lmms-eval's {model_class.__name__} does not implement loglikelihood")
         self._check_backend_honours_options(model_class, model)
@@ -187,15 +194,25 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
     # Tasks scored by likelihood, and the generative task that asks a backend without it the same questions.
     GENERATIVE_VARIANTS: ClassVar[Mapping[str, str]] = {}
 
-    def _check_backend_scores(self, model: str, why: str) -> None:
-        """Refuse a backend without loglikelihood for a task that ranks candidates by it, naming those that can."""
+    def _check_backend_scores(self, model: str, why: str, hint: str = "") -> None:
+        """Refuse a backend without loglikelihood for a task that ranks candidates by it, naming those that can
+        (``hint``: another way with this backend)."""
         if self.OUTPUT_TYPE not in _LIKELIHOOD_OUTPUT_TYPES:
             return
         variant = self.GENERATIVE_VARIANTS.get(self.config.task)
         raise SettingsError(
             f"task {self.config.task} ranks its candidate answers by likelihood, which --model {model} does not compute "
             f"({why}); run it with --model egoplan_hf (transformers, in this process) or --model egoplan_server (an "
-            f"SGLang / vLLM server)" + (f", or run the generative task {variant} with --model {model}" if variant else ""))
+            f"SGLang / vLLM server)" + (f", or run the generative task {variant} with --model {model}" if variant else "")
+            + hint)
+
+    def _simple_backend_hint(self, model: str) -> str:
+        """How this task runs on lmms-eval's simple implementation of ``model``: ``--force_simple``, with lmms-eval's
+        conventions for the options that backend does not honour (the answer's tokens only, for one)."""
+        conventions = [f"{setting_name(self.ENV_PREFIX, name)} set to {option.convention!r}"
+                       for name, option, _ in self.requested_options() if option.binding]
+        return (f", or add --force_simple for lmms-eval's simple implementation of {model}, which scores by "
+                f"lmms-eval's conventions" + (f": with {' and '.join(conventions)}" if conventions else ""))
 
     def requested_options(self) -> list[tuple[str, request_options.RequestOption, str]]:
         """(setting, option, value) of every option the task's requests carry: those whose value is

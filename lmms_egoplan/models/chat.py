@@ -24,11 +24,18 @@ class ChatTemplateError(ValueError):
 
 @dataclass(frozen=True)
 class RenderedAnswer:
-    """A conversation ending with an assistant turn; ``text[start:end]`` is the answer."""
+    """A conversation ending with an assistant turn; ``text[start:end]`` is the answer, followed by
+    ``closing``, the model's end-of-turn token where the suite writes it (``likelihood.TurnEnd``)."""
 
     text: str
     start: int
     end: int
+    closing: str = ""
+
+    @property
+    def assistant_text(self) -> str:
+        """The assistant turn's content that renders as ``text`` (what a server is sent)."""
+        return self.text[self.start:self.end] + self.closing
 
 
 class ChatRenderer:

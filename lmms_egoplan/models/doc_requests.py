@@ -16,11 +16,15 @@ from lmms_eval.api.instance import Instance
 from loguru import logger
 
 from lmms_egoplan.core.documentation import doc_page
-from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
+from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
+from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import closest_name_hint, coerce_setting
-from lmms_egoplan.models.chat import ChatTemplateError
+from lmms_egoplan.models.chat import ChatTemplateError, RenderedAnswer
+from lmms_egoplan.models.likelihood import ScoredSequence, TurnEnd, scored_sequence, special_token_ids, turn_end
 from lmms_egoplan.models.visuals import ModelVisuals, VisualLimits, decode_ahead, prepare_visuals
 
+# The conversation from which a backend learns how its chat template closes the assistant's turn.
+PROBE_QUESTION, PROBE_ANSWER = "What should I do next?", "Open the fridge."
 # The request options a likelihood backend honours (``request_options``); a question's candidates share them.
 QUESTION_OPTIONS = (SCORED_SPAN, LOSS_MEAN, INPUT_ORDER)
 DEFAULT_MAX_NEW_TOKENS = 256
@@ -68,9 +72,9 @@ def processor_inputs(processor) -> tuple[bool, bool, bool]:
 
 
 class DocRequests:
-    """Mixin of the suite's backends. The backend sets ``pretrained``, ``processor``, ``limits``,
-    ``takes_images``, ``video_native``, ``videos_with_images``, ``visual_prefetch`` and
-    ``_reported_generation_keys`` (an empty set); lmms-eval sets ``task_dict``."""
+    """Mixin of the suite's backends. The backend sets ``pretrained``, ``processor``, ``tokenizer``, ``chat``,
+    ``limits``, ``takes_images``, ``video_native``, ``videos_with_images``, ``visual_prefetch`` and
+    ``_reported_generation_keys`` (an empty set), and calls ``settle_turn_end``; lmms-eval sets ``task_dict``."""
 
     # Set while lmms-eval's --use_cache calls the backend (``compat.durability.
     # keep_responses_of_stopped_runs``): each response is handed to it as soon as it is computed,
@@ -91,6 +95,34 @@ class DocRequests:
                             image_max_pixels=arg(image_max_pixels, int | None, "image_max_pixels"),
                             video_max_side=arg(video_max_side, int | None, "video_max_side"),
                             video_max_pixels=arg(video_max_pixels, int | None, "video_max_pixels"))
+
+    def settle_turn_end(self, generation_config) -> None:
+        """How a scored assistant turn ends for this model (``likelihood.TurnEnd``: the template's special
+        token, else the model's EOS from ``generation_config`` or the tokenizer), found once from a probe
+        conversation and recorded for the run's results and samples (``RUN.turn_end``). A model without
+        one keeps the error, raised when a task asks for its end-of-turn token."""
+        self.special_ids = special_token_ids(self.tokenizer)
+        try:
+            [probe] = self.chat.with_answers(self.chat.user_turn([], PROBE_QUESTION), [PROBE_ANSWER])
+            self.turn_end: TurnEnd | ChatTemplateError = turn_end(
+                self.tokenizer, probe, generation_config, model_name=self.pretrained,
+                add_special_tokens=self.chat.adds_special_tokens(probe.text))
+            RUN.turn_end = self.turn_end.describe()
+        except ChatTemplateError as error:
+            self.turn_end = error
+
+    def scored_sequences(self, rendered: Sequence[RenderedAnswer], scored_span: str,
+                         add_special_tokens: bool) -> tuple[list[RenderedAnswer], list[ScoredSequence]]:
+        """The candidates' renderings as they are scored (with the end-of-turn span, the turn closed by
+        the model's own EOS where the template writes no special token) and their scored tokens."""
+        end_of_turn_ids = None
+        if scored_span == ANSWER_AND_END_OF_TURN:
+            if isinstance(self.turn_end, ChatTemplateError):
+                raise self.turn_end
+            rendered, end_of_turn_ids = [self.turn_end.close(r) for r in rendered], self.special_ids
+        return list(rendered), [scored_sequence(self.tokenizer, r, end_of_turn_ids=end_of_turn_ids,
+                                                model_name=self.pretrained, add_special_tokens=add_special_tokens)
+                                for r in rendered]
 
     def _generation(self, generation_kwargs: dict, backend: str, ignored: Sequence[str] = ()) -> Generation:
         """``generation_kwargs`` as a ``Generation``; keys the backend does not read (``ignored``: those it

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from lmms_egoplan.compat.switches import on_suite_use
 from lmms_egoplan.core.devices import resolve_device
-from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
+from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import SettingsError, coerce_setting
 from lmms_egoplan.models.chat import ChatRenderer
 from lmms_egoplan.models.doc_requests import (
@@ -33,7 +33,7 @@ from lmms_egoplan.models.doc_requests import (
     processor_inputs,
     unknown_model_args_message,
 )
-from lmms_egoplan.models.likelihood import LikelihoodScorer, scored_sequence, special_token_ids
+from lmms_egoplan.models.likelihood import LikelihoodScorer
 from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -120,7 +120,7 @@ class EgoPlanHF(DocRequests, lmms):
         self.visual_prefetch = (2 if self._device.type == "cuda" else 0) if visual_prefetch is None else visual_prefetch
         if self.visual_prefetch < 0:
             raise ValueError(f"egoplan_hf: visual_prefetch must be 0 or more, got {self.visual_prefetch}")
-        self._special_token_ids = special_token_ids(self.tokenizer)
+        self.settle_turn_end(self._model.generation_config)
         self._reported_generation_keys: set[str] = set()
 
     @property
@@ -166,9 +166,8 @@ class EgoPlanHF(DocRequests, lmms):
         if not all(answers):
             raise ValueError(f"{self.pretrained}: an empty continuation in {where} has no tokens to score")
         rendered = self.chat.with_answers(self.chat.user_turn(visuals.parts, context, input_order), answers)
-        end_of_turn_ids = self._special_token_ids if scored_span == ANSWER_AND_END_OF_TURN else None
-        sequences = [scored_sequence(self.tokenizer, r, end_of_turn_ids=end_of_turn_ids, model_name=self.pretrained,
-                                     add_special_tokens=self.chat.adds_special_tokens(r.text)) for r in rendered]
+        rendered, sequences = self.scored_sequences(rendered, scored_span,
+                                                    self.chat.adds_special_tokens(rendered[0].text))
         if not self.prefix_sharing:
             return [self.scorer.score_full(self._encode([r.text], [visuals], where), s, loss_mean)
                     for r, s in zip(rendered, sequences)]

@@ -26,10 +26,12 @@ from tqdm import tqdm
 
 from lmms_egoplan.compat.switches import on_suite_use
 from lmms_egoplan.core.documentation import doc_page
-from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
+from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import SettingsError, coerce_setting
 from lmms_egoplan.models.chat import ChatRenderer
 from lmms_egoplan.models.doc_requests import (
+    PROBE_ANSWER,
+    PROBE_QUESTION,
     DocRequests,
     Question,
     cut_at_first,
@@ -38,11 +40,10 @@ from lmms_egoplan.models.doc_requests import (
 )
 from lmms_egoplan.models.egoplan_hf import load_processor
 from lmms_egoplan.models.engines import ENGINE_CLASSES, ENGINES, ServerClient, ServerPool, ServerPrompt
-from lmms_egoplan.models.likelihood import expansion_shift, mean_loss, scored_sequence, special_token_ids
+from lmms_egoplan.models.likelihood import expansion_shift, mean_loss
 from lmms_egoplan.models.visuals import ModelVisuals
 
 # The text-only question every run scores once at load (``engines.Engine.check``).
-PROBE_QUESTION, PROBE_ANSWER = "What should I do next?", "Open the fridge."
 # The generation_config settings that transformers' generate applies in egoplan_hf where a request
 # sets none (repetition_penalty always, the others when sampling), and that vLLM applies as its
 # defaults (--generation-config auto: vllm/config/model.py get_diff_sampling_param); SGLang applies
@@ -119,13 +120,14 @@ class EgoPlanServer(DocRequests, lmms):
                                               takes_images=self.takes_images, video_native=video_native,
                                               videos_as_frames=videos_as_frames) for server in self.servers.engines][0]
         self.engine.warn_deviation()
-        self.sampling_defaults = generation_defaults(self.pretrained, trust_remote_code)
+        config = generation_config(self.pretrained, trust_remote_code)
+        self.sampling_defaults = generation_defaults(config)
         self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt, chat_template=chat_template)
         self.limits = self.visual_limits("egoplan_server", max_frames, image_max_side, image_max_pixels, video_max_side,
                                          video_max_pixels)
         self.lstrip_continuation = _arg(lstrip_continuation, bool, "lstrip_continuation")
         self.visual_prefetch = 0  # the questions in flight decode their own visuals, in parallel
-        self._special_token_ids = special_token_ids(self.tokenizer)
+        self.settle_turn_end(config)
         self._reported_generation_keys: set[str] = set()
         probe = self._prompt(ModelVisuals(), PROBE_QUESTION, INPUT_ORDER.convention, "the load check")
         rendered, sequence = self._candidates(probe, [PROBE_ANSWER], SCORED_SPAN.convention)
@@ -176,11 +178,8 @@ class EgoPlanServer(DocRequests, lmms):
         return scores
 
     def _candidates(self, prompt: ServerPrompt, answers: Sequence[str], scored_span: str):
-        rendered = self.chat.with_answers(prompt.messages, answers)
-        end_of_turn_ids = self._special_token_ids if scored_span == ANSWER_AND_END_OF_TURN else None
-        return rendered, [scored_sequence(self.tokenizer, r, end_of_turn_ids=end_of_turn_ids,
-                                          model_name=self.pretrained, add_special_tokens=prompt.add_special_tokens)
-                          for r in rendered]
+        return self.scored_sequences(self.chat.with_answers(prompt.messages, answers), scored_span,
+                                     prompt.add_special_tokens)
 
     def _prompt(self, visuals: ModelVisuals, context: str, input_order: str, where: str) -> ServerPrompt:
         messages = self.chat.user_turn(visuals.parts, context, input_order)
@@ -301,17 +300,24 @@ def _api_key(variable: str | None) -> str | None:
     return os.environ[variable]
 
 
-def generation_defaults(pretrained: str, trust_remote_code: bool) -> dict:
-    """The model's sampling defaults (``SAMPLING_DEFAULTS``) as transformers' generate fills them in
-    egoplan_hf: the checkpoint's generation_config (or the one derived from its config), transformers'
-    own defaults where that leaves one unset; neutral values left out."""
+def generation_config(pretrained: str, trust_remote_code: bool):
+    """The checkpoint's generation_config, or the one transformers derives from its config (as egoplan_hf's
+    model has)."""
     from transformers import AutoConfig, GenerationConfig
 
     try:
-        config = GenerationConfig.from_pretrained(pretrained)
+        return GenerationConfig.from_pretrained(pretrained)
     except OSError:  # no generation_config.json: transformers derives one from the model's config
-        config = GenerationConfig.from_model_config(AutoConfig.from_pretrained(pretrained,
-                                                                               trust_remote_code=trust_remote_code))
+        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(pretrained,
+                                                                             trust_remote_code=trust_remote_code))
+
+
+def generation_defaults(config) -> dict:
+    """The model's sampling defaults (``SAMPLING_DEFAULTS``) as transformers' generate fills them in
+    egoplan_hf: from its generation_config (``generation_config``), transformers' own defaults where that
+    leaves one unset; neutral values left out."""
+    from transformers import GenerationConfig
+
     fallback = GenerationConfig._get_default_generation_params()
     values = {key: getattr(config, key, None) if getattr(config, key, None) is not None else fallback.get(key)
               for key in SAMPLING_DEFAULTS}

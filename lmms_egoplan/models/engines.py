@@ -629,7 +629,7 @@ class VLLMEngine(Engine):
             return self._scores(self.client.post("/v1/chat/completions", self._scoring_body(
                 conversation, media_io, add_special_tokens=prompt.add_special_tokens)))
 
-        return list(self._candidates.map(one, [r.text[r.start:r.end] for r in rendered]))
+        return list(self._candidates.map(one, [r.assistant_text for r in rendered]))
 
     def generate(self, prompt, sampling):
         messages, media_io = self._request_media(prompt)

@@ -53,31 +53,98 @@ def special_token_ids(tokenizer) -> frozenset[int]:
     return frozenset(tokenizer.all_special_ids) | {index for index, token in added.items() if token.special}
 
 
+# Where the token that closes the assistant's turn comes from (``TurnEnd.source``).
+TEMPLATE, GENERATION_CONFIG, TOKENIZER = "template", "generation_config", "tokenizer"
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    """The special token that closes the assistant's turn in a scored conversation, and where it comes
+    from: the chat template writes it after the answer (``template``: ``<|im_end|>``, ``<end_of_turn>``,
+    ...); or the template writes no special token there (llava-hf's LLaVA-1.5 and LLaVA-NeXT-Video close
+    the turn with a space) and the model's own EOS, the token its ``generation_config`` (else its
+    tokenizer) stops at, is written right after the answer's last token, as the model was trained to
+    emit it (EgoPlan-Bench's official loss: Video-LLaMA's ``preprocess_for_llama_v2`` closes the answer
+    with ``</s>``)."""
+
+    token: str
+    source: str
+
+    def close(self, rendered: RenderedAnswer) -> RenderedAnswer:
+        """``rendered`` with the model's end-of-turn token right after the answer where the template writes none."""
+        if self.source == TEMPLATE:
+            return rendered
+        return RenderedAnswer(rendered.text[:rendered.end] + self.token + rendered.text[rendered.end:],
+                              rendered.start, rendered.end, self.token)
+
+    def describe(self) -> str:
+        """What results and samples record: ``</s> (generation_config)``."""
+        return f"{self.token} ({self.source})"
+
+
+def model_end_of_turn(generation_config, tokenizer) -> tuple[int, str] | None:
+    """(id, source) of the EOS the model stops at: its generation config's (the first, where it lists
+    several), else its tokenizer's; None where neither names one."""
+    eos = getattr(generation_config, "eos_token_id", None)
+    if isinstance(eos, (list, tuple)):
+        eos = eos[0] if eos else None
+    if eos is not None:
+        return int(eos), GENERATION_CONFIG
+    return (tokenizer.eos_token_id, TOKENIZER) if tokenizer.eos_token_id is not None else None
+
+
+def turn_end(tokenizer, rendered: RenderedAnswer, generation_config, *, model_name: str = "",
+             add_special_tokens: bool = False) -> TurnEnd:
+    """How the assistant's turn of ``rendered`` (any answer: a template closes every turn alike) ends
+    when it is scored: the first special token the template writes after the answer, else the model's
+    own EOS (``TurnEnd``). A ChatTemplateError where neither the template nor the model names one."""
+    special = special_token_ids(tokenizer)
+    token_ids, _, stop = _answer_tokens(tokenizer, rendered, add_special_tokens)
+    closing = _first_special(token_ids, stop, special)
+    if closing is not None:
+        return TurnEnd(tokenizer.convert_ids_to_tokens(token_ids[closing]), TEMPLATE)
+    eos = model_end_of_turn(generation_config, tokenizer)
+    if eos is None or eos[0] not in special:
+        raise ChatTemplateError(
+            f"the chat template of {model_name} closes the assistant's turn with no special token after the "
+            f"answer ({rendered.text[rendered.end:]!r}), and neither its generation_config nor its tokenizer names "
+            f"an EOS token, so its end-of-turn token cannot be scored; score the answer tokens only (the task's "
+            f"setting for it), or pass a chat_template that ends the turn with the model's end-of-turn token"
+        )
+    return TurnEnd(tokenizer.convert_ids_to_tokens(eos[0]), eos[1])
+
+
 def scored_sequence(tokenizer, rendered: RenderedAnswer, *, end_of_turn_ids: frozenset[int] | None = None,
                     model_name: str = "", add_special_tokens: bool = False) -> ScoredSequence:
     """The rendered conversation's token ids and the scored range: the answer's tokens, and with
     ``end_of_turn_ids`` (the special token ids) also the tokens that follow the answer up to and
-    including the first special token -- how the chat template closes the assistant's turn
-    (``<|im_end|>``, ``<end_of_turn>``, ``</s>``, ...); the text after it (a newline) is not scored.
+    including the first special token -- how the turn closes (``<|im_end|>``, ``<end_of_turn>``,
+    ``</s>``, ...; ``TurnEnd.close`` writes the model's own where the template writes none); the text
+    after it (a newline) is not scored.
     ``add_special_tokens``: the tokenizer's own (the BOS) added, as the model's processor adds them
     (``ChatRenderer.adds_special_tokens``).
     """
-    encoded = tokenizer(rendered.text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
-    token_ids = list(encoded["input_ids"])
-    first, stop = token_range(encoded["offset_mapping"], rendered.start, rendered.end)
+    token_ids, first, stop = _answer_tokens(tokenizer, rendered, add_special_tokens)
     if first == 0:
         raise ValueError("the answer starts the conversation: no token precedes it to predict it")
     if end_of_turn_ids is not None:
-        closing = next((index for index in range(stop, len(token_ids)) if token_ids[index] in end_of_turn_ids), None)
+        closing = _first_special(token_ids, stop, end_of_turn_ids)
         if closing is None:
-            raise ChatTemplateError(
-                f"the chat template of {model_name} closes the assistant's turn with no special token after the "
-                f"answer ({rendered.text[rendered.end:]!r}), so its end-of-turn token cannot be scored; score the "
-                f"answer tokens only (the task's setting for it), or pass a chat_template that ends the turn with "
-                f"the model's end-of-turn token"
-            )
+            raise ChatTemplateError(f"the conversation of {model_name} has no special token after the answer "
+                                    f"({rendered.text[rendered.end:]!r}) to close the assistant's turn")
         stop = closing + 1
     return ScoredSequence(token_ids, first, stop)
+
+
+def _answer_tokens(tokenizer, rendered: RenderedAnswer, add_special_tokens: bool) -> tuple[list[int], int, int]:
+    """(token ids of ``rendered.text``, first, stop of the answer's tokens)."""
+    encoded = tokenizer(rendered.text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+    first, stop = token_range(encoded["offset_mapping"], rendered.start, rendered.end)
+    return list(encoded["input_ids"]), first, stop
+
+
+def _first_special(token_ids: Sequence[int], start: int, special: frozenset[int]) -> int | None:
+    return next((index for index in range(start, len(token_ids)) if token_ids[index] in special), None)
 
 
 def expansion_shift(expanded_ids: Sequence[int], sequence: ScoredSequence, from_index: int, model_name: str,

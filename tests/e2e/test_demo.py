@@ -8,11 +8,16 @@ import json
 import re
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
+
+import pytest
 
 from lmms_egoplan import demo as smoke
 from lmms_egoplan.egoplan import synthetic as egoplan
+from lmms_egoplan.fixtures.checkpoints import ARCHITECTURES, TEXT_ONLY_ARCHITECTURES
 from lmms_egoplan.fixtures.suite import SmokeSuite
+from lmms_egoplan.registry import load
 
 # End to end: the real lmms-eval CLI in subprocesses.
 
@@ -48,6 +53,32 @@ def test_smoke_command_evaluates_a_benchmark_and_prints_one_table(tmp_path):
     report = tmp_path / "report" / "report.md"
     assert printed.rstrip().endswith(str(report))
     assert "| this run | scripted-answers | egoplan_val_gen |" in report.read_text()
+
+
+@pytest.fixture(scope="module")
+def every_suite(tmp_path_factory):
+    """Every benchmark's demo fixtures (data, loopback judges), built once."""
+    root = tmp_path_factory.mktemp("suites")
+    with ExitStack() as resources:
+        yield {name: load(reference)(root / name, resources) for name, reference in smoke.SUITES.items()}
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_every_architecture_the_demo_offers_answers_a_question_of_each_benchmark_it_takes(arch, every_suite,
+                                                                                          tiny_model, tmp_path):
+    """One run per architecture, a document of every task of every benchmark it takes (``smoke.arch_plan``, as
+    the demo runs them one benchmark at a time; new tokens capped at 16); a text-only model: the text-only
+    baselines through lm-eval, and the benchmarks without any said to be left out, with the reason."""
+    plans = {name: smoke.arch_plan(arch, name) for name in every_suite}
+    text_only = arch in TEXT_ONLY_ARCHITECTURES
+    left_out = {name for name, plan in plans.items() if not plan.tasks}
+    assert left_out == ({"egointent", "egoplan_bench2"} if text_only else set())
+    assert all("images or videos" in plans[name].left_out for name in left_out)
+    tasks = [task for plan in plans.values() for task in plan.tasks]
+    env = {key: value for suite in every_suite.values() for key, value in suite.env.items()}
+    run = smoke.run_plan(smoke.ArchPlan(text_only, tuple(tasks)), tiny_model(arch), tmp_path, SmokeSuite(
+        env=env, cli_args=("--gen_kwargs", "max_new_tokens=16")), limit=1)
+    assert set(tasks) <= set(run.results["results"]) | set(run.results.get("groups", {}))
 
 
 def broken_fixture(workdir, resources):

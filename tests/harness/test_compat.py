@@ -270,13 +270,15 @@ def test_every_lmms_eval_function_the_suite_replaces_is_replaced_once_by_one_wra
     for module, attribute in replacements.LAYER_ORDER:
         if module == "lmms_eval.tasks" and attribute == "TaskManager.__init__":
             continue  # LMMS_EVAL_PLUGINS only
+        if module == "lmms_eval.models.simple.llava_hf":
+            continue  # once a suite task is bound to llava_hf, which imports decord (tests/e2e/test_lmms_eval_llava_hf.py)
         owner, name = replacements._owner(module, attribute)
         raw = vars(owner).get(name) if isinstance(owner, type) else getattr(owner, name)
         wrapper = getattr(raw, "__func__", raw)
         assert getattr(wrapper, replacements._LAYERS, None), f"{module}.{attribute} is not the suite's wrapper"
         assert not hasattr(wrapper.__wrapped__, replacements._LAYERS), f"{module}.{attribute} is wrapped twice"
         replaced += 1
-    assert replaced == len(replacements.LAYER_ORDER) - 1
+    assert replaced == len(replacements.LAYER_ORDER) - 2
     from lmms_eval import evaluator
 
     assert evaluator.unwrap_generation_output is instance.unwrap_generation_output  # the name lmms-eval bound too

@@ -25,11 +25,20 @@ from lmms_egoplan.core.request_options import (
     TEXT_FIRST,
 )
 from lmms_egoplan.core.settings import SettingsError
-from lmms_egoplan.fixtures.checkpoints import ANSWER_OPENING, ARCHITECTURES, BOS_ADDING, END_OF_TURN
+from lmms_egoplan.fixtures.checkpoints import ANSWER_OPENING, ARCHITECTURES, BOS_ADDING, CHAT_TEMPLATES, END_OF_TURN
 from lmms_egoplan.fixtures.media import index_image, read_index, write_video
 from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
 from lmms_egoplan.models.egoplan_hf import ContextTooLongError, EgoPlanHF
-from lmms_egoplan.models.likelihood import PromptAlignmentError, scored_sequence, special_token_ids
+from lmms_egoplan.models.likelihood import (
+    GENERATION_CONFIG,
+    TEMPLATE,
+    TOKENIZER,
+    PromptAlignmentError,
+    TurnEnd,
+    scored_sequence,
+    special_token_ids,
+    turn_end,
+)
 from lmms_egoplan.models.visuals import UnsupportedVisualError, VisualLimits, prepare_visuals
 
 ARCHS = [arch for arch in ARCHITECTURES if arch != "llama"]  # every multimodal tiny checkpoint
@@ -117,17 +126,22 @@ SCORED_END_OF_TURN = {arch: END_OF_TURN[arch].rstrip("\n") for arch in ARCHS if 
 CLOSING_ARCHS = list(SCORED_END_OF_TURN)
 
 
-def labelled_loss(model: EgoPlanHF, doc: dict, answer: str, *, with_end_of_turn: bool = False) -> float:
+def labelled_loss(model: EgoPlanHF, doc: dict, answer: str, *, with_end_of_turn: bool = False,
+                  end_of_turn: str | None = None) -> float:
     """Reference: HF's own loss over the answer tokens (and the token closing the turn) of one full
     forward pass.
 
     The tiny templates render ``prompt + opening + answer + end_of_turn`` (test_checkpoints checks it),
     so the answer's tokens are those between the generation prompt and the end-of-turn marker (the
     opening space merges into the answer's first word), and the closing token is the marker's first.
+    ``end_of_turn``: a closing token written right after the answer instead, and scored.
     """
     arch = model.model.config.model_type
-    end_of_turn = END_OF_TURN[arch]
-    unscored = end_of_turn.removeprefix(SCORED_END_OF_TURN[arch]) if with_end_of_turn else end_of_turn
+    if end_of_turn is not None:
+        unscored = ""
+    else:
+        end_of_turn = END_OF_TURN[arch]
+        unscored = end_of_turn.removeprefix(SCORED_END_OF_TURN[arch]) if with_end_of_turn else end_of_turn
     visuals = model_visuals(model, doc)
     prompt = model.chat.generation_prompt(model.chat.user_turn(visuals.parts, doc["question"]))
     inputs = model._encode([prompt + ANSWER_OPENING[arch] + answer + end_of_turn], [visuals], "reference")
@@ -215,13 +229,52 @@ def test_the_end_of_turn_token_flips_the_ranking_of_a_candidate_and_its_own_pref
         assert rankings == {ANSWER: 0, ANSWER_AND_END_OF_TURN: 1}
 
 
-@pytest.mark.parametrize("arch", ["llava", "llava_next_video"])
-def test_a_template_without_a_closing_special_token_cannot_score_the_end_of_turn(arch, backend):
-    """llava-hf's templates close the assistant's turn with a space (``ASSISTANT: <answer> ``)."""
-    model = backend(arch)
-    with pytest.raises(ChatTemplateError, match=r"closes the assistant's turn with no special token.*\(' '\)"):
-        model.loglikelihood(mc_requests(model, [egoplan_doc(0)], span=ANSWER_AND_END_OF_TURN))
-    assert len(model.loglikelihood(mc_requests(model, [egoplan_doc(0)]))) == 4  # answer-only still works
+# llava-hf's templates close the assistant's turn with a space (``ASSISTANT: <answer> ``); the oracle
+# template writes the model's EOS right after the answer instead, as LLaVA's training conversations do.
+ASSISTANT_TEXT = "{% generation %}{{ part['text'] + ' ' }}{% endgeneration %}"
+EOS_CLOSED_TEMPLATES = {arch: CHAT_TEMPLATES[arch].replace(ASSISTANT_TEXT, ASSISTANT_TEXT.replace("' '", "'</s>'"))
+                        for arch in ("llava", "llava_next_video")}
+
+
+@pytest.mark.parametrize("prefix_sharing", [True, False])
+@pytest.mark.parametrize("arch", list(EOS_CLOSED_TEMPLATES))
+def test_a_template_without_a_closing_special_token_gets_the_models_eos_as_a_template_writing_it(
+        arch, prefix_sharing, backend, tmp_path):
+    """The model's own EOS (its generation_config's ``</s>``) is scored right after the answer: every
+    candidate's loss equals the loss with a template that writes ``</s>`` there (abs 1e-6)."""
+    assert EOS_CLOSED_TEMPLATES[arch] != CHAT_TEMPLATES[arch]
+    oracle_template = tmp_path / "eos_closed.jinja"
+    oracle_template.write_text(EOS_CLOSED_TEMPLATES[arch])
+    model = backend(arch, prefix_sharing=prefix_sharing)
+    oracle = backend(arch, prefix_sharing=prefix_sharing, chat_template=str(oracle_template))
+    assert model.turn_end == TurnEnd("</s>", GENERATION_CONFIG) and oracle.turn_end == TurnEnd("</s>", TEMPLATE)
+    docs = [egoplan_doc(0), egoplan_doc(1)]
+    scores = model.loglikelihood(mc_requests(model, docs, span=ANSWER_AND_END_OF_TURN))
+    expected = oracle.loglikelihood(mc_requests(oracle, docs, span=ANSWER_AND_END_OF_TURN))
+    assert len(scores) == 8
+    for (value, greedy), (expected_value, expected_greedy) in zip(scores, expected):
+        assert value == pytest.approx(expected_value, abs=1e-6) and greedy == expected_greedy
+    # HF's own loss over the answer and the </s> of the oracle's rendering
+    references = [labelled_loss(model, docs[0], choice, end_of_turn="</s>") for choice in CHOICES]
+    assert [v for v, _ in scores[:4]] == pytest.approx(references, abs=1e-4 if prefix_sharing else 1e-5)
+    answer_only = model.loglikelihood(mc_requests(model, docs))
+    assert sum(abs(a[0] - b[0]) > 1e-3 for a, b in zip(scores, answer_only)) >= len(scores) // 2
+
+
+def test_the_end_of_turn_token_comes_from_the_generation_config_then_the_tokenizer_else_an_error(tiny_model):
+    from transformers import AutoProcessor, GenerationConfig
+
+    processor = AutoProcessor.from_pretrained(tiny_model("llava"))
+    chat = ChatRenderer(processor, "llava")
+    [rendered] = chat.with_answers(chat.user_turn([], "Next?"), ["wash the hands"])
+    tokenizer = processor.tokenizer
+    pad = tokenizer.convert_tokens_to_ids("<pad>")
+    assert turn_end(tokenizer, rendered, GenerationConfig(eos_token_id=[pad, tokenizer.eos_token_id])) == \
+        TurnEnd("<pad>", GENERATION_CONFIG)  # the first the generation config stops at
+    assert turn_end(tokenizer, rendered, GenerationConfig()) == TurnEnd("</s>", TOKENIZER)
+    tokenizer.eos_token = None
+    with pytest.raises(ChatTemplateError, match=r"closes the assistant's turn with no special token.*\(' '\).*neither"):
+        turn_end(tokenizer, rendered, GenerationConfig(), model_name="llava")
 
 
 @pytest.mark.parametrize("prefix_sharing", [True, False])

@@ -27,7 +27,7 @@ from lmms_egoplan.core.request_options import (
     SCORED_SPAN,
 )
 from lmms_egoplan.core.settings import SettingsError
-from lmms_egoplan.fixtures.checkpoints import ARCHITECTURES, END_OF_TURN, VIDEO_ARCHITECTURES
+from lmms_egoplan.fixtures.checkpoints import ARCHITECTURES, VIDEO_ARCHITECTURES
 from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
 from lmms_egoplan.fixtures.media import index_image
 from lmms_egoplan.models.egoplan_hf import EgoPlanHF
@@ -169,9 +169,9 @@ def test_the_server_backend_scores_as_egoplan_hf(engine, arch, servers, referenc
     server = servers(engine, arch)
     backend = server_backend(server)
     docs = [doc(0, **question_shape(engine, arch)), doc(1, **question_shape(engine, arch))]
-    # llava-hf's templates close the assistant's turn with no special token: the answer only there.
-    span = ANSWER_AND_END_OF_TURN if END_OF_TURN[arch].strip() else SCORED_SPAN.convention
-    options = {"scored_span": span, "loss_mean": NONZERO_LOSS_TOKENS}
+    # llava-hf's templates close the assistant's turn with no special token: the model's EOS is sent after
+    # the answer and scored there, as egoplan_hf scores it.
+    options = {"scored_span": ANSWER_AND_END_OF_TURN, "loss_mean": NONZERO_LOSS_TOKENS}
     hf = reference(arch)
     visual_function = visuals if arch != "llama" else None
     got = backend.loglikelihood(_with_visuals(mc_requests(backend, docs, **options), visual_function))
