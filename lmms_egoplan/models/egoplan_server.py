@@ -16,16 +16,20 @@ applies itself, and SGLang's ``/generate`` does not.
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, Iterable, Sequence
 
 from lmms_eval.api.instance import Instance
 from lmms_eval.api.model import lmms
+from loguru import logger
 from tqdm import tqdm
 
 from lmms_egoplan.compat.switches import on_suite_use
 from lmms_egoplan.core.documentation import doc_page
+from lmms_egoplan.core.failed_requests import request_failed_text
 from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import SettingsError, coerce_setting
 from lmms_egoplan.models.chat import ChatRenderer
@@ -37,12 +41,29 @@ from lmms_egoplan.models.doc_requests import (
     unknown_model_args_message,
 )
 from lmms_egoplan.models.egoplan_hf import load_processor
-from lmms_egoplan.models.engines import ENGINE_CLASSES, ENGINES, ServerClient, ServerPool, ServerPrompt
-from lmms_egoplan.models.likelihood import expansion_shift, mean_loss, scored_sequence, special_token_ids
+from lmms_egoplan.models.engines import (
+    ENGINE_CLASSES,
+    ENGINES,
+    QuestionFailedError,
+    ServerClient,
+    ServerNotAnsweringError,
+    ServerPool,
+    ServerPrompt,
+    ServerScores,
+)
+from lmms_egoplan.models.likelihood import (
+    PromptAlignmentError,
+    expansion_shift,
+    mean_loss,
+    scored_sequence,
+    special_token_ids,
+)
 from lmms_egoplan.models.visuals import ModelVisuals
 
 # The text-only question every run scores once at load (``engines.Engine.check``).
 PROBE_QUESTION, PROBE_ANSWER = "What should I do next?", "Open the fridge."
+# Seconds between two tries to reach a server that is still starting (model_args wait_for_servers).
+SERVER_WAIT_INTERVAL_S = 2.0
 # The generation_config settings that transformers' generate applies in egoplan_hf where a request
 # sets none (repetition_penalty always, the others when sampling), and that vLLM applies as its
 # defaults (--generation-config auto: vllm/config/model.py get_diff_sampling_param); SGLang applies
@@ -65,6 +86,8 @@ class EgoPlanServer(DocRequests, lmms):
         timeout: float = 600.0,
         retries: int = 3,
         backoff: float = 1.0,
+        recheck_after: float = 30.0,
+        wait_for_servers: float = 0.0,
         max_frames: int = 32,
         image_max_side: int | None = None,
         image_max_pixels: int | None = None,
@@ -103,10 +126,13 @@ class EgoPlanServer(DocRequests, lmms):
         options = {"timeout": _arg(timeout, float, "timeout"), "retries": _arg(retries, int, "retries"),
                    "backoff": _arg(backoff, float, "backoff"), "connections": 4 * self.concurrency,
                    "api_key": _api_key(api_key_env)}
+        self.retries = options["retries"]
         self.servers = ServerPool([ENGINE_CLASSES[engine](ServerClient(url, **options), str(model),
-                                                          concurrency=self.concurrency) for url in urls])
+                                                          concurrency=self.concurrency) for url in urls],
+                                  concurrency=self.concurrency, recheck_after=_arg(recheck_after, float, "recheck_after"))
         # Before anything loads: every server answers, with this model.
-        served_from = [server.connect() for server in self.servers.engines][0]
+        wait = _arg(wait_for_servers, float, "wait_for_servers")
+        served_from = [_connect(server, wait) for server in self.servers.engines][0]
         self.pretrained = str(pretrained or served_from)
         trust_remote_code = _arg(trust_remote_code, bool, "trust_remote_code")
         self.processor = load_processor(self.pretrained, trust_remote_code,
@@ -147,14 +173,28 @@ class EgoPlanServer(DocRequests, lmms):
         """(mean NLL per scored token, scored tokens are greedy) per request, as ``egoplan_hf`` computes it."""
         questions = self._questions(requests)
         results: list[tuple[float, bool] | None] = [None] * len(requests)
+        failed: list[str] = []
 
-        def done(question: Question, scores: list[tuple[float, bool]]) -> None:
-            for (index, _), score in zip(question.members, scores):
-                results[index] = score
-                self._hand_over(requests[index], score)
+        def score(question: Question) -> list[tuple[float, bool]] | None:
+            try:
+                return self._score_question(question)
+            except QuestionFailedError as error:  # the other questions are scored and handed over
+                logger.error(f"egoplan_server: {error}")
+                failed.append(question.where)
+                return None
 
-        self._in_flight(questions, self._score_question, done, len(requests), "loglikelihood",
-                        size=lambda q: len(q.members))
+        def done(question: Question, scores: list[tuple[float, bool]] | None) -> None:
+            for (index, _), value in zip(question.members, scores or []):
+                results[index] = value
+                self._hand_over(requests[index], value)
+
+        self._in_flight(questions, score, done, len(requests), "loglikelihood", size=lambda q: len(q.members))
+        if failed:
+            raise QuestionFailedError(
+                f"egoplan_server: {len(failed)} of {len(questions)} questions failed on every server they were tried "
+                f"on, which still answer, and nothing of theirs is scored: {', '.join(failed[:20])}"
+                f"{' ...' if len(failed) > 20 else ''} (their errors are logged above); the others are handed to "
+                f"lmms-eval's response cache: with --use_cache, the same command asks only the failed ones again")
         return results
 
     def _score_question(self, question: Question) -> list[tuple[float, bool]]:
@@ -165,15 +205,31 @@ class EgoPlanServer(DocRequests, lmms):
             raise ValueError(f"{self.pretrained}: an empty continuation in {question.where} has no tokens to score")
         rendered, sequences = self._candidates(prompt, answers, question.options[SCORED_SPAN.name])
         # The question and all its candidates on one server, which shares their prefix.
-        reported = self.servers.run(lambda server: server.score(prompt, rendered, sequences))
+        reported = self.servers.run(lambda server: server.score(prompt, rendered, sequences), question.where)
         scores = []
         for sequence, server in zip(sequences, reported):
             # The server's ids after the visuals must be the suite's (checked); the scored span is there.
             shift = expansion_shift(server.token_ids, sequence, sequence.first, self.pretrained, self.engine.name)
-            span = [server.positions[shift + position] for position in range(sequence.first, sequence.stop)]
+            span = [self._scored_position(server, shift + position, question.where)
+                    for position in range(sequence.first, sequence.stop)]
             scores.append((mean_loss([-logprob for logprob, _ in span], question.options[LOSS_MEAN.name]),
                            all(greedy for _, greedy in span)))
         return scores
+
+    def _scored_position(self, scores: ServerScores, position: int, where: str) -> tuple[float, bool]:
+        """The server's (log-probability, greedy) of a scored position, which must be there and finite."""
+        if position not in scores.positions:
+            raise PromptAlignmentError(
+                f"egoplan_server: the {self.engine.name} server returned no log-probability for position {position} "
+                f"of {where}, a scored token (it reported positions {min(scores.positions, default=None)} to "
+                f"{max(scores.positions, default=None)} of {len(scores.token_ids)}): a server or router that cuts "
+                f"the prompt's log-probabilities short cannot score")
+        logprob, greedy = scores.positions[position]
+        if not math.isfinite(logprob):
+            raise ValueError(f"egoplan_server: the {self.engine.name} server returned the log-probability {logprob} "
+                             f"for position {position} of {where}, a scored token: no ranking is made from it (a "
+                             f"server computing in a precision that overflows, or a damaged checkpoint)")
+        return logprob, greedy
 
     def _candidates(self, prompt: ServerPrompt, answers: Sequence[str], scored_span: str):
         rendered = self.chat.with_answers(prompt.messages, answers)
@@ -203,7 +259,12 @@ class EgoPlanServer(DocRequests, lmms):
             visuals = self._doc_visuals((task, split, doc_id, doc_to_visual))
             prompt = self._prompt(visuals, context, INPUT_ORDER.check(INPUT_ORDER.of(requests[index]), where), where)
             sampling, until = self._sampling(dict(generation_kwargs or {}))
-            return cut_at_first(self.servers.run(lambda server: server.generate(prompt, sampling)), until)
+            try:
+                return cut_at_first(self.servers.run(lambda server: server.generate(prompt, sampling), where), until)
+            except QuestionFailedError as error:
+                # A failed request as lmms-eval's API backends hand one over: counted, left out, asked again.
+                logger.error(f"egoplan_server: {error}")
+                return request_failed_text(str(error), self.retries)
 
         def done(index: int, text: str) -> None:
             results[index] = text
@@ -269,6 +330,21 @@ class EgoPlanServer(DocRequests, lmms):
         pool.shutdown()
         if failure is not None:
             raise failure
+
+
+def _connect(server, wait: float) -> str:
+    """``server.connect()``, asked again every few seconds for up to ``wait`` seconds while no server
+    answers at its address (one still starting: its port closed, or 503 until the model is loaded)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return server.connect()
+        except ServerNotAnsweringError:
+            if time.monotonic() >= deadline:
+                raise
+            logger.info(f"egoplan_server: waiting for the server at {server.client.base_url} to answer "
+                        f"(wait_for_servers: {deadline - time.monotonic():.0f} s left)")
+            time.sleep(min(SERVER_WAIT_INTERVAL_S, max(0.0, deadline - time.monotonic())))
 
 
 def _arg(value, annotation, name: str):

@@ -37,6 +37,7 @@ import io
 import math
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
@@ -64,8 +65,14 @@ VLLM_VIDEO_TIMING_VERSION = (0, 20, 0)
 VLLM_MODEL_VIDEO_TIMING_VERSION = {"qwen2_5_vl": (0, 31, 0)}
 # Per-request media_io_kwargs need --trust-request-mm-kwargs from vLLM 0.31.0 on (vllm PR 58830).
 VLLM_REQUEST_MM_KWARGS_VERSION = (0, 31, 0)
+# Seconds to open a connection, and for a health probe's answer (the read timeout is model_args timeout).
+CONNECT_TIMEOUT_S = 10.0
+HEALTH_TIMEOUT_S = 10.0
 # The most likely entries per position the load check asks for (vLLM's --max-logprobs is 20 by default).
 VLLM_PROBE_TOP_LOGPROBS = 5
+# The finish reasons of a generation that did not end as the model ended it: vLLM's "abort" / "error"
+# (vllm/v1/engine/__init__.py FINISH_REASON_STRINGS), SGLang's "abort" (managers/schedule_batch.py FINISH_ABORT).
+INCOMPLETE_FINISH_REASONS = ("abort", "error")
 # The sampling settings a generation request carries, those set (engines' names; vLLM's max tokens
 # is max_completion_tokens).
 SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "stop")
@@ -131,12 +138,26 @@ class ServerUnavailableError(ServerRequestError):
     """The server stopped answering: no connection, timeouts or 408 / 429 / 5xx through every retry."""
 
 
+class ServerNotAnsweringError(ServerSetupError):
+    """No server answers at the address (not yet, where it is still starting: ``wait_for_servers``)."""
+
+
+class IncompleteReplyError(ServerRequestError):
+    """A reply that is no whole answer (``Engine.whole_answer``): aborted, without content, or empty
+    where the engine stopped for another reason than the model's own stop."""
+
+
+class QuestionFailedError(RuntimeError):
+    """A question that failed on every server it was tried on (``ServerPool.run``) while those servers
+    still answer their health probe: the question's failure, not the cluster's."""
+
+
 class _Transient(Exception):
     """A failure worth retrying: no connection, a timeout, 408 / 429 / 5xx."""
 
-    def __init__(self, message: str, retry_after: float | None = None):
+    def __init__(self, message: str, retry_after: float | None = None, *, timed_out: bool = False):
         super().__init__(message)
-        self.retry_after = retry_after
+        self.retry_after, self.timed_out = retry_after, timed_out
 
 
 @dataclass(frozen=True)
@@ -175,7 +196,8 @@ class ServerClient:
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
         self.stopping = threading.Event()
         self.authenticated = bool(api_key)
-        self._client = httpx.Client(base_url=self.base_url, timeout=timeout,
+        # A node that does not accept a connection is known in seconds; a long prefill may take ``timeout``.
+        self._client = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S),
                                     headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
                                     limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections))
 
@@ -208,15 +230,31 @@ class ServerClient:
                 if not retry or attempt > self.retries or self.stopping.is_set():
                     tries = f" (gave up after {attempt} attempts)" if retry else ""
                     raise ServerUnavailableError(f"{method} {self.base_url}{path}: {error}{tries}") from None
+                if error.timed_out and not self.healthy():
+                    # A hung node: no retry waits out another read timeout on it.
+                    raise ServerUnavailableError(f"{method} {self.base_url}{path}: {error}, and the server does not "
+                                                 f"answer its health probe (GET /health)") from None
                 self.stopping.wait(backoff_delay(attempt, self.backoff, self.max_backoff, error.retry_after))
+
+    def healthy(self) -> bool:
+        """Whether the server answers ``GET /health`` within ``HEALTH_TIMEOUT_S`` (both engines and their
+        routers serve it: vLLM's api_server, SGLang's http_server and model gateway)."""
+        import httpx
+
+        try:
+            return self._client.get("/health", timeout=HEALTH_TIMEOUT_S).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def _once(self, method: str, path: str, body: dict | None) -> Any:
         import httpx
 
         try:
             response = self._client.request(method, path, json=body)
+        except httpx.ConnectTimeout:
+            raise _Transient(f"no connection within {CONNECT_TIMEOUT_S:g} s") from None
         except httpx.TimeoutException:
-            raise _Transient("timed out") from None
+            raise _Transient("timed out", timed_out=True) from None
         except httpx.TransportError as error:
             raise _Transient(f"connection failed: {error}") from None
         if response.status_code in (408, 429) or response.status_code >= 500:
@@ -310,8 +348,20 @@ class Engine:
 
     def generate(self, prompt: ServerPrompt, sampling: dict) -> str:
         """The text generated after ``prompt``; ``sampling``: max_new_tokens, temperature, top_p, top_k,
-        min_p, repetition_penalty, stop (those set)."""
+        min_p, repetition_penalty, stop (those set). Raises IncompleteReplyError for a reply that is
+        no whole answer (``whole_answer``)."""
         raise NotImplementedError
+
+    def whole_answer(self, text: str | None, finish_reason: str | None, where: str, detail: str = "") -> str:
+        """``text``, where it is a whole answer: not aborted (``finish_reason`` abort or error: vLLM's
+        FINISH_REASON_STRINGS, SGLang's FINISH_ABORT), not null (vLLM's ``content`` of a reply whose
+        output went elsewhere), and not empty unless the model stopped itself (an empty reply cut by
+        ``length`` is no answer the model gave)."""
+        if text is None or finish_reason in INCOMPLETE_FINISH_REASONS or (text == "" and finish_reason != "stop"):
+            got = "no content" if text is None else f"{len(text)} characters"
+            raise IncompleteReplyError(f"the {self.name} server at {self.client.base_url} returned no whole answer for "
+                                       f"{where} (finish_reason {finish_reason!r}{detail}, {got})")
+        return text
 
     def _served_models(self) -> list[dict]:
         """The models ``GET /v1/models`` lists (both engines have it), ours among them."""
@@ -326,8 +376,9 @@ class Engine:
                     f"egoplan_server: the {self.name} server at {self.client.base_url} refuses the API key of "
                     f"model_args api_key_env (HTTP {error.status}): export the key the server was started with "
                     f"(--api-key)") from None
-            raise ServerSetupError(f"egoplan_server: no {self.name} server answers at base_url={self.client.base_url} "
-                                   f"({error}); start it, or fix model_args base_url") from None
+            raise ServerNotAnsweringError(f"egoplan_server: no {self.name} server answers at base_url="
+                                          f"{self.client.base_url} ({error}); start it, or fix model_args base_url "
+                                          f"(wait_for_servers=<seconds> waits for a server that is starting)") from None
         models = [entry for entry in (listing or {}).get("data", []) if isinstance(entry, dict)]
         names = [entry.get("id") for entry in models]
         if self.model not in names:
@@ -461,7 +512,8 @@ class SGLangEngine(Engine):
             sampling_params["max_new_tokens"] = self._within_context(len(prompt.prefix_ids), sampling_params,
                                                                      prompt.where)
         try:
-            return self.client.post("/generate", {**fields, "sampling_params": sampling_params})["text"]
+            return self._generated(self.client.post("/generate", {**fields, "sampling_params": sampling_params}),
+                                   prompt.where)
         except ServerRequestError as error:
             if error.status != 400 or not media or self.context_length is None:
                 raise
@@ -473,7 +525,14 @@ class SGLangEngine(Engine):
             if length + sampling_params["max_new_tokens"] <= self.context_length:
                 raise
             sampling_params["max_new_tokens"] = self._within_context(length, sampling_params, prompt.where)
-            return self.client.post("/generate", {**fields, "sampling_params": sampling_params})["text"]
+            return self._generated(self.client.post("/generate", {**fields, "sampling_params": sampling_params}),
+                                   prompt.where)
+
+    def _generated(self, answer: dict, where: str) -> str:
+        finish = (answer.get("meta_info") or {}).get("finish_reason") or {}
+        message = f": {finish['message']}" if isinstance(finish, dict) and finish.get("message") else ""
+        return self.whole_answer(answer.get("text"), finish.get("type") if isinstance(finish, dict) else finish,
+                                 where, message)
 
     def _within_context(self, length: int, sampling_params: dict, where: str) -> int:
         """``max_new_tokens`` shortened to fit a prompt of ``length`` tokens into the context, as
@@ -640,7 +699,19 @@ class VLLMEngine(Engine):
             body["add_special_tokens"] = True
         if media_io:
             body["media_io_kwargs"] = media_io
-        return self.client.post("/v1/chat/completions", body)["choices"][0]["message"]["content"] or ""
+        choice = self.client.post("/v1/chat/completions", body)["choices"][0]
+        message = choice.get("message") or {}
+        # Choice: refused. A reasoning parser takes the model's reasoning out of the answer, which
+        # egoplan_hf scores whole (vLLM 0.33 names the field reasoning, earlier releases reasoning_content).
+        reasoning = next((message[key] for key in ("reasoning", "reasoning_content") if message.get(key) is not None),
+                         None)
+        if reasoning is not None:
+            raise ServerSetupError(
+                f"egoplan_server: the vLLM server at {self.client.base_url} splits the model's output for "
+                f"{prompt.where} into reasoning ({len(reasoning)} characters) and content (it runs with "
+                f"--reasoning-parser), where egoplan_hf scores the whole output as the answer: start it without "
+                f"--reasoning-parser ({doc_page('backend.md', 'Replies that are no answer')})")
+        return self.whole_answer(message.get("content"), choice.get("finish_reason"), prompt.where)
 
     def _request_media(self, prompt: ServerPrompt) -> tuple[list[dict], dict | None]:
         self.check_visuals(prompt.visuals, prompt.where)
@@ -691,46 +762,87 @@ Result = TypeVar("Result")
 class ServerPool:
     """The servers of a run (``model_args base_urls``), each an ``Engine`` checked at load.
 
-    ``run(work)`` calls ``work(engine)`` on the server with the fewest calls in flight, so that a
-    question and all its candidates go to one server (which shares their prefix); a server that stops
-    answering (``ServerUnavailableError``: every retry failed) is taken out for the rest of the run,
-    and the same call goes to another one. Only once none is left does the error reach the run."""
+    ``run(work, where)`` calls ``work(engine)`` on the live server with the fewest calls in flight,
+    at most ``concurrency`` on each (it waits for a free place), so that a question and all its
+    candidates go to one server (which shares their prefix). A call that fails on a server
+    (``ServerUnavailableError`` after its retries, ``IncompleteReplyError``) is tried once on another
+    one; the server is taken out only where its health probe fails too, and probed again
+    ``recheck_after`` seconds later (back in where it answers). A question that failed on two servers
+    (on the only one, where there is one) that still answer is ``QuestionFailedError``: the
+    question's failure; once no server answers, the run stops with the error."""
 
-    def __init__(self, engines: Sequence[Engine]):
+    def __init__(self, engines: Sequence[Engine], *, concurrency: int, recheck_after: float = 30.0):
         self.engines = list(engines)
+        self.concurrency, self.recheck_after = concurrency, recheck_after
         self._live = list(engines)
+        self._dropped: dict[int, float] = {}  # id(engine) -> when it was taken out
         self._in_flight = {id(engine): 0 for engine in engines}
-        self._lock = threading.Lock()
+        self._free = threading.Condition()
 
-    def run(self, work: Callable[[Engine], Result]) -> Result:
+    def run(self, work: Callable[[Engine], Result], where: str) -> Result:
+        failures: list[str] = []
         tried: set[int] = set()
+        failed_on_live = 0
         while True:
-            engine = self._take(tried)
+            engine = self._take(tried, failures)
             try:
                 return work(engine)
-            except ServerUnavailableError as error:
-                if not self._drop(engine, error):
-                    raise
+            except (ServerUnavailableError, IncompleteReplyError) as error:
+                failures.append(str(error))
                 tried.add(id(engine))
+                if isinstance(error, ServerUnavailableError) and not engine.client.healthy():
+                    self._drop(engine, error)  # the server's failure: the question goes on to another one
+                    continue
+                failed_on_live += 1
+                with self._free:
+                    untried = [e for e in self._live if id(e) not in tried]
+                if failed_on_live >= 2 or not untried:
+                    raise QuestionFailedError(f"{where} failed on {len(tried)} server(s), which still answer their "
+                                              f"health probe: {'; '.join(failures)}") from None
             finally:
-                with self._lock:
+                with self._free:
                     self._in_flight[id(engine)] -= 1
+                    self._free.notify_all()
 
-    def _take(self, tried: set[int]) -> Engine:
-        with self._lock:
-            candidates = [engine for engine in self._live if id(engine) not in tried] or self._live[:1]
-            engine = min(candidates, key=lambda candidate: self._in_flight[id(candidate)])
-            self._in_flight[id(engine)] += 1
-            return engine
+    def _take(self, tried: set[int], failures: Sequence[str]) -> Engine:
+        """The live server with the fewest calls in flight, one this call has not tried where one is
+        left, once it has a free place."""
+        with self._free:
+            while True:
+                self._recheck()
+                if not self._live:
+                    last = f"; the last error: {failures[-1]}" if failures else ""
+                    raise ServerUnavailableError(f"no server answers any more (each failed its health probe){last}")
+                candidates = [engine for engine in self._live if id(engine) not in tried] or self._live
+                engine = min(candidates, key=lambda candidate: self._in_flight[id(candidate)])
+                if self._in_flight[id(engine)] < self.concurrency:
+                    self._in_flight[id(engine)] += 1
+                    return engine
+                self._free.wait(timeout=self.recheck_after if self._dropped else None)
 
-    def _drop(self, engine: Engine, error: ServerUnavailableError) -> bool:
-        """Take ``engine`` out; False where it was the last server (the error then stops the run)."""
-        with self._lock:
-            if engine in self._live and len(self._live) > 1:
+    def _drop(self, engine: Engine, error: Exception) -> None:
+        with self._free:
+            if engine in self._live:
                 self._live.remove(engine)
-                logger.warning(f"egoplan_server: the server at {engine.client.base_url} stopped answering ({error}); "
-                               f"its questions go to the {len(self._live)} other server(s) from now on")
-            return engine not in self._live
+                self._dropped[id(engine)] = time.monotonic()
+                logger.warning(f"egoplan_server: the server at {engine.client.base_url} stopped answering ({error}) and "
+                               f"fails its health probe: its questions go to the {len(self._live)} other server(s), "
+                               f"and it is probed again in {self.recheck_after:g} s")
+            self._free.notify_all()
+
+    def _recheck(self) -> None:
+        """Servers taken out ``recheck_after`` seconds ago or more: back in where they answer (holds the lock)."""
+        now = time.monotonic()
+        for engine in self.engines:
+            dropped = self._dropped.get(id(engine))
+            if dropped is not None and now - dropped >= self.recheck_after:
+                if engine.client.healthy():
+                    del self._dropped[id(engine)]
+                    self._live.append(engine)
+                    logger.warning(f"egoplan_server: the server at {engine.client.base_url} answers its health probe "
+                                   f"again and takes questions again")
+                else:
+                    self._dropped[id(engine)] = now
 
     def stop(self) -> None:
         for engine in self.engines:

@@ -55,6 +55,7 @@ import io
 import json
 import os
 import threading
+import time
 
 from lmms_egoplan.fixtures.judge_server import _Handler, _Server
 
@@ -192,12 +193,28 @@ class EngineServer(_Loopback):
         self.cached_prompts: list[list[int]] = []  # SGLang's radix cache, as prompts
         self._lock = threading.Lock()
         self._remaining: int | None = None
+        # Faults (tests set them): a generation reply that is no whole answer ("abort", "null", "empty",
+        # "reasoning"); a 500 for every POST whose body holds fail_on; seconds each POST hangs before
+        # its answer; log-probabilities cut to the first truncate_logprobs entries, or NaN; vLLM moving
+        # each turn's images before its text (as it does for a template it reads as string content);
+        # 503 to everything while starting.
+        self.reply_fault: str | None = None
+        self.fail_on: str | None = None
+        self.hang = 0.0
+        self.truncate_logprobs: int | None = None
+        self.nan_logprobs = False
+        self.images_first = False
+        self.starting = False
         self._listen(_EngineHandler)
 
     def die_after(self, requests: int | None) -> None:
         """Answer ``requests`` more POSTs, then drop every request without an answer (None: live again)."""
         with self._lock:
             self._remaining = requests
+
+    def dead(self) -> bool:
+        with self._lock:
+            return self._remaining is not None and self._remaining <= 0
 
     def reset(self) -> None:
         with self._lock:
@@ -285,10 +302,25 @@ class EngineServer(_Loopback):
             text, output_ids = self.model.generate(inputs, max_new_tokens, [stop] if isinstance(stop, str) else stop,
                                                    sampling.get("repetition_penalty"))
             meta["completion_tokens"] = len(output_ids)
+        if max_new_tokens > 0 and self.reply_fault in ("abort", "empty"):
+            meta["finish_reason"] = ({"type": "abort", "message": "Abort request", "status_code": 200, "err_type": None}
+                                     if self.reply_fault == "abort" else {"type": "length", "length": 1})
+            text = text[:len(text) // 2] if self.reply_fault == "abort" else ""
+        self._damage_logprobs(meta.get("input_token_logprobs"), lambda entry: entry.__setitem__(0, float("nan")))
         answer = {"text": text, "output_ids": output_ids, "meta_info": meta}
         if body.get("return_prompt_token_ids"):
             answer["prompt_token_ids"] = ids
         return answer
+
+    def _damage_logprobs(self, entries: list | None, make_nan) -> None:
+        """``truncate_logprobs`` / ``nan_logprobs`` applied to a reply's prompt log-probabilities (after
+        its null first entry)."""
+        if entries is None:
+            return
+        if self.nan_logprobs and len(entries) > 1:
+            make_nan(entries[-1])
+        if self.truncate_logprobs is not None:
+            del entries[self.truncate_logprobs:]
 
     def _sglang_inputs(self, body: dict, images: list):
         """The model inputs of a /generate prompt, tokenized where SGLang tokenizes it."""
@@ -330,6 +362,9 @@ class EngineServer(_Loopback):
                     "preprocessing resource usage. Start the server with --trust-request-mm-kwargs only when "
                     "clients are trusted.", "BadRequestError", 400, field))
         messages, images, videos = hf_messages(body.get("messages") or [])
+        if self.images_first:
+            messages = [{**m, "content": sorted(m["content"], key=lambda part: part["type"] == "text")}
+                        for m in messages]
         for modality, count in (("image", len(images)), ("video", len(videos))):
             limit = (self.modalities or {modality: None}).get(modality, 0)
             if count and limit is not None and count > limit:
@@ -363,6 +398,17 @@ class EngineServer(_Loopback):
             top = int(body["prompt_logprobs"])
             _, rows = self.model.prompt_logprobs(inputs, top, logits=self.logprobs_mode.endswith("logits"))
             answer["prompt_logprobs"] = [None] + [self._prompt_logprob(ids[p], rows[p], top) for p in range(1, len(ids))]
+            self._damage_logprobs(answer["prompt_logprobs"],
+                                  lambda entry: entry[str(ids[-1])].__setitem__("logprob", float("nan")))
+        message = answer["choices"][0]["message"]
+        if self.reply_fault == "abort":
+            answer["choices"][0]["finish_reason"], message["content"] = "abort", generated[:len(generated) // 2]
+        elif self.reply_fault == "null":
+            message["content"] = None
+        elif self.reply_fault == "empty":
+            message["content"] = ""
+        elif self.reply_fault == "reasoning":
+            message["reasoning"], message["content"] = generated, ""
         if body.get("return_token_ids"):
             answer["prompt_token_ids"] = ids
             answer["choices"][0]["token_ids"] = output_ids
@@ -393,6 +439,12 @@ class _EngineHandler(_Handler):
         if path not in routes:
             self._send(404, {"detail": "Not Found"})
             return
+        if server.dead():
+            self.close_connection = True  # a crashed server: no answer
+            return
+        if server.starting:
+            self._send(503, {"detail": "the model is loading"})
+            return
         if self._refused_without_key(server, path):
             return
         self._send(200, routes[path]())
@@ -408,8 +460,16 @@ class _EngineHandler(_Handler):
             return
         if self._refused_without_key(server, path):
             return
+        if server.starting:
+            self._send(503, {"detail": "the model is loading"})
+            return
         if not server._admit(path, body):
             self.close_connection = True  # the server died: no answer
+            return
+        if server.hang:
+            time.sleep(server.hang)
+        if server.fail_on is not None and server.fail_on in json.dumps(body):
+            self._send(500, {"error": {"message": "Internal Server Error: the processor failed", "code": 500}})
             return
         try:
             self._send(200, route(body))
