@@ -205,7 +205,10 @@ class EgoPlanServer(DocRequests, lmms):
             raise ValueError(f"{self.pretrained}: an empty continuation in {question.where} has no tokens to score")
         rendered, sequences = self._candidates(prompt, answers, question.options[SCORED_SPAN.name])
         # The question and all its candidates on one server, which shares their prefix.
-        reported = self.servers.run(lambda server: server.score(prompt, rendered, sequences), question.where)
+        try:
+            reported = self.servers.run(lambda server: server.score(prompt, rendered, sequences), question.where)
+        except PromptAlignmentError as error:
+            raise PromptAlignmentError(f"egoplan_server: {question.where}: {error}") from None
         scores = []
         for sequence, server in zip(sequences, reported):
             # The server's ids after the visuals must be the suite's (checked); the scored span is there.

@@ -51,7 +51,7 @@ from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.retry import backoff_delay, retry_after
 from lmms_egoplan.core.secrets import mask_secrets
 from lmms_egoplan.models.chat import RenderedAnswer
-from lmms_egoplan.models.likelihood import ScoredSequence
+from lmms_egoplan.models.likelihood import PromptAlignmentError, ScoredSequence
 from lmms_egoplan.models.visuals import UNTIMED_VIDEO_FPS, ModelVisuals, UnsupportedVisualError
 
 ENGINES = ("sglang", "vllm")
@@ -321,7 +321,8 @@ class Engine:
         self._check_server(takes_images)
         try:
             [scores] = self.score(probe, [rendered], [sequence])
-        except (ServerRequestError, KeyError, TypeError, IndexError, ValueError, AttributeError) as error:
+        except (ServerRequestError, PromptAlignmentError, KeyError, TypeError, IndexError, ValueError,
+                AttributeError) as error:
             raise self._probe_failed(f"did not return the prompt log-probabilities of a probe request "
                                      f"({type(error).__name__}: {error})") from None
         if not _same_ids(scores.token_ids, sequence.token_ids):
@@ -559,6 +560,8 @@ class SGLangEngine(Engine):
     def _scores(answer: dict, start: int) -> ServerScores:
         meta = answer["meta_info"]
         entries, tops = meta["input_token_logprobs"], meta.get("input_top_logprobs") or []
+        if isinstance(meta.get("prompt_tokens"), int) and start + len(entries) != meta["prompt_tokens"]:
+            raise _cut_short("sglang", len(entries), start, meta["prompt_tokens"])
         positions = {start + k: (float(entries[k][0]), bool(tops) and tops[k][0][1] == entries[k][1])
                      for k in range(1, len(entries))}
         # The ids from ``start`` on, as the server's logprobs count them (placeholders expanded, also
@@ -735,11 +738,16 @@ class VLLMEngine(Engine):
     @staticmethod
     def _scores(answer: dict) -> ServerScores:
         ids, logprobs = answer["prompt_token_ids"], answer["prompt_logprobs"]
-        if not isinstance(ids, list) or not isinstance(logprobs, list) or len(ids) != len(logprobs):
-            raise ValueError("no prompt_token_ids / prompt_logprobs of the prompt's length")
+        if not isinstance(ids, list) or not isinstance(logprobs, list):
+            raise ValueError("no prompt_token_ids / prompt_logprobs")
+        if len(ids) != len(logprobs):
+            raise _cut_short("vllm", len(logprobs), 0, len(ids))
         positions = {}
         for position in range(1, len(ids)):  # entry 0 is null: nothing predicts the first token
-            entry = logprobs[position][str(ids[position])]
+            entry = (logprobs[position] or {}).get(str(ids[position]))
+            if entry is None:
+                raise PromptAlignmentError(f"the vllm server returned no log-probability of the token at position "
+                                           f"{position} of the prompt (id {ids[position]})")
             positions[position] = (float(entry["logprob"]), entry.get("rank") == 1)
         return ServerScores(list(ids), positions)
 
@@ -881,6 +889,12 @@ def _bos_added_by(tokenizer) -> str | None:
         return None
     added = tokenizer("a")["input_ids"]
     return bos if added[:1] == [tokenizer.bos_token_id] and added[1:] == tokenizer("a", add_special_tokens=False)["input_ids"] else None
+
+
+def _cut_short(engine: str, returned: int, start: int, length: int) -> PromptAlignmentError:
+    return PromptAlignmentError(f"the {engine} server returned {returned} prompt log-probabilities from position "
+                                f"{start} of a prompt of {length} tokens (cut short, by the server or a router in "
+                                f"front of it), so the scored tokens cannot be located")
 
 
 def _limits_text(modalities: dict[str, int | None]) -> str:

@@ -212,6 +212,13 @@ class EngineServer(_Loopback):
         with self._lock:
             self._remaining = requests
 
+    def fails(self, body: dict) -> bool:
+        """Whether ``fail_on`` is in the request's prompt (its text, or its ids decoded)."""
+        if self.fail_on is None:
+            return False
+        ids = body.get("input_ids")
+        return self.fail_on in json.dumps(body) or (isinstance(ids, list) and self.fail_on in self.model.tokenizer.decode(ids))
+
     def dead(self) -> bool:
         with self._lock:
             return self._remaining is not None and self._remaining <= 0
@@ -317,8 +324,9 @@ class EngineServer(_Loopback):
         its null first entry)."""
         if entries is None:
             return
-        if self.nan_logprobs and len(entries) > 1:
-            make_nan(entries[-1])
+        if self.nan_logprobs:
+            for entry in entries[1:]:
+                make_nan(entry)
         if self.truncate_logprobs is not None:
             del entries[self.truncate_logprobs:]
 
@@ -399,7 +407,7 @@ class EngineServer(_Loopback):
             _, rows = self.model.prompt_logprobs(inputs, top, logits=self.logprobs_mode.endswith("logits"))
             answer["prompt_logprobs"] = [None] + [self._prompt_logprob(ids[p], rows[p], top) for p in range(1, len(ids))]
             self._damage_logprobs(answer["prompt_logprobs"],
-                                  lambda entry: entry[str(ids[-1])].__setitem__("logprob", float("nan")))
+                                  lambda entry: [value.__setitem__("logprob", float("nan")) for value in entry.values()])
         message = answer["choices"][0]["message"]
         if self.reply_fault == "abort":
             answer["choices"][0]["finish_reason"], message["content"] = "abort", generated[:len(generated) // 2]
@@ -442,6 +450,8 @@ class _EngineHandler(_Handler):
         if server.dead():
             self.close_connection = True  # a crashed server: no answer
             return
+        if server.hang:
+            time.sleep(server.hang)  # a hung node: its health probe too
         if server.starting:
             self._send(503, {"detail": "the model is loading"})
             return
@@ -468,7 +478,7 @@ class _EngineHandler(_Handler):
             return
         if server.hang:
             time.sleep(server.hang)
-        if server.fail_on is not None and server.fail_on in json.dumps(body):
+        if server.fails(body):
             self._send(500, {"error": {"message": "Internal Server Error: the processor failed", "code": 500}})
             return
         try:
