@@ -58,6 +58,7 @@ from lmms_egoplan.models.likelihood import (
     scored_sequence,
     special_token_ids,
 )
+from lmms_egoplan.models.prompt_check import check_prompt, visual_placeholder_ids
 from lmms_egoplan.models.visuals import ModelVisuals
 
 # The text-only question every run scores once at load (``engines.Engine.check``).
@@ -152,6 +153,7 @@ class EgoPlanServer(DocRequests, lmms):
         self.lstrip_continuation = _arg(lstrip_continuation, bool, "lstrip_continuation")
         self.visual_prefetch = 0  # the questions in flight decode their own visuals, in parallel
         self._special_token_ids = special_token_ids(self.tokenizer)
+        self._placeholder_ids = visual_placeholder_ids(self.processor)
         self._reported_generation_keys: set[str] = set()
         probe = self._prompt(ModelVisuals(), PROBE_QUESTION, INPUT_ORDER.convention, "the load check")
         rendered, sequence = self._candidates(probe, [PROBE_ANSWER], SCORED_SPAN.convention)
@@ -211,6 +213,10 @@ class EgoPlanServer(DocRequests, lmms):
             raise PromptAlignmentError(f"egoplan_server: {question.where}: {error}") from None
         scores = []
         for sequence, server in zip(sequences, reported):
+            # The prompt the server ran is the suite's, before the answer too (prompt_check).
+            if server.prefix_ids is not None:
+                self._check_prompt(server.prefix_ids, prompt.prefix_ids, prompt)
+            self._check_prompt(server.token_ids, sequence.token_ids, prompt)
             # The server's ids after the visuals must be the suite's (checked); the scored span is there.
             shift = expansion_shift(server.token_ids, sequence, sequence.first, self.pretrained, self.engine.name)
             span = [self._scored_position(server, shift + position, question.where)
@@ -218,6 +224,11 @@ class EgoPlanServer(DocRequests, lmms):
             scores.append((mean_loss([-logprob for logprob, _ in span], question.options[LOSS_MEAN.name]),
                            all(greedy for _, greedy in span)))
         return scores
+
+    def _check_prompt(self, server_ids: Sequence[int], suite_ids: Sequence[int], prompt: ServerPrompt) -> None:
+        check_prompt(server_ids, suite_ids, tokenizer=self.tokenizer, placeholders=self._placeholder_ids,
+                     engine=self.engine.name, base_url=self.engine.client.base_url, where=prompt.where,
+                     has_visuals=bool(prompt.visuals.images or prompt.visuals.videos))
 
     def _scored_position(self, scores: ServerScores, position: int, where: str) -> tuple[float, bool]:
         """The server's (log-probability, greedy) of a scored position, which must be there and finite."""
@@ -263,11 +274,14 @@ class EgoPlanServer(DocRequests, lmms):
             prompt = self._prompt(visuals, context, INPUT_ORDER.check(INPUT_ORDER.of(requests[index]), where), where)
             sampling, until = self._sampling(dict(generation_kwargs or {}))
             try:
-                return cut_at_first(self.servers.run(lambda server: server.generate(prompt, sampling), where), until)
+                reply = self.servers.run(lambda server: server.generate(prompt, sampling), where)
             except QuestionFailedError as error:
                 # A failed request as lmms-eval's API backends hand one over: counted, left out, asked again.
                 logger.error(f"egoplan_server: {error}")
                 return request_failed_text(str(error), self.retries)
+            if reply.prompt_ids is not None:
+                self._check_prompt(reply.prompt_ids, prompt.prefix_ids, prompt)
+            return cut_at_first(reply.text, until)
 
         def done(index: int, text: str) -> None:
             results[index] = text

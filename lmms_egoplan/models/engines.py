@@ -52,6 +52,9 @@ from lmms_egoplan.core.retry import backoff_delay, retry_after
 from lmms_egoplan.core.secrets import mask_secrets
 from lmms_egoplan.models.chat import RenderedAnswer
 from lmms_egoplan.models.likelihood import PromptAlignmentError, ScoredSequence
+
+# A position of a server's prompt whose token id it did not report (before SGLang's logprob_start_len).
+from lmms_egoplan.models.prompt_check import UNREPORTED
 from lmms_egoplan.models.visuals import UNTIMED_VIDEO_FPS, ModelVisuals, UnsupportedVisualError
 
 ENGINES = ("sglang", "vllm")
@@ -181,6 +184,18 @@ class ServerScores:
 
     token_ids: list[int]
     positions: dict[int, tuple[float, bool]]
+    # The ids of the prompt before the answer where ``token_ids`` leaves them unreported (SGLang's,
+    # from the prefix request), checked against the suite's (``prompt_check``).
+    prefix_ids: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class ServerReply:
+    """A generation: the text, and the ids of the prompt the server ran (None where it ran the suite's
+    own ids: SGLang's text-only prompts)."""
+
+    text: str
+    prompt_ids: list[int] | None
 
 
 class ServerClient:
@@ -347,8 +362,8 @@ class Engine:
               sequences: Sequence[ScoredSequence]) -> list[ServerScores]:
         raise NotImplementedError
 
-    def generate(self, prompt: ServerPrompt, sampling: dict) -> str:
-        """The text generated after ``prompt``; ``sampling``: max_new_tokens, temperature, top_p, top_k,
+    def generate(self, prompt: ServerPrompt, sampling: dict) -> ServerReply:
+        """The text generated after ``prompt``, and the prompt's ids as the server ran them; ``sampling``: max_new_tokens, temperature, top_p, top_k,
         min_p, repetition_penalty, stop (those set). Raises IncompleteReplyError for a reply that is
         no whole answer (``whole_answer``)."""
         raise NotImplementedError
@@ -483,11 +498,27 @@ class SGLangEngine(Engine):
         # The prefix alone: its length after the visuals' placeholders expand (sglang PR 2597), and the
         # radix cache warm with it before the candidates arrive.
         prefix_fields = self._prompt_fields(prompt.prefix_text, prompt.prefix_ids, media)
-        shift = self._prompt_tokens(prefix_fields) - len(prompt.prefix_ids)
+        # With media, the prefix's ids as the server ran them (entry 0 on), for the prompt check.
+        prefix = self.client.post("/generate", {**prefix_fields, **self._prompt_ids_fields(media),
+                                                "sampling_params": {"max_new_tokens": 0}})
+        shift = prefix["meta_info"]["prompt_tokens"] - len(prompt.prefix_ids)
+        prefix_ids = self._reported_prompt_ids(prefix) if media else None
         # Entry 0 of input_token_logprobs is always null: each starts one token before its first scored one.
         starts = [shift + sequence.first - 1 for sequence in sequences]
-        return self._logprobs([self._prompt_fields(r.text, s.token_ids, media) for r, s in zip(rendered, sequences)],
-                              starts)
+        scores = self._logprobs([self._prompt_fields(r.text, s.token_ids, media) for r, s in zip(rendered, sequences)],
+                                starts)
+        return [ServerScores(s.token_ids, s.positions, prefix_ids) for s in scores]
+
+    @staticmethod
+    def _prompt_ids_fields(media: dict) -> dict:
+        """What makes /generate report every id of a prompt with media (which the server tokenizes and
+        expands): the log-probabilities from position 0 (``input_token_logprobs`` carry the ids; the
+        gateway drops return_prompt_token_ids)."""
+        return {"return_logprob": True, "logprob_start_len": 0, "top_logprobs_num": 0} if media else {}
+
+    @staticmethod
+    def _reported_prompt_ids(answer: dict) -> list[int]:
+        return [int(entry[1]) for entry in answer["meta_info"]["input_token_logprobs"]]
 
     def _logprobs(self, prompts: Sequence[dict], starts: Sequence[int] | int) -> list[ServerScores]:
         """Each prompt's ids and log-probabilities from its ``start`` on, the requests concurrent."""
@@ -512,9 +543,10 @@ class SGLangEngine(Engine):
         if not media:  # SGLang refuses a prompt plus max_new_tokens over the context (tokenizer_manager.py 1353-1378)
             sampling_params["max_new_tokens"] = self._within_context(len(prompt.prefix_ids), sampling_params,
                                                                      prompt.where)
+        fields = {**fields, **self._prompt_ids_fields(media)}
         try:
             return self._generated(self.client.post("/generate", {**fields, "sampling_params": sampling_params}),
-                                   prompt.where)
+                                   prompt.where, media)
         except ServerRequestError as error:
             if error.status != 400 or not media or self.context_length is None:
                 raise
@@ -527,13 +559,15 @@ class SGLangEngine(Engine):
                 raise
             sampling_params["max_new_tokens"] = self._within_context(length, sampling_params, prompt.where)
             return self._generated(self.client.post("/generate", {**fields, "sampling_params": sampling_params}),
-                                   prompt.where)
+                                   prompt.where, media)
 
-    def _generated(self, answer: dict, where: str) -> str:
+    def _generated(self, answer: dict, where: str, media: dict) -> ServerReply:
         finish = (answer.get("meta_info") or {}).get("finish_reason") or {}
         message = f": {finish['message']}" if isinstance(finish, dict) and finish.get("message") else ""
-        return self.whole_answer(answer.get("text"), finish.get("type") if isinstance(finish, dict) else finish,
+        text = self.whole_answer(answer.get("text"), finish.get("type") if isinstance(finish, dict) else finish,
                                  where, message)
+        # A text-only prompt went as the suite's ids, which the server runs as they are.
+        return ServerReply(text, self._reported_prompt_ids(answer) if media else None)
 
     def _within_context(self, length: int, sampling_params: dict, where: str) -> int:
         """``max_new_tokens`` shortened to fit a prompt of ``length`` tokens into the context, as
@@ -697,12 +731,14 @@ class VLLMEngine(Engine):
         messages, media_io = self._request_media(prompt)
         # vLLM shortens max_completion_tokens to the context itself (entrypoints/serve/utils/api_utils.py 234-269).
         body = {"model": self.model, "messages": messages, "max_completion_tokens": sampling["max_new_tokens"],
+                "return_token_ids": True,  # the prompt's ids, for the prompt check
                 **{k: sampling[k] for k in SAMPLING_KEYS if k != "max_new_tokens" and k in sampling}}
         if prompt.add_special_tokens:
             body["add_special_tokens"] = True
         if media_io:
             body["media_io_kwargs"] = media_io
-        choice = self.client.post("/v1/chat/completions", body)["choices"][0]
+        answer = self.client.post("/v1/chat/completions", body)
+        choice = answer["choices"][0]
         message = choice.get("message") or {}
         # Choice: refused. A reasoning parser takes the model's reasoning out of the answer, which
         # egoplan_hf scores whole (vLLM 0.33 names the field reasoning, earlier releases reasoning_content).
@@ -714,7 +750,11 @@ class VLLMEngine(Engine):
                 f"{prompt.where} into reasoning ({len(reasoning)} characters) and content (it runs with "
                 f"--reasoning-parser), where egoplan_hf scores the whole output as the answer: start it without "
                 f"--reasoning-parser ({doc_page('backend.md', 'Replies that are no answer')})")
-        return self.whole_answer(message.get("content"), choice.get("finish_reason"), prompt.where)
+        if not isinstance(answer.get("prompt_token_ids"), list):
+            raise IncompleteReplyError(f"the vLLM server at {self.client.base_url} returned no prompt_token_ids for "
+                                       f"{prompt.where}, which return_token_ids asks for (vLLM 0.10.2 on)")
+        return ServerReply(self.whole_answer(message.get("content"), choice.get("finish_reason"), prompt.where),
+                           list(answer["prompt_token_ids"]))
 
     def _request_media(self, prompt: ServerPrompt) -> tuple[list[dict], dict | None]:
         self.check_visuals(prompt.visuals, prompt.where)
@@ -762,8 +802,6 @@ class VLLMEngine(Engine):
 
 
 ENGINE_CLASSES = {"sglang": SGLangEngine, "vllm": VLLMEngine}
-# A position of a server's prompt whose token id it did not report (before SGLang's logprob_start_len).
-UNREPORTED = -1
 Result = TypeVar("Result")
 
 
