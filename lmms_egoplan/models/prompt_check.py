@@ -94,12 +94,21 @@ def check_prompt(server: Sequence[int], suite: Sequence[int], *, tokenizer, plac
         f"({doc_page('backend.md', 'The prompt the server ran')})")
 
 
+def _leading(ids: Sequence[int], token: int | None) -> int:
+    count = 0
+    while count < len(ids) and ids[count] == token:
+        count += 1
+    return count
+
+
 def _likely_cause(server, suite, at: int, tokenizer, placeholders, engine: str, has_visuals: bool) -> str:
     bos = getattr(tokenizer, "bos_token_id", None)
-    if at == 0 and bos is not None and (server[:1] == [bos]) != (suite[:1] == [bos]):
-        added = "adds a BOS the suite's prompt does not hold" if server[:1] == [bos] else \
+    server_bos, suite_bos = _leading(server, bos), _leading(suite, bos)
+    if bos is not None and at <= suite_bos and server_bos != suite_bos:
+        added = "adds a BOS the suite's prompt does not hold" if server_bos > suite_bos else \
             "leaves out the BOS the suite's prompt starts with"
-        return f"likely cause: the server {added} (its tokenizer's add_bos_token, or a template that writes one)"
+        return (f"likely cause: the server {added} ({server_bos} BOS where the suite has {suite_bos}: its tokenizer's "
+                f"add_bos_token, or a template that writes one)")
     server_visual = next((index for index, token in enumerate(server) if token in placeholders), None)
     suite_visual = next((index for index, token in enumerate(suite) if token in placeholders), None)
     if has_visuals and server_visual is not None and suite_visual is not None and server_visual < suite_visual:

@@ -71,7 +71,7 @@ def mc_requests(backend, docs: list[dict], **options: str) -> list[Instance]:
                          arguments=(d["question"], " " + choice, visuals, doc_id, TASK, SPLIT),
                          metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
                 for doc_id, d in enumerate(docs) for i, choice in enumerate(CHOICES)]
-    for option in (SCORED_SPAN, LOSS_MEAN):
+    for option in (SCORED_SPAN, LOSS_MEAN, INPUT_ORDER):
         if option.name in options:
             option.mark(requests, options[option.name])
     return requests

@@ -230,3 +230,79 @@ def test_concurrency_stays_per_live_server_after_a_drop():
     for caller in callers:
         caller.join(timeout=30)
     assert results == ["live"] * 16 and most[0] == 2 and pool._live == [live]
+
+
+# ---------------------------------------------------------------------------------------------
+# The prompt the server ran
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_server_that_moves_images_before_the_text_is_caught_before_anything_is_scored(tiny_model, reference):
+    """vLLM reading a template's content format as string moves each turn's images before its text:
+    ActPlan-1K's text-first question then reaches the model reordered. Likelihood and generation
+    stop at the first such prompt, naming where the prompts part and the flag; nothing handed over."""
+    from lmms_egoplan.core.request_options import INPUT_ORDER, TEXT_FIRST
+    from lmms_egoplan.models.prompt_check import PromptMismatchError
+
+    with EngineServer("vllm", tiny_model("qwen2_vl")) as server:
+        backend = server_backend(server)
+        server.images_first = True
+        handed = []
+        backend.response_sink = lambda request, response: handed.append(response)
+        docs = [doc(20, video=False)]
+        with pytest.raises(PromptMismatchError, match=r"ran another prompt than the suite's for probe doc 0: they "
+                                                      r"differ from character \d+ .*text_first.*"
+                                                      r"--chat-template-content-format openai"):
+            backend.loglikelihood(mc_requests(backend, docs, input_order=TEXT_FIRST))
+        generation = gen_requests(backend, docs)
+        INPUT_ORDER.mark(generation, TEXT_FIRST)
+        with pytest.raises(PromptMismatchError, match="--chat-template-content-format openai"):
+            backend.generate_until(generation)
+        assert handed == []
+        # The images-first order the server imposes is the suite's own default: scored as egoplan_hf.
+        hf = reference("qwen2_vl")
+        assert_same_scores(backend.loglikelihood(mc_requests(backend, docs)),
+                           hf.loglikelihood(mc_requests(hf, docs)), len(docs))
+
+
+def test_the_first_difference_skips_each_visual_expansion_and_names_the_first_text_that_differs():
+    from lmms_egoplan.models.prompt_check import UNREPORTED, first_difference
+
+    image = 9
+    suite = [1, 2, 3, 4, image, 5, 6, 7, 11, 12, image, 8, 10]
+    expanded = [1, 2, 3, 4, image, image, image, 5, 6, 7, 11, 12, 40, image, 41, 8, 10]  # markers in an expansion
+    assert first_difference(expanded, suite, frozenset({image})) is None
+    assert first_difference([UNREPORTED] * 3 + expanded[3:], suite, frozenset({image})) is None
+    # The image moved before the text (one token on each side of a placeholder may change).
+    assert first_difference([1, 2, image, image, 3, 4, 5, 6, 7, 11, 12, image, 8, 10], suite,
+                            frozenset({image})) == (2, 2)
+    assert first_difference([1, 2, 3, 4, image, 5, 7, 6, 11, 12, image, 8, 10], suite, frozenset({image})) == (6, None)
+    assert first_difference([1, 2, 3, 4, image, 5, 6, 7, 11, 12, image, 8, 0], suite, frozenset({image})) == (12, 12)
+    assert first_difference([0, 1, 2, 3], [1, 2, 3], frozenset()) == (0, 0)
+    assert first_difference([1, 2, 3], [1, 2, 3], frozenset()) is None
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_a_server_that_adds_a_bos_to_a_prompt_with_images_is_named_with_the_cause(engine, tiny_model, monkeypatch):
+    """The server's tokenizer adds a BOS the suite's prompt does not hold (SGLang tokenizes a prompt with
+    images itself): named with the cause, a BOS."""
+    from lmms_egoplan.models.prompt_check import PromptMismatchError
+
+    arch = "llava"  # a Llama tokenizer with a BOS
+    with EngineServer(engine, tiny_model(arch)) as server:
+        backend = server_backend(server)
+        bos = backend.tokenizer.bos_token_id
+        original = server.model.encode
+
+        def with_a_second_bos(text, **kwargs):
+            inputs = original(text, **kwargs)
+            import torch
+            ids = inputs["input_ids"]
+            inputs["input_ids"] = torch.cat([torch.tensor([[bos]]), ids], dim=1)
+            inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+            return inputs
+
+        monkeypatch.setattr(server.model, "encode", with_a_second_bos)
+        with pytest.raises(PromptMismatchError, match=r"from character \d+ .*likely cause: the server adds a BOS "
+                                                      r".*\(2 BOS where the suite has 1"):
+            backend.generate_until(gen_requests(backend, [doc(21, video=False)]))
