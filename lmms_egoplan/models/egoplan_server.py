@@ -63,6 +63,10 @@ from lmms_egoplan.models.visuals import ModelVisuals
 
 # The text-only question every run scores once at load (``engines.Engine.check``).
 PROBE_QUESTION, PROBE_ANSWER = "What should I do next?", "Open the fridge."
+# How far apart (nats per token) the servers of a run may score the load probe's answer: two replicas of
+# one checkpoint differ by their kernels' rounding (bfloat16: about 1e-2), a quantized or other
+# checkpoint by far more.
+PROBE_TOLERANCE = 0.1
 # Seconds between two tries to reach a server that is still starting (model_args wait_for_servers).
 SERVER_WAIT_INTERVAL_S = 2.0
 # The generation_config settings that transformers' generate applies in egoplan_hf where a request
@@ -133,7 +137,7 @@ class EgoPlanServer(DocRequests, lmms):
                                   concurrency=self.concurrency, recheck_after=_arg(recheck_after, float, "recheck_after"))
         # Before anything loads: every server answers, with this model.
         wait = _arg(wait_for_servers, float, "wait_for_servers")
-        served_from = [_connect(server, wait) for server in self.servers.engines][0]
+        served_from = _same_model([(server, _connect(server, wait)) for server in self.servers.engines])
         self.pretrained = str(pretrained or served_from)
         trust_remote_code = _arg(trust_remote_code, bool, "trust_remote_code")
         self.processor = load_processor(self.pretrained, trust_remote_code,
@@ -157,8 +161,9 @@ class EgoPlanServer(DocRequests, lmms):
         self._reported_generation_keys: set[str] = set()
         probe = self._prompt(ModelVisuals(), PROBE_QUESTION, INPUT_ORDER.convention, "the load check")
         rendered, sequence = self._candidates(probe, [PROBE_ANSWER], SCORED_SPAN.convention)
-        for server in self.servers.engines:
-            server.check(probe, rendered[0], sequence[0], self.tokenizer, takes_images=self.takes_images)
+        probed = [(server, server.check(probe, rendered[0], sequence[0], self.tokenizer, takes_images=self.takes_images))
+                  for server in self.servers.engines]
+        _same_log_probabilities(probed, range(sequence[0].first, sequence[0].stop))
 
     @property
     def engine(self):
@@ -207,8 +212,12 @@ class EgoPlanServer(DocRequests, lmms):
             raise ValueError(f"{self.pretrained}: an empty continuation in {question.where} has no tokens to score")
         rendered, sequences = self._candidates(prompt, answers, question.options[SCORED_SPAN.name])
         # The question and all its candidates on one server, which shares their prefix.
+        def score(server):
+            logger.debug(f"egoplan_server: {question.where} scored on {server.client.base_url}")
+            return server.score(prompt, rendered, sequences)
+
         try:
-            reported = self.servers.run(lambda server: server.score(prompt, rendered, sequences), question.where)
+            reported = self.servers.run(score, question.where)
         except PromptAlignmentError as error:
             raise PromptAlignmentError(f"egoplan_server: {question.where}: {error}") from None
         scores = []
@@ -273,8 +282,12 @@ class EgoPlanServer(DocRequests, lmms):
             visuals = self._doc_visuals((task, split, doc_id, doc_to_visual))
             prompt = self._prompt(visuals, context, INPUT_ORDER.check(INPUT_ORDER.of(requests[index]), where), where)
             sampling, until = self._sampling(dict(generation_kwargs or {}))
+            def on(server):
+                logger.debug(f"egoplan_server: {where} generated on {server.client.base_url}")
+                return server.generate(prompt, sampling)
+
             try:
-                reply = self.servers.run(lambda server: server.generate(prompt, sampling), where)
+                reply = self.servers.run(on, where)
             except QuestionFailedError as error:
                 # A failed request as lmms-eval's API backends hand one over: counted, left out, asked again.
                 logger.error(f"egoplan_server: {error}")
@@ -347,6 +360,30 @@ class EgoPlanServer(DocRequests, lmms):
         pool.shutdown()
         if failure is not None:
             raise failure
+
+
+def _same_model(roots: list[tuple[Any, str]]) -> str:
+    """The folder every server loaded its model from (``GET /v1/models``' root); servers that loaded
+    it from different places are named (the suite renders with one processor for all)."""
+    if len({root for _, root in roots}) > 1:
+        raise SettingsError("egoplan_server: the servers of model_args base_urls serve the model from different "
+                            "folders (" + ", ".join(f"{server.client.base_url}: {root!r}" for server, root in roots) +
+                            "): serve one checkpoint on every server")
+    return roots[0][1]
+
+
+def _same_log_probabilities(probed: list[tuple[Any, ServerScores]], positions: Iterable[int]) -> None:
+    """Every server gives the load probe's answer tokens the first server's log-probabilities, within
+    ``PROBE_TOLERANCE`` per token (other weights, quantization or dtype otherwise: a run would mix them)."""
+    (first, reference), positions = probed[0], list(positions)
+    for server, scores in probed[1:]:
+        differences = [abs(scores.positions[p][0] - reference.positions[p][0]) for p in positions]
+        if max(differences, default=0.0) > PROBE_TOLERANCE:
+            raise SettingsError(
+                f"egoplan_server: the servers at {first.client.base_url} and {server.client.base_url} give the load "
+                f"probe's answer log-probabilities {max(differences):.3g} apart (more than {PROBE_TOLERANCE} per "
+                f"token): they serve other weights, a quantization or a dtype of their own; serve one checkpoint "
+                f"alike on every server ({doc_page('backend.md', 'Several servers')})")
 
 
 def _connect(server, wait: float) -> str:

@@ -328,7 +328,7 @@ class Engine:
         """Raise UnsupportedVisualError for visuals the server refuses for this architecture."""
 
     def check(self, probe: ServerPrompt, rendered: RenderedAnswer, sequence: ScoredSequence, tokenizer, *,
-              takes_images: bool) -> None:
+              takes_images: bool) -> ServerScores:
         """Raise ServerSetupError unless the server can score: the model is served, it returns the
         log-probabilities of a text-only probe question's tokens (``probe``, answered ``rendered``), and
         its token ids of that conversation are the suite's (``sequence``: the same chat template and
@@ -342,6 +342,7 @@ class Engine:
                                      f"({type(error).__name__}: {error})") from None
         if not _same_ids(scores.token_ids, sequence.token_ids):
             raise self._other_tokens(tokenizer, scores.token_ids, sequence.token_ids, self._other_tokens_fix())
+        return scores
 
     def _other_tokens_fix(self) -> str:
         return "the server's tokenizer adds or splits tokens differently"
@@ -452,6 +453,14 @@ class SGLangEngine(Engine):
                 f"which cuts the end off a prompt longer than the context (managers/tokenizer_manager.py 1338-1346) "
                 f"and would score a candidate without its answer: start it without the flag (egoplan_server "
                 f"shortens max_new_tokens near the context itself)")
+        if settings.get("enable_mis") or settings.get("multi_item_scoring_delimiter") is not None:
+            raise ServerSetupError(
+                f"egoplan_server: the SGLang server at {self.client.base_url} runs multi-item scoring (--enable-mis; "
+                f"--multi-item-scoring-delimiter in earlier releases), which computes log-probabilities only at the "
+                f"delimiters of its /v1/score requests and wants them on every request of a batch "
+                f"(model_executor/forward_batch_info.py 1325-1336), with its radix cache and chunked prefill off "
+                f"(arg_groups/attention_hook.py 526-575): egoplan_server scores each answer token through /generate; "
+                f"start the server without the flag")
         if takes_images and model_type in SGLANG_BIDIRECTIONAL_IMAGES:
             self._check_bidirectional_images(SGLANG_BIDIRECTIONAL_IMAGES[model_type], settings)
 
@@ -485,13 +494,14 @@ class SGLangEngine(Engine):
                 f"{SGLANG_BIDIRECTIONAL_FLAGS} "
                 f"({doc_page('backend.md', 'Architectures and engines')})")
 
-    def check(self, probe, rendered, sequence, tokenizer, *, takes_images: bool) -> None:
-        super().check(probe, rendered, sequence, tokenizer, takes_images=takes_images)
+    def check(self, probe, rendered, sequence, tokenizer, *, takes_images: bool) -> ServerScores:
+        probed = super().check(probe, rendered, sequence, tokenizer, takes_images=takes_images)
         # Prompts with images go as text, tokenized by the server; a text-only prompt goes as ids, which
         # would hide another tokenizer: the server's tokenization of the probe's text must be the suite's.
         [scores] = self._logprobs([self._server_text(rendered.text)], 0)
         if not _same_ids(scores.token_ids, sequence.token_ids):
             raise self._other_tokens(tokenizer, scores.token_ids, sequence.token_ids, self._other_tokens_fix())
+        return probed
 
     def score(self, prompt, rendered, sequences):
         media = self._media(prompt.visuals, prompt.where)
@@ -659,9 +669,9 @@ class VLLMEngine(Engine):
                 f"{_dotted(VLLM_MIN_VERSION)} or later (the prompt's token ids, return_token_ids: vllm PR 22587): "
                 f"upgrade it")
 
-    def check(self, probe, rendered, sequence, tokenizer, *, takes_images: bool) -> None:
+    def check(self, probe, rendered, sequence, tokenizer, *, takes_images: bool) -> ServerScores:
         try:
-            super().check(probe, rendered, sequence, tokenizer, takes_images=takes_images)
+            probed = super().check(probe, rendered, sequence, tokenizer, takes_images=takes_images)
         except ServerSetupError as error:
             flags = mistral_format_flags(self.pretrained)
             if flags:  # vLLM serves it with its Mistral tokenizer / config, which render and tokenize otherwise
@@ -676,6 +686,7 @@ class VLLMEngine(Engine):
         self._check_log_probabilities(body)
         if self.video_native and self.version >= VLLM_REQUEST_MM_KWARGS_VERSION:
             self._check_media_kwargs(body)
+        return probed
 
     def _other_tokens_fix(self) -> str:
         return ("serve the model with the same chat template (--chat-template) or pass the server's as model_args "

@@ -203,6 +203,7 @@ class EngineServer(_Loopback):
         self.hang = 0.0
         self.truncate_logprobs: int | None = None
         self.nan_logprobs = False
+        self.logprob_offset = 0.0  # added to every prompt log-probability (other weights)
         self.images_first = False
         self.starting = False
         self._listen(_EngineHandler)
@@ -313,20 +314,21 @@ class EngineServer(_Loopback):
             meta["finish_reason"] = ({"type": "abort", "message": "Abort request", "status_code": 200, "err_type": None}
                                      if self.reply_fault == "abort" else {"type": "length", "length": 1})
             text = text[:len(text) // 2] if self.reply_fault == "abort" else ""
-        self._damage_logprobs(meta.get("input_token_logprobs"), lambda entry: entry.__setitem__(0, float("nan")))
+        self._damage_logprobs(meta.get("input_token_logprobs"),
+                              lambda entry, value: entry.__setitem__(0, entry[0] + value))
         answer = {"text": text, "output_ids": output_ids, "meta_info": meta}
         if body.get("return_prompt_token_ids"):
             answer["prompt_token_ids"] = ids
         return answer
 
     def _damage_logprobs(self, entries: list | None, make_nan) -> None:
-        """``truncate_logprobs`` / ``nan_logprobs`` applied to a reply's prompt log-probabilities (after
+        """``truncate_logprobs`` / ``nan_logprobs`` / ``logprob_offset`` applied to a reply's prompt log-probabilities (after
         its null first entry)."""
         if entries is None:
             return
-        if self.nan_logprobs:
+        if self.nan_logprobs or self.logprob_offset:
             for entry in entries[1:]:
-                make_nan(entry)
+                make_nan(entry, float("nan") if self.nan_logprobs else self.logprob_offset)
         if self.truncate_logprobs is not None:
             del entries[self.truncate_logprobs:]
 
@@ -407,7 +409,8 @@ class EngineServer(_Loopback):
             _, rows = self.model.prompt_logprobs(inputs, top, logits=self.logprobs_mode.endswith("logits"))
             answer["prompt_logprobs"] = [None] + [self._prompt_logprob(ids[p], rows[p], top) for p in range(1, len(ids))]
             self._damage_logprobs(answer["prompt_logprobs"],
-                                  lambda entry: [value.__setitem__("logprob", float("nan")) for value in entry.values()])
+                                  lambda entry, value: [item.__setitem__("logprob", item["logprob"] + value)
+                                                        for item in entry.values()])
         message = answer["choices"][0]["message"]
         if self.reply_fault == "abort":
             answer["choices"][0]["finish_reason"], message["content"] = "abort", generated[:len(generated) // 2]
@@ -502,7 +505,7 @@ class _EngineHandler(_Handler):
 # SGLang's settings on an H100 where the command line names none (model_override_base.py 305-311: fa3;
 # server_args: chunked prefill on, one token per page, no auto-truncation), as /server_info reports them.
 SGLANG_H100_FLAGS = {"attention_backend": "fa3", "chunked_prefill_size": 8192, "page_size": 1,
-                     "allow_auto_truncate": False}
+                     "allow_auto_truncate": False, "enable_mis": False}
 
 
 def _vllm_error(message: str, kind: str, code: int, param: str | None = None) -> dict:

@@ -306,3 +306,29 @@ def test_a_server_that_adds_a_bos_to_a_prompt_with_images_is_named_with_the_caus
         with pytest.raises(PromptMismatchError, match=r"from character \d+ .*likely cause: the server adds a BOS "
                                                       r".*\(2 BOS where the suite has 1"):
             backend.generate_until(gen_requests(backend, [doc(21, video=False)]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Servers checked at load
+# ---------------------------------------------------------------------------------------------
+
+
+def test_an_sglang_server_running_multi_item_scoring_is_named_at_load(tiny_model):
+    with EngineServer("sglang", tiny_model(ARCH), enable_mis=True) as server:
+        with pytest.raises(ServerSetupError, match="runs multi-item scoring \\(--enable-mis.*start the server without"):
+            server_backend(server)
+
+
+def test_servers_that_load_the_model_from_other_folders_or_score_it_otherwise_are_named(started, monkeypatch):
+    from lmms_egoplan.core.settings import SettingsError
+
+    servers = started("vllm", 2)
+    servers[1].logprob_offset = -0.5
+    with pytest.raises(SettingsError, match="give the load probe's answer log-probabilities 0.5 apart"):
+        several(servers)
+    servers[1].logprob_offset = 0.0
+    listing = servers[1].models()
+    listing["data"][0]["root"] = "/models/another"
+    monkeypatch.setattr(servers[1], "models", lambda: listing)
+    with pytest.raises(SettingsError, match="serve the model from different folders .*'/models/another'"):
+        several(servers)
