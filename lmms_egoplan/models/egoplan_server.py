@@ -7,9 +7,12 @@ the same visuals (``visuals.prepare_visuals``), and each candidate scored over t
 the same mean (``request_options``, ``likelihood.mean_loss``), located in the token ids the server
 reports. Questions go to the server concurrently (``concurrency``), each request with a timeout
 and retries; every scored question is handed to lmms-eval's response cache as it completes.
-Several servers (``base_urls``) share the questions (``engines.ServerPool``), a server that stops
-answering is taken out and its questions go to the others. At load, one probe question checks
-each server (``engines.Engine.check``) before any scoring. Generation carries the model's
+Several servers (``base_urls``) share the questions (``engines.ServerPool``): a failing question is
+tried once on another server, a server is taken out only where its health probe fails too, and a
+question failing on servers that answer is a failed request (generation) or named at the end
+(likelihood). Every prompt the server ran is checked against the suite's (``prompt_check``); a
+generation that is no whole answer (aborted, null) is a failed request. At load, one probe question
+checks each server (``engines.Engine.check``) before any scoring. Generation carries the model's
 ``generation_config`` sampling defaults, which transformers applies in ``egoplan_hf`` and vLLM
 applies itself, and SGLang's ``/generate`` does not.
 """

@@ -24,9 +24,10 @@ engines' own request code.
   frames as images where it takes no video). Prompt log-probabilities bypass vLLM's prefix cache:
   each candidate is a full prefill.
 
-Several servers (``ServerPool``): each question goes, with all its candidates, to the server with
-the fewest questions in flight; a server that stops answering is taken out and its question goes
-to another one.
+Several servers (``ServerPool``): each question goes, with all its candidates, to the live server
+with the fewest questions in flight (``concurrency`` per live server); a question that fails is
+tried once on another server; a server is taken out only where its health probe fails too, and
+probed again after ``recheck_after`` seconds.
 """
 
 from __future__ import annotations
