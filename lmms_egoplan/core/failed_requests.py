@@ -54,6 +54,13 @@ def failed_request(answer: object, backend: str | None = None) -> str | None:
     return None
 
 
+def request_failed_text(why: str, retries: int) -> str:
+    """lmms-eval's failure placeholder for a request given up after ``retries`` retries, which a suite
+    backend (``egoplan_server``) returns in place of an answer it did not get, so that the request is
+    counted, left out and asked again as any backend's failed request is."""
+    return f"{REQUEST_FAILED_PREFIX}{retries} retries] {why}"
+
+
 def is_failure_placeholder(answer: object) -> bool:
     """Whether ``answer`` is one of lmms-eval's failure placeholders, whatever the backend (what must
     never be stored as a response)."""

@@ -7,25 +7,32 @@ the same visuals (``visuals.prepare_visuals``), and each candidate scored over t
 the same mean (``request_options``, ``likelihood.mean_loss``), located in the token ids the server
 reports. Questions go to the server concurrently (``concurrency``), each request with a timeout
 and retries; every scored question is handed to lmms-eval's response cache as it completes.
-Several servers (``base_urls``) share the questions (``engines.ServerPool``), a server that stops
-answering is taken out and its questions go to the others. At load, one probe question checks
-each server (``engines.Engine.check``) before any scoring. Generation carries the model's
+Several servers (``base_urls``) share the questions (``engines.ServerPool``): a failing question is
+tried once on another server, a server is taken out only where its health probe fails too, and a
+question failing on servers that answer is a failed request (generation) or named at the end
+(likelihood). Every prompt the server ran is checked against the suite's (``prompt_check``); a
+generation that is no whole answer (aborted, null) is a failed request. At load, one probe question
+checks each server (``engines.Engine.check``) before any scoring. Generation carries the model's
 ``generation_config`` sampling defaults, which transformers applies in ``egoplan_hf`` and vLLM
 applies itself, and SGLang's ``/generate`` does not.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, Iterable, Sequence
 
 from lmms_eval.api.instance import Instance
 from lmms_eval.api.model import lmms
+from loguru import logger
 from tqdm import tqdm
 
 from lmms_egoplan.compat.switches import on_suite_use
 from lmms_egoplan.core.documentation import doc_page
+from lmms_egoplan.core.failed_requests import request_failed_text
 from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import SettingsError, coerce_setting
 from lmms_egoplan.models.chat import ChatRenderer
@@ -39,11 +46,30 @@ from lmms_egoplan.models.doc_requests import (
     unknown_model_args_message,
 )
 from lmms_egoplan.models.egoplan_hf import load_processor
-from lmms_egoplan.models.engines import ENGINE_CLASSES, ENGINES, ServerClient, ServerPool, ServerPrompt
-from lmms_egoplan.models.likelihood import expansion_shift, mean_loss
+from lmms_egoplan.models.engines import (
+    ENGINE_CLASSES,
+    ENGINES,
+    QuestionFailedError,
+    ServerClient,
+    ServerNotAnsweringError,
+    ServerPool,
+    ServerPrompt,
+    ServerScores,
+)
+from lmms_egoplan.models.likelihood import (
+    PromptAlignmentError,
+    expansion_shift,
+    mean_loss,
+)
+from lmms_egoplan.models.prompt_check import check_prompt, visual_placeholder_ids
 from lmms_egoplan.models.visuals import ModelVisuals
 
-# The text-only question every run scores once at load (``engines.Engine.check``).
+# How far apart (nats per token) the servers of a run may score the load probe's answer: two replicas of
+# one checkpoint differ by their kernels' rounding (bfloat16: about 1e-2), a quantized or other
+# checkpoint by far more.
+PROBE_TOLERANCE = 0.1
+# Seconds between two tries to reach a server that is still starting (model_args wait_for_servers).
+SERVER_WAIT_INTERVAL_S = 2.0
 # The generation_config settings that transformers' generate applies in egoplan_hf where a request
 # sets none (repetition_penalty always, the others when sampling), and that vLLM applies as its
 # defaults (--generation-config auto: vllm/config/model.py get_diff_sampling_param); SGLang applies
@@ -66,6 +92,8 @@ class EgoPlanServer(DocRequests, lmms):
         timeout: float = 600.0,
         retries: int = 3,
         backoff: float = 1.0,
+        recheck_after: float = 30.0,
+        wait_for_servers: float = 0.0,
         max_frames: int = 32,
         image_max_side: int | None = None,
         image_max_pixels: int | None = None,
@@ -104,10 +132,13 @@ class EgoPlanServer(DocRequests, lmms):
         options = {"timeout": _arg(timeout, float, "timeout"), "retries": _arg(retries, int, "retries"),
                    "backoff": _arg(backoff, float, "backoff"), "connections": 4 * self.concurrency,
                    "api_key": _api_key(api_key_env)}
+        self.retries = options["retries"]
         self.servers = ServerPool([ENGINE_CLASSES[engine](ServerClient(url, **options), str(model),
-                                                          concurrency=self.concurrency) for url in urls])
+                                                          concurrency=self.concurrency) for url in urls],
+                                  concurrency=self.concurrency, recheck_after=_arg(recheck_after, float, "recheck_after"))
         # Before anything loads: every server answers, with this model.
-        served_from = [server.connect() for server in self.servers.engines][0]
+        wait = _arg(wait_for_servers, float, "wait_for_servers")
+        served_from = _same_model([(server, _connect(server, wait)) for server in self.servers.engines])
         self.pretrained = str(pretrained or served_from)
         trust_remote_code = _arg(trust_remote_code, bool, "trust_remote_code")
         self.processor = load_processor(self.pretrained, trust_remote_code,
@@ -128,11 +159,13 @@ class EgoPlanServer(DocRequests, lmms):
         self.lstrip_continuation = _arg(lstrip_continuation, bool, "lstrip_continuation")
         self.visual_prefetch = 0  # the questions in flight decode their own visuals, in parallel
         self.settle_turn_end(config)
+        self._placeholder_ids = visual_placeholder_ids(self.processor)
         self._reported_generation_keys: set[str] = set()
         probe = self._prompt(ModelVisuals(), PROBE_QUESTION, INPUT_ORDER.convention, "the load check")
         rendered, sequence = self._candidates(probe, [PROBE_ANSWER], SCORED_SPAN.convention)
-        for server in self.servers.engines:
-            server.check(probe, rendered[0], sequence[0], self.tokenizer, takes_images=self.takes_images)
+        probed = [(server, server.check(probe, rendered[0], sequence[0], self.tokenizer, takes_images=self.takes_images))
+                  for server in self.servers.engines]
+        _same_log_probabilities(probed, range(sequence[0].first, sequence[0].stop))
 
     @property
     def engine(self):
@@ -149,14 +182,28 @@ class EgoPlanServer(DocRequests, lmms):
         """(mean NLL per scored token, scored tokens are greedy) per request, as ``egoplan_hf`` computes it."""
         questions = self._questions(requests)
         results: list[tuple[float, bool] | None] = [None] * len(requests)
+        failed: list[str] = []
 
-        def done(question: Question, scores: list[tuple[float, bool]]) -> None:
-            for (index, _), score in zip(question.members, scores):
-                results[index] = score
-                self._hand_over(requests[index], score)
+        def score(question: Question) -> list[tuple[float, bool]] | None:
+            try:
+                return self._score_question(question)
+            except QuestionFailedError as error:  # the other questions are scored and handed over
+                logger.error(f"egoplan_server: {error}")
+                failed.append(question.where)
+                return None
 
-        self._in_flight(questions, self._score_question, done, len(requests), "loglikelihood",
-                        size=lambda q: len(q.members))
+        def done(question: Question, scores: list[tuple[float, bool]] | None) -> None:
+            for (index, _), value in zip(question.members, scores or []):
+                results[index] = value
+                self._hand_over(requests[index], value)
+
+        self._in_flight(questions, score, done, len(requests), "loglikelihood", size=lambda q: len(q.members))
+        if failed:
+            raise QuestionFailedError(
+                f"egoplan_server: {len(failed)} of {len(questions)} questions failed on every server they were tried "
+                f"on, which still answer, and nothing of theirs is scored: {', '.join(failed[:20])}"
+                f"{' ...' if len(failed) > 20 else ''} (their errors are logged above); the others are handed to "
+                f"lmms-eval's response cache: with --use_cache, the same command asks only the failed ones again")
         return results
 
     def _score_question(self, question: Question) -> list[tuple[float, bool]]:
@@ -167,15 +214,47 @@ class EgoPlanServer(DocRequests, lmms):
             raise ValueError(f"{self.pretrained}: an empty continuation in {question.where} has no tokens to score")
         rendered, sequences = self._candidates(prompt, answers, question.options[SCORED_SPAN.name])
         # The question and all its candidates on one server, which shares their prefix.
-        reported = self.servers.run(lambda server: server.score(prompt, rendered, sequences))
+        def score(server):
+            logger.debug(f"egoplan_server: {question.where} scored on {server.client.base_url}")
+            return server.score(prompt, rendered, sequences)
+
+        try:
+            reported = self.servers.run(score, question.where)
+        except PromptAlignmentError as error:
+            raise PromptAlignmentError(f"egoplan_server: {question.where}: {error}") from None
         scores = []
         for sequence, server in zip(sequences, reported):
+            # The prompt the server ran is the suite's, before the answer too (prompt_check).
+            if server.prefix_ids is not None:
+                self._check_prompt(server.prefix_ids, prompt.prefix_ids, prompt)
+            self._check_prompt(server.token_ids, sequence.token_ids, prompt)
             # The server's ids after the visuals must be the suite's (checked); the scored span is there.
             shift = expansion_shift(server.token_ids, sequence, sequence.first, self.pretrained, self.engine.name)
-            span = [server.positions[shift + position] for position in range(sequence.first, sequence.stop)]
+            span = [self._scored_position(server, shift + position, question.where)
+                    for position in range(sequence.first, sequence.stop)]
             scores.append((mean_loss([-logprob for logprob, _ in span], question.options[LOSS_MEAN.name]),
                            all(greedy for _, greedy in span)))
         return scores
+
+    def _check_prompt(self, server_ids: Sequence[int], suite_ids: Sequence[int], prompt: ServerPrompt) -> None:
+        check_prompt(server_ids, suite_ids, tokenizer=self.tokenizer, placeholders=self._placeholder_ids,
+                     engine=self.engine.name, base_url=self.engine.client.base_url, where=prompt.where,
+                     has_visuals=bool(prompt.visuals.images or prompt.visuals.videos))
+
+    def _scored_position(self, scores: ServerScores, position: int, where: str) -> tuple[float, bool]:
+        """The server's (log-probability, greedy) of a scored position, which must be there and finite."""
+        if position not in scores.positions:
+            raise PromptAlignmentError(
+                f"egoplan_server: the {self.engine.name} server returned no log-probability for position {position} "
+                f"of {where}, a scored token (it reported positions {min(scores.positions, default=None)} to "
+                f"{max(scores.positions, default=None)} of {len(scores.token_ids)}): a server or router that cuts "
+                f"the prompt's log-probabilities short cannot score")
+        logprob, greedy = scores.positions[position]
+        if not math.isfinite(logprob):
+            raise ValueError(f"egoplan_server: the {self.engine.name} server returned the log-probability {logprob} "
+                             f"for position {position} of {where}, a scored token: no ranking is made from it (a "
+                             f"server computing in a precision that overflows, or a damaged checkpoint)")
+        return logprob, greedy
 
     def _candidates(self, prompt: ServerPrompt, answers: Sequence[str], scored_span: str):
         return self.scored_sequences(self.chat.with_answers(prompt.messages, answers), scored_span,
@@ -202,7 +281,19 @@ class EgoPlanServer(DocRequests, lmms):
             visuals = self._doc_visuals((task, split, doc_id, doc_to_visual))
             prompt = self._prompt(visuals, context, INPUT_ORDER.check(INPUT_ORDER.of(requests[index]), where), where)
             sampling, until = self._sampling(dict(generation_kwargs or {}))
-            return cut_at_first(self.servers.run(lambda server: server.generate(prompt, sampling)), until)
+            def on(server):
+                logger.debug(f"egoplan_server: {where} generated on {server.client.base_url}")
+                return server.generate(prompt, sampling)
+
+            try:
+                reply = self.servers.run(on, where)
+            except QuestionFailedError as error:
+                # A failed request as lmms-eval's API backends hand one over: counted, left out, asked again.
+                logger.error(f"egoplan_server: {error}")
+                return request_failed_text(str(error), self.retries)
+            if reply.prompt_ids is not None:
+                self._check_prompt(reply.prompt_ids, prompt.prefix_ids, prompt)
+            return cut_at_first(reply.text, until)
 
         def done(index: int, text: str) -> None:
             results[index] = text
@@ -268,6 +359,45 @@ class EgoPlanServer(DocRequests, lmms):
         pool.shutdown()
         if failure is not None:
             raise failure
+
+
+def _same_model(roots: list[tuple[Any, str]]) -> str:
+    """The folder every server loaded its model from (``GET /v1/models``' root); servers that loaded
+    it from different places are named (the suite renders with one processor for all)."""
+    if len({root for _, root in roots}) > 1:
+        raise SettingsError("egoplan_server: the servers of model_args base_urls serve the model from different "
+                            "folders (" + ", ".join(f"{server.client.base_url}: {root!r}" for server, root in roots) +
+                            "): serve one checkpoint on every server")
+    return roots[0][1]
+
+
+def _same_log_probabilities(probed: list[tuple[Any, ServerScores]], positions: Iterable[int]) -> None:
+    """Every server gives the load probe's answer tokens the first server's log-probabilities, within
+    ``PROBE_TOLERANCE`` per token (other weights, quantization or dtype otherwise: a run would mix them)."""
+    (first, reference), positions = probed[0], list(positions)
+    for server, scores in probed[1:]:
+        differences = [abs(scores.positions[p][0] - reference.positions[p][0]) for p in positions]
+        if max(differences, default=0.0) > PROBE_TOLERANCE:
+            raise SettingsError(
+                f"egoplan_server: the servers at {first.client.base_url} and {server.client.base_url} give the load "
+                f"probe's answer log-probabilities {max(differences):.3g} apart (more than {PROBE_TOLERANCE} per "
+                f"token): they serve other weights, a quantization or a dtype of their own; serve one checkpoint "
+                f"alike on every server ({doc_page('backend.md', 'Several servers')})")
+
+
+def _connect(server, wait: float) -> str:
+    """``server.connect()``, asked again every few seconds for up to ``wait`` seconds while no server
+    answers at its address (one still starting: its port closed, or 503 until the model is loaded)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return server.connect()
+        except ServerNotAnsweringError:
+            if time.monotonic() >= deadline:
+                raise
+            logger.info(f"egoplan_server: waiting for the server at {server.client.base_url} to answer "
+                        f"(wait_for_servers: {deadline - time.monotonic():.0f} s left)")
+            time.sleep(min(SERVER_WAIT_INTERVAL_S, max(0.0, deadline - time.monotonic())))
 
 
 def _arg(value, annotation, name: str):

@@ -24,9 +24,10 @@ engines' own request code.
   frames as images where it takes no video). Prompt log-probabilities bypass vLLM's prefix cache:
   each candidate is a full prefill.
 
-Several servers (``ServerPool``): each question goes, with all its candidates, to the server with
-the fewest questions in flight; a server that stops answering is taken out and its question goes
-to another one.
+Several servers (``ServerPool``): each question goes, with all its candidates, to the live server
+with the fewest questions in flight (``concurrency`` per live server); a question that fails is
+tried once on another server; a server is taken out only where its health probe fails too, and
+probed again after ``recheck_after`` seconds.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import io
 import math
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
@@ -50,7 +52,10 @@ from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.retry import backoff_delay, retry_after
 from lmms_egoplan.core.secrets import mask_secrets
 from lmms_egoplan.models.chat import RenderedAnswer
-from lmms_egoplan.models.likelihood import ScoredSequence
+from lmms_egoplan.models.likelihood import PromptAlignmentError, ScoredSequence
+
+# A position of a server's prompt whose token id it did not report (before SGLang's logprob_start_len).
+from lmms_egoplan.models.prompt_check import UNREPORTED
 from lmms_egoplan.models.visuals import UNTIMED_VIDEO_FPS, ModelVisuals, UnsupportedVisualError
 
 ENGINES = ("sglang", "vllm")
@@ -64,8 +69,14 @@ VLLM_VIDEO_TIMING_VERSION = (0, 20, 0)
 VLLM_MODEL_VIDEO_TIMING_VERSION = {"qwen2_5_vl": (0, 31, 0)}
 # Per-request media_io_kwargs need --trust-request-mm-kwargs from vLLM 0.31.0 on (vllm PR 58830).
 VLLM_REQUEST_MM_KWARGS_VERSION = (0, 31, 0)
+# Seconds to open a connection, and for a health probe's answer (the read timeout is model_args timeout).
+CONNECT_TIMEOUT_S = 10.0
+HEALTH_TIMEOUT_S = 10.0
 # The most likely entries per position the load check asks for (vLLM's --max-logprobs is 20 by default).
 VLLM_PROBE_TOP_LOGPROBS = 5
+# The finish reasons of a generation that did not end as the model ended it: vLLM's "abort" / "error"
+# (vllm/v1/engine/__init__.py FINISH_REASON_STRINGS), SGLang's "abort" (managers/schedule_batch.py FINISH_ABORT).
+INCOMPLETE_FINISH_REASONS = ("abort", "error")
 # The sampling settings a generation request carries, those set (engines' names; vLLM's max tokens
 # is max_completion_tokens).
 SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "stop")
@@ -131,12 +142,26 @@ class ServerUnavailableError(ServerRequestError):
     """The server stopped answering: no connection, timeouts or 408 / 429 / 5xx through every retry."""
 
 
+class ServerNotAnsweringError(ServerSetupError):
+    """No server answers at the address (not yet, where it is still starting: ``wait_for_servers``)."""
+
+
+class IncompleteReplyError(ServerRequestError):
+    """A reply that is no whole answer (``Engine.whole_answer``): aborted, without content, or empty
+    where the engine stopped for another reason than the model's own stop."""
+
+
+class QuestionFailedError(RuntimeError):
+    """A question that failed on every server it was tried on (``ServerPool.run``) while those servers
+    still answer their health probe: the question's failure, not the cluster's."""
+
+
 class _Transient(Exception):
     """A failure worth retrying: no connection, a timeout, 408 / 429 / 5xx."""
 
-    def __init__(self, message: str, retry_after: float | None = None):
+    def __init__(self, message: str, retry_after: float | None = None, *, timed_out: bool = False):
         super().__init__(message)
-        self.retry_after = retry_after
+        self.retry_after, self.timed_out = retry_after, timed_out
 
 
 @dataclass(frozen=True)
@@ -160,6 +185,18 @@ class ServerScores:
 
     token_ids: list[int]
     positions: dict[int, tuple[float, bool]]
+    # The ids of the prompt before the answer where ``token_ids`` leaves them unreported (SGLang's,
+    # from the prefix request), checked against the suite's (``prompt_check``).
+    prefix_ids: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class ServerReply:
+    """A generation: the text, and the ids of the prompt the server ran (None where it ran the suite's
+    own ids: SGLang's text-only prompts)."""
+
+    text: str
+    prompt_ids: list[int] | None
 
 
 class ServerClient:
@@ -175,7 +212,8 @@ class ServerClient:
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
         self.stopping = threading.Event()
         self.authenticated = bool(api_key)
-        self._client = httpx.Client(base_url=self.base_url, timeout=timeout,
+        # A node that does not accept a connection is known in seconds; a long prefill may take ``timeout``.
+        self._client = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S),
                                     headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
                                     limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections))
 
@@ -208,15 +246,31 @@ class ServerClient:
                 if not retry or attempt > self.retries or self.stopping.is_set():
                     tries = f" (gave up after {attempt} attempts)" if retry else ""
                     raise ServerUnavailableError(f"{method} {self.base_url}{path}: {error}{tries}") from None
+                if error.timed_out and not self.healthy():
+                    # A hung node: no retry waits out another read timeout on it.
+                    raise ServerUnavailableError(f"{method} {self.base_url}{path}: {error}, and the server does not "
+                                                 f"answer its health probe (GET /health)") from None
                 self.stopping.wait(backoff_delay(attempt, self.backoff, self.max_backoff, error.retry_after))
+
+    def healthy(self) -> bool:
+        """Whether the server answers ``GET /health`` within ``HEALTH_TIMEOUT_S`` (both engines and their
+        routers serve it: vLLM's api_server, SGLang's http_server and model gateway)."""
+        import httpx
+
+        try:
+            return self._client.get("/health", timeout=HEALTH_TIMEOUT_S).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def _once(self, method: str, path: str, body: dict | None) -> Any:
         import httpx
 
         try:
             response = self._client.request(method, path, json=body)
+        except httpx.ConnectTimeout:
+            raise _Transient(f"no connection within {CONNECT_TIMEOUT_S:g} s") from None
         except httpx.TimeoutException:
-            raise _Transient("timed out") from None
+            raise _Transient("timed out", timed_out=True) from None
         except httpx.TransportError as error:
             raise _Transient(f"connection failed: {error}") from None
         if response.status_code in (408, 429) or response.status_code >= 500:
@@ -275,7 +329,7 @@ class Engine:
         """Raise UnsupportedVisualError for visuals the server refuses for this architecture."""
 
     def check(self, probe: ServerPrompt, rendered: RenderedAnswer, sequence: ScoredSequence, tokenizer, *,
-              takes_images: bool) -> None:
+              takes_images: bool) -> ServerScores:
         """Raise ServerSetupError unless the server can score: the model is served, it returns the
         log-probabilities of a text-only probe question's tokens (``probe``, answered ``rendered``), and
         its token ids of that conversation are the suite's (``sequence``: the same chat template and
@@ -283,11 +337,13 @@ class Engine:
         self._check_server(takes_images)
         try:
             [scores] = self.score(probe, [rendered], [sequence])
-        except (ServerRequestError, KeyError, TypeError, IndexError, ValueError, AttributeError) as error:
+        except (ServerRequestError, PromptAlignmentError, KeyError, TypeError, IndexError, ValueError,
+                AttributeError) as error:
             raise self._probe_failed(f"did not return the prompt log-probabilities of a probe request "
                                      f"({type(error).__name__}: {error})") from None
         if not _same_ids(scores.token_ids, sequence.token_ids):
             raise self._other_tokens(tokenizer, scores.token_ids, sequence.token_ids, self._other_tokens_fix())
+        return scores
 
     def _other_tokens_fix(self) -> str:
         return "the server's tokenizer adds or splits tokens differently"
@@ -308,10 +364,22 @@ class Engine:
               sequences: Sequence[ScoredSequence]) -> list[ServerScores]:
         raise NotImplementedError
 
-    def generate(self, prompt: ServerPrompt, sampling: dict) -> str:
-        """The text generated after ``prompt``; ``sampling``: max_new_tokens, temperature, top_p, top_k,
-        min_p, repetition_penalty, stop (those set)."""
+    def generate(self, prompt: ServerPrompt, sampling: dict) -> ServerReply:
+        """The text generated after ``prompt``, and the prompt's ids as the server ran them; ``sampling``: max_new_tokens, temperature, top_p, top_k,
+        min_p, repetition_penalty, stop (those set). Raises IncompleteReplyError for a reply that is
+        no whole answer (``whole_answer``)."""
         raise NotImplementedError
+
+    def whole_answer(self, text: str | None, finish_reason: str | None, where: str, detail: str = "") -> str:
+        """``text``, where it is a whole answer: not aborted (``finish_reason`` abort or error: vLLM's
+        FINISH_REASON_STRINGS, SGLang's FINISH_ABORT), not null (vLLM's ``content`` of a reply whose
+        output went elsewhere), and not empty unless the model stopped itself (an empty reply cut by
+        ``length`` is no answer the model gave)."""
+        if text is None or finish_reason in INCOMPLETE_FINISH_REASONS or (text == "" and finish_reason != "stop"):
+            got = "no content" if text is None else f"{len(text)} characters"
+            raise IncompleteReplyError(f"the {self.name} server at {self.client.base_url} returned no whole answer for "
+                                       f"{where} (finish_reason {finish_reason!r}{detail}, {got})")
+        return text
 
     def _served_models(self) -> list[dict]:
         """The models ``GET /v1/models`` lists (both engines have it), ours among them."""
@@ -326,8 +394,9 @@ class Engine:
                     f"egoplan_server: the {self.name} server at {self.client.base_url} refuses the API key of "
                     f"model_args api_key_env (HTTP {error.status}): export the key the server was started with "
                     f"(--api-key)") from None
-            raise ServerSetupError(f"egoplan_server: no {self.name} server answers at base_url={self.client.base_url} "
-                                   f"({error}); start it, or fix model_args base_url") from None
+            raise ServerNotAnsweringError(f"egoplan_server: no {self.name} server answers at base_url="
+                                          f"{self.client.base_url} ({error}); start it, or fix model_args base_url "
+                                          f"(wait_for_servers=<seconds> waits for a server that is starting)") from None
         models = [entry for entry in (listing or {}).get("data", []) if isinstance(entry, dict)]
         names = [entry.get("id") for entry in models]
         if self.model not in names:
@@ -385,6 +454,14 @@ class SGLangEngine(Engine):
                 f"which cuts the end off a prompt longer than the context (managers/tokenizer_manager.py 1338-1346) "
                 f"and would score a candidate without its answer: start it without the flag (egoplan_server "
                 f"shortens max_new_tokens near the context itself)")
+        if settings.get("enable_mis") or settings.get("multi_item_scoring_delimiter") is not None:
+            raise ServerSetupError(
+                f"egoplan_server: the SGLang server at {self.client.base_url} runs multi-item scoring (--enable-mis; "
+                f"--multi-item-scoring-delimiter in earlier releases), which computes log-probabilities only at the "
+                f"delimiters of its /v1/score requests and wants them on every request of a batch "
+                f"(model_executor/forward_batch_info.py 1325-1336), with its radix cache and chunked prefill off "
+                f"(arg_groups/attention_hook.py 526-575): egoplan_server scores each answer token through /generate; "
+                f"start the server without the flag")
         if takes_images and model_type in SGLANG_BIDIRECTIONAL_IMAGES:
             self._check_bidirectional_images(SGLANG_BIDIRECTIONAL_IMAGES[model_type], settings)
 
@@ -418,24 +495,41 @@ class SGLangEngine(Engine):
                 f"{SGLANG_BIDIRECTIONAL_FLAGS} "
                 f"({doc_page('backend.md', 'Architectures and engines')})")
 
-    def check(self, probe, rendered, sequence, tokenizer, *, takes_images: bool) -> None:
-        super().check(probe, rendered, sequence, tokenizer, takes_images=takes_images)
+    def check(self, probe, rendered, sequence, tokenizer, *, takes_images: bool) -> ServerScores:
+        probed = super().check(probe, rendered, sequence, tokenizer, takes_images=takes_images)
         # Prompts with images go as text, tokenized by the server; a text-only prompt goes as ids, which
         # would hide another tokenizer: the server's tokenization of the probe's text must be the suite's.
         [scores] = self._logprobs([self._server_text(rendered.text)], 0)
         if not _same_ids(scores.token_ids, sequence.token_ids):
             raise self._other_tokens(tokenizer, scores.token_ids, sequence.token_ids, self._other_tokens_fix())
+        return probed
 
     def score(self, prompt, rendered, sequences):
         media = self._media(prompt.visuals, prompt.where)
         # The prefix alone: its length after the visuals' placeholders expand (sglang PR 2597), and the
         # radix cache warm with it before the candidates arrive.
         prefix_fields = self._prompt_fields(prompt.prefix_text, prompt.prefix_ids, media)
-        shift = self._prompt_tokens(prefix_fields) - len(prompt.prefix_ids)
+        # With media, the prefix's ids as the server ran them (entry 0 on), for the prompt check.
+        prefix = self.client.post("/generate", {**prefix_fields, **self._prompt_ids_fields(media),
+                                                "sampling_params": {"max_new_tokens": 0}})
+        shift = prefix["meta_info"]["prompt_tokens"] - len(prompt.prefix_ids)
+        prefix_ids = self._reported_prompt_ids(prefix) if media else None
         # Entry 0 of input_token_logprobs is always null: each starts one token before its first scored one.
         starts = [shift + sequence.first - 1 for sequence in sequences]
-        return self._logprobs([self._prompt_fields(r.text, s.token_ids, media) for r, s in zip(rendered, sequences)],
-                              starts)
+        scores = self._logprobs([self._prompt_fields(r.text, s.token_ids, media) for r, s in zip(rendered, sequences)],
+                                starts)
+        return [ServerScores(s.token_ids, s.positions, prefix_ids) for s in scores]
+
+    @staticmethod
+    def _prompt_ids_fields(media: dict) -> dict:
+        """What makes /generate report every id of a prompt with media (which the server tokenizes and
+        expands): the log-probabilities from position 0 (``input_token_logprobs`` carry the ids; the
+        gateway drops return_prompt_token_ids)."""
+        return {"return_logprob": True, "logprob_start_len": 0, "top_logprobs_num": 0} if media else {}
+
+    @staticmethod
+    def _reported_prompt_ids(answer: dict) -> list[int]:
+        return [int(entry[1]) for entry in answer["meta_info"]["input_token_logprobs"]]
 
     def _logprobs(self, prompts: Sequence[dict], starts: Sequence[int] | int) -> list[ServerScores]:
         """Each prompt's ids and log-probabilities from its ``start`` on, the requests concurrent."""
@@ -460,8 +554,10 @@ class SGLangEngine(Engine):
         if not media:  # SGLang refuses a prompt plus max_new_tokens over the context (tokenizer_manager.py 1353-1378)
             sampling_params["max_new_tokens"] = self._within_context(len(prompt.prefix_ids), sampling_params,
                                                                      prompt.where)
+        fields = {**fields, **self._prompt_ids_fields(media)}
         try:
-            return self.client.post("/generate", {**fields, "sampling_params": sampling_params})["text"]
+            return self._generated(self.client.post("/generate", {**fields, "sampling_params": sampling_params}),
+                                   prompt.where, media)
         except ServerRequestError as error:
             if error.status != 400 or not media or self.context_length is None:
                 raise
@@ -473,7 +569,16 @@ class SGLangEngine(Engine):
             if length + sampling_params["max_new_tokens"] <= self.context_length:
                 raise
             sampling_params["max_new_tokens"] = self._within_context(length, sampling_params, prompt.where)
-            return self.client.post("/generate", {**fields, "sampling_params": sampling_params})["text"]
+            return self._generated(self.client.post("/generate", {**fields, "sampling_params": sampling_params}),
+                                   prompt.where, media)
+
+    def _generated(self, answer: dict, where: str, media: dict) -> ServerReply:
+        finish = (answer.get("meta_info") or {}).get("finish_reason") or {}
+        message = f": {finish['message']}" if isinstance(finish, dict) and finish.get("message") else ""
+        text = self.whole_answer(answer.get("text"), finish.get("type") if isinstance(finish, dict) else finish,
+                                 where, message)
+        # A text-only prompt went as the suite's ids, which the server runs as they are.
+        return ServerReply(text, self._reported_prompt_ids(answer) if media else None)
 
     def _within_context(self, length: int, sampling_params: dict, where: str) -> int:
         """``max_new_tokens`` shortened to fit a prompt of ``length`` tokens into the context, as
@@ -500,6 +605,8 @@ class SGLangEngine(Engine):
     def _scores(answer: dict, start: int) -> ServerScores:
         meta = answer["meta_info"]
         entries, tops = meta["input_token_logprobs"], meta.get("input_top_logprobs") or []
+        if isinstance(meta.get("prompt_tokens"), int) and start + len(entries) != meta["prompt_tokens"]:
+            raise _cut_short("sglang", len(entries), start, meta["prompt_tokens"])
         positions = {start + k: (float(entries[k][0]), bool(tops) and tops[k][0][1] == entries[k][1])
                      for k in range(1, len(entries))}
         # The ids from ``start`` on, as the server's logprobs count them (placeholders expanded, also
@@ -563,9 +670,9 @@ class VLLMEngine(Engine):
                 f"{_dotted(VLLM_MIN_VERSION)} or later (the prompt's token ids, return_token_ids: vllm PR 22587): "
                 f"upgrade it")
 
-    def check(self, probe, rendered, sequence, tokenizer, *, takes_images: bool) -> None:
+    def check(self, probe, rendered, sequence, tokenizer, *, takes_images: bool) -> ServerScores:
         try:
-            super().check(probe, rendered, sequence, tokenizer, takes_images=takes_images)
+            probed = super().check(probe, rendered, sequence, tokenizer, takes_images=takes_images)
         except ServerSetupError as error:
             flags = mistral_format_flags(self.pretrained)
             if flags:  # vLLM serves it with its Mistral tokenizer / config, which render and tokenize otherwise
@@ -580,6 +687,7 @@ class VLLMEngine(Engine):
         self._check_log_probabilities(body)
         if self.video_native and self.version >= VLLM_REQUEST_MM_KWARGS_VERSION:
             self._check_media_kwargs(body)
+        return probed
 
     def _other_tokens_fix(self) -> str:
         return ("serve the model with the same chat template (--chat-template) or pass the server's as model_args "
@@ -635,12 +743,30 @@ class VLLMEngine(Engine):
         messages, media_io = self._request_media(prompt)
         # vLLM shortens max_completion_tokens to the context itself (entrypoints/serve/utils/api_utils.py 234-269).
         body = {"model": self.model, "messages": messages, "max_completion_tokens": sampling["max_new_tokens"],
+                "return_token_ids": True,  # the prompt's ids, for the prompt check
                 **{k: sampling[k] for k in SAMPLING_KEYS if k != "max_new_tokens" and k in sampling}}
         if prompt.add_special_tokens:
             body["add_special_tokens"] = True
         if media_io:
             body["media_io_kwargs"] = media_io
-        return self.client.post("/v1/chat/completions", body)["choices"][0]["message"]["content"] or ""
+        answer = self.client.post("/v1/chat/completions", body)
+        choice = answer["choices"][0]
+        message = choice.get("message") or {}
+        # Choice: refused. A reasoning parser takes the model's reasoning out of the answer, which
+        # egoplan_hf scores whole (vLLM 0.33 names the field reasoning, earlier releases reasoning_content).
+        reasoning = next((message[key] for key in ("reasoning", "reasoning_content") if message.get(key) is not None),
+                         None)
+        if reasoning is not None:
+            raise ServerSetupError(
+                f"egoplan_server: the vLLM server at {self.client.base_url} splits the model's output for "
+                f"{prompt.where} into reasoning ({len(reasoning)} characters) and content (it runs with "
+                f"--reasoning-parser), where egoplan_hf scores the whole output as the answer: start it without "
+                f"--reasoning-parser ({doc_page('backend.md', 'Replies that are no answer')})")
+        if not isinstance(answer.get("prompt_token_ids"), list):
+            raise IncompleteReplyError(f"the vLLM server at {self.client.base_url} returned no prompt_token_ids for "
+                                       f"{prompt.where}, which return_token_ids asks for (vLLM 0.10.2 on)")
+        return ServerReply(self.whole_answer(message.get("content"), choice.get("finish_reason"), prompt.where),
+                           list(answer["prompt_token_ids"]))
 
     def _request_media(self, prompt: ServerPrompt) -> tuple[list[dict], dict | None]:
         self.check_visuals(prompt.visuals, prompt.where)
@@ -664,11 +790,16 @@ class VLLMEngine(Engine):
     @staticmethod
     def _scores(answer: dict) -> ServerScores:
         ids, logprobs = answer["prompt_token_ids"], answer["prompt_logprobs"]
-        if not isinstance(ids, list) or not isinstance(logprobs, list) or len(ids) != len(logprobs):
-            raise ValueError("no prompt_token_ids / prompt_logprobs of the prompt's length")
+        if not isinstance(ids, list) or not isinstance(logprobs, list):
+            raise ValueError("no prompt_token_ids / prompt_logprobs")
+        if len(ids) != len(logprobs):
+            raise _cut_short("vllm", len(logprobs), 0, len(ids))
         positions = {}
         for position in range(1, len(ids)):  # entry 0 is null: nothing predicts the first token
-            entry = logprobs[position][str(ids[position])]
+            entry = (logprobs[position] or {}).get(str(ids[position]))
+            if entry is None:
+                raise PromptAlignmentError(f"the vllm server returned no log-probability of the token at position "
+                                           f"{position} of the prompt (id {ids[position]})")
             positions[position] = (float(entry["logprob"]), entry.get("rank") == 1)
         return ServerScores(list(ids), positions)
 
@@ -683,54 +814,93 @@ class VLLMEngine(Engine):
 
 
 ENGINE_CLASSES = {"sglang": SGLangEngine, "vllm": VLLMEngine}
-# A position of a server's prompt whose token id it did not report (before SGLang's logprob_start_len).
-UNREPORTED = -1
 Result = TypeVar("Result")
 
 
 class ServerPool:
     """The servers of a run (``model_args base_urls``), each an ``Engine`` checked at load.
 
-    ``run(work)`` calls ``work(engine)`` on the server with the fewest calls in flight, so that a
-    question and all its candidates go to one server (which shares their prefix); a server that stops
-    answering (``ServerUnavailableError``: every retry failed) is taken out for the rest of the run,
-    and the same call goes to another one. Only once none is left does the error reach the run."""
+    ``run(work, where)`` calls ``work(engine)`` on the live server with the fewest calls in flight,
+    at most ``concurrency`` on each (it waits for a free place), so that a question and all its
+    candidates go to one server (which shares their prefix). A call that fails on a server
+    (``ServerUnavailableError`` after its retries, ``IncompleteReplyError``) is tried once on another
+    one; the server is taken out only where its health probe fails too, and probed again
+    ``recheck_after`` seconds later (back in where it answers). A question that failed on two servers
+    (on the only one, where there is one) that still answer is ``QuestionFailedError``: the
+    question's failure; once no server answers, the run stops with the error."""
 
-    def __init__(self, engines: Sequence[Engine]):
+    def __init__(self, engines: Sequence[Engine], *, concurrency: int, recheck_after: float = 30.0):
         self.engines = list(engines)
+        self.concurrency, self.recheck_after = concurrency, recheck_after
         self._live = list(engines)
+        self._dropped: dict[int, float] = {}  # id(engine) -> when it was taken out
         self._in_flight = {id(engine): 0 for engine in engines}
-        self._lock = threading.Lock()
+        self._free = threading.Condition()
 
-    def run(self, work: Callable[[Engine], Result]) -> Result:
+    def run(self, work: Callable[[Engine], Result], where: str) -> Result:
+        failures: list[str] = []
         tried: set[int] = set()
+        failed_on_live = 0
         while True:
-            engine = self._take(tried)
+            engine = self._take(tried, failures)
             try:
                 return work(engine)
-            except ServerUnavailableError as error:
-                if not self._drop(engine, error):
-                    raise
+            except (ServerUnavailableError, IncompleteReplyError) as error:
+                failures.append(str(error))
                 tried.add(id(engine))
+                if isinstance(error, ServerUnavailableError) and not engine.client.healthy():
+                    self._drop(engine, error)  # the server's failure: the question goes on to another one
+                    continue
+                failed_on_live += 1
+                with self._free:
+                    untried = [e for e in self._live if id(e) not in tried]
+                if failed_on_live >= 2 or not untried:
+                    raise QuestionFailedError(f"{where} failed on {len(tried)} server(s), which still answer their "
+                                              f"health probe: {'; '.join(failures)}") from None
             finally:
-                with self._lock:
+                with self._free:
                     self._in_flight[id(engine)] -= 1
+                    self._free.notify_all()
 
-    def _take(self, tried: set[int]) -> Engine:
-        with self._lock:
-            candidates = [engine for engine in self._live if id(engine) not in tried] or self._live[:1]
-            engine = min(candidates, key=lambda candidate: self._in_flight[id(candidate)])
-            self._in_flight[id(engine)] += 1
-            return engine
+    def _take(self, tried: set[int], failures: Sequence[str]) -> Engine:
+        """The live server with the fewest calls in flight, one this call has not tried where one is
+        left, once it has a free place."""
+        with self._free:
+            while True:
+                self._recheck()
+                if not self._live:
+                    last = f"; the last error: {failures[-1]}" if failures else ""
+                    raise ServerUnavailableError(f"no server answers any more (each failed its health probe){last}")
+                candidates = [engine for engine in self._live if id(engine) not in tried] or self._live
+                engine = min(candidates, key=lambda candidate: self._in_flight[id(candidate)])
+                if self._in_flight[id(engine)] < self.concurrency:
+                    self._in_flight[id(engine)] += 1
+                    return engine
+                self._free.wait(timeout=self.recheck_after if self._dropped else None)
 
-    def _drop(self, engine: Engine, error: ServerUnavailableError) -> bool:
-        """Take ``engine`` out; False where it was the last server (the error then stops the run)."""
-        with self._lock:
-            if engine in self._live and len(self._live) > 1:
+    def _drop(self, engine: Engine, error: Exception) -> None:
+        with self._free:
+            if engine in self._live:
                 self._live.remove(engine)
-                logger.warning(f"egoplan_server: the server at {engine.client.base_url} stopped answering ({error}); "
-                               f"its questions go to the {len(self._live)} other server(s) from now on")
-            return engine not in self._live
+                self._dropped[id(engine)] = time.monotonic()
+                logger.warning(f"egoplan_server: the server at {engine.client.base_url} stopped answering ({error}) and "
+                               f"fails its health probe: its questions go to the {len(self._live)} other server(s), "
+                               f"and it is probed again in {self.recheck_after:g} s")
+            self._free.notify_all()
+
+    def _recheck(self) -> None:
+        """Servers taken out ``recheck_after`` seconds ago or more: back in where they answer (holds the lock)."""
+        now = time.monotonic()
+        for engine in self.engines:
+            dropped = self._dropped.get(id(engine))
+            if dropped is not None and now - dropped >= self.recheck_after:
+                if engine.client.healthy():
+                    del self._dropped[id(engine)]
+                    self._live.append(engine)
+                    logger.warning(f"egoplan_server: the server at {engine.client.base_url} answers its health probe "
+                                   f"again and takes questions again")
+                else:
+                    self._dropped[id(engine)] = now
 
     def stop(self) -> None:
         for engine in self.engines:
@@ -769,6 +939,12 @@ def _bos_added_by(tokenizer) -> str | None:
         return None
     added = tokenizer("a")["input_ids"]
     return bos if added[:1] == [tokenizer.bos_token_id] and added[1:] == tokenizer("a", add_special_tokens=False)["input_ids"] else None
+
+
+def _cut_short(engine: str, returned: int, start: int, length: int) -> PromptAlignmentError:
+    return PromptAlignmentError(f"the {engine} server returned {returned} prompt log-probabilities from position "
+                                f"{start} of a prompt of {length} tokens (cut short, by the server or a router in "
+                                f"front of it), so the scored tokens cannot be located")
 
 
 def _limits_text(modalities: dict[str, int | None]) -> str:

@@ -50,11 +50,11 @@ LOAD_REQUESTS = 3
 
 
 def evaluate_through(server: EngineServer | str, data: Path, output: Path, *extra: str, model: str = "tiny",
-                     env: dict | None = None):
+                     env: dict | None = None, tasks: tuple[str, ...] = (MC, GEN)):
     from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 
     where = f"base_url={server.base_url}" if isinstance(server, EngineServer) else server
-    return run_lmms_eval(model="egoplan_server", check=False, tasks=[MC, GEN], output_dir=output,
+    return run_lmms_eval(model="egoplan_server", check=False, tasks=list(tasks), output_dir=output,
                          model_args=f"engine=vllm,{where},model={model},max_frames=8,retries=1,backoff=0.01,concurrency=1",
                          include_path=BACKEND_TASKS, use_plugin=False,
                          env={"BACKEND_PROBE_DATA_FILE": str(data), **(env or {})}, extra_args=list(extra))
@@ -122,3 +122,49 @@ def test_cli_three_keyed_servers_one_killed_mid_run_complete_the_run(cli_setup, 
     assert len(run.samples(GEN)) == 4
     assert key not in run.log and not [path for path in tmp_path.rglob("*") if path.is_file() and key in path.read_text()]
     assert "api_key_env=E2E_SERVER_KEY" in json.dumps(run.results["config"])
+
+
+def test_cli_an_aborted_reply_is_a_failed_request_asked_again_alone(cli_setup, tmp_path, reference):
+    """The server answers each generation HTTP 200 with finish_reason abort and half its text (a router
+    draining, SGLang's abort): no answer is scored, every one is a failed request, the run exits 4
+    with the command that asks them again; the likelihood task is scored as egoplan_hf scores it.
+    Asked again once the server answers whole, only the generations are sent, and the run exits 0."""
+    data, server = cli_setup
+    server.die_after(None)
+    server.reset()
+    server.reply_fault = "abort"
+    cache = str(tmp_path / "cache")
+    try:
+        aborted = evaluate_through(server, data, tmp_path / "aborted", "--use_cache", cache)
+    finally:
+        server.reply_fault = None
+    assert aborted.returncode == 4, aborted.log_tail()
+    assert aborted.results["results"][GEN]["failed_requests,none"] == 4
+    assert "finish_reason 'abort'" in aborted.log
+    assert "4 of 4 model requests failed (egoplan_backend_probe_gen 4)" in aborted.log_tail(3)
+    got = [float(value) for sample in aborted.samples(MC) for value, _ in sample["filtered_resps"]]
+    assert got == pytest.approx(reference_scores(data, reference), abs=TOLERANCE)
+    server.reset()
+    again = evaluate_through(server, data, tmp_path / "again", "--use_cache", cache)
+    assert again.returncode == 0, again.log_tail()
+    assert again.results["results"][GEN]["failed_requests,none"] == 0
+    assert again.results["results"][GEN]["answered,none"] == 1.0
+    generations = [body for path, body in server.requests if body.get("add_generation_prompt", True)]
+    assert len(generations) == 4 and len(server.requests) == LOAD_REQUESTS + 4
+
+
+def test_cli_one_question_failing_on_every_server_is_a_failed_request_not_a_dead_cluster(cli_setup, tiny_model,
+                                                                                          tmp_path):
+    """Two servers whose processor fails (500) on one question: that question is a failed request
+    (exit 4), the other three answered; both servers keep answering to the end."""
+    data, _ = cli_setup
+    with contextlib.ExitStack() as stack:
+        started = [stack.enter_context(EngineServer("vllm", tiny_model("qwen2_vl"))) for _ in range(2)]
+        for server in started:
+            server.fail_on = "case 2"
+        run = evaluate_through(f"base_urls=[{','.join(s.base_url for s in started)}]", data, tmp_path, tasks=(GEN,))
+    assert run.returncode == 4, run.log_tail()
+    assert run.results["results"][GEN]["failed_requests,none"] == 1
+    assert run.results["results"][GEN]["answered,none"] == 1.0
+    assert "egoplan_backend_probe_gen doc 2 failed on 2 server(s), which still answer" in run.log
+    assert "stopped answering" not in run.log

@@ -55,6 +55,7 @@ import io
 import json
 import os
 import threading
+import time
 
 from lmms_egoplan.fixtures.judge_server import _Handler, _Server
 
@@ -192,12 +193,36 @@ class EngineServer(_Loopback):
         self.cached_prompts: list[list[int]] = []  # SGLang's radix cache, as prompts
         self._lock = threading.Lock()
         self._remaining: int | None = None
+        # Faults (tests set them): a generation reply that is no whole answer ("abort", "null", "empty",
+        # "reasoning"); a 500 for every POST whose body holds fail_on; seconds each POST hangs before
+        # its answer; log-probabilities cut to the first truncate_logprobs entries, or NaN; vLLM moving
+        # each turn's images before its text (as it does for a template it reads as string content);
+        # 503 to everything while starting.
+        self.reply_fault: str | None = None
+        self.fail_on: str | None = None
+        self.hang = 0.0
+        self.truncate_logprobs: int | None = None
+        self.nan_logprobs = False
+        self.logprob_offset = 0.0  # added to every prompt log-probability (other weights)
+        self.images_first = False
+        self.starting = False
         self._listen(_EngineHandler)
 
     def die_after(self, requests: int | None) -> None:
         """Answer ``requests`` more POSTs, then drop every request without an answer (None: live again)."""
         with self._lock:
             self._remaining = requests
+
+    def fails(self, body: dict) -> bool:
+        """Whether ``fail_on`` is in the request's prompt (its text, or its ids decoded)."""
+        if self.fail_on is None:
+            return False
+        ids = body.get("input_ids")
+        return self.fail_on in json.dumps(body) or (isinstance(ids, list) and self.fail_on in self.model.tokenizer.decode(ids))
+
+    def dead(self) -> bool:
+        with self._lock:
+            return self._remaining is not None and self._remaining <= 0
 
     def reset(self) -> None:
         with self._lock:
@@ -285,10 +310,27 @@ class EngineServer(_Loopback):
             text, output_ids = self.model.generate(inputs, max_new_tokens, [stop] if isinstance(stop, str) else stop,
                                                    sampling.get("repetition_penalty"))
             meta["completion_tokens"] = len(output_ids)
+        if max_new_tokens > 0 and self.reply_fault in ("abort", "empty"):
+            meta["finish_reason"] = ({"type": "abort", "message": "Abort request", "status_code": 200, "err_type": None}
+                                     if self.reply_fault == "abort" else {"type": "length", "length": 1})
+            text = text[:len(text) // 2] if self.reply_fault == "abort" else ""
+        self._damage_logprobs(meta.get("input_token_logprobs"),
+                              lambda entry, value: entry.__setitem__(0, entry[0] + value))
         answer = {"text": text, "output_ids": output_ids, "meta_info": meta}
         if body.get("return_prompt_token_ids"):
             answer["prompt_token_ids"] = ids
         return answer
+
+    def _damage_logprobs(self, entries: list | None, make_nan) -> None:
+        """``truncate_logprobs`` / ``nan_logprobs`` / ``logprob_offset`` applied to a reply's prompt log-probabilities (after
+        its null first entry)."""
+        if entries is None:
+            return
+        if self.nan_logprobs or self.logprob_offset:
+            for entry in entries[1:]:
+                make_nan(entry, float("nan") if self.nan_logprobs else self.logprob_offset)
+        if self.truncate_logprobs is not None:
+            del entries[self.truncate_logprobs:]
 
     def _sglang_inputs(self, body: dict, images: list):
         """The model inputs of a /generate prompt, tokenized where SGLang tokenizes it."""
@@ -330,6 +372,9 @@ class EngineServer(_Loopback):
                     "preprocessing resource usage. Start the server with --trust-request-mm-kwargs only when "
                     "clients are trusted.", "BadRequestError", 400, field))
         messages, images, videos = hf_messages(body.get("messages") or [])
+        if self.images_first:
+            messages = [{**m, "content": sorted(m["content"], key=lambda part: part["type"] == "text")}
+                        for m in messages]
         for modality, count in (("image", len(images)), ("video", len(videos))):
             limit = (self.modalities or {modality: None}).get(modality, 0)
             if count and limit is not None and count > limit:
@@ -363,6 +408,18 @@ class EngineServer(_Loopback):
             top = int(body["prompt_logprobs"])
             _, rows = self.model.prompt_logprobs(inputs, top, logits=self.logprobs_mode.endswith("logits"))
             answer["prompt_logprobs"] = [None] + [self._prompt_logprob(ids[p], rows[p], top) for p in range(1, len(ids))]
+            self._damage_logprobs(answer["prompt_logprobs"],
+                                  lambda entry, value: [item.__setitem__("logprob", item["logprob"] + value)
+                                                        for item in entry.values()])
+        message = answer["choices"][0]["message"]
+        if self.reply_fault == "abort":
+            answer["choices"][0]["finish_reason"], message["content"] = "abort", generated[:len(generated) // 2]
+        elif self.reply_fault == "null":
+            message["content"] = None
+        elif self.reply_fault == "empty":
+            message["content"] = ""
+        elif self.reply_fault == "reasoning":
+            message["reasoning"], message["content"] = generated, ""
         if body.get("return_token_ids"):
             answer["prompt_token_ids"] = ids
             answer["choices"][0]["token_ids"] = output_ids
@@ -393,6 +450,14 @@ class _EngineHandler(_Handler):
         if path not in routes:
             self._send(404, {"detail": "Not Found"})
             return
+        if server.dead():
+            self.close_connection = True  # a crashed server: no answer
+            return
+        if server.hang:
+            time.sleep(server.hang)  # a hung node: its health probe too
+        if server.starting:
+            self._send(503, {"detail": "the model is loading"})
+            return
         if self._refused_without_key(server, path):
             return
         self._send(200, routes[path]())
@@ -408,8 +473,16 @@ class _EngineHandler(_Handler):
             return
         if self._refused_without_key(server, path):
             return
+        if server.starting:
+            self._send(503, {"detail": "the model is loading"})
+            return
         if not server._admit(path, body):
             self.close_connection = True  # the server died: no answer
+            return
+        if server.hang:
+            time.sleep(server.hang)
+        if server.fails(body):
+            self._send(500, {"error": {"message": "Internal Server Error: the processor failed", "code": 500}})
             return
         try:
             self._send(200, route(body))
@@ -432,7 +505,7 @@ class _EngineHandler(_Handler):
 # SGLang's settings on an H100 where the command line names none (model_override_base.py 305-311: fa3;
 # server_args: chunked prefill on, one token per page, no auto-truncation), as /server_info reports them.
 SGLANG_H100_FLAGS = {"attention_backend": "fa3", "chunked_prefill_size": 8192, "page_size": 1,
-                     "allow_auto_truncate": False}
+                     "allow_auto_truncate": False, "enable_mis": False}
 
 
 def _vllm_error(message: str, kind: str, code: int, param: str | None = None) -> dict:

@@ -71,7 +71,7 @@ def mc_requests(backend, docs: list[dict], **options: str) -> list[Instance]:
                          arguments=(d["question"], " " + choice, visuals, doc_id, TASK, SPLIT),
                          metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
                 for doc_id, d in enumerate(docs) for i, choice in enumerate(CHOICES)]
-    for option in (SCORED_SPAN, LOSS_MEAN):
+    for option in (SCORED_SPAN, LOSS_MEAN, INPUT_ORDER):
         if option.name in options:
             option.mark(requests, options[option.name])
     return requests
@@ -201,7 +201,8 @@ def test_sglang_candidates_reuse_the_prefix_the_prefix_request_cached(servers):
     server.reset()
     backend.loglikelihood(mc_requests(backend, [doc(3)], scored_span=ANSWER_AND_END_OF_TURN))
     [prefix, *candidates] = [body for _, body in server.requests]
-    assert "return_logprob" not in prefix and prefix["sampling_params"] == {"max_new_tokens": 0}
+    # The prefix reports its ids from position 0 (the prompt check), a prefill that warms the cache.
+    assert prefix["logprob_start_len"] == 0 and prefix["sampling_params"] == {"max_new_tokens": 0}
     assert len(candidates) == 4 and len({c["logprob_start_len"] for c in candidates}) == 1
     assert len(prefix["image_data"]) == 9  # gemma3 takes the 8 frames as images, then the observation
     # The candidates start scoring after the expanded prefix (placeholders count many tokens each).

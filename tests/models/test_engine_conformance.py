@@ -2,7 +2,8 @@
 run on the tiny checkpoints by ``tests.models.engine_code`` (no engine, no GPU).
 
 * Every request the backend sends (the load probe, an EgoPlan question's prefix and candidates, a
-  generation) is accepted by the engine's request model and preprocessing, and the engine runs the
+  generation, a question and a generation with the text before the visuals: ActPlan-1K's
+  ``input_order: text_first``) is accepted by the engine's request model and preprocessing, and the engine runs the
   token ids the loopback server ran for it, which are those egoplan_hf scores
   (tests/models/test_egoplan_server.py), except where the engine's preprocessing differs
   (``engines.ENGINE_DEVIATIONS``), which each such case shows exactly.
@@ -35,6 +36,7 @@ from PIL import Image
 from transformers import AutoConfig, AutoProcessor
 
 from lmms_egoplan.core.media import frame_time
+from lmms_egoplan.core.request_options import INPUT_ORDER, TEXT_FIRST
 from lmms_egoplan.fixtures.checkpoints import ARCHITECTURES, BOS_ADDING, VIDEO_ARCHITECTURES
 from lmms_egoplan.fixtures.media import index_image
 from lmms_egoplan.models.engines import (
@@ -115,6 +117,14 @@ def backend_exchanges(engine: str, arch: str, checkpoint) -> list[tuple[dict, li
         backend.generate_until(generations[:1])
         if two_images:
             backend.loglikelihood(with_visuals(mc_requests(backend, [doc(2)]), scene_images))
+        if arch != "llama":
+            # ActPlan-1K's order: the question before the scene images (input_order text_first).
+            text_first = with_visuals(mc_requests(backend, [doc(3, **shape)], input_order=TEXT_FIRST),
+                                      scene_images if two_images else visuals)
+            backend.loglikelihood(text_first)
+            generation = with_visuals(gen_requests(backend, [doc(3, **shape)]), scene_images if two_images else visuals)
+            INPUT_ORDER.mark(generation, TEXT_FIRST)
+            backend.generate_until(generation)
         return list(server.ran)
 
 
