@@ -35,25 +35,28 @@ def lint_tools(cache: Path) -> Path:
 
 def lint_failures(tree: Path, files: list[str], tools: Path) -> set[str]:
     """What lmms-eval's lint finds in ``files`` of ``tree``, run from ``tree`` as pre-commit runs from the repository
-    root: ``black <file>``, ``isort <file>``, ``F401 <file>: <name>`` (the line number left out, so that a failure
-    the release has is the same failure after a patch moved it)."""
+    root: each line black or isort would change (``black <file>: -<line>``, ``isort <file>: +<line>``) and each
+    unused import (``F401 <file>: <name>``), without line numbers, so that a failure the release has is the same
+    failure after a patch moved it."""
     present = [file for file in files if (tree / file).exists()]
     if not present:
         return set()
     env = {**os.environ, "PYTHONPATH": str(tools)}
 
-    def run(*command: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", *command], cwd=tree, env=env, capture_output=True, text=True)
+    def run(*command: str) -> str:
+        completed = subprocess.run([sys.executable, "-m", *command], cwd=tree, env=env, capture_output=True, text=True)
+        assert completed.returncode in (0, 1), completed.stderr
+        return completed.stdout
 
-    black = run("black", "--check", "--line-length=240", *present)
-    isort = run("isort", "--check-only", "--profile", "black", *present)
-    ruff = run("ruff", "check", "--isolated", "--select", "F401", "--output-format", "concise", *present)
-    assert black.returncode in (0, 1) and isort.returncode in (0, 1) and ruff.returncode in (0, 1), \
-        black.stderr + isort.stderr + ruff.stderr
-    failures = {f"black {file}" for file in re.findall(r"^would reformat (.+)$", black.stderr, re.M)}
-    failures |= {f"isort {file}" for file in re.findall(r"ERROR: (\S+) Imports are incorrectly", isort.stdout + isort.stderr)}
-    failures |= {f"F401 {file}: {name}" for file, name in re.findall(r"^(\S+?):\d+:\d+: F401 `([^`]+)`", ruff.stdout, re.M)}
-    return {re.sub(re.escape(str(tree)) + "/?", "", failure) for failure in failures}
+    failures = set()
+    for tool, check in (("black", ("--diff", "--quiet", "--line-length=240")), ("isort", ("--diff", "--profile", "black"))):
+        for file in present:
+            changed = re.findall(r"^([-+](?![-+]{2} ).*\S.*)$", run(tool, *check, file), re.M)
+            failures |= {f"{tool} {file}: {line.rstrip()}" for line in changed}
+    unused = run("ruff", "check", "--isolated", "--select", "F401", "--output-format", "concise", *present)
+    failures |= {f"F401 {file}: {name}" for file, name in re.findall(r"^(\S+?):\d+:\d+: F401 (?:\[\*\] )?`([^`]+)`",
+                                                                    unused, re.M)}
+    return failures
 
 
 @pytest.mark.parametrize("patch", PATCH_FILES, ids=[patch.stem for patch in PATCH_FILES])
@@ -62,10 +65,11 @@ def test_a_patch_brings_no_failure_of_lmms_evals_lint(patch, checkpoint_cache, t
     installed, files = installed_lmms_eval(), patched_paths(patch)
     for tree in (tmp_path / "released", tmp_path / "patched"):
         for file in files:
-            if file.startswith("lmms_eval/") and (installed.parent / file).exists():
+            if file.startswith("lmms_eval/") and (installed.parent / file).exists():  # lmms-eval's own, before the patch
                 (tree / file).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(installed.parent / file, tree / file)
-        tree.mkdir(exist_ok=True)
+        (tree / "lmms_eval").mkdir(parents=True, exist_ok=True)  # isort places lmms_eval first-party, as at its root
+        shutil.copyfile(installed / "__init__.py", tree / "lmms_eval" / "__init__.py")
     applied = git_apply(patch, tmp_path / "patched")
     assert applied.returncode == 0, applied.stderr
     python_files = [file for file in files if file.endswith(".py")]
