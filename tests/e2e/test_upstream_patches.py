@@ -27,7 +27,7 @@ from tests.e2e.upstream_patches import (
 PATCHES = upstream_patches()
 
 
-def tests_of(patches, scratch) -> list[str]:
+def patch_tests(patches, scratch) -> list[str]:
     """The patches' own tests in the scratch copy, then the suite's tests of their behaviours."""
     return [*(str(scratch / test) for patch in patches for test in patch.own_tests()),
             *(str(ROOT / test) for patch in patches for test in patch.suite_tests)]
@@ -68,7 +68,7 @@ def test_the_released_lmms_eval_fails_the_patches_tests_and_passes_them_with_eve
     for patch in PATCHES:  # the patches' tests, lmms-eval as released
         assert git_apply(patch.patch, scratch, "--include=test/*").returncode == 0, patch.name
     workarounds = {workaround for patch in PATCHES for workaround in patch.workarounds}
-    tests = tests_of(PATCHES, scratch)
+    tests = patch_tests(PATCHES, scratch)
     released = run_tests(scratch, tests, workarounds, checkpoint_cache, tmp_path / "released.json")
     for patch in PATCHES:  # then every fix, in order
         assert git_apply(patch.patch, scratch, "--exclude=test/*").returncode == 0, patch.name
@@ -88,7 +88,7 @@ def test_the_released_lmms_eval_fails_the_patches_tests_and_passes_them_with_eve
 def test_a_patch_alone_passes_its_tests_with_its_workarounds_switched_off(patch, checkpoint_cache, tmp_path):
     scratch = scratch_lmms_eval(tmp_path / "lmms-eval")
     assert git_apply(patch.patch, scratch).returncode == 0, patch.name
-    alone = run_tests(scratch, tests_of([patch], scratch), set(patch.workarounds), checkpoint_cache,
+    alone = run_tests(scratch, patch_tests([patch], scratch), set(patch.workarounds), checkpoint_cache,
                       tmp_path / "alone.json")
     assert not not_passed(alone), (patch.name, not_passed(alone))
     assert all(outcomes_of(alone, test) for test in [*patch.suite_tests, *patch.own_tests()]), patch.name
