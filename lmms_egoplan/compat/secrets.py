@@ -1,12 +1,13 @@
 """lmms-eval workarounds that keep the evaluated model's API key (``--model_args api_key=...``) and the
 run's other secrets out of what a run writes and prints: the response cache's model fingerprint and the
-summary line (both by lmms-eval's own rule for what is secret,
-``lmms_eval.evaluator._redact_eval_config_secrets``, which already keeps the key out of the results
-file), and the error texts of failed requests in log lines, the samples file and the cache's audit log.
+summary line (both by lmms-eval's own rule for what is secret, which already keeps the key out of the
+results file; in the fingerprint a secret's value becomes a digest of it), and the error texts of failed
+requests in log lines, the samples file and the cache's audit log.
 Guards and the switch table: ``lmms_egoplan.compat``."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any, Callable, Mapping, Sequence
 
@@ -24,22 +25,33 @@ def keep_api_keys_out_of_the_response_cache() -> bool:
     ``<model>|<model_args as JSON>`` and writes that fingerprint into the ``meta`` table
     (``model_fingerprint``) of every rank's database and of the merged ``cache.db``: a run with
     ``--model_args api_key=sk-...`` leaves the key in plain text in its cache folder, which is kept,
-    copied and shared. Fix: ``create`` gets the model_args with their secrets redacted by lmms-eval's
-    own rule (``api_key=[REDACTED]``). A key changes no response: runs with another key of the same
-    model share the cache, and a cache written with the key in its fingerprint is not read again (its
-    request keys differ). Returns whether the workaround is in place.
+    copied and shared. Fix: ``create`` gets the model_args with the value of each secret (by lmms-eval's
+    own rule, which also matches names such as ``image_token``) replaced by a digest of it: no key in the
+    cache folder, and every argument, a prompt-changing ``image_token`` as much as the key, still tells
+    caches apart. A cache written with the key in its fingerprint is not read again (its request keys
+    differ). Returns whether the workaround is in place.
     """
-    redact = _lmms_evals_redaction()
+    from lmms_eval import evaluator
+    from lmms_eval.utils import simple_parse_args_string
+
+    is_secret = getattr(evaluator, "_is_sensitive_config_key", None)
     if switched_off(_CACHE_FINGERPRINT):
         return False
     if has_layer(_CACHE_FINGERPRINT, *_CREATE):
         return True
-    if not (affected_release() and redact is not None and _fingerprints_the_model_args_as_given()):
+    if not (affected_release() and is_secret is not None and _fingerprints_the_model_args_as_given()):
         return False
 
     def create_without_secrets(create, cls, cache_root: str, **kwargs):
-        if isinstance(kwargs.get("model_args"), (str, dict)):
-            kwargs["model_args"] = redact(kwargs["model_args"])
+        model_args = kwargs.get("model_args")
+        if isinstance(model_args, str):
+            try:  # parsed as create parses it: the fingerprint of a run without secrets is unchanged
+                model_args = simple_parse_args_string(model_args)
+            except Exception:
+                model_args = None
+        if isinstance(model_args, dict):
+            kwargs["model_args"] = {name: secret_digest(value) if is_secret(name) else value
+                                    for name, value in model_args.items()}
         return create(cls, cache_root, **kwargs)
 
     add_layer(_CACHE_FINGERPRINT, *_CREATE, create_without_secrets)
@@ -51,7 +63,15 @@ _CREATE = ("lmms_eval.caching.response_cache", "ResponseCache.create")
 
 def _fingerprints_the_model_args_as_given(create: str | None = None) -> bool:
     create = create or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.create")
-    return 'model_fp = f"{model}|{model_args_fp}"' in create and "_redact" not in create
+    return 'model_fp = f"{model}|{model_args_fp}"' in create and not any(fix in create for fix in _FINGERPRINT_FIXES)
+
+_FINGERPRINT_FIXES = ("_redact", "_digest_secrets")  # docs/upstream/15 digests the secrets where create fingerprints
+
+
+def secret_digest(value: Any) -> str:
+    """What stands for a secret's value in the response cache's model fingerprint: a digest, which tells values
+    apart and cannot be read back (API keys are long random strings)."""
+    return "sha256:" + hashlib.sha256(str(value).encode("utf-8")).hexdigest()[:16]
 
 
 def keep_api_keys_out_of_the_run_summary() -> bool:

@@ -307,9 +307,10 @@ def test_the_response_cache_holds_no_api_key(tmp_path, cache_workarounds):
     databases = [cache.db_path, *map(str, tmp_path.glob("cache.db"))]
     for database in databases:
         assert KEY not in json.dumps(sqlite3.connect(database).execute("SELECT * FROM meta").fetchall())
-    other = open_cache(tmp_path, "model=m,api_key=sk-another-key-0000")
-    assert other._model_fingerprint_hash == cache._model_fingerprint_hash  # a key changes no response
-    other.close()
+    image_tokens = [open_cache(tmp_path / token, f"model=m,image_token={token}") for token in ("image", "img")]
+    assert image_tokens[0]._model_fingerprint_hash != image_tokens[1]._model_fingerprint_hash  # a prompt changes
+    for other in image_tokens:
+        other.close()
 
 
 # --- a run's end: SIGTERM, the summary line, the results and samples files (09, 10, 11, 12, 13, 15, 16) ------

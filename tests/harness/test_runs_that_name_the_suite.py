@@ -90,11 +90,20 @@ def test_the_model_fingerprint_of_the_response_cache_holds_no_key(tmp_path):
     cache = ResponseCache.create(str(tmp_path), model="openai", model_args=f"model=m,api_key={KEY}")
     cache.close()
     fingerprint = dict(sqlite3.connect(cache.db_path).execute("SELECT key, value FROM meta").fetchall())["model_fingerprint"]
-    assert fingerprint == 'openai|{"api_key":"[REDACTED]","model":"m"}'
+    assert fingerprint == f'openai|{{"api_key":"{compat_secrets.secret_digest(KEY)}","model":"m"}}'
+    assert KEY not in fingerprint
     other_key = ResponseCache.create(str(tmp_path), model="openai", model_args="model=m,api_key=sk-another-key-0000")
-    assert other_key._model_fingerprint_hash == cache._model_fingerprint_hash  # a key changes no response
-    other_key.close()
+    without_key = ResponseCache.create(str(tmp_path), model="openai", model_args="model=m")
+    assert without_key.model_fingerprint == 'openai|{"model":"m"}'  # a run without secrets: fingerprinted as before
+    image_tokens = [ResponseCache.create(str(tmp_path), model="openai", model_args=f"model=m,image_token={token}")
+                    for token in ("<image>", "<img>")]
+    hashes = {cache._model_fingerprint_hash for cache in [cache, other_key, without_key, *image_tokens]}
+    assert len(hashes) == 5  # every argument tells caches apart, image_token (a name the rule matches) included
+    for opened in [other_key, without_key, *image_tokens]:
+        opened.close()
     assert compat_secrets._fingerprints_the_model_args_as_given("model_fp = f\"{model}|{_redact(args)}\"") is False
+    patched = 'model_args_fp = json.dumps(_digest_secrets(parsed))\nmodel_fp = f"{model}|{model_args_fp}"'
+    assert compat_secrets._fingerprints_the_model_args_as_given(patched) is False
 
 
 def test_the_summary_line_holds_no_key(monkeypatch):

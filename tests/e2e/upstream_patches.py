@@ -1,0 +1,152 @@
+"""The patches of docs/upstream/ and a scratch lmms-eval to apply them to, for tests/e2e/test_upstream_patches.py and
+tests/e2e/test_upstream_patch_lint.py: every ``NN-*.patch`` of the folder, in order; docs/upstream/README.md's
+table rows (each patch's workarounds and the suite's tests of them); a copy of the installed lmms-eval in lmms-eval's
+repository layout and file modes; ``git apply``; a pytest run against a scratch copy."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import lmms_egoplan.compat
+from lmms_egoplan.compat import OFF_SWITCH
+from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
+PATCHES = ROOT / "docs" / "upstream"
+PATCH_FILES = sorted(PATCHES.glob("[0-9][0-9]-*.patch"))
+ROW = re.compile(r"^\|\s*\[[^\]]+\]\([^)]+\.md\)\s*\(\[diff\]\((?P<patch>[^)]+\.patch)\)\)\s*\|(?P<cells>.*)\|\s*$")
+NO_PATCH_ROW = re.compile(r"^\|\s*`(?P<workaround>\w+\.\w+)`\s*\|(?P<why>[^|]+)\|\s*$")
+# The files the patches touch that are executable (100755) in lmms-eval's git (main at 75571cfe0fa3, the snapshot
+# the suite can read); the others are 100644 there, as in the installed wheel. A patch made with another mode gets
+# a warning from `git apply` in a checkout of lmms-eval, and from the scratch copy here.
+EXECUTABLE_IN_LMMS_EVAL = ("lmms_eval/__main__.py", "lmms_eval/evaluator.py", "lmms_eval/api/instance.py",
+                           "lmms_eval/api/task.py", "lmms_eval/tasks/__init__.py")
+
+
+@dataclass(frozen=True)
+class UpstreamPatch:
+    """A patch of docs/upstream/ with its row of README.md's table."""
+
+    patch: Path
+    workarounds: tuple[str, ...]  # switched off while the tests run
+    suite_tests: tuple[str, ...]  # files or file::test
+
+    @property
+    def name(self) -> str:
+        return self.patch.stem
+
+    def own_tests(self) -> list[str]:
+        """The test files the patch adds to lmms-eval's test tree (``test/...py``)."""
+        return re.findall(r"^\+\+\+ b/(test/\S+\.py)$", self.patch.read_text(), re.M)
+
+
+def patched_paths(patch: Path) -> list[str]:
+    """The files a patch changes or adds, as lmms-eval's repository names them."""
+    return re.findall(r"^diff --git a/\S+ b/(\S+)$", patch.read_text(), re.M)
+
+
+def table_rows() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """docs/upstream/README.md's table of patches: {patch file name: (workarounds, the suite's tests)}."""
+    rows = {}
+    for line in (PATCHES / "README.md").read_text(encoding="utf-8").splitlines():
+        match = ROW.match(line)
+        if match:
+            _, workarounds, tests, *_ = [re.findall(r"`([^`]+)`", cell) for cell in match["cells"].split("|")]
+            rows[match["patch"]] = (tuple(workarounds), tuple(tests))
+    return rows
+
+
+def upstream_patches() -> list[UpstreamPatch]:
+    """Every ``NN-*.patch`` of docs/upstream/, in order, with its table row (none: no workaround, no suite test)."""
+    rows = table_rows()
+    return [UpstreamPatch(patch, *rows.get(patch.name, ((), ()))) for patch in PATCH_FILES]
+
+
+def workarounds_without_a_patch() -> dict[str, str]:
+    """docs/upstream/README.md's table of the workarounds that cannot become a patch: {workaround: why}."""
+    rows = (NO_PATCH_ROW.match(line) for line in (PATCHES / "README.md").read_text(encoding="utf-8").splitlines())
+    return {row["workaround"]: row["why"].strip() for row in rows if row}
+
+
+def switch_table() -> set[str]:
+    """The workarounds of lmms_egoplan.compat's switch table."""
+    return set(re.findall(r"^  ``(\w+\.\w+)``", lmms_egoplan.compat.__doc__, re.M))
+
+
+def installed_lmms_eval() -> Path:
+    """The installed lmms-eval package (the released 0.7.3 of the environment; never written to)."""
+    return Path(importlib.util.find_spec("lmms_eval").submodule_search_locations[0])
+
+
+def scratch_lmms_eval(folder: Path) -> Path:
+    """A copy of the installed lmms-eval package in lmms-eval's repository layout and file modes: ``folder/lmms_eval``."""
+    shutil.copytree(installed_lmms_eval(), folder / "lmms_eval")  # with __pycache__: imports as fast as the original
+    for path in EXECUTABLE_IN_LMMS_EVAL:
+        (folder / path).chmod(0o755)
+    return folder
+
+
+def git_apply(patch: Path, scratch: Path, *options: str) -> subprocess.CompletedProcess:
+    """``git apply`` in the scratch copy (outside any repository, as in lmms-eval's checkout)."""
+    return subprocess.run(["git", "apply", *options, str(patch)], cwd=scratch, capture_output=True, text=True,
+                          env={**os.environ, "GIT_CEILING_DIRECTORIES": str(scratch.parent)})
+
+
+# Runs pytest in a fresh process that imports lmms-eval from the scratch copy, and writes each test's outcome
+# (passed, failed, skipped; a file that cannot be collected: failed).
+RUNNER = """
+import json, sys, lmms_eval, pytest
+assert lmms_eval.__file__.startswith(sys.argv[1]), f"lmms-eval imported from {lmms_eval.__file__}"
+outcomes = {}
+
+class Outcomes:  # by file name and test: a file outside the rootdir (lmms-eval's tests) has no node id
+    def pytest_runtest_logreport(self, report):
+        test = report.location[0].rsplit("/", 1)[-1] + "::" + report.location[2]
+        if (report.failed or report.skipped or report.when == "call") and outcomes.get(test) in (None, "passed"):
+            outcomes[test] = report.outcome
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_make_collect_report(self, collector):
+        report = (yield).get_result()
+        if report.failed:
+            outcomes[collector.path.name + "::"] = "failed"
+
+status = pytest.main(sys.argv[3:], plugins=[Outcomes()])
+with open(sys.argv[2], "w") as file:
+    json.dump(outcomes, file)
+sys.exit(status)
+"""
+
+
+def run_tests(scratch: Path, tests: list[str], workarounds: set[str], checkpoints: Path, report: Path) -> dict:
+    """Run ``tests`` in one fresh pytest process importing lmms-eval from ``scratch``, the ``workarounds`` switched
+    off: ``{(file stem, test): outcome}`` (a file that cannot be collected: ``(stem, "")``)."""
+    env = {**os.environ, **OFFLINE_ENV, "PYTHONPATH": str(scratch), OFF_SWITCH: ",".join(sorted(workarounds)),
+           "LMMS_EGOPLAN_TEST_CACHE": str(checkpoints)}
+    env.pop("LMMS_EVAL_PLUGINS", None)
+    completed = subprocess.run([sys.executable, "-c", RUNNER, str(scratch), str(report), "-q", "-p", "no:cacheprovider",
+                                "-c", str(ROOT / "setup.cfg"), "--rootdir", str(ROOT), "-m", "e2e or not e2e",
+                                "--continue-on-collection-errors", *tests],
+                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert report.exists(), completed.stdout[-3000:] + completed.stderr[-3000:]
+    outcomes = {}
+    for node, outcome in json.loads(report.read_text()).items():
+        file, _, test = node.partition("::")
+        outcomes[(Path(file).stem, re.sub(r"\[.*\]$", "", test))] = outcome
+    assert outcomes, completed.stdout[-3000:]
+    return outcomes
+
+
+def outcomes_of(outcomes: dict, test: str) -> list[str]:
+    """The outcomes of a test named as the table names it (``path/file.py`` or ``path/file.py::test``)."""
+    path, _, name = test.partition("::")
+    stem = Path(path).stem
+    return [outcome for (file, case), outcome in outcomes.items() if file == stem and name in ("", case)]
