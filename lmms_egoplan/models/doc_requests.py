@@ -23,7 +23,8 @@ from lmms_egoplan.models.chat import ChatTemplateError, RenderedAnswer
 from lmms_egoplan.models.likelihood import ScoredSequence, TurnEnd, scored_sequence, special_token_ids, turn_end
 from lmms_egoplan.models.visuals import ModelVisuals, VisualLimits, decode_ahead, prepare_visuals
 
-# The conversation from which a backend learns how its chat template closes the assistant's turn.
+# The conversation from which a backend learns how its chat template closes the assistant's turn (and
+# egoplan_server's load check of each server).
 PROBE_QUESTION, PROBE_ANSWER = "What should I do next?", "Open the fridge."
 # The request options a likelihood backend honours (``request_options``); a question's candidates share them.
 QUESTION_OPTIONS = (SCORED_SPAN, LOSS_MEAN, INPUT_ORDER)

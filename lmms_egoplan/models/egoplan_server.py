@@ -56,11 +56,7 @@ from lmms_egoplan.models.engines import (
     ServerPrompt,
     ServerScores,
 )
-from lmms_egoplan.models.likelihood import (
-    PromptAlignmentError,
-    expansion_shift,
-    mean_loss,
-)
+from lmms_egoplan.models.likelihood import PromptAlignmentError, expansion_shift, mean_loss
 from lmms_egoplan.models.prompt_check import check_prompt, visual_placeholder_ids
 from lmms_egoplan.models.visuals import ModelVisuals
 
