@@ -289,7 +289,8 @@ def keep_responses_of_stopped_runs() -> bool:
       ``runs/<id>/rank_<r>.db``; ``_store_as_computed``): a killed run loses only the question or
       batch in flight. Other backends are called per chunk of whole documents
       (``RESPONSE_CHUNK_BATCHES`` batches of the backend's batch size, at least
-      ``RESPONSE_CHUNK_MIN_DOCS`` documents), each chunk stored as it returns; a chunk that fails is
+      ``RESPONSE_CHUNK_MIN_DOCS`` documents, and at least as many requests as the backend runs at once,
+      ``concurrent_requests``, so that its concurrency is kept), each chunk stored as it returns; a chunk that fails is
       called again a document at a time, so that the documents before the failing one are stored too
       (``call_in_chunks``). Responses and their order are unchanged;
     * a failed run's stored responses are merged into the cache like a finished run's;
@@ -327,7 +328,8 @@ def keep_responses_of_stopped_runs() -> bool:
             finally:
                 lm.response_sink = None
         size = max(RESPONSE_CHUNK_MIN_DOCS, RESPONSE_CHUNK_BATCHES * _batch_size(lm))
-        return call_in_chunks(functools.partial(stored_call, whole_call, self, lm, reqtype), requests, size)
+        call = functools.partial(stored_call, whole_call, self, lm, reqtype)
+        return call_in_chunks(call, requests, size, min_requests=concurrent_requests(lm))
 
     def finalize_keeping_responses(finalize, self, *, success: bool, **kwargs):
         import sqlite3
@@ -618,8 +620,19 @@ def _batch_size(lm) -> int:
     except (TypeError, ValueError):  # e.g. "auto"
         return 1
 
-def call_in_chunks(call, requests: list, size: int) -> list:
-    """``call(chunk)`` for each chunk of ``size`` documents, responses concatenated in order.
+def concurrent_requests(lm) -> int:
+    """How many requests a backend runs at once: lmms-eval's API backends built on its concurrency control (they
+    have ``adaptive_concurrency``) run ``num_concurrent`` (``openai``, ``gemini``) or ``num_cpus`` (``async_openai``),
+    up to ``adaptive_config.max_concurrency`` when adaptive; any other backend, one."""
+    if not hasattr(lm, "adaptive_concurrency"):
+        return 1
+    if lm.adaptive_concurrency:
+        return max(1, int(lm.adaptive_config.max_concurrency))
+    return max(1, int(getattr(lm, "num_concurrent", getattr(lm, "num_cpus", 1)) or 1))
+
+def call_in_chunks(call, requests: list, size: int, min_requests: int = 0) -> list:
+    """``call(chunk)`` for each chunk of at least ``size`` documents and ``min_requests`` requests (the last one:
+    what is left), responses concatenated in order.
 
     When a chunk's call fails, its documents are called one at a time: those before the failing
     document get their responses (and the cache stores them) at the cost of computing at most
@@ -627,7 +640,7 @@ def call_in_chunks(call, requests: list, size: int) -> list:
     raises its error again (a failure that does not recur, e.g. memory taken by a batch, is gone).
     """
     responses = []
-    for chunk in _document_chunks(requests, size):
+    for chunk in _document_chunks(requests, size, min_requests):
         try:
             responses += call(chunk)
         except StorageError:  # the model answered; the disk could not keep it: calling again would pay twice
@@ -640,16 +653,17 @@ def call_in_chunks(call, requests: list, size: int) -> list:
                 responses += call(document)
     return responses
 
-def _document_chunks(requests: list, size: int) -> list[list]:
-    """``requests`` in order, cut into runs of at most ``size`` documents (a document's requests,
-    e.g. the four candidates of a question, stay together)."""
+def _document_chunks(requests: list, size: int, min_requests: int = 0) -> list[list]:
+    """``requests`` in order, cut at document boundaries into runs of ``size`` documents, more where a run needs
+    more to hold ``min_requests`` requests (a document's requests, e.g. the four candidates of a question, stay
+    together)."""
     chunks: list[list] = []
     documents = 0
     previous = None
     for request in requests:
         document = (request.task_name, request.doc_id)
         if document != previous:
-            if not chunks or documents == size:
+            if not chunks or (documents >= size and len(chunks[-1]) >= min_requests):
                 chunks.append([])
                 documents = 0
             documents += 1

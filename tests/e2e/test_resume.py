@@ -138,13 +138,15 @@ def test_a_likelihood_pass_stopped_mid_way_keeps_every_scored_question(signum, e
 
 def test_a_generation_pass_killed_mid_way_resumes_from_what_lmms_evals_cache_kept(tmp_path):
     """lmms-eval's own openai backend: the killed run's per-run cache folder, never merged by lmms-eval,
-    is merged by the next run, which asks the model only for the answers it lacks."""
+    is merged by the next run, which asks the model only for the answers it lacks. Two requests at a time
+    (``num_concurrent=2``): at its default 32 the backend gets the 12 questions in one chunk, its concurrency kept."""
     from lmms_egoplan.egothink.synthetic import write_release
     from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval, start_lmms_eval
 
     data = write_release(tmp_path / "data", per_dimension=12)
     with ChatServer(lambda call: Reply("Two.", delay=0.2)) as model, ChatServer(rating_responder(lambda call: "1")) as judge:
         args = egothink_run_args(data, model, judge, tmp_path)
+        args["model_args"] += ",num_concurrent=2"
         running = start_lmms_eval(output_dir=tmp_path / "first", **args)
         running.wait_for(lambda: len(model.calls) >= 6, what="six answers")
         assert stop(running, 9).returncode == -9

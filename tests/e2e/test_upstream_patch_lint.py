@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.upstream_patches import PATCH_FILES, git_apply, installed_lmms_eval, patched_paths
+from tests.e2e.upstream_patches import git_apply, installed_lmms_eval, patched_paths, upstream_patches
 
 LINT_TOOLS = ("black==25.1.0", "isort==6.0.1")  # lmms-eval's .pre-commit-config.yaml
 
@@ -59,10 +59,12 @@ def lint_failures(tree: Path, files: list[str], tools: Path) -> set[str]:
     return failures
 
 
-@pytest.mark.parametrize("patch", PATCH_FILES, ids=[patch.stem for patch in PATCH_FILES])
-def test_a_patch_brings_no_failure_of_lmms_evals_lint(patch, checkpoint_cache, tmp_path):
+@pytest.mark.parametrize("upstream", upstream_patches(), ids=lambda upstream: upstream.name)
+def test_a_patch_brings_no_failure_of_lmms_evals_lint(upstream, checkpoint_cache, tmp_path):
+    """A patch that needs others (``- Needs NN``) is compared with the release with those applied."""
     tools = lint_tools(checkpoint_cache)
-    installed, files = installed_lmms_eval(), patched_paths(patch)
+    patch, installed = upstream.patch, installed_lmms_eval()
+    files = sorted({file for needed in (*upstream.needs, patch) for file in patched_paths(needed)})
     for tree in (tmp_path / "released", tmp_path / "patched"):
         for file in files:
             if file.startswith("lmms_eval/") and (installed.parent / file).exists():  # lmms-eval's own, before the patch
@@ -70,9 +72,11 @@ def test_a_patch_brings_no_failure_of_lmms_evals_lint(patch, checkpoint_cache, t
                 shutil.copyfile(installed.parent / file, tree / file)
         (tree / "lmms_eval").mkdir(parents=True, exist_ok=True)  # isort places lmms_eval first-party, as at its root
         shutil.copyfile(installed / "__init__.py", tree / "lmms_eval" / "__init__.py")
+        for needed in upstream.needs:
+            assert git_apply(needed, tree).returncode == 0, needed.name
     applied = git_apply(patch, tmp_path / "patched")
     assert applied.returncode == 0, applied.stderr
-    python_files = [file for file in files if file.endswith(".py")]
+    python_files = [file for file in patched_paths(patch) if file.endswith(".py")]
     released = lint_failures(tmp_path / "released", python_files, tools)
     patched = lint_failures(tmp_path / "patched", python_files, tools)
     assert not patched - released, f"{patch.name} brings lint failures lmms-eval's CI rejects: {patched - released}"

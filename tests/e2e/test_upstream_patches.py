@@ -1,9 +1,9 @@
 """The patches of docs/upstream/ do their workarounds' jobs in lmms-eval alone. Scratch copies of the installed
 lmms-eval (never the environment's own), in lmms-eval's file modes, take every ``NN-*.patch`` of the folder without
-a warning from ``git apply``: each alone, and all in order. Every patch's tests (its own, in lmms-eval's test tree,
+a warning from ``git apply``: each alone (on the patches its text says it needs), and all in order. Every patch's tests (its own, in lmms-eval's test tree,
 and the suite's tests of the behaviour its workarounds give) run in fresh pytest processes with the workarounds
 switched off: against the released copy, where each patch's suite tests and some of its own fail; against the
-release with that patch alone, and with every patch in order, where every one passes. A skipped test fails the
+release with that patch alone (on those it needs), and with every patch in order, where every one passes. A skipped test fails the
 check. docs/upstream/README.md's tables name the patches, their workarounds and tests, and the workarounds that
 cannot become a patch, with why; every workaround of lmms_egoplan.compat's switch table is in one."""
 
@@ -33,6 +33,15 @@ def patch_tests(patches, scratch) -> list[str]:
             *(str(ROOT / test) for patch in patches for test in patch.suite_tests)]
 
 
+def scratch_with(patches, folder):
+    """A scratch copy of the release with ``patches`` applied, in order, each without a warning."""
+    scratch = scratch_lmms_eval(folder)
+    for patch in patches:
+        applied = git_apply(patch, scratch)
+        assert (applied.returncode, applied.stderr) == (0, ""), f"{patch.name}: {applied.stderr}"
+    return scratch
+
+
 def not_passed(outcomes: dict) -> dict:
     return {test: outcome for test, outcome in outcomes.items() if outcome != "passed"}
 
@@ -50,13 +59,16 @@ def test_every_workaround_has_a_patch_or_a_reason_and_every_patch_its_row_text_a
         assert patch.own_tests(), f"{patch.patch.name} adds no test to lmms-eval's test tree"
         assert bool(patch.workarounds) == bool(patch.suite_tests), patch
         assert all((ROOT / test.split("::")[0]).exists() for test in patch.suite_tests), patch.suite_tests
+        assert all(need.name < patch.patch.name for need in patch.tested_with), f"{patch.name} needs a later patch"
 
 
 def test_every_patch_applies_without_a_warning_alone_and_after_the_ones_before_it(tmp_path):
     scratch = scratch_lmms_eval(tmp_path / "lmms-eval")
-    for patch in PATCH_FILES:
-        checked = git_apply(patch, scratch, "--check")
-        assert (checked.returncode, checked.stderr) == (0, ""), f"{patch.name} on lmms-eval as released: {checked.stderr}"
+    for patch in PATCHES:
+        base = scratch_with(patch.needs, tmp_path / f"base-{patch.name}") if patch.needs else scratch
+        checked = git_apply(patch.patch, base, "--check")
+        assert (checked.returncode, checked.stderr) == (0, ""), \
+            f"{patch.name} on lmms-eval as released (with {[need.name for need in patch.needs]}): {checked.stderr}"
     for patch in PATCH_FILES:
         applied = git_apply(patch, scratch)
         assert (applied.returncode, applied.stderr) == (0, ""), f"{patch.name} after the ones before it: {applied.stderr}"
@@ -86,8 +98,7 @@ def test_the_released_lmms_eval_fails_the_patches_tests_and_passes_them_with_eve
 
 @pytest.mark.parametrize("patch", PATCHES, ids=[patch.name for patch in PATCHES])
 def test_a_patch_alone_passes_its_tests_with_its_workarounds_switched_off(patch, checkpoint_cache, tmp_path):
-    scratch = scratch_lmms_eval(tmp_path / "lmms-eval")
-    assert git_apply(patch.patch, scratch).returncode == 0, patch.name
+    scratch = scratch_with([*patch.tested_with, patch.patch], tmp_path / "lmms-eval")
     alone = run_tests(scratch, patch_tests([patch], scratch), set(patch.workarounds), checkpoint_cache,
                       tmp_path / "alone.json")
     assert not not_passed(alone), (patch.name, not_passed(alone))

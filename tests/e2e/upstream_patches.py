@@ -23,6 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PATCHES = ROOT / "docs" / "upstream"
 PATCH_FILES = sorted(PATCHES.glob("[0-9][0-9]-*.patch"))
 ROW = re.compile(r"^\|\s*\[[^\]]+\]\([^)]+\.md\)\s*\(\[diff\]\((?P<patch>[^)]+\.patch)\)\)\s*\|(?P<cells>.*)\|\s*$")
+# Under Related in a patch's text: "- Needs 08" (it applies only on 08; "- Needs 08 and 20"), and "- Tested with 20
+# and 21" (its suite tests need those too: the suite's workaround it retires does what they do as well).
+NEEDS = re.compile(r"^- Needs (?P<numbers>\d\d(?:(?:, | and )\d\d)*)\b", re.M)
+TESTED_WITH = re.compile(r"^- Tested with (?P<numbers>\d\d(?:(?:, | and )\d\d)*)\b", re.M)
 NO_PATCH_ROW = re.compile(r"^\|\s*`(?P<workaround>\w+\.\w+)`\s*\|(?P<why>[^|]+)\|\s*$")
 # The files the patches touch that are executable (100755) in lmms-eval's git (main at 75571cfe0fa3, the snapshot
 # the suite can read); the others are 100644 there, as in the installed wheel. A patch made with another mode gets
@@ -42,6 +46,21 @@ class UpstreamPatch:
     @property
     def name(self) -> str:
         return self.patch.stem
+
+    @property
+    def needs(self) -> tuple[Path, ...]:
+        """The patches this one applies on (its text's ``- Needs NN`` line), in the folder's order."""
+        return self._named_in_text(NEEDS)
+
+    @property
+    def tested_with(self) -> tuple[Path, ...]:
+        """The patches it needs and those its suite tests need too (``- Tested with NN``), in the folder's order."""
+        return tuple(sorted({*self.needs, *self._named_in_text(TESTED_WITH)}))
+
+    def _named_in_text(self, line: re.Pattern) -> tuple[Path, ...]:
+        text = self.patch.with_suffix(".md").read_text(encoding="utf-8")
+        numbers = {number for match in line.finditer(text) for number in re.findall(r"\d\d", match["numbers"])}
+        return tuple(patch for patch in PATCH_FILES if patch.name[:2] in numbers)
 
     def own_tests(self) -> list[str]:
         """The test files the patch adds to lmms-eval's test tree (``test/...py``)."""

@@ -166,6 +166,23 @@ def test_a_failing_chunk_is_called_again_a_document_at_a_time_so_the_documents_b
     assert calls == [[0, 0, 1, 2], [0, 0], [1], [2]]
 
 
+def test_a_concurrent_backend_keeps_its_concurrency_in_chunks_of_documents():
+    """lmms-eval's API backends run ``num_concurrent`` requests at once (``openai``: 32 by default): a chunk of 4
+    documents would run them 4 at a time; each chunk holds at least as many requests as the backend runs at once."""
+    from lmms_eval.models.simple.openai import OpenAICompatible
+
+    backend = OpenAICompatible.__new__(OpenAICompatible)
+    backend.adaptive_concurrency, backend.num_concurrent = False, 40
+    assert durability.concurrent_requests(backend) == 40
+    backend.adaptive_concurrency, backend.adaptive_config = True, SimpleNamespace(max_concurrency=128)
+    assert durability.concurrent_requests(backend) == 128
+    assert durability.concurrent_requests(SimpleNamespace(batch_size=8)) == 1
+    requests = [SimpleNamespace(task_name="a", doc_id=doc) for doc in range(100)]
+    calls = []
+    durability.call_in_chunks(lambda chunk: calls.append(len(chunk)) or chunk, requests, 4, min_requests=40)
+    assert calls == [40, 40, 20]
+
+
 def test_text_responses_are_cleaned_of_lone_surrogates(monkeypatch):
     monkeypatch.setattr(instance, "unwrap_generation_output", inspect.unwrap(instance.unwrap_generation_output))
     assert compat_results.keep_loglikelihood_results() and compat_results.clean_lone_surrogates()
