@@ -21,7 +21,7 @@ def _literal(text: str) -> str:
 
 
 def _smoke(args: argparse.Namespace) -> int:
-    from lmms_egoplan.demo import run_smoke
+    from lmms_egoplan.demo.smoke import run_smoke
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="lmms-egoplan-smoke-")
     return 1 if run_smoke(workdir, arch=args.arch, only=args.benchmark) else 0
@@ -120,8 +120,8 @@ def _judge_agreement(args: argparse.Namespace) -> int:
 
 
 def _smoke_arguments(smoke: argparse.ArgumentParser) -> None:
-    from lmms_egoplan.demo import DEFAULT_ARCH
-    from lmms_egoplan.fixtures.checkpoints import ARCHITECTURES
+    from lmms_egoplan.demo.kit.checkpoints import ARCHITECTURES
+    from lmms_egoplan.demo.smoke import DEFAULT_ARCH
 
     smoke.add_argument("--workdir", help="where fixtures, checkpoints and logs go (default: a new temp folder)")
     smoke.add_argument("--arch", default=DEFAULT_ARCH, choices=ARCHITECTURES, metavar="ARCH",

@@ -37,7 +37,6 @@ class Benchmark:
     rubric: str | None = None  # the judge rubric its judged items name (registered by its task module)
     other_rubrics: tuple[str, ...] = ()  # further rubrics its task module registers (a setting picks one)
     legacy_rubric_references: tuple[str, ...] = ()  # what logs written before rubrics had names carry
-    demo_suite: str = ""  # "module:function" writing the demo's data (fixtures.suite.SmokeSuite)
     rejudge_groups: Mapping[str, str] = field(default_factory=dict)  # task-name prefix -> "module:function"
     # lmms-eval built-in tasks named after its paper (a name, or a prefix ending in "_") -> the suite's task
     lmms_eval_builtins: Mapping[str, str] = field(default_factory=dict)
@@ -58,23 +57,18 @@ class Benchmark:
 
 
 BENCHMARKS: tuple[Benchmark, ...] = (
-    Benchmark("egoplan", "EgoPlan-Bench", "lmms_egoplan.egoplan.report_face:FACE",
-              demo_suite="lmms_egoplan.egoplan.synthetic:smoke_suite", lmms_eval_builtins={"egoplan": "egoplan_val"}),
+    Benchmark("egoplan", "EgoPlan-Bench", "lmms_egoplan.egoplan.report_face:FACE", lmms_eval_builtins={"egoplan": "egoplan_val"}),
     Benchmark("egothink", "EgoThink", "lmms_egoplan.egothink.report_face:FACE",
               rubric="egothink", legacy_rubric_references=("lmms_egoplan.egothink:RUBRIC",),
-              demo_suite="lmms_egoplan.egothink.synthetic:smoke_suite",
               rejudge_groups={"ego_think_": "lmms_egoplan.egothink.task:group_scores"},
               lmms_eval_builtins={"egothink": "ego_think", "egothink_": "ego_think_"}),
     Benchmark("egointent", "EgoIntent", "lmms_egoplan.egointent.report_face:FACE",
               commands="lmms_egoplan.egointent.commands:COMMANDS",
               rubric="egointent", legacy_rubric_references=("lmms_egoplan.egointent:RUBRIC",),
-              other_rubrics=("egointent_release",),
-              demo_suite="lmms_egoplan.egointent.synthetic:smoke_suite"),
+              other_rubrics=("egointent_release",)),
     Benchmark("actplan", "ActPlan-1K", "lmms_egoplan.actplan.report_face:FACE",
-              commands="lmms_egoplan.actplan.commands:COMMANDS",
-              demo_suite="lmms_egoplan.actplan.synthetic:smoke_suite"),
-    Benchmark("egoplan_bench2", "EgoPlan-Bench2", "lmms_egoplan.egoplan_bench2.report_face:FACE",
-              demo_suite="lmms_egoplan.egoplan_bench2.synthetic:smoke_suite", lmms_eval_builtins={"egoplan2": "egoplan_bench2"}),
+              commands="lmms_egoplan.actplan.commands:COMMANDS"),
+    Benchmark("egoplan_bench2", "EgoPlan-Bench2", "lmms_egoplan.egoplan_bench2.report_face:FACE", lmms_eval_builtins={"egoplan2": "egoplan_bench2"}),
 )
 
 

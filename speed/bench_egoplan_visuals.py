@@ -33,9 +33,9 @@ from pathlib import Path
 
 from lmms_egoplan.core import media
 from lmms_egoplan.core.settings import resolve_settings
+from lmms_egoplan.demo.kit.media import read_index, write_video
 from lmms_egoplan.egoplan import data as egoplan_data
 from lmms_egoplan.egoplan import task as egoplan
-from lmms_egoplan.fixtures.media import read_index, write_video
 
 FPS = 30
 CANDIDATES = 4
@@ -153,7 +153,7 @@ def time_model(args, folder: Path) -> None:
     import torch
     from bench_loglikelihood import realistic_checkpoint
 
-    from lmms_egoplan.fixtures.checkpoints import tiny_checkpoint
+    from lmms_egoplan.demo.kit.checkpoints import tiny_checkpoint
     from lmms_egoplan.models.egoplan_hf import EgoPlanHF
 
     if args.threads:

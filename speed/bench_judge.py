@@ -14,7 +14,7 @@ import argparse
 import sys
 import time
 
-from lmms_egoplan.fixtures.judge_server import ChatServer, hash_rating, rating_responder
+from lmms_egoplan.demo.kit.judge_server import ChatServer, hash_rating, rating_responder
 from lmms_egoplan.judge import Judge, JudgeRequest, OpenAIChatBackend, bracket_rating
 
 ALLOWED_OVERHEAD = 1.3

@@ -27,7 +27,7 @@ NORMAL_SHARE = 825 / 1187
 
 def synthetic_pairs(count: int, seed: int = 0) -> list[tuple[list[str], list[str], bool]]:
     """(model plan, gold plan, counterfactual?) pairs: 100 activities, 53 with a counterfactual variant."""
-    from lmms_egoplan.actplan.synthetic import make_activities, vlm_plan
+    from lmms_egoplan.demo.actplan import make_activities, vlm_plan
 
     rng = random.Random(seed)
     activities = make_activities(100, seed)
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from lmms_egoplan.actplan.lcs import StepMatcher
-    from lmms_egoplan.actplan.synthetic import release_lcs
+    from lmms_egoplan.demo.actplan import release_lcs
 
     torch.set_num_threads(args.threads)
     pairs = synthetic_pairs(args.pairs)

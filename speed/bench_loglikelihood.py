@@ -70,7 +70,7 @@ def realistic_checkpoint(shape: str, layers: int | None, cache: Path, device: st
     import torch
     import transformers
 
-    from lmms_egoplan.fixtures.checkpoints import CHAT_TEMPLATES, build_tokenizer
+    from lmms_egoplan.demo.kit.checkpoints import CHAT_TEMPLATES, build_tokenizer
 
     text, vision = dict(SHAPES[shape]["text"]), dict(SHAPES[shape]["vision"])
     if layers is not None:  # the published share of vision blocks; Qwen2.5-VL keeps every 8th block global
@@ -110,7 +110,7 @@ def realistic_checkpoint(shape: str, layers: int | None, cache: Path, device: st
 
 def egoplan_docs(count: int, frame_side: int, observation: bool) -> list[dict]:
     """EgoPlan-Val records in the release format (the suite's synthetic ones), with the frame size."""
-    from lmms_egoplan.egoplan.synthetic import VALIDATION_SAMPLES, release_record
+    from lmms_egoplan.demo.egoplan import VALIDATION_SAMPLES, release_record
 
     return [{**release_record(*VALIDATION_SAMPLES[i % len(VALIDATION_SAMPLES)], labelled=True), "seed": i,
              "frame_side": frame_side, "observation": observation} for i in range(count)]
@@ -176,7 +176,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="tiny", choices=["tiny", *SHAPES])
     parser.add_argument("--arch", default="qwen2_vl", help="tiny shape: checkpoint architecture (one of "
-                                                            "lmms_egoplan.fixtures.checkpoints.ARCHITECTURES)")
+                                                            "lmms_egoplan.demo.kit.checkpoints.ARCHITECTURES)")
     parser.add_argument("--pretrained", help="score with this checkpoint instead of a random one")
     parser.add_argument("--hidden-size", type=int, default=512, help="tiny shape: text hidden size")
     parser.add_argument("--layers", type=int, help="decoder layers (tiny: default 8; realistic shapes: default "
@@ -192,7 +192,7 @@ def main() -> None:
 
     import torch
 
-    from lmms_egoplan.fixtures.checkpoints import tiny_checkpoint
+    from lmms_egoplan.demo.kit.checkpoints import tiny_checkpoint
     from lmms_egoplan.models.egoplan_hf import EgoPlanHF
 
     if args.threads:

@@ -91,7 +91,7 @@ def checkpoint_cache(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(checkpoint_cache):
     """``tiny_model(arch, **size)`` -> directory of a tiny random-weight checkpoint (cached)."""
-    from lmms_egoplan.fixtures.checkpoints import tiny_checkpoint
+    from lmms_egoplan.demo.kit.checkpoints import tiny_checkpoint
 
     return lambda arch, **kwargs: tiny_checkpoint(arch, checkpoint_cache, **kwargs)
 

@@ -7,15 +7,12 @@ import random
 
 import pytest
 
-from lmms_egoplan.actplan import synthetic as actplan
 from lmms_egoplan.core.text_tables import format_value
-from lmms_egoplan.demo import SCRIPTED, task_table
-from lmms_egoplan.egointent import synthetic as egointent
+from lmms_egoplan.demo import actplan, egointent, egoplan, egothink
+from lmms_egoplan.demo.kit.judge_server import ChatCall
+from lmms_egoplan.demo.kit.scripted import ScriptedAnswers, answering, differences, lcs_length, rating_by_script
+from lmms_egoplan.demo.smoke import SCRIPTED, task_table
 from lmms_egoplan.egointent.report_face import FACE as EGOINTENT_FACE
-from lmms_egoplan.egoplan import synthetic as egoplan
-from lmms_egoplan.egothink import synthetic as egothink
-from lmms_egoplan.fixtures.judge_server import ChatCall
-from lmms_egoplan.fixtures.scripted import ScriptedAnswers, answering, differences, lcs_length, rating_by_script
 from lmms_egoplan.report.metric_roles import unscored_reason
 
 

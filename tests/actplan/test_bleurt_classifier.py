@@ -21,8 +21,8 @@ from lmms_egoplan.actplan.classifier import (
     training_pair,
 )
 from lmms_egoplan.actplan.plans import parse_plan
-from lmms_egoplan.actplan.synthetic import build_tiny_bert, write_finetuning_data
 from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.demo.actplan import build_tiny_bert, write_finetuning_data
 
 
 @pytest.fixture(scope="module")

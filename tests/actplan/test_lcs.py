@@ -1,6 +1,6 @@
 """The fast LCS equals ActPlan-1K's release algorithm (auto_lcs/lcs.py) on every pair.
 
-The oracle is ``lmms_egoplan.actplan.synthetic.release_lcs``: the release's memoised recursion with
+The oracle is ``lmms_egoplan.demo.actplan.release_lcs``: the release's memoised recursion with
 its is_similar (one-sentence encodings of all-MiniLM-L6-v2, util.cos_sim, >= threshold). Its
 encodings are memoised here (the release re-encodes at every cell; same values, much slower).
 """
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from lmms_egoplan.actplan.lcs import StepMatcher, lcs_length, normalized_lcs
-from lmms_egoplan.actplan.synthetic import make_activities, model_output, release_lcs, vlm_plan, write_release_dataset
+from lmms_egoplan.demo.actplan import make_activities, model_output, release_lcs, vlm_plan, write_release_dataset
 
 
 def recursive_lcs(matches) -> int:

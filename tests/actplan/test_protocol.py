@@ -21,10 +21,10 @@ from lmms_egoplan.actplan.plans import (
     parse_plan,
     score_lcs,
 )
-from lmms_egoplan.actplan.synthetic import write_release_dataset
 from lmms_egoplan.actplan.task import ActPlanSettings, process_results
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
-from lmms_egoplan.fixtures.media import read_index
+from lmms_egoplan.demo.actplan import write_release_dataset
+from lmms_egoplan.demo.kit.media import read_index
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 
@@ -83,7 +83,7 @@ def test_a_scene_image_with_random_image_data_is_found_before_the_model_and_name
     where it is among the images decoded there (all of them here); damage only decoding finds stops the
     run when the image is read; one error lists it with the release's other problems."""
     from lmms_egoplan.core.media import MediaError
-    from lmms_egoplan.fixtures.media import with_random_image_data
+    from lmms_egoplan.demo.kit.media import with_random_image_data
 
     copy = tmp_path / "copy"
     shutil.copytree(release, copy)
@@ -391,8 +391,8 @@ def test_pair_files_of_the_release_and_of_this_suite(tmp_path):
 
 def test_space_joined_gold_plans_score_as_one_step_per_line(tmp_path, monkeypatch, capsys):
     from lmms_egoplan.actplan import lcs as actplan_lcs
-    from lmms_egoplan.actplan.synthetic import write_finetuning_data
     from lmms_egoplan.cli import main
+    from lmms_egoplan.demo.actplan import write_finetuning_data
 
     monkeypatch.setattr(actplan_lcs, "step_matcher", lambda *args, **kwargs: ExactMatcher())
     data, _ = write_finetuning_data(tmp_path, activities=3)

@@ -18,7 +18,8 @@ BENCHMARKS = ("egoplan", "egoplan_bench2", "egothink", "egointent", "actplan")
 # nor its backends, egoplan_hf and egoplan_server, which are no benchmark).
 BENCHMARK_MENTION = re.compile(r"(?<![\w-])(ego_?plan|ego_?think|ego_?intent|act_?plan)(?!_hf\b|_server\b)", re.IGNORECASE)
 # Each folder's layer: a module imports only from its own layer's folder or from lower layers.
-LAYERS = {"core": 0, "judge": 1, "compat": 1, "harness": 2, "models": 3, "fixtures": 2, "report": 2,
+# The demo (its kit, its module per benchmark, ``smoke``) is a wing above the product: only the CLI imports it.
+LAYERS = {"core": 0, "judge": 1, "compat": 1, "harness": 2, "models": 3, "report": 2,
           **{name: 3 for name in BENCHMARKS}, "registry": 4, "": 4, "demo": 5, "cli": 6}
 
 
@@ -152,7 +153,6 @@ def layer(module: str) -> int:
 def test_string_imports_are_in_the_graph():
     graph = import_graph()
     assert "lmms_egoplan.egothink.task" in graph["lmms_egoplan.registry"]  # "lmms_egoplan.egothink.task:group_scores"
-    assert "lmms_egoplan.egoplan.synthetic" in graph["lmms_egoplan.registry"]
     # each benchmark's report face and commands: "lmms_egoplan.actplan.report_face:FACE", ...
     assert {f"lmms_egoplan.{name}.report_face" for name in BENCHMARKS} <= graph["lmms_egoplan.registry"]
     assert {"lmms_egoplan.egointent.commands", "lmms_egoplan.actplan.commands"} <= graph["lmms_egoplan.registry"]
@@ -170,6 +170,15 @@ def test_no_module_imports_from_a_layer_above_its_own():
     assert sideways == [], "a benchmark imports another (or its layer's shared code)"
 
 
+def test_the_demo_is_a_wing_only_the_cli_imports():
+    graph = import_graph()
+    importers = {module for module, targets in graph.items() if folder(module) not in ("demo", "cli")
+                 and any(folder(target) == "demo" for target in targets if target.startswith("lmms_egoplan."))}
+    assert importers == set()
+    assert not (PACKAGE / "fixtures").exists()
+    assert {f"lmms_egoplan.demo.{name}" for name in BENCHMARKS} <= set(graph)
+
+
 def test_the_core_imports_nothing_of_the_suite_outside_itself():
     for module, targets in import_graph().items():
         if module.startswith("lmms_egoplan.core"):
@@ -178,7 +187,7 @@ def test_the_core_imports_nothing_of_the_suite_outside_itself():
 
 # What names no benchmark, not even in a string: a new benchmark needs nothing of them (the registry
 # hands its report face and commands to the report, the demo and the CLI).
-SHARED = ("core", "judge", "harness", "report", "demo.py", "cli.py")
+SHARED = ("core", "judge", "harness", "report", "demo/kit", "demo/smoke.py", "cli.py")
 
 
 def named_benchmarks(path: Path) -> list[str]:
@@ -189,7 +198,7 @@ def named_benchmarks(path: Path) -> list[str]:
 
 def test_no_shared_code_names_a_benchmark_not_even_in_a_string():
     paths = [path for name in SHARED for path in ([PACKAGE / name] if name.endswith(".py") else sorted((PACKAGE / name).rglob("*.py")))]
-    assert {"lmms_egoplan/report/tables.py", "lmms_egoplan/demo.py", "lmms_egoplan/cli.py"} <= {
+    assert {"lmms_egoplan/report/tables.py", "lmms_egoplan/demo/smoke.py", "lmms_egoplan/cli.py"} <= {
         str(path.relative_to(PACKAGE.parent)) for path in paths}
     for path in paths:
         assert named_benchmarks(path) == [], path.relative_to(PACKAGE)

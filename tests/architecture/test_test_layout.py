@@ -8,7 +8,7 @@ from lmms_egoplan.registry import BENCHMARKS
 
 TESTS = Path(__file__).resolve().parents[1]
 LAYERS = {"core", "judge", "models", "harness", "report"}
-OTHERS = {"e2e", "architecture", "fixtures"}
+OTHERS = {"e2e", "architecture", "fixtures", "kit"}  # fixtures: test data; kit: test-only code (not in the wheel)
 
 
 def test_a_folder_per_benchmark_and_per_shared_layer_and_nothing_else():

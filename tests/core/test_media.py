@@ -5,7 +5,7 @@ from unittest import mock
 import pytest
 
 from lmms_egoplan.core import media
-from lmms_egoplan.fixtures import media as synthetic
+from lmms_egoplan.demo.kit import media as synthetic
 
 
 @pytest.fixture(scope="module")

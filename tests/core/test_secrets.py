@@ -40,7 +40,7 @@ def test_texts_without_a_secret_are_unchanged(text):
 
 
 def test_a_judge_that_echoes_the_authorization_header_gets_its_key_masked_in_the_error():
-    from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
+    from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
     from lmms_egoplan.judge import Decoding, JudgeCallError, OpenAIChatBackend
 
     key = "plain-judge-key-0123"  # no key's shape: masked because it is the configured one

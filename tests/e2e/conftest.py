@@ -7,6 +7,6 @@ import pytest
 
 @pytest.fixture(scope="module")
 def egoplan_data(tmp_path_factory):
-    from lmms_egoplan.egoplan.synthetic import build_fixture
+    from lmms_egoplan.demo.egoplan import build_fixture
 
     return build_fixture(tmp_path_factory.mktemp("egoplan"))

@@ -10,14 +10,14 @@ def broken_copy(egoplan_data, tmp_path):
     """A copy of the EgoPlan data to damage."""
     import shutil
 
-    from lmms_egoplan.egoplan.synthetic import build_fixture
+    from lmms_egoplan.demo.egoplan import build_fixture
 
     shutil.copytree(egoplan_data.root, tmp_path / "data")
     return build_fixture(tmp_path / "data")
 
 
 def egoplan_run(data, output: Path, *, model: str = "dummy", model_args: str = "", extra_args=(), **settings):
-    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 
     scored = {} if model == "egoplan_hf" else {"scored_tokens": "answer"}  # dummy scores no end-of-turn
     return run_lmms_eval(model=model, model_args=model_args, tasks=["egoplan_val"], output_dir=output,

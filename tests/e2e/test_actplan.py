@@ -25,16 +25,16 @@ from lmms_egoplan.actplan.plans import (
     plan_text,
     score_lcs,
 )
-from lmms_egoplan.actplan.synthetic import (
+from lmms_egoplan.demo.actplan import (
     build_tiny_bert,
     model_output,
     vlm_plan,
     write_classifier_checkpoint,
     write_release_dataset,
 )
-from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
-from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
-from lmms_egoplan.fixtures.media import read_index
+from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
+from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.demo.kit.media import read_index
 from lmms_egoplan.registry import benchmark
 
 TASKS = benchmark("actplan").tasks  # actplan1k, actplan1k_text_only

@@ -29,7 +29,7 @@ def test_a_frame_only_decoding_finds_damaged_stops_the_run_naming_it_on_the_last
     lmms-eval sets it, would decode it to grey and the run would score it. The suite's strict decoder
     stops the run when the frame is read, with frames decoded ahead (visual_prefetch), the error last
     (the progress bar used to be drawn below it)."""
-    from lmms_egoplan.fixtures.media import index_image, with_random_image_data
+    from lmms_egoplan.demo.kit.media import index_image, with_random_image_data
 
     data = broken_copy(egoplan_data, tmp_path)
     frame = first_epic_frame(data)
@@ -45,7 +45,7 @@ def test_a_frame_only_decoding_finds_damaged_stops_the_run_naming_it_on_the_last
 
 def test_a_clip_cut_short_is_named_at_load_or_skipped_and_counted(egoplan_data, tmp_path):
     """The hardest damage to see: its index comes first, so it opens; only its packets show the loss."""
-    from lmms_egoplan.fixtures.media import write_video
+    from lmms_egoplan.demo.kit.media import write_video
 
     data = broken_copy(egoplan_data, tmp_path)
     clip = data.clips_dir / "106.mp4"
@@ -105,7 +105,7 @@ def test_a_record_whose_media_leaves_the_data_root_stops_the_run_naming_it_last(
 ])
 def test_a_task_that_is_not_found_in_a_run_of_the_suite_exits_1_saying_what_to_type(case, model, tasks, plugin,
                                                                                      last_line, tmp_path):
-    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 
     run = run_lmms_eval(model=model, model_args="pretrained=unused", tasks=[tasks], output_dir=tmp_path, check=False,
                         use_plugin=plugin)

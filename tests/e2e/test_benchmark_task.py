@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from tests.fixtures import PROBE_TASKS
 
 

@@ -7,7 +7,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from lmms_egoplan.compat.replacements import RECORD_KEY
-from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV
+from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV
 from tests.fixtures import PROBE_TASKS
 
 # Runs lmms-eval's CLI in-process, then prints which of the suite's workarounds are active.

@@ -11,19 +11,19 @@ from types import SimpleNamespace
 import pytest
 from PIL import Image
 
+from lmms_egoplan.demo.egointent import released_steps, write_dataset, write_release
+from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, rating_responder
+from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.demo.kit.media import read_index
 from lmms_egoplan.egointent.data import (
     FIELDS,
     scenario_metric,
 )
-from lmms_egoplan.egointent.synthetic import released_steps, write_dataset, write_release
 from lmms_egoplan.egointent.task import (
     RELEASE_SYSTEM,
     parse_answer,
     prompt_turns,
 )
-from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, rating_responder
-from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
-from lmms_egoplan.fixtures.media import read_index
 from tests.egointent.test_protocol import (
     audit_trail,
     dataset_docs,

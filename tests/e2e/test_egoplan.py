@@ -10,12 +10,12 @@ from PIL import Image
 
 from lmms_egoplan.core.settings import resolve_settings
 from lmms_egoplan.core.statistics import parse_bins
+from lmms_egoplan.demo.egoplan import build_fixture
+from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
+from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.demo.kit.media import read_index
 from lmms_egoplan.egoplan import data as egoplan_data
 from lmms_egoplan.egoplan import task as egoplan
-from lmms_egoplan.egoplan.synthetic import build_fixture
-from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
-from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
-from lmms_egoplan.fixtures.media import read_index
 
 # End to end: the real lmms-eval CLI in subprocesses.
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
-from lmms_egoplan.fixtures.media import index_image, write_image, write_video
+from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.demo.kit.media import index_image, write_image, write_video
 from tests.fixtures import BACKEND_TASKS
 
 # End to end: the real lmms-eval CLI in subprocesses.

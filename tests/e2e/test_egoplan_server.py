@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from lmms_eval.api.instance import Instance
 
-from lmms_egoplan.fixtures.media import index_image
+from lmms_egoplan.demo.kit.media import index_image
 from tests.fixtures import BACKEND_TASKS
 from tests.models.engine_servers import EngineServer
 from tests.models.test_egoplan_server import CHOICES, SPLIT, TASK, TOLERANCE, reference_backends
@@ -22,7 +22,7 @@ MC, GEN = "egoplan_backend_probe_mc", "egoplan_backend_probe_gen"
 @pytest.fixture(scope="module")
 def cli_setup(tiny_model, tmp_path_factory):
     """Probe docs in the backend tests' task format, and one loopback vLLM server for every CLI run."""
-    from lmms_egoplan.fixtures.media import write_image
+    from lmms_egoplan.demo.kit.media import write_image
 
     root = tmp_path_factory.mktemp("server_probe")
     docs = []
@@ -51,7 +51,7 @@ LOAD_REQUESTS = 3
 
 def evaluate_through(server: EngineServer | str, data: Path, output: Path, *extra: str, model: str = "tiny",
                      env: dict | None = None, tasks: tuple[str, ...] = (MC, GEN)):
-    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 
     where = f"base_url={server.base_url}" if isinstance(server, EngineServer) else server
     return run_lmms_eval(model="egoplan_server", check=False, tasks=list(tasks), output_dir=output,

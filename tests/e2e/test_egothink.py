@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from lmms_egoplan.demo.egothink import write_release
+from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, hash_rating, rating_responder
+from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.egothink.data import CAPABILITIES, DIMENSIONS, load_release_dimension
-from lmms_egoplan.egothink.synthetic import write_release
-from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, hash_rating, rating_responder
-from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 
 SECRET = "sk-egothink-SECRET-5e1d0c"
 

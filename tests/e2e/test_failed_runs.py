@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lmms_egoplan.core.documentation import doc_page
-from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV, run_lmms_eval
+from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV, run_lmms_eval
 
 # lmms-eval's CLI, in a process where building egoplan_hf is observable: it writes MARKER first.
 OBSERVED_CLI = r"""
@@ -78,8 +78,8 @@ def test_a_misconfigured_run_fails_before_the_model_starts_loading(case, env, na
 def test_a_judge_shut_down_by_its_provider_is_named_so_and_fails_the_run_before_the_model_starts_loading(
         tiny_model, tmp_path):
     """The paper's judge, asked of a server that answers as OpenAI does for a model it shut down."""
-    from lmms_egoplan.egothink.synthetic import write_release
-    from lmms_egoplan.fixtures.judge_server import ChatServer, shut_down_model
+    from lmms_egoplan.demo.egothink import write_release
+    from lmms_egoplan.demo.kit.judge_server import ChatServer, shut_down_model
 
     with ChatServer(shut_down_model("gpt-4"), answer_preflight=False) as judge:
         env = {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(write_release(tmp_path / "data", per_dimension=1)),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, rating_responder
+from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, rating_responder
 from lmms_egoplan.judge import JudgeCache
 from tests.e2e.runs import egothink_run_args
 from tests.e2e.test_resume import cached_rows, stored_responses
@@ -15,8 +15,8 @@ from tests.e2e.test_resume import cached_rows, stored_responses
 
 def test_a_judge_cache_and_output_folder_filling_while_judging_stop_the_judging_and_keep_what_was_stored(
         small_disk, tmp_path):
-    from lmms_egoplan.egothink.synthetic import write_release
-    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.demo.egothink import write_release
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 
     disk, filled = small_disk("1m"), []
     data = write_release(tmp_path / "data", per_dimension=12)
@@ -49,8 +49,8 @@ def test_a_response_cache_filling_while_the_model_answers_stops_the_run_before_i
     """lmms-eval's openai backend, answers stored a chunk of 4 questions at a time: the disk fills at the
     6th answer; the run ends with the second chunk (lmms-eval alone asks again for each of its questions,
     then for every question left, storing nothing)."""
-    from lmms_egoplan.egothink.synthetic import write_release
-    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.demo.egothink import write_release
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 
     disk, filled = small_disk("2m"), []
     data = write_release(tmp_path / "data", per_dimension=12)

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import json
 
-from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, rating_responder
+from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, rating_responder
 from tests.e2e.runs import egothink_run_args, refuse_constant, strict_json_files
 
 
 def test_a_judge_that_does_not_answer_stops_the_run_before_generation(tmp_path):
-    from lmms_egoplan.egothink.synthetic import write_release
-    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.demo.egothink import write_release
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 
     data = write_release(tmp_path / "data", per_dimension=1)
     with ChatServer(lambda call: Reply("an answer")) as model:
@@ -27,9 +27,9 @@ def test_lone_surrogates_in_model_output_are_judged_and_scored_and_logged(tmp_pa
     task and ActPlan score it, and the samples file holds every sample."""
     from contextlib import ExitStack
 
-    from lmms_egoplan.actplan.synthetic import smoke_suite as actplan_suite
-    from lmms_egoplan.egothink.synthetic import write_release
-    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.demo.actplan import smoke_suite as actplan_suite
+    from lmms_egoplan.demo.egothink import write_release
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 
     with ExitStack() as resources, ChatServer(lambda call: Reply("Two plates \udcff.\nwalk_to(sink\udcff)")) as model, \
             ChatServer(rating_responder(lambda call: "1")) as judge:
@@ -52,8 +52,8 @@ def test_a_judge_failing_after_a_good_preflight_ends_the_run_with_status_3_and_t
     import subprocess
     import sys
 
-    from lmms_egoplan.egothink.synthetic import write_release
-    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.demo.egothink import write_release
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 
     data = write_release(tmp_path / "data", per_dimension=3)
     state = {"down": True}

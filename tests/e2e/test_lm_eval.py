@@ -15,13 +15,13 @@ import pytest
 from lmms_egoplan.actplan import task as actplan
 from lmms_egoplan.actplan.data import load_instances
 from lmms_egoplan.actplan.plans import score_lcs
-from lmms_egoplan.actplan.synthetic import write_release_dataset
+from lmms_egoplan.demo.actplan import write_release_dataset
+from lmms_egoplan.demo.egoplan import build_fixture
+from lmms_egoplan.demo.egothink import write_release
+from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
+from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV
 from lmms_egoplan.egoplan.data import CHOICE_LETTERS
-from lmms_egoplan.egoplan.synthetic import build_fixture
 from lmms_egoplan.egothink.data import DIMENSIONS
-from lmms_egoplan.egothink.synthetic import write_release
-from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
-from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 RATINGS = ("0", "0.5", "1")

@@ -19,11 +19,11 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from lmms_egoplan.egoplan.synthetic import build_fixture
-from lmms_egoplan.egothink.synthetic import write_release
-from lmms_egoplan.fixtures.judge_server import hash_rating, loopback_judge_settings
-from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV, finished_run, run_lmms_eval
-from lmms_egoplan.fixtures.lmms_eval_tasks import LETTERS, egoschema_records, local_copies, seedbench_records
+from lmms_egoplan.demo.egoplan import build_fixture
+from lmms_egoplan.demo.egothink import write_release
+from lmms_egoplan.demo.kit.judge_server import hash_rating, loopback_judge_settings
+from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV, finished_run, run_lmms_eval
+from tests.kit.lmms_eval_tasks import LETTERS, egoschema_records, local_copies, seedbench_records
 
 SUITE_TASKS = ["egoplan_val", "ego_think"]
 # A random model's answers are noise whatever their length: 8 new tokens keep the runs short.

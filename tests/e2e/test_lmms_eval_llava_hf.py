@@ -9,9 +9,9 @@ import os
 
 import numpy as np
 
-from lmms_egoplan.egoplan.synthetic import build_fixture
-from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
-from lmms_egoplan.fixtures.lmms_eval_tasks import LETTERS, local_copies, seedbench_records
+from lmms_egoplan.demo.egoplan import build_fixture
+from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
+from tests.kit.lmms_eval_tasks import LETTERS, local_copies, seedbench_records
 
 # lmms-eval's llava_hf imports decord for videos at module level (the extra lmms-builtins installs it); these
 # tasks show images only, so a stand-in that refuses any video takes its place where it is not installed.

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, rating_responder
+from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, rating_responder
 from lmms_egoplan.judge import (
     JudgeCache,
 )
@@ -106,7 +106,7 @@ def test_a_likelihood_pass_stopped_mid_way_keeps_every_scored_question(signum, e
     import signal
 
     from lmms_egoplan.compat.durability import RESPONSE_CHUNK_MIN_DOCS
-    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval, start_lmms_eval
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval, start_lmms_eval
 
     cache = tmp_path / "cache"
     model = tiny_model("qwen2_vl", hidden_size=512, num_layers=8)
@@ -140,8 +140,8 @@ def test_a_generation_pass_killed_mid_way_resumes_from_what_lmms_evals_cache_kep
     """lmms-eval's own openai backend: the killed run's per-run cache folder, never merged by lmms-eval,
     is merged by the next run, which asks the model only for the answers it lacks. Two requests at a time
     (``num_concurrent=2``): at its default 32 the backend gets the 12 questions in one chunk, its concurrency kept."""
-    from lmms_egoplan.egothink.synthetic import write_release
-    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval, start_lmms_eval
+    from lmms_egoplan.demo.egothink import write_release
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval, start_lmms_eval
 
     data = write_release(tmp_path / "data", per_dimension=12)
     with ChatServer(lambda call: Reply("Two.", delay=0.2)) as model, ChatServer(rating_responder(lambda call: "1")) as judge:
@@ -161,8 +161,8 @@ def test_a_generation_pass_killed_mid_way_resumes_from_what_lmms_evals_cache_kep
 
 @pytest.mark.parametrize("signum", [9, 15], ids=["SIGKILL", "SIGTERM"])
 def test_a_run_stopped_while_judging_asks_no_model_again_and_the_judge_only_what_it_had_not_answered(signum, tmp_path):
-    from lmms_egoplan.egothink.synthetic import write_release
-    from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval, start_lmms_eval
+    from lmms_egoplan.demo.egothink import write_release
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval, start_lmms_eval
 
     data = write_release(tmp_path / "data", per_dimension=12)
     with ChatServer(lambda call: Reply("Two.")) as model, \

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV, run_lmms_eval
+from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV, run_lmms_eval
 from tests.architecture.test_registration import CHECKOUT, TASKS, installed_name, our_task_index
 
 
@@ -120,14 +120,13 @@ def test_wheel_install_registers_tasks_through_include_path(wheel_env):
 def wheel_run(wheel_env, tiny_model, tmp_path_factory):
     """One task of each benchmark in one lmms-eval run of the fresh environment (EgoThink and EgoIntent
     judged by loopback judges), and the data it read."""
-    from lmms_egoplan.demo import SUITES
-    from lmms_egoplan.registry import load
+    from lmms_egoplan.demo import smoke
 
     root = tmp_path_factory.mktemp("wheel_run")
     one_task = {"egoplan": "egoplan_val", "egothink": "ego_think_counting", "egointent": "egointent",
                 "actplan": "actplan1k", "egoplan_bench2": "egoplan_bench2"}
     with contextlib.ExitStack() as resources:
-        suites = {name: load(reference)(root / "data" / name, resources) for name, reference in SUITES.items()}
+        suites = {name: build(root / "data" / name, resources) for name, build in smoke.suites().items()}
         run = run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}",
                             tasks=[one_task[name] for name in suites], output_dir=root / "out",
                             env={key: value for suite in suites.values() for key, value in suite.env.items()},
@@ -147,8 +146,8 @@ def test_wheel_install_evaluates_one_task_of_each_benchmark(wheel_run):
 def test_every_lmms_egoplan_command_runs_from_the_wheel(wheel_env, wheel_run, tmp_path):
     """`lmms-egoplan` of the fresh environment (its console script): each subcommand on the files of
     the run above, or on the fixtures the demo builds."""
-    from lmms_egoplan.actplan.synthetic import build_tiny_bert, write_finetuning_data
-    from lmms_egoplan.fixtures.judge_server import ChatServer, rating_responder
+    from lmms_egoplan.demo.actplan import build_tiny_bert, write_finetuning_data
+    from lmms_egoplan.demo.kit.judge_server import ChatServer, rating_responder
 
     run, suites, _ = wheel_run
     wheel_env.run("lmms-egoplan", "report", str(run.output_dir), "--output", str(tmp_path / "report"))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import lmms_egoplan.compat
 from lmms_egoplan.compat import OFF_SWITCH
-from lmms_egoplan.fixtures.lmms_eval_run import OFFLINE_ENV
+from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = ROOT / "docs" / "upstream"

@@ -21,9 +21,9 @@ from PIL import Image
 from lmms_egoplan.core import media
 from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, SCORED_SPAN
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
+from lmms_egoplan.demo.egoplan_bench2 import EGO4D_VIDEOS, build_fixture
+from lmms_egoplan.demo.kit.media import read_index, write_video
 from lmms_egoplan.egoplan_bench2 import data, task
-from lmms_egoplan.egoplan_bench2.synthetic import EGO4D_VIDEOS, build_fixture
-from lmms_egoplan.fixtures.media import read_index, write_video
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks" / "egoplan_bench2"
@@ -356,7 +356,7 @@ def test_the_package_source_names_missing_files_and_fields(fixture, tmp_path):
 def test_an_observation_image_only_decoding_finds_damaged_is_named_or_skipped_and_counted(fixture, tmp_path):
     """The package's images are decoded strictly when the task loads (a sample of them:
     images_decoded_at_load; here all); with skip_missing the question is left out and counted."""
-    from lmms_egoplan.fixtures.media import with_random_image_data
+    from lmms_egoplan.demo.kit.media import with_random_image_data
 
     root = tmp_path / "copy"
     shutil.copytree(fixture.root, root)

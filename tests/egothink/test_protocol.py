@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from lmms_egoplan.demo.egothink import write_hub_copy, write_release
 from lmms_egoplan.egothink.data import (
     CAPABILITIES,
     DIMENSIONS,
@@ -16,7 +17,6 @@ from lmms_egoplan.egothink.data import (
     load_hub_dimension,
     load_release_dimension,
 )
-from lmms_egoplan.egothink.synthetic import write_hub_copy, write_release
 
 
 def load_tasks(names: list[str]) -> dict:

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, rating_responder
+from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, rating_responder
 
 
 def egointent_run(folder, ratings: dict[str, list[int]]):

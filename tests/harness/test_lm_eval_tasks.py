@@ -7,8 +7,8 @@ import pytest
 
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
+from lmms_egoplan.demo.egoplan import build_fixture
 from lmms_egoplan.egoplan import task as egoplan
-from lmms_egoplan.egoplan.synthetic import build_fixture
 from lmms_egoplan.egoplan.task import EgoPlanSettings
 
 CHECKOUT = Path(__file__).resolve().parents[2]

@@ -153,7 +153,7 @@ def test_a_suite_task_with_a_wrong_setting_fails_before_the_model_is_built(monke
 
 
 def test_a_backend_that_cannot_serve_a_suite_task_is_refused_before_it_is_built(monkeypatch, switch_on, tmp_path):
-    from lmms_egoplan.egoplan.synthetic import build_fixture
+    from lmms_egoplan.demo.egoplan import build_fixture
 
     switch_on(tasks.check_suite_tasks_before_the_model)
     for name, value in build_fixture(tmp_path / "egoplan").env().items():

@@ -6,7 +6,7 @@ import pytest
 from lmms_eval.evaluator import simple_evaluate
 from lmms_eval.tasks import TaskManager
 
-from lmms_egoplan.fixtures.lmms_eval_tasks import LETTERS, local_copies
+from tests.kit.lmms_eval_tasks import LETTERS, local_copies
 
 
 def test_lmms_evals_likelihood_tasks_score_by_the_losses_of_egoplan_hf(tiny_model, tmp_path, monkeypatch):

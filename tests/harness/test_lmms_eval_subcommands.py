@@ -8,7 +8,7 @@ import sys
 from lmms_eval.cli import dispatch
 
 from lmms_egoplan import tasks as suite_task_package
-from lmms_egoplan.egoplan.synthetic import build_fixture
+from lmms_egoplan.demo.egoplan import build_fixture
 from lmms_egoplan.registry import BENCHMARKS
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, rating_responder
+from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, rating_responder
 from lmms_egoplan.judge import (
     JudgeRequest,
 )
@@ -96,7 +96,7 @@ def test_rejudge_judges_with_the_judge_the_run_recorded_unless_told_otherwise(tm
 def test_rejudge_of_a_run_judged_by_a_shut_down_model_says_so_and_what_to_use_instead(tmp_path, capsys):
     """Logs without a results file: the judge their items recorded (the paper's GPT-4 here)."""
     from lmms_egoplan.cli import main
-    from lmms_egoplan.fixtures.judge_server import shut_down_model
+    from lmms_egoplan.demo.kit.judge_server import shut_down_model
 
     samples = tmp_path / "20261122_101010_samples_ego_think_counting.jsonl"
     rows = judged_rows(1)

@@ -4,8 +4,8 @@ results metadata and records; the server's fingerprint kept in the cache and the
 import json
 from types import SimpleNamespace
 
+from lmms_egoplan.demo.kit.judge_server import ChatServer, rating_responder
 from lmms_egoplan.egothink.task import RUBRIC, RUBRIC_NAME
-from lmms_egoplan.fixtures.judge_server import ChatServer, rating_responder
 from lmms_egoplan.judge import Judge, JudgeIdentity, JudgeRequest, JudgeSettings, preflight
 
 

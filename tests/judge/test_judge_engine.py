@@ -14,7 +14,7 @@ import time
 import pytest
 from loguru import logger
 
-from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, fail_first, hang, hash_rating, rating_responder
+from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, fail_first, hang, hash_rating, rating_responder
 from lmms_egoplan.judge import (
     Completion,
     Decoding,
@@ -56,7 +56,7 @@ def mean_rating(results):
 
 def expected_rating(request):
     """What `hash_rating` answers for this request (it rates the user message)."""
-    from lmms_egoplan.fixtures.judge_server import ChatCall
+    from lmms_egoplan.demo.kit.judge_server import ChatCall
 
     call = ChatCall("/v1/chat/completions", {"messages": [dict(m) for m in request.messages]}, {}, 0, 0.0)
     return float(hash_rating(call))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lmms_egoplan.core.errors import StorageError
-from lmms_egoplan.fixtures.judge_server import ChatServer, Reply, rating_responder
+from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, rating_responder
 from lmms_egoplan.judge import (
     Judge,
     JudgeCache,

@@ -57,7 +57,7 @@ import os
 import threading
 import time
 
-from lmms_egoplan.fixtures.judge_server import _Handler, _Server
+from lmms_egoplan.demo.kit.judge_server import _Handler, _Server
 
 # SGLang 0.5.23's SamplingParams keys (sglang/api/v1/api_types.py); anything else is a 400.
 SGLANG_SAMPLING_KEYS = frozenset({

@@ -25,8 +25,8 @@ from lmms_egoplan.core.request_options import (
     TEXT_FIRST,
 )
 from lmms_egoplan.core.settings import SettingsError
-from lmms_egoplan.fixtures.checkpoints import ANSWER_OPENING, ARCHITECTURES, BOS_ADDING, CHAT_TEMPLATES, END_OF_TURN
-from lmms_egoplan.fixtures.media import index_image, read_index, write_video
+from lmms_egoplan.demo.kit.checkpoints import ANSWER_OPENING, ARCHITECTURES, BOS_ADDING, CHAT_TEMPLATES, END_OF_TURN
+from lmms_egoplan.demo.kit.media import index_image, read_index, write_video
 from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
 from lmms_egoplan.models.egoplan_hf import ContextTooLongError, EgoPlanHF
 from lmms_egoplan.models.likelihood import (

@@ -27,9 +27,9 @@ from lmms_egoplan.core.request_options import (
     SCORED_SPAN,
 )
 from lmms_egoplan.core.settings import SettingsError
-from lmms_egoplan.fixtures.checkpoints import ARCHITECTURES, VIDEO_ARCHITECTURES
-from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
-from lmms_egoplan.fixtures.media import index_image
+from lmms_egoplan.demo.kit.checkpoints import ARCHITECTURES, VIDEO_ARCHITECTURES
+from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
+from lmms_egoplan.demo.kit.media import index_image
 from lmms_egoplan.models.egoplan_hf import EgoPlanHF
 from lmms_egoplan.models.egoplan_server import EgoPlanServer
 from lmms_egoplan.models.engines import (

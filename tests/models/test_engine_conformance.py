@@ -37,8 +37,8 @@ from transformers import AutoConfig, AutoProcessor
 
 from lmms_egoplan.core.media import frame_time
 from lmms_egoplan.core.request_options import INPUT_ORDER, TEXT_FIRST
-from lmms_egoplan.fixtures.checkpoints import ARCHITECTURES, BOS_ADDING, VIDEO_ARCHITECTURES
-from lmms_egoplan.fixtures.media import index_image
+from lmms_egoplan.demo.kit.checkpoints import ARCHITECTURES, BOS_ADDING, VIDEO_ARCHITECTURES
+from lmms_egoplan.demo.kit.media import index_image
 from lmms_egoplan.models.engines import (
     ENGINE_DEVIATIONS,
     SGLANG_MULTIMODAL_FLAG,

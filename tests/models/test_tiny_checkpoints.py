@@ -1,4 +1,4 @@
-"""Tests for lmms_egoplan.fixtures.checkpoints: tiny offline checkpoints must behave like real ones."""
+"""Tests for lmms_egoplan.demo.kit.checkpoints: tiny offline checkpoints must behave like real ones."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from transformers import (
     AutoTokenizer,
 )
 
-from lmms_egoplan.fixtures import checkpoints as ck
-from lmms_egoplan.fixtures.checkpoints import (
+from lmms_egoplan.demo.kit import checkpoints as ck
+from lmms_egoplan.demo.kit.checkpoints import (
     ARCHITECTURES,
     BOS_ADDING,
     BUILDER_VERSION,

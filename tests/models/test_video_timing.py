@@ -18,13 +18,13 @@ from lmms_eval.api.instance import Instance
 
 from lmms_egoplan.core import media
 from lmms_egoplan.core.settings import resolve_settings
+from lmms_egoplan.demo.kit.checkpoints import VIDEO_ARCHITECTURES
+from lmms_egoplan.demo.kit.media import index_image, write_frame_folder, write_video
 from lmms_egoplan.egointent import task as egointent
 from lmms_egoplan.egointent.data import load_samples
 from lmms_egoplan.egointent.task import EgoIntentSettings
 from lmms_egoplan.egoplan import data as egoplan_data
 from lmms_egoplan.egoplan import task as egoplan
-from lmms_egoplan.fixtures.checkpoints import VIDEO_ARCHITECTURES
-from lmms_egoplan.fixtures.media import index_image, write_frame_folder, write_video
 from lmms_egoplan.models.egoplan_hf import EgoPlanHF
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
 

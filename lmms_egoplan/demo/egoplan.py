@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmms_egoplan.core.settings import env_var
+from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun
+from lmms_egoplan.demo.kit.media import write_frame_folder, write_video
+from lmms_egoplan.demo.kit.scripted import Expected, ScriptedAnswers, mean
+from lmms_egoplan.demo.kit.seed_bench_r1 import with_package_media, write_level
+from lmms_egoplan.demo.kit.suite import SmokeSuite
 from lmms_egoplan.egoplan.data import ENV_PREFIX, SEED_BENCH_R1_LEVELS, epic_frame_folder, task_start_frame
-from lmms_egoplan.fixtures.lmms_eval_run import EvalRun
-from lmms_egoplan.fixtures.media import write_frame_folder, write_video
-from lmms_egoplan.fixtures.scripted import Expected, ScriptedAnswers, mean
-from lmms_egoplan.fixtures.seed_bench_r1 import with_package_media, write_level
-from lmms_egoplan.fixtures.suite import SmokeSuite
 
 EPIC_VIDEOS = {"P01_13": 400, "P02_03": 400}  # video id -> number of frames (numbered 1..N)
 EGO4D_VIDEOS = {"0a1b2c3d-ego4d-video-one": 330, "4e5f6a7b-ego4d-video-two": 330}  # frames 0..N-1

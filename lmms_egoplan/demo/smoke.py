@@ -5,7 +5,7 @@ layout, starts a loopback judge where a benchmark needs one, and runs each bench
 through the real ``lmms-eval`` CLI with ``LMMS_EVAL_PLUGINS=lmms_egoplan`` (as a user would): this
 checks the pipeline, and its scores measure nothing. A random model writes no parseable plan,
 intent or letter, so the generative benchmarks then run once more with scripted answers of known
-quality (``lmms_egoplan.fixtures.scripted``), through lmms-eval's ``openai`` backend, so that
+quality (``lmms_egoplan.demo.kit.scripted``), through lmms-eval's ``openai`` backend, so that
 every scorer shows what it computes; each of their values is checked against the one the script
 implies. A text-only architecture (``llama``) runs what it can take, each benchmark's text-only
 baselines through the real ``lm_eval`` CLI (``--model hf``), and says what it leaves out and why. It
@@ -19,20 +19,27 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence, TextIO
+from typing import Callable, Mapping, Sequence, TextIO
 
 from lmms_egoplan.core.text_tables import format_table, format_value
-from lmms_egoplan.fixtures.lmms_eval_run import EvalRun, EvalRunError, run_lm_eval, run_lmms_eval
-from lmms_egoplan.fixtures.scripted import ScriptedAnswers, differences, reported_metrics, scripted_environment
-from lmms_egoplan.fixtures.suite import SmokeSuite
-from lmms_egoplan.registry import BENCHMARKS, LM_EVAL_TASKS, benchmark, load, report_faces
+from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun, EvalRunError, run_lm_eval, run_lmms_eval
+from lmms_egoplan.demo.kit.scripted import ScriptedAnswers, differences, reported_metrics, scripted_environment
+from lmms_egoplan.demo.kit.suite import SmokeSuite
+from lmms_egoplan.registry import LM_EVAL_TASKS, benchmark, load, report_faces
 from lmms_egoplan.report import write_report
 from lmms_egoplan.report.layout import ReportFace
 from lmms_egoplan.report.metric_roles import Unit, natural_order, unscored_reason
 
-# Each benchmark's demo: "module:function", the function building its synthetic data (and whatever
-# it needs, e.g. a loopback judge) and returning a SmokeSuite (the registry names them).
-SUITES: dict[str, str] = {entry.name: entry.demo_suite for entry in BENCHMARKS if entry.demo_suite}
+
+def suites() -> dict[str, Callable[[Path, ExitStack], SmokeSuite]]:
+    """Each benchmark's demo, by its name: the function of its module here (named as the benchmark) building its
+    synthetic data (and whatever it needs, e.g. a loopback judge) and returning a SmokeSuite; in the registry's
+    order. Imported when the demo runs (``lmms-egoplan smoke --help`` loads none of them)."""
+    from lmms_egoplan.demo import actplan, egointent, egoplan, egoplan_bench2, egothink
+
+    return {module.__name__.rpartition(".")[2]: module.smoke_suite
+            for module in (egoplan, egothink, egointent, actplan, egoplan_bench2)}
+
 
 MODEL = "egoplan_hf"
 DEFAULT_ARCH = "qwen2_vl"
@@ -47,14 +54,14 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
 
     from transformers.utils import logging as transformers_logging
 
-    from lmms_egoplan.fixtures.checkpoints import TEXT_ONLY_ARCHITECTURES, tiny_checkpoint
+    from lmms_egoplan.demo.kit.checkpoints import TEXT_ONLY_ARCHITECTURES, tiny_checkpoint
 
     # Building the fixtures' random models is not news: keep transformers' reports and bars out of the table's way.
     transformers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()
     out = out or sys.stdout
     workdir = Path(workdir).resolve()
-    entries = {name: reference for name, reference in SUITES.items() if not only or name in only}
+    entries = {name: build for name, build in suites().items() if not only or name in only}
     if not entries:
         print("No benchmark registers a smoke suite yet.", file=out)
         return 0
@@ -67,7 +74,7 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
     log_dirs: list[Path] = []
     left_out: list[str] = []
     with ExitStack() as resources:
-        for name, reference in entries.items():
+        for name, build in entries.items():
             # A text-only model's plan first: a benchmark it leaves out builds no fixtures.
             plan = arch_plan(arch, name) if arch in TEXT_ONLY_ARCHITECTURES else None
             if plan and plan.left_out:
@@ -76,7 +83,7 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
                 if not plan.tasks:
                     continue
             try:
-                suite = load(reference)(workdir / "data" / name, resources)
+                suite = build(workdir / "data" / name, resources)
             except Exception as error:  # a broken fixture fails its benchmark, not the whole demo
                 failures.append(name)
                 print(f"[{name}] FAILED building its fixtures: {type(error).__name__}: {error}", file=out)
@@ -139,7 +146,7 @@ def arch_plan(arch: str, name: str) -> ArchPlan:
     """What the demo runs of benchmark ``name`` on a tiny ``arch`` checkpoint: every lmms-eval task of the
     benchmark on a multimodal architecture; on a text-only one, whose model cannot take the images and
     videos every lmms-eval task of the suite shows it, the benchmark's text-only baselines (lm-eval), if any."""
-    from lmms_egoplan.fixtures.checkpoints import TEXT_ONLY_ARCHITECTURES
+    from lmms_egoplan.demo.kit.checkpoints import TEXT_ONLY_ARCHITECTURES
 
     entry = benchmark(name)
     if arch not in TEXT_ONLY_ARCHITECTURES:

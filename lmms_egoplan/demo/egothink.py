@@ -16,12 +16,12 @@ import re
 from contextlib import ExitStack
 from pathlib import Path
 
+from lmms_egoplan.demo.kit.judge_server import hash_rating, loopback_judge_settings
+from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun
+from lmms_egoplan.demo.kit.media import write_image
+from lmms_egoplan.demo.kit.scripted import Expected, ScriptedAnswers, mean
+from lmms_egoplan.demo.kit.suite import SmokeSuite
 from lmms_egoplan.egothink.data import CAPABILITIES, DIMENSIONS, Dimension
-from lmms_egoplan.fixtures.judge_server import hash_rating, loopback_judge_settings
-from lmms_egoplan.fixtures.lmms_eval_run import EvalRun
-from lmms_egoplan.fixtures.media import write_image
-from lmms_egoplan.fixtures.scripted import Expected, ScriptedAnswers, mean
-from lmms_egoplan.fixtures.suite import SmokeSuite
 
 QUESTIONS = ("What am I holding in my left hand?", "Is there a cup on my right?", "What will I do next?",
              "How many plates are in front of me?", "How do I get to the door?")

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmms_egoplan.core.settings import env_var
+from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun
+from lmms_egoplan.demo.kit.media import write_video
+from lmms_egoplan.demo.kit.scripted import Expected, ScriptedAnswers, mean
+from lmms_egoplan.demo.kit.seed_bench_r1 import with_package_media, write_level
+from lmms_egoplan.demo.kit.suite import SmokeSuite
 from lmms_egoplan.egoplan_bench2.data import ENV_PREFIX, SEED_BENCH_R1_LEVEL, video_uid
-from lmms_egoplan.fixtures.lmms_eval_run import EvalRun
-from lmms_egoplan.fixtures.media import write_video
-from lmms_egoplan.fixtures.scripted import Expected, ScriptedAnswers, mean
-from lmms_egoplan.fixtures.seed_bench_r1 import with_package_media, write_level
-from lmms_egoplan.fixtures.suite import SmokeSuite
 
 EGO4D_FPS = 30
 EGO4D_VIDEOS = {"5a7c0e21-6f0b-4d35-9b1e-0c2f6a3e9d41": 330, "c94e8b12-2d7a-4f60-8e35-7b1d0a5c6f28": 330,

@@ -26,10 +26,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from lmms_egoplan.fixtures.lmms_eval_run import EvalRun
-from lmms_egoplan.fixtures.media import index_image
-from lmms_egoplan.fixtures.scripted import Expected, ScriptedAnswers, lcs_length, mean
-from lmms_egoplan.fixtures.suite import SmokeSuite
+from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun
+from lmms_egoplan.demo.kit.media import index_image
+from lmms_egoplan.demo.kit.scripted import Expected, ScriptedAnswers, lcs_length, mean
+from lmms_egoplan.demo.kit.suite import SmokeSuite
 
 SCRIPTED_TASKS = ("actplan1k", "actplan1k_text_only")  # answered by script alike, with and without images
 

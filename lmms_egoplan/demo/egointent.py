@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from lmms_egoplan.demo.kit.judge_server import hashed_rating, loopback_judge_settings
+from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun
+from lmms_egoplan.demo.kit.media import write_video
+from lmms_egoplan.demo.kit.scripted import Expected, ScriptedAnswers, mean
+from lmms_egoplan.demo.kit.suite import SmokeSuite
 from lmms_egoplan.egointent.data import RELEASE, scenario_metric
-from lmms_egoplan.fixtures.judge_server import hashed_rating, loopback_judge_settings
-from lmms_egoplan.fixtures.lmms_eval_run import EvalRun
-from lmms_egoplan.fixtures.media import write_video
-from lmms_egoplan.fixtures.scripted import Expected, ScriptedAnswers, mean
-from lmms_egoplan.fixtures.suite import SmokeSuite
 
 FIELDS = ("local_intent", "procedural_intent", "next_step_plan")  # answer keys and metrics, as the prompt names them
 # (step start, truncation time) as multiples of the frame duration: whole numbers put the
