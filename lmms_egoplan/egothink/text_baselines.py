@@ -4,7 +4,8 @@ judge, shared with the lmms-eval tasks, joined to lm-eval's task base."""
 from __future__ import annotations
 
 from lmms_egoplan.core.settings import SettingsError, setting_name
-from lmms_egoplan.egothink.task import DECODING_PRESETS, EgoThinkScoring
+from lmms_egoplan.egothink.protocol import DECODING_PRESETS
+from lmms_egoplan.egothink.task import EgoThinkScoring
 from lmms_egoplan.harness.judged import JudgedScoring
 from lmms_egoplan.harness.lm_eval_task import LmEvalBenchmarkTask
 

@@ -21,8 +21,9 @@ from lmms_egoplan.actplan.plans import (
     parse_plan,
     score_lcs,
 )
+from lmms_egoplan.actplan.settings import ActPlanSettings
 from lmms_egoplan.actplan.synthetic import write_release_dataset
-from lmms_egoplan.actplan.task import ActPlanSettings, process_results
+from lmms_egoplan.actplan.task import process_results
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
 from lmms_egoplan.fixtures.media import read_index
 

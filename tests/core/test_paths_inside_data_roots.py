@@ -34,7 +34,7 @@ def test_an_egoplan_video_id_that_leaves_its_root_is_an_error_naming_the_sample_
 
     from lmms_egoplan.core.settings import resolve_settings
     from lmms_egoplan.egoplan import data as egoplan_data
-    from lmms_egoplan.egoplan import task as egoplan
+    from lmms_egoplan.egoplan import settings as egoplan_settings
     from lmms_egoplan.egoplan.synthetic import build_fixture
 
     data = build_fixture(tmp_path / "egoplan")
@@ -47,7 +47,7 @@ def test_an_egoplan_video_id_that_leaves_its_root_is_an_error_naming_the_sample_
     data.validation_file.write_text(json.dumps(records))
 
     def load(**settings):
-        resolved = resolve_settings(egoplan.EgoPlanSettings, task="t", metadata={"annotation_file": "EgoPlan_validation.json"},
+        resolved = resolve_settings(egoplan_settings.EgoPlanSettings, task="t", metadata={"annotation_file": "EgoPlan_validation.json"},
                                     env_prefix="EGOPLAN", environ=data.env(**settings))
         return egoplan_data.load_samples(resolved, labelled=True).docs
 
@@ -74,13 +74,13 @@ def test_an_epic_frame_file_symlinked_out_of_its_root_is_an_error_naming_sample_
     from lmms_egoplan.core import media
     from lmms_egoplan.core.settings import resolve_settings
     from lmms_egoplan.egoplan import data as egoplan_data
-    from lmms_egoplan.egoplan import task as egoplan
+    from lmms_egoplan.egoplan import settings as egoplan_settings
     from lmms_egoplan.egoplan.synthetic import build_fixture
 
     data = build_fixture(tmp_path / "egoplan")
 
     def load(**settings):
-        resolved = resolve_settings(egoplan.EgoPlanSettings, task="t", metadata={"annotation_file": "EgoPlan_validation.json"},
+        resolved = resolve_settings(egoplan_settings.EgoPlanSettings, task="t", metadata={"annotation_file": "EgoPlan_validation.json"},
                                     env_prefix="EGOPLAN", environ=data.env(**settings))
         return egoplan_data.load_samples(resolved, labelled=True).docs
 
@@ -101,7 +101,7 @@ def test_an_egoplan_bench2_video_or_image_symlinked_out_of_its_root_is_an_error_
 
     from lmms_egoplan.core.settings import resolve_settings
     from lmms_egoplan.egoplan_bench2 import data as egoplan2_data
-    from lmms_egoplan.egoplan_bench2 import task as egoplan2
+    from lmms_egoplan.egoplan_bench2 import settings as egoplan2_settings
     from lmms_egoplan.egoplan_bench2.synthetic import build_fixture
 
     data = build_fixture(tmp_path / "built")
@@ -109,7 +109,7 @@ def test_an_egoplan_bench2_video_or_image_symlinked_out_of_its_root_is_an_error_
     data = build_fixture(tmp_path / "copy")
 
     def load(**settings):
-        resolved = resolve_settings(egoplan2.EgoPlanBench2Settings, task="t", metadata={}, env_prefix="EGOPLAN2",
+        resolved = resolve_settings(egoplan2_settings.EgoPlanBench2Settings, task="t", metadata={}, env_prefix="EGOPLAN2",
                                     environ=data.env(data_source=source, **settings))
         return egoplan2_data.load_samples(resolved).docs
 

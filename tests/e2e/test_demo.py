@@ -17,7 +17,6 @@ from lmms_egoplan import demo as smoke
 from lmms_egoplan.egoplan import synthetic as egoplan
 from lmms_egoplan.fixtures.checkpoints import ARCHITECTURES, TEXT_ONLY_ARCHITECTURES
 from lmms_egoplan.fixtures.suite import SmokeSuite
-from lmms_egoplan.registry import load
 
 # End to end: the real lmms-eval CLI in subprocesses.
 
@@ -60,7 +59,7 @@ def every_suite(tmp_path_factory):
     """Every benchmark's demo fixtures (data, loopback judges), built once."""
     root = tmp_path_factory.mktemp("suites")
     with ExitStack() as resources:
-        yield {name: load(reference)(root / name, resources) for name, reference in smoke.SUITES.items()}
+        yield {name: build(root / name, resources) for name, build in smoke.demo_suites().items()}
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -90,7 +89,7 @@ def missing_data(workdir, resources):
 
 
 def test_smoke_reports_every_failing_benchmark_and_fails(tmp_path, monkeypatch):
-    monkeypatch.setattr(smoke, "SUITES", {"broken": f"{__name__}:broken_fixture", "missing": f"{__name__}:missing_data"})
+    monkeypatch.setattr(smoke, "demo_suites", lambda: {"broken": broken_fixture, "missing": missing_data})
     out = io.StringIO()
     assert smoke.run_smoke(tmp_path, out=out) == 2
     printed = out.getvalue()
@@ -113,7 +112,7 @@ def tampered_egoplan(workdir, resources):
 
 
 def test_a_scripted_value_off_the_script_fails_the_demo(tmp_path, monkeypatch):
-    monkeypatch.setattr(smoke, "SUITES", {"egoplan": f"{__name__}:tampered_egoplan"})
+    monkeypatch.setattr(smoke, "demo_suites", lambda: {"egoplan": tampered_egoplan})
     out = io.StringIO()
     assert smoke.run_smoke(tmp_path, out=out) == 1
     printed = out.getvalue()

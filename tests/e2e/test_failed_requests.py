@@ -13,7 +13,7 @@ import shlex
 from contextlib import ExitStack
 from pathlib import Path
 
-from lmms_egoplan.demo import SUITES
+from lmms_egoplan.demo import demo_suites
 from lmms_egoplan.fixtures.judge_server import ChatServer, Reply
 from lmms_egoplan.fixtures.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.fixtures.scripted import (
@@ -23,7 +23,6 @@ from lmms_egoplan.fixtures.scripted import (
     rating_by_script,
     reported_metrics,
 )
-from lmms_egoplan.registry import load
 
 MODEL_KEY = "sk-model-secret-0123456789abcdef"
 JUDGE_KEY = "sk-judge-secret-fedcba9876543210"
@@ -35,7 +34,7 @@ def scripts_with_one_failing_request_each(workdir: Path, resources: ExitStack) -
     EgoPlan-Bench2's on a gold-A question it answers wrongly (lmms-eval's failure text holds the A of
     "EVAL", which the official parser reads), the first question of every other benchmark (ActPlan-1K's
     first description: both its tasks ask it)."""
-    scripts = {name: load(reference)(workdir / name, resources).scripted for name, reference in SUITES.items()}
+    scripts = {name: build(workdir / name, resources).scripted for name, build in demo_suites().items()}
     failing = {}
     for name, script in scripts.items():
         key = next(key for key, answer in script.answers.items()

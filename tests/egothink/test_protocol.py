@@ -178,7 +178,8 @@ def test_an_unknown_decoding_stops_the_task_before_its_data_loads(tmp_path, monk
 ])
 def test_source_settings_are_named_as_users_set_them(settings, message):
     from lmms_egoplan.core.settings import SettingsError
-    from lmms_egoplan.egothink.task import EgoThinkSettings, EgoThinkTask
+    from lmms_egoplan.egothink.protocol import EgoThinkSettings
+    from lmms_egoplan.egothink.task import EgoThinkTask
 
     task = SimpleNamespace(settings=EgoThinkSettings(**settings),
                            config=SimpleNamespace(task="ego_think_counting", dataset_name="Reasoning_counting"))
@@ -224,15 +225,15 @@ def official_form(prompt: str) -> str:
 
 def test_the_judge_prompt_is_the_official_single_math_v2_to_the_character():
     """Any change of one character of the judge prompt (whitespace included) or of its system turn fails here."""
-    from lmms_egoplan.egothink import task as egothink
+    from lmms_egoplan.egothink import protocol as egothink_protocol
 
     def sha256(text):
         return hashlib.sha256(text.encode()).hexdigest()
 
-    assert sha256(egothink.JUDGE_SYSTEM_PROMPT) == OFFICIAL_SINGLE_MATH_V2_SHA256["system_prompt"]
-    assert sha256(official_form(egothink.JUDGE_PROMPT)) == OFFICIAL_SINGLE_MATH_V2_SHA256["prompt_template"]
+    assert sha256(egothink_protocol.JUDGE_SYSTEM_PROMPT) == OFFICIAL_SINGLE_MATH_V2_SHA256["system_prompt"]
+    assert sha256(official_form(egothink_protocol.JUDGE_PROMPT)) == OFFICIAL_SINGLE_MATH_V2_SHA256["prompt_template"]
     # What the judge receives is that template filled in, after that system turn.
-    system, user = egothink.judge_request({"id": "q1", "question": "Q?", "answer": "R"}, "A").messages
-    assert system == {"role": "system", "content": egothink.JUDGE_SYSTEM_PROMPT}
-    assert user == {"role": "user", "content": official_form(egothink.JUDGE_PROMPT).format(
+    system, user = egothink_protocol.judge_request({"id": "q1", "question": "Q?", "answer": "R"}, "A").messages
+    assert system == {"role": "system", "content": egothink_protocol.JUDGE_SYSTEM_PROMPT}
+    assert user == {"role": "user", "content": official_form(egothink_protocol.JUDGE_PROMPT).format(
         question="Q?", ref_answer_1="R", answer="A")}
