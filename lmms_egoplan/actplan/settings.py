@@ -1,4 +1,5 @@
-"""ActPlan-1K's settings (``metadata:`` keys of its task YAMLs, overridden by ``ACTPLAN_<SETTING>``), free of any harness."""
+"""ActPlan-1K's settings (``metadata:`` keys of its task YAMLs, overridden by ``ACTPLAN_<SETTING>``),
+free of any harness."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""EgoPlan-Bench's settings (``metadata:`` keys of its task YAMLs, overridden by ``EGOPLAN_<SETTING>``), free of any harness."""
+"""EgoPlan-Bench's settings (``metadata:`` keys of its task YAMLs, overridden by ``EGOPLAN_<SETTING>``),
+free of any harness."""
 
 from __future__ import annotations
 

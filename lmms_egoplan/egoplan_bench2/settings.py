@@ -1,4 +1,5 @@
-"""EgoPlan-Bench2's settings (``metadata:`` keys of its task YAMLs, overridden by ``EGOPLAN2_<SETTING>``), free of any harness."""
+"""EgoPlan-Bench2's settings (``metadata:`` keys of its task YAMLs, overridden by ``EGOPLAN2_<SETTING>``),
+free of any harness."""
 
 from __future__ import annotations
 

@@ -47,7 +47,8 @@ from lmms_egoplan.egothink.data import (
     load_release_dimension,
 )
 from lmms_egoplan.egothink.protocol import DECODING_PRESETS, RUBRIC_NAME, judge_request
-from lmms_egoplan.harness.judged import JudgedTask
+from lmms_egoplan.harness.benchmark import Metric, TaskSpec
+from lmms_egoplan.harness.judged import JudgedTask, failed_count, judged_count, judged_score
 from lmms_egoplan.judge import judge_parts_item
 
 # --- The task -----------------------------------------------------------------------------------
@@ -86,23 +87,6 @@ class EgoThinkScoring:
         logger.info(f"EgoThink {dimension.capability}/{dimension.name}: {len(docs)} questions from {origin} "
                     f"(the paper has {dimension.paper_count})")
         return docs
-
-
-class EgoThinkTask(EgoThinkScoring, JudgedTask):
-    """One EgoThink dimension (YAML ``dataset_name``), judged by an LLM after generation."""
-
-    def _prepare_model_specific_config(self):
-        # lmms-eval calls this before the data loads and after its model-specific generation_kwargs
-        # (a --gen_kwargs on the command line still overrides the decoding preset).
-        super()._prepare_model_specific_config()
-        self.config.generation_kwargs.update(DECODING_PRESETS[self.settings.decoding])
-        preset = self.settings.prompt_preset
-        if preset:
-            presets = {k: v for k, v in (self.config.lmms_eval_specific_kwargs or {}).items() if isinstance(v, dict)}
-            if preset not in presets:
-                raise SettingsError(f"task {self.config.task}: {setting_name(ENV_PREFIX, 'prompt_preset')} {preset!r} "
-                                    f"is not one of {', '.join(sorted(presets))}")
-            self.lmms_eval_specific_kwargs = presets[preset]
 
 
 # --- 1. Visuals ---------------------------------------------------------------------------------
@@ -155,3 +139,31 @@ def process_results(doc: dict, results: list) -> dict:
     """The judge item for this answer; the judge rates all items of the task after generation."""
     item = judge_parts_item({"": judge_request(doc, results[0])}, RUBRIC_NAME)  # judged as a whole
     return {"score": item, "judged": item, "failed": item}
+
+
+# --- The task, as lmms-eval builds it -----------------------------------------------------------
+
+
+class EgoThinkTask(EgoThinkScoring, JudgedTask):
+    """One EgoThink dimension (YAML ``dataset_name``), judged by an LLM after generation: the hooks above
+    (``SPEC``), its YAML the configuration."""
+
+    SPEC = TaskSpec(doc_to_visual=doc_to_visual, doc_to_text=doc_to_text, doc_to_messages=doc_to_messages,
+                    doc_to_target="answer", process_results=process_results, metrics=(
+                        Metric("score", judged_score),  # mean judge rating x 100 over successful judgements
+                        Metric("judged", judged_count),
+                        # failed calls and answers without a 0 / 0.5 / 1 rating (excluded from score)
+                        Metric("failed", failed_count, higher_is_better=False)))
+
+    def _prepare_model_specific_config(self):
+        # lmms-eval calls this before the data loads and after its model-specific generation_kwargs
+        # (a --gen_kwargs on the command line still overrides the decoding preset).
+        super()._prepare_model_specific_config()
+        self.config.generation_kwargs.update(DECODING_PRESETS[self.settings.decoding])
+        preset = self.settings.prompt_preset
+        if preset:
+            presets = {k: v for k, v in (self.config.lmms_eval_specific_kwargs or {}).items() if isinstance(v, dict)}
+            if preset not in presets:
+                raise SettingsError(f"task {self.config.task}: {setting_name(ENV_PREFIX, 'prompt_preset')} {preset!r} "
+                                    f"is not one of {', '.join(sorted(presets))}")
+            self.lmms_eval_specific_kwargs = presets[preset]

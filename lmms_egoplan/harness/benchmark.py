@@ -34,3 +34,39 @@ class Benchmark:
     @property
     def name(self) -> str:
         return self.entry.name
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric a task reports: its name, its aggregation (a name the harness registers, such as "mean", or a
+    function) and which way is better."""
+
+    name: str
+    aggregation: str | Callable
+    higher_is_better: bool = True
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a benchmark's lmms-eval tasks do, as plain functions: the hooks the harness calls on each document, in
+    its order, and the metrics they report. The task YAMLs keep what is configuration (``class:``, ``output_type``,
+    ``generation_kwargs``, ``lmms_eval_specific_kwargs``, ``metadata``, group aggregations); the adapter their
+    ``class:`` names holds the spec and hands the hooks to the harness (a YAML that sets one of them too is an
+    error: one place says what a task does)."""
+
+    doc_to_visual: Callable
+    doc_to_text: Callable
+    process_results: Callable
+    metrics: tuple[Metric, ...]
+    doc_to_messages: Callable | None = None
+    doc_to_target: str | Callable | None = None
+
+    # The config keys a spec sets (the harness's names).
+    KEYS = ("doc_to_visual", "doc_to_text", "doc_to_messages", "doc_to_target", "process_results", "metric_list")
+
+    def config_entries(self) -> dict[str, Any]:
+        """The spec as entries of the harness's task config."""
+        hooks = {key: getattr(self, key) for key in self.KEYS[:-1] if getattr(self, key) is not None}
+        metrics = [{"metric": m.name, "aggregation": m.aggregation, "higher_is_better": m.higher_is_better}
+                   for m in self.metrics]
+        return {**hooks, "metric_list": metrics}

@@ -5,6 +5,7 @@ and commands; importing the suite loads no harness, and importing any module of 
 
 import ast
 import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,8 @@ def test_each_benchmark_has_the_tasks_its_yaml_folders_declare_that_no_group_inc
         "egointent": ("egointent",), "actplan": ("actplan1k", "actplan1k_text_only"),
         "egoplan_bench2": ("egoplan_bench2", "egoplan_bench2_likelihood")}
     assert {entry.name: entry.lm_eval_tasks for entry in catalogue.CATALOGUE} == {
-        "egoplan": ("egoplan_test_blind", "egoplan_val_blind", "egoplan_val_narrated"), "egothink": ("ego_think_blind",),
+        "egoplan": ("egoplan_test_blind", "egoplan_val_blind", "egoplan_val_narrated"),
+        "egothink": ("ego_think_blind",),
         "egointent": (), "actplan": ("actplan1k_text_only_lm",), "egoplan_bench2": ()}
 
 
@@ -110,7 +112,8 @@ def test_the_lmms_eval_builtins_named_after_a_paper_point_to_the_suites_tasks():
 def test_importing_the_suite_loads_no_harness_and_registers_nothing():
     script = ("import sys, lmms_egoplan.suite\n"
               "from lmms_egoplan.judge import rubrics\n"
-              "print(sorted({'lmms_eval', 'lm_eval', 'torch', 'transformers'} & set(sys.modules)), dict(rubrics._RUBRICS))")
+              "harnesses = {'lmms_eval', 'lm_eval', 'torch', 'transformers'}\n"
+              "print(sorted(harnesses & set(sys.modules)), dict(rubrics._RUBRICS))")
     loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[] {}"
 
@@ -142,3 +145,30 @@ def test_the_scan_sees_bare_calls_in_blocks_but_not_values_or_scripts(tmp_path):
     source.write_text('VALUE = build()\nregister(VALUE)\ntry:\n    import x\nexcept ImportError:\n    warn()\n'
                       'if __name__ == "__main__":\n    main()\n')
     assert [line.split(": ", 1)[1] for line in module_level_calls(source)] == ["register(VALUE)", "warn()"]
+
+
+def yaml_classes(folder: Path) -> set[type]:
+    """The classes the YAMLs of a task folder name (``class: !function module.Class``)."""
+    import importlib
+
+    named = {match for path in folder.iterdir() if path.is_file()
+             for match in re.findall(r"^class: !function ([\w.]+)$", path.read_text(), re.MULTILINE)}
+    return {getattr(importlib.import_module(name.rpartition(".")[0]), name.rpartition(".")[2]) for name in named}
+
+
+def test_a_task_folder_whose_class_holds_a_spec_keeps_only_configuration_in_its_yamls():
+    """Hooks and metric lists come from the spec: no ``!function`` but ``class:`` and group aggregations."""
+    from lmms_egoplan.harness.benchmark import TaskSpec
+
+    held = []
+    for folder in sorted(path for path in (CHECKOUT / "tasks").iterdir() if path.is_dir()):
+        if not any(getattr(cls, "SPEC", None) for cls in yaml_classes(folder)):
+            continue
+        held.append(folder.name)
+        for path in (path for path in folder.iterdir() if path.is_file() and path.suffix != ".md"):
+            text = path.read_text()
+            assert not re.findall(rf"^({'|'.join(TaskSpec.KEYS)}):", text, re.MULTILINE), path
+            functions = re.findall(r"^\s*(?:- )?(\w+): !function", text, re.MULTILINE)
+            assert set(functions) <= {"class", "aggregation"}, path
+            assert "aggregation" not in functions or "aggregate_metric_list:" in text, path  # a group's only
+    assert "egothink" in held

@@ -172,6 +172,29 @@ def test_an_unknown_decoding_stops_the_task_before_its_data_loads(tmp_path, monk
         load_tasks(["ego_think_counting"])
 
 
+def test_the_hooks_and_metrics_come_from_the_task_spec_and_a_yaml_that_sets_one_too_is_refused(tmp_path, monkeypatch):
+    from lmms_eval.tasks import TaskManager, get_task_dict
+
+    from lmms_egoplan.core.errors import InputError
+    from lmms_egoplan.egothink import task as egothink
+
+    for name, value in offline_judge_env(write_release(tmp_path / "data"), tmp_path).items():
+        monkeypatch.setenv(name, value)
+    built = load_tasks(["ego_think_counting"])["ego_think_counting"]
+    assert built.config.process_results is egothink.process_results
+    assert built.config.doc_to_visual is egothink.doc_to_visual and built.config.doc_to_target == "answer"
+    assert [(m["metric"], m["higher_is_better"]) for m in built.config.metric_list] == [
+        ("score", True), ("judged", True), ("failed", False)]
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    (folder / "mine.yaml").write_text("task: my_ego_think\ndataset_name: Reasoning_counting\n"
+                                      "class: !function lmms_egoplan.egothink.task.EgoThinkTask\ntest_split: test\n"
+                                      "output_type: generate_until\ndoc_to_target: question\n")
+    with pytest.raises(InputError, match=r"task my_ego_think: doc_to_target come from its benchmark's task spec "
+                                         r"\(lmms_egoplan.egothink.task\); remove them from its YAML"):
+        get_task_dict(["my_ego_think"], TaskManager(include_path=str(folder), include_defaults=False))
+
+
 @pytest.mark.parametrize("settings, message", [
     ({"source": "local"}, r"source is local but EGOTHINK_DATA_ROOT \(metadata.data_root\) \(the release's data folder\)"),
     ({"source": "s3"}, r"EGOTHINK_SOURCE \(metadata.source\) must be 'hub' or 'local', got 's3'"),
