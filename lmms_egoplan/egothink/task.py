@@ -141,6 +141,13 @@ def process_results(doc: dict, results: list) -> dict:
     return {"score": item, "judged": item, "failed": item}
 
 
+METRICS = (
+    Metric("score", judged_score),  # mean judge rating x 100 over successful judgements
+    Metric("judged", judged_count),
+    Metric("failed", failed_count, higher_is_better=False),  # failed calls, answers without a 0 / 0.5 / 1 rating
+)
+
+
 # --- The task, as lmms-eval builds it -----------------------------------------------------------
 
 
@@ -149,11 +156,7 @@ class EgoThinkTask(EgoThinkScoring, JudgedTask):
     (``SPEC``), its YAML the configuration."""
 
     SPEC = TaskSpec(doc_to_visual=doc_to_visual, doc_to_text=doc_to_text, doc_to_messages=doc_to_messages,
-                    doc_to_target="answer", process_results=process_results, metrics=(
-                        Metric("score", judged_score),  # mean judge rating x 100 over successful judgements
-                        Metric("judged", judged_count),
-                        # failed calls and answers without a 0 / 0.5 / 1 rating (excluded from score)
-                        Metric("failed", failed_count, higher_is_better=False)))
+                    doc_to_target="answer", process_results=process_results, metrics=METRICS)
 
     def _prepare_model_specific_config(self):
         # lmms-eval calls this before the data loads and after its model-specific generation_kwargs

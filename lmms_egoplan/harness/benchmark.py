@@ -48,16 +48,16 @@ class Metric:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """What a benchmark's lmms-eval tasks do, as plain functions: the hooks the harness calls on each document, in
+    """What a benchmark's tasks do (its lmms-eval tasks, or its lm-eval baselines), as plain functions: the hooks the harness calls on each document, in
     its order, and the metrics they report. The task YAMLs keep what is configuration (``class:``, ``output_type``,
     ``generation_kwargs``, ``lmms_eval_specific_kwargs``, ``metadata``, group aggregations); the adapter their
     ``class:`` names holds the spec and hands the hooks to the harness (a YAML that sets one of them too is an
     error: one place says what a task does)."""
 
-    doc_to_visual: Callable
     doc_to_text: Callable
     process_results: Callable
     metrics: tuple[Metric, ...]
+    doc_to_visual: Callable | None = None  # none for the text-only baselines (lm-eval)
     doc_to_messages: Callable | None = None
     doc_to_target: str | Callable | None = None
 

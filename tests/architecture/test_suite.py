@@ -161,14 +161,15 @@ def test_a_task_folder_whose_class_holds_a_spec_keeps_only_configuration_in_its_
     from lmms_egoplan.harness.benchmark import TaskSpec
 
     held = []
-    for folder in sorted(path for path in (CHECKOUT / "tasks").iterdir() if path.is_dir()):
+    folders = [path for tree in ("tasks", "lm_eval_tasks") for path in (CHECKOUT / tree).iterdir() if path.is_dir()]
+    for folder in sorted(folders):
         if not any(getattr(cls, "SPEC", None) for cls in yaml_classes(folder)):
             continue
-        held.append(folder.name)
+        held.append(f"{folder.parent.name}/{folder.name}")
         for path in (path for path in folder.iterdir() if path.is_file() and path.suffix != ".md"):
             text = path.read_text()
             assert not re.findall(rf"^({'|'.join(TaskSpec.KEYS)}):", text, re.MULTILINE), path
             functions = re.findall(r"^\s*(?:- )?(\w+): !function", text, re.MULTILINE)
             assert set(functions) <= {"class", "aggregation"}, path
             assert "aggregation" not in functions or "aggregate_metric_list:" in text, path  # a group's only
-    assert "egothink" in held
+    assert {"tasks/egothink", "lm_eval_tasks/egothink"} <= set(held)
