@@ -6,7 +6,7 @@ import argparse
 import sys
 import tempfile
 
-from lmms_egoplan import registry
+from lmms_egoplan import suite
 
 
 def _fail(command: str, message: str) -> int:
@@ -30,7 +30,7 @@ def _smoke(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from lmms_egoplan.report import write_report
 
-    report = write_report(args.results, args.output, registry.report_faces(), all_runs=args.all_runs)
+    report = write_report(args.results, args.output, suite.report_faces(), all_runs=args.all_runs)
     for line in report.lines:
         print(line)
     print(f"Report: {report.markdown} (and {report.html.name}, {len(report.files)} tables and figures beside it)")
@@ -60,7 +60,7 @@ def _rejudge(args: argparse.Namespace) -> int:
     settings = {task: _judge_settings(args, recorded_judge(logged, task)) for task in logged.columns}
     judges = {each: answering_judge(each) for each in dict.fromkeys(settings.values())}
     scores = rejudge_samples(logged, {task: judges[each] for task, each in settings.items()}, args.output,
-                             group_scores=registry.group_scores)
+                             group_scores=suite.group_scores)
     rows = [(task, metric, format_value(value)) for task, row in scores.items()
             for metric, value in row.items() if isinstance(value, (int, float)) or value is None]
     print(format_table(("task", "metric", "value"), rows))
@@ -127,7 +127,7 @@ def _smoke_arguments(smoke: argparse.ArgumentParser) -> None:
     smoke.add_argument("--arch", default=DEFAULT_ARCH, choices=ARCHITECTURES, metavar="ARCH",
                        help=f"tiny checkpoint architecture: {', '.join(ARCHITECTURES)} (default: {DEFAULT_ARCH}); a "
                             f"text-only one runs the text-only baselines through lm-eval and says what it leaves out")
-    smoke.add_argument("--benchmark", action="append", choices=[entry.name for entry in registry.BENCHMARKS],
+    smoke.add_argument("--benchmark", action="append", choices=[entry.name for entry in suite.BENCHMARKS],
                        help="run only this benchmark's tasks (repeatable; default: all)")
     smoke.set_defaults(handler=_smoke)
 
@@ -175,7 +175,7 @@ def _report_arguments(report: argparse.ArgumentParser) -> None:
     report.set_defaults(handler=_report)
 
 
-# name -> (help, how to add its arguments): the suite's, then the benchmarks' (registry.commands).
+# name -> (help, how to add its arguments): the suite's, then the benchmarks' (suite.commands).
 # Only the command being run gets its arguments (and imports what they need), so that
 # `lmms-egoplan --help` answers at once.
 COMMANDS = {
@@ -188,7 +188,7 @@ COMMANDS = {
     "judge-agreement": ("rate a finished run's answers with a second judge and measure how far the two agree (scores "
                         "with 95% intervals, exact agreement, weighted kappa, the answers they disagree on most)",
                         _judge_agreement_arguments),
-    **registry.commands(),
+    **suite.commands(),
 }
 
 
@@ -222,9 +222,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from lmms_egoplan.core.errors import InputError, StorageError
+    from lmms_egoplan.judge.rubrics import register_rubrics
 
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
+    register_rubrics(suite.rubrics())  # the commands read judged items that name them (rejudge, report, ...)
     try:
         return args.handler(args)
     except (InputError, FileNotFoundError) as error:  # bad data, settings or paths: what to fix, no traceback

@@ -35,6 +35,7 @@ from lmms_egoplan.core import media
 from lmms_egoplan.core.settings import resolve_settings
 from lmms_egoplan.demo.kit.media import read_index, write_video
 from lmms_egoplan.egoplan import data as egoplan_data
+from lmms_egoplan.egoplan import settings as egoplan_settings
 from lmms_egoplan.egoplan import task as egoplan
 
 FPS = 30
@@ -58,7 +59,7 @@ def write_data(root: Path, questions: int, seconds: int, size: tuple[int, int] =
                         "golden_choice_idx": "A", "current_observation_frame": observation,
                         "task_progress_metadata": actions})
     (root / "EgoPlan_validation.json").write_text(json.dumps(records))
-    settings = resolve_settings(egoplan.EgoPlanSettings, task="bench", metadata={}, env_prefix="EGOPLAN", environ={
+    settings = resolve_settings(egoplan_settings.EgoPlanSettings, task="bench", metadata={}, env_prefix="EGOPLAN", environ={
         "EGOPLAN_ANNOTATION_FILE": str(root / "EgoPlan_validation.json"),
         "EGOPLAN_EGO4D_VIDEOS_ROOT": str(root / "videos"), "EGOPLAN_FRAME_SAMPLING": frame_sampling})
     return egoplan_data.load_samples(settings, labelled=True).docs

@@ -28,6 +28,7 @@ from PIL import Image
 from lmms_egoplan.core.media import EPIC_FRAME_TEMPLATE
 from lmms_egoplan.core.settings import resolve_settings
 from lmms_egoplan.egoplan import data as egoplan_data
+from lmms_egoplan.egoplan import settings as egoplan_settings
 from lmms_egoplan.egoplan import task as egoplan
 
 FRAME_SIZE = (456, 256)  # EPIC-KITCHENS-100 rgb_frames
@@ -96,7 +97,7 @@ def measure(root: Path, visual_source: str) -> tuple[float, float, float, int]:
     environ = {"EGOPLAN_ANNOTATION_DIR": str(root / "annotations"), "EGOPLAN_EPIC_FRAMES_ROOT": str(root / "epic"),
                "EGOPLAN_EGO4D_VIDEOS_ROOT": str(root / "ego4d"), "EGOPLAN_CLIPS_DIR": str(root / "clips"),
                "EGOPLAN_VISUAL_SOURCE": visual_source}
-    settings = resolve_settings(egoplan.EgoPlanSettings, task="bench", metadata={"annotation_file": "EgoPlan_validation.json"},
+    settings = resolve_settings(egoplan_settings.EgoPlanSettings, task="bench", metadata={"annotation_file": "EgoPlan_validation.json"},
                                 env_prefix="EGOPLAN", environ=environ)
     docs = egoplan_data.load_samples(settings, labelled=True).docs  # checked once here; timed below
     checks, headers, decodes = [], [], []

@@ -47,7 +47,7 @@ def test_the_scripted_model_answers_the_most_specific_key_and_flags_unknown_prom
 def test_the_scripted_judges_read_reference_and_answer_from_the_benchmarks_judge_prompts(tmp_path):
     from lmms_egoplan.egointent import task as egointent_task
     from lmms_egoplan.egointent.data import DIMENSIONS as INTENT_FIELDS
-    from lmms_egoplan.egothink import task as egothink_task
+    from lmms_egoplan.egothink import protocol as egothink_task_protocol
 
     think = egothink.scripted_answers(tmp_path, per_dimension=2)
     intent = egointent.scripted_answers(tmp_path / "EgoIntent")
@@ -55,7 +55,7 @@ def test_the_scripted_judges_read_reference_and_answer_from_the_benchmarks_judge
     record = egothink.synthetic_records(next(iter(egothink.DIMENSIONS.values())), 2)[1]
     doc = {"id": "x", "question": record["question"], "answer": record["answer"]}
     for kind, rating in egothink.SCRIPTED_RATINGS.items():
-        prompt = egothink_task.judge_request(doc, egothink.scripted_answer(record["answer"], kind)).messages[-1]["content"]
+        prompt = egothink_task_protocol.judge_request(doc, egothink.scripted_answer(record["answer"], kind)).messages[-1]["content"]
         assert judge(call(prompt)).text.endswith(f"Rating: [[{rating}]]")
     steps = egointent.released_steps()
     for number in range(len(egointent.SCRIPTED_STEPS)):  # the local intent of each kind of scripted answer
@@ -65,7 +65,7 @@ def test_the_scripted_judges_read_reference_and_answer_from_the_benchmarks_judge
         prediction = egointent.field_answer(step["local_intent"], kind)
         prompt = egointent_task.judge_request(step, INTENT_FIELDS[0], prediction).messages[-1]["content"]
         assert judge(call(prompt)).text.endswith(f"Rating: [[{egointent.SCRIPTED_RATINGS[kind]}]]")
-    unknown = egothink_task.judge_request(doc, "an answer nobody scripted").messages[-1]["content"]
+    unknown = egothink_task_protocol.judge_request(doc, "an answer nobody scripted").messages[-1]["content"]
     assert "[[" not in judge(call(unknown)).text  # no rating: the judgement fails and is counted
 
 

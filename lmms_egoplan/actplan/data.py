@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from lmms_egoplan.catalogue import entry
 from lmms_egoplan.core.errors import DatasetProblems, InputError
 from lmms_egoplan.core.files import inside_root, read_text
 from lmms_egoplan.core.media import IMAGES_DECODED_AT_LOAD, image_problems
 from lmms_egoplan.core.settings import SettingsError, setting_name
 
-ENV_PREFIX = "ACTPLAN"  # settings are overridden by environment variables ACTPLAN_<SETTING>
+ENV_PREFIX = entry("actplan").env_prefix  # settings are overridden by environment variables ACTPLAN_<SETTING>
 GOLD_CHOICES = ("first", "best")  # which gold plan a prediction is scored against; the first is the default
 
 # ---------------------------------------------------------------------------------------------

@@ -4,16 +4,18 @@ layout of its Tables 4 and 6, and normal vs counterfactual beside the published 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lmms_egoplan.actplan.data import SPLITS
 from lmms_egoplan.report.figures import (
     PUBLISHED_COLOUR,
-    Figure,
     bars,
     colour,
     footnote,
     is_horizontal,
     legend_above,
     mark_unscored,
+    new_figure,
     no_data,
     run_labels,
     unscored_notes,
@@ -22,6 +24,9 @@ from lmms_egoplan.report.figures import (
 from lmms_egoplan.report.layout import Breakdown, Column, ReportFace, TableLayout, percent_column, published_rows
 from lmms_egoplan.report.metric_roles import FRACTION, STEPS, Unit
 from lmms_egoplan.report.tables import Table
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 IMAGES, TEXT_ONLY = "images", "text only"  # a row's input
 
@@ -33,7 +38,7 @@ def actplan_splits(table: Table) -> Figure:
     normal, counterfactual, overall = (metrics.index(m) for m in ("norm_lcs_normal", "norm_lcs_counterfactual", "norm_lcs"))
     rows = table.user_rows
     labels = run_labels(rows)
-    figure = Figure(figsize=(13, 5.5), layout="constrained")
+    figure = new_figure(figsize=(13, 5.5), layout="constrained")
     splits, inputs = figure.subplots(1, 2, width_ratios=(3, 2))
     splits.set_title("ActPlan-1K normalised LCS: normal vs counterfactual", fontsize=10)
     published = [row for row in table.rows if row.published and isinstance(row.values[overall], (int, float))]

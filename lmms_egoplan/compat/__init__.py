@@ -87,7 +87,7 @@ What a run learns as it goes (the response cache it opened, why it must exit non
 ``lmms_egoplan.core.run_state.RUN``.
 
 lmms-eval loads the suite's model entry point in every run once the suite is installed; the entry
-point registers the backends' manifests and calls ``switches.on_entry_point_load``, which does
+point registers the backends' manifests and calls ``switches.switch_on(ENTRY_POINT_LOADED)``, which does
 nothing, and imports nothing more, unless the run names the suite (``run_names_suite``: it reads
 ``sys.argv``, the environment, a ``--config`` file and the task YAMLs as text). A run that names none
 of the suite behaves as lmms-eval alone and costs what it costs without the suite (tests check both).
@@ -148,11 +148,6 @@ def switched_off(workaround: str, environ: Mapping[str, str] = os.environ) -> bo
 # The suite's backends (lmms_egoplan.models.AVAILABLE_MODELS), named here: this package imports nothing of the
 # suite while lmms-eval loads the entry point.
 SUITE_BACKENDS = ("egoplan_hf", "egoplan_server")
-
-# lmms-eval built-in tasks that the suite implements as their papers define them: a built-in name
-# (a name, or a prefix ending in "_" that stands for every name it starts) -> the suite's task,
-# filled by the benchmark registry (``lmms_egoplan.registry``; this package imports nothing of the suite).
-SUITE_COUNTERPARTS: dict[str, str] = {}
 
 def is_lmms_eval_cli(argv: Sequence[str] | None = None) -> bool:
     """Whether this process runs lmms-eval's CLI: ``lmms-eval ...``, or ``python -m lmms_eval ...`` (what

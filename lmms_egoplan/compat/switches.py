@@ -8,8 +8,22 @@ from __future__ import annotations
 
 from lmms_egoplan.compat import is_lmms_eval_cli, run_names_suite, suite_plugin_enabled
 
+ENTRY_POINT_LOADED = "entry point loaded"  # lmms-eval loads the suite's model entry point (every run)
+SUITE_USED = "suite used"  # a suite task or the suite's backend is built: this run uses the suite
 
-def on_entry_point_load() -> None:
+
+def switch_on(moment: str) -> None:
+    """The one place the suite's lmms-eval workarounds are switched on, at ``moment``: when lmms-eval loads
+    the suite's entry point (``ENTRY_POINT_LOADED``: ``lmms_egoplan.models.model_manifests``), and when a
+    suite task or backend is built (``SUITE_USED``). What each moment switches on, and for which runs:
+    ``_on_entry_point_load``, ``_on_suite_use`` and the table of ``lmms_egoplan.compat``."""
+    moments = {ENTRY_POINT_LOADED: _on_entry_point_load, SUITE_USED: _on_suite_use}
+    if moment not in moments:
+        raise ValueError(f"no moment {moment!r} to switch workarounds on (known: {', '.join(moments)})")
+    moments[moment]()
+
+
+def _on_entry_point_load() -> None:
     """Called when lmms-eval loads the suite's model entry point, i.e. in every lmms-eval run once
     the suite is installed: only runs that name the suite (``LMMS_EVAL_PLUGINS``, or lmms-eval's command
     line naming a suite backend or task: ``run_names_suite``, which reads the command line and the
@@ -39,7 +53,7 @@ def on_entry_point_load() -> None:
     record_in_results()
 
 
-def on_suite_use() -> None:
+def _on_suite_use() -> None:
     """Called when a suite task or the suite's backend is built: this run uses the suite."""
     from lmms_egoplan.compat.durability import (
         fail_runs_with_failed_tasks,

@@ -11,9 +11,9 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from loguru import logger
 
+from lmms_egoplan.catalogue import suite_counterparts
 from lmms_egoplan.compat import (
     SUITE_BACKENDS,
-    SUITE_COUNTERPARTS,
     SUITE_PLUGIN,
     affected_release,
     lmms_eval_source,
@@ -195,10 +195,11 @@ def hint_suite_counterparts(names: list[str], matched: list, suite_tasks: set[st
     return lines
 
 def suite_counterpart(name: str) -> str | None:
-    """The suite's task for an lmms-eval built-in's name (``SUITE_COUNTERPARTS``), or None."""
-    if name in SUITE_COUNTERPARTS:
-        return SUITE_COUNTERPARTS[name]
-    for prefix, replacement in SUITE_COUNTERPARTS.items():
+    """The suite's task for an lmms-eval built-in's name (``catalogue.suite_counterparts``), or None."""
+    counterparts = suite_counterparts()
+    if name in counterparts:
+        return counterparts[name]
+    for prefix, replacement in counterparts.items():
         if prefix.endswith("_") and name.startswith(prefix):
             return replacement + name[len(prefix):]
     return None

@@ -21,19 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence, TextIO
 
+from lmms_egoplan import catalogue
 from lmms_egoplan.core.text_tables import format_table, format_value
 from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun, EvalRunError, run_lm_eval, run_lmms_eval
 from lmms_egoplan.demo.kit.scripted import ScriptedAnswers, differences, reported_metrics, scripted_environment
 from lmms_egoplan.demo.kit.suite import SmokeSuite
-from lmms_egoplan.registry import LM_EVAL_TASKS, benchmark, load, report_faces
+from lmms_egoplan.judge.rubrics import register_rubrics
 from lmms_egoplan.report import write_report
 from lmms_egoplan.report.layout import ReportFace
 from lmms_egoplan.report.metric_roles import Unit, natural_order, unscored_reason
+from lmms_egoplan.suite import benchmark, report_faces, rubrics
 
 
 def suites() -> dict[str, Callable[[Path, ExitStack], SmokeSuite]]:
     """Each benchmark's demo, by its name: the function of its module here (named as the benchmark) building its
-    synthetic data (and whatever it needs, e.g. a loopback judge) and returning a SmokeSuite; in the registry's
+    synthetic data (and whatever it needs, e.g. a loopback judge) and returning a SmokeSuite; in the catalogue's
     order. Imported when the demo runs (``lmms-egoplan smoke --help`` loads none of them)."""
     from lmms_egoplan.demo import actplan, egointent, egoplan, egoplan_bench2, egothink
 
@@ -90,7 +92,7 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
                 continue
             log_dir = workdir / "logs" / name
             log_dirs.append(log_dir)
-            plan = plan or ArchPlan(False, suite.tasks or benchmark(name).tasks)
+            plan = plan or ArchPlan(False, suite.tasks or catalogue.entry(name).tasks)
             print(f"[{name}] {plan.harness} --model {plan.model} --tasks {','.join(plan.tasks)} ...", file=out,
                   flush=True)
             started = time.monotonic()
@@ -117,6 +119,7 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
     results_dirs = [d for d in log_dirs
                     if any(next(d.rglob(pattern), None) for pattern in ("*_results.json", "results_*.json"))]
     if results_dirs:
+        register_rubrics(rubrics())  # the report reads judged items that name them
         report = write_report(results_dirs, workdir / "report", report_faces())
         print(f"Report of these runs (tables beside the published rows, figures, HTML): {report.markdown}", file=out)
     if failures:
@@ -148,7 +151,7 @@ def arch_plan(arch: str, name: str) -> ArchPlan:
     videos every lmms-eval task of the suite shows it, the benchmark's text-only baselines (lm-eval), if any."""
     from lmms_egoplan.demo.kit.checkpoints import TEXT_ONLY_ARCHITECTURES
 
-    entry = benchmark(name)
+    entry = catalogue.entry(name)
     if arch not in TEXT_ONLY_ARCHITECTURES:
         return ArchPlan(False, entry.tasks)
     shown = (f"its lmms-eval tasks ({', '.join(entry.tasks)}) show the model images or videos, which the text-only "
@@ -166,7 +169,7 @@ def run_plan(plan: ArchPlan, checkpoint: Path, log_dir: Path, suite: SmokeSuite,
     limited = ("--limit", str(limit)) if limit else ()
     if plan.text_only:
         return run_lm_eval(model_args=f"pretrained={checkpoint},dtype=float32", tasks=plan.tasks, output_dir=log_dir,
-                           include_path=resources.files(LM_EVAL_TASKS), env=suite.env, extra_args=limited)
+                           include_path=resources.files(catalogue.LM_EVAL_TASKS), env=suite.env, extra_args=limited)
     return run_lmms_eval(model=MODEL, model_args=f"pretrained={checkpoint}", tasks=plan.tasks, output_dir=log_dir,
                          env=suite.env, extra_args=(*suite.cli_args, *limited))
 
@@ -195,7 +198,7 @@ def print_tables(random_runs: Mapping[str, EvalRun], scripts: Mapping[str, Scrip
     for name, run in random_runs.items():
         script = scripts.get(name) if scripted_run is not None else None
         scripted = _subset(scripted_run, script) if script else None
-        face = load(benchmark(name).report_face)
+        face = benchmark(name).report_face
         print("\n" + task_table([(run.results, ""), *([(scripted, SCRIPTED)] if script else [])], face), file=out)
         if not script:
             continue

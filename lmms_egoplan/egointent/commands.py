@@ -12,7 +12,7 @@ from lmms_egoplan.core.arguments import allow_paths_outside_root_argument
 
 def _check(args: argparse.Namespace) -> int:
     from lmms_egoplan.egointent.data import describe_steps, load_samples
-    from lmms_egoplan.egointent.task import EgoIntentSettings
+    from lmms_egoplan.egointent.protocol import EgoIntentSettings
 
     settings = EgoIntentSettings(annotations=args.annotations, data_layout=args.data_layout, video_root=args.video_root,
                                  sample_fps=args.sample_fps, max_frames=args.max_frames,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from lmms_egoplan.catalogue import entry
 from lmms_egoplan.core.errors import DatasetProblems, InputError
 from lmms_egoplan.core.files import inside_root, read_jsonl, read_text
 from lmms_egoplan.core.media import (
@@ -32,7 +33,7 @@ from lmms_egoplan.core.media import (
 )
 from lmms_egoplan.core.settings import setting_name
 
-ENV_PREFIX = "EGOINTENT"  # settings are overridden by environment variables EGOINTENT_<SETTING>
+ENV_PREFIX = entry("egointent").env_prefix  # settings are overridden by environment variables EGOINTENT_<SETTING>
 
 
 # =============================================================================================

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import math
 from statistics import mean
+from typing import TYPE_CHECKING
 
 from lmms_egoplan.egointent.data import DIMENSIONS, ENVIRONMENTS, FIELDS, FORMER_FIELDS, SCENARIO
-from lmms_egoplan.report.figures import Figure, footnote, no_data, run_labels, unscored_notes
+from lmms_egoplan.report.figures import footnote, new_figure, no_data, run_labels, unscored_notes
 from lmms_egoplan.report.layout import Breakdown, Column, ReportFace, TableLayout, published_rows
 from lmms_egoplan.report.metric_roles import SCORE_0_100
 from lmms_egoplan.report.tables import Row, Table
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 SCENARIO_PREFIX = f"{SCENARIO}_"  # of a scenario's metric (data.scenario_metric)
 
@@ -37,7 +41,7 @@ def egointent_scenarios(table: Table) -> Figure:
         return value if isinstance(value, (int, float)) else math.nan
 
     label_width = max((len(label) for label, _ in drawn), default=10) * 0.075
-    figure = Figure(figsize=(max(7.0, 2.5 + label_width + 0.8 * len(scenarios)), 2.6 + 0.45 * max(len(drawn), 1)),
+    figure = new_figure(figsize=(max(7.0, 2.5 + label_width + 0.8 * len(scenarios)), 2.6 + 0.45 * max(len(drawn), 1)),
                     layout="constrained")
     axes = figure.subplots()
     axes.set_title("EgoIntent overall score by scenario", fontsize=10)

@@ -43,77 +43,38 @@ import ast
 import itertools
 import json
 import re
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from lmms_eval.api.task import ConfigurableMessagesTask
 from loguru import logger
 
 from lmms_egoplan.core.media import VideoFile, as_video_frames, frame_times
-from lmms_egoplan.core.settings import SettingsError, setting, setting_name, value_problems
+from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.core.statistics import largest
+from lmms_egoplan.egointent.benchmark import EGOINTENT
 from lmms_egoplan.egointent.data import (
-    DEFINITIONS,
     DIMENSIONS,
     ENV_PREFIX,
     FIELDS,
-    LAYOUTS,
-    LONGER_CLIPS,
-    NEXT_STEP_REFERENCES,
     Dimension,
     load_samples,
     longer_clips_summary,
     scenario_metric,
 )
+from lmms_egoplan.egointent.protocol import (
+    ALSO_ACCEPTABLE,
+    JUDGE_SYSTEM,
+    OR_ALSO_ACCEPTABLE,
+    RUBRIC_NAMES,
+    EgoIntentSettings,
+    judge_template,
+)
 from lmms_egoplan.harness.judged import JudgedTask, judged_score
 from lmms_egoplan.judge import (
     FixedRating,
     JudgeRequest,
-    JudgeSettings,
-    Rubric,
-    bracket_rating,
     judge_parts_item,
-    register_rubric,
 )
-
-
-@dataclass(frozen=True)
-class EgoIntentSettings(JudgeSettings):
-    """``metadata:`` keys of the task YAML; environment variables ``EGOINTENT_<NAME>`` override them."""
-
-    # The release folder as downloaded (<indoor|outdoor>/<scene>/<event>/step_label.json), or a flat
-    # annotation file (.json list or .jsonl); required.
-    annotations: Optional[Path] = None
-    data_layout: str = setting("auto", choices=LAYOUTS)  # auto: a folder is the release, a file the flat format
-    # The flat format: where `video` paths and `video_uid`s resolve; default: the annotation file's folder.
-    video_root: Optional[Path] = None
-    sample_fps: float = setting(6.0, above=0)  # frames per second sampled from each clip (the paper: 6)
-    # cap per clip, longer clips subsampled uniformly below sample_fps (counted: capped_samples); none: the paper's rule
-    max_frames: Optional[int] = setting(32, minimum=1)
-    video_input: bool = True  # frames as one video (video-capable backends) or as separate images
-    frame_max_side: Optional[int] = setting(None, minimum=1)  # downscale frames so that their longer side is at most this
-    # Read videos that a record places outside video_root (an absolute `video`, "..", a symlink out).
-    allow_paths_outside_root: bool = False
-    skip_missing: bool = False  # skip steps whose video is unusable (counted: skipped_samples) instead of failing
-    # A release clip longer than its window (obs_end_time - start_time) by more than a frame: show the window that
-    # ends at the clip's end, the one from its first frame (versions 1-3), or stop (error).
-    longer_clips: str = setting("end", choices=LONGER_CLIPS)
-    # What the judge compares a Next-Plan with: the observed next step, or it and the release's plausible next steps.
-    next_step_references: str = setting("observed", choices=NEXT_STEP_REFERENCES)
-    # What the model is asked and the judge told: the release's definitions, in the authors' prediction prompts
-    # (default), or v1: the suite's prompt and judge up to task version 3 (arXiv v1's definitions).
-    definitions: str = setting("release", choices=DEFINITIONS)
-    # Show the model the sample id <video_uid>_<step_id> (whose step ordinal tells the position in the event);
-    # the authors' prompt shows none. Version 3's prompt: definitions v1 with show_step_id true.
-    show_step_id: bool = False
-
-    def check_sampling(self, name: Callable[[str], str]) -> None:
-        """Fail early on a frame plan that cannot work (``lmms-egoplan egointent-steps``; inside
-        lmms-eval, ``resolve_settings`` checks). ``name`` says how the user sets a field."""
-        if problems := value_problems(self, name):
-            raise SettingsError("; ".join(problems))
-
 
 # =============================================================================================
 # The task
@@ -125,6 +86,7 @@ class EgoIntentTask(JudgedTask):
 
     Settings = EgoIntentSettings
     ENV_PREFIX = ENV_PREFIX
+    RUBRICS = EGOINTENT.rubrics
 
     @property
     def JUDGE_RUBRIC(self) -> str:  # noqa: N802 (the judged task's attribute, here by the setting)
@@ -416,67 +378,6 @@ def _clean(value: str) -> str:
 # 3. Results: judging (this suite's reconstruction; the authors publish no judge prompt)
 # =============================================================================================
 
-JUDGE_SYSTEM = ("You are a careful evaluator of egocentric video understanding. You compare a model's prediction "
-                "with a human-annotated reference for one dimension of a person's intent and rate how consistent "
-                "their meanings are.")
-JUDGE_PROMPT = """Dimension: {label}, {definition}.
-
-Reference: {reference}
-{also_acceptable}Prediction: {prediction}
-
-Rate how consistent the prediction is in meaning with the reference{or_also_acceptable} for this dimension, on an integer scale from 0 to 10:
-10: the same meaning (the wording may differ)
-7-9: the same intent, with minor differences in detail or specificity
-4-6: partly consistent: related, but the object, the purpose or the level of abstraction differs
-1-3: mostly inconsistent: only a loose connection to the reference
-0: unrelated or contradictory
-Rate meaning, not wording. A prediction that answers another dimension ({other_dimension}) is not consistent.
-Explain your judgement in one sentence, then give the rating as "Rating: [[x]]"."""
-# What answering another dimension means, by the setting definitions: the release's Next-Plan allows the
-# immediate continuation of an unfinished action (3528dc9 prompts/benchmark_prediction_system.txt), v1's did not.
-OTHER_DIMENSION = {"release": "the visible motion instead of its goal",
-                   "v1": "the visible motion instead of its goal, the current step instead of the next one"}
-# Where the judge sees the release's plausible next steps (next_step_references: observed_and_plausible).
-ALSO_ACCEPTABLE = "Also acceptable: {answers}\n"
-OR_ALSO_ACCEPTABLE = " (or with one of the answers also acceptable)"
-JUDGE_SCALE = tuple(range(11))
-_THINKING = re.compile(r"<think>.*?</think>", re.DOTALL)
-_RATING = bracket_rating(JUDGE_SCALE)
-
-
-def parse_judge_rating(text: str) -> float:
-    """The 0-10 rating of a judge answer (``Rating: [[x]]``); a Qwen3 ``<think>`` block is skipped."""
-    if "<think>" in text and "</think>" not in text:
-        raise ValueError("the judge's reasoning never ended (raise judge_max_tokens)")
-    return _RATING(_THINKING.sub("", text))
-
-
-
-
-# Where a judge prompt holds the prediction (judge-agreement's excerpts)
-ANSWER_PATTERN = r"\nPrediction: (?P<answer>.*?)\n\nRate how consistent"
-
-
-def judge_template(definitions: str) -> str:
-    """The judge prompt of the setting ``definitions``, its {placeholders} for one field left."""
-    return JUDGE_PROMPT.replace("{other_dimension}", OTHER_DIMENSION[definitions])
-
-
-def _rubric(definitions: str) -> Rubric:
-    """0-10 ratings, reported on 0-100 like Table 3; identified by the judge prompt of ``definitions``
-    (its hash changes with any change of the prompt or of a definition)."""
-    prompt = "\n\n".join([JUDGE_SYSTEM, judge_template(definitions),
-                           *(f"{d.label}: {d.definitions[definitions]}" for d in DIMENSIONS)])
-    return Rubric(parse_judge_rating, scale=10.0, levels=JUDGE_SCALE, version="1", prompt=prompt,
-                  answer_pattern=ANSWER_PATTERN)
-
-
-# The names their judged items (and logs) carry: "egointent" stays the judge of versions 1-3 (v1's definitions),
-# so that older logs keep their judge's identity.
-RUBRICS = {definitions: _rubric(definitions) for definitions in DEFINITIONS}
-RUBRIC_NAMES = {"release": register_rubric("egointent_release", RUBRICS["release"]),
-                "v1": register_rubric("egointent", RUBRICS["v1"])}
-RUBRIC, RUBRIC_NAME = RUBRICS["release"], RUBRIC_NAMES["release"]  # the default's
 MISSING = FixedRating(0.0, "the answer has no such field")
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lmms_egoplan.catalogue import entry
 from lmms_egoplan.core import media, seed_bench_r1
 from lmms_egoplan.core.embeddings import cosine_similarities
 from lmms_egoplan.core.errors import DatasetProblems, InputError
@@ -27,7 +28,7 @@ from lmms_egoplan.core.media import LoadedSamples, MissingMedia
 from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.core.statistics import ValueBin, bin_of, equal_size_levels, parse_bins
 
-ENV_PREFIX = "EGOPLAN"  # settings are overridden by environment variables EGOPLAN_<SETTING>
+ENV_PREFIX = entry("egoplan").env_prefix  # settings are overridden by environment variables EGOPLAN_<SETTING>
 CHOICE_LETTERS = "ABCD"
 VIDEO_SOURCES = {"EpicKitchens": "epic_kitchens", "Ego4D": "ego4d"}  # record value -> metric suffix
 CLIP_EXTENSIONS = (".mp4", ".MP4", ".mkv", ".webm")

@@ -6,13 +6,14 @@ Figures 7-8 (accuracy by task-progress length and by goal-answer similarity leve
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from lmms_egoplan.egoplan.data import CHOICE_LETTERS, SIMILARITY_LEVELS
 from lmms_egoplan.report.figures import (
-    Figure,
     accuracy_bars,
     footnote,
     legend_above,
+    new_figure,
     run_labels,
     unscored_notes,
 )
@@ -29,6 +30,9 @@ from lmms_egoplan.report.layout import (
 from lmms_egoplan.report.metric_roles import natural_order
 from lmms_egoplan.report.tables import Table
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 _PROGRESS = re.compile(r"^accuracy_progress_\d+_(?:\d+|plus)$")
 
 
@@ -42,7 +46,7 @@ def egoplan_breakdowns(table: Table) -> Figure:
     """Accuracy by task-progress length and by goal-answer similarity level (the paper's Figures 7-8):
     one bar per run and bin with its sample count and 95% interval, and the chance line."""
     labels = run_labels(table.user_rows)
-    figure = Figure(figsize=(12, 5), layout="constrained")
+    figure = new_figure(figsize=(12, 5), layout="constrained")
     drawn = [(label, row) for label, row in zip(labels, table.user_rows)
              if row.run.metrics.get(row.task, {}).get("accuracy") is not None and not any(row.unscored)]
     all_metrics = {k: v for _, row in drawn for k, v in row.run.metrics[row.task].items()}

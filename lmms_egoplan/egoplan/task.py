@@ -39,23 +39,20 @@ import json
 import string
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from loguru import logger
 from PIL import Image
 
-from lmms_egoplan.core import media, request_options, seed_bench_r1
+from lmms_egoplan.core import media, seed_bench_r1
 from lmms_egoplan.core.files import write_atomically
 from lmms_egoplan.core.letter_choice import extract_choice
 from lmms_egoplan.core.request_options import LOSS_MEAN, SCORED_SPAN
-from lmms_egoplan.core.settings import setting, setting_name
+from lmms_egoplan.core.settings import setting_name
 from lmms_egoplan.core.statistics import count, largest
 from lmms_egoplan.egoplan.data import (
     CHOICE_LETTERS,
-    DATA_SOURCES,
     ENV_PREFIX,
-    FRAME_SAMPLINGS,
     PACKAGE_KIND,
     SIMILARITY_LEVELS,
     VIDEO_SOURCES,
@@ -68,51 +65,8 @@ from lmms_egoplan.egoplan.data import (
     progress_bins,
     video_indices,
 )
+from lmms_egoplan.egoplan.settings import EgoPlanSettings
 from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask
-
-
-@dataclass(frozen=True)
-class EgoPlanSettings:
-    """Where the data is and how the visual input is built (tasks/egoplan/README.md, Settings)."""
-
-    # "official": the release's annotation files and media (visual_source); "seed_bench_r1": Val as Levels 1-2 of
-    # the TencentARC/SEED-Bench-R1 package (re-encoded progress clips and observation images, not the release's frames).
-    data_source: str = setting("official", choices=DATA_SOURCES)
-    seed_bench_r1_root: str = ""  # the package folder: annotations/, videos/, images/
-    # Annotation JSON: an absolute path, or a file name inside annotation_dir (set per task).
-    annotation_file: str = ""
-    annotation_dir: str = ""
-    # "raw": EPIC-KITCHENS frame folders + Ego4D videos; "clips": <clips_dir>/<sample_id>.mp4.
-    visual_source: str = setting("raw", choices=("raw", "clips"))
-    epic_frames_root: str = ""  # <root>/<participant>/rgb_frames/<video_id>/frame_%010d.jpg
-    ego4d_videos_root: str = ""  # <root>/<video_id>.mp4
-    ego4d_annotation_fps: float = setting(30.0, above=0)  # frame rate EgoPlan's Ego4D frame numbers count in
-    # frame rate EPIC-KITCHENS frame numbers count in; none: each video's own (egoplan.data.epic_frame_rate)
-    epic_annotation_fps: float | None = setting(None, above=0)
-    clips_dir: str = ""
-    # "official": one clip of num_frames frames, the observation last; "uniform": num_frames over the
-    # progress, then the observation as an image; "keyframes": appendix C.1, the last keyframe_segments
-    # completed actions x keyframes_per_segment frames, then the observation as an image.
-    frame_sampling: str = setting("official", choices=FRAME_SAMPLINGS)
-    num_frames: int = setting(8, minimum=1)
-    keyframe_segments: int = setting(4, minimum=1)
-    keyframes_per_segment: int = setting(8, minimum=1)
-    max_side: int | None = setting(None, minimum=1)  # downscale frames so the longer side is at most this
-    # Frames and images decoded in full before the model loads, spread over the data (every one's first and
-    # last bytes are checked): core.media.image_problems
-    images_decoded_at_load: int = setting(media.IMAGES_DECODED_AT_LOAD, minimum=0)
-    skip_missing: bool = False  # skip samples whose media are missing (count reported) instead of failing
-    # Read media that a record's video_id places outside its root folder (absolute, "..", a symlink out).
-    allow_paths_outside_root: bool = False
-    progress_length_bins: str = "0-4,5-9,10-14,15+"
-    similarity_model: str = ""  # sentence-transformers model for goal-answer similarity; "" = all-MiniLM-L6-v2
-    # Likelihood tasks: "answer_and_end_of_turn" (the official loss) or "answer" (lmms-eval's convention).
-    scored_tokens: str = setting(request_options.ANSWER_AND_END_OF_TURN,
-                                 choices=(request_options.ANSWER_AND_END_OF_TURN, request_options.ANSWER))
-    # Likelihood tasks: a candidate's loss is the mean over "every_scored_token" (default), or, as the
-    # official code computes it, the summed loss over the "nonzero_loss_tokens" (README, Fidelity).
-    loss_mean: str = setting(request_options.EVERY_SCORED_TOKEN, choices=LOSS_MEAN.values)
-
 
 # =============================================================================================
 # Tasks

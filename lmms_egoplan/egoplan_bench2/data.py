@@ -21,13 +21,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lmms_egoplan.catalogue import entry
 from lmms_egoplan.core import seed_bench_r1
 from lmms_egoplan.core.errors import DatasetProblems, InputError
 from lmms_egoplan.core.files import inside_root, read_json_list
 from lmms_egoplan.core.media import LoadedSamples, MissingMedia, video_problems
 from lmms_egoplan.core.settings import SettingsError, setting_name
 
-ENV_PREFIX = "EGOPLAN2"  # settings are overridden by environment variables EGOPLAN2_<SETTING>
+ENV_PREFIX = entry("egoplan_bench2").env_prefix  # settings are overridden by environment variables EGOPLAN2_<SETTING>
 CHOICE_LETTERS = "ABCD"
 # The paper's four domains (§3.1), in the order its tables and later papers' print them; each record names one.
 DOMAINS = ("Daily life", "Hobbies", "Recreation", "Work")

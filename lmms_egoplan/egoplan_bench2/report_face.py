@@ -6,17 +6,22 @@ its own row; per-scenario accuracy, with its counts and intervals, in a figure."
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lmms_egoplan.egoplan_bench2.data import CHOICE_LETTERS, DOMAINS, metric_label
 from lmms_egoplan.report.figures import (
     PUBLISHED_COLOUR,
-    Figure,
     accuracy_bars,
     footnote,
     legend_above,
+    new_figure,
     run_labels,
     unscored_notes,
 )
 from lmms_egoplan.report.layout import Breakdown, ReportFace, TableLayout, count_column, percent_column, published_rows
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 _DOMAIN_METRICS = {domain: f"accuracy_domain_{metric_label(domain)}" for domain in DOMAINS}
 
@@ -27,7 +32,7 @@ def egoplan_bench2_breakdowns(table) -> Figure:
     rows = [row for row in table.user_rows if not any(row.unscored)]
     labels = run_labels(table.user_rows)
     labels = [label for label, row in zip(labels, table.user_rows) if row in rows]
-    figure = Figure(figsize=(15, 5.5), layout="constrained")
+    figure = new_figure(figsize=(15, 5.5), layout="constrained")
     by_domain, by_scenario = figure.subplots(1, 2, width_ratios=(1, 3))
     for axes, family, bins, title in (
             (by_domain, "domain", [metric_label(d) for d in DOMAINS], "by domain"),

@@ -33,63 +33,29 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from loguru import logger
 from PIL import Image
 
-from lmms_egoplan.core import media, request_options, seed_bench_r1
+from lmms_egoplan.core import media, seed_bench_r1
 from lmms_egoplan.core.request_options import LOSS_MEAN, SCORED_SPAN
-from lmms_egoplan.core.settings import setting, setting_name
+from lmms_egoplan.core.settings import setting_name
 from lmms_egoplan.core.statistics import count, largest
 from lmms_egoplan.egoplan_bench2.data import (
     CHOICE_LETTERS,
-    DATA_SOURCES,
     ENV_PREFIX,
-    FRAME_SAMPLINGS,
     EgoPlanBench2DataError,
     file_index,
     load_samples,
     metric_label,
     package_positions,
 )
-from lmms_egoplan.egoplan_bench2.parsing import PARSERS, read_letters
+from lmms_egoplan.egoplan_bench2.parsing import read_letters
+from lmms_egoplan.egoplan_bench2.settings import EgoPlanBench2Settings
 from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask
 
 PAPER_QUESTIONS = 1321  # the paper's count (abstract, §3)
-
-
-@dataclass(frozen=True)
-class EgoPlanBench2Settings:
-    """Where the data is, how the visual input is built and how answers are read
-    (tasks/egoplan_bench2/README.md, Settings)."""
-
-    # "official": EgoPlan-Bench2.json + the Ego4D v1_288p videos; "seed_bench_r1": Level 3 of the
-    # TencentARC/SEED-Bench-R1 package (re-encoded progress clips and observation images, not the official frames).
-    data_source: str = setting("official", choices=DATA_SOURCES)
-    annotation_file: str = "EgoPlan-Bench2.json"  # an absolute path, or a file name inside annotation_dir
-    annotation_dir: str = ""
-    ego4d_videos_root: str = ""  # <root>/<video uid>.mp4, the v1_288p folder
-    annotation_fps: float = setting(30.0, above=0)  # the rate the release's frame numbers count in (its videos')
-    seed_bench_r1_root: str = ""  # the package folder: annotations/, videos/, images/
-    # "keyframes": separate images (the official input of image models); "clip": one video with its
-    # frames' times (the official input of video models).
-    frame_sampling: str = setting("keyframes", choices=FRAME_SAMPLINGS)
-    num_frames: int | None = setting(None, minimum=2)  # none: the official count (keyframes 8, clip 32)
-    max_side: int | None = setting(None, minimum=1)  # downscale frames so the longer side is at most this
-    parser: str = setting("robust", choices=PARSERS)  # the answer reading `accuracy` and the breakdowns use
-    # Observation images (seed_bench_r1) decoded in full before the model loads, spread over the data
-    # (every one's first and last bytes are checked): core.media.image_problems
-    images_decoded_at_load: int = setting(media.IMAGES_DECODED_AT_LOAD, minimum=0)
-    skip_missing: bool = False  # skip questions whose media are missing (counted) instead of failing
-    # Read media that a record places outside its root folder (absolute, "..", a symlink out).
-    allow_paths_outside_root: bool = False
-    # egoplan_bench2_likelihood: which tokens of a candidate its loss covers, and how they are averaged
-    # (as egoplan_val: tasks/egoplan/README.md, Settings).
-    scored_tokens: str = setting(request_options.ANSWER_AND_END_OF_TURN,
-                                 choices=(request_options.ANSWER_AND_END_OF_TURN, request_options.ANSWER))
-    loss_mean: str = setting(request_options.EVERY_SCORED_TOKEN, choices=LOSS_MEAN.values)
 
 
 # =============================================================================================

@@ -13,12 +13,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lmms_egoplan.catalogue import entry
 from lmms_egoplan.core.errors import DatasetProblems, InputError
 from lmms_egoplan.core.files import inside_root, read_json_list
 from lmms_egoplan.core.media import IMAGES_DECODED_AT_LOAD, image_problems
 from lmms_egoplan.core.settings import setting_name
 
-ENV_PREFIX = "EGOTHINK"  # settings are overridden by environment variables EGOTHINK_<SETTING>
+ENV_PREFIX = entry("egothink").env_prefix  # settings are overridden by environment variables EGOTHINK_<SETTING>
 
 
 @dataclass(frozen=True)

@@ -4,21 +4,26 @@ published models' (the paper's Table 3 and later reports, each row with the judg
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lmms_egoplan.egothink.data import CAPABILITIES
 from lmms_egoplan.report.figures import (
     NOTE_COLOUR,
     PUBLISHED_COLOUR,
-    Figure,
     bars,
     colour,
     footnote,
     legend_above,
+    new_figure,
     run_labels,
     unscored_notes,
 )
 from lmms_egoplan.report.layout import Column, ReportFace, TableLayout, published_rows
 from lmms_egoplan.report.metric_roles import SCORE_0_100
 from lmms_egoplan.report.tables import Table
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 DIMENSIONS = [name for names in CAPABILITIES.values() for name in names]
 
@@ -28,7 +33,7 @@ def egothink_dimensions(table: Table) -> Figure:
     give the dimension) as grey dots, one per model, over a grey band spanning their range."""
     rows = table.user_rows
     labels = run_labels(rows)
-    figure = Figure(figsize=(13, 5.5), layout="constrained")
+    figure = new_figure(figsize=(13, 5.5), layout="constrained")
     axes = figure.subplots()
     published = [row for row in table.rows if row.published]
     for position in range(len(DIMENSIONS)):

@@ -32,52 +32,24 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Optional
 
 import yaml
 from lmms_eval.api.task import ConfigurableMessagesTask
 from loguru import logger
 
-from lmms_egoplan.core.media import IMAGES_DECODED_AT_LOAD, load_image
-from lmms_egoplan.core.settings import SettingsError, setting, setting_name
+from lmms_egoplan.core.media import load_image
+from lmms_egoplan.core.settings import SettingsError, setting_name
+from lmms_egoplan.egothink.benchmark import EGOTHINK
 from lmms_egoplan.egothink.data import (
-    CAPABILITIES,
     DIMENSIONS,
     ENV_PREFIX,
     load_hub_dimension,
     load_release_dimension,
 )
-from lmms_egoplan.harness.judged import JudgedTask
-from lmms_egoplan.judge import JudgeRequest, JudgeSettings, Rubric, bracket_rating, judge_parts_item, register_rubric
-
-# How answers are decoded: ``greedy`` keeps the YAML's generation_kwargs (the default: a run is
-# repeatable); the others are the sampling of the official inference scripts (AdaCheng/EgoThink
-# ``models/test_llava2.py``: temperature 0.2, top_p unset; ``models/test_pandagpt.py``: temperature
-# 0.1, top_p 0.01), put over the YAML's. Token limits are the YAML's either way (the scripts' too).
-DECODING_PRESETS: dict[str, dict] = {
-    "greedy": {},
-    "official_llava": {"do_sample": True, "temperature": 0.2, "num_beams": 1},
-    "official_pandagpt": {"do_sample": True, "temperature": 0.1, "top_p": 0.01},
-}
-
-
-@dataclass(frozen=True)
-class EgoThinkSettings(JudgeSettings):
-    source: str = "hub"  # "hub" (Hugging Face dataset) or "local" (release layout under data_root)
-    data_root: Optional[Path] = None  # the release's data folder (holds Activity/, Object/, ...)
-    hub_repo: str = "EgoThink/EgoThink"
-    hub_revision: Optional[str] = None
-    image_cache: Path = Path("~/.cache/lmms_egoplan/egothink")  # Hub images are written here as files
-    prompt_preset: Optional[str] = None  # force an inference-prompt preset (default: by --model)
-    decoding: str = setting("greedy", choices=tuple(DECODING_PRESETS))  # how answers are decoded
-    # Images decoded in full before the model loads, spread over the data (every one's first and
-    # last bytes are checked): core.media.image_problems
-    images_decoded_at_load: int = setting(IMAGES_DECODED_AT_LOAD, minimum=0)
-    # Read images that a record's image_path places outside data_root (through a symlink out of it).
-    allow_paths_outside_root: bool = False
-
+from lmms_egoplan.egothink.protocol import DECODING_PRESETS, RUBRIC_NAME, judge_request
+from lmms_egoplan.harness.benchmark import Metric, TaskSpec
+from lmms_egoplan.harness.judged import JudgedTask, failed_count, judged_count, judged_score
+from lmms_egoplan.judge import judge_parts_item
 
 # --- The task -----------------------------------------------------------------------------------
 
@@ -86,9 +58,10 @@ class EgoThinkScoring:
     """What an EgoThink task does under either harness: its settings and docs (judged by
     ``harness.judged.JudgedScoring``)."""
 
-    Settings = EgoThinkSettings
-    ENV_PREFIX = ENV_PREFIX
-    JUDGE_RUBRIC = "egothink"  # its judged items' rubric (RUBRIC_NAME, registered below)
+    Settings = EGOTHINK.settings
+    ENV_PREFIX = EGOTHINK.entry.env_prefix
+    RUBRICS = EGOTHINK.rubrics
+    JUDGE_RUBRIC = RUBRIC_NAME  # its judged items' rubric
 
     def load_docs(self) -> list[dict]:
         dimension = DIMENSIONS.get(self.config.dataset_name)
@@ -114,23 +87,6 @@ class EgoThinkScoring:
         logger.info(f"EgoThink {dimension.capability}/{dimension.name}: {len(docs)} questions from {origin} "
                     f"(the paper has {dimension.paper_count})")
         return docs
-
-
-class EgoThinkTask(EgoThinkScoring, JudgedTask):
-    """One EgoThink dimension (YAML ``dataset_name``), judged by an LLM after generation."""
-
-    def _prepare_model_specific_config(self):
-        # lmms-eval calls this before the data loads and after its model-specific generation_kwargs
-        # (a --gen_kwargs on the command line still overrides the decoding preset).
-        super()._prepare_model_specific_config()
-        self.config.generation_kwargs.update(DECODING_PRESETS[self.settings.decoding])
-        preset = self.settings.prompt_preset
-        if preset:
-            presets = {k: v for k, v in (self.config.lmms_eval_specific_kwargs or {}).items() if isinstance(v, dict)}
-            if preset not in presets:
-                raise SettingsError(f"task {self.config.task}: {setting_name(ENV_PREFIX, 'prompt_preset')} {preset!r} "
-                                    f"is not one of {', '.join(sorted(presets))}")
-            self.lmms_eval_specific_kwargs = presets[preset]
 
 
 # --- 1. Visuals ---------------------------------------------------------------------------------
@@ -179,57 +135,38 @@ def doc_to_messages(doc: dict, lmms_eval_specific_kwargs: dict | None = None) ->
 
 # --- 3. Results: the judge (Table 7) ------------------------------------------------------------
 
-# Table 7's text; whitespace, the "[[rating]]" brackets and the system turn as in the authors'
-# released judge prompt ("single-math-v2" of their FastChat-based judge_prompts.jsonl).
-JUDGE_SYSTEM_PROMPT = "You are a helpful assistant."
-JUDGE_PROMPT = (
-    "[Instruction]\nPlease act as an impartial judge and evaluate the quality of the response provided by an "
-    "AI assistant to the user question displayed below. Your evaluation should consider correctness and "
-    "helpfulness. You will be given a reference answer and the assistant's answer. Begin your evaluation by "
-    "comparing the assistant's answer with the reference answer. Identify and correct any mistakes. The "
-    "assistant has access to an image alongwith questions but you will not be given images. Therefore, please "
-    "consider only how the answer is close to the reference answer. If the assistant's answer is not exactly "
-    "same as or similar to the answer, then he must be wrong.  Be as objective as possible. Discourage "
-    "uninformative answers. Also, equally treat short and long answers and focus on the correctness of "
-    "answers.  After providing your explanation, you must rate the response with either 0, 0.5 or 1 by "
-    "strictly following this format: \"[[rating]]\", for example: \"Rating: [[0.5]]\".\n\n"
-    "[Question]\n{question}\n\n"
-    "[The Start of Reference Answer]\n{reference}\n[The End of Reference Answer]\n\n"
-    "[The Start of Assistant's Answer]\n{answer}\n[The End of Assistant's Answer]"
-)
-
-# Scores are mean ratings x 100; a rating other than 0, 0.5 or 1 is no valid rating.
-RATINGS = (0, 0.5, 1)
-RUBRIC = Rubric(bracket_rating(allowed=RATINGS), scale=100.0, levels=RATINGS,
-                prompt=f"{JUDGE_SYSTEM_PROMPT}\n\n{JUDGE_PROMPT}", version="1",
-                answer_pattern=r"\[The Start of Assistant's Answer\]\n(?P<answer>.*)\n\[The End of Assistant's Answer\]$")
-RUBRIC_NAME = register_rubric("egothink", RUBRIC)  # the name its judged items (and logs) carry
-
-
-def judge_request(doc: dict, prediction: str) -> JudgeRequest:
-    """Table 7's grading prompt for one answer."""
-    prompt = JUDGE_PROMPT.format(question=doc["question"], reference=doc["answer"], answer=prediction)
-    return JudgeRequest.from_prompt(doc["id"], prompt, system=JUDGE_SYSTEM_PROMPT)
-
-
 def process_results(doc: dict, results: list) -> dict:
     """The judge item for this answer; the judge rates all items of the task after generation."""
     item = judge_parts_item({"": judge_request(doc, results[0])}, RUBRIC_NAME)  # judged as a whole
     return {"score": item, "judged": item, "failed": item}
 
 
-def group_scores(task_scores: dict[str, dict]) -> dict[str, dict]:
-    """The groups' scores as the run reports them (``tasks/egothink/_group_yaml``), from the
-    dimensions' (``rejudge``): each capability and ``ego_think`` the unweighted mean of their
-    dimensions' scores (the paper's Average: over the 12 dimensions), judged / failed totals.
-    Only groups whose dimensions are all present."""
-    capabilities = {f"ego_think_capability_{capability}": [f"ego_think_{name}" for name in names]
-                    for capability, names in CAPABILITIES.items()}
-    members = {"ego_think": [task for tasks in capabilities.values() for task in tasks], **capabilities}
-    groups = {}
-    for group, tasks in members.items():
-        if all(task in task_scores for task in tasks):
-            rows = [task_scores[task] for task in tasks]
-            groups[group] = {"score": sum(row["score"] for row in rows) / len(rows),
-                             "judged": sum(row["judged"] for row in rows), "failed": sum(row["failed"] for row in rows)}
-    return groups
+METRICS = (
+    Metric("score", judged_score),  # mean judge rating x 100 over successful judgements
+    Metric("judged", judged_count),
+    Metric("failed", failed_count, higher_is_better=False),  # failed calls, answers without a 0 / 0.5 / 1 rating
+)
+
+
+# --- The task, as lmms-eval builds it -----------------------------------------------------------
+
+
+class EgoThinkTask(EgoThinkScoring, JudgedTask):
+    """One EgoThink dimension (YAML ``dataset_name``), judged by an LLM after generation: the hooks above
+    (``SPEC``), its YAML the configuration."""
+
+    SPEC = TaskSpec(doc_to_visual=doc_to_visual, doc_to_text=doc_to_text, doc_to_messages=doc_to_messages,
+                    doc_to_target="answer", process_results=process_results, metrics=METRICS)
+
+    def _prepare_model_specific_config(self):
+        # lmms-eval calls this before the data loads and after its model-specific generation_kwargs
+        # (a --gen_kwargs on the command line still overrides the decoding preset).
+        super()._prepare_model_specific_config()
+        self.config.generation_kwargs.update(DECODING_PRESETS[self.settings.decoding])
+        preset = self.settings.prompt_preset
+        if preset:
+            presets = {k: v for k, v in (self.config.lmms_eval_specific_kwargs or {}).items() if isinstance(v, dict)}
+            if preset not in presets:
+                raise SettingsError(f"task {self.config.task}: {setting_name(ENV_PREFIX, 'prompt_preset')} {preset!r} "
+                                    f"is not one of {', '.join(sorted(presets))}")
+            self.lmms_eval_specific_kwargs = presets[preset]

@@ -4,7 +4,9 @@ judge, shared with the lmms-eval tasks, joined to lm-eval's task base."""
 from __future__ import annotations
 
 from lmms_egoplan.core.settings import SettingsError, setting_name
-from lmms_egoplan.egothink.task import DECODING_PRESETS, EgoThinkScoring
+from lmms_egoplan.egothink.protocol import DECODING_PRESETS
+from lmms_egoplan.egothink.task import METRICS, EgoThinkScoring, doc_to_text_blind, process_results
+from lmms_egoplan.harness.benchmark import TaskSpec
 from lmms_egoplan.harness.judged import JudgedScoring
 from lmms_egoplan.harness.lm_eval_task import LmEvalBenchmarkTask
 
@@ -12,6 +14,9 @@ from lmms_egoplan.harness.lm_eval_task import LmEvalBenchmarkTask
 class EgoThinkBlind(EgoThinkScoring, JudgedScoring, LmEvalBenchmarkTask):
     """``ego_think_blind_<dimension>``: an EgoThink dimension's questions without their images,
     answered in the default inference prompt and judged as ``ego_think_<dimension>``."""
+
+    SPEC = TaskSpec(doc_to_text=doc_to_text_blind, doc_to_target="answer", process_results=process_results,
+                    metrics=METRICS)
 
     def __init__(self, config, **kwargs):
         super().__init__(config, **kwargs)

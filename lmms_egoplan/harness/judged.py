@@ -11,8 +11,8 @@ A judged benchmark needs:
 
 * ``Settings`` inheriting ``lmms_egoplan.judge.JudgeSettings`` (so its judge is configured by
   ``<ENV_PREFIX>_JUDGE_MODEL`` etc.; the settings are checked before anything is generated);
-* a ``Rubric`` registered under the benchmark's name (``register_rubric``, in
-  ``lmms_egoplan.judge.rubrics``), named by the task class's ``JUDGE_RUBRIC``, and ``process_results`` returning
+* its ``Rubric``s by name (the task class's ``RUBRICS``, registered when the task is built), the one its
+  items name the task class's ``JUDGE_RUBRIC``, and ``process_results`` returning
   ``{metric: judge_parts_item({"": request}, "<rubric name>") ...}`` for the judged metric and
   for ``judged`` / ``failed``;
 * this ``metric_list`` in its YAML (and ``class:`` a ``JudgedTask`` subclass)::
@@ -50,7 +50,7 @@ import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from loguru import logger
 
@@ -70,10 +70,12 @@ from lmms_egoplan.judge import (
     JudgeSettings,
     JudgeSetupError,
     RetiredJudgeError,
+    Rubric,
     is_judge_parts_item,
     item_requests,
     items_rubric,
     preflight,
+    register_rubrics,
     score_judged,
     unjudged,
 )
@@ -85,10 +87,12 @@ class JudgedScoring:
     anything is loaded or generated, and score its metrics with the judge engine."""
 
     JUDGE_RUBRIC: str  # the registered name of the rubric its judged items name
+    RUBRICS: Mapping[str, Rubric]  # its benchmark's rubrics by name (harness.benchmark.Benchmark.rubrics)
 
     def __init__(self, config, **kwargs):
         if not issubclass(self.Settings, JudgeSettings):
             raise TypeError(f"{type(self).__name__}.Settings must inherit lmms_egoplan.judge.JudgeSettings")
+        register_rubrics(self.RUBRICS)  # what its judged items name, before anything reads them
         self._judgements: dict[str, Judgement] = {}  # by request id, over all metrics of the task
         self._judgements_lock = threading.Lock()
         super().__init__(config, **kwargs)

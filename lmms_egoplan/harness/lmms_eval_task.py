@@ -23,7 +23,7 @@ from loguru import logger
 from lmms_egoplan.compat.backends import score_llava_hf_with_its_images
 from lmms_egoplan.compat.durability import missing_dependency_hint
 from lmms_egoplan.compat.results import run_datetime_str
-from lmms_egoplan.compat.switches import on_suite_use
+from lmms_egoplan.compat.switches import SUITE_USED, switch_on
 from lmms_egoplan.compat.tasks import bind_class_task_to_backend, unretried_process_results
 from lmms_egoplan.core import request_options
 from lmms_egoplan.core.errors import InputError
@@ -75,7 +75,7 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
                 f"checkout's lm_eval_tasks/ folder, installed as {resources.files('lmms_egoplan.lm_eval_tasks')}: "
                 f"lm_eval --include_path <checkout>/lm_eval_tasks (--tasks list names them)"
             )
-        on_suite_use()
+        switch_on(SUITE_USED)
         self._chat_backend = False
         self._backend: str | None = None  # the run's --model, canonical (``_bind_to_backend``)
         super().__init__(config=self.harness_config(config), **kwargs)

@@ -12,7 +12,9 @@ import inspect
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Collection, Mapping
 
+from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.settings import resolve_settings
+from lmms_egoplan.harness.benchmark import TaskSpec
 
 # The metadata key lm-eval's task factory adds to every task it builds (lmms-eval adds none).
 LM_EVAL_CONFIG_SOURCE = "config_source"
@@ -57,6 +59,7 @@ class SuiteTaskSetup:
     Settings: ClassVar[type]
     ENV_PREFIX: ClassVar[str]
     registered_aggregation: ClassVar[Callable[[str], Callable]]
+    SPEC: ClassVar[TaskSpec | None] = None  # the benchmark's task spec: its hooks and metrics (none: the YAML's)
 
     def harness_config(self, config: Mapping[str, Any], *, foreign_keys: Collection[str] = frozenset(),
                        kept_metadata: Collection[str] | None = None) -> dict[str, Any]:
@@ -64,6 +67,11 @@ class SuiteTaskSetup:
         (``self.settings``, resolved once) plus ``kept_metadata`` keys (all when None).
         ``foreign_keys``: metadata keys that are not settings (a misspelt setting stays an error)."""
         config = {key: value for key, value in config.items() if key != "class"}
+        if self.SPEC is not None:
+            if doubled := [key for key in TaskSpec.KEYS if key in config]:
+                raise InputError(f"task {config['task']}: {', '.join(doubled)} come from its benchmark's task "
+                                    f"spec ({type(self).__module__}); remove them from its YAML")
+            config.update(self.SPEC.config_entries())
         metadata = dict(config.get("metadata") or {})
         self.settings = resolve_settings(self.Settings, task=config["task"], metadata=metadata,
                                          env_prefix=self.ENV_PREFIX, foreign_keys=frozenset(foreign_keys))

@@ -29,7 +29,7 @@ Inside lmms-eval, tasks use the judge through ``lmms_egoplan.harness.judged.Judg
 from lmms_egoplan.judge.retirements import Retirement, retirement, retirements
 
 # The others are imported when first asked for (PEP 562): lmms-eval loads the suite's entry point in every run,
-# which needs only the rubric registry (lmms_egoplan.registry); the engine and its backends load with a judge.
+# which needs none of them; the engine and its backends load with a judge.
 _EXPORTS = {
     "JudgeBackend": "base",
     "JudgeCache": "cache", "JudgeCacheError": "cache",
@@ -43,8 +43,8 @@ _EXPORTS = {
     "TransformersBackend": "providers.transformers",
     "FixedRating": "rubrics", "ItemScore": "rubrics", "Rubric": "rubrics", "bracket_rating": "rubrics",
     "is_judge_parts_item": "rubrics", "item_parts": "rubrics", "item_requests": "rubrics", "items_rubric": "rubrics",
-    "judge_parts_item": "rubrics", "load_rubric": "rubrics", "register_rubric": "rubrics", "score_judged": "rubrics",
-    "unjudged": "rubrics",
+    "judge_parts_item": "rubrics", "load_rubric": "rubrics", "register_rubric": "rubrics", "register_rubrics": "rubrics",
+    "score_judged": "rubrics", "unjudged": "rubrics",
     "DEFAULT_JUDGE_MODEL": "settings", "JUDGE_BACKENDS": "settings", "JudgeSettings": "settings",
     "JudgeSetupError": "settings",
 }
@@ -56,7 +56,7 @@ __all__ = [
     "JudgeSetupError", "Judgement", "OpenAIChatBackend", "RatingParser", "RetiredJudgeError", "Retirement", "Rubric",
     "TransformersBackend", "TransientJudgeError", "bracket_rating", "is_judge_parts_item", "item_parts",
     "item_requests", "items_rubric", "judge_parts_item", "load_rubric", "make_backend", "preflight",
-    "register_rubric", "retirement", "retirements", "score_judged", "unjudged",
+    "register_rubric", "register_rubrics", "retirement", "retirements", "score_judged", "unjudged",
 ]
 
 

@@ -1,11 +1,12 @@
 """How benchmarks read their judge (rubrics, registered by name) and the judged items they log.
 
-A benchmark registers its ``Rubric`` (rating parser and score scale) under a stable name when
-its module is imported::
+A benchmark holds its ``Rubric`` (rating parser and score scale) under a stable name, the one its catalogue
+row lists (``lmms_egoplan.catalogue``); it is registered when its task is built (``register_rubrics``), or by a
+process that re-judges logs, with the whole suite's::
 
     RUBRIC = Rubric(bracket_rating(allowed=(0, 0.5, 1)), scale=100.0, levels=(0, 0.5, 1),
                     prompt=JUDGE_SYSTEM + JUDGE_PROMPT, version="1")
-    RUBRIC_NAME = register_rubric("my_benchmark", RUBRIC)
+    RUBRIC_NAME = "my_benchmark"
 
 Its ``process_results`` returns ``judge_parts_item(parts, RUBRIC_NAME)`` per sample: the judge
 requests (or ``FixedRating``s) and the rubric's name, self-contained, so that lmms-eval's sample
@@ -21,8 +22,9 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from lmms_egoplan.catalogue import rubric_name
 from lmms_egoplan.core.statistics import mean_or_nan
 from lmms_egoplan.judge.protocol import Judgement, JudgeRequest, JudgeResults, RatingParser
 
@@ -82,17 +84,6 @@ def bracket_rating(allowed: Sequence[float]) -> RatingParser:
 
 _RUBRICS: dict[str, Rubric] = {}
 
-# Where a rubric not registered yet is looked up (a reference in, its registered name out, or None):
-# finders a layer above installs (the suite's benchmark registry, ``lmms_egoplan.registry``), so
-# that a log re-judges in a process that has not imported its benchmark.
-_RUBRIC_FINDERS: list[Callable[[str], str | None]] = []
-
-
-def add_rubric_finder(finder: Callable[[str], str | None]) -> None:
-    """Look rubrics not registered yet up with ``finder`` (which registers the rubric it names)."""
-    if finder not in _RUBRIC_FINDERS:
-        _RUBRIC_FINDERS.append(finder)
-
 
 def register_rubric(name: str, rubric: Rubric) -> str:
     """Register ``rubric`` under ``name``, the name its judged items carry (and logs keep); returns
@@ -105,14 +96,18 @@ def register_rubric(name: str, rubric: Rubric) -> str:
     return name
 
 
+def register_rubrics(rubrics: Mapping[str, Rubric]) -> None:
+    """Register each rubric of ``rubrics`` under its name (``register_rubric``): what a process calls before
+    it scores judged items, e.g. with a benchmark's rubrics when its task is built, or the whole suite's
+    (``lmms_egoplan.suite.rubrics``) before it re-judges logs."""
+    for name, rubric in rubrics.items():
+        register_rubric(name, rubric)
+
+
 def load_rubric(reference: str) -> Rubric:
-    """The rubric a judged item names: a registered name, or the module path that logs written
-    before rubrics had names carry, as a finder (``add_rubric_finder``) maps them."""
-    name = reference
-    for finder in _RUBRIC_FINDERS:
-        if name in _RUBRICS:
-            break
-        name = finder(reference) or name
+    """The rubric a judged item names: a registered name, or what logs written before rubrics had names
+    carry, as the suite's catalogue maps it (``lmms_egoplan.catalogue.rubric_name``)."""
+    name = reference if reference in _RUBRICS else (rubric_name(reference) or reference)
     if name not in _RUBRICS:
         raise ValueError(f"no rubric is registered as {reference!r} (registered: {', '.join(sorted(_RUBRICS))})")
     return _RUBRICS[name]

@@ -12,19 +12,15 @@ AVAILABLE_MODELS = {
 
 
 def model_manifests():
+    """The entry point lmms-eval loads and calls in every run (before it indexes tasks): the suite's workarounds
+    are switched on now, for runs that name the suite (``compat.switches``); other runs get nothing."""
     from lmms_eval.models.registry_v2 import ModelManifest
 
+    from lmms_egoplan.compat.switches import ENTRY_POINT_LOADED, switch_on
+
+    switch_on(ENTRY_POINT_LOADED)
     return [
         ModelManifest(model_id=name, simple_class_path=f"lmms_egoplan.models.{name}.{class_name}")
         for name, class_name in AVAILABLE_MODELS.items()
     ]
 
-
-# Imported only now: importing lmms-eval's model package loads the entry points, i.e. reads
-# ``model_manifests`` from this module, which must exist by then (this module may be imported first,
-# e.g. ``import lmms_egoplan.models.egoplan_hf`` in a script).
-from lmms_egoplan.compat.switches import on_entry_point_load  # noqa: E402
-
-# lmms-eval imports this module (entry point) in every run, before it indexes tasks: runs that
-# name the suite in LMMS_EVAL_PLUGINS get their workarounds now; other runs get nothing.
-on_entry_point_load()

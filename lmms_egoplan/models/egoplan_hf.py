@@ -22,7 +22,7 @@ from lmms_eval.api.model import lmms
 from loguru import logger
 from tqdm import tqdm
 
-from lmms_egoplan.compat.switches import on_suite_use
+from lmms_egoplan.compat.switches import SUITE_USED, switch_on
 from lmms_egoplan.core.devices import resolve_device
 from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import SettingsError, coerce_setting
@@ -70,7 +70,7 @@ class EgoPlanHF(DocRequests, lmms):
         max_batch_size: int | None = None,  # lmms-eval passes --max_batch_size to every backend; unused
         **unknown: Any,
     ) -> None:
-        on_suite_use()
+        switch_on(SUITE_USED)
         super().__init__()
         if unknown:
             raise SettingsError(unknown_model_args_message("egoplan_hf", EgoPlanHF, unknown))

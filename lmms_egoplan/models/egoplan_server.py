@@ -30,7 +30,7 @@ from lmms_eval.api.model import lmms
 from loguru import logger
 from tqdm import tqdm
 
-from lmms_egoplan.compat.switches import on_suite_use
+from lmms_egoplan.compat.switches import SUITE_USED, switch_on
 from lmms_egoplan.core.documentation import doc_page
 from lmms_egoplan.core.failed_requests import request_failed_text
 from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
@@ -105,7 +105,7 @@ class EgoPlanServer(DocRequests, lmms):
         max_batch_size: int | None = None,  # server batches (continuous batching): concurrency sets the load
         **unknown: Any,
     ) -> None:
-        on_suite_use()
+        switch_on(SUITE_USED)
         super().__init__()
         if unknown:
             raise SettingsError(unknown_model_args_message("egoplan_server", EgoPlanServer, unknown))

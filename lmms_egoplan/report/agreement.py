@@ -9,13 +9,16 @@ import csv
 import io
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from lmms_egoplan.core.files import write_atomically
 from lmms_egoplan.core.text_tables import format_table, format_value
 from lmms_egoplan.judge.agreement import KAPPA_WEIGHTS, Agreement, RatingPair
-from lmms_egoplan.report.figures import NOTE_COLOUR, Figure, colour, legend_above
+from lmms_egoplan.report.figures import NOTE_COLOUR, colour, legend_above, new_figure
 from lmms_egoplan.report.html import figure_bytes
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 STEM = "judge_agreement"
 EXCERPT = 90  # characters a printed line shows of the answer judged (where unknown: the end of its judge prompt)
@@ -63,7 +66,7 @@ def disagreements_csv(pairs: Sequence[RatingPair]) -> str:
 def agreement_figure(agreements: Sequence[Agreement], first: str, second: str) -> Figure:
     """Left: each group's score by either judge, with its 95 % interval; right: the overall ratings'
     confusion (the last agreement's), with exact agreement and kappa."""
-    figure = Figure(figsize=(13, 0.55 * len(agreements) + 3), layout="constrained")
+    figure = new_figure(figsize=(13, 0.55 * len(agreements) + 3), layout="constrained")
     scores, confusion = figure.subplots(1, 2, width_ratios=(3, 2))
     positions = range(len(agreements))
     judges = ((f"run's judge: {first}", -0.15, [a.first_score for a in agreements],

@@ -1,4 +1,4 @@
-"""The report's figures (matplotlib, Agg): what every benchmark's figures share, so that a
+"""The report's figures (matplotlib): what every benchmark's figures share, so that a
 researcher reads them at a glance. Each figure is drawn by its benchmark's report face (a function
 of a table, ``layout.TableLayout.figures``) with these helpers: your runs in colour, the papers'
 published values as a muted grey reference (bars, dots or a band, never more coloured bars), one
@@ -10,16 +10,23 @@ readable) left out and named under the figure.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import matplotlib
+from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.report.intervals import interval
+from lmms_egoplan.report.tables import INVALID, NOT_SCORED, Row, Table
 
-matplotlib.use("Agg")  # files only: no display is needed, or wanted on a server
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-from matplotlib.figure import Figure  # noqa: E402  (the faces draw on it, imported from here: Agg first)
+def new_figure(**options) -> Figure:
+    """A matplotlib ``Figure`` (its ``options``: figsize, layout, ...) the faces draw on: a Figure, not pyplot, so
+    no backend is chosen and no display needed (saving picks the writer of the file's format); matplotlib loads
+    with the first figure, not with the faces (``lmms-egoplan --help`` loads none of it)."""
+    from matplotlib.figure import Figure
 
-from lmms_egoplan.core.errors import InputError  # noqa: E402
-from lmms_egoplan.report.intervals import interval  # noqa: E402
-from lmms_egoplan.report.tables import INVALID, NOT_SCORED, Row, Table  # noqa: E402
+    return Figure(**options)
+
 
 # Your runs: matplotlib's tab10 without its grey, which marks published values.
 RUN_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")

@@ -1,10 +1,10 @@
 """One name per benchmark: its lmms-eval YAML folder, its code folder, its tests folder and its demo module carry the
-registry's name of it (and its lm-eval YAML folder, where it has text-only baselines); no tree holds a benchmark
-folder the registry does not name. The environment prefixes users set stay as they are (``EGOPLAN2_``)."""
+catalogue's name of it (and its lm-eval YAML folder, where it has text-only baselines); no tree holds a benchmark
+folder the catalogue does not name. The environment prefixes users set stay as they are (``EGOPLAN2_``)."""
 
 from pathlib import Path
 
-from lmms_egoplan.registry import BENCHMARKS
+from lmms_egoplan.catalogue import CATALOGUE
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_CODE = {"core", "judge", "compat", "harness", "models", "report", "demo", "__pycache__"}
@@ -12,14 +12,14 @@ SHARED_TESTS = {"core", "judge", "models", "harness", "report", "e2e", "architec
 
 
 def benchmark_names() -> set[str]:
-    return {entry.name for entry in BENCHMARKS}
+    return {entry.name for entry in CATALOGUE}
 
 
 def folders(path: Path) -> set[str]:
     return {child.name for child in path.iterdir() if child.is_dir()}
 
 
-def test_every_tree_names_each_benchmark_as_the_registry_does():
+def test_every_tree_names_each_benchmark_as_the_catalogue_does():
     names = benchmark_names()
     assert folders(ROOT / "tasks") == names
     assert folders(ROOT / "lmms_egoplan") - SHARED_CODE == names

@@ -4,7 +4,7 @@ tests/e2e/ (marked by the root conftest, nowhere else), the architecture tests t
 import ast
 from pathlib import Path
 
-from lmms_egoplan.registry import BENCHMARKS
+from lmms_egoplan.catalogue import CATALOGUE
 
 TESTS = Path(__file__).resolve().parents[1]
 LAYERS = {"core", "judge", "models", "harness", "report"}
@@ -13,7 +13,7 @@ OTHERS = {"e2e", "architecture", "fixtures", "kit"}  # fixtures: test data; kit:
 
 def test_a_folder_per_benchmark_and_per_shared_layer_and_nothing_else():
     folders = {path.name for path in TESTS.iterdir() if path.is_dir() and not path.name.startswith((".", "__"))}
-    assert folders == {*(b.name for b in BENCHMARKS), *LAYERS, *OTHERS}
+    assert folders == {*(b.name for b in CATALOGUE), *LAYERS, *OTHERS}
 
 
 def test_only_the_e2e_folder_is_end_to_end_and_it_is_so_by_its_place():

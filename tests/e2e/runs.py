@@ -32,9 +32,9 @@ def first_epic_frame(data) -> Path:
 def load_docs(data, **settings):
     from lmms_egoplan.core.settings import resolve_settings
     from lmms_egoplan.egoplan import data as egoplan_data
-    from lmms_egoplan.egoplan import task as egoplan
+    from lmms_egoplan.egoplan import settings as egoplan_settings
 
-    resolved = resolve_settings(egoplan.EgoPlanSettings, task="check", metadata={"annotation_file": "EgoPlan_validation.json"},
+    resolved = resolve_settings(egoplan_settings.EgoPlanSettings, task="check", metadata={"annotation_file": "EgoPlan_validation.json"},
                                 env_prefix="EGOPLAN", environ=data.env(**settings))
     return egoplan_data.load_samples(resolved, labelled=True).docs
 

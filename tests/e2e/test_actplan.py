@@ -32,12 +32,12 @@ from lmms_egoplan.demo.actplan import (
     write_classifier_checkpoint,
     write_release_dataset,
 )
+from lmms_egoplan.catalogue import entry
 from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
 from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.media import read_index
-from lmms_egoplan.registry import benchmark
 
-TASKS = benchmark("actplan").tasks  # actplan1k, actplan1k_text_only
+TASKS = entry("actplan").tasks  # actplan1k, actplan1k_text_only
 
 # End to end: the real lmms-eval CLI in subprocesses.
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lmms_egoplan.demo import egoplan, smoke
+from lmms_egoplan.demo.smoke import smoke
+from lmms_egoplan.demo import egoplan
 from lmms_egoplan.demo.kit.checkpoints import ARCHITECTURES, TEXT_ONLY_ARCHITECTURES
 from lmms_egoplan.demo.kit.suite import SmokeSuite
 

@@ -15,6 +15,7 @@ from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
 from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.media import read_index
 from lmms_egoplan.egoplan import data as egoplan_data
+from lmms_egoplan.egoplan import settings as egoplan_settings
 from lmms_egoplan.egoplan import task as egoplan
 
 # End to end: the real lmms-eval CLI in subprocesses.
@@ -43,7 +44,7 @@ def run(fixture, tiny_model, tmp_path_factory):
 def evaluated_docs(fixture, split="validation"):
     """The docs lmms-eval evaluated, in doc_id order (as the tasks load them)."""
     annotation = "EgoPlan_validation.json" if split == "validation" else "EgoPlan_test.json"
-    settings = resolve_settings(egoplan.EgoPlanSettings, task="check", metadata={"annotation_file": annotation},
+    settings = resolve_settings(egoplan_settings.EgoPlanSettings, task="check", metadata={"annotation_file": annotation},
                                 env_prefix="EGOPLAN", environ=fixture.env(skip_missing="true"))
     return egoplan_data.load_samples(settings, labelled=split == "validation").docs
 
@@ -72,7 +73,7 @@ def test_reported_accuracies_are_those_of_the_logged_candidate_losses(run, fixtu
     breakdowns = {"accuracy": list(correct)}
     for source, suffix in egoplan_data.VIDEO_SOURCES.items():
         breakdowns[f"accuracy_{suffix}"] = [d["sample_id"] for d in docs if d["video_source"] == source]
-    for value_bin in parse_bins(egoplan.EgoPlanSettings.progress_length_bins):
+    for value_bin in parse_bins(egoplan_settings.EgoPlanSettings.progress_length_bins):
         breakdowns[f"accuracy_progress_{value_bin.label}"] = [d["sample_id"] for d in docs if d["progress_length"] in value_bin]
     for level in egoplan_data.SIMILARITY_LEVELS:
         breakdowns[f"accuracy_similarity_{level}"] = [d["sample_id"] for d in docs if d["similarity_level"] == level]

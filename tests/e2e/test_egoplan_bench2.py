@@ -10,13 +10,13 @@ import pytest
 from PIL import Image
 
 from lmms_egoplan.core.settings import resolve_settings
+from lmms_egoplan.egoplan_bench2 import data, settings, task
+from lmms_egoplan.egoplan_bench2.parsing import read_letters
 from lmms_egoplan.demo.egoplan_bench2 import build_fixture, scripted_answers
 from lmms_egoplan.demo.kit.judge_server import ChatServer
 from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.media import read_index
 from lmms_egoplan.demo.kit.scripted import answering, differences, reported_metrics
-from lmms_egoplan.egoplan_bench2 import data, task
-from lmms_egoplan.egoplan_bench2.parsing import read_letters
 
 # End to end: the real lmms-eval CLI in subprocesses.
 
@@ -46,9 +46,9 @@ def run(fixture, with_unavailable, tiny_model, tmp_path_factory):
 
 
 def evaluated_docs(fixture, annotation_file):
-    settings = resolve_settings(task.EgoPlanBench2Settings, task="check", metadata={}, env_prefix="EGOPLAN2",
+    resolved = resolve_settings(settings.EgoPlanBench2Settings, task="check", metadata={}, env_prefix="EGOPLAN2",
                                 environ=fixture.env(skip_missing="true", annotation_file=annotation_file))
-    return data.load_samples(settings).docs
+    return data.load_samples(resolved).docs
 
 
 def mean(values):

@@ -197,7 +197,7 @@ def test_chat_backends_get_the_preset_as_a_system_turn_with_the_image(tmp_path):
 
 
 def test_the_judge_is_recorded_whole_in_the_results_each_judged_sample_and_each_audit_line(evaluation):
-    from lmms_egoplan.egothink.task import JUDGE_PROMPT, JUDGE_SYSTEM_PROMPT
+    from lmms_egoplan.egothink.protocol import JUDGE_PROMPT, JUDGE_SYSTEM_PROMPT
 
     prompt_hash = hashlib.sha256(f"{JUDGE_SYSTEM_PROMPT}\n\n{JUDGE_PROMPT}".encode()).hexdigest()[:16]
     judge = {"backend": "openai", "model": "loopback-judge", "revision": None, "rubric": "egothink",

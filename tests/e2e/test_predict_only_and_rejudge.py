@@ -14,16 +14,15 @@ def predict_only(tmp_path_factory, tiny_model):
     """Every task of the suite in one ``--predict_only`` run (its judge is never asked)."""
     from contextlib import ExitStack
 
-    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.catalogue import entry
     from lmms_egoplan.demo.smoke import suites
-    from lmms_egoplan.registry import benchmark
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 
     root = tmp_path_factory.mktemp("predict_only")
     with ExitStack() as resources:
-        builders = suites()
-        built = [build(root / "data" / name, resources) for name, build in builders.items()]
-        env = {key: value for suite in built for key, value in suite.env.items()}
-        tasks = [task for name in builders for task in benchmark(name).tasks]
+        suites = [build(root / "data" / name, resources) for name, build in suites().items()]
+        env = {key: value for suite in suites for key, value in suite.env.items()}
+        tasks = [task for name in suites() for task in entry(name).tasks]
         run = run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}", tasks=tasks,
                             output_dir=root / "out", env=env, check=False,
                             extra_args=["--predict_only", "--gen_kwargs", "max_new_tokens=8"])

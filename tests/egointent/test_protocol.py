@@ -14,14 +14,7 @@ import pytest
 
 from lmms_egoplan.core.media import VIDEO_CLIP_KEY
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
-from lmms_egoplan.demo.egointent import (
-    VIDEOS,
-    judge_rating,
-    step_records,
-    write_dataset,
-)
-from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
-from lmms_egoplan.demo.kit.media import read_index
+from lmms_egoplan.egointent import protocol as egointent_protocol
 from lmms_egoplan.egointent import task as egointent
 from lmms_egoplan.egointent.data import (
     DIMENSIONS,
@@ -32,12 +25,16 @@ from lmms_egoplan.egointent.data import (
     read_flat,
     scenario_metric,
 )
-from lmms_egoplan.egointent.task import (
-    EgoIntentSettings,
-    doc_to_visual,
-    parse_answer,
-    parse_judge_rating,
+from lmms_egoplan.egointent.protocol import EgoIntentSettings, parse_judge_rating
+from lmms_egoplan.demo.egointent import (
+    VIDEOS,
+    judge_rating,
+    step_records,
+    write_dataset,
 )
+from lmms_egoplan.egointent.task import doc_to_visual, parse_answer
+from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
+from lmms_egoplan.demo.kit.media import read_index
 from lmms_egoplan.judge import (
     FixedRating,
     Judge,
@@ -340,7 +337,7 @@ def test_missing_fields_score_zero_without_a_judge_call_and_present_ones_are_jud
     assert parts["procedural_intent"] == parts["next_step_plan"] == {"fixed_rating": 0.0,
                                                                   "fixed_reason": "the answer has no such field"}
     system, user = parts["local_intent"]["judge_messages"]
-    assert system == {"role": "system", "content": egointent.JUDGE_SYSTEM}
+    assert system == {"role": "system", "content": egointent_protocol.JUDGE_SYSTEM}
     assert "Reference: steady the ladder\nPrediction: hold the ladder still" in user["content"]
     assert "Dimension: Local Intent, the actor's immediate goal in the current micro-step" in user["content"]
     assert parts["local_intent"]["judge_request_id"] == "s7/local_intent"
@@ -401,7 +398,7 @@ def test_the_judge_follows_the_definitions_setting_and_each_prompt_has_its_own_i
     assert "the current step instead of the next one" in v1_text
     assert "Dimension: Next-Plan, the action most likely to begin right after the current step is completed" in v1_text
     # v1's judge keeps the identity (rubric name and prompt hash) of versions 1-3; the release's has its own.
-    assert egointent.RUBRIC_NAMES == {"release": "egointent_release", "v1": "egointent"}
+    assert egointent_protocol.RUBRIC_NAMES == {"release": "egointent_release", "v1": "egointent"}
     assert load_rubric("egointent").prompt_hash == "ec9c4e681602dc98"
     assert load_rubric("egointent_release").prompt_hash not in ("ec9c4e681602dc98", "")
 
@@ -525,7 +522,7 @@ def test_the_check_command_validates_a_flat_file_and_summarises_it(dataset, tmp_
 # ---------------------------------------------------------------------------------------------
 
 def judge_and_score(items, judge):
-    results = judge.run(item_requests(items), egointent.RUBRIC.parse_rating, progress=False)
+    results = judge.run(item_requests(items), egointent_protocol.RUBRIC.parse_rating, progress=False)
     return score_judged(items, {j.id: j for j in results.judgements}, judge_model=results.judge_model)
 
 
@@ -537,12 +534,12 @@ def test_parts_items_score_each_part_then_average_excluding_failed_judgements(tm
     parts = [{"a": JudgeRequest.from_prompt("1/a", "rate 8"), "b": JudgeRequest.from_prompt("1/b", "rate 2")},
              {"a": JudgeRequest.from_prompt("2/a", "rate x"), "b": FixedRating(0.0, "missing")},
              {"a": JudgeRequest.from_prompt("3/a", "rate 5"), "b": JudgeRequest.from_prompt("3/b", "rate 6")}]
-    items = [judge_parts_item(p, egointent.RUBRIC_NAME) for p in parts]  # ratings 0-10, scale 10
+    items = [judge_parts_item(p, egointent_protocol.RUBRIC_NAME) for p in parts]  # ratings 0-10, scale 10
     with ChatServer(rate) as server:
         judge = Judge(OpenAIChatBackend("loopback-judge", base_url=server.base_url, api_key_env=""))
         scored = judge_and_score(items + items[:1], judge)  # a repeated item is judged once
         assert len(server.calls) == 5
-        single = judge_and_score([judge_parts_item({"": parts[0]["a"]}, egointent.RUBRIC_NAME)], judge)
+        single = judge_and_score([judge_parts_item({"": parts[0]["a"]}, egointent_protocol.RUBRIC_NAME)], judge)
     assert scored.part_scores == {"a": pytest.approx(10 * (8 + 5 + 8) / 3), "b": pytest.approx(10 * (2 + 0 + 6 + 2) / 4)}
     assert scored.score == pytest.approx((scored.part_scores["a"] + scored.part_scores["b"]) / 2)
     assert (scored.results.judged, scored.results.failed) == (4, 1)  # the fixed rating is neither

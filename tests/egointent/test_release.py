@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from lmms_egoplan.core.media import frame_time
-from lmms_egoplan.demo.egointent import EVENTS, STEP_FRAMES, VIDEOS, released_steps, write_dataset, write_release
-from lmms_egoplan.demo.kit.media import read_index, write_video
 from lmms_egoplan.egointent import report_face
 from lmms_egoplan.egointent import task as egointent
 from lmms_egoplan.egointent.data import RELEASE, EgoIntentDataError, layout_of, load_samples, read_flat
-from lmms_egoplan.egointent.task import EgoIntentSettings, doc_to_visual
+from lmms_egoplan.egointent.protocol import EgoIntentSettings
+from lmms_egoplan.demo.egointent import EVENTS, STEP_FRAMES, VIDEOS, released_steps, write_dataset, write_release
+from lmms_egoplan.egointent.task import doc_to_visual
+from lmms_egoplan.demo.kit.media import read_index, write_video
 from tests.fixtures import LOGS_BEFORE_RUBRIC_NAMES
 
 
@@ -281,8 +282,8 @@ def test_the_run_warns_of_longer_clips_when_it_loads_the_data_before_any_model(r
 
 
 def test_the_report_reads_procedural_intent_from_results_and_samples_written_as_global_intent(tmp_path):
-    from lmms_egoplan.registry import report_faces
     from lmms_egoplan.report import write_report
+    from lmms_egoplan.suite import report_faces
 
     logs = tmp_path / "logs"
     shutil.copytree(LOGS_BEFORE_RUBRIC_NAMES / "intent", logs)

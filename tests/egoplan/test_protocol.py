@@ -25,10 +25,11 @@ from lmms_egoplan.core.request_options import (
 )
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
 from lmms_egoplan.core.statistics import ValueBin, equal_size_levels, parse_bins
+from lmms_egoplan.egoplan import data as egoplan_data
+from lmms_egoplan.egoplan import settings as egoplan_settings
+from lmms_egoplan.egoplan import task as egoplan
 from lmms_egoplan.demo.egoplan import EGO4D_VIDEOS, build_fixture
 from lmms_egoplan.demo.kit.media import read_index, write_frame_folder, write_video
-from lmms_egoplan.egoplan import data as egoplan_data
-from lmms_egoplan.egoplan import task as egoplan
 from lmms_egoplan.harness import lmms_eval_task as harness
 from lmms_egoplan.models.likelihood import mean_loss
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
@@ -43,7 +44,7 @@ def fixture(tmp_path_factory):
 
 def settings_for(fixture, split="validation", **overrides):
     annotation = "EgoPlan_validation.json" if split == "validation" else "EgoPlan_test.json"
-    return resolve_settings(egoplan.EgoPlanSettings, task="egoplan_test_case", metadata={"annotation_file": annotation},
+    return resolve_settings(egoplan_settings.EgoPlanSettings, task="egoplan_test_case", metadata={"annotation_file": annotation},
                             env_prefix="EGOPLAN", environ=fixture.env(**overrides))
 
 
@@ -123,7 +124,7 @@ def test_by_default_one_clip_of_eight_frames_ends_at_the_observation_as_the_offi
 
 def test_the_released_sample_115_shows_the_official_frames(sample_115):
     record = sample_115
-    settings = egoplan.EgoPlanSettings()
+    settings = egoplan_settings.EgoPlanSettings()
     assert egoplan_data.frame_plan(record, settings) == egoplan_data.FramePlan([SAMPLE_115_OFFICIAL_FRAMES], False)
 
 
@@ -514,7 +515,7 @@ def test_generative_scores_count_unparseable_answers_as_wrong(fixture):
 
 
 def test_each_sample_is_in_one_bin_per_breakdown_counted_beside_it_and_logged_with_its_values(fixture):
-    bins = parse_bins(egoplan.EgoPlanSettings.progress_length_bins)
+    bins = parse_bins(egoplan_settings.EgoPlanSettings.progress_length_bins)
     seen = []
     for doc in load(fixture).docs:
         losses = [1.5, 0.25, 0.5, 2.0]
@@ -613,16 +614,16 @@ def test_a_run_that_did_not_predict_the_whole_split_writes_no_complete_looking_s
 ])
 def test_egoplan_record_fields_of_the_wrong_type_are_named_at_load(field, value, message, tmp_path):
     from lmms_egoplan.core.settings import resolve_settings
-    from lmms_egoplan.demo.egoplan import build_fixture
     from lmms_egoplan.egoplan import data as egoplan_data
-    from lmms_egoplan.egoplan import task as egoplan
+    from lmms_egoplan.egoplan import settings as egoplan_settings
+    from lmms_egoplan.demo.egoplan import build_fixture
 
     data = build_fixture(tmp_path / "egoplan")
     records = data.records()
     records[2][field] = value
     annotation = tmp_path / "EgoPlan_validation.json"
     annotation.write_text(json.dumps(records))
-    settings = resolve_settings(egoplan.EgoPlanSettings, task="t", metadata={"annotation_file": str(annotation)},
+    settings = resolve_settings(egoplan_settings.EgoPlanSettings, task="t", metadata={"annotation_file": str(annotation)},
                                 env_prefix="EGOPLAN", environ=data.env())
     with pytest.raises(egoplan_data.EgoPlanDataError, match=rf"{annotation}, record #2 .*: {re.escape(message)}"):
         egoplan_data.load_samples(settings, labelled=True)

@@ -21,9 +21,9 @@ from PIL import Image
 from lmms_egoplan.core import media
 from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, SCORED_SPAN
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
+from lmms_egoplan.egoplan_bench2 import data, settings, task
 from lmms_egoplan.demo.egoplan_bench2 import EGO4D_VIDEOS, build_fixture
 from lmms_egoplan.demo.kit.media import read_index, write_video
-from lmms_egoplan.egoplan_bench2 import data, task
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks" / "egoplan_bench2"
@@ -36,7 +36,7 @@ def fixture(tmp_path_factory):
 
 
 def settings_for(fixture, **overrides):
-    return resolve_settings(task.EgoPlanBench2Settings, task="egoplan_bench2_test_case", metadata={},
+    return resolve_settings(settings.EgoPlanBench2Settings, task="egoplan_bench2_test_case", metadata={},
                             env_prefix="EGOPLAN2", environ=fixture.env(**overrides))
 
 
@@ -201,7 +201,7 @@ def test_the_data_and_parsing_modules_import_without_lmms_eval():
 
 def test_both_parsers_are_scored_the_setting_choosing_accuracy_and_unread_answers_counted_wrong(fixture):
     doc = load(fixture).docs[1]  # gold B, Hobbies / baking
-    robust, official = task.EgoPlanBench2Settings(), task.EgoPlanBench2Settings(parser="official")
+    robust, official = settings.EgoPlanBench2Settings(), settings.EgoPlanBench2Settings(parser="official")
     # "Based ..." is read as B by the official parser, "Answer: D" by the robust one
     answer = "Based on the video, the tray is in.\n\nAnswer: D"
     scores = task.process_generation_results(doc, [answer], robust)

@@ -172,13 +172,37 @@ def test_an_unknown_decoding_stops_the_task_before_its_data_loads(tmp_path, monk
         load_tasks(["ego_think_counting"])
 
 
+def test_the_hooks_and_metrics_come_from_the_task_spec_and_a_yaml_that_sets_one_too_is_refused(tmp_path, monkeypatch):
+    from lmms_eval.tasks import TaskManager, get_task_dict
+
+    from lmms_egoplan.core.errors import InputError
+    from lmms_egoplan.egothink import task as egothink
+
+    for name, value in offline_judge_env(write_release(tmp_path / "data"), tmp_path).items():
+        monkeypatch.setenv(name, value)
+    built = load_tasks(["ego_think_counting"])["ego_think_counting"]
+    assert built.config.process_results is egothink.process_results
+    assert built.config.doc_to_visual is egothink.doc_to_visual and built.config.doc_to_target == "answer"
+    assert [(m["metric"], m["higher_is_better"]) for m in built.config.metric_list] == [
+        ("score", True), ("judged", True), ("failed", False)]
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    (folder / "mine.yaml").write_text("task: my_ego_think\ndataset_name: Reasoning_counting\n"
+                                      "class: !function lmms_egoplan.egothink.task.EgoThinkTask\ntest_split: test\n"
+                                      "output_type: generate_until\ndoc_to_target: question\n")
+    with pytest.raises(InputError, match=r"task my_ego_think: doc_to_target come from its benchmark's task spec "
+                                         r"\(lmms_egoplan.egothink.task\); remove them from its YAML"):
+        get_task_dict(["my_ego_think"], TaskManager(include_path=str(folder), include_defaults=False))
+
+
 @pytest.mark.parametrize("settings, message", [
     ({"source": "local"}, r"source is local but EGOTHINK_DATA_ROOT \(metadata.data_root\) \(the release's data folder\)"),
     ({"source": "s3"}, r"EGOTHINK_SOURCE \(metadata.source\) must be 'hub' or 'local', got 's3'"),
 ])
 def test_source_settings_are_named_as_users_set_them(settings, message):
     from lmms_egoplan.core.settings import SettingsError
-    from lmms_egoplan.egothink.task import EgoThinkSettings, EgoThinkTask
+    from lmms_egoplan.egothink.protocol import EgoThinkSettings
+    from lmms_egoplan.egothink.task import EgoThinkTask
 
     task = SimpleNamespace(settings=EgoThinkSettings(**settings),
                            config=SimpleNamespace(task="ego_think_counting", dataset_name="Reasoning_counting"))
@@ -224,15 +248,15 @@ def official_form(prompt: str) -> str:
 
 def test_the_judge_prompt_is_the_official_single_math_v2_to_the_character():
     """Any change of one character of the judge prompt (whitespace included) or of its system turn fails here."""
-    from lmms_egoplan.egothink import task as egothink
+    from lmms_egoplan.egothink import protocol as egothink_protocol
 
     def sha256(text):
         return hashlib.sha256(text.encode()).hexdigest()
 
-    assert sha256(egothink.JUDGE_SYSTEM_PROMPT) == OFFICIAL_SINGLE_MATH_V2_SHA256["system_prompt"]
-    assert sha256(official_form(egothink.JUDGE_PROMPT)) == OFFICIAL_SINGLE_MATH_V2_SHA256["prompt_template"]
+    assert sha256(egothink_protocol.JUDGE_SYSTEM_PROMPT) == OFFICIAL_SINGLE_MATH_V2_SHA256["system_prompt"]
+    assert sha256(official_form(egothink_protocol.JUDGE_PROMPT)) == OFFICIAL_SINGLE_MATH_V2_SHA256["prompt_template"]
     # What the judge receives is that template filled in, after that system turn.
-    system, user = egothink.judge_request({"id": "q1", "question": "Q?", "answer": "R"}, "A").messages
-    assert system == {"role": "system", "content": egothink.JUDGE_SYSTEM_PROMPT}
-    assert user == {"role": "user", "content": official_form(egothink.JUDGE_PROMPT).format(
+    system, user = egothink_protocol.judge_request({"id": "q1", "question": "Q?", "answer": "R"}, "A").messages
+    assert system == {"role": "system", "content": egothink_protocol.JUDGE_SYSTEM_PROMPT}
+    assert user == {"role": "user", "content": official_form(egothink_protocol.JUDGE_PROMPT).format(
         question="Q?", ref_answer_1="R", answer="A")}

@@ -278,7 +278,7 @@ def test_every_lmms_eval_function_the_suite_replaces_is_replaced_once_by_one_wra
     from lmms_egoplan.compat import secrets, switches
     from lmms_egoplan.compat import tasks as compat_tasks_module
 
-    switches.on_suite_use()
+    switches.switch_on(switches.SUITE_USED)
     compat_tasks_module.watch_task_selection()
     compat_tasks_module.check_suite_tasks_before_the_model()
     secrets.keep_api_keys_out_of_the_run_summary()

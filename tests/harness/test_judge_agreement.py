@@ -14,7 +14,7 @@ from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, rating_respond
 
 def egointent_run(folder, ratings: dict[str, list[int]]):
     """A run's samples file and audit trail: one step per rating index, three fields each."""
-    from lmms_egoplan.egointent.task import RUBRIC_NAME
+    from lmms_egoplan.egointent.protocol import RUBRIC_NAME
     from lmms_egoplan.judge import JudgeRequest, judge_parts_item
 
     folder.mkdir()

@@ -8,8 +8,8 @@ import sys
 from lmms_eval.cli import dispatch
 
 from lmms_egoplan import tasks as suite_task_package
+from lmms_egoplan.catalogue import CATALOGUE
 from lmms_egoplan.demo.egoplan import build_fixture
-from lmms_egoplan.registry import BENCHMARKS
 
 
 def lmms_eval(monkeypatch, capsys, *arguments: str) -> str:
@@ -23,7 +23,7 @@ def test_tasks_and_power_reach_the_suite_through_its_task_folder(monkeypatch, ca
 
     listed = set(re.findall(r"^  (\S+)$", lmms_eval(monkeypatch, capsys, "tasks", "list", "--include-path", suite_tasks),
                             re.M))
-    assert {task for benchmark in BENCHMARKS for task in benchmark.tasks} <= listed
+    assert {task for benchmark in CATALOGUE for task in benchmark.tasks} <= listed
     assert "egoplan_val" in listed and "seedbench_ppl" in listed  # the suite's beside lmms-eval's own
 
     data = build_fixture(tmp_path / "egoplan")

@@ -12,7 +12,7 @@ from lmms_egoplan.judge import (
 
 def judged_rows(count: int) -> list[dict]:
     """Samples-file rows of an EgoThink task as a judged run logs them."""
-    from lmms_egoplan.egothink.task import RUBRIC_NAME
+    from lmms_egoplan.egothink.protocol import RUBRIC_NAME
     from lmms_egoplan.judge import judge_parts_item
 
     rows = []

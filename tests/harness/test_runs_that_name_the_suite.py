@@ -160,7 +160,7 @@ def test_a_run_that_names_a_suite_task_or_backend_without_the_plugin_variable_is
     monkeypatch.setattr(sys, "argv", argv)
     monkeypatch.setattr(RUN, "exit_guard_sink", None)
     try:
-        switches.on_entry_point_load()
+        switches.switch_on(switches.ENTRY_POINT_LOADED)
     finally:
         if RUN.exit_guard_sink is not None:
             logger.remove(RUN.exit_guard_sink)

@@ -4,8 +4,9 @@ results metadata and records; the server's fingerprint kept in the cache and the
 import json
 from types import SimpleNamespace
 
+from lmms_egoplan.catalogue import CATALOGUE
+from lmms_egoplan.egothink.protocol import RUBRIC, RUBRIC_NAME
 from lmms_egoplan.demo.kit.judge_server import ChatServer, rating_responder
-from lmms_egoplan.egothink.task import RUBRIC, RUBRIC_NAME
 from lmms_egoplan.judge import Judge, JudgeIdentity, JudgeRequest, JudgeSettings, preflight
 
 
@@ -40,14 +41,16 @@ def test_the_fingerprint_of_each_answer_is_kept_in_the_cache_and_the_audit_trail
 
 
 def test_each_judged_task_names_the_rubric_its_items_name():
+    from lmms_egoplan.egointent import protocol as egointent_protocol
     from lmms_egoplan.egointent import task as egointent
+    from lmms_egoplan.egothink import protocol as egothink_protocol
     from lmms_egoplan.egothink import task as egothink
-    from lmms_egoplan.registry import BENCHMARKS
 
-    assert egothink.EgoThinkScoring.JUDGE_RUBRIC == egothink.RUBRIC_NAME
-    for definitions, name in egointent.RUBRIC_NAMES.items():  # the setting definitions picks the rubric
+    assert egothink.EgoThinkScoring.JUDGE_RUBRIC == egothink_protocol.RUBRIC_NAME
+    for definitions, name in egointent_protocol.RUBRIC_NAMES.items():  # the setting definitions picks the rubric
         task = SimpleNamespace(settings=SimpleNamespace(definitions=definitions))
         assert egointent.EgoIntentTask.JUDGE_RUBRIC.fget(task) == name
-    assert {name for b in BENCHMARKS if b.rubric for name in (b.rubric, *b.other_rubrics)} == {
-        egothink.RUBRIC_NAME, *egointent.RUBRIC_NAMES.values()}
-    assert egointent.RUBRIC.levels == tuple(range(11)) and egointent.RUBRIC.prompt_hash != egothink.RUBRIC.prompt_hash
+    assert {name for row in CATALOGUE for name in row.rubrics} == {
+        egothink_protocol.RUBRIC_NAME, *egointent_protocol.RUBRIC_NAMES.values()}
+    assert egointent_protocol.RUBRIC.levels == tuple(range(11))
+    assert egointent_protocol.RUBRIC.prompt_hash != egothink_protocol.RUBRIC.prompt_hash

@@ -407,15 +407,22 @@ def refuse_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
-def test_rubrics_are_found_by_registered_name_even_before_their_benchmark_is_imported():
+def test_rubrics_are_found_by_name_or_legacy_reference_once_registered_without_any_harness():
+    """What ``lmms-egoplan rejudge`` does first: the suite's rubrics registered (importing registers nothing),
+    found by the names logs carry, and by what logs written before rubrics had names carry."""
     script = textwrap.dedent("""
         import sys
-        from lmms_egoplan.judge import load_rubric
-        assert "lmms_egoplan.egothink.task" not in sys.modules
+        import pytest
+        from lmms_egoplan import suite
+        from lmms_egoplan.judge import load_rubric, register_rubrics
+        with pytest.raises(ValueError, match="no rubric is registered as 'egothink'"):
+            load_rubric("egothink")
+        register_rubrics(suite.rubrics())
         rubric = load_rubric("egothink")
-        assert rubric is sys.modules["lmms_egoplan.egothink.task"].RUBRIC and rubric.scale == 100.0
+        assert rubric is sys.modules["lmms_egoplan.egothink.protocol"].RUBRIC and rubric.scale == 100.0
         assert load_rubric("lmms_egoplan.egothink:RUBRIC") is rubric  # as logs written before names say
         assert load_rubric("lmms_egoplan.egointent:RUBRIC") is load_rubric("egointent")
+        assert not {"lmms_eval", "lm_eval", "torch", "transformers"} & set(sys.modules)
     """)
     subprocess.run([sys.executable, "-c", script], check=True)
 

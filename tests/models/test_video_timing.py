@@ -22,8 +22,9 @@ from lmms_egoplan.demo.kit.checkpoints import VIDEO_ARCHITECTURES
 from lmms_egoplan.demo.kit.media import index_image, write_frame_folder, write_video
 from lmms_egoplan.egointent import task as egointent
 from lmms_egoplan.egointent.data import load_samples
-from lmms_egoplan.egointent.task import EgoIntentSettings
+from lmms_egoplan.egointent.protocol import EgoIntentSettings
 from lmms_egoplan.egoplan import data as egoplan_data
+from lmms_egoplan.egoplan import settings as egoplan_settings
 from lmms_egoplan.egoplan import task as egoplan
 from lmms_egoplan.models.egoplan_hf import EgoPlanHF
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
@@ -52,7 +53,7 @@ def egoplan_doc(record: dict, root: Path) -> dict:
     write_frame_folder(egoplan_data.epic_frame_folder(root / "epic", record["video_id"]), numbers, size=(48, 40))
     annotation = root / "EgoPlan_test.json"
     annotation.write_text(json.dumps([record]))
-    settings = resolve_settings(egoplan.EgoPlanSettings, task="timing", metadata={"annotation_file": str(annotation)},
+    settings = resolve_settings(egoplan_settings.EgoPlanSettings, task="timing", metadata={"annotation_file": str(annotation)},
                                 env_prefix="EGOPLAN", environ={"EGOPLAN_EPIC_FRAMES_ROOT": str(root / "epic")})
     [doc] = egoplan_data.load_samples(settings, labelled=False).docs
     return doc

@@ -8,10 +8,10 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
-from lmms_egoplan.registry import report_faces
 from lmms_egoplan.report import write_report
 from lmms_egoplan.report.runs import load_runs
 from lmms_egoplan.report.tables import build_tables, csv_table, markdown_table
+from lmms_egoplan.suite import report_faces
 
 # For a value of each JSON type, values of the other types (an empty and a full container among them).
 OTHER_TYPES = {

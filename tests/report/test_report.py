@@ -19,13 +19,13 @@ from lmms_egoplan.egointent.report_face import egointent_scenarios
 from lmms_egoplan.egoplan.report_face import egoplan_breakdowns
 from lmms_egoplan.egothink.data import CAPABILITIES
 from lmms_egoplan.egothink.report_face import egothink_dimensions
-from lmms_egoplan.registry import report_faces
 from lmms_egoplan.report import NothingFoundError, write_report
 from lmms_egoplan.report.figures import PUBLISHED_COLOUR, table_figures
 from lmms_egoplan.report.intervals import bootstrap_interval, exact_binomial_interval
 from lmms_egoplan.report.layout import PUBLISHED_FIELDS
 from lmms_egoplan.report.runs import load_runs
 from lmms_egoplan.report.tables import TEXT_ONLY_BASELINE, THIS_RUN, build_tables
+from lmms_egoplan.suite import report_faces
 from tests.report.hostile import check_hostile_copies
 
 FACES = report_faces()  # the suite's benchmarks, as lmms-egoplan report reads them

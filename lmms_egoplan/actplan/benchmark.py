@@ -1,0 +1,15 @@
+"""The benchmark as one value (``lmms_egoplan.harness.benchmark.Benchmark``), listed by ``lmms_egoplan.suite``:
+its code as objects, loaded without any harness."""
+
+from lmms_egoplan.actplan.commands import COMMANDS
+from lmms_egoplan.actplan.report_face import FACE
+from lmms_egoplan.actplan.settings import ActPlanSettings
+from lmms_egoplan.catalogue import entry
+from lmms_egoplan.harness.benchmark import Benchmark
+
+ACTPLAN = Benchmark(
+    entry("actplan"),
+    settings=ActPlanSettings,
+    report_face=FACE,
+    commands=COMMANDS,
+)

@@ -1,0 +1,16 @@
+"""The benchmark as one value (``lmms_egoplan.harness.benchmark.Benchmark``), listed by ``lmms_egoplan.suite``:
+its code as objects, loaded without any harness."""
+
+from lmms_egoplan.catalogue import entry
+from lmms_egoplan.egointent.commands import COMMANDS
+from lmms_egoplan.egointent.protocol import RUBRIC_NAMES, RUBRICS, EgoIntentSettings
+from lmms_egoplan.egointent.report_face import FACE
+from lmms_egoplan.harness.benchmark import Benchmark
+
+EGOINTENT = Benchmark(
+    entry("egointent"),
+    settings=EgoIntentSettings,
+    report_face=FACE,
+    rubrics={RUBRIC_NAMES[definitions]: rubric for definitions, rubric in RUBRICS.items()},
+    commands=COMMANDS,
+)

@@ -1,0 +1,55 @@
+"""The suite's benchmarks, each by plain import: what the CLI, the judge's rubric look-up, ``rejudge`` and the
+report read instead of lists of their own. Each is one ``Benchmark`` value (``lmms_egoplan.harness.benchmark``);
+what is known of them without their code is their row in ``lmms_egoplan.catalogue``. Importing this module
+loads no harness (no lmms-eval, lm-eval, torch or transformers: tests/architecture/test_suite.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from lmms_egoplan.actplan.benchmark import ACTPLAN
+from lmms_egoplan.egointent.benchmark import EGOINTENT
+from lmms_egoplan.egoplan.benchmark import EGOPLAN
+from lmms_egoplan.egoplan_bench2.benchmark import EGOPLAN_BENCH2
+from lmms_egoplan.egothink.benchmark import EGOTHINK
+from lmms_egoplan.harness.benchmark import Benchmark
+
+if TYPE_CHECKING:
+    from lmms_egoplan.judge.rubrics import Rubric
+    from lmms_egoplan.report.layout import ReportFace
+
+BENCHMARKS: tuple[Benchmark, ...] = (EGOPLAN, EGOTHINK, EGOINTENT, ACTPLAN, EGOPLAN_BENCH2)  # the catalogue's order
+
+
+def benchmark(name: str) -> Benchmark:
+    found = [entry for entry in BENCHMARKS if entry.name == name]
+    if not found:
+        raise KeyError(f"no benchmark {name!r} (known: {', '.join(entry.name for entry in BENCHMARKS)})")
+    return found[0]
+
+
+def report_faces() -> list[ReportFace]:
+    """Each benchmark's report face (``report.layout.ReportFace``), in the suite's order."""
+    return [entry.report_face for entry in BENCHMARKS]
+
+
+def commands() -> dict[str, tuple[str, Callable]]:
+    """The benchmarks' ``lmms-egoplan`` commands: name -> (help, add_arguments), in the suite's order."""
+    return {name: command for entry in BENCHMARKS for name, command in entry.commands.items()}
+
+
+def rubrics() -> dict[str, Rubric]:
+    """Every benchmark's judge rubrics, by the names their judged items (and logs) carry: what a process
+    that judges logs without running their tasks registers (``judge.rubrics.register_rubrics``)."""
+    return {name: rubric for entry in BENCHMARKS for name, rubric in entry.rubrics.items()}
+
+
+def group_scores(task_scores: dict[str, dict]) -> dict[str, dict]:
+    """The group scores ``rejudge`` reports as the run would, from its tasks' scores."""
+    groups: dict[str, dict] = {}
+    for entry in BENCHMARKS:
+        for prefix, scores_of in entry.rejudge_groups.items():
+            tasks = {task: scores for task, scores in task_scores.items() if task.startswith(prefix)}
+            if tasks:
+                groups.update(scores_of(tasks))
+    return groups

@@ -1,0 +1,175 @@
+"""The catalogue (the benchmarks as data) and the suite (the benchmarks as values, by plain import) agree with
+each other and with what they name: the tasks the YAML folders declare, rubrics, rejudge groups, report faces
+and commands; importing the suite loads no harness, and importing any module of the package does nothing
+(tests/architecture/test_imports.py: nothing shared names a benchmark)."""
+
+import ast
+import dataclasses
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lmms_egoplan import catalogue, suite
+from lmms_egoplan.report.layout import ReportFace
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+PACKAGE = CHECKOUT / "lmms_egoplan"
+
+
+def test_each_benchmark_has_the_tasks_its_yaml_folders_declare_that_no_group_includes():
+    assert {entry.name: entry.tasks for entry in catalogue.CATALOGUE} == {
+        "egoplan": ("egoplan_test", "egoplan_val", "egoplan_val_gen"), "egothink": ("ego_think",),
+        "egointent": ("egointent",), "actplan": ("actplan1k", "actplan1k_text_only"),
+        "egoplan_bench2": ("egoplan_bench2", "egoplan_bench2_likelihood")}
+    assert {entry.name: entry.lm_eval_tasks for entry in catalogue.CATALOGUE} == {
+        "egoplan": ("egoplan_test_blind", "egoplan_val_blind", "egoplan_val_narrated"),
+        "egothink": ("ego_think_blind",),
+        "egointent": (), "actplan": ("actplan1k_text_only_lm",), "egoplan_bench2": ()}
+
+
+def test_every_task_a_benchmark_declares_starts_with_one_of_its_task_prefixes():
+    for entry in catalogue.CATALOGUE:
+        for folder in (CHECKOUT / "tasks" / entry.name, CHECKOUT / "lm_eval_tasks" / entry.name):
+            declared = [name for path in folder.glob("*.yaml") for name in catalogue.declared_tasks(folder)]
+            assert all(name.startswith(entry.task_prefixes) for name in declared), (entry.name, declared)
+
+
+def test_a_group_and_what_it_includes_are_read_from_a_folder(tmp_path):
+    """A group's members (names, or inline configs) are not listed; templates are not tasks."""
+    for name, text in {"group.yaml": "group: bench\ntask:\n  - bench_a\n  - task: bench_b\n",
+                       "a.yaml": "task: bench_a\nclass: !function module.Class\n", "b.yaml": "task: bench_b\n",
+                       "alone.yaml": "task: bench_alone\n", "_template_yaml": "task: not_a_task\n"}.items():
+        (tmp_path / name).write_text(text)
+    assert catalogue.declared_tasks(tmp_path) == ("bench", "bench_alone")
+    assert catalogue.declared_tasks(tmp_path / "missing") == ()
+
+
+def test_the_suite_holds_one_value_per_catalogue_row_in_its_order():
+    assert [benchmark.entry for benchmark in suite.BENCHMARKS] == list(catalogue.CATALOGUE)
+    for benchmark in suite.BENCHMARKS:
+        assert dataclasses.is_dataclass(benchmark.settings), benchmark.name
+        assert benchmark.settings.__module__.startswith(f"lmms_egoplan.{benchmark.name}."), benchmark.name
+
+
+def test_rubrics_and_rejudge_groups_are_the_benchmarks_own():
+    for benchmark in suite.BENCHMARKS:
+        assert set(benchmark.rubrics) == set(benchmark.entry.rubrics), benchmark.name
+        assert all(catalogue.rubric_name(name) == name for name in benchmark.rubrics), benchmark.name
+        assert all(callable(scores) and prefix.startswith(benchmark.entry.task_prefixes)
+                   for prefix, scores in benchmark.rejudge_groups.items()), benchmark.name
+    assert catalogue.rubric_name("lmms_egoplan.egothink:RUBRIC") == "egothink"  # as logs written before names say
+    assert catalogue.rubric_name("lmms_egoplan.egointent:RUBRIC") == "egointent"
+    assert catalogue.rubric_name("not-ours") is None
+    assert suite.rubrics().keys() == {name for row in catalogue.CATALOGUE for name in row.rubrics}
+
+
+def test_a_benchmark_value_holds_the_rubrics_its_catalogue_row_names():
+    egothink = suite.benchmark("egothink")
+    with pytest.raises(ValueError, match="rubrics \\[\\] are not its catalogue row's \\['egothink'\\]"):
+        dataclasses.replace(egothink, rubrics={})
+
+
+def test_every_benchmark_has_a_face_with_a_row_for_each_task_it_declares_and_only_its_own():
+    faces = suite.report_faces()
+    assert len(faces) == len(suite.BENCHMARKS) and all(isinstance(face, ReportFace) for face in faces)
+    for benchmark, face in zip(suite.BENCHMARKS, faces):
+        assert face.tables and face.published, benchmark.name
+        rows = {task for table in face.tables for task in table.tasks}
+        assert rows == {*benchmark.entry.tasks, *benchmark.entry.lm_eval_tasks}, benchmark.name
+    keys = [table.key for face in faces for table in face.tables]
+    assert len(keys) == len(set(keys))  # one CSV per table
+
+
+def test_the_benchmarks_commands_are_named_once_and_come_from_their_folders():
+    commands = suite.commands()
+    assert list(commands) == ["egointent-check", "actplan-score", "actplan-train-bleurt"]
+    for benchmark in suite.BENCHMARKS:
+        assert all(add.__module__ == f"lmms_egoplan.{benchmark.name}.commands"
+                   for _, add in benchmark.commands.values()), benchmark.name
+    assert len(commands) == sum(len(benchmark.commands) for benchmark in suite.BENCHMARKS)  # none hides another's
+
+
+def test_an_unknown_benchmark_is_an_error_naming_the_known_ones():
+    with pytest.raises(KeyError, match="known: egoplan, egothink, egointent, actplan"):
+        suite.benchmark("egoschema")
+    with pytest.raises(KeyError, match="known: egoplan, egothink, egointent, actplan"):
+        catalogue.entry("egoschema")
+    assert catalogue.entry("actplan").tasks == ("actplan1k", "actplan1k_text_only")
+
+
+def test_the_lmms_eval_builtins_named_after_a_paper_point_to_the_suites_tasks():
+    counterparts = catalogue.suite_counterparts()
+    assert counterparts == {"egoplan": "egoplan_val", "egothink": "ego_think", "egothink_": "ego_think_",
+                            "egoplan2": "egoplan_bench2"}
+    for builtin, task in counterparts.items():
+        owner = next(row for row in catalogue.CATALOGUE if builtin in row.lmms_eval_builtins)
+        assert task.startswith(owner.task_prefixes)
+
+
+def test_importing_the_suite_loads_no_harness_and_registers_nothing():
+    script = ("import sys, lmms_egoplan.suite\n"
+              "from lmms_egoplan.judge import rubrics\n"
+              "harnesses = {'lmms_eval', 'lm_eval', 'torch', 'transformers'}\n"
+              "print(sorted(harnesses & set(sys.modules)), dict(rubrics._RUBRICS))")
+    loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[] {}"
+
+
+def module_level_calls(path: Path) -> list[str]:
+    """The statements of a module's top level (and of its top-level ``if``/``try`` blocks) that are a bare call:
+    ``f(...)`` run for its effect when the module is imported. ``if __name__ == "__main__":`` blocks are a
+    script's, not an import's."""
+    found, body = [], list(ast.parse(path.read_text()).body)
+    while body:
+        node = body.pop(0)
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            continue
+        if isinstance(node, (ast.If, ast.Try)):
+            body.extend([*node.body, *node.orelse, *getattr(node, "finalbody", []),
+                         *(s for h in getattr(node, "handlers", []) for s in h.body)])
+        elif isinstance(node, ast.Expr) and isinstance(node.value, (ast.Call, ast.Await)):
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)[:80]}")
+    return found
+
+
+def test_importing_does_nothing_no_module_makes_a_bare_call_at_its_top_level():
+    calls = {str(path.relative_to(PACKAGE)): module_level_calls(path) for path in sorted(PACKAGE.rglob("*.py"))}
+    assert {path: found for path, found in calls.items() if found} == {}
+
+
+def test_the_scan_sees_bare_calls_in_blocks_but_not_values_or_scripts(tmp_path):
+    source = tmp_path / "module.py"
+    source.write_text('VALUE = build()\nregister(VALUE)\ntry:\n    import x\nexcept ImportError:\n    warn()\n'
+                      'if __name__ == "__main__":\n    main()\n')
+    assert [line.split(": ", 1)[1] for line in module_level_calls(source)] == ["register(VALUE)", "warn()"]
+
+
+def yaml_classes(folder: Path) -> set[type]:
+    """The classes the YAMLs of a task folder name (``class: !function module.Class``)."""
+    import importlib
+
+    named = {match for path in folder.iterdir() if path.is_file()
+             for match in re.findall(r"^class: !function ([\w.]+)$", path.read_text(), re.MULTILINE)}
+    return {getattr(importlib.import_module(name.rpartition(".")[0]), name.rpartition(".")[2]) for name in named}
+
+
+def test_a_task_folder_whose_class_holds_a_spec_keeps_only_configuration_in_its_yamls():
+    """Hooks and metric lists come from the spec: no ``!function`` but ``class:`` and group aggregations."""
+    from lmms_egoplan.harness.benchmark import TaskSpec
+
+    held = []
+    folders = [path for tree in ("tasks", "lm_eval_tasks") for path in (CHECKOUT / tree).iterdir() if path.is_dir()]
+    for folder in sorted(folders):
+        if not any(getattr(cls, "SPEC", None) for cls in yaml_classes(folder)):
+            continue
+        held.append(f"{folder.parent.name}/{folder.name}")
+        for path in (path for path in folder.iterdir() if path.is_file() and path.suffix != ".md"):
+            text = path.read_text()
+            assert not re.findall(rf"^({'|'.join(TaskSpec.KEYS)}):", text, re.MULTILINE), path
+            functions = re.findall(r"^\s*(?:- )?(\w+): !function", text, re.MULTILINE)
+            assert set(functions) <= {"class", "aggregation"}, path
+            assert "aggregation" not in functions or "aggregate_metric_list:" in text, path  # a group's only
+    assert {"tasks/egothink", "lm_eval_tasks/egothink"} <= set(held)
