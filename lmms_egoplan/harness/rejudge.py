@@ -185,7 +185,7 @@ def rejudge_samples(logged: LoggedItems, judge: Judge | Mapping[str, Judge], out
     Writes an audit trail per task and ``<date>_rejudged.json`` (the scores; a metric without a
     value is ``null``) into ``output_dir``; returns the scores by task and by group (as the run
     reports groups, ``group_scores`` turning task scores into group scores: the registry's
-    ``lmms_egoplan.registry.group_scores``): each judged metric, then ``judged`` / ``failed`` and ``unusable_rows``.
+    ``lmms_egoplan.suite.group_scores``): each judged metric, then ``judged`` / ``failed`` and ``unusable_rows``.
     """
     output_dir = Path(output_dir)
     stamp = datetime.now().strftime("%Y%m%d_%H%M%S")  # as lmms-eval names a run's files, in local time

@@ -5,7 +5,7 @@ runs (finding and reading results files) -> intervals (from the per-sample logs)
 layouts of the benchmarks' report faces, ``layout.ReportFace``) -> figures (the faces' drawings, with
 the helpers of ``figures``) -> markdown, CSV, PNG / SVG and HTML written here. This package names no
 benchmark: each benchmark's face lies in its own folder, and the registry hands the faces over
-(``lmms_egoplan.registry.report_faces``). ``agreement`` writes ``lmms-egoplan judge-agreement``'s table,
+(``lmms_egoplan.suite.report_faces``). ``agreement`` writes ``lmms-egoplan judge-agreement``'s table,
 CSVs and figure.
 """
 
