@@ -63,10 +63,14 @@ def refuse_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
-def egothink_run_args(data: Path, model, judge, cache: Path, **settings) -> dict:
+def egothink_run_args(data: Path, model, judge, cache: Path, model_concurrency: int | None = None, **settings) -> dict:
+    """``--model openai`` on the loopback ``model``, EgoThink's counting task judged by ``judge``, ``--use_cache``;
+    ``model_concurrency``: the backend's ``num_concurrent`` (32 by default: the suite's response cache then stores
+    its 12 questions as one chunk), ``settings``: EgoThink settings."""
     env = {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data), "EGOTHINK_JUDGE_BASE_URL": judge.base_url,
            "EGOTHINK_JUDGE_MODEL": "loopback-judge", "EGOTHINK_JUDGE_API_KEY_ENV": "",
            "EGOTHINK_JUDGE_CACHE_DIR": str(cache / "judge"),
            **{f"EGOTHINK_{name.upper()}": value for name, value in settings.items()}}
-    return dict(model="openai", model_args=f"model_version=fake,base_url={model.base_url},api_key=unused",
+    concurrency = f",num_concurrent={model_concurrency}" if model_concurrency else ""
+    return dict(model="openai", model_args=f"model_version=fake,base_url={model.base_url},api_key=unused{concurrency}",
                 tasks=["ego_think_counting"], env=env, extra_args=["--use_cache", str(cache / "responses")])

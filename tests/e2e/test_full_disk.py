@@ -46,9 +46,9 @@ def test_a_judge_cache_and_output_folder_filling_while_judging_stop_the_judging_
 
 
 def test_a_response_cache_filling_while_the_model_answers_stops_the_run_before_it_answers_more(small_disk, tmp_path):
-    """lmms-eval's openai backend, answers stored a chunk of 4 questions at a time: the disk fills at the
-    6th answer; the run ends with the second chunk (lmms-eval alone asks again for each of its questions,
-    then for every question left, storing nothing)."""
+    """lmms-eval's openai backend, two requests at a time, answers stored a chunk of 4 questions at a time: the
+    disk fills at the 6th answer; the run ends with the second chunk (lmms-eval alone asks again for each of its
+    questions, then for every question left, storing nothing)."""
     from lmms_egoplan.demo.egothink import write_release
     from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 
@@ -61,7 +61,7 @@ def test_a_response_cache_filling_while_the_model_answers_stops_the_run_before_i
         return Reply("Two.")
 
     with ChatServer(model_answer) as model, ChatServer(rating_responder(lambda call: "1")) as judge:
-        args = egothink_run_args(data, model, judge, tmp_path)
+        args = egothink_run_args(data, model, judge, tmp_path, model_concurrency=2)
         args["extra_args"] = ["--use_cache", str(disk.path / "responses")]
         run = run_lmms_eval(output_dir=tmp_path / "out", check=False, **args)
     root, last = disk.path / "responses", run.log.rstrip().splitlines()[-1]

@@ -145,8 +145,7 @@ def test_a_generation_pass_killed_mid_way_resumes_from_what_lmms_evals_cache_kep
 
     data = write_release(tmp_path / "data", per_dimension=12)
     with ChatServer(lambda call: Reply("Two.", delay=0.2)) as model, ChatServer(rating_responder(lambda call: "1")) as judge:
-        args = egothink_run_args(data, model, judge, tmp_path)
-        args["model_args"] += ",num_concurrent=2"
+        args = egothink_run_args(data, model, judge, tmp_path, model_concurrency=2)
         running = start_lmms_eval(output_dir=tmp_path / "first", **args)
         running.wait_for(lambda: len(model.calls) >= 6, what="six answers")
         assert stop(running, 9).returncode == -9
