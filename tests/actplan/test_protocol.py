@@ -22,9 +22,9 @@ from lmms_egoplan.actplan.plans import (
     score_lcs,
 )
 from lmms_egoplan.actplan.settings import ActPlanSettings
-from lmms_egoplan.demo.actplan import write_release_dataset
 from lmms_egoplan.actplan.task import process_results
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
+from lmms_egoplan.demo.actplan import write_release_dataset
 from lmms_egoplan.demo.kit.media import read_index
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
@@ -392,8 +392,8 @@ def test_pair_files_of_the_release_and_of_this_suite(tmp_path):
 
 def test_space_joined_gold_plans_score_as_one_step_per_line(tmp_path, monkeypatch, capsys):
     from lmms_egoplan.actplan import lcs as actplan_lcs
-    from lmms_egoplan.demo.actplan import write_finetuning_data
     from lmms_egoplan.cli import main
+    from lmms_egoplan.demo.actplan import write_finetuning_data
 
     monkeypatch.setattr(actplan_lcs, "step_matcher", lambda *args, **kwargs: ExactMatcher())
     data, _ = write_finetuning_data(tmp_path, activities=3)

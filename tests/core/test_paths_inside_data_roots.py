@@ -33,9 +33,9 @@ def test_an_egoplan_video_id_that_leaves_its_root_is_an_error_naming_the_sample_
     import shutil
 
     from lmms_egoplan.core.settings import resolve_settings
+    from lmms_egoplan.demo.egoplan import build_fixture
     from lmms_egoplan.egoplan import data as egoplan_data
     from lmms_egoplan.egoplan import settings as egoplan_settings
-    from lmms_egoplan.demo.egoplan import build_fixture
 
     data = build_fixture(tmp_path / "egoplan")
     records = data.records()
@@ -73,9 +73,9 @@ def test_an_epic_frame_file_symlinked_out_of_its_root_is_an_error_naming_sample_
     from the outside file)."""
     from lmms_egoplan.core import media
     from lmms_egoplan.core.settings import resolve_settings
+    from lmms_egoplan.demo.egoplan import build_fixture
     from lmms_egoplan.egoplan import data as egoplan_data
     from lmms_egoplan.egoplan import settings as egoplan_settings
-    from lmms_egoplan.demo.egoplan import build_fixture
 
     data = build_fixture(tmp_path / "egoplan")
 
@@ -100,9 +100,9 @@ def test_an_egoplan_bench2_video_or_image_symlinked_out_of_its_root_is_an_error_
     import shutil
 
     from lmms_egoplan.core.settings import resolve_settings
+    from lmms_egoplan.demo.egoplan_bench2 import build_fixture
     from lmms_egoplan.egoplan_bench2 import data as egoplan2_data
     from lmms_egoplan.egoplan_bench2 import settings as egoplan2_settings
-    from lmms_egoplan.demo.egoplan_bench2 import build_fixture
 
     data = build_fixture(tmp_path / "built")
     shutil.copytree(data.root, tmp_path / "copy", symlinks=True)
@@ -129,8 +129,8 @@ def test_an_egoplan_bench2_video_or_image_symlinked_out_of_its_root_is_an_error_
 
 
 def test_an_egothink_annotation_file_symlinked_out_of_the_data_root_is_an_error(tmp_path):
-    from lmms_egoplan.egothink.data import DIMENSIONS, EgoThinkDataError, load_release_dimension
     from lmms_egoplan.demo.egothink import write_release
+    from lmms_egoplan.egothink.data import DIMENSIONS, EgoThinkDataError, load_release_dimension
 
     root = write_release(tmp_path / "data", per_dimension=2)
     dimension = DIMENSIONS["Reasoning_counting"]
@@ -143,8 +143,8 @@ def test_an_egothink_annotation_file_symlinked_out_of_the_data_root_is_an_error(
 
 
 def test_an_egothink_image_that_leads_out_of_the_data_root_is_an_error_naming_the_record(tmp_path):
-    from lmms_egoplan.egothink.data import DIMENSIONS, EgoThinkDataError, load_release_dimension
     from lmms_egoplan.demo.egothink import write_release
+    from lmms_egoplan.egothink.data import DIMENSIONS, EgoThinkDataError, load_release_dimension
 
     root = write_release(tmp_path / "data", per_dimension=2)
     dimension = DIMENSIONS["Object_existence"]
@@ -163,8 +163,8 @@ def test_an_egothink_image_that_leads_out_of_the_data_root_is_an_error_naming_th
 @pytest.mark.parametrize("escape, why", [("dotdot", "climbs out of it with '..'"), ("absolute", "is an absolute path"),
                                          ("symlink", "leads out of it through a symbolic link")])
 def test_an_egointent_video_that_leaves_the_video_root_is_named_with_its_record_and_field(escape, why, tmp_path):
-    from lmms_egoplan.egointent.data import read_flat
     from lmms_egoplan.demo.egointent import write_dataset
+    from lmms_egoplan.egointent.data import read_flat
 
     annotations = write_dataset(tmp_path / "data")
     records = [json.loads(line) for line in annotations.read_text().splitlines()]

@@ -24,9 +24,9 @@ def test_every_reader_of_text_names_a_file_that_is_not_utf8(tmp_path):
     from lmms_egoplan.actplan.data import load_instances
     from lmms_egoplan.actplan.plans import candidates_from_jsonl
     from lmms_egoplan.demo.actplan import write_release_dataset
+    from lmms_egoplan.demo.egointent import write_dataset
     from lmms_egoplan.egointent import data as egointent_data
     from lmms_egoplan.egointent.protocol import EgoIntentSettings
-    from lmms_egoplan.demo.egointent import write_dataset
 
     annotations = write_dataset(tmp_path / "egointent")
     annotations.write_bytes(annotations.read_bytes().replace(b"loosen", b"l\xf6osen", 1))

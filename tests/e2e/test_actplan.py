@@ -25,6 +25,7 @@ from lmms_egoplan.actplan.plans import (
     plan_text,
     score_lcs,
 )
+from lmms_egoplan.catalogue import entry
 from lmms_egoplan.demo.actplan import (
     build_tiny_bert,
     model_output,
@@ -32,7 +33,6 @@ from lmms_egoplan.demo.actplan import (
     write_classifier_checkpoint,
     write_release_dataset,
 )
-from lmms_egoplan.catalogue import entry
 from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
 from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.media import read_index

@@ -10,13 +10,13 @@ import pytest
 from PIL import Image
 
 from lmms_egoplan.core.settings import resolve_settings
-from lmms_egoplan.egoplan_bench2 import data, settings, task
-from lmms_egoplan.egoplan_bench2.parsing import read_letters
 from lmms_egoplan.demo.egoplan_bench2 import build_fixture, scripted_answers
 from lmms_egoplan.demo.kit.judge_server import ChatServer
 from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.media import read_index
 from lmms_egoplan.demo.kit.scripted import answering, differences, reported_metrics
+from lmms_egoplan.egoplan_bench2 import data, settings, task
+from lmms_egoplan.egoplan_bench2.parsing import read_letters
 
 # End to end: the real lmms-eval CLI in subprocesses.
 

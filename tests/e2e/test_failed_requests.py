@@ -13,7 +13,6 @@ import shlex
 from contextlib import ExitStack
 from pathlib import Path
 
-from lmms_egoplan.demo.smoke import suites
 from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
 from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.scripted import (
@@ -23,6 +22,7 @@ from lmms_egoplan.demo.kit.scripted import (
     rating_by_script,
     reported_metrics,
 )
+from lmms_egoplan.demo.smoke import suites
 
 MODEL_KEY = "sk-model-secret-0123456789abcdef"
 JUDGE_KEY = "sk-judge-secret-fedcba9876543210"

@@ -15,8 +15,8 @@ def predict_only(tmp_path_factory, tiny_model):
     from contextlib import ExitStack
 
     from lmms_egoplan.catalogue import entry
-    from lmms_egoplan.demo.smoke import suites
     from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.demo.smoke import suites
 
     root = tmp_path_factory.mktemp("predict_only")
     with ExitStack() as resources:

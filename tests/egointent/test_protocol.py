@@ -14,6 +14,14 @@ import pytest
 
 from lmms_egoplan.core.media import VIDEO_CLIP_KEY
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
+from lmms_egoplan.demo.egointent import (
+    VIDEOS,
+    judge_rating,
+    step_records,
+    write_dataset,
+)
+from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
+from lmms_egoplan.demo.kit.media import read_index
 from lmms_egoplan.egointent import protocol as egointent_protocol
 from lmms_egoplan.egointent import task as egointent
 from lmms_egoplan.egointent.data import (
@@ -26,15 +34,7 @@ from lmms_egoplan.egointent.data import (
     scenario_metric,
 )
 from lmms_egoplan.egointent.protocol import EgoIntentSettings, parse_judge_rating
-from lmms_egoplan.demo.egointent import (
-    VIDEOS,
-    judge_rating,
-    step_records,
-    write_dataset,
-)
 from lmms_egoplan.egointent.task import doc_to_visual, parse_answer
-from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
-from lmms_egoplan.demo.kit.media import read_index
 from lmms_egoplan.judge import (
     FixedRating,
     Judge,

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from lmms_egoplan.core.media import frame_time
+from lmms_egoplan.demo.egointent import EVENTS, STEP_FRAMES, VIDEOS, released_steps, write_dataset, write_release
+from lmms_egoplan.demo.kit.media import read_index, write_video
 from lmms_egoplan.egointent import report_face
 from lmms_egoplan.egointent import task as egointent
 from lmms_egoplan.egointent.data import RELEASE, EgoIntentDataError, layout_of, load_samples, read_flat
 from lmms_egoplan.egointent.protocol import EgoIntentSettings
-from lmms_egoplan.demo.egointent import EVENTS, STEP_FRAMES, VIDEOS, released_steps, write_dataset, write_release
 from lmms_egoplan.egointent.task import doc_to_visual
-from lmms_egoplan.demo.kit.media import read_index, write_video
 from tests.fixtures import LOGS_BEFORE_RUBRIC_NAMES
 
 

@@ -25,11 +25,11 @@ from lmms_egoplan.core.request_options import (
 )
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
 from lmms_egoplan.core.statistics import ValueBin, equal_size_levels, parse_bins
+from lmms_egoplan.demo.egoplan import EGO4D_VIDEOS, build_fixture
+from lmms_egoplan.demo.kit.media import read_index, write_frame_folder, write_video
 from lmms_egoplan.egoplan import data as egoplan_data
 from lmms_egoplan.egoplan import settings as egoplan_settings
 from lmms_egoplan.egoplan import task as egoplan
-from lmms_egoplan.demo.egoplan import EGO4D_VIDEOS, build_fixture
-from lmms_egoplan.demo.kit.media import read_index, write_frame_folder, write_video
 from lmms_egoplan.harness import lmms_eval_task as harness
 from lmms_egoplan.models.likelihood import mean_loss
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
@@ -614,9 +614,9 @@ def test_a_run_that_did_not_predict_the_whole_split_writes_no_complete_looking_s
 ])
 def test_egoplan_record_fields_of_the_wrong_type_are_named_at_load(field, value, message, tmp_path):
     from lmms_egoplan.core.settings import resolve_settings
+    from lmms_egoplan.demo.egoplan import build_fixture
     from lmms_egoplan.egoplan import data as egoplan_data
     from lmms_egoplan.egoplan import settings as egoplan_settings
-    from lmms_egoplan.demo.egoplan import build_fixture
 
     data = build_fixture(tmp_path / "egoplan")
     records = data.records()

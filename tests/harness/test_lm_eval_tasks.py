@@ -7,9 +7,9 @@ import pytest
 
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
+from lmms_egoplan.demo.egoplan import build_fixture
 from lmms_egoplan.egoplan import task as egoplan
 from lmms_egoplan.egoplan.settings import EgoPlanSettings
-from lmms_egoplan.demo.egoplan import build_fixture
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 LM_EVAL_TASKS = CHECKOUT / "lm_eval_tasks"

@@ -5,8 +5,8 @@ import json
 from types import SimpleNamespace
 
 from lmms_egoplan.catalogue import CATALOGUE
-from lmms_egoplan.egothink.protocol import RUBRIC, RUBRIC_NAME
 from lmms_egoplan.demo.kit.judge_server import ChatServer, rating_responder
+from lmms_egoplan.egothink.protocol import RUBRIC, RUBRIC_NAME
 from lmms_egoplan.judge import Judge, JudgeIdentity, JudgeRequest, JudgeSettings, preflight
 
 

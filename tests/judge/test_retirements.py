@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, shut_down_model
 from lmms_egoplan.egointent.protocol import EgoIntentSettings
 from lmms_egoplan.egothink.protocol import EgoThinkSettings
-from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, shut_down_model
 from lmms_egoplan.judge import (
     DEFAULT_JUDGE_MODEL,
     JudgeSettings,
