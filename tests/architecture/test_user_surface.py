@@ -1,0 +1,122 @@
+"""Nothing users see changes (issue 50, point 6): task and group names, backends and their model_args, the
+environment variables, each task's settings (YAML metadata keys and defaults, the judge's prompt hashes) and
+metrics, the ``lmms-egoplan`` commands and flags, the exit statuses, compared to the snapshots in
+``user_surface/`` (taken at 5a0c717, before the refactor; ``LMMS_EGOPLAN_UPDATE_SNAPSHOTS=1`` rewrites them).
+The results files of real runs: tests/e2e/test_user_surface.py."""
+
+import json
+import os
+import subprocess
+import sys
+from contextlib import ExitStack
+
+import pytest
+
+from tests.architecture.user_surface import (
+    command_parsers,
+    compare_with_snapshot,
+    demo_environment,
+    documented_exit_statuses,
+    environment_names_in_code,
+    environment_reads,
+    exit_status_constants,
+    flags,
+    index_kind,
+    lm_eval_task_folder,
+    lmms_eval_task_folder,
+    recorded_settings,
+    task_index,
+)
+
+
+def test_task_and_group_names_of_both_harnesses():
+    compare_with_snapshot("task_names", {"lmms-eval (LMMS_EVAL_PLUGINS=lmms_egoplan)": task_index("lmms_eval"),
+                                         "lm-eval (--include_path lm_eval_tasks)": task_index("lm_eval")})
+
+
+BACKENDS = """
+import inspect, json, lmms_eval.models as models
+suite = [name for name, path in models.AVAILABLE_SIMPLE_MODELS.items() if path.startswith("lmms_egoplan.")]
+def default(parameter):
+    return "<required>" if parameter.default is inspect.Parameter.empty else parameter.default
+print(json.dumps({name: {p.name: default(p) for p in list(inspect.signature(models.get_model(name)).parameters.values())[1:]
+                         if p.kind is p.POSITIONAL_OR_KEYWORD or p.kind is p.KEYWORD_ONLY} for name in suite}, default=str))
+"""
+
+
+def test_backends_and_their_model_args():
+    """The backends lmms-eval registers for ``LMMS_EVAL_PLUGINS=lmms_egoplan`` (a process of their own: lmms-eval
+    reads the variable when it first imports its models) and the model_args each takes, with its default."""
+    completed = subprocess.run([sys.executable, "-W", "ignore", "-c", BACKENDS], capture_output=True, text=True,
+                               env={**os.environ, "LMMS_EVAL_PLUGINS": "lmms_egoplan"}, check=True)
+    compare_with_snapshot("backends", json.loads(completed.stdout.splitlines()[-1]))
+
+
+@pytest.fixture(scope="module")
+def built_tasks(tmp_path_factory):
+    """Every task of both harnesses built as the harness builds it, on the demo's synthetic data and loopback
+    judges, and the environment variables the package read meanwhile."""
+    from lm_eval.tasks import TaskManager as LmEvalTaskManager
+    from lm_eval.tasks import get_task_dict as lm_eval_task_dict
+    from lmms_eval.tasks import TaskManager, get_task_dict
+
+    with ExitStack() as resources, pytest.MonkeyPatch.context() as patch:
+        env = demo_environment(tmp_path_factory.mktemp("demo"), resources)
+        for name, value in env.items():
+            patch.setenv(name, value)
+        patch.setenv("LMMS_EVAL_PLUGINS", "lmms_egoplan")
+        with environment_reads() as read:
+            tasks = {}
+            for harness, manager, build in (
+                    ("lmms-eval", TaskManager(include_path=lmms_eval_task_folder(), include_defaults=False),
+                     get_task_dict),
+                    ("lm-eval", LmEvalTaskManager(include_path=lm_eval_task_folder(), include_defaults=False),
+                     lm_eval_task_dict)):
+                names = sorted(name for name, entry in manager.task_index.items() if index_kind(entry).endswith("task"))
+                tasks[harness] = flatten(build(names, manager))
+        yield tasks, env, sorted(read)
+
+
+def flatten(task_dict) -> dict:
+    """task name -> task, groups opened."""
+    found = {}
+    for key, value in task_dict.items():
+        if isinstance(value, dict):
+            found.update(flatten(value))
+        else:
+            found[getattr(key, "group_name", key)] = value
+    return found
+
+
+def test_each_tasks_metrics_and_output_type(built_tasks):
+    tasks, _, _ = built_tasks
+    compare_with_snapshot("task_metrics", {
+        harness: {name: {"output_type": task.OUTPUT_TYPE if hasattr(task, "OUTPUT_TYPE") else task.config.output_type,
+                         "metrics (higher is better)": dict(task.higher_is_better())}
+                  for name, task in built.items()}
+        for harness, built in tasks.items()})
+
+
+def test_each_tasks_recorded_settings_their_defaults_and_the_judges_prompt_hashes(built_tasks):
+    """The settings a results file records per task (its config ``metadata``): every key, with the default
+    value a user gets (values the test set, and the judge reply's served model and fingerprint, masked)."""
+    tasks, env, _ = built_tasks
+    compare_with_snapshot("task_settings", {
+        harness: {name: recorded_settings(task.config.metadata, env) for name, task in built.items()}
+        for harness, built in tasks.items()})
+
+
+def test_the_environment_variables_the_package_reads(built_tasks):
+    _, _, read_while_building = built_tasks
+    compare_with_snapshot("environment_variables", {
+        "read while building every task (each benchmark's <PREFIX>_<SETTING>)": read_while_building,
+        "named where the code reads one": environment_names_in_code()})
+
+
+def test_every_lmms_egoplan_command_and_flag_with_its_default():
+    compare_with_snapshot("cli", {name or "lmms-egoplan": flags(parser) for name, parser in command_parsers().items()})
+
+
+def test_the_exit_statuses_documented_and_the_constants_behind_them():
+    compare_with_snapshot("exit_statuses", {"docs/running.md": documented_exit_statuses(),
+                                            "constants": exit_status_constants()})
