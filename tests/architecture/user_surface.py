@@ -271,9 +271,51 @@ def exit_status_constants() -> dict[str, int]:
 
 # --- results files and the files beside them ----------------------------------------------------------
 
-DATE_TIME = re.compile(r"\d{4}-?\d{2}-?\d{2}T\d{2}[-:]?\d{2}[-:]?\d{2}(\.\d+)?")
+DATE_TIME = re.compile(r"\d{8}_\d{6}(\.\d+)?|\d{4}-\d{2}-\d{2}T\d{2}[-:]\d{2}[-:]\d{2}(\.\d+)?")
+
+# Results-file keys whose values vary from run to run or with the machine (times, versions, git hashes, the
+# model's path, counts of the synthetic data): only their presence is compared.
+VARYING_RESULTS_KEYS = ("config", "date", "efficiency", "end_time", "git_branch", "git_hash", "lmms_eval_version",
+                        "model_name", "model_name_sanitized", "model_source", "n-samples", "start_time",
+                        "task_hashes", "total_evaluation_time_seconds", "usage", "lmms_egoplan_workarounds",
+                        "chat_template", "chat_template_sha", "system_instruction", "system_instruction_sha")
 
 
 def masked_file_name(name: str) -> str:
     """A file name with its date-time masked."""
     return DATE_TIME.sub("<date-time>", name)
+
+
+def run_structure(folder: Path, varying: tuple[str, ...]) -> dict[str, Any]:
+    """What a run's output folder holds, its values masked: the files (date-time and the model's folder masked),
+    the results file's tasks, groups, metric names, versions and recorded settings, the keys of each JSON-lines
+    file (two levels deep). ``varying``: strings (the work folder, the loopback judge's address) whose values
+    are masked in the recorded settings, which are otherwise the defaults."""
+    files = sorted(path for path in folder.rglob("*") if path.is_file())
+    found: dict[str, Any] = {"files": sorted({masked_file_name(path.name) for path in files}), "jsonl keys": {}}
+    for path in files:
+        if path.name.endswith("_results.json"):
+            found["results"] = results_structure(json.loads(path.read_text(encoding="utf-8")), varying)
+        elif path.suffix == ".jsonl":
+            keys = found["jsonl keys"].setdefault(masked_file_name(path.name), set())
+            for line in path.read_text(encoding="utf-8").splitlines():
+                record = json.loads(line)
+                keys.update(record)
+                keys.update(f"{key}.{inner}" for key, value in record.items() if isinstance(value, dict)
+                            for inner in value)
+    found["jsonl keys"] = {name: sorted(keys) for name, keys in found["jsonl keys"].items()}
+    return found
+
+
+def results_structure(results: Mapping[str, Any], varying: tuple[str, ...]) -> dict[str, Any]:
+    def settings(metadata: Mapping[str, Any]) -> dict[str, Any]:
+        return {key: MASKED if key in REPLY_KEYS or any(part in str(value) for part in varying)
+                else without_install_folder(jsonable(value)) for key, value in metadata.items()}
+
+    return {"keys": sorted(results), "varying keys (values not compared)": sorted(set(results) & set(VARYING_RESULTS_KEYS)),
+            "metrics": {task: sorted(metrics) for task, metrics in results["results"].items()},
+            "groups": {group: sorted(metrics) for group, metrics in results.get("groups", {}).items()},
+            "group_subtasks": results.get("group_subtasks", {}), "versions": results.get("versions", {}),
+            "higher_is_better": results.get("higher_is_better", {}),
+            "recorded settings": {task: settings(config.get("metadata") or {})
+                                  for task, config in results.get("configs", {}).items()}}
