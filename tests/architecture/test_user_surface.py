@@ -72,27 +72,36 @@ def built_tasks(tmp_path_factory):
                      get_task_dict),
                     ("lm-eval", LmEvalTaskManager(include_path=lm_eval_task_folder(), include_defaults=False),
                      lm_eval_task_dict)):
-                names = sorted(name for name, entry in manager.task_index.items() if index_kind(entry).endswith("task"))
+                names = sorted(name for name, entry in manager.task_index.items() if index_kind(entry) != "tag")
                 tasks[harness] = flatten(build(names, manager))
         yield tasks, env, sorted(read)
 
 
 def flatten(task_dict) -> dict:
-    """task name -> task, groups opened."""
+    """name -> task, and name -> group (its key, a group object of the harness), groups opened."""
     found = {}
     for key, value in task_dict.items():
         if isinstance(value, dict):
+            found[key.group_name] = key
             found.update(flatten(value))
         else:
-            found[getattr(key, "group_name", key)] = value
+            found[key] = value
     return found
 
 
-def test_each_tasks_metrics_and_output_type(built_tasks):
+def group_summary(group) -> dict:
+    """A group's members and aggregated metrics (lmms-eval's group config is an object, lm-eval's a dict)."""
+    config = group.config if isinstance(group.config, dict) else vars(group.config)
+    members = config["task"] if isinstance(config["task"], list) else [config["task"]]
+    return {"group of": sorted(member if isinstance(member, str) else member["task"] for member in members),
+            "aggregated metrics": [getattr(metric, "metric", None) or metric["metric"]
+                                   for metric in config.get("aggregate_metric_list") or ()]}
+
+
+def test_each_tasks_metrics_and_output_type_and_each_groups_aggregated_metrics(built_tasks):
     tasks, _, _ = built_tasks
     compare_with_snapshot("task_metrics", {
-        harness: {name: {"output_type": task.OUTPUT_TYPE if hasattr(task, "OUTPUT_TYPE") else task.config.output_type,
-                         "metrics (higher is better)": dict(task.higher_is_better())}
+        harness: {name: group_summary(task) if hasattr(task, "group_name") else {"output_type": task.config.output_type, "metrics (higher is better)": dict(task.higher_is_better())}
                   for name, task in built.items()}
         for harness, built in tasks.items()})
 
@@ -102,7 +111,8 @@ def test_each_tasks_recorded_settings_their_defaults_and_the_judges_prompt_hashe
     value a user gets (values the test set, and the judge reply's served model and fingerprint, masked)."""
     tasks, env, _ = built_tasks
     compare_with_snapshot("task_settings", {
-        harness: {name: recorded_settings(task.config.metadata, env) for name, task in built.items()}
+        harness: {name: recorded_settings(task.config.metadata, env) for name, task in built.items()
+                  if not hasattr(task, "group_name")}
         for harness, built in tasks.items()})
 
 

@@ -82,8 +82,10 @@ def task_index(harness: str) -> dict[str, str]:
 
 
 def index_kind(entry) -> str:
-    """What an index entry is: lmms-eval's ``type`` (task, group, tag); lm-eval's ``kind`` (its name, lower-case)."""
-    return entry["type"] if isinstance(entry, dict) else entry.kind.name.lower()
+    """What an index entry is: task, group or tag (lmms-eval's ``type``, lm-eval's ``kind``; a YAML task whose
+    ``class:`` the harness imports counts as a task)."""
+    kind = entry["type"] if isinstance(entry, dict) else entry.kind.name.lower()
+    return "task" if kind.endswith("task") else kind
 
 
 # --- settings a built task records, metrics, and the environment read while building -----------------
