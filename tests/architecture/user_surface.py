@@ -35,6 +35,7 @@ MASKED = "<masked>"
 def compare_with_snapshot(kind: str, found: Any) -> None:
     """``found`` equals the snapshot ``user_surface/<kind>.json``, else a failure with the diff and how to
     accept the change; with LMMS_EGOPLAN_UPDATE_SNAPSHOTS=1 the snapshot is rewritten instead."""
+    __tracebackhide__ = True  # the failure is the diff, not this function's code
     path = SNAPSHOTS / f"{kind}.json"
     text = json.dumps(found, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
     if os.environ.get(UPDATE_VARIABLE) == "1":
