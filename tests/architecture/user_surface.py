@@ -297,7 +297,7 @@ def run_structure(folder: Path, varying: tuple[str, ...]) -> dict[str, Any]:
     files = sorted(path for path in folder.rglob("*") if path.is_file())
     found: dict[str, Any] = {"files": sorted({masked_file_name(path.name) for path in files}), "jsonl keys": {}}
     for path in files:
-        if path.name.endswith("_results.json"):
+        if masked_file_name(path.name) in ("<date-time>_results.json", "results_<date-time>.json"):  # lmms-eval, lm-eval
             found["results"] = results_structure(json.loads(path.read_text(encoding="utf-8")), varying)
         elif path.suffix == ".jsonl":
             keys = found["jsonl keys"].setdefault(masked_file_name(path.name), set())
