@@ -276,14 +276,6 @@ def exit_status_constants() -> dict[str, int]:
 
 DATE_TIME = re.compile(r"\d{8}_\d{6}(\.\d+)?|\d{4}-\d{2}-\d{2}T\d{2}[-:]\d{2}[-:]\d{2}(\.\d+)?")
 
-# Results-file keys whose values vary from run to run or with the machine (times, versions, git hashes, the
-# model's path, counts of the synthetic data): only their presence is compared.
-VARYING_RESULTS_KEYS = ("config", "date", "efficiency", "end_time", "git_branch", "git_hash", "lmms_eval_version",
-                        "model_name", "model_name_sanitized", "model_source", "n-samples", "start_time",
-                        "task_hashes", "total_evaluation_time_seconds", "usage", "lmms_egoplan_workarounds",
-                        "chat_template", "chat_template_sha", "system_instruction", "system_instruction_sha")
-
-
 def masked_file_name(name: str) -> str:
     """A file name with its date-time masked."""
     return DATE_TIME.sub("<date-time>", name)
@@ -297,7 +289,8 @@ def run_structure(folder: Path, varying: tuple[str, ...]) -> dict[str, Any]:
     files = sorted(path for path in folder.rglob("*") if path.is_file())
     found: dict[str, Any] = {"files": sorted({masked_file_name(path.name) for path in files}), "jsonl keys": {}}
     for path in files:
-        if masked_file_name(path.name) in ("<date-time>_results.json", "results_<date-time>.json"):  # lmms-eval, lm-eval
+        # lmms-eval names its results file <date-time>_results.json, lm-eval results_<date-time>.json
+        if masked_file_name(path.name) in ("<date-time>_results.json", "results_<date-time>.json"):
             found["results"] = results_structure(json.loads(path.read_text(encoding="utf-8")), varying)
         elif path.suffix == ".jsonl":
             keys = found["jsonl keys"].setdefault(masked_file_name(path.name), set())
@@ -311,11 +304,14 @@ def run_structure(folder: Path, varying: tuple[str, ...]) -> dict[str, Any]:
 
 
 def results_structure(results: Mapping[str, Any], varying: tuple[str, ...]) -> dict[str, Any]:
+    """A results file's keys, and the values of those that name tasks, groups, metrics, versions and settings;
+    the others vary from run to run or with the machine (times, library versions, git hashes, the model's path,
+    the synthetic data's counts, scores): only their presence is compared."""
     def settings(metadata: Mapping[str, Any]) -> dict[str, Any]:
         return {key: MASKED if key in REPLY_KEYS or any(part in str(value) for part in varying)
                 else without_install_folder(jsonable(value)) for key, value in metadata.items()}
 
-    return {"keys": sorted(results), "varying keys (values not compared)": sorted(set(results) & set(VARYING_RESULTS_KEYS)),
+    return {"keys": sorted(results),
             "metrics": {task: sorted(metrics) for task, metrics in results["results"].items()},
             "groups": {group: sorted(metrics) for group, metrics in results.get("groups", {}).items()},
             "group_subtasks": results.get("group_subtasks", {}), "versions": results.get("versions", {}),
