@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from lmms_egoplan.demo import egoplan
+from lmms_egoplan.demo import egoplan, smoke
 from lmms_egoplan.demo.kit.checkpoints import ARCHITECTURES, TEXT_ONLY_ARCHITECTURES
 from lmms_egoplan.demo.kit.suite import SmokeSuite
-from lmms_egoplan.demo import smoke
 
 # End to end: the real lmms-eval CLI in subprocesses.
 
