@@ -75,6 +75,21 @@ SAMPLING_ONLY = ("top_k", "top_p", "min_p")
 NEUTRAL_SAMPLING = {"repetition_penalty": 1.0, "top_p": 1.0, "min_p": 0.0}
 
 
+def _check_server_args(engine: str | None, model: str | None, api_key: str | None) -> None:
+    if engine is None:
+        raise SettingsError(f"egoplan_server: model_args engine={'|'.join(ENGINES)} is required: the engine of the "
+                            f"server that scores ({doc_page('backend.md', 'Inference servers')})")
+    if engine not in ENGINES:
+        raise SettingsError(f"egoplan_server: model_args engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if model is None:
+        raise SettingsError("egoplan_server: model_args model=<the served model name> is required (the server's "
+                            "--served-model-name)")
+    if api_key is not None:
+        raise SettingsError("egoplan_server: model_args api_key is not taken, as model_args are written into the "
+                            "results: export the key in an environment variable and pass its name as "
+                            "api_key_env=<variable>")
+
+
 class EgoPlanServer(DocRequests, lmms):
     def __init__(
         self,
@@ -109,18 +124,7 @@ class EgoPlanServer(DocRequests, lmms):
         super().__init__()
         if unknown:
             raise SettingsError(unknown_model_args_message("egoplan_server", EgoPlanServer, unknown))
-        if engine is None:
-            raise SettingsError(f"egoplan_server: model_args engine={'|'.join(ENGINES)} is required: the engine of the "
-                                f"server that scores ({doc_page('backend.md', 'Inference servers')})")
-        if engine not in ENGINES:
-            raise SettingsError(f"egoplan_server: model_args engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-        if model is None:
-            raise SettingsError("egoplan_server: model_args model=<the served model name> is required (the server's "
-                                "--served-model-name)")
-        if api_key is not None:
-            raise SettingsError("egoplan_server: model_args api_key is not taken, as model_args are written into the "
-                                "results: export the key in an environment variable and pass its name as "
-                                "api_key_env=<variable>")
+        _check_server_args(engine, model, api_key)
         self.concurrency = _arg(concurrency, int, "concurrency")
         if self.concurrency < 1:
             raise SettingsError(f"egoplan_server: model_args concurrency must be at least 1, got {self.concurrency}")
@@ -157,6 +161,10 @@ class EgoPlanServer(DocRequests, lmms):
         self.settle_turn_end(config)
         self._placeholder_ids = visual_placeholder_ids(self.processor)
         self._reported_generation_keys: set[str] = set()
+        self._check_servers_score_alike()
+
+    def _check_servers_score_alike(self) -> None:
+        """Every server scores a probe question, with the same log-probabilities."""
         probe = self._prompt(ModelVisuals(), PROBE_QUESTION, INPUT_ORDER.convention, "the load check")
         rendered, sequence = self._candidates(probe, [PROBE_ANSWER], SCORED_SPAN.convention)
         probed = [(server, server.check(probe, rendered[0], sequence[0], self.tokenizer, takes_images=self.takes_images))
