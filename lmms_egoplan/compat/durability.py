@@ -312,7 +312,8 @@ def keep_responses_of_stopped_runs() -> bool:
         return False
     if has_layer(_KEEP_RESPONSES, *_CACHE_EXECUTE):
         return True
-    if not (affected_release() and _stores_after_the_whole_call() and _drops_failed_runs() and _never_reads_run_folders()):
+    if not (affected_release() and _stores_after_the_whole_call() and _drops_failed_runs()
+            and _never_reads_run_folders()):
         return False
 
     add_layer(_KEEP_RESPONSES, *_CACHE_EXECUTE, _execute_storing_as_it_goes)

@@ -92,7 +92,9 @@ class EgoIntentSettings(JudgeSettings):
     # cap per clip, longer clips subsampled uniformly below sample_fps (counted: capped_samples); none: the paper's rule
     max_frames: Optional[int] = setting(32, minimum=1)
     video_input: bool = True  # frames as one video (video-capable backends) or as separate images
-    frame_max_side: Optional[int] = setting(None, minimum=1)  # downscale frames so that their longer side is at most this
+    # downscale frames so that their longer side is at most this
+    frame_max_side: Optional[int] = setting(None, minimum=1)
+
     # Read videos that a record places outside video_root (an absolute `video`, "..", a symlink out).
     allow_paths_outside_root: bool = False
     skip_missing: bool = False  # skip steps whose video is unusable (counted: skipped_samples) instead of failing

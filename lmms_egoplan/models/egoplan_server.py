@@ -135,14 +135,16 @@ class EgoPlanServer(DocRequests, lmms):
         self.retries = options["retries"]
         self.servers = ServerPool([ENGINE_CLASSES[engine](ServerClient(url, **options), str(model),
                                                           concurrency=self.concurrency) for url in urls],
-                                  concurrency=self.concurrency, recheck_after=_arg(recheck_after, float, "recheck_after"))
+                                  concurrency=self.concurrency,
+                                  recheck_after=_arg(recheck_after, float, "recheck_after"))
         # Before anything loads: every server answers, with this model.
         wait = _arg(wait_for_servers, float, "wait_for_servers")
         served_from = _same_model([(server, _connect(server, wait)) for server in self.servers.engines])
         self.pretrained = str(pretrained or served_from)
         trust_remote_code = _arg(trust_remote_code, bool, "trust_remote_code")
         self.processor = load_processor(self.pretrained, trust_remote_code,
-                                        "egoplan_server", hint="pass the served model's folder as model_args pretrained")
+                                        "egoplan_server",
+                                        hint="pass the served model's folder as model_args pretrained")
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.takes_images, video_native, self.videos_with_images = processor_inputs(self.processor)
         model_type = _model_type(self.pretrained, trust_remote_code)
@@ -153,7 +155,8 @@ class EgoPlanServer(DocRequests, lmms):
         self.engine.warn_deviation()
         config = generation_config(self.pretrained, trust_remote_code)
         self.sampling_defaults = generation_defaults(config)
-        self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt, chat_template=chat_template)
+        self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt,
+                                 chat_template=chat_template)
         self.limits = self.visual_limits("egoplan_server", max_frames, image_max_side, image_max_pixels, video_max_side,
                                          video_max_pixels)
         self.lstrip_continuation = _arg(lstrip_continuation, bool, "lstrip_continuation")
@@ -167,7 +170,8 @@ class EgoPlanServer(DocRequests, lmms):
         """Every server scores a probe question, with the same log-probabilities."""
         probe = self._prompt(ModelVisuals(), PROBE_QUESTION, INPUT_ORDER.convention, "the load check")
         rendered, sequence = self._candidates(probe, [PROBE_ANSWER], SCORED_SPAN.convention)
-        probed = [(server, server.check(probe, rendered[0], sequence[0], self.tokenizer, takes_images=self.takes_images))
+        probed = [(server,
+                   server.check(probe, rendered[0], sequence[0], self.tokenizer, takes_images=self.takes_images))
                   for server in self.servers.engines]
         _same_log_probabilities(probed, range(sequence[0].first, sequence[0].stop))
 

@@ -34,7 +34,8 @@ def load_docs(data, **settings):
     from lmms_egoplan.egoplan import data as egoplan_data
     from lmms_egoplan.egoplan import task as egoplan
 
-    resolved = resolve_settings(egoplan.EgoPlanSettings, task="check", metadata={"annotation_file": "EgoPlan_validation.json"},
+    resolved = resolve_settings(egoplan.EgoPlanSettings, task="check",
+                                metadata={"annotation_file": "EgoPlan_validation.json"},
                                 env_prefix="EGOPLAN", environ=data.env(**settings))
     return egoplan_data.load_samples(resolved, labelled=True).docs
 

@@ -73,7 +73,8 @@ def test_reported_accuracies_are_those_of_the_logged_candidate_losses(run, fixtu
     for source, suffix in egoplan_data.VIDEO_SOURCES.items():
         breakdowns[f"accuracy_{suffix}"] = [d["sample_id"] for d in docs if d["video_source"] == source]
     for value_bin in parse_bins(egoplan.EgoPlanSettings.progress_length_bins):
-        breakdowns[f"accuracy_progress_{value_bin.label}"] = [d["sample_id"] for d in docs if d["progress_length"] in value_bin]
+        breakdowns[f"accuracy_progress_{value_bin.label}"] = [d["sample_id"] for d in docs
+                                                              if d["progress_length"] in value_bin]
     for level in egoplan_data.SIMILARITY_LEVELS:
         breakdowns[f"accuracy_similarity_{level}"] = [d["sample_id"] for d in docs if d["similarity_level"] == level]
     for metric, members in breakdowns.items():
@@ -85,7 +86,8 @@ def test_reported_accuracies_are_those_of_the_logged_candidate_losses(run, fixtu
         if len(values) > 1:  # lmms-eval's mean_stderr: the sample standard deviation over sqrt(n)
             spread = sum((v - mean(values)) ** 2 for v in values) / (len(values) - 1)
             assert stderr == pytest.approx((spread / len(values)) ** 0.5)
-    assert sorted(len(breakdowns[f"accuracy_similarity_{level}"]) for level in egoplan_data.SIMILARITY_LEVELS) == [2, 3, 3]
+    assert sorted(len(breakdowns[f"accuracy_similarity_{level}"]) for level in egoplan_data.SIMILARITY_LEVELS) == [2, 3,
+                                                                                                                   3]
     assert run.metric("egoplan_val", "skipped_samples") == 1
     recorded = run.results["configs"]["egoplan_val"]["metadata"]
     assert recorded["version"] == 4 and recorded["frame_sampling"] == "official"

@@ -241,7 +241,8 @@ def test_a_second_judge_is_compared_with_the_runs_without_touching_its_judgement
 
     kept = {path: contents(path) for path in [*run.output_dir.rglob("*"), *(evaluation.root / "judge-cache").rglob("*")]
             if path.is_file() and not path.name.endswith(("-wal", "-shm", "-journal"))}
-    args = ["judge-agreement", str(run.output_dir), "--output", str(tmp_path / "agreement"), "--judge_base_url", "{url}",
+    args = ["judge-agreement", str(run.output_dir), "--output", str(tmp_path / "agreement"), "--judge_base_url",
+            "{url}",
             "--judge_model", "second-judge", "--judge_api_key_env", "", "--top", "5"]
     with ChatServer(second_judge) as second:
         assert main([arg.format(url=second.base_url) for arg in args]) == 0

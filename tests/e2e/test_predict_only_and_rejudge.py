@@ -37,7 +37,8 @@ def test_predict_only_works_for_every_suite_task(predict_only):
     leaves = {"egoplan_val", "egoplan_test", "egoplan_val_gen", "egointent", "actplan1k", "actplan1k_text_only",
               "egoplan_bench2", "egoplan_bench2_likelihood",
               *(f"ego_think_{d}" for d in ("existence", "attribute", "affordance", "activity", "location", "spatial",
-                                          "counting", "comparing", "situated", "forecasting", "navigation", "assistance"))}
+                                          "counting", "comparing", "situated", "forecasting", "navigation",
+                                           "assistance"))}
     assert logged == leaves
     for task in leaves:
         assert all(sample["filtered_resps"] for sample in run.samples(task))

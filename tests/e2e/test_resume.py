@@ -144,7 +144,8 @@ def test_a_generation_pass_killed_mid_way_resumes_from_what_lmms_evals_cache_kep
     from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval, start_lmms_eval
 
     data = write_release(tmp_path / "data", per_dimension=12)
-    with ChatServer(lambda call: Reply("Two.", delay=0.2)) as model, ChatServer(rating_responder(lambda call: "1")) as judge:
+    with ChatServer(lambda call: Reply("Two.",
+                                       delay=0.2)) as model, ChatServer(rating_responder(lambda call: "1")) as judge:
         args = egothink_run_args(data, model, judge, tmp_path)
         args["model_args"] += ",num_concurrent=2"
         running = start_lmms_eval(output_dir=tmp_path / "first", **args)
@@ -181,4 +182,5 @@ def test_a_run_stopped_while_judging_asks_no_model_again_and_the_judge_only_what
         model.reset(), judge.reset()
         resumed = run_lmms_eval(output_dir=tmp_path / "second", **args)
     assert model.calls == [] and len(judge.calls) == 12 - judged
-    assert resumed.metric("ego_think_counting", "judged") == 12 and resumed.metric("ego_think_counting", "score") == 100.0
+    assert resumed.metric("ego_think_counting", "judged") == 12 and resumed.metric("ego_think_counting",
+                                                                                   "score") == 100.0

@@ -270,7 +270,8 @@ def test_the_package_holds_val_only_gives_no_keyframes_and_names_what_is_missing
     with pytest.raises(egoplan_data.EgoPlanDataError, match=rf"sample 106: progress video not found: {clip}; check "
                                                             r"EGOPLAN_SEED_BENCH_R1_ROOT"):
         load(build_fixture(root), data_source="seed_bench_r1")
-    assert [d["sample_id"] for d in load(build_fixture(root), data_source="seed_bench_r1", skip_missing="true").docs] == [
+    assert [d["sample_id"] for d in load(build_fixture(root), data_source="seed_bench_r1",
+                                         skip_missing="true").docs] == [
         101, 102, 103, 104, 105, 107, 108]
 
 
@@ -310,7 +311,8 @@ def test_every_problem_of_the_data_records_and_media_is_listed_in_one_error(brok
     with pytest.raises(egoplan_data.EgoPlanDataError) as error:  # skipping leaves only the record's problem
         load(broken, skip_missing="true")
     assert str(error.value).startswith(f"EgoPlan annotation file {broken.validation_file}, record #1")
-    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"sample 106: clip not found: .*106\.mp4.*EGOPLAN_CLIPS_DIR"):
+    with pytest.raises(egoplan_data.EgoPlanDataError,
+                       match=r"sample 106: clip not found: .*106\.mp4.*EGOPLAN_CLIPS_DIR"):
         load(broken, visual_source="clips")
 
 
@@ -366,15 +368,18 @@ def test_bad_records_and_settings_are_named(fixture, tmp_path):
     del records[1]["choice_c"]
     bad = tmp_path / "EgoPlan_validation.json"
     bad.write_text(json.dumps(records))
-    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"record #1 \(sample_id 102\): missing field\(s\) choice_c"):
+    with pytest.raises(egoplan_data.EgoPlanDataError,
+                       match=r"record #1 \(sample_id 102\): missing field\(s\) choice_c"):
         egoplan_data.load_samples(settings_for(fixture, annotation_file=bad), labelled=True)
     records = fixture.records()
     records[3]["sample_id"] = records[6]["sample_id"] = records[0]["sample_id"]
     records[5]["sample_id"] = records[1]["sample_id"]
     bad.write_text(json.dumps(records))
-    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"EgoPlan_validation\.json: sample_id\(s\) 101, 102 appear more "):
+    with pytest.raises(egoplan_data.EgoPlanDataError,
+                       match=r"EgoPlan_validation\.json: sample_id\(s\) 101, 102 appear more "):
         egoplan_data.load_samples(settings_for(fixture, annotation_file=bad), labelled=True)
-    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"annotation file EgoPlan_validation.json not found: .*EGOPLAN_ANNOTATION_DIR"):
+    with pytest.raises(egoplan_data.EgoPlanDataError,
+                       match=r"annotation file EgoPlan_validation.json not found: .*EGOPLAN_ANNOTATION_DIR"):
         load(fixture, annotation_dir=tmp_path / "nowhere")
     with pytest.raises(SettingsError, match="EGOPLAN_EGO4D_VIDEOS_ROOT .* is not set"):
         load(fixture, ego4d_videos_root="")
@@ -460,7 +465,8 @@ def test_prompts(fixture):
 
 def test_ranking_picks_the_lowest_mean_loss():
     assert egoplan.ranked_choice(egoplan.candidate_losses([(2.0, False), (0.5, True), (0.7, False), (3.0, False)])) == 1
-    assert egoplan.ranked_choice(egoplan.candidate_losses([[2.0, False], [1.5, False], [0.25, False], [0.3, True]])) == 2
+    assert egoplan.ranked_choice(egoplan.candidate_losses([[2.0, False], [1.5, False], [0.25, False],
+                                                           [0.3, True]])) == 2
     assert egoplan.ranked_choice([1.0] * 4) == 0  # ties: the first, as argmin
 
 
@@ -595,7 +601,8 @@ def test_a_run_that_did_not_predict_the_whole_split_writes_no_complete_looking_s
     messages = []
     handler = logger.add(messages.append, level="WARNING", format="{message}")
     try:
-        egoplan.write_submission(items, args, task_name="egoplan_val", task=submission_task("egoplan_val", split_size=5, skipped_samples=skipped))
+        egoplan.write_submission(items, args, task_name="egoplan_val",
+                                 task=submission_task("egoplan_val", split_size=5, skipped_samples=skipped))
     finally:
         logger.remove(handler)
     [path] = tmp_path.rglob("*.json")
@@ -606,7 +613,8 @@ def test_a_run_that_did_not_predict_the_whole_split_writes_no_complete_looking_s
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("current_observation_frame", "abc", "current_observation_frame must be a frame number (an integer >= 0), got 'abc'"),
+    ("current_observation_frame", "abc",
+     "current_observation_frame must be a frame number (an integer >= 0), got 'abc'"),
     ("sample_id", [1], "sample_id must be an integer, got [1]"),
     ("choice_a", 3, "choice_a must be a non-empty string, got 3"),
     ("question", None, "question must be a non-empty string, got None"),

@@ -11,7 +11,8 @@ from lmms_egoplan.judge import Judge, JudgeIdentity, JudgeRequest, JudgeSettings
 
 def test_the_identity_of_a_judge_its_rubric_and_what_its_server_said(tmp_path):
     with ChatServer(rating_responder(lambda call: "1"), system_fingerprint="fp_7") as server:
-        settings = JudgeSettings(judge_base_url=server.base_url, judge_model="served-judge", judge_revision="abc1234def",
+        settings = JudgeSettings(judge_base_url=server.base_url, judge_model="served-judge",
+                                 judge_revision="abc1234def",
                                  judge_cache_dir=tmp_path)
         identity = JudgeIdentity.of(settings, RUBRIC_NAME, preflight(settings))
     assert identity == JudgeIdentity("openai", "served-judge", "abc1234def", "egothink", RUBRIC.version,
