@@ -351,7 +351,6 @@ def train_classifier(data_file: str | Path, activities_file: str | Path, base: s
         + (f"; {counts['rows_without_gold']} evaluation rows without gold_gpt left out"
            if counts["rows_without_gold"] else ""))
 
-
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     classifier = classifier_from_base(base, device=device, seed=config.seed)

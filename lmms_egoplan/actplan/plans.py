@@ -184,7 +184,6 @@ def candidates_from_release(data_root: str | Path, models: Sequence[str] | None 
     instances = load_instances(data_root, allow_outside=allow_outside)
     wanted = list(models) if models else sorted({m for doc in instances
                                                  for m in candidate_plan_files(Path(doc["folder"]))})
-
     for model in wanted:
         model_gold = release_gold_file(model) if gold == RELEASE_PAIRING else gold
         for doc in instances:

@@ -249,7 +249,8 @@ _SAVE_SAMPLES = ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save
 
 def _writes_results_then_samples(cli_evaluate_single: str | None = None) -> bool:
     cli_evaluate_single = cli_evaluate_single or lmms_eval_source("lmms_eval.__main__", "cli_evaluate_single")
-    results, samples = cli_evaluate_single.find("save_results_aggregated("), cli_evaluate_single.find("save_results_samples(")
+    results = cli_evaluate_single.find("save_results_aggregated(")
+    samples = cli_evaluate_single.find("save_results_samples(")
     return 0 <= results < samples and "sys.exit" not in cli_evaluate_single[results:]
 
 def _exit_if_asked(tracker: Any) -> None:

@@ -76,7 +76,6 @@ class JudgeSettings:
             raise JudgeSetupError("; ".join(problems))
         if (self.judge_backend in ("openai", "azure") and self.judge_api_key_env
                 and self.judge_api_key_env not in environ):
-
             raise JudgeSetupError(
                 f"the judge's API key variable {self.judge_api_key_env} is not set: export it, or name another "
                 f"variable with {name('judge_api_key_env')} (set it to an empty value for a server without "

@@ -141,7 +141,6 @@ class DocRequests:
         sampling = do_sample or temperature > 0
         options = {k: generation_kwargs[k] for k in ("top_p", "top_k")
                    if sampling and generation_kwargs.get(k) is not None}
-
         options.update({k: generation_kwargs[k] for k in ("num_beams", "repetition_penalty")
                         if generation_kwargs.get(k) is not None})
         max_new_tokens = generation_kwargs.get("max_new_tokens",

@@ -191,7 +191,6 @@ class EgoPlanHF(DocRequests, lmms):
         in_batch_order = iter([requests[index] for index in collator.reorder_indices])
         keys = [(task, split, doc_id, doc_to_visual)
                 for chunk in chunks for _, _, doc_to_visual, doc_id, task, split, _ in chunk]
-
         with tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf generate_until") as progress, \
                 contextlib.closing(self._visuals_in_order(keys)) as visuals_in_order:
             for chunk in chunks:

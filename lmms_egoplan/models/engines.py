@@ -366,7 +366,8 @@ class Engine:
         raise NotImplementedError
 
     def generate(self, prompt: ServerPrompt, sampling: dict) -> ServerReply:
-        """The text generated after ``prompt``, and the prompt's ids as the server ran them; ``sampling``: max_new_tokens, temperature, top_p, top_k,
+        """The text generated after ``prompt``, and the prompt's ids as the server ran them; ``sampling``:
+        max_new_tokens, temperature, top_p, top_k,
         min_p, repetition_penalty, stop (those set). Raises IncompleteReplyError for a reply that is
         no whole answer (``whole_answer``)."""
         raise NotImplementedError
@@ -944,7 +945,6 @@ def _bos_added_by(tokenizer) -> str | None:
     added = tokenizer("a")["input_ids"]
     plain = tokenizer("a", add_special_tokens=False)["input_ids"]
     return bos if added[:1] == [tokenizer.bos_token_id] and added[1:] == plain else None
-
 
 
 def _cut_short(engine: str, returned: int, start: int, length: int) -> PromptAlignmentError:

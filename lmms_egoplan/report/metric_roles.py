@@ -89,7 +89,6 @@ def unscored_reason(metrics: Mapping[str, object], samples: int | None = None) -
         if incomplete:
             causes.append(f"{incomplete:g} of {samples:g} answers incomplete" if samples
                           else f"{incomplete:g} answers incomplete")
-
         if cut := _count(metrics.get("cut_answers")):
             causes.append(f"{cut:g} cut at the token limit")
         return "0 judged" + (f": {', '.join(causes)}" if causes else "")

@@ -162,7 +162,6 @@ def _run(path: Path, harness: str, stamp_text: str, data: dict) -> Run:
     version = data.get("lmms_eval_version")
     if (harness == LMMS_EVAL and re.match(r"\d+\.\d+", str(version or ""))
             and not str(version).startswith(SUPPORTED_LMMS_EVAL)):
-
         run.notes.append(f"written by lmms-eval {version}; read with the {SUPPORTED_LMMS_EVAL}x layout")
     limit = _field(_field(data, "config", dict) or {}, "limit", (int, float), "config.")
     counted = _field(data, "n-samples", dict) or {}

@@ -53,7 +53,8 @@ def _chromium(chromium: str, profile: Path, window: tuple[int, int], *args: str)
 
 
 # Tables out of their scroll boxes, the page as wide as its widest table.
-_UNROLLED = "<style>.table-box{overflow:visible!important;max-width:none!important}body{width:max-content;max-width:none}</style>"
+_UNROLLED = ("<style>.table-box{overflow:visible!important;max-width:none!important}"
+             "body{width:max-content;max-width:none}</style>")
 
 
 def rendered_dom(html: Path, width: int, chromium: str, profile: Path) -> str:

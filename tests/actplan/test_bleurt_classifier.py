@@ -72,7 +72,6 @@ def test_training_pairs_follow_the_release_sampling():
                for _, c, label in (training_pair(no_negatives, rng) for _ in range(200)))
 
 
-
 def test_evaluation_pairs_as_the_release_builds_them():
     rows = [{"activity": "a", "gold_gpt": ["G1"], "gold_gemini": ["G2"], "pos_gpt": ["p"], "neg_gpt": ["n"],
              "pos_gemini": [], "neg_gemini": ["m"]},
@@ -146,7 +145,8 @@ def test_training_command_reports_bad_input_in_one_line(tiny_bert, finetuning, t
         assert error.startswith("lmms-egoplan actplan-train-bleurt: ") and "Traceback" not in error
         return error
 
-    assert f"fine-tuning data not found: {tmp_path / 'missing.jsonl'}" in one_line_error(**{"--data": str(tmp_path / "missing.jsonl")})
+    assert (f"fine-tuning data not found: {tmp_path / 'missing.jsonl'}"
+            in one_line_error(**{"--data": str(tmp_path / "missing.jsonl")}))
     bad = tmp_path / "bad.jsonl"
     bad.write_text(data.read_text().splitlines()[0] + "\n[]\n")
     assert f"{bad}:2: expected a JSON object, got list" in one_line_error(**{"--data": str(bad)})

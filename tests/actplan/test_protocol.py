@@ -324,7 +324,6 @@ def test_plan_metrics_keep_the_plans_once_and_classify_each_pair_once_in_any_ord
     docs = list(task.test_docs())
     outputs = [f"walk_to({'good' if i % 3 else 'bad'})\n" + "\n".join(doc["gold_plans"][0][:i % 5])
                for i, doc in enumerate(docs)]
-
     per_doc = [task.process_results(doc, [output]) for doc, output in zip(docs, outputs)]
     args = SimpleNamespace(output_path=str(tmp_path), model_args="pretrained=org/tiny-model,device=cpu", timezone=None)
     # Per-split metrics first: lmms-eval's order is not fixed (multi-GPU runs sort metric names).
@@ -364,7 +363,8 @@ def test_without_an_output_path_the_plans_are_kept_in_the_working_folder(release
     items = [task.process_results(doc, ["grab(cup)"])["lcs_normal"] for doc in docs]
     assert task.aggregation()["lcs_normal"](items, args=SimpleNamespace(output_path=None, model_args="")) == 0.0
     assert task.plans_file.parent == tmp_path / "plans"
-    assert [json.loads(line)["model"] for line in task.plans_file.read_text().splitlines()] == ["actplan1k_text_only"] * 2
+    assert ([json.loads(line)["model"] for line in task.plans_file.read_text().splitlines()]
+            == ["actplan1k_text_only"] * 2)
 
 
 def test_pair_files_of_the_release_and_of_this_suite(tmp_path):
@@ -463,7 +463,8 @@ def test_yaml_tasks_bind_settings_and_differ_only_in_images(release, monkeypatch
     assert len(with_images.doc_to_visual(docs[0])) == len(docs[0]["image_paths"])
     assert text_only.doc_to_visual(docs[0]) == []
     assert with_images.doc_to_text(docs[0]) == text_only.doc_to_text(docs[0]) == docs[0]["description"]
-    assert with_images.config.generation_kwargs["until"] == [] and with_images.config.generation_kwargs["temperature"] == 0
+    assert (with_images.config.generation_kwargs["until"] == []
+            and with_images.config.generation_kwargs["temperature"] == 0)
     # process_results receives the task's settings, the aggregations the task itself (its settings and run state).
     assert with_images.config.process_results.keywords["settings"].instances == "counterfactual"
     assert with_images.aggregation()["lcs"].keywords["task"] is with_images

@@ -63,5 +63,6 @@ def test_an_inference_servers_error_text_is_masked():
 
     assert _error_message(response({"error": {"message": "401: Authorization: Bearer hf_abcdefghijklmnopqrstuvwx"}})) \
         == "401: Authorization: Bearer ***"
-    assert _error_message(SimpleNamespace(json=lambda: (_ for _ in ()).throw(ValueError()),
-                                          text="<html>api_key=sk-0123456789abcdef</html>")) == "<html>api_key=***</html>"
+    unreadable = SimpleNamespace(json=lambda: (_ for _ in ()).throw(ValueError()),
+                                 text="<html>api_key=sk-0123456789abcdef</html>")
+    assert _error_message(unreadable) == "<html>api_key=***</html>"

@@ -1,4 +1,5 @@
-"""Runs through the real lmms-eval CLI for the end-to-end tests of bad input, judge failures and resuming: a damaged copy of the synthetic EgoPlan data, a run, its documents; EgoThink run arguments; strict JSON checks."""
+"""Runs through the real lmms-eval CLI for the end-to-end tests of bad input, judge failures and resuming: a damaged
+copy of the synthetic EgoPlan data, a run, its documents; EgoThink run arguments; strict JSON checks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Bad input through the real lmms-eval CLI: bad settings, unusable frames and clips (a frame only decoding finds damaged among them), unwritable outputs, a chat template without visual placeholders, media outside the data root, a misspelt task or model_arg, a missing annotation folder: exit status 1 and the suite's error on the last line."""
+"""Bad input through the real lmms-eval CLI: bad settings, unusable frames and clips (a frame only decoding finds
+damaged among them), unwritable outputs, a chat template without visual placeholders, media outside the data root, a
+misspelt task or model_arg, a missing annotation folder: exit status 1 and the suite's error on the last line."""
 from __future__ import annotations
 
 import json

@@ -79,7 +79,6 @@ def test_the_generative_task_reports_both_parsers_and_the_breakdowns_of_the_logg
                                                                     doc["scenario"])
     correct = {parser: {i: float(found[parser] == doc["golden_choice_idx"])
                         for (i, found), doc in zip(letters.items(), docs)}
-
                for parser in ("official", "robust")}
     for parser in ("official", "robust"):
         assert run.metric("egoplan_bench2", f"accuracy_{parser}") == pytest.approx(mean(list(correct[parser].values())))

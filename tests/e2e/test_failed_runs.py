@@ -1,4 +1,6 @@
-"""Runs that say what happened, through the real lmms-eval CLI: a run that uses the suite and fails exits non-zero with one lmms-egoplan: error: line naming what to fix, before the model loads where it can; runs without the suite keep lmms-eval's status."""
+"""Runs that say what happened, through the real lmms-eval CLI: a run that uses the suite and fails exits non-zero
+with one lmms-egoplan: error: line naming what to fix, before the model loads where it can; runs without the suite
+keep lmms-eval's status."""
 
 from __future__ import annotations
 

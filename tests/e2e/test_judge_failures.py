@@ -1,4 +1,6 @@
-"""Judge failures through the real lmms-eval CLI: a judge that does not answer stops the run before generation; lone surrogates in model output are judged, scored and logged; failed judgements end the run with status 3 and the rejudge command."""
+"""Judge failures through the real lmms-eval CLI: a judge that does not answer stops the run before generation; lone
+surrogates in model output are judged, scored and logged; failed judgements end the run with status 3 and the
+rejudge command."""
 from __future__ import annotations
 
 import json

@@ -51,7 +51,6 @@ def test_egoplan_baselines_on_a_tiny_llama_report_what_their_logged_likelihoods_
                          "egoplan_val_blind,egoplan_val_narrated,egoplan_test_blind", output, {}, "--device", "cpu",
                          # a setting by lm-eval's flag
                          "--metadata", json.dumps({"annotation_dir": str(data.annotation_dir)}))
-
     for task in ("egoplan_val_blind", "egoplan_val_narrated"):
         samples, reported = logged_samples(output, task), report["results"][task]
         assert len(samples) == len(data.records()) == reported["predictions,none"]

@@ -1,4 +1,6 @@
-"""Runs that survive kills, through the real lmms-eval CLI: a frame that fails to decode stops the run at its sample and the next run resumes; two runs into one folder never overwrite; a pass stopped by SIGKILL or SIGTERM resumes without computing or judging anything twice."""
+"""Runs that survive kills, through the real lmms-eval CLI: a frame that fails to decode stops the run at its sample
+and the next run resumes; two runs into one folder never overwrite; a pass stopped by SIGKILL or SIGTERM resumes
+without computing or judging anything twice."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,7 +31,8 @@ def test_a_frame_that_fails_to_decode_stops_the_run_at_its_sample_and_the_next_r
                 extra_args=["--use_cache", str(tmp_path / "cache")], images_decoded_at_load="0")
     stopped = egoplan_run(data, tmp_path / "first", **args)
     assert stopped.returncode == 1 and stopped.results is None
-    assert "EgoPlan sample 104" in stopped.log and str(frame) in stopped.log and "EGOPLAN_EPIC_FRAMES_ROOT" in stopped.log
+    assert ("EgoPlan sample 104" in stopped.log and str(frame) in stopped.log
+            and "EGOPLAN_EPIC_FRAMES_ROOT" in stopped.log)
     frame.write_bytes(intact)
     resumed = egoplan_run(data, tmp_path / "second", **args)
     assert resumed.returncode == 0

@@ -1,4 +1,5 @@
-"""The built wheel, installed non-editable in a fresh environment: it holds every file of the source tree, registers the tasks both ways, evaluates one task of each benchmark, runs every command."""
+"""The built wheel, installed non-editable in a fresh environment: it holds every file of the source tree, registers
+the tasks both ways, evaluates one task of each benchmark, runs every command."""
 import contextlib
 import dataclasses
 import json

@@ -138,7 +138,8 @@ def test_each_clip_frame_carries_its_real_time_from_the_first_action(fixture, so
         numbers = doc["clips"][0]
         rate = 30.0 if source == "clips" or doc["video_source"] == "Ego4D" else epic_rate
         times = [media.frame_time(frame) for frame in clip]
-        assert [time.seconds for time in times] == pytest.approx([(n - doc["clip_first_frame"]) / rate for n in numbers])
+        assert ([time.seconds for time in times]
+                == pytest.approx([(n - doc["clip_first_frame"]) / rate for n in numbers]))
         assert all(time.source_fps == pytest.approx(rate) for time in times)
 
 
@@ -255,7 +256,8 @@ def test_the_seed_bench_r1_package_shows_the_release_frames_its_observation_an_i
         clips, observation = shown_frames(doc)
         assert len(clips) == 1 and [*clips[0], observation] == egoplan_data.doc_frame_numbers(twin)
         assert (doc["similarity_level"], doc["progress_bucket"]) == (twin["similarity_level"], twin["progress_bucket"])
-        assert doc["current_observation_frame"] is None and (doc["media_path"] is None) == (twin["progress_length"] == 0)
+        assert (doc["current_observation_frame"] is None
+                and (doc["media_path"] is None) == (twin["progress_length"] == 0))
 
 
 def test_the_package_holds_val_only_gives_no_keyframes_and_names_what_is_missing(fixture, tmp_path):
@@ -486,7 +488,8 @@ def test_the_two_loss_means_rank_a_constructed_question_differently():
     assert egoplan.ranked_choice([mean_loss(losses, NONZERO_LOSS_TOKENS) for losses in certain]) == 4
     torch = pytest.importorskip("torch")  # the official expression, for the all-zero row: NaN, picked by argmin
     padded = torch.tensor([[0.9, 0.0, 0.0], [0.0, 0.0, 0.0]])
-    assert torch.isnan((padded.sum(1) / (padded != 0).sum(1))[1]) and int(torch.argmin(padded.sum(1) / (padded != 0).sum(1))) == 1
+    assert (torch.isnan((padded.sum(1) / (padded != 0).sum(1))[1])
+            and int(torch.argmin(padded.sum(1) / (padded != 0).sum(1))) == 1)
     with pytest.raises(ValueError, match="loss_mean 'median'"):
         mean_loss([1.0], "median")
 

@@ -166,7 +166,7 @@ A. {}
 B. {}
 C. {}
 D. {}
-"""
+"""  # noqa: E501 (verbatim)
 
 
 def test_the_prompt_is_the_official_template_and_the_likelihood_variant_asks_its_question_line(fixture):

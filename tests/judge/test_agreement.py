@@ -17,7 +17,6 @@ def pairs_of(first, second, group="g"):
             for i, (a, b) in enumerate(zip(first, second))]
 
 
-
 def test_weighted_kappa_of_a_hand_computed_case():
     # first: 0 0 0.5 1 1 1; second: 0 0.5 0.5 1 1 0. Linear weights 0, 1/2, 1.
     # Observed (rows: first, columns: second): [[1,1,0],[0,1,0],[1,0,2]]; weighted disagreement

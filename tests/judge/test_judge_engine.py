@@ -158,8 +158,8 @@ def test_audit_trail_records_prompt_raw_output_rating_and_judge_model(tmp_path):
 
     batch = requests(5)
     # The server answers "judge-v1" requests with a dated snapshot, as OpenAI does for its aliases.
-    snapshot = lambda call: dataclasses.replace(rating_responder(hash_rating)(call),
-                                                model="judge-v1-2024-06-13")  # noqa: E731
+    def snapshot(call):
+        return dataclasses.replace(rating_responder(hash_rating)(call), model="judge-v1-2024-06-13")
     with ChatServer(snapshot) as server:
         results = judge_for(server, model="judge-v1", cache_dir=tmp_path / "cache").run(
             batch, ZERO_HALF_ONE, audit_path=tmp_path / "a" / "audit.jsonl", progress=False)
@@ -391,7 +391,6 @@ def test_logs_written_before_rubrics_had_names_rejudge_to_their_scores(run, tmp_
     reported = json.loads(next(logs.glob("*_results.json")).read_text())["results"]
     failed = sum(metrics["failed,none"] for task, metrics in reported.items()
                  if not task.startswith("ego_think_capability"))
-
     with ChatServer(lambda call: Reply(answers[json.dumps(call.messages)])) as judge:
         # The run's failed judgements fail again: rejudge's distinct exit status (judge_failed_exit_status).
         assert main(["rejudge", str(logs), "--output", str(tmp_path), "--judge_base_url", judge.base_url,

@@ -49,7 +49,8 @@ def test_no_default_of_the_suite_names_a_model_its_provider_retired_or_will():
     # The suite-wide default (rejudge's and judge-agreement's too) and both judged benchmarks'.
     for settings in (JudgeSettings(), EgoThinkSettings(), EgoIntentSettings()):
         assert retirement(settings.judge_model) is None, type(settings).__name__
-        assert settings.judge_model == DEFAULT_JUDGE_MODEL and settings.judge_revision == PINNED_REVISIONS[DEFAULT_JUDGE_MODEL]
+        assert (settings.judge_model == DEFAULT_JUDGE_MODEL
+                and settings.judge_revision == PINNED_REVISIONS[DEFAULT_JUDGE_MODEL])
         assert settings.judge_base_url == "http://localhost:8000/v1" and settings.judge_api_key_env == ""
     # Another model drops the pinned revision (it is the default model's).
     assert JudgeSettings(judge_model="/models/other").judge_revision is None

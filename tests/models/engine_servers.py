@@ -275,7 +275,6 @@ class EngineServer(_Loopback):
         if not isinstance(images, list):
             images = [images]
         images = [data_url_image(item) for item in images] if self.multimodal else []
-
         inputs = self._sglang_inputs(body, images)
         ids = inputs["input_ids"][0].tolist()
         max_new_tokens = int(sampling.get("max_new_tokens", 128))
@@ -328,8 +327,8 @@ class EngineServer(_Loopback):
         return answer
 
     def _damage_logprobs(self, entries: list | None, make_nan) -> None:
-        """``truncate_logprobs`` / ``nan_logprobs`` / ``logprob_offset`` applied to a reply's prompt log-probabilities (after
-        its null first entry)."""
+        """``truncate_logprobs`` / ``nan_logprobs`` / ``logprob_offset`` applied to a reply's prompt
+        log-probabilities (after its null first entry)."""
         if entries is None:
             return
         if self.nan_logprobs or self.logprob_offset:

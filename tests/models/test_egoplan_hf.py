@@ -438,7 +438,8 @@ def test_scored_tokens_are_exactly_the_answer(arch, tiny_model):
             continue
         closed = scored_sequence(processor.tokenizer, rendered, end_of_turn_ids=special_token_ids(processor.tokenizer))
         assert closed.first == sequence.first
-        assert processor.tokenizer.decode(closed.token_ids[closed.first:closed.stop]) == answer + SCORED_END_OF_TURN[arch]
+        assert (processor.tokenizer.decode(closed.token_ids[closed.first:closed.stop])
+                == answer + SCORED_END_OF_TURN[arch])
 
 
 def test_tokens_merged_across_the_answer_boundary_are_scored_and_shared_prefix_stops_before_them(

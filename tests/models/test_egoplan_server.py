@@ -360,7 +360,8 @@ def test_a_plain_openai_endpoint_is_refused_at_load(tiny_model):
 
 
 def test_a_server_with_another_chat_template_is_refused_at_load(servers, tiny_model):
-    template = "{% for m in messages %}{{ m['role'] }}: {% for p in m['content'] %}{{ p['text'] }}{% endfor %}\n{% endfor %}"
+    template = ("{% for m in messages %}{{ m['role'] }}: "
+                "{% for p in m['content'] %}{{ p['text'] }}{% endfor %}\n{% endfor %}")
     server = servers("vllm", "qwen2_vl", chat_template=template)
     with pytest.raises(ServerSetupError, match="other tokens than model_args pretrained's processor and chat template"):
         server_backend(server)
@@ -505,7 +506,8 @@ def mistral_format(tiny_model, tmp_path_factory):
 def test_a_mistral_format_repository_on_vllm_is_named_with_the_two_flags(servers, mistral_format):
     """A vLLM that serves it with its Mistral tokenizer renders the probe otherwise (played here by
     another chat template); the error names what makes vLLM serve the transformers files."""
-    template = "{% for m in messages %}[{{ m['role'] }}]{% for p in m['content'] %}{{ p['text'] }}{% endfor %}{% endfor %}"
+    template = ("{% for m in messages %}[{{ m['role'] }}]"
+                "{% for p in m['content'] %}{{ p['text'] }}{% endfor %}{% endfor %}")
     server = servers("vllm", "mistral3", chat_template=template)
     with pytest.raises(ServerSetupError, match="Mistral-format repository.*--tokenizer-mode hf --config-format hf"):
         server_backend(server, pretrained=str(mistral_format))

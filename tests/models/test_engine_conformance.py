@@ -404,7 +404,8 @@ def test_sglang_server_info_holds_the_settings_the_backend_reads_as_its_loopback
     for key in ("prefill_attention_backend", "decode_attention_backend", "page_size", "allow_auto_truncate"):
         assert info[key] == played[key], key
     assert info["attention_backend"] == flags.get("attention_backend", "torch_native")
-    assert info["chunked_prefill_size"] > 0 if "chunked_prefill_size" not in flags else info["chunked_prefill_size"] == -1
+    assert (info["chunked_prefill_size"] > 0 if "chunked_prefill_size" not in flags
+            else info["chunked_prefill_size"] == -1)
 
 
 def test_vllm_recognises_a_mistral_format_repository_as_the_backend_does(engines, tiny_model, tmp_path):

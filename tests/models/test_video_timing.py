@@ -211,7 +211,8 @@ def test_time_reaches_exactly_the_architectures_that_read_it(arch, backend):
     assert equal(slow, fast) == (TIME_CARRIER[arch] is None)
     assert equal(slow, untimed) == (TIME_CARRIER[arch] is None)
     if arch == "qwen2_5_vl":  # seconds per temporal patch of 2 frames
-        assert slow["second_per_grid_ts"].tolist() == pytest.approx([2.0]) and fast["second_per_grid_ts"].tolist() == pytest.approx([0.4])
+        assert (slow["second_per_grid_ts"].tolist() == pytest.approx([2.0])
+                and fast["second_per_grid_ts"].tolist() == pytest.approx([0.4]))
     elif TIME_CARRIER[arch] is not None:
         text = model.tokenizer.decode(slow["input_ids"][0])
         stamps = {"qwen3_vl": ["0.5 seconds", "2.5 seconds", "4.5 seconds", "6.5 seconds"],
@@ -227,7 +228,8 @@ def test_frames_without_times_are_untimed_and_a_subsampled_clip_keeps_its_frames
     assert [time.seconds for time in video.times] == pytest.approx([0, 40 / 30, 70 / 30, 110 / 30])
     metadata = video.metadata()
     assert metadata["fps"] == 30.0 and metadata["frames_indices"] == [0, 40, 70, 110]
-    assert len(metadata["frames_indices"]) / metadata["total_num_frames"] * metadata["fps"] == pytest.approx(3 / (110 / 30))
+    assert (len(metadata["frames_indices"]) / metadata["total_num_frames"] * metadata["fps"]
+            == pytest.approx(3 / (110 / 30)))
     untimed = prepare_visuals([[index_image(i) for i in range(3)]], limits=VisualLimits(), video_native=True,
                               takes_images=True, model_name="m").videos[0]
     assert untimed.times is None and untimed.metadata()["fps"] is None

@@ -78,7 +78,8 @@ def egoplan_bench2_run(folder, stamp="20260101_103000", **kwargs):
     for index, family in ((1, "domain"), (2, "scenario")):
         for name in {s[index] for s in samples}:
             members = [s[0] for s in samples if s[index] == name]
-            metrics[f"accuracy_{family}_{name}"], metrics[f"n_{family}_{name}"] = sum(members) / len(members), len(members)
+            metrics[f"accuracy_{family}_{name}"] = sum(members) / len(members)
+            metrics[f"n_{family}_{name}"] = len(members)
     logged = [{"doc_id": i, "accuracy": c, f"accuracy_domain_{d}": c, f"accuracy_scenario_{s}": c}
               for i, (c, d, s, _) in enumerate(samples)]
     return write_lmms_eval_run(folder, stamp, {"egoplan_bench2": metrics}, {"egoplan_bench2": logged}, **kwargs)
@@ -197,11 +198,13 @@ def test_every_number_in_the_tables_equals_its_results_file(results_tree, tmp_pa
                                         "Overall (0-100)")] == [20, 40, 30, 30]
     assert "partial: 4 of 10 samples (--limit 4)" in intent["notes"] and "no intervals" in intent["notes"]
     plans = {r["task"]: r for r in read_csv(tmp_path / "report" / "actplan1k.csv") if r["source"] == THIS_RUN}
-    assert float(plans["actplan1k"]["BLEURT accuracy (%)"]) == 25.0 and float(plans["actplan1k_text_only"]["Norm. LCS (0-1)"]) == 0.3
+    assert (float(plans["actplan1k"]["BLEURT accuracy (%)"]) == 25.0
+            and float(plans["actplan1k_text_only"]["Norm. LCS (0-1)"]) == 0.3)
     bench2 = read_csv(tmp_path / "report" / "egoplan_bench2.csv")[0]
     assert [float(bench2[h]) for h in ("Accuracy (%)", "Daily life (%)", "Work (%)",
                                        "Official parser (%)")] == [75, 50, 100, 50]
-    assert bench2["Hobbies (%)"] == "100.0" and bench2["Recreation (%)"] == "" and float(bench2["Unparseable, official parser"]) == 1
+    assert (bench2["Hobbies (%)"] == "100.0" and bench2["Recreation (%)"] == ""
+            and float(bench2["Unparseable, official parser"]) == 1)
     low, high = exact_binomial_interval(1, 2)  # daily life: 1 of 2 right
     assert (float(bench2["Daily life (%) 95% low"]),
             float(bench2["Daily life (%) 95% high"])) == pytest.approx((low * 100, high * 100))

@@ -56,7 +56,6 @@ class OpenAIChatBackend(JudgeBackend):
             if error.status_code in (408, 409, 429) or error.status_code >= 500:
                 headers = getattr(getattr(error, "response", None), "headers", None)
                 raise TransientJudgeError(message, retry_after(headers)) from None
-
             raise JudgeCallError(message, error.status_code, _error_code(error)) from None
         except openai.APITimeoutError:
             raise TransientJudgeError("timed out") from None
