@@ -52,14 +52,16 @@ def write_data(root: Path, questions: int, seconds: int, size: tuple[int, int] =
         start = (i * 97) % (frames // 3)
         observation = min(frames - 1, start + 20 * FPS + (i * 311) % (frames // 2))
         step = (observation - start) // 6
-        actions = [{"narration_text": f"action {k}", "start_frame": start + k * step, "stop_frame": start + k * step + step // 2}
+        actions = [{"narration_text": f"action {k}", "start_frame": start + k * step,
+                    "stop_frame": start + k * step + step // 2}
                    for k in range(5)]
         records.append({"sample_id": i, "video_source": "Ego4D", "video_id": "long-video", "task_goal": "cook",
                         "question": "What next?", "choice_a": "a", "choice_b": "b", "choice_c": "c", "choice_d": "d",
                         "golden_choice_idx": "A", "current_observation_frame": observation,
                         "task_progress_metadata": actions})
     (root / "EgoPlan_validation.json").write_text(json.dumps(records))
-    settings = resolve_settings(egoplan_settings.EgoPlanSettings, task="bench", metadata={}, env_prefix="EGOPLAN", environ={
+    settings = resolve_settings(egoplan_settings.EgoPlanSettings, task="bench", metadata={}, env_prefix="EGOPLAN",
+                                environ={
         "EGOPLAN_ANNOTATION_FILE": str(root / "EgoPlan_validation.json"),
         "EGOPLAN_EGO4D_VIDEOS_ROOT": str(root / "videos"), "EGOPLAN_FRAME_SAMPLING": frame_sampling})
     return egoplan_data.load_samples(settings, labelled=True).docs
@@ -140,7 +142,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         docs = write_data(Path(folder), args.questions, args.seconds)
         egoplan._visual_memo.clear()
-        results = {"naive": timed(naive, docs), "batched": timed(batched, docs), "egoplan": timed(egoplan.doc_to_visual, docs)}
+        results = {"naive": timed(naive, docs), "batched": timed(batched, docs),
+                   "egoplan": timed(egoplan.doc_to_visual, docs)}
         print(f"{len(docs)} questions x {CANDIDATES} candidate requests, 9 frames each, "
               f"from a {args.seconds} s {FPS} fps video")
         for name, seconds in results.items():
@@ -161,10 +164,12 @@ def time_model(args, folder: Path) -> None:
         torch.set_num_threads(args.threads)
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    pretrained = (tiny_checkpoint("qwen2_vl", cache, hidden_size=512, num_layers=args.layers or 8) if args.model == "tiny"
+    pretrained = (tiny_checkpoint("qwen2_vl", cache, hidden_size=512, num_layers=args.layers or 8)
+                  if args.model == "tiny"
                   else realistic_checkpoint(args.model, args.layers, cache, args.device))
     backend = EgoPlanHF(pretrained=str(pretrained), device=args.device, dtype=args.dtype)
-    docs = write_data(folder, args.questions, args.seconds, size=(args.frame_size, args.frame_size), frame_sampling="uniform")
+    docs = write_data(folder, args.questions, args.seconds, size=(args.frame_size, args.frame_size),
+                      frame_sampling="uniform")
     model_times(backend, docs[:1], prefetch=0)  # warm-up
     print(f"\negoplan_hf {args.model} ({pretrained.name}), {args.device} {args.dtype}, {torch.get_num_threads()} torch "
           f"threads: {len(docs)} questions, "
@@ -173,7 +178,8 @@ def time_model(args, folder: Path) -> None:
         times = model_times(backend, docs, prefetch)
         hidden = times["decode"] + times["model"] - times["wall"]
         print(f"visual_prefetch={prefetch}: wall {times['wall']:7.2f} s | decode {times['decode']:6.2f} s + model "
-              f"{times['model']:7.2f} s = {times['decode'] + times['model']:7.2f} s | decoding hidden behind the model: "
+              f"{times['model']:7.2f} s = {times['decode'] + times['model']:7.2f} s | decoding hidden "
+              f"behind the model: "
               f"{hidden:6.2f} s ({hidden / times['decode']:4.0%} of it)")
 
 

@@ -47,7 +47,8 @@ def main() -> int:
     print(f"wall time        {wall:8.2f} s")
     print(f"ideal            {ideal:8.2f} s  (items x latency / concurrency); wall / ideal = {wall / ideal:.3f} "
           f"(limit {ALLOWED_OVERHEAD})")
-    print(f"serial (naive)   {serial:8.2f} s  (one blocking call per item); serial / wall = {serial / wall:.1f}x faster")
+    print(f"serial (naive)   {serial:8.2f} s  (one blocking call per item); serial / wall = "
+          f"{serial / wall:.1f}x faster")
     ok = wall <= ALLOWED_OVERHEAD * ideal and results.judged == args.items
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         print("(a smoke run: under 400 pairs the model's batching is not amortised, and the shortest pairs are the "
               "release's fastest; measure with the defaults)")
     print(f"projected for all {BENCHMARK_INSTANCES} instances (after the model is loaded): fast "
-          f"{fast_per_pair * BENCHMARK_INSTANCES:.1f} s, release {reference_per_pair * BENCHMARK_INSTANCES / 3600:.1f} h")
+          f"{fast_per_pair * BENCHMARK_INSTANCES:.1f} s, release "
+          f"{reference_per_pair * BENCHMARK_INSTANCES / 3600:.1f} h")
     return 0
 
 

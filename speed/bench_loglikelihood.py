@@ -53,11 +53,14 @@ TEXT_7B = {"vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944
            "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [16, 24, 24]}}
 SHAPES = {
     "qwen2-vl-7b": {"text": {**TEXT_7B, "max_position_embeddings": 32768},
-                    "vision": {"depth": 32, "embed_dim": 1280, "num_heads": 16, "mlp_ratio": 4, "hidden_act": "quick_gelu",
-                               "hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2}},
+                    "vision": {"depth": 32, "embed_dim": 1280, "num_heads": 16, "mlp_ratio": 4,
+                               "hidden_act": "quick_gelu",
+                               "hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2,
+                               "temporal_patch_size": 2}},
     "qwen2.5-vl-7b": {"text": {**TEXT_7B, "max_position_embeddings": 128000},
                       "vision": {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16,
-                                 "hidden_act": "silu", "out_hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2,
+                                 "hidden_act": "silu", "out_hidden_size": 3584, "patch_size": 14,
+                                 "spatial_merge_size": 2,
                                  "temporal_patch_size": 2, "window_size": 112, "tokens_per_second": 2,
                                  "fullatt_block_indexes": [7, 15, 23, 31]}},
 }
@@ -78,7 +81,8 @@ def realistic_checkpoint(shape: str, layers: int | None, cache: Path, device: st
         vision["depth"] = max(1, round(layers * vision["depth"] / TEXT_7B["num_hidden_layers"]))
         if "fullatt_block_indexes" in vision:
             vision["fullatt_block_indexes"] = list(range(7, vision["depth"], 8)) or [vision["depth"] - 1]
-    key = hashlib.sha256(json.dumps([shape, text, vision, transformers.__version__], sort_keys=True).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps([shape, text, vision, transformers.__version__],
+                                    sort_keys=True).encode()).hexdigest()
     folder = cache / f"{shape}-{key[:12]}"
     if (folder / "config.json").is_file():
         return folder
@@ -89,7 +93,8 @@ def realistic_checkpoint(shape: str, layers: int | None, cache: Path, device: st
     arch, *names = classes[shape]
     config_class, model_class, processor_class = (getattr(transformers, name) for name in names)
     tokenizer = build_tokenizer(arch)
-    text.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    text.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id)
     config = config_class(text_config=text, vision_config=vision,
                           **{f"{name}_token_id": tokenizer.convert_tokens_to_ids(token) for name, token in
                              (("image", "<|image_pad|>"), ("video", "<|video_pad|>"),
@@ -97,7 +102,8 @@ def realistic_checkpoint(shape: str, layers: int | None, cache: Path, device: st
     geometry = {"patch_size": 14, "merge_size": 2, "temporal_patch_size": 2}
     processor = processor_class(
         image_processor=transformers.Qwen2VLImageProcessor(size=PIXELS, **geometry),
-        video_processor=transformers.Qwen2VLVideoProcessor(size=PIXELS, cap_pixels_per_frame=True, min_frames=2, **geometry),
+        video_processor=transformers.Qwen2VLVideoProcessor(size=PIXELS, cap_pixels_per_frame=True, min_frames=2,
+                                                           **geometry),
         tokenizer=tokenizer, chat_template=CHAT_TEMPLATES[arch])
     with torch.device(device):
         model = model_class._from_config(config, dtype=torch.bfloat16)
@@ -204,18 +210,21 @@ def main() -> None:
         Path(args.cache).mkdir(parents=True, exist_ok=True)
         pretrained = str(realistic_checkpoint(args.shape, args.layers, Path(args.cache), args.device))
     else:
-        pretrained = str(tiny_checkpoint(args.arch, args.cache, hidden_size=args.hidden_size, num_layers=args.layers or 8))
+        pretrained = str(tiny_checkpoint(args.arch, args.cache, hidden_size=args.hidden_size,
+                                         num_layers=args.layers or 8))
     backend = EgoPlanHF(pretrained=pretrained, device=args.device, dtype=args.dtype)
     docs = egoplan_docs(args.questions, FRAME_SIDE[args.shape], observation=realistic)
     backend.task_dict = {TASK: {SPLIT: docs}}
     requests = requests_for(docs, args.scored_span)
     visuals = backend._doc_visuals((TASK, SPLIT, 0, egoplan_visuals))
-    prompt = backend._encode([backend.chat.generation_prompt(backend.chat.user_turn(visuals.parts, requests[0].args[0]))],
+    prompt = backend._encode([backend.chat.generation_prompt(backend.chat.user_turn(visuals.parts,
+                                                                                    requests[0].args[0]))],
                              [visuals], "doc 0")
     parameters = sum(p.numel() for p in backend.model.parameters())
     print(f"model: {args.shape} {pretrained} ({parameters / 1e9:.2f}B parameters), device {args.device}, {args.dtype}, "
           f"{torch.get_num_threads()} CPU threads")
-    print(f"prompt: {prompt['input_ids'].shape[1]} tokens ({len(visuals.videos)} video of {len(visuals.videos[0].frames)} frames, "
+    print(f"prompt: {prompt['input_ids'].shape[1]} tokens ({len(visuals.videos)} video of "
+          f"{len(visuals.videos[0].frames)} frames, "
           f"{len(visuals.images)} image(s), {FRAME_SIDE[args.shape]} px); questions per round: {args.questions} "
           f"(4 candidates each, scored span: {args.scored_span}), rounds: {args.rounds} per method")
 

@@ -97,7 +97,8 @@ def measure(root: Path, visual_source: str) -> tuple[float, float, float, int]:
     environ = {"EGOPLAN_ANNOTATION_DIR": str(root / "annotations"), "EGOPLAN_EPIC_FRAMES_ROOT": str(root / "epic"),
                "EGOPLAN_EGO4D_VIDEOS_ROOT": str(root / "ego4d"), "EGOPLAN_CLIPS_DIR": str(root / "clips"),
                "EGOPLAN_VISUAL_SOURCE": visual_source}
-    settings = resolve_settings(egoplan_settings.EgoPlanSettings, task="bench", metadata={"annotation_file": "EgoPlan_validation.json"},
+    settings = resolve_settings(egoplan_settings.EgoPlanSettings, task="bench",
+                                metadata={"annotation_file": "EgoPlan_validation.json"},
                                 env_prefix="EGOPLAN", environ=environ)
     docs = egoplan_data.load_samples(settings, labelled=True).docs  # checked once here; timed below
     checks, headers, decodes = [], [], []

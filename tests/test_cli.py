@@ -55,7 +55,8 @@ def test_the_benchmarks_commands_come_from_their_folders_through_the_registry():
     from lmms_egoplan import suite
 
     benchmarks = suite.commands()
-    assert list(COMMANDS) == ["smoke", "report", "rejudge", "judge-agreement", *benchmarks]  # none of the suite's is hidden
+    assert list(COMMANDS) == ["smoke", "report", "rejudge", "judge-agreement",
+                              *benchmarks]  # none of the suite's is hidden
     assert all(COMMANDS[name] == command for name, command in benchmarks.items())
 
 
@@ -73,4 +74,5 @@ def test_a_bad_argument_is_one_line_naming_the_choices_not_a_traceback(capsys):
         main(["smoke", "--arch", "foo"])
     error = capsys.readouterr().err
     assert exited.value.code == 2 and "Traceback" not in error
-    assert error.splitlines()[-1].startswith("lmms-egoplan smoke: error: argument --arch: invalid choice: 'foo' (choose from")
+    assert error.splitlines()[-1].startswith("lmms-egoplan smoke: error: argument --arch: invalid choice: 'foo' "
+                                             "(choose from")

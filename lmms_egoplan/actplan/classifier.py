@@ -110,7 +110,8 @@ class PlanClassifier:
         out.mkdir(parents=True, exist_ok=True)
         self.tokenizer.save_pretrained(out)
         self.module.bert.config.save_pretrained(out)
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.module.state_dict().items()}, out / CLASSIFIER_WEIGHTS)
+        save_file({k: v.detach().cpu().contiguous() for k, v in self.module.state_dict().items()},
+                  out / CLASSIFIER_WEIGHTS)
         (out / CLASSIFIER_INFO).write_text(strict_json(info, indent=2) + "\n")
         return out
 
@@ -191,7 +192,8 @@ def load_finetuning_data(data_file: str | Path, activities_file: str | Path) -> 
             continue
         fields = line.strip().split("\t")
         if len(fields) != 2 or fields[1] not in SPLITS:
-            raise FinetuningDataError(f"{activities_file}:{number}: expected '<activity>\\t<train|val|test>', got {line!r}")
+            raise FinetuningDataError(f"{activities_file}:{number}: expected '<activity>\\t<train|val|test>', "
+                                      f"got {line!r}")
         split_of[fields[0]] = fields[1]
     rows: dict[str, list[dict]] = {split: [] for split in SPLITS}
     unassigned = 0
@@ -288,7 +290,8 @@ class SplitScores:
 
 def score_split(classifier: PlanClassifier, pairs: Sequence[EvaluationPair], batch_size: int = 16) -> SplitScores:
     labels = [p.label for p in pairs]
-    loss, predictions = classifier.evaluate([p.reference for p in pairs], [p.candidate for p in pairs], labels, batch_size)
+    loss, predictions = classifier.evaluate([p.reference for p in pairs], [p.candidate for p in pairs], labels,
+                                            batch_size)
     per_vlm = {}
     for vlm in VLMS:
         chosen = [i for i, p in enumerate(pairs) if p.vlm == vlm]
@@ -333,16 +336,20 @@ def train_classifier(data_file: str | Path, activities_file: str | Path, base: s
     """
     rows, unassigned = load_finetuning_data(data_file, activities_file)
     if not rows["train"]:
-        raise FinetuningDataError(f"no training rows: none of the activities in {data_file} is 'train' in {activities_file}")
+        raise FinetuningDataError(f"no training rows: none of the activities in {data_file} is 'train' in "
+                                  f"{activities_file}")
     val_pairs, val_skipped = evaluation_pairs(rows["val"])
     test_pairs, test_skipped = evaluation_pairs(rows["test"])
     if not val_pairs:
-        raise FinetuningDataError(f"no validation pairs in {data_file}: checkpoint selection needs judged VLM plans of 'val' activities")
+        raise FinetuningDataError(f"no validation pairs in {data_file}: checkpoint selection needs judged VLM plans of "
+                                  f"'val' activities")
     counts = {"train_rows": len(rows["train"]), "val_pairs": len(val_pairs), "test_pairs": len(test_pairs),
               "rows_without_split": unassigned, "rows_without_gold": val_skipped + test_skipped}
-    log(f"training rows {counts['train_rows']}, validation pairs {counts['val_pairs']}, test pairs {counts['test_pairs']}"
+    log(f"training rows {counts['train_rows']}, validation pairs {counts['val_pairs']}, test pairs "
+        f"{counts['test_pairs']}"
         + (f"; {unassigned} rows whose activity is not in {activities_file} left out" if unassigned else "")
-        + (f"; {counts['rows_without_gold']} evaluation rows without gold_gpt left out" if counts["rows_without_gold"] else ""))
+        + (f"; {counts['rows_without_gold']} evaluation rows without gold_gpt left out"
+           if counts["rows_without_gold"] else ""))
 
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -361,14 +368,16 @@ def train_classifier(data_file: str | Path, activities_file: str | Path, base: s
         for start in range(0, len(order), config.batch_size):
             pairs = [training_pair(rows["train"][i], rng) for i in order[start:start + config.batch_size]]
             logits = classifier.logits([p[0] for p in pairs], [p[1] for p in pairs])
-            loss = torch.nn.functional.cross_entropy(logits, torch.tensor([p[2] for p in pairs], device=classifier.device))
+            loss = torch.nn.functional.cross_entropy(logits,
+                                                     torch.tensor([p[2] for p in pairs], device=classifier.device))
             loss.backward()
             torch.nn.utils.clip_grad_norm_(classifier.module.parameters(), config.max_grad_norm)
             optimizer.step()
             optimizer.zero_grad()
             train_loss += loss.item() * len(pairs)
         validation = score_split(classifier, val_pairs, config.eval_batch_size)
-        test = score_split(classifier, test_pairs, config.eval_batch_size) if test_pairs else SplitScores(math.nan, math.nan)
+        test = (score_split(classifier, test_pairs, config.eval_batch_size) if test_pairs
+                else SplitScores(math.nan, math.nan))
         improved = best is None or (validation.accuracy > best[1].accuracy if config.select_by == "accuracy"
                                     else validation.loss < best[1].loss)
         record = {"epoch": epoch, "train_loss": train_loss / len(order), "validation": asdict(validation),
@@ -379,9 +388,11 @@ def train_classifier(data_file: str | Path, activities_file: str | Path, base: s
             f"(loss {validation.loss:.4f}), test accuracy {test.accuracy:.4f}" + (" *" if improved else ""))
         if improved:
             best = (epoch, validation, test)
-            classifier.save(output_dir, {"format": "lmms_egoplan plan classifier", "input": "[CLS] gold [SEP] [SEP] generated [SEP]",
+            classifier.save(output_dir, {"format": "lmms_egoplan plan classifier",
+                                         "input": "[CLS] gold [SEP] [SEP] generated [SEP]",
                                          "labels": {"0": "wrong", "1": "correct"}, "base": str(base), "epoch": epoch,
-                                         "training": asdict(config), "validation": asdict(validation), "test": asdict(test)})
+                                         "training": asdict(config), "validation": asdict(validation),
+                                         "test": asdict(test)})
     epoch, validation, test = best
     report = TrainingReport(best_epoch=epoch, selected_by=config.select_by, validation=validation, test=test,
                             checkpoint=output_dir, counts=counts)

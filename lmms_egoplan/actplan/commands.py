@@ -31,13 +31,15 @@ def _score(args: argparse.Namespace) -> int:
         raise InputError(f"--gold {args.gold} picks a release gold file; with --pairs use first or best")
     plans, notes = [], []
     if args.data_root:
-        plans, notes = actplan_plans.candidates_from_release(args.data_root, args.model, gold=args.gold, steps=args.steps,
+        plans, notes = actplan_plans.candidates_from_release(args.data_root, args.model, gold=args.gold,
+                                                             steps=args.steps,
                                                              allow_outside=args.allow_paths_outside_root)
     for path in args.pairs or []:
         plans += actplan_plans.candidates_from_jsonl(path, steps=args.steps)
     if not plans:
         raise InputError("no plans to score" + "".join(f"\n  {note}" for note in notes))
-    matcher = step_matcher(args.embedding_model, threshold=args.threshold, device=args.device, batch_size=args.batch_size)
+    matcher = step_matcher(args.embedding_model, threshold=args.threshold, device=args.device,
+                           batch_size=args.batch_size)
     scores = actplan_plans.score_lcs([(p.prediction, p.gold) for p in plans], matcher,
                                      args.gold if args.gold in actplan_plans.GOLD_CHOICES else "first")
     print(actplan_plans.format_summary(actplan_plans.summarize(plans, scores)))
@@ -71,20 +73,24 @@ def _score_arguments(score: argparse.ArgumentParser) -> None:
 
     score.description = ("Score plans outside the harness: the VLM plans shipped in the ActPlan-1K release "
                          "(plan_<model>.txt beside the gold plans), the release's auto_lcs pair files, or the "
-                         "plans files (<date-time>_plans_<task>.jsonl) that ActPlan-1K runs write beside their results.")
+                         "plans files (<date-time>_plans_<task>.jsonl) that ActPlan-1K runs write beside "
+                         "their results.")
     score.add_argument("--data-root", help="release folder (holding annotation/): score its plan_<model>.txt files")
-    score.add_argument("--model", action="append", help="with --data-root: model name of plan_<model>.txt (repeatable; default: all)")
+    score.add_argument("--model", action="append",
+                       help="with --data-root: model name of plan_<model>.txt (repeatable; default: all)")
     score.add_argument("--pairs", action="append", metavar="JSONL",
                        help="rows with 'candidate' and 'reference' (or 'references') texts (repeatable)")
     score.add_argument("--gold", default=actplan_plans.GOLD_CHOICES[0],
                        help="first (default), best, a release gold file name such as plan_gold_2.txt, or "
-                            f"{actplan_plans.RELEASE_PAIRING}: Gemini plans against plan_gold_2.txt, the others against "
+                            f"{actplan_plans.RELEASE_PAIRING}: Gemini plans against plan_gold_2.txt, the "
+                            f"others against "
                             "plan_gold_1.txt, as the release's auto_lcs/readme.md")
     score.add_argument("--steps", choices=actplan_plans.STEP_MODES, default=actplan_plans.STEP_MODES[0],
                        help="parsed: action(args) steps of the plan (default); lines: the release's text.split('\\n'), "
                             "trailing empty line included, to reproduce its numbers exactly")
     score.add_argument("--threshold", type=_match_threshold, default=actplan_lcs.DEFAULT_MATCH_THRESHOLD,
-                       help=f"cosine similarity for two steps to match, in (0, 1] (default {actplan_lcs.DEFAULT_MATCH_THRESHOLD})")
+                       help=f"cosine similarity for two steps to match, in (0, 1] (default "
+                            f"{actplan_lcs.DEFAULT_MATCH_THRESHOLD})")
     score.add_argument("--embedding-model", help="sentence-transformers folder (default: bundled all-MiniLM-L6-v2)")
     score.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
     score.add_argument("--batch-size", type=int, default=actplan_lcs.DEFAULT_EMBEDDING_BATCH_SIZE,
@@ -98,12 +104,15 @@ def _train_bleurt_arguments(train: argparse.ArgumentParser) -> None:
     from lmms_egoplan.actplan import classifier_config as bleurt
 
     train.add_argument("--data", required=True, help="the release's bleu-cls/data/finetuning_data.jsonl")
-    train.add_argument("--activities", required=True, help="the release's bleu-cls/data/activities.txt (train/val/test)")
+    train.add_argument("--activities", required=True,
+                       help="the release's bleu-cls/data/activities.txt (train/val/test)")
     train.add_argument("--base", required=True, help="BLEURT checkpoint folder to start from (PyTorch, BERT-based)")
-    train.add_argument("--output", required=True, help="folder for the best checkpoint, training_log.jsonl, metrics.json")
+    train.add_argument("--output", required=True,
+                       help="folder for the best checkpoint, training_log.jsonl, metrics.json")
     presets = ", ".join(f"{name} {rate:g}" for name, rate in bleurt.PRESET_LEARNING_RATES.items())
     train.add_argument("--preset", choices=bleurt.PRESET_LEARNING_RATES, default=bleurt.DEFAULT_PRESET,
-                       help=f"learning rate as the paper: {presets} (default {bleurt.DEFAULT_PRESET}, for BERT-large BLEURT)")
+                       help=f"learning rate as the paper: {presets} (default {bleurt.DEFAULT_PRESET}, for "
+                            f"BERT-large BLEURT)")
     train.add_argument("--learning-rate", type=float, help="overrides the preset's learning rate")
     defaults = bleurt.TrainingConfig()
     train.add_argument("--batch-size", type=int, default=defaults.batch_size, help=f"(default {defaults.batch_size})")

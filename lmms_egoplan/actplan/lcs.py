@@ -97,7 +97,8 @@ class StepMatcher:
         def encoded(step):
             if step not in self._single_embeddings:
                 with full_float32():
-                    self._single_embeddings[step] = self.model.encode(step, convert_to_tensor=True, show_progress_bar=False)
+                    self._single_embeddings[step] = self.model.encode(step, convert_to_tensor=True,
+                                                                      show_progress_bar=False)
             return self._single_embeddings[step]
 
         return util.cos_sim(encoded(step_a), encoded(step_b)).cpu().numpy()[0][0]

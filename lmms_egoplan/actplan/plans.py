@@ -81,7 +81,8 @@ class PlanScore:
     gold_index: int  # which of the instance's gold plans the values refer to
 
 
-def score_lcs(pairs: Sequence[tuple[Sequence[str], Sequence[Sequence[str]]]], matcher, gold: str = "first") -> list[PlanScore]:
+def score_lcs(pairs: Sequence[tuple[Sequence[str], Sequence[Sequence[str]]]], matcher,
+              gold: str = "first") -> list[PlanScore]:
     """LCS / normalised LCS of each (predicted steps, gold plans) pair.
 
     ``gold="first"``: against the first gold plan (the default); ``"best"``: against
@@ -95,7 +96,8 @@ def score_lcs(pairs: Sequence[tuple[Sequence[str], Sequence[Sequence[str]]]], ma
     lengths = iter(matcher.lcs_many([(prediction, g) for (prediction, _), golds in zip(pairs, chosen) for g in golds]))
     scores = []
     for (prediction, _), golds in zip(pairs, chosen):
-        candidates = [PlanScore(lcs, normalized_lcs(lcs, len(prediction), len(g)), k) for k, (g, lcs) in enumerate(zip(golds, lengths))]
+        candidates = [PlanScore(lcs, normalized_lcs(lcs, len(prediction), len(g)), k)
+                      for k, (g, lcs) in enumerate(zip(golds, lengths))]
         scores.append(max(candidates, key=lambda s: (s.norm_lcs, s.lcs, -s.gold_index)))
     return scores
 
@@ -145,7 +147,8 @@ def candidate_plan(model: str, instance_id: str, split: str | None, text: str, g
     ``text.split("\\n")`` verbatim (a trailing newline gives a final empty step, which matches the
     other plan's). Format errors are counted on the parsed plan either way."""
     parsed = parse_plan(text)
-    return CandidatePlan(model, instance_id, split, parsed.steps if steps == "parsed" else text.split("\n"), gold, parsed)
+    return CandidatePlan(model, instance_id, split, parsed.steps if steps == "parsed" else text.split("\n"), gold,
+                         parsed)
 
 
 def _gold(text: str, steps: str) -> list[str]:
@@ -169,7 +172,8 @@ def _release_gold(doc: dict, gold: str, steps: str) -> list[list[str]]:
 
 
 def candidates_from_release(data_root: str | Path, models: Sequence[str] | None = None, *, gold: str = "first",
-                            steps: str = STEP_MODES[0], allow_outside: bool = False) -> tuple[list[CandidatePlan], list[str]]:
+                            steps: str = STEP_MODES[0],
+                            allow_outside: bool = False) -> tuple[list[CandidatePlan], list[str]]:
     """The VLM plans shipped in the release layout (``plan_<model>.txt``), with notes on what was left out.
 
     ``gold``: first / best, a gold file name (``plan_gold_2.txt``), or ``RELEASE_PAIRING``: the
@@ -178,7 +182,8 @@ def candidates_from_release(data_root: str | Path, models: Sequence[str] | None 
     plans = []
     left_out: dict[str, int] = {}
     instances = load_instances(data_root, allow_outside=allow_outside)
-    wanted = list(models) if models else sorted({m for doc in instances for m in candidate_plan_files(Path(doc["folder"]))})
+    wanted = list(models) if models else sorted({m for doc in instances
+                                                 for m in candidate_plan_files(Path(doc["folder"]))})
     for model in wanted:
         model_gold = release_gold_file(model) if gold == RELEASE_PAIRING else gold
         for doc in instances:
@@ -188,11 +193,13 @@ def candidates_from_release(data_root: str | Path, models: Sequence[str] | None 
                 reason = f"{model}: no {candidate.name}" if not candidate.is_file() else f"{model}: no {model_gold}"
                 left_out[reason] = left_out.get(reason, 0) + 1
                 continue
-            plans.append(candidate_plan(model, doc["instance_id"], doc["split"], read_text(candidate, ActPlanDataError), doc_golds, steps))
+            plans.append(candidate_plan(model, doc["instance_id"], doc["split"], read_text(candidate, ActPlanDataError),
+                                        doc_golds, steps))
     return plans, [f"{count} instance(s) left out ({reason})" for reason, count in sorted(left_out.items())]
 
 
-def candidates_from_jsonl(path: str | Path, *, model: str | None = None, steps: str = STEP_MODES[0]) -> list[CandidatePlan]:
+def candidates_from_jsonl(path: str | Path, *, model: str | None = None,
+                          steps: str = STEP_MODES[0]) -> list[CandidatePlan]:
     """Plan pairs from JSONL rows with ``candidate`` and ``reference`` (or ``references``) texts.
 
     Reads the release's ``auto_lcs/*_pairs.jsonl`` and the plans files (``<date-time>_plans_<task>.jsonl``)
@@ -205,7 +212,8 @@ def candidates_from_jsonl(path: str | Path, *, model: str | None = None, steps: 
     plans = []
     for number, row in read_jsonl(path, ActPlanDataError):
         references = row.get("references") or ([row["reference"]] if "reference" in row else [])
-        texts = isinstance(row.get("candidate"), str) and isinstance(references, list) and all(isinstance(r, str) for r in references)
+        texts = (isinstance(row.get("candidate"), str) and isinstance(references, list)
+                 and all(isinstance(r, str) for r in references))
         if not texts or not references:
             raise ActPlanDataError(f"{path}:{number}: needs 'candidate' and 'reference' (or 'references') texts")
         field = "references" if row.get("references") else "reference"
@@ -214,7 +222,8 @@ def candidates_from_jsonl(path: str | Path, *, model: str | None = None, steps: 
                 which = f"'{field}' item {index + 1}" if field == "references" else f"'{field}'"
                 raise ActPlanDataError(f"{path}:{number}: the gold plan in {which} has no step: {reference!r}")
         instance = str(row.get("instance_id") or row.get("dir") or row.get("path") or f"{path.name}:{number}")
-        plans.append(candidate_plan(row.get("model") or model or path.stem, instance, row.get("split") or split_of_path(instance),
+        plans.append(candidate_plan(row.get("model") or model or path.stem, instance,
+                                    row.get("split") or split_of_path(instance),
                                     row["candidate"], [_gold(r, steps) for r in references], steps))
     return plans
 

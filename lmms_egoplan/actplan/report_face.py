@@ -35,7 +35,8 @@ def actplan_splits(table: Table) -> Figure:
     """Normalised LCS on normal vs counterfactual tasks per row beside the published models' overall
     values (Table 4, grey), and with images vs text only per model."""
     metrics = [column.metric for column in table.layout.columns]
-    normal, counterfactual, overall = (metrics.index(m) for m in ("norm_lcs_normal", "norm_lcs_counterfactual", "norm_lcs"))
+    normal, counterfactual, overall = (metrics.index(m) for m in ("norm_lcs_normal", "norm_lcs_counterfactual",
+                                                                  "norm_lcs"))
     rows = table.user_rows
     labels = run_labels(rows)
     figure = new_figure(figsize=(13, 5.5), layout="constrained")
@@ -60,7 +61,8 @@ def actplan_splits(table: Table) -> Figure:
     models = sorted({row.model for row in rows})
 
     def by_input(text_only: bool) -> list[float | None]:
-        return [next((row.scored(overall) for row in rows if row.model == model and (row.input == TEXT_ONLY) == text_only
+        return [next((row.scored(overall) for row in rows if row.model == model
+                      and (row.input == TEXT_ONLY) == text_only
                       and row.scored(overall) is not None), None) for model in models]
 
     inputs.set_title(f"ActPlan-1K normalised LCS: {IMAGES} vs {TEXT_ONLY}", fontsize=10)

@@ -249,7 +249,8 @@ _SAVE_SAMPLES = ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save
 
 def _writes_results_then_samples(cli_evaluate_single: str | None = None) -> bool:
     cli_evaluate_single = cli_evaluate_single or lmms_eval_source("lmms_eval.__main__", "cli_evaluate_single")
-    results, samples = cli_evaluate_single.find("save_results_aggregated("), cli_evaluate_single.find("save_results_samples(")
+    results = cli_evaluate_single.find("save_results_aggregated(")
+    samples = cli_evaluate_single.find("save_results_samples(")
     return 0 <= results < samples and "sys.exit" not in cli_evaluate_single[results:]
 
 def _exit_if_asked(tracker: Any) -> None:
@@ -312,58 +313,59 @@ def keep_responses_of_stopped_runs() -> bool:
         return False
     if has_layer(_KEEP_RESPONSES, *_CACHE_EXECUTE):
         return True
-    if not (affected_release() and _stores_after_the_whole_call() and _drops_failed_runs() and _never_reads_run_folders()):
+    if not (affected_release() and _stores_after_the_whole_call() and _drops_failed_runs()
+            and _never_reads_run_folders()):
         return False
 
-    def stored_call(whole_call, self, lm, reqtype, requests):
-        responses = whole_call(self, lm, reqtype, requests)
-        _GuardedStoring.of(self).stop_if_not_stored()
-        return responses
-
-    def execute_storing_as_it_goes(whole_call, self, lm, reqtype, requests):
-        if hasattr(lm, "response_sink"):
-            lm.response_sink = _store_as_computed(self, reqtype)
-            try:
-                return stored_call(whole_call, self, lm, reqtype, requests)
-            finally:
-                lm.response_sink = None
-        size = max(RESPONSE_CHUNK_MIN_DOCS, RESPONSE_CHUNK_BATCHES * _batch_size(lm))
-        call = functools.partial(stored_call, whole_call, self, lm, reqtype)
-        return call_in_chunks(call, requests, size, min_requests=concurrent_requests(lm))
-
-    def finalize_keeping_responses(finalize, self, *, success: bool, **kwargs):
-        import sqlite3
-
-        try:
-            return finalize(self, success=True, **kwargs)
-        except (OSError, sqlite3.Error) as error:  # a full disk: the run's folder keeps them for the next run
-            _drop_ownerless_lock(self._cache_root)
-            logger.warning(f"ResponseCache: this run's responses could not be merged into {self._cache_root} "
-                           f"({storage_failure(error, self._cache_root)}); they are kept in {self._run_dir}, which "
-                           f"the next run with --use_cache {self._cache_root} merges")
-
-    def create_recovering(create, cls, cache_root: str, **kwargs):
-        import sqlite3
-
-        root = os.path.abspath(os.path.dirname(cache_root) if cache_root.endswith(".db") else cache_root)
-        recover_killed_runs(root)
-        try:
-            cache = create(cls, cache_root, **kwargs)
-            _claim_run_folder(cache)
-        except (OSError, sqlite3.Error) as error:
-            where = getattr(error, "filename", None) or _database_being_opened(error) or root
-            raise StorageError(f"--use_cache {root}: the response cache cannot store responses there "
-                               f"({storage_failure(error, root)}: {where}); the responses it holds are kept. Free "
-                               f"space on its disk (or point --use_cache at a folder on another disk) and run "
-                               f"again") from None
-        _GuardedStoring.guard(cache)
-        RUN.response_cache_root = root
-        return cache
-
-    add_layer(_KEEP_RESPONSES, *_CACHE_EXECUTE, execute_storing_as_it_goes)
-    add_layer(_KEEP_RESPONSES, _RESPONSE_CACHE, "ResponseCache.finalize", finalize_keeping_responses)
-    add_layer(_KEEP_RESPONSES, _RESPONSE_CACHE, "ResponseCache.create", create_recovering)
+    add_layer(_KEEP_RESPONSES, *_CACHE_EXECUTE, _execute_storing_as_it_goes)
+    add_layer(_KEEP_RESPONSES, _RESPONSE_CACHE, "ResponseCache.finalize", _finalize_keeping_responses)
+    add_layer(_KEEP_RESPONSES, _RESPONSE_CACHE, "ResponseCache.create", _create_recovering)
     return True
+
+def _stored_call(whole_call, self, lm, reqtype, requests):
+    responses = whole_call(self, lm, reqtype, requests)
+    _GuardedStoring.of(self).stop_if_not_stored()
+    return responses
+
+def _execute_storing_as_it_goes(whole_call, self, lm, reqtype, requests):
+    if hasattr(lm, "response_sink"):
+        lm.response_sink = _store_as_computed(self, reqtype)
+        try:
+            return _stored_call(whole_call, self, lm, reqtype, requests)
+        finally:
+            lm.response_sink = None
+    size = max(RESPONSE_CHUNK_MIN_DOCS, RESPONSE_CHUNK_BATCHES * _batch_size(lm))
+    call = functools.partial(_stored_call, whole_call, self, lm, reqtype)
+    return call_in_chunks(call, requests, size, min_requests=concurrent_requests(lm))
+
+def _finalize_keeping_responses(finalize, self, *, success: bool, **kwargs):
+    import sqlite3
+
+    try:
+        return finalize(self, success=True, **kwargs)
+    except (OSError, sqlite3.Error) as error:  # a full disk: the run's folder keeps them for the next run
+        _drop_ownerless_lock(self._cache_root)
+        logger.warning(f"ResponseCache: this run's responses could not be merged into {self._cache_root} "
+                       f"({storage_failure(error, self._cache_root)}); they are kept in {self._run_dir}, which "
+                       f"the next run with --use_cache {self._cache_root} merges")
+
+def _create_recovering(create, cls, cache_root: str, **kwargs):
+    import sqlite3
+
+    root = os.path.abspath(os.path.dirname(cache_root) if cache_root.endswith(".db") else cache_root)
+    recover_killed_runs(root)
+    try:
+        cache = create(cls, cache_root, **kwargs)
+        _claim_run_folder(cache)
+    except (OSError, sqlite3.Error) as error:
+        where = getattr(error, "filename", None) or _database_being_opened(error) or root
+        raise StorageError(f"--use_cache {root}: the response cache cannot store responses there "
+                           f"({storage_failure(error, root)}: {where}); the responses it holds are kept. Free "
+                           f"space on its disk (or point --use_cache at a folder on another disk) and run "
+                           f"again") from None
+    _GuardedStoring.guard(cache)
+    RUN.response_cache_root = root
+    return cache
 
 _KEEP_RESPONSES = "durability.keep_responses_of_stopped_runs"
 _RESPONSE_CACHE = "lmms_eval.caching.response_cache"

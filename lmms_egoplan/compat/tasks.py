@@ -54,7 +54,8 @@ def enable_plugin_task_discovery() -> bool:
 _PLUGIN_TASKS = "tasks.enable_plugin_task_discovery"
 _TASK_MANAGER_INIT = ("lmms_eval.tasks", "TaskManager.__init__")
 
-def _plugin_folders_reach_the_index_too_late(task_manager_init: str | None = None, cli_evaluate_single: str | None = None) -> bool:
+def _plugin_folders_reach_the_index_too_late(task_manager_init: str | None = None,
+                                             cli_evaluate_single: str | None = None) -> bool:
     """Behaviour check without indexing every task (seconds): neither the TaskManager reads
     ``LMMS_EVAL_PLUGINS`` nor the CLI adds the plugin folders before it builds the TaskManager."""
     task_manager_init = task_manager_init or lmms_eval_source("lmms_eval.tasks", "TaskManager.__init__")
@@ -98,7 +99,8 @@ def watch_task_selection() -> bool:
         matched = match_tasks(self, task_list)
         names = [task_list] if isinstance(task_list, str) else list(task_list)
         suite_tasks = _suite_task_names(self)
-        if not (suite_plugin_enabled() or getattr(self, "model_name", None) in SUITE_BACKENDS or set(names) & suite_tasks):
+        if not (suite_plugin_enabled() or getattr(self, "model_name", None) in SUITE_BACKENDS
+                or set(names) & suite_tasks):
             return matched
         fail_runs_with_failed_tasks()
         explain_missing_tasks(names, matched, self.all_tasks, suite_tasks)

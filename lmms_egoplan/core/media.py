@@ -36,7 +36,8 @@ FRAME_TIME_KEY = "lmms_egoplan.frame_time"
 
 class FrameTime(NamedTuple):
     """When a frame of a clip was shown: ``seconds`` from the start of the footage the task shows
-    (e.g. the start of a task's first action, or of a step; a video file: its first frame), read at ``source_fps``, the frame rate the frame's number counts in."""
+    (e.g. the start of a task's first action, or of a step; a video file: its first frame), read at ``source_fps``,
+    the frame rate the frame's number counts in."""
 
     seconds: float
     source_fps: float

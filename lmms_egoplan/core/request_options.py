@@ -5,7 +5,8 @@ does otherwise sets an option on the requests it builds (``RequestOption.mark``:
 lmms-eval's ``Instance``): which tokens of a candidate answer are scored, e.g. the answer and
 the token closing the assistant's turn (``SCORED_SPAN``); how their losses are averaged, e.g.
 leaving out the tokens whose loss is exactly 0 (``LOSS_MEAN``); whether the task text comes before
-the images (``INPUT_ORDER``). The benchmarks' READMEs say which task asks for what. A backend declares the values it honours in its class attribute
+the images (``INPUT_ORDER``). The benchmarks' READMEs say which task asks for what. A backend declares the values it
+honours in its class attribute
 ``request_options`` (``{option name: values}``). A request without the attribute, and a backend
 without the declaration, follow lmms-eval's convention. (Proposed upstream as a field of
 ``Instance``: docs/upstream.md.)

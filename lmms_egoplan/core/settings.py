@@ -28,7 +28,8 @@ def setting(default: Any, *, choices: tuple | None = None, minimum: float | None
     """A settings field whose allowed values ``resolve_settings`` checks: one of ``choices``, or a
     number ``>= minimum``, ``> above``, ``<= maximum`` (None, where the type allows it, is always allowed)."""
     limits = {"choices": choices, "minimum": minimum, "above": above, "maximum": maximum}
-    return dataclasses.field(default=default, metadata={key: value for key, value in limits.items() if value is not None})
+    return dataclasses.field(default=default,
+                             metadata={key: value for key, value in limits.items() if value is not None})
 
 
 def value_problems(settings: Any, name: Callable[[str], str] = str) -> list[str]:
@@ -40,7 +41,8 @@ def value_problems(settings: Any, name: Callable[[str], str] = str) -> list[str]
         if value is None or not limits:
             continue
         if "choices" in limits and value not in limits["choices"]:
-            problems.append(f"{name(field.name)} must be one of {', '.join(map(str, limits['choices']))}, got {value!r}")
+            problems.append(f"{name(field.name)} must be one of {', '.join(map(str, limits['choices']))}, "
+                            f"got {value!r}")
         if "minimum" in limits and value < limits["minimum"]:
             problems.append(f"{name(field.name)} must be at least {limits['minimum']}, got {value!r}")
         if "above" in limits and not value > limits["above"]:
@@ -91,7 +93,8 @@ def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, 
     variables = {env_var(env_prefix, name): name for name in fields}
     for variable, name in variables.items():
         if variable in environ:
-            values[name] = coerce_setting(environ[variable], hints[name], f"task {task}: environment variable {variable}")
+            values[name] = coerce_setting(environ[variable], hints[name],
+                                          f"task {task}: environment variable {variable}")
     settings = settings_class(**values)
     # Variables that settings name (``judge_api_key_env``: where a key is) are not settings.
     named = {getattr(settings, name) for name in fields if name.endswith("_env")}
@@ -115,7 +118,8 @@ def coerce_setting(raw: Any, annotation: Any, where: str) -> Any:
     """Convert a YAML, environment or command-line value to the annotated type (str / int / float /
     bool / Path / Optional); a value that does not fit raises SettingsError naming ``where``."""
     optional = type(None) in typing.get_args(annotation)
-    target = next((a for a in typing.get_args(annotation) if a is not type(None)), annotation) if optional else annotation
+    target = next((a for a in typing.get_args(annotation) if a is not type(None)),
+                  annotation) if optional else annotation
     if raw is None or (optional and isinstance(raw, str) and raw.strip().lower() in ("", "none", "null")):
         if optional:
             return None
@@ -133,7 +137,8 @@ def coerce_setting(raw: Any, annotation: Any, where: str) -> Any:
         try:
             value = target(raw)
         except (TypeError, ValueError):
-            raise SettingsError(f"{where}: expected {'an integer' if target is int else 'a number'}, got {raw!r}") from None
+            raise SettingsError(f"{where}: expected "
+                                f"{'an integer' if target is int else 'a number'}, got {raw!r}") from None
         if target is int and isinstance(raw, float) and raw != value:
             raise SettingsError(f"{where}: expected an integer, got {raw!r}")
         return value

@@ -70,10 +70,12 @@ def parse_bins(spec: str) -> tuple[ValueBin, ...]:
             raise ValueError(f"only the last bin may be open ('N+') in {spec!r}")
         expected_low = bins[-1].high + 1 if bins else 0
         if low != expected_low:
-            raise ValueError(f"bins in {spec!r} must be contiguous from 0: expected a bin starting at {expected_low}, got {part.strip()!r}")
+            raise ValueError(f"bins in {spec!r} must be contiguous from 0: expected a bin starting at {expected_low}, "
+                             f"got {part.strip()!r}")
         bins.append(ValueBin(low, high))
     if bins[-1].high is not None:
-        raise ValueError(f"the last bin in {spec!r} must be open ('{bins[-1].high + 1}+') so that every value has a bin")
+        raise ValueError(f"the last bin in {spec!r} must be open ('{bins[-1].high + 1}+') so that every "
+                         f"value has a bin")
     return tuple(bins)
 
 

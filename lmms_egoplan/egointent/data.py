@@ -561,7 +561,8 @@ def step_docs(steps: list[Step], settings) -> tuple[list[dict], list[tuple[Step,
                      "plausible_next_steps": list(step.plausible_next_steps),
                      "judge_sees_plausible_next_steps": settings.next_step_references == "observed_and_plausible",
                      "definitions": settings.definitions, "show_step_id": settings.show_step_id,
-                     "video_fps": info.fps, "frame_indices": indices, "frames_capped": len(indices) < len(at_sample_fps),
+                     "video_fps": info.fps, "frame_indices": indices,
+                     "frames_capped": len(indices) < len(at_sample_fps),
                      "video_input": settings.video_input, "frame_max_side": settings.frame_max_side})
     return docs, unusable
 

@@ -37,7 +37,8 @@ class EgoIntentSettings(JudgeSettings):
     # cap per clip, longer clips subsampled uniformly below sample_fps (counted: capped_samples); none: the paper's rule
     max_frames: Optional[int] = setting(32, minimum=1)
     video_input: bool = True  # frames as one video (video-capable backends) or as separate images
-    frame_max_side: Optional[int] = setting(None, minimum=1)  # downscale frames so that their longer side is at most this
+    # downscale frames so that their longer side is at most this
+    frame_max_side: Optional[int] = setting(None, minimum=1)
     # Read videos that a record places outside video_root (an absolute `video`, "..", a symlink out).
     allow_paths_outside_root: bool = False
     skip_missing: bool = False  # skip steps whose video is unusable (counted: skipped_samples) instead of failing
@@ -75,7 +76,7 @@ Rate how consistent the prediction is in meaning with the reference{or_also_acce
 1-3: mostly inconsistent: only a loose connection to the reference
 0: unrelated or contradictory
 Rate meaning, not wording. A prediction that answers another dimension ({other_dimension}) is not consistent.
-Explain your judgement in one sentence, then give the rating as "Rating: [[x]]"."""
+Explain your judgement in one sentence, then give the rating as "Rating: [[x]]"."""  # noqa: E501 (its hash is recorded)
 # What answering another dimension means, by the setting definitions: the release's Next-Plan allows the
 # immediate continuation of an unfinished action (3528dc9 prompts/benchmark_prediction_system.txt), v1's did not.
 OTHER_DIMENSION = {"release": "the visible motion instead of its goal",

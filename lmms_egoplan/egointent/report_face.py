@@ -49,7 +49,8 @@ def egointent_scenarios(table: Table) -> Figure:
         no_data(axes, "no run reports scenario scores")
         footnote(figure, unscored)
         return figure
-    scenarios.sort(key=lambda name: (mean([v for _, row in drawn if not math.isnan(v := score(row, name))] or [math.inf]), name))
+    scenarios.sort(key=lambda name: (mean([v for _, row in drawn if not math.isnan(v := score(row, name))]
+                                          or [math.inf]), name))
     cells = [[score(row, name) for name in scenarios] for _, row in drawn]
     image = axes.imshow(cells, cmap="Blues", aspect="auto", vmin=0, vmax=100)
     axes.set_facecolor("#e6e6e6")  # NaN cells are transparent: this grey shows through

@@ -136,7 +136,8 @@ def _check_record(record: Any, where: str, *, labelled: bool, frame_numbers: boo
         raise EgoPlanDataError(f"{where}: expected a JSON object")
     where += f" (sample_id {record.get('sample_id')!r})"
     frame_fields = () if frame_numbers else ("current_observation_frame",)
-    required = [name for name in _RECORD_FIELDS + (("golden_choice_idx",) if labelled else ()) if name not in frame_fields]
+    required = [name for name in _RECORD_FIELDS + (("golden_choice_idx",) if labelled else ())
+                if name not in frame_fields]
     missing = [name for name in required if name not in record]
     if missing:
         raise EgoPlanDataError(f"{where}: missing field(s) {', '.join(missing)}")
@@ -320,7 +321,8 @@ def frame_plan(record: Mapping, settings) -> FramePlan:
     if settings.frame_sampling == "official":
         return FramePlan([official_clip(record, settings.num_frames)], observation_image=False)
     if settings.frame_sampling == "uniform":
-        return FramePlan([bin_starts(task_start_frame(record), observation, settings.num_frames)], observation_image=True)
+        return FramePlan([bin_starts(task_start_frame(record), observation, settings.num_frames)],
+                         observation_image=True)
     completed = completed_actions(record)
     segments = completed[-settings.keyframe_segments:]
     if not segments:
@@ -381,7 +383,8 @@ def load_samples(settings, *, labelled: bool, with_media: bool = True) -> Loaded
                                 f"official)")
         if with_media and settings.frame_sampling == "keyframes":
             raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, 'frame_sampling')} keyframes needs each action's "
-                                f"frames in the source video; the SEED-Bench-R1 package gives the progress as one clip: "
+                                f"frames in the source video; the SEED-Bench-R1 package gives the progress "
+                                f"as one clip: "
                                 f"use official or uniform, or {setting_name(ENV_PREFIX, 'data_source')} official")
         sources = [(item.record, functools.partial(_package_media_fields, item, settings))
                    for item in package_records(settings, problems)]

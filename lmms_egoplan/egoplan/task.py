@@ -88,7 +88,8 @@ class EgoPlanScoring:
         # accuracy has its sample count beside it.
         self.add_metric("skipped_samples", largest, higher_is_better=False)
         if self.LABELLED:
-            breakdowns = [*VIDEO_SOURCES.values(), *(f"progress_{value_bin.label}" for value_bin in progress_bins(self.settings)),
+            breakdowns = [*VIDEO_SOURCES.values(),
+                          *(f"progress_{value_bin.label}" for value_bin in progress_bins(self.settings)),
                           *(f"similarity_{level}" for level in SIMILARITY_LEVELS)]
             for breakdown in breakdowns:
                 if not self.has_metric(f"accuracy_{breakdown}"):
@@ -396,7 +397,8 @@ def validate_submission(records: Any, sample_ids: Iterable[int] | None = None) -
             raise ValueError(f"bad submission record {record!r}: expected {{'sample_id': int, 'label': 'A'..'D'}}")
     ids = [record["sample_id"] for record in records]
     if len(set(ids)) != len(ids):
-        raise ValueError(f"duplicate sample ids in submission: {sorted(i for i, n in collections.Counter(ids).items() if n > 1)}")
+        raise ValueError(f"duplicate sample ids in submission: "
+                         f"{sorted(i for i, n in collections.Counter(ids).items() if n > 1)}")
     if sample_ids is not None and set(ids) != set(sample_ids):
         raise ValueError(f"submission covers {len(set(ids))} sample ids, expected {len(set(sample_ids))}")
 
@@ -419,7 +421,8 @@ def write_submission(items: Sequence[Mapping], args=None, *, task_name: str, tas
     write_atomically(path, json.dumps(records, indent=1) + "\n")
     if unpredicted:
         skipped = len(task.skipped_samples)
-        reasons = [f"{skipped} skipped for missing media ({setting_name(ENV_PREFIX, 'skip_missing')})"] if skipped else []
+        reasons = [f"{skipped} skipped for missing media "
+                   f"({setting_name(ENV_PREFIX, 'skip_missing')})"] if skipped else []
         if unpredicted > skipped:
             reasons.append(f"{unpredicted - skipped} not evaluated (--limit)")
         logger.warning(f"{task_name}: predictions for {len(records)} of the split's {task.split_size} samples "

@@ -103,7 +103,8 @@ def annotation_path(settings) -> Path:
         return path
     if not settings.annotation_dir:
         raise SettingsError(f"EgoPlan-Bench2: set {setting_name(ENV_PREFIX, 'annotation_dir')} to the folder holding "
-                            f"{settings.annotation_file} (or {setting_name(ENV_PREFIX, 'annotation_file')} to its path)")
+                            f"{settings.annotation_file} (or {setting_name(ENV_PREFIX, 'annotation_file')} "
+                            f"to its path)")
     return Path(settings.annotation_dir).expanduser() / path
 
 
@@ -197,7 +198,8 @@ def _media_settings(settings) -> dict:
 def _official_docs(settings, problems: DatasetProblems) -> tuple[list[dict], list[tuple[int, Path, str]]]:
     root = settings.ego4d_videos_root
     if not root:
-        raise SettingsError(f"EgoPlan-Bench2: {setting_name(ENV_PREFIX, 'ego4d_videos_root')} is not set; it must point "
+        raise SettingsError(f"EgoPlan-Bench2: {setting_name(ENV_PREFIX, 'ego4d_videos_root')} is not set; "
+                            f"it must point "
                             f"at the Ego4D v1_288p folder (<root>/<video uid>.mp4)")
     count = frame_count(settings)
     docs = []

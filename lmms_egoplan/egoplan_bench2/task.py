@@ -152,7 +152,7 @@ A. {}
 B. {}
 C. {}
 D. {}
-"""
+"""  # noqa: E501 (verbatim)
 # The template's question line: what the likelihood variant asks, its candidates the continuations.
 QUESTION = ("Considering the progress shown in the video and my current observation in the last frame, what action "
             "should I take next in order to {}?")

@@ -67,7 +67,8 @@ JUDGE_PROMPT = (
 RATINGS = (0, 0.5, 1)
 RUBRIC = Rubric(bracket_rating(allowed=RATINGS), scale=100.0, levels=RATINGS,
                 prompt=f"{JUDGE_SYSTEM_PROMPT}\n\n{JUDGE_PROMPT}", version="1",
-                answer_pattern=r"\[The Start of Assistant's Answer\]\n(?P<answer>.*)\n\[The End of Assistant's Answer\]$")
+                answer_pattern=r"\[The Start of Assistant's Answer\]\n(?P<answer>.*)"
+                               r"\n\[The End of Assistant's Answer\]$")
 RUBRIC_NAME = "egothink"  # the name its judged items (and logs) carry (lmms_egoplan.catalogue)
 
 

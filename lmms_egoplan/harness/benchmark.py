@@ -48,11 +48,11 @@ class Metric:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """What a benchmark's tasks do (its lmms-eval tasks, or its lm-eval baselines), as plain functions: the hooks the harness calls on each document, in
-    its order, and the metrics they report. The task YAMLs keep what is configuration (``class:``, ``output_type``,
-    ``generation_kwargs``, ``lmms_eval_specific_kwargs``, ``metadata``, group aggregations); the adapter their
-    ``class:`` names holds the spec and hands the hooks to the harness (a YAML that sets one of them too is an
-    error: one place says what a task does)."""
+    """What a benchmark's tasks do (its lmms-eval tasks, or its lm-eval baselines), as plain functions: the hooks
+    the harness calls on each document, in its order, and the metrics they report. The task YAMLs keep what is
+    configuration (``class:``, ``output_type``, ``generation_kwargs``, ``lmms_eval_specific_kwargs``, ``metadata``,
+    group aggregations); the adapter their ``class:`` names holds the spec and hands the hooks to the harness (a
+    YAML that sets one of them too is an error: one place says what a task does)."""
 
     doc_to_text: Callable
     process_results: Callable

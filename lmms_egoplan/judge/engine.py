@@ -28,7 +28,7 @@ import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from loguru import logger
 
@@ -89,16 +89,7 @@ class Judge:
         flight end, then StorageError says what was not stored, where, and what is kept."""
         from tqdm import tqdm
 
-        ids = Counter(r.id for r in requests)
-        duplicates = [i for i, n in ids.items() if n > 1]
-        if duplicates:
-            raise ValueError(f"judge request ids must be unique; repeated: {duplicates[:5]}")
-        # Identical prompts are judged once.
-        by_key: dict[str, list[JudgeRequest]] = {}
-        for request in requests:
-            key = JudgeCache.key(self.model, request.messages, self.decoding)
-            by_key.setdefault(key, []).append(request)
-
+        by_key = self._by_prompt(requests)
         audit = _AuditWriter(audit_path, append=append_audit, identity=identity)
         done: dict[str, Judgement] = {}
         unstored: list[str] = []  # why the cache could not store each answer that it could not
@@ -117,13 +108,7 @@ class Judge:
                 audit.write(judgement)
 
         try:
-            missing = []
-            for key in by_key:
-                cached = self.cache.get(key) if self.cache is not None else None
-                if cached is None or _parsed(parse_rating, cached.text)[0] is None:
-                    missing.append(key)
-                else:
-                    record(key, cached, None, True, 0)
+            missing = self._record_cached(by_key, parse_rating, record)
             stopping = threading.Event()
             pool = ThreadPoolExecutor(max_workers=self.concurrency)
 
@@ -166,13 +151,40 @@ class Judge:
 
         results = JudgeResults([done[r.id] for r in requests], self.model, audit.path)
         if results.failed:
-            reasons = Counter(j.error for j in results.judgements if not j.ok)
-            logger.warning(
-                f"judge {self.model}: {results.failed} of {len(results.judgements)} judgements failed "
-                f"({100 * results.failure_rate:.1f}%) and are excluded from the score; reasons: "
-                + "; ".join(f"{reason} (x{count})" for reason, count in reasons.most_common(3))
-                + (f"; audit trail: {audit.path}" if audit.path else ""))
+            self._warn_of_failures(results)
         return results
+
+    def _by_prompt(self, requests: Sequence[JudgeRequest]) -> dict[str, list[JudgeRequest]]:
+        """The requests grouped by their cache key: identical prompts are judged once."""
+        ids = Counter(r.id for r in requests)
+        duplicates = [i for i, n in ids.items() if n > 1]
+        if duplicates:
+            raise ValueError(f"judge request ids must be unique; repeated: {duplicates[:5]}")
+        by_key: dict[str, list[JudgeRequest]] = {}
+        for request in requests:
+            key = JudgeCache.key(self.model, request.messages, self.decoding)
+            by_key.setdefault(key, []).append(request)
+        return by_key
+
+    def _record_cached(self, by_key: Mapping[str, list[JudgeRequest]], parse_rating: RatingParser,
+                       record: Callable[..., None]) -> list[str]:
+        """Records each prompt whose cached answer carries a valid rating; returns the keys left to ask."""
+        missing = []
+        for key in by_key:
+            cached = self.cache.get(key) if self.cache is not None else None
+            if cached is None or _parsed(parse_rating, cached.text)[0] is None:
+                missing.append(key)
+            else:
+                record(key, cached, None, True, 0)
+        return missing
+
+    def _warn_of_failures(self, results: JudgeResults) -> None:
+        reasons = Counter(j.error for j in results.judgements if not j.ok)
+        logger.warning(
+            f"judge {self.model}: {results.failed} of {len(results.judgements)} judgements failed "
+            f"({100 * results.failure_rate:.1f}%) and are excluded from the score; reasons: "
+            + "; ".join(f"{reason} (x{count})" for reason, count in reasons.most_common(3))
+            + (f"; audit trail: {results.audit_path}" if results.audit_path else ""))
 
     def _call(self, key: str, messages, parse_rating: RatingParser,
               stopping: threading.Event) -> tuple[Optional[Completion], Optional[str], int, Optional[str]] | None:

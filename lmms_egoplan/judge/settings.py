@@ -37,7 +37,8 @@ class JudgeSettings:
     change its default.
     """
 
-    judge_backend: str = setting("openai", choices=JUDGE_BACKENDS)  # "openai" (any OpenAI-compatible server), "azure" or "hf"
+    # "openai" (any OpenAI-compatible server), "azure" or "hf"
+    judge_backend: str = setting("openai", choices=JUDGE_BACKENDS)
     judge_model: str = DEFAULT_JUDGE_MODEL  # API model / Azure deployment / HF model path or id
     # The model's Hub revision: the hf judge loads it; a server is started with it (`vllm serve --revision`)
     # and the runs record it. Unset: the revision pinned for the model (PINNED_REVISIONS), if any.
@@ -73,7 +74,8 @@ class JudgeSettings:
         user sets a field (inside lmms-eval: its environment variable; default: the field name)."""
         if problems := value_problems(self, name):
             raise JudgeSetupError("; ".join(problems))
-        if self.judge_backend in ("openai", "azure") and self.judge_api_key_env and self.judge_api_key_env not in environ:
+        if (self.judge_backend in ("openai", "azure") and self.judge_api_key_env
+                and self.judge_api_key_env not in environ):
             raise JudgeSetupError(
                 f"the judge's API key variable {self.judge_api_key_env} is not set: export it, or name another "
                 f"variable with {name('judge_api_key_env')} (set it to an empty value for a server without "

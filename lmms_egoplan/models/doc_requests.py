@@ -133,15 +133,18 @@ class DocRequests:
         until = [until] if isinstance(until, str) else list(until)
         unread = (set(generation_kwargs) - GENERATION_KEYS) | set(ignored)
         if unread - self._reported_generation_keys:
-            logger.warning(f"{backend} ignores these generation kwargs: {sorted(unread - self._reported_generation_keys)}")
+            logger.warning(f"{backend} ignores these generation kwargs: "
+                           f"{sorted(unread - self._reported_generation_keys)}")
             self._reported_generation_keys |= unread
         temperature = float(generation_kwargs.get("temperature") or 0.0)
         do_sample = coerce_setting(generation_kwargs.get("do_sample", False), bool, f"{backend} gen_kwargs do_sample")
         sampling = do_sample or temperature > 0
-        options = {k: generation_kwargs[k] for k in ("top_p", "top_k") if sampling and generation_kwargs.get(k) is not None}
+        options = {k: generation_kwargs[k] for k in ("top_p", "top_k")
+                   if sampling and generation_kwargs.get(k) is not None}
         options.update({k: generation_kwargs[k] for k in ("num_beams", "repetition_penalty")
                         if generation_kwargs.get(k) is not None})
-        max_new_tokens = generation_kwargs.get("max_new_tokens", generation_kwargs.get("max_gen_toks", DEFAULT_MAX_NEW_TOKENS))
+        max_new_tokens = generation_kwargs.get("max_new_tokens",
+                                               generation_kwargs.get("max_gen_toks", DEFAULT_MAX_NEW_TOKENS))
         return Generation(until, int(max_new_tokens), (temperature or 1.0) if sampling else 0.0, options)
 
     def _questions(self, requests: Sequence[Instance]) -> list[Question]:
@@ -169,7 +172,8 @@ class DocRequests:
         run of equal keys (requests arrive grouped by doc), the next ``visual_prefetch`` docs in a
         background thread while the model runs. A decoding error is raised when its key is reached."""
         runs = [(key, sum(1 for _ in run)) for key, run in itertools.groupby(keys)]
-        with contextlib.closing(decode_ahead(self._doc_visuals, [key for key, _ in runs], self.visual_prefetch)) as decoded:
+        with contextlib.closing(decode_ahead(self._doc_visuals, [key for key, _ in runs],
+                                             self.visual_prefetch)) as decoded:
             for visuals, (_, count) in zip(decoded, runs):
                 yield from itertools.repeat(visuals, count)
 

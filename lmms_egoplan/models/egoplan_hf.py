@@ -101,7 +101,8 @@ class EgoPlanHF(DocRequests, lmms):
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.takes_images, self.video_native, self.videos_with_images = processor_inputs(self.processor)
-        self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt, chat_template=chat_template)
+        self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt,
+                                 chat_template=chat_template)
         self.limits = self.visual_limits("egoplan_hf", max_frames, image_max_side, image_max_pixels, video_max_side,
                                          video_max_pixels)
         self.max_length = _arg(max_length, int | None, "max_length") or _context_window(self._model)
@@ -188,7 +189,8 @@ class EgoPlanHF(DocRequests, lmms):
         outputs = []
         chunks = list(collator.get_batched(n=self.batch_size))
         in_batch_order = iter([requests[index] for index in collator.reorder_indices])
-        keys = [(task, split, doc_id, doc_to_visual) for chunk in chunks for _, _, doc_to_visual, doc_id, task, split, _ in chunk]
+        keys = [(task, split, doc_id, doc_to_visual)
+                for chunk in chunks for _, _, doc_to_visual, doc_id, task, split, _ in chunk]
         with tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf generate_until") as progress, \
                 contextlib.closing(self._visuals_in_order(keys)) as visuals_in_order:
             for chunk in chunks:
@@ -212,7 +214,8 @@ class EgoPlanHF(DocRequests, lmms):
         max_new_tokens = generation.max_new_tokens
         if self.max_length is not None and prompt_length + max_new_tokens > self.max_length:
             logger.warning(f"{self.pretrained}: {where}: max_new_tokens {max_new_tokens} cut to "
-                           f"{self.max_length - prompt_length} to stay within the context window of {self.max_length} tokens")
+                           f"{self.max_length - prompt_length} to stay within the context window of "
+                           f"{self.max_length} tokens")
             max_new_tokens = self.max_length - prompt_length
         settings: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": generation.sampling,
                                     **generation.options}
@@ -251,7 +254,8 @@ class EgoPlanHF(DocRequests, lmms):
             # The frames were sampled already (by the task, or here: max_frames); a processor that
             # samples by fps (Qwen3-VL's) would keep only a few of them.
             videos = [video for v in visuals for video in v.videos]
-            media.update(videos=[video.frames for video in videos], video_metadata=[video.metadata() for video in videos],
+            media.update(videos=[video.frames for video in videos],
+                         video_metadata=[video.metadata() for video in videos],
                          do_sample_frames=False)
         # One template renders every text of a batch, so they all start alike (transformers decides from the first).
         inputs = self.processor(text=texts, return_tensors="pt", padding=True,
@@ -366,7 +370,8 @@ def _input_device(model) -> torch.device:
     name = next(n for n, module in model.named_modules() if module is embeddings)
     owner = max((key for key in device_map if key == "" or name == key or name.startswith(key + ".")), key=len)
     where = device_map[owner]
-    return torch.device("cpu" if where in ("cpu", "disk", "meta") else f"cuda:{where}" if isinstance(where, int) else where)
+    return torch.device("cpu" if where in ("cpu", "disk", "meta") else f"cuda:{where}"
+                        if isinstance(where, int) else where)
 
 
 def _resolve_device(device: str | None, accelerator) -> str:

@@ -75,6 +75,21 @@ SAMPLING_ONLY = ("top_k", "top_p", "min_p")
 NEUTRAL_SAMPLING = {"repetition_penalty": 1.0, "top_p": 1.0, "min_p": 0.0}
 
 
+def _check_server_args(engine: str | None, model: str | None, api_key: str | None) -> None:
+    if engine is None:
+        raise SettingsError(f"egoplan_server: model_args engine={'|'.join(ENGINES)} is required: the engine of the "
+                            f"server that scores ({doc_page('backend.md', 'Inference servers')})")
+    if engine not in ENGINES:
+        raise SettingsError(f"egoplan_server: model_args engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if model is None:
+        raise SettingsError("egoplan_server: model_args model=<the served model name> is required (the server's "
+                            "--served-model-name)")
+    if api_key is not None:
+        raise SettingsError("egoplan_server: model_args api_key is not taken, as model_args are written into the "
+                            "results: export the key in an environment variable and pass its name as "
+                            "api_key_env=<variable>")
+
+
 class EgoPlanServer(DocRequests, lmms):
     def __init__(
         self,
@@ -109,18 +124,7 @@ class EgoPlanServer(DocRequests, lmms):
         super().__init__()
         if unknown:
             raise SettingsError(unknown_model_args_message("egoplan_server", EgoPlanServer, unknown))
-        if engine is None:
-            raise SettingsError(f"egoplan_server: model_args engine={'|'.join(ENGINES)} is required: the engine of the "
-                                f"server that scores ({doc_page('backend.md', 'Inference servers')})")
-        if engine not in ENGINES:
-            raise SettingsError(f"egoplan_server: model_args engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-        if model is None:
-            raise SettingsError("egoplan_server: model_args model=<the served model name> is required (the server's "
-                                "--served-model-name)")
-        if api_key is not None:
-            raise SettingsError("egoplan_server: model_args api_key is not taken, as model_args are written into the "
-                                "results: export the key in an environment variable and pass its name as "
-                                "api_key_env=<variable>")
+        _check_server_args(engine, model, api_key)
         self.concurrency = _arg(concurrency, int, "concurrency")
         if self.concurrency < 1:
             raise SettingsError(f"egoplan_server: model_args concurrency must be at least 1, got {self.concurrency}")
@@ -131,14 +135,16 @@ class EgoPlanServer(DocRequests, lmms):
         self.retries = options["retries"]
         self.servers = ServerPool([ENGINE_CLASSES[engine](ServerClient(url, **options), str(model),
                                                           concurrency=self.concurrency) for url in urls],
-                                  concurrency=self.concurrency, recheck_after=_arg(recheck_after, float, "recheck_after"))
+                                  concurrency=self.concurrency,
+                                  recheck_after=_arg(recheck_after, float, "recheck_after"))
         # Before anything loads: every server answers, with this model.
         wait = _arg(wait_for_servers, float, "wait_for_servers")
         served_from = _same_model([(server, _connect(server, wait)) for server in self.servers.engines])
         self.pretrained = str(pretrained or served_from)
         trust_remote_code = _arg(trust_remote_code, bool, "trust_remote_code")
         self.processor = load_processor(self.pretrained, trust_remote_code,
-                                        "egoplan_server", hint="pass the served model's folder as model_args pretrained")
+                                        "egoplan_server",
+                                        hint="pass the served model's folder as model_args pretrained")
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.takes_images, video_native, self.videos_with_images = processor_inputs(self.processor)
         model_type = _model_type(self.pretrained, trust_remote_code)
@@ -149,7 +155,8 @@ class EgoPlanServer(DocRequests, lmms):
         self.engine.warn_deviation()
         config = generation_config(self.pretrained, trust_remote_code)
         self.sampling_defaults = generation_defaults(config)
-        self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt, chat_template=chat_template)
+        self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt,
+                                 chat_template=chat_template)
         self.limits = self.visual_limits("egoplan_server", max_frames, image_max_side, image_max_pixels, video_max_side,
                                          video_max_pixels)
         self.lstrip_continuation = _arg(lstrip_continuation, bool, "lstrip_continuation")
@@ -157,9 +164,14 @@ class EgoPlanServer(DocRequests, lmms):
         self.settle_turn_end(config)
         self._placeholder_ids = visual_placeholder_ids(self.processor)
         self._reported_generation_keys: set[str] = set()
+        self._check_servers_score_alike()
+
+    def _check_servers_score_alike(self) -> None:
+        """Every server scores a probe question, with the same log-probabilities."""
         probe = self._prompt(ModelVisuals(), PROBE_QUESTION, INPUT_ORDER.convention, "the load check")
         rendered, sequence = self._candidates(probe, [PROBE_ANSWER], SCORED_SPAN.convention)
-        probed = [(server, server.check(probe, rendered[0], sequence[0], self.tokenizer, takes_images=self.takes_images))
+        probed = [(server,
+                   server.check(probe, rendered[0], sequence[0], self.tokenizer, takes_images=self.takes_images))
                   for server in self.servers.engines]
         _same_log_probabilities(probed, range(sequence[0].first, sequence[0].stop))
 

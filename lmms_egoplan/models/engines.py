@@ -215,7 +215,8 @@ class ServerClient:
         # A node that does not accept a connection is known in seconds; a long prefill may take ``timeout``.
         self._client = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S),
                                     headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
-                                    limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections))
+                                    limits=httpx.Limits(max_connections=connections,
+                                                        max_keepalive_connections=connections))
 
     def close(self) -> None:
         self.stopping.set()
@@ -365,7 +366,8 @@ class Engine:
         raise NotImplementedError
 
     def generate(self, prompt: ServerPrompt, sampling: dict) -> ServerReply:
-        """The text generated after ``prompt``, and the prompt's ids as the server ran them; ``sampling``: max_new_tokens, temperature, top_p, top_k,
+        """The text generated after ``prompt``, and the prompt's ids as the server ran them; ``sampling``:
+        max_new_tokens, temperature, top_p, top_k,
         min_p, repetition_penalty, stop (those set). Raises IncompleteReplyError for a reply that is
         no whole answer (``whole_answer``)."""
         raise NotImplementedError
@@ -619,7 +621,8 @@ class SGLangEngine(Engine):
             # --mm-process-config over the whole file, with no per-video timing for Qwen2/2.5-VL.
             raise UnsupportedVisualError(
                 f"egoplan_server: {where} has a video, which SGLang's /generate cannot take with the frames and timing "
-                f"the task chose ({doc_page('backend.md', 'Inference servers')}); use engine=vllm, or videos_as_frames=true to "
+                f"the task chose ({doc_page('backend.md', 'Inference servers')}); use engine=vllm, or "
+                f"videos_as_frames=true to "
                 f"send its frames as images (the model then sees no time, unlike egoplan_hf)")
         if not visuals.images:
             return {}
@@ -637,7 +640,8 @@ class VLLMEngine(Engine):
                                          video_native=video_native, videos_as_frames=videos_as_frames)
         self.modalities = VLLM_MODALITIES.get(model_type, {"image": None, "video": None})
         if video_native and "video" not in self.modalities:
-            logger.warning(f"egoplan_server: vLLM serves {model_type} without video input ({_modalities_source(model_type)}): "
+            logger.warning(f"egoplan_server: vLLM serves {model_type} without video input "
+                           f"({_modalities_source(model_type)}): "
                            f"videos go as their frames (images), where egoplan_hf sends a prompt with only a video in "
                            f"the model's video format")
         if "image" not in self.modalities and takes_images and not video_native:
@@ -883,7 +887,8 @@ class ServerPool:
             if engine in self._live:
                 self._live.remove(engine)
                 self._dropped[id(engine)] = time.monotonic()
-                logger.warning(f"egoplan_server: the server at {engine.client.base_url} stopped answering ({error}) and "
+                logger.warning(f"egoplan_server: the server at {engine.client.base_url} stopped answering "
+                               f"({error}) and "
                                f"fails its health probe: its questions go to the {len(self._live)} other server(s), "
                                f"and it is probed again in {self.recheck_after:g} s")
             self._free.notify_all()
@@ -938,7 +943,8 @@ def _bos_added_by(tokenizer) -> str | None:
     if not bos:
         return None
     added = tokenizer("a")["input_ids"]
-    return bos if added[:1] == [tokenizer.bos_token_id] and added[1:] == tokenizer("a", add_special_tokens=False)["input_ids"] else None
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    return bos if added[:1] == [tokenizer.bos_token_id] and added[1:] == plain else None
 
 
 def _cut_short(engine: str, returned: int, start: int, length: int) -> PromptAlignmentError:

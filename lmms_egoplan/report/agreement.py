@@ -41,7 +41,8 @@ def disagreement_lines(pairs: Sequence[RatingPair]) -> list[str]:
 def agreement_csv(agreements: Sequence[Agreement]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["group", "answers", "scored without a judge", "first score", "first 95% low", "first 95% high", "second score",
+    writer.writerow(["group", "answers", "scored without a judge", "first score", "first 95% low", "first 95% high",
+                     "second score",
                      "second 95% low", "second 95% high", "difference (second - first)", "difference 95% low",
                      "difference 95% high", "exact agreement", f"weighted kappa ({KAPPA_WEIGHTS})"])
     for row in agreements:

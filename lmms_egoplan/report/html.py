@@ -52,7 +52,8 @@ def html_page(title: str, preamble: list[str], sections: list[tuple[Table, dict[
         body += [f"<h2>{html.escape(table.layout.title)}</h2>",
                  f"<p>Layout of {html.escape(table.layout.source)}.</p>",
                  *(f"<p>{html.escape(note)}</p>" for note in table.layout.notes), html_table(table)]
-        body += [f'<figure id="figure-{name}">{svg_text(figure)}<figcaption>also as {html.escape(name)}.png and {html.escape(name)}.svg beside this page</figcaption></figure>'
+        body += [f'<figure id="figure-{name}">{svg_text(figure)}<figcaption>also as {html.escape(name)}.png and '
+                 f'{html.escape(name)}.svg beside this page</figcaption></figure>'
                  for name, figure in figures.items()]
     return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -108,8 +108,10 @@ def _binomial_cdf(successes: int, trials: int, p: float) -> float:
         return 1.0 if successes >= trials else 0.0
     log_p, log_q = math.log(p), math.log1p(-p)
     log_n = math.lgamma(trials + 1)
-    return min(1.0, sum(math.exp(log_n - math.lgamma(i + 1) - math.lgamma(trials - i + 1) + i * log_p + (trials - i) * log_q)
+    return min(1.0, sum(math.exp(log_n - math.lgamma(i + 1) - math.lgamma(trials - i + 1)
+                                 + i * log_p + (trials - i) * log_q)
                         for i in range(successes + 1)))
+
 
 
 def _bisect(decreasing: Callable[[float], float], target: float) -> float:

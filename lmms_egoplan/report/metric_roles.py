@@ -87,7 +87,8 @@ def unscored_reason(metrics: Mapping[str, object], samples: int | None = None) -
         incomplete = _count(metrics.get("incomplete_answers"))
         causes = [f"{failed:g} failed"] if failed else []
         if incomplete:
-            causes.append(f"{incomplete:g} of {samples:g} answers incomplete" if samples else f"{incomplete:g} answers incomplete")
+            causes.append(f"{incomplete:g} of {samples:g} answers incomplete" if samples
+                          else f"{incomplete:g} answers incomplete")
         if cut := _count(metrics.get("cut_answers")):
             causes.append(f"{cut:g} cut at the token limit")
         return "0 judged" + (f": {', '.join(causes)}" if causes else "")

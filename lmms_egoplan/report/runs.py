@@ -160,7 +160,8 @@ def _run(path: Path, harness: str, stamp_text: str, data: dict) -> Run:
     run = Run(path, harness, _model_name(data, path), stamp, metrics, notes=time_notes,
               model_path=model_path or _model_name(data, path), producer=producer, settings=_effective_settings(data))
     version = data.get("lmms_eval_version")
-    if harness == LMMS_EVAL and re.match(r"\d+\.\d+", str(version or "")) and not str(version).startswith(SUPPORTED_LMMS_EVAL):
+    if (harness == LMMS_EVAL and re.match(r"\d+\.\d+", str(version or ""))
+            and not str(version).startswith(SUPPORTED_LMMS_EVAL)):
         run.notes.append(f"written by lmms-eval {version}; read with the {SUPPORTED_LMMS_EVAL}x layout")
     limit = _field(_field(data, "config", dict) or {}, "limit", (int, float), "config.")
     counted = _field(data, "n-samples", dict) or {}
@@ -266,7 +267,8 @@ def merged_settings(settings: Iterable[dict[str, str]]) -> dict[str, str]:
     for member in settings:
         for name, value in member.items():
             merged.setdefault(name, set()).add(value)
-    return {name: next(iter(values)) if len(values) == 1 else " / ".join(sorted(values)) for name, values in merged.items()}
+    return {name: next(iter(values)) if len(values) == 1 else " / ".join(sorted(values))
+            for name, values in merged.items()}
 
 
 def _text(value: object) -> str:
@@ -306,7 +308,8 @@ def load_runs(paths: list[str | Path], *, all_runs: bool = False) -> tuple[list[
             for task in run.metrics:
                 latest[_identity_key(run, task)] = run
         for run in runs:
-            run.metrics = {task: values for task, values in run.metrics.items() if latest[_identity_key(run, task)] is run}
+            run.metrics = {task: values for task, values in run.metrics.items()
+                           if latest[_identity_key(run, task)] is run}
         runs = [run for run in runs if run.metrics]
     return runs, unreadable
 

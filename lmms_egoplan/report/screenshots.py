@@ -53,7 +53,8 @@ def _chromium(chromium: str, profile: Path, window: tuple[int, int], *args: str)
 
 
 # Tables out of their scroll boxes, the page as wide as its widest table.
-_UNROLLED = "<style>.table-box{overflow:visible!important;max-width:none!important}body{width:max-content;max-width:none}</style>"
+_UNROLLED = ("<style>.table-box{overflow:visible!important;max-width:none!important}"
+             "body{width:max-content;max-width:none}</style>")
 
 
 def rendered_dom(html: Path, width: int, chromium: str, profile: Path) -> str:
@@ -89,14 +90,16 @@ def take_screenshots(report_dir: str | Path, output: str | Path | None = None, *
     chromium = find_chromium(chromium)
     html = report_dir / "report.html"
     if not html.is_file():
-        raise FileNotFoundError(f"{html} not found: write a report first (lmms-egoplan report ... --output {report_dir})")
+        raise FileNotFoundError(f"{html} not found: write a report first (lmms-egoplan report ... --output "
+                                f"{report_dir})")
     shots = []
     with tempfile.TemporaryDirectory() as profile:
         size = page_size(html, width, chromium, Path(profile))
         shots.append(output / "report.png")
         _chromium(chromium, Path(profile), (width, size.height), f"--screenshot={shots[-1]}", html.as_uri())
         unrolled = output / "report-unrolled.html"  # beside the screenshots: the report folder stays as written
-        unrolled.write_text(html.read_text(encoding="utf-8").replace("</head>", _UNROLLED + "</head>"), encoding="utf-8")
+        unrolled.write_text(html.read_text(encoding="utf-8").replace("</head>", _UNROLLED + "</head>"),
+                            encoding="utf-8")
         full = page_size(unrolled, width, chromium, Path(profile))
         shots.append(output / "report-unrolled.png")
         _chromium(chromium, Path(profile), (max(width, full.width), full.height), f"--screenshot={shots[-1]}",
@@ -109,7 +112,8 @@ def take_screenshots(report_dir: str | Path, output: str | Path | None = None, *
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lmms_egoplan.report.screenshots", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lmms_egoplan.report.screenshots",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("report_dir", help="a folder written by lmms-egoplan report (report.html, *.svg)")
     parser.add_argument("--output", help="where the PNGs go (default: REPORT_DIR/screenshots)")
     parser.add_argument("--width", type=int, default=1400, help="browser window width in pixels (default 1400)")

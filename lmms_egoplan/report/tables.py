@@ -126,7 +126,8 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
         except InputError as error:  # a per-sample log or audit trail cut short (a full disk) or damaged
             found = None
             unreadable_logs += [] if str(error) in unreadable_logs else [str(error)]
-        intervals.append(Interval(found.low * scale, found.high * scale, found.method, found.samples) if found else None)
+        intervals.append(Interval(found.low * scale, found.high * scale, found.method, found.samples)
+                         if found else None)
     notes = [f"partial: {run.partial[t]}" for t in sorted(tasks) if t in run.partial] + run.notes
     notes += [f"{INVALID}, left out: {metric if t == task else f'{t}: {metric}'}: {value.reason}" for t in sorted(tasks)
               for metric, value in run.metrics.get(t, {}).items() if isinstance(value, Invalid)]
@@ -207,7 +208,8 @@ def build_tables(runs: list[Run], faces: Sequence[ReportFace]) -> tuple[list[Tab
         if rows:
             rows += [_published_row(layout, p) for p in face.published if p["benchmark"] == layout.key]
             tables.append(Table(layout, face, rows))
-    ignored = sorted({task for run in runs for task in run.metrics if not any(layout.reads(task) for _, layout in layouts)})
+    ignored = sorted({task for run in runs for task in run.metrics
+                      if not any(layout.reads(task) for _, layout in layouts)})
     return tables, ignored
 
 

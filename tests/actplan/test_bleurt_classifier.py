@@ -68,7 +68,8 @@ def test_training_pairs_follow_the_release_sampling():
     assert wrong == pytest.approx(0.5, abs=0.03)
     # Without wrong VLM plans every negative is a shuffle.
     no_negatives = {**row, "neg_gpt": []}
-    assert all(label == 1 or c not in positives for _, c, label in (training_pair(no_negatives, rng) for _ in range(200)))
+    assert all(label == 1 or c not in positives
+               for _, c, label in (training_pair(no_negatives, rng) for _ in range(200)))
 
 
 def test_evaluation_pairs_as_the_release_builds_them():
@@ -76,7 +77,8 @@ def test_evaluation_pairs_as_the_release_builds_them():
              "pos_gemini": [], "neg_gemini": ["m"]},
             {"activity": "b", "gold_gpt": ["H1"], "gold_gemini": [], "pos_gpt": [], "neg_gpt": ["q"],
              "pos_gemini": ["r"], "neg_gemini": []},
-            {"activity": "c", "gold_gpt": [], "gold_gemini": ["K"], "pos_gpt": ["s"], "neg_gpt": [], "pos_gemini": [], "neg_gemini": []}]
+            {"activity": "c", "gold_gpt": [], "gold_gemini": ["K"], "pos_gpt": ["s"], "neg_gpt": [], "pos_gemini": [],
+             "neg_gemini": []}]
     pairs, skipped = evaluation_pairs(rows)
     assert [(p.reference, p.candidate, p.label, p.vlm) for p in pairs] == [
         ("G2", "p", 1, "gpt"), ("G2", "n", 0, "gpt"), ("G1", "m", 0, "gemini"),
@@ -133,7 +135,8 @@ def test_training_command_reports_bad_input_in_one_line(tiny_bert, finetuning, t
     from lmms_egoplan.cli import main
 
     data, activities = finetuning
-    given = {"--data": str(data), "--activities": str(activities), "--base": str(tiny_bert), "--output": str(tmp_path / "out")}
+    given = {"--data": str(data), "--activities": str(activities), "--base": str(tiny_bert),
+             "--output": str(tmp_path / "out")}
 
     def one_line_error(**changed) -> str:
         argv = [item for option, value in {**given, **changed}.items() for item in (option, value)]
@@ -142,7 +145,8 @@ def test_training_command_reports_bad_input_in_one_line(tiny_bert, finetuning, t
         assert error.startswith("lmms-egoplan actplan-train-bleurt: ") and "Traceback" not in error
         return error
 
-    assert f"fine-tuning data not found: {tmp_path / 'missing.jsonl'}" in one_line_error(**{"--data": str(tmp_path / "missing.jsonl")})
+    assert (f"fine-tuning data not found: {tmp_path / 'missing.jsonl'}"
+            in one_line_error(**{"--data": str(tmp_path / "missing.jsonl")}))
     bad = tmp_path / "bad.jsonl"
     bad.write_text(data.read_text().splitlines()[0] + "\n[]\n")
     assert f"{bad}:2: expected a JSON object, got list" in one_line_error(**{"--data": str(bad)})
@@ -170,7 +174,8 @@ def test_release_state_dict_checkpoints_load_with_their_base(tiny_bert, tmp_path
     trained = classifier_from_base(tiny_bert, device="cpu", seed=5)
     state = trained.module.state_dict()
     hidden = trained.module.bert.config.hidden_size
-    state.update({"bert.pooler.dense.weight": torch.zeros(hidden, hidden), "bert.pooler.dense.bias": torch.zeros(hidden)})
+    state.update({"bert.pooler.dense.weight": torch.zeros(hidden, hidden),
+                  "bert.pooler.dense.bias": torch.zeros(hidden)})
     checkpoint = tmp_path / "best-model.ckpt"
     torch.save(state, checkpoint)
     with pytest.raises(ValueError, match="also give the BLEURT base"):

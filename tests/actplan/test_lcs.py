@@ -47,7 +47,8 @@ def matcher():
 
 @pytest.fixture(scope="module")
 def encode(matcher):
-    return functools.lru_cache(maxsize=None)(lambda step: matcher.model.encode(step, convert_to_tensor=True, show_progress_bar=False))
+    return functools.lru_cache(maxsize=None)(lambda step: matcher.model.encode(step, convert_to_tensor=True,
+                                                                               show_progress_bar=False))
 
 
 def test_one_sentence_model_and_one_embedding_cache_per_device_whoever_asks(matcher):
@@ -116,7 +117,8 @@ def test_scoring_command_on_the_release_layout(tmp_path, matcher, encode, capsys
     table = capsys.readouterr().out
     rows = [json.loads(line) for line in output.read_text().splitlines()]
     assert {r["model"] for r in rows} == {"gpt-4v", "chatty"} and len(rows) == 4
-    assert [(r["model"], r["split"]) for r in (rows[0], rows[-1])] == [("chatty", "normal"), ("gpt-4v", "counterfactual")]
+    assert [(r["model"], r["split"]) for r in (rows[0], rows[-1])] == [("chatty", "normal"),
+                                                                       ("gpt-4v", "counterfactual")]
     for row in (rows[0], rows[-1]):
         folder = release / "annotation" / row["instance_id"]
         # --steps lines reproduces the release's pairs exactly: its text.split("\n"), its gold file.

@@ -42,7 +42,8 @@ def test_one_instance_per_sample_folder_with_split_from_the_problem_index(releas
     assert [d["instance_id"] for d in instances] == sorted(d["instance_id"] for d in instances)
     for doc in instances:
         scene, activity, problem, sample = doc["instance_id"].split("/")
-        assert (doc["scene"], doc["activity"], doc["problem"], f"sample_{doc['sample']}") == (scene, activity, int(problem), sample)
+        assert (doc["scene"], doc["activity"], doc["problem"], f"sample_{doc['sample']}") == (scene, activity,
+                                                                                              int(problem), sample)
         assert doc["split"] == ("normal" if problem == "0" else "counterfactual")
         folder = release / "annotation" / doc["instance_id"]
         assert doc["description"] == (folder.parent / f"task_description_{problem}.txt").read_text().strip()
@@ -122,9 +123,12 @@ def test_empty_release_and_missing_folder_are_errors(tmp_path):
     ("walk_to(table)\ngrab(cup)\n", ["walk_to(table)", "grab(cup)"], 2, 0),
     ("1. walk_to(table)\n2) grab(cup)\n(3) open(fridge)", ["walk_to(table)", "grab(cup)", "open(fridge)"], 3, 0),
     ("- walk_to(table)\n* grab(cup)\n\u2022 close(fridge)", ["walk_to(table)", "grab(cup)", "close(fridge)"], 3, 0),
-    ("```python\nwalk_to(table)\nplace_inside(basket_1,cookie)\n```", ["walk_to(table)", "place_inside(basket_1, cookie)"], 2, 0),
-    ("Here is the plan:\n\nwalk_to(table)\ngrab(cup)\n\nThis completes the task.", ["walk_to(table)", "grab(cup)"], 2, 0),
-    ("walk_to(table) grab(cup)  place_inside( sink , cup )", ["walk_to(table)", "grab(cup)", "place_inside(sink, cup)"], 1, 0),
+    ("```python\nwalk_to(table)\nplace_inside(basket_1,cookie)\n```",
+     ["walk_to(table)", "place_inside(basket_1, cookie)"], 2, 0),
+    ("Here is the plan:\n\nwalk_to(table)\ngrab(cup)\n\nThis completes the task.", ["walk_to(table)", "grab(cup)"], 2,
+     0),
+    ("walk_to(table) grab(cup)  place_inside( sink , cup )", ["walk_to(table)", "grab(cup)", "place_inside(sink, cup)"],
+     1, 0),
     ("**Step 1:** `switch-on(stove)`.\nStep 2: walk_to(table),", ["switch-on(stove)", "walk_to(table)"], 2, 0),
     # Lines between the first and the last step that are not only steps are format errors.
     ("walk_to(table)\n(brush sweater1)\nWalk to the sink.\ngrab(cup) # then wash it\nopen(tap)",
@@ -144,9 +148,11 @@ def test_plan_parsing(text, steps, plan_lines, format_errors):
     ("walk_to(floor)\nwait\nplace_on_top(mousetrap3, floor, next_to(toilet))\nplace_inside(carton, snack_food\n",
      ["walk_to(floor)", "wait", "place_on_top(mousetrap3, floor, next_to(toilet))", "place_inside(carton, snack_food"]),
     # finetuning_data.jsonl: one line of steps joined by spaces, split as model output is.
-    ("walk_to(table) grab(cookie) place_inside(basket_1,cookie) ", ["walk_to(table)", "grab(cookie)", "place_inside(basket_1, cookie)"]),
+    ("walk_to(table) grab(cookie) place_inside(basket_1,cookie) ",
+     ["walk_to(table)", "grab(cookie)", "place_inside(basket_1, cookie)"]),
     # Text between steps on such a line is an annotated step too, never dropped.
-    ("walk_to(floor) wait grab(mop) place_inside(carton, snack_food", ["walk_to(floor)", "wait", "grab(mop)", "place_inside(carton, snack_food"]),
+    ("walk_to(floor) wait grab(mop) place_inside(carton, snack_food",
+     ["walk_to(floor)", "wait", "grab(mop)", "place_inside(carton, snack_food"]),
     ("1. walk_to(table)\n```\n", ["walk_to(table)"]),
     ("\n  \n```\n```\n", []),
 ])
@@ -172,7 +178,8 @@ def settings(**overrides):
     return ActPlanSettings(**{"data_root": "/data", **overrides})
 
 
-def test_the_description_comes_before_the_images_as_the_paper_orders_them_and_after_them_as_a_setting(release, monkeypatch):
+def test_the_description_comes_before_the_images_as_the_paper_orders_them_and_after_them_as_a_setting(release,
+                                                                                                      monkeypatch):
     """Paper Eq. 4, VLM([T, I1, I2, ...]): egoplan_hf's requests ask for the text first; a chat backend's
     messages hold it first; a backend that does not say it honours the order is named in a warning.
     ``input_order: visuals_first`` gives lmms-eval's usual order (no request option)."""
@@ -209,7 +216,8 @@ def test_the_description_comes_before_the_images_as_the_paper_orders_them_and_af
 @pytest.mark.parametrize("overrides, message", [
     ({"data_root": ""}, r"ACTPLAN_DATA_ROOT \(metadata.data_root\): set it"),
     ({"match_threshold": 1.5}, r"ACTPLAN_MATCH_THRESHOLD \(metadata.match_threshold\): expected a cosine in \(0, 1\]"),
-    ({"bleurt_checkpoint": "/no/such/checkpoint"}, r"ACTPLAN_BLEURT_CHECKPOINT \(metadata.bleurt_checkpoint\): not found"),
+    ({"bleurt_checkpoint": "/no/such/checkpoint"},
+     r"ACTPLAN_BLEURT_CHECKPOINT \(metadata.bleurt_checkpoint\): not found"),
 ])
 def test_bad_settings_name_the_setting(overrides, message):
     with pytest.raises(SettingsError, match=message):
@@ -218,13 +226,16 @@ def test_bad_settings_name_the_setting(overrides, message):
 
 @pytest.mark.parametrize("variable, value, message", [
     ("ACTPLAN_GOLD_PLAN", "last", r"ACTPLAN_GOLD_PLAN \(metadata.gold_plan\) must be one of first, best, got 'last'"),
-    ("ACTPLAN_INSTANCES", "odd", r"ACTPLAN_INSTANCES \(metadata.instances\) must be one of all, normal, counterfactual"),
+    ("ACTPLAN_INSTANCES", "odd",
+     r"ACTPLAN_INSTANCES \(metadata.instances\) must be one of all, normal, counterfactual"),
     ("ACTPLAN_BLEURT_BATCH_SIZE", "0", r"ACTPLAN_BLEURT_BATCH_SIZE \(metadata.bleurt_batch_size\) must be at least 1"),
-    ("ACTPLAN_MATCH_THRESHOLDS", "0.5", r"ACTPLAN_MATCH_THRESHOLDS names no setting; did you mean ACTPLAN_MATCH_THRESHOLD\?"),
+    ("ACTPLAN_MATCH_THRESHOLDS", "0.5",
+     r"ACTPLAN_MATCH_THRESHOLDS names no setting; did you mean ACTPLAN_MATCH_THRESHOLD\?"),
 ])
 def test_settings_out_of_their_choices_and_ranges_or_misspelt_are_named_at_load(variable, value, message):
     with pytest.raises(SettingsError, match=message):
-        resolve_settings(ActPlanSettings, task="actplan1k", metadata={}, env_prefix="ACTPLAN", environ={variable: value})
+        resolve_settings(ActPlanSettings, task="actplan1k", metadata={}, env_prefix="ACTPLAN",
+                         environ={variable: value})
 
 
 def test_process_results_gives_every_plan_metric_the_plan_and_its_scope(release):
@@ -249,7 +260,8 @@ def test_process_results_gives_every_plan_metric_the_plan_and_its_scope(release)
 
 
 def test_format_error_rate_is_pooled_over_lines_and_nan_without_any():
-    items = [{"format_errors": 1, "plan_lines": 4}, {"format_errors": 0, "plan_lines": 0}, {"format_errors": 2, "plan_lines": 6}]
+    items = [{"format_errors": 1, "plan_lines": 4}, {"format_errors": 0, "plan_lines": 0},
+             {"format_errors": 2, "plan_lines": 6}]
     assert actplan_plans.aggregate_format_error_rate(items) == pytest.approx(0.3)
     assert math.isnan(actplan_plans.aggregate_format_error_rate([{"format_errors": 0, "plan_lines": 0}]))
 
@@ -311,7 +323,8 @@ def test_plan_metrics_keep_the_plans_once_and_classify_each_pair_once_in_any_ord
     monkeypatch.setattr(actplan, "_matcher", lambda settings: ExactMatcher())
     task = load_tasks(["actplan1k"])["actplan1k"]
     docs = list(task.test_docs())
-    outputs = [f"walk_to({'good' if i % 3 else 'bad'})\n" + "\n".join(doc["gold_plans"][0][:i % 5]) for i, doc in enumerate(docs)]
+    outputs = [f"walk_to({'good' if i % 3 else 'bad'})\n" + "\n".join(doc["gold_plans"][0][:i % 5])
+               for i, doc in enumerate(docs)]
     per_doc = [task.process_results(doc, [output]) for doc, output in zip(docs, outputs)]
     args = SimpleNamespace(output_path=str(tmp_path), model_args="pretrained=org/tiny-model,device=cpu", timezone=None)
     # Per-split metrics first: lmms-eval's order is not fixed (multi-GPU runs sort metric names).
@@ -351,14 +364,17 @@ def test_without_an_output_path_the_plans_are_kept_in_the_working_folder(release
     items = [task.process_results(doc, ["grab(cup)"])["lcs_normal"] for doc in docs]
     assert task.aggregation()["lcs_normal"](items, args=SimpleNamespace(output_path=None, model_args="")) == 0.0
     assert task.plans_file.parent == tmp_path / "plans"
-    assert [json.loads(line)["model"] for line in task.plans_file.read_text().splitlines()] == ["actplan1k_text_only"] * 2
+    assert ([json.loads(line)["model"] for line in task.plans_file.read_text().splitlines()]
+            == ["actplan1k_text_only"] * 2)
 
 
 def test_pair_files_of_the_release_and_of_this_suite(tmp_path):
     release_pairs = tmp_path / "gpt-4v_pairs.jsonl"
     release_pairs.write_text("\n".join(json.dumps(row) for row in [
-        {"dir": "./annotation/Rs_int/cleaning_oven/0/sample_1", "candidate": "walk_to(oven)\nopen(oven)\n", "reference": "walk_to(oven)\n"},
-        {"dir": "./annotation/Rs_int/cleaning_oven/2/sample_0", "candidate": "1. walk_to(oven)", "reference": "open(oven)\n"},
+        {"dir": "./annotation/Rs_int/cleaning_oven/0/sample_1", "candidate": "walk_to(oven)\nopen(oven)\n",
+         "reference": "walk_to(oven)\n"},
+        {"dir": "./annotation/Rs_int/cleaning_oven/2/sample_0", "candidate": "1. walk_to(oven)",
+         "reference": "open(oven)\n"},
     ]) + "\n")
     parsed = candidates_from_jsonl(release_pairs)
     assert [(p.model, p.split, p.prediction, p.gold) for p in parsed] == [
@@ -384,7 +400,8 @@ def test_pair_files_of_the_release_and_of_this_suite(tmp_path):
     with pytest.raises(ActPlanDataError, match=r"bad.jsonl:1: expected a JSON object, got list"):
         candidates_from_jsonl(bad)
     bad.write_text('{"candidate": ["grab(x)"], "reference": "grab(x)"}\n')
-    with pytest.raises(ActPlanDataError, match=r"bad.jsonl:1: needs 'candidate' and 'reference' \(or 'references'\) texts"):
+    with pytest.raises(ActPlanDataError,
+                       match=r"bad.jsonl:1: needs 'candidate' and 'reference' \(or 'references'\) texts"):
         candidates_from_jsonl(bad)
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
         candidates_from_jsonl(tmp_path / "missing.jsonl")
@@ -404,7 +421,8 @@ def test_space_joined_gold_plans_score_as_one_step_per_line(tmp_path, monkeypatc
     scores = {}
     for name, pairs in (("joined", joined), ("per_line", per_line)):
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(pair) + "\n" for pair in pairs))
-        assert main(["actplan-score", "--pairs", str(tmp_path / f"{name}.jsonl"), "--output", str(tmp_path / f"{name}.out")]) == 0
+        assert main(["actplan-score", "--pairs", str(tmp_path / f"{name}.jsonl"), "--output",
+                     str(tmp_path / f"{name}.out")]) == 0
         scores[name] = [json.loads(line)["lcs"] for line in (tmp_path / f"{name}.out").read_text().splitlines()]
     assert scores["joined"] == scores["per_line"] and min(scores["joined"]) > 0
 
@@ -446,7 +464,8 @@ def test_yaml_tasks_bind_settings_and_differ_only_in_images(release, monkeypatch
     assert len(with_images.doc_to_visual(docs[0])) == len(docs[0]["image_paths"])
     assert text_only.doc_to_visual(docs[0]) == []
     assert with_images.doc_to_text(docs[0]) == text_only.doc_to_text(docs[0]) == docs[0]["description"]
-    assert with_images.config.generation_kwargs["until"] == [] and with_images.config.generation_kwargs["temperature"] == 0
+    assert (with_images.config.generation_kwargs["until"] == []
+            and with_images.config.generation_kwargs["temperature"] == 0)
     # process_results receives the task's settings, the aggregations the task itself (its settings and run state).
     assert with_images.config.process_results.keywords["settings"].instances == "counterfactual"
     assert with_images.aggregation()["lcs"].keywords["task"] is with_images

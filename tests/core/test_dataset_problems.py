@@ -1,4 +1,5 @@
-"""core.errors.DatasetProblems: every problem of a dataset in one error, each record's first problem collected, the list capped."""
+"""core.errors.DatasetProblems: every problem of a dataset in one error, each record's first problem collected, the
+list capped."""
 
 from __future__ import annotations
 

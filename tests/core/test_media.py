@@ -142,8 +142,10 @@ def damaged_variants(seed: int = 0) -> dict[str, bytes]:
 
     rng = np.random.default_rng(seed)
     jpeg, png = encoded(photo(seed), "JPEG"), encoded(photo(seed), "PNG")
-    variants = {"jpeg cut in half": jpeg[:len(jpeg) // 2], "jpeg cut, its end marker added": jpeg[:len(jpeg) // 2] + b"\xff\xd9",
-                "png cut in half": png[:len(png) // 2], "png with random image data": synthetic.with_random_image_data(png, seed)}
+    variants = {"jpeg cut in half": jpeg[:len(jpeg) // 2],
+                "jpeg cut, its end marker added": jpeg[:len(jpeg) // 2] + b"\xff\xd9",
+                "png cut in half": png[:len(png) // 2],
+                "png with random image data": synthetic.with_random_image_data(png, seed)}
     for number in range(12):
         flipped = bytearray(jpeg)
         for position in rng.integers(2, len(jpeg) - 2, size=int(rng.integers(1, 12))):
@@ -154,7 +156,8 @@ def damaged_variants(seed: int = 0) -> dict[str, bytes]:
         data = bytearray(png[start:start + length])
         data[int(rng.integers(0, length))] ^= 0xFF
         crc = zlib.crc32(b"IDAT" + data).to_bytes(4, "big")  # a damage the CRC does not show: the decoder must
-        variants[f"png with a byte replaced, CRC redone #{number}"] = png[:start] + bytes(data) + crc + png[start + length + 4:]
+        variants[f"png with a byte replaced, CRC "
+                 f"redone #{number}"] = png[:start] + bytes(data) + crc + png[start + length + 4:]
     return variants
 
 
@@ -210,9 +213,11 @@ def test_the_strict_decoder_refuses_exactly_what_pil_refuses_with_the_switch_off
         files[name] = tmp_path / f"{len(files)}{'.png' if name.startswith('png') else '.jpg'}"
         files[name].write_bytes(data)
     oracle = subprocess.run([sys.executable, "-c", (
-        "import json, sys\nfrom PIL import Image, ImageFile\nassert not ImageFile.LOAD_TRUNCATED_IMAGES\nverdicts = []\n"
+        "import json, sys\nfrom PIL import Image, ImageFile\nassert not "
+        "ImageFile.LOAD_TRUNCATED_IMAGES\nverdicts = []\n"
         "for path in sys.argv[1:]:\n    try:\n        Image.open(path).convert('RGB')\n        verdicts.append(True)\n"
-        "    except Exception:\n        verdicts.append(False)\nprint(json.dumps(verdicts))"), *map(str, files.values())],
+        "    except Exception:\n        verdicts.append(False)\nprint(json.dumps(verdicts))"),
+                             *map(str, files.values())],
         capture_output=True, text=True, check=True)
     pil_reads = dict(zip(files, json.loads(oracle.stdout)))
 

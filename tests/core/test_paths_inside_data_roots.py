@@ -47,7 +47,8 @@ def test_an_egoplan_video_id_that_leaves_its_root_is_an_error_naming_the_sample_
     data.validation_file.write_text(json.dumps(records))
 
     def load(**settings):
-        resolved = resolve_settings(egoplan_settings.EgoPlanSettings, task="t", metadata={"annotation_file": "EgoPlan_validation.json"},
+        resolved = resolve_settings(egoplan_settings.EgoPlanSettings, task="t",
+                                    metadata={"annotation_file": "EgoPlan_validation.json"},
                                     env_prefix="EGOPLAN", environ=data.env(**settings))
         return egoplan_data.load_samples(resolved, labelled=True).docs
 
@@ -80,7 +81,8 @@ def test_an_epic_frame_file_symlinked_out_of_its_root_is_an_error_naming_sample_
     data = build_fixture(tmp_path / "egoplan")
 
     def load(**settings):
-        resolved = resolve_settings(egoplan_settings.EgoPlanSettings, task="t", metadata={"annotation_file": "EgoPlan_validation.json"},
+        resolved = resolve_settings(egoplan_settings.EgoPlanSettings, task="t",
+                                    metadata={"annotation_file": "EgoPlan_validation.json"},
                                     env_prefix="EGOPLAN", environ=data.env(**settings))
         return egoplan_data.load_samples(resolved, labelled=True).docs
 
@@ -88,7 +90,8 @@ def test_an_epic_frame_file_symlinked_out_of_its_root_is_an_error_naming_sample_
     number = doc["clips"][0][3]
     outside = moved_out(media.FrameFolder(doc["media_path"]).frame_path(number), tmp_path / "elsewhere" / "frame.jpg")
     with pytest.raises(egoplan_data.EgoPlanDataError,
-                       match=rf"EgoPlan sample {doc['sample_id']}: frame {number} of field video_id '{doc['video_id']}' "
+                       match=rf"EgoPlan sample {doc['sample_id']}: frame {number} of field video_id "
+                             rf"'{doc['video_id']}' "
                              rf"leads out of it through a symbolic link \(to {re.escape(str(outside))}\).*"
                              rf"EGOPLAN_ALLOW_PATHS_OUTSIDE_ROOT"):
         load()
@@ -109,8 +112,8 @@ def test_an_egoplan_bench2_video_or_image_symlinked_out_of_its_root_is_an_error_
     data = build_fixture(tmp_path / "copy")
 
     def load(**settings):
-        resolved = resolve_settings(egoplan2_settings.EgoPlanBench2Settings, task="t", metadata={}, env_prefix="EGOPLAN2",
-                                    environ=data.env(data_source=source, **settings))
+        resolved = resolve_settings(egoplan2_settings.EgoPlanBench2Settings, task="t", metadata={},
+                                    env_prefix="EGOPLAN2", environ=data.env(data_source=source, **settings))
         return egoplan2_data.load_samples(resolved).docs
 
     if source == "official":
@@ -153,7 +156,8 @@ def test_an_egothink_image_that_leads_out_of_the_data_root_is_an_error_naming_th
     image.rename(outside)
     image.symlink_to(outside)
     annotations = root / dimension.release_dirs[0] / "annotations.json"
-    with pytest.raises(EgoThinkDataError, match=rf"{re.escape(str(annotations))}, record 1: field image_path '2.jpg' leads "
+    with pytest.raises(EgoThinkDataError,
+                       match=rf"{re.escape(str(annotations))}, record 1: field image_path '2.jpg' leads "
                                                 rf"out of it through a symbolic link \(to {re.escape(str(outside))}\).*"
                                                 rf"EGOTHINK_ALLOW_PATHS_OUTSIDE_ROOT"):
         load_release_dimension(root, dimension)
@@ -191,8 +195,10 @@ def test_an_actplan_instance_file_that_leads_out_of_the_release_is_an_error_nami
     image.rename(outside)
     image.symlink_to(outside)
     instance = image.parent.relative_to(release / "annotation").as_posix()
-    with pytest.raises(ActPlanDataError, match=rf"ActPlan-1K instance {re.escape(instance)}: {image.parent.name}/{image.name} "
-                                               rf"leads out of it through a symbolic link.*ACTPLAN_ALLOW_PATHS_OUTSIDE_ROOT"):
+    with pytest.raises(ActPlanDataError,
+                       match=rf"ActPlan-1K instance {re.escape(instance)}: {image.parent.name}/{image.name} "
+                                               rf"leads out of it through a symbolic "
+                                               rf"link.*ACTPLAN_ALLOW_PATHS_OUTSIDE_ROOT"):
         load_instances(release)
     assert len(load_instances(release, allow_outside=True)) == 2
 

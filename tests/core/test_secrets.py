@@ -28,7 +28,8 @@ def test_the_configured_key_is_masked_whatever_its_shape_and_placeholders_are_no
     assert mask_secrets("the server echoed plainKEY-0123 twice: plainKEY-0123", known=["plainKEY-0123"]) == \
         f"the server echoed {MASK} twice: {MASK}"
     # "EMPTY" / "unused" stand in for a key a local server does not take: masking them would hide words.
-    assert mask_secrets("EMPTY response, unused field", known=["EMPTY", "unused", None]) == "EMPTY response, unused field"
+    assert mask_secrets("EMPTY response, unused field",
+                        known=["EMPTY", "unused", None]) == "EMPTY response, unused field"
 
 
 @pytest.mark.parametrize("text", [
@@ -62,5 +63,6 @@ def test_an_inference_servers_error_text_is_masked():
 
     assert _error_message(response({"error": {"message": "401: Authorization: Bearer hf_abcdefghijklmnopqrstuvwx"}})) \
         == "401: Authorization: Bearer ***"
-    assert _error_message(SimpleNamespace(json=lambda: (_ for _ in ()).throw(ValueError()),
-                                          text="<html>api_key=sk-0123456789abcdef</html>")) == "<html>api_key=***</html>"
+    unreadable = SimpleNamespace(json=lambda: (_ for _ in ()).throw(ValueError()),
+                                 text="<html>api_key=sk-0123456789abcdef</html>")
+    assert _error_message(unreadable) == "<html>api_key=***</html>"

@@ -1,4 +1,5 @@
-"""The end-to-end tier: every test in this folder goes through the real lmms-eval / lm_eval CLI (marked e2e by the root conftest)."""
+"""The end-to-end tier: every test in this folder goes through the real lmms-eval / lm_eval CLI (marked e2e by the
+root conftest)."""
 
 from __future__ import annotations
 

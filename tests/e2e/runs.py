@@ -1,4 +1,5 @@
-"""Runs through the real lmms-eval CLI for the end-to-end tests of bad input, judge failures and resuming: a damaged copy of the synthetic EgoPlan data, a run, its documents; EgoThink run arguments; strict JSON checks."""
+"""Runs through the real lmms-eval CLI for the end-to-end tests of bad input, judge failures and resuming: a damaged
+copy of the synthetic EgoPlan data, a run, its documents; EgoThink run arguments; strict JSON checks."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def load_docs(data, **settings):
     from lmms_egoplan.egoplan import data as egoplan_data
     from lmms_egoplan.egoplan import settings as egoplan_settings
 
-    resolved = resolve_settings(egoplan_settings.EgoPlanSettings, task="check", metadata={"annotation_file": "EgoPlan_validation.json"},
+    resolved = resolve_settings(egoplan_settings.EgoPlanSettings, task="check",
+                                metadata={"annotation_file": "EgoPlan_validation.json"},
                                 env_prefix="EGOPLAN", environ=data.env(**settings))
     return egoplan_data.load_samples(resolved, labelled=True).docs
 

@@ -68,12 +68,14 @@ def scripted(docs):
 @pytest.fixture(scope="module")
 def classifier(docs, scripted, tmp_path_factory):
     folder = tmp_path_factory.mktemp("bleurt")
-    calibration = [(plan_text(d["gold_plans"][0]), plan_text(parse_plan(scripted[d["description"]]).steps)) for d in docs]
+    calibration = [(plan_text(d["gold_plans"][0]),
+                    plan_text(parse_plan(scripted[d["description"]]).steps)) for d in docs]
     return write_classifier_checkpoint(folder / "classifier", build_tiny_bert(folder / "tiny-bert"), calibration)
 
 
 def env(release, classifier):
-    return {"ACTPLAN_DATA_ROOT": str(release), "ACTPLAN_BLEURT_CHECKPOINT": str(classifier), "ACTPLAN_SCORING_DEVICE": "cpu"}
+    return {"ACTPLAN_DATA_ROOT": str(release), "ACTPLAN_BLEURT_CHECKPOINT": str(classifier),
+            "ACTPLAN_SCORING_DEVICE": "cpu"}
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +104,8 @@ def recomputed(samples, docs, matcher, classifier_dir):
     lcs = score_lcs(pairs, matcher, "first")
     correct = bleurt_correct(pairs, load_classifier(classifier_dir, device="cpu"), "first")
     values = {"format_error_rate": sum(p.format_errors for p in plans) / sum(p.plan_lines for p in plans),
-              "plan_length": mean([len(p.steps) for p in plans]), "no_plan_rate": mean([float(not p.steps) for p in plans])}
+              "plan_length": mean([len(p.steps) for p in plans]),
+              "no_plan_rate": mean([float(not p.steps) for p in plans])}
     for suffix, chosen in (("", range(len(docs))),
                            *((f"_{split}", [i for i, d in enumerate(docs) if d["split"] == split])
                              for split in ("normal", "counterfactual"))):

@@ -1,4 +1,6 @@
-"""Bad input through the real lmms-eval CLI: bad settings, unusable frames and clips (a frame only decoding finds damaged among them), unwritable outputs, a chat template without visual placeholders, media outside the data root, a misspelt task or model_arg, a missing annotation folder: exit status 1 and the suite's error on the last line."""
+"""Bad input through the real lmms-eval CLI: bad settings, unusable frames and clips (a frame only decoding finds
+damaged among them), unwritable outputs, a chat template without visual placeholders, media outside the data root, a
+misspelt task or model_arg, a missing annotation folder: exit status 1 and the suite's error on the last line."""
 from __future__ import annotations
 
 import json
@@ -24,7 +26,8 @@ def test_an_unusable_frame_is_named_at_load_or_skipped_and_counted(egoplan_data,
     assert skipped.returncode == 0 and skipped.metric("egoplan_val", "skipped_samples") == 1
 
 
-def test_a_frame_only_decoding_finds_damaged_stops_the_run_naming_it_on_the_last_line(egoplan_data, tiny_model, tmp_path):
+def test_a_frame_only_decoding_finds_damaged_stops_the_run_naming_it_on_the_last_line(egoplan_data, tiny_model,
+                                                                                      tmp_path):
     """Its first and last bytes intact and left out of the frames decoded at load (none here): PIL, as
     lmms-eval sets it, would decode it to grey and the run would score it. The suite's strict decoder
     stops the run when the frame is read, with frames decoded ahead (visual_prefetch), the error last
@@ -69,10 +72,13 @@ def test_an_output_path_that_cannot_be_written_fails_before_any_model_call(egopl
     assert "Running loglikelihood requests" not in run.log
 
 
-def test_a_chat_template_without_visual_placeholders_names_the_model_and_the_model_arg(egoplan_data, tiny_model, tmp_path):
+def test_a_chat_template_without_visual_placeholders_names_the_model_and_the_model_arg(egoplan_data, tiny_model,
+                                                                                       tmp_path):
     template = tmp_path / "text-only.jinja"
-    template.write_text("{% for m in messages %}{{ m['role'] }}: {% for p in m['content'] %}{% if p['type'] == 'text' %}"
-                        "{{ p['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}assistant: "
+    template.write_text("{% for m in messages %}{{ m['role'] }}: {% for p in m['content'] %}{% if p['type'] "
+                        "== 'text' %}"
+                        "{{ p['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt "
+                        "%}assistant: "
                         "{% endif %}")
     checkpoint = tiny_model("qwen2_vl")
     run = egoplan_run(egoplan_data, tmp_path / "out", model="egoplan_hf",
@@ -100,7 +106,8 @@ def test_a_record_whose_media_leaves_the_data_root_stops_the_run_naming_it_last(
      "lmms-egoplan: error: --tasks: egoplan_val is a task of lmms_egoplan, whose tasks lmms-eval indexes only when "
      "LMMS_EVAL_PLUGINS names it; add this line before the command: export LMMS_EVAL_PLUGINS=lmms_egoplan"),
     ("a misspelt suite task and no plugin variable", "egoplan_hf", "ego_think_countng", False,
-     "lmms-egoplan: error: --tasks: no task named ego_think_countng; did you mean ego_think_counting or egothink_counting "
+     "lmms-egoplan: error: --tasks: no task named ego_think_countng; did you mean ego_think_counting or "
+     "egothink_counting "
      "or ego_think_comparing?; add this line before the command: export LMMS_EVAL_PLUGINS=lmms_egoplan"),
 ])
 def test_a_task_that_is_not_found_in_a_run_of_the_suite_exits_1_saying_what_to_type(case, model, tasks, plugin,
@@ -114,7 +121,8 @@ def test_a_task_that_is_not_found_in_a_run_of_the_suite_exits_1_saying_what_to_t
 
 
 def test_an_unknown_model_arg_names_the_closest_one_on_the_last_line(egoplan_data, tiny_model, tmp_path):
-    run = egoplan_run(egoplan_data, tmp_path, model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')},max_frame=8")
+    run = egoplan_run(egoplan_data, tmp_path, model="egoplan_hf",
+                      model_args=f"pretrained={tiny_model('qwen2_vl')},max_frame=8")
     assert run.returncode == 1
     assert run.log.splitlines()[-1] == ("lmms-egoplan: error: egoplan_hf: unknown model_args max_frame (did you mean "
                                         f"max_frames?); every model_arg is in {doc_page('backend.md')}")
@@ -124,5 +132,6 @@ def test_a_missing_annotation_folder_is_named_on_the_last_line_under_lmms_evals_
     run = egoplan_run(egoplan_data, tmp_path, annotation_dir=str(tmp_path / "no_such_folder"))
     assert run.returncode == 1 and "Traceback" in run.log
     last = run.log.splitlines()[-1]
-    assert last.startswith(f"lmms-egoplan: error: EgoPlan annotation file EgoPlan_validation.json not found: the folder "
+    assert last.startswith(f"lmms-egoplan: error: EgoPlan annotation file EgoPlan_validation.json not "
+                           f"found: the folder "
                            f"{tmp_path / 'no_such_folder'}, named by EGOPLAN_ANNOTATION_DIR")

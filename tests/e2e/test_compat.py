@@ -1,4 +1,5 @@
-"""The lmms-eval compatibility layer through the real CLI: a run without the suite is lmms-eval's own; a failed run of a suite task exits non-zero and a good one zero, its results file naming the workarounds in place."""
+"""The lmms-eval compatibility layer through the real CLI: a run without the suite is lmms-eval's own; a failed run
+of a suite task exits non-zero and a good one zero, its results file naming the workarounds in place."""
 import json
 import os
 import subprocess

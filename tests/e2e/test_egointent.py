@@ -86,7 +86,8 @@ def runs(dataset, release, tiny_model, tmp_path_factory):
                          model_args=f"pretrained={tiny_model('qwen2_vl')}",
                          env=judge_env(hf_judge, root / "hf-judge-cache", dataset),
                          extra_args=["--limit", "6", "--gen_kwargs", "max_new_tokens=8"])
-        return SimpleNamespace(chat=SimpleNamespace(run=chat.result().judged("egointent"), model=model, judge=chat_judge),
+        return SimpleNamespace(chat=SimpleNamespace(run=chat.result().judged("egointent"), model=model,
+                                                    judge=chat_judge),
                                hf=SimpleNamespace(run=hf.result().judged("egointent"), judge=hf_judge))
 
 
@@ -149,7 +150,8 @@ def test_rejudging_the_logged_samples_reproduces_every_metric_judging_each_field
     with ChatServer(sometimes_unrated) as judge:  # the same ratings, a fresh cache: every field judged again
         assert main(["rejudge", str(chat_run.run.output_dir), "--output", str(tmp_path),
                      "--judge_base_url", judge.base_url, "--judge_model", "another-judge", "--judge_api_key_env", "",
-                     "--judge_cache_dir", str(tmp_path / "cache")]) == (3 if chat_run.run.metric("egointent", "failed") else 0)
+                     "--judge_cache_dir", str(tmp_path / "cache")]) == (3 if chat_run.run.metric("egointent",
+                                                                                                 "failed") else 0)
     summary = json.loads(next(tmp_path.glob("*_rejudged.json")).read_text())["egointent"]
     reported = {key.split(",")[0]: value for key, value in chat_run.run.results["results"]["egointent"].items()
                 if key != "alias" and "stderr" not in key}

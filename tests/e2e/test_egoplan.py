@@ -44,8 +44,9 @@ def run(fixture, tiny_model, tmp_path_factory):
 def evaluated_docs(fixture, split="validation"):
     """The docs lmms-eval evaluated, in doc_id order (as the tasks load them)."""
     annotation = "EgoPlan_validation.json" if split == "validation" else "EgoPlan_test.json"
-    settings = resolve_settings(egoplan_settings.EgoPlanSettings, task="check", metadata={"annotation_file": annotation},
-                                env_prefix="EGOPLAN", environ=fixture.env(skip_missing="true"))
+    settings = resolve_settings(egoplan_settings.EgoPlanSettings, task="check",
+                                metadata={"annotation_file": annotation}, env_prefix="EGOPLAN",
+                                environ=fixture.env(skip_missing="true"))
     return egoplan_data.load_samples(settings, labelled=split == "validation").docs
 
 
@@ -74,7 +75,8 @@ def test_reported_accuracies_are_those_of_the_logged_candidate_losses(run, fixtu
     for source, suffix in egoplan_data.VIDEO_SOURCES.items():
         breakdowns[f"accuracy_{suffix}"] = [d["sample_id"] for d in docs if d["video_source"] == source]
     for value_bin in parse_bins(egoplan_settings.EgoPlanSettings.progress_length_bins):
-        breakdowns[f"accuracy_progress_{value_bin.label}"] = [d["sample_id"] for d in docs if d["progress_length"] in value_bin]
+        breakdowns[f"accuracy_progress_{value_bin.label}"] = [d["sample_id"] for d in docs
+                                                              if d["progress_length"] in value_bin]
     for level in egoplan_data.SIMILARITY_LEVELS:
         breakdowns[f"accuracy_similarity_{level}"] = [d["sample_id"] for d in docs if d["similarity_level"] == level]
     for metric, members in breakdowns.items():
@@ -86,7 +88,8 @@ def test_reported_accuracies_are_those_of_the_logged_candidate_losses(run, fixtu
         if len(values) > 1:  # lmms-eval's mean_stderr: the sample standard deviation over sqrt(n)
             spread = sum((v - mean(values)) ** 2 for v in values) / (len(values) - 1)
             assert stderr == pytest.approx((spread / len(values)) ** 0.5)
-    assert sorted(len(breakdowns[f"accuracy_similarity_{level}"]) for level in egoplan_data.SIMILARITY_LEVELS) == [2, 3, 3]
+    assert sorted(len(breakdowns[f"accuracy_similarity_{level}"]) for level in egoplan_data.SIMILARITY_LEVELS) == [2, 3,
+                                                                                                                   3]
     assert run.metric("egoplan_val", "skipped_samples") == 1
     recorded = run.results["configs"]["egoplan_val"]["metadata"]
     assert recorded["version"] == 4 and recorded["frame_sampling"] == "official"

@@ -40,7 +40,8 @@ def with_unavailable(fixture, tmp_path_factory):
 def run(fixture, with_unavailable, tiny_model, tmp_path_factory):
     # A random model's answers are noise whatever their length: 16 new tokens keep the run short.
     return run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}",
-                         tasks=["egoplan_bench2", "egoplan_bench2_likelihood"], output_dir=tmp_path_factory.mktemp("out"),
+                         tasks=["egoplan_bench2", "egoplan_bench2_likelihood"],
+                         output_dir=tmp_path_factory.mktemp("out"),
                          env=fixture.env(skip_missing="true", annotation_file=with_unavailable),
                          extra_args=["--batch_size", "8", "--gen_kwargs", "max_new_tokens=16"])
 
@@ -74,12 +75,15 @@ def test_the_generative_task_reports_both_parsers_and_the_breakdowns_of_the_logg
     for doc, sample in zip(docs, samples):  # each logged sample shows what each parser read
         item = sample["predictions"]
         assert item["letters"] == letters[doc["sample_id"]] and item["label"] == letters[doc["sample_id"]]["robust"]
-        assert (item["gold"], item["domain"], item["scenario"]) == (doc["golden_choice_idx"], doc["domain"], doc["scenario"])
-    correct = {parser: {i: float(found[parser] == doc["golden_choice_idx"]) for (i, found), doc in zip(letters.items(), docs)}
+        assert (item["gold"], item["domain"], item["scenario"]) == (doc["golden_choice_idx"], doc["domain"],
+                                                                    doc["scenario"])
+    correct = {parser: {i: float(found[parser] == doc["golden_choice_idx"])
+                        for (i, found), doc in zip(letters.items(), docs)}
                for parser in ("official", "robust")}
     for parser in ("official", "robust"):
         assert run.metric("egoplan_bench2", f"accuracy_{parser}") == pytest.approx(mean(list(correct[parser].values())))
-        assert run.metric("egoplan_bench2", f"unparseable_{parser}") == sum(found[parser] is None for found in letters.values())
+        assert run.metric("egoplan_bench2",
+                          f"unparseable_{parser}") == sum(found[parser] is None for found in letters.values())
     assert run.metric("egoplan_bench2", "accuracy") == run.metric("egoplan_bench2", "accuracy_robust")
     check_breakdowns(run, "egoplan_bench2", docs, correct["robust"])
     assert run.metric("egoplan_bench2", "skipped_samples") == 1 and UNAVAILABLE in run.log

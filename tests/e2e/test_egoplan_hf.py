@@ -43,7 +43,8 @@ def probe_data(tmp_path_factory) -> Path:
 def evaluate(model_dir: Path, data: Path, output: Path, *extra: str, launcher=None, model_args: str = ""):
     # One CPU thread per process in every run: torchrun gives each rank one (OMP_NUM_THREADS=1), and
     # greedy generations compared across runs must not hang on how many cores this machine has.
-    return run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={model_dir},max_frames=8{model_args}", tasks=[MC, GEN],
+    return run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={model_dir},max_frames=8{model_args}",
+                         tasks=[MC, GEN],
                          output_dir=output, include_path=BACKEND_TASKS, use_plugin=False, launcher=launcher,
                          env={"BACKEND_PROBE_DATA_FILE": str(data), "OMP_NUM_THREADS": "1"}, extra_args=list(extra))
 
@@ -110,7 +111,8 @@ def test_two_ranks_give_the_single_process_results(single_process, tiny_model, p
 
 
 @pytest.mark.parametrize("strategy", ["auto", "balanced", "sequential"])
-def test_a_device_map_strategy_gives_the_single_process_results(strategy, single_process, tiny_model, probe_data, tmp_path):
+def test_a_device_map_strategy_gives_the_single_process_results(strategy, single_process, tiny_model, probe_data,
+                                                                tmp_path):
     """What lmms-eval's examples pass every model, on this CPU-only machine (one device): the same
     likelihoods as the single-process run, within 1e-6, and the same generations."""
     _, single = single_process

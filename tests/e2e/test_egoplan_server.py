@@ -55,7 +55,8 @@ def evaluate_through(server: EngineServer | str, data: Path, output: Path, *extr
 
     where = f"base_url={server.base_url}" if isinstance(server, EngineServer) else server
     return run_lmms_eval(model="egoplan_server", check=False, tasks=list(tasks), output_dir=output,
-                         model_args=f"engine=vllm,{where},model={model},max_frames=8,retries=1,backoff=0.01,concurrency=1",
+                         model_args=f"engine=vllm,{where},model={model},"
+                                    "max_frames=8,retries=1,backoff=0.01,concurrency=1",
                          include_path=BACKEND_TASKS, use_plugin=False,
                          env={"BACKEND_PROBE_DATA_FILE": str(data), **(env or {})}, extra_args=list(extra))
 
@@ -71,7 +72,8 @@ def reference_scores(data: Path, reference) -> list[float]:
     hf = reference("qwen2_vl")
     hf.task_dict = {TASK: {SPLIT: docs}}
     requests = [Instance(request_type="loglikelihood", idx=i,
-                         arguments=(backend_task.doc_to_text(d), " " + c, backend_task.doc_to_visual, doc_id, TASK, SPLIT),
+                         arguments=(backend_task.doc_to_text(d), " " + c, backend_task.doc_to_visual, doc_id, TASK,
+                                    SPLIT),
                          metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
                 for doc_id, d in enumerate(docs) for i, c in enumerate(CHOICES)]
     return [value for value, _ in hf.loglikelihood(requests)]
@@ -120,7 +122,8 @@ def test_cli_three_keyed_servers_one_killed_mid_run_complete_the_run(cli_setup, 
     got = [float(value) for sample in run.samples(MC) for value, _ in sample["filtered_resps"]]
     assert got == pytest.approx(reference_scores(data, reference), abs=TOLERANCE)
     assert len(run.samples(GEN)) == 4
-    assert key not in run.log and not [path for path in tmp_path.rglob("*") if path.is_file() and key in path.read_text()]
+    assert key not in run.log and not [path for path in tmp_path.rglob("*") if path.is_file()
+                                       and key in path.read_text()]
     assert "api_key_env=E2E_SERVER_KEY" in json.dumps(run.results["config"])
 
 

@@ -1,4 +1,6 @@
-"""EgoThink end to end: all twelve tasks through the real lmms-eval CLI with a loopback judge: scores equal those recomputed from the audit trail, the papers' prompts, the judge recorded whole, rejudging, a second judge's agreement."""
+"""EgoThink end to end: all twelve tasks through the real lmms-eval CLI with a loopback judge: scores equal those
+recomputed from the audit trail, the papers' prompts, the judge recorded whole, rejudging, a second judge's
+agreement."""
 
 import hashlib
 import json
@@ -241,7 +243,8 @@ def test_a_second_judge_is_compared_with_the_runs_without_touching_its_judgement
 
     kept = {path: contents(path) for path in [*run.output_dir.rglob("*"), *(evaluation.root / "judge-cache").rglob("*")]
             if path.is_file() and not path.name.endswith(("-wal", "-shm", "-journal"))}
-    args = ["judge-agreement", str(run.output_dir), "--output", str(tmp_path / "agreement"), "--judge_base_url", "{url}",
+    args = ["judge-agreement", str(run.output_dir), "--output", str(tmp_path / "agreement"), "--judge_base_url",
+            "{url}",
             "--judge_model", "second-judge", "--judge_api_key_env", "", "--top", "5"]
     with ChatServer(second_judge) as second:
         assert main([arg.format(url=second.base_url) for arg in args]) == 0
@@ -279,4 +282,5 @@ def test_a_second_judge_is_compared_with_the_runs_without_touching_its_judgement
     differing = sum(a != b for a, b in expected["all (egothink)"])
     assert len(disagreements) == min(5, differing) > 0 and gaps == sorted(gaps, reverse=True) and min(gaps) > 0
     out = capsys.readouterr().out
-    assert "weighted kappa (linear)" in out and "Left out: " in out and (tmp_path / "agreement" / "judge_agreement.png").is_file()
+    assert ("weighted kappa (linear)" in out and "Left out: " in out
+            and (tmp_path / "agreement" / "judge_agreement.png").is_file())

@@ -63,7 +63,8 @@ def test_failed_requests_are_left_out_counted_never_judged_and_asked_again_alone
         env = {JUDGE_KEY_VARIABLE: JUDGE_KEY}
         for script in scripts.values():
             env.update(script.env)
-        for prefix, judge, key_variable in (("EGOTHINK", think_judge, ""), ("EGOINTENT", intent_judge, JUDGE_KEY_VARIABLE)):
+        for prefix, judge, key_variable in (("EGOTHINK", think_judge, ""),
+                                            ("EGOINTENT", intent_judge, JUDGE_KEY_VARIABLE)):
             env.update({f"{prefix}_JUDGE_BASE_URL": judge.base_url, f"{prefix}_JUDGE_MODEL": "scripted-judge",
                         f"{prefix}_JUDGE_API_KEY_ENV": key_variable,
                         f"{prefix}_JUDGE_CACHE_DIR": str(tmp_path / "judge-cache" / prefix.lower())})
@@ -89,7 +90,8 @@ def test_failed_requests_are_left_out_counted_never_judged_and_asked_again_alone
         assert counts, requests_line
         assert sorted(counts.group(2).split(", ")) == sorted(
             f"{task} {metrics['failed_requests']}" for script in failing.values()
-            for task, metrics in script.values(first).items() if metrics["failed_requests"] and task in first.results["n-samples"])
+            for task, metrics in script.values(first).items() if metrics["failed_requests"]
+                                                             and task in first.results["n-samples"])
         command = requests_line.split("with the same command: ")[1].removesuffix(" (your key in place of ***)")
         assert shlex.split(command)[:4] == ["LMMS_EVAL_PLUGINS=lmms_egoplan", "lmms-eval", "--model", "openai"]
         assert f"--use_cache {tmp_path / 'responses'}" in command and "api_key=***" in command
@@ -168,6 +170,8 @@ def test_a_model_that_fails_every_request_leaves_no_score_and_says_how_to_ask_ag
     last = run.log.rstrip().splitlines()[-1]
     assert last.startswith(f"lmms-egoplan: {asked} of {asked} model requests failed (")
     assert last.endswith(f"this run had no --use_cache, so its answers were not kept: ask every request again, keeping "
-                         f"the answers (a run after that asks only the failed ones), with: LMMS_EVAL_PLUGINS=lmms_egoplan "
-                         f"lmms-eval {shlex.join(run.command[3:]).replace('api_key=unused', 'api_key=***')} --use_cache "
+                         f"the answers (a run after that asks only the failed ones), with: "
+                         f"LMMS_EVAL_PLUGINS=lmms_egoplan "
+                         f"lmms-eval {shlex.join(run.command[3:]).replace('api_key=unused', 'api_key=***')} "
+                         f"--use_cache "
                          f"{tmp_path / 'out' / 'response_cache'} (your key in place of ***)")

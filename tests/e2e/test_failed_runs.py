@@ -1,4 +1,6 @@
-"""Runs that say what happened, through the real lmms-eval CLI: a run that uses the suite and fails exits non-zero with one lmms-egoplan: error: line naming what to fix, before the model loads where it can; runs without the suite keep lmms-eval's status."""
+"""Runs that say what happened, through the real lmms-eval CLI: a run that uses the suite and fails exits non-zero
+with one lmms-egoplan: error: line naming what to fix, before the model loads where it can; runs without the suite
+keep lmms-eval's status."""
 
 from __future__ import annotations
 
@@ -48,16 +50,19 @@ def last_line(log: str) -> str:
 
 
 @pytest.mark.parametrize("case, env, named", [
-    ("a setting of the wrong type", {"EGOPLAN_NUM_FRAMES": "abc"}, "EGOPLAN_NUM_FRAMES: expected an integer, got 'abc'"),
+    ("a setting of the wrong type", {"EGOPLAN_NUM_FRAMES": "abc"},
+     "EGOPLAN_NUM_FRAMES: expected an integer, got 'abc'"),
     ("an empty annotation folder", {"EGOPLAN_ANNOTATION_DIR": "{empty}"},
      "EgoPlan annotation file EgoPlan_validation.json not found: the folder {empty}, named by EGOPLAN_ANNOTATION_DIR"),
     # Media: a frame that is no image (a web page saved as .jpg), found by its first bytes, with frames decoded
     # ahead (visual_prefetch), where it used to fail after the weights were in memory, a progress bar last.
     ("an EPIC-KITCHENS frame that is not an image", {}, "frame(s) unusable, e.g. not an image file (it starts with "
-                                                        "bytes 3c 68 74 6d 6c 3e 3c 62 6f 64 79 3e, as no JPEG, PNG, GIF, "
+                                                        "bytes 3c 68 74 6d 6c 3e 3c 62 6f 64 79 3e, as no "
+                                                        "JPEG, PNG, GIF, "
                                                         "BMP, WebP or TIFF file does): {frame}"),
 ])
-def test_a_misconfigured_run_fails_before_the_model_starts_loading(case, env, named, egoplan_data, tiny_model, tmp_path):
+def test_a_misconfigured_run_fails_before_the_model_starts_loading(case, env, named, egoplan_data, tiny_model,
+                                                                   tmp_path):
     from tests.e2e.runs import broken_copy, first_epic_frame
 
     empty = tmp_path / "empty"
@@ -71,7 +76,8 @@ def test_a_misconfigured_run_fails_before_the_model_starts_loading(case, env, na
     status, log, loading, seconds = observed_run(tmp_path, f"pretrained={tiny_model('qwen2_vl')},visual_prefetch=2",
                                                  "egoplan_val", env)
     assert status == 1 and not loading, (case, log[-3000:])
-    assert last_line(log).startswith("lmms-egoplan: error: ") and named.format(empty=empty, frame=frame) in last_line(log), case
+    assert last_line(log).startswith("lmms-egoplan: error: ") and named.format(empty=empty,
+                                                                               frame=frame) in last_line(log), case
     print(f"{case}: failed in {seconds:.1f} s, the model never loaded")
 
 
@@ -93,7 +99,8 @@ def test_a_judge_shut_down_by_its_provider_is_named_so_and_fails_the_run_before_
                                      "answer a test request: HTTP 404: The model `gpt-4` does not exist")
     assert last_line(log).endswith(
         "; OpenAI shut down the judge model gpt-4 on 2026-10-23 (announced 2026-04-22); set EGOTHINK_JUDGE_MODEL "
-        "(metadata.judge_model) to a current model (OpenAI names its substitutes on https://platform.openai.com/docs/deprecations), or serve the "
+        "(metadata.judge_model) to a current model (OpenAI names its substitutes on "
+        "https://platform.openai.com/docs/deprecations), or serve the "
         "suite's default open-weights judge Qwen/Qwen3-30B-A3B-Instruct-2507 locally (docs/judges.md)")
     print(f"a shut-down judge: failed in {seconds:.1f} s, the model never loaded")
 
@@ -155,7 +162,8 @@ def test_a_run_naming_the_suite_only_in_its_plugin_variable_gets_hints_and_a_non
     with a suite counterpart (a warning names it), and the backend fails while it is built (exit 1)."""
     run = run_lmms_eval(model="llava_hf", model_args="pretrained=/no/such/dir", tasks=["egothink_counting"],
                         output_dir=tmp_path, check=False)
-    assert ("lmms-egoplan: --tasks egothink_counting is lmms-eval's built-in task, not the suite's; the suite implements "
+    assert ("lmms-egoplan: --tasks egothink_counting is lmms-eval's built-in task, not the suite's; the "
+            "suite implements "
             "it as its paper defines it as ego_think_counting") in run.log
     assert run.returncode == 1 and last_line(run.log).startswith(
         "lmms-egoplan: error: --model llava_hf could not be loaded: ModuleNotFoundError: No module named 'decord'")

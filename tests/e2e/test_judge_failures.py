@@ -1,4 +1,6 @@
-"""Judge failures through the real lmms-eval CLI: a judge that does not answer stops the run before generation; lone surrogates in model output are judged, scored and logged; failed judgements end the run with status 3 and the rejudge command."""
+"""Judge failures through the real lmms-eval CLI: a judge that does not answer stops the run before generation; lone
+surrogates in model output are judged, scored and logged; failed judgements end the run with status 3 and the
+rejudge command."""
 from __future__ import annotations
 
 import json
@@ -34,11 +36,13 @@ def test_lone_surrogates_in_model_output_are_judged_and_scored_and_logged(tmp_pa
     with ExitStack() as resources, ChatServer(lambda call: Reply("Two plates \udcff.\nwalk_to(sink\udcff)")) as model, \
             ChatServer(rating_responder(lambda call: "1")) as judge:
         actplan = actplan_suite(tmp_path / "actplan", resources)
-        env = {**actplan.env, "EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(write_release(tmp_path / "think", 1)),
+        env = {**actplan.env, "EGOTHINK_SOURCE": "local",
+               "EGOTHINK_DATA_ROOT": str(write_release(tmp_path / "think", 1)),
                "EGOTHINK_JUDGE_BASE_URL": judge.base_url, "EGOTHINK_JUDGE_MODEL": "loopback-judge",
                "EGOTHINK_JUDGE_API_KEY_ENV": "", "EGOTHINK_JUDGE_CACHE_DIR": str(tmp_path / "cache")}
         run = run_lmms_eval(model="openai", model_args=f"model_version=fake,base_url={model.base_url},api_key=unused",
-                            tasks=["ego_think_counting", "actplan1k"], output_dir=tmp_path / "out", env=env, check=False)
+                            tasks=["ego_think_counting", "actplan1k"], output_dir=tmp_path / "out", env=env,
+                            check=False)
     assert run.returncode == 0, run.log_tail()
     assert run.metric("ego_think_counting", "score") == 100.0 and run.metric("ego_think_counting", "failed") == 0
     assert "Two plates \ufffd." in judge.calls[0].text
@@ -58,7 +62,8 @@ def test_a_judge_failing_after_a_good_preflight_ends_the_run_with_status_3_and_t
     data = write_release(tmp_path / "data", per_dimension=3)
     state = {"down": True}
     with ChatServer(lambda call: Reply("Two.")) as model, \
-            ChatServer(lambda call: Reply(status=503) if state["down"] else rating_responder(lambda c: "1")(call)) as judge:
+            ChatServer(lambda call: Reply(status=503)
+                       if state["down"] else rating_responder(lambda c: "1")(call)) as judge:
         run = run_lmms_eval(check=False, output_dir=tmp_path / "out",
                             **egothink_run_args(data, model, judge, tmp_path, judge_retries="1", judge_backoff="0"))
         assert run.returncode == 3
@@ -73,7 +78,8 @@ def test_a_judge_failing_after_a_good_preflight_ends_the_run_with_status_3_and_t
         assert f"--judge_base_url {judge.base_url}" in last and f"--judge_cache_dir {tmp_path / 'judge'}" in last
         state["down"] = False
         judge.reset()
-        finished = subprocess.run([sys.executable, "-m", "lmms_egoplan.cli", *command[1:]], capture_output=True, text=True)
+        finished = subprocess.run([sys.executable, "-m", "lmms_egoplan.cli", *command[1:]], capture_output=True,
+                                  text=True)
     assert finished.returncode == 0, finished.stderr
     assert len(judge.calls) == 3
     rejudged = json.loads(next(samples.parent.glob("*_rejudged.json")).read_text(), parse_constant=refuse_constant)

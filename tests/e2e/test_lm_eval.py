@@ -50,7 +50,8 @@ def test_egoplan_baselines_on_a_tiny_llama_report_what_their_logged_likelihoods_
     output = tmp_path / "out"
     report = run_lm_eval("hf", f"pretrained={tiny_model('llama')},dtype=float32",
                          "egoplan_val_blind,egoplan_val_narrated,egoplan_test_blind", output, {}, "--device", "cpu",
-                         "--metadata", json.dumps({"annotation_dir": str(data.annotation_dir)}))  # a setting by lm-eval's flag
+                         # a setting by lm-eval's flag
+                         "--metadata", json.dumps({"annotation_dir": str(data.annotation_dir)}))
     for task in ("egoplan_val_blind", "egoplan_val_narrated"):
         samples, reported = logged_samples(output, task), report["results"][task]
         assert len(samples) == len(data.records()) == reported["predictions,none"]
@@ -70,7 +71,8 @@ def test_egoplan_baselines_on_a_tiny_llama_report_what_their_logged_likelihoods_
     test_samples = logged_samples(output, "egoplan_test_blind")
     [submission] = output.glob("*/*_submission_egoplan_test_blind.json")  # the whole split: a real submission
     expected = sorted(({"sample_id": s["doc"]["sample_id"],
-                        "label": CHOICE_LETTERS[max(range(4), key=lambda i: float(s["resps"][i][0][0]))]} for s in test_samples),
+                        "label": CHOICE_LETTERS[max(range(4), key=lambda i: float(s["resps"][i][0][0]))]}
+                       for s in test_samples),
                       key=lambda record: record["sample_id"])
     assert json.loads(submission.read_text()) == expected
 
@@ -93,7 +95,8 @@ def test_chat_completions_baselines_report_what_their_logged_samples_give(tmp_pa
 
     output = tmp_path / "out"
     with ChatServer(respond) as server:
-        env = {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(egothink), "EGOTHINK_JUDGE_BASE_URL": server.base_url,
+        env = {"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(egothink),
+               "EGOTHINK_JUDGE_BASE_URL": server.base_url,
                "EGOTHINK_JUDGE_MODEL": "loopback-judge", "EGOTHINK_JUDGE_API_KEY_ENV": "",
                "EGOTHINK_JUDGE_CACHE_DIR": str(tmp_path / "judge-cache"), "ACTPLAN_DATA_ROOT": str(actplan_root)}
         report = run_lm_eval("local-chat-completions",

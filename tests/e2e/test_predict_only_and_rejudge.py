@@ -32,11 +32,13 @@ def predict_only(tmp_path_factory, tiny_model):
 def test_predict_only_works_for_every_suite_task(predict_only):
     run, tasks = predict_only
     assert run.returncode == 0, run.log_tail()
-    logged = {path.name.split("_samples_")[1].removesuffix(".jsonl") for path in run.output_dir.rglob("*_samples_*.jsonl")}
+    logged = {path.name.split("_samples_")[1].removesuffix(".jsonl")
+              for path in run.output_dir.rglob("*_samples_*.jsonl")}
     leaves = {"egoplan_val", "egoplan_test", "egoplan_val_gen", "egointent", "actplan1k", "actplan1k_text_only",
               "egoplan_bench2", "egoplan_bench2_likelihood",
               *(f"ego_think_{d}" for d in ("existence", "attribute", "affordance", "activity", "location", "spatial",
-                                          "counting", "comparing", "situated", "forecasting", "navigation", "assistance"))}
+                                          "counting", "comparing", "situated", "forecasting", "navigation",
+                                           "assistance"))}
     assert logged == leaves
     for task in leaves:
         assert all(sample["filtered_resps"] for sample in run.samples(task))

@@ -1,4 +1,6 @@
-"""Runs that survive kills, through the real lmms-eval CLI: a frame that fails to decode stops the run at its sample and the next run resumes; two runs into one folder never overwrite; a pass stopped by SIGKILL or SIGTERM resumes without computing or judging anything twice."""
+"""Runs that survive kills, through the real lmms-eval CLI: a frame that fails to decode stops the run at its sample
+and the next run resumes; two runs into one folder never overwrite; a pass stopped by SIGKILL or SIGTERM resumes
+without computing or judging anything twice."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,7 +31,8 @@ def test_a_frame_that_fails_to_decode_stops_the_run_at_its_sample_and_the_next_r
                 extra_args=["--use_cache", str(tmp_path / "cache")], images_decoded_at_load="0")
     stopped = egoplan_run(data, tmp_path / "first", **args)
     assert stopped.returncode == 1 and stopped.results is None
-    assert "EgoPlan sample 104" in stopped.log and str(frame) in stopped.log and "EGOPLAN_EPIC_FRAMES_ROOT" in stopped.log
+    assert ("EgoPlan sample 104" in stopped.log and str(frame) in stopped.log
+            and "EGOPLAN_EPIC_FRAMES_ROOT" in stopped.log)
     frame.write_bytes(intact)
     resumed = egoplan_run(data, tmp_path / "second", **args)
     assert resumed.returncode == 0
@@ -144,7 +147,8 @@ def test_a_generation_pass_killed_mid_way_resumes_from_what_lmms_evals_cache_kep
     from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval, start_lmms_eval
 
     data = write_release(tmp_path / "data", per_dimension=12)
-    with ChatServer(lambda call: Reply("Two.", delay=0.2)) as model, ChatServer(rating_responder(lambda call: "1")) as judge:
+    with ChatServer(lambda call: Reply("Two.", delay=0.2)) as model, \
+            ChatServer(rating_responder(lambda call: "1")) as judge:
         args = egothink_run_args(data, model, judge, tmp_path, model_concurrency=2)
         running = start_lmms_eval(output_dir=tmp_path / "first", **args)
         running.wait_for(lambda: len(model.calls) >= 6, what="six answers")
@@ -180,4 +184,5 @@ def test_a_run_stopped_while_judging_asks_no_model_again_and_the_judge_only_what
         model.reset(), judge.reset()
         resumed = run_lmms_eval(output_dir=tmp_path / "second", **args)
     assert model.calls == [] and len(judge.calls) == 12 - judged
-    assert resumed.metric("ego_think_counting", "judged") == 12 and resumed.metric("ego_think_counting", "score") == 100.0
+    assert resumed.metric("ego_think_counting", "judged") == 12 and resumed.metric("ego_think_counting",
+                                                                                   "score") == 100.0

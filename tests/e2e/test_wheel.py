@@ -1,4 +1,5 @@
-"""The built wheel, installed non-editable in a fresh environment: it holds every file of the source tree, registers the tasks both ways, evaluates one task of each benchmark, runs every command."""
+"""The built wheel, installed non-editable in a fresh environment: it holds every file of the source tree, registers
+the tasks both ways, evaluates one task of each benchmark, runs every command."""
 import contextlib
 import dataclasses
 import json
@@ -34,7 +35,8 @@ class WheelEnv:
     python: Path
     site_packages: Path
 
-    def run(self, *args: str, check: bool = True, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+    def run(self, *args: str, check: bool = True, env: dict | None = None,
+            timeout: float = 900) -> subprocess.CompletedProcess:
         """``args`` (a program of the environment's bin/ and its arguments) from a folder without sources."""
         run_env = {key: value for key, value in os.environ.items() if key not in ("LMMS_EVAL_PLUGINS", "PYTHONPATH")}
         run_env.update({**OFFLINE_ENV, **(env or {})})
@@ -57,7 +59,8 @@ def wheel_env(tmp_path_factory) -> WheelEnv:
     for path in source_files():
         (source / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(CHECKOUT / path, source / path)
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(root / "dist"), str(source)],
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(root / "dist"),
+                    str(source)],
                    check=True, capture_output=True)
     [wheel] = (root / "dist").glob("lmms_egoplan-*.whl")
     venv = root / "venv"
@@ -81,21 +84,25 @@ def test_the_wheel_holds_every_file_of_the_source_tree(wheel_env):
     assert shipped == expected, (f"missing from the wheel: {sorted(expected - shipped)}; "
                                  f"not in the tree: {sorted(shipped - expected)}")
     assert {"lmms_egoplan/judge/engine.py", "lmms_egoplan/egothink/published_results.json",
-            "lmms_egoplan/tasks/egothink/_default_template_yaml", "lmms_egoplan/lm_eval_tasks/egoplan/egoplan_val_blind.yaml"} <= shipped
+            "lmms_egoplan/tasks/egothink/_default_template_yaml",
+            "lmms_egoplan/lm_eval_tasks/egoplan/egoplan_val_blind.yaml"} <= shipped
 
 
 def test_the_wheel_copy_is_what_gets_imported_and_what_the_entry_points_load(wheel_env):
     code = ("import importlib.metadata as m, importlib.util as u, inspect, shutil, lmms_egoplan, lmms_egoplan.judge, "
             "lmms_eval.models as models; "
-            "print(lmms_egoplan.__file__, lmms_egoplan.judge.__file__, u.find_spec('lmms_egoplan.tasks').submodule_search_locations[0]); "
+            "print(lmms_egoplan.__file__, lmms_egoplan.judge.__file__, "
+            "u.find_spec('lmms_egoplan.tasks').submodule_search_locations[0]); "
             "d = m.distribution('lmms-egoplan'); print(d.locate_file('lmms_egoplan/__init__.py')); "
             "print(inspect.getfile(models.get_model('egoplan_hf'))); "
             "print(shutil.which('lmms-egoplan'))")
-    printed = wheel_env.run("python", "-c", code, env={"PATH": f"{wheel_env.python.parent}:{os.environ['PATH']}"}).stdout.split()
+    printed = wheel_env.run("python", "-c", code,
+                            env={"PATH": f"{wheel_env.python.parent}:{os.environ['PATH']}"}).stdout.split()
     assert all(Path(p).is_relative_to(wheel_env.site_packages) for p in printed[:5]), printed
     assert Path(printed[5]) == wheel_env.python.parent / "lmms-egoplan"
     assert Path(printed[5]).read_text().splitlines()[0] == f"#!{wheel_env.python}"
-    assert {p.name for p in Path(printed[2]).iterdir()} >= {p.name for p in TASKS.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert {p.name for p in Path(printed[2]).iterdir()} >= {p.name for p in TASKS.iterdir() if p.is_dir()
+                                                            and p.name != "__pycache__"}
 
 
 def listed_names(wheel_env: WheelEnv, *args: str, plugin: bool) -> set[str]:
@@ -137,7 +144,8 @@ def wheel_run(wheel_env, tiny_model, tmp_path_factory):
 
 def test_wheel_install_evaluates_one_task_of_each_benchmark(wheel_run):
     run, _, _ = wheel_run
-    assert set(run.results["results"]) == {"egoplan_val", "ego_think_counting", "egointent", "actplan1k", "egoplan_bench2"}
+    assert set(run.results["results"]) == {"egoplan_val", "ego_think_counting", "egointent", "actplan1k",
+                                           "egoplan_bench2"}
     assert run.results["n-samples"]["egoplan_val"]["effective"] > 0
     assert 0.0 <= run.metric("egoplan_val", "accuracy") <= 1.0
     assert run.metric("ego_think_counting", "judged") > 0 and run.metric("ego_think_counting", "failed") == 0

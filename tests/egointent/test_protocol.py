@@ -228,11 +228,13 @@ def test_a_zero_byte_video_is_listed_in_the_same_error_as_the_records_problems(d
     annotations.write_text("".join(json.dumps(record) + "\n" for record in records))
     video = tmp_path / "copy" / "bedroom_0003.mp4"
     video.write_bytes(b"")
-    task = SimpleNamespace(settings=EgoIntentSettings(annotations=annotations), config=SimpleNamespace(task="egointent"))
+    task = SimpleNamespace(settings=EgoIntentSettings(annotations=annotations),
+                           config=SimpleNamespace(task="egointent"))
     with pytest.raises(EgoIntentDataError) as caught:
         egointent.EgoIntentTask.load_docs(task)
     message = str(caught.value)
-    assert message.startswith(f"6 problems in the EgoIntent annotations {annotations}")  # a record; 5 steps of the video
+    assert message.startswith(f"6 problems in the EgoIntent annotations "
+                              f"{annotations}")  # a record; 5 steps of the video
     assert f"{annotations.name}, record 1 (step_id '{records[0]['step_id']}'): field local_intent: missing" in message
     assert f"video is empty (0 bytes): {video}" in message
 
@@ -405,7 +407,8 @@ def test_the_judge_follows_the_definitions_setting_and_each_prompt_has_its_own_i
 
 
 def test_an_incomplete_answer_that_ends_unfinished_is_counted_as_cut_at_the_token_limit():
-    doc = {"step_id": "s7", "environment": "indoor", "scenario": "Kitchen", "local_intent": "a", "procedural_intent": "b",
+    doc = {"step_id": "s7", "environment": "indoor", "scenario": "Kitchen", "local_intent": "a",
+           "procedural_intent": "b",
            "next_step_plan": "c", "frames_capped": False, "plausible_next_steps": [],
            "judge_sees_plausible_next_steps": False, "definitions": "release"}
     complete = '{"local_intent": "x", "procedural_intent": "y", "next_step": "z"}'
@@ -540,7 +543,8 @@ def test_parts_items_score_each_part_then_average_excluding_failed_judgements(tm
         scored = judge_and_score(items + items[:1], judge)  # a repeated item is judged once
         assert len(server.calls) == 5
         single = judge_and_score([judge_parts_item({"": parts[0]["a"]}, egointent_protocol.RUBRIC_NAME)], judge)
-    assert scored.part_scores == {"a": pytest.approx(10 * (8 + 5 + 8) / 3), "b": pytest.approx(10 * (2 + 0 + 6 + 2) / 4)}
+    assert scored.part_scores == {"a": pytest.approx(10 * (8 + 5 + 8) / 3),
+                                  "b": pytest.approx(10 * (2 + 0 + 6 + 2) / 4)}
     assert scored.score == pytest.approx((scored.part_scores["a"] + scored.part_scores["b"]) / 2)
     assert (scored.results.judged, scored.results.failed) == (4, 1)  # the fixed rating is neither
     assert single.score == 80.0 and single.part_scores == {"": 80.0}

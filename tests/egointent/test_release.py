@@ -225,7 +225,8 @@ def test_the_check_command_reads_the_release_and_lists_the_steps_it_would_skip(r
 
 
 
-def test_a_clip_longer_than_its_window_is_reported_and_shown_as_the_setting_longer_clips_says(release, tmp_path, capsys):
+def test_a_clip_longer_than_its_window_is_reported_and_shown_as_the_setting_longer_clips_says(release, tmp_path,
+                                                                                              capsys):
     """A release-layout copy with one step's start_time moved 1 s later: its 8 s clip holds a 7 s window.
     egointent-check and the task's own loading (before any model) report it; by default the window that
     ends at the clip's end is shown, `start` keeps versions 1-3's reading, `error` stops."""

@@ -44,8 +44,9 @@ def fixture(tmp_path_factory):
 
 def settings_for(fixture, split="validation", **overrides):
     annotation = "EgoPlan_validation.json" if split == "validation" else "EgoPlan_test.json"
-    return resolve_settings(egoplan_settings.EgoPlanSettings, task="egoplan_test_case", metadata={"annotation_file": annotation},
-                            env_prefix="EGOPLAN", environ=fixture.env(**overrides))
+    return resolve_settings(egoplan_settings.EgoPlanSettings, task="egoplan_test_case",
+                            metadata={"annotation_file": annotation}, env_prefix="EGOPLAN",
+                            environ=fixture.env(**overrides))
 
 
 def load(fixture, split="validation", **overrides):
@@ -139,7 +140,8 @@ def test_each_clip_frame_carries_its_real_time_from_the_first_action(fixture, so
         numbers = doc["clips"][0]
         rate = 30.0 if source == "clips" or doc["video_source"] == "Ego4D" else epic_rate
         times = [media.frame_time(frame) for frame in clip]
-        assert [time.seconds for time in times] == pytest.approx([(n - doc["clip_first_frame"]) / rate for n in numbers])
+        assert ([time.seconds for time in times]
+                == pytest.approx([(n - doc["clip_first_frame"]) / rate for n in numbers]))
         assert all(time.source_fps == pytest.approx(rate) for time in times)
 
 
@@ -256,7 +258,8 @@ def test_the_seed_bench_r1_package_shows_the_release_frames_its_observation_an_i
         clips, observation = shown_frames(doc)
         assert len(clips) == 1 and [*clips[0], observation] == egoplan_data.doc_frame_numbers(twin)
         assert (doc["similarity_level"], doc["progress_bucket"]) == (twin["similarity_level"], twin["progress_bucket"])
-        assert doc["current_observation_frame"] is None and (doc["media_path"] is None) == (twin["progress_length"] == 0)
+        assert (doc["current_observation_frame"] is None
+                and (doc["media_path"] is None) == (twin["progress_length"] == 0))
 
 
 def test_the_package_holds_val_only_gives_no_keyframes_and_names_what_is_missing(fixture, tmp_path):
@@ -271,7 +274,8 @@ def test_the_package_holds_val_only_gives_no_keyframes_and_names_what_is_missing
     with pytest.raises(egoplan_data.EgoPlanDataError, match=rf"sample 106: progress video not found: {clip}; check "
                                                             r"EGOPLAN_SEED_BENCH_R1_ROOT"):
         load(build_fixture(root), data_source="seed_bench_r1")
-    assert [d["sample_id"] for d in load(build_fixture(root), data_source="seed_bench_r1", skip_missing="true").docs] == [
+    assert [d["sample_id"] for d in load(build_fixture(root), data_source="seed_bench_r1",
+                                         skip_missing="true").docs] == [
         101, 102, 103, 104, 105, 107, 108]
 
 
@@ -311,7 +315,8 @@ def test_every_problem_of_the_data_records_and_media_is_listed_in_one_error(brok
     with pytest.raises(egoplan_data.EgoPlanDataError) as error:  # skipping leaves only the record's problem
         load(broken, skip_missing="true")
     assert str(error.value).startswith(f"EgoPlan annotation file {broken.validation_file}, record #1")
-    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"sample 106: clip not found: .*106\.mp4.*EGOPLAN_CLIPS_DIR"):
+    with pytest.raises(egoplan_data.EgoPlanDataError,
+                       match=r"sample 106: clip not found: .*106\.mp4.*EGOPLAN_CLIPS_DIR"):
         load(broken, visual_source="clips")
 
 
@@ -367,15 +372,18 @@ def test_bad_records_and_settings_are_named(fixture, tmp_path):
     del records[1]["choice_c"]
     bad = tmp_path / "EgoPlan_validation.json"
     bad.write_text(json.dumps(records))
-    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"record #1 \(sample_id 102\): missing field\(s\) choice_c"):
+    with pytest.raises(egoplan_data.EgoPlanDataError,
+                       match=r"record #1 \(sample_id 102\): missing field\(s\) choice_c"):
         egoplan_data.load_samples(settings_for(fixture, annotation_file=bad), labelled=True)
     records = fixture.records()
     records[3]["sample_id"] = records[6]["sample_id"] = records[0]["sample_id"]
     records[5]["sample_id"] = records[1]["sample_id"]
     bad.write_text(json.dumps(records))
-    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"EgoPlan_validation\.json: sample_id\(s\) 101, 102 appear more "):
+    with pytest.raises(egoplan_data.EgoPlanDataError,
+                       match=r"EgoPlan_validation\.json: sample_id\(s\) 101, 102 appear more "):
         egoplan_data.load_samples(settings_for(fixture, annotation_file=bad), labelled=True)
-    with pytest.raises(egoplan_data.EgoPlanDataError, match=r"annotation file EgoPlan_validation.json not found: .*EGOPLAN_ANNOTATION_DIR"):
+    with pytest.raises(egoplan_data.EgoPlanDataError,
+                       match=r"annotation file EgoPlan_validation.json not found: .*EGOPLAN_ANNOTATION_DIR"):
         load(fixture, annotation_dir=tmp_path / "nowhere")
     with pytest.raises(SettingsError, match="EGOPLAN_EGO4D_VIDEOS_ROOT .* is not set"):
         load(fixture, ego4d_videos_root="")
@@ -461,7 +469,8 @@ def test_prompts(fixture):
 
 def test_ranking_picks_the_lowest_mean_loss():
     assert egoplan.ranked_choice(egoplan.candidate_losses([(2.0, False), (0.5, True), (0.7, False), (3.0, False)])) == 1
-    assert egoplan.ranked_choice(egoplan.candidate_losses([[2.0, False], [1.5, False], [0.25, False], [0.3, True]])) == 2
+    assert egoplan.ranked_choice(egoplan.candidate_losses([[2.0, False], [1.5, False], [0.25, False],
+                                                           [0.3, True]])) == 2
     assert egoplan.ranked_choice([1.0] * 4) == 0  # ties: the first, as argmin
 
 
@@ -481,7 +490,8 @@ def test_the_two_loss_means_rank_a_constructed_question_differently():
     assert egoplan.ranked_choice([mean_loss(losses, NONZERO_LOSS_TOKENS) for losses in certain]) == 4
     torch = pytest.importorskip("torch")  # the official expression, for the all-zero row: NaN, picked by argmin
     padded = torch.tensor([[0.9, 0.0, 0.0], [0.0, 0.0, 0.0]])
-    assert torch.isnan((padded.sum(1) / (padded != 0).sum(1))[1]) and int(torch.argmin(padded.sum(1) / (padded != 0).sum(1))) == 1
+    assert (torch.isnan((padded.sum(1) / (padded != 0).sum(1))[1])
+            and int(torch.argmin(padded.sum(1) / (padded != 0).sum(1))) == 1)
     with pytest.raises(ValueError, match="loss_mean 'median'"):
         mean_loss([1.0], "median")
 
@@ -596,7 +606,8 @@ def test_a_run_that_did_not_predict_the_whole_split_writes_no_complete_looking_s
     messages = []
     handler = logger.add(messages.append, level="WARNING", format="{message}")
     try:
-        egoplan.write_submission(items, args, task_name="egoplan_val", task=submission_task("egoplan_val", split_size=5, skipped_samples=skipped))
+        egoplan.write_submission(items, args, task_name="egoplan_val",
+                                 task=submission_task("egoplan_val", split_size=5, skipped_samples=skipped))
     finally:
         logger.remove(handler)
     [path] = tmp_path.rglob("*.json")
@@ -607,7 +618,8 @@ def test_a_run_that_did_not_predict_the_whole_split_writes_no_complete_looking_s
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("current_observation_frame", "abc", "current_observation_frame must be a frame number (an integer >= 0), got 'abc'"),
+    ("current_observation_frame", "abc",
+     "current_observation_frame must be a frame number (an integer >= 0), got 'abc'"),
     ("sample_id", [1], "sample_id must be an integer, got [1]"),
     ("choice_a", 3, "choice_a must be a non-empty string, got 3"),
     ("question", None, "question must be a non-empty string, got None"),
@@ -623,7 +635,7 @@ def test_egoplan_record_fields_of_the_wrong_type_are_named_at_load(field, value,
     records[2][field] = value
     annotation = tmp_path / "EgoPlan_validation.json"
     annotation.write_text(json.dumps(records))
-    settings = resolve_settings(egoplan_settings.EgoPlanSettings, task="t", metadata={"annotation_file": str(annotation)},
-                                env_prefix="EGOPLAN", environ=data.env())
+    settings = resolve_settings(egoplan_settings.EgoPlanSettings, task="t",
+                                metadata={"annotation_file": str(annotation)}, env_prefix="EGOPLAN", environ=data.env())
     with pytest.raises(egoplan_data.EgoPlanDataError, match=rf"{annotation}, record #2 .*: {re.escape(message)}"):
         egoplan_data.load_samples(settings, labelled=True)

@@ -71,7 +71,8 @@ def test_the_official_parser_reads_what_eval_py_reads(response, expected):
 
 
 def test_the_official_parser_agrees_with_eval_py_on_random_answers():
-    words = ["The", "the", "answer", "Answer:", "is", "best", "Best", "option", "Option:", "correct", "A", "B", "C", "D",
+    words = ["The", "the", "answer", "Answer:", "is", "best", "Best", "option", "Option:", "correct", "A", "B", "C",
+             "D",
              "a", "d", "(C)", "Based", "on", "video", "Clearly", "\n", "<answer>", "</answer>", "I", "choose", "place",
              "tray", "The answer is", "Best answer:", "The best option is", "The correct option", ".", "D."]
     rng = random.Random(0)
@@ -108,6 +109,7 @@ def test_the_robust_parser_reads_what_a_person_reads(response, expected):
 
 def test_each_table_holds_at_least_thirty_answers_and_the_parsers_differ_where_the_official_one_errs():
     assert len(OFFICIAL) >= 30 and len(ROBUST) >= 30
-    assert read_letters("Based on the video, the oven is closed.\n\nAnswer: C", CHOICES) == {"official": "B", "robust": "C"}
+    assert read_letters("Based on the video, the oven is closed.\n\nAnswer: C", CHOICES) == {"official": "B",
+                                                                                             "robust": "C"}
     assert read_letters("Best answer: D", CHOICES) == {"official": "B", "robust": "D"}
     assert read_letters("i would operate oven", CHOICES) == {"official": None, "robust": "C"}

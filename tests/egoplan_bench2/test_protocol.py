@@ -73,7 +73,8 @@ def test_docs_keep_the_questions_in_order_with_their_choices_gold_domain_and_sce
     for doc, record in zip(loaded.docs, records):
         assert task.doc_to_choice(doc) == [record[f"choice_{x}"] for x in "abcd"]
         assert task.doc_to_choice(doc)[task.doc_to_target(doc)] == record["answer"]
-        assert (doc["domain"], doc["scenario"], doc["task_goal"]) == (record["domain"], record["scenario"], record["task_goal"])
+        assert (doc["domain"], doc["scenario"], doc["task_goal"]) == (record["domain"], record["scenario"],
+                                                                      record["task_goal"])
     if source == "official":  # the video eval.py opens: the sample id up to its first "_"
         assert [Path(d["video"]).name for d in loaded.docs] == [r["sample_id"].split("_")[0] + ".mp4" for r in records]
     else:  # the package's records carry no observation frame number: nothing needs one
@@ -101,7 +102,8 @@ def test_video_models_get_the_clip_with_each_frames_real_time(fixture):
         video = prepare_visuals(task.doc_to_visual(doc), limits=VisualLimits(), video_native=True, takes_images=True,
                                 model_name="m").videos[0]
         assert [time.seconds for time in video.times] == pytest.approx([(n - start) / FPS for n in cut_clip])
-    assert shown(load(fixture, frame_sampling="clip", num_frames=5).docs[0])[0] == official_keyframes(fixture.records()[0], 5)
+    assert shown(load(fixture, frame_sampling="clip",
+                      num_frames=5).docs[0])[0] == official_keyframes(fixture.records()[0], 5)
 
 
 @pytest.mark.parametrize("sampling", ["keyframes", "clip"])
@@ -164,7 +166,7 @@ A. {}
 B. {}
 C. {}
 D. {}
-"""
+"""  # noqa: E501 (verbatim)
 
 
 def test_the_prompt_is_the_official_template_and_the_likelihood_variant_asks_its_question_line(fixture):
@@ -187,13 +189,17 @@ def test_the_official_parser_gets_the_raw_answer_lmms_eval_would_strip_its_reaso
     cli_default = '[["<think>", "</think>"], ["<analysis>", "</analysis>"]]'
     assert used_by_the_evaluator is parse_reasoning_tags_config
     assert parse_reasoning_tags_config(cli_value=cli_default, task_value=config.reasoning_tags) is None
-    assert parse_reasoning_tags_config(cli_value=cli_default, task_value=None) is not None  # what a task without it gets
+    assert parse_reasoning_tags_config(cli_value=cli_default,
+                                       task_value=None) is not None  # what a task without it gets
 
 
 def test_the_data_and_parsing_modules_import_without_lmms_eval():
-    code = ("import sys, lmms_egoplan.egoplan_bench2, lmms_egoplan.egoplan_bench2.data, lmms_egoplan.egoplan_bench2.parsing; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'lmms_eval', 'torch', 'transformers', 'datasets'}))")
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    code = ("import sys, lmms_egoplan.egoplan_bench2, lmms_egoplan.egoplan_bench2.data, "
+            "lmms_egoplan.egoplan_bench2.parsing; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'lmms_eval', 'torch', 'transformers', "
+            "'datasets'}))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "[]"
 
 
 # --- Scoring ----------------------------------------------------------------------------------
@@ -208,7 +214,8 @@ def test_both_parsers_are_scored_the_setting_choosing_accuracy_and_unread_answer
     assert (scores["accuracy"], scores["accuracy_robust"], scores["accuracy_official"]) == (0.0, 0.0, 1.0)
     assert (scores["unparseable_robust"], scores["unparseable_official"]) == (0.0, 0.0)
     assert scores["predictions"] == {"sample_id": doc["sample_id"], "gold": "B", "label": "D", "parser": "robust",
-                                     "letters": {"official": "B", "robust": "D"}, "domain": "Hobbies", "scenario": "baking"}
+                                     "letters": {"official": "B", "robust": "D"}, "domain": "Hobbies",
+                                     "scenario": "baking"}
     assert task.process_generation_results(doc, [answer], official)["accuracy"] == 1.0
     unread = task.process_generation_results(doc, ["i would wait and see"], robust)
     assert (unread["accuracy"], unread["unparseable_robust"], unread["unparseable_official"]) == (0.0, 1.0, 1.0)
@@ -269,7 +276,8 @@ def write_release(tmp_path, records) -> Path:
 @pytest.mark.parametrize("damage, message", [
     (lambda r: r.pop("task_start_frame"), r"record #2 \(sample_id '.*_3'\): missing field\(s\) task_start_frame"),
     (lambda r: r.update(golden_choice_idx="E"), r"record #2 .*golden_choice_idx must be one of A, B, C, D, got 'E'"),
-    (lambda r: r.update(current_observation_frame=r["task_start_frame"] - 1), r"record #2 .*comes before task_start_frame"),
+    (lambda r: r.update(current_observation_frame=r["task_start_frame"] - 1),
+     r"record #2 .*comes before task_start_frame"),
     (lambda r: r.update(domain=""), r"record #2 .*domain must be a non-empty string"),
     (lambda r: r.update(sample_id=7), r"record #2 .*sample_id must be a string '<video uid>_<n>'"),
 ])
@@ -328,7 +336,8 @@ def test_the_package_source_names_missing_files_and_fields(fixture, tmp_path):
     write_video(clip, num_frames=record["current_observation_frame"] - record["task_start_frame"] + 1, fps=FPS,
                 first_index=record["task_start_frame"], faststart=True)
     clip.write_bytes(clip.read_bytes()[:clip.stat().st_size // 2])
-    with pytest.raises(data.EgoPlanBench2DataError, match=rf"sample {record['sample_id']}: .*(cut short|damaged packet).*"
+    with pytest.raises(data.EgoPlanBench2DataError,
+                       match=rf"sample {record['sample_id']}: .*(cut short|damaged packet).*"
                                                           r"EGOPLAN2_SEED_BENCH_R1_ROOT"):
         load(copy, data_source="seed_bench_r1")
     clip.unlink()
@@ -338,7 +347,8 @@ def test_the_package_source_names_missing_files_and_fields(fixture, tmp_path):
                                                           rf"image not found: {image}"):  # the missing clip too
         load(copy, data_source="seed_bench_r1")
     assert len(load(copy, data_source="seed_bench_r1", skip_missing="true").skipped) == 2
-    with pytest.raises(data.EgoPlanBench2DataError, match=rf"progress video not found: {clip}.*EGOPLAN2_SEED_BENCH_R1_ROOT"):
+    with pytest.raises(data.EgoPlanBench2DataError,
+                       match=rf"progress video not found: {clip}.*EGOPLAN2_SEED_BENCH_R1_ROOT"):
         load(copy, data_source="seed_bench_r1")
     level = copy.package_root / "annotations" / "validation_L3.jsonl"
     lines = level.read_text().splitlines()
@@ -364,7 +374,8 @@ def test_an_observation_image_only_decoding_finds_damaged_is_named_or_skipped_an
     record = copy.package_records()[5]
     image = copy.package_root / "images" / record["video_source"] / record["current_observation_basename"]
     image.write_bytes(with_random_image_data(image.read_bytes(), redo_crc=True))
-    with pytest.raises(data.EgoPlanBench2DataError, match=rf"EgoPlan-Bench2 sample {record['sample_id']}: cannot decode "
+    with pytest.raises(data.EgoPlanBench2DataError,
+                       match=rf"EgoPlan-Bench2 sample {record['sample_id']}: cannot decode "
                                                           rf"image {image}: broken data stream.*SKIP_MISSING"):
         load(copy, data_source="seed_bench_r1")
     loaded = load(copy, data_source="seed_bench_r1", skip_missing="true")
@@ -423,7 +434,8 @@ def test_builtin_egoplan2_reports_one_number_no_unparseable_count_no_domain_or_s
     results = [utils.egoplan2_process_results(doc, [answer])
                for doc, answer in zip(docs, ["B", "i cannot tell", "B", "not sure"])]
     assert all(set(result) == {"egoplan2_mcq_accuracy"} for result in results)  # nothing but the item
-    assert all(set(result["egoplan2_mcq_accuracy"]) == {"sample_id", "pred_answer", "ground_truth"} for result in results)
+    assert all(set(result["egoplan2_mcq_accuracy"]) == {"sample_id", "pred_answer",
+                                                        "ground_truth"} for result in results)
     accuracy = utils.egoplan2_aggregate_results([result["egoplan2_mcq_accuracy"] for result in results])
     assert accuracy == 0.5  # one float: two unread answers are wrong, uncounted; no domain in the items
     assert "scenario" not in utils.egoplan2_features  # its data has no scenario to break down by

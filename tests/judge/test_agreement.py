@@ -13,7 +13,8 @@ LEVELS = (0, 0.5, 1)
 
 
 def pairs_of(first, second, group="g"):
-    return [RatingPair(group, f"{group}/{i}", a, b, f"answer {i}", "", "") for i, (a, b) in enumerate(zip(first, second))]
+    return [RatingPair(group, f"{group}/{i}", a, b, f"answer {i}", "", "")
+            for i, (a, b) in enumerate(zip(first, second))]
 
 
 def test_weighted_kappa_of_a_hand_computed_case():

@@ -12,7 +12,8 @@ from lmms_egoplan.judge import Judge, JudgeIdentity, JudgeRequest, JudgeSettings
 
 def test_the_identity_of_a_judge_its_rubric_and_what_its_server_said(tmp_path):
     with ChatServer(rating_responder(lambda call: "1"), system_fingerprint="fp_7") as server:
-        settings = JudgeSettings(judge_base_url=server.base_url, judge_model="served-judge", judge_revision="abc1234def",
+        settings = JudgeSettings(judge_base_url=server.base_url, judge_model="served-judge",
+                                 judge_revision="abc1234def",
                                  judge_cache_dir=tmp_path)
         identity = JudgeIdentity.of(settings, RUBRIC_NAME, preflight(settings))
     assert identity == JudgeIdentity("openai", "served-judge", "abc1234def", "egothink", RUBRIC.version,
@@ -23,7 +24,8 @@ def test_the_identity_of_a_judge_its_rubric_and_what_its_server_said(tmp_path):
     metadata = {"judge_backend": "openai", "judge_model": "served-judge", "judge_revision": "abc1234def",
                 **{key: json.dumps(value) if value is None else value for key, value in identity.metadata().items()}}
     assert JudgeIdentity.from_record(metadata) == identity
-    assert identity.text() == f"openai:served-judge@abc1234 (fingerprint fp_7); rubric egothink v1, prompt {RUBRIC.prompt_hash}"
+    assert (identity.text() == f"openai:served-judge@abc1234 (fingerprint fp_7); rubric egothink v1, prompt "
+                               f"{RUBRIC.prompt_hash}")
     assert JudgeIdentity.from_record({"judge_model": "null"}) is None and JudgeIdentity.from_record({}) is None
 
 

@@ -158,7 +158,8 @@ def test_audit_trail_records_prompt_raw_output_rating_and_judge_model(tmp_path):
 
     batch = requests(5)
     # The server answers "judge-v1" requests with a dated snapshot, as OpenAI does for its aliases.
-    snapshot = lambda call: dataclasses.replace(rating_responder(hash_rating)(call), model="judge-v1-2024-06-13")  # noqa: E731
+    def snapshot(call):
+        return dataclasses.replace(rating_responder(hash_rating)(call), model="judge-v1-2024-06-13")
     with ChatServer(snapshot) as server:
         results = judge_for(server, model="judge-v1", cache_dir=tmp_path / "cache").run(
             batch, ZERO_HALF_ONE, audit_path=tmp_path / "a" / "audit.jsonl", progress=False)
@@ -194,7 +195,8 @@ def test_rerun_makes_zero_calls_and_the_cache_key_covers_model_prompt_and_decodi
         assert all(j.cached for j in again.judgements)
         assert [j.rating for j in again.judgements] == [j.rating for j in first.judgements]
         # Another decoding setting, another judge model or another prompt is a new judgement.
-        judge_for(server, cache_dir=tmp_path, decoding=Decoding(max_tokens=16)).run(batch, ZERO_HALF_ONE, progress=False)
+        judge_for(server, cache_dir=tmp_path, decoding=Decoding(max_tokens=16)).run(batch, ZERO_HALF_ONE,
+                                                                                    progress=False)
         assert len(server.calls) == 10
         judge_for(server, cache_dir=tmp_path, model="other-judge").run(batch, ZERO_HALF_ONE, progress=False)
         assert len(server.calls) == 20
@@ -265,7 +267,8 @@ def test_concurrent_writers_do_not_corrupt_the_cache(tmp_path):
     assert all(p.exitcode == 0 for p in workers)
     cache = JudgeCache(tmp_path)
     assert len(cache) == 600
-    assert cache.get(JudgeCache.key("m", ({"role": "user", "content": "worker 3 prompt 149"},), Decoding())) == Completion(
+    assert cache.get(JudgeCache.key("m", ({"role": "user", "content": "worker 3 prompt 149"},),
+                                    Decoding())) == Completion(
         "output 3/149", "m-snapshot")
     assert sqlite3.connect(cache.path).execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
@@ -383,9 +386,11 @@ def test_logs_written_before_rubrics_had_names_rejudge_to_their_scores(run, tmp_
                                                                         "lmms_egoplan.egointent:RUBRIC"}
     # The judge of that run again: it answers every prompt as its audit trail says it did.
     answers = {json.dumps(record["prompt"]): record["raw_output"]
-               for path in logs.glob("*_judgements_*.jsonl") for record in map(json.loads, path.read_text().splitlines())}
+               for path in logs.glob("*_judgements_*.jsonl") for record in map(json.loads,
+                                                                               path.read_text().splitlines())}
     reported = json.loads(next(logs.glob("*_results.json")).read_text())["results"]
-    failed = sum(metrics["failed,none"] for task, metrics in reported.items() if not task.startswith("ego_think_capability"))
+    failed = sum(metrics["failed,none"] for task, metrics in reported.items()
+                 if not task.startswith("ego_think_capability"))
     with ChatServer(lambda call: Reply(answers[json.dumps(call.messages)])) as judge:
         # The run's failed judgements fail again: rejudge's distinct exit status (judge_failed_exit_status).
         assert main(["rejudge", str(logs), "--output", str(tmp_path), "--judge_base_url", judge.base_url,

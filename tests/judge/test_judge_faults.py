@@ -36,7 +36,8 @@ def prompts(n: int, text: str = "Answer {i}") -> list[JudgeRequest]:
 
 
 @pytest.mark.parametrize("bad", [Reply(""), Reply("Rating: [[7]]"), Reply("I cannot rate this."),
-                                 Reply(body='{"choices": [{"index": 0, "message": {"role": "assistant", "content": null}}]}')])
+                                 Reply(body='{"choices": [{"index": 0, "message": {"role": "assistant", '
+                                            '"content": null}}]}')])
 def test_failed_judgements_are_never_cached_so_the_next_run_asks_again(bad, tmp_path):
     state = {"recovered": False}
     with ChatServer(lambda call: rating_responder(lambda _: "1")(call) if state["recovered"] else bad) as server:

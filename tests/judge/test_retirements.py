@@ -33,7 +33,8 @@ def test_the_table_holds_the_announced_shut_downs_with_their_sources():
     expected = {("gpt-4", "openai"): "2026-10-23", ("gpt-4-0613", "openai"): "2026-10-23",
                 ("gpt-4-turbo", "openai"): "2026-10-23", ("gpt-4o-2024-05-13", "openai"): "2026-10-23",
                 ("gpt-5", "openai"): "2026-12-11", ("o3", "openai"): "2026-12-11",
-                **{(model, "openai"): "2027-01-14" for model in ("gpt-4o-2024-08-06", "gpt-4o-2024-11-20", "gpt-4o-mini",
+                **{(model, "openai"): "2027-01-14" for model in ("gpt-4o-2024-08-06", "gpt-4o-2024-11-20",
+                                                                 "gpt-4o-mini",
                                                                   "gpt-4.1", "gpt-4.1-mini")},
                 **{(model, "azure"): "2027-04-14" for model in ("gpt-4o-2024-08-06", "gpt-4o-2024-11-20", "gpt-4o-mini",
                                                                  "gpt-4.1", "gpt-4.1-mini")}}
@@ -48,7 +49,8 @@ def test_no_default_of_the_suite_names_a_model_its_provider_retired_or_will():
     # The suite-wide default (rejudge's and judge-agreement's too) and both judged benchmarks'.
     for settings in (JudgeSettings(), EgoThinkSettings(), EgoIntentSettings()):
         assert retirement(settings.judge_model) is None, type(settings).__name__
-        assert settings.judge_model == DEFAULT_JUDGE_MODEL and settings.judge_revision == PINNED_REVISIONS[DEFAULT_JUDGE_MODEL]
+        assert (settings.judge_model == DEFAULT_JUDGE_MODEL
+                and settings.judge_revision == PINNED_REVISIONS[DEFAULT_JUDGE_MODEL])
         assert settings.judge_base_url == "http://localhost:8000/v1" and settings.judge_api_key_env == ""
     # Another model drops the pinned revision (it is the default model's).
     assert JudgeSettings(judge_model="/models/other").judge_revision is None
@@ -85,7 +87,8 @@ def test_no_example_in_the_readme_or_the_docs_names_a_retired_model():
         if named := named_models(examples):
             found[str(path.relative_to(ROOT))] = sorted(named)
     assert found == {}
-    assert named_models("EGOTHINK_JUDGE_MODEL=gpt-4 and --judge_model gpt-4o-2024-11-20") == {"gpt-4", "gpt-4o-2024-11-20"}
+    assert named_models("EGOTHINK_JUDGE_MODEL=gpt-4 and --judge_model gpt-4o-2024-11-20") == {"gpt-4",
+                                                                                              "gpt-4o-2024-11-20"}
     assert named_models("gpt-4v gpt-4o gpt-4.1-nano <gpt-4-deployment>") == set()  # other models, placeholders
 
 
@@ -138,4 +141,5 @@ def test_the_docs_show_the_table_as_the_package_holds_it():
                        re.MULTILINE)
     assert shown == [(row.model, row.provider_name, row.shut_down.isoformat(),
                       row.announced.isoformat() if row.announced else "not recorded",
-                      f"`{row.replacement}`" if row.replacement else "not recorded", row.source) for row in retirements()]
+                      f"`{row.replacement}`" if row.replacement else "not recorded",
+                      row.source) for row in retirements()]

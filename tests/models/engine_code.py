@@ -153,7 +153,8 @@ class _VLLM:
         registry._run_in_subprocess = lambda function: function()
         self.renderer = None
 
-    def load(self, checkpoint: str, trust_request_mm_kwargs: bool = True, dtype: str = "float32", **engine_args) -> dict:
+    def load(self, checkpoint: str, trust_request_mm_kwargs: bool = True, dtype: str = "float32",
+             **engine_args) -> dict:
         from vllm import envs
         from vllm.config import VllmConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -190,7 +191,8 @@ class _VLLM:
 
         mistral = is_mistral_model_repo(model_name_or_path=folder)
         return {"tokenizer": mistral and any_pattern_in_repo_files(model_name_or_path=folder,
-                                                                   allow_patterns=["tekken.json", "tokenizer.model.v*"]),
+                                                                   allow_patterns=["tekken.json",
+                                                                                   "tokenizer.model.v*"]),
                 "config": mistral and file_or_path_exists(model=folder, config_name=MISTRAL_CONFIG_NAME, revision=None)}
 
     async def request(self, body: dict) -> dict:

@@ -218,7 +218,8 @@ class EngineServer(_Loopback):
         if self.fail_on is None:
             return False
         ids = body.get("input_ids")
-        return self.fail_on in json.dumps(body) or (isinstance(ids, list) and self.fail_on in self.model.tokenizer.decode(ids))
+        return self.fail_on in json.dumps(body) or (isinstance(ids, list)
+                                                    and self.fail_on in self.model.tokenizer.decode(ids))
 
     def dead(self) -> bool:
         with self._lock:
@@ -266,11 +267,14 @@ class EngineServer(_Loopback):
         sampling = body.get("sampling_params") or {}
         unknown = set(sampling) - SGLANG_SAMPLING_KEYS
         if unknown:
-            raise RequestRefused(400, {"error": f"Additional properties are not allowed ({sorted(unknown)} unexpected)"})
+            raise RequestRefused(400,
+                                 {"error": f"Additional properties are not allowed ({sorted(unknown)} unexpected)"})
         if body.get("video_data"):
             raise RequestRefused(400, {"error": {"message": "the loopback server takes no video_data"}})
         images = body.get("image_data") or []
-        images = [data_url_image(item) for item in (images if isinstance(images, list) else [images])] if self.multimodal else []
+        if not isinstance(images, list):
+            images = [images]
+        images = [data_url_image(item) for item in images] if self.multimodal else []
         inputs = self._sglang_inputs(body, images)
         ids = inputs["input_ids"][0].tolist()
         max_new_tokens = int(sampling.get("max_new_tokens", 128))
@@ -300,7 +304,8 @@ class EngineServer(_Loopback):
             top = int(body.get("top_logprobs_num") or 0)
             _, rows = self.model.prompt_logprobs(inputs, top)
             start = len(ids) if start < 0 else start
-            meta["input_token_logprobs"] = [[None, ids[start], None] if k == start else [rows[k]["logprob"], ids[k], None]
+            meta["input_token_logprobs"] = [[None, ids[start], None]
+                                            if k == start else [rows[k]["logprob"], ids[k], None]
                                             for k in range(start, len(ids))]
             if top:
                 meta["input_top_logprobs"] = [None if k == start else [[v, i, None] for i, v in rows[k]["top"][:top]]
@@ -322,8 +327,8 @@ class EngineServer(_Loopback):
         return answer
 
     def _damage_logprobs(self, entries: list | None, make_nan) -> None:
-        """``truncate_logprobs`` / ``nan_logprobs`` / ``logprob_offset`` applied to a reply's prompt log-probabilities (after
-        its null first entry)."""
+        """``truncate_logprobs`` / ``nan_logprobs`` / ``logprob_offset`` applied to a reply's prompt
+        log-probabilities (after its null first entry)."""
         if entries is None:
             return
         if self.nan_logprobs or self.logprob_offset:
@@ -341,12 +346,14 @@ class EngineServer(_Loopback):
                 raise RequestRefused(400, {"error": {"message": "the loopback server takes images with a text only"}})
             ids = torch.tensor([body["input_ids"]])
         elif not isinstance(body.get("text"), str):
-            raise RequestRefused(400, {"error": {"message": "the loopback server takes one text or input_ids per request"}})
+            raise RequestRefused(400,
+                                 {"error": {"message": "the loopback server takes one text or input_ids per request"}})
         elif images:
             # The multimodal processor leaves out the special tokens of a text that starts with BOS
             # (multimodal/processors/base_processor.py).
             bos = self.model.tokenizer.bos_token
-            return self.model.encode(body["text"], images=images, add_special_tokens=not (bos and body["text"].startswith(bos)))
+            return self.model.encode(body["text"], images=images,
+                                     add_special_tokens=not (bos and body["text"].startswith(bos)))
         else:  # TokenizerManager._tokenize_texts: the tokenizer's defaults, a BOS in the text or not
             ids = self.model.tokenizer(body["text"], return_tensors="pt")["input_ids"]
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
@@ -407,7 +414,8 @@ class EngineServer(_Loopback):
         if body.get("prompt_logprobs") is not None and self.supports_prompt_logprobs:
             top = int(body["prompt_logprobs"])
             _, rows = self.model.prompt_logprobs(inputs, top, logits=self.logprobs_mode.endswith("logits"))
-            answer["prompt_logprobs"] = [None] + [self._prompt_logprob(ids[p], rows[p], top) for p in range(1, len(ids))]
+            answer["prompt_logprobs"] = [None] + [self._prompt_logprob(ids[p], rows[p], top) for p in range(1,
+                                                                                                            len(ids))]
             self._damage_logprobs(answer["prompt_logprobs"],
                                   lambda entry, value: [item.__setitem__("logprob", item["logprob"] + value)
                                                         for item in entry.values()])
@@ -432,7 +440,8 @@ class EngineServer(_Loopback):
         rank = ranked.index(token) + 1 if token in ranked else len(ranked) + 1
         if rank > 1 and row["logprob"] >= row["top"][0][1]:  # ties aside
             rank = 1
-        entry = {str(token): {"logprob": row["logprob"], "rank": rank, "decoded_token": self.model.tokenizer.decode([token])}}
+        entry = {str(token): {"logprob": row["logprob"], "rank": rank,
+                              "decoded_token": self.model.tokenizer.decode([token])}}
         for place, (candidate, value) in enumerate(row["top"][:top], start=1):
             entry.setdefault(str(candidate), {"logprob": value, "rank": place,
                                               "decoded_token": self.model.tokenizer.decode([candidate])})
@@ -545,7 +554,8 @@ def hf_messages(messages: list[dict]) -> tuple[list[dict], list, list[list]]:
                 videos.append([data_url_image(f"data:image/png;base64,{frame}") for frame in frames])
                 hf_parts.append({"type": "video"})
             else:
-                raise RequestRefused(400, _vllm_error(f"unknown content part type {part['type']!r}", "Bad Request", 400))
+                raise RequestRefused(400,
+                                     _vllm_error(f"unknown content part type {part['type']!r}", "Bad Request", 400))
         converted.append({"role": message["role"], "content": hf_parts})
     return converted, images, videos
 

@@ -45,7 +45,8 @@ ARCHS = [arch for arch in ARCHITECTURES if arch != "llama"]  # every multimodal 
 TASK, SPLIT = "probe", "test"
 CHOICES = ["open the fridge", "wash the hands", "put the pan on the stove", "take the cup"]
 # The module that runs the vision encoder, per architecture (to count its forward passes).
-VISION_TOWER = {**dict.fromkeys(ARCHS, "vision_tower"), **dict.fromkeys(("qwen2_vl", "qwen2_5_vl", "qwen3_vl"), "visual"),
+VISION_TOWER = {**dict.fromkeys(ARCHS, "vision_tower"),
+                **dict.fromkeys(("qwen2_vl", "qwen2_5_vl", "qwen3_vl"), "visual"),
                 "idefics3": "vision_model", "smolvlm": "vision_model"}
 # Vision encoder runs per question for EgoPlan's clip and image: one for both, or (separate video
 # input) one for the image and one for the video.
@@ -108,7 +109,8 @@ def backend(tiny_model):
     def get(arch: str, **model_args) -> EgoPlanHF:
         key = (arch, tuple(sorted(model_args.items())))
         if key not in loaded:
-            loaded[key] = EgoPlanHF(pretrained=str(tiny_model(arch)), **{"device": "cpu", "dtype": "float32", **model_args})
+            loaded[key] = EgoPlanHF(pretrained=str(tiny_model(arch)),
+                                    **{"device": "cpu", "dtype": "float32", **model_args})
         return loaded[key]
 
     return get
@@ -350,7 +352,8 @@ def test_vision_encoder_and_visual_decoding_run_once_per_question(arch, backend)
         calls["vision"] += 1
 
     docs = [egoplan_doc(0), egoplan_doc(1)]
-    for prefix_sharing, runs_per_question in ((True, encoder_runs_per_question), (False, 4 * encoder_runs_per_question)):
+    for prefix_sharing, runs_per_question in ((True, encoder_runs_per_question),
+                                              (False, 4 * encoder_runs_per_question)):
         model = backend(arch, prefix_sharing=prefix_sharing)
         hook = getattr(model.model.model, VISION_TOWER[arch]).register_forward_hook(count_vision)
         calls.update(doc_to_visual=0, vision=0)
@@ -371,7 +374,8 @@ def test_a_processor_that_rewrites_text_outside_the_placeholders_is_refused_nami
         return processor_call(self, *args, text=[t.replace("<|im_end|>", ".<|im_end|>") for t in text], **kwargs)
 
     monkeypatch.setattr(type(model.processor), "__call__", rewriting)
-    with pytest.raises(PromptAlignmentError, match=rf"{model.pretrained}: .*the qwen2_vl processor changes text outside "
+    with pytest.raises(PromptAlignmentError,
+                       match=rf"{model.pretrained}: .*the qwen2_vl processor changes text outside "
                                                    r"the visual placeholders, which egoplan_hf cannot score"):
         model.loglikelihood(mc_requests(model, [egoplan_doc(0)]))
 
@@ -397,7 +401,8 @@ def test_the_model_gets_the_tokens_its_own_processor_gives_the_conversation(arch
                                                            dtype="float32")
     images = [] if arch == "llama" else [index_image(1, size=(48, 40)), index_image(2, size=(56, 42))]
     visuals = prepare_visuals(images, limits=model.limits, video_native=model.video_native,
-                              takes_images=model.takes_images, model_name=arch, videos_with_images=model.videos_with_images)
+                              takes_images=model.takes_images, model_name=arch,
+                              videos_with_images=model.videos_with_images)
     [rendered] = model.chat.with_answers(model.chat.user_turn(visuals.parts, "What next?"), ["wash the hands"])
     conversation = [{"role": "user", "content": [*({"type": "image", "image": image} for image in images),
                                                  {"type": "text", "text": "What next?"}]},
@@ -406,7 +411,8 @@ def test_the_model_gets_the_tokens_its_own_processor_gives_the_conversation(arch
     oracle = oracle.tolist() if isinstance(oracle, torch.Tensor) else oracle
     oracle = oracle[0] if isinstance(oracle[0], list) else oracle
     assert model._encode([rendered.text], [visuals], "the oracle")["input_ids"][0].tolist() == oracle
-    sequence = scored_sequence(model.tokenizer, rendered, add_special_tokens=model.chat.adds_special_tokens(rendered.text))
+    sequence = scored_sequence(model.tokenizer, rendered,
+                               add_special_tokens=model.chat.adds_special_tokens(rendered.text))
     bos = model.tokenizer.bos_token_id
     assert sequence.token_ids[1] != bos and (arch not in BOS_ADDING or sequence.token_ids[0] == bos)
     if not images:
@@ -432,7 +438,8 @@ def test_scored_tokens_are_exactly_the_answer(arch, tiny_model):
             continue
         closed = scored_sequence(processor.tokenizer, rendered, end_of_turn_ids=special_token_ids(processor.tokenizer))
         assert closed.first == sequence.first
-        assert processor.tokenizer.decode(closed.token_ids[closed.first:closed.stop]) == answer + SCORED_END_OF_TURN[arch]
+        assert (processor.tokenizer.decode(closed.token_ids[closed.first:closed.stop])
+                == answer + SCORED_END_OF_TURN[arch])
 
 
 def test_tokens_merged_across_the_answer_boundary_are_scored_and_shared_prefix_stops_before_them(
@@ -595,7 +602,8 @@ def test_generation_is_batched_with_left_padding_and_returns_only_new_text(arch,
     # Reference: the model's own generate() on the same prompt; only the new tokens are returned.
     model = backend(arch)
     visuals = model_visuals(model, docs[1])
-    inputs = model._encode([model.chat.generation_prompt(model.chat.user_turn(visuals.parts, "Short?"))], [visuals], "t")
+    inputs = model._encode([model.chat.generation_prompt(model.chat.user_turn(visuals.parts, "Short?"))], [visuals],
+                           "t")
     with torch.inference_mode():
         out = model.model.generate(**inputs, max_new_tokens=8, do_sample=False)
     assert one[1] == model.tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
@@ -638,7 +646,8 @@ def test_a_device_map_offloading_layers_to_disk_gives_the_single_device_likeliho
     """Accelerate's big-model inference on CPU: the second decoder layer and the LM head live on disk
     (weights on the meta device, loaded by hooks at each forward), so the prefill's KV cache and its
     per-chunk copies (continuation_batch_size 3 < 4 candidates) are built through those hooks."""
-    device_map = {"model.visual": "cpu", "model.language_model.embed_tokens": "cpu", "model.language_model.layers.0": "cpu",
+    device_map = {"model.visual": "cpu", "model.language_model.embed_tokens": "cpu",
+                  "model.language_model.layers.0": "cpu",
                   "model.language_model.layers.1": "disk", "model.language_model.norm": "cpu",
                   "model.language_model.rotary_emb": "cpu", "lm_head": "disk"}
     split = EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), dtype="float32", continuation_batch_size=3,
@@ -674,7 +683,8 @@ ACCELERATE_DEVICE_MAPS = [
     ({"model.visual": 0, "model.language_model.embed_tokens": 0, "model.language_model.layers.0": 0,
       "model.language_model.layers.1": 1, "model.language_model.norm": 1, "model.language_model.rotary_emb": 1,
       "lm_head": 1}, "cuda:0"),
-    ({"model.visual": 0, "model.language_model.embed_tokens": 1, "model.language_model.layers": 1, "lm_head": 2}, "cuda:1"),
+    ({"model.visual": 0, "model.language_model.embed_tokens": 1, "model.language_model.layers": 1, "lm_head": 2},
+     "cuda:1"),
     ({"model.visual": 1, "model.language_model": 0, "lm_head": 0}, "cuda:0"),
     ({"model": "cuda:1", "lm_head": "cuda:0"}, "cuda:1"),
     ({"model.visual": 0, "model.language_model": "cpu", "lm_head": "disk"}, "cpu"),
@@ -697,7 +707,8 @@ def test_device_map_errors_name_the_model_arg(tiny_model, monkeypatch):
     import accelerate
 
     pretrained = str(tiny_model("qwen2_vl"))
-    with pytest.raises(ValueError, match="device_map must be one of auto, balanced, balanced_low_0, sequential or a JSON"):
+    with pytest.raises(ValueError,
+                       match="device_map must be one of auto, balanced, balanced_low_0, sequential or a JSON"):
         EgoPlanHF(pretrained=pretrained, device_map="everywhere")
     with pytest.raises(ValueError, match="model_args device_map is not valid JSON"):
         EgoPlanHF(pretrained=pretrained, device_map="{lm_head: 0}")

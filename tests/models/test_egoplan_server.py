@@ -266,7 +266,8 @@ def test_vllm_llava_next_video_takes_a_clip_but_no_image(servers):
     server = servers("vllm", "llava_next_video")
     backend = server_backend(server)
     server.reset()
-    with pytest.raises(UnsupportedVisualError, match=r"1 image\(s\), and vLLM serves llava_next_video with 1 video\(s\)"):
+    with pytest.raises(UnsupportedVisualError,
+                       match=r"1 image\(s\), and vLLM serves llava_next_video with 1 video\(s\)"):
         backend.loglikelihood(mc_requests(backend, [doc(8)]))
     assert server.requests == []
     with pytest.raises(ServerSetupError, match="videos_as_frames=true would send every video as images"):
@@ -305,7 +306,8 @@ def test_a_text_prompt_with_two_bos_on_sglang_is_what_the_backend_no_longer_send
     server = servers("sglang", "llama")
     backend = server_backend(server)
     probe = backend._prompt(ModelVisuals(), "What should I do next?", INPUT_ORDER.convention, "here")
-    answer = backend.engine.client.post("/generate", {"text": probe.prefix_text, "sampling_params": {"max_new_tokens": 0},
+    answer = backend.engine.client.post("/generate",
+                                        {"text": probe.prefix_text, "sampling_params": {"max_new_tokens": 0},
                                                       "return_prompt_token_ids": True})
     assert answer["prompt_token_ids"] == [backend.tokenizer.bos_token_id, *probe.prefix_ids]
 
@@ -353,11 +355,13 @@ def test_a_vllm_without_prompt_logprobs_is_refused_at_load(options, message, ser
 def test_a_plain_openai_endpoint_is_refused_at_load(tiny_model):
     with ChatServer(lambda call: Reply("hello"), model_name="tiny") as openai_like:
         with pytest.raises(ServerSetupError, match="does not answer GET /version"):
-            EgoPlanServer(engine="vllm", base_url=openai_like.base_url, model="tiny", pretrained=str(tiny_model("qwen2_vl")))
+            EgoPlanServer(engine="vllm", base_url=openai_like.base_url, model="tiny",
+                          pretrained=str(tiny_model("qwen2_vl")))
 
 
 def test_a_server_with_another_chat_template_is_refused_at_load(servers, tiny_model):
-    template = "{% for m in messages %}{{ m['role'] }}: {% for p in m['content'] %}{{ p['text'] }}{% endfor %}\n{% endfor %}"
+    template = ("{% for m in messages %}{{ m['role'] }}: "
+                "{% for p in m['content'] %}{{ p['text'] }}{% endfor %}\n{% endfor %}")
     server = servers("vllm", "qwen2_vl", chat_template=template)
     with pytest.raises(ServerSetupError, match="other tokens than model_args pretrained's processor and chat template"):
         server_backend(server)
@@ -393,7 +397,8 @@ def test_bad_model_args_are_named(servers):
 
 
 @pytest.mark.parametrize("model_args,message", [({"model": "tiny"}, r"model_args engine=sglang\|vllm is required"),
-                                                ({"engine": "vllm"}, "model_args model=<the served model name> is required")])
+                                                ({"engine": "vllm"},
+                                                 "model_args model=<the served model name> is required")])
 def test_a_missing_engine_or_model_is_named_with_its_choices(model_args, message):
     with pytest.raises(SettingsError, match=message):
         EgoPlanServer(**model_args)
@@ -501,7 +506,8 @@ def mistral_format(tiny_model, tmp_path_factory):
 def test_a_mistral_format_repository_on_vllm_is_named_with_the_two_flags(servers, mistral_format):
     """A vLLM that serves it with its Mistral tokenizer renders the probe otherwise (played here by
     another chat template); the error names what makes vLLM serve the transformers files."""
-    template = "{% for m in messages %}[{{ m['role'] }}]{% for p in m['content'] %}{{ p['text'] }}{% endfor %}{% endfor %}"
+    template = ("{% for m in messages %}[{{ m['role'] }}]"
+                "{% for p in m['content'] %}{{ p['text'] }}{% endfor %}{% endfor %}")
     server = servers("vllm", "mistral3", chat_template=template)
     with pytest.raises(ServerSetupError, match="Mistral-format repository.*--tokenizer-mode hf --config-format hf"):
         server_backend(server, pretrained=str(mistral_format))

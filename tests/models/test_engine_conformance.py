@@ -103,7 +103,8 @@ def backend_exchanges(engine: str, arch: str, checkpoint) -> list[tuple[dict, li
     images for the architecture, and a generation."""
     frames_as_images = engine == "sglang" and arch in VIDEO_ARCHITECTURES
     shape = {} if frames_as_images else question_shape(engine, arch)
-    two_images = arch != "llama" and "image" in (VLLM_MODALITIES.get(arch, {"image": None}) if engine == "vllm" else {"image": None})
+    two_images = arch != "llama" and "image" in (VLLM_MODALITIES.get(arch, {"image": None})
+                                                 if engine == "vllm" else {"image": None})
     with loopback(engine, checkpoint, arch) as server:
         backend = server_backend(server, videos_as_frames=frames_as_images)
         requests = [*with_visuals(mc_requests(backend, [doc(0, **shape)]), visuals if arch != "llama" else None),
@@ -172,7 +173,8 @@ def anyres_per_image(body: dict, ran: list[int], processor) -> list[int]:
     to transformers' processor one by one, as for a prompt per image), not one crop each."""
     if "messages" in body:  # vLLM renders the conversation with the model's template
         messages, images, _ = hf_messages(body["messages"])
-        text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=body.get("add_generation_prompt", True))
+        text = processor.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=body.get("add_generation_prompt", True))
     else:
         text, images = body.get("text"), [data_url_image(url) for url in body.get("image_data") or []]
     if len(images) < 2:
@@ -402,7 +404,8 @@ def test_sglang_server_info_holds_the_settings_the_backend_reads_as_its_loopback
     for key in ("prefill_attention_backend", "decode_attention_backend", "page_size", "allow_auto_truncate"):
         assert info[key] == played[key], key
     assert info["attention_backend"] == flags.get("attention_backend", "torch_native")
-    assert info["chunked_prefill_size"] > 0 if "chunked_prefill_size" not in flags else info["chunked_prefill_size"] == -1
+    assert (info["chunked_prefill_size"] > 0 if "chunked_prefill_size" not in flags
+            else info["chunked_prefill_size"] == -1)
 
 
 def test_vllm_recognises_a_mistral_format_repository_as_the_backend_does(engines, tiny_model, tmp_path):

@@ -406,7 +406,8 @@ def test_chat_template_prefix_property(arch, ckpt_dirs):
         for history in _user_turns(arch):
             context = r.apply_chat_template(history, tokenize=False, add_generation_prompt=True, **template)
             if arch != "mistral3":  # Mistral's answer follows [/INST]: no generation prompt
-                assert context != r.apply_chat_template(history, tokenize=False, add_generation_prompt=False, **template)
+                assert context != r.apply_chat_template(history, tokenize=False, add_generation_prompt=False,
+                                                        **template)
             for answer in ["B", " B", "grind the beans, then 煮 water.", ""]:
                 for content in contents(answer):
                     full = r.apply_chat_template(history + [{"role": "assistant", "content": content}], tokenize=False,

@@ -53,8 +53,9 @@ def egoplan_doc(record: dict, root: Path) -> dict:
     write_frame_folder(egoplan_data.epic_frame_folder(root / "epic", record["video_id"]), numbers, size=(48, 40))
     annotation = root / "EgoPlan_test.json"
     annotation.write_text(json.dumps([record]))
-    settings = resolve_settings(egoplan_settings.EgoPlanSettings, task="timing", metadata={"annotation_file": str(annotation)},
-                                env_prefix="EGOPLAN", environ={"EGOPLAN_EPIC_FRAMES_ROOT": str(root / "epic")})
+    settings = resolve_settings(egoplan_settings.EgoPlanSettings, task="timing",
+                                metadata={"annotation_file": str(annotation)}, env_prefix="EGOPLAN",
+                                environ={"EGOPLAN_EPIC_FRAMES_ROOT": str(root / "epic")})
     [doc] = egoplan_data.load_samples(settings, labelled=False).docs
     return doc
 
@@ -68,7 +69,8 @@ def official_times(record: dict) -> list[float]:
 def requests_for(model: EgoPlanHF, doc: dict, doc_to_visual, context: str) -> tuple[list[Instance], list[Instance]]:
     """The doc's likelihood requests (two candidates) and its generation request."""
     model.task_dict = {TASK: {SPLIT: [doc]}}
-    scored = [Instance(request_type="loglikelihood", idx=i, arguments=(context, f" {answer}", doc_to_visual, 0, TASK, SPLIT),
+    scored = [Instance(request_type="loglikelihood", idx=i,
+                       arguments=(context, f" {answer}", doc_to_visual, 0, TASK, SPLIT),
                        metadata={"task": TASK, "doc_id": 0, "repeats": 1})
               for i, answer in enumerate(["rinse pan", "take sponge"])]
     generated = [Instance(request_type="generate_until", idx=0,
@@ -173,7 +175,8 @@ def test_an_egointent_clip_at_6_fps_gets_the_positions_of_its_sampling_rate(tmp_
     """32 frames sampled at 6 FPS from a 30 fps video: one temporal patch per 1/3 s, 2 tokens per second."""
     write_video(tmp_path / "kitchen.mp4", num_frames=160, fps=30, size=(32, 32))
     annotations = tmp_path / "steps.jsonl"
-    annotations.write_text(json.dumps({"step_id": "s1", "video": "kitchen.mp4", "step_start": 0.0, "truncation_time": 5.2,
+    annotations.write_text(json.dumps({"step_id": "s1", "video": "kitchen.mp4", "step_start": 0.0,
+                                       "truncation_time": 5.2,
                                        "scenario": "Kitchen", "environment": "indoor", "local_intent": "a",
                                        "procedural_intent": "b", "next_step_plan": "c"}) + "\n")
     [doc] = load_samples(EgoIntentSettings(annotations=annotations)).docs
@@ -210,7 +213,8 @@ def test_time_reaches_exactly_the_architectures_that_read_it(arch, backend):
     assert equal(slow, fast) == (TIME_CARRIER[arch] is None)
     assert equal(slow, untimed) == (TIME_CARRIER[arch] is None)
     if arch == "qwen2_5_vl":  # seconds per temporal patch of 2 frames
-        assert slow["second_per_grid_ts"].tolist() == pytest.approx([2.0]) and fast["second_per_grid_ts"].tolist() == pytest.approx([0.4])
+        assert (slow["second_per_grid_ts"].tolist() == pytest.approx([2.0])
+                and fast["second_per_grid_ts"].tolist() == pytest.approx([0.4]))
     elif TIME_CARRIER[arch] is not None:
         text = model.tokenizer.decode(slow["input_ids"][0])
         stamps = {"qwen3_vl": ["0.5 seconds", "2.5 seconds", "4.5 seconds", "6.5 seconds"],
@@ -226,11 +230,13 @@ def test_frames_without_times_are_untimed_and_a_subsampled_clip_keeps_its_frames
     assert [time.seconds for time in video.times] == pytest.approx([0, 40 / 30, 70 / 30, 110 / 30])
     metadata = video.metadata()
     assert metadata["fps"] == 30.0 and metadata["frames_indices"] == [0, 40, 70, 110]
-    assert len(metadata["frames_indices"]) / metadata["total_num_frames"] * metadata["fps"] == pytest.approx(3 / (110 / 30))
+    assert (len(metadata["frames_indices"]) / metadata["total_num_frames"] * metadata["fps"]
+            == pytest.approx(3 / (110 / 30)))
     untimed = prepare_visuals([[index_image(i) for i in range(3)]], limits=VisualLimits(), video_native=True,
                               takes_images=True, model_name="m").videos[0]
     assert untimed.times is None and untimed.metadata()["fps"] is None
-    still = media.as_video_frames([index_image(1) for _ in range(4)], clip="s", times=media.frame_times([5] * 4, 5, 30.0))
+    still = media.as_video_frames([index_image(1) for _ in range(4)], clip="s",
+                                  times=media.frame_times([5] * 4, 5, 30.0))
     metadata = prepare_visuals(still, limits=VisualLimits(), video_native=True, takes_images=True,
                                model_name="m").videos[0].metadata()
     assert metadata["frames_indices"] == [0] * 4 and metadata["total_num_frames"] == 4 and metadata["fps"] == 30.0

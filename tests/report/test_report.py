@@ -78,7 +78,8 @@ def egoplan_bench2_run(folder, stamp="20260101_103000", **kwargs):
     for index, family in ((1, "domain"), (2, "scenario")):
         for name in {s[index] for s in samples}:
             members = [s[0] for s in samples if s[index] == name]
-            metrics[f"accuracy_{family}_{name}"], metrics[f"n_{family}_{name}"] = sum(members) / len(members), len(members)
+            metrics[f"accuracy_{family}_{name}"] = sum(members) / len(members)
+            metrics[f"n_{family}_{name}"] = len(members)
     logged = [{"doc_id": i, "accuracy": c, f"accuracy_domain_{d}": c, f"accuracy_scenario_{s}": c}
               for i, (c, d, s, _) in enumerate(samples)]
     return write_lmms_eval_run(folder, stamp, {"egoplan_bench2": metrics}, {"egoplan_bench2": logged}, **kwargs)
@@ -176,7 +177,8 @@ def test_every_number_in_the_tables_equals_its_results_file(results_tree, tmp_pa
         assert float(ours[0][header]) == metrics[f"{metric},none"] * 100
     outcomes = [c for c, *_ in EGOPLAN_SAMPLES]
     low, high = exact_binomial_interval(sum(outcomes), len(outcomes))
-    assert (float(ours[0]["Accuracy (%) 95% low"]), float(ours[0]["Accuracy (%) 95% high"])) == pytest.approx((low * 100, high * 100))
+    assert (float(ours[0]["Accuracy (%) 95% low"]),
+            float(ours[0]["Accuracy (%) 95% high"])) == pytest.approx((low * 100, high * 100))
     markdown = report.markdown.read_text()
     assert f"| 60.00 [{low * 100:.2f}, {high * 100:.2f}] |" in markdown
     assert "| 5 |" in markdown and "20260101_100000" not in markdown  # the sample count; no submission file
@@ -196,12 +198,16 @@ def test_every_number_in_the_tables_equals_its_results_file(results_tree, tmp_pa
                                         "Overall (0-100)")] == [20, 40, 30, 30]
     assert "partial: 4 of 10 samples (--limit 4)" in intent["notes"] and "no intervals" in intent["notes"]
     plans = {r["task"]: r for r in read_csv(tmp_path / "report" / "actplan1k.csv") if r["source"] == THIS_RUN}
-    assert float(plans["actplan1k"]["BLEURT accuracy (%)"]) == 25.0 and float(plans["actplan1k_text_only"]["Norm. LCS (0-1)"]) == 0.3
+    assert (float(plans["actplan1k"]["BLEURT accuracy (%)"]) == 25.0
+            and float(plans["actplan1k_text_only"]["Norm. LCS (0-1)"]) == 0.3)
     bench2 = read_csv(tmp_path / "report" / "egoplan_bench2.csv")[0]
-    assert [float(bench2[h]) for h in ("Accuracy (%)", "Daily life (%)", "Work (%)", "Official parser (%)")] == [75, 50, 100, 50]
-    assert bench2["Hobbies (%)"] == "100.0" and bench2["Recreation (%)"] == "" and float(bench2["Unparseable, official parser"]) == 1
+    assert [float(bench2[h]) for h in ("Accuracy (%)", "Daily life (%)", "Work (%)",
+                                       "Official parser (%)")] == [75, 50, 100, 50]
+    assert (bench2["Hobbies (%)"] == "100.0" and bench2["Recreation (%)"] == ""
+            and float(bench2["Unparseable, official parser"]) == 1)
     low, high = exact_binomial_interval(1, 2)  # daily life: 1 of 2 right
-    assert (float(bench2["Daily life (%) 95% low"]), float(bench2["Daily life (%) 95% high"])) == pytest.approx((low * 100, high * 100))
+    assert (float(bench2["Daily life (%) 95% low"]),
+            float(bench2["Daily life (%) 95% high"])) == pytest.approx((low * 100, high * 100))
     assert report.lines[0] == "Ignored (no table of the suite reads them): mmmu_val"
     assert report.lines[1].startswith("Unreadable: ") and "broken/20250101_000000_results.json" in report.lines[1]
 
@@ -453,8 +459,10 @@ def test_identical_runs_keep_the_latest_and_all_runs_shows_each_told_apart_by_ti
     latest = egoplan_val_rows([tmp_path])
     assert [(row.model, row.run.time_text) for row in latest] == [("tiny-model", "2026-01-01 10:00:00 UTC+08:00")]
     every = egoplan_val_rows([tmp_path], all_runs=True)
-    assert [(row.model, row.run.time_text[11:19]) for row in every] == [("tiny-model", "09:00:00"), ("tiny-model", "10:00:00")]
-    egoplan_run(tmp_path / "other backend", stamp="20260101_110000", settings={"num_frames": 8, "scored_tokens": "answer"})
+    assert [(row.model, row.run.time_text[11:19]) for row in every] == [("tiny-model", "09:00:00"),
+                                                                        ("tiny-model", "10:00:00")]
+    egoplan_run(tmp_path / "other backend", stamp="20260101_110000",
+                settings={"num_frames": 8, "scored_tokens": "answer"})
     labelled = sorted(row.model for row in egoplan_val_rows([tmp_path], all_runs=True))
     assert labelled == ["tiny-model (scored_tokens answer)"] + ["tiny-model (scored_tokens unset)"] * 2
 
@@ -591,11 +599,13 @@ def test_a_cut_per_sample_log_costs_its_rows_intervals_not_the_report(tmp_path):
 def test_every_row_of_a_judged_table_names_its_judge_and_runs_of_other_judge_prompts_are_other_rows(tmp_path):
     judge = {"judge_backend": "openai", "judge_model": "Qwen/Qwen3-30B-A3B-Instruct-2507",
              "judge_revision": "0d7cf23991f47feeb3a57ecb4c9cee8ea4a17bfe", "judge_rubric": "egothink",
-             "judge_rubric_version": "1", "judge_prompt_hash": "aaaa", "judge_served_model": "Qwen/Qwen3-30B-A3B-Instruct-2507",
+             "judge_rubric_version": "1", "judge_prompt_hash": "aaaa",
+             "judge_served_model": "Qwen/Qwen3-30B-A3B-Instruct-2507",
              "judge_system_fingerprint": "fp_1"}
 
     def run(folder, stamp, score, **recorded):
-        write_lmms_eval_run(tmp_path / folder, stamp, {"ego_think_counting": {"score": score}}, settings={**judge, **recorded})
+        write_lmms_eval_run(tmp_path / folder, stamp, {"ego_think_counting": {"score": score}},
+                            settings={**judge, **recorded})
 
     run("a", "20260101_100000", 50.0)
     run("b", "20260101_110000", 50.0, judge_system_fingerprint="fp_2")  # the same judge: it replaces run a
@@ -618,7 +628,8 @@ def test_every_row_of_a_judged_table_names_its_judge_and_runs_of_other_judge_pro
         "openai:gpt-4 (served as gpt-4-0613, fingerprint fp_1); rubric egothink v1, prompt aaaa; shut down by OpenAI "
         "on 2026-10-23"}
     published = {(row["source"], row["model"]): row["judge"] for row in rows if row["source"].startswith("published")}
-    assert published[("published (EgoThink, Table 3)", "GPT-4V")] == "GPT-4 (snapshot not given), shut down by OpenAI on 2026-10-23"
+    assert published[("published (EgoThink, Table 3)",
+                      "GPT-4V")] == "GPT-4 (snapshot not given), shut down by OpenAI on 2026-10-23"
     assert published[("published (EgoTools, Table 2)", "EgoTools-8B")].endswith(
         ", to be shut down by OpenAI on 2027-01-14")
     assert "not stated" in published[("published (RAVEN, Table 3)", "RAVEN")]
@@ -649,4 +660,5 @@ def test_a_judged_run_whose_audit_trail_cannot_be_found_gets_no_interval_rather_
     write_report([tmp_path / "logs"], tmp_path / "report", FACES)
     ours = next(row for row in read_csv(tmp_path / "report" / "egointent.csv") if row["source"] == THIS_RUN)
     assert float(ours["Overall (0-100)"]) > 0
-    assert [ours[f"{name} (0-100) 95% low"] for name in ("Local Intent", "Procedural Intent", "Overall")] == ["", "", ""]
+    assert [ours[f"{name} (0-100) 95% low"] for name in ("Local Intent", "Procedural Intent", "Overall")] == ["", "",
+                                                                                                              ""]

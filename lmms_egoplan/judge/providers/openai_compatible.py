@@ -54,7 +54,8 @@ class OpenAIChatBackend(JudgeBackend):
         except openai.APIStatusError as error:
             message = masked(f"HTTP {error.status_code}: {_error_message(error)}")
             if error.status_code in (408, 409, 429) or error.status_code >= 500:
-                raise TransientJudgeError(message, retry_after(getattr(getattr(error, "response", None), "headers", None))) from None
+                headers = getattr(getattr(error, "response", None), "headers", None)
+                raise TransientJudgeError(message, retry_after(headers)) from None
             raise JudgeCallError(message, error.status_code, _error_code(error)) from None
         except openai.APITimeoutError:
             raise TransientJudgeError("timed out") from None
