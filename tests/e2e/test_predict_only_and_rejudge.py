@@ -20,9 +20,10 @@ def predict_only(tmp_path_factory, tiny_model):
 
     root = tmp_path_factory.mktemp("predict_only")
     with ExitStack() as resources:
-        suites = [build(root / "data" / name, resources) for name, build in suites().items()]
-        env = {key: value for suite in suites for key, value in suite.env.items()}
-        tasks = [task for name in suites() for task in entry(name).tasks]
+        builders = suites()
+        built = [build(root / "data" / name, resources) for name, build in builders.items()]
+        env = {key: value for suite in built for key, value in suite.env.items()}
+        tasks = [task for name in builders for task in entry(name).tasks]
         run = run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}", tasks=tasks,
                             output_dir=root / "out", env=env, check=False,
                             extra_args=["--predict_only", "--gen_kwargs", "max_new_tokens=8"])
