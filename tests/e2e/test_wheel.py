@@ -128,13 +128,13 @@ def wheel_run(wheel_env, tiny_model, tmp_path_factory):
     """One task of each benchmark in one lmms-eval run of the fresh environment (EgoThink and EgoIntent
     judged by loopback judges), and the data it read."""
 
-    from lmms_egoplan.demo.smoke import suites
+    from lmms_egoplan.demo import smoke
 
     root = tmp_path_factory.mktemp("wheel_run")
     one_task = {"egoplan": "egoplan_val", "egothink": "ego_think_counting", "egointent": "egointent",
                 "actplan": "actplan1k", "egoplan_bench2": "egoplan_bench2"}
     with contextlib.ExitStack() as resources:
-        suites = {name: build(root / "data" / name, resources) for name, build in suites().items()}
+        suites = {name: build(root / "data" / name, resources) for name, build in smoke.suites().items()}
         run = run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}",
                             tasks=[one_task[name] for name in suites], output_dir=root / "out",
                             env={key: value for suite in suites.values() for key, value in suite.env.items()},
