@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from lmms_egoplan import catalogue
 from lmms_egoplan.actplan.benchmark import ACTPLAN
 from lmms_egoplan.egointent.benchmark import EGOINTENT
 from lmms_egoplan.egoplan.benchmark import EGOPLAN
@@ -22,10 +23,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (EGOPLAN, EGOTHINK, EGOINTENT, ACTPLAN, EGOP
 
 
 def benchmark(name: str) -> Benchmark:
-    found = [entry for entry in BENCHMARKS if entry.name == name]
-    if not found:
-        raise KeyError(f"no benchmark {name!r} (known: {', '.join(entry.name for entry in BENCHMARKS)})")
-    return found[0]
+    """The value of the benchmark the catalogue names ``name`` (an unknown name: the catalogue's KeyError)."""
+    row = catalogue.entry(name)
+    return next(value for value in BENCHMARKS if value.entry is row)
 
 
 def report_faces() -> list[ReportFace]:
