@@ -147,7 +147,8 @@ def _judge_options(command: argparse.ArgumentParser, defaults: str, **own_defaul
 
 
 def _rejudge_arguments(rejudge: argparse.ArgumentParser) -> None:
-    rejudge.add_argument("samples", nargs="+", help="samples files (<date>_samples_<task>.jsonl) or folders holding them")
+    rejudge.add_argument("samples", nargs="+",
+                         help="samples files (<date>_samples_<task>.jsonl) or folders holding them")
     rejudge.add_argument("--output", required=True, help="folder for the new audit trails and scores")
     _judge_options(rejudge, "the run's, as its results file records it, else ")
     rejudge.set_defaults(handler=_rejudge)

@@ -92,9 +92,9 @@ def timed(read, docs: list[dict]) -> float:
 def model_times(backend, docs: list[dict], prefetch: int) -> dict[str, float]:
     """Wall, decoding and model seconds of egoplan_hf scoring ``docs`` (4 candidates each)."""
     from bench_loglikelihood import SPLIT, TASK
-    from lmms_eval.api.instance import Instance
 
     from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, SCORED_SPAN
+    from lmms_egoplan.harness.lmms_eval_task import SuiteInstance
 
     spent = {"decode": 0.0, "model": 0.0}
 
@@ -107,8 +107,9 @@ def model_times(backend, docs: list[dict], prefetch: int) -> dict[str, float]:
                 spent[step] += time.perf_counter() - started
         return run
 
-    requests = [Instance(request_type="loglikelihood", idx=i, metadata={"task": TASK, "doc_id": doc_id, "repeats": 1},
-                         arguments=(egoplan.doc_to_text(doc), choice, egoplan.doc_to_visual, doc_id, TASK, SPLIT))
+    requests = [SuiteInstance(request_type="loglikelihood", idx=i,
+                              metadata={"task": TASK, "doc_id": doc_id, "repeats": 1},
+                              arguments=(egoplan.doc_to_text(doc), choice, egoplan.doc_to_visual, doc_id, TASK, SPLIT))
                 for doc_id, doc in enumerate(docs) for i, choice in enumerate(egoplan.doc_to_choice(doc))]
     SCORED_SPAN.mark(requests, ANSWER_AND_END_OF_TURN)
     backend.task_dict = {TASK: {SPLIT: docs}}

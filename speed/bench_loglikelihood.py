@@ -133,13 +133,12 @@ def egoplan_visuals(doc: dict) -> list[Image.Image]:
 
 
 def requests_for(docs: list[dict], span: str) -> list:
-    from lmms_eval.api.instance import Instance
-
     from lmms_egoplan.core.request_options import SCORED_SPAN
     from lmms_egoplan.egoplan import task as egoplan
+    from lmms_egoplan.harness.lmms_eval_task import SuiteInstance
 
     # egoplan_val: the task's prompt builder, candidates appended with target_delimiter "".
-    requests = [Instance(request_type="loglikelihood", idx=i,
+    requests = [SuiteInstance(request_type="loglikelihood", idx=i,
                          arguments=(egoplan.doc_to_text(doc), choice, egoplan_visuals, doc_id, TASK, SPLIT),
                          metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
                 for doc_id, doc in enumerate(docs) for i, choice in enumerate(egoplan.doc_to_choice(doc))]

@@ -35,7 +35,8 @@ def _is_subsequence(sub, sequence) -> bool:
 
 
 def test_the_scripted_model_answers_the_most_specific_key_and_flags_unknown_prompts():
-    script = ScriptedAnswers(tasks=("t",), answers={"The goal is X.": "normal", "The goal is X. It is wet.": "counterfactual",
+    script = ScriptedAnswers(tasks=("t",), answers={"The goal is X.": "normal",
+                                                    "The goal is X. It is wet.": "counterfactual",
                                                     "Step id: 7\n": "seven"}, expected=dict)
     respond = answering([script])
     assert respond(call("Task: The goal is X.\nPlan:")).text == "normal"
@@ -55,7 +56,8 @@ def test_the_scripted_judges_read_reference_and_answer_from_the_benchmarks_judge
     record = egothink.synthetic_records(next(iter(egothink.DIMENSIONS.values())), 2)[1]
     doc = {"id": "x", "question": record["question"], "answer": record["answer"]}
     for kind, rating in egothink.SCRIPTED_RATINGS.items():
-        prompt = egothink_task_protocol.judge_request(doc, egothink.scripted_answer(record["answer"], kind)).messages[-1]["content"]
+        request = egothink_task_protocol.judge_request(doc, egothink.scripted_answer(record["answer"], kind))
+        prompt = request.messages[-1]["content"]
         assert judge(call(prompt)).text.endswith(f"Rating: [[{rating}]]")
     steps = egointent.released_steps()
     for number in range(len(egointent.SCRIPTED_STEPS)):  # the local intent of each kind of scripted answer
@@ -113,11 +115,12 @@ def test_the_demo_table_marks_scripted_rows_and_says_why_zeros_are_no_scores():
         return {"results": {task: {f"{k},none": v for k, v in metrics.items()} for task, metrics in tasks.items()},
                 "n-samples": {task: {"original": 15, "effective": 15} for task in tasks}}
 
-    table = task_table([(results(egointent={"overall": 0.0, "judged": 0, "failed": 0, "incomplete_answers": 15}), ""),
-                        (results(egointent={"overall": 62.0, "judged": 42, "failed": 0, "incomplete_answers": 3}), SCRIPTED)],
-                       EGOINTENT_FACE)
+    random_results = results(egointent={"overall": 0.0, "judged": 0, "failed": 0, "incomplete_answers": 15})
+    scripted_results = results(egointent={"overall": 62.0, "judged": 42, "failed": 0, "incomplete_answers": 3})
+    table = task_table([(random_results, ""), (scripted_results, SCRIPTED)], EGOINTENT_FACE)
     header, _, random_row, scripted_row = table.splitlines()
     assert header.split()[:2] == ["task", "overall"] and header.rstrip().endswith("why not scored")
     assert random_row.startswith("egointent ") and " 0 (not scored) " in random_row
     assert random_row.rstrip().endswith("0 judged: 15 of 15 answers incomplete")
-    assert scripted_row.startswith(f"egointent {SCRIPTED}") and "62" in scripted_row and "not scored" not in scripted_row
+    assert scripted_row.startswith(f"egointent {SCRIPTED}") and "62" in scripted_row
+    assert "not scored" not in scripted_row

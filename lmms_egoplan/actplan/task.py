@@ -23,12 +23,13 @@ counted as format errors.
 
 Release loading and settings checks: ``lmms_egoplan.actplan.data``; plan parsing and scoring
 (shared with ``lmms_egoplan.actplan.classifier``): ``lmms_egoplan.actplan.plans``. This module follows the task
-YAMLs (``tasks/actplan/``): settings, the task, then what the harness calls in order -- visuals,
-text, results, aggregation.
+YAMLs (``tasks/actplan/``): the instances and what the plan metrics share over a run, then what the harness calls
+in order -- visuals, text, results, aggregation -- then the tasks' specs and the classes the YAMLs name.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from pathlib import Path
@@ -36,82 +37,74 @@ from typing import Any, Sequence
 
 from loguru import logger
 
-from lmms_egoplan.actplan.data import ENV_PREFIX, SPLITS, check_settings, load_instances
-from lmms_egoplan.actplan.plans import PlanScore, bleurt_correct, parse_plan, score_lcs
+from lmms_egoplan.actplan.benchmark import ACTPLAN
+from lmms_egoplan.actplan.data import SPLITS, check_settings, load_instances
+from lmms_egoplan.actplan.plans import PlanScore, aggregate_format_error_rate, bleurt_correct, parse_plan, score_lcs
 from lmms_egoplan.actplan.settings import ActPlanSettings
 from lmms_egoplan.core.files import valid_text, write_atomically
 from lmms_egoplan.core.media import load_image
 from lmms_egoplan.core.request_options import INPUT_ORDER
 from lmms_egoplan.core.statistics import mean_or_nan
-from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask
+from lmms_egoplan.harness.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
+from lmms_egoplan.harness.lmms_eval_task import SuiteTask
 
 # ---------------------------------------------------------------------------------------------
-# The task
+# The instances, and what the plan metrics share
 # ---------------------------------------------------------------------------------------------
 
 
-class ActPlanScoring:
-    """The task under either harness (lmms-eval's ``BenchmarkTask``, lm-eval's
-    ``LmEvalBenchmarkTask``), and the state its metrics share over a run: every plan metric
-    (overall and per split) receives every plan of the run, keeps them in the run's plans file if
-    no metric has yet, and reads the same BLEURT verdicts, whatever order the harness aggregates
-    them in."""
+def load_docs(context: TaskContext) -> LoadedDocs:
+    """The instances of the ``instances`` setting (all, or one split)."""
+    settings = context.settings
+    check_settings(settings, context.task_name)
+    docs = load_instances(settings.data_root, allow_outside=settings.allow_paths_outside_root,
+                          images_decoded=settings.images_decoded_at_load)
+    return LoadedDocs([doc for doc in docs if settings.instances in ("all", doc["split"])])
 
-    Settings = ActPlanSettings
-    ENV_PREFIX = ENV_PREFIX
 
-    def __init__(self, config, **kwargs):
+class PlansOfTheRun:
+    """What the plan metrics of a task share over a run (``TaskContext.state``): every plan metric (overall and per
+    split) receives every plan of the run, keeps them in the run's plans file if no metric has yet, and reads the
+    same LCS scores and BLEURT verdicts, whatever order the harness aggregates them in."""
+
+    def __init__(self, context: TaskContext):
+        self.context = context
         self.plans_file: Path | None = None
         self._verdicts: RememberedVerdicts | None = None
-        super().__init__(config, **kwargs)
-
-    def load_docs(self) -> list[dict]:
-        check_settings(self.settings, self.config.task)
-        docs = load_instances(self.settings.data_root, allow_outside=self.settings.allow_paths_outside_root,
-                              images_decoded=self.settings.images_decoded_at_load)
-        return [doc for doc in docs if self.settings.instances in ("all", doc["split"])]
 
     def keep_plans(self, items: Sequence[dict], args: Any) -> Path:
         """Write the run's plans, once, before any is scored, so that a failure while scoring loses
         none of the model's outputs: a pair file for ``lmms-egoplan actplan-score`` beside the
         results (``harness.run_file``: ``<date-time>_plans_<task>.jsonl``)."""
         if self.plans_file is None:
-            path = self.run_file(args, "plans")
-            model = self.evaluated_model(args)
-            label = f"{self.config.task}:{Path(model).name}" if model else self.config.task
+            task, task_name = self.context.task, self.context.task_name
+            path = task.run_file(args, "plans")
+            model = task.evaluated_model(args)
+            label = f"{task_name}:{Path(model).name}" if model else task_name
             write_atomically(path, "".join(json.dumps({"model": label, "instance_id": item["instance_id"],
                                                        "split": item["split"], "candidate": item["output"],
                                                        "references": ["\n".join(g) for g in item["gold"]]}) + "\n"
                                            for item in items))
-            logger.info(f"task {self.config.task}: plans kept in {path}")
+            logger.info(f"task {task_name}: plans kept in {path}")
             self.plans_file = path
         return self.plans_file
 
     def lcs_scores(self, items: Sequence[dict], args: Any) -> list[PlanScore]:
         """LCS of every plan of the run (cached by the shared matcher, so each pair is scored once)."""
         self.keep_plans(items, args)
-        return score_lcs([(item["prediction"], item["gold"]) for item in items], _matcher(self.settings),
-                         self.settings.gold_plan)
+        settings = self.context.settings
+        return score_lcs([(item["prediction"], item["gold"]) for item in items], _matcher(settings),
+                         settings.gold_plan)
 
     def bleurt_verdicts(self, items: Sequence[dict], args: Any) -> list[int]:
         """The classifier's verdict on every plan of the run (each plan pair classified once per task)."""
         self.keep_plans(items, args)
-        settings = self.settings
+        settings = self.context.settings
         if self._verdicts is None:
             self._verdicts = RememberedVerdicts(_classifier(settings.bleurt_checkpoint, settings.bleurt_base,
                                                             settings.scoring_device))
         return bleurt_correct([(item["prediction"], item["gold"]) for item in items], self._verdicts,
                               settings.gold_plan, settings.bleurt_batch_size)
-
-
-class ActPlanTask(ActPlanScoring, BenchmarkTask):
-    """``actplan1k`` (lmms-eval): the description and the images, in the order ``input_order`` sets."""
-
-    REQUEST_OPTION_SETTINGS = {"input_order": INPUT_ORDER}
-
-
-class ActPlanTextOnlyTask(ActPlanScoring, BenchmarkTask):
-    """``actplan1k_text_only`` (lmms-eval): the description alone, so no input order."""
 
 
 class RememberedVerdicts:
@@ -172,14 +165,13 @@ def _metric_name(family: str, scope: str) -> str:
     return family if scope == "all" else f"{family}_{scope}"
 
 
-def process_results(doc: dict, results: list[str], settings: ActPlanSettings) -> dict:
+def process_results(doc: dict, results: list[str], context: TaskContext) -> dict:
     """Per instance: the parsed plan for the run-level metrics (scored at aggregation, all at once).
 
     Every plan metric gets every instance's plan, its ``scope`` saying which instances the
     metric averages over (all, or one split), so that any of them can keep the run's plans.
-
-    ``settings``: injected by BenchmarkTask.
     """
+    settings = context.settings
     output = valid_text(results[0])  # no lone surrogate reaches the embedding model or the plans file
     plan = parse_plan(output)
     scored = {"instance_id": doc["instance_id"], "split": doc["split"], "output": output,
@@ -216,21 +208,58 @@ def _mean_in_scope(items: Sequence[dict], values: Sequence[float]) -> float:
     return mean_or_nan(value for item, value in zip(items, values) if item["scope"] in ("all", item["split"]))
 
 
-def aggregate_lcs(items: list[dict], task: ActPlanTask, args=None) -> float:
-    """Mean LCS over the metric's scope (``lcs``: all instances; ``lcs_<split>``: one split).
-
-    ``task``: injected by BenchmarkTask."""
-    return _mean_in_scope(items, [score.lcs for score in task.lcs_scores(items, args)])
+def aggregate_lcs(items: list[dict], args=None, *, context: TaskContext) -> float:
+    """Mean LCS over the metric's scope (``lcs``: all instances; ``lcs_<split>``: one split)."""
+    return _mean_in_scope(items, [score.lcs for score in context.state.lcs_scores(items, args)])
 
 
-def aggregate_norm_lcs(items: list[dict], task: ActPlanTask, args=None) -> float:
-    """Mean normalised LCS over the metric's scope. ``task``: injected by BenchmarkTask."""
-    return _mean_in_scope(items, [score.norm_lcs for score in task.lcs_scores(items, args)])
+def aggregate_norm_lcs(items: list[dict], args=None, *, context: TaskContext) -> float:
+    """Mean normalised LCS over the metric's scope."""
+    return _mean_in_scope(items, [score.norm_lcs for score in context.state.lcs_scores(items, args)])
 
 
-def aggregate_bleurt_accuracy(items: list[dict], task: ActPlanTask, args=None) -> float:
-    """Fraction of the plans in the metric's scope that the BLEURT classifier judges correct.
+def aggregate_bleurt_accuracy(items: list[dict], args=None, *, context: TaskContext) -> float:
+    """Fraction of the plans in the metric's scope that the BLEURT classifier judges correct."""
+    return _mean_in_scope(items, context.state.bleurt_verdicts(items, args))
 
-    ``task``: injected by BenchmarkTask."""
-    return _mean_in_scope(items, task.bleurt_verdicts(items, args))
+
+# ---------------------------------------------------------------------------------------------
+# The tasks, as the harnesses build them
+# ---------------------------------------------------------------------------------------------
+
+
+def _plan_metrics(family: str, aggregation) -> tuple[Metric, ...]:
+    """A plan metric overall and per split: each gets every plan and averages over its scope, so that any of them,
+    whichever the harness aggregates first, can keep the run's plans before scoring them."""
+    return tuple(Metric(_metric_name(family, scope), aggregation, with_context=True) for scope in ("all", *SPLITS))
+
+
+PLAN_METRICS = (
+    *(metric for pair in zip(_plan_metrics("lcs", aggregate_lcs), _plan_metrics("norm_lcs", aggregate_norm_lcs))
+      for metric in pair),
+    Metric("format_error_rate", aggregate_format_error_rate, higher_is_better=False),
+    Metric("plan_length", "mean", higher_is_better=False),
+    Metric("no_plan_rate", "mean", higher_is_better=False),
+    *_plan_metrics("bleurt_accuracy", aggregate_bleurt_accuracy),  # reported only when bleurt_checkpoint is set
+)
+WITH_IMAGES = TaskSpec(load_docs=load_docs, doc_to_visual=doc_to_visual, doc_to_text=doc_to_text,
+                       doc_to_target=doc_to_target, process_results=process_results, metrics=PLAN_METRICS,
+                       run_state=PlansOfTheRun, request_options={"input_order": INPUT_ORDER})
+# The text-only ablation (§5.5): lmms-eval's task shows no image, so has no input order; lm-eval's has no visuals.
+TEXT_ONLY = dataclasses.replace(WITH_IMAGES, doc_to_visual=doc_to_visual_text_only, request_options={})
+TEXT_ONLY_LM_EVAL = dataclasses.replace(TEXT_ONLY, doc_to_visual=None)
+
+
+class ActPlanTask(SuiteTask):
+    """``actplan1k``: the description and the images, in the order ``input_order`` sets."""
+
+    BENCHMARK = ACTPLAN
+    SPEC = WITH_IMAGES
+
+
+class ActPlanTextOnlyTask(SuiteTask):
+    """``actplan1k_text_only``: the description alone."""
+
+    BENCHMARK = ACTPLAN
+    SPEC = TEXT_ONLY
 

@@ -1,13 +1,14 @@
 """What a task asks of the backend for its requests beyond lmms-eval's request arguments, per request.
 
 lmms-eval's backends score and prompt by their own conventions. A task whose official evaluation
-does otherwise sets an option on the requests it builds (``RequestOption.mark``: an attribute of
-lmms-eval's ``Instance``): which tokens of a candidate answer are scored, e.g. the answer and
+does otherwise sets an option on the requests it builds (their declared field ``request_options``, {option name:
+value}: ``harness.lmms_eval_task.SuiteInstance``, lmms-eval's ``Instance`` with that field): which tokens of a
+candidate answer are scored, e.g. the answer and
 the token closing the assistant's turn (``SCORED_SPAN``); how their losses are averaged, e.g.
 leaving out the tokens whose loss is exactly 0 (``LOSS_MEAN``); whether the task text comes before
 the images (``INPUT_ORDER``). The benchmarks' READMEs say which task asks for what. A backend declares the values it
 honours in its class attribute
-``request_options`` (``{option name: values}``). A request without the attribute, and a backend
+``request_options`` (``{option name: values}``). A request without the option, and a backend
 without the declaration, follow lmms-eval's convention. (Proposed upstream as a field of
 ``Instance``: docs/upstream.md.)
 
@@ -19,12 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-BACKEND_ATTRIBUTE = "request_options"
+BACKEND_ATTRIBUTE = "request_options"  # a backend class's declaration of the values it honours
+REQUEST_ATTRIBUTE = "request_options"  # a request's options, {option name: value}
 
 
 @dataclass(frozen=True)
 class RequestOption:
-    name: str  # the request attribute a task sets, and the key of a backend's declaration
+    name: str  # its key in a request's ``request_options`` and in a backend's declaration
     convention: str  # lmms-eval's: what a request without the attribute gets
     values: tuple[str, ...]
     # True: a backend that cannot honour a value would give other scores, so the task refuses it;
@@ -33,14 +35,17 @@ class RequestOption:
     likelihood_only: bool  # only loglikelihood requests carry it
 
     def of(self, request) -> str:
-        """The value a request asks for."""
-        return getattr(request, self.name, self.convention)
+        """The value a request asks for (lmms-eval's own ``Instance``, which has no options: the convention)."""
+        return getattr(request, REQUEST_ATTRIBUTE, {}).get(self.name, self.convention)
 
     def mark(self, requests, value: str) -> None:
-        """Ask for ``value`` on ``requests`` (one lmms-eval Instance or a list of them)."""
+        """Ask for ``value`` on ``requests`` (one ``SuiteInstance`` or a list of them)."""
         self.check(value, "a task")
         for request in requests if isinstance(requests, list) else [requests]:
-            setattr(request, self.name, value)
+            if not hasattr(request, REQUEST_ATTRIBUTE):
+                raise TypeError(f"{type(request).__name__} has no {REQUEST_ATTRIBUTE} field: the suite's tasks build "
+                                f"lmms_egoplan.harness.lmms_eval_task.SuiteInstance requests")
+            getattr(request, REQUEST_ATTRIBUTE)[self.name] = value
 
     def honoured_by(self, backend_class: type, value: str) -> bool:
         return value == self.convention or value in getattr(backend_class, BACKEND_ATTRIBUTE, {}).get(self.name, ())

@@ -33,9 +33,9 @@ from lmms_egoplan.demo.kit.suite import SmokeSuite
 
 SCRIPTED_TASKS = ("actplan1k", "actplan1k_text_only")  # answered by script alike, with and without images
 
-ACTION_INSTRUCTION = ("Generate admissible procedural plans without natural language using the planning steps described "
-                      "with action(object). The available actions include walk_to, place_on_top, grab, place_inside, "
-                      "open/close, and switch-on/off.")
+ACTION_INSTRUCTION = ("Generate admissible procedural plans without natural language using the planning steps "
+                      "described with action(object). The available actions include walk_to, place_on_top, grab, "
+                      "place_inside, open/close, and switch-on/off.")
 
 _VERBS = ("assembling", "storing", "packing", "putting_away", "sorting", "collecting", "organizing", "filling")
 _ITEMS = ("cookie", "cheese", "candle", "bow", "plate", "bowl", "cup", "apple", "orange", "book", "shirt", "sock",
@@ -45,7 +45,8 @@ _SOURCES = ("table", "countertop", "floor", "shelf", "sofa", "bed", "chair", "de
 _CONTAINERS = ("basket", "cabinet", "electric_refrigerator", "carton", "drawer", "dishwasher", "sink", "bag")
 _OPENABLE = {"cabinet", "electric_refrigerator", "drawer", "dishwasher"}
 _CONDITIONS = (("burnt", "trash_can"), ("dirty", "sink"), ("broken", "trash_can"), ("wet", "dryer"))
-SCENES = ("Beechwood_0_int", "Benevolence_1_int", "Ihlen_0_int", "Merom_1_int", "Pomaria_1_int", "Rs_int", "Wainscott_0_int")
+SCENES = ("Beechwood_0_int", "Benevolence_1_int", "Ihlen_0_int", "Merom_1_int", "Pomaria_1_int", "Rs_int",
+          "Wainscott_0_int")
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,8 @@ def write_release_dataset(root: str | Path, *, scenes: int = 2, activities: int 
             for problem in range(1 + counterfactual):
                 problem_folder = root / "annotation" / scene / activity.name / str(problem)
                 problem_folder.mkdir(parents=True, exist_ok=True)
-                (problem_folder / f"problem{problem}.bddl").write_text(f"(define (problem {activity.name}_{problem}))\n")
+                (problem_folder / f"problem{problem}.bddl").write_text(
+                    f"(define (problem {activity.name}_{problem}))\n")
                 (problem_folder / f"task_description_{problem}.txt").write_text(activity.description(problem))
                 golds = [activity.gold_plan(problem, variant) for variant in (0, 1)]
                 for sample in range(samples):
@@ -236,8 +238,8 @@ def build_tiny_bert(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 32
     words = sorted({part for name in (*_ITEMS, *_SOURCES, *_CONTAINERS, *_VERBS, "walk_to", "place_inside",
                                       "place_on_top", "switch_on", "kitchen", "trash_can", "dryer")
                     for part in name.split("_")} | {"grab", "open", "close", "check", "the", "is", "of", "and"})
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *characters, *"_(),.-", *[f"##{c}" for c in characters + "_"],
-             *[w for w in words if len(w) > 1]]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *characters, *"_(),.-",
+             *[f"##{c}" for c in characters + "_"], *[w for w in words if len(w) > 1]]
     tokenizer = BertTokenizer(vocab={token: index for index, token in enumerate(dict.fromkeys(vocab))})
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_layers,
                         num_attention_heads=2, intermediate_size=2 * hidden_size, max_position_embeddings=512,
@@ -281,7 +283,8 @@ def release_lcs(candidate: Sequence[str], reference: Sequence[str], encode: Call
 
 
 def write_classifier_checkpoint(out_dir: str | Path, base_dir: str | Path,
-                                calibration: Sequence[tuple[str, str]] = (), *, accept_every_plan: bool = False) -> Path:
+                                calibration: Sequence[tuple[str, str]] = (), *,
+                                accept_every_plan: bool = False) -> Path:
     """An untrained plan-classifier folder on top of a tiny BERT, as ``actplan-train-bleurt`` writes them.
 
     With ``calibration`` pairs (gold, generated), the head's bias is set so that about half of
@@ -365,16 +368,18 @@ def scripted_answers(data: Path, classifier: Path) -> ScriptedAnswers:
                    "failed_requests": len(docs) - len(answered)}
         for suffix, chosen in (("", answered), *((f"_{split}", [i for i in answered if docs[i]["split"] == split])
                                                  for split in ("normal", "counterfactual"))):
-            metrics |= {f"lcs{suffix}": mean([lcs[i] for i in chosen]), f"norm_lcs{suffix}": mean([norm_lcs[i] for i in chosen]),
+            metrics |= {f"lcs{suffix}": mean([lcs[i] for i in chosen]),
+                        f"norm_lcs{suffix}": mean([norm_lcs[i] for i in chosen]),
                         f"bleurt_accuracy{suffix}": mean([accepted[i] for i in chosen])}
         return {task: metrics for task in SCRIPTED_TASKS}
 
-    return ScriptedAnswers(tasks=SCRIPTED_TASKS, answers={doc["description"]: plan.text for doc, plan in zip(docs, plans)},
-                           expected=expected, env=_settings(data, classifier))
+    answers = {doc["description"]: plan.text for doc, plan in zip(docs, plans)}
+    return ScriptedAnswers(tasks=SCRIPTED_TASKS, answers=answers, expected=expected, env=_settings(data, classifier))
 
 
 def _settings(data: Path, classifier: Path) -> dict[str, str]:
-    return {"ACTPLAN_DATA_ROOT": str(data), "ACTPLAN_BLEURT_CHECKPOINT": str(classifier), "ACTPLAN_SCORING_DEVICE": "cpu"}
+    return {"ACTPLAN_DATA_ROOT": str(data), "ACTPLAN_BLEURT_CHECKPOINT": str(classifier),
+            "ACTPLAN_SCORING_DEVICE": "cpu"}
 
 
 def smoke_suite(workdir: Path, resources: ExitStack) -> SmokeSuite:

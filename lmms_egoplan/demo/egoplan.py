@@ -187,7 +187,8 @@ def scripted_answers(fixture: EgoPlanFixture) -> ScriptedAnswers:
                    "unparseable": sum(styles[i] == "unreadable" for i in right),
                    "failed_requests": len(every_record) - len(records)}
         for name, members in groups.items():
-            metrics |= {f"accuracy_{name}": mean([right[i] for i in members]), f"n_{name}": len(members)} if members else {}
+            metrics |= ({f"accuracy_{name}": mean([right[i] for i in members]), f"n_{name}": len(members)}
+                        if members else {})
         return {"egoplan_val_gen": metrics}
 
     return ScriptedAnswers(tasks=("egoplan_val_gen",), answers=answers, expected=expected, env=fixture.env())

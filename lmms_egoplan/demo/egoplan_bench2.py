@@ -77,8 +77,8 @@ class EgoPlanBench2Fixture:
 def build_fixture(root: str | Path) -> EgoPlanBench2Fixture:
     """Write both layouts under ``root`` (idempotent: an existing complete one is reused)."""
     root = Path(root)
-    fixture = EgoPlanBench2Fixture(root=root, annotation_dir=root / "annotations", ego4d_root=root / "Ego4D" / "v1_288p",
-                                   package_root=root / "SEED-Bench-R1")
+    fixture = EgoPlanBench2Fixture(root=root, annotation_dir=root / "annotations",
+                                   ego4d_root=root / "Ego4D" / "v1_288p", package_root=root / "SEED-Bench-R1")
     done = root / ".complete"
     if done.is_file():
         return fixture
@@ -160,7 +160,8 @@ def scripted_answers(fixture: EgoPlanBench2Fixture) -> ScriptedAnswers:
     def expected(run: EvalRun, failed: frozenset[str] = frozenset()) -> Expected:
         records = [r for r in every_record if keys[r["sample_id"]] not in failed]  # the answered ones
         letters = [read[r["sample_id"]] for r in records]
-        right = {parser: {r["sample_id"]: float(read[r["sample_id"]][column] == r["golden_choice_idx"]) for r in records}
+        right = {parser: {r["sample_id"]: float(read[r["sample_id"]][column] == r["golden_choice_idx"])
+                          for r in records}
                  for parser, column in (("official", 1), ("robust", 2))}
         # The default parser, robust, decides accuracy and unparseable.
         metrics = {"accuracy": mean(list(right["robust"].values())), "predictions": len(records), "skipped_samples": 0,

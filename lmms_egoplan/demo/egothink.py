@@ -119,7 +119,8 @@ def scripted_answers(data_root: Path, per_dimension: int) -> ScriptedAnswers:
         return values
 
     return ScriptedAnswers(tasks=("ego_think",), answers=answers, expected=expected, ratings=rating,
-                           judge_prefix="EGOTHINK", env={"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data_root)})
+                           judge_prefix="EGOTHINK",
+                           env={"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data_root)})
 
 
 def smoke_suite(workdir: Path, resources: ExitStack) -> SmokeSuite:

@@ -250,7 +250,8 @@ def task_table(sources: Sequence[tuple[dict, str]], face: ReportFace) -> str:
                     family, bin_name = found
                     breakdowns.setdefault(face.unit(metric).header(family), []).append(f"{bin_name} {text}{count_text}")
                 else:
-                    main[metric] = text + (" (not scored)" if reason and metric not in face.descriptive_metrics else "") + count_text
+                    not_scored = reason and metric not in face.descriptive_metrics
+                    main[metric] = text + (" (not scored)" if not_scored else "") + count_text
                     columns += [] if metric in columns else [metric]
             rows.append((f"{task} {mark}".strip(), main, "; ".join(f"{family}: {', '.join(bins)}"
                                                                      for family, bins in breakdowns.items()), reason))

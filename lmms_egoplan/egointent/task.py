@@ -50,7 +50,6 @@ from loguru import logger
 
 from lmms_egoplan.core.media import VideoFile, as_video_frames, frame_times
 from lmms_egoplan.core.settings import SettingsError, setting_name
-from lmms_egoplan.core.statistics import largest
 from lmms_egoplan.egointent.benchmark import EGOINTENT
 from lmms_egoplan.egointent.data import (
     DIMENSIONS,
@@ -69,7 +68,9 @@ from lmms_egoplan.egointent.protocol import (
     EgoIntentSettings,
     judge_template,
 )
-from lmms_egoplan.harness.judged import JudgedTask, judged_score
+from lmms_egoplan.harness.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
+from lmms_egoplan.harness.judged import JUDGED_METRICS, judged_score
+from lmms_egoplan.harness.lmms_eval_task import SuiteTask
 from lmms_egoplan.judge import (
     FixedRating,
     JudgeRequest,
@@ -77,47 +78,36 @@ from lmms_egoplan.judge import (
 )
 
 # =============================================================================================
-# The task
+# The steps and the judge
 # =============================================================================================
 
 
-class EgoIntentTask(JudgedTask):
-    """EgoIntent: every step of the data, its answer judged per field after generation."""
+def load_docs(context: TaskContext) -> LoadedDocs:
+    """Every step of the release (or a flat annotation file); steps whose media cannot be used skipped if
+    ``skip_missing``."""
+    settings = context.settings
+    if settings.annotations is None:
+        raise SettingsError(f"task {context.task_name}: set {setting_name(ENV_PREFIX, 'annotations')} to the "
+                            f"EgoIntent release folder (or a flat annotation file); tasks/egointent/README.md, "
+                            f"Data preparation, says how to get it")
+    loaded = load_samples(settings)
+    if loaded.skipped:
+        logger.warning(f"{context.task_name}: skipped {len(loaded.skipped)} step(s) whose media cannot be used "
+                       f"({setting_name(ENV_PREFIX, 'skip_missing')}):\n  " + "\n  ".join(map(str, loaded.skipped)))
+    if longer := longer_clips_summary(loaded.docs, settings):
+        logger.warning(f"{context.task_name}: {longer}")
+    return LoadedDocs(loaded.docs, loaded.skipped)
 
-    Settings = EgoIntentSettings
-    ENV_PREFIX = ENV_PREFIX
-    RUBRICS = EGOINTENT.rubrics
 
-    @property
-    def JUDGE_RUBRIC(self) -> str:  # noqa: N802 (the judged task's attribute, here by the setting)
-        """The rubric of the judge prompt the setting ``definitions`` picks (RUBRIC_NAMES)."""
-        return RUBRIC_NAMES[self.settings.definitions]
+def scenario_metrics(context: TaskContext, docs: list[dict]) -> list[Metric]:
+    """One judged breakdown per scenario of the data (Figure 7), which no list can name in advance."""
+    return [Metric(scenario_metric(scenario), judged_score, with_context=True)
+            for scenario in sorted({doc["scenario"] for doc in docs})]
 
-    def load_docs(self) -> list[dict]:
-        settings = self.settings
-        if settings.annotations is None:
-            raise SettingsError(f"task {self.config.task}: set {setting_name(ENV_PREFIX, 'annotations')} to the "
-                                f"EgoIntent release folder (or a flat annotation file); tasks/egointent/README.md, "
-                                f"Data preparation, says how to get it")
-        loaded = load_samples(settings)
-        self.skipped_samples = loaded.skipped
-        if loaded.skipped:
-            logger.warning(f"{self.config.task}: skipped {len(loaded.skipped)} step(s) whose media cannot be used "
-                           f"({setting_name(ENV_PREFIX, 'skip_missing')}):\n  " + "\n  ".join(map(str, loaded.skipped)))
-        if longer := longer_clips_summary(loaded.docs, settings):
-            logger.warning(f"{self.config.task}: {longer}")
-        return loaded.docs
 
-    def download(self, dataset_kwargs=None) -> None:
-        super().download(dataset_kwargs)
-        self.add_metric("skipped_samples", largest, higher_is_better=False)
-        # One breakdown metric per scenario of the data (Figure 7); the YAML cannot list them.
-        for scenario in sorted(set(self.eval_docs["scenario"])):
-            self.add_metric(scenario_metric(scenario), judged_score)
-
-    def process_results(self, doc, results, full_docs=None):
-        scores = super().process_results(doc, results, full_docs)
-        return scores if self.predict_only else {**scores, "skipped_samples": float(len(self.skipped_samples))}
+def judge_rubric(settings: EgoIntentSettings) -> str:
+    """The rubric of the judge prompt the setting ``definitions`` picks (RUBRIC_NAMES)."""
+    return RUBRIC_NAMES[settings.definitions]
 
 
 # =============================================================================================
@@ -394,7 +384,7 @@ def judge_request(doc: dict, dimension: Dimension, prediction: str) -> JudgeRequ
     return JudgeRequest.from_prompt(f"{doc['step_id']}/{dimension.field}", prompt, system=JUDGE_SYSTEM)
 
 
-def process_results(doc: dict, results: list) -> dict:
+def process_results(doc: dict, results: list, context: TaskContext) -> dict:
     """Judge items for every metric this step counts in; the judge runs after generation."""
     answer = parse_answer(results[0])
     parts = {d.field: judge_request(doc, d, answer[d.field]) if d.field in answer else MISSING for d in DIMENSIONS}
@@ -458,3 +448,33 @@ def capped_samples(items: list[int]) -> int:
     lower rate than the paper's 6 FPS."""
     return sum(items)
 
+
+# =============================================================================================
+# The task, as lmms-eval builds it
+# =============================================================================================
+
+
+def _judged(name: str) -> Metric:
+    return Metric(name, judged_score, with_context=True)
+
+
+STEPS = TaskSpec(
+    load_docs=load_docs, doc_to_visual=doc_to_visual, doc_to_text=doc_to_text, doc_to_messages=doc_to_messages,
+    doc_to_target=doc_to_target, process_results=process_results, judge_rubric=judge_rubric,
+    metrics_of_the_data=scenario_metrics,
+    metrics=(_judged("overall"),  # mean of the three field scores (Table 3)
+             # procedural_intent: "global_intent" up to version 2 (arXiv v1's name)
+             *(_judged(field) for field in ("local_intent", "procedural_intent", "next_step_plan")),
+             _judged("indoor"), _judged("outdoor"),
+             *JUDGED_METRICS[1:],  # field judgements with a valid rating, and those that failed
+             Metric("incomplete_answers", incomplete_answers, higher_is_better=False),
+             Metric("missing_fields", missing_fields, higher_is_better=False),
+             Metric("cut_answers", cut_answers, higher_is_better=False),
+             Metric("capped_samples", capped_samples, higher_is_better=False)))
+
+
+class EgoIntentTask(SuiteTask):
+    """``egointent``: every step of the data, its answer judged per field after generation."""
+
+    BENCHMARK = EGOINTENT
+    SPEC = STEPS

@@ -28,18 +28,21 @@ Protocol (paper sections):
 6. Leaderboard: submission files ``[{"sample_id": int, "label": "A".."D"}]`` for Val and Test.
 
 Loading and validation of the release files (records, media paths, frame plans, missing media):
-``lmms_egoplan.egoplan.data``. This module follows the task YAMLs (``tasks/egoplan/``): settings,
-tasks, then what the harness calls in order -- visuals, text, results, aggregation.
+``lmms_egoplan.egoplan.data``. This module follows the task YAMLs (``tasks/egoplan/``): the samples, then what
+the harness calls in order -- visuals, text, results, aggregation -- then the tasks' specs and the classes the
+YAMLs name.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
+import functools
 import json
 import string
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from loguru import logger
 from PIL import Image
@@ -49,7 +52,8 @@ from lmms_egoplan.core.files import write_atomically
 from lmms_egoplan.core.letter_choice import extract_choice
 from lmms_egoplan.core.request_options import LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import setting_name
-from lmms_egoplan.core.statistics import count, largest
+from lmms_egoplan.core.statistics import count, total
+from lmms_egoplan.egoplan.benchmark import EGOPLAN
 from lmms_egoplan.egoplan.data import (
     CHOICE_LETTERS,
     ENV_PREFIX,
@@ -65,63 +69,31 @@ from lmms_egoplan.egoplan.data import (
     progress_bins,
     video_indices,
 )
-from lmms_egoplan.egoplan.settings import EgoPlanSettings
-from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask
+from lmms_egoplan.harness.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
+from lmms_egoplan.harness.lmms_eval_task import SuiteTask
 
 # =============================================================================================
-# Tasks
+# The samples
 # =============================================================================================
 
 
-class EgoPlanScoring:
-    """What every EgoPlan task does under either harness (lmms-eval's ``BenchmarkTask``, lm-eval's
-    ``LmEvalBenchmarkTask``): its settings, docs and the paper's breakdown metrics."""
-
-    Settings = EgoPlanSettings
-    ENV_PREFIX = ENV_PREFIX
-    LABELLED: ClassVar[bool] = True
-    WITH_MEDIA: ClassVar[bool] = True  # False: text-only baselines, no media setting needed
-
-    def __init__(self, config, **kwargs):
-        super().__init__(config, **kwargs)
-        # Metrics whose names come from settings join those the YAML lists; each breakdown's
-        # accuracy has its sample count beside it.
-        self.add_metric("skipped_samples", largest, higher_is_better=False)
-        if self.LABELLED:
-            breakdowns = [*VIDEO_SOURCES.values(),
-                          *(f"progress_{value_bin.label}" for value_bin in progress_bins(self.settings)),
-                          *(f"similarity_{level}" for level in SIMILARITY_LEVELS)]
-            for breakdown in breakdowns:
-                if not self.has_metric(f"accuracy_{breakdown}"):
-                    self.add_metric(f"accuracy_{breakdown}", "mean")
-                self.add_metric(f"n_{breakdown}", count)
-
-    def load_docs(self) -> list[dict]:
-        loaded = load_samples(self.settings, labelled=self.LABELLED, with_media=self.WITH_MEDIA)
-        self.skipped_samples = loaded.skipped
-        self.split_size = len(loaded.docs) + len(loaded.skipped)
-        if loaded.skipped:
-            logger.warning(f"{self.config.task}: skipped {len(loaded.skipped)} sample(s) with missing media "
-                           f"({setting_name(ENV_PREFIX, 'skip_missing')}):\n  "
-                           + "\n  ".join(map(str, loaded.skipped)))
-        return loaded.docs
-
-    def process_results(self, doc, results, *args, **kwargs):
-        scores = super().process_results(doc, results, *args, **kwargs)
-        return scores if self.predict_only else {**scores, "skipped_samples": float(len(self.skipped_samples))}
+def load_docs(context: TaskContext, *, labelled: bool, with_media: bool) -> LoadedDocs:
+    """The split's samples (``labelled``: Val; Test has no labels); those with missing media skipped if
+    ``skip_missing``. ``with_media``: False for the text-only baselines, which need no media setting."""
+    loaded = load_samples(context.settings, labelled=labelled, with_media=with_media)
+    if loaded.skipped:
+        logger.warning(f"{context.task_name}: skipped {len(loaded.skipped)} sample(s) with missing media "
+                       f"({setting_name(ENV_PREFIX, 'skip_missing')}):\n  "
+                       + "\n  ".join(map(str, loaded.skipped)))
+    return LoadedDocs(loaded.docs, loaded.skipped)
 
 
-class EgoPlanValidation(EgoPlanScoring, BenchmarkTask):
-    """EgoPlan-Val (labelled): accuracy and the paper's breakdowns."""
-
-    REQUEST_OPTION_SETTINGS = {"scored_tokens": SCORED_SPAN, "loss_mean": LOSS_MEAN}
-    GENERATIVE_VARIANTS = {"egoplan_val": "egoplan_val_gen"}
-
-
-class EgoPlanTest(EgoPlanValidation):
-    """EgoPlan-Test (no labels): predictions for the leaderboard, never an accuracy."""
-
-    LABELLED: ClassVar[bool] = False
+def breakdown_metrics(context: TaskContext, docs: Sequence[Mapping]) -> list[Metric]:
+    """The paper's breakdowns, whose names come from the settings: accuracy per video source, progress-length bin
+    and similarity level, each with its sample count."""
+    names = [*VIDEO_SOURCES.values(), *(f"progress_{value_bin.label}" for value_bin in progress_bins(context.settings)),
+             *(f"similarity_{level}" for level in SIMILARITY_LEVELS)]
+    return [metric for name in names for metric in (Metric(f"accuracy_{name}", "mean"), Metric(f"n_{name}", count))]
 
 
 # =============================================================================================
@@ -342,7 +314,7 @@ def ranked_choice(losses: Sequence[float]) -> int:
     return min(range(len(losses)), key=losses.__getitem__)
 
 
-def process_ranking_results(doc: Mapping, results: Sequence[Sequence]) -> dict[str, Any]:
+def process_ranking_results(doc: Mapping, results: Sequence[Sequence], context: TaskContext) -> dict[str, Any]:
     """``egoplan_val``: the likelihood-ranked candidate, scored overall and per breakdown."""
     losses = candidate_losses(results)
     return labelled_scores(doc, sample_record(doc, ranked_choice(losses), losses))
@@ -355,25 +327,25 @@ def lm_eval_losses(results: Sequence[Sequence]) -> list[float]:
     return [-float(log_likelihood) for log_likelihood, *_ in results]
 
 
-def process_blind_ranking_results(doc: Mapping, results: Sequence[Sequence]) -> dict[str, Any]:
+def process_blind_ranking_results(doc: Mapping, results: Sequence[Sequence], context: TaskContext) -> dict[str, Any]:
     """``egoplan_val_blind`` / ``egoplan_val_narrated`` (lm-eval): scored as ``egoplan_val``."""
     losses = lm_eval_losses(results)
     return labelled_scores(doc, sample_record(doc, ranked_choice(losses), losses))
 
 
-def process_blind_submission_results(doc: Mapping, results: Sequence[Sequence]) -> dict[str, Any]:
+def process_blind_submission_results(doc: Mapping, results: Sequence[Sequence], context: TaskContext) -> dict[str, Any]:
     """``egoplan_test_blind`` (lm-eval): the predictions for the submission file, as ``egoplan_test``."""
     losses = lm_eval_losses(results)
     return {"predictions": sample_record(doc, ranked_choice(losses), losses)}
 
 
-def process_generation_results(doc: Mapping, results: Sequence[str]) -> dict[str, Any]:
+def process_generation_results(doc: Mapping, results: Sequence[str], context: TaskContext) -> dict[str, Any]:
     """``egoplan_val_gen``: the letter read from the answer, scored as above; an unread one is counted."""
     predicted = extract_choice(results[0], doc_to_choice(doc))
     return {**labelled_scores(doc, sample_record(doc, predicted)), "unparseable": float(predicted is None)}
 
 
-def process_submission_results(doc: Mapping, results: Sequence[Sequence]) -> dict[str, Any]:
+def process_submission_results(doc: Mapping, results: Sequence[Sequence], context: TaskContext) -> dict[str, Any]:
     """``egoplan_test``: the likelihood-ranked candidate's letter, for the submission file."""
     losses = candidate_losses(results)
     return {"predictions": sample_record(doc, ranked_choice(losses), losses)}
@@ -403,30 +375,86 @@ def validate_submission(records: Any, sample_ids: Iterable[int] | None = None) -
         raise ValueError(f"submission covers {len(set(ids))} sample ids, expected {len(set(sample_ids))}")
 
 
-def write_submission(items: Sequence[Mapping], args=None, *, task_name: str, task: EgoPlanValidation) -> int:
+def write_submission(items: Sequence[Mapping], args=None, *, context: TaskContext) -> int:
     """Aggregation of ``predictions``: write the leaderboard submission file beside the results
     file (``harness.run_file``: ``<output_path>/<model>/<date-time>_submission_<task>.json``);
     report its size.
 
     A run that did not predict every sample of the split (``--limit``, samples skipped for missing
     media) writes ``..._submission_partial_<task>.json`` instead, with a warning saying why: it is
-    not a leaderboard submission. ``task_name``, ``task``: injected by the task class (lmms-eval's
-    BenchmarkTask or lm-eval's LmEvalBenchmarkTask, which place the file beside their results).
+    not a leaderboard submission. The file lies beside the harness's results (``context.task.run_file``).
     """
+    task_name, task, loaded = context.task_name, context.task, context.loaded
     records = sorted(({"sample_id": int(item["sample_id"]), "label": item["label"]} for item in items),
                      key=lambda record: record["sample_id"])
     validate_submission(records)
-    unpredicted = task.split_size - len(records)
+    unpredicted = loaded.split_size - len(records)
     path = task.run_file(args, "submission_partial" if unpredicted else "submission", ".json")
     write_atomically(path, json.dumps(records, indent=1) + "\n")
     if unpredicted:
-        skipped = len(task.skipped_samples)
+        skipped = len(loaded.skipped)
         reasons = [f"{skipped} skipped for missing media "
                    f"({setting_name(ENV_PREFIX, 'skip_missing')})"] if skipped else []
         if unpredicted > skipped:
             reasons.append(f"{unpredicted - skipped} not evaluated (--limit)")
-        logger.warning(f"{task_name}: predictions for {len(records)} of the split's {task.split_size} samples "
+        logger.warning(f"{task_name}: predictions for {len(records)} of the split's {loaded.split_size} samples "
                        f"({'; '.join(reasons)}): not a leaderboard submission, written as {path}")
     else:
         logger.info(f"{task_name}: leaderboard submission ({len(records)} predictions) written to {path}")
     return len(records)
+
+
+# =============================================================================================
+# The tasks, as the harnesses build them
+# =============================================================================================
+
+# The likelihood ranking's request options (the official loss): which tokens are scored, how their losses are averaged.
+RANKING_OPTIONS = {"scored_tokens": SCORED_SPAN, "loss_mean": LOSS_MEAN}
+# Metrics of every labelled task (the breakdowns join them once the samples are loaded).
+ACCURACY = (Metric("accuracy", "mean"), Metric("accuracy_epic_kitchens", "mean"), Metric("accuracy_ego4d", "mean"))
+SUBMISSION = Metric("predictions", write_submission, with_context=True)  # the leaderboard file; how many predictions
+VALIDATION_SAMPLES = functools.partial(load_docs, labelled=True, with_media=True)
+TEST_SAMPLES = functools.partial(load_docs, labelled=False, with_media=True)
+
+VALIDATION = TaskSpec(load_docs=VALIDATION_SAMPLES, doc_to_visual=doc_to_visual, doc_to_text=doc_to_text,
+                      doc_to_choice=doc_to_choice, doc_to_target=doc_to_target, process_results=process_ranking_results,
+                      metrics=(*ACCURACY, SUBMISSION), metrics_of_the_data=breakdown_metrics,
+                      request_options=RANKING_OPTIONS, generative_variant="egoplan_val_gen")
+TEST = TaskSpec(load_docs=TEST_SAMPLES, doc_to_visual=doc_to_visual, doc_to_text=doc_to_text,
+                doc_to_choice=doc_to_choice, doc_to_target=doc_to_target, process_results=process_submission_results,
+                metrics=(SUBMISSION,), request_options=RANKING_OPTIONS)
+VALIDATION_GENERATIVE = TaskSpec(
+    load_docs=VALIDATION_SAMPLES, doc_to_visual=doc_to_visual, doc_to_text=doc_to_text_with_options,
+    doc_to_choice=doc_to_choice, doc_to_target=doc_to_target, process_results=process_generation_results,
+    metrics=(*ACCURACY, Metric("predictions", count), Metric("unparseable", total, higher_is_better=False)),
+    metrics_of_the_data=breakdown_metrics, request_options=RANKING_OPTIONS)
+# The text-only baselines (lm-eval): no media read.
+BLIND = TaskSpec(load_docs=functools.partial(load_docs, labelled=True, with_media=False),
+                 doc_to_text=doc_to_text_blind, doc_to_choice=doc_to_choice, doc_to_target=doc_to_target,
+                 process_results=process_blind_ranking_results, metrics=(*ACCURACY, SUBMISSION),
+                 metrics_of_the_data=breakdown_metrics)
+NARRATED = dataclasses.replace(BLIND, doc_to_text=doc_to_text_narrated)
+BLIND_TEST = TaskSpec(load_docs=functools.partial(load_docs, labelled=False, with_media=False),
+                      doc_to_text=doc_to_text_blind, doc_to_choice=doc_to_choice, doc_to_target=doc_to_target,
+                      process_results=process_blind_submission_results, metrics=(SUBMISSION,))
+
+
+class EgoPlanValidation(SuiteTask):
+    """``egoplan_val``: EgoPlan-Val ranked by likelihood; accuracy, the paper's breakdowns, the submission file."""
+
+    BENCHMARK = EGOPLAN
+    SPEC = VALIDATION
+
+
+class EgoPlanTest(SuiteTask):
+    """``egoplan_test``: EgoPlan-Test (no labels): predictions for the leaderboard, never an accuracy."""
+
+    BENCHMARK = EGOPLAN
+    SPEC = TEST
+
+
+class EgoPlanValidationGenerative(SuiteTask):
+    """``egoplan_val_gen``: EgoPlan-Val as generative letter choice, for backends without likelihood."""
+
+    BENCHMARK = EGOPLAN
+    SPEC = VALIDATION_GENERATIVE

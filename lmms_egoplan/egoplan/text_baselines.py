@@ -1,21 +1,29 @@
-"""EgoPlan-Bench's text-only baselines (lm-eval; YAMLs in ``lm_eval_tasks/egoplan/``): its scoring,
-shared with the lmms-eval tasks, joined to lm-eval's task base."""
+"""EgoPlan-Bench's text-only baselines (lm-eval; YAMLs in ``lm_eval_tasks/egoplan/``): their specs, which share
+the lmms-eval tasks' documents and scoring (``egoplan.task``), held by lm-eval's adapter."""
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-from lmms_egoplan.egoplan.task import EgoPlanScoring
-from lmms_egoplan.harness.lm_eval_task import LmEvalBenchmarkTask
-
-
-class EgoPlanBlind(EgoPlanScoring, LmEvalBenchmarkTask):
-    """``egoplan_val_blind`` / ``egoplan_val_narrated``: EgoPlan-Val from text alone (no media needed)."""
-
-    WITH_MEDIA: ClassVar[bool] = False
+from lmms_egoplan.egoplan.benchmark import EGOPLAN
+from lmms_egoplan.egoplan.task import BLIND, BLIND_TEST, NARRATED
+from lmms_egoplan.harness.lm_eval_task import SuiteBaseline
 
 
-class EgoPlanBlindTest(EgoPlanBlind):
+class EgoPlanBlind(SuiteBaseline):
+    """``egoplan_val_blind``: EgoPlan-Val from text alone (no media needed)."""
+
+    BENCHMARK = EGOPLAN
+    SPEC = BLIND
+
+
+class EgoPlanNarrated(SuiteBaseline):
+    """``egoplan_val_narrated``: EgoPlan-Val with the completed actions' narrations as text."""
+
+    BENCHMARK = EGOPLAN
+    SPEC = NARRATED
+
+
+class EgoPlanBlindTest(SuiteBaseline):
     """``egoplan_test_blind``: EgoPlan-Test predictions from text alone, for the submission file."""
 
-    LABELLED: ClassVar[bool] = False
+    BENCHMARK = EGOPLAN
+    SPEC = BLIND_TEST

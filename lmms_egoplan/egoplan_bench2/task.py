@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from loguru import logger
 from PIL import Image
@@ -41,7 +41,8 @@ from PIL import Image
 from lmms_egoplan.core import media, seed_bench_r1
 from lmms_egoplan.core.request_options import LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import setting_name
-from lmms_egoplan.core.statistics import count, largest
+from lmms_egoplan.core.statistics import count, total
+from lmms_egoplan.egoplan_bench2.benchmark import EGOPLAN_BENCH2
 from lmms_egoplan.egoplan_bench2.data import (
     CHOICE_LETTERS,
     ENV_PREFIX,
@@ -52,47 +53,34 @@ from lmms_egoplan.egoplan_bench2.data import (
     package_positions,
 )
 from lmms_egoplan.egoplan_bench2.parsing import read_letters
-from lmms_egoplan.egoplan_bench2.settings import EgoPlanBench2Settings
-from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask
+from lmms_egoplan.harness.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
+from lmms_egoplan.harness.lmms_eval_task import SuiteTask
 
 PAPER_QUESTIONS = 1321  # the paper's count (abstract, §3)
 
 
 # =============================================================================================
-# Tasks
+# The questions
 # =============================================================================================
 
 
-class EgoPlanBench2Task(BenchmarkTask):
-    """EgoPlan-Bench2: the questions of the chosen source, accuracy overall and per domain and scenario."""
+def load_docs(context: TaskContext) -> LoadedDocs:
+    """The questions of the chosen source (``data_source``); those with missing media skipped if ``skip_missing``."""
+    settings = context.settings
+    loaded = load_samples(settings)
+    if loaded.skipped:
+        logger.warning(f"{context.task_name}: skipped {len(loaded.skipped)} question(s) with missing media "
+                       f"({setting_name(ENV_PREFIX, 'skip_missing')}):\n  " + "\n  ".join(map(str, loaded.skipped)))
+    logger.info(f"{context.task_name}: {len(loaded.docs)} questions ({settings.data_source} data; the paper "
+                f"has {PAPER_QUESTIONS})")
+    return LoadedDocs(loaded.docs, loaded.skipped)
 
-    Settings = EgoPlanBench2Settings
-    ENV_PREFIX = ENV_PREFIX
-    REQUEST_OPTION_SETTINGS: ClassVar = {"scored_tokens": SCORED_SPAN, "loss_mean": LOSS_MEAN}
-    GENERATIVE_VARIANTS: ClassVar = {"egoplan_bench2_likelihood": "egoplan_bench2"}
 
-    def load_docs(self) -> list[dict]:
-        loaded = load_samples(self.settings)
-        self.skipped_samples = loaded.skipped
-        if loaded.skipped:
-            logger.warning(f"{self.config.task}: skipped {len(loaded.skipped)} question(s) with missing media "
-                           f"({setting_name(ENV_PREFIX, 'skip_missing')}):\n  " + "\n  ".join(map(str, loaded.skipped)))
-        logger.info(f"{self.config.task}: {len(loaded.docs)} questions ({self.settings.data_source} data; the paper "
-                    f"has {PAPER_QUESTIONS})")
-        return loaded.docs
-
-    def download(self, dataset_kwargs=None) -> None:
-        super().download(dataset_kwargs)
-        # Metrics whose names come from the data, which the YAML cannot list: one accuracy per domain and
-        # scenario of the loaded questions, its sample count beside it.
-        self.add_metric("skipped_samples", largest, higher_is_better=False)
-        for breakdown in sorted({name for doc in self.eval_docs for name in breakdowns(doc)}):
-            self.add_metric(f"accuracy_{breakdown}", "mean")
-            self.add_metric(f"n_{breakdown}", count)
-
-    def process_results(self, doc, results, *args, **kwargs):
-        scores = super().process_results(doc, results, *args, **kwargs)
-        return scores if self.predict_only else {**scores, "skipped_samples": float(len(self.skipped_samples))}
+def breakdown_metrics(context: TaskContext, docs: Sequence[Mapping]) -> list[Metric]:
+    """Metrics whose names come from the data: one accuracy per domain and scenario of the loaded questions, its
+    sample count beside it."""
+    names = sorted({name for doc in docs for name in breakdowns(doc)})
+    return [metric for name in names for metric in (Metric(f"accuracy_{name}", "mean"), Metric(f"n_{name}", count))]
 
 
 # =============================================================================================
@@ -200,9 +188,10 @@ def scored(doc: Mapping, letter: str | None, logged: Mapping[str, Any]) -> dict[
                             **logged, "domain": doc["domain"], "scenario": doc["scenario"]}}
 
 
-def process_generation_results(doc: Mapping, results: Sequence[str], settings: EgoPlanBench2Settings) -> dict[str, Any]:
+def process_generation_results(doc: Mapping, results: Sequence[str], context: TaskContext) -> dict[str, Any]:
     """``egoplan_bench2``: the answer read by both parsers; ``accuracy``, ``unparseable`` and the
     breakdowns by the ``parser`` setting's, both parsers' accuracy and unparseable count beside them."""
+    settings = context.settings
     letters = read_letters(results[0], doc_to_choice(doc))
     scores = scored(doc, letters[settings.parser], {"parser": settings.parser, "letters": letters})
     scores["unparseable"] = float(letters[settings.parser] is None)
@@ -212,9 +201,41 @@ def process_generation_results(doc: Mapping, results: Sequence[str], settings: E
     return scores
 
 
-def process_likelihood_results(doc: Mapping, results: Sequence[Sequence]) -> dict[str, Any]:
+def process_likelihood_results(doc: Mapping, results: Sequence[Sequence], context: TaskContext) -> dict[str, Any]:
     """``egoplan_bench2_likelihood``: the candidate with the lowest mean token loss (ties: the first,
     as ``argmin``); each result is ``(loss, is_greedy)`` (a list once logged as JSON)."""
     losses = [float(result[0]) for result in results]
     ranked = min(range(len(losses)), key=losses.__getitem__)
     return scored(doc, CHOICE_LETTERS[ranked], {"candidate_losses": dict(zip(CHOICE_LETTERS, losses))})
+
+
+# =============================================================================================
+# The tasks, as lmms-eval builds them
+# =============================================================================================
+
+GENERATION = TaskSpec(
+    load_docs=load_docs, doc_to_visual=doc_to_visual, doc_to_text=doc_to_text, doc_to_choice=doc_to_choice,
+    doc_to_target=doc_to_target, process_results=process_generation_results, metrics_of_the_data=breakdown_metrics,
+    metrics=(Metric("accuracy", "mean"), Metric("accuracy_official", "mean"), Metric("accuracy_robust", "mean"),
+             Metric("unparseable", total, higher_is_better=False),
+             Metric("unparseable_official", total, higher_is_better=False),
+             Metric("unparseable_robust", total, higher_is_better=False), Metric("predictions", count)))
+LIKELIHOOD = TaskSpec(
+    load_docs=load_docs, doc_to_visual=doc_to_visual, doc_to_text=doc_to_text_likelihood, doc_to_choice=doc_to_choice,
+    doc_to_target=doc_to_target, process_results=process_likelihood_results, metrics_of_the_data=breakdown_metrics,
+    metrics=(Metric("accuracy", "mean"), Metric("predictions", count)),
+    request_options={"scored_tokens": SCORED_SPAN, "loss_mean": LOSS_MEAN}, generative_variant="egoplan_bench2")
+
+
+class EgoPlanBench2Task(SuiteTask):
+    """``egoplan_bench2``: the official evaluation, a letter read from the answer."""
+
+    BENCHMARK = EGOPLAN_BENCH2
+    SPEC = GENERATION
+
+
+class EgoPlanBench2Likelihood(SuiteTask):
+    """``egoplan_bench2_likelihood``: the questions ranked by likelihood, as ``egoplan_val`` ranks EgoPlan-Bench's."""
+
+    BENCHMARK = EGOPLAN_BENCH2
+    SPEC = LIKELIHOOD

@@ -73,7 +73,8 @@ def load_release_dimension(data_root: str | Path, dimension: Dimension, *, allow
     folder = next((c for c in candidates if (c / "annotations.json").is_file()), None)
     if folder is None:
         raise FileNotFoundError(f"EgoThink {dimension.name}: no annotations.json in "
-                                + " or ".join(str(c) for c in candidates) + " (is data_root the release's data folder?)")
+                                + " or ".join(str(c) for c in candidates)
+                                + " (is data_root the release's data folder?)")
     annotations = folder / "annotations.json"
     allow_setting = setting_name(ENV_PREFIX, "allow_paths_outside_root")
     inside_root(annotations, data_root, where=f"EgoThink {dimension.name}: {annotations}", setting=allow_setting,
@@ -149,7 +150,8 @@ def _stored_image(image: dict, folder: Path, index: int) -> Path:
     if not path.is_file():
         # Ranks load at once and may store the same image together: each writes a file of its
         # own and renames it into place (the same bytes, whichever rename lands last).
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".partial", delete=False) as partial:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".partial",
+                                         delete=False) as partial:
             partial.write(content)
         try:
             os.replace(partial.name, path)

@@ -24,8 +24,8 @@ The protocol, as the paper (section 3-4, appendices C-D) and its release define 
 
 Data comes from the Hub dataset or from a local copy of the release layout, chosen by the
 ``source`` setting; loading and checking it is ``lmms_egoplan.egothink.data``. This module follows
-the task YAMLs (``tasks/egothink/``): settings, the task, then what the harness calls in order --
-visuals, text, results (aggregation: ``lmms_egoplan.harness.judged``).
+the task YAMLs (``tasks/egothink/``): the documents and the model's configuration, then what the harness calls in
+order -- visuals, text, results (aggregation: ``lmms_egoplan.harness.judged``) -- and the tasks' specs.
 """
 
 from __future__ import annotations
@@ -47,46 +47,61 @@ from lmms_egoplan.egothink.data import (
     load_release_dimension,
 )
 from lmms_egoplan.egothink.protocol import DECODING_PRESETS, RUBRIC_NAME, judge_request
-from lmms_egoplan.harness.benchmark import Metric, TaskSpec
-from lmms_egoplan.harness.judged import JudgedTask, failed_count, judged_count, judged_score
+from lmms_egoplan.harness.benchmark import LoadedDocs, TaskContext, TaskSpec
+from lmms_egoplan.harness.judged import JUDGED_METRICS
+from lmms_egoplan.harness.lmms_eval_task import SuiteTask
 from lmms_egoplan.judge import judge_parts_item
 
-# --- The task -----------------------------------------------------------------------------------
+# --- The documents -----------------------------------------------------------------------------
 
 
-class EgoThinkScoring:
-    """What an EgoThink task does under either harness: its settings and docs (judged by
-    ``harness.judged.JudgedScoring``)."""
+def load_docs(context: TaskContext) -> LoadedDocs:
+    """One dimension's questions (the YAML's ``dataset_name``), from the Hub or a local copy of the release."""
+    task_name, settings = context.task_name, context.settings
+    dimension = DIMENSIONS.get(context.task.config.dataset_name)
+    if dimension is None:
+        raise ValueError(f"task {task_name}: dataset_name must be one of {', '.join(DIMENSIONS)}, "
+                         f"got {context.task.config.dataset_name!r}")
+    if settings.source == "local":
+        if settings.data_root is None:
+            raise SettingsError(f"task {task_name}: source is local but "
+                                f"{setting_name(ENV_PREFIX, 'data_root')} (the release's data folder) is not set")
+        docs = load_release_dimension(settings.data_root, dimension, allow_outside=settings.allow_paths_outside_root,
+                                      images_decoded=settings.images_decoded_at_load)
+        origin = str(settings.data_root)
+    elif settings.source == "hub":
+        docs = load_hub_dimension(settings.hub_repo, dimension, revision=settings.hub_revision,
+                                  image_cache=settings.image_cache, images_decoded=settings.images_decoded_at_load)
+        origin = f"{settings.hub_repo} ({dimension.hub_config})"
+    else:
+        raise SettingsError(f"task {task_name}: {setting_name(ENV_PREFIX, 'source')} must be 'hub' or "
+                            f"'local', got {settings.source!r}")
+    logger.info(f"EgoThink {dimension.capability}/{dimension.name}: {len(docs)} questions from {origin} "
+                f"(the paper has {dimension.paper_count})")
+    return LoadedDocs(docs)
 
-    Settings = EGOTHINK.settings
-    ENV_PREFIX = EGOTHINK.entry.env_prefix
-    RUBRICS = EGOTHINK.rubrics
-    JUDGE_RUBRIC = RUBRIC_NAME  # its judged items' rubric
 
-    def load_docs(self) -> list[dict]:
-        dimension = DIMENSIONS.get(self.config.dataset_name)
-        if dimension is None:
-            raise ValueError(f"task {self.config.task}: dataset_name must be one of {', '.join(DIMENSIONS)}, "
-                             f"got {self.config.dataset_name!r}")
-        settings = self.settings
-        if settings.source == "local":
-            if settings.data_root is None:
-                raise SettingsError(f"task {self.config.task}: source is local but "
-                                    f"{setting_name(ENV_PREFIX, 'data_root')} (the release's data folder) is not set")
-            docs = load_release_dimension(settings.data_root, dimension,
-                                          allow_outside=settings.allow_paths_outside_root,
-                                          images_decoded=settings.images_decoded_at_load)
-            origin = str(settings.data_root)
-        elif settings.source == "hub":
-            docs = load_hub_dimension(settings.hub_repo, dimension, revision=settings.hub_revision,
-                                      image_cache=settings.image_cache, images_decoded=settings.images_decoded_at_load)
-            origin = f"{settings.hub_repo} ({dimension.hub_config})"
-        else:
-            raise SettingsError(f"task {self.config.task}: {setting_name(ENV_PREFIX, 'source')} must be 'hub' or "
-                                f"'local', got {settings.source!r}")
-        logger.info(f"EgoThink {dimension.capability}/{dimension.name}: {len(docs)} questions from {origin} "
-                    f"(the paper has {dimension.paper_count})")
-        return docs
+def configure(context: TaskContext, config) -> dict | None:
+    """The decoding preset's generation arguments, and the inference-prompt preset the ``prompt_preset`` setting
+    names (None: lmms-eval's choice by model)."""
+    config.generation_kwargs.update(DECODING_PRESETS[context.settings.decoding])
+    preset = context.settings.prompt_preset
+    if not preset:
+        return None
+    presets = {k: v for k, v in (config.lmms_eval_specific_kwargs or {}).items() if isinstance(v, dict)}
+    if preset not in presets:
+        raise SettingsError(f"task {context.task_name}: {setting_name(ENV_PREFIX, 'prompt_preset')} {preset!r} "
+                            f"is not one of {', '.join(sorted(presets))}")
+    return presets[preset]
+
+
+def configure_blind(context: TaskContext, config) -> None:
+    """The lm-eval baselines answer in the default prompt, decoded as the ``decoding`` setting says."""
+    if context.settings.prompt_preset:
+        raise SettingsError(f"task {context.task_name}: {setting_name(ENV_PREFIX, 'prompt_preset')} chooses "
+                            f"among the lmms-eval tasks' per-model prompts; the lm-eval baselines use the "
+                            f"default prompt (lm-eval's --apply_chat_template and --system_instruction apply)")
+    config.generation_kwargs.update(DECODING_PRESETS[context.settings.decoding])
 
 
 # --- 1. Visuals ---------------------------------------------------------------------------------
@@ -123,7 +138,8 @@ def _default_preset(template: str) -> dict:
 def doc_to_text_blind(doc: dict) -> str:
     """``ego_think_blind`` (lm-eval): the question without its image, in the default preset's prompt
     of the dimension's kind (Table 5: short answers; Table 6: detailed, for planning)."""
-    return _prompt(doc, _default_preset("_planning_yaml" if doc["capability"] == "Planning" else "_short_answer_yaml"))[1]
+    template = "_planning_yaml" if doc["capability"] == "Planning" else "_short_answer_yaml"
+    return _prompt(doc, _default_preset(template))[1]
 
 
 def doc_to_messages(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> list[dict]:
@@ -135,38 +151,29 @@ def doc_to_messages(doc: dict, lmms_eval_specific_kwargs: dict | None = None) ->
 
 # --- 3. Results: the judge (Table 7) ------------------------------------------------------------
 
-def process_results(doc: dict, results: list) -> dict:
+def process_results(doc: dict, results: list, context: TaskContext) -> dict:
     """The judge item for this answer; the judge rates all items of the task after generation."""
     item = judge_parts_item({"": judge_request(doc, results[0])}, RUBRIC_NAME)  # judged as a whole
     return {"score": item, "judged": item, "failed": item}
 
 
-METRICS = (
-    Metric("score", judged_score),  # mean judge rating x 100 over successful judgements
-    Metric("judged", judged_count),
-    Metric("failed", failed_count, higher_is_better=False),  # failed calls, answers without a 0 / 0.5 / 1 rating
-)
+def judge_rubric(settings) -> str:
+    return RUBRIC_NAME
 
 
-# --- The task, as lmms-eval builds it -----------------------------------------------------------
+# --- The tasks, as the harnesses build them -----------------------------------------------------
+
+DIMENSION = TaskSpec(load_docs=load_docs, doc_to_visual=doc_to_visual, doc_to_text=doc_to_text,
+                     doc_to_messages=doc_to_messages, doc_to_target="answer", process_results=process_results,
+                     metrics=JUDGED_METRICS, judge_rubric=judge_rubric, configure=configure)
+BLIND = TaskSpec(load_docs=load_docs, doc_to_text=doc_to_text_blind, doc_to_target="answer",
+                 process_results=process_results, metrics=JUDGED_METRICS, judge_rubric=judge_rubric,
+                 configure=configure_blind)
 
 
-class EgoThinkTask(EgoThinkScoring, JudgedTask):
-    """One EgoThink dimension (YAML ``dataset_name``), judged by an LLM after generation: the hooks above
-    (``SPEC``), its YAML the configuration."""
+class EgoThinkTask(SuiteTask):
+    """``ego_think_<dimension>`` (lmms-eval): one EgoThink dimension (YAML ``dataset_name``), judged by an LLM after
+    generation."""
 
-    SPEC = TaskSpec(doc_to_visual=doc_to_visual, doc_to_text=doc_to_text, doc_to_messages=doc_to_messages,
-                    doc_to_target="answer", process_results=process_results, metrics=METRICS)
-
-    def _prepare_model_specific_config(self):
-        # lmms-eval calls this before the data loads and after its model-specific generation_kwargs
-        # (a --gen_kwargs on the command line still overrides the decoding preset).
-        super()._prepare_model_specific_config()
-        self.config.generation_kwargs.update(DECODING_PRESETS[self.settings.decoding])
-        preset = self.settings.prompt_preset
-        if preset:
-            presets = {k: v for k, v in (self.config.lmms_eval_specific_kwargs or {}).items() if isinstance(v, dict)}
-            if preset not in presets:
-                raise SettingsError(f"task {self.config.task}: {setting_name(ENV_PREFIX, 'prompt_preset')} {preset!r} "
-                                    f"is not one of {', '.join(sorted(presets))}")
-            self.lmms_eval_specific_kwargs = presets[preset]
+    BENCHMARK = EGOTHINK
+    SPEC = DIMENSION

@@ -5,11 +5,13 @@ benchmark's package builds its value in its ``benchmark`` module; ``lmms_egoplan
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from lmms_egoplan.catalogue import Entry
 
 if TYPE_CHECKING:
+    from lmms_egoplan.core.request_options import RequestOption
+    from lmms_egoplan.harness.contract import HarnessTask
     from lmms_egoplan.judge.rubrics import Rubric
     from lmms_egoplan.report.layout import ReportFace
 
@@ -39,33 +41,100 @@ class Benchmark:
 @dataclass(frozen=True)
 class Metric:
     """A metric a task reports: its name, its aggregation (a name the harness registers, such as "mean", or a
-    function) and which way is better."""
+    function of the per-document values) and which way is better. ``with_context``: the function also takes the
+    task's ``TaskContext`` (keyword ``context``), e.g. a metric that writes a run file or asks the judge."""
 
     name: str
     aggregation: str | Callable
     higher_is_better: bool = True
+    with_context: bool = False
+
+
+@dataclass(frozen=True)
+class LoadedDocs:
+    """What a benchmark's loader returns: the documents, and the samples it skipped (``skip_missing``), which the
+    task reports as its ``skipped_samples`` metric (None: the benchmark's loader never skips, no such metric)."""
+
+    docs: Sequence[dict]
+    skipped: Sequence[Any] | None = None
+
+    @property
+    def split_size(self) -> int:
+        """The samples of the split the loader read, skipped ones included."""
+        return len(self.docs) + len(self.skipped or ())
+
+
+@dataclass
+class TaskContext:
+    """What a benchmark's hooks know of the task that runs them, handed over explicitly: ``process_results`` and
+    the spec's run-time hooks always get it, an aggregation when its ``Metric`` says ``with_context``.
+
+    ``task`` is the harness adapter (``harness.contract.HarnessTask``: its run files, the evaluated model, whether
+    the run only predicts, its judging). ``state`` is what the spec's ``run_state`` made for the task (what its
+    metrics share over a run), ``loaded`` what its loader returned once the documents are read."""
+
+    task_name: str
+    settings: Any
+    task: HarnessTask
+    state: Any = None
+    loaded: LoadedDocs | None = None
+
+    # A handle on the running task (its adapter, judge and run state), not a value: the harnesses copy and print
+    # their task configs, whose process_results is bound to it; a copy is the same context, its text the task's name.
+    def __deepcopy__(self, memo: dict) -> TaskContext:
+        return self
+
+    def __repr__(self) -> str:
+        return f"TaskContext(task_name={self.task_name!r})"
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """What a benchmark's tasks do (its lmms-eval tasks, or its lm-eval baselines), as plain functions: the hooks
-    the harness calls on each document, in its order, and the metrics they report. The task YAMLs keep what is
-    configuration (``class:``, ``output_type``, ``generation_kwargs``, ``lmms_eval_specific_kwargs``, ``metadata``,
-    group aggregations); the adapter their ``class:`` names holds the spec and hands the hooks to the harness (a
-    YAML that sets one of them too is an error: one place says what a task does)."""
+    """What a benchmark's task does (an lmms-eval task, or an lm-eval baseline), as plain functions: where its
+    documents come from, the hooks the harness calls on each document in its order, and the metrics they report.
 
+    The task YAMLs keep what is configuration (``class:``, ``output_type``, ``generation_kwargs``,
+    ``lmms_eval_specific_kwargs``, ``metadata``, group aggregations); the adapter their ``class:`` names holds the
+    spec and hands the hooks to the harness (a YAML that sets one of them too is an error: one place says what a task
+    does). Hooks of the harness's own signature (``doc_to_text`` and the other ``doc_to_*``) get no context: what
+    they need of the settings the loader puts into each document."""
+
+    load_docs: Callable[[TaskContext], LoadedDocs]
     doc_to_text: Callable
-    process_results: Callable
+    process_results: Callable[[dict, list, TaskContext], dict]  # (doc, results, context) -> {metric: value}
     metrics: tuple[Metric, ...]
     doc_to_visual: Callable | None = None  # none for the text-only baselines (lm-eval)
     doc_to_messages: Callable | None = None
     doc_to_target: str | Callable | None = None
+    doc_to_choice: Callable | None = None
+    # Metrics whose names come from the settings or the documents, which no list can name in advance: added once the
+    # documents are loaded, after ``metrics`` and ``skipped_samples`` (those already reported are kept).
+    metrics_of_the_data: Callable[[TaskContext, Sequence[dict]], Iterable[Metric]] | None = None
+    # What the task's metrics share over a run (made when the task is built; ``TaskContext.state``).
+    run_state: Callable[[TaskContext], Any] | None = None
+    # Judged tasks: the name of the rubric their judged items carry, from the settings (``harness.judged.Judging``).
+    judge_rubric: Callable[[Any], str] | None = None
+    # Settings that choose what the task asks of the backend beyond the harness's request arguments
+    # ({setting name: core.request_options.RequestOption}), and the generative task that asks a backend without
+    # loglikelihood the same questions (for a task that ranks candidates by likelihood).
+    request_options: Mapping[str, RequestOption] = field(default_factory=dict)
+    generative_variant: str | None = None
+    # The model-specific configuration (lmms-eval: after its per-model generation_kwargs, before the data): changes
+    # ``config.generation_kwargs`` as the settings say and returns the inference-prompt preset to use (None: the
+    # harness's own choice).
+    configure: Callable[[TaskContext, Any], Mapping | None] | None = None
 
     # The config keys a spec sets (the harness's names).
-    KEYS = ("doc_to_visual", "doc_to_text", "doc_to_messages", "doc_to_target", "process_results", "metric_list")
+    KEYS = ("doc_to_visual", "doc_to_text", "doc_to_messages", "doc_to_target", "doc_to_choice", "process_results",
+            "metric_list")
+
+    @property
+    def judged(self) -> bool:
+        return self.judge_rubric is not None
 
     def config_entries(self) -> dict[str, Any]:
-        """The spec as entries of the harness's task config."""
+        """The spec as entries of the harness's task config (the adapter binds the context once the harness has
+        built the task: ``harness.task_setup.TaskSetup``)."""
         hooks = {key: getattr(self, key) for key in self.KEYS[:-1] if getattr(self, key) is not None}
         metrics = [{"metric": m.name, "aggregation": m.aggregation, "higher_is_better": m.higher_is_better}
                    for m in self.metrics]

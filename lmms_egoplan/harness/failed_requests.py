@@ -1,6 +1,6 @@
 """Model requests that failed, for every generative suite task at once: counted, left out, asked again.
 
-``BenchmarkTask.process_results`` (``harness.lmms_eval_task``) recognises a failed request
+``SuiteTask.process_results`` (``harness.lmms_eval_task``) recognises a failed request
 (``core.failed_requests.failed_request``: lmms-eval's failure and budget placeholders, a missing
 text, the empty text of backends that fail with one) before the benchmark sees the answer: the
 sample is not parsed, judged or scored, and returns only ``failed_requests: 1`` (its logged sample
@@ -30,6 +30,7 @@ from lmms_egoplan.compat import cli_option, suite_plugin_enabled
 from lmms_egoplan.compat.durability import exit_when_results_are_written
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.secrets import MASK, mask_secrets
+from lmms_egoplan.harness.benchmark import TaskContext
 
 FAILED_REQUESTS = "failed_requests"
 # Failed judgements end a run with 3 (judge_failed_exit_status); a failed model request leaves more out.
@@ -44,11 +45,11 @@ def is_failed_request_item(value: Any) -> bool:
     return isinstance(value, dict) and FAILED_REQUEST_MARK in value
 
 
-def failed_request_count(items: Sequence[float], args: Any = None, *, task: Any = None) -> int:
+def failed_request_count(items: Sequence[float], args: Any = None, *, context: TaskContext) -> int:
     """The ``failed_requests`` aggregation: how many of the task's requests failed; remembers the count
-    (and the task's total) so that the run ends saying so. ``task``: injected by BenchmarkTask."""
+    (and the task's total) so that the run ends saying so."""
     failed = int(sum(items))
-    RUN.failed_requests[task.config.task] = (failed, len(items))
+    RUN.failed_requests[context.task_name] = (failed, len(items))
     if failed:
         exit_when_results_are_written(failed_requests_verdict)
     return failed

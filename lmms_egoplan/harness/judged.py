@@ -1,7 +1,7 @@
 """Judged tasks in lmms-eval: metrics an LLM judge scores after generation, all items at once.
 
 lmms-eval calls ``process_results`` once per document (in threads), so a judge call there
-blocks and cannot batch. A ``JudgedTask`` instead has
+blocks and cannot batch. A judged task instead has
 ``process_results`` return a self-contained judge item per sample (``judge_parts_item``);
 the aggregation functions below then run on rank 0, after gathering, and send every item of
 the task through the judge engine in one concurrent, cached batch. The audit trail is written
@@ -9,26 +9,14 @@ next to the results file (``<output_path>/<model>/<date>_judgements_<task>.jsonl
 
 A judged benchmark needs:
 
-* ``Settings`` inheriting ``lmms_egoplan.judge.JudgeSettings`` (so its judge is configured by
+* settings inheriting ``lmms_egoplan.judge.JudgeSettings`` (so its judge is configured by
   ``<ENV_PREFIX>_JUDGE_MODEL`` etc.; the settings are checked before anything is generated);
-* its ``Rubric``s by name (the task class's ``RUBRICS``, registered when the task is built), the one its
-  items name the task class's ``JUDGE_RUBRIC``, and ``process_results`` returning
+* its ``Rubric``s by name (``Benchmark.rubrics``, registered when a task is built), and a task spec whose
+  ``judge_rubric`` names the one its items carry, whose ``process_results`` returns
   ``{metric: judge_parts_item({"": request}, "<rubric name>") ...}`` for the judged metric and
-  for ``judged`` / ``failed``;
-* this ``metric_list`` in its YAML (and ``class:`` a ``JudgedTask`` subclass)::
-
-      metric_list:
-        - metric: score      # mean rating x the rubric's scale; failed judgements excluded
-          aggregation: !function lmms_egoplan.harness.judged.judged_score
-          higher_is_better: true
-        - metric: judged     # judgements with a valid rating
-          aggregation: !function lmms_egoplan.harness.judged.judged_count
-          higher_is_better: true
-        - metric: failed     # failed calls and answers without a valid rating
-          aggregation: !function lmms_egoplan.harness.judged.failed_count
-          higher_is_better: false
-
-  and, in a group YAML, ``aggregation: !function lmms_egoplan.harness.judged.sum_over_subtasks``
+  for ``judged`` / ``failed``, and whose metrics are ``JUDGED_METRICS`` (and any judged breakdown with
+  ``judged_score``); the adapter then holds a ``Judging``;
+* in a group YAML, ``aggregation: !function lmms_egoplan.harness.judged.sum_over_subtasks``
   for ``judged`` / ``failed`` (the group's totals).
 
 A sample judged on several named parts (e.g. three answer fields, one request each)
@@ -50,15 +38,15 @@ import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from loguru import logger
 
 from lmms_egoplan.compat.durability import exit_when_results_are_written, note_kept_on_stop
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import SettingsError, setting_name
+from lmms_egoplan.harness.benchmark import Metric, TaskContext
 from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, is_failed_request_item
-from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask
 from lmms_egoplan.harness.rejudge import PREDICT_ONLY_ITEMS, rejudge_command
 from lmms_egoplan.judge import (
     ItemScore,
@@ -70,7 +58,6 @@ from lmms_egoplan.judge import (
     JudgeSettings,
     JudgeSetupError,
     RetiredJudgeError,
-    Rubric,
     is_judge_parts_item,
     item_requests,
     items_rubric,
@@ -81,138 +68,128 @@ from lmms_egoplan.judge import (
 )
 
 
-class JudgedScoring:
-    """What a judged task does under either harness (lmms-eval's ``BenchmarkTask``, lm-eval's
-    ``LmEvalBenchmarkTask``, which come after it in the class's bases): check the judge before
-    anything is loaded or generated, and score its metrics with the judge engine."""
+class Judging:
+    """The judge of a judged task, a collaborator its harness adapter holds (lmms-eval's ``SuiteTask``, lm-eval's
+    ``SuiteBaseline``): it checks the judge's settings before the data is read and that the judge answers before
+    any model call, marks each judged item with the judge, and scores the task's judged metrics with the judge
+    engine (one engine per judge configuration, shared by the run's tasks). ``record_outcome``: what the harness
+    does with a metric's judgements once made (lmms-eval: ``record_task_judgements``, the run's exit status)."""
 
-    JUDGE_RUBRIC: str  # the registered name of the rubric its judged items name
-    RUBRICS: Mapping[str, Rubric]  # its benchmark's rubrics by name (harness.benchmark.Benchmark.rubrics)
-
-    def __init__(self, config, **kwargs):
-        if not issubclass(self.Settings, JudgeSettings):
-            raise TypeError(f"{type(self).__name__}.Settings must inherit lmms_egoplan.judge.JudgeSettings")
-        register_rubrics(self.RUBRICS)  # what its judged items name, before anything reads them
+    def __init__(self, task: Any, *, record_outcome: Callable[[str, JudgeResults, JudgeSettings], None] | None = None):
+        setup = task.setup
+        if not issubclass(setup.benchmark.settings, JudgeSettings):
+            raise TypeError(f"{setup.benchmark.name}: its settings must inherit lmms_egoplan.judge.JudgeSettings")
+        register_rubrics(setup.benchmark.rubrics)  # what its judged items name, before anything reads them
+        self.task = task
+        self.settings = JudgeSettings.of(setup.settings)
+        self.rubric = setup.spec.judge_rubric(setup.settings)  # the registered name its judged items carry
+        self._setting_name = functools.partial(setting_name, setup.env_prefix)
+        self._record_outcome = record_outcome
         self._judgements: dict[str, Judgement] = {}  # by request id, over all metrics of the task
         self._judgements_lock = threading.Lock()
-        super().__init__(config, **kwargs)
-        self._record_judge()
 
-    def _record_judge(self) -> None:
+    @property
+    def task_name(self) -> str:
+        return self.task.config.task
+
+    def record_judge(self) -> None:
         """The task's judge (with what its server said answered the preflight, once it has), as the
         results' metadata and each judged item record it."""
-        settings = JudgeSettings.of(self.settings)
-        self.judge_identity = JudgeIdentity.of(settings, self.JUDGE_RUBRIC, RUN.answering_judges.get(settings))
-        self.config.metadata.update(self.judge_identity.metadata())
-
-    def process_results(self, doc, results, *args, **kwargs):
-        return self.with_judge(super().process_results(doc, results, *args, **kwargs))
+        self.identity = JudgeIdentity.of(self.settings, self.rubric, RUN.answering_judges.get(self.settings))
+        self.task.config.metadata.update(self.identity.metadata())
 
     def with_judge(self, values: dict) -> dict:
         """``values`` (a sample's metric values), each judged item carrying the task's judge."""
         for value in values.values():
             if is_judge_parts_item(value):
-                value["judge"] = self.judge_identity.record()
+                value["judge"] = self.identity.record()
         return values
 
-    def download(self, dataset_kwargs=None, **kwargs) -> None:
-        # The judge is checked first: a run must not fetch data, let alone generate, with a judge
-        # that cannot work.
+    def check_settings(self) -> None:
+        """The judge is configured so that it can work: checked before the data is read, let alone generated."""
         try:
-            JudgeSettings.of(self.settings).check(name=functools.partial(setting_name, self.ENV_PREFIX))
+            self.settings.check(name=self._setting_name)
         except JudgeSetupError as error:
-            raise SettingsError(f"task {self.config.task}: {error}") from None
-        super().download(dataset_kwargs, **kwargs)
+            raise SettingsError(f"task {self.task_name}: {error}") from None
 
-    def check_judge_answers(self) -> None:
+    def check_answers(self) -> None:
         """Before any model call, the judge answers one short request (``judge.preflight``; once per
         judge configuration and process), unless ``judge_preflight`` is off."""
-        settings = JudgeSettings.of(self.settings)
+        settings, name = self.settings, self._setting_name
         if not settings.judge_preflight:
             return
-        name = functools.partial(setting_name, self.ENV_PREFIX)
         if settings not in RUN.answering_judges:
             try:
                 RUN.answering_judges[settings] = preflight(settings)
             except RetiredJudgeError as error:
-                raise SettingsError(f"task {self.config.task}: {error}; "
+                raise SettingsError(f"task {self.task_name}: {error}; "
                                     f"{error.retirement.explain(name('judge_model'))}") from None
             except JudgeCacheError as error:  # the cache's folder or disk, not the judge: nothing to say of the server
-                raise SettingsError(f"task {self.config.task}: {error}; judge_cache_dir is set by "
+                raise SettingsError(f"task {self.task_name}: {error}; judge_cache_dir is set by "
                                     f"{name('judge_cache_dir')}") from None
             except JudgeSetupError as error:
                 raise SettingsError(
-                    f"task {self.config.task}: {error}; check {name('judge_base_url')}, {name('judge_model')} and "
+                    f"task {self.task_name}: {error}; check {name('judge_base_url')}, {name('judge_model')} and "
                     f"{name('judge_api_key_env')}, or set {name('judge_preflight')} to false to generate now and "
                     f"judge later with `lmms-egoplan rejudge`") from None
-        self._record_judge()
-
-    def judge_score(self, items: Sequence[dict], args: Any) -> ItemScore:
-        """Score ``items``, judging in one concurrent batch only the requests no metric of this
-        task has had judged yet: every metric (overall, per part, breakdowns over subsets of the
-        samples) reads the same judgements, whatever order lmms-eval aggregates them in. The samples
-        whose model request failed (``failed_request_scores``) are left out, as failed judgements
-        are: a metric none of whose samples was answered is NaN."""
-        settings = JudgeSettings.of(self.settings)
-        items = [item for item in items if not is_failed_request_item(item)]
-        if not items:  # every sample's request failed: nothing to judge, no judge to load
-            scored = ItemScore(math.nan, JudgeResults([], f"{settings.judge_backend}:{settings.judge_model}"))
-            self.judged_outcome(scored.results, settings)
-            return scored
-        trail = self.run_file(args, "judgements")
-        with self._judgements_lock:
-            judge = _shared_judge(settings)
-            if isinstance(judge, JudgeUnavailable):
-                scored = unjudged(items, judge.model, f"judge unavailable: {judge.error}")
-                self.judged_outcome(scored.results, settings)
-                return scored
-            pending = [request for request in item_requests(items)
-                       if getattr(self._judgements.get(request.id), "messages", None) != request.messages]
-            if pending and judge.cache is not None:
-                note_kept_on_stop(f"judgements already made are in the judge cache {judge.cache.path}")
-            # With nothing pending no call is made and no audit file is written.
-            results = judge.run(pending, items_rubric(items).parse_rating, audit_path=trail, append_audit=True,
-                                description=f"Judging {self.config.task}", identity=self.judge_identity.record())
-            self._judgements.update((j.id, j) for j in results.judgements)
-            scored = score_judged(items, self._judgements, judge_model=judge.model, audit_path=trail)
-            self.judged_outcome(scored.results, settings)
-            return scored
-
-    def judged_outcome(self, results: JudgeResults, settings: JudgeSettings) -> None:
-        """What the harness does with a metric's judgements once made (lmms-eval: ``JudgedTask``)."""
-
-
-class JudgedTask(JudgedScoring, BenchmarkTask):
-    """An lmms-eval BenchmarkTask whose metrics are rated by an LLM judge (see the module docstring)."""
+        self.record_judge()
 
     def failed_request_scores(self, failure: str) -> dict:
         """A sample whose model request failed goes to every judged metric marked so (never to the
         judge): a metric over failed samples alone is then NaN, as one whose judgements all failed,
         and a group's mean over its subtasks NaN with it, not a mean over fewer subtasks."""
         return {metric: {FAILED_REQUEST_MARK: failure}
-                for metric in self.metrics_aggregated_by(judged_score, judged_count, failed_count)}
+                for metric in self.task.setup.metrics_aggregated_by(judged_score, judged_count, failed_count)}
 
-    def logged_predictions(self, doc, results) -> dict:
-        """The judge items (``{"judge_items": {metric: item}}``), so that ``lmms-egoplan rejudge`` can
-        judge a ``--predict_only`` run's log (lmms-eval logs neither docs nor prompts); building them
+    def logged_items(self, doc: dict, results: Sequence) -> dict:
+        """What a ``--predict_only`` run logs per sample: the judge items (``{"judge_items": {metric: item}}``), so
+        that ``lmms-egoplan rejudge`` can judge its log (lmms-eval logs neither docs nor prompts); building them
         calls no judge."""
         answers = [answer.strip() if isinstance(answer, str) else answer for answer in results]
-        items = {metric: value for metric, value in self.scoring(doc, answers).items() if is_judge_parts_item(value)}
-        return {PREDICT_ONLY_ITEMS: self.with_judge(items)}
+        scores = self.task.setup.scoring(doc, answers)
+        return {PREDICT_ONLY_ITEMS: self.with_judge({metric: value for metric, value in scores.items()
+                                                     if is_judge_parts_item(value)})}
 
-    def _bind_to_backend(self, cli_args) -> None:
-        super()._bind_to_backend(cli_args)
-        if not getattr(cli_args, "predict_only", False):  # a predict-only run judges nothing
-            self.check_judge_answers()
+    def score(self, items: Sequence[dict], args: Any) -> ItemScore:
+        """Score ``items``, judging in one concurrent batch only the requests no metric of this
+        task has had judged yet: every metric (overall, per part, breakdowns over subsets of the
+        samples) reads the same judgements, whatever order the harness aggregates them in. The samples
+        whose model request failed (``failed_request_scores``) are left out, as failed judgements
+        are: a metric none of whose samples was answered is NaN."""
+        settings = self.settings
+        items = [item for item in items if not is_failed_request_item(item)]
+        if not items:  # every sample's request failed: nothing to judge, no judge to load
+            nothing = JudgeResults([], f"{settings.judge_backend}:{settings.judge_model}")
+            return self._outcome(ItemScore(math.nan, nothing))
+        trail = self.task.run_file(args, "judgements")
+        with self._judgements_lock:
+            judge = _shared_judge(settings)
+            if isinstance(judge, JudgeUnavailable):
+                return self._outcome(unjudged(items, judge.model, f"judge unavailable: {judge.error}"))
+            pending = [request for request in item_requests(items)
+                       if getattr(self._judgements.get(request.id), "messages", None) != request.messages]
+            if pending and judge.cache is not None:
+                note_kept_on_stop(f"judgements already made are in the judge cache {judge.cache.path}")
+            # With nothing pending no call is made and no audit file is written.
+            results = judge.run(pending, items_rubric(items).parse_rating, audit_path=trail, append_audit=True,
+                                description=f"Judging {self.task_name}", identity=self.identity.record())
+            self._judgements.update((j.id, j) for j in results.judgements)
+            return self._outcome(score_judged(items, self._judgements, judge_model=judge.model, audit_path=trail))
 
-    def judged_outcome(self, results: JudgeResults, settings: JudgeSettings) -> None:
-        """Remember the task's judgements (every metric reads the same ones, so the largest set is
-        the task's), so that the run ends with a distinct status if some failed, once its results
-        and samples files are written (``failed_judgements_verdict``)."""
-        known = RUN.task_judgements.get(self.config.task)
-        if known is None or len(results.judgements) >= known.total:
-            RUN.task_judgements[self.config.task] = TaskJudgements(results.failed, len(results.judgements), settings)
-        exit_when_results_are_written(failed_judgements_verdict)
+    def _outcome(self, scored: ItemScore) -> ItemScore:
+        if self._record_outcome is not None:
+            self._record_outcome(self.task_name, scored.results, self.settings)
+        return scored
+
+
+def record_task_judgements(task_name: str, results: JudgeResults, settings: JudgeSettings) -> None:
+    """Remember a task's judgements (every metric reads the same ones, so the largest set is
+    the task's), so that the run ends with a distinct status if some failed, once its results
+    and samples files are written (``failed_judgements_verdict``)."""
+    known = RUN.task_judgements.get(task_name)
+    if known is None or len(results.judgements) >= known.total:
+        RUN.task_judgements[task_name] = TaskJudgements(results.failed, len(results.judgements), settings)
+    exit_when_results_are_written(failed_judgements_verdict)
 
 
 @dataclass(frozen=True)
@@ -278,27 +255,34 @@ def _shared_judge(settings: JudgeSettings) -> Judge | JudgeUnavailable:
         return RUN.judges[settings]
 
 
-def _task_of(task: Any) -> JudgedScoring:
-    if not isinstance(task, JudgedScoring):
-        raise TypeError("judged metrics aggregate only in a task whose YAML class: is a lmms_egoplan judged task "
-                        "(JudgedTask, or JudgedScoring under lm-eval)")
-    return task
+def _judging(context: TaskContext) -> Judging:
+    if context.task.judging is None:
+        raise TypeError(f"task {context.task_name}: judged metrics aggregate only in a task whose spec is judged "
+                        f"(TaskSpec.judge_rubric)")
+    return context.task.judging
 
 
-def judged_score(items: Sequence[dict], args: Any = None, *, task: JudgedScoring | None = None) -> float:
-    """The judged metric: mean rating x the rubric's scale over successful judgements (NaN if none).
-    ``task``: injected by BenchmarkTask (the task whose judge and run files are used)."""
-    return _task_of(task).judge_score(items, args).score
+def judged_score(items: Sequence[dict], args: Any = None, *, context: TaskContext) -> float:
+    """The judged metric: mean rating x the rubric's scale over successful judgements (NaN if none)."""
+    return _judging(context).score(items, args).score
 
 
-def judged_count(items: Sequence[dict], args: Any = None, *, task: JudgedScoring | None = None) -> int:
-    """Judgements with a valid rating. ``task``: injected by BenchmarkTask."""
-    return _task_of(task).judge_score(items, args).results.judged
+def judged_count(items: Sequence[dict], args: Any = None, *, context: TaskContext) -> int:
+    """Judgements with a valid rating."""
+    return _judging(context).score(items, args).results.judged
 
 
-def failed_count(items: Sequence[dict], args: Any = None, *, task: JudgedScoring | None = None) -> int:
-    """Failed judgements (no answer, or no valid rating). ``task``: injected by BenchmarkTask."""
-    return _task_of(task).judge_score(items, args).results.failed
+def failed_count(items: Sequence[dict], args: Any = None, *, context: TaskContext) -> int:
+    """Failed judgements (no answer, or no valid rating)."""
+    return _judging(context).score(items, args).results.failed
+
+
+# A judged task's metrics besides its breakdowns: what its spec lists (``TaskSpec.metrics``).
+JUDGED_METRICS = (
+    Metric("score", judged_score, with_context=True),  # mean judge rating x the rubric's scale over successful ones
+    Metric("judged", judged_count, with_context=True),
+    Metric("failed", failed_count, higher_is_better=False, with_context=True),  # failed calls, answers without a rating
+)
 
 
 def sum_over_subtasks(metrics: Sequence[float], sizes: Sequence[int], weight_by_size: bool = False) -> float:

@@ -1,10 +1,10 @@
 """How this suite plugs into lm-eval 0.4.x, for the text-only baselines (YAMLs in ``lm_eval_tasks/``).
 
-``LmEvalBenchmarkTask`` is the lm-eval counterpart of ``harness.lmms_eval_task.BenchmarkTask``: the same settings
-(YAML ``metadata`` < ``<PREFIX>_<SETTING>`` environment variables; lm-eval's ``--metadata`` JSON
-overrides the YAML's), the same benchmark loaders, and the same context binding of ``settings``,
-``task_name`` and ``task`` into ``process_results`` and aggregations, so that a benchmark's scoring
-code serves both harnesses unchanged.
+``SuiteBaseline`` is the lm-eval counterpart of ``harness.lmms_eval_task.SuiteTask``: it holds a benchmark and a
+task spec the same way (``harness.task_setup.TaskSetup``): the same settings (YAML ``metadata`` <
+``<PREFIX>_<SETTING>`` environment variables; lm-eval's ``--metadata`` JSON overrides the YAML's), the same
+benchmark loaders, and the same ``TaskContext`` handed to ``process_results`` and aggregations, so that a
+benchmark's scoring code serves both harnesses unchanged.
 
 lm-eval hands a task nothing of its run but the config, and merges the run's ``--model_args`` into
 every task's ``metadata``. What a task needs of the run -- which metadata keys are model arguments
@@ -19,12 +19,14 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from lm_eval.api.task import ConfigurableTask
 
 from lmms_egoplan.core.run_state import RUN
-from lmms_egoplan.harness.task_setup import LM_EVAL_CONFIG_SOURCE, SuiteTaskSetup, benchmark_dataset
+from lmms_egoplan.harness.benchmark import Benchmark, TaskSpec
+from lmms_egoplan.harness.judged import Judging
+from lmms_egoplan.harness.task_setup import LM_EVAL_CONFIG_SOURCE, TaskSetup
 
 
 @dataclass(frozen=True)
@@ -65,12 +67,14 @@ def current_run() -> LmEvalRun:
     )
 
 
-class LmEvalBenchmarkTask(SuiteTaskSetup, ConfigurableTask):
-    """An lm-eval task (YAML ``class:``) whose documents come from a benchmark loader.
+class SuiteBaseline(ConfigurableTask):
+    """The lm-eval adapter: a text-only baseline of the suite, as lm-eval builds it from the YAML whose ``class:``
+    names a subclass. A subclass sets ``BENCHMARK`` and ``SPEC`` and nothing else, as for lmms-eval's
+    ``harness.lmms_eval_task.SuiteTask``: the adapter holds both (``setup``) and, for a judged spec, the judge
+    (``judging``)."""
 
-    Subclasses (usually a benchmark's scoring mixin first) set ``Settings`` and ``ENV_PREFIX`` and
-    implement ``load_docs``, as for ``harness.lmms_eval_task.BenchmarkTask``.
-    """
+    BENCHMARK: ClassVar[Benchmark]
+    SPEC: ClassVar[TaskSpec]
 
     @staticmethod
     def registered_aggregation(name: str) -> Callable:
@@ -80,31 +84,42 @@ class LmEvalBenchmarkTask(SuiteTaskSetup, ConfigurableTask):
 
     def __init__(self, config: Mapping[str, Any], **kwargs):
         self.lm_eval_run = current_run()
-        config = self.harness_config(config, foreign_keys=self.lm_eval_run.model_arg_names | {LM_EVAL_CONFIG_SOURCE},
-                                     kept_metadata=("version", LM_EVAL_CONFIG_SOURCE))
+        self.setup = TaskSetup(self, self.BENCHMARK, self.SPEC, self.registered_aggregation)
+        foreign_keys = self.lm_eval_run.model_arg_names | {LM_EVAL_CONFIG_SOURCE}
+        config = self.setup.harness_config(config, foreign_keys=foreign_keys,
+                                           kept_metadata=("version", LM_EVAL_CONFIG_SOURCE))
+        self.settings = self.setup.settings
+        self.judging = Judging(self) if self.SPEC.judged else None
         super().__init__(config=config, **kwargs)
-        self.bind_scoring()
-        self.bind_aggregations()
+        self.setup.bind()
+        if self.judging is not None:
+            self.judging.record_judge()
+        if self.SPEC.configure is not None:
+            self.SPEC.configure(self.setup.context, self.config)
+
+    def process_results(self, doc, results):
+        return self.setup.finished_scores(super().process_results(doc, results))
 
     @property
     def predict_only(self) -> bool:
         """``--predict_only``: lm-eval's ``override_metric("bypass")`` replaced the task's metrics."""
         return "bypass" in self._metric_fn_list
 
-    def load_docs(self) -> Iterable[dict]:
-        raise NotImplementedError
-
     def download(self, dataset_kwargs=None, **kwargs) -> None:
-        _, self.dataset = benchmark_dataset(self)
+        if self.judging is not None:
+            self.judging.check_settings()  # a run must not read data, let alone generate, with a judge that cannot work
+        _, self.dataset = self.setup.load()
+        if self.judging is not None:
+            self.judging.check_answers()  # before any model call, as the lmms-eval tasks do
 
     def evaluated_model(self, args: Any) -> str:
-        """The evaluated model as lm-eval names it. ``args``: unused (``harness.BenchmarkTask.evaluated_model``)."""
+        """The evaluated model as lm-eval names it. ``args``: unused (``harness.lmms_eval_task.SuiteTask``'s)."""
         return self.lm_eval_run.model_name
 
     def run_file(self, args: Any, kind: str, suffix: str = ".jsonl") -> Path:
         """Where this task writes a file of this run: beside lm-eval's results,
         ``<output_path>/<model>/<date-time>_<kind>_<task><suffix>``; ``./<kind>/`` without
-        ``--output_path``. ``args``: unused, for the signature of ``harness.BenchmarkTask.run_file``."""
+        ``--output_path``. ``args``: unused, for the signature of ``harness.lmms_eval_task.SuiteTask.run_file``."""
         file_name = f"{self.lm_eval_run.stamp}_{kind}_{self.config.task}{suffix}"
         if not self.lm_eval_run.output_path:
             return Path.cwd() / kind / file_name

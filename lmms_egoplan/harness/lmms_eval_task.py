@@ -1,9 +1,10 @@
 """How this suite plugs into lmms-eval 0.7.x.
 
-* ``BenchmarkTask``: the base of our task classes (YAML ``class:`` key). Its docs come from a
-  benchmark loader that reads the official release files from a configurable location, and it
-  builds requests in the form the chosen backend speaks (lmms-eval's plain form for "simple"
-  backends, chat messages for "chat" backends such as ``openai`` or ``vllm``).
+* ``SuiteTask``: the adapter. The class a task YAML's ``class:`` names is a subclass that sets the benchmark and
+  the task spec it holds; its docs come from the benchmark's loader, and it builds requests in the form the
+  chosen backend speaks (lmms-eval's plain form for "simple" backends, chat messages for "chat" backends such as
+  ``openai`` or ``vllm``).
+* ``SuiteInstance``: lmms-eval's request with the suite's request options declared.
 * ``run_file``: where a task writes the files of a run beside lmms-eval's results file.
 
 Workarounds of lmms-eval bugs live in ``lmms_egoplan.compat``, not here.
@@ -13,10 +14,12 @@ from __future__ import annotations
 
 import atexit
 import os
+from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
+from lmms_eval.api.instance import Instance
 from lmms_eval.api.task import ConfigurableMessagesTask, ConfigurableTask
 from loguru import logger
 
@@ -30,36 +33,30 @@ from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.failed_requests import failed_request
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import SettingsError, setting_name
+from lmms_egoplan.harness.benchmark import Benchmark, Metric, TaskSpec
 from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, FAILED_REQUESTS, failed_request_count
-from lmms_egoplan.harness.task_setup import LM_EVAL_CONFIG_SOURCE, SuiteTaskSetup, benchmark_dataset
+from lmms_egoplan.harness.judged import Judging, record_task_judgements
+from lmms_egoplan.harness.task_setup import LM_EVAL_CONFIG_SOURCE, TaskSetup
 
 _GENERATIVE_OUTPUT_TYPES = ("generate_until", "generate_until_multi_round", "generate_until_agentic")
 _LIKELIHOOD_OUTPUT_TYPES = ("loglikelihood", "multiple_choice")
 
 
-class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
-    """An lmms-eval task whose documents come from a benchmark loader.
+class SuiteTask(ConfigurableMessagesTask):
+    """The lmms-eval adapter: a task of the suite, as lmms-eval builds it from the YAML whose ``class:`` names a
+    subclass. A subclass sets ``BENCHMARK`` (the benchmark's value, ``harness.benchmark.Benchmark``) and ``SPEC``
+    (what the task does, ``harness.benchmark.TaskSpec``) and nothing else: the adapter holds both (``setup``,
+    ``harness.task_setup.TaskSetup``) and, for a judged spec, the judge (``judging``, ``harness.judged.Judging``).
 
-    Subclasses set ``Settings`` (a dataclass of the benchmark's settings), ``ENV_PREFIX``
-    (environment overrides are ``<ENV_PREFIX>_<SETTING>``) and implement ``load_docs``.
-    The effective settings are written back into the task config's ``metadata`` so that the
-    results file records what was run.
-
-    The YAML's ``process_results`` and aggregation functions may declare a ``settings``,
-    ``task_name`` and/or ``task`` parameter: the task binds its effective settings, its name and
-    itself to them, so per-document scoring and run-level aggregation (e.g. scoring all outputs
-    of a run at once) follow the settings and share run state without module globals. Metrics
-    whose names come from settings or data, which a YAML cannot list, join with ``add_metric``.
-
-    ``REQUEST_OPTION_SETTINGS``: the settings that choose what the task asks of the backend beyond
-    lmms-eval's request arguments (``{setting name: lmms_egoplan.core.request_options.RequestOption}``:
-    which tokens of a candidate are scored, how their losses are averaged, where the visuals go);
-    the task marks its requests with them and, before any model call, refuses a backend that
-    cannot honour a value that changes scores (it warns where the backend places visuals its own
-    way). Chat backends get the visuals where the task places them in its messages.
+    The effective settings are written back into the task config's ``metadata`` so that the results file records
+    what was run. Requests take the form the chosen backend speaks (lmms-eval's plain form for "simple" backends,
+    chat messages for "chat" backends such as ``openai`` or ``vllm``); those of a spec with ``request_options``
+    carry them (``SuiteInstance``) and, before any model call, a backend that cannot honour a value that changes
+    scores is refused (one that places visuals its own way is warned of). A failed model request is never scored.
     """
 
-    REQUEST_OPTION_SETTINGS: ClassVar[Mapping[str, request_options.RequestOption]] = {}
+    BENCHMARK: ClassVar[Benchmark]
+    SPEC: ClassVar[TaskSpec]
 
     @staticmethod
     def registered_aggregation(name: str) -> Callable:
@@ -78,12 +75,26 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
         switch_on(SUITE_USED)
         self._chat_backend = False
         self._backend: str | None = None  # the run's --model, canonical (``_bind_to_backend``)
-        super().__init__(config=self.harness_config(config), **kwargs)
-        self.bind_scoring()
+        self.setup = TaskSetup(self, self.BENCHMARK, self.SPEC, self.registered_aggregation)
+        harness_config = self.setup.harness_config(config)
+        self.settings = self.setup.settings
+        self.judging = Judging(self, record_outcome=record_task_judgements) if self.SPEC.judged else None
+        super().__init__(config=harness_config, **kwargs)
+        self.setup.bind()
+        if self.judging is not None:
+            self.judging.record_judge()
+
+    def _prepare_model_specific_config(self):
+        # lmms-eval calls this before the data loads and after its model-specific generation_kwargs
+        # (a --gen_kwargs on the command line still overrides what the spec sets).
+        super()._prepare_model_specific_config()
+        if self.SPEC.configure is not None:
+            preset = self.SPEC.configure(self.setup.context, self.config)
+            if preset is not None:
+                self.lmms_eval_specific_kwargs = preset
 
     def _prepare_metric_and_aggregation(self) -> None:
         super()._prepare_metric_and_aggregation()
-        self.bind_aggregations()
         self._count_failed_requests()
 
     def override_metric(self, metric_name: str) -> None:
@@ -96,8 +107,9 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
         return self.OUTPUT_TYPE in _GENERATIVE_OUTPUT_TYPES
 
     def _count_failed_requests(self) -> None:
-        if self.generative and not self.has_metric(FAILED_REQUESTS):
-            self.add_metric(FAILED_REQUESTS, failed_request_count, higher_is_better=False)
+        if self.generative and not self.setup.has_metric(FAILED_REQUESTS):
+            self.setup.add_metric(Metric(FAILED_REQUESTS, failed_request_count, higher_is_better=False,
+                                         with_context=True))
 
     def run_file(self, args: Any, kind: str, suffix: str = ".jsonl") -> Path:
         """Where this task writes a file of this run (``run_file``)."""
@@ -119,13 +131,10 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
             logged = {FAILED_REQUEST_MARK: failure} if failure else self.logged_predictions(doc, results)
             return {**{metric: logged for metric in self._metric_fn_list if metric != FAILED_REQUESTS}, **counted}
         if failure is not None:
-            return {**self.failed_request_scores(failure), **counted}
-        return {**unretried_process_results(ConfigurableTask.process_results)(self, doc, results, full_docs), **counted}
-
-    def failed_request_scores(self, failure: str) -> dict:
-        """What a document whose request failed returns besides its count: nothing, so that every
-        metric leaves it out (a judged task marks its judged metrics: ``harness.judged``)."""
-        return {}
+            failed = self.judging.failed_request_scores(failure) if self.judging is not None else {}
+            return self.setup.finished_scores({**failed, **counted})
+        scores = unretried_process_results(ConfigurableTask.process_results)(self, doc, results, full_docs)
+        return self.setup.finished_scores({**scores, **counted})
 
     def failed_request(self, results) -> str | None:
         """Why a document's responses are no answer (``core.failed_requests``), or None."""
@@ -134,20 +143,19 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
         return next(filter(None, (failed_request(result, self._backend) for result in results)), None)
 
     def logged_predictions(self, doc, results) -> Any:
-        """What a ``--predict_only`` run logs per sample besides the outputs (under "bypass")."""
-        return None
+        """What a ``--predict_only`` run logs per sample besides the outputs (under "bypass"): a judged task's
+        judge items (``harness.judged.Judging.logged_items``), nothing otherwise."""
+        return self.judging.logged_items(doc, results) if self.judging is not None else None
 
     @property
     def predict_only(self) -> bool:
         """``--predict_only``: lmms-eval's ``override_metric("bypass")`` removed the task's scoring."""
         return self.config.process_results is None and "bypass" in self._metric_fn_list
 
-    def load_docs(self) -> Iterable[dict]:
-        """The evaluation documents, one dict per sample, in the benchmark's order."""
-        raise NotImplementedError
-
     def download(self, dataset_kwargs=None) -> None:
-        split, self.dataset = benchmark_dataset(self)
+        if self.judging is not None:
+            self.judging.check_settings()  # a run must not read data, let alone generate, with a judge that cannot work
+        split, self.dataset = self.setup.load()
         if self.config.process_docs is not None:
             self.dataset[split] = self.config.process_docs(self.dataset[split])
         # Docs hold paths, not decoded media, so nothing needs stripping for post-processing.
@@ -163,7 +171,7 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
     def check_before_the_model(self, cli_args) -> None:
         """What this task can check of the run before the model loads (lmms-eval builds it after;
         ``compat.tasks.check_suite_tasks_before_the_model`` calls this first): the backend can
-        serve it, the output folder is free, and what subclasses add (the judge answers)."""
+        serve it, the output folder is free, and the judge answers."""
         self._bind_to_backend(cli_args)
 
     def _bind_to_backend(self, cli_args) -> None:
@@ -172,6 +180,8 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
         folder (before any model call)."""
         claim_output_folder(cli_args)
         bind_class_task_to_backend(self, cli_args)
+        if self.judging is not None and not getattr(cli_args, "predict_only", False):  # predicting only judges nothing
+            self.judging.check_answers()
         model = getattr(cli_args, "model", None)
         if not isinstance(model, str):
             return
@@ -191,25 +201,22 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
             self._check_backend_scores(model, f"lmms-eval's {model_class.__name__} does not implement loglikelihood")
         self._check_backend_honours_options(model_class, model)
 
-    # Tasks scored by likelihood, and the generative task that asks a backend without it the same questions.
-    GENERATIVE_VARIANTS: ClassVar[Mapping[str, str]] = {}
-
     def _check_backend_scores(self, model: str, why: str, hint: str = "") -> None:
         """Refuse a backend without loglikelihood for a task that ranks candidates by it, naming those that can
         (``hint``: another way with this backend)."""
         if self.OUTPUT_TYPE not in _LIKELIHOOD_OUTPUT_TYPES:
             return
-        variant = self.GENERATIVE_VARIANTS.get(self.config.task)
+        variant = self.SPEC.generative_variant
         raise SettingsError(
-            f"task {self.config.task} ranks its candidate answers by likelihood, which --model {model} does not compute "
-            f"({why}); run it with --model egoplan_hf (transformers, in this process) or --model egoplan_server (an "
-            f"SGLang / vLLM server)" + (f", or run the generative task {variant} with --model {model}" if variant else "")
-            + hint)
+            f"task {self.config.task} ranks its candidate answers by likelihood, which --model {model} does not "
+            f"compute ({why}); run it with --model egoplan_hf (transformers, in this process) or --model "
+            f"egoplan_server (an SGLang / vLLM server)"
+            + (f", or run the generative task {variant} with --model {model}" if variant else "") + hint)
 
     def _simple_backend_hint(self, model: str) -> str:
         """How this task runs on lmms-eval's simple implementation of ``model``: ``--force_simple``, with lmms-eval's
         conventions for the options that backend does not honour (the answer's tokens only, for one)."""
-        conventions = [f"{setting_name(self.ENV_PREFIX, name)} set to {option.convention!r}"
+        conventions = [f"{setting_name(self.setup.env_prefix, name)} set to {option.convention!r}"
                        for name, option, _ in self.requested_options() if option.binding]
         return (f", or add --force_simple for lmms-eval's simple implementation of {model}, which scores by "
                 f"lmms-eval's conventions" + (f": with {' and '.join(conventions)}" if conventions else ""))
@@ -218,7 +225,7 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
         """(setting, option, value) of every option the task's requests carry: those whose value is
         not lmms-eval's convention, for this task's output type."""
         generative = self.generative
-        chosen = [(name, option, getattr(self.settings, name)) for name, option in self.REQUEST_OPTION_SETTINGS.items()]
+        chosen = [(name, option, getattr(self.settings, name)) for name, option in self.SPEC.request_options.items()]
         return [(name, option, value) for name, option, value in chosen
                 if value != option.convention and not (generative and option.likelihood_only)]
 
@@ -226,7 +233,7 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
         for name, option, value in self.requested_options():
             if option.honoured_by(model_class, value):
                 continue
-            setting = setting_name(self.ENV_PREFIX, name)
+            setting = setting_name(self.setup.env_prefix, name)
             if not option.binding:
                 logger.warning(f"task {self.config.task} asks for {option.name} {value!r} ({setting}), which backend "
                                f"{model!r} does not declare it honours: it follows its own convention")
@@ -240,7 +247,14 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
     def construct_requests(self, doc_id: int, ctx: str, **kwargs):
         if not self._chat_backend:
             requests = ConfigurableTask.construct_requests(self, doc_id, ctx, **kwargs)
-            for _, option, value in self.requested_options():
+            requested = self.requested_options()
+            if not requested:
+                return requests
+            if isinstance(requests, list):
+                requests = [SuiteInstance.of(request) for request in requests]
+            else:
+                requests = SuiteInstance.of(requests)
+            for _, option, value in requested:
                 option.mark(requests, value)
             return requests
         # A task scored by likelihood never gets here: _bind_to_backend refused the chat backend.
@@ -249,11 +263,25 @@ class BenchmarkTask(SuiteTaskSetup, ConfigurableMessagesTask):
     def _build_user_turn(self, visuals, text: str) -> list:
         """A chat backend's user turn: the visuals before or after the text, as the task orders them."""
         order = request_options.INPUT_ORDER
-        setting = next((name for name, option in self.REQUEST_OPTION_SETTINGS.items() if option is order), None)
+        setting = next((name for name, option in self.SPEC.request_options.items() if option is order), None)
         if setting is None or getattr(self.settings, setting) == order.convention:
             return super()._build_user_turn(visuals, text)
         return [{"role": "user", "content": [{"type": "text", "text": text},
                                              *(self._visual_to_content(v) for v in visuals or [])]}]
+
+
+@dataclass
+class SuiteInstance(Instance):
+    """lmms-eval's request with what the task asks of the backend beyond lmms-eval's request arguments, declared:
+    ``request_options`` ({option name: value}, ``core.request_options``; proposed upstream as a field of
+    ``Instance``, docs/upstream.md)."""
+
+    request_options: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, request: Instance) -> SuiteInstance:
+        """``request`` (as lmms-eval's task built it), with no option asked for yet."""
+        return cls(**{f.name: getattr(request, f.name) for f in fields(Instance) if f.init})
 
 
 def run_stamp(args: Any = None) -> str:
@@ -291,7 +319,8 @@ def claim_output_folder(args: Any) -> None:
         return
     stamp = run_stamp(args)
     lock = folder / f"{stamp}.lmms_egoplan.lock"
-    taken = InputError(f"another run (its lock {lock}, or its files {stamp}_*) writes the files of the same date-time ({stamp}) into "
+    taken = InputError(f"another run (its lock {lock}, or its files {stamp}_*) writes the files of the same date-time "
+                       f"({stamp}) into "
                        f"{folder}: its results, samples and side files would overwrite this run's. Start this run "
                        f"a second later, or give it another --output_path")
     try:

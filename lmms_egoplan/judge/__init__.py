@@ -20,7 +20,7 @@ benchmark):
 * ``retirements``: the judge models their provider shut down or will (package data), and what to say;
 * ``agreement``: how far two judges' ratings of the same answers agree (weighted kappa, intervals).
 
-Inside lmms-eval, tasks use the judge through ``lmms_egoplan.harness.judged.JudgedTask``;
+Inside the harnesses, a judged task's adapter holds a ``lmms_egoplan.harness.judged.Judging``;
 ``lmms-egoplan rejudge`` uses it to re-score logged model outputs with another judge.
 """
 

@@ -26,6 +26,7 @@ from lmms_egoplan.actplan.task import process_results
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
 from lmms_egoplan.demo.actplan import write_release_dataset
 from lmms_egoplan.demo.kit.media import read_index
+from lmms_egoplan.harness.benchmark import TaskContext
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 
@@ -202,7 +203,8 @@ def test_the_description_comes_before_the_images_as_the_paper_orders_them_and_af
         assert len(warnings) == warned
         request = task.construct_requests(doc_id=0, ctx=actplan.doc_to_text(doc), metadata={
             "task": "actplan1k", "doc_id": 0, "repeats": 1, "split": "test"})
-        assert INPUT_ORDER.of(request) == order and hasattr(request, INPUT_ORDER.name) == (order == TEXT_FIRST)
+        assert INPUT_ORDER.of(request) == order
+        assert (INPUT_ORDER.name in getattr(request, "request_options", {})) == (order == TEXT_FIRST)
         turn = task._build_user_turn(actplan.doc_to_visual(doc)[:2], doc["description"])
         assert [part["type"] for part in turn[0]["content"]] == content
         task._bind_to_backend(Namespace(model="dummy"))
@@ -242,7 +244,7 @@ def test_process_results_gives_every_plan_metric_the_plan_and_its_scope(release)
     doc = load_instances(release)[-1]
     assert doc["split"] == "counterfactual"
     output = "Plan:\n1. walk_to(table)\nthen grab the cup\n2. grab(cup)"
-    values = process_results(doc, [output], settings())
+    values = process_results(doc, [output], TaskContext("actplan1k", settings(), task=None))
     assert set(values) == {"lcs", "norm_lcs", "lcs_normal", "norm_lcs_normal", "lcs_counterfactual",
                            "norm_lcs_counterfactual", "format_error_rate", "plan_length", "no_plan_rate"}
     scored = {"instance_id": doc["instance_id"], "split": "counterfactual", "output": output,
@@ -252,10 +254,11 @@ def test_process_results_gives_every_plan_metric_the_plan_and_its_scope(release)
         assert values[f"lcs{suffix}"] == values[f"norm_lcs{suffix}"] == {**scored, "scope": scope}
     assert values["format_error_rate"] == {"format_errors": 1, "plan_lines": 3}
     assert (values["plan_length"], values["no_plan_rate"]) == (2, 0.0)
-    with_bleurt = process_results(doc, [output], settings(bleurt_checkpoint="/ckpt"))
+    with_bleurt = process_results(doc, [output], TaskContext("actplan1k", settings(bleurt_checkpoint="/ckpt"), None))
     assert {"bleurt_accuracy", "bleurt_accuracy_normal", "bleurt_accuracy_counterfactual"} <= set(with_bleurt)
     # A run over one split reports that split only.
-    one_split = process_results(doc, [output], settings(instances="counterfactual", bleurt_checkpoint="/ckpt"))
+    one_split = process_results(doc, [output], TaskContext("actplan1k", settings(instances="counterfactual",
+                                                                                 bleurt_checkpoint="/ckpt"), None))
     assert not any(name.endswith("_normal") for name in one_split) and "bleurt_accuracy_counterfactual" in one_split
 
 
@@ -334,7 +337,7 @@ def test_plan_metrics_keep_the_plans_once_and_classify_each_pair_once_in_any_ord
     for metric in order:
         reported[metric] = task.aggregation()[metric]([values[metric] for values in per_doc], args=args)
         if metric == order[0]:
-            kept = task.plans_file
+            kept = task.setup.context.state.plans_file
             rows = [json.loads(line) for line in kept.read_text().splitlines()]
             kept.unlink()  # the plans are written once: no later metric writes them again
     assert not kept.exists()
@@ -363,8 +366,9 @@ def test_without_an_output_path_the_plans_are_kept_in_the_working_folder(release
     docs = list(task.test_docs())[:2]
     items = [task.process_results(doc, ["grab(cup)"])["lcs_normal"] for doc in docs]
     assert task.aggregation()["lcs_normal"](items, args=SimpleNamespace(output_path=None, model_args="")) == 0.0
-    assert task.plans_file.parent == tmp_path / "plans"
-    assert ([json.loads(line)["model"] for line in task.plans_file.read_text().splitlines()]
+    plans_file = task.setup.context.state.plans_file
+    assert plans_file.parent == tmp_path / "plans"
+    assert ([json.loads(line)["model"] for line in plans_file.read_text().splitlines()]
             == ["actplan1k_text_only"] * 2)
 
 
@@ -466,7 +470,9 @@ def test_yaml_tasks_bind_settings_and_differ_only_in_images(release, monkeypatch
     assert with_images.doc_to_text(docs[0]) == text_only.doc_to_text(docs[0]) == docs[0]["description"]
     assert (with_images.config.generation_kwargs["until"] == []
             and with_images.config.generation_kwargs["temperature"] == 0)
-    # process_results receives the task's settings, the aggregations the task itself (its settings and run state).
-    assert with_images.config.process_results.keywords["settings"].instances == "counterfactual"
-    assert with_images.aggregation()["lcs"].keywords["task"] is with_images
-    assert with_images.aggregation()["bleurt_accuracy_normal"].keywords["task"] is with_images
+    # process_results and the plan metrics receive the task's context: its settings and the plans of its run.
+    context = with_images.config.process_results.keywords["context"]
+    assert context.settings.instances == "counterfactual" and context.task is with_images
+    assert isinstance(context.state, actplan.PlansOfTheRun)
+    assert with_images.aggregation()["lcs"].keywords["context"] is context
+    assert with_images.aggregation()["bleurt_accuracy_normal"].keywords["context"] is context

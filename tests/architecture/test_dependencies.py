@@ -20,7 +20,8 @@ def declared_requirements() -> set[str]:
     config = configparser.ConfigParser()
     config.read(CHECKOUT / "setup.cfg")
     lines = config["options"]["install_requires"].splitlines()
-    names = (re.match(r"[A-Za-z0-9_.-]+", line.strip()) for line in lines if line.strip() and not line.strip().startswith("#"))
+    names = (re.match(r"[A-Za-z0-9_.-]+", line.strip()) for line in lines
+             if line.strip() and not line.strip().startswith("#"))
     return {_normalized(name.group(0)) for name in names if name}
 
 
@@ -41,6 +42,7 @@ def _normalized(name: str) -> str:
 
 def test_every_declared_dependency_is_imported_by_the_package():
     distributions_of = packages_distributions()
-    imported = {_normalized(dist) for module in imported_top_level_modules() for dist in distributions_of.get(module, ())}
+    imported = {_normalized(dist) for module in imported_top_level_modules()
+                for dist in distributions_of.get(module, ())}
     unused = declared_requirements() - imported - DECLARED_FOR_OTHERS
     assert not unused, f"declared in setup.cfg but imported nowhere in lmms_egoplan/: {sorted(unused)}"

@@ -17,7 +17,8 @@ STRING_IMPORT = re.compile(r"(lmms_egoplan(?:\.\w+)*)(?::\w+)?")
 BENCHMARKS = ("egoplan", "egoplan_bench2", "egothink", "egointent", "actplan")
 # A benchmark named in text: EgoPlan, ego_think, ActPlan-1K, ... (not the suite's own name, lmms_egoplan,
 # nor its backends, egoplan_hf and egoplan_server, which are no benchmark).
-BENCHMARK_MENTION = re.compile(r"(?<![\w-])(ego_?plan|ego_?think|ego_?intent|act_?plan)(?!_hf\b|_server\b)", re.IGNORECASE)
+BENCHMARK_MENTION = re.compile(r"(?<![\w-])(ego_?plan|ego_?think|ego_?intent|act_?plan)(?!_hf\b|_server\b)",
+                               re.IGNORECASE)
 # Each folder's layer: a module imports only from its own layer's folder or from lower layers.
 # The demo (its kit, its module per benchmark, ``smoke``) is a wing above the product: only the CLI imports it.
 LAYERS = {"catalogue": 0, "core": 0, "judge": 1, "compat": 1, "harness": 2, "models": 3, "report": 2,
@@ -139,7 +140,8 @@ def test_every_judge_module_imports_alone_in_a_fresh_interpreter_without_loading
         loaded = subprocess.run(
             [sys.executable, "-c", f"import sys, {module}; print(sorted({{m.split('.')[0] for m in sys.modules}}))"],
             capture_output=True, text=True, check=True).stdout
-        assert not {"'lmms_eval'", "'openai'", "'torch'", "'transformers'"} & set(loaded.strip("[]\n").split(", ")), module
+        top_level = set(loaded.strip("[]\n").split(", "))
+        assert not {"'lmms_eval'", "'openai'", "'torch'", "'transformers'"} & top_level, module
 
 
 def folder(module: str) -> str:
@@ -201,7 +203,8 @@ def test_the_demo_is_a_wing_only_the_cli_imports():
 def test_the_core_imports_nothing_of_the_suite_outside_itself():
     for module, targets in import_graph().items():
         if module.startswith("lmms_egoplan.core"):
-            assert {t for t in targets if t.startswith("lmms_egoplan") and not t.startswith("lmms_egoplan.core")} == set()
+            assert {t for t in targets
+                    if t.startswith("lmms_egoplan") and not t.startswith("lmms_egoplan.core")} == set()
 
 
 # What names no benchmark, not even in a string: a new benchmark needs nothing of them (the suite
@@ -216,7 +219,8 @@ def named_benchmarks(path: Path) -> list[str]:
 
 
 def test_no_shared_code_names_a_benchmark_not_even_in_a_string():
-    paths = [path for name in SHARED for path in ([PACKAGE / name] if name.endswith(".py") else sorted((PACKAGE / name).rglob("*.py")))]
+    paths = [path for name in SHARED
+             for path in ([PACKAGE / name] if name.endswith(".py") else sorted((PACKAGE / name).rglob("*.py")))]
     assert {"lmms_egoplan/report/tables.py", "lmms_egoplan/demo/smoke.py", "lmms_egoplan/cli.py"} <= {
         str(path.relative_to(PACKAGE.parent)) for path in paths}
     for path in paths:

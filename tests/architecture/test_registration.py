@@ -36,7 +36,8 @@ INSTALLED_AS = {"lmms_egoplan/": "lmms_egoplan/", "tasks/": "lmms_egoplan/tasks/
 
 
 def installed_name(path: str) -> str | None:
-    return next((target + path[len(source):] for source, target in INSTALLED_AS.items() if path.startswith(source)), None)
+    return next((target + path[len(source):] for source, target in INSTALLED_AS.items() if path.startswith(source)),
+                None)
 
 
 def test_the_packages_are_found_not_listed(tmp_path):
@@ -46,7 +47,8 @@ def test_the_packages_are_found_not_listed(tmp_path):
     packages = set(subprocess.run([sys.executable, "-c", code], cwd=CHECKOUT, capture_output=True, text=True,
                                   check=True).stdout.split())
     folders = {installed_name(str(path.relative_to(CHECKOUT)) + "/").rstrip("/").replace("/", ".")
-               for top in ("lmms_egoplan", "tasks", "lm_eval_tasks", "docs") for path in [CHECKOUT / top, *(CHECKOUT / top).rglob("*")]
+               for top in ("lmms_egoplan", "tasks", "lm_eval_tasks", "docs")
+               for path in [CHECKOUT / top, *(CHECKOUT / top).rglob("*")]
                if path.is_dir() and "__pycache__" not in path.parts}
     assert packages == folders
     assert {"lmms_egoplan.judge", "lmms_egoplan.judge.providers", "lmms_egoplan.tasks.egothink"} <= packages

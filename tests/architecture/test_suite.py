@@ -156,20 +156,38 @@ def yaml_classes(folder: Path) -> set[type]:
     return {getattr(importlib.import_module(name.rpartition(".")[0]), name.rpartition(".")[2]) for name in named}
 
 
-def test_a_task_folder_whose_class_holds_a_spec_keeps_only_configuration_in_its_yamls():
-    """Hooks and metric lists come from the spec: no ``!function`` but ``class:`` and group aggregations."""
+def task_folders() -> list[Path]:
+    return sorted(path for tree in ("tasks", "lm_eval_tasks") for path in (CHECKOUT / tree).iterdir() if path.is_dir())
+
+
+def test_the_yamls_keep_only_configuration_their_classes_hold_the_specs():
+    """Hooks and metric lists come from the spec the YAML's class holds: no ``!function`` but ``class:`` and group
+    aggregations."""
     from lmms_egoplan.harness.benchmark import TaskSpec
 
-    held = []
-    folders = [path for tree in ("tasks", "lm_eval_tasks") for path in (CHECKOUT / tree).iterdir() if path.is_dir()]
-    for folder in sorted(folders):
-        if not any(getattr(cls, "SPEC", None) for cls in yaml_classes(folder)):
-            continue
-        held.append(f"{folder.parent.name}/{folder.name}")
-        for path in (path for path in folder.iterdir() if path.is_file() and path.suffix != ".md"):
+    for folder in task_folders():
+        assert yaml_classes(folder) and all(isinstance(cls.SPEC, TaskSpec) for cls in yaml_classes(folder)), folder
+        for path in (path for path in folder.iterdir() if path.is_file() and path.suffix not in (".md", ".py")):
             text = path.read_text()
             assert not re.findall(rf"^({'|'.join(TaskSpec.KEYS)}):", text, re.MULTILINE), path
             functions = re.findall(r"^\s*(?:- )?(\w+): !function", text, re.MULTILINE)
             assert set(functions) <= {"class", "aggregation"}, path
             assert "aggregation" not in functions or "aggregate_metric_list:" in text, path  # a group's only
-    assert {"tasks/egothink", "lm_eval_tasks/egothink"} <= set(held)
+
+
+def test_each_class_a_yaml_names_is_an_adapter_holding_a_benchmark_and_a_spec():
+    """One adapter per harness holds the benchmark and the task spec; the class a YAML names adds nothing else, so
+    its MRO is the adapter's and the harness's: at most 7 classes, at most 2 of them the suite's."""
+    from lmms_egoplan.harness.benchmark import Benchmark
+    from lmms_egoplan.harness.lm_eval_task import SuiteBaseline
+    from lmms_egoplan.harness.lmms_eval_task import SuiteTask
+
+    named = {cls for folder in task_folders() for cls in yaml_classes(folder)}
+    assert len(named) >= 12
+    for cls in named:
+        suite = [base for base in cls.__mro__ if base.__module__.startswith("lmms_egoplan")]
+        assert len(cls.__mro__) <= 7 and len(suite) <= 2, (cls, cls.__mro__)
+        assert cls.__bases__ in ((SuiteTask,), (SuiteBaseline,)), cls
+        assert isinstance(cls.BENCHMARK, Benchmark), cls
+        own = {name for name in vars(cls) if not name.startswith("_")}  # _abc_impl: ABCMeta's
+        assert own == {"BENCHMARK", "SPEC"}, (cls, own)

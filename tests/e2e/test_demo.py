@@ -35,7 +35,8 @@ def test_smoke_command_evaluates_a_benchmark_and_prints_one_table(tmp_path):
     # one row per task, its main metrics as columns (each header with its unit), then the breakdown bins in
     # their natural order
     header, _, *task_rows = table.strip().splitlines()
-    assert re.split(r"\s{2,}", header)[:4] == ["task", "accuracy (%)", "accuracy_epic_kitchens (%)", "accuracy_ego4d (%)"]
+    assert re.split(r"\s{2,}", header)[:4] == ["task", "accuracy (%)", "accuracy_epic_kitchens (%)",
+                                               "accuracy_ego4d (%)"]
     val_row = next(line for line in task_rows if line.startswith("egoplan_val "))
     assert val_row.index("progress (%): 0_4") < val_row.index(", 5_9") < val_row.index(", 10_14") < val_row.index(
         ", 15_plus") < val_row.index("similarity (%): low") < val_row.index(", medium") < val_row.index(", high")
@@ -45,7 +46,8 @@ def test_smoke_command_evaluates_a_benchmark_and_prints_one_table(tmp_path):
     # the scripted answers: 3 of every 5 right (stated letter, bare letter, candidate text), 1 in 5 unreadable
     scripted_row = next(line for line in task_rows if line.startswith(f"egoplan_val_gen {smoke.SCRIPTED}"))
     records = egoplan.build_fixture(tmp_path / "data" / "egoplan").records()
-    right = sum(egoplan.SCRIPTED_STYLES[i % 5] in ("stated letter", "bare letter", "candidate text") for i in range(len(records)))
+    right = sum(egoplan.SCRIPTED_STYLES[i % 5] in ("stated letter", "bare letter", "candidate text")
+                for i in range(len(records)))
     assert scripted_row.split()[2] == f"{100 * right / len(records):.4g}" and "not scored" not in scripted_row  # in %
     assert f"{smoke.SCRIPTED} rows: answers of known quality; all 23 values equal" in printed
     report = tmp_path / "report" / "report.md"
@@ -93,7 +95,8 @@ def test_smoke_reports_every_failing_benchmark_and_fails(tmp_path, monkeypatch):
     assert smoke.run_smoke(tmp_path, out=out) == 2
     printed = out.getvalue()
     assert "FAILED building its fixtures: RuntimeError: cannot build" in printed
-    assert "EgoPlan annotation file EgoPlan_validation.json not found" in printed  # lmms-eval's own log tail names the cause
+    # lmms-eval's own log tail names the cause
+    assert "EgoPlan annotation file EgoPlan_validation.json not found" in printed
     assert printed.rstrip().endswith("FAILED: broken, missing")
 
 

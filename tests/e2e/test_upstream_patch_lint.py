@@ -49,7 +49,8 @@ def lint_failures(tree: Path, files: list[str], tools: Path) -> set[str]:
         return completed.stdout
 
     failures = set()
-    for tool, check in (("black", ("--diff", "--quiet", "--line-length=240")), ("isort", ("--diff", "--profile", "black"))):
+    for tool, check in (("black", ("--diff", "--quiet", "--line-length=240")),
+                        ("isort", ("--diff", "--profile", "black"))):
         for file in present:
             changed = re.findall(r"^([-+](?![-+]{2} ).*\S.*)$", run(tool, *check, file), re.M)
             failures |= {f"{tool} {file}: {line.rstrip()}" for line in changed}
@@ -67,7 +68,8 @@ def test_a_patch_brings_no_failure_of_lmms_evals_lint(upstream, checkpoint_cache
     files = sorted({file for needed in (*upstream.needs, patch) for file in patched_paths(needed)})
     for tree in (tmp_path / "released", tmp_path / "patched"):
         for file in files:
-            if file.startswith("lmms_eval/") and (installed.parent / file).exists():  # lmms-eval's own, before the patch
+            # lmms-eval's own, before the patch
+            if file.startswith("lmms_eval/") and (installed.parent / file).exists():
                 (tree / file).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(installed.parent / file, tree / file)
         (tree / "lmms_eval").mkdir(parents=True, exist_ok=True)  # isort places lmms_eval first-party, as at its root

@@ -1,11 +1,12 @@
 """The patches of docs/upstream/ do their workarounds' jobs in lmms-eval alone. Scratch copies of the installed
 lmms-eval (never the environment's own), in lmms-eval's file modes, take every ``NN-*.patch`` of the folder without
-a warning from ``git apply``: each alone (on the patches its text says it needs), and all in order. Every patch's tests (its own, in lmms-eval's test tree,
-and the suite's tests of the behaviour its workarounds give) run in fresh pytest processes with the workarounds
-switched off: against the released copy, where each patch's suite tests and some of its own fail; against the
-release with that patch alone (on those it needs), and with every patch in order, where every one passes. A skipped test fails the
-check. docs/upstream/README.md's tables name the patches, their workarounds and tests, and the workarounds that
-cannot become a patch, with why; every workaround of lmms_egoplan.compat's switch table is in one."""
+a warning from ``git apply``: each alone (on the patches its text says it needs), and all in order. Every patch's
+tests (its own, in lmms-eval's test tree, and the suite's tests of the behaviour its workarounds give) run in fresh
+pytest processes with the workarounds switched off: against the released copy, where each patch's suite tests and
+some of its own fail; against the release with that patch alone (on those it needs), and with every patch in order,
+where every one passes. A skipped test fails the check. docs/upstream/README.md's tables name the patches, their
+workarounds and tests, and the workarounds that cannot become a patch, with why; every workaround of
+lmms_egoplan.compat's switch table is in one."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ def not_passed(outcomes: dict) -> dict:
 
 def test_every_workaround_has_a_patch_or_a_reason_and_every_patch_its_row_text_and_tests():
     rows = table_rows()
-    assert PATCH_FILES and sorted(rows) == [patch.name for patch in PATCH_FILES], set(rows) ^ {p.name for p in PATCH_FILES}
+    assert PATCH_FILES and sorted(rows) == [patch.name for patch in PATCH_FILES], \
+        set(rows) ^ {p.name for p in PATCH_FILES}
     patched = [workaround for patch in PATCHES for workaround in patch.workarounds]
     without = workarounds_without_a_patch()
     assert len(patched) == len(set(patched)), patched
@@ -71,7 +73,8 @@ def test_every_patch_applies_without_a_warning_alone_and_after_the_ones_before_i
             f"{patch.name} on lmms-eval as released (with {[need.name for need in patch.needs]}): {checked.stderr}"
     for patch in PATCH_FILES:
         applied = git_apply(patch, scratch)
-        assert (applied.returncode, applied.stderr) == (0, ""), f"{patch.name} after the ones before it: {applied.stderr}"
+        assert (applied.returncode, applied.stderr) == (0, ""), \
+            f"{patch.name} after the ones before it: {applied.stderr}"
 
 
 def test_the_released_lmms_eval_fails_the_patches_tests_and_passes_them_with_every_patch_in_order(

@@ -106,7 +106,8 @@ def installed_lmms_eval() -> Path:
 
 
 def scratch_lmms_eval(folder: Path) -> Path:
-    """A copy of the installed lmms-eval package in lmms-eval's repository layout and file modes: ``folder/lmms_eval``."""
+    """A copy of the installed lmms-eval package in lmms-eval's repository layout and file modes:
+    ``folder/lmms_eval``."""
     shutil.copytree(installed_lmms_eval(), folder / "lmms_eval")  # with __pycache__: imports as fast as the original
     for path in EXECUTABLE_IN_LMMS_EVAL:
         (folder / path).chmod(0o755)

@@ -35,6 +35,7 @@ from lmms_egoplan.egointent.data import (
 )
 from lmms_egoplan.egointent.protocol import EgoIntentSettings, parse_judge_rating
 from lmms_egoplan.egointent.task import doc_to_visual, parse_answer
+from lmms_egoplan.harness.benchmark import TaskContext
 from lmms_egoplan.judge import (
     FixedRating,
     Judge,
@@ -123,7 +124,7 @@ def test_the_steps_sampled_below_6_fps_for_the_cap_are_counted_and_none_lifts_th
     assert [doc["frames_capped"] for doc in docs] == [len(doc["frame_indices"]) < at_6_fps(doc) for doc in docs]
     assert sum(doc["frames_capped"] for doc in docs) == 3
     assert all(len(doc["frame_indices"]) == 32 for doc in docs if doc["frames_capped"])
-    values = egointent.process_results(next(d for d in docs if d["frames_capped"]), ['{"local_intent": "x"}'])
+    values = egointent.process_results(next(d for d in docs if d["frames_capped"]), ['{"local_intent": "x"}'], None)
     assert values["capped_samples"] == 1 and egointent.capped_samples([1, 0, 1]) == 2
     uncapped = load_samples(resolve_settings(EgoIntentSettings, task="egointent",
                                              metadata={"annotations": str(dataset)}, env_prefix="EGOINTENT",
@@ -228,10 +229,8 @@ def test_a_zero_byte_video_is_listed_in_the_same_error_as_the_records_problems(d
     annotations.write_text("".join(json.dumps(record) + "\n" for record in records))
     video = tmp_path / "copy" / "bedroom_0003.mp4"
     video.write_bytes(b"")
-    task = SimpleNamespace(settings=EgoIntentSettings(annotations=annotations),
-                           config=SimpleNamespace(task="egointent"))
     with pytest.raises(EgoIntentDataError) as caught:
-        egointent.EgoIntentTask.load_docs(task)
+        egointent.load_docs(TaskContext("egointent", EgoIntentSettings(annotations=annotations), task=None))
     message = str(caught.value)
     assert message.startswith(f"6 problems in the EgoIntent annotations "
                               f"{annotations}")  # a record; 5 steps of the video
@@ -249,14 +248,13 @@ def test_a_truncation_time_past_the_end_of_its_video_is_an_error(dataset, tmp_pa
 
 
 def test_the_data_is_a_required_setting_and_sampling_settings_are_checked(tmp_path):
-    task = SimpleNamespace(settings=EgoIntentSettings(), config=SimpleNamespace(task="egointent"))
     with pytest.raises(SettingsError, match=r"task egointent: set EGOINTENT_ANNOTATIONS \(metadata.annotations\) to "
                                             r"the EgoIntent release folder"):
-        egointent.EgoIntentTask.load_docs(task)
-    task.settings = EgoIntentSettings(annotations=tmp_path / "missing.jsonl")
+        egointent.load_docs(TaskContext("egointent", EgoIntentSettings(), task=None))
+    missing = EgoIntentSettings(annotations=tmp_path / "missing.jsonl")
     with pytest.raises(EgoIntentDataError, match="EgoIntent data not found: .*missing.jsonl; point "
                                                  "EGOINTENT_ANNOTATIONS"):
-        egointent.EgoIntentTask.load_docs(task)
+        egointent.load_docs(TaskContext("egointent", missing, task=None))
     with pytest.raises(SettingsError) as caught:
         resolve_settings(EgoIntentSettings, task="egointent", metadata={"annotations": str(tmp_path / "a.jsonl")},
                          env_prefix="EGOINTENT", environ={"EGOINTENT_SAMPLE_FPS": "0", "EGOINTENT_MAX_FRAMES": "0"})
@@ -334,7 +332,7 @@ def test_missing_fields_score_zero_without_a_judge_call_and_present_ones_are_jud
     doc = {"step_id": "s7", "environment": "outdoor", "scenario": "Yard", "local_intent": "steady the ladder",
            "procedural_intent": "reach the branch safely", "next_step_plan": "climb the ladder", "frames_capped": False,
            "plausible_next_steps": ["fetch the saw"], "judge_sees_plausible_next_steps": True, "definitions": "release"}
-    values = egointent.process_results(doc, ['{"local_intent": "hold the ladder still"}'])
+    values = egointent.process_results(doc, ['{"local_intent": "hold the ladder still"}'], None)
     parts = values["overall"]["judge_parts"]
     assert parts["procedural_intent"] == parts["next_step_plan"] == {"fixed_rating": 0.0,
                                                                   "fixed_reason": "the answer has no such field"}
@@ -416,7 +414,7 @@ def test_an_incomplete_answer_that_ends_unfinished_is_counted_as_cut_at_the_toke
                         ('{"local_intent": "x", "procedural_int', 1), ('```json\n{"local_intent": "x"}', 1),
                         ('{"local_intent": "x"}', 0), ("I cannot tell.", 0), (complete, 0),
                         (complete + " {", 0)]:  # every field written: not incomplete, whatever follows
-        values = egointent.process_results(doc, [answer])
+        values = egointent.process_results(doc, [answer], None)
         assert values["cut_answers"] == cut, answer
     assert egointent.cut_answers([1, 0, 1]) == 2
 
@@ -488,7 +486,7 @@ def test_metrics_aggregated_in_any_order_read_one_judgement_per_field(dataset, t
         task = TaskManager(include_path=str(Path(__file__).parents[2] / "tasks"),
                            include_defaults=False).load_task_or_group(["egointent"])["egointent"]
         docs = list(task.test_docs())
-        samples = [{"doc_id": n, **egointent.process_results(doc, [scripted_answer(doc["step_id"])])}
+        samples = [{"doc_id": n, **egointent.process_results(doc, [scripted_answer(doc["step_id"])], None)}
                    for n, doc in enumerate(docs)]
         args = SimpleNamespace(output_path=str(tmp_path / "out"), model_args="pretrained=scripted")
         aggregations = task.aggregation()

@@ -196,7 +196,7 @@ def test_the_judge_sees_the_plausible_next_steps_only_where_next_step_references
     answer = ['{"local_intent": "a", "procedural_intent": "b", "next_step_plan": "c"}']
     for setting, shown in (("observed", False), ("observed_and_plausible", True)):
         for doc in docs_of(release, next_step_references=setting):
-            parts = egointent.process_results(doc, answer)["overall"]["judge_parts"]
+            parts = egointent.process_results(doc, answer, None)["overall"]["judge_parts"]
             prompts = {field: part["judge_messages"][1]["content"] for field, part in parts.items()}
             assert all(f"Reference: {doc[field]}\n" in prompt for field, prompt in prompts.items())
             alternatives = shown and doc["plausible_next_steps"]

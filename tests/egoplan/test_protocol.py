@@ -31,6 +31,7 @@ from lmms_egoplan.egoplan import data as egoplan_data
 from lmms_egoplan.egoplan import settings as egoplan_settings
 from lmms_egoplan.egoplan import task as egoplan
 from lmms_egoplan.harness import lmms_eval_task as harness
+from lmms_egoplan.harness.benchmark import LoadedDocs, TaskContext
 from lmms_egoplan.models.likelihood import mean_loss
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
 
@@ -515,9 +516,9 @@ def test_answer_extraction(response, expected):
 def test_generative_scores_count_unparseable_answers_as_wrong(fixture):
     doc = load(fixture).docs[0]
     golden = "ABCD"[egoplan.doc_to_target(doc)]
-    right = egoplan.process_generation_results(doc, [f"The answer is {golden}."])
+    right = egoplan.process_generation_results(doc, [f"The answer is {golden}."], context=None)
     assert right["accuracy"] == 1.0 and right["unparseable"] == 0.0
-    unclear = egoplan.process_generation_results(doc, ["I am not sure."])
+    unclear = egoplan.process_generation_results(doc, ["I am not sure."], context=None)
     assert unclear["accuracy"] == 0.0 and unclear["unparseable"] == 1.0
 
 
@@ -529,7 +530,7 @@ def test_each_sample_is_in_one_bin_per_breakdown_counted_beside_it_and_logged_wi
     seen = []
     for doc in load(fixture).docs:
         losses = [1.5, 0.25, 0.5, 2.0]
-        scores = egoplan.process_ranking_results(doc, [(loss, False) for loss in losses])
+        scores = egoplan.process_ranking_results(doc, [(loss, False) for loss in losses], context=None)
         groups = {"source": ("epic_kitchens", "ego4d"), "progress": tuple(f"progress_{b.label}" for b in bins),
                   "similarity": ("similarity_low", "similarity_medium", "similarity_high")}
         for names in groups.values():
@@ -575,16 +576,16 @@ def test_similarity_levels_are_equal_size_tertiles_of_the_split_fixed_at_load(fi
 # --- Submission -------------------------------------------------------------------------------
 
 
-def submission_task(name: str, **attributes) -> Namespace:
-    """What write_submission uses of an lmms-eval EgoPlan task."""
-    return Namespace(run_file=lambda args, kind, suffix: harness.run_file(args, name, kind, suffix), **attributes)
+def submission_context(name: str, docs: int, skipped: list) -> TaskContext:
+    """What write_submission gets of an lmms-eval EgoPlan task: its name, its run files, what its loader read."""
+    task = Namespace(run_file=lambda args, kind, suffix: harness.run_file(args, name, kind, suffix))
+    return TaskContext(task_name=name, settings=None, task=task, loaded=LoadedDocs([{}] * docs, skipped))
 
 
 def test_submission_file_is_written_sorted_and_valid(tmp_path):
     items = [{"sample_id": 7, "label": "C", "gold": None}, {"sample_id": 3, "label": "A", "gold": None}]
     args = Namespace(output_path=str(tmp_path), model_args="pretrained=/models/tiny-qwen2-vl", timezone="UTC")
-    task = submission_task("egoplan_test", split_size=2, skipped_samples=[])
-    assert egoplan.write_submission(items, args, task_name="egoplan_test", task=task) == 2
+    assert egoplan.write_submission(items, args, context=submission_context("egoplan_test", 2, [])) == 2
     [path] = tmp_path.rglob("*.json")  # beside lmms-eval's results file, named as lmms-eval names its files
     assert path.parent == tmp_path / "models__tiny-qwen2-vl"
     assert re.fullmatch(r"\d{8}_\d{6}_submission_egoplan_test\.json", path.name)
@@ -606,8 +607,7 @@ def test_a_run_that_did_not_predict_the_whole_split_writes_no_complete_looking_s
     messages = []
     handler = logger.add(messages.append, level="WARNING", format="{message}")
     try:
-        egoplan.write_submission(items, args, task_name="egoplan_val",
-                                 task=submission_task("egoplan_val", split_size=5, skipped_samples=skipped))
+        egoplan.write_submission(items, args, context=submission_context("egoplan_val", 4, skipped))
     finally:
         logger.remove(handler)
     [path] = tmp_path.rglob("*.json")

@@ -24,6 +24,7 @@ from lmms_egoplan.core.settings import SettingsError, resolve_settings
 from lmms_egoplan.demo.egoplan_bench2 import EGO4D_VIDEOS, build_fixture
 from lmms_egoplan.demo.kit.media import read_index, write_video
 from lmms_egoplan.egoplan_bench2 import data, settings, task
+from lmms_egoplan.harness.benchmark import TaskContext
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks" / "egoplan_bench2"
@@ -210,14 +211,16 @@ def test_both_parsers_are_scored_the_setting_choosing_accuracy_and_unread_answer
     robust, official = settings.EgoPlanBench2Settings(), settings.EgoPlanBench2Settings(parser="official")
     # "Based ..." is read as B by the official parser, "Answer: D" by the robust one
     answer = "Based on the video, the tray is in.\n\nAnswer: D"
-    scores = task.process_generation_results(doc, [answer], robust)
+    scores = task.process_generation_results(doc, [answer], TaskContext("egoplan_bench2", robust, task=None))
     assert (scores["accuracy"], scores["accuracy_robust"], scores["accuracy_official"]) == (0.0, 0.0, 1.0)
     assert (scores["unparseable_robust"], scores["unparseable_official"]) == (0.0, 0.0)
     assert scores["predictions"] == {"sample_id": doc["sample_id"], "gold": "B", "label": "D", "parser": "robust",
                                      "letters": {"official": "B", "robust": "D"}, "domain": "Hobbies",
                                      "scenario": "baking"}
-    assert task.process_generation_results(doc, [answer], official)["accuracy"] == 1.0
-    unread = task.process_generation_results(doc, ["i would wait and see"], robust)
+    scored_officially = task.process_generation_results(doc, [answer], TaskContext("egoplan_bench2", official, None))
+    assert scored_officially["accuracy"] == 1.0
+    unread = task.process_generation_results(doc, ["i would wait and see"],
+                                          TaskContext("egoplan_bench2", robust, task=None))
     assert (unread["accuracy"], unread["unparseable_robust"], unread["unparseable_official"]) == (0.0, 1.0, 1.0)
     assert unread["predictions"]["label"] is None
     # each breakdown's accuracy and count, for the question's domain and scenario only
@@ -228,10 +231,10 @@ def test_both_parsers_are_scored_the_setting_choosing_accuracy_and_unread_answer
 
 def test_the_likelihood_variant_ranks_by_the_lowest_mean_loss_ties_to_the_first(fixture):
     doc = load(fixture).docs[3]  # gold D
-    scores = task.process_likelihood_results(doc, [(2.0, False), [1.5, False], (3.0, False), (0.25, True)])
+    scores = task.process_likelihood_results(doc, [(2.0, False), [1.5, False], (3.0, False), (0.25, True)], None)
     assert scores["accuracy"] == 1.0 and scores["predictions"]["label"] == "D"
     assert scores["predictions"]["candidate_losses"] == {"A": 2.0, "B": 1.5, "C": 3.0, "D": 0.25}
-    assert task.process_likelihood_results(doc, [(1.0, False)] * 4)["predictions"]["label"] == "A"
+    assert task.process_likelihood_results(doc, [(1.0, False)] * 4, None)["predictions"]["label"] == "A"
 
 
 def make_task(fixture, monkeypatch, yaml_name, **settings):
@@ -248,8 +251,8 @@ def test_each_domain_and_scenario_of_the_data_gets_an_accuracy_and_a_count(fixtu
                   for field in ("domain", "scenario")}
     assert len([b for b in breakdowns if b.startswith("domain_")]) == 4
     for breakdown in breakdowns:
-        assert built.has_metric(f"accuracy_{breakdown}") and built.has_metric(f"n_{breakdown}")
-    assert built.has_metric("skipped_samples") and built.has_metric("unparseable_official")
+        assert built.setup.has_metric(f"accuracy_{breakdown}") and built.setup.has_metric(f"n_{breakdown}")
+    assert built.setup.has_metric("skipped_samples") and built.setup.has_metric("unparseable_official")
     assert len(built.eval_docs) == len(records)
 
 

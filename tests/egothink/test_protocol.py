@@ -23,7 +23,8 @@ def load_tasks(names: list[str]) -> dict:
     """The tasks as lmms-eval builds them from this suite's YAMLs (settings from the environment)."""
     from lmms_eval.tasks import TaskManager, get_task_dict
 
-    return get_task_dict(names, TaskManager(include_path=str(Path(__file__).parents[2] / "tasks"), include_defaults=False))
+    tasks_folder = Path(__file__).parents[2] / "tasks"
+    return get_task_dict(names, TaskManager(include_path=str(tasks_folder), include_defaults=False))
 
 
 def offline_judge_env(data: Path, tmp_path: Path) -> dict:
@@ -38,8 +39,8 @@ def test_the_capability_map_is_the_one_the_task_groups_average():
     import yaml
 
     folder = Path(__file__).resolve().parents[2] / "tasks" / "egothink"
-    groups = {config["group"]: config["task"] for config in (yaml.safe_load(path.read_text()) for path in folder.glob("*.yaml"))
-              if "group" in config}
+    configs = (yaml.safe_load(path.read_text()) for path in folder.glob("*.yaml"))
+    groups = {config["group"]: config["task"] for config in configs if "group" in config}
     assert groups.pop("ego_think") == [f"ego_think_capability_{capability}" for capability in CAPABILITIES]
     assert groups == {f"ego_think_capability_{capability}": [f"ego_think_{name}" for name in names]
                       for capability, names in CAPABILITIES.items()}
@@ -56,8 +57,9 @@ def test_release_loader_reads_every_dimension_and_names_missing_images(tmp_path)
     counting = data / "Reasoning" / "counting"
     missing = counting / "images" / "2.jpg"
     missing.unlink()
-    with pytest.raises(EgoThinkDataError, match=rf"{counting / 'annotations.json'}, record 1: field image_path '2.jpg': "
-                                                rf"image not found: {missing}\. Check EGOTHINK_DATA_ROOT"):
+    with pytest.raises(EgoThinkDataError,
+                       match=rf"{counting / 'annotations.json'}, record 1: field image_path '2.jpg': "
+                             rf"image not found: {missing}\. Check EGOTHINK_DATA_ROOT"):
         load_release_dimension(data, DIMENSIONS["Reasoning_counting"])
     shutil.rmtree(data / "Planning")
     with pytest.raises(FileNotFoundError, match="no annotations.json in .*Planning/navigation"):
@@ -78,7 +80,8 @@ def test_every_problem_of_a_dimension_is_listed_in_one_error_naming_file_record_
     assert str(error.value).splitlines() == [
         f"3 problems in EgoThink activity ({annotations}):",
         f"  {annotations}, record 1: field 'answer' must be text, got None;",
-        f"  {annotations}, record 2: field image_path must be a list whose first item is the image's file name, got [5];",
+        f"  {annotations}, record 2: field image_path must be a list whose first item is the image's file name, "
+        "got [5];",
         f"  {annotations}, record 3: field image_path '4.jpg': not an image file (it starts with bytes "
         f"3c 68 74 6d 6c 3e 6e 6f 74 20 66 6f, as no JPEG, PNG, GIF, BMP, WebP or TIFF file does): "
         f"{data / 'Activity' / 'images' / '4.jpg'}. Check EGOTHINK_DATA_ROOT (metadata.data_root)"]
@@ -137,8 +140,9 @@ def test_an_unusable_judge_stops_the_task_before_its_data_loads(tmp_path, monkey
                         "EGOTHINK_JUDGE_API_KEY_ENV": "EGOTHINK_UNSET_KEY"}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("EGOTHINK_UNSET_KEY", raising=False)
-    with pytest.raises(SettingsError, match="ego_think_counting: the judge's API key variable EGOTHINK_UNSET_KEY is not set"
-                                            r".* name another variable with EGOTHINK_JUDGE_API_KEY_ENV \(metadata"):
+    with pytest.raises(SettingsError,
+                       match="ego_think_counting: the judge's API key variable EGOTHINK_UNSET_KEY is not set"
+                             r".* name another variable with EGOTHINK_JUDGE_API_KEY_ENV \(metadata"):
         load_tasks(["ego_think_counting"])
 
 
@@ -167,8 +171,9 @@ def test_an_unknown_decoding_stops_the_task_before_its_data_loads(tmp_path, monk
 
     for name, value in {**offline_judge_env(tmp_path / "no-data-here", tmp_path), "EGOTHINK_DECODING": "beam"}.items():
         monkeypatch.setenv(name, value)
-    with pytest.raises(SettingsError, match=r"ego_think_counting: EGOTHINK_DECODING \(metadata.decoding\) must be one of "
-                                            "greedy, official_llava, official_pandagpt, got 'beam'"):
+    with pytest.raises(SettingsError,
+                       match=r"ego_think_counting: EGOTHINK_DECODING \(metadata.decoding\) must be one of "
+                             "greedy, official_llava, official_pandagpt, got 'beam'"):
         load_tasks(["ego_think_counting"])
 
 
@@ -181,7 +186,8 @@ def test_the_hooks_and_metrics_come_from_the_task_spec_and_a_yaml_that_sets_one_
     for name, value in offline_judge_env(write_release(tmp_path / "data"), tmp_path).items():
         monkeypatch.setenv(name, value)
     built = load_tasks(["ego_think_counting"])["ego_think_counting"]
-    assert built.config.process_results is egothink.process_results
+    assert built.config.process_results.func is egothink.process_results  # the task's context bound
+    assert built.config.process_results.keywords["context"].task is built
     assert built.config.doc_to_visual is egothink.doc_to_visual and built.config.doc_to_target == "answer"
     assert [(m["metric"], m["higher_is_better"]) for m in built.config.metric_list] == [
         ("score", True), ("judged", True), ("failed", False)]
@@ -196,18 +202,19 @@ def test_the_hooks_and_metrics_come_from_the_task_spec_and_a_yaml_that_sets_one_
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"source": "local"}, r"source is local but EGOTHINK_DATA_ROOT \(metadata.data_root\) \(the release's data folder\)"),
+    ({"source": "local"},
+     r"source is local but EGOTHINK_DATA_ROOT \(metadata.data_root\) \(the release's data folder\)"),
     ({"source": "s3"}, r"EGOTHINK_SOURCE \(metadata.source\) must be 'hub' or 'local', got 's3'"),
 ])
 def test_source_settings_are_named_as_users_set_them(settings, message):
     from lmms_egoplan.core.settings import SettingsError
     from lmms_egoplan.egothink.protocol import EgoThinkSettings
-    from lmms_egoplan.egothink.task import EgoThinkTask
+    from lmms_egoplan.egothink.task import load_docs
+    from lmms_egoplan.harness.benchmark import TaskContext
 
-    task = SimpleNamespace(settings=EgoThinkSettings(**settings),
-                           config=SimpleNamespace(task="ego_think_counting", dataset_name="Reasoning_counting"))
+    task = SimpleNamespace(config=SimpleNamespace(task="ego_think_counting", dataset_name="Reasoning_counting"))
     with pytest.raises(SettingsError, match="task ego_think_counting: " + message):
-        EgoThinkTask.load_docs(task)
+        load_docs(TaskContext("ego_think_counting", EgoThinkSettings(**settings), task))
 
 
 def test_a_judge_that_cannot_load_fails_the_judgements_instead_of_the_run(tmp_path, monkeypatch):
@@ -216,12 +223,13 @@ def test_a_judge_that_cannot_load_fails_the_judgements_instead_of_the_run(tmp_pa
 
     loads = []
     transformers_backend = factory.TransformersBackend
-    monkeypatch.setattr(factory, "TransformersBackend", lambda *a, **k: loads.append(a) or transformers_backend(*a, **k))
+    monkeypatch.setattr(factory, "TransformersBackend",
+                        lambda *a, **k: loads.append(a) or transformers_backend(*a, **k))
     data = write_release(tmp_path / "data", per_dimension=2)
     for name, value in offline_judge_env(data, tmp_path).items():
         monkeypatch.setenv(name, value)
     task = load_tasks(["ego_think_counting"])["ego_think_counting"]
-    items = [process_results(doc, ["Two."])["score"] for doc in task.dataset["test"]]
+    items = [process_results(doc, ["Two."], None)["score"] for doc in task.dataset["test"]]
     aggregate = task.aggregation()
     # Reported as failed judgements (the logged answers can be re-judged later), not an exception
     # that would end lmms-eval before it writes the generations.

@@ -1,4 +1,4 @@
-"""BenchmarkTask and settings: what every benchmark of the suite stands on."""
+"""The harness adapters and settings: what every benchmark of the suite stands on."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,26 +89,41 @@ def test_plugin_task_folders_point_at_the_installed_task_yamls():
 
 
 def test_both_harness_adapters_provide_the_written_contract():
-    from lmms_egoplan.harness.contract import BenchmarkScoring, HarnessTask
-    from lmms_egoplan.harness.lm_eval_task import LmEvalBenchmarkTask
-    from lmms_egoplan.harness.lmms_eval_task import BenchmarkTask
+    from lmms_egoplan.harness.contract import HarnessTask
+    from lmms_egoplan.harness.lm_eval_task import SuiteBaseline
+    from lmms_egoplan.harness.lmms_eval_task import SuiteTask
 
-    members = [name for name in vars(HarnessTask) if not name.startswith("_")]
-    assert {"add_metric", "has_metric", "run_file", "evaluated_model", "predict_only"} <= set(members)
-    for adapter in (BenchmarkTask, LmEvalBenchmarkTask):
-        assert [name for name in members if not hasattr(adapter, name)] == [], adapter
-    from lmms_egoplan.actplan.task import ActPlanScoring
-    from lmms_egoplan.egoplan.task import EgoPlanScoring
-    from lmms_egoplan.egothink.task import EgoThinkScoring
-
-    for scoring in (ActPlanScoring, EgoPlanScoring, EgoThinkScoring):
-        assert all(hasattr(scoring, name) for name in ("Settings", "ENV_PREFIX", "load_docs")), scoring
-    assert "load_docs" in vars(BenchmarkScoring)
+    members = {name for name in vars(HarnessTask) if not name.startswith("_")} | set(HarnessTask.__annotations__)
+    assert {"settings", "config", "judging", "run_file", "evaluated_model", "predict_only"} <= members
+    methods = {name for name in members if name not in HarnessTask.__annotations__}
+    for adapter in (SuiteTask, SuiteBaseline):
+        assert [name for name in methods if not hasattr(adapter, name)] == [], adapter
+        assert {"settings", "judging"} <= set(adapter.__init__.__code__.co_names), adapter  # set when a task is built
 
 
-def test_no_benchmark_scoring_reads_a_private_attribute_it_does_not_set():
-    """A scoring class reads only what ``harness.contract.HarnessTask`` names of its adapter: every
-    ``self._name`` it reads, the module itself assigns."""
+def test_hooks_read_of_their_task_only_what_the_contract_names():
+    """A benchmark's hooks reach their task through ``context.task`` (``harness.contract.HarnessTask``): every
+    attribute they read of it is one the contract names."""
+    import ast
+
+    from lmms_egoplan.harness.contract import HarnessTask
+
+    members = {name for name in vars(HarnessTask) if not name.startswith("_")} | set(HarnessTask.__annotations__)
+    package = Path(__file__).resolve().parents[2] / "lmms_egoplan"
+    modules = [*package.glob("*/task.py"), *package.glob("*/text_baselines.py"), package / "harness" / "judged.py",
+               package / "harness" / "failed_requests.py"]
+    read = set()
+    for module in modules:
+        for node in ast.walk(ast.parse(module.read_text())):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "task"
+                    and isinstance(node.value.value, ast.Name) and node.value.value.id == "context"):
+                read.add(node.attr)
+    assert read and read <= members, read - members
+
+
+def test_no_benchmark_module_reads_a_private_attribute_it_does_not_set():
+    """A benchmark's classes (what its metrics share over a run) and the judge read no private attribute of anything
+    they do not set themselves: every ``self._name`` read, the module itself assigns."""
     import ast
 
     package = Path(__file__).resolve().parents[2] / "lmms_egoplan"
@@ -118,7 +133,8 @@ def test_no_benchmark_scoring_reads_a_private_attribute_it_does_not_set():
         private = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
                    and isinstance(node.value, ast.Name) and node.value.id == "self" and node.attr.startswith("_")
                    and not node.attr.startswith("__")}
-        assigned = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
-                    and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name) and node.value.id == "self"}
+        assigned = {node.attr for node in ast.walk(tree)
+                    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                    and isinstance(node.value, ast.Name) and node.value.id == "self"}
         methods = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
         assert private - assigned - methods == set(), module.relative_to(package)

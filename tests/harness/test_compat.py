@@ -62,8 +62,8 @@ def test_nothing_is_changed_where_lmms_eval_behaves(monkeypatch):
     assert durability._stores_after_the_whole_call("for chunk in chunks: lm_call(chunk); self._store(...)") is False
     assert durability._drops_failed_runs("def finalize(self, *, success):\n    self._merge_run_to_root()") is False
     create = compat.lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.create")
-    assert durability._never_reads_run_folders(create.replace("os.makedirs(run_dir", "self._merge_stale_runs(); "
-                                                                                           "os.makedirs(run_dir")) is False
+    merging_first = create.replace("os.makedirs(run_dir", "self._merge_stale_runs(); os.makedirs(run_dir")
+    assert durability._never_reads_run_folders(merging_first) is False
     assert compat_results._writes_nan_as_is("dumped = json.dumps(results, allow_nan=False)") is False
     assert compat_results._swallows_write_errors("path.write_text(dumped)", "file.write(line)") is False
     assert durability._writes_results_then_samples(
@@ -114,8 +114,10 @@ def test_releases_from_the_fixed_version_on_get_no_workaround(monkeypatch):
 
     monkeypatch.setattr(evaluator, "simple_evaluate", inspect.unwrap(evaluator.simple_evaluate))
     assert compat_tasks.check_suite_tasks_before_the_model() is False
-    monkeypatch.setattr(EvaluationTracker, "save_results_aggregated", inspect.unwrap(EvaluationTracker.save_results_aggregated))
-    monkeypatch.setattr(EvaluationTracker, "save_results_samples", inspect.unwrap(EvaluationTracker.save_results_samples))
+    monkeypatch.setattr(EvaluationTracker, "save_results_aggregated",
+                        inspect.unwrap(EvaluationTracker.save_results_aggregated))
+    monkeypatch.setattr(EvaluationTracker, "save_results_samples",
+                        inspect.unwrap(EvaluationTracker.save_results_samples))
     assert compat_tasks.watch_task_selection() is False
     assert compat_results.write_results_as_strict_json() is False
     assert compat_results.fail_runs_whose_files_are_cut() is False
@@ -255,23 +257,30 @@ def test_the_cache_folders_of_killed_runs_are_merged_and_those_of_live_or_unknow
     unknown = killed_run_folder(tmp_path, "unknown", pid=0)  # written without the workaround
     assert durability.recover_killed_runs(str(tmp_path)) == 3
     with sqlite3.connect(tmp_path / "cache.db") as db:
-        assert sorted(key for key, in db.execute("SELECT cache_key FROM responses")) == ["killed-0", "killed-1", "killed-2"]
+        kept = sorted(key for key, in db.execute("SELECT cache_key FROM responses"))
+        assert kept == ["killed-0", "killed-1", "killed-2"]
     assert (killed / ".merged").is_file()
     assert not any((folder / ".merged").exists() for folder in (live, elsewhere, unknown))
     assert durability.recover_killed_runs(str(tmp_path)) == 0  # merged once
 
 
 @pytest.mark.parametrize("missing, environ, message", [
-    (["egoplan_vall"], {"LMMS_EVAL_PLUGINS": "lmms_egoplan"}, "--tasks: no task named egoplan_vall; did you mean egoplan_val?"),
+    (["egoplan_vall"], {"LMMS_EVAL_PLUGINS": "lmms_egoplan"},
+     "--tasks: no task named egoplan_vall; did you mean egoplan_val?"),
     (["egoplan_val"], {}, "--tasks: egoplan_val is a task of lmms_egoplan, whose tasks lmms-eval indexes only when "
-                          "LMMS_EVAL_PLUGINS names it; add this line before the command: export LMMS_EVAL_PLUGINS=lmms_egoplan"),
+                          "LMMS_EVAL_PLUGINS names it; add this line before the command: "
+                          "export LMMS_EVAL_PLUGINS=lmms_egoplan"),
     (["egoplan_vall"], {"LMMS_EVAL_PLUGINS": "mine"}, "--tasks: no task named egoplan_vall; did you mean egoplan_val?; "
-                                                      "add this line before the command: export LMMS_EVAL_PLUGINS=mine,lmms_egoplan"),
+                                                      "add this line before the command: "
+                                                      "export LMMS_EVAL_PLUGINS=mine,lmms_egoplan"),
     (["mmee"], {}, "--tasks: no task named mmee; did you mean mme?"),
-    (["zzzz"], {"LMMS_EVAL_PLUGINS": "lmms_egoplan"}, "--tasks: no task named zzzz (`lmms-eval --tasks list` lists them)"),
+    (["zzzz"], {"LMMS_EVAL_PLUGINS": "lmms_egoplan"},
+     "--tasks: no task named zzzz (`lmms-eval --tasks list` lists them)"),
 ])
-def test_a_missing_task_gets_the_closest_names_and_the_plugin_line_where_a_suite_task_is_meant(missing, environ, message):
-    assert compat_tasks.missing_tasks_message(missing, ["mme", "egothink"], {"egoplan_val", "ego_think"}, environ) == message
+def test_a_missing_task_gets_the_closest_names_and_the_plugin_line_where_a_suite_task_is_meant(
+        missing, environ, message):
+    suite_tasks = {"egoplan_val", "ego_think"}
+    assert compat_tasks.missing_tasks_message(missing, ["mme", "egothink"], suite_tasks, environ) == message
 
 
 def test_every_lmms_eval_function_the_suite_replaces_is_replaced_once_by_one_wrapper(monkeypatch):
@@ -288,7 +297,8 @@ def test_every_lmms_eval_function_the_suite_replaces_is_replaced_once_by_one_wra
         if module == "lmms_eval.tasks" and attribute == "TaskManager.__init__":
             continue  # LMMS_EVAL_PLUGINS only
         if module == "lmms_eval.models.simple.llava_hf":
-            continue  # once a suite task is bound to llava_hf, which imports decord (tests/e2e/test_lmms_eval_llava_hf.py)
+            # once a suite task is bound to llava_hf, which imports decord (tests/e2e/test_lmms_eval_llava_hf.py)
+            continue
         owner, name = replacements._owner(module, attribute)
         raw = vars(owner).get(name) if isinstance(owner, type) else getattr(owner, name)
         wrapper = getattr(raw, "__func__", raw)
@@ -359,7 +369,8 @@ def test_a_results_file_names_the_workarounds_in_place_and_lmms_evals_release(tm
     written = json.loads((tmp_path / "model" / "20260101_000000_results.json").read_text())
     record = written[replacements.RECORD_KEY]
     assert record["lmms_eval"] == version("lmms-eval") == "0.7.3"
-    assert "results.keep_loglikelihood_results" in record["applied"] and "results.record_in_results" not in record["applied"]
+    assert "results.keep_loglikelihood_results" in record["applied"]
+    assert "results.record_in_results" not in record["applied"]
 
 
 def test_the_runs_secrets_are_masked_in_failure_texts_and_answers_keep_their_words(monkeypatch):
@@ -367,7 +378,8 @@ def test_the_runs_secrets_are_masked_in_failure_texts_and_answers_keep_their_wor
     whatever has a secret's shape in lmms-eval's failure texts only (a model's answer keeps its words)."""
     from lmms_egoplan.compat import secrets
 
-    argv = ["lmms-eval", "--model", "openai", "--model_args", "model_version=m,api_key=sk-given-0123456789,max_retries=2"]
+    argv = ["lmms-eval", "--model", "openai",
+            "--model_args", "model_version=m,api_key=sk-given-0123456789,max_retries=2"]
     found = secrets.run_secrets(argv, {"OPENAI_API_KEY": "sk-environment-987654", "HF_TOKEN": "hf_short", "HOME": "/r"})
     assert sorted(found) == ["hf_short", "sk-environment-987654", "sk-given-0123456789"]
     monkeypatch.setattr(RUN, "secrets", found)

@@ -63,10 +63,11 @@ def test_a_missing_file_names_the_setting_and_what_its_folder_holds(tmp_path):
 
     folder = tmp_path / "annotations"
     message = missing_file_message("the file a.json", folder / "a.json", "X_DIR", "X_FILE")
-    assert message == (f"the file a.json not found: the folder {folder}, named by X_DIR, does not exist; point it at the "
-                       "folder that holds a.json, or set X_FILE to the file")
+    assert message == (f"the file a.json not found: the folder {folder}, named by X_DIR, does not exist; "
+                       "point it at the folder that holds a.json, or set X_FILE to the file")
     folder.mkdir()
-    assert f"the folder {folder}, named by X_DIR, is empty;" in missing_file_message("a", folder / "a.json", "X_DIR", "X_FILE")
+    message = missing_file_message("a", folder / "a.json", "X_DIR", "X_FILE")
+    assert f"the folder {folder}, named by X_DIR, is empty;" in message
     for name in "bcdefgh":
         (folder / f"{name}.json").write_text("[]")
     assert "X_DIR, holds b.json, c.json, d.json, e.json, f.json and 2 more;" in \

@@ -160,18 +160,22 @@ def test_a_judged_task_whose_judge_cache_is_on_a_full_disk_stops_before_the_mode
     from types import SimpleNamespace
 
     from lmms_egoplan.core.settings import SettingsError
-    from lmms_egoplan.harness.judged import JudgedScoring
-    from lmms_egoplan.judge import JudgeCache, JudgeSettings
+    from lmms_egoplan.egothink.benchmark import EGOTHINK
+    from lmms_egoplan.egothink.task import DIMENSION
+    from lmms_egoplan.harness.judged import Judging
+    from lmms_egoplan.harness.task_setup import TaskSetup
+    from lmms_egoplan.judge import JudgeCache
 
     disk = small_disk()
     JudgeCache(disk.path / "judge").close()
     disk.fill()
     monkeypatch.setattr(RUN, "answering_judges", {})
-    task = SimpleNamespace(ENV_PREFIX="EGOTHINK", config=SimpleNamespace(task="ego_think_counting"),
-                           settings=JudgeSettings(judge_base_url="http://127.0.0.1:9/v1", judge_api_key_env="",
-                                                  judge_cache_dir=disk.path / "judge"))
+    task = SimpleNamespace(config=SimpleNamespace(task="ego_think_counting", metadata={}))
+    task.setup = TaskSetup(task, EGOTHINK, DIMENSION, registered_aggregation=None)
+    task.setup.settings = EGOTHINK.settings(judge_base_url="http://127.0.0.1:9/v1", judge_api_key_env="",
+                                            judge_cache_dir=disk.path / "judge")
     with pytest.raises(SettingsError) as full:
-        JudgedScoring.check_judge_answers(task)
+        Judging(task).check_answers()
     assert str(full.value).startswith(f"task ego_think_counting: the judge cache {disk.path / 'judge'}/"
                                       f"{JudgeCache.FILE_NAME} cannot store answers: the disk is full (")
     assert str(full.value).endswith("; judge_cache_dir is set by EGOTHINK_JUDGE_CACHE_DIR (metadata.judge_cache_dir)")

@@ -103,10 +103,11 @@ def test_egointent_scores_are_on_the_tasks_scale_and_the_excerpts_show_the_answe
                '{"local_intent": "grip the jar lid", "procedural_intent": "open the jar"}']  # no Next-Plan: 0
     rows, audit = [], []
     for number in range(4):
-        doc = {"step_id": f"s{number}", "environment": "indoor", "scenario": "Kitchen", "local_intent": "loosen the lid",
-               "procedural_intent": "open the jar", "next_step_plan": "pour the sauce", "frames_capped": False,
+        doc = {"step_id": f"s{number}", "environment": "indoor", "scenario": "Kitchen",
+               "local_intent": "loosen the lid", "procedural_intent": "open the jar",
+               "next_step_plan": "pour the sauce", "frames_capped": False,
                "plausible_next_steps": [], "judge_sees_plausible_next_steps": False, "definitions": "release"}
-        values = egointent.process_results(doc, [answers[number % 2]])
+        values = egointent.process_results(doc, [answers[number % 2]], None)
         rows.append({"doc_id": number, **{name: value for name, value in values.items() if isinstance(value, dict)}})
         audit += [{"id": part["judge_request_id"], "rating": 8.0, "raw_output": "Rating: [[8]]"}
                   for part in values["overall"]["judge_parts"].values() if "judge_request_id" in part]

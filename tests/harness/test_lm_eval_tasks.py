@@ -37,7 +37,8 @@ def test_the_lmms_eval_folder_under_lm_eval_names_the_folder_to_use_instead():
     from lm_eval.tasks import TaskManager
 
     manager = TaskManager(include_path=str(CHECKOUT / "tasks"), include_defaults=False, metadata={"pretrained": "m"})
-    with pytest.raises(InputError, match=r"egoplan_val is an lmms-eval task.*lm_eval --include_path <checkout>/lm_eval_tasks \(--tasks list names them\)"):
+    with pytest.raises(InputError, match=r"egoplan_val is an lmms-eval task.*lm_eval --include_path "
+                                         r"<checkout>/lm_eval_tasks \(--tasks list names them\)"):
         manager.load(["egoplan_val"])
 
 
@@ -64,12 +65,14 @@ def _evaluate(model_path: Path, metadata: dict, **kwargs):
                                    device="cpu", **kwargs)
 
 
-def test_under_lm_eval_model_args_are_not_settings_but_a_misspelt_metadata_key_stops_the_run(tiny_model, egoplan_data, tmp_path, monkeypatch):
+def test_under_lm_eval_model_args_are_not_settings_but_a_misspelt_metadata_key_stops_the_run(tiny_model, egoplan_data,
+                                                                                             tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no --output_path: the submission file goes to ./submission_partial/
     llama = tiny_model("llama")
     with pytest.raises(SettingsError, match="egoplan_val_blind: unknown setting 'anotation_dir'"):
         _evaluate(llama, {"anotation_dir": str(egoplan_data.annotation_dir)}, limit=2)
-    results = _evaluate(llama, {"annotation_dir": str(egoplan_data.annotation_dir)}, limit=2)["results"]["egoplan_val_blind"]
+    evaluated = _evaluate(llama, {"annotation_dir": str(egoplan_data.annotation_dir)}, limit=2)
+    results = evaluated["results"]["egoplan_val_blind"]
     assert results["predictions,none"] == 2 and 0 <= results["accuracy,none"] <= 1
     [submission] = (tmp_path / "submission_partial").glob("*_submission_partial_egoplan_val_blind.json")
     assert len(egoplan.json.loads(submission.read_text())) == 2
@@ -81,7 +84,8 @@ def test_blind_prompt_has_goal_and_question_and_the_narrated_one_adds_the_comple
     blind, narrated = egoplan.doc_to_text_blind(record), egoplan.doc_to_text_narrated(record)
     narrations = [action["narration_text"] for action in record["task_progress_metadata"]]
     assert blind == f"Task goal: {record['task_goal']}\nQuestion: {record['question']}\nNext action:"
-    assert f"\nSo far: {', '.join(narrations)}.\n" in narrated and narrated.replace(f"So far: {', '.join(narrations)}.\n", "") == blind
+    so_far = f"So far: {', '.join(narrations)}.\n"
+    assert f"\n{so_far}" in narrated and narrated.replace(so_far, "") == blind
     unstarted = next(r for r in records.values() if not r["task_progress_metadata"])
     assert "So far: nothing.\n" in egoplan.doc_to_text_narrated(unstarted)
 

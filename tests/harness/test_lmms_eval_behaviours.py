@@ -95,7 +95,8 @@ def plain_task(folder: Path, name: str = "plain_probe") -> Path:
         f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {folder / 'data.json'}\n"
         "test_split: test\noutput_type: generate_until\ndoc_to_visual: null\ndoc_to_text: question\n"
         "doc_to_target: answer\ngeneration_kwargs:\n  max_new_tokens: 4\n"
-        "metric_list:\n  - metric: exact_match\n    aggregation: mean\n    higher_is_better: true\nmetadata:\n  version: 1\n")
+        "metric_list:\n  - metric: exact_match\n    aggregation: mean\n    higher_is_better: true\n"
+        "metadata:\n  version: 1\n")
     return folder
 
 

@@ -26,7 +26,8 @@ def test_lmms_evals_likelihood_tasks_score_by_the_losses_of_egoplan_hf(tiny_mode
         correct = []
         for sample in samples:
             # Each choice's result reaches the task as the backend's (mean token loss, is_greedy) pair.
-            assert all(isinstance(loss, float) and isinstance(greedy, bool) for loss, greedy in sample["filtered_resps"])
+            assert all(isinstance(loss, float) and isinstance(greedy, bool)
+                       for loss, greedy in sample["filtered_resps"])
             losses = [loss for loss, _ in sample["filtered_resps"]]
             correct.append(losses.index(min(losses)) == golds[task](sample["doc"]))
         assert run["results"][name][metrics[task]] == pytest.approx(sum(correct) / len(correct), abs=1e-12)

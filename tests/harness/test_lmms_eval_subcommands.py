@@ -21,8 +21,8 @@ def lmms_eval(monkeypatch, capsys, *arguments: str) -> str:
 def test_tasks_and_power_reach_the_suite_through_its_task_folder(monkeypatch, capsys, tmp_path):
     suite_tasks = suite_task_package.__path__[0]  # what the docs' $(python -c ...) prints
 
-    listed = set(re.findall(r"^  (\S+)$", lmms_eval(monkeypatch, capsys, "tasks", "list", "--include-path", suite_tasks),
-                            re.M))
+    printed = lmms_eval(monkeypatch, capsys, "tasks", "list", "--include-path", suite_tasks)
+    listed = set(re.findall(r"^  (\S+)$", printed, re.M))
     assert {task for benchmark in CATALOGUE for task in benchmark.tasks} <= listed
     assert "egoplan_val" in listed and "seedbench_ppl" in listed  # the suite's beside lmms-eval's own
 

@@ -1,4 +1,5 @@
-"""Output folders: a second run of the same second into the same folder is refused, an ended one is found by its files, files are replaced whole or not at all."""
+"""Output folders: a second run of the same second into the same folder is refused, an ended one is found by its
+files, files are replaced whole or not at all."""
 
 from __future__ import annotations
 

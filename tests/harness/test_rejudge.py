@@ -1,4 +1,5 @@
-"""rejudge: every row it cannot use named and counted, the rest judged; samples checked before the API key is asked for; failed judgements exit with the distinct status."""
+"""rejudge: every row it cannot use named and counted, the rest judged; samples checked before the API key is asked
+for; failed judgements exit with the distinct status."""
 
 from __future__ import annotations
 
@@ -34,10 +35,12 @@ def test_rejudge_names_and_counts_every_row_it_cannot_use_and_judges_the_rest(tm
     samples.write_text("\n".join(lines))  # the last line cut off, as a killed run leaves it
     with ChatServer(rating_responder(lambda call: "1")) as judge:
         status = main(["rejudge", str(samples.parent), "--output", str(tmp_path / "out"), "--judge_base_url",
-                       judge.base_url, "--judge_model", "loopback-judge", "--judge_api_key_env", "", "--judge_cache_dir", "none"])
+                       judge.base_url, "--judge_model", "loopback-judge", "--judge_api_key_env", "",
+                       "--judge_cache_dir", "none"])
     assert status == 0 and len(judge.calls) == 3
     err = capsys.readouterr().err
-    for number, why in ((4, "holds no judged item (doc_id 4)"), (5, "the judged item of metric score (doc_id 5) is broken"),
+    for number, why in ((4, "holds no judged item (doc_id 4)"),
+                        (5, "the judged item of metric score (doc_id 5) is broken"),
                         (6, "a JSON list, not a sample"), (7, "not JSON (the last line, cut off")):
         assert f"{samples}:{number}: {why}" in err
     assert "4 logged rows could not be used" in err.splitlines()[-1]
@@ -63,7 +66,8 @@ def test_rejudge_with_failed_judgements_exits_with_the_distinct_status_saying_ho
     samples.write_text("".join(json.dumps(row) + "\n" for row in judged_rows(4)))
     args = ["rejudge", str(samples), "--output", str(tmp_path / "out"), "--judge_model", "loopback-judge",
             "--judge_api_key_env", "", "--judge_cache_dir", str(tmp_path / "cache"), "--judge_retries", "0"]
-    with ChatServer(lambda call: Reply(status=503) if call.text.endswith(("1", "3")) else rating_responder(lambda c: "1")(call)) as judge:
+    with ChatServer(lambda call: Reply(status=503) if call.text.endswith(("1", "3"))
+                    else rating_responder(lambda c: "1")(call)) as judge:
         assert main([*args, "--judge_base_url", judge.base_url]) == 3
         assert "2 judgements failed" in capsys.readouterr().err.splitlines()[-1]
         summary = json.loads(next((tmp_path / "out").glob("*_rejudged.json")).read_text())
@@ -78,11 +82,14 @@ def test_rejudge_judges_with_the_judge_the_run_recorded_unless_told_otherwise(tm
     samples = tmp_path / "run" / "20261122_101010_samples_ego_think_counting.jsonl"
     samples.parent.mkdir()
     samples.write_text("".join(json.dumps(row) + "\n" for row in judged_rows(2)))
-    with ChatServer(rating_responder(lambda call: "1")) as recorded, ChatServer(rating_responder(lambda call: "0")) as other:
+    with ChatServer(rating_responder(lambda call: "1")) as recorded, \
+            ChatServer(rating_responder(lambda call: "0")) as other:
         judge = {"judge_backend": "openai", "judge_model": "recorded-judge", "judge_base_url": recorded.base_url,
-                 "judge_api_key_env": "", "judge_cache_dir": None, "judge_temperature": 0.0, "judge_rubric": "egothink"}
+                 "judge_api_key_env": "", "judge_cache_dir": None, "judge_temperature": 0.0,
+                 "judge_rubric": "egothink"}
         (samples.parent / "20261122_101010_results.json").write_text(json.dumps(
-            {"results": {}, "configs": {"ego_think_counting": {"metadata": {"version": 2, "source": "local", **judge}}}}))
+            {"results": {},
+             "configs": {"ego_think_counting": {"metadata": {"version": 2, "source": "local", **judge}}}}))
         assert main(["rejudge", str(samples), "--output", str(tmp_path / "same")]) == 0
         assert [call.body["model"] for call in recorded.calls] == ["recorded-judge"] * 2 and other.calls == []
         assert main(["rejudge", str(samples), "--output", str(tmp_path / "other"), "--judge_base_url", other.base_url,
@@ -90,7 +97,8 @@ def test_rejudge_judges_with_the_judge_the_run_recorded_unless_told_otherwise(tm
         assert [call.body["model"] for call in other.calls] == ["other-judge"] * 2 and len(recorded.calls) == 2
     scores = [json.loads(next((tmp_path / out).glob("*_rejudged.json")).read_text())["ego_think_counting"]
               for out in ("same", "other")]
-    assert [(s["score"], s["judge_model"]) for s in scores] == [(100.0, "openai:recorded-judge"), (0.0, "openai:other-judge")]
+    assert [(s["score"], s["judge_model"]) for s in scores] == [(100.0, "openai:recorded-judge"),
+                                                                (0.0, "openai:other-judge")]
 
 
 def test_rejudge_of_a_run_judged_by_a_shut_down_model_says_so_and_what_to_use_instead(tmp_path, capsys):

@@ -89,7 +89,8 @@ def test_the_model_fingerprint_of_the_response_cache_holds_no_key(tmp_path):
     assert compat_secrets.keep_api_keys_out_of_the_response_cache()
     cache = ResponseCache.create(str(tmp_path), model="openai", model_args=f"model=m,api_key={KEY}")
     cache.close()
-    fingerprint = dict(sqlite3.connect(cache.db_path).execute("SELECT key, value FROM meta").fetchall())["model_fingerprint"]
+    meta = dict(sqlite3.connect(cache.db_path).execute("SELECT key, value FROM meta").fetchall())
+    fingerprint = meta["model_fingerprint"]
     assert fingerprint == f'openai|{{"api_key":"{compat_secrets.secret_digest(KEY)}","model":"m"}}'
     assert KEY not in fingerprint
     other_key = ResponseCache.create(str(tmp_path), model="openai", model_args="model=m,api_key=sk-another-key-0000")

@@ -48,10 +48,9 @@ def test_each_judged_task_names_the_rubric_its_items_name():
     from lmms_egoplan.egothink import protocol as egothink_protocol
     from lmms_egoplan.egothink import task as egothink
 
-    assert egothink.EgoThinkScoring.JUDGE_RUBRIC == egothink_protocol.RUBRIC_NAME
+    assert egothink.DIMENSION.judge_rubric(None) == egothink.BLIND.judge_rubric(None) == egothink_protocol.RUBRIC_NAME
     for definitions, name in egointent_protocol.RUBRIC_NAMES.items():  # the setting definitions picks the rubric
-        task = SimpleNamespace(settings=SimpleNamespace(definitions=definitions))
-        assert egointent.EgoIntentTask.JUDGE_RUBRIC.fget(task) == name
+        assert egointent.STEPS.judge_rubric(SimpleNamespace(definitions=definitions)) == name
     assert {name for row in CATALOGUE for name in row.rubrics} == {
         egothink_protocol.RUBRIC_NAME, *egointent_protocol.RUBRIC_NAMES.values()}
     assert egointent_protocol.RUBRIC.levels == tuple(range(11))

@@ -11,7 +11,6 @@ import threading
 
 import pytest
 import torch
-from lmms_eval.api.instance import Instance
 from loguru import logger
 
 from lmms_egoplan.core.media import MediaError, as_video_frames
@@ -27,6 +26,7 @@ from lmms_egoplan.core.request_options import (
 from lmms_egoplan.core.settings import SettingsError
 from lmms_egoplan.demo.kit.checkpoints import ANSWER_OPENING, ARCHITECTURES, BOS_ADDING, CHAT_TEMPLATES, END_OF_TURN
 from lmms_egoplan.demo.kit.media import index_image, read_index, write_video
+from lmms_egoplan.harness.lmms_eval_task import SuiteInstance
 from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
 from lmms_egoplan.models.egoplan_hf import ContextTooLongError, EgoPlanHF
 from lmms_egoplan.models.likelihood import (
@@ -77,11 +77,11 @@ def egoplan_visuals(doc: dict) -> list:
 
 
 def mc_requests(backend: EgoPlanHF, docs: list[dict], choices=CHOICES, doc_to_visual=egoplan_visuals,
-                delimiter: str = " ", span: str | None = None, **options: str) -> list[Instance]:
+                delimiter: str = " ", span: str | None = None, **options: str) -> list[SuiteInstance]:
     """lmms-eval's multiple_choice requests; ``span``: the scored span the task asks for, if any;
     ``options``: other request options by name (``loss_mean``, ``input_order``)."""
     backend.task_dict = {TASK: {SPLIT: docs}}
-    requests = [Instance(request_type="loglikelihood", idx=i,
+    requests = [SuiteInstance(request_type="loglikelihood", idx=i,
                          arguments=(doc["question"], delimiter + choice, doc_to_visual, doc_id, TASK, SPLIT),
                          metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
                 for doc_id, doc in enumerate(docs) for i, choice in enumerate(choices)]
@@ -93,9 +93,9 @@ def mc_requests(backend: EgoPlanHF, docs: list[dict], choices=CHOICES, doc_to_vi
     return requests
 
 
-def gen_requests(backend: EgoPlanHF, docs: list[dict], **generation_kwargs) -> list[Instance]:
+def gen_requests(backend: EgoPlanHF, docs: list[dict], **generation_kwargs) -> list[SuiteInstance]:
     backend.task_dict = {TASK: {SPLIT: docs}}
-    return [Instance(request_type="generate_until", idx=0,
+    return [SuiteInstance(request_type="generate_until", idx=0,
                      arguments=(doc["question"], dict(generation_kwargs), egoplan_visuals, doc_id, TASK, SPLIT),
                      metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
             for doc_id, doc in enumerate(docs)]
@@ -476,7 +476,7 @@ def test_more_candidates_than_one_continuation_batch(backend):
 def test_context_free_requests_are_scored(backend):
     """acc_mutual_info adds (context="", continuation) requests without visuals."""
     model = backend("qwen2_vl")
-    request = Instance(request_type="loglikelihood", arguments=("", " wash the hands"), idx=0,
+    request = SuiteInstance(request_type="loglikelihood", arguments=("", " wash the hands"), idx=0,
                        metadata={"task": TASK, "doc_id": 0, "repeats": 1})
     [(value, greedy)] = model.loglikelihood([request])
     assert value > 0 and isinstance(greedy, bool)

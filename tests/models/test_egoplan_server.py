@@ -15,7 +15,6 @@ import socket
 
 import numpy as np
 import pytest
-from lmms_eval.api.instance import Instance
 from loguru import logger
 
 from lmms_egoplan.core.media import as_video_frames, frame_times
@@ -30,6 +29,7 @@ from lmms_egoplan.core.settings import SettingsError
 from lmms_egoplan.demo.kit.checkpoints import ARCHITECTURES, VIDEO_ARCHITECTURES
 from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
 from lmms_egoplan.demo.kit.media import index_image
+from lmms_egoplan.harness.lmms_eval_task import SuiteInstance
 from lmms_egoplan.models.egoplan_hf import EgoPlanHF
 from lmms_egoplan.models.egoplan_server import EgoPlanServer
 from lmms_egoplan.models.engines import (
@@ -65,9 +65,9 @@ def visuals(d: dict) -> list:
     return [*clip, *([index_image(d["observation"], size=(56, 42))] if d["observation"] is not None else [])]
 
 
-def mc_requests(backend, docs: list[dict], **options: str) -> list[Instance]:
+def mc_requests(backend, docs: list[dict], **options: str) -> list[SuiteInstance]:
     backend.task_dict = {TASK: {SPLIT: docs}}
-    requests = [Instance(request_type="loglikelihood", idx=i,
+    requests = [SuiteInstance(request_type="loglikelihood", idx=i,
                          arguments=(d["question"], " " + choice, visuals, doc_id, TASK, SPLIT),
                          metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
                 for doc_id, d in enumerate(docs) for i, choice in enumerate(CHOICES)]
@@ -77,9 +77,9 @@ def mc_requests(backend, docs: list[dict], **options: str) -> list[Instance]:
     return requests
 
 
-def gen_requests(backend, docs: list[dict]) -> list[Instance]:
+def gen_requests(backend, docs: list[dict]) -> list[SuiteInstance]:
     backend.task_dict = {TASK: {SPLIT: docs}}
-    return [Instance(request_type="generate_until", idx=0,
+    return [SuiteInstance(request_type="generate_until", idx=0,
                      arguments=(d["question"], {"max_new_tokens": 6, "until": ["\n"]}, visuals, doc_id, TASK, SPLIT),
                      metadata={"task": TASK, "doc_id": doc_id, "repeats": 1})
             for doc_id, d in enumerate(docs)]
@@ -179,7 +179,7 @@ def test_the_server_backend_scores_as_egoplan_hf(engine, arch, servers, referenc
     assert_same_scores(got, expected, len(docs))
 
 
-def _with_visuals(requests: list[Instance], doc_to_visual) -> list[Instance]:
+def _with_visuals(requests: list[SuiteInstance], doc_to_visual) -> list[SuiteInstance]:
     for request in requests:
         request.arguments = (*request.arguments[:2], doc_to_visual, *request.arguments[3:])
     return requests
@@ -547,7 +547,7 @@ def test_generation_carries_the_models_sampling_defaults_as_egoplan_hf_applies_t
         assert backend.generate_until(long_generations(backend, docs)) != expected or engine == "vllm"
 
 
-def long_generations(backend, docs: list[dict], max_new_tokens: int = 24) -> list[Instance]:
+def long_generations(backend, docs: list[dict], max_new_tokens: int = 24) -> list[SuiteInstance]:
     requests = gen_requests(backend, docs)
     for request in requests:
         request.arguments = (request.arguments[0], {"max_new_tokens": max_new_tokens, "until": []},
