@@ -13,6 +13,9 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 DECLARED_FOR_OTHERS = {
     # transformers' image and video processors import it; declared to pin a build that loads on CPU.
     "torchvision",
+    # lmms-eval 0.7.3's evaluator imports a module of it that its release 4.3 removed; declared to keep a release
+    # that has it.
+    "filelock",
 }
 
 
