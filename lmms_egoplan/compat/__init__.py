@@ -64,8 +64,9 @@ a patch for lmms-eval with its pull-request text, or why it cannot become one. E
                                                               results and samples files)
   ``backends.score_llava_hf_with_its_images``                 a suite task is bound to ``--model llava_hf
                                                               --force_simple`` (every likelihood task of the run)
-  ``durability.exit_when_results_are_written``                called by the suite's judged tasks, and by its
-                                                              generative tasks when model requests failed
+  ``durability.exit_when_results_are_written``                a suite task or backend is built; in effect (and
+                                                              recorded) once a judged task has judged, or a
+                                                              generative task's model requests failed
   ``tasks.unretried_process_results``                         called by the suite's tasks only
   ``tasks.bind_class_task_to_backend``                        called by the suite's tasks only
   ``results.run_datetime_str``                                called by the suite's tasks only (reads,

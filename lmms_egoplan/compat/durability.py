@@ -22,7 +22,7 @@ from lmms_egoplan.compat import (
     lmms_eval_source,
     switched_off,
 )
-from lmms_egoplan.compat.replacements import add_layer, has_layer, note_in_place
+from lmms_egoplan.compat.replacements import add_layer, counts_when_in_effect, has_layer, note_in_place
 from lmms_egoplan.core.errors import StorageError
 from lmms_egoplan.core.files import storage_failure
 from lmms_egoplan.core.run_state import RUN
@@ -203,7 +203,15 @@ def missing_dependency_hint(error: BaseException) -> str:
                 "declare: pip install decord (or pip install 'lmms-egoplan[lmms-builtins]')")
     return ""
 
-def exit_when_results_are_written(reason: Callable[[list[Path]], tuple[int, str] | None]) -> bool:
+def ask_for_exit_status(reason: Callable[[list[Path]], tuple[int, str] | None]) -> None:
+    """Have ``reason`` asked, once lmms-eval has written the run's files, whether the run ends with a non-zero
+    status (``exit_when_results_are_written``). Run state only: it patches nothing (a judged task asks once its
+    judgements are made, a generative one when model requests failed)."""
+    if reason not in RUN.exit_reasons:
+        RUN.exit_reasons.append(reason)
+
+
+def exit_when_results_are_written() -> bool:
     """Let a task end a run with a non-zero status once lmms-eval has written its files.
 
     Gap: a task cannot set the exit status of a run that finished: ``lmms_eval/__main__.py:
@@ -213,10 +221,11 @@ def exit_when_results_are_written(reason: Callable[[list[Path]], tuple[int, str]
     save_results_aggregated`` / ``save_results_samples``), the registered ``reason`` callables are
     asked (with the files written); where one returns a status, the results tables are printed as
     lmms-eval would print them, then the reasons' lines, the one of the highest status last, and the
-    process exits with that status. Registered by the suite's tasks only. Returns whether it is in place.
+    process exits with that status. Reasons come from the suite's tasks only (``ask_for_exit_status``); a run none
+    asks goes on as lmms-eval's, and its results do not list the workaround (``counts_when_in_effect``). Returns
+    whether it is in place.
     """
-    if reason not in RUN.exit_reasons:
-        RUN.exit_reasons.append(reason)
+    counts_when_in_effect(_EXIT_WHEN_WRITTEN, lambda: bool(RUN.exit_reasons))
     if has_layer(_EXIT_WHEN_WRITTEN, *_SAVE_SAMPLES):
         return True
     if not (affected_release() and _writes_results_then_samples()):

@@ -137,6 +137,16 @@ def _owner(module: str, attribute: str) -> tuple[Any, str]:
     return owner, name
 
 
+# Concerns whose layers change nothing until a task asks for them: listed only while this says they are in effect.
+_IN_EFFECT_WHEN: dict[str, Callable[[], bool]] = {}
+
+
+def counts_when_in_effect(concern: str, in_effect: Callable[[], bool]) -> None:
+    """List ``concern`` among the workarounds in place only while ``in_effect()`` (its layers pass everything
+    through until then)."""
+    _IN_EFFECT_WHEN[concern] = in_effect
+
+
 def note_in_place(concern: str) -> None:
     """Record a workaround that replaces no lmms-eval function as in place in this process."""
     _NOTED[concern] = None
@@ -148,7 +158,8 @@ def in_place() -> list[str]:
     named: dict[str, None] = {}
     for (module, attribute), order in LAYER_ORDER.items():
         layers = _layers_on(module, attribute)
-        named.update((concern, None) for concern in order if concern in layers and concern not in _NOT_WORKAROUNDS)
+        named.update((concern, None) for concern in order if concern in layers and concern not in _NOT_WORKAROUNDS
+                     and _IN_EFFECT_WHEN.get(concern, lambda: True)())
     named.update(_NOTED)
     return list(named)
 

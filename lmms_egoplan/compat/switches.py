@@ -56,6 +56,7 @@ def _on_entry_point_load() -> None:
 def _on_suite_use() -> None:
     """Called when a suite task or the suite's backend is built: this run uses the suite."""
     from lmms_egoplan.compat.durability import (
+        exit_when_results_are_written,
         fail_runs_with_failed_tasks,
         keep_failed_requests_out_of_the_response_cache,
         keep_responses_of_stopped_runs,
@@ -83,4 +84,5 @@ def _on_suite_use() -> None:
     clean_lone_surrogates()
     write_results_as_strict_json()
     fail_runs_whose_files_are_cut()
+    exit_when_results_are_written()
     record_in_results()

@@ -30,7 +30,7 @@ class RunState:
     # loguru's id of the sink that ends a failed run with status 1 (``compat.durability.fail_runs_with_failed_tasks``)
     exit_guard_sink: int | None = None
     # Why a run that computed its results must still exit non-zero (e.g. failed judgements): callables the
-    # suite's tasks register (``compat.durability.exit_when_results_are_written``), each returning None or
+    # suite's tasks register (``compat.durability.ask_for_exit_status``), each returning None or
     # (exit status, the line saying what to do), given the results and samples files written
     exit_reasons: list[Callable[[list[Path]], tuple[int, str] | None]] = field(default_factory=list)
     # What else a stopped run keeps, said when it stops (``compat.durability.note_kept_on_stop``)

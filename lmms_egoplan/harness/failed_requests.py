@@ -13,7 +13,7 @@ aggregation remembers each task's count in ``RUN.failed_requests``, and once lmm
 the results (and samples) files, a run with failed requests ends with status
 ``FAILED_REQUESTS_EXIT_STATUS`` and a last line saying how many failed, in which tasks, and the
 command that asks only those again (``failed_requests_verdict``, through
-``compat.durability.exit_when_results_are_written``, as failed judgements end a run). The answered
+``compat.durability.ask_for_exit_status``, as failed judgements end a run). The answered
 requests come from lmms-eval's response cache (``--use_cache``), which never keeps a failed one
 (``compat.durability.keep_failed_requests_out_of_the_response_cache``).
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from lmms_egoplan.compat import cli_option, suite_plugin_enabled
-from lmms_egoplan.compat.durability import exit_when_results_are_written
+from lmms_egoplan.compat.durability import ask_for_exit_status
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.secrets import MASK, mask_secrets
 from lmms_egoplan.harness.benchmark import TaskContext
@@ -51,7 +51,7 @@ def failed_request_count(items: Sequence[float], args: Any = None, *, context: T
     failed = int(sum(items))
     RUN.failed_requests[context.task_name] = (failed, len(items))
     if failed:
-        exit_when_results_are_written(failed_requests_verdict)
+        ask_for_exit_status(failed_requests_verdict)
     return failed
 
 

@@ -42,7 +42,7 @@ from typing import Any, Callable, Sequence
 
 from loguru import logger
 
-from lmms_egoplan.compat.durability import exit_when_results_are_written, note_kept_on_stop
+from lmms_egoplan.compat.durability import ask_for_exit_status, note_kept_on_stop
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.harness.benchmark import Metric, TaskContext
@@ -189,7 +189,7 @@ def record_task_judgements(task_name: str, results: JudgeResults, settings: Judg
     known = RUN.task_judgements.get(task_name)
     if known is None or len(results.judgements) >= known.total:
         RUN.task_judgements[task_name] = TaskJudgements(results.failed, len(results.judgements), settings)
-    exit_when_results_are_written(failed_judgements_verdict)
+    ask_for_exit_status(failed_judgements_verdict)
 
 
 @dataclass(frozen=True)

@@ -121,9 +121,24 @@ def test_releases_from_the_fixed_version_on_get_no_workaround(monkeypatch):
     assert compat_tasks.watch_task_selection() is False
     assert compat_results.write_results_as_strict_json() is False
     assert compat_results.fail_runs_whose_files_are_cut() is False
-    assert durability.exit_when_results_are_written(lambda files: None) is False
+    assert durability.exit_when_results_are_written() is False
     assert compat_results.run_datetime_str(None) is None
     assert compat_tasks.unretried_process_results(ConfigurableTask.process_results) is ConfigurableTask.process_results
+
+
+def test_the_exit_status_layer_is_in_every_suite_run_and_recorded_once_a_task_asks_for_a_status(monkeypatch):
+    """Switched on when a suite task is built, not from a metric; a run none of whose tasks asks (no judge, no
+    failed request) records it as not in place, as before it was switched on there."""
+    from lmms_egoplan.compat import switches
+
+    monkeypatch.setattr(RUN, "exit_reasons", [])
+    switches.switch_on(switches.SUITE_USED)
+    concern = "durability.exit_when_results_are_written"
+    assert replacements.has_layer(concern, "lmms_eval.loggers.evaluation_tracker",
+                                  "EvaluationTracker.save_results_samples")
+    assert concern not in replacements.in_place()
+    durability.ask_for_exit_status(lambda files: None)
+    assert concern in replacements.in_place()
 
 
 def test_a_stopped_run_keeps_its_responses_chunk_by_chunk_with_whole_documents(monkeypatch):
@@ -291,7 +306,6 @@ def test_every_lmms_eval_function_the_suite_replaces_is_replaced_once_by_one_wra
     compat_tasks_module.watch_task_selection()
     compat_tasks_module.check_suite_tasks_before_the_model()
     secrets.keep_api_keys_out_of_the_run_summary()
-    durability.exit_when_results_are_written(lambda files: None)
     replaced = 0
     for module, attribute in replacements.LAYER_ORDER:
         if module == "lmms_eval.tasks" and attribute == "TaskManager.__init__":
