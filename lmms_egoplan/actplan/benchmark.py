@@ -4,6 +4,7 @@ its code as objects, loaded without any harness."""
 from lmms_egoplan.actplan.commands import COMMANDS
 from lmms_egoplan.actplan.report_face import FACE
 from lmms_egoplan.actplan.settings import ActPlanSettings
+from lmms_egoplan.actplan.task import TEXT_ONLY, TEXT_ONLY_LM_EVAL, WITH_IMAGES
 from lmms_egoplan.catalogue import entry
 from lmms_egoplan.harness.benchmark import Benchmark
 
@@ -12,4 +13,6 @@ ACTPLAN = Benchmark(
     settings=ActPlanSettings,
     report_face=FACE,
     commands=COMMANDS,
+    lmms_eval_tasks={"with_images": WITH_IMAGES, "text_only": TEXT_ONLY},
+    lm_eval_baselines={"text_only": TEXT_ONLY_LM_EVAL},
 )

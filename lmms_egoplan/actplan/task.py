@@ -37,7 +37,6 @@ from typing import Any, Sequence
 
 from loguru import logger
 
-from lmms_egoplan.actplan.benchmark import ACTPLAN
 from lmms_egoplan.actplan.data import SPLITS, check_settings, load_instances
 from lmms_egoplan.actplan.plans import PlanScore, aggregate_format_error_rate, bleurt_correct, parse_plan, score_lcs
 from lmms_egoplan.actplan.settings import ActPlanSettings
@@ -46,7 +45,6 @@ from lmms_egoplan.core.media import load_image
 from lmms_egoplan.core.request_options import INPUT_ORDER
 from lmms_egoplan.core.statistics import mean_or_nan
 from lmms_egoplan.harness.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
-from lmms_egoplan.harness.lmms_eval_task import SuiteTask
 
 # ---------------------------------------------------------------------------------------------
 # The instances, and what the plan metrics share
@@ -248,18 +246,3 @@ WITH_IMAGES = TaskSpec(load_docs=load_docs, doc_to_visual=doc_to_visual, doc_to_
 # The text-only ablation (§5.5): lmms-eval's task shows no image, so has no input order; lm-eval's has no visuals.
 TEXT_ONLY = dataclasses.replace(WITH_IMAGES, doc_to_visual=doc_to_visual_text_only, request_options={})
 TEXT_ONLY_LM_EVAL = dataclasses.replace(TEXT_ONLY, doc_to_visual=None)
-
-
-class ActPlanTask(SuiteTask):
-    """``actplan1k``: the description and the images, in the order ``input_order`` sets."""
-
-    BENCHMARK = ACTPLAN
-    SPEC = WITH_IMAGES
-
-
-class ActPlanTextOnlyTask(SuiteTask):
-    """``actplan1k_text_only``: the description alone."""
-
-    BENCHMARK = ACTPLAN
-    SPEC = TEXT_ONLY
-

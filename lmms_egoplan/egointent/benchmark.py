@@ -5,6 +5,7 @@ from lmms_egoplan.catalogue import entry
 from lmms_egoplan.egointent.commands import COMMANDS
 from lmms_egoplan.egointent.protocol import RUBRIC_NAMES, RUBRICS, EgoIntentSettings
 from lmms_egoplan.egointent.report_face import FACE
+from lmms_egoplan.egointent.task import STEPS
 from lmms_egoplan.harness.benchmark import Benchmark
 
 EGOINTENT = Benchmark(
@@ -13,4 +14,5 @@ EGOINTENT = Benchmark(
     report_face=FACE,
     rubrics={RUBRIC_NAMES[definitions]: rubric for definitions, rubric in RUBRICS.items()},
     commands=COMMANDS,
+    lmms_eval_tasks={"steps": STEPS},
 )

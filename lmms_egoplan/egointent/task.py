@@ -45,12 +45,10 @@ import json
 import re
 from typing import Any
 
-from lmms_eval.api.task import ConfigurableMessagesTask
 from loguru import logger
 
 from lmms_egoplan.core.media import VideoFile, as_video_frames, frame_times
 from lmms_egoplan.core.settings import SettingsError, setting_name
-from lmms_egoplan.egointent.benchmark import EGOINTENT
 from lmms_egoplan.egointent.data import (
     DIMENSIONS,
     ENV_PREFIX,
@@ -68,9 +66,8 @@ from lmms_egoplan.egointent.protocol import (
     EgoIntentSettings,
     judge_template,
 )
-from lmms_egoplan.harness.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
+from lmms_egoplan.harness.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec, chat_messages
 from lmms_egoplan.harness.judged import JUDGED_METRICS, judged_score
-from lmms_egoplan.harness.lmms_eval_task import SuiteTask
 from lmms_egoplan.judge import (
     FixedRating,
     JudgeRequest,
@@ -220,8 +217,7 @@ def doc_to_text(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> str
 def doc_to_messages(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> list[dict]:
     """Chat backends: the system message as a system turn, then the clip and the user message."""
     system, user = prompt_turns(doc)
-    system_turn = [{"role": "system", "content": [{"type": "text", "text": system}]}] if system else []
-    return system_turn + ConfigurableMessagesTask._build_user_turn(doc_to_visual(doc), user)
+    return chat_messages(system, doc_to_visual(doc), user)
 
 
 def doc_to_target(doc: dict) -> str:
@@ -471,10 +467,3 @@ STEPS = TaskSpec(
              Metric("missing_fields", missing_fields, higher_is_better=False),
              Metric("cut_answers", cut_answers, higher_is_better=False),
              Metric("capped_samples", capped_samples, higher_is_better=False)))
-
-
-class EgoIntentTask(SuiteTask):
-    """``egointent``: every step of the data, its answer judged per field after generation."""
-
-    BENCHMARK = EGOINTENT
-    SPEC = STEPS

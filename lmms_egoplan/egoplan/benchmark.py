@@ -4,10 +4,13 @@ its code as objects, loaded without any harness."""
 from lmms_egoplan.catalogue import entry
 from lmms_egoplan.egoplan.report_face import FACE
 from lmms_egoplan.egoplan.settings import EgoPlanSettings
+from lmms_egoplan.egoplan.task import BLIND, BLIND_TEST, NARRATED, TEST, VALIDATION, VALIDATION_GENERATIVE
 from lmms_egoplan.harness.benchmark import Benchmark
 
 EGOPLAN = Benchmark(
     entry("egoplan"),
     settings=EgoPlanSettings,
     report_face=FACE,
+    lmms_eval_tasks={"validation": VALIDATION, "test": TEST, "validation_generative": VALIDATION_GENERATIVE},
+    lm_eval_baselines={"blind": BLIND, "narrated": NARRATED, "blind_test": BLIND_TEST},
 )

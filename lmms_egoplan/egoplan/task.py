@@ -53,7 +53,6 @@ from lmms_egoplan.core.letter_choice import extract_choice
 from lmms_egoplan.core.request_options import LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import setting_name
 from lmms_egoplan.core.statistics import count, total
-from lmms_egoplan.egoplan.benchmark import EGOPLAN
 from lmms_egoplan.egoplan.data import (
     CHOICE_LETTERS,
     ENV_PREFIX,
@@ -70,7 +69,6 @@ from lmms_egoplan.egoplan.data import (
     video_indices,
 )
 from lmms_egoplan.harness.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
-from lmms_egoplan.harness.lmms_eval_task import SuiteTask
 
 # =============================================================================================
 # The samples
@@ -437,24 +435,3 @@ NARRATED = dataclasses.replace(BLIND, doc_to_text=doc_to_text_narrated)
 BLIND_TEST = TaskSpec(load_docs=functools.partial(load_docs, labelled=False, with_media=False),
                       doc_to_text=doc_to_text_blind, doc_to_choice=doc_to_choice, doc_to_target=doc_to_target,
                       process_results=process_blind_submission_results, metrics=(SUBMISSION,))
-
-
-class EgoPlanValidation(SuiteTask):
-    """``egoplan_val``: EgoPlan-Val ranked by likelihood; accuracy, the paper's breakdowns, the submission file."""
-
-    BENCHMARK = EGOPLAN
-    SPEC = VALIDATION
-
-
-class EgoPlanTest(SuiteTask):
-    """``egoplan_test``: EgoPlan-Test (no labels): predictions for the leaderboard, never an accuracy."""
-
-    BENCHMARK = EGOPLAN
-    SPEC = TEST
-
-
-class EgoPlanValidationGenerative(SuiteTask):
-    """``egoplan_val_gen``: EgoPlan-Val as generative letter choice, for backends without likelihood."""
-
-    BENCHMARK = EGOPLAN
-    SPEC = VALIDATION_GENERATIVE

@@ -42,7 +42,6 @@ from lmms_egoplan.core import media, seed_bench_r1
 from lmms_egoplan.core.request_options import LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import setting_name
 from lmms_egoplan.core.statistics import count, total
-from lmms_egoplan.egoplan_bench2.benchmark import EGOPLAN_BENCH2
 from lmms_egoplan.egoplan_bench2.data import (
     CHOICE_LETTERS,
     ENV_PREFIX,
@@ -54,7 +53,6 @@ from lmms_egoplan.egoplan_bench2.data import (
 )
 from lmms_egoplan.egoplan_bench2.parsing import read_letters
 from lmms_egoplan.harness.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
-from lmms_egoplan.harness.lmms_eval_task import SuiteTask
 
 PAPER_QUESTIONS = 1321  # the paper's count (abstract, §3)
 
@@ -225,17 +223,3 @@ LIKELIHOOD = TaskSpec(
     doc_to_target=doc_to_target, process_results=process_likelihood_results, metrics_of_the_data=breakdown_metrics,
     metrics=(Metric("accuracy", "mean"), Metric("predictions", count)),
     request_options={"scored_tokens": SCORED_SPAN, "loss_mean": LOSS_MEAN}, generative_variant="egoplan_bench2")
-
-
-class EgoPlanBench2Task(SuiteTask):
-    """``egoplan_bench2``: the official evaluation, a letter read from the answer."""
-
-    BENCHMARK = EGOPLAN_BENCH2
-    SPEC = GENERATION
-
-
-class EgoPlanBench2Likelihood(SuiteTask):
-    """``egoplan_bench2_likelihood``: the questions ranked by likelihood, as ``egoplan_val`` ranks EgoPlan-Bench's."""
-
-    BENCHMARK = EGOPLAN_BENCH2
-    SPEC = LIKELIHOOD

@@ -4,6 +4,7 @@ its code as objects, loaded without any harness."""
 from lmms_egoplan.catalogue import entry
 from lmms_egoplan.egothink.protocol import RUBRIC, RUBRIC_NAME, EgoThinkSettings, group_scores
 from lmms_egoplan.egothink.report_face import FACE
+from lmms_egoplan.egothink.task import BLIND, DIMENSION
 from lmms_egoplan.harness.benchmark import Benchmark
 
 EGOTHINK = Benchmark(
@@ -12,4 +13,6 @@ EGOTHINK = Benchmark(
     report_face=FACE,
     rubrics={RUBRIC_NAME: RUBRIC},
     rejudge_groups={"ego_think_": group_scores},
+    lmms_eval_tasks={"dimension": DIMENSION},
+    lm_eval_baselines={"blind": BLIND},
 )

@@ -34,12 +34,10 @@ import functools
 import importlib.resources
 
 import yaml
-from lmms_eval.api.task import ConfigurableMessagesTask
 from loguru import logger
 
 from lmms_egoplan.core.media import load_image
 from lmms_egoplan.core.settings import SettingsError, setting_name
-from lmms_egoplan.egothink.benchmark import EGOTHINK
 from lmms_egoplan.egothink.data import (
     DIMENSIONS,
     ENV_PREFIX,
@@ -47,9 +45,8 @@ from lmms_egoplan.egothink.data import (
     load_release_dimension,
 )
 from lmms_egoplan.egothink.protocol import DECODING_PRESETS, RUBRIC_NAME, judge_request
-from lmms_egoplan.harness.benchmark import LoadedDocs, TaskContext, TaskSpec
+from lmms_egoplan.harness.benchmark import LoadedDocs, TaskContext, TaskSpec, chat_messages
 from lmms_egoplan.harness.judged import JUDGED_METRICS
-from lmms_egoplan.harness.lmms_eval_task import SuiteTask
 from lmms_egoplan.judge import judge_parts_item
 
 # --- The documents -----------------------------------------------------------------------------
@@ -145,8 +142,7 @@ def doc_to_text_blind(doc: dict) -> str:
 def doc_to_messages(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> list[dict]:
     """Chat backends: the preset's system prompt as a system turn, then the image and the text."""
     system, text = _prompt(doc, lmms_eval_specific_kwargs)
-    system_turn = [{"role": "system", "content": [{"type": "text", "text": system}]}] if system else []
-    return system_turn + ConfigurableMessagesTask._build_user_turn(doc_to_visual(doc), text)
+    return chat_messages(system, doc_to_visual(doc), text)
 
 
 # --- 3. Results: the judge (Table 7) ------------------------------------------------------------
@@ -169,11 +165,3 @@ DIMENSION = TaskSpec(load_docs=load_docs, doc_to_visual=doc_to_visual, doc_to_te
 BLIND = TaskSpec(load_docs=load_docs, doc_to_text=doc_to_text_blind, doc_to_target="answer",
                  process_results=process_results, metrics=JUDGED_METRICS, judge_rubric=judge_rubric,
                  configure=configure_blind)
-
-
-class EgoThinkTask(SuiteTask):
-    """``ego_think_<dimension>`` (lmms-eval): one EgoThink dimension (YAML ``dataset_name``), judged by an LLM after
-    generation."""
-
-    BENCHMARK = EGOTHINK
-    SPEC = DIMENSION

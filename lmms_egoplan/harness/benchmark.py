@@ -27,6 +27,10 @@ class Benchmark:
     rubrics: Mapping[str, Rubric] = field(default_factory=dict)  # by the names its judged items carry
     commands: Mapping[str, tuple[str, Callable[[Any], None]]] = field(default_factory=dict)  # as cli.COMMANDS
     rejudge_groups: Mapping[str, GroupScores] = field(default_factory=dict)  # task-name prefix -> its groups
+    # What its tasks do, by name (``TaskSpec``): its lmms-eval tasks, and its text-only baselines under lm-eval. The
+    # classes their YAMLs name (its ``lmms_eval_tasks`` and ``text_baselines`` modules) hold this value and a spec.
+    lmms_eval_tasks: Mapping[str, TaskSpec] = field(default_factory=dict)
+    lm_eval_baselines: Mapping[str, TaskSpec] = field(default_factory=dict)
 
     def __post_init__(self):
         if set(self.rubrics) != set(self.entry.rubrics):
@@ -139,3 +143,12 @@ class TaskSpec:
         metrics = [{"metric": m.name, "aggregation": m.aggregation, "higher_is_better": m.higher_is_better}
                    for m in self.metrics]
         return {**hooks, "metric_list": metrics}
+
+
+def chat_messages(system: str, visuals: list, text: str) -> list[dict]:
+    """A chat backend's messages in lmms-eval's form (a ``doc_to_messages`` hook's value): the system prompt as a
+    system turn (none when empty), then a user turn of the visuals and the text (lmms-eval's own user turn)."""
+    from lmms_eval.api.task import ConfigurableMessagesTask  # imported when lmms-eval asks a task for messages
+
+    system_turn = [{"role": "system", "content": [{"type": "text", "text": system}]}] if system else []
+    return system_turn + ConfigurableMessagesTask._build_user_turn(visuals, text)

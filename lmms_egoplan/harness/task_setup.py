@@ -50,7 +50,7 @@ class TaskSetup:
         config = {key: value for key, value in config.items() if key != "class"}
         if doubled := [key for key in TaskSpec.KEYS if key in config]:
             raise InputError(f"task {config['task']}: {', '.join(doubled)} come from its benchmark's task spec "
-                             f"({type(self.task).__module__}); remove them from its YAML")
+                             f"({self.spec.process_results.__module__}); remove them from its YAML")
         config.update(self.spec.config_entries())
         metadata = dict(config.get("metadata") or {})
         self.settings = resolve_settings(self.benchmark.settings, task=config["task"], metadata=metadata,

@@ -191,3 +191,16 @@ def test_each_class_a_yaml_names_is_an_adapter_holding_a_benchmark_and_a_spec():
         assert isinstance(cls.BENCHMARK, Benchmark), cls
         own = {name for name in vars(cls) if not name.startswith("_")}  # _abc_impl: ABCMeta's
         assert own == {"BENCHMARK", "SPEC"}, (cls, own)
+
+
+def test_each_benchmark_holds_its_specs_and_a_yaml_class_holds_each_of_them():
+    from lmms_egoplan import suite
+    from lmms_egoplan.harness.lmms_eval_task import SuiteTask
+
+    held = {(cls.BENCHMARK.name, id(cls.SPEC), issubclass(cls, SuiteTask))
+            for folder in task_folders() for cls in yaml_classes(folder)}
+    specs = {(benchmark.name, id(spec), harness_is_lmms_eval) for benchmark in suite.BENCHMARKS
+             for harness_is_lmms_eval, named in ((True, benchmark.lmms_eval_tasks),
+                                                 (False, benchmark.lm_eval_baselines))
+             for spec in named.values()}
+    assert len(specs) == 14 and held == specs
