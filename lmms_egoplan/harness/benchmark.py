@@ -1,6 +1,8 @@
 """What a benchmark is to the suite: one value, ``Benchmark``, holding its code as objects (its settings type,
-report face, rubrics, commands, rejudge groups) beside its catalogue row (``lmms_egoplan.catalogue``). Each
-benchmark's package builds its value in its ``benchmark`` module; ``lmms_egoplan.suite`` lists them."""
+report face, rubrics, commands, rejudge groups and its tasks' specs) beside its catalogue row
+(``lmms_egoplan.catalogue``); what a task does, ``TaskSpec``, its ``Metric``s, and the ``TaskContext`` its hooks get.
+Each benchmark's package builds its value in its ``benchmark`` module; ``lmms_egoplan.suite`` lists them. Nothing
+here loads a harness."""
 
 from __future__ import annotations
 
