@@ -1,4 +1,4 @@
-"""A BenchmarkTask through the real lmms-eval CLI: settings, presets and --limit."""
+"""A suite task (SuiteTask) through the real lmms-eval CLI: settings, presets and --limit."""
 import json
 
 import pytest
