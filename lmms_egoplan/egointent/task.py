@@ -66,7 +66,7 @@ from lmms_egoplan.egointent.protocol import (
     EgoIntentSettings,
     judge_template,
 )
-from lmms_egoplan.harness.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec, chat_messages
+from lmms_egoplan.harness.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec, chat_messages, warn_of_skipped
 from lmms_egoplan.harness.judged import JUDGED_METRICS, judged_score
 from lmms_egoplan.judge import (
     FixedRating,
@@ -88,9 +88,7 @@ def load_docs(context: TaskContext) -> LoadedDocs:
                             f"EgoIntent release folder (or a flat annotation file); tasks/egointent/README.md, "
                             f"Data preparation, says how to get it")
     loaded = load_samples(settings)
-    if loaded.skipped:
-        logger.warning(f"{context.task_name}: skipped {len(loaded.skipped)} step(s) whose media cannot be used "
-                       f"({setting_name(ENV_PREFIX, 'skip_missing')}):\n  " + "\n  ".join(map(str, loaded.skipped)))
+    warn_of_skipped(context.task_name, loaded.skipped, "step(s) whose media cannot be used", ENV_PREFIX)
     if longer := longer_clips_summary(loaded.docs, settings):
         logger.warning(f"{context.task_name}: {longer}")
     return LoadedDocs(loaded.docs, loaded.skipped)

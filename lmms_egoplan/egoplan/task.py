@@ -68,7 +68,14 @@ from lmms_egoplan.egoplan.data import (
     progress_bins,
     video_indices,
 )
-from lmms_egoplan.harness.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
+from lmms_egoplan.harness.benchmark import (
+    LoadedDocs,
+    Metric,
+    TaskContext,
+    TaskSpec,
+    accuracy_breakdowns,
+    warn_of_skipped,
+)
 
 # =============================================================================================
 # The samples
@@ -79,10 +86,7 @@ def load_docs(context: TaskContext, *, labelled: bool, with_media: bool) -> Load
     """The split's samples (``labelled``: Val; Test has no labels); those with missing media skipped if
     ``skip_missing``. ``with_media``: False for the text-only baselines, which need no media setting."""
     loaded = load_samples(context.settings, labelled=labelled, with_media=with_media)
-    if loaded.skipped:
-        logger.warning(f"{context.task_name}: skipped {len(loaded.skipped)} sample(s) with missing media "
-                       f"({setting_name(ENV_PREFIX, 'skip_missing')}):\n  "
-                       + "\n  ".join(map(str, loaded.skipped)))
+    warn_of_skipped(context.task_name, loaded.skipped, "sample(s) with missing media", ENV_PREFIX)
     return LoadedDocs(loaded.docs, loaded.skipped)
 
 
@@ -91,7 +95,7 @@ def breakdown_metrics(context: TaskContext, docs: Sequence[Mapping]) -> list[Met
     and similarity level, each with its sample count."""
     names = [*VIDEO_SOURCES.values(), *(f"progress_{value_bin.label}" for value_bin in progress_bins(context.settings)),
              *(f"similarity_{level}" for level in SIMILARITY_LEVELS)]
-    return [metric for name in names for metric in (Metric(f"accuracy_{name}", "mean"), Metric(f"n_{name}", count))]
+    return accuracy_breakdowns(names)
 
 
 # =============================================================================================

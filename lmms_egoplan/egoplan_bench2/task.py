@@ -52,7 +52,14 @@ from lmms_egoplan.egoplan_bench2.data import (
     package_positions,
 )
 from lmms_egoplan.egoplan_bench2.parsing import read_letters
-from lmms_egoplan.harness.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
+from lmms_egoplan.harness.benchmark import (
+    LoadedDocs,
+    Metric,
+    TaskContext,
+    TaskSpec,
+    accuracy_breakdowns,
+    warn_of_skipped,
+)
 
 PAPER_QUESTIONS = 1321  # the paper's count (abstract, §3)
 
@@ -66,9 +73,7 @@ def load_docs(context: TaskContext) -> LoadedDocs:
     """The questions of the chosen source (``data_source``); those with missing media skipped if ``skip_missing``."""
     settings = context.settings
     loaded = load_samples(settings)
-    if loaded.skipped:
-        logger.warning(f"{context.task_name}: skipped {len(loaded.skipped)} question(s) with missing media "
-                       f"({setting_name(ENV_PREFIX, 'skip_missing')}):\n  " + "\n  ".join(map(str, loaded.skipped)))
+    warn_of_skipped(context.task_name, loaded.skipped, "question(s) with missing media", ENV_PREFIX)
     logger.info(f"{context.task_name}: {len(loaded.docs)} questions ({settings.data_source} data; the paper "
                 f"has {PAPER_QUESTIONS})")
     return LoadedDocs(loaded.docs, loaded.skipped)
@@ -77,8 +82,7 @@ def load_docs(context: TaskContext) -> LoadedDocs:
 def breakdown_metrics(context: TaskContext, docs: Sequence[Mapping]) -> list[Metric]:
     """Metrics whose names come from the data: one accuracy per domain and scenario of the loaded questions, its
     sample count beside it."""
-    names = sorted({name for doc in docs for name in breakdowns(doc)})
-    return [metric for name in names for metric in (Metric(f"accuracy_{name}", "mean"), Metric(f"n_{name}", count))]
+    return accuracy_breakdowns(sorted({name for doc in docs for name in breakdowns(doc)}))
 
 
 # =============================================================================================

@@ -9,7 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
+from loguru import logger
+
 from lmms_egoplan.catalogue import Entry
+from lmms_egoplan.core.settings import setting_name
+from lmms_egoplan.core.statistics import count
 
 if TYPE_CHECKING:
     from lmms_egoplan.core.request_options import RequestOption
@@ -70,6 +74,20 @@ class LoadedDocs:
         return len(self.docs) + len(self.skipped or ())
 
 
+def warn_of_skipped(task_name: str, skipped: Sequence[Any], what: str, env_prefix: str) -> None:
+    """Say which samples a loader skipped (``what``: e.g. "sample(s) with missing media"), naming the setting that
+    skips them (``<env_prefix>_SKIP_MISSING``); nothing when none."""
+    if skipped:
+        logger.warning(f"{task_name}: skipped {len(skipped)} {what} ({setting_name(env_prefix, 'skip_missing')}):\n  "
+                       + "\n  ".join(map(str, skipped)))
+
+
+def accuracy_breakdowns(names: Iterable[str]) -> list[Metric]:
+    """An accuracy per breakdown (``accuracy_<name>``, the mean over its samples), its sample count (``n_<name>``)
+    beside it."""
+    return [metric for name in names for metric in (Metric(f"accuracy_{name}", "mean"), Metric(f"n_{name}", count))]
+
+
 @dataclass
 class TaskContext:
     """What a benchmark's hooks know of the task that runs them, handed over explicitly: ``process_results`` and
@@ -107,8 +125,10 @@ class TaskSpec:
 
     load_docs: Callable[[TaskContext], LoadedDocs]
     doc_to_text: Callable
-    process_results: Callable[[dict, list, TaskContext], dict]  # (doc, results, context) -> {metric: value}
     metrics: tuple[Metric, ...]
+    # (doc, results, context) -> {metric: value}; none: the harness scores the output type its own way (e.g.
+    # lmms-eval's multiple-choice accuracy)
+    process_results: Callable[[dict, list, TaskContext], dict] | None = None
     doc_to_visual: Callable | None = None  # none for the text-only baselines (lm-eval)
     doc_to_messages: Callable | None = None
     doc_to_target: str | Callable | None = None

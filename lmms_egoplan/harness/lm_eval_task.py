@@ -92,8 +92,6 @@ class SuiteBaseline(ConfigurableTask):
         self.judging = Judging(self) if self.SPEC.judged else None
         super().__init__(config=config, **kwargs)
         self.setup.bind()
-        if self.judging is not None:
-            self.judging.record_judge()
         if self.SPEC.configure is not None:
             self.SPEC.configure(self.setup.context, self.config)
 

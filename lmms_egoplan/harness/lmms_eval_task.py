@@ -81,8 +81,6 @@ class SuiteTask(ConfigurableMessagesTask):
         self.judging = Judging(self, record_outcome=record_task_judgements) if self.SPEC.judged else None
         super().__init__(config=harness_config, **kwargs)
         self.setup.bind()
-        if self.judging is not None:
-            self.judging.record_judge()
 
     def _prepare_model_specific_config(self):
         # lmms-eval calls this before the data loads and after its model-specific generation_kwargs

@@ -50,7 +50,7 @@ class TaskSetup:
         config = {key: value for key, value in config.items() if key != "class"}
         if doubled := [key for key in TaskSpec.KEYS if key in config]:
             raise InputError(f"task {config['task']}: {', '.join(doubled)} come from its benchmark's task spec "
-                             f"({self.spec.process_results.__module__}); remove them from its YAML")
+                             f"({self.spec.doc_to_text.__module__}); remove them from its YAML")
         config.update(self.spec.config_entries())
         metadata = dict(config.get("metadata") or {})
         self.settings = resolve_settings(self.benchmark.settings, task=config["task"], metadata=metadata,
@@ -65,12 +65,16 @@ class TaskSetup:
 
     def bind(self) -> None:
         """Once the harness has built the task: the context bound into ``process_results`` (kept as ``scoring``:
-        ``--predict_only`` removes it from the config) and into the aggregations that take it."""
-        self.scoring = functools.partial(self.spec.process_results, context=self.context)
-        self.task.config.process_results = self.scoring
+        ``--predict_only`` removes it from the config) and into the aggregations that take it; a judged task's
+        judge recorded in its config."""
+        if self.spec.process_results is not None:
+            self.scoring = functools.partial(self.spec.process_results, context=self.context)
+            self.task.config.process_results = self.scoring
         for metric in self.spec.metrics:
             if metric.with_context and metric.name in self.task._aggregation_list:
-                self.task._aggregation_list[metric.name] = functools.partial(metric.aggregation, context=self.context)
+                self.task._aggregation_list[metric.name] = self._aggregation(metric)
+        if self.task.judging is not None:
+            self.task.judging.record_judge()
 
     def load(self) -> tuple[str, Any]:
         """The spec's documents as the harness's ``datasets.DatasetDict``, under the split the YAML names; the
@@ -112,12 +116,15 @@ class TaskSetup:
     def add_metric(self, metric: Metric) -> None:
         """Report ``metric`` (which ``process_results`` returns for the documents it applies to)."""
         task = self.task
-        function = metric.aggregation
-        if isinstance(function, str):
-            function = self._registered_aggregation(function)
-        elif metric.with_context:
-            function = functools.partial(function, context=self.context)
         task._metric_fn_list[metric.name] = None
         task._metric_fn_kwargs[metric.name] = {}
-        task._aggregation_list[metric.name] = function
+        task._aggregation_list[metric.name] = self._aggregation(metric)
         task._higher_is_better[metric.name] = metric.higher_is_better
+
+    def _aggregation(self, metric: Metric) -> Callable:
+        """``metric``'s aggregation as the harness calls it: a registered name looked up, the context bound."""
+        if isinstance(metric.aggregation, str):
+            return self._registered_aggregation(metric.aggregation)
+        if metric.with_context:
+            return functools.partial(metric.aggregation, context=self.context)
+        return metric.aggregation
