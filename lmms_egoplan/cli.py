@@ -42,7 +42,7 @@ def _judge_settings(args: argparse.Namespace, recorded: dict | None = None):
     import dataclasses
 
     from lmms_egoplan.core.settings import resolve_settings
-    from lmms_egoplan.judge import JudgeSettings
+    from lmms_egoplan.judge.settings import JudgeSettings
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JudgeSettings) if hasattr(args, f.name)}
     return resolve_settings(JudgeSettings, task=args.command, metadata={**(recorded or {}), **given}, env_prefix="",
@@ -138,7 +138,7 @@ def _judge_options(command: argparse.ArgumentParser, defaults: str, **own_defaul
     import dataclasses
 
     from lmms_egoplan.core.documentation import doc_page
-    from lmms_egoplan.judge import JudgeSettings
+    from lmms_egoplan.judge.settings import JudgeSettings
 
     for setting in dataclasses.fields(JudgeSettings):
         default = own_defaults.get(setting.name, f"{defaults}{setting.default}")

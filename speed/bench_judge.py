@@ -15,7 +15,10 @@ import sys
 import time
 
 from lmms_egoplan.demo.kit.judge_server import ChatServer, hash_rating, rating_responder
-from lmms_egoplan.judge import Judge, JudgeRequest, OpenAIChatBackend, bracket_rating
+from lmms_egoplan.judge.engine import Judge
+from lmms_egoplan.judge.protocol import JudgeRequest
+from lmms_egoplan.judge.providers.openai_compatible import OpenAIChatBackend
+from lmms_egoplan.judge.rubrics import bracket_rating
 
 ALLOWED_OVERHEAD = 1.3
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -233,20 +234,20 @@ def exit_when_results_are_written() -> bool:
 
     def results_written(save_results, self, results, samples, datetime_str):
         save_results(self, results, samples, datetime_str)
-        self._lmms_egoplan_files = [Path(self.output_path, self.general_config_tracker.model_name_sanitized,
-                                         f"{self.date_id}_results.json")] if self.output_path else []
-        self._lmms_egoplan_results = results
-        self._lmms_egoplan_unsaved = set(results.get("configs", {})) if samples else set()
-        _exit_if_asked(self)
+        files = [Path(self.output_path, self.general_config_tracker.model_name_sanitized,
+                      f"{self.date_id}_results.json")] if self.output_path else []
+        RUN.written = WrittenFiles(self, files, results, set(results.get("configs", {})) if samples else set())
+        _exit_if_asked(RUN.written)
 
     def samples_written(save_samples, self, task_name, samples):
         save_samples(self, task_name, samples)
-        if not hasattr(self, "_lmms_egoplan_unsaved"):  # not called by the CLI after the results
+        written = RUN.written
+        if written is None or written.tracker is not self:  # not called by the CLI after the results
             return
-        self._lmms_egoplan_files.append(Path(self.output_path, self.general_config_tracker.model_name_sanitized,
-                                             f"{self.date_id}_samples_{task_name}.jsonl"))
-        self._lmms_egoplan_unsaved.discard(task_name)
-        _exit_if_asked(self)
+        written.files.append(Path(self.output_path, self.general_config_tracker.model_name_sanitized,
+                                  f"{self.date_id}_samples_{task_name}.jsonl"))
+        written.unsaved.discard(task_name)
+        _exit_if_asked(written)
 
     add_layer(_EXIT_WHEN_WRITTEN, *_SAVE_RESULTS, results_written)
     add_layer(_EXIT_WHEN_WRITTEN, *_SAVE_SAMPLES, samples_written)
@@ -262,10 +263,21 @@ def _writes_results_then_samples(cli_evaluate_single: str | None = None) -> bool
     samples = cli_evaluate_single.find("save_results_samples(")
     return 0 <= results < samples and "sys.exit" not in cli_evaluate_single[results:]
 
-def _exit_if_asked(tracker: Any) -> None:
-    if tracker._lmms_egoplan_unsaved:
+@dataclass
+class WrittenFiles:
+    """What lmms-eval's ``tracker`` has written of the run so far (``exit_when_results_are_written``): its files,
+    the results, and the tasks whose samples file is still to come (empty: every file is written)."""
+
+    tracker: Any
+    files: list[Path]
+    results: Mapping[str, Any]
+    unsaved: set[str] = field(default_factory=set)
+
+
+def _exit_if_asked(written: WrittenFiles) -> None:
+    if written.unsaved:
         return
-    verdicts = [verdict for reason in RUN.exit_reasons if (verdict := reason(list(tracker._lmms_egoplan_files)))]
+    verdicts = [verdict for reason in RUN.exit_reasons if (verdict := reason(list(written.files)))]
     verdicts.sort(key=lambda verdict: verdict[0])  # the line of the highest status last
     if not any(status for status, _ in verdicts):  # none, or accepted by a setting: said, lmms-eval goes on
         for _, line in verdicts:
@@ -273,7 +285,7 @@ def _exit_if_asked(tracker: Any) -> None:
         return
     from lmms_eval.utils import make_table
 
-    results = tracker._lmms_egoplan_results
+    results = written.results
     print(make_table(results))
     if "groups" in results:
         print(make_table(results, "groups"))

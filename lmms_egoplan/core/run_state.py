@@ -33,6 +33,8 @@ class RunState:
     # suite's tasks register (``compat.durability.ask_for_exit_status``), each returning None or
     # (exit status, the line saying what to do), given the results and samples files written
     exit_reasons: list[Callable[[list[Path]], tuple[int, str] | None]] = field(default_factory=list)
+    # What lmms-eval has written of the run, once it writes its results (``compat.durability.WrittenFiles``)
+    written: Any = None
     # What else a stopped run keeps, said when it stops (``compat.durability.note_kept_on_stop``)
     kept_on_stop: list[str] = field(default_factory=list)
     # The run's own secrets (the evaluated model's api_key, keys in the environment), masked wherever

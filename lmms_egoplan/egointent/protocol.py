@@ -16,11 +16,8 @@ from lmms_egoplan.egointent.data import (
     LONGER_CLIPS,
     NEXT_STEP_REFERENCES,
 )
-from lmms_egoplan.judge import (
-    JudgeSettings,
-    Rubric,
-    bracket_rating,
-)
+from lmms_egoplan.judge.rubrics import Rubric, bracket_rating
+from lmms_egoplan.judge.settings import JudgeSettings
 
 
 @dataclass(frozen=True)

@@ -68,11 +68,8 @@ from lmms_egoplan.egointent.protocol import (
 )
 from lmms_egoplan.harness.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec, chat_messages, warn_of_skipped
 from lmms_egoplan.harness.judged import JUDGED_METRICS, judged_score
-from lmms_egoplan.judge import (
-    FixedRating,
-    JudgeRequest,
-    judge_parts_item,
-)
+from lmms_egoplan.judge.protocol import JudgeRequest
+from lmms_egoplan.judge.rubrics import FixedRating, judge_parts_item
 
 # =============================================================================================
 # The steps and the judge

@@ -47,7 +47,7 @@ from lmms_egoplan.egothink.data import (
 from lmms_egoplan.egothink.protocol import DECODING_PRESETS, RUBRIC_NAME, judge_request
 from lmms_egoplan.harness.benchmark import LoadedDocs, TaskContext, TaskSpec, chat_messages
 from lmms_egoplan.harness.judged import JUDGED_METRICS
-from lmms_egoplan.judge import judge_parts_item
+from lmms_egoplan.judge.rubrics import judge_parts_item
 
 # --- The documents -----------------------------------------------------------------------------
 

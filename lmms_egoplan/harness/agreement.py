@@ -17,8 +17,9 @@ from pathlib import Path
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.files import read_jsonl
 from lmms_egoplan.harness.rejudge import LoggedItems
-from lmms_egoplan.judge import FixedRating, Judge, item_parts, item_requests, items_rubric, load_rubric
 from lmms_egoplan.judge.agreement import Agreement, RatingPair, agreement
+from lmms_egoplan.judge.engine import Judge
+from lmms_egoplan.judge.rubrics import FixedRating, item_parts, item_requests, items_rubric, load_rubric
 
 
 @dataclass

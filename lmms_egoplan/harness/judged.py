@@ -48,24 +48,20 @@ from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.harness.benchmark import Metric, TaskContext
 from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, is_failed_request_item
 from lmms_egoplan.harness.rejudge import PREDICT_ONLY_ITEMS, rejudge_command
-from lmms_egoplan.judge import (
+from lmms_egoplan.judge.cache import JudgeCacheError
+from lmms_egoplan.judge.engine import Judge, RetiredJudgeError, preflight
+from lmms_egoplan.judge.identity import JudgeIdentity
+from lmms_egoplan.judge.protocol import Judgement, JudgeResults
+from lmms_egoplan.judge.rubrics import (
     ItemScore,
-    Judge,
-    JudgeCacheError,
-    JudgeIdentity,
-    Judgement,
-    JudgeResults,
-    JudgeSettings,
-    JudgeSetupError,
-    RetiredJudgeError,
     is_judge_parts_item,
     item_requests,
     items_rubric,
-    preflight,
     register_rubrics,
     score_judged,
     unjudged,
 )
+from lmms_egoplan.judge.settings import JudgeSettings, JudgeSetupError
 
 
 class Judging:

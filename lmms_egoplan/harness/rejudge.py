@@ -20,20 +20,17 @@ from loguru import logger
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.files import read_text, strict_json, write_atomically
 from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, FAILED_REQUESTS
-from lmms_egoplan.judge import (
-    Judge,
-    JudgeIdentity,
-    JudgeSettings,
-    JudgeSetupError,
-    RetiredJudgeError,
+from lmms_egoplan.judge.engine import Judge, RetiredJudgeError, preflight
+from lmms_egoplan.judge.identity import JudgeIdentity
+from lmms_egoplan.judge.rubrics import (
     is_judge_parts_item,
     item_parts,
     item_requests,
     items_rubric,
     load_rubric,
-    preflight,
     score_judged,
 )
+from lmms_egoplan.judge.settings import JudgeSettings, JudgeSetupError
 
 # Where a --predict_only run logs the judge items of a sample (inside its "bypass" value).
 PREDICT_ONLY_ITEMS = "judge_items"

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.text_tables import NO_VALUE, is_no_value
-from lmms_egoplan.judge import JudgeIdentity, retirement
+from lmms_egoplan.judge.identity import JudgeIdentity
+from lmms_egoplan.judge.retirements import retirement
 from lmms_egoplan.report.intervals import Interval, interval
 from lmms_egoplan.report.layout import SUBMISSION, Column, ReportFace, TableLayout
 from lmms_egoplan.report.metric_roles import invalid_reason, unscored_reason

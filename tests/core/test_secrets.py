@@ -42,7 +42,8 @@ def test_texts_without_a_secret_are_unchanged(text):
 
 def test_a_judge_that_echoes_the_authorization_header_gets_its_key_masked_in_the_error():
     from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
-    from lmms_egoplan.judge import Decoding, JudgeCallError, OpenAIChatBackend
+    from lmms_egoplan.judge.protocol import Decoding, JudgeCallError
+    from lmms_egoplan.judge.providers.openai_compatible import OpenAIChatBackend
 
     key = "plain-judge-key-0123"  # no key's shape: masked because it is the configured one
     echo = ChatServer(lambda call: Reply(f"bad key {call.headers['authorization']} (x-api-key: {key})", status=401))

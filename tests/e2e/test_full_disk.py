@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, rating_responder
-from lmms_egoplan.judge import JudgeCache
+from lmms_egoplan.judge.cache import JudgeCache
 from tests.e2e.runs import egothink_run_args
 from tests.e2e.test_resume import cached_rows, stored_responses
 

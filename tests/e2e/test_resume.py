@@ -8,9 +8,7 @@ from pathlib import Path
 import pytest
 
 from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, rating_responder
-from lmms_egoplan.judge import (
-    JudgeCache,
-)
+from lmms_egoplan.judge.cache import JudgeCache
 from tests.e2e.runs import broken_copy, egoplan_run, egothink_run_args, load_docs, strict_json_files
 
 

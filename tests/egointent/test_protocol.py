@@ -36,15 +36,10 @@ from lmms_egoplan.egointent.data import (
 from lmms_egoplan.egointent.protocol import EgoIntentSettings, parse_judge_rating
 from lmms_egoplan.egointent.task import doc_to_visual, parse_answer
 from lmms_egoplan.harness.benchmark import TaskContext
-from lmms_egoplan.judge import (
-    FixedRating,
-    Judge,
-    JudgeRequest,
-    OpenAIChatBackend,
-    item_requests,
-    judge_parts_item,
-    score_judged,
-)
+from lmms_egoplan.judge.engine import Judge
+from lmms_egoplan.judge.protocol import JudgeRequest
+from lmms_egoplan.judge.providers.openai_compatible import OpenAIChatBackend
+from lmms_egoplan.judge.rubrics import FixedRating, item_requests, judge_parts_item, score_judged
 
 FPS_OF = {video.name: video.fps for video in VIDEOS}
 

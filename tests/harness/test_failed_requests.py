@@ -117,10 +117,10 @@ def test_the_last_line_says_how_many_failed_where_and_the_command_that_asks_them
 
 def test_failed_requests_end_the_run_last_with_the_highest_status(monkeypatch, capsys):
     monkeypatch.setattr(RUN, "exit_reasons", [lambda files: (4, "requests line"), lambda files: (3, "judgements line")])
-    tracker = SimpleNamespace(_lmms_egoplan_unsaved=set(), _lmms_egoplan_files=[], _lmms_egoplan_results={
+    written = durability.WrittenFiles(tracker=None, files=[], results={
         "results": {}, "configs": {}, "versions": {}, "n-shot": {}, "higher_is_better": {}})
     with pytest.raises(SystemExit) as stopped:
-        durability._exit_if_asked(tracker)
+        durability._exit_if_asked(written)
     assert stopped.value.code == 4
     assert capsys.readouterr().err.splitlines()[-2:] == ["lmms-egoplan: judgements line", "lmms-egoplan: requests line"]
 
@@ -180,7 +180,8 @@ def test_lmms_eval_with_a_fixed_cache_gets_no_workaround():
 
 def test_rejudge_counts_failed_requests_and_judges_the_rest(tmp_path):
     from lmms_egoplan.harness.rejudge import read_logged_items
-    from lmms_egoplan.judge import JudgeRequest, judge_parts_item
+    from lmms_egoplan.judge.protocol import JudgeRequest
+    from lmms_egoplan.judge.rubrics import judge_parts_item
 
     item = judge_parts_item({"": JudgeRequest.from_prompt("1", "rate it")}, "egothink")
     rows = [{"doc_id": 0, "score": item, FAILED_REQUESTS: 0.0}, {"doc_id": 1, FAILED_REQUESTS: 1.0},

@@ -164,7 +164,7 @@ def test_a_judged_task_whose_judge_cache_is_on_a_full_disk_stops_before_the_mode
     from lmms_egoplan.egothink.task import DIMENSION
     from lmms_egoplan.harness.judged import Judging
     from lmms_egoplan.harness.task_setup import TaskSetup
-    from lmms_egoplan.judge import JudgeCache
+    from lmms_egoplan.judge.cache import JudgeCache
 
     disk = small_disk()
     JudgeCache(disk.path / "judge").close()

@@ -15,7 +15,8 @@ from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, rating_respond
 def egointent_run(folder, ratings: dict[str, list[int]]):
     """A run's samples file and audit trail: one step per rating index, three fields each."""
     from lmms_egoplan.egointent.protocol import RUBRIC_NAME
-    from lmms_egoplan.judge import JudgeRequest, judge_parts_item
+    from lmms_egoplan.judge.protocol import JudgeRequest
+    from lmms_egoplan.judge.rubrics import judge_parts_item
 
     folder.mkdir()
     steps = len(next(iter(ratings.values())))

@@ -6,15 +6,13 @@ from __future__ import annotations
 import json
 
 from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, rating_responder
-from lmms_egoplan.judge import (
-    JudgeRequest,
-)
+from lmms_egoplan.judge.protocol import JudgeRequest
 
 
 def judged_rows(count: int) -> list[dict]:
     """Samples-file rows of an EgoThink task as a judged run logs them."""
     from lmms_egoplan.egothink.protocol import RUBRIC_NAME
-    from lmms_egoplan.judge import judge_parts_item
+    from lmms_egoplan.judge.rubrics import judge_parts_item
 
     rows = []
     for doc_id in range(count):

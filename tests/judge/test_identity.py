@@ -7,7 +7,10 @@ from types import SimpleNamespace
 from lmms_egoplan.catalogue import CATALOGUE
 from lmms_egoplan.demo.kit.judge_server import ChatServer, rating_responder
 from lmms_egoplan.egothink.protocol import RUBRIC, RUBRIC_NAME
-from lmms_egoplan.judge import Judge, JudgeIdentity, JudgeRequest, JudgeSettings, preflight
+from lmms_egoplan.judge.engine import Judge, preflight
+from lmms_egoplan.judge.identity import JudgeIdentity
+from lmms_egoplan.judge.protocol import JudgeRequest
+from lmms_egoplan.judge.settings import JudgeSettings
 
 
 def test_the_identity_of_a_judge_its_rubric_and_what_its_server_said(tmp_path):

@@ -15,20 +15,13 @@ import pytest
 from loguru import logger
 
 from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, fail_first, hang, hash_rating, rating_responder
-from lmms_egoplan.judge import (
-    Completion,
-    Decoding,
-    Judge,
-    JudgeCache,
-    JudgeRequest,
-    JudgeSettings,
-    JudgeSetupError,
-    OpenAIChatBackend,
-    TransformersBackend,
-    bracket_rating,
-    judge_parts_item,
-    score_judged,
-)
+from lmms_egoplan.judge.cache import JudgeCache
+from lmms_egoplan.judge.engine import Judge
+from lmms_egoplan.judge.protocol import Completion, Decoding, JudgeRequest
+from lmms_egoplan.judge.providers.openai_compatible import OpenAIChatBackend
+from lmms_egoplan.judge.providers.transformers import TransformersBackend
+from lmms_egoplan.judge.rubrics import bracket_rating, judge_parts_item, score_judged
+from lmms_egoplan.judge.settings import JudgeSettings, JudgeSetupError
 from tests.fixtures import LOGS_BEFORE_RUBRIC_NAMES
 
 ZERO_HALF_ONE = bracket_rating((0, 0.5, 1))
@@ -222,7 +215,11 @@ def test_identical_prompts_are_judged_once():
 
 RESUMABLE_RUN = textwrap.dedent("""
     import sys
-    from lmms_egoplan.judge import Judge, JudgeCache, JudgeRequest, OpenAIChatBackend, bracket_rating
+    from lmms_egoplan.judge.cache import JudgeCache
+    from lmms_egoplan.judge.engine import Judge
+    from lmms_egoplan.judge.protocol import JudgeRequest
+    from lmms_egoplan.judge.providers.openai_compatible import OpenAIChatBackend
+    from lmms_egoplan.judge.rubrics import bracket_rating
     base_url, cache_dir = sys.argv[1:]
     batch = [JudgeRequest.from_prompt(f"q{i}", f"Question q{i}?") for i in range(40)]
     judge = Judge(OpenAIChatBackend("loopback-judge", base_url=base_url, api_key_env=""),
@@ -419,7 +416,7 @@ def test_rubrics_are_found_by_name_or_legacy_reference_once_registered_without_a
         import sys
         import pytest
         from lmms_egoplan import suite
-        from lmms_egoplan.judge import load_rubric, register_rubrics
+        from lmms_egoplan.judge.rubrics import load_rubric, register_rubrics
         with pytest.raises(ValueError, match="no rubric is registered as 'egothink'"):
             load_rubric("egothink")
         register_rubrics(suite.rubrics())
@@ -433,7 +430,7 @@ def test_rubrics_are_found_by_name_or_legacy_reference_once_registered_without_a
 
 
 def test_a_rubric_name_belongs_to_one_rubric():
-    from lmms_egoplan.judge import Rubric, load_rubric, register_rubric
+    from lmms_egoplan.judge.rubrics import Rubric, load_rubric, register_rubric
 
     rubric = Rubric(ZERO_HALF_ONE, scale=2.0)
     assert register_rubric("test-halves", rubric) == "test-halves"

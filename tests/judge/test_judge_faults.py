@@ -11,17 +11,12 @@ import pytest
 
 from lmms_egoplan.core.errors import StorageError
 from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, rating_responder
-from lmms_egoplan.judge import (
-    Judge,
-    JudgeCache,
-    JudgeCacheError,
-    JudgeRequest,
-    JudgeSettings,
-    JudgeSetupError,
-    OpenAIChatBackend,
-    bracket_rating,
-    preflight,
-)
+from lmms_egoplan.judge.cache import JudgeCache, JudgeCacheError
+from lmms_egoplan.judge.engine import Judge, preflight
+from lmms_egoplan.judge.protocol import JudgeRequest
+from lmms_egoplan.judge.providers.openai_compatible import OpenAIChatBackend
+from lmms_egoplan.judge.rubrics import bracket_rating
+from lmms_egoplan.judge.settings import JudgeSettings, JudgeSetupError
 
 ZERO_HALF_ONE = bracket_rating((0, 0.5, 1))
 

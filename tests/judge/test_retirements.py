@@ -11,17 +11,9 @@ import pytest
 from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, shut_down_model
 from lmms_egoplan.egointent.protocol import EgoIntentSettings
 from lmms_egoplan.egothink.protocol import EgoThinkSettings
-from lmms_egoplan.judge import (
-    DEFAULT_JUDGE_MODEL,
-    JudgeSettings,
-    JudgeSetupError,
-    RetiredJudgeError,
-    preflight,
-    retirement,
-    retirements,
-)
-from lmms_egoplan.judge.retirements import PROVIDER_NAMES, says_model_is_gone
-from lmms_egoplan.judge.settings import PINNED_REVISIONS
+from lmms_egoplan.judge.engine import RetiredJudgeError, preflight
+from lmms_egoplan.judge.retirements import PROVIDER_NAMES, retirement, retirements, says_model_is_gone
+from lmms_egoplan.judge.settings import DEFAULT_JUDGE_MODEL, PINNED_REVISIONS, JudgeSettings, JudgeSetupError
 
 ROOT = Path(__file__).resolve().parents[2]
 
