@@ -10,17 +10,23 @@ from lmms_egoplan.compat import is_lmms_eval_cli, run_names_suite, suite_plugin_
 
 ENTRY_POINT_LOADED = "entry point loaded"  # lmms-eval loads the suite's model entry point (every run)
 SUITE_USED = "suite used"  # a suite task or the suite's backend is built: this run uses the suite
+BACKEND_CHOSEN = "backend chosen"  # a suite task learns the class of the run's lmms-eval backend (``backend``)
 
 
-def switch_on(moment: str) -> None:
+def switch_on(moment: str, backend: type | None = None) -> None:
     """The one place the suite's lmms-eval workarounds are switched on, at ``moment``: when lmms-eval loads
-    the suite's entry point (``ENTRY_POINT_LOADED``: ``lmms_egoplan.models.model_manifests``), and when a
-    suite task or backend is built (``SUITE_USED``). What each moment switches on, and for which runs:
-    ``_on_entry_point_load``, ``_on_suite_use`` and the table of ``lmms_egoplan.compat``."""
-    moments = {ENTRY_POINT_LOADED: _on_entry_point_load, SUITE_USED: _on_suite_use}
+    the suite's entry point (``ENTRY_POINT_LOADED``: ``lmms_egoplan.models.model_manifests``), when a
+    suite task or backend is built (``SUITE_USED``), and when a suite task learns which of lmms-eval's own
+    backends the run uses (``BACKEND_CHOSEN``, with its class as ``backend``). What each moment switches on, and
+    for which runs: ``_on_entry_point_load``, ``_on_suite_use``, ``_on_backend_chosen`` and the table of
+    ``lmms_egoplan.compat``."""
+    moments = {ENTRY_POINT_LOADED: _on_entry_point_load, SUITE_USED: _on_suite_use,
+               BACKEND_CHOSEN: _on_backend_chosen}
     if moment not in moments:
         raise ValueError(f"no moment {moment!r} to switch workarounds on (known: {', '.join(moments)})")
-    moments[moment]()
+    if (backend is not None) != (moment == BACKEND_CHOSEN):
+        raise ValueError(f"a backend class goes with the moment {BACKEND_CHOSEN!r}, and only with it")
+    moments[moment](*(() if backend is None else (backend,)))
 
 
 def _on_entry_point_load() -> None:
@@ -86,3 +92,11 @@ def _on_suite_use() -> None:
     fail_runs_whose_files_are_cut()
     exit_when_results_are_written()
     record_in_results()
+
+
+def _on_backend_chosen(backend: type) -> None:
+    """Called when a suite task is bound to one of lmms-eval's own backends (``backend``: its class): the
+    workarounds in that backend, for runs of the suite's tasks on it."""
+    from lmms_egoplan.compat.backends import score_llava_hf_with_its_images
+
+    score_llava_hf_with_its_images(backend)

@@ -23,10 +23,9 @@ from lmms_eval.api.instance import Instance
 from lmms_eval.api.task import ConfigurableMessagesTask, ConfigurableTask
 from loguru import logger
 
-from lmms_egoplan.compat.backends import score_llava_hf_with_its_images
 from lmms_egoplan.compat.durability import missing_dependency_hint
 from lmms_egoplan.compat.results import run_datetime_str
-from lmms_egoplan.compat.switches import SUITE_USED, switch_on
+from lmms_egoplan.compat.switches import BACKEND_CHOSEN, SUITE_USED, switch_on
 from lmms_egoplan.compat.tasks import bind_class_task_to_backend, unretried_process_results
 from lmms_egoplan.core import request_options
 from lmms_egoplan.core.errors import InputError
@@ -194,7 +193,7 @@ class SuiteTask(ConfigurableMessagesTask):
                                        self._simple_backend_hint(model) if simple else "")
             return
         model_class = backend_class(model, force_simple)
-        score_llava_hf_with_its_images(model_class)
+        switch_on(BACKEND_CHOSEN, backend=model_class)
         if not computes_loglikelihood(model_class):
             self._check_backend_scores(model, f"lmms-eval's {model_class.__name__} does not implement loglikelihood")
         self._check_backend_honours_options(model_class, model)

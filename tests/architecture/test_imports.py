@@ -231,3 +231,30 @@ def test_the_guard_sees_benchmarks_in_any_spelling_but_not_the_backends_or_the_s
     source.write_text('"""EgoPlan-Bench, ego_think, EgoIntent and ActPlan-1K: actplan1k, egoplan_val."""\n'
                       'NAMES = ("egoplan_hf", "egoplan_server", "lmms_egoplan.report", "lmms-egoplan report")\n')
     assert named_benchmarks(source) == ["ActPlan", "EgoIntent", "EgoPlan", "actplan", "ego_think", "egoplan"]
+
+
+
+def calls_in(tree: ast.AST) -> list[str]:
+    """The names called in ``tree`` (``a.b(...)``: "a.b")."""
+    return [ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)]
+
+
+def calls(path: Path) -> list[str]:
+    return calls_in(ast.parse(path.read_text()))
+
+
+def test_lmms_eval_is_patched_in_compat_and_switched_on_from_switch_on_alone():
+    """Only ``compat/`` replaces an lmms-eval function (``add_layer``), and a workaround that does is called from
+    ``compat.switches.switch_on`` or from the layers of another workaround it switched on, in ``compat/``: no
+    adapter, backend or benchmark switches one on."""
+    patchers = {node.name: path for path in sorted((PACKAGE / "compat").glob("*.py"))
+                for node in ast.parse(path.read_text()).body
+                if isinstance(node, ast.FunctionDef) and "add_layer" in calls_in(node)}
+    assert {"score_llava_hf_with_its_images", "keep_loglikelihood_results", "watch_task_selection"} <= set(patchers)
+    modules = sorted(PACKAGE.rglob("*.py"))
+    callers = sorted({(str(path.relative_to(PACKAGE.parent)), name) for path in modules for name in calls(path)
+                      if patchers.get(name.rpartition(".")[2], path) != path})
+    assert all(path.startswith("lmms_egoplan/compat/") for path, _ in callers), callers
+    assert "lmms_egoplan/compat/switches.py" in {path for path, _ in callers}
+    adders = {str(path.relative_to(PACKAGE.parent)) for path in modules if "add_layer" in calls(path)}
+    assert adders and all(path.startswith("lmms_egoplan/compat/") for path in adders), adders

@@ -404,3 +404,14 @@ def test_the_runs_secrets_are_masked_in_failure_texts_and_answers_keep_their_wor
         "filtered_resps": ["token=abcdefgh said ***"], "doc_id": 3}  # an answer: only the run's own key goes
     assert secrets._logs_error_texts()
     assert secrets._logs_error_texts('eval_logger.info(f"failed with error: {mask(error_msg)}")') is False
+
+
+def test_a_backend_class_goes_with_the_backend_moment_only_and_other_backends_are_left_as_they_are():
+    from lmms_egoplan.compat import switches
+
+    with pytest.raises(ValueError, match="a backend class goes with the moment 'backend chosen'"):
+        switches.switch_on(switches.BACKEND_CHOSEN)
+    with pytest.raises(ValueError, match="a backend class goes with the moment 'backend chosen'"):
+        switches.switch_on(switches.SUITE_USED, backend=ConfigurableTask)
+    switches.switch_on(switches.BACKEND_CHOSEN, backend=ConfigurableTask)  # not lmms-eval's LlavaHf: nothing to patch
+    assert "backends.score_llava_hf_with_its_images" not in replacements.in_place()
