@@ -9,7 +9,7 @@ next to the results file (``<output_path>/<model>/<date>_judgements_<task>.jsonl
 
 A judged benchmark needs:
 
-* settings inheriting ``lmms_egoplan.judge.JudgeSettings`` (so its judge is configured by
+* settings inheriting ``lmms_egoplan.judge.settings.JudgeSettings`` (so its judge is configured by
   ``<ENV_PREFIX>_JUDGE_MODEL`` etc.; the settings are checked before anything is generated);
 * its ``Rubric``s by name (``Benchmark.rubrics``, registered when a task is built), and a task spec whose
   ``judge_rubric`` names the one its items carry, whose ``process_results`` returns
@@ -25,7 +25,7 @@ returning an item holding only that part under the part's metric. Breakdowns (a 
 some samples return, e.g. per scenario) use ``judged_score`` too. Every metric of a task reads
 the same judgements: each request is judged once, whichever metric lmms-eval aggregates first.
 
-What judged the task is recorded whole (``lmms_egoplan.judge.JudgeIdentity``: backend, model,
+What judged the task is recorded whole (``lmms_egoplan.judge.identity.JudgeIdentity``: backend, model,
 revision, the served model and fingerprint the preflight's answer names, the judge prompt's hash and
 the rubric's version): in the config's ``metadata`` (so in the results file), in each judged item
 (so in the samples file) and in each line of the audit trail.
@@ -74,7 +74,8 @@ class Judging:
     def __init__(self, task: Any, *, record_outcome: Callable[[str, JudgeResults, JudgeSettings], None] | None = None):
         setup = task.setup
         if not issubclass(setup.benchmark.settings, JudgeSettings):
-            raise TypeError(f"{setup.benchmark.name}: its settings must inherit lmms_egoplan.judge.JudgeSettings")
+            raise TypeError(f"{setup.benchmark.name}: its settings must inherit "
+                            f"lmms_egoplan.judge.settings.JudgeSettings")
         register_rubrics(setup.benchmark.rubrics)  # what its judged items name, before anything reads them
         self.task = task
         self.settings = JudgeSettings.of(setup.settings)
@@ -109,7 +110,7 @@ class Judging:
             raise SettingsError(f"task {self.task_name}: {error}") from None
 
     def check_answers(self) -> None:
-        """Before any model call, the judge answers one short request (``judge.preflight``; once per
+        """Before any model call, the judge answers one short request (``judge.engine.preflight``; once per
         judge configuration and process), unless ``judge_preflight`` is off."""
         settings, name = self.settings, self._setting_name
         if not settings.judge_preflight:
