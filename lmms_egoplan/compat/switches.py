@@ -6,6 +6,8 @@ import lmms-eval's task machinery, and with it torch and transformers)."""
 
 from __future__ import annotations
 
+import functools
+
 from lmms_egoplan.compat import is_lmms_eval_cli, run_names_suite, suite_plugin_enabled
 
 ENTRY_POINT_LOADED = "entry point loaded"  # lmms-eval loads the suite's model entry point (every run)
@@ -21,12 +23,12 @@ def switch_on(moment: str, backend: type | None = None) -> None:
     for which runs: ``_on_entry_point_load``, ``_on_suite_use``, ``_on_backend_chosen`` and the table of
     ``lmms_egoplan.compat``."""
     moments = {ENTRY_POINT_LOADED: _on_entry_point_load, SUITE_USED: _on_suite_use,
-               BACKEND_CHOSEN: _on_backend_chosen}
+               BACKEND_CHOSEN: functools.partial(_on_backend_chosen, backend)}
     if moment not in moments:
         raise ValueError(f"no moment {moment!r} to switch workarounds on (known: {', '.join(moments)})")
     if (backend is not None) != (moment == BACKEND_CHOSEN):
         raise ValueError(f"a backend class goes with the moment {BACKEND_CHOSEN!r}, and only with it")
-    moments[moment](*(() if backend is None else (backend,)))
+    moments[moment]()
 
 
 def _on_entry_point_load() -> None:
