@@ -74,8 +74,9 @@ def run_checks(args, environment: dict[str, str], log: Path, seconds_left: float
     stopped = threading.Event()
 
     def stop() -> None:
-        stopped.set()
-        os.killpg(checks.pid, signal.SIGKILL)
+        if checks.poll() is None:
+            stopped.set()
+            os.killpg(checks.pid, signal.SIGKILL)  # pytest and the speed scripts it started
 
     timer = threading.Timer(max(seconds_left, 1), stop)
     timer.start()

@@ -48,8 +48,11 @@ NOT_CARRIED = {
     "defusedxml": "torchvision imports it only if present (its VOC data set)",
     "httpx2": "huggingface_hub 2.x's HTTP client here; the machine's huggingface_hub 1.33.0 has its own",
     "httpcore2": "httpx2's (above)",
-    "sniffio": "httpx2's (above)",
     "truststore": "httpx2's (above)",
+    # The machine's huggingface_hub imports its own; the suite's pin (httpx<1) is egoplan_server's, which no check runs.
+    "httpx": "the machine's own, which its huggingface_hub imports (no check sends an HTTP request)",
+    "httpcore": "httpx's (above)",
+    "sniffio": "httpcore's and httpx2's (above)",
 }
 
 
@@ -173,7 +176,8 @@ def problems(locked: dict) -> list[str]:
                              f"{machine[name] or '(version unknown)'}")
     for name in locked["imported"]:
         name = normalized(name)
-        if name in machine and name not in carried and outside(machine[name], pins.get(name)):
+        if name in machine and name not in carried and name not in NOT_CARRIED \
+                and outside(machine[name], pins.get(name)):
             found.append(f"the GPU machine's {name} {machine[name] or '(version unknown)'} may be outside setup.cfg's "
                          f"{name}{pins[name]}")
     return found

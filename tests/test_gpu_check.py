@@ -122,3 +122,13 @@ def test_write_docs_fills_the_measured_table_from_the_results_and_refuses_a_cpu_
     for check in CHECKS:
         assert f"| {check} |" in development
     assert "[the figures](docs/development.md#measured-on-a-gpu)" in (tmp_path / "README.md").read_text()
+
+
+def test_a_run_past_its_budget_is_stopped_and_still_writes_its_results(tmp_path):
+    run = subprocess.run([sys.executable, str(SPEED / "gpu_check.py"), "run", "--no-install", "--device", "cpu",
+                          "--setting", "smallest", "--out", str(tmp_path), "--budget", "10", "--skip", "likelihoods",
+                          "--skip", "visual_decoding", "--skip", "judge"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 124, (run.stdout + run.stderr)[-3000:]
+    results = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert results["stopped"] and results["skipped_checks"] == ["likelihoods", "visual_decoding", "judge"]
+    assert "stopped after the --budget of 10.0 s" in run.stdout
