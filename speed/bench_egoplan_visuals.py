@@ -21,6 +21,8 @@ behind the model.
 
     python speed/bench_egoplan_visuals.py [--questions 20] [--seconds 180]
     python speed/bench_egoplan_visuals.py --questions 8 --seconds 60 --model qwen2-vl-7b --layers 1 --frame-size 448
+
+``--json FILE`` also writes the figures there.
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ def write_data(root: Path, questions: int, seconds: int, size: tuple[int, int] =
                                 environ={
         "EGOPLAN_ANNOTATION_FILE": str(root / "EgoPlan_validation.json"),
         "EGOPLAN_EGO4D_VIDEOS_ROOT": str(root / "videos"), "EGOPLAN_FRAME_SAMPLING": frame_sampling})
-    return egoplan_data.load_samples(settings, labelled=True).docs
+    # Unlabelled: the goal-answer similarity of labelled docs would load a sentence model (decoding is timed here).
+    return egoplan_data.load_samples(settings, labelled=False).docs
 
 
 def naive(doc: dict) -> list:
@@ -139,7 +142,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help="--model: torch CPU threads (default: torch's choice); fewer than "
                                                      "the cores leaves one to decode, as a GPU run does")
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "lmms_egoplan_bench_checkpoints"))
+    parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
+    figures = {"questions": args.questions, "video_seconds": args.seconds}
     with tempfile.TemporaryDirectory() as folder:
         docs = write_data(Path(folder), args.questions, args.seconds)
         egoplan._visual_memo.clear()
@@ -150,11 +155,15 @@ def main() -> None:
         for name, seconds in results.items():
             print(f"{name:8s} {seconds:7.2f} s  {seconds / len(docs) * 1000:7.1f} ms/question  "
                   f"naive / {name} = {results['naive'] / seconds:5.1f}x")
+        figures["decoding_seconds"] = results
         if args.model:
-            time_model(args, Path(folder) / "model")
+            figures["model"] = time_model(args, Path(folder) / "model")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
 
 
-def time_model(args, folder: Path) -> None:
+def time_model(args, folder: Path) -> dict:
+    """Wall, decoding and model seconds with visual_prefetch 0 and 2, printed and returned."""
     import torch
     from bench_loglikelihood import realistic_checkpoint
 
@@ -175,13 +184,16 @@ def time_model(args, folder: Path) -> None:
     print(f"\negoplan_hf {args.model} ({pretrained.name}), {args.device} {args.dtype}, {torch.get_num_threads()} torch "
           f"threads: {len(docs)} questions, "
           f"8 frames + the observation at {args.frame_size} px, {CANDIDATES} candidates each, prefix-shared")
+    figures = {"shape": args.model, "layers": args.layers, "device": args.device, "dtype": args.dtype,
+               "frame_size": args.frame_size, "torch_threads": torch.get_num_threads()}
     for prefetch in (0, 2):
-        times = model_times(backend, docs, prefetch)
+        times = figures[f"visual_prefetch={prefetch}"] = model_times(backend, docs, prefetch)
         hidden = times["decode"] + times["model"] - times["wall"]
         print(f"visual_prefetch={prefetch}: wall {times['wall']:7.2f} s | decode {times['decode']:6.2f} s + model "
               f"{times['model']:7.2f} s = {times['decode'] + times['model']:7.2f} s | decoding hidden "
               f"behind the model: "
               f"{hidden:6.2f} s ({hidden / times['decode']:4.0%} of it)")
+    return figures
 
 
 if __name__ == "__main__":

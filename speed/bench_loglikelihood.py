@@ -20,6 +20,9 @@ Shapes (random weights, nothing downloaded):
     python speed/bench_loglikelihood.py                                    # tiny qwen2_vl, CPU
     python speed/bench_loglikelihood.py --shape qwen2-vl-7b --layers 1 --questions 2 --rounds 3
     python speed/bench_loglikelihood.py --shape qwen2.5-vl-7b --device cuda --dtype bfloat16
+
+It ends with the time the full EgoPlan-Bench Val (3,355 questions) would take at each rate (model time:
+these visuals are made in memory, nothing is decoded); ``--json FILE`` also writes the figures there.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 TASK, SPLIT = "bench", "test"
 GiB = 2 ** 30
+EGOPLAN_VAL_QUESTIONS = 3355  # the released EgoPlan_validation.json
 
 # Published hyper-parameters: config.json / preprocessor_config.json of Qwen/Qwen2-VL-7B-Instruct
 # and Qwen/Qwen2.5-VL-7B-Instruct (text: hidden 3584, 28 layers, 28 query / 4 key-value heads,
@@ -193,6 +197,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--scored-span", default="answer_and_end_of_turn", choices=["answer_and_end_of_turn", "answer"])
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "lmms_egoplan_bench_checkpoints"))
+    parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
     import torch
@@ -235,17 +240,37 @@ def main() -> None:
             elapsed, values[prefix_sharing] = timed(backend, requests, prefix_sharing)
             seconds[prefix_sharing].append(elapsed)
 
+    report(args, {"prompt_tokens": prompt["input_ids"].shape[1], "parameters": parameters,
+                  "memory": "GPU memory allocated" if backend.device.type == "cuda" else "process resident memory"},
+           seconds, peaks, values)
+
+
+def report(args, facts: dict, seconds: dict[bool, list[float]], peaks: dict[bool, float], values: dict) -> None:
+    """Prints the rates, their ratio, peak memory and agreement of the two methods; ``--json``: writes them too."""
     difference = max(abs(a[0] - b[0]) for a, b in zip(values[False], values[True]))
     same_choice = all(
         int(np.argmin([v for v, _ in values[False][q:q + 4]])) == int(np.argmin([v for v, _ in values[True][q:q + 4]]))
-        for q in range(0, len(requests), 4))
+        for q in range(0, len(values[False]), 4))
     naive = args.questions / statistics.median(seconds[False])
     shared = args.questions / statistics.median(seconds[True])
-    memory = "GPU memory allocated" if backend.device.type == "cuda" else "process resident memory"
+    memory = facts["memory"]
     print(f"one pass per candidate : {naive:8.3f} questions/s   peak {memory} {peaks[False]:6.2f} GiB")
     print(f"prefix-shared          : {shared:8.3f} questions/s   peak {memory} {peaks[True]:6.2f} GiB")
     print(f"ratio                  : {shared / naive:8.2f}x")
     print(f"max |value difference| {difference:.2e}; same argmin choice on every question: {same_choice}")
+    print(f"EgoPlan-Bench Val ({EGOPLAN_VAL_QUESTIONS:,} questions) at these rates: "
+          f"{EGOPLAN_VAL_QUESTIONS / shared / 60:.1f} min prefix-shared, "
+          f"{EGOPLAN_VAL_QUESTIONS / naive / 60:.1f} min one pass per candidate (model time, no decoding)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "shape": args.shape, "layers": args.layers, "device": args.device, "dtype": args.dtype,
+            "questions": args.questions, "rounds": args.rounds, **facts,
+            "questions_per_second": {"prefix_shared": shared, "one_pass_per_candidate": naive},
+            "ratio": shared / naive, "peak_memory_gib": {"prefix_shared": peaks[True], "one_pass_per_candidate":
+                                                         peaks[False]},
+            "egoplan_val_minutes": {"prefix_shared": EGOPLAN_VAL_QUESTIONS / shared / 60,
+                                    "one_pass_per_candidate": EGOPLAN_VAL_QUESTIONS / naive / 60},
+            "max_value_difference": difference, "same_choice": same_choice}, indent=1))
 
 
 if __name__ == "__main__":

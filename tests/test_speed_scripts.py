@@ -1,6 +1,8 @@
 """Every script of speed/ runs on its smallest setting and prints its ratio line against the naive
 method, so none can break unseen. A smoke run, not a measurement: no time is asserted (the README
-quotes the scripts' own runs at their default settings)."""
+quotes the scripts' own runs at their default settings). The GPU checks run three of them (at their
+smallest setting in tests/test_gpu_check.py, which looks for their ratio lines here); speed/gpu_check.py
+and speed/gpu_wheels.py, the GPU command, are tested there too."""
 
 import re
 import subprocess
@@ -11,15 +13,15 @@ import pytest
 
 SPEED = Path(__file__).resolve().parents[1] / "speed"
 
-# script -> (its smallest setting, the ratio line it must print)
+# script -> (its smallest setting, the ratio line it must print); no setting: the GPU check's run prints it
 SMOKE_RUNS = {
     "bench_judge.py": (["--items", "32", "--latency", "0.05", "--concurrency", "8"],
                        r"serial / wall = [\d.]+x faster"),
     "bench_lcs.py": (["--pairs", "20", "--reference-pairs", "1", "--reference-sample", "shortest"],
                      r"per pair: release [\d.]+ s, fast [\d.]+ ms -> speed-up x[\d,]+"),
-    "bench_loglikelihood.py": (["--shape", "tiny", "--questions", "1", "--rounds", "1", "--layers", "1"],
-                               r"ratio\s+:\s+[\d.]+x"),
-    "bench_egoplan_visuals.py": (["--questions", "1", "--seconds", "4"], r"naive / egoplan =\s+[\d.]+x"),
+    "bench_loglikelihood.py": (None, r"ratio\s+:\s+[\d.]+x"),
+    "bench_egoplan_visuals.py": (None, r"naive / egoplan =\s+[\d.]+x"),
+    "bench_judge_hf.py": (None, r"batched / one at a time = [\d.]+x"),
     "bench_entry_point.py": (["--runs", "1"], r"installed / not installed = [\d.]+x"),
     "bench_media_check.py": (["--samples", "4", "--frames-per-video", "400"],
                              r"pre-cut clips \(H\.264\)\s+: check .* check / decoding = [\d.]+%"),
@@ -27,10 +29,10 @@ SMOKE_RUNS = {
 
 
 def test_every_speed_script_has_a_smoke_run():
-    assert {path.name for path in SPEED.glob("*.py")} == set(SMOKE_RUNS)
+    assert {path.name for path in SPEED.glob("*.py")} == {*SMOKE_RUNS, "gpu_check.py", "gpu_wheels.py"}
 
 
-@pytest.mark.parametrize("script", sorted(SMOKE_RUNS))
+@pytest.mark.parametrize("script", sorted(script for script, (arguments, _) in SMOKE_RUNS.items() if arguments))
 def test_the_speed_script_runs_and_prints_its_ratio(script, tmp_path):
     arguments, ratio_line = SMOKE_RUNS[script]
     run = subprocess.run([sys.executable, str(SPEED / script), *arguments], capture_output=True, text=True,

@@ -8,7 +8,8 @@ from lmms_egoplan.catalogue import CATALOGUE
 
 TESTS = Path(__file__).resolve().parents[1]
 LAYERS = {"core", "judge", "models", "harness", "report"}
-OTHERS = {"e2e", "architecture", "fixtures", "kit"}  # fixtures: test data; kit: test-only code (not in the wheel)
+# fixtures: test data; kit: test-only code (not in the wheel); gpu: the checks that need CUDA (speed/gpu_check.py)
+OTHERS = {"e2e", "architecture", "fixtures", "kit", "gpu"}
 
 
 def test_a_folder_per_benchmark_and_per_shared_layer_and_nothing_else():
