@@ -20,6 +20,11 @@ backend). Then, per task pair: the prompts, the images each request carried (dec
 every per-sample value of the samples files and every aggregate of the results files are compared; a difference that
 the declaration names as deliberate (an lmms-eval convention, named in the pull request's text) is printed as such.
 Exit status 0 only when nothing else differs; 1 when something does; 2 for a usage or data error.
+
+Adding a benchmark: ``declare(Benchmark(...))`` at the end of this file (its task pairs, patches, capture kind, the
+suite's settings both read, the deliberate differences), and its run on the demo's data in ``EQUIVALENCE_RUNS`` of
+tests/e2e/test_upstream_equivalence.py. Adding a capture kind: a ``Capture`` subclass in ``CAPTURES``; the ``Request``
+it returns is attributed to a logged sample by its ``text`` (the sample's ``input``).
 """
 
 from __future__ import annotations
@@ -379,11 +384,10 @@ def run_both(benchmark: Benchmark, model: str, model_args: str, limit: int | Non
         for side, (side_model, side_args) in benchmark.sides(model, model_args).items():
             side_model, side_args, env = capture.prepare(side, side_model, side_args)
             upstream = side == UPSTREAM
+            own = {**settings, **upstream_environment(scratch, workdir)} if upstream else {}
             plans[side] = dict(model=side_model, model_args=side_args, output_dir=workdir / side, extra_args=extra,
                                tasks=[pair.upstream if upstream else pair.suite for pair in benchmark.tasks],
-                               env={**environ, **env, **({**settings, **upstream_environment(scratch, workdir)}
-                                                           if upstream else {})},
-                               use_plugin=not upstream, check=False)
+                               env=side_environment(environ, env, own), use_plugin=not upstream, check=False)
         with concurrent.futures.ThreadPoolExecutor(len(plans)) as pool:
             runs = {side: pool.submit(run_lmms_eval, **plan) for side, plan in plans.items()}
             runs = {side: future.result() for side, future in runs.items()}
@@ -394,6 +398,14 @@ def run_both(benchmark: Benchmark, model: str, model_args: str, limit: int | Non
             raise EquivalenceError(f"the {side.side} run failed (exit status {side.run.returncode}): "
                                    f"{' '.join(side.run.command)}\n{side.run.log_tail(40)}")
     return sides
+
+
+def side_environment(environ: Mapping[str, str], captured: Mapping[str, str], side: Mapping[str, str]) -> dict:
+    """A side's environment: ``environ``, the capture's variables, the side's own; ``PYTHONPATH`` joined in that
+    order of precedence (the lmms-eval side's guard and scratch copy first, then the capture's folders)."""
+    paths = [value for value in (side.get("PYTHONPATH"), captured.get("PYTHONPATH")) if value]
+    joined = {"PYTHONPATH": os.pathsep.join(paths)} if paths else {}
+    return {**environ, **captured, **side, **joined}
 
 
 def guard_proofs(workdir: Path) -> list[dict]:
