@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # a checkout: the suite and the patch tests' scratch copies (tests/e2e/upstream_patches)
     sys.path.insert(0, str(ROOT))
 
+from lmms_egoplan.core.errors import InputError  # noqa: E402
 from lmms_egoplan.core.settings import env_var, resolve_settings  # noqa: E402
 from lmms_egoplan.demo.kit.judge_server import ChatCall, ChatServer, Reply  # noqa: E402
 from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun, run_lmms_eval  # noqa: E402
@@ -91,6 +92,37 @@ class Difference:
 
 
 @dataclass(frozen=True)
+class Regrouped:
+    """An upstream metric holding in one value what the suite reports as one metric per group of the data (lmms-eval's
+    metric list is fixed in its YAML; the suite adds a metric per group it finds): per sample ``{key: group, value:
+    x}``, aggregated as ``{group: x}``; compared as the suite's ``<metric>_<group>``. A deliberate difference."""
+
+    metric: str
+    key: str
+    value: str
+    why: str
+    # The suite's metric of a group, where not ``<metric>_<group>`` (a name the suite cleans, e.g. lower-cased)
+    suite_metric: Callable[[str], str] | None = None
+
+    def name(self, group: Any) -> str:
+        return self.suite_metric(group) if self.suite_metric else f"{self.metric}_{group}"
+
+    def per_sample(self, sample: Mapping) -> dict:
+        item = sample.get(self.metric)
+        if not isinstance(item, Mapping) or self.key not in item:
+            return dict(sample)
+        rest = {name: value for name, value in sample.items() if name != self.metric}
+        return {**rest, self.name(item[self.key]): item.get(self.value)}
+
+    def aggregated(self, metrics: Mapping) -> dict:
+        groups = metrics.get(self.metric)
+        if not isinstance(groups, Mapping):
+            return dict(metrics)
+        rest = {name: value for name, value in metrics.items() if name != self.metric}
+        return {**rest, **{self.name(group): value for group, value in groups.items()}}
+
+
+@dataclass(frozen=True)
 class TaskPair:
     """An upstream task and the suite's task it must score as."""
 
@@ -98,14 +130,24 @@ class TaskPair:
     suite: str
     differences: tuple[Difference, ...] = ()
     tolerance: float = 1e-9  # floats (per-sample values, aggregates) equal within this, absolute or relative
-    # Aggregates the suite reports and the upstream task only logs per sample (names outside lmms-eval's static
-    # metric list): recomputed as the mean of the upstream samples' values of the same name (fnmatch patterns).
-    means_of_upstream_samples: tuple[str, ...] = ()
-    # Where the two tasks log one thing in two forms (the suite's judge items and lmms-eval's ratings, a breakdown as
-    # several metrics or as one holding a mapping): ``(side, logged samples, run) -> samples`` and ``(side, reported
-    # metrics) -> metrics`` put both in one form before they are compared; each says in its docstring what it reads.
+    regrouped: tuple[Regrouped, ...] = ()
+    # Where the two tasks log one value in two forms (the suite's judge items, whose ratings are in its audit trail,
+    # and lmms-eval's ratings; plans the suite scores at aggregation and lmms-eval per sample):
+    # ``(side, logged samples, run) -> samples`` puts both in one form before they are compared (after ``regrouped``);
+    # each says in its docstring what it reads.
     sample_view: Callable[[str, list[dict], EvalRun], list[dict]] | None = None
-    aggregate_view: Callable[[str, dict], dict] | None = None
+
+    def upstream_sample(self, sample: Mapping) -> dict:
+        for regrouped in self.regrouped:
+            sample = regrouped.per_sample(sample)
+        return dict(sample)
+
+    def upstream_aggregates(self, metrics: Mapping) -> dict:
+        # lmms-eval writes [] for a value a task logs per sample without aggregating it: not an aggregate.
+        metrics = {name: value for name, value in metrics.items() if value != []}
+        for regrouped in self.regrouped:
+            metrics = regrouped.aggregated(metrics)
+        return metrics
 
 
 @dataclass(frozen=True)
@@ -385,21 +427,22 @@ def upstream_environment(scratch: Path, workdir: Path) -> dict[str, str]:
 
 
 def run_both(benchmark: Benchmark, model: str, model_args: str, limit: int | None, workdir: Path,
-             environment: Mapping[str, str]) -> dict[str, SideRun]:
-    """Both sides' runs, at the same time, each with every task of the benchmark; their captured requests."""
+             environ: Mapping[str, str], settings: Mapping[str, str]) -> dict[str, SideRun]:
+    """Both sides' runs, at the same time, each with every task of the benchmark, in ``environ`` (lmms-eval's side:
+    with the suite's ``settings`` as its task reads them); their captured requests."""
     scratch = patched_lmms_eval(benchmark.patches, workdir / "lmms-eval")
     for prepare in benchmark.prepare:
-        prepare(scratch, {**os.environ, **environment, **upstream_environment(scratch, workdir)})
+        prepare(scratch, {**environ, **settings, **upstream_environment(scratch, workdir)})
     extra = ["--limit", str(limit)] if limit else []
-    with CAPTURES[benchmark.capture](workdir) as capture, JudgeRecorder(benchmark.all_settings, environment) as judges:
+    with CAPTURES[benchmark.capture](workdir) as capture, JudgeRecorder(benchmark.all_settings, settings) as judges:
         plans = {}
         for side, (side_model, side_args) in benchmark.sides(model, model_args).items():
             side_model, side_args, env = capture.prepare(side, side_model, side_args)
             upstream = side == UPSTREAM
             plans[side] = dict(model=side_model, model_args=side_args, output_dir=workdir / side, extra_args=extra,
                                tasks=[pair.upstream if upstream else pair.suite for pair in benchmark.tasks],
-                               env={**env, **({**environment, **upstream_environment(scratch, workdir)}
-                                              if upstream else {}), **judges.variables(side)},
+                               env={**environ, **env, **({**settings, **upstream_environment(scratch, workdir)}
+                                                           if upstream else {}), **judges.variables(side)},
                                use_plugin=not upstream, check=False)
         with concurrent.futures.ThreadPoolExecutor(len(plans)) as pool:
             runs = {side: pool.submit(run_lmms_eval, **plan) for side, plan in plans.items()}
@@ -508,7 +551,8 @@ class Report:
 
 def compare_pair(pair: TaskPair, upstream: SideRun, suite: SideRun) -> Report:
     report = Report(pair)
-    samples = {UPSTREAM: upstream.run.samples(pair.upstream), SUITE: suite.run.samples(pair.suite)}
+    samples = {UPSTREAM: [pair.upstream_sample(sample) for sample in upstream.run.samples(pair.upstream)],
+               SUITE: suite.run.samples(pair.suite)}
     if pair.sample_view:
         samples = {side: pair.sample_view(side, samples[side], run.run) for side, run in ((UPSTREAM, upstream),
                                                                                           (SUITE, suite))}
@@ -518,7 +562,7 @@ def compare_pair(pair: TaskPair, upstream: SideRun, suite: SideRun) -> Report:
         return report
     compare_prompts_and_requests(report, samples, {UPSTREAM: upstream.requests, SUITE: suite.requests})
     compare_sample_values(report, samples)
-    compare_aggregates(report, upstream.run.results, suite.run.results, samples[UPSTREAM])
+    compare_aggregates(report, upstream.run.results, suite.run.results)
     return report
 
 
@@ -579,18 +623,10 @@ def compare_sample_values(report: Report, samples: Mapping[str, list[dict]]) -> 
     report.equal.append(f"per-sample values equal: {', '.join(f'{name} ({count})' for name, count in equal.items())}")
 
 
-def compare_aggregates(report: Report, upstream: Mapping, suite: Mapping, upstream_samples: list[dict]) -> None:
-    """Every aggregate of the results files; a suite aggregate whose name ``means_of_upstream_samples`` lists is
-    compared with the mean of the upstream samples' values of that name."""
-    ours = dict(reported_metrics(upstream).get(report.pair.upstream, {}))
+def compare_aggregates(report: Report, upstream: Mapping, suite: Mapping) -> None:
+    """Every aggregate of the two results files (lmms-eval's regrouped as the suite's, ``TaskPair.regrouped``)."""
+    ours = report.pair.upstream_aggregates(reported_metrics(upstream).get(report.pair.upstream, {}))
     theirs = reported_metrics(suite).get(report.pair.suite, {})
-    if report.pair.aggregate_view:
-        ours, theirs = report.pair.aggregate_view(UPSTREAM, ours), report.pair.aggregate_view(SUITE, theirs)
-    recomputed = [name for name in sorted(theirs.keys() - ours.keys())
-                  if any(fnmatch.fnmatchcase(name, pattern) for pattern in report.pair.means_of_upstream_samples)]
-    for name in recomputed:
-        logged = [sample[name] for sample in upstream_samples if name in sample]
-        ours[name] = sum(logged) / len(logged) if logged else None
     equal = []
     for name in sorted(ours.keys() | theirs.keys()):
         if name not in ours or name not in theirs:
@@ -601,8 +637,7 @@ def compare_aggregates(report: Report, upstream: Mapping, suite: Mapping, upstre
             equal.append(f"{name} {value:.6g}" if isinstance(value, (int, float)) else f"{name} {value!r}")
         else:
             report.differs(f"aggregate:{name}", f"lmms-eval {ours[name]!r} | suite {theirs[name]!r}")
-    report.equal.append(f"aggregates equal: {', '.join(equal)}" + (
-        f" (lmms-eval's {', '.join(recomputed)}: the mean of its logged per-sample values)" if recomputed else ""))
+    report.equal.append(f"aggregates equal: {', '.join(equal)}")
 
 
 # =====================================================================================================
@@ -651,6 +686,10 @@ def print_report(report: Report, out=sys.stdout) -> None:
     print(f"\n== {pair.upstream} (lmms-eval, patched) against {pair.suite} (the suite)", file=out)
     for line in report.equal:
         print(textwrap.fill(line, 118, initial_indent="  equal       ", subsequent_indent=" " * 14), file=out)
+    for regrouped in pair.regrouped:
+        print(textwrap.fill(f"{regrouped.metric} regrouped: {regrouped.why} (compared above as "
+                            f"{regrouped.metric}_<{regrouped.key}>)", 118, initial_indent="  deliberate  ",
+                            subsequent_indent=" " * 14), file=out)
     for difference in pair.differences:
         covered = report.deliberate.get(difference.name, [])
         print(textwrap.fill(f"{difference.name}: {difference.why} ({len(covered)} item(s) in this run)", 118,
@@ -667,9 +706,9 @@ def compare(benchmark: Benchmark, model: str, model_args: str, limit: int | None
             environ: Mapping[str, str] = os.environ, out=sys.stdout) -> bool:
     """Run both sides of ``benchmark`` and print the comparison; True when nothing but the declared deliberate
     differences differs."""
-    environment = {name: value for declared in benchmark.all_settings
-                   for name, value in upstream_settings(declared, environ).items()}
-    sides = run_both(benchmark, model, model_args, limit, workdir, environment)
+    settings = {name: value for declared in benchmark.all_settings
+                for name, value in upstream_settings(declared, environ).items()}
+    sides = run_both(benchmark, model, model_args, limit, workdir, environ, settings)
     lines, proven = proof_lines(sides[UPSTREAM].proofs, workdir / "lmms-eval")
     judged, judged_equal = judge_prompt_lines(sides)
     chosen = benchmark.sides(model, model_args)
@@ -701,7 +740,9 @@ def working_folder(chosen: str | None) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.environ, out=sys.stdout) -> int:
+    """The command; ``environ``: the environment whose settings both sides read (and their runs get), ``out``: where
+    the comparison is printed."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("benchmark", nargs="+", choices=sorted(BENCHMARKS),
@@ -715,8 +756,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with working_folder(arguments.workdir) as workdir:
             same = compare(together(*(BENCHMARKS[name] for name in arguments.benchmark)), arguments.model,
-                           arguments.model_args, arguments.limit, workdir)
-    except EquivalenceError as error:
+                           arguments.model_args, arguments.limit, workdir, environ, out)
+    except (EquivalenceError, InputError) as error:  # InputError: the suite's settings (SettingsError)
         print(f"equivalence.py: {error}", file=sys.stderr)
         return 2
     return 0 if same else 1
@@ -764,8 +805,12 @@ def _egoplan_bench2() -> Benchmark:
     from lmms_egoplan.egoplan_bench2.settings import EgoPlanBench2Settings
 
     return Benchmark(
-        name="egoplan_bench2", patches=("27-egoplan-bench2-task.patch",), capture="chat",
-        tasks=(TaskPair("egoplan_bench2", "egoplan_bench2", means_of_upstream_samples=("accuracy_scenario_*",),
+        name="egoplan_bench2", patches=("23-egoplan2-official-parser.patch", "27-egoplan-bench2-task.patch"),
+        capture="chat",
+        tasks=(TaskPair("egoplan_bench2", "egoplan_bench2", regrouped=(Regrouped(
+                            "accuracy_scenario", "scenario", "correct", "the data's scenarios (the paper's 24) "
+                            "in one metric of lmms-eval's fixed metric list, its aggregate a mapping of each scenario "
+                            "to its accuracy; the suite adds a metric per scenario it finds"),),
                         differences=(
                             suite_bookkeeping("predictions", "failed_requests", "skipped_samples", "n_domain_*",
                                               "n_scenario_*"),
@@ -814,7 +859,8 @@ def judged_ratings(item: dict, ratings: Mapping[str, float | None]) -> dict[str,
 def egointent_samples(side: str, samples: list[dict], run: EvalRun) -> list[dict]:
     """Each step's judged values as ratings: the suite logs judge items (the requests; their ratings are in its audit
     trail), lmms-eval's task the ratings (``overall``, ``indoor`` / ``outdoor`` and ``scenario``: the step's three;
-    a field metric: its own); judged / failed as counts, the suite's ``scenario_<name>`` as ``scenario``."""
+    a field metric: its own; lmms-eval's ``scenario`` is regrouped before, as the suite's ``scenario_<name>``);
+    judged / failed as counts."""
     from lmms_egoplan.judge.rubrics import is_judge_parts_item
 
     if side == UPSTREAM:
@@ -830,31 +876,22 @@ def egointent_samples(side: str, samples: list[dict], run: EvalRun) -> list[dict
             rated = judged_ratings(value, ratings)
             asked = [rated[part] for part, item in value["judge_parts"].items() if "judge_request_id" in item]
             counts = {"judged": sum(rating is not None for rating in asked), "failed": asked.count(None)}
-            view["scenario" if name.startswith("scenario_") else name] = counts.get(
-                name, rated[name] if list(rated) == [name] else rated)
+            view[name] = counts.get(name, rated[name] if list(rated) == [name] else rated)
         viewed.append(view)
     return viewed
 
 
-def egointent_aggregates(side: str, metrics: dict) -> dict:
-    """lmms-eval's ``scenario`` ({scene: overall}, one metric: its metric list is fixed) as the suite's
-    ``scenario_<name>`` metrics."""
-    from lmms_egoplan.egointent.data import scenario_metric
-
-    if side == SUITE or not isinstance(metrics.get("scenario"), dict):
-        return metrics
-    return {**{name: value for name, value in metrics.items() if name != "scenario"},
-            **{scenario_metric(scene): value for scene, value in metrics["scenario"].items()}}
-
-
 # EgoIntent (PR g, 31): the release's steps, the authors' prompts, 6 FPS clips, the judge per field (llm_judge).
 def _egointent() -> Benchmark:
-    from lmms_egoplan.egointent.data import ENV_PREFIX
+    from lmms_egoplan.egointent.data import ENV_PREFIX, scenario_metric
     from lmms_egoplan.egointent.protocol import EgoIntentSettings
 
     return Benchmark(
         name="egointent", patches=("31-egointent-task.patch",), capture="chat",
-        tasks=(TaskPair("egointent", "egointent", sample_view=egointent_samples, aggregate_view=egointent_aggregates,
+        tasks=(TaskPair("egointent", "egointent", sample_view=egointent_samples, regrouped=(Regrouped(
+                            "scenario", "scenario", "ratings", "the data's scenarios (the release's scene folders) in "
+                            "one metric of lmms-eval's fixed metric list, its aggregate a mapping of each scenario to "
+                            "its overall score; the suite adds a metric per scenario it finds", scenario_metric),),
                         differences=(suite_bookkeeping("failed_requests", "skipped_samples"),)),),
         settings=SuiteSettings(
             EgoIntentSettings, ENV_PREFIX, "tasks/egointent/egointent.yaml",
