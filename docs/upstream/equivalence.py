@@ -133,9 +133,9 @@ class TaskPair:
     regrouped: tuple[Regrouped, ...] = ()
     # Where the two tasks log one value in two forms (the suite's judge items, whose ratings are in its audit trail,
     # and lmms-eval's ratings; plans the suite scores at aggregation and lmms-eval per sample):
-    # ``(side, logged samples, run) -> samples`` puts both in one form before they are compared (after ``regrouped``);
-    # each says in its docstring what it reads.
-    sample_view: Callable[[str, list[dict], EvalRun], list[dict]] | None = None
+    # ``(logged samples, the side's run) -> samples`` puts both in one form before they are compared (after
+    # ``regrouped``); each says in its docstring what it reads.
+    sample_view: Callable[[list[dict], SideRun], list[dict]] | None = None
 
     def upstream_sample(self, sample: Mapping) -> dict:
         for regrouped in self.regrouped:
@@ -373,6 +373,7 @@ class SideRun:
     run: EvalRun
     requests: list[Request]
     proofs: list[dict] = field(default_factory=list)  # lmms-eval's side: what its guard wrote
+    environ: Mapping[str, str] = field(default_factory=dict)  # the run's environment (the settings it read)
     # the messages each judge received from this side, by the suite's settings prefix of its benchmark
     judge_prompts: dict[str, list[list[dict]]] = field(default_factory=dict)
 
@@ -447,8 +448,8 @@ def run_both(benchmark: Benchmark, model: str, model_args: str, limit: int | Non
         with concurrent.futures.ThreadPoolExecutor(len(plans)) as pool:
             runs = {side: pool.submit(run_lmms_eval, **plan) for side, plan in plans.items()}
             runs = {side: future.result() for side, future in runs.items()}
-        sides = {side: SideRun(side, run, capture.requests(side), judge_prompts=judges.prompts(side))
-                 for side, run in runs.items()}
+        sides = {side: SideRun(side, run, capture.requests(side), judge_prompts=judges.prompts(side),
+                               environ=plans[side]["env"]) for side, run in runs.items()}
     sides[UPSTREAM].proofs = guard_proofs(workdir)
     for side in sides.values():
         if side.run.results is None or side.run.returncode not in finished_statuses(benchmark, side):
@@ -554,8 +555,7 @@ def compare_pair(pair: TaskPair, upstream: SideRun, suite: SideRun) -> Report:
     samples = {UPSTREAM: [pair.upstream_sample(sample) for sample in upstream.run.samples(pair.upstream)],
                SUITE: suite.run.samples(pair.suite)}
     if pair.sample_view:
-        samples = {side: pair.sample_view(side, samples[side], run.run) for side, run in ((UPSTREAM, upstream),
-                                                                                          (SUITE, suite))}
+        samples = {side: pair.sample_view(samples[side], run) for side, run in ((UPSTREAM, upstream), (SUITE, suite))}
     if [s["doc_id"] for s in samples[UPSTREAM]] != [s["doc_id"] for s in samples[SUITE]]:
         report.differing.append(f"samples: lmms-eval logged {len(samples[UPSTREAM])}, the suite "
                                 f"{len(samples[SUITE])} (doc ids differ)")
@@ -856,17 +856,17 @@ def judged_ratings(item: dict, ratings: Mapping[str, float | None]) -> dict[str,
             for name, part in item["judge_parts"].items()}
 
 
-def egointent_samples(side: str, samples: list[dict], run: EvalRun) -> list[dict]:
+def egointent_samples(samples: list[dict], side: SideRun) -> list[dict]:
     """Each step's judged values as ratings: the suite logs judge items (the requests; their ratings are in its audit
     trail), lmms-eval's task the ratings (``overall``, ``indoor`` / ``outdoor`` and ``scenario``: the step's three;
     a field metric: its own; lmms-eval's ``scenario`` is regrouped before, as the suite's ``scenario_<name>``);
     judged / failed as counts."""
     from lmms_egoplan.judge.rubrics import is_judge_parts_item
 
-    if side == UPSTREAM:
+    if side.side == UPSTREAM:
         return [{name: value["ratings"] if isinstance(value, dict) and "ratings" in value else value
                  for name, value in sample.items()} for sample in samples]
-    ratings, viewed = audit_ratings(run, "egointent"), []
+    ratings, viewed = audit_ratings(side.run, "egointent"), []
     for sample in samples:
         view = {}
         for name, value in sample.items():
@@ -908,16 +908,16 @@ def _egointent() -> Benchmark:
 declare(_egointent())
 
 
-def actplan_samples(side: str, samples: list[dict], run: EvalRun) -> list[dict]:
+def actplan_samples(samples: list[dict], side: SideRun) -> list[dict]:
     """Each plan's LCS, normalised LCS and BLEURT verdict: lmms-eval's task logs them; the suite logs the parsed plans
     and scores them all at once in its aggregation, so they are scored here by the suite's own code (its step
     matcher and classifier, as its settings say); a split's metric only for that split's plans."""
-    if side == UPSTREAM:
+    if side.side == UPSTREAM:
         return samples
     from lmms_egoplan.actplan.plans import bleurt_correct, score_lcs
     from lmms_egoplan.actplan.task import _classifier, _matcher
 
-    settings = _actplan_settings()
+    settings = _actplan_settings(side.environ)
     first = [sample["lcs"] for sample in samples]
     pairs = [(item["prediction"], item["gold"]) for item in first]
     scores = score_lcs(pairs, _matcher(settings), settings.gold_plan)
@@ -937,12 +937,14 @@ def actplan_samples(side: str, samples: list[dict], run: EvalRun) -> list[dict]:
     return viewed
 
 
-def _actplan_settings():
+def _actplan_settings(environ: Mapping[str, str]):
+    """The suite's ActPlan-1K settings in the environment its run read."""
     from lmms_egoplan.actplan.data import ENV_PREFIX
     from lmms_egoplan.actplan.settings import ActPlanSettings
 
     path = ROOT / "tasks/actplan/_default_template_yaml"
-    return resolve_settings(ActPlanSettings, task="actplan1k", metadata=yaml_metadata(path), env_prefix=ENV_PREFIX)
+    return resolve_settings(ActPlanSettings, task="actplan1k", metadata=yaml_metadata(path), env_prefix=ENV_PREFIX,
+                            environ=environ)
 
 
 # ActPlan-1K (PR h, 32): the release converted, the action(object) parser, LCS at 0.8, BLEURT with a checkpoint.

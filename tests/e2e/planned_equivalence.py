@@ -1,27 +1,25 @@
-"""EgoIntent (patch 31) and ActPlan-1K (patch 32) in lmms-eval score as the suite's tasks do: docs/upstream/
-equivalence.py on the demo's data, one run of the real CLI per side carrying egointent, actplan1k and
-actplan1k_text_only. A scripted model answers through lmms-eval's ``openai`` backend (EgoIntent's steps told apart by
-the frames they show: the authors' prompt names no step; ActPlan-1K's by their task descriptions); a loopback judge
-rates EgoIntent's fields by the same script and fails the ratings whose reference mentions a jar, so that both sides
-must fail the same judgements; a BLEURT classifier in the release's checkpoint format judges about half the plans
-correct. Every model prompt and image, every judge prompt, every per-sample value and every aggregate must agree."""
+"""EgoIntent (patch 31) and ActPlan-1K (patch 32) on the demo's data, for tests/e2e/test_upstream_equivalence.py: one
+run of the real CLI per side carries egointent, actplan1k and actplan1k_text_only. A scripted model answers through
+lmms-eval's ``openai`` backend (EgoIntent's steps told apart by the frames they show: the authors' prompt names no
+step; ActPlan-1K's instances by their task descriptions); a loopback judge rates EgoIntent's fields by the same
+script and gives no rating to those whose reference mentions a jar, so that both sides must fail the same
+judgements; a BLEURT classifier in the release's checkpoint format judges some plans correct and others not."""
 
 from __future__ import annotations
 
 import base64
 import io
-import os
 from contextlib import ExitStack
+from pathlib import Path
 
 import torch
 from PIL import Image
 
-from docs.upstream.equivalence import BENCHMARKS, compare, together
 from lmms_egoplan.actplan.classifier import load_classifier
 from lmms_egoplan.demo import actplan, egointent
 from lmms_egoplan.demo.kit.judge_server import ChatCall, ChatServer, Reply
 from lmms_egoplan.demo.kit.media import read_index
-from lmms_egoplan.demo.kit.scripted import answering, rating_by_script
+from lmms_egoplan.demo.kit.scripted import MODEL_NAME, answering, rating_by_script
 from lmms_egoplan.egointent.data import RELEASE, load_samples
 from lmms_egoplan.egointent.protocol import EgoIntentSettings
 
@@ -69,16 +67,16 @@ def judge(release) -> callable:
     return respond
 
 
-def release_checkpoint(folder, tmp_path, calibration) -> tuple[str, str]:
+def release_checkpoint(folder, workdir, calibration) -> tuple[str, str]:
     """A plan classifier in the release's format (``bleu-cls/finetune*.py``'s ``torch.save(model.state_dict())``:
     BERT with its pooler, and the ``mlp`` head) and the BLEURT folder it was fine-tuned from."""
-    base = actplan.build_tiny_bert(tmp_path / "tiny-bert")
+    base = actplan.build_tiny_bert(workdir / "tiny-bert")
     suite_folder = actplan.write_classifier_checkpoint(folder, base, calibration)
     state = load_classifier(suite_folder, device="cpu").module.state_dict()
     hidden = state["bert.embeddings.word_embeddings.weight"].shape[1]
     pooler = torch.nn.Linear(hidden, hidden)
     state.update({"bert.pooler.dense.weight": pooler.weight.detach(), "bert.pooler.dense.bias": pooler.bias.detach()})
-    checkpoint = tmp_path / "best-model.ckpt"
+    checkpoint = workdir / "best-model.ckpt"
     torch.save(state, checkpoint)
     return str(checkpoint), str(base)
 
@@ -96,28 +94,20 @@ def calibration(data) -> list[tuple[str, str]]:
     return pairs + [(plan_text(docs[0]["gold_plans"][0]), plan_text(docs[-1]["gold_plans"][0]))]
 
 
-def test_egointent_and_actplan_in_lmms_eval_score_as_the_suites_tasks(tmp_path, monkeypatch):
-    release = egointent.write_release(tmp_path / "EgoIntent")
-    data = actplan.write_release_dataset(tmp_path / "ActPlan-1K", scenes=2, activities=1, samples=1)
-    checkpoint, base = release_checkpoint(tmp_path / "classifier", tmp_path, calibration(data))
-    plans = actplan.scripted_answers(data, checkpoint)
-    with ExitStack() as servers:
-        chat = servers.enter_context(ChatServer(model(release, plans), model_name="scripted-answers"))
-        rater = servers.enter_context(ChatServer(judge(release)))
-        for name, value in {"EGOINTENT_ANNOTATIONS": release, "EGOINTENT_JUDGE_BASE_URL": rater.base_url,
-                            "EGOINTENT_JUDGE_MODEL": "scripted-judge", "EGOINTENT_JUDGE_CACHE_DIR": tmp_path / "cache",
-                            "ACTPLAN_DATA_ROOT": data, "ACTPLAN_BLEURT_CHECKPOINT": checkpoint,
-                            "ACTPLAN_BLEURT_BASE": base, "OPENAI_API_KEY": "unused", "API_TYPE": "openai"}.items():
-            monkeypatch.setenv(name, str(value))
-        same = compare(together(BENCHMARKS["egointent"], BENCHMARKS["actplan1k"]), "openai",
-                       f"model_version=scripted-answers,base_url={chat.base_url},api_key=unused", None,
-                       tmp_path / "work", environ=os.environ, out=(printed := io.StringIO()))
-    report = printed.getvalue()
-    assert same, report
-    assert "lmms_egoplan modules imported: none" in report, report
-    assert "judge (EGOINTENT): the same" in report, report
-    for task in ("egointent", "actplan1k", "actplan1k_text_only"):
-        assert f"== {task} (lmms-eval, patched) against {task} (the suite)" in report, report
-    # The script drove both runs: answers were read, some judgements failed on both sides, plans were judged.
-    for line in ("failed 6,", "judged 36,", "missing_fields 3,", "bleurt_accuracy 0.25,", "no_plan_rate 0.25,"):
-        assert line in report, (line, report)
+def egointent_and_actplan(workdir: Path, resources: ExitStack) -> tuple[str, str, dict[str, str]]:
+    """The demo's EgoIntent release and a small ActPlan-1K release, answered by the scripted model through lmms-eval's
+    openai backend and judged by the scripted judge (``model``, ``judge``), with a BLEURT classifier in the release's
+    format: (model, model_args, the settings of both benchmarks)."""
+    release = egointent.write_release(workdir / "EgoIntent")
+    data = actplan.write_release_dataset(workdir / "ActPlan-1K", scenes=2, activities=1, samples=1)
+    checkpoint, base = release_checkpoint(workdir / "classifier", workdir, calibration(data))
+    chat = resources.enter_context(ChatServer(model(release, actplan.scripted_answers(data, checkpoint)),
+                                              model_name=MODEL_NAME))
+    rater = resources.enter_context(ChatServer(judge(release)))
+    settings = {"EGOINTENT_ANNOTATIONS": release, "EGOINTENT_JUDGE_BASE_URL": rater.base_url,
+                "EGOINTENT_JUDGE_MODEL": "scripted-judge", "EGOINTENT_JUDGE_CACHE_DIR": workdir / "judge-cache",
+                "ACTPLAN_DATA_ROOT": data, "ACTPLAN_BLEURT_CHECKPOINT": checkpoint, "ACTPLAN_BLEURT_BASE": base,
+                # lmms-eval's llm_judge (its openai provider) needs a key, which the loopback judge ignores
+                "API_TYPE": "openai", "OPENAI_API_KEY": "unused"}
+    return ("openai", f"model_version={MODEL_NAME},base_url={chat.base_url},api_key=unused",
+            {name: str(value) for name, value in settings.items()})
