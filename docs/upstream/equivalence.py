@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -259,13 +260,17 @@ def model_arguments(model_args: str) -> dict[str, str]:
 class ChatCapture(Capture):
     """Generative tasks on lmms-eval's ``openai`` backend: each side's requests go through a recording proxy of its
     own (a loopback OpenAI-compatible server) that forwards them to the model's ``base_url`` and its answers back;
-    the proxy keeps every chat request, images included."""
+    the proxy keeps every chat request, images included. A request both sides send is answered once and both get
+    that answer, so that a model whose answers vary from call to call (batching on a server) cannot make two equal
+    requests score differently."""
 
     BACKENDS = ("openai", "async_openai")
 
     def __enter__(self) -> "ChatCapture":
         self._stack = contextlib.ExitStack()
         self._proxies: dict[str, ChatServer] = {}
+        self._answers: dict[str, Reply] = {}
+        self._lock = threading.Lock()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -277,11 +282,23 @@ class ChatCapture(Capture):
             raise EquivalenceError(f"the chat capture needs --model {' or '.join(self.BACKENDS)} with base_url=<an "
                                    f"OpenAI-compatible server> in --model_args (got --model {model} --model_args "
                                    f"{model_args})")
-        proxy = self._stack.enter_context(ChatServer(forwarding(arguments["base_url"]),
+        proxy = self._stack.enter_context(ChatServer(self._answered_once(forwarding(arguments["base_url"])),
                                                      model_name=arguments.get("model_version", "proxied")))
         self._proxies[side] = proxy
         return model, ",".join(f"{key}={proxy.base_url if key == 'base_url' else value}"
                                for key, value in arguments.items()), {}
+
+    def _answered_once(self, forward: Callable[[ChatCall], Reply]) -> Callable[[ChatCall], Reply]:
+        def respond(call: ChatCall) -> Reply:
+            key = hashlib.sha256(json.dumps(call.body, sort_keys=True).encode()).hexdigest()
+            with self._lock:
+                known = self._answers.get(key)
+            if known is None:
+                known = forward(call)
+                with self._lock:
+                    known = self._answers.setdefault(key, known) if known.status == 200 else known
+            return known
+        return respond
 
     def requests(self, side: str) -> list[Request]:
         return [chat_request(call) for call in self._proxies[side].calls]
