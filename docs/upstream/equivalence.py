@@ -916,10 +916,9 @@ def _egointent() -> Benchmark:
             unscored=("data_layout", "allow_paths_outside_root", "skip_missing", "video_input", "judge_revision",
                       "judge_api_key_env", "judge_api_version", "judge_concurrency", "judge_timeout", "judge_retries",
                       "judge_backoff", "judge_cache_dir", "judge_preflight", "judge_failed_exit_status"),
-            upstream_variables={"annotations": "EGOINTENT_DATA_DIR"},
             upstream_values={"max_frames": lambda value: "none" if value is None else str(value)},
             judge=JudgeRoute("judge_base_url", "OPENAI_API_URL")),
-        prepare=(converted("lmms_eval/tasks/egointent/egointent_to_jsonl.py", "EGOINTENT_DATA_DIR"),))
+        prepare=(converted("lmms_eval/tasks/egointent/egointent_to_jsonl.py", "EGOINTENT_ANNOTATIONS"),))
 
 
 declare(_egointent())
@@ -973,7 +972,7 @@ def _actplan() -> Benchmark:
     bookkeeping = suite_bookkeeping("failed_requests")
     media = Difference("media logged as the data names them", "lmms-eval logs the image paths of each doc "
                        "(input_media) as the doc holds them: the converter's, relative to the release folder "
-                       "(ACTPLAN1K_DATA_DIR), the suite's absolute; the images themselves are compared pixel for pixel "
+                       "(ACTPLAN_DATA_ROOT), the suite's absolute; the images themselves are compared pixel for pixel "
                        "in the requests", ("sample:input_media",))
     return Benchmark(
         name="actplan1k", patches=("32-actplan1k-tasks.patch",), capture="chat",
@@ -984,11 +983,8 @@ def _actplan() -> Benchmark:
             shared=("data_root", "embedding_model", "bleurt_checkpoint", "bleurt_base"),
             unscored=("embedding_batch_size", "bleurt_batch_size", "images_decoded_at_load",
                       "allow_paths_outside_root"),
-            upstream_variables={"data_root": "ACTPLAN1K_DATA_DIR", "embedding_model": "ACTPLAN1K_EMBEDDING_MODEL",
-                                "bleurt_checkpoint": "ACTPLAN1K_BLEURT_CHECKPOINT",
-                                "bleurt_base": "ACTPLAN1K_BLEURT_BASE"},
             upstream_values={"embedding_model": lambda value: value or default_sentence_model()}),
-        prepare=(converted("lmms_eval/tasks/actplan1k/actplan1k_to_jsonl.py", "ACTPLAN1K_DATA_DIR"),))
+        prepare=(converted("lmms_eval/tasks/actplan1k/actplan1k_to_jsonl.py", "ACTPLAN_DATA_ROOT"),))
 
 
 declare(_actplan())
