@@ -41,6 +41,7 @@ import json
 import math
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -106,20 +107,25 @@ class Regrouped:
     key: str
     value: str
     why: str
+    # The suite's metric of a group, where not ``<metric>_<group>`` (a name the suite cleans, e.g. lower-cased)
+    suite_metric: Callable[[str], str] | None = None
+
+    def name(self, group: Any) -> str:
+        return self.suite_metric(group) if self.suite_metric else f"{self.metric}_{group}"
 
     def per_sample(self, sample: Mapping) -> dict:
         item = sample.get(self.metric)
         if not isinstance(item, Mapping) or self.key not in item:
             return dict(sample)
         rest = {name: value for name, value in sample.items() if name != self.metric}
-        return {**rest, f"{self.metric}_{item[self.key]}": item.get(self.value)}
+        return {**rest, self.name(item[self.key]): item.get(self.value)}
 
     def aggregated(self, metrics: Mapping) -> dict:
         groups = metrics.get(self.metric)
         if not isinstance(groups, Mapping):
             return dict(metrics)
         rest = {name: value for name, value in metrics.items() if name != self.metric}
-        return {**rest, **{f"{self.metric}_{group}": value for group, value in groups.items()}}
+        return {**rest, **{self.name(group): value for group, value in groups.items()}}
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,11 @@ class TaskPair:
     differences: tuple[Difference, ...] = ()
     tolerance: float = 1e-9  # floats (per-sample values, aggregates) equal within this, absolute or relative
     regrouped: tuple[Regrouped, ...] = ()
+    # Where the two tasks log one value in two forms (the suite's judge items, whose ratings are in its audit trail,
+    # and lmms-eval's ratings; plans the suite scores at aggregation and lmms-eval per sample):
+    # ``(logged samples, the side's run) -> samples`` puts both in one form before they are compared (after
+    # ``regrouped``); each says in its docstring what it reads.
+    sample_view: Callable[[list[dict], SideRun], list[dict]] | None = None
 
     def upstream_sample(self, sample: Mapping) -> dict:
         for regrouped in self.regrouped:
@@ -143,6 +154,17 @@ class TaskPair:
         for regrouped in self.regrouped:
             metrics = regrouped.aggregated(metrics)
         return metrics
+
+
+@dataclass(frozen=True)
+class JudgeRoute:
+    """How each side reaches a judged benchmark's judge: the suite's setting naming the judge's server (its variable
+    is set on the suite's side) and the variable lmms-eval's ``llm_judge`` reads it from on the other. Each side's
+    judge requests go through a recording proxy of its own to that server, and the judge prompts both sides sent are
+    compared (each distinct prompt once: the suite's judge engine asks an identical prompt once per run)."""
+
+    suite_setting: str  # e.g. judge_base_url
+    upstream_variable: str  # e.g. OPENAI_API_URL
 
 
 @dataclass(frozen=True)
@@ -160,6 +182,9 @@ class SuiteSettings:
     shared: tuple[str, ...]
     unscored: tuple[str, ...] = ()
     upstream_variables: Mapping[str, str] = field(default_factory=dict)
+    # How lmms-eval's task spells a setting's value, where not as ``str`` (None: ""): {setting: value -> text}
+    upstream_values: Mapping[str, Callable[[Any], str]] = field(default_factory=dict)
+    judge: JudgeRoute | None = None  # a judged benchmark: how each side reaches its judge (its requests recorded)
 
 
 @dataclass(frozen=True)
@@ -168,10 +193,17 @@ class Benchmark:
     patches: tuple[str, ...]  # file names in docs/upstream/, applied in this order to the scratch copy
     tasks: tuple[TaskPair, ...]
     capture: str  # a key of CAPTURES
-    settings: SuiteSettings
+    settings: SuiteSettings | tuple[SuiteSettings, ...]  # several: benchmarks run together (``together``)
     # (model, model_args) -> {side: (model, model_args)}: a benchmark whose sides use different backends
     # (the likelihood tasks: lmms-eval's Qwen backends against egoplan_hf); default: the same for both.
     backends: Callable[[str, str], Mapping[str, tuple[str, str]]] | None = None
+    # What lmms-eval's task needs in the patched copy before it runs (a converter writing the task's data file from
+    # the release the settings name): ``(scratch copy, lmms-eval side's environment) -> None`` each.
+    prepare: tuple[Callable[[Path, Mapping[str, str]], None], ...] = ()
+
+    @property
+    def all_settings(self) -> tuple[SuiteSettings, ...]:
+        return self.settings if isinstance(self.settings, tuple) else (self.settings,)
 
     def sides(self, model: str, model_args: str) -> dict[str, tuple[str, str]]:
         chosen = self.backends(model, model_args) if self.backends else {}
@@ -294,7 +326,9 @@ def forwarding(base_url: str) -> Callable[[ChatCall], Reply]:
 
 
 def chat_request(call: ChatCall) -> Request:
-    """The request a chat call carried: the last user turn's text, its images' digests, its other parameters."""
+    """The request a chat call carried: its prompt (the system turns' text, then the last user turn's, a blank line
+    between them: the text lmms-eval logs as the sample's input for a task that sends a system prompt), its images'
+    digests, its other parameters."""
     users = [message for message in call.messages if message.get("role") == "user"]
     content = users[-1].get("content", "") if users else ""
     parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
@@ -305,7 +339,15 @@ def chat_request(call: ChatCall) -> Request:
             images.append(image_digest(base64.b64decode(url.split(",", 1)[1])) if url.startswith("data:") else url)
     others = [message for message in call.messages if message is not users[-1]] if users else call.messages
     parameters = {key: value for key, value in call.body.items() if key != "messages"}
-    return Request(call.text, tuple(images), json.dumps({**parameters, "other_messages": others}, sort_keys=True))
+    systems = [message_text(message) for message in call.messages if message.get("role") == "system"]
+    return Request("\n\n".join([*systems, call.text]), tuple(images),
+                   json.dumps({**parameters, "other_messages": others}, sort_keys=True))
+
+
+def message_text(message: Mapping) -> str:
+    content = message.get("content", "")
+    return content if isinstance(content, str) else "\n".join(part.get("text", "") for part in content
+                                                               if part.get("type") == "text")
 
 
 CAPTURES: dict[str, type[Capture]] = {"chat": ChatCapture}
@@ -353,6 +395,40 @@ class SideRun:
     run: EvalRun
     requests: list[Request]
     proofs: list[dict] = field(default_factory=list)  # lmms-eval's side: what its guard wrote
+    environ: Mapping[str, str] = field(default_factory=dict)  # the run's environment (the settings it read)
+    # the messages each judge received from this side, by the suite's settings prefix of its benchmark
+    judge_prompts: dict[str, list[list[dict]]] = field(default_factory=dict)
+
+
+class JudgeRecorder:
+    """A recording proxy per side in front of each judged benchmark's judge (``SuiteSettings.judge``): the judge's
+    server is the one the suite's settings name (handed to lmms-eval's side in ``JudgeRoute.upstream_variable`` as
+    any shared setting); each side is pointed at its own proxy instead. The suite's connection test before the
+    model (``judge.engine.PREFLIGHT_MESSAGES``) is answered by the proxy, not recorded."""
+
+    def __init__(self, settings: Sequence[SuiteSettings], environment: Mapping[str, str]):
+        self.routes = [(declared.env_prefix, declared.judge) for declared in settings if declared.judge]
+        self.environment = environment
+        self._proxies: dict[tuple[str, str], ChatServer] = {}
+
+    def __enter__(self) -> "JudgeRecorder":
+        self._stack = contextlib.ExitStack()
+        for prefix, route in self.routes:
+            for side in SIDES:
+                self._proxies[prefix, side] = self._stack.enter_context(
+                    ChatServer(forwarding(self.environment[route.upstream_variable])))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+    def variables(self, side: str) -> dict[str, str]:
+        """Where ``side`` reaches each judge: its proxy."""
+        return {(route.upstream_variable if side == UPSTREAM else env_var(prefix, route.suite_setting)):
+                self._proxies[prefix, side].base_url for prefix, route in self.routes}
+
+    def prompts(self, side: str) -> dict[str, list[list[dict]]]:
+        return {prefix: [call.messages for call in self._proxies[prefix, side].calls] for prefix, _ in self.routes}
 
 
 def patched_lmms_eval(patches: Sequence[str], folder: Path) -> Path:
@@ -378,8 +454,10 @@ def run_both(benchmark: Benchmark, model: str, model_args: str, limit: int | Non
     """Both sides' runs, at the same time, each with every task of the benchmark, in ``environ`` (lmms-eval's side:
     with the suite's ``settings`` as its task reads them); their captured requests."""
     scratch = patched_lmms_eval(benchmark.patches, workdir / "lmms-eval")
+    for prepare in benchmark.prepare:
+        prepare(scratch, {**environ, **settings, **upstream_environment(scratch, workdir)})
     extra = ["--limit", str(limit)] if limit else []
-    with CAPTURES[benchmark.capture](workdir) as capture:
+    with CAPTURES[benchmark.capture](workdir) as capture, JudgeRecorder(benchmark.all_settings, settings) as judges:
         plans = {}
         for side, (side_model, side_args) in benchmark.sides(model, model_args).items():
             side_model, side_args, env = capture.prepare(side, side_model, side_args)
@@ -387,14 +465,16 @@ def run_both(benchmark: Benchmark, model: str, model_args: str, limit: int | Non
             own = {**settings, **upstream_environment(scratch, workdir)} if upstream else {}
             plans[side] = dict(model=side_model, model_args=side_args, output_dir=workdir / side, extra_args=extra,
                                tasks=[pair.upstream if upstream else pair.suite for pair in benchmark.tasks],
-                               env=side_environment(environ, env, own), use_plugin=not upstream, check=False)
+                               env=side_environment(environ, env, {**own, **judges.variables(side)}),
+                               use_plugin=not upstream, check=False)
         with concurrent.futures.ThreadPoolExecutor(len(plans)) as pool:
             runs = {side: pool.submit(run_lmms_eval, **plan) for side, plan in plans.items()}
             runs = {side: future.result() for side, future in runs.items()}
-        sides = {side: SideRun(side, run, capture.requests(side)) for side, run in runs.items()}
+        sides = {side: SideRun(side, run, capture.requests(side), judge_prompts=judges.prompts(side),
+                               environ=plans[side]["env"]) for side, run in runs.items()}
     sides[UPSTREAM].proofs = guard_proofs(workdir)
     for side in sides.values():
-        if side.run.results is None or side.run.returncode != 0:
+        if side.run.results is None or side.run.returncode not in finished_statuses(benchmark, side):
             raise EquivalenceError(f"the {side.side} run failed (exit status {side.run.returncode}): "
                                    f"{' '.join(side.run.command)}\n{side.run.log_tail(40)}")
     return sides
@@ -406,6 +486,15 @@ def side_environment(environ: Mapping[str, str], captured: Mapping[str, str], si
     paths = [value for value in (side.get("PYTHONPATH"), captured.get("PYTHONPATH")) if value]
     joined = {"PYTHONPATH": os.pathsep.join(paths)} if paths else {}
     return {**environ, **captured, **side, **joined}
+
+
+def finished_statuses(benchmark: Benchmark, side: SideRun) -> set[int]:
+    """The exit statuses of a side's finished run: 0, and for the suite's judged tasks the status it exits with when
+    some judgements failed (``judge_failed_exit_status``; they are compared like every other value)."""
+    from lmms_egoplan.judge.settings import JudgeSettings
+
+    judged = side.side == SUITE and any(declared.judge for declared in benchmark.all_settings)
+    return {0, JudgeSettings().judge_failed_exit_status} if judged else {0}
 
 
 def guard_proofs(workdir: Path) -> list[dict]:
@@ -437,18 +526,21 @@ def upstream_settings(declared: SuiteSettings, environ: Mapping[str, str]) -> di
     resolved = resolve_settings(declared.settings_class, task=Path(declared.task_yaml).stem, metadata=metadata,
                                 env_prefix=declared.env_prefix, environ=environ)
     defaults = declared.settings_class()
+    route = {declared.judge.suite_setting: declared.judge.upstream_variable} if declared.judge else {}
+    shared = (*declared.shared, *route)
     changed = [item.name for item in dataclasses.fields(resolved)
-               if item.name not in (*declared.shared, *declared.unscored)
+               if item.name not in (*shared, *declared.unscored)
                and getattr(resolved, item.name) != getattr(defaults, item.name)]
     if changed:
         raise EquivalenceError("lmms-eval's task has no setting " + ", ".join(
             f"{env_var(declared.env_prefix, name)} (here {getattr(resolved, name)!r}, the suite's default "
             f"{getattr(defaults, name)!r})" for name in changed) + ": unset it to compare the two")
     variables = {}
-    for name in declared.shared:
-        variable = declared.upstream_variables.get(name, env_var(declared.env_prefix, name))
+    for name in shared:
+        variable = {**declared.upstream_variables, **route}.get(name, env_var(declared.env_prefix, name))
         value = getattr(resolved, name)
-        variables[variable] = "" if value is None else str(value)
+        spelt = declared.upstream_values.get(name, lambda value: "" if value is None else str(value))
+        variables[variable] = spelt(value)
     return variables
 
 
@@ -492,6 +584,8 @@ def compare_pair(pair: TaskPair, upstream: SideRun, suite: SideRun) -> Report:
     report = Report(pair)
     samples = {UPSTREAM: [pair.upstream_sample(sample) for sample in upstream.run.samples(pair.upstream)],
                SUITE: suite.run.samples(pair.suite)}
+    if pair.sample_view:
+        samples = {side: pair.sample_view(samples[side], run) for side, run in ((UPSTREAM, upstream), (SUITE, suite))}
     if [s["doc_id"] for s in samples[UPSTREAM]] != [s["doc_id"] for s in samples[SUITE]]:
         report.differing.append(f"samples: lmms-eval logged {len(samples[UPSTREAM])}, the suite "
                                 f"{len(samples[SUITE])} (doc ids differ)")
@@ -511,15 +605,19 @@ def requests_by_prompt(requests: Sequence[Request]) -> dict[str, list[Request]]:
 
 def compare_prompts_and_requests(report: Report, samples: Mapping[str, list[dict]],
                                  requests: Mapping[str, Sequence[Request]]) -> None:
-    """Each sample's prompt, and the requests that carried it: their images and parameters."""
+    """Each sample's prompt, and the requests that carried it: their images and parameters (the requests of samples
+    that share a prompt, e.g. one instruction for every clip, compared together, once)."""
     by_prompt = {side: requests_by_prompt(requests[side]) for side in SIDES}
-    prompts_equal, images, carried = 0, 0, 0
+    prompts_equal, images, carried, compared = 0, 0, 0, set()
     for upstream, suite in zip(samples[UPSTREAM], samples[SUITE]):
         doc = f"doc {upstream['doc_id']}"
         if upstream.get("input") != suite.get("input"):
             report.differs("prompt:input", f"{doc}: lmms-eval {upstream.get('input')!r} | suite {suite.get('input')!r}")
             continue
         prompts_equal += 1
+        if upstream["input"] in compared:
+            continue
+        compared.add(upstream["input"])
         sent = {side: sorted(by_prompt[side].get(sample["input"], []), key=lambda r: (r.images, r.parameters))
                 for side, sample in ((UPSTREAM, upstream), (SUITE, suite))}
         if not sent[UPSTREAM] or len(sent[UPSTREAM]) != len(sent[SUITE]):
@@ -593,6 +691,26 @@ def proof_lines(proofs: Sequence[dict], scratch: Path) -> tuple[list[str], bool]
             f"refused: {refused or 'none'} (the suite's entry point, which lmms-eval tries to load)"], proven
 
 
+def judge_prompt_lines(sides: Mapping[str, SideRun]) -> tuple[list[str], bool]:
+    """The judge prompts each side sent (``JudgeRecorder``), compared as sets: the suite's engine asks an identical
+    prompt once per run, lmms-eval's ``llm_judge`` once per sample that needs it."""
+    lines, same = [], True
+    for prefix in sides[SUITE].judge_prompts:
+        sent = {side: sides[side].judge_prompts[prefix] for side in SIDES}
+        distinct = {side: {json.dumps(messages, sort_keys=True) for messages in sent[side]} for side in SIDES}
+        if distinct[UPSTREAM] == distinct[SUITE]:
+            lines.append(f"judge ({prefix}): the same {len(distinct[SUITE])} distinct prompts on both sides "
+                         f"(lmms-eval's llm_judge sent {len(sent[UPSTREAM])} requests, the suite's judge engine "
+                         f"{len(sent[SUITE])}: it asks an identical prompt once)")
+            continue
+        same = False
+        for side, other in ((UPSTREAM, SUITE), (SUITE, UPSTREAM)):
+            alone = sorted(distinct[side] - distinct[other])
+            if alone:
+                lines.append(f"judge ({prefix}): {len(alone)} prompt(s) sent by {side} only, e.g. {alone[0][:300]}")
+    return lines, same
+
+
 def print_report(report: Report, out=sys.stdout) -> None:
     pair = report.pair
     print(f"\n== {pair.upstream} (lmms-eval, patched) against {pair.suite} (the suite)", file=out)
@@ -618,18 +736,22 @@ def compare(benchmark: Benchmark, model: str, model_args: str, limit: int | None
             environ: Mapping[str, str] = os.environ, out=sys.stdout) -> bool:
     """Run both sides of ``benchmark`` and print the comparison; True when nothing but the declared deliberate
     differences differs."""
-    settings = upstream_settings(benchmark.settings, environ)
+    settings = {name: value for declared in benchmark.all_settings
+                for name, value in upstream_settings(declared, environ).items()}
     sides = run_both(benchmark, model, model_args, limit, workdir, environ, settings)
     lines, proven = proof_lines(sides[UPSTREAM].proofs, workdir / "lmms-eval")
+    judged, judged_equal = judge_prompt_lines(sides)
     chosen = benchmark.sides(model, model_args)
     backends = ", ".join(f"{side}: --model {side_model}" for side, (side_model, _) in chosen.items())
     print(f"{benchmark.name}: lmms-eval with {', '.join(benchmark.patches)} against the suite ({backends})", file=out)
     for line in lines:
         print(("  " if proven else "  DIFFERS     ") + line, file=out)
+    for line in judged:
+        print(("  " if judged_equal else "  DIFFERS     ") + line, file=out)
     reports = [compare_pair(pair, sides[UPSTREAM], sides[SUITE]) for pair in benchmark.tasks]
     for report in reports:
         print_report(report, out)
-    same = proven and not any(report.differing for report in reports)
+    same = proven and judged_equal and not any(report.differing for report in reports)
     print(f"\n{benchmark.name}: " + ("equal but for the deliberate differences above" if same else
                                      "DIFFERENT (lines marked DIFFERS)"), file=out)
     return same
@@ -653,7 +775,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.envi
     the comparison is printed."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("benchmark", choices=sorted(BENCHMARKS))
+    parser.add_argument("benchmark", nargs="+", choices=sorted(BENCHMARKS),
+                        help="one benchmark, or several compared in one run per side")
     parser.add_argument("--model", required=True, help="the lmms-eval backend both sides use")
     parser.add_argument("--model_args", default="", help="its --model_args")
     parser.add_argument("--limit", type=int, default=None, help="the first N samples of every task")
@@ -662,8 +785,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.envi
     arguments = parser.parse_args(argv)
     try:
         with working_folder(arguments.workdir) as workdir:
-            same = compare(BENCHMARKS[arguments.benchmark], arguments.model, arguments.model_args, arguments.limit,
-                           workdir, environ, out)
+            same = compare(together(*(BENCHMARKS[name] for name in arguments.benchmark)), arguments.model,
+                           arguments.model_args, arguments.limit, workdir, environ, out)
     except (EquivalenceError, InputError) as error:  # InputError: the suite's settings (SettingsError)
         print(f"equivalence.py: {error}", file=sys.stderr)
         return 2
@@ -680,6 +803,21 @@ BENCHMARKS: dict[str, Benchmark] = {}
 def declare(benchmark: Benchmark) -> Benchmark:
     BENCHMARKS[benchmark.name] = benchmark
     return benchmark
+
+
+def together(*benchmarks: Benchmark) -> Benchmark:
+    """Several benchmarks compared in one run per side (one lmms-eval start-up each): their tasks, their patches in
+    order (each once), their settings and preparations. They must share a capture and backends."""
+    if len(benchmarks) == 1:
+        return benchmarks[0]
+    if len({benchmark.capture for benchmark in benchmarks}) > 1 or any(b.backends for b in benchmarks):
+        raise EquivalenceError(f"{', '.join(b.name for b in benchmarks)} cannot share a run: their captures or "
+                               f"backends differ; compare them one at a time")
+    return Benchmark(name="+".join(b.name for b in benchmarks),
+                     patches=tuple(dict.fromkeys(patch for b in benchmarks for patch in b.patches)),
+                     tasks=tuple(pair for b in benchmarks for pair in b.tasks), capture=benchmarks[0].capture,
+                     settings=tuple(declared for b in benchmarks for declared in b.all_settings),
+                     prepare=tuple(prepare for b in benchmarks for prepare in b.prepare))
 
 
 def suite_bookkeeping(*names: str) -> Difference:
@@ -718,6 +856,151 @@ def _egoplan_bench2() -> Benchmark:
 
 
 declare(_egoplan_bench2())
+
+
+def converted(script: str, variable: str) -> Callable[[Path, Mapping[str, str]], None]:
+    """A preparation: lmms-eval's converter ``script`` (a path in the patched copy) writes the task's data file from
+    the release the variable ``variable`` names, as the task's README tells a user to."""
+    def prepare(scratch: Path, environment: Mapping[str, str]) -> None:
+        completed = subprocess.run([sys.executable, str(scratch / script), environment[variable]],
+                                   env=dict(environment), capture_output=True, text=True, cwd=scratch)
+        if completed.returncode != 0:
+            raise EquivalenceError(f"{script} could not convert {environment[variable]}: "
+                                   f"{(completed.stderr or completed.stdout)[-3000:]}")
+    return prepare
+
+
+def audit_ratings(run: EvalRun, task: str) -> dict[str, float | None]:
+    """The suite's judgements of a task by request id (its audit trail beside the results): the rating, or None for
+    a failed judgement."""
+    trails = sorted(run.output_dir.rglob(f"*_judgements_{task}.jsonl"), key=lambda path: path.stat().st_mtime)
+    if not trails:
+        raise EquivalenceError(f"the suite's run wrote no judgements of {task} under {run.output_dir}")
+    rows = [json.loads(line) for line in trails[-1].read_text().splitlines() if line.strip()]
+    return {row["id"]: row["rating"] for row in rows}
+
+
+def judged_ratings(item: dict, ratings: Mapping[str, float | None]) -> dict[str, float | None]:
+    """A suite judge item's ratings by part: a fixed rating (a missing field), else its judgement's (None: failed)."""
+    return {name: part["fixed_rating"] if "fixed_rating" in part else ratings[part["judge_request_id"]]
+            for name, part in item["judge_parts"].items()}
+
+
+def egointent_samples(samples: list[dict], side: SideRun) -> list[dict]:
+    """Each step's judged values as ratings: the suite logs judge items (the requests; their ratings are in its audit
+    trail), lmms-eval's task the ratings (``overall``, ``indoor`` / ``outdoor`` and ``scenario``: the step's three;
+    a field metric: its own; lmms-eval's ``scenario`` is regrouped before, as the suite's ``scenario_<name>``);
+    judged / failed as counts."""
+    from lmms_egoplan.judge.rubrics import is_judge_parts_item
+
+    if side.side == UPSTREAM:
+        return [{name: value["ratings"] if isinstance(value, dict) and "ratings" in value else value
+                 for name, value in sample.items()} for sample in samples]
+    ratings, viewed = audit_ratings(side.run, "egointent"), []
+    for sample in samples:
+        view = {}
+        for name, value in sample.items():
+            if not is_judge_parts_item(value):
+                view[name] = value
+                continue
+            rated = judged_ratings(value, ratings)
+            asked = [rated[part] for part, item in value["judge_parts"].items() if "judge_request_id" in item]
+            counts = {"judged": sum(rating is not None for rating in asked), "failed": asked.count(None)}
+            view[name] = counts.get(name, rated[name] if list(rated) == [name] else rated)
+        viewed.append(view)
+    return viewed
+
+
+# EgoIntent (PR g, 31): the release's steps, the authors' prompts, 6 FPS clips, the judge per field (llm_judge).
+def _egointent() -> Benchmark:
+    from lmms_egoplan.egointent.data import ENV_PREFIX, scenario_metric
+    from lmms_egoplan.egointent.protocol import EgoIntentSettings
+
+    return Benchmark(
+        name="egointent", patches=("31-egointent-task.patch",), capture="chat",
+        tasks=(TaskPair("egointent", "egointent", sample_view=egointent_samples, regrouped=(Regrouped(
+                            "scenario", "scenario", "ratings", "the data's scenarios (the release's scene folders) in "
+                            "one metric of lmms-eval's fixed metric list, its aggregate a mapping of each scenario to "
+                            "its overall score; the suite adds a metric per scenario it finds", scenario_metric),),
+                        differences=(suite_bookkeeping("failed_requests", "skipped_samples"),)),),
+        settings=SuiteSettings(
+            EgoIntentSettings, ENV_PREFIX, "tasks/egointent/egointent.yaml",
+            shared=("annotations", "max_frames", "judge_model"),
+            unscored=("data_layout", "allow_paths_outside_root", "skip_missing", "video_input", "judge_revision",
+                      "judge_api_key_env", "judge_api_version", "judge_concurrency", "judge_timeout", "judge_retries",
+                      "judge_backoff", "judge_cache_dir", "judge_preflight", "judge_failed_exit_status"),
+            upstream_values={"max_frames": lambda value: "none" if value is None else str(value)},
+            judge=JudgeRoute("judge_base_url", "OPENAI_API_URL")),
+        prepare=(converted("lmms_eval/tasks/egointent/egointent_to_jsonl.py", "EGOINTENT_ANNOTATIONS"),))
+
+
+declare(_egointent())
+
+
+def actplan_samples(samples: list[dict], side: SideRun) -> list[dict]:
+    """Each plan's LCS, normalised LCS and BLEURT verdict: lmms-eval's task logs them; the suite logs the parsed plans
+    and scores them all at once in its aggregation, so they are scored here by the suite's own code (its step
+    matcher and classifier, as its settings say); a split's metric only for that split's plans."""
+    if side.side == UPSTREAM:
+        return samples
+    from lmms_egoplan.actplan.plans import bleurt_correct, score_lcs
+    from lmms_egoplan.actplan.task import _classifier, _matcher
+
+    settings = _actplan_settings(side.environ)
+    first = [sample["lcs"] for sample in samples]
+    pairs = [(item["prediction"], item["gold"]) for item in first]
+    scores = score_lcs(pairs, _matcher(settings), settings.gold_plan)
+    verdicts = bleurt_correct(pairs, _classifier(settings.bleurt_checkpoint, settings.bleurt_base,
+                                                 settings.scoring_device), settings.gold_plan) \
+        if settings.bleurt_checkpoint else [None] * len(pairs)
+    viewed = []
+    for sample, score, verdict in zip(samples, scores, verdicts):
+        view = {}
+        for name, value in sample.items():
+            family = next((f for f in ("norm_lcs", "lcs", "bleurt_accuracy") if name.startswith(f)), None)
+            if family is None or not isinstance(value, dict) or "scope" not in value:
+                view[name] = value
+            elif value["scope"] in ("all", value["split"]):
+                view[name] = {"lcs": score.lcs, "norm_lcs": score.norm_lcs, "bleurt_accuracy": verdict}[family]
+        viewed.append(view)
+    return viewed
+
+
+def _actplan_settings(environ: Mapping[str, str]):
+    """The suite's ActPlan-1K settings in the environment its run read."""
+    from lmms_egoplan.actplan.data import ENV_PREFIX
+    from lmms_egoplan.actplan.settings import ActPlanSettings
+
+    path = ROOT / "tasks/actplan/_default_template_yaml"
+    return resolve_settings(ActPlanSettings, task="actplan1k", metadata=yaml_metadata(path), env_prefix=ENV_PREFIX,
+                            environ=environ)
+
+
+# ActPlan-1K (PR h, 32): the release converted, the action(object) parser, LCS at 0.8, BLEURT with a checkpoint.
+def _actplan() -> Benchmark:
+    from lmms_egoplan.actplan.data import ENV_PREFIX
+    from lmms_egoplan.actplan.settings import ActPlanSettings
+    from lmms_egoplan.core.embeddings import default_sentence_model
+
+    bookkeeping = suite_bookkeeping("failed_requests")
+    media = Difference("media logged as the data names them", "lmms-eval logs the image paths of each doc "
+                       "(input_media) as the doc holds them: the converter's, relative to the release folder "
+                       "(ACTPLAN_DATA_ROOT), the suite's absolute; the images themselves are compared pixel for pixel "
+                       "in the requests", ("sample:input_media",))
+    return Benchmark(
+        name="actplan1k", patches=("32-actplan1k-tasks.patch",), capture="chat",
+        tasks=tuple(TaskPair(task, task, sample_view=actplan_samples, differences=(bookkeeping, media))
+                    for task in ("actplan1k", "actplan1k_text_only")),
+        settings=SuiteSettings(
+            ActPlanSettings, ENV_PREFIX, "tasks/actplan/_default_template_yaml",
+            shared=("data_root", "embedding_model", "bleurt_checkpoint", "bleurt_base"),
+            unscored=("embedding_batch_size", "bleurt_batch_size", "images_decoded_at_load",
+                      "allow_paths_outside_root"),
+            upstream_values={"embedding_model": lambda value: value or default_sentence_model()}),
+        prepare=(converted("lmms_eval/tasks/actplan1k/actplan1k_to_jsonl.py", "ACTPLAN_DATA_ROOT"),))
+
+
+declare(_actplan())
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from docs.upstream.equivalence import UPSTREAM, main
 from lmms_egoplan.demo.kit.judge_server import ChatServer
 from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.scripted import MODEL_NAME, answering, reported_metrics
+from tests.e2e.planned_equivalence import egointent_and_actplan
 
 
 def egoplan_bench2(workdir: Path, resources: contextlib.ExitStack) -> tuple[str, str, dict[str, str]]:
@@ -32,21 +33,24 @@ def egoplan_bench2(workdir: Path, resources: contextlib.ExitStack) -> tuple[str,
     return "openai", f"model_version={MODEL_NAME},base_url={model.base_url},api_key=unused", fixture.env()
 
 
-# Each benchmark equivalence.py declares, run on the demo's data: (workdir, resources) -> (model, model_args, the
-# settings that point the suite's tasks at the data).
-EQUIVALENCE_RUNS: dict[str, Callable[[Path, contextlib.ExitStack], tuple[str, str, dict[str, str]]]] = {
-    "egoplan_bench2": egoplan_bench2,
+# Each benchmark equivalence.py declares, run on the demo's data, alone or with others in one run per side (one
+# lmms-eval start-up each): (workdir, resources) -> (model, model_args, the settings that point the suite's tasks at
+# the data).
+EQUIVALENCE_RUNS: dict[tuple[str, ...], Callable[[Path, contextlib.ExitStack], tuple[str, str, dict[str, str]]]] = {
+    ("egoplan_bench2",): egoplan_bench2,
+    ("egointent", "actplan1k"): egointent_and_actplan,
 }
 
 
 class Compared:
-    """One benchmark's equivalence run: what it printed and returned, and what it ran with."""
+    """One equivalence run (one benchmark, or several together): what it printed and returned, and what it ran
+    with."""
 
-    def __init__(self, benchmark: str, workdir: Path, resources: contextlib.ExitStack):
+    def __init__(self, benchmarks: tuple[str, ...], workdir: Path, resources: contextlib.ExitStack):
         self.workdir = workdir / "equivalence"
-        self.model, self.model_args, self.env = EQUIVALENCE_RUNS[benchmark](workdir, resources)
+        self.model, self.model_args, self.env = EQUIVALENCE_RUNS[benchmarks](workdir, resources)
         printed = io.StringIO()
-        self.status = main([benchmark, "--model", self.model, "--model_args", self.model_args,
+        self.status = main([*benchmarks, "--model", self.model, "--model_args", self.model_args,
                             "--workdir", str(self.workdir)], environ={**os.environ, **self.env}, out=printed)
         self.printed = printed.getvalue()
 
@@ -63,22 +67,22 @@ class Compared:
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory):
     """benchmark -> its Compared run, run once per module (its model and scratch copy kept for later tests)."""
-    runs: dict[str, Compared] = {}
+    runs: dict[tuple[str, ...], Compared] = {}
     with contextlib.ExitStack() as resources:
-        def run(benchmark: str) -> Compared:
-            if benchmark not in runs:
-                runs[benchmark] = Compared(benchmark, tmp_path_factory.mktemp(benchmark), resources)
-            return runs[benchmark]
+        def run(*benchmarks: str) -> Compared:
+            if benchmarks not in runs:
+                runs[benchmarks] = Compared(benchmarks, tmp_path_factory.mktemp("+".join(benchmarks)), resources)
+            return runs[benchmarks]
 
         yield run
 
 
-@pytest.mark.parametrize("benchmark", sorted(EQUIVALENCE_RUNS))
-def test_the_pull_requests_task_scores_as_the_suites_but_for_the_named_differences(benchmark, compared):
-    run = compared(benchmark)
+@pytest.mark.parametrize("benchmarks", sorted(EQUIVALENCE_RUNS), ids="+".join)
+def test_the_pull_requests_task_scores_as_the_suites_but_for_the_named_differences(benchmarks, compared):
+    run = compared(*benchmarks)
     assert run.status == 0, run.printed
     assert "DIFFERS" not in run.printed, run.printed
-    assert f"{benchmark}: equal but for the deliberate differences above" in run.printed, run.printed
+    assert f"{'+'.join(benchmarks)}: equal but for the deliberate differences above" in run.printed, run.printed
     assert "lmms_egoplan modules imported: none; refused: ['lmms_egoplan']" in run.printed, run.printed
     assert f"lmms_eval imported from the patched copy {run.scratch}/lmms_eval/__init__.py" in run.printed
 
@@ -92,3 +96,16 @@ def test_lmms_eval_carrying_a_suite_tasks_name_runs_its_own_says_so_and_scores_a
     assert f"--tasks egoplan_bench2 runs lmms-eval's own task of that name ({own}), not the suite's" in with_plugin.log
     assert reported_metrics(with_plugin.results)["egoplan_bench2"] == \
         reported_metrics(run.upstream_results())["egoplan_bench2"]
+
+
+def test_egointent_and_actplan_share_one_run_per_side_and_the_judge_fails_the_same_ratings_on_both(compared):
+    """egointent, actplan1k and actplan1k_text_only in one run per side; the judge received the same prompts from both
+    sides, and the ratings it withheld are failed judgements on both (counted, left out of the scores)."""
+    run = compared("egointent", "actplan1k")
+    for task in ("egointent", "actplan1k", "actplan1k_text_only"):
+        assert f"== {task} (lmms-eval, patched) against {task} (the suite)" in run.printed, run.printed
+    assert "judge (EGOINTENT): the same 28 distinct prompts on both sides (lmms-eval's llm_judge sent 42" in run.printed
+    # What the script makes of the demo's data, on both sides: 6 of 42 field judgements failed, 3 fields missing;
+    # the classifier judges one of the four plans correct, one output holds no plan.
+    for value in ("failed 6,", "judged 36,", "missing_fields 3,", "bleurt_accuracy 0.25,", "no_plan_rate 0.25,"):
+        assert value in run.printed, (value, run.printed)
