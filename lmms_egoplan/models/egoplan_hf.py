@@ -59,6 +59,7 @@ class EgoPlanHF(DocRequests, lmms):
         image_max_pixels: int | None = None,
         video_max_side: int | None = None,
         video_max_pixels: int | None = None,
+        videos_as_frames: bool = False,
         max_length: int | None = None,
         system_prompt: str | None = None,
         chat_template: str | None = None,
@@ -101,6 +102,8 @@ class EgoPlanHF(DocRequests, lmms):
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.takes_images, self.video_native, self.videos_with_images = processor_inputs(self.processor)
+        # A video's frames as images, as lmms-eval's own backends show a frame list (the model then sees no time).
+        self.video_native = self.video_native and not _arg(videos_as_frames, bool, "videos_as_frames")
         self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt,
                                  chat_template=chat_template)
         self.limits = self.visual_limits("egoplan_hf", max_frames, image_max_side, image_max_pixels, video_max_side,
