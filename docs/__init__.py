@@ -1,1 +1,2 @@
-"""The reference pages, installed with the package so that messages can point at them (``lmms_egoplan.core.documentation``)."""
+"""The reference pages, installed with the package so that messages can point at them
+(``lmms_egoplan.core.documentation``)."""

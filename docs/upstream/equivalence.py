@@ -1,0 +1,653 @@
+"""Prove that an upstream pull request's lmms-eval task scores as the suite's task does, on the same data and backend.
+
+    python docs/upstream/equivalence.py BENCHMARK --model M --model_args A [--limit N] [--workdir DIR]
+
+For the benchmark's declaration (``BENCHMARKS``, at the end): the suite's settings are resolved as its tasks resolve
+them (defaults < task YAML ``metadata`` < ``<PREFIX>_<SETTING>`` variables) and handed to lmms-eval's task in the
+variables it reads; a scratch copy of the installed lmms-eval (never the environment's own) gets the benchmark's
+patches of this folder, in order; then two runs of the real ``lmms-eval`` CLI, at the same time, each carrying all
+the benchmark's tasks with ``--log_samples``:
+
+* **lmms-eval's side**: ``python -m lmms_eval`` importing the patched scratch copy (``PYTHONPATH``), in a process that
+  cannot import the suite: a ``sitecustomize`` of its own refuses every ``lmms_egoplan`` module (the suite's
+  ``lmms_eval.models`` entry point is registered in the environment: lmms-eval tries to load it, logs a warning and
+  goes on) and writes at exit which modules were refused and that none was imported, and where lmms-eval came from;
+* **the suite's side**: the released lmms-eval of the environment with ``LMMS_EVAL_PLUGINS=lmms_egoplan``.
+
+Each request the backend receives is captured on both sides (the declaration's capture kind, ``CAPTURES``; ``chat``:
+a recording proxy in front of an OpenAI-compatible server that both runs reach through lmms-eval's ``openai``
+backend). Then, per task pair: the prompts, the images each request carried (decoded pixels) and its parameters,
+every per-sample value of the samples files and every aggregate of the results files are compared; a difference that
+the declaration names as deliberate (an lmms-eval convention, named in the pull request's text) is printed as such.
+Exit status 0 only when nothing else differs; 1 when something does; 2 for a usage or data error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import concurrent.futures
+import contextlib
+import dataclasses
+import fnmatch
+import hashlib
+import io
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import textwrap
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # a checkout: the suite and the patch tests' scratch copies (tests/e2e/upstream_patches)
+    sys.path.insert(0, str(ROOT))
+
+from lmms_egoplan.core.settings import env_var, resolve_settings  # noqa: E402
+from lmms_egoplan.demo.kit.judge_server import ChatCall, ChatServer, Reply  # noqa: E402
+from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun, run_lmms_eval  # noqa: E402
+from lmms_egoplan.demo.kit.scripted import reported_metrics  # noqa: E402
+from tests.e2e.upstream_patches import PATCHES, git_apply, scratch_lmms_eval  # noqa: E402
+
+UPSTREAM, SUITE = "lmms-eval", "suite"
+SIDES = (UPSTREAM, SUITE)
+# What lmms-eval logs of every sample besides the task's own values: compared elsewhere (input: the prompt) or
+# bookkeeping of the run (hashes, token counts).
+SAMPLE_BOOKKEEPING = frozenset({"doc_id", "doc_hash", "token_counts", "input", "doc"})
+PROOF_VARIABLE = "LMMS_EGOPLAN_EQUIVALENCE_PROOF"
+
+
+class EquivalenceError(Exception):
+    """The comparison cannot be run as asked (a setting lmms-eval's task lacks, a backend the capture cannot
+    reach, a run that failed); the message says what to change."""
+
+
+# =====================================================================================================
+# Declarations: a benchmark is its upstream and suite task names, its patches, its capture kind, the settings both
+# read, and the differences that are lmms-eval conventions
+# =====================================================================================================
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A deliberate difference between the two tasks: an lmms-eval convention the upstream task follows (named in
+    the pull request's text). ``covers``: ``fnmatch`` patterns over the compared items it explains, each
+    ``<kind>:<name>`` with kind ``aggregate``, ``sample``, ``request`` or ``prompt`` (``aggregate:n_*``)."""
+
+    name: str
+    why: str
+    covers: tuple[str, ...]
+
+    def explains(self, item: str) -> bool:
+        return any(fnmatch.fnmatchcase(item, pattern) for pattern in self.covers)
+
+
+@dataclass(frozen=True)
+class TaskPair:
+    """An upstream task and the suite's task it must score as."""
+
+    upstream: str
+    suite: str
+    differences: tuple[Difference, ...] = ()
+    tolerance: float = 1e-9  # floats (per-sample values, aggregates) equal within this, absolute or relative
+    # Aggregates the suite reports and the upstream task only logs per sample (names outside lmms-eval's static
+    # metric list): recomputed as the mean of the upstream samples' values of the same name (fnmatch patterns).
+    means_of_upstream_samples: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SuiteSettings:
+    """The suite's settings of a benchmark and how lmms-eval's task reads them.
+
+    ``shared``: the settings lmms-eval's task reads too, each from the variable ``upstream_variables`` names (default:
+    the suite's own ``<PREFIX>_<SETTING>``); ``unscored``: settings of the suite alone that change no request and no
+    score (checks, logging); any other setting must be at its default, or lmms-eval's task would score something
+    else."""
+
+    settings_class: type
+    env_prefix: str
+    task_yaml: str  # the suite's task YAML whose metadata block the settings read (path from the checkout's root)
+    shared: tuple[str, ...]
+    unscored: tuple[str, ...] = ()
+    upstream_variables: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    patches: tuple[str, ...]  # file names in docs/upstream/, applied in this order to the scratch copy
+    tasks: tuple[TaskPair, ...]
+    capture: str  # a key of CAPTURES
+    settings: SuiteSettings
+    # (model, model_args) -> {side: (model, model_args)}: a benchmark whose sides use different backends
+    # (the likelihood tasks: lmms-eval's Qwen backends against egoplan_hf); default: the same for both.
+    backends: Callable[[str, str], Mapping[str, tuple[str, str]]] | None = None
+
+    def sides(self, model: str, model_args: str) -> dict[str, tuple[str, str]]:
+        chosen = self.backends(model, model_args) if self.backends else {}
+        return {side: tuple(chosen.get(side, (model, model_args))) for side in SIDES}
+
+
+# =====================================================================================================
+# Captured requests
+# =====================================================================================================
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request a backend received: its prompt text (attributes it to a sample: the sample's ``input``), the
+    images it carried (digests of their decoded pixels, in order) and its other parameters (JSON text)."""
+
+    text: str
+    images: tuple[str, ...] = ()
+    parameters: str = ""
+
+
+def image_digest(image_bytes: bytes) -> str:
+    """A short digest of an image's decoded pixels (mode, size, RGB bytes): equal pixels, equal digests, whatever
+    the encoding."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(image_bytes)) as image:
+        pixels = image.convert("RGB")
+        return hashlib.sha256(f"{pixels.size}".encode() + pixels.tobytes()).hexdigest()[:16]
+
+
+class Capture:
+    """How the requests each side's backend receives are captured. ``prepare(side, model, model_args)`` returns the
+    side's (model, model_args, extra environment), ``requests(side)`` what it captured; used as a context manager
+    around both runs. A new kind subclasses this and joins ``CAPTURES``."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+
+    def __enter__(self) -> "Capture":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def prepare(self, side: str, model: str, model_args: str) -> tuple[str, str, dict[str, str]]:
+        raise NotImplementedError
+
+    def requests(self, side: str) -> list[Request]:
+        raise NotImplementedError
+
+
+def model_arguments(model_args: str) -> dict[str, str]:
+    """``--model_args`` as lmms-eval splits them (``key=value`` pairs, comma-separated)."""
+    pairs = [pair.split("=", 1) for pair in model_args.split(",") if pair.strip()]
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+class ChatCapture(Capture):
+    """Generative tasks on lmms-eval's ``openai`` backend: each side's requests go through a recording proxy of its
+    own (a loopback OpenAI-compatible server) that forwards them to the model's ``base_url`` and its answers back;
+    the proxy keeps every chat request, images included."""
+
+    BACKENDS = ("openai", "async_openai")
+
+    def __enter__(self) -> "ChatCapture":
+        self._stack = contextlib.ExitStack()
+        self._proxies: dict[str, ChatServer] = {}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+    def prepare(self, side: str, model: str, model_args: str) -> tuple[str, str, dict[str, str]]:
+        arguments = model_arguments(model_args)
+        if model not in self.BACKENDS or not arguments.get("base_url"):
+            raise EquivalenceError(f"the chat capture needs --model {' or '.join(self.BACKENDS)} with base_url=<an "
+                                   f"OpenAI-compatible server> in --model_args (got --model {model} --model_args "
+                                   f"{model_args})")
+        proxy = self._stack.enter_context(ChatServer(forwarding(arguments["base_url"]),
+                                                     model_name=arguments.get("model_version", "proxied")))
+        self._proxies[side] = proxy
+        return model, ",".join(f"{key}={proxy.base_url if key == 'base_url' else value}"
+                               for key, value in arguments.items()), {}
+
+    def requests(self, side: str) -> list[Request]:
+        return [chat_request(call) for call in self._proxies[side].calls]
+
+
+def forwarding(base_url: str) -> Callable[[ChatCall], Reply]:
+    """A responder that sends the call on to ``base_url`` and hands its answer (or its error status) back."""
+    def respond(call: ChatCall) -> Reply:
+        headers = {"Content-Type": "application/json",
+                   **({"Authorization": call.headers["authorization"]} if "authorization" in call.headers else {})}
+        request = urllib.request.Request(base_url.rstrip("/") + "/chat/completions", json.dumps(call.body).encode(),
+                                         headers)
+        try:
+            with urllib.request.urlopen(request, timeout=3600) as response:
+                return Reply(json.load(response)["choices"][0]["message"].get("content") or "")
+        except urllib.error.HTTPError as error:
+            return Reply(error.read().decode(errors="replace"), status=error.code,
+                         headers={"x-should-retry": "false"})
+    return respond
+
+
+def chat_request(call: ChatCall) -> Request:
+    """The request a chat call carried: the last user turn's text, its images' digests, its other parameters."""
+    users = [message for message in call.messages if message.get("role") == "user"]
+    content = users[-1].get("content", "") if users else ""
+    parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+    images = []
+    for part in parts:
+        if part.get("type") == "image_url":
+            url = part["image_url"]["url"]
+            images.append(image_digest(base64.b64decode(url.split(",", 1)[1])) if url.startswith("data:") else url)
+    others = [message for message in call.messages if message is not users[-1]] if users else call.messages
+    parameters = {key: value for key, value in call.body.items() if key != "messages"}
+    return Request(call.text, tuple(images), json.dumps({**parameters, "other_messages": others}, sort_keys=True))
+
+
+CAPTURES: dict[str, type[Capture]] = {"chat": ChatCapture}
+
+
+# =====================================================================================================
+# The two runs
+# =====================================================================================================
+
+# Installed as the lmms-eval side's sitecustomize: refuse the suite's modules, and prove it at exit.
+GUARD = '''
+import atexit, json, os, sys
+
+REFUSED = []
+
+
+class KeepTheSuiteOut:
+    """docs/upstream/equivalence.py: lmms-eval's side of the comparison may not import the suite."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "lmms_egoplan" or name.startswith("lmms_egoplan."):
+            REFUSED.append(name)
+            raise ModuleNotFoundError(f"{name} is kept out of lmms-eval's side (docs/upstream/equivalence.py)",
+                                      name=name)
+        return None
+
+
+sys.meta_path.insert(0, KeepTheSuiteOut())
+
+
+@atexit.register
+def prove():
+    lmms_eval = sys.modules.get("lmms_eval")
+    proof = {"refused": REFUSED, "lmms_eval": getattr(lmms_eval, "__file__", None),
+             "imported": sorted(name for name in sys.modules if name.split(".")[0] == "lmms_egoplan"),
+             "argv": sys.argv}
+    with open(f"{os.environ['LMMS_EGOPLAN_EQUIVALENCE_PROOF']}.{os.getpid()}.json", "w") as file:
+        json.dump(proof, file)
+'''
+
+
+@dataclass
+class SideRun:
+    side: str
+    run: EvalRun
+    requests: list[Request]
+    proofs: list[dict] = field(default_factory=list)  # lmms-eval's side: what its guard wrote
+
+
+def patched_lmms_eval(patches: Sequence[str], folder: Path) -> Path:
+    """A scratch copy of the installed lmms-eval with ``patches`` (of this folder) applied in order."""
+    scratch = scratch_lmms_eval(folder)
+    for name in patches:
+        applied = git_apply(PATCHES / name, scratch)
+        if applied.returncode != 0:
+            raise EquivalenceError(f"{name} does not apply to the installed lmms-eval: {applied.stderr.strip()}")
+    return scratch
+
+
+def upstream_environment(scratch: Path, workdir: Path) -> dict[str, str]:
+    """``PYTHONPATH``: the guard, then the patched copy; the suite's plugin variable left out."""
+    guard = workdir / "guard"
+    guard.mkdir(parents=True, exist_ok=True)
+    (guard / "sitecustomize.py").write_text(GUARD)
+    return {"PYTHONPATH": os.pathsep.join([str(guard), str(scratch)]), PROOF_VARIABLE: str(workdir / "proof")}
+
+
+def run_both(benchmark: Benchmark, model: str, model_args: str, limit: int | None, workdir: Path,
+             environment: Mapping[str, str]) -> dict[str, SideRun]:
+    """Both sides' runs, at the same time, each with every task of the benchmark; their captured requests."""
+    scratch = patched_lmms_eval(benchmark.patches, workdir / "lmms-eval")
+    extra = ["--limit", str(limit)] if limit else []
+    with CAPTURES[benchmark.capture](workdir) as capture:
+        plans = {}
+        for side, (side_model, side_args) in benchmark.sides(model, model_args).items():
+            side_model, side_args, env = capture.prepare(side, side_model, side_args)
+            upstream = side == UPSTREAM
+            plans[side] = dict(model=side_model, model_args=side_args, output_dir=workdir / side, extra_args=extra,
+                               tasks=[pair.upstream if upstream else pair.suite for pair in benchmark.tasks],
+                               env={**env, **({**environment, **upstream_environment(scratch, workdir)}
+                                              if upstream else {})},
+                               use_plugin=not upstream, check=False)
+        with concurrent.futures.ThreadPoolExecutor(len(plans)) as pool:
+            runs = {side: pool.submit(run_lmms_eval, **plan) for side, plan in plans.items()}
+            runs = {side: future.result() for side, future in runs.items()}
+        sides = {side: SideRun(side, run, capture.requests(side)) for side, run in runs.items()}
+    sides[UPSTREAM].proofs = guard_proofs(workdir)
+    for side in sides.values():
+        if side.run.results is None or side.run.returncode != 0:
+            raise EquivalenceError(f"the {side.side} run failed (exit status {side.run.returncode}): "
+                                   f"{' '.join(side.run.command)}\n{side.run.log_tail(40)}")
+    return sides
+
+
+def guard_proofs(workdir: Path) -> list[dict]:
+    """What the lmms-eval side's guard wrote at exit, one proof per process of that side (the CLI's, and any it
+    started)."""
+    return [json.loads(path.read_text()) for path in sorted(workdir.glob("proof.*.json"))]
+
+
+# =====================================================================================================
+# The suite's settings, handed to lmms-eval's task
+# =====================================================================================================
+
+
+def yaml_metadata(path: Path) -> dict:
+    """The ``metadata`` block of a task YAML (its ``!function`` tags and ``include`` not followed)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    return (yaml.load(path.read_text(), Loader=Loader) or {}).get("metadata") or {}
+
+
+def upstream_settings(declared: SuiteSettings, environ: Mapping[str, str]) -> dict[str, str]:
+    """The suite's resolved settings as the variables lmms-eval's task reads (a setting left at None: unset); a
+    setting the suite alone has that is not at its default is an EquivalenceError naming it."""
+    metadata = yaml_metadata(ROOT / declared.task_yaml)
+    resolved = resolve_settings(declared.settings_class, task=Path(declared.task_yaml).stem, metadata=metadata,
+                                env_prefix=declared.env_prefix, environ=environ)
+    defaults = declared.settings_class()
+    changed = [item.name for item in dataclasses.fields(resolved)
+               if item.name not in (*declared.shared, *declared.unscored)
+               and getattr(resolved, item.name) != getattr(defaults, item.name)]
+    if changed:
+        raise EquivalenceError("lmms-eval's task has no setting " + ", ".join(
+            f"{env_var(declared.env_prefix, name)} (here {getattr(resolved, name)!r}, the suite's default "
+            f"{getattr(defaults, name)!r})" for name in changed) + ": unset it to compare the two")
+    variables = {}
+    for name in declared.shared:
+        variable = declared.upstream_variables.get(name, env_var(declared.env_prefix, name))
+        value = getattr(resolved, name)
+        variables[variable] = "" if value is None else str(value)
+    return variables
+
+
+# =====================================================================================================
+# Comparing
+# =====================================================================================================
+
+
+def values_equal(a: Any, b: Any, tolerance: float) -> bool:
+    """Equal, floats within ``tolerance`` (absolute or relative), lists and dicts element by element."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=tolerance, abs_tol=tolerance) or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(values_equal(x, y, tolerance) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(values_equal(a[key], b[key], tolerance) for key in a)
+    return a == b
+
+
+@dataclass
+class Report:
+    """What one task pair's comparison found: lines that agree, differences that are deliberate, the others."""
+
+    pair: TaskPair
+    equal: list[str] = field(default_factory=list)
+    deliberate: dict[str, list[str]] = field(default_factory=dict)  # difference name -> what it covered
+    differing: list[str] = field(default_factory=list)
+
+    def differs(self, item: str, detail: str) -> None:
+        """``item`` (``<kind>:<name>``) differs: deliberately if a declared difference explains it."""
+        for difference in self.pair.differences:
+            if difference.explains(item):
+                self.deliberate.setdefault(difference.name, []).append(f"{item}: {detail}")
+                return
+        self.differing.append(f"{item}: {detail}")
+
+
+def compare_pair(pair: TaskPair, upstream: SideRun, suite: SideRun) -> Report:
+    report = Report(pair)
+    samples = {UPSTREAM: upstream.run.samples(pair.upstream), SUITE: suite.run.samples(pair.suite)}
+    if [s["doc_id"] for s in samples[UPSTREAM]] != [s["doc_id"] for s in samples[SUITE]]:
+        report.differing.append(f"samples: lmms-eval logged {len(samples[UPSTREAM])}, the suite "
+                                f"{len(samples[SUITE])} (doc ids differ)")
+        return report
+    compare_prompts_and_requests(report, samples, {UPSTREAM: upstream.requests, SUITE: suite.requests})
+    compare_sample_values(report, samples)
+    compare_aggregates(report, upstream.run.results, suite.run.results, samples[UPSTREAM])
+    return report
+
+
+def requests_by_prompt(requests: Sequence[Request]) -> dict[str, list[Request]]:
+    found: dict[str, list[Request]] = {}
+    for request in requests:
+        found.setdefault(request.text, []).append(request)
+    return found
+
+
+def compare_prompts_and_requests(report: Report, samples: Mapping[str, list[dict]],
+                                 requests: Mapping[str, Sequence[Request]]) -> None:
+    """Each sample's prompt, and the requests that carried it: their images and parameters."""
+    by_prompt = {side: requests_by_prompt(requests[side]) for side in SIDES}
+    prompts_equal, images, carried = 0, 0, 0
+    for upstream, suite in zip(samples[UPSTREAM], samples[SUITE]):
+        doc = f"doc {upstream['doc_id']}"
+        if upstream.get("input") != suite.get("input"):
+            report.differs("prompt:input", f"{doc}: lmms-eval {upstream.get('input')!r} | suite {suite.get('input')!r}")
+            continue
+        prompts_equal += 1
+        sent = {side: sorted(by_prompt[side].get(sample["input"], []), key=lambda r: (r.images, r.parameters))
+                for side, sample in ((UPSTREAM, upstream), (SUITE, suite))}
+        if not sent[UPSTREAM] or len(sent[UPSTREAM]) != len(sent[SUITE]):
+            report.differs("request:count", f"{doc}: lmms-eval sent {len(sent[UPSTREAM])} request(s), the suite "
+                                            f"{len(sent[SUITE])}")
+            continue
+        for ours, theirs in zip(sent[UPSTREAM], sent[SUITE]):
+            if ours.images != theirs.images:
+                report.differs("request:images", f"{doc}: lmms-eval {len(ours.images)} image(s) {ours.images} | "
+                                                 f"suite {len(theirs.images)} {theirs.images}")
+            elif ours.parameters != theirs.parameters:
+                report.differs("request:parameters", f"{doc}: lmms-eval {ours.parameters} | suite {theirs.parameters}")
+            else:
+                carried, images = carried + 1, images + len(ours.images)
+    report.equal.append(f"prompts: {prompts_equal} of {len(samples[SUITE])} equal")
+    report.equal.append(f"requests: {carried} equal in their images ({images} in all, pixel for pixel) and "
+                        f"parameters")
+
+
+def compare_sample_values(report: Report, samples: Mapping[str, list[dict]]) -> None:
+    """Every value each samples file logs for a sample, besides lmms-eval's bookkeeping."""
+    equal: dict[str, int] = {}
+    for upstream, suite in zip(samples[UPSTREAM], samples[SUITE]):
+        for name in sorted((upstream.keys() | suite.keys()) - SAMPLE_BOOKKEEPING):
+            doc = f"doc {upstream['doc_id']}"
+            if name not in upstream or name not in suite:
+                side = UPSTREAM if name in upstream else SUITE
+                report.differs(f"sample:{name}", f"{doc}: logged by {side} only")
+            elif values_equal(upstream[name], suite[name], report.pair.tolerance):
+                equal[name] = equal.get(name, 0) + 1
+            else:
+                report.differs(f"sample:{name}", f"{doc}: lmms-eval {upstream[name]!r} | suite {suite[name]!r}")
+    report.equal.append(f"per-sample values equal: {', '.join(f'{name} ({count})' for name, count in equal.items())}")
+
+
+def compare_aggregates(report: Report, upstream: Mapping, suite: Mapping, upstream_samples: list[dict]) -> None:
+    """Every aggregate of the results files; a suite aggregate whose name ``means_of_upstream_samples`` lists is
+    compared with the mean of the upstream samples' values of that name."""
+    ours = dict(reported_metrics(upstream).get(report.pair.upstream, {}))
+    theirs = reported_metrics(suite).get(report.pair.suite, {})
+    recomputed = [name for name in sorted(theirs.keys() - ours.keys())
+                  if any(fnmatch.fnmatchcase(name, pattern) for pattern in report.pair.means_of_upstream_samples)]
+    for name in recomputed:
+        logged = [sample[name] for sample in upstream_samples if name in sample]
+        ours[name] = sum(logged) / len(logged) if logged else None
+    equal = []
+    for name in sorted(ours.keys() | theirs.keys()):
+        if name not in ours or name not in theirs:
+            side, value = (UPSTREAM, ours[name]) if name in ours else (SUITE, theirs[name])
+            report.differs(f"aggregate:{name}", f"reported by {side} only ({value!r})")
+        elif values_equal(ours[name], theirs[name], report.pair.tolerance):
+            value = ours[name]
+            equal.append(f"{name} {value:.6g}" if isinstance(value, (int, float)) else f"{name} {value!r}")
+        else:
+            report.differs(f"aggregate:{name}", f"lmms-eval {ours[name]!r} | suite {theirs[name]!r}")
+    report.equal.append(f"aggregates equal: {', '.join(equal)}" + (
+        f" (lmms-eval's {', '.join(recomputed)}: the mean of its logged per-sample values)" if recomputed else ""))
+
+
+# =====================================================================================================
+# Printing, and the command
+# =====================================================================================================
+
+
+def proof_lines(proofs: Sequence[dict], scratch: Path) -> tuple[list[str], bool]:
+    """What the lmms-eval side's guard proves (its CLI process imported lmms-eval from the patched copy; no process
+    of that side imported a module of the suite), and whether it proves it."""
+    cli = [proof for proof in proofs if proof["argv"][:1] and proof["argv"][0].endswith("lmms_eval/__main__.py")]
+    if len(cli) != 1:
+        return [f"lmms-eval side: {len(cli)} proof(s) of its CLI process written (the process did not exit "
+                f"normally?)"], False
+    imported = sorted({name for proof in proofs for name in proof["imported"]})
+    refused = sorted({name for proof in proofs for name in proof["refused"]})
+    origin = cli[0].get("lmms_eval") or ""
+    proven = not imported and origin.startswith(str(scratch))
+    return [f"lmms-eval side: lmms_eval imported from the patched copy {origin}",
+            f"lmms-eval side ({len(proofs)} process(es)): lmms_egoplan modules imported: {imported or 'none'}; "
+            f"refused: {refused or 'none'} (the suite's entry point, which lmms-eval tries to load)"], proven
+
+
+def print_report(report: Report, out=sys.stdout) -> None:
+    pair = report.pair
+    print(f"\n== {pair.upstream} (lmms-eval, patched) against {pair.suite} (the suite)", file=out)
+    for line in report.equal:
+        print(textwrap.fill(line, 118, initial_indent="  equal       ", subsequent_indent=" " * 14), file=out)
+    for difference in pair.differences:
+        covered = report.deliberate.get(difference.name, [])
+        print(textwrap.fill(f"{difference.name}: {difference.why} ({len(covered)} item(s) in this run)", 118,
+                            initial_indent="  deliberate  ", subsequent_indent=" " * 14), file=out)
+        for line in covered[:6]:
+            print(f"{' ' * 16}{line[:200]}", file=out)
+        if len(covered) > 6:
+            print(f"{' ' * 16}... and {len(covered) - 6} more", file=out)
+    for line in report.differing:
+        print(f"  DIFFERS     {line[:400]}", file=out)
+
+
+def compare(benchmark: Benchmark, model: str, model_args: str, limit: int | None, workdir: Path,
+            environ: Mapping[str, str] = os.environ, out=sys.stdout) -> bool:
+    """Run both sides of ``benchmark`` and print the comparison; True when nothing but the declared deliberate
+    differences differs."""
+    environment = upstream_settings(benchmark.settings, environ)
+    sides = run_both(benchmark, model, model_args, limit, workdir, environment)
+    lines, proven = proof_lines(sides[UPSTREAM].proofs, workdir / "lmms-eval")
+    chosen = benchmark.sides(model, model_args)
+    backends = ", ".join(f"{side}: --model {side_model}" for side, (side_model, _) in chosen.items())
+    print(f"{benchmark.name}: lmms-eval with {', '.join(benchmark.patches)} against the suite ({backends})", file=out)
+    for line in lines:
+        print(("  " if proven else "  DIFFERS     ") + line, file=out)
+    reports = [compare_pair(pair, sides[UPSTREAM], sides[SUITE]) for pair in benchmark.tasks]
+    for report in reports:
+        print_report(report, out)
+    same = proven and not any(report.differing for report in reports)
+    print(f"\n{benchmark.name}: " + ("equal but for the deliberate differences above" if same else
+                                     "DIFFERENT (lines marked DIFFERS)"), file=out)
+    return same
+
+
+@contextlib.contextmanager
+def working_folder(chosen: str | None) -> Iterator[Path]:
+    if chosen:
+        Path(chosen).mkdir(parents=True, exist_ok=True)
+        yield Path(chosen)
+        return
+    folder = Path(tempfile.mkdtemp(prefix="equivalence-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("benchmark", choices=sorted(BENCHMARKS))
+    parser.add_argument("--model", required=True, help="the lmms-eval backend both sides use")
+    parser.add_argument("--model_args", default="", help="its --model_args")
+    parser.add_argument("--limit", type=int, default=None, help="the first N samples of every task")
+    parser.add_argument("--workdir", default=None, help="keep the runs, the scratch copy and the logs here "
+                                                        "(default: a temporary folder, removed)")
+    arguments = parser.parse_args(argv)
+    try:
+        with working_folder(arguments.workdir) as workdir:
+            same = compare(BENCHMARKS[arguments.benchmark], arguments.model, arguments.model_args, arguments.limit,
+                           workdir)
+    except EquivalenceError as error:
+        print(f"equivalence.py: {error}", file=sys.stderr)
+        return 2
+    return 0 if same else 1
+
+
+# =====================================================================================================
+# The benchmarks
+# =====================================================================================================
+
+BENCHMARKS: dict[str, Benchmark] = {}
+
+
+def declare(benchmark: Benchmark) -> Benchmark:
+    BENCHMARKS[benchmark.name] = benchmark
+    return benchmark
+
+
+def suite_bookkeeping(*names: str) -> Difference:
+    """The suite's own per-sample records and counts (``predictions``, ``failed_requests``, ...), which lmms-eval's
+    tasks do not keep: lmms-eval logs each sample's answer (``filtered_resps``) and counts a task's samples itself."""
+    return Difference("the suite's bookkeeping", "per-sample records and counts of the suite's own (the logged "
+                      "letters, failed requests, skipped samples, a count per breakdown); lmms-eval logs each "
+                      "sample's answer and its task's sample count", tuple(f"{kind}:{name}" for name in names
+                                                                         for kind in ("sample", "aggregate")))
+
+
+# EgoPlan-Bench2 (PR d, 27): the official evaluation, both answer parsers, the paper's domains and scenarios.
+def _egoplan_bench2() -> Benchmark:
+    from lmms_egoplan.egoplan_bench2.data import ENV_PREFIX
+    from lmms_egoplan.egoplan_bench2.settings import EgoPlanBench2Settings
+
+    return Benchmark(
+        name="egoplan_bench2", patches=("27-egoplan-bench2-task.patch",), capture="chat",
+        tasks=(TaskPair("egoplan_bench2", "egoplan_bench2", means_of_upstream_samples=("accuracy_scenario_*",),
+                        differences=(
+                            suite_bookkeeping("predictions", "failed_requests", "skipped_samples", "n_domain_*",
+                                              "n_scenario_*"),
+                            Difference("gold answer logged as its letter", "lmms-eval's generative tasks log "
+                                       "the gold answer as the data writes it (golden_choice_idx, A-D); the suite's "
+                                       "task logs its position, 0-3, as its likelihood variant needs it",
+                                       ("sample:target",)))),),
+        settings=SuiteSettings(
+            EgoPlanBench2Settings, ENV_PREFIX, "tasks/egoplan_bench2/egoplan_bench2.yaml",
+            shared=("data_source", "annotation_dir", "annotation_file", "ego4d_videos_root", "annotation_fps",
+                    "seed_bench_r1_root", "frame_sampling", "num_frames", "parser"),
+            unscored=("images_decoded_at_load", "allow_paths_outside_root", "scored_tokens", "loss_mean")))
+
+
+declare(_egoplan_bench2())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
