@@ -21,6 +21,7 @@ SMOKE_RUNS = {
                                r"ratio\s+:\s+[\d.]+x"),
     "bench_egoplan_visuals.py": (["--questions", "1", "--seconds", "4"], r"naive / egoplan =\s+[\d.]+x"),
     "bench_entry_point.py": (["--runs", "1"], r"installed / not installed = [\d.]+x"),
+    "bench_qwen_loglikelihood.py": (["--questions", "1", "--rounds", "1"], r"egoplan_hf / lmms-eval = [\d.]+x"),
     "bench_media_check.py": (["--samples", "4", "--frames-per-video", "400"],
                              r"pre-cut clips \(H\.264\)\s+: check .* check / decoding = [\d.]+%"),
 }
