@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # a checkout: the suite and the patch tests' scratch copies (tests/e2e/upstream_patches)
     sys.path.insert(0, str(ROOT))
 
+from lmms_egoplan.core.errors import InputError  # noqa: E402
 from lmms_egoplan.core.settings import env_var, resolve_settings  # noqa: E402
 from lmms_egoplan.demo.kit.judge_server import ChatCall, ChatServer, Reply  # noqa: E402
 from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun, run_lmms_eval  # noqa: E402
@@ -90,6 +91,32 @@ class Difference:
 
 
 @dataclass(frozen=True)
+class Regrouped:
+    """An upstream metric holding in one value what the suite reports as one metric per group of the data (lmms-eval's
+    metric list is fixed in its YAML; the suite adds a metric per group it finds): per sample ``{key: group, value:
+    x}``, aggregated as ``{group: x}``; compared as the suite's ``<metric>_<group>``. A deliberate difference."""
+
+    metric: str
+    key: str
+    value: str
+    why: str
+
+    def per_sample(self, sample: Mapping) -> dict:
+        item = sample.get(self.metric)
+        if not isinstance(item, Mapping) or self.key not in item:
+            return dict(sample)
+        rest = {name: value for name, value in sample.items() if name != self.metric}
+        return {**rest, f"{self.metric}_{item[self.key]}": item.get(self.value)}
+
+    def aggregated(self, metrics: Mapping) -> dict:
+        groups = metrics.get(self.metric)
+        if not isinstance(groups, Mapping):
+            return dict(metrics)
+        rest = {name: value for name, value in metrics.items() if name != self.metric}
+        return {**rest, **{f"{self.metric}_{group}": value for group, value in groups.items()}}
+
+
+@dataclass(frozen=True)
 class TaskPair:
     """An upstream task and the suite's task it must score as."""
 
@@ -97,9 +124,19 @@ class TaskPair:
     suite: str
     differences: tuple[Difference, ...] = ()
     tolerance: float = 1e-9  # floats (per-sample values, aggregates) equal within this, absolute or relative
-    # Aggregates the suite reports and the upstream task only logs per sample (names outside lmms-eval's static
-    # metric list): recomputed as the mean of the upstream samples' values of the same name (fnmatch patterns).
-    means_of_upstream_samples: tuple[str, ...] = ()
+    regrouped: tuple[Regrouped, ...] = ()
+
+    def upstream_sample(self, sample: Mapping) -> dict:
+        for regrouped in self.regrouped:
+            sample = regrouped.per_sample(sample)
+        return dict(sample)
+
+    def upstream_aggregates(self, metrics: Mapping) -> dict:
+        # lmms-eval writes [] for a value a task logs per sample without aggregating it: not an aggregate.
+        metrics = {name: value for name, value in metrics.items() if value != []}
+        for regrouped in self.regrouped:
+            metrics = regrouped.aggregated(metrics)
+        return metrics
 
 
 @dataclass(frozen=True)
@@ -404,8 +441,9 @@ def upstream_environment(scratch: Path, workdir: Path) -> dict[str, str]:
 
 
 def run_both(benchmark: Benchmark, model: str, model_args: str, limit: int | None, workdir: Path,
-             environment: Mapping[str, str]) -> dict[str, SideRun]:
-    """Both sides' runs, at the same time, each with every task of the benchmark; their captured requests."""
+             environ: Mapping[str, str], settings: Mapping[str, str]) -> dict[str, SideRun]:
+    """Both sides' runs, at the same time, each with every task of the benchmark, in ``environ`` (lmms-eval's side:
+    with the suite's ``settings`` as its task reads them); their captured requests."""
     scratch = patched_lmms_eval(benchmark.patches, workdir / "lmms-eval")
     extra = ["--limit", str(limit)] if limit else []
     with CAPTURES[benchmark.capture](workdir) as capture:
@@ -415,8 +453,8 @@ def run_both(benchmark: Benchmark, model: str, model_args: str, limit: int | Non
             upstream = side == UPSTREAM
             plans[side] = dict(model=side_model, model_args=side_args, output_dir=workdir / side, extra_args=extra,
                                tasks=[pair.upstream if upstream else pair.suite for pair in benchmark.tasks],
-                               env={**env, **({**environment, **upstream_environment(scratch, workdir)}
-                                              if upstream else {})},
+                               env={**environ, **env, **({**settings, **upstream_environment(scratch, workdir)}
+                                                           if upstream else {})},
                                use_plugin=not upstream, check=False)
         with concurrent.futures.ThreadPoolExecutor(len(plans)) as pool:
             runs = {side: pool.submit(run_lmms_eval, **plan) for side, plan in plans.items()}
@@ -524,14 +562,15 @@ class Report:
 
 def compare_pair(pair: TaskPair, upstream: SideRun, suite: SideRun) -> Report:
     report = Report(pair)
-    samples = {UPSTREAM: upstream.run.samples(pair.upstream), SUITE: suite.run.samples(pair.suite)}
+    samples = {UPSTREAM: [pair.upstream_sample(sample) for sample in upstream.run.samples(pair.upstream)],
+               SUITE: suite.run.samples(pair.suite)}
     if [s["doc_id"] for s in samples[UPSTREAM]] != [s["doc_id"] for s in samples[SUITE]]:
         report.differing.append(f"samples: lmms-eval logged {len(samples[UPSTREAM])}, the suite "
                                 f"{len(samples[SUITE])} (doc ids differ)")
         return report
     compare_prompts_and_requests(report, samples, {UPSTREAM: upstream.requests, SUITE: suite.requests})
     compare_sample_values(report, samples)
-    compare_aggregates(report, upstream.run.results, suite.run.results, samples[UPSTREAM])
+    compare_aggregates(report, upstream.run.results, suite.run.results)
     return report
 
 
@@ -588,16 +627,10 @@ def compare_sample_values(report: Report, samples: Mapping[str, list[dict]]) -> 
     report.equal.append(f"per-sample values equal: {', '.join(f'{name} ({count})' for name, count in equal.items())}")
 
 
-def compare_aggregates(report: Report, upstream: Mapping, suite: Mapping, upstream_samples: list[dict]) -> None:
-    """Every aggregate of the results files; a suite aggregate whose name ``means_of_upstream_samples`` lists is
-    compared with the mean of the upstream samples' values of that name."""
-    ours = dict(reported_metrics(upstream).get(report.pair.upstream, {}))
+def compare_aggregates(report: Report, upstream: Mapping, suite: Mapping) -> None:
+    """Every aggregate of the two results files (lmms-eval's regrouped as the suite's, ``TaskPair.regrouped``)."""
+    ours = report.pair.upstream_aggregates(reported_metrics(upstream).get(report.pair.upstream, {}))
     theirs = reported_metrics(suite).get(report.pair.suite, {})
-    recomputed = [name for name in sorted(theirs.keys() - ours.keys())
-                  if any(fnmatch.fnmatchcase(name, pattern) for pattern in report.pair.means_of_upstream_samples)]
-    for name in recomputed:
-        logged = [sample[name] for sample in upstream_samples if name in sample]
-        ours[name] = sum(logged) / len(logged) if logged else None
     equal = []
     for name in sorted(ours.keys() | theirs.keys()):
         if name not in ours or name not in theirs:
@@ -608,8 +641,7 @@ def compare_aggregates(report: Report, upstream: Mapping, suite: Mapping, upstre
             equal.append(f"{name} {value:.6g}" if isinstance(value, (int, float)) else f"{name} {value!r}")
         else:
             report.differs(f"aggregate:{name}", f"lmms-eval {ours[name]!r} | suite {theirs[name]!r}")
-    report.equal.append(f"aggregates equal: {', '.join(equal)}" + (
-        f" (lmms-eval's {', '.join(recomputed)}: the mean of its logged per-sample values)" if recomputed else ""))
+    report.equal.append(f"aggregates equal: {', '.join(equal)}")
 
 
 # =====================================================================================================
@@ -638,6 +670,10 @@ def print_report(report: Report, out=sys.stdout) -> None:
     print(f"\n== {pair.upstream} (lmms-eval, patched) against {pair.suite} (the suite)", file=out)
     for line in report.equal:
         print(textwrap.fill(line, 118, initial_indent="  equal       ", subsequent_indent=" " * 14), file=out)
+    for regrouped in pair.regrouped:
+        print(textwrap.fill(f"{regrouped.metric} regrouped: {regrouped.why} (compared above as "
+                            f"{regrouped.metric}_<{regrouped.key}>)", 118, initial_indent="  deliberate  ",
+                            subsequent_indent=" " * 14), file=out)
     for difference in pair.differences:
         covered = report.deliberate.get(difference.name, [])
         print(textwrap.fill(f"{difference.name}: {difference.why} ({len(covered)} item(s) in this run)", 118,
@@ -654,8 +690,8 @@ def compare(benchmark: Benchmark, model: str, model_args: str, limit: int | None
             environ: Mapping[str, str] = os.environ, out=sys.stdout) -> bool:
     """Run both sides of ``benchmark`` and print the comparison; True when nothing but the declared deliberate
     differences differs."""
-    environment = upstream_settings(benchmark.settings, environ)
-    sides = run_both(benchmark, model, model_args, limit, workdir, environment)
+    settings = upstream_settings(benchmark.settings, environ)
+    sides = run_both(benchmark, model, model_args, limit, workdir, environ, settings)
     lines, proven = proof_lines(sides[UPSTREAM].proofs, workdir / "lmms-eval")
     chosen = benchmark.sides(model, model_args)
     backends = ", ".join(f"{side}: --model {side_model}" for side, (side_model, _) in chosen.items())
@@ -684,7 +720,9 @@ def working_folder(chosen: str | None) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.environ, out=sys.stdout) -> int:
+    """The command; ``environ``: the environment whose settings both sides read (and their runs get), ``out``: where
+    the comparison is printed."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("benchmark", choices=sorted(BENCHMARKS))
@@ -697,8 +735,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with working_folder(arguments.workdir) as workdir:
             same = compare(BENCHMARKS[arguments.benchmark], arguments.model, arguments.model_args, arguments.limit,
-                           workdir)
-    except EquivalenceError as error:
+                           workdir, environ, out)
+    except (EquivalenceError, InputError) as error:  # InputError: the suite's settings (SettingsError)
         print(f"equivalence.py: {error}", file=sys.stderr)
         return 2
     return 0 if same else 1
@@ -731,8 +769,12 @@ def _egoplan_bench2() -> Benchmark:
     from lmms_egoplan.egoplan_bench2.settings import EgoPlanBench2Settings
 
     return Benchmark(
-        name="egoplan_bench2", patches=("27-egoplan-bench2-task.patch",), capture="chat",
-        tasks=(TaskPair("egoplan_bench2", "egoplan_bench2", means_of_upstream_samples=("accuracy_scenario_*",),
+        name="egoplan_bench2", patches=("23-egoplan2-official-parser.patch", "27-egoplan-bench2-task.patch"),
+        capture="chat",
+        tasks=(TaskPair("egoplan_bench2", "egoplan_bench2", regrouped=(Regrouped(
+                            "accuracy_scenario", "scenario", "correct", "the data's scenarios (the paper's 24) "
+                            "in one metric of lmms-eval's fixed metric list, its aggregate a mapping of each scenario "
+                            "to its accuracy; the suite adds a metric per scenario it finds"),),
                         differences=(
                             suite_bookkeeping("predictions", "failed_requests", "skipped_samples", "n_domain_*",
                                               "n_scenario_*"),

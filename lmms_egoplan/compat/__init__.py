@@ -35,7 +35,8 @@ a patch for lmms-eval with its pull-request text, or why it cannot become one. E
   ``tasks.explain_missing_tasks``                             a run that uses the suite names a task not found
   ``tasks.hint_suite_counterparts``                           a run that uses the suite names an lmms-eval
                                                               built-in that a suite task implements as its
-                                                              paper defines it
+                                                              paper defines it, or a suite task whose name
+                                                              lmms-eval's own index gives to its own task
   ``tasks.check_suite_tasks_before_the_model``                a run that uses the suite, once its tasks are
                                                               named (the suite's tasks only)
   ``results.keep_loglikelihood_results``                      a suite task or backend is built (every task of

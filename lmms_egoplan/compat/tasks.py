@@ -104,7 +104,7 @@ def watch_task_selection() -> bool:
             return matched
         fail_runs_with_failed_tasks()
         explain_missing_tasks(names, matched, self.all_tasks, suite_tasks)
-        hint_suite_counterparts(names, matched, suite_tasks)
+        hint_suite_counterparts(names, matched, suite_tasks, _lmms_evals_own(self, names, suite_tasks))
         check_suite_tasks_before_the_model()
         keep_api_keys_out_of_the_run_summary()
         return matched
@@ -142,11 +142,22 @@ def _cli_swallows_missing_tasks(cli_evaluate_single: str | None = None) -> bool:
     cli_evaluate_single = cli_evaluate_single or lmms_eval_source("lmms_eval.__main__", "cli_evaluate_single")
     return "match_tasks(" in cli_evaluate_single and cli_swallows_evaluation_errors()
 
+def _suite_task_folder() -> str | None:
+    spec = importlib.util.find_spec(f"{SUITE_PLUGIN}.tasks")
+    return list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
+
 def _suite_task_names(task_manager: Any) -> set[str]:
     """Task, group and tag names of the suite's task folder, indexed as lmms-eval indexes any folder."""
-    spec = importlib.util.find_spec(f"{SUITE_PLUGIN}.tasks")
-    folder = list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
+    folder = _suite_task_folder()
     return set(task_manager._get_task_and_group(folder)) if folder else set()
+
+def _lmms_evals_own(task_manager: Any, names: list[str], suite_tasks: set[str]) -> dict[str, str]:
+    """The suite's task names of ``names`` that lmms-eval's index gives to a task of its own (a release that carries
+    a task of the same name): {name: the YAML lmms-eval runs}."""
+    folder = os.path.realpath(_suite_task_folder() or "") + os.sep
+    found = {name: task_manager.task_index.get(name, {}).get("yaml_path") for name in names if name in suite_tasks}
+    return {name: str(path) for name, path in found.items()
+            if isinstance(path, (str, os.PathLike)) and not os.path.realpath(path).startswith(folder)}
 
 def plugin_variable_line(environ: Mapping[str, str] = os.environ) -> str:
     """The shell line that adds the suite to ``LMMS_EVAL_PLUGINS``, keeping the plugins it names."""
@@ -175,15 +186,19 @@ def missing_tasks_message(missing: list[str], indexed: list[str], suite_tasks: s
     hint = f"; add this line before the command: {plugin_variable_line(environ)}" if needs_plugin else ""
     return f"--tasks: {'; '.join(problems)}{hint}"
 
-def hint_suite_counterparts(names: list[str], matched: list, suite_tasks: set[str]) -> list[str]:
-    """Warn where a run of the suite names an lmms-eval built-in that a suite task implements.
+def hint_suite_counterparts(names: list[str], matched: list, suite_tasks: set[str],
+                            lmms_evals_own: Mapping[str, str] | None = None) -> list[str]:
+    """Warn where a run of the suite names an lmms-eval built-in that a suite task implements, and say which
+    implementation runs where lmms-eval carries a task of a suite task's own name.
 
     Bug: lmms-eval's built-in task index wins over include paths without a word
     (``lmms_eval/tasks/__init__.py:TaskManager``), and lmms-eval ships tasks named like the
     papers' benchmarks (``egothink_counting``, ``egoplan``, ``egoplan2``) with protocols of their
-    own; a user of the suite who types the paper's name silently runs the built-in. Fix: a warning
-    naming the suite's task for each such name (the run goes on: the built-in may be what the user
-    wants). Returns the warnings.
+    own; a user of the suite who types the paper's name silently runs the built-in. An lmms-eval that carries
+    one of the suite's tasks upstream (``docs/upstream/``) runs its own for that name.
+    Fix: a warning naming the suite's task for each such name, and one naming lmms-eval's task that runs
+    (``lmms_evals_own``: {name: its YAML}) instead of the suite's (the run goes on: the built-in may be what
+    the user wants). Returns the warnings.
     """
     lines = []
     note_in_place("tasks.hint_suite_counterparts")
@@ -192,6 +207,12 @@ def hint_suite_counterparts(names: list[str], matched: list, suite_tasks: set[st
         if name in matched and name not in suite_tasks and counterpart in suite_tasks:
             lines.append(f"lmms-egoplan: --tasks {name} is lmms-eval's built-in task, not the suite's; the suite "
                          f"implements it as its paper defines it as {counterpart} (tasks/ README of its benchmark)")
+    for name, path in (lmms_evals_own or {}).items():
+        if name in matched:
+            lines.append(f"lmms-egoplan: --tasks {name} runs lmms-eval's own task of that name ({path}), not the "
+                         f"suite's: lmms-eval's index wins. docs/upstream/README.md lists the suite's tasks sent to "
+                         f"lmms-eval, each proven to score as the suite's; a setting only the suite's task reads does "
+                         f"nothing there")
     for line in lines:
         logger.warning(line)
     return lines

@@ -6,7 +6,10 @@ pytest processes with the workarounds switched off: against the released copy, w
 some of its own fail; against the release with that patch alone (on those it needs), and with every patch in order,
 where every one passes. A skipped test fails the check. docs/upstream/README.md's tables name the patches, their
 workarounds and tests, and the workarounds that cannot become a patch, with why; every workaround of
-lmms_egoplan.compat's switch table is in one."""
+lmms_egoplan.compat's switch table is in one. A pull request of the benchmark series that adds a task carries no test
+of its own (lmms-eval's CI runs none; its text's Validation is the proof a reviewer sees): its row names the
+equivalence run that proves it instead (docs/upstream/equivalence.py, tests/e2e/test_upstream_equivalence.py), and
+these checks say so rather than pass it silently."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from tests.e2e.upstream_patches import (
     outcomes_of,
     run_tests,
     scratch_lmms_eval,
+    series_rows,
     switch_table,
     table_rows,
     upstream_patches,
@@ -26,6 +30,9 @@ from tests.e2e.upstream_patches import (
 )
 
 PATCHES = upstream_patches()
+# The patches whose own tests run in lmms-eval's test tree; the others are proven by an equivalence run
+# (test_a_pull_request_without_a_test_of_its_own_is_proven_by_an_equivalence_run).
+TESTED = [patch for patch in PATCHES if patch.proven_by is None]
 
 
 def patch_tests(patches, scratch) -> list[str]:
@@ -48,9 +55,10 @@ def not_passed(outcomes: dict) -> dict:
 
 
 def test_every_workaround_has_a_patch_or_a_reason_and_every_patch_its_row_text_and_tests():
-    rows = table_rows()
-    assert PATCH_FILES and sorted(rows) == [patch.name for patch in PATCH_FILES], \
-        set(rows) ^ {p.name for p in PATCH_FILES}
+    rows, series = table_rows(), series_rows()
+    assert not set(rows) & set(series), set(rows) & set(series)
+    assert PATCH_FILES and sorted([*rows, *series]) == [patch.name for patch in PATCH_FILES], \
+        set(rows) ^ set(series) ^ {p.name for p in PATCH_FILES}
     patched = [workaround for patch in PATCHES for workaround in patch.workarounds]
     without = workarounds_without_a_patch()
     assert len(patched) == len(set(patched)), patched
@@ -58,7 +66,7 @@ def test_every_workaround_has_a_patch_or_a_reason_and_every_patch_its_row_text_a
     assert not set(patched) & set(without) and all(without.values())
     for patch in PATCHES:
         assert patch.patch.with_suffix(".md").exists(), patch.patch
-        assert patch.own_tests(), f"{patch.patch.name} adds no test to lmms-eval's test tree"
+        assert patch.own_tests() or patch.proven_by, f"{patch.patch.name} adds no test to lmms-eval's test tree"
         assert bool(patch.workarounds) == bool(patch.suite_tests), patch
         assert all((ROOT / test.split("::")[0]).exists() for test in patch.suite_tests), patch.suite_tests
         assert all(need.name < patch.patch.name for need in patch.tested_with), f"{patch.name} needs a later patch"
@@ -77,6 +85,20 @@ def test_every_patch_applies_without_a_warning_alone_and_after_the_ones_before_i
             f"{patch.name} after the ones before it: {applied.stderr}"
 
 
+def test_a_pull_request_without_a_test_of_its_own_is_proven_by_an_equivalence_run():
+    """Its row names the benchmark; docs/upstream/equivalence.py declares it with this patch among those it applies,
+    and the end-to-end tier runs that comparison (tests/e2e/test_upstream_equivalence.py)."""
+    from docs.upstream.equivalence import BENCHMARKS
+    from tests.e2e.test_upstream_equivalence import EQUIVALENCE_RUNS
+
+    proven = [patch for patch in PATCHES if patch.proven_by]
+    for patch in proven:
+        assert not patch.own_tests(), f"{patch.name} has its own tests: its row should not need an equivalence run"
+        assert patch.proven_by in BENCHMARKS, f"{patch.name}: equivalence.py declares no {patch.proven_by}"
+        assert patch.patch.name in BENCHMARKS[patch.proven_by].patches, (patch.name, BENCHMARKS[patch.proven_by])
+        assert patch.proven_by in EQUIVALENCE_RUNS, f"{patch.name}: the end-to-end tier does not run {patch.proven_by}"
+
+
 def test_the_released_lmms_eval_fails_the_patches_tests_and_passes_them_with_every_patch_in_order(
         checkpoint_cache, tmp_path):
     scratch = scratch_lmms_eval(tmp_path / "lmms-eval")
@@ -91,7 +113,7 @@ def test_the_released_lmms_eval_fails_the_patches_tests_and_passes_them_with_eve
 
     assert not not_passed(patched), not_passed(patched)
     assert "skipped" not in released.values(), {test: o for test, o in released.items() if o == "skipped"}
-    for patch in PATCHES:
+    for patch in TESTED:
         suite = [outcome for test in patch.suite_tests for outcome in outcomes_of(released, test)]
         assert not patch.suite_tests or (suite and set(suite) == {"failed"}), (patch.name, suite)
         own = [outcome for test in patch.own_tests() for outcome in outcomes_of(released, test)]
@@ -99,7 +121,7 @@ def test_the_released_lmms_eval_fails_the_patches_tests_and_passes_them_with_eve
         assert all(outcomes_of(patched, test) for test in [*patch.suite_tests, *patch.own_tests()]), patch.name
 
 
-@pytest.mark.parametrize("patch", PATCHES, ids=[patch.name for patch in PATCHES])
+@pytest.mark.parametrize("patch", TESTED, ids=[patch.name for patch in TESTED])
 def test_a_patch_alone_passes_its_tests_with_its_workarounds_switched_off(patch, checkpoint_cache, tmp_path):
     scratch = scratch_with([*patch.tested_with, patch.patch], tmp_path / "lmms-eval")
     alone = run_tests(scratch, patch_tests([patch], scratch), set(patch.workarounds), checkpoint_cache,

@@ -1,7 +1,8 @@
-"""The patches of docs/upstream/ and a scratch lmms-eval to apply them to, for tests/e2e/test_upstream_patches.py and
-tests/e2e/test_upstream_patch_lint.py: every ``NN-*.patch`` of the folder, in order; docs/upstream/README.md's
-table rows (each patch's workarounds and the suite's tests of them); a copy of the installed lmms-eval in lmms-eval's
-repository layout and file modes; ``git apply``; a pytest run against a scratch copy."""
+"""The patches of docs/upstream/ and a scratch lmms-eval to apply them to, for tests/e2e/test_upstream_patches.py,
+tests/e2e/test_upstream_patch_lint.py and docs/upstream/equivalence.py: every ``NN-*.patch`` of the folder, in order;
+docs/upstream/README.md's table rows (each fix's workarounds and the suite's tests of them; each pull request of the
+benchmark series with its proof: its own test, or an equivalence run); a copy of the installed lmms-eval in
+lmms-eval's repository layout and file modes; ``git apply``; a pytest run against a scratch copy."""
 
 from __future__ import annotations
 
@@ -28,6 +29,12 @@ ROW = re.compile(r"^\|\s*\[[^\]]+\]\([^)]+\.md\)\s*\(\[diff\]\((?P<patch>[^)]+\.
 NEEDS = re.compile(r"^- Needs (?P<numbers>\d\d(?:(?:, | and )\d\d)*)\b", re.M)
 TESTED_WITH = re.compile(r"^- Tested with (?P<numbers>\d\d(?:(?:, | and )\d\d)*)\b", re.M)
 NO_PATCH_ROW = re.compile(r"^\|\s*`(?P<workaround>\w+\.\w+)`\s*\|(?P<why>[^|]+)\|\s*$")
+# A row of the benchmark series' table: | 27 | [name](name.md) ([diff](name.patch)) | files | ... | proof | ... |
+SERIES_ROW = re.compile(r"^\|\s*(?P<number>\d\d)\s*\|\s*\[[^\]]+\]\([^)]+\.md\)\s*"
+                        r"\(\[diff\]\((?P<patch>[^)]+\.patch)\)\)\s*\|(?P<cells>.*)\|\s*$")
+# The proof cell of a pull request that carries no test of its own (lmms-eval's CI runs none): the equivalence run
+# that shows its task scores as the suite's (docs/upstream/equivalence.py; tests/e2e/test_upstream_equivalence.py).
+EQUIVALENCE_PROOF = re.compile(r"`docs/upstream/equivalence\.py (?P<benchmark>\w+)`")
 # The files the patches touch that are executable (100755) in lmms-eval's git (main at 75571cfe0fa3, the snapshot
 # the suite can read); the others are 100644 there, as in the installed wheel. A patch made with another mode gets
 # a warning from `git apply` in a checkout of lmms-eval, and from the scratch copy here.
@@ -42,6 +49,9 @@ class UpstreamPatch:
     patch: Path
     workarounds: tuple[str, ...]  # switched off while the tests run
     suite_tests: tuple[str, ...]  # files or file::test
+    # A pull request of the benchmark series proven by an equivalence run instead of a test of its own: the
+    # benchmark docs/upstream/equivalence.py compares (its series row's proof cell), else None.
+    proven_by: str | None = None
 
     @property
     def name(self) -> str:
@@ -83,10 +93,24 @@ def table_rows() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
     return rows
 
 
+def series_rows() -> dict[str, str | None]:
+    """docs/upstream/README.md's table of the benchmark series: {patch file name: the benchmark whose equivalence run
+    proves it, or None (it carries its own test)}."""
+    rows = {}
+    for line in (PATCHES / "README.md").read_text(encoding="utf-8").splitlines():
+        match = SERIES_ROW.match(line)
+        if match:
+            proof = EQUIVALENCE_PROOF.search(match["cells"])
+            rows[match["patch"]] = proof["benchmark"] if proof else None
+    return rows
+
+
 def upstream_patches() -> list[UpstreamPatch]:
-    """Every ``NN-*.patch`` of docs/upstream/, in order, with its table row (none: no workaround, no suite test)."""
-    rows = table_rows()
-    return [UpstreamPatch(patch, *rows.get(patch.name, ((), ()))) for patch in PATCH_FILES]
+    """Every ``NN-*.patch`` of docs/upstream/, in order, with its table row (a fix's: its workarounds and the suite's
+    tests of them; a pull request of the series: what proves it)."""
+    rows, series = table_rows(), series_rows()
+    return [UpstreamPatch(patch, *rows.get(patch.name, ((), ())), proven_by=series.get(patch.name))
+            for patch in PATCH_FILES]
 
 
 def workarounds_without_a_patch() -> dict[str, str]:

@@ -1,0 +1,94 @@
+"""docs/upstream/equivalence.py on the demo's data: each pull request's lmms-eval task (a patched scratch copy of the
+installed lmms-eval, in a process that cannot import the suite) scores as the suite's task on the same data and
+backend, request for request, sample for sample, aggregate for aggregate, but for the differences its declaration
+names. Then the same command with the suite's plugin named, on lmms-eval carrying the task (the same scratch copy):
+lmms-eval's own task runs, the run says so, and it scores as without the plugin (no name switches implementation
+silently)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from docs.upstream.equivalence import UPSTREAM, main
+from lmms_egoplan.demo.kit.judge_server import ChatServer
+from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.demo.kit.scripted import MODEL_NAME, answering, reported_metrics
+
+
+def egoplan_bench2(workdir: Path, resources: contextlib.ExitStack) -> tuple[str, str, dict[str, str]]:
+    """The demo's EgoPlan-Bench2 data (the release's layout), answered by the demo's script through lmms-eval's
+    openai backend: answers of every shape, which the two parsers read differently."""
+    from lmms_egoplan.demo.egoplan_bench2 import build_fixture, scripted_answers
+
+    fixture = build_fixture(workdir / "data")
+    model = resources.enter_context(ChatServer(answering([scripted_answers(fixture)]), model_name=MODEL_NAME))
+    return "openai", f"model_version={MODEL_NAME},base_url={model.base_url},api_key=unused", fixture.env()
+
+
+# Each benchmark equivalence.py declares, run on the demo's data: (workdir, resources) -> (model, model_args, the
+# settings that point the suite's tasks at the data).
+EQUIVALENCE_RUNS: dict[str, Callable[[Path, contextlib.ExitStack], tuple[str, str, dict[str, str]]]] = {
+    "egoplan_bench2": egoplan_bench2,
+}
+
+
+class Compared:
+    """One benchmark's equivalence run: what it printed and returned, and what it ran with."""
+
+    def __init__(self, benchmark: str, workdir: Path, resources: contextlib.ExitStack):
+        self.workdir = workdir / "equivalence"
+        self.model, self.model_args, self.env = EQUIVALENCE_RUNS[benchmark](workdir, resources)
+        printed = io.StringIO()
+        self.status = main([benchmark, "--model", self.model, "--model_args", self.model_args,
+                            "--workdir", str(self.workdir)], environ={**os.environ, **self.env}, out=printed)
+        self.printed = printed.getvalue()
+
+    @property
+    def scratch(self) -> Path:
+        """The patched scratch copy of lmms-eval the comparison ran (kept for the tests that follow)."""
+        return self.workdir / "lmms-eval"
+
+    def upstream_results(self) -> dict:
+        [results] = (self.workdir / UPSTREAM).rglob("*_results.json")
+        return json.loads(results.read_text())
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    """benchmark -> its Compared run, run once per module (its model and scratch copy kept for later tests)."""
+    runs: dict[str, Compared] = {}
+    with contextlib.ExitStack() as resources:
+        def run(benchmark: str) -> Compared:
+            if benchmark not in runs:
+                runs[benchmark] = Compared(benchmark, tmp_path_factory.mktemp(benchmark), resources)
+            return runs[benchmark]
+
+        yield run
+
+
+@pytest.mark.parametrize("benchmark", sorted(EQUIVALENCE_RUNS))
+def test_the_pull_requests_task_scores_as_the_suites_but_for_the_named_differences(benchmark, compared):
+    run = compared(benchmark)
+    assert run.status == 0, run.printed
+    assert "DIFFERS" not in run.printed, run.printed
+    assert f"{benchmark}: equal but for the deliberate differences above" in run.printed, run.printed
+    assert "lmms_egoplan modules imported: none; refused: ['lmms_egoplan']" in run.printed, run.printed
+    assert f"lmms_eval imported from the patched copy {run.scratch}/lmms_eval/__init__.py" in run.printed
+
+
+def test_lmms_eval_carrying_a_suite_tasks_name_runs_its_own_says_so_and_scores_as_without_the_plugin(compared,
+                                                                                                   tmp_path):
+    run = compared("egoplan_bench2")
+    with_plugin = run_lmms_eval(model=run.model, model_args=run.model_args, tasks=["egoplan_bench2"],
+                                output_dir=tmp_path, env={**run.env, "PYTHONPATH": str(run.scratch)})
+    own = run.scratch / "lmms_eval" / "tasks" / "egoplan_bench2" / "egoplan_bench2.yaml"
+    assert f"--tasks egoplan_bench2 runs lmms-eval's own task of that name ({own}), not the suite's" in with_plugin.log
+    assert reported_metrics(with_plugin.results)["egoplan_bench2"] == \
+        reported_metrics(run.upstream_results())["egoplan_bench2"]
