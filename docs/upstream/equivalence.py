@@ -850,8 +850,8 @@ EGOPLAN_END_OF_TURN = Difference(
 def _egoplan() -> Benchmark:
     return Benchmark(
         name="egoplan", capture="likelihood", backends=_egoplan_backends,
-        patches=("01-loglikelihood-results.patch", "25-qwen-vl-loglikelihood.patch", "27-egoplan-bench2-task.patch",
-                 "28-egoplan-bench-tasks.patch"),
+        patches=("01-loglikelihood-results.patch", "23-egoplan2-official-parser.patch",
+                 "25-qwen-vl-loglikelihood.patch", "27-egoplan-bench2-task.patch", "28-egoplan-bench-tasks.patch"),
         # Each candidate's loss within 1e-4 (the two backends' float rounding); every choice, accuracy equal.
         tasks=(TaskPair("egoplan_val", "egoplan_val", (EGOPLAN_BOOKKEEPING, EGOPLAN_ANALYSIS, EGOPLAN_END_OF_TURN),
                         tolerance=1e-4),
@@ -861,7 +861,8 @@ def _egoplan() -> Benchmark:
 
 def _egoplan_gen() -> Benchmark:
     return Benchmark(
-        name="egoplan_gen", capture="chat", patches=("27-egoplan-bench2-task.patch", "28-egoplan-bench-tasks.patch"),
+        name="egoplan_gen", capture="chat",
+        patches=("23-egoplan2-official-parser.patch", "27-egoplan-bench2-task.patch", "28-egoplan-bench-tasks.patch"),
         tasks=(TaskPair("egoplan_val_gen", "egoplan_val_gen", (EGOPLAN_BOOKKEEPING, EGOPLAN_ANALYSIS)),),
         settings=_egoplan_settings("tasks/egoplan/egoplan_val_gen.yaml"))
 

@@ -109,9 +109,7 @@ class EgoPlanHF(DocRequests, lmms):
         self.limits = self.visual_limits("egoplan_hf", max_frames, image_max_side, image_max_pixels, video_max_side,
                                          video_max_pixels)
         self.max_length = _arg(max_length, int | None, "max_length") or _context_window(self._model)
-        if str(batch_size).startswith("auto"):
-            raise ValueError("egoplan_hf: batch_size=auto is not supported; pass --batch_size N")
-        self.batch_size = _arg(batch_size, int, "batch_size")
+        self.batch_size = _batch_size(batch_size)
         self.prefix_sharing = _arg(prefix_sharing, bool, "prefix_sharing")
         self.lstrip_continuation = _arg(lstrip_continuation, bool, "lstrip_continuation")
         continuation_batch_size = _arg(continuation_batch_size, int, "continuation_batch_size")
@@ -387,6 +385,13 @@ def _resolve_device(device: str | None, accelerator) -> str:
 
 def _context_window(model) -> int | None:
     return getattr(model.config.get_text_config(), "max_position_embeddings", None)
+
+
+def _batch_size(value) -> int:
+    """``--batch_size`` as a number (``auto`` is refused)."""
+    if str(value).startswith("auto"):
+        raise ValueError("egoplan_hf: batch_size=auto is not supported; pass --batch_size N")
+    return _arg(value, int, "batch_size")
 
 
 def _arg(value, annotation, name: str):

@@ -16,13 +16,13 @@ from typing import Callable
 
 import pytest
 
-from docs.upstream.equivalence import UPSTREAM, main
+from docs.upstream.equivalence import SUITE, UPSTREAM, main
 from lmms_egoplan.demo.kit.judge_server import ChatServer
 from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.scripted import MODEL_NAME, answering, reported_metrics
 
 
-def egoplan_bench2(workdir: Path, resources: contextlib.ExitStack) -> tuple[str, str, dict[str, str]]:
+def egoplan_bench2(workdir: Path, resources: contextlib.ExitStack, tiny_model) -> tuple[str, str, dict[str, str]]:
     """The demo's EgoPlan-Bench2 data (the release's layout), answered by the demo's script through lmms-eval's
     openai backend: answers of every shape, which the two parsers read differently."""
     from lmms_egoplan.demo.egoplan_bench2 import build_fixture, scripted_answers
@@ -32,22 +32,47 @@ def egoplan_bench2(workdir: Path, resources: contextlib.ExitStack) -> tuple[str,
     return "openai", f"model_version={MODEL_NAME},base_url={model.base_url},api_key=unused", fixture.env()
 
 
-# Each benchmark equivalence.py declares, run on the demo's data: (workdir, resources) -> (model, model_args, the
-# settings that point the suite's tasks at the data).
-EQUIVALENCE_RUNS: dict[str, Callable[[Path, contextlib.ExitStack], tuple[str, str, dict[str, str]]]] = {
+def egoplan(workdir: Path, resources: contextlib.ExitStack, tiny_model) -> tuple[str, str, dict[str, str]]:
+    """The demo's EgoPlan-Bench data (EPIC frame folders, Ego4D videos, the release's files), ranked by lmms-eval's
+    qwen2_5_vl (the patched chat backend) and by egoplan_hf on the same tiny random-weight Qwen2.5-VL."""
+    from lmms_egoplan.demo.egoplan import build_fixture
+
+    return "qwen2_5_vl", egoplan_model_args("qwen2_5_vl", tiny_model), build_fixture(workdir / "data").env()
+
+
+def egoplan_model_args(arch: str, tiny_model) -> str:
+    return f"pretrained={tiny_model(arch)},device=cpu,device_map=cpu"
+
+
+def egoplan_gen(workdir: Path, resources: contextlib.ExitStack, tiny_model) -> tuple[str, str, dict[str, str]]:
+    """The demo's EgoPlan-Bench data, egoplan_val_gen answered by the demo's script through lmms-eval's openai backend
+    (a stated letter, a bare one, a candidate's text, a wrong letter, an unreadable answer)."""
+    from lmms_egoplan.demo.egoplan import build_fixture, scripted_answers
+
+    fixture = build_fixture(workdir / "data")
+    model = resources.enter_context(ChatServer(answering([scripted_answers(fixture)]), model_name=MODEL_NAME))
+    return "openai", f"model_version={MODEL_NAME},base_url={model.base_url},api_key=unused", fixture.env()
+
+
+# Each benchmark equivalence.py declares, run on the demo's data: (workdir, resources, tiny_model) -> (model,
+# model_args, the settings that point the suite's tasks at the data).
+EQUIVALENCE_RUNS: dict[str, Callable[..., tuple[str, str, dict[str, str]]]] = {
     "egoplan_bench2": egoplan_bench2,
+    "egoplan": egoplan,
+    "egoplan_gen": egoplan_gen,
 }
 
 
 class Compared:
     """One benchmark's equivalence run: what it printed and returned, and what it ran with."""
 
-    def __init__(self, benchmark: str, workdir: Path, resources: contextlib.ExitStack):
+    def __init__(self, benchmark: str, workdir: Path, resources: contextlib.ExitStack, tiny_model,
+                 run: Callable[..., tuple[str, str, dict[str, str]]] | None = None, extra: tuple[str, ...] = ()):
         self.workdir = workdir / "equivalence"
-        self.model, self.model_args, self.env = EQUIVALENCE_RUNS[benchmark](workdir, resources)
+        self.model, self.model_args, self.env = (run or EQUIVALENCE_RUNS[benchmark])(workdir, resources, tiny_model)
         printed = io.StringIO()
         self.status = main([benchmark, "--model", self.model, "--model_args", self.model_args,
-                            "--workdir", str(self.workdir)], environ={**os.environ, **self.env}, out=printed)
+                            "--workdir", str(self.workdir), *extra], environ={**os.environ, **self.env}, out=printed)
         self.printed = printed.getvalue()
 
     @property
@@ -61,13 +86,13 @@ class Compared:
 
 
 @pytest.fixture(scope="module")
-def compared(tmp_path_factory):
+def compared(tmp_path_factory, tiny_model):
     """benchmark -> its Compared run, run once per module (its model and scratch copy kept for later tests)."""
     runs: dict[str, Compared] = {}
     with contextlib.ExitStack() as resources:
         def run(benchmark: str) -> Compared:
             if benchmark not in runs:
-                runs[benchmark] = Compared(benchmark, tmp_path_factory.mktemp(benchmark), resources)
+                runs[benchmark] = Compared(benchmark, tmp_path_factory.mktemp(benchmark), resources, tiny_model)
             return runs[benchmark]
 
         yield run
@@ -92,3 +117,47 @@ def test_lmms_eval_carrying_a_suite_tasks_name_runs_its_own_says_so_and_scores_a
     assert f"--tasks egoplan_bench2 runs lmms-eval's own task of that name ({own}), not the suite's" in with_plugin.log
     assert reported_metrics(with_plugin.results)["egoplan_bench2"] == \
         reported_metrics(run.upstream_results())["egoplan_bench2"]
+
+
+@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen3_vl"])
+def test_egoplan_by_likelihood_scores_as_egoplan_hf_on_the_other_qwen_backends(arch, tiny_model, tmp_path):
+    """lmms-eval's qwen2_vl (simple) and qwen3_vl (chat) on the first two questions of each split (qwen2_5_vl: every
+    question, above): the same comparison, the same verdict."""
+    def on(workdir: Path, resources: contextlib.ExitStack, tiny_model) -> tuple[str, str, dict[str, str]]:
+        *_, env = egoplan(workdir, resources, tiny_model)
+        return arch, egoplan_model_args(arch, tiny_model), env
+
+    with contextlib.ExitStack() as resources:
+        run = Compared("egoplan", tmp_path, resources, tiny_model, run=on, extra=("--limit", "2"))
+    assert run.status == 0 and "DIFFERS" not in run.printed, run.printed
+    assert "egoplan: equal but for the deliberate differences above" in run.printed, run.printed
+
+
+def logged_choices(workdir: Path, side: str, task: str) -> list[int]:
+    """The candidate each logged sample of ``task`` ranks first (the lowest loss of its ``filtered_resps``)."""
+    [samples] = (workdir / side).glob(f"*/*_samples_{task}.jsonl")
+    choices = []
+    for line in samples.read_text().splitlines():
+        losses = [float(loss) for loss, _ in json.loads(line)["filtered_resps"]]
+        choices.append(losses.index(min(losses)))
+    return choices
+
+
+def test_egoplan_by_likelihood_scores_every_candidate_alike_and_writes_the_same_leaderboard_file(compared):
+    """Beyond the comparison's tolerance (absolute or relative): each candidate's loss within 1e-4 absolute, in the
+    requests both backends answered; the same candidate first on every question; equal Test submission files."""
+    run = compared("egoplan")
+    answered = {}
+    for side in (UPSTREAM, SUITE):
+        for line in (run.workdir / f"{side}-likelihood-requests.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            key = (record["context"], record["continuation"], tuple(record["images"]))
+            answered.setdefault(key, {})[side] = record["result"][0]
+    assert len(answered) == 44 and all(len(losses) == 2 for losses in answered.values())  # 8 + 3 questions x 4
+    assert max(abs(losses[UPSTREAM] - losses[SUITE]) for losses in answered.values()) < 1e-4
+    for task, questions in (("egoplan_val", 8), ("egoplan_test", 3)):
+        choices = [logged_choices(run.workdir, side, task) for side in (UPSTREAM, SUITE)]
+        assert choices[0] == choices[1] and len(choices[0]) == questions, (task, choices)
+    [upstream_file] = (run.workdir / UPSTREAM / "submissions").glob("egoplan_test_submission.json")
+    [suite_file] = (run.workdir / SUITE).glob("*/*_submission_egoplan_test.json")
+    assert json.loads(upstream_file.read_text()) == json.loads(suite_file.read_text())
