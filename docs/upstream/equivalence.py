@@ -20,6 +20,11 @@ backend). Then, per task pair: the prompts, the images each request carried (dec
 every per-sample value of the samples files and every aggregate of the results files are compared; a difference that
 the declaration names as deliberate (an lmms-eval convention, named in the pull request's text) is printed as such.
 Exit status 0 only when nothing else differs; 1 when something does; 2 for a usage or data error.
+
+Adding a benchmark: ``declare(Benchmark(...))`` at the end of this file (its task pairs, patches, capture kind, the
+suite's settings both read, the deliberate differences), and its run on the demo's data in ``EQUIVALENCE_RUNS`` of
+tests/e2e/test_upstream_equivalence.py. Adding a capture kind: a ``Capture`` subclass in ``CAPTURES``; the ``Request``
+it returns is attributed to a logged sample by its ``text`` (the sample's ``input``).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import shutil
 import sys
 import tempfile
 import textwrap
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -227,13 +233,17 @@ def model_arguments(model_args: str) -> dict[str, str]:
 class ChatCapture(Capture):
     """Generative tasks on lmms-eval's ``openai`` backend: each side's requests go through a recording proxy of its
     own (a loopback OpenAI-compatible server) that forwards them to the model's ``base_url`` and its answers back;
-    the proxy keeps every chat request, images included."""
+    the proxy keeps every chat request, images included. A request both sides send is answered once and both get
+    that answer, so that a model whose answers vary from call to call (batching on a server) cannot make two equal
+    requests score differently."""
 
     BACKENDS = ("openai", "async_openai")
 
     def __enter__(self) -> "ChatCapture":
         self._stack = contextlib.ExitStack()
         self._proxies: dict[str, ChatServer] = {}
+        self._answers: dict[str, Reply] = {}
+        self._lock = threading.Lock()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -245,11 +255,23 @@ class ChatCapture(Capture):
             raise EquivalenceError(f"the chat capture needs --model {' or '.join(self.BACKENDS)} with base_url=<an "
                                    f"OpenAI-compatible server> in --model_args (got --model {model} --model_args "
                                    f"{model_args})")
-        proxy = self._stack.enter_context(ChatServer(forwarding(arguments["base_url"]),
+        proxy = self._stack.enter_context(ChatServer(self._answered_once(forwarding(arguments["base_url"])),
                                                      model_name=arguments.get("model_version", "proxied")))
         self._proxies[side] = proxy
         return model, ",".join(f"{key}={proxy.base_url if key == 'base_url' else value}"
                                for key, value in arguments.items()), {}
+
+    def _answered_once(self, forward: Callable[[ChatCall], Reply]) -> Callable[[ChatCall], Reply]:
+        def respond(call: ChatCall) -> Reply:
+            key = hashlib.sha256(json.dumps(call.body, sort_keys=True).encode()).hexdigest()
+            with self._lock:
+                known = self._answers.get(key)
+            if known is None:
+                known = forward(call)
+                with self._lock:
+                    known = self._answers.setdefault(key, known) if known.status == 200 else known
+            return known
+        return respond
 
     def requests(self, side: str) -> list[Request]:
         return [chat_request(call) for call in self._proxies[side].calls]
@@ -451,11 +473,10 @@ def run_both(benchmark: Benchmark, model: str, model_args: str, limit: int | Non
         for side, (side_model, side_args) in benchmark.sides(model, model_args).items():
             side_model, side_args, env = capture.prepare(side, side_model, side_args)
             upstream = side == UPSTREAM
+            own = {**settings, **upstream_environment(scratch, workdir)} if upstream else {}
             plans[side] = dict(model=side_model, model_args=side_args, output_dir=workdir / side, extra_args=extra,
                                tasks=[pair.upstream if upstream else pair.suite for pair in benchmark.tasks],
-                               env={**environ, **env, **({**settings, **upstream_environment(scratch, workdir)}
-                                                           if upstream else {})},
-                               use_plugin=not upstream, check=False)
+                               env=side_environment(environ, env, own), use_plugin=not upstream, check=False)
         with concurrent.futures.ThreadPoolExecutor(len(plans)) as pool:
             runs = {side: pool.submit(run_lmms_eval, **plan) for side, plan in plans.items()}
             runs = {side: future.result() for side, future in runs.items()}
@@ -466,6 +487,14 @@ def run_both(benchmark: Benchmark, model: str, model_args: str, limit: int | Non
             raise EquivalenceError(f"the {side.side} run failed (exit status {side.run.returncode}): "
                                    f"{' '.join(side.run.command)}\n{side.run.log_tail(40)}")
     return sides
+
+
+def side_environment(environ: Mapping[str, str], captured: Mapping[str, str], side: Mapping[str, str]) -> dict:
+    """A side's environment: ``environ``, the capture's variables, the side's own; ``PYTHONPATH`` joined in that
+    order of precedence (the lmms-eval side's guard and scratch copy first, then the capture's folders)."""
+    paths = [value for value in (side.get("PYTHONPATH"), captured.get("PYTHONPATH")) if value]
+    joined = {"PYTHONPATH": os.pathsep.join(paths)} if paths else {}
+    return {**environ, **captured, **side, **joined}
 
 
 def guard_proofs(workdir: Path) -> list[dict]:

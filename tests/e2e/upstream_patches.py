@@ -83,6 +83,16 @@ def patched_paths(patch: Path) -> list[str]:
     return re.findall(r"^diff --git a/\S+ b/(\S+)$", patch.read_text(), re.M)
 
 
+def added_file(patch: Path, path: str) -> str:
+    """The text of the file ``path`` (as lmms-eval's repository names it) that ``patch`` adds."""
+    diff = patch.read_text()
+    start = diff.find(f"--- /dev/null\n+++ b/{path}\n")
+    if start < 0:
+        raise ValueError(f"{patch.name} adds no file {path}")
+    hunk = diff[start:].split("\ndiff --git ", 1)[0].splitlines()[3:]  # after ---, +++ and @@
+    return "".join(line[1:] + "\n" for line in hunk if line.startswith("+"))
+
+
 def table_rows() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
     """docs/upstream/README.md's table of patches: {patch file name: (workarounds, the suite's tests)}."""
     rows = {}

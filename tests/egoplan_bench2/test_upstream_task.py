@@ -1,0 +1,80 @@
+"""The EgoPlan-Bench2 pull requests for lmms-eval (docs/upstream/), held to the suite in process: 23's test in
+lmms-eval's test tree reads every answer shape of the suite's parser tests; 27's task, loaded from its diff, shows
+the suite's frames and writes its prompt in both data layouts and both frame samplings, and its robust parser reads as
+the suite's. The whole task through lmms-eval's CLI against the suite's: tests/e2e/test_upstream_equivalence.py."""
+
+import ast
+import hashlib
+import importlib.util
+import random
+
+import pytest
+
+from lmms_egoplan.core.settings import resolve_settings
+from lmms_egoplan.demo.egoplan_bench2 import SCRIPTED_STYLES, build_fixture, scripted_answer
+from lmms_egoplan.egoplan_bench2 import data, settings, task
+from lmms_egoplan.egoplan_bench2.parsing import robust_letter
+from tests.e2e.upstream_patches import PATCHES, added_file
+from tests.egoplan_bench2.test_answer_parsers import CHOICES, OFFICIAL, ROBUST
+
+FIX = PATCHES / "23-egoplan2-official-parser.patch"
+TASK = PATCHES / "27-egoplan-bench2-task.patch"
+
+
+@pytest.fixture(scope="module")
+def fixture(tmp_path_factory):
+    return build_fixture(tmp_path_factory.mktemp("egoplan_bench2"))
+
+
+@pytest.fixture
+def upstream(fixture, tmp_path, monkeypatch):
+    """27's ``utils.py``, loaded from its diff with the settings pointing at the fixture's release layout."""
+    for name, value in fixture.env().items():
+        monkeypatch.setenv(name, value)
+    path = tmp_path / "egoplan_bench2_upstream_utils.py"
+    path.write_text(added_file(TASK, "lmms_eval/tasks/egoplan_bench2/utils.py"))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_fixs_test_reads_every_answer_shape_of_the_suites_parser_tests():
+    test = ast.parse(added_file(FIX, "test/eval/test_egoplan2_official_parser.py"))
+    [answers] = [ast.literal_eval(node.value) for node in test.body
+                 if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["ANSWERS"]]
+    fixture_records = [{"golden_choice_idx": gold, "answer": "attach stopwatch"} for gold in "ABCD"]
+    scripted = {scripted_answer(record, style)[0] for record in fixture_records for style in SCRIPTED_STYLES}
+    shapes = {response for response, _ in (*OFFICIAL, *ROBUST)} | scripted
+    assert shapes - set(answers) == set()
+
+
+def pixels(images) -> list[str]:
+    return [hashlib.sha256(image.convert("RGB").tobytes()).hexdigest() for image in images]
+
+
+@pytest.mark.parametrize("source", ["official", "seed_bench_r1"])
+@pytest.mark.parametrize("sampling", ["keyframes", "clip"])
+def test_the_upstream_task_shows_the_suites_frames_and_writes_its_prompt(upstream, fixture, monkeypatch, source,
+                                                                         sampling):
+    chosen = fixture.env(data_source=source, frame_sampling=sampling)
+    for name, value in chosen.items():
+        monkeypatch.setenv(name, value)
+    suite_docs = data.load_samples(resolve_settings(settings.EgoPlanBench2Settings, task="egoplan_bench2",
+                                                    metadata={}, env_prefix="EGOPLAN2", environ=chosen)).docs
+    records = fixture.records() if source == "official" else fixture.package_records()
+    upstream_docs = [upstream._question(record) for record in records]
+    assert [doc["sample_id"] for doc in upstream_docs] == [doc["sample_id"] for doc in suite_docs]
+    for ours, theirs in zip(upstream_docs, suite_docs):
+        assert pixels(upstream.egoplan_bench2_doc_to_visual(ours)) == pixels(task.doc_to_visual(theirs))
+        assert upstream.egoplan_bench2_doc_to_text(ours) == task.doc_to_text(theirs)
+
+
+def test_the_upstream_robust_parser_reads_as_the_suites(upstream):
+    words = ["The", "answer", "Answer:", "is", "option", "A", "B", "C", "D", "a", "b", "(C)", "Based", "<answer>",
+             "</answer>", "<think>", "</think>", "I", "choose", "place", "oven", "tray", "operate", ".", "D.", "\n"]
+    rng = random.Random(0)
+    answers = [response for response, _ in ROBUST] + [" ".join(rng.choice(words) for _ in range(rng.randint(0, 12)))
+                                                      for _ in range(3000)]
+    for answer in answers:
+        assert upstream.robust_letter(answer, CHOICES) == robust_letter(answer, CHOICES), answer

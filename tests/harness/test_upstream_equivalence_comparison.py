@@ -1,0 +1,141 @@
+"""docs/upstream/equivalence.py's comparison can fail: on two sides' logged samples, results and captured requests
+written here, it finds a changed prompt, image, request parameter, per-sample value and aggregate, explains only what
+a declared difference names, regroups an upstream metric per group, refuses a setting lmms-eval's task lacks, and
+does not call a run proven whose guard saw the suite imported (the real runs: tests/e2e/
+test_upstream_equivalence.py)."""
+
+import base64
+import io
+import json
+
+import pytest
+from PIL import Image
+
+from docs.upstream import equivalence
+from docs.upstream.equivalence import (
+    SUITE,
+    UPSTREAM,
+    Difference,
+    EquivalenceError,
+    Regrouped,
+    Request,
+    SideRun,
+    TaskPair,
+    chat_request,
+    compare_pair,
+    proof_lines,
+    upstream_settings,
+)
+from lmms_egoplan.demo.kit.judge_server import ChatCall
+from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun
+
+PROMPT = "Which action next?\nA. open oven\nB. cut dough"
+
+
+def sample(doc_id=0, **values):
+    return {"doc_id": doc_id, "doc_hash": "h", "input": PROMPT, "target": "0", "filtered_resps": ["A"],
+            "accuracy": 1.0, **values}
+
+
+def side(tmp_path, name, task, samples, metrics, requests) -> SideRun:
+    folder = tmp_path / name
+    folder.mkdir(parents=True)
+    (folder / f"run_samples_{task}.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    results = {"results": {task: {f"{metric},none": value for metric, value in metrics.items()}}}
+    return SideRun(name, EvalRun(command=[], returncode=0, log="", output_dir=folder, results=results), requests)
+
+
+def compared(tmp_path, pair=TaskPair("t_up", "t_suite"), upstream=None, suite=None):
+    """The comparison of two sides that agree, but for what ``upstream`` / ``suite`` (samples, metrics, requests)
+    replace."""
+    base = ([sample()], {"accuracy": 1.0}, [Request(PROMPT, ("img1", "img2"), '{"max_tokens": 16}')])
+    ours = side(tmp_path, UPSTREAM, pair.upstream, *(upstream or base))
+    theirs = side(tmp_path, SUITE, pair.suite, *(suite or base))
+    return compare_pair(pair, ours, theirs)
+
+
+def test_two_sides_that_agree_differ_in_nothing(tmp_path):
+    report = compared(tmp_path)
+    assert report.differing == [] and report.deliberate == {}
+    assert "requests: 1 equal in their images (2 in all, pixel for pixel) and parameters" in report.equal
+
+
+@pytest.mark.parametrize("changed, found", [
+    (([sample(input="Which action?")], {"accuracy": 1.0}, [Request("Which action?", ("img1", "img2"), "")]),
+     "prompt:input"),
+    (([sample()], {"accuracy": 1.0}, [Request(PROMPT, ("img1", "img3"), '{"max_tokens": 16}')]), "request:images"),
+    (([sample()], {"accuracy": 1.0}, [Request(PROMPT, ("img1", "img2"), '{"max_tokens": 1024}')]),
+     "request:parameters"),
+    (([sample()], {"accuracy": 1.0}, []), "request:count"),
+    (([sample(accuracy=0.0)], {"accuracy": 1.0}, [Request(PROMPT, ("img1", "img2"), '{"max_tokens": 16}')]),
+     "sample:accuracy"),
+    (([sample(extra=1)], {"accuracy": 1.0}, [Request(PROMPT, ("img1", "img2"), '{"max_tokens": 16}')]),
+     "sample:extra"),
+    (([sample()], {"accuracy": 0.5}, [Request(PROMPT, ("img1", "img2"), '{"max_tokens": 16}')]), "aggregate:accuracy"),
+    (([sample()], {"accuracy": 1.0, "more": 2}, [Request(PROMPT, ("img1", "img2"), '{"max_tokens": 16}')]),
+     "aggregate:more"),
+])
+def test_each_kind_of_difference_is_found(tmp_path, changed, found):
+    report = compared(tmp_path, upstream=changed)
+    assert [line.split(":")[0] + ":" + line.split(":")[1] for line in report.differing] == [found]
+
+
+def test_only_what_a_declared_difference_names_is_deliberate(tmp_path):
+    pair = TaskPair("t_up", "t_suite", differences=(Difference("gold as a letter", "convention", ("sample:target",)),))
+    requests = [Request(PROMPT, ("img1", "img2"), '{"max_tokens": 16}')]
+    report = compared(tmp_path, pair, upstream=([sample(target="A", accuracy=0.0)], {"accuracy": 1.0}, requests))
+    assert list(report.deliberate) == ["gold as a letter"] and report.deliberate["gold as a letter"][0].startswith(
+        "sample:target: doc 0")
+    assert [line.split(":")[1] for line in report.differing] == ["accuracy"]
+
+
+def test_an_upstream_metric_per_group_is_compared_as_the_suites_metric_per_group(tmp_path):
+    pair = TaskPair("t_up", "t_suite", regrouped=(Regrouped("accuracy_scenario", "scenario", "correct", "fixed list"),))
+    requests = [Request(PROMPT, ("img1", "img2"), '{"max_tokens": 16}')]
+    upstream = ([sample(accuracy_scenario={"scenario": "baking", "correct": 1.0})],
+                {"accuracy": 1.0, "accuracy_scenario": {"baking": 1.0}}, requests)
+    suite = ([sample(accuracy_scenario_baking=1.0)], {"accuracy": 1.0, "accuracy_scenario_baking": 1.0}, requests)
+    assert compared(tmp_path, pair, upstream, suite).differing == []
+    wrong = ([sample(accuracy_scenario_baking=0.0)], {"accuracy": 1.0, "accuracy_scenario_baking": 0.0}, requests)
+    assert len(compared(tmp_path / "wrong", pair, upstream, wrong).differing) == 2
+
+
+def png(pixels: Image.Image, level: int) -> str:
+    buffer = io.BytesIO()
+    pixels.save(buffer, format="PNG", compress_level=level)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_a_requests_images_are_compared_by_their_pixels_not_their_encoding():
+    red, blue = Image.new("RGB", (4, 4), (255, 0, 0)), Image.new("RGB", (4, 4), (0, 0, 255))
+
+    def call(*urls):
+        content = [*({"type": "image_url", "image_url": {"url": url}} for url in urls), {"type": "text", "text": "Q"}]
+        return ChatCall("/v1/chat/completions", {"messages": [{"role": "user", "content": content}], "max_tokens": 8},
+                        {}, 0, 0.0)
+
+    assert chat_request(call(png(red, 1))) == chat_request(call(png(red, 9)))
+    assert chat_request(call(png(red, 1))).images != chat_request(call(png(blue, 1))).images
+
+
+def test_a_setting_lmms_evals_task_lacks_is_refused_and_the_shared_ones_handed_over(fixture_env):
+    declared = equivalence.BENCHMARKS["egoplan_bench2"].settings
+    handed = upstream_settings(declared, {**fixture_env, "EGOPLAN2_FRAME_SAMPLING": "clip"})
+    assert handed["EGOPLAN2_FRAME_SAMPLING"] == "clip" and handed["EGOPLAN2_NUM_FRAMES"] == ""
+    with pytest.raises(EquivalenceError, match="lmms-eval's task has no setting EGOPLAN2_MAX_SIDE"):
+        upstream_settings(declared, {**fixture_env, "EGOPLAN2_MAX_SIDE": "224"})
+
+
+@pytest.fixture
+def fixture_env(tmp_path):
+    return {"EGOPLAN2_ANNOTATION_DIR": str(tmp_path), "EGOPLAN2_EGO4D_VIDEOS_ROOT": str(tmp_path)}
+
+
+def test_a_run_whose_guard_saw_the_suite_imported_is_not_proven(tmp_path):
+    scratch = tmp_path / "lmms-eval"
+    cli = {"argv": [f"{scratch}/lmms_eval/__main__.py"], "lmms_eval": f"{scratch}/lmms_eval/__init__.py",
+           "refused": ["lmms_egoplan"], "imported": []}
+    assert proof_lines([cli], scratch)[1]
+    assert not proof_lines([{**cli, "imported": ["lmms_egoplan"]}], scratch)[1]
+    assert not proof_lines([{**cli, "lmms_eval": "/usr/lib/lmms_eval/__init__.py"}], scratch)[1]
+    assert not proof_lines([], scratch)[1]
