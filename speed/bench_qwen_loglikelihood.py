@@ -14,6 +14,7 @@ Shapes are bench_loglikelihood.py's (random weights, nothing downloaded). The 7B
 is skipped (exit status 0, a line saying so):
 
     python speed/bench_qwen_loglikelihood.py                                          # tiny qwen2_5_vl, CPU
+    python speed/bench_qwen_loglikelihood.py --arch all        # tiny Qwen2-VL, Qwen2.5-VL and Qwen3-VL, one by one
     python speed/bench_qwen_loglikelihood.py --shape qwen2.5-vl-7b --device cuda --questions 100
 """
 
@@ -41,7 +42,8 @@ SAME_CHOICE_NEEDED = 0.99
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="tiny", choices=["tiny", *SHAPE_ARCH])
-    parser.add_argument("--arch", default="qwen2_5_vl", choices=sorted(BACKENDS), help="tiny shape: the architecture")
+    parser.add_argument("--arch", default="qwen2_5_vl", choices=[*sorted(BACKENDS), "all"],
+                        help="tiny shape: the architecture, or all three in turn")
     parser.add_argument("--layers", type=int, help="decoder layers (bench_loglikelihood.py's meaning)")
     parser.add_argument("--questions", type=int, default=8, help="questions per round")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per backend (alternating)")
@@ -71,7 +73,7 @@ def lmms_eval_backend(arch: str, pretrained: str, device: str):
 
     from transformers import AutoImageProcessor
 
-    if importlib.util.find_spec("decord") is None:
+    if "decord" not in sys.modules and importlib.util.find_spec("decord") is None:
         sys.modules["decord"] = types.SimpleNamespace(VideoReader=None, cpu=None)
     module, name, _ = BACKENDS[arch]
     size = AutoImageProcessor.from_pretrained(pretrained).size
@@ -82,6 +84,19 @@ def lmms_eval_backend(arch: str, pretrained: str, device: str):
 
 def compare(args: argparse.Namespace) -> int:
     import lmms_eval
+    import torch
+
+    assert lmms_eval.__file__.startswith(os.environ[SCRATCH_VARIABLE]), lmms_eval.__file__
+    if args.shape != "tiny" and not torch.cuda.is_available():
+        print(f"skipped: the {args.shape} comparison needs a CUDA device, and none is available")
+        return 0
+    if args.shape != "tiny":
+        return compare_arch(args, SHAPE_ARCH[args.shape])
+    return max([compare_arch(args, arch) for arch in (sorted(BACKENDS) if args.arch == "all" else [args.arch])])
+
+
+def compare_arch(args: argparse.Namespace, arch: str) -> int:
+    """One architecture's comparison (the module docstring); 1 where too few questions get the same choice."""
     import numpy as np
     import torch
 
@@ -92,12 +107,7 @@ def compare(args: argparse.Namespace) -> int:
     from lmms_egoplan.demo.kit.checkpoints import tiny_checkpoint
     from lmms_egoplan.models.egoplan_hf import EgoPlanHF
 
-    assert lmms_eval.__file__.startswith(os.environ[SCRATCH_VARIABLE]), lmms_eval.__file__
     realistic = args.shape != "tiny"
-    if realistic and not torch.cuda.is_available():
-        print(f"skipped: the {args.shape} comparison needs a CUDA device, and none is available")
-        return 0
-    arch = SHAPE_ARCH.get(args.shape, args.arch)
     Path(args.cache).mkdir(parents=True, exist_ok=True)
     pretrained = str(realistic_checkpoint(args.shape, args.layers, Path(args.cache), args.device) if realistic
                      else tiny_checkpoint(arch, args.cache))
@@ -105,8 +115,8 @@ def compare(args: argparse.Namespace) -> int:
     ours = EgoPlanHF(pretrained=pretrained, device=args.device, dtype=BACKENDS[arch][2],
                      system_prompt=theirs.system_prompt)
     docs = egoplan_docs(args.questions, FRAME_SIDE[args.shape], observation=realistic)
-    suite_requests = requests_for(docs, ANSWER_AND_END_OF_TURN)
-    for request in suite_requests:  # the frames as images: lmms-eval's backends take a frame list so
+    requests = requests_for(docs, ANSWER_AND_END_OF_TURN)
+    for request in requests:  # the frames as images: lmms-eval's backends take a frame list so
         request.arguments = (*request.arguments[:2], untagged_visuals, *request.arguments[3:])
     for backend in (theirs, ours):
         backend.task_dict = {TASK: {SPLIT: docs}}
@@ -116,7 +126,7 @@ def compare(args: argparse.Namespace) -> int:
     for _ in range(args.rounds):
         for name, backend in (("lmms-eval", theirs), ("egoplan_hf", ours)):
             started = time.perf_counter()
-            values[name] = backend.loglikelihood(suite_requests)
+            values[name] = backend.loglikelihood(requests)
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
             seconds[name].append(time.perf_counter() - started)

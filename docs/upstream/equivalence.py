@@ -16,9 +16,11 @@ the benchmark's tasks with ``--log_samples``:
 
 Each request the backend receives is captured on both sides (the declaration's capture kind, ``CAPTURES``; ``chat``:
 a recording proxy in front of an OpenAI-compatible server that both runs reach through lmms-eval's ``openai``
-backend). Then, per task pair: the prompts, the images each request carried (decoded pixels) and its parameters,
-every per-sample value of the samples files and every aggregate of the results files are compared; a difference that
-the declaration names as deliberate (an lmms-eval convention, named in the pull request's text) is printed as such.
+backend; ``likelihood``: a recorder each side's process runs, which keeps every loglikelihood request its backend
+answers, e.g. lmms-eval's Qwen backends on one side and the suite's ``egoplan_hf`` on the other). Then, per task
+pair: the prompts, the images each request carried (decoded pixels) and its parameters, every per-sample value of the
+samples files and every aggregate of the results files are compared; a difference that the declaration names as
+deliberate (an lmms-eval convention, named in the pull request's text) is printed as such.
 Exit status 0 only when nothing else differs; 1 when something does; 2 for a usage or data error.
 
 Adding a benchmark: ``declare(Benchmark(...))`` at the end of this file (its task pairs, patches, capture kind, the
@@ -866,9 +868,8 @@ def _egoplan_backends(model: str, model_args: str) -> dict[str, tuple[str, str]]
 EGOPLAN_ANALYSIS = Difference(
     "the suite's analysis breakdowns", "accuracy by task-progress length and by goal-answer similarity level (the "
     "paper's Figures 7-8; the similarity needs a sentence-embedding model) is the suite's; the pull request reports "
-    "the paper's Table 3 breakdown, per video source", tuple(f"{kind}:accuracy_{breakdown}_*" for kind in ("sample",
-                                                                                                      "aggregate")
-                                                         for breakdown in ("progress", "similarity")))
+    "the paper's Table 3 breakdown, per video source",
+    tuple(f"{kind}:accuracy_{by}_*" for kind in ("sample", "aggregate") for by in ("progress", "similarity")))
 EGOPLAN_BOOKKEEPING = suite_bookkeeping("predictions", "skipped_samples", "failed_requests", "n_*")
 EGOPLAN_END_OF_TURN = Difference(
     "the end-of-turn token, recorded", "egoplan_hf records in each sample the token that closes the scored answer "
