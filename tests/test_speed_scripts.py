@@ -23,6 +23,7 @@ SMOKE_RUNS = {
     "bench_egoplan_visuals.py": (None, r"naive / egoplan =\s+[\d.]+x"),
     "bench_judge_hf.py": (None, r"batched / one at a time = [\d.]+x"),
     "bench_entry_point.py": (["--runs", "1"], r"installed / not installed = [\d.]+x"),
+    "bench_qwen_loglikelihood.py": (["--questions", "1", "--rounds", "1"], r"egoplan_hf / lmms-eval = [\d.]+x"),
     "bench_media_check.py": (["--samples", "4", "--frames-per-video", "400"],
                              r"pre-cut clips \(H\.264\)\s+: check .* check / decoding = [\d.]+%"),
 }

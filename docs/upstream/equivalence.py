@@ -16,9 +16,11 @@ the benchmark's tasks with ``--log_samples``:
 
 Each request the backend receives is captured on both sides (the declaration's capture kind, ``CAPTURES``; ``chat``:
 a recording proxy in front of an OpenAI-compatible server that both runs reach through lmms-eval's ``openai``
-backend). Then, per task pair: the prompts, the images each request carried (decoded pixels) and its parameters,
-every per-sample value of the samples files and every aggregate of the results files are compared; a difference that
-the declaration names as deliberate (an lmms-eval convention, named in the pull request's text) is printed as such.
+backend; ``likelihood``: a recorder each side's process runs, which keeps every loglikelihood request its backend
+answers, e.g. lmms-eval's Qwen backends on one side and the suite's ``egoplan_hf`` on the other). Then, per task
+pair: the prompts, the images each request carried (decoded pixels) and its parameters, every per-sample value of the
+samples files and every aggregate of the results files are compared; a difference that the declaration names as
+deliberate (an lmms-eval convention, named in the pull request's text) is printed as such.
 Exit status 0 only when nothing else differs; 1 when something does; 2 for a usage or data error.
 
 Adding a benchmark: ``declare(Benchmark(...))`` at the end of this file (its task pairs, patches, capture kind, the
@@ -350,7 +352,92 @@ def message_text(message: Mapping) -> str:
                                                                if part.get("type") == "text")
 
 
-CAPTURES: dict[str, type[Capture]] = {"chat": ChatCapture}
+# Run at the start of each side's lmms-eval process (lmms-eval's side: by GUARD; the suite's: by a sitecustomize of its
+# own), where a capture names it (HOOK_VARIABLE): every loglikelihood request a backend answers, with the images its
+# doc_to_visual gives (digests of their decoded pixels, as image_digest's), appended to RECORD_VARIABLE's file. It
+# imports nothing of the suite.
+HOOK_VARIABLE, RECORD_VARIABLE = "LMMS_EGOPLAN_EQUIVALENCE_HOOK", "LMMS_EGOPLAN_EQUIVALENCE_RECORD"
+LIKELIHOOD_RECORDER = '''
+import hashlib, importlib.util, json, os, sys, threading, types
+
+# lmms-eval's Qwen backends import decord (for videos) at module level; the compared tasks give images only.
+if importlib.util.find_spec("decord") is None:
+    def _no_video(*args, **kwargs):
+        raise RuntimeError("decord is not installed: docs/upstream/equivalence.py compares image tasks only")
+    sys.modules["decord"] = types.SimpleNamespace(VideoReader=_no_video, cpu=_no_video)
+
+import lmms_eval.api.model
+
+_inside = threading.local()
+
+
+def _digest(image):
+    pixels = image.convert("RGB")
+    return hashlib.sha256(f"{pixels.size}".encode() + pixels.tobytes()).hexdigest()[:16]
+
+
+def _recording(loglikelihood):
+    def recorded(self, requests):
+        if getattr(_inside, "active", False):  # a subclass calling its parent's: recorded once, by the outer one
+            return loglikelihood(self, requests)
+        _inside.active = True
+        try:
+            results = loglikelihood(self, requests)
+        finally:
+            _inside.active = False
+        with open(os.environ["LMMS_EGOPLAN_EQUIVALENCE_RECORD"], "a") as file:
+            for request, result in zip(requests, results):
+                context, continuation, doc_to_visual, doc_id, task, split = request.args
+                visuals = doc_to_visual(self.task_dict[task][split][doc_id]) or []
+                record = {"context": context, "continuation": continuation, "images": [_digest(v) for v in visuals],
+                          "result": list(result)}
+                file.write(json.dumps(record) + "\\n")
+        return results
+    return recorded
+
+
+def _wrap_loglikelihood(cls, **kwargs):
+    super(lmms_eval.api.model.lmms, cls).__init_subclass__(**kwargs)
+    if "loglikelihood" in cls.__dict__:
+        cls.loglikelihood = _recording(cls.__dict__["loglikelihood"])
+
+
+lmms_eval.api.model.lmms.__init_subclass__ = classmethod(_wrap_loglikelihood)
+'''
+
+
+class LikelihoodCapture(Capture):
+    """Likelihood tasks on transformers backends in lmms-eval's own process (lmms-eval's Qwen backends, the suite's
+    egoplan_hf): each side's process runs ``LIKELIHOOD_RECORDER``, which keeps every loglikelihood request its backend
+    answers, its context, its continuation and the images it carried."""
+
+    def __enter__(self) -> "LikelihoodCapture":
+        self.recorder = self.workdir / "likelihood_recorder.py"
+        self.recorder.write_text(LIKELIHOOD_RECORDER)
+        # The suite's side runs no GUARD: a sitecustomize of its own runs the recorder.
+        hook = self.workdir / "suite-hook"
+        hook.mkdir(parents=True, exist_ok=True)
+        (hook / "sitecustomize.py").write_text(f"import os, runpy\n\nrunpy.run_path(os.environ[{HOOK_VARIABLE!r}])\n")
+        self.suite_hook = hook
+        return self
+
+    def record(self, side: str) -> Path:
+        return self.workdir / f"{side}-likelihood-requests.jsonl"
+
+    def prepare(self, side: str, model: str, model_args: str) -> tuple[str, str, dict[str, str]]:
+        env = {HOOK_VARIABLE: str(self.recorder), RECORD_VARIABLE: str(self.record(side))}
+        if side == SUITE:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.suite_hook), os.environ.get("PYTHONPATH")]))
+        return model, model_args, env
+
+    def requests(self, side: str) -> list[Request]:
+        path = self.record(side)
+        records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        return [Request(record["context"], tuple(record["images"]),
+                        json.dumps({"continuation": record["continuation"]})) for record in records]
+
+
+CAPTURES: dict[str, type[Capture]] = {"chat": ChatCapture, "likelihood": LikelihoodCapture}
 
 
 # =====================================================================================================
@@ -376,6 +463,10 @@ class KeepTheSuiteOut:
 
 
 sys.meta_path.insert(0, KeepTheSuiteOut())
+if os.environ.get("LMMS_EGOPLAN_EQUIVALENCE_HOOK"):  # a capture's recorder (Capture, LIKELIHOOD_RECORDER)
+    import runpy
+
+    runpy.run_path(os.environ["LMMS_EGOPLAN_EQUIVALENCE_HOOK"])
 
 
 @atexit.register
@@ -525,7 +616,9 @@ def upstream_settings(declared: SuiteSettings, environ: Mapping[str, str]) -> di
     metadata = yaml_metadata(ROOT / declared.task_yaml)
     resolved = resolve_settings(declared.settings_class, task=Path(declared.task_yaml).stem, metadata=metadata,
                                 env_prefix=declared.env_prefix, environ=environ)
-    defaults = declared.settings_class()
+    # The task's own defaults (its YAML's metadata included: a per-task annotation file is no change)
+    defaults = resolve_settings(declared.settings_class, task=Path(declared.task_yaml).stem, metadata=metadata,
+                                env_prefix=declared.env_prefix, environ={})
     route = {declared.judge.suite_setting: declared.judge.upstream_variable} if declared.judge else {}
     shared = (*declared.shared, *route)
     changed = [item.name for item in dataclasses.fields(resolved)
@@ -553,6 +646,8 @@ def values_equal(a: Any, b: Any, tolerance: float) -> bool:
     """Equal, floats within ``tolerance`` (absolute or relative), lists and dicts element by element."""
     if isinstance(a, bool) or isinstance(b, bool):
         return a == b
+    if isinstance(a, str) and isinstance(b, str) and a != b:  # lmms-eval logs a loglikelihood's loss as text
+        a, b = _number(a), _number(b)
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return math.isclose(a, b, rel_tol=tolerance, abs_tol=tolerance) or (math.isnan(a) and math.isnan(b))
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
@@ -560,6 +655,14 @@ def values_equal(a: Any, b: Any, tolerance: float) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(values_equal(a[key], b[key], tolerance) for key in a)
     return a == b
+
+
+def _number(text: str) -> float | str:
+    """``text`` as a float where it is one (``"6.3546"``), else itself."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 @dataclass
@@ -1001,6 +1104,84 @@ def _actplan() -> Benchmark:
 
 
 declare(_actplan())
+
+
+# EgoPlan-Bench (PR c, 25: loglikelihood on lmms-eval's Qwen backends; PR e, 28: the tasks). The likelihood tasks run on
+# lmms-eval's Qwen backends and, on the suite's side, on egoplan_hf with the same checkpoint, loaded as lmms-eval's
+# backend loads it (dtype), shown the clip as lmms-eval's backends show a frame list (videos_as_frames: images, no
+# time), with lmms-eval's system prompt; lmms-eval's side gets the checkpoint's own pixel bounds.
+QWEN_DTYPES = {"qwen2_vl": "auto", "qwen2_5_vl": "bfloat16", "qwen3_vl": "bfloat16"}  # as each backend loads it
+QWEN_SYSTEM_PROMPT = "You are a helpful assistant."  # the Qwen backends' default system_prompt
+
+
+def _egoplan_settings(task_yaml: str) -> SuiteSettings:
+    from lmms_egoplan.egoplan.data import ENV_PREFIX
+    from lmms_egoplan.egoplan.settings import EgoPlanSettings
+
+    # unscored: checks (images decoded at load, paths outside the roots), the suite's own breakdowns (bins,
+    # similarity model), the roots of sources not read (clips, the SEED-Bench-R1 package), and the EPIC frame rate,
+    # which only times a video's frames (here shown as images).
+    return SuiteSettings(EgoPlanSettings, ENV_PREFIX, task_yaml,
+                         shared=("annotation_dir", "epic_frames_root", "ego4d_videos_root"),
+                         unscored=("images_decoded_at_load", "allow_paths_outside_root", "progress_length_bins",
+                                   "similarity_model", "clips_dir", "seed_bench_r1_root", "epic_annotation_fps"))
+
+
+def _egoplan_backends(model: str, model_args: str) -> dict[str, tuple[str, str]]:
+    """lmms-eval's Qwen backend as given (with the checkpoint's pixel bounds), and egoplan_hf loading what it loads."""
+    arguments = model_arguments(model_args)
+    if model not in QWEN_DTYPES or not arguments.get("pretrained"):
+        raise EquivalenceError(f"egoplan compares lmms-eval's {', '.join(QWEN_DTYPES)} backends with the suite's "
+                               f"egoplan_hf: --model one of them, --model_args pretrained=<checkpoint>,... (got "
+                               f"--model {model} --model_args {model_args})")
+    from transformers import AutoImageProcessor
+
+    size = AutoImageProcessor.from_pretrained(arguments["pretrained"]).size
+    bounds = {"min_pixels": str(size["shortest_edge"]), "max_pixels": str(size["longest_edge"])}
+    if any(arguments.get(name, value) != value for name, value in bounds.items()):
+        raise EquivalenceError(f"egoplan_hf resizes images within the checkpoint's own pixel bounds; pass them to "
+                               f"lmms-eval's {model} too, or leave them out: {bounds}")
+    suite = {"pretrained": arguments["pretrained"], "dtype": QWEN_DTYPES[model], "videos_as_frames": "true",
+             "system_prompt": arguments.get("system_prompt", QWEN_SYSTEM_PROMPT),
+             **{name: arguments[name] for name in ("device", "attn_implementation") if name in arguments}}
+    return {UPSTREAM: (model, ",".join(f"{key}={value}" for key, value in {**arguments, **bounds}.items())),
+            SUITE: ("egoplan_hf", ",".join(f"{key}={value}" for key, value in suite.items()))}
+
+
+EGOPLAN_ANALYSIS = Difference(
+    "the suite's analysis breakdowns", "accuracy by task-progress length and by goal-answer similarity level (the "
+    "paper's Figures 7-8; the similarity needs a sentence-embedding model) is the suite's; the pull request reports "
+    "the paper's Table 3 breakdown, per video source",
+    tuple(f"{kind}:accuracy_{by}_*" for kind in ("sample", "aggregate") for by in ("progress", "similarity")))
+EGOPLAN_BOOKKEEPING = suite_bookkeeping("predictions", "skipped_samples", "failed_requests", "n_*")
+EGOPLAN_END_OF_TURN = Difference(
+    "the end-of-turn token, recorded", "egoplan_hf records in each sample the token that closes the scored answer "
+    "(<|im_end|>, the chat template's); lmms-eval's Qwen backends score the same token without recording it",
+    ("sample:lmms_egoplan_end_of_turn",))
+
+
+def _egoplan() -> Benchmark:
+    return Benchmark(
+        name="egoplan", capture="likelihood", backends=_egoplan_backends,
+        patches=("01-loglikelihood-results.patch", "23-egoplan2-official-parser.patch",
+                 "25-qwen-vl-loglikelihood.patch", "27-egoplan-bench2-task.patch", "28-egoplan-bench-tasks.patch"),
+        # Each candidate's loss within 1e-4 (the two backends' float rounding); every choice, accuracy equal.
+        tasks=(TaskPair("egoplan_val", "egoplan_val", (EGOPLAN_BOOKKEEPING, EGOPLAN_ANALYSIS, EGOPLAN_END_OF_TURN),
+                        tolerance=1e-4),
+               TaskPair("egoplan_test", "egoplan_test", (EGOPLAN_BOOKKEEPING, EGOPLAN_END_OF_TURN), tolerance=1e-4)),
+        settings=_egoplan_settings("tasks/egoplan/egoplan_val.yaml"))
+
+
+def _egoplan_gen() -> Benchmark:
+    return Benchmark(
+        name="egoplan_gen", capture="chat",
+        patches=("23-egoplan2-official-parser.patch", "27-egoplan-bench2-task.patch", "28-egoplan-bench-tasks.patch"),
+        tasks=(TaskPair("egoplan_val_gen", "egoplan_val_gen", (EGOPLAN_BOOKKEEPING, EGOPLAN_ANALYSIS)),),
+        settings=_egoplan_settings("tasks/egoplan/egoplan_val_gen.yaml"))
+
+
+declare(_egoplan())
+declare(_egoplan_gen())
 
 
 if __name__ == "__main__":

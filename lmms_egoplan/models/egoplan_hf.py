@@ -59,6 +59,7 @@ class EgoPlanHF(DocRequests, lmms):
         image_max_pixels: int | None = None,
         video_max_side: int | None = None,
         video_max_pixels: int | None = None,
+        videos_as_frames: bool = False,
         max_length: int | None = None,
         system_prompt: str | None = None,
         chat_template: str | None = None,
@@ -101,14 +102,14 @@ class EgoPlanHF(DocRequests, lmms):
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.takes_images, self.video_native, self.videos_with_images = processor_inputs(self.processor)
+        # A video's frames as images, as lmms-eval's own backends show a frame list (the model then sees no time).
+        self.video_native = self.video_native and not _arg(videos_as_frames, bool, "videos_as_frames")
         self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt,
                                  chat_template=chat_template)
         self.limits = self.visual_limits("egoplan_hf", max_frames, image_max_side, image_max_pixels, video_max_side,
                                          video_max_pixels)
         self.max_length = _arg(max_length, int | None, "max_length") or _context_window(self._model)
-        if str(batch_size).startswith("auto"):
-            raise ValueError("egoplan_hf: batch_size=auto is not supported; pass --batch_size N")
-        self.batch_size = _arg(batch_size, int, "batch_size")
+        self.batch_size = _batch_size(batch_size)
         self.prefix_sharing = _arg(prefix_sharing, bool, "prefix_sharing")
         self.lstrip_continuation = _arg(lstrip_continuation, bool, "lstrip_continuation")
         continuation_batch_size = _arg(continuation_batch_size, int, "continuation_batch_size")
@@ -384,6 +385,13 @@ def _resolve_device(device: str | None, accelerator) -> str:
 
 def _context_window(model) -> int | None:
     return getattr(model.config.get_text_config(), "max_position_embeddings", None)
+
+
+def _batch_size(value) -> int:
+    """``--batch_size`` as a number (``auto`` is refused)."""
+    if str(value).startswith("auto"):
+        raise ValueError("egoplan_hf: batch_size=auto is not supported; pass --batch_size N")
+    return _arg(value, int, "batch_size")
 
 
 def _arg(value, annotation, name: str):

@@ -94,10 +94,10 @@ def calibration(data) -> list[tuple[str, str]]:
     return pairs + [(plan_text(docs[0]["gold_plans"][0]), plan_text(docs[-1]["gold_plans"][0]))]
 
 
-def egointent_and_actplan(workdir: Path, resources: ExitStack) -> tuple[str, str, dict[str, str]]:
+def egointent_and_actplan(workdir: Path, resources: ExitStack, tiny_model=None) -> tuple[str, str, dict[str, str]]:
     """The demo's EgoIntent release and a small ActPlan-1K release, answered by the scripted model through lmms-eval's
     openai backend and judged by the scripted judge (``model``, ``judge``), with a BLEURT classifier in the release's
-    format: (model, model_args, the settings of both benchmarks)."""
+    format: (model, model_args, the settings of both benchmarks). No checkpoint: ``tiny_model`` goes unused."""
     release = egointent.write_release(workdir / "EgoIntent")
     data = actplan.write_release_dataset(workdir / "ActPlan-1K", scenes=2, activities=1, samples=1)
     checkpoint, base = release_checkpoint(workdir / "classifier", workdir, calibration(data))

@@ -16,28 +16,55 @@ from typing import Callable
 
 import pytest
 
-from docs.upstream.equivalence import UPSTREAM, main
+from docs.upstream.equivalence import SUITE, UPSTREAM, main
 from lmms_egoplan.demo.kit.judge_server import ChatServer
 from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.scripted import MODEL_NAME, answering, reported_metrics
 from tests.e2e.planned_equivalence import egointent_and_actplan
 
 
-def egoplan_bench2(workdir: Path, resources: contextlib.ExitStack) -> tuple[str, str, dict[str, str]]:
+def egoplan_bench2(workdir: Path, resources: contextlib.ExitStack, tiny_model) -> tuple[str, str, dict[str, str]]:
     """The demo's EgoPlan-Bench2 data (the release's layout), answered by the demo's script through lmms-eval's
     openai backend: answers of every shape, which the two parsers read differently."""
     from lmms_egoplan.demo.egoplan_bench2 import build_fixture, scripted_answers
 
     fixture = build_fixture(workdir / "data")
-    model = resources.enter_context(ChatServer(answering([scripted_answers(fixture)]), model_name=MODEL_NAME))
-    return "openai", f"model_version={MODEL_NAME},base_url={model.base_url},api_key=unused", fixture.env()
+    return answered_through_openai(scripted_answers(fixture), resources, fixture.env())
+
+
+def answered_through_openai(scripted, resources: contextlib.ExitStack, env: dict[str, str]) -> tuple[str, str, dict]:
+    """lmms-eval's openai backend on a loopback server answering as ``scripted`` (the demo's answers) does."""
+    model = resources.enter_context(ChatServer(answering([scripted]), model_name=MODEL_NAME))
+    return "openai", f"model_version={MODEL_NAME},base_url={model.base_url},api_key=unused", env
+
+
+def egoplan(workdir: Path, resources: contextlib.ExitStack, tiny_model) -> tuple[str, str, dict[str, str]]:
+    """The demo's EgoPlan-Bench data (EPIC frame folders, Ego4D videos, the release's files), ranked by lmms-eval's
+    qwen2_5_vl (the patched chat backend `--model qwen2_5_vl` resolves to) and by egoplan_hf on the same tiny
+    random-weight Qwen2.5-VL. (qwen2_vl and qwen3_vl score as egoplan_hf in the fast tier's run of
+    speed/bench_qwen_loglikelihood.py, which needs no CLI start-up, and in their own lmms-eval test.)"""
+    from lmms_egoplan.demo.egoplan import build_fixture
+
+    return ("qwen2_5_vl", f"pretrained={tiny_model('qwen2_5_vl')},device=cpu,device_map=cpu",
+            build_fixture(workdir / "data").env())
+
+
+def egoplan_gen(workdir: Path, resources: contextlib.ExitStack, tiny_model) -> tuple[str, str, dict[str, str]]:
+    """The demo's EgoPlan-Bench data, egoplan_val_gen answered by the demo's script through lmms-eval's openai backend
+    (a stated letter, a bare one, a candidate's text, a wrong letter, an unreadable answer)."""
+    from lmms_egoplan.demo.egoplan import build_fixture, scripted_answers
+
+    fixture = build_fixture(workdir / "data")
+    return answered_through_openai(scripted_answers(fixture), resources, fixture.env())
 
 
 # Each benchmark equivalence.py declares, run on the demo's data, alone or with others in one run per side (one
-# lmms-eval start-up each): (workdir, resources) -> (model, model_args, the settings that point the suite's tasks at
-# the data).
-EQUIVALENCE_RUNS: dict[tuple[str, ...], Callable[[Path, contextlib.ExitStack], tuple[str, str, dict[str, str]]]] = {
+# lmms-eval start-up each): (workdir, resources, tiny_model) -> (model, model_args, the settings that point the
+# suite's tasks at the data).
+EQUIVALENCE_RUNS: dict[tuple[str, ...], Callable[..., tuple[str, str, dict[str, str]]]] = {
     ("egoplan_bench2",): egoplan_bench2,
+    ("egoplan",): egoplan,
+    ("egoplan_gen",): egoplan_gen,
     ("egointent", "actplan1k"): egointent_and_actplan,
 }
 
@@ -46,9 +73,9 @@ class Compared:
     """One equivalence run (one benchmark, or several together): what it printed and returned, and what it ran
     with."""
 
-    def __init__(self, benchmarks: tuple[str, ...], workdir: Path, resources: contextlib.ExitStack):
+    def __init__(self, benchmarks: tuple[str, ...], workdir: Path, resources: contextlib.ExitStack, tiny_model):
         self.workdir = workdir / "equivalence"
-        self.model, self.model_args, self.env = EQUIVALENCE_RUNS[benchmarks](workdir, resources)
+        self.model, self.model_args, self.env = EQUIVALENCE_RUNS[benchmarks](workdir, resources, tiny_model)
         printed = io.StringIO()
         self.status = main([*benchmarks, "--model", self.model, "--model_args", self.model_args,
                             "--workdir", str(self.workdir)], environ={**os.environ, **self.env}, out=printed)
@@ -65,13 +92,14 @@ class Compared:
 
 
 @pytest.fixture(scope="module")
-def compared(tmp_path_factory):
+def compared(tmp_path_factory, tiny_model):
     """benchmark -> its Compared run, run once per module (its model and scratch copy kept for later tests)."""
     runs: dict[tuple[str, ...], Compared] = {}
     with contextlib.ExitStack() as resources:
         def run(*benchmarks: str) -> Compared:
             if benchmarks not in runs:
-                runs[benchmarks] = Compared(benchmarks, tmp_path_factory.mktemp("+".join(benchmarks)), resources)
+                runs[benchmarks] = Compared(benchmarks, tmp_path_factory.mktemp("+".join(benchmarks)), resources,
+                                            tiny_model)
             return runs[benchmarks]
 
         yield run
@@ -109,3 +137,33 @@ def test_egointent_and_actplan_share_one_run_per_side_and_the_judge_fails_the_sa
     # the classifier judges one of the four plans correct, one output holds no plan.
     for value in ("failed 6,", "judged 36,", "missing_fields 3,", "bleurt_accuracy 0.25,", "no_plan_rate 0.25,"):
         assert value in run.printed, (value, run.printed)
+
+
+def logged_choices(workdir: Path, side: str, task: str) -> list[int]:
+    """The candidate each logged sample of ``task`` ranks first (the lowest loss of its ``filtered_resps``)."""
+    [samples] = (workdir / side).glob(f"*/*_samples_{task}.jsonl")
+    choices = []
+    for line in samples.read_text().splitlines():
+        losses = [float(loss) for loss, _ in json.loads(line)["filtered_resps"]]
+        choices.append(losses.index(min(losses)))
+    return choices
+
+
+def test_egoplan_by_likelihood_scores_every_candidate_alike_and_writes_the_same_leaderboard_file(compared):
+    """Beyond the comparison's tolerance (absolute or relative): each candidate's loss within 1e-4 absolute, in the
+    requests both backends answered; the same candidate first on every question; equal Test submission files."""
+    run = compared("egoplan")
+    answered = {}
+    for side in (UPSTREAM, SUITE):
+        for line in (run.workdir / f"{side}-likelihood-requests.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            key = (record["context"], record["continuation"], tuple(record["images"]))
+            answered.setdefault(key, {})[side] = record["result"][0]
+    assert len(answered) == 44 and all(len(losses) == 2 for losses in answered.values())  # 8 + 3 questions x 4
+    assert max(abs(losses[UPSTREAM] - losses[SUITE]) for losses in answered.values()) < 1e-4
+    for task, questions in (("egoplan_val", 8), ("egoplan_test", 3)):
+        choices = [logged_choices(run.workdir, side, task) for side in (UPSTREAM, SUITE)]
+        assert choices[0] == choices[1] and len(choices[0]) == questions, (task, choices)
+    [upstream_file] = (run.workdir / UPSTREAM / "submissions").glob("egoplan_test_submission.json")
+    [suite_file] = (run.workdir / SUITE).glob("*/*_submission_egoplan_test.json")
+    assert json.loads(upstream_file.read_text()) == json.loads(suite_file.read_text())

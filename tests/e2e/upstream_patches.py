@@ -39,7 +39,8 @@ EQUIVALENCE_PROOF = re.compile(r"`docs/upstream/equivalence\.py (?P<benchmark>\w
 # the suite can read); the others are 100644 there, as in the installed wheel. A patch made with another mode gets
 # a warning from `git apply` in a checkout of lmms-eval, and from the scratch copy here.
 EXECUTABLE_IN_LMMS_EVAL = ("lmms_eval/__main__.py", "lmms_eval/evaluator.py", "lmms_eval/api/instance.py",
-                           "lmms_eval/api/task.py", "lmms_eval/tasks/__init__.py")
+                           "lmms_eval/api/task.py", "lmms_eval/tasks/__init__.py",
+                           "lmms_eval/models/simple/qwen2_vl.py")
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,15 @@
 """docs/upstream/equivalence.py's comparison can fail: on two sides' logged samples, results and captured requests
 written here, it finds a changed prompt, image, request parameter, per-sample value and aggregate, explains only what
-a declared difference names, regroups an upstream metric per group, refuses a setting lmms-eval's task lacks, and
-does not call a run proven whose guard saw the suite imported (the real runs: tests/e2e/
-test_upstream_equivalence.py)."""
+a declared difference names, regroups an upstream metric per group, reads a loss logged as text as a number, refuses a
+setting lmms-eval's task lacks, and does not call a run proven whose guard saw the suite imported; the likelihood
+capture's recorder keeps what a backend answered (the real runs: tests/e2e/test_upstream_equivalence.py)."""
 
 import base64
 import io
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from PIL import Image
@@ -17,12 +20,14 @@ from docs.upstream.equivalence import (
     UPSTREAM,
     Difference,
     EquivalenceError,
+    LikelihoodCapture,
     Regrouped,
     Request,
     SideRun,
     TaskPair,
     chat_request,
     compare_pair,
+    image_digest,
     proof_lines,
     upstream_settings,
 )
@@ -139,3 +144,73 @@ def test_a_run_whose_guard_saw_the_suite_imported_is_not_proven(tmp_path):
     assert not proof_lines([{**cli, "imported": ["lmms_egoplan"]}], scratch)[1]
     assert not proof_lines([{**cli, "lmms_eval": "/usr/lib/lmms_eval/__init__.py"}], scratch)[1]
     assert not proof_lines([], scratch)[1]
+
+
+@pytest.mark.parametrize("losses, differs", [
+    ([["6.354610919952393", "False"]], False),  # 6e-08 apart: within the pair's 1e-4
+    ([["6.36", "False"]], True),
+    ([["6.354610860347748", "True"]], True),
+])
+def test_a_loss_logged_as_text_is_compared_as_a_number_within_the_tolerance(tmp_path, losses, differs):
+    pair = TaskPair("t_up", "t_suite", tolerance=1e-4)
+    requests = [Request(PROMPT, ("img1", "img2"), '{"max_tokens": 16}')]
+    ours = ([sample(filtered_resps=losses)], {"accuracy": 1.0}, requests)
+    theirs = ([sample(filtered_resps=[["6.354610860347748", "False"]])], {"accuracy": 1.0}, requests)
+    report = compared(tmp_path, pair, ours, theirs)
+    assert [line.split(":")[1] for line in report.differing] == (["filtered_resps"] if differs else [])
+
+
+def test_egoplans_per_task_annotation_file_is_its_default_and_a_setting_its_upstream_tasks_lack_is_refused(tmp_path):
+    declared = equivalence.BENCHMARKS["egoplan"].settings
+    roots = {name: str(tmp_path) for name in ("EGOPLAN_ANNOTATION_DIR", "EGOPLAN_EPIC_FRAMES_ROOT",
+                                               "EGOPLAN_EGO4D_VIDEOS_ROOT")}
+    assert upstream_settings(declared, roots) == roots  # egoplan_val.yaml's EgoPlan_validation.json: no change
+    for name, value in (("EGOPLAN_ANNOTATION_FILE", "/data/other.json"), ("EGOPLAN_SCORED_TOKENS", "answer"),
+                        ("EGOPLAN_FRAME_SAMPLING", "uniform")):
+        with pytest.raises(EquivalenceError, match=f"lmms-eval's task has no setting {name}"):
+            upstream_settings(declared, {**roots, name: value})
+
+
+# A backend in a process started with the likelihood capture's environment: its class and a subclass calling it.
+RECORDED_BACKEND = """
+from PIL import Image
+from lmms_eval.api.instance import Instance
+from lmms_eval.api.model import lmms
+
+
+class Scorer(lmms):
+    def loglikelihood(self, requests):
+        return [(float(len(request.args[1])), False) for request in requests]
+
+    def generate_until(self, requests):
+        return []
+
+    def generate_until_multi_round(self, requests):
+        return []
+
+
+class Subclass(Scorer):
+    def loglikelihood(self, requests):
+        return super().loglikelihood(requests)
+
+
+backend = Subclass()
+backend.task_dict = {"t": {"test": [{"image": Image.new("RGB", (4, 4), (255, 0, 0))}]}}
+requests = [Instance(request_type="loglikelihood", arguments=("Q", choice, lambda doc: [doc["image"]], 0, "t", "test"),
+                     idx=i, metadata={"task": "t", "doc_id": 0, "repeats": 1}) for i, choice in enumerate(["ab", "c"])]
+print(backend.loglikelihood(requests))
+"""
+
+
+def test_the_likelihood_recorder_keeps_each_answered_request_once_with_its_images(tmp_path):
+    with LikelihoodCapture(tmp_path) as capture:
+        _, _, env = capture.prepare(SUITE, "egoplan_hf", "pretrained=x")
+        ran = subprocess.run([sys.executable, "-c", RECORDED_BACKEND], env={**os.environ, **env}, capture_output=True,
+                             text=True, timeout=300)
+        assert ran.returncode == 0, ran.stderr[-2000:]
+        red = io.BytesIO()
+        Image.new("RGB", (4, 4), (255, 0, 0)).save(red, format="PNG")
+        assert capture.requests(SUITE) == [Request("Q", (image_digest(red.getvalue()),), '{"continuation": "ab"}'),
+                                           Request("Q", (image_digest(red.getvalue()),), '{"continuation": "c"}')]
+        assert [json.loads(line)["result"] for line in capture.record(SUITE).read_text().splitlines()] == \
+            [[2.0, False], [1.0, False]]

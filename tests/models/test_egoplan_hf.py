@@ -537,6 +537,27 @@ def test_a_clip_goes_to_the_model_as_a_video_where_the_processor_takes_videos(ar
         assert both.parts == [{"type": "video"}, {"type": "image"}]
 
 
+def test_videos_as_frames_shows_a_clip_as_the_images_of_an_untagged_frame_list(backend):
+    """``videos_as_frames=true``: the clip's frames go as images, scored as the same frames untagged (how lmms-eval's
+    own backends show a task's frame list)."""
+    model = backend("qwen2_vl", videos_as_frames=True)
+    assert not model.video_native and model_visuals(model, egoplan_doc(0)).parts == [{"type": "image"}] * 9
+
+    def untagged(doc):
+        frames = [frame.copy() for frame in egoplan_visuals(doc)]
+        for frame in frames:
+            frame.info.clear()  # no clip tag, no time
+        return frames
+
+    as_frames = model.loglikelihood(mc_requests(model, [egoplan_doc(0)], span=ANSWER_AND_END_OF_TURN))
+    as_images = model.loglikelihood(mc_requests(model, [egoplan_doc(0)], doc_to_visual=untagged,
+                                                span=ANSWER_AND_END_OF_TURN))
+    assert as_frames == as_images
+    video = backend("qwen2_vl").loglikelihood(mc_requests(backend("qwen2_vl"), [egoplan_doc(0)],
+                                                          span=ANSWER_AND_END_OF_TURN))
+    assert [loss for loss, _ in video] != [loss for loss, _ in as_frames]
+
+
 def test_a_batch_mixing_video_prompts_and_image_prompts_is_refused_where_the_processor_cannot_take_both(backend):
     model = backend("smolvlm", batch_size=2)
     docs = [egoplan_doc(0), egoplan_doc(1)]

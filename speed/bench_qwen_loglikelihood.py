@@ -1,0 +1,157 @@
+"""lmms-eval's Qwen backends with the loglikelihood of pull request 25 (docs/upstream/25-qwen-vl-loglikelihood.md)
+against the suite's egoplan_hf on the same EgoPlan questions: the same choice on (at least 99 % of) the questions,
+each candidate's loss, and each backend's questions per second.
+
+A scratch copy of the installed lmms-eval gets patches 01 and 25 (never the environment's own); this script then runs
+itself again importing it. Both backends load the same checkpoint as lmms-eval's backend loads it (its dtype: bfloat16
+for Qwen2.5-VL and Qwen3-VL), lmms-eval's with the checkpoint's own pixel bounds, egoplan_hf with lmms-eval's system
+prompt; both score the questions egoplan_val sends (the release's question, 4 candidate actions, 8 frames as images,
+plus the observation image at the realistic shapes), egoplan_hf over the answer and the end-of-turn token as
+lmms-eval's Qwen backends score it, with its prefix sharing (the suite's default). Rounds alternate between the two
+backends; the median round counts. Exit status 1 when fewer than 99 % of the questions get the same choice.
+
+Shapes are bench_loglikelihood.py's (random weights, nothing downloaded). The 7B shape needs a GPU; without CUDA it
+is skipped (exit status 0, a line saying so):
+
+    python speed/bench_qwen_loglikelihood.py                                          # tiny qwen2_5_vl, CPU
+    python speed/bench_qwen_loglikelihood.py --arch all        # tiny Qwen2-VL, Qwen2.5-VL and Qwen3-VL, one by one
+    python speed/bench_qwen_loglikelihood.py --shape qwen2.5-vl-7b --device cuda --questions 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRATCH_VARIABLE = "LMMS_EGOPLAN_BENCH_PATCHED_LMMS_EVAL"  # set in the second run: the patched copy it imports
+PATCHES = ("01-loglikelihood-results.patch", "25-qwen-vl-loglikelihood.patch")
+BACKENDS = {"qwen2_vl": ("lmms_eval.models.simple.qwen2_vl", "Qwen2_VL", "auto"),
+            "qwen2_5_vl": ("lmms_eval.models.simple.qwen2_5_vl", "Qwen2_5_VL", "bfloat16"),
+            "qwen3_vl": ("lmms_eval.models.simple.qwen3_vl", "Qwen3_VL", "bfloat16")}
+SHAPE_ARCH = {"qwen2-vl-7b": "qwen2_vl", "qwen2.5-vl-7b": "qwen2_5_vl"}
+SAME_CHOICE_NEEDED = 0.99
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shape", default="tiny", choices=["tiny", *SHAPE_ARCH])
+    parser.add_argument("--arch", default="qwen2_5_vl", choices=[*sorted(BACKENDS), "all"],
+                        help="tiny shape: the architecture, or all three in turn")
+    parser.add_argument("--layers", type=int, help="decoder layers (bench_loglikelihood.py's meaning)")
+    parser.add_argument("--questions", type=int, default=8, help="questions per round")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per backend (alternating)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "lmms_egoplan_bench_checkpoints"))
+    return parser.parse_args()
+
+
+def rerun_on_a_patched_copy() -> int:
+    """Build the scratch copy with PATCHES and run this script again importing it; its exit status."""
+    sys.path.insert(0, str(ROOT))
+    from docs.upstream.equivalence import patched_lmms_eval
+
+    with tempfile.TemporaryDirectory(prefix="bench-qwen-") as folder:
+        scratch = patched_lmms_eval(PATCHES, Path(folder) / "lmms-eval")
+        env = {**os.environ, SCRATCH_VARIABLE: str(scratch),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(scratch), str(ROOT), os.environ.get("PYTHONPATH")]))}
+        return subprocess.run([sys.executable, __file__, *sys.argv[1:]], env=env).returncode
+
+
+def lmms_eval_backend(arch: str, pretrained: str, device: str):
+    """lmms-eval's backend for ``arch`` (its simple class, which the chat one inherits), with the checkpoint's own
+    pixel bounds; a stand-in decord where none is installed (the backends import it for videos only)."""
+    import importlib
+    import importlib.util
+    import types
+
+    from transformers import AutoImageProcessor
+
+    if "decord" not in sys.modules and importlib.util.find_spec("decord") is None:
+        sys.modules["decord"] = types.SimpleNamespace(VideoReader=None, cpu=None)
+    module, name, _ = BACKENDS[arch]
+    size = AutoImageProcessor.from_pretrained(pretrained).size
+    return getattr(importlib.import_module(module), name)(pretrained=pretrained, device=device, device_map=device,
+                                                          min_pixels=size["shortest_edge"],
+                                                          max_pixels=size["longest_edge"])
+
+
+def compare(args: argparse.Namespace) -> int:
+    import lmms_eval
+    import torch
+
+    assert lmms_eval.__file__.startswith(os.environ[SCRATCH_VARIABLE]), lmms_eval.__file__
+    if args.shape != "tiny" and not torch.cuda.is_available():
+        print(f"skipped: the {args.shape} comparison needs a CUDA device, and none is available")
+        return 0
+    if args.shape != "tiny":
+        return compare_arch(args, SHAPE_ARCH[args.shape])
+    return max([compare_arch(args, arch) for arch in (sorted(BACKENDS) if args.arch == "all" else [args.arch])])
+
+
+def compare_arch(args: argparse.Namespace, arch: str) -> int:
+    """One architecture's comparison (the module docstring); 1 where too few questions get the same choice."""
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(ROOT / "speed"))
+    from bench_loglikelihood import FRAME_SIDE, SPLIT, TASK, egoplan_docs, realistic_checkpoint, requests_for
+
+    from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN
+    from lmms_egoplan.demo.kit.checkpoints import tiny_checkpoint
+    from lmms_egoplan.models.egoplan_hf import EgoPlanHF
+
+    realistic = args.shape != "tiny"
+    Path(args.cache).mkdir(parents=True, exist_ok=True)
+    pretrained = str(realistic_checkpoint(args.shape, args.layers, Path(args.cache), args.device) if realistic
+                     else tiny_checkpoint(arch, args.cache))
+    theirs = lmms_eval_backend(arch, pretrained, args.device)
+    ours = EgoPlanHF(pretrained=pretrained, device=args.device, dtype=BACKENDS[arch][2],
+                     system_prompt=theirs.system_prompt)
+    docs = egoplan_docs(args.questions, FRAME_SIDE[args.shape], observation=realistic)
+    requests = requests_for(docs, ANSWER_AND_END_OF_TURN)
+    for request in requests:  # the frames as images: lmms-eval's backends take a frame list so
+        request.arguments = (*request.arguments[:2], untagged_visuals, *request.arguments[3:])
+    for backend in (theirs, ours):
+        backend.task_dict = {TASK: {SPLIT: docs}}
+    print(f"model: {args.shape} {arch} {pretrained}, device {args.device}, {theirs.model.dtype}; "
+          f"{args.questions} questions x 4 candidates per round, {args.rounds} rounds per backend")
+    seconds, values = {"lmms-eval": [], "egoplan_hf": []}, {}
+    for _ in range(args.rounds):
+        for name, backend in (("lmms-eval", theirs), ("egoplan_hf", ours)):
+            started = time.perf_counter()
+            values[name] = backend.loglikelihood(requests)
+            if args.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            seconds[name].append(time.perf_counter() - started)
+    choices = {name: [int(np.argmin([loss for loss, _ in found[q:q + 4]])) for q in range(0, len(found), 4)]
+               for name, found in values.items()}
+    same = np.mean([a == b for a, b in zip(choices["lmms-eval"], choices["egoplan_hf"])])
+    difference = max(abs(a[0] - b[0]) for a, b in zip(values["lmms-eval"], values["egoplan_hf"]))
+    rates = {name: args.questions / statistics.median(times) for name, times in seconds.items()}
+    for name, rate in rates.items():
+        print(f"{name:<10} questions/s {rate:8.3f}")
+    print(f"egoplan_hf / lmms-eval = {rates['egoplan_hf'] / rates['lmms-eval']:.2f}x")
+    print(f"same choice on {same:.1%} of {len(choices['lmms-eval'])} questions (needed: {SAME_CHOICE_NEEDED:.0%}); "
+          f"max |loss difference| {difference:.2e}")
+    return 0 if same >= SAME_CHOICE_NEEDED else 1
+
+
+def untagged_visuals(doc: dict) -> list:
+    """The bench's frames with no clip tag: images, as lmms-eval's backends show a task's frame list."""
+    from bench_loglikelihood import egoplan_visuals
+
+    frames = [frame.copy() for frame in egoplan_visuals(doc)]
+    for frame in frames:
+        frame.info.clear()
+    return frames
+
+
+if __name__ == "__main__":
+    sys.exit(compare(arguments()) if os.environ.get(SCRATCH_VARIABLE) else rerun_on_a_patched_copy())
