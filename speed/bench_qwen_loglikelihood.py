@@ -16,11 +16,14 @@ is skipped (exit status 0, a line saying so):
     python speed/bench_qwen_loglikelihood.py                                          # tiny qwen2_5_vl, CPU
     python speed/bench_qwen_loglikelihood.py --arch all        # tiny Qwen2-VL, Qwen2.5-VL and Qwen3-VL, one by one
     python speed/bench_qwen_loglikelihood.py --shape qwen2.5-vl-7b --device cuda --questions 100
+
+``--json FILE`` also writes each architecture's figures there (the GPU check, tests/gpu/test_qwen_likelihood_on_gpu.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -49,6 +52,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per backend (alternating)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "lmms_egoplan_bench_checkpoints"))
+    parser.add_argument("--json", help="also write each architecture's figures to this file")
     return parser.parse_args()
 
 
@@ -91,12 +95,17 @@ def compare(args: argparse.Namespace) -> int:
         print(f"skipped: the {args.shape} comparison needs a CUDA device, and none is available")
         return 0
     if args.shape != "tiny":
-        return compare_arch(args, SHAPE_ARCH[args.shape])
-    return max([compare_arch(args, arch) for arch in (sorted(BACKENDS) if args.arch == "all" else [args.arch])])
+        archs = [SHAPE_ARCH[args.shape]]
+    else:
+        archs = sorted(BACKENDS) if args.arch == "all" else [args.arch]
+    figures = [compare_arch(args, arch) for arch in archs]
+    if args.json:
+        Path(args.json).write_text(json.dumps({"shape": args.shape, "device": args.device, "architectures": figures}))
+    return 0 if all(found["same_choice"] >= SAME_CHOICE_NEEDED for found in figures) else 1
 
 
-def compare_arch(args: argparse.Namespace, arch: str) -> int:
-    """One architecture's comparison (the module docstring); 1 where too few questions get the same choice."""
+def compare_arch(args: argparse.Namespace, arch: str) -> dict:
+    """One architecture's comparison (the module docstring): its figures."""
     import numpy as np
     import torch
 
@@ -140,7 +149,10 @@ def compare_arch(args: argparse.Namespace, arch: str) -> int:
     print(f"egoplan_hf / lmms-eval = {rates['egoplan_hf'] / rates['lmms-eval']:.2f}x")
     print(f"same choice on {same:.1%} of {len(choices['lmms-eval'])} questions (needed: {SAME_CHOICE_NEEDED:.0%}); "
           f"max |loss difference| {difference:.2e}")
-    return 0 if same >= SAME_CHOICE_NEEDED else 1
+    return {"arch": arch, "dtype": str(theirs.model.dtype).removeprefix("torch."),
+            "questions": len(choices["lmms-eval"]), "same_choice": float(same),
+            "max_loss_difference": float(difference), "questions_per_second": rates,
+            "ratio": rates["egoplan_hf"] / rates["lmms-eval"]}
 
 
 def untagged_visuals(doc: dict) -> list:

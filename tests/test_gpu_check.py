@@ -18,7 +18,8 @@ from .test_speed_scripts import SMOKE_RUNS
 
 SPEED = Path(__file__).resolve().parents[1] / "speed"
 CHECKS = ("likelihood, GPU vs CPU", "prefix sharing (bench_loglikelihood.py)",
-          "visual decoding (bench_egoplan_visuals.py)", "transformers judge (bench_judge_hf.py)")
+          "visual decoding (bench_egoplan_visuals.py)", "transformers judge (bench_judge_hf.py)",
+          "patched lmms-eval Qwen likelihood (bench_qwen_loglikelihood.py)")
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,8 @@ def test_the_command_runs_on_the_cpu_at_the_smallest_setting_and_prints_one_tabl
     assert results["environment"]["setting"] == "smallest" and results["pytest_status"] == 0
     assert {row["check"] for row in results["rows"]} == set(CHECKS)
     log = (out / "gpu_check.log").read_text()
-    for script in ("bench_loglikelihood.py", "bench_egoplan_visuals.py", "bench_judge_hf.py"):
+    for script in ("bench_loglikelihood.py", "bench_egoplan_visuals.py", "bench_judge_hf.py",
+                   "bench_qwen_loglikelihood.py"):
         assert re.search(SMOKE_RUNS[script][1], log), f"{script}'s ratio line is not in the log"
 
 

@@ -41,8 +41,9 @@ def answered_through_openai(scripted, resources: contextlib.ExitStack, env: dict
 def egoplan(workdir: Path, resources: contextlib.ExitStack, tiny_model) -> tuple[str, str, dict[str, str]]:
     """The demo's EgoPlan-Bench data (EPIC frame folders, Ego4D videos, the release's files), ranked by lmms-eval's
     qwen2_5_vl (the patched chat backend `--model qwen2_5_vl` resolves to) and by egoplan_hf on the same tiny
-    random-weight Qwen2.5-VL. (qwen2_vl and qwen3_vl score as egoplan_hf in the fast tier's run of
-    speed/bench_qwen_loglikelihood.py, which needs no CLI start-up, and in their own lmms-eval test.)"""
+    random-weight Qwen2.5-VL. (qwen2_vl and qwen3_vl score as egoplan_hf in the fast tier's run of the GPU command
+    at its smallest setting, speed/bench_qwen_loglikelihood.py --arch all, which needs no CLI start-up, and in their
+    own lmms-eval test.)"""
     from lmms_egoplan.demo.egoplan import build_fixture
 
     return ("qwen2_5_vl", f"pretrained={tiny_model('qwen2_5_vl')},device=cpu,device_map=cpu",
