@@ -20,7 +20,7 @@ from docs.upstream.equivalence import SUITE, UPSTREAM, main
 from lmms_egoplan.demo.kit.judge_server import ChatServer
 from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.scripted import MODEL_NAME, answering, reported_metrics
-from tests.e2e.planned_equivalence import egointent_and_actplan
+from tests.e2e.planned_equivalence import egointent_and_actplan, egothink_paper
 
 
 def egoplan_bench2(workdir: Path, resources: contextlib.ExitStack, tiny_model) -> tuple[str, str, dict[str, str]]:
@@ -66,6 +66,7 @@ EQUIVALENCE_RUNS: dict[tuple[str, ...], Callable[..., tuple[str, str, dict[str, 
     ("egoplan",): egoplan,
     ("egoplan_gen",): egoplan_gen,
     ("egointent", "actplan1k"): egointent_and_actplan,
+    ("egothink",): egothink_paper,
 }
 
 

@@ -4,9 +4,9 @@ a warning from ``git apply``: each alone (on the patches its text says it needs)
 tests (its own, in lmms-eval's test tree, and the suite's tests of the behaviour its workarounds give) run in fresh
 pytest processes with the workarounds switched off: against the released copy, where each patch's suite tests and
 some of its own fail; against the release with that patch alone (on those it needs), and with every patch in order,
-where every one passes (a patch a later one supersedes, its text says, is left out of the series in order: the two
-are alternatives in the same lines). A skipped test fails the check. docs/upstream/README.md's tables name the patches, their
-workarounds and tests, and the workarounds that cannot become a patch, with why; every workaround of
+where every one passes (a patch a later one supersedes, its text says, is left out of the series in order: the
+two are alternatives in the same lines). A skipped test fails the check. docs/upstream/README.md's tables name the
+patches, their workarounds and tests, and the workarounds that cannot become a patch, with why; every workaround of
 lmms_egoplan.compat's switch table is in one. A pull request of the benchmark series that adds a task carries no test
 of its own (lmms-eval's CI runs none; its text's Validation is the proof a reviewer sees): its row names the
 equivalence run that proves it instead (docs/upstream/equivalence.py, tests/e2e/test_upstream_equivalence.py), and
