@@ -144,6 +144,9 @@ class TaskPair:
     # ``(logged samples, the side's run) -> samples`` puts both in one form before they are compared (after
     # ``regrouped``); each says in its docstring what it reads.
     sample_view: Callable[[list[dict], SideRun], list[dict]] | None = None
+    group: bool = False  # a task group: it logs no samples, its aggregates are compared
+    # Named on the command line; False for a task or group a named group holds (named too, it would run twice)
+    named: bool = True
 
     def upstream_sample(self, sample: Mapping) -> dict:
         for regrouped in self.regrouped:
@@ -555,7 +558,8 @@ def run_both(benchmark: Benchmark, model: str, model_args: str, limit: int | Non
             upstream = side == UPSTREAM
             own = {**settings, **upstream_environment(scratch, workdir)} if upstream else {}
             plans[side] = dict(model=side_model, model_args=side_args, output_dir=workdir / side, extra_args=extra,
-                               tasks=[pair.upstream if upstream else pair.suite for pair in benchmark.tasks],
+                               tasks=[pair.upstream if upstream else pair.suite for pair in benchmark.tasks
+                                      if pair.named],
                                env=side_environment(environ, env, {**own, **judges.variables(side)}),
                                use_plugin=not upstream, check=False)
         with concurrent.futures.ThreadPoolExecutor(len(plans)) as pool:
@@ -685,6 +689,9 @@ class Report:
 
 def compare_pair(pair: TaskPair, upstream: SideRun, suite: SideRun) -> Report:
     report = Report(pair)
+    if pair.group:
+        compare_aggregates(report, upstream.run.results, suite.run.results)
+        return report
     samples = {UPSTREAM: [pair.upstream_sample(sample) for sample in upstream.run.samples(pair.upstream)],
                SUITE: suite.run.samples(pair.suite)}
     if pair.sample_view:
@@ -1077,6 +1084,63 @@ def _actplan_settings(environ: Mapping[str, str]):
     path = ROOT / "tasks/actplan/_default_template_yaml"
     return resolve_settings(ActPlanSettings, task="actplan1k", metadata=yaml_metadata(path), env_prefix=ENV_PREFIX,
                             environ=environ)
+
+
+def egothink_samples(task: str) -> Callable[[list[dict], SideRun], list[dict]]:
+    """Each answer's rating (None: a failed judgement) and its judged / failed counts: lmms-eval's task logs the
+    rating with the judge's output; the suite logs its judge item (the request; its rating is in the audit trail of
+    ``task``)."""
+    def view(samples: list[dict], side: SideRun) -> list[dict]:
+        from lmms_egoplan.judge.rubrics import is_judge_parts_item
+
+        if side.side == UPSTREAM:
+            return [{**sample, "score": sample["score"]["rating"]} for sample in samples]
+        ratings, viewed = audit_ratings(side.run, task), []
+        for sample in samples:
+            view = dict(sample)
+            for name, value in sample.items():
+                if is_judge_parts_item(value):
+                    [rating] = judged_ratings(value, ratings).values()
+                    counted = {"judged": int(rating is not None), "failed": int(rating is None)}
+                    view[name] = counted.get(name, rating)
+            viewed.append(view)
+        return viewed
+    return view
+
+
+# EgoThink (PR f, 30; its judge code is 24's): the paper's prompts, greedy decoding, Table 7's judge through llm_judge,
+# the dimensions, the six capabilities and the 12-dimension Average as groups.
+def _egothink() -> Benchmark:
+    from lmms_egoplan.egothink.data import CAPABILITIES, ENV_PREFIX
+    from lmms_egoplan.egothink.protocol import EgoThinkSettings
+
+    bookkeeping = suite_bookkeeping("failed_requests")
+    media = Difference("images logged by file name", "the suite's documents name their image files (the Hub images "
+                       "stored once in its image cache), which lmms-eval logs as input_media; lmms-eval's task holds "
+                       "the dataset's decoded images, which it does not log; the images themselves are compared pixel "
+                       "for pixel in the requests", ("sample:input_media",))
+    dimensions = [name for names in CAPABILITIES.values() for name in names]
+    groups = [("egothink_paper", "ego_think"), *((f"egothink_paper_capability_{capability}",
+                                                 f"ego_think_capability_{capability}") for capability in CAPABILITIES)]
+    return Benchmark(
+        name="egothink", patches=("24-egothink-llm-judge.patch", "30-egothink-paper-protocol.patch"), capture="chat",
+        tasks=(*(TaskPair(f"egothink_paper_{name}", f"ego_think_{name}", differences=(bookkeeping, media),
+                          sample_view=egothink_samples(f"ego_think_{name}"), named=False) for name in dimensions),
+               *(TaskPair(upstream, suite, differences=(bookkeeping,), group=True, named=upstream == "egothink_paper")
+                 for upstream, suite in groups)),
+        settings=SuiteSettings(
+            EgoThinkSettings, ENV_PREFIX, "tasks/egothink/_default_template_yaml",
+            shared=("hub_repo", "hub_revision", "judge_model"),
+            unscored=("data_root", "image_cache", "images_decoded_at_load", "allow_paths_outside_root",
+                      "judge_revision", "judge_api_key_env", "judge_api_version", "judge_concurrency", "judge_timeout",
+                      "judge_retries", "judge_backoff", "judge_cache_dir", "judge_preflight",
+                      "judge_failed_exit_status"),
+            upstream_variables={"hub_repo": "EGOTHINK_PAPER_DATASET", "hub_revision": "EGOTHINK_PAPER_REVISION",
+                                "judge_model": "MODEL_VERSION"},
+            judge=JudgeRoute("judge_base_url", "OPENAI_API_URL")))
+
+
+declare(_egothink())
 
 
 # ActPlan-1K (PR h, 32): the release converted, the action(object) parser, LCS at 0.8, BLEURT with a checkpoint.

@@ -1,9 +1,12 @@
-"""EgoIntent (patch 31) and ActPlan-1K (patch 32) on the demo's data, for tests/e2e/test_upstream_equivalence.py: one
-run of the real CLI per side carries egointent, actplan1k and actplan1k_text_only. A scripted model answers through
-lmms-eval's ``openai`` backend (EgoIntent's steps told apart by the frames they show: the authors' prompt names no
-step; ActPlan-1K's instances by their task descriptions); a loopback judge rates EgoIntent's fields by the same
-script and gives no rating to those whose reference mentions a jar, so that both sides must fail the same
-judgements; a BLEURT classifier in the release's checkpoint format judges some plans correct and others not."""
+"""EgoThink (patches 24 and 30), EgoIntent (patch 31) and ActPlan-1K (patch 32) on the demo's data, for
+tests/e2e/test_upstream_equivalence.py: one run of the real CLI per side carries egointent, actplan1k and
+actplan1k_text_only. A scripted model answers through lmms-eval's ``openai`` backend (EgoIntent's steps told apart by
+the frames they show: the authors' prompt names no step; ActPlan-1K's instances by their task descriptions); a
+loopback judge rates EgoIntent's fields by the same script and gives no rating to those whose reference mentions a
+jar, so that both sides must fail the same judgements; a BLEURT classifier in the release's checkpoint format judges
+some plans correct and others not. EgoThink runs alone (its own run per side): the demo's Hub-shaped copy, the
+scripted answers and ratings, a judge withholding the ratings of the answers whose reference is
+EGOTHINK_FAILED_REFERENCE."""
 
 from __future__ import annotations
 
@@ -16,13 +19,14 @@ import torch
 from PIL import Image
 
 from lmms_egoplan.actplan.classifier import load_classifier
-from lmms_egoplan.demo import actplan, egointent
+from lmms_egoplan.demo import actplan, egointent, egothink
 from lmms_egoplan.demo.kit.judge_server import ChatCall, ChatServer, Reply
 from lmms_egoplan.demo.kit.media import read_index
-from lmms_egoplan.demo.kit.scripted import MODEL_NAME, answering, rating_by_script
+from lmms_egoplan.demo.kit.scripted import MODEL_NAME, ScriptedAnswers, answering, rating_by_script
 from lmms_egoplan.egointent.data import RELEASE, load_samples
 from lmms_egoplan.egointent.protocol import EgoIntentSettings
 
+EGOTHINK_FAILED_REFERENCE = "Yes."  # the reference of 4 of the demo's 24 questions, in 4 dimensions
 FAILED_REFERENCE_WORD = "jar"  # the scripted judge gives no rating to the fields whose reference holds it
 
 
@@ -110,4 +114,34 @@ def egointent_and_actplan(workdir: Path, resources: ExitStack, tiny_model=None) 
                 # lmms-eval's llm_judge (its openai provider) needs a key, which the loopback judge ignores
                 "API_TYPE": "openai", "OPENAI_API_KEY": "unused"}
     return ("openai", f"model_version={MODEL_NAME},base_url={chat.base_url},api_key=unused",
+            {name: str(value) for name, value in settings.items()})
+
+
+def withholding(script: ScriptedAnswers, reference: str) -> callable:
+    """The scripted judge of ``script``, giving no rating to the answers of ``reference``."""
+    rate = rating_by_script([script])
+
+    def respond(call: ChatCall) -> Reply:
+        pair = egothink._JUDGED_PAIR.search(call.text)
+        if pair and pair.group(1) == reference:
+            return Reply("The answer cannot be compared with the reference; no rating.")
+        return rate(call)
+    return respond
+
+
+def egothink_paper(workdir: Path, resources: ExitStack, tiny_model=None) -> tuple[str, str, dict[str, str]]:
+    """The demo's EgoThink questions in a local copy shaped like the Hub dataset (both tasks read it as the Hub's),
+    answered by the demo's script through lmms-eval's openai backend; the judge rates them by the script but for the
+    answers whose reference is EGOTHINK_FAILED_REFERENCE. No checkpoint: ``tiny_model`` goes unused."""
+    per_dimension = 2
+    hub_copy = egothink.write_hub_copy(workdir / "EgoThink-hub", per_dimension)
+    script = egothink.scripted_answers(workdir / "unused", per_dimension)
+    model = resources.enter_context(ChatServer(answering([script]), model_name=MODEL_NAME))
+    rater = resources.enter_context(ChatServer(withholding(script, EGOTHINK_FAILED_REFERENCE)))
+    settings = {"EGOTHINK_HUB_REPO": hub_copy, "EGOTHINK_IMAGE_CACHE": workdir / "image-cache",
+                "EGOTHINK_JUDGE_BASE_URL": rater.base_url, "EGOTHINK_JUDGE_MODEL": "scripted-judge",
+                "EGOTHINK_JUDGE_CACHE_DIR": workdir / "judge-cache",
+                # lmms-eval's llm_judge (its openai provider) needs a key, which the loopback judge ignores
+                "API_TYPE": "openai", "OPENAI_API_KEY": "unused"}
+    return ("openai", f"model_version={MODEL_NAME},base_url={model.base_url},api_key=unused",
             {name: str(value) for name, value in settings.items()})

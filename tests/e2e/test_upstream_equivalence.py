@@ -20,7 +20,7 @@ from docs.upstream.equivalence import SUITE, UPSTREAM, main
 from lmms_egoplan.demo.kit.judge_server import ChatServer
 from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.scripted import MODEL_NAME, answering, reported_metrics
-from tests.e2e.planned_equivalence import egointent_and_actplan
+from tests.e2e.planned_equivalence import egointent_and_actplan, egothink_paper
 
 
 def egoplan_bench2(workdir: Path, resources: contextlib.ExitStack, tiny_model) -> tuple[str, str, dict[str, str]]:
@@ -67,6 +67,7 @@ EQUIVALENCE_RUNS: dict[tuple[str, ...], Callable[..., tuple[str, str, dict[str, 
     ("egoplan",): egoplan,
     ("egoplan_gen",): egoplan_gen,
     ("egointent", "actplan1k"): egointent_and_actplan,
+    ("egothink",): egothink_paper,
 }
 
 
@@ -168,3 +169,13 @@ def test_egoplan_by_likelihood_scores_every_candidate_alike_and_writes_the_same_
     [upstream_file] = (run.workdir / UPSTREAM / "submissions").glob("egoplan_test_submission.json")
     [suite_file] = (run.workdir / SUITE).glob("*/*_submission_egoplan_test.json")
     assert json.loads(upstream_file.read_text()) == json.loads(suite_file.read_text())
+
+
+def test_egothink_paper_is_judged_alike_and_the_withheld_ratings_fail_the_same_answers_on_both_sides(compared):
+    """The judge received the same 24 prompts from both sides, each once; the 4 ratings it withheld (the answers whose
+    reference is "Yes.") are failed judgements on both, left out of the scores; the groups agree."""
+    run = compared("egothink")
+    assert "judge (EGOTHINK): the same 24 distinct prompts on both sides (lmms-eval's llm_judge sent 24" in run.printed
+    for value in ("aggregates equal: failed 4, judged 20, score 47.9167", "failed 1, judged 1, score 0",
+                  "failed 2, judged 2, score 25"):
+        assert value in run.printed, (value, run.printed)
