@@ -24,9 +24,13 @@ class _Parser(argparse.ArgumentParser):
 
     def _current_spellings(self, args: list[str]) -> list[str]:
         known, spelled = set(self._option_string_actions), []
+        commands = next((action.choices for action in self._actions
+                         if isinstance(action, argparse._SubParsersAction)), {})
         for position, arg in enumerate(args):
             if arg == "--":
                 return spelled + args[position:]
+            if isinstance(commands.get(arg), _Parser):  # the rest is the command's (whatever argparse's dispatch)
+                return [*spelled, arg, *commands[arg]._current_spellings(args[position + 1:])]
             name, equals, value = arg.partition("=")
             current = "--" + name[2:].replace("-", "_")
             spelled.append(current + equals + value if name.startswith("--") and name not in known

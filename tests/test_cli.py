@@ -133,7 +133,10 @@ def test_options_are_spelled_with_underscores_and_the_former_hyphen_spellings_st
                     assert parser._current_spellings([hyphens, "x"]) == [option, "x"], (name, option)
                     assert parser._current_spellings([f"{hyphens}=x", "--", hyphens]) == [f"{option}=x", "--",
                                                                                              hyphens]
-    parse = build_parser().parse_args
+    parser = build_parser()
+    # The whole command line is respelled by the top-level parser (not only by argparse's dispatch to the command).
+    assert parser._current_spellings(["report", "r", "--all-runs"]) == ["report", "r", "--all_runs"]
+    parse = parser.parse_args
     assert parse(["report", "runs", "--output", "out", "--all-runs"]).all_runs
     scored = parse(["actplan-score", "--data-root=/data", "--embedding-model", "m", "--batch-size", "3",
                     "--allow-paths-outside-root"])
