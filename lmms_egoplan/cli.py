@@ -8,6 +8,35 @@ import tempfile
 
 from lmms_egoplan import suite
 
+# `lmms-egoplan --help`'s description: plain text, as a terminal shows it.
+DESCRIPTION = "lmms-egoplan: the suite's own commands (the evaluations themselves run through lmms-eval)."
+# Where the --judge_* options are described at length, as a path of the checkout (no path of this machine).
+JUDGES_PAGE = "docs/judges.md (in the checkout; installed with the package as lmms_egoplan/docs/judges.md)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An option spelled with hyphens where the command spells it with underscores (``--all-runs``, the suite's
+    spelling before issue 57) is taken as that option; ``--help`` shows the underscore spelling only."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        return super().parse_known_args(self._current_spellings(args), namespace)
+
+    def _current_spellings(self, args: list[str]) -> list[str]:
+        known, spelled = set(self._option_string_actions), []
+        commands = next((action.choices for action in self._actions
+                         if isinstance(action, argparse._SubParsersAction)), {})
+        for position, arg in enumerate(args):
+            if arg == "--":
+                return spelled + args[position:]
+            if isinstance(commands.get(arg), _Parser):  # the rest is the command's (whatever argparse's dispatch)
+                return [*spelled, arg, *commands[arg]._current_spellings(args[position + 1:])]
+            name, equals, value = arg.partition("=")
+            current = "--" + name[2:].replace("-", "_")
+            spelled.append(current + equals + value if name.startswith("--") and name not in known
+                           and current in known else arg)
+        return spelled
+
 
 def _fail(command: str, message: str) -> int:
     """A usage or input error: one line naming what to fix, no traceback, exit status 2."""
@@ -133,17 +162,19 @@ def _smoke_arguments(smoke: argparse.ArgumentParser) -> None:
 
 
 def _judge_options(command: argparse.ArgumentParser, defaults: str, **own_defaults: str) -> None:
-    """The ``--judge_*`` settings (docs/judges.md); ``defaults``: where a setting not given comes from,
-    before the suite's default (``own_defaults``: the command's own, by setting)."""
+    """The ``--judge_*`` settings (docs/judges.md), each with what it does; ``defaults``: where a setting not given
+    comes from, before the suite's default (``own_defaults``: the command's own, by setting)."""
     import dataclasses
 
-    from lmms_egoplan.core.documentation import doc_page
-    from lmms_egoplan.judge.settings import JudgeSettings
+    from lmms_egoplan.judge.settings import SETTING_HELP, JudgeSettings
 
+    command.description = (f"{command.description.rstrip('.')}. The --judge_* options set the judge; {JUDGES_PAGE} "
+                           f"describes them.")
     for setting in dataclasses.fields(JudgeSettings):
-        default = own_defaults.get(setting.name, f"{defaults}{setting.default}")
+        shown = "empty" if setting.default == "" else setting.default
+        default = own_defaults.get(setting.name, f"{defaults}{shown}")
         command.add_argument(f"--{setting.name}", default=argparse.SUPPRESS,
-                             help=_literal(f"(default: {default}); see {doc_page('judges.md')}"))
+                             help=_literal(f"{SETTING_HELP[setting.name]} (default: {default})"))
 
 
 def _rejudge_arguments(rejudge: argparse.ArgumentParser) -> None:
@@ -171,7 +202,7 @@ def _report_arguments(report: argparse.ArgumentParser) -> None:
     report.add_argument("results", nargs="+", help="results files or folders holding them, at any depth "
                                                    "(lmms-eval <date>_results.json, lm-eval results_<date-time>.json)")
     report.add_argument("--output", required=True, help="folder for report.md, report.html, the CSVs and figures")
-    report.add_argument("--all-runs", action="store_true",
+    report.add_argument("--all_runs", action="store_true",
                         help="every run of a model and task (default: the latest)")
     report.set_defaults(handler=_report)
 
@@ -210,8 +241,7 @@ def versions() -> str:
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; with ``argv``, only the command it names gets its arguments (all of them without)."""
     requested = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
-    parser = argparse.ArgumentParser(prog="lmms-egoplan", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="lmms-egoplan", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=versions())
     commands = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, add_arguments) in COMMANDS.items():

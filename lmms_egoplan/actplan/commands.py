@@ -26,7 +26,7 @@ def _score(args: argparse.Namespace) -> int:
     from lmms_egoplan.core.files import strict_json, write_atomically
 
     if not args.data_root and not args.pairs:
-        raise InputError("give --data-root (release layout) and/or --pairs (JSONL)")
+        raise InputError("give --data_root (release layout) and/or --pairs (JSONL)")
     if args.pairs and args.gold not in actplan_plans.GOLD_CHOICES:
         raise InputError(f"--gold {args.gold} picks a release gold file; with --pairs use first or best")
     plans, notes = [], []
@@ -75,9 +75,9 @@ def _score_arguments(score: argparse.ArgumentParser) -> None:
                          "(plan_<model>.txt beside the gold plans), the release's auto_lcs pair files, or the "
                          "plans files (<date-time>_plans_<task>.jsonl) that ActPlan-1K runs write beside "
                          "their results.")
-    score.add_argument("--data-root", help="release folder (holding annotation/): score its plan_<model>.txt files")
+    score.add_argument("--data_root", help="release folder (holding annotation/): score its plan_<model>.txt files")
     score.add_argument("--model", action="append",
-                       help="with --data-root: model name of plan_<model>.txt (repeatable; default: all)")
+                       help="with --data_root: model name of plan_<model>.txt (repeatable; default: all)")
     score.add_argument("--pairs", action="append", metavar="JSONL",
                        help="rows with 'candidate' and 'reference' (or 'references') texts (repeatable)")
     score.add_argument("--gold", default=actplan_plans.GOLD_CHOICES[0],
@@ -91,10 +91,11 @@ def _score_arguments(score: argparse.ArgumentParser) -> None:
     score.add_argument("--threshold", type=_match_threshold, default=actplan_lcs.DEFAULT_MATCH_THRESHOLD,
                        help=f"cosine similarity for two steps to match, in (0, 1] (default "
                             f"{actplan_lcs.DEFAULT_MATCH_THRESHOLD})")
-    score.add_argument("--embedding-model", help="sentence-transformers folder (default: bundled all-MiniLM-L6-v2)")
-    score.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
-    score.add_argument("--batch-size", type=int, default=actplan_lcs.DEFAULT_EMBEDDING_BATCH_SIZE,
-                       help=f"embedding batch size (default {actplan_lcs.DEFAULT_EMBEDDING_BATCH_SIZE})")
+    score.add_argument("--embedding_model",
+                       help="the step matcher's sentence-transformers model folder (default: bundled all-MiniLM-L6-v2)")
+    score.add_argument("--device", default="cpu", help="where the step matcher runs: cpu, cuda or auto (default cpu)")
+    score.add_argument("--batch_size", type=int, default=actplan_lcs.DEFAULT_EMBEDDING_BATCH_SIZE,
+                       help=f"plan steps embedded per batch (default {actplan_lcs.DEFAULT_EMBEDDING_BATCH_SIZE})")
     score.add_argument("--output", help="write per-plan values to this JSONL file")
     allow_paths_outside_root_argument(score, "instance files")
     score.set_defaults(handler=_score)
@@ -103,9 +104,11 @@ def _score_arguments(score: argparse.ArgumentParser) -> None:
 def _train_bleurt_arguments(train: argparse.ArgumentParser) -> None:
     from lmms_egoplan.actplan import classifier_config as bleurt
 
-    train.add_argument("--data", required=True, help="the release's bleu-cls/data/finetuning_data.jsonl")
+    train.add_argument("--data", required=True,
+                       help="the labelled plan pairs: the release's bleu-cls/data/finetuning_data.jsonl")
     train.add_argument("--activities", required=True,
-                       help="the release's bleu-cls/data/activities.txt (train/val/test)")
+                       help="which activities each split holds: the release's bleu-cls/data/activities.txt "
+                            "(train/val/test)")
     train.add_argument("--base", required=True, help="BLEURT checkpoint folder to start from (PyTorch, BERT-based)")
     train.add_argument("--output", required=True,
                        help="folder for the best checkpoint, training_log.jsonl, metrics.json")
@@ -113,16 +116,20 @@ def _train_bleurt_arguments(train: argparse.ArgumentParser) -> None:
     train.add_argument("--preset", choices=bleurt.PRESET_LEARNING_RATES, default=bleurt.DEFAULT_PRESET,
                        help=f"learning rate as the paper: {presets} (default {bleurt.DEFAULT_PRESET}, for "
                             f"BERT-large BLEURT)")
-    train.add_argument("--learning-rate", type=float, help="overrides the preset's learning rate")
+    train.add_argument("--learning_rate", type=float, help="overrides the preset's learning rate")
     defaults = bleurt.TrainingConfig()
-    train.add_argument("--batch-size", type=int, default=defaults.batch_size, help=f"(default {defaults.batch_size})")
-    train.add_argument("--epochs", type=int, default=defaults.epochs, help=f"(default {defaults.epochs})")
-    train.add_argument("--max-length", type=int, default=defaults.max_length,
-                       help=f"tokens per pair (default {defaults.max_length}, as the release)")
-    train.add_argument("--select-by", choices=bleurt.SELECTION_CRITERIA, default=defaults.select_by,
+    train.add_argument("--batch_size", type=int, default=defaults.batch_size,
+                       help=f"training pairs per optimizer step (default {defaults.batch_size})")
+    train.add_argument("--epochs", type=int, default=defaults.epochs,
+                       help=f"passes over the training pairs (default {defaults.epochs})")
+    train.add_argument("--max_length", type=int, default=defaults.max_length,
+                       help=f"the most tokens of a plan pair, cut longest-first (default {defaults.max_length}, as the "
+                            f"release)")
+    train.add_argument("--select_by", choices=bleurt.SELECTION_CRITERIA, default=defaults.select_by,
                        help="keep the epoch with the best validation accuracy (paper, default) or loss (release code)")
-    train.add_argument("--seed", type=int, default=defaults.seed, help=f"(default {defaults.seed})")
-    train.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
+    train.add_argument("--seed", type=int, default=defaults.seed,
+                       help=f"random seed of the initialisation and the shuffling (default {defaults.seed})")
+    train.add_argument("--device", default="auto", help="where the classifier trains: cpu, cuda or auto (default)")
     train.set_defaults(handler=_train_bleurt)
 
 

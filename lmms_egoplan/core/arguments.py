@@ -6,7 +6,7 @@ import argparse
 
 
 def allow_paths_outside_root_argument(parser: argparse.ArgumentParser, what: str) -> None:
-    """``--allow-paths-outside-root``: the command's counterpart of the settings of that name."""
-    parser.add_argument("--allow-paths-outside-root", action="store_true",
+    """``--allow_paths_outside_root``: the command's counterpart of the settings of that name."""
+    parser.add_argument("--allow_paths_outside_root", action="store_true",
                         help=f"read {what} that lead out of the data folder (absolute paths, '..', symbolic links); "
                              "refused by default")

@@ -18,7 +18,7 @@ def _check(args: argparse.Namespace) -> int:
                                  sample_fps=args.sample_fps, max_frames=args.max_frames,
                                  allow_paths_outside_root=args.allow_paths_outside_root, skip_missing=args.skip_missing,
                                  longer_clips=args.longer_clips)
-    settings.check_sampling(name=lambda field: "--" + field.replace("_", "-"))
+    settings.check_sampling(name=lambda field: "--" + field)
     print(describe_steps(load_samples(settings), settings))
     return 0
 
@@ -27,7 +27,7 @@ def _frame_cap(text: str) -> int | None:
     from lmms_egoplan.core.settings import SettingsError, coerce_setting
 
     try:
-        return coerce_setting(text, int | None, "--max-frames")
+        return coerce_setting(text, int | None, "--max_frames")
     except SettingsError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
@@ -35,15 +35,15 @@ def _frame_cap(text: str) -> int | None:
 def _check_arguments(check: argparse.ArgumentParser) -> None:
     check.add_argument("annotations", type=Path, help="the release folder as downloaded, or a flat annotation file "
                                                       "(.json list or .jsonl)")
-    check.add_argument("--data-layout", default="auto",
+    check.add_argument("--data_layout", default="auto",
                        help="release, flat or auto (default): a folder is the release, a file the flat format")
-    check.add_argument("--video-root", type=Path, help="flat format: where video paths and video_uids resolve "
+    check.add_argument("--video_root", type=Path, help="flat format: where video paths and video_uids resolve "
                                                        "(default: the annotation file's folder)")
-    check.add_argument("--skip-missing", action="store_true",
+    check.add_argument("--skip_missing", action="store_true",
                        help="list the steps whose video is missing or unusable instead of failing")
-    check.add_argument("--sample-fps", type=float, default=6.0, help="frames sampled per second (default: 6)")
-    check.add_argument("--max-frames", type=_frame_cap, default=32, help="frame cap per clip, or none (default: 32)")
-    check.add_argument("--longer-clips", default="end", choices=("end", "start", "error"),
+    check.add_argument("--sample_fps", type=float, default=6.0, help="frames sampled per second (default: 6)")
+    check.add_argument("--max_frames", type=_frame_cap, default=32, help="frame cap per clip, or none (default: 32)")
+    check.add_argument("--longer_clips", default="end", choices=("end", "start", "error"),
                        help="a clip longer than its window: show the window ending at the clip's end (default), "
                             "the one from its first frame, or list it as a problem")
     allow_paths_outside_root_argument(check, "videos")

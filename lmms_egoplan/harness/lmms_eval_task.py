@@ -32,6 +32,7 @@ from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.failed_requests import failed_request
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import SettingsError, setting_name
+from lmms_egoplan.harness import backend_source
 from lmms_egoplan.harness.benchmark import Benchmark, Metric, TaskSpec
 from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, FAILED_REQUESTS, failed_request_count
 from lmms_egoplan.harness.judged import Judging, record_task_judgements
@@ -188,34 +189,46 @@ class SuiteTask(ConfigurableMessagesTask):
         resolved = MODEL_REGISTRY_V2.resolve(model, force_simple=force_simple)
         self._backend, self._chat_backend = resolved.model_id, resolved.model_type == "chat"
         if self._chat_backend:
-            simple = MODEL_REGISTRY_V2.resolve(model, force_simple=True).model_type == "simple"
+            simple = MODEL_REGISTRY_V2.resolve(model, force_simple=True)
+            scores = simple.model_type == "simple" and \
+                backend_source.computes_loglikelihood(simple.class_path) is not False
             self._check_backend_scores(model, "lmms-eval's chat implementation of it only generates",
-                                       self._simple_backend_hint(model) if simple else "")
+                                       [resolved.class_path, *([simple.class_path] if scores else [])])
             return
+        # Refused from its source before its module is imported (an import can fail, or take a minute).
+        if backend_source.computes_loglikelihood(resolved.class_path) is False:
+            self._check_backend_scores(model, f"lmms-eval's {resolved.class_name} does not implement loglikelihood",
+                                       [resolved.class_path])
         model_class = backend_class(model, force_simple)
         switch_on(BACKEND_CHOSEN, backend=model_class)
         if not computes_loglikelihood(model_class):
-            self._check_backend_scores(model, f"lmms-eval's {model_class.__name__} does not implement loglikelihood")
+            self._check_backend_scores(model, f"lmms-eval's {model_class.__name__} does not implement loglikelihood",
+                                       [f"{model_class.__module__}.{model_class.__qualname__}"])
         self._check_backend_honours_options(model_class, model)
 
-    def _check_backend_scores(self, model: str, why: str, hint: str = "") -> None:
-        """Refuse a backend without loglikelihood for a task that ranks candidates by it, naming those that can
-        (``hint``: another way with this backend)."""
+    def _check_backend_scores(self, model: str, why: str, class_paths: list[str]) -> None:
+        """Refuse a backend without loglikelihood for a task that ranks candidates by it, naming those that can, and
+        the ways with this backend that work: ``class_paths``, its class for the generative variant, then its
+        simple implementation where that one scores (``--force_simple``); what they need on a CPU-only machine."""
         if self.OUTPUT_TYPE not in _LIKELIHOOD_OUTPUT_TYPES:
             return
         variant = self.SPEC.generative_variant
+        ways = [f"run the generative task {variant} with --model {model}"] if variant else []
+        if len(class_paths) > 1:
+            ways.append(self._simple_backend_hint(model))
+        needs = backend_source.needs(*([class_paths[0]] if variant else []), *class_paths[1:])
         raise SettingsError(
             f"task {self.config.task} ranks its candidate answers by likelihood, which --model {model} does not "
             f"compute ({why}); run it with --model egoplan_hf (transformers, in this process) or --model "
-            f"egoplan_server (an SGLang / vLLM server)"
-            + (f", or run the generative task {variant} with --model {model}" if variant else "") + hint)
+            f"egoplan_server (an SGLang / vLLM server)" + "".join(f", or {way}" for way in ways)
+            + (f"; --model {model} needs {needs}" if needs else ""))
 
     def _simple_backend_hint(self, model: str) -> str:
         """How this task runs on lmms-eval's simple implementation of ``model``: ``--force_simple``, with lmms-eval's
         conventions for the options that backend does not honour (the answer's tokens only, for one)."""
         conventions = [f"{setting_name(self.setup.env_prefix, name)} set to {option.convention!r}"
                        for name, option, _ in self.requested_options() if option.binding]
-        return (f", or add --force_simple for lmms-eval's simple implementation of {model}, which scores by "
+        return (f"add --force_simple for lmms-eval's simple implementation of {model}, which scores by "
                 f"lmms-eval's conventions" + (f": with {' and '.join(conventions)}" if conventions else ""))
 
     def requested_options(self) -> list[tuple[str, request_options.RequestOption, str]]:
@@ -373,8 +386,9 @@ def backend_class(model: str, force_simple: bool) -> type:
 
 
 def computes_loglikelihood(model_class: type) -> bool:
-    """Whether a backend class implements ``loglikelihood``: lmms-eval's backends without it keep the
-    method with a body that only raises, asserts False or passes (e.g. ``Qwen2_VL``, ``VLLM``)."""
+    """Whether a backend class (imported) implements ``loglikelihood``: lmms-eval's backends without it keep the
+    method with a body that only raises, asserts False or passes (e.g. ``Qwen2_VL``, ``VLLM``); the same
+    read of a class's source before its import: ``backend_source.computes_loglikelihood``."""
     import ast
     import inspect
     import textwrap
@@ -386,10 +400,4 @@ def computes_loglikelihood(model_class: type) -> bool:
         definition = ast.parse(textwrap.dedent(inspect.getsource(method))).body[0]
     except (OSError, TypeError, SyntaxError):  # no source to read: trust the class
         return True
-    statements = [s for s in definition.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-
-    def refuses(statement: ast.stmt) -> bool:
-        return isinstance(statement, (ast.Raise, ast.Pass)) or (
-            isinstance(statement, ast.Assert) and isinstance(statement.test, ast.Constant) and not statement.test.value)
-
-    return not all(map(refuses, statements))
+    return not backend_source.refuses_every_call(definition)

@@ -23,6 +23,33 @@ DEFAULT_JUDGE_BASE_URL = "http://localhost:8000/v1"
 PINNED_REVISIONS = {DEFAULT_JUDGE_MODEL: "0d7cf23991f47feeb3a57ecb4c9cee8ea4a17bfe"}
 
 
+# What each judge setting does, in a sentence (the ``--judge_*`` options' help; docs/judges.md says more).
+SETTING_HELP = {
+    "judge_backend": "how the judge is called: openai (any OpenAI-compatible server), azure (Azure OpenAI) or hf "
+                     "(transformers, in this process)",
+    "judge_model": "the judge: the model name a server serves (openai), the deployment (azure), or a Hub id or "
+                   "folder (hf)",
+    "judge_revision": "the judge model's Hub revision (commit), which the hf judge loads and the results record; none: "
+                      "the revision the suite pins for the model, if any",
+    "judge_base_url": "the judge server's URL (openai; none: OpenAI's own API) or the Azure endpoint",
+    "judge_api_key_env": "the NAME of the environment variable that holds the judge's API key (never the key "
+                         "itself); empty: no key, as for a local server",
+    "judge_api_version": "the Azure OpenAI API version (azure only)",
+    "judge_temperature": "the judge's sampling temperature",
+    "judge_max_tokens": "the most tokens of one judge reply",
+    "judge_concurrency": "judge calls in flight at once (hf: the generation batch size)",
+    "judge_timeout": "seconds one judge call may take",
+    "judge_retries": "retries after a failed call (HTTP 429 or 5xx, or a timeout, only)",
+    "judge_backoff": "seconds before the first retry; doubles with each retry",
+    "judge_cache_dir": "the folder of the judge's answer cache, from which a judgement asked again is read; none: "
+                       "no cache",
+    "judge_preflight": "true: one short test request first, so that a judge that cannot answer stops the command at "
+                       "once",
+    "judge_failed_exit_status": "the exit status when some judgements failed (they are left out of the scores); 0 "
+                                "accepts that",
+}
+
+
 class JudgeSetupError(InputError):
     """The judge settings cannot work (unknown backend, missing key variable, ...)."""
 

@@ -248,9 +248,10 @@ class LikelihoodScorer:
             # Right padding: padded positions come after every real token, so causal attention
             # keeps them out of the real tokens' logits; no attention mask needed.
             batch = torch.nn.utils.rnn.pad_sequence(suffixes, batch_first=True, padding_value=0)
-            cache = prefill.past_key_values if number == len(chunks) - 1 else copy.deepcopy(prefill.past_key_values)
+            # `cache` (transformers 5.24 on; `past_key_values`, its old name, warns and goes in 5.40).
+            cache = prefill.cache if number == len(chunks) - 1 else copy.deepcopy(prefill.cache)
             cache.batch_repeat_interleave(len(chunk))
-            logits = self.model(input_ids=batch, past_key_values=cache, use_cache=True).logits
+            logits = self.model(input_ids=batch, cache=cache, use_cache=True).logits
             for row, (sequence, suffix) in enumerate(zip(chunk, suffixes)):
                 predicting = torch.cat([last_logits, logits[row, :len(suffix) - 1]])
                 answer = slice(sequence.first - common, sequence.stop - common)

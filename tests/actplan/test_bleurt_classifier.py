@@ -103,7 +103,7 @@ def test_fine_tuning_command_keeps_the_best_validation_epoch(tiny_bert, finetuni
     data, activities = finetuning
     output = tmp_path / "classifier"
     assert main(["actplan-train-bleurt", "--data", str(data), "--activities", str(activities), "--base", str(tiny_bert),
-                 "--output", str(output), "--epochs", "3", "--learning-rate", "3e-3", "--device", "cpu"]) == 0
+                 "--output", str(output), "--epochs", "3", "--learning_rate", "3e-3", "--device", "cpu"]) == 0
     printed = capsys.readouterr().out
     log = [json.loads(line) for line in (output / "training_log.jsonl").read_text().splitlines()]
     metrics = json.loads((output / "metrics.json").read_text())

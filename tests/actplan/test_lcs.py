@@ -112,7 +112,7 @@ def test_scoring_command_on_the_release_layout(tmp_path, matcher, encode, capsys
         steps = vlm_plan(gold.read_text().split("\n")[:-1], rng, 0.5)
         (gold.parent / "plan_chatty.txt").write_text(model_output(steps, rng))
     output = tmp_path / "scores.jsonl"
-    assert main(["actplan-score", "--data-root", str(release), "--steps", "lines", "--gold", "plan_gold_2.txt",
+    assert main(["actplan-score", "--data_root", str(release), "--steps", "lines", "--gold", "plan_gold_2.txt",
                  "--output", str(output)]) == 0
     table = capsys.readouterr().out
     rows = [json.loads(line) for line in output.read_text().splitlines()]
@@ -140,12 +140,12 @@ def test_scoring_command_says_what_is_missing_without_a_traceback(tmp_path, caps
         assert error.startswith("lmms-egoplan actplan-score: ") and "Traceback" not in error
         return error
 
-    assert "give --data-root (release layout) and/or --pairs" in one_line_error(["actplan-score"])
+    assert "give --data_root (release layout) and/or --pairs" in one_line_error(["actplan-score"])
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     assert "no plans to score" in one_line_error(["actplan-score", "--pairs", str(empty)])
     assert f"ActPlan-1K data folder not found: {tmp_path / 'nowhere'}" in one_line_error(
-        ["actplan-score", "--data-root", str(tmp_path / "nowhere")])
+        ["actplan-score", "--data_root", str(tmp_path / "nowhere")])
     assert f"file not found: {tmp_path / 'missing.jsonl'}" in one_line_error(
         ["actplan-score", "--pairs", str(tmp_path / "missing.jsonl")])
     bad = tmp_path / "bad.jsonl"

@@ -446,7 +446,7 @@ def test_release_pairing_scores_gemini_against_the_second_gold_plan(release, tmp
     next(copy.glob("annotation/*/*/*/sample_0/plan_gold_2.txt")).unlink()
     monkeypatch.setattr(actplan_lcs, "step_matcher", lambda *args, **kwargs: ExactMatcher())
     output = tmp_path / "scores.jsonl"
-    assert main(["actplan-score", "--data-root", str(copy), "--gold", RELEASE_PAIRING, "--output", str(output)]) == 0
+    assert main(["actplan-score", "--data_root", str(copy), "--gold", RELEASE_PAIRING, "--output", str(output)]) == 0
     assert "note: 1 instance(s) left out (gemini: no plan_gold_2.txt)" in capsys.readouterr().out
     expected = {(plan.model, plan.instance_id): score.lcs
                 for plan, score in zip(plans, score_lcs([(p.prediction, p.gold) for p in plans], ExactMatcher()))}

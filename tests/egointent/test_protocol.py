@@ -502,15 +502,15 @@ def test_the_check_command_validates_a_flat_file_and_summarises_it(dataset, tmp_
     assert main(["egointent-check", str(dataset)]) == 0
     printed = capsys.readouterr().out
     assert "15 steps in 3 videos" in printed and "3 clips capped at 32 frames" in printed
-    assert main(["egointent-check", str(dataset), "--max-frames", "none"]) == 0
+    assert main(["egointent-check", str(dataset), "--max_frames", "none"]) == 0
     assert "max 58 (no frame cap)" in capsys.readouterr().out
     assert "scenario_yard                        5 steps  (Yard, outdoor)" in printed
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{**step_records()[0], "truncation_time": 0.1}]))
-    assert main(["egointent-check", str(bad), "--video-root", str(dataset.parent)]) == 2
+    assert main(["egointent-check", str(bad), "--video_root", str(dataset.parent)]) == 2
     assert "field truncation_time: 0.1 s must be after step_start (0.4 s)" in capsys.readouterr().err
-    assert main(["egointent-check", str(dataset), "--max-frames", "0"]) == 2
-    assert capsys.readouterr().err == "lmms-egoplan egointent-check: --max-frames must be at least 1, got 0\n"
+    assert main(["egointent-check", str(dataset), "--max_frames", "0"]) == 2
+    assert capsys.readouterr().err == "lmms-egoplan egointent-check: --max_frames must be at least 1, got 0\n"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -217,11 +217,11 @@ def test_the_check_command_reads_the_release_and_lists_the_steps_it_would_skip(r
     expected = damage_media(root)
     assert main(["egointent-check", str(root)]) == 2
     assert "3 problems in the EgoIntent release" in capsys.readouterr().err
-    assert main(["egointent-check", str(root), "--skip-missing"]) == 0
+    assert main(["egointent-check", str(root), "--skip_missing"]) == 0
     printed = capsys.readouterr().out
     assert "12 steps in 3 videos" in printed and f"3 steps skipped, their media unusable:\n  {expected[0]}" in printed
-    assert main(["egointent-check", str(root), "--data-layout", "folder"]) == 2
-    assert "--data-layout must be one of auto, release, flat, got 'folder'" in capsys.readouterr().err
+    assert main(["egointent-check", str(root), "--data_layout", "folder"]) == 2
+    assert "--data_layout must be one of auto, release, flat, got 'folder'" in capsys.readouterr().err
 
 
 
@@ -255,7 +255,7 @@ def test_a_clip_longer_than_its_window_is_reported_and_shown_as_the_setting_long
     summary = (f"1 clip(s) longer than their window (obs_end_time - start_time) by more than a frame, by up to "
                f"1.000 s ({step.sample_id}); first: {step.sample_id}; shown: the window that ends at each clip's end")
     assert main(["egointent-check", str(root)]) == 0 and summary in capsys.readouterr().out
-    assert main(["egointent-check", str(root), "--longer-clips", "error"]) == 2
+    assert main(["egointent-check", str(root), "--longer_clips", "error"]) == 2
     assert "the clip is 1.000 s longer than its window" in capsys.readouterr().err
     assert main(["egointent-check", str(release)]) == 0 and "longer than" not in capsys.readouterr().out
 

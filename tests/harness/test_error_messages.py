@@ -4,6 +4,9 @@ their papers, a missing file named with its setting (the runs themselves: tests/
 
 from __future__ import annotations
 
+import importlib.util
+import json
+
 import pytest
 
 from lmms_egoplan.compat import durability
@@ -94,3 +97,41 @@ def test_a_missing_file_names_the_setting_and_what_its_folder_holds(tmp_path):
         (folder / f"{name}.json").write_text("[]")
     assert "X_DIR, holds b.json, c.json, d.json, e.json, f.json and 2 more;" in \
         missing_file_message("a", folder / "a.json", "X_DIR", "X_FILE")
+
+
+def test_a_backend_without_loglikelihood_is_told_from_its_source_without_importing_it():
+    """``qwen2_vl``'s module imports decord (absent from a plain install) and takes long to import: the suite reads
+    its class from source (its registry's class path, the bases through their modules' imports) and says what it
+    needs on a CPU-only machine, in a fresh interpreter where nothing of the backend gets imported."""
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from lmms_eval.models import MODEL_REGISTRY_V2 as registry\n"
+        "from lmms_egoplan.harness import backend_source\n"
+        "paths = {m: registry.resolve(m, force_simple=s).class_path for m, s in "
+        "[('qwen2_vl', False), ('qwen2_5_vl', False), ('vllm', True), ('llava_hf', False), ('dummy', False), "
+        "('egoplan_hf', False)]}\n"
+        "found = {m: [backend_source.computes_loglikelihood(p), backend_source.needs(p)] for m, p in paths.items()}\n"
+        "print(json.dumps([found, sorted(m for m in sys.modules if m.startswith('lmms_eval.models.') and "
+        "m.count('.') > 2), 'decord' in sys.modules]))\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    found, imported, decord_imported = json.loads(run.stdout.strip().splitlines()[-1])
+    assert imported == [] and not decord_imported
+    assert {m: computes for m, (computes, _) in found.items()} == {
+        "qwen2_vl": False, "qwen2_5_vl": False, "vllm": False, "llava_hf": True, "dummy": True, "egoplan_hf": True}
+    cpu = "device=cpu,device_map=cpu in its --model_args on a machine without a CUDA GPU"
+    decord = "" if importlib.util.find_spec("decord") else \
+        ", and decord, which it imports and this environment lacks (pip install decord)"
+    assert found["qwen2_vl"][1] == found["llava_hf"][1] == cpu + decord
+    assert found["dummy"][1] == found["egoplan_hf"][1] == ""  # no device to choose, or the CPU chosen where no GPU
+
+
+def test_a_class_the_source_cannot_follow_is_left_to_its_import():
+    from lmms_egoplan.harness import backend_source
+
+    assert backend_source.computes_loglikelihood("no_such_package.module.Backend") is None
+    assert backend_source.computes_loglikelihood("lmms_eval.models.simple.qwen2_vl.NoSuchClass") is None
+    assert backend_source.needs("no_such_package.module.Backend") == ""

@@ -153,18 +153,29 @@ def test_a_suite_task_with_a_wrong_setting_fails_before_the_model_is_built(monke
     assert not isinstance(failed.value, ModelBuilt) and "EGOPLAN_NUM_FRAMES" in str(failed.value)
 
 
-def test_a_backend_that_cannot_serve_a_suite_task_is_refused_before_it_is_built(monkeypatch, switch_on, tmp_path):
+@pytest.mark.parametrize("model, module", [("openai", None), ("qwen2_vl", "lmms_eval.models.simple.qwen2_vl")])
+def test_a_backend_that_cannot_serve_a_suite_task_is_refused_before_it_is_built(model, module, monkeypatch, switch_on,
+                                                                               tmp_path):
+    """egoplan_val ranks candidates by likelihood: openai's chat backend only generates; qwen2_vl's class computes
+    none, which its source says before its module (importing decord) is imported (issue 57)."""
+    import sys
+
     from lmms_egoplan.demo.egoplan import build_fixture
 
     switch_on(tasks.check_suite_tasks_before_the_model)
     for name, value in build_fixture(tmp_path / "egoplan").env().items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(evaluator.models, "get_model", lambda *args, **kwargs: (_ for _ in ()).throw(ModelBuilt()))
-    with pytest.raises(Exception) as refused:  # egoplan_val ranks candidates by likelihood; openai only generates
-        evaluator.simple_evaluate(model="openai", tasks=["egoplan_val"],
+    imported_before = module in sys.modules
+    with pytest.raises(Exception) as refused:
+        evaluator.simple_evaluate(model=model, tasks=["egoplan_val"],
                                   task_manager=TaskManager(include_path=SUITE_TASKS, include_defaults=False),
-                                  cli_args=argparse.Namespace(model="openai", output_path=None))
+                                  cli_args=argparse.Namespace(model=model, output_path=None))
     assert not isinstance(refused.value, ModelBuilt) and "--model egoplan_hf" in str(refused.value)
+    assert f"run the generative task egoplan_val_gen with --model {model}" in str(refused.value)
+    if module is not None:
+        assert "does not implement loglikelihood" in str(refused.value)
+        assert imported_before or module not in sys.modules
 
 
 def probe_task(monkeypatch, folder: Path):
