@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Callable, Mapping, Sequence, TextIO
 
@@ -30,6 +31,7 @@ from lmms_egoplan.judge.rubrics import register_rubrics
 from lmms_egoplan.report import write_report
 from lmms_egoplan.report.layout import ReportFace
 from lmms_egoplan.report.metric_roles import Unit, natural_order, unscored_reason
+from lmms_egoplan.report.runs import LMMS_EVAL_DEFAULT_ZONE, zone_text
 from lmms_egoplan.suite import benchmark, report_faces, rubrics
 
 
@@ -116,6 +118,9 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
     if left_out:
         print(f"Left out for the text-only {arch}: what [{'], ['.join(left_out)}] say above.", file=out)
     print("Logs, per-sample outputs and results: " + ", ".join(str(d) for d in log_dirs), file=out)
+    print(f"Times: lmms-eval's log lines above are in this machine's zone ({zone_text(datetime.now().astimezone())}); "
+          f"it names its files, and the report shows run times, in {LMMS_EVAL_DEFAULT_ZONE} (its --timezone's "
+          "default).", file=out)
     results_dirs = [d for d in log_dirs
                     if any(next(d.rglob(pattern), None) for pattern in ("*_results.json", "results_*.json"))]
     if results_dirs:
