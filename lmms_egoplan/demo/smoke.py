@@ -117,9 +117,9 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
           "and measure nothing.", file=out)
     if left_out:
         print(f"Left out for the text-only {arch}: what [{'], ['.join(left_out)}] say above.", file=out)
-    print("Logs, per-sample outputs and results: " + ", ".join(str(d) for d in log_dirs), file=out)
-    print(f"Times: lmms-eval's log lines above are in this machine's zone ({zone_text(datetime.now().astimezone())}); "
-          f"it names its files, and the report shows run times, in {LMMS_EVAL_DEFAULT_ZONE} (its --timezone's "
+    print("Logs, per-sample outputs and results:" + "".join(f"\n  {d}" for d in log_dirs), file=out)
+    print(f"Times: lmms-eval's log lines above are in this machine's zone ({zone_text(datetime.now().astimezone())});"
+          f"\n  it names its files, and the report shows run times, in {LMMS_EVAL_DEFAULT_ZONE} (its --timezone's "
           "default).", file=out)
     results_dirs = [d for d in log_dirs
                     if any(next(d.rglob(pattern), None) for pattern in ("*_results.json", "results_*.json"))]
@@ -216,7 +216,7 @@ def print_tables(random_runs: Mapping[str, EvalRun], scripts: Mapping[str, Scrip
                   + "\n  ".join(found), file=out)
         else:
             print(f"{SCRIPTED} rows: answers of known quality; all {checked} values equal those the script "
-                  "implies (computed without the suite's scorers).", file=out)
+                  "implies\n  (computed without the suite's scorers).", file=out)
     return failures
 
 
