@@ -1,19 +1,29 @@
 """The demo's parts that need no harness run: the scripted answerer and judge, the check of reported
 values against the script's, and the printed tables (scripted rows marked, zeros that are no score
-saying why)."""
+saying why, every line within 120 columns)."""
 
 import itertools
+import json
 import random
 
 import pytest
 
-from lmms_egoplan.core.text_tables import format_value
+from lmms_egoplan.core.text_tables import TERMINAL_WIDTH, format_table, format_value
 from lmms_egoplan.demo import actplan, egointent, egoplan, egothink
 from lmms_egoplan.demo.kit.judge_server import ChatCall
-from lmms_egoplan.demo.kit.scripted import ScriptedAnswers, answering, differences, lcs_length, rating_by_script
-from lmms_egoplan.demo.smoke import SCRIPTED, task_table
+from lmms_egoplan.demo.kit.scripted import (
+    ScriptedAnswers,
+    answering,
+    differences,
+    lcs_length,
+    rating_by_script,
+    reported_metrics,
+)
+from lmms_egoplan.demo.smoke import BREAKDOWNS, SCRIPTED, WHY_NOT_SCORED, task_table
 from lmms_egoplan.egointent.report_face import FACE as EGOINTENT_FACE
 from lmms_egoplan.report.metric_roles import unscored_reason
+from lmms_egoplan.suite import benchmark
+from tests.fixtures import DEMO_RESULTS
 
 
 def call(text: str) -> ChatCall:
@@ -118,9 +128,44 @@ def test_the_demo_table_marks_scripted_rows_and_says_why_zeros_are_no_scores():
     random_results = results(egointent={"overall": 0.0, "judged": 0, "failed": 0, "incomplete_answers": 15})
     scripted_results = results(egointent={"overall": 62.0, "judged": 42, "failed": 0, "incomplete_answers": 3})
     table = task_table([(random_results, ""), (scripted_results, SCRIPTED)], EGOINTENT_FACE)
-    header, _, random_row, scripted_row = table.splitlines()
-    assert header.split()[:2] == ["task", "overall"] and header.rstrip().endswith("why not scored")
+    header, _, random_row, scripted_row, *below = table.splitlines()
+    assert header.split()[:2] == ["task", "overall"] and "why not scored" not in header
     assert random_row.startswith("egointent ") and " 0 (not scored) " in random_row
-    assert random_row.rstrip().endswith("0 judged: 15 of 15 answers incomplete")
+    assert below == [WHY_NOT_SCORED, "  egointent: 0 judged: 15 of 15 answers incomplete"]  # below the table
     assert scripted_row.startswith(f"egointent {SCRIPTED}") and "62" in scripted_row
     assert "not scored" not in scripted_row
+
+
+def test_a_table_wider_than_the_terminal_continues_in_blocks_each_naming_its_rows():
+    header, rows = ["task", *(f"metric_{i:02d}" for i in range(20))], [["egointent", *map(str, range(20))]]
+    blocks = format_table(header, rows, right=range(1, 21), width=60).split("\n\n")
+    assert len(blocks) > 1 and all(len(line) <= 60 for block in blocks for line in block.splitlines())
+    assert all(block.startswith("task ") and "\negointent " in block for block in blocks)
+    cells = [block.splitlines()[2].split()[1:] for block in blocks]
+    assert list(itertools.chain(*cells)) == rows[0][1:]  # every value, in order, once
+    assert format_table(header, rows) == format_table(header, rows, width=1000)  # one block where it fits
+
+
+def test_the_demos_tables_fit_120_columns_and_keep_every_breakdown_and_reason():
+    """The tables the demo prints from its runs' results (as it wrote them: tests/fixtures/demo_results.json):
+    no line over 120 columns; every value, breakdown bin (with its count) and reason of the rows still there."""
+    for name, runs in json.loads(DEMO_RESULTS.read_text()).items():
+        face = benchmark(name).report_face
+        sources = [(runs["random"], ""), (runs["scripted"], SCRIPTED)]
+        printed = task_table(sources, face)
+        assert max(map(len, printed.splitlines())) <= TERMINAL_WIDTH, name
+        joined = " ".join(printed.split())  # wrapped lines joined again
+        for results, mark in sources:
+            counts = results["n-samples"]
+            for task, values in reported_metrics(results).items():
+                row = f"{task} {mark}".strip()
+                if reason := unscored_reason(values, (counts.get(task) or {}).get("effective")):
+                    assert f" {row}: {reason}" in joined[joined.index(WHY_NOT_SCORED):], (name, row)
+                for metric, value in values.items():
+                    if found := face.breakdown(metric):
+                        unit = face.unit(metric)
+                        shown = format_value(value * unit.scale if isinstance(value, float) else value)
+                        assert f"{row}, {unit.header(found[0])}:" in joined[joined.index(BREAKDOWNS):], (name, row)
+                        assert f" {found[1]} {shown}" in joined[joined.index(BREAKDOWNS):], (name, row, metric)
+                    elif value not in ("", " ") and not metric.startswith("n_"):
+                        assert any(line.startswith(f"{row} ") for line in printed.splitlines()), (name, row)

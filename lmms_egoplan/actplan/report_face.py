@@ -91,7 +91,7 @@ FACE = ReportFace(
                          Column("Plan length", "plan_length"),
                          Column("Human correctness", "human_correctness", interval=False),
                          Column("Human commonsense", "human_commonsense", interval=False)),
-                        figures={"actplan_splits": actplan_splits}),),
+                        figures={"actplan_splits": actplan_splits}, main="Norm. LCS"),),
     published=published_rows(__package__),
     # The human evaluation (Table 4) is published in percent, as the papers print it.
     units=(("human_*", Unit(1.0, "%", 0.0, 100.0)), ("norm_lcs", FRACTION), ("norm_lcs_*", FRACTION), ("lcs", STEPS),

@@ -61,6 +61,43 @@ def fail_runs_with_failed_tasks() -> bool:
 def _add_exit_guard() -> None:
     RUN.exit_guard_sink = logger.add(_exit_after_evaluation_error, level="ERROR", format="{message}",
                                      filter=_is_evaluation_error)
+    if not has_layer(_EXIT_GUARD, *_TRACEBACK_PRINT):
+        add_layer(_EXIT_GUARD, *_TRACEBACK_PRINT, _traceback_into_a_file)
+
+# ``cli_evaluate`` prints the traceback of the error it catches (``traceback.print_exc()``) above its log line.
+_TRACEBACK_PRINT = ("traceback", "print_exc")
+
+def _traceback_into_a_file(print_exc, *args, **kwargs) -> None:
+    """The traceback ``cli_evaluate`` prints of the error it catches goes into a file, out of the user's way:
+    one line says where (the error itself ends the output, ``_exit_after_evaluation_error``). Any other
+    caller's, and one that cannot be written, are printed."""
+    import traceback
+
+    frame, caller = sys._getframe(1), None
+    for _ in range(8):  # the suite's wrapper and its layers lie between
+        if frame is None or frame.f_code.co_name == "cli_evaluate":
+            caller = frame
+            break
+        frame = frame.f_back
+    if caller is None or Path(caller.f_code.co_filename).parts[-2:] != ("lmms_eval", "__main__.py"):
+        return print_exc(*args, **kwargs)
+    if (path := write_traceback(traceback.format_exc())) is None:
+        return print_exc(*args, **kwargs)
+    sys.stderr.write(f"lmms-egoplan: lmms-eval's traceback of the error is in {path}\n")
+    return None
+
+def write_traceback(text: str) -> Path | None:
+    """``text`` (a traceback) in a new file of the temporary folder (``lmms-egoplan-traceback-*.txt``); None
+    where none can be written."""
+    import tempfile
+
+    try:
+        handle, path = tempfile.mkstemp(prefix="lmms-egoplan-traceback-", suffix=".txt")
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+    except OSError:
+        return None
+    return Path(path)
 
 def _keep_the_guard_across_log_resets() -> None:
     """``logger.remove()`` (every sink, as ``cli_evaluate`` resets its log) puts the exit guard back."""
@@ -104,15 +141,16 @@ def _exit_after_evaluation_error(message) -> None:
         line = "--tasks: name the tasks to evaluate (`lmms-eval --tasks list` lists them)"
     else:
         line = error_line(error, str(message))
-    # The error again, last: lmms-eval printed it above its traceback and dozens of log lines.
+    # The error again, last: lmms-eval printed it above dozens of log lines (its traceback: in a file, named above).
     sys.stderr.write(f"lmms-egoplan: error: {line}\n")
     sys.stderr.flush()
     raise SystemExit(_FAILED_RUN_EXIT_STATUS)
 
 def say_what_to_fix_after_uncaught_errors() -> bool:
     """Make an error lmms-eval's CLI does not catch (a ``--config`` file that is not there, an
-    accelerator that does not start) end with the ``lmms-egoplan: error:`` line too: Python prints its
-    traceback and exits 1, the error's line last. Installed by a run of lmms-eval's CLI that names the
+    accelerator that does not start) end with the ``lmms-egoplan: error:`` line too: its traceback goes
+    into a file (``write_traceback``; printed where none can be written), a line says where, Python
+    exits 1, the error's line last. Installed by a run of lmms-eval's CLI that names the
     suite (its entry point); leaves a hook someone else installed alone. Returns whether it is in place."""
     hook = sys.excepthook
     if getattr(hook, "_says_what_to_fix", False):
@@ -120,10 +158,17 @@ def say_what_to_fix_after_uncaught_errors() -> bool:
     if hook is not sys.__excepthook__ or switched_off("durability.say_what_to_fix_after_uncaught_errors"):
         return False
 
-    def excepthook(kind, error, traceback) -> None:
-        hook(kind, error, traceback)
-        if not issubclass(kind, KeyboardInterrupt):
-            sys.stderr.write(f"lmms-egoplan: error: {error_line(error)}\n")
+    def excepthook(kind, error, trace) -> None:
+        import traceback
+
+        if issubclass(kind, KeyboardInterrupt):
+            return hook(kind, error, trace)
+        path = write_traceback("".join(traceback.format_exception(kind, error, trace)))
+        if path is None:
+            hook(kind, error, trace)
+        else:  # the traceback out of the user's way, in a file; what to fix last
+            sys.stderr.write(f"lmms-egoplan: the traceback of the error is in {path}\n")
+        sys.stderr.write(f"lmms-egoplan: error: {error_line(error)}\n")
 
     excepthook._says_what_to_fix = True
     sys.excepthook = excepthook

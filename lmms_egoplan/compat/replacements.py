@@ -59,6 +59,7 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
         "tasks.check_suite_tasks_before_the_model",
     ),
     ("loguru", "logger.remove"): ("durability.fail_runs_with_failed_tasks",),
+    ("traceback", "print_exc"): ("durability.fail_runs_with_failed_tasks",),  # cli_evaluate's: into a file
 }
 
 # Other names lmms-eval binds the same function to at import: replaced with it.

@@ -18,11 +18,12 @@ from __future__ import annotations
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Callable, Mapping, Sequence, TextIO
 
 from lmms_egoplan import catalogue
-from lmms_egoplan.core.text_tables import format_table, format_value
+from lmms_egoplan.core.text_tables import TERMINAL_WIDTH, format_table, format_value, indented_list
 from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun, EvalRunError, run_lm_eval, run_lmms_eval
 from lmms_egoplan.demo.kit.scripted import ScriptedAnswers, differences, reported_metrics, scripted_environment
 from lmms_egoplan.demo.kit.suite import SmokeSuite
@@ -30,6 +31,7 @@ from lmms_egoplan.judge.rubrics import register_rubrics
 from lmms_egoplan.report import write_report
 from lmms_egoplan.report.layout import ReportFace
 from lmms_egoplan.report.metric_roles import Unit, natural_order, unscored_reason
+from lmms_egoplan.report.runs import LMMS_EVAL_DEFAULT_ZONE, zone_text
 from lmms_egoplan.suite import benchmark, report_faces, rubrics
 
 
@@ -115,7 +117,10 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
           "and measure nothing.", file=out)
     if left_out:
         print(f"Left out for the text-only {arch}: what [{'], ['.join(left_out)}] say above.", file=out)
-    print("Logs, per-sample outputs and results: " + ", ".join(str(d) for d in log_dirs), file=out)
+    print("Logs, per-sample outputs and results:" + "".join(f"\n  {d}" for d in log_dirs), file=out)
+    print(f"Times: lmms-eval's log lines above are in this machine's zone ({zone_text(datetime.now().astimezone())});"
+          f"\n  it names its files, and the report shows run times, in {LMMS_EVAL_DEFAULT_ZONE} (its --timezone's "
+          "default).", file=out)
     results_dirs = [d for d in log_dirs
                     if any(next(d.rglob(pattern), None) for pattern in ("*_results.json", "results_*.json"))]
     if results_dirs:
@@ -211,7 +216,7 @@ def print_tables(random_runs: Mapping[str, EvalRun], scripts: Mapping[str, Scrip
                   + "\n  ".join(found), file=out)
         else:
             print(f"{SCRIPTED} rows: answers of known quality; all {checked} values equal those the script "
-                  "implies (computed without the suite's scorers).", file=out)
+                  "implies\n  (computed without the suite's scorers).", file=out)
     return failures
 
 
@@ -222,15 +227,17 @@ def _subset(run: EvalRun, script: ScriptedAnswers) -> dict:
             for section in ("results", "groups", "n-samples")}
 
 
-def task_table(sources: Sequence[tuple[dict, str]], face: ReportFace) -> str:
+def task_table(sources: Sequence[tuple[dict, str]], face: ReportFace, width: int = TERMINAL_WIDTH) -> str:
     """One row per task or group of lmms-eval results of one benchmark: its main metrics as columns
-    (a count ``n_X`` beside its ``accuracy_X``), then its breakdowns (``face.breakdowns``) in one
-    column, bins in their natural order, each value in its metric's unit (``face.unit``: accuracies in
-    percent, as the papers and the report print them), the unit in the header.
+    (a count ``n_X`` beside its ``accuracy_X``), each value in its metric's unit (``face.unit``:
+    accuracies in percent, as the papers and the report print them), the unit in the header; below
+    the table, its breakdowns (``face.breakdowns``), a line per task and family, bins in their natural
+    order with their counts. Every line fits ``width`` characters: a table with more columns than
+    fit continues in a block below, long lines wrap.
 
     ``sources``: (results, mark) pairs, the mark appended to their rows' task names. A task whose
-    scores measure nothing (nothing judged, no answer readable) shows "(not scored)" after them and
-    why in a last column.
+    scores measure nothing (nothing judged, no answer readable) shows "(not scored)" after them, and
+    why in a list below the table.
     """
     columns: list[str] = []
     rows = []
@@ -253,15 +260,19 @@ def task_table(sources: Sequence[tuple[dict, str]], face: ReportFace) -> str:
                     not_scored = reason and metric not in face.descriptive_metrics
                     main[metric] = text + (" (not scored)" if not_scored else "") + count_text
                     columns += [] if metric in columns else [metric]
-            rows.append((f"{task} {mark}".strip(), main, "; ".join(f"{family}: {', '.join(bins)}"
-                                                                     for family, bins in breakdowns.items()), reason))
+            rows.append((f"{task} {mark}".strip(), main, breakdowns, reason))
     columns.sort(key=lambda column: column in face.bookkeeping_metrics)  # stable: scores first, counts after
-    with_breakdowns = any(breakdowns for _, _, breakdowns, _ in rows)
-    with_reasons = any(reason for *_, reason in rows)
     header = ["task", *(face.unit(column).header(column) for column in columns)]
-    return format_table([*header, *["breakdowns (n)"] * with_breakdowns, *["why not scored"] * with_reasons],
-                        [[name, *(main.get(column, "") for column in columns), *[breakdowns] * with_breakdowns,
-                          *[reason or ""] * with_reasons] for name, main, breakdowns, reason in rows])
+    table = format_table(header, [[name, *(main.get(column, "") for column in columns)] for name, main, *_ in rows],
+                         width=width)
+    below = [indented_list(BREAKDOWNS, [(f"{name}, {family}", ", ".join(bins)) for name, _, breakdowns, _ in rows
+                                        for family, bins in breakdowns.items()], width),
+             indented_list(WHY_NOT_SCORED, [(name, reason) for name, _, _, reason in rows if reason], width)]
+    return "\n".join([table, *filter(None, below)])
+
+
+BREAKDOWNS = "Breakdowns (each bin's value; its number of samples in brackets, where counted):"
+WHY_NOT_SCORED = "Why not scored:"
 
 
 def _in_unit(value: object, unit: Unit) -> object:

@@ -85,7 +85,8 @@ FACE = ReportFace(
                         (*(Column(dimension.label, dimension.field, former_metrics=dimension.former_fields)
                            for dimension in DIMENSIONS), Column("Overall", "overall"),
                          *(Column(environment.capitalize(), environment) for environment in ENVIRONMENTS)),
-                        figures={"egointent_scenarios": egointent_scenarios}, judged=True, notes=NOTES),),
+                        figures={"egointent_scenarios": egointent_scenarios}, judged=True, notes=NOTES,
+                        main="Overall"),),
     published=published_rows(__package__),
     # Every score is a judge's mean rating x 100: the three fields, overall, per environment and scenario.
     units=tuple((metric, SCORE_0_100) for metric in ("overall", *FIELDS, *FORMER_FIELDS, *ENVIRONMENTS,

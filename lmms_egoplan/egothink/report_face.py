@@ -67,7 +67,8 @@ COLUMNS = (
 FACE = ReportFace(
     tables=(TableLayout("ego_think", "EgoThink: judge scores (0-100)", "EgoThink Table 3",
                         {"ego_think": "image", "ego_think_blind": "text only"}, COLUMNS,
-                        figures={"egothink_dimensions": egothink_dimensions}, judged=True),),
+                        figures={"egothink_dimensions": egothink_dimensions}, judged=True,
+                        main="Average"),),
     published=published_rows(__package__),
     units=(("score", SCORE_0_100),),
     no_interval="EgoThink's capabilities and average are groups",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lmms_egoplan.core.files import write_atomically
 from lmms_egoplan.report.layout import ReportFace
-from lmms_egoplan.report.runs import NothingFoundError, load_runs
+from lmms_egoplan.report.runs import LMMS_EVAL_DEFAULT_ZONE, NothingFoundError, load_runs
 
 __all__ = ["NothingFoundError", "Report", "write_report"]
 
@@ -65,6 +65,9 @@ def write_report(paths: list[str | Path], output: str | Path, faces: Sequence[Re
         + (f"; {without_intervals}: no interval." if without_intervals else "."),
         "Rows 'published' are transcribed from the papers or the authors' repositories (table or file named); they "
         "are not re-computed.",
+        "Run times are those in the results files' names, each with its time zone: lmms-eval names its files in the "
+        f"zone of its --timezone ({LMMS_EVAL_DEFAULT_ZONE} by default, not this machine's), lm-eval runs are shown in "
+        "UTC.",
         *lines]
     files, markdown, sections = [], [f"# {TITLE}", "", *(f"{markdown_text(line)}\n" for line in preamble)], []
     for table in tables:

@@ -7,18 +7,23 @@ import io
 
 from matplotlib.figure import Figure
 
-from lmms_egoplan.report.tables import JUDGE_COLUMN, Table, header, row_cells
+from lmms_egoplan.report.tables import JUDGE_COLUMN, Row, Table, cell_text, run_text
 
 # The page never scrolls sideways: a table wider than the window scrolls inside its own box, figures
-# shrink to the page's width. Numbers stay on one line; the text columns wrap.
+# shrink to the page's width. Each table starts with the model and its main score (visible in any
+# window); numbers stay on one line, the text columns wrap; a row's judge and notes are footnotes below
+# its table, marked beside the model's name.
 _STYLE = ("body{font-family:sans-serif;margin:2em auto;padding:0 2em;max-width:1600px;box-sizing:border-box}"
           ".table-box{overflow-x:auto;max-width:100%}"
           "table{border-collapse:collapse;font-size:12px}"
           "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;white-space:nowrap;vertical-align:top}"
-          "th{background:#eee;white-space:normal;min-width:5em}td:nth-child(-n+5),th{text-align:left}"
-          "td:nth-child(1){white-space:normal;min-width:15em}td:nth-child(4){white-space:normal;min-width:7em}"
-          "td:last-child,td.wrap{white-space:normal;min-width:15em;text-align:left}"
+          "th{background:#eee;white-space:normal;min-width:4em;text-align:left}"
+          "td.text{white-space:normal;text-align:left;min-width:7em}"
+          "td.source{white-space:normal;text-align:left;min-width:18em}"
+          "td.model{white-space:normal;text-align:left;min-width:14em;max-width:22em}th span{white-space:nowrap}"
+          "td.model sup{font-size:10px;white-space:nowrap}td.main,th.main{font-weight:bold}"
           "tr.published{color:#666}tr.published td{background:#f6f6f6}"
+          "ol.notes{font-size:12px;color:#333;margin:0.5em 0 1em;padding-left:2.5em}ol.notes li{margin:1px 0}"
           "figure{margin:1em 0}figure svg{max-width:100%;height:auto}figcaption{color:#555;font-size:13px}")
 
 
@@ -34,16 +39,52 @@ def svg_text(figure: Figure) -> str:
     return text[text.index("<svg"):]  # inline: without the XML declaration and doctype
 
 
+_MAIN, _PUBLISHED = ' class="main"', ' class="published"'
+
+
+def html_columns(table: Table) -> list[int]:
+    """The order of the table's value columns on the page: its main score's first, the others as laid out."""
+    main = table.layout.main_column
+    return [main, *(i for i in range(len(table.layout.columns)) if i != main)]
+
+
+def _heading(text: str) -> str:
+    """A column's header, its unit ("(0-100)") kept on one line."""
+    name, bracket, unit = text.rpartition(" (")
+    return f"{html.escape(name)} <span>({html.escape(unit)}</span>" if bracket else html.escape(text)
+
+
+def row_footnotes(table: Table, row: Row) -> list[str]:
+    """What the page says of a row below its table: its judge (a judged table's), then its notes."""
+    return [*([f"{JUDGE_COLUMN}: {row.judge}"] if table.layout.judged and row.judge else []), *row.notes]
+
+
 def html_table(table: Table) -> str:
-    names = header(table)
+    """The table: model, main score, task, input, the other values, source and run; the judge and notes
+    as numbered footnotes below it (a text shared by rows is one footnote)."""
+    order = html_columns(table)
+    headings = [table.face.heading(column) for column in table.layout.columns]
+    names = ["model", headings[order[0]], "task", "input", *(headings[i] for i in order[1:]), "source", "run"]
     lines = [f'<div class="table-box"><table id="table-{table.name}"><tr>'
-             + "".join(f"<th>{html.escape(h)}</th>" for h in names) + "</tr>"]
-    wrapped = [' class="wrap"' if name == JUDGE_COLUMN else "" for name in names]  # text that wraps
+             + "".join(f"<th{_MAIN if i == 1 else ''}>{_heading(h)}</th>" for i, h in enumerate(names)) + "</tr>"]
+    footnotes: dict[str, int] = {}
     for row in table.rows:
-        css = ' class="published"' if row.published else ""
-        lines.append(f"<tr{css}>" + "".join(f"<td{wrap}>{html.escape(cell)}</td>"
-                                            for wrap, cell in zip(wrapped, row_cells(table, row))) + "</tr>")
-    return "\n".join(lines) + "\n</table></div>"
+        marks = [footnotes.setdefault(text, len(footnotes) + 1) for text in row_footnotes(table, row)]
+        model = html.escape(row.model) + (" <sup>" + " ".join(
+            f'<a href="#note-{table.name}-{n}">[{n}]</a>' for n in dict.fromkeys(marks)) + "</sup>" if marks else "")
+        values = [cell_text(*cell) for cell in zip(row.values, table.layout.columns, row.intervals,
+                                                   row.unscored or [None] * len(row.values))]
+        cells = [f'<td class="model">{model}</td>', f"<td{_MAIN}>{html.escape(values[order[0]])}</td>",
+                 *(f'<td class="text">{html.escape(text)}</td>' for text in (row.task, row.input)),
+                 *(f"<td>{html.escape(values[i])}</td>" for i in order[1:]),
+                 f'<td class="source">{html.escape(row.source)}</td>',
+                 f"<td>{html.escape(run_text(row))}</td>"]
+        lines.append(f"<tr{_PUBLISHED if row.published else ''}>" + "".join(cells) + "</tr>")
+    lines.append("</table></div>")
+    if footnotes:
+        lines.append(f'<ol class="notes" id="notes-{table.name}">' + "".join(
+            f'<li id="note-{table.name}-{n}">{html.escape(text)}</li>' for text, n in footnotes.items()) + "</ol>")
+    return "\n".join(lines)
 
 
 def html_page(title: str, preamble: list[str], sections: list[tuple[Table, dict[str, Figure]]]) -> str:

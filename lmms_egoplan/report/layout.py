@@ -69,6 +69,12 @@ class TableLayout:
     figures: Mapping[str, Callable[..., Figure]] = field(default_factory=dict)  # file stem -> drawing of a tables.Table
     judged: bool = False  # its scores are an LLM judge's: every row names its judge (a "judge" column)
     notes: tuple[str, ...] = ()  # what a reader must know beside the rows (how published blocks differ)
+    main: str = ""  # the header (without its unit) of its main score's column; "" for the first column
+
+    @property
+    def main_column(self) -> int:
+        """The index of its main score's column (report.html shows it right after the model's name)."""
+        return next((i for i, column in enumerate(self.columns) if column.header == self.main), 0)
 
     def reads(self, task: str) -> bool:
         return any(column.task_of(row) == task for row in self.tasks for column in self.columns)

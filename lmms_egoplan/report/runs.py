@@ -21,6 +21,7 @@ _LM_EVAL_RESULTS = re.compile(r"^results_(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:
 SUPPORTED_LMMS_EVAL = "0.7."
 # lmms-eval stamps its files in the time zone of its --timezone argument, this one by default (UTC+8).
 LMMS_EVAL_DEFAULT_TIMEZONE = "Asia/Singapore"
+LMMS_EVAL_DEFAULT_ZONE = "UTC+08:00"  # its offset, as the report shows a time's zone (``zone_text``)
 
 
 class NothingFoundError(InputError):

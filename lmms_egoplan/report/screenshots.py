@@ -7,8 +7,9 @@ Writes into ``--output`` (default ``REPORT_DIR/screenshots``) ``report.png``, th
 ``report-unrolled.png``, the page with every table unrolled (the window as wide as the widest
 table: every column of every table shows), and ``<figure>.png`` for each ``<figure>.svg`` as the
 browser renders it; prints the page's size and exits 1 if the page is wider than the window (it
-would scroll sideways). Needs a Chromium (``chromium`` on the PATH, Debian's package; or
-``--chromium PATH``). Nothing is fetched: the report is one self-contained page.
+would scroll sideways) or a table's main score or a "not scored" reason is out of view. Needs a
+Chromium (``chromium`` on the PATH, Debian's package; or ``--chromium PATH``). Nothing is fetched:
+the report is one self-contained page.
 """
 
 from __future__ import annotations
@@ -74,6 +75,37 @@ def page_size(html: Path, width: int, chromium: str, profile: Path) -> PageSize:
     return PageSize(int(match.group(1)), int(match.group(2)))
 
 
+# Where the page shows each table's second column (its main score, report.html's layout) and each "not scored"
+# footnote, against the right edge of what the window shows of them (a table's own box scrolls sideways).
+_LAYOUT = ("<script>window.addEventListener('load',()=>{const w=document.documentElement.clientWidth;"
+           "const right=e=>e.getBoundingClientRect().right;const out={page:document.documentElement.scrollWidth,"
+           "window:w,tables:[],reasons:[]};for(const t of document.querySelectorAll('table')){"
+           "const edge=Math.min(w,right(t.closest('.table-box')||t));const second=[...t.rows].map(r=>r.cells[1]);"
+           "out.tables.push({id:t.id,main:second[0].textContent,right:Math.max(...second.map(right)),edge:edge})}"
+           "for(const li of document.querySelectorAll('ol.notes li')){if(li.textContent.startsWith('not scored')){"
+           "const r=document.createRange();r.selectNodeContents(li);"
+           "out.reasons.push({text:li.textContent,right:r.getBoundingClientRect().right,edge:w})}}"
+           "document.body.setAttribute('data-layout',JSON.stringify(out))})</script>")
+
+
+def page_layout(html: Path, width: int, chromium: str, profile: Path) -> dict:
+    """Where a window ``width`` pixels wide shows report.html's parts: ``page`` (its scroll width),
+    ``tables`` (each table's id, the header of its second column, the main score's, and that column's
+    right edge beside the ``edge`` of what the window shows of the table), ``reasons`` (each "not scored"
+    footnote's text and right edge beside the window's)."""
+    import html as html_text
+    import json
+
+    with tempfile.TemporaryDirectory() as scratch:
+        measured = Path(scratch) / html.name
+        measured.write_text(html.read_text(encoding="utf-8").replace("</body>", _LAYOUT + "</body>"), encoding="utf-8")
+        dom = rendered_dom(measured, width, chromium, profile)
+    match = re.search(r'data-layout="([^"]*)"', dom)
+    if not match:
+        raise RuntimeError(f"could not measure {html} (no layout in the rendered page)")
+    return json.loads(html_text.unescape(match.group(1)))
+
+
 def svg_size(svg: Path) -> tuple[int, int]:
     """An SVG's width and height in CSS pixels (matplotlib writes them in pt)."""
     head = svg.read_text(encoding="utf-8")[:2000]
@@ -125,7 +157,14 @@ def main(argv: list[str] | None = None) -> int:
     fits = size.width <= args.width
     print(f"report.html at {args.width} px: {size.width} x {size.height} px, "
           + ("no horizontal scrolling" if fits else f"SCROLLS SIDEWAYS ({size.width - args.width} px too wide)"))
-    return 0 if fits else 1
+    with tempfile.TemporaryDirectory() as profile:
+        layout = page_layout(Path(args.report_dir) / "report.html", args.width, find_chromium(args.chromium),
+                             Path(profile))
+    hidden = [f"{part.get('id', 'a not-scored footnote')}: {part.get('main') or part.get('text')}"
+              for part in (*layout["tables"], *layout["reasons"]) if part["right"] > part["edge"]]
+    print("every main score and 'not scored' reason in view" if not hidden
+          else "OUT OF VIEW without scrolling sideways: " + "; ".join(hidden))
+    return 0 if fits and not hidden else 1
 
 
 if __name__ == "__main__":

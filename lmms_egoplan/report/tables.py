@@ -102,10 +102,13 @@ def _value(run: Run, task: str, column: Column, scale: float) -> object:
     return value * scale if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _unscored(face: ReportFace, run: Run, task: str, column: Column) -> str | None:
-    """Why the column's value, a score, measures nothing (read from its task's counts)."""
+def _unscored(face: ReportFace, run: Run, task: str, column: Column, *, descriptive: bool = False) -> str | None:
+    """Why the column's value, a score, measures nothing (read from its task's counts); with
+    ``descriptive``, also why the task's scores measure nothing beside a value that describes its
+    outputs (a plan length: shown, but with no interval where nothing could be scored)."""
     task = column.task_of(task)
-    if column.metric in face.descriptive_metrics or column.metric == SUBMISSION or task not in run.metrics:
+    if (column.metric in face.descriptive_metrics and not descriptive) or column.metric == SUBMISSION \
+            or task not in run.metrics:
         return None
     return unscored_reason(run.metrics[task], run.sample_counts.get(task))
 
@@ -118,7 +121,8 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
     values = [_value(run, task, column, scale) for column, scale in zip(layout.columns, scales)]
     unscored = [_unscored(face, run, task, column) for column in layout.columns]
     intervals, unreadable_logs = [], []
-    for column, scale, value, reason in zip(layout.columns, scales, values, unscored):
+    for column, scale, value in zip(layout.columns, scales, values):
+        reason = _unscored(face, run, task, column, descriptive=True)  # no interval on a value of an unscored task
         measured = isinstance(value, (int, float)) and not math.isnan(value) and not reason
         which = column.task_of(task)
         try:

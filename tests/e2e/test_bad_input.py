@@ -4,6 +4,7 @@ misspelt task or model_arg, a missing annotation folder: exit status 1 and the s
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -128,9 +129,14 @@ def test_an_unknown_model_arg_names_the_closest_one_on_the_last_line(egoplan_dat
                                         f"max_frames?); every model_arg is in {doc_page('backend.md')}")
 
 
-def test_a_missing_annotation_folder_is_named_on_the_last_line_under_lmms_evals_traceback(egoplan_data, tmp_path):
+def test_a_missing_annotation_folder_is_named_on_the_last_line_and_lmms_evals_traceback_kept_in_a_file(
+        egoplan_data, tmp_path):
     run = egoplan_run(egoplan_data, tmp_path, annotation_dir=str(tmp_path / "no_such_folder"))
-    assert run.returncode == 1 and "Traceback" in run.log
+    assert run.returncode == 1 and "Traceback" not in run.log
+    [named] = [line for line in run.log.splitlines() if line.startswith("lmms-egoplan: lmms-eval's traceback")]
+    trace = Path(named.rpartition(" is in ")[2])
+    assert trace.read_text().startswith("Traceback") and "EgoPlan_validation.json not found" in trace.read_text()
+    trace.unlink()
     last = run.log.splitlines()[-1]
     assert last.startswith(f"lmms-egoplan: error: EgoPlan annotation file EgoPlan_validation.json not "
                            f"found: the folder "

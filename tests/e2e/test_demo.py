@@ -27,22 +27,25 @@ def test_smoke_command_evaluates_a_benchmark_and_prints_one_table(tmp_path):
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     printed = completed.stdout
     table = printed[printed.index("task "):printed.index("Rows without a mark")]
+    assert max(map(len, table.splitlines())) <= 120  # fits a terminal: breakdowns and reasons listed below
     for task in ("egoplan_val", "egoplan_test", "egoplan_val_gen", f"egoplan_val_gen {smoke.SCRIPTED}"):
         assert f"\n{task} " in table
     assert "tiny RANDOM model" in printed and "measure nothing" in printed
     assert f"{tmp_path / 'logs' / 'egoplan'}" in printed and f"{tmp_path / 'logs' / 'scripted'}" in printed
     assert list((tmp_path / "logs" / "egoplan").rglob("*_results.json"))
-    # one row per task, its main metrics as columns (each header with its unit), then the breakdown bins in
+    # one row per task, its main metrics as columns (each header with its unit); below, the breakdown bins in
     # their natural order
     header, _, *task_rows = table.strip().splitlines()
     assert re.split(r"\s{2,}", header)[:4] == ["task", "accuracy (%)", "accuracy_epic_kitchens (%)",
                                                "accuracy_ego4d (%)"]
-    val_row = next(line for line in task_rows if line.startswith("egoplan_val "))
-    assert val_row.index("progress (%): 0_4") < val_row.index(", 5_9") < val_row.index(", 10_14") < val_row.index(
-        ", 15_plus") < val_row.index("similarity (%): low") < val_row.index(", medium") < val_row.index(", high")
-    # the random model's letters are unreadable: its accuracy says it is no score, and why
+    progress = next(line for line in task_rows if line.startswith("  egoplan_val, progress (%): "))
+    similarity = next(line for line in task_rows if line.startswith("  egoplan_val, similarity (%): "))
+    assert progress.index(": 0_4") < progress.index(", 5_9") < progress.index(", 10_14") < progress.index(", 15_plus")
+    assert similarity.index(": low") < similarity.index(", medium") < similarity.index(", high")
+    # the random model's letters are unreadable: its accuracy says it is no score, and why (below the table)
     random_row = next(line for line in task_rows if line.startswith("egoplan_val_gen "))
-    assert "(not scored)" in random_row and random_row.rstrip().endswith("8 of 8 answers unparseable")
+    assert "(not scored)" in random_row
+    assert table.index(smoke.WHY_NOT_SCORED) < table.index("\n  egoplan_val_gen: 8 of 8 answers unparseable\n")
     # the scripted answers: 3 of every 5 right (stated letter, bare letter, candidate text), 1 in 5 unreadable
     scripted_row = next(line for line in task_rows if line.startswith(f"egoplan_val_gen {smoke.SCRIPTED}"))
     records = egoplan.build_fixture(tmp_path / "data" / "egoplan").records()

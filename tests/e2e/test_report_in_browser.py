@@ -1,5 +1,6 @@
-"""The report page in headless Chromium: it fits 1,400 pixels, every figure renders, and model names,
-settings and paths holding markup stay text. CI installs Chromium (.ci/run), where a missing one fails
+"""The report page in headless Chromium: it fits 1,400 pixels, each table's main score is its second
+column and in view with every "not scored" reason, every figure renders, and model names, settings and
+paths holding markup stay text. CI installs Chromium (.ci/run), where a missing one fails
 the test (LMMS_EGOPLAN_REQUIRE_CHROMIUM=1); elsewhere it is skipped, saying how to install one."""
 import json
 import os
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lmms_egoplan.report import write_report
-from tests.report.test_report import FACES, egoplan_run, write_results_tree
+from tests.report.test_report import FACES, egoplan_run, write_lmms_eval_run, write_results_tree
 
 # Markup that would change the page if it were read as markup: each marks the body when it runs.
 SCRIPT = "<script>document.body.setAttribute('data-marked','by-script')</script>"
@@ -23,6 +24,13 @@ def results_tree(tmp_path):
     egoplan_run(hostile, model_path=SCRIPT, settings={"note": IMAGE})
     egoplan_run(root / "plain", model_path=SCRIPT, settings={"note": "plain"})  # rows labelled with the note
     (hostile / "20250101_000000_results.json").write_text(json.dumps({"results": {}, "config": IMAGE}))
+    write_lmms_eval_run(root / "unscored", "20260101_150000", {  # scores that measure nothing, and why
+        "egointent": {"overall": 0.0, "local_intent": 0.0, "global_intent": 0.0, "next_step_plan": 0.0,
+                      "judged": 0, "failed": 0, "incomplete_answers": 4},
+        "egoplan_val_gen": {"accuracy": 0.0, "predictions": 8, "unparseable": 8.0},
+        "actplan1k": {"lcs": 0.0, "norm_lcs": 0.0, "plan_length": 0.0, "no_plan_rate": 1.0}},
+        n_samples={task: {"original": 4, "effective": 4} for task in ("egointent", "actplan1k")},
+        model_path="/ckpt/unscored-model")
     return root
 
 
@@ -51,10 +59,24 @@ def test_in_a_browser_the_page_fits_1400_pixels_every_figure_renders_and_markup_
     assert [shot.name for shot in shots] == ["report.png", "report-unrolled.png", *(f"{name}.png" for name in figures)]
     for shot in shots:
         with Image.open(shot) as image:
-            assert len(set(image.convert("L").getdata())) > 10, shot  # drawn, not a blank page
+            assert len(image.convert("L").getcolors(256)) > 10, shot  # drawn, not a blank page
     with Image.open(shots[1]) as unrolled:  # every column of the widest table (EgoThink's 19 columns and notes)
         assert unrolled.width > 1400
     assert screenshots.main([str(tmp_path / "report"), "--output", str(tmp_path / "again")]) == 0
+
+    # each table's main score right after the model's name, and in view with every "not scored" reason
+    with tempfile.TemporaryDirectory() as profile:
+        layout = screenshots.page_layout(report.html, 1400, screenshots.find_chromium(), Path(profile))
+    assert layout["page"] <= 1400 == layout["window"]
+    mains = {f"table-{table.key}": face.heading(table.columns[table.main_column]) for face in FACES
+             for table in face.tables}
+    assert {table["id"]: table["main"] for table in layout["tables"]} == mains
+    assert mains["table-ego_think"] == "Average (0-100)" and mains["table-egointent"] == "Overall (0-100)"
+    assert all(table["right"] <= table["edge"] for table in layout["tables"]), layout["tables"]
+    assert {reason["text"] for reason in layout["reasons"]} >= {
+        "not scored: 8 of 8 answers unparseable", "not scored: 0 judged: 4 of 4 answers incomplete",
+        "not scored: no plan in 4 of 4 outputs"}
+    assert all(reason["right"] <= reason["edge"] for reason in layout["reasons"]), layout["reasons"]
 
     with tempfile.TemporaryDirectory() as profile:
         dom = screenshots.rendered_dom(report.html, 1400, screenshots.find_chromium(), Path(profile))

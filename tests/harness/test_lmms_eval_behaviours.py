@@ -118,13 +118,35 @@ def test_the_plugin_variable_gets_the_suites_tasks_indexed(monkeypatch, switch_o
     assert {"egoplan_val", "ego_think", "actplan1k"} <= set(matched.value.args[0])
 
 
-def test_a_failed_evaluation_exits_non_zero(monkeypatch, switch_on, lmms_eval_log):
+def test_a_failed_evaluation_exits_non_zero(monkeypatch, switch_on, lmms_eval_log, capfd):
     switch_on(durability.fail_runs_with_failed_tasks)
 
     def failing(args):
         raise RuntimeError("the evaluation failed")
 
     assert cli(monkeypatch, ["--model", "dummy", "--tasks", "plain_probe"], single=failing) not in (0, None)
+    # lmms-eval's traceback in a file, named on one line; what to fix last
+    printed = capfd.readouterr().err
+    assert "Traceback" not in printed and printed.splitlines()[-1] == \
+        "lmms-egoplan: error: RuntimeError: the evaluation failed"
+    [named] = [line for line in printed.splitlines() if line.startswith("lmms-egoplan: lmms-eval's traceback")]
+    trace = Path(named.rpartition(" is in ")[2])
+    assert trace.read_text().startswith("Traceback") and "RuntimeError: the evaluation failed" in trace.read_text()
+    trace.unlink()
+
+
+def test_an_uncaught_error_keeps_its_traceback_in_a_file_and_ends_with_what_to_fix(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+    assert durability.say_what_to_fix_after_uncaught_errors()
+    try:
+        raise FileNotFoundError("no such config: run.yaml")
+    except FileNotFoundError as error:
+        sys.excepthook(type(error), error, error.__traceback__)
+    first, last = capsys.readouterr().err.splitlines()
+    assert last == "lmms-egoplan: error: FileNotFoundError: no such config: run.yaml"
+    trace = Path(first.removeprefix("lmms-egoplan: the traceback of the error is in "))
+    assert "FileNotFoundError: no such config: run.yaml" in trace.read_text()
+    trace.unlink()
 
 
 def test_a_run_without_tasks_exits_non_zero(monkeypatch, switch_on, lmms_eval_log):

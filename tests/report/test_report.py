@@ -2,8 +2,10 @@
 (partial runs, several runs, other tasks, unreadable files, lm-eval baselines, nothing found)."""
 
 import csv
+import html
 import json
 import os
+import re
 import stat
 from html.parser import HTMLParser
 from pathlib import Path
@@ -430,6 +432,82 @@ def test_the_page_keeps_wide_tables_in_their_own_scrolling_box(results_tree, tmp
     style = page[page.index("<style>"):page.index("</style>")]
     assert ".table-box{overflow-x:auto" in style and "figure svg{max-width:100%" in style
     assert page.count('<div class="table-box"><table id="table-') == len(TABLES)
+
+
+class _Cells(HTMLParser):
+    """The text of each table's rows (header first) and of each footnote list, by id."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self.notes, self._where = {}, {}, None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table":
+            self._where = self.tables.setdefault(attrs["id"], [])
+        elif tag == "ol":
+            self._where = self.notes.setdefault(attrs["id"], [])
+        elif tag == "tr" and isinstance(self._where, list):
+            self._where.append([])
+        elif tag in ("td", "th") and self._where:
+            self._where[-1].append("")
+        elif tag == "li":
+            self._where.append("")
+
+    def handle_endtag(self, tag):
+        if tag in ("table", "ol"):
+            self._where = None
+
+    def handle_data(self, data):
+        if self._where and isinstance(self._where[-1], list) and self._where[-1]:
+            self._where[-1][-1] += data
+        elif self._where and isinstance(self._where[-1], str):
+            self._where[-1] += data
+
+
+def test_the_page_shows_each_tables_main_score_after_the_model_and_judges_and_notes_as_footnotes(results_tree,
+                                                                                                 tmp_path):
+    report = write_report([results_tree], tmp_path / "report", FACES)
+    cells = _Cells()
+    cells.feed(report.html.read_text())
+    for face in FACES:
+        for layout in face.tables:
+            header = cells.tables[f"table-{layout.key}"][0]
+            assert header[:2] == ["model", face.heading(layout.columns[layout.main_column])], layout.key
+            assert "judge" not in header and "notes" not in header and header[2:4] == ["task", "input"]
+    think = cells.tables["table-ego_think"]
+    assert think[0][1] == "Average (0-100)"
+    mine = next(row for row in think[1:] if row[0].startswith("tiny-model"))
+    assert mine[1] == "45.5" and mine[2] == "ego_think"
+    gpt = next(row for row in think[1:] if row[0].startswith("GPT-4V"))  # its judge and source: footnotes
+    marks = [int(mark) for mark in re.findall(r"\[(\d+)\]", gpt[0])]
+    footnotes = [cells.notes["notes-ego_think"][mark - 1] for mark in marks]
+    assert footnotes[0] == "judge: GPT-4 (snapshot not given), shut down by OpenAI on 2026-10-23"
+    assert any(note.startswith("source: ") for note in footnotes)
+    assert len(set(cells.notes["notes-ego_think"])) == len(cells.notes["notes-ego_think"])  # a shared text once
+    assert max(len(cell) for row in think for cell in row) < 80  # no long text in a cell
+    intent = cells.tables["table-egointent"]
+    assert intent[0][1] == "Overall (0-100)" and intent[1][1] == "30.00"
+    assert "partial: 4 of 10 samples (--limit 4)" in cells.notes["notes-egointent"]
+
+
+def test_a_value_beside_scores_that_measure_nothing_has_no_interval(tmp_path):
+    """A plan length of outputs none of which holds a plan: shown, with no interval (it describes nothing scored)."""
+    write_lmms_eval_run(tmp_path / "r", "20260101_100000", {"actplan1k": {
+        "lcs": 0.0, "norm_lcs": 0.0, "plan_length": 0.0, "no_plan_rate": 1.0}},
+        {"actplan1k": [{"doc_id": i, "plan_length": 0.0, "lcs": 0.0} for i in range(4)]},
+        n_samples={"actplan1k": {"original": 4, "effective": 4}})
+    write_report([tmp_path / "r"], tmp_path / "report", FACES)
+    [row] = [row for row in read_csv(tmp_path / "report" / "actplan1k.csv") if row["source"] == THIS_RUN]
+    assert row["Plan length (steps)"] == "0.0" and row["Plan length (steps) 95% low"] == ""
+    assert "not scored: no plan in 4 of 4 outputs" in row["notes"]
+
+
+def test_the_report_says_which_time_zone_its_run_times_are_in(results_tree, tmp_path):
+    report = write_report([results_tree], tmp_path / "report", FACES)
+    for text in (report.markdown.read_text(), html.unescape(report.html.read_text())):
+        assert "Run times are those in the results files' names, each with its time zone" in text
+        assert "UTC+08:00 by default, not this machine's" in text
 
 
 def egoplan_val_rows(folders, *, all_runs=False):
