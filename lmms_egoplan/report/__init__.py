@@ -57,7 +57,7 @@ def write_report(paths: list[str | Path], output: str | Path, faces: Sequence[Re
     # Which columns have no interval, by benchmark (sorted: the same text whatever the faces' order).
     without_intervals = " and ".join(sorted(face.no_interval for face in faces if face.no_interval))
     chosen = ("every run" if all_runs
-              else "of runs identical in model, model_args and settings the latest; --all-runs for every run")
+              else "of runs identical in model, model_args and settings the latest; --all_runs for every run")
     preamble = [
         f"Runs: {len({row.run.path for table in tables for row in table.user_rows})} results files ({chosen}).",
         f"95% intervals in brackets: accuracies {EXACT_BINOMIAL}; other means {BOOTSTRAP}. Rows marked "

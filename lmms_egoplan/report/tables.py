@@ -184,7 +184,7 @@ def row_identity(layout: TableLayout, row: Row) -> dict[str, str]:
 def label_differences(layout: TableLayout, rows: list[Row]) -> None:
     """Add to the model name of rows of one model and task what tells their runs apart ("num_frames 4",
     "backend egoplan_server"): the parts of their identities (``row_identity``) that differ. Rows of
-    runs with equal identities (``--all-runs``) differ only in the run's time, which the table shows."""
+    runs with equal identities (``--all_runs``) differ only in the run's time, which the table shows."""
     groups: dict[tuple[str, str], list[Row]] = {}
     for row in rows:
         groups.setdefault((row.model, row.task), []).append(row)
