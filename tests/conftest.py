@@ -25,16 +25,6 @@ def a_run_of_its_own():
     RUN.reset()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def the_suites_rubrics_registered():
-    """Judged items name their rubric; a process registers the rubrics it reads, as ``lmms-egoplan`` does before
-    any command and a judged task when it is built: the tests that score or report judged items in process too."""
-    from lmms_egoplan.judge.rubrics import register_rubrics
-    from lmms_egoplan.suite import rubrics
-
-    register_rubrics(rubrics())
-
-
 class SmallDisk:
     """A real filesystem of a few hundred kilobytes (tmpfs) mounted on ``path``, to fill up: what a
     full disk does to a run. ``fill(leave)`` takes all its space but ``leave`` bytes; ``free()`` gives it back."""

@@ -26,11 +26,10 @@ from lmms_egoplan.core.text_tables import format_table, format_value
 from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun, EvalRunError, run_lm_eval, run_lmms_eval
 from lmms_egoplan.demo.kit.scripted import ScriptedAnswers, differences, reported_metrics, scripted_environment
 from lmms_egoplan.demo.kit.suite import SmokeSuite
-from lmms_egoplan.judge.rubrics import register_rubrics
 from lmms_egoplan.report import write_report
 from lmms_egoplan.report.layout import ReportFace
 from lmms_egoplan.report.metric_roles import Unit, natural_order, unscored_reason
-from lmms_egoplan.suite import benchmark, report_faces, rubrics
+from lmms_egoplan.suite import benchmark, report_faces
 
 
 def suites() -> dict[str, Callable[[Path, ExitStack], SmokeSuite]]:
@@ -119,7 +118,6 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
     results_dirs = [d for d in log_dirs
                     if any(next(d.rglob(pattern), None) for pattern in ("*_results.json", "results_*.json"))]
     if results_dirs:
-        register_rubrics(rubrics())  # the report reads judged items that name them
         report = write_report(results_dirs, workdir / "report", report_faces())
         print(f"Report of these runs (tables beside the published rows, figures, HTML): {report.markdown}", file=out)
     if failures:
