@@ -100,17 +100,12 @@ def tiny_model(checkpoint_cache):
 def settings_only_from_the_tests():
     """A benchmark setting in the developer's environment (``EGOPLAN_ANNOTATION_DIR`` pointing at the
     real data, ``EGOTHINK_JUDGE_MODEL``, ...) would reach every task the tests build and every
-    lmms-eval subprocess they start: the tests run without them."""
-    from lmms_egoplan.actplan import data as actplan_data
-    from lmms_egoplan.egointent import data as egointent_data
-    from lmms_egoplan.egoplan import data as egoplan_data
-    from lmms_egoplan.egoplan_bench2 import data as egoplan_bench2_data
-    from lmms_egoplan.egothink import data as egothink_data
+    lmms-eval subprocess they start: the tests run without them. Which variables those are is read from the
+    catalogue (each row's ``env_prefix``), so a new benchmark's are cleared too."""
+    from tests.kit.benchmarks import benchmark_variables
 
-    prefixes = tuple(f"{module.ENV_PREFIX}_" for module in (actplan_data, egointent_data, egoplan_data,
-                                                             egoplan_bench2_data, egothink_data))
     with pytest.MonkeyPatch.context() as patch:
-        for name in [name for name in os.environ if name.startswith(prefixes)]:
+        for name in benchmark_variables(list(os.environ)):
             patch.delenv(name)
         yield
 

@@ -34,12 +34,18 @@ from lmms_egoplan.suite import benchmark, report_faces
 
 def suites() -> dict[str, Callable[[Path, ExitStack], SmokeSuite]]:
     """Each benchmark's demo, by its name: the function of its module here (named as the benchmark) building its
-    synthetic data (and whatever it needs, e.g. a loopback judge) and returning a SmokeSuite; in the catalogue's
-    order. Imported when the demo runs (``lmms-egoplan smoke --help`` loads none of them)."""
+    synthetic data (and whatever it needs, e.g. a loopback judge) and returning a SmokeSuite; every benchmark of the
+    catalogue, in its order (one without a demo module is an error naming it). Imported when the demo runs
+    (``lmms-egoplan smoke --help`` loads none of them); by plain import, as ``lmms_egoplan.suite`` lists the
+    benchmarks."""
     from lmms_egoplan.demo import actplan, egointent, egoplan, egoplan_bench2, egothink
 
-    return {module.__name__.rpartition(".")[2]: module.smoke_suite
-            for module in (egoplan, egothink, egointent, actplan, egoplan_bench2)}
+    demos = {module.__name__.rpartition(".")[2]: module.smoke_suite
+             for module in (actplan, egointent, egoplan, egoplan_bench2, egothink)}
+    missing = [row.name for row in catalogue.CATALOGUE if row.name not in demos]
+    if missing:
+        raise LookupError(f"no demo module (lmms_egoplan/demo/<benchmark>.py) for {', '.join(missing)}")
+    return {row.name: demos[row.name] for row in catalogue.CATALOGUE}
 
 
 MODEL = "egoplan_hf"
