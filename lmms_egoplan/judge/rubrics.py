@@ -90,7 +90,8 @@ def load_rubric(reference: str, rubrics: Mapping[str, Rubric]) -> Rubric:
     carry, as the suite's catalogue maps it (``lmms_egoplan.catalogue.rubric_name``)."""
     name = reference if reference in rubrics else (rubric_name(reference) or reference)
     if name not in rubrics:
-        raise ValueError(f"no rubric is named {reference!r} (known: {', '.join(sorted(rubrics)) or 'none'})")
+        # The words users have seen (``rejudge`` names a broken item so): "registered" is the rubrics handed here.
+        raise ValueError(f"no rubric is registered as {reference!r} (registered: {', '.join(sorted(rubrics))})")
     return rubrics[name]
 
 

@@ -434,9 +434,9 @@ def test_a_rubric_is_found_among_those_a_reader_is_handed():
 
     rubric = Rubric(ZERO_HALF_ONE, scale=2.0)
     assert load_rubric("test-halves", {"test-halves": rubric}) is rubric
-    with pytest.raises(ValueError, match="no rubric is named 'test-halves' \\(known: none\\)"):
+    with pytest.raises(ValueError, match="no rubric is registered as 'test-halves' \\(registered: \\)"):
         load_rubric("test-halves", {})
-    with pytest.raises(ValueError, match="no rubric is named 'no-such-rubric' \\(known: test-halves\\)"):
+    with pytest.raises(ValueError, match="no rubric is registered as 'no-such-rubric' \\(registered: test-halves\\)"):
         load_rubric("no-such-rubric", {"test-halves": rubric})
     with pytest.raises(ValueError, match="letters, digits"):  # a name judged items can carry, on the catalogue row
         dataclasses.replace(entry("egothink"), rubrics=("my.module:RUBRIC",))
