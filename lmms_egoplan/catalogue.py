@@ -9,6 +9,7 @@ To add a benchmark: its folders (``lmms_egoplan/<name>/`` with its ``Benchmark``
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Mapping
@@ -30,6 +31,11 @@ class Entry:
     lmms_eval_builtins: Mapping[str, str] = field(default_factory=dict)
     rubrics: tuple[str, ...] = ()  # the judge rubrics its judged items name, first the one legacy references mean
     legacy_rubric_references: tuple[str, ...] = ()  # what logs written before rubrics had names carry (the default)
+
+    def __post_init__(self):
+        for name in self.rubrics:  # what its judged items (and logs) carry
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+                raise ValueError(f"a rubric name is letters, digits and _ . - only, got {name!r}")
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -76,7 +82,7 @@ def suite_counterparts() -> dict[str, str]:
 
 
 def rubric_name(reference: str) -> str | None:
-    """The registered name of the suite rubric ``reference`` names (its name, or a legacy reference), or None."""
+    """The name of the suite rubric ``reference`` names (its name, or a legacy reference), or None."""
     return next((name for row in CATALOGUE if (name := row.rubric_name(reference))), None)
 
 

@@ -82,7 +82,8 @@ def _rejudge(args: argparse.Namespace) -> int:
     from lmms_egoplan.core.text_tables import format_table, format_value
     from lmms_egoplan.harness.rejudge import answering_judge, read_logged_items, recorded_judge, rejudge_samples
 
-    logged = read_logged_items(args.samples)  # first: a folder without samples says so before the key is asked for
+    # First: a folder without samples says so before the key is asked for.
+    logged = read_logged_items(args.samples, suite.rubrics())
     for problem in (problem for problems in logged.unusable.values() for problem in problems):
         print(f"lmms-egoplan rejudge: skipped {problem}", file=sys.stderr)
     # Each task with the judge its run recorded, but for the settings given here.
@@ -119,7 +120,7 @@ def _judge_agreement(args: argparse.Namespace) -> int:
     from lmms_egoplan.report.agreement import agreement_table, disagreement_lines, write_agreement
 
     output = Path(args.output)
-    logged = read_logged_items(args.samples)
+    logged = read_logged_items(args.samples, suite.rubrics())
     for problem in (problem for problems in logged.unusable.values() for problem in problems):
         print(f"lmms-egoplan judge-agreement: skipped {problem}", file=sys.stderr)
     first = " / ".join(dict.fromkeys(f"{judge.get('judge_backend', 'openai')}:{judge['judge_model']}"
@@ -253,11 +254,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from lmms_egoplan.core.errors import InputError, StorageError
-    from lmms_egoplan.judge.rubrics import register_rubrics
 
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
-    register_rubrics(suite.rubrics())  # the commands read judged items that name them (rejudge, report, ...)
     try:
         return args.handler(args)
     except (InputError, FileNotFoundError) as error:  # bad data, settings or paths: what to fix, no traceback

@@ -39,9 +39,15 @@ def commands() -> dict[str, tuple[str, Callable]]:
 
 
 def rubrics() -> dict[str, Rubric]:
-    """Every benchmark's judge rubrics, by the names their judged items (and logs) carry: what a process
-    that judges logs without running their tasks registers (``judge.rubrics.register_rubrics``)."""
-    return {name: rubric for entry in BENCHMARKS for name, rubric in entry.rubrics.items()}
+    """Every benchmark's judge rubrics, by the names their judged items (and logs) carry: what a process that
+    reads logged judged items without running their tasks is handed (``rejudge``, ``judge-agreement``; the
+    report reads each benchmark's through its face). A name stands for one rubric."""
+    found: dict[str, Rubric] = {}
+    for entry in BENCHMARKS:
+        for name, rubric in entry.rubrics.items():
+            if found.setdefault(name, rubric) is not rubric:
+                raise ValueError(f"two benchmarks name a rubric {name!r}")
+    return found
 
 
 def group_scores(task_scores: dict[str, dict]) -> dict[str, dict]:

@@ -25,16 +25,6 @@ def a_run_of_its_own():
     RUN.reset()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def the_suites_rubrics_registered():
-    """Judged items name their rubric; a process registers the rubrics it reads, as ``lmms-egoplan`` does before
-    any command and a judged task when it is built: the tests that score or report judged items in process too."""
-    from lmms_egoplan.judge.rubrics import register_rubrics
-    from lmms_egoplan.suite import rubrics
-
-    register_rubrics(rubrics())
-
-
 class SmallDisk:
     """A real filesystem of a few hundred kilobytes (tmpfs) mounted on ``path``, to fill up: what a
     full disk does to a run. ``fill(leave)`` takes all its space but ``leave`` bytes; ``free()`` gives it back."""
@@ -110,17 +100,12 @@ def tiny_model(checkpoint_cache):
 def settings_only_from_the_tests():
     """A benchmark setting in the developer's environment (``EGOPLAN_ANNOTATION_DIR`` pointing at the
     real data, ``EGOTHINK_JUDGE_MODEL``, ...) would reach every task the tests build and every
-    lmms-eval subprocess they start: the tests run without them."""
-    from lmms_egoplan.actplan import data as actplan_data
-    from lmms_egoplan.egointent import data as egointent_data
-    from lmms_egoplan.egoplan import data as egoplan_data
-    from lmms_egoplan.egoplan_bench2 import data as egoplan_bench2_data
-    from lmms_egoplan.egothink import data as egothink_data
+    lmms-eval subprocess they start: the tests run without them. Which variables those are is read from the
+    catalogue (each row's ``env_prefix``), so a new benchmark's are cleared too."""
+    from tests.kit.benchmarks import benchmark_variables
 
-    prefixes = tuple(f"{module.ENV_PREFIX}_" for module in (actplan_data, egointent_data, egoplan_data,
-                                                             egoplan_bench2_data, egothink_data))
     with pytest.MonkeyPatch.context() as patch:
-        for name in [name for name in os.environ if name.startswith(prefixes)]:
+        for name in benchmark_variables(list(os.environ)):
             patch.delenv(name)
         yield
 

@@ -27,22 +27,27 @@ from lmms_egoplan.core.text_tables import TERMINAL_WIDTH, format_table, format_v
 from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun, EvalRunError, run_lm_eval, run_lmms_eval
 from lmms_egoplan.demo.kit.scripted import ScriptedAnswers, differences, reported_metrics, scripted_environment
 from lmms_egoplan.demo.kit.suite import SmokeSuite
-from lmms_egoplan.judge.rubrics import register_rubrics
 from lmms_egoplan.report import write_report
 from lmms_egoplan.report.layout import ReportFace
 from lmms_egoplan.report.metric_roles import Unit, natural_order, unscored_reason
 from lmms_egoplan.report.runs import LMMS_EVAL_DEFAULT_ZONE, zone_text
-from lmms_egoplan.suite import benchmark, report_faces, rubrics
+from lmms_egoplan.suite import benchmark, report_faces
 
 
 def suites() -> dict[str, Callable[[Path, ExitStack], SmokeSuite]]:
     """Each benchmark's demo, by its name: the function of its module here (named as the benchmark) building its
-    synthetic data (and whatever it needs, e.g. a loopback judge) and returning a SmokeSuite; in the catalogue's
-    order. Imported when the demo runs (``lmms-egoplan smoke --help`` loads none of them)."""
+    synthetic data (and whatever it needs, e.g. a loopback judge) and returning a SmokeSuite; every benchmark of the
+    catalogue, in its order (one without a demo module is an error naming it). Imported when the demo runs
+    (``lmms-egoplan smoke --help`` loads none of them); by plain import, as ``lmms_egoplan.suite`` lists the
+    benchmarks."""
     from lmms_egoplan.demo import actplan, egointent, egoplan, egoplan_bench2, egothink
 
-    return {module.__name__.rpartition(".")[2]: module.smoke_suite
-            for module in (egoplan, egothink, egointent, actplan, egoplan_bench2)}
+    demos = {module.__name__.rpartition(".")[2]: module.smoke_suite
+             for module in (actplan, egointent, egoplan, egoplan_bench2, egothink)}
+    missing = [row.name for row in catalogue.CATALOGUE if row.name not in demos]
+    if missing:
+        raise LookupError(f"no demo module (lmms_egoplan/demo/<benchmark>.py) for {', '.join(missing)}")
+    return {row.name: demos[row.name] for row in catalogue.CATALOGUE}
 
 
 MODEL = "egoplan_hf"
@@ -124,7 +129,6 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
     results_dirs = [d for d in log_dirs
                     if any(next(d.rglob(pattern), None) for pattern in ("*_results.json", "results_*.json"))]
     if results_dirs:
-        register_rubrics(rubrics())  # the report reads judged items that name them
         report = write_report(results_dirs, workdir / "report", report_faces())
         print(f"Report of these runs (tables beside the published rows, figures, HTML): {report.markdown}", file=out)
     if failures:

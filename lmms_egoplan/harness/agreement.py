@@ -19,7 +19,7 @@ from lmms_egoplan.core.files import read_jsonl
 from lmms_egoplan.harness.rejudge import LoggedItems
 from lmms_egoplan.judge.agreement import Agreement, RatingPair, agreement
 from lmms_egoplan.judge.engine import Judge
-from lmms_egoplan.judge.rubrics import FixedRating, item_parts, item_requests, items_rubric, load_rubric
+from lmms_egoplan.judge.rubrics import FixedRating, Rubric, item_parts, item_requests, items_rubric
 
 
 @dataclass
@@ -28,6 +28,7 @@ class SecondOpinions:
 
     pairs: list[RatingPair] = field(default_factory=list)
     rubrics: dict[str, str] = field(default_factory=dict)  # task -> the rubric its items name
+    rubric_values: dict[str, Rubric] = field(default_factory=dict)  # what each such name stands for
     group_tasks: dict[str, str] = field(default_factory=dict)  # group -> its task
     first_failed: int = 0  # requests without a rating in the run's audit trail
     second_failed: int = 0  # requests the second judge gave no rating
@@ -49,8 +50,9 @@ def second_opinions(logged: LoggedItems, judge: Judge, output_dir: str | Path, *
         first = run_ratings(logged.files[task], task)
         parts = {part.id: name for item in items for name, part in item_parts(item).items()
                  if not isinstance(part, FixedRating)}
-        rubric = items_rubric(items)
+        rubric = items_rubric(items, logged.rubrics)
         found.rubrics[task] = items[0]["judge_rubric"]
+        found.rubric_values[found.rubrics[task]] = rubric
         audit = found.audit_trails[task] = output_dir / f"{stamp}_judgements_{task}.jsonl"
         results = judge.run(item_requests(items), rubric.parse_rating, audit_path=audit, progress=progress,
                             description=f"Second judge, {task}")
@@ -93,12 +95,13 @@ def agreements(found: SecondOpinions) -> list[Agreement]:
     for group, pairs in groups.items():
         if all(pair.fixed for pair in pairs):
             continue  # nothing of it was judged
-        rubric = load_rubric(found.rubrics[found.group_tasks[group]])
+        rubric = found.rubric_values[found.rubrics[found.group_tasks[group]]]
         rows.append(agreement(group, pairs, rubric.levels, rubric.scale))
     for name in dict.fromkeys(found.rubrics.values()):
         pairs = [pair for pair in found.pairs if found.rubrics[found.group_tasks[pair.group]] == name]
         if pairs and len(groups) > 1:
-            rows.append(agreement(f"all ({name})", pairs, load_rubric(name).levels, load_rubric(name).scale))
+            rubric = found.rubric_values[name]
+            rows.append(agreement(f"all ({name})", pairs, rubric.levels, rubric.scale))
     return rows
 
 

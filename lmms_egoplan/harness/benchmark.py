@@ -6,7 +6,7 @@ here loads a harness."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from loguru import logger
@@ -42,6 +42,8 @@ class Benchmark:
         if set(self.rubrics) != set(self.entry.rubrics):
             raise ValueError(f"benchmark {self.entry.name}: rubrics {sorted(self.rubrics)} are not its catalogue "
                              f"row's {sorted(self.entry.rubrics)}")
+        # Its report face reads its judged items with its rubrics: the value hands them over, no table holds them.
+        object.__setattr__(self, "report_face", replace(self.report_face, rubrics=dict(self.rubrics)))
 
     @property
     def name(self) -> str:

@@ -11,7 +11,7 @@ A judged benchmark needs:
 
 * settings inheriting ``lmms_egoplan.judge.settings.JudgeSettings`` (so its judge is configured by
   ``<ENV_PREFIX>_JUDGE_MODEL`` etc.; the settings are checked before anything is generated);
-* its ``Rubric``s by name (``Benchmark.rubrics``, registered when a task is built), and a task spec whose
+* its ``Rubric``s by name (``Benchmark.rubrics``, what its task's judge reads its items with), and a task spec whose
   ``judge_rubric`` names the one its items carry, whose ``process_results`` returns
   ``{metric: judge_parts_item({"": request}, "<rubric name>") ...}`` for the judged metric and
   for ``judged`` / ``failed``, and whose metrics are ``JUDGED_METRICS`` (and any judged breakdown with
@@ -57,7 +57,7 @@ from lmms_egoplan.judge.rubrics import (
     is_judge_parts_item,
     item_requests,
     items_rubric,
-    register_rubrics,
+    load_rubric,
     score_judged,
     unjudged,
 )
@@ -76,10 +76,10 @@ class Judging:
         if not issubclass(setup.benchmark.settings, JudgeSettings):
             raise TypeError(f"{setup.benchmark.name}: its settings must inherit "
                             f"lmms_egoplan.judge.settings.JudgeSettings")
-        register_rubrics(setup.benchmark.rubrics)  # what its judged items name, before anything reads them
         self.task = task
         self.settings = JudgeSettings.of(setup.settings)
-        self.rubric = setup.spec.judge_rubric(setup.settings)  # the registered name its judged items carry
+        self.rubrics = setup.benchmark.rubrics  # what reads its judged items, by the names they carry
+        self.rubric = setup.spec.judge_rubric(setup.settings)  # the name its judged items carry
         self._setting_name = functools.partial(setting_name, setup.env_prefix)
         self._record_outcome = record_outcome
         self._judgements: dict[str, Judgement] = {}  # by request id, over all metrics of the task
@@ -92,7 +92,8 @@ class Judging:
     def record_judge(self) -> None:
         """The task's judge (with what its server said answered the preflight, once it has), as the
         results' metadata and each judged item record it."""
-        self.identity = JudgeIdentity.of(self.settings, self.rubric, RUN.answering_judges.get(self.settings))
+        self.identity = JudgeIdentity.of(self.settings, self.rubric, load_rubric(self.rubric, self.rubrics),
+                                         RUN.answering_judges.get(self.settings))
         self.task.config.metadata.update(self.identity.metadata())
 
     def with_judge(self, values: dict) -> dict:
@@ -168,10 +169,12 @@ class Judging:
             if pending and judge.cache is not None:
                 note_kept_on_stop(f"judgements already made are in the judge cache {judge.cache.path}")
             # With nothing pending no call is made and no audit file is written.
-            results = judge.run(pending, items_rubric(items).parse_rating, audit_path=trail, append_audit=True,
-                                description=f"Judging {self.task_name}", identity=self.identity.record())
+            results = judge.run(pending, items_rubric(items, self.rubrics).parse_rating, audit_path=trail,
+                                append_audit=True, description=f"Judging {self.task_name}",
+                                identity=self.identity.record())
             self._judgements.update((j.id, j) for j in results.judgements)
-            return self._outcome(score_judged(items, self._judgements, judge_model=judge.model, audit_path=trail))
+            return self._outcome(score_judged(items, self._judgements, self.rubrics, judge_model=judge.model,
+                                              audit_path=trail))
 
     def _outcome(self, scored: ItemScore) -> ItemScore:
         if self._record_outcome is not None:

@@ -23,6 +23,7 @@ from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, FAILED_REQ
 from lmms_egoplan.judge.engine import Judge, RetiredJudgeError, preflight
 from lmms_egoplan.judge.identity import JudgeIdentity
 from lmms_egoplan.judge.rubrics import (
+    Rubric,
     is_judge_parts_item,
     item_parts,
     item_requests,
@@ -52,12 +53,14 @@ class LoggedItems:
     unusable: dict[str, list[str]]  # by task: "<file>:<line>: why"
     # by task: samples whose model request failed (nothing to judge: asked again by the run, not here)
     failed_requests: dict[str, int] = field(default_factory=dict)
+    rubrics: Mapping[str, Rubric] = field(default_factory=dict)  # what reads the items, by the names they carry
 
 
-def read_logged_items(paths: Sequence[str | Path]) -> LoggedItems:
+def read_logged_items(paths: Sequence[str | Path], rubrics: Mapping[str, Rubric]) -> LoggedItems:
     """The judged items of the samples files in ``paths`` (files, or folders searched for them: the
-    newest file per task). No judge is needed to read them (``rejudge`` reads them first, so that a
-    folder without samples says so before anything asks for a key). A row that is not JSON (the last
+    newest file per task), each naming one of ``rubrics`` (the suite's: ``lmms_egoplan.suite.rubrics``). No judge
+    is needed to read them (``rejudge`` reads them first, so that a folder without samples says so before anything
+    asks for a key). A row that is not JSON (the last
     line of a log whose run was killed while writing it is cut off), not an object, holds no judged
     item where the other rows of its file do, or holds a broken one, is named and counted; the other
     rows are judged. Raises NothingToJudgeError when no file holds anything to judge."""
@@ -73,7 +76,7 @@ def read_logged_items(paths: Sequence[str | Path]) -> LoggedItems:
             if _request_failed(sample):
                 failed_requests[task] = failed_requests.get(task, 0) + 1
                 continue
-            items, problem = _judged_items(sample)
+            items, problem = _judged_items(sample, rubrics)
             if problem:
                 problems.append((number, problem))
             elif not items:
@@ -93,7 +96,7 @@ def read_logged_items(paths: Sequence[str | Path]) -> LoggedItems:
         raise NothingToJudgeError(f"nothing to judge in {', '.join(map(str, paths))}: the samples files of "
                                   f"{', '.join(sorted(files))} hold no judged items (no judged task of this suite)")
     return LoggedItems(columns, {task: files[task] for task in columns}, unusable,
-                       {task: failed_requests.get(task, 0) for task in columns})
+                       {task: failed_requests.get(task, 0) for task in columns}, rubrics)
 
 
 def _request_failed(sample: dict) -> bool:
@@ -123,7 +126,7 @@ def _logged_rows(samples_file: Path) -> tuple[list[tuple[int, dict]], list[tuple
     return rows, problems
 
 
-def _judged_items(sample: dict) -> tuple[dict[str, dict], str | None]:
+def _judged_items(sample: dict, rubrics: Mapping[str, Rubric]) -> tuple[dict[str, dict], str | None]:
     """(judged items by metric, None), or ({}, why they cannot be used)."""
     logged = sample.get("bypass")  # a --predict_only run's log
     items = logged.get(PREDICT_ONLY_ITEMS, {}) if isinstance(logged, dict) else sample
@@ -131,7 +134,7 @@ def _judged_items(sample: dict) -> tuple[dict[str, dict], str | None]:
     for metric, item in judged.items():
         try:
             item_parts(item)
-            load_rubric(item["judge_rubric"])
+            load_rubric(item["judge_rubric"], rubrics)
         except (KeyError, TypeError, ValueError) as error:
             return {}, f"the judged item of metric {metric} (doc_id {sample.get('doc_id')!r}) is broken: {error}"
     return judged, None
@@ -191,10 +194,10 @@ def rejudge_samples(logged: LoggedItems, judge: Judge | Mapping[str, Judge], out
         task_judge = judge[task] if isinstance(judge, Mapping) else judge
         every_item = [item for items in columns.values() for item in items]
         audit = output_dir / f"{stamp}_judgements_{task}.jsonl"
-        results = task_judge.run(item_requests(every_item), items_rubric(every_item).parse_rating, audit_path=audit,
-                                 progress=progress, description=f"Judging {task}")
+        results = task_judge.run(item_requests(every_item), items_rubric(every_item, logged.rubrics).parse_rating,
+                                 audit_path=audit, progress=progress, description=f"Judging {task}")
         judgements = {j.id: j for j in results.judgements}
-        scores = {metric: score_judged(items, judgements, judge_model=results.judge_model).score
+        scores = {metric: score_judged(items, judgements, logged.rubrics, judge_model=results.judge_model).score
                   for metric, items in columns.items() if metric not in COUNT_METRICS}
         summary[task] = {**scores, "judged": results.judged, "failed": results.failed,
                          "unusable_rows": len(logged.unusable[task]),

@@ -1,7 +1,7 @@
 """The LLM judge: many judgements at once, cached, retried, counted, audited.
 
 A benchmark asks a judge model to rate model outputs. It builds one ``JudgeRequest`` per output
-(an id and chat messages) and reads the answers with its registered ``Rubric`` (a rating parser
+(an id and chat messages) and reads the answers with its ``Rubric`` (a rating parser
 and a score scale); ``Judge.run`` answers from the cache what it can, sends the rest concurrently
 with retries, and returns one ``Judgement`` per request (failed ones counted, never averaged in),
 writing an audit trail. API keys are read from the environment variable *named* in the settings;
@@ -15,7 +15,7 @@ benchmark):
 * ``base``: what a backend implements; ``providers``: any OpenAI-compatible server (OpenAI, Azure
   OpenAI, vLLM, SGLang) and an in-process transformers model; ``factory``: the backend settings name;
 * ``cache``: the SQLite cache of answers; ``engine``: ``Judge``;
-* ``rubrics``: rubrics registered by name, the judged items tasks log, and their scores;
+* ``rubrics``: rubrics, found by name among those a reader is handed, the judged items tasks log, and their scores;
 * ``identity``: ``JudgeIdentity``, what judged a run, whole (model, revision, snapshot, prompt, rubric);
 * ``retirements``: the judge models their provider shut down or will (package data), and what to say;
 * ``agreement``: how far two judges' ratings of the same answers agree (weighted kappa, intervals).

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from lmms_egoplan.judge.protocol import Completion
-from lmms_egoplan.judge.rubrics import load_rubric
+from lmms_egoplan.judge.rubrics import Rubric
 from lmms_egoplan.judge.settings import JudgeSettings
 
 # The results' metadata keys of an identity that are not judge settings.
@@ -26,19 +26,19 @@ class JudgeIdentity:
     backend: str
     model: str  # what the settings asked for
     revision: str | None = None  # the weights' revision (judge_revision)
-    rubric: str | None = None  # the registered rubric name
+    rubric: str | None = None  # the rubric's name (what judged items carry)
     rubric_version: str | None = None
     prompt_hash: str | None = None
     served_model: str | None = None  # the model the server said answered (the preflight's answer)
     system_fingerprint: str | None = None  # the server's configuration that answered, where it says
 
     @classmethod
-    def of(cls, settings: JudgeSettings, rubric: str, snapshot: Completion | None = None) -> "JudgeIdentity":
-        """The judge of ``settings`` reading answers with the registered rubric ``rubric``; ``snapshot``:
-        an answer of the server (the preflight's), for what it says answered."""
-        found = load_rubric(rubric)
-        return cls(settings.judge_backend, settings.judge_model, settings.judge_revision, rubric, found.version,
-                   found.prompt_hash, snapshot.model if snapshot else None, snapshot.fingerprint if snapshot else None)
+    def of(cls, settings: JudgeSettings, name: str, rubric: Rubric,
+           snapshot: Completion | None = None) -> "JudgeIdentity":
+        """The judge of ``settings`` reading answers with ``rubric``, named ``name`` (what its judged items carry);
+        ``snapshot``: an answer of the server (the preflight's), for what it says answered."""
+        return cls(settings.judge_backend, settings.judge_model, settings.judge_revision, name, rubric.version,
+                   rubric.prompt_hash, snapshot.model if snapshot else None, snapshot.fingerprint if snapshot else None)
 
     def record(self) -> dict[str, Any]:
         """What a judged item and an audit line carry."""

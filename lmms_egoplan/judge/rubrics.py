@@ -1,8 +1,9 @@
-"""How benchmarks read their judge (rubrics, registered by name) and the judged items they log.
+"""How benchmarks read their judge (rubrics, by name) and the judged items they log.
 
 A benchmark holds its ``Rubric`` (rating parser and score scale) under a stable name, the one its catalogue
-row lists (``lmms_egoplan.catalogue``); it is registered when its task is built (``register_rubrics``), or by a
-process that re-judges logs, with the whole suite's::
+row lists (``lmms_egoplan.catalogue``), in its ``Benchmark`` value (``rubrics``). Nothing here keeps them: whoever
+reads judged items is handed the rubrics they name (a judged task its benchmark's; a process that re-judges logs or
+reports on them the whole suite's, ``lmms_egoplan.suite.rubrics``)::
 
     RUBRIC = Rubric(bracket_rating(allowed=(0, 0.5, 1)), scale=100.0, levels=(0, 0.5, 1),
                     prompt=JUDGE_SYSTEM + JUDGE_PROMPT, version="1")
@@ -80,37 +81,18 @@ def bracket_rating(allowed: Sequence[float]) -> RatingParser:
     return parse
 
 
-# --- The registry ------------------------------------------------------------------------------
+# --- Rubrics by name ------------------------------------------------------------------------------
+# No table of them here: whoever reads judged items is handed the rubrics they name (a benchmark's,
+# ``Benchmark.rubrics``, or the whole suite's, ``lmms_egoplan.suite.rubrics``), by the names they carry.
 
-_RUBRICS: dict[str, Rubric] = {}
-
-
-def register_rubric(name: str, rubric: Rubric) -> str:
-    """Register ``rubric`` under ``name``, the name its judged items carry (and logs keep); returns
-    ``name``. A name stays with its rubric: registering another rubric under it is an error."""
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise ValueError(f"a rubric name is letters, digits and _ . - only, got {name!r}")
-    known = _RUBRICS.setdefault(name, rubric)
-    if known is not rubric:
-        raise ValueError(f"another rubric is already registered as {name!r}")
-    return name
-
-
-def register_rubrics(rubrics: Mapping[str, Rubric]) -> None:
-    """Register each rubric of ``rubrics`` under its name (``register_rubric``): what a process calls before
-    it scores judged items, e.g. with a benchmark's rubrics when its task is built, or the whole suite's
-    (``lmms_egoplan.suite.rubrics``) before it re-judges logs."""
-    for name, rubric in rubrics.items():
-        register_rubric(name, rubric)
-
-
-def load_rubric(reference: str) -> Rubric:
-    """The rubric a judged item names: a registered name, or what logs written before rubrics had names
+def load_rubric(reference: str, rubrics: Mapping[str, Rubric]) -> Rubric:
+    """The rubric of ``rubrics`` a judged item names: its name, or what logs written before rubrics had names
     carry, as the suite's catalogue maps it (``lmms_egoplan.catalogue.rubric_name``)."""
-    name = reference if reference in _RUBRICS else (rubric_name(reference) or reference)
-    if name not in _RUBRICS:
-        raise ValueError(f"no rubric is registered as {reference!r} (registered: {', '.join(sorted(_RUBRICS))})")
-    return _RUBRICS[name]
+    name = reference if reference in rubrics else (rubric_name(reference) or reference)
+    if name not in rubrics:
+        # The words users have seen (``rejudge`` names a broken item so): "registered" is the rubrics handed here.
+        raise ValueError(f"no rubric is registered as {reference!r} (registered: {', '.join(sorted(rubrics))})")
+    return rubrics[name]
 
 
 # --- Judged items --------------------------------------------------------------------------------
@@ -131,8 +113,8 @@ def judge_parts_item(parts: Mapping[str, JudgeRequest | FixedRating], rubric: st
     fields; a sample judged as a whole is one part named ``""``).
 
     It is self-contained (lmms-eval logs it with ``--log_samples``), so the outputs can be
-    re-judged later without the model: ``rubric`` is the name the benchmark registered its
-    ``Rubric`` under (``register_rubric``). A metric over such items scores each part over all
+    re-judged later without the model: ``rubric`` is the name of its ``Rubric`` in its benchmark's
+    ``rubrics``. A metric over such items scores each part over all
     items (mean rating x scale, failed judgements excluded) and reports the mean of the part
     scores; an item holding one part of a sample is how a metric reports that part alone.
     """
@@ -175,13 +157,13 @@ def item_requests(items: Sequence[Mapping[str, Any]]) -> list[JudgeRequest]:
     return list(requests.values())
 
 
-def items_rubric(items: Sequence[Mapping[str, Any]]) -> Rubric:
-    """The one rubric that ``items`` name (a judged metric reads one rubric)."""
-    rubrics = {load_rubric(item["judge_rubric"]) for item in items}
-    if len(rubrics) != 1:
+def items_rubric(items: Sequence[Mapping[str, Any]], rubrics: Mapping[str, Rubric]) -> Rubric:
+    """The one rubric of ``rubrics`` that ``items`` name (a judged metric reads one rubric)."""
+    named = {load_rubric(item["judge_rubric"], rubrics) for item in items}
+    if len(named) != 1:
         names = sorted({item["judge_rubric"] for item in items})
         raise ValueError(f"a judged metric needs items of one rubric, got {names or 'no items'}")
-    return rubrics.pop()
+    return named.pop()
 
 
 # --- Scoring -------------------------------------------------------------------------------------
@@ -197,11 +179,12 @@ class ItemScore:
     part_scores: dict[str, float] = field(default_factory=dict)
 
 
-def score_judged(items: Sequence[Mapping[str, Any]], judgements: Mapping[str, Judgement], *, judge_model: str,
+def score_judged(items: Sequence[Mapping[str, Any]], judgements: Mapping[str, Judgement],
+                 rubrics: Mapping[str, Rubric], *, judge_model: str,
                  audit_path: str | os.PathLike | None = None) -> ItemScore:
-    """The score of ``items`` from judgements already made (by request id), so that metrics over
-    different subsets of one task's samples all read the same judgements."""
-    scale = items_rubric(items).scale
+    """The score of ``items`` (read with the rubric of ``rubrics`` they name) from judgements already made (by
+    request id), so that metrics over different subsets of one task's samples all read the same judgements."""
+    scale = items_rubric(items, rubrics).scale
     ratings: dict[str, list[float]] = {}
     for item in items:
         for name, part in item_parts(item).items():

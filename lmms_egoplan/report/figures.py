@@ -166,7 +166,8 @@ def binned_accuracies(row: Row, family: str, bins: list[str]) -> tuple[list, lis
         value = metrics.get(metric)
         value = None if not isinstance(value, (int, float)) or math.isnan(value) else value
         try:
-            found = interval(row.run, row.task, metric, proportion=True) if value is not None else None
+            # an accuracy is 0 / 1 per sample, never a judged item: no rubric to read
+            found = interval(row.run, row.task, metric, rubrics={}, proportion=True) if value is not None else None
         except InputError:  # a cut per-sample log: no interval (the table's notes name it)
             found = None
         values.append(None if value is None else value * 100)

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from lmms_egoplan.core.files import read_jsonl
 from lmms_egoplan.core.statistics import mean_or_nan
-from lmms_egoplan.judge.rubrics import FixedRating, is_judge_parts_item, item_parts, load_rubric
+from lmms_egoplan.judge.rubrics import FixedRating, Rubric, is_judge_parts_item, item_parts, load_rubric
 from lmms_egoplan.report.runs import Run
 
 CONFIDENCE = 0.95
@@ -45,7 +45,7 @@ def _ratings(audit_trail: Path | None) -> dict[str, float | None]:
     return {} if audit_trail is None else {record["id"]: record.get("rating") for _, record in read_jsonl(audit_trail)}
 
 
-def _judged_value(item: dict, ratings: dict[str, float | None]) -> float | None:
+def _judged_value(item: dict, ratings: dict[str, float | None], rubrics: Mapping[str, Rubric]) -> float | None:
     """A judged sample's score: its parts' mean rating x the rubric's scale; None if a part has no rating."""
     values = []
     for part in item_parts(item).values():
@@ -53,12 +53,13 @@ def _judged_value(item: dict, ratings: dict[str, float | None]) -> float | None:
         if rating is None:
             return None
         values.append(rating)
-    return mean_or_nan(values) * load_rubric(item["judge_rubric"]).scale
+    return mean_or_nan(values) * load_rubric(item["judge_rubric"], rubrics).scale
 
 
-def sample_values(run: Run, task: str, metric: str) -> tuple[list[float], bool] | None:
-    """The metric's value for each logged sample that reports it, and whether they are judge scores;
-    None without a usable log."""
+def sample_values(run: Run, task: str, metric: str, *,
+                  rubrics: Mapping[str, Rubric]) -> tuple[list[float], bool] | None:
+    """The metric's value for each logged sample that reports it, and whether they are judge scores (read with
+    the rubric of ``rubrics`` their items name: the benchmark's, ``ReportFace.rubrics``); None without a usable log."""
     if task not in run.samples:
         return None
     values: list[float] = []
@@ -74,7 +75,7 @@ def sample_values(run: Run, task: str, metric: str) -> tuple[list[float], bool] 
             ratings = _ratings(run.side_file("judgements", task))
             if any(not isinstance(part, FixedRating) and part.id not in ratings for part in item_parts(value).values()):
                 return None  # the run's audit trail is not there, or not whole: its ratings cannot be read
-            judged = _judged_value(value, ratings)
+            judged = _judged_value(value, ratings, rubrics)
             if judged is None:  # a failed judgement: the score leaves it out too
                 continue
             values.append(judged)
@@ -83,10 +84,12 @@ def sample_values(run: Run, task: str, metric: str) -> tuple[list[float], bool] 
     return (values, judged_items) if values else None
 
 
-def interval(run: Run, task: str, metric: str, *, proportion: bool = False) -> Interval | None:
+def interval(run: Run, task: str, metric: str, *, rubrics: Mapping[str, Rubric],
+             proportion: bool = False) -> Interval | None:
     """The 95% interval of the metric's mean over the logged samples (None without them): exact
-    binomial for a ``proportion`` (logged as 0 / 1 per sample), else bootstrap."""
-    found = sample_values(run, task, metric)
+    binomial for a ``proportion`` (logged as 0 / 1 per sample), else bootstrap. ``rubrics``: what reads
+    judged items (``sample_values``)."""
+    found = sample_values(run, task, metric, rubrics=rubrics)
     if found is None:
         return None
     values, judged = found

@@ -22,6 +22,8 @@ from lmms_egoplan.report.metric_roles import BOOKKEEPING, PLAIN, Unit, metric_un
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from lmms_egoplan.judge.rubrics import Rubric
+
 SUBMISSION = "submission file"  # a column that names the leaderboard file written beside the results
 PUBLISHED_FIELDS = {"benchmark", "paper", "table", "model", "values"}
 PUBLISHED_FILE = "published_results.json"
@@ -106,6 +108,8 @@ class ReportFace:
     descriptive: tuple[str, ...] = ()  # what describes its outputs rather than scores them, beside its counts
     breakdowns: tuple[Breakdown, ...] = ()
     no_interval: str = ""  # which of its columns have no interval and why, for the report's preamble
+    # The rubrics its judged items name, by name: its benchmark's (``Benchmark`` hands them to its face).
+    rubrics: Mapping[str, Rubric] = field(default_factory=dict)
 
     @property
     def bookkeeping_metrics(self) -> tuple[str, ...]:

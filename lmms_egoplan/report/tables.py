@@ -126,7 +126,7 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
         measured = isinstance(value, (int, float)) and not math.isnan(value) and not reason
         which = column.task_of(task)
         try:
-            found = (interval(run, which, column.reported_name(run.metrics.get(which, {})),
+            found = (interval(run, which, column.reported_name(run.metrics.get(which, {})), rubrics=face.rubrics,
                               proportion=column.proportion) if column.interval and measured else None)
         except InputError as error:  # a per-sample log or audit trail cut short (a full disk) or damaged
             found = None

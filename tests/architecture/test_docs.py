@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from lmms_egoplan.catalogue import CATALOGUE
+
 ROOT = Path(__file__).resolve().parents[2]
 _SKIPPED_PARTS = {"build", "dist", "node_modules", "__pycache__"}
 
@@ -81,8 +83,14 @@ def test_the_repository_has_its_markdown_files():
     names = {str(path.relative_to(ROOT)) for path in markdown_files()}
     assert {"README.md", "CHANGELOG.md", "docs/backend.md", "docs/judges.md", "docs/upstream.md", "docs/report.md",
             "docs/development.md", "docs/running.md",
-            "tasks/egoplan/README.md", "tasks/egothink/README.md", "tasks/egointent/README.md",
-            "tasks/actplan/README.md"} <= names
+            *(f"tasks/{row.name}/README.md" for row in CATALOGUE)} <= names  # each benchmark's, as the catalogue lists
+
+
+def test_the_readmes_table_of_benchmarks_is_the_catalogues():
+    """The README's table lists the benchmarks of the catalogue, in its order, each by its title and task README."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| \[([^\]]+)\]\(tasks/(\w+)/README\.md\) \|", readme, re.MULTILINE)
+    assert rows == [(row.title, row.name) for row in CATALOGUE]
 
 
 def test_the_readme_stays_a_users_page_of_at_most_300_lines():

@@ -10,15 +10,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lmms_egoplan.catalogue import CATALOGUE as CATALOGUE_ROWS
+
 PACKAGE = Path(__file__).resolve().parents[2] / "lmms_egoplan"
 JUDGE = "lmms_egoplan.judge"
 CATALOGUE = "lmms_egoplan.catalogue"
 STRING_IMPORT = re.compile(r"(lmms_egoplan(?:\.\w+)*)(?::\w+)?")
-BENCHMARKS = ("egoplan", "egoplan_bench2", "egothink", "egointent", "actplan")
-# A benchmark named in text: EgoPlan, ego_think, ActPlan-1K, ... (not the suite's own name, lmms_egoplan,
-# nor its backends, egoplan_hf and egoplan_server, which are no benchmark).
-BENCHMARK_MENTION = re.compile(r"(?<![\w-])(ego_?plan|ego_?think|ego_?intent|act_?plan)(?!_hf\b|_server\b)",
-                               re.IGNORECASE)
+BENCHMARKS = tuple(row.name for row in CATALOGUE_ROWS)  # the catalogue's, never a list of our own
+# A benchmark named in text: the first word of its name in any spelling (an underscore anywhere in it, any case):
+# EgoPlan, ego_think, ActPlan-1K, ... (not the suite's own name, lmms_egoplan, nor its backends, egoplan_hf and
+# egoplan_server, which are no benchmark).
+STEMS = sorted({name.split("_")[0] for name in BENCHMARKS}, key=len, reverse=True)
+BENCHMARK_MENTION = re.compile(r"(?<![\w-])(" + "|".join("_?".join(map(re.escape, stem)) for stem in STEMS)
+                               + r")(?!_hf\b|_server\b)", re.IGNORECASE)
 # Each folder's layer: a module imports only from its own layer's folder or from lower layers.
 # The demo (its kit, its module per benchmark, ``smoke``) is a wing above the product: only the CLI imports it.
 LAYERS = {"catalogue": 0, "core": 0, "judge": 1, "compat": 1, "harness": 2, "models": 3, "report": 2,

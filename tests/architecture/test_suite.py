@@ -109,13 +109,32 @@ def test_the_lmms_eval_builtins_named_after_a_paper_point_to_the_suites_tasks():
         assert task.startswith(owner.task_prefixes)
 
 
-def test_importing_the_suite_loads_no_harness_and_registers_nothing():
+def test_importing_the_suite_loads_no_harness():
     script = ("import sys, lmms_egoplan.suite\n"
-              "from lmms_egoplan.judge import rubrics\n"
               "harnesses = {'lmms_eval', 'lm_eval', 'torch', 'transformers'}\n"
-              "print(sorted(harnesses & set(sys.modules)), dict(rubrics._RUBRICS))")
+              "print(sorted(harnesses & set(sys.modules)))")
     loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
-    assert loaded.strip() == "[] {}"
+    assert loaded.strip() == "[]"
+
+
+def test_the_rubrics_module_keeps_no_table_to_fill():
+    """Rubrics are values handed to whoever reads judged items: ``judge/rubrics.py`` holds no module-level
+    mutable state (no dict, list or set at its top level), and nothing there registers one."""
+    from lmms_egoplan.judge import rubrics
+
+    tree = ast.parse(Path(rubrics.__file__).read_text())
+    mutable = (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)
+    assigned = [node for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))]
+    tables = [ast.unparse(node) for node in assigned if isinstance(node.value, mutable) or (
+        isinstance(node.value, ast.Call) and ast.unparse(node.value.func) in ("dict", "list", "set"))]
+    assert tables == []
+    assert not [name for name in vars(rubrics) if name.startswith("register")]
+
+
+def test_each_benchmarks_report_face_reads_its_judged_items_with_its_rubrics():
+    for benchmark in suite.BENCHMARKS:
+        assert benchmark.report_face.rubrics == dict(benchmark.rubrics), benchmark.name
+    assert [face.rubrics for face in suite.report_faces()] == [dict(b.rubrics) for b in suite.BENCHMARKS]
 
 
 def module_level_calls(path: Path) -> list[str]:

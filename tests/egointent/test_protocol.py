@@ -380,6 +380,7 @@ def test_the_step_id_is_shown_only_where_the_setting_asks_and_v1_keeps_version_3
 
 
 def test_the_judge_follows_the_definitions_setting_and_each_prompt_has_its_own_identity():
+    from lmms_egoplan.egointent.benchmark import EGOINTENT
     from lmms_egoplan.judge.rubrics import load_rubric
 
     doc = {"step_id": "s7", "next_step_plan": "climb the ladder", "plausible_next_steps": [],
@@ -394,8 +395,8 @@ def test_the_judge_follows_the_definitions_setting_and_each_prompt_has_its_own_i
     assert "Dimension: Next-Plan, the action most likely to begin right after the current step is completed" in v1_text
     # v1's judge keeps the identity (rubric name and prompt hash) of versions 1-3; the release's has its own.
     assert egointent_protocol.RUBRIC_NAMES == {"release": "egointent_release", "v1": "egointent"}
-    assert load_rubric("egointent").prompt_hash == "ec9c4e681602dc98"
-    assert load_rubric("egointent_release").prompt_hash not in ("ec9c4e681602dc98", "")
+    assert load_rubric("egointent", EGOINTENT.rubrics).prompt_hash == "ec9c4e681602dc98"
+    assert load_rubric("egointent_release", EGOINTENT.rubrics).prompt_hash not in ("ec9c4e681602dc98", "")
 
 
 
@@ -519,7 +520,8 @@ def test_the_check_command_validates_a_flat_file_and_summarises_it(dataset, tmp_
 
 def judge_and_score(items, judge):
     results = judge.run(item_requests(items), egointent_protocol.RUBRIC.parse_rating, progress=False)
-    return score_judged(items, {j.id: j for j in results.judgements}, judge_model=results.judge_model)
+    return score_judged(items, {j.id: j for j in results.judgements},
+                        {egointent_protocol.RUBRIC_NAME: egointent_protocol.RUBRIC}, judge_model=results.judge_model)
 
 
 def test_parts_items_score_each_part_then_average_excluding_failed_judgements(tmp_path):

@@ -179,6 +179,7 @@ def test_lmms_eval_with_a_fixed_cache_gets_no_workaround():
 
 
 def test_rejudge_counts_failed_requests_and_judges_the_rest(tmp_path):
+    from lmms_egoplan import suite
     from lmms_egoplan.harness.rejudge import read_logged_items
     from lmms_egoplan.judge.protocol import JudgeRequest
     from lmms_egoplan.judge.rubrics import judge_parts_item
@@ -188,7 +189,7 @@ def test_rejudge_counts_failed_requests_and_judges_the_rest(tmp_path):
             {"doc_id": 2, "bypass": {"failed_request": FAILED}}]
     samples = tmp_path / "20261123_101010_samples_ego_think_counting.jsonl"
     samples.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    logged = read_logged_items([samples])
+    logged = read_logged_items([samples], suite.rubrics())
     assert logged.failed_requests == {"ego_think_counting": 2} and logged.unusable == {"ego_think_counting": []}
     assert len(logged.columns["ego_think_counting"]["score"]) == 1
 

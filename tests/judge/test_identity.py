@@ -18,7 +18,7 @@ def test_the_identity_of_a_judge_its_rubric_and_what_its_server_said(tmp_path):
         settings = JudgeSettings(judge_base_url=server.base_url, judge_model="served-judge",
                                  judge_revision="abc1234def",
                                  judge_cache_dir=tmp_path)
-        identity = JudgeIdentity.of(settings, RUBRIC_NAME, preflight(settings))
+        identity = JudgeIdentity.of(settings, RUBRIC_NAME, RUBRIC, preflight(settings))
     assert identity == JudgeIdentity("openai", "served-judge", "abc1234def", "egothink", RUBRIC.version,
                                      RUBRIC.prompt_hash, "served-judge", "fp_7")
     assert len(RUBRIC.prompt_hash) == 16 and RUBRIC.levels == (0, 0.5, 1)

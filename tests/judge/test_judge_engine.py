@@ -14,6 +14,7 @@ import time
 import pytest
 from loguru import logger
 
+from lmms_egoplan import suite
 from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, fail_first, hang, hash_rating, rating_responder
 from lmms_egoplan.judge.cache import JudgeCache
 from lmms_egoplan.judge.engine import Judge
@@ -44,7 +45,8 @@ def mean_rating(results):
     """The mean rating a judged metric reports for ``results`` (EgoThink's rubric: 0 / 0.5 / 1, x 100)."""
     items = [judge_parts_item({"": JudgeRequest(j.id, j.messages)}, "egothink")
              for j in results.judgements]
-    return score_judged(items, {j.id: j for j in results.judgements}, judge_model=results.judge_model).score / 100
+    return score_judged(items, {j.id: j for j in results.judgements}, suite.rubrics(),
+                        judge_model=results.judge_model).score / 100
 
 
 def expected_rating(request):
@@ -409,39 +411,35 @@ def refuse_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
-def test_rubrics_are_found_by_name_or_legacy_reference_once_registered_without_any_harness():
-    """What ``lmms-egoplan rejudge`` does first: the suite's rubrics registered (importing registers nothing),
-    found by the names logs carry, and by what logs written before rubrics had names carry."""
+def test_the_suites_rubrics_are_found_by_name_or_legacy_reference_without_any_harness():
+    """What ``lmms-egoplan rejudge`` reads logs with: the suite's rubrics (a value, nothing registered), found by
+    the names logs carry, and by what logs written before rubrics had names carry."""
     script = textwrap.dedent("""
         import sys
-        import pytest
         from lmms_egoplan import suite
-        from lmms_egoplan.judge.rubrics import load_rubric, register_rubrics
-        with pytest.raises(ValueError, match="no rubric is registered as 'egothink'"):
-            load_rubric("egothink")
-        register_rubrics(suite.rubrics())
-        rubric = load_rubric("egothink")
+        from lmms_egoplan.judge.rubrics import load_rubric
+        rubrics = suite.rubrics()
+        rubric = load_rubric("egothink", rubrics)
         assert rubric is sys.modules["lmms_egoplan.egothink.protocol"].RUBRIC and rubric.scale == 100.0
-        assert load_rubric("lmms_egoplan.egothink:RUBRIC") is rubric  # as logs written before names say
-        assert load_rubric("lmms_egoplan.egointent:RUBRIC") is load_rubric("egointent")
+        assert load_rubric("lmms_egoplan.egothink:RUBRIC", rubrics) is rubric  # as logs written before names say
+        assert load_rubric("lmms_egoplan.egointent:RUBRIC", rubrics) is load_rubric("egointent", rubrics)
         assert not {"lmms_eval", "lm_eval", "torch", "transformers"} & set(sys.modules)
     """)
     subprocess.run([sys.executable, "-c", script], check=True)
 
 
-def test_a_rubric_name_belongs_to_one_rubric():
-    from lmms_egoplan.judge.rubrics import Rubric, load_rubric, register_rubric
+def test_a_rubric_is_found_among_those_a_reader_is_handed():
+    from lmms_egoplan.catalogue import entry
+    from lmms_egoplan.judge.rubrics import Rubric, load_rubric
 
     rubric = Rubric(ZERO_HALF_ONE, scale=2.0)
-    assert register_rubric("test-halves", rubric) == "test-halves"
-    assert register_rubric("test-halves", rubric) == "test-halves"  # the same rubric again: no conflict
-    assert load_rubric("test-halves") is rubric
-    with pytest.raises(ValueError, match="another rubric is already registered as 'test-halves'"):
-        register_rubric("test-halves", Rubric(ZERO_HALF_ONE, scale=3.0))
-    with pytest.raises(ValueError, match="letters, digits"):
-        register_rubric("my.module:RUBRIC", rubric)
-    with pytest.raises(ValueError, match="no rubric is registered as 'no-such-rubric'"):
-        load_rubric("no-such-rubric")
+    assert load_rubric("test-halves", {"test-halves": rubric}) is rubric
+    with pytest.raises(ValueError, match="no rubric is registered as 'test-halves' \\(registered: \\)"):
+        load_rubric("test-halves", {})
+    with pytest.raises(ValueError, match="no rubric is registered as 'no-such-rubric' \\(registered: test-halves\\)"):
+        load_rubric("no-such-rubric", {"test-halves": rubric})
+    with pytest.raises(ValueError, match="letters, digits"):  # a name judged items can carry, on the catalogue row
+        dataclasses.replace(entry("egothink"), rubrics=("my.module:RUBRIC",))
 
 
 @pytest.mark.parametrize("model", ["gpt-4o-2024-11-20", "gpt-4", "gpt-5-mini", "o1", "o3-mini", "o4-mini", "qwen3-32b"])
