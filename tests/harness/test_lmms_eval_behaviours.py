@@ -118,14 +118,20 @@ def test_the_plugin_variable_gets_the_suites_tasks_indexed(monkeypatch, switch_o
     assert {"egoplan_val", "ego_think", "actplan1k"} <= set(matched.value.args[0])
 
 
-def test_a_failed_evaluation_exits_non_zero(monkeypatch, switch_on, lmms_eval_log, capfd):
+def failing_evaluation(args):
+    raise RuntimeError("the evaluation failed")
+
+
+def test_a_failed_evaluation_exits_non_zero(monkeypatch, switch_on, lmms_eval_log):
     switch_on(durability.fail_runs_with_failed_tasks)
+    assert cli(monkeypatch, ["--model", "dummy", "--tasks", "plain_probe"], single=failing_evaluation) not in (0, None)
 
-    def failing(args):
-        raise RuntimeError("the evaluation failed")
 
-    assert cli(monkeypatch, ["--model", "dummy", "--tasks", "plain_probe"], single=failing) not in (0, None)
-    # lmms-eval's traceback in a file, named on one line; what to fix last
+def test_a_failed_evaluations_traceback_goes_to_a_file_and_what_to_fix_ends_the_output(monkeypatch, switch_on,
+                                                                                       lmms_eval_log, capfd):
+    """Suite policy (issue 57), not lmms-eval behaviour: patch 03's test above is the behaviour its patch replaces."""
+    switch_on(durability.fail_runs_with_failed_tasks)
+    assert cli(monkeypatch, ["--model", "dummy", "--tasks", "plain_probe"], single=failing_evaluation) not in (0, None)
     printed = capfd.readouterr().err
     assert "Traceback" not in printed and printed.splitlines()[-1] == \
         "lmms-egoplan: error: RuntimeError: the evaluation failed"
