@@ -43,24 +43,20 @@ def test_its_row_and_its_line_make_it_known_wherever_the_suite_lists_benchmarks(
     assert benchmark_variables(["SIXTH_DATA_FILE", "HOME"]) == ["SIXTH_DATA_FILE"]  # the tests clear its settings
 
 
-def test_lmms_eval_indexes_its_yaml_and_builds_and_scores_its_task_in_process(sixth):
-    from lmms_eval.tasks import TaskManager
+@pytest.mark.parametrize("harness, folder, task_name", [
+    ("lmms_eval", "checkout_tasks", "sixth_val"), ("lm_eval", "checkout_lm_eval_tasks", "sixth_val_blind")])
+def test_each_harness_indexes_its_yaml_and_builds_and_scores_its_task_in_process(sixth, harness, folder, task_name):
+    """lmms-eval's task (its YAML under tasks/) and lm-eval's text baseline (under lm_eval_tasks/)."""
+    if harness == "lmms_eval":
+        from lmms_eval.tasks import TaskManager
 
-    manager = TaskManager(include_path=str(sixth / "checkout_tasks"), include_defaults=False, model_name="dummy")
-    assert "sixth_val" in manager.task_index
-    task = manager.load_task_or_group(["sixth_val"])["sixth_val"]
-    assert task.BENCHMARK is suite.benchmark("sixth")
-    doc, _ = task.test_docs()
-    assert task.doc_to_text(doc) == "Which colour?"
-    assert task.process_results(doc, ["A"])["exact"] == 1.0 and task.process_results(doc, ["B"])["exact"] == 0.0
+        manager = TaskManager(include_path=str(sixth / folder), include_defaults=False, model_name="dummy")
+    else:
+        from lm_eval.tasks import TaskManager
 
-
-def test_lm_eval_indexes_its_yaml_and_builds_and_scores_its_baseline_in_process(sixth):
-    from lm_eval.tasks import TaskManager
-
-    manager = TaskManager(include_path=str(sixth / "checkout_lm_eval_tasks"), include_defaults=False)
-    assert "sixth_val_blind" in manager.task_index
-    task = manager.load_task_or_group(["sixth_val_blind"])["sixth_val_blind"]
+        manager = TaskManager(include_path=str(sixth / folder), include_defaults=False)
+    assert task_name in manager.task_index
+    task = manager.load_task_or_group([task_name])[task_name]
     assert task.BENCHMARK is suite.benchmark("sixth")
     doc, _ = task.test_docs()
     assert task.doc_to_text(doc) == "Which colour?"
