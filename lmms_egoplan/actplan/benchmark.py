@@ -1,4 +1,4 @@
-"""The benchmark as one value (``lmms_egoplan.harness.benchmark.Benchmark``), listed by ``lmms_egoplan.suite``:
+"""The benchmark as one value (``lmms_egoplan.contract.benchmark.Benchmark``), listed by ``lmms_egoplan.suite``:
 its code as objects, loaded without any harness."""
 
 from lmms_egoplan.actplan.commands import COMMANDS
@@ -6,7 +6,7 @@ from lmms_egoplan.actplan.report_face import FACE
 from lmms_egoplan.actplan.settings import ActPlanSettings
 from lmms_egoplan.actplan.task import TEXT_ONLY, TEXT_ONLY_LM_EVAL, WITH_IMAGES
 from lmms_egoplan.catalogue import entry
-from lmms_egoplan.harness.benchmark import Benchmark
+from lmms_egoplan.contract.benchmark import Benchmark
 
 ACTPLAN = Benchmark(
     entry("actplan"),

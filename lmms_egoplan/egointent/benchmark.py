@@ -1,12 +1,12 @@
-"""The benchmark as one value (``lmms_egoplan.harness.benchmark.Benchmark``), listed by ``lmms_egoplan.suite``:
+"""The benchmark as one value (``lmms_egoplan.contract.benchmark.Benchmark``), listed by ``lmms_egoplan.suite``:
 its code as objects, loaded without any harness."""
 
 from lmms_egoplan.catalogue import entry
+from lmms_egoplan.contract.benchmark import Benchmark
 from lmms_egoplan.egointent.commands import COMMANDS
 from lmms_egoplan.egointent.protocol import RUBRIC_NAMES, RUBRICS, EgoIntentSettings
 from lmms_egoplan.egointent.report_face import FACE
 from lmms_egoplan.egointent.task import STEPS
-from lmms_egoplan.harness.benchmark import Benchmark
 
 EGOINTENT = Benchmark(
     entry("egointent"),

@@ -1,11 +1,11 @@
-"""The benchmark as one value (``lmms_egoplan.harness.benchmark.Benchmark``), listed by ``lmms_egoplan.suite``:
+"""The benchmark as one value (``lmms_egoplan.contract.benchmark.Benchmark``), listed by ``lmms_egoplan.suite``:
 its code as objects, loaded without any harness."""
 
 from lmms_egoplan.catalogue import entry
+from lmms_egoplan.contract.benchmark import Benchmark
 from lmms_egoplan.egoplan.report_face import FACE
 from lmms_egoplan.egoplan.settings import EgoPlanSettings
 from lmms_egoplan.egoplan.task import BLIND, BLIND_TEST, NARRATED, TEST, VALIDATION, VALIDATION_GENERATIVE
-from lmms_egoplan.harness.benchmark import Benchmark
 
 EGOPLAN = Benchmark(
     entry("egoplan"),

@@ -27,13 +27,13 @@ from lmms_egoplan.compat.durability import missing_dependency_hint
 from lmms_egoplan.compat.results import run_datetime_str
 from lmms_egoplan.compat.switches import BACKEND_CHOSEN, SUITE_USED, switch_on
 from lmms_egoplan.compat.tasks import bind_class_task_to_backend, unretried_process_results
+from lmms_egoplan.contract.benchmark import Benchmark, Metric, TaskSpec
 from lmms_egoplan.core import request_options
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.failed_requests import failed_request
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.harness import backend_source
-from lmms_egoplan.harness.benchmark import Benchmark, Metric, TaskSpec
 from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, FAILED_REQUESTS, failed_request_count
 from lmms_egoplan.harness.judged import Judging, record_task_judgements
 from lmms_egoplan.harness.task_setup import LM_EVAL_CONFIG_SOURCE, TaskSetup
@@ -44,8 +44,8 @@ _LIKELIHOOD_OUTPUT_TYPES = ("loglikelihood", "multiple_choice")
 
 class SuiteTask(ConfigurableMessagesTask):
     """The lmms-eval adapter: a task of the suite, as lmms-eval builds it from the YAML whose ``class:`` names a
-    subclass. A subclass sets ``BENCHMARK`` (the benchmark's value, ``harness.benchmark.Benchmark``) and ``SPEC``
-    (what the task does, ``harness.benchmark.TaskSpec``) and nothing else: the adapter holds both (``setup``,
+    subclass. A subclass sets ``BENCHMARK`` (the benchmark's value, ``contract.benchmark.Benchmark``) and ``SPEC``
+    (what the task does, ``contract.benchmark.TaskSpec``) and nothing else: the adapter holds both (``setup``,
     ``harness.task_setup.TaskSetup``) and, for a judged spec, the judge (``judging``, ``harness.judged.Judging``).
 
     The effective settings are written back into the task config's ``metadata`` so that the results file records

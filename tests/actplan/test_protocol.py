@@ -23,10 +23,10 @@ from lmms_egoplan.actplan.plans import (
 )
 from lmms_egoplan.actplan.settings import ActPlanSettings
 from lmms_egoplan.actplan.task import process_results
+from lmms_egoplan.contract.benchmark import TaskContext
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
 from lmms_egoplan.demo.actplan import write_release_dataset
 from lmms_egoplan.demo.kit.media import read_index
-from lmms_egoplan.harness.benchmark import TaskContext
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 
 from lmms_egoplan.catalogue import entry
-from lmms_egoplan.harness.benchmark import Benchmark, LoadedDocs, Metric, TaskSpec
+from lmms_egoplan.contract.benchmark import Benchmark, LoadedDocs, Metric, TaskSpec
 from lmms_egoplan.report.layout import ReportFace
 
 

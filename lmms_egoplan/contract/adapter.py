@@ -1,6 +1,6 @@
 """The contract between a harness adapter and a benchmark's hooks, written down.
 
-A benchmark's hooks are plain functions (``harness.benchmark.TaskSpec``); those that need their task get a
+A benchmark's hooks are plain functions (``contract.benchmark.TaskSpec``); those that need their task get a
 ``TaskContext`` whose ``task`` is the adapter: ``lmms_eval_task.SuiteTask`` (lmms-eval) or
 ``lm_eval_task.SuiteBaseline`` (lm-eval). ``HarnessTask`` is all a hook may read or call on it; no private
 attribute of the adapter is read by a benchmark (tests/harness/test_benchmark_task.py checks both adapters)."""
