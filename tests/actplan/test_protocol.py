@@ -192,7 +192,7 @@ def test_the_description_comes_before_the_images_as_the_paper_orders_them_and_af
 
     monkeypatch.setenv("ACTPLAN_DATA_ROOT", str(release))
     warnings = []
-    monkeypatch.setattr("lmms_egoplan.harness.lmms_eval_task.logger", SimpleNamespace(warning=warnings.append))
+    monkeypatch.setattr("lmms_egoplan.harness.backend_choice.logger", SimpleNamespace(warning=warnings.append))
     for order, content in ((TEXT_FIRST, ["text", "image", "image"]), (VISUALS_FIRST, ["image", "image", "text"])):
         monkeypatch.setenv("ACTPLAN_INPUT_ORDER", order)
         config = load_yaml_config(str(TASKS_DIR / "actplan" / "actplan1k.yaml"))

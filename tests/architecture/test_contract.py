@@ -56,3 +56,45 @@ def test_a_task_module_loads_no_harness_workaround_report_or_judge_engine():
 def test_egoplans_task_module_loads_no_judge_module_at_all():
     assert under(loaded_by("import lmms_egoplan.egoplan.task"), "harness", "compat", "report", "judge") == set()
 
+
+
+
+# The judge's engine: what sends requests to a judge and keeps its answers.
+JUDGE_ENGINE = ("lmms_egoplan.judge.engine", "lmms_egoplan.judge.cache", "lmms_egoplan.judge.base",
+                "lmms_egoplan.judge.factory", "lmms_egoplan.judge.providers")
+
+
+def test_an_unjudged_task_class_loads_no_judge_engine_and_no_judged_adapter():
+    """The lmms-eval adapter loads a judged task's judge (``harness.judged``) only for a judged spec."""
+    loaded = loaded_by("from lmms_egoplan.egoplan.lmms_eval_tasks import EgoPlanValidation")
+    assert "lmms_egoplan.harness.lmms_eval_task" in loaded
+    assert {m for m in loaded if m.startswith(JUDGE_ENGINE)} | under(loaded, "harness.judged", "harness.rejudge") \
+        == set()
+
+
+def test_the_workarounds_call_a_task_through_a_declared_interface():
+    """``compat`` asks a task to check the run before the model loads through ``contract.adapter``'s Protocol,
+    which lmms-eval's adapter declares, not by a method name looked up at run time."""
+    from lmms_egoplan.contract.adapter import ChecksBeforeTheModel
+    from lmms_egoplan.harness.lmms_eval_task import SuiteTask
+
+    assert issubclass(SuiteTask, ChecksBeforeTheModel)
+    source = (PACKAGE / "compat" / "tasks.py").read_text()
+    assert "ChecksBeforeTheModel" in source and '"check_before_the_model"' not in source
+
+
+# The lmms-eval adapter's jobs, one module each (issue 59, point 4).
+ADAPTER_JOBS = {"lmms_eval_task": ("SuiteTask", "SuiteInstance"), "run_files": ("run_file", "run_stamp"),
+                "backend_choice": ("resolve_backend", "refuse_what_cannot_serve"),
+                "output_folder": ("claim_output_folder",)}
+
+
+def test_the_lmms_eval_adapter_does_one_job_per_module():
+    import ast
+
+    defined = {job: {node.name for node in ast.parse((PACKAGE / "harness" / f"{job}.py").read_text()).body
+                     if isinstance(node, (ast.FunctionDef, ast.ClassDef))} for job in ADAPTER_JOBS}
+    for job, names in ADAPTER_JOBS.items():
+        assert set(names) <= defined[job], job
+        others = [name for other, other_names in ADAPTER_JOBS.items() if other != job for name in other_names]
+        assert not set(others) & defined[job], job

@@ -31,7 +31,7 @@ from lmms_egoplan.demo.kit.media import read_index, write_frame_folder, write_vi
 from lmms_egoplan.egoplan import data as egoplan_data
 from lmms_egoplan.egoplan import settings as egoplan_settings
 from lmms_egoplan.egoplan import task as egoplan
-from lmms_egoplan.harness import lmms_eval_task as harness
+from lmms_egoplan.harness import run_files as harness
 from lmms_egoplan.models.likelihood import mean_loss
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
 
