@@ -7,6 +7,7 @@ here loads a harness."""
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
@@ -29,7 +30,9 @@ GroupScores = Callable[[dict[str, dict]], dict[str, dict]]
 class Benchmark:
     entry: Entry  # its catalogue row: name, title, env prefix, task prefixes, rubric names
     settings: type  # the dataclass of its settings (defaults < YAML metadata < <env_prefix>_<SETTING>)
-    report_face: Any  # its face in the report and the demo's table (``report.layout.ReportFace``, a floor above)
+    # Loads its face in the report and the demo's table (``report.layout.ReportFace``, a floor above): read when the
+    # report or the demo asks (``report_face``), so that building a task loads no report module.
+    load_report_face: Callable[[], Any]
     rubrics: Mapping[str, Rubric] = field(default_factory=dict)  # by the names its judged items carry
     commands: Mapping[str, tuple[str, Callable[[Any], None]]] = field(default_factory=dict)  # as cli.COMMANDS
     rejudge_groups: Mapping[str, GroupScores] = field(default_factory=dict)  # task-name prefix -> its groups
@@ -42,12 +45,16 @@ class Benchmark:
         if set(self.rubrics) != set(self.entry.rubrics):
             raise ValueError(f"benchmark {self.entry.name}: rubrics {sorted(self.rubrics)} are not its catalogue "
                              f"row's {sorted(self.entry.rubrics)}")
-        # Its report face reads its judged items with its rubrics: the value hands them over, no table holds them.
-        object.__setattr__(self, "report_face", replace(self.report_face, rubrics=dict(self.rubrics)))
 
     @property
     def name(self) -> str:
         return self.entry.name
+
+    @functools.cached_property
+    def report_face(self) -> Any:
+        """Its face in the report (loaded once), reading its judged items with its rubrics: the value hands them
+        over, no table holds them."""
+        return replace(self.load_report_face(), rubrics=dict(self.rubrics))
 
 
 class Judged(enum.Enum):

@@ -64,12 +64,13 @@ JUDGE_ENGINE = ("lmms_egoplan.judge.engine", "lmms_egoplan.judge.cache", "lmms_e
                 "lmms_egoplan.judge.factory", "lmms_egoplan.judge.providers")
 
 
-def test_an_unjudged_task_class_loads_no_judge_engine_and_no_judged_adapter():
-    """The lmms-eval adapter loads a judged task's judge (``harness.judged``) only for a judged spec."""
+def test_an_unjudged_task_class_loads_no_judge_and_no_report_module():
+    """The lmms-eval adapter loads a judged task's judge (``harness.judged``) only for a judged spec, and a
+    benchmark's report face is loaded when the report or the demo asks (``Benchmark.report_face``)."""
     loaded = loaded_by("from lmms_egoplan.egoplan.lmms_eval_tasks import EgoPlanValidation")
     assert "lmms_egoplan.harness.lmms_eval_task" in loaded
-    assert {m for m in loaded if m.startswith(JUDGE_ENGINE)} | under(loaded, "harness.judged", "harness.rejudge") \
-        == set()
+    assert under(loaded, "judge", "report", "harness.judged", "harness.rejudge") == set()
+    assert {m for m in loaded if m.startswith(JUDGE_ENGINE)} == set()
 
 
 def test_the_workarounds_call_a_task_through_a_declared_interface():
