@@ -1,5 +1,5 @@
 """The suite's benchmarks, each by plain import: what the CLI, the judge's rubric look-up, ``rejudge`` and the
-report read instead of lists of their own. Each is one ``Benchmark`` value (``lmms_egoplan.harness.benchmark``);
+report read instead of lists of their own. Each is one ``Benchmark`` value (``lmms_egoplan.contract.benchmark``);
 what is known of them without their code is their row in ``lmms_egoplan.catalogue``. Importing this module
 loads no harness (no lmms-eval, lm-eval, torch or transformers: tests/architecture/test_suite.py)."""
 
@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Callable
 
 from lmms_egoplan import catalogue
 from lmms_egoplan.actplan.benchmark import ACTPLAN
+from lmms_egoplan.contract.benchmark import Benchmark
 from lmms_egoplan.egointent.benchmark import EGOINTENT
 from lmms_egoplan.egoplan.benchmark import EGOPLAN
 from lmms_egoplan.egoplan_bench2.benchmark import EGOPLAN_BENCH2
 from lmms_egoplan.egothink.benchmark import EGOTHINK
-from lmms_egoplan.harness.benchmark import Benchmark
 
 if TYPE_CHECKING:
     from lmms_egoplan.judge.rubrics import Rubric

@@ -40,11 +40,11 @@ from loguru import logger
 from lmms_egoplan.actplan.data import SPLITS, check_settings, load_instances
 from lmms_egoplan.actplan.plans import PlanScore, aggregate_format_error_rate, bleurt_correct, parse_plan, score_lcs
 from lmms_egoplan.actplan.settings import ActPlanSettings
+from lmms_egoplan.contract.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
 from lmms_egoplan.core.files import valid_text, write_atomically
 from lmms_egoplan.core.media import load_image
 from lmms_egoplan.core.request_options import INPUT_ORDER
 from lmms_egoplan.core.statistics import mean_or_nan
-from lmms_egoplan.harness.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
 
 # ---------------------------------------------------------------------------------------------
 # The instances, and what the plan metrics share

@@ -23,6 +23,7 @@ from lmms_egoplan.compat import (
 from lmms_egoplan.compat.durability import cli_swallows_evaluation_errors, fail_runs_with_failed_tasks
 from lmms_egoplan.compat.replacements import add_layer, has_layer, note_in_place
 from lmms_egoplan.compat.secrets import keep_api_keys_out_of_the_run_summary
+from lmms_egoplan.contract.adapter import ChecksBeforeTheModel
 
 
 def enable_plugin_task_discovery() -> bool:
@@ -238,8 +239,9 @@ def check_suite_tasks_before_the_model() -> bool:
     with lmms-eval's own ``get_task_dict`` (settings resolved, records and media checked, judge
     settings checked) and asks each what depends on the run (``check_before_the_model(cli_args)``:
     the backend can serve it and honours its request options, the output folder is free, the judge
-    answers); lmms-eval's own ``get_task_dict`` call of that run then gets these task objects, built
-    once, and builds the other tasks as before. Returns whether the workaround is in place.
+    answers; a declared interface, ``contract.adapter.ChecksBeforeTheModel``); lmms-eval's own
+    ``get_task_dict`` call of that run then gets these task objects, built once, and builds the other tasks as
+    before. Returns whether the workaround is in place.
     """
     import inspect
 
@@ -305,9 +307,8 @@ def _suite_tasks_checked(model: Any, tasks: Any, task_manager: Any, force_simple
 
         run_args = argparse.Namespace(**{**vars(cli_args), "datetime_str": datetime_str})
     for task in _leaf_tasks(built):
-        check = getattr(task, "check_before_the_model", None)
-        if check is not None:
-            check(run_args)
+        if isinstance(task, ChecksBeforeTheModel):
+            task.check_before_the_model(run_args)
     return _Prebuilt(names, built)
 
 def _leaf_tasks(task_dict: Mapping) -> list:

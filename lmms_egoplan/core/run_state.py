@@ -20,10 +20,10 @@ from typing import Any, Callable
 @dataclass
 class RunState:
     # lmms-eval's date-time of this run's files ("20261123_101010"), once learnt
-    # (``harness.lmms_eval_task.run_stamp``); lm-eval runs: by the harness's call frame
+    # (``harness.run_files.run_stamp``); lm-eval runs: by the harness's call frame
     stamp: str | None = None
     lm_eval_stamps: dict[int, str] = field(default_factory=dict)
-    # Output folders this run claimed (``harness.lmms_eval_task.claim_output_folder``)
+    # Output folders this run claimed (``harness.output_folder.claim_output_folder``)
     claimed_folders: set[Path] = field(default_factory=set)
     # The --use_cache root this run opened (``compat.durability.keep_responses_of_stopped_runs``)
     response_cache_root: str | None = None

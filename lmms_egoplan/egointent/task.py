@@ -47,6 +47,8 @@ from typing import Any
 
 from loguru import logger
 
+from lmms_egoplan.contract.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec, chat_messages, warn_of_skipped
+from lmms_egoplan.contract.judged import JUDGED_METRICS, judged
 from lmms_egoplan.core.media import VideoFile, as_video_frames, frame_times
 from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.egointent.data import (
@@ -66,8 +68,6 @@ from lmms_egoplan.egointent.protocol import (
     EgoIntentSettings,
     judge_template,
 )
-from lmms_egoplan.harness.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec, chat_messages, warn_of_skipped
-from lmms_egoplan.harness.judged import JUDGED_METRICS, judged_score
 from lmms_egoplan.judge.protocol import JudgeRequest
 from lmms_egoplan.judge.rubrics import FixedRating, judge_parts_item
 
@@ -93,7 +93,7 @@ def load_docs(context: TaskContext) -> LoadedDocs:
 
 def scenario_metrics(context: TaskContext, docs: list[dict]) -> list[Metric]:
     """One judged breakdown per scenario of the data (Figure 7), which no list can name in advance."""
-    return [Metric(scenario_metric(scenario), judged_score, with_context=True)
+    return [judged(scenario_metric(scenario))
             for scenario in sorted({doc["scenario"] for doc in docs})]
 
 
@@ -397,7 +397,7 @@ def process_results(doc: dict, results: list, context: TaskContext) -> dict:
 
 
 # =============================================================================================
-# 4. Aggregation (with lmms_egoplan.harness.judged's judged_score / judged_count / failed_count)
+# 4. Aggregation (the judged metrics declared: lmms_egoplan.contract.judged)
 # =============================================================================================
 
 
@@ -445,18 +445,14 @@ def capped_samples(items: list[int]) -> int:
 # =============================================================================================
 
 
-def _judged(name: str) -> Metric:
-    return Metric(name, judged_score, with_context=True)
-
-
 STEPS = TaskSpec(
     load_docs=load_docs, doc_to_visual=doc_to_visual, doc_to_text=doc_to_text, doc_to_messages=doc_to_messages,
     doc_to_target=doc_to_target, process_results=process_results, judge_rubric=judge_rubric,
     metrics_of_the_data=scenario_metrics,
-    metrics=(_judged("overall"),  # mean of the three field scores (Table 3)
+    metrics=(judged("overall"),  # mean of the three field scores (Table 3)
              # procedural_intent: "global_intent" up to version 2 (arXiv v1's name)
-             *(_judged(field) for field in ("local_intent", "procedural_intent", "next_step_plan")),
-             _judged("indoor"), _judged("outdoor"),
+             *(judged(field) for field in ("local_intent", "procedural_intent", "next_step_plan")),
+             judged("indoor"), judged("outdoor"),
              *JUDGED_METRICS[1:],  # field judgements with a valid rating, and those that failed
              Metric("incomplete_answers", incomplete_answers, higher_is_better=False),
              Metric("missing_fields", missing_fields, higher_is_better=False),

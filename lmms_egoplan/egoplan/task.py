@@ -47,6 +47,14 @@ from typing import Any
 from loguru import logger
 from PIL import Image
 
+from lmms_egoplan.contract.benchmark import (
+    LoadedDocs,
+    Metric,
+    TaskContext,
+    TaskSpec,
+    accuracy_breakdowns,
+    warn_of_skipped,
+)
 from lmms_egoplan.core import media, seed_bench_r1
 from lmms_egoplan.core.files import write_atomically
 from lmms_egoplan.core.letter_choice import extract_choice
@@ -67,14 +75,6 @@ from lmms_egoplan.egoplan.data import (
     package_positions,
     progress_bins,
     video_indices,
-)
-from lmms_egoplan.harness.benchmark import (
-    LoadedDocs,
-    Metric,
-    TaskContext,
-    TaskSpec,
-    accuracy_breakdowns,
-    warn_of_skipped,
 )
 
 # =============================================================================================

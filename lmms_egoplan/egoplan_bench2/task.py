@@ -38,6 +38,14 @@ from typing import Any
 from loguru import logger
 from PIL import Image
 
+from lmms_egoplan.contract.benchmark import (
+    LoadedDocs,
+    Metric,
+    TaskContext,
+    TaskSpec,
+    accuracy_breakdowns,
+    warn_of_skipped,
+)
 from lmms_egoplan.core import media, seed_bench_r1
 from lmms_egoplan.core.request_options import LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import setting_name
@@ -52,14 +60,6 @@ from lmms_egoplan.egoplan_bench2.data import (
     package_positions,
 )
 from lmms_egoplan.egoplan_bench2.parsing import read_letters
-from lmms_egoplan.harness.benchmark import (
-    LoadedDocs,
-    Metric,
-    TaskContext,
-    TaskSpec,
-    accuracy_breakdowns,
-    warn_of_skipped,
-)
 
 PAPER_QUESTIONS = 1321  # the paper's count (abstract, §3)
 

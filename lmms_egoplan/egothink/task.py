@@ -25,7 +25,7 @@ The protocol, as the paper (section 3-4, appendices C-D) and its release define 
 Data comes from the Hub dataset or from a local copy of the release layout, chosen by the
 ``source`` setting; loading and checking it is ``lmms_egoplan.egothink.data``. This module follows
 the task YAMLs (``tasks/egothink/``): the documents and the model's configuration, then what the harness calls in
-order -- visuals, text, results (aggregation: ``lmms_egoplan.harness.judged``) -- and the tasks' specs.
+order -- visuals, text, results (judged metrics declared: ``lmms_egoplan.contract.judged``) -- and the tasks' specs.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ import importlib.resources
 import yaml
 from loguru import logger
 
+from lmms_egoplan.contract.benchmark import LoadedDocs, TaskContext, TaskSpec, chat_messages
+from lmms_egoplan.contract.judged import JUDGED_METRICS
 from lmms_egoplan.core.media import load_image
 from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.egothink.data import (
@@ -45,8 +47,6 @@ from lmms_egoplan.egothink.data import (
     load_release_dimension,
 )
 from lmms_egoplan.egothink.protocol import DECODING_PRESETS, RUBRIC_NAME, judge_request
-from lmms_egoplan.harness.benchmark import LoadedDocs, TaskContext, TaskSpec, chat_messages
-from lmms_egoplan.harness.judged import JUDGED_METRICS
 from lmms_egoplan.judge.rubrics import judge_parts_item
 
 # --- The documents -----------------------------------------------------------------------------

@@ -40,7 +40,7 @@ def refuses_every_call(definition: ast.FunctionDef | ast.AsyncFunctionDef) -> bo
 def computes_loglikelihood(class_path: str) -> bool | None:
     """Whether the class at ``class_path`` (``module.Class``) implements ``loglikelihood``, from its source and its
     base classes' (an abstract method counts as none); None where the source cannot tell (the class is then
-    imported and asked, ``lmms_eval_task.computes_loglikelihood``)."""
+    imported and asked, ``backend_choice.computes_loglikelihood``)."""
     method = _method(class_path, "loglikelihood")
     if method is None:
         return None

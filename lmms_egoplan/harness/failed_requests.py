@@ -28,9 +28,9 @@ from typing import Any, Sequence
 
 from lmms_egoplan.compat import cli_option, suite_plugin_enabled
 from lmms_egoplan.compat.durability import ask_for_exit_status
+from lmms_egoplan.contract.benchmark import TaskContext
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.secrets import MASK, mask_secrets
-from lmms_egoplan.harness.benchmark import TaskContext
 
 FAILED_REQUESTS = "failed_requests"
 # Failed judgements end a run with 3 (judge_failed_exit_status); a failed model request leaves more out.

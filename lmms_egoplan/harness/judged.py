@@ -14,8 +14,9 @@ A judged benchmark needs:
 * its ``Rubric``s by name (``Benchmark.rubrics``, what its task's judge reads its items with), and a task spec whose
   ``judge_rubric`` names the one its items carry, whose ``process_results`` returns
   ``{metric: judge_parts_item({"": request}, "<rubric name>") ...}`` for the judged metric and
-  for ``judged`` / ``failed``, and whose metrics are ``JUDGED_METRICS`` (and any judged breakdown with
-  ``judged_score``); the adapter then holds a ``Judging``;
+  for ``judged`` / ``failed``, and whose metrics are ``contract.judged.JUDGED_METRICS`` (and any judged breakdown
+  declared with ``contract.judged.judged``); the adapter then holds a ``Judging`` and aggregates each declaration
+  with its function here (``JUDGED_AGGREGATIONS``);
 * in a group YAML, ``aggregation: !function lmms_egoplan.harness.judged.sum_over_subtasks``
   for ``judged`` / ``failed`` (the group's totals).
 
@@ -43,9 +44,9 @@ from typing import Any, Callable, Sequence
 from loguru import logger
 
 from lmms_egoplan.compat.durability import ask_for_exit_status, note_kept_on_stop
+from lmms_egoplan.contract.benchmark import Judged, TaskContext
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import SettingsError, setting_name
-from lmms_egoplan.harness.benchmark import Metric, TaskContext
 from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, is_failed_request_item
 from lmms_egoplan.harness.rejudge import PREDICT_ONLY_ITEMS, rejudge_command
 from lmms_egoplan.judge.cache import JudgeCacheError
@@ -277,12 +278,9 @@ def failed_count(items: Sequence[dict], args: Any = None, *, context: TaskContex
     return _judging(context).score(items, args).results.failed
 
 
-# A judged task's metrics besides its breakdowns: what its spec lists (``TaskSpec.metrics``).
-JUDGED_METRICS = (
-    Metric("score", judged_score, with_context=True),  # mean judge rating x the rubric's scale over successful ones
-    Metric("judged", judged_count, with_context=True),
-    Metric("failed", failed_count, higher_is_better=False, with_context=True),  # failed calls, answers without a rating
-)
+# What each judged declaration of a spec (``contract.judged``) aggregates with.
+JUDGED_AGGREGATIONS: dict[Judged, Callable] = {
+    Judged.SCORE: judged_score, Judged.COUNT: judged_count, Judged.FAILED: failed_count}
 
 
 def sum_over_subtasks(metrics: Sequence[float], sizes: Sequence[int], weight_by_size: bool = False) -> float:

@@ -23,8 +23,8 @@ from typing import Any, Callable, ClassVar, Mapping
 
 from lm_eval.api.task import ConfigurableTask
 
+from lmms_egoplan.contract.benchmark import Benchmark, TaskSpec
 from lmms_egoplan.core.run_state import RUN
-from lmms_egoplan.harness.benchmark import Benchmark, TaskSpec
 from lmms_egoplan.harness.judged import Judging
 from lmms_egoplan.harness.task_setup import LM_EVAL_CONFIG_SOURCE, TaskSetup
 

@@ -11,15 +11,25 @@ import functools
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping
 
+from lmms_egoplan.contract.benchmark import Benchmark, Judged, Metric, TaskContext, TaskSpec
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.settings import resolve_settings
 from lmms_egoplan.core.statistics import largest
-from lmms_egoplan.harness.benchmark import Benchmark, Metric, TaskContext, TaskSpec
 
 # The metadata key lm-eval's task factory adds to every task it builds (lmms-eval adds none).
 LM_EVAL_CONFIG_SOURCE = "config_source"
 # Samples a loader skipped (``skip_missing``): a run-level number every document repeats.
 SKIPPED_SAMPLES = Metric("skipped_samples", largest, higher_is_better=False)
+
+
+def declared_aggregation(metric: Metric) -> str | Callable:
+    """``metric``'s aggregation as the harness's config holds it: a judged declaration (``contract.judged``) made
+    the judge's aggregation (``harness.judged``, loaded only for a judged metric)."""
+    if isinstance(metric.aggregation, Judged):
+        from lmms_egoplan.harness.judged import JUDGED_AGGREGATIONS
+
+        return JUDGED_AGGREGATIONS[metric.aggregation]
+    return metric.aggregation
 
 
 def jsonable_settings(settings: Any) -> dict[str, Any]:
@@ -51,7 +61,7 @@ class TaskSetup:
         if doubled := [key for key in TaskSpec.KEYS if key in config]:
             raise InputError(f"task {config['task']}: {', '.join(doubled)} come from its benchmark's task spec "
                              f"({self.spec.doc_to_text.__module__}); remove them from its YAML")
-        config.update(self.spec.config_entries())
+        config.update(self.spec.config_entries(declared_aggregation))
         metadata = dict(config.get("metadata") or {})
         self.settings = resolve_settings(self.benchmark.settings, task=config["task"], metadata=metadata,
                                          env_prefix=self.env_prefix, foreign_keys=frozenset(foreign_keys))
@@ -123,8 +133,9 @@ class TaskSetup:
 
     def _aggregation(self, metric: Metric) -> Callable:
         """``metric``'s aggregation as the harness calls it: a registered name looked up, the context bound."""
-        if isinstance(metric.aggregation, str):
-            return self._registered_aggregation(metric.aggregation)
+        aggregation = declared_aggregation(metric)
+        if isinstance(aggregation, str):
+            return self._registered_aggregation(aggregation)
         if metric.with_context:
-            return functools.partial(metric.aggregation, context=self.context)
-        return metric.aggregation
+            return functools.partial(aggregation, context=self.context)
+        return aggregation

@@ -23,10 +23,10 @@ from lmms_egoplan.actplan.plans import (
 )
 from lmms_egoplan.actplan.settings import ActPlanSettings
 from lmms_egoplan.actplan.task import process_results
+from lmms_egoplan.contract.benchmark import TaskContext
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
 from lmms_egoplan.demo.actplan import write_release_dataset
 from lmms_egoplan.demo.kit.media import read_index
-from lmms_egoplan.harness.benchmark import TaskContext
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 
@@ -192,7 +192,7 @@ def test_the_description_comes_before_the_images_as_the_paper_orders_them_and_af
 
     monkeypatch.setenv("ACTPLAN_DATA_ROOT", str(release))
     warnings = []
-    monkeypatch.setattr("lmms_egoplan.harness.lmms_eval_task.logger", SimpleNamespace(warning=warnings.append))
+    monkeypatch.setattr("lmms_egoplan.harness.backend_choice.logger", SimpleNamespace(warning=warnings.append))
     for order, content in ((TEXT_FIRST, ["text", "image", "image"]), (VISUALS_FIRST, ["image", "image", "text"])):
         monkeypatch.setenv("ACTPLAN_INPUT_ORDER", order)
         config = load_yaml_config(str(TASKS_DIR / "actplan" / "actplan1k.yaml"))

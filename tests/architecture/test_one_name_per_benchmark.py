@@ -7,7 +7,7 @@ from pathlib import Path
 from lmms_egoplan.catalogue import CATALOGUE
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED_CODE = {"core", "judge", "compat", "harness", "models", "report", "demo", "__pycache__"}
+SHARED_CODE = {"core", "judge", "compat", "contract", "harness", "models", "report", "demo", "__pycache__"}
 SHARED_TESTS = {"core", "judge", "models", "harness", "report", "e2e", "architecture", "fixtures", "kit", "gpu",
                 "__pycache__"}
 

@@ -182,7 +182,7 @@ def task_folders() -> list[Path]:
 def test_the_yamls_keep_only_configuration_their_classes_hold_the_specs():
     """Hooks and metric lists come from the spec the YAML's class holds: no ``!function`` but ``class:`` and group
     aggregations."""
-    from lmms_egoplan.harness.benchmark import TaskSpec
+    from lmms_egoplan.contract.benchmark import TaskSpec
 
     for folder in task_folders():
         assert yaml_classes(folder) and all(isinstance(cls.SPEC, TaskSpec) for cls in yaml_classes(folder)), folder
@@ -197,7 +197,7 @@ def test_the_yamls_keep_only_configuration_their_classes_hold_the_specs():
 def test_each_class_a_yaml_names_is_an_adapter_holding_a_benchmark_and_a_spec():
     """One adapter per harness holds the benchmark and the task spec; the class a YAML names adds nothing else, so
     its MRO is the adapter's and the harness's: at most 7 classes, at most 2 of them the suite's."""
-    from lmms_egoplan.harness.benchmark import Benchmark
+    from lmms_egoplan.contract.benchmark import Benchmark
     from lmms_egoplan.harness.lm_eval_task import SuiteBaseline
     from lmms_egoplan.harness.lmms_eval_task import SuiteTask
 

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from lmms_egoplan.contract.benchmark import TaskContext
 from lmms_egoplan.core.media import VIDEO_CLIP_KEY
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
 from lmms_egoplan.demo.egointent import (
@@ -35,7 +36,6 @@ from lmms_egoplan.egointent.data import (
 )
 from lmms_egoplan.egointent.protocol import EgoIntentSettings, parse_judge_rating
 from lmms_egoplan.egointent.task import doc_to_visual, parse_answer
-from lmms_egoplan.harness.benchmark import TaskContext
 from lmms_egoplan.judge.engine import Judge
 from lmms_egoplan.judge.protocol import JudgeRequest
 from lmms_egoplan.judge.providers.openai_compatible import OpenAIChatBackend

@@ -13,6 +13,7 @@ from lmms_eval.utils import load_yaml_config
 from loguru import logger
 from PIL import Image
 
+from lmms_egoplan.contract.benchmark import LoadedDocs, TaskContext
 from lmms_egoplan.core import media
 from lmms_egoplan.core.embeddings import cosine_similarities
 from lmms_egoplan.core.request_options import (
@@ -30,8 +31,7 @@ from lmms_egoplan.demo.kit.media import read_index, write_frame_folder, write_vi
 from lmms_egoplan.egoplan import data as egoplan_data
 from lmms_egoplan.egoplan import settings as egoplan_settings
 from lmms_egoplan.egoplan import task as egoplan
-from lmms_egoplan.harness import lmms_eval_task as harness
-from lmms_egoplan.harness.benchmark import LoadedDocs, TaskContext
+from lmms_egoplan.harness import run_files as harness
 from lmms_egoplan.models.likelihood import mean_loss
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
 

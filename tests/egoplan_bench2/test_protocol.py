@@ -18,13 +18,13 @@ import yaml
 from lmms_eval.utils import load_yaml_config
 from PIL import Image
 
+from lmms_egoplan.contract.benchmark import TaskContext
 from lmms_egoplan.core import media
 from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, SCORED_SPAN
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
 from lmms_egoplan.demo.egoplan_bench2 import EGO4D_VIDEOS, build_fixture
 from lmms_egoplan.demo.kit.media import read_index, write_video
 from lmms_egoplan.egoplan_bench2 import data, settings, task
-from lmms_egoplan.harness.benchmark import TaskContext
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks" / "egoplan_bench2"

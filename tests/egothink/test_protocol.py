@@ -208,10 +208,10 @@ def test_the_hooks_and_metrics_come_from_the_task_spec_and_a_yaml_that_sets_one_
     ({"source": "s3"}, r"EGOTHINK_SOURCE \(metadata.source\) must be 'hub' or 'local', got 's3'"),
 ])
 def test_source_settings_are_named_as_users_set_them(settings, message):
+    from lmms_egoplan.contract.benchmark import TaskContext
     from lmms_egoplan.core.settings import SettingsError
     from lmms_egoplan.egothink.protocol import EgoThinkSettings
     from lmms_egoplan.egothink.task import load_docs
-    from lmms_egoplan.harness.benchmark import TaskContext
 
     task = SimpleNamespace(config=SimpleNamespace(task="ego_think_counting", dataset_name="Reasoning_counting"))
     with pytest.raises(SettingsError, match="task ego_think_counting: " + message):

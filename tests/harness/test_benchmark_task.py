@@ -89,7 +89,7 @@ def test_plugin_task_folders_point_at_the_installed_task_yamls():
 
 
 def test_both_harness_adapters_provide_the_written_contract():
-    from lmms_egoplan.harness.contract import HarnessTask
+    from lmms_egoplan.contract.adapter import HarnessTask
     from lmms_egoplan.harness.lm_eval_task import SuiteBaseline
     from lmms_egoplan.harness.lmms_eval_task import SuiteTask
 
@@ -102,11 +102,11 @@ def test_both_harness_adapters_provide_the_written_contract():
 
 
 def test_hooks_read_of_their_task_only_what_the_contract_names():
-    """A benchmark's hooks reach their task through ``context.task`` (``harness.contract.HarnessTask``): every
+    """A benchmark's hooks reach their task through ``context.task`` (``contract.adapter.HarnessTask``): every
     attribute they read of it is one the contract names."""
     import ast
 
-    from lmms_egoplan.harness.contract import HarnessTask
+    from lmms_egoplan.contract.adapter import HarnessTask
 
     members = {name for name in vars(HarnessTask) if not name.startswith("_")} | set(HarnessTask.__annotations__)
     package = Path(__file__).resolve().parents[2] / "lmms_egoplan"

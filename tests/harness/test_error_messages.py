@@ -11,7 +11,7 @@ import pytest
 
 from lmms_egoplan.compat import durability
 from lmms_egoplan.compat import tasks as compat_tasks
-from lmms_egoplan.harness.lmms_eval_task import computes_loglikelihood
+from lmms_egoplan.harness.backend_choice import computes_loglikelihood
 
 
 def test_lmms_evals_backends_without_loglikelihood_are_told_apart_by_their_code():

@@ -12,7 +12,7 @@ def test_a_second_run_of_the_same_second_into_the_same_folder_is_refused(tmp_pat
     from argparse import Namespace
 
     from lmms_egoplan.core.errors import InputError
-    from lmms_egoplan.harness import lmms_eval_task as harness
+    from lmms_egoplan.harness import output_folder as harness
 
     monkeypatch.setattr(RUN, "stamp", "20261122_101010")
     monkeypatch.setattr(RUN, "claimed_folders", set())
@@ -30,7 +30,7 @@ def test_a_run_of_the_same_second_that_has_ended_is_found_by_its_files(tmp_path,
     from argparse import Namespace
 
     from lmms_egoplan.core.errors import InputError
-    from lmms_egoplan.harness import lmms_eval_task as harness
+    from lmms_egoplan.harness import output_folder as harness
 
     monkeypatch.setattr(RUN, "stamp", "20261122_101010")
     monkeypatch.setattr(RUN, "claimed_folders", set())

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 
 from lmms_egoplan.catalogue import entry
-from lmms_egoplan.harness.benchmark import Benchmark, LoadedDocs, Metric, TaskSpec
+from lmms_egoplan.contract.benchmark import Benchmark, LoadedDocs, Metric, TaskSpec
 from lmms_egoplan.report.layout import ReportFace
 
 
@@ -36,7 +36,7 @@ def process_results(doc, results, context):
 
 SPEC = TaskSpec(load_docs=load_docs, doc_to_text=lambda doc, *args: doc["question"], doc_to_target="answer",
                 process_results=process_results, metrics=(Metric("exact", "mean"),))
-SIXTH = Benchmark(entry("sixth"), settings=SixthSettings, report_face=ReportFace(tables=()),
+SIXTH = Benchmark(entry("sixth"), settings=SixthSettings, load_report_face=lambda: ReportFace(tables=()),
                   lmms_eval_tasks={"val": SPEC}, lm_eval_baselines={"blind": SPEC})
 '''
 HOLDERS = {

@@ -6,6 +6,8 @@ here loads a harness."""
 
 from __future__ import annotations
 
+import enum
+import functools
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
@@ -16,10 +18,9 @@ from lmms_egoplan.core.settings import setting_name
 from lmms_egoplan.core.statistics import count
 
 if TYPE_CHECKING:
+    from lmms_egoplan.contract.adapter import HarnessTask
     from lmms_egoplan.core.request_options import RequestOption
-    from lmms_egoplan.harness.contract import HarnessTask
     from lmms_egoplan.judge.rubrics import Rubric
-    from lmms_egoplan.report.layout import ReportFace
 
 # A group function: the group scores ``rejudge`` reports as the run would, from its tasks' scores.
 GroupScores = Callable[[dict[str, dict]], dict[str, dict]]
@@ -29,7 +30,9 @@ GroupScores = Callable[[dict[str, dict]], dict[str, dict]]
 class Benchmark:
     entry: Entry  # its catalogue row: name, title, env prefix, task prefixes, rubric names
     settings: type  # the dataclass of its settings (defaults < YAML metadata < <env_prefix>_<SETTING>)
-    report_face: ReportFace  # its face in the report and the demo's table
+    # Loads its face in the report and the demo's table (``report.layout.ReportFace``, a floor above): read when the
+    # report or the demo asks (``report_face``), so that building a task loads no report module.
+    load_report_face: Callable[[], Any]
     rubrics: Mapping[str, Rubric] = field(default_factory=dict)  # by the names its judged items carry
     commands: Mapping[str, tuple[str, Callable[[Any], None]]] = field(default_factory=dict)  # as cli.COMMANDS
     rejudge_groups: Mapping[str, GroupScores] = field(default_factory=dict)  # task-name prefix -> its groups
@@ -42,22 +45,36 @@ class Benchmark:
         if set(self.rubrics) != set(self.entry.rubrics):
             raise ValueError(f"benchmark {self.entry.name}: rubrics {sorted(self.rubrics)} are not its catalogue "
                              f"row's {sorted(self.entry.rubrics)}")
-        # Its report face reads its judged items with its rubrics: the value hands them over, no table holds them.
-        object.__setattr__(self, "report_face", replace(self.report_face, rubrics=dict(self.rubrics)))
 
     @property
     def name(self) -> str:
         return self.entry.name
 
+    @functools.cached_property
+    def report_face(self) -> Any:
+        """Its face in the report (loaded once), reading its judged items with its rubrics: the value hands them
+        over, no table holds them."""
+        return replace(self.load_report_face(), rubrics=dict(self.rubrics))
+
+
+class Judged(enum.Enum):
+    """A judged metric's aggregation, declared (``contract.judged``): what its samples' judge items aggregate to.
+    The adapters' ``harness.judged`` makes it the judge's aggregation."""
+
+    SCORE = "score"  # mean rating x the rubric's scale over successful judgements (NaN if none)
+    COUNT = "judged"  # judgements with a valid rating
+    FAILED = "failed"  # failed judgements (no answer, or no valid rating)
+
 
 @dataclass(frozen=True)
 class Metric:
-    """A metric a task reports: its name, its aggregation (a name the harness registers, such as "mean", or a
-    function of the per-document values) and which way is better. ``with_context``: the function also takes the
+    """A metric a task reports: its name, its aggregation (a name the harness registers, such as "mean", a
+    function of the per-document values, or a judged metric's declaration, ``Judged``, which the
+    adapter turns into the judge's aggregation) and which way is better. ``with_context``: the function also takes the
     task's ``TaskContext`` (keyword ``context``), e.g. a metric that writes a run file or asks the judge."""
 
     name: str
-    aggregation: str | Callable
+    aggregation: str | Callable | Judged
     higher_is_better: bool = True
     with_context: bool = False
 
@@ -95,7 +112,7 @@ class TaskContext:
     """What a benchmark's hooks know of the task that runs them, handed over explicitly: ``process_results`` and
     the spec's run-time hooks always get it, an aggregation when its ``Metric`` says ``with_context``.
 
-    ``task`` is the harness adapter (``harness.contract.HarnessTask``: its run files, the evaluated model, whether
+    ``task`` is the harness adapter (``contract.adapter.HarnessTask``: its run files, the evaluated model, whether
     the run only predicts, its judging). ``state`` is what the spec's ``run_state`` made for the task (what its
     metrics share over a run), ``loaded`` what its loader returned once the documents are read."""
 
@@ -140,7 +157,7 @@ class TaskSpec:
     metrics_of_the_data: Callable[[TaskContext, Sequence[dict]], Iterable[Metric]] | None = None
     # What the task's metrics share over a run (made when the task is built; ``TaskContext.state``).
     run_state: Callable[[TaskContext], Any] | None = None
-    # Judged tasks: the name of the rubric their judged items carry, from the settings (``harness.judged.Judging``).
+    # Judged tasks: the name of the rubric their judged items carry, from the settings (``contract.judged``).
     judge_rubric: Callable[[Any], str] | None = None
     # Settings that choose what the task asks of the backend beyond the harness's request arguments
     # ({setting name: core.request_options.RequestOption}), and the generative task that asks a backend without
@@ -160,11 +177,13 @@ class TaskSpec:
     def judged(self) -> bool:
         return self.judge_rubric is not None
 
-    def config_entries(self) -> dict[str, Any]:
-        """The spec as entries of the harness's task config (the adapter binds the context once the harness has
-        built the task: ``harness.task_setup.TaskSetup``)."""
+    def config_entries(self, aggregation_of: Callable[[Metric], Any] = lambda metric: metric.aggregation
+                       ) -> dict[str, Any]:
+        """The spec as entries of the harness's task config, each metric's aggregation as ``aggregation_of`` makes
+        it (the adapter's: a judged declaration made a judge call; the adapter binds the context once the harness
+        has built the task: ``harness.task_setup.TaskSetup``)."""
         hooks = {key: getattr(self, key) for key in self.KEYS[:-1] if getattr(self, key) is not None}
-        metrics = [{"metric": m.name, "aggregation": m.aggregation, "higher_is_better": m.higher_is_better}
+        metrics = [{"metric": m.name, "aggregation": aggregation_of(m), "higher_is_better": m.higher_is_better}
                    for m in self.metrics]
         return {**hooks, "metric_list": metrics}
 
