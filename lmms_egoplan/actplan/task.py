@@ -75,9 +75,9 @@ class PlansOfTheRun:
         none of the model's outputs: a pair file for ``lmms-egoplan actplan-score`` beside the
         results (``harness.run_file``: ``<date-time>_plans_<task>.jsonl``)."""
         if self.plans_file is None:
-            task, task_name = self.context.task, self.context.task_name
-            path = task.run_file(args, "plans")
-            model = task.evaluated_model(args)
+            run_files, task_name = self.context.run_files, self.context.task_name
+            path = run_files.run_file(args, "plans")
+            model = run_files.evaluated_model(args)
             label = f"{task_name}:{Path(model).name}" if model else task_name
             write_atomically(path, "".join(json.dumps({"model": label, "instance_id": item["instance_id"],
                                                        "split": item["split"], "candidate": item["output"],

@@ -1,9 +1,10 @@
 """The contract between a harness adapter and a benchmark's hooks, written down.
 
-A benchmark's hooks are plain functions (``contract.benchmark.TaskSpec``); those that need their task get a
-``TaskContext`` whose ``task`` is the adapter: ``lmms_eval_task.SuiteTask`` (lmms-eval) or
-``lm_eval_task.SuiteBaseline`` (lm-eval). ``HarnessTask`` is all a hook may read or call on it; no private
-attribute of the adapter is read by a benchmark (tests/harness/test_benchmark_task.py checks both adapters)."""
+A benchmark's hooks are plain functions (``contract.benchmark.TaskSpec``); those that need their run get a
+``TaskContext`` (``contract.benchmark``), whose values the adapter hands over when it compiles the task
+(``harness.compiled_task``), none of them the adapter itself: ``RunFiles`` is where a task writes the files of its
+run, from the adapter of lmms-eval (``harness.run_files.LmmsEvalRunFiles``) or of lm-eval
+(``harness.lm_eval_task.LmEvalRunFiles``). ``ChecksBeforeTheModel`` is what compat may call on lmms-eval's adapter."""
 
 from __future__ import annotations
 
@@ -12,21 +13,12 @@ from typing import Any, Protocol, runtime_checkable
 
 
 @runtime_checkable
-class HarnessTask(Protocol):
-    """What an adapter gives a benchmark's hooks."""
-
-    # The benchmark's settings, resolved once: defaults < the task's metadata (its YAML; under lm-eval with the
-    # run's --metadata merged in) < <ENV_PREFIX>_<SETTING> environment variables.
-    settings: Any
-    config: Any  # the harness's task config: ``task`` (the name), ``generation_kwargs``, ``dataset_name``, ...
-    judging: Any  # a judged task's judge (``harness.judged.Judging``), else None
-
-    @property
-    def predict_only(self) -> bool:
-        """The run logs outputs and scores nothing (the harness replaced the metrics by "bypass")."""
+class RunFiles(Protocol):
+    """Where a task writes a file of its run beside the harness's results, and the evaluated model they name.
+    ``args``: what the harness hands an aggregation (lmms-eval's CLI arguments; lm-eval hands none)."""
 
     def run_file(self, args: Any, kind: str, suffix: str = ".jsonl") -> Path:
-        """Where the task writes a file of this run, beside the harness's results."""
+        """``<output_path>/<model>/<date-time>_<kind>_<task><suffix>``; ``./<kind>/`` without an output path."""
 
     def evaluated_model(self, args: Any) -> str:
         """The evaluated model as the harness's results name it."""

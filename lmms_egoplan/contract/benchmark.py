@@ -18,7 +18,7 @@ from lmms_egoplan.core.settings import setting_name
 from lmms_egoplan.core.statistics import count
 
 if TYPE_CHECKING:
-    from lmms_egoplan.contract.adapter import HarnessTask
+    from lmms_egoplan.contract.adapter import RunFiles
     from lmms_egoplan.core.request_options import RequestOption
     from lmms_egoplan.judge.rubrics import Rubric
 
@@ -112,23 +112,37 @@ class TaskContext:
     """What a benchmark's hooks know of the task that runs them, handed over explicitly: ``process_results`` and
     the spec's run-time hooks always get it, an aggregation when its ``Metric`` says ``with_context``.
 
-    ``task`` is the harness adapter (``contract.adapter.HarnessTask``: its run files, the evaluated model, whether
-    the run only predicts, its judging). ``state`` is what the spec's ``run_state`` made for the task (what its
-    metrics share over a run), ``loaded`` what its loader returned once the documents are read."""
+    Values, not the adapter that runs the task: ``run_files`` where the task writes the files of its run and the
+    model they name (``contract.adapter.RunFiles``), ``dataset_name`` the YAML's (one loader serving several tasks
+    reads which of its parts a task asks for), ``judging`` a judged task's judge (``harness.judged.Judging``, else
+    None). ``state`` is what the spec's ``run_state`` made for the task (what its metrics share over a run),
+    ``loaded`` what its loader returned once the documents are read."""
 
     task_name: str
     settings: Any
-    task: HarnessTask
+    run_files: RunFiles | None = None
+    dataset_name: str | None = None
+    judging: Any = None
     state: Any = None
     loaded: LoadedDocs | None = None
 
-    # A handle on the running task (its adapter, judge and run state), not a value: the harnesses copy and print
-    # their task configs, whose process_results is bound to it; a copy is the same context, its text the task's name.
+    # A handle on the running task (its judge and run state), not a value: the harnesses copy and print their task
+    # configs, whose hooks are bound to it; a copy is the same context, its text the task's name.
     def __deepcopy__(self, memo: dict) -> TaskContext:
         return self
 
     def __repr__(self) -> str:
         return f"TaskContext(task_name={self.task_name!r})"
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """What a spec's ``configure`` hook sets from the settings beyond the YAML: generation arguments over the YAML's
+    (a run's ``--gen_kwargs`` still overrides them) and the inference-prompt preset (None: the harness's choice by
+    model, lmms-eval's ``lmms_eval_specific_kwargs``)."""
+
+    generation_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    prompt_preset: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -164,10 +178,9 @@ class TaskSpec:
     # loglikelihood the same questions (for a task that ranks candidates by likelihood).
     request_options: Mapping[str, RequestOption] = field(default_factory=dict)
     generative_variant: str | None = None
-    # The model-specific configuration (lmms-eval: after its per-model generation_kwargs, before the data): changes
-    # ``config.generation_kwargs`` as the settings say and returns the inference-prompt preset to use (None: the
-    # harness's own choice).
-    configure: Callable[[TaskContext, Any], Mapping | None] | None = None
+    # What the settings set of the harness's configuration (generation arguments, the prompt preset), from the YAML's
+    # config: called once, when the adapter compiles the task, before the judge and the data are checked.
+    configure: Callable[[TaskContext, Mapping[str, Any]], Configuration] | None = None
 
     # The config keys a spec sets (the harness's names).
     KEYS = ("doc_to_visual", "doc_to_text", "doc_to_messages", "doc_to_target", "doc_to_choice", "process_results",
@@ -177,15 +190,12 @@ class TaskSpec:
     def judged(self) -> bool:
         return self.judge_rubric is not None
 
-    def config_entries(self, aggregation_of: Callable[[Metric], Any] = lambda metric: metric.aggregation
-                       ) -> dict[str, Any]:
-        """The spec as entries of the harness's task config, each metric's aggregation as ``aggregation_of`` makes
-        it (the adapter's: a judged declaration made a judge call; the adapter binds the context once the harness
-        has built the task: ``harness.task_setup.TaskSetup``)."""
-        hooks = {key: getattr(self, key) for key in self.KEYS[:-1] if getattr(self, key) is not None}
-        metrics = [{"metric": m.name, "aggregation": aggregation_of(m), "higher_is_better": m.higher_is_better}
-                   for m in self.metrics]
-        return {**hooks, "metric_list": metrics}
+    @property
+    def hooks(self) -> dict[str, Callable]:
+        """The harness's per-document hooks the spec sets, by their config keys (``process_results`` aside: the
+        adapter binds it to the task's context)."""
+        return {key: getattr(self, key) for key in self.KEYS if key not in ("process_results", "metric_list")
+                and getattr(self, key) is not None}
 
 
 def chat_messages(system: str, visuals: list, text: str) -> list[dict]:

@@ -384,14 +384,14 @@ def write_submission(items: Sequence[Mapping], args=None, *, context: TaskContex
 
     A run that did not predict every sample of the split (``--limit``, samples skipped for missing
     media) writes ``..._submission_partial_<task>.json`` instead, with a warning saying why: it is
-    not a leaderboard submission. The file lies beside the harness's results (``context.task.run_file``).
+    not a leaderboard submission. The file lies beside the harness's results (``context.run_files``).
     """
-    task_name, task, loaded = context.task_name, context.task, context.loaded
+    task_name, run_files, loaded = context.task_name, context.run_files, context.loaded
     records = sorted(({"sample_id": int(item["sample_id"]), "label": item["label"]} for item in items),
                      key=lambda record: record["sample_id"])
     validate_submission(records)
     unpredicted = loaded.split_size - len(records)
-    path = task.run_file(args, "submission_partial" if unpredicted else "submission", ".json")
+    path = run_files.run_file(args, "submission_partial" if unpredicted else "submission", ".json")
     write_atomically(path, json.dumps(records, indent=1) + "\n")
     if unpredicted:
         skipped = len(loaded.skipped)

@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+from typing import Any, Mapping
 
 import yaml
 from loguru import logger
 
-from lmms_egoplan.contract.benchmark import LoadedDocs, TaskContext, TaskSpec, chat_messages
+from lmms_egoplan.contract.benchmark import Configuration, LoadedDocs, TaskContext, TaskSpec, chat_messages
 from lmms_egoplan.contract.judged import JUDGED_METRICS
 from lmms_egoplan.core.media import load_image
 from lmms_egoplan.core.settings import SettingsError, setting_name
@@ -55,10 +56,10 @@ from lmms_egoplan.judge.rubrics import judge_parts_item
 def load_docs(context: TaskContext) -> LoadedDocs:
     """One dimension's questions (the YAML's ``dataset_name``), from the Hub or a local copy of the release."""
     task_name, settings = context.task_name, context.settings
-    dimension = DIMENSIONS.get(context.task.config.dataset_name)
+    dimension = DIMENSIONS.get(context.dataset_name)
     if dimension is None:
         raise ValueError(f"task {task_name}: dataset_name must be one of {', '.join(DIMENSIONS)}, "
-                         f"got {context.task.config.dataset_name!r}")
+                         f"got {context.dataset_name!r}")
     if settings.source == "local":
         if settings.data_root is None:
             raise SettingsError(f"task {task_name}: source is local but "
@@ -78,27 +79,27 @@ def load_docs(context: TaskContext) -> LoadedDocs:
     return LoadedDocs(docs)
 
 
-def configure(context: TaskContext, config) -> dict | None:
-    """The decoding preset's generation arguments, and the inference-prompt preset the ``prompt_preset`` setting
-    names (None: lmms-eval's choice by model)."""
-    config.generation_kwargs.update(DECODING_PRESETS[context.settings.decoding])
+def configure(context: TaskContext, config: Mapping[str, Any]) -> Configuration:
+    """The decoding preset's generation arguments, and the inference-prompt preset of the YAML's
+    ``lmms_eval_specific_kwargs`` the ``prompt_preset`` setting names (none: lmms-eval's choice by model)."""
+    decoding = DECODING_PRESETS[context.settings.decoding]
     preset = context.settings.prompt_preset
     if not preset:
-        return None
-    presets = {k: v for k, v in (config.lmms_eval_specific_kwargs or {}).items() if isinstance(v, dict)}
+        return Configuration(generation_kwargs=decoding)
+    presets = {k: v for k, v in (config.get("lmms_eval_specific_kwargs") or {}).items() if isinstance(v, dict)}
     if preset not in presets:
         raise SettingsError(f"task {context.task_name}: {setting_name(ENV_PREFIX, 'prompt_preset')} {preset!r} "
                             f"is not one of {', '.join(sorted(presets))}")
-    return presets[preset]
+    return Configuration(generation_kwargs=decoding, prompt_preset=presets[preset])
 
 
-def configure_blind(context: TaskContext, config) -> None:
+def configure_blind(context: TaskContext, config: Mapping[str, Any]) -> Configuration:
     """The lm-eval baselines answer in the default prompt, decoded as the ``decoding`` setting says."""
     if context.settings.prompt_preset:
         raise SettingsError(f"task {context.task_name}: {setting_name(ENV_PREFIX, 'prompt_preset')} chooses "
                             f"among the lmms-eval tasks' per-model prompts; the lm-eval baselines use the "
                             f"default prompt (lm-eval's --apply_chat_template and --system_instruction apply)")
-    config.generation_kwargs.update(DECODING_PRESETS[context.settings.decoding])
+    return Configuration(generation_kwargs=DECODING_PRESETS[context.settings.decoding])
 
 
 # --- 1. Visuals ---------------------------------------------------------------------------------

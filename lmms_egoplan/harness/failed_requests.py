@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 from lmms_egoplan.compat import cli_option, suite_plugin_enabled
 from lmms_egoplan.compat.durability import ask_for_exit_status
-from lmms_egoplan.contract.benchmark import TaskContext
+from lmms_egoplan.contract.benchmark import Metric, TaskContext
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.secrets import MASK, mask_secrets
 
@@ -53,6 +53,10 @@ def failed_request_count(items: Sequence[float], args: Any = None, *, context: T
     if failed:
         ask_for_exit_status(failed_requests_verdict)
     return failed
+
+
+# Every generative lmms-eval task of the suite reports it (``harness.compiled_task.compile_task``'s ``counted``).
+FAILED_REQUESTS_METRIC = Metric(FAILED_REQUESTS, failed_request_count, higher_is_better=False, with_context=True)
 
 
 def failed_requests_verdict(files: Sequence[Path]) -> tuple[int, str] | None:

@@ -44,7 +44,7 @@ from typing import Any, Callable, Sequence
 from loguru import logger
 
 from lmms_egoplan.compat.durability import ask_for_exit_status, note_kept_on_stop
-from lmms_egoplan.contract.benchmark import Judged, TaskContext
+from lmms_egoplan.contract.benchmark import Benchmark, Judged, TaskContext, TaskSpec
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, is_failed_request_item
@@ -66,36 +66,35 @@ from lmms_egoplan.judge.settings import JudgeSettings, JudgeSetupError
 
 
 class Judging:
-    """The judge of a judged task, a collaborator its harness adapter holds (lmms-eval's ``SuiteTask``, lm-eval's
-    ``SuiteBaseline``): it checks the judge's settings before the data is read and that the judge answers before
-    any model call, marks each judged item with the judge, and scores the task's judged metrics with the judge
-    engine (one engine per judge configuration, shared by the run's tasks). ``record_outcome``: what the harness
-    does with a metric's judgements once made (lmms-eval: ``record_task_judgements``, the run's exit status)."""
+    """The judge of a judged task, which its adapter's compiled task holds (``harness.compiled_task``, for lmms-eval's
+    ``SuiteTask`` and lm-eval's ``SuiteBaseline``) and hands the task's hooks (``TaskContext.judging``): it checks the
+    judge's settings before the data is read and that the judge answers before any model call, marks each judged
+    item with the judge, and scores the task's judged metrics with the judge engine (one engine per judge
+    configuration, shared by the run's tasks). ``metadata``: the task config's, where the judge is recorded for the
+    results file. ``record_outcome``: what the harness does with a metric's judgements once made (lmms-eval:
+    ``record_task_judgements``, the run's exit status)."""
 
-    def __init__(self, task: Any, *, record_outcome: Callable[[str, JudgeResults, JudgeSettings], None] | None = None):
-        setup = task.setup
-        if not issubclass(setup.benchmark.settings, JudgeSettings):
-            raise TypeError(f"{setup.benchmark.name}: its settings must inherit "
-                            f"lmms_egoplan.judge.settings.JudgeSettings")
-        self.task = task
-        self.settings = JudgeSettings.of(setup.settings)
-        self.rubrics = setup.benchmark.rubrics  # what reads its judged items, by the names they carry
-        self.rubric = setup.spec.judge_rubric(setup.settings)  # the name its judged items carry
-        self._setting_name = functools.partial(setting_name, setup.env_prefix)
+    def __init__(self, benchmark: Benchmark, spec: TaskSpec, context: TaskContext, metadata: dict, *,
+                 record_outcome: Callable[[str, JudgeResults, JudgeSettings], None] | None = None):
+        if not issubclass(benchmark.settings, JudgeSettings):
+            raise TypeError(f"{benchmark.name}: its settings must inherit lmms_egoplan.judge.settings.JudgeSettings")
+        self.task_name = context.task_name
+        self.run_files = context.run_files
+        self.metadata = metadata
+        self.settings = JudgeSettings.of(context.settings)
+        self.rubrics = benchmark.rubrics  # what reads its judged items, by the names they carry
+        self.rubric = spec.judge_rubric(context.settings)  # the name its judged items carry
+        self._setting_name = functools.partial(setting_name, benchmark.entry.env_prefix)
         self._record_outcome = record_outcome
         self._judgements: dict[str, Judgement] = {}  # by request id, over all metrics of the task
         self._judgements_lock = threading.Lock()
-
-    @property
-    def task_name(self) -> str:
-        return self.task.config.task
 
     def record_judge(self) -> None:
         """The task's judge (with what its server said answered the preflight, once it has), as the
         results' metadata and each judged item record it."""
         self.identity = JudgeIdentity.of(self.settings, self.rubric, load_rubric(self.rubric, self.rubrics),
                                          RUN.answering_judges.get(self.settings))
-        self.task.config.metadata.update(self.identity.metadata())
+        self.metadata.update(self.identity.metadata())
 
     def with_judge(self, values: dict) -> dict:
         """``values`` (a sample's metric values), each judged item carrying the task's judge."""
@@ -133,19 +132,18 @@ class Judging:
                     f"judge later with `lmms-egoplan rejudge`") from None
         self.record_judge()
 
-    def failed_request_scores(self, failure: str) -> dict:
+    def failed_request_scores(self, failure: str, judged_metrics: Sequence[str]) -> dict:
         """A sample whose model request failed goes to every judged metric marked so (never to the
         judge): a metric over failed samples alone is then NaN, as one whose judgements all failed,
         and a group's mean over its subtasks NaN with it, not a mean over fewer subtasks."""
-        return {metric: {FAILED_REQUEST_MARK: failure}
-                for metric in self.task.setup.metrics_aggregated_by(judged_score, judged_count, failed_count)}
+        return {metric: {FAILED_REQUEST_MARK: failure} for metric in judged_metrics}
 
-    def logged_items(self, doc: dict, results: Sequence) -> dict:
+    def logged_items(self, doc: dict, results: Sequence, scoring: Callable) -> dict:
         """What a ``--predict_only`` run logs per sample: the judge items (``{"judge_items": {metric: item}}``), so
         that ``lmms-egoplan rejudge`` can judge its log (lmms-eval logs neither docs nor prompts); building them
-        calls no judge."""
+        with the task's ``scoring`` (its ``process_results``) calls no judge."""
         answers = [answer.strip() if isinstance(answer, str) else answer for answer in results]
-        scores = self.task.setup.scoring(doc, answers)
+        scores = scoring(doc, answers)
         return {PREDICT_ONLY_ITEMS: self.with_judge({metric: value for metric, value in scores.items()
                                                      if is_judge_parts_item(value)})}
 
@@ -160,7 +158,7 @@ class Judging:
         if not items:  # every sample's request failed: nothing to judge, no judge to load
             nothing = JudgeResults([], f"{settings.judge_backend}:{settings.judge_model}")
             return self._outcome(ItemScore(math.nan, nothing))
-        trail = self.task.run_file(args, "judgements")
+        trail = self.run_files.run_file(args, "judgements")
         with self._judgements_lock:
             judge = _shared_judge(settings)
             if isinstance(judge, JudgeUnavailable):
@@ -257,10 +255,10 @@ def _shared_judge(settings: JudgeSettings) -> Judge | JudgeUnavailable:
 
 
 def _judging(context: TaskContext) -> Judging:
-    if context.task.judging is None:
+    if context.judging is None:
         raise TypeError(f"task {context.task_name}: judged metrics aggregate only in a task whose spec is judged "
                         f"(TaskSpec.judge_rubric)")
-    return context.task.judging
+    return context.judging
 
 
 def judged_score(items: Sequence[dict], args: Any = None, *, context: TaskContext) -> float:

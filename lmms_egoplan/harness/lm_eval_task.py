@@ -1,7 +1,7 @@
 """How this suite plugs into lm-eval 0.4.x, for the text-only baselines (YAMLs in ``lm_eval_tasks/``).
 
-``SuiteBaseline`` is the lm-eval counterpart of ``harness.lmms_eval_task.SuiteTask``: it holds a benchmark and a
-task spec the same way (``harness.task_setup.TaskSetup``): the same settings (YAML ``metadata`` <
+``SuiteBaseline`` is the lm-eval counterpart of ``harness.lmms_eval_task.SuiteTask``: it compiles a benchmark and a
+task spec the same way (``harness.compiled_task.compile_task``): the same settings (YAML ``metadata`` <
 ``<PREFIX>_<SETTING>`` environment variables; lm-eval's ``--metadata`` JSON overrides the YAML's), the same
 benchmark loaders, and the same ``TaskContext`` handed to ``process_results`` and aggregations, so that a
 benchmark's scoring code serves both harnesses unchanged.
@@ -15,18 +15,18 @@ builds the tasks.
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping
 
 from lm_eval.api.task import ConfigurableTask
 
 from lmms_egoplan.contract.benchmark import Benchmark, TaskSpec
 from lmms_egoplan.core.run_state import RUN
-from lmms_egoplan.harness.judged import Judging
-from lmms_egoplan.harness.task_setup import LM_EVAL_CONFIG_SOURCE, TaskSetup
+from lmms_egoplan.harness.compiled_task import LM_EVAL_CONFIG_SOURCE, compile_task
 
 
 @dataclass(frozen=True)
@@ -67,36 +67,48 @@ def current_run() -> LmEvalRun:
     )
 
 
+@dataclass(frozen=True)
+class LmEvalRunFiles:
+    """Where a task of an lm-eval run writes its files (``contract.adapter.RunFiles``, what its hooks get): beside
+    lm-eval's results, ``<output_path>/<model>/<date-time>_<kind>_<task><suffix>``; ``./<kind>/`` without
+    ``--output_path``. ``args``: unused (lm-eval hands an aggregation none)."""
+
+    run: LmEvalRun
+    task_name: str
+
+    def run_file(self, args: Any, kind: str, suffix: str = ".jsonl") -> Path:
+        file_name = f"{self.run.stamp}_{kind}_{self.task_name}{suffix}"
+        if not self.run.output_path:
+            return Path.cwd() / kind / file_name
+        return Path(self.run.output_path) / self.run.model_folder / file_name
+
+    def evaluated_model(self, args: Any) -> str:
+        return self.run.model_name
+
+
 class SuiteBaseline(ConfigurableTask):
     """The lm-eval adapter: a text-only baseline of the suite, as lm-eval builds it from the YAML whose ``class:``
     names a subclass. A subclass sets ``BENCHMARK`` and ``SPEC`` and nothing else, as for lmms-eval's
-    ``harness.lmms_eval_task.SuiteTask``: the adapter holds both (``setup``) and, for a judged spec, the judge
-    (``judging``)."""
+    ``harness.lmms_eval_task.SuiteTask``: the adapter compiles both with the YAML's config into lm-eval's
+    (``compiled``), hands it to lm-eval's constructor once, and keeps a judged spec's judge (``judging``)."""
 
     BENCHMARK: ClassVar[Benchmark]
     SPEC: ClassVar[TaskSpec]
 
-    @staticmethod
-    def registered_aggregation(name: str) -> Callable:
-        from lm_eval.api.registry import get_aggregation
-
-        return get_aggregation(name)
-
     def __init__(self, config: Mapping[str, Any], **kwargs):
-        self.lm_eval_run = current_run()
-        self.setup = TaskSetup(self, self.BENCHMARK, self.SPEC, self.registered_aggregation)
-        foreign_keys = self.lm_eval_run.model_arg_names | {LM_EVAL_CONFIG_SOURCE}
-        config = self.setup.harness_config(config, foreign_keys=foreign_keys,
-                                           kept_metadata=("version", LM_EVAL_CONFIG_SOURCE))
-        self.settings = self.setup.settings
-        self.judging = Judging(self) if self.SPEC.judged else None
-        super().__init__(config=config, **kwargs)
-        self.setup.bind()
-        if self.SPEC.configure is not None:
-            self.SPEC.configure(self.setup.context, self.config)
+        run = current_run()
+        self.compiled = compile_task(self.BENCHMARK, self.SPEC, config,
+                                     run_files=functools.partial(LmEvalRunFiles, run),
+                                     foreign_keys=run.model_arg_names | {LM_EVAL_CONFIG_SOURCE},
+                                     kept_metadata=("version", LM_EVAL_CONFIG_SOURCE))
+        self.settings = self.compiled.settings
+        self.judging = self.compiled.judging
+        if self.judging is not None:
+            self.judging.check_answers()  # before any model call, as the lmms-eval tasks do
+        super().__init__(config=self.compiled.config, **kwargs)
 
     def process_results(self, doc, results):
-        return self.setup.finished_scores(super().process_results(doc, results))
+        return self.compiled.finished_scores(super().process_results(doc, results), predict_only=self.predict_only)
 
     @property
     def predict_only(self) -> bool:
@@ -104,21 +116,5 @@ class SuiteBaseline(ConfigurableTask):
         return "bypass" in self._metric_fn_list
 
     def download(self, dataset_kwargs=None, **kwargs) -> None:
-        if self.judging is not None:
-            self.judging.check_settings()  # a run must not read data, let alone generate, with a judge that cannot work
-        _, self.dataset = self.setup.load()
-        if self.judging is not None:
-            self.judging.check_answers()  # before any model call, as the lmms-eval tasks do
-
-    def evaluated_model(self, args: Any) -> str:
-        """The evaluated model as lm-eval names it. ``args``: unused (``harness.lmms_eval_task.SuiteTask``'s)."""
-        return self.lm_eval_run.model_name
-
-    def run_file(self, args: Any, kind: str, suffix: str = ".jsonl") -> Path:
-        """Where this task writes a file of this run: beside lm-eval's results,
-        ``<output_path>/<model>/<date-time>_<kind>_<task><suffix>``; ``./<kind>/`` without
-        ``--output_path``. ``args``: unused, for the signature of ``harness.lmms_eval_task.SuiteTask.run_file``."""
-        file_name = f"{self.lm_eval_run.stamp}_{kind}_{self.config.task}{suffix}"
-        if not self.lm_eval_run.output_path:
-            return Path.cwd() / kind / file_name
-        return Path(self.lm_eval_run.output_path) / self.lm_eval_run.model_folder / file_name
+        # lm-eval asks for the data in its constructor; the documents were read when the task was compiled.
+        self.dataset = self.compiled.dataset

@@ -1,9 +1,9 @@
 """How this suite plugs into lmms-eval 0.7.x.
 
 * ``SuiteTask``: the adapter. The class a task YAML's ``class:`` names is a subclass that sets the benchmark and
-  the task spec it holds; its docs come from the benchmark's loader, and it builds requests in the form the
-  chosen backend speaks (lmms-eval's plain form for "simple" backends, chat messages for "chat" backends such as
-  ``openai`` or ``vllm``).
+  the task spec it holds; it compiles them with the YAML into lmms-eval's config (``compiled_task``), and it builds
+  requests in the form the chosen backend speaks (lmms-eval's plain form for "simple" backends, chat messages for
+  "chat" backends such as ``openai`` or ``vllm``).
 * ``SuiteInstance``: lmms-eval's request with the suite's request options declared.
 
 One job per module around it: where a task writes the files of a run and their stamp (``run_files``), which backend
@@ -17,24 +17,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from importlib import resources
-from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping
 
 from lmms_eval.api.instance import Instance
 from lmms_eval.api.task import ConfigurableMessagesTask, ConfigurableTask
 
 from lmms_egoplan.compat.switches import SUITE_USED, switch_on
 from lmms_egoplan.compat.tasks import bind_class_task_to_backend, unretried_process_results
-from lmms_egoplan.contract.benchmark import Benchmark, Metric, TaskSpec
+from lmms_egoplan.contract.benchmark import Benchmark, TaskSpec
 from lmms_egoplan.core import request_options
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.failed_requests import failed_request
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.harness.backend_choice import refuse_what_cannot_serve, resolve_backend
-from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, FAILED_REQUESTS, failed_request_count
+from lmms_egoplan.harness.compiled_task import LM_EVAL_CONFIG_SOURCE, compile_task
+from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, FAILED_REQUESTS, FAILED_REQUESTS_METRIC
 from lmms_egoplan.harness.output_folder import claim_output_folder
-from lmms_egoplan.harness.run_files import run_file, run_model_name
-from lmms_egoplan.harness.task_setup import LM_EVAL_CONFIG_SOURCE, TaskSetup
+from lmms_egoplan.harness.run_files import LmmsEvalRunFiles
 
 _GENERATIVE_OUTPUT_TYPES = ("generate_until", "generate_until_multi_round", "generate_until_agentic")
 
@@ -42,10 +41,11 @@ _GENERATIVE_OUTPUT_TYPES = ("generate_until", "generate_until_multi_round", "gen
 class SuiteTask(ConfigurableMessagesTask):
     """The lmms-eval adapter: a task of the suite, as lmms-eval builds it from the YAML whose ``class:`` names a
     subclass. A subclass sets ``BENCHMARK`` (the benchmark's value, ``contract.benchmark.Benchmark``) and ``SPEC``
-    (what the task does, ``contract.benchmark.TaskSpec``) and nothing else: the adapter holds both (``setup``,
-    ``harness.task_setup.TaskSetup``) and, for a judged spec, the judge (``judging``, ``harness.judged.Judging``).
+    (what the task does, ``contract.benchmark.TaskSpec``) and nothing else: the adapter compiles both with the YAML's
+    config into lmms-eval's (``compiled``, ``harness.compiled_task.CompiledTask``), hands it to lmms-eval's
+    constructor once, and keeps a judged spec's judge (``judging``, ``harness.judged.Judging``).
 
-    The effective settings are written back into the task config's ``metadata`` so that the results file records
+    The effective settings are written into the task config's ``metadata`` so that the results file records
     what was run. Requests take the form the chosen backend speaks (lmms-eval's plain form for "simple" backends,
     chat messages for "chat" backends such as ``openai`` or ``vllm``); those of a spec with ``request_options``
     carry them (``SuiteInstance``) and, before any model call, a backend that cannot honour a value that changes
@@ -56,12 +56,6 @@ class SuiteTask(ConfigurableMessagesTask):
 
     BENCHMARK: ClassVar[Benchmark]
     SPEC: ClassVar[TaskSpec]
-
-    @staticmethod
-    def registered_aggregation(name: str) -> Callable:
-        from lmms_eval.api.registry import get_aggregation
-
-        return get_aggregation(name)
 
     def __init__(self, config: Mapping[str, Any], **kwargs):
         if LM_EVAL_CONFIG_SOURCE in (config.get("metadata") or {}):
@@ -74,47 +68,35 @@ class SuiteTask(ConfigurableMessagesTask):
         switch_on(SUITE_USED)
         self._chat_backend = False
         self._backend: str | None = None  # the run's --model, canonical (``_bind_to_backend``)
-        self.setup = TaskSetup(self, self.BENCHMARK, self.SPEC, self.registered_aggregation)
-        harness_config = self.setup.harness_config(config)
-        self.settings = self.setup.settings
-        self.judging = judging(self) if self.SPEC.judged else None
-        super().__init__(config=harness_config, **kwargs)
-        self.setup.bind()
+        generative = config.get("output_type") in _GENERATIVE_OUTPUT_TYPES
+        self.compiled = compile_task(self.BENCHMARK, self.SPEC, config, run_files=LmmsEvalRunFiles,
+                                     counted=(FAILED_REQUESTS_METRIC,) if generative else (),
+                                     record_judgements=record_task_judgements_lazily)
+        self.settings = self.compiled.settings
+        self.judging = self.compiled.judging
+        super().__init__(config=self.compiled.config, **kwargs)
 
     def _prepare_model_specific_config(self):
-        # lmms-eval calls this before the data loads and after its model-specific generation_kwargs
-        # (a --gen_kwargs on the command line still overrides what the spec sets).
+        # lmms-eval chooses the inference-prompt preset by model here, in its constructor; the spec's configuration
+        # names another.
         super()._prepare_model_specific_config()
-        if self.SPEC.configure is not None:
-            preset = self.SPEC.configure(self.setup.context, self.config)
-            if preset is not None:
-                self.lmms_eval_specific_kwargs = preset
+        if self.compiled.configuration.prompt_preset is not None:
+            self.lmms_eval_specific_kwargs = self.compiled.configuration.prompt_preset
 
-    def _prepare_metric_and_aggregation(self) -> None:
-        super()._prepare_metric_and_aggregation()
-        self._count_failed_requests()
+    def aggregation(self) -> dict:
+        # --predict_only replaces every metric by "bypass" (lmms-eval's override_metric): failed requests still count.
+        if self.generative and self.predict_only:
+            return {**super().aggregation(), FAILED_REQUESTS: self.compiled.aggregations[FAILED_REQUESTS]}
+        return super().aggregation()
 
-    def override_metric(self, metric_name: str) -> None:
-        # --predict_only replaces every metric by "bypass": failed requests are still counted.
-        super().override_metric(metric_name)
-        self._count_failed_requests()
+    def higher_is_better(self) -> dict:
+        if self.generative and self.predict_only:
+            return {**super().higher_is_better(), FAILED_REQUESTS: FAILED_REQUESTS_METRIC.higher_is_better}
+        return super().higher_is_better()
 
     @property
     def generative(self) -> bool:
         return self.OUTPUT_TYPE in _GENERATIVE_OUTPUT_TYPES
-
-    def _count_failed_requests(self) -> None:
-        if self.generative and not self.setup.has_metric(FAILED_REQUESTS):
-            self.setup.add_metric(Metric(FAILED_REQUESTS, failed_request_count, higher_is_better=False,
-                                         with_context=True))
-
-    def run_file(self, args: Any, kind: str, suffix: str = ".jsonl") -> Path:
-        """Where this task writes a file of this run (``run_file``)."""
-        return run_file(args, self.config.task, kind, suffix)
-
-    def evaluated_model(self, args: Any) -> str:
-        """The evaluated model as the results folder names it (``run_model_name``)."""
-        return run_model_name(args)
 
     def process_results(self, doc, results, full_docs=None):
         # A failed model request is no answer: not parsed, judged or scored, only counted
@@ -126,12 +108,13 @@ class SuiteTask(ConfigurableMessagesTask):
             # (its own scoring of the output type would need labels, which a test split may lack).
             # The value is what the sample log shows under "bypass" (lmms-eval reports every other key as a metric).
             logged = {FAILED_REQUEST_MARK: failure} if failure else self.logged_predictions(doc, results)
-            return {**{metric: logged for metric in self._metric_fn_list if metric != FAILED_REQUESTS}, **counted}
+            return {**{metric: logged for metric in self._metric_fn_list}, **counted}
         if failure is not None:
-            failed = self.judging.failed_request_scores(failure) if self.judging is not None else {}
-            return self.setup.finished_scores({**failed, **counted})
+            judged = self.compiled.judged_metrics
+            failed = self.judging.failed_request_scores(failure, judged) if self.judging is not None else {}
+            return self.compiled.finished_scores({**failed, **counted}, predict_only=False)
         scores = unretried_process_results(ConfigurableTask.process_results)(self, doc, results, full_docs)
-        return self.setup.finished_scores({**scores, **counted})
+        return self.compiled.finished_scores({**scores, **counted}, predict_only=False)
 
     def failed_request(self, results) -> str | None:
         """Why a document's responses are no answer (``core.failed_requests``), or None."""
@@ -142,7 +125,7 @@ class SuiteTask(ConfigurableMessagesTask):
     def logged_predictions(self, doc, results) -> Any:
         """What a ``--predict_only`` run logs per sample besides the outputs (under "bypass"): a judged task's
         judge items (``harness.judged.Judging.logged_items``), nothing otherwise."""
-        return self.judging.logged_items(doc, results) if self.judging is not None else None
+        return self.judging.logged_items(doc, results, self.compiled.scoring) if self.judging is not None else None
 
     @property
     def predict_only(self) -> bool:
@@ -150,11 +133,10 @@ class SuiteTask(ConfigurableMessagesTask):
         return self.config.process_results is None and "bypass" in self._metric_fn_list
 
     def download(self, dataset_kwargs=None) -> None:
-        if self.judging is not None:
-            self.judging.check_settings()  # a run must not read data, let alone generate, with a judge that cannot work
-        split, self.dataset = self.setup.load()
+        # lmms-eval asks for the data in its constructor; the documents were read when the task was compiled.
+        self.dataset = self.compiled.dataset
         if self.config.process_docs is not None:
-            self.dataset[split] = self.config.process_docs(self.dataset[split])
+            self.dataset[self.compiled.split] = self.config.process_docs(self.dataset[self.compiled.split])
         # Docs hold paths, not decoded media, so nothing needs stripping for post-processing.
         self.dataset_no_image = self.dataset
 
@@ -234,9 +216,9 @@ class SuiteInstance(Instance):
         return cls(**{f.name: getattr(request, f.name) for f in fields(Instance) if f.init})
 
 
-def judging(task: SuiteTask) -> Any:
-    """A judged task's judge (``harness.judged.Judging``), its outcomes setting the run's exit status; the judge's
-    modules are loaded only for a judged task."""
-    from lmms_egoplan.harness.judged import Judging, record_task_judgements
+def record_task_judgements_lazily(*outcome: Any) -> None:
+    """A judged task's judgements once made set the run's exit status (``harness.judged.record_task_judgements``,
+    imported only when a judge has judged)."""
+    from lmms_egoplan.harness.judged import record_task_judgements
 
-    return Judging(task, record_outcome=record_task_judgements)
+    record_task_judgements(*outcome)

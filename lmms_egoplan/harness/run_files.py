@@ -1,8 +1,10 @@
 """The files of an lmms-eval run a suite task writes beside lmms-eval's results (judgements, plans, a submission),
-and their stamp: one date-time per run, as lmms-eval writes it in its file names."""
+and their stamp: one date-time per run, as lmms-eval writes it in its file names; ``LmmsEvalRunFiles``, what a task's
+hooks get of them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +47,16 @@ def run_file(args: Any, task: str, kind: str, suffix: str = ".jsonl") -> Path:
     from lmms_eval.utils import sanitize_model_name
 
     return Path(output_path) / sanitize_model_name(run_model_name(args)) / file_name
+
+
+@dataclass(frozen=True)
+class LmmsEvalRunFiles:
+    """Where a task of an lmms-eval run writes its files (``contract.adapter.RunFiles``, what its hooks get)."""
+
+    task_name: str
+
+    def run_file(self, args: Any, kind: str, suffix: str = ".jsonl") -> Path:
+        return run_file(args, self.task_name, kind, suffix)
+
+    def evaluated_model(self, args: Any) -> str:
+        return run_model_name(args)

@@ -244,7 +244,7 @@ def test_process_results_gives_every_plan_metric_the_plan_and_its_scope(release)
     doc = load_instances(release)[-1]
     assert doc["split"] == "counterfactual"
     output = "Plan:\n1. walk_to(table)\nthen grab the cup\n2. grab(cup)"
-    values = process_results(doc, [output], TaskContext("actplan1k", settings(), task=None))
+    values = process_results(doc, [output], TaskContext("actplan1k", settings()))
     assert set(values) == {"lcs", "norm_lcs", "lcs_normal", "norm_lcs_normal", "lcs_counterfactual",
                            "norm_lcs_counterfactual", "format_error_rate", "plan_length", "no_plan_rate"}
     scored = {"instance_id": doc["instance_id"], "split": "counterfactual", "output": output,
@@ -337,7 +337,7 @@ def test_plan_metrics_keep_the_plans_once_and_classify_each_pair_once_in_any_ord
     for metric in order:
         reported[metric] = task.aggregation()[metric]([values[metric] for values in per_doc], args=args)
         if metric == order[0]:
-            kept = task.setup.context.state.plans_file
+            kept = task.compiled.context.state.plans_file
             rows = [json.loads(line) for line in kept.read_text().splitlines()]
             kept.unlink()  # the plans are written once: no later metric writes them again
     assert not kept.exists()
@@ -366,7 +366,7 @@ def test_without_an_output_path_the_plans_are_kept_in_the_working_folder(release
     docs = list(task.test_docs())[:2]
     items = [task.process_results(doc, ["grab(cup)"])["lcs_normal"] for doc in docs]
     assert task.aggregation()["lcs_normal"](items, args=SimpleNamespace(output_path=None, model_args="")) == 0.0
-    plans_file = task.setup.context.state.plans_file
+    plans_file = task.compiled.context.state.plans_file
     assert plans_file.parent == tmp_path / "plans"
     assert ([json.loads(line)["model"] for line in plans_file.read_text().splitlines()]
             == ["actplan1k_text_only"] * 2)
@@ -472,7 +472,7 @@ def test_yaml_tasks_bind_settings_and_differ_only_in_images(release, monkeypatch
             and with_images.config.generation_kwargs["temperature"] == 0)
     # process_results and the plan metrics receive the task's context: its settings and the plans of its run.
     context = with_images.config.process_results.keywords["context"]
-    assert context.settings.instances == "counterfactual" and context.task is with_images
+    assert context.settings.instances == "counterfactual" and context is with_images.compiled.context
     assert isinstance(context.state, actplan.PlansOfTheRun)
     assert with_images.aggregation()["lcs"].keywords["context"] is context
     assert with_images.aggregation()["bleurt_accuracy_normal"].keywords["context"] is context

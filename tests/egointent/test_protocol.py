@@ -225,7 +225,7 @@ def test_a_zero_byte_video_is_listed_in_the_same_error_as_the_records_problems(d
     video = tmp_path / "copy" / "bedroom_0003.mp4"
     video.write_bytes(b"")
     with pytest.raises(EgoIntentDataError) as caught:
-        egointent.load_docs(TaskContext("egointent", EgoIntentSettings(annotations=annotations), task=None))
+        egointent.load_docs(TaskContext("egointent", EgoIntentSettings(annotations=annotations)))
     message = str(caught.value)
     assert message.startswith(f"6 problems in the EgoIntent annotations "
                               f"{annotations}")  # a record; 5 steps of the video
@@ -245,11 +245,11 @@ def test_a_truncation_time_past_the_end_of_its_video_is_an_error(dataset, tmp_pa
 def test_the_data_is_a_required_setting_and_sampling_settings_are_checked(tmp_path):
     with pytest.raises(SettingsError, match=r"task egointent: set EGOINTENT_ANNOTATIONS \(metadata.annotations\) to "
                                             r"the EgoIntent release folder"):
-        egointent.load_docs(TaskContext("egointent", EgoIntentSettings(), task=None))
+        egointent.load_docs(TaskContext("egointent", EgoIntentSettings()))
     missing = EgoIntentSettings(annotations=tmp_path / "missing.jsonl")
     with pytest.raises(EgoIntentDataError, match="EgoIntent data not found: .*missing.jsonl; point "
                                                  "EGOINTENT_ANNOTATIONS"):
-        egointent.load_docs(TaskContext("egointent", missing, task=None))
+        egointent.load_docs(TaskContext("egointent", missing))
     with pytest.raises(SettingsError) as caught:
         resolve_settings(EgoIntentSettings, task="egointent", metadata={"annotations": str(tmp_path / "a.jsonl")},
                          env_prefix="EGOINTENT", environ={"EGOINTENT_SAMPLE_FPS": "0", "EGOINTENT_MAX_FRAMES": "0"})

@@ -31,7 +31,7 @@ from lmms_egoplan.demo.kit.media import read_index, write_frame_folder, write_vi
 from lmms_egoplan.egoplan import data as egoplan_data
 from lmms_egoplan.egoplan import settings as egoplan_settings
 from lmms_egoplan.egoplan import task as egoplan
-from lmms_egoplan.harness import run_files as harness
+from lmms_egoplan.harness.run_files import LmmsEvalRunFiles
 from lmms_egoplan.models.likelihood import mean_loss
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
 
@@ -578,8 +578,8 @@ def test_similarity_levels_are_equal_size_tertiles_of_the_split_fixed_at_load(fi
 
 def submission_context(name: str, docs: int, skipped: list) -> TaskContext:
     """What write_submission gets of an lmms-eval EgoPlan task: its name, its run files, what its loader read."""
-    task = Namespace(run_file=lambda args, kind, suffix: harness.run_file(args, name, kind, suffix))
-    return TaskContext(task_name=name, settings=None, task=task, loaded=LoadedDocs([{}] * docs, skipped))
+    return TaskContext(task_name=name, settings=None, run_files=LmmsEvalRunFiles(name),
+                       loaded=LoadedDocs([{}] * docs, skipped))
 
 
 def test_submission_file_is_written_sorted_and_valid(tmp_path):

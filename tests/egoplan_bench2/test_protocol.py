@@ -211,7 +211,7 @@ def test_both_parsers_are_scored_the_setting_choosing_accuracy_and_unread_answer
     robust, official = settings.EgoPlanBench2Settings(), settings.EgoPlanBench2Settings(parser="official")
     # "Based ..." is read as B by the official parser, "Answer: D" by the robust one
     answer = "Based on the video, the tray is in.\n\nAnswer: D"
-    scores = task.process_generation_results(doc, [answer], TaskContext("egoplan_bench2", robust, task=None))
+    scores = task.process_generation_results(doc, [answer], TaskContext("egoplan_bench2", robust))
     assert (scores["accuracy"], scores["accuracy_robust"], scores["accuracy_official"]) == (0.0, 0.0, 1.0)
     assert (scores["unparseable_robust"], scores["unparseable_official"]) == (0.0, 0.0)
     assert scores["predictions"] == {"sample_id": doc["sample_id"], "gold": "B", "label": "D", "parser": "robust",
@@ -220,7 +220,7 @@ def test_both_parsers_are_scored_the_setting_choosing_accuracy_and_unread_answer
     scored_officially = task.process_generation_results(doc, [answer], TaskContext("egoplan_bench2", official, None))
     assert scored_officially["accuracy"] == 1.0
     unread = task.process_generation_results(doc, ["i would wait and see"],
-                                          TaskContext("egoplan_bench2", robust, task=None))
+                                          TaskContext("egoplan_bench2", robust))
     assert (unread["accuracy"], unread["unparseable_robust"], unread["unparseable_official"]) == (0.0, 1.0, 1.0)
     assert unread["predictions"]["label"] is None
     # each breakdown's accuracy and count, for the question's domain and scenario only
@@ -251,8 +251,8 @@ def test_each_domain_and_scenario_of_the_data_gets_an_accuracy_and_a_count(fixtu
                   for field in ("domain", "scenario")}
     assert len([b for b in breakdowns if b.startswith("domain_")]) == 4
     for breakdown in breakdowns:
-        assert built.setup.has_metric(f"accuracy_{breakdown}") and built.setup.has_metric(f"n_{breakdown}")
-    assert built.setup.has_metric("skipped_samples") and built.setup.has_metric("unparseable_official")
+        assert built.compiled.has_metric(f"accuracy_{breakdown}") and built.compiled.has_metric(f"n_{breakdown}")
+    assert built.compiled.has_metric("skipped_samples") and built.compiled.has_metric("unparseable_official")
     assert len(built.eval_docs) == len(records)
 
 

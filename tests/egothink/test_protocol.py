@@ -5,7 +5,6 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -187,10 +186,13 @@ def test_the_hooks_and_metrics_come_from_the_task_spec_and_a_yaml_that_sets_one_
         monkeypatch.setenv(name, value)
     built = load_tasks(["ego_think_counting"])["ego_think_counting"]
     assert built.config.process_results.func is egothink.process_results  # the task's context bound
-    assert built.config.process_results.keywords["context"].task is built
+    assert built.config.process_results.keywords["context"] is built.compiled.context
     assert built.config.doc_to_visual is egothink.doc_to_visual and built.config.doc_to_target == "answer"
+    # Every metric is in the config lmms-eval builds the task from, the failed model requests' count included.
     assert [(m["metric"], m["higher_is_better"]) for m in built.config.metric_list] == [
-        ("score", True), ("judged", True), ("failed", False)]
+        ("score", True), ("judged", True), ("failed", False), ("failed_requests", False)]
+    assert {m["metric"]: m["aggregation"].keywords["context"] for m in built.config.metric_list} == dict.fromkeys(
+        ("score", "judged", "failed", "failed_requests"), built.compiled.context)
     folder = tmp_path / "tasks"
     folder.mkdir()
     (folder / "mine.yaml").write_text("task: my_ego_think\ndataset_name: Reasoning_counting\n"
@@ -213,9 +215,8 @@ def test_source_settings_are_named_as_users_set_them(settings, message):
     from lmms_egoplan.egothink.protocol import EgoThinkSettings
     from lmms_egoplan.egothink.task import load_docs
 
-    task = SimpleNamespace(config=SimpleNamespace(task="ego_think_counting", dataset_name="Reasoning_counting"))
     with pytest.raises(SettingsError, match="task ego_think_counting: " + message):
-        load_docs(TaskContext("ego_think_counting", EgoThinkSettings(**settings), task))
+        load_docs(TaskContext("ego_think_counting", EgoThinkSettings(**settings), dataset_name="Reasoning_counting"))
 
 
 def test_a_judge_that_cannot_load_fails_the_judgements_instead_of_the_run(tmp_path, monkeypatch):

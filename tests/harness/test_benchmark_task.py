@@ -88,37 +88,45 @@ def test_plugin_task_folders_point_at_the_installed_task_yamls():
     assert plugin_task_folders({}) == []
 
 
-def test_both_harness_adapters_provide_the_written_contract():
-    from lmms_egoplan.contract.adapter import HarnessTask
-    from lmms_egoplan.harness.lm_eval_task import SuiteBaseline
-    from lmms_egoplan.harness.lmms_eval_task import SuiteTask
+def test_both_harness_adapters_hand_the_hooks_run_files_of_the_written_contract():
+    from lmms_egoplan.contract.adapter import RunFiles
+    from lmms_egoplan.harness.lm_eval_task import LmEvalRun, LmEvalRunFiles
+    from lmms_egoplan.harness.run_files import LmmsEvalRunFiles
 
-    members = {name for name in vars(HarnessTask) if not name.startswith("_")} | set(HarnessTask.__annotations__)
-    assert {"settings", "config", "judging", "run_file", "evaluated_model", "predict_only"} <= members
-    methods = {name for name in members if name not in HarnessTask.__annotations__}
-    for adapter in (SuiteTask, SuiteBaseline):
-        assert [name for name in methods if not hasattr(adapter, name)] == [], adapter
-        assert {"settings", "judging"} <= set(adapter.__init__.__code__.co_names), adapter  # set when a task is built
+    lm_eval_run = LmEvalRun(frozenset(), "m", None, "m", "2026-01-01T00-00-00")
+    for run_files in (LmmsEvalRunFiles("t"), LmEvalRunFiles(lm_eval_run, "t")):
+        assert isinstance(run_files, RunFiles)
+    assert LmEvalRunFiles(lm_eval_run, "t").run_file(None, "plans") == Path.cwd() / "plans" / \
+        "2026-01-01T00-00-00_plans_t.jsonl"
 
 
-def test_hooks_read_of_their_task_only_what_the_contract_names():
-    """A benchmark's hooks reach their task through ``context.task`` (``contract.adapter.HarnessTask``): every
-    attribute they read of it is one the contract names."""
+def test_hooks_read_of_their_context_only_its_fields_and_of_its_run_files_only_the_contract():
+    """A benchmark's hooks get a ``TaskContext`` of values (no adapter): every attribute they read of it is one of its
+    fields, and of its ``run_files`` one ``contract.adapter.RunFiles`` names."""
     import ast
+    import dataclasses
 
-    from lmms_egoplan.contract.adapter import HarnessTask
+    from lmms_egoplan.contract.adapter import RunFiles
+    from lmms_egoplan.contract.benchmark import TaskContext
 
-    members = {name for name in vars(HarnessTask) if not name.startswith("_")} | set(HarnessTask.__annotations__)
+    fields = {field.name for field in dataclasses.fields(TaskContext)}
+    assert "task" not in fields
+    run_files = {name for name in vars(RunFiles) if not name.startswith("_")}
     package = Path(__file__).resolve().parents[2] / "lmms_egoplan"
     modules = [*package.glob("*/task.py"), *package.glob("*/text_baselines.py"), package / "harness" / "judged.py",
                package / "harness" / "failed_requests.py"]
-    read = set()
+    read_of_context, read_of_run_files = set(), set()
     for module in modules:
         for node in ast.walk(ast.parse(module.read_text())):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "task"
-                    and isinstance(node.value.value, ast.Name) and node.value.value.id == "context"):
-                read.add(node.attr)
-    assert read and read <= members, read - members
+            if not isinstance(node, ast.Attribute):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id == "context":
+                read_of_context.add(node.attr)
+            if isinstance(node.value, ast.Attribute) and node.value.attr == "run_files" or \
+                    isinstance(node.value, ast.Name) and node.value.id == "run_files":
+                read_of_run_files.add(node.attr)
+    assert read_of_context and read_of_context <= fields, read_of_context - fields
+    assert read_of_run_files and read_of_run_files <= run_files, read_of_run_files - run_files
 
 
 def test_no_benchmark_module_reads_a_private_attribute_it_does_not_set():

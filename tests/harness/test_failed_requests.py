@@ -84,7 +84,7 @@ def test_every_request_failing_leaves_no_score_only_the_count(probe):
 
 def test_a_predict_only_run_marks_and_counts_failed_requests_too(probe):
     probe.override_metric("bypass")
-    assert probe.predict_only and probe.setup.has_metric(FAILED_REQUESTS)
+    assert probe.predict_only and FAILED_REQUESTS in probe.aggregation() and FAILED_REQUESTS in probe.higher_is_better()
     _, samples = evaluate(probe, ["A", FAILED, "B"])
     assert samples[1] == {"bypass": {"failed_request": FAILED.split("\n")[0]}, FAILED_REQUESTS: 1.0}
     assert samples[0] == {"bypass": None, FAILED_REQUESTS: 0.0}

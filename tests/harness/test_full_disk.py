@@ -157,25 +157,21 @@ def test_a_results_or_samples_file_that_cannot_be_written_whole_fails_the_run_na
 
 def test_a_judged_task_whose_judge_cache_is_on_a_full_disk_stops_before_the_model_saying_so(small_disk, monkeypatch):
     """Not the judge server's settings to check, and not "move it away": the disk, and the setting to change."""
-    from types import SimpleNamespace
-
+    from lmms_egoplan.contract.benchmark import TaskContext
     from lmms_egoplan.core.settings import SettingsError
     from lmms_egoplan.egothink.benchmark import EGOTHINK
     from lmms_egoplan.egothink.task import DIMENSION
     from lmms_egoplan.harness.judged import Judging
-    from lmms_egoplan.harness.task_setup import TaskSetup
     from lmms_egoplan.judge.cache import JudgeCache
 
     disk = small_disk()
     JudgeCache(disk.path / "judge").close()
     disk.fill()
     monkeypatch.setattr(RUN, "answering_judges", {})
-    task = SimpleNamespace(config=SimpleNamespace(task="ego_think_counting", metadata={}))
-    task.setup = TaskSetup(task, EGOTHINK, DIMENSION, registered_aggregation=None)
-    task.setup.settings = EGOTHINK.settings(judge_base_url="http://127.0.0.1:9/v1", judge_api_key_env="",
-                                            judge_cache_dir=disk.path / "judge")
+    settings = EGOTHINK.settings(judge_base_url="http://127.0.0.1:9/v1", judge_api_key_env="",
+                                 judge_cache_dir=disk.path / "judge")
     with pytest.raises(SettingsError) as full:
-        Judging(task).check_answers()
+        Judging(EGOTHINK, DIMENSION, TaskContext("ego_think_counting", settings), metadata={}).check_answers()
     assert str(full.value).startswith(f"task ego_think_counting: the judge cache {disk.path / 'judge'}/"
                                       f"{JudgeCache.FILE_NAME} cannot store answers: the disk is full (")
     assert str(full.value).endswith("; judge_cache_dir is set by EGOTHINK_JUDGE_CACHE_DIR (metadata.judge_cache_dir)")

@@ -1,0 +1,168 @@
+"""Compile, don't patch: what both harness adapters (lmms-eval's ``lmms_eval_task.SuiteTask``, lm-eval's
+``lm_eval_task.SuiteBaseline``) do before the harness builds a task, written once. ``compile_task`` turns a benchmark,
+its task spec and the YAML's config into the whole config the harness's constructor takes, once: the settings
+resolved and recorded in its ``metadata``, the hooks with the task's ``TaskContext`` bound, and every metric with its
+aggregation, those the documents decide included. Both harnesses prepare a task's metrics before they ask for its
+data, so the documents are read here, after the judge's settings are checked, and handed over as the harness's
+dataset. It imports neither harness."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
+
+from lmms_egoplan.contract.adapter import RunFiles
+from lmms_egoplan.contract.benchmark import Benchmark, Configuration, Judged, LoadedDocs, Metric, TaskContext, TaskSpec
+from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.settings import resolve_settings
+from lmms_egoplan.core.statistics import largest
+
+if TYPE_CHECKING:
+    from lmms_egoplan.harness.judged import Judging
+
+# The metadata key lm-eval's task factory adds to every task it builds (lmms-eval adds none).
+LM_EVAL_CONFIG_SOURCE = "config_source"
+# Samples a loader skipped (``skip_missing``): a run-level number every document repeats.
+SKIPPED_SAMPLES = Metric("skipped_samples", largest, higher_is_better=False)
+
+
+@dataclass(frozen=True)
+class CompiledTask:
+    """A suite task, compiled: ``config`` is what the adapter hands the harness's constructor; the rest is what the
+    adapter keeps of it (``scoring``: ``process_results`` with the context bound, which ``--predict_only`` removes
+    from the harness's config; ``dataset``: the documents, a ``datasets.DatasetDict`` under ``split``)."""
+
+    config: dict[str, Any]
+    context: TaskContext
+    metrics: tuple[Metric, ...]
+    aggregations: Mapping[str, str | Callable]  # by metric name, as the config's metric_list holds them
+    scoring: Callable | None
+    split: str
+    dataset: Any
+    configuration: Configuration
+
+    @property
+    def settings(self) -> Any:
+        return self.context.settings
+
+    @property
+    def judging(self) -> Judging | None:
+        return self.context.judging
+
+    def has_metric(self, name: str) -> bool:
+        return name in self.aggregations
+
+    @property
+    def judged_metrics(self) -> list[str]:
+        """The metrics a judge scores (declared ``Judged``)."""
+        return [metric.name for metric in self.metrics if isinstance(metric.aggregation, Judged)]
+
+    def finished_scores(self, scores: dict, *, predict_only: bool) -> dict:
+        """A document's metric values as the task reports them: with the run's skipped samples (when the loader
+        skips any kind) and, in a judged task, each judged item carrying its judge."""
+        loaded = self.context.loaded
+        if not predict_only and loaded.skipped is not None:
+            scores = {**scores, SKIPPED_SAMPLES.name: float(len(loaded.skipped))}
+        return self.judging.with_judge(scores) if self.judging is not None else scores
+
+
+def compile_task(benchmark: Benchmark, spec: TaskSpec, yaml_config: Mapping[str, Any], *,
+                 run_files: Callable[[str], RunFiles], counted: Sequence[Metric] = (),
+                 foreign_keys: Collection[str] = frozenset(), kept_metadata: Collection[str] | None = None,
+                 record_judgements: Callable | None = None) -> CompiledTask:
+    """The task the YAML names, compiled, in the order a user sees its checks: its settings (``metadata`` keys
+    other than ``foreign_keys`` must be settings; the YAML's ``kept_metadata`` keys stay, all when None), the
+    spec's configuration, the judge's settings (a judged spec: ``harness.judged.Judging``, reporting its outcomes to
+    ``record_judgements``), the documents, then every metric: the spec's, the adapter's ``counted`` ones (those not
+    listed yet), ``skipped_samples`` where the loader skips, and those the documents decide."""
+    config = without_spec_keys(yaml_config, spec)
+    metadata = dict(config.get("metadata") or {})
+    settings = resolve_settings(benchmark.settings, task=config["task"], metadata=metadata,
+                                env_prefix=benchmark.entry.env_prefix, foreign_keys=frozenset(foreign_keys))
+    kept = metadata if kept_metadata is None else {key: metadata[key] for key in metadata.keys() & set(kept_metadata)}
+    config["metadata"] = {**kept, **jsonable_settings(settings)}
+    context = TaskContext(task_name=config["task"], settings=settings, run_files=run_files(config["task"]),
+                          dataset_name=config.get("dataset_name"))
+    configuration = spec.configure(context, config) if spec.configure is not None else Configuration()
+    if configuration.generation_kwargs:
+        config["generation_kwargs"] = {**(config.get("generation_kwargs") or {}), **configuration.generation_kwargs}
+    if spec.judged:
+        context.judging = judging(benchmark, spec, context, config["metadata"], record_judgements)
+        context.judging.check_settings()  # a run must not read data, let alone generate, with a judge that cannot work
+    if spec.run_state is not None:
+        context.state = spec.run_state(context)
+    split = config.get("test_split") or config.get("validation_split")
+    if split is None:
+        raise ValueError(f"task {context.task_name}: set test_split (or validation_split) in its YAML")
+    context.loaded = loaded = spec.load_docs(context)
+    if not loaded.docs:
+        raise ValueError(f"task {context.task_name}: the benchmark loader returned no samples")
+    if context.judging is not None:
+        context.judging.record_judge()
+    metrics = every_metric(spec, context, counted)
+    aggregations = {metric.name: aggregation(metric, context) for metric in metrics}
+    config["metric_list"] = [{"metric": metric.name, "aggregation": aggregations[metric.name],
+                              "higher_is_better": metric.higher_is_better} for metric in metrics]
+    scoring = functools.partial(spec.process_results, context=context) if spec.process_results is not None else None
+    config.update(spec.hooks, **({"process_results": scoring} if scoring is not None else {}))
+    return CompiledTask(config=config, context=context, metrics=metrics, aggregations=aggregations, scoring=scoring,
+                        split=split, dataset=as_dataset(split, loaded), configuration=configuration)
+
+
+def without_spec_keys(yaml_config: Mapping[str, Any], spec: TaskSpec) -> dict[str, Any]:
+    """The YAML's config without ``class``; a key the spec sets is an error (one place says what a task does)."""
+    config = {key: value for key, value in yaml_config.items() if key != "class"}
+    if doubled := [key for key in TaskSpec.KEYS if key in config]:
+        raise InputError(f"task {config['task']}: {', '.join(doubled)} come from its benchmark's task spec "
+                         f"({spec.doc_to_text.__module__}); remove them from its YAML")
+    return config
+
+
+def jsonable_settings(settings: Any) -> dict[str, Any]:
+    """The fields of a settings dataclass as a task config's ``metadata`` records them (JSON values)."""
+    return {key: str(value) if isinstance(value, Path) else value
+            for key, value in dataclasses.asdict(settings).items()}
+
+
+def judging(benchmark: Benchmark, spec: TaskSpec, context: TaskContext, metadata: dict,
+            record_judgements: Callable | None) -> Judging:
+    """A judged task's judge (loaded only for a judged spec), recording itself in the config's ``metadata``."""
+    from lmms_egoplan.harness.judged import Judging
+
+    return Judging(benchmark, spec, context, metadata, record_outcome=record_judgements)
+
+
+def every_metric(spec: TaskSpec, context: TaskContext, counted: Sequence[Metric]) -> tuple[Metric, ...]:
+    """Every metric the task reports, in the order the results list them."""
+    metrics = {metric.name: metric for metric in spec.metrics}
+    metrics.update((metric.name, metric) for metric in counted if metric.name not in metrics)
+    if context.loaded.skipped is not None:
+        metrics[SKIPPED_SAMPLES.name] = SKIPPED_SAMPLES
+    if spec.metrics_of_the_data is not None:
+        for metric in spec.metrics_of_the_data(context, context.loaded.docs):
+            metrics.setdefault(metric.name, metric)
+    return tuple(metrics.values())
+
+
+def aggregation(metric: Metric, context: TaskContext) -> str | Callable:
+    """``metric``'s aggregation as the harness's config holds it: a registered name (such as "mean") as it is, a
+    judged declaration (``contract.judged``) made the judge's aggregation (``harness.judged``, loaded only for a
+    judged metric), the context bound where the metric takes it."""
+    function = metric.aggregation
+    if isinstance(function, Judged):
+        from lmms_egoplan.harness.judged import JUDGED_AGGREGATIONS
+
+        function = JUDGED_AGGREGATIONS[function]
+    if metric.with_context and not isinstance(function, str):
+        return functools.partial(function, context=context)
+    return function
+
+
+def as_dataset(split: str, loaded: LoadedDocs) -> Any:
+    """The documents as the harness's ``datasets.DatasetDict``, under the split the YAML names."""
+    import datasets
+
+    return datasets.DatasetDict({split: datasets.Dataset.from_list(list(loaded.docs))})
