@@ -125,10 +125,12 @@ def lmms_eval_source(module: str, qualified_name: str) -> str:
     checks run while lmms-eval is still importing (entry points load then), so they import nothing."""
     import ast
 
+    from lmms_egoplan.core.python_source import parse_python
+
     path = importlib.util.find_spec(module).origin
     with open(path, encoding="utf-8") as file:
         text = file.read()
-    scope: list = ast.parse(text).body
+    scope: list = parse_python(text).body
     node = None
     for name in qualified_name.split("."):
         node = next(n for n in scope if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name)

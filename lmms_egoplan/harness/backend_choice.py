@@ -12,6 +12,7 @@ from loguru import logger
 
 from lmms_egoplan.compat.durability import missing_dependency_hint
 from lmms_egoplan.compat.switches import BACKEND_CHOSEN, switch_on
+from lmms_egoplan.core.python_source import parse_python
 from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.harness import backend_source
 
@@ -115,7 +116,6 @@ def computes_loglikelihood(model_class: type) -> bool:
     """Whether a backend class (imported) implements ``loglikelihood``: lmms-eval's backends without it keep the
     method with a body that only raises, asserts False or passes (e.g. ``Qwen2_VL``, ``VLLM``); the same
     read of a class's source before its import: ``backend_source.computes_loglikelihood``."""
-    import ast
     import inspect
     import textwrap
 
@@ -123,7 +123,7 @@ def computes_loglikelihood(model_class: type) -> bool:
     if method is None or getattr(method, "__isabstractmethod__", False):
         return False
     try:
-        definition = ast.parse(textwrap.dedent(inspect.getsource(method))).body[0]
+        definition = parse_python(textwrap.dedent(inspect.getsource(method))).body[0]
     except (OSError, TypeError, SyntaxError):  # no source to read: trust the class
         return True
     return not backend_source.refuses_every_call(definition)

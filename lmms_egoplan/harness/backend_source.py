@@ -14,6 +14,8 @@ import importlib.util
 from dataclasses import dataclass
 from functools import lru_cache
 
+from lmms_egoplan.core.python_source import parse_python
+
 # Base classes followed through their modules' imports, at most this deep (lmms-eval's chain is 2 or 3).
 _MOST_BASES = 6
 
@@ -126,7 +128,7 @@ def source_class(class_path: str) -> SourceClass | None:
     try:
         spec = importlib.util.find_spec(module)
         with open(spec.origin, encoding="utf-8") as file:  # ty: spec None -> AttributeError below
-            tree = ast.parse(file.read())
+            tree = parse_python(file.read())
     except (ImportError, ValueError, AttributeError, TypeError, OSError, SyntaxError):
         return None
     for statement in tree.body:
