@@ -38,7 +38,6 @@ class CompiledTask:
     config: dict[str, Any]
     context: TaskContext
     metrics: tuple[Metric, ...]
-    aggregations: Mapping[str, str | Callable]  # by metric name, as the config's metric_list holds them
     scoring: Callable | None
     split: str
     dataset: Any
@@ -52,8 +51,10 @@ class CompiledTask:
     def judging(self) -> Judging | None:
         return self.context.judging
 
-    def has_metric(self, name: str) -> bool:
-        return name in self.aggregations
+    @property
+    def aggregations(self) -> dict[str, str | Callable]:
+        """Each metric's aggregation by its name, as the config's ``metric_list`` holds them."""
+        return {entry["metric"]: entry["aggregation"] for entry in self.config["metric_list"]}
 
     @property
     def judged_metrics(self) -> list[str]:
@@ -103,13 +104,12 @@ def compile_task(benchmark: Benchmark, spec: TaskSpec, yaml_config: Mapping[str,
     if context.judging is not None:
         context.judging.record_judge()
     metrics = every_metric(spec, context, counted)
-    aggregations = {metric.name: aggregation(metric, context) for metric in metrics}
-    config["metric_list"] = [{"metric": metric.name, "aggregation": aggregations[metric.name],
+    config["metric_list"] = [{"metric": metric.name, "aggregation": aggregation(metric, context),
                               "higher_is_better": metric.higher_is_better} for metric in metrics]
     scoring = functools.partial(spec.process_results, context=context) if spec.process_results is not None else None
     config.update(spec.hooks, **({"process_results": scoring} if scoring is not None else {}))
-    return CompiledTask(config=config, context=context, metrics=metrics, aggregations=aggregations, scoring=scoring,
-                        split=split, dataset=as_dataset(split, loaded), configuration=configuration)
+    return CompiledTask(config=config, context=context, metrics=metrics, scoring=scoring, split=split,
+                        dataset=as_dataset(split, loaded), configuration=configuration)
 
 
 def without_spec_keys(yaml_config: Mapping[str, Any], spec: TaskSpec) -> dict[str, Any]:
