@@ -1,14 +1,17 @@
-"""lmms-eval's Qwen backends with the loglikelihood of pull request 25 (docs/upstream/25-qwen-vl-loglikelihood.md)
-against the suite's egoplan_hf on the same EgoPlan questions: the same choice on (at least 99 % of) the questions,
-each candidate's loss, and each backend's questions per second.
+"""lmms-eval's Qwen backends with the loglikelihood of pull request 25 (docs/upstream/25-qwen-vl-loglikelihood.md),
+which shares a question's prompt and images across its candidates (one forward pass over them, then every candidate
+on its KV cache), against the naive method, one forward pass over the whole conversation per candidate (the same
+rendering and scored tokens, the patch's helpers; its path before prefix sharing), and against the suite's
+egoplan_hf, on the same EgoPlan questions: the same choice on (at least 99 % of) the questions, each candidate's
+loss, and each method's questions per second, with the ratios.
 
 A scratch copy of the installed lmms-eval gets patches 01 and 25 (never the environment's own); this script then runs
 itself again importing it. Both backends load the same checkpoint as lmms-eval's backend loads it (its dtype: bfloat16
 for Qwen2.5-VL and Qwen3-VL), lmms-eval's with the checkpoint's own pixel bounds, egoplan_hf with lmms-eval's system
 prompt; both score the questions egoplan_val sends (the release's question, 4 candidate actions, 8 frames as images,
 plus the observation image at the realistic shapes), egoplan_hf over the answer and the end-of-turn token as
-lmms-eval's Qwen backends score it, with its prefix sharing (the suite's default). Rounds alternate between the two
-backends; the median round counts. Exit status 1 when fewer than 99 % of the questions get the same choice.
+lmms-eval's Qwen backends score it, with its prefix sharing (the suite's default). Rounds alternate between the three
+methods; the median round counts. Exit status 1 when fewer than 99 % of the questions get the same choice.
 
 Shapes are bench_loglikelihood.py's (random weights, nothing downloaded). The 7B shape needs a GPU; without CUDA it
 is skipped (exit status 0, a line saying so):
@@ -40,6 +43,7 @@ BACKENDS = {"qwen2_vl": ("lmms_eval.models.simple.qwen2_vl", "Qwen2_VL", "auto")
             "qwen3_vl": ("lmms_eval.models.simple.qwen3_vl", "Qwen3_VL", "bfloat16")}
 SHAPE_ARCH = {"qwen2-vl-7b": "qwen2_vl", "qwen2.5-vl-7b": "qwen2_5_vl"}
 SAME_CHOICE_NEEDED = 0.99
+NAIVE = "one pass per candidate"
 
 
 def arguments() -> argparse.Namespace:
@@ -49,7 +53,7 @@ def arguments() -> argparse.Namespace:
                         help="tiny shape: the architecture, or all three in turn")
     parser.add_argument("--layers", type=int, help="decoder layers (bench_loglikelihood.py's meaning)")
     parser.add_argument("--questions", type=int, default=8, help="questions per round")
-    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per backend (alternating)")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per method (alternating)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "lmms_egoplan_bench_checkpoints"))
     parser.add_argument("--json", help="also write each architecture's figures to this file")
@@ -130,29 +134,57 @@ def compare_arch(args: argparse.Namespace, arch: str) -> dict:
     for backend in (theirs, ours):
         backend.task_dict = {TASK: {SPLIT: docs}}
     print(f"model: {args.shape} {arch} {pretrained}, device {args.device}, {theirs.model.dtype}; "
-          f"{args.questions} questions x 4 candidates per round, {args.rounds} rounds per backend")
-    seconds, values = {"lmms-eval": [], "egoplan_hf": []}, {}
+          f"{args.questions} questions x 4 candidates per round, {args.rounds} rounds per method")
+    methods = {"lmms-eval": theirs.loglikelihood, NAIVE: lambda found: one_pass_per_candidate(theirs, found),
+               "egoplan_hf": ours.loglikelihood}
+    seconds, values = {name: [] for name in methods}, {}
     for _ in range(args.rounds):
-        for name, backend in (("lmms-eval", theirs), ("egoplan_hf", ours)):
+        for name, score in methods.items():
             started = time.perf_counter()
-            values[name] = backend.loglikelihood(requests)
+            values[name] = score(requests)
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
             seconds[name].append(time.perf_counter() - started)
     choices = {name: [int(np.argmin([loss for loss, _ in found[q:q + 4]])) for q in range(0, len(found), 4)]
                for name, found in values.items()}
-    same = np.mean([a == b for a, b in zip(choices["lmms-eval"], choices["egoplan_hf"])])
-    difference = max(abs(a[0] - b[0]) for a, b in zip(values["lmms-eval"], values["egoplan_hf"]))
+    same = min(np.mean([a == b for a, b in zip(choices["lmms-eval"], found)]) for found in choices.values())
+    difference = max(abs(a[0] - b[0]) for found in values.values() for a, b in zip(values["lmms-eval"], found))
     rates = {name: args.questions / statistics.median(times) for name, times in seconds.items()}
     for name, rate in rates.items():
-        print(f"{name:<10} questions/s {rate:8.3f}")
+        print(f"{name:<24} questions/s {rate:8.3f}")
+    print(f"lmms-eval prefix sharing / {NAIVE} = {rates['lmms-eval'] / rates[NAIVE]:.2f}x")
     print(f"egoplan_hf / lmms-eval = {rates['egoplan_hf'] / rates['lmms-eval']:.2f}x")
-    print(f"same choice on {same:.1%} of {len(choices['lmms-eval'])} questions (needed: {SAME_CHOICE_NEEDED:.0%}); "
-          f"max |loss difference| {difference:.2e}")
+    print(f"same choice on {same:.1%} of {len(choices['lmms-eval'])} questions, all three methods "
+          f"(needed: {SAME_CHOICE_NEEDED:.0%}); max |loss difference| {difference:.2e}")
     return {"arch": arch, "dtype": str(theirs.model.dtype).removeprefix("torch."),
             "questions": len(choices["lmms-eval"]), "same_choice": float(same),
             "max_loss_difference": float(difference), "questions_per_second": rates,
-            "ratio": rates["egoplan_hf"] / rates["lmms-eval"]}
+            "ratio": rates["egoplan_hf"] / rates["lmms-eval"],
+            "prefix_sharing_ratio": rates["lmms-eval"] / rates[NAIVE]}
+
+
+def one_pass_per_candidate(lm, requests: list) -> list[tuple[float, bool]]:
+    """The naive method: each request's whole conversation (prompt, images, answer, end-of-turn token) in one forward
+    pass, the tokens and conversation the patch's chat_loglikelihood scores, rendered by its own helpers."""
+    import torch
+    from lmms_eval.models.model_utils.chat_loglikelihood import answer_ids, render_answer_turn
+
+    results = []
+    with torch.inference_mode():
+        for context, continuation, doc_to_visual, doc_id, task, split in (request.args for request in requests):
+            images = list(doc_to_visual(lm.task_dict[task][split][doc_id]) or [])
+            content = [{"type": "image", "image": image} for image in images] + [{"type": "text", "text": context}]
+            messages = lm._apply_system_prompt([{"role": "user", "content": content}], lm.system_prompt)
+            answer = continuation.lstrip()
+            prompt, end_of_turn = render_answer_turn(lm.processor, messages, answer)
+            scored = answer_ids(lm.processor.tokenizer, prompt, answer, end_of_turn)
+            inputs = lm.processor(text=[prompt + answer + end_of_turn], images=images or None,
+                                  return_tensors="pt").to(lm.device)
+            logits = lm.model(**inputs, logits_to_keep=len(scored) + 1).logits[0, :-1].float()
+            targets = inputs["input_ids"][0, -len(scored):]
+            nll = -torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None])[:, 0]
+            results.append((float(nll.mean()), bool((logits.argmax(-1) == targets).all())))
+    return results
 
 
 def untagged_visuals(doc: dict) -> list:

@@ -1,8 +1,9 @@
-"""Issue 55's GPU check: lmms-eval's qwen2_5_vl with the loglikelihood of pull request 25 (a patched scratch copy)
-against the suite's egoplan_hf at Qwen2.5-VL-7B's published shape (random weights, bfloat16, all 28 layers;
-speed/bench_qwen_loglikelihood.py): the same choice on at least 99 % of the questions, and each one's questions per
-second. At the smallest setting (the fast tier, on the CPU) it compares the three tiny Qwen checkpoints, Qwen2-VL,
-Qwen2.5-VL and Qwen3-VL, on lmms-eval's three patched backends."""
+"""Issue 55's GPU check: lmms-eval's qwen2_5_vl with the loglikelihood of pull request 25 (a patched scratch copy,
+sharing a question's prompt across its candidates; also timed one pass per candidate) against the suite's egoplan_hf
+at Qwen2.5-VL-7B's published shape (random weights, bfloat16, all 28 layers; speed/bench_qwen_loglikelihood.py):
+the same choice on at least 99 % of the questions, and each one's questions per second. At the smallest setting (the
+fast tier, on the CPU) it compares the three tiny Qwen checkpoints, Qwen2-VL, Qwen2.5-VL and Qwen3-VL, on lmms-eval's
+three patched backends."""
 
 SAME_CHOICE_NEEDED = 0.99
 
@@ -17,6 +18,7 @@ def test_lmms_evals_patched_qwen_likelihood_chooses_as_egoplan_hf_at_the_qwen2_5
         gpu_check.record("patched lmms-eval Qwen likelihood (bench_qwen_loglikelihood.py)",
                          f"{f['shape']} {found['arch']}, {found['dtype']}, {found['questions']} questions",
                          result=f"same choice on {found['same_choice']:.1%}; max |loss difference| "
-                                f"{found['max_loss_difference']:.2e}; {rates['lmms-eval']:.2f} questions/s lmms-eval, "
+                                f"{found['max_loss_difference']:.2e}; {rates['lmms-eval']:.2f} questions/s lmms-eval "
+                                f"({found['prefix_sharing_ratio']:.2f}x its one pass per candidate), "
                                 f"{rates['egoplan_hf']:.2f} egoplan_hf ({found['ratio']:.2f}x)", **found)
     assert all(found["same_choice"] >= SAME_CHOICE_NEEDED for found in f["architectures"])
