@@ -42,6 +42,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -1060,6 +1061,25 @@ def egothink_samples(task: str) -> Callable[[list[dict], SideRun], list[dict]]:
     return view
 
 
+# lmms-eval's egothink reads its Hub dataset only (no variable changes the data): a comparison on a copy of it points
+# the scratch copy's YAML at the copy the suite reads (the harness's own variables, which no task reads).
+DATASET_COPY, DATASET_COPY_REVISION = "EQUIVALENCE_DATASET_COPY", "EQUIVALENCE_DATASET_COPY_REVISION"
+
+
+def dataset_copy(template: str) -> Callable[[Path, Mapping[str, str]], None]:
+    """A preparation: the scratch copy's ``template`` (a path in it) names the dataset copy DATASET_COPY names (and
+    its revision) instead of the Hub dataset, when set."""
+    def prepare(scratch: Path, environment: Mapping[str, str]) -> None:
+        if not environment.get(DATASET_COPY):
+            return
+        path, revision = scratch / template, environment.get(DATASET_COPY_REVISION)
+        text = re.sub(r"(?m)^dataset_path: .*$", f"dataset_path: {environment[DATASET_COPY]}", path.read_text())
+        if revision:
+            text = text.replace("dataset_kwargs:\n", f"dataset_kwargs:\n  revision: {revision}\n")
+        path.write_text(text)
+    return prepare
+
+
 # EgoThink (PR f, 30; its judge code is 24's): the paper's prompts, greedy decoding, Table 7's judge through llm_judge,
 # the dimensions, the six capabilities and the 12-dimension Average as groups.
 def _egothink() -> Benchmark:
@@ -1071,12 +1091,17 @@ def _egothink() -> Benchmark:
                        "stored once in its image cache), which lmms-eval logs as input_media; lmms-eval's task holds "
                        "the dataset's decoded images, which it does not log; the images themselves are compared pixel "
                        "for pixel in the requests", ("sample:input_media",))
+    rating_rule = Difference("the authors' rating rule", "lmms-eval's egothink (24) reads a rating as the authors' "
+                             "common.py does: the judge asked again, up to 3 times, until its output holds [[x]] (or "
+                             "[x]), any number taken; the suite asks once and takes only the prompt's 0, 0.5 or 1 (any "
+                             "other is a failed judgement, never scored); a judge that rates on the scale scores alike",
+                             ())
     dimensions = [name for names in CAPABILITIES.values() for name in names]
     groups = [("egothink_paper", "ego_think"), *((f"egothink_paper_capability_{capability}",
                                                  f"ego_think_capability_{capability}") for capability in CAPABILITIES)]
     return Benchmark(
         name="egothink", patches=("24-egothink-llm-judge.patch", "30-egothink-paper-protocol.patch"), capture="chat",
-        tasks=(*(TaskPair(f"egothink_paper_{name}", f"ego_think_{name}", differences=(bookkeeping, media),
+        tasks=(*(TaskPair(f"egothink_paper_{name}", f"ego_think_{name}", differences=(bookkeeping, media, rating_rule),
                           sample_view=egothink_samples(f"ego_think_{name}"), named=False) for name in dimensions),
                *(TaskPair(upstream, suite, differences=(bookkeeping,), group=True, named=upstream == "egothink_paper")
                  for upstream, suite in groups)),
@@ -1087,9 +1112,10 @@ def _egothink() -> Benchmark:
                       "judge_revision", "judge_api_key_env", "judge_api_version", "judge_concurrency", "judge_timeout",
                       "judge_retries", "judge_backoff", "judge_cache_dir", "judge_preflight",
                       "judge_failed_exit_status"),
-            upstream_variables={"hub_repo": "EGOTHINK_PAPER_DATASET", "hub_revision": "EGOTHINK_PAPER_REVISION",
+            upstream_variables={"hub_repo": DATASET_COPY, "hub_revision": DATASET_COPY_REVISION,
                                 "judge_model": "MODEL_VERSION"},
-            judge=JudgeRoute("judge_base_url", "EGOTHINK_API_URL")))
+            judge=JudgeRoute("judge_base_url", "EGOTHINK_API_URL")),
+        prepare=(dataset_copy("lmms_eval/tasks/egothink/_default_template_yaml"),))
 
 
 declare(_egothink())

@@ -172,10 +172,11 @@ def test_egoplan_by_likelihood_scores_every_candidate_alike_and_writes_the_same_
 
 
 def test_egothink_paper_is_judged_alike_and_the_withheld_ratings_fail_the_same_answers_on_both_sides(compared):
-    """The judge received the same 24 prompts from both sides, each once; the 4 ratings it withheld (the answers whose
-    reference is "Yes.") are failed judgements on both, left out of the scores; the groups agree."""
+    """The judge received the same 24 prompts from both sides (lmms-eval's asking the 4 it gave no rating again, 3 times
+    each, as the authors' code does: 20 + 4 x 3 requests); the 4 ratings it withheld (the answers whose reference is
+    "Yes.") are failed judgements on both, left out of the scores; the groups agree."""
     run = compared("egothink")
-    assert "judge (EGOTHINK): the same 24 distinct prompts on both sides (lmms-eval's llm_judge sent 24" in run.printed
+    assert "judge (EGOTHINK): the same 24 distinct prompts on both sides (lmms-eval's llm_judge sent 32" in run.printed
     for value in ("aggregates equal: failed 4, judged 20, score 47.9167", "failed 1, judged 1, score 0",
                   "failed 2, judged 2, score 25"):
         assert value in run.printed, (value, run.printed)
