@@ -42,6 +42,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -970,10 +971,13 @@ declare(_egoplan_bench2())
 
 def converted(script: str, variable: str) -> Callable[[Path, Mapping[str, str]], None]:
     """A preparation: lmms-eval's converter ``script`` (a path in the patched copy) writes the task's data file from
-    the release the variable ``variable`` names, as the task's README tells a user to."""
+    the release the variable ``variable`` names into the folder lmms-eval's side runs in, as the task's README tells a
+    user to (never into the package)."""
     def prepare(scratch: Path, environment: Mapping[str, str]) -> None:
+        run_folder = scratch.parent / UPSTREAM
+        run_folder.mkdir(parents=True, exist_ok=True)
         completed = subprocess.run([sys.executable, str(scratch / script), environment[variable]],
-                                   env=dict(environment), capture_output=True, text=True, cwd=scratch)
+                                   env=dict(environment), capture_output=True, text=True, cwd=run_folder)
         if completed.returncode != 0:
             raise EquivalenceError(f"{script} could not convert {environment[variable]}: "
                                    f"{(completed.stderr or completed.stdout)[-3000:]}")
@@ -994,57 +998,6 @@ def judged_ratings(item: dict, ratings: Mapping[str, float | None]) -> dict[str,
     """A suite judge item's ratings by part: a fixed rating (a missing field), else its judgement's (None: failed)."""
     return {name: part["fixed_rating"] if "fixed_rating" in part else ratings[part["judge_request_id"]]
             for name, part in item["judge_parts"].items()}
-
-
-def egointent_samples(samples: list[dict], side: SideRun) -> list[dict]:
-    """Each step's judged values as ratings: the suite logs judge items (the requests; their ratings are in its audit
-    trail), lmms-eval's task the ratings (``overall``, ``indoor`` / ``outdoor`` and ``scenario``: the step's three;
-    a field metric: its own; lmms-eval's ``scenario`` is regrouped before, as the suite's ``scenario_<name>``);
-    judged / failed as counts."""
-    from lmms_egoplan.judge.rubrics import is_judge_parts_item
-
-    if side.side == UPSTREAM:
-        return [{name: value["ratings"] if isinstance(value, dict) and "ratings" in value else value
-                 for name, value in sample.items()} for sample in samples]
-    ratings, viewed = audit_ratings(side.run, "egointent"), []
-    for sample in samples:
-        view = {}
-        for name, value in sample.items():
-            if not is_judge_parts_item(value):
-                view[name] = value
-                continue
-            rated = judged_ratings(value, ratings)
-            asked = [rated[part] for part, item in value["judge_parts"].items() if "judge_request_id" in item]
-            counts = {"judged": sum(rating is not None for rating in asked), "failed": asked.count(None)}
-            view[name] = counts.get(name, rated[name] if list(rated) == [name] else rated)
-        viewed.append(view)
-    return viewed
-
-
-# EgoIntent (PR g, 31): the release's steps, the authors' prompts, 6 FPS clips, the judge per field (llm_judge).
-def _egointent() -> Benchmark:
-    from lmms_egoplan.egointent.data import ENV_PREFIX, scenario_metric
-    from lmms_egoplan.egointent.protocol import EgoIntentSettings
-
-    return Benchmark(
-        name="egointent", patches=("31-egointent-task.patch",), capture="chat",
-        tasks=(TaskPair("egointent", "egointent", sample_view=egointent_samples, regrouped=(Regrouped(
-                            "scenario", "scenario", "ratings", "the data's scenarios (the release's scene folders) in "
-                            "one metric of lmms-eval's fixed metric list, its aggregate a mapping of each scenario to "
-                            "its overall score; the suite adds a metric per scenario it finds", scenario_metric),),
-                        differences=(suite_bookkeeping("failed_requests", "skipped_samples"),)),),
-        settings=SuiteSettings(
-            EgoIntentSettings, ENV_PREFIX, "tasks/egointent/egointent.yaml",
-            shared=("annotations", "max_frames", "judge_model"),
-            unscored=("data_layout", "allow_paths_outside_root", "skip_missing", "video_input", "judge_revision",
-                      "judge_api_key_env", "judge_api_version", "judge_concurrency", "judge_timeout", "judge_retries",
-                      "judge_backoff", "judge_cache_dir", "judge_preflight", "judge_failed_exit_status"),
-            upstream_values={"max_frames": lambda value: "none" if value is None else str(value)},
-            judge=JudgeRoute("judge_base_url", "OPENAI_API_URL")),
-        prepare=(converted("lmms_eval/tasks/egointent/egointent_to_jsonl.py", "EGOINTENT_ANNOTATIONS"),))
-
-
-declare(_egointent())
 
 
 def actplan_samples(samples: list[dict], side: SideRun) -> list[dict]:
@@ -1108,6 +1061,25 @@ def egothink_samples(task: str) -> Callable[[list[dict], SideRun], list[dict]]:
     return view
 
 
+# lmms-eval's egothink reads its Hub dataset only (no variable changes the data): a comparison on a copy of it points
+# the scratch copy's YAML at the copy the suite reads (the harness's own variables, which no task reads).
+DATASET_COPY, DATASET_COPY_REVISION = "EQUIVALENCE_DATASET_COPY", "EQUIVALENCE_DATASET_COPY_REVISION"
+
+
+def dataset_copy(template: str) -> Callable[[Path, Mapping[str, str]], None]:
+    """A preparation: the scratch copy's ``template`` (a path in it) names the dataset copy DATASET_COPY names (and
+    its revision) instead of the Hub dataset, when set."""
+    def prepare(scratch: Path, environment: Mapping[str, str]) -> None:
+        if not environment.get(DATASET_COPY):
+            return
+        path, revision = scratch / template, environment.get(DATASET_COPY_REVISION)
+        text = re.sub(r"(?m)^dataset_path: .*$", f"dataset_path: {environment[DATASET_COPY]}", path.read_text())
+        if revision:
+            text = text.replace("dataset_kwargs:\n", f"dataset_kwargs:\n  revision: {revision}\n")
+        path.write_text(text)
+    return prepare
+
+
 # EgoThink (PR f, 30; its judge code is 24's): the paper's prompts, greedy decoding, Table 7's judge through llm_judge,
 # the dimensions, the six capabilities and the 12-dimension Average as groups.
 def _egothink() -> Benchmark:
@@ -1119,12 +1091,17 @@ def _egothink() -> Benchmark:
                        "stored once in its image cache), which lmms-eval logs as input_media; lmms-eval's task holds "
                        "the dataset's decoded images, which it does not log; the images themselves are compared pixel "
                        "for pixel in the requests", ("sample:input_media",))
+    rating_rule = Difference("the authors' rating rule", "lmms-eval's egothink (24) reads a rating as the authors' "
+                             "common.py does: the judge asked again, up to 3 times, until its output holds [[x]] (or "
+                             "[x]), any number taken; the suite asks once and takes only the prompt's 0, 0.5 or 1 (any "
+                             "other is a failed judgement, never scored); a judge that rates on the scale scores alike",
+                             ())
     dimensions = [name for names in CAPABILITIES.values() for name in names]
     groups = [("egothink_paper", "ego_think"), *((f"egothink_paper_capability_{capability}",
                                                  f"ego_think_capability_{capability}") for capability in CAPABILITIES)]
     return Benchmark(
         name="egothink", patches=("24-egothink-llm-judge.patch", "30-egothink-paper-protocol.patch"), capture="chat",
-        tasks=(*(TaskPair(f"egothink_paper_{name}", f"ego_think_{name}", differences=(bookkeeping, media),
+        tasks=(*(TaskPair(f"egothink_paper_{name}", f"ego_think_{name}", differences=(bookkeeping, media, rating_rule),
                           sample_view=egothink_samples(f"ego_think_{name}"), named=False) for name in dimensions),
                *(TaskPair(upstream, suite, differences=(bookkeeping,), group=True, named=upstream == "egothink_paper")
                  for upstream, suite in groups)),
@@ -1135,35 +1112,36 @@ def _egothink() -> Benchmark:
                       "judge_revision", "judge_api_key_env", "judge_api_version", "judge_concurrency", "judge_timeout",
                       "judge_retries", "judge_backoff", "judge_cache_dir", "judge_preflight",
                       "judge_failed_exit_status"),
-            upstream_variables={"hub_repo": "EGOTHINK_PAPER_DATASET", "hub_revision": "EGOTHINK_PAPER_REVISION",
+            upstream_variables={"hub_repo": DATASET_COPY, "hub_revision": DATASET_COPY_REVISION,
                                 "judge_model": "MODEL_VERSION"},
-            judge=JudgeRoute("judge_base_url", "OPENAI_API_URL")))
+            judge=JudgeRoute("judge_base_url", "EGOTHINK_API_URL")),
+        prepare=(dataset_copy("lmms_eval/tasks/egothink/_default_template_yaml"),))
 
 
 declare(_egothink())
 
 
-# ActPlan-1K (PR h, 32): the release converted, the action(object) parser, LCS at 0.8, BLEURT with a checkpoint.
+# ActPlan-1K (PR h, 32): the release converted, the action(object) parser, LCS at 0.8, BLEURT with a checkpoint (its
+# *_bleurt variants; the suite's actplan1k reports BLEURT whenever its checkpoint is set).
 def _actplan() -> Benchmark:
     from lmms_egoplan.actplan.data import ENV_PREFIX
     from lmms_egoplan.actplan.settings import ActPlanSettings
-    from lmms_egoplan.core.embeddings import default_sentence_model
 
     bookkeeping = suite_bookkeeping("failed_requests")
     media = Difference("media logged as the data names them", "lmms-eval logs the image paths of each doc "
                        "(input_media) as the doc holds them: the converter's, relative to the release folder "
                        "(ACTPLAN_DATA_ROOT), the suite's absolute; the images themselves are compared pixel for pixel "
                        "in the requests", ("sample:input_media",))
+    # The embedding model is lmms-eval's task metadata (all-MiniLM-L6-v2, the suite's default): not a shared setting.
     return Benchmark(
         name="actplan1k", patches=("32-actplan1k-tasks.patch",), capture="chat",
-        tasks=tuple(TaskPair(task, task, sample_view=actplan_samples, differences=(bookkeeping, media))
+        tasks=tuple(TaskPair(f"{task}_bleurt", task, sample_view=actplan_samples, differences=(bookkeeping, media))
                     for task in ("actplan1k", "actplan1k_text_only")),
         settings=SuiteSettings(
             ActPlanSettings, ENV_PREFIX, "tasks/actplan/_default_template_yaml",
-            shared=("data_root", "embedding_model", "bleurt_checkpoint", "bleurt_base"),
+            shared=("data_root", "bleurt_checkpoint", "bleurt_base"),
             unscored=("embedding_batch_size", "bleurt_batch_size", "images_decoded_at_load",
-                      "allow_paths_outside_root"),
-            upstream_values={"embedding_model": lambda value: value or default_sentence_model()}),
+                      "allow_paths_outside_root")),
         prepare=(converted("lmms_eval/tasks/actplan1k/actplan1k_to_jsonl.py", "ACTPLAN_DATA_ROOT"),))
 
 

@@ -19,7 +19,7 @@ from lmms_egoplan.core.embeddings import default_sentence_model
 from lmms_egoplan.demo.actplan import model_output, vlm_plan, write_release_dataset
 from tests.actplan import test_protocol as suite_tests
 from tests.e2e.planned_equivalence import calibration, release_checkpoint
-from tests.e2e.upstream_patches import PATCHES
+from tests.e2e.upstream_patches import PATCHES, added_file
 from tests.kit.upstream_module import added_module
 
 PATCH = PATCHES / "32-actplan1k-tasks.patch"
@@ -28,6 +28,8 @@ PATCH = PATCHES / "32-actplan1k-tasks.patch"
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory):
     folder = tmp_path_factory.mktemp("upstream")
+    template = "_default_template_yaml"  # utils reads the embedding model from it, beside itself
+    (folder / template).write_text(added_file(PATCH, f"lmms_eval/tasks/actplan1k/{template}"))
     utils = added_module(PATCH, "lmms_eval/tasks/actplan1k/utils.py", folder)
     utils.EMBEDDING_MODEL = default_sentence_model()  # all-MiniLM-L6-v2, offline (the task's default: the Hub's)
     return utils, added_module(PATCH, "lmms_eval/tasks/actplan1k/actplan1k_to_jsonl.py", folder)
@@ -71,7 +73,7 @@ def test_it_parses_plans_and_gold_plans_as_the_suite(upstream, release):
 def scored_plan(utils, row: dict, doc: dict, rng: random.Random) -> tuple[str, dict]:
     """A model-like plan for the instance (the gold plan with errors, in free-form text) and the task's values."""
     output = model_output(vlm_plan(doc["gold_plans"][0], rng, rng.choice((0.0, 0.5, 1.0))), rng)
-    return output, utils.actplan1k_process_results(row, [output])
+    return output, utils.actplan1k_process_results_bleurt(row, [output])
 
 
 def test_it_scores_plans_with_the_suites_lcs_and_classifier_verdicts(upstream, tmp_path, monkeypatch):

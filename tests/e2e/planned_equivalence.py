@@ -1,74 +1,24 @@
-"""EgoThink (patches 24 and 30), EgoIntent (patch 31) and ActPlan-1K (patch 32) on the demo's data, for
-tests/e2e/test_upstream_equivalence.py: one run of the real CLI per side carries egointent, actplan1k and
-actplan1k_text_only. A scripted model answers through lmms-eval's ``openai`` backend (EgoIntent's steps told apart by
-the frames they show: the authors' prompt names no step; ActPlan-1K's instances by their task descriptions); a
-loopback judge rates EgoIntent's fields by the same script and gives no rating to those whose reference mentions a
-jar, so that both sides must fail the same judgements; a BLEURT classifier in the release's checkpoint format judges
-some plans correct and others not. EgoThink runs alone (its own run per side): the demo's Hub-shaped copy, the
-scripted answers and ratings, a judge withholding the ratings of the answers whose reference is
-EGOTHINK_FAILED_REFERENCE."""
+"""EgoThink (patches 24 and 30) and ActPlan-1K (patch 32) on the demo's data, for
+tests/e2e/test_upstream_equivalence.py. ActPlan-1K: one run of the real CLI per side carries actplan1k and
+actplan1k_text_only; a scripted model answers through lmms-eval's ``openai`` backend (the instances told apart by
+their task descriptions) and a BLEURT classifier in the release's checkpoint format judges some plans correct and
+others not. EgoThink: the demo's Hub-shaped copy, the scripted answers and ratings, a judge withholding the ratings of
+the answers whose reference is EGOTHINK_FAILED_REFERENCE."""
 
 from __future__ import annotations
 
-import base64
-import io
 from contextlib import ExitStack
 from pathlib import Path
 
 import torch
-from PIL import Image
 
 from lmms_egoplan.actplan.classifier import load_classifier
-from lmms_egoplan.demo import actplan, egointent, egothink
+from lmms_egoplan.core.embeddings import default_sentence_model
+from lmms_egoplan.demo import actplan, egothink
 from lmms_egoplan.demo.kit.judge_server import ChatCall, ChatServer, Reply
-from lmms_egoplan.demo.kit.media import read_index
 from lmms_egoplan.demo.kit.scripted import MODEL_NAME, ScriptedAnswers, answering, rating_by_script
-from lmms_egoplan.egointent.data import RELEASE, load_samples
-from lmms_egoplan.egointent.protocol import EgoIntentSettings
 
 EGOTHINK_FAILED_REFERENCE = "Yes."  # the reference of 4 of the demo's 24 questions, in 4 dimensions
-FAILED_REFERENCE_WORD = "jar"  # the scripted judge gives no rating to the fields whose reference holds it
-
-
-def answers_by_frames(release) -> dict[tuple[int, int], str]:
-    """EgoIntent's scripted answers (``demo.egointent.SCRIPTED_STEPS``) by the first and last frame each step shows
-    (frames show their number in the source video)."""
-    steps = {step.sample_id: step for step in egointent.released_steps()}
-    by_frames = {}
-    for number, doc in enumerate(load_samples(EgoIntentSettings(annotations=release)).docs):
-        step = steps[doc["step_id"]]
-        form, kinds = egointent.SCRIPTED_STEPS[number % len(egointent.SCRIPTED_STEPS)]
-        fields = {name: egointent.field_answer(step.record[RELEASE.references[name]], kind)
-                  for name, kind in zip(egointent.FIELDS, kinds) if kind}
-        shown = (step.first_frame + doc["frame_indices"][0], step.first_frame + doc["frame_indices"][-1])
-        by_frames[shown] = egointent.scripted_text(form, fields)
-    assert len(by_frames) == len(steps), "two steps show the same first and last frames"
-    return by_frames
-
-
-def model(release, plans) -> callable:
-    """The scripted model: an EgoIntent step by the frames its request carries, an ActPlan-1K instance by its text."""
-    by_frames, by_text = answers_by_frames(release), answering([plans])
-
-    def respond(call: ChatCall) -> Reply:
-        images = [part["image_url"]["url"] for message in call.messages if message["role"] == "user"
-                  for part in message["content"] if isinstance(part, dict) and part.get("type") == "image_url"]
-        if not images or "local_intent" not in call.text + str(call.messages[0]):
-            return by_text(call)
-        shown = tuple(read_index(Image.open(io.BytesIO(base64.b64decode(images[i].split(",", 1)[1])))) for i in (0, -1))
-        return Reply(by_frames.get(shown, f"(no scripted answer for frames {shown})"))
-    return respond
-
-
-def judge(release) -> callable:
-    rate = rating_by_script([egointent.scripted_answers(release)])
-
-    def respond(call: ChatCall) -> Reply:
-        reference = egointent._JUDGED_PAIR.search(call.text)
-        if reference and FAILED_REFERENCE_WORD in reference.group(1):
-            return Reply("The reference and the prediction are hard to compare; no rating.")
-        return rate(call)
-    return respond
 
 
 def release_checkpoint(folder, workdir, calibration) -> tuple[str, str]:
@@ -98,21 +48,30 @@ def calibration(data) -> list[tuple[str, str]]:
     return pairs + [(plan_text(docs[0]["gold_plans"][0]), plan_text(docs[-1]["gold_plans"][0]))]
 
 
-def egointent_and_actplan(workdir: Path, resources: ExitStack, tiny_model=None) -> tuple[str, str, dict[str, str]]:
-    """The demo's EgoIntent release and a small ActPlan-1K release, answered by the scripted model through lmms-eval's
-    openai backend and judged by the scripted judge (``model``, ``judge``), with a BLEURT classifier in the release's
-    format: (model, model_args, the settings of both benchmarks). No checkpoint: ``tiny_model`` goes unused."""
-    release = egointent.write_release(workdir / "EgoIntent")
+EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"  # the one actplan1k's metadata names
+
+
+def hub_cache_holding(model_id: str, folder: str, cache: Path) -> Path:
+    """A Hugging Face Hub cache holding ``folder``'s files as ``model_id``'s main revision (links, no copy)."""
+    snapshot = cache / f"models--{model_id.replace('/', '--')}" / "snapshots" / "local"
+    for file in (path for path in Path(folder).rglob("*") if path.is_file()):
+        (snapshot / file.relative_to(folder)).parent.mkdir(parents=True, exist_ok=True)
+        (snapshot / file.relative_to(folder)).symlink_to(file)
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("local")
+    return cache
+
+
+def actplan_release(workdir: Path, resources: ExitStack, tiny_model=None) -> tuple[str, str, dict[str, str]]:
+    """A small ActPlan-1K release answered by the scripted model through lmms-eval's openai backend, with a BLEURT
+    classifier in the release's format: (model, model_args, the settings). No checkpoint: ``tiny_model`` goes unused."""
     data = actplan.write_release_dataset(workdir / "ActPlan-1K", scenes=2, activities=1, samples=1)
     checkpoint, base = release_checkpoint(workdir / "classifier", workdir, calibration(data))
-    chat = resources.enter_context(ChatServer(model(release, actplan.scripted_answers(data, checkpoint)),
+    chat = resources.enter_context(ChatServer(answering([actplan.scripted_answers(data, checkpoint)]),
                                               model_name=MODEL_NAME))
-    rater = resources.enter_context(ChatServer(judge(release)))
-    settings = {"EGOINTENT_ANNOTATIONS": release, "EGOINTENT_JUDGE_BASE_URL": rater.base_url,
-                "EGOINTENT_JUDGE_MODEL": "scripted-judge", "EGOINTENT_JUDGE_CACHE_DIR": workdir / "judge-cache",
-                "ACTPLAN_DATA_ROOT": data, "ACTPLAN_BLEURT_CHECKPOINT": checkpoint, "ACTPLAN_BLEURT_BASE": base,
-                # lmms-eval's llm_judge (its openai provider) needs a key, which the loopback judge ignores
-                "API_TYPE": "openai", "OPENAI_API_KEY": "unused"}
+    settings = {"ACTPLAN_DATA_ROOT": data, "ACTPLAN_BLEURT_CHECKPOINT": checkpoint, "ACTPLAN_BLEURT_BASE": base,
+                # lmms-eval's task loads the embedding model its metadata names from the Hub, offline: from this cache
+                "HF_HUB_CACHE": hub_cache_holding(EMBEDDING_MODEL, default_sentence_model(), workdir / "hub-cache")}
     return ("openai", f"model_version={MODEL_NAME},base_url={chat.base_url},api_key=unused",
             {name: str(value) for name, value in settings.items()})
 

@@ -7,8 +7,8 @@ some of its own fail; against the release with that patch alone (on those it nee
 where every one passes (a patch a later one supersedes, its text says, is left out of the series in order: the
 two are alternatives in the same lines). A skipped test fails the check. docs/upstream/README.md's tables name the
 patches, their workarounds and tests, and the workarounds that cannot become a patch, with why; every workaround of
-lmms_egoplan.compat's switch table is in one. A pull request of the benchmark series that adds a task carries no test
-of its own (lmms-eval's CI runs none; its text's Validation is the proof a reviewer sees): its row names the
+lmms_egoplan.compat's switch table is in one. A pull request of the benchmark series that adds a task and carries no
+test of its own (its row says which do: they are checked as the fixes are) names in its row the
 equivalence run that proves it instead (docs/upstream/equivalence.py, tests/e2e/test_upstream_equivalence.py), and
 these checks say so rather than pass it silently."""
 
