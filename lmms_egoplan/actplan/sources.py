@@ -20,7 +20,7 @@ def plan(folder: Path, hub: Mapping[str, Path]) -> DataPlan:
     found = folder_holding(folder, ANNOTATION_FOLDER) if folder.is_dir() else None
     needed = () if found else (google_drive_files(
         "ActPlan-1K release archive", {"": RELEASE_ARCHIVE}, folder,
-        f"unpack the archive in {folder} (its annotation/ folder is what the task reads), then run "
+        f"unpack the archive in {folder} (its annotation/ folder is what the task reads) and run "
         f"`lmms-egoplan prepare actplan` again"),)
     notes = ("BLEURT metrics: set bleurt_checkpoint to a classifier trained from the release's bleu-cls data "
              "(tasks/actplan/README.md, BLEURT classifier); without it they are not scored",)

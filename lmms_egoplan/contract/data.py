@@ -45,7 +45,8 @@ class HubDataset:
 class Needed:
     """Something a benchmark needs that ``prepare`` cannot fetch: ``title``, ``why`` it cannot (a licence, an
     external tool), the ``items`` (ids) written one a line to ``list_file`` (under the benchmark's folder),
-    ``present`` of them already in place, their ``size`` where the source publishes it, and the exact ``commands``."""
+    ``present`` of them already in place, their ``size`` where the source publishes it, the exact ``commands``, and
+    what to do ``then`` (words, not a command)."""
 
     title: str
     why: str
@@ -55,6 +56,7 @@ class Needed:
     list_file: str = ""
     present: int = 0
     size: str = ""
+    then: str = ""
 
 
 @dataclass(frozen=True)
@@ -107,5 +109,5 @@ def google_drive_files(title: str, files: Mapping[str, str], folder: Path, then:
 
     return Needed(title, "shared on Google Drive, which huggingface_hub cannot fetch: gdown (pip install gdown)",
                   (f"mkdir -p {shlex.quote(str(folder))}",
-                   *(f"gdown --continue {file_id} -O {output(name)}" for name, file_id in files.items()), then),
-                  items=tuple(name or "the archive" for name in files), unit="files")
+                   *(f"gdown --continue {file_id} -O {output(name)}" for name, file_id in files.items())),
+                  items=tuple(name or "the archive" for name in files), unit="files", then=then)

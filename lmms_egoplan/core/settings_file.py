@@ -29,6 +29,7 @@ from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.files import write_atomically
 
 SETTINGS_VARIABLE = "LMMS_EGOPLAN_SETTINGS"
+JUDGE_FIELD_PREFIX = "judge_"  # every judge setting's name starts so (judge.settings.JudgeSettings)
 JUDGE_BLOCK = "judge"
 COUNTS_BLOCK = "expected_counts"
 PREPARED_BLOCK = "prepared"
@@ -51,10 +52,11 @@ class SettingsFile:
     prepared: Mapping[str, Any] = field(default_factory=dict)
 
     def values_for(self, benchmark: str, fields: Collection[str]) -> dict[str, Any]:
-        """The values the file gives a benchmark whose settings have ``fields``: the judge block's (those of its
-        fields), then its own block's over them."""
-        return {**{key: value for key, value in self.judge.items() if key in fields},
-                **self.benchmarks.get(benchmark, {})}
+        """The values the file gives a benchmark whose settings have ``fields``: the judge block's where it is
+        judged (its settings have the ``judge_*`` fields of ``judge.settings.JudgeSettings``; every key of the block,
+        so that one that names no setting is refused), then its own block's over them."""
+        judged = any(name.startswith(JUDGE_FIELD_PREFIX) for name in fields)
+        return {**(self.judge if judged else {}), **self.benchmarks.get(benchmark, {})}
 
     def where(self, benchmark: str, key: str) -> str:
         """How a message names a value of the file."""

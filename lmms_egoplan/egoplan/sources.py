@@ -71,7 +71,7 @@ def plan(folder: Path, hub: Mapping[str, Path]) -> DataPlan:
                 "ego4d_videos_root": str(ego4d_root)}
     absent = {name: file_id for name, file_id in ANNOTATION_FILES.items() if not (annotations / name).is_file()}
     needed = [google_drive_files("EgoPlan-Bench annotation files", absent, annotations,
-                                 "then run `lmms-egoplan prepare egoplan` again: it lists the videos they name")
+                                 "run `lmms-egoplan prepare egoplan` again: it lists the videos they name")
               ] if absent else []
     found, notes = videos(annotations)
     epic, ego4d = tuple(sorted(found["EpicKitchens"])), tuple(sorted(found["Ego4D"]))

@@ -41,8 +41,8 @@ class Prepared:
                    for repo, record in self.fetched.items()]
         still = [f"{needed.title}: {len(needed.items) - needed.present} of {len(needed.items)} {needed.unit} to get"
                  if needed.items and needed.list_file else f"{needed.title}: to get" for needed in self.outstanding]
-        parts = ([f"fetched {', '.join(fetched)}"] if fetched else []) + [f"FAILED {repo}: {why}" for repo, why in
-                                                                           self.failed.items()] + still
+        parts = ([f"fetched {', '.join(fetched)}"] if fetched else []) + [f"FAILED to fetch {repo} (said above)"
+                                                                           for repo in self.failed] + still
         return f"{self.name}: " + ("; ".join(parts) if parts else "nothing to fetch") + (
             "" if still or self.failed else " -- in place")
 
@@ -108,7 +108,7 @@ def needed_text(done: Sequence[Prepared], folder_of: Callable[[str], Path]) -> s
                 lines.append(f"- {len(needed.items)} {needed.unit}{listed}, {needed.present} already in place")
                 lines += [] if needed.list_file else [f"  - {item}" for item in needed.items]
             lines += [f"- Size: {needed.size}"] if needed.size else []
-            lines += ["", "```bash", *needed.commands, "```", ""]
+            lines += ["", "```bash", *needed.commands, "```", "", *([f"Then {needed.then}", ""] if needed.then else [])]
         lines += [f"- {note}" for note in each.plan.notes]
         lines += [] if each.plan.needed or each.failed else ["Nothing to get by hand."]
         lines.append("")

@@ -41,14 +41,29 @@ def resolved(file: SettingsFile, metadata=None, environ=None) -> BenchSettings:
 
 
 def test_defaults_then_yaml_then_the_file_then_variables(tmp_path):
-    file = read_settings_file(written(tmp_path, "judge:\n  judge_model: file-judge\n  judge_timeout: 9\n"
+    file = read_settings_file(written(tmp_path, "judge:\n  judge_model: file-judge\n"
                                                 "bench:\n  data_root: /data/bench\n  num_frames: 16\n"), BENCHMARKS)
     settings = resolved(file, metadata={"num_frames": 4, "sample_fps": 2.0}, environ={"BENCH_NUM_FRAMES": "32"})
     # data_root and the judge: the file's; sample_fps: the YAML's (the file says nothing of it); num_frames: the
-    # variable's, over the file's, over the YAML's. The judge block's judge_timeout is no field here: not applied.
+    # variable's, over the file's, over the YAML's.
     assert settings == BenchSettings(data_root="/data/bench", num_frames=32, judge_model="file-judge", sample_fps=2.0)
     assert resolved(file, metadata={"num_frames": 4}).num_frames == 16
     assert resolved(SettingsFile(), metadata={"num_frames": 4}).num_frames == 4
+
+
+@dataclass(frozen=True)
+class UnjudgedSettings:
+    data_root: str = ""
+
+
+def test_the_judge_block_is_a_judged_benchmarks_whole_and_no_unjudged_ones(tmp_path):
+    path = written(tmp_path, "judge: {judge_model: j, judge_modle: typo}\nbench: {data_root: /d}\n")
+    with pytest.raises(SettingsError, match=rf"settings file {path}: judge.judge_modle names no setting; did you mean "
+                                            r"judge_model\?"):
+        resolved(read_settings_file(path, BENCHMARKS))
+    unjudged = resolve_settings(UnjudgedSettings, task="t", metadata={}, env_prefix="BENCH", environ={},
+                                settings_file=read_settings_file(path, BENCHMARKS), benchmark="bench")
+    assert unjudged == UnjudgedSettings(data_root="/d")
 
 
 def test_a_benchmarks_block_is_over_the_judge_block(tmp_path):
