@@ -173,9 +173,10 @@ def _prepare(args: argparse.Namespace) -> int:
     from lmms_egoplan.harness.data_preparation import prepare
     from lmms_egoplan.judge.settings import JudgeSettings
 
-    judge = {f.name: getattr(args, f.name) for f in dataclasses.fields(JudgeSettings) if hasattr(args, f.name)}
-    if judge:
-        _judge_settings(args)  # a judge setting of the wrong type stops here, naming it
+    given = [f.name for f in dataclasses.fields(JudgeSettings) if hasattr(args, f.name)]
+    checked = _judge_settings(args)  # a judge setting of the wrong type stops here, naming it
+    judge = {name: str(value) if isinstance(value, Path) else value  # as the YAML writes it
+             for name, value in ((name, getattr(checked, name)) for name in given)}
     done = prepare(_prepared_benchmarks(args.benchmark), Path(args.root), _settings_file_to_write(args), judge=judge)
     failed = [repo for each in done for repo in each.failed]
     if failed:

@@ -6,6 +6,7 @@ file holds what a run needs. Nothing reaches the network."""
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +117,15 @@ def test_the_lists_count_what_is_in_place_and_what_prepare_wrote_is_what_a_run_r
     assert check.counts[0].found == 24 and not check.missing and not check.problems
     assert not check.complete and check.summary() == "egothink: INCOMPLETE: questions: 24 of 700 questions (the " \
                                                      "release's count)"
+
+
+def test_the_command_writes_the_judge_it_is_given_and_refuses_a_value_of_the_wrong_type(hub, tmp_path, capsys):
+    from lmms_egoplan.cli import main
+
+    settings = tmp_path / "settings.yaml"
+    arguments = ["prepare", "egothink", "--root", str(tmp_path / "data"), "--settings", str(settings)]
+    assert main([*arguments, "--judge_model", "my-judge", "--judge_timeout", "soon"]) == 2
+    assert "judge_timeout: expected a number, got 'soon'" in capsys.readouterr().err and not settings.exists()
+    assert main([*arguments, "--judge_model", "my-judge", "--judge_timeout", "90", "--judge_cache_dir", "~/j"]) == 0
+    assert read_settings_file(settings, NAMES).judge == {"judge_model": "my-judge", "judge_timeout": 90.0,
+                                                         "judge_cache_dir": str(Path("~/j").expanduser())}
