@@ -1,7 +1,7 @@
 """A Hub dataset fetched into a folder through ``huggingface_hub`` (the user's token where the dataset is gated:
 ``HF_TOKEN`` or ``hf auth login``; ``HF_ENDPOINT`` where a mirror serves it): its revision resolved to a commit
 first, so that what is fetched and what is recorded are the same, its size said before, and the download
-resumable (``snapshot_download`` keeps what it fetched, and fetches only the rest, when run again)."""
+resumable (``snapshot_download`` keeps the files it fetched whole, and fetches only the others, when run again)."""
 
 from __future__ import annotations
 

@@ -129,3 +129,4 @@ def test_the_command_writes_the_judge_it_is_given_and_refuses_a_value_of_the_wro
     assert main([*arguments, "--judge_model", "my-judge", "--judge_timeout", "90", "--judge_cache_dir", "~/j"]) == 0
     assert read_settings_file(settings, NAMES).judge == {"judge_model": "my-judge", "judge_timeout": 90.0,
                                                          "judge_cache_dir": str(Path("~/j").expanduser())}
+

@@ -1,7 +1,7 @@
 """A Hugging Face Hub on 127.0.0.1 for ``lmms-egoplan prepare``'s tests: it serves datasets (a folder of files
 each, in the layout the real dataset has) through the three parts of the Hub's API that ``huggingface_hub`` asks
-(a dataset's info at a revision, its file tree, a file's metadata and bytes, with ranges, so that a download cut
-short resumes), gates a dataset behind a token as the Hub does (HTTP 401 with ``X-Error-Code: GatedRepo``), and
+(a dataset's info at a revision, its file tree, a file's metadata and bytes, ranges too, as the Hub answers
+them), gates a dataset behind a token as the Hub does (HTTP 401 with ``X-Error-Code: GatedRepo``), and
 counts the requests for each file, so that a test sees what a second run fetched again. Point ``HF_ENDPOINT`` at
 ``url``."""
 
