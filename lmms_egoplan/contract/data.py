@@ -36,10 +36,6 @@ class HubDataset:
     allow_patterns: tuple[str, ...] = ()  # none: every file
     revision: str | None = None  # none: the default branch (the commit it resolves to is recorded)
 
-    @property
-    def url(self) -> str:
-        return f"https://huggingface.co/datasets/{self.repo_id}"
-
 
 @dataclass(frozen=True)
 class Needed:

@@ -35,14 +35,14 @@ def hub_size(size: int) -> str:
     return f"{size:.1f} TB"
 
 
-def dataset_revision(repo_id: str, *, revision: str | None = None, allow_patterns: Sequence[str] = (),
-                     token: str | None = None) -> tuple[str, int, int]:
+def dataset_revision(repo_id: str, *, revision: str | None = None,
+                     allow_patterns: Sequence[str] = ()) -> tuple[str, int, int]:
     """The commit ``revision`` (None: the default branch) of a Hub dataset resolves to, and how many of its files
     ``allow_patterns`` select (none: all) and their size in bytes."""
     from huggingface_hub import HfApi
     from huggingface_hub.utils import filter_repo_objects
 
-    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT"), token=token)
+    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT"))
     with _explained(repo_id, revision):
         info = api.dataset_info(repo_id, revision=revision, files_metadata=True)
     siblings = list(filter_repo_objects(info.siblings or [], allow_patterns=list(allow_patterns) or None,
@@ -50,17 +50,16 @@ def dataset_revision(repo_id: str, *, revision: str | None = None, allow_pattern
     return info.sha, len(siblings), sum(sibling.size or 0 for sibling in siblings)
 
 
-def fetch_dataset(repo_id: str, folder: str | Path, *, revision: str | None = None, allow_patterns: Sequence[str] = (),
-                  token: str | None = None) -> FetchedDataset:
+def fetch_dataset(repo_id: str, folder: str | Path, *, revision: str | None = None,
+                  allow_patterns: Sequence[str] = ()) -> FetchedDataset:
     """The files of a Hub dataset at ``revision`` that ``allow_patterns`` select, in ``folder`` (kept where they are
     whole already: a second call fetches what the first did not)."""
     from huggingface_hub import snapshot_download
 
-    commit, files, size = dataset_revision(repo_id, revision=revision, allow_patterns=allow_patterns, token=token)
+    commit, files, size = dataset_revision(repo_id, revision=revision, allow_patterns=allow_patterns)
     with _explained(repo_id, revision):
         snapshot_download(repo_id, repo_type="dataset", revision=commit, local_dir=str(folder),
-                          allow_patterns=list(allow_patterns) or None, token=token,
-                          endpoint=os.environ.get("HF_ENDPOINT"))
+                          allow_patterns=list(allow_patterns) or None, endpoint=os.environ.get("HF_ENDPOINT"))
     return FetchedDataset(repo_id, commit, Path(folder), files, size)
 
 

@@ -18,7 +18,6 @@ Which file: the one ``LMMS_EGOPLAN_SETTINGS`` names (empty: none), else ``$XDG_C
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 from dataclasses import dataclass, field
@@ -146,7 +145,3 @@ def write_settings_file(path: Path, content: SettingsFile, writer: str) -> Path:
     write_atomically(path, content.as_yaml(writer))
     return path
 
-
-def file_setting_values(settings_class: type, benchmark: str, file: SettingsFile) -> dict[str, Any]:
-    """The values ``file`` gives a benchmark whose settings are ``settings_class``."""
-    return file.values_for(benchmark, {f.name for f in dataclasses.fields(settings_class)})

@@ -48,12 +48,12 @@ class Prepared:
 
 
 def prepare(benchmarks: Sequence[Benchmark], root: Path, settings_path: Path, *, judge: Mapping[str, Any],
-            token: str | None = None, say: Callable[[str], None] = print) -> list[Prepared]:
+            say: Callable[[str], None] = print) -> list[Prepared]:
     """Prepare ``benchmarks`` under ``root`` (one folder each, its catalogue name), then write the list of what
     they still need and the settings file at ``settings_path`` (kept where it exists: the benchmarks prepared
     here replace their blocks, ``judge`` the judge settings it gives)."""
     root = Path(root).expanduser().resolve()
-    done = [_prepare_one(benchmark, root / benchmark.name, token, say) for benchmark in benchmarks]
+    done = [_prepare_one(benchmark, root / benchmark.name, say) for benchmark in benchmarks]
     needed_file = write_needed(root / NEEDED_FILE, done)
     names = [benchmark.name for benchmark in benchmarks]
     earlier = read_settings_file(settings_path, names) if Path(settings_path).is_file() else SettingsFile()
@@ -70,7 +70,7 @@ def prepare(benchmarks: Sequence[Benchmark], root: Path, settings_path: Path, *,
     return done
 
 
-def _prepare_one(benchmark: Benchmark, folder: Path, token: str | None, say: Callable[[str], None]) -> Prepared:
+def _prepare_one(benchmark: Benchmark, folder: Path, say: Callable[[str], None]) -> Prepared:
     """One benchmark: its Hub datasets fetched (each failure said and recorded), then its plan."""
     if benchmark.data is None:
         raise ValueError(f"benchmark {benchmark.name} declares no data (Benchmark.data)")
@@ -78,18 +78,20 @@ def _prepare_one(benchmark: Benchmark, folder: Path, token: str | None, say: Cal
     for hub in benchmark.data.hub:
         folders[hub.repo_id] = folder / hub.folder
         try:
-            fetched[hub.repo_id] = _fetch(hub, folder / hub.folder, token, say)
+            fetched[hub.repo_id] = _fetch(hub, folder / hub.folder, say)
         except HubFetchError as error:
             failed[hub.repo_id] = str(error)
             say(f"{benchmark.name}: {error}")
     return Prepared(benchmark.name, benchmark.data.plan(folder, folders), fetched, failed)
 
 
-def _fetch(hub: HubDataset, folder: Path, token: str | None, say: Callable[[str], None]) -> dict[str, Any]:
-    _, files, size = dataset_revision(hub.repo_id, revision=hub.revision, allow_patterns=hub.allow_patterns,
-                                      token=token)
-    say(f"Fetching {hub.repo_id} ({files} files, {hub_size(size)}) into {folder} ...")
-    got = fetch_dataset(hub.repo_id, folder, revision=hub.revision, allow_patterns=hub.allow_patterns, token=token)
+def _fetch(hub: HubDataset, folder: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """One Hub dataset fetched (the user's token, where it is gated, as huggingface_hub finds it: ``HF_TOKEN`` or
+    ``hf auth login``), its size said first."""
+    _, files, size = dataset_revision(hub.repo_id, revision=hub.revision, allow_patterns=hub.allow_patterns)
+    gated = ", gated: with your token" if hub.gated else ""
+    say(f"Fetching {hub.repo_id} ({files} files, {hub_size(size)}{gated}) into {folder} ...")
+    got = fetch_dataset(hub.repo_id, folder, revision=hub.revision, allow_patterns=hub.allow_patterns)
     return {"revision": got.revision, "folder": str(got.folder), "files": got.files, "size": got.size}
 
 
