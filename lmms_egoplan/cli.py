@@ -12,6 +12,8 @@ from lmms_egoplan import suite
 DESCRIPTION = "lmms-egoplan: the suite's own commands (the evaluations themselves run through lmms-eval)."
 # Where the --judge_* options are described at length, as a path of the checkout (no path of this machine).
 JUDGES_PAGE = "docs/judges.md (in the checkout; installed with the package as lmms_egoplan/docs/judges.md)"
+# Where a run finds its settings file (core.settings_file), as --help says it (no path of this machine).
+SETTINGS_FILE_DEFAULT = "the file LMMS_EGOPLAN_SETTINGS names, else ~/.config/lmms-egoplan/settings.yaml"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -149,6 +151,97 @@ def _judge_agreement(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prepared_benchmarks(names: list[str]) -> list:
+    """The benchmarks ``names`` (``all``: every one that declares its data), each once, in the suite's order."""
+    known = [entry for entry in suite.BENCHMARKS if entry.data is not None]
+    chosen = {entry.name for entry in known} if "all" in names else set(names)
+    return [entry for entry in known if entry.name in chosen]
+
+
+def _settings_file_to_write(args: argparse.Namespace):
+    from pathlib import Path
+
+    from lmms_egoplan.core.settings_file import default_settings_path, settings_path
+
+    return Path(args.settings).expanduser() if args.settings else settings_path() or default_settings_path()
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    import dataclasses
+    from pathlib import Path
+
+    from lmms_egoplan.harness.data_preparation import prepare
+    from lmms_egoplan.judge.settings import JudgeSettings
+
+    given = [f.name for f in dataclasses.fields(JudgeSettings) if hasattr(args, f.name)]
+    checked = _judge_settings(args)  # a judge setting of the wrong type stops here, naming it
+    judge = {name: str(value) if isinstance(value, Path) else value  # as the YAML writes it
+             for name, value in ((name, getattr(checked, name)) for name in given)}
+    done = prepare(_prepared_benchmarks(args.benchmark), Path(args.root), _settings_file_to_write(args), judge=judge)
+    failed = [repo for each in done for repo in each.failed]
+    if failed:
+        print(f"lmms-egoplan prepare: {', '.join(failed)} could not be fetched (said above); run the same command "
+              f"again once that is fixed: it keeps what was fetched", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _check_data(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from loguru import logger
+
+    from lmms_egoplan.core.settings_file import read_settings_file, run_settings_file
+    from lmms_egoplan.harness.data_check import check_benchmark, write_check_report
+
+    logger.remove()  # the loaders' notes on what they read and skip: the summary and the report say it all
+    logger.add(sys.stderr, level="ERROR")
+
+    names = [entry.name for entry in suite.BENCHMARKS]
+    settings_file = (read_settings_file(Path(args.settings).expanduser(), names) if args.settings
+                     else run_settings_file(names))
+    checks = []
+    for entry in _prepared_benchmarks(args.benchmark or ["all"]):
+        checks.append(check_benchmark(entry, settings_file))
+        print(checks[-1].summary(), flush=True)
+    report = write_check_report(Path(args.output), checks, settings_file)
+    incomplete = [check.name for check in checks if not check.complete]
+    print(f"Everything found missing, one item a line: {report}")
+    if incomplete:
+        print(f"lmms-egoplan check-data: incomplete: {', '.join(incomplete)}", file=sys.stderr)
+    return 1 if incomplete else 0
+
+
+def _data_benchmark_choices() -> list[str]:
+    return [entry.name for entry in suite.BENCHMARKS if entry.data is not None]
+
+
+def _data_benchmark(name: str) -> str:
+    if name not in [*_data_benchmark_choices(), "all"]:
+        raise argparse.ArgumentTypeError(f"invalid choice: {name!r} (choose from "
+                                         f"{', '.join(map(repr, [*_data_benchmark_choices(), 'all']))})")
+    return name
+
+
+def _prepare_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("benchmark", nargs="+", choices=[*_data_benchmark_choices(), "all"], metavar="BENCHMARK",
+                         help=f"{', '.join(_data_benchmark_choices())}, or all")
+    command.add_argument("--root", required=True, help="the folder the data goes in, one folder per benchmark")
+    command.add_argument("--settings", help=f"the settings file to write (default: {SETTINGS_FILE_DEFAULT})")
+    _judge_options(command, "not written: a run takes its task's, ")
+    command.set_defaults(handler=_prepare)
+
+
+def _check_data_arguments(command: argparse.ArgumentParser) -> None:
+    # No choices=: argparse (3.11) checks an empty list against them; each name is checked by its type instead.
+    command.add_argument("benchmark", nargs="*", type=_data_benchmark, metavar="BENCHMARK",
+                         help=f"{', '.join(_data_benchmark_choices())}, or all (default: all)")
+    command.add_argument("--settings", help=f"the settings file to read (default: {SETTINGS_FILE_DEFAULT})")
+    command.add_argument("--output", default="lmms-egoplan-check-data.txt",
+                         help="the file everything found missing is written to (default: "
+                              "lmms-egoplan-check-data.txt in the current folder)")
+    command.set_defaults(handler=_check_data)
+
+
 def _smoke_arguments(smoke: argparse.ArgumentParser) -> None:
     from lmms_egoplan.demo.kit.checkpoints import ARCHITECTURES
     from lmms_egoplan.demo.smoke import DEFAULT_ARCH
@@ -221,6 +314,11 @@ COMMANDS = {
     "judge-agreement": ("rate a finished run's answers with a second judge and measure how far the two agree (scores "
                         "with 95% intervals, exact agreement, weighted kappa, the answers they disagree on most)",
                         _judge_agreement_arguments),
+    "prepare": ("fetch each benchmark's data that needs no licence (its authors' Hub datasets), list what needs one "
+                "or an external tool with the exact commands, and write the settings file a run reads",
+                _prepare_arguments),
+    "check-data": ("check, with no model, that each benchmark's data is complete as a run reads it: record counts, "
+                   "every media file readable, clips long enough", _check_data_arguments),
     **suite.commands(),
 }
 

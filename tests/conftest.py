@@ -101,12 +101,15 @@ def settings_only_from_the_tests():
     """A benchmark setting in the developer's environment (``EGOPLAN_ANNOTATION_DIR`` pointing at the
     real data, ``EGOTHINK_JUDGE_MODEL``, ...) would reach every task the tests build and every
     lmms-eval subprocess they start: the tests run without them. Which variables those are is read from the
-    catalogue (each row's ``env_prefix``), so a new benchmark's are cleared too."""
+    catalogue (each row's ``env_prefix``), so a new benchmark's are cleared too. Nor do they read the developer's
+    settings file (``LMMS_EGOPLAN_SETTINGS`` empty: none; a test names its own)."""
+    from lmms_egoplan.core.settings_file import SETTINGS_VARIABLE
     from tests.kit.benchmarks import benchmark_variables
 
     with pytest.MonkeyPatch.context() as patch:
         for name in benchmark_variables(list(os.environ)):
             patch.delenv(name)
+        patch.setenv(SETTINGS_VARIABLE, "")
         yield
 
 

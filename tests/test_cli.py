@@ -57,7 +57,7 @@ def test_the_benchmarks_commands_come_from_their_folders_through_the_registry():
     from lmms_egoplan import suite
 
     benchmarks = suite.commands()
-    assert list(COMMANDS) == ["smoke", "report", "rejudge", "judge-agreement",
+    assert list(COMMANDS) == ["smoke", "report", "rejudge", "judge-agreement", "prepare", "check-data",
                               *benchmarks]  # none of the suite's is hidden
     assert all(COMMANDS[name] == command for name, command in benchmarks.items())
 

@@ -19,6 +19,7 @@ from lmms_egoplan.core.statistics import count
 
 if TYPE_CHECKING:
     from lmms_egoplan.contract.adapter import RunFiles
+    from lmms_egoplan.contract.data import DataSources
     from lmms_egoplan.core.request_options import RequestOption
     from lmms_egoplan.judge.rubrics import Rubric
 
@@ -40,6 +41,9 @@ class Benchmark:
     # classes their YAMLs name (its ``lmms_eval_tasks`` and ``text_baselines`` modules) hold this value and a spec.
     lmms_eval_tasks: Mapping[str, TaskSpec] = field(default_factory=dict)
     lm_eval_baselines: Mapping[str, TaskSpec] = field(default_factory=dict)
+    # Its data (``contract.data``): its release's parts and counts, its authors' Hub datasets, what else it needs
+    # (``lmms-egoplan prepare`` and ``check-data``); none: neither command knows it.
+    data: DataSources | None = None
 
     def __post_init__(self):
         if set(self.rubrics) != set(self.entry.rubrics):

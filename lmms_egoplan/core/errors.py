@@ -60,15 +60,18 @@ class DatasetProblems:
 
     def raise_if_any(self, advice: str = "") -> None:
         """Raise one ``error_class`` listing every problem found (the first ``LISTED``, then how many
-        more), ``advice`` last; one problem is the error's message as it is."""
+        more), ``advice`` last; one problem is the error's message as it is. The error's ``problems`` holds them all."""
         if not self.found:
             return
         ending = f". {advice}" if advice else ""
         if len(self.found) == 1:
-            raise self.error_class(f"{self.found[0]}{ending}")
-        listed = ";\n  ".join(self.found[:self.LISTED])
-        more = f";\n  ... and {len(self.found) - self.LISTED} more" if len(self.found) > self.LISTED else ""
-        raise self.error_class(f"{len(self.found)} problems in {self.what}:\n  {listed}{more}{ending}")
+            error = self.error_class(f"{self.found[0]}{ending}")
+        else:
+            listed = ";\n  ".join(self.found[:self.LISTED])
+            more = f";\n  ... and {len(self.found) - self.LISTED} more" if len(self.found) > self.LISTED else ""
+            error = self.error_class(f"{len(self.found)} problems in {self.what}:\n  {listed}{more}{ending}")
+        error.problems = tuple(self.found)  # every one, for whoever lists them all (``lmms-egoplan check-data``)
+        raise error
 
 
 class StorageError(OSError):

@@ -243,3 +243,15 @@ def read_jsonl(path: str | Path, error_class: type[InputError] = InputError) -> 
         if not isinstance(record, dict):
             raise error_class(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
         yield number, record
+
+
+def folder_holding(root: str | Path, name: str, depth: int = 3) -> Path | None:
+    """The shallowest folder at most ``depth`` levels under ``root`` (``root`` included) that holds ``name`` (a file
+    or folder), in name order; None where none does: where an archive or a repository unpacked its release."""
+    level = [Path(root)]
+    for _ in range(depth + 1):
+        for folder in level:
+            if (folder / name).exists():
+                return folder
+        level = sorted(child for folder in level if folder.is_dir() for child in folder.iterdir() if child.is_dir())
+    return None

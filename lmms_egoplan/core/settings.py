@@ -1,5 +1,5 @@
-"""Benchmark settings: typed dataclass fields, set in a task YAML's ``metadata`` block or by
-``<PREFIX>_<FIELD>`` environment variables (lmms-eval 0.7 has no per-task CLI overrides).
+"""Benchmark settings: typed dataclass fields, set in a task YAML's ``metadata`` block, the settings file
+(``core.settings_file``) or ``<PREFIX>_<FIELD>`` environment variables (lmms-eval 0.7 has no per-task CLI overrides).
 
 This module does not import lmms-eval, so command-line tools and tests can use it cheaply.
 """
@@ -15,8 +15,13 @@ from typing import Any, Callable, Collection, Mapping
 
 from lmms_egoplan.core.errors import InputError
 
+if typing.TYPE_CHECKING:
+    from lmms_egoplan.core.settings_file import SettingsFile
+
 # lmms-eval copies a task's `metadata` into every request's metadata next to these keys.
 _RESERVED_SETTING_NAMES = frozenset({"task", "doc_id", "repeats", "split", "version"})
+# The metadata key a task's results record the settings file under (``core.settings_file``): no setting.
+SETTINGS_FILE_KEY = "settings_file"
 
 
 class SettingsError(InputError):
@@ -63,8 +68,10 @@ def setting_name(prefix: str, field: str) -> str:
 
 def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, Any] | None,
                      env_prefix: str, environ: Mapping[str, str] = os.environ,
-                     foreign_keys: Collection[str] = ()):
-    """Build ``settings_class`` (a dataclass): defaults < YAML ``metadata`` < ``<PREFIX>_<FIELD>`` env vars.
+                     foreign_keys: Collection[str] = (), settings_file: SettingsFile | None = None,
+                     benchmark: str = ""):
+    """Build ``settings_class`` (a dataclass): defaults < YAML ``metadata`` < ``settings_file``'s values for
+    ``benchmark`` (its block, the judge's) < ``<PREFIX>_<FIELD>`` env vars.
 
     ``foreign_keys``: ``metadata`` keys another program put there, never settings (lm-eval merges
     the run's ``--model_args`` into every task's metadata); they are skipped, and any other key
@@ -82,7 +89,7 @@ def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, 
         raise TypeError(f"{settings_class.__name__} uses names reserved by lmms-eval: {sorted(clash)}")
     values: dict[str, Any] = {}
     for key, raw in (metadata or {}).items():
-        if key == "version" or key in foreign_keys:
+        if key in ("version", SETTINGS_FILE_KEY) or key in foreign_keys:
             continue
         if key not in fields:
             raise SettingsError(
@@ -90,6 +97,7 @@ def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, 
                 f"known settings: {', '.join(sorted(fields))}"
             )
         values[key] = coerce_setting(raw, hints[key], f"task {task}: metadata.{key}")
+    values.update(_file_values(settings_file, benchmark, fields, hints, task))
     variables = {env_var(env_prefix, name): name for name in fields}
     for variable, name in variables.items():
         if variable in environ:
@@ -106,6 +114,20 @@ def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, 
     if problems:
         raise SettingsError(f"task {task}: " + "; ".join(problems))
     return settings
+
+
+def _file_values(settings_file: SettingsFile | None, benchmark: str, fields: Mapping[str, Any], hints: Mapping,
+                 task: str) -> dict[str, Any]:
+    """The values the settings file gives the task's benchmark, checked and converted like the YAML's."""
+    if settings_file is None:
+        return {}
+    values = {}
+    for key, raw in settings_file.values_for(benchmark, fields).items():
+        where = f"task {task}: {settings_file.where(benchmark, key)}"
+        if key not in fields:
+            raise SettingsError(f"{where} names no setting; {closest_name_hint(key, fields, 'the settings are')}")
+        values[key] = coerce_setting(raw, hints[key], where)
+    return values
 
 
 def closest_name_hint(name: str, known: Collection[str], listing: str = "known:") -> str:

@@ -26,6 +26,7 @@ from lmms_egoplan import catalogue
 from lmms_egoplan.core.text_tables import TERMINAL_WIDTH, format_table, format_value, indented_list
 from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun, EvalRunError, run_lm_eval, run_lmms_eval
 from lmms_egoplan.demo.kit.scripted import ScriptedAnswers, differences, reported_metrics, scripted_environment
+from lmms_egoplan.demo.kit.settings import DEMO_SETTINGS_FILE, with_demo_settings
 from lmms_egoplan.demo.kit.suite import SmokeSuite
 from lmms_egoplan.report import write_report
 from lmms_egoplan.report.layout import ReportFace
@@ -93,6 +94,7 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
                     continue
             try:
                 suite = build(workdir / "data" / name, resources)
+                suite = with_demo_settings(workdir / DEMO_SETTINGS_FILE, name, suite)
             except Exception as error:  # a broken fixture fails its benchmark, not the whole demo
                 failures.append(name)
                 print(f"[{name}] FAILED building its fixtures: {type(error).__name__}: {error}", file=out)
@@ -122,10 +124,7 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
           "and measure nothing.", file=out)
     if left_out:
         print(f"Left out for the text-only {arch}: what [{'], ['.join(left_out)}] say above.", file=out)
-    print("Logs, per-sample outputs and results:" + "".join(f"\n  {d}" for d in log_dirs), file=out)
-    print(f"Times: lmms-eval's log lines above are in this machine's zone ({zone_text(datetime.now().astimezone())});"
-          f"\n  it names its files, and the report shows run times, in {LMMS_EVAL_DEFAULT_ZONE} (its --timezone's "
-          "default).", file=out)
+    print_where(workdir, log_dirs, out)
     results_dirs = [d for d in log_dirs
                     if any(next(d.rglob(pattern), None) for pattern in ("*_results.json", "results_*.json"))]
     if results_dirs:
@@ -134,6 +133,17 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
     if failures:
         print(f"FAILED: {', '.join(failures)}", file=out)
     return len(failures)
+
+
+def print_where(workdir: Path, log_dirs: Sequence[Path], out: TextIO) -> None:
+    """Where the demo's runs wrote, the settings file of its data, and in which time zone its logs are."""
+    print("Logs, per-sample outputs and results:" + "".join(f"\n  {d}" for d in log_dirs), file=out)
+    if (workdir / DEMO_SETTINGS_FILE).is_file():
+        print(f"Settings file of the demo's data (re-run a task by hand: LMMS_EGOPLAN_SETTINGS=<it> lmms-eval ...; "
+              f"its judge stopped with the demo): {workdir / DEMO_SETTINGS_FILE}", file=out)
+    print(f"Times: lmms-eval's log lines above are in this machine's zone ({zone_text(datetime.now().astimezone())});"
+          f"\n  it names its files, and the report shows run times, in {LMMS_EVAL_DEFAULT_ZONE} (its --timezone's "
+          "default).", file=out)
 
 
 @dataclass(frozen=True)

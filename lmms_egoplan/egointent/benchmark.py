@@ -5,6 +5,7 @@ from lmms_egoplan.catalogue import entry
 from lmms_egoplan.contract.benchmark import Benchmark
 from lmms_egoplan.egointent.commands import COMMANDS
 from lmms_egoplan.egointent.protocol import RUBRIC_NAMES, RUBRICS, EgoIntentSettings
+from lmms_egoplan.egointent.sources import DATA
 from lmms_egoplan.egointent.task import STEPS
 
 
@@ -22,4 +23,5 @@ EGOINTENT = Benchmark(
     rubrics={RUBRIC_NAMES[definitions]: rubric for definitions, rubric in RUBRICS.items()},
     commands=COMMANDS,
     lmms_eval_tasks={"steps": STEPS},
+    data=DATA,
 )

@@ -4,6 +4,7 @@ its code as objects, loaded without any harness."""
 from lmms_egoplan.catalogue import entry
 from lmms_egoplan.contract.benchmark import Benchmark
 from lmms_egoplan.egoplan.settings import EgoPlanSettings
+from lmms_egoplan.egoplan.sources import DATA
 from lmms_egoplan.egoplan.task import BLIND, BLIND_TEST, NARRATED, TEST, VALIDATION, VALIDATION_GENERATIVE
 
 
@@ -19,5 +20,6 @@ EGOPLAN = Benchmark(
     settings=EgoPlanSettings,
     load_report_face=report_face,
     lmms_eval_tasks={"validation": VALIDATION, "test": TEST, "validation_generative": VALIDATION_GENERATIVE},
+    data=DATA,
     lm_eval_baselines={"blind": BLIND, "narrated": NARRATED, "blind_test": BLIND_TEST},
 )

@@ -4,6 +4,7 @@ its code as objects, loaded without any harness."""
 from lmms_egoplan.catalogue import entry
 from lmms_egoplan.contract.benchmark import Benchmark
 from lmms_egoplan.egoplan_bench2.settings import EgoPlanBench2Settings
+from lmms_egoplan.egoplan_bench2.sources import DATA
 from lmms_egoplan.egoplan_bench2.task import GENERATION, LIKELIHOOD
 
 
@@ -19,4 +20,5 @@ EGOPLAN_BENCH2 = Benchmark(
     settings=EgoPlanBench2Settings,
     load_report_face=report_face,
     lmms_eval_tasks={"generation": GENERATION, "likelihood": LIKELIHOOD},
+    data=DATA,
 )

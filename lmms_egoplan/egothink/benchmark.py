@@ -4,6 +4,7 @@ its code as objects, loaded without any harness."""
 from lmms_egoplan.catalogue import entry
 from lmms_egoplan.contract.benchmark import Benchmark
 from lmms_egoplan.egothink.protocol import RUBRIC, RUBRIC_NAME, EgoThinkSettings, group_scores
+from lmms_egoplan.egothink.sources import DATA
 from lmms_egoplan.egothink.task import BLIND, DIMENSION
 
 
@@ -21,5 +22,6 @@ EGOTHINK = Benchmark(
     rubrics={RUBRIC_NAME: RUBRIC},
     rejudge_groups={"ego_think_": group_scores},
     lmms_eval_tasks={"dimension": DIMENSION},
+    data=DATA,
     lm_eval_baselines={"blind": BLIND},
 )

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
+from lmms_egoplan.catalogue import CATALOGUE
 from lmms_egoplan.contract.adapter import RunFiles
 from lmms_egoplan.contract.benchmark import Benchmark, Configuration, Judged, LoadedDocs, Metric, TaskContext, TaskSpec
 from lmms_egoplan.core.errors import InputError
-from lmms_egoplan.core.settings import resolve_settings
+from lmms_egoplan.core.settings import SETTINGS_FILE_KEY, resolve_settings
+from lmms_egoplan.core.settings_file import run_settings_file
 from lmms_egoplan.core.statistics import largest
 
 if TYPE_CHECKING:
@@ -81,10 +83,14 @@ def compile_task(benchmark: Benchmark, spec: TaskSpec, yaml_config: Mapping[str,
     listed yet), ``skipped_samples`` where the loader skips, and those the documents decide."""
     config = without_spec_keys(yaml_config, spec)
     metadata = dict(config.get("metadata") or {})
+    settings_file = run_settings_file([row.name for row in CATALOGUE])
     settings = resolve_settings(benchmark.settings, task=config["task"], metadata=metadata,
-                                env_prefix=benchmark.entry.env_prefix, foreign_keys=frozenset(foreign_keys))
+                                env_prefix=benchmark.entry.env_prefix, foreign_keys=frozenset(foreign_keys),
+                                settings_file=settings_file, benchmark=benchmark.name)
     kept = metadata if kept_metadata is None else {key: metadata[key] for key in metadata.keys() & set(kept_metadata)}
-    config["metadata"] = {**kept, **jsonable_settings(settings)}
+    # The results record the settings file the values came from (over the YAML's, under the variables).
+    read = {SETTINGS_FILE_KEY: str(settings_file.path)} if settings_file.path else {}
+    config["metadata"] = {**kept, **jsonable_settings(settings), **read}
     context = TaskContext(task_name=config["task"], settings=settings, run_files=run_files(config["task"]),
                           dataset_name=config.get("dataset_name"))
     configuration = spec.configure(context, config) if spec.configure is not None else Configuration()

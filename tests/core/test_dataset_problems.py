@@ -31,6 +31,8 @@ def test_each_records_first_problem_is_collected_and_all_are_raised_together_the
     assert lines[1:6] == [f"  data.json, record {number}: field x must be text;" for number in range(0, 25, 5)]
     assert lines[6] == "  data.json: id(s) 3, 4 appear more than once; each record needs its own (keys);"
     assert lines[-1] == "  ... and 6 more. Check DATA_ROOT"
+    # Every one of them, for whoever lists them all (lmms-egoplan check-data's report)
+    assert len(error.value.problems) == 26 and error.value.problems[-1] == "sample 19: image not found"
 
 
 def test_one_problem_is_the_error_as_it_is_and_none_raises_nothing():

@@ -33,6 +33,11 @@ def test_smoke_command_evaluates_a_benchmark_and_prints_one_table(tmp_path):
     assert "tiny RANDOM model" in printed and "measure nothing" in printed
     assert f"{tmp_path / 'logs' / 'egoplan'}" in printed and f"{tmp_path / 'logs' / 'scripted'}" in printed
     assert list((tmp_path / "logs" / "egoplan").rglob("*_results.json"))
+    # the settings file of its data, which its runs read and a user re-runs a task with (docs/data.md)
+    settings = tmp_path / "lmms-egoplan-settings.yaml"
+    assert f"its judge stopped with the demo): {settings}\n" in printed
+    results = json.loads(next((tmp_path / "logs" / "egoplan").rglob("*_results.json")).read_text())
+    assert results["configs"]["egoplan_val"]["metadata"]["settings_file"] == str(settings)
     # one row per task, its main metrics as columns (each header with its unit); below, the breakdown bins in
     # their natural order
     header, _, *task_rows = table.strip().splitlines()

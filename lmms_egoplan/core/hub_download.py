@@ -1,0 +1,102 @@
+"""A Hub dataset fetched into a folder through ``huggingface_hub`` (the user's token where the dataset is gated:
+``HF_TOKEN`` or ``hf auth login``; ``HF_ENDPOINT`` where a mirror serves it): its revision resolved to a commit
+first, so that what is fetched and what is recorded are the same, its size said before, and the download
+resumable (``snapshot_download`` keeps the files it fetched whole, and fetches only the others, when run again)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from lmms_egoplan.core.errors import InputError
+
+
+class HubFetchError(InputError):
+    """A Hub dataset could not be fetched; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class FetchedDataset:
+    repo_id: str
+    revision: str  # the commit the files are of
+    folder: Path
+    files: int
+    size: int  # bytes, as the Hub lists the files
+
+
+def hub_size(size: int) -> str:
+    """``size`` bytes as a person reads it (decimal units, as the Hub shows sizes)."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} TB"
+
+
+def dataset_revision(repo_id: str, *, revision: str | None = None,
+                     allow_patterns: Sequence[str] = ()) -> tuple[str, int, int]:
+    """The commit ``revision`` (None: the default branch) of a Hub dataset resolves to, and how many of its files
+    ``allow_patterns`` select (none: all) and their size in bytes."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import filter_repo_objects
+
+    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT"))
+    with _explained(repo_id, revision):
+        info = api.dataset_info(repo_id, revision=revision, files_metadata=True)
+    siblings = list(filter_repo_objects(info.siblings or [], allow_patterns=list(allow_patterns) or None,
+                                        key=lambda sibling: sibling.rfilename))
+    return info.sha, len(siblings), sum(sibling.size or 0 for sibling in siblings)
+
+
+def fetch_dataset(repo_id: str, folder: str | Path, *, revision: str | None = None,
+                  allow_patterns: Sequence[str] = ()) -> FetchedDataset:
+    """The files of a Hub dataset at ``revision`` that ``allow_patterns`` select, in ``folder`` (kept where they are
+    whole already: a second call fetches what the first did not)."""
+    from huggingface_hub import snapshot_download
+
+    commit, files, size = dataset_revision(repo_id, revision=revision, allow_patterns=allow_patterns)
+    with _explained(repo_id, revision):
+        snapshot_download(repo_id, repo_type="dataset", revision=commit, local_dir=str(folder),
+                          allow_patterns=list(allow_patterns) or None, endpoint=os.environ.get("HF_ENDPOINT"))
+    return FetchedDataset(repo_id, commit, Path(folder), files, size)
+
+
+class _explained:
+    """The Hub's errors as what to do: a gated dataset whose conditions were not accepted, a token missing or
+    refused, a revision or a dataset that does not exist, a Hub that cannot be reached."""
+
+    def __init__(self, repo_id: str, revision: str | None):
+        self.repo_id, self.revision = repo_id, revision
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        from huggingface_hub.errors import (
+            GatedRepoError,
+            HfHubHTTPError,
+            LocalEntryNotFoundError,
+            RepositoryNotFoundError,
+            RevisionNotFoundError,
+        )
+
+        if error is None:
+            return False
+        page = f"https://huggingface.co/datasets/{self.repo_id}"
+        if isinstance(error, GatedRepoError):
+            raise HubFetchError(f"{self.repo_id} is gated: accept its access conditions at {page} with your account, "
+                                f"then log in here (`hf auth login`, or set HF_TOKEN)") from None
+        if isinstance(error, RevisionNotFoundError):
+            raise HubFetchError(f"{self.repo_id} has no revision {self.revision!r}") from None
+        if isinstance(error, RepositoryNotFoundError):
+            raise HubFetchError(f"{self.repo_id}: no such dataset, or it is private and the token (HF_TOKEN, "
+                                f"`hf auth login`) has no access to it ({page})") from None
+        # huggingface_hub's HTTP client (httpx, or its fork httpx2 by version) raises its own errors for a Hub that
+        # does not answer.
+        transport = type(error).__module__.partition(".")[0] in ("httpx", "httpx2")
+        if transport or isinstance(error, (HfHubHTTPError, LocalEntryNotFoundError, OSError)):
+            raise HubFetchError(f"{self.repo_id}: the Hub could not be reached or refused: {error} (what was fetched "
+                                f"is kept; run the same command again to fetch the rest)") from None
+        return False

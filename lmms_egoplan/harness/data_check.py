@@ -1,0 +1,127 @@
+"""``lmms-egoplan check-data``: each benchmark's data checked as a run would read it, with no model. For each part
+of its release (``contract.data.DataPart``), each of its tasks' settings are resolved as the run resolves them
+(the task YAML's metadata < the settings file < ``<PREFIX>_<SETTING>`` variables) and its documents are read by
+the task's own loader (its spec's ``load_docs``): every record checked, every media file probed (present,
+readable, a video read up to the last frame its question shows, so a clip too short for its question is
+found). Samples with unusable media are skipped rather than stopping the load (``skip_missing`` where the
+benchmark has it) so that all of them are listed; a loader without it lists every problem in its error.
+
+Counts: a part's records against the count the settings file declares for it (``expected_counts``: a subset,
+such as the demo's), else against the release's; a declared subset's line shows the release's count beside it
+without failing on it."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Sequence
+
+from lmms_egoplan.catalogue import LMMS_EVAL_TASKS
+from lmms_egoplan.contract.benchmark import Benchmark, TaskContext
+from lmms_egoplan.contract.data import DataPart
+from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.settings import resolve_settings
+from lmms_egoplan.core.settings_file import SettingsFile
+
+
+@dataclass(frozen=True)
+class PartCount:
+    part: DataPart
+    found: int | None  # None: a task's loader stopped, so its records are not all counted
+    expected: int
+    declared: bool  # the settings file declares ``expected`` (a subset), else it is the release's
+
+    @property
+    def matches(self) -> bool:
+        return self.found == self.expected
+
+    def text(self) -> str:
+        found = "not counted" if self.found is None else f"{self.found:,} of {self.expected:,}"
+        of = (f"a declared subset; the release has {self.part.release_count:,}" if self.declared
+              else "the release's count")
+        return f"{self.part.name}: {found} {self.part.unit} ({of})"
+
+
+@dataclass
+class BenchmarkCheck:
+    """What ``check-data`` found of one benchmark: its parts' counts, the samples whose media are missing or
+    unusable, and what stopped a loader (a setting, an annotation file, every problem of a loader that lists)."""
+
+    name: str
+    counts: list[PartCount] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing and not self.problems and all(count.matches for count in self.counts)
+
+    def summary(self) -> str:
+        state = "complete" if self.complete else "INCOMPLETE"
+        found = [count.text() for count in self.counts]
+        found += [f"{len(self.missing):,} samples with missing or unusable media"] if self.missing else []
+        found += [f"{len(self.problems):,} problems"] if self.problems else []
+        return f"{self.name}: {state}: {'; '.join(found)}"
+
+    def details(self) -> list[str]:
+        return [*(f"problem: {problem}" for problem in self.problems), *(f"missing: {item}" for item in self.missing)]
+
+
+def check_benchmark(benchmark: Benchmark, settings_file: SettingsFile) -> BenchmarkCheck:
+    """Every part of ``benchmark``'s data read as its tasks read it."""
+    if benchmark.data is None:
+        raise ValueError(f"benchmark {benchmark.name} declares no data (Benchmark.data)")
+    check = BenchmarkCheck(benchmark.name)
+    declared = settings_file.expected_counts.get(benchmark.name, {})
+    for part in benchmark.data.parts:
+        counted = [_count_task(benchmark, part, task, settings_file, check) for task in part.tasks]
+        found = None if None in counted else sum(counted)
+        check.counts.append(PartCount(part, found, declared.get(part.name, part.release_count), part.name in declared))
+    check.problems = list(dict.fromkeys(check.problems))  # the tasks of a part share settings, so their problems
+    return check
+
+
+def _count_task(benchmark: Benchmark, part: DataPart, task: str, settings_file: SettingsFile,
+                check: BenchmarkCheck) -> int | None:
+    """The records of one task (skipped ones included), its missing media joining ``check.missing``; None, with
+    what stopped its loader in ``check.problems``."""
+    config = task_config(benchmark.name, task)
+    try:
+        settings = resolve_settings(benchmark.settings, task=task, metadata=config.get("metadata"),
+                                    env_prefix=benchmark.entry.env_prefix, settings_file=settings_file,
+                                    benchmark=benchmark.name)
+        if any(setting.name == "skip_missing" for setting in dataclasses.fields(settings)):
+            settings = dataclasses.replace(settings, skip_missing=True)
+        context = TaskContext(task_name=task, settings=settings, dataset_name=config.get("dataset_name"))
+        loaded = benchmark.lmms_eval_tasks[part.spec].load_docs(context)
+    except (InputError, FileNotFoundError, RuntimeError) as error:
+        check.problems += [f"{task}: {problem}" for problem in getattr(error, "problems", (str(error),))]
+        return None
+    check.missing += [f"{task}: {sample}" for sample in loaded.skipped or ()]
+    return loaded.split_size
+
+
+def task_config(benchmark: str, task: str) -> dict[str, Any]:
+    """The YAML config of ``task`` (its includes merged) as lmms-eval reads it, from the benchmark's task folder."""
+    from lmms_eval.utils import load_yaml_config
+
+    folder = resources.files(LMMS_EVAL_TASKS) / benchmark
+    for path in sorted(folder.iterdir(), key=lambda path: path.name):
+        if path.name.endswith(".yaml"):
+            config = load_yaml_config(str(path), mode="simple")
+            if config.get("task") == task:
+                return config
+    raise KeyError(f"no task YAML of {benchmark} declares task {task}")
+
+
+def write_check_report(path: Path, checks: Sequence[BenchmarkCheck], settings_file: SettingsFile) -> Path:
+    """Every benchmark's line, then everything missing, one item a line: the full list a summary line counts."""
+    from lmms_egoplan.core.files import write_atomically
+
+    source = f"settings file {settings_file.path}" if settings_file.path else "no settings file (variables only)"
+    lines = [f"# lmms-egoplan check-data, {source}", *(check.summary() for check in checks), ""]
+    for check in checks:
+        lines += [f"## {check.name}", *(check.details() or ["nothing missing"]), ""]
+    return write_atomically(path, "\n".join(lines))

@@ -1,0 +1,70 @@
+"""`lmms-egoplan prepare` and `lmms-egoplan check-data` through the real CLI (issue 65 points 1 and 2), on the demo's
+data path: the demo's builders write each benchmark's synthetic data and the demo's settings file, check-data reads
+all five as their runs would and exits 0; with one clip removed it exits 1 and names the clip. prepare fetches from
+a Hub on 127.0.0.1 (HF_ENDPOINT) and writes a settings file check-data then reads."""
+
+import shutil
+import subprocess
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+from lmms_egoplan.demo.kit.settings import DEMO_SETTINGS_FILE, with_demo_settings
+from lmms_egoplan.demo.smoke import suites
+from lmms_egoplan.suite import BENCHMARKS
+from tests.kit.loopback_hub import LoopbackHub
+
+COMMAND = str(Path(sys.executable).parent / "lmms-egoplan")
+
+
+def lmms_egoplan(*arguments: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([COMMAND, *arguments], capture_output=True, text=True, timeout=600, cwd=cwd,
+                          env={**os.environ, **(env or {})})
+
+
+def test_check_data_passes_the_demos_data_and_names_a_clip_removed_from_it(tmp_path):
+    settings = tmp_path / DEMO_SETTINGS_FILE
+    with ExitStack() as resources:
+        for name, build in suites().items():  # as `lmms-egoplan smoke` builds them
+            with_demo_settings(settings, name, build(tmp_path / "data" / name, resources))
+    complete = lmms_egoplan("check-data", "--settings", str(settings), cwd=tmp_path)
+    assert complete.returncode == 0, complete.stdout + complete.stderr[-3000:]
+    lines = complete.stdout.splitlines()
+    assert [line.split(": ")[0:2] for line in lines[:5]] == [[entry.name, "complete"] for entry in BENCHMARKS]
+    assert "(a declared subset; the release has 3,355)" in lines[0]
+    report = tmp_path / "lmms-egoplan-check-data.txt"
+    assert lines[-1] == f"Everything found missing, one item a line: {report.name}"
+    clip = sorted((tmp_path / "data" / "egointent").rglob("step*.mp4"))[0]
+    clip.unlink()
+    incomplete = lmms_egoplan("check-data", "--settings", str(settings), "egointent", "egothink", cwd=tmp_path)
+    assert incomplete.returncode == 1
+    thinking, intent = incomplete.stdout.splitlines()[:2]  # in the suite's order
+    assert thinking.startswith("egothink: complete: ")
+    assert intent.startswith("egointent: INCOMPLETE: steps: ") and intent.endswith("; 1 samples with missing or "
+                                                                                   "unusable media")
+    assert "lmms-egoplan check-data: incomplete: egointent" in incomplete.stderr
+    missing = [line for line in report.read_text().splitlines() if line.startswith("missing: ")]
+    assert len(missing) == 1 and f"video not found: {clip}" in missing[0]
+
+
+def test_prepare_fetches_from_the_hub_and_check_data_reads_what_it_wrote(tmp_path):
+    from lmms_egoplan.demo import egothink
+
+    release = egothink.write_release(tmp_path / "repo")
+    settings, root = tmp_path / "settings.yaml", tmp_path / "data"
+    with LoopbackHub() as hub:
+        hub.add("EgoThink/EgoThink", release)
+        prepared = lmms_egoplan("prepare", "egothink", "--root", str(root), "--settings", str(settings),
+                                "--judge_model", "my-judge", cwd=tmp_path, env={"HF_ENDPOINT": hub.url})
+    assert prepared.returncode == 0, prepared.stdout + prepared.stderr[-3000:]
+    assert f"egothink: fetched EgoThink/EgoThink at {hub.datasets['EgoThink/EgoThink'].sha[:12]}" in prepared.stdout
+    assert prepared.stdout.rstrip().endswith(f"Settings file (a run reads it; see docs/data.md): {settings}")
+    checked = lmms_egoplan("check-data", "egothink", cwd=tmp_path, env={"LMMS_EGOPLAN_SETTINGS": str(settings)})
+    assert checked.returncode == 1  # the demo's 24 questions, not the release's 700
+    assert checked.stdout.splitlines()[0] == ("egothink: INCOMPLETE: questions: 24 of 700 questions (the release's "
+                                              "count)")
+    shutil.rmtree(root / "egothink" / "EgoThink" / "Activity" / "images")
+    checked = lmms_egoplan("check-data", "egothink", cwd=tmp_path, env={"LMMS_EGOPLAN_SETTINGS": str(settings)})
+    assert "2 problems" in checked.stdout and checked.returncode == 1

@@ -1,0 +1,75 @@
+"""`lmms-egoplan check-data` (issue 65 point 2) on the demo's data in the releases' layouts: each benchmark read by
+its tasks' own loaders with the settings a run resolves, its records counted against the counts the settings file
+declares (a subset) or the release's, every missing or unusable media file and every problem listed in full."""
+
+import json
+
+from lmms_egoplan.core.settings_file import SettingsFile
+from lmms_egoplan.demo import egoplan_bench2, egothink
+from lmms_egoplan.harness.data_check import check_benchmark, write_check_report
+from lmms_egoplan.suite import benchmark
+
+
+def bench2_file(fixture, **counts) -> SettingsFile:
+    return SettingsFile(None, {"egoplan_bench2": {"annotation_dir": str(fixture.annotation_dir),
+                                                  "ego4d_videos_root": str(fixture.ego4d_root)}},
+                        expected_counts={"egoplan_bench2": counts} if counts else {})
+
+
+def test_a_complete_subset_is_complete_by_its_declared_count_with_the_releases_beside_it(tmp_path):
+    fixture = egoplan_bench2.build_fixture(tmp_path / "bench2")
+    records = len(fixture.records())
+    check = check_benchmark(benchmark("egoplan_bench2"), bench2_file(fixture, questions=records))
+    assert check.complete and not check.missing and not check.problems
+    assert check.summary() == (f"egoplan_bench2: complete: questions: {records} of {records} questions (a declared "
+                               f"subset; the release has 1,321)")
+    # Without the declaration, the release's count decides.
+    undeclared = check_benchmark(benchmark("egoplan_bench2"), bench2_file(fixture))
+    assert not undeclared.complete and undeclared.counts[0].expected == 1321 and undeclared.counts[0].found == records
+
+
+def test_a_missing_video_is_named_with_every_question_that_needs_it_and_a_short_one_too(tmp_path):
+    fixture = egoplan_bench2.build_fixture(tmp_path / "bench2")
+    records = fixture.records()
+    removed = fixture.ego4d_root / f"{records[0]['sample_id'].split('_')[0]}.mp4"
+    removed.unlink()
+    check = check_benchmark(benchmark("egoplan_bench2"), bench2_file(fixture, questions=len(records)))
+    needing = [record["sample_id"] for record in records if record["sample_id"].startswith(removed.stem)]
+    assert not check.complete and check.counts[0].found == len(records)  # the skipped ones counted
+    assert check.missing == [f"egoplan_bench2: sample {sample}: video not found: {removed}; check "
+                             f"EGOPLAN2_EGO4D_VIDEOS_ROOT (metadata.ego4d_videos_root)" for sample in needing]
+    assert check.summary().endswith(f"; {len(needing)} samples with missing or unusable media")
+    report = write_check_report(tmp_path / "report.txt", [check], SettingsFile())
+    assert sum(str(removed) in line for line in report.read_text().splitlines()) == len(needing)
+
+
+def test_a_clip_too_short_for_its_question_is_missing_media(tmp_path):
+    fixture = egoplan_bench2.build_fixture(tmp_path / "bench2")
+    records = fixture.records()
+    last = max(records, key=lambda record: record["current_observation_frame"])
+    last["current_observation_frame"] = 10_000  # past the end of its video
+    fixture.annotation_file.write_text(json.dumps(records))
+    check = check_benchmark(benchmark("egoplan_bench2"), bench2_file(fixture, questions=len(records)))
+    assert len(check.missing) == 1 and f"sample {last['sample_id']}" in check.missing[0]
+    assert "past the end of" in check.missing[0]
+
+
+def test_a_loader_that_stops_at_missing_images_lists_every_one_and_the_part_is_not_counted(tmp_path):
+    data_root = egothink.write_release(tmp_path / "egothink")
+    images = sorted((data_root / "Activity" / "images").iterdir())
+    for image in images:
+        image.unlink()
+    file = SettingsFile(None, {"egothink": {"source": "local", "data_root": str(data_root)}})
+    check = check_benchmark(benchmark("egothink"), file)
+    assert check.counts[0].found is None and not check.complete
+    assert len(check.problems) == len(images) and all(p.startswith("ego_think_activity: ") for p in check.problems)
+    assert all(any(image.name in problem for problem in check.problems) for image in images)
+    assert check.summary() == f"egothink: INCOMPLETE: questions: not counted questions (the release's count); " \
+                              f"{len(images)} problems"
+
+
+def test_a_setting_not_set_is_a_problem_naming_it():
+    check = check_benchmark(benchmark("egointent"), SettingsFile())
+    assert check.problems == ["egointent: task egointent: set EGOINTENT_ANNOTATIONS (metadata.annotations) to the "
+                              "EgoIntent release folder (or a flat annotation file); tasks/egointent/README.md, Data "
+                              "preparation, says how to get it"]
