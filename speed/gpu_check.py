@@ -15,14 +15,17 @@ Here again, with the results file it wrote:
 
 Also: ``list`` (offline: what would travel, its size, and what in the lock no longer fits), ``lock`` (after a
 dependency change: resolve the wheels again from a run's imports; reaches the package index), ``table FILE``
-(a results file's table). ``run --skip WORD`` leaves out the checks with WORD in their test's name (likelihoods,
-prefix_sharing, visual_decoding, judge, or an added check's); ``--device cpu --setting smallest`` runs them here.
+(a results file's table). Each check stops at its own budget (``gpu_budget`` in tests/gpu/), the whole run at
+``--budget``. ``run --quick`` runs correctness on every architecture, prefix sharing and the judge at fewer prompts
+in 4 minutes; ``--skip WORD`` leaves out the checks with WORD in their test's name (likelihoods, prefix_sharing,
+visual_decoding, judge, or an added check's); ``--device cpu --setting smallest`` runs them here.
 docs/development.md, "On a GPU", says which checks there are and how to add one.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import signal
@@ -53,13 +56,15 @@ def install(wheels: Path, site: Path) -> None:
         raise SystemExit(f"installing the wheels of {wheels} failed:\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
 
 
-def checks_environment(args, rows: Path, site: Path | None) -> dict[str, str]:
+def checks_environment(args, rows: Path, imports: Path, site: Path | None) -> dict[str, str]:
     commit = Path(args.wheels) / "COMMIT"
     paths = [str(CHECKOUT), *([str(site)] if site else []), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p), "PYTHONUNBUFFERED": "1",
             "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-            "LMMS_EGOPLAN_GPU_RESULTS": str(rows), "LMMS_EGOPLAN_GPU_DEVICE": args.device,
-            "LMMS_EGOPLAN_GPU_SETTING": args.setting,
+            "LMMS_EGOPLAN_GPU_RESULTS": str(rows), "LMMS_EGOPLAN_GPU_IMPORTS": str(imports),
+            "LMMS_EGOPLAN_GPU_DEVICE": args.device, "LMMS_EGOPLAN_GPU_SETTING": args.setting,
+            "LMMS_EGOPLAN_GPU_QUICK": "1" if args.quick else "",
+            "LMMS_EGOPLAN_GPU_CHECK_SECONDS": str(args.check_seconds or ""),
             "LMMS_EGOPLAN_GPU_COMMIT": commit.read_text().strip() if commit.is_file() else ""}
 
 
@@ -87,8 +92,36 @@ def run_checks(args, environment: dict[str, str], log: Path, seconds_left: float
     status = checks.wait()
     timer.cancel()
     if stopped.is_set():
-        print(f"gpu_check: stopped after the --budget of {args.budget} s; the table holds what was measured by then")
+        print(f"gpu_check: stopped after the --budget of {budget(args)} s; the table holds what was measured by then")
     return status, stopped.is_set()
+
+
+def budget(args) -> float:
+    """Seconds for the whole run, the install included: --budget, else 570 (235 with --quick: 4 minutes)."""
+    return args.budget or (235 if args.quick else 570)
+
+
+def imported_distributions(imports: Path, environment: dict[str, str]) -> dict[str, str]:
+    """The distributions (name -> version) whose top-level modules the checks imported (``imports``: JSON lists
+    of module names, written by each of their processes as it goes), as the checks' own Python finds them."""
+    if not imports.is_file():
+        return {}
+    modules = sorted(set().union(*(json.loads(line) for line in imports.read_text().splitlines() if line)))
+    found = subprocess.run([sys.executable, "-c", DISTRIBUTIONS], input=json.dumps(modules), capture_output=True,
+                           text=True, env=environment)
+    if found.returncode != 0:  # the results are written all the same, without the versions
+        print(f"gpu_check: the imported distributions could not be read:\n{found.stderr[-2000:]}")
+        return {}
+    return json.loads(found.stdout)
+
+
+DISTRIBUTIONS = """
+import json, sys
+from importlib.metadata import packages_distributions, version
+modules = set(json.load(sys.stdin))
+print(json.dumps(dict(sorted({name: version(name) for top, names in packages_distributions().items()
+                              if top in modules for name in names}.items()))))
+"""
 
 
 def run(args) -> int:
@@ -102,24 +135,28 @@ def run(args) -> int:
         if site:
             install(Path(args.wheels), site)
         installed = time.monotonic() - started
-        environment = checks_environment(args, rows, site)
+        imports = Path(work) / "modules.jsonl"
+        environment = checks_environment(args, rows, imports, site)
         status, stopped = run_checks(args, environment, out / "gpu_check.log",
-                                     args.budget - (time.monotonic() - started))
-    results = {**results_of(rows), "install_seconds": round(installed, 1),
+                                     budget(args) - (time.monotonic() - started))
+        imported = imported_distributions(imports, environment)  # also when a budget stopped a check
+    results = {**results_of(rows), "imported": imported, "install_seconds": round(installed, 1),
                "wall_seconds": round(time.monotonic() - started, 1), "pytest_status": status, "stopped": stopped,
-               "skipped_checks": args.skip}
+               "skipped_checks": args.skip, "quick": args.quick}
     (out / "gpu_check.json").write_text(json.dumps(results, indent=1) + "\n")
     print(text_table(results))
-    return 124 if stopped else status
+    return 124 if stopped or results["stopped_checks"] else status
 
 
 def results_of(rows: Path) -> dict:
     """The rows file of a run (JSON lines, tests/gpu/conftest.py) as one results object."""
-    found = {"environment": {}, "rows": [], "tests": {}, "imported": {}}
+    found = {"environment": {}, "rows": [], "tests": {}, "stopped_checks": {}}
     for line in rows.read_text().splitlines() if rows.is_file() else []:
         record = json.loads(line)
-        if "environment" in record or "imported" in record:
+        if "environment" in record:
             found.update(record)
+        elif "stopped" in record:  # a check stopped at its own budget
+            found["stopped_checks"][record["stopped"]] = record["budget"]
         elif "check" in record:
             found["rows"].append(record)
         elif record["outcome"] != "passed" or record["test"] not in found["tests"]:
@@ -133,13 +170,37 @@ def results_of(rows: Path) -> dict:
     return found
 
 
+def suite_checks(quick: bool) -> dict[str, str]:
+    """The checks of tests/gpu/ (test function -> its module), those with a quick budget for --quick: read from
+    the source, as the results of a stopped run cannot name the checks it never reached."""
+    found = {}
+    for module in sorted((CHECKOUT / "tests" / "gpu").glob("test_*.py")):
+        for function in ast.parse(module.read_text(encoding="utf-8")).body:
+            if not isinstance(function, ast.FunctionDef) or not function.name.startswith("test_"):
+                continue
+            budgets = [{k.arg: ast.literal_eval(k.value) for k in d.keywords} for d in function.decorator_list
+                       if isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "gpu_budget"]
+            if not quick or any(b.get("quick") for b in budgets):
+                found[function.name] = module.name
+    return found
+
+
+def unfinished(results: dict) -> list[tuple[str, str, str]]:
+    """(module, check, why) of each check of the run that has no outcome."""
+    reached = {test.split("::")[-1].split("[")[0] for test in results["tests"]}
+    why = "the run was stopped at its --budget" if results["stopped"] else "not run"
+    return [(module, check, why) for check, module in suite_checks(results.get("quick", False)).items()
+            if check not in reached and not any(word in check for word in results["skipped_checks"])]
+
+
 def table_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
     """(check, case, result, outcome, seconds) per row."""
     tests = results["tests"]
     return [(row["check"], row["case"], row["figures"].get("result", ""),
              tests.get(row["test"], {}).get("outcome", "not finished"),
              f"{tests[row['test']]['seconds']:.0f}" if row["test"] in tests else "")
-            for row in results["rows"]]
+            for row in results["rows"]] + [(module, check, why, "not finished", "")
+                                           for module, check, why in unfinished(results)]
 
 
 def measured_on(results: dict) -> str:
@@ -153,9 +214,12 @@ def measured_on(results: dict) -> str:
     device = env["device"] + (f" ({env['memory_gib']} GiB, driver {env['driver']}, CUDA {env['cuda']})"
                               if env.get("cuda") else "")
     stopped = " (stopped at the budget)" if results["stopped"] else ""
+    stopped += "".join(f"; {check} stopped at its budget of {seconds:.0f} s"
+                       for check, seconds in results.get("stopped_checks", {}).items())
     return (f"{device}; Python {env['python']}, torch {env['torch']}, transformers {env['transformers']}, "
             f"lmms-eval {env['lmms-eval']}; {env['date']}, commit {env['commit'] or 'unknown'}; setting "
-            f"{env['setting']}; {outcomes or 'no check finished'}{stopped}, {results['wall_seconds']:.0f} s in all")
+            f"{env['setting']}{' (--quick)' if results.get('quick') else ''}; {outcomes or 'no check finished'}"
+            f"{stopped}, {results['wall_seconds']:.0f} s in all")
 
 
 def text_table(results: dict) -> str:
@@ -167,37 +231,47 @@ def text_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def markdown(results: dict, kind: str) -> str:
+def markdown(results: dict, kind: str, note: str = "") -> str:
+    """The docs' section: the README's sentence or development.md's table, each with what did not finish and
+    ``note`` (why, where the results cannot say)."""
+    missing = "".join(f" Not finished there: `{check}` ({why})." for _, check, why in unfinished(results))
+    note = f" {note}" if note else ""
     if kind == "sentence":
         return (f"Measured on a GPU ({results['environment']['device']}, {results['environment']['date'][:10]}): "
-                f"[the figures](docs/development.md#measured-on-a-gpu); every other figure on this page is from CPUs.")
+                f"[the figures](docs/development.md#measured-on-a-gpu); every other figure on this page is from CPUs."
+                f"{missing}{note}")
     cell = lambda text: text.replace("|", "\\|")  # noqa: E731
-    lines = [f"Measured on {cell(measured_on(results))} (`python3 speed/gpu_check.py run`).", "",
+    lines = [f"Measured on {cell(measured_on(results))} (`python3 speed/gpu_check.py run`).{missing}{note}", "",
              "| check | case | result | outcome | seconds |", "| --- | --- | --- | --- | --- |"]
     lines += [f"| {' | '.join(cell(value) for value in row[:3])} | {row[3]} | {row[4]} |"
               for row in table_rows(results)]
     return "\n".join(lines)
 
 
-def write_docs(results: dict, allow_cpu: bool, docs: dict[Path, str]) -> None:
+def write_docs(results: dict, allow_cpu: bool, docs: dict[Path, str], note: str = "") -> None:
     env = results["environment"]
-    if not env or (env["device"].startswith("CPU") or env["setting"] != "full") and not allow_cpu:
+    if not env or (env["device"].startswith("CPU") or env["setting"] != "full" or results.get("quick")) \
+            and not allow_cpu:
         raise SystemExit(f"these results are not of a full run on a GPU ({env.get('device')}, setting "
-                         f"{env.get('setting')}): nothing written")
+                         f"{env.get('setting')}{', --quick' if results.get('quick') else ''}): nothing written")
     for path, kind in docs.items():
         text = path.read_text(encoding="utf-8")
         if text.count(BEGIN) != 1 or text.count(END) != 1:
             raise SystemExit(f"{path}: expected one {BEGIN} ... {END} section to fill")
         before, rest = text.split(BEGIN)
-        path.write_text(f"{before}{BEGIN}\n{markdown(results, kind)}\n{END}{rest.split(END, 1)[1]}", encoding="utf-8")
+        filled = f"{before}{BEGIN}\n{markdown(results, kind, note)}\n{END}{rest.split(END, 1)[1]}"
+        path.write_text(filled, encoding="utf-8")
         print(f"filled {path}")
+    if not env["device"].startswith("CPU"):
+        changed = gpu_wheels.take_machine_versions(results)
+        print(f"{gpu_wheels.MACHINE.name}: the run's versions; changed: {', '.join(changed) or 'none'}")
 
 
 def read_results(path: str) -> dict:
     """A run's gpu_check.json, or its rows file (gpu_check_rows.jsonl) when the run was stopped before writing it."""
     if path.endswith(".jsonl"):
-        return {**results_of(Path(path)), "wall_seconds": 0, "stopped": True, "skipped_checks": []}
-    return json.loads(Path(path).read_text())
+        return {**results_of(Path(path)), "imported": {}, "wall_seconds": 0, "stopped": True, "skipped_checks": []}
+    return {"stopped_checks": {}, **json.loads(Path(path).read_text())}  # older runs' files lack stopped_checks
 
 
 def wheels_command(args) -> int:
@@ -217,10 +291,15 @@ def wheels_command(args) -> int:
     return 1 if unfit or total > gpu_wheels.CARRY_LIMIT else 0
 
 
-def imported_by_the_checks(results_file: str | None) -> dict[str, str]:
-    """The distributions the checks import: from a run's results, or from running them here at the smallest setting."""
-    if results_file:
-        return read_results(results_file)["imported"]
+def imported_by_the_checks(results_files: list[str]) -> dict[str, str]:
+    """The distributions the checks import: those of runs' results (each file's ``imported``; the first file's
+    version of a distribution that several name), or from running them here at the smallest setting, which covers
+    every architecture."""
+    if results_files:
+        found = {}
+        for results_file in reversed(results_files):
+            found.update(read_results(results_file)["imported"])
+        return found
     with tempfile.TemporaryDirectory() as out:
         subprocess.run([sys.executable, __file__, "run", "--no-install", "--device", "cpu", "--setting", "smallest",
                         "--out", out], check=True)
@@ -235,7 +314,12 @@ def main() -> int:
     checks.add_argument("--skip", action="append", default=[], help="leave out the checks with this word in their name")
     checks.add_argument("--device", default="cuda")
     checks.add_argument("--setting", default="full", choices=["full", "smallest"])
-    checks.add_argument("--budget", type=float, default=570, help="seconds for it all, install included")
+    checks.add_argument("--quick", action="store_true", help="correctness on every architecture, prefix sharing and "
+                                                             "the judge at fewer prompts: 4 minutes, install included")
+    checks.add_argument("--budget", type=float, help="seconds for it all, install included (default: 570; 235 with "
+                                                     "--quick); each check also stops at its own budget")
+    checks.add_argument("--check-seconds", type=float, help="at most this long for each check (its own budget "
+                                                            "otherwise; none at the smallest setting)")
     checks.add_argument("--wheels", default=str(gpu_wheels.WHEELS), help="the carried wheels")
     checks.add_argument("--no-install", action="store_true", help="use the packages this Python has")
     for name, what in (("wheels", "here: download the locked wheels, list what travels"),
@@ -243,13 +327,17 @@ def main() -> int:
                        ("lock", "here: resolve the wheels again (package index), then list")):
         command = commands.add_parser(name, help=what)
         if name == "lock":
-            command.add_argument("--imported", help="a run's results file whose imports to carry (default: run the "
-                                                    "checks here at the smallest setting)")
+            command.add_argument("--imported", action="append", default=[],
+                                 help="a run's results file (or a lock) whose imports to carry, repeated for several "
+                                      "(default: run the checks here at the smallest setting)")
     for name in ("table", "write-docs"):
         command = commands.add_parser(name, help=f"{name} from a results file (gpu_check.json or its rows file)")
         command.add_argument("results")
         if name == "write-docs":
-            command.add_argument("--allow-cpu", action="store_true", help="write a CPU or smallest run's table too")
+            command.add_argument("--allow-cpu", action="store_true", help="write a CPU, smallest or --quick run's "
+                                                                          "table too")
+            command.add_argument("--note", default="", help="a sentence after the figures: what the results cannot "
+                                                            "say (why a check did not finish, say)")
     args = parser.parse_args()
     if args.command == "run":
         return run(args)
@@ -257,7 +345,7 @@ def main() -> int:
         print(text_table(read_results(args.results)))
         return 0
     if args.command == "write-docs":
-        write_docs(read_results(args.results), args.allow_cpu, DOCS)
+        write_docs(read_results(args.results), args.allow_cpu, DOCS, args.note)
         return 0
     return wheels_command(args)
 

@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 from importlib.metadata import requires, version
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from packaging.version import Version
 CHECKOUT = Path(__file__).resolve().parents[1]
 LOCK = CHECKOUT / "speed" / "gpu_wheels.lock.json"
 MACHINE = CHECKOUT / "speed" / "gpu_machine.txt"
+RUN_READ = "# run: "  # gpu_machine.txt's lines naming the GPU run whose versions it holds (take_machine_versions)
 WHEELS = CHECKOUT / ".gpu-wheels"
 CARRY_LIMIT = 64 * 2 ** 20  # what travels to the GPU machine in one call: the working tree and the carried folders
 PYTHON = "3.12"
@@ -220,3 +222,38 @@ def gather(locked: dict) -> None:
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=CHECKOUT, capture_output=True, text=True)
     (WHEELS / "COMMIT").write_text(commit.stdout.strip() + "\n")
 
+
+
+def take_machine_versions(results: dict) -> list[str]:
+    """Writes into speed/gpu_machine.txt the versions a GPU run read there (its environment's Python, torch and
+    tokenizers, and every distribution it imported) of what the machine has itself, the carried wheels left out,
+    with the run named in the header; returns the lines changed."""
+    env = results["environment"]
+    carried = {entry["name"] for entry in read_lock()["wheels"]} | set(NOT_CARRIED)
+    read = {"python": env["python"], **{name: env[name] for name in ("torch", "tokenizers") if env.get(name)},
+            **results.get("imported", {})}
+    read = {normalized(name): found for name, found in read.items() if normalized(name) not in carried}
+    header, lines, changed = [], [], []
+    for line in MACHINE.read_text().splitlines():
+        if line.startswith("#"):
+            if not line.startswith(RUN_READ):
+                header.append(line)
+            continue
+        name = normalized(line.partition("==")[0])
+        if name in read and line != f"{name}=={read[name]}":
+            changed.append(f"{line} -> {name}=={read[name]}")
+            line = f"{name}=={read[name]}"
+        lines.append(line)
+    run = textwrap.wrap(f"Versions read there by `speed/gpu_check.py run` of {env['date']} on {env['device']} (driver "
+                        f"{env.get('driver') or '?'}, CUDA {env.get('cuda') or '?'}; commit "
+                        f"{env.get('commit') or 'unknown'}): Python, torch, tokenizers and "
+                        f"{imported_count(results)}, less the carried wheels.",
+                        118, initial_indent=RUN_READ, subsequent_indent=RUN_READ)
+    MACHINE.write_text("\n".join([*header, *run, *lines]) + "\n")
+    return changed
+
+
+
+def imported_count(results: dict) -> str:
+    found = len(results.get("imported", {}))
+    return f"the {found} distributions it imported" if found else "no import (the run recorded none)"

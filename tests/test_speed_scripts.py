@@ -21,7 +21,7 @@ SMOKE_RUNS = {
                      r"per pair: release [\d.]+ s, fast [\d.]+ ms -> speed-up x[\d,]+"),
     "bench_loglikelihood.py": (None, r"ratio\s+:\s+[\d.]+x"),
     "bench_egoplan_visuals.py": (None, r"naive / egoplan =\s+[\d.]+x"),
-    "bench_judge_hf.py": (None, r"batched / one at a time = [\d.]+x"),
+    "bench_judge_hf.py": (None, r"queue / old lock = [\d.]+x"),
     "bench_entry_point.py": (["--runs", "1"], r"installed / not installed = [\d.]+x"),
     "bench_qwen_loglikelihood.py": (None, r"egoplan_hf / lmms-eval = [\d.]+x"),
     "bench_media_check.py": (["--samples", "4", "--frames-per-video", "400"],

@@ -10,10 +10,13 @@ from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN
 from lmms_egoplan.demo.kit.checkpoints import ARCHITECTURES, TEXT_ONLY_ARCHITECTURES
 from lmms_egoplan.models.egoplan_hf import EgoPlanHF
 
-from .conftest import SMALLEST, load_speed_module
+from .conftest import QUICK, SMALLEST, load_speed_module
 
-# Every multimodal tiny architecture; one at the smallest setting (the fast tier's run of the command's code).
-ARCHS = ["qwen2_vl"] if SMALLEST else [arch for arch in ARCHITECTURES if arch not in TEXT_ONLY_ARCHITECTURES]
+# Every multimodal tiny architecture at every setting: the smallest one (the fast tier's run of the command, and
+# `speed/gpu_check.py lock`'s) imports what each architecture's processor and model import on the GPU machine.
+ARCHS = [arch for arch in ARCHITECTURES if arch not in TEXT_ONLY_ARCHITECTURES]
+# bfloat16, where the devices' kernels differ most, at the smallest setting and in --quick; float32 too in full.
+DTYPES = ["bfloat16"] if SMALLEST or QUICK else ["float32", "bfloat16"]
 # The largest difference of a candidate's mean token loss (about 6.4 for these vocabularies) allowed between the
 # devices: float32 on a GPU convolves in TF32 by default (cuDNN; about 3e-4 relative); bfloat16 rounds to 2^-8
 # relative in every layer of both devices' different kernels. A choice can flip only between candidates whose
@@ -30,11 +33,12 @@ def losses(pretrained, device: str, dtype: str, docs: list[dict]) -> np.ndarray:
     return np.array([loss for loss, _ in values]).reshape(len(docs), 4)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.gpu_budget(full=75, quick=50)
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("arch", ARCHS)
 def test_likelihoods_on_the_gpu_equal_the_cpus(arch, dtype, gpu_check, tiny_model):
     bench = load_speed_module("bench_loglikelihood")
-    docs = bench.egoplan_docs(gpu_check.pick(full=8, smallest=2), bench.FRAME_SIDE["tiny"], observation=True)
+    docs = bench.egoplan_docs(gpu_check.pick(full=8, smallest=1), bench.FRAME_SIDE["tiny"], observation=True)
     on_cpu, on_device = (losses(tiny_model(arch), device, dtype, docs) for device in ("cpu", gpu_check.device))
     difference = float(np.abs(on_cpu - on_device).max())
     same = int((on_cpu.argmin(axis=1) == on_device.argmin(axis=1)).sum())

@@ -5,9 +5,12 @@ the same choice on at least 99 % of the questions, and each one's questions per 
 fast tier, on the CPU) it compares the three tiny Qwen checkpoints, Qwen2-VL, Qwen2.5-VL and Qwen3-VL, on lmms-eval's
 three patched backends."""
 
+import pytest
+
 SAME_CHOICE_NEEDED = 0.99
 
 
+@pytest.mark.gpu_budget(full=150)
 def test_lmms_evals_patched_qwen_likelihood_chooses_as_egoplan_hf_at_the_qwen2_5_vl_7b_shape(gpu_check, tmp_path):
     arguments = gpu_check.pick(full=["--shape", "qwen2.5-vl-7b", "--questions", "24", "--rounds", "2"],
                                smallest=["--arch", "all", "--questions", "1", "--rounds", "1"])

@@ -1,7 +1,12 @@
 """The speed scripts at real shapes on the GPU (random weights): prefix sharing (bench_loglikelihood.py) and visual
 decoding behind the model (bench_egoplan_visuals.py) at Qwen2.5-VL-7B's published shape, all 28 layers, bfloat16;
 the in-process transformers judge at Qwen3-8B's (bench_judge_hf.py), 700 EgoThink judge prompts. Each records its
-figures for the table; at the smallest setting (the fast tier, on the CPU) they run at the scripts' tiny shapes."""
+figures for the table; at the smallest setting (the fast tier, on the CPU) they run at the scripts' tiny shapes.
+Prefix sharing and the judge (700 prompts less) are in ``speed/gpu_check.py run --quick``."""
+
+import math
+
+import pytest
 
 SHAPE_7B = ["--dtype", "bfloat16"]  # all 28 layers: the scripts' default at a published shape
 # Largest difference of a candidate's loss between prefix sharing and one pass per candidate: float32 equals within
@@ -9,8 +14,10 @@ SHAPE_7B = ["--dtype", "bfloat16"]  # all 28 layers: the scripts' default at a p
 SHARING_TOLERANCE = {"float32": 1e-4, "bfloat16": 1e-1}
 
 
+@pytest.mark.gpu_budget(full=100, quick=75)
 def test_prefix_sharing_at_the_qwen2_5_vl_7b_shape(gpu_check, tmp_path):
     arguments = gpu_check.pick(full=["--shape", "qwen2.5-vl-7b", *SHAPE_7B],
+                               quick=["--shape", "qwen2.5-vl-7b", *SHAPE_7B, "--questions", "4", "--rounds", "2"],
                                smallest=["--shape", "tiny", "--layers", "1", "--questions", "1", "--rounds", "1"])
     f = gpu_check.speed_script("bench_loglikelihood.py", [*arguments, "--device", gpu_check.device], tmp_path)
     rates, peaks, minutes = f["questions_per_second"], f["peak_memory_gib"], f["egoplan_val_minutes"]
@@ -27,6 +34,7 @@ def test_prefix_sharing_at_the_qwen2_5_vl_7b_shape(gpu_check, tmp_path):
         assert f["ratio"] > 1, "prefix sharing is slower than one pass per candidate on the GPU"
 
 
+@pytest.mark.gpu_budget(full=55)
 def test_visual_decoding_behind_the_model_at_the_qwen2_5_vl_7b_shape(gpu_check, tmp_path):
     arguments = gpu_check.pick(full=["--model", "qwen2.5-vl-7b", *SHAPE_7B, "--questions", "8", "--seconds", "60"],
                                smallest=["--model", "tiny", "--layers", "1", "--questions", "2", "--seconds", "4",
@@ -47,17 +55,24 @@ def test_visual_decoding_behind_the_model_at_the_qwen2_5_vl_7b_shape(gpu_check, 
         assert prefetched["wall"] < prefetched["decode"] + prefetched["model"]
 
 
+@pytest.mark.gpu_budget(full=180, quick=85)
 def test_the_transformers_judge_at_the_qwen3_8b_shape(gpu_check, tmp_path):
-    # 32 at a time (judge_concurrency=32) and 96 new tokens (a short explanation, then the rating) keep it in budget.
-    arguments = gpu_check.pick(full=["--shape", "qwen3-8b", "--items", "700", "--concurrency", "32", "--new-tokens",
-                                     "96", "--naive-items", "4"],
-                               smallest=["--shape", "tiny", "--items", "8", "--concurrency", "4", "--naive-items", "2",
+    # 32 in flight (judge_concurrency=32) and 96 new tokens (a short explanation, then the rating); the old lock,
+    # for the ratio, on the first 32 (16 in --quick) prompts.
+    shape = ["--shape", "qwen3-8b", "--concurrency", "32", "--new-tokens", "96"]
+    arguments = gpu_check.pick(full=[*shape, "--items", "700", "--naive-items", "32"],
+                               quick=[*shape, "--items", "128", "--naive-items", "16"],
+                               smallest=["--shape", "tiny", "--items", "8", "--concurrency", "4", "--naive-items", "4",
                                          "--new-tokens", "4"])
     f = gpu_check.speed_script("bench_judge_hf.py", [*arguments, "--device", gpu_check.device], tmp_path)
-    rates = f["judgements_per_second"]
+    rates, seconds = f["judgements_per_second"], f["seconds"]
     gpu_check.record("transformers judge (bench_judge_hf.py)",
                      f"{f['shape']}, {f['items']} prompts of {f['prompt_tokens']['mean']:.0f} tokens, "
-                     f"{f['new_tokens']} new tokens, batch {f['concurrency']}",
-                     result=f"{rates['batched']:.2f} judgements/s ({f['seconds']['batched']:.0f} s) vs "
-                            f"{rates['one_at_a_time']:.2f} one at a time = {f['ratio']:.1f}x", **f)
+                     f"{f['new_tokens']} new tokens, {f['concurrency']} in flight",
+                     result=f"{rates['queue']:.2f} judgements/s ({seconds['queue']:.0f} s, {f['generate_calls']} "
+                            f"generate calls; loaded in {f['load_seconds']:.0f} s) vs {rates['old_lock']:.2f} through "
+                            f"the old lock ({f['naive_items']} prompts, {f['old_lock_generate_calls']} calls) = "
+                            f"{f['ratio']:.1f}x; the same output on {f['same_outputs']} of {f['naive_items']}", **f)
     assert f["answered"] == f["items"] and f["call_errors"] == 0
+    # the batches fill: at most 3 calls more than the prompts fill batches of `concurrency`
+    assert f["generate_calls"] <= math.ceil(f["items"] / f["concurrency"]) + 3
