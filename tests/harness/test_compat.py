@@ -258,7 +258,7 @@ def killed_run_folder(cache: Path, run_id: str, *, pid: int, host: str | None = 
         db.executemany("INSERT INTO responses VALUES (?, 'loglikelihood', 't', ?, 0, '{}', '[1.5, false]', 0)",
                        [(f"{run_id}-{doc}", doc) for doc in range(rows)])
     if pid:
-        owner = {"host": host or socket.gethostname(), "pid": pid, "started": durability._process_start(pid)}
+        owner = {"host": host or socket.gethostname(), "pid": pid, "started": durability.process_start(pid)}
         (folder / "rank_0.db.owner.json").write_text(json.dumps(owner))
     return folder
 
