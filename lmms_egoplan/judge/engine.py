@@ -200,7 +200,8 @@ class Judge:
         """(answer or None, error or None, attempts, why the cache could not store the answer or None)
         for one prompt, or None if ``stopping`` was set before it was asked. An answer with a valid
         rating is stored in the cache the moment it arrives (a run killed a second later keeps it);
-        one that cannot be stored sets ``stopping`` at once; no retry once ``stopping`` is set."""
+        one that cannot be stored sets ``stopping`` at once; no retry once ``stopping`` is set. A judge that has
+        stopped answering (``stopped_answering``) is not asked: a failure saying so."""
         attempt = 0
         while True:
             if self.stopped_answering:  # not asked: a judge that has stopped answering is not waited for again

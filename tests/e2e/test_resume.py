@@ -137,10 +137,12 @@ def test_a_likelihood_pass_stopped_mid_way_keeps_every_scored_question(signum, e
     strict_json_files(resumed)
 
 
+@pytest.mark.parametrize("signum", [15, 2], ids=["SIGTERM", "Ctrl-C"])
 def test_a_run_without_use_cache_stopped_by_sigterm_keeps_its_answers_and_the_same_command_resumes(
-        egoplan_data, tiny_model, tmp_path):
+        signum, egoplan_data, tiny_model, tmp_path):
     """No --use_cache: the suite's run keeps its responses in <output_path>/response_cache as they are computed
-    (said in one line), SIGTERM keeps every one, leaves no lock file, and the same command resumes from them."""
+    (said in one line); SIGTERM or Ctrl-C (SIGINT) keeps every one and leaves no lock file, and the same command
+    resumes from them."""
     import signal
 
     from lmms_egoplan.compat.durability import DEFAULT_RESPONSE_CACHE
@@ -155,16 +157,19 @@ def test_a_run_without_use_cache_stopped_by_sigterm_keeps_its_answers_and_the_sa
     running.wait_for(lambda: stored_responses(cache) > 0, poll=0.005, what="a question stored")
     running.signal(signal.SIGSTOP)
     frozen = stored_responses(cache)
-    running.signal(signal.SIGTERM)
+    running.signal(signum)
     running.signal(signal.SIGCONT)
     stopped = running.wait()
     kept = stored_responses(cache)
-    assert stopped.returncode == 143 and 1 <= frozen <= kept <= frozen + 4
+    assert 1 <= frozen <= kept <= frozen + 4
     assert (f"no --use_cache given: the model's responses are kept as they are computed in the response cache "
             f"{cache}") in stopped.log
-    assert stopped.log.splitlines()[-1].startswith(
-        f"lmms-egoplan: stopped by SIGTERM (exit status 143); the model responses it computed are kept in the "
-        f"response cache {cache}")
+    if signum == signal.SIGTERM:
+        assert stopped.returncode == 143 and stopped.log.splitlines()[-1].startswith(
+            f"lmms-egoplan: stopped by SIGTERM (exit status 143); the model responses it computed are kept in the "
+            f"response cache {cache}")
+    else:
+        assert stopped.returncode != 0 and "KeyboardInterrupt" in stopped.log
     assert not list(output.rglob("*.lmms_egoplan.lock"))
     resumed = run_lmms_eval(**args)
     assert cache_hits(resumed.log) == kept and f"{kept}/{4 * QUESTIONS} cache hits" in resumed.log

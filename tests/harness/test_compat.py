@@ -415,3 +415,24 @@ def test_a_backend_class_goes_with_the_backend_moment_only_and_other_backends_ar
         switches.switch_on(switches.SUITE_USED, backend=ConfigurableTask)
     switches.switch_on(switches.BACKEND_CHOSEN, backend=ConfigurableTask)  # not lmms-eval's LlavaHf: nothing to patch
     assert "backends.score_llava_hf_with_its_images" not in replacements.in_place()
+
+
+def test_a_run_of_the_suites_tasks_without_use_cache_keeps_its_responses_under_its_output_path(tmp_path, monkeypatch):
+    from argparse import Namespace
+
+    from loguru import logger
+
+    lines = []
+    sink = logger.add(lines.append, level="INFO", format="{message}")
+    try:
+        run = Namespace(output_path=str(tmp_path / "out"))
+        assert durability.keep_responses_by_default(None, run) == str(tmp_path / "out" / "response_cache")
+        assert any(f"no --use_cache given: the model's responses are kept as they are computed in the response "
+                   f"cache {tmp_path / 'out' / 'response_cache'}" in line for line in lines)
+        assert durability.keep_responses_by_default("mine/", run) == "mine/"  # the one named is kept
+        assert durability.keep_responses_by_default(None, Namespace(output_path=None)) is None
+        assert durability.keep_responses_by_default(None, None) is None  # simple_evaluate called without the CLI
+        monkeypatch.setenv("LMMS_EGOPLAN_COMPAT_OFF", "durability.keep_responses_by_default")
+        assert durability.keep_responses_by_default(None, run) is None
+    finally:
+        logger.remove(sink)
