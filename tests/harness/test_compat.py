@@ -84,8 +84,13 @@ def test_nothing_is_changed_where_lmms_eval_behaves(monkeypatch):
     def cleaning_unwrap(output):
         return output.replace("\udcff", "\ufffd"), None
 
+    def cleaning_cache(response):
+        return response.replace("\udcff", "\ufffd") if isinstance(response, str) else response
+
     monkeypatch.setattr(instance, "unwrap_generation_output", cleaning_unwrap)
+    monkeypatch.setattr(ResponseCache, "_extract_cacheable", staticmethod(cleaning_cache))
     assert compat_results.clean_lone_surrogates() is False and instance.unwrap_generation_output is cleaning_unwrap
+    assert ResponseCache._extract_cacheable is cleaning_cache
 
     def plain(self, doc, results):
         return {}
