@@ -226,8 +226,10 @@ def failed_judgements_verdict(files: Sequence[Path]) -> tuple[int, str] | None:
     if commands:
         line += "; judge the failed ones with: " + " ; ".join(commands)
     else:
-        line += ("; re-run the same command to judge them (judgements already made come from the judge cache), "
-                 "or add --log_samples to judge them later with lmms-egoplan rejudge")
+        answers = (f", the model's answers from the response cache {RUN.response_cache_root}"
+                   if RUN.response_cache_root else "")
+        line += (f"; re-run the same command to judge them (judgements already made come from the judge cache"
+                 f"{answers}), or add --log_samples to judge them later with lmms-egoplan rejudge")
     return max(o.settings.judge_failed_exit_status for o in failed.values()), line
 
 
