@@ -459,6 +459,7 @@ def keep_responses_by_default(use_cache: str | None, cli_args: Any) -> str | Non
     logger.info(f"lmms-egoplan: no --use_cache given: the model's responses are kept as they are computed in the "
                 f"response cache {root}; the same command (the same --output_path) resumes from them after a stop")
     note_in_place(_BY_DEFAULT)
+    RUN.default_response_cache = root
     return root
 
 
@@ -813,8 +814,10 @@ def _report_stop(signum: int) -> None:
 
     name = signal.Signals(signum).name
     if RUN.response_cache_root is not None:
+        given = ("the same --output_path" if RUN.response_cache_root == RUN.default_response_cache
+                 else f"with --use_cache {RUN.response_cache_root}")
         kept = (f"the model responses it computed are kept in the response cache {RUN.response_cache_root}; the same "
-                f"command (with --use_cache {RUN.response_cache_root}) resumes from them")
+                f"command ({given}) resumes from them")
     else:
         kept = "it ran with neither --use_cache nor --output_path, so its model responses are not kept"
     sys.stdout.flush()

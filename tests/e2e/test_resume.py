@@ -167,7 +167,7 @@ def test_a_run_without_use_cache_stopped_by_sigterm_keeps_its_answers_and_the_sa
     if signum == signal.SIGTERM:
         assert stopped.returncode == 143 and stopped.log.splitlines()[-1].startswith(
             f"lmms-egoplan: stopped by SIGTERM (exit status 143); the model responses it computed are kept in the "
-            f"response cache {cache}")
+            f"response cache {cache}; the same command (the same --output_path) resumes from them")
     else:
         assert stopped.returncode != 0 and "KeyboardInterrupt" in stopped.log
     assert not list(output.rglob("*.lmms_egoplan.lock"))
