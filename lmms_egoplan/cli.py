@@ -92,7 +92,7 @@ def _rejudge(args: argparse.Namespace) -> int:
     settings = {task: _judge_settings(args, recorded_judge(logged, task)) for task in logged.columns}
     judges = {each: answering_judge(each) for each in dict.fromkeys(settings.values())}
     scores = rejudge_samples(logged, {task: judges[each] for task, each in settings.items()}, args.output,
-                             group_scores=suite.group_scores)
+                             group_scores=suite.group_scores, settings=settings)
     rows = [(task, metric, format_value(value)) for task, row in scores.items()
             for metric, value in row.items() if isinstance(value, (int, float)) or value is None]
     print(format_table(("task", "metric", "value"), rows))

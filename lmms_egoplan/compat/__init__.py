@@ -44,6 +44,9 @@ a patch for lmms-eval with its pull-request text, or why it cannot become one. E
                                                               likelihood tasks score on the suite's backends)
   ``durability.keep_responses_of_stopped_runs``               a suite task or backend is built (the response
                                                               cache, one per run)
+  ``durability.keep_responses_by_default``                    a run names a suite task and no ``--use_cache``,
+                                                              with an ``--output_path`` (the run's response
+                                                              cache: ``<output_path>/response_cache``)
   ``durability.keep_failed_requests_out_of_the_response_cache``  a suite task or backend is built (the
                                                               response cache, one per run)
   ``secrets.keep_api_keys_out_of_the_response_cache``         a suite task or backend is built (the response

@@ -434,6 +434,36 @@ def _create_recovering(create, cls, cache_root: str, **kwargs):
     return cache
 
 _KEEP_RESPONSES = "durability.keep_responses_of_stopped_runs"
+
+# The response cache of a run of the suite's tasks that names none, under its --output_path.
+DEFAULT_RESPONSE_CACHE = "response_cache"
+
+
+def keep_responses_by_default(use_cache: str | None, cli_args: Any) -> str | None:
+    """The ``use_cache`` of a run that names the suite's tasks: the one it names, else
+    ``<--output_path>/response_cache`` (None without an output path, or where switched off).
+
+    Gap: lmms-eval keeps a run's model responses only with ``--use_cache``; a run without it that is stopped
+    (Ctrl-C, SIGTERM), killed, or whose judge dies keeps none of them: hours of generation are paid for again.
+    Fix (the suite's policy, not an lmms-eval bug): a run that names a suite task and no ``--use_cache`` gets
+    lmms-eval's own response cache under its output folder, said in one line; with
+    ``keep_responses_of_stopped_runs`` every response is stored as it is computed, and the same command resumes
+    from them (the cache is keyed by model, model_args, task config and request, so one folder serves every
+    model and task). Every task of such a run is cached, lmms-eval's own in a mixed run too (lmms-eval scopes its
+    cache by run, not by task). ``LMMS_EGOPLAN_COMPAT_OFF=durability.keep_responses_by_default`` leaves runs
+    without a cache."""
+    output_path = getattr(cli_args, "output_path", None)
+    if use_cache is not None or not output_path or switched_off(_BY_DEFAULT):
+        return use_cache
+    root = str(Path(output_path).absolute() / DEFAULT_RESPONSE_CACHE)
+    logger.info(f"lmms-egoplan: no --use_cache given: the model's responses are kept as they are computed in the "
+                f"response cache {root}; the same command (the same --output_path) resumes from them after a stop")
+    note_in_place(_BY_DEFAULT)
+    RUN.default_response_cache = root
+    return root
+
+
+_BY_DEFAULT = "durability.keep_responses_by_default"
 _RESPONSE_CACHE = "lmms_eval.caching.response_cache"
 _CACHE_EXECUTE = (_RESPONSE_CACHE, "ResponseCache.execute")
 
@@ -591,7 +621,7 @@ def _claim_run_folder(cache: Any) -> None:
     import socket
 
     Path(cache._run_dir, ".merged").unlink(missing_ok=True)
-    owner = {"host": socket.gethostname(), "pid": os.getpid(), "started": _process_start(os.getpid())}
+    owner = {"host": socket.gethostname(), "pid": os.getpid(), "started": process_start(os.getpid())}
     Path(cache._run_dir, f"rank_{cache._global_rank}.db{_OWNER_SUFFIX}").write_text(json.dumps(owner))
 
 def recover_killed_runs(cache_root: str) -> int:
@@ -615,7 +645,7 @@ def recover_killed_runs(cache_root: str) -> int:
                 try:
                     owners = [json.loads(p.read_text()) for p in folder.glob(f"*{_OWNER_SUFFIX}")]
                     if (folder / ".merged").exists() or not owners or any(
-                            o.get("host") != host or _process_runs(o.get("pid"), o.get("started")) for o in owners):
+                            o.get("host") != host or process_runs(o.get("pid"), o.get("started")) for o in owners):
                         continue
                     databases = sorted(glob(str(folder / "rank_*.db")))
                     count = ResponseCache.merge_shards(databases, str(Path(cache_root, "cache.db"))) if databases else 0
@@ -647,7 +677,7 @@ def _drop_ownerless_lock(cache_root: str) -> None:
     except OSError:
         pass
 
-def _process_start(pid: int) -> str | None:
+def process_start(pid: int) -> str | None:
     """The start time of process ``pid`` (Linux: clock ticks since boot), telling it from a later
     process given the same id; None where it cannot be read."""
     try:
@@ -655,7 +685,7 @@ def _process_start(pid: int) -> str | None:
     except (OSError, IndexError):
         return None
 
-def _process_runs(pid: Any, started: str | None) -> bool:
+def process_runs(pid: Any, started: str | None) -> bool:
     if not isinstance(pid, int):
         return True  # unknown: leave the folder alone
     try:
@@ -664,7 +694,7 @@ def _process_runs(pid: Any, started: str | None) -> bool:
         return False
     except PermissionError:
         pass  # it runs, as another user
-    return started is None or _process_start(pid) in (None, started)
+    return started is None or process_start(pid) in (None, started)
 
 def _never_reads_run_folders(create: str | None = None) -> bool:
     create = create or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.create")
@@ -784,10 +814,12 @@ def _report_stop(signum: int) -> None:
 
     name = signal.Signals(signum).name
     if RUN.response_cache_root is not None:
+        given = ("the same --output_path" if RUN.response_cache_root == RUN.default_response_cache
+                 else f"with --use_cache {RUN.response_cache_root}")
         kept = (f"the model responses it computed are kept in the response cache {RUN.response_cache_root}; the same "
-                f"command (with --use_cache {RUN.response_cache_root}) resumes from them")
+                f"command ({given}) resumes from them")
     else:
-        kept = "it ran without --use_cache, so its model responses are not kept (give long runs --use_cache DIR)"
+        kept = "it ran with neither --use_cache nor --output_path, so its model responses are not kept"
     sys.stdout.flush()
     sys.stderr.write(f"lmms-egoplan: stopped by {name} (exit status {128 + signum}); "
                      + "; ".join([kept, *RUN.kept_on_stop]) + "\n")

@@ -48,6 +48,7 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
     ("lmms_eval.caching.response_cache", "ResponseCache._lookup"): (
         "durability.keep_failed_requests_out_of_the_response_cache",
     ),
+    ("lmms_eval.caching.response_cache", "ResponseCache._extract_cacheable"): ("results.clean_lone_surrogates",),
     ("lmms_eval.caching.response_cache", "ResponseCache._log_to_audit"): (
         "secrets.keep_secrets_out_of_lmms_evals_error_texts",
     ),

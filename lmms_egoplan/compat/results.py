@@ -53,30 +53,38 @@ def clean_lone_surrogates() -> bool:
 
     Bug: an API model can return text with a lone surrogate (from broken bytes, e.g. "\\udcff");
     ``lmms_eval/loggers/evaluation_tracker.py:save_results_samples`` writes samples as UTF-8, which
-    cannot encode it, and the task's samples file stays empty (the run still exits 0). Fix: text
-    responses are cleaned where the evaluator unwraps them (``unwrap_generation_output``): lone
-    surrogates become U+FFFD, what any UTF-8 decoder makes of broken bytes. Returns whether the
-    workaround is in place.
+    cannot encode it, and the task's samples file stays empty (the run still exits 0); with a response
+    cache, ``ResponseCache.execute`` writes the text into its audit log (UTF-8) before it returns, and the
+    run fails there (``UnicodeEncodeError``). Fix: text responses are cleaned where the evaluator unwraps
+    them (``unwrap_generation_output``) and where the response cache takes what it keeps
+    (``ResponseCache._extract_cacheable``): lone surrogates become U+FFFD, what any UTF-8 decoder makes of
+    broken bytes (a cached text read back is the one the run scored). Returns whether the workaround is in
+    place.
     """
     from lmms_eval.api import instance
+    from lmms_eval.caching.response_cache import ResponseCache
 
     from lmms_egoplan.core.files import valid_text
 
-    if switched_off(_CLEAN_TEXT):
-        return False
-    if has_layer(_CLEAN_TEXT, *_UNWRAP):
-        return True
-    if not (affected_release() and instance.unwrap_generation_output("\udcff")[0] == "\udcff"):
+    if switched_off(_CLEAN_TEXT) or not affected_release():
         return False
 
     def clean(unwrap, output):
         text, counts = unwrap(output)
         return (valid_text(text) if isinstance(text, str) else text), counts
 
-    add_layer(_CLEAN_TEXT, *_UNWRAP, clean)
-    return True
+    def clean_cacheable(extract, response):
+        cacheable = extract(response)
+        return valid_text(cacheable) if isinstance(cacheable, str) else cacheable
+
+    if not has_layer(_CLEAN_TEXT, *_UNWRAP) and instance.unwrap_generation_output("\udcff")[0] == "\udcff":
+        add_layer(_CLEAN_TEXT, *_UNWRAP, clean)
+    if not has_layer(_CLEAN_TEXT, *_CACHEABLE) and ResponseCache._extract_cacheable("\udcff") == "\udcff":
+        add_layer(_CLEAN_TEXT, *_CACHEABLE, clean_cacheable)
+    return has_layer(_CLEAN_TEXT, *_UNWRAP) or has_layer(_CLEAN_TEXT, *_CACHEABLE)
 
 _CLEAN_TEXT = "results.clean_lone_surrogates"
+_CACHEABLE = ("lmms_eval.caching.response_cache", "ResponseCache._extract_cacheable")
 
 def _is_loglikelihood_pair(output: Any) -> bool:
     return (isinstance(output, (tuple, list)) and len(output) == 2 and isinstance(output[1], bool)

@@ -20,7 +20,11 @@ from lmms_egoplan.compat import (
     suite_plugin_enabled,
     switched_off,
 )
-from lmms_egoplan.compat.durability import cli_swallows_evaluation_errors, fail_runs_with_failed_tasks
+from lmms_egoplan.compat.durability import (
+    cli_swallows_evaluation_errors,
+    fail_runs_with_failed_tasks,
+    keep_responses_by_default,
+)
 from lmms_egoplan.compat.replacements import add_layer, has_layer, note_in_place
 from lmms_egoplan.compat.secrets import keep_api_keys_out_of_the_run_summary
 from lmms_egoplan.contract.adapter import ChecksBeforeTheModel
@@ -263,6 +267,7 @@ def check_suite_tasks_before_the_model() -> bool:
                                         run["cli_args"], run["datetime_str"])
         if not prebuilt:
             return simple_evaluate(*args, **kwargs)
+        run["use_cache"] = keep_responses_by_default(run["use_cache"], run["cli_args"])
         build_tasks = evaluator.get_task_dict
 
         def get_task_dict(task_name_list, task_manager=None, task_type="simple"):
@@ -271,7 +276,7 @@ def check_suite_tasks_before_the_model() -> bool:
 
         evaluator.get_task_dict = get_task_dict  # for this call only
         try:
-            return simple_evaluate(*args, **kwargs)
+            return simple_evaluate(*arguments.args, **arguments.kwargs)
         finally:
             evaluator.get_task_dict = build_tasks
 

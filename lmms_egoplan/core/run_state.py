@@ -27,6 +27,8 @@ class RunState:
     claimed_folders: set[Path] = field(default_factory=set)
     # The --use_cache root this run opened (``compat.durability.keep_responses_of_stopped_runs``)
     response_cache_root: str | None = None
+    # The response cache the suite gave a run that named none (``compat.durability.keep_responses_by_default``)
+    default_response_cache: str | None = None
     # loguru's id of the sink that ends a failed run with status 1 (``compat.durability.fail_runs_with_failed_tasks``)
     exit_guard_sink: int | None = None
     # Why a run that computed its results must still exit non-zero (e.g. failed judgements): callables the

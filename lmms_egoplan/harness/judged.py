@@ -211,6 +211,10 @@ def failed_judgements_verdict(files: Sequence[Path]) -> tuple[int, str] | None:
     counts = ", ".join(f"{task} {outcome.failed}" for task, outcome in failed.items())
     line = (f"{sum(o.failed for o in failed.values())} of {total} judgements failed ({counts}) and are left out of "
             f"the scores; the results and the judge cache are written")
+    silent = [judge.stopped_answering for judge in RUN.judges.values()
+              if isinstance(judge, Judge) and judge.stopped_answering]
+    if silent:  # said once, whatever the number of tasks it would have judged
+        line += "; " + "; ".join(silent) + " (start it again first)"
     by_judge: dict[JudgeSettings, list[str]] = {}
     for task, outcome in failed.items():
         by_judge.setdefault(outcome.settings, []).append(task)
@@ -222,8 +226,10 @@ def failed_judgements_verdict(files: Sequence[Path]) -> tuple[int, str] | None:
     if commands:
         line += "; judge the failed ones with: " + " ; ".join(commands)
     else:
-        line += ("; re-run the same command to judge them (judgements already made come from the judge cache), "
-                 "or add --log_samples to judge them later with lmms-egoplan rejudge")
+        answers = (f", the model's answers from the response cache {RUN.response_cache_root}"
+                   if RUN.response_cache_root else "")
+        line += (f"; re-run the same command to judge them (judgements already made come from the judge cache"
+                 f"{answers}), or add --log_samples to judge them later with lmms-egoplan rejudge")
     return max(o.settings.judge_failed_exit_status for o in failed.values()), line
 
 

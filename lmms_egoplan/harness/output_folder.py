@@ -1,13 +1,17 @@
 """The output folder of an lmms-eval run, claimed before any model call: no two runs write the files of the same
-date-time into it (a lock file for the run's lifetime)."""
+date-time into it (a lock file for the run's lifetime; the lock of a run that ended without removing it, killed or
+stopped a second time, is removed by the next run into the folder)."""
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
+from lmms_egoplan.compat.durability import process_runs, process_start
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.harness.run_files import run_model_name, run_stamp
@@ -32,13 +36,14 @@ def claim_output_folder(args: Any) -> None:
     if folder in RUN.claimed_folders:
         return
     stamp = run_stamp(args)
-    lock = folder / f"{stamp}.lmms_egoplan.lock"
+    lock = folder / f"{stamp}{_LOCK_SUFFIX}"
     taken = InputError(f"another run (its lock {lock}, or its files {stamp}_*) writes the files of the same date-time "
                        f"({stamp}) into "
                        f"{folder}: its results, samples and side files would overwrite this run's. Start this run "
                        f"a second later, or give it another --output_path")
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        _remove_locks_of_ended_runs(folder)
         descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
         raise taken from None
@@ -46,7 +51,8 @@ def claim_output_folder(args: Any) -> None:
         raise InputError(f"--output_path {output_path}: cannot write into {folder} ({error}); "
                          f"give a writable folder") from None
     with os.fdopen(descriptor, "w") as file:
-        file.write(f"{os.getpid()}\n")
+        file.write(json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                               "started": process_start(os.getpid())}))
     # A run of the same second that has finished (it wrote its files, then removed its lock) is there
     # by its files: a slow start can reach this point after such a run has ended.
     if any(path != lock for path in folder.glob(f"{stamp}_*")):
@@ -54,3 +60,20 @@ def claim_output_folder(args: Any) -> None:
         raise taken
     RUN.claimed_folders.add(folder)
     atexit.register(lock.unlink, missing_ok=True)
+
+
+_LOCK_SUFFIX = ".lmms_egoplan.lock"
+
+
+def _remove_locks_of_ended_runs(folder: Path) -> None:
+    """Remove the locks that runs of this machine left in ``folder`` when they ended without removing them (a
+    SIGKILL, a second SIGTERM): their processes no longer run. Others' locks, and unreadable ones, are kept."""
+    host = socket.gethostname()
+    for lock in folder.glob(f"*{_LOCK_SUFFIX}"):
+        try:
+            owner = json.loads(lock.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(owner, dict) and owner.get("host") == host \
+                and not process_runs(owner.get("pid"), owner.get("started")):
+            lock.unlink(missing_ok=True)

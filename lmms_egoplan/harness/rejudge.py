@@ -175,7 +175,8 @@ def answering_judge(settings: JudgeSettings) -> Judge:
 
 def rejudge_samples(logged: LoggedItems, judge: Judge | Mapping[str, Judge], output_dir: str | Path, *,
                     progress: bool = True,
-                    group_scores: Callable[[dict[str, dict]], dict[str, dict]] | None = None) -> dict[str, dict]:
+                    group_scores: Callable[[dict[str, dict]], dict[str, dict]] | None = None,
+                    settings: Mapping[str, JudgeSettings] | None = None) -> dict[str, dict]:
     """Re-score the judged metrics of logged samples (``read_logged_items``) with ``judge`` (one
     for every task, or one per task).
 
@@ -185,7 +186,9 @@ def rejudge_samples(logged: LoggedItems, judge: Judge | Mapping[str, Judge], out
     Writes an audit trail per task and ``<date>_rejudged.json`` (the scores; a metric without a
     value is ``null``) into ``output_dir``; returns the scores by task and by group (as the run
     reports groups, ``group_scores`` turning task scores into group scores: the registry's
-    ``lmms_egoplan.suite.group_scores``): each judged metric, then ``judged`` / ``failed`` and ``unusable_rows``.
+    ``lmms_egoplan.suite.group_scores``): each judged metric, then ``judged`` / ``failed`` and ``unusable_rows``,
+    and, given each task's judge ``settings``, the judge as a run records it (``judge``: backend, model, revision),
+    which ``lmms-egoplan report`` shows beside the scores it reads from this file.
     """
     output_dir = Path(output_dir)
     stamp = datetime.now().strftime("%Y%m%d_%H%M%S")  # as lmms-eval names a run's files, in local time
@@ -203,6 +206,9 @@ def rejudge_samples(logged: LoggedItems, judge: Judge | Mapping[str, Judge], out
                          "unusable_rows": len(logged.unusable[task]),
                          FAILED_REQUESTS: logged.failed_requests.get(task, 0), "judge_model": task_judge.model,
                          "samples": str(logged.files[task]), "audit_trail": str(audit)}
+        if settings and task in settings:
+            summary[task]["judge"] = {name: getattr(settings[task], name)
+                                      for name in ("judge_backend", "judge_model", "judge_revision")}
     judges = " / ".join(sorted({row["judge_model"] for row in summary.values()}))
     groups = (group_scores or dict)(summary)
     summary.update({group: {**scores, "judge_model": judges} for group, scores in groups.items()})

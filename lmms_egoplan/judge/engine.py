@@ -15,6 +15,10 @@
 * writes an audit trail (JSON lines: prompt, raw judge output, parsed rating, judge model and
   the model and configuration the server says answered, e.g. the snapshot behind an alias such as
   ``gpt-4``; with the run's ``JudgeIdentity`` when given);
+* stops asking a judge that has stopped answering: once one call's retries are spent without the judge
+  answering at all (the connection failed or timed out: ``JudgeUnreachableError``), every request not yet
+  answered, of this batch and of every later one, fails at once, saying so (``stopped_answering``): a judge
+  server that died mid-run costs one call's retries, not every task's;
 * stops asking when an answer cannot be stored or the audit trail cannot take a whole line (a
   full disk): StorageError, once the calls in flight end, says how many, where, and what is kept.
 """
@@ -46,6 +50,7 @@ from lmms_egoplan.judge.protocol import (
     Judgement,
     JudgeRequest,
     JudgeResults,
+    JudgeUnreachableError,
     RatingParser,
     TransientJudgeError,
 )
@@ -65,6 +70,9 @@ class Judge:
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
+        # Why the judge is taken to have stopped answering (a call's retries spent without any answer), or None.
+        self.stopped_answering: str | None = None
+        self._asking: set[threading.Event] = set()  # the ``stopping`` event of each batch being judged now
 
     @classmethod
     def from_settings(cls, settings: JudgeSettings, environ: Mapping[str, str] = os.environ) -> "Judge":
@@ -107,9 +115,10 @@ class Judge:
                 done[request.id] = judgement
                 audit.write(judgement)
 
+        stopping = threading.Event()
+        self._asking.add(stopping)
         try:
             missing = self._record_cached(by_key, parse_rating, record)
-            stopping = threading.Event()
             pool = ThreadPoolExecutor(max_workers=self.concurrency)
 
             def stop_asking() -> None:
@@ -191,16 +200,21 @@ class Judge:
         """(answer or None, error or None, attempts, why the cache could not store the answer or None)
         for one prompt, or None if ``stopping`` was set before it was asked. An answer with a valid
         rating is stored in the cache the moment it arrives (a run killed a second later keeps it);
-        one that cannot be stored sets ``stopping`` at once; no retry once ``stopping`` is set."""
-        if stopping.is_set():
-            return None
+        one that cannot be stored sets ``stopping`` at once; no retry once ``stopping`` is set. A judge that has
+        stopped answering (``stopped_answering``) is not asked: a failure saying so."""
         attempt = 0
         while True:
+            if self.stopped_answering:  # not asked: a judge that has stopped answering is not waited for again
+                return None, f"not asked: {self.stopped_answering}", attempt, None
+            if stopping.is_set() and not attempt:
+                return None
             attempt += 1
             try:
                 completion = self.backend.complete(messages, self.decoding)
             except TransientJudgeError as error:
                 if attempt > self.retries or stopping.is_set():
+                    if isinstance(error, JudgeUnreachableError) and attempt > self.retries:
+                        self._stop_asking_a_silent_judge(error, attempt, stopping)
                     return None, f"{error} (gave up after {attempt} attempts)", attempt, None
                 stopping.wait(self._delay(attempt, error.retry_after))
                 continue
@@ -213,6 +227,17 @@ class Judge:
             if not_stored:
                 stopping.set()  # a full disk: whatever is asked now would be paid for again
             return completion, None, attempt, not_stored
+
+    def _stop_asking_a_silent_judge(self, error: JudgeUnreachableError, attempts: int,
+                                    stopping: threading.Event) -> None:
+        """Remember that the judge stopped answering, and wake the calls waiting to retry, so that they give up."""
+        if self.stopped_answering is None:
+            self.stopped_answering = (f"the judge {self.model} stopped answering ({error}, {attempts} attempts in a "
+                                      f"row); nothing more is asked of it in this run")
+            logger.error(f"{self.stopped_answering}: every judgement not made yet counts as failed")
+        stopping.set()
+        for asking in list(self._asking):  # the batches of other tasks judged at the same time
+            asking.set()
 
     def _store(self, key: str, messages, answer: Completion) -> Optional[str]:
         """Store the answer; returns why it could not be (a full disk), or None."""

@@ -63,6 +63,12 @@ class TransientJudgeError(RuntimeError):
         self.retry_after = retry_after
 
 
+class JudgeUnreachableError(TransientJudgeError):
+    """A call the judge did not answer at all (the connection failed, or it timed out): retried like any transient
+    failure, but a judge that still does not answer once a call's retries are spent has stopped answering
+    (``Judge.stopped_answering``)."""
+
+
 class JudgeCallError(RuntimeError):
     """A call failed for good (bad request, authentication, retries exhausted): with the HTTP status and
     the error code of the server's reply where there was one (OpenAI: ``model_not_found``)."""

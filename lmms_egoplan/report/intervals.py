@@ -18,8 +18,9 @@ from pathlib import Path
 
 from lmms_egoplan.core.files import read_jsonl
 from lmms_egoplan.core.statistics import mean_or_nan
+from lmms_egoplan.harness.rejudge import PREDICT_ONLY_ITEMS
 from lmms_egoplan.judge.rubrics import FixedRating, Rubric, is_judge_parts_item, item_parts, load_rubric
-from lmms_egoplan.report.runs import Run
+from lmms_egoplan.report.runs import PREDICTED_ONLY, Run
 
 CONFIDENCE = 0.95
 EXACT_BINOMIAL = "exact binomial (Clopper-Pearson)"
@@ -66,6 +67,9 @@ def sample_values(run: Run, task: str, metric: str, *,
     judged_items = False
     for sample in _samples(run.samples[task]):
         value = sample.get(metric)
+        logged = sample.get(PREDICTED_ONLY)  # a --predict_only run logs its judged items there (rejudged since)
+        if value is None and isinstance(logged, dict) and isinstance(logged.get(PREDICT_ONLY_ITEMS), dict):
+            value = logged[PREDICT_ONLY_ITEMS].get(metric)
         if value is None:
             continue
         if isinstance(value, (bool, int, float)):

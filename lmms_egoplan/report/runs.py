@@ -1,10 +1,13 @@
 """Finding and reading results files: lmms-eval's ``<date>_results.json`` and lm-eval's
-``results_<date-time>.json``, with the per-sample logs (``--log_samples``) written beside them."""
+``results_<date-time>.json``, with the per-sample logs (``--log_samples``) written beside them, and the scores
+``lmms-egoplan rejudge`` wrote for them (``<date>_rejudged.json``), which replace the judged metrics the run
+itself reported (none, for a ``--predict_only`` run)."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,6 +21,8 @@ LM_EVAL = "lm-eval"
 # lmms-eval 0.7: 20261123_025423_results.json; lm-eval 0.4: results_2026-11-22T18-53-03.123456.json
 _LMMS_EVAL_RESULTS = re.compile(r"^(\d{8}_\d{6})_results\.json$")
 _LM_EVAL_RESULTS = re.compile(r"^results_(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)\.json$")
+# lmms-egoplan rejudge: 20261123_031500_rejudged.json
+_REJUDGED = re.compile(r"^\d{8}_\d{6}_rejudged\.json$")
 SUPPORTED_LMMS_EVAL = "0.7."
 # lmms-eval stamps its files in the time zone of its --timezone argument, this one by default (UTC+8).
 LMMS_EVAL_DEFAULT_TIMEZONE = "Asia/Singapore"
@@ -50,6 +55,8 @@ class Run:
     model_path: str = ""  # the checkpoint as the run named it: pretrained= (a folder or hub id), else the model name
     producer: dict[str, str] = field(default_factory=dict)  # backend, every model_arg, the run's options
     settings: dict[str, dict[str, str]] = field(default_factory=dict)  # task or group -> its effective settings
+    rejudged: dict[str, Path] = field(default_factory=dict)  # task or group -> the rejudged file its judged scores are
+    audit_trails: dict[str, Path] = field(default_factory=dict)  # task -> the judge's audit trail of those scores
 
     def identity(self, tasks: Iterable[str]) -> dict[str, str]:
         """What produced this run's values of ``tasks``: the backend, every model_arg and the run's
@@ -72,8 +79,30 @@ class Run:
         """A file an lmms-eval run of the suite wrote beside its results (``<date>_<kind>_<task>.<ext>``)."""
         if self.harness != LMMS_EVAL:
             return None
+        if kind == "judgements" and task in self.audit_trails:  # rejudged: the audit trail of the scores shown
+            return self.audit_trails[task]
         prefix = self.path.name.removesuffix("_results.json")
         return next(iter(sorted(self.path.parent.glob(f"{prefix}_{kind}_{task}.*"))), None)
+
+
+# The one metric lmms-eval reports for each task of a ``--predict_only`` run.
+PREDICTED_ONLY = "bypass"
+
+
+def not_judged(run: Run, tasks: Iterable[str]) -> str | None:
+    """Where ``tasks`` of ``run`` were generated with ``--predict_only`` and not rejudged since: what says so, with
+    the ``lmms-egoplan rejudge`` command that judges them (with the judge the run recorded) beside the run, where
+    this report finds its scores; None where they are judged."""
+    waiting = sorted(task for task in tasks if task in run.samples and task not in run.rejudged
+                     and PREDICTED_ONLY in run.metrics.get(task, {}))
+    if not waiting:
+        return None
+    folder = run.path.parent
+    # rejudge reads the newest samples file of each task in a folder: the folder, where this run's are those
+    newest = all(max(folder.glob(f"*_samples_{task}.jsonl")) == run.samples[task] for task in waiting)
+    targets = [str(folder)] if newest and len(waiting) > 1 else [str(run.samples[task]) for task in waiting]
+    command = shlex.join(["lmms-egoplan", "rejudge", *targets, "--output", str(folder)])
+    return f"not judged (--predict_only): run `{command}` with the judge running, then this report again"
 
 
 def zone_text(stamp: datetime) -> str:
@@ -119,10 +148,84 @@ def results_files(paths: list[str | Path]) -> list[Path]:
             raise FileNotFoundError(f"{path} does not exist")
         candidates = [path] if path.is_file() else sorted(path.rglob("*.json"))
         found += [c for c in candidates if _stamp_text(c) is not None]
-        if path.is_file() and _stamp_text(path) is None:
+        if path.is_file() and _stamp_text(path) is None and not _REJUDGED.match(path.name):
             raise InputError(f"{path} is not a results file (<date>_results.json of lmms-eval or "
-                             "results_<date-time>.json of lm-eval)")
+                             "results_<date-time>.json of lm-eval) nor scores of lmms-egoplan rejudge "
+                             "(<date>_rejudged.json)")
     return sorted(set(found))
+
+
+def rejudged_files(paths: list[str | Path]) -> list[Path]:
+    """Every ``lmms-egoplan rejudge`` scores file named, or found at any depth under the folders named, oldest
+    first (a later rejudging of a task replaces an earlier one)."""
+    found = []
+    for path in map(Path, paths):
+        candidates = [path] if path.is_file() else sorted(path.rglob("*_rejudged.json"))
+        found += [c for c in candidates if _REJUDGED.match(c.name)]
+    return sorted(set(found), key=lambda path: (path.name, str(path)))
+
+
+# What a rejudged task's row holds beside its scores (``harness.rejudge.rejudge_samples``).
+_REJUDGED_FILES = ("samples", "audit_trail", "judge_model", "judge")
+
+
+def _rejudged(path: Path) -> dict[str, dict]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InputError(f"{path}: unreadable ({type(error).__name__}: {error})") from None
+    if not isinstance(data, dict) or not all(isinstance(row, dict) for row in data.values()):
+        raise InputError(f"{path}: unreadable (not the scores of lmms-egoplan rejudge: an object of tasks)")
+    return data
+
+
+def _results_of_samples(row: dict) -> Path | None:
+    """The results file lmms-eval wrote beside the samples file a rejudged task's row names
+    (``<date>_samples_<task>.jsonl``); None for a group's row."""
+    samples = row.get("samples")
+    if not isinstance(samples, str) or "_samples_" not in samples:
+        return None
+    path = Path(samples)
+    return path.with_name(path.name.split("_samples_")[0] + "_results.json")
+
+
+def apply_rejudged(runs: list[Run], rejudged: list[Path], unreadable: list[str]) -> None:
+    """Replace the judged metrics of each rejudged task (and of the groups rejudged with them) by the scores of its
+    latest ``rejudged`` file, with that judge and audit trail; a run's row then says it was rejudged."""
+    by_path = {run.path.resolve(): run for run in runs}
+    for path in rejudged:
+        try:
+            data = _rejudged(path)
+        except InputError as error:
+            unreadable.append(str(error))
+            continue
+        touched: dict[Path, Run] = {}  # the runs this file rejudged, by results file
+        for task, row in data.items():
+            results = _results_of_samples(row)
+            run = by_path.get(results.resolve()) if results is not None else None
+            if run is not None:
+                _rejudge_task(run, task, row, path)
+                touched[run.path] = run
+        judges = {json.dumps(row["judge"], sort_keys=True) for row in data.values() if "judge" in row}
+        judge = {"judge": json.loads(judges.pop())} if len(judges) == 1 else {}  # a group's: its tasks' one judge
+        for group, row in data.items():
+            owners = [run for run in touched.values() if group in run.metrics] or list(touched.values())
+            if _results_of_samples(row) is None and len(owners) == 1:
+                _rejudge_task(owners[0], group, {**judge, **row}, path)
+
+
+def _rejudge_task(run: Run, task: str, row: dict, path: Path) -> None:
+    run.metrics.setdefault(task, {}).update((metric, value) for metric, value in row.items()
+                                            if metric not in _REJUDGED_FILES)
+    run.rejudged[task] = path
+    if row.get("audit_trail"):
+        run.audit_trails[task] = Path(row["audit_trail"])
+    judge = row.get("judge")
+    if isinstance(judge, dict):  # the judge that rejudged it; what its server said answered is not known
+        recorded = run.settings.setdefault(task, {})
+        recorded.update((name, _text(value)) for name, value in judge.items())
+        for name in OBSERVED_SETTINGS + ("judge_served_model",):
+            recorded.pop(name, None)
 
 
 def _stamp_text(path: Path) -> tuple[str, str] | None:
@@ -293,15 +396,26 @@ def load_runs(paths: list[str | Path], *, all_runs: bool = False) -> tuple[list[
     is found.
     """
     files = results_files(paths)
+    rejudged = rejudged_files(paths)
+    unreadable: list[str] = []
+    # The runs a rejudged file scores, where they were not named (``rejudge --output`` another folder).
+    for path in rejudged:
+        try:
+            files += [results for row in _rejudged(path).values()
+                      if (results := _results_of_samples(row)) is not None and results.is_file()]
+        except InputError:
+            continue  # said once, by apply_rejudged
+    files = sorted({path.resolve(): path for path in files}.values())
     if not files:
         raise NothingFoundError(f"no results files (<date>_results.json, results_<date-time>.json) under "
                                 f"{', '.join(map(str, paths))}")
-    runs, unreadable = [], []
+    runs = []
     for path in files:
         try:
             runs.append(read_run(path))
         except InputError as error:
             unreadable.append(str(error))
+    apply_rejudged(runs, rejudged, unreadable)
     name_models(runs)
     if not all_runs:
         latest: dict[tuple, Run] = {}

@@ -17,7 +17,7 @@ from lmms_egoplan.judge.retirements import retirement
 from lmms_egoplan.report.intervals import Interval, interval
 from lmms_egoplan.report.layout import SUBMISSION, Column, ReportFace, TableLayout
 from lmms_egoplan.report.metric_roles import invalid_reason, unscored_reason
-from lmms_egoplan.report.runs import LM_EVAL, Run
+from lmms_egoplan.report.runs import LM_EVAL, Run, not_judged
 
 THIS_RUN = "this run"
 TEXT_ONLY_BASELINE = "text-only baseline (lm-eval)"
@@ -143,6 +143,10 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
         notes += [note] if reason and note not in notes else []
     if not run.samples.keys() & tasks:
         notes.append(NO_INTERVALS)
+    if layout.judged and (waiting := not_judged(run, tasks)):
+        notes.append(waiting)
+    notes += [f"judged by lmms-egoplan rejudge: {path}" for path in sorted({run.rejudged[t] for t in tasks
+                                                                            if t in run.rejudged})]
     source = TEXT_ONLY_BASELINE if run.harness == LM_EVAL else THIS_RUN
     row = Row(source, run.model, task, layout.tasks[task], values, intervals, notes, run, unscored)
     row.judge = judge_text(run.recorded(tasks)) if layout.judged else ""

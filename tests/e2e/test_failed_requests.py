@@ -169,9 +169,9 @@ def test_a_model_that_fails_every_request_leaves_no_score_and_says_how_to_ask_ag
     assert len(model.calls) == 2 * asked  # lmms-eval's two attempts, each failed at once
     last = run.log.rstrip().splitlines()[-1]
     assert last.startswith(f"lmms-egoplan: {asked} of {asked} model requests failed (")
-    assert last.endswith(f"this run had no --use_cache, so its answers were not kept: ask every request again, keeping "
-                         f"the answers (a run after that asks only the failed ones), with: "
+    # No --use_cache: the run kept its answers in its output folder's response cache (failures are not kept there).
+    assert last.endswith(f"ask only them again (the answered ones come from the response cache "
+                         f"{tmp_path / 'out' / 'response_cache'}) with the same command: "
                          f"LMMS_EVAL_PLUGINS=lmms_egoplan "
                          f"lmms-eval {shlex.join(run.command[3:]).replace('api_key=unused', 'api_key=***')} "
-                         f"--use_cache "
-                         f"{tmp_path / 'out' / 'response_cache'} (your key in place of ***)")
+                         f"(your key in place of ***)")

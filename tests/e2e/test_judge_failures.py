@@ -84,3 +84,38 @@ def test_a_judge_failing_after_a_good_preflight_ends_the_run_with_status_3_and_t
     assert len(judge.calls) == 3
     rejudged = json.loads(next(samples.parent.glob("*_rejudged.json")).read_text(), parse_constant=refuse_constant)
     assert rejudged["ego_think_counting"]["score"] == 100.0 and rejudged["ego_think_counting"]["failed"] == 0
+
+
+def test_a_judge_that_is_not_running_is_waited_for_once_and_the_run_ends_with_the_rejudge_command(tmp_path):
+    """The judge check off and no judge running (the issue's EgoThink run): the first judge call spends its retries,
+    every later one, of every task, fails at once; the generations are kept in the samples files and the response
+    cache, and the last line says the judge stopped answering and gives the rejudge command."""
+    import shlex
+
+    from lmms_egoplan.demo.egothink import write_release
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
+
+    data = write_release(tmp_path / "data", per_dimension=2)
+    with ChatServer(lambda call: Reply("gone")) as gone:
+        dead_url = gone.base_url  # its port closed: nothing answers there
+    tasks = ["ego_think_counting", "ego_think_existence", "ego_think_spatial"]
+    with ChatServer(lambda call: Reply("Two.")) as model:
+        run = run_lmms_eval(model="openai", model_args=f"model_version=fake,base_url={model.base_url},api_key=unused",
+                            tasks=tasks, output_dir=tmp_path / "out", check=False,
+                            env={"EGOTHINK_SOURCE": "local", "EGOTHINK_DATA_ROOT": str(data),
+                                 "EGOTHINK_JUDGE_BASE_URL": dead_url, "EGOTHINK_JUDGE_MODEL": "loopback-judge",
+                                 "EGOTHINK_JUDGE_API_KEY_ENV": "", "EGOTHINK_JUDGE_PREFLIGHT": "false",
+                                 "EGOTHINK_JUDGE_RETRIES": "3", "EGOTHINK_JUDGE_BACKOFF": "0.2",
+                                 "EGOTHINK_JUDGE_CACHE_DIR": str(tmp_path / "judge")})
+    assert run.returncode == 3, run.log_tail()
+    assert len(model.calls) == 6 and all(len(run.samples(task)) == 2 for task in tasks)  # every generation logged
+    assert run.log.count("stopped answering (connection failed") >= 2  # its error line, and the run's last line
+    assert run.log.count("nothing more is asked of it in this run: every judgement not made yet counts as failed") == 1
+    attempts = [json.loads(line)["attempts"] for path in run.output_dir.rglob("*_judgements_*.jsonl")
+                for line in path.read_text().splitlines()]
+    assert len(attempts) == 6 and sum(attempts) <= 2 * 4  # the calls in flight, each at most its retries, once
+    last = run.log.splitlines()[-1]
+    assert last.startswith("lmms-egoplan: 6 of 6 judgements failed") and "stopped answering" in last
+    command = shlex.split(last.split("judge the failed ones with: ")[1])
+    assert command[:2] == ["lmms-egoplan", "rejudge"] and len([c for c in command if "_samples_" in c]) == 3
+    assert (tmp_path / "out" / "response_cache" / "cache.db").is_file()  # the answers, for the same command again

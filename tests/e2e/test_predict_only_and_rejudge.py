@@ -78,3 +78,38 @@ def test_rejudge_with_nothing_to_judge_exits_non_zero_saying_so(predict_only, tm
     assert status == 2 and judge.calls == []
     assert "nothing to judge" in capsys.readouterr().err
     assert not list(tmp_path.glob("*_rejudged.json"))
+
+
+def test_predict_only_then_rejudge_then_report_shows_the_judged_scores(predict_only, tmp_path, capsys):
+    """The one-GPU path without a judge beside the model: the report of a --predict_only run says each judged row is
+    not judged, with the rejudge command; that command (with the judge's address) writes the scores beside the run,
+    and the report then shows them, rejudged; scores rejudged into another folder are found from that folder too."""
+    import csv
+    import shlex
+    import shutil
+
+    from lmms_egoplan.cli import main
+
+    run, _ = predict_only
+    runs = tmp_path / "runs"
+    shutil.copytree(run.output_dir, runs, ignore=shutil.ignore_patterns("response_cache"))
+    assert main(["report", str(runs), "--output", str(tmp_path / "before")]) == 0
+    rows = list(csv.DictReader((tmp_path / "before" / "ego_think.csv").open()))
+    [mine] = [row for row in rows if row["source"] == "this run"]
+    assert mine["Average (0-100)"] == "" and "not judged (--predict_only): run `lmms-egoplan rejudge " in mine["notes"]
+    command = shlex.split(mine["notes"].split("run `")[1].split("`")[0])
+    [folder] = {path.parent for path in runs.rglob("*_results.json")}
+    assert command == ["lmms-egoplan", "rejudge", str(folder), "--output", str(folder)]
+    judge_args = ["--judge_model", "loopback-judge", "--judge_api_key_env", "", "--judge_cache_dir", "none"]
+    with ChatServer(rating_responder(lambda call: "1")) as judge:
+        assert main([*command[1:], "--judge_base_url", judge.base_url, *judge_args]) == 0
+        assert main(["rejudge", str(folder), "--output", str(tmp_path / "elsewhere"), "--judge_base_url",
+                     judge.base_url, *judge_args]) == 0
+    capsys.readouterr()
+    for results, report in ((runs, "after"), (tmp_path / "elsewhere", "from_elsewhere")):
+        assert main(["report", str(results), "--output", str(tmp_path / report)]) == 0
+        rows = list(csv.DictReader((tmp_path / report / "ego_think.csv").open()))
+        [mine] = [row for row in rows if row["source"] == "this run"]
+        assert float(mine["Average (0-100)"]) == pytest.approx(100.0, abs=1e-9), mine
+        assert "not judged" not in mine["notes"] and "judged by lmms-egoplan rejudge: " in mine["notes"]
+        assert mine["judge"].startswith("openai:loopback-judge")

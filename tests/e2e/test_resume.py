@@ -137,6 +137,45 @@ def test_a_likelihood_pass_stopped_mid_way_keeps_every_scored_question(signum, e
     strict_json_files(resumed)
 
 
+@pytest.mark.parametrize("signum", [15, 2], ids=["SIGTERM", "Ctrl-C"])
+def test_a_run_without_use_cache_stopped_by_sigterm_keeps_its_answers_and_the_same_command_resumes(
+        signum, egoplan_data, tiny_model, tmp_path):
+    """No --use_cache: the suite's run keeps its responses in <output_path>/response_cache as they are computed
+    (said in one line); SIGTERM or Ctrl-C (SIGINT) keeps every one and leaves no lock file, and the same command
+    resumes from them."""
+    import signal
+
+    from lmms_egoplan.compat.durability import DEFAULT_RESPONSE_CACHE
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval, start_lmms_eval
+
+    output = tmp_path / "out"
+    cache = output / DEFAULT_RESPONSE_CACHE
+    model = tiny_model("qwen2_vl", hidden_size=512, num_layers=8)
+    args = dict(model="egoplan_hf", model_args=f"pretrained={model}", tasks=["egoplan_val"], output_dir=output,
+                env=egoplan_data.env(), extra_args=["--limit", str(QUESTIONS)])
+    running = start_lmms_eval(**args)
+    running.wait_for(lambda: stored_responses(cache) > 0, poll=0.005, what="a question stored")
+    running.signal(signal.SIGSTOP)
+    frozen = stored_responses(cache)
+    running.signal(signum)
+    running.signal(signal.SIGCONT)
+    stopped = running.wait()
+    kept = stored_responses(cache)
+    assert 1 <= frozen <= kept <= frozen + 4
+    assert (f"no --use_cache given: the model's responses are kept as they are computed in the response cache "
+            f"{cache}") in stopped.log
+    if signum == signal.SIGTERM:
+        assert stopped.returncode == 143 and stopped.log.splitlines()[-1].startswith(
+            f"lmms-egoplan: stopped by SIGTERM (exit status 143); the model responses it computed are kept in the "
+            f"response cache {cache}; the same command (the same --output_path) resumes from them")
+    else:
+        assert stopped.returncode != 0 and "KeyboardInterrupt" in stopped.log
+    assert not list(output.rglob("*.lmms_egoplan.lock"))
+    resumed = run_lmms_eval(**args)
+    assert cache_hits(resumed.log) == kept and f"{kept}/{4 * QUESTIONS} cache hits" in resumed.log
+    assert not list(output.rglob("*.lmms_egoplan.lock"))
+
+
 def test_a_generation_pass_killed_mid_way_resumes_from_what_lmms_evals_cache_kept(tmp_path):
     """lmms-eval's own openai backend: the killed run's per-run cache folder, never merged by lmms-eval,
     is merged by the next run, which asks the model only for the answers it lacks. Two requests at a time

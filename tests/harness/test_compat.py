@@ -84,8 +84,13 @@ def test_nothing_is_changed_where_lmms_eval_behaves(monkeypatch):
     def cleaning_unwrap(output):
         return output.replace("\udcff", "\ufffd"), None
 
+    def cleaning_cache(response):
+        return response.replace("\udcff", "\ufffd") if isinstance(response, str) else response
+
     monkeypatch.setattr(instance, "unwrap_generation_output", cleaning_unwrap)
+    monkeypatch.setattr(ResponseCache, "_extract_cacheable", staticmethod(cleaning_cache))
     assert compat_results.clean_lone_surrogates() is False and instance.unwrap_generation_output is cleaning_unwrap
+    assert ResponseCache._extract_cacheable is cleaning_cache
 
     def plain(self, doc, results):
         return {}
@@ -258,7 +263,7 @@ def killed_run_folder(cache: Path, run_id: str, *, pid: int, host: str | None = 
         db.executemany("INSERT INTO responses VALUES (?, 'loglikelihood', 't', ?, 0, '{}', '[1.5, false]', 0)",
                        [(f"{run_id}-{doc}", doc) for doc in range(rows)])
     if pid:
-        owner = {"host": host or socket.gethostname(), "pid": pid, "started": durability._process_start(pid)}
+        owner = {"host": host or socket.gethostname(), "pid": pid, "started": durability.process_start(pid)}
         (folder / "rank_0.db.owner.json").write_text(json.dumps(owner))
     return folder
 
@@ -415,3 +420,24 @@ def test_a_backend_class_goes_with_the_backend_moment_only_and_other_backends_ar
         switches.switch_on(switches.SUITE_USED, backend=ConfigurableTask)
     switches.switch_on(switches.BACKEND_CHOSEN, backend=ConfigurableTask)  # not lmms-eval's LlavaHf: nothing to patch
     assert "backends.score_llava_hf_with_its_images" not in replacements.in_place()
+
+
+def test_a_run_of_the_suites_tasks_without_use_cache_keeps_its_responses_under_its_output_path(tmp_path, monkeypatch):
+    from argparse import Namespace
+
+    from loguru import logger
+
+    lines = []
+    sink = logger.add(lines.append, level="INFO", format="{message}")
+    try:
+        run = Namespace(output_path=str(tmp_path / "out"))
+        assert durability.keep_responses_by_default(None, run) == str(tmp_path / "out" / "response_cache")
+        assert any(f"no --use_cache given: the model's responses are kept as they are computed in the response "
+                   f"cache {tmp_path / 'out' / 'response_cache'}" in line for line in lines)
+        assert durability.keep_responses_by_default("mine/", run) == "mine/"  # the one named is kept
+        assert durability.keep_responses_by_default(None, Namespace(output_path=None)) is None
+        assert durability.keep_responses_by_default(None, None) is None  # simple_evaluate called without the CLI
+        monkeypatch.setenv("LMMS_EGOPLAN_COMPAT_OFF", "durability.keep_responses_by_default")
+        assert durability.keep_responses_by_default(None, run) is None
+    finally:
+        logger.remove(sink)

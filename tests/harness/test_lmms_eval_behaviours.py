@@ -465,6 +465,20 @@ def test_a_lone_surrogate_reaches_the_task_and_the_samples_file_as_u_fffd(tmp_pa
     assert len(written) == 2 and json.loads(written[0])["filtered_resps"] == "Two plates \ufffd."
 
 
+def test_a_lone_surrogate_is_kept_in_the_response_cache_as_u_fffd_and_read_back_so(tmp_path, switch_on):
+    """With a response cache (the suite's runs have one by default), lmms-eval writes the text into the cache's
+    audit log before the evaluator unwraps it: without the fix, UnicodeEncodeError ends the run there."""
+    switch_on(results.clean_lone_surrogates)
+    folder = plain_task(tmp_path / "tasks")
+    for _ in range(2):  # the second run reads the cached text back
+        run = evaluator.simple_evaluate(model=BrokenBytes(), tasks=["plain_probe"], log_samples=True,
+                                        use_cache=str(tmp_path / "cache"),
+                                        task_manager=TaskManager(include_path=str(folder), include_defaults=False))
+        assert run["samples"]["plain_probe"][0]["resps"] == [["Two plates \ufffd."]]
+    audit = "".join(path.read_text(encoding="utf-8") for path in (tmp_path / "cache").rglob("*.audit.jsonl"))
+    assert "Two plates \ufffd." in audit
+
+
 def test_a_task_learns_the_date_time_that_names_the_runs_results_files(monkeypatch, tmp_path, lmms_eval_log):
     folder = plain_task(tmp_path / "tasks")
     learnt, evaluate = [], evaluator.evaluate

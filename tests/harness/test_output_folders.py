@@ -3,6 +3,8 @@ files, files are replaced whole or not at all."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from lmms_egoplan.core.run_state import RUN
@@ -51,3 +53,29 @@ def test_files_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         write_atomically(path, "[4, 5")
     assert path.read_text() == "[1, 2, 3]\n" and [p.name for p in tmp_path.iterdir()] == ["submission.json"]
+
+
+def test_the_lock_of_a_run_that_ended_without_removing_it_is_removed_by_the_next_run(tmp_path, monkeypatch):
+    """A run killed outright (or stopped by a second SIGTERM) leaves its lock: the next run into the folder removes
+    it, as its process no longer runs; the lock of a run still running is kept."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    from argparse import Namespace
+
+    from lmms_egoplan.harness import output_folder as harness
+
+    folder = tmp_path / "models__tiny"
+    folder.mkdir()
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    host = socket.gethostname()
+    (folder / "20261122_090909.lmms_egoplan.lock").write_text(json.dumps({"host": host, "pid": int(ended.stdout)}))
+    (folder / "20261122_080808.lmms_egoplan.lock").write_text(json.dumps({"host": host, "pid": os.getpid()}))
+    (folder / "20261122_070707.lmms_egoplan.lock").write_text(json.dumps({"host": "elsewhere", "pid": 1}))
+    monkeypatch.setattr(RUN, "stamp", "20261122_101010")
+    monkeypatch.setattr(RUN, "claimed_folders", set())
+    harness.claim_output_folder(Namespace(output_path=str(tmp_path), model_args="pretrained=/models/tiny",
+                                          timezone=None))
+    assert sorted(path.name for path in folder.iterdir()) == [
+        "20261122_070707.lmms_egoplan.lock", "20261122_080808.lmms_egoplan.lock", "20261122_101010.lmms_egoplan.lock"]

@@ -175,3 +175,30 @@ def test_an_audit_trail_on_a_full_disk_stops_the_judging_and_keeps_its_lines_who
     assert asked == 3 and len(judge.cache) == 3  # the second line met the full disk while the third call was out
     assert "the answers it stored (3 of this run's) are kept in the judge cache" in str(stopped.value)
     assert [json.loads(line)["id"] for line in trail.read_text().splitlines()] == ["q0"]  # whole lines only
+
+
+def test_a_judge_that_stops_answering_is_waited_for_once_not_per_batch():
+    with ChatServer(rating_responder(lambda call: "1")) as server:
+        base_url = server.base_url
+    # The server is gone (its port closed): the first batch spends one call's retries, then nothing more is asked.
+    backend = OpenAIChatBackend("loopback-judge", base_url=base_url, api_key_env="", timeout=10)
+    judge = Judge(backend, retries=3, backoff=0.05, concurrency=4)
+    calls = []
+    complete = backend.complete
+    backend.complete = lambda messages, decoding: (calls.append(messages), complete(messages, decoding))[1]
+    first = judge.run(prompts(12), ZERO_HALF_ONE, progress=False)
+    assert first.failed == 12 and "connection failed" in judge.stopped_answering
+    assert judge.stopped_answering.startswith("the judge openai:loopback-judge stopped answering")
+    assert len(calls) <= judge.concurrency * (judge.retries + 1)  # the calls in flight, each at most its retries
+    asked = len(calls)
+    second = judge.run(prompts(5, "Second {i}"), ZERO_HALF_ONE, progress=False)
+    assert second.failed == 5 and len(calls) == asked  # a later batch (another task) waits for nothing
+    assert all(j.error.startswith("not asked: the judge openai:loopback-judge stopped answering")
+               for j in second.judgements)
+
+
+def test_a_judge_that_answers_after_failures_is_not_taken_for_silent(tmp_path):
+    with ChatServer(lambda call: Reply("Rating: [[1]]") if call.attempt >= 2 else Reply("busy", status=503)) as server:
+        judge = judge_for(server, retries=3)
+        assert judge.run(prompts(3), ZERO_HALF_ONE, progress=False).judged == 3
+        assert judge.stopped_answering is None

@@ -740,3 +740,75 @@ def test_a_judged_run_whose_audit_trail_cannot_be_found_gets_no_interval_rather_
     assert float(ours["Overall (0-100)"]) > 0
     assert [ours[f"{name} (0-100) 95% low"] for name in ("Local Intent", "Procedural Intent", "Overall")] == ["", "",
                                                                                                               ""]
+
+
+def predict_only_egothink_run(folder, stamp="20260102_100000"):
+    """An EgoThink --predict_only run as lmms-eval writes it: each task's one metric is ``bypass``, its judge items
+    logged under ``bypass`` in its samples file."""
+    tasks = {f"ego_think_{d}": {"bypass": 999} for d in DIMENSIONS}
+    tasks.update({f"ego_think_capability_{c}": {} for c in CAPABILITIES} | {"ego_think": {}})
+    samples = {f"ego_think_{d}": [{"doc_id": 0, "bypass": {"judge_items": {}}}] for d in DIMENSIONS}
+    return write_lmms_eval_run(folder, stamp, tasks, samples, settings={"judge_model": "the-run's-judge"})
+
+
+def rejudged_file(folder, results, score: float, stamp="20260102_120000", judge_model="second-judge"):
+    """What ``lmms-egoplan rejudge`` writes for the run of ``results``: each dimension, capability and the average."""
+    folder.mkdir(parents=True, exist_ok=True)
+    prefix = results.name.removesuffix("_results.json")
+    judge = {"judge_backend": "openai", "judge_model": judge_model, "judge_revision": None}
+    rows = {f"ego_think_{d}": {"score": score, "judged": 1, "failed": 0, "unusable_rows": 0, "failed_requests": 0,
+                               "judge_model": f"openai:{judge_model}", "judge": judge,
+                               "samples": str(results.parent / f"{prefix}_samples_ego_think_{d}.jsonl"),
+                               "audit_trail": str(folder / f"{stamp}_judgements_ego_think_{d}.jsonl")}
+            for d in DIMENSIONS}
+    rows.update({f"ego_think_capability_{c}": {"score": score} for c in CAPABILITIES} | {"ego_think": {"score": score}})
+    path = folder / f"{stamp}_rejudged.json"
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def this_run_row(report_folder):
+    [row] = [row for row in read_csv(report_folder / "ego_think.csv") if row["source"] == THIS_RUN]
+    return row
+
+
+def test_a_predict_only_row_says_it_is_not_judged_and_gives_the_rejudge_command(tmp_path):
+    results = predict_only_egothink_run(tmp_path / "runs" / "tiny-model")
+    write_report([tmp_path / "runs"], tmp_path / "report", FACES)
+    row = this_run_row(tmp_path / "report")
+    assert row["Average (0-100)"] == "" and row["Existence (0-100)"] == ""
+    folder = results.parent
+    assert f"not judged (--predict_only): run `lmms-egoplan rejudge {folder} --output {folder}` with the judge " \
+           f"running, then this report again" in row["notes"]
+    # A later run in the same folder: rejudge would read its samples there, so the command names this run's files.
+    write_lmms_eval_run(folder, "20260103_100000", {"ego_think_existence": {"score": 10.0}},
+                        {"ego_think_existence": [{"doc_id": 0}]})
+    write_report([results], tmp_path / "report2", FACES)
+    note = this_run_row(tmp_path / "report2")["notes"]
+    assert f"lmms-egoplan rejudge {folder / '20260102_100000_samples_ego_think_activity.jsonl'} " in note
+
+
+def test_the_report_reads_rejudged_scores_beside_the_run_or_elsewhere_and_prefers_the_latest(tmp_path):
+    results = predict_only_egothink_run(tmp_path / "runs" / "tiny-model")
+    rejudged_file(results.parent, results, 25.0, stamp="20260102_120000")
+    write_report([tmp_path / "runs"], tmp_path / "beside", FACES)
+    row = this_run_row(tmp_path / "beside")
+    assert float(row["Average (0-100)"]) == pytest.approx(25.0, abs=1e-9)
+    assert float(row["Existence (0-100)"]) == pytest.approx(25.0, abs=1e-9)
+    assert "not judged" not in row["notes"] and "judged by lmms-egoplan rejudge: " in row["notes"]
+    assert row["judge"] == "openai:second-judge"  # the rejudging judge, for the groups too
+    # Rejudged again, into another folder: that folder alone finds the run, and the later scores win.
+    later = rejudged_file(tmp_path / "elsewhere", results, 75.0, stamp="20260102_130000", judge_model="third-judge")
+    for paths, report in (([tmp_path / "elsewhere"], "elsewhere"), ([tmp_path / "runs", later], "both")):
+        write_report(paths, tmp_path / report, FACES)
+        row = this_run_row(tmp_path / report)
+        assert float(row["Average (0-100)"]) == pytest.approx(75.0, abs=1e-9), report
+        assert row["judge"] == "openai:third-judge" and str(later) in row["notes"]
+
+
+def test_a_rejudged_file_that_cannot_be_read_is_named_and_the_run_still_reported(tmp_path):
+    results = predict_only_egothink_run(tmp_path / "runs" / "tiny-model")
+    (results.parent / "20260102_120000_rejudged.json").write_text("[1, 2")
+    report = write_report([tmp_path / "runs"], tmp_path / "report", FACES)
+    assert any("20260102_120000_rejudged.json: unreadable" in line for line in report.lines)
+    assert "not judged (--predict_only)" in this_run_row(tmp_path / "report")["notes"]

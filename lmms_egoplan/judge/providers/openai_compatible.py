@@ -10,7 +10,13 @@ from typing import Mapping, Sequence
 from lmms_egoplan.core.retry import retry_after
 from lmms_egoplan.core.secrets import mask_secrets
 from lmms_egoplan.judge.base import JudgeBackend
-from lmms_egoplan.judge.protocol import Completion, Decoding, JudgeCallError, TransientJudgeError
+from lmms_egoplan.judge.protocol import (
+    Completion,
+    Decoding,
+    JudgeCallError,
+    JudgeUnreachableError,
+    TransientJudgeError,
+)
 
 # Reasoning models take max_completion_tokens and reject a temperature other than the default.
 REASONING_MODEL_PREFIXES = ("gpt-5", "o1", "o3", "o4")
@@ -58,9 +64,9 @@ class OpenAIChatBackend(JudgeBackend):
                 raise TransientJudgeError(message, retry_after(headers)) from None
             raise JudgeCallError(message, error.status_code, _error_code(error)) from None
         except openai.APITimeoutError:
-            raise TransientJudgeError("timed out") from None
+            raise JudgeUnreachableError("timed out") from None
         except openai.APIConnectionError as error:
-            raise TransientJudgeError(masked(f"connection failed: {error.__cause__ or error}")) from None
+            raise JudgeUnreachableError(masked(f"connection failed: {error.__cause__ or error}")) from None
         except openai.APIResponseValidationError as error:
             raise TransientJudgeError(masked(f"malformed response body: {error}")) from None
         except openai.APIError as error:
