@@ -23,7 +23,7 @@ from loguru import logger
 from tqdm import tqdm
 
 from lmms_egoplan.compat.switches import SUITE_USED, switch_on
-from lmms_egoplan.core.devices import resolve_device
+from lmms_egoplan.core.devices import describe_device, resolve_device
 from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import SettingsError, coerce_setting
 from lmms_egoplan.models.chat import ChatRenderer
@@ -44,6 +44,8 @@ class ContextTooLongError(ValueError):
 
 
 class EgoPlanHF(DocRequests, lmms):
+    backend_name = "egoplan_hf"
+
     def __init__(
         self,
         pretrained: str | None = None,
@@ -93,8 +95,11 @@ class EgoPlanHF(DocRequests, lmms):
             # Layers spread over devices (accelerate's hooks move activations between them); the
             # inputs go where the embedding layer runs.
             self._device = _input_device(self._model)
+            spread = sorted({str(where) for where in (getattr(self._model, "hf_device_map", None) or {}).values()})
+            logger.info(f"egoplan_hf's model {self.pretrained} runs on {describe_device(str(self._device))} "
+                        f"(device_map: {', '.join(spread) or 'one device'})")
         else:
-            self._device = torch.device(_resolve_device(device, accelerator))
+            self._device = torch.device(_resolve_device(device, accelerator, f"egoplan_hf's model {self.pretrained}"))
             self._model.to(self._device)
         self._model.eval()
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
@@ -375,9 +380,9 @@ def _input_device(model) -> torch.device:
                         if isinstance(where, int) else where)
 
 
-def _resolve_device(device: str | None, accelerator) -> str:
-    """``auto``: the rank's GPU where there is one, else the CPU; a bare ``cuda`` gets the rank's index."""
-    device = resolve_device(device)
+def _resolve_device(device: str | None, accelerator, runs: str) -> str:
+    """``auto``: the rank's GPU where there is one, else the CPU (warned); a bare ``cuda`` gets the rank's index."""
+    device = resolve_device(device, runs=runs)
     if device == "cuda" and accelerator.num_processes > 1:
         device = f"cuda:{accelerator.local_process_index}"
     return device
