@@ -104,7 +104,7 @@ def compile_task(benchmark: Benchmark, spec: TaskSpec, yaml_config: Mapping[str,
     context.loaded = loaded = spec.load_docs(context)
     if not loaded.docs:
         raise ValueError(f"task {context.task_name}: the benchmark loader returned no samples")
-    config["metadata"]["data_source"] = data_source(loaded.read_from)
+    config["metadata"]["data_read_from"] = data_source(loaded.read_from)
     config["metadata"]["not_scored"] = not_scored(spec, context)
     if context.judging is not None:
         context.judging.record_judge()

@@ -91,16 +91,7 @@ class EgoPlanHF(DocRequests, lmms):
             self._rank = accelerator.process_index
             self._world_size = accelerator.num_processes
         self.processor, self._model = _load(self.pretrained, dtype, attn_implementation, trust_remote_code, placement)
-        if placement:
-            # Layers spread over devices (accelerate's hooks move activations between them); the
-            # inputs go where the embedding layer runs.
-            self._device = _input_device(self._model)
-            spread = sorted({str(where) for where in (getattr(self._model, "hf_device_map", None) or {}).values()})
-            logger.info(f"egoplan_hf's model {self.pretrained} runs on {describe_device(str(self._device))} "
-                        f"(device_map: {', '.join(spread) or 'one device'})")
-        else:
-            self._device = torch.device(_resolve_device(device, accelerator, f"egoplan_hf's model {self.pretrained}"))
-            self._model.to(self._device)
+        self._device = _place(self._model, self.pretrained, device, placement, accelerator)
         self._model.eval()
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # decoder-only batched generation
@@ -378,6 +369,22 @@ def _input_device(model) -> torch.device:
     where = device_map[owner]
     return torch.device("cpu" if where in ("cpu", "disk", "meta") else f"cuda:{where}"
                         if isinstance(where, int) else where)
+
+
+def _place(model, pretrained: str, device: str, placement: dict, accelerator) -> torch.device:
+    """Where the model's inputs go, the model moved there unless a device_map placed it; said in the log (a warning
+    where device=auto finds no GPU)."""
+    runs = f"egoplan_hf's model {pretrained}"
+    if not placement:
+        resolved = torch.device(_resolve_device(device, accelerator, runs))
+        model.to(resolved)
+        return resolved
+    # Layers spread over devices (accelerate's hooks move activations between them); the inputs go where the
+    # embedding layer runs.
+    resolved = _input_device(model)
+    spread = sorted({str(where) for where in (getattr(model, "hf_device_map", None) or {}).values()})
+    logger.info(f"{runs} runs on {describe_device(str(resolved))} (device_map: {', '.join(spread) or 'one device'})")
+    return resolved
 
 
 def _resolve_device(device: str | None, accelerator, runs: str) -> str:

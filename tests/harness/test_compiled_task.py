@@ -117,7 +117,7 @@ def test_lmms_eval_builds_egointent_once_from_its_compiled_config_breakdowns_and
     assert any(name.startswith("scenario_") for name in names)  # the documents' scenarios
     assert_built_from_the_compiled_config(task, calls[0])
     assert task.judging is task.compiled.context.judging and task.config.metadata["judge_model"] == "judge"
-    recorded = task.config.metadata["data_source"]  # where the documents came from, hashed (issue 65)
+    recorded = task.config.metadata["data_read_from"]  # where the documents came from, hashed (issue 65)
     assert recorded == data_source([str(annotations)]) and len(recorded) == 1 and len(recorded[0]["sha256"]) == 64
 
 
