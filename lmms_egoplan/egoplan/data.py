@@ -66,8 +66,8 @@ def annotation_path(settings) -> Path:
 
 
 # The other source of Val, which a user who set up EgoPlan-Bench2's (its own variables) may have meant.
-_OR_THE_PACKAGE = (f", or, for Val, {setting_name(ENV_PREFIX, 'data_source')}=seed_bench_r1 with "
-                   f"{setting_name(ENV_PREFIX, 'seed_bench_r1_root')} set to the TencentARC/SEED-Bench-R1 package "
+_OR_THE_PACKAGE = (f", or, for Val, set {setting_name(ENV_PREFIX, 'data_source')} to seed_bench_r1 and "
+                   f"{setting_name(ENV_PREFIX, 'seed_bench_r1_root')} to the TencentARC/SEED-Bench-R1 package "
                    f"(each benchmark reads its own variables)")
 
 
