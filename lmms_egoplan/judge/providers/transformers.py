@@ -28,7 +28,7 @@ class TransformersBackend(JudgeBackend):
         if self._tokenizer.pad_token is None:
             self._tokenizer.pad_token = self._tokenizer.eos_token
         self._model = AutoModelForCausalLM.from_pretrained(model, revision=revision, dtype="auto").to(
-            resolve_device("auto")).eval()
+            resolve_device("auto", runs=f"the hf judge {model}")).eval()
         self._pending: list[tuple[tuple, Decoding, Future]] = []
         self._pending_lock = threading.Lock()
         self._generate_lock = threading.Lock()
