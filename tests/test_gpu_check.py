@@ -73,7 +73,7 @@ def test_the_lock_fits_the_gpu_machine_and_the_pins(speed_modules):
 
 
 def test_a_transformers_floor_above_the_machines_carries_transformers(speed_modules):
-    """setup.cfg's floor, 5.24 (the first release taking ``cache=``, issue 57), is above the machine's 5.17: the lock
+    """setup.cfg's floor, 5.20 (what vLLM 0.33.0 installs, issue 65), is above the machine's 5.17: the lock
     carries a transformers the pins admit, and a lock without it is reported."""
     _, gpu_wheels = speed_modules
     pins = gpu_wheels.suite_pins()

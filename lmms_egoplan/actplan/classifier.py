@@ -131,7 +131,7 @@ def classifier_from_base(base: str | Path, *, device: str = "auto", seed: int = 
         encoder = BertModel.from_pretrained(str(base), add_pooling_layer=False)
         encoder.resize_token_embeddings(len(tokenizer))
         module = PlanPairClassifier(encoder.config, encoder)
-    return PlanClassifier(module, tokenizer, resolve_device(device))
+    return PlanClassifier(module, tokenizer, resolve_device(device, runs=f"the BLEURT classifier built on {base}"))
 
 
 def load_classifier(checkpoint: str | Path, *, base: str | Path | None = None, device: str = "auto") -> PlanClassifier:
@@ -168,7 +168,7 @@ def load_classifier(checkpoint: str | Path, *, base: str | Path | None = None, d
     if missing or unexpected:
         raise InputError(f"{checkpoint} does not fit a BERT + 2-way head classifier: "
                          f"missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
-    return PlanClassifier(module, tokenizer, resolve_device(device))
+    return PlanClassifier(module, tokenizer, resolve_device(device, runs=f"the BLEURT classifier {checkpoint}"))
 
 
 def _existing_path(path: str | Path, what: str) -> Path:

@@ -71,7 +71,7 @@ class StepMatcher:
         if not Path(self.model_path).is_dir():
             raise FileNotFoundError(f"sentence-embedding model folder not found: {self.model_path}")
         self.threshold = float(threshold)
-        self.device = resolve_device(device)
+        self.device = resolve_device(device, runs=f"ActPlan-1K's step matcher {Path(self.model_path).name}")
         self.batch_size = batch_size
         self.recheck_margin = RECHECK_MARGIN["cpu" if self.device == "cpu" else "cuda"]
         self._single_embeddings: dict[str, Any] = {}

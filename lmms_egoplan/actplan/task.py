@@ -37,13 +37,14 @@ from typing import Any, Sequence
 
 from loguru import logger
 
-from lmms_egoplan.actplan.data import SPLITS, check_settings, load_instances
+from lmms_egoplan.actplan.data import ENV_PREFIX, SPLITS, annotation_root, check_settings, load_instances
 from lmms_egoplan.actplan.plans import PlanScore, aggregate_format_error_rate, bleurt_correct, parse_plan, score_lcs
 from lmms_egoplan.actplan.settings import ActPlanSettings
 from lmms_egoplan.contract.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
 from lmms_egoplan.core.files import valid_text, write_atomically
 from lmms_egoplan.core.media import load_image
 from lmms_egoplan.core.request_options import INPUT_ORDER
+from lmms_egoplan.core.settings import setting_name
 from lmms_egoplan.core.statistics import mean_or_nan
 
 # ---------------------------------------------------------------------------------------------
@@ -57,7 +58,8 @@ def load_docs(context: TaskContext) -> LoadedDocs:
     check_settings(settings, context.task_name)
     docs = load_instances(settings.data_root, allow_outside=settings.allow_paths_outside_root,
                           images_decoded=settings.images_decoded_at_load)
-    return LoadedDocs([doc for doc in docs if settings.instances in ("all", doc["split"])])
+    return LoadedDocs([doc for doc in docs if settings.instances in ("all", doc["split"])],
+                      read_from=[str(annotation_root(settings.data_root))])
 
 
 class PlansOfTheRun:
@@ -238,11 +240,21 @@ PLAN_METRICS = (
     Metric("format_error_rate", aggregate_format_error_rate, higher_is_better=False),
     Metric("plan_length", "mean", higher_is_better=False),
     Metric("no_plan_rate", "mean", higher_is_better=False),
-    *_plan_metrics("bleurt_accuracy", aggregate_bleurt_accuracy),  # reported only when bleurt_checkpoint is set
+    *_plan_metrics("bleurt_accuracy", aggregate_bleurt_accuracy),  # scored only when bleurt_checkpoint is set
 )
+def unscored_metrics(context: TaskContext) -> dict[str, str]:
+    """``bleurt_accuracy`` (and per split) without a classifier: why, and the setting that scores it."""
+    if context.settings.bleurt_checkpoint:
+        return {}
+    return {"bleurt_accuracy": f"no BLEURT classifier is configured; set "
+                               f"{setting_name(ENV_PREFIX, 'bleurt_checkpoint')} to one (lmms-egoplan "
+                               f"actplan-train-bleurt, tasks/actplan/README.md)"}
+
+
 WITH_IMAGES = TaskSpec(load_docs=load_docs, doc_to_visual=doc_to_visual, doc_to_text=doc_to_text,
                        doc_to_target=doc_to_target, process_results=process_results, metrics=PLAN_METRICS,
-                       run_state=PlansOfTheRun, request_options={"input_order": INPUT_ORDER})
+                       run_state=PlansOfTheRun, request_options={"input_order": INPUT_ORDER},
+                       not_scored=unscored_metrics)
 # The text-only ablation (§5.5): lmms-eval's task shows no image, so has no input order; lm-eval's has no visuals.
 TEXT_ONLY = dataclasses.replace(WITH_IMAGES, doc_to_visual=doc_to_visual_text_only, request_options={})
 TEXT_ONLY_LM_EVAL = dataclasses.replace(TEXT_ONLY, doc_to_visual=None)

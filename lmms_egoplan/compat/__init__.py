@@ -62,6 +62,9 @@ a patch for lmms-eval with its pull-request text, or why it cannot become one. E
   ``results.clean_lone_surrogates``                           a suite task or backend is built (every response
                                                               of the run: lmms-eval unwraps them before it
                                                               knows their task)
+  ``results.name_lmms_evals_own_version``                     a run names the suite, when its entry point loads;
+                                                              a suite task or backend is built (the run's
+                                                              results file: lmms-eval's version and git fields)
   ``results.write_results_as_strict_json``                    a suite task or backend is built (the run's
                                                               results file, one per run, and samples files)
   ``results.fail_runs_whose_files_are_cut``                   a suite task or backend is built (the run's

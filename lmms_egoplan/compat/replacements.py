@@ -59,6 +59,8 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
         "secrets.keep_api_keys_out_of_the_run_summary",  # once the run, checks included, is over
         "tasks.check_suite_tasks_before_the_model",
     ),
+    ("lmms_eval.utils", "_git_output"): ("results.name_lmms_evals_own_version",),
+    ("lmms_eval.utils", "get_lmms_eval_version_string"): ("results.name_lmms_evals_own_version",),
     ("loguru", "logger.remove"): ("durability.fail_runs_with_failed_tasks",),
     ("traceback", "print_exc"): ("durability.fail_runs_with_failed_tasks",),  # cli_evaluate's: into a file
 }
@@ -66,6 +68,7 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
 # Other names lmms-eval binds the same function to at import: replaced with it.
 ALIASES: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {
     ("lmms_eval.api.instance", "unwrap_generation_output"): (("lmms_eval.evaluator", "unwrap_generation_output"),),
+    ("lmms_eval.utils", "get_lmms_eval_version_string"): (("lmms_eval.evaluator", "get_lmms_eval_version_string"),),
 }
 
 # Workarounds that replace no function (a signal handler, a check of the command line, a call the suite's

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from lmms_egoplan.compat import affected_release, lmms_eval_source, switched_off
 from lmms_egoplan.compat.replacements import RECORD_KEY, add_layer, has_layer, note_in_place, workaround_record
 from lmms_egoplan.core.errors import StorageError
+from lmms_egoplan.core.provenance import PROVENANCE_KEY, environment
 from lmms_egoplan.core.run_state import RUN
 
 
@@ -262,11 +263,75 @@ def run_datetime_str(cli_args: Any = None) -> str | None:
     return None
 
 
+def name_lmms_evals_own_version() -> bool:
+    """Record lmms-eval's own version in the results (``lmms_eval_version``, ``git_hash``, ``git_branch``), not those of
+    the git repository lmms-eval happens to be installed in.
+
+    Bug: ``lmms_eval/utils.py``: ``get_lmms_eval_version_string``, ``get_git_commit_hash`` and
+    ``get_git_branch_name`` run ``git -C <the folder holding the lmms_eval package>`` (``_git_output``). Installed
+    from PyPI into a virtual environment inside a project's checkout (``.venv/lib/.../site-packages``), git finds
+    the project's repository: the results file says ``"lmms_eval_version": "<project branch>@<project commit>"``
+    and nowhere which lmms-eval release ran. Fix: git is asked only where that folder is the top of a repository
+    (an lmms-eval checkout); elsewhere ``lmms_eval_version`` is the installed release (``0.7.3``) and the git fields
+    fall back to lmms-eval's variables (``LMMS_EVAL_GIT_COMMIT``, ...) or none. Returns whether it is in place.
+    """
+    if switched_off(_OWN_VERSION):  # docs/upstream/34-lmms-eval-version.patch
+        return False
+    if has_layer(_OWN_VERSION, *_GIT_OUTPUT):
+        return True
+    if not (affected_release() and _asks_git_around_the_package()):
+        return False
+
+    def only_in_lmms_evals_checkout(git_output, *args):
+        if not _is_lmms_eval_checkout():
+            raise FileNotFoundError("lmms-eval is not installed from a git checkout of its own")
+        return git_output(*args)
+
+    def installed_release(version_string):
+        if not _is_lmms_eval_checkout():
+            from importlib.metadata import version
+
+            return version("lmms-eval")
+        return version_string()
+
+    add_layer(_OWN_VERSION, *_GIT_OUTPUT, only_in_lmms_evals_checkout)
+    add_layer(_OWN_VERSION, *_VERSION_STRING, installed_release)
+    return True
+
+_OWN_VERSION = "results.name_lmms_evals_own_version"
+_GIT_OUTPUT = ("lmms_eval.utils", "_git_output")
+_VERSION_STRING = ("lmms_eval.utils", "get_lmms_eval_version_string")
+
+def _asks_git_around_the_package(git_output: str | None = None) -> bool:
+    git_output = git_output or lmms_eval_source("lmms_eval.utils", "_git_output")
+    return "_lmms_eval_repo_root()" in git_output and "show-toplevel" not in git_output
+
+def _is_lmms_eval_checkout() -> bool:
+    """Whether the folder holding the lmms_eval package is the top of a git repository (lmms-eval's own checkout,
+    an editable install), asked once per folder."""
+    from lmms_eval import utils
+
+    root = utils._lmms_eval_repo_root()
+    if root not in _CHECKOUTS:
+        import subprocess
+
+        try:
+            top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True,
+                                 text=True, check=True).stdout.strip()
+            _CHECKOUTS[root] = Path(top).resolve() == Path(root).resolve()
+        except (OSError, subprocess.CalledProcessError):
+            _CHECKOUTS[root] = False
+    return _CHECKOUTS[root]
+
+_CHECKOUTS: dict = {}
+
+
 def record_in_results() -> bool:
     """Write into the run's results file which workarounds were in place, and lmms-eval's release
     (``RECORD_KEY``: ``{"lmms_eval": "0.7.3", "applied": ["results.keep_loglikelihood_results", ...]}``, named
     as in ``lmms_egoplan.compat``'s table and docs/upstream/README.md), so that a number can be traced to the
-    lmms-eval behaviour that produced it; and, for the tasks that score the token closing the assistant's turn
+    lmms-eval behaviour that produced it; the software and machine of the run (``PROVENANCE_KEY``:
+    ``core.provenance.environment``); and, for the tasks that score the token closing the assistant's turn
     (``RUN.turn_end_tasks``), which token that was and where it came from (``RUN.turn_end``: the template, or
     the model's generation config or tokenizer), in the results (``TURN_END_KEY``: {task: "</s>
     (generation_config)"}) and in each of their logged samples (``TURN_END_KEY``). Put on
@@ -279,6 +344,9 @@ def record_in_results() -> bool:
 
     def record(save_results, self, results, samples, datetime_str):
         results[RECORD_KEY] = workaround_record()
+        results[PROVENANCE_KEY] = environment()
+        if RUN.protocol_changes:
+            results[PROTOCOL_CHANGES_KEY] = {task: dict(changes) for task, changes in RUN.protocol_changes.items()}
         if RUN.turn_end_tasks:
             results[TURN_END_KEY] = {task: RUN.turn_end for task in sorted(RUN.turn_end_tasks)}
         save_results(self, results, samples, datetime_str)
@@ -293,4 +361,5 @@ def record_in_results() -> bool:
     return True
 
 TURN_END_KEY = "lmms_egoplan_end_of_turn"
+PROTOCOL_CHANGES_KEY = "lmms_egoplan_protocol_changes"
 _RECORD = "results.record_in_results"

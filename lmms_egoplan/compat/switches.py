@@ -46,7 +46,7 @@ def _on_entry_point_load() -> None:
         refuse_an_output_path_with_a_comma,
         say_what_to_fix_after_uncaught_errors,
     )
-    from lmms_egoplan.compat.results import record_in_results
+    from lmms_egoplan.compat.results import name_lmms_evals_own_version, record_in_results
     from lmms_egoplan.compat.secrets import keep_secrets_out_of_lmms_evals_error_texts
     from lmms_egoplan.compat.tasks import enable_plugin_task_discovery, watch_task_selection
 
@@ -59,6 +59,7 @@ def _on_entry_point_load() -> None:
     fail_runs_with_failed_tasks()
     watch_task_selection()
     record_in_results()
+    name_lmms_evals_own_version()
 
 
 def _on_suite_use() -> None:
@@ -74,6 +75,7 @@ def _on_suite_use() -> None:
         clean_lone_surrogates,
         fail_runs_whose_files_are_cut,
         keep_loglikelihood_results,
+        name_lmms_evals_own_version,
         record_in_results,
         write_results_as_strict_json,
     )
@@ -94,6 +96,7 @@ def _on_suite_use() -> None:
     fail_runs_whose_files_are_cut()
     exit_when_results_are_written()
     record_in_results()
+    name_lmms_evals_own_version()
 
 
 def _on_backend_chosen(backend: type) -> None:

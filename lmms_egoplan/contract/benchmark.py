@@ -90,6 +90,9 @@ class LoadedDocs:
 
     docs: Sequence[dict]
     skipped: Sequence[Any] | None = None
+    # Where the documents came from: the annotation files or folders read, or a Hub dataset as
+    # ``hub:<repo>@<revision>``; recorded with their hashes in the task's results (``core.provenance.data_source``).
+    read_from: Sequence[str] = ()
 
     @property
     def split_size(self) -> int:
@@ -185,6 +188,9 @@ class TaskSpec:
     # What the settings set of the harness's configuration (generation arguments, the prompt preset), from the YAML's
     # config: called once, when the adapter compiles the task, before the judge and the data are checked.
     configure: Callable[[TaskContext, Mapping[str, Any]], Configuration] | None = None
+    # The metrics the settings leave unscored ({metric name prefix: why, naming the setting that would score them}):
+    # said in the log and recorded in the task's results (``metadata.not_scored``), which the report shows.
+    not_scored: Callable[[TaskContext], Mapping[str, str]] | None = None
 
     # The config keys a spec sets (the harness's names).
     KEYS = ("doc_to_visual", "doc_to_text", "doc_to_messages", "doc_to_target", "doc_to_choice", "process_results",

@@ -1,13 +1,34 @@
-"""Where a model runs: ``auto`` resolved to the GPU when one is visible."""
+"""Where a model runs: ``auto`` resolved to the GPU when one is visible, and said."""
 
 from __future__ import annotations
 
 
-def resolve_device(device: str | None) -> str:
-    """``auto`` (or None) -> ``cuda`` when a GPU is visible, else ``cpu``; anything else is kept."""
-    if device not in ("auto", None):
-        return device
+def resolve_device(device: str | None, *, runs: str | None = None) -> str:
+    """``auto`` (or None) -> ``cuda`` when a GPU is visible, else ``cpu``; anything else is kept. ``runs``: what
+    runs there ("egoplan_hf's model Qwen/Qwen2.5-VL-7B-Instruct"), logged with the device and, where ``auto`` finds
+    no GPU, warned about: the run is on the CPU, which a user who asked for ``auto`` on a GPU box did not expect."""
+    resolved = device if device not in ("auto", None) else _auto()
+    if runs is not None:
+        from loguru import logger
+
+        if resolved == "cpu" and device in ("auto", None):
+            logger.warning(f"device=auto found no CUDA GPU (torch.cuda.is_available() is False): {runs} runs on the "
+                           f"CPU, slowly; check the CUDA driver and CUDA_VISIBLE_DEVICES, or set device=cpu to mean it")
+        else:
+            logger.info(f"{runs} runs on {describe_device(resolved)}")
+    return resolved
+
+
+def _auto() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
 
+
+def describe_device(device: str) -> str:
+    """``device`` with the GPU's name where it is a CUDA device ("cuda:0 (NVIDIA H100 80GB HBM3)")."""
+    import torch
+
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    return str(device)

@@ -242,16 +242,21 @@ def image_problems(paths: Iterable[str | os.PathLike], decoded: int) -> dict[Pat
 def fit_within(image: Image.Image, max_side: int | None, max_pixels: int | None = None) -> Image.Image:
     """Downscale so the longer side is at most ``max_side`` and the area at most ``max_pixels``
     (aspect kept; either limit may be None); never upscale."""
+    size = fitted_size(image.size, max_side, max_pixels)
+    return image if size == image.size else image.resize(size, Image.BICUBIC)
+
+
+def fitted_size(size: tuple[int, int], max_side: int | None, max_pixels: int | None = None) -> tuple[int, int]:
+    """The (width, height) ``fit_within`` gives an image of ``size``: ``size`` itself where it fits."""
     scale = 1.0
     if max_side:
-        scale = min(scale, max_side / max(image.size))
+        scale = min(scale, max_side / max(size))
     if max_pixels:
-        scale = min(scale, math.sqrt(max_pixels / (image.width * image.height)))
+        scale = min(scale, math.sqrt(max_pixels / (size[0] * size[1])))
     if scale >= 1.0:
-        return image
+        return tuple(size)
     # floor (with float slack) keeps both limits true limits: rounding up could exceed max_pixels.
-    size = tuple(max(1, math.floor(side * scale + 1e-6)) for side in image.size)
-    return image.resize(size, Image.BICUBIC)
+    return tuple(max(1, math.floor(side * scale + 1e-6)) for side in size)
 
 
 def uniform_indices(first: int, last: int, count: int) -> list[int]:

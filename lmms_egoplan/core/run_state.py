@@ -55,6 +55,9 @@ class RunState:
     # files (``compat.results.record_in_results``)
     turn_end: str | None = None
     turn_end_tasks: set[str] = field(default_factory=set)
+    # Where the run's backend changed a task's frame plan ({task: {setting: what it changed}}, warned once per task
+    # and setting: ``models.doc_requests``), recorded in the results (``compat.results.record_in_results``)
+    protocol_changes: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def reset(self) -> None:
         """Start a new run's state (every field back to its default), in place: modules keep ``RUN``."""

@@ -88,7 +88,7 @@ def load_docs(context: TaskContext) -> LoadedDocs:
     warn_of_skipped(context.task_name, loaded.skipped, "step(s) whose media cannot be used", ENV_PREFIX)
     if longer := longer_clips_summary(loaded.docs, settings):
         logger.warning(f"{context.task_name}: {longer}")
-    return LoadedDocs(loaded.docs, loaded.skipped)
+    return LoadedDocs(loaded.docs, loaded.skipped, read_from=[str(settings.annotations)])
 
 
 def scenario_metrics(context: TaskContext, docs: list[dict]) -> list[Metric]:

@@ -54,14 +54,21 @@ _ACTION_FIELDS = ("narration_text", "start_frame", "stop_frame")
 def annotation_path(settings) -> Path:
     if not settings.annotation_file:
         raise SettingsError(f"EgoPlan: no annotation file; set {setting_name(ENV_PREFIX, 'annotation_dir')} to "
-                            f"the folder holding EgoPlan_validation.json / EgoPlan_test.json")
+                            f"the folder holding EgoPlan_validation.json / EgoPlan_test.json{_OR_THE_PACKAGE}")
     path = Path(settings.annotation_file).expanduser()
     if not path.is_absolute():
         if not settings.annotation_dir:
             raise SettingsError(f"EgoPlan: annotation file {settings.annotation_file!r} is relative; set "
-                                f"{setting_name(ENV_PREFIX, 'annotation_dir')} to the folder that holds it")
+                                f"{setting_name(ENV_PREFIX, 'annotation_dir')} to the folder that holds it"
+                                f"{_OR_THE_PACKAGE}")
         path = Path(settings.annotation_dir).expanduser() / path
     return path
+
+
+# The other source of Val, which a user who set up EgoPlan-Bench2's (its own variables) may have meant.
+_OR_THE_PACKAGE = (f", or, for Val, set {setting_name(ENV_PREFIX, 'data_source')} to seed_bench_r1 and "
+                   f"{setting_name(ENV_PREFIX, 'seed_bench_r1_root')} to the TencentARC/SEED-Bench-R1 package "
+                   f"(each benchmark reads its own variables)")
 
 
 # Why a record's sample id must be its own.

@@ -68,6 +68,7 @@ from lmms_egoplan.egoplan.data import (
     SIMILARITY_LEVELS,
     VIDEO_SOURCES,
     EgoPlanDataError,
+    annotation_path,
     completed_actions,
     doc_frame_numbers,
     load_samples,
@@ -85,9 +86,11 @@ from lmms_egoplan.egoplan.data import (
 def load_docs(context: TaskContext, *, labelled: bool, with_media: bool) -> LoadedDocs:
     """The split's samples (``labelled``: Val; Test has no labels); those with missing media skipped if
     ``skip_missing``. ``with_media``: False for the text-only baselines, which need no media setting."""
-    loaded = load_samples(context.settings, labelled=labelled, with_media=with_media)
+    settings = context.settings
+    loaded = load_samples(settings, labelled=labelled, with_media=with_media)
     warn_of_skipped(context.task_name, loaded.skipped, "sample(s) with missing media", ENV_PREFIX)
-    return LoadedDocs(loaded.docs, loaded.skipped)
+    source = settings.seed_bench_r1_root if settings.data_source == "seed_bench_r1" else annotation_path(settings)
+    return LoadedDocs(loaded.docs, loaded.skipped, read_from=[str(source)])
 
 
 def breakdown_metrics(context: TaskContext, docs: Sequence[Mapping]) -> list[Metric]:

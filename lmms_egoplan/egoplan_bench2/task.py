@@ -54,6 +54,7 @@ from lmms_egoplan.egoplan_bench2.data import (
     CHOICE_LETTERS,
     ENV_PREFIX,
     EgoPlanBench2DataError,
+    annotation_path,
     file_index,
     load_samples,
     metric_label,
@@ -76,7 +77,8 @@ def load_docs(context: TaskContext) -> LoadedDocs:
     warn_of_skipped(context.task_name, loaded.skipped, "question(s) with missing media", ENV_PREFIX)
     logger.info(f"{context.task_name}: {len(loaded.docs)} questions ({settings.data_source} data; the paper "
                 f"has {PAPER_QUESTIONS})")
-    return LoadedDocs(loaded.docs, loaded.skipped)
+    source = settings.seed_bench_r1_root if settings.data_source == "seed_bench_r1" else annotation_path(settings)
+    return LoadedDocs(loaded.docs, loaded.skipped, read_from=[str(source)])
 
 
 def breakdown_metrics(context: TaskContext, docs: Sequence[Mapping]) -> list[Metric]:

@@ -40,6 +40,7 @@ from loguru import logger
 from lmms_egoplan.contract.benchmark import Configuration, LoadedDocs, TaskContext, TaskSpec, chat_messages
 from lmms_egoplan.contract.judged import JUDGED_METRICS
 from lmms_egoplan.core.media import load_image
+from lmms_egoplan.core.provenance import HUB_PREFIX
 from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.egothink.data import (
     DIMENSIONS,
@@ -66,17 +67,18 @@ def load_docs(context: TaskContext) -> LoadedDocs:
                                 f"{setting_name(ENV_PREFIX, 'data_root')} (the release's data folder) is not set")
         docs = load_release_dimension(settings.data_root, dimension, allow_outside=settings.allow_paths_outside_root,
                                       images_decoded=settings.images_decoded_at_load)
-        origin = str(settings.data_root)
+        origin = read_from = str(settings.data_root)
     elif settings.source == "hub":
         docs = load_hub_dimension(settings.hub_repo, dimension, revision=settings.hub_revision,
                                   image_cache=settings.image_cache, images_decoded=settings.images_decoded_at_load)
         origin = f"{settings.hub_repo} ({dimension.hub_config})"
+        read_from = f"{HUB_PREFIX}{settings.hub_repo}@{settings.hub_revision or ''}"  # unpinned: the default branch
     else:
         raise SettingsError(f"task {task_name}: {setting_name(ENV_PREFIX, 'source')} must be 'hub' or "
                             f"'local', got {settings.source!r}")
     logger.info(f"EgoThink {dimension.capability}/{dimension.name}: {len(docs)} questions from {origin} "
                 f"(the paper has {dimension.paper_count})")
-    return LoadedDocs(docs)
+    return LoadedDocs(docs, read_from=[read_from])
 
 
 def configure(context: TaskContext, config: Mapping[str, Any]) -> Configuration:

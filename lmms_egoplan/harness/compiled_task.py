@@ -14,10 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
+from loguru import logger
+
 from lmms_egoplan.catalogue import CATALOGUE
 from lmms_egoplan.contract.adapter import RunFiles
 from lmms_egoplan.contract.benchmark import Benchmark, Configuration, Judged, LoadedDocs, Metric, TaskContext, TaskSpec
 from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.provenance import data_source
 from lmms_egoplan.core.settings import SETTINGS_FILE_KEY, resolve_settings
 from lmms_egoplan.core.settings_file import run_settings_file
 from lmms_egoplan.core.statistics import largest
@@ -107,6 +110,8 @@ def compile_task(benchmark: Benchmark, spec: TaskSpec, yaml_config: Mapping[str,
     context.loaded = loaded = spec.load_docs(context)
     if not loaded.docs:
         raise ValueError(f"task {context.task_name}: the benchmark loader returned no samples")
+    config["metadata"]["data_read_from"] = data_source(loaded.read_from)
+    config["metadata"]["not_scored"] = not_scored(spec, context)
     if context.judging is not None:
         context.judging.record_judge()
     metrics = every_metric(spec, context, counted)
@@ -116,6 +121,19 @@ def compile_task(benchmark: Benchmark, spec: TaskSpec, yaml_config: Mapping[str,
     config.update(spec.hooks, **({"process_results": scoring} if scoring is not None else {}))
     return CompiledTask(config=config, context=context, metrics=metrics, scoring=scoring, split=split,
                         dataset=as_dataset(split, loaded), configuration=configuration)
+
+
+def not_scored(spec: TaskSpec, context: TaskContext) -> dict[str, str]:
+    """The metrics the settings leave unscored, each "not scored: <why, and the setting to set>", said once in the
+    log as the task is built (the results record them; the report shows them)."""
+    unscored = {metric: f"{NOT_SCORED}: {why}" for metric, why in (spec.not_scored(context).items()
+                                                                   if spec.not_scored is not None else ())}
+    for metric, why in unscored.items():
+        logger.warning(f"{context.task_name}: {metric} {why}")
+    return unscored
+
+
+NOT_SCORED = "not scored"
 
 
 def without_spec_keys(yaml_config: Mapping[str, Any], spec: TaskSpec) -> dict[str, Any]:

@@ -21,7 +21,13 @@ from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import closest_name_hint, coerce_setting
 from lmms_egoplan.models.chat import ChatTemplateError, RenderedAnswer
 from lmms_egoplan.models.likelihood import ScoredSequence, TurnEnd, scored_sequence, special_token_ids, turn_end
-from lmms_egoplan.models.visuals import ModelVisuals, VisualLimits, decode_ahead, prepare_visuals
+from lmms_egoplan.models.visuals import (
+    ModelVisuals,
+    VisualLimits,
+    decode_ahead,
+    limits_below_the_plan,
+    prepare_visuals,
+)
 
 # The conversation from which a backend learns how its chat template closes the assistant's turn (and
 # egoplan_server's load check of each server).
@@ -82,6 +88,7 @@ class DocRequests:
     # and stored, so that a run killed mid-pass keeps every question it scored.
     response_sink: Callable[[Instance, Any], None] | None = None
     is_simple = True
+    backend_name = "the backend"  # its --model name, in what it says
     request_options = {option.name: option.values for option in QUESTION_OPTIONS}
 
     @staticmethod
@@ -181,8 +188,20 @@ class DocRequests:
         task, split, doc_id, doc_to_visual = key
         raw = doc_to_visual(self.task_dict[task][split][doc_id]) if doc_to_visual is not None else []
         raw = raw if isinstance(raw, (list, tuple)) else [raw]
+        if task is not None:
+            self._warn_of_limits_below_the_plan(task, raw)
         return prepare_visuals(raw, limits=self.limits, video_native=self.video_native, takes_images=self.takes_images,
                                model_name=self.pretrained, videos_with_images=self.videos_with_images)
+
+    def _warn_of_limits_below_the_plan(self, task: str, raw: Sequence) -> None:
+        """Warn once per task and setting where this backend's model_args cut or downscale the frames the task
+        planned (``visuals.limits_below_the_plan``), and record it for the run's results (``RUN.protocol_changes``,
+        written by ``compat.results.record_in_results``): a protocol changed, never silently."""
+        changes = RUN.protocol_changes.setdefault(task, {})
+        for setting, change in limits_below_the_plan(raw, self.limits, self.backend_name):
+            if setting not in changes:
+                changes[setting] = change
+                logger.warning(f"{task}: {change}; its numbers are not the paper's protocol")
 
     def _check_placeholders(self, text: str, visuals: ModelVisuals, where: str) -> None:
         """The rendered prompt must hold one placeholder per image and per video (the processor

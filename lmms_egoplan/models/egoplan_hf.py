@@ -23,7 +23,7 @@ from loguru import logger
 from tqdm import tqdm
 
 from lmms_egoplan.compat.switches import SUITE_USED, switch_on
-from lmms_egoplan.core.devices import resolve_device
+from lmms_egoplan.core.devices import describe_device, resolve_device
 from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import SettingsError, coerce_setting
 from lmms_egoplan.models.chat import ChatRenderer
@@ -44,6 +44,8 @@ class ContextTooLongError(ValueError):
 
 
 class EgoPlanHF(DocRequests, lmms):
+    backend_name = "egoplan_hf"
+
     def __init__(
         self,
         pretrained: str | None = None,
@@ -89,13 +91,7 @@ class EgoPlanHF(DocRequests, lmms):
             self._rank = accelerator.process_index
             self._world_size = accelerator.num_processes
         self.processor, self._model = _load(self.pretrained, dtype, attn_implementation, trust_remote_code, placement)
-        if placement:
-            # Layers spread over devices (accelerate's hooks move activations between them); the
-            # inputs go where the embedding layer runs.
-            self._device = _input_device(self._model)
-        else:
-            self._device = torch.device(_resolve_device(device, accelerator))
-            self._model.to(self._device)
+        self._device = _place(self._model, self.pretrained, device, placement, accelerator)
         self._model.eval()
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # decoder-only batched generation
@@ -375,9 +371,25 @@ def _input_device(model) -> torch.device:
                         if isinstance(where, int) else where)
 
 
-def _resolve_device(device: str | None, accelerator) -> str:
-    """``auto``: the rank's GPU where there is one, else the CPU; a bare ``cuda`` gets the rank's index."""
-    device = resolve_device(device)
+def _place(model, pretrained: str, device: str, placement: dict, accelerator) -> torch.device:
+    """Where the model's inputs go, the model moved there unless a device_map placed it; said in the log (a warning
+    where device=auto finds no GPU)."""
+    runs = f"egoplan_hf's model {pretrained}"
+    if not placement:
+        resolved = torch.device(_resolve_device(device, accelerator, runs))
+        model.to(resolved)
+        return resolved
+    # Layers spread over devices (accelerate's hooks move activations between them); the inputs go where the
+    # embedding layer runs.
+    resolved = _input_device(model)
+    spread = sorted({str(where) for where in (getattr(model, "hf_device_map", None) or {}).values()})
+    logger.info(f"{runs} runs on {describe_device(str(resolved))} (device_map: {', '.join(spread) or 'one device'})")
+    return resolved
+
+
+def _resolve_device(device: str | None, accelerator, runs: str) -> str:
+    """``auto``: the rank's GPU where there is one, else the CPU (warned); a bare ``cuda`` gets the rank's index."""
+    device = resolve_device(device, runs=runs)
     if device == "cuda" and accelerator.num_processes > 1:
         device = f"cuda:{accelerator.local_process_index}"
     return device

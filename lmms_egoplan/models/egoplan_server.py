@@ -91,6 +91,8 @@ def _check_server_args(engine: str | None, model: str | None, api_key: str | Non
 
 
 class EgoPlanServer(DocRequests, lmms):
+    backend_name = "egoplan_server"
+
     def __init__(
         self,
         engine: str | None = None,

@@ -24,6 +24,7 @@ only inside the user turn, so the two agree on everything after it, shifted by a
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 from dataclasses import dataclass
 from typing import Sequence
@@ -202,6 +203,14 @@ def _is_per_token(value, shape: tuple) -> bool:
     return isinstance(value, torch.Tensor) and value.dim() >= 2 and tuple(value.shape[:2]) == shape
 
 
+def cache_keyword(model) -> str:
+    """The name under which the installed transformers takes and returns a model's KV cache: ``cache`` from 5.24 on
+    (``past_key_values``, its old name, warns there and goes in 5.40), ``past_key_values`` before (5.20.x is what
+    vLLM 0.33.0 installs). Read from the model's ``forward``, whose deprecation wrapper keeps the new signature."""
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
 class LikelihoodScorer:
     def __init__(self, model, model_name: str, continuation_batch_size: int):
         self.model = model
@@ -239,6 +248,7 @@ class LikelihoodScorer:
         self._clear_position_state()
         prefill = self.model(**token_aligned(inputs, prefix_length), use_cache=True, logits_to_keep=1)
         last_logits = prefill.logits[0, -1:]  # predicts the first token after the prefix
+        keyword = cache_keyword(self.model)
         device = inputs["input_ids"].device
         scores = []
         chunks = [sequences[i:i + self.continuation_batch_size]
@@ -248,10 +258,9 @@ class LikelihoodScorer:
             # Right padding: padded positions come after every real token, so causal attention
             # keeps them out of the real tokens' logits; no attention mask needed.
             batch = torch.nn.utils.rnn.pad_sequence(suffixes, batch_first=True, padding_value=0)
-            # `cache` (transformers 5.24 on; `past_key_values`, its old name, warns and goes in 5.40).
-            cache = prefill.cache if number == len(chunks) - 1 else copy.deepcopy(prefill.cache)
+            cache = prefill[keyword] if number == len(chunks) - 1 else copy.deepcopy(prefill[keyword])
             cache.batch_repeat_interleave(len(chunk))
-            logits = self.model(input_ids=batch, cache=cache, use_cache=True).logits
+            logits = self.model(input_ids=batch, use_cache=True, **{keyword: cache}).logits
             for row, (sequence, suffix) in enumerate(zip(chunk, suffixes)):
                 predicting = torch.cat([last_logits, logits[row, :len(suffix) - 1]])
                 answer = slice(sequence.first - common, sequence.stop - common)

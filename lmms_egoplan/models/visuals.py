@@ -24,6 +24,7 @@ from lmms_egoplan.core.media import (
     FrameTime,
     VideoFile,
     fit_within,
+    fitted_size,
     frame_time,
     frame_times,
     group_visuals,
@@ -124,6 +125,33 @@ def prepare_visuals(visuals: Sequence | None, *, limits: VisualLimits, video_nat
     if prepared.videos and prepared.images and not videos_with_images:
         return _videos_as_frames(prepared)
     return prepared
+
+
+def limits_below_the_plan(visuals: Sequence | None, limits: VisualLimits, backend: str) -> list[tuple[str, str]]:
+    """What ``limits`` (the backend's model_args) change of the visuals a task planned for one request, as (the
+    setting, a sentence naming the task's plan and the setting): a clip of more frames than ``max_frames`` (the
+    backend keeps ``max_frames`` of them), images or frames larger than a side or pixel cap (the backend downscales
+    them). Reads the frames the task built (lists and PIL images); a file's frames are the backend's own choice."""
+    changes = []
+    for item in group_visuals(list(visuals or [])):
+        if isinstance(item, (list, tuple)):
+            if len(item) > limits.max_frames:
+                changes.append(("max_frames", f"its plan shows {len(item)} frames per clip; {backend} model_args "
+                                              f"max_frames={limits.max_frames} keeps {limits.max_frames} of them "
+                                              f"(raise max_frames to {len(item)})"))
+            frames, side, pixels, kind = item, limits.video_max_side, limits.video_max_pixels, "video"
+        elif isinstance(item, Image.Image):
+            frames, side, pixels, kind = [item], limits.image_max_side, limits.image_max_pixels, "image"
+        else:
+            continue
+        largest = max((frame.size for frame in frames if isinstance(frame, Image.Image)),
+                      key=lambda size: size[0] * size[1], default=None)
+        if largest is not None and fitted_size(largest, side, pixels) != tuple(largest):
+            setting = " and ".join(f"{kind}_{name}={value}" for name, value in (("max_side", side),
+                                                                                  ("max_pixels", pixels)) if value)
+            changes.append((setting, f"its plan gives {kind} frames of {largest[0]}x{largest[1]} pixels; {backend} "
+                                     f"model_args {setting} downscales them (unset it, or raise it above the plan)"))
+    return changes
 
 
 def _videos_as_frames(prepared: ModelVisuals) -> ModelVisuals:

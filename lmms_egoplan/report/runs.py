@@ -57,6 +57,8 @@ class Run:
     settings: dict[str, dict[str, str]] = field(default_factory=dict)  # task or group -> its effective settings
     rejudged: dict[str, Path] = field(default_factory=dict)  # task or group -> the rejudged file its judged scores are
     audit_trails: dict[str, Path] = field(default_factory=dict)  # task -> the judge's audit trail of those scores
+    # task -> {metric name prefix: "not scored: <why, and the setting to set>"} (its config's metadata.not_scored)
+    not_scored: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def identity(self, tasks: Iterable[str]) -> dict[str, str]:
         """What produced this run's values of ``tasks``: the backend, every model_arg and the run's
@@ -289,7 +291,19 @@ def _run(path: Path, harness: str, stamp_text: str, data: dict) -> Run:
         if reasons:
             run.partial[task] = "; ".join(reasons)
     run.samples = _samples_files(path, harness, stamp_text)
+    run.not_scored = _not_scored(data)
     return run
+
+
+def _not_scored(data: dict) -> dict[str, dict[str, str]]:
+    """Each task's metrics its settings left unscored, as the suite records them (``metadata.not_scored``)."""
+    configs = _field(data, "configs", dict) or {}
+    found = {}
+    for task in configs:
+        metadata = _field(_field(configs, task, dict, "configs.") or {}, "metadata", dict, f"configs.{task}.") or {}
+        unscored = _field(metadata, "not_scored", dict, f"configs.{task}.metadata.") or {}
+        found[task] = {str(metric): _text(why) for metric, why in unscored.items()}
+    return {task: unscored for task, unscored in found.items() if unscored}
 
 
 class FieldError(InputError):

@@ -141,6 +141,7 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
         which = column.task_of(task)
         note = f"{NOT_SCORED}: {reason}" if which == task else f"{NOT_SCORED}: {which}: {reason}"
         notes += [note] if reason and note not in notes else []
+    notes += _unscored_by_the_settings(run, layout, task, notes)
     if not run.samples.keys() & tasks:
         notes.append(NO_INTERVALS)
     if layout.judged and (waiting := not_judged(run, tasks)):
@@ -151,6 +152,19 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
     row = Row(source, run.model, task, layout.tasks[task], values, intervals, notes, run, unscored)
     row.judge = judge_text(run.recorded(tasks)) if layout.judged else ""
     return row
+
+
+def _unscored_by_the_settings(run: Run, layout: TableLayout, task: str, notes: list[str]) -> list[str]:
+    """A note per column whose metric the run's settings left unscored ("BLEURT accuracy: not scored: no BLEURT
+    classifier is configured; set ..."), as the results record it, never a silent "—"."""
+    found = []
+    for column in layout.columns:
+        unscored = run.not_scored.get(column.task_of(task), {})
+        why = next((text for prefix, text in unscored.items()
+                    if column.metric == prefix or column.metric.startswith(f"{prefix}_")), None)
+        note = f"{column.header}: {why}"
+        found += [note] if why and note not in notes and note not in found else []
+    return found
 
 
 def _published_row(layout: TableLayout, published: dict) -> Row:

@@ -91,8 +91,9 @@ def index_kind(entry) -> str:
 
 # --- settings a built task records, metrics, and the environment read while building -----------------
 
-# Metadata values that are not defaults: the judge's reply names its served model and fingerprint.
-REPLY_KEYS = ("judge_served_model", "judge_system_fingerprint")
+# Metadata values that are not defaults: the judge's reply names its served model and fingerprint; where the
+# documents came from (``data_read_from``) names the test's data files and their hashes.
+MASKED_KEYS = ("judge_served_model", "judge_system_fingerprint", "data_read_from")
 
 
 def recorded_settings(metadata: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
@@ -103,7 +104,7 @@ def recorded_settings(metadata: Mapping[str, Any], env: Mapping[str, str]) -> di
         return any(name.endswith(f"_{key.upper()}") and given.lower() == str(value).lower()
                    for name, given in env.items())
 
-    return {key: MASKED if key in REPLY_KEYS or set_by_test(key, value) else without_install_folder(jsonable(value))
+    return {key: MASKED if key in MASKED_KEYS or set_by_test(key, value) else without_install_folder(jsonable(value))
             for key, value in metadata.items()}
 
 
@@ -306,7 +307,7 @@ def results_structure(results: Mapping[str, Any], varying: tuple[str, ...]) -> d
     the others vary from run to run or with the machine (times, library versions, git hashes, the model's path,
     the synthetic data's counts, scores): only their presence is compared."""
     def settings(metadata: Mapping[str, Any]) -> dict[str, Any]:
-        return {key: MASKED if key in REPLY_KEYS or any(part in str(value) for part in varying)
+        return {key: MASKED if key in MASKED_KEYS or any(part in str(value) for part in varying)
                 else without_install_folder(jsonable(value)) for key, value in metadata.items()}
 
     return {"keys": sorted(results),

@@ -174,3 +174,23 @@ def test_egoplan_hf_backend_with_multi_image_input(release, classifier, docs, ma
         samples = run.samples(task)
         for metric, value in recomputed(samples, docs, matcher, classifier).items():
             assert run.metric(task, metric) == pytest.approx(value, nan_ok=True), (task, metric)
+
+
+def test_bleurt_without_a_classifier_is_reported_not_scored_in_the_log_the_results_and_the_report(release, tiny_model,
+                                                                                                 tmp_path, capsys):
+    """No ACTPLAN_BLEURT_CHECKPOINT: the BLEURT metrics are not dropped silently (issue 65, point 5): the log, the
+    results (the task's metadata.not_scored) and the report say "not scored", why, and the setting to set."""
+    from lmms_egoplan.cli import main
+
+    run = run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}", tasks=["actplan1k"],
+                        output_dir=tmp_path / "run", env={"ACTPLAN_DATA_ROOT": str(release)},
+                        extra_args=["--limit", "2", "--gen_kwargs", "max_new_tokens=8"])
+    said = [line for line in run.log.splitlines() if "actplan1k: bleurt_accuracy not scored: " in line]
+    assert len(said) == 1 and "ACTPLAN_BLEURT_CHECKPOINT" in said[0], run.log_tail()
+    recorded = run.results["configs"]["actplan1k"]["metadata"]["not_scored"]
+    assert list(recorded) == ["bleurt_accuracy"] and recorded["bleurt_accuracy"].startswith("not scored: ")
+    assert "ACTPLAN_BLEURT_CHECKPOINT" in recorded["bleurt_accuracy"]
+    assert not any(key.startswith("bleurt_accuracy") for key in run.results["results"]["actplan1k"])
+    assert main(["report", str(tmp_path / "run"), "--output", str(tmp_path / "report")]) == 0
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert f"BLEURT accuracy: {recorded['bleurt_accuracy']}" in report

@@ -8,8 +8,11 @@ from importlib.metadata import version
 from pathlib import Path
 
 from lmms_egoplan.compat.replacements import RECORD_KEY
+from lmms_egoplan.core.provenance import PROVENANCE_KEY
 from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV
 from tests.fixtures import PROBE_TASKS
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # Runs lmms-eval's CLI in-process, then prints which of the suite's workarounds are active.
 # "alone": the suite's entry point is hidden from lmms-eval, as if the suite were not installed.
@@ -92,6 +95,7 @@ def test_a_run_without_the_suite_is_lmms_evals_own(tmp_path):
     assert installed[1] == {"suite_loaded": True, "workarounds": [], "exit_guard": False}
     assert alone[1] == {**installed[1], "suite_loaded": False}
     assert RECORD_KEY not in installed[2] and RECORD_KEY not in alone[2]
+    assert PROVENANCE_KEY not in installed[2] and installed[2]["lmms_eval_version"] == alone[2]["lmms_eval_version"]
 
     # A failing run of lmms-eval's own task keeps lmms-eval's exit status (0) with the suite installed.
     data.unlink()
@@ -119,6 +123,17 @@ def test_a_failed_run_of_a_suite_task_exits_non_zero_and_a_good_one_zero(tmp_pat
     assert good[2][RECORD_KEY] == {"lmms_eval": version("lmms-eval"), "applied": good[1]["workarounds"]}
     assert {"durability.fail_runs_with_failed_tasks", "results.write_results_as_strict_json",
             "tasks.unretried_process_results", "tasks.bind_class_task_to_backend"} <= set(good[1]["workarounds"])
+    # lmms-eval's own release, not the commit of the checkout whose .venv holds it (docs/upstream/34), and the
+    # software the run used (issue 65, point 6).
+    assert good[2]["lmms_eval_version"] == version("lmms-eval") and "results.name_lmms_evals_own_version" in \
+        good[1]["workarounds"]
+    suite_commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert suite_commit.stdout.strip()[:7] not in str(good[2]["git_hash"])
+    provenance = good[2][PROVENANCE_KEY]
+    assert {name: provenance[name] for name in ("lmms_eval", "lm_eval", "transformers")} == \
+        {"lmms_eval": version("lmms-eval"), "lm_eval": version("lm-eval"), "transformers": version("transformers")}
+    assert provenance["lmms_egoplan"]["version"] == version("lmms-egoplan") and "torch" in provenance
+    assert provenance["lmms_egoplan"].get("commit") == (suite_commit.stdout.strip() or None)
 
     bad = run_cli("installed", "lmms_egoplan_probe", tmp_path / "bad", include_path=PROBE_TASKS,
                   env={"PROBE_DATA_FILE": str(data), "PROBE_REPEAT": "not-a-number"})

@@ -9,8 +9,10 @@ from fractions import Fraction
 from types import SimpleNamespace
 
 import pytest
+import torch
 from PIL import Image
 
+from lmms_egoplan.compat.results import PROTOCOL_CHANGES_KEY
 from lmms_egoplan.demo.egointent import released_steps, write_dataset, write_release
 from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, rating_responder
 from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
@@ -83,7 +85,8 @@ def runs(dataset, release, tiny_model, tmp_path_factory):
                            env={**judge_env(chat_judge, root / "chat-judge-cache", release),
                                 "EGOINTENT_SHOW_STEP_ID": "true"})
         hf = pool.submit(run_lmms_eval, model="egoplan_hf", output_dir=root / "hf", tasks=["egointent"], check=False,
-                         model_args=f"pretrained={tiny_model('qwen2_vl')}",
+                         # max_frames=2: below the task's frame plan (a protocol change, warned and recorded)
+                         model_args=f"pretrained={tiny_model('qwen2_vl')},max_frames=2",
                          env=judge_env(hf_judge, root / "hf-judge-cache", dataset),
                          extra_args=["--limit", "6", "--gen_kwargs", "max_new_tokens=8"])
         return SimpleNamespace(chat=SimpleNamespace(run=chat.result().judged("egointent"), model=model,
@@ -184,6 +187,25 @@ def test_egoplan_hf_backend_end_to_end(runs, dataset):
     assert len(run.samples("egointent")) == 6 and run.metric("egointent", "skipped_samples") == 0
     # Judged only what the random model's answers held (usually nothing): one call per field found.
     assert len(runs.hf.judge.calls) == len(audit_trail(run.output_dir))
+
+
+def test_a_backend_setting_below_the_frame_plan_is_warned_once_per_task_and_recorded_and_the_device_named(runs):
+    """egoplan_hf's max_frames=2 cuts the clips the task planned: one warning naming the plan and the setting, the
+    change in the results file; the device the model runs on is said (on a machine without CUDA, a warning that
+    device=auto runs it on the CPU). Issue 65, point 5."""
+    run = runs.hf.run
+    warnings = [line for line in run.log.splitlines() if "egointent: its plan shows" in line]
+    assert len(warnings) == 1 and "model_args max_frames=2 keeps 2 of them" in warnings[0], warnings
+    planned = int(re.search(r"its plan shows (\d+) frames", warnings[0]).group(1))
+    assert planned > 2
+    recorded = run.results[PROTOCOL_CHANGES_KEY]
+    assert list(recorded) == ["egointent"] and list(recorded["egointent"]) == ["max_frames"]
+    assert f"egointent: {recorded['egointent']['max_frames']}; its numbers are not the paper's protocol" in warnings[0]
+    if torch.cuda.is_available():
+        assert "egoplan_hf's model" in run.log and "runs on cuda" in run.log
+    else:
+        assert sum("device=auto found no CUDA GPU" in line and "runs on the CPU" in line
+                   for line in run.log.splitlines()) == 1
 
 
 def test_a_damaged_release_stops_the_run_before_the_model_loads_naming_every_problem(release, tiny_model, tmp_path):

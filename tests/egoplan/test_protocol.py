@@ -386,6 +386,10 @@ def test_bad_records_and_settings_are_named(fixture, tmp_path):
     with pytest.raises(egoplan_data.EgoPlanDataError,
                        match=r"annotation file EgoPlan_validation.json not found: .*EGOPLAN_ANNOTATION_DIR"):
         load(fixture, annotation_dir=tmp_path / "nowhere")
+    # No annotation folder: the error names Val's other source too (a user who set up only EgoPlan-Bench2's package).
+    with pytest.raises(SettingsError, match=r"set EGOPLAN_ANNOTATION_DIR .* or, for Val, set EGOPLAN_DATA_SOURCE .* "
+                                            r"to seed_bench_r1 and EGOPLAN_SEED_BENCH_R1_ROOT .* to the "):
+        load(fixture, annotation_dir="")
     with pytest.raises(SettingsError, match="EGOPLAN_EGO4D_VIDEOS_ROOT .* is not set"):
         load(fixture, ego4d_videos_root="")
     with pytest.raises(SettingsError, match="EGOPLAN_FRAME_SAMPLING .*official, uniform, keyframes"):

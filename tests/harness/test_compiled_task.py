@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from lmms_egoplan.core.provenance import data_source
 from lmms_egoplan.demo.egointent import write_dataset
 from lmms_egoplan.harness.lm_eval_task import SuiteBaseline
 from lmms_egoplan.harness.lmms_eval_task import SuiteTask
@@ -102,7 +103,8 @@ def test_lmms_eval_builds_egointent_once_from_its_compiled_config_breakdowns_and
     from lmms_eval.api.task import ConfigurableMessagesTask
     from lmms_eval.tasks import TaskManager
 
-    for name, value in {"EGOINTENT_ANNOTATIONS": str(write_dataset(tmp_path / "data")),
+    annotations = write_dataset(tmp_path / "data")
+    for name, value in {"EGOINTENT_ANNOTATIONS": str(annotations),
                         "EGOINTENT_JUDGE_BASE_URL": "http://127.0.0.1:9/v1", "EGOINTENT_JUDGE_MODEL": "judge",
                         "EGOINTENT_JUDGE_CACHE_DIR": "none", "EGOINTENT_JUDGE_PREFLIGHT": "false"}.items():
         monkeypatch.setenv(name, value)
@@ -115,6 +117,8 @@ def test_lmms_eval_builds_egointent_once_from_its_compiled_config_breakdowns_and
     assert any(name.startswith("scenario_") for name in names)  # the documents' scenarios
     assert_built_from_the_compiled_config(task, calls[0])
     assert task.judging is task.compiled.context.judging and task.config.metadata["judge_model"] == "judge"
+    recorded = task.config.metadata["data_read_from"]  # where the documents came from, hashed (issue 65)
+    assert recorded == data_source([str(annotations)]) and len(recorded) == 1 and len(recorded[0]["sha256"]) == 64
 
 
 @pytest.mark.parametrize("task_name", ["actplan1k_text_only_lm"])

@@ -495,6 +495,36 @@ def test_a_task_learns_the_date_time_that_names_the_runs_results_files(monkeypat
     assert len(learnt) == 1 and learnt[0] is not None and [learnt[0].replace(":", "-")] == stamps
 
 
+def test_the_results_name_lmms_evals_own_release_not_the_repository_it_is_installed_in(monkeypatch, tmp_path,
+                                                                                         switch_on, lmms_eval_log):
+    """lmms-eval installed in a virtual environment inside a project's git checkout (as the suite's own tests run it)
+    records its release, not the project's commit and branch (docs/upstream/34)."""
+    from importlib.metadata import version
+
+    from lmms_eval import utils
+
+    switch_on(results.name_lmms_evals_own_version)
+    project = tmp_path / "project"
+    site_packages = project / ".venv" / "lib" / "site-packages"
+    site_packages.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", "-b", "project-branch", str(project)], check=True)
+    subprocess.run(["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q",
+                    "--allow-empty", "-m", "first"], check=True)
+    project_commit = subprocess.check_output(["git", "-C", str(project), "rev-parse", "HEAD"], text=True).strip()
+    monkeypatch.setattr(utils, "_lmms_eval_repo_root", lambda: site_packages)
+    for name in ("LMMS_EVAL_GIT_COMMIT", "GIT_COMMIT", "GITHUB_SHA", "LMMS_EVAL_GIT_BRANCH", "GIT_BRANCH",
+                 "BRANCH_NAME", "GITHUB_REF_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    out = tmp_path / "out"
+    args = cli_args(monkeypatch, ["--model", "dummy", "--tasks", "plain_probe", "--output_path", str(out)],
+                    str(plain_task(tmp_path / "tasks")))
+    lmms_eval_cli.cli_evaluate_single(args)
+    written = json.loads(next(out.rglob("*_results.json")).read_text())
+    assert written["lmms_eval_version"] == version("lmms-eval")
+    assert project_commit[:7] not in json.dumps({key: written.get(key) for key in ("git_hash", "git_branch")})
+    assert written["git_branch"] != "project-branch"
+
+
 def test_an_output_path_with_a_comma_is_never_split(monkeypatch, tmp_path, capsys, lmms_eval_log):
     """The path reaches lmms-eval's results writer whole, or (the suite's workaround) the run stops before anything
     loads, naming it; lmms-eval 0.7.3 alone splits it and fails after its task index, or writes elsewhere."""

@@ -45,8 +45,9 @@ class TransformersBackend(JudgeBackend):
         if self._tokenizer.pad_token is None:
             self._tokenizer.pad_token = self._tokenizer.eos_token
         # Loaded onto its device in the checkpoint's dtype: no copy of the weights on the CPU first.
+        device = resolve_device("auto", runs=f"the hf judge {model}")
         self._model = AutoModelForCausalLM.from_pretrained(model, revision=revision, dtype="auto",
-                                                           device_map=resolve_device("auto")).eval()
+                                                           device_map=device).eval()
         self._prompts: queue.SimpleQueue[_Prompt] = queue.SimpleQueue()
         self._worker_lock = threading.Lock()
         self._serving = False

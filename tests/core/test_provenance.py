@@ -1,0 +1,48 @@
+"""What a results file records of what produced it (issue 65, point 6): the software and machine
+(``environment``) and where a task's documents came from (``data_source``)."""
+
+import hashlib
+import subprocess
+from importlib.metadata import version
+from pathlib import Path
+
+import torch
+
+from lmms_egoplan.core.provenance import data_source, environment
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def test_the_environment_names_each_package_its_release_and_the_suites_commit():
+    recorded = environment()
+    assert recorded["lmms_eval"] == version("lmms-eval") and recorded["lm_eval"] == version("lm-eval")
+    assert recorded["transformers"] == version("transformers") and recorded["torch"] == torch.__version__
+    assert recorded["cuda"] == torch.version.cuda
+    assert recorded["gpus"] == ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+                                if torch.cuda.is_available() else [])
+    suite = recorded["lmms_egoplan"]
+    assert suite["version"] == version("lmms-egoplan")
+    head = subprocess.run(["git", "-C", str(CHECKOUT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:  # the tests run from the checkout the suite is installed from (editable)
+        assert suite["commit"] == head.stdout.strip() and isinstance(suite["uncommitted_changes"], bool)
+
+
+def test_a_file_is_recorded_with_its_sha256_and_a_folder_with_its_annotation_files_digest(tmp_path):
+    annotation = tmp_path / "EgoPlan_validation.json"
+    annotation.write_text('[{"sample_id": 1}]')
+    release = tmp_path / "release"
+    (release / "event").mkdir(parents=True)
+    (release / "event" / "label.json").write_text("{}")
+    (release / "event" / "clip.mp4").write_bytes(b"\0" * 64)
+    file_entry, folder_entry, hub_entry, missing = data_source(
+        [str(annotation), str(release), "hub:EgoThink/EgoThink@abc123", str(tmp_path / "gone.json")])
+    assert file_entry == {"file": str(annotation), "sha256": hashlib.sha256(annotation.read_bytes()).hexdigest()}
+    assert folder_entry["folder"] == str(release) and folder_entry["annotation_files"] == 1
+    assert hub_entry == {"hub": "EgoThink/EgoThink", "revision": "abc123"}
+    assert missing == {"path": str(tmp_path / "gone.json"), "sha256": None}
+    assert data_source(["hub:EgoThink/EgoThink@"]) == [{"hub": "EgoThink/EgoThink", "revision": None}]
+
+    (release / "event" / "clip.mp4").write_bytes(b"\1" * 64)  # a media file changed: the annotations did not
+    assert data_source([str(release)])[0]["sha256"] == folder_entry["sha256"]
+    (release / "event" / "label.json").write_text('{"step": 1}')
+    assert data_source([str(release)])[0]["sha256"] != folder_entry["sha256"]
