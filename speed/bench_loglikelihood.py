@@ -1,13 +1,17 @@
-"""Questions per second of egoplan_hf's multiple-choice scoring: one pass per candidate vs prefix-shared.
+"""Questions per second of egoplan_hf's multiple-choice scoring: one pass per candidate, prefix-shared, batched.
 
 EgoPlan-Bench questions as egoplan_val sends them (the release's question through the task's
 prompt builder, 4 candidate actions appended with no delimiter, scored over the answer and the
-end-of-turn token) are scored by the same backend instance twice: once with a full forward pass
-per candidate (vision encoder included, as lmms-eval's own backends do; only the logits of the
-scored tokens are computed) and once with prefix sharing (one prefill per question, candidates
-batched on its KV cache). Rounds alternate between the two methods so that a busy machine slows
-both alike; the median round counts. Visuals are decoded once per question in both methods, so
-the ratio is model work only. Peak memory is taken over one question per method, untimed.
+end-of-turn token) are scored by the same backend instance three ways (``METHODS``): a full forward
+pass per candidate (vision encoder included, as lmms-eval's own backends do; only the logits of the
+scored tokens are computed); prefix sharing a question at a time with the vision tower's windows
+attended one by one (the path before issue 63: one prefill per question, candidates batched on its
+KV cache); and batched (``--batch-size`` questions per prefill, the windows attended in one call a
+block). Rounds alternate between the methods so that a busy machine slows them alike; the median
+round counts. Before the rounds, each method scores every question once with the model step counted
+(``model_step_counts``: attention calls, host reads of tensor values, forward passes, per question);
+each method's peak memory is the largest of its rounds. Visuals are decoded in every method alike
+(the batched method ``--visual-prefetch`` batches ahead), so the ratios are model work only.
 
 Shapes (random weights, nothing downloaded):
 
@@ -19,7 +23,8 @@ Shapes (random weights, nothing downloaded):
 
     python speed/bench_loglikelihood.py                                    # tiny qwen2_vl, CPU
     python speed/bench_loglikelihood.py --shape qwen2-vl-7b --layers 1 --questions 2 --rounds 3
-    python speed/bench_loglikelihood.py --shape qwen2.5-vl-7b --device cuda --dtype bfloat16
+    python speed/bench_loglikelihood.py --shape qwen2.5-vl-7b --device cuda --dtype bfloat16 --batch-size 8
+    python speed/bench_loglikelihood.py --shape qwen2.5-vl-7b --width narrow --batch-size 8 --skip-one-pass  # CPU
 
 It ends with the time the full EgoPlan-Bench Val (3,355 questions) would take at each rate (model time:
 these visuals are made in memory, nothing is decoded); ``--json FILE`` also writes the figures there.
