@@ -17,8 +17,8 @@ segments in one call, which makes transformers load a flash-attention kernel for
 
 Scoped: the forward is set on the module instances of the model egoplan_hf loaded (no class is changed, so no
 other model in the process is affected); guarded by release (transformers 5) and by behaviour (the module's
-own forward still holds the per-segment loop, its attention implementation is ``sdpa``); anything else is left
-as it is.
+own forward still holds the per-segment loop, its attention implementation is ``sdpa``, accelerate has not hooked
+its forward); anything else is left as it is.
 """
 
 from __future__ import annotations
@@ -104,6 +104,7 @@ def pack_vision_attention(model, enabled: bool = True) -> PackedVisionAttention 
 
 
 def _loops_over_segments(module) -> bool:
-    return (module.config._attn_implementation == "sdpa"
+    # A module with accelerate's own hook on its forward (device_map placement) keeps that forward.
+    return (module.config._attn_implementation == "sdpa" and not hasattr(module, "_hf_hook")
             and PER_SEGMENT_LOOP in inspect.getsource(type(module).forward)
             and all(hasattr(module, name) for name in ("qkv", "proj", "num_heads", "scaling")))
