@@ -120,12 +120,12 @@ def model_times(backend, docs: list[dict], prefetch: int) -> dict[str, float]:
     egoplan._visual_memo.clear()
     # Instance attributes shadow the methods for this measurement only.
     backend._doc_visuals = timing("decode", type(backend)._doc_visuals.__get__(backend))
-    backend._score_question = timing("model", type(backend)._score_question.__get__(backend))
+    backend._score_questions = timing("model", type(backend)._score_questions.__get__(backend))
     started = time.perf_counter()
     try:
         backend.loglikelihood(requests)
     finally:
-        del backend._doc_visuals, backend._score_question
+        del backend._doc_visuals, backend._score_questions
     return {"wall": time.perf_counter() - started, **spent}
 
 

@@ -1,13 +1,17 @@
-"""Questions per second of egoplan_hf's multiple-choice scoring: one pass per candidate vs prefix-shared.
+"""Questions per second of egoplan_hf's multiple-choice scoring: one pass per candidate, prefix-shared, batched.
 
 EgoPlan-Bench questions as egoplan_val sends them (the release's question through the task's
 prompt builder, 4 candidate actions appended with no delimiter, scored over the answer and the
-end-of-turn token) are scored by the same backend instance twice: once with a full forward pass
-per candidate (vision encoder included, as lmms-eval's own backends do; only the logits of the
-scored tokens are computed) and once with prefix sharing (one prefill per question, candidates
-batched on its KV cache). Rounds alternate between the two methods so that a busy machine slows
-both alike; the median round counts. Visuals are decoded once per question in both methods, so
-the ratio is model work only. Peak memory is taken over one question per method, untimed.
+end-of-turn token) are scored by the same backend instance three ways (``METHODS``): a full forward
+pass per candidate (vision encoder included, as lmms-eval's own backends do; only the logits of the
+scored tokens are computed); prefix sharing a question at a time with the vision tower's windows
+attended one by one (the path before issue 63: one prefill per question, candidates batched on its
+KV cache); and batched (``--batch-size`` questions per prefill, the windows attended in one call a
+block). Rounds alternate between the methods so that a busy machine slows them alike; the median
+round counts. Before the rounds, each method scores every question once with the model step counted
+(``model_step_counts``: attention calls, host reads of tensor values, forward passes, per question);
+each method's peak memory is the largest of its rounds. Visuals are decoded in every method alike
+(the batched method ``--visual-prefetch`` batches ahead), so the ratios are model work only.
 
 Shapes (random weights, nothing downloaded):
 
@@ -19,7 +23,8 @@ Shapes (random weights, nothing downloaded):
 
     python speed/bench_loglikelihood.py                                    # tiny qwen2_vl, CPU
     python speed/bench_loglikelihood.py --shape qwen2-vl-7b --layers 1 --questions 2 --rounds 3
-    python speed/bench_loglikelihood.py --shape qwen2.5-vl-7b --device cuda --dtype bfloat16
+    python speed/bench_loglikelihood.py --shape qwen2.5-vl-7b --device cuda --dtype bfloat16 --batch-size 8
+    python speed/bench_loglikelihood.py --shape qwen2.5-vl-7b --width narrow --batch-size 8 --skip-one-pass  # CPU
 
 It ends with the time the full EgoPlan-Bench Val (3,355 questions) would take at each rate (model time:
 these visuals are made in memory, nothing is decoded); ``--json FILE`` also writes the figures there.
@@ -68,18 +73,27 @@ SHAPES = {
                                  "temporal_patch_size": 2, "window_size": 112, "tokens_per_second": 2,
                                  "fullatt_block_indexes": [7, 15, 23, 31]}},
 }
+# ``--width narrow``: the same structure (layers, blocks, heads, windows, full-attention blocks, vocabulary, processor,
+# so the same token counts, attention calls and host reads) with every head 8 wide, so that a CPU runs all of it.
+NARROW = {"text": {"hidden_size": 224, "intermediate_size": 1184,
+                   "rope_parameters": {**TEXT_7B["rope_parameters"], "mrope_section": [2, 1, 1]}},
+          "qwen2-vl-7b": {"embed_dim": 128, "hidden_size": 224},
+          "qwen2.5-vl-7b": {"hidden_size": 128, "intermediate_size": 342, "out_hidden_size": 224}}
 PIXELS = {"shortest_edge": 3136, "longest_edge": 12845056}
 FRAME_SIDE = {"tiny": 224, "qwen2-vl-7b": 448, "qwen2.5-vl-7b": 448}
 
 
-def realistic_checkpoint(shape: str, layers: int | None, cache: Path, device: str) -> Path:
-    """A random-weight checkpoint of ``shape`` (bfloat16 on disk), built once per (shape, depth)."""
+def realistic_checkpoint(shape: str, layers: int | None, cache: Path, device: str, width: str = "published") -> Path:
+    """A random-weight checkpoint of ``shape`` (bfloat16 on disk), built once per (shape, depth, width)."""
     import torch
     import transformers
 
     from lmms_egoplan.demo.kit.checkpoints import CHAT_TEMPLATES, build_tokenizer
 
     text, vision = dict(SHAPES[shape]["text"]), dict(SHAPES[shape]["vision"])
+    if width == "narrow":
+        text.update(NARROW["text"])
+        vision.update(NARROW[shape])
     if layers is not None:  # the published share of vision blocks; Qwen2.5-VL keeps every 8th block global
         text["num_hidden_layers"] = layers
         vision["depth"] = max(1, round(layers * vision["depth"] / TEXT_7B["num_hidden_layers"]))
@@ -150,40 +164,123 @@ def requests_for(docs: list[dict], span: str) -> list:
     return requests
 
 
-def timed(backend, requests, prefix_sharing: bool) -> tuple[float, list]:
-    backend.prefix_sharing = prefix_sharing
-    started = time.perf_counter()
-    values = backend.loglikelihood(requests)
-    if backend.device.type == "cuda":
-        import torch
+# The methods compared, as egoplan_hf settings: a full forward pass per candidate (lmms-eval's way), the path before
+# issue 63 (one question per forward pass, the vision tower's windows attended one by one), and the batched path.
+METHODS = {"one_pass_per_candidate": {"prefix_sharing": False, "batch_size": 1, "packed": False},
+           "prefix_shared": {"prefix_sharing": True, "batch_size": 1, "packed": False},
+           "batched": {"prefix_sharing": True, "batch_size": None, "packed": True}}  # None: --batch-size
+# Tensor methods and torch functions that read a tensor's values to the host (on a GPU: a device synchronisation),
+# and calls with data-dependent output shapes, which synchronise alike.
+HOST_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy", "nonzero",
+                        "masked_select", "unique", "unique_consecutive", "equal", "allclose"})
 
-        torch.cuda.synchronize()
-    return time.perf_counter() - started, values
+
+def use_method(backend, method: str, batch_size: int, visual_prefetch: int | None) -> None:
+    settings = METHODS[method]
+    backend.prefix_sharing = settings["prefix_sharing"]
+    backend.batch_size = settings["batch_size"] or batch_size
+    backend.visual_prefetch = visual_prefetch if method == "batched" and visual_prefetch is not None else 0
+    if backend.vision_attention is not None:
+        backend.vision_attention.enabled = settings["packed"]
 
 
-def peak_memory(backend, requests, prefix_sharing: bool) -> float:
-    """Peak memory in GiB while scoring ``requests``: CUDA allocated memory on a GPU, else the
-    process's peak resident set (weights included): freed heap memory is handed back to the system
-    first (glibc's malloc_trim) and the peak reset (/proc/self/clear_refs), so each method counts its own."""
+def timed(backend, requests, method: str, batch_size: int = 1, visual_prefetch: int | None = None) -> tuple:
+    """(seconds, values, host seconds, peak memory in GiB) of scoring ``requests`` with ``method``. Host seconds:
+    decoding and the processor (``_prepared_batch``), in whichever thread they ran. Peak memory: CUDA allocated
+    memory on a GPU, else the process's peak resident set (weights included): freed heap memory is handed back to
+    the system first (glibc's malloc_trim) and the peak reset (/proc/self/clear_refs), so each method counts its own."""
     import ctypes
 
     import torch
 
-    if backend.device.type == "cuda":
+    use_method(backend, method, batch_size, visual_prefetch)
+    host = [0.0]
+    prepare = type(backend)._prepared_batch.__get__(backend)
+
+    def timed_prepare(batch):
+        started = time.perf_counter()
+        try:
+            return prepare(batch)
+        finally:
+            host[0] += time.perf_counter() - started
+
+    cuda = backend.device.type == "cuda"
+    if cuda:
         torch.cuda.reset_peak_memory_stats(backend.device)
-        timed(backend, requests, prefix_sharing)
-        return torch.cuda.max_memory_allocated(backend.device) / GiB
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
-    Path("/proc/self/clear_refs").write_text("5")
-    timed(backend, requests, prefix_sharing)
-    peak_kib = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
-                    if line.startswith("VmHWM:"))
-    return peak_kib / 2 ** 20
+    else:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        Path("/proc/self/clear_refs").write_text("5")
+    backend._prepared_batch = timed_prepare  # an instance attribute shadows the method for this measurement only
+    started = time.perf_counter()
+    try:
+        values = backend.loglikelihood(requests)
+        if cuda:
+            torch.cuda.synchronize()
+    finally:
+        del backend._prepared_batch
+    elapsed = time.perf_counter() - started
+    if cuda:
+        peak = torch.cuda.max_memory_allocated(backend.device) / GiB
+    else:
+        peak = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                    if line.startswith("VmHWM:")) / 2 ** 20
+    return elapsed, values, host[0], peak
+
+
+def model_step_counts(backend, requests) -> tuple[dict[str, float], list]:
+    """(counts, values): per question, while the model scores ``requests`` as ``backend`` is set (``use_method``;
+    the scorer's calls only: the processor and the decoding before them are host work): the attention calls
+    (``scaled_dot_product_attention``), the host reads of tensor values (``HOST_READS``, boolean-mask indexing,
+    ``repeat_interleave`` without its output size: what would synchronise a GPU; on the CPU every tensor is on
+    the host, so this is an upper bound) and the model's forward passes."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    counts = {"attention_calls": 0, "device_syncs": 0, "forward_passes": 0}
+
+    class Counting(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", "")
+            counts["attention_calls"] += name == "scaled_dot_product_attention"
+            counts["device_syncs"] += name in HOST_READS or (
+                name in ("__getitem__", "__setitem__") and _bool_index(args[1])) or (
+                name == "repeat_interleave" and isinstance(args[1] if len(args) > 1 else kwargs.get("repeats"),
+                                                           torch.Tensor) and "output_size" not in kwargs)
+            return func(*args, **kwargs)
+
+    def counted(score):
+        def run(*args, **kwargs):
+            with Counting():
+                return score(*args, **kwargs)
+        return run
+
+    scorer = backend.scorer
+    hook = backend.model.register_forward_pre_hook(lambda *_: counts.__setitem__("forward_passes",
+                                                                                 counts["forward_passes"] + 1))
+    scorer.score_full, scorer.score_shared = counted(scorer.score_full), counted(scorer.score_shared)
+    try:
+        values = backend.loglikelihood(requests)
+    finally:
+        hook.remove()
+        del scorer.score_full, scorer.score_shared
+    questions = len({request.args[3] for request in requests})
+    return {f"{name}_per_question": count / questions for name, count in counts.items()}, values
+
+
+def _bool_index(index) -> bool:
+    import torch
+
+    indices = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="tiny", choices=["tiny", *SHAPES])
+    parser.add_argument("--width", default="published", choices=["published", "narrow"],
+                        help="realistic shapes: the published widths, or every head 8 wide (NARROW: the same "
+                             "structure, token counts and calls, at a width a CPU runs)")
     parser.add_argument("--arch", default="qwen2_vl", help="tiny shape: checkpoint architecture (one of "
                                                             "lmms_egoplan.demo.kit.checkpoints.ARCHITECTURES)")
     parser.add_argument("--pretrained", help="score with this checkpoint instead of a random one")
@@ -192,6 +289,12 @@ def main() -> None:
                                                    "the published 28, vision blocks in proportion)")
     parser.add_argument("--questions", type=int, default=8, help="questions per round")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per method (alternating)")
+    parser.add_argument("--batch-size", type=int, default=4, help="the batched method's questions per forward pass")
+    parser.add_argument("--visual-prefetch", type=int, help="the batched method's batches prepared ahead in the "
+                                                            "background (default: egoplan_hf's, 2 on a GPU, 0 on CPU)")
+    parser.add_argument("--skip-one-pass", action="store_true",
+                        help="leave out one pass per candidate (at a realistic shape on a CPU: minutes a question); "
+                             "the batched values are then compared with prefix-shared ones")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
@@ -212,11 +315,13 @@ def main() -> None:
         pretrained = args.pretrained
     elif realistic:
         Path(args.cache).mkdir(parents=True, exist_ok=True)
-        pretrained = str(realistic_checkpoint(args.shape, args.layers, Path(args.cache), args.device))
+        pretrained = str(realistic_checkpoint(args.shape, args.layers, Path(args.cache), args.device, args.width))
     else:
         pretrained = str(tiny_checkpoint(args.arch, args.cache, hidden_size=args.hidden_size,
                                          num_layers=args.layers or 8))
     backend = EgoPlanHF(pretrained=pretrained, device=args.device, dtype=args.dtype)
+    if args.visual_prefetch is None:
+        args.visual_prefetch = backend.visual_prefetch
     docs = egoplan_docs(args.questions, FRAME_SIDE[args.shape], observation=realistic)
     backend.task_dict = {TASK: {SPLIT: docs}}
     requests = requests_for(docs, args.scored_span)
@@ -225,52 +330,89 @@ def main() -> None:
                                                                                     requests[0].args[0]))],
                              [visuals], "doc 0")
     parameters = sum(p.numel() for p in backend.model.parameters())
-    print(f"model: {args.shape} {pretrained} ({parameters / 1e9:.2f}B parameters), device {args.device}, {args.dtype}, "
-          f"{torch.get_num_threads()} CPU threads")
+    width = f" ({args.width} width)" if realistic else ""
+    print(f"model: {args.shape}{width} {pretrained} ({parameters / 1e9:.2f}B parameters), device {args.device}, "
+          f"{args.dtype}, {torch.get_num_threads()} CPU threads")
     print(f"prompt: {prompt['input_ids'].shape[1]} tokens ({len(visuals.videos)} video of "
           f"{len(visuals.videos[0].frames)} frames, "
           f"{len(visuals.images)} image(s), {FRAME_SIDE[args.shape]} px); questions per round: {args.questions} "
-          f"(4 candidates each, scored span: {args.scored_span}), rounds: {args.rounds} per method")
+          f"(4 candidates each, scored span: {args.scored_span}), rounds: {args.rounds} per method; batched: "
+          f"{args.batch_size} questions per forward pass, visual_prefetch={args.visual_prefetch}")
 
-    peaks = {sharing: peak_memory(backend, requests[:4], sharing) for sharing in (False, True)}  # also warms up
-    seconds = {False: [], True: []}
+    # The counts on every question (also a warm-up), then the timed rounds, each method's peak memory the largest.
+    methods = [method for method in METHODS if not (args.skip_one_pass and method == "one_pass_per_candidate")]
+    counts = {}
+    for method in methods:
+        use_method(backend, method, args.batch_size, None)
+        counts[method], _ = model_step_counts(backend, requests)
+    seconds, host, peaks = ({method: [] for method in methods} for _ in range(3))
     values = {}
     for _ in range(args.rounds):
-        for prefix_sharing in (False, True):
-            elapsed, values[prefix_sharing] = timed(backend, requests, prefix_sharing)
-            seconds[prefix_sharing].append(elapsed)
+        for method in methods:
+            elapsed, values[method], host_seconds, peak = timed(backend, requests, method, args.batch_size,
+                                                                args.visual_prefetch)
+            seconds[method].append(elapsed)
+            host[method].append(host_seconds)
+            peaks[method].append(peak)
+    peaks = {method: max(peak) for method, peak in peaks.items()}
 
     report(args, {"prompt_tokens": prompt["input_ids"].shape[1], "parameters": parameters,
                   "memory": "GPU memory allocated" if backend.device.type == "cuda" else "process resident memory"},
-           seconds, peaks, values)
+           seconds, host, peaks, values, counts)
 
 
-def report(args, facts: dict, seconds: dict[bool, list[float]], peaks: dict[bool, float], values: dict) -> None:
-    """Prints the rates, their ratio, peak memory and agreement of the two methods; ``--json``: writes them too."""
-    difference = max(abs(a[0] - b[0]) for a, b in zip(values[False], values[True]))
-    same_choice = all(
-        int(np.argmin([v for v, _ in values[False][q:q + 4]])) == int(np.argmin([v for v, _ in values[True][q:q + 4]]))
-        for q in range(0, len(values[False]), 4))
-    naive = args.questions / statistics.median(seconds[False])
-    shared = args.questions / statistics.median(seconds[True])
+def choices(values: list) -> list[int]:
+    return [int(np.argmin([v for v, _ in values[q:q + 4]])) for q in range(0, len(values), 4)]
+
+
+def report(args, facts: dict, seconds: dict[str, list[float]], host: dict[str, list[float]], peaks: dict[str, float],
+           values: dict, counts: dict) -> None:
+    """Prints the rates, their ratios, the model step's counts, peak memory and agreement of the methods;
+    ``--json``: writes them too."""
+    rates = {method: args.questions / statistics.median(times) for method, times in seconds.items()}
+    reference = next(iter(values))  # one pass per candidate, else prefix-shared (the path before issue 63)
+    differences = {method: max(abs(a[0] - b[0]) for a, b in zip(values[reference], values[method]))
+                   for method in values if method != reference}
+    same_choice = {method: choices(values[method]) == choices(values[reference]) for method in differences}
     memory = facts["memory"]
-    print(f"one pass per candidate : {naive:8.3f} questions/s   peak {memory} {peaks[False]:6.2f} GiB")
-    print(f"prefix-shared          : {shared:8.3f} questions/s   peak {memory} {peaks[True]:6.2f} GiB")
-    print(f"ratio                  : {shared / naive:8.2f}x")
-    print(f"max |value difference| {difference:.2e}; same argmin choice on every question: {same_choice}")
-    print(f"EgoPlan-Bench Val ({EGOPLAN_VAL_QUESTIONS:,} questions) at these rates: "
-          f"{EGOPLAN_VAL_QUESTIONS / shared / 60:.1f} min prefix-shared, "
-          f"{EGOPLAN_VAL_QUESTIONS / naive / 60:.1f} min one pass per candidate (model time, no decoding)")
+    labels = {"one_pass_per_candidate": "one pass per candidate", "prefix_shared": "prefix-shared",
+              "batched": f"batched ({args.batch_size})"}
+    for method in rates:
+        step = counts[method]
+        print(f"{labels[method]:23s}: {rates[method]:8.3f} questions/s   peak {memory} {peaks[method]:6.2f} GiB   "
+              f"per question: {step['attention_calls_per_question']:8.1f} attention calls, "
+              f"{step['device_syncs_per_question']:6.1f} host reads, "
+              f"{step['forward_passes_per_question']:5.2f} forward passes; host preparation "
+              f"{statistics.median(host[method]) / args.questions * 1000:.1f} ms a question")
+    ratio = rates["prefix_shared"] / rates["one_pass_per_candidate"] if "one_pass_per_candidate" in rates else None
+    against_current = {name.removesuffix("_per_question"): counts["prefix_shared"][name] / max(counts["batched"][name],
+                                                                                               1e-9)
+                       for name in counts["batched"]}
+    if ratio is not None:
+        print(f"ratio                  : {ratio:8.2f}x  (prefix-shared / one pass per candidate)")
+    print(f"batched / prefix-shared: {rates['batched'] / rates['prefix_shared']:8.2f}x  (the path before issue 63); "
+          f"fewer per question by: " + ", ".join(f"{name.replace('_', ' ')} {value:.1f}x"
+                                                  for name, value in against_current.items()))
+    print(f"max |value difference| against {labels[reference]}: "
+          + ", ".join(f"{labels[method]} {difference:.2e}" for method, difference in differences.items())
+          + "; same argmin choice on every question: "
+          + ", ".join(f"{labels[method]} {same}" for method, same in same_choice.items()))
+    print(f"EgoPlan-Bench Val ({EGOPLAN_VAL_QUESTIONS:,} questions) at these rates: " + ", ".join(
+        f"{EGOPLAN_VAL_QUESTIONS / rate / 60:.1f} min {labels[method]}" for method, rate in rates.items())
+          + " (model time, no decoding)")
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "shape": args.shape, "layers": args.layers, "device": args.device, "dtype": args.dtype,
-            "questions": args.questions, "rounds": args.rounds, **facts,
-            "questions_per_second": {"prefix_shared": shared, "one_pass_per_candidate": naive},
-            "ratio": shared / naive, "peak_memory_gib": {"prefix_shared": peaks[True], "one_pass_per_candidate":
-                                                         peaks[False]},
-            "egoplan_val_minutes": {"prefix_shared": EGOPLAN_VAL_QUESTIONS / shared / 60,
-                                    "one_pass_per_candidate": EGOPLAN_VAL_QUESTIONS / naive / 60},
-            "max_value_difference": difference, "same_choice": same_choice}, indent=1))
+            "shape": args.shape, "width": args.width, "layers": args.layers, "device": args.device, "dtype": args.dtype,
+            "questions": args.questions, "rounds": args.rounds, "batch_size": args.batch_size,
+            "visual_prefetch": args.visual_prefetch, **facts,
+            "questions_per_second": rates, "ratio": ratio, "ratio_batched_to_prefix_shared":
+                rates["batched"] / rates["prefix_shared"],
+            **counts["batched"], "counts": counts, "fewer_per_question_than_prefix_shared": against_current,
+            "host_preparation_seconds": {method: statistics.median(times) for method, times in host.items()},
+            "peak_memory_gib": peaks,
+            "egoplan_val_minutes": {method: EGOPLAN_VAL_QUESTIONS / rate / 60 for method, rate in rates.items()},
+            "values_compared_with": reference, "max_value_difference": max(differences.values()),
+            "max_value_differences": differences, "same_choice": all(same_choice.values())}, indent=1))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -26,21 +27,34 @@ from lmms_egoplan.compat.switches import SUITE_USED, switch_on
 from lmms_egoplan.core.devices import describe_device, resolve_device
 from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import SettingsError, coerce_setting
-from lmms_egoplan.models.chat import ChatRenderer
+from lmms_egoplan.models.chat import ChatRenderer, RenderedAnswer
 from lmms_egoplan.models.doc_requests import (
     DocRequests,
+    Question,
     cut_at_first,
     processor_inputs,
     unknown_model_args_message,
 )
-from lmms_egoplan.models.likelihood import LikelihoodScorer
-from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError
+from lmms_egoplan.models.likelihood import LikelihoodScorer, ScoredSequence
+from lmms_egoplan.models.vision_attention import pack_vision_attention
+from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError, decode_ahead
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class ContextTooLongError(ValueError):
     """A prompt has more tokens than the model's context window."""
+
+
+@dataclass
+class PreparedBatch:
+    """Questions scored together, made ready on the host (``EgoPlanHF._prepared_batch``)."""
+
+    questions: Sequence[Question]
+    visuals: list[ModelVisuals]
+    conversations: list[tuple[list[RenderedAnswer], list[ScoredSequence]]]  # per question: renderings, sequences
+    inputs: Any  # the processor output of each question's first candidate (prefix sharing), else None
+    where: str
 
 
 class EgoPlanHF(DocRequests, lmms):
@@ -69,6 +83,7 @@ class EgoPlanHF(DocRequests, lmms):
         lstrip_continuation: bool = True,
         continuation_batch_size: int = 16,
         visual_prefetch: int | None = None,
+        packed_vision_attention: bool = True,
         trust_remote_code: bool = False,
         max_batch_size: int | None = None,  # lmms-eval passes --max_batch_size to every backend; unused
         **unknown: Any,
@@ -93,6 +108,9 @@ class EgoPlanHF(DocRequests, lmms):
         self.processor, self._model = _load(self.pretrained, dtype, attn_implementation, trust_remote_code, placement)
         self._device = _place(self._model, self.pretrained, device, placement, accelerator)
         self._model.eval()
+        # Qwen-VL vision towers: every window in one attention call (vision_attention); None: nothing to pack.
+        self.vision_attention = pack_vision_attention(self._model, _arg(packed_vision_attention, bool,
+                                                                        "packed_vision_attention"))
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # decoder-only batched generation
         if self.tokenizer.pad_token is None:
@@ -112,12 +130,7 @@ class EgoPlanHF(DocRequests, lmms):
         if continuation_batch_size < 1:
             raise ValueError(f"egoplan_hf: continuation_batch_size must be at least 1, got {continuation_batch_size}")
         self.scorer = LikelihoodScorer(self._model, self.pretrained, continuation_batch_size)
-        # On a GPU the scoring thread mostly waits for the device, so a decoding thread runs beside it;
-        # on CPU the model's threads already use every core, and decoding ahead only competes with them.
-        visual_prefetch = _arg(visual_prefetch, int | None, "visual_prefetch")
-        self.visual_prefetch = (2 if self._device.type == "cuda" else 0) if visual_prefetch is None else visual_prefetch
-        if self.visual_prefetch < 0:
-            raise ValueError(f"egoplan_hf: visual_prefetch must be 0 or more, got {self.visual_prefetch}")
+        self.visual_prefetch = _visual_prefetch(visual_prefetch, self._device)
         self.settle_turn_end(self._model.generation_config)
         self._reported_generation_keys: set[str] = set()
 
@@ -142,37 +155,70 @@ class EgoPlanHF(DocRequests, lmms):
 
         The scored tokens are the answer's, and the end-of-turn token(s) after it where the request
         asks for them (``SCORED_SPAN``); the mean is over every scored token, or over those whose
-        loss is not exactly 0 where the request asks for it (``LOSS_MEAN``)."""
+        loss is not exactly 0 where the request asks for it (``LOSS_MEAN``). With prefix sharing,
+        ``batch_size`` questions are scored together: their prompts in one forward pass, their candidates
+        in batches of ``continuation_batch_size``. The next ``visual_prefetch`` batches are decoded and
+        preprocessed in a background thread while the model works."""
         questions = self._questions(requests)
         results: list[tuple[float, bool] | None] = [None] * len(requests)
+        batches = self._question_batches(questions)
         # The bar is closed (drawn for the last time) before an error leaves: else it is drawn at exit, below the error.
         with tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf loglikelihood") as progress, \
-                contextlib.closing(self._visuals_in_order([q.visual_key for q in questions])) as visuals_in_order:
-            for question, visuals in zip(questions, visuals_in_order):
-                scores = self._score_question(question.context, question.continuations, visuals, question.where,
-                                              **question.options)
-                for (index, _), score in zip(question.members, scores):
-                    results[index] = score
-                    self._hand_over(requests[index], score)
-                progress.update(len(question.members))
+                contextlib.closing(decode_ahead(self._prepared_batch, batches, self.visual_prefetch)) as prepared:
+            for batch, ready in zip(batches, prepared):
+                for question, scores in zip(batch, self._score_questions(ready)):
+                    for (index, _), score in zip(question.members, scores):
+                        results[index] = score
+                        self._hand_over(requests[index], score)
+                    progress.update(len(question.members))
         return results
 
-    def _score_question(self, context: str, continuations: Sequence[str], visuals: ModelVisuals, where: str,
-                        scored_span: str = SCORED_SPAN.convention, loss_mean: str = LOSS_MEAN.convention,
-                        input_order: str = INPUT_ORDER.convention) -> list[tuple[float, bool]]:
+    def _question_batches(self, questions: Sequence[Question]) -> list[list[Question]]:
+        """Consecutive questions, ``batch_size`` at most (1 without prefix sharing), of one loss rule each."""
+        size = self.batch_size if self.prefix_sharing else 1
+        batches: list[list[Question]] = []
+        for question in questions:
+            if batches and len(batches[-1]) < size and batches[-1][0].options == question.options:
+                batches[-1].append(question)
+            else:
+                batches.append([question])
+        return batches
+
+    def _prepared_batch(self, batch: Sequence[Question]) -> PreparedBatch:
+        """A batch's visuals decoded, its candidates rendered and tokenized, and (prefix sharing) its prompts
+        through the processor, on the host: what the background thread does ahead of the model."""
+        visuals = [self._doc_visuals(question.visual_key) for question in batch]
+        conversations = [self._scored_conversation(q.context, q.continuations, v, q.where, **q.options)
+                         for q, v in zip(batch, visuals)]
+        where = batch[0].where if len(batch) == 1 else f"{batch[0].where} to {batch[-1].where}"
+        inputs = None
+        if self.prefix_sharing:
+            inputs = self._encode([rendered[0].text for rendered, _ in conversations], visuals, where)
+            for (rendered, sequences), length, question in zip(conversations, inputs["attention_mask"].sum(1).tolist(),
+                                                                batch):
+                self._check_length(length + max(len(s.token_ids) for s in sequences) - len(sequences[0].token_ids),
+                                   question.where)
+        return PreparedBatch(batch, visuals, conversations, inputs, where)
+
+    def _scored_conversation(self, context: str, continuations: Sequence[str], visuals: ModelVisuals, where: str,
+                             scored_span: str = SCORED_SPAN.convention, loss_mean: str = LOSS_MEAN.convention,
+                             input_order: str = INPUT_ORDER.convention) -> tuple[list[RenderedAnswer],
+                                                                                 list[ScoredSequence]]:
         answers = [c.lstrip() if self.lstrip_continuation else c for c in continuations]
         if not all(answers):
             raise ValueError(f"{self.pretrained}: an empty continuation in {where} has no tokens to score")
         rendered = self.chat.with_answers(self.chat.user_turn(visuals.parts, context, input_order), answers)
-        rendered, sequences = self.scored_sequences(rendered, scored_span,
-                                                    self.chat.adds_special_tokens(rendered[0].text))
-        if not self.prefix_sharing:
-            return [self.scorer.score_full(self._encode([r.text], [visuals], where), s, loss_mean)
-                    for r, s in zip(rendered, sequences)]
-        inputs = self._encode([rendered[0].text], [visuals], where)
-        longest = inputs["input_ids"].shape[1] + max(len(s.token_ids) for s in sequences) - len(sequences[0].token_ids)
-        self._check_length(longest, where)
-        return self.scorer.score_shared(inputs, sequences, loss_mean)
+        return self.scored_sequences(rendered, scored_span, self.chat.adds_special_tokens(rendered[0].text))
+
+    def _score_questions(self, prepared: PreparedBatch) -> list[list[tuple[float, bool]]]:
+        loss_mean = prepared.questions[0].options.get(LOSS_MEAN.name, LOSS_MEAN.convention)
+        if prepared.inputs is None:  # one forward pass per candidate
+            [(rendered, sequences)], [visuals] = prepared.conversations, prepared.visuals
+            return [[self.scorer.score_full(self._on_device(self._encode([r.text], [visuals], prepared.where)), s,
+                                             loss_mean)
+                     for r, s in zip(rendered, sequences)]]
+        return self.scorer.score_shared(self._on_device(prepared.inputs),
+                                        [sequences for _, sequences in prepared.conversations], loss_mean)
 
     # ------------------------------------------------------------------ generation
 
@@ -196,7 +242,7 @@ class EgoPlanHF(DocRequests, lmms):
                 where = f"{tasks[0]} docs {list(doc_ids)}"
                 prompts = [self.chat.generation_prompt(self.chat.user_turn(v.parts, c, INPUT_ORDER.check(p, where)))
                            for v, c, p in zip(visuals, contexts, placements)]
-                inputs = self._encode(prompts, visuals, where)
+                inputs = self._on_device(self._encode(prompts, visuals, where))
                 generated = self._generate(inputs, dict(generation_kwargs[0] or {}), where)
                 for request, text in zip(in_batch_order, generated):
                     self._hand_over(request, text)
@@ -231,7 +277,8 @@ class EgoPlanHF(DocRequests, lmms):
 
     def _encode(self, texts: list[str], visuals: Sequence[ModelVisuals], where: str):
         """Processor output for ``texts`` (chat-rendered; the tokenizer's special tokens added where the
-        model's own processor adds them to a chat, ``ChatRenderer.adds_special_tokens``), on the device.
+        model's own processor adds them to a chat, ``ChatRenderer.adds_special_tokens``), on the host,
+        ready to go to the device (``_on_device``).
 
         Images are nested per prompt (LLaVA-OneVision reads a flat list as one image per prompt);
         videos are one flat list of frame lists, which every video processor reads the same way,
@@ -258,11 +305,17 @@ class EgoPlanHF(DocRequests, lmms):
         inputs = self.processor(text=texts, return_tensors="pt", padding=True,
                                 add_special_tokens=self.chat.adds_special_tokens(texts[0]), **media)
         self._check_length(inputs["input_ids"].shape[1], where)
-        inputs = inputs.to(self._device)
-        for key, value in inputs.items():  # pixel values in the model's dtype; ids and masks stay integers
-            if isinstance(value, torch.Tensor) and value.is_floating_point():
-                inputs[key] = value.to(self._model.dtype)
+        # Pixel values in the model's dtype before they travel (bfloat16: half the bytes of float32); ids and
+        # masks stay integers. Pinned on the host for a GPU, so that the copy runs beside the model's work.
+        pin = self._device.type == "cuda"
+        for key, value in inputs.items():
+            if isinstance(value, torch.Tensor):
+                value = value.to(self._model.dtype) if value.is_floating_point() else value
+                inputs[key] = value.pin_memory() if pin else value
         return inputs
+
+    def _on_device(self, inputs):
+        return inputs.to(self._device, non_blocking=True)
 
     def _check_length(self, length: int, where: str) -> None:
         if self.max_length is not None and length > self.max_length:
@@ -393,6 +446,17 @@ def _resolve_device(device: str | None, accelerator, runs: str) -> str:
     if device == "cuda" and accelerator.num_processes > 1:
         device = f"cuda:{accelerator.local_process_index}"
     return device
+
+
+def _visual_prefetch(value, device: torch.device) -> int:
+    """The batches prepared ahead: on a GPU the scoring thread mostly waits for the device, so a preparing
+    thread runs beside it; on CPU the model's threads already use every core, and preparing ahead only
+    competes with them."""
+    value = _arg(value, int | None, "visual_prefetch")
+    prefetch = (2 if device.type == "cuda" else 0) if value is None else value
+    if prefetch < 0:
+        raise ValueError(f"egoplan_hf: visual_prefetch must be 0 or more, got {prefetch}")
+    return prefetch
 
 
 def _context_window(model) -> int | None:

@@ -10,9 +10,10 @@ Two ways to compute the same numbers:
   lmms-eval's own backends do; the reference).
 * ``score_shared``: the candidates of one question share their prompt, visuals included, so the
   vision encoder and the prompt run once (prefill, KV cache kept) and all candidates continue from
-  that cache in one batched forward pass. Where the tokenizer merges the end of the prompt with
+  that cache in batched forward passes. Where the tokenizer merges the end of the prompt with
   the start of an answer, the candidates' token sequences part earlier; only their common token
-  prefix is shared.
+  prefix is shared. Several questions go together: their prefixes left padded in one prefill,
+  each continuation on its own question's rows of the cache, at the positions its prefix ends.
 
 Positions are handled in two token spaces: the tokenizer's ids of the rendered conversation
 (each visual placeholder one token, the BOS where the model's processor adds one; ``ScoredSequence``) and
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import itertools
 import os
 from dataclasses import dataclass
 from typing import Sequence
@@ -193,6 +195,20 @@ def answer_nll(logits: torch.Tensor, targets: torch.Tensor, rule: str = EVERY_SC
     return mean_loss(nll.tolist(), rule), bool((logits.argmax(-1) == targets.to(logits.device)).all())
 
 
+def answer_scores(logits: Sequence[torch.Tensor], targets: Sequence[torch.Tensor],
+                  rule: str = EVERY_SCORED_TOKEN) -> list[tuple[float, bool]]:
+    """``answer_nll`` of several candidates with one read of their values to the host."""
+    device = logits[0].device
+    targets = [target.to(device) for target in targets]
+    nll = [-torch.log_softmax(scores.float(), dim=-1).gather(-1, target[:, None])[:, 0]
+           for scores, target in zip(logits, targets)]
+    greedy = [(scores.argmax(-1) == target).all().float()[None] for scores, target in zip(logits, targets)]
+    values = torch.cat([*nll, *greedy]).tolist()
+    losses, flags = values[:-len(greedy)], values[-len(greedy):]
+    stops = list(itertools.accumulate(len(t) for t in targets))
+    return [(mean_loss(losses[stop - len(t):stop], rule), bool(flag)) for t, stop, flag in zip(targets, stops, flags)]
+
+
 def token_aligned(inputs, length: int) -> dict:
     """Processor outputs cut to the first ``length`` tokens (per-token tensors only; media untouched)."""
     shape = tuple(inputs["input_ids"].shape)
@@ -235,37 +251,81 @@ class LikelihoodScorer:
         return answer_nll(logits[:stop - first], ids[first:stop], rule)
 
     @torch.inference_mode()
-    def score_shared(self, inputs, sequences: Sequence[ScoredSequence],
-                     rule: str = EVERY_SCORED_TOKEN) -> list[tuple[float, bool]]:
-        """All ``sequences`` (one prompt, different answers) from one prefill of their common prefix.
+    def score_shared(self, inputs, questions: Sequence[Sequence[ScoredSequence]],
+                     rule: str = EVERY_SCORED_TOKEN) -> list[list[tuple[float, bool]]]:
+        """Each question's ``sequences`` (one prompt, different answers) from one prefill of their common
+        prefix; the questions' prefills in one forward pass, their candidates' continuations in batches of
+        ``continuation_batch_size`` on the prefills' KV cache.
 
-        ``inputs`` is the processor output of ``sequences[0]`` (batch 1); the others differ from it
-        only after the common prefix, so they need no processor call (no second image preprocessing).
+        ``inputs`` is the processor output of each question's first sequence (one row per question, left
+        padded); the other candidates differ from it only after the common prefix, so they need no processor
+        call (no second image preprocessing).
         """
-        common = min(len(os.path.commonprefix([s.token_ids for s in sequences])), min(s.first for s in sequences))
-        prefix_length = expansion_shift(inputs["input_ids"][0].tolist(), sequences[0], common, self.model_name,
-                                        self.architecture) + common
+        commons = [min(len(os.path.commonprefix([s.token_ids for s in sequences])), min(s.first for s in sequences))
+                   for sequences in questions]
+        prefill_inputs, prefixes = self._prefill_inputs(inputs, questions, commons)
         self._clear_position_state()
-        prefill = self.model(**token_aligned(inputs, prefix_length), use_cache=True, logits_to_keep=1)
-        last_logits = prefill.logits[0, -1:]  # predicts the first token after the prefix
+        prefill = self.model(**prefill_inputs, use_cache=True, logits_to_keep=1)
+        last_logits = prefill.logits[:, -1]  # each row's prediction of the first token after its prefix
+        # Where each question's continuation starts: its prefix length, plus the M-RoPE offset the prefill left.
+        starts = torch.tensor(prefixes, device=last_logits.device)
+        deltas = next((m.rope_deltas for m in self._position_state if m.rope_deltas is not None), None)
+        if deltas is not None:
+            starts = starts + deltas.reshape(-1).to(starts.device)
+        rows = [(question, common, sequence) for question, (sequences, common) in enumerate(zip(questions, commons))
+                for sequence in sequences]
+        padded = len(set(prefixes)) > 1
+        chunks = [rows[i:i + self.continuation_batch_size] for i in range(0, len(rows), self.continuation_batch_size)]
         keyword = cache_keyword(self.model)
-        device = inputs["input_ids"].device
         scores = []
-        chunks = [sequences[i:i + self.continuation_batch_size]
-                  for i in range(0, len(sequences), self.continuation_batch_size)]
         for number, chunk in enumerate(chunks):
-            suffixes = [torch.tensor(s.token_ids[common:s.stop], device=device) for s in chunk]
-            # Right padding: padded positions come after every real token, so causal attention
-            # keeps them out of the real tokens' logits; no attention mask needed.
+            owners = torch.tensor([question for question, _, _ in chunk], device=last_logits.device)
+            suffixes = [torch.tensor(sequence.token_ids[common:sequence.stop]) for _, common, sequence in chunk]
+            # Right padding: padded positions come after every real token, so causal attention keeps
+            # them out of the real tokens' logits.
             batch = torch.nn.utils.rnn.pad_sequence(suffixes, batch_first=True, padding_value=0)
             cache = prefill[keyword] if number == len(chunks) - 1 else copy.deepcopy(prefill[keyword])
-            cache.batch_repeat_interleave(len(chunk))
-            logits = self.model(input_ids=batch, use_cache=True, **{keyword: cache}).logits
-            for row, (sequence, suffix) in enumerate(zip(chunk, suffixes)):
-                predicting = torch.cat([last_logits, logits[row, :len(suffix) - 1]])
-                answer = slice(sequence.first - common, sequence.stop - common)
-                scores.append(answer_nll(predicting[answer], suffix[answer], rule))
-        return scores
+            cache.batch_select_indices(owners)
+            continuation = {"input_ids": batch.to(last_logits.device),
+                            "position_ids": starts[owners, None] + torch.arange(batch.shape[1], device=owners.device)}
+            if padded:  # the cache holds left padding: masked out, as in the prefill
+                continuation["attention_mask"] = torch.cat(
+                    [prefill_inputs["attention_mask"][owners], torch.ones_like(continuation["input_ids"])], dim=1)
+            logits = self.model(**continuation, use_cache=True, **{keyword: cache}).logits
+            predicting = [torch.cat([last_logits[question, None], logits[row, :len(suffix) - 1]])
+                          [sequence.first - common:sequence.stop - common]
+                          for row, ((question, common, sequence), suffix) in enumerate(zip(chunk, suffixes))]
+            scores.extend(answer_scores(predicting, [suffix[sequence.first - common:sequence.stop - common]
+                                                     for (_, common, sequence), suffix in zip(chunk, suffixes)], rule))
+        counts = itertools.accumulate(len(sequences) for sequences in questions)
+        return [scores[stop - len(sequences):stop] for sequences, stop in zip(questions, counts)]
+
+    def _prefill_inputs(self, inputs, questions: Sequence[Sequence[ScoredSequence]],
+                        commons: Sequence[int]) -> tuple[dict, list[int]]:
+        """``inputs`` with each row cut to its question's common prefix and left padded again (per-token
+        tensors only; media untouched), with position ids where padding shifts a model's default ones; and
+        the prefixes' lengths."""
+        rows = inputs["input_ids"].tolist()
+        lengths = inputs["attention_mask"].sum(1).tolist() if "attention_mask" in inputs else [len(rows[0])] * len(rows)
+        firsts = [len(row) - length for row, length in zip(rows, lengths)]
+        prefixes = [expansion_shift(row[first:], sequences[0], common, self.model_name, self.architecture) + common
+                    for row, first, sequences, common in zip(rows, firsts, questions, commons)]
+        longest, shape = max(prefixes), tuple(inputs["input_ids"].shape)
+        if len(set(prefixes)) == 1 and len(set(firsts)) == 1:
+            return token_aligned(inputs, firsts[0] + longest), prefixes
+        cut = {}
+        for key, value in inputs.items():
+            if not _is_per_token(value, shape):
+                cut[key] = value
+                continue
+            rows_cut = value.new_zeros((shape[0], longest, *value.shape[2:]))  # padding: masked out
+            for row, (first, prefix) in enumerate(zip(firsts, prefixes)):
+                rows_cut[row, longest - prefix:] = value[row, first:first + prefix]
+            cut[key] = rows_cut
+        # M-RoPE models place the tokens of a prompt with visuals from the attention mask themselves.
+        if not (self._position_state and any(key.endswith("grid_thw") for key in inputs)):
+            cut["position_ids"] = (cut["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+        return cut, prefixes
 
     def _clear_position_state(self) -> None:
         for module in self._position_state:

@@ -1,0 +1,110 @@
+"""Qwen2-VL / Qwen2.5-VL vision towers with every window attended in one call, for ``egoplan_hf``'s model.
+
+transformers 5.x's Qwen-VL vision attention, under any attention implementation but flash-attention,
+splits each block's packed sequence into its segments (Qwen2-VL: one per frame; Qwen2.5-VL: one per
+112-pixel window, or per frame in its four full-attention blocks) and calls the attention once per segment,
+after reading the segment lengths to the host three times (``lengths.tolist()`` per query, key and value):
+at Qwen2.5-VL-7B's shape on EgoPlan's 8 frames and observation image, 2,260 attention calls and 192 device
+synchronisations a question (docs/upstream/transformers/qwen-vl-packed-vision-attention.md).
+
+``pack_vision_attention(model)`` gives each such vision attention module of one loaded model a forward
+that gathers the segments into one padded batch (segment x longest segment, padded keys masked out) and
+calls ``scaled_dot_product_attention`` once, the same arithmetic on the same values; the segment layout
+(one host read of the longest segment) is computed once per ``cu_seqlens`` tensor, which the tower shares
+between its blocks. transformers' ``AttentionInterface`` cannot do it: the loop runs in the module's forward
+before the interface is called, and only an implementation whose name contains "flash" receives the
+segments in one call, which makes transformers load a flash-attention kernel for it.
+
+Scoped: the forward is set on the module instances of the model egoplan_hf loaded (no class is changed, so no
+other model in the process is affected); guarded by release (transformers 5) and by behaviour (the module's
+own forward still holds the per-segment loop, its attention implementation is ``sdpa``, accelerate has not hooked
+its forward); anything else is left as it is.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+
+import torch
+from torch.nn import functional
+
+# The vision attention classes whose forward loops over segments (transformers 5.x, checked by behaviour below).
+PACKED_CLASSES = ("VisionAttention", "Qwen2_5_VLVisionAttention")  # qwen2_vl, qwen2_5_vl
+PER_SEGMENT_LOOP = "torch.split(tensor, lengths.tolist(), dim=2)"
+# The last tensors' layouts kept (a tower passes two: its full-attention and its window segments).
+KEPT_LAYOUTS = 2
+
+
+class SegmentLayout:
+    """Where each token of a packed sequence goes in the padded (segment, position) batch, and back."""
+
+    def __init__(self, cu_seqlens: torch.Tensor, tokens: int):
+        lengths = cu_seqlens[1:] - cu_seqlens[:-1]
+        self.segments = lengths.shape[0]
+        self.longest = int(lengths.max())  # the one host read per layout
+        offsets = torch.arange(self.longest, device=cu_seqlens.device)
+        starts = cu_seqlens[:-1].long()
+        # Padding positions read the last token (any valid index); the key mask keeps them out.
+        self.gather = (starts[:, None] + offsets[None, :]).clamp(max=tokens - 1)
+        self.key_mask = (offsets[None, :] < lengths[:, None])[:, None, None, :]
+        positions = torch.arange(tokens, device=cu_seqlens.device)
+        segment = torch.searchsorted(cu_seqlens[1:].long(), positions, right=True)
+        self.scatter = segment * self.longest + positions - starts[segment]
+
+
+class PackedVisionAttention:
+    """The packed forward's state, shared by the vision attention modules of one model."""
+
+    def __init__(self):
+        self.enabled = True  # False: each module's own forward (the per-segment loop)
+        self._layouts: list[tuple[torch.Tensor, SegmentLayout]] = []
+
+    def layout(self, cu_seqlens: torch.Tensor, tokens: int) -> SegmentLayout:
+        for known, layout in self._layouts:
+            if known is cu_seqlens:
+                return layout
+        layout = SegmentLayout(cu_seqlens, tokens)
+        self._layouts = [*self._layouts[-(KEPT_LAYOUTS - 1):], (cu_seqlens, layout)]
+        return layout
+
+    def attend(self, module, hidden_states, cu_seqlens, position_embeddings=None, max_seqlen=None, **kwargs):
+        """The module's forward (qkv, vision rotary embedding, attention, projection) with one attention call."""
+        if not self.enabled or module.training:
+            return module._per_segment_forward(hidden_states, cu_seqlens, position_embeddings, max_seqlen, **kwargs)
+        tokens = hidden_states.shape[0]
+        query, key, value = module.qkv(hidden_states).reshape(tokens, 3, module.num_heads, -1).permute(1, 0, 2, 3)
+        cos, sin = position_embeddings
+        query, key = sys.modules[type(module).__module__].apply_rotary_pos_emb_vision(query, key, cos, sin)
+        layout = self.layout(cu_seqlens, tokens)
+        # (tokens, heads, dim) -> (segments, heads, longest, dim)
+        batched = [t[layout.gather].transpose(1, 2) for t in (query, key, value)]
+        output = functional.scaled_dot_product_attention(*batched, attn_mask=layout.key_mask, scale=module.scaling)
+        output = output.transpose(1, 2).reshape(layout.segments * layout.longest, -1)[layout.scatter]
+        return module.proj(output)
+
+
+def pack_vision_attention(model, enabled: bool = True) -> PackedVisionAttention | None:
+    """Gives ``model``'s Qwen-VL vision attention modules the packed forward (see the module docstring), on
+    while ``enabled``; None where the model has none that this release of transformers loops over."""
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) != 5:
+        return None
+    modules = [m for m in model.modules() if type(m).__name__ in PACKED_CLASSES and _loops_over_segments(m)]
+    if not modules:
+        return None
+    packed = PackedVisionAttention()
+    packed.enabled = enabled
+    for module in modules:
+        module._per_segment_forward = module.forward
+        module.forward = functools.partial(packed.attend, module)
+    return packed
+
+
+def _loops_over_segments(module) -> bool:
+    # A module with accelerate's own hook on its forward (device_map placement) keeps that forward.
+    return (module.config._attn_implementation == "sdpa" and not hasattr(module, "_hf_hook")
+            and PER_SEGMENT_LOOP in inspect.getsource(type(module).forward)
+            and all(hasattr(module, name) for name in ("qkv", "proj", "num_heads", "scaling")))

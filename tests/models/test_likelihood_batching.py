@@ -1,0 +1,116 @@
+"""egoplan_hf scores several questions per forward pass (``batch_size``) and attends a Qwen-VL vision tower's windows
+in one call (``models.vision_attention``), with the values of one question at a time and of the per-window loop; and
+the model step's counts (speed/bench_loglikelihood.py's ``model_step_counts``) at Qwen2.5-VL-7B's structure."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lmms_egoplan.harness.lmms_eval_task import SuiteInstance
+from lmms_egoplan.models.egoplan_hf import EgoPlanHF
+from tests.gpu.conftest import load_speed_module
+from tests.models.test_egoplan_hf import egoplan_doc, mc_requests
+
+# float32: a question's losses batched and alone differ only by the summation order of padded and unpadded kernels.
+BATCHED_TOLERANCE = 1e-5
+# Questions of different prompt lengths (the case number's digits), so that a batch is left padded.
+SEEDS = (0, 12, 3, 1234, 7)
+# Architectures whose positions differ: M-RoPE (Qwen), 1-D RoPE with token types (Gemma 3), a plain LLaVA.
+BATCHED_ARCHS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava", "gemma3"]
+
+
+def choices(values: list) -> list[int]:
+    return [min(range(4), key=lambda i: values[q + i][0]) for q in range(0, len(values), 4)]
+
+
+def assert_same_scores(batched: list, alone: list) -> None:
+    assert len(batched) == len(alone)
+    for (value, greedy), (expected, expected_greedy) in zip(batched, alone):
+        assert value == pytest.approx(expected, abs=BATCHED_TOLERANCE) and greedy == expected_greedy
+    assert choices(batched) == choices(alone)
+
+
+def forward_passes(model: EgoPlanHF, requests) -> tuple[list, int]:
+    passes = []
+    hook = model.model.register_forward_pre_hook(lambda *_: passes.append(1))
+    try:
+        return model.loglikelihood(requests), len(passes)
+    finally:
+        hook.remove()
+
+
+@pytest.mark.parametrize("arch", BATCHED_ARCHS)
+def test_questions_scored_in_batches_score_as_one_at_a_time(arch, tiny_model):
+    alone = EgoPlanHF(pretrained=str(tiny_model(arch)), device="cpu", dtype="float32")
+    # 3 questions a batch, 5 candidates a continuation batch: chunks that span two questions.
+    batched = EgoPlanHF(pretrained=str(tiny_model(arch)), device="cpu", dtype="float32", batch_size=3,
+                        continuation_batch_size=5)
+    docs = [egoplan_doc(seed) for seed in SEEDS]
+    expected, passes_alone = forward_passes(alone, mc_requests(alone, docs))
+    values, passes = forward_passes(batched, mc_requests(batched, docs))
+    assert_same_scores(values, expected)
+    assert passes_alone == 2 * len(docs)  # a prefill and a continuation batch per question
+    assert passes == 2 + math.ceil(12 / 5) + math.ceil(8 / 5)  # 2 prefills of 3 and 2 questions, their chunks
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2_vl"])
+def test_text_only_questions_of_different_lengths_batch_too(arch, tiny_model):
+    """No visuals (a context-free request, or a text-only model): the positions of a left-padded row come from the
+    attention mask, for M-RoPE models too."""
+    contexts = ["Short one.", "A much longer context, with many more words in it than the others, to pad.", "Mid."]
+    requests = [SuiteInstance(request_type="loglikelihood", idx=i, arguments=(context, continuation),
+                              metadata={"task": None, "doc_id": None, "repeats": 1})
+                for context in contexts for i, continuation in enumerate([" yes", " no way", " maybe", " later"])]
+    alone, batched = (EgoPlanHF(pretrained=str(tiny_model(arch)), device="cpu", dtype="float32", batch_size=size)
+                      for size in (1, 3))
+    assert_same_scores(batched.loglikelihood(requests), alone.loglikelihood(requests))
+
+
+@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen2_5_vl"])
+def test_a_vision_towers_windows_attended_in_one_call_score_as_the_per_window_loop(arch, tiny_model):
+    bench = load_speed_module("bench_loglikelihood")
+    model = EgoPlanHF(pretrained=str(tiny_model(arch)), device="cpu", dtype="float32")
+    requests = mc_requests(model, [egoplan_doc(0)])
+    packed, values = bench.model_step_counts(model, requests)
+    model.vision_attention.enabled = False
+    looped, expected = bench.model_step_counts(model, requests)
+    assert_same_scores(values, expected)
+    vision = model.model.model.visual
+    blocks = len(vision.blocks)
+    # Segmentations a vision call attends by: frames, and (Qwen2.5-VL) windows; the packed forward reads each one's
+    # longest segment once, where the loop reads the lengths three times a block.
+    segmentations = 2 if hasattr(vision, "fullatt_block_indexes") else 1
+    # Per question: the video and the image each through every block once, then the decoder's layers in the
+    # prefill and the continuation batch.
+    text_calls = 2 * model.model.config.get_text_config().num_hidden_layers
+    assert packed["attention_calls_per_question"] == 2 * blocks + text_calls
+    assert looped["attention_calls_per_question"] > packed["attention_calls_per_question"]
+    assert looped["device_syncs_per_question"] - packed["device_syncs_per_question"] == 2 * (3 * blocks - segmentations)
+
+
+def test_the_model_step_counts_at_the_qwen2_5_vl_7b_structure(checkpoint_cache):
+    """speed/bench_loglikelihood.py --shape qwen2.5-vl-7b --width narrow --batch-size 8 at 2 of the 28 decoder layers
+    (2 vision blocks, one of full attention): the 7B's processor, frames and token counts (1,354-token prompts,
+    5,120 patches a question). The forward passes and host reads do not grow with depth; the attention calls do,
+    by one per vision block and vision call and one per decoder layer and forward pass, so the full depth's follow."""
+    bench = load_speed_module("bench_loglikelihood")
+    layers, questions, batch_size = 2, 8, 8
+    pretrained = bench.realistic_checkpoint("qwen2.5-vl-7b", layers, checkpoint_cache, "cpu", "narrow")
+    model = EgoPlanHF(pretrained=str(pretrained), device="cpu", dtype="float32")
+    docs = bench.egoplan_docs(questions, bench.FRAME_SIDE["qwen2.5-vl-7b"], observation=True)
+    model.task_dict = {bench.TASK: {bench.SPLIT: docs}}
+    requests = bench.requests_for(docs, "answer_and_end_of_turn")
+    bench.use_method(model, "batched", batch_size, None)
+    counts, _ = bench.model_step_counts(model, requests)
+    passes = 1 + math.ceil(4 * batch_size / model.scorer.continuation_batch_size)  # per batch of 8
+    assert counts["forward_passes_per_question"] == passes / batch_size <= 0.5
+    assert counts["device_syncs_per_question"] <= 30
+    vision_blocks = len(model.model.model.visual.blocks)
+    assert counts["attention_calls_per_question"] == (2 * vision_blocks + layers * passes) / batch_size
+    assert (2 * 32 + 28 * passes) / batch_size <= 200  # at the published depth
+    bench.use_method(model, "prefix_shared", batch_size, None)  # the path before: a question at a time, windows looped
+    before, _ = bench.model_step_counts(model, requests[:4])
+    assert before["forward_passes_per_question"] == 2
+    assert before["attention_calls_per_question"] > 10 * counts["attention_calls_per_question"]
