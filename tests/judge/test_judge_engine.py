@@ -399,8 +399,8 @@ def test_logs_written_before_rubrics_had_names_rejudge_to_their_scores(run, tmp_
     rejudged = json.loads(next(tmp_path.glob("*_rejudged.json")).read_text(), parse_constant=refuse_constant)
     assert rejudged.keys() == reported.keys()
     for task, metrics in reported.items():
-        scores = {metric: value for metric, value in rejudged[task].items()
-                  if metric not in ("judge_model", "samples", "audit_trail", "unusable_rows", "failed_requests")}
+        not_scores = ("judge_model", "judge", "samples", "audit_trail", "unusable_rows", "failed_requests")
+        scores = {metric: value for metric, value in rejudged[task].items() if metric not in not_scores}
         assert {"judged", "failed"} < scores.keys() <= {key.split(",")[0] for key in metrics}
         for metric, value in scores.items():  # no value: null here, NaN in files written before
             expected = metrics[f"{metric},none"]
