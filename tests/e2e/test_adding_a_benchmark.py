@@ -20,7 +20,8 @@ def test_the_sixth_benchmark_runs_through_both_harnesses_clis(tmp_path):
                         include_path=tmp_path / "sixth" / "checkout_tasks", use_plugin=False, env=env)
     assert run.results["n-samples"]["sixth_val"] == {"original": len(DOCS), "effective": len(DOCS)}
     assert run.metric("sixth_val", "exact") == pytest.approx(0.5)  # lmms-eval's dummy answers "A": one of two
-    assert run.results["configs"]["sixth_val"]["metadata"] == {"version": 1, "data_file": str(data)}
+    assert run.results["configs"]["sixth_val"]["metadata"] == {"version": 1, "data_file": str(data),
+                                                                "data_read_from": [], "not_scored": {}}
     output = tmp_path / "lm-eval"
     output.mkdir()
     command = [sys.executable, "-m", "lm_eval", "run", "--model", "dummy", "--tasks", "sixth_val_blind",

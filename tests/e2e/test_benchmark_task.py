@@ -21,4 +21,6 @@ def test_benchmark_task_through_the_cli_uses_settings_presets_and_limit(tmp_path
     # The dummy backend always answers "A": docs 0, 2, 4 are right.
     assert run.metric("lmms_egoplan_probe", "exact") == pytest.approx(3 / 5)
     recorded = run.results["configs"]["lmms_egoplan_probe"]["metadata"]
-    assert recorded == {"version": 1, "prompt_prefix": "Question: ", "data_file": str(data), "repeat": 2}
+    # The probe's loader names no file it read (data_read_from) and every metric is scored (not_scored).
+    assert recorded == {"version": 1, "prompt_prefix": "Question: ", "data_file": str(data), "repeat": 2,
+                        "data_read_from": [], "not_scored": {}}

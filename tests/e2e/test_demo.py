@@ -98,14 +98,15 @@ def missing_data(workdir, resources):
 
 
 def test_smoke_reports_every_failing_benchmark_and_fails(tmp_path, monkeypatch):
-    monkeypatch.setattr(smoke, "suites", lambda: {"broken": broken_fixture, "missing": missing_data})
+    # Suites are named by benchmark: the demo writes each one's block of its settings file.
+    monkeypatch.setattr(smoke, "suites", lambda: {"broken": broken_fixture, "egoplan": missing_data})
     out = io.StringIO()
     assert smoke.run_smoke(tmp_path, out=out) == 2
     printed = out.getvalue()
     assert "FAILED building its fixtures: RuntimeError: cannot build" in printed
     # lmms-eval's own log tail names the cause
     assert "EgoPlan annotation file EgoPlan_validation.json not found" in printed
-    assert printed.rstrip().endswith("FAILED: broken, missing")
+    assert printed.rstrip().endswith("FAILED: broken, egoplan")
 
 
 def tampered_egoplan(workdir, resources):
