@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from loguru import logger
+
 from lmms_egoplan import catalogue
 from lmms_egoplan.core.settings_file import SETTINGS_VARIABLE, SettingsFile, read_settings_file, write_settings_file
 from lmms_egoplan.demo.kit.suite import SmokeSuite
@@ -31,8 +33,12 @@ def with_demo_settings(path: Path, name: str, suite: SmokeSuite) -> SmokeSuite:
     names = [row.name for row in catalogue.CATALOGUE]
     earlier = read_settings_file(path, names) if path.is_file() else SettingsFile(path)
     block = SettingsFile(path, {name: settings_block(name, suite)})
-    counts = {count.part.name: count.found for count in check_benchmark(benchmark(name), block).counts
-              if count.found is not None}
+    logger.disable("lmms_egoplan")  # the loaders' lines would break the demo's table-only console
+    try:
+        checked = check_benchmark(benchmark(name), block)
+    finally:
+        logger.enable("lmms_egoplan")
+    counts = {count.part.name: count.found for count in checked.counts if count.found is not None}
     write_settings_file(path, earlier.merged(dataclasses.replace(block, expected_counts={name: counts})),
                         writer="lmms-egoplan smoke, for its synthetic data")
     return dataclasses.replace(suite, env={**suite.env, SETTINGS_VARIABLE: str(path)})
