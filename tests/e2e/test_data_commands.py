@@ -58,7 +58,7 @@ def test_prepare_fetches_from_the_hub_and_check_data_reads_what_it_wrote(tmp_pat
         hub.add("EgoThink/EgoThink", release)
         prepared = lmms_egoplan("prepare", "egothink", "--root", str(root), "--settings", str(settings),
                                 "--judge_model", "my-judge", cwd=tmp_path,
-                                # the loopback Hub: an HF_HUB_OFFLINE=1 left by an earlier run would refuse it
+                                # the loopback Hub, which the HF_HUB_OFFLINE=1 of test_tiny_checkpoints would refuse
                                 env={"HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0"})
     assert prepared.returncode == 0, prepared.stdout + prepared.stderr[-3000:]
     assert f"egothink: fetched EgoThink/EgoThink at {hub.datasets['EgoThink/EgoThink'].sha[:12]}" in prepared.stdout
