@@ -301,6 +301,8 @@ def main() -> None:
     parser.add_argument("--scored-span", default="answer_and_end_of_turn", choices=["answer_and_end_of_turn", "answer"])
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "lmms_egoplan_bench_checkpoints"))
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--profile", help="after the rounds, score the questions once more the batched way under "
+                                          "torch.profiler and write its operators, most device time first, here")
     args = parser.parse_args()
 
     import torch
@@ -355,10 +357,32 @@ def main() -> None:
             host[method].append(host_seconds)
             peaks[method].append(peak)
     peaks = {method: max(peak) for method, peak in peaks.items()}
+    if args.profile:
+        profile_batched(backend, requests, args, Path(args.profile))
 
     report(args, {"prompt_tokens": prompt["input_ids"].shape[1], "parameters": parameters,
                   "memory": "GPU memory allocated" if backend.device.type == "cuda" else "process resident memory"},
            seconds, host, peaks, values, counts)
+
+
+def profile_batched(backend, requests, args, path: Path) -> None:
+    """Where the batched method's time goes: its operators under torch.profiler, most device (else CPU) time first,
+    with the device's busy share of the wall time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = backend.device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as profiler:
+        elapsed, *_ = timed(backend, requests, "batched", args.batch_size, args.visual_prefetch)
+    averages = profiler.key_averages()
+    own = "self_device_time_total" if cuda else "self_cpu_time_total"
+    busy = sum(getattr(event, own) for event in averages) / 1e6
+    summary = (f"batched ({args.batch_size} a pass, visual_prefetch={args.visual_prefetch}): {len(requests) // 4} "
+               f"questions in {elapsed:.3f} s under the profiler; operators' own {'device' if cuda else 'CPU'} time "
+               f"{busy:.3f} s ({busy / elapsed:.0%} of the wall time)")
+    path.write_text(summary + "\n" + averages.table(sort_by=own, row_limit=60, max_name_column_width=70) + "\n")
+    print(summary + f"; operators: {path}")
+    print(averages.table(sort_by=own, row_limit=25, max_name_column_width=60))
 
 
 def choices(values: list) -> list[int]:
