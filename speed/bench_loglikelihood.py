@@ -368,7 +368,6 @@ def main() -> None:
 def profile_batched(backend, requests, args, path: Path) -> None:
     """Where the batched method's time goes: its operators under torch.profiler, most device (else CPU) time first,
     with the device's busy share of the wall time."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     cuda = backend.device.type == "cuda"
