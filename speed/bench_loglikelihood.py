@@ -8,10 +8,16 @@ scored tokens are computed); prefix sharing a question at a time with the vision
 attended one by one (the path before issue 63: one prefill per question, candidates batched on its
 KV cache); and batched (``--batch-size`` questions per prefill, the windows attended in one call a
 block). Rounds alternate between the methods so that a busy machine slows them alike; the median
-round counts. Before the rounds, each method scores every question once with the model step counted
-(``model_step_counts``: attention calls, host reads of tensor values, forward passes, per question);
-each method's peak memory is the largest of its rounds. Visuals are decoded in every method alike
-(the batched method ``--visual-prefetch`` batches ahead), so the ratios are model work only.
+round counts. ``--one-pass-questions N`` gives one pass per candidate only the first N questions: it and
+prefix sharing score a question at a time with nothing overlapping, so their rate does not depend on how many
+questions they score, while the batched method hides a batch's decoding and processing behind the model step
+of the one before only from its second batch on, so it needs several batches a round (``--questions`` a
+multiple of ``--batch-size``, 4 batches or more) to be measured at the steady state that a run of EgoPlan Val
+(3,355 questions) sees; the values are compared on the questions both methods scored. Before the rounds, each
+method scores its questions once with the model step counted (``model_step_counts``: attention calls, host
+reads of tensor values, forward passes, per question); each method's peak memory is the largest of its rounds.
+Visuals are decoded in every method alike (the batched method ``--visual-prefetch`` batches ahead), so the ratios
+are model work only.
 
 Shapes (random weights, nothing downloaded):
 
@@ -23,7 +29,8 @@ Shapes (random weights, nothing downloaded):
 
     python speed/bench_loglikelihood.py                                    # tiny qwen2_vl, CPU
     python speed/bench_loglikelihood.py --shape qwen2-vl-7b --layers 1 --questions 2 --rounds 3
-    python speed/bench_loglikelihood.py --shape qwen2.5-vl-7b --device cuda --dtype bfloat16 --batch-size 8
+    python speed/bench_loglikelihood.py --shape qwen2.5-vl-7b --device cuda --dtype bfloat16 --batch-size 8 \
+        --questions 32 --one-pass-questions 8 --rounds 3
     python speed/bench_loglikelihood.py --shape qwen2.5-vl-7b --width narrow --batch-size 8 --skip-one-pass  # CPU
 
 It ends with the time the full EgoPlan-Bench Val (3,355 questions) would take at each rate (model time:
@@ -292,6 +299,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4, help="the batched method's questions per forward pass")
     parser.add_argument("--visual-prefetch", type=int, help="the batched method's batches prepared ahead in the "
                                                             "background (default: egoplan_hf's, 2 on a GPU, 0 on CPU)")
+    parser.add_argument("--one-pass-questions", type=int,
+                        help="one pass per candidate scores only the first N of the questions (default: all), so that "
+                             "the others run on enough batches to reach their steady state in the same time")
     parser.add_argument("--skip-one-pass", action="store_true",
                         help="leave out one pass per candidate (at a realistic shape on a CPU: minutes a question); "
                              "the batched values are then compared with prefix-shared ones")
@@ -332,26 +342,30 @@ def main() -> None:
                                                                                     requests[0].args[0]))],
                              [visuals], "doc 0")
     parameters = sum(p.numel() for p in backend.model.parameters())
+    methods = [method for method in METHODS if not (args.skip_one_pass and method == "one_pass_per_candidate")]
+    one_pass_questions = min(args.one_pass_questions or args.questions, args.questions)
     width = f" ({args.width} width)" if realistic else ""
     print(f"model: {args.shape}{width} {pretrained} ({parameters / 1e9:.2f}B parameters), device {args.device}, "
           f"{args.dtype}, {torch.get_num_threads()} CPU threads")
     print(f"prompt: {prompt['input_ids'].shape[1]} tokens ({len(visuals.videos)} video of "
           f"{len(visuals.videos[0].frames)} frames, "
           f"{len(visuals.images)} image(s), {FRAME_SIDE[args.shape]} px); questions per round: {args.questions} "
-          f"(4 candidates each, scored span: {args.scored_span}), rounds: {args.rounds} per method; batched: "
+          f"({one_pass_questions} one pass per candidate; 4 candidates each, scored span: {args.scored_span}), "
+          f"rounds: {args.rounds} per method; batched: "
           f"{args.batch_size} questions per forward pass, visual_prefetch={args.visual_prefetch}")
-
-    # The counts on every question (also a warm-up), then the timed rounds, each method's peak memory the largest.
-    methods = [method for method in METHODS if not (args.skip_one_pass and method == "one_pass_per_candidate")]
+    # Each method's counts on the questions it scores (also a warm-up), then the timed rounds, each method's peak
+    # memory the largest.
+    scored = {method: requests[:4 * one_pass_questions] if method == "one_pass_per_candidate" else requests
+              for method in methods}
     counts = {}
     for method in methods:
         use_method(backend, method, args.batch_size, None)
-        counts[method], _ = model_step_counts(backend, requests)
+        counts[method], _ = model_step_counts(backend, scored[method])
     seconds, host, peaks = ({method: [] for method in methods} for _ in range(3))
     values = {}
     for _ in range(args.rounds):
         for method in methods:
-            elapsed, values[method], host_seconds, peak = timed(backend, requests, method, args.batch_size,
+            elapsed, values[method], host_seconds, peak = timed(backend, scored[method], method, args.batch_size,
                                                                 args.visual_prefetch)
             seconds[method].append(elapsed)
             host[method].append(host_seconds)
@@ -388,15 +402,27 @@ def choices(values: list) -> list[int]:
     return [int(np.argmin([v for v, _ in values[q:q + 4]])) for q in range(0, len(values), 4)]
 
 
+def agreement(values: dict) -> tuple[dict, dict, dict]:
+    """Each method against each before it in METHODS, on the questions both scored (one pass per candidate may
+    have scored fewer, ``--one-pass-questions``): (the largest value difference, the same choice on every one of
+    them, how many questions), each keyed by (method, reference)."""
+    pairs = [(method, reference) for i, method in enumerate(values) for reference in list(values)[:i]]
+    compared_on = {(method, reference): min(len(values[method]), len(values[reference])) // 4
+                   for method, reference in pairs}
+    differences = {(method, reference): max(abs(a[0] - b[0]) for a, b in zip(values[reference], values[method]))
+                   for method, reference in pairs}
+    same_choice = {(method, reference): choices(values[method][:4 * count]) == choices(values[reference][:4 * count])
+                   for (method, reference), count in compared_on.items()}
+    return differences, same_choice, compared_on
+
+
 def report(args, facts: dict, seconds: dict[str, list[float]], host: dict[str, list[float]], peaks: dict[str, float],
            values: dict, counts: dict) -> None:
     """Prints the rates, their ratios, the model step's counts, peak memory and agreement of the methods;
     ``--json``: writes them too."""
-    rates = {method: args.questions / statistics.median(times) for method, times in seconds.items()}
-    reference = next(iter(values))  # one pass per candidate, else prefix-shared (the path before issue 63)
-    differences = {method: max(abs(a[0] - b[0]) for a, b in zip(values[reference], values[method]))
-                   for method in values if method != reference}
-    same_choice = {method: choices(values[method]) == choices(values[reference]) for method in differences}
+    questions = {method: len(found) // 4 for method, found in values.items()}
+    rates = {method: questions[method] / statistics.median(times) for method, times in seconds.items()}
+    differences, same_choice, compared_on = agreement(values)
     memory = facts["memory"]
     labels = {"one_pass_per_candidate": "one pass per candidate", "prefix_shared": "prefix-shared",
               "batched": f"batched ({args.batch_size})"}
@@ -406,7 +432,8 @@ def report(args, facts: dict, seconds: dict[str, list[float]], host: dict[str, l
               f"per question: {step['attention_calls_per_question']:8.1f} attention calls, "
               f"{step['device_syncs_per_question']:6.1f} host reads, "
               f"{step['forward_passes_per_question']:5.2f} forward passes; host preparation "
-              f"{statistics.median(host[method]) / args.questions * 1000:.1f} ms a question")
+              f"{statistics.median(host[method]) / questions[method] * 1000:.1f} ms a question "
+              f"({questions[method]} questions)")
     ratio = rates["prefix_shared"] / rates["one_pass_per_candidate"] if "one_pass_per_candidate" in rates else None
     against_current = {name.removesuffix("_per_question"): counts["prefix_shared"][name] / max(counts["batched"][name],
                                                                                                1e-9)
@@ -416,17 +443,20 @@ def report(args, facts: dict, seconds: dict[str, list[float]], host: dict[str, l
     print(f"batched / prefix-shared: {rates['batched'] / rates['prefix_shared']:8.2f}x  (the path before issue 63); "
           f"fewer per question by: " + ", ".join(f"{name.replace('_', ' ')} {value:.1f}x"
                                                   for name, value in against_current.items()))
-    print(f"max |value difference| against {labels[reference]}: "
-          + ", ".join(f"{labels[method]} {difference:.2e}" for method, difference in differences.items())
+    print("max |value difference|: " + ", ".join(
+        f"{labels[method]} vs {labels[reference]} {difference:.2e} ({compared_on[method, reference]} questions)"
+        for (method, reference), difference in differences.items())
           + "; same argmin choice on every question: "
-          + ", ".join(f"{labels[method]} {same}" for method, same in same_choice.items()))
+          + ", ".join(f"{labels[method]} vs {labels[reference]} {same}"
+                      for (method, reference), same in same_choice.items()))
     print(f"EgoPlan-Bench Val ({EGOPLAN_VAL_QUESTIONS:,} questions) at these rates: " + ", ".join(
         f"{EGOPLAN_VAL_QUESTIONS / rate / 60:.1f} min {labels[method]}" for method, rate in rates.items())
           + " (model time, no decoding)")
     if args.json:
         Path(args.json).write_text(json.dumps({
             "shape": args.shape, "width": args.width, "layers": args.layers, "device": args.device, "dtype": args.dtype,
-            "questions": args.questions, "rounds": args.rounds, "batch_size": args.batch_size,
+            "questions": args.questions, "questions_scored": questions, "rounds": args.rounds,
+            "batch_size": args.batch_size,
             "visual_prefetch": args.visual_prefetch, **facts,
             "questions_per_second": rates, "ratio": ratio, "ratio_batched_to_prefix_shared":
                 rates["batched"] / rates["prefix_shared"],
@@ -434,8 +464,12 @@ def report(args, facts: dict, seconds: dict[str, list[float]], host: dict[str, l
             "host_preparation_seconds": {method: statistics.median(times) for method, times in host.items()},
             "peak_memory_gib": peaks,
             "egoplan_val_minutes": {method: EGOPLAN_VAL_QUESTIONS / rate / 60 for method, rate in rates.items()},
-            "values_compared_with": reference, "max_value_difference": max(differences.values()),
-            "max_value_differences": differences, "same_choice": all(same_choice.values())}, indent=1))
+            "max_value_difference": max(differences.values()),
+            "max_value_differences": {f"{method} vs {reference}": difference
+                                      for (method, reference), difference in differences.items()},
+            "compared_on_questions": {f"{method} vs {reference}": count
+                                      for (method, reference), count in compared_on.items()},
+            "same_choice": all(same_choice.values())}, indent=1))
 
 
 if __name__ == "__main__":

@@ -111,10 +111,11 @@ class GpuCheck:
         _append(self.results, {"stopped": self.check, "budget": self.budget, "why": why})
         pytest.skip(f"stopped: {why}")
 
-    def speed_script(self, script: str, arguments: list[str], folder: Path) -> dict:
+    def speed_script(self, script: str, arguments: list[str], folder: Path, verdicts: tuple[int, ...] = (0,)) -> dict:
         """Runs ``speed/<script>`` with ``arguments`` and ``--json``, its output printed as it comes (the command's
         log), stopped at the check's budget; returns the figures it wrote. A failed run fails the check with the
-        end of its output."""
+        end of its output; ``verdicts``: the exit statuses that are the script's verdict (its figures written), so
+        that the check records them before it asserts."""
         figures = folder / f"{Path(script).stem}.json"
         command = [sys.executable, "-c", SCRIPT_RUNNER, str(SPEED / script), *arguments, "--cache", str(self.cache),
                    "--json", str(figures)]
@@ -122,7 +123,8 @@ class GpuCheck:
                                    self.seconds_left(), f"speed/{script}")
         if status is None:
             self.stop(f"speed/{script} ran past its check's budget of {self.budget:.0f} s")
-        assert status == 0, f"speed/{script} {' '.join(arguments)} exited {status}:\n{output[-3000:]}"
+        assert status in verdicts and figures.is_file(), \
+            f"speed/{script} {' '.join(arguments)} exited {status}:\n{output[-3000:]}"
         return json.loads(figures.read_text())
 
 

@@ -33,7 +33,7 @@ def losses(pretrained, device: str, dtype: str, docs: list[dict]) -> np.ndarray:
     return np.array([loss for loss, _ in values]).reshape(len(docs), 4)
 
 
-@pytest.mark.gpu_budget(full=75, quick=50)
+@pytest.mark.gpu_budget(full=65, quick=40)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("arch", ARCHS)
 def test_likelihoods_on_the_gpu_equal_the_cpus(arch, dtype, gpu_check, tiny_model):
