@@ -4,9 +4,9 @@ on its KV cache), against the naive method, one forward pass over the whole conv
 rendering and scored tokens, the patch's helpers; its path before prefix sharing), and against the suite's
 egoplan_hf, on the same EgoPlan questions: each candidate's loss within the dtype's tolerance of lmms-eval's, the same
 choice on at least 99 % of the questions that are not near ties, and each method's questions per second, with the
-ratios. A near tie is a question whose two lowest losses, lmms-eval's, lie within the largest loss difference the
-methods showed: random weights give candidates close losses, and rounding (bfloat16's 2^-8 relative, in kernels that
-differ) may reorder them; the near ties and the disagreements on them are counted and recorded.
+ratios. A near tie is a question whose two lowest losses, lmms-eval's, lie within the loss tolerance: random weights
+give candidates close losses, and rounding (bfloat16's 2^-8 relative, in kernels that differ) may reorder them; the
+near ties and the disagreements on them are counted and recorded.
 
 A scratch copy of the installed lmms-eval gets patches 01 and 25 (never the environment's own); this script then runs
 itself again importing it. Both backends load the same checkpoint as lmms-eval's backend loads it (its dtype: bfloat16
@@ -48,11 +48,11 @@ BACKENDS = {"qwen2_vl": ("lmms_eval.models.simple.qwen2_vl", "Qwen2_VL", "auto")
 SHAPE_ARCH = {"qwen2-vl-7b": "qwen2_vl", "qwen2.5-vl-7b": "qwen2_5_vl"}
 SAME_CHOICE_NEEDED = 0.99
 # The largest difference of a candidate's loss (the scored tokens' mean) allowed between the methods: float32 agrees
-# to rounding; bfloat16 rounds to 2^-8 relative in every layer of kernels that differ (tests/gpu's 0.1). A choice can
-# flip only where the two lowest losses lie within the sum of those two candidates' differences, at most twice the
-# largest difference observed; a near tie is the narrower band of that difference once, so that a flip needing both
-# candidates to move apart by more than it still counts against the 99 %, and where the methods agree closely (float32,
-# the CPU) hardly any question is a near tie.
+# to rounding; bfloat16 rounds to 2^-8 relative in every layer of kernels that differ (tests/gpu's 0.1). With every
+# loss within it, a choice can flip only where the two lowest losses lie within twice it; a near tie is the narrower
+# band of the tolerance once, fixed before the run (a band from the observed differences would move with the noise it
+# forgives), so that a flip needing both candidates to move apart by more than half of it still counts against the
+# 99 %.
 LOSS_TOLERANCE = {"float32": 1e-4, "bfloat16": 1e-1}
 NAIVE = "one pass per candidate"
 
@@ -164,7 +164,7 @@ def compare_arch(args: argparse.Namespace, arch: str) -> dict:
     agreed = agreement({name: np.array([loss for loss, _ in found]).reshape(-1, 4) for name, found in values.items()},
                        LOSS_TOLERANCE[str(theirs.model.dtype).removeprefix("torch.")])
     print(f"same choice on {agreed['same_choice']:.1%} of {agreed['questions']} questions, all three methods; "
-          f"near ties (lmms-eval's two lowest losses within the largest difference): {agreed['near_ties']}, "
+          f"near ties (lmms-eval's two lowest losses within {agreed['loss_tolerance']:g}): {agreed['near_ties']}, "
           f"{agreed['near_tie_disagreements']} of them chosen differently; beyond them the same choice on "
           f"{agreed['same_choice_beyond_near_ties']:.1%} (needed: {SAME_CHOICE_NEEDED:.0%}); max |loss difference| "
           f"{agreed['max_loss_difference']:.2e} (allowed: {agreed['loss_tolerance']:g}): "
@@ -176,8 +176,8 @@ def compare_arch(args: argparse.Namespace, arch: str) -> dict:
 
 def agreement(losses: dict, tolerance: float) -> dict:
     """The methods' agreement with lmms-eval's (``losses``: method -> questions x 4 candidate losses): the largest
-    loss difference, the share of questions all choose alike, the near ties (lmms-eval's two lowest losses within that
-    difference) and the disagreements on them, the share chosen alike beyond them, and whether the difference is
+    loss difference, the share of questions all choose alike, the near ties (lmms-eval's two lowest losses within
+    ``tolerance``) and the disagreements on them, the share chosen alike beyond them, and whether the difference is
     within ``tolerance`` and the share enough."""
     import numpy as np
 
@@ -185,7 +185,7 @@ def agreement(losses: dict, tolerance: float) -> dict:
     difference = max(float(np.abs(found - reference).max()) for found in losses.values())
     alike = np.all([found.argmin(axis=1) == reference.argmin(axis=1) for found in losses.values()], axis=0)
     lowest_two = np.sort(reference, axis=1)[:, :2]
-    near_tie = lowest_two[:, 1] - lowest_two[:, 0] <= difference
+    near_tie = lowest_two[:, 1] - lowest_two[:, 0] <= tolerance
     beyond = float(alike[~near_tie].mean()) if (~near_tie).any() else 1.0
     return {"questions": len(reference), "same_choice": float(alike.mean()), "max_loss_difference": difference,
             "loss_tolerance": tolerance, "near_ties": int(near_tie.sum()),

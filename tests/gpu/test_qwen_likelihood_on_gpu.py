@@ -2,9 +2,9 @@
 sharing a question's prompt across its candidates; also timed one pass per candidate) against the suite's egoplan_hf
 at Qwen2.5-VL-7B's published shape (random weights, bfloat16, all 28 layers; speed/bench_qwen_loglikelihood.py):
 each candidate's loss within the dtype's tolerance, the same choice on at least 99 % of the questions beyond the near
-ties (lmms-eval's two lowest losses within the largest loss difference observed, which rounding may reorder: counted
-and recorded), and each one's questions per second. At the smallest setting (the fast tier, on the CPU) it compares
-the three tiny Qwen checkpoints, Qwen2-VL, Qwen2.5-VL and Qwen3-VL, on lmms-eval's three patched backends."""
+ties (lmms-eval's two lowest losses within that tolerance, which rounding may reorder: counted and recorded), and each
+one's questions per second. At the smallest setting (the fast tier, on the CPU) it compares the three tiny Qwen
+checkpoints, Qwen2-VL, Qwen2.5-VL and Qwen3-VL, on lmms-eval's three patched backends."""
 
 import pytest
 
