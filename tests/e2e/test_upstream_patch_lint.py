@@ -137,3 +137,30 @@ def test_a_patch_that_adds_a_task_lists_it_in_lmms_evals_task_list(upstream):
         assert re.search(rf"^index {TASK_LIST_BLOB}\.\.", diff, re.M), (
             f"{upstream.name}: its {TASK_LIST} hunk is not made against lmms-eval's file (blob {TASK_LIST_BLOB})"
         )
+
+
+# lmms-eval's .github/pull_request_template.md (main 75571cfe0fa3): its sections in order and the bullets it allows in
+# each ("Max 3 bullets", "1-2 bullets"); a text may end with Related. The long reasoning goes to the linked issue text.
+TEMPLATE_SECTIONS = ("Summary", "In scope", "Out of scope", "Validation", "Risk / Compatibility", "Type of Change")
+MOST_BULLETS = {"Summary": 3, "Validation": 3, "Risk / Compatibility": 2}
+SUITE_NAME = re.compile(r"lmms[-_ ]egoplan", re.I)
+
+
+@pytest.mark.parametrize("upstream", upstream_patches(), ids=lambda upstream: upstream.name)
+def test_every_pull_request_text_follows_lmms_evals_template_and_cites_its_ruff(upstream):
+    parts = re.split(r"^## ([^\n]+)\n", upstream.patch.with_suffix(".md").read_text(encoding="utf-8"), flags=re.M)
+    sections = dict(zip(parts[1::2], parts[2::2]))
+    assert tuple(parts[1::2]) in (TEMPLATE_SECTIONS, (*TEMPLATE_SECTIONS, "Related")), parts[1::2]
+    for section, most in MOST_BULLETS.items():
+        assert 1 <= len(re.findall(r"^- ", sections[section], re.M)) <= most, (section, sections[section])
+    validation = sections["Validation"]
+    assert "ruff format --check" in validation and "ruff check" in validation, validation
+    assert not re.search(r"black|isort|pre-commit", validation), validation
+
+
+@pytest.mark.parametrize("upstream", upstream_patches(), ids=lambda upstream: upstream.name)
+def test_nothing_a_patch_ships_names_this_suite(upstream):
+    added = [
+        line for line in upstream.patch.read_text().splitlines() if line.startswith("+") and SUITE_NAME.search(line)
+    ]
+    assert not added, added
