@@ -8,6 +8,7 @@ in a hunk made against that file as lmms-eval's repository holds it."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -17,7 +18,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.upstream_patches import added_file, git_apply, installed_lmms_eval, patched_paths, upstream_patches
+from tests.e2e.upstream_patches import (
+    added_file,
+    git_apply,
+    in_order,
+    installed_lmms_eval,
+    patched_paths,
+    upstream_patches,
+)
 
 # lmms-eval 0.7.3's pyproject.toml (its sdist, `pip download --no-deps --no-binary :all: lmms-eval==0.7.3`): the
 # Python it supports, which ruff's formatter reads as its target, and its [tool.ruff] tables as released.
@@ -137,6 +145,37 @@ def test_a_patch_that_adds_a_task_lists_it_in_lmms_evals_task_list(upstream):
         assert re.search(rf"^index {TASK_LIST_BLOB}\.\.", diff, re.M), (
             f"{upstream.name}: its {TASK_LIST} hunk is not made against lmms-eval's file (blob {TASK_LIST_BLOB})"
         )
+
+
+def task_list_as_the_hunks_read_it(patches) -> str:
+    """The lines of lmms-eval's task list that the patches' hunks read (context and removed lines, at the lines each
+    hunk names in that file), the lines between them stand-ins: the file, as far as the hunks can tell."""
+    lines = {}
+    for patch in patches:
+        for diff in task_list_hunks(patch.patch):
+            for start, body in re.findall(r"^@@ -(\d+)(?:,\d+)? \+\S+ @@[^\n]*\n((?:[-+ \\][^\n]*\n?)*)", diff, re.M):
+                old = [line[1:] for line in body.splitlines() if line[:1] in (" ", "-")]
+                for number, line in enumerate(old, int(start)):
+                    assert lines.setdefault(number, line) == line, f"{patch.name} reads line {number} otherwise"
+    return "".join(lines.get(number, f"(line {number})") + "\n" for number in range(1, max(lines, default=0) + 21))
+
+
+def test_the_task_list_hunks_apply_together_in_order(tmp_path):
+    """The release ships no docs/, so the series' own application leaves them out (tests/e2e/upstream_patches.py):
+    here they apply, without an offset or a warning, to the file as their hunks read it."""
+    patches = [patch for patch in in_order(upstream_patches()) if task_list_hunks(patch.patch)]
+    (tmp_path / TASK_LIST).parent.mkdir(parents=True)
+    (tmp_path / TASK_LIST).write_text(task_list_as_the_hunks_read_it(patches))
+    for patch in patches:
+        applied = subprocess.run(
+            ["git", "apply", "-v", f"--include={TASK_LIST}", str(patch.patch)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path.parent)},
+        )
+        said = "\n".join(line for line in applied.stderr.splitlines() if not line.startswith("Skipped patch"))
+        assert applied.returncode == 0 and "offset" not in said, f"{patch.name}: {said}"
 
 
 # lmms-eval's .github/pull_request_template.md (main 75571cfe0fa3): its sections in order and the bullets it allows in
