@@ -3,18 +3,29 @@
 first-party), and depends on ruff, so the environment's ruff is lmms-eval's. Each patch is applied (on the patches it
 needs) to the files it touches, copied from the installed release, beside a ``pyproject.toml`` holding those settings;
 every Python file it adds or changes must pass ``ruff format --check`` and ``ruff check`` outright, as every file of the
-release does."""
+release does. A patch that adds a task gives it its line in lmms-eval's task list, ``docs/advanced/current_tasks.md``,
+in a hunk made against that file as lmms-eval's repository holds it."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.e2e.upstream_patches import git_apply, installed_lmms_eval, patched_paths, upstream_patches
+from tests.e2e.upstream_patches import (
+    added_file,
+    git_apply,
+    in_order,
+    installed_lmms_eval,
+    patched_paths,
+    upstream_patches,
+)
 
 # lmms-eval 0.7.3's pyproject.toml (its sdist, `pip download --no-deps --no-binary :all: lmms-eval==0.7.3`): the
 # Python it supports, which ruff's formatter reads as its target, and its [tool.ruff] tables as released.
@@ -69,3 +80,126 @@ def test_every_python_file_a_patch_adds_or_changes_passes_lmms_evals_ruff(upstre
     python_files = [file for file in patched_paths(patch) if file.endswith(".py") and (tree / file).exists()]
     failures = ruff_failures(tree, python_files)
     assert not failures, f"{patch.name} fails lmms-eval's ruff settings:\n" + "\n".join(failures)
+
+
+TASK_LIST = "docs/advanced/current_tasks.md"
+# The blob of lmms-eval's task list at main 75571cfe0fa3 (2026-08-06), the newest copy of lmms-eval's repository the
+# suite can read (`fetch`); the released 0.7.3 ships no docs/. A hunk made against it applies to that file alone.
+TASK_LIST_BLOB = "2052965"
+# The EgoPlan line's new tasks (27, 28) get their task-list lines in issue 64's point 3 work on that line.
+WITHOUT_TASK_LIST_LINE = {"27-egoplan-bench2-task", "28-egoplan-bench-tasks"}
+
+
+class _TaggedYaml(yaml.SafeLoader):
+    """lmms-eval's task YAMLs with their ``!function`` tags read as None: only the task and group names matter here."""
+
+
+_TaggedYaml.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def new_top_level_tasks(patch: Path) -> set[str]:
+    """The tasks and groups a patch's new YAMLs define that no other new YAML of it groups: those a user names."""
+    defined, grouped = set(), set()
+    for path in patched_paths(patch):
+        if not path.endswith(".yaml") or f"--- /dev/null\n+++ b/{path}\n" not in patch.read_text():
+            continue
+        config = yaml.load(added_file(patch, path), Loader=_TaggedYaml) or {}
+        name = config.get("group") or config.get("task")
+        defined.add(name)
+        grouped.update(config.get("task") or [] if "group" in config else [])
+    return defined - grouped
+
+
+def task_list_hunks(patch: Path) -> list[str]:
+    """The patch's diffs of lmms-eval's task list."""
+    return [diff for diff in patch.read_text().split("diff --git ")[1:] if diff.startswith(f"a/{TASK_LIST} ")]
+
+
+@pytest.mark.parametrize(
+    "upstream",
+    [
+        pytest.param(
+            upstream,
+            marks=pytest.mark.xfail(
+                upstream.name in WITHOUT_TASK_LIST_LINE,
+                reason="the EgoPlan line's task-list lines are still to come",
+                strict=True,
+            ),
+        )
+        for upstream in upstream_patches()
+    ],
+    ids=lambda upstream: upstream.name,
+)
+def test_a_patch_that_adds_a_task_lists_it_in_lmms_evals_task_list(upstream):
+    tasks, hunks = new_top_level_tasks(upstream.patch), task_list_hunks(upstream.patch)
+    listed = {
+        name.strip()
+        for diff in hunks
+        for line in diff.splitlines()[4:]
+        if line.startswith("+")
+        for names in re.findall(r"\(([^)]*)\)\s*$", line)
+        for name in names.split(",")
+    }
+    assert tasks <= listed, f"{upstream.name}: {sorted(tasks - listed)} not in {TASK_LIST}"
+    for diff in hunks:
+        assert re.search(rf"^index {TASK_LIST_BLOB}\.\.", diff, re.M), (
+            f"{upstream.name}: its {TASK_LIST} hunk is not made against lmms-eval's file (blob {TASK_LIST_BLOB})"
+        )
+
+
+def task_list_as_the_hunks_read_it(patches) -> str:
+    """The lines of lmms-eval's task list that the patches' hunks read (context and removed lines, at the lines each
+    hunk names in that file), the lines between them stand-ins: the file, as far as the hunks can tell."""
+    lines = {}
+    for patch in patches:
+        for diff in task_list_hunks(patch.patch):
+            for start, body in re.findall(r"^@@ -(\d+)(?:,\d+)? \+\S+ @@[^\n]*\n((?:[-+ \\][^\n]*\n?)*)", diff, re.M):
+                old = [line[1:] for line in body.splitlines() if line[:1] in (" ", "-")]
+                for number, line in enumerate(old, int(start)):
+                    assert lines.setdefault(number, line) == line, f"{patch.name} reads line {number} otherwise"
+    return "".join(lines.get(number, f"(line {number})") + "\n" for number in range(1, max(lines, default=0) + 21))
+
+
+def test_the_task_list_hunks_apply_together_in_order(tmp_path):
+    """The release ships no docs/, so the series' own application leaves them out (tests/e2e/upstream_patches.py):
+    here they apply, without an offset or a warning, to the file as their hunks read it."""
+    patches = [patch for patch in in_order(upstream_patches()) if task_list_hunks(patch.patch)]
+    (tmp_path / TASK_LIST).parent.mkdir(parents=True)
+    (tmp_path / TASK_LIST).write_text(task_list_as_the_hunks_read_it(patches))
+    for patch in patches:
+        applied = subprocess.run(
+            ["git", "apply", "-v", f"--include={TASK_LIST}", str(patch.patch)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path.parent)},
+        )
+        said = "\n".join(line for line in applied.stderr.splitlines() if not line.startswith("Skipped patch"))
+        assert applied.returncode == 0 and "offset" not in said, f"{patch.name}: {said}"
+
+
+# lmms-eval's .github/pull_request_template.md (main 75571cfe0fa3): its sections in order and the bullets it allows in
+# each ("Max 3 bullets", "1-2 bullets"); a text may end with Related. The long reasoning goes to the linked issue text.
+TEMPLATE_SECTIONS = ("Summary", "In scope", "Out of scope", "Validation", "Risk / Compatibility", "Type of Change")
+MOST_BULLETS = {"Summary": 3, "Validation": 3, "Risk / Compatibility": 2}
+SUITE_NAME = re.compile(r"lmms[-_ ]egoplan", re.I)
+
+
+@pytest.mark.parametrize("upstream", upstream_patches(), ids=lambda upstream: upstream.name)
+def test_every_pull_request_text_follows_lmms_evals_template_and_cites_its_ruff(upstream):
+    parts = re.split(r"^## ([^\n]+)\n", upstream.patch.with_suffix(".md").read_text(encoding="utf-8"), flags=re.M)
+    sections = dict(zip(parts[1::2], parts[2::2]))
+    assert tuple(parts[1::2]) in (TEMPLATE_SECTIONS, (*TEMPLATE_SECTIONS, "Related")), parts[1::2]
+    for section, most in MOST_BULLETS.items():
+        assert 1 <= len(re.findall(r"^- ", sections[section], re.M)) <= most, (section, sections[section])
+    validation = sections["Validation"]
+    assert "ruff format --check" in validation and "ruff check" in validation, validation
+    assert not re.search(r"black|isort|pre-commit", validation), validation
+
+
+@pytest.mark.parametrize("upstream", upstream_patches(), ids=lambda upstream: upstream.name)
+def test_nothing_a_patch_ships_names_this_suite(upstream):
+    added = [
+        line for line in upstream.patch.read_text().splitlines() if line.startswith("+") and SUITE_NAME.search(line)
+    ]
+    assert not added, added
