@@ -3,10 +3,11 @@
 first-party), and depends on ruff, so the environment's ruff is lmms-eval's. Each patch is applied (on the patches it
 needs) to the files it touches, copied from the installed release, beside a ``pyproject.toml`` holding those settings;
 every Python file it adds or changes must pass ``ruff format --check`` and ``ruff check`` outright, as every file of the
-release does."""
+release does. And lmms-eval's layout: no task folder imports another (what two share goes in ``tasks/_task_utils/``)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -69,3 +70,24 @@ def test_every_python_file_a_patch_adds_or_changes_passes_lmms_evals_ruff(upstre
     python_files = [file for file in patched_paths(patch) if file.endswith(".py") and (tree / file).exists()]
     failures = ruff_failures(tree, python_files)
     assert not failures, f"{patch.name} fails lmms-eval's ruff settings:\n" + "\n".join(failures)
+
+
+# A task folder's module, and an import of a task folder's module (``_task_utils`` is lmms-eval's shared code)
+TASK_MODULE = re.compile(r"^lmms_eval/tasks/(?P<folder>[a-zA-Z0-9]\w*)/\S+\.py$")
+TASK_IMPORT = re.compile(r"^\+\s*(?:from|import)\s+lmms_eval\.tasks\.(?P<folder>[a-zA-Z0-9]\w*)\b", re.M)
+
+
+def added_lines(patch: Path) -> dict[str, str]:
+    """The lines a patch adds, per file it adds or changes (``+`` kept): {path: lines}."""
+    sections = re.split(r"^diff --git a/\S+ b/(\S+)$", patch.read_text(), flags=re.M)
+    return {path: "\n".join(line for line in body.splitlines() if line.startswith("+") and not line.startswith("+++"))
+            for path, body in zip(sections[1::2], sections[2::2])}
+
+
+@pytest.mark.parametrize("upstream", upstream_patches(), ids=lambda upstream: upstream.name)
+def test_no_task_folder_a_patch_writes_imports_another(upstream):
+    """A task loads alone: ``egoplan_val_mcppl`` needs no ``egoplan_bench2``, which needs no ``egoplan2``."""
+    crossing = [f"{path} imports lmms_eval.tasks.{imported['folder']}"
+                for path, lines in added_lines(upstream.patch).items() if (module := TASK_MODULE.match(path))
+                for imported in TASK_IMPORT.finditer(lines) if imported["folder"] != module["folder"]]
+    assert not crossing, f"{upstream.patch.name}: " + "; ".join(crossing)
