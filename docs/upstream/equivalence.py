@@ -190,6 +190,9 @@ class SuiteSettings:
     upstream_variables: Mapping[str, str] = field(default_factory=dict)
     # How lmms-eval's task spells a setting's value, where not as ``str`` (None: ""): {setting: value -> text}
     upstream_values: Mapping[str, Callable[[Any], str]] = field(default_factory=dict)
+    # Settings lmms-eval's task fixes in its YAML (a task variant, not a variable): the suite's must hold these values
+    # for the two to score alike, {setting: value}
+    fixed: Mapping[str, Any] = field(default_factory=dict)
     judge: JudgeRoute | None = None  # a judged benchmark: how each side reaches its judge (its requests recorded)
 
 
@@ -626,8 +629,13 @@ def upstream_settings(declared: SuiteSettings, environ: Mapping[str, str]) -> di
                                 env_prefix=declared.env_prefix, environ={})
     route = {declared.judge.suite_setting: declared.judge.upstream_variable} if declared.judge else {}
     shared = (*declared.shared, *route)
+    unfixed = [f"{env_var(declared.env_prefix, name)}={value}" for name, value in declared.fixed.items()
+               if getattr(resolved, name) != value]
+    if unfixed:
+        raise EquivalenceError(f"lmms-eval's task fixes what the suite sets with {', '.join(unfixed)}: set "
+                               f"{'those' if len(unfixed) > 1 else 'it'} to compare the two")
     changed = [item.name for item in dataclasses.fields(resolved)
-               if item.name not in (*shared, *declared.unscored)
+               if item.name not in (*shared, *declared.unscored, *declared.fixed)
                and getattr(resolved, item.name) != getattr(defaults, item.name)]
     if changed:
         raise EquivalenceError("lmms-eval's task has no setting " + ", ".join(
@@ -964,17 +972,20 @@ def _egoplan_bench2() -> Benchmark:
                                        "reports the question count as the task's `samples` (it takes the item count "
                                        "of the last metric); the suite logs a question's own domain only",
                                        ("sample:accuracy_domain_*",)),
-                            # Covers nothing: the comparison hands the suite's `parser` to both sides, so each run
-                            # compares one reading; the two tasks' defaults differ by design.
-                            Difference("default answer reading", "27's `accuracy` reads answers with eval.py's "
-                                       "parser unless EGOPLAN2_PARSER says otherwise (the published numbers' "
-                                       "protocol, as a maintainer asks); the suite's task reads them robustly unless "
-                                       "its `parser` says otherwise; both report both readings", ()))),),
+                            Difference("one reading per metric name", "27's `accuracy` and `unparseable` are "
+                                       "eval.py's reading, fixed in its YAML (no parser variable), and "
+                                       "`accuracy_robust` / `unparseable_robust` the robust one; the suite reads "
+                                       "`accuracy` as its `parser` says (the comparison sets it to official) and "
+                                       "reports each reading under its name as well",
+                                       tuple(f"{kind}:{name}_official*" for kind in ("sample", "aggregate")
+                                             for name in ("accuracy", "unparseable"))))),),
         settings=SuiteSettings(
             EgoPlanBench2Settings, ENV_PREFIX, "tasks/egoplan_bench2/egoplan_bench2.yaml",
-            shared=("data_source", "annotation_dir", "annotation_file", "ego4d_videos_root", "annotation_fps",
-                    "seed_bench_r1_root", "frame_sampling", "num_frames", "parser"),
-            unscored=("images_decoded_at_load", "allow_paths_outside_root", "scored_tokens", "loss_mean")))
+            # The data's folders; the data source and the frames are 27's task variants (egoplan_bench2 compares the
+            # release's keyframes), so the suite's must be at their defaults, as its annotation rate (30 fps, fixed)
+            shared=("annotation_dir", "annotation_file", "ego4d_videos_root", "seed_bench_r1_root"),
+            unscored=("images_decoded_at_load", "allow_paths_outside_root", "scored_tokens", "loss_mean"),
+            fixed={"parser": "official"}))
 
 
 declare(_egoplan_bench2())
@@ -1212,6 +1223,12 @@ EGOPLAN_EVERY_SOURCE = Difference(
     "its own source, so that lmms-eval's results file reports the question count as the task's `samples` (it takes "
     "the item count of the last metric); the suite logs a question's own source only",
     ("sample:accuracy_epic_kitchens", "sample:accuracy_ego4d"))
+EGOPLAN_MCQ_READING = Difference(
+    "lmms-eval's letter reading", "28's egoplan_val_mc reads the answer's letter with lmms-eval's shared "
+    "extract_mcq_answer; the suite's egoplan_val_gen with its robust reading (EgoPlan-Bench2's), which also reads a "
+    "candidate's text and never takes the article \"a\" for a letter: the two score an answer alike only where both "
+    "read the same letter", tuple(f"{kind}:{name}" for kind in ("sample", "aggregate")
+                                  for name in ("accuracy", "accuracy_epic_kitchens", "accuracy_ego4d", "unparseable")))
 EGOPLAN_END_OF_TURN = Difference(
     "the end-of-turn token, recorded", "egoplan_hf records in each sample the token that closes the scored answer "
     "(<|im_end|>, the chat template's); lmms-eval's Qwen backends score the same token without recording it",
@@ -1224,9 +1241,11 @@ def _egoplan() -> Benchmark:
         patches=("01-loglikelihood-results.patch", "23-egoplan2-official-parser.patch",
                  "25-qwen-vl-loglikelihood.patch", "27-egoplan-bench2-task.patch", "28-egoplan-bench-tasks.patch"),
         # Each candidate's loss within 1e-4 (the two backends' float rounding); every choice, accuracy equal.
-        tasks=(TaskPair("egoplan_val", "egoplan_val", (EGOPLAN_BOOKKEEPING, EGOPLAN_ANALYSIS, EGOPLAN_END_OF_TURN,
-                                                        EGOPLAN_EVERY_SOURCE), tolerance=1e-4),
-               TaskPair("egoplan_test", "egoplan_test", (EGOPLAN_BOOKKEEPING, EGOPLAN_END_OF_TURN), tolerance=1e-4)),
+        tasks=(TaskPair("egoplan_val_mcppl", "egoplan_val", (EGOPLAN_BOOKKEEPING, EGOPLAN_ANALYSIS,
+                                                              EGOPLAN_END_OF_TURN, EGOPLAN_EVERY_SOURCE),
+                        tolerance=1e-4),
+               TaskPair("egoplan_test_mcppl", "egoplan_test", (EGOPLAN_BOOKKEEPING, EGOPLAN_END_OF_TURN),
+                        tolerance=1e-4)),
         settings=_egoplan_settings("tasks/egoplan/egoplan_val.yaml"))
 
 
@@ -1234,8 +1253,8 @@ def _egoplan_gen() -> Benchmark:
     return Benchmark(
         name="egoplan_gen", capture="chat",
         patches=("23-egoplan2-official-parser.patch", "27-egoplan-bench2-task.patch", "28-egoplan-bench-tasks.patch"),
-        tasks=(TaskPair("egoplan_val_gen", "egoplan_val_gen", (EGOPLAN_BOOKKEEPING, EGOPLAN_ANALYSIS,
-                                                               EGOPLAN_EVERY_SOURCE)),),
+        tasks=(TaskPair("egoplan_val_mc", "egoplan_val_gen", (EGOPLAN_BOOKKEEPING, EGOPLAN_ANALYSIS,
+                                                              EGOPLAN_EVERY_SOURCE, EGOPLAN_MCQ_READING)),),
         settings=_egoplan_settings("tasks/egoplan/egoplan_val_gen.yaml"))
 
 

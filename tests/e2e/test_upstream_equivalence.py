@@ -26,8 +26,8 @@ from tests.e2e.planned_equivalence import actplan_release, egothink_paper
 def egoplan_bench2(workdir: Path, resources: contextlib.ExitStack, tiny_model) -> tuple[str, str, dict[str, str]]:
     """The demo's EgoPlan-Bench2 data (the release's layout), answered by the demo's script through lmms-eval's
     openai backend: answers of every shape, which the two parsers read differently. `accuracy` is read as lmms-eval's
-    task reads it by default (eval.py's parser; the suite's default is the robust reading, a declared difference), so
-    that the run with the plugin named below is the same command."""
+    task reads it (eval.py's parser, fixed in its YAML; the suite's default is the robust reading, a declared
+    difference), so that the run with the plugin named below is the same command."""
     from lmms_egoplan.demo.egoplan_bench2 import build_fixture, scripted_answers
 
     fixture = build_fixture(workdir / "data")
@@ -165,9 +165,9 @@ def test_egoplan_by_likelihood_scores_every_candidate_alike_and_writes_the_same_
             answered.setdefault(key, {})[side] = record["result"][0]
     assert len(answered) == 44 and all(len(losses) == 2 for losses in answered.values())  # 8 + 3 questions x 4
     assert max(abs(losses[UPSTREAM] - losses[SUITE]) for losses in answered.values()) < 1e-4
-    for task, questions in (("egoplan_val", 8), ("egoplan_test", 3)):
-        choices = [logged_choices(run.workdir, side, task) for side in (UPSTREAM, SUITE)]
-        assert choices[0] == choices[1] and len(choices[0]) == questions, (task, choices)
+    for tasks, questions in ((("egoplan_val_mcppl", "egoplan_val"), 8), (("egoplan_test_mcppl", "egoplan_test"), 3)):
+        choices = [logged_choices(run.workdir, side, task) for side, task in zip((UPSTREAM, SUITE), tasks)]
+        assert choices[0] == choices[1] and len(choices[0]) == questions, (tasks, choices)
     [upstream_file] = (run.workdir / UPSTREAM / "submissions").glob("egoplan_test_submission.json")
     [suite_file] = (run.workdir / SUITE).glob("*/*_submission_egoplan_test.json")
     assert json.loads(upstream_file.read_text()) == json.loads(suite_file.read_text())

@@ -4,7 +4,8 @@ first-party), and depends on ruff, so the environment's ruff is lmms-eval's. Eac
 needs) to the files it touches, copied from the installed release, beside a ``pyproject.toml`` holding those settings;
 every Python file it adds or changes must pass ``ruff format --check`` and ``ruff check`` outright, as every file of the
 release does. A patch that adds a task gives it its line in lmms-eval's task list, ``docs/advanced/current_tasks.md``,
-in a hunk made against that file as lmms-eval's repository holds it."""
+in a hunk made against that file as lmms-eval's repository holds it, or as the patches before it in the series leave
+it. And lmms-eval's layout: no task folder imports another (what two share goes in ``tasks/_task_utils/``)."""
 
 from __future__ import annotations
 
@@ -82,12 +83,32 @@ def test_every_python_file_a_patch_adds_or_changes_passes_lmms_evals_ruff(upstre
     assert not failures, f"{patch.name} fails lmms-eval's ruff settings:\n" + "\n".join(failures)
 
 
+# A task folder's module, and an import of a task folder's module (``_task_utils`` is lmms-eval's shared code)
+TASK_MODULE = re.compile(r"^lmms_eval/tasks/(?P<folder>[a-zA-Z0-9]\w*)/\S+\.py$")
+TASK_IMPORT = re.compile(r"^\+\s*(?:from|import)\s+lmms_eval\.tasks\.(?P<folder>[a-zA-Z0-9]\w*)\b", re.M)
+
+
+def added_lines(patch: Path) -> dict[str, str]:
+    """The lines a patch adds, per file it adds or changes (``+`` kept): {path: lines}."""
+    sections = re.split(r"^diff --git a/\S+ b/(\S+)$", patch.read_text(), flags=re.M)
+    return {path: "\n".join(line for line in body.splitlines() if line.startswith("+") and not line.startswith("+++"))
+            for path, body in zip(sections[1::2], sections[2::2])}
+
+
+@pytest.mark.parametrize("upstream", upstream_patches(), ids=lambda upstream: upstream.name)
+def test_no_task_folder_a_patch_writes_imports_another(upstream):
+    """A task loads alone: ``egoplan_val_mcppl`` needs no ``egoplan_bench2``, which needs no ``egoplan2``."""
+    crossing = [f"{path} imports lmms_eval.tasks.{imported['folder']}"
+                for path, lines in added_lines(upstream.patch).items() if (module := TASK_MODULE.match(path))
+                for imported in TASK_IMPORT.finditer(lines) if imported["folder"] != module["folder"]]
+    assert not crossing, f"{upstream.patch.name}: " + "; ".join(crossing)
+
+
 TASK_LIST = "docs/advanced/current_tasks.md"
 # The blob of lmms-eval's task list at main 75571cfe0fa3 (2026-08-06), the newest copy of lmms-eval's repository the
-# suite can read (`fetch`); the released 0.7.3 ships no docs/. A hunk made against it applies to that file alone.
+# suite can read (`fetch`); the released 0.7.3 ships no docs/. The series' first task-list hunk is made against it,
+# each later one against the file the one before leaves (their lines are neighbours: EgoPlan, EgoPlan-Bench2, EgoThink).
 TASK_LIST_BLOB = "2052965"
-# The EgoPlan line's new tasks (27, 28) get their task-list lines in issue 64's point 3 work on that line.
-WITHOUT_TASK_LIST_LINE = {"27-egoplan-bench2-task", "28-egoplan-bench-tasks"}
 
 
 class _TaggedYaml(yaml.SafeLoader):
@@ -115,58 +136,53 @@ def task_list_hunks(patch: Path) -> list[str]:
     return [diff for diff in patch.read_text().split("diff --git ")[1:] if diff.startswith(f"a/{TASK_LIST} ")]
 
 
-@pytest.mark.parametrize(
-    "upstream",
-    [
-        pytest.param(
-            upstream,
-            marks=pytest.mark.xfail(
-                upstream.name in WITHOUT_TASK_LIST_LINE,
-                reason="the EgoPlan line's task-list lines are still to come",
-                strict=True,
-            ),
-        )
-        for upstream in upstream_patches()
-    ],
-    ids=lambda upstream: upstream.name,
-)
+@pytest.mark.parametrize("upstream", upstream_patches(), ids=lambda upstream: upstream.name)
 def test_a_patch_that_adds_a_task_lists_it_in_lmms_evals_task_list(upstream):
+    """Listed as the file lists them: ``- [Benchmark](url) (group)``, a sub-bullet ``- Name (task, task)`` or a bare
+    ``- task`` sub-bullet."""
     tasks, hunks = new_top_level_tasks(upstream.patch), task_list_hunks(upstream.patch)
     listed = {
         name.strip()
         for diff in hunks
         for line in diff.splitlines()[4:]
         if line.startswith("+")
-        for names in re.findall(r"\(([^)]*)\)\s*$", line)
-        for name in names.split(",")
+        for names in re.findall(r"\(([^)]*)\)\s*$|^\+\s+- (\w+)\s*$", line)
+        for name in ",".join(names).split(",")
+        if name
     }
     assert tasks <= listed, f"{upstream.name}: {sorted(tasks - listed)} not in {TASK_LIST}"
-    for diff in hunks:
-        assert re.search(rf"^index {TASK_LIST_BLOB}\.\.", diff, re.M), (
-            f"{upstream.name}: its {TASK_LIST} hunk is not made against lmms-eval's file (blob {TASK_LIST_BLOB})"
-        )
 
 
-def task_list_as_the_hunks_read_it(patches) -> str:
-    """The lines of lmms-eval's task list that the patches' hunks read (context and removed lines, at the lines each
-    hunk names in that file), the lines between them stand-ins: the file, as far as the hunks can tell."""
-    lines = {}
-    for patch in patches:
-        for diff in task_list_hunks(patch.patch):
-            for start, body in re.findall(r"^@@ -(\d+)(?:,\d+)? \+\S+ @@[^\n]*\n((?:[-+ \\][^\n]*\n?)*)", diff, re.M):
-                old = [line[1:] for line in body.splitlines() if line[:1] in (" ", "-")]
-                for number, line in enumerate(old, int(start)):
-                    assert lines.setdefault(number, line) == line, f"{patch.name} reads line {number} otherwise"
-    return "".join(lines.get(number, f"(line {number})") + "\n" for number in range(1, max(lines, default=0) + 21))
+def test_the_task_list_hunks_are_made_against_lmms_evals_file_then_each_other():
+    blobs = [re.search(r"^index (\w+)\.\.(\w+)", diff, re.M).groups()
+             for patch in in_order(upstream_patches()) for diff in task_list_hunks(patch.patch)]
+    preimages = [before for before, _ in blobs]
+    assert preimages == [TASK_LIST_BLOB, *(after for _, after in blobs[:-1])], blobs
+
+
+STAND_IN = "\x00stand-in"
+
+
+def read_by_hunks(patch: Path, lines: dict[int, str]) -> None:
+    """Adds to ``lines`` (the file as known: line number -> text) the lines the patch's task-list hunks read (context
+    and removed lines, at the lines each hunk names); a line known otherwise fails."""
+    for diff in task_list_hunks(patch):
+        for start, body in re.findall(r"^@@ -(\d+)(?:,\d+)? \+\S+ @@[^\n]*\n((?:[-+ \\][^\n]*\n?)*)", diff, re.M):
+            old = [line[1:] for line in body.splitlines() if line[:1] in (" ", "-")]
+            for number, line in enumerate(old, int(start)):
+                assert lines.setdefault(number, line) == line, f"{patch.name} reads line {number} otherwise"
 
 
 def test_the_task_list_hunks_apply_together_in_order(tmp_path):
     """The release ships no docs/, so the series' own application leaves them out (tests/e2e/upstream_patches.py):
-    here they apply, without an offset or a warning, to the file as their hunks read it."""
-    patches = [patch for patch in in_order(upstream_patches()) if task_list_hunks(patch.patch)]
-    (tmp_path / TASK_LIST).parent.mkdir(parents=True)
-    (tmp_path / TASK_LIST).write_text(task_list_as_the_hunks_read_it(patches))
-    for patch in patches:
+    here they apply in order, without an offset or a warning, to the file as far as their hunks can tell (the lines
+    each reads, stand-ins between them)."""
+    task_list = tmp_path / TASK_LIST
+    task_list.parent.mkdir(parents=True)
+    lines: dict[int, str] = {}
+    for patch in (patch for patch in in_order(upstream_patches()) if task_list_hunks(patch.patch)):
+        read_by_hunks(patch.patch, lines)
+        task_list.write_text("".join(lines.get(n, f"{STAND_IN} {n}") + "\n" for n in range(1, max(lines) + 21)))
         applied = subprocess.run(
             ["git", "apply", "-v", f"--include={TASK_LIST}", str(patch.patch)],
             cwd=tmp_path,
@@ -176,6 +192,8 @@ def test_the_task_list_hunks_apply_together_in_order(tmp_path):
         )
         said = "\n".join(line for line in applied.stderr.splitlines() if not line.startswith("Skipped patch"))
         assert applied.returncode == 0 and "offset" not in said, f"{patch.name}: {said}"
+        lines = {n: line for n, line in enumerate(task_list.read_text().splitlines(), 1)
+                 if not line.startswith(STAND_IN)}
 
 
 # lmms-eval's .github/pull_request_template.md (main 75571cfe0fa3): its sections in order and the bullets it allows in

@@ -1,12 +1,13 @@
 """The EgoPlan-Bench2 pull requests for lmms-eval (docs/upstream/), held to the suite in process: 23's test in
-lmms-eval's test tree reads every answer shape of the suite's parser tests; 27's task, loaded from its diff, shows
-the suite's frames and writes its prompt in both data layouts and both frame samplings, and its robust parser reads as
-the suite's. The whole task through lmms-eval's CLI against the suite's: tests/e2e/test_upstream_equivalence.py."""
+lmms-eval's test tree reads every answer shape of the suite's parser tests; 27's task, loaded from its diff with the
+shared helpers it adds (the official parser, the frame decoder), shows the suite's frames and writes its prompt in
+both data layouts and both frame samplings (its task variants), and its robust parser reads as the suite's. The whole
+task through lmms-eval's CLI against the suite's: tests/e2e/test_upstream_equivalence.py."""
 
 import ast
 import hashlib
-import importlib.util
 import random
+import sys
 
 import pytest
 
@@ -16,6 +17,7 @@ from lmms_egoplan.egoplan_bench2 import data, settings, task
 from lmms_egoplan.egoplan_bench2.parsing import robust_letter
 from tests.e2e.upstream_patches import PATCHES, added_file
 from tests.egoplan_bench2.test_answer_parsers import CHOICES, OFFICIAL, ROBUST
+from tests.kit.upstream_module import added_module, changed_module
 
 FIX = PATCHES / "23-egoplan2-official-parser.patch"
 TASK = PATCHES / "27-egoplan-bench2-task.patch"
@@ -28,15 +30,16 @@ def fixture(tmp_path_factory):
 
 @pytest.fixture
 def upstream(fixture, tmp_path, monkeypatch):
-    """27's ``utils.py``, loaded from its diff with the settings pointing at the fixture's release layout."""
+    """27's ``utils.py``, loaded from its diff with the shared helpers it adds to lmms-eval's ``_task_utils`` and the
+    data folders pointing at the fixture's layouts."""
     for name, value in fixture.env().items():
         monkeypatch.setenv(name, value)
-    path = tmp_path / "egoplan_bench2_upstream_utils.py"
-    path.write_text(added_file(TASK, "lmms_eval/tasks/egoplan_bench2/utils.py"))
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    shared = "lmms_eval.tasks._task_utils"
+    monkeypatch.setitem(sys.modules, f"{shared}.egoplan_bench2_mcq_utils", added_module(
+        TASK, "lmms_eval/tasks/_task_utils/egoplan_bench2_mcq_utils.py", tmp_path))
+    monkeypatch.setitem(sys.modules, f"{shared}.video_loader", changed_module(
+        TASK, "lmms_eval/tasks/_task_utils/video_loader.py", tmp_path))
+    return added_module(TASK, "lmms_eval/tasks/egoplan_bench2/utils.py", tmp_path)
 
 
 def test_the_fixs_test_reads_every_answer_shape_of_the_suites_parser_tests():
@@ -63,7 +66,9 @@ def test_the_upstream_task_shows_the_suites_frames_and_writes_its_prompt(upstrea
     suite_docs = data.load_samples(resolve_settings(settings.EgoPlanBench2Settings, task="egoplan_bench2",
                                                     metadata={}, env_prefix="EGOPLAN2", environ=chosen)).docs
     records = fixture.records() if source == "official" else fixture.package_records()
-    upstream_docs = [upstream._question(record) for record in records]
+    # The variants' frame counts: egoplan_bench2(_seed_bench_r1) eval.py's keyframes, egoplan_bench2_clip LongVA's
+    count = {"keyframes": upstream.KEYFRAMES, "clip": upstream.CLIP_FRAMES}[sampling]
+    upstream_docs = [upstream._question(record, count) for record in records]
     assert [doc["sample_id"] for doc in upstream_docs] == [doc["sample_id"] for doc in suite_docs]
     for ours, theirs in zip(upstream_docs, suite_docs):
         assert pixels(upstream.egoplan_bench2_doc_to_visual(ours)) == pixels(task.doc_to_visual(theirs))

@@ -125,10 +125,18 @@ def test_a_requests_images_are_compared_by_their_pixels_not_their_encoding():
 
 def test_a_setting_lmms_evals_task_lacks_is_refused_and_the_shared_ones_handed_over(fixture_env):
     declared = equivalence.BENCHMARKS["egoplan_bench2"].settings
-    handed = upstream_settings(declared, {**fixture_env, "EGOPLAN2_FRAME_SAMPLING": "clip"})
-    assert handed["EGOPLAN2_FRAME_SAMPLING"] == "clip" and handed["EGOPLAN2_NUM_FRAMES"] == ""
-    with pytest.raises(EquivalenceError, match="lmms-eval's task has no setting EGOPLAN2_MAX_SIDE"):
-        upstream_settings(declared, {**fixture_env, "EGOPLAN2_MAX_SIDE": "224"})
+    official = {**fixture_env, "EGOPLAN2_PARSER": "official"}
+    handed = upstream_settings(declared, official)
+    assert handed == {**fixture_env, "EGOPLAN2_ANNOTATION_FILE": "EgoPlan-Bench2.json",
+                      "EGOPLAN2_SEED_BENCH_R1_ROOT": ""}  # the data's folders only: no parser, no frames
+    # 27's variants fix the frames and the data source, its YAML the reading: the suite's must match them
+    for name, value in (("EGOPLAN2_MAX_SIDE", "224"), ("EGOPLAN2_FRAME_SAMPLING", "clip"),
+                        ("EGOPLAN2_DATA_SOURCE", "seed_bench_r1")):
+        with pytest.raises(EquivalenceError, match=f"lmms-eval's task has no setting {name}"):
+            upstream_settings(declared, {**official, name: value})
+    with pytest.raises(EquivalenceError, match="lmms-eval's task fixes what the suite sets with EGOPLAN2_PARSER="
+                                               "official"):
+        upstream_settings(declared, fixture_env)
 
 
 @pytest.fixture
