@@ -132,7 +132,7 @@ def _judge_agreement(args: argparse.Namespace) -> int:
     settings = _judge_settings(args, {"judge_cache_dir": str(output / "judge-cache")})
     judge = answering_judge(settings)
     found = second_opinions(logged, judge, output)
-    if not found.pairs:
+    if all(pair.fixed for pair in found.pairs):  # none, or only answers scored without a judge
         raise InputError(f"no answer in {', '.join(map(str, args.samples))} was rated by both judges "
                          f"({found.first_failed} without a rating of the run's judge, {found.second_failed} without "
                          f"one of {judge.model})")

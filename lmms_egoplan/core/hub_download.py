@@ -5,10 +5,14 @@ resumable (``snapshot_download`` keeps the files it fetched whole, and fetches o
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
+
+from loguru import logger
 
 from lmms_egoplan.core.errors import InputError
 
@@ -48,6 +52,25 @@ def dataset_revision(repo_id: str, *, revision: str | None = None,
     siblings = list(filter_repo_objects(info.siblings or [], allow_patterns=list(allow_patterns) or None,
                                         key=lambda sibling: sibling.rfilename))
     return info.sha, len(siblings), sum(sibling.size or 0 for sibling in siblings)
+
+
+@functools.lru_cache(maxsize=None)  # one commit for every task of a run that reads the dataset
+def resolved_commit(repo_id: str, revision: str | None = None) -> str | None:
+    """The commit ``revision`` (None: the default branch) of Hub dataset ``repo_id`` names now, for a run that loads
+    the dataset from the Hub to load and record that commit; None where the Hub cannot say (offline, ``repo_id`` a
+    local folder, the Hub not answering: the load then reads what its own cache or the Hub gives, unpinned)."""
+    if revision and re.fullmatch(r"[0-9a-f]{40}", revision):
+        return revision
+    from huggingface_hub import HfApi, constants
+
+    if constants.HF_HUB_OFFLINE or Path(repo_id).expanduser().exists():
+        return None
+    try:
+        return HfApi(endpoint=os.environ.get("HF_ENDPOINT")).dataset_info(repo_id, revision=revision).sha
+    except Exception as error:  # the load that follows says what is wrong with the dataset, if anything is
+        logger.warning(f"{repo_id}: the Hub did not say which commit {revision or 'its default branch'} is "
+                       f"({type(error).__name__}: {error}); the run records the revision unresolved")
+        return None
 
 
 def fetch_dataset(repo_id: str, folder: str | Path, *, revision: str | None = None,

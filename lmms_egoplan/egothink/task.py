@@ -39,6 +39,7 @@ from loguru import logger
 
 from lmms_egoplan.contract.benchmark import Configuration, LoadedDocs, TaskContext, TaskSpec, chat_messages
 from lmms_egoplan.contract.judged import JUDGED_METRICS
+from lmms_egoplan.core.hub_download import resolved_commit
 from lmms_egoplan.core.media import load_image
 from lmms_egoplan.core.provenance import HUB_PREFIX
 from lmms_egoplan.core.settings import SettingsError, setting_name
@@ -69,10 +70,13 @@ def load_docs(context: TaskContext) -> LoadedDocs:
                                       images_decoded=settings.images_decoded_at_load)
         origin = read_from = str(settings.data_root)
     elif settings.source == "hub":
-        docs = load_hub_dimension(settings.hub_repo, dimension, revision=settings.hub_revision,
+        # The commit the revision names now is what is loaded and recorded; unresolved (offline): the name given,
+        # none for the default branch.
+        revision = resolved_commit(settings.hub_repo, settings.hub_revision) or settings.hub_revision
+        docs = load_hub_dimension(settings.hub_repo, dimension, revision=revision,
                                   image_cache=settings.image_cache, images_decoded=settings.images_decoded_at_load)
         origin = f"{settings.hub_repo} ({dimension.hub_config})"
-        read_from = f"{HUB_PREFIX}{settings.hub_repo}@{settings.hub_revision or ''}"  # unpinned: the default branch
+        read_from = f"{HUB_PREFIX}{settings.hub_repo}@{revision or ''}"
     else:
         raise SettingsError(f"task {task_name}: {setting_name(ENV_PREFIX, 'source')} must be 'hub' or "
                             f"'local', got {settings.source!r}")

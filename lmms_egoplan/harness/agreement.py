@@ -47,9 +47,11 @@ def second_opinions(logged: LoggedItems, judge: Judge, output_dir: str | Path, *
     found = SecondOpinions()
     for task, columns in logged.columns.items():
         items = [item for column in columns.values() for item in column]
-        first = run_ratings(logged.files[task], task)
         parts = {part.id: name for item in items for name, part in item_parts(item).items()
                  if not isinstance(part, FixedRating)}
+        # A task whose every answer was scored without a judge (EgoIntent's answers missing every field) asked the
+        # run's judge nothing and wrote no audit trail: nothing of it to compare, nothing to ask the second judge.
+        first = run_ratings(logged.files[task], task) if parts else {}
         rubric = items_rubric(items, logged.rubrics)
         found.rubrics[task] = items[0]["judge_rubric"]
         found.rubric_values[found.rubrics[task]] = rubric
@@ -99,7 +101,7 @@ def agreements(found: SecondOpinions) -> list[Agreement]:
         rows.append(agreement(group, pairs, rubric.levels, rubric.scale))
     for name in dict.fromkeys(found.rubrics.values()):
         pairs = [pair for pair in found.pairs if found.rubrics[found.group_tasks[pair.group]] == name]
-        if pairs and len(groups) > 1:
+        if any(not pair.fixed for pair in pairs) and len(groups) > 1:
             rubric = found.rubric_values[name]
             rows.append(agreement(f"all ({name})", pairs, rubric.levels, rubric.scale))
     return rows

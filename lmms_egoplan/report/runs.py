@@ -107,6 +107,17 @@ def not_judged(run: Run, tasks: Iterable[str]) -> str | None:
     return f"not judged (--predict_only): run `{command}` with the judge running, then this report again"
 
 
+def not_scored_predicted(run: Run, tasks: Iterable[str]) -> str | None:
+    """Where ``tasks`` of ``run``, which no judge scores, were generated with ``--predict_only``: what says so, and
+    what scores them (a run without it: lmms-eval scores as it evaluates, rejudge has nothing to judge); None where
+    they are scored."""
+    waiting = sorted(task for task in tasks if PREDICTED_ONLY in run.metrics.get(task, {}))
+    if not waiting:
+        return None
+    return (f"not scored (--predict_only): the run logged its answers unscored; run lmms-eval with `--tasks "
+            f"{','.join(waiting)}` again without --predict_only, then this report again")
+
+
 def zone_text(stamp: datetime) -> str:
     """``UTC`` or ``UTC+08:00``: the offset, which names the zone unambiguously and briefly."""
     offset = stamp.utcoffset()

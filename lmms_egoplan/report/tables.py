@@ -17,7 +17,7 @@ from lmms_egoplan.judge.retirements import retirement
 from lmms_egoplan.report.intervals import Interval, interval
 from lmms_egoplan.report.layout import SUBMISSION, Column, ReportFace, TableLayout
 from lmms_egoplan.report.metric_roles import invalid_reason, unscored_reason
-from lmms_egoplan.report.runs import LM_EVAL, Run, not_judged
+from lmms_egoplan.report.runs import LM_EVAL, Run, not_judged, not_scored_predicted
 
 THIS_RUN = "this run"
 TEXT_ONLY_BASELINE = "text-only baseline (lm-eval)"
@@ -144,8 +144,8 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
     notes += _unscored_by_the_settings(run, layout, task, notes)
     if not run.samples.keys() & tasks:
         notes.append(NO_INTERVALS)
-    if layout.judged and (waiting := not_judged(run, tasks)):
-        notes.append(waiting)
+    waiting = not_judged(run, tasks) if layout.judged else not_scored_predicted(run, tasks)
+    notes += [waiting] if waiting else []
     notes += [f"judged by lmms-egoplan rejudge: {path}" for path in sorted({run.rejudged[t] for t in tasks
                                                                             if t in run.rejudged})]
     source = TEXT_ONLY_BASELINE if run.harness == LM_EVAL else THIS_RUN

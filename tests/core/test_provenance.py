@@ -46,3 +46,32 @@ def test_a_file_is_recorded_with_its_sha256_and_a_folder_with_its_annotation_fil
     assert data_source([str(release)])[0]["sha256"] == folder_entry["sha256"]
     (release / "event" / "label.json").write_text('{"step": 1}')
     assert data_source([str(release)])[0]["sha256"] != folder_entry["sha256"]
+
+
+def test_an_unpinned_hub_revision_is_resolved_to_its_commit_which_the_task_loads_and_records(tmp_path, monkeypatch):
+    from lmms_egoplan.contract.benchmark import TaskContext
+    from lmms_egoplan.core.hub_download import resolved_commit
+    from lmms_egoplan.demo import egothink
+    from lmms_egoplan.egothink import task
+    from lmms_egoplan.egothink.data import DIMENSIONS
+    from lmms_egoplan.egothink.protocol import EgoThinkSettings
+    from tests.kit.loopback_hub import LoopbackHub
+
+    loaded = []
+    monkeypatch.setattr(task, "load_hub_dimension", lambda repo, dimension, *, revision, **_: loaded.append(revision)
+                        or [])
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)  # the tiny checkpoints' tests set it
+    resolved_commit.cache_clear()
+    context = TaskContext("ego_think_existence", EgoThinkSettings(source="hub"), dataset_name=next(iter(DIMENSIONS)))
+    with LoopbackHub() as hub:
+        hub.add("EgoThink/EgoThink", egothink.write_release(tmp_path / "repo"))
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        commit = hub.datasets["EgoThink/EgoThink"].sha
+        assert task.load_docs(context).read_from == [f"hub:EgoThink/EgoThink@{commit}"]
+    assert loaded == [commit]  # the commit recorded is the one loaded
+    assert data_source([f"hub:EgoThink/EgoThink@{commit}"]) == [{"hub": "EgoThink/EgoThink", "revision": commit}]
+    assert resolved_commit("EgoThink/EgoThink", "a" * 40) == "a" * 40  # a pinned commit asks no Hub
+    resolved_commit.cache_clear()
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    assert resolved_commit("EgoThink/EgoThink") is None  # offline: the load reads its cache, unpinned
+    resolved_commit.cache_clear()

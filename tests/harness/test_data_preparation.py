@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lmms_egoplan.core.settings_file import read_settings_file
-from lmms_egoplan.demo import egointent, egoplan, egoplan_bench2, egothink
+from lmms_egoplan.demo import egoplan
 from lmms_egoplan.harness.data_check import check_benchmark
 from lmms_egoplan.harness.data_preparation import NEEDED_FILE, prepare
 from lmms_egoplan.suite import BENCHMARKS, benchmark
@@ -24,19 +24,12 @@ TOKEN = "hf_test_token_that_accepted_the_conditions"
 @pytest.fixture
 def hub(tmp_path, monkeypatch):
     """The three Hub datasets of the suite's benchmarks, in their layouts, EgoIntent's gated."""
-    bench2 = egoplan_bench2.build_fixture(tmp_path / "bench2")
-    bench2_repo = tmp_path / "bench2-repo"
-    bench2_repo.mkdir()
-    shutil.copy(bench2.annotation_file, bench2_repo / "EgoPlan-Bench2.json")
-    (bench2_repo / "README.md").write_text("# EgoPlan-Bench2\n")
     with LoopbackHub() as served:
-        served.add("EgoThink/EgoThink", egothink.write_release(tmp_path / "egothink-repo"))
-        served.add("py2279105943/EgoIntent", egointent.write_release(tmp_path / "egointent-repo"), token=TOKEN)
-        served.add("qiulu66/EgoPlan-Bench2", bench2_repo)
+        bench2_records = served.add_the_suites_datasets(tmp_path, egointent_token=TOKEN)
         monkeypatch.setenv("HF_ENDPOINT", served.url)
         monkeypatch.delenv("HF_TOKEN", raising=False)
         monkeypatch.setattr("huggingface_hub.constants.HF_TOKEN_PATH", str(tmp_path / "no-token"))
-        served.bench2_records = bench2.records()
+        served.bench2_records = bench2_records
         yield served
 
 

@@ -129,3 +129,28 @@ def test_egointent_scores_are_on_the_tasks_scale_and_the_excerpts_show_the_answe
     assert "vs 4: grip the jar lid" in printed and "Rate meaning" not in printed
     disagreed = list(csv.DictReader((tmp_path / "out" / "judge_disagreements.csv").open()))
     assert {d["answer judged"] for d in disagreed} <= {"grip the jar lid", "open the jar", "pour it"}
+
+
+def test_a_task_whose_answers_were_all_scored_without_a_judge_needs_no_audit_trail_and_asks_nothing(tmp_path,
+                                                                                                    capsys):
+    """EgoIntent answers missing every field score 0 with no judge asked, so the run wrote no audit trail for it
+    (a tiny random model's answers, as the Run all five page's test has them): nothing of it to compare, which
+    alone is the usage error of a run with nothing judged (beside a judged task, the judged one is compared: that
+    page's test)."""
+    from lmms_egoplan.cli import main
+    from lmms_egoplan.egointent import task as egointent
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    doc = {"step_id": "s0", "environment": "indoor", "scenario": "Kitchen", "local_intent": "loosen the lid",
+           "procedural_intent": "open the jar", "next_step_plan": "pour the sauce", "frames_capped": False,
+           "plausible_next_steps": [], "judge_sees_plausible_next_steps": False, "definitions": "release"}
+    values = egointent.process_results(doc, ["no fields at all"], None)
+    row = {"doc_id": 0, **{name: value for name, value in values.items() if isinstance(value, dict)}}
+    (folder / "20261122_101010_samples_egointent.jsonl").write_text(json.dumps(row) + "\n")
+    with ChatServer(rating_responder(lambda call: "4")) as second:
+        assert main(["judge-agreement", str(folder), "--output", str(tmp_path / "out"), "--judge_base_url",
+                     second.base_url, "--judge_model", "second"]) == 2
+    assert second.calls == []
+    error = capsys.readouterr().err
+    assert "no answer in" in error and "was rated by both judges" in error and "no audit trail" not in error

@@ -55,6 +55,23 @@ class LoopbackHub:
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
+    def add_the_suites_datasets(self, folder: Path, *, egointent_token: str | None = None) -> list[dict]:
+        """Serve the suite's three Hub datasets, the demo's data in their layouts, written under ``folder``
+        (EgoIntent gated behind ``egointent_token`` where given); returns EgoPlan-Bench2's records."""
+        import shutil
+
+        from lmms_egoplan.demo import egointent, egoplan_bench2, egothink
+
+        bench2 = egoplan_bench2.build_fixture(folder / "bench2")
+        bench2_repo = folder / "bench2-repo"
+        bench2_repo.mkdir()
+        shutil.copy(bench2.annotation_file, bench2_repo / "EgoPlan-Bench2.json")
+        (bench2_repo / "README.md").write_text("# EgoPlan-Bench2\n")
+        self.add("EgoThink/EgoThink", egothink.write_release(folder / "egothink-repo"))
+        self.add("py2279105943/EgoIntent", egointent.write_release(folder / "egointent-repo"), token=egointent_token)
+        self.add("qiulu66/EgoPlan-Bench2", bench2_repo)
+        return bench2.records()
+
 
 _INFO = re.compile(r"/api/datasets/(?P<repo>[^/]+/[^/]+)(?:/revision/(?P<revision>[^/]+))?")
 _TREE = re.compile(r"/api/datasets/(?P<repo>[^/]+/[^/]+)/tree/(?P<revision>[^/]+)(?:/(?P<path>.*))?")

@@ -138,8 +138,8 @@ class _Loopback:
     """An HTTP server on a random loopback port, answered by ``handler`` (which reads the owner from
     ``self.server.owner``); a context manager."""
 
-    def _listen(self, handler) -> None:
-        self._httpd = _Server(("127.0.0.1", 0), handler)
+    def _listen(self, handler, port: int = 0) -> None:
+        self._httpd = _Server(("127.0.0.1", port), handler)
         self._httpd.owner = self
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
@@ -169,7 +169,7 @@ class EngineServer(_Loopback):
                  version: str = "0.33.0", trust_request_mm_kwargs: bool = True, prompt_logprobs: bool = True,
                  chat_template: str | None = None, modalities: dict[str, int | None] | None = None,
                  multimodal: bool = True, api_key: str | None = None, context_length: int | None = None,
-                 logprobs_mode: str = "raw_logprobs", **server_flags):
+                 logprobs_mode: str = "raw_logprobs", port: int = 0, **server_flags):
         if engine not in ("sglang", "vllm"):
             raise ValueError(f"engine must be sglang or vllm, got {engine!r}")
         self.engine = engine
@@ -206,7 +206,7 @@ class EngineServer(_Loopback):
         self.logprob_offset = 0.0  # added to every prompt log-probability (other weights)
         self.images_first = False
         self.starting = False
-        self._listen(_EngineHandler)
+        self._listen(_EngineHandler, port)
 
     def die_after(self, requests: int | None) -> None:
         """Answer ``requests`` more POSTs, then drop every request without an answer (None: live again)."""

@@ -788,6 +788,17 @@ def test_a_predict_only_row_says_it_is_not_judged_and_gives_the_rejudge_command(
     assert f"lmms-egoplan rejudge {folder / '20260102_100000_samples_ego_think_activity.jsonl'} " in note
 
 
+def test_a_predict_only_row_of_a_benchmark_no_judge_scores_says_what_scores_it(tmp_path):
+    write_lmms_eval_run(tmp_path / "runs" / "tiny-model", "20260102_100000", {"egoplan_val": {"bypass": 999}},
+                        {"egoplan_val": [{"doc_id": 0, "bypass": 999}]})
+    write_report([tmp_path / "runs"], tmp_path / "report", FACES)
+    [row] = [row for row in read_csv(tmp_path / "report" / "egoplan_val.csv") if row["source"] == THIS_RUN]
+    assert row["Accuracy (%)"] == ""
+    assert ("not scored (--predict_only): the run logged its answers unscored; run lmms-eval with `--tasks "
+            "egoplan_val` again without --predict_only, then this report again") in row["notes"]
+    assert "not judged" not in row["notes"]
+
+
 def test_the_report_reads_rejudged_scores_beside_the_run_or_elsewhere_and_prefers_the_latest(tmp_path):
     results = predict_only_egothink_run(tmp_path / "runs" / "tiny-model")
     rejudged_file(results.parent, results, 25.0, stamp="20260102_120000")
