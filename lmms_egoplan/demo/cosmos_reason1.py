@@ -123,6 +123,25 @@ def _scores(rows: list[tuple]) -> dict[str, float]:
             "disagreements": sum(row[3] != row[4] for row in rows), "predictions": len(rows)}
 
 
+def _task(part: str) -> str:
+    return f"cosmos_reason1_{part}" if part in ER_SOURCES else f"cosmos_reason1_cs_{part}"
+
+
+def _means(parts: dict[str, dict[str, float]], members: tuple[str, ...]) -> dict[str, float]:
+    """A group's means over ``members``' accuracies: macro (``accuracy_*``), micro (``micro_*``, the pooled
+    questions') and over the members that are embodied-reasoning sources other than AV (``no_av_*``)."""
+    five = [part for part in members if part in ER_SOURCES and part != "av"]
+    means = {}
+    for parser in ("official", "robust"):
+        weights = [parts[part]["predictions"] for part in members]
+        means[f"accuracy_{parser}"] = mean([parts[part][f"accuracy_{parser}"] for part in members])
+        means[f"micro_{parser}"] = sum(parts[part][f"accuracy_{parser}"] * weight
+                                       for part, weight in zip(members, weights)) / sum(weights)
+        if five:
+            means[f"no_av_{parser}"] = mean([parts[part][f"accuracy_{parser}"] for part in five])
+    return means
+
+
 def scripted_answers(fixture: CosmosReason1Fixture) -> ScriptedAnswers:
     """``cosmos_reason1`` answered in the eight styles; each value the run reports follows from what each parser
     reads of each style (``scripted_answer``), computed here without the parsers."""
@@ -130,22 +149,18 @@ def scripted_answers(fixture: CosmosReason1Fixture) -> ScriptedAnswers:
 
     def expected(run: EvalRun, failed: frozenset[str] = frozenset()) -> Expected:
         rows = [row for question, row in read.items() if question not in failed]
-        values: Expected = {}
-        parts = {part: _scores([row for row in rows if row[0] == part]) for part in (*ER_SOURCES, *CS_CATEGORIES)}
-        for part, scores in parts.items():
-            task = f"cosmos_reason1_{part}" if part in ER_SOURCES else f"cosmos_reason1_cs_{part}"
-            values[task] = {**scores, "micro_official": scores["accuracy_official"],
-                            "micro_robust": scores["accuracy_robust"], "skipped_samples": 0, "failed_requests": 0}
-        for group, members in (("cosmos_reason1_er", ER_SOURCES), ("cosmos_reason1_cs", CS_CATEGORIES),
-                               ("cosmos_reason1", (*ER_SOURCES, *CS_CATEGORIES))):
+        every = (*ER_SOURCES, *CS_CATEGORIES)
+        parts = {part: _scores([row for row in rows if row[0] == part]) for part in every}
+        values: Expected = {}  # the groups, then their parts
+        for group, members in (("cosmos_reason1_er", tuple(ER_SOURCES)), ("cosmos_reason1_cs", tuple(CS_CATEGORIES)),
+                               ("cosmos_reason1", every)):
             pooled = _scores([row for row in rows if row[0] in members])
-            values[group] = {"accuracy_official": mean([parts[part]["accuracy_official"] for part in members]),
-                             "accuracy_robust": mean([parts[part]["accuracy_robust"] for part in members]),
-                             "micro_official": pooled["accuracy_official"], "micro_robust": pooled["accuracy_robust"],
-                             "disagreements": pooled["disagreements"], "predictions": pooled["predictions"]}
-            five = [part for part in members if part in ER_SOURCES and part != "av"]
-            if five:
-                values[group]["no_av_official"] = mean([parts[part]["accuracy_official"] for part in five])
+            values[group] = {**pooled, **_means(parts, members), "skipped_samples": 0,
+                             "failed_requests": len(read) - len(rows)}
+        for part, scores in parts.items():
+            asked = sum(row[0] == part for row in read.values())
+            values[_task(part)] = {**scores, **_means(parts, (part,)), "skipped_samples": 0,
+                                   "failed_requests": asked - scores["predictions"]}
         return values
 
     answers = {question: row[2] for question, row in read.items()}
