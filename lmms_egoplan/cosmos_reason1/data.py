@@ -10,6 +10,10 @@
 * The common-sense categories (which the official code gives no layout: its Hub dataset holds the six sources) are
   read in the same shape, ``<root>/<category>/<category>_benchmark_qa_pairs.json`` and ``clips/``.
 
+* ``data_source: paibench_u``: the PAI-Bench-U Hub layout, ``<paibench_u_root>/data/*.parquet`` (a row per question:
+  ``question``, ``index2ans``, ``answer``, ``video_path``, the part in ``subcategory``) and the clips at
+  ``<paibench_u_root>/<video_path>`` (or ``videos/<video_path>``, as lmms-eval's ``paibench_u`` opens them).
+
 Every QA pair is a question: the official reader keys its QA pairs by clip, so an item sharing its clip with a later
 one is overwritten (RoboVQA: 101 of 110 run); ``official_reader_keeps`` marks the ones it keeps.
 """
@@ -35,6 +39,9 @@ OFFICIAL_ROBOVQA = 101  # what the official reader runs of RoboVQA's 110 (the re
 AV_CAMERA_SUFFIX = ".camera_front_wide_120fov"  # input.py get_video_path
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mov")  # evaluate.py make_all_tasks
 ROBOVQA_ITEMS = ("all", "official_101")
+DATA_SOURCES = ("official", "paibench_u")
+# PAI-Bench-U's subcategory labels (lower case, "_" for the rest) that name a part other than by its own name.
+PAIBENCH_U_ALIASES = {"physics": "other_physics", "bridgedata_v2": "bridgev2", "bridge": "bridgev2"}
 
 
 class CosmosReason1DataError(InputError):
@@ -113,6 +120,46 @@ def read_part(root: str | Path, part: str, problems: DatasetProblems) -> list[di
     return docs
 
 
+def paibench_u_part(label: Any) -> str | None:
+    """The part a PAI-Bench-U ``subcategory`` names, or None."""
+    if not isinstance(label, str):
+        return None
+    name = "_".join("".join(c if c.isalnum() else " " for c in label.lower()).split())
+    name = PAIBENCH_U_ALIASES.get(name, name)
+    return name if name in RELEASE_COUNTS else None
+
+
+def read_paibench_u(root: str | Path, problems: DatasetProblems) -> list[dict]:
+    """A doc per row of the PAI-Bench-U parquet files (``<root>/data/*.parquet``), its part from ``subcategory``;
+    each row's problem (a field, an unknown subcategory) joins ``problems``."""
+    if not root:
+        raise SettingsError(f"Cosmos-Reason1: {setting_name(ENV_PREFIX, 'data_source')} is paibench_u but "
+                            f"{setting_name(ENV_PREFIX, 'paibench_u_root')} (the Hub dataset's folder) is not set")
+    files = sorted((Path(root).expanduser() / "data").glob("*.parquet"))
+    if not files:
+        raise CosmosReason1DataError(f"no PAI-Bench-U parquet files under {Path(root).expanduser() / 'data'}; check "
+                                     f"{setting_name(ENV_PREFIX, 'paibench_u_root')}")
+    from datasets import Dataset
+
+    docs = []
+    for path in files:
+        for position, row in enumerate(Dataset.from_parquet(str(path), keep_in_memory=True)):
+            where = f"PAI-Bench-U file {path}, row #{position}"
+            with problems.collected():
+                part = paibench_u_part(row.get("subcategory"))
+                if part is None:
+                    raise CosmosReason1DataError(f"{where}: subcategory {row.get('subcategory')!r} names none of "
+                                                 f"{', '.join(RELEASE_COUNTS)}")
+                options = {key: text for key, text in (row.get("index2ans") or {}).items() if text is not None}
+                question = question_of({**row, "index2ans": options}, where)
+                video = str(row.get("video_path") or "")
+                named = Path(root).expanduser() / video
+                path_of = named if named.is_file() else Path(root).expanduser() / "videos" / video
+                docs.append({"source": part, "item_id": f"{part}/{path.stem}/{position}", "video_name": video,
+                             "video": str(path_of), **question, "official_reader_keeps": True})
+    return docs
+
+
 def clip_path(root: str | Path, part: str, video: str) -> Path:
     """The clip as the item's ``video`` names it; for AV, the camera-suffixed name where that one is absent."""
     named = part_folder(root, part) / video
@@ -125,23 +172,16 @@ def clip_path(root: str | Path, part: str, video: str) -> Path:
 
 def load_part(settings, part: str) -> LoadedSamples:
     """The docs of one source or category with their clips checked (each opened, its first frame's data read).
-    A part whose clips folder is absent is not run (an error saying so, never a score of 0); clips missing or
+    A part whose clips are all absent is not run (an error saying so, never a score of 0); clips missing or
     unusable are listed in one error, or with ``skip_missing`` left out and counted."""
     if part not in RELEASE_COUNTS:
         raise SettingsError(f"Cosmos-Reason1: no source or category {part!r} (known: {', '.join(RELEASE_COUNTS)})")
-    if not settings.root:
-        raise SettingsError(f"Cosmos-Reason1: set {setting_name(ENV_PREFIX, 'root')} to the folder holding "
-                            f"<source>/<source>_benchmark_qa_pairs.json and <source>/clips/")
     problems = DatasetProblems("the Cosmos-Reason1 data", CosmosReason1DataError)
-    docs = read_part(settings.root, part, problems)
-    problems.raise_if_any()
-    clips = part_folder(settings.root, part) / "clips"
-    if not clips.is_dir():
-        raise CosmosReason1DataError(f"Cosmos-Reason1 {part}: not run: its clips folder {clips} is absent "
-                                     f"({_where_clips_come_from(part)}); check {setting_name(ENV_PREFIX, 'root')}")
+    docs, where = _part_docs(settings, part, problems)
     if part == "robovqa" and settings.robovqa_items == "official_101":
         docs = [doc for doc in docs if doc["official_reader_keeps"]]
-    skipped = [MissingMedia(doc["item_id"], doc["video"], f"{problem}; check {setting_name(ENV_PREFIX, 'root')}")
+    check = f"check {where}"
+    skipped = [MissingMedia(doc["item_id"], doc["video"], f"{problem}; {check}")
                for doc in docs for _, problem in video_problems(doc["video"], [doc], lambda video, _: (0, "frame 0"))]
     if not settings.skip_missing:
         for sample in skipped:
@@ -151,9 +191,35 @@ def load_part(settings, part: str) -> LoadedSamples:
     left_out = {sample.sample_id for sample in skipped}
     kept = [{**doc, **_media_settings(settings)} for doc in docs if doc["item_id"] not in left_out]
     if not kept:
-        raise CosmosReason1DataError(f"Cosmos-Reason1 {part}: not run: none of its {len(docs)} clips is usable "
-                                     f"under {clips}")
+        raise CosmosReason1DataError(f"Cosmos-Reason1 {part}: not run: none of its {len(docs)} clips is usable; "
+                                     f"{check}")
     return LoadedSamples(kept, skipped)
+
+
+def _part_docs(settings, part: str, problems: DatasetProblems) -> tuple[list[dict], str]:
+    """The part's docs from the chosen layout (clips not checked), and the setting that points at them; a part
+    whose clips are all absent is not run."""
+    if settings.data_source == "paibench_u":
+        if settings.robovqa_items != "all":
+            raise SettingsError(f"Cosmos-Reason1: {setting_name(ENV_PREFIX, 'robovqa_items')} official_101 needs "
+                                f"the official layout, whose items say which questions share a clip")
+        docs = [doc for doc in read_paibench_u(settings.paibench_u_root, problems) if doc["source"] == part]
+        problems.raise_if_any()
+        where = setting_name(ENV_PREFIX, "paibench_u_root")
+        if not any(Path(doc["video"]).is_file() for doc in docs):
+            raise CosmosReason1DataError(f"Cosmos-Reason1 {part}: not run: none of its {len(docs)} clips is under "
+                                         f"{settings.paibench_u_root}; check {where}")
+        return docs, where
+    if not settings.root:
+        raise SettingsError(f"Cosmos-Reason1: set {setting_name(ENV_PREFIX, 'root')} to the folder holding "
+                            f"<source>/<source>_benchmark_qa_pairs.json and <source>/clips/")
+    docs = read_part(settings.root, part, problems)
+    problems.raise_if_any()
+    where, clips = setting_name(ENV_PREFIX, "root"), part_folder(settings.root, part) / "clips"
+    if not clips.is_dir():
+        raise CosmosReason1DataError(f"Cosmos-Reason1 {part}: not run: its clips folder {clips} is absent "
+                                     f"({_where_clips_come_from(part)}); check {where}")
+    return docs, where
 
 
 def _where_clips_come_from(part: str) -> str:

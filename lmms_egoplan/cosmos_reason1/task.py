@@ -149,6 +149,15 @@ def _clip(path: str, fps: float, max_frames: int, max_side: int | None, item_id:
     return tuple(media.as_video_frames(frames, clip="clip", times=times))
 
 
+@functools.lru_cache(maxsize=4096)
+def frames_shown(path: str, fps: float, max_frames: int, max_side: int | None) -> dict[str, Any]:
+    """How many frames of a clip the model is shown and their size in pixels (before the backend's own resizing),
+    read from the clip's header (nothing decoded), for the sample log."""
+    with media.VideoFile(path) as video:
+        count = len(sampled_indices(video.info.num_frames, video.info.fps, fps, max_frames))
+        return {"frames": count, "frame_size": list(media.fitted_size(video.info.size, max_side))}
+
+
 # =============================================================================================
 # 2. Text (doc_to_text, doc_to_messages)
 # =============================================================================================
@@ -187,7 +196,8 @@ def process_results(doc: Mapping, results: Sequence[str], context: TaskContext) 
     scores.update(unparseable_official=float(not official), unparseable_robust=float(not robust),
                   disagreements=float(official.upper() != robust.upper()),
                   predictions={"item_id": doc["item_id"], "source": doc["source"], "gold": gold,
-                               "official": official, "robust": robust, "prompt": doc["prompt"]})
+                               "official": official, "robust": robust, "prompt": doc["prompt"],
+                               **frames_shown(doc["video"], doc["fps"], doc["max_frames"], doc["max_side"])})
     return scores
 
 

@@ -3,7 +3,9 @@
 ``<root>/<part>/<part>_benchmark_qa_pairs.json`` and ``<root>/<part>/clips/`` for the six embodied-reasoning
 sources and the three common-sense categories, with the release's variations: ``qa_pairs`` as a list and as one
 dict, ``correct_answer`` where ``answer`` is absent, an AV clip stored only under its camera-suffixed name, and two
-RoboVQA items sharing a clip (the official reader keeps only the later one). Every frame's pixels encode its
+RoboVQA items sharing a clip (the official reader keeps only the later one); and the same questions in the
+PAI-Bench-U Hub layout (``PAI-Bench-U/data/test-00000-of-00001.parquet``, ``videos/<part>/<clip>.mp4``, the part
+in ``subcategory``). Every frame's pixels encode its
 index (``demo.kit.media.read_index``), so a test can check which frames a model was shown.
 """
 
@@ -31,6 +33,10 @@ _OPTIONS = ["pick up the cup", "open the drawer", "turn left", "stop the car", "
 class CosmosReason1Fixture:
     root: Path
 
+    @property
+    def paibench_u_root(self) -> Path:
+        return self.root / "PAI-Bench-U"
+
     def items(self, part: str) -> list[dict]:
         return json.loads(qa_file(self.root, part).read_text())
 
@@ -41,7 +47,8 @@ class CosmosReason1Fixture:
 
     def env(self, **settings) -> dict[str, str]:
         """``COSMOS_REASON1_*`` variables pointing the tasks at the layout, plus any extra settings."""
-        return {env_var(ENV_PREFIX, name): str(value) for name, value in {"root": self.root, **settings}.items()}
+        values = {"root": self.root, "paibench_u_root": self.paibench_u_root, **settings}
+        return {env_var(ENV_PREFIX, name): str(value) for name, value in values.items()}
 
 
 def _pair(part: str, number: int, key: str = "answer") -> dict:
@@ -77,8 +84,35 @@ def build_fixture(root: str | Path) -> CosmosReason1Fixture:
             name = Path(clip)
             stored = name.with_name(f"{name.stem}{AV_CAMERA_SUFFIX}{name.suffix}") if part == "av" else name
             write_video(root / part / stored, num_frames=CLIP_FRAMES, fps=CLIP_FPS)
+    write_paibench_u(fixture)
     done.touch()
     return fixture
+
+
+def write_paibench_u(fixture: CosmosReason1Fixture) -> None:
+    """The official layout's questions as PAI-Bench-U rows (the subcategory "Other Physics" and "BridgeData V2" as
+    labels, not part names), each clip linked to ``videos/<part>/<clip>.mp4``."""
+    from datasets import Dataset
+
+    labels = {"other_physics": "Other Physics", "bridgev2": "BridgeData V2"}
+    rows = []
+    for part in (*ER_SOURCES, *CS_CATEGORIES):
+        for item in fixture.items(part):
+            clip = Path(item["video"]).name
+            stored = next((fixture.root / part / "clips").glob(f"{Path(clip).stem}*.mp4"))
+            target = fixture.paibench_u_root / "videos" / part / clip
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.exists():
+                target.hardlink_to(stored)
+            for pair in item["qa_pairs"] if isinstance(item["qa_pairs"], list) else [item["qa_pairs"]]:
+                options = {letter: pair["index2ans"].get(letter) for letter in "ABCD"}
+                rows.append({"question": pair["question"], "index2ans": options,
+                             "answer": pair.get("answer", pair.get("correct_answer")),
+                             "video_path": f"videos/{part}/{clip}", "category": "ER" if part in ER_SOURCES else "CS",
+                             "subcategory": labels.get(part, part)})
+    path = fixture.paibench_u_root / "data" / "test-00000-of-00001.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Dataset.from_list(rows).to_parquet(str(path))
 
 
 # How the scripted model answers in turn (official_reasoning), and what each parser reads of it: the official one

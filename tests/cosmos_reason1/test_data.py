@@ -101,3 +101,23 @@ def test_a_bad_record_is_named_with_its_file_item_and_field(fixture, pair, field
 def test_the_root_must_be_set():
     with pytest.raises(SettingsError, match="COSMOS_REASON1_ROOT"):
         load_part(CosmosReason1Settings(), "av")
+
+
+def test_the_paibench_u_layout_gives_each_part_the_same_questions(fixture):
+    for part in ("av", "robovqa", "bridgev2", "other_physics"):
+        official = load_part(settings_of(fixture), part).docs
+        hub = load_part(settings_of(fixture, data_source="paibench_u"), part).docs
+        fields = ("question", "letters", "options", "answer")
+        assert [[doc[f] for f in fields] for doc in hub] == [[doc[f] for f in fields] for doc in official], part
+        assert all(doc["video"].startswith(str(fixture.paibench_u_root / "videos" / part)) for doc in hub)
+
+
+def test_a_paibench_u_row_of_no_known_part_is_named(fixture, tmp_path):
+    from datasets import Dataset
+
+    root = tmp_path / "hub"
+    (root / "data").mkdir(parents=True)
+    Dataset.from_list([{"question": "q", "index2ans": {"A": "x", "B": "y"}, "answer": "A", "video_path": "v.mp4",
+                        "subcategory": "Planning"}]).to_parquet(str(root / "data" / "test.parquet"))
+    with pytest.raises(CosmosReason1DataError, match=r"test.parquet, row #0: subcategory 'Planning' names none of"):
+        load_part(settings_of(fixture, data_source="paibench_u", paibench_u_root=root), "space")

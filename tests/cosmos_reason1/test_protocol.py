@@ -91,7 +91,8 @@ def test_an_answer_is_scored_by_both_parsers_and_their_difference_counted(fixtur
     assert (scores["no_av_official"], scores["no_av_robust"]) == (0.0, 1.0)
     assert scores["disagreements"] == 1.0 and scores["unparseable_official"] == 0.0
     assert scores["predictions"] | {} == {"item_id": doc["item_id"], "source": "agibot", "gold": gold,
-                                          "official": "T", "robust": gold, "prompt": "official_reasoning"}
+                                          "official": "T", "robust": gold, "prompt": "official_reasoning",
+                                          "frames": 6, "frame_size": list(task.doc_to_visual(doc)[0].size)}
 
 
 def test_av_and_the_common_sense_categories_have_no_share_in_the_five_source_mean(fixture):
@@ -103,6 +104,14 @@ def test_av_and_the_common_sense_categories_have_no_share_in_the_five_source_mea
     context = context_of(fixture, "robovqa")
     assert [metric.name for metric in task.no_av_metrics(context, task.load_docs(context).docs)] == [
         "no_av_official", "no_av_robust"]
+
+
+def test_the_sample_log_shows_the_frames_and_pixels_shown(fixture):
+    context = context_of(fixture, "space", max_side="32")
+    doc = task.load_docs(context).docs[0]
+    shown = task.doc_to_visual(doc)
+    logged = task.process_results(doc, ["<answer>A</answer>"], context)["predictions"]
+    assert (logged["frames"], logged["frame_size"]) == (len(shown), list(shown[0].size)) and max(shown[0].size) == 32
 
 
 def test_the_letter_prompt_reads_the_first_capital_anywhere(fixture):
