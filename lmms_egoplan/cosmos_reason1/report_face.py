@@ -1,6 +1,7 @@
 """Cosmos-Reason1 in ``lmms-egoplan report`` and the demo's table, in the layout of the paper's tables (arXiv
 2503.15558: the embodied-reasoning table, a column per source, and the physical-common-sense table, a column per
-category): per source and category the official parser's accuracy with its 95 % interval, the embodied-reasoning
+category): per source and category the official parser's accuracy with its 95 % interval (exact binomial, from the
+logged samples), the embodied-reasoning
 and common-sense means both macro (the paper's) and micro (the PAI-Bench leaderboard's), the five-source macro
 without AV (one model report's), the overall micro mean; the robust reading and the answers the two read
 differently beside them."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 from lmms_egoplan.cosmos_reason1.data import CS_CATEGORIES, ER_SOURCES
 from lmms_egoplan.cosmos_reason1.sources import task_of
 from lmms_egoplan.report.layout import Column, ReportFace, TableLayout, count_column, published_rows
+from lmms_egoplan.report.metric_roles import PERCENT
 
 _TITLES = {"av": "AV", "agibot": "AgiBot", "bridgev2": "BridgeData V2", "holoassist": "HoloAssist",
            "robofail": "RoboFail", "robovqa": "RoboVQA", "space": "Space", "time": "Time",
@@ -22,9 +24,9 @@ def _part_column(part: str) -> Column:
 
 
 def _mean_column(header: str, metric: str, group: str, published: str) -> Column:
-    """A group's mean; a macro mean of parts has no binomial interval, a micro mean one over its samples."""
-    micro = metric.startswith("micro_")
-    return Column(header, metric, task=group, published=published, proportion=micro, interval=micro)
+    """A group's mean, without an interval: the report's intervals come from a task's logged samples, which a
+    group has none of (each part's column has its own)."""
+    return Column(header, metric, task=group, published=published, interval=False)
 
 
 FACE = ReportFace(
@@ -50,6 +52,7 @@ FACE = ReportFace(
                            "(tasks/cosmos_reason1/README.md, Fidelity)",)),
     ),
     published=published_rows(__package__),
+    units=(("micro_*", PERCENT), ("no_av_*", PERCENT)),  # means of 0 / 1 per question, as the accuracies
     bookkeeping=("unparseable_official", "unparseable_robust", "disagreements"),
-    no_interval="the macro means (a mean of parts' accuracies) have no binomial interval",
+    no_interval="the group means (macro, micro, without AV) have none: each source's and category's column has its own",
 )
