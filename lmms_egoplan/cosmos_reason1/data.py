@@ -40,8 +40,10 @@ AV_CAMERA_SUFFIX = ".camera_front_wide_120fov"  # input.py get_video_path
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mov")  # evaluate.py make_all_tasks
 ROBOVQA_ITEMS = ("all", "official_101")
 DATA_SOURCES = ("official", "paibench_u")
-# PAI-Bench-U's subcategory labels (lower case, "_" for the rest) that name a part other than by its own name.
-PAIBENCH_U_ALIASES = {"physics": "other_physics", "bridgedata_v2": "bridgev2", "bridge": "bridgev2"}
+# PAI-Bench-U's subcategory labels (lower case, "_" for the rest) that name a part other than by its own name
+# ("Physical World" is how Physical AI Bench tables head the other-physics column).
+PAIBENCH_U_ALIASES = {"physics": "other_physics", "physical_world": "other_physics", "bridgedata_v2": "bridgev2",
+                      "bridge": "bridgev2"}
 
 
 class CosmosReason1DataError(InputError):
