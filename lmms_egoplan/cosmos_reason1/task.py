@@ -94,15 +94,31 @@ def load_docs(context: TaskContext) -> LoadedDocs:
 
 
 def configure(context: TaskContext, config: Mapping[str, Any]) -> Configuration:
-    """The decoding of the chosen prompt; what a backend must do to deliver the protocol, said once."""
-    settings = context.settings
-    logger.warning(f"{context.task_name}: the official protocol ({settings.prompt}) sends the system prompt "
-                   f"{SYSTEM_PROMPT!r} as a system turn and the clip at {settings.fps:g} fps; backends that take "
-                   f"chat messages (egoplan_hf, egoplan_server: pass max_frames=768, their default 32 thins the "
-                   f"frames) deliver it, lmms-eval's openai backend sends no system message and no top_p. The "
-                   f"official run retries an answer its parser reads nothing of up to {MAX_RETRIES} times; "
-                   f"lmms-eval asks once, and such answers are counted (unparseable_official)")
-    return Configuration(generation_kwargs=DECODING[settings.prompt])
+    """The decoding of the chosen prompt."""
+    return Configuration(generation_kwargs=DECODING[context.settings.prompt])
+
+
+# The suite's backends send the system turn, top-p and the frames with their times (models/).
+SUITE_BACKENDS = ("egoplan_hf", "egoplan_server")
+
+
+def on_backend(context: TaskContext, backend: str, chat: bool) -> None:
+    """Say what of the protocol the run's backend cannot deliver: lmms-eval's ``openai`` sends no system message and
+    no top-p; of lmms-eval's other backends the suite cannot tell; none retries an empty answer."""
+    settings, name = context.settings, context.task_name
+    wanted = (f"the system prompt {SYSTEM_PROMPT!r} as a system turn, the clip at {settings.fps:g} fps"
+              + (", top-p 0.95" if settings.prompt == REASONING else ""))
+    if backend in SUITE_BACKENDS:
+        logger.info(f"{name}: {backend} sends {wanted}; pass max_frames={settings.max_frames} in --model_args (its "
+                    f"default, 32, thins a clip longer than 8 s)")
+    elif backend == "openai":
+        logger.warning(f"{name}: the official protocol sends {wanted}; lmms-eval's openai backend sends no system "
+                       f"message and no top_p, so this run is not the authors' protocol (use egoplan_server)")
+    else:
+        logger.warning(f"{name}: the official protocol sends {wanted}; whether lmms-eval's {backend} backend does is "
+                       f"not known to the suite (egoplan_hf and egoplan_server do)")
+    logger.warning(f"{name}: the official run retries an answer its parser reads nothing of up to {MAX_RETRIES} "
+                   f"times; lmms-eval asks once, and such answers are counted (unparseable_official)")
 
 
 def no_av_metrics(context: TaskContext, docs: Sequence[Mapping]) -> list[Metric]:
@@ -208,6 +224,7 @@ def process_results(doc: Mapping, results: Sequence[str], context: TaskContext) 
 GENERATION = TaskSpec(
     load_docs=load_docs, doc_to_visual=doc_to_visual, doc_to_text=doc_to_text, doc_to_messages=doc_to_messages,
     doc_to_target="answer", process_results=process_results, metrics_of_the_data=no_av_metrics, configure=configure,
+    on_backend=on_backend,
     metrics=(Metric("accuracy_official", "mean"), Metric("accuracy_robust", "mean"),
              Metric("micro_official", "mean"), Metric("micro_robust", "mean"),
              Metric("unparseable_official", total, higher_is_better=False),

@@ -82,6 +82,23 @@ def test_each_prompt_has_its_decoding(fixture, prompt):
     assert task.DECODING["official_letter"]["max_new_tokens"] == 10 and not task.DECODING[prompt]["until"]
 
 
+@pytest.mark.parametrize("backend, chat, said", [
+    ("egoplan_hf", False, "egoplan_hf sends the system prompt 'Answer the questions.' as a system turn"),
+    ("openai", True, "lmms-eval's openai backend sends no system message and no top_p"),
+    ("vllm", True, "whether lmms-eval's vllm backend does is not known to the suite"),
+])
+def test_the_run_says_what_of_the_protocol_its_backend_cannot_deliver(fixture, backend, chat, said):
+    from loguru import logger
+
+    lines = []
+    sink = logger.add(lines.append, format="{message}")
+    try:
+        task.on_backend(context_of(fixture, "av"), backend, chat)
+    finally:
+        logger.remove(sink)
+    assert any(said in line for line in lines) and any("retries an answer" in line for line in lines)
+
+
 def test_an_answer_is_scored_by_both_parsers_and_their_difference_counted(fixture):
     context = context_of(fixture, "agibot")
     doc = task.load_docs(context).docs[0]
