@@ -189,8 +189,9 @@ def scripted_answers(fixture: CosmosReason1Fixture) -> ScriptedAnswers:
         for group, members in (("cosmos_reason1_er", tuple(ER_SOURCES)), ("cosmos_reason1_cs", tuple(CS_CATEGORIES)),
                                ("cosmos_reason1", every)):
             pooled = _scores([row for row in rows if row[0] in members])
+            asked = sum(row[0] in members for row in read.values())
             values[group] = {**pooled, **_means(parts, members), "skipped_samples": 0,
-                             "failed_requests": len(read) - len(rows)}
+                             "failed_requests": asked - pooled["predictions"]}
         for part, scores in parts.items():
             asked = sum(row[0] == part for row in read.values())
             values[_task(part)] = {**scores, **_means(parts, (part,)), "skipped_samples": 0,

@@ -3,6 +3,7 @@ answered by script through lmms-eval's `openai` backend (every value the run rep
 the prompt and the frames reach the model as the protocol says); a part without clips is not run."""
 
 import base64
+import dataclasses
 import io
 import shutil
 
@@ -25,13 +26,19 @@ def fixture(tmp_path_factory):
 
 
 def test_scripted_answers_score_as_the_script_implies_with_the_official_prompt_and_frames(fixture, tmp_path):
+    """One request fails (HTTP 500, lmms-eval's failure text in place of an answer): it is left out of every score
+    and counted, and every other value is the script's."""
     script = scripted_answers(fixture)
+    script = dataclasses.replace(script, unanswered=frozenset([next(iter(script.answers))]))
     with ChatServer(answering([script])) as server:
-        run = run_lmms_eval(model="openai", model_args=f"model_version=fake,base_url={server.base_url},api_key=unused",
-                            tasks=["cosmos_reason1"], output_dir=tmp_path, env=fixture.env())
-    assert differences(reported_metrics(run.results), script.expected(run)) == []
+        run = run_lmms_eval(model="openai", model_args=f"model_version=fake,base_url={server.base_url},api_key=unused,"
+                                                       f"max_retries=1,retry_backoff_s=0",
+                            tasks=["cosmos_reason1"], output_dir=tmp_path, env=fixture.env(), check=False)
+    assert run.returncode == 4, run.log_tail()
+    assert differences(reported_metrics(run.results), script.expected(run, failed=script.unanswered)) == []
+    assert run.metric("cosmos_reason1_av", "failed_requests") == 1 and run.metric("cosmos_reason1", "predictions") == 35
     questions = {pair["question"]: pair for _, pair in fixture.questions()}
-    assert len(server.calls) == len(questions) == 36
+    assert len({call.text for call in server.calls}) == len(questions) == 36
     indices = task.sampled_indices(CLIP_FRAMES, CLIP_FPS, 4.0, 768)
     for call in server.calls:
         pair = next(pair for question, pair in questions.items() if question in call.text)
