@@ -65,6 +65,8 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("actplan", "ActPlan-1K", "ACTPLAN", ("actplan1k",)),
     Entry("egoplan_bench2", "EgoPlan-Bench2", "EGOPLAN2", ("egoplan_bench2",),
           lmms_eval_builtins={"egoplan2": "egoplan_bench2"}),
+    Entry("cosmos_reason1", "Cosmos-Reason1", "COSMOS_REASON1", ("cosmos_reason1",),
+          lmms_eval_builtins={"physical_ai_understanding": "cosmos_reason1", "paibench_u": "cosmos_reason1"}),
 )
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Callable
 from lmms_egoplan import catalogue
 from lmms_egoplan.actplan.benchmark import ACTPLAN
 from lmms_egoplan.contract.benchmark import Benchmark
+from lmms_egoplan.cosmos_reason1.benchmark import COSMOS_REASON1
 from lmms_egoplan.egointent.benchmark import EGOINTENT
 from lmms_egoplan.egoplan.benchmark import EGOPLAN
 from lmms_egoplan.egoplan_bench2.benchmark import EGOPLAN_BENCH2
@@ -19,7 +20,8 @@ if TYPE_CHECKING:
     from lmms_egoplan.judge.rubrics import Rubric
     from lmms_egoplan.report.layout import ReportFace
 
-BENCHMARKS: tuple[Benchmark, ...] = (EGOPLAN, EGOTHINK, EGOINTENT, ACTPLAN, EGOPLAN_BENCH2)  # the catalogue's order
+BENCHMARKS: tuple[Benchmark, ...] = (EGOPLAN, EGOTHINK, EGOINTENT, ACTPLAN, EGOPLAN_BENCH2,  # the catalogue's order
+                                      COSMOS_REASON1)
 
 
 def benchmark(name: str) -> Benchmark:

@@ -191,6 +191,9 @@ class TaskSpec:
     # The metrics the settings leave unscored ({metric name prefix: why, naming the setting that would score them}):
     # said in the log and recorded in the task's results (``metadata.not_scored``), which the report shows.
     not_scored: Callable[[TaskContext], Mapping[str, str]] | None = None
+    # What the task says of the run's backend once lmms-eval has resolved it, before the model loads: (context, the
+    # --model name, whether it takes chat messages); a protocol the backend cannot deliver is said in the log.
+    on_backend: Callable[[TaskContext, str, bool], None] | None = None
 
     # The config keys a spec sets (the harness's names).
     KEYS = ("doc_to_visual", "doc_to_text", "doc_to_messages", "doc_to_target", "doc_to_choice", "process_results",

@@ -364,6 +364,7 @@ class VideoInfo:
     fps: float
     num_frames: int
     duration: float  # seconds
+    size: tuple[int, int] = (0, 0)  # (width, height) of a frame as the stream declares it
 
 
 class VideoFile:
@@ -395,7 +396,8 @@ class VideoFile:
         else:
             duration = float(self._container.duration or 0) / 1_000_000
         num_frames = stream.frames or int(round(duration * fps))
-        self.info = VideoInfo(fps=fps, num_frames=num_frames, duration=duration)
+        self.info = VideoInfo(fps=fps, num_frames=num_frames, duration=duration,
+                              size=(stream.codec_context.width, stream.codec_context.height))
         self._start = stream.start_time or 0
 
     def __enter__(self) -> "VideoFile":

@@ -167,6 +167,8 @@ class SuiteTask(ConfigurableMessagesTask):
             return
         self._backend, self._chat_backend = resolved.model_id, resolved.model_type == "chat"
         refuse_what_cannot_serve(self, cli_args, resolved)
+        if self.SPEC.on_backend is not None:
+            self.SPEC.on_backend(self.compiled.context, resolved.model_id, self._chat_backend)
 
     def requested_options(self) -> list[tuple[str, request_options.RequestOption, str]]:
         """(setting, option, value) of every option the task's requests carry: those whose value is

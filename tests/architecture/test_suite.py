@@ -23,11 +23,11 @@ def test_each_benchmark_has_the_tasks_its_yaml_folders_declare_that_no_group_inc
     assert {entry.name: entry.tasks for entry in catalogue.CATALOGUE} == {
         "egoplan": ("egoplan_test", "egoplan_val", "egoplan_val_gen"), "egothink": ("ego_think",),
         "egointent": ("egointent",), "actplan": ("actplan1k", "actplan1k_text_only"),
-        "egoplan_bench2": ("egoplan_bench2", "egoplan_bench2_likelihood")}
+        "egoplan_bench2": ("egoplan_bench2", "egoplan_bench2_likelihood"), "cosmos_reason1": ("cosmos_reason1",)}
     assert {entry.name: entry.lm_eval_tasks for entry in catalogue.CATALOGUE} == {
         "egoplan": ("egoplan_test_blind", "egoplan_val_blind", "egoplan_val_narrated"),
         "egothink": ("ego_think_blind",),
-        "egointent": (), "actplan": ("actplan1k_text_only_lm",), "egoplan_bench2": ()}
+        "egointent": (), "actplan": ("actplan1k_text_only_lm",), "egoplan_bench2": (), "cosmos_reason1": ()}
 
 
 def test_every_task_a_benchmark_declares_starts_with_one_of_its_task_prefixes():
@@ -103,7 +103,8 @@ def test_an_unknown_benchmark_is_an_error_naming_the_known_ones():
 def test_the_lmms_eval_builtins_named_after_a_paper_point_to_the_suites_tasks():
     counterparts = catalogue.suite_counterparts()
     assert counterparts == {"egoplan": "egoplan_val", "egothink": "ego_think", "egothink_": "ego_think_",
-                            "egoplan2": "egoplan_bench2"}
+                            "egoplan2": "egoplan_bench2", "physical_ai_understanding": "cosmos_reason1",
+                            "paibench_u": "cosmos_reason1"}
     for builtin, task in counterparts.items():
         owner = next(row for row in catalogue.CATALOGUE if builtin in row.lmms_eval_builtins)
         assert task.startswith(owner.task_prefixes)
@@ -222,4 +223,4 @@ def test_each_benchmark_holds_its_specs_and_a_yaml_class_holds_each_of_them():
              for harness_is_lmms_eval, named in ((True, benchmark.lmms_eval_tasks),
                                                  (False, benchmark.lm_eval_baselines))
              for spec in named.values()}
-    assert len(specs) == 14 and held == specs
+    assert len(specs) == 15 and held == specs

@@ -37,6 +37,8 @@ def test_predict_only_works_for_every_suite_task(predict_only):
               for path in run.output_dir.rglob("*_samples_*.jsonl")}
     leaves = {"egoplan_val", "egoplan_test", "egoplan_val_gen", "egointent", "actplan1k", "actplan1k_text_only",
               "egoplan_bench2", "egoplan_bench2_likelihood",
+              *(f"cosmos_reason1_{part}" for part in ("av", "agibot", "bridgev2", "holoassist", "robofail", "robovqa",
+                                                      "cs_space", "cs_time", "cs_other_physics")),
               *(f"ego_think_{d}" for d in ("existence", "attribute", "affordance", "activity", "location", "spatial",
                                           "counting", "comparing", "situated", "forecasting", "navigation",
                                            "assistance"))}

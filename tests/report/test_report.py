@@ -87,6 +87,17 @@ def egoplan_bench2_run(folder, stamp="20260101_103000", **kwargs):
     return write_lmms_eval_run(folder, stamp, {"egoplan_bench2": metrics}, {"egoplan_bench2": logged}, **kwargs)
 
 
+def cosmos_reason1_run(folder, stamp="20260101_104000"):
+    """Each part 2 of 4 right (the robust parser 3), and the groups' means of them."""
+    part = {"accuracy_official": 0.5, "accuracy_robust": 0.75, "micro_official": 0.5, "micro_robust": 0.75,
+            "unparseable_official": 1, "unparseable_robust": 0, "disagreements": 1, "predictions": 4}
+    parts = [f"cosmos_reason1_{name}" for name in ("av", "agibot", "bridgev2", "holoassist", "robofail", "robovqa")]
+    parts += [f"cosmos_reason1_cs_{name}" for name in ("space", "time", "other_physics")]
+    groups = {group: {**part, "no_av_official": 0.5, "predictions": 4 * size}
+              for group, size in (("cosmos_reason1_er", 6), ("cosmos_reason1_cs", 3), ("cosmos_reason1", 9))}
+    return write_lmms_eval_run(folder, stamp, {**{task: part for task in parts}, **groups})
+
+
 def judged(request_id):
     return {"judge_parts": {"": {"judge_request_id": request_id, "judge_messages": [{"role": "user", "content": "q"}]}},
             "judge_rubric": "egothink"}
@@ -111,6 +122,7 @@ def write_results_tree(root: Path) -> Path:
     folder = root / "egothink" / "tiny-model"
     write_lmms_eval_run(folder, "20260101_110000", think, think_samples)
     egoplan_bench2_run(root / "egoplan_bench2" / "tiny-model")
+    cosmos_reason1_run(root / "cosmos_reason1" / "tiny-model")
     for d, r in ratings.items():
         (folder / f"20260101_110000_judgements_ego_think_{d}.jsonl").write_text(
             "".join(json.dumps({"id": f"{d}/{i}", "rating": v}) + "\n" for i, v in enumerate(r)))
@@ -149,8 +161,9 @@ def test_published_rows_name_paper_table_model_and_values_of_the_table_columns()
     columns = {b.key: {c.published_key for c in b.columns} for b in TABLES}
     for row in rows:
         assert PUBLISHED_FIELDS <= row.keys() and row["model"]
-        # a paper's table, or EgoIntent's authors' leaderboard file
-        assert row["table"].startswith("Table ") or row["table"] == "results/leaderboard.md"
+        # a paper's table, EgoIntent's authors' leaderboard file, or the table of Cosmos-Reason1's project page (the
+        # paper's, whose number was not read)
+        assert row["table"].startswith(("Table ", "project page: ")) or row["table"] == "results/leaderboard.md"
         assert row["values"] and set(row["values"]) <= columns[row["benchmark"]], row
         assert all(isinstance(v, float) for v in row["values"].values())
     gpt4v = next(r for r in rows if r["paper"] == "EgoThink" and r["model"] == "GPT-4V")["values"]

@@ -1,0 +1,58 @@
+"""Cosmos-Reason1 in ``lmms-egoplan report`` and the demo's table, in the layout of the paper's tables (arXiv
+2503.15558: the embodied-reasoning table, a column per source, and the physical-common-sense table, a column per
+category): per source and category the official parser's accuracy with its 95 % interval (exact binomial, from the
+logged samples), the embodied-reasoning
+and common-sense means both macro (the paper's) and micro (the PAI-Bench leaderboard's), the five-source macro
+without AV (one model report's), the overall micro mean; the robust reading and the answers the two read
+differently beside them."""
+
+from __future__ import annotations
+
+from lmms_egoplan.cosmos_reason1.data import CS_CATEGORIES, ER_SOURCES
+from lmms_egoplan.cosmos_reason1.sources import task_of
+from lmms_egoplan.report.layout import Column, ReportFace, TableLayout, count_column, published_rows
+from lmms_egoplan.report.metric_roles import PERCENT
+
+_TITLES = {"av": "AV", "agibot": "AgiBot", "bridgev2": "BridgeData V2", "holoassist": "HoloAssist",
+           "robofail": "RoboFail", "robovqa": "RoboVQA", "space": "Space", "time": "Time",
+           "other_physics": "Other physics"}
+
+
+def _part_column(part: str) -> Column:
+    return Column(_TITLES[part], "accuracy_official", task=task_of(part), published=f"accuracy_{part}",
+                  proportion=True)
+
+
+def _mean_column(header: str, metric: str, group: str, published: str) -> Column:
+    """A group's mean, without an interval: the report's intervals come from a task's logged samples, which a
+    group has none of (each part's column has its own)."""
+    return Column(header, metric, task=group, published=published, interval=False)
+
+
+FACE = ReportFace(
+    tables=(
+        TableLayout("cosmos_reason1", "Cosmos-Reason1: accuracy (%), official parser",
+                    "the paper's embodied-reasoning and physical-common-sense tables (arXiv 2503.15558)",
+                    {"cosmos_reason1": "video at 4 fps, the official prompt (COSMOS_REASON1_PROMPT)"},
+                    (*(_part_column(part) for part in ER_SOURCES),
+                     _mean_column("ER macro", "accuracy_official", "cosmos_reason1_er", "er_macro"),
+                     _mean_column("ER micro", "micro_official", "cosmos_reason1_er", "er_micro"),
+                     _mean_column("ER macro without AV", "no_av_official", "cosmos_reason1_er", "er_no_av_macro"),
+                     *(_part_column(part) for part in CS_CATEGORIES),
+                     _mean_column("CS macro", "accuracy_official", "cosmos_reason1_cs", "cs_macro"),
+                     _mean_column("CS micro", "micro_official", "cosmos_reason1_cs", "cs_micro"),
+                     _mean_column("Overall micro", "micro_official", "cosmos_reason1", "overall_micro"),
+                     _mean_column("Overall micro, robust parser", "micro_robust", "cosmos_reason1",
+                                  "overall_micro_robust"),
+                     count_column("Read differently", "disagreements"),
+                     count_column("Unparseable, official parser", "unparseable_official"),
+                     count_column("Samples", "predictions")),
+                    notes=("ER macro is the paper's mean over the six sources, ER micro the PAI-Bench leaderboard's "
+                           "mean over questions; BridgeData V2's rebuilt clips do not match their questions "
+                           "(tasks/cosmos_reason1/README.md, Fidelity)",)),
+    ),
+    published=published_rows(__package__),
+    units=(("micro_*", PERCENT), ("no_av_*", PERCENT)),  # means of 0 / 1 per question, as the accuracies
+    bookkeeping=("unparseable_official", "unparseable_robust", "disagreements"),
+    no_interval="the group means (macro, micro, without AV) have none: each source's and category's column has its own",
+)

@@ -1,0 +1,232 @@
+"""Cosmos-Reason1's benchmark as the official evaluation (``nvidia-cosmos/cosmos-reason1`` @3e7f1cb
+``examples/benchmark``: ``tools/eval/utils/input.py``, ``tools/eval/evaluate.py``, ``configs/evaluate.yaml``)
+runs it.
+
+Protocol:
+
+1. Data: one task per source or category (the YAML's ``dataset_name``), every QA pair of its file
+   (``lmms_egoplan.cosmos_reason1.data``); RoboVQA's 110 by default, the official reader's 101 with
+   ``robovqa_items: official_101``.
+2. Visual input: the clip sampled as ``qwen_vl_utils.process_vision_info`` samples it at ``fps: 4`` (input.py
+   ``prepare_model_inputs_parallel``): ``smart_nframes`` frames (duration x 4, even, 4 to 768), spread by
+   ``linspace(0, total - 1, n).round()``, each with its time, as one video.
+3. Prompt (input.py ``get_prompt``): the system prompt "Answer the questions.", the question, one ``(A) text`` line
+   per option in the release's order, the letter instruction, and for ``official_reasoning`` the reasoning format.
+   Decoding (evaluate.py ``run_model``): reasoning, temperature 0.6, top-p 0.95, 1,024 new tokens; letter, greedy,
+   10 new tokens.
+4. Answers: the official parser of the prompt and its case-insensitive comparison (``accuracy_official``), a robust
+   reading beside it (``accuracy_robust``), the answers they read differently counted (``disagreements``), the
+   answers the official parser reads nothing of counted (``unparseable_official``: those the official run retries).
+   A failed request is never scored (the suite's adapter leaves it out and counts it).
+5. Means: each task's accuracy; the groups' ``accuracy_*`` are macro means over their tasks (the paper's),
+   ``micro_*`` micro means (the PAI-Bench leaderboard's), ``no_av_*`` the macro mean over the five sources other
+   than AV (one model report's).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from loguru import logger
+from PIL import Image
+
+from lmms_egoplan.contract.benchmark import (
+    Configuration,
+    LoadedDocs,
+    Metric,
+    TaskContext,
+    TaskSpec,
+    chat_messages,
+    warn_of_skipped,
+)
+from lmms_egoplan.core import media
+from lmms_egoplan.core.settings import setting_name
+from lmms_egoplan.core.statistics import count, total
+from lmms_egoplan.cosmos_reason1.data import (
+    ENV_PREFIX,
+    ER_SOURCES,
+    CosmosReason1DataError,
+    load_part,
+    qa_file,
+    shortfall,
+)
+from lmms_egoplan.cosmos_reason1.parsing import LETTER, REASONING, official_answer, official_correct, robust_answer
+
+# input.py get_prompt, verbatim.
+SYSTEM_PROMPT = "Answer the questions."
+LETTER_INSTRUCTION = "Answer with the option's letter from the given choices directly."
+REASONING_INSTRUCTION = ("Please answer the question in the following format: <think> your reasoning </think> "
+                         "<answer> your single letter answer </answer>.")
+# evaluate.py run_model (configs/evaluate.yaml: max_tokens 1024, temperature 0.6; top_p 0.95 in the code).
+DECODING = {REASONING: {"max_new_tokens": 1024, "temperature": 0.6, "top_p": 0.95, "do_sample": True, "until": []},
+            LETTER: {"max_new_tokens": 10, "temperature": 0, "do_sample": False, "until": []}}
+MAX_RETRIES = 10  # configs/evaluate.yaml: max_retries
+# nvidia-cosmos/cosmos-reason1 issue: BridgeData V2's clips rebuilt by process_raw_data.py do not match their
+# questions (35 % reproduced against 58.8 % published).
+BRIDGEV2_WARNING = ("cosmos_reason1_bridgev2: the BridgeData V2 clips that the official process_raw_data.py rebuilds "
+                    "do not match their questions (an open upstream issue: about 35 % reproduced against the published "
+                    "58.8 %); its accuracy is not comparable with the published one (tasks/cosmos_reason1/README.md)")
+
+
+# =============================================================================================
+# The questions
+# =============================================================================================
+
+
+def load_docs(context: TaskContext) -> LoadedDocs:
+    """The questions of the task's source or category (its YAML's ``dataset_name``), their clips checked."""
+    settings, part = context.settings, context.dataset_name
+    loaded = load_part(settings, part)
+    warn_of_skipped(context.task_name, loaded.skipped, "question(s) with missing clips", ENV_PREFIX)
+    if short := shortfall(part, len(loaded.docs) + len(loaded.skipped), settings):
+        logger.warning(f"{context.task_name}: {short}")
+    if part == "robovqa" and settings.robovqa_items == "official_101":
+        logger.warning(f"{context.task_name}: the official script's 101 RoboVQA questions, a reproduction setting "
+                       f"({setting_name(ENV_PREFIX, 'robovqa_items')}): the 9 sharing a clip are left out")
+    if part == "bridgev2":
+        logger.warning(BRIDGEV2_WARNING)
+    docs = [{**doc, "prompt": settings.prompt} for doc in loaded.docs]
+    logger.info(f"{context.task_name}: {len(docs)} questions, prompt {settings.prompt}, clips at {settings.fps:g} fps")
+    return LoadedDocs(docs, loaded.skipped, read_from=[str(qa_file(settings.root, part))])
+
+
+def configure(context: TaskContext, config: Mapping[str, Any]) -> Configuration:
+    """The decoding of the chosen prompt."""
+    return Configuration(generation_kwargs=DECODING[context.settings.prompt])
+
+
+# The suite's backends send the system turn, top-p and the frames with their times (models/).
+SUITE_BACKENDS = ("egoplan_hf", "egoplan_server")
+
+
+def on_backend(context: TaskContext, backend: str, chat: bool) -> None:
+    """Say what of the protocol the run's backend cannot deliver: lmms-eval's ``openai`` sends no system message and
+    no top-p; of lmms-eval's other backends the suite cannot tell; none retries an empty answer."""
+    settings, name = context.settings, context.task_name
+    wanted = (f"the system prompt {SYSTEM_PROMPT!r} as a system turn, the clip at {settings.fps:g} fps"
+              + (", top-p 0.95" if settings.prompt == REASONING else ""))
+    if backend in SUITE_BACKENDS:
+        logger.info(f"{name}: {backend} sends {wanted}; pass max_frames={settings.max_frames} in --model_args (its "
+                    f"default, 32, thins a clip longer than 8 s)")
+    elif backend == "openai":
+        logger.warning(f"{name}: the official protocol sends {wanted}; lmms-eval's openai backend sends no system "
+                       f"message and no top_p, so this run is not the authors' protocol (use egoplan_server)")
+    else:
+        logger.warning(f"{name}: the official protocol sends {wanted}; whether lmms-eval's {backend} backend does is "
+                       f"not known to the suite (egoplan_hf and egoplan_server do)")
+    logger.warning(f"{name}: the official run retries an answer its parser reads nothing of up to {MAX_RETRIES} "
+                   f"times; lmms-eval asks once, and such answers are counted (unparseable_official)")
+
+
+def no_av_metrics(context: TaskContext, docs: Sequence[Mapping]) -> list[Metric]:
+    """The five-source means' shares, reported by the embodied-reasoning sources other than AV."""
+    if not any(doc["source"] in ER_SOURCES and doc["source"] != "av" for doc in docs):
+        return []
+    return [Metric("no_av_official", "mean"), Metric("no_av_robust", "mean")]
+
+
+# =============================================================================================
+# 1. Visuals (doc_to_visual)
+# =============================================================================================
+
+
+def sampled_indices(total_frames: int, video_fps: float, fps: float, max_frames: int) -> list[int]:
+    """qwen_vl_utils 0.0.14 ``smart_nframes`` (fps given; FRAME_FACTOR 2, FPS_MIN_FRAMES 4) and
+    ``_read_video_decord``'s ``torch.linspace(0, total - 1, nframes).round()``: the frames the official reader
+    samples of a clip at ``fps``."""
+    import numpy as np
+
+    least = math.ceil(4 / 2) * 2
+    most = math.floor(min(max_frames, total_frames) / 2) * 2
+    wanted = min(min(max(total_frames / video_fps * fps, least), most), total_frames)
+    frames = max(2, math.floor(wanted / 2) * 2)
+    return np.linspace(0, total_frames - 1, frames).round().astype(int).tolist()
+
+
+def doc_to_visual(doc: Mapping) -> list[Image.Image]:
+    """The clip's frames at the protocol's rate, tagged as one video, each with its time."""
+    return list(_clip(doc["video"], doc["fps"], doc["max_frames"], doc["max_side"], doc["item_id"]))
+
+
+@functools.lru_cache(maxsize=4)
+def _clip(path: str, fps: float, max_frames: int, max_side: int | None, item_id: str) -> tuple:
+    try:
+        with media.VideoFile(path) as video:
+            indices = sampled_indices(video.info.num_frames, video.info.fps, fps, max_frames)
+            frames = video.frames(indices, max_side=max_side)
+            times = media.frame_times(indices, 0, video.info.fps)
+    except media.MediaError as error:
+        raise CosmosReason1DataError(f"Cosmos-Reason1 question {item_id}: {error}; check "
+                                     f"{setting_name(ENV_PREFIX, 'root')} (a run with --use_cache resumes from the "
+                                     f"answers already given)") from error
+    return tuple(media.as_video_frames(frames, clip="clip", times=times))
+
+
+@functools.lru_cache(maxsize=4096)
+def frames_shown(path: str, fps: float, max_frames: int, max_side: int | None) -> dict[str, Any]:
+    """How many frames of a clip the model is shown and their size in pixels (before the backend's own resizing),
+    read from the clip's header (nothing decoded), for the sample log."""
+    with media.VideoFile(path) as video:
+        count = len(sampled_indices(video.info.num_frames, video.info.fps, fps, max_frames))
+        return {"frames": count, "frame_size": list(media.fitted_size(video.info.size, max_side))}
+
+
+# =============================================================================================
+# 2. Text (doc_to_text, doc_to_messages)
+# =============================================================================================
+
+
+def doc_to_text(doc: Mapping, lmms_eval_specific_kwargs: Mapping | None = None) -> str:
+    """input.py ``get_prompt``'s user text: the question, ``(A) text`` per option, the instruction(s)."""
+    lines = [doc["question"], *(f"({letter}) {text}" for letter, text in zip(doc["letters"], doc["options"])),
+             LETTER_INSTRUCTION, *([REASONING_INSTRUCTION] if doc["prompt"] == REASONING else [])]
+    return "\n".join(lines)
+
+
+def doc_to_messages(doc: Mapping, lmms_eval_specific_kwargs: Mapping | None = None) -> list[dict]:
+    """Chat backends: the official system turn, then the clip and the text."""
+    return chat_messages(SYSTEM_PROMPT, doc_to_visual(doc), doc_to_text(doc))
+
+
+# =============================================================================================
+# 3. Results (process_results)
+# =============================================================================================
+
+
+def process_results(doc: Mapping, results: Sequence[str], context: TaskContext) -> dict[str, Any]:
+    """The answer read by the official parser of the prompt and by the robust one; each one's correctness as the
+    task's accuracy and its share of the group means, what each read and whether they differ logged."""
+    text, gold = results[0], doc["answer"]
+    official = official_answer(text, doc["prompt"])
+    robust = robust_answer(text, doc["letters"], doc["options"])
+    right = {"official": float(official_correct(official, gold)),
+             "robust": float(bool(robust) and official_correct(robust, gold))}
+    scores: dict[str, Any] = {}
+    for parser, value in right.items():
+        scores[f"accuracy_{parser}"] = scores[f"micro_{parser}"] = value
+        if doc["source"] in ER_SOURCES and doc["source"] != "av":
+            scores[f"no_av_{parser}"] = value
+    scores.update(unparseable_official=float(not official), unparseable_robust=float(not robust),
+                  disagreements=float(official.upper() != robust.upper()),
+                  predictions={"item_id": doc["item_id"], "source": doc["source"], "gold": gold,
+                               "official": official, "robust": robust, "prompt": doc["prompt"],
+                               **frames_shown(doc["video"], doc["fps"], doc["max_frames"], doc["max_side"])})
+    return scores
+
+
+# =============================================================================================
+# The task, as lmms-eval builds it
+# =============================================================================================
+
+GENERATION = TaskSpec(
+    load_docs=load_docs, doc_to_visual=doc_to_visual, doc_to_text=doc_to_text, doc_to_messages=doc_to_messages,
+    doc_to_target="answer", process_results=process_results, metrics_of_the_data=no_av_metrics, configure=configure,
+    on_backend=on_backend,
+    metrics=(Metric("accuracy_official", "mean"), Metric("accuracy_robust", "mean"),
+             Metric("micro_official", "mean"), Metric("micro_robust", "mean"),
+             Metric("unparseable_official", total, higher_is_better=False),
+             Metric("unparseable_robust", total, higher_is_better=False),
+             Metric("disagreements", total, higher_is_better=False), Metric("predictions", count)))

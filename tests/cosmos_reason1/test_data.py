@@ -1,0 +1,123 @@
+"""The official layout read as the official reader finds it: every QA pair kept (list or dict), ``answer`` falling
+back to ``correct_answer``, the AV camera suffix only as a fallback, RoboVQA's overwritten items marked; a part
+whose clips are absent is not run; shortfalls and unusable clips named."""
+
+import json
+
+import pytest
+
+from lmms_egoplan.core.settings import SettingsError, resolve_settings
+from lmms_egoplan.cosmos_reason1.data import (
+    CS_CATEGORIES,
+    ER_SOURCES,
+    RELEASE_COUNTS,
+    CosmosReason1DataError,
+    load_part,
+    qa_file,
+    shortfall,
+)
+from lmms_egoplan.cosmos_reason1.settings import CosmosReason1Settings
+from lmms_egoplan.demo.cosmos_reason1 import build_fixture
+from lmms_egoplan.demo.kit.media import write_video
+
+
+@pytest.fixture
+def fixture(tmp_path):
+    return build_fixture(tmp_path / "cosmos")
+
+
+def settings_of(fixture, **values):
+    return resolve_settings(CosmosReason1Settings, task="t", metadata={}, env_prefix="COSMOS_REASON1",
+                            environ=fixture.env(**values))
+
+
+def test_the_release_counts_are_the_papers_1214_questions():
+    assert sum(RELEASE_COUNTS.values()) == 1214 and sum(ER_SOURCES.values()) == 610
+    assert CS_CATEGORIES == {"space": 80, "time": 298, "other_physics": 226} and ER_SOURCES["robovqa"] == 110
+
+
+def test_every_qa_pair_is_a_question_whether_listed_or_single_and_correct_answer_is_read(fixture):
+    docs = load_part(settings_of(fixture), "holoassist").docs
+    assert [doc["item_id"] for doc in docs] == ["holoassist/0/0", "holoassist/0/1", "holoassist/1/0",
+                                                "holoassist/2/0"]
+    pairs = [pair for item in fixture.items("holoassist") for pair in
+             (item["qa_pairs"] if isinstance(item["qa_pairs"], list) else [item["qa_pairs"]])]
+    assert [doc["answer"] for doc in docs] == [pair.get("answer", pair.get("correct_answer")) for pair in pairs]
+    assert [doc["letters"] for doc in docs] == [list(pair["index2ans"]) for pair in pairs]
+    assert docs[0]["video"].endswith("holoassist/clips/clip_0.mp4")
+
+
+def test_the_av_camera_suffix_is_only_a_fallback(fixture):
+    docs = load_part(settings_of(fixture), "av").docs
+    assert all(doc["video"].endswith(".camera_front_wide_120fov.mp4") for doc in docs)
+    write_video(fixture.root / "av" / "clips" / "clip_0.mp4", num_frames=4, fps=8)  # the name as the item gives it
+    docs = load_part(settings_of(fixture), "av").docs
+    assert docs[0]["video"].endswith("av/clips/clip_0.mp4") and docs[2]["video"].endswith("120fov.mp4")
+
+
+def test_robovqa_keeps_every_item_and_the_official_101_setting_drops_the_overwritten_ones(fixture):
+    every = load_part(settings_of(fixture), "robovqa").docs
+    assert len(every) == 4 and [doc["official_reader_keeps"] for doc in every] == [False, False, True, True]
+    official = load_part(settings_of(fixture, robovqa_items="official_101"), "robovqa").docs
+    assert [doc["item_id"] for doc in official] == ["robovqa/1/0", "robovqa/2/0"]
+
+
+def test_a_shortfall_is_named_against_the_releases_count(fixture):
+    settings = settings_of(fixture)
+    assert shortfall("time", 4, settings) == "4 of the release's 298 questions (294 short)"
+    assert shortfall("robovqa", 101, settings_of(fixture, robovqa_items="official_101")) is None
+    assert shortfall("av", 100, settings) is None
+
+
+def test_a_part_without_clips_is_not_run(fixture):
+    for clip in (fixture.root / "bridgev2" / "clips").iterdir():
+        clip.unlink()
+    (fixture.root / "bridgev2" / "clips").rmdir()
+    with pytest.raises(CosmosReason1DataError, match="bridgev2: not run: its clips folder .* is absent"):
+        load_part(settings_of(fixture), "bridgev2")
+
+
+def test_a_missing_clip_is_named_or_skipped_and_counted(fixture):
+    (fixture.root / "agibot" / "clips" / "clip_1.mp4").unlink()
+    with pytest.raises(CosmosReason1DataError, match=r"agibot/1/0.*clip_1.mp4.*COSMOS_REASON1_SKIP_MISSING"):
+        load_part(settings_of(fixture), "agibot")
+    loaded = load_part(settings_of(fixture, skip_missing="true"), "agibot")
+    assert [doc["item_id"] for doc in loaded.docs] == ["agibot/0/0", "agibot/0/1", "agibot/2/0"]
+    assert [sample.sample_id for sample in loaded.skipped] == ["agibot/1/0"]
+
+
+@pytest.mark.parametrize("pair, field", [
+    ({"question": "q", "index2ans": {"A": "x", "B": "y"}, "answer": "C"}, "answer"),
+    ({"question": "q", "index2ans": {"A": "x"}, "answer": "A"}, "index2ans"),
+    ({"question": "", "index2ans": {"A": "x", "B": "y"}, "answer": "A"}, "question"),
+])
+def test_a_bad_record_is_named_with_its_file_item_and_field(fixture, pair, field):
+    path = qa_file(fixture.root, "space")
+    path.write_text(json.dumps([{"video": "clips/clip_0.mp4", "qa_pairs": [pair]}]))
+    with pytest.raises(CosmosReason1DataError, match=rf"{path}, item #0, QA pair #0: {field}"):
+        load_part(settings_of(fixture), "space")
+
+
+def test_the_root_must_be_set():
+    with pytest.raises(SettingsError, match="COSMOS_REASON1_ROOT"):
+        load_part(CosmosReason1Settings(), "av")
+
+
+def test_the_paibench_u_layout_gives_each_part_the_same_questions(fixture):
+    for part in ("av", "robovqa", "bridgev2", "other_physics"):
+        official = load_part(settings_of(fixture), part).docs
+        hub = load_part(settings_of(fixture, data_source="paibench_u"), part).docs
+        fields = ("question", "letters", "options", "answer")
+        assert [[doc[f] for f in fields] for doc in hub] == [[doc[f] for f in fields] for doc in official], part
+        assert all(doc["video"].startswith(str(fixture.paibench_u_root / "videos" / part)) for doc in hub)
+
+
+def test_a_paibench_u_row_of_no_known_part_is_named(fixture, tmp_path):
+    from datasets import Dataset
+
+    root = tmp_path / "hub"
+    (root / "data").mkdir(parents=True)
+    Dataset.from_list([{"question": "q", "index2ans": {"A": "x", "B": "y"}, "answer": "A", "video_path": "v.mp4",
+                        "subcategory": "Planning"}]).to_parquet(str(root / "data" / "test.parquet"))
+    with pytest.raises(CosmosReason1DataError, match=r"test.parquet, row #0: subcategory 'Planning' names none of"):
+        load_part(settings_of(fixture, data_source="paibench_u", paibench_u_root=root), "space")

@@ -1,0 +1,138 @@
+"""The authors' protocol: the official prompt (against a transcription of ``get_prompt``), the clip sampled as
+qwen_vl_utils samples it at 4 fps (the installed package as oracle), the decoding of each prompt, and the scores
+of an answer under both parsers."""
+
+import pytest
+import torch
+from qwen_vl_utils.vision_process import smart_nframes
+
+from lmms_egoplan.contract.benchmark import TaskContext
+from lmms_egoplan.core.settings import resolve_settings
+from lmms_egoplan.cosmos_reason1 import task
+from lmms_egoplan.cosmos_reason1.settings import CosmosReason1Settings
+from lmms_egoplan.demo.cosmos_reason1 import CLIP_FPS, CLIP_FRAMES, build_fixture
+from lmms_egoplan.demo.kit.media import read_index
+
+
+# nvidia-cosmos/cosmos-reason1 @3e7f1cb, examples/benchmark/tools/eval/utils/input.py get_prompt, verbatim but for
+# taking the question's fields directly and one string split over two lines.
+def get_prompt(question, choices, answer_type):
+    system_prompt = "Answer the questions."
+    prompt_text = question + "\n"
+    prompt_text += "\n".join([f"({i}) {choice}" for i, choice in choices.items()])
+    prompt_text += "\nAnswer with the option's letter from the given choices directly."
+    if answer_type == "reasoning":
+        prompt_text += ("\nPlease answer the question in the following format: <think> your reasoning </think> "
+                        "<answer> your single letter answer </answer>.")
+    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": prompt_text}]
+
+
+@pytest.fixture(scope="module")
+def fixture(tmp_path_factory):
+    return build_fixture(tmp_path_factory.mktemp("cosmos"))
+
+
+def context_of(fixture, part, **values):
+    settings = resolve_settings(CosmosReason1Settings, task="t", metadata={}, env_prefix="COSMOS_REASON1",
+                                environ=fixture.env(**values))
+    return TaskContext(task_name=f"cosmos_reason1_{part}", settings=settings, dataset_name=part)
+
+
+@pytest.mark.parametrize("prompt, answer_type", [("official_reasoning", "reasoning"), ("official_letter", "letter")])
+def test_the_prompt_is_the_official_one(fixture, prompt, answer_type):
+    for doc in task.load_docs(context_of(fixture, "robofail", prompt=prompt)).docs:
+        official = get_prompt(doc["question"], dict(zip(doc["letters"], doc["options"])), answer_type)
+        assert task.doc_to_text(doc) == official[1]["content"]
+        assert task.SYSTEM_PROMPT == official[0]["content"]
+
+
+def test_chat_backends_get_the_system_turn_then_the_clip_and_the_text(fixture, monkeypatch):
+    doc = task.load_docs(context_of(fixture, "robofail")).docs[0]
+    monkeypatch.setattr(task, "doc_to_visual", lambda doc: ["clip"])
+    messages = task.doc_to_messages(doc)
+    assert messages[0] == {"role": "system", "content": [{"type": "text", "text": "Answer the questions."}]}
+    assert messages[1]["role"] == "user" and messages[1]["content"][-1] == {"type": "text",
+                                                                           "text": task.doc_to_text(doc)}
+
+
+@pytest.mark.parametrize("total, video_fps, max_frames", [(12, 8, 768), (300, 30, 768), (3, 30, 768),
+                                                           (10_000, 30, 768), (61, 29.97, 768), (900, 30, 64)])
+def test_the_clip_is_sampled_as_qwen_vl_utils_samples_it(total, video_fps, max_frames):
+    element = {"fps": 4.0} if max_frames == 768 else {"fps": 4.0, "max_frames": max_frames}
+    count = smart_nframes(element, total_frames=total, video_fps=video_fps)
+    expected = torch.linspace(0, total - 1, count).round().long().tolist()
+    assert task.sampled_indices(total, video_fps, 4.0, max_frames) == expected
+
+
+def test_the_model_sees_the_sampled_frames_as_one_video_with_their_times(fixture):
+    doc = task.load_docs(context_of(fixture, "holoassist")).docs[0]
+    frames = task.doc_to_visual(doc)
+    indices = task.sampled_indices(CLIP_FRAMES, CLIP_FPS, 4.0, 768)
+    assert len(indices) == 6 and [read_index(frame) for frame in frames] == indices
+    assert [frame.info["lmms_egoplan.frame_time"].seconds for frame in frames] == pytest.approx(
+        [index / CLIP_FPS for index in indices], abs=1e-9)
+
+
+@pytest.mark.parametrize("prompt", ["official_reasoning", "official_letter"])
+def test_each_prompt_has_its_decoding(fixture, prompt):
+    configuration = task.configure(context_of(fixture, "av", prompt=prompt), {})
+    assert configuration.generation_kwargs == task.DECODING[prompt]
+    assert task.DECODING["official_reasoning"] == {"max_new_tokens": 1024, "temperature": 0.6, "top_p": 0.95,
+                                                   "do_sample": True, "until": []}
+    assert task.DECODING["official_letter"]["max_new_tokens"] == 10 and not task.DECODING[prompt]["until"]
+
+
+@pytest.mark.parametrize("backend, chat, said", [
+    ("egoplan_hf", False, "egoplan_hf sends the system prompt 'Answer the questions.' as a system turn"),
+    ("openai", True, "lmms-eval's openai backend sends no system message and no top_p"),
+    ("vllm", True, "whether lmms-eval's vllm backend does is not known to the suite"),
+])
+def test_the_run_says_what_of_the_protocol_its_backend_cannot_deliver(fixture, backend, chat, said):
+    from loguru import logger
+
+    lines = []
+    sink = logger.add(lines.append, format="{message}")
+    try:
+        task.on_backend(context_of(fixture, "av"), backend, chat)
+    finally:
+        logger.remove(sink)
+    assert any(said in line for line in lines) and any("retries an answer" in line for line in lines)
+
+
+def test_an_answer_is_scored_by_both_parsers_and_their_difference_counted(fixture):
+    context = context_of(fixture, "agibot")
+    doc = task.load_docs(context).docs[0]
+    gold = doc["answer"]
+    scores = task.process_results(doc, [f"<answer>The answer is {gold}</answer>"], context)
+    assert (scores["accuracy_official"], scores["accuracy_robust"], scores["micro_robust"]) == (0.0, 1.0, 1.0)
+    assert (scores["no_av_official"], scores["no_av_robust"]) == (0.0, 1.0)
+    assert scores["disagreements"] == 1.0 and scores["unparseable_official"] == 0.0
+    assert scores["predictions"] | {} == {"item_id": doc["item_id"], "source": "agibot", "gold": gold,
+                                          "official": "T", "robust": gold, "prompt": "official_reasoning",
+                                          "frames": 6, "frame_size": list(task.doc_to_visual(doc)[0].size)}
+
+
+def test_av_and_the_common_sense_categories_have_no_share_in_the_five_source_mean(fixture):
+    for part in ("av", "space"):
+        context = context_of(fixture, part)
+        docs = task.load_docs(context).docs
+        assert task.no_av_metrics(context, docs) == []
+        assert "no_av_official" not in task.process_results(docs[0], ["<answer>A</answer>"], context)
+    context = context_of(fixture, "robovqa")
+    assert [metric.name for metric in task.no_av_metrics(context, task.load_docs(context).docs)] == [
+        "no_av_official", "no_av_robust"]
+
+
+def test_the_sample_log_shows_the_frames_and_pixels_shown(fixture):
+    context = context_of(fixture, "space", max_side="32")
+    doc = task.load_docs(context).docs[0]
+    shown = task.doc_to_visual(doc)
+    logged = task.process_results(doc, ["<answer>A</answer>"], context)["predictions"]
+    assert (logged["frames"], logged["frame_size"]) == (len(shown), list(shown[0].size)) and max(shown[0].size) == 32
+
+
+def test_the_letter_prompt_reads_the_first_capital_anywhere(fixture):
+    context = context_of(fixture, "time", prompt="official_letter")
+    doc = task.load_docs(context).docs[0]
+    scores = task.process_results(doc, [f"Based on the clip: {doc['answer']}"], context)
+    assert scores["predictions"]["official"] == "B" and scores["predictions"]["robust"] == doc["answer"]
