@@ -56,11 +56,13 @@ class LoopbackHub:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def add_the_suites_datasets(self, folder: Path, *, egointent_token: str | None = None) -> list[dict]:
-        """Serve the suite's three Hub datasets, the demo's data in their layouts, written under ``folder``
-        (EgoIntent gated behind ``egointent_token`` where given); returns EgoPlan-Bench2's records."""
+        """Serve the suite's Hub datasets, the demo's data in their layouts, written under ``folder`` (EgoIntent
+        gated behind ``egointent_token`` where given; Cosmos-Reason1's official layout with its clips unpacked, and
+        PAI-Bench-U's); returns EgoPlan-Bench2's records."""
         import shutil
 
-        from lmms_egoplan.demo import egointent, egoplan_bench2, egothink
+        from lmms_egoplan.cosmos_reason1.sources import HUB, PAIBENCH_U
+        from lmms_egoplan.demo import cosmos_reason1, egointent, egoplan_bench2, egothink
 
         bench2 = egoplan_bench2.build_fixture(folder / "bench2")
         bench2_repo = folder / "bench2-repo"
@@ -70,6 +72,11 @@ class LoopbackHub:
         self.add("EgoThink/EgoThink", egothink.write_release(folder / "egothink-repo"))
         self.add("py2279105943/EgoIntent", egointent.write_release(folder / "egointent-repo"), token=egointent_token)
         self.add("qiulu66/EgoPlan-Bench2", bench2_repo)
+        cosmos = cosmos_reason1.build_fixture(folder / "cosmos-reason1")
+        official = folder / "cosmos-reason1-repo"
+        shutil.copytree(cosmos.root, official, ignore=shutil.ignore_patterns(cosmos.paibench_u_root.name, ".complete"))
+        self.add(HUB.repo_id, official)
+        self.add(PAIBENCH_U.repo_id, cosmos.paibench_u_root)
         return bench2.records()
 
 

@@ -1,4 +1,4 @@
-"""docs/run-all-five.md, command by command (issue 65 point 8): every `bash` block of the page runs exactly as
+"""docs/run-all.md, command by command (issue 65 point 8): every `bash` block of the page runs exactly as
 printed, in one shell per block and in the page's order, in a folder where a tiny random-weight Qwen2.5-VL sits at
 `Qwen/Qwen2.5-VL-7B-Instruct`, on the demo's data; each server launch is stood in for by a loopback server on the
 printed port answering as the printed name; each `accelerate launch` is checked (its options are the launcher's, the
@@ -26,7 +26,7 @@ from lmms_egoplan.demo.smoke import suites
 from tests.kit.loopback_hub import LoopbackHub
 from tests.models.engine_servers import EngineServer
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "run-all-five.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "run-all.md"
 MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
 BIN = Path(sys.executable).parent
 LAUNCHES = ("vllm serve ", "python -m sglang.launch_server ")
@@ -75,7 +75,7 @@ def stand_in(command: str, checkpoint: Path) -> ChatServer | EngineServer:
 def workplace(tmp_path_factory, tiny_model):
     """The folder the page's commands run in, the tiny checkpoint at the model's name, and the demo's data with its
     settings file (the judge's settings left out: the runs use the default judge, which the page serves)."""
-    root = tmp_path_factory.mktemp("run_all_five")
+    root = tmp_path_factory.mktemp("run_all")
     checkpoint = tiny_model("qwen2_5_vl")
     (root / "work" / MODEL).parent.mkdir(parents=True)
     (root / "work" / MODEL).symlink_to(checkpoint, target_is_directory=True)
@@ -109,7 +109,7 @@ def page_variables(block: list[str]) -> dict[str, str]:
     return {name: value for name, value in found.items() if name not in PAGE_VARIABLES_OF_THE_TEST}
 
 
-def test_every_command_of_the_run_all_five_page_runs_as_printed_on_the_demos_data(workplace):
+def test_every_command_of_the_run_all_page_runs_as_printed_on_the_demos_data(workplace):
     root, checkpoint, settings = workplace
     first, *blocks = page_blocks()
     env = environment(root, settings, page_variables(first))
