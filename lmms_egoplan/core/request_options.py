@@ -6,7 +6,8 @@ value}: ``harness.lmms_eval_task.SuiteInstance``, lmms-eval's ``Instance`` with 
 candidate answer are scored, e.g. the answer and
 the token closing the assistant's turn (``SCORED_SPAN``); how their losses are averaged, e.g.
 leaving out the tokens whose loss is exactly 0 (``LOSS_MEAN``); whether the task text comes before
-the images (``INPUT_ORDER``). The benchmarks' READMEs say which task asks for what. A backend declares the values it
+the images (``INPUT_ORDER``); whether an answer its official parser reads nothing of is generated again
+(``EMPTY_ANSWER_RETRY``). The benchmarks' READMEs say which task asks for what. A backend declares the values it
 honours in its class attribute
 ``request_options`` (``{option name: values}``). A request without the option, and a backend
 without the declaration, follow lmms-eval's convention. (Proposed upstream as a field of
@@ -18,6 +19,7 @@ import cycle.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 BACKEND_ATTRIBUTE = "request_options"  # a backend class's declaration of the values it honours
@@ -33,6 +35,9 @@ class RequestOption:
     # False: such a backend follows its own convention, and the task says so.
     binding: bool
     likelihood_only: bool  # only loglikelihood requests carry it
+    # True: the task's ``on_backend`` hook says what a backend that does not honour it does instead (the harness's
+    # generic warning would repeat it).
+    said_by_task: bool = False
 
     def of(self, request) -> str:
         """The value a request asks for (lmms-eval's own ``Instance``, which has no options: the convention)."""
@@ -69,3 +74,23 @@ VISUALS_FIRST = "visuals_first"
 TEXT_FIRST = "text_first"
 INPUT_ORDER = RequestOption("input_order", VISUALS_FIRST, (VISUALS_FIRST, TEXT_FIRST), binding=False,
                                   likelihood_only=False)
+
+NEVER = "never"
+# Cosmos-Reason1's official reasoning parser (``cosmos_reason1.parsing``) reads nothing: no capital letter inside the
+# first <answer>...</answer>. The backend generates such an answer again (``models.empty_answer_retry``).
+NO_LETTER_IN_ANSWER_TAG = "no_letter_in_answer_tag"
+EMPTY_ANSWER_MAX_RETRIES = 10  # cosmos-reason1 @3e7f1cb examples/benchmark/configs/evaluate.yaml: max_retries
+EMPTY_ANSWER_RETRY = RequestOption("empty_answer_retry", NEVER, (NEVER, NO_LETTER_IN_ANSWER_TAG), binding=False,
+                                   likelihood_only=False, said_by_task=True)
+# nvidia-cosmos/cosmos-reason1 @3e7f1cb examples/benchmark/tools/eval/utils/output.py: ANSWER_PATTERN,
+# SINGLE_LETTER_PATTERN (parse_reasoning_response), verbatim.
+ANSWER_PATTERN = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+SINGLE_LETTER_PATTERN = re.compile(r"[A-Z]")
+
+
+def empty_answer(text: str, rule: str) -> bool:
+    """Whether ``rule`` (an ``EMPTY_ANSWER_RETRY`` value) finds ``text`` empty."""
+    if rule == NO_LETTER_IN_ANSWER_TAG:
+        found = ANSWER_PATTERN.search(text)
+        return not (found and SINGLE_LETTER_PATTERN.search(found.group(1)))
+    return False

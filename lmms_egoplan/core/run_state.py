@@ -18,6 +18,24 @@ from typing import Any, Callable
 
 
 @dataclass
+class RetriedAnswers:
+    """The answers a backend generated again because they were empty (``models.empty_answer_retry``), for the task
+    that counts them: {(task, the answer as lmms-eval hands it to the task, stripped): [(retries, still empty)]}.
+    Keyed by the answer because lmms-eval hands a task only the document and the answer text; answers alike share
+    a list, so the task's totals are exact."""
+
+    by_answer: dict[tuple[str, str], list[tuple[int, bool]]] = field(default_factory=dict)
+
+    def record(self, task: str, answer: str, retries: int, still_empty: bool) -> None:
+        self.by_answer.setdefault((task, answer.strip()), []).append((retries, still_empty))
+
+    def take(self, task: str, answer: str) -> tuple[int, bool]:
+        """(retries, still empty) of an answer of ``task``; (0, False): asked once."""
+        found = self.by_answer.get((task, answer.strip()))
+        return found.pop() if found else (0, False)
+
+
+@dataclass
 class RunState:
     # lmms-eval's date-time of this run's files ("20261123_101010"), once learnt
     # (``harness.run_files.run_stamp``); lm-eval runs: by the harness's call frame
@@ -58,6 +76,8 @@ class RunState:
     # Where the run's backend changed a task's frame plan ({task: {setting: what it changed}}, warned once per task
     # and setting: ``models.doc_requests``), recorded in the results (``compat.results.record_in_results``)
     protocol_changes: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The answers the run's backend generated again, until their task counts them (``models.empty_answer_retry``)
+    retried_answers: RetriedAnswers = field(default_factory=RetriedAnswers)
 
     def reset(self) -> None:
         """Start a new run's state (every field back to its default), in place: modules keep ``RUN``."""

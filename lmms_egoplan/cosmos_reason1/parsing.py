@@ -10,11 +10,11 @@ import re
 from collections.abc import Sequence
 
 from lmms_egoplan.core.letter_choice import CHOICE_LETTERS, extract_choice
+from lmms_egoplan.core.request_options import ANSWER_PATTERN, SINGLE_LETTER_PATTERN
 
-# output.py: ANSWER_PATTERN, REASONING_PATTERN, SINGLE_LETTER_PATTERN, verbatim.
-ANSWER_PATTERN = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+# output.py: REASONING_PATTERN, verbatim (ANSWER_PATTERN and SINGLE_LETTER_PATTERN: the backends' empty-answer rule
+# reads them too, core.request_options).
 REASONING_PATTERN = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-SINGLE_LETTER_PATTERN = re.compile(r"[A-Z]")
 
 REASONING = "official_reasoning"
 LETTER = "official_letter"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lmms_egoplan.core.request_options import NEVER, NO_LETTER_IN_ANSWER_TAG
 from lmms_egoplan.core.settings import setting
 from lmms_egoplan.cosmos_reason1.data import DATA_SOURCES, ROBOVQA_ITEMS
 from lmms_egoplan.cosmos_reason1.parsing import PROMPTS, REASONING
@@ -31,3 +32,9 @@ class CosmosReason1Settings:
     max_frames: int = setting(OFFICIAL_MAX_FRAMES, minimum=4)
     max_side: int | None = setting(None, minimum=1)  # downscale frames so the longer side is at most this
     skip_missing: bool = False  # skip questions whose clips are missing (counted) instead of failing
+
+    @property
+    def empty_answer_retry(self) -> str:
+        """Which answers the backend generates again (``core.request_options.EMPTY_ANSWER_RETRY``), from the prompt
+        (no setting of its own): ``official_reasoning``, those without a letter in the answer tag."""
+        return NO_LETTER_IN_ANSWER_TAG if self.prompt == REASONING else NEVER

@@ -16,7 +16,10 @@ Protocol:
    10 new tokens.
 4. Answers: the official parser of the prompt and its case-insensitive comparison (``accuracy_official``), a robust
    reading beside it (``accuracy_robust``), the answers they read differently counted (``disagreements``), the
-   answers the official parser reads nothing of counted (``unparseable_official``: those the official run retries).
+   answers the official parser reads nothing of counted (``unparseable_official``). Under ``official_reasoning`` the
+   suite's backends generate such an answer again as the official run does (evaluate.py ``run_model``: up to 10
+   times, ``models.empty_answer_retry``), the answers retried and those still empty after the last retry counted
+   (``empty_answer_retried``, ``empty_after_retries``); lmms-eval's backends ask once, which the run says.
    A failed request is never scored (the suite's adapter leaves it out and counts it).
 5. Means: each task's accuracy; the groups' ``accuracy_*`` are macro means over their tasks (the paper's),
    ``micro_*`` micro means (the PAI-Bench leaderboard's), ``no_av_*`` the macro mean over the five sources other
@@ -43,6 +46,8 @@ from lmms_egoplan.contract.benchmark import (
     warn_of_skipped,
 )
 from lmms_egoplan.core import media
+from lmms_egoplan.core.request_options import EMPTY_ANSWER_MAX_RETRIES, EMPTY_ANSWER_RETRY
+from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import setting_name
 from lmms_egoplan.core.statistics import count, total
 from lmms_egoplan.cosmos_reason1.data import (
@@ -63,7 +68,6 @@ REASONING_INSTRUCTION = ("Please answer the question in the following format: <t
 # evaluate.py run_model (configs/evaluate.yaml: max_tokens 1024, temperature 0.6; top_p 0.95 in the code).
 DECODING = {REASONING: {"max_new_tokens": 1024, "temperature": 0.6, "top_p": 0.95, "do_sample": True, "until": []},
             LETTER: {"max_new_tokens": 10, "temperature": 0, "do_sample": False, "until": []}}
-MAX_RETRIES = 10  # configs/evaluate.yaml: max_retries
 # nvidia-cosmos/cosmos-reason1 issue: BridgeData V2's clips rebuilt by process_raw_data.py do not match their
 # questions (35 % reproduced against 58.8 % published).
 BRIDGEV2_WARNING = ("cosmos_reason1_bridgev2: the BridgeData V2 clips that the official process_raw_data.py rebuilds "
@@ -104,7 +108,8 @@ SUITE_BACKENDS = ("egoplan_hf", "egoplan_server")
 
 def on_backend(context: TaskContext, backend: str, chat: bool) -> None:
     """Say what of the protocol the run's backend cannot deliver: lmms-eval's ``openai`` sends no system message and
-    no top-p; of lmms-eval's other backends the suite cannot tell; none retries an empty answer."""
+    no top-p; of lmms-eval's other backends the suite cannot tell; none of them retries an empty answer (the suite's
+    backends do, ``core.request_options.EMPTY_ANSWER_RETRY``)."""
     settings, name = context.settings, context.task_name
     wanted = (f"the system prompt {SYSTEM_PROMPT!r} as a system turn, the clip at {settings.fps:g} fps"
               + (", top-p 0.95" if settings.prompt == REASONING else ""))
@@ -117,8 +122,18 @@ def on_backend(context: TaskContext, backend: str, chat: bool) -> None:
     else:
         logger.warning(f"{name}: the official protocol sends {wanted}; whether lmms-eval's {backend} backend does is "
                        f"not known to the suite (egoplan_hf and egoplan_server do)")
-    logger.warning(f"{name}: the official run retries an answer its parser reads nothing of up to {MAX_RETRIES} "
-                   f"times; lmms-eval asks once, and such answers are counted (unparseable_official)")
+    if settings.prompt != REASONING:
+        logger.warning(f"{name}: the official run retries an answer its parser reads nothing of up to "
+                       f"{EMPTY_ANSWER_MAX_RETRIES} times; under {settings.prompt} no backend of the suite does, and "
+                       f"such answers are counted (unparseable_official)")
+    elif backend in SUITE_BACKENDS:
+        logger.info(f"{name}: {backend} generates an answer with no letter in its <answer> tag again, up to "
+                    f"{EMPTY_ANSWER_MAX_RETRIES} times, as the official run does (counted: empty_answer_retried, "
+                    f"empty_after_retries)")
+    else:
+        logger.warning(f"{name}: the official run generates an answer with no letter in its <answer> tag again, up "
+                       f"to {EMPTY_ANSWER_MAX_RETRIES} times; lmms-eval's {backend} backend asks once, so such "
+                       f"answers are only counted (unparseable_official; egoplan_hf and egoplan_server retry them)")
 
 
 def no_av_metrics(context: TaskContext, docs: Sequence[Mapping]) -> list[Metric]:
@@ -209,10 +224,12 @@ def process_results(doc: Mapping, results: Sequence[str], context: TaskContext) 
         scores[f"accuracy_{parser}"] = scores[f"micro_{parser}"] = value
         if doc["source"] in ER_SOURCES and doc["source"] != "av":
             scores[f"no_av_{parser}"] = value
+    retries, still_empty = RUN.retried_answers.take(context.task_name, text)  # the suite's backends'
     scores.update(unparseable_official=float(not official), unparseable_robust=float(not robust),
                   disagreements=float(official.upper() != robust.upper()),
+                  empty_answer_retried=float(retries > 0), empty_after_retries=float(still_empty),
                   predictions={"item_id": doc["item_id"], "source": doc["source"], "gold": gold,
-                               "official": official, "robust": robust, "prompt": doc["prompt"],
+                               "official": official, "robust": robust, "prompt": doc["prompt"], "retries": retries,
                                **frames_shown(doc["video"], doc["fps"], doc["max_frames"], doc["max_side"])})
     return scores
 
@@ -229,4 +246,7 @@ GENERATION = TaskSpec(
              Metric("micro_official", "mean"), Metric("micro_robust", "mean"),
              Metric("unparseable_official", total, higher_is_better=False),
              Metric("unparseable_robust", total, higher_is_better=False),
-             Metric("disagreements", total, higher_is_better=False), Metric("predictions", count)))
+             Metric("disagreements", total, higher_is_better=False),
+             Metric("empty_answer_retried", total, higher_is_better=False),
+             Metric("empty_after_retries", total, higher_is_better=False), Metric("predictions", count)),
+    request_options={"empty_answer_retry": EMPTY_ANSWER_RETRY})

@@ -87,7 +87,7 @@ def check_backend_honours_options(task: Any, model_class: type, model: str) -> N
     """Refuse a backend that cannot honour a request option of ``task`` that changes scores; warn of one that
     follows its own convention for an option that does not."""
     for name, option, value in task.requested_options():
-        if option.honoured_by(model_class, value):
+        if option.honoured_by(model_class, value) or option.said_by_task:
             continue
         setting = setting_name(task.BENCHMARK.entry.env_prefix, name)
         if not option.binding:

@@ -16,7 +16,13 @@ from lmms_eval.api.instance import Instance
 from loguru import logger
 
 from lmms_egoplan.core.documentation import doc_page
-from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
+from lmms_egoplan.core.request_options import (
+    ANSWER_AND_END_OF_TURN,
+    EMPTY_ANSWER_RETRY,
+    INPUT_ORDER,
+    LOSS_MEAN,
+    SCORED_SPAN,
+)
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import closest_name_hint, coerce_setting
 from lmms_egoplan.models.chat import ChatTemplateError, RenderedAnswer
@@ -89,7 +95,7 @@ class DocRequests:
     response_sink: Callable[[Instance, Any], None] | None = None
     is_simple = True
     backend_name = "the backend"  # its --model name, in what it says
-    request_options = {option.name: option.values for option in QUESTION_OPTIONS}
+    request_options = {option.name: option.values for option in (*QUESTION_OPTIONS, EMPTY_ANSWER_RETRY)}
 
     @staticmethod
     def visual_limits(backend: str, max_frames, image_max_side, image_max_pixels, video_max_side,

@@ -35,6 +35,7 @@ from lmms_egoplan.models.doc_requests import (
     processor_inputs,
     unknown_model_args_message,
 )
+from lmms_egoplan.models.empty_answer_retry import with_retries
 from lmms_egoplan.models.likelihood import LikelihoodScorer, ScoredSequence
 from lmms_egoplan.models.vision_attention import pack_vision_attention
 from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError, decode_ahead
@@ -243,12 +244,23 @@ class EgoPlanHF(DocRequests, lmms):
                 prompts = [self.chat.generation_prompt(self.chat.user_turn(v.parts, c, INPUT_ORDER.check(p, where)))
                            for v, c, p in zip(visuals, contexts, placements)]
                 inputs = self._on_device(self._encode(prompts, visuals, where))
-                generated = self._generate(inputs, dict(generation_kwargs[0] or {}), where)
-                for request, text in zip(in_batch_order, generated):
+                batch, kwargs = list(itertools.islice(in_batch_order, len(chunk))), dict(generation_kwargs[0] or {})
+                generated = with_retries(self._generate(inputs, kwargs, where), batch, kwargs,
+                                         self._generate_again(prompts, visuals, where))
+                for request, text in zip(batch, generated):
                     self._hand_over(request, text)
                 outputs.extend(generated)
                 progress.update(len(chunk))
         return collator.get_original(outputs)
+
+    def _generate_again(self, prompts: list[str], visuals: list[ModelVisuals], where: str):
+        """Generation of some of a batch's prompts again (their indices), with other generation kwargs: the retry of
+        an empty answer (``models.empty_answer_retry``)."""
+        def generate(indices: list[int], generation_kwargs: dict) -> list[str]:
+            inputs = self._encode([prompts[i] for i in indices], [visuals[i] for i in indices], where)
+            return self._generate(self._on_device(inputs), generation_kwargs, where)
+
+        return generate
 
     @torch.inference_mode()
     def _generate(self, inputs, generation_kwargs: dict, where: str) -> list[str]:

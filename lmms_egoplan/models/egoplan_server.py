@@ -46,6 +46,7 @@ from lmms_egoplan.models.doc_requests import (
     unknown_model_args_message,
 )
 from lmms_egoplan.models.egoplan_hf import load_processor
+from lmms_egoplan.models.empty_answer_retry import with_retries
 from lmms_egoplan.models.engines import (
     ENGINE_CLASSES,
     ENGINES,
@@ -290,20 +291,15 @@ class EgoPlanServer(DocRequests, lmms):
             where = f"{task} doc {doc_id}"
             visuals = self._doc_visuals((task, split, doc_id, doc_to_visual))
             prompt = self._prompt(visuals, context, INPUT_ORDER.check(INPUT_ORDER.of(requests[index]), where), where)
-            sampling, until = self._sampling(dict(generation_kwargs or {}))
-            def on(server):
-                logger.debug(f"egoplan_server: {where} generated on {server.client.base_url}")
-                return server.generate(prompt, sampling)
-
+            kwargs = dict(generation_kwargs or {})
             try:
-                reply = self.servers.run(on, where)
+                text = self._generate(prompt, kwargs)
+                return with_retries([text], [requests[index]], kwargs,
+                                    lambda _, retry_kwargs: [self._generate(prompt, retry_kwargs)])[0]
             except QuestionFailedError as error:
                 # A failed request as lmms-eval's API backends hand one over: counted, left out, asked again.
                 logger.error(f"egoplan_server: {error}")
                 return request_failed_text(str(error), self.retries)
-            if reply.prompt_ids is not None:
-                self._check_prompt(reply.prompt_ids, prompt.prefix_ids, prompt)
-            return cut_at_first(reply.text, until)
 
         def done(index: int, text: str) -> None:
             results[index] = text
@@ -311,6 +307,19 @@ class EgoPlanServer(DocRequests, lmms):
 
         self._in_flight(range(len(requests)), generate, done, len(requests), "generate_until")
         return results
+
+    def _generate(self, prompt: ServerPrompt, generation_kwargs: dict) -> str:
+        """One answer to ``prompt`` from the first server that gives one, cut at the first stop string."""
+        sampling, until = self._sampling(generation_kwargs)
+
+        def on(server):
+            logger.debug(f"egoplan_server: {prompt.where} generated on {server.client.base_url}")
+            return server.generate(prompt, sampling)
+
+        reply = self.servers.run(on, prompt.where)
+        if reply.prompt_ids is not None:
+            self._check_prompt(reply.prompt_ids, prompt.prefix_ids, prompt)
+        return cut_at_first(reply.text, until)
 
     def _sampling(self, generation_kwargs: dict) -> tuple[dict, list[str]]:
         """The server's sampling settings for lmms-eval's generation kwargs over the model's

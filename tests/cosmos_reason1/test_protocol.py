@@ -82,12 +82,17 @@ def test_each_prompt_has_its_decoding(fixture, prompt):
     assert task.DECODING["official_letter"]["max_new_tokens"] == 10 and not task.DECODING[prompt]["until"]
 
 
-@pytest.mark.parametrize("backend, chat, said", [
-    ("egoplan_hf", False, "egoplan_hf sends the system prompt 'Answer the questions.' as a system turn"),
-    ("openai", True, "lmms-eval's openai backend sends no system message and no top_p"),
-    ("vllm", True, "whether lmms-eval's vllm backend does is not known to the suite"),
+@pytest.mark.parametrize("backend, chat, said, retries", [
+    ("egoplan_hf", False, "egoplan_hf sends the system prompt 'Answer the questions.' as a system turn",
+     "egoplan_hf generates an answer with no letter in its <answer> tag again, up to 10 times"),
+    ("egoplan_server", False, "egoplan_server sends the system prompt", "egoplan_server generates an answer with no "
+                                                                        "letter in its <answer> tag again"),
+    ("openai", True, "lmms-eval's openai backend sends no system message and no top_p",
+     "lmms-eval's openai backend asks once, so such answers are only counted"),
+    ("vllm", True, "whether lmms-eval's vllm backend does is not known to the suite",
+     "lmms-eval's vllm backend asks once"),
 ])
-def test_the_run_says_what_of_the_protocol_its_backend_cannot_deliver(fixture, backend, chat, said):
+def test_the_run_says_what_of_the_protocol_its_backend_cannot_deliver(fixture, backend, chat, said, retries):
     from loguru import logger
 
     lines = []
@@ -96,7 +101,9 @@ def test_the_run_says_what_of_the_protocol_its_backend_cannot_deliver(fixture, b
         task.on_backend(context_of(fixture, "av"), backend, chat)
     finally:
         logger.remove(sink)
-    assert any(said in line for line in lines) and any("retries an answer" in line for line in lines)
+    assert any(said in line for line in lines)
+    assert [line for line in lines if "again, up to" in line or "asks once" in line] == \
+        [line for line in lines if retries in line] and sum(retries in line for line in lines) == 1
 
 
 def test_an_answer_is_scored_by_both_parsers_and_their_difference_counted(fixture):
@@ -107,9 +114,11 @@ def test_an_answer_is_scored_by_both_parsers_and_their_difference_counted(fixtur
     assert (scores["accuracy_official"], scores["accuracy_robust"], scores["micro_robust"]) == (0.0, 1.0, 1.0)
     assert (scores["no_av_official"], scores["no_av_robust"]) == (0.0, 1.0)
     assert scores["disagreements"] == 1.0 and scores["unparseable_official"] == 0.0
+    assert (scores["empty_answer_retried"], scores["empty_after_retries"]) == (0.0, 0.0)  # a plain str: asked once
     assert scores["predictions"] | {} == {"item_id": doc["item_id"], "source": "agibot", "gold": gold,
                                           "official": "T", "robust": gold, "prompt": "official_reasoning",
-                                          "frames": 6, "frame_size": list(task.doc_to_visual(doc)[0].size)}
+                                          "retries": 0, "frames": 6,
+                                          "frame_size": list(task.doc_to_visual(doc)[0].size)}
 
 
 def test_av_and_the_common_sense_categories_have_no_share_in_the_five_source_mean(fixture):

@@ -1,10 +1,13 @@
 """Cosmos-Reason1 end to end: the group through the real `lmms-eval` CLI on synthetic data in the official layout,
 answered by script through lmms-eval's `openai` backend (every value the run reports is the one the script implies,
-the prompt and the frames reach the model as the protocol says); a part without clips is not run."""
+the prompt and the frames reach the model as the protocol says); a part without clips is not run; the suite's
+egoplan_server retries an empty answer as the official run does, against a loopback vLLM server."""
 
 import base64
 import dataclasses
 import io
+import json
+import re
 import shutil
 
 import pytest
@@ -16,6 +19,7 @@ from lmms_egoplan.demo.kit.judge_server import ChatServer
 from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.media import read_index
 from lmms_egoplan.demo.kit.scripted import answering, differences, reported_metrics
+from tests.models.engine_servers import EngineServer
 
 # End to end: the real lmms-eval CLI in subprocesses.
 
@@ -51,7 +55,7 @@ def test_scripted_answers_score_as_the_script_implies_with_the_official_prompt_a
     assert "lmms-eval's openai backend sends no system message and no top_p" in run.log
     assert "do not match their questions" in run.log
     recorded = run.results["configs"]["cosmos_reason1_robovqa"]["metadata"]
-    assert (recorded["version"], recorded["prompt"], recorded["robovqa_items"]) == (1, "official_reasoning", "all")
+    assert (recorded["version"], recorded["prompt"], recorded["robovqa_items"]) == (2, "official_reasoning", "all")
 
 
 def test_a_part_without_clips_is_not_run_and_the_run_fails_naming_it(fixture, tmp_path):
@@ -62,3 +66,55 @@ def test_a_part_without_clips_is_not_run_and_the_run_fails_naming_it(fixture, tm
                            output_dir=tmp_path / "out", env={"COSMOS_REASON1_ROOT": str(root)}, check=False)
     assert failed.results is None and failed.returncode != 0
     assert f"Cosmos-Reason1 holoassist: not run: its clips folder {root}/holoassist/clips is absent" in failed.log
+
+
+class EmptyFirstServer(EngineServer):
+    """A loopback vLLM server (the tiny model's) whose answer to Cosmos-Reason1 question "[<part> #n]" has no letter
+    in an <answer> tag until its ``empty_for[n]``-th retry, the right letter after; each question's sampling
+    recorded."""
+
+    def __init__(self, checkpoint, empty_for: dict[int, int], gold: dict[int, str]):
+        super().__init__("vllm", checkpoint)
+        self.empty_for, self.gold = empty_for, gold
+        self.asked: dict[int, list[tuple[int, float]]] = {number: [] for number in empty_for}
+
+    def vllm_chat(self, body: dict) -> dict:
+        found = re.search(r"\[\w+ #(\d)\]", json.dumps(body.get("messages")))
+        if found is None:  # the backend's load check
+            return super().vllm_chat(body)
+        answer = super().vllm_chat({**body, "max_tokens": 1, "max_completion_tokens": 1})
+        number = int(found.group(1))
+        asked = self.asked[number]
+        asked.append((body.get("max_completion_tokens", body.get("max_tokens")), body["temperature"]))
+        read = len(asked) > self.empty_for[number]
+        answer["choices"][0].update(finish_reason="stop", message={
+            "role": "assistant",
+            "content": f"<think>try {len(asked)}</think>" + (f"<answer>{self.gold[number]}</answer>" if read else "")})
+        return answer
+
+
+def test_the_suite_s_server_backend_retries_an_empty_answer_as_the_official_run_and_counts_it(fixture, tiny_model,
+                                                                                              tmp_path):
+    """egoplan_server against a server whose first answers are empty: each is generated again with run_model's
+    sampling (256 more tokens and 0.05 more temperature per retry) until read or 10 retries are spent; the retried
+    answers and the one still empty are counted."""
+    pairs = [pair for part, pair in fixture.questions() if part == "av"]
+    gold = {number: pair.get("answer", pair.get("correct_answer")) for number, pair in enumerate(pairs)}
+    empty_for = {0: 0, 1: 1, 2: 3, 3: 11}  # #3: never read
+    with EmptyFirstServer(tiny_model("qwen2_vl"), empty_for, gold) as server:
+        run = run_lmms_eval(model="egoplan_server", model_args=f"engine=vllm,base_url={server.base_url},model=tiny,"
+                                                               "max_frames=8,retries=1,backoff=0.01,concurrency=1",
+                            tasks=["cosmos_reason1_av"], output_dir=tmp_path, env=fixture.env(), check=False)
+    assert run.returncode == 0, run.log_tail()
+    assert {number: len(asked) for number, asked in server.asked.items()} == {0: 1, 1: 2, 2: 4, 3: 11}
+    assert [tokens for tokens, _ in server.asked[3]] == [1024 + 256 * retry for retry in range(11)]
+    assert [temperature for _, temperature in server.asked[3]] == pytest.approx(
+        [min(0.6 + 0.05 * retry, 0.9) for retry in range(11)], abs=1e-9)
+    values = {metric: run.metric("cosmos_reason1_av", metric) for metric in
+              ("accuracy_official", "empty_answer_retried", "empty_after_retries", "unparseable_official")}
+    assert values == {"accuracy_official": pytest.approx(0.75, abs=1e-9), "empty_answer_retried": 3,
+                      "empty_after_retries": 1, "unparseable_official": 1}
+    samples = run.samples("cosmos_reason1_av")
+    assert [sample["predictions"]["retries"] for sample in samples] == [0, 1, 3, 10]
+    assert samples[3]["filtered_resps"] == "<think>try 1</think>"  # run_model keeps the first answer of one never read
+    assert "egoplan_server generates an answer with no letter in its <answer> tag again, up to 10 times" in run.log

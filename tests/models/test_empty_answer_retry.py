@@ -1,0 +1,108 @@
+"""The suite's backends' retry of an empty answer (``models.empty_answer_retry``) against Cosmos-Reason1's official
+``run_model`` (nvidia-cosmos/cosmos-reason1 @3e7f1cb, examples/benchmark/tools/eval/evaluate.py lines 420-488,
+transcribed below with a scripted model): the same answers kept, the same sampling per retry, the same answers
+still empty; "empty" as the official reasoning parser reads it."""
+
+import pytest
+from lmms_eval.api.instance import Instance
+
+from lmms_egoplan.core.request_options import EMPTY_ANSWER_RETRY, NEVER, NO_LETTER_IN_ANSWER_TAG, empty_answer
+from lmms_egoplan.core.run_state import RUN
+from lmms_egoplan.cosmos_reason1.task import DECODING
+from lmms_egoplan.harness.lmms_eval_task import SuiteInstance
+from lmms_egoplan.models.empty_answer_retry import retry_generation_kwargs, with_retries
+from tests.cosmos_reason1.test_answer_parsers import STRESS, parse_reasoning_response
+
+
+def official_retries(first: list[str], model, max_retries: int = 10, max_tokens: int = 1024,
+                     temperature: float = 0.6) -> tuple[list[str], list[int]]:
+    """evaluate.py run_model's retry loop, verbatim but for the logging, the correctness fields and the vLLM
+    objects: ``model(inputs, max_tokens, temperature)`` returns one text per input; the answers' full responses and
+    the indices still empty are returned."""
+    full_response = list(first)
+    empty_answer_indices = [i for i, text in enumerate(first) if not parse_reasoning_response(text)[0]]
+    current_empty_indices = empty_answer_indices
+    for retry_count in range(max_retries):
+        if not current_empty_indices:
+            break
+        retry_inputs = list(current_empty_indices)
+        sampling_max_tokens = max_tokens + 256 * (retry_count + 1)
+        sampling_temperature = min(temperature + (0.05 * (retry_count + 1)), 0.9)
+        retry_outputs = model(retry_inputs, sampling_max_tokens, sampling_temperature)
+        still_empty_indices = []
+        for batch_idx, original_idx in enumerate(current_empty_indices):
+            retry_text = retry_outputs[batch_idx]
+            answer, reasoning = parse_reasoning_response(retry_text)
+            if answer:
+                full_response[original_idx] = retry_text
+            else:
+                still_empty_indices.append(original_idx)
+        current_empty_indices = still_empty_indices
+    return full_response, current_empty_indices
+
+
+class ScriptedModel:
+    """Question i answers empty until its ``empty_for[i]``-th retry; every call recorded."""
+
+    def __init__(self, empty_for: list[int]):
+        self.empty_for, self.calls, self.asked = empty_for, [], [0] * len(empty_for)
+
+    def __call__(self, indices: list[int], max_tokens: int, temperature: float) -> list[str]:
+        self.calls.append((list(indices), max_tokens, pytest.approx(temperature, abs=1e-9)))
+        texts = []
+        for i in indices:
+            self.asked[i] += 1
+            texts.append(f"<think>try {self.asked[i]}</think>" + (f"<answer>{'ABCD'[i % 4]}</answer>"
+                                                                  if self.asked[i] > self.empty_for[i] else ""))
+        return texts
+
+
+def request(rule: str) -> SuiteInstance:
+    made = SuiteInstance.of(Instance("generate_until", ("text", {}, None, 0, "task", "test"), 0,
+                                      {"task": "task", "doc_id": 0, "repeats": 1}))
+    if rule != NEVER:
+        EMPTY_ANSWER_RETRY.mark(made, rule)
+    return made
+
+
+@pytest.mark.parametrize("text", STRESS)
+def test_empty_is_what_the_official_reasoning_parser_reads_nothing_of(text):
+    assert empty_answer(text, NO_LETTER_IN_ANSWER_TAG) == (parse_reasoning_response(text)[0] == "")
+    assert not empty_answer(text, NEVER)
+
+
+def test_the_retries_keep_what_the_official_loop_keeps_with_its_sampling():
+    # Per question: the retry whose answer is first read (0: the first answer; 11: never, after 10 retries).
+    empty_for = [0, 1, 3, 11, 10, 0]
+    official, ours = ScriptedModel(empty_for), ScriptedModel(empty_for)
+    first = official(list(range(len(empty_for))), 1024, 0.6)
+    expected, still_empty = official_retries(first, official)
+    ours([*range(len(empty_for))], 1024, 0.6)
+    kwargs = DECODING["official_reasoning"]
+    answers = with_retries(first, [request(NO_LETTER_IN_ANSWER_TAG)] * len(first), kwargs,
+                           lambda indices, retry: ours(indices, retry["max_new_tokens"], retry["temperature"]))
+    assert answers == expected and ours.calls == official.calls
+    assert answers[3] == first[3]  # the first answer of one never read, as run_model keeps it
+    # What the task counts (retries, still empty), per answer; one asked once has no record.
+    assert [RUN.retried_answers.take("task", answer) for answer in answers] == \
+        [(0, False), (1, False), (3, False), (10, True), (10, False), (0, False)] and still_empty == [3]
+    assert official.calls[-1][1:] == (1024 + 2560, pytest.approx(0.9, abs=1e-9))  # 0.6 + 0.5, capped at 0.9
+
+
+def test_requests_that_do_not_ask_are_not_retried():
+    texts = ["<answer></answer>", "no tag"]
+
+    def never(indices, kwargs):
+        raise AssertionError("asked again")
+
+    assert with_retries(texts, [request(NEVER), request(NEVER)], {}, never) == texts
+    mixed = with_retries(texts, [request(NEVER), request(NO_LETTER_IN_ANSWER_TAG)], {"max_new_tokens": 10},
+                         lambda indices, kwargs: ["<answer>C</answer>"] * len(indices))
+    assert mixed == ["<answer></answer>", "<answer>C</answer>"]
+    assert RUN.retried_answers.take("task", mixed[1]) == (1, False)
+    assert RUN.retried_answers.take("task", mixed[0]) == (0, False)
+
+
+def test_a_greedy_request_stays_greedy_and_only_gets_more_tokens():
+    greedy = {"max_new_tokens": 10, "temperature": 0, "do_sample": False}
+    assert retry_generation_kwargs(greedy, 2) == {**greedy, "max_new_tokens": 522}
