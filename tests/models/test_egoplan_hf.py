@@ -882,3 +882,30 @@ def test_dtype_and_attention_implementation_are_model_args(backend):
     values = model.loglikelihood(mc_requests(model, [egoplan_doc(0)]))
     reference = backend("llava").loglikelihood(mc_requests(backend("llava"), [egoplan_doc(0)]))
     assert [v for v, _ in values] == pytest.approx([v for v, _ in reference], abs=0.05)  # bfloat16 precision
+
+
+def test_an_empty_answer_is_generated_again_for_a_request_that_asks_with_the_official_sampling(backend,
+                                                                                                monkeypatch):
+    """``empty_answer_retry``: only the asking request's prompt goes to the model again (encoded alone), with 256
+    more tokens and 0.05 more temperature per retry, until its answer tag holds a letter; each generation runs
+    the real model (2 new tokens) and its text is then scripted."""
+    from lmms_egoplan.core.request_options import EMPTY_ANSWER_RETRY, NO_LETTER_IN_ANSWER_TAG
+    from lmms_egoplan.core.run_state import RUN
+
+    model = backend("qwen2_vl", batch_size=2)
+    generate, calls = model._generate, []
+
+    def scripted(inputs, generation_kwargs, where):
+        calls.append((inputs["input_ids"].shape[0], generation_kwargs["max_new_tokens"],
+                      pytest.approx(generation_kwargs["temperature"], abs=1e-9)))
+        generated = generate(inputs, {**generation_kwargs, "max_new_tokens": 2}, where)
+        return ["<answer>B</answer>" if len(calls) == 3 else "<think>no tag</think>" for _ in generated]
+
+    monkeypatch.setattr(model, "_generate", scripted)
+    requests = gen_requests(model, [egoplan_doc(0), egoplan_doc(1)], max_new_tokens=1024, temperature=0.6,
+                            top_p=0.95, do_sample=True)
+    EMPTY_ANSWER_RETRY.mark(requests[1], NO_LETTER_IN_ANSWER_TAG)
+    assert model.generate_until(requests) == ["<think>no tag</think>", "<answer>B</answer>"]
+    assert calls == [(2, 1024, 0.6), (1, 1280, pytest.approx(0.65, abs=1e-9)), (1, 1536, pytest.approx(0.7, abs=1e-9))]
+    assert RUN.retried_answers.take(TASK, "<answer>B</answer>") == (2, False)
+    assert RUN.retried_answers.take(TASK, "<think>no tag</think>") == (0, False)  # the request that did not ask
