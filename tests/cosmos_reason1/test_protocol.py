@@ -145,3 +145,35 @@ def test_the_letter_prompt_reads_the_first_capital_anywhere(fixture):
     doc = task.load_docs(context).docs[0]
     scores = task.process_results(doc, [f"Based on the clip: {doc['answer']}"], context)
     assert scores["predictions"]["official"] == "B" and scores["predictions"]["robust"] == doc["answer"]
+
+
+@pytest.mark.parametrize("prompt, asks", [("official_reasoning", True), ("official_letter", False)])
+def test_the_reasoning_prompt_s_requests_ask_for_the_retry_and_a_backend_without_it_is_told_once(fixture, monkeypatch,
+                                                                                                prompt, asks):
+    from argparse import Namespace
+    from pathlib import Path
+
+    from lmms_eval.utils import load_yaml_config
+    from loguru import logger
+
+    from lmms_egoplan.core.request_options import EMPTY_ANSWER_RETRY, NEVER, NO_LETTER_IN_ANSWER_TAG
+
+    for name, value in fixture.env(prompt=prompt).items():
+        monkeypatch.setenv(name, value)
+    tasks_dir = Path(__file__).resolve().parents[2] / "tasks"
+    config = load_yaml_config(str(tasks_dir / "cosmos_reason1" / "cosmos_reason1_av.yaml"))
+    built = config["class"](config=config)
+    built._bind_to_backend(Namespace(model="egoplan_hf"))
+    doc = built.eval_docs[0]
+    request = built.construct_requests(doc_id=0, ctx=task.doc_to_text(doc), metadata={
+        "task": "cosmos_reason1_av", "doc_id": 0, "repeats": 1, "split": "test"})
+    assert EMPTY_ANSWER_RETRY.of(request) == (NO_LETTER_IN_ANSWER_TAG if asks else NEVER)
+    lines = []
+    sink = logger.add(lines.append, format="{message}", level="WARNING")
+    try:
+        built._bind_to_backend(Namespace(model="dummy"))
+    finally:
+        logger.remove(sink)
+    told = [line for line in lines if "empty_answer_retry" in line or "again, up to 10 times" in line
+            or "retries an answer" in line]
+    assert len(told) == 1 and ("lmms-eval's dummy backend asks once" in told[0]) == asks
