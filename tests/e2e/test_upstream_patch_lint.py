@@ -9,7 +9,6 @@ it. And lmms-eval's layout: no task folder imports another (what two share goes 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -183,13 +182,7 @@ def test_the_task_list_hunks_apply_together_in_order(tmp_path):
     for patch in (patch for patch in in_order(upstream_patches()) if task_list_hunks(patch.patch)):
         read_by_hunks(patch.patch, lines)
         task_list.write_text("".join(lines.get(n, f"{STAND_IN} {n}") + "\n" for n in range(1, max(lines) + 21)))
-        applied = subprocess.run(
-            ["git", "apply", "-v", f"--include={TASK_LIST}", str(patch.patch)],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path.parent)},
-        )
+        applied = git_apply(patch.patch, tmp_path, "-v", f"--include={TASK_LIST}")
         said = "\n".join(line for line in applied.stderr.splitlines() if not line.startswith("Skipped patch"))
         assert applied.returncode == 0 and "offset" not in said, f"{patch.name}: {said}"
         lines = {n: line for n, line in enumerate(task_list.read_text().splitlines(), 1)

@@ -165,8 +165,9 @@ def scratch_lmms_eval(folder: Path) -> Path:
 def git_apply(patch: Path, scratch: Path, *options: str) -> subprocess.CompletedProcess:
     """``git apply`` in the scratch copy (outside any repository, as in lmms-eval's checkout). The installed package
     carries no ``docs/``: a task's line in ``docs/advanced/current_tasks.md`` is left out here (its hunk is checked
-    against lmms-eval's file by tests/e2e/test_upstream_patch_lint.py)."""
-    return subprocess.run(["git", "apply", "--exclude=docs/*", *options, str(patch)], cwd=scratch,
+    against lmms-eval's file by tests/e2e/test_upstream_patch_lint.py, whose ``--include`` of it comes first: git takes
+    the first pattern that matches a path)."""
+    return subprocess.run(["git", "apply", *options, "--exclude=docs/*", str(patch)], cwd=scratch,
                           capture_output=True, text=True,
                           env={**os.environ, "GIT_CEILING_DIRECTORIES": str(scratch.parent)})
 
