@@ -5,7 +5,7 @@ the mean of the row's own values in its source's convention, to its printed roun
 
 import pytest
 
-from lmms_egoplan.cosmos_reason1.data import CS_CATEGORIES, ER_SOURCES, RELEASE_COUNTS
+from lmms_egoplan.cosmos_reason1.data import CS_CATEGORIES, ER_SOURCES
 from lmms_egoplan.cosmos_reason1.report_face import FACE, PAPER_SOURCES
 
 (TABLE,) = FACE.tables
@@ -15,12 +15,6 @@ HALF_A_LAST_DIGIT = 0.05 + 1e-9  # printed to 0.1: the true mean is within half 
 
 def _sources(values):
     return [values[f"accuracy_{source}"] for source in PAPER_SOURCES]
-
-
-def _micro(values, parts):
-    """The mean over questions, from per-part percentages and the release's question counts."""
-    return sum(values[f"accuracy_{part}"] * RELEASE_COUNTS[part] for part in parts) / sum(
-        RELEASE_COUNTS[part] for part in parts)
 
 
 def test_the_table_has_a_column_per_part_from_its_task_and_the_means_from_the_groups():
@@ -61,18 +55,8 @@ def test_the_rl_row_averages_as_table_9_prints_it_over_seven_columns():
     assert (values["cs_macro"] + sum(_sources(values))) / 7 == pytest.approx(65.7, abs=HALF_A_LAST_DIGIT)
 
 
-def test_a_leaderboard_runs_means_are_micro_means_of_its_parts():
-    values = ROWS[("data/acc-Cosmos-Reason2.csv", "Cosmos-Reason2-2B (embedl's run)")]
-    printed_to = 0.01  # two decimals: half a unit from the rounded parts, half from the mean itself
-    assert values["er_micro"] == pytest.approx(_micro(values, ER_SOURCES), abs=printed_to)
-    assert values["cs_micro"] == pytest.approx(_micro(values, CS_CATEGORIES), abs=printed_to)
-    assert values["overall_micro"] == pytest.approx(_micro(values, RELEASE_COUNTS), abs=printed_to)
-    assert sum(_sources(values)) / 6 != pytest.approx(values["er_micro"], abs=0.1)  # not the macro mean
-
-
 def test_every_later_report_names_its_averaging_in_its_note():
-    conventions = {"Table 2": "five-source macro mean without AV", "leaderboard": "micro mean",
-                   "data/acc-Cosmos-Reason2.csv": "micro means"}
+    conventions = {"Table 2": "five-source macro mean without AV", "leaderboard": "micro mean"}
     for row in FACE.published:
         if row["table"] in conventions:
             assert conventions[row["table"]] in row["note"] and row["source"], row["model"]

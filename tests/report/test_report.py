@@ -161,10 +161,8 @@ def test_published_rows_name_paper_table_model_and_values_of_the_table_columns()
     columns = {b.key: {c.published_key for c in b.columns} for b in TABLES}
     for row in rows:
         assert PUBLISHED_FIELDS <= row.keys() and row["model"]
-        # a paper's table (or two), EgoIntent's authors' leaderboard file, the PAI-Bench leaderboard or the file of a
-        # published run of it (Cosmos-Reason1's)
-        assert row["table"].startswith("Table ") or row["table"] in {
-            "results/leaderboard.md", "leaderboard", "data/acc-Cosmos-Reason2.csv"}
+        # a paper's table (or two), EgoIntent's authors' leaderboard file, or the PAI-Bench leaderboard (Cosmos-Reason1)
+        assert row["table"].startswith("Table ") or row["table"] in {"results/leaderboard.md", "leaderboard"}
         assert row["values"] and set(row["values"]) <= columns[row["benchmark"]], row
         assert all(isinstance(v, float) for v in row["values"].values())
     gpt4v = next(r for r in rows if r["paper"] == "EgoThink" and r["model"] == "GPT-4V")["values"]
