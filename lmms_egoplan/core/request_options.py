@@ -76,14 +76,19 @@ INPUT_ORDER = RequestOption("input_order", VISUALS_FIRST, (VISUALS_FIRST, TEXT_F
                                   likelihood_only=False)
 
 NEVER = "never"
-# Cosmos-Reason1's official reasoning parser (``cosmos_reason1.parsing``) reads nothing: no capital letter inside the
-# first <answer>...</answer>. The backend generates such an answer again (``models.empty_answer_retry``).
+# Cosmos-Reason1's official parsers (``cosmos_reason1.parsing``) read nothing: under its reasoning prompt, no capital
+# letter inside the first <answer>...</answer>; under its letter prompt, no capital letter anywhere. The backend
+# generates such an answer again (``models.empty_answer_retry``).
 NO_LETTER_IN_ANSWER_TAG = "no_letter_in_answer_tag"
+NO_CAPITAL_LETTER = "no_capital_letter"
 EMPTY_ANSWER_MAX_RETRIES = 10  # cosmos-reason1 @3e7f1cb examples/benchmark/configs/evaluate.yaml: max_retries
-EMPTY_ANSWER_RETRY = RequestOption("empty_answer_retry", NEVER, (NEVER, NO_LETTER_IN_ANSWER_TAG), binding=False,
-                                   likelihood_only=False, said_by_task=True)
+# configs/evaluate.yaml: max_tokens, the new tokens a retry's 256 more per retry start from. The reasoning request asks
+# for it itself; the letter request's 10 are run_model's own, so its retries start from this.
+EMPTY_ANSWER_RETRY_BASE_TOKENS = {NO_CAPITAL_LETTER: 1024}
+EMPTY_ANSWER_RETRY = RequestOption("empty_answer_retry", NEVER, (NEVER, NO_LETTER_IN_ANSWER_TAG, NO_CAPITAL_LETTER),
+                                   binding=False, likelihood_only=False, said_by_task=True)
 # nvidia-cosmos/cosmos-reason1 @3e7f1cb examples/benchmark/tools/eval/utils/output.py: ANSWER_PATTERN,
-# SINGLE_LETTER_PATTERN (parse_reasoning_response), verbatim.
+# SINGLE_LETTER_PATTERN (parse_reasoning_response, parse_letter_response), verbatim.
 ANSWER_PATTERN = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 SINGLE_LETTER_PATTERN = re.compile(r"[A-Z]")
 
@@ -93,4 +98,6 @@ def empty_answer(text: str, rule: str) -> bool:
     if rule == NO_LETTER_IN_ANSWER_TAG:
         found = ANSWER_PATTERN.search(text)
         return not (found and SINGLE_LETTER_PATTERN.search(found.group(1)))
+    if rule == NO_CAPITAL_LETTER:
+        return not SINGLE_LETTER_PATTERN.search(text)
     return False

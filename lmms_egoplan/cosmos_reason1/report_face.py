@@ -1,17 +1,27 @@
 """Cosmos-Reason1 in ``lmms-egoplan report`` and the demo's table, in the layout of the paper's tables (arXiv
 2503.15558: the embodied-reasoning table, a column per source, and the physical-common-sense table, a column per
 category): per source and category the official parser's accuracy with its 95 % interval (exact binomial, from the
-logged samples), the embodied-reasoning
-and common-sense means both macro (the paper's) and micro (the PAI-Bench leaderboard's), the five-source macro
-without AV (MiMo-Embodied's report's), the overall micro mean; the robust reading and the answers the two read
-differently beside them. The columns in the paper's order (Table 8's sources, Table 7's categories); report.html
-shows the embodied-reasoning macro mean, the score model reports publish, beside the model's name."""
+logged samples), the embodied-reasoning and common-sense means both macro (the paper's) and micro (the PAI-Bench
+leaderboard's), the five-source macro without AV (MiMo-Embodied's report's), the overall micro mean, each with its 95
+% interval from its parts' logged samples (micro: exact binomial over the pooled questions; macro: stratified
+bootstrap); the robust reading and the answers the two read differently beside them. The columns in the paper's order
+(Table 8's sources, Table 7's categories); report.html shows the embodied-reasoning macro mean, the score model
+reports publish, beside the model's name."""
 
 from __future__ import annotations
 
-from lmms_egoplan.cosmos_reason1.data import CS_CATEGORIES
+from lmms_egoplan.cosmos_reason1.data import CS_CATEGORIES, ER_SOURCES
 from lmms_egoplan.cosmos_reason1.sources import task_of
-from lmms_egoplan.report.layout import Column, ReportFace, TableLayout, count_column, published_rows
+from lmms_egoplan.report.layout import (
+    MACRO,
+    MICRO,
+    Column,
+    GroupMean,
+    ReportFace,
+    TableLayout,
+    count_column,
+    published_rows,
+)
 from lmms_egoplan.report.metric_roles import PERCENT
 
 # The paper's column orders (arXiv 2503.15558, Table 8: the sources; Table 7: the categories, which
@@ -28,10 +38,18 @@ def _part_column(part: str) -> Column:
                   proportion=True)
 
 
+# Each group's parts (lmms-eval averages the nested cosmos_reason1 over its nine parts).
+_GROUP_PARTS = {"cosmos_reason1_er": ER_SOURCES, "cosmos_reason1_cs": CS_CATEGORIES,
+                "cosmos_reason1": (*ER_SOURCES, *CS_CATEGORIES)}
+
+
 def _mean_column(header: str, metric: str, group: str, published: str) -> Column:
-    """A group's mean, without an interval: the report's intervals come from a task's logged samples, which a
-    group has none of (each part's column has its own)."""
-    return Column(header, metric, task=group, published=published, interval=False)
+    """A group's mean of 0 / 1 per question: ``micro_*`` over its parts' questions pooled, the others (``accuracy_*``,
+    ``no_av_*``, the parts that report it) of its parts' accuracies; its 95 % interval from its parts' logged samples
+    (``report.intervals.group_interval``)."""
+    weighting = MICRO if metric.startswith("micro_") else MACRO
+    return Column(header, metric, task=group, published=published, proportion=True,
+                  group_mean=GroupMean(tuple(map(task_of, _GROUP_PARTS[group])), weighting))
 
 
 FACE = ReportFace(
@@ -63,5 +81,4 @@ FACE = ReportFace(
     published=published_rows(__package__),
     units=(("micro_*", PERCENT), ("no_av_*", PERCENT)),  # means of 0 / 1 per question, as the accuracies
     bookkeeping=("unparseable_official", "unparseable_robust", "disagreements"),
-    no_interval="the group means (macro, micro, without AV) have none: each source's and category's column has its own",
 )

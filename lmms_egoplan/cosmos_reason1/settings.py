@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lmms_egoplan.core.request_options import NEVER, NO_LETTER_IN_ANSWER_TAG
+from lmms_egoplan.core.request_options import NO_CAPITAL_LETTER, NO_LETTER_IN_ANSWER_TAG
 from lmms_egoplan.core.settings import setting
 from lmms_egoplan.cosmos_reason1.data import DATA_SOURCES, ROBOVQA_ITEMS
 from lmms_egoplan.cosmos_reason1.parsing import PROMPTS, REASONING
@@ -36,5 +36,6 @@ class CosmosReason1Settings:
     @property
     def empty_answer_retry(self) -> str:
         """Which answers the backend generates again (``core.request_options.EMPTY_ANSWER_RETRY``), from the prompt
-        (no setting of its own): ``official_reasoning``, those without a letter in the answer tag."""
-        return NO_LETTER_IN_ANSWER_TAG if self.prompt == REASONING else NEVER
+        (no setting of its own): those its official parser reads nothing of, i.e. ``official_reasoning``, those
+        without a capital letter in the answer tag; ``official_letter``, those without one anywhere."""
+        return NO_LETTER_IN_ANSWER_TAG if self.prompt == REASONING else NO_CAPITAL_LETTER

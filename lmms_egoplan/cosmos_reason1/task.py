@@ -16,10 +16,11 @@ Protocol:
    10 new tokens.
 4. Answers: the official parser of the prompt and its case-insensitive comparison (``accuracy_official``), a robust
    reading beside it (``accuracy_robust``), the answers they read differently counted (``disagreements``), the
-   answers the official parser reads nothing of counted (``unparseable_official``). Under ``official_reasoning`` the
-   suite's backends generate such an answer again as the official run does (evaluate.py ``run_model``: up to 10
-   times, ``models.empty_answer_retry``), the answers retried and those still empty after the last retry counted
-   (``empty_answer_retried``, ``empty_after_retries``); lmms-eval's backends ask once, which the run says.
+   answers the official parser reads nothing of counted (``unparseable_official``). Under either prompt the suite's
+   backends generate such an answer again as the official run does (evaluate.py ``run_model``: up to 10 times, 256
+   more new tokens per retry over 1,024, the letter prompt's retries greedy, ``models.empty_answer_retry``), the
+   answers retried and those still empty after the last retry counted (``empty_answer_retried``,
+   ``empty_after_retries``); lmms-eval's backends ask once, which the run says.
    A failed request is never scored (the suite's adapter leaves it out and counts it).
 5. Means: each task's accuracy; the groups' ``accuracy_*`` are macro means over their tasks (the paper's),
    ``micro_*`` micro means (the PAI-Bench leaderboard's), ``no_av_*`` the macro mean over the five sources other
@@ -122,18 +123,15 @@ def on_backend(context: TaskContext, backend: str, chat: bool) -> None:
     else:
         logger.warning(f"{name}: the official protocol sends {wanted}; whether lmms-eval's {backend} backend does is "
                        f"not known to the suite (egoplan_hf and egoplan_server do)")
-    if settings.prompt != REASONING:
-        logger.warning(f"{name}: the official run retries an answer its parser reads nothing of up to "
-                       f"{EMPTY_ANSWER_MAX_RETRIES} times; under {settings.prompt} no backend of the suite does, and "
-                       f"such answers are counted (unparseable_official)")
-    elif backend in SUITE_BACKENDS:
-        logger.info(f"{name}: {backend} generates an answer with no letter in its <answer> tag again, up to "
-                    f"{EMPTY_ANSWER_MAX_RETRIES} times, as the official run does (counted: empty_answer_retried, "
-                    f"empty_after_retries)")
+    empty = ("an answer with no capital letter in its <answer> tag" if settings.prompt == REASONING
+             else "an answer with no capital letter (greedy, with 1,024 + 256 k new tokens at retry k)")
+    if backend in SUITE_BACKENDS:
+        logger.info(f"{name}: {backend} generates {empty} again, up to {EMPTY_ANSWER_MAX_RETRIES} times, as the "
+                    f"official run does (counted: empty_answer_retried, empty_after_retries)")
     else:
-        logger.warning(f"{name}: the official run generates an answer with no letter in its <answer> tag again, up "
-                       f"to {EMPTY_ANSWER_MAX_RETRIES} times; lmms-eval's {backend} backend asks once, so such "
-                       f"answers are only counted (unparseable_official; egoplan_hf and egoplan_server retry them)")
+        logger.warning(f"{name}: the official run generates {empty} again, up to {EMPTY_ANSWER_MAX_RETRIES} times; "
+                       f"lmms-eval's {backend} backend asks once, so such answers are only counted "
+                       f"(unparseable_official; egoplan_hf and egoplan_server retry them)")
 
 
 def no_av_metrics(context: TaskContext, docs: Sequence[Mapping]) -> list[Metric]:

@@ -210,6 +210,7 @@ def smoke_suite(workdir: Path, resources: contextlib.ExitStack) -> SmokeSuite:
     fixture = build_fixture(workdir)
     # The letter prompt for the tiny random model, which never writes an <answer> tag: under official_reasoning the
     # suite's backends would generate each of its answers 10 more times, with up to 2,576 new tokens (the scripted
-    # run keeps the reasoning prompt).
+    # run keeps the reasoning prompt); under official_letter only an answer without a capital letter is, and the
+    # tiny model's answers hold one.
     return SmokeSuite(env=fixture.env(prompt="official_letter"), cli_args=("--gen_kwargs", "max_new_tokens=16"),
                       scripted=scripted_answers(fixture))

@@ -1,10 +1,12 @@
 """The suite's backends generate an empty answer again where the request asks for it
 (``core.request_options.EMPTY_ANSWER_RETRY``), as Cosmos-Reason1's official evaluation does:
 ``nvidia-cosmos/cosmos-reason1`` @3e7f1cb ``examples/benchmark/tools/eval/evaluate.py`` ``run_model`` (lines
-420-488): an answer whose parser reads nothing (``if not answer``) is generated again, up to ``max_retries``
-times (``configs/evaluate.yaml``: 10, ``EMPTY_ANSWER_MAX_RETRIES``), retry k with ``max_tokens + 256 * k`` new
-tokens and temperature ``min(temperature + 0.05 * k, 0.9)``, the first answer read kept; of one still empty after
-the last retry, the first answer is kept (and scored wrong).
+335-488): under either answer type, an answer whose parser reads nothing (``if not answer``) is generated again, up
+to ``max_retries`` times (``configs/evaluate.yaml``: 10, ``EMPTY_ANSWER_MAX_RETRIES``), retry k with
+``max_tokens + 256 * k`` new tokens (``max_tokens`` the config's 1,024, which the letter type's first 10 tokens do not
+change: ``EMPTY_ANSWER_RETRY_BASE_TOKENS``) and temperature ``min(temperature + 0.05 * k, 0.9)`` (the letter type's
+``top_k=1`` keeps its retries greedy), the first answer read kept; of one still empty after the last retry, the first
+answer is kept (and scored wrong).
 
 How often an answer was asked again and whether it is still empty are recorded in ``RUN.retried_answers`` for its
 task to count (lmms-eval hands a task only the answer's text).
@@ -14,14 +16,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from lmms_egoplan.core.request_options import EMPTY_ANSWER_MAX_RETRIES, EMPTY_ANSWER_RETRY, NEVER, empty_answer
+from lmms_egoplan.core.request_options import (
+    EMPTY_ANSWER_MAX_RETRIES,
+    EMPTY_ANSWER_RETRY,
+    EMPTY_ANSWER_RETRY_BASE_TOKENS,
+    NEVER,
+    empty_answer,
+)
 from lmms_egoplan.core.run_state import RUN
 
 
-def retry_generation_kwargs(generation_kwargs: dict, retry: int) -> dict:
-    """run_model's sampling parameters of retry ``retry`` (1-based): 256 more new tokens per retry, the temperature
-    0.05 higher per retry up to 0.9 (a greedy request stays greedy)."""
-    changed = {"max_new_tokens": int(generation_kwargs.get("max_new_tokens", 0)) + 256 * retry}
+def retry_generation_kwargs(generation_kwargs: dict, retry: int, rule: str) -> dict:
+    """run_model's sampling parameters of retry ``retry`` (1-based) of an answer empty by ``rule``: 256 more new
+    tokens per retry than the rule's base (``EMPTY_ANSWER_RETRY_BASE_TOKENS``, else the request's own), the
+    temperature 0.05 higher per retry up to 0.9 (a greedy request stays greedy)."""
+    base = EMPTY_ANSWER_RETRY_BASE_TOKENS.get(rule, int(generation_kwargs.get("max_new_tokens", 0)))
+    changed = {"max_new_tokens": base + 256 * retry}
     if generation_kwargs.get("do_sample") or float(generation_kwargs.get("temperature") or 0) > 0:
         changed["temperature"] = min(float(generation_kwargs.get("temperature") or 0) + 0.05 * retry, 0.9)
     return {**generation_kwargs, **changed}
@@ -30,8 +40,8 @@ def retry_generation_kwargs(generation_kwargs: dict, retry: int) -> dict:
 def with_retries(texts: Sequence[str], requests: Sequence, generation_kwargs: dict,
                  generate_again: Callable[[list[int], dict], list[str]]) -> list[str]:
     """``texts`` (the answers to ``requests``, asked with ``generation_kwargs``), those empty by their request's
-    rule generated again by ``generate_again(indices, generation kwargs)`` until read or
-    ``EMPTY_ANSWER_MAX_RETRIES`` retries are spent, each one asked again recorded for its task; requests without
+    rule generated again by ``generate_again(indices, generation kwargs)`` (one call per rule and retry) until read
+    or ``EMPTY_ANSWER_MAX_RETRIES`` retries are spent, each one asked again recorded for its task; requests without
     the option keep their text."""
     rules = [EMPTY_ANSWER_RETRY.check(EMPTY_ANSWER_RETRY.of(request), "a generation request") for request in requests]
     if all(rule == NEVER for rule in rules):
@@ -42,12 +52,15 @@ def with_retries(texts: Sequence[str], requests: Sequence, generation_kwargs: di
         if not empty:
             break
         still_empty = []
-        for index, text in zip(empty, generate_again(empty, retry_generation_kwargs(generation_kwargs, retry))):
-            retries[index] = retry
-            if empty_answer(text, rules[index]):
-                still_empty.append(index)  # run_model keeps the first answer of one never read
-            else:
-                answers[index] = text
+        for rule in dict.fromkeys(rules[index] for index in empty):
+            asked = [index for index in empty if rules[index] == rule]
+            for index, text in zip(asked, generate_again(asked, retry_generation_kwargs(generation_kwargs, retry,
+                                                                                        rule))):
+                retries[index] = retry
+                if empty_answer(text, rule):
+                    still_empty.append(index)  # run_model keeps the first answer of one never read
+                else:
+                    answers[index] = text
         empty = still_empty
     for index, request in enumerate(requests):
         if retries[index]:

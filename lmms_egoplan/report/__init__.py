@@ -41,7 +41,7 @@ def write_report(paths: list[str | Path], output: str | Path, faces: Sequence[Re
     """
     from lmms_egoplan.report.figures import table_figures
     from lmms_egoplan.report.html import figure_bytes, html_page
-    from lmms_egoplan.report.intervals import BOOTSTRAP, EXACT_BINOMIAL
+    from lmms_egoplan.report.intervals import BOOTSTRAP, EXACT_BINOMIAL, STRATIFIED_BOOTSTRAP
     from lmms_egoplan.report.tables import build_tables, csv_table, markdown_table, markdown_text
 
     runs, unreadable = load_runs(paths, all_runs=all_runs)
@@ -56,11 +56,15 @@ def write_report(paths: list[str | Path], output: str | Path, faces: Sequence[Re
     lines += [f"Unreadable: {line}" for line in unreadable]
     # Which columns have no interval, by benchmark (sorted: the same text whatever the faces' order).
     without_intervals = " and ".join(sorted(face.no_interval for face in faces if face.no_interval))
+    group_means = any(column.group_mean for table in tables for column in table.layout.columns)
     chosen = ("every run" if all_runs
               else "of runs identical in model, model_args and settings the latest; --all_runs for every run")
     preamble = [
         f"Runs: {len({row.run.path for table in tables for row in table.user_rows})} results files ({chosen}).",
-        f"95% intervals in brackets: accuracies {EXACT_BINOMIAL}; other means {BOOTSTRAP}. Rows marked "
+        f"95% intervals in brackets: accuracies {EXACT_BINOMIAL}; other means {BOOTSTRAP}"
+        + (f"; a group's mean over its tasks, from their samples: a micro mean (over questions) as a task's over the "
+           f"pooled samples, a macro mean (of the tasks' means) by {STRATIFIED_BOOTSTRAP}" if group_means else "")
+        + ". Rows marked "
         "'no per-sample logs' ran without --log_samples and have none"
         + (f"; {without_intervals}: no interval." if without_intervals else "."),
         "Rows 'published' are transcribed from the papers or the authors' repositories (table or file named); they "

@@ -4,8 +4,11 @@ A sample's value of a metric is what the task logged for it under the metric's n
 (a 0 / 1 correctness per breakdown, a plan's length, lm-eval's per-sample metrics), or a judged
 item whose rating is read from the run's judge audit trail (``<date>_judgements_<task>.jsonl``).
 Accuracies (every value 0 or 1) get the exact binomial (Clopper-Pearson) interval, other means a
-percentile bootstrap over samples. Metrics whose value is computed at aggregation from what was
-logged (plans scored against gold plans, say) and groups have no interval.
+percentile bootstrap over samples. A group's mean (``layout.GroupMean``) gets its interval from its member
+tasks' samples: a micro mean (over the pooled samples) as a task's mean, a macro mean (the mean of the members'
+means, independent samples of different sizes) a stratified percentile bootstrap (each member's samples resampled
+within it). Metrics whose value is computed at aggregation from what was logged (plans scored against gold plans,
+say) have no interval.
 """
 
 from __future__ import annotations
@@ -16,15 +19,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.files import read_jsonl
 from lmms_egoplan.core.statistics import mean_or_nan
 from lmms_egoplan.harness.rejudge import PREDICT_ONLY_ITEMS
 from lmms_egoplan.judge.rubrics import FixedRating, Rubric, is_judge_parts_item, item_parts, load_rubric
+from lmms_egoplan.report.layout import MICRO, GroupMean
 from lmms_egoplan.report.runs import PREDICTED_ONLY, Run
 
 CONFIDENCE = 0.95
 EXACT_BINOMIAL = "exact binomial (Clopper-Pearson)"
 BOOTSTRAP = "percentile bootstrap over samples (2,000 resamples, seed 0)"
+STRATIFIED_BOOTSTRAP = ("stratified percentile bootstrap, each task's samples resampled within it (2,000 resamples, "
+                        "seed 0)")
+RESAMPLES = 2000
 
 
 @dataclass(frozen=True)
@@ -94,14 +102,40 @@ def interval(run: Run, task: str, metric: str, *, rubrics: Mapping[str, Rubric],
     binomial for a ``proportion`` (logged as 0 / 1 per sample), else bootstrap. ``rubrics``: what reads
     judged items (``sample_values``)."""
     found = sample_values(run, task, metric, rubrics=rubrics)
-    if found is None:
-        return None
-    values, judged = found
+    return None if found is None else _interval_of_mean(*found, proportion)
+
+
+def _interval_of_mean(values: list[float], judged: bool, proportion: bool) -> Interval:
     if proportion and not judged and set(values) <= {0.0, 1.0}:
         low, high = exact_binomial_interval(int(sum(values)), len(values), CONFIDENCE)
         return Interval(low, high, EXACT_BINOMIAL, len(values))
     low, high = bootstrap_interval(values, CONFIDENCE)
     return Interval(low, high, BOOTSTRAP, len(values))
+
+
+def group_interval(run: Run, group: str, metric: str, mean: GroupMean, *, rubrics: Mapping[str, Rubric],
+                   proportion: bool = False) -> Interval | None:
+    """The 95% interval of group ``group``'s ``metric``, ``mean``'s average of its members that report it, from
+    their logged samples (None where one has none): a micro mean's as ``interval``'s over the pooled samples, a
+    macro mean's the stratified bootstrap. Raises InputError where the samples' mean is not the group's reported
+    value (members or weighting other than the group's)."""
+    members = [member for member in mean.members if metric in run.metrics.get(member, {})]
+    found = [sample_values(run, member, metric, rubrics=rubrics) for member in members]
+    if not found or any(each is None for each in found):
+        return None
+    strata = [values for values, _ in found]
+    if mean.weighting == MICRO:
+        pooled = [value for values in strata for value in values]
+        point, result = sum(pooled) / len(pooled), _interval_of_mean(pooled, any(j for _, j in found), proportion)
+    else:
+        point = sum(sum(values) / len(values) for values in strata) / len(strata)
+        low, high = stratified_bootstrap_interval(strata, CONFIDENCE)
+        result = Interval(low, high, STRATIFIED_BOOTSTRAP, sum(map(len, strata)))
+    reported = run.metrics.get(group, {}).get(metric)
+    if isinstance(reported, (int, float)) and not math.isclose(point, reported, rel_tol=1e-9, abs_tol=1e-9):
+        raise InputError(f"{run.path}: {group} {metric} is {reported}, but the {mean.weighting} mean of its tasks' "
+                         f"logged samples ({', '.join(members)}) is {point}: the group's interval is left out")
+    return result
 
 
 # --- Intervals of a mean over samples ---------------------------------------------------------------
@@ -141,15 +175,29 @@ def exact_binomial_interval(successes: int, trials: int, confidence: float = 0.9
     return lower, upper
 
 
-def bootstrap_interval(values: Sequence[float], confidence: float = 0.95, *, resamples: int = 2000,
+def bootstrap_interval(values: Sequence[float], confidence: float = 0.95, *, resamples: int = RESAMPLES,
                        seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of ``values`` (samples drawn with replacement,
-    ``resamples`` times, from a fixed ``seed`` so that a report is reproducible)."""
-    import numpy as np
-
+    ``resamples`` times, from a fixed ``seed`` so that a report is reproducible): one stratum's."""
     if len(values) == 0:
         raise ValueError("a bootstrap interval needs at least one value")
-    data = np.asarray(values, dtype=float)
-    means = data[np.random.default_rng(seed).integers(0, len(data), size=(resamples, len(data)))].mean(axis=1)
+    return stratified_bootstrap_interval([values], confidence, resamples=resamples, seed=seed)
+
+
+def stratified_bootstrap_interval(strata: Sequence[Sequence[float]], confidence: float = 0.95, *,
+                                  resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the unweighted mean of the strata's means: each resample draws every
+    stratum's samples with replacement from that stratum alone (the strata are independent samples, of their own
+    sizes), ``resamples`` times from a fixed ``seed``."""
+    import numpy as np
+
+    if not strata or any(len(values) == 0 for values in strata):
+        raise ValueError("a stratified bootstrap interval needs at least one value in every stratum")
+    generator = np.random.default_rng(seed)
+    means = np.zeros(resamples)
+    for values in strata:
+        data = np.asarray(values, dtype=float)
+        means += data[generator.integers(0, len(data), size=(resamples, len(data)))].mean(axis=1)
+    means /= len(strata)
     tail = (1 - confidence) / 2 * 100
     return float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))

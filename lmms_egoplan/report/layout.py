@@ -29,6 +29,24 @@ PUBLISHED_FIELDS = {"benchmark", "paper", "table", "model", "values"}
 PUBLISHED_FILE = "published_results.json"
 
 
+MICRO = "micro"  # a group's mean over its members' samples pooled (lmms-eval's weight_by_size: true)
+MACRO = "macro"  # a group's unweighted mean of its members' means (weight_by_size: false)
+
+
+@dataclass(frozen=True)
+class GroupMean:
+    """How a column's group averages its member tasks, for an interval from their logged samples
+    (``intervals.group_interval``): ``members``, its leaf tasks (lmms-eval averages a nested group over them; a member
+    that does not report the column's metric is not in the mean), and ``weighting``, ``MICRO`` or ``MACRO``."""
+
+    members: tuple[str, ...]
+    weighting: str
+
+    def __post_init__(self) -> None:
+        if self.weighting not in (MICRO, MACRO):
+            raise ValueError(f"a group mean is {MICRO} or {MACRO}, not {self.weighting!r}")
+
+
 @dataclass(frozen=True)
 class Column:
     header: str  # without the unit: ``ReportFace.heading`` adds the metric's
@@ -39,6 +57,7 @@ class Column:
     interval: bool = True  # a mean over samples (counts and file names have none)
     proportion: bool = False  # a mean of 0 / 1 outcomes: exact binomial interval
     former_metrics: tuple[str, ...] = ()  # the metric's names in results of earlier versions of its task, still read
+    group_mean: GroupMean | None = None  # a group's mean: its interval comes from its members' logged samples
 
     def task_of(self, row_task: str) -> str:
         return self.task.format(task=row_task)

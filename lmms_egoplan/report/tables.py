@@ -14,7 +14,7 @@ from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.text_tables import NO_VALUE, is_no_value
 from lmms_egoplan.judge.identity import JudgeIdentity
 from lmms_egoplan.judge.retirements import retirement
-from lmms_egoplan.report.intervals import Interval, interval
+from lmms_egoplan.report.intervals import Interval, group_interval, interval
 from lmms_egoplan.report.layout import SUBMISSION, Column, ReportFace, TableLayout
 from lmms_egoplan.report.metric_roles import invalid_reason, unscored_reason
 from lmms_egoplan.report.runs import LM_EVAL, Run, not_judged, not_scored_predicted
@@ -126,8 +126,7 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
         measured = isinstance(value, (int, float)) and not math.isnan(value) and not reason
         which = column.task_of(task)
         try:
-            found = (interval(run, which, column.reported_name(run.metrics.get(which, {})), rubrics=face.rubrics,
-                              proportion=column.proportion) if column.interval and measured else None)
+            found = _interval(face, run, which, column) if column.interval and measured else None
         except InputError as error:  # a per-sample log or audit trail cut short (a full disk) or damaged
             found = None
             unreadable_logs += [] if str(error) in unreadable_logs else [str(error)]
@@ -152,6 +151,15 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
     row = Row(source, run.model, task, layout.tasks[task], values, intervals, notes, run, unscored)
     row.judge = judge_text(run.recorded(tasks)) if layout.judged else ""
     return row
+
+
+def _interval(face: ReportFace, run: Run, task: str, column: Column) -> Interval | None:
+    """The column's interval for ``task`` (the column's own), from the task's logged samples or, for a group's
+    mean, from its members'."""
+    metric = column.reported_name(run.metrics.get(task, {}))
+    if column.group_mean:
+        return group_interval(run, task, metric, column.group_mean, rubrics=face.rubrics, proportion=column.proportion)
+    return interval(run, task, metric, rubrics=face.rubrics, proportion=column.proportion)
 
 
 def _unscored_by_the_settings(run: Run, layout: TableLayout, task: str, notes: list[str]) -> list[str]:

@@ -55,7 +55,7 @@ def test_scripted_answers_score_as_the_script_implies_with_the_official_prompt_a
     assert "lmms-eval's openai backend sends no system message and no top_p" in run.log
     assert "do not match their questions" in run.log
     recorded = run.results["configs"]["cosmos_reason1_robovqa"]["metadata"]
-    assert (recorded["version"], recorded["prompt"], recorded["robovqa_items"]) == (2, "official_reasoning", "all")
+    assert (recorded["version"], recorded["prompt"], recorded["robovqa_items"]) == (3, "official_reasoning", "all")
 
 
 def test_a_part_without_clips_is_not_run_and_the_run_fails_naming_it(fixture, tmp_path):
@@ -69,9 +69,9 @@ def test_a_part_without_clips_is_not_run_and_the_run_fails_naming_it(fixture, tm
 
 
 class EmptyFirstServer(EngineServer):
-    """A loopback vLLM server (the tiny model's) whose answer to Cosmos-Reason1 question "[<part> #n]" has no letter
-    in an <answer> tag until its ``empty_for[n]``-th retry, the right letter after; each question's sampling
-    recorded."""
+    """A loopback vLLM server (the tiny model's) whose answer to Cosmos-Reason1 question "[<part> #n]" has no capital
+    letter (so neither official parser reads one) until its ``empty_for[n]``-th retry, the right letter in an
+    <answer> tag after; each question's sampling recorded."""
 
     def __init__(self, checkpoint, empty_for: dict[int, int], gold: dict[int, str]):
         super().__init__("vllm", checkpoint)
@@ -93,23 +93,34 @@ class EmptyFirstServer(EngineServer):
         return answer
 
 
+# run_model's sampling (new tokens, temperature) of call k (0: the first answer) per prompt; under official_letter
+# the retries are greedy (top_k=1) with 1,024 + 256 k new tokens, not the first answer's 10.
+SAMPLING = {"official_reasoning": lambda k: (1024 + 256 * k, min(0.6 + 0.05 * k, 0.9)),
+            "official_letter": lambda k: (1024 + 256 * k if k else 10, 0.0)}
+EMPTY = {"official_reasoning": "an answer with no capital letter in its <answer> tag",
+         "official_letter": "an answer with no capital letter (greedy, with 1,024 + 256 k new tokens at retry k)"}
+
+
+@pytest.mark.parametrize("prompt", ["official_reasoning", "official_letter"])
 def test_the_suite_s_server_backend_retries_an_empty_answer_as_the_official_run_and_counts_it(fixture, tiny_model,
-                                                                                              tmp_path):
+                                                                                              tmp_path, prompt):
     """egoplan_server against a server whose first answers are empty: each is generated again with run_model's
-    sampling (256 more tokens and 0.05 more temperature per retry) until read or 10 retries are spent; the retried
-    answers and the one still empty are counted."""
+    sampling of the prompt (256 more tokens per retry; 0.05 more temperature, or greedy under official_letter)
+    until read or 10 retries are spent; the retried answers and the one still empty are counted."""
     pairs = [pair for part, pair in fixture.questions() if part == "av"]
     gold = {number: pair.get("answer", pair.get("correct_answer")) for number, pair in enumerate(pairs)}
     empty_for = {0: 0, 1: 1, 2: 3, 3: 11}  # #3: never read
     with EmptyFirstServer(tiny_model("qwen2_vl"), empty_for, gold) as server:
         run = run_lmms_eval(model="egoplan_server", model_args=f"engine=vllm,base_url={server.base_url},model=tiny,"
                                                                "max_frames=8,retries=1,backoff=0.01,concurrency=1",
-                            tasks=["cosmos_reason1_av"], output_dir=tmp_path, env=fixture.env(), check=False)
+                            tasks=["cosmos_reason1_av"], output_dir=tmp_path, env=fixture.env(prompt=prompt),
+                            check=False)
     assert run.returncode == 0, run.log_tail()
     assert {number: len(asked) for number, asked in server.asked.items()} == {0: 1, 1: 2, 2: 4, 3: 11}
-    assert [tokens for tokens, _ in server.asked[3]] == [1024 + 256 * retry for retry in range(11)]
+    expected = [SAMPLING[prompt](retry) for retry in range(11)]
+    assert [tokens for tokens, _ in server.asked[3]] == [tokens for tokens, _ in expected]
     assert [temperature for _, temperature in server.asked[3]] == pytest.approx(
-        [min(0.6 + 0.05 * retry, 0.9) for retry in range(11)], abs=1e-9)
+        [temperature for _, temperature in expected], abs=1e-9)
     values = {metric: run.metric("cosmos_reason1_av", metric) for metric in
               ("accuracy_official", "empty_answer_retried", "empty_after_retries", "unparseable_official")}
     assert values == {"accuracy_official": pytest.approx(0.75, abs=1e-9), "empty_answer_retried": 3,
@@ -117,4 +128,4 @@ def test_the_suite_s_server_backend_retries_an_empty_answer_as_the_official_run_
     samples = run.samples("cosmos_reason1_av")
     assert [sample["predictions"]["retries"] for sample in samples] == [0, 1, 3, 10]
     assert samples[3]["filtered_resps"] == "<think>try 1</think>"  # run_model keeps the first answer of one never read
-    assert "egoplan_server generates an answer with no letter in its <answer> tag again, up to 10 times" in run.log
+    assert f"egoplan_server generates {EMPTY[prompt]} again, up to 10 times" in run.log

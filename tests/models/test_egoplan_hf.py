@@ -884,14 +884,25 @@ def test_dtype_and_attention_implementation_are_model_args(backend):
     assert [v for v, _ in values] == pytest.approx([v for v, _ in reference], abs=0.05)  # bfloat16 precision
 
 
-def test_an_empty_answer_is_generated_again_for_a_request_that_asks_with_the_official_sampling(backend,
-                                                                                                monkeypatch):
+# Cosmos-Reason1's two answer types: (the request's rule, its decoding, run_model's tokens and temperature per call).
+RETRIED = {"reasoning": ("no_letter_in_answer_tag", {"max_new_tokens": 1024, "temperature": 0.6, "top_p": 0.95,
+                                                     "do_sample": True},
+                         [(1024, 0.6), (1280, 0.65), (1536, 0.7)]),
+           "letter": ("no_capital_letter", {"max_new_tokens": 10, "temperature": 0, "do_sample": False},
+                      [(10, 0), (1280, 0), (1536, 0)])}
+
+
+@pytest.mark.parametrize("answer_type", RETRIED)
+def test_an_empty_answer_is_generated_again_for_a_request_that_asks_with_the_official_sampling(backend, monkeypatch,
+                                                                                                answer_type):
     """``empty_answer_retry``: only the asking request's prompt goes to the model again (encoded alone), with 256
-    more tokens and 0.05 more temperature per retry, until its answer tag holds a letter; each generation runs
-    the real model (2 new tokens) and its text is then scripted."""
-    from lmms_egoplan.core.request_options import EMPTY_ANSWER_RETRY, NO_LETTER_IN_ANSWER_TAG
+    more tokens per retry (over 1,024 for the letter type's 10) and 0.05 more temperature (the greedy letter type
+    stays greedy), until its parser reads a letter; each generation runs the real model (2 new tokens) and its text
+    is then scripted."""
+    from lmms_egoplan.core.request_options import EMPTY_ANSWER_RETRY
     from lmms_egoplan.core.run_state import RUN
 
+    rule, decoding, sampling = RETRIED[answer_type]
     model = backend("qwen2_vl", batch_size=2)
     generate, calls = model._generate, []
 
@@ -902,10 +913,10 @@ def test_an_empty_answer_is_generated_again_for_a_request_that_asks_with_the_off
         return ["<answer>B</answer>" if len(calls) == 3 else "<think>no tag</think>" for _ in generated]
 
     monkeypatch.setattr(model, "_generate", scripted)
-    requests = gen_requests(model, [egoplan_doc(0), egoplan_doc(1)], max_new_tokens=1024, temperature=0.6,
-                            top_p=0.95, do_sample=True)
-    EMPTY_ANSWER_RETRY.mark(requests[1], NO_LETTER_IN_ANSWER_TAG)
+    requests = gen_requests(model, [egoplan_doc(0), egoplan_doc(1)], **decoding)
+    EMPTY_ANSWER_RETRY.mark(requests[1], rule)
     assert model.generate_until(requests) == ["<think>no tag</think>", "<answer>B</answer>"]
-    assert calls == [(2, 1024, 0.6), (1, 1280, pytest.approx(0.65, abs=1e-9)), (1, 1536, pytest.approx(0.7, abs=1e-9))]
+    assert calls == [(size, tokens, pytest.approx(temperature, abs=1e-9))
+                     for size, (tokens, temperature) in zip([2, 1, 1], sampling)]
     assert RUN.retried_answers.take(TASK, "<answer>B</answer>") == (2, False)
     assert RUN.retried_answers.take(TASK, "<think>no tag</think>") == (0, False)  # the request that did not ask
