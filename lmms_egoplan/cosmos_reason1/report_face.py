@@ -2,8 +2,8 @@
 2503.15558: the embodied-reasoning table, a column per source, and the physical-common-sense table, a column per
 category): per source and category the official parser's accuracy with its 95 % interval (exact binomial, from the
 logged samples), the embodied-reasoning and common-sense means both macro (the paper's) and micro (the PAI-Bench
-leaderboard's), the five-source macro without AV (MiMo-Embodied's report's), the overall micro mean, each with its 95
-% interval from its parts' logged samples (micro: exact binomial over the pooled questions; macro: stratified
+leaderboard's), the five-source macro without AV (MiMo-Embodied's report's), the overall micro mean, each with its
+95 % interval from its parts' logged samples (micro: exact binomial over the pooled questions; macro: stratified
 bootstrap); the robust reading and the answers the two read differently beside them. The columns in the paper's order
 (Table 8's sources, Table 7's categories); report.html shows the embodied-reasoning macro mean, the score model
 reports publish, beside the model's name."""
