@@ -47,6 +47,9 @@ a patch for lmms-eval with its pull-request text, or why it cannot become one. E
   ``durability.keep_responses_by_default``                    a run names a suite task and no ``--use_cache``,
                                                               with an ``--output_path`` (the run's response
                                                               cache: ``<output_path>/response_cache``)
+  ``durability.resume_sampled_runs``                          a run names a suite task, once its tasks are
+                                                              named (the sampled answers of the suite's tasks
+                                                              in the run's response cache, keyed by its seeds)
   ``durability.keep_failed_requests_out_of_the_response_cache``  a suite task or backend is built (the
                                                               response cache, one per run)
   ``secrets.keep_api_keys_out_of_the_response_cache``         a suite task or backend is built (the response

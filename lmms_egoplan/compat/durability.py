@@ -388,8 +388,12 @@ def keep_responses_of_stopped_runs() -> bool:
     add_layer(_KEEP_RESPONSES, _RESPONSE_CACHE, "ResponseCache.create", _create_recovering)
     return True
 
-def _stored_call(whole_call, self, lm, reqtype, requests):
+def _stored_call(whole_call, self, lm, reqtype, requests, *, store_sampled: bool = False):
     responses = whole_call(self, lm, reqtype, requests)
+    if store_sampled:  # a backend without a response_sink: lmms-eval stored the chunk's others (resume_sampled_runs)
+        store = _store_as_computed(self, reqtype, sampled_only=True)
+        for request, response in zip(requests, responses):
+            store(request, response)
     _GuardedStoring.of(self).stop_if_not_stored()
     return responses
 
@@ -401,7 +405,7 @@ def _execute_storing_as_it_goes(whole_call, self, lm, reqtype, requests):
         finally:
             lm.response_sink = None
     size = max(RESPONSE_CHUNK_MIN_DOCS, RESPONSE_CHUNK_BATCHES * _batch_size(lm))
-    call = functools.partial(_stored_call, whole_call, self, lm, reqtype)
+    call = functools.partial(_stored_call, whole_call, self, lm, reqtype, store_sampled=True)
     return call_in_chunks(call, requests, size, min_requests=concurrent_requests(lm))
 
 def _finalize_keeping_responses(finalize, self, *, success: bool, **kwargs):
@@ -507,6 +511,162 @@ def _keeps_failure_placeholders(is_valid: str | None = None, lookup: str | None 
     lookup = lookup or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache._lookup")
     return not any("LMMS_EVAL_REQUEST_FAILED" in source for source in (is_valid, lookup))
 
+def resume_sampled_runs(seeds: Sequence[Any]) -> bool:
+    """Make the response cache keep and serve the sampled answers of the suite's tasks, keyed by the run's seeds.
+
+    Gap: ``lmms_eval/caching/response_cache.py:ResponseCache.execute`` neither stores nor serves a generation
+    request that ``is_deterministic`` calls sampled (``temperature > 0``, ``do_sample``): a run of a sampled protocol
+    (Cosmos-Reason1's ``official_reasoning``: temperature 0.6, 1,024 new tokens) that stops or is killed after hours
+    of generation resumes from nothing. Fix (the suite's tasks only; lmms-eval's own keep lmms-eval's rule): such a
+    request is stored and served under lmms-eval's own key with the run's four seeds (``--seed`` as in force:
+    lmms-eval's default ``0,1234,1234,1234`` where none is given) added to its task fingerprint
+    (``response_key``; ``canonicalize_gen_kwargs`` drops any key but the sampling ones). The same command with the
+    same cache resumes from the answers it had; so does any rerun with the same seeds and cache, which reuses the
+    samples instead of drawing them again (its hits line says so); another ``--seed`` or another cache draws new
+    ones. A run with a seed unset (``None`` among the first three) keeps lmms-eval's rule. How often the suite's
+    backends asked each stored answer again (``models.empty_answer_retry``) is kept beside it and recorded again
+    when it is served (``_serve_suite_answers``), so that a resumed run counts every retry. Called once the run's
+    suite tasks are named (``tasks.check_suite_tasks_before_the_model``), with the seeds ``simple_evaluate`` sets.
+    Returns whether sampled answers are kept in this run.
+    """
+    RUN.sampling_seeds = None
+    if switched_off(_SAMPLED) or not (affected_release() and _never_caches_sampled_requests()):
+        return False
+    if not has_layer(_SAMPLED, *_CACHE_EXECUTE):
+        add_layer(_SAMPLED, *_CACHE_EXECUTE, _serve_suite_answers)  # also serves the retry records of greedy answers
+    if any(seed is None for seed in seeds[:3]):
+        logger.info(f"lmms-egoplan: --seed {_seed_text(seeds)} leaves a seed unset: the suite's sampled answers are "
+                    f"neither kept nor served by the response cache (each run draws them anew)")
+        return False
+    RUN.sampling_seeds = tuple(seeds)
+    return True
+
+
+_SAMPLED = "durability.resume_sampled_runs"
+_RETRY_RECORD = "lmms_egoplan.retried:"
+
+
+def _seed_text(seeds: Sequence[Any]) -> str:
+    return ",".join(str(seed) for seed in seeds)
+
+
+def _never_caches_sampled_requests(execute: str | None = None) -> bool:
+    execute = execute or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.execute")
+    return "if not is_deterministic(reqtype, gen_kwargs):" in execute
+
+
+@functools.lru_cache(maxsize=1)
+def _suite_tasks() -> frozenset[str]:
+    from lmms_egoplan.compat import suite_task_names
+
+    return suite_task_names()
+
+
+@dataclass(frozen=True)
+class StoredKey:
+    """The response cache's key of a request's answer: lmms-eval's, or the seeded one of a suite task's sampled
+    answer (``sampled``); ``suite_answer``: a generation answer of a suite task, stored with its retry record."""
+
+    key: str
+    gen_kwargs: dict
+    sampled: bool
+    suite_answer: bool
+
+
+def response_key(cache: Any, reqtype: str, request: Any) -> StoredKey | None:
+    """The key ``cache`` stores ``request``'s answer under; None: it stores none (a sampled request of lmms-eval's own
+    tasks, or of a run that keeps no sampled answers: ``resume_sampled_runs``)."""
+    from lmms_eval.caching.response_cache import (
+        _extract_content_hash,
+        compute_cache_key,
+        extract_gen_kwargs,
+        is_deterministic,
+    )
+
+    gen_kwargs = extract_gen_kwargs(request)
+    fingerprint = cache._task_fingerprints.get(request.task_name, "")
+    suite_answer = reqtype == "generate_until" and request.task_name in _suite_tasks()
+    sampled = not is_deterministic(reqtype, gen_kwargs)
+    if sampled:
+        if not suite_answer or RUN.sampling_seeds is None:
+            return None
+        fingerprint += f"|seed={_seed_text(RUN.sampling_seeds)}"
+    key = compute_cache_key(request_type=reqtype, task_name=request.task_name, doc_id=request.doc_id,
+                            gen_kwargs=gen_kwargs, idx=request.idx, content_hash=_extract_content_hash(request),
+                            task_fingerprint=fingerprint, model_fingerprint_hash=cache._model_fingerprint_hash,
+                            eval_version=cache._eval_version)
+    return StoredKey(key, gen_kwargs, sampled, suite_answer)
+
+
+def _serve_suite_answers(execute, self, lm, reqtype, requests):
+    """The generation requests of the suite's tasks that ``self`` holds an answer to, served with their retry records
+    (the record of each, ``RUN.retried_answers``, as the run that computed it made it); the others, sampled answers
+    of the suite's tasks among them, go on to lmms-eval's ``execute`` (and are stored as computed,
+    ``_store_as_computed``)."""
+    if reqtype != "generate_until" or not any(request.task_name in _suite_tasks() for request in requests):
+        return execute(self, lm, reqtype, requests)
+    results, asked, sampled = [None] * len(requests), [], 0
+    for index, request in enumerate(requests):
+        key = response_key(self, reqtype, request) if request.task_name in _suite_tasks() else None
+        answer = self._lookup(key.key) if key is not None else None
+        if answer is None:
+            asked.append(index)
+            continue
+        results[index], self._hits, sampled = answer, self._hits + 1, sampled + key.sampled
+        retries, still_empty = _retry_record(self, key.key)
+        if retries:
+            RUN.retried_answers.record(request.task_name, str(answer), retries, still_empty, stored=True)
+    if len(asked) < len(requests):
+        reused = (f"; {sampled} sampled with --seed {_seed_text(RUN.sampling_seeds)} by an earlier run, reused: "
+                  f"another --seed or another --use_cache draws new samples") if sampled else ""
+        logger.info(f"ResponseCache: {len(requests) - len(asked)}/{len(requests)} cache hits (the suite's answers "
+                    f"with their retry records{reused})")
+    for index, response in zip(asked, execute(self, lm, reqtype, [requests[index] for index in asked])
+                               if asked else []):
+        results[index] = response
+    return results
+
+
+def _keep_retry_record(cache: Any, key: str, record: tuple[int, bool]) -> None:
+    """Keep how often the answer stored under ``key`` was asked again beside it, in the cache's ``meta`` table,
+    which lmms-eval's merges (``ResponseCache.merge_shards``) copy with the responses; committed with the answer
+    (``ResponseCache._store``). An answer asked once leaves no record (one an earlier answer left is removed)."""
+    import json
+    import sqlite3
+
+    retries, still_empty = record
+    try:
+        if retries:
+            cache.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                             (_RETRY_RECORD + key, json.dumps([retries, still_empty])))
+        else:
+            cache.db.execute("DELETE FROM meta WHERE key = ?", (_RETRY_RECORD + key,))
+    except (OSError, sqlite3.Error) as error:
+        _GuardedStoring.of(cache).not_stored.append(storage_failure(error, os.path.dirname(cache.db_path)))
+
+
+def _retry_record(cache: Any, key: str) -> tuple[int, bool]:
+    """(retries, still empty) kept beside the answer under ``key``, from the database that holds the answer (this
+    run's, else the merged cache); (0, False): asked once."""
+    import json
+    import sqlite3
+
+    for database in (cache.db, cache._shared_db):
+        if database is None:
+            continue
+        try:
+            if database.execute("SELECT 1 FROM responses WHERE cache_key = ?", (key,)).fetchone() is None:
+                continue
+            row = database.execute("SELECT value FROM meta WHERE key = ?", (_RETRY_RECORD + key,)).fetchone()
+        except sqlite3.Error:  # the answer is served; its record is lost with the database
+            return 0, False
+        if row is None:
+            return 0, False
+        retries, still_empty = json.loads(row[0])
+        return int(retries), bool(still_empty)
+    return 0, False
+
+
 def _database_being_opened(error: BaseException) -> str | None:
     """The database file a ``ResponseCache`` was opening when ``error`` was raised (SQLite's errors name none)."""
     import traceback
@@ -518,26 +678,20 @@ def _database_being_opened(error: BaseException) -> str | None:
                if isinstance(cache, ResponseCache) and getattr(cache, "db_path", None)]
     return opening[-1] if opening else None
 
-def _store_as_computed(cache: Any, reqtype: str) -> Callable[[Any, Any], None]:
+def _store_as_computed(cache: Any, reqtype: str, *, sampled_only: bool = False) -> Callable[[Any, Any], None]:
     """Store one response the way ``ResponseCache.execute`` stores it after the backend returns (the
-    same key, validity rule and row); execute stores it again then (the same row)."""
-    from lmms_eval.caching.response_cache import (
-        _extract_content_hash,
-        compute_cache_key,
-        extract_gen_kwargs,
-        is_deterministic,
-    )
+    same key, validity rule and row); execute stores it again then (the same row). A sampled answer of a suite task
+    is stored under its seeded key (``resume_sampled_runs``), with how often the backend asked it again
+    (``_keep_retry_record``); ``sampled_only``: those only."""
 
     def store(request: Any, response: Any) -> None:
-        gen_kwargs = extract_gen_kwargs(request)
-        if not (is_deterministic(reqtype, gen_kwargs) and cache._is_valid_response(response, reqtype)):
+        key = response_key(cache, reqtype, request)
+        if key is None or (sampled_only and not key.sampled) or not cache._is_valid_response(response, reqtype):
             return
-        key = compute_cache_key(request_type=reqtype, task_name=request.task_name, doc_id=request.doc_id,
-                                gen_kwargs=gen_kwargs, idx=request.idx, content_hash=_extract_content_hash(request),
-                                task_fingerprint=cache._task_fingerprints.get(request.task_name, ""),
-                                model_fingerprint_hash=cache._model_fingerprint_hash, eval_version=cache._eval_version)
-        cache._store(key, reqtype, request.task_name, request.doc_id, request.idx, gen_kwargs,
-                     cache._extract_cacheable(response))
+        answer = cache._extract_cacheable(response)
+        if key.suite_answer:
+            _keep_retry_record(cache, key.key, RUN.retried_answers.to_store(request.task_name, str(response)))
+        cache._store(key.key, reqtype, request.task_name, request.doc_id, request.idx, key.gen_kwargs, answer)
         _GuardedStoring.of(cache).stop_if_not_stored()  # inside the backend's loop: it computes nothing more
 
     return store

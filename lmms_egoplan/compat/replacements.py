@@ -40,7 +40,10 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
         "durability.keep_responses_of_stopped_runs",
         "secrets.keep_api_keys_out_of_the_response_cache",  # the fingerprint lmms-eval computes
     ),
-    ("lmms_eval.caching.response_cache", "ResponseCache.execute"): ("durability.keep_responses_of_stopped_runs",),
+    ("lmms_eval.caching.response_cache", "ResponseCache.execute"): (
+        "durability.resume_sampled_runs",  # serves the suite's answers; the rest are asked (and stored) inside
+        "durability.keep_responses_of_stopped_runs",
+    ),
     ("lmms_eval.caching.response_cache", "ResponseCache.finalize"): ("durability.keep_responses_of_stopped_runs",),
     ("lmms_eval.caching.response_cache", "ResponseCache._is_valid_response"): (
         "durability.keep_failed_requests_out_of_the_response_cache",

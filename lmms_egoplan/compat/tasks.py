@@ -24,6 +24,7 @@ from lmms_egoplan.compat.durability import (
     cli_swallows_evaluation_errors,
     fail_runs_with_failed_tasks,
     keep_responses_by_default,
+    resume_sampled_runs,
 )
 from lmms_egoplan.compat.replacements import add_layer, has_layer, note_in_place
 from lmms_egoplan.compat.secrets import keep_api_keys_out_of_the_run_summary
@@ -268,6 +269,8 @@ def check_suite_tasks_before_the_model() -> bool:
         if not prebuilt:
             return simple_evaluate(*args, **kwargs)
         run["use_cache"] = keep_responses_by_default(run["use_cache"], run["cli_args"])
+        resume_sampled_runs([run[seed] for seed in ("random_seed", "numpy_random_seed", "torch_random_seed",
+                                                    "fewshot_random_seed")])
         build_tasks = evaluator.get_task_dict
 
         def get_task_dict(task_name_list, task_manager=None, task_type="simple"):

@@ -25,9 +25,22 @@ class RetriedAnswers:
     a list, so the task's totals are exact."""
 
     by_answer: dict[tuple[str, str], list[tuple[int, bool]]] = field(default_factory=dict)
+    # The same records until the response cache stores their answers beside them (``unstored``; ``compat.
+    # durability.resume_sampled_runs``), so that a run resumed from the cache counts them again
+    unstored: dict[tuple[str, str], list[tuple[int, bool]]] = field(default_factory=dict)
 
-    def record(self, task: str, answer: str, retries: int, still_empty: bool) -> None:
+    def record(self, task: str, answer: str, retries: int, still_empty: bool, *, stored: bool = False) -> None:
+        """Record an answer asked ``retries`` times again (``stored``: one the response cache served, with the
+        record it keeps beside it)."""
         self.by_answer.setdefault((task, answer.strip()), []).append((retries, still_empty))
+        if not stored:
+            self.unstored.setdefault((task, answer.strip()), []).append((retries, still_empty))
+
+    def to_store(self, task: str, answer: str) -> tuple[int, bool]:
+        """(retries, still empty) of an answer of ``task`` the response cache is storing, for it to keep beside the
+        answer; (0, False): asked once. Answers alike share a list: each record is handed out once."""
+        found = self.unstored.get((task, answer.strip()))
+        return found.pop() if found else (0, False)
 
     def take(self, task: str, answer: str) -> tuple[int, bool]:
         """(retries, still empty) of an answer of ``task``; (0, False): asked once."""
@@ -78,6 +91,9 @@ class RunState:
     protocol_changes: dict[str, dict[str, str]] = field(default_factory=dict)
     # The answers the run's backend generated again, until their task counts them (``models.empty_answer_retry``)
     retried_answers: RetriedAnswers = field(default_factory=RetriedAnswers)
+    # lmms-eval's four seeds of the run (random, numpy, torch, fewshot), which key the sampled answers of the suite's
+    # tasks in the response cache (``compat.durability.resume_sampled_runs``); None: that run keeps none
+    sampling_seeds: tuple[Any, ...] | None = None
 
     def reset(self) -> None:
         """Start a new run's state (every field back to its default), in place: modules keep ``RUN``."""

@@ -223,3 +223,80 @@ def test_a_run_stopped_while_judging_asks_no_model_again_and_the_judge_only_what
     assert model.calls == [] and len(judge.calls) == 12 - judged
     assert resumed.metric("ego_think_counting", "judged") == 12 and resumed.metric("ego_think_counting",
                                                                                    "score") == 100.0
+
+
+def stored_answers(cache: Path, task: str) -> dict[int, str]:
+    """{doc: answer} of ``task`` the runs of ``cache`` stored (their run folders and the merged database)."""
+    import contextlib
+    import json
+    import sqlite3
+
+    answers = {}
+    for database in [*cache.glob("runs/*/rank_*.db"), cache / "cache.db"]:
+        if database.exists():
+            with contextlib.closing(sqlite3.connect(database)) as db:
+                answers |= {doc: json.loads(answer) for doc, answer in db.execute(
+                    "SELECT doc_id, response FROM responses WHERE task_name = ?", (task,))}
+    return answers
+
+
+SAMPLED_TASK = "cosmos_reason1_av"  # official_reasoning: temperature 0.6, top-p 0.95; 4 questions in the demo's data
+
+
+def test_a_sampled_run_stopped_part_way_resumes_from_its_answers_and_another_seed_draws_new_ones(tiny_model,
+                                                                                                 tmp_path):
+    """Cosmos-Reason1 under its sampled official_reasoning protocol on egoplan_hf: a random model's answers never hold
+    a letter in an <answer> tag, so each is asked 10 times again (counted). Stopped by SIGTERM after its first answers,
+    the same command asks the model only for the rest, keeps the answers it had (the samples file shows the stored
+    texts) and counts every retry; the same cache with another --seed asks every question again, and lmms-eval's own
+    seedbench, sampled in that run, is neither stored nor served (lmms-eval's rule for its tasks)."""
+    import signal
+
+    import yaml
+
+    from lmms_egoplan.demo.cosmos_reason1 import build_fixture
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval, start_lmms_eval
+    from tests.kit.lmms_eval_tasks import local_copies
+
+    data = build_fixture(tmp_path / "data")
+    cache = tmp_path / "cache"
+    # 6 frames: the protocol's plan for the demo's clips; 240 tokens of context: about 40 new tokens per answer, so
+    # that eleven generations per question take seconds on a CPU (the cut is said, the protocol's kwargs unchanged)
+    args = dict(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')},max_frames=6,max_length=240",
+                env=data.env(), extra_args=["--use_cache", str(cache)])
+    running = start_lmms_eval(tasks=[SAMPLED_TASK], output_dir=tmp_path / "first", **args)
+    running.wait_for(lambda: stored_responses(cache) > 0, poll=0.005, what="an answer stored")
+    running.signal(signal.SIGSTOP)
+    running.signal(signal.SIGTERM)
+    running.signal(signal.SIGCONT)
+    assert running.wait().returncode == 143
+    kept = stored_answers(cache, SAMPLED_TASK)
+    assert 1 <= len(kept) < 4
+
+    resumed = run_lmms_eval(tasks=[SAMPLED_TASK], output_dir=tmp_path / "second", **args)
+    assert cache_hits(resumed.log) == len(kept) and (
+        f"{len(kept)}/4 cache hits (the suite's answers with their retry records; {len(kept)} sampled with --seed "
+        f"0,1234,1234,1234 by an earlier run, reused") in resumed.log
+    # lmms-eval's count: the rest asked (its "skipped": sampled), the kept ones read from the merged cache
+    assert f"stats: {len(kept)} hits, {len(kept)} from shared DB, 0 misses, {4 - len(kept)} skipped" in resumed.log
+    samples = resumed.samples(SAMPLED_TASK)
+    assert {sample["doc_id"]: sample["filtered_resps"] for sample in samples if sample["doc_id"] in kept} == kept
+    assert [sample["predictions"]["retries"] for sample in samples] == [10] * 4  # the served ones' records too
+    assert resumed.metric(SAMPLED_TASK, "empty_answer_retried") == resumed.metric(SAMPLED_TASK,
+                                                                                  "empty_after_retries") == 4
+
+    first_seed = stored_answers(cache, SAMPLED_TASK)
+    assert len(first_seed) == 4
+    lmms_evals = local_copies(tmp_path / "lmms_eval_tasks", ["seedbench"], count=2)
+    local_yaml = lmms_evals.include_path / "seedbench" / "seedbench_local.yaml"
+    sampled = {**yaml.safe_load(local_yaml.read_text()),
+               "generation_kwargs": {"max_new_tokens": 4, "temperature": 0.6, "do_sample": True}}
+    local_yaml.write_text(yaml.safe_dump(sampled, sort_keys=False))
+    reseeded = run_lmms_eval(tasks=[SAMPLED_TASK, "seedbench_local"], output_dir=tmp_path / "third",
+                             include_path=lmms_evals.include_path,
+                             **{**args, "env": {**data.env(), **lmms_evals.env},
+                                "extra_args": [*args["extra_args"], "--seed", "1,2,3,4"]})
+    assert cache_hits(reseeded.log) == 0 and "0 hits, 0 misses, 6 skipped" in reseeded.log
+    answers = {sample["doc_id"]: sample["filtered_resps"] for sample in reseeded.samples(SAMPLED_TASK)}
+    assert all(answers[doc] != answer for doc, answer in first_seed.items())  # drawn anew
+    assert len(reseeded.samples("seedbench_local")) == 2 and stored_answers(cache, "seedbench_local") == {}

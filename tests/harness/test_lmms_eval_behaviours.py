@@ -344,6 +344,77 @@ def test_a_failed_request_is_asked_again_and_never_served_from_the_cache(tmp_pat
     assert model.asked[-1] == 0
 
 
+def sampled(count: int, task: str = "cosmos_reason1_av", greedy: bool = False) -> list[Instance]:
+    """Sampled generation requests (Cosmos-Reason1's official_reasoning kwargs; ``greedy``: official_letter's) of
+    ``task``'s first documents."""
+    kwargs = ({"max_new_tokens": 10, "temperature": 0} if greedy else
+              {"max_new_tokens": 1024, "temperature": 0.6, "top_p": 0.95, "do_sample": True})
+    return [Instance("generate_until", (f"question {doc}", kwargs, None, doc, task, "test"), 0,
+                     {"task": task, "doc_id": doc, "repeats": 1}) for doc in range(count)]
+
+
+class Sampling(Model):
+    """Draws a new answer each time; as egoplan_hf, hands each over as computed, answer k asked k times again."""
+
+    response_sink = None
+
+    def generate_until(self, requests):
+        answers = []
+        for request in requests:
+            self.asked.append((request.task_name, request.doc_id))
+            answers.append(f"answer {request.doc_id}, draw {len(self.asked)}")
+            if request.doc_id:
+                RUN.retried_answers.record(request.task_name, answers[-1], request.doc_id, request.doc_id == 2)
+            self.response_sink(request, answers[-1])
+        return answers
+
+
+def test_a_sampled_suite_run_resumes_with_its_retry_records_and_another_seed_draws_anew(tmp_path, cache_workarounds,
+                                                                                        monkeypatch):
+    from lmms_egoplan.core.run_state import RetriedAnswers
+
+    monkeypatch.setattr(RUN, "sampling_seeds", None)
+    monkeypatch.setattr(RUN, "retried_answers", RetriedAnswers())
+    assert durability.resume_sampled_runs((0, 1234, 1234, 1234))
+    requests = [*sampled(3), *sampled(2, "seedbench")]  # lmms-eval's own task beside the suite's
+    model, cache = Sampling(), open_cache(tmp_path)
+    first = cache.execute(model, "generate_until", requests[:2])  # stopped after two answers: a failed run
+    cache.finalize(success=False)
+    RUN.retried_answers = RetriedAnswers()  # the next process
+    model.asked = []
+    cache = open_cache(tmp_path)
+    resumed = cache.execute(model, "generate_until", requests)
+    assert resumed[:2] == first and model.asked == [("cosmos_reason1_av", 2), ("seedbench", 0), ("seedbench", 1)]
+    assert [RUN.retried_answers.take("cosmos_reason1_av", answer) for answer in resumed[:3]] == [
+        (0, False), (1, False), (2, True)]  # the served answers' records, and the one computed now
+    cache.finalize(success=True)
+    assert durability.resume_sampled_runs((1, 2, 3, 4))
+    plain = Model()  # lmms-eval's backends: stored per chunk
+    cache = open_cache(tmp_path)
+    cache.execute(plain, "generate_until", sampled(3))
+    cache.execute(plain, "generate_until", sampled(3))
+    assert plain.asked == [0, 1, 2]  # another seed asks again, once
+    assert not durability.resume_sampled_runs((None, 1234, 1234, 1234))  # unseeded: lmms-eval's rule
+    cache.execute(plain, "generate_until", sampled(1))
+    assert plain.asked[-1] == 0
+
+
+def test_greedy_suite_answers_served_by_the_cache_keep_their_retry_records(tmp_path, cache_workarounds, monkeypatch):
+    from lmms_egoplan.core.run_state import RetriedAnswers
+
+    monkeypatch.setattr(RUN, "sampling_seeds", None)
+    monkeypatch.setattr(RUN, "retried_answers", RetriedAnswers())
+    durability.resume_sampled_runs((0, 1234, 1234, 1234))
+    model, cache = Sampling(), open_cache(tmp_path)
+    first = cache.execute(model, "generate_until", sampled(3, greedy=True))
+    cache.finalize(success=True)
+    RUN.retried_answers = RetriedAnswers()
+    assert open_cache(tmp_path).execute(model, "generate_until", sampled(3, greedy=True)) == first
+    assert len(model.asked) == 3  # none asked again
+    assert [RUN.retried_answers.take("cosmos_reason1_av", answer) for answer in first] == [
+        (0, False), (1, False), (2, True)]
+
+
 def test_the_response_cache_holds_no_api_key(tmp_path, cache_workarounds):
     cache = open_cache(tmp_path, f"model=m,api_key={KEY}")
     cache.close()
