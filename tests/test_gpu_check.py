@@ -22,7 +22,8 @@ from .test_speed_scripts import SMOKE_RUNS
 SPEED = Path(__file__).resolve().parents[1] / "speed"
 CHECKS = ("likelihood, GPU vs CPU", "prefix sharing (bench_loglikelihood.py)",
           "visual decoding (bench_egoplan_visuals.py)", "transformers judge (bench_judge_hf.py)",
-          "patched lmms-eval Qwen likelihood (bench_qwen_loglikelihood.py)")
+          "patched lmms-eval Qwen likelihood (bench_qwen_loglikelihood.py)",
+          "fused elementwise (bench_loglikelihood.py --fused)")
 
 
 @pytest.fixture(scope="module")

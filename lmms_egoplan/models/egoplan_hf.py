@@ -36,6 +36,7 @@ from lmms_egoplan.models.doc_requests import (
     unknown_model_args_message,
 )
 from lmms_egoplan.models.empty_answer_retry import with_retries
+from lmms_egoplan.models.fused_elementwise import fuse_elementwise
 from lmms_egoplan.models.likelihood import LikelihoodScorer, ScoredSequence
 from lmms_egoplan.models.vision_attention import pack_vision_attention
 from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError, decode_ahead
@@ -85,6 +86,7 @@ class EgoPlanHF(DocRequests, lmms):
         continuation_batch_size: int = 16,
         visual_prefetch: int | None = None,
         packed_vision_attention: bool = True,
+        fused_elementwise: bool = False,
         trust_remote_code: bool = False,
         max_batch_size: int | None = None,  # lmms-eval passes --max_batch_size to every backend; unused
         **unknown: Any,
@@ -112,6 +114,11 @@ class EgoPlanHF(DocRequests, lmms):
         # Qwen-VL vision towers: every window in one attention call (vision_attention); None: nothing to pack.
         self.vision_attention = pack_vision_attention(self._model, _arg(packed_vision_attention, bool,
                                                                         "packed_vision_attention"))
+        # Norms, MLPs and the vision rotary embedding compiled, their elementwise work fused (fused_elementwise).
+        self.fused_elementwise = (fuse_elementwise(self._model) if _arg(fused_elementwise, bool, "fused_elementwise")
+                                  else None)
+        if self.vision_attention is not None:
+            self.vision_attention.fused = self.fused_elementwise
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # decoder-only batched generation
         if self.tokenizer.pad_token is None:
