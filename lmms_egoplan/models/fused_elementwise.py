@@ -21,8 +21,9 @@ other model in the process is affected); modules with accelerate's hook (``devic
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -57,12 +58,41 @@ class FusedElementwise:
         call (the vision rotary embedding in ``vision_attention``)."""
         return (self.compiled(function) if self.enabled else function)(*args, **kwargs)
 
+    @contextlib.contextmanager
+    def unfused(self) -> Iterator[None]:
+        """The modules' own forwards meanwhile: generation, whose one-token steps would compile graphs of their own
+        (unmeasured; fused_elementwise is the likelihood path's)."""
+        enabled, self.enabled = self.enabled, False
+        try:
+            yield
+        finally:
+            self.enabled = enabled
+
     def compiled_variants(self) -> int:
         """Graphs compiled so far, over every compiled function: a new input rank, dtype or (once) a length adds one;
         a count that grew with the layers would mean a recompile per layer."""
         from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
         return sum(len(_debug_get_cache_entry_list(function.__code__)) for function in self._compiled)
+
+
+def inductor_missing(device: torch.device) -> str | None:
+    """Why inductor cannot compile kernels for ``device`` here (no triton for a GPU, no C++ compiler for a CPU), or
+    None; asked of torch's own lookups (None where they moved: the first compile then says it)."""
+    try:
+        if device.type == "cuda":
+            from torch.utils._triton import has_triton
+
+            return None if has_triton() else "triton is not installed (inductor writes a GPU's kernels in triton)"
+        if device.type == "cpu":
+            from torch._inductor.cpp_builder import get_cpp_compiler
+
+            get_cpp_compiler()
+    except ImportError:
+        return None
+    except Exception as error:  # torch's compiler lookup raises its own error types
+        return f"no C++ compiler for inductor's CPU kernels ({error})"
+    return None
 
 
 def fuse_elementwise(model, backend: str = BACKEND) -> FusedElementwise | None:

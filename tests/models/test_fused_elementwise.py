@@ -8,10 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch._inductor.config as inductor_config
+from torch._inductor import cpp_builder
 
+from lmms_egoplan.core.settings import SettingsError
 from lmms_egoplan.models.egoplan_hf import EgoPlanHF
 from tests.gpu.conftest import load_speed_module
-from tests.models.test_egoplan_hf import egoplan_doc, mc_requests
+from tests.models.test_egoplan_hf import egoplan_doc, gen_requests, mc_requests
 from tests.models.test_likelihood_batching import SEEDS, choices
 
 # float32: the fused kernels sum the norm's squares in another order (measured: at most 4e-7).
@@ -70,3 +72,29 @@ def test_fused_elementwise_scores_as_the_eager_model_with_a_few_graphs_and_fewer
         assert [greedy for _, greedy in values] == [greedy for _, greedy in expected]
     kernels = {method: bench.kernels_per_question(model, first, method, 3) for method in ("batched", "batched_fused")}
     assert kernels["batched_fused"] < kernels["batched"]
+
+
+def test_generation_runs_the_modules_own_forwards_and_a_machine_without_inductor_is_told_at_once(
+    tiny_model, monkeypatch
+):
+    torch._dynamo.reset()
+    pretrained = str(tiny_model("qwen2_5_vl"))
+    eager, model = (
+        EgoPlanHF(pretrained=pretrained, device="cpu", dtype="float32", fused_elementwise=fused)
+        for fused in (False, True)
+    )
+    expected = eager.generate_until(gen_requests(eager, [egoplan_doc(0)], max_new_tokens=4))
+    assert model.generate_until(gen_requests(model, [egoplan_doc(0)], max_new_tokens=4)) == expected
+    assert model.fused_elementwise.enabled and model.fused_elementwise.compiled_variants() == 0  # nothing compiled
+
+    def no_compiler():
+        raise RuntimeError("no g++ on PATH")
+
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler", no_compiler)
+    with pytest.raises(
+        SettingsError,
+        match=r"fused_elementwise=true compiles with torch's inductor, which cannot run "
+        r"here: no C\+\+ compiler for inductor's CPU kernels \(no g\+\+ on PATH\)",
+    ):
+        EgoPlanHF(pretrained=pretrained, device="cpu", fused_elementwise=True)
+    EgoPlanHF(pretrained=pretrained, device="cpu")  # without it, nothing asks for a compiler
