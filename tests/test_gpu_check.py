@@ -213,8 +213,10 @@ def test_write_docs_names_what_did_not_finish_and_why_and_takes_the_machines_ver
         (tmp_path / path.name).write_text(path.read_text())
     gpu_check.write_docs(results, False, docs, note="Why: the judge's old lock.")
     readme = (tmp_path / "README.md").read_text()
+    # The judge, then the check after it (fused elementwise, issue 63), each named; the note last.
     assert "Not finished there: `test_the_transformers_judge_at_the_qwen3_8b_shape` (the run was stopped at its " \
-           "--budget). Why: the judge's old lock." in readme
+           "--budget). Not finished there: `test_fused_elementwise_at_the_qwen2_5_vl_7b_shape` (the run was stopped " \
+           "at its --budget). Why: the judge's old lock." in readme
     assert "| test_speed_on_gpu.py | test_the_transformers_judge_at_the_qwen3_8b_shape | the run was stopped at its " \
            "--budget | not finished |  |" in (tmp_path / "development.md").read_text()
     lines = machine.read_text().splitlines()
