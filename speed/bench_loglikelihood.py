@@ -172,10 +172,14 @@ def requests_for(docs: list[dict], span: str) -> list:
 
 
 # The methods compared, as egoplan_hf settings: a full forward pass per candidate (lmms-eval's way), the path before
-# issue 63 (one question per forward pass, the vision tower's windows attended one by one), and the batched path.
-METHODS = {"one_pass_per_candidate": {"prefix_sharing": False, "batch_size": 1, "packed": False},
-           "prefix_shared": {"prefix_sharing": True, "batch_size": 1, "packed": False},
-           "batched": {"prefix_sharing": True, "batch_size": None, "packed": True}}  # None: --batch-size
+# issue 63 (one question per forward pass, the vision tower's windows attended one by one), the batched path, and
+# (--fused) the batched path with the elementwise work fused (egoplan_hf's fused_elementwise: regional torch.compile);
+# batch_size None: --batch-size.
+METHODS = {"one_pass_per_candidate": {"prefix_sharing": False, "batch_size": 1, "packed": False, "fused": False},
+           "prefix_shared": {"prefix_sharing": True, "batch_size": 1, "packed": False, "fused": False},
+           "batched": {"prefix_sharing": True, "batch_size": None, "packed": True, "fused": False},
+           "batched_fused": {"prefix_sharing": True, "batch_size": None, "packed": True, "fused": True}}
+BATCHED = ("batched", "batched_fused")  # the methods that decode ahead (--visual-prefetch)
 # Tensor methods and torch functions that read a tensor's values to the host (on a GPU: a device synchronisation),
 # and calls with data-dependent output shapes, which synchronise alike.
 HOST_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy", "nonzero",
@@ -186,9 +190,13 @@ def use_method(backend, method: str, batch_size: int, visual_prefetch: int | Non
     settings = METHODS[method]
     backend.prefix_sharing = settings["prefix_sharing"]
     backend.batch_size = settings["batch_size"] or batch_size
-    backend.visual_prefetch = visual_prefetch if method == "batched" and visual_prefetch is not None else 0
+    backend.visual_prefetch = visual_prefetch if method in BATCHED and visual_prefetch is not None else 0
     if backend.vision_attention is not None:
         backend.vision_attention.enabled = settings["packed"]
+    if backend.fused_elementwise is not None:
+        backend.fused_elementwise.enabled = settings["fused"]
+    elif settings["fused"]:
+        raise SystemExit(f"{method}: the model has no module that fused_elementwise compiles")
 
 
 def timed(backend, requests, method: str, batch_size: int = 1, visual_prefetch: int | None = None) -> tuple:
@@ -258,7 +266,9 @@ def model_step_counts(backend, requests) -> tuple[dict[str, float], list]:
 
     def counted(score):
         def run(*args, **kwargs):
-            with Counting():
+            # Compiled regions (fused_elementwise) run eagerly: they hold no attention call, host read or forward
+            # pass, and torch.compile would trace the counting mode into their graphs, guarded on the counts.
+            with Counting(), torch.compiler.set_stance("force_eager"):
                 return score(*args, **kwargs)
         return run
 
@@ -273,6 +283,71 @@ def model_step_counts(backend, requests) -> tuple[dict[str, float], list]:
         del scorer.score_full, scorer.score_shared
     questions = len({request.args[3] for request in requests})
     return {f"{name}_per_question": count / questions for name, count in counts.items()}, values
+
+
+MODEL_STEP = "model step"  # the profiler's record of the scorer's calls (kernels_per_question)
+ALLOCATIONS = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::result_type",
+                         "aten::lift_fresh"})  # operators that launch no kernel and are no views
+
+
+def kernels_per_question(backend, requests, method: str, batch_size: int) -> float:
+    """The kernels the model step launches per question, ``requests`` scored with ``method`` under torch.profiler
+    (the scorer's calls only): on a GPU, its device kernels and copies; on a CPU, which runs a compiled graph's fused
+    kernels as C++ functions, what would launch one on a GPU: each operator called from Python or from a compiled
+    graph that computes (``_computes``: no view, allocation or cast to the dtype a tensor has), and each fused
+    kernel (recorded with inductor's ``cpp.enable_kernel_profile``, set before anything compiles)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    use_method(backend, method, batch_size, None)
+    cuda = backend.device.type == "cuda"
+    scorer = backend.scorer
+
+    def recorded(score):
+        def run(*args, **kwargs):
+            with record_function(MODEL_STEP):
+                return score(*args, **kwargs)
+        return run
+
+    scorer.score_full, scorer.score_shared = recorded(scorer.score_full), recorded(scorer.score_shared)
+    try:
+        with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as profiler:
+            backend.loglikelihood(requests)
+            if cuda:
+                torch.cuda.synchronize()
+    finally:
+        del scorer.score_full, scorer.score_shared
+    events = profiler.events()
+    if cuda:
+        kernels = sum(event.device_type == torch.autograd.DeviceType.CUDA for event in events)
+    else:
+        kernels = sum(_in_model_step(event) and (_computes(event) or "cpp_fused" in event.name) for event in events
+                      if event.cpu_parent is None or not event.cpu_parent.name.startswith("aten::"))
+    return kernels / len({request.args[3] for request in requests})
+
+
+def _in_model_step(event) -> bool:
+    while event is not None and event.name != MODEL_STEP:
+        event = event.cpu_parent
+    return event is not None
+
+
+def _computes(event) -> bool:
+    """An operator event that runs a kernel: one of its parts does (``linear``: its ``addmm``), or it has no parts
+    and a kernel of its own (not only a composition of others, as ``to`` that returns its input)."""
+    import torch
+
+    if not event.name.startswith("aten::") or event.name in ALLOCATIONS:
+        return False
+    packet = getattr(torch.ops.aten, event.name.removeprefix("aten::"), None)
+    overloads = [getattr(packet, name) for name in packet.overloads()] if packet is not None else []
+    if any(overload.is_view for overload in overloads):
+        return False
+    if event.cpu_children:
+        return any(_computes(child) for child in event.cpu_children)
+    # No part recorded: a kernel of its own, unless only composed of others (``to`` returning its input).
+    return not all(torch._C._dispatch_has_kernel_for_dispatch_key(overload.name(), "CompositeImplicitAutograd")
+                   for overload in overloads)
 
 
 def _bool_index(index) -> bool:
@@ -305,6 +380,12 @@ def main() -> None:
     parser.add_argument("--skip-one-pass", action="store_true",
                         help="leave out one pass per candidate (at a realistic shape on a CPU: minutes a question); "
                              "the batched values are then compared with prefix-shared ones")
+    parser.add_argument("--skip-prefix-shared", action="store_true",
+                        help="leave out prefix sharing a question at a time (the path before issue 63) too")
+    parser.add_argument("--fused", action="store_true",
+                        help="also the batched method with the elementwise work fused (egoplan_hf's fused_elementwise: "
+                             "regional torch.compile), with its compile time, compiled graphs and kernels per question "
+                             "against the batched method's")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
@@ -331,7 +412,11 @@ def main() -> None:
     else:
         pretrained = str(tiny_checkpoint(args.arch, args.cache, hidden_size=args.hidden_size,
                                          num_layers=args.layers or 8))
-    backend = EgoPlanHF(pretrained=pretrained, device=args.device, dtype=args.dtype)
+    if args.fused and args.device == "cpu":  # the C++ kernels record themselves for kernels_per_question
+        import torch._inductor.config
+
+        torch._inductor.config.cpp.enable_kernel_profile = True
+    backend = EgoPlanHF(pretrained=pretrained, device=args.device, dtype=args.dtype, fused_elementwise=args.fused)
     if args.visual_prefetch is None:
         args.visual_prefetch = backend.visual_prefetch
     docs = egoplan_docs(args.questions, FRAME_SIDE[args.shape], observation=realistic)
@@ -342,7 +427,9 @@ def main() -> None:
                                                                                     requests[0].args[0]))],
                              [visuals], "doc 0")
     parameters = sum(p.numel() for p in backend.model.parameters())
-    methods = [method for method in METHODS if not (args.skip_one_pass and method == "one_pass_per_candidate")]
+    left_out = {"one_pass_per_candidate": args.skip_one_pass, "prefix_shared": args.skip_prefix_shared,
+                "batched_fused": not args.fused}
+    methods = [method for method in METHODS if not left_out.get(method)]
     one_pass_questions = min(args.one_pass_questions or args.questions, args.questions)
     width = f" ({args.width} width)" if realistic else ""
     print(f"model: {args.shape}{width} {pretrained} ({parameters / 1e9:.2f}B parameters), device {args.device}, "
@@ -361,6 +448,7 @@ def main() -> None:
     for method in methods:
         use_method(backend, method, args.batch_size, None)
         counts[method], _ = model_step_counts(backend, scored[method])
+    fusion = fusion_started(backend, requests, args.batch_size, args.visual_prefetch) if args.fused else {}
     seconds, host, peaks = ({method: [] for method in methods} for _ in range(3))
     values = {}
     for _ in range(args.rounds):
@@ -371,12 +459,36 @@ def main() -> None:
             host[method].append(host_seconds)
             peaks[method].append(peak)
     peaks = {method: max(peak) for method, peak in peaks.items()}
+    if args.fused:
+        fusion = fusion_measured(backend, requests[:4 * args.batch_size], args.batch_size, fusion)
     if args.profile:
         profile_batched(backend, requests, args, Path(args.profile))
 
     report(args, {"prompt_tokens": prompt["input_ids"].shape[1], "parameters": parameters,
-                  "memory": "GPU memory allocated" if backend.device.type == "cuda" else "process resident memory"},
+                  "memory": "GPU memory allocated" if backend.device.type == "cuda" else "process resident memory",
+                  **fusion},
            seconds, host, peaks, values, counts)
+
+
+def fusion_started(backend, requests, batch_size: int, visual_prefetch: int) -> dict:
+    """The fused method's first pass, where it compiles (outside the rounds): its seconds, the compile's share, and
+    the graphs compiled."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    elapsed, *_ = timed(backend, requests, "batched_fused", batch_size, visual_prefetch)
+    return {"first_pass_seconds": elapsed,
+            "compile_seconds": sum(compilation_time_metrics.get("_compile.compile_inner", [])),
+            "compiled_variants": backend.fused_elementwise.compiled_variants()}
+
+
+def fusion_measured(backend, requests, batch_size: int, started: dict) -> dict:
+    """After the rounds: the graphs compiled during them (a new length would add one; each later one would mean a
+    recompile per batch), and the kernels per question of the batched method and the fused one on one batch
+    (``kernels_per_question``)."""
+    kernels = {method: kernels_per_question(backend, requests, method, batch_size) for method in BATCHED}
+    return {**started, "compiled_in_rounds": backend.fused_elementwise.compiled_variants() - started[
+        "compiled_variants"], "kernels_per_question": kernels,
+            "fewer_kernels_fused": kernels["batched"] / max(kernels["batched_fused"], 1e-9)}
 
 
 def profile_batched(backend, requests, args, path: Path) -> None:
@@ -425,7 +537,7 @@ def report(args, facts: dict, seconds: dict[str, list[float]], host: dict[str, l
     differences, same_choice, compared_on = agreement(values)
     memory = facts["memory"]
     labels = {"one_pass_per_candidate": "one pass per candidate", "prefix_shared": "prefix-shared",
-              "batched": f"batched ({args.batch_size})"}
+              "batched": f"batched ({args.batch_size})", "batched_fused": f"batched, fused ({args.batch_size})"}
     for method in rates:
         step = counts[method]
         print(f"{labels[method]:23s}: {rates[method]:8.3f} questions/s   peak {memory} {peaks[method]:6.2f} GiB   "
@@ -434,15 +546,26 @@ def report(args, facts: dict, seconds: dict[str, list[float]], host: dict[str, l
               f"{step['forward_passes_per_question']:5.2f} forward passes; host preparation "
               f"{statistics.median(host[method]) / questions[method] * 1000:.1f} ms a question "
               f"({questions[method]} questions)")
-    ratio = rates["prefix_shared"] / rates["one_pass_per_candidate"] if "one_pass_per_candidate" in rates else None
+    ratio = (rates["prefix_shared"] / rates["one_pass_per_candidate"]
+             if {"one_pass_per_candidate", "prefix_shared"} <= set(rates) else None)
+    batched_ratio = rates["batched"] / rates["prefix_shared"] if "prefix_shared" in rates else None
     against_current = {name.removesuffix("_per_question"): counts["prefix_shared"][name] / max(counts["batched"][name],
                                                                                                1e-9)
-                       for name in counts["batched"]}
+                       for name in counts["batched"]} if "prefix_shared" in counts else {}
     if ratio is not None:
         print(f"ratio                  : {ratio:8.2f}x  (prefix-shared / one pass per candidate)")
-    print(f"batched / prefix-shared: {rates['batched'] / rates['prefix_shared']:8.2f}x  (the path before issue 63); "
-          f"fewer per question by: " + ", ".join(f"{name.replace('_', ' ')} {value:.1f}x"
-                                                  for name, value in against_current.items()))
+    if batched_ratio is not None:
+        print(f"batched / prefix-shared: {batched_ratio:8.2f}x  (the path before issue 63); fewer per question by: "
+              + ", ".join(f"{name.replace('_', ' ')} {value:.1f}x" for name, value in against_current.items()))
+    fused_ratio = rates["batched_fused"] / rates["batched"] if "batched_fused" in rates else None
+    if fused_ratio is not None:
+        kernels = facts["kernels_per_question"]
+        counted = "device kernels" if args.device != "cpu" else "CPU: operators that compute + fused kernels"
+        print(f"fused / batched        : {fused_ratio:8.2f}x  (fused_elementwise); kernels per question "
+              f"{kernels['batched']:.0f} batched, {kernels['batched_fused']:.0f} fused: "
+              f"{facts['fewer_kernels_fused']:.2f}x fewer ({counted}); "
+              f"{facts['compiled_variants']} graphs compiled in {facts['compile_seconds']:.1f} s, "
+              f"{facts['compiled_in_rounds']} more during the rounds")
     print("max |value difference|: " + ", ".join(
         f"{labels[method]} vs {labels[reference]} {difference:.2e} ({compared_on[method, reference]} questions)"
         for (method, reference), difference in differences.items())
@@ -458,8 +581,8 @@ def report(args, facts: dict, seconds: dict[str, list[float]], host: dict[str, l
             "questions": args.questions, "questions_scored": questions, "rounds": args.rounds,
             "batch_size": args.batch_size,
             "visual_prefetch": args.visual_prefetch, **facts,
-            "questions_per_second": rates, "ratio": ratio, "ratio_batched_to_prefix_shared":
-                rates["batched"] / rates["prefix_shared"],
+            "questions_per_second": rates, "ratio": ratio, "ratio_batched_to_prefix_shared": batched_ratio,
+            "ratio_fused_to_batched": fused_ratio,
             **counts["batched"], "counts": counts, "fewer_per_question_than_prefix_shared": against_current,
             "host_preparation_seconds": {method: statistics.median(times) for method, times in host.items()},
             "peak_memory_gib": peaks,

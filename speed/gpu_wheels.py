@@ -42,6 +42,8 @@ MARKERS = {"python_version": PYTHON, "python_full_version": "3.12.3", "sys_platf
 # Imported where the lock is made, yet not carried.
 NOT_CARRIED = {
     "lmms-egoplan": "the checkout itself, on PYTHONPATH",
+    "more-itertools": "setuptools' vendored copy (setuptools/_vendor joins sys.path when torch.compile's tooling "
+                      "imports setuptools; the machine's setuptools 81.0.0 vendors it)",
     "wandb": "lmms_eval.logging_utils and accelerate import it only if present (W&B logging)",
     "chardet": "requests' optional detector (the machine has charset-normalizer)",
     "numexpr": "an optional accelerator of pandas",

@@ -22,7 +22,8 @@ from .test_speed_scripts import SMOKE_RUNS
 SPEED = Path(__file__).resolve().parents[1] / "speed"
 CHECKS = ("likelihood, GPU vs CPU", "prefix sharing (bench_loglikelihood.py)",
           "visual decoding (bench_egoplan_visuals.py)", "transformers judge (bench_judge_hf.py)",
-          "patched lmms-eval Qwen likelihood (bench_qwen_loglikelihood.py)")
+          "patched lmms-eval Qwen likelihood (bench_qwen_loglikelihood.py)",
+          "fused elementwise (bench_loglikelihood.py --fused)")
 
 
 @pytest.fixture(scope="module")
@@ -212,8 +213,10 @@ def test_write_docs_names_what_did_not_finish_and_why_and_takes_the_machines_ver
         (tmp_path / path.name).write_text(path.read_text())
     gpu_check.write_docs(results, False, docs, note="Why: the judge's old lock.")
     readme = (tmp_path / "README.md").read_text()
+    # The judge, then the check after it (fused elementwise, issue 63), each named; the note last.
     assert "Not finished there: `test_the_transformers_judge_at_the_qwen3_8b_shape` (the run was stopped at its " \
-           "--budget). Why: the judge's old lock." in readme
+           "--budget). Not finished there: `test_fused_elementwise_at_the_qwen2_5_vl_7b_shape` (the run was stopped " \
+           "at its --budget). Why: the judge's old lock." in readme
     assert "| test_speed_on_gpu.py | test_the_transformers_judge_at_the_qwen3_8b_shape | the run was stopped at its " \
            "--budget | not finished |  |" in (tmp_path / "development.md").read_text()
     lines = machine.read_text().splitlines()

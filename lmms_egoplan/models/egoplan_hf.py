@@ -36,6 +36,7 @@ from lmms_egoplan.models.doc_requests import (
     unknown_model_args_message,
 )
 from lmms_egoplan.models.empty_answer_retry import with_retries
+from lmms_egoplan.models.fused_elementwise import FusedElementwise, fuse_elementwise, inductor_missing
 from lmms_egoplan.models.likelihood import LikelihoodScorer, ScoredSequence
 from lmms_egoplan.models.vision_attention import pack_vision_attention
 from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError, decode_ahead
@@ -85,6 +86,7 @@ class EgoPlanHF(DocRequests, lmms):
         continuation_batch_size: int = 16,
         visual_prefetch: int | None = None,
         packed_vision_attention: bool = True,
+        fused_elementwise: bool = False,
         trust_remote_code: bool = False,
         max_batch_size: int | None = None,  # lmms-eval passes --max_batch_size to every backend; unused
         **unknown: Any,
@@ -112,6 +114,9 @@ class EgoPlanHF(DocRequests, lmms):
         # Qwen-VL vision towers: every window in one attention call (vision_attention); None: nothing to pack.
         self.vision_attention = pack_vision_attention(self._model, _arg(packed_vision_attention, bool,
                                                                         "packed_vision_attention"))
+        self.fused_elementwise = _fused(self._model, _arg(fused_elementwise, bool, "fused_elementwise"), self._device)
+        if self.vision_attention is not None:
+            self.vision_attention.fused = self.fused_elementwise
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # decoder-only batched generation
         if self.tokenizer.pad_token is None:
@@ -278,7 +283,8 @@ class EgoPlanHF(DocRequests, lmms):
             settings["temperature"] = generation.temperature
         if generation.until:
             settings.update(stop_strings=generation.until, tokenizer=self.tokenizer)
-        generated = self._model.generate(**inputs, pad_token_id=self.tokenizer.pad_token_id, **settings)
+        with self.fused_elementwise.unfused() if self.fused_elementwise else contextlib.nullcontext():
+            generated = self._model.generate(**inputs, pad_token_id=self.tokenizer.pad_token_id, **settings)
         texts = self.tokenizer.batch_decode(generated[:, prompt_length:], skip_special_tokens=True)
         return [cut_at_first(text, generation.until) for text in texts]
 
@@ -469,6 +475,22 @@ def _visual_prefetch(value, device: torch.device) -> int:
     if prefetch < 0:
         raise ValueError(f"egoplan_hf: visual_prefetch must be 0 or more, got {prefetch}")
     return prefetch
+
+
+def _fused(model, wanted: bool, device: torch.device) -> FusedElementwise | None:
+    """fused_elementwise: the likelihood path's norms, MLPs and vision rotary embedding compiled, their elementwise
+    work fused (``models.fused_elementwise``); refused at once where inductor cannot compile for ``device``."""
+    if not wanted:
+        return None
+    missing = inductor_missing(device)
+    if missing:
+        raise SettingsError(f"egoplan_hf: fused_elementwise=true compiles with torch's inductor, which cannot run "
+                            f"here: {missing}; drop fused_elementwise")
+    fused = fuse_elementwise(model)
+    if fused is None:
+        logger.warning(f"egoplan_hf: fused_elementwise: {type(model).__name__} has no norm or MLP module to compile; "
+                       f"it runs as it is")
+    return fused
 
 
 def _context_window(model) -> int | None:

@@ -30,6 +30,8 @@ import sys
 import torch
 from torch.nn import functional
 
+from lmms_egoplan.models.fused_elementwise import FusedElementwise
+
 # The vision attention classes whose forward loops over segments (transformers 5.x, checked by behaviour below).
 PACKED_CLASSES = ("VisionAttention", "Qwen2_5_VLVisionAttention")  # qwen2_vl, qwen2_5_vl
 PER_SEGMENT_LOOP = "torch.split(tensor, lengths.tolist(), dim=2)"
@@ -59,6 +61,7 @@ class PackedVisionAttention:
 
     def __init__(self):
         self.enabled = True  # False: each module's own forward (the per-segment loop)
+        self.fused: FusedElementwise | None = None  # egoplan_hf's fused_elementwise: the rotary embedding compiled
         self._layouts: list[tuple[torch.Tensor, SegmentLayout]] = []
 
     def layout(self, cu_seqlens: torch.Tensor, tokens: int) -> SegmentLayout:
@@ -76,7 +79,8 @@ class PackedVisionAttention:
         tokens = hidden_states.shape[0]
         query, key, value = module.qkv(hidden_states).reshape(tokens, 3, module.num_heads, -1).permute(1, 0, 2, 3)
         cos, sin = position_embeddings
-        query, key = sys.modules[type(module).__module__].apply_rotary_pos_emb_vision(query, key, cos, sin)
+        rotary = sys.modules[type(module).__module__].apply_rotary_pos_emb_vision
+        query, key = self.fused.run(rotary, query, key, cos, sin) if self.fused else rotary(query, key, cos, sin)
         layout = self.layout(cu_seqlens, tokens)
         # (tokens, heads, dim) -> (segments, heads, longest, dim)
         batched = [t[layout.gather].transpose(1, 2) for t in (query, key, value)]

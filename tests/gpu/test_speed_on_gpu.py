@@ -27,18 +27,26 @@ STEADY_STATE = {"full": ["--batch-size", "8", "--questions", "32", "--one-pass-q
                 "quick": ["--batch-size", "8", "--questions", "24", "--one-pass-questions", "2", "--rounds", "2"]}
 
 
+def loglikelihood_bench(gpu_check, arguments: list[str], folder) -> dict:
+    return gpu_check.speed_script("bench_loglikelihood.py", [*arguments, "--device", gpu_check.device], folder)
+
+
+def model_case(figures: dict) -> str:
+    return f"{figures['shape']}, decoder layers: {figures['layers'] or 'all'}, {figures['dtype']}"
+
+
 @pytest.mark.gpu_budget(full=130, quick=90)
 def test_prefix_sharing_at_the_qwen2_5_vl_7b_shape(gpu_check, tmp_path):
     arguments = gpu_check.pick(full=["--shape", "qwen2.5-vl-7b", *SHAPE_7B, *STEADY_STATE["full"]],
                                quick=["--shape", "qwen2.5-vl-7b", *SHAPE_7B, *STEADY_STATE["quick"]],
                                smallest=["--shape", "tiny", "--layers", "1", "--questions", "2",
                                          "--one-pass-questions", "1", "--rounds", "1", "--batch-size", "1"])
-    f = gpu_check.speed_script("bench_loglikelihood.py", [*arguments, "--device", gpu_check.device], tmp_path)
+    f = loglikelihood_bench(gpu_check, arguments, tmp_path)
     rates, peaks, minutes = f["questions_per_second"], f["peak_memory_gib"], f["egoplan_val_minutes"]
     counts, scored = f["counts"], f["questions_scored"]
     gpu_check.record(
         "prefix sharing (bench_loglikelihood.py)",
-        f"{f['shape']}, decoder layers: {f['layers'] or 'all'}, {f['dtype']}, {f['prompt_tokens']}-token prompts, "
+        f"{model_case(f)}, {f['prompt_tokens']}-token prompts, "
         f"{f['questions']} questions ({scored['one_pass_per_candidate']} one pass per candidate)",
         result=f"{rates['prefix_shared']:.2f} questions/s shared vs {rates['one_pass_per_candidate']:.2f} one pass per "
                f"candidate = {f['ratio']:.2f}x; batched ({f['batch_size']} a pass) {rates['batched']:.2f} questions/s "
@@ -100,3 +108,33 @@ def test_the_transformers_judge_at_the_qwen3_8b_shape(gpu_check, tmp_path):
     assert f["answered"] == f["items"] and f["call_errors"] == 0
     # the batches fill: at most 3 calls more than the prompts fill batches of `concurrency`
     assert f["generate_calls"] <= math.ceil(f["items"] / f["concurrency"]) + 3
+
+
+# Issue 63 point 1: the batched method with egoplan_hf's fused_elementwise (the norms, MLPs and vision rotary embedding
+# compiled by inductor) beside the batched method at the steady state (3 batches of 8 a round, 2 rounds), its compile
+# (a first pass outside the rounds) reported apart, and the device kernels per question of each on one batch. It
+# runs last, after the checks above, reusing the 7B checkpoint they built.
+FUSED = ["--fused", "--skip-one-pass", "--skip-prefix-shared"]
+
+
+@pytest.mark.gpu_budget(full=75)
+def test_fused_elementwise_at_the_qwen2_5_vl_7b_shape(gpu_check, tmp_path):
+    arguments = gpu_check.pick(full=["--shape", "qwen2.5-vl-7b", *SHAPE_7B, *FUSED, "--batch-size", "8",
+                                     "--questions", "24", "--rounds", "2"],
+                               smallest=["--shape", "tiny", "--layers", "1", "--questions", "2", "--rounds", "1",
+                                         "--batch-size", "1", *FUSED])
+    f = loglikelihood_bench(gpu_check, arguments, tmp_path)
+    rates, kernels = f["questions_per_second"], f["kernels_per_question"]
+    gpu_check.record(
+        "fused elementwise (bench_loglikelihood.py --fused)",
+        f"{model_case(f)}, {f['questions']} questions, {f['batch_size']} a pass",
+        result=f"{rates['batched_fused']:.2f} questions/s fused vs {rates['batched']:.2f} batched = "
+               f"{f['ratio_fused_to_batched']:.2f}x; kernels per question {kernels['batched_fused']:.0f} fused vs "
+               f"{kernels['batched']:.0f} = {f['fewer_kernels_fused']:.2f}x fewer; {f['compiled_variants']} graphs "
+               f"compiled in {f['compile_seconds']:.1f} s (first pass {f['first_pass_seconds']:.1f} s), "
+               f"{f['compiled_in_rounds']} more in the rounds; largest loss difference "
+               f"{f['max_value_difference']:.1e}, the same choices: {f['same_choice']}; EgoPlan Val (3,355 questions) "
+               f"{f['egoplan_val_minutes']['batched_fused']:.1f} min fused (model time)", **f)
+    assert f["max_value_difference"] <= SHARING_TOLERANCE[f["dtype"]]
+    assert f["same_choice"] or f["dtype"] != "float32"
+    assert f["compiled_in_rounds"] == 0, "fused_elementwise compiled again at the steady state"
