@@ -155,7 +155,8 @@ def test_each_check_stops_at_its_own_budget_and_the_next_still_gets_its_own(tmp_
     results = json.loads((tmp_path / "gpu_check.json").read_text())
     assert not results["stopped"]  # the run's own budget was not reached: the checks' were
     assert results["stopped_checks"] == {"test_likelihoods_on_the_gpu_equal_the_cpus": 4.0,
-                                         "test_prefix_sharing_at_the_qwen2_5_vl_7b_shape": 4.0}
+                                         "test_prefix_sharing_at_the_qwen2_5_vl_7b_shape": 4.0,
+                                         "test_fused_elementwise_at_the_qwen2_5_vl_7b_shape": 4.0}
     outcomes = {test.split("::")[-1]: record for test, record in results["tests"].items()}
     assert "not run: the check's budget of 4 s was spent" in outcomes[
         "test_likelihoods_on_the_gpu_equal_the_cpus[mistral3-bfloat16]"]["message"]
