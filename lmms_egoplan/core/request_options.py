@@ -87,6 +87,11 @@ EMPTY_ANSWER_MAX_RETRIES = 10  # cosmos-reason1 @3e7f1cb examples/benchmark/conf
 EMPTY_ANSWER_RETRY_BASE_TOKENS = {NO_CAPITAL_LETTER: 1024}
 EMPTY_ANSWER_RETRY = RequestOption("empty_answer_retry", NEVER, (NEVER, NO_LETTER_IN_ANSWER_TAG, NO_CAPITAL_LETTER),
                                    binding=False, likelihood_only=False, said_by_task=True)
+# How often at most (configs/evaluate.yaml's max_retries, a setting of the official run too): a request asking for a
+# retry rule and none of these is retried the official 10 times; 0 to 10.
+EMPTY_ANSWER_RETRIES = RequestOption("empty_answer_retries", str(EMPTY_ANSWER_MAX_RETRIES),
+                                     tuple(str(count) for count in range(EMPTY_ANSWER_MAX_RETRIES + 1)),
+                                     binding=False, likelihood_only=False, said_by_task=True)
 # nvidia-cosmos/cosmos-reason1 @3e7f1cb examples/benchmark/tools/eval/utils/output.py: ANSWER_PATTERN,
 # SINGLE_LETTER_PATTERN (parse_reasoning_response, parse_letter_response), verbatim.
 ANSWER_PATTERN = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)

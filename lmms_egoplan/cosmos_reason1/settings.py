@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lmms_egoplan.core.request_options import NO_CAPITAL_LETTER, NO_LETTER_IN_ANSWER_TAG
+from lmms_egoplan.core.request_options import (
+    EMPTY_ANSWER_MAX_RETRIES,
+    NEVER,
+    NO_CAPITAL_LETTER,
+    NO_LETTER_IN_ANSWER_TAG,
+)
 from lmms_egoplan.core.settings import setting
 from lmms_egoplan.cosmos_reason1.data import DATA_SOURCES, ROBOVQA_ITEMS
 from lmms_egoplan.cosmos_reason1.parsing import PROMPTS, REASONING
@@ -32,10 +37,21 @@ class CosmosReason1Settings:
     max_frames: int = setting(OFFICIAL_MAX_FRAMES, minimum=4)
     max_side: int | None = setting(None, minimum=1)  # downscale frames so the longer side is at most this
     skip_missing: bool = False  # skip questions whose clips are missing (counted) instead of failing
+    # configs/evaluate.yaml's max_retries: how often at most an answer the official parser reads nothing of is generated
+    # again (the official 10; fewer: a cheaper run that departs from the protocol, e.g. a smoke test; 0: never)
+    max_retries: int = setting(EMPTY_ANSWER_MAX_RETRIES, minimum=0, maximum=EMPTY_ANSWER_MAX_RETRIES)
 
     @property
     def empty_answer_retry(self) -> str:
         """Which answers the backend generates again (``core.request_options.EMPTY_ANSWER_RETRY``), from the prompt
         (no setting of its own): those its official parser reads nothing of, i.e. ``official_reasoning``, those
-        without a capital letter in the answer tag; ``official_letter``, those without one anywhere."""
+        without a capital letter in the answer tag; ``official_letter``, those without one anywhere; none with
+        ``max_retries`` 0."""
+        if self.max_retries == 0:
+            return NEVER
         return NO_LETTER_IN_ANSWER_TAG if self.prompt == REASONING else NO_CAPITAL_LETTER
+
+    @property
+    def empty_answer_retries(self) -> str:
+        """How often at most (``core.request_options.EMPTY_ANSWER_RETRIES``): ``max_retries``."""
+        return str(self.max_retries)

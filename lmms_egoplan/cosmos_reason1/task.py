@@ -47,7 +47,7 @@ from lmms_egoplan.contract.benchmark import (
     warn_of_skipped,
 )
 from lmms_egoplan.core import media
-from lmms_egoplan.core.request_options import EMPTY_ANSWER_MAX_RETRIES, EMPTY_ANSWER_RETRY
+from lmms_egoplan.core.request_options import EMPTY_ANSWER_MAX_RETRIES, EMPTY_ANSWER_RETRIES, EMPTY_ANSWER_RETRY
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import setting_name
 from lmms_egoplan.core.statistics import count, total
@@ -125,8 +125,12 @@ def on_backend(context: TaskContext, backend: str, chat: bool) -> None:
                        f"not known to the suite (egoplan_hf and egoplan_server do)")
     empty = ("an answer with no capital letter in its <answer> tag" if settings.prompt == REASONING
              else "an answer with no capital letter (greedy, with 1,024 + 256 k new tokens at retry k)")
+    if settings.max_retries < EMPTY_ANSWER_MAX_RETRIES:
+        logger.warning(f"{name}: {setting_name(ENV_PREFIX, 'max_retries')} is {settings.max_retries}: {empty} is "
+                       f"generated again at most that often, not the official {EMPTY_ANSWER_MAX_RETRIES} times (not "
+                       f"the authors' protocol)")
     if backend in SUITE_BACKENDS:
-        logger.info(f"{name}: {backend} generates {empty} again, up to {EMPTY_ANSWER_MAX_RETRIES} times, as the "
+        logger.info(f"{name}: {backend} generates {empty} again, up to {settings.max_retries} times, as the "
                     f"official run does (counted: empty_answer_retried, empty_after_retries)")
     else:
         logger.warning(f"{name}: the official run generates {empty} again, up to {EMPTY_ANSWER_MAX_RETRIES} times; "
@@ -247,4 +251,5 @@ GENERATION = TaskSpec(
              Metric("disagreements", total, higher_is_better=False),
              Metric("empty_answer_retried", total, higher_is_better=False),
              Metric("empty_after_retries", total, higher_is_better=False), Metric("predictions", count)),
-    request_options={"empty_answer_retry": EMPTY_ANSWER_RETRY})
+    request_options={"empty_answer_retry": EMPTY_ANSWER_RETRY, "empty_answer_retries": EMPTY_ANSWER_RETRIES},
+)

@@ -18,6 +18,7 @@ from loguru import logger
 from lmms_egoplan.core.documentation import doc_page
 from lmms_egoplan.core.request_options import (
     ANSWER_AND_END_OF_TURN,
+    EMPTY_ANSWER_RETRIES,
     EMPTY_ANSWER_RETRY,
     INPUT_ORDER,
     LOSS_MEAN,
@@ -95,7 +96,8 @@ class DocRequests:
     response_sink: Callable[[Instance, Any], None] | None = None
     is_simple = True
     backend_name = "the backend"  # its --model name, in what it says
-    request_options = {option.name: option.values for option in (*QUESTION_OPTIONS, EMPTY_ANSWER_RETRY)}
+    request_options = {option.name: option.values
+                       for option in (*QUESTION_OPTIONS, EMPTY_ANSWER_RETRY, EMPTY_ANSWER_RETRIES)}
 
     @staticmethod
     def visual_limits(backend: str, max_frames, image_max_side, image_max_pixels, video_max_side,

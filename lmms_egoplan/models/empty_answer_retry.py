@@ -2,7 +2,7 @@
 (``core.request_options.EMPTY_ANSWER_RETRY``), as Cosmos-Reason1's official evaluation does:
 ``nvidia-cosmos/cosmos-reason1`` @3e7f1cb ``examples/benchmark/tools/eval/evaluate.py`` ``run_model`` (lines
 335-488): under either answer type, an answer whose parser reads nothing (``if not answer``) is generated again, up
-to ``max_retries`` times (``configs/evaluate.yaml``: 10, ``EMPTY_ANSWER_MAX_RETRIES``), retry k with
+to ``max_retries`` times (``configs/evaluate.yaml``: 10; the request's ``EMPTY_ANSWER_RETRIES``), retry k with
 ``max_tokens + 256 * k`` new tokens (``max_tokens`` the config's 1,024, which the letter type's first 10 tokens do not
 change: ``EMPTY_ANSWER_RETRY_BASE_TOKENS``) and temperature ``min(temperature + 0.05 * k, 0.9)`` (the letter type's
 ``top_k=1`` keeps its retries greedy), the first answer read kept; of one still empty after the last retry, the first
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from lmms_egoplan.core.request_options import (
-    EMPTY_ANSWER_MAX_RETRIES,
+    EMPTY_ANSWER_RETRIES,
     EMPTY_ANSWER_RETRY,
     EMPTY_ANSWER_RETRY_BASE_TOKENS,
     NEVER,
@@ -41,14 +41,17 @@ def with_retries(texts: Sequence[str], requests: Sequence, generation_kwargs: di
                  generate_again: Callable[[list[int], dict], list[str]]) -> list[str]:
     """``texts`` (the answers to ``requests``, asked with ``generation_kwargs``), those empty by their request's
     rule generated again by ``generate_again(indices, generation kwargs)`` (one call per rule and retry) until read
-    or ``EMPTY_ANSWER_MAX_RETRIES`` retries are spent, each one asked again recorded for its task; requests without
-    the option keep their text."""
+    or their request's retries (``EMPTY_ANSWER_RETRIES``) are spent, each one asked again recorded for its task;
+    requests without the option keep their text."""
     rules = [EMPTY_ANSWER_RETRY.check(EMPTY_ANSWER_RETRY.of(request), "a generation request") for request in requests]
     if all(rule == NEVER for rule in rules):
         return list(texts)
+    limits = [int(EMPTY_ANSWER_RETRIES.check(EMPTY_ANSWER_RETRIES.of(request), "a generation request"))
+              for request in requests]
     answers, retries = list(texts), [0] * len(texts)
     empty = [index for index, (text, rule) in enumerate(zip(texts, rules)) if empty_answer(text, rule)]
-    for retry in range(1, EMPTY_ANSWER_MAX_RETRIES + 1):
+    for retry in range(1, max(limits) + 1):
+        empty = [index for index in empty if limits[index] >= retry]
         if not empty:
             break
         still_empty = []

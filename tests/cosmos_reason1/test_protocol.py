@@ -160,7 +160,6 @@ def test_each_prompt_s_requests_ask_for_its_parser_s_retry_and_a_backend_without
     from pathlib import Path
 
     from lmms_eval.utils import load_yaml_config
-    from loguru import logger
 
     from lmms_egoplan.core.request_options import EMPTY_ANSWER_RETRY
 
@@ -174,11 +173,44 @@ def test_each_prompt_s_requests_ask_for_its_parser_s_retry_and_a_backend_without
     request = built.construct_requests(doc_id=0, ctx=task.doc_to_text(doc), metadata={
         "task": "cosmos_reason1_av", "doc_id": 0, "repeats": 1, "split": "test"})
     assert EMPTY_ANSWER_RETRY.of(request) == rule
+    told = [line for line in _warnings_of_binding(built, "dummy")
+            if "empty_answer_retry" in line or "again, up to 10 times" in line]
+    assert len(told) == 1 and "lmms-eval's dummy backend asks once" in told[0]
+
+
+@pytest.mark.parametrize("max_retries, rule", [("3", "no_capital_letter"), ("0", "never")])
+def test_max_retries_below_the_official_10_travels_with_the_requests_and_is_said(fixture, monkeypatch, max_retries,
+                                                                                 rule):
+    from pathlib import Path
+
+    from lmms_eval.utils import load_yaml_config
+
+    from lmms_egoplan.core.request_options import EMPTY_ANSWER_RETRIES, EMPTY_ANSWER_RETRY
+
+    for name, value in fixture.env(prompt="official_letter", max_retries=max_retries).items():
+        monkeypatch.setenv(name, value)
+    config = load_yaml_config(str(Path(__file__).resolve().parents[2] / "tasks" / "cosmos_reason1" /
+                                  "cosmos_reason1_av.yaml"))
+    built = config["class"](config=config)
+    lines = _warnings_of_binding(built, "egoplan_hf")
+    request = built.construct_requests(doc_id=0, ctx=task.doc_to_text(built.eval_docs[0]), metadata={
+        "task": "cosmos_reason1_av", "doc_id": 0, "repeats": 1, "split": "test"})
+    assert EMPTY_ANSWER_RETRY.of(request) == rule
+    assert EMPTY_ANSWER_RETRIES.of(request) == max_retries
+    said = "at most that often, not the official 10 times"
+    assert any("COSMOS_REASON1_MAX_RETRIES" in line and said in line for line in lines), lines
+
+
+def _warnings_of_binding(built, backend: str) -> list[str]:
+    """What binding the task ``built`` to ``backend`` warns of."""
+    from argparse import Namespace
+
+    from loguru import logger
+
     lines = []
     sink = logger.add(lines.append, format="{message}", level="WARNING")
     try:
-        built._bind_to_backend(Namespace(model="dummy"))
+        built._bind_to_backend(Namespace(model=backend))
     finally:
         logger.remove(sink)
-    told = [line for line in lines if "empty_answer_retry" in line or "again, up to 10 times" in line]
-    assert len(told) == 1 and "lmms-eval's dummy backend asks once" in told[0]
+    return lines

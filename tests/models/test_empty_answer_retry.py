@@ -7,6 +7,7 @@ import pytest
 from lmms_eval.api.instance import Instance
 
 from lmms_egoplan.core.request_options import (
+    EMPTY_ANSWER_RETRIES,
     EMPTY_ANSWER_RETRY,
     NEVER,
     NO_CAPITAL_LETTER,
@@ -77,11 +78,13 @@ def as_asked(model: ScriptedModel):
     return generate_again
 
 
-def request(rule: str) -> SuiteInstance:
+def request(rule: str, retries: int = 10) -> SuiteInstance:
     made = SuiteInstance.of(Instance("generate_until", ("text", {}, None, 0, "task", "test"), 0,
                                       {"task": "task", "doc_id": 0, "repeats": 1}))
     if rule != NEVER:
         EMPTY_ANSWER_RETRY.mark(made, rule)
+    if retries != 10:
+        EMPTY_ANSWER_RETRIES.mark(made, str(retries))
     return made
 
 
@@ -114,6 +117,22 @@ def test_the_retries_keep_what_the_official_loop_keeps_with_its_sampling(answer_
         [(0, False), (1, False), (3, False), (10, True), (10, False), (0, False)] and still_empty == [3]
     # Retry 10: 1,024 + 2,560 new tokens under both types; 0.6 + 0.5 capped at 0.9, greedy under letter (top_k 1).
     assert official.calls[-1][1:] == (1024 + 2560, "greedy" if answer_type == "letter" else pytest.approx(0.9))
+
+
+def test_a_request_s_max_retries_is_the_official_config_s_max_retries():
+    empty_for = [0, 2, 5, 11]
+    official, ours = ScriptedModel(empty_for), ScriptedModel(empty_for)
+    first = official(list(range(len(empty_for))), *FIRST_SAMPLING["letter"])
+    expected, still_empty = official_retries(first, official, "letter", max_retries=3)
+    assert first == as_asked(ours)([*range(len(empty_for))], DECODING["official_letter"])
+    answers = with_retries(first, [request(NO_CAPITAL_LETTER, retries=3)] * len(first), DECODING["official_letter"],
+                           as_asked(ours))
+    assert answers == expected and ours.calls == official.calls and len(ours.calls) == 1 + 3 and still_empty == [2, 3]
+    assert [RUN.retried_answers.take("task", answer) for answer in answers] == \
+        [(0, False), (2, False), (3, True), (3, True)]
+    never_asked = ScriptedModel([11])
+    assert with_retries(["none"], [request(NO_CAPITAL_LETTER, retries=0)], {}, as_asked(never_asked)) == ["none"]
+    assert never_asked.calls == []
 
 
 def test_requests_that_do_not_ask_are_not_retried():
