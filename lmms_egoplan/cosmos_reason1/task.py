@@ -129,10 +129,10 @@ def on_backend(context: TaskContext, backend: str, chat: bool) -> None:
         logger.warning(f"{name}: {setting_name(ENV_PREFIX, 'max_retries')} is {settings.max_retries}: {empty} is "
                        f"generated again at most that often, not the official {EMPTY_ANSWER_MAX_RETRIES} times (not "
                        f"the authors' protocol)")
-    if backend in SUITE_BACKENDS:
+    if backend in SUITE_BACKENDS and settings.max_retries:
         logger.info(f"{name}: {backend} generates {empty} again, up to {settings.max_retries} times, as the "
                     f"official run does (counted: empty_answer_retried, empty_after_retries)")
-    else:
+    elif backend not in SUITE_BACKENDS:
         logger.warning(f"{name}: the official run generates {empty} again, up to {EMPTY_ANSWER_MAX_RETRIES} times; "
                        f"lmms-eval's {backend} backend asks once, so such answers are only counted "
                        f"(unparseable_official; egoplan_hf and egoplan_server retry them)")
