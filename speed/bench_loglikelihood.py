@@ -201,7 +201,8 @@ def use_method(backend, method: str, batch_size: int, visual_prefetch: int | Non
 
 def timed(backend, requests, method: str, batch_size: int = 1, visual_prefetch: int | None = None) -> tuple:
     """(seconds, values, host seconds, peak memory in GiB) of scoring ``requests`` with ``method``. Host seconds:
-    decoding and the processor (``_prepared_batch``), in whichever thread they ran. Peak memory: CUDA allocated
+    decoding, the processor and (prefix sharing) the prefill's host step (``_prepared_batch``), in whichever thread
+    they ran. Peak memory: CUDA allocated
     memory on a GPU, else the process's peak resident set (weights included): freed heap memory is handed back to
     the system first (glibc's malloc_trim) and the peak reset (/proc/self/clear_refs), so each method counts its own."""
     import ctypes
@@ -245,9 +246,11 @@ def timed(backend, requests, method: str, batch_size: int = 1, visual_prefetch: 
 def model_step_counts(backend, requests) -> tuple[dict[str, float], list]:
     """(counts, values): per question, while the model scores ``requests`` as ``backend`` is set (``use_method``;
     the scorer's calls only: the processor and the decoding before them are host work): the attention calls
-    (``scaled_dot_product_attention``), the host reads of tensor values (``HOST_READS``, boolean-mask indexing,
-    ``repeat_interleave`` without its output size: what would synchronise a GPU; on the CPU every tensor is on
-    the host, so this is an upper bound) and the model's forward passes."""
+    (``scaled_dot_product_attention``), the host reads of tensor values (``host_read``: what would synchronise a
+    GPU; on the CPU every tensor is on the host, so this is an upper bound) and the model's forward passes.
+    Prefix sharing's host step (``LikelihoodScorer.prefill_on_host``: the prompts cut to their common prefixes, an
+    M-RoPE model's positions) runs in ``_prepared_batch``, ahead of the model on host tensors, so its reads are not
+    counted: they synchronise nothing."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -256,12 +259,8 @@ def model_step_counts(backend, requests) -> tuple[dict[str, float], list]:
     class Counting(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            name = getattr(func, "__name__", "")
-            counts["attention_calls"] += name == "scaled_dot_product_attention"
-            counts["device_syncs"] += name in HOST_READS or (
-                name in ("__getitem__", "__setitem__") and _bool_index(args[1])) or (
-                name == "repeat_interleave" and isinstance(args[1] if len(args) > 1 else kwargs.get("repeats"),
-                                                           torch.Tensor) and "output_size" not in kwargs)
+            counts["attention_calls"] += getattr(func, "__name__", "") == "scaled_dot_product_attention"
+            counts["device_syncs"] += host_read(func, args, kwargs)
             return func(*args, **kwargs)
 
     def counted(score):
@@ -348,6 +347,17 @@ def _computes(event) -> bool:
     # No part recorded: a kernel of its own, unless only composed of others (``to`` returning its input).
     return not all(torch._C._dispatch_has_kernel_for_dispatch_key(overload.name(), "CompositeImplicitAutograd")
                    for overload in overloads)
+
+
+def host_read(func, args: tuple, kwargs: dict) -> bool:
+    """Whether the torch function call ``func(*args, **kwargs)`` reads tensor values to the host (``HOST_READS``,
+    boolean-mask indexing, ``repeat_interleave`` without its output size): what would synchronise a GPU."""
+    import torch
+
+    name = getattr(func, "__name__", "")
+    return name in HOST_READS or (name in ("__getitem__", "__setitem__") and _bool_index(args[1])) or (
+        name == "repeat_interleave" and isinstance(args[1] if len(args) > 1 else kwargs.get("repeats"), torch.Tensor)
+        and "output_size" not in kwargs)
 
 
 def _bool_index(index) -> bool:
@@ -587,12 +597,13 @@ def report(args, facts: dict, seconds: dict[str, list[float]], host: dict[str, l
             "host_preparation_seconds": {method: statistics.median(times) for method, times in host.items()},
             "peak_memory_gib": peaks,
             "egoplan_val_minutes": {method: EGOPLAN_VAL_QUESTIONS / rate / 60 for method, rate in rates.items()},
-            "max_value_difference": max(differences.values()),
+            "max_value_difference": max(differences.values(), default=None),  # None: one method measured
             "max_value_differences": {f"{method} vs {reference}": difference
                                       for (method, reference), difference in differences.items()},
             "compared_on_questions": {f"{method} vs {reference}": count
                                       for (method, reference), count in compared_on.items()},
-            "same_choice": all(same_choice.values())}, indent=1))
+            "same_choice": all(same_choice.values()),
+            "values": values}, indent=1))  # each method's (loss, greedy) per request: runs compare by them
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from lmms_egoplan.models.doc_requests import (
 )
 from lmms_egoplan.models.empty_answer_retry import with_retries
 from lmms_egoplan.models.fused_elementwise import FusedElementwise, fuse_elementwise, inductor_missing
-from lmms_egoplan.models.likelihood import LikelihoodScorer, ScoredSequence
+from lmms_egoplan.models.likelihood import LikelihoodScorer, Prefill, ScoredSequence
 from lmms_egoplan.models.vision_attention import pack_vision_attention
 from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError, decode_ahead
 
@@ -55,7 +55,7 @@ class PreparedBatch:
     questions: Sequence[Question]
     visuals: list[ModelVisuals]
     conversations: list[tuple[list[RenderedAnswer], list[ScoredSequence]]]  # per question: renderings, sequences
-    inputs: Any  # the processor output of each question's first candidate (prefix sharing), else None
+    prefill: Prefill | None  # the questions' common prefixes ready for the model (prefix sharing), else None
     where: str
 
 
@@ -164,7 +164,9 @@ class EgoPlanHF(DocRequests, lmms):
         loss is not exactly 0 where the request asks for it (``LOSS_MEAN``). With prefix sharing,
         ``batch_size`` questions are scored together: their prompts in one forward pass, their candidates
         in batches of ``continuation_batch_size``. The next ``visual_prefetch`` batches are decoded and
-        preprocessed in a background thread while the model works."""
+        preprocessed, and their prompts cut to the common prefixes with their positions computed (the model's
+        M-RoPE index included, ``LikelihoodScorer.prefill_on_host``), in a background thread while the model works;
+        the model step then reads nothing back from the device for them."""
         questions = self._questions(requests)
         results: list[tuple[float, bool] | None] = [None] * len(requests)
         batches = self._question_batches(questions)
@@ -192,19 +194,22 @@ class EgoPlanHF(DocRequests, lmms):
 
     def _prepared_batch(self, batch: Sequence[Question]) -> PreparedBatch:
         """A batch's visuals decoded, its candidates rendered and tokenized, and (prefix sharing) its prompts
-        through the processor, on the host: what the background thread does ahead of the model."""
+        through the processor and cut to their common prefixes, positions included (``prefill_on_host``), on the
+        host: what the background thread does ahead of the model."""
         visuals = [self._doc_visuals(question.visual_key) for question in batch]
         conversations = [self._scored_conversation(q.context, q.continuations, v, q.where, **q.options)
                          for q, v in zip(batch, visuals)]
         where = batch[0].where if len(batch) == 1 else f"{batch[0].where} to {batch[-1].where}"
-        inputs = None
+        prefill = None
         if self.prefix_sharing:
             inputs = self._encode([rendered[0].text for rendered, _ in conversations], visuals, where)
             for (rendered, sequences), length, question in zip(conversations, inputs["attention_mask"].sum(1).tolist(),
                                                                 batch):
                 self._check_length(length + max(len(s.token_ids) for s in sequences) - len(sequences[0].token_ids),
                                    question.where)
-        return PreparedBatch(batch, visuals, conversations, inputs, where)
+            prefill = self.scorer.prefill_on_host(inputs, [sequences for _, sequences in conversations])
+            prefill = prefill.moved(self._pinned)  # the cut and the positions are new tensors
+        return PreparedBatch(batch, visuals, conversations, prefill, where)
 
     def _scored_conversation(self, context: str, continuations: Sequence[str], visuals: ModelVisuals, where: str,
                              scored_span: str = SCORED_SPAN.convention, loss_mean: str = LOSS_MEAN.convention,
@@ -218,12 +223,12 @@ class EgoPlanHF(DocRequests, lmms):
 
     def _score_questions(self, prepared: PreparedBatch) -> list[list[tuple[float, bool]]]:
         loss_mean = prepared.questions[0].options.get(LOSS_MEAN.name, LOSS_MEAN.convention)
-        if prepared.inputs is None:  # one forward pass per candidate
+        if prepared.prefill is None:  # one forward pass per candidate
             [(rendered, sequences)], [visuals] = prepared.conversations, prepared.visuals
             return [[self.scorer.score_full(self._on_device(self._encode([r.text], [visuals], prepared.where)), s,
                                              loss_mean)
                      for r, s in zip(rendered, sequences)]]
-        return self.scorer.score_shared(self._on_device(prepared.inputs),
+        return self.scorer.score_shared(prepared.prefill.moved(self._on_device),
                                         [sequences for _, sequences in prepared.conversations], loss_mean)
 
     # ------------------------------------------------------------------ generation
@@ -324,15 +329,18 @@ class EgoPlanHF(DocRequests, lmms):
                                 add_special_tokens=self.chat.adds_special_tokens(texts[0]), **media)
         self._check_length(inputs["input_ids"].shape[1], where)
         # Pixel values in the model's dtype before they travel (bfloat16: half the bytes of float32); ids and
-        # masks stay integers. Pinned on the host for a GPU, so that the copy runs beside the model's work.
-        pin = self._device.type == "cuda"
+        # masks stay integers.
         for key, value in inputs.items():
             if isinstance(value, torch.Tensor):
-                value = value.to(self._model.dtype) if value.is_floating_point() else value
-                inputs[key] = value.pin_memory() if pin else value
+                inputs[key] = self._pinned(value.to(self._model.dtype) if value.is_floating_point() else value)
         return inputs
 
+    def _pinned(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` pinned on the host for a GPU, so that its copy there runs beside the model's work."""
+        return tensor.pin_memory() if self._device.type == "cuda" else tensor
+
     def _on_device(self, inputs):
+        """Processor outputs (``_encode``) or a tensor, on the model's device (not blocking: from pinned memory)."""
         return inputs.to(self._device, non_blocking=True)
 
     def _check_length(self, length: int, where: str) -> None:

@@ -14,6 +14,10 @@ Two ways to compute the same numbers:
   the start of an answer, the candidates' token sequences part earlier; only their common token
   prefix is shared. Several questions go together: their prefixes left padded in one prefill,
   each continuation on its own question's rows of the cache, at the positions its prefix ends.
+  It runs in two steps: ``prefill_on_host`` cuts the processor's output to the prefixes and computes
+  their positions (an M-RoPE model's through its own ``get_rope_index``) from host tensors, ahead of
+  the model and off its thread (egoplan_hf's prefetch), so that ``score_shared``, the model step,
+  reads nothing back from the device for them; ``score_shared`` runs the prefill and the continuations.
 
 Positions are handled in two token spaces: the tokenizer's ids of the rendered conversation
 (each visual placeholder one token, the BOS where the model's processor adds one; ``ScoredSequence``) and
@@ -28,7 +32,7 @@ import copy
 import inspect
 import itertools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import torch
@@ -227,6 +231,42 @@ def cache_keyword(model) -> str:
     return "cache" if "cache" in parameters else "past_key_values"
 
 
+def _cut_to_prefixes(inputs, firsts: Sequence[int], prefixes: Sequence[int]) -> dict:
+    """``inputs`` with row i cut to its ``prefixes[i]`` tokens from ``firsts[i]`` (where its left padding ends) and
+    left padded again to the longest (per-token tensors only; media untouched)."""
+    longest, shape = max(prefixes), tuple(inputs["input_ids"].shape)
+    if len(set(prefixes)) == 1 and len(set(firsts)) == 1:
+        return token_aligned(inputs, firsts[0] + longest)
+    cut = {}
+    for key, value in inputs.items():
+        if not _is_per_token(value, shape):
+            cut[key] = value
+            continue
+        rows_cut = value.new_zeros((shape[0], longest, *value.shape[2:]))  # padding: masked out
+        for row, (first, prefix) in enumerate(zip(firsts, prefixes)):
+            rows_cut[row, longest - prefix:] = value[row, first:first + prefix]
+        cut[key] = rows_cut
+    return cut
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """The model inputs of a batch of questions' common prefixes, one row each, left padded, and where their
+    continuations go on (``LikelihoodScorer.prefill_on_host``)."""
+
+    inputs: dict  # the processor's outputs cut to the prefixes, with ``position_ids`` where computed on the host
+    commons: list[int]  # each question's common prefix, in the tokenizer's ids
+    prefixes: list[int]  # the same prefix in the processor's ids (visual placeholders expanded)
+    # The position of each question's first token after its prefix; None: the model's M-RoPE offsets decide,
+    # read from the module after the prefill (a model whose ``get_rope_index`` cannot be called on the host).
+    starts: torch.Tensor | None
+
+    def moved(self, move) -> Prefill:
+        """The prefill with each of its tensors replaced by ``move(tensor)`` (pinned, copied to the device)."""
+        inputs = {key: move(value) if isinstance(value, torch.Tensor) else value for key, value in self.inputs.items()}
+        return replace(self, inputs=inputs, starts=None if self.starts is None else move(self.starts))
+
+
 class LikelihoodScorer:
     def __init__(self, model, model_name: str, continuation_batch_size: int):
         self.model = model
@@ -251,27 +291,72 @@ class LikelihoodScorer:
         return answer_nll(logits[:stop - first], ids[first:stop], rule)
 
     @torch.inference_mode()
-    def score_shared(self, inputs, questions: Sequence[Sequence[ScoredSequence]],
+    def prefill_on_host(self, inputs, questions: Sequence[Sequence[ScoredSequence]]) -> Prefill:
+        """The prefill of ``questions``' common prefixes (``Prefill``), made from host tensors without the model's
+        weights, so that it runs ahead of the model (egoplan_hf's background thread) and the model step reads no
+        tensor back to the host for it.
+
+        ``inputs`` is the processor output of each question's first sequence (one row per question, left
+        padded); the other candidates differ from it only after the common prefix, so they need no processor
+        call (no second image preprocessing). Each row is cut to its question's common prefix and left padded
+        again (per-token tensors only; media untouched). Positions: an M-RoPE model's 3D position ids and
+        offsets from its own ``get_rope_index`` where it can be called with the processor's outputs (else the
+        model computes them in the prefill, as without this step); the attention mask's cumulative sum where
+        left padding shifts another model's default positions."""
+        commons = [min(len(os.path.commonprefix([s.token_ids for s in sequences])), min(s.first for s in sequences))
+                   for sequences in questions]
+        rows = inputs["input_ids"].tolist()
+        lengths = inputs["attention_mask"].sum(1).tolist() if "attention_mask" in inputs else [len(rows[0])] * len(rows)
+        firsts = [len(row) - length for row, length in zip(rows, lengths)]
+        prefixes = [expansion_shift(row[first:], sequences[0], common, self.model_name, self.architecture) + common
+                    for row, first, sequences, common in zip(rows, firsts, questions, commons)]
+        cut = _cut_to_prefixes(inputs, firsts, prefixes)
+        starts = torch.tensor(prefixes)
+        visuals = any(key.endswith("grid_thw") for key in inputs)
+        rope_index = self._models_rope_index(cut) if visuals else None
+        if rope_index is not None:
+            cut["position_ids"], deltas = rope_index
+            starts = starts + deltas.reshape(-1)
+        elif visuals and self._position_state:
+            starts = None  # the model places the tokens and leaves the offsets on the module (rope_deltas)
+        elif len(set(prefixes)) > 1 or len(set(firsts)) > 1:
+            cut["position_ids"] = (cut["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+        return Prefill(cut, commons, prefixes, starts)
+
+    def _models_rope_index(self, inputs: dict) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The model's own M-RoPE positions of ``inputs`` (``get_rope_index``: the 3D position ids, and each row's
+        offset of its positions past its length), given the processor outputs its signature names; None where the
+        model has no such function or it asks for a value the processor did not give (its parameters differ
+        between architectures and transformers releases)."""
+        owner = next((m for m in self._position_state if callable(getattr(m, "get_rope_index", None))), None)
+        if owner is None:
+            return None
+        parameters = inspect.signature(owner.get_rope_index).parameters.values()
+        named = [p for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if any(p.default is p.empty and inputs.get(p.name) is None for p in named):
+            return None
+        return owner.get_rope_index(**{p.name: inputs[p.name] for p in named if inputs.get(p.name) is not None})
+
+    @torch.inference_mode()
+    def score_shared(self, prefill: Prefill, questions: Sequence[Sequence[ScoredSequence]],
                      rule: str = EVERY_SCORED_TOKEN) -> list[list[tuple[float, bool]]]:
         """Each question's ``sequences`` (one prompt, different answers) from one prefill of their common
         prefix; the questions' prefills in one forward pass, their candidates' continuations in batches of
         ``continuation_batch_size`` on the prefills' KV cache.
 
-        ``inputs`` is the processor output of each question's first sequence (one row per question, left
-        padded); the other candidates differ from it only after the common prefix, so they need no processor
-        call (no second image preprocessing).
+        ``prefill``: ``prefill_on_host(inputs, questions)``, its tensors on the model's device (``Prefill.moved``).
         """
-        commons = [min(len(os.path.commonprefix([s.token_ids for s in sequences])), min(s.first for s in sequences))
-                   for sequences in questions]
-        prefill_inputs, prefixes = self._prefill_inputs(inputs, questions, commons)
+        commons, prefixes = prefill.commons, prefill.prefixes
         self._clear_position_state()
-        prefill = self.model(**prefill_inputs, use_cache=True, logits_to_keep=1)
-        last_logits = prefill.logits[:, -1]  # each row's prediction of the first token after its prefix
-        # Where each question's continuation starts: its prefix length, plus the M-RoPE offset the prefill left.
-        starts = torch.tensor(prefixes, device=last_logits.device)
-        deltas = next((m.rope_deltas for m in self._position_state if m.rope_deltas is not None), None)
-        if deltas is not None:
-            starts = starts + deltas.reshape(-1).to(starts.device)
+        output = self.model(**prefill.inputs, use_cache=True, logits_to_keep=1)
+        last_logits = output.logits[:, -1]  # each row's prediction of the first token after its prefix
+        # Where each question's continuation starts: its prefix length, plus the M-RoPE offset of its positions.
+        starts = prefill.starts
+        if starts is None:
+            starts = torch.tensor(prefixes, device=last_logits.device)
+            deltas = next((m.rope_deltas for m in self._position_state if m.rope_deltas is not None), None)
+            if deltas is not None:
+                starts = starts + deltas.reshape(-1).to(starts.device)
         rows = [(question, common, sequence) for question, (sequences, common) in enumerate(zip(questions, commons))
                 for sequence in sequences]
         padded = len(set(prefixes)) > 1
@@ -284,13 +369,13 @@ class LikelihoodScorer:
             # Right padding: padded positions come after every real token, so causal attention keeps
             # them out of the real tokens' logits.
             batch = torch.nn.utils.rnn.pad_sequence(suffixes, batch_first=True, padding_value=0)
-            cache = prefill[keyword] if number == len(chunks) - 1 else copy.deepcopy(prefill[keyword])
+            cache = output[keyword] if number == len(chunks) - 1 else copy.deepcopy(output[keyword])
             cache.batch_select_indices(owners)
             continuation = {"input_ids": batch.to(last_logits.device),
                             "position_ids": starts[owners, None] + torch.arange(batch.shape[1], device=owners.device)}
             if padded:  # the cache holds left padding: masked out, as in the prefill
                 continuation["attention_mask"] = torch.cat(
-                    [prefill_inputs["attention_mask"][owners], torch.ones_like(continuation["input_ids"])], dim=1)
+                    [prefill.inputs["attention_mask"][owners], torch.ones_like(continuation["input_ids"])], dim=1)
             logits = self.model(**continuation, use_cache=True, **{keyword: cache}).logits
             predicting = [torch.cat([last_logits[question, None], logits[row, :len(suffix) - 1]])
                           [sequence.first - common:sequence.stop - common]
@@ -299,33 +384,6 @@ class LikelihoodScorer:
                                                      for (_, common, sequence), suffix in zip(chunk, suffixes)], rule))
         counts = itertools.accumulate(len(sequences) for sequences in questions)
         return [scores[stop - len(sequences):stop] for sequences, stop in zip(questions, counts)]
-
-    def _prefill_inputs(self, inputs, questions: Sequence[Sequence[ScoredSequence]],
-                        commons: Sequence[int]) -> tuple[dict, list[int]]:
-        """``inputs`` with each row cut to its question's common prefix and left padded again (per-token
-        tensors only; media untouched), with position ids where padding shifts a model's default ones; and
-        the prefixes' lengths."""
-        rows = inputs["input_ids"].tolist()
-        lengths = inputs["attention_mask"].sum(1).tolist() if "attention_mask" in inputs else [len(rows[0])] * len(rows)
-        firsts = [len(row) - length for row, length in zip(rows, lengths)]
-        prefixes = [expansion_shift(row[first:], sequences[0], common, self.model_name, self.architecture) + common
-                    for row, first, sequences, common in zip(rows, firsts, questions, commons)]
-        longest, shape = max(prefixes), tuple(inputs["input_ids"].shape)
-        if len(set(prefixes)) == 1 and len(set(firsts)) == 1:
-            return token_aligned(inputs, firsts[0] + longest), prefixes
-        cut = {}
-        for key, value in inputs.items():
-            if not _is_per_token(value, shape):
-                cut[key] = value
-                continue
-            rows_cut = value.new_zeros((shape[0], longest, *value.shape[2:]))  # padding: masked out
-            for row, (first, prefix) in enumerate(zip(firsts, prefixes)):
-                rows_cut[row, longest - prefix:] = value[row, first:first + prefix]
-            cut[key] = rows_cut
-        # M-RoPE models place the tokens of a prompt with visuals from the attention mask themselves.
-        if not (self._position_state and any(key.endswith("grid_thw") for key in inputs)):
-            cut["position_ids"] = (cut["attention_mask"].cumsum(-1) - 1).clamp(min=0)
-        return cut, prefixes
 
     def _clear_position_state(self) -> None:
         for module in self._position_state:

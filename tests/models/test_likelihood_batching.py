@@ -4,9 +4,14 @@ the model step's counts (speed/bench_loglikelihood.py's ``model_step_counts``) a
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
+from typing import Callable
 
 import pytest
+import torch
+from torch.overrides import TorchFunctionMode
 
 from lmms_egoplan.harness.lmms_eval_task import SuiteInstance
 from lmms_egoplan.models.egoplan_hf import EgoPlanHF
@@ -114,3 +119,64 @@ def test_the_model_step_counts_at_the_qwen2_5_vl_7b_structure(checkpoint_cache):
     before, _ = bench.model_step_counts(model, requests[:4])
     assert before["forward_passes_per_question"] == 2
     assert before["attention_calls_per_question"] > 10 * counts["attention_calls_per_question"]
+
+
+class HostReads(TorchFunctionMode):
+    """Counts the host reads of tensor values (speed/bench_loglikelihood.py's ``HOST_READS`` and boolean-mask
+    indexing: what would synchronise a GPU) made outside ``vision``'s forward."""
+
+    def __init__(self, vision: torch.nn.Module, reads_of: Callable[[Callable, tuple, dict], bool]):
+        super().__init__()
+        self.count, self.reads_of, self.in_vision = 0, reads_of, 0
+        self.hooks = [vision.register_forward_pre_hook(lambda *_: self._enter(1)),
+                      vision.register_forward_hook(lambda *_: self._enter(-1))]
+
+    def _enter(self, step: int) -> None:
+        self.in_vision += step
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += not self.in_vision and self.reads_of(func, args, kwargs or {})
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_m_rope_positions_are_computed_on_the_host_and_are_the_models_own(arch, tiny_model):
+    """prefill_on_host calls the model's own get_rope_index on the host tensors (egoplan_hf's background thread), so
+    score_shared neither calls it nor reads a tensor back for the positions; the positions are the model's, to the
+    integer, and the scores those of the model computing them in the prefill (the path before)."""
+    bench = load_speed_module("bench_loglikelihood")
+    model = EgoPlanHF(pretrained=str(tiny_model(arch)), device="cpu", dtype="float32", batch_size=3)
+    requests = mc_requests(model, [egoplan_doc(seed) for seed in SEEDS[:3]])  # different lengths: left padded
+    [batch] = model._question_batches(model._questions(requests))
+    prepared = model._prepared_batch(batch)
+    questions = [sequences for _, sequences in prepared.conversations]
+    on_host = prepared.prefill
+    assert on_host.inputs["position_ids"].shape == (3, *on_host.inputs["input_ids"].shape)
+    # The path before: the prefill's positions and the continuations' offsets left to the model.
+    by_model = dataclasses.replace(on_host, starts=None, inputs={key: value for key, value in on_host.inputs.items()
+                                                                 if key != "position_ids"})
+    inner = model.model.model
+    rope_index_calls, positions = [], []
+    rope_index = inner.get_rope_index
+    inner.get_rope_index = functools.wraps(rope_index)(lambda *args, **kwargs: rope_index_calls.append(1)
+                                                       or rope_index(*args, **kwargs))
+    inner.language_model.register_forward_pre_hook(lambda _, __, kwargs: positions.append(kwargs["position_ids"]),
+                                                   with_kwargs=True)
+
+    def scored(prefill) -> tuple[list, int, int, list]:
+        rope_index_calls.clear(), positions.clear()
+        with HostReads(inner.visual, bench.host_read) as reads:
+            values = model.scorer.score_shared(prefill, questions)
+        return [score for scores in values for score in scores], len(rope_index_calls), reads.count, positions[:]
+
+    values, calls, reads, host_positions = scored(on_host)
+    expected, calls_before, reads_before, model_positions = scored(by_model)
+    assert calls == 0 and calls_before == 1
+    # The model's get_rope_index reads at least a grid's three sizes per visual (a video and an image) and question;
+    # what is left outside the vision tower is the model's own checks and the losses' read (answer_scores).
+    assert reads_before - reads >= 3 * 2 * len(questions)
+    assert len(host_positions) == len(model_positions) == 1 + math.ceil(12 / model.scorer.continuation_batch_size)
+    for mine, theirs in zip(host_positions, model_positions):
+        assert torch.equal(mine, theirs)
+    # float32, the same positions and the same kernels: the same values but for rounding.
+    assert_same_scores(values, expected)

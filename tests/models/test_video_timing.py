@@ -8,6 +8,7 @@ our own get the same assertions.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -93,10 +94,12 @@ def backend(tiny_model):
 
 def temporal_positions_of_both_paths(model: EgoPlanHF, doc: dict, doc_to_visual, monkeypatch) -> list[list[int]]:
     """The temporal position ids Qwen2.5-VL gives the video's temporal patches (from the first), as
-    its forward pass computes them, in the likelihood path and in the generation path."""
+    its get_rope_index computes them, in the likelihood path (on the host, before the prefill) and in the
+    generation path (in its forward pass)."""
     computed = []
     rope_index = model.model.model.get_rope_index
 
+    @functools.wraps(rope_index)  # the likelihood path passes what the signature names
     def recording(input_ids, mm_token_type_ids, *args, **kwargs):
         positions, deltas = rope_index(input_ids, mm_token_type_ids, *args, **kwargs)
         temporal = positions[0, 0][input_ids[0] == model.model.config.video_token_id].tolist()
