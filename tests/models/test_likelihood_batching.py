@@ -4,8 +4,8 @@ the model step's counts (speed/bench_loglikelihood.py's ``model_step_counts``) a
 
 from __future__ import annotations
 
-import dataclasses
 import functools
+import inspect
 import math
 from typing import Callable
 
@@ -122,14 +122,22 @@ def test_the_model_step_counts_at_the_qwen2_5_vl_7b_structure(checkpoint_cache):
 
 
 class HostReads(TorchFunctionMode):
-    """Counts the host reads of tensor values (speed/bench_loglikelihood.py's ``HOST_READS`` and boolean-mask
-    indexing: what would synchronise a GPU) made outside ``vision``'s forward."""
+    """Counts the host reads of tensor values (``reads_of``: speed/bench_loglikelihood.py's ``host_read``, what would
+    synchronise a GPU) made outside ``vision``'s forward (the vision tower's own are not the prefill's)."""
 
     def __init__(self, vision: torch.nn.Module, reads_of: Callable[[Callable, tuple, dict], bool]):
         super().__init__()
-        self.count, self.reads_of, self.in_vision = 0, reads_of, 0
-        self.hooks = [vision.register_forward_pre_hook(lambda *_: self._enter(1)),
-                      vision.register_forward_hook(lambda *_: self._enter(-1))]
+        self.vision, self.reads_of, self.count, self.in_vision = vision, reads_of, 0, 0
+
+    def __enter__(self):
+        self.hooks = [self.vision.register_forward_pre_hook(lambda *_: self._enter(1)),
+                      self.vision.register_forward_hook(lambda *_: self._enter(-1))]
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for hook in self.hooks:
+            hook.remove()
+        return super().__exit__(*exc)
 
     def _enter(self, step: int) -> None:
         self.in_vision += step
@@ -143,25 +151,32 @@ class HostReads(TorchFunctionMode):
 def test_m_rope_positions_are_computed_on_the_host_and_are_the_models_own(arch, tiny_model):
     """prefill_on_host calls the model's own get_rope_index on the host tensors (egoplan_hf's background thread), so
     score_shared neither calls it nor reads a tensor back for the positions; the positions are the model's, to the
-    integer, and the scores those of the model computing them in the prefill (the path before)."""
+    integer, and the scores those of the model computing them in the prefill (the path before, kept where the model's
+    get_rope_index asks for a value the processor did not give)."""
     bench = load_speed_module("bench_loglikelihood")
     model = EgoPlanHF(pretrained=str(tiny_model(arch)), device="cpu", dtype="float32", batch_size=3)
     requests = mc_requests(model, [egoplan_doc(seed) for seed in SEEDS[:3]])  # different lengths: left padded
     [batch] = model._question_batches(model._questions(requests))
+    inner = model.model.model
+    rope_index_calls, positions = [], []
+    rope_index = inner.get_rope_index
+    counted = functools.wraps(rope_index)(lambda *args, **kwargs: rope_index_calls.append(1)
+                                          or rope_index(*args, **kwargs))
+    inner.get_rope_index = counted
+    inner.language_model.register_forward_pre_hook(lambda _, __, kwargs: positions.append(kwargs["position_ids"]),
+                                                   with_kwargs=True)
     prepared = model._prepared_batch(batch)
     questions = [sequences for _, sequences in prepared.conversations]
     on_host = prepared.prefill
     assert on_host.inputs["position_ids"].shape == (3, *on_host.inputs["input_ids"].shape)
-    # The path before: the prefill's positions and the continuations' offsets left to the model.
-    by_model = dataclasses.replace(on_host, starts=None, inputs={key: value for key, value in on_host.inputs.items()
-                                                                 if key != "position_ids"})
-    inner = model.model.model
-    rope_index_calls, positions = [], []
-    rope_index = inner.get_rope_index
-    inner.get_rope_index = functools.wraps(rope_index)(lambda *args, **kwargs: rope_index_calls.append(1)
-                                                       or rope_index(*args, **kwargs))
-    inner.language_model.register_forward_pre_hook(lambda _, __, kwargs: positions.append(kwargs["position_ids"]),
-                                                   with_kwargs=True)
+    # The path before, which prefill_on_host keeps where the model's get_rope_index asks for a value the processor
+    # did not give: the prefill's positions and the continuations' offsets left to the model.
+    parameters = list(inspect.signature(rope_index).parameters.values())
+    asked_for = inspect.Parameter("frame_rate", inspect.Parameter.KEYWORD_ONLY)
+    counted.__signature__ = inspect.Signature([p for p in parameters if p.kind != p.VAR_KEYWORD] + [asked_for]
+                                              + [p for p in parameters if p.kind == p.VAR_KEYWORD])
+    by_model = model._prepared_batch(batch).prefill
+    assert by_model.starts is None and "position_ids" not in by_model.inputs
 
     def scored(prefill) -> tuple[list, int, int, list]:
         rope_index_calls.clear(), positions.clear()
@@ -169,6 +184,7 @@ def test_m_rope_positions_are_computed_on_the_host_and_are_the_models_own(arch, 
             values = model.scorer.score_shared(prefill, questions)
         return [score for scores in values for score in scores], len(rope_index_calls), reads.count, positions[:]
 
+    assert len(rope_index_calls) == 1  # on the host, in _prepared_batch
     values, calls, reads, host_positions = scored(on_host)
     expected, calls_before, reads_before, model_positions = scored(by_model)
     assert calls == 0 and calls_before == 1
