@@ -15,12 +15,13 @@ import contextlib
 import itertools
 import json
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from lmms_eval.api.instance import Instance
 from lmms_eval.api.model import lmms
 from loguru import logger
+from torch.utils.data import get_worker_info
 from tqdm import tqdm
 
 from lmms_egoplan.compat.switches import SUITE_USED, switch_on
@@ -39,7 +40,7 @@ from lmms_egoplan.models.empty_answer_retry import with_retries
 from lmms_egoplan.models.fused_elementwise import FusedElementwise, fuse_elementwise, inductor_missing
 from lmms_egoplan.models.likelihood import LikelihoodScorer, ScoredSequence
 from lmms_egoplan.models.vision_attention import pack_vision_attention
-from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError, decode_ahead
+from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError, decode_ahead, decode_ahead_in_processes
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -57,6 +58,15 @@ class PreparedBatch:
     conversations: list[tuple[list[RenderedAnswer], list[ScoredSequence]]]  # per question: renderings, sequences
     inputs: Any  # the processor output of each question's first candidate (prefix sharing), else None
     where: str
+
+    def pin_memory(self) -> PreparedBatch:
+        """With the inputs' tensors in pinned host memory, for a copy to the GPU beside the model's work: what a
+        ``DataLoader``'s pinning thread calls on a batch prepared in a worker process (``prefetch_processes``)."""
+        if self.inputs is not None:
+            for key, value in self.inputs.items():
+                if isinstance(value, torch.Tensor):
+                    self.inputs[key] = value.pin_memory()
+        return self
 
 
 class EgoPlanHF(DocRequests, lmms):
@@ -85,6 +95,7 @@ class EgoPlanHF(DocRequests, lmms):
         lstrip_continuation: bool = True,
         continuation_batch_size: int = 16,
         visual_prefetch: int | None = None,
+        prefetch_processes: int = 0,
         packed_vision_attention: bool = True,
         fused_elementwise: bool = False,
         trust_remote_code: bool = False,
@@ -137,6 +148,7 @@ class EgoPlanHF(DocRequests, lmms):
             raise ValueError(f"egoplan_hf: continuation_batch_size must be at least 1, got {continuation_batch_size}")
         self.scorer = LikelihoodScorer(self._model, self.pretrained, continuation_batch_size)
         self.visual_prefetch = _visual_prefetch(visual_prefetch, self._device)
+        self.prefetch_processes = _prefetch_processes(prefetch_processes, self.visual_prefetch)
         self.settle_turn_end(self._model.generation_config)
         self._reported_generation_keys: set[str] = set()
 
@@ -164,13 +176,14 @@ class EgoPlanHF(DocRequests, lmms):
         loss is not exactly 0 where the request asks for it (``LOSS_MEAN``). With prefix sharing,
         ``batch_size`` questions are scored together: their prompts in one forward pass, their candidates
         in batches of ``continuation_batch_size``. The next ``visual_prefetch`` batches are decoded and
-        preprocessed in a background thread while the model works."""
+        preprocessed in a background thread while the model works, or in ``prefetch_processes`` worker processes,
+        which do not hold up this thread's interpreter lock."""
         questions = self._questions(requests)
         results: list[tuple[float, bool] | None] = [None] * len(requests)
         batches = self._question_batches(questions)
         # The bar is closed (drawn for the last time) before an error leaves: else it is drawn at exit, below the error.
         with tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf loglikelihood") as progress, \
-                contextlib.closing(decode_ahead(self._prepared_batch, batches, self.visual_prefetch)) as prepared:
+                contextlib.closing(self._prepared_ahead(batches)) as prepared:
             for batch, ready in zip(batches, prepared):
                 for question, scores in zip(batch, self._score_questions(ready)):
                     for (index, _), score in zip(question.members, scores):
@@ -178,6 +191,27 @@ class EgoPlanHF(DocRequests, lmms):
                         self._hand_over(requests[index], score)
                     progress.update(len(question.members))
         return results
+
+    def _prepared_ahead(self, batches: list[list[Question]]) -> Iterator[PreparedBatch]:
+        if not self.prefetch_processes:
+            yield from decode_ahead(self._prepared_batch, batches, self.visual_prefetch)
+            return
+        with contextlib.closing(decode_ahead_in_processes(self._prepared_in_worker, batches, self.visual_prefetch,
+                                                          self.prefetch_processes,
+                                                          pin_memory=self._device.type == "cuda")) as prepared:
+            for batch, ready in zip(batches, prepared):
+                ready.questions = batch
+                yield ready
+
+    def _prepared_in_worker(self, batch: Sequence[Question]) -> PreparedBatch:
+        """``_prepared_batch`` in a worker process, with only what the scoring process lacks travelling back: not the
+        questions (it has them; their ``doc_to_visual`` need not pickle), nor the decoded visuals where their pixel
+        values are in the inputs (prefix sharing)."""
+        prepared = self._prepared_batch(batch)
+        prepared.questions = []
+        if prepared.inputs is not None:
+            prepared.visuals = []
+        return prepared
 
     def _question_batches(self, questions: Sequence[Question]) -> list[list[Question]]:
         """Consecutive questions, ``batch_size`` at most (1 without prefix sharing), of one loss rule each."""
@@ -324,8 +358,9 @@ class EgoPlanHF(DocRequests, lmms):
                                 add_special_tokens=self.chat.adds_special_tokens(texts[0]), **media)
         self._check_length(inputs["input_ids"].shape[1], where)
         # Pixel values in the model's dtype before they travel (bfloat16: half the bytes of float32); ids and
-        # masks stay integers. Pinned on the host for a GPU, so that the copy runs beside the model's work.
-        pin = self._device.type == "cuda"
+        # masks stay integers. Pinned on the host for a GPU, so that the copy runs beside the model's work; not in a
+        # worker process (prefetch_processes), which must not touch CUDA: there the DataLoader's thread pins.
+        pin = self._device.type == "cuda" and get_worker_info() is None
         for key, value in inputs.items():
             if isinstance(value, torch.Tensor):
                 value = value.to(self._model.dtype) if value.is_floating_point() else value
@@ -475,6 +510,17 @@ def _visual_prefetch(value, device: torch.device) -> int:
     if prefetch < 0:
         raise ValueError(f"egoplan_hf: visual_prefetch must be 0 or more, got {prefetch}")
     return prefetch
+
+
+def _prefetch_processes(value, visual_prefetch: int) -> int:
+    """Worker processes preparing the batches ahead (0: a thread, ``visual_prefetch``)."""
+    processes = _arg(value, int, "prefetch_processes")
+    if processes < 0:
+        raise ValueError(f"egoplan_hf: prefetch_processes must be 0 or more, got {processes}")
+    if processes and not visual_prefetch:
+        raise ValueError(f"egoplan_hf: prefetch_processes={processes} prepares batches ahead, but visual_prefetch is 0 "
+                         "(none ahead; on a CPU its default): set visual_prefetch to 1 or more or prefetch_processes=0")
+    return processes
 
 
 def _fused(model, wanted: bool, device: torch.device) -> FusedElementwise | None:
