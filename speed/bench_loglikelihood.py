@@ -173,52 +173,62 @@ def requests_for(docs: list[dict], span: str) -> list:
 
 # The methods compared, as egoplan_hf settings: a full forward pass per candidate (lmms-eval's way), the path before
 # issue 63 (one question per forward pass, the vision tower's windows attended one by one), the batched path, and
-# (--fused) the batched path with the elementwise work fused (egoplan_hf's fused_elementwise: regional torch.compile);
-# batch_size None: --batch-size.
+# (--fused) the batched path with the elementwise work fused (egoplan_hf's fused_elementwise: regional torch.compile),
+# and (--prefetch-processes) the batched path, fused with --fused, prepared ahead in worker processes instead of a
+# thread (egoplan_hf's prefetch_processes); batch_size None: --batch-size; fused None: as --fused.
 METHODS = {"one_pass_per_candidate": {"prefix_sharing": False, "batch_size": 1, "packed": False, "fused": False},
            "prefix_shared": {"prefix_sharing": True, "batch_size": 1, "packed": False, "fused": False},
            "batched": {"prefix_sharing": True, "batch_size": None, "packed": True, "fused": False},
-           "batched_fused": {"prefix_sharing": True, "batch_size": None, "packed": True, "fused": True}}
-BATCHED = ("batched", "batched_fused")  # the methods that decode ahead (--visual-prefetch)
+           "batched_fused": {"prefix_sharing": True, "batch_size": None, "packed": True, "fused": True},
+           "batched_processes": {"prefix_sharing": True, "batch_size": None, "packed": True, "fused": None}}
+BATCHED = ("batched", "batched_fused", "batched_processes")  # the methods that decode ahead (--visual-prefetch)
 # Tensor methods and torch functions that read a tensor's values to the host (on a GPU: a device synchronisation),
 # and calls with data-dependent output shapes, which synchronise alike.
 HOST_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy", "nonzero",
                         "masked_select", "unique", "unique_consecutive", "equal", "allclose"})
 
 
-def use_method(backend, method: str, batch_size: int, visual_prefetch: int | None) -> None:
+def use_method(backend, method: str, batch_size: int, visual_prefetch: int | None, processes: int = 0) -> None:
+    """``backend`` set to score as ``method`` (``processes``: batched_processes' worker processes)."""
     settings = METHODS[method]
     backend.prefix_sharing = settings["prefix_sharing"]
     backend.batch_size = settings["batch_size"] or batch_size
     backend.visual_prefetch = visual_prefetch if method in BATCHED and visual_prefetch is not None else 0
+    backend.prefetch_processes = processes if method == "batched_processes" and backend.visual_prefetch else 0
+    fused = backend.fused_elementwise is not None if settings["fused"] is None else settings["fused"]
     if backend.vision_attention is not None:
         backend.vision_attention.enabled = settings["packed"]
     if backend.fused_elementwise is not None:
-        backend.fused_elementwise.enabled = settings["fused"]
-    elif settings["fused"]:
+        backend.fused_elementwise.enabled = fused
+    elif fused:
         raise SystemExit(f"{method}: the model has no module that fused_elementwise compiles")
 
 
-def timed(backend, requests, method: str, batch_size: int = 1, visual_prefetch: int | None = None) -> tuple:
+def timed(backend, requests, method: str, batch_size: int = 1, visual_prefetch: int | None = None,
+          processes: int = 0) -> tuple:
     """(seconds, values, host seconds, peak memory in GiB) of scoring ``requests`` with ``method``. Host seconds:
     decoding, the processor and (prefix sharing) the prefill's host step (``_prepared_batch``), in whichever thread
-    they ran. Peak memory: CUDA allocated
-    memory on a GPU, else the process's peak resident set (weights included): freed heap memory is handed back to
-    the system first (glibc's malloc_trim) and the peak reset (/proc/self/clear_refs), so each method counts its own."""
+    or process they ran. Peak memory: CUDA allocated memory on a GPU, else the process's peak resident set (weights
+    included): freed heap memory is handed back to the system first (glibc's malloc_trim) and the peak reset
+    (/proc/self/clear_refs), so each method counts its own."""
     import ctypes
 
     import torch
 
-    use_method(backend, method, batch_size, visual_prefetch)
+    use_method(backend, method, batch_size, visual_prefetch, processes)
     host = [0.0]
     prepare = type(backend)._prepared_batch.__get__(backend)
+    score = type(backend)._score_questions.__get__(backend)
 
-    def timed_prepare(batch):
+    def timed_prepare(batch):  # the seconds travel with the batch: a worker process's counter would be its own
         started = time.perf_counter()
-        try:
-            return prepare(batch)
-        finally:
-            host[0] += time.perf_counter() - started
+        prepared = prepare(batch)
+        prepared.host_seconds = time.perf_counter() - started
+        return prepared
+
+    def counted_score(prepared):
+        host[0] += prepared.host_seconds
+        return score(prepared)
 
     cuda = backend.device.type == "cuda"
     if cuda:
@@ -226,14 +236,15 @@ def timed(backend, requests, method: str, batch_size: int = 1, visual_prefetch: 
     else:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
         Path("/proc/self/clear_refs").write_text("5")
-    backend._prepared_batch = timed_prepare  # an instance attribute shadows the method for this measurement only
+    # Instance attributes shadow the methods for this measurement only.
+    backend._prepared_batch, backend._score_questions = timed_prepare, counted_score
     started = time.perf_counter()
     try:
         values = backend.loglikelihood(requests)
         if cuda:
             torch.cuda.synchronize()
     finally:
-        del backend._prepared_batch
+        del backend._prepared_batch, backend._score_questions
     elapsed = time.perf_counter() - started
     if cuda:
         peak = torch.cuda.max_memory_allocated(backend.device) / GiB
@@ -396,6 +407,10 @@ def main() -> None:
                         help="also the batched method with the elementwise work fused (egoplan_hf's fused_elementwise: "
                              "regional torch.compile), with its compile time, compiled graphs and kernels per question "
                              "against the batched method's")
+    parser.add_argument("--prefetch-processes", type=int, default=0,
+                        help="also the batched method (fused with --fused) with its batches prepared ahead in this "
+                             "many worker processes instead of a thread (egoplan_hf's prefetch_processes; needs "
+                             "--visual-prefetch 1 or more, on a CPU 0 by default)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
@@ -429,6 +444,9 @@ def main() -> None:
     backend = EgoPlanHF(pretrained=pretrained, device=args.device, dtype=args.dtype, fused_elementwise=args.fused)
     if args.visual_prefetch is None:
         args.visual_prefetch = backend.visual_prefetch
+    if args.prefetch_processes and not args.visual_prefetch:
+        parser.error(f"--prefetch-processes prepares batches ahead: give --visual-prefetch 1 or more ({args.device}'s "
+                     f"default is {args.visual_prefetch})")
     docs = egoplan_docs(args.questions, FRAME_SIDE[args.shape], observation=realistic)
     backend.task_dict = {TASK: {SPLIT: docs}}
     requests = requests_for(docs, args.scored_span)
@@ -438,7 +456,7 @@ def main() -> None:
                              [visuals], "doc 0")
     parameters = sum(p.numel() for p in backend.model.parameters())
     left_out = {"one_pass_per_candidate": args.skip_one_pass, "prefix_shared": args.skip_prefix_shared,
-                "batched_fused": not args.fused}
+                "batched_fused": not args.fused, "batched_processes": not args.prefetch_processes}
     methods = [method for method in METHODS if not left_out.get(method)]
     one_pass_questions = min(args.one_pass_questions or args.questions, args.questions)
     width = f" ({args.width} width)" if realistic else ""
@@ -464,7 +482,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for method in methods:
             elapsed, values[method], host_seconds, peak = timed(backend, scored[method], method, args.batch_size,
-                                                                args.visual_prefetch)
+                                                                args.visual_prefetch, args.prefetch_processes)
             seconds[method].append(elapsed)
             host[method].append(host_seconds)
             peaks[method].append(peak)
@@ -473,11 +491,53 @@ def main() -> None:
         fusion = fusion_measured(backend, requests[:4 * args.batch_size], args.batch_size, fusion)
     if args.profile:
         profile_batched(backend, requests, args, Path(args.profile))
+    contention = operator_speed_beside_preparation(backend, requests, args) if args.prefetch_processes else {}
 
     report(args, {"prompt_tokens": prompt["input_ids"].shape[1], "parameters": parameters,
                   "memory": "GPU memory allocated" if backend.device.type == "cuda" else "process resident memory",
-                  **fusion},
+                  **fusion, **contention},
            seconds, host, peaks, values, counts)
+
+
+def operator_speed_beside_preparation(backend, requests, args) -> dict:
+    """How fast the scoring thread issues operators (what, on a GPU, keeps it fed) while the batches are prepared in
+    the background thread and in ``--prefetch-processes`` worker processes, each as a share of its speed alone: a
+    loop of additions of two numbers in this thread (each a torch operator, which lets go of the interpreter lock
+    and takes it again, as a kernel launch does) while the batches of ``requests`` are prepared once (the results
+    taken by a thread that only waits, as the loader's are)."""
+    import threading
+
+    import torch
+
+    from lmms_egoplan.models.visuals import decode_ahead, decode_ahead_in_processes
+
+    use_method(backend, "batched", args.batch_size, args.visual_prefetch)
+    batches = backend._question_batches(backend._questions(requests))
+    ways = {"thread": lambda: decode_ahead(backend._prepared_batch, batches, args.visual_prefetch),
+            "processes": lambda: decode_ahead_in_processes(backend._prepared_in_worker, batches, args.visual_prefetch,
+                                                           args.prefetch_processes)}
+
+    def counting(done: threading.Event) -> float:
+        one, total = torch.ones(1), torch.zeros(1)
+        count, started = 0, time.perf_counter()
+        while not done.is_set():
+            torch.add(total, one, out=total)
+            count += 1
+        return count / (time.perf_counter() - started)
+
+    alone = threading.Event()
+    threading.Timer(1.0, alone.set).start()
+    speed_alone, shares, seconds = counting(alone), {}, {}
+    for way, prepared in ways.items():
+        done = threading.Event()
+        started = time.perf_counter()
+        threading.Thread(target=lambda: (list(prepared()), done.set())).start()
+        shares[way] = counting(done) / speed_alone
+        seconds[way] = time.perf_counter() - started
+    print(f"scoring thread's operators while {len(batches)} batches are prepared: {shares['thread']:.0%} of its "
+          f"speed alone beside the thread ({seconds['thread']:.2f} s), {shares['processes']:.0%} beside "
+          f"{args.prefetch_processes} processes ({seconds['processes']:.2f} s)")
+    return {"operator_speed_beside_preparation": shares, "preparation_seconds_beside_counting": seconds}
 
 
 def fusion_started(backend, requests, batch_size: int, visual_prefetch: int) -> dict:
@@ -547,7 +607,9 @@ def report(args, facts: dict, seconds: dict[str, list[float]], host: dict[str, l
     differences, same_choice, compared_on = agreement(values)
     memory = facts["memory"]
     labels = {"one_pass_per_candidate": "one pass per candidate", "prefix_shared": "prefix-shared",
-              "batched": f"batched ({args.batch_size})", "batched_fused": f"batched, fused ({args.batch_size})"}
+              "batched": f"batched ({args.batch_size})", "batched_fused": f"batched, fused ({args.batch_size})",
+              "batched_processes": f"batched{', fused' if args.fused else ''}, {args.prefetch_processes} processes "
+                                   f"({args.batch_size})"}
     for method in rates:
         step = counts[method]
         print(f"{labels[method]:23s}: {rates[method]:8.3f} questions/s   peak {memory} {peaks[method]:6.2f} GiB   "
@@ -576,6 +638,12 @@ def report(args, facts: dict, seconds: dict[str, list[float]], host: dict[str, l
               f"{facts['fewer_kernels_fused']:.2f}x fewer ({counted}); "
               f"{facts['compiled_variants']} graphs compiled in {facts['compile_seconds']:.1f} s, "
               f"{facts['compiled_in_rounds']} more during the rounds")
+    processes_ratio = None
+    if "batched_processes" in rates:
+        thread = "batched_fused" if args.fused else "batched"
+        processes_ratio = rates["batched_processes"] / rates[thread]
+        print(f"processes / thread     : {processes_ratio:8.2f}x  (prefetch_processes={args.prefetch_processes} "
+              f"against {labels[thread]}'s preparing thread, visual_prefetch={args.visual_prefetch})")
     print("max |value difference|: " + ", ".join(
         f"{labels[method]} vs {labels[reference]} {difference:.2e} ({compared_on[method, reference]} questions)"
         for (method, reference), difference in differences.items())
@@ -592,7 +660,8 @@ def report(args, facts: dict, seconds: dict[str, list[float]], host: dict[str, l
             "batch_size": args.batch_size,
             "visual_prefetch": args.visual_prefetch, **facts,
             "questions_per_second": rates, "ratio": ratio, "ratio_batched_to_prefix_shared": batched_ratio,
-            "ratio_fused_to_batched": fused_ratio,
+            "ratio_fused_to_batched": fused_ratio, "prefetch_processes": args.prefetch_processes,
+            "ratio_processes_to_thread": processes_ratio,
             **counts["batched"], "counts": counts, "fewer_per_question_than_prefix_shared": against_current,
             "host_preparation_seconds": {method: statistics.median(times) for method, times in host.items()},
             "peak_memory_gib": peaks,

@@ -15,12 +15,13 @@ import contextlib
 import itertools
 import json
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from lmms_eval.api.instance import Instance
 from lmms_eval.api.model import lmms
 from loguru import logger
+from torch.utils.data import get_worker_info
 from tqdm import tqdm
 
 from lmms_egoplan.compat.switches import SUITE_USED, switch_on
@@ -39,7 +40,7 @@ from lmms_egoplan.models.empty_answer_retry import with_retries
 from lmms_egoplan.models.fused_elementwise import FusedElementwise, fuse_elementwise, inductor_missing
 from lmms_egoplan.models.likelihood import LikelihoodScorer, Prefill, ScoredSequence
 from lmms_egoplan.models.vision_attention import pack_vision_attention
-from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError, decode_ahead
+from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError, decode_ahead, decode_ahead_in_processes
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -57,6 +58,13 @@ class PreparedBatch:
     conversations: list[tuple[list[RenderedAnswer], list[ScoredSequence]]]  # per question: renderings, sequences
     prefill: Prefill | None  # the questions' common prefixes ready for the model (prefix sharing), else None
     where: str
+
+    def pin_memory(self) -> PreparedBatch:
+        """With the prefill's tensors in pinned host memory, for a copy to the GPU beside the model's work: what a
+        ``DataLoader``'s pinning thread calls on a batch prepared in a worker process (``prefetch_processes``)."""
+        if self.prefill is not None:
+            self.prefill = self.prefill.moved(torch.Tensor.pin_memory)
+        return self
 
 
 class EgoPlanHF(DocRequests, lmms):
@@ -85,6 +93,7 @@ class EgoPlanHF(DocRequests, lmms):
         lstrip_continuation: bool = True,
         continuation_batch_size: int = 16,
         visual_prefetch: int | None = None,
+        prefetch_processes: int = 0,
         packed_vision_attention: bool = True,
         fused_elementwise: bool = False,
         trust_remote_code: bool = False,
@@ -137,6 +146,7 @@ class EgoPlanHF(DocRequests, lmms):
             raise ValueError(f"egoplan_hf: continuation_batch_size must be at least 1, got {continuation_batch_size}")
         self.scorer = LikelihoodScorer(self._model, self.pretrained, continuation_batch_size)
         self.visual_prefetch = _visual_prefetch(visual_prefetch, self._device)
+        self.prefetch_processes = _prefetch_processes(prefetch_processes, self.visual_prefetch)
         self.settle_turn_end(self._model.generation_config)
         self._reported_generation_keys: set[str] = set()
 
@@ -165,14 +175,15 @@ class EgoPlanHF(DocRequests, lmms):
         ``batch_size`` questions are scored together: their prompts in one forward pass, their candidates
         in batches of ``continuation_batch_size``. The next ``visual_prefetch`` batches are decoded and
         preprocessed, and their prompts cut to the common prefixes with their positions computed (the model's
-        M-RoPE index included, ``LikelihoodScorer.prefill_on_host``), in a background thread while the model works;
-        the model step then reads nothing back from the device for them."""
+        M-RoPE index included, ``LikelihoodScorer.prefill_on_host``), in a background thread while the model works,
+        or in ``prefetch_processes`` worker processes, which do not hold up this thread's interpreter lock; the model
+        step then reads nothing back from the device for them."""
         questions = self._questions(requests)
         results: list[tuple[float, bool] | None] = [None] * len(requests)
         batches = self._question_batches(questions)
         # The bar is closed (drawn for the last time) before an error leaves: else it is drawn at exit, below the error.
         with tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf loglikelihood") as progress, \
-                contextlib.closing(decode_ahead(self._prepared_batch, batches, self.visual_prefetch)) as prepared:
+                contextlib.closing(self._prepared_ahead(batches)) as prepared:
             for batch, ready in zip(batches, prepared):
                 for question, scores in zip(batch, self._score_questions(ready)):
                     for (index, _), score in zip(question.members, scores):
@@ -180,6 +191,27 @@ class EgoPlanHF(DocRequests, lmms):
                         self._hand_over(requests[index], score)
                     progress.update(len(question.members))
         return results
+
+    def _prepared_ahead(self, batches: list[list[Question]]) -> Iterator[PreparedBatch]:
+        if not self.prefetch_processes:
+            yield from decode_ahead(self._prepared_batch, batches, self.visual_prefetch)
+            return
+        with contextlib.closing(decode_ahead_in_processes(self._prepared_in_worker, batches, self.visual_prefetch,
+                                                          self.prefetch_processes,
+                                                          pin_memory=self._device.type == "cuda")) as prepared:
+            for batch, ready in zip(batches, prepared):
+                ready.questions = batch
+                yield ready
+
+    def _prepared_in_worker(self, batch: Sequence[Question]) -> PreparedBatch:
+        """``_prepared_batch`` in a worker process, with only what the scoring process lacks travelling back: not the
+        questions (it has them; their ``doc_to_visual`` need not pickle), nor the decoded visuals where their pixel
+        values are in the inputs (prefix sharing)."""
+        prepared = self._prepared_batch(batch)
+        prepared.questions = []
+        if prepared.prefill is not None:
+            prepared.visuals = []
+        return prepared
 
     def _question_batches(self, questions: Sequence[Question]) -> list[list[Question]]:
         """Consecutive questions, ``batch_size`` at most (1 without prefix sharing), of one loss rule each."""
@@ -195,7 +227,7 @@ class EgoPlanHF(DocRequests, lmms):
     def _prepared_batch(self, batch: Sequence[Question]) -> PreparedBatch:
         """A batch's visuals decoded, its candidates rendered and tokenized, and (prefix sharing) its prompts
         through the processor and cut to their common prefixes, positions included (``prefill_on_host``), on the
-        host: what the background thread does ahead of the model."""
+        host: what the background thread (or a worker process) does ahead of the model."""
         visuals = [self._doc_visuals(question.visual_key) for question in batch]
         conversations = [self._scored_conversation(q.context, q.continuations, v, q.where, **q.options)
                          for q, v in zip(batch, visuals)]
@@ -336,8 +368,9 @@ class EgoPlanHF(DocRequests, lmms):
         return inputs
 
     def _pinned(self, tensor: torch.Tensor) -> torch.Tensor:
-        """``tensor`` pinned on the host for a GPU, so that its copy there runs beside the model's work."""
-        return tensor.pin_memory() if self._device.type == "cuda" else tensor
+        """``tensor`` pinned on the host for a GPU, so that its copy there runs beside the model's work; not in a
+        worker process (``prefetch_processes``), which must not touch CUDA: there the DataLoader's thread pins."""
+        return tensor.pin_memory() if self._device.type == "cuda" and get_worker_info() is None else tensor
 
     def _on_device(self, inputs):
         """Processor outputs (``_encode``) or a tensor, on the model's device (not blocking: from pinned memory)."""
@@ -483,6 +516,17 @@ def _visual_prefetch(value, device: torch.device) -> int:
     if prefetch < 0:
         raise ValueError(f"egoplan_hf: visual_prefetch must be 0 or more, got {prefetch}")
     return prefetch
+
+
+def _prefetch_processes(value, visual_prefetch: int) -> int:
+    """Worker processes preparing the batches ahead (0: a thread, ``visual_prefetch``)."""
+    processes = _arg(value, int, "prefetch_processes")
+    if processes < 0:
+        raise ValueError(f"egoplan_hf: prefetch_processes must be 0 or more, got {processes}")
+    if processes and not visual_prefetch:
+        raise ValueError(f"egoplan_hf: prefetch_processes={processes} prepares batches ahead, but visual_prefetch is 0 "
+                         "(none ahead; on a CPU its default): set visual_prefetch to 1 or more or prefetch_processes=0")
+    return processes
 
 
 def _fused(model, wanted: bool, device: torch.device) -> FusedElementwise | None:

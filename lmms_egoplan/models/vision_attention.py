@@ -9,7 +9,9 @@ synchronisations a question (docs/upstream/transformers/qwen-vl-packed-vision-at
 
 ``pack_vision_attention(model)`` gives each such vision attention module of one loaded model a forward
 that gathers the segments into one padded batch (segment x longest segment, padded keys masked out) and
-calls ``scaled_dot_product_attention`` once, the same arithmetic on the same values; the segment layout
+calls ``scaled_dot_product_attention`` once, the same arithmetic on the same values; where every segment has the
+same length (windows and frames whose sides are multiples of 112 pixels, as at the speed bench's 448), the packed
+sequence is viewed as that batch: no gathering, no scattering back, no mask. The segment layout
 (one host read of the longest segment) is computed once per ``cu_seqlens`` tensor, which the tower shares
 between its blocks. transformers' ``AttentionInterface`` cannot do it: the loop runs in the module's forward
 before the interface is called, and only an implementation whose name contains "flash" receives the
@@ -40,12 +42,18 @@ KEPT_LAYOUTS = 2
 
 
 class SegmentLayout:
-    """Where each token of a packed sequence goes in the padded (segment, position) batch, and back."""
+    """Where each token of a packed sequence goes in the padded (segment, position) batch, and back; or, where every
+    segment has the same length (``uniform``: Qwen2.5-VL's windows and frames on sides that are multiples of 112
+    pixels), no gathering: the packed sequence is that batch already, a view."""
 
     def __init__(self, cu_seqlens: torch.Tensor, tokens: int):
         lengths = cu_seqlens[1:] - cu_seqlens[:-1]
         self.segments = lengths.shape[0]
         self.longest = int(lengths.max())  # the one host read per layout
+        # The lengths sum to ``tokens``: all equal exactly when the longest times their number does.
+        self.uniform = self.longest * self.segments == tokens
+        if self.uniform:
+            return
         offsets = torch.arange(self.longest, device=cu_seqlens.device)
         starts = cu_seqlens[:-1].long()
         # Padding positions read the last token (any valid index); the key mask keeps them out.
@@ -54,6 +62,21 @@ class SegmentLayout:
         positions = torch.arange(tokens, device=cu_seqlens.device)
         segment = torch.searchsorted(cu_seqlens[1:].long(), positions, right=True)
         self.scatter = segment * self.longest + positions - starts[segment]
+
+    def batched(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(tokens, heads, dim) -> (segments, heads, longest, dim): a view where ``uniform``, else gathered."""
+        if self.uniform:
+            return tokens.unflatten(0, (self.segments, self.longest)).transpose(1, 2)
+        return tokens[self.gather].transpose(1, 2)
+
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
+        """Each segment's attention, in one ``scaled_dot_product_attention`` call, back in packed order (tokens,
+        heads x dim); unmasked where ``uniform`` (no padding), which leaves a GPU its flash-attention kernel."""
+        mask = None if self.uniform else self.key_mask
+        output = functional.scaled_dot_product_attention(*map(self.batched, (query, key, value)), attn_mask=mask,
+                                                         scale=scale)
+        output = output.transpose(1, 2).reshape(self.segments * self.longest, -1)
+        return output if self.uniform else output[self.scatter]
 
 
 class PackedVisionAttention:
@@ -81,12 +104,7 @@ class PackedVisionAttention:
         cos, sin = position_embeddings
         rotary = sys.modules[type(module).__module__].apply_rotary_pos_emb_vision
         query, key = self.fused.run(rotary, query, key, cos, sin) if self.fused else rotary(query, key, cos, sin)
-        layout = self.layout(cu_seqlens, tokens)
-        # (tokens, heads, dim) -> (segments, heads, longest, dim)
-        batched = [t[layout.gather].transpose(1, 2) for t in (query, key, value)]
-        output = functional.scaled_dot_product_attention(*batched, attn_mask=layout.key_mask, scale=module.scaling)
-        output = output.transpose(1, 2).reshape(layout.segments * layout.longest, -1)[layout.scatter]
-        return module.proj(output)
+        return module.proj(self.layout(cu_seqlens, tokens).attend(query, key, value, module.scaling))
 
 
 def pack_vision_attention(model, enabled: bool = True) -> PackedVisionAttention | None:

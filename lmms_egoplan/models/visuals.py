@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import itertools
 import os
+import pickle
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -229,3 +230,62 @@ def decode_ahead(decode: Callable[[Key], Decoded], keys: Sequence[Key], ahead: i
             pending.extend(pool.submit(decode, key) for key in itertools.islice(remaining, 1))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def decode_ahead_in_processes(decode: Callable[[Key], Decoded], keys: Sequence[Key], ahead: int, processes: int,
+                              pin_memory: bool = False) -> Iterator[Decoded]:
+    """``decode_ahead`` with the decoding in ``processes`` worker processes instead of a thread: a thread shares
+    the interpreter lock with the caller, and ``egoplan_hf``'s preparation (video decoding, the processor) holds it
+    for most of its time (measured: a Python thread beside it ran at 40 % of its speed alone), so that the thread
+    that should keep the GPU fed waits for it. torch's ``DataLoader`` runs them: forked workers (``decode``'s state
+    is inherited, nothing of it pickled, as its own workers run beside a model on a GPU), results back in key order
+    through shared memory (tensors are not copied through a pipe), ``pin_memory``: pinned by its thread in this
+    process (a worker must not touch CUDA). A worker runs torch on one thread, as the DataLoader sets it (more would
+    start an OpenMP pool in a forked child, which GNU OpenMP deadlocks on): a batch's preparation took 1.5 to 1.7
+    times as long as on 2 threads (Qwen2.5-VL-7B's frames, measured on 2 cores), so more processes, not threads,
+    keep up with a fast model. A decoding error is raised here, itself (not the DataLoader's rewrapping,
+    which turns an error whose constructor takes two arguments into a RuntimeError), when its key is reached.
+    ``decode``'s result must pickle; keep what travels back small (no decoded frames once they are pixel values)."""
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(_Decoding(decode, keys), batch_size=None, num_workers=processes, collate_fn=_as_decoded,
+                        prefetch_factor=max(1, -(-ahead // processes)), pin_memory=pin_memory,
+                        multiprocessing_context="fork")
+    for decoded in loader:
+        if isinstance(decoded, _DecodingFailed):
+            raise decoded.error
+        yield decoded
+
+
+@dataclass
+class _DecodingFailed:
+    """A worker's decoding error, sent back as a result."""
+
+    error: Exception
+
+    def pin_memory(self) -> _DecodingFailed:
+        return self
+
+
+class _Decoding:
+    """The keys as a map-style dataset whose items are decoded keys (``decode_ahead_in_processes``)."""
+
+    def __init__(self, decode: Callable[[Key], Decoded], keys: Sequence[Key]):
+        self.decode, self.keys = decode, keys
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, index: int) -> Decoded | _DecodingFailed:
+        try:
+            return self.decode(self.keys[index])
+        except Exception as error:
+            try:  # what cannot be rebuilt from its pickle would never arrive: its message does
+                pickle.loads(pickle.dumps(error))
+            except Exception:
+                error = RuntimeError(f"{type(error).__name__}: {error}")
+            return _DecodingFailed(error)
+
+
+def _as_decoded(item: Decoded) -> Decoded:
+    return item  # no collation: each item is one decoded key

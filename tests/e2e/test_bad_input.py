@@ -27,19 +27,21 @@ def test_an_unusable_frame_is_named_at_load_or_skipped_and_counted(egoplan_data,
     assert skipped.returncode == 0 and skipped.metric("egoplan_val", "skipped_samples") == 1
 
 
-def test_a_frame_only_decoding_finds_damaged_stops_the_run_naming_it_on_the_last_line(egoplan_data, tiny_model,
-                                                                                      tmp_path):
+@pytest.mark.parametrize("decoded_in", ["", ",prefetch_processes=1"], ids=["a thread", "a worker process"])
+def test_a_frame_only_decoding_finds_damaged_stops_the_run_naming_it_on_the_last_line(decoded_in, egoplan_data,
+                                                                                      tiny_model, tmp_path):
     """Its first and last bytes intact and left out of the frames decoded at load (none here): PIL, as
     lmms-eval sets it, would decode it to grey and the run would score it. The suite's strict decoder
-    stops the run when the frame is read, with frames decoded ahead (visual_prefetch), the error last
-    (the progress bar used to be drawn below it)."""
+    stops the run when the frame is read, with frames decoded ahead (visual_prefetch) in a thread or in a worker
+    process (prefetch_processes), the error last (the progress bar used to be drawn below it)."""
     from lmms_egoplan.demo.kit.media import index_image, with_random_image_data
 
     data = broken_copy(egoplan_data, tmp_path)
     frame = first_epic_frame(data)
     frame.write_bytes(with_random_image_data(png_bytes(index_image(7)), redo_crc=True))  # read by content, as PIL does
     run = egoplan_run(data, tmp_path / "out", model="egoplan_hf",
-                      model_args=f"pretrained={tiny_model('qwen2_vl')},visual_prefetch=2", images_decoded_at_load="0")
+                      model_args=f"pretrained={tiny_model('qwen2_vl')},visual_prefetch=2{decoded_in}",
+                      images_decoded_at_load="0")
     assert run.returncode == 1 and run.results is None, run.log[-3000:]
     last_line = run.log.rstrip().splitlines()[-1]
     assert last_line.startswith("lmms-egoplan: error: EgoPlan sample ") and last_line.endswith(

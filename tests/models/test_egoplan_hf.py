@@ -6,6 +6,7 @@ The lmms-eval CLI runs (single process, two ranks, response cache) are in tests/
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 
@@ -781,7 +782,11 @@ def test_the_next_questions_visuals_decode_while_the_model_runs_with_the_same_re
     assert generations == off.generate_until(gen_requests(off, docs, max_new_tokens=5))
 
 
-def test_a_decoding_error_is_raised_at_its_question_after_the_questions_before_it(backend):
+@pytest.mark.parametrize("ahead", [{"visual_prefetch": 3}, {"visual_prefetch": 3, "prefetch_processes": 1}],
+                         ids=["thread", "worker process"])
+def test_a_decoding_error_is_raised_as_itself_at_its_question_after_the_questions_before_it(ahead, backend):
+    """From a worker process too: not torch DataLoader's rewrapping (a RuntimeError for an error whose constructor
+    takes two arguments) but the error itself, its message and file."""
     docs = [egoplan_doc(seed) for seed in range(5)]
     scored = []
 
@@ -790,14 +795,44 @@ def test_a_decoding_error_is_raised_at_its_question_after_the_questions_before_i
             raise MediaError("EgoPlan sample 2: cannot decode /data/clip-2.mp4", "/data/clip-2.mp4")
         return egoplan_visuals(doc)
 
-    model = backend("qwen2_vl", visual_prefetch=3)
+    model = backend("qwen2_vl", **ahead)
     hook = model.model.model.visual.register_forward_hook(lambda *_: scored.append(1))
     try:
-        with pytest.raises(MediaError, match="EgoPlan sample 2: cannot decode /data/clip-2.mp4"):
+        with pytest.raises(MediaError, match="^EgoPlan sample 2: cannot decode /data/clip-2.mp4$") as raised:
             model.loglikelihood(mc_requests(model, docs, doc_to_visual=broken_third))
     finally:
         hook.remove()
+    assert raised.value.path == "/data/clip-2.mp4"
     assert len(scored) == 2 * 2  # docs 0 and 1 (an image and a video each), none after the broken one
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_batches_prepared_in_worker_processes_score_as_in_a_thread(processes, backend, tmp_path):
+    """prefetch_processes: the visuals decoded and the processor run in other processes (their doc_to_visual calls
+    say which), the batches back in order, the same values as prepared in a thread and as with nothing ahead."""
+    docs = [egoplan_doc(seed) for seed in range(5)]
+    decoded_in = tmp_path / "pids"
+
+    def noting_the_process(doc):
+        with decoded_in.open("a") as pids:
+            pids.write(f"{os.getpid()}\n")
+        return egoplan_visuals(doc)
+
+    model = backend("qwen2_vl", visual_prefetch=2, prefetch_processes=processes, batch_size=2)
+    values = model.loglikelihood(mc_requests(model, docs, doc_to_visual=noting_the_process))
+    pids = decoded_in.read_text().split()
+    assert len(pids) == len(docs) and str(os.getpid()) not in pids and len(set(pids)) == processes
+    for kwargs in ({"visual_prefetch": 2}, {}):
+        reference = backend("qwen2_vl", batch_size=2, **kwargs)
+        assert values == reference.loglikelihood(mc_requests(reference, docs))
+
+
+def test_prefetch_processes_need_batches_ahead(tiny_model):
+    pretrained = str(tiny_model("qwen2_vl"))
+    with pytest.raises(ValueError, match="prefetch_processes=1 prepares batches ahead, but visual_prefetch is 0"):
+        EgoPlanHF(pretrained=pretrained, prefetch_processes=1)
+    with pytest.raises(ValueError, match="prefetch_processes must be 0 or more, got -1"):
+        EgoPlanHF(pretrained=pretrained, visual_prefetch=2, prefetch_processes=-1)
 
 
 def test_visual_prefetch_is_a_count_off_by_default_on_cpu(backend, tiny_model):

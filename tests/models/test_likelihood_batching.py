@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import math
 from typing import Callable
 
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from lmms_egoplan.harness.lmms_eval_task import SuiteInstance
 from lmms_egoplan.models.egoplan_hf import EgoPlanHF
@@ -93,6 +95,33 @@ def test_a_vision_towers_windows_attended_in_one_call_score_as_the_per_window_lo
     assert packed["attention_calls_per_question"] == 2 * blocks + text_calls
     assert looped["attention_calls_per_question"] > packed["attention_calls_per_question"]
     assert looped["device_syncs_per_question"] - packed["device_syncs_per_question"] == 2 * (3 * blocks - segmentations)
+
+
+@pytest.mark.parametrize("lengths", [(16, 16, 16), (10, 22, 16)], ids=["uniform", "uneven"])
+def test_packed_vision_attention_views_uniform_segments_and_gathers_uneven_ones(lengths, tiny_model):
+    """Segments of one length (the 7B's windows and frames at 448 px) are attended as a view of the packed sequence,
+    with no gathering or mask; uneven ones gathered into a padded batch; both as the module's own per-segment loop."""
+    model = EgoPlanHF(pretrained=str(tiny_model("qwen2_5_vl")), device="cpu", dtype="float32")
+    attention = model.model.model.visual.blocks[0].attn
+    torch.manual_seed(0)
+    tokens, head_dim = sum(lengths), attention.head_dim
+    hidden = torch.randn(tokens, model.model.model.visual.config.hidden_size)
+    angles = torch.randn(tokens, head_dim)
+    cu_seqlens = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
+    gathers = []
+
+    class CountingGathers(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            gathers.append(func) if func is torch.ops.aten.index.Tensor else None
+            return func(*args, **(kwargs or {}))
+
+    with torch.inference_mode(), CountingGathers():
+        packed = attention(hidden, cu_seqlens=cu_seqlens, position_embeddings=(angles.cos(), angles.sin()))
+    with torch.inference_mode():
+        looped = attention._per_segment_forward(hidden, cu_seqlens, (angles.cos(), angles.sin()))
+    assert torch.allclose(packed, looped, atol=BATCHED_TOLERANCE)
+    # Uneven: the layout's lookup of each token's segment start, query, key and value gathered, the output scattered.
+    assert len(gathers) == (0 if len(set(lengths)) == 1 else 5)
 
 
 def test_the_model_step_counts_at_the_qwen2_5_vl_7b_structure(checkpoint_cache):
