@@ -122,3 +122,17 @@ def test_a_device_map_strategy_gives_the_single_process_results(strategy, single
     for doc_id in expected:
         assert got[doc_id] == pytest.approx(expected[doc_id], abs=1e-6)
     assert [s["filtered_resps"] for s in mapped.samples(GEN)] == [s["filtered_resps"] for s in single.samples(GEN)]
+
+
+def test_batches_prepared_in_a_worker_process_give_the_single_process_results(single_process, tiny_model, probe_data,
+                                                                              tmp_path):
+    """prefetch_processes: the questions prepared in a process forked from lmms-eval's (its threads, its logging),
+    the same likelihoods and generations as the run that prepares each when it is reached."""
+    _, single = single_process
+    forked = evaluate(tiny_model("qwen2_vl"), probe_data, tmp_path,
+                      model_args=",visual_prefetch=2,prefetch_processes=1")
+    got, expected = scores(forked), scores(single)
+    assert got.keys() == expected.keys()
+    for doc_id in expected:
+        assert got[doc_id] == pytest.approx(expected[doc_id], abs=1e-6)
+    assert [s["filtered_resps"] for s in forked.samples(GEN)] == [s["filtered_resps"] for s in single.samples(GEN)]
