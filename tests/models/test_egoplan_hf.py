@@ -827,6 +827,28 @@ def test_batches_prepared_in_worker_processes_score_as_in_a_thread(processes, ba
         assert values == reference.loglikelihood(mc_requests(reference, docs))
 
 
+def test_a_batch_prepared_in_a_worker_is_pinned_whole_by_the_loaders_thread(backend, monkeypatch):
+    """What torch's DataLoader calls on each batch from a worker (``pin_memory``; a worker must not pin, this CPU
+    cannot): every tensor of the prefill, its start positions included, replaced by its pinned copy."""
+    model = backend("qwen2_5_vl", batch_size=2)
+    docs = [egoplan_doc(seed) for seed in range(2)]
+    requests = mc_requests(model, docs)
+    prepared = model._prepared_in_worker(model._question_batches(model._questions(requests))[0])
+    pinned = []
+
+    def pin(tensor):
+        pinned.append(tensor.clone())
+        return pinned[-1]
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin)
+    tensors = [value for value in prepared.prefill.inputs.values() if isinstance(value, torch.Tensor)]
+    assert prepared.prefill.starts is not None and prepared.questions == [] and prepared.visuals == []
+    result = prepared.pin_memory()
+    assert len(pinned) == len(tensors) + 1
+    assert all(any(value is copy for copy in pinned) for value in result.prefill.inputs.values()
+               if isinstance(value, torch.Tensor)) and any(result.prefill.starts is copy for copy in pinned)
+
+
 def test_prefetch_processes_need_batches_ahead(tiny_model):
     pretrained = str(tiny_model("qwen2_vl"))
     with pytest.raises(ValueError, match="prefetch_processes=1 prepares batches ahead, but visual_prefetch is 0"):
