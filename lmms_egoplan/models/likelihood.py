@@ -317,11 +317,34 @@ class LikelihoodScorer:
         if rope_index is not None:
             cut["position_ids"], deltas = rope_index
             starts = starts + deltas.reshape(-1)
+            cut.update(self._vision_tower_layout(cut))
         elif visuals and self._position_state:
             starts = None  # the model places the tokens and leaves the offsets on the module (rope_deltas)
         elif len(set(prefixes)) > 1 or len(set(firsts)) > 1:
             cut["position_ids"] = (cut["attention_mask"].cumsum(-1) - 1).clamp(min=0)
         return Prefill(cut, commons, prefixes, starts)
+
+    def _vision_tower_layout(self, inputs: dict) -> dict:
+        """What a Qwen-VL vision tower computes from each modality's ``grid_thw`` before its blocks (segment bounds,
+        window order, rotary positions: a loop of host reads of the GPU's grid), computed here on the host tensors
+        by transformers' own ``precompute_export_inputs`` and passed as the ``image_`` / ``video_`` kwargs that the
+        model's ``get_image_features`` / ``get_video_features`` hand to the tower (``accepts_precomputed_kwargs``),
+        with each segmentation's longest segment as a host number (``max_seqlen``, ``max_window_seqlen``: what
+        ``vision_attention``'s one call per block pads to). Nothing where the model has no such tower."""
+        from transformers.exporters.utils import precompute_export_inputs
+
+        owner = next((m for m in self._position_state if isinstance(getattr(m, "visual", None), torch.nn.Module)), None)
+        layout = {}
+        for modality in ("image", "video") if owner is not None else ():
+            if inputs.get(f"{modality}_grid_thw") is None:
+                continue
+            tower = {"grid_thw": inputs[f"{modality}_grid_thw"]}
+            precompute_export_inputs(owner.visual, tower)
+            for bounds, longest in (("cu_seqlens", "max_seqlen"), ("cu_window_seqlens", "max_window_seqlen")):
+                if tower.get(bounds) is not None and tower.get(longest) is None:
+                    tower[longest] = int((tower[bounds][1:] - tower[bounds][:-1]).max())
+            layout.update({f"{modality}_{name}": value for name, value in tower.items() if name != "grid_thw"})
+        return layout
 
     def _models_rope_index(self, inputs: dict) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The model's own M-RoPE positions of ``inputs`` (``get_rope_index``: the 3D position ids, and each row's

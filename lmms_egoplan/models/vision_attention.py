@@ -46,10 +46,12 @@ class SegmentLayout:
     segment has the same length (``uniform``: Qwen2.5-VL's windows and frames on sides that are multiples of 112
     pixels), no gathering: the packed sequence is that batch already, a view."""
 
-    def __init__(self, cu_seqlens: torch.Tensor, tokens: int):
+    def __init__(self, cu_seqlens: torch.Tensor, tokens: int, longest: int | None = None):
         lengths = cu_seqlens[1:] - cu_seqlens[:-1]
         self.segments = lengths.shape[0]
-        self.longest = int(lengths.max())  # the one host read per layout
+        # The longest segment: given (egoplan_hf computes it on the host with the tower's layout), else the one host
+        # read per layout.
+        self.longest = int(lengths.max()) if longest is None else int(longest)
         # The lengths sum to ``tokens``: all equal exactly when the longest times their number does.
         self.uniform = self.longest * self.segments == tokens
         if self.uniform:
@@ -87,11 +89,11 @@ class PackedVisionAttention:
         self.fused: FusedElementwise | None = None  # egoplan_hf's fused_elementwise: the rotary embedding compiled
         self._layouts: list[tuple[torch.Tensor, SegmentLayout]] = []
 
-    def layout(self, cu_seqlens: torch.Tensor, tokens: int) -> SegmentLayout:
+    def layout(self, cu_seqlens: torch.Tensor, tokens: int, longest: int | None = None) -> SegmentLayout:
         for known, layout in self._layouts:
             if known is cu_seqlens:
                 return layout
-        layout = SegmentLayout(cu_seqlens, tokens)
+        layout = SegmentLayout(cu_seqlens, tokens, longest)
         self._layouts = [*self._layouts[-(KEPT_LAYOUTS - 1):], (cu_seqlens, layout)]
         return layout
 
@@ -104,7 +106,7 @@ class PackedVisionAttention:
         cos, sin = position_embeddings
         rotary = sys.modules[type(module).__module__].apply_rotary_pos_emb_vision
         query, key = self.fused.run(rotary, query, key, cos, sin) if self.fused else rotary(query, key, cos, sin)
-        return module.proj(self.layout(cu_seqlens, tokens).attend(query, key, value, module.scaling))
+        return module.proj(self.layout(cu_seqlens, tokens, max_seqlen).attend(query, key, value, module.scaling))
 
 
 def pack_vision_attention(model, enabled: bool = True) -> PackedVisionAttention | None:

@@ -4,6 +4,7 @@ the model step's counts (speed/bench_loglikelihood.py's ``model_step_counts``) a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -86,15 +87,14 @@ def test_a_vision_towers_windows_attended_in_one_call_score_as_the_per_window_lo
     assert_same_scores(values, expected)
     vision = model.model.model.visual
     blocks = len(vision.blocks)
-    # Segmentations a vision call attends by: frames, and (Qwen2.5-VL) windows; the packed forward reads each one's
-    # longest segment once, where the loop reads the lengths three times a block.
-    segmentations = 2 if hasattr(vision, "fullatt_block_indexes") else 1
     # Per question: the video and the image each through every block once, then the decoder's layers in the
     # prefill and the continuation batch.
     text_calls = 2 * model.model.config.get_text_config().num_hidden_layers
     assert packed["attention_calls_per_question"] == 2 * blocks + text_calls
     assert looped["attention_calls_per_question"] > packed["attention_calls_per_question"]
-    assert looped["device_syncs_per_question"] - packed["device_syncs_per_question"] == 2 * (3 * blocks - segmentations)
+    # The loop reads the lengths three times a block; the packed forward none (its longest segments come with the
+    # tower's layout, computed on the host: test_a_vision_towers_layout_is_computed_on_the_host).
+    assert looped["device_syncs_per_question"] - packed["device_syncs_per_question"] == 2 * 3 * blocks
 
 
 @pytest.mark.parametrize("lengths", [(16, 16, 16), (10, 22, 16)], ids=["uniform", "uneven"])
@@ -152,11 +152,12 @@ def test_the_model_step_counts_at_the_qwen2_5_vl_7b_structure(checkpoint_cache):
 
 class HostReads(TorchFunctionMode):
     """Counts the host reads of tensor values (``reads_of``: speed/bench_loglikelihood.py's ``host_read``, what would
-    synchronise a GPU) made outside ``vision``'s forward (the vision tower's own are not the prefill's)."""
+    synchronise a GPU) made outside ``vision``'s forward (the vision tower's own are not the prefill's), or
+    (``inside``) in it."""
 
-    def __init__(self, vision: torch.nn.Module, reads_of: Callable[[Callable, tuple, dict], bool]):
+    def __init__(self, vision: torch.nn.Module, reads_of: Callable[[Callable, tuple, dict], bool], inside=False):
         super().__init__()
-        self.vision, self.reads_of, self.count, self.in_vision = vision, reads_of, 0, 0
+        self.vision, self.reads_of, self.count, self.in_vision, self.inside = vision, reads_of, 0, 0, inside
 
     def __enter__(self):
         self.hooks = [self.vision.register_forward_pre_hook(lambda *_: self._enter(1)),
@@ -172,7 +173,7 @@ class HostReads(TorchFunctionMode):
         self.in_vision += step
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.count += not self.in_vision and self.reads_of(func, args, kwargs or {})
+        self.count += bool(self.in_vision) == self.inside and self.reads_of(func, args, kwargs or {})
         return func(*args, **(kwargs or {}))
 
 
@@ -224,4 +225,31 @@ def test_m_rope_positions_are_computed_on_the_host_and_are_the_models_own(arch, 
     for mine, theirs in zip(host_positions, model_positions):
         assert torch.equal(mine, theirs)
     # float32, the same positions and the same kernels: the same values but for rounding.
+    assert_same_scores(values, expected)
+
+
+@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_a_vision_towers_layout_is_computed_on_the_host(arch, tiny_model):
+    """prefill_on_host also computes what the vision tower derives from each grid (segment bounds, window order,
+    rotary positions, the longest segments: transformers' own ``precompute_export_inputs``), handed to the tower as
+    its ``image_`` / ``video_`` kwargs: Qwen2-VL's and Qwen2.5-VL's towers then read nothing back to the host
+    (Qwen3-VL's attention still loops over its frames), with the values of the tower computing it."""
+    bench = load_speed_module("bench_loglikelihood")
+    model = EgoPlanHF(pretrained=str(tiny_model(arch)), device="cpu", dtype="float32", batch_size=3)
+    requests = mc_requests(model, [egoplan_doc(seed) for seed in SEEDS[:3]])
+    [batch] = model._question_batches(model._questions(requests))
+    prepared = model._prepared_batch(batch)
+    questions = [sequences for _, sequences in prepared.conversations]
+    layout = [key for key in prepared.prefill.inputs if key.startswith(("image_", "video_")) and "grid_thw" not in key]
+    assert {"image_cu_seqlens", "video_cu_seqlens", "image_position_ids", "video_max_seqlen"} <= set(layout)
+    inputs = prepared.prefill.inputs
+    by_tower = dataclasses.replace(prepared.prefill, inputs={key: inputs[key] for key in inputs if key not in layout})
+    results = {}
+    for name, prefill in (("host", prepared.prefill), ("tower", by_tower)):
+        with HostReads(model.model.model.visual, bench.host_read, inside=True) as reads:
+            values = model.scorer.score_shared(prefill, questions)
+        results[name] = [score for scores in values for score in scores], reads.count
+    (values, reads), (expected, reads_before) = results["host"], results["tower"]
+    assert reads == 0 if arch != "qwen3_vl" else 0 < reads < reads_before
+    assert reads_before >= 2 * 3  # at least the grids' sizes, read for the image and the video
     assert_same_scores(values, expected)
