@@ -509,13 +509,9 @@ def operator_speed_beside_preparation(backend, requests, args) -> dict:
 
     import torch
 
-    from lmms_egoplan.models.visuals import decode_ahead, decode_ahead_in_processes
-
     use_method(backend, "batched", args.batch_size, args.visual_prefetch)
     batches = backend._question_batches(backend._questions(requests))
-    ways = {"thread": lambda: decode_ahead(backend._prepared_batch, batches, args.visual_prefetch),
-            "processes": lambda: decode_ahead_in_processes(backend._prepared_in_worker, batches, args.visual_prefetch,
-                                                           args.prefetch_processes)}
+    ways = {"thread": "batched", "processes": "batched_processes"}  # egoplan_hf's own choice (_prepared_ahead)
 
     def counting(done: threading.Event) -> float:
         one, total = torch.ones(1), torch.zeros(1)
@@ -528,10 +524,11 @@ def operator_speed_beside_preparation(backend, requests, args) -> dict:
     alone = threading.Event()
     threading.Timer(1.0, alone.set).start()
     speed_alone, shares, seconds = counting(alone), {}, {}
-    for way, prepared in ways.items():
+    for way, method in ways.items():
+        use_method(backend, method, args.batch_size, args.visual_prefetch, args.prefetch_processes)
         done = threading.Event()
         started = time.perf_counter()
-        threading.Thread(target=lambda: (list(prepared()), done.set())).start()
+        threading.Thread(target=lambda: (list(backend._prepared_ahead(batches)), done.set())).start()
         shares[way] = counting(done) / speed_alone
         seconds[way] = time.perf_counter() - started
     print(f"scoring thread's operators while {len(batches)} batches are prepared: {shares['thread']:.0%} of its "
