@@ -10,7 +10,8 @@ tests/e2e/test_wheel.py compares the built wheel with the source tree.
 
 from setuptools import find_namespace_packages, setup
 
-MAPPED_FOLDERS = {"lmms_egoplan.tasks": "tasks", "lmms_egoplan.lm_eval_tasks": "lm_eval_tasks", "lmms_egoplan.docs": "docs"}
+MAPPED_FOLDERS = {"lmms_egoplan.tasks": "tasks", "lmms_egoplan.lm_eval_tasks": "lm_eval_tasks",
+                  "lmms_egoplan.docs": "docs"}
 NOT_PACKAGES = ["__pycache__", "*.__pycache__"]
 
 packages = find_namespace_packages(include=["lmms_egoplan", "lmms_egoplan.*"], exclude=NOT_PACKAGES)

@@ -123,9 +123,8 @@ class EgoPlanHF(DocRequests, lmms):
         # Qwen-VL vision towers: every window in one attention call (vision_attention); None: nothing to pack.
         self.vision_attention = pack_vision_attention(self._model, _arg(packed_vision_attention, bool,
                                                                         "packed_vision_attention"))
+        # After packing: the packed forwards' rotary embedding is compiled too.
         self.fused_elementwise = _fused(self._model, _arg(fused_elementwise, bool, "fused_elementwise"), self._device)
-        if self.vision_attention is not None:
-            self.vision_attention.fused = self.fused_elementwise
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # decoder-only batched generation
         if self.tokenizer.pad_token is None:
@@ -530,7 +529,7 @@ def _prefetch_processes(value, visual_prefetch: int) -> int:
 
 
 def _fused(model, wanted: bool, device: torch.device) -> FusedElementwise | None:
-    """fused_elementwise: the likelihood path's norms, MLPs and vision rotary embedding compiled, their elementwise
+    """fused_elementwise: the likelihood path's norms, MLPs and rotary embeddings compiled, their elementwise
     work fused (``models.fused_elementwise``); refused at once where inductor cannot compile for ``device``."""
     if not wanted:
         return None
@@ -540,7 +539,8 @@ def _fused(model, wanted: bool, device: torch.device) -> FusedElementwise | None
                             f"here: {missing}; drop fused_elementwise")
     fused = fuse_elementwise(model)
     if fused is None:
-        logger.warning(f"egoplan_hf: fused_elementwise: {type(model).__name__} has no norm or MLP module to compile; "
+        logger.warning(f"egoplan_hf: fused_elementwise: {type(model).__name__} has no norm, MLP or rotary embedding to "
+                       f"compile; "
                        f"it runs as it is")
     return fused
 

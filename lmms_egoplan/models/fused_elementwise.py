@@ -6,10 +6,14 @@ Qwen-VL RMSNorm is seven of them (the float32 cast, square, mean, add, rsqrt, tw
 SiLU gating of an MLP two, the vision tower's rotary embedding a dozen. At Qwen2.5-VL-7B's shape on an H200 they
 took about 0.8 s of the 2.63 s the GPU worked for 32 questions, five times the attention's 0.16 s (README, "Running
 on a GPU"). Compiling the modules that hold no
-state between calls -- the norms, the MLPs (``FUSED_CLASS_SUFFIXES``) and, inside the packed vision attention, the
-vision rotary embedding -- lets torch's inductor fuse each one's elementwise operations into one kernel around
-the matrix products, with the same arithmetic. The decoder layers themselves stay eager: their attention updates
-the KV cache, whose per-layer state would make torch recompile each layer.
+state between calls -- the norms and the MLPs (``FUSED_CLASS_SUFFIXES``) -- and the rotary embeddings lets torch's
+inductor fuse each one's elementwise operations into one kernel around the matrix products, with the same
+arithmetic. The decoder layers themselves stay eager: their attention updates the KV cache, whose per-layer state
+would make torch recompile each layer. What an attention computes elementwise, the rotary embedding (text: five
+kernels each for the query and the key, two products, a negation, a concatenation and a sum; vision: the same in
+float32 with the casts), is a function of its modeling module (``FUSED_FUNCTIONS``) that the attention's forward
+looks up there when called: while one of the model's attention modules runs, that name holds its compiled version
+(also for ``vision_attention``'s packed forward, which looks it up the same way).
 
 One compiled function serves every instance of a class (torch inlines the module and takes its weights as inputs),
 so a model compiles each class's forward a few times -- per input rank and dtype, and once more when a sequence
@@ -17,13 +21,18 @@ length first changes (from then on the lengths are symbolic) -- not once per lay
 them, speed/bench_loglikelihood.py reports them and the tests bound them.
 
 Scoped: the forward is set on the module instances of the model egoplan_hf loaded (no class is changed, so no
-other model in the process is affected); modules with accelerate's hook (``device_map`` placement) keep theirs.
+other model in the process is affected); modules with accelerate's hook (``device_map`` placement) keep theirs. The
+rotary function is swapped in its module only for the duration of one of those modules' forwards and put back after
+it, also on an error (a model of the same architecture running meanwhile in another thread would get the compiled
+function, which computes the same).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
+import types
 from typing import Callable, Iterator
 
 import torch
@@ -31,6 +40,9 @@ import torch
 # Modules fused, by the end of their class name: stateless functions of their input in every architecture the
 # suite runs (Qwen2_5_VLRMSNorm, Qwen2MLP, Qwen2_5_VLMLP, VisionMlp, LlamaMLP, Gemma3RMSNorm, ...).
 FUSED_CLASS_SUFFIXES = ("RMSNorm", "MLP", "Mlp")
+# Functions of a modeling module, fused where a module's forward calls them: the rotary embeddings of the text
+# attention (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Llama, Qwen2, Gemma3, Mistral, ...) and of the Qwen-VL vision attention.
+FUSED_FUNCTIONS = ("apply_rotary_pos_emb", "apply_rotary_pos_emb_vision")
 # torch.compile's backend: inductor generates the fused kernels (triton on a GPU, C++ on a CPU).
 BACKEND = "inductor"
 
@@ -54,10 +66,19 @@ class FusedElementwise:
             return forward(*args, **kwargs)
         return self._compiled[type(module).forward](module, *args, **kwargs)
 
-    def run(self, function: Callable, *args, **kwargs):
-        """``function(*args, **kwargs)``, compiled while enabled: a stateless helper that the suite's own forwards
-        call (the vision rotary embedding in ``vision_attention``)."""
-        return (self.compiled(function) if self.enabled else function)(*args, **kwargs)
+    def call_with_compiled(self, module, forward: Callable, namespace: dict, functions: dict[str, Callable], *args,
+                           **kwargs):
+        """``module``'s forward with ``functions`` (name -> function of its modeling module, ``namespace``) compiled
+        while it runs, where enabled (inference only); put back after it, also on an error. A name that holds
+        another function meanwhile (a concurrent call has swapped it, or someone patched it since) is left as it is."""
+        if not self.enabled or module.training:
+            return forward(*args, **kwargs)
+        swapped = {name: function for name, function in functions.items() if namespace.get(name) is function}
+        namespace.update({name: self._compiled[function] for name, function in swapped.items()})
+        try:
+            return forward(*args, **kwargs)
+        finally:
+            namespace.update(swapped)
 
     @contextlib.contextmanager
     def unfused(self) -> Iterator[None]:
@@ -97,15 +118,33 @@ def inductor_missing(device: torch.device) -> str | None:
 
 
 def fuse_elementwise(model, backend: str = BACKEND) -> FusedElementwise | None:
-    """Gives ``model``'s stateless modules (``FUSED_CLASS_SUFFIXES``) their class's compiled forward (see the module
-    docstring); None where it has none."""
-    modules = [
-        m for m in model.modules() if type(m).__name__.endswith(FUSED_CLASS_SUFFIXES) and not hasattr(m, "_hf_hook")
-    ]
-    if not modules:
+    """Gives ``model``'s stateless modules (``FUSED_CLASS_SUFFIXES``) their class's compiled forward and the modules
+    whose forward calls a ``FUSED_FUNCTIONS`` function that function compiled (see the module docstring); None where
+    it has neither."""
+    unhooked = [m for m in model.modules() if not hasattr(m, "_hf_hook")]  # accelerate's hook keeps its forward
+    modules = [m for m in unhooked if type(m).__name__.endswith(FUSED_CLASS_SUFFIXES)]
+    callers = {m: names for m in unhooked if (names := _fused_functions_called(m))}
+    if not modules and not callers:
         return None
     fused = FusedElementwise(backend)
     for module in modules:
         fused.compiled(type(module).forward)
         module.forward = functools.partial(fused.call, module, module.forward)
+    for module, names in callers.items():
+        namespace = inspect.unwrap(type(module).forward).__globals__
+        functions = {name: namespace[name] for name in names}
+        for function in functions.values():
+            fused.compiled(function)
+        module.forward = functools.partial(fused.call_with_compiled, module, module.forward, namespace, functions)
     return fused
+
+
+def _fused_functions_called(module) -> tuple[str, ...]:
+    """The ``FUSED_FUNCTIONS`` that ``module``'s class forward calls by name from its modeling module (through any
+    decorator: transformers' keyword deprecations wrap it), where that name holds a plain function."""
+    forward = inspect.unwrap(type(module).forward)
+    code = getattr(forward, "__code__", None)
+    if code is None:
+        return ()
+    return tuple(name for name in FUSED_FUNCTIONS
+                 if name in code.co_names and isinstance(forward.__globals__.get(name), types.FunctionType))

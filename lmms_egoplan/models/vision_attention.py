@@ -32,8 +32,6 @@ import sys
 import torch
 from torch.nn import functional
 
-from lmms_egoplan.models.fused_elementwise import FusedElementwise
-
 # The vision attention classes whose forward loops over segments (transformers 5.x, checked by behaviour below).
 PACKED_CLASSES = ("VisionAttention", "Qwen2_5_VLVisionAttention")  # qwen2_vl, qwen2_5_vl
 PER_SEGMENT_LOOP = "torch.split(tensor, lengths.tolist(), dim=2)"
@@ -86,7 +84,6 @@ class PackedVisionAttention:
 
     def __init__(self):
         self.enabled = True  # False: each module's own forward (the per-segment loop)
-        self.fused: FusedElementwise | None = None  # egoplan_hf's fused_elementwise: the rotary embedding compiled
         self._layouts: list[tuple[torch.Tensor, SegmentLayout]] = []
 
     def layout(self, cu_seqlens: torch.Tensor, tokens: int, longest: int | None = None) -> SegmentLayout:
@@ -104,8 +101,8 @@ class PackedVisionAttention:
         tokens = hidden_states.shape[0]
         query, key, value = module.qkv(hidden_states).reshape(tokens, 3, module.num_heads, -1).permute(1, 0, 2, 3)
         cos, sin = position_embeddings
-        rotary = sys.modules[type(module).__module__].apply_rotary_pos_emb_vision
-        query, key = self.fused.run(rotary, query, key, cos, sin) if self.fused else rotary(query, key, cos, sin)
+        # Looked up when called, as the module's own forward does: fused_elementwise compiles it meanwhile.
+        query, key = sys.modules[type(module).__module__].apply_rotary_pos_emb_vision(query, key, cos, sin)
         return module.proj(self.layout(cu_seqlens, tokens, max_seqlen).attend(query, key, value, module.scaling))
 
 

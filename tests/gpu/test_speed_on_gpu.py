@@ -110,7 +110,7 @@ def test_the_transformers_judge_at_the_qwen3_8b_shape(gpu_check, tmp_path):
     assert f["generate_calls"] <= math.ceil(f["items"] / f["concurrency"]) + 3
 
 
-# Issue 63 point 1: the batched method with egoplan_hf's fused_elementwise (the norms, MLPs and vision rotary embedding
+# Issue 63 point 1: the batched method with egoplan_hf's fused_elementwise (the norms, MLPs and rotary embeddings
 # compiled by inductor) beside the batched method at the steady state (3 batches of 8 a round, 2 rounds), its compile
 # (a first pass outside the rounds) reported apart, and the device kernels per question of each on one batch; and the
 # fused method with its batches prepared in 2 worker processes instead of a thread (prefetch_processes). It runs

@@ -1,9 +1,13 @@
-"""egoplan_hf's ``fused_elementwise`` (``models.fused_elementwise``): the norms, MLPs and vision rotary embedding
-compiled by torch's inductor score as the eager model does (float32 tightly, bfloat16 within its precision, the same
-choices), compile a few graphs per class however many layers use it and none for a new batch's lengths, and launch
-fewer kernels per question (speed/bench_loglikelihood.py's ``kernels_per_question``, the CPU's count)."""
+"""egoplan_hf's ``fused_elementwise`` (``models.fused_elementwise``): the norms, MLPs and the vision and text rotary
+embeddings compiled by torch's inductor score as the eager model does (float32 tightly, bfloat16 within its
+precision, the same choices), compile a few graphs per class however many layers use it and none for a new batch's
+lengths, and launch fewer kernels per question (speed/bench_loglikelihood.py's ``kernels_per_question``, the CPU's
+count); the text rotary function is compiled in its modeling module only while one of the model's attention modules
+runs."""
 
 from __future__ import annotations
+
+import inspect
 
 import pytest
 import torch
@@ -48,7 +52,6 @@ def test_fused_elementwise_scores_as_the_eager_model_with_a_few_graphs_and_fewer
         fused_elementwise=True,
     )
     fused = model.fused_elementwise
-    assert model.vision_attention.fused is fused
     requests = mc_requests(model, [egoplan_doc(seed) for seed in SEEDS])
     first, later = requests[:12], requests[12:]  # 3 questions of 4 candidates, then 2
     fused.enabled = False
@@ -64,6 +67,7 @@ def test_fused_elementwise_scores_as_the_eager_model_with_a_few_graphs_and_fewer
         "Qwen2MLP.forward",
         "Qwen2_5_VLMLP.forward",
         "apply_rotary_pos_emb_vision",
+        "apply_rotary_pos_emb",
     }
     assert len(compiled) <= graphs <= MOST_GRAPHS_PER_FUNCTION * len(compiled)
     assert [v for v, _ in values] == pytest.approx([v for v, _ in expected], abs=FUSED_TOLERANCE[dtype])
@@ -98,3 +102,42 @@ def test_generation_runs_the_modules_own_forwards_and_a_machine_without_inductor
     ):
         EgoPlanHF(pretrained=pretrained, device="cpu", fused_elementwise=True)
     EgoPlanHF(pretrained=pretrained, device="cpu")  # without it, nothing asks for a compiler
+
+
+def test_the_rotary_functions_are_compiled_only_while_the_models_attention_modules_run(tiny_model):
+    torch._dynamo.reset()
+    model = EgoPlanHF(pretrained=str(tiny_model("qwen2_5_vl", num_layers=2)), device="cpu", dtype="float32",
+                      fused_elementwise=True)
+    fused = model.fused_elementwise
+    # The text attention, and the vision attention in its packed forward (vision_attention): the projection that
+    # each runs before its rotary embedding records what the name holds there.
+    attentions = {"apply_rotary_pos_emb": ("Qwen2_5_VLAttention", "q_proj"),
+                  "apply_rotary_pos_emb_vision": ("Qwen2_5_VLVisionAttention", "qkv")}
+    namespace = inspect.unwrap(type(model.model).forward).__globals__  # the modeling module of them all
+    originals = {name: namespace[name] for name in attentions}
+    seen = {name: [] for name in attentions}
+    hooks = []
+    for name, (attention, projection) in attentions.items():
+        module = next(m for m in model.model.modules() if type(m).__name__ == attention)
+        hooks.append(getattr(module, projection).register_forward_hook(
+            lambda *_, name=name: seen[name].append(namespace[name])))
+    assert model.vision_attention is not None  # packed
+    requests = mc_requests(model, [egoplan_doc(SEEDS[0])])
+    model.loglikelihood(requests)
+    for name, original in originals.items():
+        assert seen[name] and all(function is fused._compiled[original] for function in seen[name]), name
+        assert namespace[name] is original  # put back after each forward
+
+    seen = {name: [] for name in attentions}
+    model.generate_until(gen_requests(model, [egoplan_doc(0)], max_new_tokens=2))  # generation: unfused
+    assert all(seen[name] and all(function is originals[name] for function in seen[name]) for name in attentions)
+
+    def failing(*_):
+        raise RuntimeError("out of memory")
+
+    hooks[0].remove()
+    next(m for m in model.model.modules() if type(m).__name__ == "Qwen2_5_VLAttention").q_proj.register_forward_hook(
+        failing)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        model.loglikelihood(requests)
+    assert all(namespace[name] is original for name, original in originals.items())  # put back on an error too
