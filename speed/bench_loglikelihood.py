@@ -417,8 +417,10 @@ def main() -> None:
     parser.add_argument("--scored-span", default="answer_and_end_of_turn", choices=["answer_and_end_of_turn", "answer"])
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "lmms_egoplan_bench_checkpoints"))
     parser.add_argument("--json", help="also write the figures to this file")
-    parser.add_argument("--profile", help="after the rounds, score the questions once more the batched way under "
-                                          "torch.profiler and write its operators, most device time first, here")
+    parser.add_argument("--profile", help="after the rounds, score the questions once more with the fastest batched "
+                                          "method (batched, fused or in processes: the highest median rate) under "
+                                          "torch.profiler and write its operators, most device time first, here "
+                                          "(--json: the leading ones too)")
     args = parser.parse_args()
 
     import torch
@@ -489,13 +491,12 @@ def main() -> None:
     peaks = {method: max(peak) for method, peak in peaks.items()}
     if args.fused:
         fusion = fusion_measured(backend, requests[:4 * args.batch_size], args.batch_size, fusion)
-    if args.profile:
-        profile_batched(backend, requests, args, Path(args.profile))
+    profiled = profile_fastest(backend, requests, args, Path(args.profile), seconds) if args.profile else {}
     contention = operator_speed_beside_preparation(backend, requests, args) if args.prefetch_processes else {}
 
     report(args, {"prompt_tokens": prompt["input_ids"].shape[1], "parameters": parameters,
                   "memory": "GPU memory allocated" if backend.device.type == "cuda" else "process resident memory",
-                  **fusion, **contention},
+                  **fusion, **contention, **profiled},
            seconds, host, peaks, values, counts)
 
 
@@ -558,23 +559,33 @@ def fusion_measured(backend, requests, batch_size: int, started: dict) -> dict:
             "fewer_kernels_fused": kernels["batched"] / max(kernels["batched_fused"], 1e-9)}
 
 
-def profile_batched(backend, requests, args, path: Path) -> None:
-    """Where the batched method's time goes: its operators under torch.profiler, most device (else CPU) time first,
-    with the device's busy share of the wall time."""
+PROFILED_OPERATORS = 15  # the leading operators of --profile that --json carries
+
+
+def profile_fastest(backend, requests, args, path: Path, seconds: dict[str, list[float]]) -> dict:
+    """Where the fastest batched method's time goes (the highest median rate of the rounds: what is left to gain):
+    its operators under torch.profiler, most device (else CPU) time first, with the device's busy share of the wall
+    time; written to ``path`` and printed, the leading ones returned for ``--json``."""
     from torch.profiler import ProfilerActivity, profile
 
+    method = min((m for m in seconds if m in BATCHED), key=lambda m: statistics.median(seconds[m]))
     cuda = backend.device.type == "cuda"
     with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as profiler:
-        elapsed, *_ = timed(backend, requests, "batched", args.batch_size, args.visual_prefetch)
+        elapsed, *_ = timed(backend, requests, method, args.batch_size, args.visual_prefetch, args.prefetch_processes)
     averages = profiler.key_averages()
     own = "self_device_time_total" if cuda else "self_cpu_time_total"
     busy = sum(getattr(event, own) for event in averages) / 1e6
-    summary = (f"batched ({args.batch_size} a pass, visual_prefetch={args.visual_prefetch}): {len(requests) // 4} "
+    summary = (f"{method} ({args.batch_size} a pass, visual_prefetch={args.visual_prefetch}): {len(requests) // 4} "
                f"questions in {elapsed:.3f} s under the profiler; operators' own {'device' if cuda else 'CPU'} time "
                f"{busy:.3f} s ({busy / elapsed:.0%} of the wall time)")
     path.write_text(summary + "\n" + averages.table(sort_by=own, row_limit=60, max_name_column_width=70) + "\n")
     print(summary + f"; operators: {path}")
     print(averages.table(sort_by=own, row_limit=25, max_name_column_width=60))
+    leading = sorted(averages, key=lambda event: getattr(event, own), reverse=True)[:PROFILED_OPERATORS]
+    return {"profile": {"method": method, "seconds": elapsed, "busy_seconds": busy, "busy_share": busy / elapsed,
+                        "time": "device" if cuda else "CPU",
+                        "operators": [{"name": event.key, "seconds": getattr(event, own) / 1e6, "calls": event.count}
+                                      for event in leading]}}
 
 
 def choices(values: list) -> list[int]:
