@@ -540,8 +540,7 @@ def _fused(model, wanted: bool, device: torch.device) -> FusedElementwise | None
     fused = fuse_elementwise(model)
     if fused is None:
         logger.warning(f"egoplan_hf: fused_elementwise: {type(model).__name__} has no norm, MLP or rotary embedding to "
-                       f"compile; "
-                       f"it runs as it is")
+                       f"compile; it runs as it is")
     return fused
 
 

@@ -123,28 +123,26 @@ def fuse_elementwise(model, backend: str = BACKEND) -> FusedElementwise | None:
     it has neither."""
     unhooked = [m for m in model.modules() if not hasattr(m, "_hf_hook")]  # accelerate's hook keeps its forward
     modules = [m for m in unhooked if type(m).__name__.endswith(FUSED_CLASS_SUFFIXES)]
-    callers = {m: names for m in unhooked if (names := _fused_functions_called(m))}
+    callers = {m: called for m in unhooked if (called := _fused_functions_called(m))[1]}
     if not modules and not callers:
         return None
     fused = FusedElementwise(backend)
     for module in modules:
         fused.compiled(type(module).forward)
         module.forward = functools.partial(fused.call, module, module.forward)
-    for module, names in callers.items():
-        namespace = inspect.unwrap(type(module).forward).__globals__
-        functions = {name: namespace[name] for name in names}
+    for module, (namespace, functions) in callers.items():
         for function in functions.values():
             fused.compiled(function)
         module.forward = functools.partial(fused.call_with_compiled, module, module.forward, namespace, functions)
     return fused
 
 
-def _fused_functions_called(module) -> tuple[str, ...]:
-    """The ``FUSED_FUNCTIONS`` that ``module``'s class forward calls by name from its modeling module (through any
-    decorator: transformers' keyword deprecations wrap it), where that name holds a plain function."""
+def _fused_functions_called(module) -> tuple[dict, dict[str, Callable]]:
+    """(its modeling module's namespace, name -> function): the ``FUSED_FUNCTIONS`` that ``module``'s class forward
+    calls by name from its modeling module (through any decorator: transformers' keyword deprecations wrap it), where
+    that name holds a plain function."""
     forward = inspect.unwrap(type(module).forward)
-    code = getattr(forward, "__code__", None)
-    if code is None:
-        return ()
-    return tuple(name for name in FUSED_FUNCTIONS
-                 if name in code.co_names and isinstance(forward.__globals__.get(name), types.FunctionType))
+    namespace, code = getattr(forward, "__globals__", {}), getattr(forward, "__code__", None)
+    return namespace, {name: namespace[name] for name in FUSED_FUNCTIONS
+                       if code is not None and name in code.co_names
+                       and isinstance(namespace.get(name), types.FunctionType)}
