@@ -33,8 +33,11 @@ Shapes (random weights, nothing downloaded):
         --questions 32 --one-pass-questions 8 --rounds 3
     python speed/bench_loglikelihood.py --shape qwen2.5-vl-7b --width narrow --batch-size 8 --skip-one-pass  # CPU
 
-It ends with the time the full EgoPlan-Bench Val (3,355 questions) would take at each rate (model time:
-these visuals are made in memory, nothing is decoded); ``--json FILE`` also writes the figures there.
+Each method's rate is given twice: over whole rounds, and at the steady state (``steady_questions_per_second``: each
+round after its first batch, whose preparation nothing hides, ``first_batch_seconds``). It ends with the time the full
+EgoPlan-Bench Val (3,355 questions) would take as a run sees it: the first batch, the compile (a fused method), then
+the questions at the steady rate (model time: these visuals are made in memory, nothing is decoded); ``--json FILE``
+also writes the figures there.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import os
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -204,13 +208,40 @@ def use_method(backend, method: str, batch_size: int, visual_prefetch: int | Non
         raise SystemExit(f"{method}: the model has no module that fused_elementwise compiles")
 
 
+@dataclass
+class Timing:
+    """One scoring of ``requests`` with one method: its seconds, the values, the host seconds (decoding, the processor
+    and, prefix sharing, the prefill's host step: ``_prepared_batch``, in whichever thread or process they ran), the
+    peak memory in GiB, and each batch's end (seconds from the start, questions in it). A batch ends when its scores
+    are on the host, which waits for the device."""
+
+    seconds: float
+    values: list
+    host_seconds: float
+    peak_gib: float
+    batch_ends: list[tuple[float, int]]
+
+    @property
+    def first_batch_seconds(self) -> float:
+        """From the start to the first batch's scores: its preparation, with nothing before it to hide behind, and its
+        model step."""
+        return self.batch_ends[0][0]
+
+    @property
+    def steady_questions_per_second(self) -> float | None:
+        """The rate after the first batch, the one a run of thousands of questions sees (the first batch's preparation
+        is paid once); None: one batch only."""
+        if len(self.batch_ends) < 2:
+            return None
+        after_first = sum(questions for _, questions in self.batch_ends[1:])
+        return after_first / (self.seconds - self.first_batch_seconds)
+
+
 def timed(backend, requests, method: str, batch_size: int = 1, visual_prefetch: int | None = None,
-          processes: int = 0) -> tuple:
-    """(seconds, values, host seconds, peak memory in GiB) of scoring ``requests`` with ``method``. Host seconds:
-    decoding, the processor and (prefix sharing) the prefill's host step (``_prepared_batch``), in whichever thread
-    or process they ran. Peak memory: CUDA allocated memory on a GPU, else the process's peak resident set (weights
-    included): freed heap memory is handed back to the system first (glibc's malloc_trim) and the peak reset
-    (/proc/self/clear_refs), so each method counts its own."""
+          processes: int = 0) -> Timing:
+    """``requests`` scored with ``method`` (``Timing``). Peak memory: CUDA allocated memory on a GPU, else the
+    process's peak resident set (weights included): freed heap memory is handed back to the system first (glibc's
+    malloc_trim) and the peak reset (/proc/self/clear_refs), so each method counts its own."""
     import ctypes
 
     import torch
@@ -226,9 +257,13 @@ def timed(backend, requests, method: str, batch_size: int = 1, visual_prefetch: 
         prepared.host_seconds = time.perf_counter() - started
         return prepared
 
+    batch_ends: list[tuple[float, int]] = []
+
     def counted_score(prepared):
         host[0] += prepared.host_seconds
-        return score(prepared)
+        scores = score(prepared)
+        batch_ends.append((time.perf_counter() - started, len(scores)))
+        return scores
 
     cuda = backend.device.type == "cuda"
     if cuda:
@@ -251,7 +286,7 @@ def timed(backend, requests, method: str, batch_size: int = 1, visual_prefetch: 
     else:
         peak = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
                     if line.startswith("VmHWM:")) / 2 ** 20
-    return elapsed, values, host[0], peak
+    return Timing(elapsed, values, host[0], peak, batch_ends)
 
 
 def model_step_counts(backend, requests) -> tuple[dict[str, float], list]:
@@ -479,16 +514,12 @@ def main() -> None:
         use_method(backend, method, args.batch_size, None)
         counts[method], _ = model_step_counts(backend, scored[method])
     fusion = fusion_started(backend, requests, args.batch_size, args.visual_prefetch) if args.fused else {}
-    seconds, host, peaks = ({method: [] for method in methods} for _ in range(3))
-    values = {}
+    timings: dict[str, list[Timing]] = {method: [] for method in methods}
     for _ in range(args.rounds):
         for method in methods:
-            elapsed, values[method], host_seconds, peak = timed(backend, scored[method], method, args.batch_size,
-                                                                args.visual_prefetch, args.prefetch_processes)
-            seconds[method].append(elapsed)
-            host[method].append(host_seconds)
-            peaks[method].append(peak)
-    peaks = {method: max(peak) for method, peak in peaks.items()}
+            timings[method].append(timed(backend, scored[method], method, args.batch_size, args.visual_prefetch,
+                                         args.prefetch_processes))
+    seconds = {method: [timing.seconds for timing in rounds] for method, rounds in timings.items()}
     if args.fused:
         fusion = fusion_measured(backend, requests[:4 * args.batch_size], args.batch_size, fusion)
     profiled = profile_fastest(backend, requests, args, Path(args.profile), seconds) if args.profile else {}
@@ -497,7 +528,7 @@ def main() -> None:
     report(args, {"prompt_tokens": prompt["input_ids"].shape[1], "parameters": parameters,
                   "memory": "GPU memory allocated" if backend.device.type == "cuda" else "process resident memory",
                   **fusion, **contention, **profiled},
-           seconds, host, peaks, values, counts)
+           timings, counts)
 
 
 def operator_speed_beside_preparation(backend, requests, args) -> dict:
@@ -543,8 +574,7 @@ def fusion_started(backend, requests, batch_size: int, visual_prefetch: int) -> 
     the graphs compiled."""
     from torch._dynamo.utils import compilation_time_metrics
 
-    elapsed, *_ = timed(backend, requests, "batched_fused", batch_size, visual_prefetch)
-    return {"first_pass_seconds": elapsed,
+    return {"first_pass_seconds": timed(backend, requests, "batched_fused", batch_size, visual_prefetch).seconds,
             "compile_seconds": sum(compilation_time_metrics.get("_compile.compile_inner", [])),
             "compiled_variants": backend.fused_elementwise.compiled_variants()}
 
@@ -571,7 +601,8 @@ def profile_fastest(backend, requests, args, path: Path, seconds: dict[str, list
     method = min((m for m in seconds if m in BATCHED), key=lambda m: statistics.median(seconds[m]))
     cuda = backend.device.type == "cuda"
     with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as profiler:
-        elapsed, *_ = timed(backend, requests, method, args.batch_size, args.visual_prefetch, args.prefetch_processes)
+        elapsed = timed(backend, requests, method, args.batch_size, args.visual_prefetch,
+                        args.prefetch_processes).seconds
     averages = profiler.key_averages()
     own = "self_device_time_total" if cuda else "self_cpu_time_total"
     busy = sum(getattr(event, own) for event in averages) / 1e6
@@ -606,12 +637,33 @@ def agreement(values: dict) -> tuple[dict, dict, dict]:
     return differences, same_choice, compared_on
 
 
-def report(args, facts: dict, seconds: dict[str, list[float]], host: dict[str, list[float]], peaks: dict[str, float],
-           values: dict, counts: dict) -> None:
-    """Prints the rates, their ratios, the model step's counts, peak memory and agreement of the methods;
-    ``--json``: writes them too."""
+def full_run_estimates(args, facts: dict, timings: dict[str, list[Timing]]) -> tuple[dict, dict, dict, dict]:
+    """Each method as a full run sees it: (its steady rate, the median of its rounds' rates after their first batch;
+    its first batch's seconds, the median of its rounds'; its compile seconds, paid once by a fused method; the minutes
+    of EgoPlan Val: first batch + compile + the 3,355 questions at the steady rate). A method whose rounds are one
+    batch has no steady rate (None): its estimate takes its whole rounds' rate and says so."""
+    fused = {"batched_fused"} | ({"batched_processes"} if args.fused else set())
+    steady, first, compile_seconds, minutes = {}, {}, {}, {}
+    for method, rounds in timings.items():
+        rates = [timing.steady_questions_per_second for timing in rounds]
+        steady[method] = statistics.median(rates) if None not in rates else None
+        first[method] = statistics.median(timing.first_batch_seconds for timing in rounds)
+        compile_seconds[method] = facts.get("compile_seconds", 0.0) if method in fused else 0.0
+        rate = steady[method] or len(rounds[0].values) // 4 / statistics.median(t.seconds for t in rounds)
+        minutes[method] = (first[method] + compile_seconds[method] + EGOPLAN_VAL_QUESTIONS / rate) / 60
+    return steady, first, compile_seconds, minutes
+
+
+def report(args, facts: dict, timings: dict[str, list[Timing]], counts: dict) -> None:
+    """Prints the rates (whole rounds and steady), their ratios, the model step's counts, peak memory and agreement of
+    the methods, and EgoPlan Val's time as a full run sees it; ``--json``: writes them too."""
+    seconds = {method: [timing.seconds for timing in rounds] for method, rounds in timings.items()}
+    host = {method: [timing.host_seconds for timing in rounds] for method, rounds in timings.items()}
+    peaks = {method: max(timing.peak_gib for timing in rounds) for method, rounds in timings.items()}
+    values = {method: rounds[-1].values for method, rounds in timings.items()}
     questions = {method: len(found) // 4 for method, found in values.items()}
     rates = {method: questions[method] / statistics.median(times) for method, times in seconds.items()}
+    steady, first_batch, compile_seconds, minutes = full_run_estimates(args, facts, timings)
     differences, same_choice, compared_on = agreement(values)
     memory = facts["memory"]
     labels = {"one_pass_per_candidate": "one pass per candidate", "prefix_shared": "prefix-shared",
@@ -620,7 +672,9 @@ def report(args, facts: dict, seconds: dict[str, list[float]], host: dict[str, l
                                    f"({args.batch_size})"}
     for method in rates:
         step = counts[method]
-        print(f"{labels[method]:23s}: {rates[method]:8.3f} questions/s   peak {memory} {peaks[method]:6.2f} GiB   "
+        steady_rate = f"{steady[method]:.3f}" if steady[method] is not None else "- (one batch a round)"
+        print(f"{labels[method]:23s}: {rates[method]:8.3f} questions/s, steady {steady_rate}, first batch "
+              f"{first_batch[method]:.2f} s   peak {memory} {peaks[method]:6.2f} GiB   "
               f"per question: {step['attention_calls_per_question']:8.1f} attention calls, "
               f"{step['device_syncs_per_question']:6.1f} host reads, "
               f"{step['forward_passes_per_question']:5.2f} forward passes; host preparation "
@@ -658,9 +712,10 @@ def report(args, facts: dict, seconds: dict[str, list[float]], host: dict[str, l
           + "; same argmin choice on every question: "
           + ", ".join(f"{labels[method]} vs {labels[reference]} {same}"
                       for (method, reference), same in same_choice.items()))
-    print(f"EgoPlan-Bench Val ({EGOPLAN_VAL_QUESTIONS:,} questions) at these rates: " + ", ".join(
-        f"{EGOPLAN_VAL_QUESTIONS / rate / 60:.1f} min {labels[method]}" for method, rate in rates.items())
-          + " (model time, no decoding)")
+    print(f"EgoPlan-Bench Val ({EGOPLAN_VAL_QUESTIONS:,} questions): first batch + compile + the questions at the "
+          "steady rate: " + ", ".join(f"{minutes[method]:.1f} min {labels[method]}"
+                                      + ("" if steady[method] is not None else " (no steady rate: whole rounds)")
+                                      for method in rates) + " (model time, no decoding)")
     if args.json:
         Path(args.json).write_text(json.dumps({
             "shape": args.shape, "width": args.width, "layers": args.layers, "device": args.device, "dtype": args.dtype,
@@ -673,7 +728,8 @@ def report(args, facts: dict, seconds: dict[str, list[float]], host: dict[str, l
             **counts["batched"], "counts": counts, "fewer_per_question_than_prefix_shared": against_current,
             "host_preparation_seconds": {method: statistics.median(times) for method, times in host.items()},
             "peak_memory_gib": peaks,
-            "egoplan_val_minutes": {method: EGOPLAN_VAL_QUESTIONS / rate / 60 for method, rate in rates.items()},
+            "steady_questions_per_second": steady, "first_batch_seconds": first_batch,
+            "compile_seconds_by_method": compile_seconds, "egoplan_val_minutes": minutes,
             "max_value_difference": max(differences.values(), default=None),  # None: one method measured
             "max_value_differences": {f"{method} vs {reference}": difference
                                       for (method, reference), difference in differences.items()},

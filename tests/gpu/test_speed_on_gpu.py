@@ -21,14 +21,21 @@ MOST_PER_QUESTION = {"attention_calls_per_question": 200, "device_syncs_per_ques
                      "forward_passes_per_question": 0.5}
 # The batched method hides a batch's decoding and processing (about 0.3 s for 8 questions) behind the model step of
 # the one before, from its second batch on: at one batch a round it measured 7.93 questions/s on an H200, at 4
-# batches 10.38. So it scores 4 batches (3 in --quick) a round, the rate a run of EgoPlan Val's 3,355 questions sees,
-# and one pass per candidate, a question at a time like prefix sharing and 3.4 times slower, only the first of them.
+# batches 10.38. So it scores 4 batches (3 in --quick) a round, and the rate asserted is the steady one, after each
+# round's first batch (issue 78: the rate a run of EgoPlan Val's 3,355 questions sees); one pass per candidate, a
+# question at a time like prefix sharing and 3.4 times slower, scores only the first of them.
 STEADY_STATE = {"full": ["--batch-size", "8", "--questions", "32", "--one-pass-questions", "8", "--rounds", "3"],
                 "quick": ["--batch-size", "8", "--questions", "24", "--one-pass-questions", "2", "--rounds", "2"]}
 
 
 def loglikelihood_bench(gpu_check, arguments: list[str], folder) -> dict:
     return gpu_check.speed_script("bench_loglikelihood.py", [*arguments, "--device", gpu_check.device], folder)
+
+
+def steady_rate(figures: dict, method: str) -> str:
+    """A method's steady rate (its rounds after their first batch: what a run of EgoPlan Val sees), for the table."""
+    rate = figures["steady_questions_per_second"][method]
+    return f"{rate:.2f} questions/s" if rate is not None else "no steady rate (one batch a round)"
 
 
 def model_case(figures: dict) -> str:
@@ -43,27 +50,28 @@ def test_prefix_sharing_at_the_qwen2_5_vl_7b_shape(gpu_check, tmp_path):
                                          "--one-pass-questions", "1", "--rounds", "1", "--batch-size", "1"])
     f = loglikelihood_bench(gpu_check, arguments, tmp_path)
     rates, peaks, minutes = f["questions_per_second"], f["peak_memory_gib"], f["egoplan_val_minutes"]
-    counts, scored = f["counts"], f["questions_scored"]
+    counts, scored, steady = f["counts"], f["questions_scored"], f["steady_questions_per_second"]
     gpu_check.record(
         "prefix sharing (bench_loglikelihood.py)",
         f"{model_case(f)}, {f['prompt_tokens']}-token prompts, "
         f"{f['questions']} questions ({scored['one_pass_per_candidate']} one pass per candidate)",
         result=f"{rates['prefix_shared']:.2f} questions/s shared vs {rates['one_pass_per_candidate']:.2f} one pass per "
                f"candidate = {f['ratio']:.2f}x; batched ({f['batch_size']} a pass) {rates['batched']:.2f} questions/s "
-               f"= {f['ratio_batched_to_prefix_shared']:.2f}x shared; per question batched / shared: "
+               f"= {f['ratio_batched_to_prefix_shared']:.2f}x shared, {steady_rate(f, 'batched')} at the steady "
+               f"state (first batch {f['first_batch_seconds']['batched']:.2f} s); per question batched / shared: "
                + ", ".join(f"{name.removesuffix('_per_question').replace('_', ' ')} {counts['batched'][name]:.1f} / "
                            f"{counts['prefix_shared'][name]:.1f}" for name in MOST_PER_QUESTION)
                + f"; peak {f['memory']} {peaks['batched']:.1f} / {peaks['prefix_shared']:.1f} / "
-               f"{peaks['one_pass_per_candidate']:.1f} GiB; EgoPlan Val (3,355 questions) {minutes['batched']:.1f} min "
-               f"batched, {minutes['prefix_shared']:.0f} min shared, {minutes['one_pass_per_candidate']:.0f} min one "
-               f"pass per candidate (model time)", **f)
+               f"{peaks['one_pass_per_candidate']:.1f} GiB; EgoPlan Val (3,355 questions: first batch + the questions "
+               f"at the steady rate) {minutes['batched']:.1f} min batched, {minutes['prefix_shared']:.0f} min shared, "
+               f"{minutes['one_pass_per_candidate']:.0f} min one pass per candidate (model time)", **f)
     assert f["max_value_difference"] <= SHARING_TOLERANCE[f["dtype"]]
     # bfloat16: random weights give candidates close losses, which its rounding may reorder (recorded, not asserted).
     assert f["same_choice"] or f["dtype"] != "float32"
     if not gpu_check.smallest:
         assert f["ratio"] > 1, "prefix sharing is slower than one pass per candidate on the GPU"
         assert all(f[name] <= most for name, most in MOST_PER_QUESTION.items()), {n: f[n] for n in MOST_PER_QUESTION}
-        assert rates["batched"] >= TARGET_QUESTIONS_PER_SECOND, f"{rates['batched']:.2f} questions/s batched"
+        assert steady["batched"] >= TARGET_QUESTIONS_PER_SECOND, f"{steady['batched']:.2f} questions/s batched (steady)"
 
 
 @pytest.mark.gpu_budget(full=45)
@@ -132,7 +140,9 @@ def test_fused_elementwise_at_the_qwen2_5_vl_7b_shape(gpu_check, tmp_path):
         "fused elementwise (bench_loglikelihood.py --fused)",
         f"{model_case(f)}, {f['questions']} questions, {f['batch_size']} a pass",
         result=f"{rates['batched_fused']:.2f} questions/s fused vs {rates['batched']:.2f} batched = "
-               f"{f['ratio_fused_to_batched']:.2f}x; kernels per question {kernels['batched_fused']:.0f} fused vs "
+               f"{f['ratio_fused_to_batched']:.2f}x (steady: {steady_rate(f, 'batched_fused')} fused, "
+               f"{steady_rate(f, 'batched')} batched, {steady_rate(f, 'batched_processes')} in processes); "
+               f"kernels per question {kernels['batched_fused']:.0f} fused vs "
                f"{kernels['batched']:.0f} = {f['fewer_kernels_fused']:.2f}x fewer; {f['compiled_variants']} graphs "
                f"compiled in {f['compile_seconds']:.1f} s (first pass {f['first_pass_seconds']:.1f} s), "
                f"{f['compiled_in_rounds']} more in the rounds; largest loss difference "
