@@ -66,3 +66,30 @@ def test_the_qwen_comparison_forgives_a_changed_choice_only_on_a_near_tie():
     assert not found["agrees"]
     # the same choices, but a loss beyond the tolerance
     assert not agreement({"lmms-eval": reference, "egoplan_hf": reference + 0.2}, tolerance=0.1)["agrees"]
+
+
+def test_the_likelihood_bench_estimates_a_run_from_its_steady_rate_not_its_first_batch():
+    """bench_loglikelihood.py (issue 78 point 1): a round whose first batch waits 0.5 s for its preparation and whose
+    next two take 0.2 s each runs 40 questions/s at the steady state, not 24 / 0.9; EgoPlan Val is then estimated as
+    first batch + compile + 3,355 questions at the steady rate, and a method with one batch a round has no steady
+    rate (its estimate falls back to the whole rounds' rate)."""
+    import argparse
+
+    sys.path.insert(0, str(SPEED))
+    from bench_loglikelihood import EGOPLAN_VAL_QUESTIONS, Timing, full_run_estimates
+
+    values = [(1.0, False)] * 4 * 24
+    three_batches = Timing(0.9, values, 0.0, 1.0, [(0.5, 8), (0.7, 8), (0.9, 8)])
+    assert three_batches.first_batch_seconds == 0.5
+    assert three_batches.steady_questions_per_second == pytest.approx(40.0)
+    one_batch = Timing(0.6, values[:32], 0.0, 1.0, [(0.6, 8)])
+    assert one_batch.steady_questions_per_second is None
+    timings = {"batched": [three_batches, three_batches], "batched_fused": [three_batches],
+               "prefix_shared": [one_batch]}
+    steady, first, compiled, minutes = full_run_estimates(argparse.Namespace(fused=True), {"compile_seconds": 30.0},
+                                                          timings)
+    assert steady == {"batched": pytest.approx(40.0), "batched_fused": pytest.approx(40.0), "prefix_shared": None}
+    assert compiled == {"batched": 0.0, "batched_fused": 30.0, "prefix_shared": 0.0}
+    assert minutes["batched"] == pytest.approx((0.5 + EGOPLAN_VAL_QUESTIONS / 40.0) / 60)
+    assert minutes["batched_fused"] == pytest.approx((0.5 + 30.0 + EGOPLAN_VAL_QUESTIONS / 40.0) / 60)
+    assert minutes["prefix_shared"] == pytest.approx((0.6 + EGOPLAN_VAL_QUESTIONS / (8 / 0.6)) / 60)
