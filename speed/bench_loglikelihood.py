@@ -184,8 +184,11 @@ METHODS = {"one_pass_per_candidate": {"prefix_sharing": False, "batch_size": 1, 
            "prefix_shared": {"prefix_sharing": True, "batch_size": 1, "packed": False, "fused": False},
            "batched": {"prefix_sharing": True, "batch_size": None, "packed": True, "fused": False},
            "batched_fused": {"prefix_sharing": True, "batch_size": None, "packed": True, "fused": True},
-           "batched_processes": {"prefix_sharing": True, "batch_size": None, "packed": True, "fused": None}}
-BATCHED = ("batched", "batched_fused", "batched_processes")  # the methods that decode ahead (--visual-prefetch)
+           "batched_processes": {"prefix_sharing": True, "batch_size": None, "packed": True, "fused": None},
+           "batched_in_prefill": {"prefix_sharing": True, "batch_size": None, "packed": True, "fused": False,
+                                  "in_prefill": True}}
+# the methods that decode ahead (--visual-prefetch)
+BATCHED = ("batched", "batched_fused", "batched_processes", "batched_in_prefill")
 # Tensor methods and torch functions that read a tensor's values to the host (on a GPU: a device synchronisation),
 # and calls with data-dependent output shapes, which synchronise alike.
 HOST_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy", "nonzero",
@@ -206,6 +209,11 @@ def use_method(backend, method: str, batch_size: int, visual_prefetch: int | Non
         backend.fused_elementwise.enabled = fused
     elif fused:
         raise SystemExit(f"{method}: the model has no module that fused_elementwise compiles")
+    in_prefill = settings.get("in_prefill", False)
+    if in_prefill and backend.scorer.tree_unsupported:
+        raise SystemExit(f"{method}: the model cannot score its candidates inside the prefill: "
+                         f"{backend.scorer.tree_unsupported}")
+    backend.scorer.candidates_in_prefill = in_prefill
 
 
 @dataclass
@@ -442,6 +450,9 @@ def main() -> None:
                         help="also the batched method with the elementwise work fused (egoplan_hf's fused_elementwise: "
                              "regional torch.compile), with its compile time, compiled graphs and kernels per question "
                              "against the batched method's")
+    parser.add_argument("--in-prefill", action="store_true",
+                        help="also the batched method with the candidates scored inside the prefill (egoplan_hf's "
+                             "candidates_in_prefill: one forward pass a batch under a tree-shaped attention mask)")
     parser.add_argument("--prefetch-processes", type=int, default=0,
                         help="also the batched method (fused with --fused) with its batches prepared ahead in this "
                              "many worker processes instead of a thread (egoplan_hf's prefetch_processes; needs "
@@ -493,7 +504,8 @@ def main() -> None:
                              [visuals], "doc 0")
     parameters = sum(p.numel() for p in backend.model.parameters())
     left_out = {"one_pass_per_candidate": args.skip_one_pass, "prefix_shared": args.skip_prefix_shared,
-                "batched_fused": not args.fused, "batched_processes": not args.prefetch_processes}
+                "batched_fused": not args.fused, "batched_processes": not args.prefetch_processes,
+                "batched_in_prefill": not args.in_prefill}
     methods = [method for method in METHODS if not left_out.get(method)]
     one_pass_questions = min(args.one_pass_questions or args.questions, args.questions)
     width = f" ({args.width} width)" if realistic else ""
@@ -583,7 +595,8 @@ def fusion_measured(backend, requests, batch_size: int, started: dict) -> dict:
     """After the rounds: the graphs compiled during them (a new length would add one; each later one would mean a
     recompile per batch), and the kernels per question of the batched method and the fused one on one batch
     (``kernels_per_question``)."""
-    kernels = {method: kernels_per_question(backend, requests, method, batch_size) for method in BATCHED}
+    kernels = {method: kernels_per_question(backend, requests, method, batch_size)
+               for method in ("batched", "batched_fused")}
     return {**started, "compiled_in_rounds": backend.fused_elementwise.compiled_variants() - started[
         "compiled_variants"], "kernels_per_question": kernels,
             "fewer_kernels_fused": kernels["batched"] / max(kernels["batched_fused"], 1e-9)}
@@ -617,6 +630,53 @@ def profile_fastest(backend, requests, args, path: Path, seconds: dict[str, list
                         "time": "device" if cuda else "CPU",
                         "operators": [{"name": event.key, "seconds": getattr(event, own) / 1e6, "calls": event.count}
                                       for event in leading]}}
+
+
+# The largest loss difference between two ways of scoring the same candidates that rounding explains: float32 sums in
+# another order (docs/backend.md, Prefix sharing); bfloat16 and float16 round the batched continuation differently.
+LOSS_TOLERANCE = {"float32": 1e-4, "bfloat16": 1e-1, "float16": 1e-2}
+# The rule that sets egoplan_hf's GPU defaults from one run of the GPU command (issue 78 point 4): a method becomes the
+# default where its steady rate is at least the factor times its reference's, its losses within LOSS_TOLERANCE of the
+# reference's, its choices changed only where the reference's two lowest losses lie within it (near ties), and, a
+# fused method, nothing compiled again during the rounds. Method -> (option it stands for, reference, factor).
+DEFAULT_RULE = {"batched_fused": ("fused_elementwise=true", "batched", 1.10),
+                "batched_processes": ("prefetch_processes=2", "batched_fused", 0.98),
+                "batched_in_prefill": ("candidates_in_prefill=true", "batched", 1.0)}
+
+
+def default_verdicts(args, values: dict, steady: dict, facts: dict) -> dict:
+    """``DEFAULT_RULE`` applied to the methods measured beside their reference: per method, its option, the rate ratio
+    and the factor needed, the loss difference and the tolerance, the choices changed beyond near ties, whether it
+    recompiled, and the verdict with the condition that failed."""
+    tolerance = LOSS_TOLERANCE[args.dtype]
+    verdicts = {}
+    for method, (option, reference, factor) in DEFAULT_RULE.items():
+        if method == "batched_processes" and not args.fused:
+            reference = "batched"
+        if method not in values or reference not in values:
+            continue
+        ratio = (steady[method] / steady[reference] if steady[method] is not None and steady[reference] is not None
+                 else None)
+        count = min(len(values[method]), len(values[reference])) // 4
+        found = np.array([v for v, _ in values[method][:4 * count]]).reshape(count, 4)
+        expected = np.array([v for v, _ in values[reference][:4 * count]]).reshape(count, 4)
+        lowest_two = np.sort(expected, axis=1)[:, :2]
+        near_tie = lowest_two[:, 1] - lowest_two[:, 0] <= tolerance
+        changed_beyond_ties = int(((found.argmin(1) != expected.argmin(1)) & ~near_tie).sum())
+        difference = float(np.abs(found - expected).max())
+        recompiled = facts.get("compiled_in_rounds", 0) if method == "batched_fused" or (
+            method == "batched_processes" and args.fused) else 0
+        failed = [why for why, holds in (
+            (f"steady rate {ratio:.2f}x {reference}'s, needs {factor:.2f}x" if ratio is not None
+             else "no steady rate (one batch a round)", ratio is not None and ratio >= factor),
+            (f"losses differ by {difference:.2e}, beyond {tolerance:g}", difference <= tolerance),
+            (f"{changed_beyond_ties} choices changed beyond near ties", changed_beyond_ties == 0),
+            (f"{recompiled} graphs compiled during the rounds", recompiled == 0)) if not holds]
+        verdicts[method] = {"option": option, "reference": reference, "ratio": ratio, "factor": factor,
+                            "max_loss_difference": difference, "loss_tolerance": tolerance,
+                            "choices_changed_beyond_near_ties": changed_beyond_ties, "compiled_in_rounds": recompiled,
+                            "default": not failed, "why_not": failed}
+    return verdicts
 
 
 def choices(values: list) -> list[int]:
@@ -669,7 +729,8 @@ def report(args, facts: dict, timings: dict[str, list[Timing]], counts: dict) ->
     labels = {"one_pass_per_candidate": "one pass per candidate", "prefix_shared": "prefix-shared",
               "batched": f"batched ({args.batch_size})", "batched_fused": f"batched, fused ({args.batch_size})",
               "batched_processes": f"batched{', fused' if args.fused else ''}, {args.prefetch_processes} processes "
-                                   f"({args.batch_size})"}
+                                   f"({args.batch_size})",
+              "batched_in_prefill": f"batched, in prefill ({args.batch_size})"}
     for method in rates:
         step = counts[method]
         steady_rate = f"{steady[method]:.3f}" if steady[method] is not None else "- (one batch a round)"
@@ -712,6 +773,12 @@ def report(args, facts: dict, timings: dict[str, list[Timing]], counts: dict) ->
           + "; same argmin choice on every question: "
           + ", ".join(f"{labels[method]} vs {labels[reference]} {same}"
                       for (method, reference), same in same_choice.items()))
+    verdicts = default_verdicts(args, values, steady, facts)
+    for method, verdict in verdicts.items():
+        print(f"rule: {verdict['option']} becomes the GPU default where its steady rate is at least "
+              f"{verdict['factor']:.2f}x {labels[verdict['reference']]}'s, its losses within "
+              f"{verdict['loss_tolerance']:g} and its choices changed only on near ties, nothing recompiled: "
+              + ("yes" if verdict["default"] else "no (" + "; ".join(verdict["why_not"]) + ")"))
     print(f"EgoPlan-Bench Val ({EGOPLAN_VAL_QUESTIONS:,} questions): first batch + compile + the questions at the "
           "steady rate: " + ", ".join(f"{minutes[method]:.1f} min {labels[method]}"
                                       + ("" if steady[method] is not None else " (no steady rate: whole rounds)")
@@ -731,6 +798,9 @@ def report(args, facts: dict, timings: dict[str, list[Timing]], counts: dict) ->
             "steady_questions_per_second": steady, "first_batch_seconds": first_batch,
             "compile_seconds_by_method": compile_seconds, "egoplan_val_minutes": minutes,
             "max_value_difference": max(differences.values(), default=None),  # None: one method measured
+            # the candidates inside the prefill against the prefill and its continuations (--in-prefill)
+            "max_loss_difference": differences.get(("batched_in_prefill", "batched")),
+            "defaults": verdicts,
             "max_value_differences": {f"{method} vs {reference}": difference
                                       for (method, reference), difference in differences.items()},
             "compared_on_questions": {f"{method} vs {reference}": count

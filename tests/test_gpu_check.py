@@ -23,7 +23,7 @@ SPEED = Path(__file__).resolve().parents[1] / "speed"
 CHECKS = ("likelihood, GPU vs CPU", "prefix sharing (bench_loglikelihood.py)",
           "visual decoding (bench_egoplan_visuals.py)", "transformers judge (bench_judge_hf.py)",
           "patched lmms-eval Qwen likelihood (bench_qwen_loglikelihood.py)",
-          "fused elementwise (bench_loglikelihood.py --fused)")
+          "GPU defaults by rule (bench_loglikelihood.py --fused --in-prefill)")
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,7 @@ def test_each_check_stops_at_its_own_budget_and_the_next_still_gets_its_own(tmp_
     assert not results["stopped"]  # the run's own budget was not reached: the checks' were
     assert results["stopped_checks"] == {"test_likelihoods_on_the_gpu_equal_the_cpus": 4.0,
                                          "test_prefix_sharing_at_the_qwen2_5_vl_7b_shape": 4.0,
-                                         "test_fused_elementwise_at_the_qwen2_5_vl_7b_shape": 4.0}
+                                         "test_gpu_defaults_chosen_at_the_qwen2_5_vl_7b_shape": 4.0}
     outcomes = {test.split("::")[-1]: record for test, record in results["tests"].items()}
     assert "not run: the check's budget of 4 s was spent" in outcomes[
         "test_likelihoods_on_the_gpu_equal_the_cpus[mistral3-bfloat16]"]["message"]
@@ -180,7 +180,7 @@ def test_a_speed_script_stopped_at_its_budget_still_writes_what_it_imported(tmp_
 
 
 @pytest.mark.parametrize("quick", [False, True])
-def test_quick_selects_correctness_prefix_sharing_and_the_judge(quick, speed_modules):
+def test_quick_selects_correctness_prefix_sharing_the_judge_and_the_defaults(quick, speed_modules):
     gpu_check, _ = speed_modules
     collected = subprocess.run([sys.executable, "-m", "pytest", "tests/gpu", "--collect-only", "-q", "-p",
                                 "no:cacheprovider", "-o", "addopts="], capture_output=True, text=True, timeout=300,
@@ -189,7 +189,8 @@ def test_quick_selects_correctness_prefix_sharing_and_the_judge(quick, speed_mod
     functions = {line.split("::")[-1].split("[")[0] for line in collected.stdout.splitlines() if "::" in line}
     assert functions == set(gpu_check.suite_checks(quick)), collected.stdout[-2000:]
     quick_ones = {"test_likelihoods_on_the_gpu_equal_the_cpus", "test_prefix_sharing_at_the_qwen2_5_vl_7b_shape",
-                  "test_the_transformers_judge_at_the_qwen3_8b_shape"}
+                  "test_the_transformers_judge_at_the_qwen3_8b_shape",
+                  "test_gpu_defaults_chosen_at_the_qwen2_5_vl_7b_shape"}
     assert (functions == quick_ones) if quick else (functions > quick_ones)
 
 
@@ -214,10 +215,10 @@ def test_write_docs_names_what_did_not_finish_and_why_and_takes_the_machines_ver
         (tmp_path / path.name).write_text(path.read_text())
     gpu_check.write_docs(results, False, docs, note="Why: the judge's old lock.")
     readme = (tmp_path / "README.md").read_text()
-    # The judge, then the check after it (fused elementwise, issue 63), each named; the note last.
+    # The judge, then the check after it (the GPU defaults, issue 78), each named; the note last.
     assert "Not finished there: `test_the_transformers_judge_at_the_qwen3_8b_shape` (the run was stopped at its " \
-           "--budget). Not finished there: `test_fused_elementwise_at_the_qwen2_5_vl_7b_shape` (the run was stopped " \
-           "at its --budget). Why: the judge's old lock." in readme
+           "--budget). Not finished there: `test_gpu_defaults_chosen_at_the_qwen2_5_vl_7b_shape` (the run was " \
+           "stopped at its --budget). Why: the judge's old lock." in readme
     assert "| test_speed_on_gpu.py | test_the_transformers_judge_at_the_qwen3_8b_shape | the run was stopped at its " \
            "--budget | not finished |  |" in (tmp_path / "development.md").read_text()
     lines = machine.read_text().splitlines()

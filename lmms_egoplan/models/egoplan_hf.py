@@ -92,6 +92,7 @@ class EgoPlanHF(DocRequests, lmms):
         prefix_sharing: bool = True,
         lstrip_continuation: bool = True,
         continuation_batch_size: int = 16,
+        candidates_in_prefill: bool = False,
         visual_prefetch: int | None = None,
         prefetch_processes: int = 0,
         packed_vision_attention: bool = True,
@@ -140,10 +141,7 @@ class EgoPlanHF(DocRequests, lmms):
         self.batch_size = _batch_size(batch_size)
         self.prefix_sharing = _arg(prefix_sharing, bool, "prefix_sharing")
         self.lstrip_continuation = _arg(lstrip_continuation, bool, "lstrip_continuation")
-        continuation_batch_size = _arg(continuation_batch_size, int, "continuation_batch_size")
-        if continuation_batch_size < 1:
-            raise ValueError(f"egoplan_hf: continuation_batch_size must be at least 1, got {continuation_batch_size}")
-        self.scorer = LikelihoodScorer(self._model, self.pretrained, continuation_batch_size)
+        self.scorer = _scorer(self._model, self.pretrained, continuation_batch_size, candidates_in_prefill)
         self.visual_prefetch = _visual_prefetch(visual_prefetch, self._device)
         self.prefetch_processes = _prefetch_processes(prefetch_processes, self.visual_prefetch)
         self.settle_turn_end(self._model.generation_config)
@@ -526,6 +524,20 @@ def _prefetch_processes(value, visual_prefetch: int) -> int:
         raise ValueError(f"egoplan_hf: prefetch_processes={processes} prepares batches ahead, but visual_prefetch is 0 "
                          "(none ahead; on a CPU its default): set visual_prefetch to 1 or more or prefetch_processes=0")
     return processes
+
+
+def _scorer(model, pretrained: str, continuation_batch_size: Any, candidates_in_prefill: Any) -> LikelihoodScorer:
+    """The likelihood scorer of the model args; where the model cannot score its candidates inside the prefill, the
+    continuations, said once."""
+    continuation_batch_size = _arg(continuation_batch_size, int, "continuation_batch_size")
+    if continuation_batch_size < 1:
+        raise ValueError(f"egoplan_hf: continuation_batch_size must be at least 1, got {continuation_batch_size}")
+    candidates_in_prefill = _arg(candidates_in_prefill, bool, "candidates_in_prefill")
+    scorer = LikelihoodScorer(model, pretrained, continuation_batch_size, candidates_in_prefill)
+    if candidates_in_prefill and scorer.tree_unsupported:
+        logger.warning(f"egoplan_hf: candidates_in_prefill: {type(model).__name__} scores its candidates after the "
+                       f"prefill instead: {scorer.tree_unsupported}")
+    return scorer
 
 
 def _fused(model, wanted: bool, device: torch.device) -> FusedElementwise | None:

@@ -18,6 +18,10 @@ Two ways to compute the same numbers:
   their positions (an M-RoPE model's through its own ``get_rope_index``) from host tensors, ahead of
   the model and off its thread (egoplan_hf's prefetch), so that ``score_shared``, the model step,
   reads nothing back from the device for them; ``score_shared`` runs the prefill and the continuations.
+  With ``candidates_in_prefill``, the continuations go into the prefill itself (``CandidateTree``): each row holds
+  its question's prefix followed by every candidate, under an attention mask shaped as a tree (a candidate sees the
+  prefix and itself, not the other candidates) with each candidate's positions continuing from the prefix's end,
+  so that one forward pass scores the batch, with no KV cache kept or copied.
 
 Positions are handled in two token spaces: the tokenizer's ids of the rendered conversation
 (each visual placeholder one token, the BOS where the model's processor adds one; ``ScoredSequence``) and
@@ -250,6 +254,109 @@ def _cut_to_prefixes(inputs, firsts: Sequence[int], prefixes: Sequence[int]) -> 
 
 
 @dataclass(frozen=True)
+class CandidateTree:
+    """Where a batch's candidates sit in its prefill when they are scored inside it (``candidates_in_prefill``):
+    each row is its question's prefix (left padded to the longest, as without them), then its candidates one after
+    the other, then right padding. The attention mask is built from ``segments`` on the device
+    (``tree_attention_mask``); the scored tokens' predicting logits are read at (``rows``, ``columns``), columns
+    counted from the prefixes' last token, where every row's prefix ends."""
+
+    segments: torch.Tensor  # (rows, length): -1 padding, 0 the prefix, c + 1 the question's candidate c
+    prefix_length: int  # the prefixes' columns (each row's prefix ends at column prefix_length - 1)
+    rows: torch.Tensor  # each scored token's row
+    columns: torch.Tensor  # the column of its predicting logit, from column prefix_length - 1 on
+    targets: torch.Tensor  # the scored tokens
+    lengths: tuple[int, ...]  # scored tokens a candidate, questions in order, each question's candidates in order
+
+    def moved(self, move) -> CandidateTree:
+        return replace(self, segments=move(self.segments), rows=move(self.rows), columns=move(self.columns),
+                       targets=move(self.targets))
+
+
+def tree_attention_mask(segments: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The additive 4D mask (rows, 1, length, length) of a ``CandidateTree``'s ``segments``: a token attends to the
+    tokens before it in the prefix and in its own candidate; a padding token only to itself (a row of the attention
+    with no key would be NaN, and NaN times a zero weight spreads)."""
+    length = segments.shape[1]
+    position = torch.arange(length, device=segments.device)
+    before = position[None, :] <= position[:, None]
+    query, key = segments[:, :, None], segments[:, None, :]
+    allowed = before & (key >= 0) & ((key == 0) | (key == query)) | torch.eye(length, dtype=torch.bool,
+                                                                              device=segments.device)
+    return torch.zeros(allowed.shape, dtype=dtype, device=segments.device).masked_fill(
+        ~allowed, torch.finfo(dtype).min)[:, None]
+
+
+def candidates_in_prefill_unsupported(model) -> str | None:
+    """Why ``model`` cannot score its candidates inside the prefill (``CandidateTree``), or None where it can: the
+    tree mask replaces the mask the model would build, so a model that builds more than a causal mask with padding
+    (sliding windows, image tokens attending both ways) or an attention that takes no such mask keeps the path of a
+    prefill and continuations."""
+    config = model.config
+    text = getattr(config, "text_config", None) or config
+    implementation = getattr(config, "_attn_implementation", None)
+    if implementation not in ("sdpa", "eager"):
+        return f"its attention ({implementation}) takes no custom 4D mask"
+    if "sliding_attention" in (getattr(text, "layer_types", None) or ()) or (
+            getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True)):
+        return "its sliding-window layers build a mask of their own"
+    if config.model_type in ("gemma3", "paligemma"):
+        return "its image tokens attend to each other both ways (token_type_ids), which a tree mask would overwrite"
+    positioned = [m for m in model.modules() if hasattr(m, "rope_deltas")]
+    if positioned and not any(callable(getattr(m, "get_rope_index", None)) for m in positioned):
+        return "its M-RoPE positions are computed inside the model, so the candidates' cannot be given"
+    return None
+
+
+def candidate_tree(cut: dict, starts: torch.Tensor, questions: Sequence[Sequence[ScoredSequence]],
+                   commons: Sequence[int]) -> tuple[dict, CandidateTree]:
+    """``cut`` (the prefixes, left padded, with their positions) with every question's candidates after its prefix
+    (``CandidateTree``): their tokens from the common prefix to the scored span's end, their positions going on from
+    the question's ``starts`` (on every M-RoPE axis alike, as text tokens), zeros in every other per-token input."""
+    suffixes = [[sequence.token_ids[common:sequence.stop] for sequence in sequences]
+                for sequences, common in zip(questions, commons)]
+    rows, prefix_length = cut["input_ids"].shape
+    added = max(sum(len(suffix) for suffix in row) for row in suffixes)
+    segments = torch.full((rows, prefix_length + added), -1, dtype=torch.long)
+    segments[:, :prefix_length] = cut["attention_mask"].long() - 1 if "attention_mask" in cut else 0
+    token_ids = torch.zeros((rows, added), dtype=cut["input_ids"].dtype)
+    positions = torch.zeros((rows, added), dtype=torch.long)
+    scored_rows, columns, targets, lengths = [], [], [], []
+    for row, (row_suffixes, sequences, common) in enumerate(zip(suffixes, questions, commons)):
+        column = 0  # from the prefix's end
+        for candidate, (suffix, sequence) in enumerate(zip(row_suffixes, sequences)):
+            token_ids[row, column:column + len(suffix)] = torch.tensor(suffix)
+            positions[row, column:column + len(suffix)] = starts[row] + torch.arange(len(suffix))
+            segments[row, prefix_length + column:prefix_length + column + len(suffix)] = candidate + 1
+            scored = range(sequence.first - common, sequence.stop - common)
+            # suffix[k] is predicted by the prefix's last token (k = 0) or by suffix[k - 1]
+            columns.extend(0 if k == 0 else column + k for k in scored)
+            scored_rows.extend([row] * len(scored))
+            targets.extend(suffix[k] for k in scored)
+            lengths.append(len(scored))
+            column += len(suffix)
+    shape = tuple(cut["input_ids"].shape)
+    inputs = {}
+    for key, value in cut.items():
+        if key == "attention_mask":
+            continue  # the tree's mask replaces it (built on the device)
+        if key == "position_ids":  # (rows, length), or (axes, rows, length) for M-RoPE
+            axes = value if value.dim() == 3 else value[None]
+            grown = torch.cat([axes, positions[None].expand(axes.shape[0], -1, -1).to(axes.dtype)], dim=-1)
+            inputs[key] = grown if value.dim() == 3 else grown[0]
+        elif _is_per_token(value, shape):
+            added_values = token_ids if key == "input_ids" else value.new_zeros((rows, added, *value.shape[2:]))
+            inputs[key] = torch.cat([value, added_values], dim=1)
+        else:
+            inputs[key] = value
+    if "position_ids" not in inputs:  # no padding, no M-RoPE: the prefix at 0, 1, ...; the candidates after it
+        prefix_positions = torch.arange(prefix_length).expand(rows, -1)
+        inputs["position_ids"] = torch.cat([prefix_positions, positions], dim=1)
+    return inputs, CandidateTree(segments, prefix_length, torch.tensor(scored_rows), torch.tensor(columns),
+                                 torch.tensor(targets), tuple(lengths))
+
+
+@dataclass(frozen=True)
 class Prefill:
     """The model inputs of a batch of questions' common prefixes, one row each, left padded, and where their
     continuations go on (``LikelihoodScorer.prefill_on_host``)."""
@@ -260,19 +367,26 @@ class Prefill:
     # The position of each question's first token after its prefix; None: the model's M-RoPE offsets decide,
     # read from the module after the prefill (a model whose ``get_rope_index`` cannot be called on the host).
     starts: torch.Tensor | None
+    # The candidates laid in the prefill (``inputs`` then holds them too); None: continuations after the prefill
+    tree: CandidateTree | None = None
 
     def moved(self, move) -> Prefill:
         """The prefill with each of its tensors replaced by ``move(tensor)`` (pinned, copied to the device)."""
         inputs = {key: move(value) if isinstance(value, torch.Tensor) else value for key, value in self.inputs.items()}
-        return replace(self, inputs=inputs, starts=None if self.starts is None else move(self.starts))
+        return replace(self, inputs=inputs, starts=None if self.starts is None else move(self.starts),
+                       tree=None if self.tree is None else self.tree.moved(move))
 
 
 class LikelihoodScorer:
-    def __init__(self, model, model_name: str, continuation_batch_size: int):
+    def __init__(self, model, model_name: str, continuation_batch_size: int, candidates_in_prefill: bool = False):
         self.model = model
         self.model_name = model_name
         self.architecture = model.config.model_type
         self.continuation_batch_size = continuation_batch_size
+        # Candidates scored inside the prefill (``CandidateTree``) where asked for and the model can take the tree's
+        # mask; why it cannot, said once by whoever asked for it (egoplan_hf)
+        self.tree_unsupported = candidates_in_prefill_unsupported(model)
+        self.candidates_in_prefill = candidates_in_prefill and self.tree_unsupported is None
         # Qwen2-VL-style models keep the M-RoPE offset of the last prefill on the module and reuse it
         # for cached continuations; a text-only prefill does not refresh it, so it is cleared first.
         self._position_state = [m for m in model.modules() if hasattr(m, "rope_deltas")]
@@ -322,6 +436,10 @@ class LikelihoodScorer:
             starts = None  # the model places the tokens and leaves the offsets on the module (rope_deltas)
         elif len(set(prefixes)) > 1 or len(set(firsts)) > 1:
             cut["position_ids"] = (cut["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+        # starts None (a get_rope_index that asked for what the processor did not give): the path of continuations
+        if self.candidates_in_prefill and starts is not None:
+            inputs, tree = candidate_tree(cut, starts, questions, commons)
+            return Prefill(inputs, commons, prefixes, starts, tree)
         return Prefill(cut, commons, prefixes, starts)
 
     def _vision_tower_layout(self, inputs: dict) -> dict:
@@ -369,6 +487,8 @@ class LikelihoodScorer:
 
         ``prefill``: ``prefill_on_host(inputs, questions)``, its tensors on the model's device (``Prefill.moved``).
         """
+        if prefill.tree is not None:
+            return self._score_in_prefill(prefill, questions, rule)
         commons, prefixes = prefill.commons, prefill.prefixes
         self._clear_position_state()
         output = self.model(**prefill.inputs, use_cache=True, logits_to_keep=1)
@@ -405,6 +525,20 @@ class LikelihoodScorer:
                           for row, ((question, common, sequence), suffix) in enumerate(zip(chunk, suffixes))]
             scores.extend(answer_scores(predicting, [suffix[sequence.first - common:sequence.stop - common]
                                                      for (_, common, sequence), suffix in zip(chunk, suffixes)], rule))
+        counts = itertools.accumulate(len(sequences) for sequences in questions)
+        return [scores[stop - len(sequences):stop] for sequences, stop in zip(questions, counts)]
+
+    def _score_in_prefill(self, prefill: Prefill, questions: Sequence[Sequence[ScoredSequence]],
+                          rule: str) -> list[list[tuple[float, bool]]]:
+        """Every candidate of the batch in one forward pass over the prefixes and the candidates under the tree's
+        mask (``CandidateTree``); logits only from the prefixes' last token on."""
+        tree = prefill.tree
+        inputs = {**prefill.inputs, "attention_mask": tree_attention_mask(tree.segments, self.model.dtype)}
+        self._clear_position_state()
+        kept = inputs["input_ids"].shape[1] - tree.prefix_length + 1
+        logits = self.model(**inputs, use_cache=False, logits_to_keep=kept).logits
+        predicting = logits[tree.rows, tree.columns]
+        scores = answer_scores(list(predicting.split(tree.lengths)), list(tree.targets.split(tree.lengths)), rule)
         counts = itertools.accumulate(len(sequences) for sequences in questions)
         return [scores[stop - len(sequences):stop] for sequences, stop in zip(questions, counts)]
 

@@ -253,3 +253,43 @@ def test_a_vision_towers_layout_is_computed_on_the_host(arch, tiny_model):
     assert reads == 0 if arch != "qwen3_vl" else 0 < reads < reads_before
     assert reads_before >= 2 * 3  # at least the grids' sizes, read for the image and the video
     assert_same_scores(values, expected)
+
+
+# Issue 78 point 2: every architecture the suite scores (the tiny checkpoints of ARCHITECTURES, text-only Llama too).
+TREE_ARCHS = ["llava", "llava_onevision", "qwen2_vl", "idefics3", "qwen2_5_vl", "qwen3_vl", "internvl", "gemma3",
+              "smolvlm", "llava_next_video", "mistral3", "llama"]
+
+
+@pytest.mark.parametrize("arch", TREE_ARCHS)
+def test_candidates_scored_inside_the_prefill_score_as_the_continuations(arch, tiny_model):
+    """candidates_in_prefill: a batch's prompts and every candidate in one forward pass under the tree mask (each
+    candidate sees its question's prompt and itself), with the values and choices of the prefill and its
+    continuations; an architecture that cannot take the mask keeps that path and says why."""
+    from loguru import logger
+
+    settings = dict(pretrained=str(tiny_model(arch)), device="cpu", dtype="float32", batch_size=3)
+    continuations = EgoPlanHF(**settings)
+    warnings = []
+    sink = logger.add(lambda message: warnings.append(str(message)), level="WARNING")
+    try:
+        in_prefill = EgoPlanHF(**settings, candidates_in_prefill=True)
+    finally:
+        logger.remove(sink)
+    if arch == "llama":  # text only: questions of different lengths, no visuals
+        requests = [SuiteInstance(request_type="loglikelihood", idx=i, arguments=(context, continuation),
+                                  metadata={"task": None, "doc_id": None, "repeats": 1})
+                    for context in ["Short one.", "A much longer context than the others, to pad it.", "Mid."]
+                    for i, continuation in enumerate([" yes", " no way", " maybe", " later on"])]
+    else:
+        requests = mc_requests(continuations, [egoplan_doc(seed) for seed in SEEDS])
+        in_prefill.task_dict = continuations.task_dict
+    expected, passes_before = forward_passes(continuations, requests)
+    values, passes = forward_passes(in_prefill, requests)
+    assert_same_scores(values, expected)
+    batches = math.ceil(len(requests) / 4 / 3)
+    if in_prefill.scorer.candidates_in_prefill:
+        assert passes == batches < passes_before and not warnings
+    else:
+        assert passes == passes_before
+        assert any("candidates_in_prefill" in warning and in_prefill.scorer.tree_unsupported in warning
+                   for warning in warnings), warnings
