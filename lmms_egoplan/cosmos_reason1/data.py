@@ -12,7 +12,8 @@
 
 * ``data_source: paibench_u``: the PAI-Bench-U Hub layout, ``<paibench_u_root>/data/*.parquet`` (a row per question:
   ``question``, ``index2ans``, ``answer``, ``video_path``, the part in ``subcategory``) and the clips at
-  ``<paibench_u_root>/<video_path>`` (or ``videos/<video_path>``, as lmms-eval's ``paibench_u`` opens them).
+  ``<paibench_u_root>/<video_path>`` (or ``videos/<video_path>``, as lmms-eval's ``paibench_u`` opens them). An
+  answer instruction embedded in a row's question is removed as lmms-eval's ``physical_ai_understanding`` removes it.
 
 Every QA pair is a question: the official reader keys its QA pairs by clip, so an item sharing its clip with a later
 one is overwritten (RoboVQA: 101 of 110 run); ``official_reader_keeps`` marks the ones it keeps.
@@ -42,6 +43,10 @@ ROBOVQA_ITEMS = ("all", "official_101")
 DATA_SOURCES = ("official", "paibench_u")
 # PAI-Bench-U's subcategory labels (lower case, "_" for the rest) that name a part other than by its own name
 # ("Physical World" is how Physical AI Bench tables head the other-physics column).
+# lmms-eval 0.7.3 tasks/physical_ai_understanding/utils.py REPLACE_PROMPT, verbatim: an answer instruction some
+# PAI-Bench-U rows carry inside their question, which that reader removes; removed here too, so that the official
+# prompt holds the question alone (its own letter instruction follows the options).
+PAIBENCH_U_EMBEDDED_INSTRUCTION = "Please answer directly with only the letter of the correct option and nothing else."
 PAIBENCH_U_ALIASES = {"physics": "other_physics", "physical_world": "other_physics", "bridgedata_v2": "bridgev2",
                       "bridge": "bridgev2"}
 
@@ -153,7 +158,10 @@ def read_paibench_u(root: str | Path, problems: DatasetProblems) -> list[dict]:
                     raise CosmosReason1DataError(f"{where}: subcategory {row.get('subcategory')!r} names none of "
                                                  f"{', '.join(RELEASE_COUNTS)}")
                 options = {key: text for key, text in (row.get("index2ans") or {}).items() if text is not None}
-                question = question_of({**row, "index2ans": options}, where)
+                asked = row.get("question")
+                if isinstance(asked, str):
+                    asked = asked.replace(PAIBENCH_U_EMBEDDED_INSTRUCTION, "").strip()
+                question = question_of({**row, "question": asked, "index2ans": options}, where)
                 video = str(row.get("video_path") or "")
                 named = Path(root).expanduser() / video
                 path_of = named if named.is_file() else Path(root).expanduser() / "videos" / video
@@ -227,13 +235,17 @@ def _part_docs(settings, part: str, problems: DatasetProblems) -> tuple[list[dic
 def _where_clips_come_from(part: str) -> str:
     if part in ("av", "robovqa"):
         return "the Hub dataset nvidia/Cosmos-Reason1-Benchmark holds them as clips.tar.gz: unpack it in place"
+    if part == "robofail":
+        return "the official code neither holds nor rebuilds them (process_raw_data.py has no RoboFail path); " \
+               "PAI-Bench-U publishes them (data_source: paibench_u)"
     if part in ER_SOURCES:
         return "the official examples/benchmark/tools/eval/process_raw_data.py rebuilds them from the source dataset"
     return "the common-sense clips are published with PAI-Bench-U (videos/<subset>/<id>.mp4)"
 
 
 def _media_settings(settings) -> dict:
-    return {"fps": settings.fps, "max_frames": settings.max_frames, "max_side": settings.max_side}
+    return {"fps": settings.fps, "max_frames": settings.max_frames, "max_side": settings.max_side,
+            "frame_timing": settings.frame_timing}
 
 
 def shortfall(part: str, found: int, settings) -> str | None:

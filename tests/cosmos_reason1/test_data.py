@@ -121,3 +121,21 @@ def test_a_paibench_u_row_of_no_known_part_is_named(fixture, tmp_path):
                         "subcategory": "Planning"}]).to_parquet(str(root / "data" / "test.parquet"))
     with pytest.raises(CosmosReason1DataError, match=r"test.parquet, row #0: subcategory 'Planning' names none of"):
         load_part(settings_of(fixture, data_source="paibench_u", paibench_u_root=root), "space")
+
+
+def test_a_paibench_u_question_s_embedded_letter_instruction_is_removed_as_lmms_evals_reader_removes_it(fixture):
+    """The demo's RoboVQA rows carry lmms-eval's REPLACE_PROMPT in their questions: read, they are the official
+    layout's questions, and the official prompt holds no second instruction."""
+    from lmms_eval.tasks.physical_ai_understanding.utils import REPLACE_PROMPT, physical_ai_understanding_doc_to_text
+
+    from lmms_egoplan.core.errors import DatasetProblems
+    from lmms_egoplan.cosmos_reason1.data import PAIBENCH_U_EMBEDDED_INSTRUCTION, read_paibench_u
+
+    assert PAIBENCH_U_EMBEDDED_INSTRUCTION == REPLACE_PROMPT
+    rows = read_paibench_u(fixture.paibench_u_root, DatasetProblems("the data", CosmosReason1DataError))
+    official = {doc["question"] for doc in load_part(settings_of(fixture), "robovqa").docs}
+    robovqa = [doc for doc in rows if doc["source"] == "robovqa"]
+    assert robovqa and {doc["question"] for doc in robovqa} == official
+    raw = {"question": f"{robovqa[0]['question']}\n{REPLACE_PROMPT}", "index2ans": {"A": "x", "B": "y"}}
+    lmms_eval_text = physical_ai_understanding_doc_to_text(raw, {"post_prompt": "Answer."})
+    assert REPLACE_PROMPT not in lmms_eval_text and robovqa[0]["question"] in lmms_eval_text

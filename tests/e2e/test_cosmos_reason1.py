@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 from PIL import Image
+from transformers import AutoProcessor
 
 from lmms_egoplan.cosmos_reason1 import task
 from lmms_egoplan.demo.cosmos_reason1 import CLIP_FPS, CLIP_FRAMES, build_fixture, scripted_answers
@@ -19,7 +20,7 @@ from lmms_egoplan.demo.kit.judge_server import ChatServer
 from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.media import read_index
 from lmms_egoplan.demo.kit.scripted import answering, differences, reported_metrics
-from tests.models.engine_servers import EngineServer
+from tests.models.engine_servers import EngineServer, hf_messages
 
 # End to end: the real lmms-eval CLI in subprocesses.
 
@@ -29,9 +30,11 @@ def fixture(tmp_path_factory):
     return build_fixture(tmp_path_factory.mktemp("cosmos_reason1"))
 
 
-def test_scripted_answers_score_as_the_script_implies_with_the_official_prompt_and_frames(fixture, tmp_path):
+def test_scripted_answers_score_as_the_script_implies_with_the_official_prompt_and_frames(fixture, tmp_path,
+                                                                                         tiny_model):
     """One request fails (HTTP 500, lmms-eval's failure text in place of an answer): it is left out of every score
-    and counted, and every other value is the script's."""
+    and counted, and every other value is the script's. The system turn reaches lmms-eval's chat backend (rendered
+    by the tiny Qwen2.5-VL's template as the model would see it) and is logged with each sample."""
     script = scripted_answers(fixture)
     script = dataclasses.replace(script, unanswered=frozenset([next(iter(script.answers))]))
     with ChatServer(answering([script])) as server:
@@ -51,11 +54,19 @@ def test_scripted_answers_score_as_the_script_implies_with_the_official_prompt_a
         content = [m for m in call.messages if m["role"] == "user"][-1]["content"]
         urls = [part["image_url"]["url"] for part in content if part["type"] == "image_url"]
         assert [read_index(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))) for url in urls] == indices
-        assert call.body.get("temperature") == pytest.approx(0.6, abs=1e-9)
-    assert "lmms-eval's openai backend sends no system message and no top_p" in run.log
+        assert call.body.get("temperature") == pytest.approx(0.6, abs=1e-9) and call.body.get("top_p") == 0.95
+        assert call.messages[0] == {"role": "system", "content": [{"type": "text", "text": "Answer the questions."}]}
+    processor = AutoProcessor.from_pretrained(tiny_model("qwen2_5_vl"))
+    rendered = processor.apply_chat_template(hf_messages(server.calls[0].messages)[0], tokenize=False,
+                                             add_generation_prompt=True)
+    assert rendered.startswith("<|im_start|>system\nAnswer the questions.<|im_end|>\n<|im_start|>user\n")
+    assert "lmms-eval's openai backend gets the system turn in the task's messages" in run.log
+    logged = [sample["predictions"] for sample in run.samples("cosmos_reason1_av") if "predictions" in sample]
+    assert logged and all(p["system_turn"] == "Answer the questions." and p["frame_timing"] == "assumed_2fps"
+                          for p in logged)
     assert "do not match their questions" in run.log
     recorded = run.results["configs"]["cosmos_reason1_robovqa"]["metadata"]
-    assert (recorded["version"], recorded["prompt"], recorded["robovqa_items"]) == (3, "official_reasoning", "all")
+    assert (recorded["version"], recorded["prompt"], recorded["robovqa_items"]) == (4, "official_reasoning", "all")
 
 
 def test_a_part_without_clips_is_not_run_and_the_run_fails_naming_it(fixture, tmp_path):
