@@ -250,3 +250,22 @@ def test_the_requests_carry_the_official_system_prompt_and_unset_sampling_off(fi
     assert logged["predictions"]["frame_timing"] == "assumed_2fps"
     built._bind_to_backend(Namespace(model="dummy"))
     assert built.compiled.config["process_results"](doc, ["A"])["predictions"]["system_turn"] is None
+
+
+@pytest.mark.parametrize("frame_timing, seconds_per_patch", [("assumed_2fps", 1.0), ("sampled_rate", None)])
+def test_the_qwen2_5_vl_processor_gets_the_benchmark_script_s_seconds_per_patch(fixture, tiny_model, frame_timing,
+                                                                                  seconds_per_patch):
+    """egoplan_hf hands the tiny Qwen2.5-VL's processor the clip: by default 1.0 s per two-frame temporal patch (the
+    2 fps it assumes in the benchmark script's run), with sampled_rate the true 2 / sampling rate."""
+    from lmms_egoplan.models.egoplan_hf import EgoPlanHF
+
+    doc = task.load_docs(context_of(fixture, "holoassist", frame_timing=frame_timing)).docs[0]
+    backend = EgoPlanHF(pretrained=str(tiny_model("qwen2_5_vl")), device="cpu", dtype="float32", max_frames=768)
+    backend.task_dict = {"t": {"test": [doc]}}
+    visuals = backend._doc_visuals(("t", "test", 0, task.doc_to_visual))
+    prompt = backend.chat.generation_prompt(backend.chat.user_turn(visuals.parts, "q"))
+    encoded = backend._encode([prompt], [visuals], "here")
+    indices = task.sampled_indices(CLIP_FRAMES, CLIP_FPS, 4.0, 768)
+    true_rate = (len(indices) - 1) / ((indices[-1] - indices[0]) / CLIP_FPS)
+    expected = seconds_per_patch or 2 / true_rate
+    assert encoded["second_per_grid_ts"].tolist() == pytest.approx([expected], rel=0.05)
