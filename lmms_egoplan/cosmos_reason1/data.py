@@ -16,7 +16,10 @@
   answer instruction embedded in a row's question is removed as lmms-eval's ``physical_ai_understanding`` removes it.
 
 Every QA pair is a question: the official reader keys its QA pairs by clip, so an item sharing its clip with a later
-one is overwritten (RoboVQA: 101 of 110 run); ``official_reader_keeps`` marks the ones it keeps.
+one is overwritten (RoboVQA: 101 of 110 run); ``official_reader_keeps`` marks the ones it keeps. A QA pair repeated
+whole (the same clip, question, options and answer) is refused, naming both records, and a clip outside the data
+folder (an absolute path, ``..``, a symbolic link out of it) is refused unless ``allow_paths_outside_root``
+(``core.files.inside_root``, as the other benchmarks read).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 
 from lmms_egoplan.catalogue import entry
 from lmms_egoplan.core.errors import DatasetProblems, InputError
-from lmms_egoplan.core.files import read_json_list
+from lmms_egoplan.core.files import inside_root, read_json_list
 from lmms_egoplan.core.media import LoadedSamples, MissingMedia, video_problems
 from lmms_egoplan.core.settings import SettingsError, setting_name
 
@@ -102,9 +105,9 @@ def question_of(pair: Any, where: str) -> dict:
     return {"question": question, "letters": list(options), "options": list(options.values()), "answer": answer}
 
 
-def read_part(root: str | Path, part: str, problems: DatasetProblems) -> list[dict]:
-    """A doc per QA pair of one source or category, in the file's order, the clip's path resolved (not checked);
-    each record's problem joins ``problems``."""
+def read_part(root: str | Path, part: str, problems: DatasetProblems, allow_outside: bool = False) -> list[dict]:
+    """A doc per QA pair of one source or category, in the file's order, the clip's path resolved (not checked
+    but for staying inside ``root``); each record's problem joins ``problems``."""
     path = qa_file(root, part)
     items = read_json_list(path, CosmosReason1DataError, what="Cosmos-Reason1 QA file",
                            folder_setting=setting_name(ENV_PREFIX, "root"), file_setting=None)
@@ -119,12 +122,34 @@ def read_part(root: str | Path, part: str, problems: DatasetProblems) -> list[di
             video = item.get("video") if isinstance(item, dict) else None
             if not isinstance(video, str) or not video.strip():
                 raise CosmosReason1DataError(f"{where}: video must name the clip (clips/<id>.mp4), got {video!r}")
+            clip = _inside(clip_path(root, part, video), root, f"{where}: field video", allow_outside)
             for number, pair in enumerate(_qa_pairs(item, where)):
                 question = question_of(pair, f"{where}, QA pair #{number}")
                 docs.append({"source": part, "item_id": f"{part}/{position}/{number}", "video_name": video,
-                             "video": str(clip_path(root, part, video)), **question,
+                             "video": str(clip), **question, "where": f"{where}, QA pair #{number}",
                              "official_reader_keeps": kept_by_official.get(clip_id(video)) == position})
-    return docs
+    return _without_repeated_questions(docs, problems)
+
+
+def _inside(path: Path, root: str | Path, where: str, allow_outside: bool) -> Path:
+    return inside_root(path, root, where=where, setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"),
+                       allow=allow_outside, error_class=CosmosReason1DataError)
+
+
+def _without_repeated_questions(docs: list[dict], problems: DatasetProblems) -> list[dict]:
+    """``docs`` less the records that repeat an earlier one whole (the same clip, question, options and answer),
+    each a problem naming both (a repeated record would be scored twice); the records' ``where`` dropped."""
+    first: dict[tuple, str] = {}
+    kept = []
+    for doc in docs:
+        where = doc.pop("where")
+        key = (doc["video"], doc["question"], tuple(doc["letters"]), tuple(doc["options"]), doc["answer"])
+        if key in first:
+            problems.add(f"{where} repeats {first[key]} (the same clip, question, options and answer): keep one")
+        else:
+            first[key] = where
+            kept.append(doc)
+    return kept
 
 
 def paibench_u_part(label: Any) -> str | None:
@@ -136,7 +161,7 @@ def paibench_u_part(label: Any) -> str | None:
     return name if name in RELEASE_COUNTS else None
 
 
-def read_paibench_u(root: str | Path, problems: DatasetProblems) -> list[dict]:
+def read_paibench_u(root: str | Path, problems: DatasetProblems, allow_outside: bool = False) -> list[dict]:
     """A doc per row of the PAI-Bench-U parquet files (``<root>/data/*.parquet``), its part from ``subcategory``;
     each row's problem (a field, an unknown subcategory) joins ``problems``."""
     if not root:
@@ -165,9 +190,10 @@ def read_paibench_u(root: str | Path, problems: DatasetProblems) -> list[dict]:
                 video = str(row.get("video_path") or "")
                 named = Path(root).expanduser() / video
                 path_of = named if named.is_file() else Path(root).expanduser() / "videos" / video
+                path_of = _inside(path_of, root, f"{where}: field video_path", allow_outside)
                 docs.append({"source": part, "item_id": f"{part}/{path.stem}/{position}", "video_name": video,
-                             "video": str(path_of), **question, "official_reader_keeps": True})
-    return docs
+                             "video": str(path_of), **question, "official_reader_keeps": True, "where": where})
+    return _without_repeated_questions(docs, problems)
 
 
 def clip_path(root: str | Path, part: str, video: str) -> Path:
@@ -213,7 +239,8 @@ def _part_docs(settings, part: str, problems: DatasetProblems) -> tuple[list[dic
         if settings.robovqa_items != "all":
             raise SettingsError(f"Cosmos-Reason1: {setting_name(ENV_PREFIX, 'robovqa_items')} official_101 needs "
                                 f"the official layout, whose items say which questions share a clip")
-        docs = [doc for doc in read_paibench_u(settings.paibench_u_root, problems) if doc["source"] == part]
+        docs = [doc for doc in read_paibench_u(settings.paibench_u_root, problems, settings.allow_paths_outside_root)
+                if doc["source"] == part]
         problems.raise_if_any()
         where = setting_name(ENV_PREFIX, "paibench_u_root")
         if not any(Path(doc["video"]).is_file() for doc in docs):
@@ -223,7 +250,7 @@ def _part_docs(settings, part: str, problems: DatasetProblems) -> tuple[list[dic
     if not settings.root:
         raise SettingsError(f"Cosmos-Reason1: set {setting_name(ENV_PREFIX, 'root')} to the folder holding "
                             f"<source>/<source>_benchmark_qa_pairs.json and <source>/clips/")
-    docs = read_part(settings.root, part, problems)
+    docs = read_part(settings.root, part, problems, settings.allow_paths_outside_root)
     problems.raise_if_any()
     where, clips = setting_name(ENV_PREFIX, "root"), part_folder(settings.root, part) / "clips"
     if not clips.is_dir():

@@ -51,6 +51,8 @@ class CosmosReason1Settings:
     frame_timing: str = setting(ASSUMED_2FPS, choices=FRAME_TIMINGS)
     max_side: int | None = setting(None, minimum=1)  # downscale frames so the longer side is at most this
     skip_missing: bool = False  # skip questions whose clips are missing (counted) instead of failing
+    # read clips a record names outside root / paibench_u_root (an absolute path, '..', a symbolic link out of it)
+    allow_paths_outside_root: bool = False
     # configs/evaluate.yaml's max_retries: how often at most an answer the official parser reads nothing of is generated
     # again (the official 10; fewer: a cheaper run that departs from the protocol, e.g. a smoke test; 0: never)
     max_retries: int = setting(EMPTY_ANSWER_MAX_RETRIES, minimum=0, maximum=EMPTY_ANSWER_MAX_RETRIES)

@@ -280,8 +280,14 @@ class EgoPlanHF(DocRequests, lmms):
         in_batch_order = iter([requests[index] for index in collator.reorder_indices])
         keys = [(task, split, doc_id, doc_to_visual)
                 for chunk in chunks for _, _, doc_to_visual, doc_id, task, split, *_ in chunk]
+        retried = [0]  # answers asked again so far (an empty answer's retries), shown beside the bar
         with tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf generate_until") as progress, \
                 contextlib.closing(self._visuals_in_order(keys)) as visuals_in_order:
+
+            def asked_again(count: int) -> None:
+                retried[0] += count
+                progress.set_postfix_str(f"{retried[0]} answers asked again")
+
             for chunk in chunks:
                 contexts, generation_kwargs, _, doc_ids, tasks, _, placements, system_prompts, defaults = zip(*chunk)
                 visuals = list(itertools.islice(visuals_in_order, len(chunk)))
@@ -291,12 +297,15 @@ class EgoPlanHF(DocRequests, lmms):
                            for v, c, p, s in zip(visuals, contexts, placements, system_prompts)]
                 inputs = self._on_device(self._encode(prompts, visuals, where))
                 batch, kwargs = list(itertools.islice(in_batch_order, len(chunk))), dict(generation_kwargs[0] or {})
-                generated = with_retries(self._generate(inputs, kwargs, where, defaults[0]), batch, kwargs,
-                                         self._generate_again(prompts, visuals, where, defaults[0]))
-                for request, text in zip(batch, generated):
-                    self._hand_over(request, text)
-                outputs.extend(generated)
-                progress.update(len(chunk))
+
+                def answered(index: int, text: str, batch=batch) -> None:
+                    # Each answer stored as it is final (a stop keeps it) and counted while others are asked again.
+                    self._hand_over(batch[index], text)
+                    progress.update(1)
+
+                outputs.extend(with_retries(self._generate(inputs, kwargs, where, defaults[0]), batch, kwargs,
+                                            self._generate_again(prompts, visuals, where, defaults[0]), answered,
+                                            asked_again))
         return collator.get_original(outputs)
 
     def _generate_again(self, prompts: list[str], visuals: list[ModelVisuals], where: str, sampling_defaults: str):

@@ -139,3 +139,51 @@ def test_a_paibench_u_question_s_embedded_letter_instruction_is_removed_as_lmms_
     raw = {"question": f"{robovqa[0]['question']}\n{REPLACE_PROMPT}", "index2ans": {"A": "x", "B": "y"}}
     lmms_eval_text = physical_ai_understanding_doc_to_text(raw, {"post_prompt": "Answer."})
     assert REPLACE_PROMPT not in lmms_eval_text and robovqa[0]["question"] in lmms_eval_text
+
+
+@pytest.mark.parametrize("escape", ["symlink", "dotdot", "absolute"])
+def test_a_clip_outside_the_root_is_refused_unless_allowed(fixture, tmp_path, escape):
+    """As the other benchmarks read: a clip a record reaches through a symbolic link, '..' or an absolute path out of
+    root is refused, naming the record, the field and the switch; allow_paths_outside_root reads it."""
+    outside = tmp_path / "elsewhere" / "clip.mp4"
+    outside.parent.mkdir()
+    outside.write_bytes((fixture.root / "agibot" / "clips" / "clip_0.mp4").read_bytes())
+    items = fixture.items("agibot")
+    if escape == "symlink":
+        (fixture.root / "agibot" / "clips" / "linked.mp4").symlink_to(outside)
+        items[0]["video"] = "clips/linked.mp4"
+    else:
+        items[0]["video"] = "clips/../../../elsewhere/clip.mp4" if escape == "dotdot" else str(outside)
+    qa_file(fixture.root, "agibot").write_text(json.dumps(items))
+    why = {"symlink": "leads out of it through a symbolic link", "dotdot": "climbs out of it with '..'",
+           "absolute": "is an absolute path"}[escape]
+    with pytest.raises(CosmosReason1DataError, match=rf"item #0: field video {why}.*COSMOS_REASON1_ALLOW_PATHS_OUT"):
+        load_part(settings_of(fixture), "agibot")
+    loaded = load_part(settings_of(fixture, allow_paths_outside_root="true"), "agibot")
+    assert loaded.docs[0]["video"].endswith(("clip.mp4", "linked.mp4"))
+
+
+def test_a_paibench_u_clip_outside_its_root_is_refused(fixture, tmp_path):
+    from datasets import Dataset
+
+    root = tmp_path / "hub"
+    (root / "data").mkdir(parents=True)
+    clip = fixture.paibench_u_root / "videos" / "space"
+    Dataset.from_list([{"question": "q", "index2ans": {"A": "x", "B": "y"}, "answer": "A",
+                        "video_path": str(next(clip.glob("*.mp4"))), "subcategory": "Space"}]).to_parquet(
+        str(root / "data" / "test.parquet"))
+    with pytest.raises(CosmosReason1DataError, match=r"test.parquet, row #0: field video_path is an absolute path"):
+        load_part(settings_of(fixture, data_source="paibench_u", paibench_u_root=root), "space")
+
+
+def test_a_repeated_record_is_refused_naming_both(fixture):
+    """A QA file listing an item twice would score its questions twice: both records are named, with every other
+    problem of the part."""
+    items = fixture.items("av")
+    qa_file(fixture.root, "av").write_text(json.dumps([*items, items[1]]))
+    path = qa_file(fixture.root, "av")
+    with pytest.raises(CosmosReason1DataError) as refused:
+        load_part(settings_of(fixture), "av")
+    assert str(refused.value) == (f"Cosmos-Reason1 QA file {path}, item #{len(items)}, QA pair #0 repeats "
+                                  f"Cosmos-Reason1 QA file {path}, item #1, QA pair #0 (the same clip, question, "
+                                  f"options and answer): keep one")

@@ -140,3 +140,42 @@ def test_the_suite_s_server_backend_retries_an_empty_answer_as_the_official_run_
     assert [sample["predictions"]["retries"] for sample in samples] == [0, 1, 3, 10]
     assert samples[3]["filtered_resps"] == "<think>try 1</think>"  # run_model keeps the first answer of one never read
     assert f"egoplan_server generates {EMPTY[prompt]} again, up to 10 times" in run.log
+
+
+def test_a_retrying_run_shows_its_progress_keeps_every_final_answer_on_sigterm_and_the_same_command_resumes(
+        tiny_model, tmp_path):
+    """The README's command form (--output_path, no --use_cache) on egoplan_hf, two questions a batch, a random
+    model whose answers never hold a letter in an <answer> tag, so each is asked 10 times again: the bar counts the
+    answers asked again as they are asked; SIGTERM once an answer is stored keeps every final (retried) answer with
+    its retry record, the last line says how many this run stored, and the same command asks only for the rest."""
+    import signal
+
+    from lmms_egoplan.compat.durability import DEFAULT_RESPONSE_CACHE
+    from lmms_egoplan.demo.kit.lmms_eval_run import start_lmms_eval
+    from tests.e2e.test_resume import cache_hits, stored_answers
+
+    data = build_fixture(tmp_path / "data")
+    output = tmp_path / "out"
+    cache = output / DEFAULT_RESPONSE_CACHE
+    # 240 tokens of context: about 40 new tokens per answer, so eleven generations per question take seconds
+    args = dict(model="egoplan_hf", tasks=["cosmos_reason1_av"], output_dir=output, env=data.env(),
+                model_args=f"pretrained={tiny_model('qwen2_vl')},max_frames=6,max_length=240",
+                extra_args=["--batch_size", "2"])
+    running = start_lmms_eval(**args)
+    running.wait_for(lambda: stored_answers(cache, "cosmos_reason1_av"), poll=0.005, what="an answer stored")
+    running.signal(signal.SIGSTOP)
+    running.signal(signal.SIGTERM)
+    running.signal(signal.SIGCONT)
+    stopped = running.wait()
+    kept = stored_answers(cache, "cosmos_reason1_av")
+    assert stopped.returncode == 143 and 1 <= len(kept) < 4, stopped.log_tail()
+    assert "answers asked again" in stopped.log  # the bar moved with the retries, before any question was final
+    assert stopped.log.splitlines()[-1].endswith(f"this run stored {len(kept)} model response(s) there"), \
+        stopped.log_tail()
+
+    resumed = run_lmms_eval(**args, check=False)
+    assert resumed.returncode == 0, resumed.log_tail()
+    assert cache_hits(resumed.log) == len(kept)
+    samples = resumed.samples("cosmos_reason1_av")
+    assert {sample["doc_id"]: sample["filtered_resps"] for sample in samples if sample["doc_id"] in kept} == kept
+    assert [sample["predictions"]["retries"] for sample in samples] == [10] * 4  # the kept ones' records too
