@@ -58,8 +58,9 @@ class RequestOption:
 
     def honoured_by(self, backend_class: type, value: str) -> bool:
         declared = getattr(backend_class, BACKEND_ATTRIBUTE, {})
-        return value == self.convention or (self.name in declared if self.any_text else value in declared.get(self.name,
-                                                                                                               ()))
+        if value == self.convention:
+            return True
+        return self.name in declared if self.any_text else value in declared.get(self.name, ())
 
     def check(self, value: str, where: str) -> str:
         if self.any_text:
