@@ -209,7 +209,38 @@ def clip_path(root: str | Path, part: str, video: str) -> Path:
 def load_part(settings, part: str) -> LoadedSamples:
     """The docs of one source or category with their clips checked (each opened, its first frame's data read).
     A part whose clips are all absent is not run (an error saying so, never a score of 0); clips missing or
-    unusable are listed in one error, or with ``skip_missing`` left out and counted."""
+    unusable are listed in one error, or with ``skip_missing`` left out and counted. The error of a part of the
+    official layout also names the problems of the layout's other parts that are there (their QA file and clips
+    folder), so that a run of the group, which stops at its first part with problems, names them all at once."""
+    try:
+        return _load_part(settings, part)
+    except CosmosReason1DataError as error:
+        raise _with_other_parts_problems(error, settings, part) from None
+
+
+def _with_other_parts_problems(error: CosmosReason1DataError, settings, part: str) -> CosmosReason1DataError:
+    """``error`` of ``part``, followed by the problems of the official layout's other parts present; its
+    ``problems`` (what ``check-data``, which checks every part, lists of it) stay ``part``'s."""
+    if settings.data_source != "official":
+        return error  # PAI-Bench-U's rows of every part are read, and their problems named, together already
+    others = []
+    for other in RELEASE_COUNTS:
+        if other == part or not (qa_file(settings.root, other).is_file()
+                                 and (part_folder(settings.root, other) / "clips").is_dir()):
+            continue
+        try:
+            _load_part(settings, other)
+        except CosmosReason1DataError as found:
+            others += [f"{other}: {problem}" for problem in getattr(found, "problems", (str(found),))]
+    if not others:
+        return error
+    combined = CosmosReason1DataError(f"{error}\nThe other parts under {settings.root} have problems too (named "
+                                      f"now, so that one run names them all):\n  " + ";\n  ".join(others))
+    combined.problems = getattr(error, "problems", (str(error),))
+    return combined
+
+
+def _load_part(settings, part: str) -> LoadedSamples:
     if part not in RELEASE_COUNTS:
         raise SettingsError(f"Cosmos-Reason1: no source or category {part!r} (known: {', '.join(RELEASE_COUNTS)})")
     problems = DatasetProblems("the Cosmos-Reason1 data", CosmosReason1DataError)

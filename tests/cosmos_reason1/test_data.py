@@ -187,3 +187,18 @@ def test_a_repeated_record_is_refused_naming_both(fixture):
     assert str(refused.value) == (f"Cosmos-Reason1 QA file {path}, item #{len(items)}, QA pair #0 repeats "
                                   f"Cosmos-Reason1 QA file {path}, item #1, QA pair #0 (the same clip, question, "
                                   f"options and answer): keep one")
+
+
+def test_a_part_s_error_names_the_problems_of_the_other_parts_present(fixture):
+    """A group run stops at its first part with problems: that error names every other present part's problems too
+    (check-data, which checks each part, keeps listing each part's own)."""
+    (fixture.root / "agibot" / "clips" / "clip_1.mp4").unlink()
+    items = fixture.items("av")
+    qa_file(fixture.root, "av").write_text(json.dumps([*items, items[0]]))
+    with pytest.raises(CosmosReason1DataError) as refused:
+        load_part(settings_of(fixture), "agibot")
+    message = str(refused.value)
+    assert message.startswith("Cosmos-Reason1 sample agibot/1/0") and "clip_1.mp4" in message.splitlines()[0]
+    assert "The other parts under" in message and f"av: Cosmos-Reason1 QA file {qa_file(fixture.root, 'av')}, " \
+        f"item #{len(items)}, QA pair #0 repeats" in message
+    assert len(refused.value.problems) == 1 and "agibot/1/0" in refused.value.problems[0]
