@@ -411,6 +411,9 @@ def _execute_storing_as_it_goes(whole_call, self, lm, reqtype, requests):
 def _finalize_keeping_responses(finalize, self, *, success: bool, **kwargs):
     import sqlite3
 
+    stored = None if success else _responses_stored(self)
+    if stored is not None:  # said in the stopped run's last line (stop_cleanly_on_sigterm)
+        note_kept_on_stop(f"this run stored {stored} model response(s) there")
     try:
         return finalize(self, success=True, **kwargs)
     except (OSError, sqlite3.Error) as error:  # a full disk: the run's folder keeps them for the next run
@@ -418,6 +421,16 @@ def _finalize_keeping_responses(finalize, self, *, success: bool, **kwargs):
         logger.warning(f"ResponseCache: this run's responses could not be merged into {self._cache_root} "
                        f"({storage_failure(error, self._cache_root)}); they are kept in {self._run_dir}, which "
                        f"the next run with --use_cache {self._cache_root} merges")
+
+def _responses_stored(cache: Any) -> int | None:
+    """How many responses this run stored (its own database, before the merge); None where it cannot be read."""
+    import sqlite3
+
+    try:
+        return cache.db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+    except (AttributeError, sqlite3.Error):  # closed, or never opened
+        return None
+
 
 def _create_recovering(create, cls, cache_root: str, **kwargs):
     import sqlite3

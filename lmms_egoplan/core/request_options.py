@@ -7,7 +7,9 @@ candidate answer are scored, e.g. the answer and
 the token closing the assistant's turn (``SCORED_SPAN``); how their losses are averaged, e.g.
 leaving out the tokens whose loss is exactly 0 (``LOSS_MEAN``); whether the task text comes before
 the images (``INPUT_ORDER``); whether an answer its official parser reads nothing of is generated again
-(``EMPTY_ANSWER_RETRY``). The benchmarks' READMEs say which task asks for what. A backend declares the values it
+(``EMPTY_ANSWER_RETRY``); the task's system turn (``SYSTEM_PROMPT``, any text); whether the sampling settings a
+request leaves unset are switched off rather than filled from the checkpoint's generation_config
+(``SAMPLING_DEFAULTS``). The benchmarks' READMEs say which task asks for what. A backend declares the values it
 honours in its class attribute
 ``request_options`` (``{option name: values}``). A request without the option, and a backend
 without the declaration, follow lmms-eval's convention. (Proposed upstream as a field of
@@ -38,6 +40,8 @@ class RequestOption:
     # True: the task's ``on_backend`` hook says what a backend that does not honour it does instead (the harness's
     # generic warning would repeat it).
     said_by_task: bool = False
+    generation_only: bool = False  # only generation requests carry it
+    any_text: bool = False  # its value is any text (``values`` empty), e.g. a system prompt
 
     def of(self, request) -> str:
         """The value a request asks for (lmms-eval's own ``Instance``, which has no options: the convention)."""
@@ -53,9 +57,16 @@ class RequestOption:
             getattr(request, REQUEST_ATTRIBUTE)[self.name] = value
 
     def honoured_by(self, backend_class: type, value: str) -> bool:
-        return value == self.convention or value in getattr(backend_class, BACKEND_ATTRIBUTE, {}).get(self.name, ())
+        declared = getattr(backend_class, BACKEND_ATTRIBUTE, {})
+        if value == self.convention:
+            return True
+        return self.name in declared if self.any_text else value in declared.get(self.name, ())
 
     def check(self, value: str, where: str) -> str:
+        if self.any_text:
+            if not isinstance(value, str):
+                raise ValueError(f"{where} asks for {self.name} {value!r}; expected text")
+            return value
         if value not in self.values:
             raise ValueError(f"{where} asks for {self.name} {value!r}; known: {', '.join(self.values)}")
         return value
@@ -92,6 +103,18 @@ EMPTY_ANSWER_RETRY = RequestOption("empty_answer_retry", NEVER, (NEVER, NO_LETTE
 EMPTY_ANSWER_RETRIES = RequestOption("empty_answer_retries", str(EMPTY_ANSWER_MAX_RETRIES),
                                      tuple(str(count) for count in range(EMPTY_ANSWER_MAX_RETRIES + 1)),
                                      binding=False, likelihood_only=False, said_by_task=True)
+# The system turn a task's official evaluation sends; "" (lmms-eval's convention): none of the task's, the backend's
+# own (egoplan_hf / egoplan_server: their system_prompt model_arg, else the chat template's default).
+SYSTEM_PROMPT = RequestOption("system_prompt", "", (), binding=False, likelihood_only=False, said_by_task=True,
+                              generation_only=True, any_text=True)
+
+# The sampling settings a generation request leaves unset (top_k, top_p, min_p, repetition_penalty): filled from the
+# checkpoint's generation_config, else transformers' defaults (lmms-eval's backends, transformers' generate), or
+# switched off, as vLLM's SamplingParams leave them (e.g. Cosmos-Reason1's official run).
+MODEL_DEFAULTS = "model_defaults"
+UNSET_IS_OFF = "unset_is_off"
+SAMPLING_DEFAULTS = RequestOption("sampling_defaults", MODEL_DEFAULTS, (MODEL_DEFAULTS, UNSET_IS_OFF), binding=False,
+                                  likelihood_only=False, said_by_task=True, generation_only=True)
 # nvidia-cosmos/cosmos-reason1 @3e7f1cb examples/benchmark/tools/eval/utils/output.py: ANSWER_PATTERN,
 # SINGLE_LETTER_PATTERN (parse_reasoning_response, parse_letter_response), verbatim.
 ANSWER_PATTERN = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)

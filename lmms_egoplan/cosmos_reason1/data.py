@@ -12,10 +12,14 @@
 
 * ``data_source: paibench_u``: the PAI-Bench-U Hub layout, ``<paibench_u_root>/data/*.parquet`` (a row per question:
   ``question``, ``index2ans``, ``answer``, ``video_path``, the part in ``subcategory``) and the clips at
-  ``<paibench_u_root>/<video_path>`` (or ``videos/<video_path>``, as lmms-eval's ``paibench_u`` opens them).
+  ``<paibench_u_root>/<video_path>`` (or ``videos/<video_path>``, as lmms-eval's ``paibench_u`` opens them). An
+  answer instruction embedded in a row's question is removed as lmms-eval's ``physical_ai_understanding`` removes it.
 
 Every QA pair is a question: the official reader keys its QA pairs by clip, so an item sharing its clip with a later
-one is overwritten (RoboVQA: 101 of 110 run); ``official_reader_keeps`` marks the ones it keeps.
+one is overwritten (RoboVQA: 101 of 110 run); ``official_reader_keeps`` marks the ones it keeps. A QA pair repeated
+whole (the same clip, question, options and answer) is refused, naming both records, and a clip outside the data
+folder (an absolute path, ``..``, a symbolic link out of it) is refused unless ``allow_paths_outside_root``
+(``core.files.inside_root``, as the other benchmarks read).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 
 from lmms_egoplan.catalogue import entry
 from lmms_egoplan.core.errors import DatasetProblems, InputError
-from lmms_egoplan.core.files import read_json_list
+from lmms_egoplan.core.files import inside_root, read_json_list
 from lmms_egoplan.core.media import LoadedSamples, MissingMedia, video_problems
 from lmms_egoplan.core.settings import SettingsError, setting_name
 
@@ -42,6 +46,10 @@ ROBOVQA_ITEMS = ("all", "official_101")
 DATA_SOURCES = ("official", "paibench_u")
 # PAI-Bench-U's subcategory labels (lower case, "_" for the rest) that name a part other than by its own name
 # ("Physical World" is how Physical AI Bench tables head the other-physics column).
+# lmms-eval 0.7.3 tasks/physical_ai_understanding/utils.py REPLACE_PROMPT, verbatim: an answer instruction some
+# PAI-Bench-U rows carry inside their question, which that reader removes; removed here too, so that the official
+# prompt holds the question alone (its own letter instruction follows the options).
+PAIBENCH_U_EMBEDDED_INSTRUCTION = "Please answer directly with only the letter of the correct option and nothing else."
 PAIBENCH_U_ALIASES = {"physics": "other_physics", "physical_world": "other_physics", "bridgedata_v2": "bridgev2",
                       "bridge": "bridgev2"}
 
@@ -97,9 +105,9 @@ def question_of(pair: Any, where: str) -> dict:
     return {"question": question, "letters": list(options), "options": list(options.values()), "answer": answer}
 
 
-def read_part(root: str | Path, part: str, problems: DatasetProblems) -> list[dict]:
-    """A doc per QA pair of one source or category, in the file's order, the clip's path resolved (not checked);
-    each record's problem joins ``problems``."""
+def read_part(root: str | Path, part: str, problems: DatasetProblems, allow_outside: bool = False) -> list[dict]:
+    """A doc per QA pair of one source or category, in the file's order, the clip's path resolved (not checked
+    but for staying inside ``root``); each record's problem joins ``problems``."""
     path = qa_file(root, part)
     items = read_json_list(path, CosmosReason1DataError, what="Cosmos-Reason1 QA file",
                            folder_setting=setting_name(ENV_PREFIX, "root"), file_setting=None)
@@ -114,12 +122,34 @@ def read_part(root: str | Path, part: str, problems: DatasetProblems) -> list[di
             video = item.get("video") if isinstance(item, dict) else None
             if not isinstance(video, str) or not video.strip():
                 raise CosmosReason1DataError(f"{where}: video must name the clip (clips/<id>.mp4), got {video!r}")
+            clip = _inside(clip_path(root, part, video), root, f"{where}: field video", allow_outside)
             for number, pair in enumerate(_qa_pairs(item, where)):
                 question = question_of(pair, f"{where}, QA pair #{number}")
                 docs.append({"source": part, "item_id": f"{part}/{position}/{number}", "video_name": video,
-                             "video": str(clip_path(root, part, video)), **question,
+                             "video": str(clip), **question, "where": f"{where}, QA pair #{number}",
                              "official_reader_keeps": kept_by_official.get(clip_id(video)) == position})
-    return docs
+    return _without_repeated_questions(docs, problems)
+
+
+def _inside(path: Path, root: str | Path, where: str, allow_outside: bool) -> Path:
+    return inside_root(path, root, where=where, setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"),
+                       allow=allow_outside, error_class=CosmosReason1DataError)
+
+
+def _without_repeated_questions(docs: list[dict], problems: DatasetProblems) -> list[dict]:
+    """``docs`` less the records that repeat an earlier one whole (the same clip, question, options and answer),
+    each a problem naming both (a repeated record would be scored twice); the records' ``where`` dropped."""
+    first: dict[tuple, str] = {}
+    kept = []
+    for doc in docs:
+        where = doc.pop("where")
+        key = (doc["video"], doc["question"], tuple(doc["letters"]), tuple(doc["options"]), doc["answer"])
+        if key in first:
+            problems.add(f"{where} repeats {first[key]} (the same clip, question, options and answer): keep one")
+        else:
+            first[key] = where
+            kept.append(doc)
+    return kept
 
 
 def paibench_u_part(label: Any) -> str | None:
@@ -131,7 +161,7 @@ def paibench_u_part(label: Any) -> str | None:
     return name if name in RELEASE_COUNTS else None
 
 
-def read_paibench_u(root: str | Path, problems: DatasetProblems) -> list[dict]:
+def read_paibench_u(root: str | Path, problems: DatasetProblems, allow_outside: bool = False) -> list[dict]:
     """A doc per row of the PAI-Bench-U parquet files (``<root>/data/*.parquet``), its part from ``subcategory``;
     each row's problem (a field, an unknown subcategory) joins ``problems``."""
     if not root:
@@ -153,13 +183,17 @@ def read_paibench_u(root: str | Path, problems: DatasetProblems) -> list[dict]:
                     raise CosmosReason1DataError(f"{where}: subcategory {row.get('subcategory')!r} names none of "
                                                  f"{', '.join(RELEASE_COUNTS)}")
                 options = {key: text for key, text in (row.get("index2ans") or {}).items() if text is not None}
-                question = question_of({**row, "index2ans": options}, where)
+                asked = row.get("question")
+                if isinstance(asked, str):
+                    asked = asked.replace(PAIBENCH_U_EMBEDDED_INSTRUCTION, "").strip()
+                question = question_of({**row, "question": asked, "index2ans": options}, where)
                 video = str(row.get("video_path") or "")
                 named = Path(root).expanduser() / video
                 path_of = named if named.is_file() else Path(root).expanduser() / "videos" / video
+                path_of = _inside(path_of, root, f"{where}: field video_path", allow_outside)
                 docs.append({"source": part, "item_id": f"{part}/{path.stem}/{position}", "video_name": video,
-                             "video": str(path_of), **question, "official_reader_keeps": True})
-    return docs
+                             "video": str(path_of), **question, "official_reader_keeps": True, "where": where})
+    return _without_repeated_questions(docs, problems)
 
 
 def clip_path(root: str | Path, part: str, video: str) -> Path:
@@ -175,7 +209,38 @@ def clip_path(root: str | Path, part: str, video: str) -> Path:
 def load_part(settings, part: str) -> LoadedSamples:
     """The docs of one source or category with their clips checked (each opened, its first frame's data read).
     A part whose clips are all absent is not run (an error saying so, never a score of 0); clips missing or
-    unusable are listed in one error, or with ``skip_missing`` left out and counted."""
+    unusable are listed in one error, or with ``skip_missing`` left out and counted. The error of a part of the
+    official layout also names the problems of the layout's other parts that are there (their QA file and clips
+    folder), so that a run of the group, which stops at its first part with problems, names them all at once."""
+    try:
+        return _load_part(settings, part)
+    except CosmosReason1DataError as error:
+        raise _with_other_parts_problems(error, settings, part) from None
+
+
+def _with_other_parts_problems(error: CosmosReason1DataError, settings, part: str) -> CosmosReason1DataError:
+    """``error`` of ``part``, followed by the problems of the official layout's other parts present; its
+    ``problems`` (what ``check-data``, which checks every part, lists of it) stay ``part``'s."""
+    if settings.data_source != "official":
+        return error  # PAI-Bench-U's rows of every part are read, and their problems named, together already
+    others = []
+    for other in RELEASE_COUNTS:
+        if other == part or not (qa_file(settings.root, other).is_file()
+                                 and (part_folder(settings.root, other) / "clips").is_dir()):
+            continue
+        try:
+            _load_part(settings, other)
+        except CosmosReason1DataError as found:
+            others += [f"{other}: {problem}" for problem in getattr(found, "problems", (str(found),))]
+    if not others:
+        return error
+    combined = CosmosReason1DataError(f"{error}\nThe other parts under {settings.root} have problems too (named "
+                                      f"now, so that one run names them all):\n  " + ";\n  ".join(others))
+    combined.problems = getattr(error, "problems", (str(error),))
+    return combined
+
+
+def _load_part(settings, part: str) -> LoadedSamples:
     if part not in RELEASE_COUNTS:
         raise SettingsError(f"Cosmos-Reason1: no source or category {part!r} (known: {', '.join(RELEASE_COUNTS)})")
     problems = DatasetProblems("the Cosmos-Reason1 data", CosmosReason1DataError)
@@ -205,7 +270,8 @@ def _part_docs(settings, part: str, problems: DatasetProblems) -> tuple[list[dic
         if settings.robovqa_items != "all":
             raise SettingsError(f"Cosmos-Reason1: {setting_name(ENV_PREFIX, 'robovqa_items')} official_101 needs "
                                 f"the official layout, whose items say which questions share a clip")
-        docs = [doc for doc in read_paibench_u(settings.paibench_u_root, problems) if doc["source"] == part]
+        docs = [doc for doc in read_paibench_u(settings.paibench_u_root, problems, settings.allow_paths_outside_root)
+                if doc["source"] == part]
         problems.raise_if_any()
         where = setting_name(ENV_PREFIX, "paibench_u_root")
         if not any(Path(doc["video"]).is_file() for doc in docs):
@@ -215,7 +281,7 @@ def _part_docs(settings, part: str, problems: DatasetProblems) -> tuple[list[dic
     if not settings.root:
         raise SettingsError(f"Cosmos-Reason1: set {setting_name(ENV_PREFIX, 'root')} to the folder holding "
                             f"<source>/<source>_benchmark_qa_pairs.json and <source>/clips/")
-    docs = read_part(settings.root, part, problems)
+    docs = read_part(settings.root, part, problems, settings.allow_paths_outside_root)
     problems.raise_if_any()
     where, clips = setting_name(ENV_PREFIX, "root"), part_folder(settings.root, part) / "clips"
     if not clips.is_dir():
@@ -227,13 +293,17 @@ def _part_docs(settings, part: str, problems: DatasetProblems) -> tuple[list[dic
 def _where_clips_come_from(part: str) -> str:
     if part in ("av", "robovqa"):
         return "the Hub dataset nvidia/Cosmos-Reason1-Benchmark holds them as clips.tar.gz: unpack it in place"
+    if part == "robofail":
+        return "the official code neither holds nor rebuilds them (process_raw_data.py has no RoboFail path); " \
+               "PAI-Bench-U publishes them (data_source: paibench_u)"
     if part in ER_SOURCES:
         return "the official examples/benchmark/tools/eval/process_raw_data.py rebuilds them from the source dataset"
     return "the common-sense clips are published with PAI-Bench-U (videos/<subset>/<id>.mp4)"
 
 
 def _media_settings(settings) -> dict:
-    return {"fps": settings.fps, "max_frames": settings.max_frames, "max_side": settings.max_side}
+    return {"fps": settings.fps, "max_frames": settings.max_frames, "max_side": settings.max_side,
+            "frame_timing": settings.frame_timing}
 
 
 def shortfall(part: str, found: int, settings) -> str | None:

@@ -1,8 +1,9 @@
 """Cosmos-Reason1's data (``contract.data``), for ``lmms-egoplan prepare`` and ``check-data``: per source and
 category its questions (100 each, RoboVQA 110; common sense 80 / 298 / 226), read with the task's own reader
 (``cosmos_reason1.data``). The authors' Hub dataset ``nvidia/Cosmos-Reason1-Benchmark`` holds the six sources' QA
-files and the AV and RoboVQA clips as archives; the other sources' clips are rebuilt from their own datasets by the
-official ``process_raw_data.py``, and the common-sense split is not in it. PAI-Bench-U
+files and the AV and RoboVQA clips as archives; AgiBot World's, BridgeData V2's and HoloAssist's clips are rebuilt
+from their own datasets by the official ``process_raw_data.py``, RoboFail's by nothing of the official code (it has
+no RoboFail path), and the common-sense split is not in it. PAI-Bench-U
 (``shi-labs/physical-ai-bench-understanding``, the copy lmms-eval's ``physical_ai_understanding`` reads) holds all
 1,214 questions as parquet and their clips (``data_source: paibench_u``)."""
 
@@ -54,8 +55,9 @@ def _official_needs(root: Path) -> tuple[Needed, ...]:
                    and not any(Path(path).parent.name == part for path in packed))
     if absent:
         needed.append(Needed("clips of the other sources and categories", "rebuilt from their own datasets "
-                             "(AgiBot World: gated; BridgeData V2, HoloAssist, RoboFail: terabytes) by the official "
-                             "process_raw_data.py; the common-sense clips are published with PAI-Bench-U",
+                             "(AgiBot World: gated; BridgeData V2, HoloAssist: terabytes) by the official "
+                             "process_raw_data.py; RoboFail's by nothing of the official code (PAI-Bench-U holds "
+                             "them); the common-sense clips are published with PAI-Bench-U",
                              (f"# see {OFFICIAL_CODE} (tools/eval/process_raw_data.py --data_dir <dir> --task "
                               f"benchmark), then put <part>/clips/ under {root}",),
                              items=tuple(task_of(part) for part in absent), unit="tasks not run until then"))

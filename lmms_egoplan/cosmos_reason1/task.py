@@ -10,10 +10,14 @@ Protocol:
 2. Visual input: the clip sampled as ``qwen_vl_utils.process_vision_info`` samples it at ``fps: 4`` (input.py
    ``prepare_model_inputs_parallel``): ``smart_nframes`` frames (duration x 4, even, 4 to 768), spread by
    ``linspace(0, total - 1, n).round()``, each with its time, as one video.
-3. Prompt (input.py ``get_prompt``): the system prompt "Answer the questions.", the question, one ``(A) text`` line
-   per option in the release's order, the letter instruction, and for ``official_reasoning`` the reasoning format.
-   Decoding (evaluate.py ``run_model``): reasoning, temperature 0.6, top-p 0.95, 1,024 new tokens; letter, greedy,
-   10 new tokens.
+   The frames' times as the benchmark script gives them (``frame_timing: assumed_2fps``): none, so the Qwen2.5-VL
+   processor assumes 2 fps; their true times with ``sampled_rate`` (scripts/inference.py).
+3. Prompt (input.py ``get_prompt``): the system prompt "Answer the questions." (carried by every request,
+   ``core.request_options.SYSTEM_PROMPT``; chat backends get it as the messages' system turn), the question, one
+   ``(A) text`` line per option in the release's order, the letter instruction, and for ``official_reasoning`` the
+   reasoning format. Decoding (evaluate.py ``run_model``): reasoning, temperature 0.6, top-p 0.95, 1,024 new tokens;
+   letter, greedy, 10 new tokens; what vLLM's ``SamplingParams`` leave unset is off (top_k, min_p, penalties:
+   ``core.request_options.SAMPLING_DEFAULTS``), nothing taken from the checkpoint's generation_config.
 4. Answers: the official parser of the prompt and its case-insensitive comparison (``accuracy_official``), a robust
    reading beside it (``accuracy_robust``), the answers they read differently counted (``disagreements``), the
    answers the official parser reads nothing of counted (``unparseable_official``). Under either prompt the suite's
@@ -32,6 +36,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from loguru import logger
@@ -47,7 +52,15 @@ from lmms_egoplan.contract.benchmark import (
     warn_of_skipped,
 )
 from lmms_egoplan.core import media
-from lmms_egoplan.core.request_options import EMPTY_ANSWER_MAX_RETRIES, EMPTY_ANSWER_RETRIES, EMPTY_ANSWER_RETRY
+from lmms_egoplan.core.request_options import (
+    EMPTY_ANSWER_MAX_RETRIES,
+    EMPTY_ANSWER_RETRIES,
+    EMPTY_ANSWER_RETRY,
+    SAMPLING_DEFAULTS,
+)
+from lmms_egoplan.core.request_options import (
+    SYSTEM_PROMPT as SYSTEM_PROMPT_OPTION,
+)
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import setting_name
 from lmms_egoplan.core.statistics import count, total
@@ -60,20 +73,22 @@ from lmms_egoplan.cosmos_reason1.data import (
     shortfall,
 )
 from lmms_egoplan.cosmos_reason1.parsing import LETTER, REASONING, official_answer, official_correct, robust_answer
+from lmms_egoplan.cosmos_reason1.settings import PROCESSOR_DEFAULT_FPS, SAMPLED_RATE, SYSTEM_PROMPT
 
 # input.py get_prompt, verbatim.
-SYSTEM_PROMPT = "Answer the questions."
 LETTER_INSTRUCTION = "Answer with the option's letter from the given choices directly."
 REASONING_INSTRUCTION = ("Please answer the question in the following format: <think> your reasoning </think> "
                          "<answer> your single letter answer </answer>.")
 # evaluate.py run_model (configs/evaluate.yaml: max_tokens 1024, temperature 0.6; top_p 0.95 in the code).
 DECODING = {REASONING: {"max_new_tokens": 1024, "temperature": 0.6, "top_p": 0.95, "do_sample": True, "until": []},
             LETTER: {"max_new_tokens": 10, "temperature": 0, "do_sample": False, "until": []}}
-# nvidia-cosmos/cosmos-reason1 issue: BridgeData V2's clips rebuilt by process_raw_data.py do not match their
-# questions (35 % reproduced against 58.8 % published).
-BRIDGEV2_WARNING = ("cosmos_reason1_bridgev2: the BridgeData V2 clips that the official process_raw_data.py rebuilds "
-                    "do not match their questions (an open upstream issue: about 35 % reproduced against the published "
-                    "58.8 %); its accuracy is not comparable with the published one (tasks/cosmos_reason1/README.md)")
+# nvidia-cosmos/cosmos-reason1 issue 26 (closed): BridgeData V2's clips rebuilt by process_raw_data.py before f8ec02d
+# (pull request 56, "Fix bridge clips using wrong frame range", in 3e7f1cb) do not match their questions (35 %
+# reproduced against 58.8 % published).
+BRIDGEV2_WARNING = ("cosmos_reason1_bridgev2: BridgeData V2 clips rebuilt by the official process_raw_data.py before "
+                    "its fix f8ec02d (upstream pull request 56, in 3e7f1cb; issue 26) cut the wrong frame range and do "
+                    "not match their questions (about 35 % reproduced against the published 58.8 %): rebuild them "
+                    "with a checkout at or after it (tasks/cosmos_reason1/README.md)")
 
 
 # =============================================================================================
@@ -103,26 +118,48 @@ def configure(context: TaskContext, config: Mapping[str, Any]) -> Configuration:
     return Configuration(generation_kwargs=DECODING[context.settings.prompt])
 
 
-# The suite's backends send the system turn, top-p and the frames with their times (models/).
+# The suite's backends send the system turn, top-p, the unset sampling settings off and the frames with their times
+# (models/).
 SUITE_BACKENDS = ("egoplan_hf", "egoplan_server")
 
 
+@dataclass
+class DeliveredProtocol:
+    """What of the protocol the run's backend delivers, logged with every sample: the system turn the model is
+    given (None: the backend's own, not the task's)."""
+
+    system_turn: str | None = None
+
+
+def delivered_protocol(context: TaskContext) -> DeliveredProtocol:
+    return DeliveredProtocol()
+
+
 def on_backend(context: TaskContext, backend: str, chat: bool) -> None:
-    """Say what of the protocol the run's backend cannot deliver: lmms-eval's ``openai`` sends no system message and
-    no top-p; of lmms-eval's other backends the suite cannot tell; none of them retries an empty answer (the suite's
-    backends do, ``core.request_options.EMPTY_ANSWER_RETRY``)."""
+    """Say what of the protocol the run's backend cannot deliver, and record the system turn it sends: lmms-eval's
+    chat backends get the system turn in the task's messages, its other backends none; of lmms-eval's backends the
+    suite cannot tell whether they leave unset sampling settings off; none of them retries an empty answer (the
+    suite's backends do, ``core.request_options.EMPTY_ANSWER_RETRY``)."""
     settings, name = context.settings, context.task_name
-    wanted = (f"the system prompt {SYSTEM_PROMPT!r} as a system turn, the clip at {settings.fps:g} fps"
-              + (", top-p 0.95" if settings.prompt == REASONING else ""))
+    context.state.system_turn = SYSTEM_PROMPT if backend in SUITE_BACKENDS or chat else None
+    timing = "their true times" if settings.frame_timing == SAMPLED_RATE else \
+        f"times as at {PROCESSOR_DEFAULT_FPS:g} fps (the benchmark script's)"
+    wanted = (f"the system prompt {SYSTEM_PROMPT!r} as a system turn, the clip at {settings.fps:g} fps with {timing}"
+              + (", top-p 0.95" if settings.prompt == REASONING else "")
+              + ", top_k, min_p and the penalties off (vLLM's SamplingParams)")
     if backend in SUITE_BACKENDS:
         logger.info(f"{name}: {backend} sends {wanted}; pass max_frames={settings.max_frames} in --model_args (its "
                     f"default, 32, thins a clip longer than 8 s)")
-    elif backend == "openai":
-        logger.warning(f"{name}: the official protocol sends {wanted}; lmms-eval's openai backend sends no system "
-                       f"message and no top_p, so this run is not the authors' protocol (use egoplan_server)")
+    elif chat:
+        logger.warning(f"{name}: the official protocol sends {wanted}; lmms-eval's {backend} backend gets the system "
+                       f"turn in the task's messages, but whether it times the frames so and leaves the sampling "
+                       f"settings the task does not set off (not from the checkpoint's generation_config) is not "
+                       f"known to the suite, so this run may not be the authors' protocol (egoplan_hf and "
+                       f"egoplan_server deliver it)")
     else:
-        logger.warning(f"{name}: the official protocol sends {wanted}; whether lmms-eval's {backend} backend does is "
-                       f"not known to the suite (egoplan_hf and egoplan_server do)")
+        logger.warning(f"{name}: the official protocol sends {wanted}; lmms-eval's {backend} backend sends no system "
+                       f"turn of the task's, and whether it delivers the rest is not known to the suite, so this run "
+                       f"is not the authors' protocol (egoplan_hf and egoplan_server deliver it)")
     empty = ("an answer with no capital letter in its <answer> tag" if settings.prompt == REASONING
              else "an answer with no capital letter (greedy, with 1,024 + 256 k new tokens at retry k)")
     if settings.max_retries < EMPTY_ANSWER_MAX_RETRIES:
@@ -151,7 +188,8 @@ def no_av_metrics(context: TaskContext, docs: Sequence[Mapping]) -> list[Metric]
 
 
 def sampled_indices(total_frames: int, video_fps: float, fps: float, max_frames: int) -> list[int]:
-    """qwen_vl_utils 0.0.14 ``smart_nframes`` (fps given; FRAME_FACTOR 2, FPS_MIN_FRAMES 4) and
+    """qwen_vl_utils ``smart_nframes`` (0.0.11, the official lock's; 0.0.14's is the same; fps given; FRAME_FACTOR 2,
+    FPS_MIN_FRAMES 4) and
     ``_read_video_decord``'s ``torch.linspace(0, total - 1, nframes).round()``: the frames the official reader
     samples of a clip at ``fps``."""
     import numpy as np
@@ -164,17 +202,20 @@ def sampled_indices(total_frames: int, video_fps: float, fps: float, max_frames:
 
 
 def doc_to_visual(doc: Mapping) -> list[Image.Image]:
-    """The clip's frames at the protocol's rate, tagged as one video, each with its time."""
-    return list(_clip(doc["video"], doc["fps"], doc["max_frames"], doc["max_side"], doc["item_id"]))
+    """The clip's frames at the protocol's rate, tagged as one video, each with its time: as the benchmark script's
+    processor assumes them (frame k at k / 2 s) or, with ``frame_timing: sampled_rate``, the true one."""
+    return list(_clip(doc["video"], doc["fps"], doc["max_frames"], doc["max_side"], doc["item_id"],
+                      doc["frame_timing"]))
 
 
 @functools.lru_cache(maxsize=4)
-def _clip(path: str, fps: float, max_frames: int, max_side: int | None, item_id: str) -> tuple:
+def _clip(path: str, fps: float, max_frames: int, max_side: int | None, item_id: str, frame_timing: str) -> tuple:
     try:
         with media.VideoFile(path) as video:
             indices = sampled_indices(video.info.num_frames, video.info.fps, fps, max_frames)
             frames = video.frames(indices, max_side=max_side)
-            times = media.frame_times(indices, 0, video.info.fps)
+            times = media.frame_times(indices, 0, video.info.fps) if frame_timing == SAMPLED_RATE else \
+                media.frame_times(range(len(indices)), 0, PROCESSOR_DEFAULT_FPS)
     except media.MediaError as error:
         raise CosmosReason1DataError(f"Cosmos-Reason1 question {item_id}: {error}; check "
                                      f"{setting_name(ENV_PREFIX, 'root')} (a run with --use_cache resumes from the "
@@ -232,6 +273,7 @@ def process_results(doc: Mapping, results: Sequence[str], context: TaskContext) 
                   empty_answer_retried=float(retries > 0), empty_after_retries=float(still_empty),
                   predictions={"item_id": doc["item_id"], "source": doc["source"], "gold": gold,
                                "official": official, "robust": robust, "prompt": doc["prompt"], "retries": retries,
+                               "system_turn": context.state.system_turn, "frame_timing": doc["frame_timing"],
                                **frames_shown(doc["video"], doc["fps"], doc["max_frames"], doc["max_side"])})
     return scores
 
@@ -243,7 +285,7 @@ def process_results(doc: Mapping, results: Sequence[str], context: TaskContext) 
 GENERATION = TaskSpec(
     load_docs=load_docs, doc_to_visual=doc_to_visual, doc_to_text=doc_to_text, doc_to_messages=doc_to_messages,
     doc_to_target="answer", process_results=process_results, metrics_of_the_data=no_av_metrics, configure=configure,
-    on_backend=on_backend,
+    on_backend=on_backend, run_state=delivered_protocol,
     metrics=(Metric("accuracy_official", "mean"), Metric("accuracy_robust", "mean"),
              Metric("micro_official", "mean"), Metric("micro_robust", "mean"),
              Metric("unparseable_official", total, higher_is_better=False),
@@ -251,5 +293,6 @@ GENERATION = TaskSpec(
              Metric("disagreements", total, higher_is_better=False),
              Metric("empty_answer_retried", total, higher_is_better=False),
              Metric("empty_after_retries", total, higher_is_better=False), Metric("predictions", count)),
-    request_options={"empty_answer_retry": EMPTY_ANSWER_RETRY, "empty_answer_retries": EMPTY_ANSWER_RETRIES},
+    request_options={"empty_answer_retry": EMPTY_ANSWER_RETRY, "empty_answer_retries": EMPTY_ANSWER_RETRIES,
+                     "system_prompt": SYSTEM_PROMPT_OPTION, "sampling_defaults": SAMPLING_DEFAULTS},
 )

@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmms_egoplan.core.settings import env_var
-from lmms_egoplan.cosmos_reason1.data import AV_CAMERA_SUFFIX, CS_CATEGORIES, ENV_PREFIX, ER_SOURCES, qa_file
+from lmms_egoplan.cosmos_reason1.data import (
+    AV_CAMERA_SUFFIX,
+    CS_CATEGORIES,
+    ENV_PREFIX,
+    ER_SOURCES,
+    PAIBENCH_U_EMBEDDED_INSTRUCTION,
+    qa_file,
+)
 from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun
 from lmms_egoplan.demo.kit.media import write_video
 from lmms_egoplan.demo.kit.scripted import Expected, ScriptedAnswers, mean
@@ -91,7 +98,8 @@ def build_fixture(root: str | Path) -> CosmosReason1Fixture:
 
 def write_paibench_u(fixture: CosmosReason1Fixture) -> None:
     """The official layout's questions as PAI-Bench-U rows (the subcategory "Other Physics" and "BridgeData V2" as
-    labels, not part names), each clip linked to ``videos/<part>/<clip>.mp4``."""
+    labels, not part names; RoboVQA's questions with the answer instruction some Hub rows embed), each clip linked to
+    ``videos/<part>/<clip>.mp4``."""
     from datasets import Dataset
 
     labels = {"other_physics": "Other Physics", "bridgev2": "BridgeData V2"}
@@ -106,7 +114,8 @@ def write_paibench_u(fixture: CosmosReason1Fixture) -> None:
                 target.hardlink_to(stored)
             for pair in item["qa_pairs"] if isinstance(item["qa_pairs"], list) else [item["qa_pairs"]]:
                 options = {letter: pair["index2ans"].get(letter) for letter in "ABCD"}
-                rows.append({"question": pair["question"], "index2ans": options,
+                embedded = f"\n{PAIBENCH_U_EMBEDDED_INSTRUCTION}" if part == "robovqa" else ""
+                rows.append({"question": pair["question"] + embedded, "index2ans": options,
                              "answer": pair.get("answer", pair.get("correct_answer")),
                              "video_path": f"videos/{part}/{clip}", "category": "ER" if part in ER_SOURCES else "CS",
                              "subcategory": labels.get(part, part)})

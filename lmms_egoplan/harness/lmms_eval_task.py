@@ -175,8 +175,8 @@ class SuiteTask(ConfigurableMessagesTask):
         not lmms-eval's convention, for this task's output type."""
         generative = self.generative
         chosen = [(name, option, getattr(self.settings, name)) for name, option in self.SPEC.request_options.items()]
-        return [(name, option, value) for name, option, value in chosen
-                if value != option.convention and not (generative and option.likelihood_only)]
+        return [(name, option, value) for name, option, value in chosen if value != option.convention
+                and not (option.likelihood_only if generative else option.generation_only)]
 
     def construct_requests(self, doc_id: int, ctx: str, **kwargs):
         if not self._chat_backend:

@@ -22,6 +22,10 @@ class ChatTemplateError(ValueError):
     """The checkpoint has no chat template, or its template does not render an answer verbatim."""
 
 
+class SystemPromptConflict(ValueError):
+    """The backend's system_prompt model_arg differs from the system prompt a task's requests carry."""
+
+
 @dataclass(frozen=True)
 class RenderedAnswer:
     """A conversation ending with an assistant turn; ``text[start:end]`` is the answer, followed by
@@ -55,10 +59,18 @@ class ChatRenderer:
                 f"pass chat_template=<path to a Jinja template> in --model_args"
             )
 
-    def user_turn(self, visual_parts: Sequence[dict], text: str, input_order: str = VISUALS_FIRST) -> list[dict]:
+    def user_turn(self, visual_parts: Sequence[dict], text: str, input_order: str = VISUALS_FIRST,
+                  task_system_prompt: str = "") -> list[dict]:
+        """The system turn (the task's, ``request_options.SYSTEM_PROMPT``, else the model_arg ``system_prompt``), then
+        the user turn."""
         messages = []
-        if self.system_prompt:
-            messages.append({"role": "system", "content": [{"type": "text", "text": self.system_prompt}]})
+        if task_system_prompt and self.system_prompt and self.system_prompt != task_system_prompt:
+            raise SystemPromptConflict(
+                f"{self.model_name}: model_args system_prompt {self.system_prompt!r} differs from the system prompt "
+                f"{task_system_prompt!r} that the task sends (its official evaluation's); drop system_prompt from "
+                f"--model_args")
+        if system_prompt := task_system_prompt or self.system_prompt:
+            messages.append({"role": "system", "content": [{"type": "text", "text": system_prompt}]})
         text_part = [{"type": "text", "text": text}]
         content = [*text_part, *visual_parts] if input_order == TEXT_FIRST else [*visual_parts, *text_part]
         messages.append({"role": "user", "content": content})

@@ -22,7 +22,10 @@ from lmms_egoplan.core.request_options import (
     EMPTY_ANSWER_RETRY,
     INPUT_ORDER,
     LOSS_MEAN,
+    SAMPLING_DEFAULTS,
     SCORED_SPAN,
+    SYSTEM_PROMPT,
+    UNSET_IS_OFF,
 )
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import closest_name_hint, coerce_setting
@@ -45,6 +48,10 @@ DEFAULT_MAX_NEW_TOKENS = 256
 # Generation kwargs lmms-eval tasks send that the backends read; anything else is reported once.
 GENERATION_KEYS = frozenset({"until", "max_new_tokens", "max_gen_toks", "temperature", "do_sample", "top_p", "top_k",
                              "num_beams", "repetition_penalty"})
+# The sampling settings a checkpoint's generation_config (else transformers' defaults) fills where a request sets
+# none; those applied only when sampling.
+SAMPLING_DEFAULT_KEYS = ("repetition_penalty", "top_k", "top_p", "min_p")
+SAMPLING_ONLY = ("top_k", "top_p", "min_p")
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,7 @@ class Generation:
     max_new_tokens: int
     temperature: float  # 0: greedy; sampling at this temperature otherwise
     options: dict[str, Any]  # those set of top_p / top_k (only when sampling), num_beams, repetition_penalty
+    model_defaults: bool = True  # False: what the request leaves unset is off (``SAMPLING_DEFAULTS``), in ``options``
 
     @property
     def sampling(self) -> bool:
@@ -96,8 +104,11 @@ class DocRequests:
     response_sink: Callable[[Instance, Any], None] | None = None
     is_simple = True
     backend_name = "the backend"  # its --model name, in what it says
-    request_options = {option.name: option.values
-                       for option in (*QUESTION_OPTIONS, EMPTY_ANSWER_RETRY, EMPTY_ANSWER_RETRIES)}
+    request_options = {option.name: option.values for option in (*QUESTION_OPTIONS, EMPTY_ANSWER_RETRY,
+                                                                  EMPTY_ANSWER_RETRIES, SYSTEM_PROMPT,
+                                                                  SAMPLING_DEFAULTS)}
+    # The values that switch off each of ``SAMPLING_DEFAULT_KEYS`` on this backend (``SAMPLING_DEFAULTS``).
+    sampling_off: dict[str, Any] = {}
 
     @staticmethod
     def visual_limits(backend: str, max_frames, image_max_side, image_max_pixels, video_max_side,
@@ -140,10 +151,12 @@ class DocRequests:
                                                 model_name=self.pretrained, add_special_tokens=add_special_tokens)
                                 for r in rendered]
 
-    def _generation(self, generation_kwargs: dict, backend: str, ignored: Sequence[str] = ()) -> Generation:
+    def _generation(self, generation_kwargs: dict, backend: str, ignored: Sequence[str] = (),
+                    sampling_defaults: str = SAMPLING_DEFAULTS.convention) -> Generation:
         """``generation_kwargs`` as a ``Generation``; keys the backend does not read (``ignored``: those it
         reads but cannot honour) are reported once per run. ``do_sample`` without a temperature samples
-        at 1, a temperature above 0 samples (as transformers' ``generate`` does)."""
+        at 1, a temperature above 0 samples (as transformers' ``generate`` does). Where the request asks for it
+        (``sampling_defaults``), the sampling settings it leaves unset are switched off (``sampling_off``)."""
         until = generation_kwargs.get("until") or []
         until = [until] if isinstance(until, str) else list(until)
         unread = (set(generation_kwargs) - GENERATION_KEYS) | set(ignored)
@@ -158,9 +171,13 @@ class DocRequests:
                    if sampling and generation_kwargs.get(k) is not None}
         options.update({k: generation_kwargs[k] for k in ("num_beams", "repetition_penalty")
                         if generation_kwargs.get(k) is not None})
+        off = SAMPLING_DEFAULTS.check(sampling_defaults, f"a {backend} generation request") == UNSET_IS_OFF
+        if off:
+            options = {**{k: v for k, v in self.sampling_off.items() if sampling or k not in SAMPLING_ONLY}, **options}
         max_new_tokens = generation_kwargs.get("max_new_tokens",
                                                generation_kwargs.get("max_gen_toks", DEFAULT_MAX_NEW_TOKENS))
-        return Generation(until, int(max_new_tokens), (temperature or 1.0) if sampling else 0.0, options)
+        return Generation(until, int(max_new_tokens), (temperature or 1.0) if sampling else 0.0, options,
+                          model_defaults=not off)
 
     def _questions(self, requests: Sequence[Instance]) -> list[Question]:
         """The requests grouped by question (same doc, context, visuals and options), in order."""

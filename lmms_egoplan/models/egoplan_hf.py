@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from lmms_egoplan.compat.switches import SUITE_USED, switch_on
 from lmms_egoplan.core.devices import describe_device, resolve_device
-from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
+from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SAMPLING_DEFAULTS, SCORED_SPAN, SYSTEM_PROMPT
 from lmms_egoplan.core.settings import SettingsError, coerce_setting
 from lmms_egoplan.models.chat import ChatRenderer, RenderedAnswer
 from lmms_egoplan.models.doc_requests import (
@@ -69,6 +69,8 @@ class PreparedBatch:
 
 class EgoPlanHF(DocRequests, lmms):
     backend_name = "egoplan_hf"
+    # transformers' generate: top_k 0 and min_p 0 filter nothing, top_p and repetition_penalty 1.0 change nothing.
+    sampling_off = {"repetition_penalty": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
 
     def __init__(
         self,
@@ -265,45 +267,57 @@ class EgoPlanHF(DocRequests, lmms):
     def generate_until(self, requests: list[Instance]) -> list[str]:
         from lmms_eval.utils import Collator
 
-        # Same generation kwargs per batch, longest prompts first (memory errors surface at once); each
-        # request's arguments followed by where it places the visuals.
-        collator = Collator([(*r.args, INPUT_ORDER.of(r)) for r in requests], lambda args: (-len(args[0]), args[0]),
-                            grouping=True)
+        # Same generation kwargs and sampling defaults per batch, longest prompts first (memory errors surface at
+        # once); each request's arguments followed by where it places the visuals, its system prompt and its
+        # sampling defaults (request options).
+        collator = Collator([(*r.args, INPUT_ORDER.of(r), SYSTEM_PROMPT.of(r), SAMPLING_DEFAULTS.of(r))
+                             for r in requests], lambda args: (-len(args[0]), args[0]), grouping=True,
+                            group_fn=lambda args: {**(args[1] or {}), SAMPLING_DEFAULTS.name: args[-1]})
         outputs = []
         chunks = list(collator.get_batched(n=self.batch_size))
         in_batch_order = iter([requests[index] for index in collator.reorder_indices])
         keys = [(task, split, doc_id, doc_to_visual)
-                for chunk in chunks for _, _, doc_to_visual, doc_id, task, split, _ in chunk]
+                for chunk in chunks for _, _, doc_to_visual, doc_id, task, split, *_ in chunk]
+        retried = [0]  # answers asked again so far (an empty answer's retries), shown beside the bar
         with tqdm(total=len(requests), disable=self.rank != 0, desc="egoplan_hf generate_until") as progress, \
                 contextlib.closing(self._visuals_in_order(keys)) as visuals_in_order:
+
+            def asked_again(count: int) -> None:
+                retried[0] += count
+                progress.set_postfix_str(f"{retried[0]} answers asked again")
+
             for chunk in chunks:
-                contexts, generation_kwargs, _, doc_ids, tasks, _, placements = zip(*chunk)
+                contexts, generation_kwargs, _, doc_ids, tasks, _, placements, system_prompts, defaults = zip(*chunk)
                 visuals = list(itertools.islice(visuals_in_order, len(chunk)))
                 where = f"{tasks[0]} docs {list(doc_ids)}"
-                prompts = [self.chat.generation_prompt(self.chat.user_turn(v.parts, c, INPUT_ORDER.check(p, where)))
-                           for v, c, p in zip(visuals, contexts, placements)]
+                prompts = [self.chat.generation_prompt(self.chat.user_turn(v.parts, c, INPUT_ORDER.check(p, where),
+                                                                           SYSTEM_PROMPT.check(s, where)))
+                           for v, c, p, s in zip(visuals, contexts, placements, system_prompts)]
                 inputs = self._on_device(self._encode(prompts, visuals, where))
                 batch, kwargs = list(itertools.islice(in_batch_order, len(chunk))), dict(generation_kwargs[0] or {})
-                generated = with_retries(self._generate(inputs, kwargs, where), batch, kwargs,
-                                         self._generate_again(prompts, visuals, where))
-                for request, text in zip(batch, generated):
-                    self._hand_over(request, text)
-                outputs.extend(generated)
-                progress.update(len(chunk))
+
+                def answered(index: int, text: str, batch=batch) -> None:
+                    # Each answer stored as it is final (a stop keeps it) and counted while others are asked again.
+                    self._hand_over(batch[index], text)
+                    progress.update(1)
+
+                outputs.extend(with_retries(self._generate(inputs, kwargs, where, defaults[0]), batch, kwargs,
+                                            self._generate_again(prompts, visuals, where, defaults[0]), answered,
+                                            asked_again))
         return collator.get_original(outputs)
 
-    def _generate_again(self, prompts: list[str], visuals: list[ModelVisuals], where: str):
+    def _generate_again(self, prompts: list[str], visuals: list[ModelVisuals], where: str, sampling_defaults: str):
         """Generation of some of a batch's prompts again (their indices), with other generation kwargs: the retry of
         an empty answer (``models.empty_answer_retry``)."""
         def generate(indices: list[int], generation_kwargs: dict) -> list[str]:
             inputs = self._encode([prompts[i] for i in indices], [visuals[i] for i in indices], where)
-            return self._generate(self._on_device(inputs), generation_kwargs, where)
+            return self._generate(self._on_device(inputs), generation_kwargs, where, sampling_defaults)
 
         return generate
 
     @torch.inference_mode()
-    def _generate(self, inputs, generation_kwargs: dict, where: str) -> list[str]:
-        generation = self._generation(generation_kwargs, "egoplan_hf")
+    def _generate(self, inputs, generation_kwargs: dict, where: str, sampling_defaults: str) -> list[str]:
+        generation = self._generation(generation_kwargs, "egoplan_hf", sampling_defaults=sampling_defaults)
         prompt_length = inputs["input_ids"].shape[1]
         max_new_tokens = generation.max_new_tokens
         if self.max_length is not None and prompt_length + max_new_tokens > self.max_length:

@@ -33,12 +33,14 @@ from tqdm import tqdm
 from lmms_egoplan.compat.switches import SUITE_USED, switch_on
 from lmms_egoplan.core.documentation import doc_page
 from lmms_egoplan.core.failed_requests import request_failed_text
-from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SCORED_SPAN
+from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SAMPLING_DEFAULTS, SCORED_SPAN, SYSTEM_PROMPT
 from lmms_egoplan.core.settings import SettingsError, coerce_setting
 from lmms_egoplan.models.chat import ChatRenderer
 from lmms_egoplan.models.doc_requests import (
     PROBE_ANSWER,
     PROBE_QUESTION,
+    SAMPLING_DEFAULT_KEYS,
+    SAMPLING_ONLY,
     DocRequests,
     Question,
     cut_at_first,
@@ -70,9 +72,8 @@ SERVER_WAIT_INTERVAL_S = 2.0
 # The generation_config settings that transformers' generate applies in egoplan_hf where a request
 # sets none (repetition_penalty always, the others when sampling), and that vLLM applies as its
 # defaults (--generation-config auto: vllm/config/model.py get_diff_sampling_param); SGLang applies
-# them only on its OpenAI chat endpoint (entrypoints/openai/serving_chat.py 416-418), not /generate.
-SAMPLING_DEFAULTS = ("repetition_penalty", "top_k", "top_p", "min_p")
-SAMPLING_ONLY = ("top_k", "top_p", "min_p")
+# them only on its OpenAI chat endpoint (entrypoints/openai/serving_chat.py 416-418), not /generate
+# (``doc_requests.SAMPLING_DEFAULT_KEYS``).
 NEUTRAL_SAMPLING = {"repetition_penalty": 1.0, "top_p": 1.0, "min_p": 0.0}
 
 
@@ -93,6 +94,9 @@ def _check_server_args(engine: str | None, model: str | None, api_key: str | Non
 
 class EgoPlanServer(DocRequests, lmms):
     backend_name = "egoplan_server"
+    # Sent explicitly, over the server's own generation_config defaults: top_k -1 (both engines' "all tokens"; SGLang
+    # refuses 0), min_p 0, top_p and repetition_penalty 1.0.
+    sampling_off = {"repetition_penalty": 1.0, "top_k": -1, "top_p": 1.0, "min_p": 0.0}
 
     def __init__(
         self,
@@ -271,8 +275,9 @@ class EgoPlanServer(DocRequests, lmms):
         return self.scored_sequences(self.chat.with_answers(prompt.messages, answers), scored_span,
                                      prompt.add_special_tokens)
 
-    def _prompt(self, visuals: ModelVisuals, context: str, input_order: str, where: str) -> ServerPrompt:
-        messages = self.chat.user_turn(visuals.parts, context, input_order)
+    def _prompt(self, visuals: ModelVisuals, context: str, input_order: str, where: str,
+                system_prompt: str = SYSTEM_PROMPT.convention) -> ServerPrompt:
+        messages = self.chat.user_turn(visuals.parts, context, input_order, system_prompt)
         prefix = self.chat.generation_prompt(messages)
         self._check_placeholders(prefix, visuals, where)
         # The BOS where the model's own processor adds one (egoplan_hf's input); the answers' renderings
@@ -288,14 +293,15 @@ class EgoPlanServer(DocRequests, lmms):
 
         def generate(index: int) -> str:
             context, generation_kwargs, doc_to_visual, doc_id, task, split = requests[index].args
-            where = f"{task} doc {doc_id}"
+            where, request = f"{task} doc {doc_id}", requests[index]
             visuals = self._doc_visuals((task, split, doc_id, doc_to_visual))
-            prompt = self._prompt(visuals, context, INPUT_ORDER.check(INPUT_ORDER.of(requests[index]), where), where)
-            kwargs = dict(generation_kwargs or {})
+            prompt = self._prompt(visuals, context, INPUT_ORDER.check(INPUT_ORDER.of(request), where), where,
+                                  SYSTEM_PROMPT.check(SYSTEM_PROMPT.of(request), where))
+            kwargs, defaults = dict(generation_kwargs or {}), SAMPLING_DEFAULTS.of(request)
             try:
-                text = self._generate(prompt, kwargs)
-                return with_retries([text], [requests[index]], kwargs,
-                                    lambda _, retry_kwargs: [self._generate(prompt, retry_kwargs)])[0]
+                text = self._generate(prompt, kwargs, defaults)
+                return with_retries([text], [request], kwargs,
+                                    lambda _, retry_kwargs: [self._generate(prompt, retry_kwargs, defaults)])[0]
             except QuestionFailedError as error:
                 # A failed request as lmms-eval's API backends hand one over: counted, left out, asked again.
                 logger.error(f"egoplan_server: {error}")
@@ -308,9 +314,9 @@ class EgoPlanServer(DocRequests, lmms):
         self._in_flight(range(len(requests)), generate, done, len(requests), "generate_until")
         return results
 
-    def _generate(self, prompt: ServerPrompt, generation_kwargs: dict) -> str:
+    def _generate(self, prompt: ServerPrompt, generation_kwargs: dict, sampling_defaults: str) -> str:
         """One answer to ``prompt`` from the first server that gives one, cut at the first stop string."""
-        sampling, until = self._sampling(generation_kwargs)
+        sampling, until = self._sampling(generation_kwargs, sampling_defaults)
 
         def on(server):
             logger.debug(f"egoplan_server: {prompt.where} generated on {server.client.base_url}")
@@ -321,12 +327,15 @@ class EgoPlanServer(DocRequests, lmms):
             self._check_prompt(reply.prompt_ids, prompt.prefix_ids, prompt)
         return cut_at_first(reply.text, until)
 
-    def _sampling(self, generation_kwargs: dict) -> tuple[dict, list[str]]:
+    def _sampling(self, generation_kwargs: dict, sampling_defaults: str) -> tuple[dict, list[str]]:
         """The server's sampling settings for lmms-eval's generation kwargs over the model's
-        generation_config defaults (``SAMPLING_DEFAULTS``), and the stop strings."""
+        generation_config defaults (``doc_requests.SAMPLING_DEFAULT_KEYS``; switched off instead where the request
+        asks, ``request_options.SAMPLING_DEFAULTS``), and the stop strings."""
         beams = generation_kwargs.get("num_beams", 1) not in (1, None)  # servers do not search beams
-        generation = self._generation(generation_kwargs, "egoplan_server", ignored=["num_beams"] if beams else [])
-        defaults = {k: v for k, v in self.sampling_defaults.items() if generation.sampling or k not in SAMPLING_ONLY}
+        generation = self._generation(generation_kwargs, "egoplan_server", ignored=["num_beams"] if beams else [],
+                                      sampling_defaults=sampling_defaults)
+        defaults = {k: v for k, v in self.sampling_defaults.items()
+                    if generation.model_defaults and (generation.sampling or k not in SAMPLING_ONLY)}
         sampling = {"max_new_tokens": generation.max_new_tokens, "temperature": generation.temperature, **defaults,
                     **{k: v for k, v in generation.options.items() if k != "num_beams"}}
         if generation.until:
@@ -462,14 +471,14 @@ def generation_config(pretrained: str, trust_remote_code: bool):
 
 
 def generation_defaults(config) -> dict:
-    """The model's sampling defaults (``SAMPLING_DEFAULTS``) as transformers' generate fills them in
+    """The model's sampling defaults (``doc_requests.SAMPLING_DEFAULT_KEYS``) as transformers' generate fills them in
     egoplan_hf: from its generation_config (``generation_config``), transformers' own defaults where that
     leaves one unset; neutral values left out."""
     from transformers import GenerationConfig
 
     fallback = GenerationConfig._get_default_generation_params()
     values = {key: getattr(config, key, None) if getattr(config, key, None) is not None else fallback.get(key)
-              for key in SAMPLING_DEFAULTS}
+              for key in SAMPLING_DEFAULT_KEYS}
     return {key: value for key, value in values.items() if value is not None and value != NEUTRAL_SAMPLING.get(key)}
 
 

@@ -38,34 +38,50 @@ def retry_generation_kwargs(generation_kwargs: dict, retry: int, rule: str) -> d
 
 
 def with_retries(texts: Sequence[str], requests: Sequence, generation_kwargs: dict,
-                 generate_again: Callable[[list[int], dict], list[str]]) -> list[str]:
+                 generate_again: Callable[[list[int], dict], list[str]],
+                 answered: Callable[[int, str], None] = lambda index, text: None,
+                 asked_again: Callable[[int], None] = lambda count: None) -> list[str]:
     """``texts`` (the answers to ``requests``, asked with ``generation_kwargs``), those empty by their request's
     rule generated again by ``generate_again(indices, generation kwargs)`` (one call per rule and retry) until read
     or their request's retries (``EMPTY_ANSWER_RETRIES``) are spent, each one asked again recorded for its task;
-    requests without the option keep their text."""
+    requests without the option keep their text. ``answered(index, answer)`` is called as each answer is final (its
+    record made), so that a backend hands it over (and a stop keeps it) while others are still asked again;
+    ``asked_again(count)`` after each call of ``generate_again`` with how many it asked."""
     rules = [EMPTY_ANSWER_RETRY.check(EMPTY_ANSWER_RETRY.of(request), "a generation request") for request in requests]
-    if all(rule == NEVER for rule in rules):
-        return list(texts)
     limits = [int(EMPTY_ANSWER_RETRIES.check(EMPTY_ANSWER_RETRIES.of(request), "a generation request"))
-              for request in requests]
+              if rule != NEVER else 0 for request, rule in zip(requests, rules)]
     answers, retries = list(texts), [0] * len(texts)
-    empty = [index for index, (text, rule) in enumerate(zip(texts, rules)) if empty_answer(text, rule)]
-    for retry in range(1, max(limits) + 1):
+
+    def final(index: int, still_empty: bool) -> None:
+        if retries[index]:
+            RUN.retried_answers.record(requests[index].task_name, answers[index], retries[index], still_empty)
+        answered(index, answers[index])
+
+    empty = []
+    for index, (text, rule) in enumerate(zip(texts, rules)):
+        if limits[index] and empty_answer(text, rule):
+            empty.append(index)
+        else:
+            final(index, still_empty=False)
+    for retry in range(1, max(limits, default=0) + 1):
+        for index in [index for index in empty if limits[index] < retry]:
+            final(index, still_empty=True)  # run_model keeps the first answer of one never read
         empty = [index for index in empty if limits[index] >= retry]
         if not empty:
             break
         still_empty = []
         for rule in dict.fromkeys(rules[index] for index in empty):
             asked = [index for index in empty if rules[index] == rule]
-            for index, text in zip(asked, generate_again(asked, retry_generation_kwargs(generation_kwargs, retry,
-                                                                                        rule))):
+            regenerated = generate_again(asked, retry_generation_kwargs(generation_kwargs, retry, rule))
+            asked_again(len(asked))
+            for index, text in zip(asked, regenerated):
                 retries[index] = retry
                 if empty_answer(text, rule):
-                    still_empty.append(index)  # run_model keeps the first answer of one never read
+                    still_empty.append(index)
                 else:
                     answers[index] = text
+                    final(index, still_empty=False)
         empty = still_empty
-    for index, request in enumerate(requests):
-        if retries[index]:
-            RUN.retried_answers.record(request.task_name, answers[index], retries[index], index in empty)
+    for index in empty:
+        final(index, still_empty=True)
     return answers

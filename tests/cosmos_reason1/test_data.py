@@ -121,3 +121,84 @@ def test_a_paibench_u_row_of_no_known_part_is_named(fixture, tmp_path):
                         "subcategory": "Planning"}]).to_parquet(str(root / "data" / "test.parquet"))
     with pytest.raises(CosmosReason1DataError, match=r"test.parquet, row #0: subcategory 'Planning' names none of"):
         load_part(settings_of(fixture, data_source="paibench_u", paibench_u_root=root), "space")
+
+
+def test_a_paibench_u_question_s_embedded_letter_instruction_is_removed_as_lmms_evals_reader_removes_it(fixture):
+    """The demo's RoboVQA rows carry lmms-eval's REPLACE_PROMPT in their questions: read, they are the official
+    layout's questions, and the official prompt holds no second instruction."""
+    from lmms_eval.tasks.physical_ai_understanding.utils import REPLACE_PROMPT, physical_ai_understanding_doc_to_text
+
+    from lmms_egoplan.core.errors import DatasetProblems
+    from lmms_egoplan.cosmos_reason1.data import PAIBENCH_U_EMBEDDED_INSTRUCTION, read_paibench_u
+
+    assert PAIBENCH_U_EMBEDDED_INSTRUCTION == REPLACE_PROMPT
+    rows = read_paibench_u(fixture.paibench_u_root, DatasetProblems("the data", CosmosReason1DataError))
+    official = {doc["question"] for doc in load_part(settings_of(fixture), "robovqa").docs}
+    robovqa = [doc for doc in rows if doc["source"] == "robovqa"]
+    assert robovqa and {doc["question"] for doc in robovqa} == official
+    raw = {"question": f"{robovqa[0]['question']}\n{REPLACE_PROMPT}", "index2ans": {"A": "x", "B": "y"}}
+    lmms_eval_text = physical_ai_understanding_doc_to_text(raw, {"post_prompt": "Answer."})
+    assert REPLACE_PROMPT not in lmms_eval_text and robovqa[0]["question"] in lmms_eval_text
+
+
+@pytest.mark.parametrize("escape", ["symlink", "dotdot", "absolute"])
+def test_a_clip_outside_the_root_is_refused_unless_allowed(fixture, tmp_path, escape):
+    """As the other benchmarks read: a clip a record reaches through a symbolic link, '..' or an absolute path out of
+    root is refused, naming the record, the field and the switch; allow_paths_outside_root reads it."""
+    outside = tmp_path / "elsewhere" / "clip.mp4"
+    outside.parent.mkdir()
+    outside.write_bytes((fixture.root / "agibot" / "clips" / "clip_0.mp4").read_bytes())
+    items = fixture.items("agibot")
+    if escape == "symlink":
+        (fixture.root / "agibot" / "clips" / "linked.mp4").symlink_to(outside)
+        items[0]["video"] = "clips/linked.mp4"
+    else:
+        items[0]["video"] = "clips/../../../elsewhere/clip.mp4" if escape == "dotdot" else str(outside)
+    qa_file(fixture.root, "agibot").write_text(json.dumps(items))
+    why = {"symlink": "leads out of it through a symbolic link", "dotdot": "climbs out of it with '..'",
+           "absolute": "is an absolute path"}[escape]
+    with pytest.raises(CosmosReason1DataError, match=rf"item #0: field video {why}.*COSMOS_REASON1_ALLOW_PATHS_OUT"):
+        load_part(settings_of(fixture), "agibot")
+    loaded = load_part(settings_of(fixture, allow_paths_outside_root="true"), "agibot")
+    assert loaded.docs[0]["video"].endswith(("clip.mp4", "linked.mp4"))
+
+
+def test_a_paibench_u_clip_outside_its_root_is_refused(fixture, tmp_path):
+    from datasets import Dataset
+
+    root = tmp_path / "hub"
+    (root / "data").mkdir(parents=True)
+    clip = fixture.paibench_u_root / "videos" / "space"
+    Dataset.from_list([{"question": "q", "index2ans": {"A": "x", "B": "y"}, "answer": "A",
+                        "video_path": str(next(clip.glob("*.mp4"))), "subcategory": "Space"}]).to_parquet(
+        str(root / "data" / "test.parquet"))
+    with pytest.raises(CosmosReason1DataError, match=r"test.parquet, row #0: field video_path is an absolute path"):
+        load_part(settings_of(fixture, data_source="paibench_u", paibench_u_root=root), "space")
+
+
+def test_a_repeated_record_is_refused_naming_both(fixture):
+    """A QA file listing an item twice would score its questions twice: both records are named, with every other
+    problem of the part."""
+    items = fixture.items("av")
+    qa_file(fixture.root, "av").write_text(json.dumps([*items, items[1]]))
+    path = qa_file(fixture.root, "av")
+    with pytest.raises(CosmosReason1DataError) as refused:
+        load_part(settings_of(fixture), "av")
+    assert str(refused.value) == (f"Cosmos-Reason1 QA file {path}, item #{len(items)}, QA pair #0 repeats "
+                                  f"Cosmos-Reason1 QA file {path}, item #1, QA pair #0 (the same clip, question, "
+                                  f"options and answer): keep one")
+
+
+def test_a_part_s_error_names_the_problems_of_the_other_parts_present(fixture):
+    """A group run stops at its first part with problems: that error names every other present part's problems too
+    (check-data, which checks each part, keeps listing each part's own)."""
+    (fixture.root / "agibot" / "clips" / "clip_1.mp4").unlink()
+    items = fixture.items("av")
+    qa_file(fixture.root, "av").write_text(json.dumps([*items, items[0]]))
+    with pytest.raises(CosmosReason1DataError) as refused:
+        load_part(settings_of(fixture), "agibot")
+    message = str(refused.value)
+    assert message.startswith("Cosmos-Reason1 sample agibot/1/0") and "clip_1.mp4" in message.splitlines()[0]
+    assert "The other parts under" in message and f"av: Cosmos-Reason1 QA file {qa_file(fixture.root, 'av')}, " \
+        f"item #{len(items)}, QA pair #0 repeats" in message
+    assert len(refused.value.problems) == 1 and "agibot/1/0" in refused.value.problems[0]

@@ -35,7 +35,8 @@ def fixture(tmp_path_factory):
 def context_of(fixture, part, **values):
     settings = resolve_settings(CosmosReason1Settings, task="t", metadata={}, env_prefix="COSMOS_REASON1",
                                 environ=fixture.env(**values))
-    return TaskContext(task_name=f"cosmos_reason1_{part}", settings=settings, dataset_name=part)
+    return TaskContext(task_name=f"cosmos_reason1_{part}", settings=settings, dataset_name=part,
+                       state=task.DeliveredProtocol())
 
 
 @pytest.mark.parametrize("prompt, answer_type", [("official_reasoning", "reasoning"), ("official_letter", "letter")])
@@ -64,13 +65,18 @@ def test_the_clip_is_sampled_as_qwen_vl_utils_samples_it(total, video_fps, max_f
     assert task.sampled_indices(total, video_fps, 4.0, max_frames) == expected
 
 
-def test_the_model_sees_the_sampled_frames_as_one_video_with_their_times(fixture):
-    doc = task.load_docs(context_of(fixture, "holoassist")).docs[0]
+@pytest.mark.parametrize("frame_timing", [None, "assumed_2fps", "sampled_rate"])
+def test_the_model_sees_the_sampled_frames_as_one_video_timed_as_the_setting_says(fixture, frame_timing):
+    """By default (the benchmark script's run) frame k is at k / 2 s, the 2 fps the Qwen2.5-VL processor assumes
+    without a frame rate (1.0 s per two-frame temporal patch); sampled_rate gives the frames' true times."""
+    values = {} if frame_timing is None else {"frame_timing": frame_timing}
+    doc = task.load_docs(context_of(fixture, "holoassist", **values)).docs[0]
     frames = task.doc_to_visual(doc)
     indices = task.sampled_indices(CLIP_FRAMES, CLIP_FPS, 4.0, 768)
     assert len(indices) == 6 and [read_index(frame) for frame in frames] == indices
-    assert [frame.info["lmms_egoplan.frame_time"].seconds for frame in frames] == pytest.approx(
-        [index / CLIP_FPS for index in indices], abs=1e-9)
+    times = [index / CLIP_FPS for index in indices] if frame_timing == "sampled_rate" else \
+        [position / 2.0 for position in range(len(indices))]
+    assert [frame.info["lmms_egoplan.frame_time"].seconds for frame in frames] == pytest.approx(times, abs=1e-9)
 
 
 @pytest.mark.parametrize("prompt", ["official_reasoning", "official_letter"])
@@ -86,10 +92,12 @@ def test_each_prompt_has_its_decoding(fixture, prompt):
     ("egoplan_hf", False, "egoplan_hf sends the system prompt 'Answer the questions.' as a system turn",
      "egoplan_hf generates {empty} again, up to 10 times, as the official run does"),
     ("egoplan_server", False, "egoplan_server sends the system prompt", "egoplan_server generates {empty} again"),
-    ("openai", True, "lmms-eval's openai backend sends no system message and no top_p",
+    ("openai", True, "lmms-eval's openai backend gets the system turn in the task's messages, but whether it times",
      "lmms-eval's openai backend asks once, so such answers are only counted"),
-    ("vllm", True, "whether lmms-eval's vllm backend does is not known to the suite",
+    ("vllm", True, "lmms-eval's vllm backend gets the system turn in the task's messages",
      "lmms-eval's vllm backend asks once"),
+    ("llava_onevision", False, "lmms-eval's llava_onevision backend sends no system turn of the task's",
+     "lmms-eval's llava_onevision backend asks once"),
 ])
 @pytest.mark.parametrize("prompt, empty", [
     ("official_reasoning", "an answer with no capital letter in its <answer> tag"),
@@ -122,7 +130,8 @@ def test_an_answer_is_scored_by_both_parsers_and_their_difference_counted(fixtur
     assert (scores["empty_answer_retried"], scores["empty_after_retries"]) == (0.0, 0.0)  # a plain str: asked once
     assert scores["predictions"] | {} == {"item_id": doc["item_id"], "source": "agibot", "gold": gold,
                                           "official": "T", "robust": gold, "prompt": "official_reasoning",
-                                          "retries": 0, "frames": 6,
+                                          "retries": 0, "frames": 6, "system_turn": None,
+                                          "frame_timing": "assumed_2fps",
                                           "frame_size": list(task.doc_to_visual(doc)[0].size)}
 
 
@@ -214,3 +223,49 @@ def _warnings_of_binding(built, backend: str) -> list[str]:
     finally:
         logger.remove(sink)
     return lines
+
+
+def test_the_requests_carry_the_official_system_prompt_and_unset_sampling_off(fixture, monkeypatch):
+    """The suite's backends get the system turn and the official SamplingParams' unset-is-off from the request (no
+    model_arg needed); the system turn each sample's model was given is logged with it."""
+    from argparse import Namespace
+    from pathlib import Path
+
+    from lmms_eval.utils import load_yaml_config
+
+    from lmms_egoplan.core.request_options import SAMPLING_DEFAULTS, SYSTEM_PROMPT, UNSET_IS_OFF
+
+    for name, value in fixture.env().items():
+        monkeypatch.setenv(name, value)
+    config = load_yaml_config(str(Path(__file__).resolve().parents[2] / "tasks" / "cosmos_reason1" /
+                                  "cosmos_reason1_av.yaml"))
+    built = config["class"](config=config)
+    built._bind_to_backend(Namespace(model="egoplan_hf"))
+    doc = built.eval_docs[0]
+    request = built.construct_requests(doc_id=0, ctx=task.doc_to_text(doc), metadata={
+        "task": "cosmos_reason1_av", "doc_id": 0, "repeats": 1, "split": "test"})
+    assert SYSTEM_PROMPT.of(request) == "Answer the questions." and SAMPLING_DEFAULTS.of(request) == UNSET_IS_OFF
+    logged = built.compiled.config["process_results"](doc, [f"<answer>{doc['answer']}</answer>"])
+    assert logged["predictions"]["system_turn"] == "Answer the questions."
+    assert logged["predictions"]["frame_timing"] == "assumed_2fps"
+    built._bind_to_backend(Namespace(model="dummy"))
+    assert built.compiled.config["process_results"](doc, ["A"])["predictions"]["system_turn"] is None
+
+
+@pytest.mark.parametrize("frame_timing, seconds_per_patch", [("assumed_2fps", 1.0), ("sampled_rate", None)])
+def test_the_qwen2_5_vl_processor_gets_the_benchmark_script_s_seconds_per_patch(fixture, tiny_model, frame_timing,
+                                                                                  seconds_per_patch):
+    """egoplan_hf hands the tiny Qwen2.5-VL's processor the clip: by default 1.0 s per two-frame temporal patch (the
+    2 fps it assumes in the benchmark script's run), with sampled_rate the true 2 / sampling rate."""
+    from lmms_egoplan.models.egoplan_hf import EgoPlanHF
+
+    doc = task.load_docs(context_of(fixture, "holoassist", frame_timing=frame_timing)).docs[0]
+    backend = EgoPlanHF(pretrained=str(tiny_model("qwen2_5_vl")), device="cpu", dtype="float32", max_frames=768)
+    backend.task_dict = {"t": {"test": [doc]}}
+    visuals = backend._doc_visuals(("t", "test", 0, task.doc_to_visual))
+    prompt = backend.chat.generation_prompt(backend.chat.user_turn(visuals.parts, "q"))
+    encoded = backend._encode([prompt], [visuals], "here")
+    indices = task.sampled_indices(CLIP_FRAMES, CLIP_FPS, 4.0, 768)
+    true_rate = (len(indices) - 1) / ((indices[-1] - indices[0]) / CLIP_FPS)
+    expected = seconds_per_patch or 2 / true_rate
+    assert encoded["second_per_grid_ts"].tolist() == pytest.approx([expected], rel=0.05)

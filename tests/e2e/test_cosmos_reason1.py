@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 from PIL import Image
+from transformers import AutoProcessor
 
 from lmms_egoplan.cosmos_reason1 import task
 from lmms_egoplan.demo.cosmos_reason1 import CLIP_FPS, CLIP_FRAMES, build_fixture, scripted_answers
@@ -19,7 +20,7 @@ from lmms_egoplan.demo.kit.judge_server import ChatServer
 from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.media import read_index
 from lmms_egoplan.demo.kit.scripted import answering, differences, reported_metrics
-from tests.models.engine_servers import EngineServer
+from tests.models.engine_servers import EngineServer, hf_messages
 
 # End to end: the real lmms-eval CLI in subprocesses.
 
@@ -29,9 +30,11 @@ def fixture(tmp_path_factory):
     return build_fixture(tmp_path_factory.mktemp("cosmos_reason1"))
 
 
-def test_scripted_answers_score_as_the_script_implies_with_the_official_prompt_and_frames(fixture, tmp_path):
+def test_scripted_answers_score_as_the_script_implies_with_the_official_prompt_and_frames(fixture, tmp_path,
+                                                                                         tiny_model):
     """One request fails (HTTP 500, lmms-eval's failure text in place of an answer): it is left out of every score
-    and counted, and every other value is the script's."""
+    and counted, and every other value is the script's. The system turn reaches lmms-eval's chat backend (rendered
+    by the tiny Qwen2.5-VL's template as the model would see it) and is logged with each sample."""
     script = scripted_answers(fixture)
     script = dataclasses.replace(script, unanswered=frozenset([next(iter(script.answers))]))
     with ChatServer(answering([script])) as server:
@@ -51,11 +54,19 @@ def test_scripted_answers_score_as_the_script_implies_with_the_official_prompt_a
         content = [m for m in call.messages if m["role"] == "user"][-1]["content"]
         urls = [part["image_url"]["url"] for part in content if part["type"] == "image_url"]
         assert [read_index(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))) for url in urls] == indices
-        assert call.body.get("temperature") == pytest.approx(0.6, abs=1e-9)
-    assert "lmms-eval's openai backend sends no system message and no top_p" in run.log
+        assert call.body.get("temperature") == pytest.approx(0.6, abs=1e-9) and call.body.get("top_p") == 0.95
+        assert call.messages[0] == {"role": "system", "content": [{"type": "text", "text": "Answer the questions."}]}
+    processor = AutoProcessor.from_pretrained(tiny_model("qwen2_5_vl"))
+    rendered = processor.apply_chat_template(hf_messages(server.calls[0].messages)[0], tokenize=False,
+                                             add_generation_prompt=True)
+    assert rendered.startswith("<|im_start|>system\nAnswer the questions.<|im_end|>\n<|im_start|>user\n")
+    assert "lmms-eval's openai backend gets the system turn in the task's messages" in run.log
+    logged = [sample["predictions"] for sample in run.samples("cosmos_reason1_av") if "predictions" in sample]
+    assert logged and all(p["system_turn"] == "Answer the questions." and p["frame_timing"] == "assumed_2fps"
+                          for p in logged)
     assert "do not match their questions" in run.log
     recorded = run.results["configs"]["cosmos_reason1_robovqa"]["metadata"]
-    assert (recorded["version"], recorded["prompt"], recorded["robovqa_items"]) == (3, "official_reasoning", "all")
+    assert (recorded["version"], recorded["prompt"], recorded["robovqa_items"]) == (4, "official_reasoning", "all")
 
 
 def test_a_part_without_clips_is_not_run_and_the_run_fails_naming_it(fixture, tmp_path):
@@ -129,3 +140,42 @@ def test_the_suite_s_server_backend_retries_an_empty_answer_as_the_official_run_
     assert [sample["predictions"]["retries"] for sample in samples] == [0, 1, 3, 10]
     assert samples[3]["filtered_resps"] == "<think>try 1</think>"  # run_model keeps the first answer of one never read
     assert f"egoplan_server generates {EMPTY[prompt]} again, up to 10 times" in run.log
+
+
+def test_a_retrying_run_shows_its_progress_keeps_every_final_answer_on_sigterm_and_the_same_command_resumes(
+        tiny_model, tmp_path):
+    """The README's command form (--output_path, no --use_cache) on egoplan_hf, two questions a batch, a random
+    model whose answers never hold a letter in an <answer> tag, so each is asked 10 times again: the bar counts the
+    answers asked again as they are asked; SIGTERM once an answer is stored keeps every final (retried) answer with
+    its retry record, the last line says how many this run stored, and the same command asks only for the rest."""
+    import signal
+
+    from lmms_egoplan.compat.durability import DEFAULT_RESPONSE_CACHE
+    from lmms_egoplan.demo.kit.lmms_eval_run import start_lmms_eval
+    from tests.e2e.test_resume import cache_hits, stored_answers, stored_responses
+
+    data = build_fixture(tmp_path / "data")
+    output = tmp_path / "out"
+    cache = output / DEFAULT_RESPONSE_CACHE
+    # 240 tokens of context: about 40 new tokens per answer, so eleven generations per question take seconds
+    args = dict(model="egoplan_hf", tasks=["cosmos_reason1_av"], output_dir=output, env=data.env(),
+                model_args=f"pretrained={tiny_model('qwen2_vl')},max_frames=6,max_length=240",
+                extra_args=["--batch_size", "2"])
+    running = start_lmms_eval(**args)
+    running.wait_for(lambda: stored_responses(cache) > 0, poll=0.005, what="an answer stored")
+    running.signal(signal.SIGSTOP)
+    running.signal(signal.SIGTERM)
+    running.signal(signal.SIGCONT)
+    stopped = running.wait()
+    kept = stored_answers(cache, "cosmos_reason1_av")
+    assert stopped.returncode == 143 and 1 <= len(kept) < 4, stopped.log_tail()
+    assert "answers asked again" in stopped.log  # the bar moved with the retries, before any question was final
+    assert stopped.log.splitlines()[-1].endswith(f"this run stored {len(kept)} model response(s) there"), \
+        stopped.log_tail()
+
+    resumed = run_lmms_eval(**args, check=False)
+    assert resumed.returncode == 0, resumed.log_tail()
+    assert cache_hits(resumed.log) == len(kept)
+    samples = resumed.samples("cosmos_reason1_av")
+    assert {sample["doc_id"]: sample["filtered_resps"] for sample in samples if sample["doc_id"] in kept} == kept
+    assert [sample["predictions"]["retries"] for sample in samples] == [10] * 4  # the kept ones' records too

@@ -963,10 +963,10 @@ def test_an_empty_answer_is_generated_again_for_a_request_that_asks_with_the_off
     model = backend("qwen2_vl", batch_size=2)
     generate, calls = model._generate, []
 
-    def scripted(inputs, generation_kwargs, where):
+    def scripted(inputs, generation_kwargs, where, sampling_defaults):
         calls.append((inputs["input_ids"].shape[0], generation_kwargs["max_new_tokens"],
                       pytest.approx(generation_kwargs["temperature"], abs=1e-9)))
-        generated = generate(inputs, {**generation_kwargs, "max_new_tokens": 2}, where)
+        generated = generate(inputs, {**generation_kwargs, "max_new_tokens": 2}, where, sampling_defaults)
         return ["<answer>B</answer>" if len(calls) == 3 else "<think>no tag</think>" for _ in generated]
 
     monkeypatch.setattr(model, "_generate", scripted)
