@@ -13,6 +13,7 @@ from __future__ import annotations
 from lmms_egoplan.cosmos_reason1.data import CS_CATEGORIES, ER_SOURCES
 from lmms_egoplan.cosmos_reason1.sources import task_of
 from lmms_egoplan.report.layout import (
+    GENERATIVE,
     MACRO,
     MICRO,
     Column,
@@ -76,7 +77,7 @@ FACE = ReportFace(
                            "A published row fills the columns of its source's averaging only (the paper: macro; the "
                            "PAI-Bench leaderboard: micro; MiMo-Embodied: the five sources without AV), with its "
                            "own prompt and decoding (its notes)"),
-                    main="ER macro"),
+                    main="ER macro", scoring={"cosmos_reason1": GENERATIVE}),
     ),
     published=published_rows(__package__),
     units=(("micro_*", PERCENT), ("no_av_*", PERCENT)),  # means of 0 / 1 per question, as the accuracies

@@ -18,7 +18,16 @@ from lmms_egoplan.report.figures import (
     run_labels,
     unscored_notes,
 )
-from lmms_egoplan.report.layout import Breakdown, ReportFace, TableLayout, count_column, percent_column, published_rows
+from lmms_egoplan.report.layout import (
+    GENERATIVE,
+    LIKELIHOOD,
+    Breakdown,
+    ReportFace,
+    TableLayout,
+    count_column,
+    percent_column,
+    published_rows,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -71,7 +80,8 @@ FACE = ReportFace(
                      count_column("Unparseable, official parser", "unparseable_official"),
                      count_column("Unparseable, robust parser", "unparseable_robust"),
                      count_column("Samples", "predictions")),
-                    figures={"egoplan_bench2_breakdowns": egoplan_bench2_breakdowns}),
+                    figures={"egoplan_bench2_breakdowns": egoplan_bench2_breakdowns},
+                    scoring={"egoplan_bench2": GENERATIVE, "egoplan_bench2_likelihood": LIKELIHOOD}),
     ),
     published=published_rows(__package__),
     bookkeeping=("unparseable_official", "unparseable_robust"),

@@ -15,7 +15,7 @@ from lmms_egoplan.core.text_tables import NO_VALUE, is_no_value
 from lmms_egoplan.judge.identity import JudgeIdentity
 from lmms_egoplan.judge.retirements import retirement
 from lmms_egoplan.report.intervals import Interval, group_interval, interval
-from lmms_egoplan.report.layout import SUBMISSION, Column, ReportFace, TableLayout
+from lmms_egoplan.report.layout import NOT_STATED, SUBMISSION, Column, ReportFace, TableLayout, protocol_text
 from lmms_egoplan.report.metric_roles import invalid_reason, unscored_reason
 from lmms_egoplan.report.runs import LM_EVAL, Run, not_judged, not_scored_predicted
 
@@ -175,16 +175,63 @@ def _unscored_by_the_settings(run: Run, layout: TableLayout, task: str, notes: l
     return found
 
 
-def _published_row(layout: TableLayout, published: dict) -> Row:
+def _published_row(layout: TableLayout, published: dict, beside: list[str], runs_scoring: str) -> Row:
+    """A published row; ``beside``: the run rows' tasks that score as it did, where it is set; none: shown apart
+    (below them), its source saying so and a note naming the field that differs."""
     values = [published["values"].get(column.published_key) for column in layout.columns]
-    notes = [published["note"]] if published.get("note") else []
+    scoring = published["protocol"]["scoring"]
+    source = f"published ({published['paper']}, {published['table']})"
+    notes = [] if beside else [f"{APART}: scoring {scoring}, the runs here {runs_scoring}"]
+    notes += [published["note"]] if published.get("note") else []
     notes += [f"source: {published['source']}"] if published.get("source") else []
-    return Row(f"published ({published['paper']}, {published['table']})", published["model"], "",
+    notes.append(protocol_text(published["protocol"]))
+    return Row(source if beside else f"{source}, {APART}: scoring {scoring}", published["model"], ", ".join(beside),
                published.get("input", ""), values, [None] * len(values), notes,
                judge=published_judge_text(published) if layout.judged else "")
 
 
-NOT_STATED = "not stated"
+APART = "shown apart"
+
+
+def published_block(layout: TableLayout, published: Sequence[dict], run_rows: list[Row]) -> list[Row]:
+    """The table's published rows: those that score as some run here does (``TableLayout.scoring``: likelihood
+    beside likelihood, generative beside generative), then, apart, the others; each model with several published
+    main scores says their spread and sources."""
+    tasks = list(dict.fromkeys(row.task for row in run_rows))
+    runs_scoring = ", ".join(f"{task} {layout.scoring.get(task, 'no published protocol')}" for task in tasks)
+    beside, apart = [], []
+    for entry in (p for p in published if p["benchmark"] == layout.key):
+        scoring = entry["protocol"]["scoring"]
+        near = [task for task in tasks if scoring != NOT_STATED and layout.scoring.get(task) == scoring]
+        (beside if near else apart).append(_published_row(layout, entry, near, runs_scoring))
+    rows = beside + apart
+    _note_spreads(layout, rows)
+    return rows
+
+
+def _model_key(name: str) -> str:
+    """A model's name as reports vary it ("Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL 7B"): letters and digits, lower case,
+    without "instruct"."""
+    return re.sub(r"[^a-z0-9.+]", "", name.lower()).replace("instruct", "")
+
+
+def _note_spreads(layout: TableLayout, rows: list[Row]) -> None:
+    """Note on each published row of a model with several main scores here their range and sources."""
+    main = layout.main_column
+    groups: dict[str, list[Row]] = {}
+    for row in rows:
+        if isinstance(row.values[main], (int, float)):
+            groups.setdefault(_model_key(row.model), []).append(row)
+    for group in groups.values():
+        values = [row.values[main] for row in group]
+        if len(set(values)) < 2:
+            continue
+        digits = layout.columns[main].digits
+        listed = "; ".join(f"{value:.{digits}f} ({row.source.removeprefix('published (').split(')')[0]})"
+                           for value, row in zip(values, group))
+        for row in group:
+            row.notes.insert(0, f"{len(group)} published values of this model, {min(values):.{digits}f} to "
+                                f"{max(values):.{digits}f}: {listed}")
 
 
 def judge_text(identity: dict[str, str]) -> str:
@@ -197,9 +244,10 @@ def judge_text(identity: dict[str, str]) -> str:
 
 
 def published_judge_text(published: dict) -> str:
-    """The judge a published row's source states ("not stated" where it is silent), with its retirement."""
+    """The judge a published row's source states (its protocol's; "not stated" where it is silent), with its
+    retirement."""
     retired = retirement(published["judge_model"]) if published.get("judge_model") else None
-    return published.get("judge", NOT_STATED) + (f", {retired.status()}" if retired else "")
+    return published["protocol"]["judge"] + (f", {retired.status()}" if retired else "")
 
 
 def row_identity(layout: TableLayout, row: Row) -> dict[str, str]:
@@ -237,7 +285,7 @@ def build_tables(runs: list[Run], faces: Sequence[ReportFace]) -> tuple[list[Tab
                 if (row := _run_row(face, layout, run, task))]
         label_differences(layout, rows)
         if rows:
-            rows += [_published_row(layout, p) for p in face.published if p["benchmark"] == layout.key]
+            rows += published_block(layout, face.published, rows)
             tables.append(Table(layout, face, rows))
     ignored = sorted({task for run in runs for task in run.metrics
                       if not any(layout.reads(task) for _, layout in layouts)})
