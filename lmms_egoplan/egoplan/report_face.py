@@ -9,6 +9,7 @@ import re
 from typing import TYPE_CHECKING
 
 from lmms_egoplan.egoplan.data import CHOICE_LETTERS, SIMILARITY_LEVELS
+from lmms_egoplan.egoplan.settings import EgoPlanSettings
 from lmms_egoplan.report.figures import (
     accuracy_bars,
     footnote,
@@ -27,6 +28,7 @@ from lmms_egoplan.report.layout import (
     TableLayout,
     count_column,
     percent_column,
+    protocol_defaults,
     published_rows,
 )
 from lmms_egoplan.report.metric_roles import natural_order
@@ -82,6 +84,8 @@ FACE = ReportFace(
                     scoring={"egoplan_test": LIKELIHOOD}),
     ),
     published=published_rows(__package__),
+    protocol=protocol_defaults(EgoPlanSettings, ("data_source", "frame_sampling", "num_frames", "scored_tokens",
+                                                 "loss_mean")),
     breakdowns=(Breakdown(r"^(?:accuracy_)?(progress)_(.+)$"),
                 Breakdown(r"^(?:accuracy_)?(similarity)_(.+)$", levels=SIMILARITY_LEVELS)),
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lmms_egoplan.egoplan_bench2.data import CHOICE_LETTERS, DOMAINS, metric_label
+from lmms_egoplan.egoplan_bench2.settings import EgoPlanBench2Settings
 from lmms_egoplan.report.figures import (
     PUBLISHED_COLOUR,
     accuracy_bars,
@@ -26,6 +27,7 @@ from lmms_egoplan.report.layout import (
     TableLayout,
     count_column,
     percent_column,
+    protocol_defaults,
     published_rows,
 )
 
@@ -38,7 +40,8 @@ _DOMAIN_METRICS = {domain: f"accuracy_domain_{metric_label(domain)}" for domain 
 def egoplan_bench2_breakdowns(table) -> Figure:
     """Accuracy per domain (your runs as bars with n and 95% intervals, the published models as grey
     dots) and per scenario (every scenario a run reports, with n and intervals), the chance line in both."""
-    rows = [row for row in table.user_rows if not any(row.unscored)]
+    main = table.layout.main_column  # its accuracy: a run whose other parser read nothing is drawn
+    rows = [row for row in table.user_rows if not row.unscored[main]]
     labels = run_labels(table.user_rows)
     labels = [label for label, row in zip(labels, table.user_rows) if row in rows]
     figure = new_figure(figsize=(15, 5.5), layout="constrained")
@@ -84,6 +87,8 @@ FACE = ReportFace(
                     scoring={"egoplan_bench2": GENERATIVE, "egoplan_bench2_likelihood": LIKELIHOOD}),
     ),
     published=published_rows(__package__),
+    protocol=protocol_defaults(EgoPlanBench2Settings, ("data_source", "frame_sampling", "num_frames", "parser",
+                                                       "scored_tokens", "loss_mean")),
     bookkeeping=("unparseable_official", "unparseable_robust"),
     breakdowns=(Breakdown(r"^(?:accuracy_)?(domain)_(.+)$"), Breakdown(r"^(?:accuracy_)?(scenario)_(.+)$")),
 )

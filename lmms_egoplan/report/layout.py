@@ -10,6 +10,7 @@ from the row's task name) and the published value of the same name.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -147,6 +148,9 @@ class ReportFace:
     no_interval: str = ""  # which of its columns have no interval and why, for the report's preamble
     # The rubrics its judged items name, by name: its benchmark's (``Benchmark`` hands them to its face).
     rubrics: Mapping[str, Rubric] = field(default_factory=dict)
+    # Its settings that make its protocol (prompt, frames, retries, parser), each with its default as a results file
+    # records it (``protocol_defaults``): a run's row names every one it departs from, even when it stands alone.
+    protocol: tuple[tuple[str, str], ...] = ()
 
     @property
     def bookkeeping_metrics(self) -> tuple[str, ...]:
@@ -181,6 +185,13 @@ class ReportFace:
     def breakdown(self, metric: str) -> tuple[str, str] | None:
         """(family, bin) of a breakdown metric, None for any other."""
         return next(filter(None, (breakdown.family_and_bin(metric) for breakdown in self.breakdowns)), None)
+
+
+def protocol_defaults(settings_class: type, names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``names``, settings of ``settings_class`` (a benchmark's settings dataclass), each with its default as the
+    task's ``metadata`` records it in a results file (text as is, anything else as JSON: 8, null, 4.0)."""
+    defaults = {item.name: item.default for item in dataclasses.fields(settings_class)}
+    return tuple((name, value if isinstance(value := defaults[name], str) else json.dumps(value)) for name in names)
 
 
 def published_rows(package: str) -> tuple[dict, ...]:

@@ -110,7 +110,7 @@ def _unscored(face: ReportFace, run: Run, task: str, column: Column, *, descript
     if (column.metric in face.descriptive_metrics and not descriptive) or column.metric == SUBMISSION \
             or task not in run.metrics:
         return None
-    return unscored_reason(run.metrics[task], run.sample_counts.get(task))
+    return unscored_reason(run.metrics[task], run.sample_counts.get(task), column.metric)
 
 
 def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row | None:
@@ -132,7 +132,8 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
             unreadable_logs += [] if str(error) in unreadable_logs else [str(error)]
         intervals.append(Interval(found.low * scale, found.high * scale, found.method, found.samples)
                          if found else None)
-    notes = [f"partial: {run.partial[t]}" for t in sorted(tasks) if t in run.partial] + run.notes
+    notes = _departures(face, run, tasks)
+    notes += [f"partial: {run.partial[t]}" for t in sorted(tasks) if t in run.partial] + run.notes
     notes += [f"{INVALID}, left out: {metric if t == task else f'{t}: {metric}'}: {value.reason}" for t in sorted(tasks)
               for metric, value in run.metrics.get(t, {}).items() if isinstance(value, Invalid)]
     notes += [f"no interval: {error}" for error in unreadable_logs]
@@ -151,6 +152,19 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
     row = Row(source, run.model, task, layout.tasks[task], values, intervals, notes, run, unscored)
     row.judge = judge_text(run.recorded(tasks)) if layout.judged else ""
     return row
+
+
+DEPARTS = "departs from the default protocol"
+
+
+def _departures(face: ReportFace, run: Run, tasks: set[str]) -> list[str]:
+    """A note naming each protocol setting (``ReportFace.protocol``) the run's tasks recorded at other than its
+    default ("departs from the default protocol: num_frames 4 (default 8)"), shown whether or not other runs share
+    the table."""
+    recorded = run.recorded(tasks)
+    departed = [f"{name} {recorded[name]} (default {default})" for name, default in face.protocol
+                if name in recorded and recorded[name] != default]
+    return [f"{DEPARTS}: " + ", ".join(departed)] if departed else []
 
 
 def _interval(face: ReportFace, run: Run, task: str, column: Column) -> Interval | None:

@@ -12,7 +12,13 @@ from lmms_egoplan.report import write_report
 from lmms_egoplan.report.layout import PROTOCOL_FIELDS, protocol_problems, published_rows
 from lmms_egoplan.report.tables import APART, THIS_RUN
 from lmms_egoplan.suite import report_faces
-from tests.report.test_report import EGOPLAN_SAMPLES, egoplan_run, read_csv, write_lmms_eval_run
+from tests.report.test_report import (
+    EGOPLAN_SAMPLES,
+    egoplan_bench2_run,
+    egoplan_run,
+    read_csv,
+    write_lmms_eval_run,
+)
 
 FACES = report_faces()
 ROWS = [row for face in FACES for row in face.published]
@@ -124,8 +130,6 @@ def test_published_rows_sit_beside_the_runs_that_score_as_they_did_the_others_ap
 
 
 def test_one_models_several_published_values_show_their_spread_and_sources(tmp_path):
-    from tests.report.test_report import egoplan_bench2_run
-
     egoplan_bench2_run(tmp_path / "run")
     write_report([tmp_path / "run"], tmp_path / "report", FACES)
     mimo = [row for row in read_csv(tmp_path / "report" / "egoplan_bench2.csv")
@@ -134,3 +138,4 @@ def test_one_models_several_published_values_show_their_spread_and_sources(tmp_p
     for row in mimo:
         assert row["notes"].startswith("2 published values of this model, 39.90 to 43.00: 43.00 (MiMo-Embodied "
                                        "technical report, Table 2); 39.90 (HY-Embodied-0.5, README)")
+

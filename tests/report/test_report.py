@@ -87,15 +87,15 @@ def egoplan_bench2_run(folder, stamp="20260101_103000", **kwargs):
     return write_lmms_eval_run(folder, stamp, {"egoplan_bench2": metrics}, {"egoplan_bench2": logged}, **kwargs)
 
 
-def cosmos_reason1_run(folder, stamp="20260101_104000"):
-    """Each part 2 of 4 right (the robust parser 3), and the groups' means of them."""
+def cosmos_reason1_run(folder, stamp="20260101_104000", settings=None, **metrics):
+    """Each part 2 of 4 right (the robust parser 3), and the groups' means of them; ``metrics``: other values."""
     part = {"accuracy_official": 0.5, "accuracy_robust": 0.75, "micro_official": 0.5, "micro_robust": 0.75,
-            "unparseable_official": 1, "unparseable_robust": 0, "disagreements": 1, "predictions": 4}
+            "unparseable_official": 1, "unparseable_robust": 0, "disagreements": 1, "predictions": 4, **metrics}
     parts = [f"cosmos_reason1_{name}" for name in ("av", "agibot", "bridgev2", "holoassist", "robofail", "robovqa")]
     parts += [f"cosmos_reason1_cs_{name}" for name in ("space", "time", "other_physics")]
     groups = {group: {**part, "no_av_official": 0.5, "predictions": 4 * size}
               for group, size in (("cosmos_reason1_er", 6), ("cosmos_reason1_cs", 3), ("cosmos_reason1", 9))}
-    return write_lmms_eval_run(folder, stamp, {**{task: part for task in parts}, **groups})
+    return write_lmms_eval_run(folder, stamp, {**{task: part for task in parts}, **groups}, settings=settings)
 
 
 def judged(request_id):
