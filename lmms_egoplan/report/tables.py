@@ -14,7 +14,7 @@ from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.text_tables import NO_VALUE, is_no_value
 from lmms_egoplan.judge.identity import JudgeIdentity
 from lmms_egoplan.judge.retirements import retirement
-from lmms_egoplan.report.intervals import Interval, group_interval, interval
+from lmms_egoplan.report.intervals import Interval, NoInterval, group_interval, interval
 from lmms_egoplan.report.layout import NOT_STATED, SUBMISSION, Column, ReportFace, TableLayout, protocol_text
 from lmms_egoplan.report.metric_roles import invalid_reason, unscored_reason
 from lmms_egoplan.report.runs import LM_EVAL, Run, not_judged, not_scored_predicted
@@ -127,7 +127,7 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
         which = column.task_of(task)
         try:
             found = _interval(face, run, which, column) if column.interval and measured else None
-        except InputError as error:  # a per-sample log or audit trail cut short (a full disk) or damaged
+        except (InputError, NoInterval) as error:  # a per-sample log cut short or damaged; samples all alike
             found = None
             unreadable_logs += [] if str(error) in unreadable_logs else [str(error)]
         intervals.append(Interval(found.low * scale, found.high * scale, found.method, found.samples)
