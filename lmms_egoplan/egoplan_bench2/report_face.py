@@ -53,7 +53,9 @@ def egoplan_bench2_breakdowns(table) -> Figure:
         names = list(DOMAINS) if family == "domain" else [b.replace("_", " ") for b in bins]
         accuracy_bars(axes, list(zip(labels, rows)), family, bins, names, candidates=len(CHOICE_LETTERS),
                       empty="no run of yours reports these accuracies")
-    published = [row for row in table.rows if row.published]
+    columns = [i for i, c in enumerate(table.layout.columns) if c.metric in _DOMAIN_METRICS.values()]
+    # the published rows that give domains (several reports print the overall accuracy only)
+    published = [row for row in table.rows if row.published and any(row.values[i] is not None for i in columns)]
     for position, domain in enumerate(DOMAINS):
         column = next(i for i, c in enumerate(table.layout.columns) if c.metric == _DOMAIN_METRICS[domain])
         values = [row.values[column] for row in published if isinstance(row.values[column], (int, float))]
