@@ -277,7 +277,11 @@ def task_table(sources: Sequence[tuple[dict, str]], face: ReportFace, width: int
                     main[metric] = text + (" (not scored)" if reason else "") + count_text
                     columns += [] if metric in columns else [metric]
             rows.append((f"{task} {mark}".strip(), main, breakdowns, "; ".join(reasons)))
-    columns.sort(key=lambda column: column in face.bookkeeping_metrics)  # stable: scores first, counts after
+    # scores first, counts after; the face's tables' metrics in their order (its main score first), whatever order a
+    # results file lists them in; the rest as first met
+    order = face.metric_order
+    columns.sort(key=lambda column: (column in face.bookkeeping_metrics,
+                                     order.index(column) if column in order else len(order)))
     header = ["task", *(face.unit(column).header(column) for column in columns)]
     table = format_table(header, [[name, *(main.get(column, "") for column in columns)] for name, main, *_ in rows],
                          width=width)

@@ -166,6 +166,13 @@ class ReportFace:
         """The named bins of its breakdowns, in order (``metric_roles.natural_order``)."""
         return tuple(level for breakdown in self.breakdowns for level in breakdown.levels)
 
+    @property
+    def metric_order(self) -> list[str]:
+        """The metrics its tables' columns read, each once: each table's main score first, then in column order."""
+        metrics = [column.metric for table in self.tables
+                   for column in (table.columns[table.main_column], *table.columns) if column.metric != SUBMISSION]
+        return list(dict.fromkeys(metrics))
+
     def unit(self, metric: str) -> Unit:
         return metric_unit(metric, self.units)
 
