@@ -217,33 +217,33 @@ def published_block(layout: TableLayout, published: Sequence[dict], run_rows: li
     for entry in (p for p in published if p["benchmark"] == layout.key):
         scoring = entry["protocol"]["scoring"]
         near = [task for task in tasks if scoring != NOT_STATED and layout.scoring.get(task) == scoring]
-        (beside if near else apart).append(_published_row(layout, entry, near, runs_scoring))
-    rows = beside + apart
-    _note_spreads(layout, rows)
-    return rows
+        row = _published_row(layout, entry, near, runs_scoring)
+        (beside if near else apart).append((row, f"{entry['paper']}, {entry['table']}"))
+    _note_spreads(layout, beside + apart)
+    return [row for row, _ in beside + apart]
 
 
 def _model_key(name: str) -> str:
-    """A model's name as reports vary it ("Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL 7B"): letters and digits, lower case,
-    without "instruct"."""
+    """A model's name as reports vary it ("Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL 7B"): its letters, digits, dots and
+    pluses, lower case, without "instruct"."""
     return re.sub(r"[^a-z0-9.+]", "", name.lower()).replace("instruct", "")
 
 
-def _note_spreads(layout: TableLayout, rows: list[Row]) -> None:
-    """Note on each published row of a model with several main scores here their range and sources."""
+def _note_spreads(layout: TableLayout, rows: list[tuple[Row, str]]) -> None:
+    """Note on each published row (with its source: paper, table) of a model with several main scores here their
+    range and sources."""
     main = layout.main_column
-    groups: dict[str, list[Row]] = {}
-    for row in rows:
+    groups: dict[str, list[tuple[Row, str]]] = {}
+    for row, source in rows:
         if isinstance(row.values[main], (int, float)):
-            groups.setdefault(_model_key(row.model), []).append(row)
+            groups.setdefault(_model_key(row.model), []).append((row, source))
     for group in groups.values():
-        values = [row.values[main] for row in group]
+        values = [row.values[main] for row, _ in group]
         if len(set(values)) < 2:
             continue
         digits = layout.columns[main].digits
-        listed = "; ".join(f"{value:.{digits}f} ({row.source.removeprefix('published (').split(')')[0]})"
-                           for value, row in zip(values, group))
-        for row in group:
+        listed = "; ".join(f"{value:.{digits}f} ({source})" for value, (_, source) in zip(values, group))
+        for row, _ in group:
             row.notes.insert(0, f"{len(group)} published values of this model, {min(values):.{digits}f} to "
                                 f"{max(values):.{digits}f}: {listed}")
 
