@@ -169,3 +169,22 @@ def test_the_demos_tables_fit_120_columns_and_keep_every_breakdown_and_reason():
                         assert f" {found[1]} {shown}" in joined[joined.index(BREAKDOWNS):], (name, row, metric)
                     elif value not in ("", " ") and not metric.startswith("n_"):
                         assert any(line.startswith(f"{row} ") for line in printed.splitlines()), (name, row)
+
+
+def test_a_tables_columns_keep_the_faces_order_whatever_order_a_results_file_lists_them_in(tmp_path):
+    """Cosmos-Reason1's: its main score's metric (the official parser's accuracy) first, then its table's other
+    columns in their order, counts last, within 120 columns; the same table from a file listing its metrics shuffled."""
+    from tests.report.test_report import cosmos_reason1_run
+
+    face = benchmark("cosmos_reason1").report_face
+    results = json.loads(cosmos_reason1_run(tmp_path / "run").read_text())
+    printed = task_table([(results, "")], face)
+    shuffled = random.Random(0)
+    for task, values in results["results"].items():
+        items = list(values.items())
+        shuffled.shuffle(items)
+        results["results"][task] = dict(items)
+    assert task_table([(results, "")], face) == printed
+    header = printed.splitlines()[0].split()
+    assert header[1:5] == ["accuracy_official", "(%)", "micro_official", "(%)"]
+    assert max(map(len, printed.splitlines())) <= TERMINAL_WIDTH

@@ -21,7 +21,15 @@ from lmms_egoplan.report.figures import (
     unscored_notes,
     value_axis,
 )
-from lmms_egoplan.report.layout import Breakdown, Column, ReportFace, TableLayout, percent_column, published_rows
+from lmms_egoplan.report.layout import (
+    GENERATIVE,
+    Breakdown,
+    Column,
+    ReportFace,
+    TableLayout,
+    percent_column,
+    published_rows,
+)
 from lmms_egoplan.report.metric_roles import FRACTION, STEPS, Unit
 from lmms_egoplan.report.tables import Table
 
@@ -91,7 +99,9 @@ FACE = ReportFace(
                          Column("Plan length", "plan_length"),
                          Column("Human correctness", "human_correctness", interval=False),
                          Column("Human commonsense", "human_commonsense", interval=False)),
-                        figures={"actplan_splits": actplan_splits}, main="Norm. LCS"),),
+                        figures={"actplan_splits": actplan_splits}, main="Norm. LCS",
+                        scoring=dict.fromkeys(("actplan1k", "actplan1k_text_only", "actplan1k_text_only_lm"),
+                                              GENERATIVE)),),
     published=published_rows(__package__),
     # The human evaluation (Table 4) is published in percent, as the papers print it.
     units=(("human_*", Unit(1.0, "%", 0.0, 100.0)), ("norm_lcs", FRACTION), ("norm_lcs_*", FRACTION), ("lcs", STEPS),

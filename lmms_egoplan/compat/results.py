@@ -18,6 +18,9 @@ from lmms_egoplan.core.errors import StorageError
 from lmms_egoplan.core.provenance import PROVENANCE_KEY, environment
 from lmms_egoplan.core.run_state import RUN
 
+# The zone lmms-eval 0.7.3 names a run's files in when its --timezone is not given (``cli_evaluate``'s default).
+LMMS_EVAL_DEFAULT_TIMEZONE = "Asia/Singapore"
+
 
 def keep_loglikelihood_results() -> bool:
     """Hand ``multiple_choice`` tasks the ``(loss, is_greedy)`` pairs that backends return.

@@ -258,7 +258,8 @@ def task_table(sources: Sequence[tuple[dict, str]], face: ReportFace, width: int
     for results, mark in sources:
         counts = results.get("n-samples") or {}
         for task, values in reported_metrics(results).items():
-            reason = unscored_reason(values, (counts.get(task) or {}).get("effective"))
+            effective = (counts.get(task) or {}).get("effective")
+            reasons: list[str] = []  # why its values measure nothing, each metric by its own counts
             main: dict[str, str] = {}
             breakdowns: dict[str, list[str]] = {}
             for metric in natural_order(values, face.levels):
@@ -271,11 +272,16 @@ def task_table(sources: Sequence[tuple[dict, str]], face: ReportFace, width: int
                     family, bin_name = found
                     breakdowns.setdefault(face.unit(metric).header(family), []).append(f"{bin_name} {text}{count_text}")
                 else:
-                    not_scored = reason and metric not in face.descriptive_metrics
-                    main[metric] = text + (" (not scored)" if not_scored else "") + count_text
+                    reason = None if metric in face.descriptive_metrics else unscored_reason(values, effective, metric)
+                    reasons += [reason] if reason and reason not in reasons else []
+                    main[metric] = text + (" (not scored)" if reason else "") + count_text
                     columns += [] if metric in columns else [metric]
-            rows.append((f"{task} {mark}".strip(), main, breakdowns, reason))
-    columns.sort(key=lambda column: column in face.bookkeeping_metrics)  # stable: scores first, counts after
+            rows.append((f"{task} {mark}".strip(), main, breakdowns, "; ".join(reasons)))
+    # scores first, counts after; the face's tables' metrics in their order (its main score first), whatever order a
+    # results file lists them in; the rest as first met
+    order = face.metric_order
+    columns.sort(key=lambda column: (column in face.bookkeeping_metrics,
+                                     order.index(column) if column in order else len(order)))
     header = ["task", *(face.unit(column).header(column) for column in columns)]
     table = format_table(header, [[name, *(main.get(column, "") for column in columns)] for name, main, *_ in rows],
                          width=width)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from lmms_egoplan.egointent.data import DIMENSIONS, ENVIRONMENTS, FIELDS, FORMER_FIELDS, SCENARIO
 from lmms_egoplan.report.figures import footnote, new_figure, no_data, run_labels, unscored_notes
-from lmms_egoplan.report.layout import Breakdown, Column, ReportFace, TableLayout, published_rows
+from lmms_egoplan.report.layout import GENERATIVE, Breakdown, Column, ReportFace, TableLayout, published_rows
 from lmms_egoplan.report.metric_roles import SCORE_0_100
 from lmms_egoplan.report.tables import Row, Table
 
@@ -86,7 +86,7 @@ FACE = ReportFace(
                            for dimension in DIMENSIONS), Column("Overall", "overall"),
                          *(Column(environment.capitalize(), environment) for environment in ENVIRONMENTS)),
                         figures={"egointent_scenarios": egointent_scenarios}, judged=True, notes=NOTES,
-                        main="Overall"),),
+                        main="Overall", scoring={"egointent": GENERATIVE}),),
     published=published_rows(__package__),
     # Every score is a judge's mean rating x 100: the three fields, overall, per environment and scenario.
     units=tuple((metric, SCORE_0_100) for metric in ("overall", *FIELDS, *FORMER_FIELDS, *ENVIRONMENTS,

@@ -9,6 +9,7 @@ import re
 from typing import TYPE_CHECKING
 
 from lmms_egoplan.egoplan.data import CHOICE_LETTERS, SIMILARITY_LEVELS
+from lmms_egoplan.egoplan.settings import EgoPlanSettings
 from lmms_egoplan.report.figures import (
     accuracy_bars,
     footnote,
@@ -18,6 +19,8 @@ from lmms_egoplan.report.figures import (
     unscored_notes,
 )
 from lmms_egoplan.report.layout import (
+    GENERATIVE,
+    LIKELIHOOD,
     SUBMISSION,
     Breakdown,
     Column,
@@ -25,6 +28,7 @@ from lmms_egoplan.report.layout import (
     TableLayout,
     count_column,
     percent_column,
+    protocol_defaults,
     published_rows,
 )
 from lmms_egoplan.report.metric_roles import natural_order
@@ -69,15 +73,19 @@ FACE = ReportFace(
                     (percent_column("Accuracy", "accuracy"),
                      percent_column("In-domain, EpicKitchens", "accuracy_epic_kitchens"),
                      percent_column("Out-of-domain, Ego4D", "accuracy_ego4d"), count_column("Samples", "predictions")),
-                    figures={"egoplan_breakdowns": egoplan_breakdowns}),
+                    figures={"egoplan_breakdowns": egoplan_breakdowns},
+                    scoring={"egoplan_val": LIKELIHOOD, "egoplan_val_gen": GENERATIVE}),
         TableLayout("egoplan_test", "EgoPlan-Bench Test: predictions and leaderboard file",
                     "EgoPlan-Bench journal Table 4",
                     {"egoplan_test": "video, likelihood ranking", "egoplan_test_blind": "text only"},
                     (count_column("Predictions", "predictions"),
                      Column("Accuracy (published)", "accuracy", published="accuracy", interval=False),
-                     Column("Submission file", SUBMISSION, interval=False))),
+                     Column("Submission file", SUBMISSION, interval=False)),
+                    scoring={"egoplan_test": LIKELIHOOD}),
     ),
     published=published_rows(__package__),
+    protocol=protocol_defaults(EgoPlanSettings, ("data_source", "frame_sampling", "num_frames", "scored_tokens",
+                                                 "loss_mean")),
     breakdowns=(Breakdown(r"^(?:accuracy_)?(progress)_(.+)$"),
                 Breakdown(r"^(?:accuracy_)?(similarity)_(.+)$", levels=SIMILARITY_LEVELS)),
 )

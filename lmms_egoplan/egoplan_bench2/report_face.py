@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lmms_egoplan.egoplan_bench2.data import CHOICE_LETTERS, DOMAINS, metric_label
+from lmms_egoplan.egoplan_bench2.settings import EgoPlanBench2Settings
 from lmms_egoplan.report.figures import (
     PUBLISHED_COLOUR,
     accuracy_bars,
@@ -18,7 +19,17 @@ from lmms_egoplan.report.figures import (
     run_labels,
     unscored_notes,
 )
-from lmms_egoplan.report.layout import Breakdown, ReportFace, TableLayout, count_column, percent_column, published_rows
+from lmms_egoplan.report.layout import (
+    GENERATIVE,
+    LIKELIHOOD,
+    Breakdown,
+    ReportFace,
+    TableLayout,
+    count_column,
+    percent_column,
+    protocol_defaults,
+    published_rows,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -29,7 +40,8 @@ _DOMAIN_METRICS = {domain: f"accuracy_domain_{metric_label(domain)}" for domain 
 def egoplan_bench2_breakdowns(table) -> Figure:
     """Accuracy per domain (your runs as bars with n and 95% intervals, the published models as grey
     dots) and per scenario (every scenario a run reports, with n and intervals), the chance line in both."""
-    rows = [row for row in table.user_rows if not any(row.unscored)]
+    main = table.layout.main_column  # its accuracy: a run whose other parser read nothing is drawn
+    rows = [row for row in table.user_rows if not row.unscored[main]]
     labels = run_labels(table.user_rows)
     labels = [label for label, row in zip(labels, table.user_rows) if row in rows]
     figure = new_figure(figsize=(15, 5.5), layout="constrained")
@@ -41,7 +53,9 @@ def egoplan_bench2_breakdowns(table) -> Figure:
         names = list(DOMAINS) if family == "domain" else [b.replace("_", " ") for b in bins]
         accuracy_bars(axes, list(zip(labels, rows)), family, bins, names, candidates=len(CHOICE_LETTERS),
                       empty="no run of yours reports these accuracies")
-    published = [row for row in table.rows if row.published]
+    columns = [i for i, c in enumerate(table.layout.columns) if c.metric in _DOMAIN_METRICS.values()]
+    # the published rows that give domains (several reports print the overall accuracy only)
+    published = [row for row in table.rows if row.published and any(row.values[i] is not None for i in columns)]
     for position, domain in enumerate(DOMAINS):
         column = next(i for i, c in enumerate(table.layout.columns) if c.metric == _DOMAIN_METRICS[domain])
         values = [row.values[column] for row in published if isinstance(row.values[column], (int, float))]
@@ -71,9 +85,12 @@ FACE = ReportFace(
                      count_column("Unparseable, official parser", "unparseable_official"),
                      count_column("Unparseable, robust parser", "unparseable_robust"),
                      count_column("Samples", "predictions")),
-                    figures={"egoplan_bench2_breakdowns": egoplan_bench2_breakdowns}),
+                    figures={"egoplan_bench2_breakdowns": egoplan_bench2_breakdowns},
+                    scoring={"egoplan_bench2": GENERATIVE, "egoplan_bench2_likelihood": LIKELIHOOD}),
     ),
     published=published_rows(__package__),
+    protocol=protocol_defaults(EgoPlanBench2Settings, ("data_source", "frame_sampling", "num_frames", "parser",
+                                                       "scored_tokens", "loss_mean")),
     bookkeeping=("unparseable_official", "unparseable_robust"),
     breakdowns=(Breakdown(r"^(?:accuracy_)?(domain)_(.+)$"), Breakdown(r"^(?:accuracy_)?(scenario)_(.+)$")),
 )

@@ -18,7 +18,7 @@ from lmms_egoplan.report.figures import (
     run_labels,
     unscored_notes,
 )
-from lmms_egoplan.report.layout import Column, ReportFace, TableLayout, published_rows
+from lmms_egoplan.report.layout import GENERATIVE, Column, ReportFace, TableLayout, published_rows
 from lmms_egoplan.report.metric_roles import SCORE_0_100
 from lmms_egoplan.report.tables import Table
 
@@ -68,7 +68,7 @@ FACE = ReportFace(
     tables=(TableLayout("ego_think", "EgoThink: judge scores (0-100)", "EgoThink Table 3",
                         {"ego_think": "image", "ego_think_blind": "text only"}, COLUMNS,
                         figures={"egothink_dimensions": egothink_dimensions}, judged=True,
-                        main="Average"),),
+                        main="Average", scoring=dict.fromkeys(("ego_think", "ego_think_blind"), GENERATIVE)),),
     published=published_rows(__package__),
     units=(("score", SCORE_0_100),),
     no_interval="EgoThink's capabilities and average are groups",

@@ -13,10 +13,12 @@ import shlex
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from loguru import logger
 
+from lmms_egoplan.compat.results import LMMS_EVAL_DEFAULT_TIMEZONE
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.files import read_text, strict_json, write_atomically
 from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, FAILED_REQUESTS
@@ -191,7 +193,7 @@ def rejudge_samples(logged: LoggedItems, judge: Judge | Mapping[str, Judge], out
     which ``lmms-egoplan report`` shows beside the scores it reads from this file.
     """
     output_dir = Path(output_dir)
-    stamp = datetime.now().strftime("%Y%m%d_%H%M%S")  # as lmms-eval names a run's files, in local time
+    stamp = datetime.now(files_zone(logged.files.values())).strftime("%Y%m%d_%H%M%S")  # as lmms-eval names files
     summary: dict[str, dict] = {}
     for task, columns in logged.columns.items():
         task_judge = judge[task] if isinstance(judge, Mapping) else judge
@@ -214,6 +216,26 @@ def rejudge_samples(logged: LoggedItems, judge: Judge | Mapping[str, Judge], out
     summary.update({group: {**scores, "judge_model": judges} for group, scores in groups.items()})
     write_atomically(output_dir / f"{stamp}_rejudged.json", strict_json(summary, indent=2))
     return summary
+
+
+def files_zone(samples_files: Iterable[Path]) -> ZoneInfo | None:
+    """The time zone the rejudged runs named their files in (the ``--timezone`` their results files beside the samples
+    record, lmms-eval's default where they record none), so that a rejudged file's name sorts after the run's own
+    files; None, this machine's local time, where a results file is missing or the runs' zones differ."""
+    zones = set()
+    for samples in samples_files:
+        results = samples.with_name(samples.name.split("_samples_")[0] + "_results.json")
+        try:
+            config = json.loads(results.read_text(encoding="utf-8")).get("config")
+        except (OSError, ValueError, AttributeError):
+            return None
+        arguments = config.get("resolved_cli_args") if isinstance(config, dict) else None
+        zone = arguments.get("timezone") if isinstance(arguments, dict) else None
+        zones.add(zone if isinstance(zone, str) and zone else LMMS_EVAL_DEFAULT_TIMEZONE)
+    try:
+        return ZoneInfo(zones.pop()) if len(zones) == 1 else None
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
 
 
 def _samples_files(paths: Sequence[str | Path]) -> dict[str, Path]:

@@ -42,7 +42,7 @@ def write_report(paths: list[str | Path], output: str | Path, faces: Sequence[Re
     from lmms_egoplan.report.figures import table_figures
     from lmms_egoplan.report.html import figure_bytes, html_page
     from lmms_egoplan.report.intervals import BOOTSTRAP, EXACT_BINOMIAL, STRATIFIED_BOOTSTRAP
-    from lmms_egoplan.report.tables import build_tables, csv_table, markdown_table, markdown_text
+    from lmms_egoplan.report.tables import APART, build_tables, csv_table, markdown_table, markdown_text
 
     runs, unreadable = load_runs(paths, all_runs=all_runs)
     tables, ignored = build_tables(runs, faces)
@@ -68,7 +68,9 @@ def write_report(paths: list[str | Path], output: str | Path, faces: Sequence[Re
         "'no per-sample logs' ran without --log_samples and have none"
         + (f"; {without_intervals}: no interval." if without_intervals else "."),
         "Rows 'published' are transcribed from the papers or the authors' repositories (table or file named); they "
-        "are not re-computed.",
+        "are not re-computed. Each says in its notes how it was made (its protocol: scoring, parser, judge, frames, "
+        "thinking, decoding, averaging, split, source, ran or copied); one scored otherwise than the runs of its table "
+        f"is shown apart, below the others, its source naming the field ('{APART}: scoring ...').",
         "Run times are those in the results files' names, each with its time zone: lmms-eval names its files in the "
         f"zone of its --timezone ({LMMS_EVAL_DEFAULT_ZONE} by default, not this machine's), lm-eval runs are shown in "
         "UTC.",

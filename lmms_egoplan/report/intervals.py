@@ -35,6 +35,10 @@ STRATIFIED_BOOTSTRAP = ("stratified percentile bootstrap, each task's samples re
 RESAMPLES = 2000
 
 
+class NoInterval(Exception):
+    """An interval the samples cannot give (its message says why): the row says so, never a degenerate [v, v]."""
+
+
 @dataclass(frozen=True)
 class Interval:
     low: float
@@ -118,7 +122,7 @@ def group_interval(run: Run, group: str, metric: str, mean: GroupMean, *, rubric
     """The 95% interval of group ``group``'s ``metric``, ``mean``'s average of its members that report it, from
     their logged samples (None where one has none): a micro mean's as ``interval``'s over the pooled samples, a
     macro mean's the stratified bootstrap. Raises InputError where the samples' mean is not the group's reported
-    value (members or weighting other than the group's)."""
+    value (members or weighting other than the group's), NoInterval where a macro mean's samples all score alike."""
     members = [member for member in mean.members if metric in run.metrics.get(member, {})]
     found = [sample_values(run, member, metric, rubrics=rubrics) for member in members]
     if not found or any(each is None for each in found):
@@ -135,6 +139,10 @@ def group_interval(run: Run, group: str, metric: str, mean: GroupMean, *, rubric
     if isinstance(reported, (int, float)) and not math.isclose(point, reported, rel_tol=1e-9, abs_tol=1e-9):
         raise InputError(f"{run.path}: {group} {metric} is {reported}, but the {mean.weighting} mean of its tasks' "
                          f"logged samples ({', '.join(members)}) is {point}: the group's interval is left out")
+    if mean.weighting != MICRO and len({value for values in strata for value in values}) == 1:
+        # every resample the same: the bootstrap's [v, v] would claim a certainty the samples do not give
+        raise NoInterval(f"{group} {metric}: every logged sample of {', '.join(members)} scored {strata[0][0]:g}; "
+                         "a bootstrap gives no interval of their macro mean")
     return result
 
 

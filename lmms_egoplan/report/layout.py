@@ -10,6 +10,7 @@ from the row's task name) and the published value of the same name.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING
 
+from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.report.metric_roles import BOOKKEEPING, PLAIN, Unit, metric_unit
 
 if TYPE_CHECKING:
@@ -25,8 +27,22 @@ if TYPE_CHECKING:
     from lmms_egoplan.judge.rubrics import Rubric
 
 SUBMISSION = "submission file"  # a column that names the leaderboard file written beside the results
-PUBLISHED_FIELDS = {"benchmark", "paper", "table", "model", "values"}
+PUBLISHED_FIELDS = {"benchmark", "paper", "table", "model", "values", "protocol"}
 PUBLISHED_FILE = "published_results.json"
+
+# How a published row was made (its "protocol" object), every field a sentence of its source or "not stated":
+# scoring (LIKELIHOOD, GENERATIVE or NOT_STATED: what decides which published rows sit beside which task), the
+# answer parser, the judge, frames, thinking mode, decoding, averaging, split, item count, source kind ("primary
+# table / README / code ..." or "secondary ...") and made ("ran it", "copied from <source>" for another report's
+# value, or "not stated" where the source does not say which), each with its reason in brackets where it needs one.
+PROTOCOL_FIELDS = ("scoring", "parser", "judge", "frames", "thinking", "decoding", "averaging", "split", "items",
+                   "source_kind", "made")
+LIKELIHOOD = "likelihood"  # the candidates ranked by the model's likelihood of each
+GENERATIVE = "generative"  # an answer generated, then parsed or judged
+NOT_STATED = "not stated"
+SCORINGS = (LIKELIHOOD, GENERATIVE, NOT_STATED)
+RAN_IT = "ran it"
+COPIED_FROM = "copied from "
 
 
 MICRO = "micro"  # a group's mean over its members' samples pooled (lmms-eval's weight_by_size: true)
@@ -91,6 +107,9 @@ class TableLayout:
     judged: bool = False  # its scores are an LLM judge's: every row names its judge (a "judge" column)
     notes: tuple[str, ...] = ()  # what a reader must know beside the rows (how published blocks differ)
     main: str = ""  # the header (without its unit) of its main score's column; "" for the first column
+    # task -> how it scores (LIKELIHOOD or GENERATIVE): a published row sits beside the tasks that score as it did;
+    # a task not named here (a text-only baseline) is set beside no published row
+    scoring: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def main_column(self) -> int:
@@ -129,6 +148,9 @@ class ReportFace:
     no_interval: str = ""  # which of its columns have no interval and why, for the report's preamble
     # The rubrics its judged items name, by name: its benchmark's (``Benchmark`` hands them to its face).
     rubrics: Mapping[str, Rubric] = field(default_factory=dict)
+    # Its settings that make its protocol (prompt, frames, retries, parser), each with its default as a results file
+    # records it (``protocol_defaults``): a run's row names every one it departs from, even when it stands alone.
+    protocol: tuple[tuple[str, str], ...] = ()
 
     @property
     def bookkeeping_metrics(self) -> tuple[str, ...]:
@@ -143,6 +165,13 @@ class ReportFace:
     def levels(self) -> tuple[str, ...]:
         """The named bins of its breakdowns, in order (``metric_roles.natural_order``)."""
         return tuple(level for breakdown in self.breakdowns for level in breakdown.levels)
+
+    @property
+    def metric_order(self) -> list[str]:
+        """The metrics its tables' columns read, each once: each table's main score first, then in column order."""
+        metrics = [column.metric for table in self.tables
+                   for column in (table.columns[table.main_column], *table.columns) if column.metric != SUBMISSION]
+        return list(dict.fromkeys(metrics))
 
     def unit(self, metric: str) -> Unit:
         return metric_unit(metric, self.units)
@@ -165,9 +194,45 @@ class ReportFace:
         return next(filter(None, (breakdown.family_and_bin(metric) for breakdown in self.breakdowns)), None)
 
 
+def protocol_defaults(settings_class: type, names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``names``, settings of ``settings_class`` (a benchmark's settings dataclass), each with its default as the
+    task's ``metadata`` records it in a results file (text as is, anything else as JSON: 8, null, 4.0)."""
+    defaults = {item.name: item.default for item in dataclasses.fields(settings_class)}
+    return tuple((name, value if isinstance(value := defaults[name], str) else json.dumps(value)) for name in names)
+
+
 def published_rows(package: str) -> tuple[dict, ...]:
     """A benchmark's published rows, as transcribed in its package's ``published_results.json``: one
-    object per row with benchmark (the table's key), paper, table, model, values; optional input, note,
-    source (where the numbers were read), judge (the judge as the source states it; a judged table shows
-    "not stated" without it) and judge_model (its API name, looked up in the judge retirement table)."""
-    return tuple(json.loads(resources.files(package).joinpath(PUBLISHED_FILE).read_text(encoding="utf-8")))
+    object per row with benchmark (the table's key), paper, table, model, values and protocol (``PROTOCOL_FIELDS``);
+    optional input, note, source (where the numbers were read) and judge_model (the judge's API name, looked up
+    in the judge retirement table). A row without its protocol is refused, naming the file, row and field."""
+    path = resources.files(package).joinpath(PUBLISHED_FILE)
+    rows = tuple(json.loads(path.read_text(encoding="utf-8")))
+    problems = [f"row {number} ({row.get('model', '?')}): {problem}"
+                for number, row in enumerate(rows, 1) for problem in protocol_problems(row)]
+    if problems:
+        raise InputError(f"{path}: " + "; ".join(problems))
+    return rows
+
+
+def protocol_problems(row: Mapping) -> list[str]:
+    """What a published row lacks of ``PUBLISHED_FIELDS`` and its protocol of ``PROTOCOL_FIELDS`` (each a
+    non-empty text, "not stated" where the source is silent), or holds out of their vocabularies."""
+    problems = [f"no field {name!r}" for name in sorted(PUBLISHED_FIELDS - row.keys())]
+    protocol = row.get("protocol", {})
+    problems += [f"protocol: no field {name!r} (write \"{NOT_STATED}\" where the source is silent)"
+                 for name in PROTOCOL_FIELDS if not str(protocol.get(name, "")).strip()]
+    if protocol.get("scoring", NOT_STATED) not in SCORINGS:
+        problems.append(f"protocol: scoring {protocol['scoring']!r} is none of {', '.join(SCORINGS)}")
+    made = protocol.get("made", RAN_IT)
+    if not made.startswith((RAN_IT, COPIED_FROM, NOT_STATED)):
+        problems.append(f"protocol: made {made!r} starts with none of {RAN_IT!r}, '{COPIED_FROM}<source>', "
+                        f"{NOT_STATED!r}")
+    if not protocol.get("source_kind", "primary").startswith(("primary", "secondary")):
+        problems.append(f"protocol: source_kind {protocol['source_kind']!r} starts with neither primary nor secondary")
+    return problems
+
+
+def protocol_text(protocol: Mapping[str, str]) -> str:
+    """A published row's protocol in one line, field by field, as its footnote shows it."""
+    return "protocol: " + "; ".join(f"{name.replace('_', ' ')} {protocol[name]}" for name in PROTOCOL_FIELDS)

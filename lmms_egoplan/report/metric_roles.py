@@ -70,14 +70,14 @@ def _count(value) -> float | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value) else None
 
 
-def unscored_reason(metrics: Mapping[str, object], samples: int | None = None) -> str | None:
-    """Why a task's scores measure nothing, read from its counts, or None when they are scores.
+def unscored_reason(metrics: Mapping[str, object], samples: int | None = None, metric: str = "") -> str | None:
+    """Why a task's scores (or its ``metric``'s) measure nothing, read from its counts, or None when they are scores.
 
     ``metrics``: one task's (or group's) metrics by name; ``samples``: how many samples it evaluated
     (lmms-eval's ``n-samples``), when known. Nothing was judged ("0 judged: 15 of 15 answers
-    incomplete", "0 judged: 24 failed"), every answer was unparseable ("8 of 8 answers unparseable"),
-    or no output held a plan ("no plan in 2 of 2 outputs"), or every model request failed ("8 of 8
-    model requests failed").
+    incomplete", "0 judged: 24 failed"), every answer was unparseable ("8 of 8 answers unparseable"; a metric
+    of one parser, ``accuracy_official``, by that parser's count, ``unparseable_official``), or no output held
+    a plan ("no plan in 2 of 2 outputs"), or every model request failed ("8 of 8 model requests failed").
     """
     requests_failed = _count(metrics.get("failed_requests"))
     if requests_failed and requests_failed == samples:
@@ -92,9 +92,12 @@ def unscored_reason(metrics: Mapping[str, object], samples: int | None = None) -
         if cut := _count(metrics.get("cut_answers")):
             causes.append(f"{cut:g} cut at the token limit")
         return "0 judged" + (f": {', '.join(causes)}" if causes else "")
-    unparseable, predictions = _count(metrics.get("unparseable")), _count(metrics.get("predictions"))
+    parser = metric.rpartition("_")[2]
+    by_parser = f"unparseable_{parser}" in metrics
+    unparseable = _count(metrics.get(f"unparseable_{parser}" if by_parser else "unparseable"))
+    predictions = _count(metrics.get("predictions"))
     if unparseable and unparseable == (predictions or samples):
-        return f"{unparseable:g} of {unparseable:g} answers unparseable"
+        return f"{unparseable:g} of {unparseable:g} answers unparseable" + (f" ({parser} parser)" if by_parser else "")
     if _count(metrics.get("no_plan_rate")) == 1:
         return f"no plan in {samples:g} of {samples:g} outputs" if samples else "no plan in any output"
     return None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from lmms_egoplan.compat.results import LMMS_EVAL_DEFAULT_TIMEZONE
 from lmms_egoplan.core.errors import InputError
 
 LMMS_EVAL = "lmms-eval"
@@ -25,7 +26,6 @@ _LM_EVAL_RESULTS = re.compile(r"^results_(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:
 _REJUDGED = re.compile(r"^\d{8}_\d{6}_rejudged\.json$")
 SUPPORTED_LMMS_EVAL = "0.7."
 # lmms-eval stamps its files in the time zone of its --timezone argument, this one by default (UTC+8).
-LMMS_EVAL_DEFAULT_TIMEZONE = "Asia/Singapore"
 LMMS_EVAL_DEFAULT_ZONE = "UTC+08:00"  # its offset, as the report shows a time's zone (``zone_text``)
 
 

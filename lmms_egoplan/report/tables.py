@@ -14,8 +14,8 @@ from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.text_tables import NO_VALUE, is_no_value
 from lmms_egoplan.judge.identity import JudgeIdentity
 from lmms_egoplan.judge.retirements import retirement
-from lmms_egoplan.report.intervals import Interval, group_interval, interval
-from lmms_egoplan.report.layout import SUBMISSION, Column, ReportFace, TableLayout
+from lmms_egoplan.report.intervals import Interval, NoInterval, group_interval, interval
+from lmms_egoplan.report.layout import NOT_STATED, SUBMISSION, Column, ReportFace, TableLayout, protocol_text
 from lmms_egoplan.report.metric_roles import invalid_reason, unscored_reason
 from lmms_egoplan.report.runs import LM_EVAL, Run, not_judged, not_scored_predicted
 
@@ -110,7 +110,7 @@ def _unscored(face: ReportFace, run: Run, task: str, column: Column, *, descript
     if (column.metric in face.descriptive_metrics and not descriptive) or column.metric == SUBMISSION \
             or task not in run.metrics:
         return None
-    return unscored_reason(run.metrics[task], run.sample_counts.get(task))
+    return unscored_reason(run.metrics[task], run.sample_counts.get(task), column.metric)
 
 
 def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row | None:
@@ -127,12 +127,13 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
         which = column.task_of(task)
         try:
             found = _interval(face, run, which, column) if column.interval and measured else None
-        except InputError as error:  # a per-sample log or audit trail cut short (a full disk) or damaged
+        except (InputError, NoInterval) as error:  # a per-sample log cut short or damaged; samples all alike
             found = None
             unreadable_logs += [] if str(error) in unreadable_logs else [str(error)]
         intervals.append(Interval(found.low * scale, found.high * scale, found.method, found.samples)
                          if found else None)
-    notes = [f"partial: {run.partial[t]}" for t in sorted(tasks) if t in run.partial] + run.notes
+    notes = _departures(face, run, tasks)
+    notes += [f"partial: {run.partial[t]}" for t in sorted(tasks) if t in run.partial] + run.notes
     notes += [f"{INVALID}, left out: {metric if t == task else f'{t}: {metric}'}: {value.reason}" for t in sorted(tasks)
               for metric, value in run.metrics.get(t, {}).items() if isinstance(value, Invalid)]
     notes += [f"no interval: {error}" for error in unreadable_logs]
@@ -151,6 +152,19 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
     row = Row(source, run.model, task, layout.tasks[task], values, intervals, notes, run, unscored)
     row.judge = judge_text(run.recorded(tasks)) if layout.judged else ""
     return row
+
+
+DEPARTS = "departs from the default protocol"
+
+
+def _departures(face: ReportFace, run: Run, tasks: set[str]) -> list[str]:
+    """A note naming each protocol setting (``ReportFace.protocol``) the run's tasks recorded at other than its
+    default ("departs from the default protocol: num_frames 4 (default 8)"), shown whether or not other runs share
+    the table."""
+    recorded = run.recorded(tasks)
+    departed = [f"{name} {recorded[name]} (default {default})" for name, default in face.protocol
+                if name in recorded and recorded[name] != default]
+    return [f"{DEPARTS}: " + ", ".join(departed)] if departed else []
 
 
 def _interval(face: ReportFace, run: Run, task: str, column: Column) -> Interval | None:
@@ -175,16 +189,63 @@ def _unscored_by_the_settings(run: Run, layout: TableLayout, task: str, notes: l
     return found
 
 
-def _published_row(layout: TableLayout, published: dict) -> Row:
+def _published_row(layout: TableLayout, published: dict, beside: list[str], runs_scoring: str) -> Row:
+    """A published row; ``beside``: the run rows' tasks that score as it did, where it is set; none: shown apart
+    (below them), its source saying so and a note naming the field that differs."""
     values = [published["values"].get(column.published_key) for column in layout.columns]
-    notes = [published["note"]] if published.get("note") else []
+    scoring = published["protocol"]["scoring"]
+    source = f"published ({published['paper']}, {published['table']})"
+    notes = [] if beside else [f"{APART}: scoring {scoring}, the runs here {runs_scoring}"]
+    notes += [published["note"]] if published.get("note") else []
     notes += [f"source: {published['source']}"] if published.get("source") else []
-    return Row(f"published ({published['paper']}, {published['table']})", published["model"], "",
+    notes.append(protocol_text(published["protocol"]))
+    return Row(source if beside else f"{source}, {APART}: scoring {scoring}", published["model"], ", ".join(beside),
                published.get("input", ""), values, [None] * len(values), notes,
                judge=published_judge_text(published) if layout.judged else "")
 
 
-NOT_STATED = "not stated"
+APART = "shown apart"
+
+
+def published_block(layout: TableLayout, published: Sequence[dict], run_rows: list[Row]) -> list[Row]:
+    """The table's published rows: those that score as some run here does (``TableLayout.scoring``: likelihood
+    beside likelihood, generative beside generative), then, apart, the others; each model with several published
+    main scores says their spread and sources."""
+    tasks = list(dict.fromkeys(row.task for row in run_rows))
+    runs_scoring = ", ".join(f"{task} {layout.scoring.get(task, 'no published protocol')}" for task in tasks)
+    beside, apart = [], []
+    for entry in (p for p in published if p["benchmark"] == layout.key):
+        scoring = entry["protocol"]["scoring"]
+        near = [task for task in tasks if scoring != NOT_STATED and layout.scoring.get(task) == scoring]
+        row = _published_row(layout, entry, near, runs_scoring)
+        (beside if near else apart).append((row, f"{entry['paper']}, {entry['table']}"))
+    _note_spreads(layout, beside + apart)
+    return [row for row, _ in beside + apart]
+
+
+def _model_key(name: str) -> str:
+    """A model's name as reports vary it ("Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL 7B"): its letters, digits, dots and
+    pluses, lower case, without "instruct"."""
+    return re.sub(r"[^a-z0-9.+]", "", name.lower()).replace("instruct", "")
+
+
+def _note_spreads(layout: TableLayout, rows: list[tuple[Row, str]]) -> None:
+    """Note on each published row (with its source: paper, table) of a model with several main scores here their
+    range and sources."""
+    main = layout.main_column
+    groups: dict[str, list[tuple[Row, str]]] = {}
+    for row, source in rows:
+        if isinstance(row.values[main], (int, float)):
+            groups.setdefault(_model_key(row.model), []).append((row, source))
+    for group in groups.values():
+        values = [row.values[main] for row, _ in group]
+        if len(set(values)) < 2:
+            continue
+        digits = layout.columns[main].digits
+        listed = "; ".join(f"{value:.{digits}f} ({source})" for value, (_, source) in zip(values, group))
+        for row, _ in group:
+            row.notes.insert(0, f"{len(group)} published values of this model, {min(values):.{digits}f} to "
+                                f"{max(values):.{digits}f}: {listed}")
 
 
 def judge_text(identity: dict[str, str]) -> str:
@@ -197,9 +258,10 @@ def judge_text(identity: dict[str, str]) -> str:
 
 
 def published_judge_text(published: dict) -> str:
-    """The judge a published row's source states ("not stated" where it is silent), with its retirement."""
+    """The judge a published row's source states (its protocol's; "not stated" where it is silent), with its
+    retirement."""
     retired = retirement(published["judge_model"]) if published.get("judge_model") else None
-    return published.get("judge", NOT_STATED) + (f", {retired.status()}" if retired else "")
+    return published["protocol"]["judge"] + (f", {retired.status()}" if retired else "")
 
 
 def row_identity(layout: TableLayout, row: Row) -> dict[str, str]:
@@ -237,7 +299,7 @@ def build_tables(runs: list[Run], faces: Sequence[ReportFace]) -> tuple[list[Tab
                 if (row := _run_row(face, layout, run, task))]
         label_differences(layout, rows)
         if rows:
-            rows += [_published_row(layout, p) for p in face.published if p["benchmark"] == layout.key]
+            rows += published_block(layout, face.published, rows)
             tables.append(Table(layout, face, rows))
     ignored = sorted({task for run in runs for task in run.metrics
                       if not any(layout.reads(task) for _, layout in layouts)})

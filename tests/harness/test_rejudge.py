@@ -148,3 +148,28 @@ def test_a_run_whose_judge_stopped_answering_says_so_once_with_what_resumes_it(m
     assert line.endswith(f"re-run the same command to judge them (judgements already made come from the judge "
                          f"cache, the model's answers from the response cache {tmp_path / 'response_cache'}), or "
                          f"add --log_samples to judge them later with lmms-egoplan rejudge")
+
+
+def test_a_rejudged_file_is_named_in_its_runs_time_zone_so_it_sorts_after_the_runs_files(tmp_path):
+    """lmms-eval names a run's files in its --timezone (Asia/Singapore by default, UTC+08:00); a rejudged file named in
+    this machine's zone (UTC here) would sort hours before the run it rescored."""
+    from datetime import datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    from lmms_egoplan.cli import main
+
+    for folder, zone, recorded in (("default", "Asia/Singapore", {}), ("utc", "UTC", {"timezone": "UTC"})):
+        logs = tmp_path / folder
+        logs.mkdir()
+        stamp = (datetime.now(ZoneInfo(zone)) - timedelta(seconds=5)).strftime("%Y%m%d_%H%M%S")
+        (logs / f"{stamp}_samples_ego_think_counting.jsonl").write_text(
+            "".join(json.dumps(row) + "\n" for row in judged_rows(2)))
+        (logs / f"{stamp}_results.json").write_text(json.dumps({"config": {"resolved_cli_args": recorded}}))
+        with ChatServer(rating_responder(lambda call: "1")) as judge:
+            assert main(["rejudge", str(logs), "--output", str(logs), "--judge_base_url", judge.base_url,
+                         "--judge_model", "loopback-judge", "--judge_api_key_env", "", "--judge_cache_dir",
+                         "none"]) == 0
+        [rejudged] = logs.glob("*_rejudged.json")
+        made = datetime.strptime(rejudged.name[:15], "%Y%m%d_%H%M%S").replace(tzinfo=ZoneInfo(zone))
+        assert sorted(path.name for path in logs.iterdir())[-1] == rejudged.name, folder
+        assert abs(datetime.now(ZoneInfo(zone)) - made) < timedelta(minutes=2), folder

@@ -63,11 +63,12 @@ PARTS = dict(zip((*ER_SOURCES, *CS_CATEGORIES), ((3, 5), (4, 6), (1, 4), (5, 7),
                                                   (4, 8))))
 
 
-def cosmos_reason1_run(folder, er_macro_written=None):
-    """A run of the group with each part's 0 / 1 outcomes logged, the groups' means as lmms-eval aggregates them
-    (``er_macro_written``: another ER macro value, as a results file of other members would hold)."""
+def cosmos_reason1_run(folder, er_macro_written=None, parts=PARTS):
+    """A run of the group with each part's 0 / 1 outcomes logged (``parts``: right of questions), the groups' means as
+    lmms-eval aggregates them (``er_macro_written``: another ER macro value, as a results file of other members would
+    hold)."""
     samples, metrics = {}, {}
-    for part, (right, size) in PARTS.items():
+    for part, (right, size) in parts.items():
         outcomes = [1] * right + [0] * (size - right)
         logged = {"accuracy_official": None, "micro_official": None, "micro_robust": None}
         if part in ER_SOURCES and part != "av":
@@ -75,9 +76,9 @@ def cosmos_reason1_run(folder, er_macro_written=None):
         samples[task_of(part)] = [{"doc_id": i, **dict.fromkeys(logged, c)} for i, c in enumerate(outcomes)]
         metrics[task_of(part)] = {**dict.fromkeys(logged, right / size), "predictions": size}
 
-    def means(parts):
-        pooled = [c for part in parts for c in [1] * PARTS[part][0] + [0] * (PARTS[part][1] - PARTS[part][0])]
-        macro = sum(right / size for right, size in map(PARTS.get, parts)) / len(parts)
+    def means(names):
+        pooled = [c for part in names for c in [1] * parts[part][0] + [0] * (parts[part][1] - parts[part][0])]
+        macro = sum(right / size for right, size in map(parts.get, names)) / len(names)
         return {"accuracy_official": macro, "micro_official": sum(pooled) / len(pooled),
                 "micro_robust": sum(pooled) / len(pooled), "predictions": len(pooled)}
 
@@ -127,3 +128,18 @@ def test_a_group_whose_value_is_not_its_parts_mean_gets_no_interval_and_says_why
     assert row["ER macro (%) 95% low"] == "" and row["ER micro (%) 95% low"] != ""
     assert "no interval:" in row["notes"] and "cosmos_reason1_er accuracy_official is 0.9, but the macro mean" \
         in row["notes"]
+
+
+def test_a_macro_mean_whose_samples_all_score_alike_gets_no_interval_and_says_why(tmp_path):
+    """A random model's zeros: the micro means keep their exact binomial interval ([0, x]); a bootstrap of the macro
+    means would print [0.00, 0.00], a certainty the samples do not give."""
+    cosmos_reason1_run(tmp_path / "results", parts={part: (0, size) for part, (_, size) in PARTS.items()})
+    write_report([tmp_path / "results"], tmp_path / "report", FACES)
+    (row,) = [r for r in read_csv(tmp_path / "report" / "cosmos_reason1.csv") if r["source"] == THIS_RUN]
+    assert interval_of(row, "ER micro")[0] == 0 < interval_of(row, "ER micro")[1]
+    for header in ("ER macro", "CS macro", "ER macro without AV"):
+        assert row[f"{header} (%) 95% low"] == "" and float(row[f"{header} (%)"]) == 0, header
+    assert "no interval: cosmos_reason1_er accuracy_official: every logged sample of " in row["notes"]
+    assert "scored 0; a bootstrap gives no interval of their macro mean" in row["notes"]
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "[0.00, 0.00]" not in markdown

@@ -87,15 +87,15 @@ def egoplan_bench2_run(folder, stamp="20260101_103000", **kwargs):
     return write_lmms_eval_run(folder, stamp, {"egoplan_bench2": metrics}, {"egoplan_bench2": logged}, **kwargs)
 
 
-def cosmos_reason1_run(folder, stamp="20260101_104000"):
-    """Each part 2 of 4 right (the robust parser 3), and the groups' means of them."""
+def cosmos_reason1_run(folder, stamp="20260101_104000", settings=None, **metrics):
+    """Each part 2 of 4 right (the robust parser 3), and the groups' means of them; ``metrics``: other values."""
     part = {"accuracy_official": 0.5, "accuracy_robust": 0.75, "micro_official": 0.5, "micro_robust": 0.75,
-            "unparseable_official": 1, "unparseable_robust": 0, "disagreements": 1, "predictions": 4}
+            "unparseable_official": 1, "unparseable_robust": 0, "disagreements": 1, "predictions": 4, **metrics}
     parts = [f"cosmos_reason1_{name}" for name in ("av", "agibot", "bridgev2", "holoassist", "robofail", "robovqa")]
     parts += [f"cosmos_reason1_cs_{name}" for name in ("space", "time", "other_physics")]
     groups = {group: {**part, "no_av_official": 0.5, "predictions": 4 * size}
               for group, size in (("cosmos_reason1_er", 6), ("cosmos_reason1_cs", 3), ("cosmos_reason1", 9))}
-    return write_lmms_eval_run(folder, stamp, {**{task: part for task in parts}, **groups})
+    return write_lmms_eval_run(folder, stamp, {**{task: part for task in parts}, **groups}, settings=settings)
 
 
 def judged(request_id):
@@ -161,8 +161,10 @@ def test_published_rows_name_paper_table_model_and_values_of_the_table_columns()
     columns = {b.key: {c.published_key for c in b.columns} for b in TABLES}
     for row in rows:
         assert PUBLISHED_FIELDS <= row.keys() and row["model"]
-        # a paper's table (or two), EgoIntent's authors' leaderboard file, or the PAI-Bench leaderboard (Cosmos-Reason1)
-        assert row["table"].startswith("Table ") or row["table"] in {"results/leaderboard.md", "leaderboard"}
+        # a paper's table (or two), a model's README table (SEED-Bench-R1, HY-Embodied), EgoIntent's authors'
+        # leaderboard file, or the PAI-Bench leaderboard (Cosmos-Reason1)
+        assert row["table"].startswith(("Table ", "README")) or row["table"] in {"results/leaderboard.md",
+                                                                                   "leaderboard"}
         assert row["values"] and set(row["values"]) <= columns[row["benchmark"]], row
         assert all(isinstance(v, float) for v in row["values"].values())
     gpt4v = next(r for r in rows if r["paper"] == "EgoThink" and r["model"] == "GPT-4V")["values"]
@@ -580,7 +582,8 @@ def test_a_value_outside_its_metrics_range_is_invalid_with_a_note_never_a_number
     data["results"]["ego_think_counting"] = {"score,none": 150.0, "judged,none": 1}
     path.write_text(json.dumps(data))
     report = write_report([tmp_path / "r"], tmp_path / "report", FACES)
-    [val] = [row for row in read_csv(tmp_path / "report" / "egoplan_val.csv") if row["task"] == "egoplan_val"]
+    [val] = [row for row in read_csv(tmp_path / "report" / "egoplan_val.csv")
+             if row["task"] == "egoplan_val" and row["source"] == THIS_RUN]
     for header in ("Accuracy (%)", "In-domain, EpicKitchens (%)", "Out-of-domain, Ego4D (%)", "Samples"):
         assert val[header] == "invalid"
     assert val["Accuracy (%) 95% low"] == ""  # no interval for what is no value
@@ -593,7 +596,8 @@ def test_a_value_outside_its_metrics_range_is_invalid_with_a_note_never_a_number
     [think] = [row for row in read_csv(tmp_path / "report" / "ego_think.csv") if row["source"] == THIS_RUN]
     assert think["Counting (0-100)"] == "invalid" and "score: 150 is outside its range [0, 100]" in think["notes"]
     markdown = report.markdown.read_text()
-    assert "| invalid | invalid | invalid | invalid |" in markdown and "inf" not in markdown.replace("[0, inf]", "")
+    assert "| invalid | invalid | invalid | invalid |" in markdown
+    assert not re.search(r"\binf\b", markdown.replace("[0, inf]", ""))
     assert "-500" not in markdown and "15000" not in markdown
     tables = {t.name: t for t in build_tables(load_runs([tmp_path / "r"])[0], FACES)[0]}
     figure = egoplan_breakdowns(tables["egoplan_val"])
@@ -683,7 +687,8 @@ def test_a_cut_per_sample_log_costs_its_rows_intervals_not_the_report(tmp_path):
     log = next((tmp_path / "r").glob("*_samples_egoplan_val.jsonl"))
     log.write_bytes(log.read_bytes()[:-20])  # its last line cut, as a full disk leaves lmms-eval's appends
     write_report([tmp_path / "r"], tmp_path / "report", FACES)
-    [val] = [row for row in read_csv(tmp_path / "report" / "egoplan_val.csv") if row["task"] == "egoplan_val"]
+    [val] = [row for row in read_csv(tmp_path / "report" / "egoplan_val.csv")
+             if row["task"] == "egoplan_val" and row["source"] == THIS_RUN]
     assert val["Accuracy (%)"] == "60.0" and val["Accuracy (%) 95% low"] == ""
     assert f"no interval: {log}:5: not JSON" in val["notes"]
 def test_every_row_of_a_judged_table_names_its_judge_and_runs_of_other_judge_prompts_are_other_rows(tmp_path):

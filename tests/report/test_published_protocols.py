@@ -1,0 +1,141 @@
+"""The published rows of every benchmark say how they were made (their protocol, field by field), the ones
+transcribed from 2025-26 reports hold what their sources print, and the report sets a published row beside a run
+only where they score alike (likelihood beside likelihood, generative beside generative), the others apart with the
+field that differs named, and one model's several published values shown as their spread with sources."""
+
+import json
+
+import pytest
+
+from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.report import write_report
+from lmms_egoplan.report.layout import PROTOCOL_FIELDS, protocol_problems, published_rows
+from lmms_egoplan.report.tables import APART, THIS_RUN
+from lmms_egoplan.suite import report_faces
+from tests.report.test_report import (
+    EGOPLAN_SAMPLES,
+    egoplan_bench2_run,
+    egoplan_run,
+    read_csv,
+    write_lmms_eval_run,
+)
+
+FACES = report_faces()
+ROWS = [row for face in FACES for row in face.published]
+
+
+def test_every_published_row_of_every_benchmark_says_how_it_was_made():
+    assert {row["benchmark"] for row in ROWS} >= {"egoplan_val", "egoplan_test", "egoplan_bench2", "ego_think",
+                                                   "egointent", "actplan1k", "cosmos_reason1"}
+    for row in ROWS:
+        assert protocol_problems(row) == [], (row["benchmark"], row["model"])
+        assert set(row["protocol"]) == set(PROTOCOL_FIELDS), row["model"]
+
+
+def test_a_row_without_its_protocol_is_refused_naming_the_row_and_field(tmp_path, monkeypatch):
+    row = {"benchmark": "b", "paper": "p", "table": "Table 1", "model": "m", "values": {"accuracy": 1.0},
+           "protocol": {**{name: "not stated" for name in PROTOCOL_FIELDS}, "source_kind": "secondary"}}
+    assert protocol_problems(row) == []
+    del row["protocol"]["frames"]
+    row["protocol"].update(scoring="ranked", made="someone")
+    assert protocol_problems(row) == [
+        "protocol: no field 'frames' (write \"not stated\" where the source is silent)",
+        "protocol: scoring 'ranked' is none of likelihood, generative, not stated",
+        "protocol: made 'someone' starts with none of 'ran it', 'copied from <source>', 'not stated'"]
+    package = tmp_path / "transcribed"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "published_results.json").write_text(json.dumps([row]))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(InputError, match=r"published_results.json: row 1 \(m\): protocol: no field 'frames'"):
+        published_rows("transcribed")
+
+
+def _rows(paper, benchmark):
+    return {row["model"]: row for row in ROWS if row["paper"].startswith(paper) and row["benchmark"] == benchmark}
+
+
+def test_seed_bench_r1s_levels_are_counts_of_their_questions_as_its_readme_prints_them():
+    """Levels 1-2 are EgoPlan-Bench Val's 2,432 EPIC-KITCHENS and 923 Ego4D questions, level 3 EgoPlan-Bench2's
+    1,321 (its data_statistics.png): each printed accuracy is k of them, to the printed 0.01."""
+    val, bench2 = _rows("SEED-Bench-R1", "egoplan_val"), _rows("SEED-Bench-R1", "egoplan_bench2")
+    assert {model: (row["values"]["accuracy_epic_kitchens"], row["values"]["accuracy_ego4d"])
+            for model, row in val.items()} == {"Qwen2-VL-7B-Instruct": (34.79, 34.02),
+                                               "Qwen2-VL-7B-Instruct + SFT (SEED-Bench-R1)": (43.79, 44.10),
+                                               "Qwen2-VL-7B-Instruct + GRPO (SEED-Bench-R1)": (46.01, 50.16)}
+    for model, row in val.items():
+        for metric, questions in (("accuracy_epic_kitchens", 2432), ("accuracy_ego4d", 923)):
+            value = row["values"][metric]
+            assert round(value * questions / 100) / questions * 100 == pytest.approx(value, abs=0.005), model
+        assert "accuracy" not in row["values"]  # the README prints no accuracy over all of Val
+    assert bench2["Qwen2-VL-7B-Instruct"]["values"]["accuracy"] == 31.57
+    for model, row in bench2.items():
+        value = row["values"]["accuracy"]
+        assert round(value * 13.21) / 13.21 == pytest.approx(value, abs=0.005), model
+        assert row["protocol"]["scoring"] == "generative" and row["protocol"]["items"] == "1321"
+
+
+def test_the_2025_26_egoplan_bench2_rows_are_as_their_sources_print_them_and_copies_are_marked():
+    mimo, hy = _rows("MiMo-Embodied", "egoplan_bench2"), _rows("HY-Embodied", "egoplan_bench2")
+    assert {m: r["values"]["accuracy"] for m, r in mimo.items()} == {
+        "MiMo-Embodied-7B": 43.0, "Qwen2.5-VL-7B": 39.67, "InternVL3.5-8B": 42.92}
+    assert mimo["InternVL3.5-8B"]["protocol"]["made"].startswith("copied from")  # unstarred: not MiMo's framework
+    assert {m: r["values"]["accuracy"] for m, r in hy.items()} == {
+        "HY-Embodied-0.5 MoT-2B": 45.5, "Qwen3-VL-2B": 35.5, "Qwen3-VL-4B": 38.8, "RoboBrain 2.5-4B": 52.6,
+        "MiMo-Embodied-7B": 39.9}
+    # MiMo's unstarred cells equal to RoboBrain 2.0's Table 4 are copies: said on the original, not transcribed again
+    robobrain = _rows("RoboBrain 2.0", "egoplan_bench2")
+    assert "MiMo-Embodied's Table 2 prints the same value" in robobrain["GPT-4o-2024-11-20"]["note"]
+    assert not any(model.startswith(("GPT-4o", "Gemini")) for model in mimo)
+    # its "Gemini2.5-Pro 48.64" is Gemini 2.0 Flash's five-source mean in the Cosmos-Reason1 paper: not a Gemini 2.5
+    # row
+    cosmos = _rows("", "cosmos_reason1")
+    assert not any(48.64 in row["values"].values() for row in cosmos.values())
+    flash = cosmos["Gemini 2.0 Flash"]["values"]
+    no_av = [flash[f"accuracy_{s}"] for s in ("bridgev2", "robovqa", "agibot", "holoassist", "robofail")]
+    assert sum(no_av) / 5 == pytest.approx(48.64) and "48.64" in cosmos["Gemini 2.0 Flash"]["note"]
+
+
+def _egoplan_gen_run(folder):
+    outcomes = [c for c, *_ in EGOPLAN_SAMPLES]
+    metrics = {"accuracy": sum(outcomes) / len(outcomes), "predictions": len(outcomes)}
+    samples = [{"doc_id": i, "accuracy": c} for i, c in enumerate(outcomes)]
+    write_lmms_eval_run(folder, "20260101_100000", {"egoplan_val_gen": metrics}, {"egoplan_val_gen": samples})
+
+
+def test_published_rows_sit_beside_the_runs_that_score_as_they_did_the_others_apart(tmp_path):
+    egoplan_run(tmp_path / "likelihood")
+    write_report([tmp_path / "likelihood"], tmp_path / "report", FACES)
+    rows = read_csv(tmp_path / "report" / "egoplan_val.csv")
+    published = [row for row in rows if row["source"] != THIS_RUN]
+    journal = [row for row in published if "journal" in row["source"] and row["model"] == "BLIP-2"]
+    assert [row["task"] for row in journal] == ["egoplan_val"]  # likelihood beside likelihood
+    seed = [row for row in published if "SEED-Bench-R1" in row["source"]]
+    assert len(seed) == 3 and all(f"{APART}: scoring generative" in row["source"] and row["task"] == ""
+                                  for row in seed)
+    assert all(row["notes"].startswith(f"{APART}: scoring generative, the runs here egoplan_val likelihood")
+               for row in seed)
+    # the apart rows come after those beside the run
+    order = [f"{APART}" in row["source"] for row in published]
+    assert order == sorted(order)
+    assert all("protocol: scoring " in row["notes"] for row in published)
+
+    _egoplan_gen_run(tmp_path / "generative")
+    write_report([tmp_path / "generative"], tmp_path / "report2", FACES)
+    rows = read_csv(tmp_path / "report2" / "egoplan_val.csv")
+    seed = [row for row in rows if "SEED-Bench-R1" in row["source"]]
+    assert [row["task"] for row in seed] == ["egoplan_val_gen"] * 3 and not any(APART in r["source"] for r in seed)
+    journal = [row for row in rows if "journal" in row["source"]]
+    assert journal and all(APART in row["source"] for row in journal)  # nor likelihood rows beside a generative run
+
+
+def test_one_models_several_published_values_show_their_spread_and_sources(tmp_path):
+    egoplan_bench2_run(tmp_path / "run")
+    write_report([tmp_path / "run"], tmp_path / "report", FACES)
+    mimo = [row for row in read_csv(tmp_path / "report" / "egoplan_bench2.csv")
+            if row["model"] == "MiMo-Embodied-7B"]
+    assert len(mimo) == 2
+    for row in mimo:
+        assert row["notes"].startswith("2 published values of this model, 39.90 to 43.00: 43.00 (MiMo-Embodied "
+                                       "technical report, Table 2); 39.90 (HY-Embodied-0.5, README)")
+

@@ -1,0 +1,51 @@
+"""A run's row in the report says its own protocol and what its values are: every protocol setting it departs from,
+even when it stands alone; "(not scored)" on a value only where that value measures nothing (a parser's accuracy by
+that parser's own count of unreadable answers), on every benchmark alike."""
+
+from lmms_egoplan.report import write_report
+from lmms_egoplan.report.tables import DEPARTS, THIS_RUN
+from lmms_egoplan.suite import report_faces
+from tests.report.test_report import cosmos_reason1_run, egoplan_run, read_csv, write_lmms_eval_run
+
+FACES = report_faces()
+
+
+def _own_rows(report, table):
+    return [row for row in read_csv(report / f"{table}.csv") if row["source"] == THIS_RUN]
+
+
+def test_a_run_alone_names_each_protocol_setting_it_departs_from(tmp_path):
+    egoplan_run(tmp_path / "frames", settings={"num_frames": 4, "frame_sampling": "official", "loss_mean":
+                                                "every_scored_token"})
+    cosmos_reason1_run(tmp_path / "letter", settings={"prompt": "official_letter", "max_retries": 0, "fps": 4.0})
+    write_report([tmp_path / "frames", tmp_path / "letter"], tmp_path / "report", FACES)
+    [val] = _own_rows(tmp_path / "report", "egoplan_val")
+    assert val["model"] == "tiny-model"  # alone: no other run to tell it apart from
+    assert val["notes"].startswith(f"{DEPARTS}: num_frames 4 (default 8)")
+    [cosmos] = _own_rows(tmp_path / "report", "cosmos_reason1")
+    assert cosmos["notes"].startswith(f"{DEPARTS}: prompt official_letter (default official_reasoning), "
+                                      "max_retries 0 (default 10);")
+    assert "official prompt" not in cosmos["input"]
+
+    egoplan_run(tmp_path / "default", settings={"num_frames": 8, "data_source": "official"})
+    write_report([tmp_path / "default"], tmp_path / "report2", FACES)
+    [val] = _own_rows(tmp_path / "report2", "egoplan_val")
+    assert DEPARTS not in val["notes"]
+
+
+def test_not_scored_marks_a_value_only_where_its_own_parser_read_nothing(tmp_path):
+    """EgoPlan-Bench2: the robust parser read none of 8 answers, the official one read 1 (its 12.50 is a score);
+    Cosmos-Reason1: a random model's zeros, every answer unreadable by the official parser, are no scores."""
+    write_lmms_eval_run(tmp_path / "bench2", "20260101_100000", {"egoplan_bench2": {
+        "accuracy": 0.0, "accuracy_official": 0.125, "accuracy_robust": 0.0, "unparseable": 8,
+        "unparseable_official": 7, "unparseable_robust": 8, "predictions": 8}})
+    cosmos_reason1_run(tmp_path / "cosmos", unparseable_official=4, accuracy_official=0.0, micro_official=0.0)
+    write_report([tmp_path / "bench2", tmp_path / "cosmos"], tmp_path / "report", FACES)
+    [bench2] = _own_rows(tmp_path / "report", "egoplan_bench2")
+    assert float(bench2["Official parser (%)"]) == 12.5 and "8 of 8 answers unparseable (robust parser)" in bench2[
+        "notes"]
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "| 12.50 |" in markdown and "12.50 (not scored)" not in markdown
+    assert "| 0.00 (not scored) |" in markdown.split("Cosmos-Reason1: accuracy")[1]
+    [cosmos] = _own_rows(tmp_path / "report", "cosmos_reason1")
+    assert "not scored: cosmos_reason1_av: 4 of 4 answers unparseable (official parser)" in cosmos["notes"]
