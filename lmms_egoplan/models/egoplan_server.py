@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, Iterable, Sequence
@@ -290,6 +291,11 @@ class EgoPlanServer(DocRequests, lmms):
 
     def generate_until(self, requests: list[Instance]) -> list[str]:
         results: list[str | None] = [None] * len(requests)
+        retried, counting = [0], threading.Lock()  # answers asked again so far, counted by the worker threads
+
+        def asked_again(count: int) -> None:
+            with counting:
+                retried[0] += count
 
         def generate(index: int) -> str:
             context, generation_kwargs, doc_to_visual, doc_id, task, split = requests[index].args
@@ -301,7 +307,8 @@ class EgoPlanServer(DocRequests, lmms):
             try:
                 text = self._generate(prompt, kwargs, defaults)
                 return with_retries([text], [request], kwargs,
-                                    lambda _, retry_kwargs: [self._generate(prompt, retry_kwargs, defaults)])[0]
+                                    lambda _, retry_kwargs: [self._generate(prompt, retry_kwargs, defaults)],
+                                    asked_again=asked_again)[0]
             except QuestionFailedError as error:
                 # A failed request as lmms-eval's API backends hand one over: counted, left out, asked again.
                 logger.error(f"egoplan_server: {error}")
@@ -311,7 +318,8 @@ class EgoPlanServer(DocRequests, lmms):
             results[index] = text
             self._hand_over(requests[index], text)
 
-        self._in_flight(range(len(requests)), generate, done, len(requests), "generate_until")
+        self._in_flight(range(len(requests)), generate, done, len(requests), "generate_until",
+                        note=lambda: f"{retried[0]} answers asked again" if retried[0] else None)
         return results
 
     def _generate(self, prompt: ServerPrompt, generation_kwargs: dict, sampling_defaults: str) -> str:
@@ -348,10 +356,11 @@ class EgoPlanServer(DocRequests, lmms):
     # ------------------------------------------------------------------ concurrency
 
     def _in_flight(self, items: Iterable, work: Callable, done: Callable, total: int, what: str,
-                   size: Callable = lambda item: 1) -> None:
+                   size: Callable = lambda item: 1, note: Callable[[], str | None] = lambda: None) -> None:
         """``work(item)`` for every item, ``concurrency`` at a time, in order of submission; ``done(item,
-        result)`` in this thread as each completes (so lmms-eval's cache stores it at once). The first
-        failure stops the submissions, lets the items in flight finish (and be handed over), and is raised."""
+        result)`` in this thread as each completes (so lmms-eval's cache stores it at once), the bar moved and
+        ``note()`` shown beside it (e.g. the answers asked again so far). The first failure stops the submissions,
+        lets the items in flight finish (and be handed over), and is raised."""
         pending: dict[Future, Any] = {}
         failure: BaseException | None = None
         items = iter(items)
@@ -376,6 +385,8 @@ class EgoPlanServer(DocRequests, lmms):
                         failure = failure or error
                         continue
                     done(item, result)
+                    if note() is not None:
+                        progress.set_postfix_str(note(), refresh=False)
                     progress.update(size(item))
         except BaseException:
             # Stopped (SIGTERM, Ctrl-C): ask nothing more, retry nothing.

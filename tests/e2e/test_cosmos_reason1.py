@@ -140,6 +140,7 @@ def test_the_suite_s_server_backend_retries_an_empty_answer_as_the_official_run_
     assert [sample["predictions"]["retries"] for sample in samples] == [0, 1, 3, 10]
     assert samples[3]["filtered_resps"] == "<think>try 1</think>"  # run_model keeps the first answer of one never read
     assert f"egoplan_server generates {EMPTY[prompt]} again, up to 10 times" in run.log
+    assert "14 answers asked again" in run.log  # the bar counts the retries (1 + 3 + 10) as the questions finish
 
 
 def test_a_retrying_run_shows_its_progress_keeps_every_final_answer_on_sigterm_and_the_same_command_resumes(
