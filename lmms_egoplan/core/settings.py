@@ -29,12 +29,29 @@ class SettingsError(InputError):
 
 
 def setting(default: Any, *, choices: tuple | None = None, minimum: float | None = None,
-            above: float | None = None, maximum: float | None = None) -> Any:
+            above: float | None = None, maximum: float | None = None, changes_answers: bool = True) -> Any:
     """A settings field whose allowed values ``resolve_settings`` checks: one of ``choices``, or a
-    number ``>= minimum``, ``> above``, ``<= maximum`` (None, where the type allows it, is always allowed)."""
+    number ``>= minimum``, ``> above``, ``<= maximum`` (None, where the type allows it, is always allowed).
+    ``changes_answers=False``: the model's answers do not depend on it (where data or caches lie, how answers are
+    judged or scored), so the response cache serves answers across a change of it (``answer_settings``)."""
     limits = {"choices": choices, "minimum": minimum, "above": above, "maximum": maximum}
-    return dataclasses.field(default=default,
-                             metadata={key: value for key, value in limits.items() if value is not None})
+    metadata = {key: value for key, value in limits.items() if value is not None}
+    return dataclasses.field(default=default, metadata=metadata if changes_answers else {**metadata,
+                                                                                         _KEEPS_ANSWERS: True})
+
+
+# The field metadata of a setting the model's answers do not depend on (``setting(changes_answers=False)``).
+_KEEPS_ANSWERS = "keeps_answers"
+
+
+def answer_settings(settings: Any) -> dict[str, Any]:
+    """The fields of ``settings`` (a dataclass) that change the model's answers, by name, as JSON values."""
+    return {field.name: _jsonable(getattr(settings, field.name)) for field in dataclasses.fields(settings)
+            if not field.metadata.get(_KEEPS_ANSWERS)}
+
+
+def _jsonable(value: Any) -> Any:
+    return str(value) if isinstance(value, Path) else value
 
 
 def value_problems(settings: Any, name: Callable[[str], str] = str) -> list[str]:
