@@ -114,10 +114,12 @@ def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, 
                 f"known settings: {', '.join(sorted(fields))}"
             )
         values[key] = coerce_setting(raw, hints[key], f"task {task}: metadata.{key}")
-    values.update(_file_values(settings_file, benchmark, fields, hints, task))
+    from_file = _file_values(settings_file, benchmark, fields, hints, task)
+    values.update(from_file)
     variables = {env_var(env_prefix, name): name for name in fields}
     for variable, name in variables.items():
         if variable in environ:
+            from_file.pop(name, None)
             values[name] = coerce_setting(environ[variable], hints[name],
                                           f"task {task}: environment variable {variable}")
     settings = settings_class(**values)
@@ -127,7 +129,9 @@ def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, 
         if variable.startswith(f"{env_prefix.upper()}_") and variable not in variables and variable not in named:
             hint = closest_name_hint(variable, variables, listing="the settings are")
             raise SettingsError(f"task {task}: environment variable {variable} names no setting; {hint}")
-    problems = value_problems(settings, lambda field: setting_name(env_prefix, field))
+    # a value out of range is named where it was given: the settings file's key and line, else how to set it
+    problems = value_problems(settings, lambda field: settings_file.where(benchmark, field) if field in from_file
+                              else setting_name(env_prefix, field))
     if problems:
         raise SettingsError(f"task {task}: " + "; ".join(problems))
     return settings
@@ -173,6 +177,9 @@ def coerce_setting(raw: Any, annotation: Any, where: str) -> Any:
             return False
         raise SettingsError(f"{where}: expected true/false, got {raw!r}")
     if target in (int, float):
+        if isinstance(raw, bool):  # YAML's true is Python's 1: max_side true would mean 1-pixel frames
+            raise SettingsError(f"{where}: expected {'an integer' if target is int else 'a number'}, got "
+                                f"{str(raw).lower()} (true/false is no number)")
         try:
             value = target(raw)
         except (TypeError, ValueError):

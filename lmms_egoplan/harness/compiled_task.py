@@ -102,6 +102,8 @@ def compile_task(benchmark: Benchmark, spec: TaskSpec, yaml_config: Mapping[str,
     config = without_spec_keys(yaml_config, spec)
     metadata = dict(config.get("metadata") or {})
     settings_file = run_settings_file([row.name for row in CATALOGUE])
+    if benchmark.data is not None:  # the run refuses what check-data refuses of the file
+        settings_file.check_counted_parts(benchmark.name, [part.name for part in benchmark.data.parts])
     settings = resolve_settings(benchmark.settings, task=config["task"], metadata=metadata,
                                 env_prefix=benchmark.entry.env_prefix, foreign_keys=frozenset(foreign_keys),
                                 settings_file=settings_file, benchmark=benchmark.name)

@@ -73,6 +73,7 @@ def check_benchmark(benchmark: Benchmark, settings_file: SettingsFile) -> Benchm
     """Every part of ``benchmark``'s data read as its tasks read it."""
     if benchmark.data is None:
         raise ValueError(f"benchmark {benchmark.name} declares no data (Benchmark.data)")
+    settings_file.check_counted_parts(benchmark.name, [part.name for part in benchmark.data.parts])
     check = BenchmarkCheck(benchmark.name)
     declared = settings_file.expected_counts.get(benchmark.name, {})
     for part in benchmark.data.parts:

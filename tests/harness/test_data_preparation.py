@@ -143,7 +143,7 @@ def test_prepare_adds_to_a_file_that_holds_other_benchmarks_and_reads_it_before_
 
     settings.write_text(settings.read_text() + "egothinkk:\n  source: local\n")
     asked = dict(hub.file_requests)
-    with pytest.raises(SettingsFileError, match="'egothinkk' names no block"):
+    with pytest.raises(SettingsFileError, match=r"'egothinkk' \(line \d+\) names no block"):
         prepare([benchmark("egointent")], root, settings, judge={}, say=lambda line: None)
     assert hub.file_requests == asked and not (root / "egointent").exists()
 
