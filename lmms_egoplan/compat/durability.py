@@ -88,12 +88,17 @@ def _traceback_into_a_file(print_exc, *args, **kwargs) -> None:
     return None
 
 def write_traceback(text: str) -> Path | None:
-    """``text`` (a traceback) in a new file of the temporary folder (``lmms-egoplan-traceback-*.txt``); None
-    where none can be written."""
+    """``text`` (a traceback) in a new file ``lmms-egoplan-traceback-*.txt`` of the run's ``--output_path`` (the
+    temporary folder for a run without one: nothing is left outside a run's output folder); None where none can be
+    written."""
     import tempfile
 
+    output = cli_option("--output_path")
     try:
-        handle, path = tempfile.mkstemp(prefix="lmms-egoplan-traceback-", suffix=".txt")
+        folder = Path(output).expanduser() if output else None
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+        handle, path = tempfile.mkstemp(prefix="lmms-egoplan-traceback-", suffix=".txt", dir=folder)
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)
     except OSError:

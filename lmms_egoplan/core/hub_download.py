@@ -60,23 +60,57 @@ def _listing(repo_id: str, revision: str | None, allow_patterns: Sequence[str]) 
                                               key=lambda sibling: sibling.rfilename))
 
 
-@functools.lru_cache(maxsize=None)  # one commit for every task of a run that reads the dataset
-def resolved_commit(repo_id: str, revision: str | None = None) -> str | None:
-    """The commit ``revision`` (None: the default branch) of Hub dataset ``repo_id`` names now, for a run that loads
-    the dataset from the Hub to load and record that commit; None where the Hub cannot say (offline, ``repo_id`` a
-    local folder, the Hub not answering: the load then reads what its own cache or the Hub gives, unpinned)."""
-    if revision and re.fullmatch(r"[0-9a-f]{40}", revision):
-        return revision
+# Seconds a run waits for the Hub to answer whether it is there (huggingface_hub's own loads retry for minutes).
+HUB_PROBE_SECONDS = 10
+
+
+def hub_checked(repo_id: str, revision: str | None = None, *, repo_type: str = "model") -> str | None:
+    """The commit ``revision`` of Hub repository ``repo_id`` names now; None where nothing is asked of the Hub
+    (``repo_id`` a local folder, ``HF_HUB_OFFLINE`` set) or the Hub said something else is wrong (gated, not there:
+    the load that follows says it). A Hub that cannot be reached fails here, in seconds, saying what to do."""
     from huggingface_hub import HfApi, constants
 
     if constants.HF_HUB_OFFLINE or Path(repo_id).expanduser().exists():
         return None
     try:
-        return HfApi(endpoint=os.environ.get("HF_ENDPOINT")).dataset_info(repo_id, revision=revision).sha
-    except Exception as error:  # the load that follows says what is wrong with the dataset, if anything is
-        logger.warning(f"{repo_id}: the Hub did not say which commit {revision or 'its default branch'} is "
-                       f"({type(error).__name__}: {error}); the run records the revision unresolved")
-        return None
+        return HfApi(endpoint=os.environ.get("HF_ENDPOINT")).repo_info(
+            repo_id, revision=revision, repo_type=repo_type, timeout=HUB_PROBE_SECONDS).sha
+    except Exception as error:  # noqa: BLE001 (only an unreachable Hub is this check's to say)
+        if not _unreachable(error):
+            return None
+        fetch = "lmms-egoplan prepare" if repo_type == "dataset" else f"hf download {repo_id}"
+        raise HubFetchError(f"{repo_id}: the Hugging Face Hub cannot be reached ({type(error).__name__}: {error}). "
+                            f"Where its files are in this machine's Hub cache already, set HF_HUB_OFFLINE=1 to use "
+                            f"them without the Hub; otherwise fetch them where the Hub can be reached (`{fetch}`), "
+                            f"or name a local folder") from None
+
+
+def _unreachable(error: BaseException) -> bool:
+    """Whether ``error`` says the Hub did not answer (huggingface_hub's HTTP client, httpx or its fork httpx2 by
+    version, raises its own transport errors; a refused connection is an OSError)."""
+    return type(error).__module__.partition(".")[0] in ("httpx", "httpx2") or isinstance(error, (OSError,
+                                                                                                  TimeoutError))
+
+
+@functools.lru_cache(maxsize=None)  # one commit for every task of a run that reads the dataset
+def resolved_commit(repo_id: str, revision: str | None = None) -> str | None:
+    """The commit ``revision`` (None: the default branch) of Hub dataset ``repo_id`` names now, for a run that loads
+    the dataset from the Hub to load and record that commit; None where the Hub cannot say (offline, ``repo_id`` a
+    local folder, the Hub refusing: the load then reads what its own cache or the Hub gives, unpinned). A Hub that
+    cannot be reached fails in seconds (``hub_checked``)."""
+    if revision and re.fullmatch(r"[0-9a-f]{40}", revision):
+        return revision
+    commit = hub_checked(repo_id, revision, repo_type="dataset")
+    if commit is None and not _offline_or_local(repo_id):
+        logger.warning(f"{repo_id}: the Hub did not say which commit {revision or 'its default branch'} is; the run "
+                       f"records the revision unresolved")
+    return commit
+
+
+def _offline_or_local(repo_id: str) -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE) or Path(repo_id).expanduser().exists()
 
 
 def fetch_dataset(repo_id: str, folder: str | Path, *, revision: str | None = None,
@@ -156,8 +190,7 @@ class _explained:
                                 f"`hf auth login`) has no access to it ({page})") from None
         # huggingface_hub's HTTP client (httpx, or its fork httpx2 by version) raises its own errors for a Hub that
         # does not answer.
-        transport = type(error).__module__.partition(".")[0] in ("httpx", "httpx2")
-        if transport or isinstance(error, (HfHubHTTPError, LocalEntryNotFoundError, OSError)):
+        if _unreachable(error) or isinstance(error, (HfHubHTTPError, LocalEntryNotFoundError)):
             raise HubFetchError(f"{self.repo_id}: the Hub could not be reached or refused: {error} (what was fetched "
                                 f"is kept; run the same command again to fetch the rest)") from None
         return False
