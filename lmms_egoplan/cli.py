@@ -191,7 +191,7 @@ def _check_data(args: argparse.Namespace) -> int:
     from loguru import logger
 
     from lmms_egoplan.core.settings_file import read_settings_file, run_settings_file
-    from lmms_egoplan.harness.data_check import check_benchmark, write_check_report
+    from lmms_egoplan.harness.data_check import check_benchmark, check_report_path, write_check_report
 
     logger.remove()  # the loaders' notes on what they read and skip: the summary and the report say it all
     logger.add(sys.stderr, level="ERROR")
@@ -203,7 +203,8 @@ def _check_data(args: argparse.Namespace) -> int:
     for entry in _prepared_benchmarks(args.benchmark or ["all"]):
         checks.append(check_benchmark(entry, settings_file))
         print(checks[-1].summary(), flush=True)
-    report = write_check_report(Path(args.output), checks, settings_file)
+    report = write_check_report(Path(args.output) if args.output else check_report_path(settings_file), checks,
+                                settings_file)
     incomplete = [check.name for check in checks if not check.complete]
     print(f"Everything found missing, one item a line: {report}")
     if incomplete:
@@ -236,9 +237,9 @@ def _check_data_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("benchmark", nargs="*", type=_data_benchmark, metavar="BENCHMARK",
                          help=f"{', '.join(_data_benchmark_choices())}, or all (default: all)")
     command.add_argument("--settings", help=f"the settings file to read (default: {SETTINGS_FILE_DEFAULT})")
-    command.add_argument("--output", default="lmms-egoplan-check-data.txt",
-                         help="the file everything found missing is written to (default: "
-                              "lmms-egoplan-check-data.txt in the current folder)")
+    command.add_argument("--output", help="the file everything found missing is written to (default: "
+                                          "lmms-egoplan-check-data.txt in the folder prepare put the data in, else "
+                                          "beside the settings file, else in the temporary folder)")
     command.set_defaults(handler=_check_data)
 
 

@@ -44,6 +44,8 @@ a patch for lmms-eval with its pull-request text, or why it cannot become one. E
                                                               likelihood tasks score on the suite's backends)
   ``durability.keep_responses_of_stopped_runs``               a suite task or backend is built (the response
                                                               cache, one per run)
+  ``durability.key_suite_answers_by_what_changes_them``       a suite task or backend is built (the response
+                                                              cache's keys of the suite's tasks)
   ``durability.keep_responses_by_default``                    a run names a suite task and no ``--use_cache``,
                                                               with an ``--output_path`` (the run's response
                                                               cache: ``<output_path>/response_cache``)

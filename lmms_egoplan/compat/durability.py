@@ -6,6 +6,7 @@ and the switch table: ``lmms_egoplan.compat``; this run's state: ``lmms_egoplan.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -87,12 +88,17 @@ def _traceback_into_a_file(print_exc, *args, **kwargs) -> None:
     return None
 
 def write_traceback(text: str) -> Path | None:
-    """``text`` (a traceback) in a new file of the temporary folder (``lmms-egoplan-traceback-*.txt``); None
-    where none can be written."""
+    """``text`` (a traceback) in a new file ``lmms-egoplan-traceback-*.txt`` of the run's ``--output_path`` (the
+    temporary folder for a run without one: nothing is left outside a run's output folder); None where none can be
+    written."""
     import tempfile
 
+    output = cli_option("--output_path")
     try:
-        handle, path = tempfile.mkstemp(prefix="lmms-egoplan-traceback-", suffix=".txt")
+        folder = Path(output).expanduser() if output else None
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+        handle, path = tempfile.mkstemp(prefix="lmms-egoplan-traceback-", suffix=".txt", dir=folder)
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)
     except OSError:
@@ -451,6 +457,111 @@ def _create_recovering(create, cls, cache_root: str, **kwargs):
     return cache
 
 _KEEP_RESPONSES = "durability.keep_responses_of_stopped_runs"
+
+
+def key_suite_answers_by_what_changes_them() -> bool:
+    """Key the response cache's answers of the suite's tasks by what changes an answer, and say what changed.
+
+    Gap: ``lmms_eval/caching/response_cache.py:ResponseCache.create`` fingerprints each task by its whole config
+    (``dump_config``), and a suite task's config records every resolved setting in its ``metadata``: the judge's
+    URL, timeout and cache folder, the data folders, the settings file's path. A run stopped while judging and run
+    again with the judge on another port, or with the same settings file at another path, served none of its answers
+    (a 7B model generated them all again) and said nothing. Fix (the suite's tasks only): such a task's fingerprint is
+    that of its ``answer_identity`` (``contract.adapter.KeysItsAnswers``: the config without its records and scoring,
+    the settings that change answers, the data by content), recorded in the cache's ``meta`` table beside the
+    answers; a run whose answer identity differs from the one the cache recorded for the task says which settings
+    moved before it computes the answers again, and a cache holding a task's answers with no record (an earlier
+    lmms-egoplan's, keyed by the whole config) is said not to be served, and why. Returns whether it is in place."""
+    if switched_off(_ANSWER_KEYS):
+        return False
+    if has_layer(_ANSWER_KEYS, *_CREATE):
+        return True
+    if not (affected_release() and _fingerprints_the_whole_config()):
+        return False
+    add_layer(_ANSWER_KEYS, *_CREATE, _create_keying_answers)
+    return True
+
+
+_ANSWER_KEYS = "durability.key_suite_answers_by_what_changes_them"
+_CREATE = ("lmms_eval.caching.response_cache", "ResponseCache.create")
+# The meta key of what a suite task's stored answers were made with (its answer identity, as JSON).
+_ANSWERS_MADE_WITH = "lmms_egoplan.answers_made_with:"
+
+
+def _fingerprints_the_whole_config(create: str | None = None) -> bool:
+    create = create or lmms_eval_source(_CREATE[0], _CREATE[1])
+    return "tobj.dump_config()" in create
+
+
+def _create_keying_answers(create, cls, cache_root: str, **kwargs):
+    import re
+    import sqlite3
+
+    from lmms_eval.utils import hash_string
+
+    from lmms_egoplan.contract.adapter import KeysItsAnswers
+
+    cache = create(cls, cache_root, **kwargs)
+    for name, task in _named_tasks(kwargs.get("task_dict") or {}):
+        if not isinstance(task, KeysItsAnswers):
+            continue
+        # as lmms-eval writes a config: a function's address is no part of it
+        identity = re.sub(r" at 0x[0-9a-fA-F]+>", ">", json.dumps(task.answer_identity(), sort_keys=True, default=str))
+        cache._task_fingerprints[name] = hash_string(identity)[:16]
+        _say_what_moved(cache, name, json.loads(identity))
+        try:
+            cache.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (_ANSWERS_MADE_WITH + name,
+                                                                                    identity))
+            cache.db.commit()
+        except sqlite3.Error as error:
+            logger.warning(f"ResponseCache: what task {name}'s answers are made with is not recorded in "
+                           f"{cache.db_path} ({error}): a later run cannot say what changed")
+    return cache
+
+
+def _named_tasks(task_dict: Mapping) -> list[tuple[str, Any]]:
+    """The tasks of lmms-eval's task dict by name, those of groups included (as ``ResponseCache.create`` walks it)."""
+    named = []
+    for name, task in task_dict.items():
+        named += _named_tasks(task) if isinstance(task, dict) else [(name, task)]
+    return named
+
+
+def _say_what_moved(cache: Any, task: str, identity: dict) -> None:
+    """Say, before the answers are computed again, why the answers the cache holds of ``task`` are not served: the
+    settings, config keys or data that changed since they were recorded, or the cache's key that changed with an
+    earlier lmms-egoplan."""
+    import sqlite3
+
+    if cache._shared_db is None:
+        return
+    try:
+        record = cache._shared_db.execute("SELECT value FROM meta WHERE key = ?",
+                                          (_ANSWERS_MADE_WITH + task,)).fetchone()
+        held = cache._shared_db.execute("SELECT COUNT(*) FROM responses WHERE task_name = ?", (task,)).fetchone()[0]
+    except sqlite3.Error:  # lmms-eval opened it read-only; one it cannot read it says of itself
+        return
+    if record is None:
+        if held:
+            logger.warning(f"ResponseCache: the {held} answers of task {task} in {cache._cache_root} were stored by an "
+                           f"earlier lmms-egoplan, keyed by the task's whole config (the judge's URL and folders, the "
+                           f"settings file's path included); they are not served: this run computes them again")
+        return
+    moved = _differences(json.loads(record[0]), identity)
+    if moved:
+        logger.warning(f"ResponseCache: task {task}'s answers in {cache._cache_root} were made with other settings "
+                       f"({'; '.join(moved)}); they are kept for a run with those, and this run computes its own")
+
+
+def _differences(before: dict, now: dict) -> list[str]:
+    """What changes an answer and differs between two answer identities, each "<what> <before> -> <now>"."""
+    moved = [f"{part} {key} {old.get(key)!r} -> {new.get(key)!r}"
+             for part, old, new in (("setting", before.get("settings", {}), now["settings"]),
+                                    ("config", before.get("config", {}), now["config"]))
+             for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)]
+    if before.get("data") != now["data"]:
+        moved.append(f"data {before.get('data')} -> {now['data']}")
+    return moved
 
 # The response cache of a run of the suite's tasks that names none, under its --output_path.
 DEFAULT_RESPONSE_CACHE = "response_cache"

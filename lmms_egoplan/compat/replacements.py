@@ -37,6 +37,7 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
         "secrets.keep_secrets_out_of_lmms_evals_error_texts",  # the failure texts of the samples written
     ),
     ("lmms_eval.caching.response_cache", "ResponseCache.create"): (
+        "durability.key_suite_answers_by_what_changes_them",  # once the cache is open: its fingerprints, its record
         "durability.keep_responses_of_stopped_runs",
         "secrets.keep_api_keys_out_of_the_response_cache",  # the fingerprint lmms-eval computes
     ),

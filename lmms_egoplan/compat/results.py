@@ -10,12 +10,12 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from lmms_egoplan.compat import affected_release, lmms_eval_source, switched_off
 from lmms_egoplan.compat.replacements import RECORD_KEY, add_layer, has_layer, note_in_place, workaround_record
 from lmms_egoplan.core.errors import StorageError
-from lmms_egoplan.core.provenance import PROVENANCE_KEY, environment
+from lmms_egoplan.core.provenance import PROVENANCE_KEY, environment, model_identity
 from lmms_egoplan.core.run_state import RUN
 
 # The zone lmms-eval 0.7.3 names a run's files in when its --timezone is not given (``cli_evaluate``'s default).
@@ -329,6 +329,24 @@ def _is_lmms_eval_checkout() -> bool:
 _CHECKOUTS: dict = {}
 
 
+def evaluated_model(config: Mapping[str, Any]) -> dict:
+    """``{"model": core.provenance.model_identity}`` of the run's ``--model_args pretrained=...[,revision=...]``
+    (lmms-eval's results ``config``); {} for a backend without a ``pretrained`` checkpoint (a server's API)."""
+    from lmms_eval.utils import simple_parse_args_string
+
+    model_args = config.get("model_args") or {}
+    if isinstance(model_args, str):
+        try:
+            model_args = simple_parse_args_string(model_args)
+        except Exception:  # noqa: BLE001 (lmms-eval parsed them to run: a record only)
+            return {}
+    pretrained = model_args.get("pretrained") if isinstance(model_args, dict) else None
+    if not pretrained:
+        return {}
+    revision = model_args.get("revision")
+    return {"model": model_identity(str(pretrained), str(revision) if revision else None)}
+
+
 def record_in_results() -> bool:
     """Write into the run's results file which workarounds were in place, and lmms-eval's release
     (``RECORD_KEY``: ``{"lmms_eval": "0.7.3", "applied": ["results.keep_loglikelihood_results", ...]}``, named
@@ -347,7 +365,7 @@ def record_in_results() -> bool:
 
     def record(save_results, self, results, samples, datetime_str):
         results[RECORD_KEY] = workaround_record()
-        results[PROVENANCE_KEY] = environment()
+        results[PROVENANCE_KEY] = {**environment(), **evaluated_model(results.get("config") or {})}
         if RUN.protocol_changes:
             results[PROTOCOL_CHANGES_KEY] = {task: dict(changes) for task, changes in RUN.protocol_changes.items()}
         if RUN.turn_end_tasks:

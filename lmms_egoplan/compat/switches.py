@@ -69,6 +69,7 @@ def _on_suite_use() -> None:
         fail_runs_with_failed_tasks,
         keep_failed_requests_out_of_the_response_cache,
         keep_responses_of_stopped_runs,
+        key_suite_answers_by_what_changes_them,
         stop_cleanly_on_sigterm,
     )
     from lmms_egoplan.compat.results import (
@@ -87,6 +88,7 @@ def _on_suite_use() -> None:
     keep_loglikelihood_results()
     fail_runs_with_failed_tasks()
     keep_responses_of_stopped_runs()
+    key_suite_answers_by_what_changes_them()
     keep_failed_requests_out_of_the_response_cache()
     keep_api_keys_out_of_the_response_cache()
     keep_secrets_out_of_lmms_evals_error_texts()

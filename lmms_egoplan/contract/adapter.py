@@ -4,7 +4,8 @@ A benchmark's hooks are plain functions (``contract.benchmark.TaskSpec``); those
 ``TaskContext`` (``contract.benchmark``), whose values the adapter hands over when it compiles the task
 (``harness.compiled_task``), none of them the adapter itself: ``RunFiles`` is where a task writes the files of its
 run, from the adapter of lmms-eval (``harness.run_files.LmmsEvalRunFiles``) or of lm-eval
-(``harness.lm_eval_task.LmEvalRunFiles``). ``ChecksBeforeTheModel`` is what compat may call on lmms-eval's adapter."""
+(``harness.lm_eval_task.LmEvalRunFiles``). ``ChecksBeforeTheModel`` and ``KeysItsAnswers`` are what compat may call on
+lmms-eval's adapter."""
 
 from __future__ import annotations
 
@@ -32,3 +33,14 @@ class ChecksBeforeTheModel(Protocol):
 
     def check_before_the_model(self, cli_args: Any) -> None:
         """Refuse the run now (a ``SettingsError`` or ``InputError``) if it cannot serve this task."""
+
+
+@runtime_checkable
+class KeysItsAnswers(Protocol):
+    """A task that says what the model's answers to it depend on, so that the response cache keys them by that alone
+    (``compat.durability.key_suite_answers_by_what_changes_them``); lmms-eval's adapter,
+    ``harness.lmms_eval_task.SuiteTask``, declares it."""
+
+    def answer_identity(self) -> dict:
+        """What the answers depend on, as JSON values: ``config`` (the task's config without what records or scores),
+        ``settings`` (those that change answers, by name) and ``data`` (its sources by content)."""

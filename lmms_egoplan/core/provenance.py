@@ -1,6 +1,7 @@
 """What a results file records of what produced it, so that a number can be traced and repeated: the software and
 the machine (``environment``: the suite's version and commit, lmms-eval, lm-eval, transformers, torch, CUDA, the
-GPUs), and where each task's documents came from (``data_source``: the files read, each with its SHA-256, or the
+GPUs), which model was evaluated (``model_identity``: its revision, the hash of its weights index and of its chat
+template), and where each task's documents came from (``data_source``: the files read, each with its SHA-256, or the
 Hub dataset and its revision)."""
 
 from __future__ import annotations
@@ -85,6 +86,61 @@ def data_source(read_from: Sequence[str]) -> list[dict]:
         else:
             entries.append({"path": str(path), "sha256": None})
     return entries
+
+
+# A checkpoint's weights index (sharded checkpoints), else its one weights file.
+WEIGHTS_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+SINGLE_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
+
+
+def model_identity(pretrained: str, revision: str | None = None) -> dict:
+    """Which model was evaluated: ``pretrained`` as given, the Hub ``revision`` asked for and the commit its files
+    are of (a Hub id read from this machine's Hub cache; None for a folder), the SHA-256 of its weights index (the
+    weights file's own for a one-file checkpoint: its name in the Hub cache, else its content) and of its chat
+    template (``chat_template.jinja`` / ``.json``, else the tokenizer config's ``chat_template``); None where a file
+    is not found. Reads files only: nothing is asked of the Hub."""
+    folder, commit = _checkpoint_folder(pretrained, revision)
+    return {"pretrained": pretrained, "revision": revision, "commit": commit,
+            "weights_index_sha256": _weights_digest(folder) if folder else None,
+            "chat_template_sha256": _chat_template_digest(folder) if folder else None}
+
+
+def _checkpoint_folder(pretrained: str, revision: str | None) -> tuple[Path | None, str | None]:
+    local = Path(pretrained).expanduser()
+    if local.is_dir():
+        return local, None
+    try:
+        from huggingface_hub import snapshot_download
+
+        snapshot = Path(snapshot_download(pretrained, revision=revision, local_files_only=True,
+                                          allow_patterns=["*.json", "*.jinja"]))
+    except Exception:  # noqa: BLE001 (not in the cache, or no Hub id: the record says None)
+        return None, None
+    return snapshot, snapshot.name
+
+
+def _weights_digest(folder: Path) -> str | None:
+    for name in (*WEIGHTS_INDEXES, *SINGLE_WEIGHTS):
+        path = folder / name
+        if path.is_file():
+            blob = path.resolve()  # the Hub cache keeps a large file as blobs/<its SHA-256>
+            return blob.name if blob.parent.name == "blobs" and len(blob.name) == 64 else _file_digest(path)
+    return None
+
+
+def _chat_template_digest(folder: Path) -> str | None:
+    for name in CHAT_TEMPLATE_FILES:
+        if (folder / name).is_file():
+            return _file_digest(folder / name)
+    try:
+        template = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("chat_template")
+    except (OSError, ValueError):
+        return None
+    if not template:
+        return None
+    return hashlib.sha256(json.dumps(template, sort_keys=True).encode() if not isinstance(template, str)
+                          else template.encode()).hexdigest()
 
 
 def _file_digest(path: Path) -> str:

@@ -29,12 +29,29 @@ class SettingsError(InputError):
 
 
 def setting(default: Any, *, choices: tuple | None = None, minimum: float | None = None,
-            above: float | None = None, maximum: float | None = None) -> Any:
+            above: float | None = None, maximum: float | None = None, changes_answers: bool = True) -> Any:
     """A settings field whose allowed values ``resolve_settings`` checks: one of ``choices``, or a
-    number ``>= minimum``, ``> above``, ``<= maximum`` (None, where the type allows it, is always allowed)."""
+    number ``>= minimum``, ``> above``, ``<= maximum`` (None, where the type allows it, is always allowed).
+    ``changes_answers=False``: the model's answers do not depend on it (where data or caches lie, how answers are
+    judged or scored), so the response cache serves answers across a change of it (``answer_settings``)."""
     limits = {"choices": choices, "minimum": minimum, "above": above, "maximum": maximum}
-    return dataclasses.field(default=default,
-                             metadata={key: value for key, value in limits.items() if value is not None})
+    metadata = {key: value for key, value in limits.items() if value is not None}
+    return dataclasses.field(default=default, metadata=metadata if changes_answers else {**metadata,
+                                                                                         _KEEPS_ANSWERS: True})
+
+
+# The field metadata of a setting the model's answers do not depend on (``setting(changes_answers=False)``).
+_KEEPS_ANSWERS = "keeps_answers"
+
+
+def answer_settings(settings: Any) -> dict[str, Any]:
+    """The fields of ``settings`` (a dataclass) that change the model's answers, by name, as JSON values."""
+    return {field.name: _jsonable(getattr(settings, field.name)) for field in dataclasses.fields(settings)
+            if not field.metadata.get(_KEEPS_ANSWERS)}
+
+
+def _jsonable(value: Any) -> Any:
+    return str(value) if isinstance(value, Path) else value
 
 
 def value_problems(settings: Any, name: Callable[[str], str] = str) -> list[str]:
@@ -97,10 +114,12 @@ def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, 
                 f"known settings: {', '.join(sorted(fields))}"
             )
         values[key] = coerce_setting(raw, hints[key], f"task {task}: metadata.{key}")
-    values.update(_file_values(settings_file, benchmark, fields, hints, task))
+    from_file = _file_values(settings_file, benchmark, fields, hints, task)
+    values.update(from_file)
     variables = {env_var(env_prefix, name): name for name in fields}
     for variable, name in variables.items():
         if variable in environ:
+            from_file.pop(name, None)
             values[name] = coerce_setting(environ[variable], hints[name],
                                           f"task {task}: environment variable {variable}")
     settings = settings_class(**values)
@@ -110,7 +129,9 @@ def resolve_settings(settings_class: type, *, task: str, metadata: Mapping[str, 
         if variable.startswith(f"{env_prefix.upper()}_") and variable not in variables and variable not in named:
             hint = closest_name_hint(variable, variables, listing="the settings are")
             raise SettingsError(f"task {task}: environment variable {variable} names no setting; {hint}")
-    problems = value_problems(settings, lambda field: setting_name(env_prefix, field))
+    # a value out of range is named where it was given: the settings file's key and line, else how to set it
+    problems = value_problems(settings, lambda field: settings_file.where(benchmark, field) if field in from_file
+                              else setting_name(env_prefix, field))
     if problems:
         raise SettingsError(f"task {task}: " + "; ".join(problems))
     return settings
@@ -156,6 +177,9 @@ def coerce_setting(raw: Any, annotation: Any, where: str) -> Any:
             return False
         raise SettingsError(f"{where}: expected true/false, got {raw!r}")
     if target in (int, float):
+        if isinstance(raw, bool):  # YAML's true is Python's 1: max_side true would mean 1-pixel frames
+            raise SettingsError(f"{where}: expected {'an integer' if target is int else 'a number'}, got "
+                                f"{str(raw).lower()} (true/false is no number)")
         try:
             value = target(raw)
         except (TypeError, ValueError):

@@ -49,6 +49,8 @@ class SettingsFile:
     judge: Mapping[str, Any] = field(default_factory=dict)
     expected_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     prepared: Mapping[str, Any] = field(default_factory=dict)
+    # The line of each key in the file, by its dotted path ("egothink.data_root", "expected_counts.egoplan.val").
+    lines: Mapping[str, int] = field(default_factory=dict, compare=False)
 
     def values_for(self, benchmark: str, fields: Collection[str]) -> dict[str, Any]:
         """The values the file gives a benchmark whose settings have ``fields``: the judge block's where it is
@@ -58,15 +60,28 @@ class SettingsFile:
         return {**(self.judge if judged else {}), **self.benchmarks.get(benchmark, {})}
 
     def where(self, benchmark: str, key: str) -> str:
-        """How a message names a value of the file."""
+        """How a message names a value of the file: the file, the key and its line."""
         block = benchmark if key in self.benchmarks.get(benchmark, {}) else JUDGE_BLOCK
-        return f"settings file {self.path}: {block}.{key}"
+        return self.at(f"{block}.{key}")
+
+    def at(self, dotted: str) -> str:
+        """``settings file <path>: <dotted key> (line <n>)``."""
+        line = f" (line {self.lines[dotted]})" if dotted in self.lines else ""
+        return f"settings file {self.path}: {dotted}{line}"
+
+    def check_counted_parts(self, benchmark: str, parts: Collection[str]) -> None:
+        """Refuse an ``expected_counts`` part that ``benchmark``'s data does not have (a misspelt part would count
+        nothing, and check-data would compare the release's count instead)."""
+        for part in self.expected_counts.get(benchmark, {}):
+            if part not in parts:
+                raise SettingsFileError(f"{self.at(f'{COUNTS_BLOCK}.{benchmark}.{part}')}: {benchmark} has no part "
+                                        f"{part!r}; its parts: {', '.join(parts)}")
 
     def merged(self, other: SettingsFile) -> SettingsFile:
         """This file's content with ``other``'s blocks over it (a benchmark's block replaced as a whole)."""
         return SettingsFile(other.path or self.path, {**self.benchmarks, **other.benchmarks},
                             {**self.judge, **other.judge}, {**self.expected_counts, **other.expected_counts},
-                            {**self.prepared, **other.prepared})
+                            {**self.prepared, **other.prepared}, {**self.lines, **other.lines})
 
     def as_yaml(self, writer: str) -> str:
         import yaml
@@ -112,30 +127,61 @@ def _read_cached(path: Path, modified: int, benchmarks: tuple[str, ...]) -> Sett
 
 
 def read_settings_file(path: Path, benchmarks: Collection[str]) -> SettingsFile:
-    """The file at ``path``; a top-level key that is neither a block nor one of ``benchmarks`` is an error naming it."""
-    import yaml
-
-    try:
-        content = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        raise SettingsFileError(f"settings file {path}: cannot be read: {error}") from None
+    """The file at ``path``; a top-level key that is neither a block nor one of ``benchmarks`` is an error naming it,
+    as are an empty file and a key given twice in a block."""
+    content, lines = _load(Path(path))
     if not isinstance(content, dict):
         raise SettingsFileError(f"settings file {path}: expected a mapping of blocks, got {type(content).__name__}")
     blocks = {JUDGE_BLOCK, COUNTS_BLOCK, PREPARED_BLOCK}
     for key, value in content.items():
         if key not in blocks and key not in benchmarks:
-            raise SettingsFileError(f"settings file {path}: {key!r} names no block; known: "
+            raise SettingsFileError(f"settings file {path}: {key!r} (line {lines[str(key)]}) names no block; known: "
                                     f"{', '.join(sorted(blocks | set(benchmarks)))}")
         if not isinstance(value, dict):
-            raise SettingsFileError(f"settings file {path}: {key} must be a mapping, got {value!r}")
+            raise SettingsFileError(f"settings file {path}: {key} (line {lines[str(key)]}) must be a mapping, got "
+                                    f"{value!r}")
     counts = content.get(COUNTS_BLOCK, {})
     for name, parts in counts.items():
         if name not in benchmarks or not isinstance(parts, dict) or not all(
-                isinstance(count, int) and count >= 0 for count in parts.values()):
-            raise SettingsFileError(f"settings file {path}: {COUNTS_BLOCK}.{name} must map a benchmark's parts to "
-                                    f"record counts, got {parts!r}")
+                isinstance(count, int) and not isinstance(count, bool) and count >= 0 for count in parts.values()):
+            raise SettingsFileError(f"settings file {path}: {COUNTS_BLOCK}.{name} (line "
+                                    f"{lines[f'{COUNTS_BLOCK}.{name}']}) must map a benchmark's parts to record "
+                                    f"counts, got {parts!r}")
     return SettingsFile(Path(path), {name: content[name] for name in content if name in benchmarks},
-                        content.get(JUDGE_BLOCK, {}), counts, content.get(PREPARED_BLOCK, {}))
+                        content.get(JUDGE_BLOCK, {}), counts, content.get(PREPARED_BLOCK, {}), lines)
+
+
+def _load(path: Path) -> tuple[Any, dict[str, int]]:
+    """The file's YAML content and the line of each key by its dotted path; an empty file and a key given twice in
+    one mapping (YAML takes the last silently) are errors naming the file and the lines."""
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        content = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise SettingsFileError(f"settings file {path}: cannot be read: {error}") from None
+    if node is None:
+        raise SettingsFileError(f"settings file {path} is empty: give it the blocks docs/data.md shows (`lmms-egoplan "
+                                f"prepare` writes them), or set {SETTINGS_VARIABLE} to an empty value for no file")
+    lines: dict[str, int] = {}
+    _key_lines(node, "", lines, path)
+    return content, lines
+
+
+def _key_lines(node: Any, prefix: str, lines: dict[str, int], path: Path) -> None:
+    import yaml
+
+    if not isinstance(node, yaml.MappingNode):
+        return
+    for key, value in node.value:
+        dotted, line = f"{prefix}{key.value}", key.start_mark.line + 1
+        if dotted in lines:
+            raise SettingsFileError(f"settings file {path}: {dotted} is given twice (lines {lines[dotted]} and "
+                                    f"{line}); YAML would take the last silently: keep one")
+        lines[dotted] = line
+        _key_lines(value, f"{dotted}.", lines, path)
 
 
 def write_settings_file(path: Path, content: SettingsFile, writer: str) -> Path:

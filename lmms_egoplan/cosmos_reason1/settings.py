@@ -37,8 +37,10 @@ class CosmosReason1Settings:
 
     # official: the official layout under root; paibench_u: the PAI-Bench-U Hub layout under paibench_u_root.
     data_source: str = setting("official", choices=DATA_SOURCES)
-    root: str = ""  # <root>/<source>/<source>_benchmark_qa_pairs.json and <root>/<source>/clips/
-    paibench_u_root: str = ""  # <root>/data/*.parquet and the clips their video_path names
+    # <root>/<source>/<source>_benchmark_qa_pairs.json and <root>/<source>/clips/
+    root: str = setting("", changes_answers=False)
+    # <root>/data/*.parquet and the clips their video_path names
+    paibench_u_root: str = setting("", changes_answers=False)
     # official_reasoning: the reasoning instruction, sampling (0.6, top-p 0.95), 1,024 new tokens, the answer tag
     # read; official_letter: no reasoning line, greedy, 10 new tokens, the first capital letter read.
     prompt: str = setting(REASONING, choices=PROMPTS)
@@ -50,9 +52,10 @@ class CosmosReason1Settings:
     # sampled_rate: their true times (scripts/inference.py)
     frame_timing: str = setting(ASSUMED_2FPS, choices=FRAME_TIMINGS)
     max_side: int | None = setting(None, minimum=1)  # downscale frames so the longer side is at most this
-    skip_missing: bool = False  # skip questions whose clips are missing (counted) instead of failing
+    # skip questions whose clips are missing (counted) instead of failing
+    skip_missing: bool = setting(False, changes_answers=False)
     # read clips a record names outside root / paibench_u_root (an absolute path, '..', a symbolic link out of it)
-    allow_paths_outside_root: bool = False
+    allow_paths_outside_root: bool = setting(False, changes_answers=False)
     # configs/evaluate.yaml's max_retries: how often at most an answer the official parser reads nothing of is generated
     # again (the official 10; fewer: a cheaper run that departs from the protocol, e.g. a smoke test; 0: never)
     max_retries: int = setting(EMPTY_ANSWER_MAX_RETRIES, minimum=0, maximum=EMPTY_ANSWER_MAX_RETRIES)

@@ -26,7 +26,7 @@ from lmms_egoplan import catalogue
 from lmms_egoplan.core.text_tables import TERMINAL_WIDTH, format_table, format_value, indented_list
 from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun, EvalRunError, run_lm_eval, run_lmms_eval
 from lmms_egoplan.demo.kit.scripted import ScriptedAnswers, differences, reported_metrics, scripted_environment
-from lmms_egoplan.demo.kit.settings import DEMO_SETTINGS_FILE, with_demo_settings
+from lmms_egoplan.demo.kit.settings import DEMO_SETTINGS_FILE, users_settings_kept_out, with_demo_settings
 from lmms_egoplan.demo.kit.suite import SmokeSuite
 from lmms_egoplan.report import write_report
 from lmms_egoplan.report.layout import ReportFace
@@ -59,7 +59,13 @@ SCRIPTED = "[scripted]"  # marks the rows of the scripted answers in the printed
 def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] | None = None,
               out: TextIO | None = None) -> int:
     """Run the demo under ``workdir``; returns the number of failures (0 = all passed): benchmarks
-    that failed, and benchmarks whose scripted answers did not score as their script implies."""
+    that failed, and benchmarks whose scripted answers did not score as their script implies. The user's settings
+    (file, variables) are kept out (``users_settings_kept_out``)."""
+    with users_settings_kept_out():
+        return _run_smoke(workdir, arch=arch, only=only, out=out)
+
+
+def _run_smoke(workdir: str | Path, *, arch: str, only: list[str] | None, out: TextIO | None) -> int:
     import sys
 
     from transformers.utils import logging as transformers_logging

@@ -26,10 +26,10 @@ class EgoIntentSettings(JudgeSettings):
 
     # The release folder as downloaded (<indoor|outdoor>/<scene>/<event>/step_label.json), or a flat
     # annotation file (.json list or .jsonl); required.
-    annotations: Optional[Path] = None
+    annotations: Optional[Path] = setting(None, changes_answers=False)
     data_layout: str = setting("auto", choices=LAYOUTS)  # auto: a folder is the release, a file the flat format
     # The flat format: where `video` paths and `video_uid`s resolve; default: the annotation file's folder.
-    video_root: Optional[Path] = None
+    video_root: Optional[Path] = setting(None, changes_answers=False)
     sample_fps: float = setting(6.0, above=0)  # frames per second sampled from each clip (the paper: 6)
     # cap per clip, longer clips subsampled uniformly below sample_fps (counted: capped_samples); none: the paper's rule
     max_frames: Optional[int] = setting(32, minimum=1)
@@ -37,8 +37,9 @@ class EgoIntentSettings(JudgeSettings):
     # downscale frames so that their longer side is at most this
     frame_max_side: Optional[int] = setting(None, minimum=1)
     # Read videos that a record places outside video_root (an absolute `video`, "..", a symlink out).
-    allow_paths_outside_root: bool = False
-    skip_missing: bool = False  # skip steps whose video is unusable (counted: skipped_samples) instead of failing
+    allow_paths_outside_root: bool = setting(False, changes_answers=False)
+    # skip steps whose video is unusable (counted: skipped_samples) instead of failing
+    skip_missing: bool = setting(False, changes_answers=False)
     # A release clip longer than its window (obs_end_time - start_time) by more than a frame: show the window that
     # ends at the clip's end, the one from its first frame (versions 1-3), or stop (error).
     longer_clips: str = setting("end", choices=LONGER_CLIPS)

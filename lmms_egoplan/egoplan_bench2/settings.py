@@ -25,8 +25,9 @@ class EgoPlanBench2Settings:
     # "official": EgoPlan-Bench2.json + the Ego4D v1_288p videos; "seed_bench_r1": Level 3 of the
     # TencentARC/SEED-Bench-R1 package (re-encoded progress clips and observation images, not the official frames).
     data_source: str = setting("official", choices=DATA_SOURCES)
-    annotation_file: str = "EgoPlan-Bench2.json"  # an absolute path, or a file name inside annotation_dir
-    annotation_dir: str = ""
+    # an absolute path, or a file name inside annotation_dir
+    annotation_file: str = setting("EgoPlan-Bench2.json", changes_answers=False)
+    annotation_dir: str = setting("", changes_answers=False)
     ego4d_videos_root: str = ""  # <root>/<video uid>.mp4, the v1_288p folder
     annotation_fps: float = setting(30.0, above=0)  # the rate the release's frame numbers count in (its videos')
     seed_bench_r1_root: str = ""  # the package folder: annotations/, videos/, images/
@@ -35,13 +36,15 @@ class EgoPlanBench2Settings:
     frame_sampling: str = setting("keyframes", choices=FRAME_SAMPLINGS)
     num_frames: int | None = setting(None, minimum=2)  # none: the official count (keyframes 8, clip 32)
     max_side: int | None = setting(None, minimum=1)  # downscale frames so the longer side is at most this
-    parser: str = setting("robust", choices=PARSERS)  # the answer reading `accuracy` and the breakdowns use
+    # the answer reading `accuracy` and the breakdowns use
+    parser: str = setting("robust", choices=PARSERS, changes_answers=False)
     # Observation images (seed_bench_r1) decoded in full before the model loads, spread over the data
     # (every one's first and last bytes are checked): core.media.image_problems
-    images_decoded_at_load: int = setting(media.IMAGES_DECODED_AT_LOAD, minimum=0)
-    skip_missing: bool = False  # skip questions whose media are missing (counted) instead of failing
+    images_decoded_at_load: int = setting(media.IMAGES_DECODED_AT_LOAD, minimum=0, changes_answers=False)
+    # skip questions whose media are missing (counted) instead of failing
+    skip_missing: bool = setting(False, changes_answers=False)
     # Read media that a record places outside its root folder (absolute, "..", a symlink out).
-    allow_paths_outside_root: bool = False
+    allow_paths_outside_root: bool = setting(False, changes_answers=False)
     # egoplan_bench2_likelihood: which tokens of a candidate its loss covers, and how they are averaged
     # (as egoplan_val: tasks/egoplan/README.md, Settings).
     scored_tokens: str = setting(request_options.ANSWER_AND_END_OF_TURN,

@@ -28,17 +28,19 @@ DECODING_PRESETS: dict[str, dict] = {
 @dataclass(frozen=True)
 class EgoThinkSettings(JudgeSettings):
     source: str = "hub"  # "hub" (Hugging Face dataset) or "local" (release layout under data_root)
-    data_root: Optional[Path] = None  # the release's data folder (holds Activity/, Object/, ...)
+    # the release's data folder (holds Activity/, Object/, ...)
+    data_root: Optional[Path] = setting(None, changes_answers=False)
     hub_repo: str = "EgoThink/EgoThink"
     hub_revision: Optional[str] = None
-    image_cache: Path = Path("~/.cache/lmms_egoplan/egothink")  # Hub images are written here as files
+    # Hub images are written here as files
+    image_cache: Path = setting(Path("~/.cache/lmms_egoplan/egothink"), changes_answers=False)
     prompt_preset: Optional[str] = None  # force an inference-prompt preset (default: by --model)
     decoding: str = setting("greedy", choices=tuple(DECODING_PRESETS))  # how answers are decoded
     # Images decoded in full before the model loads, spread over the data (every one's first and
     # last bytes are checked): core.media.image_problems
-    images_decoded_at_load: int = setting(IMAGES_DECODED_AT_LOAD, minimum=0)
+    images_decoded_at_load: int = setting(IMAGES_DECODED_AT_LOAD, minimum=0, changes_answers=False)
     # Read images that a record's image_path places outside data_root (through a symlink out of it).
-    allow_paths_outside_root: bool = False
+    allow_paths_outside_root: bool = setting(False, changes_answers=False)
 
 
 

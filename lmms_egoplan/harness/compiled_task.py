@@ -21,7 +21,7 @@ from lmms_egoplan.contract.adapter import RunFiles
 from lmms_egoplan.contract.benchmark import Benchmark, Configuration, Judged, LoadedDocs, Metric, TaskContext, TaskSpec
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.provenance import data_source
-from lmms_egoplan.core.settings import SETTINGS_FILE_KEY, resolve_settings
+from lmms_egoplan.core.settings import SETTINGS_FILE_KEY, answer_settings, resolve_settings
 from lmms_egoplan.core.settings_file import run_settings_file
 from lmms_egoplan.core.statistics import largest
 
@@ -32,6 +32,12 @@ if TYPE_CHECKING:
 LM_EVAL_CONFIG_SOURCE = "config_source"
 # Samples a loader skipped (``skip_missing``): a run-level number every document repeats.
 SKIPPED_SAMPLES = Metric("skipped_samples", largest, higher_is_better=False)
+
+# The config keys no answer depends on: the record of the settings, judge and data (``answer_identity`` takes what
+# of them does), and the scoring.
+_NOT_IN_ANSWERS = frozenset({"metadata", "metric_list", "process_results"})
+# Where a data source lies (``core.provenance.data_source``): its content (SHA-256, Hub revision) identifies it.
+_DATA_LOCATIONS = frozenset({"file", "folder"})
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,15 @@ class CompiledTask:
         """The metrics a judge scores (declared ``Judged``)."""
         return [metric.name for metric in self.metrics if isinstance(metric.aggregation, Judged)]
 
+    def answer_identity(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """What the model's answers in this task depend on (``contract.adapter.KeysItsAnswers``): ``config`` (the
+        harness's, as it dumps it) without the record of the settings and the scoring, the settings that change
+        answers (``core.settings.answer_settings``), and the data by content, not by where it lies."""
+        return {"config": {key: value for key, value in config.items() if key not in _NOT_IN_ANSWERS},
+                "settings": answer_settings(self.settings),
+                "data": [{key: value for key, value in source.items() if key not in _DATA_LOCATIONS}
+                         for source in self.config["metadata"]["data_read_from"]]}
+
     def finished_scores(self, scores: dict, *, predict_only: bool) -> dict:
         """A document's metric values as the task reports them: with the run's skipped samples (when the loader
         skips any kind) and, in a judged task, each judged item carrying its judge."""
@@ -87,6 +102,8 @@ def compile_task(benchmark: Benchmark, spec: TaskSpec, yaml_config: Mapping[str,
     config = without_spec_keys(yaml_config, spec)
     metadata = dict(config.get("metadata") or {})
     settings_file = run_settings_file([row.name for row in CATALOGUE])
+    if benchmark.data is not None:  # the run refuses what check-data refuses of the file
+        settings_file.check_counted_parts(benchmark.name, [part.name for part in benchmark.data.parts])
     settings = resolve_settings(benchmark.settings, task=config["task"], metadata=metadata,
                                 env_prefix=benchmark.entry.env_prefix, foreign_keys=frozenset(foreign_keys),
                                 settings_file=settings_file, benchmark=benchmark.name)

@@ -3,7 +3,8 @@ of its release (``contract.data.DataPart``), each of its tasks' settings are res
 (the task YAML's metadata < the settings file < ``<PREFIX>_<SETTING>`` variables) and its documents are read by
 the task's own loader (its spec's ``load_docs``): every record checked, every media file probed (present,
 readable, a video read up to the last frame its question shows, so a clip too short for its question is
-found). Samples with unusable media are skipped rather than stopping the load (``skip_missing`` where the
+found), then every document's visuals made as the run makes them (every frame a question reads decoded:
+``undecodable``). Samples with unusable media are skipped rather than stopping the load (``skip_missing`` where the
 benchmark has it) so that all of them are listed; a loader without it lists every problem in its error.
 
 Counts: a part's records against the count the settings file declares for it (``expected_counts``: a subset,
@@ -16,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from lmms_egoplan.catalogue import LMMS_EVAL_TASKS
 from lmms_egoplan.contract.benchmark import Benchmark, TaskContext
@@ -73,6 +74,7 @@ def check_benchmark(benchmark: Benchmark, settings_file: SettingsFile) -> Benchm
     """Every part of ``benchmark``'s data read as its tasks read it."""
     if benchmark.data is None:
         raise ValueError(f"benchmark {benchmark.name} declares no data (Benchmark.data)")
+    settings_file.check_counted_parts(benchmark.name, [part.name for part in benchmark.data.parts])
     check = BenchmarkCheck(benchmark.name)
     declared = settings_file.expected_counts.get(benchmark.name, {})
     for part in benchmark.data.parts:
@@ -95,12 +97,29 @@ def _count_task(benchmark: Benchmark, part: DataPart, task: str, settings_file: 
         if any(setting.name == "skip_missing" for setting in dataclasses.fields(settings)):
             settings = dataclasses.replace(settings, skip_missing=True)
         context = TaskContext(task_name=task, settings=settings, dataset_name=config.get("dataset_name"))
-        loaded = benchmark.lmms_eval_tasks[part.spec].load_docs(context)
+        spec = benchmark.lmms_eval_tasks[part.spec]
+        loaded = spec.load_docs(context)
     except (InputError, FileNotFoundError, RuntimeError) as error:
         check.problems += [f"{task}: {problem}" for problem in getattr(error, "problems", (str(error),))]
         return None
     check.missing += [f"{task}: {sample}" for sample in loaded.skipped or ()]
+    check.missing += [f"{task}: {problem}" for problem in undecodable(spec.doc_to_visual, loaded.docs)]
     return loaded.split_size
+
+
+def undecodable(doc_to_visual: Callable[[Any], Any] | None, docs: Sequence[Any]) -> list[str]:
+    """What keeps each document from being shown to the model: its visuals made as the run makes them (the spec's
+    ``doc_to_visual``, what each benchmark declares its questions read: every frame index of a clip decoded, every
+    image), so that a clip damaged in its middle, which opens and whose packets read, is found before the model."""
+    if doc_to_visual is None:
+        return []
+    problems = []
+    for index, doc in enumerate(docs):
+        try:
+            doc_to_visual(doc)
+        except (InputError, OSError, ValueError, RuntimeError) as error:
+            problems.append(f"document {index}: {error}")
+    return problems
 
 
 def task_config(benchmark: str, task: str) -> dict[str, Any]:
@@ -114,6 +133,22 @@ def task_config(benchmark: str, task: str) -> dict[str, Any]:
             if config.get("task") == task:
                 return config
     raise KeyError(f"no task YAML of {benchmark} declares task {task}")
+
+
+CHECK_REPORT = "lmms-egoplan-check-data.txt"
+
+
+def check_report_path(settings_file: SettingsFile) -> Path:
+    """Where ``check-data`` writes its list by default, never the current folder: the folder ``prepare`` put the
+    data in (the one above every benchmark's root it recorded, beside its list of what is needed), else the settings
+    file's folder, else the temporary folder."""
+    import tempfile
+
+    roots = {Path(record["root"]).parent for record in settings_file.prepared.values()
+             if isinstance(record, dict) and record.get("root")}
+    if len(roots) == 1:
+        return roots.pop() / CHECK_REPORT
+    return (settings_file.path.parent if settings_file.path else Path(tempfile.gettempdir())) / CHECK_REPORT
 
 
 def write_check_report(path: Path, checks: Sequence[BenchmarkCheck], settings_file: SettingsFile) -> Path:

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from lmms_egoplan.catalogue import CATALOGUE
 from lmms_egoplan.contract.benchmark import Benchmark
 from lmms_egoplan.contract.data import DataPlan, HubDataset, Needed
 from lmms_egoplan.core.files import write_atomically
@@ -50,16 +51,18 @@ class Prepared:
 def prepare(benchmarks: Sequence[Benchmark], root: Path, settings_path: Path, *, judge: Mapping[str, Any],
             say: Callable[[str], None] = print) -> list[Prepared]:
     """Prepare ``benchmarks`` under ``root`` (one folder each, its catalogue name), then write the list of what
-    they still need and the settings file at ``settings_path`` (kept where it exists: the benchmarks prepared
-    here replace their blocks, ``judge`` the judge settings it gives)."""
+    they still need and the settings file at ``settings_path`` (kept where it exists, every benchmark's block
+    included, and read before anything is fetched: the benchmarks prepared here replace their blocks, ``judge`` the
+    judge settings it gives; a Hub dataset not fetched this time keeps the revision recorded before)."""
     root = Path(root).expanduser().resolve()
+    names = [benchmark.name for benchmark in benchmarks]
+    earlier = (read_settings_file(settings_path, [row.name for row in CATALOGUE]) if Path(settings_path).is_file()
+               else SettingsFile())
     done = [_prepare_one(benchmark, root / benchmark.name, say) for benchmark in benchmarks]
     needed_file = write_needed(root / NEEDED_FILE, done)
-    names = [benchmark.name for benchmark in benchmarks]
-    earlier = read_settings_file(settings_path, names) if Path(settings_path).is_file() else SettingsFile()
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    prepared = {each.name: {"root": str(root / each.name), "at": stamp, **({"hub": each.fetched} if each.fetched
-                                                                             else {})} for each in done}
+    prepared = {each.name: _prepared_record(each, root / each.name, stamp, earlier.prepared.get(each.name))
+                for each in done}
     update = SettingsFile(Path(settings_path), {each.name: dict(each.plan.settings) for each in done}, dict(judge),
                           prepared=prepared)
     write_settings_file(settings_path, earlier.merged(update), writer=f"lmms-egoplan prepare {' '.join(names)}")
@@ -68,6 +71,14 @@ def prepare(benchmarks: Sequence[Benchmark], root: Path, settings_path: Path, *,
     say(f"What is still needed, with the commands: {needed_file}")
     say(f"Settings file (a run reads it; see docs/data.md): {settings_path}")
     return done
+
+
+def _prepared_record(done: Prepared, folder: Path, stamp: str, earlier: Any) -> dict[str, Any]:
+    """The settings file's record of what ``prepare`` fetched for one benchmark: the Hub datasets fetched now, and
+    those fetched before and not now (the Hub unreachable) with the revision recorded then."""
+    kept = earlier.get("hub", {}) if isinstance(earlier, dict) else {}
+    hub = {**{repo: record for repo, record in kept.items() if repo not in done.fetched}, **done.fetched}
+    return {"root": str(folder), "at": stamp, **({"hub": hub} if hub else {})}
 
 
 def _prepare_one(benchmark: Benchmark, folder: Path, say: Callable[[str], None]) -> Prepared:
@@ -92,6 +103,9 @@ def _fetch(hub: HubDataset, folder: Path, say: Callable[[str], None]) -> dict[st
     gated = ", gated: with your token" if hub.gated else ""
     say(f"Fetching {hub.repo_id} ({files} files, {hub_size(size)}{gated}) into {folder} ...")
     got = fetch_dataset(hub.repo_id, folder, revision=hub.revision, allow_patterns=hub.allow_patterns)
+    if got.replaced:
+        say(f"{hub.repo_id}: {len(got.replaced)} files in {folder} differed from the Hub's (their hash), fetched "
+            f"again: {', '.join(got.replaced)}")
     return {"revision": got.revision, "folder": str(got.folder), "files": got.files, "size": got.size}
 
 

@@ -50,8 +50,9 @@ class SuiteTask(ConfigurableMessagesTask):
     chat messages for "chat" backends such as ``openai`` or ``vllm``); those of a spec with ``request_options``
     carry them (``SuiteInstance``) and, before any model call, a backend that cannot honour a value that changes
     scores is refused (one that places visuals its own way is warned of). A failed model request is never scored.
-    It implements ``contract.adapter.ChecksBeforeTheModel``, the call compat makes on it before the model loads
-    (structurally: a Protocol base would lengthen the MRO of every class a YAML names).
+    It implements ``contract.adapter.ChecksBeforeTheModel``, the call compat makes on it before the model loads, and
+    ``KeysItsAnswers``, what its answers depend on (structurally: a Protocol base would lengthen the MRO of every
+    class a YAML names).
     """
 
     BENCHMARK: ClassVar[Benchmark]
@@ -146,6 +147,11 @@ class SuiteTask(ConfigurableMessagesTask):
                 [(option, value) for _, option, value in self.requested_options()]:
             RUN.turn_end_tasks.add(self.config.task)  # the results and samples say which token that was
         super().build_all_requests(**kwargs)
+
+    def answer_identity(self) -> dict:
+        """What the model's answers depend on (``contract.adapter.KeysItsAnswers``), from the config as lmms-eval
+        holds it."""
+        return self.compiled.answer_identity(self.dump_config())
 
     def check_before_the_model(self, cli_args) -> None:
         """What this task can check of the run before the model loads (lmms-eval builds it after;

@@ -50,6 +50,12 @@ SETTING_HELP = {
 }
 
 
+def judge_setting(default: Any, **limits: Any) -> Any:
+    """A judge setting (``core.settings.setting``): the model's answers never depend on it, as the judge reads them
+    once they are made."""
+    return setting(default, changes_answers=False, **limits)
+
+
 class JudgeSetupError(InputError):
     """The judge settings cannot work (unknown backend, missing key variable, ...)."""
 
@@ -65,27 +71,27 @@ class JudgeSettings:
     """
 
     # "openai" (any OpenAI-compatible server), "azure" or "hf"
-    judge_backend: str = setting("openai", choices=JUDGE_BACKENDS)
-    judge_model: str = DEFAULT_JUDGE_MODEL  # API model / Azure deployment / HF model path or id
+    judge_backend: str = judge_setting("openai", choices=JUDGE_BACKENDS)
+    judge_model: str = judge_setting(DEFAULT_JUDGE_MODEL)  # API model / Azure deployment / HF model path or id
     # The model's Hub revision: the hf judge loads it; a server is started with it (`vllm serve --revision`)
     # and the runs record it. Unset: the revision pinned for the model (PINNED_REVISIONS), if any.
-    judge_revision: Optional[str] = None
-    judge_base_url: Optional[str] = DEFAULT_JUDGE_BASE_URL  # none: OpenAI's; Azure: the endpoint
-    judge_api_key_env: str = ""  # NAME of the variable holding the key ("" = no key: a local server)
-    judge_api_version: str = "2024-10-21"  # Azure OpenAI only
-    judge_temperature: float = setting(0.0, minimum=0)
-    judge_max_tokens: int = setting(2048, minimum=1)
-    judge_concurrency: int = setting(16, minimum=1)  # calls in flight (hf: generation batch size)
-    judge_timeout: float = setting(120.0, above=0)  # seconds per call
-    judge_retries: int = setting(6, minimum=0)  # retries after the first attempt (429 / 5xx / timeouts only)
-    judge_backoff: float = setting(1.0, minimum=0)  # seconds before the first retry; doubles with each retry
-    judge_cache_dir: Optional[Path] = Path("~/.cache/lmms_egoplan/judge")  # none = no cache
+    judge_revision: Optional[str] = judge_setting(None)
+    judge_base_url: Optional[str] = judge_setting(DEFAULT_JUDGE_BASE_URL)  # none: OpenAI's; Azure: the endpoint
+    judge_api_key_env: str = judge_setting("")  # NAME of the variable holding the key ("" = no key: a local server)
+    judge_api_version: str = judge_setting("2024-10-21")  # Azure OpenAI only
+    judge_temperature: float = judge_setting(0.0, minimum=0)
+    judge_max_tokens: int = judge_setting(2048, minimum=1)
+    judge_concurrency: int = judge_setting(16, minimum=1)  # calls in flight (hf: generation batch size)
+    judge_timeout: float = judge_setting(120.0, above=0)  # seconds per call
+    judge_retries: int = judge_setting(6, minimum=0)  # retries after the first attempt (429 / 5xx / timeouts only)
+    judge_backoff: float = judge_setting(1.0, minimum=0)  # seconds before the first retry; doubles with each retry
+    judge_cache_dir: Optional[Path] = judge_setting(Path("~/.cache/lmms_egoplan/judge"))  # none = no cache
     # A judged task sends one short request when it loads, so that a judge that cannot answer stops
     # the run before generation; false to generate now and judge later (``lmms-egoplan rejudge``).
-    judge_preflight: bool = True
+    judge_preflight: bool = judge_setting(True)
     # The exit status of a run (or ``rejudge``) whose judgements did not all succeed, once its results
     # are written: distinct from 1 (the run failed); 0 to accept such runs.
-    judge_failed_exit_status: int = setting(3, minimum=0, maximum=255)
+    judge_failed_exit_status: int = judge_setting(3, minimum=0, maximum=255)
 
     def __post_init__(self):
         if self.judge_revision is None and self.judge_model in PINNED_REVISIONS:

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from lmms_egoplan.compat.switches import SUITE_USED, switch_on
 from lmms_egoplan.core.devices import describe_device, resolve_device
+from lmms_egoplan.core.hub_download import hub_checked
 from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SAMPLING_DEFAULTS, SCORED_SPAN, SYSTEM_PROMPT
 from lmms_egoplan.core.settings import SettingsError, coerce_setting
 from lmms_egoplan.models.chat import ChatRenderer, RenderedAnswer
@@ -75,6 +76,7 @@ class EgoPlanHF(DocRequests, lmms):
     def __init__(
         self,
         pretrained: str | None = None,
+        revision: str | None = None,  # the Hub revision (commit, branch, tag) of pretrained; the results record it
         device: str = "auto",
         dtype: str = "auto",
         attn_implementation: str | None = None,
@@ -120,7 +122,8 @@ class EgoPlanHF(DocRequests, lmms):
             self.accelerator = accelerator
             self._rank = accelerator.process_index
             self._world_size = accelerator.num_processes
-        self.processor, self._model = _load(self.pretrained, dtype, attn_implementation, trust_remote_code, placement)
+        self.processor, self._model = _load(self.pretrained, dtype, attn_implementation, trust_remote_code, placement,
+                                            revision)
         self._device = _place(self._model, self.pretrained, device, placement, accelerator)
         self._model.eval()
         # Qwen-VL vision towers: every window in one attention call (vision_attention); None: nothing to pack.
@@ -396,17 +399,21 @@ class EgoPlanHF(DocRequests, lmms):
             )
 
 
-def _load(pretrained: str, dtype: str, attn_implementation: str | None, trust_remote_code: bool, placement: dict):
-    """Processor (or tokenizer, for text-only checkpoints) and model, through the Auto classes;
-    ``placement``: accelerate's big-model options (device_map, max_memory, offload_folder), if any."""
+def _load(pretrained: str, dtype: str, attn_implementation: str | None, trust_remote_code: bool, placement: dict,
+          revision: str | None = None):
+    """Processor (or tokenizer, for text-only checkpoints) and model, through the Auto classes, at the Hub
+    ``revision`` (None: the default branch); ``placement``: accelerate's big-model options (device_map, max_memory,
+    offload_folder), if any."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     if dtype != "auto" and dtype not in DTYPES:
         raise ValueError(f"egoplan_hf: dtype must be auto or one of {sorted(DTYPES)}, got {dtype!r}")
-    processor = load_processor(pretrained, trust_remote_code, "egoplan_hf")
+    hub_checked(pretrained, revision)
+    processor = load_processor(pretrained, trust_remote_code, "egoplan_hf", revision=revision)
     takes_images = getattr(processor, "image_processor", None) is not None
     model_class = AutoModelForImageTextToText if takes_images else AutoModelForCausalLM
-    options = {"dtype": DTYPES.get(dtype, "auto"), "trust_remote_code": trust_remote_code, **placement}
+    options = {"dtype": DTYPES.get(dtype, "auto"), "trust_remote_code": trust_remote_code, "revision": revision,
+               **placement}
     if attn_implementation:
         options["attn_implementation"] = attn_implementation
     try:
@@ -416,12 +423,14 @@ def _load(pretrained: str, dtype: str, attn_implementation: str | None, trust_re
     return processor, model
 
 
-def load_processor(pretrained: str, trust_remote_code: bool, backend: str, hint: str = ""):
-    """The checkpoint's processor (or tokenizer, for text-only checkpoints): chat template included."""
+def load_processor(pretrained: str, trust_remote_code: bool, backend: str, hint: str = "", *,
+                   revision: str | None = None):
+    """The checkpoint's processor (or tokenizer, for text-only checkpoints) at the Hub ``revision``: chat template
+    included."""
     from transformers import AutoProcessor
 
     try:
-        return AutoProcessor.from_pretrained(pretrained, trust_remote_code=trust_remote_code)
+        return AutoProcessor.from_pretrained(pretrained, trust_remote_code=trust_remote_code, revision=revision)
     except (OSError, ValueError) as error:
         raise ValueError(f"{backend}: no processor or tokenizer could be loaded for {pretrained}: {error}"
                          + (f"; {hint}" if hint else "")) from error

@@ -34,6 +34,7 @@ from tqdm import tqdm
 from lmms_egoplan.compat.switches import SUITE_USED, switch_on
 from lmms_egoplan.core.documentation import doc_page
 from lmms_egoplan.core.failed_requests import request_failed_text
+from lmms_egoplan.core.hub_download import hub_checked
 from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SAMPLING_DEFAULTS, SCORED_SPAN, SYSTEM_PROMPT
 from lmms_egoplan.core.settings import SettingsError, coerce_setting
 from lmms_egoplan.models.chat import ChatRenderer
@@ -107,6 +108,7 @@ class EgoPlanServer(DocRequests, lmms):
         base_urls: str | list | None = None,
         api_key_env: str | None = None,
         pretrained: str | None = None,
+        revision: str | None = None,  # the Hub revision of pretrained (the processor, config); the results record it
         concurrency: int = 8,
         timeout: float = 600.0,
         retries: int = 3,
@@ -150,18 +152,19 @@ class EgoPlanServer(DocRequests, lmms):
         served_from = _same_model([(server, _connect(server, wait)) for server in self.servers.engines])
         self.pretrained = str(pretrained or served_from)
         trust_remote_code = _arg(trust_remote_code, bool, "trust_remote_code")
-        self.processor = load_processor(self.pretrained, trust_remote_code,
-                                        "egoplan_server",
-                                        hint="pass the served model's folder as model_args pretrained")
+        hub_checked(self.pretrained, revision)
+        self.processor = load_processor(self.pretrained, trust_remote_code, "egoplan_server",
+                                        hint="pass the served model's folder as model_args pretrained",
+                                        revision=revision)
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.takes_images, video_native, self.videos_with_images = processor_inputs(self.processor)
-        model_type = _model_type(self.pretrained, trust_remote_code)
+        model_type = _model_type(self.pretrained, trust_remote_code, revision)
         videos_as_frames = _arg(videos_as_frames, bool, "videos_as_frames")
         self.video_native = [server.configure(self.tokenizer, model_type, pretrained=self.pretrained,
                                               takes_images=self.takes_images, video_native=video_native,
                                               videos_as_frames=videos_as_frames) for server in self.servers.engines][0]
         self.engine.warn_deviation()
-        config = generation_config(self.pretrained, trust_remote_code)
+        config = generation_config(self.pretrained, trust_remote_code, revision)
         self.sampling_defaults = generation_defaults(config)
         self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt,
                                  chat_template=chat_template)
@@ -469,15 +472,15 @@ def _api_key(variable: str | None) -> str | None:
     return os.environ[variable]
 
 
-def generation_config(pretrained: str, trust_remote_code: bool):
-    """The checkpoint's generation_config, or the one transformers derives from its config (as egoplan_hf's
-    model has)."""
+def generation_config(pretrained: str, trust_remote_code: bool, revision: str | None = None):
+    """The checkpoint's generation_config at the Hub ``revision``, or the one transformers derives from its config
+    (as egoplan_hf's model has)."""
     from transformers import AutoConfig, GenerationConfig
 
     try:
-        return GenerationConfig.from_pretrained(pretrained)
+        return GenerationConfig.from_pretrained(pretrained, revision=revision)
     except OSError:  # no generation_config.json: transformers derives one from the model's config
-        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(pretrained,
+        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(pretrained, revision=revision,
                                                                              trust_remote_code=trust_remote_code))
 
 
@@ -493,12 +496,12 @@ def generation_defaults(config) -> dict:
     return {key: value for key, value in values.items() if value is not None and value != NEUTRAL_SAMPLING.get(key)}
 
 
-def _model_type(pretrained: str, trust_remote_code: bool) -> str:
+def _model_type(pretrained: str, trust_remote_code: bool, revision: str | None = None) -> str:
     """The checkpoint's architecture (``config.json``'s model_type), which decides what each engine takes."""
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(pretrained, trust_remote_code=trust_remote_code).model_type
+        return AutoConfig.from_pretrained(pretrained, trust_remote_code=trust_remote_code, revision=revision).model_type
     except (OSError, ValueError):  # a processor folder without the model's config
         return ""
 

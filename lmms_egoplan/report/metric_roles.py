@@ -42,10 +42,13 @@ PLAIN = Unit()
 
 
 def invalid_reason(value: object, low: float = -math.inf, high: float = math.inf) -> str | None:
-    """Why a metric's results-file value is no value at all (not a number, infinite, or outside
-    [``low``, ``high``]), or None: a number in range, or no value (null, NaN)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    """Why a metric's results-file value is no value at all (not a number, NaN included, infinite, or outside
+    [``low``, ``high``]), or None: a number in range, or no value (null: the suite writes a metric without a value so,
+    and the counts beside it say why)."""
+    if value is None:
         return None
+    if isinstance(value, float) and math.isnan(value):  # strict JSON has none: a file another writer wrote
+        return "NaN is not a number"
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return f"{json.dumps(value)[:40]} is not a number"
     if not math.isfinite(value) or not low <= value <= high:

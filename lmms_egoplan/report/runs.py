@@ -266,14 +266,19 @@ def read_run(path: Path) -> Run:
 
 def _run(path: Path, harness: str, stamp_text: str, data: dict) -> Run:
     metrics: dict[str, dict[str, object]] = {}
+    null_tasks = []
     for section in ("results", "groups"):
         for task in _field(data, section, dict) or {}:
             # "accuracy,none" (metric,filter) since lmms-eval 0.2 / lm-eval 0.4; a bare name before.
-            values = _field(data[section], task, dict, f"{section}.") or {}
+            values = _field(data[section], task, dict, f"{section}.")
+            if values is None:
+                null_tasks.append(f"{section}.{task}")
+            values = values or {}
             metrics.setdefault(task, {}).update((key.split(",")[0], value) for key, value in values.items()
                                                 if "_stderr" not in key and key != "alias")
     stamp, time_notes = _run_time(harness, stamp_text, data)
     model_path, producer = _producer(data)
+    time_notes += [f"'{task}' is null: the file holds no value of it" for task in null_tasks]
     run = Run(path, harness, _model_name(data, path), stamp, metrics, notes=time_notes,
               model_path=model_path or _model_name(data, path), producer=producer, settings=_effective_settings(data))
     version = data.get("lmms_eval_version")

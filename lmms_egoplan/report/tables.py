@@ -38,11 +38,16 @@ class Invalid:
 
 
 def mark_invalid_values(runs: list[Run], faces: Sequence[ReportFace]) -> None:
-    """Replace each value of a task a face reads that is not a number of its metric's range by ``Invalid``."""
+    """Replace each value of a task a face reads that is not a number of its metric's range by ``Invalid``; a NaN
+    of a task its counts say is not scored (older results files wrote a judged score so when nothing was judged)
+    stays no value, with that reason."""
     for run in runs:
         for task, metrics in run.metrics.items():
             face = next((face for face in faces for layout in face.tables if layout.reads(task)), None)
+            unscored = unscored_reason(metrics, run.sample_counts.get(task)) is not None
             for metric, value in metrics.items() if face else ():
+                if isinstance(value, float) and math.isnan(value) and unscored:
+                    continue
                 if reason := invalid_reason(value, *face.value_range(metric)):
                     metrics[metric] = Invalid(reason)
 

@@ -6,6 +6,7 @@ import subprocess
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
 import torch
 
 from lmms_egoplan.core.provenance import data_source, environment
@@ -75,3 +76,43 @@ def test_an_unpinned_hub_revision_is_resolved_to_its_commit_which_the_task_loads
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     assert resolved_commit("EgoThink/EgoThink") is None  # offline: the load reads its cache, unpinned
     resolved_commit.cache_clear()
+
+
+def test_a_hub_model_or_dataset_with_the_hub_unreachable_fails_in_seconds_saying_what_to_do(monkeypatch):
+    """No retries for minutes: one probe, then what to do (HF_HUB_OFFLINE for a cached copy, prepare or hf download
+    to fetch it), for egoplan_hf's checkpoint as for a task's Hub dataset."""
+    import time
+
+    from lmms_egoplan.core.hub_download import HubFetchError, resolved_commit
+    from lmms_egoplan.models.egoplan_hf import EgoPlanHF
+
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)  # the tiny checkpoints' tests set it
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
+    resolved_commit.cache_clear()
+    started = time.monotonic()
+    with pytest.raises(HubFetchError, match=r"EgoThink/EgoThink: the Hugging Face Hub cannot be reached .* set "
+                                            r"HF_HUB_OFFLINE=1 .*`lmms-egoplan prepare`"):
+        resolved_commit("EgoThink/EgoThink")
+    with pytest.raises(HubFetchError, match=r"Qwen/Qwen2-VL-2B-Instruct: the Hugging Face Hub cannot be reached .* "
+                                            r"HF_HUB_OFFLINE=1 .*`hf download Qwen/Qwen2-VL-2B-Instruct`"):
+        EgoPlanHF(pretrained="Qwen/Qwen2-VL-2B-Instruct", revision="main", device="cpu")
+    assert time.monotonic() - started < 30
+    resolved_commit.cache_clear()
+
+
+def test_a_model_is_named_by_its_revision_and_the_hashes_of_its_weights_index_and_chat_template(tmp_path):
+    from lmms_egoplan.core.provenance import model_identity
+
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    (sharded / "model.safetensors.index.json").write_text('{"weight_map": {"a": "model-1.safetensors"}}')
+    (sharded / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
+    assert model_identity(str(sharded)) == {
+        "pretrained": str(sharded), "revision": None, "commit": None,
+        "weights_index_sha256": hashlib.sha256(b'{"weight_map": {"a": "model-1.safetensors"}}').hexdigest(),
+        "chat_template_sha256": hashlib.sha256(b"{{ messages }}").hexdigest()}
+    (sharded / "chat_template.jinja").write_text("{{ other }}")  # the template file over the tokenizer config's
+    assert model_identity(str(sharded))["chat_template_sha256"] == hashlib.sha256(b"{{ other }}").hexdigest()
+    absent = model_identity("no-such-org/no-such-model", "v1")  # not in this machine's Hub cache: nothing asked
+    assert absent == {"pretrained": "no-such-org/no-such-model", "revision": "v1", "commit": None,
+                      "weights_index_sha256": None, "chat_template_sha256": None}

@@ -58,8 +58,8 @@ class UnjudgedSettings:
 
 def test_the_judge_block_is_a_judged_benchmarks_whole_and_no_unjudged_ones(tmp_path):
     path = written(tmp_path, "judge: {judge_model: j, judge_modle: typo}\nbench: {data_root: /d}\n")
-    with pytest.raises(SettingsError, match=rf"settings file {path}: judge.judge_modle names no setting; did you mean "
-                                            r"judge_model\?"):
+    with pytest.raises(SettingsError, match=rf"settings file {path}: judge.judge_modle \(line 1\) names no setting; "
+                                            r"did you mean judge_model\?"):
         resolved(read_settings_file(path, BENCHMARKS))
     unjudged = resolve_settings(UnjudgedSettings, task="t", metadata={}, env_prefix="BENCH", environ={},
                                 settings_file=read_settings_file(path, BENCHMARKS), benchmark="bench")
@@ -74,23 +74,51 @@ def test_a_benchmarks_block_is_over_the_judge_block(tmp_path):
 
 def test_a_value_of_the_wrong_type_or_a_key_that_names_no_setting_is_refused_naming_the_file(tmp_path):
     path = written(tmp_path, "bench:\n  num_frames: many\n")
-    with pytest.raises(SettingsError, match=rf"settings file {path}: bench.num_frames: expected an integer"):
+    with pytest.raises(SettingsError, match=rf"settings file {path}: bench.num_frames \(line 2\): expected an integer"):
         resolved(read_settings_file(path, BENCHMARKS))
     path.write_text("bench:\n  num_frame: 4\n")
-    with pytest.raises(SettingsError, match=rf"settings file {path}: bench.num_frame names no setting; did you mean "
+    with pytest.raises(SettingsError, match=rf"settings file {path}: bench.num_frame \(line 2\) names no setting; did "
+                                            r"you mean "
                                             r"num_frames\?"):
         resolved(read_settings_file(path, BENCHMARKS))
 
 
 @pytest.mark.parametrize("text, error", [
-    ("egoplan9: {a: 1}\n", "'egoplan9' names no block; known: bench, expected_counts, judge, other, prepared"),
-    ("bench: [1, 2]\n", "bench must be a mapping"),
-    ("expected_counts: {bench: {val: -1}}\n", "expected_counts.bench must map a benchmark's parts to record counts"),
+    ("egoplan9: {a: 1}\n", r"'egoplan9' \(line 1\) names no block; known: bench, expected_counts, judge, other, "
+                           "prepared"),
+    ("bench: [1, 2]\n", r"bench \(line 1\) must be a mapping"),
+    ("expected_counts: {bench: {val: -1}}\n",
+     r"expected_counts.bench \(line 1\) must map a benchmark's parts to record counts"),
+    ("expected_counts:\n  bench: {val: true}\n", r"expected_counts.bench \(line 2\) must map .* got \{'val': True\}"),
+    ("", "is empty: give it the blocks docs/data.md shows"),
+    ("# nothing but a comment\n", "is empty"),
+    ("bench:\n  num_frames: 4\nother: {}\nbench:\n  num_frames: 8\n", r"bench is given twice \(lines 1 and 4\)"),
+    ("bench:\n  num_frames: 4\n  data_root: /d\n  num_frames: 8\n",
+     r"bench.num_frames is given twice \(lines 2 and 4\); YAML would take the last silently"),
     ("bench: {a: [\n", "cannot be read"),
 ])
 def test_a_file_that_cannot_be_read_as_blocks_says_what_is_wrong(tmp_path, text, error):
     with pytest.raises(SettingsFileError, match=error):
         read_settings_file(written(tmp_path, text), BENCHMARKS)
+
+
+def test_a_boolean_where_a_number_goes_is_refused_naming_the_file_the_key_and_the_line(tmp_path):
+    path = written(tmp_path, "# a comment\nbench:\n  data_root: /d\n  sample_fps: true\n")
+    with pytest.raises(SettingsError, match=rf"settings file {path}: bench.sample_fps \(line 4\): expected a number, "
+                                            r"got true \(true/false is no number\)"):
+        resolved(read_settings_file(path, BENCHMARKS))
+    with pytest.raises(SettingsError, match=r"metadata.num_frames: expected an integer, got false"):
+        resolved(SettingsFile(), metadata={"num_frames": False})
+
+
+def test_an_expected_counts_part_the_benchmark_lacks_is_refused_naming_its_line(tmp_path):
+    path = written(tmp_path, "expected_counts:\n  bench:\n    val: 3\n    tset: 2\n")
+    file = read_settings_file(path, BENCHMARKS)
+    file.check_counted_parts("bench", ["val", "tset"])
+    file.check_counted_parts("other", ["val"])
+    with pytest.raises(SettingsFileError, match=rf"settings file {path}: expected_counts.bench.tset \(line 4\): bench "
+                                                r"has no part 'tset'; its parts: val, test"):
+        file.check_counted_parts("bench", ["val", "test"])
 
 
 def test_which_file_a_run_reads(tmp_path):

@@ -137,8 +137,8 @@ def test_a_missing_annotation_folder_is_named_on_the_last_line_and_lmms_evals_tr
     assert run.returncode == 1 and "Traceback" not in run.log
     [named] = [line for line in run.log.splitlines() if line.startswith("lmms-egoplan: lmms-eval's traceback")]
     trace = Path(named.rpartition(" is in ")[2])
+    assert trace.parent == tmp_path  # in the run's output folder, nothing left outside it
     assert trace.read_text().startswith("Traceback") and "EgoPlan_validation.json not found" in trace.read_text()
-    trace.unlink()
     last = run.log.splitlines()[-1]
     assert last.startswith(f"lmms-egoplan: error: EgoPlan annotation file EgoPlan_validation.json not "
                            f"found: the folder "

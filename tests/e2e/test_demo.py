@@ -21,9 +21,20 @@ from lmms_egoplan.demo.kit.suite import SmokeSuite
 
 
 def test_smoke_command_evaluates_a_benchmark_and_prints_one_table(tmp_path):
+    """Hermetic: the user's own settings file at the default location and an EGOPLAN_* variable, both of which would
+    change the demo's values, are not read."""
+    import os
+
     command = Path(sys.executable).parent / "lmms-egoplan"
-    completed = subprocess.run([str(command), "smoke", "--workdir", str(tmp_path), "--benchmark", "egoplan"],
-                               capture_output=True, text=True, timeout=900)
+    users = tmp_path / "config" / "lmms-egoplan" / "settings.yaml"
+    users.parent.mkdir(parents=True)
+    users.write_text("egoplan:\n  num_frames: 2\n  frame_sampling: bogus\n")
+    environment = {key: value for key, value in os.environ.items() if key != "LMMS_EGOPLAN_SETTINGS"}
+    completed = subprocess.run([str(command), "smoke", "--workdir", str(tmp_path / "demo"), "--benchmark", "egoplan"],
+                               capture_output=True, text=True, timeout=900,
+                               env={**environment, "XDG_CONFIG_HOME": str(tmp_path / "config"),
+                                    "EGOPLAN_MAX_SIDE": "3"})
+    tmp_path = tmp_path / "demo"
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     printed = completed.stdout
     table = printed[printed.index("task "):printed.index("Rows without a mark")]

@@ -82,6 +82,20 @@ def test_single_process_run_scores_every_choice_and_picks_the_argmin(single_proc
     assert all("\n" not in s["filtered_resps"][0] for s in run.samples(GEN))  # until: ["\n"]
 
 
+def test_the_results_name_the_evaluated_model(single_process, tiny_model):
+    """The revision asked for, and the hashes of the weights (its one file: no index) and the chat template."""
+    import hashlib
+
+    from lmms_egoplan.core.provenance import PROVENANCE_KEY
+
+    _, run = single_process
+    model = tiny_model("qwen2_vl")
+    assert run.results[PROVENANCE_KEY]["model"] == {
+        "pretrained": str(model), "revision": None, "commit": None,
+        "weights_index_sha256": hashlib.sha256((model / "model.safetensors").read_bytes()).hexdigest(),
+        "chat_template_sha256": hashlib.sha256((model / "chat_template.jinja").read_bytes()).hexdigest()}
+
+
 def test_use_cache_resumes_with_the_responses_of_the_interrupted_run(single_process):
     partial, full = single_process
     assert "ResponseCache: 8/16 cache hits" in full.log  # 2 docs x 4 choices of 4 x 4

@@ -225,6 +225,65 @@ def test_a_run_stopped_while_judging_asks_no_model_again_and_the_judge_only_what
                                                                                    "score") == 100.0
 
 
+def test_a_run_stopped_while_judging_resumes_with_the_judge_moved_and_says_which_answer_changing_setting_moved(
+        tmp_path):
+    """The response cache keys the suite's answers by what changes them: the same command with the judge on another
+    port, another judge timeout and the settings file at another path asks the model nothing again; a moved prompt
+    preset is named before every answer is computed again."""
+    from lmms_egoplan.demo.egothink import write_release
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval, start_lmms_eval
+
+    data = write_release(tmp_path / "data", per_dimension=12)
+    settings = tmp_path / "first.yaml"
+    settings.write_text("egothink:\n  images_decoded_at_load: 4\n")
+    with ChatServer(lambda call: Reply("Two.")) as model:
+        with ChatServer(rating_responder(lambda call: "1", delay=0.3)) as judge:
+            args = egothink_run_args(data, model, judge, tmp_path, judge_concurrency="1")
+            args["env"]["LMMS_EGOPLAN_SETTINGS"] = str(settings)
+            running = start_lmms_eval(output_dir=tmp_path / "first", **args)
+            running.wait_for(lambda: len(judge.calls) >= 4, what="four judgements")
+            assert stop(running, 15).returncode == 143
+        judged = cached_rows(tmp_path / "judge" / JudgeCache.FILE_NAME, "judgements")
+        moved_settings = tmp_path / "elsewhere" / "settings.yaml"
+        moved_settings.parent.mkdir()
+        moved_settings.write_text(settings.read_text())
+        model.reset()
+        with ChatServer(rating_responder(lambda call: "1")) as moved_judge:
+            moved = egothink_run_args(data, model, moved_judge, tmp_path, judge_concurrency="1", judge_timeout="30")
+            moved["env"]["LMMS_EGOPLAN_SETTINGS"] = str(moved_settings)
+            assert moved["env"]["EGOTHINK_JUDGE_BASE_URL"] != args["env"]["EGOTHINK_JUDGE_BASE_URL"]
+            resumed = run_lmms_eval(output_dir=tmp_path / "second", **moved)
+            assert model.calls == [] and len(moved_judge.calls) == 12 - judged and cache_hits(resumed.log) == 12
+            assert "were made with other settings" not in resumed.log
+            assert resumed.metric("ego_think_counting", "judged") == 12
+
+            moved["env"]["EGOTHINK_PROMPT_PRESET"] = "blip2"
+            reworded = run_lmms_eval(output_dir=tmp_path / "third", **moved)
+    assert len(model.calls) == 12 and cache_hits(reworded.log) == 0
+    said = next(line for line in reworded.log.splitlines() if "task ego_think_counting's answers in" in line)
+    assert reworded.log.index(said) < reworded.log.index("ResponseCache stats")
+    assert "were made with other settings (setting prompt_preset None -> 'blip2'" in said, said
+
+
+def test_answers_an_earlier_lmms_egoplan_stored_are_said_not_to_be_served_and_why(tmp_path):
+    """A cache written with the whole config in its key (the switch off, as before) holds answers this run's keys
+    cannot reach: one line says so before they are computed again."""
+    from lmms_egoplan.demo.egothink import write_release
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
+
+    data = write_release(tmp_path / "data", per_dimension=3)
+    with ChatServer(lambda call: Reply("Two.")) as model, ChatServer(rating_responder(lambda call: "1")) as judge:
+        args = egothink_run_args(data, model, judge, tmp_path)
+        earlier = {**args, "env": {**args["env"],
+                                   "LMMS_EGOPLAN_COMPAT_OFF": "durability.key_suite_answers_by_what_changes_them"}}
+        run_lmms_eval(output_dir=tmp_path / "first", **earlier)
+        model.reset()
+        later = run_lmms_eval(output_dir=tmp_path / "second", **args)
+    assert len(model.calls) == 3 and (
+        f"the 3 answers of task ego_think_counting in {tmp_path / 'responses'} were stored by an earlier lmms-egoplan, "
+        f"keyed by the task's whole config") in later.log
+
+
 def stored_answers(cache: Path, task: str) -> dict[int, str]:
     """{doc: answer} of ``task`` the runs of ``cache`` stored (their run folders and the merged database)."""
     import contextlib

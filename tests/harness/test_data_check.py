@@ -73,3 +73,24 @@ def test_a_setting_not_set_is_a_problem_naming_it():
     assert check.problems == ["egointent: task egointent: set EGOINTENT_ANNOTATIONS (metadata.annotations) to the "
                               "EgoIntent release folder (or a flat annotation file); tasks/egointent/README.md, Data "
                               "preparation, says how to get it"]
+
+
+def test_a_clip_damaged_in_its_middle_is_found_by_decoding_every_frame_its_question_reads(tmp_path):
+    """Cosmos-Reason1's clip with bytes zeroed in its middle: it opens and its packets read (the probe passes); the
+    frames its question shows do not decode. check-data decodes them as the run does (the spec's doc_to_visual, in the
+    shared check) and names the clip; the other questions are complete."""
+    from lmms_egoplan.demo import cosmos_reason1
+
+    fixture = cosmos_reason1.build_fixture(tmp_path / "cosmos")
+    settings = SettingsFile(None, {"cosmos_reason1": {"root": str(fixture.root),
+                                                      "paibench_u_root": str(fixture.paibench_u_root)}})
+    assert not check_benchmark(benchmark("cosmos_reason1"), settings).missing
+    clip = sorted((fixture.root / "av" / "clips").glob("*.mp4"))[0]
+    data = bytearray(clip.read_bytes())
+    start, end = len(data) // 5, 2 * len(data) // 5  # the header and the packets' framing left whole
+    data[start:end] = bytes(end - start)
+    clip.write_bytes(bytes(data))
+    check = check_benchmark(benchmark("cosmos_reason1"), settings)
+    assert check.missing and all(line.startswith("cosmos_reason1_av: document ") and str(clip) in line
+                                 for line in check.missing), check.missing
+    assert not check.complete and "samples with missing or unusable media" in check.summary()

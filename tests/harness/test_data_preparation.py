@@ -123,3 +123,55 @@ def test_the_command_writes_the_judge_it_is_given_and_refuses_a_value_of_the_wro
     assert read_settings_file(settings, NAMES).judge == {"judge_model": "my-judge", "judge_timeout": 90.0,
                                                          "judge_cache_dir": str(Path("~/j").expanduser())}
 
+
+
+def test_prepare_adds_to_a_file_that_holds_other_benchmarks_and_reads_it_before_fetching_anything(hub, tmp_path):
+    """A different set each time: EgoThink, then EgoPlan-Bench2 and ActPlan-1K into the same file, which keeps
+    EgoThink's block and record and adds theirs; a file prepare cannot read stops it before any download."""
+    from lmms_egoplan.core.settings_file import SettingsFileError
+
+    root, settings = tmp_path / "data", tmp_path / "settings.yaml"
+    prepare([benchmark("egothink")], root, settings, judge={"judge_model": "my-judge"}, say=lambda line: None)
+    thinking = read_settings_file(settings, NAMES)
+    prepare([benchmark("egoplan_bench2"), benchmark("actplan")], root, settings, judge={}, say=lambda line: None)
+    file = read_settings_file(settings, NAMES)
+    assert file.benchmarks["egothink"] == thinking.benchmarks["egothink"] and file.judge == {"judge_model": "my-judge"}
+    assert file.prepared["egothink"] == thinking.prepared["egothink"]
+    assert set(file.benchmarks) == {"egothink", "egoplan_bench2", "actplan"}
+    assert file.prepared["egoplan_bench2"]["hub"]["qiulu66/EgoPlan-Bench2"]["revision"] == \
+        hub.datasets["qiulu66/EgoPlan-Bench2"].sha
+
+    settings.write_text(settings.read_text() + "egothinkk:\n  source: local\n")
+    asked = dict(hub.file_requests)
+    with pytest.raises(SettingsFileError, match=r"'egothinkk' \(line \d+\) names no block"):
+        prepare([benchmark("egointent")], root, settings, judge={}, say=lambda line: None)
+    assert hub.file_requests == asked and not (root / "egointent").exists()
+
+
+def test_a_rerun_with_the_hub_unreachable_keeps_the_revisions_recorded(hub, tmp_path, monkeypatch):
+    root, settings = tmp_path / "data", tmp_path / "settings.yaml"
+    prepare([benchmark("egothink")], root, settings, judge={}, say=lambda line: None)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
+    said = []
+    done = prepare([benchmark("egothink")], root, settings, judge={}, say=said.append)
+    assert "EgoThink/EgoThink: the Hub could not be reached" in done[0].failed["EgoThink/EgoThink"]
+    record = read_settings_file(settings, NAMES).prepared["egothink"]["hub"]["EgoThink/EgoThink"]
+    assert record["revision"] == hub.datasets["EgoThink/EgoThink"].sha and record["files"] == len(
+        hub.datasets["EgoThink/EgoThink"].files)
+
+
+def test_a_fetched_file_changed_at_the_same_size_and_time_is_found_by_its_hash_and_fetched_again(hub, tmp_path):
+    import os
+
+    root, settings = tmp_path / "data", tmp_path / "settings.yaml"
+    prepare([benchmark("egothink")], root, settings, judge={}, say=lambda line: None)
+    changed = root / "egothink" / "EgoThink" / "Activity" / "annotations.json"
+    original, stat = changed.read_bytes(), changed.stat()
+    changed.write_bytes(original.replace(b"a", b"b", 1))
+    os.utime(changed, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert changed.read_bytes() != original and changed.stat().st_size == stat.st_size
+    said = []
+    prepare([benchmark("egothink")], root, settings, judge={}, say=said.append)
+    assert changed.read_bytes() == original
+    assert f"EgoThink/EgoThink: 1 files in {root / 'egothink' / 'EgoThink'} differed from the Hub's (their hash), " \
+           f"fetched again: Activity/annotations.json" in said

@@ -128,17 +128,19 @@ def test_a_failed_evaluation_exits_non_zero(monkeypatch, switch_on, lmms_eval_lo
 
 
 def test_a_failed_evaluations_traceback_goes_to_a_file_and_what_to_fix_ends_the_output(monkeypatch, switch_on,
-                                                                                       lmms_eval_log, capfd):
-    """Suite policy (issue 57), not lmms-eval behaviour: patch 03's test above is the behaviour its patch replaces."""
+                                                                                       lmms_eval_log, capfd, tmp_path):
+    """Suite policy (issue 57), not lmms-eval behaviour: patch 03's test above is the behaviour its patch replaces.
+    The file is in the run's output folder (issue 74)."""
     switch_on(durability.fail_runs_with_failed_tasks)
-    assert cli(monkeypatch, ["--model", "dummy", "--tasks", "plain_probe"], single=failing_evaluation) not in (0, None)
+    assert cli(monkeypatch, ["--model", "dummy", "--tasks", "plain_probe", "--output_path", str(tmp_path / "out")],
+               single=failing_evaluation) not in (0, None)
     printed = capfd.readouterr().err
     assert "Traceback" not in printed and printed.splitlines()[-1] == \
         "lmms-egoplan: error: RuntimeError: the evaluation failed"
     [named] = [line for line in printed.splitlines() if line.startswith("lmms-egoplan: lmms-eval's traceback")]
     trace = Path(named.rpartition(" is in ")[2])
+    assert trace.parent == tmp_path / "out"
     assert trace.read_text().startswith("Traceback") and "RuntimeError: the evaluation failed" in trace.read_text()
-    trace.unlink()
 
 
 def test_an_uncaught_error_keeps_its_traceback_in_a_file_and_ends_with_what_to_fix(monkeypatch, capsys):

@@ -4,6 +4,9 @@ overrides the YAML; the results record every value and the file they came from."
 
 from pathlib import Path
 
+import pytest
+
+from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.settings_file import SETTINGS_VARIABLE, SettingsFile, write_settings_file
 from lmms_egoplan.demo.egointent import write_dataset
 
@@ -36,3 +39,35 @@ def test_without_a_file_nothing_is_recorded_of_one(monkeypatch, tmp_path):
                         "JUDGE_PREFLIGHT": "false"}.items():
         monkeypatch.setenv(f"EGOINTENT_{name}", value)
     assert "settings_file" not in build("egointent").config.metadata
+
+
+REFUSED = {
+    "a boolean where a number goes": ("egointent:\n  annotations: {data}\n  max_frames: true\n",
+                                      "egointent.max_frames (line 3): expected an integer, got true (true/false is "
+                                      "no number)"),
+    "a duplicate key": ("egointent:\n  annotations: {data}\n  max_frames: 8\n  max_frames: 16\n",
+                        "egointent.max_frames is given twice (lines 3 and 4)"),
+    "an unknown expected_counts part": (
+        "egointent:\n  annotations: {data}\nexpected_counts:\n  egointent: {{step: 3}}\n",
+        "expected_counts.egointent.step (line 4): egointent has no part 'step'; its parts: steps"),
+    "an empty file": ("", "is empty: give it the blocks docs/data.md shows"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_check_data_and_the_run_refuse_the_file_naming_it_the_key_and_the_line(case, monkeypatch, tmp_path, capsys):
+    from lmms_egoplan.cli import main
+
+    text, said = REFUSED[case]
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(text.format(data=write_dataset(tmp_path / "data")))
+    report = tmp_path / "out.txt"
+    # the file unreadable: exit 2, nothing checked; a value refused: the benchmark's problem, listed (exit 1)
+    status = main(["check-data", "egointent", "--settings", str(settings), "--output", str(report)])
+    told = capsys.readouterr().err + (report.read_text() if report.exists() else "")
+    assert status == (1 if case == "a boolean where a number goes" else 2), told
+    assert f"settings file {settings}" in told and said in told
+    monkeypatch.setenv(SETTINGS_VARIABLE, str(settings))
+    with pytest.raises(InputError) as refused:
+        build("egointent")
+    assert f"settings file {settings}" in str(refused.value) and said in str(refused.value)

@@ -607,6 +607,21 @@ def test_a_value_outside_its_metrics_range_is_invalid_with_a_note_never_a_number
     assert "accuracy_progress_0_4: 2 is outside its range [0, 1]" in figure.get_supxlabel()
 
 
+def test_a_nan_value_reads_invalid_and_a_task_set_to_null_is_noted(tmp_path):
+    """docs/reliability.md: NaN (a file another writer wrote: strict JSON has none) is no number, "invalid" with its
+    note; a task whose results are null has no value, and the run's notes say so."""
+    egoplan_run(tmp_path / "r")
+    path = next((tmp_path / "r").glob("*_results.json"))
+    data = json.loads(path.read_text())
+    data["results"]["egoplan_val"]["accuracy,none"] = float("nan")
+    data["results"]["egoplan_test"] = None
+    path.write_text(json.dumps(data))  # json writes NaN as NaN
+    write_report([tmp_path / "r"], tmp_path / "report", FACES)
+    [val] = [row for row in read_csv(tmp_path / "report" / "egoplan_val.csv") if row["task"] == "egoplan_val"]
+    assert val["Accuracy (%)"] == "invalid" and "invalid, left out: accuracy: NaN is not a number" in val["notes"]
+    assert "'results.egoplan_test' is null: the file holds no value of it" in val["notes"]
+
+
 def test_report_md_escapes_what_report_html_escapes(tmp_path):
     """Model names, settings and paths holding HTML or Markdown markup stay text in both pages."""
     script, image = "<script>alert(1)</script>", '<img src=x onerror="alert(2)">'

@@ -6,8 +6,11 @@ the release's counts beside them). The demo's runs read it; a user re-runs any d
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 from pathlib import Path
+from typing import Iterator
 
 from loguru import logger
 
@@ -42,3 +45,20 @@ def with_demo_settings(path: Path, name: str, suite: SmokeSuite) -> SmokeSuite:
     write_settings_file(path, earlier.merged(dataclasses.replace(block, expected_counts={name: counts})),
                         writer="lmms-egoplan smoke, for its synthetic data")
     return dataclasses.replace(suite, env={**suite.env, SETTINGS_VARIABLE: str(path)})
+
+
+@contextlib.contextmanager
+def users_settings_kept_out() -> Iterator[None]:
+    """The demo is hermetic: while it runs, this process (its checks) and the runs it starts read none of the user's
+    settings, neither the settings file at the default location nor a ``<PREFIX>_<SETTING>`` variable (its runs are
+    pointed at the demo's own file, ``with_demo_settings``); the environment is restored after."""
+    prefixes = tuple(f"{row.env_prefix}_".upper() for row in catalogue.CATALOGUE)
+    saved = dict(os.environ)
+    for variable in [name for name in os.environ if name.upper().startswith(prefixes)]:
+        del os.environ[variable]
+    os.environ[SETTINGS_VARIABLE] = ""  # none, until a run is pointed at the demo's
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
