@@ -17,6 +17,7 @@ from lmms_egoplan.judge.retirements import retirement
 from lmms_egoplan.report.intervals import Interval, NoInterval, group_interval, interval
 from lmms_egoplan.report.layout import NOT_STATED, SUBMISSION, Column, ReportFace, TableLayout, protocol_text
 from lmms_egoplan.report.metric_roles import invalid_reason, unscored_reason
+from lmms_egoplan.report.protocols import Difference, RunProtocol, compare
 from lmms_egoplan.report.runs import LM_EVAL, Run, not_judged, not_scored_predicted
 
 THIS_RUN = "this run"
@@ -189,35 +190,59 @@ def _unscored_by_the_settings(run: Run, layout: TableLayout, task: str, notes: l
     return found
 
 
-def _published_row(layout: TableLayout, published: dict, beside: list[str], runs_scoring: str) -> Row:
-    """A published row; ``beside``: the run rows' tasks that score as it did, where it is set; none: shown apart
-    (below them), its source saying so and a note naming the field that differs."""
+def _published_row(layout: TableLayout, published: dict, beside: list[str], apart: list[Difference],
+                   notes: list[str]) -> Row:
+    """A published row; ``beside``: the run rows' tasks it sits beside; none: shown apart (below them), its source
+    saying so and naming the fields that differ (``apart``), its notes saying how."""
     values = [published["values"].get(column.published_key) for column in layout.columns]
-    scoring = published["protocol"]["scoring"]
     source = f"published ({published['paper']}, {published['table']})"
-    notes = [] if beside else [f"{APART}: scoring {scoring}, the runs here {runs_scoring}"]
+    notes = ([] if beside else [f"{APART}: " + "; ".join(difference.text() for difference in apart)]) + notes
     notes += [published["note"]] if published.get("note") else []
     notes += [f"source: {published['source']}"] if published.get("source") else []
     notes.append(protocol_text(published["protocol"]))
-    return Row(source if beside else f"{source}, {APART}: scoring {scoring}", published["model"], ", ".join(beside),
-               published.get("input", ""), values, [None] * len(values), notes,
+    stated = ", ".join(dict.fromkeys(difference.stated for difference in apart))
+    return Row(source if beside else f"{source}, {APART}: {stated}", published["model"],
+               ", ".join(beside), published.get("input", ""), values, [None] * len(values), notes,
                judge=published_judge_text(published) if layout.judged else "")
 
 
 APART = "shown apart"
 
 
+def _placement(layout: TableLayout, protocol: dict, run_rows: list[Row],
+               runs_scoring: str) -> tuple[list[str], list[Difference], list[str]]:
+    """Where a published row sits: the tasks of the run rows that score as it did and state no field of its protocol
+    otherwise (``protocols.compare``); else the fields that differ ("scoring generative, the runs here ...",
+    "frames 4 fps, the run's 2 fps"); and which fields were not compared, against the runs it sits beside."""
+    scoring = protocol["scoring"]
+    alike = [row for row in run_rows if scoring != NOT_STATED and layout.scoring.get(row.task) == scoring]
+    if not alike:
+        return [], [Difference(f"scoring {scoring}", f"the runs here {runs_scoring}")], []
+    found = [(row, compare(protocol, RunProtocol(row.run, tuple({column.task_of(row.task)
+                                                                for column in layout.columns}), layout.judged)))
+             for row in alike]
+    agreeing = [(row, comparison) for row, comparison in found if not comparison.differing]
+    if not agreeing:
+        return [], list(dict.fromkeys(difference for _, comparison in found for difference in comparison.differing)), []
+    unstated = dict.fromkeys(text for _, comparison in agreeing for text in comparison.not_compared)
+    return (list(dict.fromkeys(row.task for row, _ in agreeing)), [],
+            [f"{NOT_COMPARED}: {', '.join(unstated)}"] if unstated else [])
+
+
+NOT_COMPARED = "protocol not compared with the runs here"
+
+
 def published_block(layout: TableLayout, published: Sequence[dict], run_rows: list[Row]) -> list[Row]:
-    """The table's published rows: those that score as some run here does (``TableLayout.scoring``: likelihood
-    beside likelihood, generative beside generative), then, apart, the others; each model with several published
-    main scores says their spread and sources."""
+    """The table's published rows: those whose stated protocol agrees with some run's here (``_placement``: they
+    score alike, likelihood beside likelihood, generative beside generative, and state no other field differently),
+    then, apart, the others, naming the field that differs; each model with several published main scores says their
+    spread and sources."""
     tasks = list(dict.fromkeys(row.task for row in run_rows))
     runs_scoring = ", ".join(f"{task} {layout.scoring.get(task, 'no published protocol')}" for task in tasks)
     beside, apart = [], []
     for entry in (p for p in published if p["benchmark"] == layout.key):
-        scoring = entry["protocol"]["scoring"]
-        near = [task for task in tasks if scoring != NOT_STATED and layout.scoring.get(task) == scoring]
-        row = _published_row(layout, entry, near, runs_scoring)
+        near, differing, notes = _placement(layout, entry["protocol"], run_rows, runs_scoring)
+        row = _published_row(layout, entry, near, differing, notes)
         (beside if near else apart).append((row, f"{entry['paper']}, {entry['table']}"))
     _note_spreads(layout, beside + apart)
     return [row for row, _ in beside + apart]

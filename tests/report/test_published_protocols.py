@@ -10,10 +10,11 @@ import pytest
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.report import write_report
 from lmms_egoplan.report.layout import PROTOCOL_FIELDS, protocol_problems, published_rows
-from lmms_egoplan.report.tables import APART, THIS_RUN
+from lmms_egoplan.report.tables import APART, NOT_COMPARED, THIS_RUN
 from lmms_egoplan.suite import report_faces
 from tests.report.test_report import (
     EGOPLAN_SAMPLES,
+    cosmos_reason1_run,
     egoplan_bench2_run,
     egoplan_run,
     read_csv,
@@ -96,11 +97,11 @@ def test_the_2025_26_egoplan_bench2_rows_are_as_their_sources_print_them_and_cop
     assert sum(no_av) / 5 == pytest.approx(48.64) and "48.64" in cosmos["Gemini 2.0 Flash"]["note"]
 
 
-def _egoplan_gen_run(folder):
+def _egoplan_gen_run(folder, **kwargs):
     outcomes = [c for c, *_ in EGOPLAN_SAMPLES]
     metrics = {"accuracy": sum(outcomes) / len(outcomes), "predictions": len(outcomes)}
     samples = [{"doc_id": i, "accuracy": c} for i, c in enumerate(outcomes)]
-    write_lmms_eval_run(folder, "20260101_100000", {"egoplan_val_gen": metrics}, {"egoplan_val_gen": samples})
+    write_lmms_eval_run(folder, "20260101_100000", {"egoplan_val_gen": metrics}, {"egoplan_val_gen": samples}, **kwargs)
 
 
 def test_published_rows_sit_beside_the_runs_that_score_as_they_did_the_others_apart(tmp_path):
@@ -139,3 +140,29 @@ def test_one_models_several_published_values_show_their_spread_and_sources(tmp_p
         assert row["notes"].startswith("2 published values of this model, 39.90 to 43.00: 43.00 (MiMo-Embodied "
                                        "technical report, Table 2); 39.90 (HY-Embodied-0.5, README)")
 
+
+
+def test_a_row_whose_stated_frames_or_items_differ_from_the_runs_is_shown_apart_naming_the_field(tmp_path):
+    # the benchmark script's rows sample 4 fps (the suite's default); a run at 2 fps is not their protocol
+    cosmos_reason1_run(tmp_path / "two_fps", settings={"fps": 2.0})
+    write_report([tmp_path / "two_fps"], tmp_path / "report", FACES)
+    rows = read_csv(tmp_path / "report" / "cosmos_reason1.csv")
+    script = [row for row in rows if "4 fps (the benchmark script)" in row["notes"]]
+    assert script and all(row["source"].endswith(f"{APART}: frames 4 fps") and row["task"] == "" for row in script)
+    assert all(row["notes"].startswith(f"{APART}: frames 4 fps, the run's 2 fps") for row in script)
+    # MiMo's rows state 2 fps: beside the run, saying what could not be compared (no run here states thinking)
+    mimo = [row for row in rows if "MiMo-Embodied" in row["source"]]
+    assert mimo and all(row["task"] == "cosmos_reason1" and APART not in row["source"] for row in mimo)
+    assert all(row["notes"].startswith(f"{NOT_COMPARED}: thinking (the row's words not read as a value; not stated by "
+                                       "the run), parser (the row's words not read as a value; not stated by the run), "
+                                       "items (not stated by either)") for row in mimo)
+
+    # SEED-Bench-R1's Val rows count 3,355 questions: beside a run of the whole split, apart from a run of another
+    for name, original in (("whole", 3355), ("other", 40)):
+        _egoplan_gen_run(tmp_path / name, n_samples={"egoplan_val_gen": {"original": original, "effective": 12}})
+        write_report([tmp_path / name], tmp_path / f"report_{name}", FACES)
+    seed = {name: [row for row in read_csv(tmp_path / f"report_{name}" / "egoplan_val.csv")
+                   if "SEED-Bench-R1" in row["source"]] for name in ("whole", "other")}
+    assert len(seed["whole"]) == 3 and all(row["task"] == "egoplan_val_gen" for row in seed["whole"])
+    assert len(seed["other"]) == 3 and all(row["source"].endswith(f"{APART}: items 3355") for row in seed["other"])
+    assert all(f"{APART}: items 3355, the run's 40" in row["notes"] for row in seed["other"])

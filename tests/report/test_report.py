@@ -26,7 +26,7 @@ from lmms_egoplan.report.figures import PUBLISHED_COLOUR, table_figures
 from lmms_egoplan.report.intervals import bootstrap_interval, exact_binomial_interval
 from lmms_egoplan.report.layout import PUBLISHED_FIELDS
 from lmms_egoplan.report.runs import load_runs
-from lmms_egoplan.report.tables import TEXT_ONLY_BASELINE, THIS_RUN, build_tables
+from lmms_egoplan.report.tables import APART, TEXT_ONLY_BASELINE, THIS_RUN, build_tables
 from lmms_egoplan.suite import report_faces
 from tests.report.hostile import check_hostile_copies
 
@@ -722,7 +722,11 @@ def test_every_row_of_a_judged_table_names_its_judge_and_runs_of_other_judge_pro
         "openai:Qwen/Qwen3-30B-A3B-Instruct-2507@0d7cf23 (fingerprint fp_1); rubric egothink v1, prompt bbbb",
         "openai:gpt-4 (served as gpt-4-0613, fingerprint fp_1); rubric egothink v1, prompt aaaa; shut down by OpenAI "
         "on 2026-10-23"}
-    published = {(row["source"], row["model"]): row["judge"] for row in rows if row["source"].startswith("published")}
+    published = {(row["source"].split(f", {APART}")[0], row["model"]): row["judge"] for row in rows
+                 if row["source"].startswith("published")}
+    # the judge a row states (a dated snapshot) is not the runs': shown apart, naming it
+    assert {row["source"] for row in rows if row["model"] == "EgoTools-8B"} == {
+        f"published (EgoTools, Table 2), {APART}: judge gpt-4o-2024-11-20"}
     assert published[("published (EgoThink, Table 3)",
                       "GPT-4V")] == "GPT-4 (snapshot not given), shut down by OpenAI on 2026-10-23"
     assert published[("published (EgoTools, Table 2)", "EgoTools-8B")].endswith(
