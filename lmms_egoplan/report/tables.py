@@ -333,17 +333,26 @@ def build_tables(runs: list[Run], faces: Sequence[ReportFace]) -> tuple[list[Tab
 
 # --- Markdown and CSV -------------------------------------------------------------------------------
 
-_FIXED = ("source", "model", "task", "input", "run")
+_FIXED = ("source", "task", "input", "run")
 JUDGE_COLUMN = "judge"
 
 
+def value_order(table: Table) -> list[int]:
+    """The order of the table's value columns in report.md, the CSV and report.html: its main score's first (each
+    shows it right after the model's name), the others as laid out."""
+    main = table.layout.main_column
+    return [main, *(i for i in range(len(table.layout.columns)) if i != main)]
+
+
 def fixed_header(table: Table) -> list[str]:
-    """The columns before the table's values: a judged table's name the judge of every row."""
+    """The columns between the main score and the other values: a judged table's name the judge of every row."""
     return [*_FIXED, *([JUDGE_COLUMN] if table.layout.judged else [])]
 
 
 def header(table: Table) -> list[str]:
-    return [*fixed_header(table), *(table.face.heading(column) for column in table.layout.columns), "notes"]
+    """report.md's columns: the model, its main score, what made the row, the other values, the notes."""
+    first, *others = (table.face.heading(table.layout.columns[i]) for i in value_order(table))
+    return ["model", first, *fixed_header(table), *others, "notes"]
 
 
 def cell_text(value: object, column: Column, found: Interval | None, unscored: str | None = None) -> str:
@@ -362,14 +371,15 @@ def cell_text(value: object, column: Column, found: Interval | None, unscored: s
 
 
 def row_cells(table: Table, row: Row) -> list[str]:
-    """The row's cells as the Markdown and HTML tables show them."""
+    """The row's cells as report.md shows them (``header``)."""
     columns, unscored = table.layout.columns, row.unscored or [None] * len(row.values)
-    return [*fixed_cells(table, row), *(cell_text(*cell) for cell in zip(row.values, columns, row.intervals, unscored)),
-            "; ".join(row.notes)]
+    values = [cell_text(*cell) for cell in zip(row.values, columns, row.intervals, unscored)]
+    first, *others = (values[i] for i in value_order(table))
+    return [row.model, first, *fixed_cells(table, row), *others, "; ".join(row.notes)]
 
 
 def fixed_cells(table: Table, row: Row) -> list[str]:
-    return [row.source, row.model, row.task, row.input, run_text(row), *([row.judge] if table.layout.judged else [])]
+    return [row.source, row.task, row.input, run_text(row), *([row.judge] if table.layout.judged else [])]
 
 
 def run_text(row: Row) -> str:
@@ -397,20 +407,26 @@ def markdown_table(table: Table) -> str:
 
 
 def csv_table(table: Table) -> str:
-    """Full-precision values; a ``<column> 95% low`` / ``high`` pair beside each mean over samples."""
+    """Full-precision values, in report.md's order; a ``<column> 95% low`` / ``high`` pair beside each mean over
+    samples."""
     columns = table.layout.columns
-    names = fixed_header(table)
-    for column in columns:
-        heading = table.face.heading(column)
-        names += [heading] + ([f"{heading} 95% low", f"{heading} 95% high"] if column.interval else [])
+    first, *others = value_order(table)
+
+    def headings(index: int) -> list[str]:
+        heading = table.face.heading(columns[index])
+        return [heading] + ([f"{heading} 95% low", f"{heading} 95% high"] if columns[index].interval else [])
+
+    def cells(row: Row, index: int) -> list[str]:
+        value, found = row.values[index], row.intervals[index]
+        text = "" if is_no_value(value) else repr(value) if isinstance(value, float) else str(value)
+        return [text] + (([repr(found.low), repr(found.high)] if found else ["", ""]) if columns[index].interval
+                         else [])
+
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow([*names, "notes"])
+    writer.writerow(["model", *headings(first), *fixed_header(table), *(h for i in others for h in headings(i)),
+                     "notes"])
     for row in table.rows:
-        cells = fixed_cells(table, row)
-        for column, value, found in zip(columns, row.values, row.intervals):
-            cells.append("" if is_no_value(value) else repr(value) if isinstance(value, float) else str(value))
-            if column.interval:
-                cells += [repr(found.low), repr(found.high)] if found else ["", ""]
-        writer.writerow([*cells, "; ".join(row.notes)])
+        writer.writerow([row.model, *cells(row, first), *fixed_cells(table, row),
+                         *(cell for i in others for cell in cells(row, i)), "; ".join(row.notes)])
     return buffer.getvalue()
