@@ -84,6 +84,15 @@ def test_the_2025_26_egoplan_bench2_rows_are_as_their_sources_print_them_and_cop
     assert {m: r["values"]["accuracy"] for m, r in hy.items()} == {
         "HY-Embodied-0.5 MoT-2B": 45.5, "Qwen3-VL-2B": 35.5, "Qwen3-VL-4B": 38.8, "RoboBrain 2.5-4B": 52.6,
         "MiMo-Embodied-7B": 39.9}
+    # Hy-Embodied-VLM-1.0's README @711d267 (row EgoPlan2): its 0.5 MoT-2B cell is HY-Embodied-0.5's value again
+    hy1 = _rows("Hy-Embodied-VLM-1.0", "egoplan_bench2")
+    assert {m: r["values"]["accuracy"] for m, r in hy1.items()} == {
+        "Hy-Embodied-VLM-1.0 A3B": 49.6, "Qwen3.6-A3B": 49.9, "Embodied-R1.5-8B": 61.0, "Cosmos3-Nano-8B": 42.6,
+        "HY-Embodied-0.5 MoT-2B": 45.5}
+    assert hy1["HY-Embodied-0.5 MoT-2B"]["protocol"]["made"].startswith("copied from HY-Embodied-0.5, README")
+    assert hy1["HY-Embodied-0.5 MoT-2B"]["values"] == hy["HY-Embodied-0.5 MoT-2B"]["values"]
+    assert [hy1[m]["protocol"]["made"] for m in ("Hy-Embodied-VLM-1.0 A3B", "Qwen3.6-A3B")] == [
+        "ran it (the README's own model)", "not stated (the README does not say who ran its other models)"]
     # MiMo's unstarred cells equal to RoboBrain 2.0's Table 4 are copies: said on the original, not transcribed again
     robobrain = _rows("RoboBrain 2.0", "egoplan_bench2")
     assert "MiMo-Embodied's Table 2 prints the same value" in robobrain["GPT-4o-2024-11-20"]["note"]
