@@ -69,8 +69,10 @@ def write_report(paths: list[str | Path], output: str | Path, faces: Sequence[Re
         + (f"; {without_intervals}: no interval." if without_intervals else "."),
         "Rows 'published' are transcribed from the papers or the authors' repositories (table or file named); they "
         "are not re-computed. Each says in its notes how it was made (its protocol: scoring, parser, judge, frames, "
-        "thinking, decoding, averaging, split, source, ran or copied); one scored otherwise than the runs of its table "
-        f"is shown apart, below the others, its source naming the field ('{APART}: scoring ...').",
+        "thinking, decoding, averaging, split, source, ran or copied); one scored otherwise than the runs of its "
+        "table, or stating other frames, parser, judge or item count than they do, is shown apart, below the "
+        f"others, its source naming the field ('{APART}: scoring ...', '{APART}: frames 4 fps'); a field either "
+        "side does not state is not compared, and its notes say which.",
         "Run times are those in the results files' names, each with its time zone: lmms-eval names its files in the "
         f"zone of its --timezone ({LMMS_EVAL_DEFAULT_ZONE} by default, not this machine's), lm-eval runs are shown in "
         "UTC.",

@@ -7,7 +7,7 @@ import io
 
 from matplotlib.figure import Figure
 
-from lmms_egoplan.report.tables import JUDGE_COLUMN, Row, Table, cell_text, run_text
+from lmms_egoplan.report.tables import JUDGE_COLUMN, Row, Table, cell_text, run_text, value_order
 
 # The page never scrolls sideways: a table wider than the window scrolls inside its own box, figures
 # shrink to the page's width. Each table starts with the model and its main score (visible in any
@@ -42,12 +42,6 @@ def svg_text(figure: Figure) -> str:
 _MAIN, _PUBLISHED = ' class="main"', ' class="published"'
 
 
-def html_columns(table: Table) -> list[int]:
-    """The order of the table's value columns on the page: its main score's first, the others as laid out."""
-    main = table.layout.main_column
-    return [main, *(i for i in range(len(table.layout.columns)) if i != main)]
-
-
 def _heading(text: str) -> str:
     """A column's header, its unit ("(0-100)") kept on one line."""
     name, bracket, unit = text.rpartition(" (")
@@ -62,7 +56,7 @@ def row_footnotes(table: Table, row: Row) -> list[str]:
 def html_table(table: Table) -> str:
     """The table: model, main score, task, input, the other values, source and run; the judge and notes
     as numbered footnotes below it (a text shared by rows is one footnote)."""
-    order = html_columns(table)
+    order = value_order(table)
     headings = [table.face.heading(column) for column in table.layout.columns]
     names = ["model", headings[order[0]], "task", "input", *(headings[i] for i in order[1:]), "source", "run"]
     lines = [f'<div class="table-box"><table id="table-{table.name}"><tr>'

@@ -111,6 +111,11 @@ class TableLayout:
     # a task not named here (a text-only baseline) is set beside no published row
     scoring: Mapping[str, str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.main and self.main not in (column.header for column in self.columns):
+            raise ValueError(f"table {self.key}: its main score {self.main!r} names none of its columns "
+                             f"({', '.join(column.header for column in self.columns)})")
+
     @property
     def main_column(self) -> int:
         """The index of its main score's column (report.html shows it right after the model's name)."""

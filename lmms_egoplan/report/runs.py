@@ -52,6 +52,7 @@ class Run:
     partial: dict[str, str] = field(default_factory=dict)  # task -> why its numbers cover part of the data
     notes: list[str] = field(default_factory=list)
     sample_counts: dict[str, int] = field(default_factory=dict)  # task -> samples evaluated (n-samples)
+    original_counts: dict[str, int] = field(default_factory=dict)  # task -> samples of its split (before --limit)
     model_path: str = ""  # the checkpoint as the run named it: pretrained= (a folder or hub id), else the model name
     producer: dict[str, str] = field(default_factory=dict)  # backend, every model_arg, the run's options
     settings: dict[str, dict[str, str]] = field(default_factory=dict)  # task or group -> its effective settings
@@ -292,6 +293,8 @@ def _run(path: Path, harness: str, stamp_text: str, data: dict) -> Run:
         effective, original = (_field(counts, name, int, f"n-samples.{task}.") for name in ("effective", "original"))
         if effective is not None:
             run.sample_counts[task] = effective
+        if original is not None:
+            run.original_counts[task] = original
         if (effective or 0) < (original or 0):
             run.partial[task] = f"{effective or 0} of {original} samples" + (f" (--limit {limit:g})" if limit else "")
     for task, values in metrics.items():

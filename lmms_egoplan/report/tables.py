@@ -17,6 +17,7 @@ from lmms_egoplan.judge.retirements import retirement
 from lmms_egoplan.report.intervals import Interval, NoInterval, group_interval, interval
 from lmms_egoplan.report.layout import NOT_STATED, SUBMISSION, Column, ReportFace, TableLayout, protocol_text
 from lmms_egoplan.report.metric_roles import invalid_reason, unscored_reason
+from lmms_egoplan.report.protocols import Difference, RunProtocol, compare
 from lmms_egoplan.report.runs import LM_EVAL, Run, not_judged, not_scored_predicted
 
 THIS_RUN = "this run"
@@ -194,35 +195,59 @@ def _unscored_by_the_settings(run: Run, layout: TableLayout, task: str, notes: l
     return found
 
 
-def _published_row(layout: TableLayout, published: dict, beside: list[str], runs_scoring: str) -> Row:
-    """A published row; ``beside``: the run rows' tasks that score as it did, where it is set; none: shown apart
-    (below them), its source saying so and a note naming the field that differs."""
+def _published_row(layout: TableLayout, published: dict, beside: list[str], apart: list[Difference],
+                   notes: list[str]) -> Row:
+    """A published row; ``beside``: the run rows' tasks it sits beside; none: shown apart (below them), its source
+    saying so and naming the fields that differ (``apart``), its notes saying how."""
     values = [published["values"].get(column.published_key) for column in layout.columns]
-    scoring = published["protocol"]["scoring"]
     source = f"published ({published['paper']}, {published['table']})"
-    notes = [] if beside else [f"{APART}: scoring {scoring}, the runs here {runs_scoring}"]
+    notes = ([] if beside else [f"{APART}: " + "; ".join(difference.text() for difference in apart)]) + notes
     notes += [published["note"]] if published.get("note") else []
     notes += [f"source: {published['source']}"] if published.get("source") else []
     notes.append(protocol_text(published["protocol"]))
-    return Row(source if beside else f"{source}, {APART}: scoring {scoring}", published["model"], ", ".join(beside),
-               published.get("input", ""), values, [None] * len(values), notes,
+    stated = ", ".join(dict.fromkeys(difference.stated for difference in apart))
+    return Row(source if beside else f"{source}, {APART}: {stated}", published["model"],
+               ", ".join(beside), published.get("input", ""), values, [None] * len(values), notes,
                judge=published_judge_text(published) if layout.judged else "")
 
 
 APART = "shown apart"
 
 
+def _placement(layout: TableLayout, protocol: dict, run_rows: list[Row],
+               runs_scoring: str) -> tuple[list[str], list[Difference], list[str]]:
+    """Where a published row sits: the tasks of the run rows that score as it did and state no field of its protocol
+    otherwise (``protocols.compare``); else the fields that differ ("scoring generative, the runs here ...",
+    "frames 4 fps, the run's 2 fps"); and which fields were not compared, against the runs it sits beside."""
+    scoring = protocol["scoring"]
+    alike = [row for row in run_rows if scoring != NOT_STATED and layout.scoring.get(row.task) == scoring]
+    if not alike:
+        return [], [Difference(f"scoring {scoring}", f"the runs here {runs_scoring}")], []
+    found = [(row, compare(protocol, RunProtocol(row.run, tuple({column.task_of(row.task)
+                                                                for column in layout.columns}), layout.judged)))
+             for row in alike]
+    agreeing = [(row, comparison) for row, comparison in found if not comparison.differing]
+    if not agreeing:
+        return [], list(dict.fromkeys(difference for _, comparison in found for difference in comparison.differing)), []
+    unstated = dict.fromkeys(text for _, comparison in agreeing for text in comparison.not_compared)
+    return (list(dict.fromkeys(row.task for row, _ in agreeing)), [],
+            [f"{NOT_COMPARED}: {', '.join(unstated)}"] if unstated else [])
+
+
+NOT_COMPARED = "protocol not compared with the runs here"
+
+
 def published_block(layout: TableLayout, published: Sequence[dict], run_rows: list[Row]) -> list[Row]:
-    """The table's published rows: those that score as some run here does (``TableLayout.scoring``: likelihood
-    beside likelihood, generative beside generative), then, apart, the others; each model with several published
-    main scores says their spread and sources."""
+    """The table's published rows: those whose stated protocol agrees with some run's here (``_placement``: they
+    score alike, likelihood beside likelihood, generative beside generative, and state no other field differently),
+    then, apart, the others, naming the field that differs; each model with several published main scores says their
+    spread and sources."""
     tasks = list(dict.fromkeys(row.task for row in run_rows))
     runs_scoring = ", ".join(f"{task} {layout.scoring.get(task, 'no published protocol')}" for task in tasks)
     beside, apart = [], []
     for entry in (p for p in published if p["benchmark"] == layout.key):
-        scoring = entry["protocol"]["scoring"]
-        near = [task for task in tasks if scoring != NOT_STATED and layout.scoring.get(task) == scoring]
-        row = _published_row(layout, entry, near, runs_scoring)
+        near, differing, notes = _placement(layout, entry["protocol"], run_rows, runs_scoring)
+        row = _published_row(layout, entry, near, differing, notes)
         (beside if near else apart).append((row, f"{entry['paper']}, {entry['table']}"))
     _note_spreads(layout, beside + apart)
     return [row for row, _ in beside + apart]
@@ -313,17 +338,26 @@ def build_tables(runs: list[Run], faces: Sequence[ReportFace]) -> tuple[list[Tab
 
 # --- Markdown and CSV -------------------------------------------------------------------------------
 
-_FIXED = ("source", "model", "task", "input", "run")
+_FIXED = ("source", "task", "input", "run")
 JUDGE_COLUMN = "judge"
 
 
+def value_order(table: Table) -> list[int]:
+    """The order of the table's value columns in report.md, the CSV and report.html: its main score's first (each
+    shows it right after the model's name), the others as laid out."""
+    main = table.layout.main_column
+    return [main, *(i for i in range(len(table.layout.columns)) if i != main)]
+
+
 def fixed_header(table: Table) -> list[str]:
-    """The columns before the table's values: a judged table's name the judge of every row."""
+    """The columns between the main score and the other values: a judged table's name the judge of every row."""
     return [*_FIXED, *([JUDGE_COLUMN] if table.layout.judged else [])]
 
 
 def header(table: Table) -> list[str]:
-    return [*fixed_header(table), *(table.face.heading(column) for column in table.layout.columns), "notes"]
+    """report.md's columns: the model, its main score, what made the row, the other values, the notes."""
+    first, *others = (table.face.heading(table.layout.columns[i]) for i in value_order(table))
+    return ["model", first, *fixed_header(table), *others, "notes"]
 
 
 def cell_text(value: object, column: Column, found: Interval | None, unscored: str | None = None) -> str:
@@ -342,14 +376,15 @@ def cell_text(value: object, column: Column, found: Interval | None, unscored: s
 
 
 def row_cells(table: Table, row: Row) -> list[str]:
-    """The row's cells as the Markdown and HTML tables show them."""
+    """The row's cells as report.md shows them (``header``)."""
     columns, unscored = table.layout.columns, row.unscored or [None] * len(row.values)
-    return [*fixed_cells(table, row), *(cell_text(*cell) for cell in zip(row.values, columns, row.intervals, unscored)),
-            "; ".join(row.notes)]
+    values = [cell_text(*cell) for cell in zip(row.values, columns, row.intervals, unscored)]
+    first, *others = (values[i] for i in value_order(table))
+    return [row.model, first, *fixed_cells(table, row), *others, "; ".join(row.notes)]
 
 
 def fixed_cells(table: Table, row: Row) -> list[str]:
-    return [row.source, row.model, row.task, row.input, run_text(row), *([row.judge] if table.layout.judged else [])]
+    return [row.source, row.task, row.input, run_text(row), *([row.judge] if table.layout.judged else [])]
 
 
 def run_text(row: Row) -> str:
@@ -377,20 +412,26 @@ def markdown_table(table: Table) -> str:
 
 
 def csv_table(table: Table) -> str:
-    """Full-precision values; a ``<column> 95% low`` / ``high`` pair beside each mean over samples."""
+    """Full-precision values, in report.md's order; a ``<column> 95% low`` / ``high`` pair beside each mean over
+    samples."""
     columns = table.layout.columns
-    names = fixed_header(table)
-    for column in columns:
-        heading = table.face.heading(column)
-        names += [heading] + ([f"{heading} 95% low", f"{heading} 95% high"] if column.interval else [])
+    first, *others = value_order(table)
+
+    def headings(index: int) -> list[str]:
+        heading = table.face.heading(columns[index])
+        return [heading] + ([f"{heading} 95% low", f"{heading} 95% high"] if columns[index].interval else [])
+
+    def cells(row: Row, index: int) -> list[str]:
+        value, found = row.values[index], row.intervals[index]
+        text = "" if is_no_value(value) else repr(value) if isinstance(value, float) else str(value)
+        return [text] + (([repr(found.low), repr(found.high)] if found else ["", ""]) if columns[index].interval
+                         else [])
+
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow([*names, "notes"])
+    writer.writerow(["model", *headings(first), *fixed_header(table), *(h for i in others for h in headings(i)),
+                     "notes"])
     for row in table.rows:
-        cells = fixed_cells(table, row)
-        for column, value, found in zip(columns, row.values, row.intervals):
-            cells.append("" if is_no_value(value) else repr(value) if isinstance(value, float) else str(value))
-            if column.interval:
-                cells += [repr(found.low), repr(found.high)] if found else ["", ""]
-        writer.writerow([*cells, "; ".join(row.notes)])
+        writer.writerow([row.model, *cells(row, first), *fixed_cells(table, row),
+                         *(cell for i in others for cell in cells(row, i)), "; ".join(row.notes)])
     return buffer.getvalue()

@@ -10,10 +10,11 @@ import pytest
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.report import write_report
 from lmms_egoplan.report.layout import PROTOCOL_FIELDS, protocol_problems, published_rows
-from lmms_egoplan.report.tables import APART, THIS_RUN
+from lmms_egoplan.report.tables import APART, NOT_COMPARED, THIS_RUN
 from lmms_egoplan.suite import report_faces
 from tests.report.test_report import (
     EGOPLAN_SAMPLES,
+    cosmos_reason1_run,
     egoplan_bench2_run,
     egoplan_run,
     read_csv,
@@ -83,6 +84,15 @@ def test_the_2025_26_egoplan_bench2_rows_are_as_their_sources_print_them_and_cop
     assert {m: r["values"]["accuracy"] for m, r in hy.items()} == {
         "HY-Embodied-0.5 MoT-2B": 45.5, "Qwen3-VL-2B": 35.5, "Qwen3-VL-4B": 38.8, "RoboBrain 2.5-4B": 52.6,
         "MiMo-Embodied-7B": 39.9}
+    # Hy-Embodied-VLM-1.0's README @711d267 (row EgoPlan2): its 0.5 MoT-2B cell is HY-Embodied-0.5's value again
+    hy1 = _rows("Hy-Embodied-VLM-1.0", "egoplan_bench2")
+    assert {m: r["values"]["accuracy"] for m, r in hy1.items()} == {
+        "Hy-Embodied-VLM-1.0 A3B": 49.6, "Qwen3.6-A3B": 49.9, "Embodied-R1.5-8B": 61.0, "Cosmos3-Nano-8B": 42.6,
+        "HY-Embodied-0.5 MoT-2B": 45.5}
+    assert hy1["HY-Embodied-0.5 MoT-2B"]["protocol"]["made"].startswith("copied from HY-Embodied-0.5, README")
+    assert hy1["HY-Embodied-0.5 MoT-2B"]["values"] == hy["HY-Embodied-0.5 MoT-2B"]["values"]
+    assert [hy1[m]["protocol"]["made"] for m in ("Hy-Embodied-VLM-1.0 A3B", "Qwen3.6-A3B")] == [
+        "ran it (the README's own model)", "not stated (the README does not say who ran its other models)"]
     # MiMo's unstarred cells equal to RoboBrain 2.0's Table 4 are copies: said on the original, not transcribed again
     robobrain = _rows("RoboBrain 2.0", "egoplan_bench2")
     assert "MiMo-Embodied's Table 2 prints the same value" in robobrain["GPT-4o-2024-11-20"]["note"]
@@ -96,11 +106,11 @@ def test_the_2025_26_egoplan_bench2_rows_are_as_their_sources_print_them_and_cop
     assert sum(no_av) / 5 == pytest.approx(48.64) and "48.64" in cosmos["Gemini 2.0 Flash"]["note"]
 
 
-def _egoplan_gen_run(folder):
+def _egoplan_gen_run(folder, **kwargs):
     outcomes = [c for c, *_ in EGOPLAN_SAMPLES]
     metrics = {"accuracy": sum(outcomes) / len(outcomes), "predictions": len(outcomes)}
     samples = [{"doc_id": i, "accuracy": c} for i, c in enumerate(outcomes)]
-    write_lmms_eval_run(folder, "20260101_100000", {"egoplan_val_gen": metrics}, {"egoplan_val_gen": samples})
+    write_lmms_eval_run(folder, "20260101_100000", {"egoplan_val_gen": metrics}, {"egoplan_val_gen": samples}, **kwargs)
 
 
 def test_published_rows_sit_beside_the_runs_that_score_as_they_did_the_others_apart(tmp_path):
@@ -139,3 +149,29 @@ def test_one_models_several_published_values_show_their_spread_and_sources(tmp_p
         assert row["notes"].startswith("2 published values of this model, 39.90 to 43.00: 43.00 (MiMo-Embodied "
                                        "technical report, Table 2); 39.90 (HY-Embodied-0.5, README)")
 
+
+
+def test_a_row_whose_stated_frames_or_items_differ_from_the_runs_is_shown_apart_naming_the_field(tmp_path):
+    # the benchmark script's rows sample 4 fps (the suite's default); a run at 2 fps is not their protocol
+    cosmos_reason1_run(tmp_path / "two_fps", settings={"fps": 2.0})
+    write_report([tmp_path / "two_fps"], tmp_path / "report", FACES)
+    rows = read_csv(tmp_path / "report" / "cosmos_reason1.csv")
+    script = [row for row in rows if "4 fps (the benchmark script)" in row["notes"]]
+    assert script and all(row["source"].endswith(f"{APART}: frames 4 fps") and row["task"] == "" for row in script)
+    assert all(row["notes"].startswith(f"{APART}: frames 4 fps, the run's 2 fps") for row in script)
+    # MiMo's rows state 2 fps: beside the run, saying what could not be compared (no run here states thinking)
+    mimo = [row for row in rows if "MiMo-Embodied" in row["source"]]
+    assert mimo and all(row["task"] == "cosmos_reason1" and APART not in row["source"] for row in mimo)
+    assert all(row["notes"].startswith(f"{NOT_COMPARED}: thinking (the row's words not read as a value; not stated by "
+                                       "the run), parser (the row's words not read as a value; not stated by the run), "
+                                       "items (not stated by either)") for row in mimo)
+
+    # SEED-Bench-R1's Val rows count 3,355 questions: beside a run of the whole split, apart from a run of another
+    for name, original in (("whole", 3355), ("other", 40)):
+        _egoplan_gen_run(tmp_path / name, n_samples={"egoplan_val_gen": {"original": original, "effective": 12}})
+        write_report([tmp_path / name], tmp_path / f"report_{name}", FACES)
+    seed = {name: [row for row in read_csv(tmp_path / f"report_{name}" / "egoplan_val.csv")
+                   if "SEED-Bench-R1" in row["source"]] for name in ("whole", "other")}
+    assert len(seed["whole"]) == 3 and all(row["task"] == "egoplan_val_gen" for row in seed["whole"])
+    assert len(seed["other"]) == 3 and all(row["source"].endswith(f"{APART}: items 3355") for row in seed["other"])
+    assert all(f"{APART}: items 3355, the run's 40" in row["notes"] for row in seed["other"])

@@ -2,6 +2,7 @@
 (partial runs, several runs, other tasks, unreadable files, lm-eval baselines, nothing found)."""
 
 import csv
+import dataclasses
 import html
 import json
 import os
@@ -17,6 +18,8 @@ from matplotlib.colors import to_hex, to_rgb
 
 from lmms_egoplan.actplan.report_face import actplan_splits
 from lmms_egoplan.cli import main
+from lmms_egoplan.core.text_tables import TERMINAL_WIDTH
+from lmms_egoplan.demo.smoke import task_table
 from lmms_egoplan.egointent.report_face import egointent_scenarios
 from lmms_egoplan.egoplan.report_face import egoplan_breakdowns
 from lmms_egoplan.egothink.data import CAPABILITIES
@@ -26,7 +29,7 @@ from lmms_egoplan.report.figures import PUBLISHED_COLOUR, table_figures
 from lmms_egoplan.report.intervals import bootstrap_interval, exact_binomial_interval
 from lmms_egoplan.report.layout import PUBLISHED_FIELDS
 from lmms_egoplan.report.runs import load_runs
-from lmms_egoplan.report.tables import TEXT_ONLY_BASELINE, THIS_RUN, build_tables
+from lmms_egoplan.report.tables import APART, TEXT_ONLY_BASELINE, THIS_RUN, build_tables
 from lmms_egoplan.suite import report_faces
 from tests.report.hostile import check_hostile_copies
 
@@ -505,6 +508,46 @@ def test_the_page_shows_each_tables_main_score_after_the_model_and_judges_and_no
     assert "partial: 4 of 10 samples (--limit 4)" in cells.notes["notes-egointent"]
 
 
+def _report_headers(report) -> dict[str, tuple[list[str], list[str]]]:
+    """Each table's report.md header (its first table line after the table's heading) and CSV header, by table."""
+    markdown = report.markdown.read_text().splitlines()
+    headers = {}
+    for path in sorted(report.markdown.parent.glob("*.csv")):
+        with open(path, newline="") as handle:
+            csv_header = next(csv.reader(handle))
+        line = next(line for line in markdown if line.startswith("| ") and line.endswith(" |")
+                    and [cell.strip() for cell in line[2:-2].split(" | ")][:2] == csv_header[:2])
+        headers[path.stem] = ([cell.strip() for cell in line[2:-2].split(" | ")], csv_header)
+    return headers
+
+
+def test_every_benchmarks_tables_show_the_main_score_second_in_a_fixed_order_and_print_within_120_columns(
+        results_tree, tmp_path):
+    """Every benchmark's face (a new one too: the results tree must hold a run of it): report.md, the CSV and
+    report.html show the model, then the table's main score; the same columns in the same order from results files
+    listing their metrics in another order; its console table (the demo's) within 120 columns."""
+    with pytest.raises(ValueError, match="its main score 'Nowhere' names none of its columns"):
+        dataclasses.replace(FACES[0].tables[0], main="Nowhere")
+    report = write_report([results_tree], tmp_path / "report", FACES)
+    headers = _report_headers(report)
+    layouts = [(face, layout) for face in FACES for layout in face.tables]
+    assert set(headers) == {layout.key for _, layout in layouts}  # a table of every benchmark's face
+    files = {path: json.loads(path.read_text()) for path in results_tree.rglob("*_results.json")
+             if path.parent.name != "broken"}
+    for face, layout in layouts:
+        main = face.heading(layout.columns[layout.main_column])
+        markdown_header, csv_header = headers[layout.key]
+        assert markdown_header[:2] == csv_header[:2] == ["model", main], layout.key
+        printed = [task_table([(data, "")], face) for data in files.values()
+                   if any(layout.reads(task) for task in data["results"])]
+        assert printed and all(len(line) <= TERMINAL_WIDTH for text in printed for line in text.splitlines()), \
+            layout.key
+    for path, data in files.items():  # every metric listed in reverse order
+        data["results"] = {task: dict(reversed(values.items())) for task, values in data["results"].items()}
+        path.write_text(json.dumps(data))
+    assert _report_headers(write_report([results_tree], tmp_path / "report2", FACES)) == headers
+
+
 def test_a_value_beside_scores_that_measure_nothing_has_no_interval(tmp_path):
     """A plan length of outputs none of which holds a plan: shown, with no interval (it describes nothing scored)."""
     write_lmms_eval_run(tmp_path / "r", "20260101_100000", {"actplan1k": {
@@ -596,7 +639,8 @@ def test_a_value_outside_its_metrics_range_is_invalid_with_a_note_never_a_number
     [think] = [row for row in read_csv(tmp_path / "report" / "ego_think.csv") if row["source"] == THIS_RUN]
     assert think["Counting (0-100)"] == "invalid" and "score: 150 is outside its range [0, 100]" in think["notes"]
     markdown = report.markdown.read_text()
-    assert "| invalid | invalid | invalid | invalid |" in markdown
+    # the main score right after the model, the three others after what made the row
+    assert re.search(r"^\| [^|\n]+ \| invalid \| this run \|[^\n]*\|(?: invalid \|){3}", markdown, re.M)
     assert not re.search(r"\binf\b", markdown.replace("[0, inf]", ""))
     assert "-500" not in markdown and "15000" not in markdown
     tables = {t.name: t for t in build_tables(load_runs([tmp_path / "r"])[0], FACES)[0]}
@@ -737,7 +781,11 @@ def test_every_row_of_a_judged_table_names_its_judge_and_runs_of_other_judge_pro
         "openai:Qwen/Qwen3-30B-A3B-Instruct-2507@0d7cf23 (fingerprint fp_1); rubric egothink v1, prompt bbbb",
         "openai:gpt-4 (served as gpt-4-0613, fingerprint fp_1); rubric egothink v1, prompt aaaa; shut down by OpenAI "
         "on 2026-10-23"}
-    published = {(row["source"], row["model"]): row["judge"] for row in rows if row["source"].startswith("published")}
+    published = {(row["source"].split(f", {APART}")[0], row["model"]): row["judge"] for row in rows
+                 if row["source"].startswith("published")}
+    # the judge a row states (a dated snapshot) is not the runs': shown apart, naming it
+    assert {row["source"] for row in rows if row["model"] == "EgoTools-8B"} == {
+        f"published (EgoTools, Table 2), {APART}: judge gpt-4o-2024-11-20"}
     assert published[("published (EgoThink, Table 3)",
                       "GPT-4V")] == "GPT-4 (snapshot not given), shut down by OpenAI on 2026-10-23"
     assert published[("published (EgoTools, Table 2)", "EgoTools-8B")].endswith(
