@@ -661,7 +661,8 @@ def test_a_nan_value_reads_invalid_and_a_task_set_to_null_is_noted(tmp_path):
     data["results"]["egoplan_test"] = None
     path.write_text(json.dumps(data))  # json writes NaN as NaN
     write_report([tmp_path / "r"], tmp_path / "report", FACES)
-    [val] = [row for row in read_csv(tmp_path / "report" / "egoplan_val.csv") if row["task"] == "egoplan_val"]
+    [val] = [row for row in read_csv(tmp_path / "report" / "egoplan_val.csv")
+             if row["task"] == "egoplan_val" and row["source"] == THIS_RUN]
     assert val["Accuracy (%)"] == "invalid" and "invalid, left out: accuracy: NaN is not a number" in val["notes"]
     assert "'results.egoplan_test' is null: the file holds no value of it" in val["notes"]
 
