@@ -144,10 +144,11 @@ def test_one_models_several_published_values_show_their_spread_and_sources(tmp_p
     write_report([tmp_path / "run"], tmp_path / "report", FACES)
     mimo = [row for row in read_csv(tmp_path / "report" / "egoplan_bench2.csv")
             if row["model"] == "MiMo-Embodied-7B"]
-    assert len(mimo) == 2
+    assert len(mimo) == 3
     for row in mimo:
-        assert row["notes"].startswith("2 published values of this model, 39.90 to 43.00: 43.00 (MiMo-Embodied "
-                                       "technical report, Table 2); 39.90 (HY-Embodied-0.5, README)")
+        assert row["notes"].startswith("3 published values of this model, 37.90 to 43.00: 43.00 (MiMo-Embodied "
+                                       "technical report, Table 2); 39.90 (HY-Embodied-0.5, README); 37.90 "
+                                       "(PhysBrain 1.5, project page results table)"), row["notes"]
 
 
 
