@@ -418,8 +418,8 @@ def _finalize_keeping_responses(finalize, self, *, success: bool, **kwargs):
     import sqlite3
 
     stored = None if success else _responses_stored(self)
-    if stored is not None:  # said in the stopped run's last line (stop_cleanly_on_sigterm)
-        note_kept_on_stop(f"this run stored {stored} model response(s) there")
+    if stored is not None:  # said in the stopped run's last line (stop_cleanly_on_sigterm), beside the cache's name
+        note_kept_on_stop(f"this run stored {stored} model response(s) there", first=True)
     try:
         return finalize(self, success=True, **kwargs)
     except (OSError, sqlite3.Error) as error:  # a full disk: the run's folder keeps them for the next run
@@ -1103,8 +1103,8 @@ def _report_stop(signum: int) -> None:
                      + "; ".join([kept, *RUN.kept_on_stop]) + "\n")
     sys.stderr.flush()
 
-def note_kept_on_stop(what: str) -> None:
+def note_kept_on_stop(what: str, *, first: bool = False) -> None:
     """What else a stopped run keeps (e.g. "judgements already made are in the judge cache <dir>"),
-    said when it stops (``stop_cleanly_on_sigterm``)."""
+    said when it stops (``stop_cleanly_on_sigterm``); ``first``: right after the response cache's name."""
     if what not in RUN.kept_on_stop:
-        RUN.kept_on_stop.append(what)
+        RUN.kept_on_stop.insert(0 if first else len(RUN.kept_on_stop), what)

@@ -5,6 +5,7 @@ unstated (or states in words this reading does not take) is no difference, and i
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,6 +40,15 @@ def _published_items(text: str) -> str | None:
     return text if text.isdigit() else None
 
 
+def _number(value: object) -> float | None:
+    """A recorded setting as a number; null, or words a results file was edited to hold, state none."""
+    try:
+        number = float(value) if value is not None and not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
 @dataclass(frozen=True)
 class RunProtocol:
     """What a run states of a published protocol's fields, for its tasks of one table."""
@@ -50,8 +60,9 @@ class RunProtocol:
     def frames(self) -> str | None:
         recorded = self.run.recorded(self.tasks)
         for name, unit in (("num_frames", "frames"), ("fps", "fps")):
-            if recorded.get(name) not in (None, "null"):
-                return f"{float(recorded[name]):g} {unit}"
+            number = _number(recorded.get(name))
+            if number is not None:
+                return f"{number:g} {unit}"
         return None
 
     def parser(self) -> str | None:

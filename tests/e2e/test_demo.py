@@ -71,7 +71,10 @@ def test_smoke_command_evaluates_a_benchmark_and_prints_one_table(tmp_path):
     assert f"{smoke.SCRIPTED} rows: answers of known quality; all 23 values equal" in printed
     report = tmp_path / "report" / "report.md"
     assert printed.rstrip().endswith(str(report))
-    assert "| this run | scripted-answers | egoplan_val_gen |" in report.read_text()
+    # the model, then its main score (column 2, ``value_order``), then where the row comes from
+    percent = f"{100 * right / len(records):.2f}"
+    assert re.search(rf"^\| scripted-answers \| {percent} \[[^]]*\] \| this run \| egoplan_val_gen \|",
+                     report.read_text(), re.MULTILINE)
 
 
 @pytest.fixture(scope="module")
