@@ -70,6 +70,8 @@ FACE = ReportFace(
                      _mean_column("Overall micro", "micro_official", "cosmos_reason1", "overall_micro"),
                      _mean_column("Overall micro, robust parser", "micro_robust", "cosmos_reason1",
                                   "overall_micro_robust"),
+                     # published only: reports that print one "Cosmos" value without saying which mean it is
+                     Column("Cosmos, mean not stated", "unstated_mean", task="cosmos_reason1", interval=False),
                      count_column("Read differently", "disagreements"),
                      count_column("Unparseable, official parser", "unparseable_official"),
                      count_column("Samples", "predictions")),
@@ -78,7 +80,9 @@ FACE = ReportFace(
                            "(tasks/cosmos_reason1/README.md, Fidelity)",
                            "A published row fills the columns of its source's averaging only (the paper: macro; the "
                            "PAI-Bench leaderboard: micro; MiMo-Embodied: the five sources without AV), with its "
-                           "own prompt and decoding (its notes)",
+                           "own prompt and decoding (its notes); one that prints a single 'Cosmos' value without "
+                           "saying which mean it is (Hy-Embodied-VLM-1.0's README, PhysBrain 1.5's page) fills "
+                           "'Cosmos, mean not stated', which no run fills",
                            "The paper's per-source values are means over runs or over fewer questions than the release "
                            "holds (not whole percents on sources of 100 questions: AgiBot 49.4, AV 55.6); a run here "
                            "is one run over the questions it read"),
@@ -87,6 +91,7 @@ FACE = ReportFace(
     published=published_rows(__package__),
     protocol=protocol_defaults(CosmosReason1Settings, ("data_source", "prompt", "robovqa_items", "fps", "max_frames",
                                                        "max_retries")),
-    units=(("micro_*", PERCENT), ("no_av_*", PERCENT)),  # means of 0 / 1 per question, as the accuracies
+    # means of 0 / 1 per question, as the accuracies; a published mean that does not say which, in percent as printed
+    units=(("micro_*", PERCENT), ("no_av_*", PERCENT), ("unstated_mean", PERCENT)),
     bookkeeping=("unparseable_official", "unparseable_robust", "disagreements"),
 )

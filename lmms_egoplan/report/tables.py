@@ -259,22 +259,30 @@ def _model_key(name: str) -> str:
     return re.sub(r"[^a-z0-9.+]", "", name.lower()).replace("instruct", "")
 
 
+def _score_column(layout: TableLayout, row: Row) -> int | None:
+    """The column a published row's score is read from: the table's main score, or, for a row whose source prints
+    another average only (a mean without AV, a mean it does not name), the first column it fills."""
+    filled = [index for index, value in enumerate(row.values) if isinstance(value, (int, float))]
+    return layout.main_column if layout.main_column in filled else next(iter(filled), None)
+
+
 def _note_spreads(layout: TableLayout, rows: list[tuple[Row, str]]) -> None:
-    """Note on each published row (with its source: paper, table) of a model with several main scores here their
-    range and sources."""
-    main = layout.main_column
-    groups: dict[str, list[tuple[Row, str]]] = {}
+    """Note on each published row (with its source: paper, table) of a model with several scores in one column here
+    (``_score_column``) their range and sources."""
+    groups: dict[tuple[str, int], list[tuple[Row, str]]] = {}
     for row, source in rows:
-        if isinstance(row.values[main], (int, float)):
-            groups.setdefault(_model_key(row.model), []).append((row, source))
-    for group in groups.values():
-        values = [row.values[main] for row, _ in group]
+        column = _score_column(layout, row)
+        if column is not None:
+            groups.setdefault((_model_key(row.model), column), []).append((row, source))
+    for (_, column), group in groups.items():
+        values = [row.values[column] for row, _ in group]
         if len(set(values)) < 2:
             continue
-        digits = layout.columns[main].digits
+        digits = layout.columns[column].digits
+        where = "" if column == layout.main_column else f" in '{layout.columns[column].header}'"
         listed = "; ".join(f"{value:.{digits}f} ({source})" for value, (_, source) in zip(values, group))
         for row, _ in group:
-            row.notes.insert(0, f"{len(group)} published values of this model, {min(values):.{digits}f} to "
+            row.notes.insert(0, f"{len(group)} published values of this model{where}, {min(values):.{digits}f} to "
                                 f"{max(values):.{digits}f}: {listed}")
 
 

@@ -149,6 +149,20 @@ def test_one_models_several_published_values_show_their_spread_and_sources(tmp_p
         assert row["notes"].startswith("3 published values of this model, 37.90 to 43.00: 43.00 (MiMo-Embodied "
                                        "technical report, Table 2); 39.90 (HY-Embodied-0.5, README); 37.90 "
                                        "(PhysBrain 1.5, project page results table)"), row["notes"]
+    # rows that fill another column only (a "Cosmos" mean their sources do not name): their spread in that column,
+    # and none with the rows of a mean they do name (MiMo's five sources without AV)
+    cosmos_reason1_run(tmp_path / "cosmos")
+    write_report([tmp_path / "cosmos"], tmp_path / "cosmos_report", FACES)
+    rows = read_csv(tmp_path / "cosmos_report" / "cosmos_reason1.csv")
+    unstated = "Cosmos, mean not stated (%)"
+    r15 = [row for row in rows if row["model"] == "Embodied-R1.5-8B"]
+    assert sorted(float(row[unstated]) for row in r15) == [67.5, 68.6]
+    assert all(row["notes"].startswith(f"2 published values of this model in '{unstated[:-4]}', 67.50 to 68.60: 67.50 "
+                                       "(PhysBrain 1.5, project page results table); 68.60 (Hy-Embodied-VLM-1.0, "
+                                       "README)") for row in r15)
+    assert all(row[unstated] in ("", "—") for row in rows if row["source"] == THIS_RUN)
+    mimo = [row for row in rows if row["model"] == "MiMo-Embodied-7B"]
+    assert len(mimo) == 2 and not any("published values" in row["notes"] for row in mimo)
 
 
 
