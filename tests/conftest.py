@@ -74,18 +74,34 @@ def small_disk(tmp_path):
         disk.unmount()
 
 
+def _run_folder(tmp_path_factory, name: str) -> Path:
+    """A folder the xdist workers of one test run share (or kept between runs in LMMS_EGOPLAN_TEST_CACHE)."""
+    kept = os.environ.get("LMMS_EGOPLAN_TEST_CACHE")
+    if kept:
+        return Path(kept) / name if name != "checkpoints" else Path(kept)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # basetemp is <run>/popen-gwN: <run> is the workers' common folder
+        shared = tmp_path_factory.getbasetemp().parent / name
+        shared.mkdir(exist_ok=True)
+        return shared
+    return tmp_path_factory.mktemp(name)
+
+
 @pytest.fixture(scope="session")
 def checkpoint_cache(tmp_path_factory) -> Path:
     """Where tiny checkpoints are built: once per test run (the xdist workers of a run share the folder:
     a checkpoint appears by an atomic rename), or kept between runs in LMMS_EGOPLAN_TEST_CACHE."""
-    kept = os.environ.get("LMMS_EGOPLAN_TEST_CACHE")
-    if kept:
-        return Path(kept)
-    if os.environ.get("PYTEST_XDIST_WORKER"):  # basetemp is <run>/popen-gwN: <run> is the workers' common folder
-        shared = tmp_path_factory.getbasetemp().parent / "checkpoints"
-        shared.mkdir(exist_ok=True)
-        return shared
-    return tmp_path_factory.mktemp("checkpoints")
+    return _run_folder(tmp_path_factory, "checkpoints")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def embeddings_of_this_test_run(tmp_path_factory):
+    """The sentence-embedding store (``core.embeddings.EmbeddingStore``) of every test and lmms-eval subprocess of
+    this test run: one folder its workers share, never the developer's own."""
+    from lmms_egoplan.core.embeddings import EMBEDDING_CACHE_VARIABLE
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(EMBEDDING_CACHE_VARIABLE, str(_run_folder(tmp_path_factory, "embeddings")))
+        yield
 
 
 @pytest.fixture(scope="session")

