@@ -12,50 +12,64 @@ from lmms_egoplan.core.embeddings import EMBEDDING_CACHE_VARIABLE, default_sente
 
 TEXTS = ["open the fridge", "take the milk", "open the fridge"]
 
-# A fresh process: its embeddings, whether sentence_transformers was imported, and the store files.
+# A fresh process: its embeddings and whether it imported sentence_transformers.
 _PROBE = """
 import json, sys
 from lmms_egoplan.core.embeddings import sentence_embeddings
-vectors = sentence_embeddings(json.loads(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None, device="cpu")
+vectors = sentence_embeddings(json.loads(sys.argv[1]), device="cpu")
 print(json.dumps({"vectors": [v.tolist() for v in vectors], "imported": "sentence_transformers" in sys.modules}))
 """
 
 
-def probe(store, *model):
+def probe(store):
     import json
     import os
 
-    completed = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(TEXTS), *map(str, model)], check=True,
+    completed = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(TEXTS)], check=True,
                                capture_output=True, text=True, timeout=600,
                                env={**os.environ, EMBEDDING_CACHE_VARIABLE: str(store)})
-    return json.loads(completed.stdout.strip().splitlines()[-1]), completed.stderr
+    return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 def test_a_later_run_reads_the_embeddings_back_bit_for_bit_without_importing_sentence_transformers(tmp_path):
-    first, _ = probe(tmp_path / "store")
-    again, _ = probe(tmp_path / "store")
+    first, again = probe(tmp_path / "store"), probe(tmp_path / "store")
     assert first["imported"] and not again["imported"]
     assert np.array_equal(np.float32(first["vectors"]), np.float32(again["vectors"]))
     assert len(list((tmp_path / "store").glob("*.sqlite"))) == 1
-    # the same vectors sentence-transformers gives, unit norm
+    # unit norm, as sentence-transformers normalises them
     assert np.allclose(np.linalg.norm(first["vectors"], axis=1), 1, atol=1e-6)
 
 
-def test_other_model_files_are_another_store(tmp_path):
+def test_other_model_files_or_another_device_are_another_store(tmp_path, monkeypatch):
     model = shutil.copytree(default_sentence_model(), tmp_path / "model")
-    first, _ = probe(tmp_path / "store", model)
+    monkeypatch.setenv(EMBEDDING_CACHE_VARIABLE, str(tmp_path / "store"))
+    first = embeddings.EmbeddingStore.for_model(str(model), "cpu").path
     (model / "README.md").write_text("edited\n")
-    again, _ = probe(tmp_path / "store", model)
-    assert first["imported"] and again["imported"]
-    assert len(list((tmp_path / "store").glob("*.sqlite"))) == 2
+    embeddings.model_fingerprint.cache_clear()
+    edited = embeddings.EmbeddingStore.for_model(str(model), "cpu").path
+    monkeypatch.setattr(embeddings, "describe_device", lambda device: "cuda:0 (NVIDIA H100 80GB HBM3)")
+    embeddings.model_fingerprint.cache_clear()
+    on_a_gpu = embeddings.EmbeddingStore.for_model(str(model), "cuda:0").path
+    embeddings.model_fingerprint.cache_clear()
+    assert len({first, edited, on_a_gpu}) == 3 and first.parent == tmp_path / "store"
+    assert embeddings.EmbeddingStore.for_model("sentence-transformers/all-MiniLM-L6-v2", "cpu") is None  # a Hub name
 
 
-def test_a_store_that_cannot_be_written_is_said_and_the_run_computes_its_embeddings(tmp_path):
+def test_a_store_that_cannot_be_written_is_said_and_the_run_computes_its_embeddings(tmp_path, monkeypatch):
+    from loguru import logger
+
     blocked = tmp_path / "a file"
     blocked.write_text("not a folder\n")
-    result, stderr = probe(blocked)
-    assert result["imported"] and len(result["vectors"]) == 3
-    assert f"the sentence-embedding store {blocked}/" in stderr and "set LMMS_EGOPLAN_EMBEDDING_CACHE=off" in stderr
+    monkeypatch.setenv(EMBEDDING_CACHE_VARIABLE, str(blocked))
+    said = []
+    sink = logger.add(lambda message: said.append(str(message)), level="WARNING")
+    try:
+        vectors = embeddings.sentence_embeddings([f"a text no other test encodes {tmp_path}"], device="cpu")
+    finally:
+        logger.remove(sink)
+    assert len(vectors) == 1 and np.isclose(np.linalg.norm(vectors[0]), 1, atol=1e-6)
+    assert any(f"the sentence-embedding store {blocked}/" in line and "LMMS_EGOPLAN_EMBEDDING_CACHE=off" in line
+               for line in said)
 
 
 def test_off_keeps_no_store(tmp_path, monkeypatch):
