@@ -8,13 +8,10 @@ END_TO_END = Path(__file__).parent / "e2e"
 
 def pytest_collection_modifyitems(items):
     """The end-to-end tier is a folder: every test under tests/e2e/ is marked ``e2e`` (setup.cfg's
-    ``-m "not e2e"`` leaves them to ``pytest -m e2e``), and no test elsewhere is. The tests marked ``long``
-    (minutes each) come first, so that xdist starts them first and the processes end together, not one running a
-    five-minute test alone at the end."""
+    ``-m "not e2e"`` leaves them to ``pytest -m e2e``), and no test elsewhere is."""
     for item in items:
         if END_TO_END in item.path.parents:
             item.add_marker(pytest.mark.e2e)
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 @pytest.fixture(autouse=True)

@@ -7,8 +7,6 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
-import pytest
-
 from lmms_egoplan.compat.replacements import RECORD_KEY
 from lmms_egoplan.core.provenance import PROVENANCE_KEY
 from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV
@@ -85,7 +83,6 @@ def comparable(results: dict) -> dict:
     return {task: {k: v for k, v in metrics.items()} for task, metrics in results["results"].items()}
 
 
-@pytest.mark.long
 def test_a_run_without_the_suite_is_lmms_evals_own(tmp_path):
     data = tmp_path / "plain.json"
     data.write_text(json.dumps([{"question": f"q{i}?", "answer": "A" if i % 2 else "B"} for i in range(4)]))

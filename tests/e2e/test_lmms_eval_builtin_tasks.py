@@ -25,8 +25,6 @@ from lmms_egoplan.demo.kit.judge_server import hash_rating, loopback_judge_setti
 from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV, finished_run, run_lmms_eval
 from tests.kit.lmms_eval_tasks import LETTERS, egoschema_records, local_copies, seedbench_records
 
-pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
-
 SUITE_TASKS = ["egoplan_val", "ego_think"]
 # A random model's answers are noise whatever their length: 8 new tokens keep the runs short.
 GEN_KWARGS = "max_new_tokens=8"

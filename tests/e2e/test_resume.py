@@ -302,7 +302,6 @@ def stored_answers(cache: Path, task: str) -> dict[int, str]:
 SAMPLED_TASK = "cosmos_reason1_av"  # official_reasoning: temperature 0.6, top-p 0.95; 4 questions in the demo's data
 
 
-@pytest.mark.long
 def test_a_sampled_run_stopped_part_way_resumes_from_its_answers_and_another_seed_draws_new_ones(tiny_model,
                                                                                                  tmp_path):
     """Cosmos-Reason1 under its sampled official_reasoning protocol on egoplan_hf: a random model's answers never hold

@@ -109,7 +109,6 @@ def page_variables(block: list[str]) -> dict[str, str]:
     return {name: value for name, value in found.items() if name not in PAGE_VARIABLES_OF_THE_TEST}
 
 
-@pytest.mark.long
 def test_every_command_of_the_run_all_page_runs_as_printed_on_the_demos_data(workplace):
     root, checkpoint, settings = workplace
     first, *blocks = page_blocks()

@@ -102,7 +102,6 @@ def test_a_pull_request_without_a_test_of_its_own_is_proven_by_an_equivalence_ru
             f"{patch.name}: the end-to-end tier does not run {patch.proven_by}"
 
 
-@pytest.mark.long
 def test_the_released_lmms_eval_fails_the_patches_tests_and_passes_them_with_every_patch_in_order(
         checkpoint_cache, tmp_path):
     scratch, series = scratch_lmms_eval(tmp_path / "lmms-eval"), in_order(PATCHES)

@@ -11,11 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.architecture.user_surface import compare_with_snapshot, run_structure
-
-pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
 
 
 def demo_runs(workdir: Path, *arguments: str) -> dict:

@@ -15,8 +15,6 @@ import pytest
 from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV, run_lmms_eval
 from tests.architecture.test_registration import CHECKOUT, TASKS, installed_name, our_task_index
 
-pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
-
 
 def source_files() -> list[str]:
     """The files a fresh clone of this checkout has (tracked, and new files git does not ignore)."""
