@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lmms_egoplan.core.devices import describe_device, resolve_device
+from lmms_egoplan.core.provenance import folder_digest
 
 # A folder for the embeddings store, or "off"; default ~/.cache/lmms_egoplan/embeddings.
 EMBEDDING_CACHE_VARIABLE = "LMMS_EGOPLAN_EMBEDDING_CACHE"
@@ -70,12 +71,7 @@ def model_fingerprint(folder: str, device: str) -> str | None:
     root = Path(folder)
     if not root.is_dir():
         return None
-    digest = hashlib.sha256()
-    for file in sorted(path for path in root.rglob("*") if path.is_file()):
-        digest.update(str(file.relative_to(root)).encode() + b"\0")
-        with open(file, "rb") as stream:
-            for chunk in iter(lambda: stream.read(1 << 20), b""):
-                digest.update(chunk)
+    digest = hashlib.sha256(folder_digest(root, sorted(path for path in root.rglob("*") if path.is_file())).encode())
     for package in ("sentence-transformers", "transformers", "torch"):
         try:
             digest.update(f"{package} {version(package)}\0".encode())

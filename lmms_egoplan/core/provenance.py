@@ -82,7 +82,7 @@ def data_source(read_from: Sequence[str]) -> list[dict]:
             entries.append({"file": str(path), "sha256": _file_digest(path)})
         elif path.is_dir():
             files = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix.lower() not in MEDIA_SUFFIXES)
-            entries.append({"folder": str(path), "annotation_files": len(files), "sha256": _folder_digest(path, files)})
+            entries.append({"folder": str(path), "annotation_files": len(files), "sha256": folder_digest(path, files)})
         else:
             entries.append({"path": str(path), "sha256": None})
     return entries
@@ -151,7 +151,8 @@ def _file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _folder_digest(root: Path, files: Iterable[Path]) -> str:
+def folder_digest(root: Path, files: Iterable[Path]) -> str:
+    """SHA-256 of ``files`` (under ``root``): each one's relative path and content digest, in the order given."""
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + _file_digest(path).encode() + b"\n")

@@ -42,8 +42,10 @@ def _published_items(text: str) -> str | None:
 
 def _number(value: object) -> float | None:
     """A recorded setting as a number; null, or words a results file was edited to hold, state none."""
+    if value is None or isinstance(value, bool):
+        return None
     try:
-        number = float(value) if value is not None and not isinstance(value, bool) else math.nan
+        number = float(value)
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
