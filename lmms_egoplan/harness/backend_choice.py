@@ -62,7 +62,7 @@ def check_backend_scores(task: Any, model: str, why: str, class_paths: list[str]
     simple implementation where that one scores (``--force_simple``); what they need on a CPU-only machine."""
     if task.OUTPUT_TYPE not in LIKELIHOOD_OUTPUT_TYPES:
         return
-    variant = task.SPEC.generative_variant
+    variant = task.spec.generative_variant
     ways = [f"run the generative task {variant} with --model {model}"] if variant else []
     if len(class_paths) > 1:
         ways.append(simple_backend_hint(task, model))
@@ -77,7 +77,7 @@ def check_backend_scores(task: Any, model: str, why: str, class_paths: list[str]
 def simple_backend_hint(task: Any, model: str) -> str:
     """How ``task`` runs on lmms-eval's simple implementation of ``model``: ``--force_simple``, with lmms-eval's
     conventions for the options that backend does not honour (the answer's tokens only, for one)."""
-    conventions = [f"{setting_name(task.BENCHMARK.entry.env_prefix, name)} set to {option.convention!r}"
+    conventions = [f"{setting_name(task.benchmark.entry.env_prefix, name)} set to {option.convention!r}"
                    for name, option, _ in task.requested_options() if option.binding]
     return (f"add --force_simple for lmms-eval's simple implementation of {model}, which scores by "
             f"lmms-eval's conventions" + (f": with {' and '.join(conventions)}" if conventions else ""))
@@ -89,7 +89,7 @@ def check_backend_honours_options(task: Any, model_class: type, model: str) -> N
     for name, option, value in task.requested_options():
         if option.honoured_by(model_class, value) or option.said_by_task:
             continue
-        setting = setting_name(task.BENCHMARK.entry.env_prefix, name)
+        setting = setting_name(task.benchmark.entry.env_prefix, name)
         if not option.binding:
             logger.warning(f"task {task.config.task} asks for {option.name} {value!r} ({setting}), which backend "
                            f"{model!r} does not declare it honours: it follows its own convention")

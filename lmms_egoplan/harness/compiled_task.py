@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
 
 # The metadata key lm-eval's task factory adds to every task it builds (lmms-eval adds none).
 LM_EVAL_CONFIG_SOURCE = "config_source"
+# The keys of a suite task's YAML that name what it runs: its benchmark's value by dotted path
+# (``contract.benchmark.Benchmark``, e.g. ``lmms_egoplan.egoplan.benchmark.EGOPLAN``; a ``!function`` tag resolves one
+# beside the YAML, as lmms-eval's ``class:`` does) and the name of one of that value's task specs.
+BENCHMARK_KEY, TASK_SPEC_KEY = "benchmark", "task_spec"
 # Samples a loader skipped (``skip_missing``): a run-level number every document repeats.
 SKIPPED_SAMPLES = Metric("skipped_samples", largest, higher_is_better=False)
 
@@ -153,9 +158,50 @@ def not_scored(spec: TaskSpec, context: TaskContext) -> dict[str, str]:
 NOT_SCORED = "not scored"
 
 
+def named_task(yaml_config: Mapping[str, Any], harness_specs: str) -> tuple[Benchmark, TaskSpec]:
+    """The benchmark and the task spec the YAML names (``benchmark``, ``task_spec``): one of the value's
+    ``harness_specs`` (``Benchmark.lmms_eval_tasks`` or ``Benchmark.lm_eval_baselines``). A missing or unknown name
+    is an InputError naming the YAML and the key."""
+    where = yaml_of(yaml_config)
+    named = yaml_config.get(BENCHMARK_KEY)
+    if named is None:
+        raise InputError(f"{where} names no benchmark: set `{BENCHMARK_KEY}:` to the dotted path of its Benchmark "
+                         f"value (e.g. lmms_egoplan.egoplan.benchmark.EGOPLAN)")
+    benchmark = named if isinstance(named, Benchmark) else imported_value(named, where)
+    if not isinstance(benchmark, Benchmark):
+        raise InputError(f"{where}: `{BENCHMARK_KEY}: {named}` is a {type(benchmark).__name__}, not a Benchmark "
+                         f"value (lmms_egoplan.contract.benchmark.Benchmark)")
+    specs: Mapping[str, TaskSpec] = getattr(benchmark, harness_specs)
+    name = yaml_config.get(TASK_SPEC_KEY)
+    if not isinstance(name, str) or name not in specs:
+        said = "names no task spec" if name is None else f"`{TASK_SPEC_KEY}: {name}` is not a task spec of it"
+        raise InputError(f"{where}: {said}; set `{TASK_SPEC_KEY}:` to one of {benchmark.name}'s {harness_specs}: "
+                         f"{', '.join(sorted(specs)) or '(none)'}")
+    return benchmark, specs[name]
+
+
+def yaml_of(yaml_config: Mapping[str, Any]) -> str:
+    """The YAML a config came from, as an error names it: its task, and its path where the harness says it (lm-eval's
+    ``metadata.config_source``; lmms-eval hands a task no path)."""
+    path = (yaml_config.get("metadata") or {}).get(LM_EVAL_CONFIG_SOURCE)
+    return f"the YAML of task {yaml_config.get('task')}" + (f" ({path})" if path else "")
+
+
+def imported_value(dotted_path: Any, where: str) -> Any:
+    """The value a YAML names by dotted path (``package.module.VALUE``)."""
+    module_name, _, attribute = str(dotted_path).rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise InputError(f"{where}: `{BENCHMARK_KEY}: {dotted_path}` names nothing importable ({error}); set it to "
+                         f"the dotted path of a Benchmark value (e.g. lmms_egoplan.egoplan.benchmark.EGOPLAN)") \
+            from error
+
+
 def without_spec_keys(yaml_config: Mapping[str, Any], spec: TaskSpec) -> dict[str, Any]:
-    """The YAML's config without ``class``; a key the spec sets is an error (one place says what a task does)."""
-    config = {key: value for key, value in yaml_config.items() if key != "class"}
+    """The YAML's config without ``class`` and the keys naming the task spec; a key the spec sets is an error (one
+    place says what a task does)."""
+    config = {key: value for key, value in yaml_config.items() if key not in ("class", BENCHMARK_KEY, TASK_SPEC_KEY)}
     if doubled := [key for key in TaskSpec.KEYS if key in config]:
         raise InputError(f"task {config['task']}: {', '.join(doubled)} come from its benchmark's task spec "
                          f"({spec.doc_to_text.__module__}); remove them from its YAML")

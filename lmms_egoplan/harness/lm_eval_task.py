@@ -20,13 +20,12 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, Mapping
 
 from lm_eval.api.task import ConfigurableTask
 
-from lmms_egoplan.contract.benchmark import Benchmark, TaskSpec
 from lmms_egoplan.core.run_state import RUN
-from lmms_egoplan.harness.compiled_task import LM_EVAL_CONFIG_SOURCE, compile_task
+from lmms_egoplan.harness.compiled_task import LM_EVAL_CONFIG_SOURCE, compile_task, named_task
 
 
 @dataclass(frozen=True)
@@ -88,16 +87,14 @@ class LmEvalRunFiles:
 
 class SuiteBaseline(ConfigurableTask):
     """The lm-eval adapter: a text-only baseline of the suite, as lm-eval builds it from the YAML whose ``class:``
-    names a subclass. A subclass sets ``BENCHMARK`` and ``SPEC`` and nothing else, as for lmms-eval's
+    names it. The YAML names ``benchmark`` and ``task_spec`` (one of its ``lm_eval_baselines``), as for lmms-eval's
     ``harness.lmms_eval_task.SuiteTask``: the adapter compiles both with the YAML's config into lm-eval's
     (``compiled``), hands it to lm-eval's constructor once, and keeps a judged spec's judge (``judging``)."""
 
-    BENCHMARK: ClassVar[Benchmark]
-    SPEC: ClassVar[TaskSpec]
-
     def __init__(self, config: Mapping[str, Any], **kwargs):
         run = current_run()
-        self.compiled = compile_task(self.BENCHMARK, self.SPEC, config,
+        self.benchmark, self.spec = named_task(config, "lm_eval_baselines")
+        self.compiled = compile_task(self.benchmark, self.spec, config,
                                      run_files=functools.partial(LmEvalRunFiles, run),
                                      foreign_keys=run.model_arg_names | {LM_EVAL_CONFIG_SOURCE},
                                      kept_metadata=("version", LM_EVAL_CONFIG_SOURCE))

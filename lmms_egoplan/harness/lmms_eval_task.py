@@ -1,9 +1,9 @@
 """How this suite plugs into lmms-eval 0.7.x.
 
-* ``SuiteTask``: the adapter. The class a task YAML's ``class:`` names is a subclass that sets the benchmark and
-  the task spec it holds; it compiles them with the YAML into lmms-eval's config (``compiled_task``), and it builds
-  requests in the form the chosen backend speaks (lmms-eval's plain form for "simple" backends, chat messages for
-  "chat" backends such as ``openai`` or ``vllm``).
+* ``SuiteTask``: the adapter, the class every task YAML's ``class:`` names. The YAML names the benchmark and the
+  task spec it runs (``benchmark:``, ``task_spec:``); the adapter compiles them with the YAML into lmms-eval's config
+  (``compiled_task``), and it builds requests in the form the chosen backend speaks (lmms-eval's plain form for
+  "simple" backends, chat messages for "chat" backends such as ``openai`` or ``vllm``).
 * ``SuiteInstance``: lmms-eval's request with the suite's request options declared.
 
 One job per module around it: where a task writes the files of a run and their stamp (``run_files``), which backend
@@ -17,20 +17,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from importlib import resources
-from typing import Any, ClassVar, Mapping
+from typing import Any, Mapping
 
 from lmms_eval.api.instance import Instance
 from lmms_eval.api.task import ConfigurableMessagesTask, ConfigurableTask
 
 from lmms_egoplan.compat.switches import SUITE_USED, switch_on
 from lmms_egoplan.compat.tasks import bind_class_task_to_backend, unretried_process_results
-from lmms_egoplan.contract.benchmark import Benchmark, TaskSpec
 from lmms_egoplan.core import request_options
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.failed_requests import failed_request
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.harness.backend_choice import refuse_what_cannot_serve, resolve_backend
-from lmms_egoplan.harness.compiled_task import LM_EVAL_CONFIG_SOURCE, compile_task
+from lmms_egoplan.harness.compiled_task import LM_EVAL_CONFIG_SOURCE, compile_task, named_task
 from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, FAILED_REQUESTS, FAILED_REQUESTS_METRIC
 from lmms_egoplan.harness.output_folder import claim_output_folder
 from lmms_egoplan.harness.run_files import LmmsEvalRunFiles
@@ -39,11 +38,12 @@ _GENERATIVE_OUTPUT_TYPES = ("generate_until", "generate_until_multi_round", "gen
 
 
 class SuiteTask(ConfigurableMessagesTask):
-    """The lmms-eval adapter: a task of the suite, as lmms-eval builds it from the YAML whose ``class:`` names a
-    subclass. A subclass sets ``BENCHMARK`` (the benchmark's value, ``contract.benchmark.Benchmark``) and ``SPEC``
-    (what the task does, ``contract.benchmark.TaskSpec``) and nothing else: the adapter compiles both with the YAML's
-    config into lmms-eval's (``compiled``, ``harness.compiled_task.CompiledTask``), hands it to lmms-eval's
-    constructor once, and keeps a judged spec's judge (``judging``, ``harness.judged.Judging``).
+    """The lmms-eval adapter: a task of the suite, as lmms-eval builds it from the YAML whose ``class:`` names it.
+    The YAML names ``benchmark`` (the dotted path of the benchmark's value, ``contract.benchmark.Benchmark``) and
+    ``task_spec`` (one of its ``lmms_eval_tasks``, what the task does: ``contract.benchmark.TaskSpec``), kept as
+    ``benchmark`` and ``spec``: the adapter compiles both with the YAML's config into lmms-eval's (``compiled``,
+    ``harness.compiled_task.CompiledTask``), hands it to lmms-eval's constructor once, and keeps a judged spec's
+    judge (``judging``, ``harness.judged.Judging``).
 
     The effective settings are written into the task config's ``metadata`` so that the results file records
     what was run. Requests take the form the chosen backend speaks (lmms-eval's plain form for "simple" backends,
@@ -55,9 +55,6 @@ class SuiteTask(ConfigurableMessagesTask):
     class a YAML names).
     """
 
-    BENCHMARK: ClassVar[Benchmark]
-    SPEC: ClassVar[TaskSpec]
-
     def __init__(self, config: Mapping[str, Any], **kwargs):
         if LM_EVAL_CONFIG_SOURCE in (config.get("metadata") or {}):
             raise InputError(
@@ -67,10 +64,11 @@ class SuiteTask(ConfigurableMessagesTask):
                 f"lm_eval --include_path <checkout>/lm_eval_tasks (--tasks list names them)"
             )
         switch_on(SUITE_USED)
+        self.benchmark, self.spec = named_task(config, "lmms_eval_tasks")
         self._chat_backend = False
         self._backend: str | None = None  # the run's --model, canonical (``_bind_to_backend``)
         generative = config.get("output_type") in _GENERATIVE_OUTPUT_TYPES
-        self.compiled = compile_task(self.BENCHMARK, self.SPEC, config, run_files=LmmsEvalRunFiles,
+        self.compiled = compile_task(self.benchmark, self.spec, config, run_files=LmmsEvalRunFiles,
                                      counted=(FAILED_REQUESTS_METRIC,) if generative else (),
                                      record_judgements=record_task_judgements_lazily)
         self.settings = self.compiled.settings
@@ -173,14 +171,14 @@ class SuiteTask(ConfigurableMessagesTask):
             return
         self._backend, self._chat_backend = resolved.model_id, resolved.model_type == "chat"
         refuse_what_cannot_serve(self, cli_args, resolved)
-        if self.SPEC.on_backend is not None:
-            self.SPEC.on_backend(self.compiled.context, resolved.model_id, self._chat_backend)
+        if self.spec.on_backend is not None:
+            self.spec.on_backend(self.compiled.context, resolved.model_id, self._chat_backend)
 
     def requested_options(self) -> list[tuple[str, request_options.RequestOption, str]]:
         """(setting, option, value) of every option the task's requests carry: those whose value is
         not lmms-eval's convention, for this task's output type."""
         generative = self.generative
-        chosen = [(name, option, getattr(self.settings, name)) for name, option in self.SPEC.request_options.items()]
+        chosen = [(name, option, getattr(self.settings, name)) for name, option in self.spec.request_options.items()]
         return [(name, option, value) for name, option, value in chosen if value != option.convention
                 and not (option.likelihood_only if generative else option.generation_only)]
 
@@ -203,7 +201,7 @@ class SuiteTask(ConfigurableMessagesTask):
     def _build_user_turn(self, visuals, text: str) -> list:
         """A chat backend's user turn: the visuals before or after the text, as the task orders them."""
         order = request_options.INPUT_ORDER
-        setting = next((name for name, option in self.SPEC.request_options.items() if option is order), None)
+        setting = next((name for name, option in self.spec.request_options.items() if option is order), None)
         if setting is None or getattr(self.settings, setting) == order.convention:
             return super()._build_user_turn(visuals, text)
         return [{"role": "user", "content": [{"type": "text", "text": text},

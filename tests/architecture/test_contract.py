@@ -1,7 +1,7 @@
 """The contract between a benchmark and the harness adapters is a floor of its own (``lmms_egoplan.contract``), and a
-benchmark stands on it alone: its files other than the classes its YAMLs name import nothing of ``harness/``, its
-task module loads no harness, workaround, report or judge engine, and an unjudged task class loads no judge or
-report module (issue 59, point 1). Each import is checked in a fresh interpreter, by what ``sys.modules`` holds."""
+benchmark stands on it alone: its files import nothing of ``harness/``, its task module loads no harness, workaround,
+report or judge engine, and an unjudged task loads no judge or report module (issue 59, point 1). Each import is
+checked in a fresh interpreter, by what ``sys.modules`` holds."""
 
 import subprocess
 import sys
@@ -11,10 +11,6 @@ from tests.architecture.test_imports import BENCHMARKS, PACKAGE, import_graph, m
 # The judge's values (its settings, the rubrics that read judged items, what a judgement is): no engine, no client.
 JUDGE_VALUES = {"lmms_egoplan.judge", "lmms_egoplan.judge.protocol", "lmms_egoplan.judge.rubrics",
                 "lmms_egoplan.judge.settings"}
-# The classes a benchmark's YAMLs name (``class:``): the only files of a benchmark on an adapter.
-ADAPTER_CLASSES = ("lmms_eval_tasks", "text_baselines")
-
-
 def loaded_by(statement: str) -> set[str]:
     """The suite's modules a fresh interpreter holds after ``statement``."""
     code = f"import sys\n{statement}\nprint('\\n'.join(m for m in sys.modules if m.startswith('lmms_egoplan')))"
@@ -39,10 +35,9 @@ def test_the_contract_imports_no_harness_workaround_judge_engine_or_report():
     assert under(loaded, "harness", "compat", "report") | judge_engine(loaded) == set()
 
 
-def test_a_benchmarks_files_other_than_its_adapter_classes_import_nothing_of_the_harness():
+def test_a_benchmarks_files_import_nothing_of_the_harness():
     graph = import_graph()
-    files = [module_name(path) for name in BENCHMARKS for path in sorted((PACKAGE / name).rglob("*.py"))
-             if path.stem not in ADAPTER_CLASSES]
+    files = [module_name(path) for name in BENCHMARKS for path in sorted((PACKAGE / name).rglob("*.py"))]
     assert "lmms_egoplan.egothink.task" in files and "lmms_egoplan.egointent.task" in files
     assert sorted((module, target) for module in files for target in under(graph[module], "harness")) == []
 
@@ -64,10 +59,13 @@ JUDGE_ENGINE = ("lmms_egoplan.judge.engine", "lmms_egoplan.judge.cache", "lmms_e
                 "lmms_egoplan.judge.factory", "lmms_egoplan.judge.providers")
 
 
-def test_an_unjudged_task_class_loads_no_judge_and_no_report_module():
+def test_an_unjudged_task_loads_no_judge_and_no_report_module():
     """The lmms-eval adapter loads a judged task's judge (``harness.judged``) only for a judged spec, and a
     benchmark's report face is loaded when the report or the demo asks (``Benchmark.report_face``)."""
-    loaded = loaded_by("from lmms_egoplan.egoplan.lmms_eval_tasks import EgoPlanValidation")
+    loaded = loaded_by("from lmms_egoplan.harness.lmms_eval_task import SuiteTask\n"
+                       "from lmms_egoplan.harness.compiled_task import named_task\n"
+                       "named_task({'task': 'egoplan_val', 'benchmark': 'lmms_egoplan.egoplan.benchmark.EGOPLAN',"
+                       " 'task_spec': 'validation'}, 'lmms_eval_tasks')")
     assert "lmms_egoplan.harness.lmms_eval_task" in loaded
     assert under(loaded, "judge", "report", "harness.judged", "harness.rejudge") == set()
     assert {m for m in loaded if m.startswith(JUDGE_ENGINE)} == set()

@@ -167,26 +167,24 @@ def test_the_scan_sees_bare_calls_in_blocks_but_not_values_or_scripts(tmp_path):
     assert [line.split(": ", 1)[1] for line in module_level_calls(source)] == ["register(VALUE)", "warn()"]
 
 
-def yaml_classes(folder: Path) -> set[type]:
-    """The classes the YAMLs of a task folder name (``class: !function module.Class``)."""
-    import importlib
-
-    named = {match for path in folder.iterdir() if path.is_file()
-             for match in re.findall(r"^class: !function ([\w.]+)$", path.read_text(), re.MULTILINE)}
-    return {getattr(importlib.import_module(name.rpartition(".")[0]), name.rpartition(".")[2]) for name in named}
+def yaml_keys(folder: Path, key: str) -> dict[Path, str]:
+    """The value of a top-level ``key`` in each YAML of a task folder that sets it (templates included)."""
+    found = {path: re.findall(rf"^{key}: (?:!function )?([\w.]+)$", path.read_text(), re.MULTILINE)
+             for path in folder.iterdir() if path.is_file() and path.suffix not in (".md", ".py")}
+    return {path: values[0] for path, values in found.items() if values}
 
 
 def task_folders() -> list[Path]:
     return sorted(path for tree in ("tasks", "lm_eval_tasks") for path in (CHECKOUT / tree).iterdir() if path.is_dir())
 
 
-def test_the_yamls_keep_only_configuration_their_classes_hold_the_specs():
-    """Hooks and metric lists come from the spec the YAML's class holds: no ``!function`` but ``class:`` and group
+def test_the_yamls_keep_only_configuration_the_spec_they_name_holds_the_hooks():
+    """Hooks and metric lists come from the spec the YAML names: no ``!function`` but ``class:`` and group
     aggregations."""
     from lmms_egoplan.contract.benchmark import TaskSpec
 
     for folder in task_folders():
-        assert yaml_classes(folder) and all(isinstance(cls.SPEC, TaskSpec) for cls in yaml_classes(folder)), folder
+        assert yaml_keys(folder, "task_spec"), folder
         for path in (path for path in folder.iterdir() if path.is_file() and path.suffix not in (".md", ".py")):
             text = path.read_text()
             assert not re.findall(rf"^({'|'.join(TaskSpec.KEYS)}):", text, re.MULTILINE), path
@@ -195,32 +193,31 @@ def test_the_yamls_keep_only_configuration_their_classes_hold_the_specs():
             assert "aggregation" not in functions or "aggregate_metric_list:" in text, path  # a group's only
 
 
-def test_each_class_a_yaml_names_is_an_adapter_holding_a_benchmark_and_a_spec():
-    """One adapter per harness holds the benchmark and the task spec; the class a YAML names adds nothing else, so
-    its MRO is the adapter's and the harness's: at most 7 classes, at most 2 of them the suite's."""
-    from lmms_egoplan.contract.benchmark import Benchmark
-    from lmms_egoplan.harness.lm_eval_task import SuiteBaseline
-    from lmms_egoplan.harness.lmms_eval_task import SuiteTask
-
-    named = {cls for folder in task_folders() for cls in yaml_classes(folder)}
-    assert len(named) >= 12
-    for cls in named:
-        suite = [base for base in cls.__mro__ if base.__module__.startswith("lmms_egoplan")]
-        assert len(cls.__mro__) <= 7 and len(suite) <= 2, (cls, cls.__mro__)
-        assert cls.__bases__ in ((SuiteTask,), (SuiteBaseline,)), cls
-        assert isinstance(cls.BENCHMARK, Benchmark), cls
-        own = {name for name in vars(cls) if not name.startswith("_")}  # _abc_impl: ABCMeta's
-        assert own == {"BENCHMARK", "SPEC"}, (cls, own)
+def test_every_yaml_names_its_harness_one_adapter_and_no_benchmark_holds_a_class_of_its_own():
+    """One class per harness (issue 75): every lmms-eval YAML's ``class:`` is ``SuiteTask``, every lm-eval YAML's
+    ``SuiteBaseline``; a YAML names a benchmark and a spec beside it, in the same file."""
+    adapters = {"tasks": "lmms_egoplan.harness.lmms_eval_task.SuiteTask",
+                "lm_eval_tasks": "lmms_egoplan.harness.lm_eval_task.SuiteBaseline"}
+    for folder in task_folders():
+        classes, benchmarks, specs = (yaml_keys(folder, key) for key in ("class", "benchmark", "task_spec"))
+        assert set(classes.values()) == {adapters[folder.parent.name]}, folder
+        assert set(classes) == set(benchmarks) == set(specs), folder
+    package = CHECKOUT / "lmms_egoplan"
+    assert not [*package.glob("*/lmms_eval_tasks.py"), *package.glob("*/text_baselines.py")]
 
 
-def test_each_benchmark_holds_its_specs_and_a_yaml_class_holds_each_of_them():
+def test_each_benchmark_spec_is_named_by_a_yaml_and_each_yaml_names_one():
     from lmms_egoplan import suite
-    from lmms_egoplan.harness.lmms_eval_task import SuiteTask
+    from lmms_egoplan.harness.compiled_task import named_task
 
-    held = {(cls.BENCHMARK.name, id(cls.SPEC), issubclass(cls, SuiteTask))
-            for folder in task_folders() for cls in yaml_classes(folder)}
-    specs = {(benchmark.name, id(spec), harness_is_lmms_eval) for benchmark in suite.BENCHMARKS
-             for harness_is_lmms_eval, named in ((True, benchmark.lmms_eval_tasks),
-                                                 (False, benchmark.lm_eval_baselines))
-             for spec in named.values()}
-    assert len(specs) == 15 and held == specs
+    named = set()
+    for folder in task_folders():
+        harness_specs = "lmms_eval_tasks" if folder.parent.name == "tasks" else "lm_eval_baselines"
+        for path, spec in yaml_keys(folder, "task_spec").items():
+            config = {"task": path.name, "benchmark": yaml_keys(folder, "benchmark")[path], "task_spec": spec}
+            benchmark, spec = named_task(config, harness_specs)
+            named.add((benchmark.name, id(spec), harness_specs))
+    specs = {(benchmark.name, id(spec), harness_specs) for benchmark in suite.BENCHMARKS
+             for harness_specs in ("lmms_eval_tasks", "lm_eval_baselines")
+             for spec in getattr(benchmark, harness_specs).values()}
+    assert len(specs) == 15 and named == specs

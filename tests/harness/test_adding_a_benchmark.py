@@ -57,7 +57,7 @@ def test_each_harness_indexes_its_yaml_and_builds_and_scores_its_task_in_process
         manager = TaskManager(include_path=str(sixth / folder), include_defaults=False)
     assert task_name in manager.task_index
     task = manager.load_task_or_group([task_name])[task_name]
-    assert task.BENCHMARK is suite.benchmark("sixth")
+    assert task.benchmark is suite.benchmark("sixth")
     doc, _ = task.test_docs()
     assert task.doc_to_text(doc) == "Which colour?"
     assert task.process_results(doc, ["A"])["exact"] == 1.0 and task.process_results(doc, ["B"])["exact"] == 0.0

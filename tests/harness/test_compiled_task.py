@@ -134,3 +134,40 @@ def test_lm_eval_builds_a_baseline_once_from_its_compiled_config(monkeypatch, tm
                        include_defaults=False).load_task_or_group([task_name])[task_name]
     assert len(calls) == 1
     assert_built_from_the_compiled_config(task, calls[0])
+
+
+YAML_NAMING = "task: my_task\nclass: !function {adapter}\n{naming}test_split: test\noutput_type: generate_until\n"
+
+
+@pytest.mark.parametrize("naming, message", [
+    ("", r"the YAML of task my_task{path} names no benchmark: set `benchmark:` to the dotted path of its Benchmark"),
+    ("benchmark: lmms_egoplan.actplan.benchmark.NOTHING\ntask_spec: text_only\n",
+     r"the YAML of task my_task{path}: `benchmark: lmms_egoplan.actplan.benchmark.NOTHING` names nothing importable"),
+    ("benchmark: lmms_egoplan.actplan.task.TEXT_ONLY\ntask_spec: text_only\n",
+     r"`benchmark: lmms_egoplan.actplan.task.TEXT_ONLY` is a TaskSpec, not a Benchmark value"),
+    ("benchmark: lmms_egoplan.actplan.benchmark.ACTPLAN\n",
+     r"the YAML of task my_task{path}: names no task spec; set `task_spec:` to one of actplan's {specs}: {names}"),
+    ("benchmark: lmms_egoplan.actplan.benchmark.ACTPLAN\ntask_spec: with_image\n",
+     r"`task_spec: with_image` is not a task spec of it; set `task_spec:` to one of actplan's {specs}: {names}"),
+], ids=["no benchmark", "unimportable", "not a Benchmark", "no spec", "unknown spec"])
+@pytest.mark.parametrize("harness", ["lmms_eval", "lm_eval"])
+def test_a_yaml_naming_no_spec_or_an_unknown_one_is_an_input_error_naming_the_yaml_and_the_key(
+        tmp_path, harness, naming, message):
+    """Through each harness's own task manager, before any document is read: lm-eval says where the YAML lies
+    (lmms-eval hands a task no path, so the task's name says which YAML)."""
+    import importlib
+
+    from lmms_egoplan.core.errors import InputError
+
+    yaml_path = tmp_path / "mine.yaml"
+    if harness == "lmms_eval":
+        adapter, specs, names, path = "lmms_egoplan.harness.lmms_eval_task.SuiteTask", "lmms_eval_tasks", \
+            "text_only, with_images", ""
+    else:
+        adapter, specs, names, path = "lmms_egoplan.harness.lm_eval_task.SuiteBaseline", "lm_eval_baselines", \
+            "text_only", rf" \({yaml_path}\)"
+    yaml_path.write_text(YAML_NAMING.format(adapter=adapter, naming=naming))
+    tasks = importlib.import_module(f"{harness}.tasks")
+    manager = tasks.TaskManager(include_path=str(tmp_path), include_defaults=False)
+    with pytest.raises(InputError, match=message.format(path=path, specs=specs, names=names)):
+        tasks.get_task_dict(["my_task"], manager)

@@ -11,7 +11,7 @@ from pathlib import Path
 NAME, TITLE, ENV_PREFIX, TASK_PREFIXES = "sixth", "Sixth", "SIXTH", ("sixth_",)
 DOCS = [{"question": "Which colour?", "answer": "A"}, {"question": "Which shape?", "answer": "B"}]
 
-# Step 2, its package: settings, a task spec and the Benchmark value (benchmark.py), and the classes the YAMLs name.
+# Step 2, its package: settings, a task spec and the Benchmark value (benchmark.py).
 BENCHMARK_MODULE = '''
 import json
 from dataclasses import dataclass
@@ -39,26 +39,17 @@ SPEC = TaskSpec(load_docs=load_docs, doc_to_text=lambda doc, *args: doc["questio
 SIXTH = Benchmark(entry("sixth"), settings=SixthSettings, load_report_face=lambda: ReportFace(tables=()),
                   lmms_eval_tasks={"val": SPEC}, lm_eval_baselines={"blind": SPEC})
 '''
-HOLDERS = {
-    "lmms_eval_tasks": "from lmms_egoplan.harness.lmms_eval_task import SuiteTask as Adapter",
-    "text_baselines": "from lmms_egoplan.harness.lm_eval_task import SuiteBaseline as Adapter",
-}
-HOLDER = '''
-{adapter}
-from sixth.benchmark import SIXTH, SPEC
-
-
-class Sixth(Adapter):
-    BENCHMARK, SPEC = SIXTH, SPEC
-'''
-# Step 4, its YAMLs: one task for lmms-eval (tasks/sixth/), one baseline for lm-eval (lm_eval_tasks/sixth/).
+# Step 4, its YAMLs, each naming its harness's adapter, the Benchmark value and a spec of it: one task for lmms-eval
+# (tasks/sixth/), one baseline for lm-eval (lm_eval_tasks/sixth/).
 YAMLS = {
-    "tasks": ("sixth_val", "lmms_eval_tasks", "max_new_tokens"),
-    "lm_eval_tasks": ("sixth_val_blind", "text_baselines", "max_gen_toks"),
+    "tasks": ("sixth_val", "lmms_egoplan.harness.lmms_eval_task.SuiteTask", "val", "max_new_tokens"),
+    "lm_eval_tasks": ("sixth_val_blind", "lmms_egoplan.harness.lm_eval_task.SuiteBaseline", "blind", "max_gen_toks"),
 }
 YAML = '''
 task: {task}
-class: !function sixth.{module}.Sixth
+class: !function {adapter}
+benchmark: sixth.benchmark.SIXTH
+task_spec: {spec}
 test_split: test
 output_type: generate_until
 generation_kwargs:
@@ -84,14 +75,12 @@ def write_sixth_benchmark(root: Path) -> Path:
     package.mkdir(parents=True)
     (package / "__init__.py").write_text('"""Sixth: a throw-away benchmark."""\n')
     (package / "benchmark.py").write_text(BENCHMARK_MODULE)
-    for module, adapter in HOLDERS.items():
-        (package / f"{module}.py").write_text(HOLDER.format(adapter=adapter))
-    for checkout_folder, (task, module, limit) in YAMLS.items():
+    for checkout_folder, (task, adapter, spec, limit) in YAMLS.items():
         folder = root / f"checkout_{checkout_folder}"
         (folder / NAME).mkdir(parents=True)
         (folder / "__init__.py").write_text("")
-        (folder / NAME / f"{task}.yaml").write_text(textwrap.dedent(YAML.format(task=task, module=module,
-                                                                                 limit=limit)).lstrip())
+        (folder / NAME / f"{task}.yaml").write_text(textwrap.dedent(YAML.format(task=task, adapter=adapter,
+                                                                                 spec=spec, limit=limit)).lstrip())
     (root / "sitecustomize.py").write_text(SITECUSTOMIZE)
     data = root / "sixth.json"
     data.write_text(json.dumps(DOCS))
