@@ -54,6 +54,10 @@ class Benchmark:
     def name(self) -> str:
         return self.entry.name
 
+    def __deepcopy__(self, memo: dict) -> Benchmark:
+        # One value per benchmark: lm-eval deep-copies the YAML config holding it (``benchmark: !function ...``).
+        return self
+
     @functools.cached_property
     def report_face(self) -> Any:
         """Its face in the report (loaded once), reading its judged items with its rubrics: the value hands them

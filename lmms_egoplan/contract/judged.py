@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from lmms_egoplan.contract.benchmark import Judged, Metric
 
-__all__ = ["JUDGED_METRICS", "Judged", "judged"]
+__all__ = ["JUDGED_METRICS", "PREDICT_ONLY_ITEMS", "Judged", "judged"]
+
+# Where a --predict_only run logs the judge items of a sample (inside its "bypass" value): what the adapter writes
+# (``harness.judged``) and ``rejudge`` and the report read.
+PREDICT_ONLY_ITEMS = "judge_items"
 
 
 def judged(name: str, what: Judged = Judged.SCORE) -> Metric:

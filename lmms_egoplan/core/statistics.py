@@ -16,6 +16,12 @@ def total(items: Sequence[float]) -> float:
     return float(sum(items))
 
 
+def sum_over_subtasks(metrics: Sequence[float], sizes: Sequence[int], weight_by_size: bool = False) -> float:
+    """Group aggregation (a group YAML's ``aggregate_metric_list``) for counts (``judged``, ``failed``,
+    ``failed_requests``, ...): the subtasks' total."""
+    return sum(metrics)
+
+
 def count(items: Sequence[Any]) -> int:
     """Aggregation: how many documents reported the metric (e.g. the samples of one breakdown bin)."""
     return len(items)

@@ -79,7 +79,8 @@ from lmms_egoplan.cosmos_reason1.settings import PROCESSOR_DEFAULT_FPS, SAMPLED_
 LETTER_INSTRUCTION = "Answer with the option's letter from the given choices directly."
 REASONING_INSTRUCTION = ("Please answer the question in the following format: <think> your reasoning </think> "
                          "<answer> your single letter answer </answer>.")
-# evaluate.py run_model (configs/evaluate.yaml: max_tokens 1024, temperature 0.6; top_p 0.95 in the code).
+# evaluate.py run_model (configs/evaluate.yaml: max_tokens 1024, temperature 0.6; top_p 0.95 in the code): each
+# prompt's decoding, stated here alone (the task YAMLs set no generation_kwargs; ``configure`` hands it over).
 DECODING = {REASONING: {"max_new_tokens": 1024, "temperature": 0.6, "top_p": 0.95, "do_sample": True, "until": []},
             LETTER: {"max_new_tokens": 10, "temperature": 0, "do_sample": False, "until": []}}
 # nvidia-cosmos/cosmos-reason1 issue 26 (closed): BridgeData V2's clips rebuilt by process_raw_data.py before f8ec02d

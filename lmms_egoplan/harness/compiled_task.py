@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
@@ -163,14 +162,12 @@ def named_task(yaml_config: Mapping[str, Any], harness_specs: str) -> tuple[Benc
     ``harness_specs`` (``Benchmark.lmms_eval_tasks`` or ``Benchmark.lm_eval_baselines``). A missing or unknown name
     is an InputError naming the YAML and the key."""
     where = yaml_of(yaml_config)
-    named = yaml_config.get(BENCHMARK_KEY)
-    if named is None:
-        raise InputError(f"{where} names no benchmark: set `{BENCHMARK_KEY}:` to the dotted path of its Benchmark "
-                         f"value (e.g. lmms_egoplan.egoplan.benchmark.EGOPLAN)")
-    benchmark = named if isinstance(named, Benchmark) else imported_value(named, where)
+    benchmark = yaml_config.get(BENCHMARK_KEY)
     if not isinstance(benchmark, Benchmark):
-        raise InputError(f"{where}: `{BENCHMARK_KEY}: {named}` is a {type(benchmark).__name__}, not a Benchmark "
-                         f"value (lmms_egoplan.contract.benchmark.Benchmark)")
+        said = "names no benchmark" if benchmark is None else \
+            f"`{BENCHMARK_KEY}:` is {benchmark!r}, not a Benchmark value (lmms_egoplan.contract.benchmark.Benchmark)"
+        raise InputError(f"{where} {said}: set `{BENCHMARK_KEY}: !function lmms_egoplan.<benchmark>.benchmark.<VALUE>`"
+                         f" (the harness imports the value, as it imports `class:`)")
     specs: Mapping[str, TaskSpec] = getattr(benchmark, harness_specs)
     name = yaml_config.get(TASK_SPEC_KEY)
     if not isinstance(name, str) or name not in specs:
@@ -185,17 +182,6 @@ def yaml_of(yaml_config: Mapping[str, Any]) -> str:
     ``metadata.config_source``; lmms-eval hands a task no path)."""
     path = (yaml_config.get("metadata") or {}).get(LM_EVAL_CONFIG_SOURCE)
     return f"the YAML of task {yaml_config.get('task')}" + (f" ({path})" if path else "")
-
-
-def imported_value(dotted_path: Any, where: str) -> Any:
-    """The value a YAML names by dotted path (``package.module.VALUE``)."""
-    module_name, _, attribute = str(dotted_path).rpartition(".")
-    try:
-        return getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError, ValueError) as error:
-        raise InputError(f"{where}: `{BENCHMARK_KEY}: {dotted_path}` names nothing importable ({error}); set it to "
-                         f"the dotted path of a Benchmark value (e.g. lmms_egoplan.egoplan.benchmark.EGOPLAN)") \
-            from error
 
 
 def without_spec_keys(yaml_config: Mapping[str, Any], spec: TaskSpec) -> dict[str, Any]:

@@ -17,7 +17,7 @@ A judged benchmark needs:
   for ``judged`` / ``failed``, and whose metrics are ``contract.judged.JUDGED_METRICS`` (and any judged breakdown
   declared with ``contract.judged.judged``); the adapter then holds a ``Judging`` and aggregates each declaration
   with its function here (``JUDGED_AGGREGATIONS``);
-* in a group YAML, ``aggregation: !function lmms_egoplan.harness.judged.sum_over_subtasks``
+* in a group YAML, ``aggregation: !function lmms_egoplan.core.statistics.sum_over_subtasks``
   for ``judged`` / ``failed`` (the group's totals).
 
 A sample judged on several named parts (e.g. three answer fields, one request each)
@@ -45,10 +45,11 @@ from loguru import logger
 
 from lmms_egoplan.compat.durability import ask_for_exit_status, note_kept_on_stop
 from lmms_egoplan.contract.benchmark import Benchmark, Judged, TaskContext, TaskSpec
+from lmms_egoplan.contract.judged import PREDICT_ONLY_ITEMS
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, is_failed_request_item
-from lmms_egoplan.harness.rejudge import PREDICT_ONLY_ITEMS, rejudge_command
+from lmms_egoplan.harness.rejudge import rejudge_command
 from lmms_egoplan.judge.cache import JudgeCacheError
 from lmms_egoplan.judge.engine import Judge, RetiredJudgeError, preflight
 from lmms_egoplan.judge.identity import JudgeIdentity
@@ -285,8 +286,3 @@ def failed_count(items: Sequence[dict], args: Any = None, *, context: TaskContex
 # What each judged declaration of a spec (``contract.judged``) aggregates with.
 JUDGED_AGGREGATIONS: dict[Judged, Callable] = {
     Judged.SCORE: judged_score, Judged.COUNT: judged_count, Judged.FAILED: failed_count}
-
-
-def sum_over_subtasks(metrics: Sequence[float], sizes: Sequence[int], weight_by_size: bool = False) -> float:
-    """Group aggregation for counts (``judged``, ``failed``): the subtasks' total."""
-    return sum(metrics)

@@ -39,7 +39,7 @@ _GENERATIVE_OUTPUT_TYPES = ("generate_until", "generate_until_multi_round", "gen
 
 class SuiteTask(ConfigurableMessagesTask):
     """The lmms-eval adapter: a task of the suite, as lmms-eval builds it from the YAML whose ``class:`` names it.
-    The YAML names ``benchmark`` (the dotted path of the benchmark's value, ``contract.benchmark.Benchmark``) and
+    The YAML names ``benchmark`` (the benchmark's value, ``contract.benchmark.Benchmark``, by ``!function``) and
     ``task_spec`` (one of its ``lmms_eval_tasks``, what the task does: ``contract.benchmark.TaskSpec``), kept as
     ``benchmark`` and ``spec``: the adapter compiles both with the YAML's config into lmms-eval's (``compiled``,
     ``harness.compiled_task.CompiledTask``), hands it to lmms-eval's constructor once, and keeps a judged spec's

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from loguru import logger
 
 from lmms_egoplan.compat.results import LMMS_EVAL_DEFAULT_TIMEZONE
+from lmms_egoplan.contract.judged import PREDICT_ONLY_ITEMS
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.files import read_text, strict_json, write_atomically
 from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, FAILED_REQUESTS
@@ -35,8 +36,6 @@ from lmms_egoplan.judge.rubrics import (
 )
 from lmms_egoplan.judge.settings import JudgeSettings, JudgeSetupError
 
-# Where a --predict_only run logs the judge items of a sample (inside its "bypass" value).
-PREDICT_ONLY_ITEMS = "judge_items"
 # Metrics that count judgements rather than score them (a judged task's judged / failed).
 COUNT_METRICS = ("judged", "failed")
 

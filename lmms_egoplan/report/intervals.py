@@ -19,10 +19,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lmms_egoplan.contract.judged import PREDICT_ONLY_ITEMS
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.files import read_jsonl
 from lmms_egoplan.core.statistics import mean_or_nan
-from lmms_egoplan.harness.rejudge import PREDICT_ONLY_ITEMS
 from lmms_egoplan.judge.rubrics import FixedRating, Rubric, is_judge_parts_item, item_parts, load_rubric
 from lmms_egoplan.report.layout import MICRO, GroupMean
 from lmms_egoplan.report.runs import PREDICTED_ONLY, Run

@@ -63,9 +63,10 @@ def test_an_unjudged_task_loads_no_judge_and_no_report_module():
     """The lmms-eval adapter loads a judged task's judge (``harness.judged``) only for a judged spec, and a
     benchmark's report face is loaded when the report or the demo asks (``Benchmark.report_face``)."""
     loaded = loaded_by("from lmms_egoplan.harness.lmms_eval_task import SuiteTask\n"
+                       "from lmms_egoplan.egoplan.benchmark import EGOPLAN\n"
                        "from lmms_egoplan.harness.compiled_task import named_task\n"
-                       "named_task({'task': 'egoplan_val', 'benchmark': 'lmms_egoplan.egoplan.benchmark.EGOPLAN',"
-                       " 'task_spec': 'validation'}, 'lmms_eval_tasks')")
+                       "named_task({'task': 'egoplan_val', 'benchmark': EGOPLAN, 'task_spec': 'validation'},"
+                       " 'lmms_eval_tasks')")
     assert "lmms_egoplan.harness.lmms_eval_task" in loaded
     assert under(loaded, "judge", "report", "harness.judged", "harness.rejudge") == set()
     assert {m for m in loaded if m.startswith(JUDGE_ENGINE)} == set()

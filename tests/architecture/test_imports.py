@@ -212,6 +212,14 @@ def test_the_core_imports_nothing_of_the_suite_outside_itself():
                     if t.startswith("lmms_egoplan") and not t.startswith("lmms_egoplan.core")} == set()
 
 
+def test_the_report_imports_nothing_of_the_harness():
+    """The report reads runs' files; what it shares with the adapters (e.g. ``contract.judged.PREDICT_ONLY_ITEMS``)
+    lies on a floor below both (issue 75)."""
+    graph = import_graph()
+    assert sorted((module, target) for module, targets in graph.items() if folder(module) == "report"
+                  for target in targets if folder(target) in ("harness", "models")) == []
+
+
 # What names no benchmark, not even in a string: a new benchmark needs nothing of them (the suite
 # hands its report face and commands to the report and the CLI; the demo imports its benchmarks' modules).
 SHARED = ("core", "judge", "contract", "harness", "report", "demo/kit", "demo/smoke.py", "cli.py")

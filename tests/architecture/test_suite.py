@@ -189,7 +189,7 @@ def test_the_yamls_keep_only_configuration_the_spec_they_name_holds_the_hooks():
             text = path.read_text()
             assert not re.findall(rf"^({'|'.join(TaskSpec.KEYS)}):", text, re.MULTILINE), path
             functions = re.findall(r"^\s*(?:- )?(\w+): !function", text, re.MULTILINE)
-            assert set(functions) <= {"class", "aggregation"}, path
+            assert set(functions) <= {"class", "benchmark", "aggregation"}, path
             assert "aggregation" not in functions or "aggregate_metric_list:" in text, path  # a group's only
 
 
@@ -207,6 +207,8 @@ def test_every_yaml_names_its_harness_one_adapter_and_no_benchmark_holds_a_class
 
 
 def test_each_benchmark_spec_is_named_by_a_yaml_and_each_yaml_names_one():
+    import importlib
+
     from lmms_egoplan import suite
     from lmms_egoplan.harness.compiled_task import named_task
 
@@ -214,7 +216,9 @@ def test_each_benchmark_spec_is_named_by_a_yaml_and_each_yaml_names_one():
     for folder in task_folders():
         harness_specs = "lmms_eval_tasks" if folder.parent.name == "tasks" else "lm_eval_baselines"
         for path, spec in yaml_keys(folder, "task_spec").items():
-            config = {"task": path.name, "benchmark": yaml_keys(folder, "benchmark")[path], "task_spec": spec}
+            module, _, value = yaml_keys(folder, "benchmark")[path].rpartition(".")
+            benchmark = getattr(importlib.import_module(module), value)
+            config = {"task": path.name, "benchmark": benchmark, "task_spec": spec}
             benchmark, spec = named_task(config, harness_specs)
             named.add((benchmark.name, id(spec), harness_specs))
     specs = {(benchmark.name, id(spec), harness_specs) for benchmark in suite.BENCHMARKS

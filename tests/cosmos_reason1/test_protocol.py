@@ -2,6 +2,8 @@
 qwen_vl_utils samples it at 4 fps (the installed package as oracle), the decoding of each prompt, and the scores
 of an answer under both parsers."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from qwen_vl_utils.vision_process import smart_nframes
@@ -86,6 +88,19 @@ def test_each_prompt_has_its_decoding(fixture, prompt):
     assert task.DECODING["official_reasoning"] == {"max_new_tokens": 1024, "temperature": 0.6, "top_p": 0.95,
                                                    "do_sample": True, "until": []}
     assert task.DECODING["official_letter"]["max_new_tokens"] == 10 and not task.DECODING[prompt]["until"]
+
+
+@pytest.mark.parametrize("prompt", ["official_reasoning", "official_letter"])
+def test_the_built_task_decodes_as_its_prompt_says_and_nothing_else(fixture, prompt, monkeypatch):
+    """The decoding has one home (``task.DECODING``): lmms-eval's config of a built task holds the prompt's, no key
+    of the other prompt's (the YAML states none)."""
+    from lmms_eval.tasks import TaskManager, get_task_dict
+
+    for name, value in fixture.env(prompt=prompt).items():
+        monkeypatch.setenv(name, value)
+    folder = Path(__file__).resolve().parents[2] / "tasks" / "cosmos_reason1"
+    built = get_task_dict(["cosmos_reason1_av"], TaskManager(include_path=str(folder), include_defaults=False))
+    assert built["cosmos_reason1_av"].config.generation_kwargs == task.DECODING[prompt]
 
 
 @pytest.mark.parametrize("backend, chat, said, retries", [

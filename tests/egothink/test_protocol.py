@@ -197,7 +197,8 @@ def test_the_hooks_and_metrics_come_from_the_task_spec_and_a_yaml_that_sets_one_
     folder.mkdir()
     (folder / "mine.yaml").write_text("task: my_ego_think\ndataset_name: Reasoning_counting\n"
                                       "class: !function lmms_egoplan.harness.lmms_eval_task.SuiteTask\n"
-                                      "benchmark: lmms_egoplan.egothink.benchmark.EGOTHINK\ntask_spec: dimension\n"
+                                      "benchmark: !function lmms_egoplan.egothink.benchmark.EGOTHINK\n"
+                                      "task_spec: dimension\n"
                                       "test_split: test\n"
                                       "output_type: generate_until\ndoc_to_target: question\n")
     with pytest.raises(InputError, match=r"task my_ego_think: doc_to_target come from its benchmark's task spec "

@@ -140,16 +140,17 @@ YAML_NAMING = "task: my_task\nclass: !function {adapter}\n{naming}test_split: te
 
 
 @pytest.mark.parametrize("naming, message", [
-    ("", r"the YAML of task my_task{path} names no benchmark: set `benchmark:` to the dotted path of its Benchmark"),
-    ("benchmark: lmms_egoplan.actplan.benchmark.NOTHING\ntask_spec: text_only\n",
-     r"the YAML of task my_task{path}: `benchmark: lmms_egoplan.actplan.benchmark.NOTHING` names nothing importable"),
-    ("benchmark: lmms_egoplan.actplan.task.TEXT_ONLY\ntask_spec: text_only\n",
-     r"`benchmark: lmms_egoplan.actplan.task.TEXT_ONLY` is a TaskSpec, not a Benchmark value"),
-    ("benchmark: lmms_egoplan.actplan.benchmark.ACTPLAN\n",
+    ("", r"the YAML of task my_task{path} names no benchmark: set `benchmark: !function lmms_egoplan.<benchmark>"),
+    ("benchmark: lmms_egoplan.actplan.benchmark.ACTPLAN\ntask_spec: text_only\n",
+     r"the YAML of task my_task{path} `benchmark:` is 'lmms_egoplan.actplan.benchmark.ACTPLAN', not a Benchmark value "
+     r"\(lmms_egoplan.contract.benchmark.Benchmark\): set `benchmark: !function lmms_egoplan.<benchmark>"),
+    ("benchmark: !function lmms_egoplan.actplan.task.TEXT_ONLY\ntask_spec: text_only\n",
+     r"`benchmark:` is TaskSpec\(.*\), not a Benchmark value"),
+    ("benchmark: !function lmms_egoplan.actplan.benchmark.ACTPLAN\n",
      r"the YAML of task my_task{path}: names no task spec; set `task_spec:` to one of actplan's {specs}: {names}"),
-    ("benchmark: lmms_egoplan.actplan.benchmark.ACTPLAN\ntask_spec: with_image\n",
+    ("benchmark: !function lmms_egoplan.actplan.benchmark.ACTPLAN\ntask_spec: with_image\n",
      r"`task_spec: with_image` is not a task spec of it; set `task_spec:` to one of actplan's {specs}: {names}"),
-], ids=["no benchmark", "unimportable", "not a Benchmark", "no spec", "unknown spec"])
+], ids=["no benchmark", "a string", "not a Benchmark", "no spec", "unknown spec"])
 @pytest.mark.parametrize("harness", ["lmms_eval", "lm_eval"])
 def test_a_yaml_naming_no_spec_or_an_unknown_one_is_an_input_error_naming_the_yaml_and_the_key(
         tmp_path, harness, naming, message):

@@ -48,7 +48,7 @@ YAMLS = {
 YAML = '''
 task: {task}
 class: !function {adapter}
-benchmark: sixth.benchmark.SIXTH
+benchmark: !function sixth.benchmark.SIXTH
 task_spec: {spec}
 test_split: test
 output_type: generate_until
