@@ -1,14 +1,17 @@
 """Nothing users see changes (issue 50, point 6): task and group names, backends and their model_args, the
-environment variables, each task's settings (YAML metadata keys and defaults, the judge's prompt hashes) and
-metrics, the ``lmms-egoplan`` commands and flags, the exit statuses, compared to the snapshots in
-``user_surface/`` (taken at 5a0c717, before the refactor; ``LMMS_EGOPLAN_UPDATE_SNAPSHOTS=1`` rewrites them).
+environment variables, each task's settings (YAML metadata keys and defaults, the judge's prompt hashes), the
+``lmms-egoplan`` commands and flags, the exit statuses, compared to the snapshots in ``user_surface/`` (taken at
+5a0c717, before the refactor; ``LMMS_EGOPLAN_UPDATE_SNAPSHOTS=1`` rewrites them); each task's metrics and each
+group's aggregations compared to its generated card (``tasks/<benchmark>/task_cards.md``, issue 75).
 The results files of real runs: tests/e2e/test_user_surface.py."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +30,8 @@ from tests.architecture.user_surface import (
     recorded_settings,
     task_index,
 )
+
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def test_task_and_group_names_of_both_harnesses():
@@ -99,13 +104,41 @@ def group_summary(group) -> dict:
                                    for metric in config.get("aggregate_metric_list") or ()]}
 
 
-def test_each_tasks_metrics_and_output_type_and_each_groups_aggregated_metrics(built_tasks):
+def card_sections() -> dict[str, str]:
+    """Each task's and group's section of the generated cards (``harness.task_cards``), by its name."""
+    sections = {}
+    for path in (path for tree in ("tasks", "lm_eval_tasks") for path in (CHECKOUT / tree).glob("*/task_cards.md")):
+        for section in path.read_text().split("\n## `")[1:]:
+            sections[section.split("`", 1)[0]] = section
+    return sections
+
+
+def card_metrics(section: str) -> dict[str, bool]:
+    """A card's metric table (a group's: its aggregated metrics, by whether they are weighted by size)."""
+    return {name: flag == "yes" for name, flag in re.findall(r"^\| `(\w+)` \| .* \| (yes|no) \|$", section, re.M)}
+
+
+def test_each_tasks_card_says_its_metrics_and_output_type_and_each_groups_its_members_and_aggregations(built_tasks):
+    """The cards replace the snapshot of every task's metrics (issue 75): every metric a task reports as the harness
+    builds it (on the demo's data) is on its card with whether higher is better, or is one the card names the
+    function for (those the documents decide) or ``skipped_samples`` (a loader that left samples out)."""
     tasks, _, _ = built_tasks
-    compare_with_snapshot("task_metrics", {
-        harness: {name: group_summary(task) if hasattr(task, "group_name") else
-                  {"output_type": task.config.output_type, "metrics (higher is better)": dict(task.higher_is_better())}
-                  for name, task in built.items()}
-        for harness, built in tasks.items()})
+    sections = card_sections()
+    for built in tasks.values():
+        for name, task in built.items():
+            section = sections[name]
+            if hasattr(task, "group_name"):
+                summary = group_summary(task)
+                assert list(card_metrics(section)) == summary["aggregated metrics"], name
+                assert all(f"`{member}`" in section.split("\n")[2] for member in summary["group of"]), name
+                continue
+            context = task.compiled.context
+            decided = {metric.name: metric.higher_is_better for metric in
+                       (task.spec.metrics_of_the_data(context, context.loaded.docs)
+                        if task.spec.metrics_of_the_data is not None else ())}
+            skipped = {"skipped_samples": False} if context.loaded.skipped is not None else {}
+            assert dict(task.higher_is_better()) == {**decided, **card_metrics(section), **skipped}, name
+            assert f"- output type: `{task.config.output_type}`" in section, name
 
 
 def test_each_tasks_recorded_settings_their_defaults_and_the_judges_prompt_hashes(built_tasks):
