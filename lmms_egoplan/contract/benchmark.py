@@ -37,8 +37,8 @@ class Benchmark:
     rubrics: Mapping[str, Rubric] = field(default_factory=dict)  # by the names its judged items carry
     commands: Mapping[str, tuple[str, Callable[[Any], None]]] = field(default_factory=dict)  # as cli.COMMANDS
     rejudge_groups: Mapping[str, GroupScores] = field(default_factory=dict)  # task-name prefix -> its groups
-    # What its tasks do, by name (``TaskSpec``): its lmms-eval tasks, and its text-only baselines under lm-eval. The
-    # classes their YAMLs name (its ``lmms_eval_tasks`` and ``text_baselines`` modules) hold this value and a spec.
+    # What its tasks do, by name (``TaskSpec``): its lmms-eval tasks, and its text-only baselines under lm-eval. Their
+    # YAMLs name this value (``benchmark: !function ...``) and one of these names (``task_spec:``).
     lmms_eval_tasks: Mapping[str, TaskSpec] = field(default_factory=dict)
     lm_eval_baselines: Mapping[str, TaskSpec] = field(default_factory=dict)
     # Its data (``contract.data``): its release's parts and counts, its authors' Hub datasets, what else it needs
@@ -161,11 +161,11 @@ class TaskSpec:
     """What a benchmark's task does (an lmms-eval task, or an lm-eval baseline), as plain functions: where its
     documents come from, the hooks the harness calls on each document in its order, and the metrics they report.
 
-    The task YAMLs keep what is configuration (``class:``, ``output_type``, ``generation_kwargs``,
-    ``lmms_eval_specific_kwargs``, ``metadata``, group aggregations); the adapter their ``class:`` names holds the
-    spec and hands the hooks to the harness (a YAML that sets one of them too is an error: one place says what a task
-    does). Hooks of the harness's own signature (``doc_to_text`` and the other ``doc_to_*``) get no context: what
-    they need of the settings the loader puts into each document."""
+    The task YAMLs keep what is configuration (``class:``, ``benchmark:``, ``task_spec:``, ``output_type``,
+    ``generation_kwargs``, ``lmms_eval_specific_kwargs``, ``metadata``, group aggregations); the adapter their
+    ``class:`` names holds the spec and hands the hooks to the harness (a YAML that sets one of them too is an error:
+    one place says what a task does). Hooks of the harness's own signature (``doc_to_text`` and the other
+    ``doc_to_*``) get no context: what they need of the settings the loader puts into each document."""
 
     load_docs: Callable[[TaskContext], LoadedDocs]
     doc_to_text: Callable

@@ -3,5 +3,5 @@ outcome, each field rated by an LLM judge. ``task`` holds the hooks in the order
 them, ``data`` reads the release, ``synthetic`` the demo's data, ``report_face`` its table and figure
 in ``lmms-egoplan report`` (its published rows in ``published_results.json``), ``commands`` its
 ``lmms-egoplan`` command. The task YAMLs
-(``tasks/egointent/``) name the hooks in their modules; importing this package imports nothing else,
+(``tasks/egointent/``) name its ``benchmark.EGOINTENT`` and a spec of it; importing this package imports nothing else,
 so that its data and scoring modules load without lmms-eval."""

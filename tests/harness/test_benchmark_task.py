@@ -113,7 +113,7 @@ def test_hooks_read_of_their_context_only_its_fields_and_of_its_run_files_only_t
     assert "task" not in fields
     run_files = {name for name in vars(RunFiles) if not name.startswith("_")}
     package = Path(__file__).resolve().parents[2] / "lmms_egoplan"
-    modules = [*package.glob("*/task.py"), *package.glob("*/text_baselines.py"), package / "harness" / "judged.py",
+    modules = [*package.glob("*/task.py"), package / "harness" / "judged.py",
                package / "harness" / "failed_requests.py"]
     read_of_context, read_of_run_files = set(), set()
     for module in modules:
@@ -135,7 +135,7 @@ def test_no_benchmark_module_reads_a_private_attribute_it_does_not_set():
     import ast
 
     package = Path(__file__).resolve().parents[2] / "lmms_egoplan"
-    modules = [*package.glob("*/task.py"), *package.glob("*/text_baselines.py"), package / "harness" / "judged.py"]
+    modules = [*package.glob("*/task.py"), package / "harness" / "judged.py"]
     for module in modules:
         tree = ast.parse(module.read_text())
         private = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
