@@ -64,10 +64,10 @@ class SuiteTask(ConfigurableMessagesTask):
                 f"lm_eval --include_path <checkout>/lm_eval_tasks (--tasks list names them)"
             )
         switch_on(SUITE_USED)
-        self.benchmark, self.spec = named_task(config, "lmms_eval_tasks")
         self._chat_backend = False
         self._backend: str | None = None  # the run's --model, canonical (``_bind_to_backend``)
         generative = config.get("output_type") in _GENERATIVE_OUTPUT_TYPES
+        self.benchmark, self.spec = named_task(config, "lmms_eval_tasks")
         self.compiled = compile_task(self.benchmark, self.spec, config, run_files=LmmsEvalRunFiles,
                                      counted=(FAILED_REQUESTS_METRIC,) if generative else (),
                                      record_judgements=record_task_judgements_lazily)
