@@ -60,10 +60,18 @@ def type_name(cls: type) -> str:
 
 
 def first_line(value: Any) -> str:
-    """The first paragraph of a function's docstring, on one line."""
+    """The first paragraph of a function's docstring, on one line, as a table cell."""
     value = value.func if isinstance(value, functools.partial) else value
     doc = inspect.getdoc(value) if callable(value) else None
-    return " ".join(doc.split("\n\n")[0].split()) if doc else ""
+    return as_cell(" ".join(doc.split("\n\n")[0].split())) if doc else ""
+
+
+def as_cell(text: str) -> str:
+    """Prose as a Markdown table cell: a ``|`` escaped, and ``<`` ``>`` outside code spans too (``<root>/...`` would
+    render as an HTML tag, and vanish)."""
+    parts = text.replace("|", "\\|").split("`")
+    return "`".join(part if index % 2 else part.replace("<", "&lt;").replace(">", "&gt;")
+                    for index, part in enumerate(parts))
 
 
 def load_yaml(path: Path) -> dict:
@@ -105,7 +113,7 @@ def settings_rows(benchmark: Benchmark, metadata: Mapping[str, Any]) -> list[str
         default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
         yaml_value = f"`{json.dumps(metadata[field.name])}`" if field.name in metadata else ""
         rows.append(f"| `{field.name}` | `{env_var(benchmark.entry.env_prefix, field.name)}` | "
-                    f"`{json.dumps(default, default=str)}` | {yaml_value} | {comments.get(field.name, '')} |")
+                    f"`{json.dumps(default, default=str)}` | {yaml_value} | {as_cell(comments.get(field.name, ''))} |")
     return rows
 
 
