@@ -34,6 +34,9 @@ LM_EVAL_CONFIG_SOURCE = "config_source"
 # (``contract.benchmark.Benchmark``, e.g. ``lmms_egoplan.egoplan.benchmark.EGOPLAN``; a ``!function`` tag resolves one
 # beside the YAML, as lmms-eval's ``class:`` does) and the name of one of that value's task specs.
 BENCHMARK_KEY, TASK_SPEC_KEY = "benchmark", "task_spec"
+# The output types of generative tasks (lmms-eval's; lm-eval's is the first): lmms-eval's adapter counts their
+# failed requests.
+GENERATIVE_OUTPUT_TYPES = ("generate_until", "generate_until_multi_round", "generate_until_agentic")
 # Samples a loader skipped (``skip_missing``): a run-level number every document repeats.
 SKIPPED_SAMPLES = Metric("skipped_samples", largest, higher_is_better=False)
 

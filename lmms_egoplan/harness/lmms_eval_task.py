@@ -29,12 +29,15 @@ from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.failed_requests import failed_request
 from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.harness.backend_choice import refuse_what_cannot_serve, resolve_backend
-from lmms_egoplan.harness.compiled_task import LM_EVAL_CONFIG_SOURCE, compile_task, named_task
+from lmms_egoplan.harness.compiled_task import (
+    GENERATIVE_OUTPUT_TYPES,
+    LM_EVAL_CONFIG_SOURCE,
+    compile_task,
+    named_task,
+)
 from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, FAILED_REQUESTS, FAILED_REQUESTS_METRIC
 from lmms_egoplan.harness.output_folder import claim_output_folder
 from lmms_egoplan.harness.run_files import LmmsEvalRunFiles
-
-_GENERATIVE_OUTPUT_TYPES = ("generate_until", "generate_until_multi_round", "generate_until_agentic")
 
 
 class SuiteTask(ConfigurableMessagesTask):
@@ -66,7 +69,7 @@ class SuiteTask(ConfigurableMessagesTask):
         switch_on(SUITE_USED)
         self._chat_backend = False
         self._backend: str | None = None  # the run's --model, canonical (``_bind_to_backend``)
-        generative = config.get("output_type") in _GENERATIVE_OUTPUT_TYPES
+        generative = config.get("output_type") in GENERATIVE_OUTPUT_TYPES
         self.benchmark, self.spec = named_task(config, "lmms_eval_tasks")
         self.compiled = compile_task(self.benchmark, self.spec, config, run_files=LmmsEvalRunFiles,
                                      counted=(FAILED_REQUESTS_METRIC,) if generative else (),
@@ -95,7 +98,7 @@ class SuiteTask(ConfigurableMessagesTask):
 
     @property
     def generative(self) -> bool:
-        return self.OUTPUT_TYPE in _GENERATIVE_OUTPUT_TYPES
+        return self.OUTPUT_TYPE in GENERATIVE_OUTPUT_TYPES
 
     def process_results(self, doc, results, full_docs=None):
         # A failed model request is no answer: not parsed, judged or scored, only counted

@@ -25,7 +25,13 @@ from typing import Any, Iterable, Mapping
 
 from lmms_egoplan.contract.benchmark import Benchmark, Judged, Metric, TaskContext, TaskSpec
 from lmms_egoplan.core.settings import env_var, resolve_settings
-from lmms_egoplan.harness.compiled_task import BENCHMARK_KEY, SKIPPED_SAMPLES, TASK_SPEC_KEY, named_task
+from lmms_egoplan.harness.compiled_task import (
+    BENCHMARK_KEY,
+    GENERATIVE_OUTPUT_TYPES,
+    SKIPPED_SAMPLES,
+    TASK_SPEC_KEY,
+    named_task,
+)
 from lmms_egoplan.harness.failed_requests import FAILED_REQUESTS_METRIC
 
 CARDS_FILE = "task_cards.md"
@@ -33,7 +39,6 @@ CARDS_FILE = "task_cards.md"
 # Benchmark naming their specs, and the one generative-task metric the adapter adds.
 HARNESSES = {"lmms_egoplan.tasks": ("lmms-eval", "lmms_eval_tasks", (FAILED_REQUESTS_METRIC,)),
              "lmms_egoplan.lm_eval_tasks": ("lm-eval", "lm_eval_baselines", ())}
-_GENERATIVE = ("generate_until", "generate_until_multi_round", "generate_until_agentic")
 # The hooks of a spec, by the moment the harness calls them.
 HOOK_MOMENTS = (
     ("the task is built", ("configure", "judge_rubric", "run_state", "load_docs", "not_scored",
@@ -144,7 +149,7 @@ def hook_rows(spec: TaskSpec) -> list[str]:
 
 def card_metrics(spec: TaskSpec, config: Mapping[str, Any], counted: Iterable[Metric]) -> list[Metric]:
     """The metrics every run of the task reports: the spec's, then those the adapter adds to a generative task."""
-    generative = config.get("output_type", "generate_until") in _GENERATIVE
+    generative = config.get("output_type", "generate_until") in GENERATIVE_OUTPUT_TYPES
     names = {metric.name for metric in spec.metrics}
     return [*spec.metrics, *(metric for metric in counted if generative and metric.name not in names)]
 
