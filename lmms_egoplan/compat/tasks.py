@@ -273,14 +273,16 @@ def check_suite_tasks_before_the_model() -> bool:
         run = SuiteRun(stamp=stamp.replace(":", "-") if isinstance(stamp, str) else None)
         prebuilt = _suite_tasks_checked(run, call["model"], call["tasks"], call["task_manager"],
                                         call["force_simple"], call["cli_args"])
-        if not prebuilt:
+        if prebuilt:
+            call["use_cache"] = keep_responses_by_default(run, call["use_cache"], call["cli_args"])
+            resume_sampled_runs(run, [call[seed] for seed in ("random_seed", "numpy_random_seed",
+                                                              "torch_random_seed", "fewshot_random_seed")])
+        elif call["model"] not in SUITE_BACKENDS:
             return simple_evaluate(*args, **kwargs)
-        call["use_cache"] = keep_responses_by_default(run, call["use_cache"], call["cli_args"])
-        resume_sampled_runs(run, [call[seed] for seed in ("random_seed", "numpy_random_seed", "torch_random_seed",
-                                                          "fewshot_random_seed")])
+        # A suite backend on lmms-eval's own tasks is a run of the suite too: its protocol changes are recorded.
         if call["evaluation_tracker"] is not None:  # the CLI's results writer, which writes after the call returns
             hand_over(run, call["evaluation_tracker"])
-        return _evaluate_as_one_run(simple_evaluate, arguments, run, prebuilt)
+        return _evaluate_as_one_run(simple_evaluate, arguments, run, prebuilt or _Prebuilt(set(), {}))
 
     add_layer(_TASKS_FIRST, *_SIMPLE_EVALUATE, tasks_first)
     return True
