@@ -14,17 +14,6 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.e2e)
 
 
-@pytest.fixture(autouse=True)
-def a_run_of_its_own():
-    """Each test starts as a new run (``RUN``: the process's run state, e.g. the exit reasons that tasks
-    scored in process register), and leaves none behind: tests sharing a worker stay independent."""
-    from lmms_egoplan.core.run_state import RUN
-
-    RUN.reset()
-    yield
-    RUN.reset()
-
-
 class SmallDisk:
     """A real filesystem of a few hundred kilobytes (tmpfs) mounted on ``path``, to fill up: what a
     full disk does to a run. ``fill(leave)`` takes all its space but ``leave`` bytes; ``free()`` gives it back."""

@@ -81,8 +81,6 @@ a patch for lmms-eval with its pull-request text, or why it cannot become one. E
                                                               generative task's model requests failed
   ``tasks.unretried_process_results``                         called by the suite's tasks only
   ``tasks.bind_class_task_to_backend``                        called by the suite's tasks only
-  ``results.run_datetime_str``                                called by the suite's tasks only (reads,
-                                                              changes nothing)
   ==========================================================  ==============================================
 
 A workaround whose fix is proposed as a patch (``docs/upstream/``) can be switched off by name
@@ -96,8 +94,9 @@ on the suite's tasks), ``secrets`` (the evaluated
 model's API key and the run's other secrets kept out of what a run writes and prints), ``replacements``
 (the one wrapper per lmms-eval function, and the record of what is in place), ``switches`` (when each is
 switched on).
-What a run learns as it goes (the response cache it opened, why it must exit non-zero, ...) is
-``lmms_egoplan.core.run_state.RUN``.
+What a run learns as it goes (the response cache it opened, why it must exit non-zero, ...) is kept on the run
+object of its ``simple_evaluate`` call, ``lmms_egoplan.core.run.SuiteRun`` (``tasks.check_suite_tasks_before_the_model``
+makes it and hands it over).
 
 lmms-eval loads the suite's model entry point in every run once the suite is installed; the entry
 point registers the backends' manifests and calls ``switches.switch_on(ENTRY_POINT_LOADED)``, which does

@@ -1,7 +1,8 @@
 """lmms-eval workarounds about what a run keeps and how it ends: responses stored as they are
 computed and recovered from killed runs, SIGTERM stopping cleanly, and an exit status that says what
 happened (a failed run exits non-zero; a task may end a finished run with its own status). Guards
-and the switch table: ``lmms_egoplan.compat``; this run's state: ``lmms_egoplan.core.run_state.RUN``."""
+and the switch table: ``lmms_egoplan.compat``; a run's facts: ``lmms_egoplan.core.run.SuiteRun``, handed to the
+objects of its evaluation (``core.run.hand_over``)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from lmms_egoplan.compat import (
 from lmms_egoplan.compat.replacements import add_layer, counts_when_in_effect, has_layer, note_in_place
 from lmms_egoplan.core.errors import StorageError
 from lmms_egoplan.core.files import storage_failure
+from lmms_egoplan.core.request_facts import AnswerRetries, mark_retries, retries_of
+from lmms_egoplan.core.run import SuiteRun, hand_over, run_of
 from lmms_egoplan.core.run_state import RUN
 
 _FAILED_RUN_EXIT_STATUS = 1
@@ -255,12 +258,12 @@ def missing_dependency_hint(error: BaseException) -> str:
                 "declare: pip install decord (or pip install 'lmms-egoplan[lmms-builtins]')")
     return ""
 
-def ask_for_exit_status(reason: Callable[[list[Path]], tuple[int, str] | None]) -> None:
-    """Have ``reason`` asked, once lmms-eval has written the run's files, whether the run ends with a non-zero
-    status (``exit_when_results_are_written``). Run state only: it patches nothing (a judged task asks once its
+def ask_for_exit_status(run: SuiteRun, reason: Callable[[SuiteRun, list[Path]], tuple[int, str] | None]) -> None:
+    """Have ``reason`` asked, once lmms-eval has written ``run``'s files, whether the run ends with a non-zero
+    status (``exit_when_results_are_written``). Run facts only: it patches nothing (a judged task asks once its
     judgements are made, a generative one when model requests failed)."""
-    if reason not in RUN.exit_reasons:
-        RUN.exit_reasons.append(reason)
+    if reason not in run.exit_reasons:
+        run.exit_reasons.append(reason)
 
 
 def exit_when_results_are_written() -> bool:
@@ -277,7 +280,7 @@ def exit_when_results_are_written() -> bool:
     asks goes on as lmms-eval's, and its results do not list the workaround (``counts_when_in_effect``). Returns
     whether it is in place.
     """
-    counts_when_in_effect(_EXIT_WHEN_WRITTEN, lambda: bool(RUN.exit_reasons))
+    counts_when_in_effect(_EXIT_WHEN_WRITTEN, lambda run: run is not None and bool(run.exit_reasons))
     if has_layer(_EXIT_WHEN_WRITTEN, *_SAVE_SAMPLES):
         return True
     if not (affected_release() and _writes_results_then_samples()):
@@ -285,20 +288,23 @@ def exit_when_results_are_written() -> bool:
 
     def results_written(save_results, self, results, samples, datetime_str):
         save_results(self, results, samples, datetime_str)
+        if (run := run_of(self)) is None:  # the writer of an evaluation the suite made no run for
+            return
         files = [Path(self.output_path, self.general_config_tracker.model_name_sanitized,
                       f"{self.date_id}_results.json")] if self.output_path else []
-        RUN.written = WrittenFiles(self, files, results, set(results.get("configs", {})) if samples else set())
-        _exit_if_asked(RUN.written)
+        run.written = WrittenFiles(self, files, results, set(results.get("configs", {})) if samples else set())
+        _exit_if_asked(run)
 
     def samples_written(save_samples, self, task_name, samples):
         save_samples(self, task_name, samples)
-        written = RUN.written
+        run = run_of(self)
+        written = run.written if run is not None else None
         if written is None or written.tracker is not self:  # not called by the CLI after the results
             return
         written.files.append(Path(self.output_path, self.general_config_tracker.model_name_sanitized,
                                   f"{self.date_id}_samples_{task_name}.jsonl"))
         written.unsaved.discard(task_name)
-        _exit_if_asked(written)
+        _exit_if_asked(run)
 
     add_layer(_EXIT_WHEN_WRITTEN, *_SAVE_RESULTS, results_written)
     add_layer(_EXIT_WHEN_WRITTEN, *_SAVE_SAMPLES, samples_written)
@@ -325,10 +331,11 @@ class WrittenFiles:
     unsaved: set[str] = field(default_factory=set)
 
 
-def _exit_if_asked(written: WrittenFiles) -> None:
+def _exit_if_asked(run: SuiteRun) -> None:
+    written = run.written
     if written.unsaved:
         return
-    verdicts = [verdict for reason in RUN.exit_reasons if (verdict := reason(list(written.files)))]
+    verdicts = [verdict for reason in run.exit_reasons if (verdict := reason(run, list(written.files)))]
     verdicts.sort(key=lambda verdict: verdict[0])  # the line of the highest status last
     if not any(status for status, _ in verdicts):  # none, or accepted by a setting: said, lmms-eval goes on
         for _, line in verdicts:
@@ -418,8 +425,9 @@ def _finalize_keeping_responses(finalize, self, *, success: bool, **kwargs):
     import sqlite3
 
     stored = None if success else _responses_stored(self)
-    if stored is not None:  # said in the stopped run's last line (stop_cleanly_on_sigterm), beside the cache's name
-        note_kept_on_stop(f"this run stored {stored} model response(s) there", first=True)
+    if stored is not None and (run := run_of(self)) is not None:  # said in the stopped run's last line
+        # (stop_cleanly_on_sigterm), beside the cache's name
+        note_kept_on_stop(run, f"this run stored {stored} model response(s) there", first=True)
     try:
         return finalize(self, success=True, **kwargs)
     except (OSError, sqlite3.Error) as error:  # a full disk: the run's folder keeps them for the next run
@@ -441,7 +449,7 @@ def _responses_stored(cache: Any) -> int | None:
 def _create_recovering(create, cls, cache_root: str, **kwargs):
     import sqlite3
 
-    root = os.path.abspath(os.path.dirname(cache_root) if cache_root.endswith(".db") else cache_root)
+    root = cache_folder(cache_root)
     recover_killed_runs(root)
     try:
         cache = create(cls, cache_root, **kwargs)
@@ -453,8 +461,19 @@ def _create_recovering(create, cls, cache_root: str, **kwargs):
                            f"space on its disk (or point --use_cache at a folder on another disk) and run "
                            f"again") from None
     _GuardedStoring.guard(cache)
-    RUN.response_cache_root = root
     return cache
+
+
+def cache_folder(cache_root: str) -> str:
+    """The folder of a response cache lmms-eval opens at ``cache_root`` (``--use_cache``: a folder, or its .db)."""
+    return os.path.abspath(os.path.dirname(cache_root) if cache_root.endswith(".db") else cache_root)
+
+
+def join_response_cache(run: SuiteRun, cache: Any) -> None:
+    """Hand ``run`` the response cache its evaluation opened (it says where the run's responses are kept), and the
+    cache the run (the seeds that key its sampled answers, what a stopped run keeps)."""
+    hand_over(run, cache)
+    run.response_cache_root = cache_folder(cache._cache_root)
 
 _KEEP_RESPONSES = "durability.keep_responses_of_stopped_runs"
 
@@ -567,7 +586,7 @@ def _differences(before: dict, now: dict) -> list[str]:
 DEFAULT_RESPONSE_CACHE = "response_cache"
 
 
-def keep_responses_by_default(use_cache: str | None, cli_args: Any) -> str | None:
+def keep_responses_by_default(run: SuiteRun, use_cache: str | None, cli_args: Any) -> str | None:
     """The ``use_cache`` of a run that names the suite's tasks: the one it names, else
     ``<--output_path>/response_cache`` (None without an output path, or where switched off).
 
@@ -587,7 +606,7 @@ def keep_responses_by_default(use_cache: str | None, cli_args: Any) -> str | Non
     logger.info(f"lmms-egoplan: no --use_cache given: the model's responses are kept as they are computed in the "
                 f"response cache {root}; the same command (the same --output_path) resumes from them after a stop")
     note_in_place(_BY_DEFAULT)
-    RUN.default_response_cache = root
+    run.default_response_cache = root
     return root
 
 
@@ -635,7 +654,7 @@ def _keeps_failure_placeholders(is_valid: str | None = None, lookup: str | None 
     lookup = lookup or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache._lookup")
     return not any("LMMS_EVAL_REQUEST_FAILED" in source for source in (is_valid, lookup))
 
-def resume_sampled_runs(seeds: Sequence[Any]) -> bool:
+def resume_sampled_runs(run: SuiteRun, seeds: Sequence[Any]) -> bool:
     """Make the response cache keep and serve the sampled answers of the suite's tasks, keyed by the run's seeds.
 
     Gap: ``lmms_eval/caching/response_cache.py:ResponseCache.execute`` neither stores nor serves a generation
@@ -650,10 +669,10 @@ def resume_sampled_runs(seeds: Sequence[Any]) -> bool:
     ones. A run with a seed unset (``None`` among the first three) keeps lmms-eval's rule. How often the suite's
     backends asked each stored answer again (``models.empty_answer_retry``) is kept beside it and recorded again
     when it is served (``_serve_suite_answers``), so that a resumed run counts every retry. Called once the run's
-    suite tasks are named (``tasks.check_suite_tasks_before_the_model``), with the seeds ``simple_evaluate`` sets.
-    Returns whether sampled answers are kept in this run.
+    suite tasks are named (``tasks.check_suite_tasks_before_the_model``), with the seeds ``simple_evaluate`` sets,
+    which ``run`` keeps. Returns whether sampled answers are kept in this run.
     """
-    RUN.sampling_seeds = None
+    run.sampling_seeds = None
     if switched_off(_SAMPLED) or not (affected_release() and _never_caches_sampled_requests()):
         return False
     if not has_layer(_SAMPLED, *_CACHE_EXECUTE):
@@ -662,7 +681,7 @@ def resume_sampled_runs(seeds: Sequence[Any]) -> bool:
         logger.info(f"lmms-egoplan: --seed {_seed_text(seeds)} leaves a seed unset: the suite's sampled answers are "
                     f"neither kept nor served by the response cache (each run draws them anew)")
         return False
-    RUN.sampling_seeds = tuple(seeds)
+    run.sampling_seeds = tuple(seeds)
     return True
 
 
@@ -712,9 +731,11 @@ def response_key(cache: Any, reqtype: str, request: Any) -> StoredKey | None:
     suite_answer = reqtype == "generate_until" and request.task_name in _suite_tasks()
     sampled = not is_deterministic(reqtype, gen_kwargs)
     if sampled:
-        if not suite_answer or RUN.sampling_seeds is None:
+        run = run_of(cache)
+        seeds = run.sampling_seeds if run is not None else None
+        if not suite_answer or seeds is None:
             return None
-        fingerprint += f"|seed={_seed_text(RUN.sampling_seeds)}"
+        fingerprint += f"|seed={_seed_text(seeds)}"
     key = compute_cache_key(request_type=reqtype, task_name=request.task_name, doc_id=request.doc_id,
                             gen_kwargs=gen_kwargs, idx=request.idx, content_hash=_extract_content_hash(request),
                             task_fingerprint=fingerprint, model_fingerprint_hash=cache._model_fingerprint_hash,
@@ -724,8 +745,8 @@ def response_key(cache: Any, reqtype: str, request: Any) -> StoredKey | None:
 
 def _serve_suite_answers(execute, self, lm, reqtype, requests):
     """The generation requests of the suite's tasks that ``self`` holds an answer to, served with their retry records
-    (the record of each, ``RUN.retried_answers``, as the run that computed it made it); the others, sampled answers
-    of the suite's tasks among them, go on to lmms-eval's ``execute`` (and are stored as computed,
+    (each marked on its request, ``core.request_facts``, as the run that computed it made it); the others, sampled
+    answers of the suite's tasks among them, go on to lmms-eval's ``execute`` (and are stored as computed,
     ``_store_as_computed``)."""
     if reqtype != "generate_until" or not any(request.task_name in _suite_tasks() for request in requests):
         return execute(self, lm, reqtype, requests)
@@ -737,12 +758,10 @@ def _serve_suite_answers(execute, self, lm, reqtype, requests):
             asked.append(index)
             continue
         results[index], self._hits, sampled = answer, self._hits + 1, sampled + key.sampled
-        retries, still_empty = _retry_record(self, key.key)
-        if retries:
-            RUN.retried_answers.record(request.task_name, str(answer), retries, still_empty, stored=True)
+        mark_retries(request, _retry_record(self, key.key))
     if len(asked) < len(requests):
-        reused = (f"; {sampled} sampled with --seed {_seed_text(RUN.sampling_seeds)} by an earlier run, reused: "
-                  f"another --seed or another --use_cache draws new samples") if sampled else ""
+        reused = (f"; {sampled} sampled with --seed {_seed_text(run_of(self).sampling_seeds)} by an earlier run, "
+                  f"reused: another --seed or another --use_cache draws new samples") if sampled else ""
         logger.info(f"ResponseCache: {len(requests) - len(asked)}/{len(requests)} cache hits (the suite's answers "
                     f"with their retry records{reused})")
     for index, response in zip(asked, execute(self, lm, reqtype, [requests[index] for index in asked])
@@ -751,7 +770,7 @@ def _serve_suite_answers(execute, self, lm, reqtype, requests):
     return results
 
 
-def _keep_retry_record(cache: Any, key: str, record: tuple[int, bool]) -> None:
+def _keep_retry_record(cache: Any, key: str, record: AnswerRetries) -> None:
     """Keep how often the answer stored under ``key`` was asked again beside it, in the cache's ``meta`` table,
     which lmms-eval's merges (``ResponseCache.merge_shards``) copy with the responses; committed with the answer
     (``ResponseCache._store``). An answer asked once leaves no record (one an earlier answer left is removed)."""
@@ -769,7 +788,7 @@ def _keep_retry_record(cache: Any, key: str, record: tuple[int, bool]) -> None:
         _GuardedStoring.of(cache).not_stored.append(storage_failure(error, os.path.dirname(cache.db_path)))
 
 
-def _retry_record(cache: Any, key: str) -> tuple[int, bool]:
+def _retry_record(cache: Any, key: str) -> AnswerRetries:
     """(retries, still empty) kept beside the answer under ``key``, from the database that holds the answer (this
     run's, else the merged cache); (0, False): asked once."""
     import json
@@ -783,12 +802,12 @@ def _retry_record(cache: Any, key: str) -> tuple[int, bool]:
                 continue
             row = database.execute("SELECT value FROM meta WHERE key = ?", (_RETRY_RECORD + key,)).fetchone()
         except sqlite3.Error:  # the answer is served; its record is lost with the database
-            return 0, False
+            return AnswerRetries()
         if row is None:
-            return 0, False
+            return AnswerRetries()
         retries, still_empty = json.loads(row[0])
-        return int(retries), bool(still_empty)
-    return 0, False
+        return AnswerRetries(int(retries), bool(still_empty))
+    return AnswerRetries()
 
 
 def _database_being_opened(error: BaseException) -> str | None:
@@ -814,7 +833,7 @@ def _store_as_computed(cache: Any, reqtype: str, *, sampled_only: bool = False) 
             return
         answer = cache._extract_cacheable(response)
         if key.suite_answer:
-            _keep_retry_record(cache, key.key, RUN.retried_answers.to_store(request.task_name, str(response)))
+            _keep_retry_record(cache, key.key, retries_of(request))
         cache._store(key.key, reqtype, request.task_name, request.doc_id, request.idx, key.gen_kwargs, answer)
         _GuardedStoring.of(cache).stop_if_not_stored()  # inside the backend's loop: it computes nothing more
 
@@ -1074,7 +1093,11 @@ def stop_cleanly_on_sigterm() -> bool:
     return True
 
 class RunStopped(SystemExit):
-    """The run was asked to stop (SIGTERM); its exit status is 128 + the signal number."""
+    """The run was asked to stop (SIGTERM); its exit status is 128 + the signal number. ``run``: the run it
+    stopped, as the ``simple_evaluate`` wrapper that made it hands it over while the stop passes
+    (``tasks.check_suite_tasks_before_the_model``); None: a stop outside one."""
+
+    run: SuiteRun | None = None
 
 def _stop_on_sigterm(signum, frame) -> None:
     import atexit
@@ -1084,27 +1107,29 @@ def _stop_on_sigterm(signum, frame) -> None:
     sys.stdout.flush()
     sys.stderr.write("lmms-egoplan: SIGTERM received: stopping; what this run computed is being kept\n")
     sys.stderr.flush()
-    atexit.register(_report_stop, signum)
-    raise RunStopped(128 + signum)
+    stopped = RunStopped(128 + signum)
+    atexit.register(_report_stop, signum, stopped)  # after the run's cleanup, which says what it kept
+    raise stopped
 
-def _report_stop(signum: int) -> None:
+def _report_stop(signum: int, stopped: RunStopped) -> None:
     import signal
 
     name = signal.Signals(signum).name
-    if RUN.response_cache_root is not None:
-        given = ("the same --output_path" if RUN.response_cache_root == RUN.default_response_cache
-                 else f"with --use_cache {RUN.response_cache_root}")
-        kept = (f"the model responses it computed are kept in the response cache {RUN.response_cache_root}; the same "
+    run = stopped.run or SuiteRun()
+    if run.response_cache_root is not None:
+        given = ("the same --output_path" if run.response_cache_root == run.default_response_cache
+                 else f"with --use_cache {run.response_cache_root}")
+        kept = (f"the model responses it computed are kept in the response cache {run.response_cache_root}; the same "
                 f"command ({given}) resumes from them")
     else:
         kept = "it ran with neither --use_cache nor --output_path, so its model responses are not kept"
     sys.stdout.flush()
     sys.stderr.write(f"lmms-egoplan: stopped by {name} (exit status {128 + signum}); "
-                     + "; ".join([kept, *RUN.kept_on_stop]) + "\n")
+                     + "; ".join([kept, *run.kept_on_stop]) + "\n")
     sys.stderr.flush()
 
-def note_kept_on_stop(what: str, *, first: bool = False) -> None:
-    """What else a stopped run keeps (e.g. "judgements already made are in the judge cache <dir>"),
+def note_kept_on_stop(run: SuiteRun, what: str, *, first: bool = False) -> None:
+    """What else ``run`` keeps if it is stopped (e.g. "judgements already made are in the judge cache <dir>"),
     said when it stops (``stop_cleanly_on_sigterm``); ``first``: right after the response cache's name."""
-    if what not in RUN.kept_on_stop:
-        RUN.kept_on_stop.insert(0 if first else len(RUN.kept_on_stop), what)
+    if what not in run.kept_on_stop:
+        run.kept_on_stop.insert(0 if first else len(run.kept_on_stop), what)

@@ -146,12 +146,13 @@ def _owner(module: str, attribute: str) -> tuple[Any, str]:
     return owner, name
 
 
-# Concerns whose layers change nothing until a task asks for them: listed only while this says they are in effect.
-_IN_EFFECT_WHEN: dict[str, Callable[[], bool]] = {}
+# Concerns whose layers change nothing until a task of a run asks for them: listed only where this says they are in
+# effect in that run (``core.run.SuiteRun``, None: no run of the suite).
+_IN_EFFECT_WHEN: dict[str, Callable[[Any], bool]] = {}
 
 
-def counts_when_in_effect(concern: str, in_effect: Callable[[], bool]) -> None:
-    """List ``concern`` among the workarounds in place only while ``in_effect()`` (its layers pass everything
+def counts_when_in_effect(concern: str, in_effect: Callable[[Any], bool]) -> None:
+    """List ``concern`` among the workarounds in place only where ``in_effect(run)`` (its layers pass everything
     through until then)."""
     _IN_EFFECT_WHEN[concern] = in_effect
 
@@ -161,14 +162,14 @@ def note_in_place(concern: str) -> None:
     _NOTED[concern] = None
 
 
-def in_place() -> list[str]:
-    """The workarounds in place in this process, each once: those layered on lmms-eval's functions (in
-    ``LAYER_ORDER``'s order), then the others."""
+def in_place(run: Any = None) -> list[str]:
+    """The workarounds in place in this process (for ``run``, ``core.run.SuiteRun``), each once: those layered on
+    lmms-eval's functions (in ``LAYER_ORDER``'s order), then the others."""
     named: dict[str, None] = {}
     for (module, attribute), order in LAYER_ORDER.items():
         layers = _layers_on(module, attribute)
         named.update((concern, None) for concern in order if concern in layers and concern not in _NOT_WORKAROUNDS
-                     and _IN_EFFECT_WHEN.get(concern, lambda: True)())
+                     and _IN_EFFECT_WHEN.get(concern, lambda run: True)(run))
     named.update(_NOTED)
     return list(named)
 
@@ -176,9 +177,9 @@ def in_place() -> list[str]:
 RECORD_KEY = "lmms_egoplan_workarounds"
 
 
-def workaround_record() -> dict:
-    """What a results file records of the workarounds (``RECORD_KEY``): lmms-eval's release, and the
+def workaround_record(run: Any = None) -> dict:
+    """What a results file of ``run`` records of the workarounds (``RECORD_KEY``): lmms-eval's release, and the
     workarounds in place, named as in ``lmms_egoplan.compat``'s table and docs/upstream/README.md."""
     from importlib.metadata import version
 
-    return {"lmms_eval": version("lmms-eval"), "applied": in_place()}
+    return {"lmms_eval": version("lmms-eval"), "applied": in_place(run)}

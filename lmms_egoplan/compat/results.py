@@ -8,15 +8,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from lmms_egoplan.compat import affected_release, lmms_eval_source, switched_off
-from lmms_egoplan.compat.replacements import RECORD_KEY, add_layer, has_layer, note_in_place, workaround_record
+from lmms_egoplan.compat.replacements import RECORD_KEY, add_layer, has_layer, workaround_record
 from lmms_egoplan.core.errors import StorageError
 from lmms_egoplan.core.provenance import PROVENANCE_KEY, environment, model_identity
-from lmms_egoplan.core.run_state import RUN
+from lmms_egoplan.core.run import SuiteRun, run_of
 
 # The zone lmms-eval 0.7.3 names a run's files in when its --timezone is not given (``cli_evaluate``'s default).
 LMMS_EVAL_DEFAULT_TIMEZONE = "Asia/Singapore"
@@ -170,7 +169,7 @@ def fail_runs_whose_files_are_cut() -> bool:
         except (OSError, ValueError):
             path.unlink(missing_ok=True)
             raise StorageError(f"cannot write the results file {path}: {_why(errors)}; no part of it is left. "
-                               f"{_what_is_kept()}") from None
+                               f"{_what_is_kept(run_of(self))}") from None
 
     def whole_samples(save_samples, self, task_name, samples):
         path = _output_folder(self) / f"{self.date_id}_samples_{task_name}.jsonl" if self.output_path else None
@@ -187,7 +186,7 @@ def fail_runs_whose_files_are_cut() -> bool:
             os.truncate(path, start + len(whole))  # a cut line would join the next line appended
         lines = whole.count(b"\n")
         raise StorageError(f"cannot write the samples file {path}: {_why(errors)}; {lines} of its {len(samples)} "
-                           f"samples are written, each whole. {_what_is_kept()}")
+                           f"samples are written, each whole. {_what_is_kept(run_of(self))}")
 
     add_layer(_WHOLE_FILES, *SAVE_RESULTS, whole_results)
     add_layer(_WHOLE_FILES, *SAVE_SAMPLES, whole_samples)
@@ -232,39 +231,13 @@ def _why(errors: list[str]) -> str:
         return f"the disk is full ({errors[-1]})"
     return errors[-1] if errors else "lmms-eval left it cut"
 
-def _what_is_kept() -> str:
-    """What a run that cannot write its files keeps, and how to resume."""
-    kept = [f"the model's responses are kept in the response cache {RUN.response_cache_root}" if RUN.response_cache_root
-            else "this run had no --use_cache: its model responses are not kept", *RUN.kept_on_stop]
+def _what_is_kept(run: SuiteRun | None) -> str:
+    """What a run that cannot write its files keeps (``run``; None: one the suite made none for), and how to resume."""
+    run = run or SuiteRun()
+    kept = [f"the model's responses are kept in the response cache {run.response_cache_root}" if run.response_cache_root
+            else "this run had no --use_cache: its model responses are not kept", *run.kept_on_stop]
     return f"The run stopped: {'; '.join(kept)}. Free space on that disk (or point --output_path at another) and run " \
            f"the same command again"
-
-def run_datetime_str(cli_args: Any = None) -> str | None:
-    """The date-time lmms-eval names this run's results and samples files with, or None where it
-    cannot be learnt.
-
-    Gap: ``lmms_eval/__main__.py:cli_evaluate`` computes ``datetime_str`` and hands it only to
-    ``evaluator.simple_evaluate`` and the results writer; a task that writes files beside the
-    results (judgements, plans, a submission) cannot learn it, so its files carry a later second
-    than the run's results file. Workaround: read it from the running ``simple_evaluate`` call
-    (its frame; nothing of lmms-eval changes). Fix proposed upstream: ``cli_args.datetime_str``,
-    which is read first.
-    """
-    if isinstance(getattr(cli_args, "datetime_str", None), str):
-        return cli_args.datetime_str
-    if switched_off("results.run_datetime_str") or not affected_release():
-        return None
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "simple_evaluate" and frame.f_globals.get("__name__") == "lmms_eval.evaluator":
-            value = frame.f_locals.get("datetime_str")
-            if not isinstance(value, str):
-                return None
-            note_in_place("results.run_datetime_str")
-            return value
-        frame = frame.f_back
-    return None
-
 
 def name_lmms_evals_own_version() -> bool:
     """Record lmms-eval's own version in the results (``lmms_eval_version``, ``git_hash``, ``git_branch``), not those of
@@ -353,7 +326,7 @@ def record_in_results() -> bool:
     as in ``lmms_egoplan.compat``'s table and docs/upstream/README.md), so that a number can be traced to the
     lmms-eval behaviour that produced it; the software and machine of the run (``PROVENANCE_KEY``:
     ``core.provenance.environment``); and, for the tasks that score the token closing the assistant's turn
-    (``RUN.turn_end_tasks``), which token that was and where it came from (``RUN.turn_end``: the template, or
+    (``SuiteRun.turn_end_tasks``), which token that was and where it came from (``SuiteRun.turn_end``: the template, or
     the model's generation config or tokenizer), in the results (``TURN_END_KEY``: {task: "</s>
     (generation_config)"}) and in each of their logged samples (``TURN_END_KEY``). Put on
     ``save_results_aggregated`` and ``save_results_samples`` by a run that names or uses the suite (on an
@@ -364,17 +337,19 @@ def record_in_results() -> bool:
         return False
 
     def record(save_results, self, results, samples, datetime_str):
-        results[RECORD_KEY] = workaround_record()
+        run = run_of(self) or SuiteRun()  # the facts of the run this writer writes (none: not the suite's)
+        results[RECORD_KEY] = workaround_record(run_of(self))
         results[PROVENANCE_KEY] = {**environment(), **evaluated_model(results.get("config") or {})}
-        if RUN.protocol_changes:
-            results[PROTOCOL_CHANGES_KEY] = {task: dict(changes) for task, changes in RUN.protocol_changes.items()}
-        if RUN.turn_end_tasks:
-            results[TURN_END_KEY] = {task: RUN.turn_end for task in sorted(RUN.turn_end_tasks)}
+        if run.protocol_changes:
+            results[PROTOCOL_CHANGES_KEY] = {task: dict(changes) for task, changes in run.protocol_changes.items()}
+        if run.turn_end_tasks:
+            results[TURN_END_KEY] = {task: run.turn_end for task in sorted(run.turn_end_tasks)}
         save_results(self, results, samples, datetime_str)
 
     def record_in_samples(save_samples, self, task_name, samples):
-        if task_name in RUN.turn_end_tasks:
-            samples = [{**sample, TURN_END_KEY: RUN.turn_end} for sample in samples]
+        run = run_of(self) or SuiteRun()
+        if task_name in run.turn_end_tasks:
+            samples = [{**sample, TURN_END_KEY: run.turn_end} for sample in samples]
         save_samples(self, task_name, samples)
 
     add_layer(_RECORD, *SAVE_RESULTS, record)

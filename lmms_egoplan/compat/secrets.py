@@ -14,7 +14,6 @@ from typing import Any, Callable, Mapping, Sequence
 from lmms_egoplan.compat import affected_release, cli_option, lmms_eval_source, switched_off
 from lmms_egoplan.compat.replacements import add_layer, has_layer, note_in_place
 from lmms_egoplan.core.failed_requests import is_failure_placeholder
-from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.secrets import SHORTEST_KNOWN_SECRET, mask_known_secrets, mask_secrets
 
 
@@ -154,32 +153,32 @@ def keep_secrets_out_of_lmms_evals_error_texts() -> bool:
     logger.configure(patcher=mask_record)
 
     def log_masked_to_audit(log_to_audit, self, request_type, task_name, doc_id, idx, gen_kwargs, response, **kwargs):
-        return log_to_audit(self, request_type, task_name, doc_id, idx, gen_kwargs, masked_response(response), **kwargs)
+        return log_to_audit(self, request_type, task_name, doc_id, idx, gen_kwargs, masked_response(response, known),
+                            **kwargs)
 
     def save_masked_samples(save_samples, self, task_name, samples):
-        save_samples(self, task_name, masked_response(samples))  # the failure texts of lmms-eval's API backends
+        save_samples(self, task_name, masked_response(samples, known))  # the failure texts of lmms-eval's API backends
 
     add_layer(_ERROR_TEXTS, _RESPONSE_CACHE, "ResponseCache._log_to_audit", log_masked_to_audit)
     add_layer(_ERROR_TEXTS, "lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_samples",
               save_masked_samples)
     note_in_place(_ERROR_TEXTS)  # the log's patcher too
-    RUN.secrets = known
     return True
 
 _ERROR_TEXTS = "secrets.keep_secrets_out_of_lmms_evals_error_texts"
 _RESPONSE_CACHE = "lmms_eval.caching.response_cache"
 
 
-def masked_response(value: Any) -> Any:
-    """``value`` (a response, a logged sample) with the run's secrets masked in every string, at any depth,
+def masked_response(value: Any, secrets: tuple[str, ...]) -> Any:
+    """``value`` (a response, a logged sample) with the run's ``secrets`` masked in every string, at any depth,
     and every failure text (an error's, never a model's answer) masked of whatever has a secret's shape."""
     if isinstance(value, str):
         masked = mask_secrets if is_failure_placeholder(value) else mask_known_secrets
-        return masked(value, RUN.secrets)
+        return masked(value, secrets)
     if isinstance(value, dict):
-        return {key: masked_response(item) for key, item in value.items()}
+        return {key: masked_response(item, secrets) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(masked_response(item) for item in value)
+        return type(value)(masked_response(item, secrets) for item in value)
     return value
 
 

@@ -21,14 +21,17 @@ from lmms_egoplan.compat import (
     switched_off,
 )
 from lmms_egoplan.compat.durability import (
+    RunStopped,
     cli_swallows_evaluation_errors,
     fail_runs_with_failed_tasks,
+    join_response_cache,
     keep_responses_by_default,
     resume_sampled_runs,
 )
 from lmms_egoplan.compat.replacements import add_layer, has_layer, note_in_place
 from lmms_egoplan.compat.secrets import keep_api_keys_out_of_the_run_summary
-from lmms_egoplan.contract.adapter import ChecksBeforeTheModel
+from lmms_egoplan.contract.adapter import ChecksBeforeTheModel, JoinsARun
+from lmms_egoplan.core.run import SuiteRun, hand_over
 
 
 def enable_plugin_task_discovery() -> bool:
@@ -246,7 +249,9 @@ def check_suite_tasks_before_the_model() -> bool:
     the backend can serve it and honours its request options, the output folder is free, the judge
     answers; a declared interface, ``contract.adapter.ChecksBeforeTheModel``); lmms-eval's own
     ``get_task_dict`` call of that run then gets these task objects, built once, and builds the other tasks as
-    before. Returns whether the workaround is in place.
+    before. The call is one run of the suite: its facts are kept on a ``core.run.SuiteRun`` made for it, which its
+    suite tasks, its backend, its response cache and its results writer are handed (``_evaluate_as_one_run``).
+    Returns whether the workaround is in place.
     """
     import inspect
 
@@ -263,28 +268,53 @@ def check_suite_tasks_before_the_model() -> bool:
     def tasks_first(simple_evaluate, *args, **kwargs):
         arguments = signature.bind(*args, **kwargs)
         arguments.apply_defaults()
-        run = arguments.arguments
-        prebuilt = _suite_tasks_checked(run["model"], run["tasks"], run["task_manager"], run["force_simple"],
-                                        run["cli_args"], run["datetime_str"])
-        if not prebuilt:
+        call = arguments.arguments
+        stamp = call["datetime_str"]  # the date-time of the call's results files names the suite's side files too
+        run = SuiteRun(stamp=stamp.replace(":", "-") if isinstance(stamp, str) else None)
+        prebuilt = _suite_tasks_checked(run, call["model"], call["tasks"], call["task_manager"],
+                                        call["force_simple"], call["cli_args"])
+        if prebuilt:
+            call["use_cache"] = keep_responses_by_default(run, call["use_cache"], call["cli_args"])
+            resume_sampled_runs(run, [call[seed] for seed in ("random_seed", "numpy_random_seed",
+                                                              "torch_random_seed", "fewshot_random_seed")])
+        elif call["model"] not in SUITE_BACKENDS:
             return simple_evaluate(*args, **kwargs)
-        run["use_cache"] = keep_responses_by_default(run["use_cache"], run["cli_args"])
-        resume_sampled_runs([run[seed] for seed in ("random_seed", "numpy_random_seed", "torch_random_seed",
-                                                    "fewshot_random_seed")])
-        build_tasks = evaluator.get_task_dict
-
-        def get_task_dict(task_name_list, task_manager=None, task_type="simple"):
-            others = [task for task in task_name_list if not (isinstance(task, str) and task in prebuilt.names)]
-            return {**prebuilt.tasks, **(build_tasks(others, task_manager, task_type) if others else {})}
-
-        evaluator.get_task_dict = get_task_dict  # for this call only
-        try:
-            return simple_evaluate(*arguments.args, **arguments.kwargs)
-        finally:
-            evaluator.get_task_dict = build_tasks
+        # A suite backend on lmms-eval's own tasks is a run of the suite too: its protocol changes are recorded.
+        if call["evaluation_tracker"] is not None:  # the CLI's results writer, which writes after the call returns
+            hand_over(run, call["evaluation_tracker"])
+        return _evaluate_as_one_run(simple_evaluate, arguments, run, prebuilt or _Prebuilt(set(), {}))
 
     add_layer(_TASKS_FIRST, *_SIMPLE_EVALUATE, tasks_first)
     return True
+
+
+def _evaluate_as_one_run(simple_evaluate: Callable, arguments: Any, run: SuiteRun, prebuilt: _Prebuilt) -> Any:
+    """lmms-eval's ``simple_evaluate`` call (its bound ``arguments``), with the suite's ``prebuilt`` tasks and
+    ``run`` handed to what the call builds: its backend and response cache, as ``simple_evaluate`` hands them to
+    ``evaluate``; a stop (SIGTERM) that passes carries ``run``, so that it says what the run kept."""
+    from lmms_eval import evaluator
+
+    build_tasks, run_evaluation = evaluator.get_task_dict, evaluator.evaluate
+
+    def get_task_dict(task_name_list, task_manager=None, task_type="simple"):
+        others = [task for task in task_name_list if not (isinstance(task, str) and task in prebuilt.names)]
+        return {**prebuilt.tasks, **(build_tasks(others, task_manager, task_type) if others else {})}
+
+    def evaluate(*args, **kwargs):  # simple_evaluate names each argument
+        if isinstance(kwargs.get("lm"), JoinsARun):
+            kwargs["lm"].join_run(run)
+        if kwargs.get("response_cache") is not None:
+            join_response_cache(run, kwargs["response_cache"])
+        return run_evaluation(*args, **kwargs)
+
+    evaluator.get_task_dict, evaluator.evaluate = get_task_dict, evaluate  # for this call only
+    try:
+        return simple_evaluate(*arguments.args, **arguments.kwargs)
+    except RunStopped as stopped:
+        stopped.run = run
+        raise
+    finally:
+        evaluator.get_task_dict, evaluator.evaluate = build_tasks, run_evaluation
 
 _TASKS_FIRST = "tasks.check_suite_tasks_before_the_model"
 _SIMPLE_EVALUATE = ("lmms_eval.evaluator", "simple_evaluate")
@@ -293,10 +323,11 @@ class _Prebuilt(NamedTuple):
     names: set[str]  # the suite's task and group names the run named
     tasks: dict  # what lmms-eval's get_task_dict built of them
 
-def _suite_tasks_checked(model: Any, tasks: Any, task_manager: Any, force_simple: bool, cli_args: Any,
-                         datetime_str: Any) -> _Prebuilt | None:
-    """The suite's tasks among ``tasks``, built and checked (``check_suite_tasks_before_the_model``);
-    None where the run names none, or passes a model object (it is loaded already)."""
+def _suite_tasks_checked(run: SuiteRun, model: Any, tasks: Any, task_manager: Any, force_simple: bool,
+                         cli_args: Any) -> _Prebuilt | None:
+    """The suite's tasks among ``tasks``, built, joined to ``run`` and checked
+    (``check_suite_tasks_before_the_model``); None where the run names none, or passes a model object (it is loaded
+    already)."""
     if not isinstance(model, str) or not isinstance(tasks, list) or task_manager is None:
         return None
     suite_tasks = _suite_task_names(task_manager)
@@ -308,15 +339,11 @@ def _suite_tasks_checked(model: Any, tasks: Any, task_manager: Any, force_simple
 
     task_type = MODEL_REGISTRY_V2.resolve(model, force_simple=bool(force_simple)).model_type
     built = get_task_dict(sorted(names, key=tasks.index), task_manager, task_type)
-    run_args = cli_args
-    if cli_args is not None and isinstance(datetime_str, str):
-        # The task's side files carry the date-time of the run's results files (``run_datetime_str``).
-        import argparse
-
-        run_args = argparse.Namespace(**{**vars(cli_args), "datetime_str": datetime_str})
     for task in _leaf_tasks(built):
+        if isinstance(task, JoinsARun):
+            task.join_run(run)
         if isinstance(task, ChecksBeforeTheModel):
-            task.check_before_the_model(run_args)
+            task.check_before_the_model(cli_args)
     return _Prebuilt(names, built)
 
 def _leaf_tasks(task_dict: Mapping) -> list:

@@ -4,8 +4,8 @@ A benchmark's hooks are plain functions (``contract.benchmark.TaskSpec``); those
 ``TaskContext`` (``contract.benchmark``), whose values the adapter hands over when it compiles the task
 (``harness.compiled_task``), none of them the adapter itself: ``RunFiles`` is where a task writes the files of its
 run, from the adapter of lmms-eval (``harness.run_files.LmmsEvalRunFiles``) or of lm-eval
-(``harness.lm_eval_task.LmEvalRunFiles``). ``ChecksBeforeTheModel`` and ``KeysItsAnswers`` are what compat may call on
-lmms-eval's adapter."""
+(``harness.lm_eval_task.LmEvalRunFiles``). ``ChecksBeforeTheModel``, ``KeysItsAnswers`` and ``JoinsARun`` are what
+compat may call on lmms-eval's adapter (``JoinsARun`` on the suite's backends too)."""
 
 from __future__ import annotations
 
@@ -44,3 +44,15 @@ class KeysItsAnswers(Protocol):
     def answer_identity(self) -> dict:
         """What the answers depend on, as JSON values: ``config`` (the task's config without what records or scores),
         ``settings`` (those that change answers, by name) and ``data`` (its sources by content)."""
+
+
+@runtime_checkable
+class JoinsARun(Protocol):
+    """A task or backend that keeps what it learns on the run of the evaluation it takes part in
+    (``core.run.SuiteRun``): the lmms-eval workaround that wraps ``simple_evaluate`` makes one run per call and hands
+    it to each (``compat.tasks.check_suite_tasks_before_the_model``). lmms-eval's adapter,
+    ``harness.lmms_eval_task.SuiteTask``, and the suite's backends (``models.doc_requests.DocRequests``) declare it;
+    until they join one, each keeps its facts on a run of its own."""
+
+    def join_run(self, run: Any) -> None:
+        """Keep this evaluation's facts on ``run`` from now on."""

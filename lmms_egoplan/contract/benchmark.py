@@ -127,7 +127,8 @@ class TaskContext:
     model they name (``contract.adapter.RunFiles``), ``dataset_name`` the YAML's (one loader serving several tasks
     reads which of its parts a task asks for), ``judging`` a judged task's judge (``harness.judged.Judging``, else
     None). ``state`` is what the spec's ``run_state`` made for the task (what its metrics share over a run),
-    ``loaded`` what its loader returned once the documents are read."""
+    ``loaded`` what its loader returned once the documents are read. ``run``: the run of the evaluation the task takes
+    part in (``core.run.SuiteRun``: its judges, failed requests, exit reasons), set by the adapter."""
 
     task_name: str
     settings: Any
@@ -136,6 +137,7 @@ class TaskContext:
     judging: Any = None
     state: Any = None
     loaded: LoadedDocs | None = None
+    run: Any = None
 
     # A handle on the running task (its judge and run state), not a value: the harnesses copy and print their task
     # configs, whose hooks are bound to it; a copy is the same context, its text the task's name.

@@ -52,6 +52,7 @@ from lmms_egoplan.contract.benchmark import (
     warn_of_skipped,
 )
 from lmms_egoplan.core import media
+from lmms_egoplan.core.request_facts import answer_retries
 from lmms_egoplan.core.request_options import (
     EMPTY_ANSWER_MAX_RETRIES,
     EMPTY_ANSWER_RETRIES,
@@ -61,7 +62,6 @@ from lmms_egoplan.core.request_options import (
 from lmms_egoplan.core.request_options import (
     SYSTEM_PROMPT as SYSTEM_PROMPT_OPTION,
 )
-from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.core.settings import setting_name
 from lmms_egoplan.core.statistics import count, total
 from lmms_egoplan.cosmos_reason1.data import (
@@ -268,7 +268,7 @@ def process_results(doc: Mapping, results: Sequence[str], context: TaskContext) 
         scores[f"accuracy_{parser}"] = scores[f"micro_{parser}"] = value
         if doc["source"] in ER_SOURCES and doc["source"] != "av":
             scores[f"no_av_{parser}"] = value
-    retries, still_empty = RUN.retried_answers.take(context.task_name, text)  # the suite's backends'
+    retries, still_empty = answer_retries(text)  # the suite's backends' (core.request_facts)
     scores.update(unparseable_official=float(not official), unparseable_robust=float(not robust),
                   disagreements=float(official.upper() != robust.upper()),
                   empty_answer_retried=float(retries > 0), empty_after_retries=float(still_empty),

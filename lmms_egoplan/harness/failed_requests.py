@@ -9,7 +9,7 @@ been asked: a mean over the answered samples, a judged score without it (the jud
 a run-level score without its output.
 
 Every generative suite task reports ``failed_requests`` (the count, 0 when none failed); its
-aggregation remembers each task's count in ``RUN.failed_requests``, and once lmms-eval has written
+aggregation remembers each task's count on its run (``SuiteRun.failed_requests``), and once lmms-eval has written
 the results (and samples) files, a run with failed requests ends with status
 ``FAILED_REQUESTS_EXIT_STATUS`` and a last line saying how many failed, in which tasks, and the
 command that asks only those again (``failed_requests_verdict``, through
@@ -29,7 +29,7 @@ from typing import Any, Sequence
 from lmms_egoplan.compat import cli_option, suite_plugin_enabled
 from lmms_egoplan.compat.durability import ask_for_exit_status
 from lmms_egoplan.contract.benchmark import Metric, TaskContext
-from lmms_egoplan.core.run_state import RUN
+from lmms_egoplan.core.run import SuiteRun
 from lmms_egoplan.core.secrets import MASK, mask_secrets
 
 FAILED_REQUESTS = "failed_requests"
@@ -49,9 +49,9 @@ def failed_request_count(items: Sequence[float], args: Any = None, *, context: T
     """The ``failed_requests`` aggregation: how many of the task's requests failed; remembers the count
     (and the task's total) so that the run ends saying so."""
     failed = int(sum(items))
-    RUN.failed_requests[context.task_name] = (failed, len(items))
+    context.run.failed_requests[context.task_name] = (failed, len(items))
     if failed:
-        ask_for_exit_status(failed_requests_verdict)
+        ask_for_exit_status(context.run, failed_requests_verdict)
     return failed
 
 
@@ -59,19 +59,19 @@ def failed_request_count(items: Sequence[float], args: Any = None, *, context: T
 FAILED_REQUESTS_METRIC = Metric(FAILED_REQUESTS, failed_request_count, higher_is_better=False, with_context=True)
 
 
-def failed_requests_verdict(files: Sequence[Path]) -> tuple[int, str] | None:
-    """(exit status, what to do) when model requests of this run failed; None when none did.
+def failed_requests_verdict(run: SuiteRun, files: Sequence[Path]) -> tuple[int, str] | None:
+    """(exit status, what to do) when model requests of ``run`` failed; None when none did.
     ``files``: the results and samples files of the run (unused: the command is the run's own)."""
-    failed = {task: count for task, (count, _) in RUN.failed_requests.items() if count}
+    failed = {task: count for task, (count, _) in run.failed_requests.items() if count}
     if not failed:
         return None
-    total = sum(asked for _, asked in RUN.failed_requests.values())
+    total = sum(asked for _, asked in run.failed_requests.values())
     counts = ", ".join(f"{task} {count}" for task, count in failed.items())
     line = (f"{sum(failed.values())} of {total} model requests failed ({counts}) and are left out of the scores "
             f"(each task's failed_requests counts them, their logged samples carry failed_requests 1); the results are "
             f"written; ")
-    if RUN.response_cache_root is not None:
-        line += (f"ask only them again (the answered ones come from the response cache {RUN.response_cache_root}) "
+    if run.response_cache_root is not None:
+        line += (f"ask only them again (the answered ones come from the response cache {run.response_cache_root}) "
                  f"with the same command: {rerun_command()}")
     else:
         cache = Path(cli_option("--output_path") or ".", "response_cache")

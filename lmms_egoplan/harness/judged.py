@@ -46,7 +46,7 @@ from loguru import logger
 from lmms_egoplan.compat.durability import ask_for_exit_status, note_kept_on_stop
 from lmms_egoplan.contract.benchmark import Benchmark, Judged, TaskContext, TaskSpec
 from lmms_egoplan.contract.judged import PREDICT_ONLY_ITEMS
-from lmms_egoplan.core.run_state import RUN
+from lmms_egoplan.core.run import SuiteRun
 from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, is_failed_request_item
 from lmms_egoplan.harness.rejudge import rejudge_command
@@ -76,10 +76,11 @@ class Judging:
     ``record_task_judgements``, the run's exit status)."""
 
     def __init__(self, benchmark: Benchmark, spec: TaskSpec, context: TaskContext, metadata: dict, *,
-                 record_outcome: Callable[[str, JudgeResults, JudgeSettings], None] | None = None):
+                 record_outcome: Callable[[SuiteRun, str, JudgeResults, JudgeSettings], None] | None = None):
         if not issubclass(benchmark.settings, JudgeSettings):
             raise TypeError(f"{benchmark.name}: its settings must inherit lmms_egoplan.judge.settings.JudgeSettings")
         self.task_name = context.task_name
+        self.context = context  # its run (``context.run``) is set once the adapter joins one
         self.run_files = context.run_files
         self.metadata = metadata
         self.settings = JudgeSettings.of(context.settings)
@@ -93,8 +94,9 @@ class Judging:
     def record_judge(self) -> None:
         """The task's judge (with what its server said answered the preflight, once it has), as the
         results' metadata and each judged item record it."""
+        run = self.context.run  # None while the task is compiled, before its adapter gives it one: no preflight yet
         self.identity = JudgeIdentity.of(self.settings, self.rubric, load_rubric(self.rubric, self.rubrics),
-                                         RUN.answering_judges.get(self.settings))
+                                         run.answering_judges.get(self.settings) if run is not None else None)
         self.metadata.update(self.identity.metadata())
 
     def with_judge(self, values: dict) -> dict:
@@ -113,13 +115,13 @@ class Judging:
 
     def check_answers(self) -> None:
         """Before any model call, the judge answers one short request (``judge.engine.preflight``; once per
-        judge configuration and process), unless ``judge_preflight`` is off."""
-        settings, name = self.settings, self._setting_name
+        judge configuration and run), unless ``judge_preflight`` is off."""
+        settings, name, run = self.settings, self._setting_name, self.context.run
         if not settings.judge_preflight:
             return
-        if settings not in RUN.answering_judges:
+        if settings not in run.answering_judges:
             try:
-                RUN.answering_judges[settings] = preflight(settings)
+                run.answering_judges[settings] = preflight(settings)
             except RetiredJudgeError as error:
                 raise SettingsError(f"task {self.task_name}: {error}; "
                                     f"{error.retirement.explain(name('judge_model'))}") from None
@@ -161,13 +163,14 @@ class Judging:
             return self._outcome(ItemScore(math.nan, nothing))
         trail = self.run_files.run_file(args, "judgements")
         with self._judgements_lock:
-            judge = _shared_judge(settings)
+            judge = _shared_judge(self.context.run, settings)
             if isinstance(judge, JudgeUnavailable):
                 return self._outcome(unjudged(items, judge.model, f"judge unavailable: {judge.error}"))
             pending = [request for request in item_requests(items)
                        if getattr(self._judgements.get(request.id), "messages", None) != request.messages]
             if pending and judge.cache is not None:
-                note_kept_on_stop(f"judgements already made are in the judge cache {judge.cache.path}")
+                note_kept_on_stop(self.context.run,
+                                  f"judgements already made are in the judge cache {judge.cache.path}")
             # With nothing pending no call is made and no audit file is written.
             results = judge.run(pending, items_rubric(items, self.rubrics).parse_rating, audit_path=trail,
                                 append_audit=True, description=f"Judging {self.task_name}",
@@ -178,18 +181,18 @@ class Judging:
 
     def _outcome(self, scored: ItemScore) -> ItemScore:
         if self._record_outcome is not None:
-            self._record_outcome(self.task_name, scored.results, self.settings)
+            self._record_outcome(self.context.run, self.task_name, scored.results, self.settings)
         return scored
 
 
-def record_task_judgements(task_name: str, results: JudgeResults, settings: JudgeSettings) -> None:
+def record_task_judgements(run: SuiteRun, task_name: str, results: JudgeResults, settings: JudgeSettings) -> None:
     """Remember a task's judgements (every metric reads the same ones, so the largest set is
     the task's), so that the run ends with a distinct status if some failed, once its results
     and samples files are written (``failed_judgements_verdict``)."""
-    known = RUN.task_judgements.get(task_name)
+    known = run.task_judgements.get(task_name)
     if known is None or len(results.judgements) >= known.total:
-        RUN.task_judgements[task_name] = TaskJudgements(results.failed, len(results.judgements), settings)
-    ask_for_exit_status(failed_judgements_verdict)
+        run.task_judgements[task_name] = TaskJudgements(results.failed, len(results.judgements), settings)
+    ask_for_exit_status(run, failed_judgements_verdict)
 
 
 @dataclass(frozen=True)
@@ -201,18 +204,18 @@ class TaskJudgements:
 
 
 
-def failed_judgements_verdict(files: Sequence[Path]) -> tuple[int, str] | None:
-    """(exit status, what to do) when judgements of this run failed: how many, of which tasks, and
+def failed_judgements_verdict(run: SuiteRun, files: Sequence[Path]) -> tuple[int, str] | None:
+    """(exit status, what to do) when judgements of ``run`` failed: how many, of which tasks, and
     the ``lmms-egoplan rejudge`` command that asks the judge for them (and takes the others from the
     judge cache); None when none failed. ``files``: the results and samples files of the run."""
-    failed = {task: outcome for task, outcome in RUN.task_judgements.items() if outcome.failed}
+    failed = {task: outcome for task, outcome in run.task_judgements.items() if outcome.failed}
     if not failed:
         return None
-    total = sum(outcome.total for outcome in RUN.task_judgements.values())
+    total = sum(outcome.total for outcome in run.task_judgements.values())
     counts = ", ".join(f"{task} {outcome.failed}" for task, outcome in failed.items())
     line = (f"{sum(o.failed for o in failed.values())} of {total} judgements failed ({counts}) and are left out of "
             f"the scores; the results and the judge cache are written")
-    silent = [judge.stopped_answering for judge in RUN.judges.values()
+    silent = [judge.stopped_answering for judge in run.judges.values()
               if isinstance(judge, Judge) and judge.stopped_answering]
     if silent:  # said once, whatever the number of tasks it would have judged
         line += "; " + "; ".join(silent) + " (start it again first)"
@@ -227,8 +230,8 @@ def failed_judgements_verdict(files: Sequence[Path]) -> tuple[int, str] | None:
     if commands:
         line += "; judge the failed ones with: " + " ; ".join(commands)
     else:
-        answers = (f", the model's answers from the response cache {RUN.response_cache_root}"
-                   if RUN.response_cache_root else "")
+        answers = (f", the model's answers from the response cache {run.response_cache_root}"
+                   if run.response_cache_root else "")
         line += (f"; re-run the same command to judge them (judgements already made come from the judge cache"
                  f"{answers}), or add --log_samples to judge them later with lmms-egoplan rejudge")
     return max(o.settings.judge_failed_exit_status for o in failed.values()), line
@@ -242,23 +245,23 @@ class JudgeUnavailable:
     error: str
 
 
-_JUDGES_LOCK = threading.Lock()  # RUN.judges is filled from the aggregation threads of several tasks
+_JUDGES_LOCK = threading.Lock()  # a run's judges are filled from the aggregation threads of several tasks
 
 
-def _shared_judge(settings: JudgeSettings) -> Judge | JudgeUnavailable:
-    """One engine per judge configuration: the tasks of a run share its client, cache and (hf)
+def _shared_judge(run: SuiteRun, settings: JudgeSettings) -> Judge | JudgeUnavailable:
+    """One engine per judge configuration and run: the tasks of ``run`` share its client, cache and (hf)
     model. One that fails to load (e.g. an hf judge that does not exist) is reported once and
     fails every judgement of every metric that asks for it, instead of reloading each time."""
     with _JUDGES_LOCK:
-        if settings not in RUN.judges:
+        if settings not in run.judges:
             try:
-                RUN.judges[settings] = Judge.from_settings(settings)
+                run.judges[settings] = Judge.from_settings(settings)
             except Exception as error:  # report, and keep the run: the generations are logged
                 model = f"{settings.judge_backend}:{settings.judge_model}"
                 logger.error(f"the judge {model} is unavailable ({error}); every answer it should judge counts as "
                              f"failed; re-score the logged samples with lmms-egoplan rejudge")
-                RUN.judges[settings] = JudgeUnavailable(model, str(error))
-        return RUN.judges[settings]
+                run.judges[settings] = JudgeUnavailable(model, str(error))
+        return run.judges[settings]
 
 
 def _judging(context: TaskContext) -> Judging:

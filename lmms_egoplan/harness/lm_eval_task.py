@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from lm_eval.api.task import ConfigurableTask
 
-from lmms_egoplan.core.run_state import RUN
+from lmms_egoplan.core.run import SuiteRun, hand_over, run_of
 from lmms_egoplan.harness.compiled_task import LM_EVAL_CONFIG_SOURCE, compile_task, named_task
 
 
@@ -36,7 +36,7 @@ class LmEvalRun:
     model_name: str  # as lm-eval names the model in its results (from ``pretrained=``, ``model=``, ...)
     output_path: str | None
     model_folder: str  # lm-eval's results folder name for the model (``<output_path>/<model_folder>/``)
-    stamp: str  # date-time of the run's side files, in lm-eval's format (it names results files at saving)
+    facts: SuiteRun  # what the run learns (shared by its tasks); its stamp: the side files' date-time, lm-eval's format
 
 
 def current_run() -> LmEvalRun:
@@ -61,9 +61,20 @@ def current_run() -> LmEvalRun:
         model_name=model_name,
         output_path=getattr(tracker, "output_path", None),
         model_folder=sanitize_model_name(model_name),
-        # One side-file date-time per simple_evaluate call (by its frame, alive for the whole run).
-        stamp=RUN.lm_eval_stamps.setdefault(id(frame), datetime.now().isoformat().replace(":", "-")),
+        facts=_call_run(tracker),
     )
+
+
+def _call_run(tracker: Any) -> SuiteRun:
+    """The suite's run of one lm-eval ``simple_evaluate`` call (its side files' date-time, its judges, shared by its
+    tasks): kept on the call's results writer (``tracker``, the one object of the call a task reaches), a run of the
+    task's own without one."""
+    run = run_of(tracker)
+    if run is None:
+        run = SuiteRun(stamp=datetime.now().isoformat().replace(":", "-"))
+        if tracker is not None:
+            hand_over(run, tracker)
+    return run
 
 
 @dataclass(frozen=True)
@@ -76,7 +87,7 @@ class LmEvalRunFiles:
     task_name: str
 
     def run_file(self, args: Any, kind: str, suffix: str = ".jsonl") -> Path:
-        file_name = f"{self.run.stamp}_{kind}_{self.task_name}{suffix}"
+        file_name = f"{self.run.facts.stamp}_{kind}_{self.task_name}{suffix}"
         if not self.run.output_path:
             return Path.cwd() / kind / file_name
         return Path(self.run.output_path) / self.run.model_folder / file_name
@@ -100,6 +111,7 @@ class SuiteBaseline(ConfigurableTask):
                                      kept_metadata=("version", LM_EVAL_CONFIG_SOURCE))
         self.settings = self.compiled.settings
         self.judging = self.compiled.judging
+        self.compiled.context.run = run.facts
         if self.judging is not None:
             self.judging.check_answers()  # before any model call, as the lmms-eval tasks do
         super().__init__(config=self.compiled.config, **kwargs)

@@ -27,7 +27,8 @@ from lmms_egoplan.compat.tasks import bind_class_task_to_backend, unretried_proc
 from lmms_egoplan.core import request_options
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.failed_requests import failed_request
-from lmms_egoplan.core.run_state import RUN
+from lmms_egoplan.core.request_facts import RetriedAnswer, retries_of
+from lmms_egoplan.core.run import SuiteRun
 from lmms_egoplan.harness.backend_choice import refuse_what_cannot_serve, resolve_backend
 from lmms_egoplan.harness.compiled_task import (
     GENERATIVE_OUTPUT_TYPES,
@@ -71,9 +72,12 @@ class SuiteTask(ConfigurableMessagesTask):
         self._backend: str | None = None  # the run's --model, canonical (``_bind_to_backend``)
         generative = config.get("output_type") in GENERATIVE_OUTPUT_TYPES
         self.benchmark, self.spec = named_task(config, "lmms_eval_tasks")
-        self.compiled = compile_task(self.benchmark, self.spec, config, run_files=LmmsEvalRunFiles,
+        run = SuiteRun()  # its own, until it joins the run of the evaluation that builds it (``join_run``)
+        self.compiled = compile_task(self.benchmark, self.spec, config,
+                                     run_files=lambda task_name: LmmsEvalRunFiles(task_name, run),
                                      counted=(FAILED_REQUESTS_METRIC,) if generative else (),
                                      record_judgements=record_task_judgements_lazily)
+        self.compiled.context.run = run
         self.settings = self.compiled.settings
         self.judging = self.compiled.judging
         super().__init__(config=self.compiled.config, **kwargs)
@@ -142,12 +146,33 @@ class SuiteTask(ConfigurableMessagesTask):
         # Docs hold paths, not decoded media, so nothing needs stripping for post-processing.
         self.dataset_no_image = self.dataset
 
+    @property
+    def run(self) -> SuiteRun:
+        """The run this task takes part in (``core.run.SuiteRun``), as its hooks get it (``TaskContext.run``)."""
+        return self.compiled.context.run
+
+    def join_run(self, run: SuiteRun) -> None:
+        """Keep this task's facts of the run (its files' date-time, its judges, failed requests, exit reasons) on the
+        evaluation's ``run`` (``contract.adapter.JoinsARun``: compat's ``simple_evaluate`` wrapper hands it over)."""
+        self.compiled.context.run = self.compiled.context.run_files.run = run
+
     def build_all_requests(self, **kwargs) -> None:
         self._bind_to_backend(getattr(self, "args", None))
         if (request_options.SCORED_SPAN, request_options.ANSWER_AND_END_OF_TURN) in \
                 [(option, value) for _, option, value in self.requested_options()]:
-            RUN.turn_end_tasks.add(self.config.task)  # the results and samples say which token that was
+            self.run.turn_end_tasks.add(self.config.task)  # the results and samples say which token that was
         super().build_all_requests(**kwargs)
+
+    def apply_filters(self):
+        # lmms-eval hands process_results only the answers' text: an answer its backend asked again carries its
+        # request's record (core.request_facts) to the task's scoring.
+        filtered = super().apply_filters()
+        for request in self._instances:
+            retries = retries_of(request)
+            if retries.retries:
+                request.filtered_resps = {key: RetriedAnswer(answer, retries) if isinstance(answer, str) else answer
+                                          for key, answer in request.filtered_resps.items()}
+        return filtered
 
     def answer_identity(self) -> dict:
         """What the model's answers depend on (``contract.adapter.KeysItsAnswers``), from the config as lmms-eval
@@ -165,7 +190,7 @@ class SuiteTask(ConfigurableMessagesTask):
         """Settle the request form (lmms-eval's plain form, or chat messages for chat backends) from
         the CLI arguments lmms-eval hands every task, before requests are built; claim the output
         folder (before any model call)."""
-        claim_output_folder(cli_args)
+        claim_output_folder(self.run, cli_args)
         bind_class_task_to_backend(self, cli_args)
         if self.judging is not None and not getattr(cli_args, "predict_only", False):  # predicting only judges nothing
             self.judging.check_answers()

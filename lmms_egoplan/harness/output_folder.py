@@ -13,11 +13,11 @@ from typing import Any
 
 from lmms_egoplan.compat.durability import process_runs, process_start
 from lmms_egoplan.core.errors import InputError
-from lmms_egoplan.core.run_state import RUN
+from lmms_egoplan.core.run import SuiteRun
 from lmms_egoplan.harness.run_files import run_model_name, run_stamp
 
 
-def claim_output_folder(args: Any) -> None:
+def claim_output_folder(run: SuiteRun, args: Any) -> None:
     """Before any model call: the folder this run writes into (``<output_path>/<model>``) is
     writable, and no other run writes the files of the same date-time into it.
 
@@ -25,7 +25,7 @@ def claim_output_folder(args: Any) -> None:
     names its side files: two runs started in the same second with the same ``--output_path`` and
     model would overwrite each other's files. Rank 0 (the one that writes) creates
     ``<date-time>.lmms_egoplan.lock`` there for the run's lifetime; a run that finds it refuses to
-    start, with an InputError saying what to change. Once per process.
+    start, with an InputError saying what to change. Once per run (``run``).
     """
     output_path = getattr(args, "output_path", None)
     if not output_path or os.environ.get("RANK", "0") != "0":
@@ -33,9 +33,9 @@ def claim_output_folder(args: Any) -> None:
     from lmms_eval.utils import sanitize_model_name
 
     folder = Path(output_path) / sanitize_model_name(run_model_name(args))
-    if folder in RUN.claimed_folders:
+    if folder in run.claimed_folders:
         return
-    stamp = run_stamp(args)
+    stamp = run_stamp(run, args)
     lock = folder / f"{stamp}{_LOCK_SUFFIX}"
     taken = InputError(f"another run (its lock {lock}, or its files {stamp}_*) writes the files of the same date-time "
                        f"({stamp}) into "
@@ -58,7 +58,7 @@ def claim_output_folder(args: Any) -> None:
     if any(path != lock for path in folder.glob(f"{stamp}_*")):
         lock.unlink(missing_ok=True)
         raise taken
-    RUN.claimed_folders.add(folder)
+    run.claimed_folders.add(folder)
     atexit.register(lock.unlink, missing_ok=True)
 
 

@@ -27,7 +27,7 @@ from lmms_egoplan.core.request_options import (
     SYSTEM_PROMPT,
     UNSET_IS_OFF,
 )
-from lmms_egoplan.core.run_state import RUN
+from lmms_egoplan.core.run import SuiteRun
 from lmms_egoplan.core.settings import closest_name_hint, coerce_setting
 from lmms_egoplan.models.chat import ChatTemplateError, RenderedAnswer
 from lmms_egoplan.models.likelihood import ScoredSequence, TurnEnd, scored_sequence, special_token_ids, turn_end
@@ -96,7 +96,8 @@ def processor_inputs(processor) -> tuple[bool, bool, bool]:
 class DocRequests:
     """Mixin of the suite's backends. The backend sets ``pretrained``, ``processor``, ``tokenizer``, ``chat``,
     ``limits``, ``takes_images``, ``video_native``, ``videos_with_images``, ``visual_prefetch`` and
-    ``_reported_generation_keys`` (an empty set), and calls ``settle_turn_end``; lmms-eval sets ``task_dict``."""
+    ``_reported_generation_keys`` (an empty set), and calls ``settle_turn_end`` (which gives it a run of its own,
+    ``run``, until it joins the evaluation's: ``join_run``); lmms-eval sets ``task_dict``."""
 
     # Set while lmms-eval's --use_cache calls the backend (``compat.durability.
     # keep_responses_of_stopped_runs``): each response is handed to it as soon as it is computed,
@@ -123,18 +124,25 @@ class DocRequests:
                             video_max_side=arg(video_max_side, int | None, "video_max_side"),
                             video_max_pixels=arg(video_max_pixels, int | None, "video_max_pixels"))
 
+    def join_run(self, run: SuiteRun) -> None:
+        """Keep this backend's facts (its turn end, the protocol changes it makes) on the evaluation's ``run``
+        (``contract.adapter.JoinsARun``: compat's ``simple_evaluate`` wrapper hands it over)."""
+        run.turn_end = self.run.turn_end
+        self.run = run
+
     def settle_turn_end(self, generation_config) -> None:
         """How a scored assistant turn ends for this model (``likelihood.TurnEnd``: the template's special
         token, else the model's EOS from ``generation_config`` or the tokenizer), found once from a probe
-        conversation and recorded for the run's results and samples (``RUN.turn_end``). A model without
+        conversation and recorded for the run's results and samples (``SuiteRun.turn_end``). A model without
         one keeps the error, raised when a task asks for its end-of-turn token."""
+        self.run = SuiteRun()
         self.special_ids = special_token_ids(self.tokenizer)
         try:
             [probe] = self.chat.with_answers(self.chat.user_turn([], PROBE_QUESTION), [PROBE_ANSWER])
             self.turn_end: TurnEnd | ChatTemplateError = turn_end(
                 self.tokenizer, probe, generation_config, model_name=self.pretrained,
                 add_special_tokens=self.chat.adds_special_tokens(probe.text))
-            RUN.turn_end = self.turn_end.describe()
+            self.run.turn_end = self.turn_end.describe()
         except ChatTemplateError as error:
             self.turn_end = error
 
@@ -220,9 +228,9 @@ class DocRequests:
 
     def _warn_of_limits_below_the_plan(self, task: str, raw: Sequence) -> None:
         """Warn once per task and setting where this backend's model_args cut or downscale the frames the task
-        planned (``visuals.limits_below_the_plan``), and record it for the run's results (``RUN.protocol_changes``,
+        planned (``visuals.limits_below_the_plan``), and record it for the run's results (``SuiteRun.protocol_changes``,
         written by ``compat.results.record_in_results``): a protocol changed, never silently."""
-        changes = RUN.protocol_changes.setdefault(task, {})
+        changes = self.run.protocol_changes.setdefault(task, {})
         for setting, change in limits_below_the_plan(raw, self.limits, self.backend_name):
             if setting not in changes:
                 changes[setting] = change

@@ -8,14 +8,15 @@ change: ``EMPTY_ANSWER_RETRY_BASE_TOKENS``) and temperature ``min(temperature + 
 ``top_k=1`` keeps its retries greedy), the first answer read kept; of one still empty after the last retry, the first
 answer is kept (and scored wrong).
 
-How often an answer was asked again and whether it is still empty are recorded in ``RUN.retried_answers`` for its
-task to count (lmms-eval hands a task only the answer's text).
+How often an answer was asked again and whether it is still empty are recorded on its request
+(``core.request_facts.mark_retries``), which its task reads back to count them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from lmms_egoplan.core.request_facts import AnswerRetries, mark_retries
 from lmms_egoplan.core.request_options import (
     EMPTY_ANSWER_RETRIES,
     EMPTY_ANSWER_RETRY,
@@ -23,7 +24,6 @@ from lmms_egoplan.core.request_options import (
     NEVER,
     empty_answer,
 )
-from lmms_egoplan.core.run_state import RUN
 
 
 def retry_generation_kwargs(generation_kwargs: dict, retry: int, rule: str) -> dict:
@@ -43,7 +43,7 @@ def with_retries(texts: Sequence[str], requests: Sequence, generation_kwargs: di
                  asked_again: Callable[[int], None] = lambda count: None) -> list[str]:
     """``texts`` (the answers to ``requests``, asked with ``generation_kwargs``), those empty by their request's
     rule generated again by ``generate_again(indices, generation kwargs)`` (one call per rule and retry) until read
-    or their request's retries (``EMPTY_ANSWER_RETRIES``) are spent, each one asked again recorded for its task;
+    or their request's retries (``EMPTY_ANSWER_RETRIES``) are spent, each one asked again recorded on its request;
     requests without the option keep their text. ``answered(index, answer)`` is called as each answer is final (its
     record made), so that a backend hands it over (and a stop keeps it) while others are still asked again;
     ``asked_again(count)`` after each call of ``generate_again`` with how many it asked."""
@@ -53,8 +53,7 @@ def with_retries(texts: Sequence[str], requests: Sequence, generation_kwargs: di
     answers, retries = list(texts), [0] * len(texts)
 
     def final(index: int, still_empty: bool) -> None:
-        if retries[index]:
-            RUN.retried_answers.record(requests[index].task_name, answers[index], retries[index], still_empty)
+        mark_retries(requests[index], AnswerRetries(retries[index], still_empty))
         answered(index, answers[index])
 
     empty = []

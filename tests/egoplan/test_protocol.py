@@ -24,6 +24,7 @@ from lmms_egoplan.core.request_options import (
     NONZERO_LOSS_TOKENS,
     SCORED_SPAN,
 )
+from lmms_egoplan.core.run import SuiteRun
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
 from lmms_egoplan.core.statistics import ValueBin, equal_size_levels, parse_bins
 from lmms_egoplan.demo.egoplan import EGO4D_VIDEOS, build_fixture
@@ -582,7 +583,7 @@ def test_similarity_levels_are_equal_size_tertiles_of_the_split_fixed_at_load(fi
 
 def submission_context(name: str, docs: int, skipped: list) -> TaskContext:
     """What write_submission gets of an lmms-eval EgoPlan task: its name, its run files, what its loader read."""
-    return TaskContext(task_name=name, settings=None, run_files=LmmsEvalRunFiles(name),
+    return TaskContext(task_name=name, settings=None, run_files=LmmsEvalRunFiles(name, SuiteRun()),
                        loaded=LoadedDocs([{}] * docs, skipped))
 
 

@@ -90,11 +90,12 @@ def test_plugin_task_folders_point_at_the_installed_task_yamls():
 
 def test_both_harness_adapters_hand_the_hooks_run_files_of_the_written_contract():
     from lmms_egoplan.contract.adapter import RunFiles
+    from lmms_egoplan.core.run import SuiteRun
     from lmms_egoplan.harness.lm_eval_task import LmEvalRun, LmEvalRunFiles
     from lmms_egoplan.harness.run_files import LmmsEvalRunFiles
 
-    lm_eval_run = LmEvalRun(frozenset(), "m", None, "m", "2026-01-01T00-00-00")
-    for run_files in (LmmsEvalRunFiles("t"), LmEvalRunFiles(lm_eval_run, "t")):
+    lm_eval_run = LmEvalRun(frozenset(), "m", None, "m", SuiteRun(stamp="2026-01-01T00-00-00"))
+    for run_files in (LmmsEvalRunFiles("t", SuiteRun()), LmEvalRunFiles(lm_eval_run, "t")):
         assert isinstance(run_files, RunFiles)
     assert LmEvalRunFiles(lm_eval_run, "t").run_file(None, "plans") == Path.cwd() / "plans" / \
         "2026-01-01T00-00-00_plans_t.jsonl"

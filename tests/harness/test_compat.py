@@ -24,6 +24,7 @@ from lmms_egoplan import compat
 from lmms_egoplan.compat import durability, replacements
 from lmms_egoplan.compat import results as compat_results
 from lmms_egoplan.compat import tasks as compat_tasks
+from lmms_egoplan.core.run import SuiteRun
 from lmms_egoplan.core.run_state import RUN
 
 
@@ -96,7 +97,9 @@ def test_nothing_is_changed_where_lmms_eval_behaves(monkeypatch):
         return {}
 
     assert compat_tasks.unretried_process_results(plain) is plain
-    assert compat_results.run_datetime_str(SimpleNamespace(datetime_str="20261122_101010")) == "20261122_101010"
+    from lmms_egoplan.harness.run_files import run_stamp  # upstream 13: the run's date-time in its CLI arguments
+
+    assert run_stamp(SuiteRun(), SimpleNamespace(datetime_str="20261122_101010")) == "20261122_101010"
 
 
 def test_releases_from_the_fixed_version_on_get_no_workaround(monkeypatch):
@@ -127,23 +130,22 @@ def test_releases_from_the_fixed_version_on_get_no_workaround(monkeypatch):
     assert compat_results.write_results_as_strict_json() is False
     assert compat_results.fail_runs_whose_files_are_cut() is False
     assert durability.exit_when_results_are_written() is False
-    assert compat_results.run_datetime_str(None) is None
     assert compat_tasks.unretried_process_results(ConfigurableTask.process_results) is ConfigurableTask.process_results
 
 
-def test_the_exit_status_layer_is_in_every_suite_run_and_recorded_once_a_task_asks_for_a_status(monkeypatch):
+def test_the_exit_status_layer_is_in_every_suite_run_and_recorded_once_a_task_asks_for_a_status():
     """Switched on when a suite task is built, not from a metric; a run none of whose tasks asks (no judge, no
     failed request) records it as not in place, as before it was switched on there."""
     from lmms_egoplan.compat import switches
 
-    monkeypatch.setattr(RUN, "exit_reasons", [])
     switches.switch_on(switches.SUITE_USED)
     concern = "durability.exit_when_results_are_written"
     assert replacements.has_layer(concern, "lmms_eval.loggers.evaluation_tracker",
                                   "EvaluationTracker.save_results_samples")
-    assert concern not in replacements.in_place()
-    durability.ask_for_exit_status(lambda files: None)
-    assert concern in replacements.in_place()
+    run, other_run = SuiteRun(), SuiteRun()
+    assert concern not in replacements.in_place(run)
+    durability.ask_for_exit_status(run, lambda run, files: None)
+    assert concern in replacements.in_place(run) and concern not in replacements.in_place(other_run)
 
 
 def test_a_stopped_run_keeps_its_responses_chunk_by_chunk_with_whole_documents(monkeypatch):
@@ -401,10 +403,9 @@ def test_the_runs_secrets_are_masked_in_failure_texts_and_answers_keep_their_wor
             "--model_args", "model_version=m,api_key=sk-given-0123456789,max_retries=2"]
     found = secrets.run_secrets(argv, {"OPENAI_API_KEY": "sk-environment-987654", "HF_TOKEN": "hf_short", "HOME": "/r"})
     assert sorted(found) == ["hf_short", "sk-environment-987654", "sk-given-0123456789"]
-    monkeypatch.setattr(RUN, "secrets", found)
     failure = "[LMMS_EVAL_REQUEST_FAILED after 2 retries] Error code: 401 - Authorization: Bearer sk-other-abcdef012345"
     sample = {"resps": [[failure]], "filtered_resps": ["token=abcdefgh said sk-given-0123456789"], "doc_id": 3}
-    assert secrets.masked_response(sample) == {
+    assert secrets.masked_response(sample, found) == {
         "resps": [["[LMMS_EVAL_REQUEST_FAILED after 2 retries] Error code: 401 - Authorization: Bearer ***"]],
         "filtered_resps": ["token=abcdefgh said ***"], "doc_id": 3}  # an answer: only the run's own key goes
     assert secrets._logs_error_texts()
@@ -430,14 +431,15 @@ def test_a_run_of_the_suites_tasks_without_use_cache_keeps_its_responses_under_i
     lines = []
     sink = logger.add(lines.append, level="INFO", format="{message}")
     try:
-        run = Namespace(output_path=str(tmp_path / "out"))
-        assert durability.keep_responses_by_default(None, run) == str(tmp_path / "out" / "response_cache")
+        cli_args, run = Namespace(output_path=str(tmp_path / "out")), SuiteRun()
+        assert durability.keep_responses_by_default(run, None, cli_args) == str(tmp_path / "out" / "response_cache")
+        assert run.default_response_cache == str(tmp_path / "out" / "response_cache")  # what a stop names
         assert any(f"no --use_cache given: the model's responses are kept as they are computed in the response "
                    f"cache {tmp_path / 'out' / 'response_cache'}" in line for line in lines)
-        assert durability.keep_responses_by_default("mine/", run) == "mine/"  # the one named is kept
-        assert durability.keep_responses_by_default(None, Namespace(output_path=None)) is None
-        assert durability.keep_responses_by_default(None, None) is None  # simple_evaluate called without the CLI
+        assert durability.keep_responses_by_default(run, "mine/", cli_args) == "mine/"  # the one named is kept
+        assert durability.keep_responses_by_default(run, None, Namespace(output_path=None)) is None
+        assert durability.keep_responses_by_default(run, None, None) is None  # simple_evaluate called without the CLI
         monkeypatch.setenv("LMMS_EGOPLAN_COMPAT_OFF", "durability.keep_responses_by_default")
-        assert durability.keep_responses_by_default(None, run) is None
+        assert durability.keep_responses_by_default(run, None, cli_args) is None
     finally:
         logger.remove(sink)

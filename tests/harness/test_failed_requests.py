@@ -14,7 +14,7 @@ from lmms_eval.utils import load_yaml_config
 
 from lmms_egoplan.compat import durability
 from lmms_egoplan.core.failed_requests import BUDGET_EXCEEDED, failed_request
-from lmms_egoplan.core.run_state import RUN
+from lmms_egoplan.core.run import SuiteRun
 from lmms_egoplan.harness import failed_requests as harness_failed
 from lmms_egoplan.harness.failed_requests import FAILED_REQUESTS, failed_requests_verdict, rerun_command
 from tests.fixtures import PROBE_TASKS
@@ -47,7 +47,6 @@ def probe(tmp_path, monkeypatch):
     data = tmp_path / "probe.json"
     data.write_text(json.dumps([{"question": f"q{i}?", "answer": answer} for i, answer in enumerate("ABC")]))
     monkeypatch.setenv("PROBE_DATA_FILE", str(data))
-    monkeypatch.setattr(RUN, "failed_requests", {})
     config = load_yaml_config(str(PROBE_TASKS / "probe" / "probe.yaml"))
     task = config["class"](config=config)
     task._bind_to_backend(Namespace(model="openai_compatible"))  # an alias: the backend's canonical name counts
@@ -72,9 +71,10 @@ def test_a_failed_request_is_left_out_of_every_metric_and_counted(probe):
     # exact over the answered questions only: A right, X wrong (the failure is no wrong answer).
     assert results == {"exact": 0.5, FAILED_REQUESTS: 1}
     assert samples[1] == {FAILED_REQUESTS: 1.0} and samples[0] == {"exact": 1.0, FAILED_REQUESTS: 0.0}
-    assert RUN.failed_requests == {"lmms_egoplan_probe": (1, 3)}
+    assert probe.run.failed_requests == {"lmms_egoplan_probe": (1, 3)}
     answered, _ = evaluate(probe, ["A", "B", "X"])
-    assert answered == {"exact": 2 / 3, FAILED_REQUESTS: 0} and RUN.failed_requests["lmms_egoplan_probe"] == (0, 3)
+    assert answered == {"exact": 2 / 3, FAILED_REQUESTS: 0}
+    assert probe.run.failed_requests["lmms_egoplan_probe"] == (0, 3)
 
 
 def test_every_request_failing_leaves_no_score_only_the_count(probe):
@@ -95,9 +95,8 @@ def test_the_last_line_says_how_many_failed_where_and_the_command_that_asks_them
             "--tasks", "t1,t2", "--output_path", "out dir", "--use_cache", "cache"]
     monkeypatch.setattr("sys.argv", argv)
     monkeypatch.setenv("LMMS_EVAL_PLUGINS", "lmms_egoplan")
-    monkeypatch.setattr(RUN, "failed_requests", {"t1": (2, 10), "t2": (0, 5), "t3": (1, 1)})
-    monkeypatch.setattr(RUN, "response_cache_root", "/abs/cache")
-    status, line = failed_requests_verdict([])
+    run = SuiteRun(failed_requests={"t1": (2, 10), "t2": (0, 5), "t3": (1, 1)}, response_cache_root="/abs/cache")
+    status, line = failed_requests_verdict(run, [])
     assert status == harness_failed.FAILED_REQUESTS_EXIT_STATUS == 4
     assert line.startswith("3 of 16 model requests failed (t1 2, t3 1) and are left out of the scores")
     assert line.endswith("ask only them again (the answered ones come from the response cache /abs/cache) with the "
@@ -105,22 +104,22 @@ def test_the_last_line_says_how_many_failed_where_and_the_command_that_asks_them
                          "model=gpt,api_key=*** --tasks t1,t2 --output_path 'out dir' --use_cache cache "
                          "(your key in place of ***)")
     assert "sk-secret" not in line
-    monkeypatch.setattr(RUN, "response_cache_root", None)
+    run.response_cache_root = None
     monkeypatch.setattr("sys.argv", argv[:-2])
-    _, line = failed_requests_verdict([])
+    _, line = failed_requests_verdict(run, [])
     assert ("this run had no --use_cache, so its answers were not kept: ask every request again, keeping the answers "
             "(a run after that asks only the failed ones), with: ") in line
     assert line.endswith("--output_path 'out dir' --use_cache 'out dir/response_cache' (your key in place of ***)")
-    monkeypatch.setattr(RUN, "failed_requests", {"t1": (0, 10)})
-    assert failed_requests_verdict([]) is None
+    assert failed_requests_verdict(SuiteRun(failed_requests={"t1": (0, 10)}), []) is None
 
 
-def test_failed_requests_end_the_run_last_with_the_highest_status(monkeypatch, capsys):
-    monkeypatch.setattr(RUN, "exit_reasons", [lambda files: (4, "requests line"), lambda files: (3, "judgements line")])
+def test_failed_requests_end_the_run_last_with_the_highest_status(capsys):
     written = durability.WrittenFiles(tracker=None, files=[], results={
         "results": {}, "configs": {}, "versions": {}, "n-shot": {}, "higher_is_better": {}})
+    run = SuiteRun(exit_reasons=[lambda run, files: (4, "requests line"), lambda run, files: (3, "judgements line")],
+                   written=written)
     with pytest.raises(SystemExit) as stopped:
-        durability._exit_if_asked(written)
+        durability._exit_if_asked(run)
     assert stopped.value.code == 4
     assert capsys.readouterr().err.splitlines()[-2:] == ["lmms-egoplan: judgements line", "lmms-egoplan: requests line"]
 
@@ -151,7 +150,6 @@ def request(doc_id):
 
 def test_the_response_cache_keeps_answers_and_asks_failed_requests_again(tmp_path, monkeypatch):
     assert durability.keep_failed_requests_out_of_the_response_cache()
-    monkeypatch.setattr(RUN, "response_cache_root", None)
     cache = ResponseCache.create(str(tmp_path), model="openai", model_args="model=m")
     model = AnsweringModel({0: "A", 1: FAILED, 2: BUDGET_EXCEEDED})
     assert [r.text for r in cache.execute(model, "generate_until", [request(0), request(1), request(2)])] == \

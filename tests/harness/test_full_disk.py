@@ -18,7 +18,7 @@ from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
 from lmms_egoplan.compat import durability
 from lmms_egoplan.compat import results as compat_results
 from lmms_egoplan.core.errors import StorageError
-from lmms_egoplan.core.run_state import RUN
+from lmms_egoplan.core.run import SuiteRun, hand_over
 
 
 @pytest.fixture
@@ -29,8 +29,6 @@ def suite_workarounds(monkeypatch):
         monkeypatch.setattr(ResponseCache, name, ResponseCache.__dict__[name])
     for name in ("save_results_aggregated", "save_results_samples"):
         monkeypatch.setattr(EvaluationTracker, name, getattr(EvaluationTracker, name))
-    monkeypatch.setattr(RUN, "response_cache_root", None)
-    monkeypatch.setattr(RUN, "kept_on_stop", [])
     assert durability.keep_responses_of_stopped_runs() and compat_results.fail_runs_whose_files_are_cut()
 
 
@@ -135,8 +133,8 @@ def logged(count: int) -> list[dict]:
 def test_a_results_or_samples_file_that_cannot_be_written_whole_fails_the_run_naming_it(suite_workarounds, small_disk):
     """lmms-eval alone logs "Could not save ...", leaves the file cut and the run exits 0."""
     disk = small_disk()
-    RUN.response_cache_root = "/caches/responses"
     writer = tracker(disk.path)
+    hand_over(SuiteRun(response_cache_root="/caches/responses"), writer)  # as the run's simple_evaluate call does
     disk.fill(leave=8192)
     results = {"results": {"task": {"accuracy,none": 0.5}}, "configs": {"task": {}}, "note": "x" * 20_000}
     with pytest.raises(StorageError) as cut:
@@ -167,11 +165,11 @@ def test_a_judged_task_whose_judge_cache_is_on_a_full_disk_stops_before_the_mode
     disk = small_disk()
     JudgeCache(disk.path / "judge").close()
     disk.fill()
-    monkeypatch.setattr(RUN, "answering_judges", {})
     settings = EGOTHINK.settings(judge_base_url="http://127.0.0.1:9/v1", judge_api_key_env="",
                                  judge_cache_dir=disk.path / "judge")
     with pytest.raises(SettingsError) as full:
-        Judging(EGOTHINK, DIMENSION, TaskContext("ego_think_counting", settings), metadata={}).check_answers()
+        Judging(EGOTHINK, DIMENSION, TaskContext("ego_think_counting", settings, run=SuiteRun()),
+                metadata={}).check_answers()
     assert str(full.value).startswith(f"task ego_think_counting: the judge cache {disk.path / 'judge'}/"
                                       f"{JudgeCache.FILE_NAME} cannot store answers: the disk is full (")
     assert str(full.value).endswith("; judge_cache_dir is set by EGOTHINK_JUDGE_CACHE_DIR (metadata.judge_cache_dir)")

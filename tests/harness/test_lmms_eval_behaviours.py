@@ -30,6 +30,8 @@ from lmms_eval.tasks import TaskManager
 from loguru import logger
 
 from lmms_egoplan.compat import durability, results, secrets, tasks
+from lmms_egoplan.core.request_facts import AnswerRetries, mark_retries, retries_of
+from lmms_egoplan.core.run import SuiteRun
 from lmms_egoplan.core.run_state import RUN
 from tests.fixtures import PROBE_TASKS
 
@@ -261,9 +263,15 @@ def open_cache(root: Path, model_args: str = "pretrained=tiny") -> ResponseCache
     return ResponseCache.create(str(root), model="model", model_args=model_args)
 
 
+def run_cache(run: SuiteRun, root: Path) -> ResponseCache:
+    """The response cache of ``run``'s evaluation, handed the run as its ``simple_evaluate`` call hands it."""
+    cache = open_cache(root)
+    durability.join_response_cache(run, cache)
+    return cache
+
+
 @pytest.fixture
-def cache_workarounds(switch_on, monkeypatch):
-    monkeypatch.setattr(RUN, "response_cache_root", None)
+def cache_workarounds(switch_on):
     switch_on(durability.keep_responses_of_stopped_runs, durability.keep_failed_requests_out_of_the_response_cache,
               secrets.keep_api_keys_out_of_the_response_cache)
 
@@ -365,56 +373,47 @@ class Sampling(Model):
         for request in requests:
             self.asked.append((request.task_name, request.doc_id))
             answers.append(f"answer {request.doc_id}, draw {len(self.asked)}")
-            if request.doc_id:
-                RUN.retried_answers.record(request.task_name, answers[-1], request.doc_id, request.doc_id == 2)
+            mark_retries(request, AnswerRetries(request.doc_id, request.doc_id == 2))
             self.response_sink(request, answers[-1])
         return answers
 
 
-def test_a_sampled_suite_run_resumes_with_its_retry_records_and_another_seed_draws_anew(tmp_path, cache_workarounds,
-                                                                                        monkeypatch):
-    from lmms_egoplan.core.run_state import RetriedAnswers
-
-    monkeypatch.setattr(RUN, "sampling_seeds", None)
-    monkeypatch.setattr(RUN, "retried_answers", RetriedAnswers())
-    assert durability.resume_sampled_runs((0, 1234, 1234, 1234))
-    requests = [*sampled(3), *sampled(2, "seedbench")]  # lmms-eval's own task beside the suite's
-    model, cache = Sampling(), open_cache(tmp_path)
-    first = cache.execute(model, "generate_until", requests[:2])  # stopped after two answers: a failed run
+def test_a_sampled_suite_run_resumes_with_its_retry_records_and_another_seed_draws_anew(tmp_path, cache_workarounds):
+    run = SuiteRun()
+    assert durability.resume_sampled_runs(run, (0, 1234, 1234, 1234))
+    model, cache = Sampling(), run_cache(run, tmp_path)
+    first = cache.execute(model, "generate_until", sampled(2))  # stopped after two answers: a failed run
     cache.finalize(success=False)
-    RUN.retried_answers = RetriedAnswers()  # the next process
-    model.asked = []
-    cache = open_cache(tmp_path)
-    resumed = cache.execute(model, "generate_until", requests)
+    run, model.asked = SuiteRun(), []  # the next process
+    durability.resume_sampled_runs(run, (0, 1234, 1234, 1234))
+    requests = [*sampled(3), *sampled(2, "seedbench")]  # lmms-eval's own task beside the suite's
+    resumed = run_cache(run, tmp_path).execute(model, "generate_until", requests)
     assert resumed[:2] == first and model.asked == [("cosmos_reason1_av", 2), ("seedbench", 0), ("seedbench", 1)]
-    assert [RUN.retried_answers.take("cosmos_reason1_av", answer) for answer in resumed[:3]] == [
+    assert [retries_of(request) for request in requests[:3]] == [
         (0, False), (1, False), (2, True)]  # the served answers' records, and the one computed now
     cache.finalize(success=True)
-    assert durability.resume_sampled_runs((1, 2, 3, 4))
+    assert durability.resume_sampled_runs(run, (1, 2, 3, 4))
     plain = Model()  # lmms-eval's backends: stored per chunk
-    cache = open_cache(tmp_path)
+    cache = run_cache(run, tmp_path)
     cache.execute(plain, "generate_until", sampled(3))
     cache.execute(plain, "generate_until", sampled(3))
     assert plain.asked == [0, 1, 2]  # another seed asks again, once
-    assert not durability.resume_sampled_runs((None, 1234, 1234, 1234))  # unseeded: lmms-eval's rule
+    assert not durability.resume_sampled_runs(run, (None, 1234, 1234, 1234))  # unseeded: lmms-eval's rule
     cache.execute(plain, "generate_until", sampled(1))
     assert plain.asked[-1] == 0
 
 
-def test_greedy_suite_answers_served_by_the_cache_keep_their_retry_records(tmp_path, cache_workarounds, monkeypatch):
-    from lmms_egoplan.core.run_state import RetriedAnswers
-
-    monkeypatch.setattr(RUN, "sampling_seeds", None)
-    monkeypatch.setattr(RUN, "retried_answers", RetriedAnswers())
-    durability.resume_sampled_runs((0, 1234, 1234, 1234))
-    model, cache = Sampling(), open_cache(tmp_path)
+def test_greedy_suite_answers_served_by_the_cache_keep_their_retry_records(tmp_path, cache_workarounds):
+    run = SuiteRun()
+    durability.resume_sampled_runs(run, (0, 1234, 1234, 1234))
+    model, cache = Sampling(), run_cache(run, tmp_path)
     first = cache.execute(model, "generate_until", sampled(3, greedy=True))
     cache.finalize(success=True)
-    RUN.retried_answers = RetriedAnswers()
-    assert open_cache(tmp_path).execute(model, "generate_until", sampled(3, greedy=True)) == first
+    run, served = SuiteRun(), sampled(3, greedy=True)  # the next run's requests, asked once more
+    durability.resume_sampled_runs(run, (0, 1234, 1234, 1234))
+    assert run_cache(run, tmp_path).execute(model, "generate_until", served) == first
     assert len(model.asked) == 3  # none asked again
-    assert [RUN.retried_answers.take("cosmos_reason1_av", answer) for answer in first] == [
-        (0, False), (1, False), (2, True)]
+    assert [retries_of(request) for request in served] == [(0, False), (1, False), (2, True)]
 
 
 def test_the_response_cache_holds_no_api_key(tmp_path, cache_workarounds):
@@ -550,22 +549,6 @@ def test_a_lone_surrogate_is_kept_in_the_response_cache_as_u_fffd_and_read_back_
         assert run["samples"]["plain_probe"][0]["resps"] == [["Two plates \ufffd."]]
     audit = "".join(path.read_text(encoding="utf-8") for path in (tmp_path / "cache").rglob("*.audit.jsonl"))
     assert "Two plates \ufffd." in audit
-
-
-def test_a_task_learns_the_date_time_that_names_the_runs_results_files(monkeypatch, tmp_path, lmms_eval_log):
-    folder = plain_task(tmp_path / "tasks")
-    learnt, evaluate = [], evaluator.evaluate
-
-    def evaluate_learning(*args, **kwargs):  # where lmms-eval's tasks run: inside simple_evaluate
-        learnt.append(results.run_datetime_str(kwargs.get("cli_args")))
-        return evaluate(*args, **kwargs)
-
-    monkeypatch.setattr(evaluator, "evaluate", evaluate_learning)
-    out = tmp_path / "out"
-    args = cli_args(monkeypatch, ["--model", "dummy", "--tasks", "plain_probe", "--output_path", str(out)], str(folder))
-    lmms_eval_cli.cli_evaluate_single(args)
-    stamps = [path.name.removesuffix("_results.json") for path in out.rglob("*_results.json")]
-    assert len(learnt) == 1 and learnt[0] is not None and [learnt[0].replace(":", "-")] == stamps
 
 
 def test_the_results_name_lmms_evals_own_release_not_the_repository_it_is_installed_in(monkeypatch, tmp_path,

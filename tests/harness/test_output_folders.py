@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from lmms_egoplan.core.run_state import RUN
+from lmms_egoplan.core.run import SuiteRun
 
 
 def test_a_second_run_of_the_same_second_into_the_same_folder_is_refused(tmp_path, monkeypatch):
@@ -16,14 +16,11 @@ def test_a_second_run_of_the_same_second_into_the_same_folder_is_refused(tmp_pat
     from lmms_egoplan.core.errors import InputError
     from lmms_egoplan.harness import output_folder as harness
 
-    monkeypatch.setattr(RUN, "stamp", "20261122_101010")
-    monkeypatch.setattr(RUN, "claimed_folders", set())
     args = Namespace(output_path=str(tmp_path), model_args="pretrained=/models/tiny", timezone=None)
-    harness.claim_output_folder(args)
+    harness.claim_output_folder(SuiteRun(stamp="20261122_101010"), args)
     assert (tmp_path / "models__tiny" / "20261122_101010.lmms_egoplan.lock").is_file()
-    monkeypatch.setattr(RUN, "claimed_folders", set())  # as in another process
     with pytest.raises(InputError, match=r"another run .* writes the files of the same date-time \(20261122_101010\)"):
-        harness.claim_output_folder(args)
+        harness.claim_output_folder(SuiteRun(stamp="20261122_101010"), args)  # another run, of the same second
 
 
 def test_a_run_of_the_same_second_that_has_ended_is_found_by_its_files(tmp_path, monkeypatch):
@@ -34,14 +31,12 @@ def test_a_run_of_the_same_second_that_has_ended_is_found_by_its_files(tmp_path,
     from lmms_egoplan.core.errors import InputError
     from lmms_egoplan.harness import output_folder as harness
 
-    monkeypatch.setattr(RUN, "stamp", "20261122_101010")
-    monkeypatch.setattr(RUN, "claimed_folders", set())
     folder = tmp_path / "models__tiny"
     folder.mkdir()
     (folder / "20261122_101010_results.json").write_text("{}")
     args = Namespace(output_path=str(tmp_path), model_args="pretrained=/models/tiny", timezone=None)
     with pytest.raises(InputError, match=r"another run .* writes the files of the same date-time \(20261122_101010\)"):
-        harness.claim_output_folder(args)
+        harness.claim_output_folder(SuiteRun(stamp="20261122_101010"), args)
     assert not (folder / "20261122_101010.lmms_egoplan.lock").exists()
 
 
@@ -73,9 +68,7 @@ def test_the_lock_of_a_run_that_ended_without_removing_it_is_removed_by_the_next
     (folder / "20261122_090909.lmms_egoplan.lock").write_text(json.dumps({"host": host, "pid": int(ended.stdout)}))
     (folder / "20261122_080808.lmms_egoplan.lock").write_text(json.dumps({"host": host, "pid": os.getpid()}))
     (folder / "20261122_070707.lmms_egoplan.lock").write_text(json.dumps({"host": "elsewhere", "pid": 1}))
-    monkeypatch.setattr(RUN, "stamp", "20261122_101010")
-    monkeypatch.setattr(RUN, "claimed_folders", set())
-    harness.claim_output_folder(Namespace(output_path=str(tmp_path), model_args="pretrained=/models/tiny",
-                                          timezone=None))
+    args = Namespace(output_path=str(tmp_path), model_args="pretrained=/models/tiny", timezone=None)
+    harness.claim_output_folder(SuiteRun(stamp="20261122_101010"), args)
     assert sorted(path.name for path in folder.iterdir()) == [
         "20261122_070707.lmms_egoplan.lock", "20261122_080808.lmms_egoplan.lock", "20261122_101010.lmms_egoplan.lock"]

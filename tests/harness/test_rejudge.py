@@ -118,13 +118,13 @@ def test_rejudge_of_a_run_judged_by_a_shut_down_model_says_so_and_what_to_use_in
         "default open-weights judge Qwen/Qwen3-30B-A3B-Instruct-2507 locally (docs/judges.md)")
 
 
-def test_a_run_whose_judge_stopped_answering_says_so_once_with_what_resumes_it(monkeypatch, tmp_path):
+def test_a_run_whose_judge_stopped_answering_says_so_once_with_what_resumes_it(tmp_path):
     """The run's last line (``failed_judgements_verdict``): the judge that stopped answering named once, for every
     task it left unjudged; with samples files the rejudge command, without them the same command, which reads the
     model's answers from the response cache."""
     from pathlib import Path
 
-    from lmms_egoplan.core.run_state import RUN
+    from lmms_egoplan.core.run import SuiteRun
     from lmms_egoplan.harness.judged import TaskJudgements, failed_judgements_verdict
     from lmms_egoplan.judge.engine import Judge
     from lmms_egoplan.judge.providers.openai_compatible import OpenAIChatBackend
@@ -133,18 +133,17 @@ def test_a_run_whose_judge_stopped_answering_says_so_once_with_what_resumes_it(m
     settings = JudgeSettings(judge_model="loopback-judge", judge_cache_dir=None)
     judge = Judge(OpenAIChatBackend("loopback-judge", base_url="http://127.0.0.1:9/v1", api_key_env=""))
     judge.stopped_answering = "the judge openai:loopback-judge stopped answering (connection failed, 7 attempts)"
-    monkeypatch.setattr(RUN, "judges", {settings: judge})
-    monkeypatch.setattr(RUN, "task_judgements", {task: TaskJudgements(2, 2, settings)
-                                                 for task in ("ego_think_counting", "ego_think_spatial")})
-    monkeypatch.setattr(RUN, "response_cache_root", str(tmp_path / "response_cache"))
+    run = SuiteRun(judges={settings: judge}, response_cache_root=str(tmp_path / "response_cache"),
+                   task_judgements={task: TaskJudgements(2, 2, settings)
+                                    for task in ("ego_think_counting", "ego_think_spatial")})
     out = tmp_path / "out" / "model"
     files = [out / "20260101_000000_results.json",
-             *(out / f"20260101_000000_samples_{task}.jsonl" for task in RUN.task_judgements)]
-    status, line = failed_judgements_verdict(files)
+             *(out / f"20260101_000000_samples_{task}.jsonl" for task in run.task_judgements)]
+    status, line = failed_judgements_verdict(run, files)
     assert status == 3 and line.count("stopped answering") == 1
     assert line.startswith("4 of 4 judgements failed (ego_think_counting 2, ego_think_spatial 2)")
     assert f"judge the failed ones with: lmms-egoplan rejudge {files[1]} {files[2]} --output {out}" in line
-    _, line = failed_judgements_verdict([Path(files[0])])  # no --log_samples
+    _, line = failed_judgements_verdict(run, [Path(files[0])])  # no --log_samples
     assert line.endswith(f"re-run the same command to judge them (judgements already made come from the judge "
                          f"cache, the model's answers from the response cache {tmp_path / 'response_cache'}), or "
                          f"add --log_samples to judge them later with lmms-egoplan rejudge")

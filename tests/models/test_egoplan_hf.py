@@ -956,8 +956,8 @@ def test_an_empty_answer_is_generated_again_for_a_request_that_asks_with_the_off
     more tokens per retry (over 1,024 for the letter type's 10) and 0.05 more temperature (the greedy letter type
     stays greedy), until its parser reads a letter; each generation runs the real model (2 new tokens) and its text
     is then scripted."""
+    from lmms_egoplan.core.request_facts import retries_of
     from lmms_egoplan.core.request_options import EMPTY_ANSWER_RETRY
-    from lmms_egoplan.core.run_state import RUN
 
     rule, decoding, sampling = RETRIED[answer_type]
     model = backend("qwen2_vl", batch_size=2)
@@ -975,5 +975,5 @@ def test_an_empty_answer_is_generated_again_for_a_request_that_asks_with_the_off
     assert model.generate_until(requests) == ["<think>no tag</think>", "<answer>B</answer>"]
     assert calls == [(size, tokens, pytest.approx(temperature, abs=1e-9))
                      for size, (tokens, temperature) in zip([2, 1, 1], sampling)]
-    assert RUN.retried_answers.take(TASK, "<answer>B</answer>") == (2, False)
-    assert RUN.retried_answers.take(TASK, "<think>no tag</think>") == (0, False)  # the request that did not ask
+    assert retries_of(requests[1]) == (2, False)
+    assert retries_of(requests[0]) == (0, False)  # the request that did not ask

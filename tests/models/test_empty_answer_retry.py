@@ -6,6 +6,7 @@ retry, the same answers still empty; "empty" as the answer type's official parse
 import pytest
 from lmms_eval.api.instance import Instance
 
+from lmms_egoplan.core.request_facts import retries_of
 from lmms_egoplan.core.request_options import (
     EMPTY_ANSWER_RETRIES,
     EMPTY_ANSWER_RETRY,
@@ -14,7 +15,6 @@ from lmms_egoplan.core.request_options import (
     NO_LETTER_IN_ANSWER_TAG,
     empty_answer,
 )
-from lmms_egoplan.core.run_state import RUN
 from lmms_egoplan.cosmos_reason1.task import DECODING
 from lmms_egoplan.harness.lmms_eval_task import SuiteInstance
 from lmms_egoplan.models.empty_answer_retry import retry_generation_kwargs, with_retries
@@ -109,11 +109,12 @@ def test_the_retries_keep_what_the_official_loop_keeps_with_its_sampling(answer_
     expected, still_empty = official_retries(first, official, answer_type)
     kwargs = DECODING[prompt]
     assert first == as_asked(ours)([*range(len(empty_for))], kwargs)
-    answers = with_retries(first, [request(rule)] * len(first), kwargs, as_asked(ours))
+    requests = [request(rule) for _ in first]
+    answers = with_retries(first, requests, kwargs, as_asked(ours))
     assert answers == expected and ours.calls == official.calls
     assert answers[3] == first[3]  # the first answer of one never read, as run_model keeps it
-    # What the task counts (retries, still empty), per answer; one asked once has no record.
-    assert [RUN.retried_answers.take("task", answer) for answer in answers] == \
+    # What the task counts (retries, still empty), per request; one asked once has no record.
+    assert [retries_of(asked) for asked in requests] == \
         [(0, False), (1, False), (3, False), (10, True), (10, False), (0, False)] and still_empty == [3]
     # Retry 10: 1,024 + 2,560 new tokens under both types; 0.6 + 0.5 capped at 0.9, greedy under letter (top_k 1).
     assert official.calls[-1][1:] == (1024 + 2560, "greedy" if answer_type == "letter" else pytest.approx(0.9))
@@ -125,10 +126,10 @@ def test_a_request_s_max_retries_is_the_official_config_s_max_retries():
     first = official(list(range(len(empty_for))), *FIRST_SAMPLING["letter"])
     expected, still_empty = official_retries(first, official, "letter", max_retries=3)
     assert first == as_asked(ours)([*range(len(empty_for))], DECODING["official_letter"])
-    answers = with_retries(first, [request(NO_CAPITAL_LETTER, retries=3)] * len(first), DECODING["official_letter"],
-                           as_asked(ours))
+    requests = [request(NO_CAPITAL_LETTER, retries=3) for _ in first]
+    answers = with_retries(first, requests, DECODING["official_letter"], as_asked(ours))
     assert answers == expected and ours.calls == official.calls and len(ours.calls) == 1 + 3 and still_empty == [2, 3]
-    assert [RUN.retried_answers.take("task", answer) for answer in answers] == \
+    assert [retries_of(asked) for asked in requests] == \
         [(0, False), (2, False), (3, True), (3, True)]
     never_asked = ScriptedModel([11])
     assert with_retries(["none"], [request(NO_CAPITAL_LETTER, retries=0)], {}, as_asked(never_asked)) == ["none"]
@@ -142,11 +143,11 @@ def test_requests_that_do_not_ask_are_not_retried():
         raise AssertionError("asked again")
 
     assert with_retries(texts, [request(NEVER), request(NEVER)], {}, never) == texts
-    mixed = with_retries(texts, [request(NEVER), request(NO_LETTER_IN_ANSWER_TAG)], {"max_new_tokens": 10},
+    requests = [request(NEVER), request(NO_LETTER_IN_ANSWER_TAG)]
+    mixed = with_retries(texts, requests, {"max_new_tokens": 10},
                          lambda indices, kwargs: ["<answer>C</answer>"] * len(indices))
     assert mixed == ["<answer></answer>", "<answer>C</answer>"]
-    assert RUN.retried_answers.take("task", mixed[1]) == (1, False)
-    assert RUN.retried_answers.take("task", mixed[0]) == (0, False)
+    assert [retries_of(asked) for asked in requests] == [(0, False), (1, False)]
 
 
 def test_a_request_of_each_rule_is_retried_with_its_own_sampling_in_one_batch():
@@ -158,10 +159,10 @@ def test_a_request_of_each_rule_is_retried_with_its_own_sampling_in_one_batch():
         return ["<answer>C</answer>"] * len(indices)
 
     kwargs = {"max_new_tokens": 10, "temperature": 0, "do_sample": False}
-    assert with_retries(texts, [request(NO_CAPITAL_LETTER), request(NO_LETTER_IN_ANSWER_TAG)], kwargs,
-                        generate_again) == ["<answer>C</answer>"] * 2
+    requests = [request(NO_CAPITAL_LETTER), request(NO_LETTER_IN_ANSWER_TAG)]
+    assert with_retries(texts, requests, kwargs, generate_again) == ["<answer>C</answer>"] * 2
     assert asked == [([0], 1024 + 256), ([1], 10 + 256)]
-    assert [RUN.retried_answers.take("task", "<answer>C</answer>") for _ in texts] == [(1, False)] * 2
+    assert [retries_of(asked) for asked in requests] == [(1, False)] * 2
 
 
 def test_a_greedy_request_stays_greedy_and_only_gets_more_tokens():

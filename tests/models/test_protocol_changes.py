@@ -10,7 +10,7 @@ from loguru import logger
 from PIL import Image
 
 from lmms_egoplan.core import devices
-from lmms_egoplan.core.run_state import RUN
+from lmms_egoplan.core.run import SuiteRun
 from lmms_egoplan.models.doc_requests import DocRequests
 from lmms_egoplan.models.visuals import VisualLimits, limits_below_the_plan, prepare_visuals
 
@@ -46,15 +46,14 @@ def test_a_plan_within_the_limits_and_a_cap_above_the_images_change_nothing():
         ["image_max_side=64"]
 
 
-def test_each_task_is_warned_once_per_setting_and_the_change_recorded(logged, monkeypatch):
-    monkeypatch.setattr(RUN, "protocol_changes", {})
-    backend = SimpleNamespace(limits=VisualLimits(max_frames=4), backend_name="egoplan_server")
+def test_each_task_is_warned_once_per_setting_and_the_change_recorded(logged):
+    backend = SimpleNamespace(limits=VisualLimits(max_frames=4), backend_name="egoplan_server", run=SuiteRun())
     for task in ("egointent", "egointent", "egointent", "other"):
         DocRequests._warn_of_limits_below_the_plan(backend, task, [clip(16)])
     warnings = [line for line in logged if "max_frames=4" in line]
     assert [line.split(":")[0] for line in warnings] == ["egointent", "other"]
-    assert set(RUN.protocol_changes) == {"egointent", "other"}
-    assert "16 frames" in RUN.protocol_changes["egointent"]["max_frames"]
+    assert set(backend.run.protocol_changes) == {"egointent", "other"}
+    assert "16 frames" in backend.run.protocol_changes["egointent"]["max_frames"]
 
 
 def test_the_device_is_said_and_auto_without_a_gpu_warns_that_the_model_runs_on_the_cpu(logged, monkeypatch):

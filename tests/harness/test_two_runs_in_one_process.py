@@ -1,0 +1,73 @@
+"""Two lmms-eval evaluations in one Python process keep their facts apart: each ``simple_evaluate`` call (made by
+lmms-eval's own ``cli_evaluate_single``, which writes the results) has its run (``core.run.SuiteRun``), so the second
+run's date-time (its results and side files), failed requests and exit status are its own, not the first's."""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+from lmms_eval import __main__ as lmms_eval_cli
+from lmms_eval import utils as lmms_eval_utils
+
+from lmms_egoplan.compat import durability, results, tasks
+from lmms_egoplan.demo import egothink
+from lmms_egoplan.demo.kit.judge_server import ChatServer
+from lmms_egoplan.demo.kit.scripted import answering, failed_request
+from lmms_egoplan.harness.failed_requests import FAILED_REQUESTS_EXIT_STATUS
+from tests.harness.test_lmms_eval_behaviours import SUITE_TASKS, index_only, lmms_eval_log  # noqa: F401 (a fixture)
+
+
+def evaluate(monkeypatch, task: str, model_args: str, output: Path) -> int:
+    """lmms-eval's CLI evaluation of ``task`` in this process (its ``simple_evaluate`` call, then its writing of the
+    results and samples files); the exit status the suite asks for (0: the call returned)."""
+    monkeypatch.setattr(sys, "argv", ["lmms-eval", "--model", "openai", "--model_args", model_args, "--tasks", task,
+                                      "--output_path", str(output), "--log_samples"])
+    monkeypatch.setattr(lmms_eval_cli, "TaskManager", index_only(SUITE_TASKS))
+    try:
+        lmms_eval_cli.cli_evaluate_single(lmms_eval_cli.parse_eval_args()[1])
+    except SystemExit as stopped:
+        return stopped.code
+    return 0
+
+
+def written(output: Path, kind: str, task: str | None = None) -> list[Path]:
+    pattern = f"*_{kind}.json" if task is None else f"*_{kind}_{task}.jsonl"
+    return sorted(output.rglob(pattern))
+
+
+def test_a_second_evaluation_in_the_process_has_its_own_date_time_failed_requests_and_exit_status(
+        tmp_path, monkeypatch, switch_on, lmms_eval_log):  # noqa: F811 (the fixture)
+    switch_on(tasks.check_suite_tasks_before_the_model, durability.exit_when_results_are_written,
+              durability.keep_responses_of_stopped_runs, results.record_in_results)
+    stamps = iter(["20260101_000001", "20260101_000002", "20260101_000003"])
+    monkeypatch.setattr(lmms_eval_utils, "get_datetime_str", lambda timezone=None: next(stamps))
+    with ExitStack() as resources:
+        suite = egothink.smoke_suite(tmp_path / "data", resources)
+        for name, value in {**suite.env, **suite.scripted.env}.items():
+            monkeypatch.setenv(name, value)
+        answer, failures_left = answering([suite.scripted]), [1]
+
+        def model(call):  # the first request of the process fails (lmms-eval's openai backend asks once)
+            if failures_left[0]:
+                failures_left[0] -= 1
+                return failed_request(call)
+            return answer(call)
+
+        server = resources.enter_context(ChatServer(model, model_name="scripted-answers"))
+        model_args = f"model_version=scripted-answers,base_url={server.base_url},api_key=unused,max_retries=1"
+        first = evaluate(monkeypatch, "ego_think_counting", model_args, tmp_path / "first")
+        second = evaluate(monkeypatch, "ego_think_existence", model_args, tmp_path / "second")
+
+    assert first == FAILED_REQUESTS_EXIT_STATUS and second == 0  # the first run's failed request is not the second's
+    for output, task, stamp, failed in ((tmp_path / "first", "ego_think_counting", "20260101_000001", 1),
+                                        (tmp_path / "second", "ego_think_existence", "20260101_000002", 0)):
+        [results_file] = written(output, "results")
+        recorded = json.loads(results_file.read_text())
+        assert results_file.name == f"{stamp}_results.json"
+        assert recorded["results"][task]["failed_requests,none"] == failed
+        # Its side files carry its own date-time, the one lmms-eval names its results file with.
+        assert [path.name for path in written(output, "judgements", task)] == [f"{stamp}_judgements_{task}.jsonl"]
+        assert len(written(output, "samples", task)) == 1
