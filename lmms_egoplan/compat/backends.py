@@ -3,7 +3,7 @@ switch table: ``lmms_egoplan.compat``."""
 
 from __future__ import annotations
 
-from lmms_egoplan.compat import affected_release, lmms_eval_source, switched_off
+from lmms_egoplan.compat import affected_release, switched_off
 from lmms_egoplan.compat.replacements import add_layer, has_layer
 
 
@@ -26,18 +26,13 @@ def score_llava_hf_with_its_images(model_class: type) -> bool:
     if has_layer(_LLAVA_HF, *_LLAVA_HF_LOGLIKELIHOOD):
         return True
     module, attribute = _LLAVA_HF_LOGLIKELIHOOD
-    if not (affected_release() and model_class.__module__ == module and model_class.__name__ == "LlavaHf"
-            and _renders_the_user_turn_as_a_string(lmms_eval_source(module, attribute))):
+    if not (affected_release() and model_class.__module__ == module and model_class.__name__ == "LlavaHf"):
         return False
     add_layer(_LLAVA_HF, *_LLAVA_HF_LOGLIKELIHOOD, lambda loglikelihood, self, requests: _loglikelihood(self, requests))
     return True
 
 _LLAVA_HF = "backends.score_llava_hf_with_its_images"
 _LLAVA_HF_LOGLIKELIHOOD = ("lmms_eval.models.simple.llava_hf", "LlavaHf.loglikelihood")
-
-
-def _renders_the_user_turn_as_a_string(source: str) -> bool:
-    return '"content": context}' in source and "self._image_processor(text=formatted_contexts" in source
 
 
 def _loglikelihood(backend, requests) -> list[tuple[float, bool]]:

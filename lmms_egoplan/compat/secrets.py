@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
-from lmms_egoplan.compat import affected_release, cli_option, lmms_eval_source, switched_off
+from lmms_egoplan.compat import affected_release, switched_off
 from lmms_egoplan.compat.replacements import add_layer, has_layer, note_in_place
 from lmms_egoplan.core.failed_requests import is_failure_placeholder
 from lmms_egoplan.core.run_state import RUN
@@ -39,7 +39,7 @@ def keep_api_keys_out_of_the_response_cache() -> bool:
         return False
     if has_layer(_CACHE_FINGERPRINT, *_CREATE):
         return True
-    if not (affected_release() and is_secret is not None and _fingerprints_the_model_args_as_given()):
+    if not (affected_release() and is_secret is not None):
         return False
 
     def create_without_secrets(create, cls, cache_root: str, **kwargs):
@@ -59,13 +59,6 @@ def keep_api_keys_out_of_the_response_cache() -> bool:
 
 _CACHE_FINGERPRINT = "secrets.keep_api_keys_out_of_the_response_cache"
 _CREATE = ("lmms_eval.caching.response_cache", "ResponseCache.create")
-
-
-def _fingerprints_the_model_args_as_given(create: str | None = None) -> bool:
-    create = create or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.create")
-    return 'model_fp = f"{model}|{model_args_fp}"' in create and not any(fix in create for fix in _FINGERPRINT_FIXES)
-
-_FINGERPRINT_FIXES = ("_redact", "_digest_secrets")  # docs/upstream/15 digests the secrets where create fingerprints
 
 
 def secret_digest(value: Any) -> str:
@@ -93,7 +86,7 @@ def keep_api_keys_out_of_the_run_summary() -> bool:
         return False
     if has_layer(_RUN_SUMMARY, *_SIMPLE_EVALUATE):
         return True
-    if not (affected_release() and redact is not None and _prints_the_model_args_as_given()):
+    if not (affected_release() and redact is not None):
         return False
     signature = inspect.signature(evaluator.simple_evaluate)
 
@@ -110,11 +103,6 @@ def keep_api_keys_out_of_the_run_summary() -> bool:
 
 _RUN_SUMMARY = "secrets.keep_api_keys_out_of_the_run_summary"
 _SIMPLE_EVALUATE = ("lmms_eval.evaluator", "simple_evaluate")
-
-
-def _prints_the_model_args_as_given(cli_evaluate: str | None = None) -> bool:
-    cli_evaluate = cli_evaluate or lmms_eval_source("lmms_eval.__main__", "cli_evaluate")
-    return 'print(f"{args.model} ({args.model_args})' in cli_evaluate and "_redact" not in cli_evaluate
 
 
 def _lmms_evals_redaction() -> Callable[[Any], Any] | None:
@@ -135,21 +123,24 @@ def keep_secrets_out_of_lmms_evals_error_texts() -> bool:
     ``Authorization`` header, or an error that quotes the key, puts the key on the console and on disk.
     Fix: every log line of the run, the failure texts written into the samples file and the responses
     written into the cache's audit log pass through ``core.secrets.mask_secrets``, with the run's own
-    secrets (``run_secrets``: the ``api_key`` of ``--model_args`` and the values of ``*_API_KEY`` /
-    ``*_TOKEN`` environment variables) masked wherever they appear. Answers that hold no secret are
-    written as they are. Switched on when the entry point loads in a run that names the suite (so that
-    the first log line is masked too). Returns whether the workaround is in place.
+    secrets (``run_secrets``: the values of ``*_API_KEY`` / ``*_TOKEN`` environment variables, and the
+    ``api_key`` of the ``model_args`` once ``simple_evaluate`` is called) masked wherever they appear. Answers
+    that hold no secret are written as they are. Returns whether the workaround is in place.
     """
     from loguru import logger
 
     if has_layer(_ERROR_TEXTS, _RESPONSE_CACHE, "ResponseCache._log_to_audit"):
         return True
-    if switched_off(_ERROR_TEXTS) or not (affected_release() and _logs_error_texts()):
+    if switched_off(_ERROR_TEXTS) or not affected_release():
         return False
-    known = run_secrets()
+    RUN.secrets = run_secrets()
 
     def mask_record(record: dict) -> None:
-        record["message"] = mask_secrets(record["message"], known)
+        record["message"] = mask_secrets(record["message"], RUN.secrets)
+
+    def learn_the_model_args_key(simple_evaluate, *args, **kwargs):
+        RUN.secrets = run_secrets(kwargs.get("model_args"))
+        return simple_evaluate(*args, **kwargs)
 
     logger.configure(patcher=mask_record)
 
@@ -162,8 +153,8 @@ def keep_secrets_out_of_lmms_evals_error_texts() -> bool:
     add_layer(_ERROR_TEXTS, _RESPONSE_CACHE, "ResponseCache._log_to_audit", log_masked_to_audit)
     add_layer(_ERROR_TEXTS, "lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_samples",
               save_masked_samples)
+    add_layer(_ERROR_TEXTS, *_SIMPLE_EVALUATE, learn_the_model_args_key)
     note_in_place(_ERROR_TEXTS)  # the log's patcher too
-    RUN.secrets = known
     return True
 
 _ERROR_TEXTS = "secrets.keep_secrets_out_of_lmms_evals_error_texts"
@@ -183,17 +174,11 @@ def masked_response(value: Any) -> Any:
     return value
 
 
-def run_secrets(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
-    """This run's secrets: the ``api_key`` of lmms-eval's ``--model_args`` and the values of environment
-    variables whose names end in ``API_KEY``, ``_TOKEN`` or ``_SECRET`` (read from the command line and
-    the environment, before lmms-eval has parsed anything)."""
-    model_args = cli_option("--model_args", argv) or ""
-    pairs = (pair.partition("=") for pair in model_args.split(","))
-    given = [value for key, _, value in pairs if key.strip() == "api_key"]
+def run_secrets(model_args: Any = None, environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """This run's secrets: the ``api_key`` of its ``model_args`` (lmms-eval's ``key=value,...`` string, or a mapping)
+    and the values of environment variables whose names end in ``API_KEY``, ``_TOKEN`` or ``_SECRET``."""
+    if isinstance(model_args, str):
+        model_args = dict(pair.partition("=")[::2] for pair in model_args.split(","))
+    given = [str(value) for key, value in (model_args or {}).items() if str(key).strip() == "api_key"]
     named = [value for name, value in environ.items() if name.upper().endswith(("API_KEY", "_TOKEN", "_SECRET"))]
     return tuple(secret for secret in {*given, *named} if len(secret) >= SHORTEST_KNOWN_SECRET)
-
-
-def _logs_error_texts(openai_chat: str | None = None) -> bool:
-    openai_chat = openai_chat or lmms_eval_source("lmms_eval.models.chat.openai", "OpenAICompatible")
-    return "failed with error: {error_msg}" in openai_chat and "mask" not in openai_chat

@@ -61,7 +61,6 @@ class RunState:
     # The response cache the suite gave a run that named none (``compat.durability.keep_responses_by_default``)
     default_response_cache: str | None = None
     # loguru's id of the sink that ends a failed run with status 1 (``compat.durability.fail_runs_with_failed_tasks``)
-    exit_guard_sink: int | None = None
     # Why a run that computed its results must still exit non-zero (e.g. failed judgements): callables the
     # suite's tasks register (``compat.durability.ask_for_exit_status``), each returning None or
     # (exit status, the line saying what to do), given the results and samples files written
