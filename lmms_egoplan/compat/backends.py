@@ -20,7 +20,9 @@ def score_llava_hf_with_its_images(model_class: type) -> bool:
     (the processor expands placeholders inside the prompt only); ``is_greedy`` compares each continuation
     token with the logits that predict it. Put on ``LlavaHf.loglikelihood`` when a suite task is bound to
     ``--model llava_hf --force_simple`` (``model_class``: the run's backend); acts on every likelihood task of
-    that run. Returns whether the workaround is in place."""
+    that run. Returns whether the workaround is in place.
+    Retired by docs/upstream/19-llava-hf-likelihood.patch.
+    """
     if switched_off(_LLAVA_HF):  # docs/upstream/19-llava-hf-likelihood.patch
         return False
     if has_layer(_LLAVA_HF, *_LLAVA_HF_LOGLIKELIHOOD):

@@ -37,14 +37,15 @@ def fail_runs_with_failed_tasks() -> bool:
     cannot tell a failed run from a good one. A run without ``--tasks`` logs "Need to specify task to
     evaluate." and calls ``sys.exit()``: 0 as well. Fix, through lmms-eval's own attributes and loguru's
     public API only: an error of the run's ``simple_evaluate`` (lmms-eval's CLI passes it ``cli_args``)
-    has its traceback written into a file and the process exits 1 with the error last (``_evaluation_ending_
-    the_run``, a layer on ``simple_evaluate``); where lmms-eval's CLI logs either failure itself (an error
-    outside ``simple_evaluate``: a task not found, a results file not written), a loguru sink exits 1 right
-    after its line (``_exit_after_evaluation_error``). ``cli_evaluate`` removes every loguru sink once, when it
-    sets the verbosity: the sink is (re-)added at moments after that, when the run's ``TaskManager`` is
-    built (the first line of ``cli_evaluate_single``: a layer on ``TaskManager.__init__``) and when a suite task
-    or backend is built (``switches.SUITE_USED``). Retired by docs/upstream/03. With ``--verbosity DEBUG`` lmms-eval
-    re-raises, and the exit status is already non-zero. Returns whether the workaround is in place.
+    has its traceback written into a file and the process exits 1 with the error last
+    (``_evaluation_ending_the_run``, a layer on ``simple_evaluate``); where lmms-eval's CLI logs either failure
+    itself (an error outside ``simple_evaluate``: a task not found, a results file not written), a loguru sink
+    exits 1 right after its line (``_exit_after_evaluation_error``). ``cli_evaluate`` removes every loguru sink
+    once, when it sets the verbosity: the sink is (re-)added at moments after that, when the run's
+    ``TaskManager`` is built (the first line of ``cli_evaluate_single``: a layer on ``TaskManager.__init__``)
+    and when a suite task or backend is built (``switches.SUITE_USED``). With ``--verbosity DEBUG`` lmms-eval
+    re-raises, and the exit status is already non-zero. Retired by docs/upstream/03. Returns whether the
+    workaround is in place.
     """
     global _exit_guard_sink
     if switched_off(_EXIT_GUARD) or not affected_release():
@@ -57,14 +58,15 @@ def fail_runs_with_failed_tasks() -> bool:
             pass
     _exit_guard_sink = logger.add(_exit_after_evaluation_error, level="ERROR", format="{message}",
                                   filter=_is_evaluation_error)
-    if not has_layer(_EXIT_GUARD, *_SIMPLE_EVALUATE):
-        add_layer(_EXIT_GUARD, *_SIMPLE_EVALUATE, _evaluation_ending_the_run)
+    if not has_layer(_EXIT_GUARD, *_TASK_MANAGER_INIT):
         add_layer(_EXIT_GUARD, *_TASK_MANAGER_INIT, _arming_the_exit_guard_again)
     return True
 
 def _arming_the_exit_guard_again(init, *args, **kwargs):
-    # lmms-eval's CLI builds the run's TaskManager after its log reset: the guard's sink again, last of the sinks.
-    fail_runs_with_failed_tasks()
+    """lmms-eval's CLI builds the run's TaskManager after its log reset: the guard's sink again, last of the sinks,
+    and the layer on ``simple_evaluate`` (not before: lmms-eval loads the entry point while its evaluator imports)."""
+    if fail_runs_with_failed_tasks() and not has_layer(_EXIT_GUARD, *_SIMPLE_EVALUATE):
+        add_layer(_EXIT_GUARD, *_SIMPLE_EVALUATE, _evaluation_ending_the_run)
     return init(*args, **kwargs)
 
 _EXIT_GUARD = "durability.fail_runs_with_failed_tasks"
@@ -208,6 +210,7 @@ def exit_when_results_are_written() -> bool:
     process exits with that status. Reasons come from the suite's tasks only (``ask_for_exit_status``); a run none
     asks goes on as lmms-eval's, and its results do not list the workaround (``counts_when_in_effect``). Returns
     whether it is in place.
+    No patch retires it: suite policy (docs/upstream/README.md).
     """
     counts_when_in_effect(_EXIT_WHEN_WRITTEN, lambda: bool(RUN.exit_reasons))
     if has_layer(_EXIT_WHEN_WRITTEN, *_SAVE_SAMPLES):
@@ -306,6 +309,7 @@ def keep_responses_of_stopped_runs() -> bool:
       the next run to merge.
 
     Returns whether the workaround is in place.
+    Retired by docs/upstream/22-response-cache-full-disk.patch with 08, 20 and 21.
     """
     if switched_off(_KEEP_RESPONSES):
         return False
@@ -396,7 +400,9 @@ def key_suite_answers_by_what_changes_them() -> bool:
     the settings that change answers, the data by content), recorded in the cache's ``meta`` table beside the
     answers; a run whose answer identity differs from the one the cache recorded for the task says which settings
     moved before it computes the answers again, and a cache holding a task's answers with no record (an earlier
-    lmms-egoplan's, keyed by the whole config) is said not to be served, and why. Returns whether it is in place."""
+    lmms-egoplan's, keyed by the whole config) is said not to be served, and why. Returns whether it is in place.
+    No patch retires it: suite policy (docs/upstream/README.md).
+    """
     if switched_off(_ANSWER_KEYS):
         return False
     if has_layer(_ANSWER_KEYS, *_CREATE):
@@ -499,7 +505,9 @@ def keep_responses_by_default(use_cache: str | None, cli_args: Any) -> str | Non
     from them (the cache is keyed by model, model_args, task config and request, so one folder serves every
     model and task). Every task of such a run is cached, lmms-eval's own in a mixed run too (lmms-eval scopes its
     cache by run, not by task). ``LMMS_EGOPLAN_COMPAT_OFF=durability.keep_responses_by_default`` leaves runs
-    without a cache."""
+    without a cache.
+    No patch retires it: suite policy (docs/upstream/README.md).
+    """
     output_path = getattr(cli_args, "output_path", None)
     if use_cache is not None or not output_path or switched_off(_BY_DEFAULT):
         return use_cache
@@ -527,6 +535,7 @@ def keep_failed_requests_out_of_the_response_cache() -> bool:
     stores it), and one a cache already holds (written before, or replayed from a run folder's audit
     log by ``_replay_audit_log``) is a miss (``ResponseCache._lookup``): the request is sent again.
     Answered requests are stored and served as before. Returns whether the workaround is in place.
+    Retired by docs/upstream/14-failed-requests-not-cached.patch.
     """
     from lmms_egoplan.core.failed_requests import is_failure_placeholder
 
@@ -567,6 +576,7 @@ def resume_sampled_runs(seeds: Sequence[Any]) -> bool:
     when it is served (``_serve_suite_answers``), so that a resumed run counts every retry. Called once the run's
     suite tasks are named (``tasks.check_suite_tasks_before_the_model``), with the seeds ``simple_evaluate`` sets.
     Returns whether sampled answers are kept in this run.
+    No patch retires it: suite policy (docs/upstream/README.md).
     """
     RUN.sampling_seeds = None
     if switched_off(_SAMPLED) or not affected_release():
@@ -963,6 +973,7 @@ def stop_cleanly_on_sigterm() -> bool:
     that arrive and asks nothing more), and the last line says what is kept and how to resume. A
     second SIGTERM ends the process at once. Left alone where a handler is already installed, or
     outside the main thread. Returns whether the workaround is in place.
+    Retired by docs/upstream/09-sigterm.patch.
     """
     import signal
     import threading

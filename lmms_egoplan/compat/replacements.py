@@ -59,6 +59,7 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
     ),
     ("lmms_eval.models.simple.llava_hf", "LlavaHf.loglikelihood"): ("backends.score_llava_hf_with_its_images",),
     ("lmms_eval.tasks", "TaskManager.__init__"): (
+        "switches.switch_on",  # the workarounds on simple_evaluate, once lmms-eval has imported its evaluator
         "durability.fail_runs_with_failed_tasks",  # the exit guard's sink, after cli_evaluate's log reset
         "tasks.enable_plugin_task_discovery",
     ),
@@ -80,7 +81,7 @@ ALIASES: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {
 _NOTED: dict[str, None] = {}
 
 # Concerns that are no workaround of an lmms-eval bug (left out of the record).
-_NOT_WORKAROUNDS = ("results.record_in_results",)
+_NOT_WORKAROUNDS = ("results.record_in_results", "switches.switch_on")
 
 _LAYERS = "_lmms_egoplan_layers"
 

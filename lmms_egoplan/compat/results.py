@@ -31,6 +31,7 @@ def keep_loglikelihood_results() -> bool:
     to unpack"); a pair read back from ``--use_cache`` (a JSON list) meets the same fate. Fix:
     pairs pass through as tuples; everything else is unwrapped as before. The evaluator binds the
     name at import, so it is replaced there too. Returns whether the workaround is in place.
+    Retired by docs/upstream/01-loglikelihood-results.patch.
     """
     from lmms_eval.api import instance
 
@@ -64,6 +65,7 @@ def clean_lone_surrogates() -> bool:
     (``ResponseCache._extract_cacheable``): lone surrogates become U+FFFD, what any UTF-8 decoder makes of
     broken bytes (a cached text read back is the one the run scored). Returns whether the workaround is in
     place.
+    Retired by docs/upstream/12-lone-surrogates.patch.
     """
     from lmms_eval.api import instance
     from lmms_eval.caching.response_cache import ResponseCache
@@ -108,6 +110,7 @@ def write_results_as_strict_json() -> bool:
     such numbers are ``null`` (``core.files.finite_or_null``); the run's judged / failed counts beside
     a judged metric say why. What lmms-eval prints and returns is unchanged. Returns whether the
     workaround is in place.
+    Retired by docs/upstream/10-strict-json.patch.
     """
     from lmms_egoplan.core.files import finite_or_null
 
@@ -146,6 +149,7 @@ def fail_runs_whose_files_are_cut() -> bool:
     parses as JSON; the samples file gained one whole line per sample): a cut results file is
     removed, a cut samples file cut back to its last whole line, and the run fails (StorageError)
     naming the file, why, and what the run keeps. Returns whether the workaround is in place.
+    Retired by docs/upstream/11-results-files-whole.patch.
     """
     if switched_off(_WHOLE_FILES):
         return False
@@ -237,6 +241,7 @@ def run_datetime_str(cli_args: Any = None) -> str | None:
     than the run's results file. Workaround: read it from the running ``simple_evaluate`` call
     (its frame; nothing of lmms-eval changes). Fix proposed upstream: ``cli_args.datetime_str``,
     which is read first.
+    Retired by docs/upstream/13-run-datetime.patch.
     """
     if isinstance(getattr(cli_args, "datetime_str", None), str):
         return cli_args.datetime_str

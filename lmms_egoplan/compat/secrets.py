@@ -30,6 +30,7 @@ def keep_api_keys_out_of_the_response_cache() -> bool:
     cache folder, and every argument, a prompt-changing ``image_token`` as much as the key, still tells
     caches apart. A cache written with the key in its fingerprint is not read again (its request keys
     differ). Returns whether the workaround is in place.
+    Retired by docs/upstream/15-api-key-redacted.patch.
     """
     from lmms_eval import evaluator
     from lmms_eval.utils import simple_parse_args_string
@@ -76,6 +77,7 @@ def keep_api_keys_out_of_the_run_summary() -> bool:
     (the one use of the key), the run's ``cli_args.model_args`` are redacted by lmms-eval's own rule, so
     the line reads ``api_key=[REDACTED]``. Switched on once a run that uses the suite names its tasks
     (before ``simple_evaluate`` starts). Returns whether the workaround is in place.
+    Retired by docs/upstream/15-api-key-redacted.patch.
     """
     import inspect
 
@@ -126,6 +128,7 @@ def keep_secrets_out_of_lmms_evals_error_texts() -> bool:
     secrets (``run_secrets``: the values of ``*_API_KEY`` / ``*_TOKEN`` environment variables, and the
     ``api_key`` of the ``model_args`` once ``simple_evaluate`` is called) masked wherever they appear. Answers
     that hold no secret are written as they are. Returns whether the workaround is in place.
+    Retired by docs/upstream/18-secrets-in-error-texts.patch.
     """
     from loguru import logger
 
@@ -138,10 +141,6 @@ def keep_secrets_out_of_lmms_evals_error_texts() -> bool:
     def mask_record(record: dict) -> None:
         record["message"] = mask_secrets(record["message"], RUN.secrets)
 
-    def learn_the_model_args_key(simple_evaluate, *args, **kwargs):
-        RUN.secrets = run_secrets(kwargs.get("model_args"))
-        return simple_evaluate(*args, **kwargs)
-
     logger.configure(patcher=mask_record)
 
     def log_masked_to_audit(log_to_audit, self, request_type, task_name, doc_id, idx, gen_kwargs, response, **kwargs):
@@ -153,9 +152,23 @@ def keep_secrets_out_of_lmms_evals_error_texts() -> bool:
     add_layer(_ERROR_TEXTS, _RESPONSE_CACHE, "ResponseCache._log_to_audit", log_masked_to_audit)
     add_layer(_ERROR_TEXTS, "lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_samples",
               save_masked_samples)
-    add_layer(_ERROR_TEXTS, *_SIMPLE_EVALUATE, learn_the_model_args_key)
     note_in_place(_ERROR_TEXTS)  # the log's patcher too
     return True
+
+
+def mask_the_model_args_key_too() -> None:
+    """Once ``keep_secrets_out_of_lmms_evals_error_texts`` is in place: the ``api_key`` of the run's ``model_args``
+    among the secrets it masks, from the moment ``simple_evaluate`` is called (put on once lmms-eval has finished
+    importing its evaluator, which it is still importing when it loads the suite's entry point)."""
+    if has_layer(_ERROR_TEXTS, *_SIMPLE_EVALUATE) or not has_layer(_ERROR_TEXTS, _RESPONSE_CACHE,
+                                                                    "ResponseCache._log_to_audit"):
+        return
+
+    def learn_the_model_args_key(simple_evaluate, *args, **kwargs):
+        RUN.secrets = run_secrets(kwargs.get("model_args"))
+        return simple_evaluate(*args, **kwargs)
+
+    add_layer(_ERROR_TEXTS, *_SIMPLE_EVALUATE, learn_the_model_args_key)
 
 _ERROR_TEXTS = "secrets.keep_secrets_out_of_lmms_evals_error_texts"
 _RESPONSE_CACHE = "lmms_eval.caching.response_cache"

@@ -38,26 +38,44 @@ def switch_on(moment: str, backend: type | None = None) -> None:
 def _on_entry_point_load() -> None:
     """Called when lmms-eval loads the suite's model entry point, i.e. in every lmms-eval run once the suite
     is installed: only a run whose ``LMMS_EVAL_PLUGINS`` names the suite gets anything; the others import
-    nothing more. The moment matters: lmms-eval loads entry points before it builds its task index and the
-    model, so the suite's tasks are found, checked before the model loads, and every failure exits non-zero
-    (the exit guard's loguru sink is added again once ``cli_evaluate`` has reset its log: when the run's
-    ``TaskManager`` is built, ``durability.fail_runs_with_failed_tasks``)."""
+    nothing more. lmms-eval loads entry points while its evaluator is still importing, before it builds its task
+    index: what acts on ``TaskManager`` and the log is switched on now (the suite's tasks found; the exit guard,
+    whose loguru sink is added again once ``cli_evaluate`` has reset its log), what acts on ``simple_evaluate``
+    when the run's task index is built (``_on_task_index_built``), before the tasks and the model are."""
     if not suite_plugin_enabled():
         return
     from lmms_egoplan.compat.durability import fail_runs_with_failed_tasks
+    from lmms_egoplan.compat.replacements import add_layer, has_layer
     from lmms_egoplan.compat.results import record_in_results
-    from lmms_egoplan.compat.secrets import (
-        keep_api_keys_out_of_the_run_summary,
-        keep_secrets_out_of_lmms_evals_error_texts,
-    )
-    from lmms_egoplan.compat.tasks import check_suite_tasks_before_the_model, enable_plugin_task_discovery
+    from lmms_egoplan.compat.secrets import keep_secrets_out_of_lmms_evals_error_texts
+    from lmms_egoplan.compat.tasks import enable_plugin_task_discovery
 
     enable_plugin_task_discovery()
     keep_secrets_out_of_lmms_evals_error_texts()  # the run's first log line masked too
     fail_runs_with_failed_tasks()
+    record_in_results()
+    if not has_layer(_SWITCH, *_TASK_MANAGER_INIT):
+        add_layer(_SWITCH, *_TASK_MANAGER_INIT, _switching_on_once_the_index_is_built)
+
+
+_SWITCH = "switches.switch_on"
+_TASK_MANAGER_INIT = ("lmms_eval.tasks", "TaskManager.__init__")
+
+
+def _switching_on_once_the_index_is_built(init, *args, **kwargs):
+    _on_task_index_built()
+    return init(*args, **kwargs)
+
+
+def _on_task_index_built() -> None:
+    """A run whose ``LMMS_EVAL_PLUGINS`` names the suite builds its task index: lmms-eval has imported its evaluator,
+    and has not yet built the tasks or the model."""
+    from lmms_egoplan.compat.secrets import keep_api_keys_out_of_the_run_summary, mask_the_model_args_key_too
+    from lmms_egoplan.compat.tasks import check_suite_tasks_before_the_model
+
     check_suite_tasks_before_the_model()
     keep_api_keys_out_of_the_run_summary()
-    record_in_results()
+    mask_the_model_args_key_too()
 
 
 def _on_suite_use() -> None:
@@ -80,6 +98,7 @@ def _on_suite_use() -> None:
     from lmms_egoplan.compat.secrets import (
         keep_api_keys_out_of_the_response_cache,
         keep_secrets_out_of_lmms_evals_error_texts,
+        mask_the_model_args_key_too,
     )
 
     keep_loglikelihood_results()
@@ -89,6 +108,7 @@ def _on_suite_use() -> None:
     keep_failed_requests_out_of_the_response_cache()
     keep_api_keys_out_of_the_response_cache()
     keep_secrets_out_of_lmms_evals_error_texts()
+    mask_the_model_args_key_too()
     stop_cleanly_on_sigterm()
     clean_lone_surrogates()
     write_results_as_strict_json()

@@ -25,6 +25,7 @@ def enable_plugin_task_discovery() -> bool:
     ``--tasks <plugin task>`` fails with "Tasks not found". Fix: ``TaskManager.__init__`` adds the
     plugin folders itself (de-duplicated, so a lmms-eval that passes them is unaffected).
     Returns whether the workaround is in place.
+    Retired by docs/upstream/02-plugin-tasks.patch.
     """
     if switched_off(_PLUGIN_TASKS):
         return False
@@ -69,6 +70,7 @@ def check_suite_tasks_before_the_model() -> bool:
     answers; a declared interface, ``contract.adapter.ChecksBeforeTheModel``); lmms-eval's own
     ``get_task_dict`` call of that run then gets these task objects, built once, and builds the other tasks as
     before. Returns whether the workaround is in place.
+    Retired by docs/upstream/05-tasks-before-the-model.patch (the reordering; the task hook stays the suite's).
     """
     import inspect
 
@@ -160,6 +162,7 @@ def unretried_process_results(method: Callable) -> Callable:
     ``@retry`` (5 tries, 2 s apart), so a deterministic scoring error costs 8 s per document and
     surfaces as a ``RetryError`` that hides its cause. Fix: the suite's tasks call the undecorated
     function, so a scoring error surfaces at once, by name. Other tasks keep lmms-eval's retry.
+    No patch retires it: suite policy (docs/upstream/README.md; 07 keeps the retry).
     """
     wrapped = getattr(method, "__wrapped__", None)
     if not (hasattr(method, "retry") and wrapped is not None and affected_release()) \
@@ -176,6 +179,7 @@ def bind_class_task_to_backend(task: Any, cli_args: Any) -> None:
     get it: model-specific ``lmms_eval_specific_kwargs`` presets never apply to them. Fix: learn
     the model from the CLI arguments lmms-eval hands every task (``task.args``) and prepare the
     model-specific config then; a task that already has its model name is left as it is.
+    Retired by docs/upstream/06-class-task-model-name.patch.
     """
     model = getattr(cli_args, "model", None)
     if not isinstance(model, str) or getattr(task, "model_name", None) == model \

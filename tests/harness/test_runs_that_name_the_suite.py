@@ -115,20 +115,29 @@ def test_a_run_that_does_not_name_the_suite_imports_nothing_for_it(tmp_path):
                                "lmms_egoplan.judge.engine"}, (argv, sorted(imported & {*TASK_MACHINERY}))
 
 
-def test_the_plugin_variable_switches_the_workarounds_on_when_the_entry_point_loads(monkeypatch):
-    from lmms_eval import evaluator
+# lmms-eval's CLI module imported as `lmms-eval` imports it (the entry point loads while its evaluator imports), then
+# the run's task index built as cli_evaluate_single builds it: which layers are on what, and what is left alone.
+PLUGIN_RUN = """
+import json, sys, traceback
+from loguru import logger
+remove, print_exc, excepthook = logger.remove, traceback.print_exc, sys.excepthook
+import lmms_eval.__main__ as cli
+from lmms_egoplan.compat import replacements
+at_entry_point = replacements.in_place()
+cli.TaskManager("INFO", include_defaults=False)
+print(json.dumps({"at_entry_point": at_entry_point, "once_indexed": replacements.in_place(),
+                  "left_alone": (logger.remove, traceback.print_exc, sys.excepthook) == (remove, print_exc, excepthook),
+                  "tasks_first": replacements.has_layer("tasks.check_suite_tasks_before_the_model",
+                                                        "lmms_eval.evaluator", "simple_evaluate")}))
+"""
 
-    from lmms_egoplan.compat import replacements, switches
 
-    monkeypatch.setenv("LMMS_EVAL_PLUGINS", "other,lmms_egoplan")
-    remove, print_exc, excepthook = logger.remove, traceback.print_exc, sys.excepthook
-    try:
-        switches.switch_on(switches.ENTRY_POINT_LOADED)
-    finally:
-        logger.remove()
-        logger.add(sys.stderr)
-    assert replacements.has_layer("tasks.enable_plugin_task_discovery", "lmms_eval.tasks", "TaskManager.__init__")
-    assert replacements.has_layer("durability.fail_runs_with_failed_tasks", "lmms_eval.evaluator", "simple_evaluate")
-    assert replacements.has_layer("tasks.check_suite_tasks_before_the_model", "lmms_eval.evaluator", "simple_evaluate")
-    assert (logger.remove, traceback.print_exc, sys.excepthook) == (remove, print_exc, excepthook)
-    assert getattr(evaluator.simple_evaluate, "__wrapped__", None) is not None
+def test_the_plugin_variable_switches_the_workarounds_on_when_the_entry_point_loads():
+    env = {**os.environ, "LMMS_EVAL_PLUGINS": "lmms_egoplan"}
+    completed = subprocess.run([sys.executable, "-c", PLUGIN_RUN], capture_output=True, text=True, env=env, check=True)
+    state = json.loads(completed.stdout.splitlines()[-1])
+    assert {"tasks.enable_plugin_task_discovery", "durability.fail_runs_with_failed_tasks",
+            "secrets.keep_secrets_out_of_lmms_evals_error_texts"} <= set(state["at_entry_point"])
+    assert {"tasks.check_suite_tasks_before_the_model", "secrets.keep_api_keys_out_of_the_run_summary"} <= \
+        set(state["once_indexed"]) and state["tasks_first"]
+    assert state["left_alone"]  # loguru's logger.remove, traceback.print_exc, sys.excepthook: not lmms-eval's
