@@ -28,8 +28,9 @@ dropped and what a user loses). Each one
                                                               a suite task or backend is built (the run's
                                                               exit status; a loguru sink and a layer on
                                                               ``simple_evaluate``)
-  ``tasks.check_suite_tasks_before_the_model``                ``LMMS_EVAL_PLUGINS`` names the suite (the
-                                                              suite's tasks only)
+  ``tasks.check_suite_tasks_before_the_model``                ``LMMS_EVAL_PLUGINS`` names the suite, once the
+                                                              run's task index is built (the suite's tasks
+                                                              only)
   ``results.keep_loglikelihood_results``                      a suite task or backend is built (every task of
                                                               the run: the fix that lets lmms-eval's own
                                                               likelihood tasks score on the suite's backends)
@@ -47,8 +48,9 @@ dropped and what a user loses). Each one
                                                               response cache, one per run)
   ``secrets.keep_api_keys_out_of_the_response_cache``         a suite task or backend is built (the response
                                                               cache, one per run)
-  ``secrets.keep_api_keys_out_of_the_run_summary``            ``LMMS_EVAL_PLUGINS`` names the suite (the run's
-                                                              one summary line)
+  ``secrets.keep_api_keys_out_of_the_run_summary``            ``LMMS_EVAL_PLUGINS`` names the suite, once the
+                                                              run's task index is built (the run's one
+                                                              summary line)
   ``secrets.keep_secrets_out_of_lmms_evals_error_texts``      ``LMMS_EVAL_PLUGINS`` names the suite; a suite task
                                                               or backend is built (every log line of the
                                                               process, every failure text of the run's samples
