@@ -10,9 +10,9 @@ To add a benchmark: its folders (``lmms_egoplan/<name>/`` with its ``Benchmark``
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -27,8 +27,6 @@ class Entry:
     title: str
     env_prefix: str  # its settings are overridden by environment variables <env_prefix>_<SETTING>
     task_prefixes: tuple[str, ...]  # every task and group it declares starts with one of these
-    # lmms-eval built-in tasks named after its paper (a name, or a prefix ending in "_") -> the suite's task
-    lmms_eval_builtins: Mapping[str, str] = field(default_factory=dict)
     rubrics: tuple[str, ...] = ()  # the judge rubrics its judged items name, first the one legacy references mean
     legacy_rubric_references: tuple[str, ...] = ()  # what logs written before rubrics had names carry (the default)
 
@@ -55,18 +53,14 @@ class Entry:
 
 
 CATALOGUE: tuple[Entry, ...] = (
-    Entry("egoplan", "EgoPlan-Bench", "EGOPLAN", ("egoplan_val", "egoplan_test"),
-          lmms_eval_builtins={"egoplan": "egoplan_val"}),
+    Entry("egoplan", "EgoPlan-Bench", "EGOPLAN", ("egoplan_val", "egoplan_test")),
     Entry("egothink", "EgoThink", "EGOTHINK", ("ego_think",),
-          lmms_eval_builtins={"egothink": "ego_think", "egothink_": "ego_think_"},
           rubrics=("egothink",), legacy_rubric_references=("lmms_egoplan.egothink:RUBRIC",)),
     Entry("egointent", "EgoIntent", "EGOINTENT", ("egointent",),
           rubrics=("egointent", "egointent_release"), legacy_rubric_references=("lmms_egoplan.egointent:RUBRIC",)),
     Entry("actplan", "ActPlan-1K", "ACTPLAN", ("actplan1k",)),
-    Entry("egoplan_bench2", "EgoPlan-Bench2", "EGOPLAN2", ("egoplan_bench2",),
-          lmms_eval_builtins={"egoplan2": "egoplan_bench2"}),
-    Entry("cosmos_reason1", "Cosmos-Reason1", "COSMOS_REASON1", ("cosmos_reason1",),
-          lmms_eval_builtins={"physical_ai_understanding": "cosmos_reason1", "paibench_u": "cosmos_reason1"}),
+    Entry("egoplan_bench2", "EgoPlan-Bench2", "EGOPLAN2", ("egoplan_bench2",)),
+    Entry("cosmos_reason1", "Cosmos-Reason1", "COSMOS_REASON1", ("cosmos_reason1",)),
 )
 
 
@@ -75,12 +69,6 @@ def entry(name: str) -> Entry:
     if not found:
         raise KeyError(f"no benchmark {name!r} (known: {', '.join(row.name for row in CATALOGUE)})")
     return found[0]
-
-
-def suite_counterparts() -> dict[str, str]:
-    """lmms-eval built-in tasks the suite implements as their papers define them: a built-in's name (or a
-    prefix ending in "_" that stands for every name it starts) -> the suite's task."""
-    return {builtin: task for row in CATALOGUE for builtin, task in row.lmms_eval_builtins.items()}
 
 
 def rubric_name(reference: str) -> str | None:

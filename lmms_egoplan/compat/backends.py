@@ -3,7 +3,7 @@ switch table: ``lmms_egoplan.compat``."""
 
 from __future__ import annotations
 
-from lmms_egoplan.compat import affected_release, lmms_eval_source, switched_off
+from lmms_egoplan.compat import affected_release, switched_off
 from lmms_egoplan.compat.replacements import add_layer, has_layer
 
 
@@ -20,24 +20,21 @@ def score_llava_hf_with_its_images(model_class: type) -> bool:
     (the processor expands placeholders inside the prompt only); ``is_greedy`` compares each continuation
     token with the logits that predict it. Put on ``LlavaHf.loglikelihood`` when a suite task is bound to
     ``--model llava_hf --force_simple`` (``model_class``: the run's backend); acts on every likelihood task of
-    that run. Returns whether the workaround is in place."""
+    that run. Returns whether the workaround is in place.
+    Retired by docs/upstream/19-llava-hf-likelihood.patch.
+    """
     if switched_off(_LLAVA_HF):  # docs/upstream/19-llava-hf-likelihood.patch
         return False
     if has_layer(_LLAVA_HF, *_LLAVA_HF_LOGLIKELIHOOD):
         return True
     module, attribute = _LLAVA_HF_LOGLIKELIHOOD
-    if not (affected_release() and model_class.__module__ == module and model_class.__name__ == "LlavaHf"
-            and _renders_the_user_turn_as_a_string(lmms_eval_source(module, attribute))):
+    if not (affected_release() and model_class.__module__ == module and model_class.__name__ == "LlavaHf"):
         return False
     add_layer(_LLAVA_HF, *_LLAVA_HF_LOGLIKELIHOOD, lambda loglikelihood, self, requests: _loglikelihood(self, requests))
     return True
 
 _LLAVA_HF = "backends.score_llava_hf_with_its_images"
 _LLAVA_HF_LOGLIKELIHOOD = ("lmms_eval.models.simple.llava_hf", "LlavaHf.loglikelihood")
-
-
-def _renders_the_user_turn_as_a_string(source: str) -> bool:
-    return '"content": context}' in source and "self._image_processor(text=formatted_contexts" in source
 
 
 def _loglikelihood(backend, requests) -> list[tuple[float, bool]]:

@@ -21,8 +21,6 @@ from lmms_egoplan.compat import (
     SUITE_BACKENDS,
     SUITE_PLUGIN,
     affected_release,
-    cli_option,
-    lmms_eval_source,
     switched_off,
 )
 from lmms_egoplan.compat.replacements import add_layer, counts_when_in_effect, has_layer, note_in_place
@@ -30,75 +28,83 @@ from lmms_egoplan.core.errors import StorageError
 from lmms_egoplan.core.files import storage_failure
 from lmms_egoplan.core.request_facts import AnswerRetries, mark_retries, retries_of
 from lmms_egoplan.core.run import SuiteRun, hand_over, run_of
-from lmms_egoplan.core.run_state import RUN
 
 _FAILED_RUN_EXIT_STATUS = 1
 
 def fail_runs_with_failed_tasks() -> bool:
     """Make a run of the suite that failed exit with a non-zero status.
 
-    Bug: ``lmms_eval/__main__.py:cli_evaluate`` catches any exception of an evaluation, prints it,
-    logs "Error during evaluation" and carries on; the process then exits 0, so scripts and CI
-    cannot tell a failed run from a good one. The same holds for every error before the run's tasks
-    are named (its arguments, the evaluation tracker, the task index), and a run without ``--tasks``
-    logs "Need to specify task to evaluate." and calls ``sys.exit()``: 0. Fix: when either is logged
-    in a run that uses the suite, the process exits with status 1 right after the message, the error
-    (what to fix) last (a run with several ``--config`` entries stops at the first failing one).
-    The guard is armed when a run that names the suite starts (its entry point loads) and stays armed:
-    ``cli_evaluate`` removes every loguru sink when it sets the verbosity, and each such reset puts the
-    guard back (``_keep_the_guard_across_log_resets``). With ``--verbosity DEBUG`` lmms-eval
-    re-raises, and the exit status is already non-zero. Returns whether the workaround is in place.
+    Bug: ``lmms_eval/__main__.py:cli_evaluate`` catches any exception of an evaluation, prints its
+    traceback, logs "Error during evaluation" and carries on; the process then exits 0, so scripts and CI
+    cannot tell a failed run from a good one. A run without ``--tasks`` logs "Need to specify task to
+    evaluate." and calls ``sys.exit()``: 0 as well. Fix, through lmms-eval's own attributes and loguru's
+    public API only: an error of the run's ``simple_evaluate`` (lmms-eval's CLI passes it ``cli_args``)
+    has its traceback written into a file and the process exits 1 with the error last
+    (``_evaluation_ending_the_run``, a layer on ``simple_evaluate``); where lmms-eval's CLI logs either failure
+    itself (an error outside ``simple_evaluate``: a task not found, a results file not written), a loguru sink
+    exits 1 right after its line (``_exit_after_evaluation_error``). ``cli_evaluate`` removes every loguru sink
+    once, when it sets the verbosity: the sink is (re-)added at moments after that, when the run's
+    ``TaskManager`` is built (the first line of ``cli_evaluate_single``: a layer on ``TaskManager.__init__``)
+    and when a suite task or backend is built (``switches.SUITE_USED``). With ``--verbosity DEBUG`` lmms-eval
+    re-raises, and the exit status is already non-zero. Retired by docs/upstream/03. Returns whether the
+    workaround is in place.
     """
-    if switched_off("durability.fail_runs_with_failed_tasks") or not (affected_release()
-                                                                     and cli_swallows_evaluation_errors()):
+    global _exit_guard_sink
+    if switched_off(_EXIT_GUARD) or not affected_release():
         return False
-    if RUN.exit_guard_sink is not None:
+    if _exit_guard_sink is not None:
         # Added again each time, after the sinks a run added since (lmms-eval's own log line first).
         try:
-            logger.remove(RUN.exit_guard_sink)
+            logger.remove(_exit_guard_sink)
         except ValueError:
             pass
-    _add_exit_guard()
-    _keep_the_guard_across_log_resets()
+    _exit_guard_sink = logger.add(_exit_after_evaluation_error, level="ERROR", format="{message}",
+                                  filter=_is_evaluation_error)
+    if not has_layer(_EXIT_GUARD, *_TASK_MANAGER_INIT):
+        add_layer(_EXIT_GUARD, *_TASK_MANAGER_INIT, _arming_the_exit_guard_again)
     return True
 
-def _add_exit_guard() -> None:
-    RUN.exit_guard_sink = logger.add(_exit_after_evaluation_error, level="ERROR", format="{message}",
-                                     filter=_is_evaluation_error)
-    if not has_layer(_EXIT_GUARD, *_TRACEBACK_PRINT):
-        add_layer(_EXIT_GUARD, *_TRACEBACK_PRINT, _traceback_into_a_file)
+def _arming_the_exit_guard_again(init, *args, **kwargs):
+    """lmms-eval's CLI builds the run's TaskManager after its log reset: the guard's sink again, last of the sinks,
+    and the layer on ``simple_evaluate`` (not before: lmms-eval loads the entry point while its evaluator imports)."""
+    if fail_runs_with_failed_tasks() and not has_layer(_EXIT_GUARD, *_SIMPLE_EVALUATE):
+        add_layer(_EXIT_GUARD, *_SIMPLE_EVALUATE, _evaluation_ending_the_run)
+    return init(*args, **kwargs)
 
-# ``cli_evaluate`` prints the traceback of the error it catches (``traceback.print_exc()``) above its log line.
-_TRACEBACK_PRINT = ("traceback", "print_exc")
+_EXIT_GUARD = "durability.fail_runs_with_failed_tasks"
+_SIMPLE_EVALUATE = ("lmms_eval.evaluator", "simple_evaluate")
+_TASK_MANAGER_INIT = ("lmms_eval.tasks", "TaskManager.__init__")
+# loguru's handle of the exit guard's sink: loguru's sinks belong to the process, and so does its exit status.
+_exit_guard_sink: int | None = None
 
-def _traceback_into_a_file(print_exc, *args, **kwargs) -> None:
-    """The traceback ``cli_evaluate`` prints of the error it catches goes into a file, out of the user's way:
-    one line says where (the error itself ends the output, ``_exit_after_evaluation_error``). Any other
-    caller's, and one that cannot be written, are printed."""
-    import traceback
+def _evaluation_ending_the_run(simple_evaluate, *args, **kwargs):
+    """An error of an evaluation lmms-eval's CLI started (it passes ``cli_args``) ends the process with status 1,
+    before ``cli_evaluate`` prints its traceback and carries on: the traceback goes into a file of the run's
+    ``--output_path`` (``write_traceback``), a line says where, the error is the last line. A call without
+    ``cli_args`` (``simple_evaluate`` called from Python) raises as lmms-eval's does."""
+    cli_args = kwargs.get("cli_args")
+    try:
+        return simple_evaluate(*args, **kwargs)
+    except Exception as error:
+        if cli_args is None or getattr(cli_args, "verbosity", None) == "DEBUG":
+            raise
+        import traceback
 
-    frame, caller = sys._getframe(1), None
-    for _ in range(8):  # the suite's wrapper and its layers lie between
-        if frame is None or frame.f_code.co_name == "cli_evaluate":
-            caller = frame
-            break
-        frame = frame.f_back
-    if caller is None or Path(caller.f_code.co_filename).parts[-2:] != ("lmms_eval", "__main__.py"):
-        return print_exc(*args, **kwargs)
-    if (path := write_traceback(traceback.format_exc())) is None:
-        return print_exc(*args, **kwargs)
-    sys.stderr.write(f"lmms-egoplan: lmms-eval's traceback of the error is in {path}\n")
-    return None
+        path = write_traceback(traceback.format_exc(), getattr(cli_args, "output_path", None))
+        if path is None:
+            traceback.print_exc()
+        else:
+            sys.stderr.write(f"lmms-egoplan: lmms-eval's traceback of the error is in {path}\n")
+        _exit_failed(error_line(error))
 
-def write_traceback(text: str) -> Path | None:
-    """``text`` (a traceback) in a new file ``lmms-egoplan-traceback-*.txt`` of the run's ``--output_path`` (the
+def write_traceback(text: str, output_path: str | None) -> Path | None:
+    """``text`` (a traceback) in a new file ``lmms-egoplan-traceback-*.txt`` of the run's ``output_path`` (the
     temporary folder for a run without one: nothing is left outside a run's output folder); None where none can be
     written."""
     import tempfile
 
-    output = cli_option("--output_path")
     try:
-        folder = Path(output).expanduser() if output else None
+        folder = Path(output_path).expanduser() if output_path else None
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
         handle, path = tempfile.mkstemp(prefix="lmms-egoplan-traceback-", suffix=".txt", dir=folder)
@@ -107,25 +113,6 @@ def write_traceback(text: str) -> Path | None:
     except OSError:
         return None
     return Path(path)
-
-def _keep_the_guard_across_log_resets() -> None:
-    """``logger.remove()`` (every sink, as ``cli_evaluate`` resets its log) puts the exit guard back."""
-    if has_layer(_EXIT_GUARD, *_LOG_RESET):
-        return
-
-    def remove_keeping_the_guard(remove, handler_id=None):
-        remove(handler_id)
-        if handler_id is None:
-            _add_exit_guard()
-
-    add_layer(_EXIT_GUARD, *_LOG_RESET, remove_keeping_the_guard)
-
-_EXIT_GUARD = "durability.fail_runs_with_failed_tasks"
-_LOG_RESET = ("loguru", "logger.remove")
-
-def cli_swallows_evaluation_errors(cli_evaluate: str | None = None) -> bool:
-    cli_evaluate = cli_evaluate or lmms_eval_source("lmms_eval.__main__", "cli_evaluate")
-    return "Error during evaluation" in cli_evaluate and "sys.exit(1)" not in cli_evaluate
 
 # What lmms-eval's CLI logs where a run failed, by the function that logs it: an evaluation's error
 # (caught by ``cli_evaluate``), a run without tasks (``cli_evaluate_single``, before ``sys.exit()``).
@@ -141,76 +128,22 @@ def _is_evaluation_error(record: Mapping[str, Any]) -> bool:
 def _exit_after_evaluation_error(message) -> None:
     # The sink runs inside lmms-eval's ``except`` block, which still holds the error (none for a run without tasks).
     error = sys.exc_info()[1]
+    if error is None and str(message).startswith(_FAILURE_RECORDS["cli_evaluate_single"]):
+        line = "--tasks: name the tasks to evaluate (`lmms-eval --tasks list` lists them)"
+    else:
+        line = error_line(error, str(message))
+    _exit_failed(line)
+
+def _exit_failed(line: str) -> None:
     sys.stdout.flush()
     from lmms_egoplan.core.documentation import doc_page
 
     sys.stderr.write(f"lmms-egoplan: the evaluation failed; exiting with status {_FAILED_RUN_EXIT_STATUS}, where "
                      f"lmms-eval {version('lmms-eval')} alone would exit 0 (see {doc_page('upstream.md')})\n")
-    if error is None and str(message).startswith(_FAILURE_RECORDS["cli_evaluate_single"]):
-        line = "--tasks: name the tasks to evaluate (`lmms-eval --tasks list` lists them)"
-    else:
-        line = error_line(error, str(message))
-    # The error again, last: lmms-eval printed it above dozens of log lines (its traceback: in a file, named above).
+    # The error again, last: lmms-eval printed it above dozens of log lines.
     sys.stderr.write(f"lmms-egoplan: error: {line}\n")
     sys.stderr.flush()
     raise SystemExit(_FAILED_RUN_EXIT_STATUS)
-
-def say_what_to_fix_after_uncaught_errors() -> bool:
-    """Make an error lmms-eval's CLI does not catch (a ``--config`` file that is not there, an
-    accelerator that does not start) end with the ``lmms-egoplan: error:`` line too: its traceback goes
-    into a file (``write_traceback``; printed where none can be written), a line says where, Python
-    exits 1, the error's line last. Installed by a run of lmms-eval's CLI that names the
-    suite (its entry point); leaves a hook someone else installed alone. Returns whether it is in place."""
-    hook = sys.excepthook
-    if getattr(hook, "_says_what_to_fix", False):
-        return True
-    if hook is not sys.__excepthook__ or switched_off("durability.say_what_to_fix_after_uncaught_errors"):
-        return False
-
-    def excepthook(kind, error, trace) -> None:
-        import traceback
-
-        if issubclass(kind, KeyboardInterrupt):
-            return hook(kind, error, trace)
-        path = write_traceback("".join(traceback.format_exception(kind, error, trace)))
-        if path is None:
-            hook(kind, error, trace)
-        else:  # the traceback out of the user's way, in a file; what to fix last
-            sys.stderr.write(f"lmms-egoplan: the traceback of the error is in {path}\n")
-        sys.stderr.write(f"lmms-egoplan: error: {error_line(error)}\n")
-
-    excepthook._says_what_to_fix = True
-    sys.excepthook = excepthook
-    note_in_place("durability.say_what_to_fix_after_uncaught_errors")
-    return True
-
-def refuse_an_output_path_with_a_comma(argv: Sequence[str] | None = None) -> bool:
-    """Stop a run of the suite whose ``--output_path`` holds a comma before anything loads, saying so.
-
-    Bug: ``lmms_eval/__main__.py:cli_evaluate_single`` appends ``,output_path=<path>`` to the
-    comma-separated ``hf_hub_log_args`` and splits that on commas (``simple_parse_args_string``): a
-    path with a comma ends in ``ValueError: not enough values to unpack`` (or a wrong tracker argument
-    where the part after the comma holds a "="), after the task index is built, and the run exits 0.
-    Fix (a run of lmms-eval's CLI that names the suite, read from its command line when the entry point
-    loads): ``lmms-egoplan: error:`` naming the path and what to do, exit status 2 (as argparse ends
-    on an argument it cannot take). Returns whether the check is in place; exits where it finds one.
-    """
-    if switched_off("durability.refuse_an_output_path_with_a_comma") or not (
-            affected_release() and _splits_the_output_path_on_commas()):
-        return False
-    note_in_place("durability.refuse_an_output_path_with_a_comma")
-    output_path = cli_option("--output_path", argv)
-    if output_path is not None and "," in output_path:
-        sys.stderr.write(f"lmms-egoplan: error: --output_path {output_path!r} holds a comma, which lmms-eval "
-                         f"{version('lmms-eval')} cannot take (it passes the path to its evaluation tracker inside a "
-                         f"comma-separated list, hf_hub_log_args, and splits it there); choose a folder whose path "
-                         f"holds no comma\n")
-        raise SystemExit(2)
-    return True
-
-def _splits_the_output_path_on_commas(cli_evaluate_single: str | None = None) -> bool:
-    cli_evaluate_single = cli_evaluate_single or lmms_eval_source("lmms_eval.__main__", "cli_evaluate_single")
-    return 'args.hf_hub_log_args += f",output_path={args.output_path}"' in cli_evaluate_single
 
 def error_line(error: BaseException | None, logged: str = "") -> str:
     """The error on one line: its message (the suite's errors name the file, field or setting to
@@ -279,11 +212,12 @@ def exit_when_results_are_written() -> bool:
     process exits with that status. Reasons come from the suite's tasks only (``ask_for_exit_status``); a run none
     asks goes on as lmms-eval's, and its results do not list the workaround (``counts_when_in_effect``). Returns
     whether it is in place.
+    No patch retires it: suite policy (docs/upstream/README.md).
     """
     counts_when_in_effect(_EXIT_WHEN_WRITTEN, lambda run: run is not None and bool(run.exit_reasons))
     if has_layer(_EXIT_WHEN_WRITTEN, *_SAVE_SAMPLES):
         return True
-    if not (affected_release() and _writes_results_then_samples()):
+    if not affected_release():
         return False
 
     def results_written(save_results, self, results, samples, datetime_str):
@@ -313,12 +247,6 @@ def exit_when_results_are_written() -> bool:
 _EXIT_WHEN_WRITTEN = "durability.exit_when_results_are_written"
 _SAVE_RESULTS = ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_aggregated")
 _SAVE_SAMPLES = ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_samples")
-
-def _writes_results_then_samples(cli_evaluate_single: str | None = None) -> bool:
-    cli_evaluate_single = cli_evaluate_single or lmms_eval_source("lmms_eval.__main__", "cli_evaluate_single")
-    results = cli_evaluate_single.find("save_results_aggregated(")
-    samples = cli_evaluate_single.find("save_results_samples(")
-    return 0 <= results < samples and "sys.exit" not in cli_evaluate_single[results:]
 
 @dataclass
 class WrittenFiles:
@@ -387,13 +315,13 @@ def keep_responses_of_stopped_runs() -> bool:
       the next run to merge.
 
     Returns whether the workaround is in place.
+    Retired by docs/upstream/22-response-cache-full-disk.patch with 08, 20 and 21.
     """
     if switched_off(_KEEP_RESPONSES):
         return False
     if has_layer(_KEEP_RESPONSES, *_CACHE_EXECUTE):
         return True
-    if not (affected_release() and _stores_after_the_whole_call() and _drops_failed_runs()
-            and _never_reads_run_folders()):
+    if not affected_release():
         return False
 
     add_layer(_KEEP_RESPONSES, *_CACHE_EXECUTE, _execute_storing_as_it_goes)
@@ -490,12 +418,14 @@ def key_suite_answers_by_what_changes_them() -> bool:
     the settings that change answers, the data by content), recorded in the cache's ``meta`` table beside the
     answers; a run whose answer identity differs from the one the cache recorded for the task says which settings
     moved before it computes the answers again, and a cache holding a task's answers with no record (an earlier
-    lmms-egoplan's, keyed by the whole config) is said not to be served, and why. Returns whether it is in place."""
+    lmms-egoplan's, keyed by the whole config) is said not to be served, and why. Returns whether it is in place.
+    No patch retires it: suite policy (docs/upstream/README.md).
+    """
     if switched_off(_ANSWER_KEYS):
         return False
     if has_layer(_ANSWER_KEYS, *_CREATE):
         return True
-    if not (affected_release() and _fingerprints_the_whole_config()):
+    if not affected_release():
         return False
     add_layer(_ANSWER_KEYS, *_CREATE, _create_keying_answers)
     return True
@@ -505,11 +435,6 @@ _ANSWER_KEYS = "durability.key_suite_answers_by_what_changes_them"
 _CREATE = ("lmms_eval.caching.response_cache", "ResponseCache.create")
 # The meta key of what a suite task's stored answers were made with (its answer identity, as JSON).
 _ANSWERS_MADE_WITH = "lmms_egoplan.answers_made_with:"
-
-
-def _fingerprints_the_whole_config(create: str | None = None) -> bool:
-    create = create or lmms_eval_source(_CREATE[0], _CREATE[1])
-    return "tobj.dump_config()" in create
 
 
 def _create_keying_answers(create, cls, cache_root: str, **kwargs):
@@ -598,7 +523,9 @@ def keep_responses_by_default(run: SuiteRun, use_cache: str | None, cli_args: An
     from them (the cache is keyed by model, model_args, task config and request, so one folder serves every
     model and task). Every task of such a run is cached, lmms-eval's own in a mixed run too (lmms-eval scopes its
     cache by run, not by task). ``LMMS_EGOPLAN_COMPAT_OFF=durability.keep_responses_by_default`` leaves runs
-    without a cache."""
+    without a cache.
+    No patch retires it: suite policy (docs/upstream/README.md).
+    """
     output_path = getattr(cli_args, "output_path", None)
     if use_cache is not None or not output_path or switched_off(_BY_DEFAULT):
         return use_cache
@@ -626,6 +553,7 @@ def keep_failed_requests_out_of_the_response_cache() -> bool:
     stores it), and one a cache already holds (written before, or replayed from a run folder's audit
     log by ``_replay_audit_log``) is a miss (``ResponseCache._lookup``): the request is sent again.
     Answered requests are stored and served as before. Returns whether the workaround is in place.
+    Retired by docs/upstream/14-failed-requests-not-cached.patch.
     """
     from lmms_egoplan.core.failed_requests import is_failure_placeholder
 
@@ -633,7 +561,7 @@ def keep_failed_requests_out_of_the_response_cache() -> bool:
         return False
     if has_layer(_NO_FAILURES_CACHED, _RESPONSE_CACHE, "ResponseCache._lookup"):
         return True
-    if not (affected_release() and _keeps_failure_placeholders()):
+    if not affected_release():
         return False
 
     def answered_only(is_valid, response: Any, request_type: str) -> bool:
@@ -648,11 +576,6 @@ def keep_failed_requests_out_of_the_response_cache() -> bool:
     return True
 
 _NO_FAILURES_CACHED = "durability.keep_failed_requests_out_of_the_response_cache"
-
-def _keeps_failure_placeholders(is_valid: str | None = None, lookup: str | None = None) -> bool:
-    is_valid = is_valid or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache._is_valid_response")
-    lookup = lookup or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache._lookup")
-    return not any("LMMS_EVAL_REQUEST_FAILED" in source for source in (is_valid, lookup))
 
 def resume_sampled_runs(run: SuiteRun, seeds: Sequence[Any]) -> bool:
     """Make the response cache keep and serve the sampled answers of the suite's tasks, keyed by the run's seeds.
@@ -671,9 +594,10 @@ def resume_sampled_runs(run: SuiteRun, seeds: Sequence[Any]) -> bool:
     when it is served (``_serve_suite_answers``), so that a resumed run counts every retry. Called once the run's
     suite tasks are named (``tasks.check_suite_tasks_before_the_model``), with the seeds ``simple_evaluate`` sets,
     which ``run`` keeps. Returns whether sampled answers are kept in this run.
+    No patch retires it: suite policy (docs/upstream/README.md).
     """
     run.sampling_seeds = None
-    if switched_off(_SAMPLED) or not (affected_release() and _never_caches_sampled_requests()):
+    if switched_off(_SAMPLED) or not affected_release():
         return False
     if not has_layer(_SAMPLED, *_CACHE_EXECUTE):
         add_layer(_SAMPLED, *_CACHE_EXECUTE, _serve_suite_answers)  # also serves the retry records of greedy answers
@@ -693,16 +617,17 @@ def _seed_text(seeds: Sequence[Any]) -> str:
     return ",".join(str(seed) for seed in seeds)
 
 
-def _never_caches_sampled_requests(execute: str | None = None) -> bool:
-    execute = execute or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.execute")
-    return "if not is_deterministic(reqtype, gen_kwargs):" in execute
-
-
 @functools.lru_cache(maxsize=1)
 def _suite_tasks() -> frozenset[str]:
-    from lmms_egoplan.compat import suite_task_names
+    """The task names the suite's task YAMLs declare (``task: <name>``), read as text: the response cache knows a
+    request's task by its name only."""
+    import importlib.util
+    import re
 
-    return suite_task_names()
+    folders = importlib.util.find_spec(f"{SUITE_PLUGIN}.tasks").submodule_search_locations
+    declared = re.compile(r"^task:[ \t]*([\w.-]+)[ \t]*$", re.MULTILINE)
+    return frozenset(name for folder in folders for path in Path(folder).rglob("*.yaml")
+                     for name in declared.findall(path.read_text(encoding="utf-8")))
 
 
 @dataclass(frozen=True)
@@ -993,21 +918,9 @@ def process_runs(pid: Any, started: str | None) -> bool:
         pass  # it runs, as another user
     return started is None or process_start(pid) in (None, started)
 
-def _never_reads_run_folders(create: str | None = None) -> bool:
-    create = create or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.create")
-    return "_merge_stale_runs" not in create and 'shared_db_path = target_db if os.path.exists(target_db)' in create
-
 RESPONSE_CHUNK_BATCHES = 4
 
 RESPONSE_CHUNK_MIN_DOCS = 4
-
-def _stores_after_the_whole_call(execute: str | None = None) -> bool:
-    execute = execute or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.execute")
-    return "getattr(lm, reqtype)(uncached)" in execute
-
-def _drops_failed_runs(finalize: str | None = None) -> bool:
-    finalize = finalize or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.finalize")
-    return "if not success" in finalize
 
 def _batch_size(lm) -> int:
     try:
@@ -1078,6 +991,7 @@ def stop_cleanly_on_sigterm() -> bool:
     that arrive and asks nothing more), and the last line says what is kept and how to resume. A
     second SIGTERM ends the process at once. Left alone where a handler is already installed, or
     outside the main thread. Returns whether the workaround is in place.
+    Retired by docs/upstream/09-sigterm.patch.
     """
     import signal
     import threading

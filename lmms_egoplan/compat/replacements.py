@@ -1,4 +1,5 @@
-"""Every lmms-eval attribute the suite replaces, each replaced once.
+"""Every lmms-eval attribute the suite replaces (lmms-eval's only: ``LAYER_ORDER`` names no other module), each
+replaced once.
 
 A workaround that changes an lmms-eval function adds a *layer* to it (``add_layer``): ``layer(call, *args,
 **kwargs)``, where ``call`` runs the layers inside it and, innermost, lmms-eval's own function. The first
@@ -57,30 +58,30 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
         "secrets.keep_secrets_out_of_lmms_evals_error_texts",
     ),
     ("lmms_eval.models.simple.llava_hf", "LlavaHf.loglikelihood"): ("backends.score_llava_hf_with_its_images",),
-    ("lmms_eval.tasks", "TaskManager.__init__"): ("tasks.enable_plugin_task_discovery",),
-    ("lmms_eval.tasks", "TaskManager.match_tasks"): ("tasks.watch_task_selection",),
+    ("lmms_eval.tasks", "TaskManager.__init__"): (
+        "switches.switch_on",  # the workarounds on simple_evaluate, once lmms-eval has imported its evaluator
+        "durability.fail_runs_with_failed_tasks",  # the exit guard's sink, after cli_evaluate's log reset
+        "tasks.enable_plugin_task_discovery",
+    ),
     ("lmms_eval.evaluator", "simple_evaluate"): (
+        "durability.fail_runs_with_failed_tasks",  # outermost: any error of the run, its checks included, ends it
         "secrets.keep_api_keys_out_of_the_run_summary",  # once the run, checks included, is over
+        "secrets.keep_secrets_out_of_lmms_evals_error_texts",  # learns the model_args' key before anything logs it
         "tasks.check_suite_tasks_before_the_model",
     ),
-    ("lmms_eval.utils", "_git_output"): ("results.name_lmms_evals_own_version",),
-    ("lmms_eval.utils", "get_lmms_eval_version_string"): ("results.name_lmms_evals_own_version",),
-    ("loguru", "logger.remove"): ("durability.fail_runs_with_failed_tasks",),
-    ("traceback", "print_exc"): ("durability.fail_runs_with_failed_tasks",),  # cli_evaluate's: into a file
 }
 
 # Other names lmms-eval binds the same function to at import: replaced with it.
 ALIASES: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {
     ("lmms_eval.api.instance", "unwrap_generation_output"): (("lmms_eval.evaluator", "unwrap_generation_output"),),
-    ("lmms_eval.utils", "get_lmms_eval_version_string"): (("lmms_eval.evaluator", "get_lmms_eval_version_string"),),
 }
 
-# Workarounds that replace no function (a signal handler, a check of the command line, a call the suite's
+# Workarounds that replace no function (a signal handler, a loguru patcher, a call the suite's
 # tasks make), in place once ``note_in_place`` names them.
 _NOTED: dict[str, None] = {}
 
 # Concerns that are no workaround of an lmms-eval bug (left out of the record).
-_NOT_WORKAROUNDS = ("results.record_in_results",)
+_NOT_WORKAROUNDS = ("results.record_in_results", "switches.switch_on")
 
 _LAYERS = "_lmms_egoplan_layers"
 

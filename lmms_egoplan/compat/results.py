@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from lmms_egoplan.compat import affected_release, lmms_eval_source, switched_off
+from lmms_egoplan.compat import affected_release, switched_off
 from lmms_egoplan.compat.replacements import RECORD_KEY, add_layer, has_layer, workaround_record
 from lmms_egoplan.core.errors import StorageError
 from lmms_egoplan.core.provenance import PROVENANCE_KEY, environment, model_identity
@@ -30,6 +30,7 @@ def keep_loglikelihood_results() -> bool:
     to unpack"); a pair read back from ``--use_cache`` (a JSON list) meets the same fate. Fix:
     pairs pass through as tuples; everything else is unwrapped as before. The evaluator binds the
     name at import, so it is replaced there too. Returns whether the workaround is in place.
+    Retired by docs/upstream/01-loglikelihood-results.patch.
     """
     from lmms_eval.api import instance
 
@@ -63,6 +64,7 @@ def clean_lone_surrogates() -> bool:
     (``ResponseCache._extract_cacheable``): lone surrogates become U+FFFD, what any UTF-8 decoder makes of
     broken bytes (a cached text read back is the one the run scored). Returns whether the workaround is in
     place.
+    Retired by docs/upstream/12-lone-surrogates.patch.
     """
     from lmms_eval.api import instance
     from lmms_eval.caching.response_cache import ResponseCache
@@ -107,6 +109,7 @@ def write_results_as_strict_json() -> bool:
     such numbers are ``null`` (``core.files.finite_or_null``); the run's judged / failed counts beside
     a judged metric say why. What lmms-eval prints and returns is unchanged. Returns whether the
     workaround is in place.
+    Retired by docs/upstream/10-strict-json.patch.
     """
     from lmms_egoplan.core.files import finite_or_null
 
@@ -114,7 +117,7 @@ def write_results_as_strict_json() -> bool:
         return False
     if has_layer(_STRICT_JSON, *SAVE_RESULTS):
         return True
-    if not (affected_release() and _writes_nan_as_is()):
+    if not affected_release():
         return False
 
     def strict_results(save_results, self, results, samples, datetime_str):
@@ -133,11 +136,6 @@ _STRICT_JSON = "results.write_results_as_strict_json"
 SAVE_RESULTS = ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_aggregated")
 SAVE_SAMPLES = ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_samples")
 
-def _writes_nan_as_is(save_results: str | None = None) -> bool:
-    save_results = save_results or lmms_eval_source("lmms_eval.loggers.evaluation_tracker",
-                                                    "EvaluationTracker.save_results_aggregated")
-    return "json.dumps(" in save_results and "allow_nan" not in save_results
-
 def fail_runs_whose_files_are_cut() -> bool:
     """Make a results or samples file that lmms-eval could not write whole fail the run, naming it.
 
@@ -150,12 +148,13 @@ def fail_runs_whose_files_are_cut() -> bool:
     parses as JSON; the samples file gained one whole line per sample): a cut results file is
     removed, a cut samples file cut back to its last whole line, and the run fails (StorageError)
     naming the file, why, and what the run keeps. Returns whether the workaround is in place.
+    Retired by docs/upstream/11-results-files-whole.patch.
     """
     if switched_off(_WHOLE_FILES):
         return False
     if has_layer(_WHOLE_FILES, *SAVE_SAMPLES):
         return True
-    if not (affected_release() and _swallows_write_errors()):
+    if not affected_release():
         return False
 
     def whole_results(save_results, self, results, samples, datetime_str):
@@ -193,13 +192,6 @@ def fail_runs_whose_files_are_cut() -> bool:
     return True
 
 _WHOLE_FILES = "results.fail_runs_whose_files_are_cut"
-
-def _swallows_write_errors(save_results: str | None = None, save_samples: str | None = None) -> bool:
-    save_results = save_results or lmms_eval_source("lmms_eval.loggers.evaluation_tracker",
-                                                    "EvaluationTracker.save_results_aggregated")
-    save_samples = save_samples or lmms_eval_source("lmms_eval.loggers.evaluation_tracker",
-                                                    "EvaluationTracker.save_results_samples")
-    return "Could not save results aggregated" in save_results and "Could not save sample results" in save_samples
 
 def _written_since(path: Path, start: int) -> bytes:
     if not path.exists():
@@ -239,67 +231,6 @@ def _what_is_kept(run: SuiteRun | None) -> str:
     return f"The run stopped: {'; '.join(kept)}. Free space on that disk (or point --output_path at another) and run " \
            f"the same command again"
 
-def name_lmms_evals_own_version() -> bool:
-    """Record lmms-eval's own version in the results (``lmms_eval_version``, ``git_hash``, ``git_branch``), not those of
-    the git repository lmms-eval happens to be installed in.
-
-    Bug: ``lmms_eval/utils.py``: ``get_lmms_eval_version_string``, ``get_git_commit_hash`` and
-    ``get_git_branch_name`` run ``git -C <the folder holding the lmms_eval package>`` (``_git_output``). Installed
-    from PyPI into a virtual environment inside a project's checkout (``.venv/lib/.../site-packages``), git finds
-    the project's repository: the results file says ``"lmms_eval_version": "<project branch>@<project commit>"``
-    and nowhere which lmms-eval release ran. Fix: git is asked only where that folder is the top of a repository
-    (an lmms-eval checkout); elsewhere ``lmms_eval_version`` is the installed release (``0.7.3``) and the git fields
-    fall back to lmms-eval's variables (``LMMS_EVAL_GIT_COMMIT``, ...) or none. Returns whether it is in place.
-    """
-    if switched_off(_OWN_VERSION):  # docs/upstream/34-lmms-eval-version.patch
-        return False
-    if has_layer(_OWN_VERSION, *_GIT_OUTPUT):
-        return True
-    if not (affected_release() and _asks_git_around_the_package()):
-        return False
-
-    def only_in_lmms_evals_checkout(git_output, *args):
-        if not _is_lmms_eval_checkout():
-            raise FileNotFoundError("lmms-eval is not installed from a git checkout of its own")
-        return git_output(*args)
-
-    def installed_release(version_string):
-        if not _is_lmms_eval_checkout():
-            from importlib.metadata import version
-
-            return version("lmms-eval")
-        return version_string()
-
-    add_layer(_OWN_VERSION, *_GIT_OUTPUT, only_in_lmms_evals_checkout)
-    add_layer(_OWN_VERSION, *_VERSION_STRING, installed_release)
-    return True
-
-_OWN_VERSION = "results.name_lmms_evals_own_version"
-_GIT_OUTPUT = ("lmms_eval.utils", "_git_output")
-_VERSION_STRING = ("lmms_eval.utils", "get_lmms_eval_version_string")
-
-def _asks_git_around_the_package(git_output: str | None = None) -> bool:
-    git_output = git_output or lmms_eval_source("lmms_eval.utils", "_git_output")
-    return "_lmms_eval_repo_root()" in git_output and "show-toplevel" not in git_output
-
-def _is_lmms_eval_checkout() -> bool:
-    """Whether the folder holding the lmms_eval package is the top of a git repository (lmms-eval's own checkout,
-    an editable install), asked once per folder."""
-    from lmms_eval import utils
-
-    root = utils._lmms_eval_repo_root()
-    if root not in _CHECKOUTS:
-        import subprocess
-
-        try:
-            top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True,
-                                 text=True, check=True).stdout.strip()
-            _CHECKOUTS[root] = Path(top).resolve() == Path(root).resolve()
-        except (OSError, subprocess.CalledProcessError):
-            _CHECKOUTS[root] = False
-    return _CHECKOUTS[root]
-
-_CHECKOUTS: dict = {}
 
 
 def evaluated_model(config: Mapping[str, Any]) -> dict:

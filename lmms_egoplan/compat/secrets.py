@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
-from lmms_egoplan.compat import affected_release, cli_option, lmms_eval_source, switched_off
+from lmms_egoplan.compat import affected_release, switched_off
 from lmms_egoplan.compat.replacements import add_layer, has_layer, note_in_place
 from lmms_egoplan.core.failed_requests import is_failure_placeholder
 from lmms_egoplan.core.secrets import SHORTEST_KNOWN_SECRET, mask_known_secrets, mask_secrets
@@ -29,6 +29,7 @@ def keep_api_keys_out_of_the_response_cache() -> bool:
     cache folder, and every argument, a prompt-changing ``image_token`` as much as the key, still tells
     caches apart. A cache written with the key in its fingerprint is not read again (its request keys
     differ). Returns whether the workaround is in place.
+    Retired by docs/upstream/15-api-key-redacted.patch.
     """
     from lmms_eval import evaluator
     from lmms_eval.utils import simple_parse_args_string
@@ -38,7 +39,7 @@ def keep_api_keys_out_of_the_response_cache() -> bool:
         return False
     if has_layer(_CACHE_FINGERPRINT, *_CREATE):
         return True
-    if not (affected_release() and is_secret is not None and _fingerprints_the_model_args_as_given()):
+    if not (affected_release() and is_secret is not None):
         return False
 
     def create_without_secrets(create, cls, cache_root: str, **kwargs):
@@ -60,13 +61,6 @@ _CACHE_FINGERPRINT = "secrets.keep_api_keys_out_of_the_response_cache"
 _CREATE = ("lmms_eval.caching.response_cache", "ResponseCache.create")
 
 
-def _fingerprints_the_model_args_as_given(create: str | None = None) -> bool:
-    create = create or lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.create")
-    return 'model_fp = f"{model}|{model_args_fp}"' in create and not any(fix in create for fix in _FINGERPRINT_FIXES)
-
-_FINGERPRINT_FIXES = ("_redact", "_digest_secrets")  # docs/upstream/15 digests the secrets where create fingerprints
-
-
 def secret_digest(value: Any) -> str:
     """What stands for a secret's value in the response cache's model fingerprint: a digest, which tells values
     apart and cannot be read back (API keys are long random strings)."""
@@ -82,6 +76,7 @@ def keep_api_keys_out_of_the_run_summary() -> bool:
     (the one use of the key), the run's ``cli_args.model_args`` are redacted by lmms-eval's own rule, so
     the line reads ``api_key=[REDACTED]``. Switched on once a run that uses the suite names its tasks
     (before ``simple_evaluate`` starts). Returns whether the workaround is in place.
+    Retired by docs/upstream/15-api-key-redacted.patch.
     """
     import inspect
 
@@ -92,7 +87,7 @@ def keep_api_keys_out_of_the_run_summary() -> bool:
         return False
     if has_layer(_RUN_SUMMARY, *_SIMPLE_EVALUATE):
         return True
-    if not (affected_release() and redact is not None and _prints_the_model_args_as_given()):
+    if not (affected_release() and redact is not None):
         return False
     signature = inspect.signature(evaluator.simple_evaluate)
 
@@ -109,11 +104,6 @@ def keep_api_keys_out_of_the_run_summary() -> bool:
 
 _RUN_SUMMARY = "secrets.keep_api_keys_out_of_the_run_summary"
 _SIMPLE_EVALUATE = ("lmms_eval.evaluator", "simple_evaluate")
-
-
-def _prints_the_model_args_as_given(cli_evaluate: str | None = None) -> bool:
-    cli_evaluate = cli_evaluate or lmms_eval_source("lmms_eval.__main__", "cli_evaluate")
-    return 'print(f"{args.model} ({args.model_args})' in cli_evaluate and "_redact" not in cli_evaluate
 
 
 def _lmms_evals_redaction() -> Callable[[Any], Any] | None:
@@ -134,30 +124,28 @@ def keep_secrets_out_of_lmms_evals_error_texts() -> bool:
     ``Authorization`` header, or an error that quotes the key, puts the key on the console and on disk.
     Fix: every log line of the run, the failure texts written into the samples file and the responses
     written into the cache's audit log pass through ``core.secrets.mask_secrets``, with the run's own
-    secrets (``run_secrets``: the ``api_key`` of ``--model_args`` and the values of ``*_API_KEY`` /
-    ``*_TOKEN`` environment variables) masked wherever they appear. Answers that hold no secret are
-    written as they are. Switched on when the entry point loads in a run that names the suite (so that
-    the first log line is masked too). Returns whether the workaround is in place.
+    secrets (``run_secrets``: the values of ``*_API_KEY`` / ``*_TOKEN`` environment variables, and the
+    ``api_key`` of the ``model_args`` once ``simple_evaluate`` is called) masked wherever they appear. Answers
+    that hold no secret are written as they are. Returns whether the workaround is in place.
+    Retired by docs/upstream/18-secrets-in-error-texts.patch.
     """
     from loguru import logger
 
     if has_layer(_ERROR_TEXTS, _RESPONSE_CACHE, "ResponseCache._log_to_audit"):
         return True
-    if switched_off(_ERROR_TEXTS) or not (affected_release() and _logs_error_texts()):
+    if switched_off(_ERROR_TEXTS) or not affected_release():
         return False
-    known = run_secrets()
-
-    def mask_record(record: dict) -> None:
-        record["message"] = mask_secrets(record["message"], known)
-
-    logger.configure(patcher=mask_record)
+    global _masked_in_the_log
+    _masked_in_the_log = masked = _MaskedSecrets(run_secrets())
+    logger.configure(patcher=masked.mask_record)
 
     def log_masked_to_audit(log_to_audit, self, request_type, task_name, doc_id, idx, gen_kwargs, response, **kwargs):
-        return log_to_audit(self, request_type, task_name, doc_id, idx, gen_kwargs, masked_response(response, known),
-                            **kwargs)
+        return log_to_audit(self, request_type, task_name, doc_id, idx, gen_kwargs,
+                            masked_response(response, masked.secrets), **kwargs)
 
     def save_masked_samples(save_samples, self, task_name, samples):
-        save_samples(self, task_name, masked_response(samples, known))  # the failure texts of lmms-eval's API backends
+        # the failure texts of lmms-eval's API backends
+        save_samples(self, task_name, masked_response(samples, masked.secrets))
 
     add_layer(_ERROR_TEXTS, _RESPONSE_CACHE, "ResponseCache._log_to_audit", log_masked_to_audit)
     add_layer(_ERROR_TEXTS, "lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_samples",
@@ -165,6 +153,35 @@ def keep_secrets_out_of_lmms_evals_error_texts() -> bool:
     note_in_place(_ERROR_TEXTS)  # the log's patcher too
     return True
 
+
+def mask_the_model_args_key_too() -> None:
+    """Once ``keep_secrets_out_of_lmms_evals_error_texts`` is in place: the ``api_key`` of the run's ``model_args``
+    among the secrets it masks, from the moment ``simple_evaluate`` is called (put on once lmms-eval has finished
+    importing its evaluator, which it is still importing when it loads the suite's entry point)."""
+    if has_layer(_ERROR_TEXTS, *_SIMPLE_EVALUATE) or not has_layer(_ERROR_TEXTS, _RESPONSE_CACHE,
+                                                                    "ResponseCache._log_to_audit"):
+        return
+
+    masked = _masked_in_the_log
+
+    def learn_the_model_args_key(simple_evaluate, *args, **kwargs):
+        masked.secrets = run_secrets(kwargs.get("model_args"))  # this call's run's
+        return simple_evaluate(*args, **kwargs)
+
+    add_layer(_ERROR_TEXTS, *_SIMPLE_EVALUATE, learn_the_model_args_key)
+
+class _MaskedSecrets:
+    """The secrets masked in lmms-eval's log: the run's, learnt again by each ``simple_evaluate`` call."""
+
+    def __init__(self, secrets: tuple[str, ...]):
+        self.secrets = secrets
+
+    def mask_record(self, record: dict) -> None:
+        record["message"] = mask_secrets(record["message"], self.secrets)
+
+
+# loguru's logger is one per process, and so is the patcher that masks its lines: what it masks is held beside it
+_masked_in_the_log: _MaskedSecrets | None = None
 _ERROR_TEXTS = "secrets.keep_secrets_out_of_lmms_evals_error_texts"
 _RESPONSE_CACHE = "lmms_eval.caching.response_cache"
 
@@ -182,17 +199,11 @@ def masked_response(value: Any, secrets: tuple[str, ...]) -> Any:
     return value
 
 
-def run_secrets(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
-    """This run's secrets: the ``api_key`` of lmms-eval's ``--model_args`` and the values of environment
-    variables whose names end in ``API_KEY``, ``_TOKEN`` or ``_SECRET`` (read from the command line and
-    the environment, before lmms-eval has parsed anything)."""
-    model_args = cli_option("--model_args", argv) or ""
-    pairs = (pair.partition("=") for pair in model_args.split(","))
-    given = [value for key, _, value in pairs if key.strip() == "api_key"]
+def run_secrets(model_args: Any = None, environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """This run's secrets: the ``api_key`` of its ``model_args`` (lmms-eval's ``key=value,...`` string, or a mapping)
+    and the values of environment variables whose names end in ``API_KEY``, ``_TOKEN`` or ``_SECRET``."""
+    if isinstance(model_args, str):
+        model_args = dict(pair.partition("=")[::2] for pair in model_args.split(","))
+    given = [str(value) for key, value in (model_args or {}).items() if str(key).strip() == "api_key"]
     named = [value for name, value in environ.items() if name.upper().endswith(("API_KEY", "_TOKEN", "_SECRET"))]
     return tuple(secret for secret in {*given, *named} if len(secret) >= SHORTEST_KNOWN_SECRET)
-
-
-def _logs_error_texts(openai_chat: str | None = None) -> bool:
-    openai_chat = openai_chat or lmms_eval_source("lmms_eval.models.chat.openai", "OpenAICompatible")
-    return "failed with error: {error_msg}" in openai_chat and "mask" not in openai_chat

@@ -1,14 +1,18 @@
 """When the suite's lmms-eval workarounds are switched on (the table: ``lmms_egoplan.compat``).
 
-The workaround modules are imported only by a run that names or uses the suite: lmms-eval loads the
-suite's entry point in every run, and one that does not name the suite must not pay for them (they
-import lmms-eval's task machinery, and with it torch and transformers)."""
+One switch, which the command shows: the run names the suite. It does so in one of two ways, both visible in
+the command: ``LMMS_EVAL_PLUGINS=lmms_egoplan`` (lmms-eval's own documented plugin variable, which the suite's
+tasks need to be found), read when lmms-eval loads the suite's entry point (``ENTRY_POINT_LOADED``); or a suite
+task or suite backend being built (``SUITE_USED``: ``--tasks`` named one through ``--include_path``, or
+``--model egoplan_hf`` / ``egoplan_server``). Nothing else is read: not ``sys.argv``, not other environment
+variables, not ``--config``. A run that does neither is lmms-eval's alone: the workaround modules are not
+even imported (they import lmms-eval's task machinery, and with it torch and transformers)."""
 
 from __future__ import annotations
 
 import functools
 
-from lmms_egoplan.compat import is_lmms_eval_cli, run_names_suite, suite_plugin_enabled
+from lmms_egoplan.compat import suite_plugin_enabled
 
 ENTRY_POINT_LOADED = "entry point loaded"  # lmms-eval loads the suite's model entry point (every run)
 SUITE_USED = "suite used"  # a suite task or the suite's backend is built: this run uses the suite
@@ -32,34 +36,46 @@ def switch_on(moment: str, backend: type | None = None) -> None:
 
 
 def _on_entry_point_load() -> None:
-    """Called when lmms-eval loads the suite's model entry point, i.e. in every lmms-eval run once
-    the suite is installed: only runs that name the suite (``LMMS_EVAL_PLUGINS``, or lmms-eval's command
-    line naming a suite backend or task: ``run_names_suite``, which reads the command line and the
-    environment only) get anything; the others import nothing more. The moment matters: lmms-eval loads
-    entry points before it parses its arguments and builds its task index, so every failure of such a
-    run exits non-zero, and a user who named a suite task or backend without ``LMMS_EVAL_PLUGINS`` is
-    told what to type (``tasks.watch_task_selection``)."""
-    if not run_names_suite():
+    """Called when lmms-eval loads the suite's model entry point, i.e. in every lmms-eval run once the suite
+    is installed: only a run whose ``LMMS_EVAL_PLUGINS`` names the suite gets anything; the others import
+    nothing more. lmms-eval loads entry points while its evaluator is still importing, before it builds its task
+    index: what acts on ``TaskManager`` and the log is switched on now (the suite's tasks found; the exit guard,
+    whose loguru sink is added again once ``cli_evaluate`` has reset its log), what acts on ``simple_evaluate``
+    when the run's task index is built (``_on_task_index_built``), before the tasks and the model are."""
+    if not suite_plugin_enabled():
         return
-    from lmms_egoplan.compat.durability import (
-        fail_runs_with_failed_tasks,
-        refuse_an_output_path_with_a_comma,
-        say_what_to_fix_after_uncaught_errors,
-    )
-    from lmms_egoplan.compat.results import name_lmms_evals_own_version, record_in_results
+    from lmms_egoplan.compat.durability import fail_runs_with_failed_tasks
+    from lmms_egoplan.compat.replacements import add_layer, has_layer
+    from lmms_egoplan.compat.results import record_in_results
     from lmms_egoplan.compat.secrets import keep_secrets_out_of_lmms_evals_error_texts
-    from lmms_egoplan.compat.tasks import enable_plugin_task_discovery, watch_task_selection
+    from lmms_egoplan.compat.tasks import enable_plugin_task_discovery
 
-    if suite_plugin_enabled():
-        enable_plugin_task_discovery()
-    if is_lmms_eval_cli():
-        refuse_an_output_path_with_a_comma()
-        say_what_to_fix_after_uncaught_errors()
-        keep_secrets_out_of_lmms_evals_error_texts()  # the run's first log line masked too
+    enable_plugin_task_discovery()
+    keep_secrets_out_of_lmms_evals_error_texts()  # the run's first log line masked too
     fail_runs_with_failed_tasks()
-    watch_task_selection()
     record_in_results()
-    name_lmms_evals_own_version()
+    if not has_layer(_SWITCH, *_TASK_MANAGER_INIT):
+        add_layer(_SWITCH, *_TASK_MANAGER_INIT, _switching_on_once_the_index_is_built)
+
+
+_SWITCH = "switches.switch_on"
+_TASK_MANAGER_INIT = ("lmms_eval.tasks", "TaskManager.__init__")
+
+
+def _switching_on_once_the_index_is_built(init, *args, **kwargs):
+    _on_task_index_built()
+    return init(*args, **kwargs)
+
+
+def _on_task_index_built() -> None:
+    """A run whose ``LMMS_EVAL_PLUGINS`` names the suite builds its task index: lmms-eval has imported its evaluator,
+    and has not yet built the tasks or the model."""
+    from lmms_egoplan.compat.secrets import keep_api_keys_out_of_the_run_summary, mask_the_model_args_key_too
+    from lmms_egoplan.compat.tasks import check_suite_tasks_before_the_model
+
+    check_suite_tasks_before_the_model()
+    keep_api_keys_out_of_the_run_summary()
+    mask_the_model_args_key_too()
 
 
 def _on_suite_use() -> None:
@@ -76,13 +92,13 @@ def _on_suite_use() -> None:
         clean_lone_surrogates,
         fail_runs_whose_files_are_cut,
         keep_loglikelihood_results,
-        name_lmms_evals_own_version,
         record_in_results,
         write_results_as_strict_json,
     )
     from lmms_egoplan.compat.secrets import (
         keep_api_keys_out_of_the_response_cache,
         keep_secrets_out_of_lmms_evals_error_texts,
+        mask_the_model_args_key_too,
     )
 
     keep_loglikelihood_results()
@@ -92,13 +108,13 @@ def _on_suite_use() -> None:
     keep_failed_requests_out_of_the_response_cache()
     keep_api_keys_out_of_the_response_cache()
     keep_secrets_out_of_lmms_evals_error_texts()
+    mask_the_model_args_key_too()
     stop_cleanly_on_sigterm()
     clean_lone_surrogates()
     write_results_as_strict_json()
     fail_runs_whose_files_are_cut()
     exit_when_results_are_written()
     record_in_results()
-    name_lmms_evals_own_version()
 
 
 def _on_backend_chosen(backend: type) -> None:

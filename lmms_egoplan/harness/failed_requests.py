@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from lmms_egoplan.compat import cli_option, suite_plugin_enabled
+from lmms_egoplan.compat import suite_plugin_enabled
 from lmms_egoplan.compat.durability import ask_for_exit_status
 from lmms_egoplan.contract.benchmark import Metric, TaskContext
 from lmms_egoplan.core.run import SuiteRun
@@ -61,7 +61,8 @@ FAILED_REQUESTS_METRIC = Metric(FAILED_REQUESTS, failed_request_count, higher_is
 
 def failed_requests_verdict(run: SuiteRun, files: Sequence[Path]) -> tuple[int, str] | None:
     """(exit status, what to do) when model requests of ``run`` failed; None when none did.
-    ``files``: the results and samples files of the run (unused: the command is the run's own)."""
+    ``files``: the results and samples files of the run (``<output_path>/<model>/<file>``: where the next run keeps its
+    answers)."""
     failed = {task: count for task, (count, _) in run.failed_requests.items() if count}
     if not failed:
         return None
@@ -74,7 +75,7 @@ def failed_requests_verdict(run: SuiteRun, files: Sequence[Path]) -> tuple[int, 
         line += (f"ask only them again (the answered ones come from the response cache {run.response_cache_root}) "
                  f"with the same command: {rerun_command()}")
     else:
-        cache = Path(cli_option("--output_path") or ".", "response_cache")
+        cache = Path(files[0].parents[1] if files else ".", "response_cache")
         line += (f"this run had no --use_cache, so its answers were not kept: ask every request again, keeping the "
                  f"answers (a run after that asks only the failed ones), with: "
                  f"{rerun_command('--use_cache', str(cache))}")

@@ -13,7 +13,8 @@ AVAILABLE_MODELS = {
 
 def model_manifests():
     """The entry point lmms-eval loads and calls in every run (before it indexes tasks): the suite's workarounds
-    are switched on now, for runs that name the suite (``compat.switches``); other runs get nothing."""
+    are switched on now where ``LMMS_EVAL_PLUGINS`` names the suite (``compat.switches``); other runs get nothing
+    until a suite task or backend is built."""
     from lmms_eval.models.registry_v2 import ModelManifest
 
     from lmms_egoplan.compat.switches import ENTRY_POINT_LOADED, switch_on

@@ -264,7 +264,8 @@ def test_lmms_eval_is_patched_in_compat_and_switched_on_from_switch_on_alone():
     patchers = {node.name: path for path in sorted((PACKAGE / "compat").glob("*.py"))
                 for node in ast.parse(path.read_text()).body
                 if isinstance(node, ast.FunctionDef) and "add_layer" in calls_in(node)}
-    assert {"score_llava_hf_with_its_images", "keep_loglikelihood_results", "watch_task_selection"} <= set(patchers)
+    assert {"score_llava_hf_with_its_images", "keep_loglikelihood_results",
+            "fail_runs_with_failed_tasks"} <= set(patchers)
     modules = sorted(PACKAGE.rglob("*.py"))
     callers = sorted({(str(path.relative_to(PACKAGE.parent)), name) for path in modules for name in calls(path)
                       if patchers.get(name.rpartition(".")[2], path) != path})

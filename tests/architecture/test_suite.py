@@ -100,16 +100,6 @@ def test_an_unknown_benchmark_is_an_error_naming_the_known_ones():
     assert catalogue.entry("actplan").tasks == ("actplan1k", "actplan1k_text_only")
 
 
-def test_the_lmms_eval_builtins_named_after_a_paper_point_to_the_suites_tasks():
-    counterparts = catalogue.suite_counterparts()
-    assert counterparts == {"egoplan": "egoplan_val", "egothink": "ego_think", "egothink_": "ego_think_",
-                            "egoplan2": "egoplan_bench2", "physical_ai_understanding": "cosmos_reason1",
-                            "paibench_u": "cosmos_reason1"}
-    for builtin, task in counterparts.items():
-        owner = next(row for row in catalogue.CATALOGUE if builtin in row.lmms_eval_builtins)
-        assert task.startswith(owner.task_prefixes)
-
-
 def test_importing_the_suite_loads_no_harness():
     script = ("import sys, lmms_egoplan.suite\n"
               "harnesses = {'lmms_eval', 'lm_eval', 'torch', 'transformers'}\n"

@@ -18,27 +18,21 @@ from lmms_eval.api import instance
 from lmms_eval.api.task import ConfigurableTask
 from lmms_eval.caching.response_cache import _SCHEMA_SQL, ResponseCache
 from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
-from lmms_eval.tasks import TaskManager
 
 from lmms_egoplan import compat
 from lmms_egoplan.compat import durability, replacements
 from lmms_egoplan.compat import results as compat_results
 from lmms_egoplan.compat import tasks as compat_tasks
 from lmms_egoplan.core.run import SuiteRun
-from lmms_egoplan.core.run_state import RUN
 
 
-def test_the_installed_lmms_eval_has_every_bug_worked_around():
+def test_the_installed_lmms_eval_is_a_release_with_the_bugs_worked_around():
+    """The guard is the release; the tripwire of each bug is its behaviour test, which
+    tests/e2e/test_upstream_patches.py runs with the workaround off against this release, where it must fail."""
+    assert compat.affected_release()
     unwrap = inspect.unwrap(instance.unwrap_generation_output)
-    assert compat_results._pairs_become_strings(unwrap)
-    assert unwrap("\udcff") == ("\udcff", None)
-    assert compat_tasks._plugin_folders_reach_the_index_too_late()
-    assert durability.cli_swallows_evaluation_errors()
+    assert isinstance(unwrap((1.5, False))[0], str) and unwrap("\udcff") == ("\udcff", None)
     assert hasattr(ConfigurableTask.process_results, "retry")
-    assert durability._stores_after_the_whole_call() and durability._drops_failed_runs()
-    assert durability._never_reads_run_folders() and compat_tasks._cli_swallows_missing_tasks()
-    assert compat_results._writes_nan_as_is() and durability._writes_results_then_samples()
-    assert compat_results._swallows_write_errors()
     assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, durability._stop_on_sigterm)
 
 
@@ -49,28 +43,6 @@ def test_nothing_is_changed_where_lmms_eval_behaves(monkeypatch):
     monkeypatch.setattr(instance, "unwrap_generation_output", fixed_unwrap)
     assert compat_results.keep_loglikelihood_results() is False
     assert instance.unwrap_generation_output is fixed_unwrap
-
-    # lmms-eval with the changes proposed in docs/upstream.md:
-    installed = compat.lmms_eval_source("lmms_eval.__main__", "cli_evaluate")
-    assert durability.cli_swallows_evaluation_errors(installed + "\n    if failed:\n        sys.exit(1)\n") is False
-    cli_evaluate_single = compat.lmms_eval_source("lmms_eval.__main__", "cli_evaluate_single")
-    plugins_first = ("    for plugin in os.environ['LMMS_EVAL_PLUGINS'].split(','): ...\n"
-                     + cli_evaluate_single.replace("LMMS_EVAL_PLUGINS", "PLUGINS_READ_ABOVE"))
-    assert compat_tasks._plugin_folders_reach_the_index_too_late(cli_evaluate_single=plugins_first) is False
-    assert compat_tasks._plugin_folders_reach_the_index_too_late(
-        task_manager_init="def __init__(self):\n    os.environ.get('LMMS_EVAL_PLUGINS')\n") is False
-
-    assert durability._stores_after_the_whole_call("for chunk in chunks: lm_call(chunk); self._store(...)") is False
-    assert durability._drops_failed_runs("def finalize(self, *, success):\n    self._merge_run_to_root()") is False
-    create = compat.lmms_eval_source("lmms_eval.caching.response_cache", "ResponseCache.create")
-    merging_first = create.replace("os.makedirs(run_dir", "self._merge_stale_runs(); os.makedirs(run_dir")
-    assert durability._never_reads_run_folders(merging_first) is False
-    assert compat_results._writes_nan_as_is("dumped = json.dumps(results, allow_nan=False)") is False
-    assert compat_results._swallows_write_errors("path.write_text(dumped)", "file.write(line)") is False
-    assert durability._writes_results_then_samples(
-        cli_evaluate_single + "\n    if failed_metrics:\n        sys.exit(3)\n") is False
-    with_missing_tasks_failing = installed.replace("eval_logger.error(f\"Error during evaluation", "sys.exit(1)  #")
-    assert durability.cli_swallows_evaluation_errors(with_missing_tasks_failing) is False
 
     def someone_elses_handler(signum, frame):
         pass
@@ -106,7 +78,6 @@ def test_releases_from_the_fixed_version_on_get_no_workaround(monkeypatch):
     monkeypatch.setattr(compat, "lmms_eval_version", lambda: compat.FIXED_IN)
     unwrap = inspect.unwrap(instance.unwrap_generation_output)
     monkeypatch.setattr(instance, "unwrap_generation_output", unwrap)
-    monkeypatch.setattr(RUN, "exit_guard_sink", None)
     monkeypatch.setattr(ResponseCache, "execute", inspect.unwrap(ResponseCache.execute))
     assert compat_results.keep_loglikelihood_results() is False
     assert compat_results.clean_lone_surrogates() is False
@@ -117,7 +88,6 @@ def test_releases_from_the_fixed_version_on_get_no_workaround(monkeypatch):
         assert durability.stop_cleanly_on_sigterm() is False and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     finally:
         signal.signal(signal.SIGTERM, previous)
-    monkeypatch.setattr(TaskManager, "match_tasks", inspect.unwrap(TaskManager.match_tasks))
     from lmms_eval import evaluator
 
     monkeypatch.setattr(evaluator, "simple_evaluate", inspect.unwrap(evaluator.simple_evaluate))
@@ -126,7 +96,6 @@ def test_releases_from_the_fixed_version_on_get_no_workaround(monkeypatch):
                         inspect.unwrap(EvaluationTracker.save_results_aggregated))
     monkeypatch.setattr(EvaluationTracker, "save_results_samples",
                         inspect.unwrap(EvaluationTracker.save_results_samples))
-    assert compat_tasks.watch_task_selection() is False
     assert compat_results.write_results_as_strict_json() is False
     assert compat_results.fail_runs_whose_files_are_cut() is False
     assert durability.exit_when_results_are_written() is False
@@ -228,7 +197,7 @@ def test_loglikelihood_pairs_pass_and_everything_else_is_unwrapped_as_before(mon
 def test_a_workaround_switched_off_by_name_changes_nothing(monkeypatch):
     unwrap = inspect.unwrap(instance.unwrap_generation_output)
     monkeypatch.setattr(instance, "unwrap_generation_output", unwrap)
-    monkeypatch.setenv(compat.OFF_SWITCH, "tasks.explain_missing_tasks, results.keep_loglikelihood_results")
+    monkeypatch.setenv(compat.OFF_SWITCH, "tasks.enable_plugin_task_discovery, results.keep_loglikelihood_results")
     assert compat_results.keep_loglikelihood_results() is False and instance.unwrap_generation_output is unwrap
     assert compat.switched_off("results.keep_loglikelihood_results") and not compat.switched_off("keep_loglikelihood")
 
@@ -286,37 +255,15 @@ def test_the_cache_folders_of_killed_runs_are_merged_and_those_of_live_or_unknow
     assert durability.recover_killed_runs(str(tmp_path)) == 0  # merged once
 
 
-@pytest.mark.parametrize("missing, environ, message", [
-    (["egoplan_vall"], {"LMMS_EVAL_PLUGINS": "lmms_egoplan"},
-     "--tasks: no task named egoplan_vall; did you mean egoplan_val?"),
-    (["egoplan_val"], {}, "--tasks: egoplan_val is a task of lmms_egoplan, whose tasks lmms-eval indexes only when "
-                          "LMMS_EVAL_PLUGINS names it; add this line before the command: "
-                          "export LMMS_EVAL_PLUGINS=lmms_egoplan"),
-    (["egoplan_vall"], {"LMMS_EVAL_PLUGINS": "mine"}, "--tasks: no task named egoplan_vall; did you mean egoplan_val?; "
-                                                      "add this line before the command: "
-                                                      "export LMMS_EVAL_PLUGINS=mine,lmms_egoplan"),
-    (["mmee"], {}, "--tasks: no task named mmee; did you mean mme?"),
-    (["zzzz"], {"LMMS_EVAL_PLUGINS": "lmms_egoplan"},
-     "--tasks: no task named zzzz (`lmms-eval --tasks list` lists them)"),
-])
-def test_a_missing_task_gets_the_closest_names_and_the_plugin_line_where_a_suite_task_is_meant(
-        missing, environ, message):
-    suite_tasks = {"egoplan_val", "ego_think"}
-    assert compat_tasks.missing_tasks_message(missing, ["mme", "egothink"], suite_tasks, environ) == message
-
-
 def test_every_lmms_eval_function_the_suite_replaces_is_replaced_once_by_one_wrapper(monkeypatch):
     from lmms_egoplan.compat import secrets, switches
     from lmms_egoplan.compat import tasks as compat_tasks_module
 
     switches.switch_on(switches.SUITE_USED)
-    compat_tasks_module.watch_task_selection()
     compat_tasks_module.check_suite_tasks_before_the_model()
     secrets.keep_api_keys_out_of_the_run_summary()
     replaced = 0
     for module, attribute in replacements.LAYER_ORDER:
-        if module == "lmms_eval.tasks" and attribute == "TaskManager.__init__":
-            continue  # LMMS_EVAL_PLUGINS only
         if module == "lmms_eval.models.simple.llava_hf":
             # once a suite task is bound to llava_hf, which imports decord (tests/e2e/test_lmms_eval_llava_hf.py)
             continue
@@ -326,7 +273,7 @@ def test_every_lmms_eval_function_the_suite_replaces_is_replaced_once_by_one_wra
         assert getattr(wrapper, replacements._LAYERS, None), f"{module}.{attribute} is not the suite's wrapper"
         assert not hasattr(wrapper.__wrapped__, replacements._LAYERS), f"{module}.{attribute} is wrapped twice"
         replaced += 1
-    assert replaced == len(replacements.LAYER_ORDER) - 2
+    assert replaced == len(replacements.LAYER_ORDER) - 1
     from lmms_eval import evaluator
 
     assert evaluator.unwrap_generation_output is instance.unwrap_generation_output  # the name lmms-eval bound too
@@ -353,8 +300,9 @@ def test_the_layers_of_a_function_run_in_the_stated_order_whatever_order_they_we
 
 
 def test_compat_replaces_lmms_eval_attributes_only_through_its_one_wrapper():
-    """No module of compat/ but replacements.py assigns an attribute of lmms-eval (or loguru's logger); the one
-    exception, evaluator.get_task_dict, is swapped for one call of simple_evaluate and put back."""
+    """No module of compat/ but replacements.py assigns an attribute of lmms-eval or loguru (whose logger it only
+    adds sinks to and configures a patcher on), and replacements.py replaces lmms-eval's only; the one exception,
+    evaluator.get_task_dict, is swapped for one call of simple_evaluate and put back."""
     import ast
 
     compat_folder = Path(compat.__file__).parent
@@ -380,6 +328,11 @@ def test_compat_replaces_lmms_eval_attributes_only_through_its_one_wrapper():
                 raise AssertionError(f"{path.name}: {ast.unparse(node)}")
 
 
+def test_the_suite_replaces_attributes_of_lmms_eval_only():
+    assert {module.split(".")[0] for module, _ in replacements.LAYER_ORDER} == {"lmms_eval"}
+    assert {module.split(".")[0] for aliases in replacements.ALIASES.values() for module, _ in aliases} == {"lmms_eval"}
+
+
 def test_a_results_file_names_the_workarounds_in_place_and_lmms_evals_release(tmp_path):
     from importlib.metadata import version
 
@@ -399,17 +352,16 @@ def test_the_runs_secrets_are_masked_in_failure_texts_and_answers_keep_their_wor
     whatever has a secret's shape in lmms-eval's failure texts only (a model's answer keeps its words)."""
     from lmms_egoplan.compat import secrets
 
-    argv = ["lmms-eval", "--model", "openai",
-            "--model_args", "model_version=m,api_key=sk-given-0123456789,max_retries=2"]
-    found = secrets.run_secrets(argv, {"OPENAI_API_KEY": "sk-environment-987654", "HF_TOKEN": "hf_short", "HOME": "/r"})
+    model_args = "model_version=m,api_key=sk-given-0123456789,max_retries=2"
+    environ = {"OPENAI_API_KEY": "sk-environment-987654", "HF_TOKEN": "hf_short", "HOME": "/r"}
+    found = secrets.run_secrets(model_args, environ)
     assert sorted(found) == ["hf_short", "sk-environment-987654", "sk-given-0123456789"]
     failure = "[LMMS_EVAL_REQUEST_FAILED after 2 retries] Error code: 401 - Authorization: Bearer sk-other-abcdef012345"
     sample = {"resps": [[failure]], "filtered_resps": ["token=abcdefgh said sk-given-0123456789"], "doc_id": 3}
     assert secrets.masked_response(sample, found) == {
         "resps": [["[LMMS_EVAL_REQUEST_FAILED after 2 retries] Error code: 401 - Authorization: Bearer ***"]],
         "filtered_resps": ["token=abcdefgh said ***"], "doc_id": 3}  # an answer: only the run's own key goes
-    assert secrets._logs_error_texts()
-    assert secrets._logs_error_texts('eval_logger.info(f"failed with error: {mask(error_msg)}")') is False
+    assert secrets.run_secrets({"api_key": "sk-given-0123456789"}, {}) == ("sk-given-0123456789",)
 
 
 def test_a_backend_class_goes_with_the_backend_moment_only_and_other_backends_are_left_as_they_are():

@@ -10,7 +10,6 @@ import json
 import pytest
 
 from lmms_egoplan.compat import durability
-from lmms_egoplan.compat import tasks as compat_tasks
 from lmms_egoplan.harness.backend_choice import computes_loglikelihood
 
 
@@ -48,39 +47,6 @@ def test_a_backend_failing_while_it_is_built_is_named_in_the_error_line():
     with pytest.raises(ValueError) as elsewhere:
         raise ValueError("a task failed")
     assert durability.error_line(elsewhere.value) == "ValueError: a task failed"
-
-
-def test_built_in_names_map_to_the_suite_tasks_that_implement_their_papers():
-    assert compat_tasks.suite_counterpart("egothink_counting") == "ego_think_counting"
-    assert compat_tasks.suite_counterpart("egothink") == "ego_think"
-    assert compat_tasks.suite_counterpart("egoplan") == "egoplan_val"
-    assert compat_tasks.suite_counterpart("mme") is None
-    hints = compat_tasks.hint_suite_counterparts(["egothink_counting", "mme", "ego_think_counting"],
-                                                     ["egothink_counting", "mme", "ego_think_counting"],
-                                                     {"ego_think", "ego_think_counting"})
-    assert len(hints) == 1 and "egothink_counting is lmms-eval's built-in task" in hints[0]
-
-
-def test_a_suite_task_whose_name_lmms_evals_index_gives_to_its_own_task_is_said_to_run_lmms_evals(tmp_path):
-    """An lmms-eval that carries a task of a suite task's name (one the suite sent upstream) runs its own: the run
-    says so, naming the YAML that runs; a name the suite's folder keeps is not named (tests/e2e/
-    test_upstream_equivalence.py: the same on lmms-eval with the upstream patch applied)."""
-    from lmms_egoplan.compat.tasks import _lmms_evals_own, _suite_task_folder
-
-    lmms_evals = tmp_path / "lmms_eval" / "tasks" / "egoplan_bench2" / "egoplan_bench2.yaml"
-
-    class Index:
-        task_index = {"egoplan_bench2": {"yaml_path": str(lmms_evals)},
-                      "egoplan_val": {"yaml_path": f"{_suite_task_folder()}/egoplan/egoplan_val.yaml"}}
-
-    own = _lmms_evals_own(Index(), ["egoplan_bench2", "egoplan_val", "mme"], {"egoplan_bench2", "egoplan_val"})
-    assert own == {"egoplan_bench2": str(lmms_evals)}
-    hints = compat_tasks.hint_suite_counterparts(["egoplan_bench2", "egoplan_val"], ["egoplan_bench2", "egoplan_val"],
-                                                 {"egoplan_bench2", "egoplan_val"}, own)
-    assert hints == [f"lmms-egoplan: --tasks egoplan_bench2 runs lmms-eval's own task of that name ({lmms_evals}), "
-                     "not the suite's: lmms-eval's index wins. docs/upstream/README.md lists the suite's tasks sent "
-                     "to lmms-eval, each proven to score as the suite's; a setting only the suite's task reads does "
-                     "nothing there"]
 
 
 def test_a_missing_file_names_the_setting_and_what_its_folder_holds(tmp_path):

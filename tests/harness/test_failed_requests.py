@@ -5,6 +5,7 @@ last line and exit status, lmms-eval's response cache never keeping one, and rej
 import json
 import sqlite3
 from argparse import Namespace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -106,7 +107,7 @@ def test_the_last_line_says_how_many_failed_where_and_the_command_that_asks_them
     assert "sk-secret" not in line
     run.response_cache_root = None
     monkeypatch.setattr("sys.argv", argv[:-2])
-    _, line = failed_requests_verdict(run, [])
+    _, line = failed_requests_verdict(run, [Path("out dir", "openai", "20260101_000000_results.json")])  # output path
     assert ("this run had no --use_cache, so its answers were not kept: ask every request again, keeping the answers "
             "(a run after that asks only the failed ones), with: ") in line
     assert line.endswith("--output_path 'out dir' --use_cache 'out dir/response_cache' (your key in place of ***)")
@@ -164,13 +165,6 @@ def test_the_response_cache_keeps_answers_and_asks_failed_requests_again(tmp_pat
     cache.close()
     stored = sqlite3.connect(cache.db_path).execute("SELECT response FROM responses").fetchall()
     assert sorted(json.loads(row[0]) for row in stored) == ["A", "B", "C"]
-
-
-def test_lmms_eval_with_a_fixed_cache_gets_no_workaround():
-    is_valid = ("def _is_valid_response(response, request_type):\n"
-                "    if str(response).startswith('[LMMS_EVAL_REQUEST_FAILED'): return False")
-    assert durability._keeps_failure_placeholders(is_valid=is_valid) is False
-    assert durability._keeps_failure_placeholders()
 
 
 # --- rejudge --------------------------------------------------------------------------------------

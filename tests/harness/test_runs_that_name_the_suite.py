@@ -1,56 +1,24 @@
-"""A run that names the suite, in process: how it is recognised from its command line (or --config file) alone, its
-exit guard armed from the start and kept across lmms-eval's log reset, an --output_path with a comma refused before
-anything loads, and the evaluated model's API key kept out of the response cache's fingerprint and the summary line.
-A run that does not name it loads the suite's entry point and imports nothing more (a subprocess shows it)."""
+"""A run that names the suite, in process: the one switch (``LMMS_EVAL_PLUGINS`` naming the suite, or a suite task or
+backend built; never the command line or a --config file), its exit guard added after lmms-eval's log reset through
+loguru's public API (no attribute outside lmms-eval replaced), and the evaluated model's API key kept out of the
+response cache's fingerprint and the summary line. A run that does not name it loads the suite's entry point and
+imports nothing more (a subprocess shows it)."""
 
 import json
 import os
 import sqlite3
 import subprocess
 import sys
+import traceback
 from types import SimpleNamespace
 
 import pytest
 from loguru import logger
 
-from lmms_egoplan import compat
 from lmms_egoplan.compat import durability
 from lmms_egoplan.compat import secrets as compat_secrets
-from lmms_egoplan.core.run_state import RUN
 
 KEY = "sk-test-0123456789abcdef"
-
-
-@pytest.mark.parametrize("argv, environ, named", [
-    (["/venv/bin/lmms-eval", "--model", "openai", "--tasks", "mme,egoplan_val_gen"], {}, True),
-    (["/venv/bin/lmms-eval", "--model=egoplan_server", "--tasks", "mme"], {}, True),
-    (["/site-packages/lmms_eval/__main__.py", "--tasks", "ego_think_*"], {}, True),  # python -m lmms_eval, a wildcard
-    (["/venv/bin/lmms-eval", "--model", "openai", "--tasks", "mme"], {}, False),
-    (["/venv/bin/lmms-eval", "--model", "openai", "--tasks", "mme"], {"LMMS_EVAL_PLUGINS": "other,lmms_egoplan"}, True),
-    (["/venv/bin/pytest", "--model", "egoplan_hf"], {}, False),  # not lmms-eval's command line
-])
-def test_a_run_names_the_suite_by_its_variable_backend_or_tasks(argv, environ, named):
-    assert compat.run_names_suite(argv, environ) is named
-
-
-def test_the_suites_task_names_are_read_from_its_yamls():
-    names = compat.suite_task_names()
-    assert {"egoplan_val_gen", "ego_think", "ego_think_counting", "egointent", "actplan1k_text_only",
-            "egoplan_bench2"} <= names and "mme" not in names
-
-
-def test_an_output_path_with_a_comma_stops_the_run_saying_what_to_do(capsys):
-    assert durability.refuse_an_output_path_with_a_comma(["lmms-eval", "--output_path", "/runs/a b"])
-    with pytest.raises(SystemExit) as stopped:
-        durability.refuse_an_output_path_with_a_comma(["lmms-eval", "--tasks", "x", "--output_path=/runs/a,b"])
-    assert stopped.value.code == 2
-    assert capsys.readouterr().err == (
-        "lmms-egoplan: error: --output_path '/runs/a,b' holds a comma, which lmms-eval 0.7.3 cannot take (it passes "
-        "the path to its evaluation tracker inside a comma-separated list, hf_hub_log_args, and splits it there); "
-        "choose a folder whose path holds no comma\n")
-    fixed = compat.lmms_eval_source("lmms_eval.__main__", "cli_evaluate_single").replace(
-        'args.hf_hub_log_args += f",output_path={args.output_path}"', "tracker_args['output_path'] = args.output_path")
-    assert durability._splits_the_output_path_on_commas(fixed) is False
 
 
 def lmms_eval_cli_logging(function: str, message: str):
@@ -67,20 +35,20 @@ def lmms_eval_cli_logging(function: str, message: str):
     ("cli_evaluate_single", "Need to specify task to evaluate.",
      "lmms-egoplan: error: --tasks: name the tasks to evaluate (`lmms-eval --tasks list` lists them)"),
 ])
-def test_the_exit_guard_outlives_lmms_evals_log_reset(function, message, last_line, monkeypatch, capsys):
-    monkeypatch.setattr(RUN, "exit_guard_sink", None)
+def test_the_exit_guard_added_after_lmms_evals_log_reset_ends_the_run(function, message, last_line, capsys):
+    logger.remove()  # what cli_evaluate does when it sets the verbosity, before the run's TaskManager is built
+    remove, print_exc = logger.remove, traceback.print_exc
     assert durability.fail_runs_with_failed_tasks()
+    assert (logger.remove, traceback.print_exc) == (remove, print_exc)  # loguru's and Python's own, unreplaced
     try:
-        logger.remove()  # what cli_evaluate does when it sets the verbosity
         with pytest.raises(SystemExit) as stopped:
             lmms_eval_cli_logging(function, message)()
         assert stopped.value.code == 1
         assert capsys.readouterr().err.splitlines()[-1] == last_line
         lmms_eval_cli_logging("cli_evaluate", "Selected Tasks: ['x']")()  # other lines pass
     finally:
-        logger.remove(RUN.exit_guard_sink)
-        RUN.exit_guard_sink = None
-        logger.add(__import__("sys").stderr)
+        logger.remove()
+        logger.add(sys.stderr)
 
 
 def test_the_model_fingerprint_of_the_response_cache_holds_no_key(tmp_path):
@@ -102,9 +70,6 @@ def test_the_model_fingerprint_of_the_response_cache_holds_no_key(tmp_path):
     assert len(hashes) == 5  # every argument tells caches apart, image_token (a name the rule matches) included
     for opened in [other_key, without_key, *image_tokens]:
         opened.close()
-    assert compat_secrets._fingerprints_the_model_args_as_given("model_fp = f\"{model}|{_redact(args)}\"") is False
-    patched = 'model_args_fp = json.dumps(_digest_secrets(parsed))\nmodel_fp = f"{model}|{model_args_fp}"'
-    assert compat_secrets._fingerprints_the_model_args_as_given(patched) is False
 
 
 def test_the_summary_line_holds_no_key(monkeypatch):
@@ -119,7 +84,6 @@ def test_the_summary_line_holds_no_key(monkeypatch):
     cli_args = SimpleNamespace(model_args=f"model_version=m,api_key={KEY}")
     assert evaluator.simple_evaluate("openai", cli_args.model_args, cli_args=cli_args) == "results"
     assert cli_args.model_args == "model_version=m,api_key=[REDACTED]"
-    assert compat_secrets._prints_the_model_args_as_given('print(f"{args.model} ({_redact(args.model_args)})')  is False
 
 
 # Loads lmms-eval's model registry, hence the suite's entry point, as `lmms-eval <argv>` does when it starts.
@@ -134,12 +98,15 @@ TASK_MACHINERY = ("lmms_eval.tasks", "lmms_eval.api.task", "lmms_eval.evaluator"
 
 
 def test_a_run_that_does_not_name_the_suite_imports_nothing_for_it(tmp_path):
-    """lmms-eval loads the suite's entry point in every run: one that does not name the suite gets its backends'
-    manifests and nothing else (no workaround module, nothing of lmms-eval's task machinery, torch or transformers)."""
+    """lmms-eval loads the suite's entry point in every run: one whose LMMS_EVAL_PLUGINS does not name the suite gets
+    its backends' manifests and nothing else (no workaround module, nothing of lmms-eval's task machinery, torch or
+    transformers), whatever its command line or --config file says: a suite backend or task there switches the
+    workarounds on only once it is built."""
     config = tmp_path / "runs.yaml"
-    config.write_text("- model: dummy\n  tasks: mme\n")
+    config.write_text("- model: egoplan_hf\n  tasks: egoplan_val\n")
     env = {key: value for key, value in os.environ.items() if key != "LMMS_EVAL_PLUGINS"}
-    for argv in (["--model", "dummy", "--tasks", "mme,ego_schema"], ["--config", str(config)], ["models"]):
+    for argv in (["--model", "dummy", "--tasks", "mme,ego_schema"], ["--config", str(config)], ["models"],
+                 ["--model", "egoplan_hf", "--tasks", "egoplan_val"]):
         completed = subprocess.run([sys.executable, "-c", ENTRY_POINT_LOAD, *argv], capture_output=True, text=True,
                                    env=env, check=True)
         imported = set(json.loads(completed.stdout.splitlines()[-1]))
@@ -148,32 +115,29 @@ def test_a_run_that_does_not_name_the_suite_imports_nothing_for_it(tmp_path):
                                "lmms_egoplan.judge.engine"}, (argv, sorted(imported & {*TASK_MACHINERY}))
 
 
-@pytest.mark.parametrize("argv", [
-    ["/venv/bin/lmms-eval", "--model", "dummy", "--tasks", "egoplan_val"],  # the plugin variable forgotten
-    ["/venv/bin/lmms-eval", "--model", "egoplan_hf", "--tasks", "mme"],
-])
-def test_a_run_that_names_a_suite_task_or_backend_without_the_plugin_variable_is_watched(argv, monkeypatch):
-    """...so that a suite task not found is explained with the line that sets LMMS_EVAL_PLUGINS (through the CLI:
-    tests/e2e/test_bad_input.py::test_a_task_that_is_not_found_in_a_run_of_the_suite_exits_1_saying_what_to_type)."""
-    from lmms_egoplan.compat import replacements, switches
-
-    monkeypatch.delenv("LMMS_EVAL_PLUGINS", raising=False)
-    monkeypatch.setattr(sys, "argv", argv)
-    monkeypatch.setattr(RUN, "exit_guard_sink", None)
-    try:
-        switches.switch_on(switches.ENTRY_POINT_LOADED)
-    finally:
-        if RUN.exit_guard_sink is not None:
-            logger.remove(RUN.exit_guard_sink)
-    assert replacements.has_layer("tasks.watch_task_selection", "lmms_eval.tasks", "TaskManager.match_tasks")
+# lmms-eval's CLI module imported as `lmms-eval` imports it (the entry point loads while its evaluator imports), then
+# the run's task index built as cli_evaluate_single builds it: which layers are on what, and what is left alone.
+PLUGIN_RUN = """
+import json, sys, traceback
+from loguru import logger
+remove, print_exc, excepthook = logger.remove, traceback.print_exc, sys.excepthook
+import lmms_eval.__main__ as cli
+from lmms_egoplan.compat import replacements
+at_entry_point = replacements.in_place()
+cli.TaskManager("INFO", include_defaults=False)
+print(json.dumps({"at_entry_point": at_entry_point, "once_indexed": replacements.in_place(),
+                  "left_alone": (logger.remove, traceback.print_exc, sys.excepthook) == (remove, print_exc, excepthook),
+                  "tasks_first": replacements.has_layer("tasks.check_suite_tasks_before_the_model",
+                                                        "lmms_eval.evaluator", "simple_evaluate")}))
+"""
 
 
-def test_a_run_names_the_suite_in_its_config_file(tmp_path):
-    config = tmp_path / "runs.yaml"
-    config.write_text("- model: openai\n  tasks: mme\n- model: openai\n  tasks: ego_think_counting\n")
-    assert compat.run_names_suite(["lmms-eval", "--config", str(config)], {})
-    config.write_text("model: egoplan_server\ntasks: mme\n")
-    assert compat.run_names_suite(["lmms-eval", "--config", str(config)], {})
-    config.write_text("model: openai\ntasks: mme\n")
-    assert not compat.run_names_suite(["lmms-eval", "--config", str(config)], {})
-    assert not compat.run_names_suite(["lmms-eval", "--config", str(tmp_path / "missing.yaml")], {})
+def test_the_plugin_variable_switches_the_workarounds_on_when_the_entry_point_loads():
+    env = {**os.environ, "LMMS_EVAL_PLUGINS": "lmms_egoplan"}
+    completed = subprocess.run([sys.executable, "-c", PLUGIN_RUN], capture_output=True, text=True, env=env, check=True)
+    state = json.loads(completed.stdout.splitlines()[-1])
+    assert {"tasks.enable_plugin_task_discovery", "durability.fail_runs_with_failed_tasks",
+            "secrets.keep_secrets_out_of_lmms_evals_error_texts"} <= set(state["at_entry_point"])
+    assert {"tasks.check_suite_tasks_before_the_model", "secrets.keep_api_keys_out_of_the_run_summary"} <= \
+        set(state["once_indexed"]) and state["tasks_first"]
+    assert state["left_alone"]  # loguru's logger.remove, traceback.print_exc, sys.excepthook: not lmms-eval's
