@@ -288,8 +288,8 @@ def test_the_report_reads_procedural_intent_from_results_and_samples_written_as_
 
     logs = tmp_path / "logs"
     shutil.copytree(LOGS_BEFORE_RUBRIC_NAMES / "intent", logs)
-    # That run's audit trail carries a later second than its results (since fixed: the run's date-time on core.run.SuiteRun);
-    # named as runs name it now, its ratings give the intervals.
+    # That run's audit trail carries a later second than its results (since fixed: the run's date-time on
+    # core.run.SuiteRun); named as runs name it now, its ratings give the intervals.
     [trail], [results_file] = logs.glob("*_judgements_egointent.jsonl"), logs.glob("*_results.json")
     trail.rename(logs / trail.name.replace(trail.name[:15], results_file.name[:15]))
     report = write_report([logs], tmp_path / "report", report_faces())
