@@ -122,7 +122,11 @@ def _evaluate_as_one_run(simple_evaluate: Callable, arguments: Any, run: SuiteRu
 
     def get_task_dict(task_name_list, task_manager=None, task_type="simple"):
         others = [task for task in task_name_list if not (isinstance(task, str) and task in prebuilt.names)]
-        return {**prebuilt.tasks, **(build_tasks(others, task_manager, task_type) if others else {})}
+        built = build_tasks(others, task_manager, task_type) if others else {}
+        for task in _leaf_tasks(built):  # the suite's adapter in a folder of its own (--include_path) joins too
+            if isinstance(task, JoinsARun):
+                task.join_run(run)
+        return {**prebuilt.tasks, **built}
 
     def evaluate(*args, **kwargs):  # simple_evaluate names each argument
         if isinstance(kwargs.get("lm"), JoinsARun):

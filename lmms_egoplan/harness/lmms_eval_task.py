@@ -28,7 +28,7 @@ from lmms_egoplan.core import request_options
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.failed_requests import failed_request
 from lmms_egoplan.core.request_facts import RetriedAnswer, retries_of
-from lmms_egoplan.core.run import SuiteRun
+from lmms_egoplan.core.run import SuiteRun, hand_over, run_of
 from lmms_egoplan.harness.backend_choice import refuse_what_cannot_serve, resolve_backend
 from lmms_egoplan.harness.compiled_task import (
     GENERATIVE_OUTPUT_TYPES,
@@ -154,7 +154,23 @@ class SuiteTask(ConfigurableMessagesTask):
     def join_run(self, run: SuiteRun) -> None:
         """Keep this task's facts of the run (its files' date-time, its judges, failed requests, exit reasons) on the
         evaluation's ``run`` (``contract.adapter.JoinsARun``: compat's ``simple_evaluate`` wrapper hands it over)."""
+        self._evaluation_run = True
+        self._use_run(run)
+
+    def _use_run(self, run: SuiteRun) -> None:
         self.compiled.context.run = self.compiled.context.run_files.run = run
+
+    def _share_run_without_a_wrapper(self, cli_args) -> None:
+        """Where no wrapper made the evaluation's run (``LMMS_EVAL_PLUGINS`` unset, the tasks found through
+        ``--include_path``), the suite's tasks of one evaluation share the run kept on the CLI arguments lmms-eval
+        hands each of them: one claim of the output folder, one set of judges."""
+        if getattr(self, "_evaluation_run", False) or cli_args is None:
+            return
+        shared = run_of(cli_args)
+        if shared is None:
+            hand_over(self.run, cli_args)
+        else:
+            self._use_run(shared)
 
     def build_all_requests(self, **kwargs) -> None:
         self._bind_to_backend(getattr(self, "args", None))
@@ -190,6 +206,7 @@ class SuiteTask(ConfigurableMessagesTask):
         """Settle the request form (lmms-eval's plain form, or chat messages for chat backends) from
         the CLI arguments lmms-eval hands every task, before requests are built; claim the output
         folder (before any model call)."""
+        self._share_run_without_a_wrapper(cli_args)
         claim_output_folder(self.run, cli_args)
         bind_class_task_to_backend(self, cli_args)
         if self.judging is not None and not getattr(cli_args, "predict_only", False):  # predicting only judges nothing

@@ -45,7 +45,7 @@ def evaluate(model_dir: Path, data: Path, output: Path, *extra: str, launcher=No
     # greedy generations compared across runs must not hang on how many cores this machine has.
     return run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={model_dir},max_frames=8{model_args}",
                          tasks=[MC, GEN],
-                         output_dir=output, include_path=BACKEND_TASKS, use_plugin=False, launcher=launcher,
+                         output_dir=output, include_path=BACKEND_TASKS, launcher=launcher,
                          env={"BACKEND_PROBE_DATA_FILE": str(data), "OMP_NUM_THREADS": "1"}, extra_args=list(extra))
 
 

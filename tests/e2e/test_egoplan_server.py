@@ -57,7 +57,7 @@ def evaluate_through(server: EngineServer | str, data: Path, output: Path, *extr
     return run_lmms_eval(model="egoplan_server", check=False, tasks=list(tasks), output_dir=output,
                          model_args=f"engine=vllm,{where},model={model},"
                                     "max_frames=8,retries=1,backoff=0.01,concurrency=1",
-                         include_path=BACKEND_TASKS, use_plugin=False,
+                         include_path=BACKEND_TASKS,
                          env={"BACKEND_PROBE_DATA_FILE": str(data), **(env or {})}, extra_args=list(extra))
 
 
