@@ -161,7 +161,6 @@ def mask_the_model_args_key_too() -> None:
     if has_layer(_ERROR_TEXTS, *_SIMPLE_EVALUATE) or not has_layer(_ERROR_TEXTS, _RESPONSE_CACHE,
                                                                     "ResponseCache._log_to_audit"):
         return
-
     masked = _masked_in_the_log
 
     def learn_the_model_args_key(simple_evaluate, *args, **kwargs):
@@ -169,6 +168,7 @@ def mask_the_model_args_key_too() -> None:
         return simple_evaluate(*args, **kwargs)
 
     add_layer(_ERROR_TEXTS, *_SIMPLE_EVALUATE, learn_the_model_args_key)
+
 
 class _MaskedSecrets:
     """The secrets masked in lmms-eval's log: the run's, learnt again by each ``simple_evaluate`` call."""

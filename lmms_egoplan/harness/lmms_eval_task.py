@@ -70,6 +70,7 @@ class SuiteTask(ConfigurableMessagesTask):
         switch_on(SUITE_USED)
         self._chat_backend = False
         self._backend: str | None = None  # the run's --model, canonical (``_bind_to_backend``)
+        self._evaluation_run = False  # whether the wrapper of lmms-eval's simple_evaluate handed it its run
         generative = config.get("output_type") in GENERATIVE_OUTPUT_TYPES
         self.benchmark, self.spec = named_task(config, "lmms_eval_tasks")
         run = SuiteRun()  # its own, until it joins the run of the evaluation that builds it (``join_run``)
@@ -164,7 +165,7 @@ class SuiteTask(ConfigurableMessagesTask):
         """Where no wrapper made the evaluation's run (``LMMS_EVAL_PLUGINS`` unset, the tasks found through
         ``--include_path``), the suite's tasks of one evaluation share the run kept on the CLI arguments lmms-eval
         hands each of them: one claim of the output folder, one set of judges."""
-        if getattr(self, "_evaluation_run", False) or cli_args is None:
+        if self._evaluation_run or cli_args is None:
             return
         shared = run_of(cli_args)
         if shared is None:
