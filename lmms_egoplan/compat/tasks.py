@@ -123,9 +123,7 @@ def _evaluate_as_one_run(simple_evaluate: Callable, arguments: Any, run: SuiteRu
     def get_task_dict(task_name_list, task_manager=None, task_type="simple"):
         others = [task for task in task_name_list if not (isinstance(task, str) and task in prebuilt.names)]
         built = build_tasks(others, task_manager, task_type) if others else {}
-        for task in _leaf_tasks(built):  # the suite's adapter in a folder of its own (--include_path) joins too
-            if isinstance(task, JoinsARun):
-                task.join_run(run)
+        _joined(run, built)  # the suite's adapter in a folder of its own (--include_path) joins too
         return {**prebuilt.tasks, **built}
 
     def evaluate(*args, **kwargs):  # simple_evaluate names each argument
@@ -173,12 +171,18 @@ def _suite_tasks_checked(run: SuiteRun, model: Any, tasks: Any, task_manager: An
 
     task_type = MODEL_REGISTRY_V2.resolve(model, force_simple=bool(force_simple)).model_type
     built = get_task_dict(sorted(names, key=tasks.index), task_manager, task_type)
-    for task in _leaf_tasks(built):
-        if isinstance(task, JoinsARun):
-            task.join_run(run)
+    for task in _joined(run, built):
         if isinstance(task, ChecksBeforeTheModel):
             task.check_before_the_model(cli_args)
     return _Prebuilt(names, built)
+
+def _joined(run: SuiteRun, task_dict: Mapping) -> list:
+    """The tasks of ``task_dict`` (groups flattened), those that join a run joined to ``run``."""
+    tasks = _leaf_tasks(task_dict)
+    for task in tasks:
+        if isinstance(task, JoinsARun):
+            task.join_run(run)
+    return tasks
 
 def _leaf_tasks(task_dict: Mapping) -> list:
     leaves = []

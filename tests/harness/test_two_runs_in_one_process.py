@@ -1,6 +1,7 @@
-"""Two lmms-eval evaluations in one Python process keep their facts apart: each ``simple_evaluate`` call (made by
+"""Two evaluations in one Python process keep their facts apart: each ``simple_evaluate`` call (made by
 lmms-eval's own ``cli_evaluate_single``, which writes the results) has its run (``core.run.SuiteRun``), so the second
-run's date-time (its results and side files), failed requests and exit status are its own, not the first's."""
+run's date-time (its results and side files), failed requests and exit status are its own, not the first's; two
+lm-eval ``simple_evaluate`` calls each write their side files beside their own results."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
+from lm_eval.utils import sanitize_model_name
 from lmms_eval import __main__ as lmms_eval_cli
 from lmms_eval import utils as lmms_eval_utils
 
@@ -17,6 +19,7 @@ from lmms_egoplan.demo import egothink
 from lmms_egoplan.demo.kit.judge_server import ChatServer
 from lmms_egoplan.demo.kit.scripted import answering, failed_request
 from lmms_egoplan.harness.failed_requests import FAILED_REQUESTS_EXIT_STATUS
+from tests.harness.test_lm_eval_tasks import CHECKOUT
 from tests.harness.test_lmms_eval_behaviours import SUITE_TASKS, index_only, lmms_eval_log  # noqa: F401 (a fixture)
 
 
@@ -71,3 +74,30 @@ def test_a_second_evaluation_in_the_process_has_its_own_date_time_failed_request
         # Its side files carry its own date-time, the one lmms-eval names its results file with.
         assert [path.name for path in written(output, "judgements", task)] == [f"{stamp}_judgements_{task}.jsonl"]
         assert len(written(output, "samples", task)) == 1
+
+
+def test_two_lm_eval_evaluations_in_the_process_write_their_side_files_each_beside_its_own_results(tmp_path,
+                                                                                                    tiny_model):
+    """lm-eval's Python API, twice in one process, each call with its results writer (``EvaluationTracker``): each
+    call's tasks write their side file (the leaderboard submission) beside that call's results, under that call's
+    model folder and with a date-time of their own; the model arguments lm-eval merges into every task's metadata are
+    not taken for settings."""
+    from lm_eval.evaluator import simple_evaluate
+    from lm_eval.loggers import EvaluationTracker
+    from lm_eval.tasks import TaskManager
+
+    from lmms_egoplan.demo.egoplan import build_fixture
+
+    data = build_fixture(tmp_path / "egoplan")
+    models = {"first": tiny_model("llama"), "second": tiny_model("llama", seed=1)}
+    for name, model in models.items():
+        simple_evaluate(model="hf", model_args=f"pretrained={model},dtype=float32", tasks=["egoplan_test_blind"],
+                        device="cpu", evaluation_tracker=EvaluationTracker(output_path=str(tmp_path / name)),
+                        task_manager=TaskManager(include_path=str(CHECKOUT / "lm_eval_tasks"),
+                                                 metadata={"annotation_dir": str(data.annotation_dir)}))
+    stamps = set()
+    for name, model in models.items():
+        [submission] = (tmp_path / name).rglob("*_submission_egoplan_test_blind.json")
+        assert submission.parent == tmp_path / name / sanitize_model_name(str(model))
+        stamps.add(submission.name.split("_submission_")[0])
+    assert len(stamps) == 2
