@@ -10,7 +10,8 @@ lm-eval hands a task nothing of its run but the config, and merges the run's ``-
 every task's ``metadata``. What a task needs of the run -- which metadata keys are model arguments
 (not settings: a misspelt setting must still be an error) and where the results go (side files such
 as a leaderboard submission lie beside them) -- is read from lm-eval's ``simple_evaluate`` call, which
-builds the tasks.
+builds the tasks: the suite's one stack walk, until lm-eval hands a task its run
+(docs/upstream/issues/lm-eval-task-run-context.md).
 """
 
 from __future__ import annotations
