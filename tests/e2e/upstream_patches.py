@@ -40,7 +40,7 @@ EQUIVALENCE_PROOF = re.compile(r"`docs/upstream/equivalence\.py (?P<benchmark>\w
 # a warning from `git apply` in a checkout of lmms-eval, and from the scratch copy here.
 EXECUTABLE_IN_LMMS_EVAL = ("lmms_eval/__main__.py", "lmms_eval/evaluator.py", "lmms_eval/api/instance.py",
                            "lmms_eval/api/task.py", "lmms_eval/tasks/__init__.py",
-                           "lmms_eval/models/simple/qwen2_vl.py")
+                           "lmms_eval/models/simple/qwen2_vl.py", "lmms_eval/utils.py")
 
 
 @dataclass(frozen=True)
