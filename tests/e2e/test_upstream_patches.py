@@ -13,6 +13,8 @@ these checks say so rather than pass it silently."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.e2e.upstream_patches import (
@@ -20,6 +22,7 @@ from tests.e2e.upstream_patches import (
     ROOT,
     git_apply,
     outcomes_of,
+    patched_paths,
     run_tests,
     scratch_lmms_eval,
     series_rows,
@@ -70,6 +73,16 @@ def test_every_workaround_has_a_patch_or_a_reason_and_every_patch_its_row_text_a
         assert bool(patch.workarounds) == bool(patch.suite_tests), patch
         assert all((ROOT / test.split("::")[0]).exists() for test in patch.suite_tests), patch.suite_tests
         assert all(need.name < patch.patch.name for need in patch.tested_with), f"{patch.name} needs a later patch"
+
+
+def test_a_patch_of_the_response_cache_says_it_rebases_on_the_rewrite_merged_after_the_release():
+    """#1513 (merged after 0.7.3) rewrote lmms_eval/caching/response_cache.py's reads and merging: each text that
+    changes that file says, under its patch line, that it rebases on it."""
+    rewritten = [patch for patch in PATCHES if "lmms_eval/caching/response_cache.py" in patched_paths(patch.patch)]
+    assert rewritten
+    for patch in rewritten:
+        text = patch.patch.with_suffix(".md").read_text(encoding="utf-8")
+        assert re.search(r"^Rebases on: #1513 ", text, re.M), f"{patch.name} does not say it rebases on #1513"
 
 
 def test_every_patch_applies_without_a_warning_alone_and_after_the_ones_before_it(tmp_path):
