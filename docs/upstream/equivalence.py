@@ -1122,7 +1122,8 @@ def _egothink() -> Benchmark:
     groups = [("egothink_paper", "ego_think"), *((f"egothink_paper_capability_{capability}",
                                                  f"ego_think_capability_{capability}") for capability in CAPABILITIES)]
     return Benchmark(
-        name="egothink", patches=("24-egothink-llm-judge.patch", "30-egothink-paper-protocol.patch"), capture="chat",
+        name="egothink", capture="chat",
+        patches=("36-llm-judge-base-url.patch", "24-egothink-llm-judge.patch", "30-egothink-paper-protocol.patch"),
         tasks=(*(TaskPair(f"egothink_paper_{name}", f"ego_think_{name}", differences=(bookkeeping, media, rating_rule),
                           sample_view=egothink_samples(f"ego_think_{name}"), named=False) for name in dimensions),
                *(TaskPair(upstream, suite, differences=(bookkeeping,), group=True, named=upstream == "egothink_paper")

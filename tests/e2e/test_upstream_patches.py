@@ -72,7 +72,8 @@ def test_every_workaround_has_a_patch_or_a_reason_and_every_patch_its_row_text_a
         assert patch.own_tests() or patch.proven_by, f"{patch.patch.name} adds no test to lmms-eval's test tree"
         assert bool(patch.workarounds) == bool(patch.suite_tests), patch
         assert all((ROOT / test.split("::")[0]).exists() for test in patch.suite_tests), patch.suite_tests
-        assert all(need.name < patch.patch.name for need in patch.tested_with), f"{patch.name} needs a later patch"
+        applied_before = [other.patch for other in PATCHES[:PATCHES.index(patch)]]
+        assert all(need in applied_before for need in patch.tested_with), f"{patch.name}: a patch it needs is later"
 
 
 def test_a_patch_of_the_response_cache_says_it_rebases_on_the_rewrite_merged_after_the_release():

@@ -117,11 +117,25 @@ def series_rows() -> dict[str, str | None]:
 
 
 def upstream_patches() -> list[UpstreamPatch]:
-    """Every ``NN-*.patch`` of docs/upstream/, in order, with its table row (a fix's: its workarounds and the suite's
-    tests of them; a pull request of the series: what proves it)."""
+    """Every ``NN-*.patch`` of docs/upstream/ with its table row (a fix's: its workarounds and the suite's tests of
+    them; a pull request of the series: what proves it), in the order the series applies: by number, each after the
+    patches its text says it needs (a later-numbered core fix a pull request of the series needs comes before it)."""
     rows, series = table_rows(), series_rows()
-    return [UpstreamPatch(patch, *rows.get(patch.name, ((), ())), proven_by=series.get(patch.name))
-            for patch in PATCH_FILES]
+    patches = {patch: UpstreamPatch(patch, *rows.get(patch.name, ((), ())), proven_by=series.get(patch.name))
+               for patch in PATCH_FILES}
+    ordered: list[UpstreamPatch] = []
+
+    def place(patch: UpstreamPatch, needed_by: tuple[str, ...] = ()) -> None:
+        if patch.name in needed_by:
+            raise ValueError(f"patches that need each other: {' -> '.join((*needed_by, patch.name))}")
+        if patch not in ordered:
+            for need in patch.needs:
+                place(patches[need], (*needed_by, patch.name))
+            ordered.append(patch)
+
+    for patch in patches.values():
+        place(patch)
+    return ordered
 
 
 def workarounds_without_a_patch() -> dict[str, str]:
