@@ -954,7 +954,8 @@ def _egoplan_bench2() -> Benchmark:
     from lmms_egoplan.egoplan_bench2.settings import EgoPlanBench2Settings
 
     return Benchmark(
-        name="egoplan_bench2", patches=("23-egoplan2-official-parser.patch", "27-egoplan-bench2-task.patch"),
+        name="egoplan_bench2",
+        patches=("23-egoplan2-official-parser.patch", "37-video-frames-at.patch", "27-egoplan-bench2-task.patch"),
         capture="chat",
         tasks=(TaskPair("egoplan_bench2", "egoplan_bench2", regrouped=(Regrouped(
                             "accuracy_scenario", "scenario", "correct", "the data's scenarios (the paper's 24) "
@@ -1122,7 +1123,8 @@ def _egothink() -> Benchmark:
     groups = [("egothink_paper", "ego_think"), *((f"egothink_paper_capability_{capability}",
                                                  f"ego_think_capability_{capability}") for capability in CAPABILITIES)]
     return Benchmark(
-        name="egothink", patches=("24-egothink-llm-judge.patch", "30-egothink-paper-protocol.patch"), capture="chat",
+        name="egothink", capture="chat",
+        patches=("36-llm-judge-base-url.patch", "24-egothink-llm-judge.patch", "30-egothink-paper-protocol.patch"),
         tasks=(*(TaskPair(f"egothink_paper_{name}", f"ego_think_{name}", differences=(bookkeeping, media, rating_rule),
                           sample_view=egothink_samples(f"ego_think_{name}"), named=False) for name in dimensions),
                *(TaskPair(upstream, suite, differences=(bookkeeping,), group=True, named=upstream == "egothink_paper")
@@ -1238,8 +1240,8 @@ EGOPLAN_END_OF_TURN = Difference(
 def _egoplan() -> Benchmark:
     return Benchmark(
         name="egoplan", capture="likelihood", backends=_egoplan_backends,
-        patches=("01-loglikelihood-results.patch", "23-egoplan2-official-parser.patch",
-                 "25-qwen-vl-loglikelihood.patch", "27-egoplan-bench2-task.patch", "28-egoplan-bench-tasks.patch"),
+        patches=("01-loglikelihood-results.patch", "25-qwen-vl-loglikelihood.patch", "37-video-frames-at.patch",
+                 "28-egoplan-bench-tasks.patch"),
         # Each candidate's loss within 1e-4 (the two backends' float rounding); every choice, accuracy equal.
         tasks=(TaskPair("egoplan_val_mcppl", "egoplan_val", (EGOPLAN_BOOKKEEPING, EGOPLAN_ANALYSIS,
                                                               EGOPLAN_END_OF_TURN, EGOPLAN_EVERY_SOURCE),
@@ -1252,7 +1254,7 @@ def _egoplan() -> Benchmark:
 def _egoplan_gen() -> Benchmark:
     return Benchmark(
         name="egoplan_gen", capture="chat",
-        patches=("23-egoplan2-official-parser.patch", "27-egoplan-bench2-task.patch", "28-egoplan-bench-tasks.patch"),
+        patches=("37-video-frames-at.patch", "28-egoplan-bench-tasks.patch"),
         tasks=(TaskPair("egoplan_val_mc", "egoplan_val_gen", (EGOPLAN_BOOKKEEPING, EGOPLAN_ANALYSIS,
                                                               EGOPLAN_EVERY_SOURCE, EGOPLAN_MCQ_READING)),),
         settings=_egoplan_settings("tasks/egoplan/egoplan_val_gen.yaml"))

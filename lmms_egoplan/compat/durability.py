@@ -315,7 +315,8 @@ def keep_responses_of_stopped_runs() -> bool:
       the next run to merge.
 
     Returns whether the workaround is in place.
-    Retired by docs/upstream/22-response-cache-full-disk.patch with 08, 20 and 21.
+    No patch retires it yet: docs/upstream/issues/response-cache-stopped-runs.md asks lmms-eval for the design; the
+    merge lock's fix is docs/upstream/22-response-cache-merge-lock-owner.patch.
     """
     if switched_off(_KEEP_RESPONSES):
         return False

@@ -39,6 +39,7 @@ import collections
 import dataclasses
 import functools
 import json
+import math
 import string
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -313,16 +314,24 @@ def candidate_losses(results: Sequence[Sequence]) -> list[float]:
     return [float(result[0]) for result in results]
 
 
-def ranked_choice(losses: Sequence[float]) -> int:
+class CandidateLossError(ValueError):
+    """A backend scored a question's candidates with a loss that is not a number."""
+
+
+def ranked_choice(losses: Sequence[float], sample_id: Any) -> int:
     """The candidate with the lowest mean token loss; ties go to the earlier candidate, as ``argmin``
-    in the official evaluation."""
+    in the official evaluation. A NaN loss (the backend's scoring failed: an fp16 overflow) stops the
+    run naming the question: ``min`` would pick a candidate by where the NaN stands, a failure scored."""
+    if any(math.isnan(loss) for loss in losses):
+        raise CandidateLossError(f"EgoPlan question {sample_id}: the backend's candidate losses {list(losses)} hold a "
+                                 f"NaN, which ranks nothing; check the model's dtype and the backend's scoring")
     return min(range(len(losses)), key=losses.__getitem__)
 
 
 def process_ranking_results(doc: Mapping, results: Sequence[Sequence], context: TaskContext) -> dict[str, Any]:
     """``egoplan_val``: the likelihood-ranked candidate, scored overall and per breakdown."""
     losses = candidate_losses(results)
-    return labelled_scores(doc, sample_record(doc, ranked_choice(losses), losses))
+    return labelled_scores(doc, sample_record(doc, ranked_choice(losses, doc["sample_id"]), losses))
 
 
 def lm_eval_losses(results: Sequence[Sequence]) -> list[float]:
@@ -335,13 +344,13 @@ def lm_eval_losses(results: Sequence[Sequence]) -> list[float]:
 def process_blind_ranking_results(doc: Mapping, results: Sequence[Sequence], context: TaskContext) -> dict[str, Any]:
     """``egoplan_val_blind`` / ``egoplan_val_narrated`` (lm-eval): scored as ``egoplan_val``."""
     losses = lm_eval_losses(results)
-    return labelled_scores(doc, sample_record(doc, ranked_choice(losses), losses))
+    return labelled_scores(doc, sample_record(doc, ranked_choice(losses, doc["sample_id"]), losses))
 
 
 def process_blind_submission_results(doc: Mapping, results: Sequence[Sequence], context: TaskContext) -> dict[str, Any]:
     """``egoplan_test_blind`` (lm-eval): the predictions for the submission file, as ``egoplan_test``."""
     losses = lm_eval_losses(results)
-    return {"predictions": sample_record(doc, ranked_choice(losses), losses)}
+    return {"predictions": sample_record(doc, ranked_choice(losses, doc["sample_id"]), losses)}
 
 
 def process_generation_results(doc: Mapping, results: Sequence[str], context: TaskContext) -> dict[str, Any]:
@@ -353,7 +362,7 @@ def process_generation_results(doc: Mapping, results: Sequence[str], context: Ta
 def process_submission_results(doc: Mapping, results: Sequence[Sequence], context: TaskContext) -> dict[str, Any]:
     """``egoplan_test``: the likelihood-ranked candidate's letter, for the submission file."""
     losses = candidate_losses(results)
-    return {"predictions": sample_record(doc, ranked_choice(losses), losses)}
+    return {"predictions": sample_record(doc, ranked_choice(losses, doc["sample_id"]), losses)}
 
 
 

@@ -13,15 +13,13 @@ from lmms_egoplan.core.run import SuiteRun
 
 def run_stamp(run: SuiteRun, args: Any = None) -> str:
     """One date-time per run (``SuiteRun.stamp``), as lmms-eval writes it in its file names: the one of this run's
-    results file (the ``datetime_str`` of its ``simple_evaluate`` call, which made the run; or the CLI arguments'
-    ``datetime_str``, lmms-eval's fix proposed upstream), else the time of the first call (``--timezone`` honoured)."""
+    results file (the ``datetime_str`` of its ``simple_evaluate`` call, which made the run), else the time of the
+    first call (``--timezone`` honoured)."""
     if run.stamp is None:
-        stamp = getattr(args, "datetime_str", None)
-        if not isinstance(stamp, str):
-            from lmms_eval.utils import get_datetime_str
+        from lmms_eval.utils import get_datetime_str
 
-            timezone = getattr(args, "timezone", None)
-            stamp = get_datetime_str(timezone=timezone) if timezone else get_datetime_str()
+        timezone = getattr(args, "timezone", None)
+        stamp = get_datetime_str(timezone=timezone) if timezone else get_datetime_str()
         run.stamp = stamp.replace(":", "-")
     return run.stamp
 

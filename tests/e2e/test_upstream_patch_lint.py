@@ -21,7 +21,6 @@ import yaml
 from tests.e2e.upstream_patches import (
     added_file,
     git_apply,
-    in_order,
     installed_lmms_eval,
     patched_paths,
     upstream_patches,
@@ -154,7 +153,7 @@ def test_a_patch_that_adds_a_task_lists_it_in_lmms_evals_task_list(upstream):
 
 def test_the_task_list_hunks_are_made_against_lmms_evals_file_then_each_other():
     blobs = [re.search(r"^index (\w+)\.\.(\w+)", diff, re.M).groups()
-             for patch in in_order(upstream_patches()) for diff in task_list_hunks(patch.patch)]
+             for patch in upstream_patches() for diff in task_list_hunks(patch.patch)]
     preimages = [before for before, _ in blobs]
     assert preimages == [TASK_LIST_BLOB, *(after for _, after in blobs[:-1])], blobs
 
@@ -179,7 +178,7 @@ def test_the_task_list_hunks_apply_together_in_order(tmp_path):
     task_list = tmp_path / TASK_LIST
     task_list.parent.mkdir(parents=True)
     lines: dict[int, str] = {}
-    for patch in (patch for patch in in_order(upstream_patches()) if task_list_hunks(patch.patch)):
+    for patch in (patch for patch in upstream_patches() if task_list_hunks(patch.patch)):
         read_by_hunks(patch.patch, lines)
         task_list.write_text("".join(lines.get(n, f"{STAND_IN} {n}") + "\n" for n in range(1, max(lines) + 21)))
         applied = git_apply(patch.patch, tmp_path, "-v", f"--include={TASK_LIST}")

@@ -4,8 +4,7 @@ a warning from ``git apply``: each alone (on the patches its text says it needs)
 tests (its own, in lmms-eval's test tree, and the suite's tests of the behaviour its workarounds give) run in fresh
 pytest processes with the workarounds switched off: against the released copy, where each patch's suite tests and
 some of its own fail; against the release with that patch alone (on those it needs), and with every patch in order,
-where every one passes (a patch a later one supersedes, its text says, is left out of the series in order: the
-two are alternatives in the same lines). A skipped test fails the check. docs/upstream/README.md's tables name the
+where every one passes. A skipped test fails the check. docs/upstream/README.md's tables name the
 patches, their workarounds and tests, and the workarounds that cannot become a patch, with why; every workaround of
 lmms_egoplan.compat's switch table is in one. A pull request of the benchmark series that adds a task and carries no
 test of its own (its row says which do: they are checked as the fixes are) names in its row the
@@ -14,14 +13,16 @@ these checks say so rather than pass it silently."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.e2e.upstream_patches import (
     PATCH_FILES,
     ROOT,
     git_apply,
-    in_order,
     outcomes_of,
+    patched_paths,
     run_tests,
     scratch_lmms_eval,
     series_rows,
@@ -71,7 +72,18 @@ def test_every_workaround_has_a_patch_or_a_reason_and_every_patch_its_row_text_a
         assert patch.own_tests() or patch.proven_by, f"{patch.patch.name} adds no test to lmms-eval's test tree"
         assert bool(patch.workarounds) == bool(patch.suite_tests), patch
         assert all((ROOT / test.split("::")[0]).exists() for test in patch.suite_tests), patch.suite_tests
-        assert all(need.name < patch.patch.name for need in patch.tested_with), f"{patch.name} needs a later patch"
+        applied_before = [other.patch for other in PATCHES[:PATCHES.index(patch)]]
+        assert all(need in applied_before for need in patch.tested_with), f"{patch.name}: a patch it needs is later"
+
+
+def test_a_patch_of_the_response_cache_says_it_rebases_on_the_rewrite_merged_after_the_release():
+    """#1513 (merged after 0.7.3) rewrote lmms_eval/caching/response_cache.py's reads and merging: each text that
+    changes that file says, under its patch line, that it rebases on it."""
+    rewritten = [patch for patch in PATCHES if "lmms_eval/caching/response_cache.py" in patched_paths(patch.patch)]
+    assert rewritten
+    for patch in rewritten:
+        text = patch.patch.with_suffix(".md").read_text(encoding="utf-8")
+        assert re.search(r"^Rebases on: #1513 ", text, re.M), f"{patch.name} does not say it rebases on #1513"
 
 
 def test_every_patch_applies_without_a_warning_alone_and_after_the_ones_before_it(tmp_path):
@@ -81,7 +93,7 @@ def test_every_patch_applies_without_a_warning_alone_and_after_the_ones_before_i
         checked = git_apply(patch.patch, base, "--check")
         assert (checked.returncode, checked.stderr) == (0, ""), \
             f"{patch.name} on lmms-eval as released (with {[need.name for need in patch.needs]}): {checked.stderr}"
-    for patch in in_order(PATCHES):
+    for patch in PATCHES:
         applied = git_apply(patch.patch, scratch)
         assert (applied.returncode, applied.stderr) == (0, ""), \
             f"{patch.name} after the ones before it: {applied.stderr}"
@@ -104,19 +116,19 @@ def test_a_pull_request_without_a_test_of_its_own_is_proven_by_an_equivalence_ru
 
 def test_the_released_lmms_eval_fails_the_patches_tests_and_passes_them_with_every_patch_in_order(
         checkpoint_cache, tmp_path):
-    scratch, series = scratch_lmms_eval(tmp_path / "lmms-eval"), in_order(PATCHES)
-    for patch in series:  # the patches' tests, lmms-eval as released
+    scratch = scratch_lmms_eval(tmp_path / "lmms-eval")
+    for patch in PATCHES:  # the patches' tests, lmms-eval as released
         assert git_apply(patch.patch, scratch, "--include=test/*").returncode == 0, patch.name
-    workarounds = {workaround for patch in series for workaround in patch.workarounds}
-    tests = patch_tests(series, scratch)
+    workarounds = {workaround for patch in PATCHES for workaround in patch.workarounds}
+    tests = patch_tests(PATCHES, scratch)
     released = run_tests(scratch, tests, workarounds, checkpoint_cache, tmp_path / "released.json")
-    for patch in series:  # then every fix, in order
+    for patch in PATCHES:  # then every fix, in order
         assert git_apply(patch.patch, scratch, "--exclude=test/*").returncode == 0, patch.name
     patched = run_tests(scratch, tests, workarounds, checkpoint_cache, tmp_path / "patched.json")
 
     assert not not_passed(patched), not_passed(patched)
     assert "skipped" not in released.values(), {test: o for test, o in released.items() if o == "skipped"}
-    for patch in (patch for patch in TESTED if patch in series):
+    for patch in TESTED:
         suite = [outcome for test in patch.suite_tests for outcome in outcomes_of(released, test)]
         assert not patch.suite_tests or (suite and set(suite) == {"failed"}), (patch.name, suite)
         own = [outcome for test in patch.own_tests() for outcome in outcomes_of(released, test)]

@@ -28,9 +28,6 @@ ROW = re.compile(r"^\|\s*\[[^\]]+\]\([^)]+\.md\)\s*\(\[diff\]\((?P<patch>[^)]+\.
 # and 21" (its suite tests need those too: the suite's workaround it retires does what they do as well).
 NEEDS = re.compile(r"^- Needs (?P<numbers>\d\d(?:(?:, | and )\d\d)*)\b", re.M)
 TESTED_WITH = re.compile(r"^- Tested with (?P<numbers>\d\d(?:(?:, | and )\d\d)*)\b", re.M)
-# "- Superseded by 24": a later patch does this one's job and more, in the same lines; send that one instead. The two
-# are alternatives, so the series applied in order leaves the superseded one out.
-SUPERSEDED_BY = re.compile(r"^- Superseded by (?P<numbers>\d\d)\b", re.M)
 NO_PATCH_ROW = re.compile(r"^\|\s*`(?P<workaround>\w+\.\w+)`\s*\|(?P<why>[^|]+)\|\s*$")
 # A row of the benchmark series' table: | 27 | [name](name.md) ([diff](name.patch)) | files | ... | proof | ... |
 SERIES_ROW = re.compile(r"^\|\s*(?P<number>\d\d)\s*\|\s*\[[^\]]+\]\([^)]+\.md\)\s*"
@@ -43,7 +40,7 @@ EQUIVALENCE_PROOF = re.compile(r"`docs/upstream/equivalence\.py (?P<benchmark>\w
 # a warning from `git apply` in a checkout of lmms-eval, and from the scratch copy here.
 EXECUTABLE_IN_LMMS_EVAL = ("lmms_eval/__main__.py", "lmms_eval/evaluator.py", "lmms_eval/api/instance.py",
                            "lmms_eval/api/task.py", "lmms_eval/tasks/__init__.py",
-                           "lmms_eval/models/simple/qwen2_vl.py")
+                           "lmms_eval/models/simple/qwen2_vl.py", "lmms_eval/utils.py")
 
 
 @dataclass(frozen=True)
@@ -70,11 +67,6 @@ class UpstreamPatch:
     def tested_with(self) -> tuple[Path, ...]:
         """The patches it needs and those its suite tests need too (``- Tested with NN``), in the folder's order."""
         return tuple(sorted({*self.needs, *self._named_in_text(TESTED_WITH)}))
-
-    @property
-    def superseded(self) -> bool:
-        """Whether a later patch replaces this one (its text's ``- Superseded by NN`` line)."""
-        return bool(self._named_in_text(SUPERSEDED_BY))
 
     def _named_in_text(self, line: re.Pattern) -> tuple[Path, ...]:
         text = self.patch.with_suffix(".md").read_text(encoding="utf-8")
@@ -125,16 +117,25 @@ def series_rows() -> dict[str, str | None]:
 
 
 def upstream_patches() -> list[UpstreamPatch]:
-    """Every ``NN-*.patch`` of docs/upstream/, in order, with its table row (a fix's: its workarounds and the suite's
-    tests of them; a pull request of the series: what proves it)."""
+    """Every ``NN-*.patch`` of docs/upstream/ with its table row (a fix's: its workarounds and the suite's tests of
+    them; a pull request of the series: what proves it), in the order the series applies: by number, each after the
+    patches its text says it needs (a later-numbered core fix a pull request of the series needs comes before it)."""
     rows, series = table_rows(), series_rows()
-    return [UpstreamPatch(patch, *rows.get(patch.name, ((), ())), proven_by=series.get(patch.name))
-            for patch in PATCH_FILES]
+    patches = {patch: UpstreamPatch(patch, *rows.get(patch.name, ((), ())), proven_by=series.get(patch.name))
+               for patch in PATCH_FILES}
+    ordered: list[UpstreamPatch] = []
 
+    def place(patch: UpstreamPatch, needed_by: tuple[str, ...] = ()) -> None:
+        if patch.name in needed_by:
+            raise ValueError(f"patches that need each other: {' -> '.join((*needed_by, patch.name))}")
+        if patch not in ordered:
+            for need in patch.needs:
+                place(patches[need], (*needed_by, patch.name))
+            ordered.append(patch)
 
-def in_order(patches: list[UpstreamPatch]) -> list[UpstreamPatch]:
-    """The series as applied together, in order: every patch but those a later one supersedes."""
-    return [patch for patch in patches if not patch.superseded]
+    for patch in patches.values():
+        place(patch)
+    return ordered
 
 
 def workarounds_without_a_patch() -> dict[str, str]:

@@ -474,10 +474,20 @@ def test_prompts(fixture):
 
 
 def test_ranking_picks_the_lowest_mean_loss():
-    assert egoplan.ranked_choice(egoplan.candidate_losses([(2.0, False), (0.5, True), (0.7, False), (3.0, False)])) == 1
+    assert egoplan.ranked_choice(egoplan.candidate_losses([(2.0, False), (0.5, True), (0.7, False), (3.0, False)]),
+                                 "q") == 1
     assert egoplan.ranked_choice(egoplan.candidate_losses([[2.0, False], [1.5, False], [0.25, False],
-                                                           [0.3, True]])) == 2
-    assert egoplan.ranked_choice([1.0] * 4) == 0  # ties: the first, as argmin
+                                                           [0.3, True]]), "q") == 2
+    assert egoplan.ranked_choice([1.0] * 4, "q") == 0  # ties: the first, as argmin
+
+
+@pytest.mark.parametrize("position", range(4))
+def test_a_nan_loss_stops_the_question_named_wherever_it_stands(position):
+    """min() over [nan, 1, 2, 3] picks A, over [1, nan, ...] skips B: a NaN would be scored by where it stands."""
+    losses = [1.0, 2.0, 3.0, 4.0]
+    losses[position] = float("nan")
+    with pytest.raises(egoplan.CandidateLossError, match=r"EgoPlan question 1234: .*nan"):
+        egoplan.ranked_choice(egoplan.candidate_losses([(loss, False) for loss in losses]), 1234)
 
 
 def test_the_two_loss_means_rank_a_constructed_question_differently():
@@ -490,10 +500,10 @@ def test_the_two_loss_means_rank_a_constructed_question_differently():
     every = [mean_loss(losses) for losses in tokens]
     official = [mean_loss(losses, NONZERO_LOSS_TOKENS) for losses in tokens]
     assert every == pytest.approx([0.45, 0.7, 1.0, 2.0]) and official == pytest.approx([0.9, 0.7, 1.0, 2.0])
-    assert egoplan.ranked_choice(every) == 0 and egoplan.ranked_choice(official) == 1
+    assert egoplan.ranked_choice(every, "q") == 0 and egoplan.ranked_choice(official, "q") == 1
     certain = [*tokens, [0.0, 0.0]]
     assert mean_loss(certain[-1], NONZERO_LOSS_TOKENS) == 0.0
-    assert egoplan.ranked_choice([mean_loss(losses, NONZERO_LOSS_TOKENS) for losses in certain]) == 4
+    assert egoplan.ranked_choice([mean_loss(losses, NONZERO_LOSS_TOKENS) for losses in certain], "q") == 4
     torch = pytest.importorskip("torch")  # the official expression, for the all-zero row: NaN, picked by argmin
     padded = torch.tensor([[0.9, 0.0, 0.0], [0.0, 0.0, 0.0]])
     assert (torch.isnan((padded.sum(1) / (padded != 0).sum(1))[1])

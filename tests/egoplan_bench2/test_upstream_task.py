@@ -1,8 +1,8 @@
 """The EgoPlan-Bench2 pull requests for lmms-eval (docs/upstream/), held to the suite in process: 23's test in
 lmms-eval's test tree reads every answer shape of the suite's parser tests; 27's task, loaded from its diff with the
-shared helpers it adds (the official parser, the frame decoder), shows the suite's frames and writes its prompt in
-both data layouts and both frame samplings (its task variants), and its robust parser reads as the suite's. The whole
-task through lmms-eval's CLI against the suite's: tests/e2e/test_upstream_equivalence.py."""
+shared helpers it needs (the official parser it moves, 37's frame decoder), shows the suite's frames and writes its
+prompt in both data layouts and both frame samplings (its task variants), and its robust parser reads as the
+suite's. The whole task through lmms-eval's CLI against the suite's: tests/e2e/test_upstream_equivalence.py."""
 
 import ast
 import hashlib
@@ -21,6 +21,7 @@ from tests.kit.upstream_module import added_module, changed_module
 
 FIX = PATCHES / "23-egoplan2-official-parser.patch"
 TASK = PATCHES / "27-egoplan-bench2-task.patch"
+DECODER = PATCHES / "37-video-frames-at.patch"
 
 
 @pytest.fixture(scope="module")
@@ -30,15 +31,15 @@ def fixture(tmp_path_factory):
 
 @pytest.fixture
 def upstream(fixture, tmp_path, monkeypatch):
-    """27's ``utils.py``, loaded from its diff with the shared helpers it adds to lmms-eval's ``_task_utils`` and the
-    data folders pointing at the fixture's layouts."""
+    """27's ``utils.py``, loaded from its diff with the shared helpers it needs in lmms-eval's ``_task_utils`` (its
+    parser, 37's decoder) and the data folders pointing at the fixture's layouts."""
     for name, value in fixture.env().items():
         monkeypatch.setenv(name, value)
     shared = "lmms_eval.tasks._task_utils"
     monkeypatch.setitem(sys.modules, f"{shared}.egoplan_bench2_mcq_utils", added_module(
         TASK, "lmms_eval/tasks/_task_utils/egoplan_bench2_mcq_utils.py", tmp_path))
     monkeypatch.setitem(sys.modules, f"{shared}.video_loader", changed_module(
-        TASK, "lmms_eval/tasks/_task_utils/video_loader.py", tmp_path))
+        DECODER, "lmms_eval/tasks/_task_utils/video_loader.py", tmp_path))
     return added_module(TASK, "lmms_eval/tasks/egoplan_bench2/utils.py", tmp_path)
 
 

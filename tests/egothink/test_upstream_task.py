@@ -1,9 +1,9 @@
-"""The EgoThink pull request for lmms-eval (docs/upstream/30-egothink-paper-protocol.patch, on 24), held to the suite in
-process: its dimension tasks are the suite's (config, prompt template), its groups hold the suite's groups' members,
-its per-model inference presets (Tables 5-6; only those of backends lmms-eval has) and decoding are the suite's, and
-for every preset its task, in a scratch copy of lmms-eval with 24 and 30 applied, gives the text and chat messages the
-suite's task gives. The end-to-end run (the default preset, the judge,
-the scores): tests/e2e/test_upstream_equivalence.py."""
+"""The EgoThink pull request for lmms-eval (docs/upstream/30-egothink-paper-protocol.patch, on 36 and 24), held to
+the suite in process: its dimension tasks are the suite's (config, prompt template), its groups hold the suite's
+groups' members, its per-model inference presets (Tables 5-6; only those of backends lmms-eval has) and decoding are
+the suite's, and for every preset its task, in a scratch copy of lmms-eval with 36, 24 and 30 applied, gives the text
+and chat messages the suite's task gives. The end-to-end run (the default preset, the judge, the scores):
+tests/e2e/test_upstream_equivalence.py."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from lmms_egoplan.egothink import task as suite_task
 from lmms_egoplan.egothink.data import CAPABILITIES, DIMENSIONS
 from tests.e2e.upstream_patches import PATCHES, git_apply, scratch_lmms_eval
 
-SERIES = [PATCHES / "24-egothink-llm-judge.patch", PATCHES / "30-egothink-paper-protocol.patch"]
+SERIES = [PATCHES / "36-llm-judge-base-url.patch", PATCHES / "24-egothink-llm-judge.patch",
+          PATCHES / "30-egothink-paper-protocol.patch"]
 FOLDER = "lmms_eval/tasks/egothink"
 SUITE_TEMPLATES = {"_paper_short_answer_template_yaml": "_short_answer_yaml",
                    "_paper_planning_template_yaml": "_planning_yaml"}
@@ -34,7 +35,7 @@ _Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
 
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory):
-    """A scratch copy of the installed lmms-eval with 24 and 30 applied."""
+    """A scratch copy of the installed lmms-eval with 36, 24 and 30 applied."""
     folder = scratch_lmms_eval(tmp_path_factory.mktemp("lmms-eval"))
     for patch in SERIES:
         applied = git_apply(patch, folder)

@@ -69,9 +69,6 @@ def test_nothing_is_changed_where_lmms_eval_behaves(monkeypatch):
         return {}
 
     assert compat_tasks.unretried_process_results(plain) is plain
-    from lmms_egoplan.harness.run_files import run_stamp  # upstream 13: the run's date-time in its CLI arguments
-
-    assert run_stamp(SuiteRun(), SimpleNamespace(datetime_str="20261122_101010")) == "20261122_101010"
 
 
 def test_releases_from_the_fixed_version_on_get_no_workaround(monkeypatch):

@@ -100,4 +100,4 @@ def test_a_later_action_than_the_observation_is_not_narrated():
 def test_lm_eval_likelihoods_rank_the_most_likely_candidate_first():
     results = [(-7.5, False), (-1.25, True), (-3.0, False), (-1.25, False)]
     assert egoplan.lm_eval_losses(results) == [7.5, 1.25, 3.0, 1.25]
-    assert egoplan.ranked_choice(egoplan.lm_eval_losses(results)) == 1  # ties: the earlier, as argmin
+    assert egoplan.ranked_choice(egoplan.lm_eval_losses(results), "q") == 1  # ties: the earlier, as argmin
