@@ -101,3 +101,73 @@ def build_fixture(root: str | Path) -> RoboVQAFixture:
     (root / FRAMES16 / "qa.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     done.touch()
     return fixture
+
+
+# How the scripted model answers (the default protocol): per question text, in turn, and what the default scorer
+# makes of it is computed in ``scripted_answers`` with sacrebleu and an exact comparison, without the suite's scorer.
+BINARY_STYLES = ("Yes.", "no", "Now it is done")  # read yes, read no, read as neither (unextracted)
+FREE_STYLES = ("put packet on the table", "put the packet", "")  # a reference of episode a, a part of one, empty
+
+
+def _scripted_rows() -> list[tuple[str, str, str, str]]:
+    """(question type, prompt key, reference, answer) per question of the episodes, the styles cycling over the
+    distinct question texts (a text two episodes share gets one answer)."""
+    from lmms_egoplan.robovqa.data import BINARY_TYPES, answer_text, question_type
+
+    answers: dict[str, str] = {}
+    rows = []
+    for text in EPISODES.values():
+        for tag, question, answer in fetch_question_answer(text):
+            kind = question_type(tag)
+            styles = BINARY_STYLES if kind in BINARY_TYPES else FREE_STYLES
+            key = " ".join(question.split())
+            answers.setdefault(key, styles[len(answers) % len(styles)])
+            rows.append((kind, key, answer_text(answer), answers[key]))
+    return rows
+
+
+def _default_score(kind: str, reference: str, answer: str) -> tuple[float, float]:
+    """(score, unextracted) as the default protocol defines them, computed here by sacrebleu and string tests."""
+    import sacrebleu
+
+    from lmms_egoplan.robovqa.data import BINARY_TYPES
+
+    if kind not in BINARY_TYPES:
+        return float(sacrebleu.sentence_bleu(answer, [reference]).score), 0.0
+    first = answer.lower().strip(" .")
+    read = first if first in ("yes", "no") else None
+    return 100.0 * (read == reference), float(read is None)
+
+
+def scripted_answers(fixture: RoboVQAFixture):
+    """``robovqa`` answered by script on the official TFRecord layout under the default protocol; every value the run
+    reports follows from the answers and the references (``_default_score``)."""
+    from lmms_egoplan.demo.kit.scripted import ScriptedAnswers, mean
+    from lmms_egoplan.robovqa.data import QUESTION_TYPES
+
+    rows = _scripted_rows()
+
+    def scores(of: list[tuple[str, str, str, str]]) -> dict[str, float]:
+        scored = [_default_score(kind, reference, answer) for kind, _, reference, answer in of]
+        ratio = [len(answer.split()) / max(1, len(reference.split())) for _, _, reference, answer in of]
+        return {"score": mean([s for s, _ in scored]), "micro_score": mean([s for s, _ in scored]),
+                "unextracted": sum(u for _, u in scored), "length_ratio": mean(ratio), "predictions": len(of),
+                "skipped_samples": 0, "failed_requests": 0}
+
+    def expected(run, failed=frozenset()):
+        tasks = {f"robovqa_{kind}": scores([row for row in rows if row[0] == kind]) for kind in QUESTION_TYPES}
+        group = {**scores(rows), "score": mean([values["score"] for values in tasks.values()])}
+        return {"robovqa": group, **tasks}
+
+    return ScriptedAnswers(tasks=("robovqa",), answers={key: answer for _, key, _, answer in rows},
+                           expected=expected, env=fixture.env("tfrecord"))
+
+
+def smoke_suite(workdir: Path, resources):
+    """RoboVQA's share of ``lmms-egoplan smoke``: the group on the 16-frame layout's synthetic data, and answered
+    by script on the official TFRecord layout."""
+    from lmms_egoplan.demo.kit.suite import SmokeSuite
+
+    fixture = build_fixture(workdir)
+    return SmokeSuite(env=fixture.env(FRAMES16), cli_args=("--gen_kwargs", "max_new_tokens=16"),
+                      scripted=scripted_answers(fixture))
