@@ -1,6 +1,6 @@
 """`lmms-egoplan prepare` and `lmms-egoplan check-data` through the real CLI (issue 65 points 1 and 2), on the demo's
 data path: the demo's builders write each benchmark's synthetic data and the demo's settings file, check-data reads
-all six as their runs would and exits 0; with one clip removed it exits 1 and names the clip. prepare fetches from
+all seven as their runs would and exits 0; with one clip removed it exits 1 and names the clip. prepare fetches from
 a Hub on 127.0.0.1 (HF_ENDPOINT) and writes a settings file check-data then reads."""
 
 import shutil
