@@ -147,16 +147,18 @@ def scripted_answers(fixture: RoboVQAFixture):
 
     rows = _scripted_rows()
 
-    def scores(of: list[tuple[str, str, str, str]]) -> dict[str, float]:
-        scored = [_default_score(kind, reference, answer) for kind, _, reference, answer in of]
-        ratio = [len(answer.split()) / max(1, len(reference.split())) for _, _, reference, answer in of]
+    def scores(of: list[tuple[str, str, str, str]], failed: frozenset[str]) -> dict[str, float]:
+        """The default's values over the answered questions of ``of``; the failed ones counted."""
+        answered = [row for row in of if row[1] not in failed]
+        scored = [_default_score(kind, reference, answer) for kind, _, reference, answer in answered]
+        ratio = [len(answer.split()) / max(1, len(reference.split())) for _, _, reference, answer in answered]
         return {"score": mean([s for s, _ in scored]), "micro_score": mean([s for s, _ in scored]),
-                "unextracted": sum(u for _, u in scored), "length_ratio": mean(ratio), "predictions": len(of),
-                "skipped_samples": 0, "failed_requests": 0}
+                "unextracted": sum(u for _, u in scored), "length_ratio": mean(ratio), "predictions": len(answered),
+                "skipped_samples": 0, "failed_requests": len(of) - len(answered)}
 
     def expected(run, failed=frozenset()):
-        tasks = {f"robovqa_{kind}": scores([row for row in rows if row[0] == kind]) for kind in QUESTION_TYPES}
-        group = {**scores(rows), "score": mean([values["score"] for values in tasks.values()])}
+        tasks = {f"robovqa_{kind}": scores([row for row in rows if row[0] == kind], failed) for kind in QUESTION_TYPES}
+        group = {**scores(rows, failed), "score": mean([values["score"] for values in tasks.values()])}
         return {"robovqa": group, **tasks}
 
     return ScriptedAnswers(tasks=("robovqa",), answers={key: answer for _, key, _, answer in rows},

@@ -1,5 +1,5 @@
 """Failed model requests through the real lmms-eval CLI: lmms-eval's own openai backend against a loopback
-model that fails some requests, then answers them, then fails all, for every generative task of the six
+model that fails some requests, then answers them, then fails all, for every generative task of the seven
 benchmarks in one run each. A failed request is never scored (each value equals the script's over the
 answered samples), is counted and marked, is never sent to a judge, and ends the run with status 4 and
 the command that asks only it again (answered requests come from the response cache). The same runs
