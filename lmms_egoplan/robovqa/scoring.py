@@ -117,6 +117,8 @@ def mimo_scores(answer: str, doc: dict) -> dict[str, float]:
 # =============================================================================================
 
 EVAL_BINARY_INSTRUCTION = " Please answer yes or no without any other extra text."
+# eval_robovqa.py @c95d9ee main: the system prompt of a local-data run under train_explicit_style, verbatim
+PHYSBRAIN_SYSTEM_PROMPT = "You are a helpful assistant."
 _SUFFIXES = ("what is likely to happen next?", "what action is possible right now?", "what just happened?",
              "possible right now?", "satisfied?", "immediate next step?", "next 5 steps?")
 _NEXT_ACTION = "Do not explain or add any other text."

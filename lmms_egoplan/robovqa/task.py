@@ -80,10 +80,12 @@ PROTOCOLS: dict[str, Protocol] = {
                                                            **GREEDY},
         scoring.mimo_scores, tuple(Metric(name, "mean") for name in (
             "mimo_score", "mimo_bleu1", "mimo_bleu2", "mimo_bleu3", "mimo_bleu4"))),
+    # eval_robovqa.py: local data (qa.jsonl) runs train_explicit_style with its system prompt and 16 frames; its
+    # sampling defaults: temperature 0, top-p 1, top-k -1, repetition penalty 1.05, 128 tokens
     "physbrain": Protocol(
-        "DeepCybo-PhysAI/PhysBrainEvalKit@c95d9ee benchmark/robovqa.py (prompt policy train_explicit_style)", 16, "",
-        lambda doc: scoring.physbrain_question(doc["question"], doc["tag"])[0],
-        {"max_new_tokens": 128, "repetition_penalty": 1.05, **GREEDY}, scoring.physbrain_scores,
+        "DeepCybo-PhysAI/PhysBrainEvalKit@c95d9ee eval_robovqa.py, benchmark/robovqa.py (train_explicit_style)", 16,
+        scoring.PHYSBRAIN_SYSTEM_PROMPT, lambda doc: scoring.physbrain_question(doc["question"], doc["tag"])[0],
+        {"max_new_tokens": 128, "top_p": 1.0, "repetition_penalty": 1.05, **GREEDY}, scoring.physbrain_scores,
         (Metric("physbrain_bleu", "mean"),)),
     "robomamba": Protocol(
         "lmzpai/roboMamba@d383bbb src/test.py (load_dataset_robovqa, VQADataset, run_test, judge_robovqa)", None, "",
