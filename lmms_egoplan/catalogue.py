@@ -61,6 +61,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("actplan", "ActPlan-1K", "ACTPLAN", ("actplan1k",)),
     Entry("egoplan_bench2", "EgoPlan-Bench2", "EGOPLAN2", ("egoplan_bench2",)),
     Entry("cosmos_reason1", "Cosmos-Reason1", "COSMOS_REASON1", ("cosmos_reason1",)),
+    Entry("robovqa", "RoboVQA", "ROBOVQA", ("robovqa",)),
 )
 
 

@@ -15,13 +15,14 @@ from lmms_egoplan.egointent.benchmark import EGOINTENT
 from lmms_egoplan.egoplan.benchmark import EGOPLAN
 from lmms_egoplan.egoplan_bench2.benchmark import EGOPLAN_BENCH2
 from lmms_egoplan.egothink.benchmark import EGOTHINK
+from lmms_egoplan.robovqa.benchmark import ROBOVQA
 
 if TYPE_CHECKING:
     from lmms_egoplan.judge.rubrics import Rubric
     from lmms_egoplan.report.layout import ReportFace
 
 BENCHMARKS: tuple[Benchmark, ...] = (EGOPLAN, EGOTHINK, EGOINTENT, ACTPLAN, EGOPLAN_BENCH2,  # the catalogue's order
-                                      COSMOS_REASON1)
+                                      COSMOS_REASON1, ROBOVQA)
 
 
 def benchmark(name: str) -> Benchmark:

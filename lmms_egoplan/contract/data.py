@@ -16,12 +16,12 @@ from typing import Any, Callable, Mapping
 class DataPart:
     """A part of a benchmark's release that ``check-data`` counts: the documents of its ``tasks`` (lmms-eval task
     names, read by the loader of the spec ``spec``, a key of ``Benchmark.lmms_eval_tasks``), ``release_count`` of
-    them in the release."""
+    them in the release (None: no source states it; ``check-data`` then counts without comparing)."""
 
     name: str
     tasks: tuple[str, ...]
     spec: str
-    release_count: int
+    release_count: int | None
     unit: str = "questions"
 
 

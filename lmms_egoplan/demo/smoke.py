@@ -41,10 +41,10 @@ def suites() -> dict[str, Callable[[Path, ExitStack], SmokeSuite]]:
     catalogue, in its order (one without a demo module is an error naming it). Imported when the demo runs
     (``lmms-egoplan smoke --help`` loads none of them); by plain import, as ``lmms_egoplan.suite`` lists the
     benchmarks."""
-    from lmms_egoplan.demo import actplan, cosmos_reason1, egointent, egoplan, egoplan_bench2, egothink
+    from lmms_egoplan.demo import actplan, cosmos_reason1, egointent, egoplan, egoplan_bench2, egothink, robovqa
 
     demos = {module.__name__.rpartition(".")[2]: module.smoke_suite
-             for module in (actplan, cosmos_reason1, egointent, egoplan, egoplan_bench2, egothink)}
+             for module in (actplan, cosmos_reason1, egointent, egoplan, egoplan_bench2, egothink, robovqa)}
     missing = [row.name for row in catalogue.CATALOGUE if row.name not in demos]
     if missing:
         raise LookupError(f"no demo module (lmms_egoplan/demo/<benchmark>.py) for {', '.join(missing)}")

@@ -31,17 +31,20 @@ from lmms_egoplan.core.settings_file import SettingsFile
 class PartCount:
     part: DataPart
     found: int | None  # None: a task's loader stopped, so its records are not all counted
-    expected: int
+    expected: int | None  # None: no count known (the release states none, the settings file declares none)
     declared: bool  # the settings file declares ``expected`` (a subset), else it is the release's
 
     @property
     def matches(self) -> bool:
-        return self.found == self.expected
+        return self.found == self.expected or (self.expected is None and self.found is not None)
 
     def text(self) -> str:
+        if self.expected is None:
+            found = "not counted" if self.found is None else f"{self.found:,}"
+            return f"{self.part.name}: {found} {self.part.unit} (the release states no count)"
         found = "not counted" if self.found is None else f"{self.found:,} of {self.expected:,}"
-        of = (f"a declared subset; the release has {self.part.release_count:,}" if self.declared
-              else "the release's count")
+        release = "states none" if self.part.release_count is None else f"has {self.part.release_count:,}"
+        of = (f"a declared subset; the release {release}" if self.declared else "the release's count")
         return f"{self.part.name}: {found} {self.part.unit} ({of})"
 
 

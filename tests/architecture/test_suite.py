@@ -23,11 +23,13 @@ def test_each_benchmark_has_the_tasks_its_yaml_folders_declare_that_no_group_inc
     assert {entry.name: entry.tasks for entry in catalogue.CATALOGUE} == {
         "egoplan": ("egoplan_test", "egoplan_val", "egoplan_val_gen"), "egothink": ("ego_think",),
         "egointent": ("egointent",), "actplan": ("actplan1k", "actplan1k_text_only"),
-        "egoplan_bench2": ("egoplan_bench2", "egoplan_bench2_likelihood"), "cosmos_reason1": ("cosmos_reason1",)}
+        "egoplan_bench2": ("egoplan_bench2", "egoplan_bench2_likelihood"), "cosmos_reason1": ("cosmos_reason1",),
+        "robovqa": ("robovqa",)}
     assert {entry.name: entry.lm_eval_tasks for entry in catalogue.CATALOGUE} == {
         "egoplan": ("egoplan_test_blind", "egoplan_val_blind", "egoplan_val_narrated"),
         "egothink": ("ego_think_blind",),
-        "egointent": (), "actplan": ("actplan1k_text_only_lm",), "egoplan_bench2": (), "cosmos_reason1": ()}
+        "egointent": (), "actplan": ("actplan1k_text_only_lm",), "egoplan_bench2": (), "cosmos_reason1": (),
+        "robovqa": ()}
 
 
 def test_every_task_a_benchmark_declares_starts_with_one_of_its_task_prefixes():
@@ -214,4 +216,4 @@ def test_each_benchmark_spec_is_named_by_a_yaml_and_each_yaml_names_one():
     specs = {(benchmark.name, id(spec), harness_specs) for benchmark in suite.BENCHMARKS
              for harness_specs in ("lmms_eval_tasks", "lm_eval_baselines")
              for spec in getattr(benchmark, harness_specs).values()}
-    assert len(specs) == 15 and named == specs
+    assert len(specs) == 16 and named == specs

@@ -1,6 +1,6 @@
 """`lmms-egoplan prepare` and `lmms-egoplan check-data` through the real CLI (issue 65 points 1 and 2), on the demo's
 data path: the demo's builders write each benchmark's synthetic data and the demo's settings file, check-data reads
-all six as their runs would and exits 0; with one clip removed it exits 1 and names the clip. prepare fetches from
+all seven as their runs would and exits 0; with one clip removed it exits 1 and names the clip. prepare fetches from
 a Hub on 127.0.0.1 (HF_ENDPOINT) and writes a settings file check-data then reads."""
 
 import shutil
@@ -34,7 +34,8 @@ def test_check_data_passes_the_demos_data_and_names_a_clip_removed_from_it(tmp_p
     complete = lmms_egoplan("check-data", "--settings", str(settings), cwd=elsewhere)
     assert complete.returncode == 0, complete.stdout + complete.stderr[-3000:]
     lines = complete.stdout.splitlines()
-    assert [line.split(": ")[0:2] for line in lines[:6]] == [[entry.name, "complete"] for entry in BENCHMARKS]
+    assert [line.split(": ")[0:2] for line in lines[:len(BENCHMARKS)]] == \
+        [[entry.name, "complete"] for entry in BENCHMARKS]
     assert "(a declared subset; the release has 3,355)" in lines[0]
     report = tmp_path / "lmms-egoplan-check-data.txt"  # beside the settings file, nothing in the current folder
     assert lines[-1] == f"Everything found missing, one item a line: {report}" and not list(elsewhere.iterdir())

@@ -1,5 +1,5 @@
 """Failed model requests through the real lmms-eval CLI: lmms-eval's own openai backend against a loopback
-model that fails some requests, then answers them, then fails all, for every generative task of the six
+model that fails some requests, then answers them, then fails all, for every generative task of the seven
 benchmarks in one run each. A failed request is never scored (each value equals the script's over the
 answered samples), is counted and marked, is never sent to a judge, and ends the run with status 4 and
 the command that asks only it again (answered requests come from the response cache). The same runs
@@ -81,11 +81,11 @@ def test_failed_requests_are_left_out_counted_never_judged_and_asked_again_alone
         first = run_lmms_eval(**arguments)
         asked_first, judged_first = model.calls, {"egothink": think_judge.calls, "egointent": intent_judge.calls}
 
-        # 7 failed requests (ActPlan-1K's in both its tasks), the judgements of EgoIntent too: the requests' status.
+        # 8 failed requests (ActPlan-1K's in both its tasks), the judgements of EgoIntent too: the requests' status.
         assert first.returncode == 4, first.log_tail()
         judgements_line, requests_line = first.log.rstrip().splitlines()[-2:]
         assert judgements_line.startswith("lmms-egoplan: ") and "judgements failed (egointent " in judgements_line
-        counts = re.fullmatch(r"lmms-egoplan: 7 of (\d+) model requests failed \((.*)\) and are left out of the scores "
+        counts = re.fullmatch(r"lmms-egoplan: 8 of (\d+) model requests failed \((.*)\) and are left out of the scores "
                               r"\(each task's failed_requests counts them.*", requests_line)
         assert counts, requests_line
         assert sorted(counts.group(2).split(", ")) == sorted(
@@ -115,7 +115,7 @@ def test_failed_requests_are_left_out_counted_never_judged_and_asked_again_alone
         # count above is that of the answered steps' fields).
         assert not any("LMMS_EVAL_REQUEST_FAILED" in call.text for calls in judged_first.values() for call in calls)
         assert len(judged_first["egothink"]) == failing["egothink"].values(first)["ego_think"]["judged"]
-        assert sum(map(failed_request, asked_first)) == 2 * 7  # two attempts each
+        assert sum(map(failed_request, asked_first)) == 2 * 8  # two attempts each
 
         # The same command again: only the failed requests are asked; everything is then as the script implies.
         state["failing"] = False
@@ -131,7 +131,7 @@ def test_failed_requests_are_left_out_counted_never_judged_and_asked_again_alone
                    and not failed_request(call)]
         empty = sorted(key for key, answer in scripts["cosmos_reason1"].answers.items() if not answer.strip())
         assert sorted(scripts["cosmos_reason1"].key(call.text) for call in sampled) == empty and len(empty) == 4
-        assert len(model.calls) - len(sampled) == 7 and all(map(failed_request, (c for c in model.calls
+        assert len(model.calls) - len(sampled) == 8 and all(map(failed_request, (c for c in model.calls
                                                                               if c not in sampled)))
         assert len(think_judge.calls) == 1  # the other judgements come from the judge cache
         reported = reported_metrics(second.results)

@@ -41,7 +41,9 @@ def test_predict_only_works_for_every_suite_task(predict_only):
                                                       "cs_space", "cs_time", "cs_other_physics")),
               *(f"ego_think_{d}" for d in ("existence", "attribute", "affordance", "activity", "location", "spatial",
                                           "counting", "comparing", "situated", "forecasting", "navigation",
-                                           "assistance"))}
+                                           "assistance")),
+              *(f"robovqa_{kind}" for kind in ("next_step", "next_five_steps", "success", "discriminative_affordance",
+                                               "generative_affordance", "future_prediction", "past_description"))}
     assert logged == leaves
     for task in leaves:
         assert all(sample["filtered_resps"] for sample in run.samples(task))

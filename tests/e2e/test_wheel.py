@@ -132,7 +132,8 @@ def wheel_run(wheel_env, tiny_model, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("wheel_run")
     one_task = {"egoplan": "egoplan_val", "egothink": "ego_think_counting", "egointent": "egointent",
-                "actplan": "actplan1k", "egoplan_bench2": "egoplan_bench2", "cosmos_reason1": "cosmos_reason1_robovqa"}
+                "actplan": "actplan1k", "egoplan_bench2": "egoplan_bench2", "cosmos_reason1": "cosmos_reason1_robovqa",
+                "robovqa": "robovqa_success"}
     with contextlib.ExitStack() as resources:
         suites = {name: build(root / "data" / name, resources) for name, build in smoke.suites().items()}
         run = run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}",
@@ -145,7 +146,7 @@ def wheel_run(wheel_env, tiny_model, tmp_path_factory):
 def test_wheel_install_evaluates_one_task_of_each_benchmark(wheel_run):
     run, _, _ = wheel_run
     assert set(run.results["results"]) == {"egoplan_val", "ego_think_counting", "egointent", "actplan1k",
-                                           "egoplan_bench2", "cosmos_reason1_robovqa"}
+                                           "egoplan_bench2", "cosmos_reason1_robovqa", "robovqa_success"}
     assert run.results["n-samples"]["egoplan_val"]["effective"] > 0
     assert 0.0 <= run.metric("egoplan_val", "accuracy") <= 1.0
     assert run.metric("ego_think_counting", "judged") > 0 and run.metric("ego_think_counting", "failed") == 0

@@ -38,7 +38,7 @@ def test_its_row_and_its_line_make_it_known_wherever_the_suite_lists_benchmarks(
     value = suite.benchmark("sixth")
     assert value.entry is catalogue.entry("sixth") and value.name == "sixth"
     assert value.entry.tasks == ("sixth_val",) and value.entry.lm_eval_tasks == ("sixth_val_blind",)
-    assert len(suite.report_faces()) == len(catalogue.CATALOGUE) == 7  # the suite's six and the throw-away one
+    assert len(suite.report_faces()) == len(catalogue.CATALOGUE) == 8  # the suite's seven and the throw-away one
     assert suite.rubrics().keys() == {name for row in catalogue.CATALOGUE for name in row.rubrics}  # it has none
     assert benchmark_variables(["SIXTH_DATA_FILE", "HOME"]) == ["SIXTH_DATA_FILE"]  # the tests clear its settings
 

@@ -64,6 +64,10 @@ def test_prepare_fetches_the_hub_datasets_lists_the_rest_and_writes_the_settings
         in egoplan_needed.commands
     assert f"gdown --continue 1jw6I7NnAbcD7zgHKg5-w-fpXaBrkpB7h -O {root}/actplan/" in \
         done["actplan"].plan.needed[0].commands
+    # RoboVQA: the 16-frame copy fetched, its frames archive listed with the command that unpacks it.
+    frames16 = root / "robovqa" / "RoboVQA-16frames"
+    assert file.benchmarks["robovqa"] == {"data_source": "frames16", "root": str(frames16)}
+    assert done["robovqa"].plan.needed[0].commands == (f"tar -xf {frames16}/frames.tar -C {frames16}",)
     assert file.judge == {"judge_base_url": "http://j/v1"}
     needed = (root / NEEDED_FILE).read_text()
     assert f"- {len(uids)} videos (listed in {root}/egoplan_bench2/ego4d_video_uids.txt), 0 already in place" in needed

@@ -134,7 +134,7 @@ def test_egointent_scores_are_on_the_tasks_scale_and_the_excerpts_show_the_answe
 def test_a_task_whose_answers_were_all_scored_without_a_judge_needs_no_audit_trail_and_asks_nothing(tmp_path,
                                                                                                     capsys):
     """EgoIntent answers missing every field score 0 with no judge asked, so the run wrote no audit trail for it
-    (a tiny random model's answers, as the Run all six page's test has them): nothing of it to compare, which
+    (a tiny random model's answers, as the Run all seven page's test has them): nothing of it to compare, which
     alone is the usage error of a run with nothing judged (beside a judged task, the judged one is compared: that
     page's test)."""
     from lmms_egoplan.cli import main

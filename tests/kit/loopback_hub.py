@@ -58,11 +58,14 @@ class LoopbackHub:
     def add_the_suites_datasets(self, folder: Path, *, egointent_token: str | None = None) -> list[dict]:
         """Serve the suite's Hub datasets, the demo's data in their layouts, written under ``folder`` (EgoIntent
         gated behind ``egointent_token`` where given; Cosmos-Reason1's official layout with its clips unpacked, and
-        PAI-Bench-U's); returns EgoPlan-Bench2's records."""
+        PAI-Bench-U's; RoboVQA's 16-frame copy, its frames in frames.tar as the Hub holds them); returns
+        EgoPlan-Bench2's records."""
         import shutil
+        import tarfile
 
         from lmms_egoplan.cosmos_reason1.sources import HUB, PAIBENCH_U
-        from lmms_egoplan.demo import cosmos_reason1, egointent, egoplan_bench2, egothink
+        from lmms_egoplan.demo import cosmos_reason1, egointent, egoplan_bench2, egothink, robovqa
+        from lmms_egoplan.robovqa.sources import FRAMES16_HUB
 
         bench2 = egoplan_bench2.build_fixture(folder / "bench2")
         bench2_repo = folder / "bench2-repo"
@@ -77,6 +80,13 @@ class LoopbackHub:
         shutil.copytree(cosmos.root, official, ignore=shutil.ignore_patterns(cosmos.paibench_u_root.name, ".complete"))
         self.add(HUB.repo_id, official)
         self.add(PAIBENCH_U.repo_id, cosmos.paibench_u_root)
+        frames16 = robovqa.build_fixture(folder / "robovqa").layout("frames16")
+        frames16_repo = folder / "robovqa-repo"
+        frames16_repo.mkdir()
+        shutil.copy(frames16 / "qa.jsonl", frames16_repo)
+        with tarfile.open(frames16_repo / "frames.tar", "w") as archive:
+            archive.add(frames16 / "frames", arcname="frames")
+        self.add(FRAMES16_HUB.repo_id, frames16_repo)
         return bench2.records()
 
 

@@ -1,0 +1,270 @@
+"""RoboVQA's scorers: the suite's ``default`` and each lineage that publishes numbers, as its code scores
+(quoted file@commit in each function; tests/robovqa/test_scoring.py holds the lineages' functions transcribed
+and compares on stress answers). There is no runnable official automatic protocol: the paper rates answers by
+hand, and the repository's notebook calls ``sacrebleu.sentence_bleu(answer, pred_answer)``, the reference as
+hypothesis and a string where sacrebleu 2.x wants a list (a TypeError on sacrebleu 2.6).
+
+The trap of unsmoothed BLEU-4: NLTK's ``sentence_bleu`` of a right one-word answer ("yes" against "yes") with the
+default weights is about 1.8e-231 (no 2-, 3-, 4-grams), so any unsmoothed BLEU-4 scores right yes / no answers as
+zero. MiMo's scorer avoids it by weights adapted to the reference length; the suite's ``default`` scores yes / no
+questions by exact accuracy and smooths the BLEU of free-form answers."""
+
+from __future__ import annotations
+
+import re
+import string
+
+from lmms_egoplan.robovqa.data import BINARY_TYPES
+
+# =============================================================================================
+# default: the suite's
+# =============================================================================================
+
+_YES_NO = re.compile(r"(yes|no)(?![a-z])")
+
+
+def strict_yes_no(answer: str) -> str | None:
+    """"yes" or "no" where the answer, lower-cased and stripped of white space and punctuation at its start, starts
+    with the word (then a non-letter, or nothing); None otherwise ("Now it is done", "not sure", "Yes and no"
+    included: an answer naming both is not read)."""
+    text = answer.strip().lower().lstrip(string.punctuation + string.whitespace)
+    found = _YES_NO.match(text)
+    if not found or re.search(r"\b(yes|no)\b", text[found.end():]):
+        return None
+    return found.group(1)
+
+
+def smoothed_bleu(answer: str, reference: str) -> float:
+    """sacrebleu's sentence BLEU (0-100) of the answer against the reference: 13a tokens, exponential smoothing,
+    n-gram orders up to the sentence's (``use_effective_order``), so that a right short answer scores 100."""
+    import sacrebleu
+
+    return float(sacrebleu.sentence_bleu(answer.strip(), [reference]).score)
+
+
+def default_scores(answer: str, doc: dict) -> dict[str, float]:
+    """Yes / no questions: 100 if the strictly read word is the reference's, else 0 (``unextracted`` counts the
+    answers read as neither); the others: the smoothed sentence BLEU. ``length_ratio``: the answer's words per
+    reference word."""
+    length_ratio = len(answer.split()) / max(1, len(doc["answer"].split()))
+    if doc["question_type"] in BINARY_TYPES:
+        read = strict_yes_no(answer)
+        right = 100.0 * (read == doc["answer"].lower())
+        return {"score": right, "micro_score": right, "unextracted": float(read is None), "length_ratio": length_ratio}
+    bleu = smoothed_bleu(answer, doc["answer"])
+    return {"score": bleu, "micro_score": bleu, "unextracted": 0.0, "length_ratio": length_ratio}
+
+
+# =============================================================================================
+# mimo: XiaomiMiMo/MiMo-Embodied @0bee4b6 lmms_eval/tasks/robovqa/utils.py
+# =============================================================================================
+
+# _QUESTION_REPLACEMENTS, verbatim
+MIMO_REPLACEMENTS = (
+    (". Q: immediate next step", ". what is the immediate next step"),
+    (". Q: next 5 step", ". what are the next 5 step"),
+    (". Q: satisfied", ". is it satisfied"),
+    (". Q: possible right now", ". is it possible right now"),
+    (" Q: immediate next step", ". what is the immediate next step"),
+    (" Q: next 5 step", ". what are the next 5 step"),
+    (" Q: satisfied", ". is it satisfied"),
+    (" Q: possible right now", ". is it possible right now"),
+)
+
+
+def mimo_prompt(question: str) -> str:
+    """``robovqa_doc_to_text_mimo`` on the question (the row's text before ``<PRED>A:``, tags removed)."""
+    question = " ".join(question.strip().split())
+    for old, new in MIMO_REPLACEMENTS:
+        question = question.replace(old, new)
+    question = question.replace("Q: ", "")
+    if ". is it" in question:
+        question = question + " Please answer yes or no. "
+    return question
+
+
+# get_bleu_score's weights by reference length (1, 2, 3, 4 or more tokens), verbatim
+_MIMO_WEIGHTS = {
+    1: ((1.00, 0.00, 0.00, 0.00),) * 4,
+    2: ((1.00, 0.00, 0.00, 0.00),) + ((0.50, 0.50, 0.00, 0.00),) * 3,
+    3: ((1.00, 0.00, 0.00, 0.00), (0.50, 0.50, 0.00, 0.00)) + ((0.33, 0.33, 0.33, 0.00),) * 2,
+    4: ((1.00, 0.00, 0.00, 0.00), (0.50, 0.50, 0.00, 0.00), (0.33, 0.33, 0.33, 0.00), (0.25, 0.25, 0.25, 0.25)),
+}
+
+
+def mimo_scores(answer: str, doc: dict) -> dict[str, float]:
+    """``robovqa_process_results``: think blocks and tags removed, lower case, the yes / no rewrite where the
+    reference is yes or no (``\\b\\w*no\\w*\\b`` -> no: "Now it is done" becomes "no it is done"), then NLTK BLEU-1..4
+    on tokens split at single spaces with weights by the reference's length, and their mean (0-1)."""
+    from nltk.translate.bleu_score import sentence_bleu
+
+    prediction = answer.strip()
+    prediction = re.sub(r"<think>.*?</think>", "", prediction, flags=re.DOTALL | re.MULTILINE)
+    prediction = re.sub(r"<[^>]+>", "", prediction)
+    prediction = re.sub(r"\n+", " ", prediction).strip()
+    pred, gt = prediction.replace("\n", "").lower(), doc["answer"].replace("\n", "").lower()
+    if gt in ["yes", "no"]:
+        pred = re.sub(r"\b\w*yes\w*\b", "yes", pred)
+        pred = re.sub(r"\b\w*no\w*\b", "no", pred)
+    reference = [gt.split(" ")]
+    weights = _MIMO_WEIGHTS[min(4, max(1, len(reference[0])))]
+    bleu = [float(sentence_bleu(reference, pred.split(" "), weights=w)) for w in weights]
+    return {"mimo_score": sum(bleu) / 4, **{f"mimo_bleu{n}": value for n, value in enumerate(bleu, 1)}}
+
+
+# =============================================================================================
+# physbrain: DeepCybo-PhysAI/PhysBrainEvalKit @c95d9ee benchmark/robovqa.py
+# =============================================================================================
+
+EVAL_BINARY_INSTRUCTION = " Please answer yes or no without any other extra text."
+# eval_robovqa.py @c95d9ee main: the system prompt of a local-data run under train_explicit_style, verbatim
+PHYSBRAIN_SYSTEM_PROMPT = "You are a helpful assistant."
+_SUFFIXES = ("what is likely to happen next?", "what action is possible right now?", "what just happened?",
+             "possible right now?", "satisfied?", "immediate next step?", "next 5 steps?")
+_NEXT_ACTION = "Do not explain or add any other text."
+_YES_NO_ONLY = "Answer only yes or no, without explanation or any other text."
+# transform_training_qa's (category, suffix) -> (the question's new ending, the instruction), verbatim
+_PHYSBRAIN_REWRITES = {
+    ("past_description", "what just happened?"): (
+        "what just happened?", "Answer with only one short action phrase describing the completed action. "
+        + _NEXT_ACTION),
+    ("future_prediction", "what is likely to happen next?"): (
+        "what is likely to happen next?", "Answer with only one short action phrase describing the most likely next "
+        "action. " + _NEXT_ACTION),
+    ("affordance", "what action is possible right now?"): (
+        "what action is possible right now?", "Answer with only one short action phrase describing an action that "
+        "is possible now. " + _NEXT_ACTION),
+    ("affordance", "possible right now?"): ("is it possible right now?", _YES_NO_ONLY),
+    ("success", "satisfied?"): ("is it satisfied?", _YES_NO_ONLY),
+    ("planning", "immediate next step?"): (
+        "what is the immediate next step?", "Answer with only one short action phrase describing the immediate "
+        "next action. " + _NEXT_ACTION),
+    ("remaining5_planning_with_context20", "next 5 steps?"): (
+        "what are the next 5 steps?", 'Answer with up to five consecutively numbered entries in the format "1- ... '
+        '2- ...". If the task will be completed in fewer than five actions, list the remaining actions and then write '
+        '"done" as the final numbered entry. If it is already complete, answer "1- done". Do not add any text after '
+        '"done" or outside the numbered list.'),
+}
+_PREFIXED = {("affordance", "possible right now?"), ("success", "satisfied?"), ("planning", "immediate next step?"),
+             ("remaining5_planning_with_context20", "next 5 steps?")}
+
+
+def physbrain_category(tag: str) -> str:
+    """``prepare_dataset``'s category: the tag's first field (``re.search(r"<task:([^:]+)", question_idx)``)."""
+    found = re.search(r"<task:([^:>]+)", tag)
+    return found.group(1) if found else "Unknown"
+
+
+def physbrain_question(question: str, tag: str) -> tuple[str, str]:
+    """``transform_training_qa``'s question (prompt policy ``train_explicit_style``): the suffix after the last
+    ``Q:`` (or a known ending) rewritten with the category's instruction; returns (question, category). An
+    unsupported template raises ValueError, as the transform does."""
+    category = physbrain_category(tag)
+    question = question.strip()
+    if "Q:" in question:
+        prefix, suffix = question.rsplit("Q:", 1)
+        prefix, suffix = prefix.rstrip(), suffix.strip()
+    else:
+        normalized = question.removesuffix(EVAL_BINARY_INSTRUCTION).rstrip() \
+            if question.endswith(EVAL_BINARY_INSTRUCTION) else question
+        prefix = suffix = ""
+        for candidate in _SUFFIXES:
+            if normalized.endswith(candidate):
+                prefix, suffix = normalized[: -len(candidate)].rstrip(), candidate
+                break
+    key = ("planning" if category == "immediate_planning_with_context20" else category, suffix)
+    if key not in _PHYSBRAIN_REWRITES or (key in _PREFIXED and not prefix):
+        raise ValueError(f"Unsupported RoboVQA question template for {category}: {question}")
+    ending, instruction = _PHYSBRAIN_REWRITES[key]
+    transformed = f"{prefix}. {ending}" if key in _PREFIXED else ending
+    return f"{transformed} {instruction}", category
+
+
+def physbrain_reference(answer: str, doc: dict) -> str:
+    """``transform_training_qa``'s answer: stripped, a final "." removed, yes / no lower-cased."""
+    reference = answer.strip().rstrip(".").rstrip()
+    return reference.lower() if doc["question_type"] in BINARY_TYPES else reference
+
+
+def physbrain_scores(answer: str, doc: dict) -> dict[str, float]:
+    """``process_raw_output`` (not a thinking model): the answer stripped and lower-cased, one final "." and every
+    "<" and ">" removed, then ``sacrebleu.sentence_bleu(pred, [gt], tokenize="intl").score`` (0-100)."""
+    import sacrebleu
+
+    predicted = answer.strip().lower()
+    if predicted.endswith("."):
+        predicted = predicted[:-1]
+    predicted = predicted.replace("<", "").replace(">", "")
+    reference = physbrain_reference(doc["answer"], doc)
+    return {"physbrain_bleu": float(sacrebleu.sentence_bleu(predicted, [reference], tokenize="intl").score)}
+
+
+# =============================================================================================
+# robomamba: lmzpai/roboMamba @d383bbb src/test.py judge_robovqa (non-standard: reference and hypothesis swapped)
+# =============================================================================================
+
+
+def robomamba_scores(answer: str, doc: dict) -> dict[str, float]:
+    """``judge_robovqa``: special tokens and tags blanked, "A:", ":", "(" and ")" blanked, then for each n the
+    best over k in [-5, 5) of NLTK's BLEU with weight 1 on n-grams of order n alone and smoothing method 4, the
+    answer's first ``len(gt) - k`` characters as the reference and the gold answer as the hypothesis (0-1). jieba's
+    segmentation is joined back without separators, which leaves the text as it was."""
+    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+
+    result = re.sub(r"<\|.*?\|>", " ", answer.replace("\n", " "))
+    result = re.sub(r"<.*?>", " ", result)
+    result = result.replace("A:", " ").replace(":", " ").replace("(", " ").replace(")", " ").strip()
+    gt = doc["answer"].strip()
+    smoothing = SmoothingFunction().method4
+    scores = {}
+    for order in range(1, 5):
+        weights = tuple(1 if n == order else 0 for n in range(1, 5))
+        scores[f"robomamba_bleu{order}"] = float(max(
+            sentence_bleu([result[:len(gt) - k].split()], gt.split(), smoothing_function=smoothing, weights=weights)
+            for k in range(-5, 5)))
+    return scores
+
+
+# =============================================================================================
+# multinet: ManifoldRG/MultiNet, RoboVQAModule (_normalize_text, _validate_outputs_and_calculate_metrics)
+# =============================================================================================
+
+# definitions/robovqa_prompt.py @13a7cd9 ROBOVQA_PROMPT, verbatim (its indentation included)
+MULTINET_SYSTEM_PROMPT = """
+                You are a specialized Visual-Language Model Assistant that answers questions about robotics tasks based on the given image and text context. Your primary function is to interpret visual and textual data to provide precise answers to the asked question.
+
+                Core directive:
+                Analyze the provided Image and Text Context to answer the asked Question. Your answer must be grounded in the provided context and informed by general commonsense. Adhere strictly to the output formatting rules.
+
+                Inputs:
+                    1. Image: A visual representation of the robot's current environment.
+                    2. Text Context: A string of text describing the overall task, goal, or recent history of actions.
+                    3. Question: A specific query about the environment or the next possible action.
+
+                Output formatting rules:
+                Your response must be one of the following three types, and nothing else. Do not add conversational filler, explanations, or apologies.
+                
+                    1. Action Execution Query (e.g., "What should I do?", "What is the next step?"):
+                        - Respond with a concise action phrase.
+                    2. Feasibility/Possibility Query (e.g., "Can I grasp the handle?", "Is the drawer open?"):
+                        - Respond with a single word: Yes or No.
+                """  # noqa: E501, W293
+
+
+def multinet_normalize(text: str) -> str:
+    """``_normalize_text``: lower case, every character neither a word character nor white space removed, white
+    space collapsed."""
+    return " ".join(re.sub(r"[^\w\s]", "", text.lower()).split())
+
+
+def multinet_scores(answer: str, doc: dict) -> dict[str, float]:
+    """``_validate_outputs_and_calculate_metrics``: an empty (or all white space) answer is invalid, scored 0 and 0;
+    else exact match of the normalised texts, and the cosine similarity of all-MiniLM-L6-v2's embeddings of the raw
+    answer and reference."""
+    if not answer.strip():
+        return {"multinet_exact_match": 0.0, "multinet_similarity": 0.0, "multinet_invalid": 1.0}
+    from lmms_egoplan.core.embeddings import cosine_similarities
+
+    exact = float(multinet_normalize(answer) == multinet_normalize(doc["answer"]))
+    similarity = cosine_similarities([(answer, doc["answer"])])[0]
+    return {"multinet_exact_match": exact, "multinet_similarity": float(similarity), "multinet_invalid": 0.0}

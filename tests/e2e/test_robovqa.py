@@ -1,0 +1,54 @@
+"""RoboVQA end to end: the group through the real `lmms-eval` CLI on the official TFRecord layout, answered by a
+loopback chat model (lmms-eval's `openai` backend): every task's questions, the default protocol's 16 frames and
+prompt reach the model, and each task's score is the one its answers imply (sacrebleu and exact yes / no, computed
+here without the suite's scorer)."""
+
+import base64
+import io
+
+import pytest
+import sacrebleu
+from PIL import Image
+
+from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
+from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
+from lmms_egoplan.demo.kit.media import read_index
+from lmms_egoplan.demo.robovqa import EPISODE_FRAMES, EPISODES, build_fixture
+from lmms_egoplan.robovqa.data import BINARY_TYPES, QUESTION_TYPES, fetch_question_answer, question_type
+
+ANSWER = "put packet on the table"
+
+
+def reply(call):
+    return Reply("Yes." if "Answer yes or no." in call.text else ANSWER)
+
+
+def expected_scores():
+    """Per question type the mean of the default's score, from the episodes' references."""
+    scores = {}
+    for text in EPISODES.values():
+        for tag, _, answer in fetch_question_answer(text):
+            kind, reference = question_type(tag), answer.removeprefix("A:").strip()
+            value = 100.0 * (reference == "yes") if kind in BINARY_TYPES else \
+                sacrebleu.sentence_bleu(ANSWER, [reference]).score
+            scores.setdefault(kind, []).append(value)
+    return {kind: sum(values) / len(values) for kind, values in scores.items()}
+
+
+def test_the_group_runs_on_the_official_shards_with_the_default_protocol(tmp_path):
+    fixture = build_fixture(tmp_path / "robovqa")
+    with ChatServer(reply) as server:
+        run = run_lmms_eval(model="openai", model_args=f"model_version=fake,base_url={server.base_url},api_key=unused",
+                            tasks=["robovqa"], output_dir=tmp_path / "out", env=fixture.env("tfrecord"))
+    expected = expected_scores()
+    for kind in QUESTION_TYPES:
+        assert run.metric(f"robovqa_{kind}", "score") == pytest.approx(expected[kind]), kind
+    assert run.metric("robovqa", "predictions") == 18 == len(server.calls)
+    assert run.metric("robovqa", "score") == pytest.approx(sum(expected.values()) / len(expected))
+    assert run.metric("robovqa_success", "unextracted") == 0
+    for call in server.calls:
+        content = [m for m in call.messages if m["role"] == "user"][-1]["content"]
+        urls = [part["image_url"]["url"] for part in content if part["type"] == "image_url"]
+        shown = [read_index(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))) for url in urls]
+        assert len(shown) == 16 and shown == [int(i * (EPISODE_FRAMES - 1) / 15) for i in range(16)]
+        assert all(message["role"] != "system" for message in call.messages)

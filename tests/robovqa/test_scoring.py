@@ -1,0 +1,164 @@
+"""Each lineage's scorer against a transcription of its code on stress answers (one-word yes / no, empty, long,
+Chinese punctuation); the suite's default scorer; the unsmoothed BLEU-4 trap."""
+
+import re
+
+import pytest
+import sacrebleu
+from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+
+from lmms_egoplan.robovqa import scoring
+
+STRESS = ["yes", "Yes.", "no", "Now it is done", "", "   ", "put packet on the table",
+          "I think the robot should put the packet on the table and then close the drawer, then wait " * 8,
+          "把包放在桌子上。", "yes，放好了！", "<think>maybe</think> no", "1- put packet on the table 2- done",
+          "A: (put) packet: on the table"]
+DOCS = [{"question_type": "success", "answer": "yes", "tag": "<task:success:discrete:True>"},
+        {"question_type": "discriminative_affordance", "answer": "no",
+         "tag": "<task:affordance:discriminative:discrete:False>"},
+        {"question_type": "next_step", "answer": "put packet on the table", "tag": "<task:planning:freeform>"},
+        {"question_type": "next_five_steps", "answer": "1- put packet on the table 2- done",
+         "tag": "<task:remaining5_planning_with_context20:freeform>"}]
+CASES = [(answer, doc) for answer in STRESS for doc in DOCS]
+
+
+def mimo_transcribed(prediction_raw, gold_answer):
+    """XiaomiMiMo/MiMo-Embodied @0bee4b6 lmms_eval/tasks/robovqa/utils.py, get_bleu_score and
+    robovqa_process_results, transcribed."""
+    prediction = prediction_raw.strip()
+    prediction = re.sub(r"<think>.*?</think>", "", prediction, flags=re.DOTALL | re.MULTILINE)
+    prediction = re.sub(r"<[^>]+>", "", prediction)
+    prediction = re.sub(r"\n+", " ", prediction)
+    prediction = prediction.strip()
+    pred = prediction.replace("\n", "").lower()
+    gt = gold_answer.replace("\n", "").lower()
+    if gt in ["yes", "no"]:
+        pred = re.sub(r"\b\w*yes\w*\b", "yes", pred)
+        pred = re.sub(r"\b\w*no\w*\b", "no", pred)
+    candidate, reference = pred.split(" "), [gt.split(" ")]
+    ref_len = len(reference[0])
+    if ref_len <= 1:
+        weights_list = [(1.00, 0.00, 0.00, 0.00)] * 4
+    elif ref_len == 2:
+        weights_list = [(1.00, 0.00, 0.00, 0.00)] + [(0.50, 0.50, 0.00, 0.00)] * 3
+    elif ref_len == 3:
+        weights_list = [(1.00, 0.00, 0.00, 0.00), (0.50, 0.50, 0.00, 0.00)] + [(0.33, 0.33, 0.33, 0.00)] * 2
+    else:
+        weights_list = [(1.00, 0.00, 0.00, 0.00), (0.50, 0.50, 0.00, 0.00), (0.33, 0.33, 0.33, 0.00),
+                        (0.25, 0.25, 0.25, 0.25)]
+    bleu_scores = [sentence_bleu(reference, candidate, weights=w) for w in weights_list]
+    return sum(bleu_scores) / 4, *bleu_scores
+
+
+def physbrain_transcribed(raw_output_text, gt_answer):
+    """DeepCybo-PhysAI/PhysBrainEvalKit @c95d9ee benchmark/robovqa.py process_raw_output (not thinking),
+    transcribed."""
+    predicted_text = str(raw_output_text).strip().lower()
+    if predicted_text.endswith("."):
+        predicted_text = predicted_text[:-1]
+    predicted_text = predicted_text.replace("<", "").replace(">", "")
+    try:
+        return sacrebleu.sentence_bleu(predicted_text, [gt_answer], tokenize="intl").score
+    except Exception:
+        return 0.0
+
+
+def robomamba_transcribed(answer, gold):
+    """lmzpai/roboMamba @d383bbb src/test.py judge_robovqa, transcribed (the answer as written to its result file:
+    newlines replaced by spaces; jieba's cut joined back, the identity)."""
+    result = re.sub(r"<\|.*?\|>", " ", answer.strip().replace("\n", " "))
+    result = re.sub(r"<.*?>", " ", result)
+    result = result.replace("A:", " ").replace(":", " ").replace("(", " ").replace(")", " ")
+    ans = result.strip()
+    gt = gold.strip()
+    return [max(sentence_bleu([ans[:len(gt) - lenth].split()], gt.split(),
+                              smoothing_function=SmoothingFunction().method4, weights=w) for lenth in range(-5, 5))
+            for w in ((1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1))]
+
+
+def multinet_normalize_transcribed(text):
+    if not isinstance(text, str):
+        return ""
+    text = re.sub(r"[^\w\s]", "", text.lower())
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("answer, doc", CASES)
+def test_mimo_is_its_code(answer, doc):
+    ours = scoring.mimo_scores(answer, doc)
+    theirs = mimo_transcribed(answer, doc["answer"])
+    assert [ours[name] for name in ("mimo_score", "mimo_bleu1", "mimo_bleu2", "mimo_bleu3", "mimo_bleu4")] == \
+        pytest.approx(list(theirs), abs=1e-12)
+
+
+def test_mimo_rewrites_now_into_no():
+    assert scoring.mimo_scores("Now it is done", DOCS[1])["mimo_bleu1"] == pytest.approx(0.25)  # no it is done
+    assert scoring.mimo_prompt("put packet on the table Q: possible right now?") == \
+        "put packet on the table. is it possible right now? Please answer yes or no. "
+
+
+@pytest.mark.parametrize("answer, doc", CASES)
+def test_physbrain_is_its_code(answer, doc):
+    reference = scoring.physbrain_reference(doc["answer"], doc)
+    assert scoring.physbrain_scores(answer, doc)["physbrain_bleu"] == \
+        pytest.approx(physbrain_transcribed(answer, reference), abs=1e-9)
+
+
+def test_physbrain_rewrites_each_template():
+    question, category = scoring.physbrain_question("put packet on the table Q: satisfied?",
+                                                    "<task:success:discrete:True>")
+    assert category == "success"
+    assert question == ("put packet on the table. is it satisfied? Answer only yes or no, without explanation or "
+                        "any other text.")
+    assert scoring.physbrain_question("Q: what just happened?", "<task:past_description:freeform>")[0].startswith(
+        "what just happened? Answer with only one short action phrase describing the completed action.")
+    with pytest.raises(ValueError, match="Unsupported RoboVQA question template"):
+        scoring.physbrain_question("Q: satisfied?", "<task:success:discrete:True>")  # no action before Q:
+
+
+@pytest.mark.parametrize("answer, doc", CASES)
+def test_robomamba_is_its_code(answer, doc):
+    ours = scoring.robomamba_scores(answer, doc)
+    assert [ours[f"robomamba_bleu{n}"] for n in range(1, 5)] == \
+        pytest.approx(robomamba_transcribed(answer, doc["answer"]), abs=1e-12)
+
+
+@pytest.mark.parametrize("answer", STRESS)
+def test_multinet_normalizes_as_its_code(answer):
+    assert scoring.multinet_normalize(answer) == multinet_normalize_transcribed(answer)
+
+
+def test_multinet_scores_exact_match_similarity_and_invalid():
+    assert scoring.multinet_scores("  ", DOCS[0]) == {"multinet_exact_match": 0.0, "multinet_similarity": 0.0,
+                                                      "multinet_invalid": 1.0}
+    right = scoring.multinet_scores("Put packet on the table.", DOCS[2])
+    assert right["multinet_exact_match"] == 1.0 and right["multinet_similarity"] > 0.9
+    assert scoring.multinet_scores("open the door", DOCS[2])["multinet_similarity"] < 0.9
+
+
+def test_the_default_reads_yes_and_no_strictly():
+    assert [scoring.strict_yes_no(answer) for answer in
+            ("yes", "Yes.", "  no, it is not", "Now it is done", "yes and no", "", "yes，放好了！", "nope")] == \
+        ["yes", "yes", "no", None, None, None, "yes", None]
+    scores = scoring.default_scores("Yes.", DOCS[0])
+    assert scores["score"] == 100.0 and scores["unextracted"] == 0.0
+    assert scoring.default_scores("Now it is done", DOCS[1])["unextracted"] == 1.0
+
+
+def test_the_default_smooths_free_form_bleu():
+    assert scoring.default_scores("put packet on the table", DOCS[2])["score"] == pytest.approx(100.0)
+    short = scoring.default_scores("put packet", DOCS[2])
+    assert 0 < short["score"] < 100 and short["length_ratio"] == pytest.approx(2 / 5)
+    assert scoring.default_scores("", DOCS[2])["score"] == 0.0
+
+
+def test_unsmoothed_bleu4_scores_a_right_one_word_answer_as_zero():
+    trap = sentence_bleu([["yes"]], ["yes"])  # NLTK's default weights (0.25 x 4), no smoothing
+    assert trap < 1e-200
+    assert scoring.mimo_scores("yes", DOCS[0])["mimo_bleu4"] == 1.0  # MiMo's weights by reference length
+    assert scoring.default_scores("yes", DOCS[0])["score"] == 100.0
+
+
+def test_the_notebooks_call_fails_on_sacrebleu_2():
+    with pytest.raises(TypeError):  # data_loading_and_eval.ipynb: sentence_bleu(answer, pred_answer)
+        sacrebleu.sentence_bleu("A: yes", "This is a mock answer!")
