@@ -18,6 +18,7 @@ def warm_python():
     """The lmms-eval and lm-eval runs of this worker (``run_lmms_eval``, ``run_lm_eval``, the demo's, the CLIs'
     started from them) fork from one warm Python (``demo/kit/warm_python.py``) instead of importing torch,
     transformers and evaluate again each: most of this tier's time before."""
+    import os
     import subprocess
     import sys
     import tempfile
@@ -27,12 +28,13 @@ def warm_python():
     from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV
 
     with tempfile.TemporaryDirectory(prefix="warm-python-") as folder, pytest.MonkeyPatch.context() as patch:
-        for name, value in OFFLINE_ENV.items():  # the runs' own: the warm Python imports under them
-            patch.setenv(name, value)
         socket = Path(folder) / "socket"
+        # Under the runs' offline variables, which the pre-imported modules read when imported.
         server = subprocess.Popen([sys.executable, warm_python.__file__, str(socket)], stdout=subprocess.DEVNULL,
-                                  stderr=open(Path(folder) / "log", "w"))
+                                  env={**os.environ, **OFFLINE_ENV})
         patch.setenv(warm_python.WARM_PYTHON_VARIABLE, str(socket))
         yield
         server.terminate()
         server.wait(timeout=60)
+        failed = Path(f"{socket}.failed")  # its runs started as plain processes: right, but slow
+        assert not failed.exists(), f"the warm Python did not start:\n{failed.read_text()}"
