@@ -11,3 +11,30 @@ def egoplan_data(tmp_path_factory):
     from lmms_egoplan.demo.egoplan import build_fixture
 
     return build_fixture(tmp_path_factory.mktemp("egoplan"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_python():
+    """The lmms-eval and lm-eval runs of this worker (``run_lmms_eval``, ``run_lm_eval``, the demo's, the CLIs'
+    started from them) fork from one warm Python (``demo/kit/warm_python.py``) instead of importing torch,
+    transformers and evaluate again each: most of this tier's time before."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from lmms_egoplan.demo.kit import warm_python
+    from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV
+
+    with tempfile.TemporaryDirectory(prefix="warm-python-") as folder, pytest.MonkeyPatch.context() as patch:
+        socket = Path(folder) / "socket"
+        # Under the runs' offline variables, which the pre-imported modules read when imported.
+        server = subprocess.Popen([sys.executable, warm_python.__file__, str(socket)], stdout=subprocess.DEVNULL,
+                                  env={**os.environ, **OFFLINE_ENV})
+        patch.setenv(warm_python.WARM_PYTHON_VARIABLE, str(socket))
+        yield
+        server.terminate()
+        server.wait(timeout=60)
+        failed = Path(f"{socket}.failed")  # its runs started as plain processes: right, but slow
+        assert not failed.exists(), f"the warm Python did not start:\n{failed.read_text()}"

@@ -3,12 +3,12 @@
 ``--include_path``) runs through ``lmms-eval`` and ``lm_eval`` with their ``dummy`` models and is scored."""
 
 import os
-import subprocess
 import sys
 
 import pytest
 
 from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV, finished_run, run_lmms_eval
+from lmms_egoplan.demo.kit.warm_python import run_python
 from tests.kit.sixth_benchmark import DOCS, write_sixth_benchmark
 
 
@@ -27,8 +27,7 @@ def test_the_sixth_benchmark_runs_through_both_harnesses_clis(tmp_path):
     command = [sys.executable, "-m", "lm_eval", "run", "--model", "dummy", "--tasks", "sixth_val_blind",
                "--include_path", str(tmp_path / "sixth" / "checkout_lm_eval_tasks"), "--output_path", str(output),
                "--log_samples"]
-    completed = subprocess.run(command, env={**os.environ, **OFFLINE_ENV, **env}, cwd=output, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, timeout=600)
+    completed = run_python(command, env={**os.environ, **OFFLINE_ENV, **env}, cwd=output, timeout=600)
     baseline = finished_run(command, completed.returncode, completed.stdout, output, 0.0, ["sixth_val_blind"], True,
                             results_glob="results_*.json")
     assert baseline.metric("sixth_val_blind", "exact") == 0.0  # lm-eval's dummy answers "lol"

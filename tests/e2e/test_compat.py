@@ -12,6 +12,7 @@ from pathlib import Path
 from lmms_egoplan.compat.replacements import RECORD_KEY
 from lmms_egoplan.core.provenance import PROVENANCE_KEY
 from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV
+from lmms_egoplan.demo.kit.warm_python import run_python
 from tests.fixtures import PROBE_TASKS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,8 +55,8 @@ def run_cli(mode: str, tasks: str, output: Path, *, include_path: Path, env: dic
             "--output_path", str(output), "--log_samples"]
     run_env = {**os.environ, **OFFLINE_ENV, **(env or {})}
     run_env.pop("LMMS_EVAL_PLUGINS", None)
-    completed = subprocess.run([sys.executable, "-c", CHILD, mode, *argv], env=run_env, cwd=output,
-                               capture_output=True, text=True, timeout=600)
+    completed = run_python([sys.executable, "-c", CHILD, mode, *argv], env=run_env, cwd=output, timeout=600,
+                           stderr_apart=True)
     log = completed.stdout + completed.stderr
     state = json.loads(next(line for line in completed.stdout.splitlines() if line.startswith("COMPAT-STATE "))[13:])
     results_files = sorted(output.rglob("*_results.json"))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 
 from lmms_egoplan.core.documentation import doc_page
 from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV, run_lmms_eval
+from lmms_egoplan.demo.kit.warm_python import run_python
 
 # lmms-eval's CLI, in a process where building egoplan_hf is observable: it writes MARKER first.
 OBSERVED_CLI = r"""
@@ -39,9 +39,8 @@ def observed_run(tmp_path: Path, model_args: str, tasks: str, env: dict, *extra:
     output.mkdir()
     argv = ["--model", "egoplan_hf", "--model_args", model_args, "--tasks", tasks, "--output_path", str(output), *extra]
     started = time.monotonic()
-    completed = subprocess.run([sys.executable, "-c", OBSERVED_CLI, str(marker), *argv], cwd=output, text=True,
-                               env={**os.environ, **OFFLINE_ENV, "LMMS_EVAL_PLUGINS": "lmms_egoplan", **env},
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+    completed = run_python([sys.executable, "-c", OBSERVED_CLI, str(marker), *argv], cwd=output, timeout=900,
+                           env={**os.environ, **OFFLINE_ENV, "LMMS_EVAL_PLUGINS": "lmms_egoplan", **env})
     return completed.returncode, completed.stdout, marker.exists(), time.monotonic() - started
 
 
@@ -180,9 +179,8 @@ def test_a_run_of_the_suite_that_fails_before_its_tasks_are_named_exits_1(tmp_pa
     """LMMS_EVAL_PLUGINS names the suite, and the run fails on its arguments (lmms-eval checks them after building
     its task index and before naming the tasks): lmms-eval alone exits 0."""
     environment = {**os.environ, **OFFLINE_ENV, "LMMS_EVAL_PLUGINS": "lmms_egoplan"}
-    completed = subprocess.run([sys.executable, "-m", "lmms_eval", "--model", "openai", "--tasks", "egoplan_val_gen",
-                                "--predict_only"], cwd=tmp_path, env=environment, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+    completed = run_python([sys.executable, "-m", "lmms_eval", "--model", "openai", "--tasks", "egoplan_val_gen",
+                            "--predict_only"], cwd=tmp_path, env=environment, timeout=600)
     assert completed.returncode == 1, completed.stdout[-3000:]
     assert last_line(completed.stdout) == ("lmms-egoplan: error: ValueError: Specify --output_path if providing "
                                            "--log_samples or --predict_only")

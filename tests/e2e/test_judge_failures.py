@@ -53,11 +53,11 @@ def test_lone_surrogates_in_model_output_are_judged_and_scored_and_logged(tmp_pa
 
 def test_a_judge_failing_after_a_good_preflight_ends_the_run_with_status_3_and_the_rejudge_command(tmp_path):
     import shlex
-    import subprocess
     import sys
 
     from lmms_egoplan.demo.egothink import write_release
     from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
+    from lmms_egoplan.demo.kit.warm_python import run_python
 
     data = write_release(tmp_path / "data", per_dimension=3)
     state = {"down": True}
@@ -78,8 +78,7 @@ def test_a_judge_failing_after_a_good_preflight_ends_the_run_with_status_3_and_t
         assert f"--judge_base_url {judge.base_url}" in last and f"--judge_cache_dir {tmp_path / 'judge'}" in last
         state["down"] = False
         judge.reset()
-        finished = subprocess.run([sys.executable, "-m", "lmms_egoplan.cli", *command[1:]], capture_output=True,
-                                  text=True)
+        finished = run_python([sys.executable, "-m", "lmms_egoplan.cli", *command[1:]], stderr_apart=True)
     assert finished.returncode == 0, finished.stderr
     assert len(judge.calls) == 3
     rejudged = json.loads(next(samples.parent.glob("*_rejudged.json")).read_text(), parse_constant=refuse_constant)

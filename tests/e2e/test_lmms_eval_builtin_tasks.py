@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
 import sys
 import time
 from contextlib import ExitStack
@@ -23,6 +22,7 @@ from lmms_egoplan.demo.egoplan import build_fixture
 from lmms_egoplan.demo.egothink import write_release
 from lmms_egoplan.demo.kit.judge_server import hash_rating, loopback_judge_settings
 from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV, finished_run, run_lmms_eval
+from lmms_egoplan.demo.kit.warm_python import run_python
 from tests.kit.lmms_eval_tasks import LETTERS, egoschema_records, local_copies, seedbench_records
 
 SUITE_TASKS = ["egoplan_val", "ego_think"]
@@ -60,9 +60,8 @@ def runs_alone(tasks: list[str], folder, env: dict[str, str], **arguments) -> di
     (folder / "alone.yaml").write_text(yaml.safe_dump(entries))
     command = [sys.executable, "-m", "lmms_eval", "--config", str(folder / "alone.yaml")]
     started = time.time()
-    completed = subprocess.run(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, **OFFLINE_ENV, **env, "LMMS_EVAL_PLUGINS": "lmms_egoplan"},
-                               timeout=1800)
+    completed = run_python(command, cwd=folder, timeout=1800,
+                           env={**os.environ, **OFFLINE_ENV, **env, "LMMS_EVAL_PLUGINS": "lmms_egoplan"})
     return {task: finished_run(command, completed.returncode, completed.stdout, folder / task, started, [task],
                                check=True) for task in tasks}
 

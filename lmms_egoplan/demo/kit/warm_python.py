@@ -1,0 +1,312 @@
+"""A warm Python: one process that has imported the heavy third-party modules every lmms-eval / lm-eval run imports
+(torch, torchvision, transformers and its pipelines through evaluate, datasets, accelerate: some 11 s of CPU a
+process) and forks a fresh process per run, which then runs the real command line (``python -m MODULE ARGS`` or
+``python -c CODE ARGS``) with its own arguments, environment, working directory, stdin, stdout, stderr, exit status,
+atexit handlers and signals, as ``subprocess.run`` (``run_python``) or ``subprocess.Popen`` (``start_python``) would.
+
+Nothing of lmms_eval, lm_eval or lmms_egoplan is imported before the fork (their import-time behaviour depends on the
+run's environment). A run whose environment differs from the warm process's in a variable that the pre-imported
+modules read when imported (``IMPORT_TIME_VARIABLES``), or whose interpreter is another one, is refused, and
+starts as a plain process instead.
+
+Started as a script (``python warm_python.py SOCKET``: this file imports nothing but the standard library at its top)
+by whoever runs many such processes: the end-to-end tests (``tests/e2e/conftest.py``) name its socket in
+``WARM_PYTHON_VARIABLE``, which the runs they start inherit (the demo's runs, under ``lmms-egoplan smoke``, too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+WARM_PYTHON_VARIABLE = "LMMS_EGOPLAN_WARM_PYTHON"  # the socket of a warm Python that runs may fork from
+# Prefixes of the variables the pre-imported modules (or the interpreter) read when imported or started.
+IMPORT_TIME_VARIABLES = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "TORCH", "PYTORCH", "CUDA", "NCCL", "OMP_",
+                         "KMP_", "MKL", "OPENBLAS", "NUMEXPR", "NUMPY", "PYTHON", "LD_", "DATASETS", "EVALUATE",
+                         "ACCELERATE", "USE_", "XDG_", "HOME", "TMP", "TEMP", "LANG", "LC_", "TZ")
+REFUSED = -1  # the pid a warm Python answers for a run it does not start
+_WAIT_FOR_START = 300.0  # seconds a first run waits for the warm Python to finish its imports
+
+
+def import_time_environment(environ) -> dict[str, str]:
+    return {name: value for name, value in environ.items() if name.startswith(IMPORT_TIME_VARIABLES)}
+
+
+def run_python(command: list[str], *, env: dict[str, str] | None = None, cwd=None, timeout: float | None = None,
+               stderr_apart: bool = False) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, env=env, cwd=cwd, stdout=PIPE, stderr=STDOUT, text=True, timeout=timeout)`` (with
+    ``stderr_apart``: ``stderr=PIPE``), forked from the warm Python named in the environment's
+    ``WARM_PYTHON_VARIABLE`` where that one can run it."""
+    env = dict(os.environ if env is None else env)
+    pipes = [os.pipe() for _ in range(2 if stderr_apart else 1)]
+    forked = _fork(command, env, cwd, [pipes[0][1], pipes[-1][1]])
+    for _, write_end in pipes:
+        os.close(write_end)
+    readers = [open(read_end, "rb", buffering=0) for read_end, _ in pipes]
+    if forked is None:
+        for reader in readers:
+            reader.close()
+        return subprocess.run(command, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE if stderr_apart else subprocess.STDOUT, text=True, timeout=timeout)
+    outputs = _read_until_closed(readers, forked.pid, command, timeout)
+    returncode = forked.wait()
+    texts = [data.decode().replace("\r\n", "\n").replace("\r", "\n") for data in outputs]  # subprocess's text mode
+    return subprocess.CompletedProcess(command, returncode, texts[0], texts[1] if stderr_apart else None)
+
+
+def start_python(command: list[str], *, env: dict[str, str], cwd, output) -> subprocess.Popen | ForkedProcess:
+    """``subprocess.Popen(command, env=env, cwd=cwd, stdout=output, stderr=STDOUT)``, forked from the warm Python
+    named in ``env`` where that one can run it: the process (``poll``, ``wait``, ``send_signal``, ``returncode``)."""
+    forked = _fork(command, env, cwd, [output.fileno(), output.fileno()])
+    return forked or subprocess.Popen(command, env=env, cwd=cwd, stdout=output, stderr=subprocess.STDOUT)
+
+
+class ForkedProcess:
+    """A run forked from a warm Python, seen as ``subprocess.Popen`` sees its child. Its exit status comes from the
+    warm Python's keeper of the run, over ``connection``."""
+
+    def __init__(self, args: list[str], pid: int, connection: socket.socket, received: bytes):
+        self.args, self.pid, self.returncode = args, pid, None
+        self._connection, self._received = connection, received
+
+    def poll(self) -> int | None:
+        return self._status(0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self._status(timeout) is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signum)
+
+    def _status(self, timeout: float | None) -> int | None:
+        if self.returncode is None and (b"\n" in self._received or _ready(self._connection, timeout)):
+            while b"\n" not in self._received:
+                chunk = self._connection.recv(64)
+                if not chunk:
+                    raise ConnectionError(f"the warm Python's keeper of run {self.pid} ended without its status")
+                self._received += chunk
+            self.returncode = int(self._received.split(b"\n")[0])
+            self._connection.close()
+        return self.returncode
+
+
+def _ready(connection: socket.socket, timeout: float | None) -> bool:
+    with selectors.DefaultSelector() as selector:
+        selector.register(connection, selectors.EVENT_READ)
+        return bool(selector.select(timeout))
+
+
+def _fork(command: list[str], env: dict[str, str], cwd, fds: list[int]) -> ForkedProcess | None:
+    """The run forked from the warm Python named in ``env``, its stdout and stderr ``fds``; None where none is named,
+    it failed to start, or it refuses the run (another interpreter, another import-time environment)."""
+    warm = env.get(WARM_PYTHON_VARIABLE)
+    if not warm or command[0] != sys.executable or command[1:2] not in (["-m"], ["-c"]):
+        return None
+    connection = _connect(Path(warm))
+    if connection is None:
+        return None
+    request = json.dumps({"executable": command[0], "argv": command[1:], "env": env,
+                          "cwd": str(Path(cwd or os.getcwd()).resolve())}).encode()
+    socket.send_fds(connection, [struct.pack("!I", len(request))], [0, *fds])
+    connection.sendall(request)
+    received = b""
+    while b"\n" not in received:
+        chunk = connection.recv(64)
+        if not chunk:
+            raise ConnectionError(f"the warm Python {warm} ended without answering")
+        received += chunk
+    pid, _, rest = received.partition(b"\n")
+    if int(pid) == REFUSED:
+        connection.close()
+        return None
+    return ForkedProcess(command, int(pid), connection, rest)
+
+
+def _connect(path: Path) -> socket.socket | None:
+    """A connection to the warm Python at ``path`` once it is listening; None if it failed to start."""
+    deadline = time.monotonic() + _WAIT_FOR_START
+    while not path.exists():
+        if Path(f"{path}.failed").exists() or time.monotonic() > deadline:
+            return None
+        time.sleep(0.1)
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.connect(str(path))
+    return connection
+
+
+def _read_until_closed(readers: list, pid: int, command: list[str], timeout: float | None) -> list[bytes]:
+    """All the run writes to each reader's pipe, until every one is closed; kills the run past ``timeout``, as
+    ``subprocess.run`` does."""
+    chunks = {reader: [] for reader in readers}
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        for reader in readers:
+            selector.register(reader, selectors.EVENT_READ)
+        while selector.get_map():
+            left = None if deadline is None else deadline - time.monotonic()
+            ready = selector.select(left) if left is None or left > 0 else []
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                raise subprocess.TimeoutExpired(command, timeout, output=b"".join(chunks[readers[0]]))
+            for key, _ in ready:
+                chunk = key.fileobj.read(65536)
+                if chunk:
+                    chunks[key.fileobj].append(chunk)
+                else:
+                    selector.unregister(key.fileobj)
+                    key.fileobj.close()
+    return [b"".join(chunks[reader]) for reader in readers]
+
+
+def serve(path: Path) -> dict:
+    """Import the heavy third-party modules, listen on ``path``, fork a keeper per request; returns the request in
+    the forked run."""
+    before = dict(os.environ)
+    try:  # what every run imports: torch, transformers and its pipelines (through lmms-eval's metrics' evaluate), ...
+        import accelerate  # noqa: F401
+        import datasets  # noqa: F401
+        import evaluate  # noqa: F401
+        import numpy  # noqa: F401
+        import PIL.Image  # noqa: F401
+        import torch  # noqa: F401
+        import torchvision  # noqa: F401
+        import transformers.pipelines  # noqa: F401
+    except BaseException:
+        import traceback
+
+        Path(f"{path}.failed").write_text(traceback.format_exc())
+        raise
+    parent = os.getppid()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(f"{path}.binding")
+    listener.listen(64)
+    os.rename(f"{path}.binding", path)  # clients wait for this name: it appears listening
+    listener.settimeout(5)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
+    started_environment = import_time_environment(before)
+    # What the imports wrote into the environment (torch: TORCHINDUCTOR_CACHE_DIR) a fresh process would have too.
+    set_by_imports = {name: value for name, value in os.environ.items() if before.get(name) != value}
+    while os.getppid() == parent:  # ends with whoever started it
+        try:
+            connection, _ = listener.accept()
+        except TimeoutError:
+            continue
+        connection.settimeout(None)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if os.fork() == 0:
+            listener.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            return _keep_one_run(connection, started_environment, set_by_imports)
+        connection.close()
+    sys.exit(0)
+
+
+def _keep_one_run(connection: socket.socket, started_environment: dict[str, str],
+                  set_by_imports: dict[str, str]) -> dict:
+    """In the keeper: read the request, fork the run, answer its pid and then its exit status; returns the request
+    in the run."""
+    header, fds, _, _ = socket.recv_fds(connection, 4, 3)
+    (length,) = struct.unpack("!I", header)
+    payload = b""
+    while len(payload) < length:
+        payload += connection.recv(length - len(payload))
+    request = json.loads(payload)
+    if (request["executable"] != sys.executable
+            or import_time_environment(request["env"]) != started_environment):
+        connection.sendall(f"{REFUSED}\n".encode())
+        os._exit(0)
+    run = os.fork()
+    if run == 0:
+        connection.close()
+        return {**request, "env": {**request["env"], **set_by_imports}, "fds": fds}
+    for fd in fds:
+        os.close(fd)
+    try:
+        connection.sendall(f"{run}\n".encode())
+        _, status = os.waitpid(run, 0)
+        connection.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+    finally:  # the client may have gone (a timeout): the run is reaped either way
+        os._exit(0)
+
+
+def become_the_run(request: dict) -> None:
+    """In the forked run: take the request's streams, folder, environment and arguments, then run the command line
+    in a fresh ``__main__``; its end (an exception, ``sys.exit``, atexit) is the interpreter's, as in any process."""
+    import random
+    import runpy
+    import types
+
+    for target, fd in enumerate(request["fds"]):
+        os.dup2(fd, target)
+    for fd in set(request["fds"]) - {0, 1, 2}:
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    random.seed()  # each process its own draws, as a fresh interpreter would have
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    flag, target, *arguments = request["argv"]
+    try:
+        if flag == "-m":
+            sys.path[0] = os.getcwd()
+            sys.argv = ["-m", *arguments]
+            runpy._run_module_as_main(target, alter_argv=True)  # what ``python -m`` itself calls
+        else:
+            sys.path[0] = ""
+            sys.argv = ["-c", *arguments]
+            exec(compile(target, "<string>", "exec"), main.__dict__)
+        status = 0
+    except SystemExit as stop:
+        status = _exit_status(stop.code)
+    except BaseException as error:
+        error.__traceback__ = error.__traceback__.tb_next  # from the command's frames on, as Python prints it
+        sys.excepthook(type(error), error, error.__traceback__)
+        status = -signal.SIGINT if isinstance(error, KeyboardInterrupt) else 1
+    _end_as_the_interpreter_does(status)
+
+
+def _exit_status(code) -> int:
+    """The status ``sys.exit(code)`` leaves (the interpreter's ``handle_system_exit``)."""
+    if code is None or isinstance(code, int):
+        return code or 0
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _end_as_the_interpreter_does(status: int) -> None:
+    """What the interpreter does at exit that a program can see: wait for its non-daemon threads, run the atexit
+    handlers, flush stdout and stderr; then exit without tearing down thousands of modules one by one (3-4 s
+    with torch and transformers loaded, and nothing a run can see). A run ended by Ctrl-C ends by SIGINT, as
+    Python's own."""
+    import atexit
+    import threading
+
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed stream or pipe
+            pass
+    if status == -signal.SIGINT:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(status & 0xFF)
+
+if __name__ == "__main__":
+    become_the_run(serve(Path(sys.argv[1])))

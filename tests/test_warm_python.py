@@ -1,0 +1,105 @@
+"""The warm Python the end-to-end tier forks its lmms-eval and lm-eval runs from (``demo/kit/warm_python.py``): a
+forked run behaves as the same command in a plain process (``subprocess.run``, the oracle) in what a run can see:
+its arguments, environment, working directory, output, exit status, atexit handlers, threads, signals; it was forked
+(torch already imported) with nothing of lmms-eval or the suite imported; a run whose import-time environment
+differs runs in a plain process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lmms_egoplan.demo.kit.warm_python import WARM_PYTHON_VARIABLE, run_python, start_python
+
+PROBE = r"""
+import json, os, sys, threading, atexit, time
+suite_or_harness = sorted(m for m in sys.modules if m.split(".")[0] in ("lmms_eval", "lm_eval", "lmms_egoplan"))
+seen = {"argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0], "variable": os.environ.get("PROBE_VARIABLE"),
+        "suite_or_harness": suite_or_harness}
+print(json.dumps(seen), flush=True)
+print("to stderr", file=sys.stderr, flush=True)
+threading.Thread(target=lambda: time.sleep(0.5) or print("thread joined", flush=True)).start()  # after the end
+atexit.register(print, "atexit ran")
+ending = sys.argv[1]
+if ending == "status":
+    sys.exit(7)
+if ending == "message":
+    sys.exit("a message")
+if ending == "error":
+    raise ValueError("broken")
+if ending == "interrupt":
+    raise KeyboardInterrupt
+"""
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    """The environment of runs that fork from a warm Python (started here, ended after the module)."""
+    from lmms_egoplan.demo.kit import warm_python
+
+    socket = tmp_path_factory.mktemp("warm") / "socket"
+    server = subprocess.Popen([sys.executable, warm_python.__file__, str(socket)])
+    yield {**os.environ, WARM_PYTHON_VARIABLE: str(socket)}
+    server.terminate()
+    server.wait(timeout=60)
+
+
+@pytest.mark.parametrize("ending", ["normal", "status", "message", "error", "interrupt"])
+@pytest.mark.parametrize("stderr_apart", [False, True])
+def test_a_forked_run_is_seen_as_the_same_command_in_a_plain_process(warm, tmp_path, ending, stderr_apart):
+    command = [sys.executable, "-c", PROBE, ending, "second argument"]
+    env = {**warm, "PROBE_VARIABLE": f"value {ending}"}
+    forked = run_python(command, env=env, cwd=tmp_path, timeout=300, stderr_apart=stderr_apart)
+    plain = subprocess.run(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, text=True, timeout=300,
+                           stderr=subprocess.PIPE if stderr_apart else subprocess.STDOUT)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+    assert '"suite_or_harness": []' in forked.stdout and "atexit ran" in forked.stdout
+    assert "thread joined" in forked.stdout and f"value {ending}" in forked.stdout
+
+
+def test_runs_fork_with_torch_imported_each_its_own_draws_and_python_m_runs_a_module(warm, tmp_path):
+    probe = "import sys, random; print('torch' in sys.modules, random.random())"
+    draws = [run_python([sys.executable, "-c", probe], env=warm, timeout=300).stdout.split() for _ in range(2)]
+    assert [loaded for loaded, _ in draws] == ["True", "True"] and draws[0][1] != draws[1][1]
+    (tmp_path / "probe_module.py").write_text("import sys, os; print(sys.argv[0] == os.path.abspath('probe_module.py'),"
+                                              " sys.argv[1:], sys.path[0] == os.getcwd(), __name__)")
+    ran = run_python([sys.executable, "-m", "probe_module", "x"], env=warm, cwd=tmp_path, timeout=300)
+    assert (ran.returncode, ran.stdout) == (0, "True ['x'] True __main__\n")
+
+
+def test_a_run_whose_import_time_environment_differs_runs_in_a_plain_process(warm):
+    probe = "import sys; print('torch' in sys.modules)"
+    assert run_python([sys.executable, "-c", probe], env=warm, timeout=300).stdout == "True\n"
+    assert run_python([sys.executable, "-c", probe], env={**warm, "HF_HOME": "/elsewhere"}, timeout=300).stdout \
+        == "False\n"
+    assert run_python([sys.executable, "-c", probe], env={**warm, WARM_PYTHON_VARIABLE: ""}, timeout=300).stdout \
+        == "False\n"
+
+
+def test_a_run_past_its_timeout_is_killed(warm):
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_python([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(600)"], env=warm,
+                   timeout=3)
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, -signal.SIGTERM), (signal.SIGINT, -signal.SIGINT)])
+def test_a_started_run_is_signalled_and_waited_for_as_a_process(warm, tmp_path, signum, status):
+    log = tmp_path / "log"
+    with log.open("w") as output:
+        process = start_python([sys.executable, "-c", "import time, sys; print('torch' in sys.modules, flush=True); "
+                                "time.sleep(600)"], env=warm, cwd=tmp_path, output=output)
+        deadline = time.monotonic() + 120
+        while not log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process.poll() is None and log.read_text() == "True\n"
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(timeout=0.1)
+        process.send_signal(signum)
+        assert process.wait(timeout=60) == status == process.returncode
