@@ -30,6 +30,7 @@ from lmms_egoplan.report.intervals import bootstrap_interval, exact_binomial_int
 from lmms_egoplan.report.layout import PUBLISHED_FIELDS
 from lmms_egoplan.report.runs import load_runs
 from lmms_egoplan.report.tables import APART, TEXT_ONLY_BASELINE, THIS_RUN, build_tables
+from lmms_egoplan.robovqa.data import QUESTION_TYPES
 from lmms_egoplan.suite import report_faces
 from tests.report.hostile import check_hostile_copies
 
@@ -101,6 +102,16 @@ def cosmos_reason1_run(folder, stamp="20260101_104000", settings=None, **metrics
     return write_lmms_eval_run(folder, stamp, {**{task: part for task in parts}, **groups}, settings=settings)
 
 
+def robovqa_run(folder, stamp="20260101_105000"):
+    """Each question type's default score, and the group's macro and micro means of them (2 questions a type)."""
+    types = [f"robovqa_{kind}" for kind in QUESTION_TYPES]
+    scores = {task: {"score": 10.0 * (number + 1), "predictions": 2, "unextracted": 0}
+              for number, task in enumerate(types)}
+    macro = sum(metrics["score"] for metrics in scores.values()) / len(scores)
+    return write_lmms_eval_run(folder, stamp, {**scores, "robovqa": {"score": macro, "micro_score": macro,
+                                                                      "predictions": 2 * len(types)}})
+
+
 def judged(request_id):
     return {"judge_parts": {"": {"judge_request_id": request_id, "judge_messages": [{"role": "user", "content": "q"}]}},
             "judge_rubric": "egothink"}
@@ -126,6 +137,7 @@ def write_results_tree(root: Path) -> Path:
     write_lmms_eval_run(folder, "20260101_110000", think, think_samples)
     egoplan_bench2_run(root / "egoplan_bench2" / "tiny-model")
     cosmos_reason1_run(root / "cosmos_reason1" / "tiny-model")
+    robovqa_run(root / "robovqa" / "tiny-model")
     for d, r in ratings.items():
         (folder / f"20260101_110000_judgements_ego_think_{d}.jsonl").write_text(
             "".join(json.dumps({"id": f"{d}/{i}", "rating": v}) + "\n" for i, v in enumerate(r)))
