@@ -44,6 +44,10 @@ from lmms_egoplan.models.vision_attention import pack_vision_attention
 from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError, decode_ahead, decode_ahead_in_processes
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# The likelihood path's speed options on a GPU when a run leaves them unset, as speed/bench_loglikelihood.py's
+# DEFAULT_RULE decided on the H200 run of 2026-11-27 (docs/development.md, "Measured on a GPU"): fused 1.16x the
+# batched method's steady rate, 2 processes 1.30x the fused thread's; candidates_in_prefill 0.97x, so it stays off.
+GPU_DEFAULTS = {"fused_elementwise": True, "prefetch_processes": 2}
 
 
 class ContextTooLongError(ValueError):
@@ -98,9 +102,9 @@ class EgoPlanHF(DocRequests, lmms):
         continuation_batch_size: int = 16,
         candidates_in_prefill: bool = False,
         visual_prefetch: int | None = None,
-        prefetch_processes: int = 0,
+        prefetch_processes: int | None = None,
         packed_vision_attention: bool = True,
-        fused_elementwise: bool = False,
+        fused_elementwise: bool | None = None,
         trust_remote_code: bool = False,
         max_batch_size: int | None = None,  # lmms-eval passes --max_batch_size to every backend; unused
         **unknown: Any,
@@ -130,7 +134,8 @@ class EgoPlanHF(DocRequests, lmms):
         self.vision_attention = pack_vision_attention(self._model, _arg(packed_vision_attention, bool,
                                                                         "packed_vision_attention"))
         # After packing: the packed forwards' rotary embedding is compiled too.
-        self.fused_elementwise = _fused(self._model, _arg(fused_elementwise, bool, "fused_elementwise"), self._device)
+        self.fused_elementwise = _fused(self._model, _arg(fused_elementwise, bool | None, "fused_elementwise"),
+                                        self._device)
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # decoder-only batched generation
         if self.tokenizer.pad_token is None:
@@ -148,7 +153,7 @@ class EgoPlanHF(DocRequests, lmms):
         self.lstrip_continuation = _arg(lstrip_continuation, bool, "lstrip_continuation")
         self.scorer = _scorer(self._model, self.pretrained, continuation_batch_size, candidates_in_prefill)
         self.visual_prefetch = _visual_prefetch(visual_prefetch, self._device)
-        self.prefetch_processes = _prefetch_processes(prefetch_processes, self.visual_prefetch)
+        self.prefetch_processes = _prefetch_processes(prefetch_processes, self.visual_prefetch, self._device)
         self.settle_turn_end(self._model.generation_config)
         self._reported_generation_keys: set[str] = set()
 
@@ -538,9 +543,12 @@ def _visual_prefetch(value, device: torch.device) -> int:
     return prefetch
 
 
-def _prefetch_processes(value, visual_prefetch: int) -> int:
-    """Worker processes preparing the batches ahead (0: a thread, ``visual_prefetch``)."""
-    processes = _arg(value, int, "prefetch_processes")
+def _prefetch_processes(value, visual_prefetch: int, device: torch.device) -> int:
+    """Worker processes preparing the batches ahead (0: a thread, ``visual_prefetch``); by default on a GPU
+    ``GPU_DEFAULTS``' count where batches are prepared ahead."""
+    processes = _arg(value, int | None, "prefetch_processes")
+    if processes is None:
+        return GPU_DEFAULTS["prefetch_processes"] if device.type == "cuda" and visual_prefetch else 0
     if processes < 0:
         raise ValueError(f"egoplan_hf: prefetch_processes must be 0 or more, got {processes}")
     if processes and not visual_prefetch:
@@ -563,17 +571,21 @@ def _scorer(model, pretrained: str, continuation_batch_size: Any, candidates_in_
     return scorer
 
 
-def _fused(model, wanted: bool, device: torch.device) -> FusedElementwise | None:
+def _fused(model, wanted: bool | None, device: torch.device) -> FusedElementwise | None:
     """fused_elementwise: the likelihood path's norms, MLPs and rotary embeddings compiled, their elementwise
-    work fused (``models.fused_elementwise``); refused at once where inductor cannot compile for ``device``."""
-    if not wanted:
+    work fused (``models.fused_elementwise``); refused at once where inductor cannot compile for ``device``. Unset:
+    on where ``GPU_DEFAULTS`` says so and inductor can compile there, else off."""
+    if wanted is False:
         return None
     missing = inductor_missing(device)
-    if missing:
+    if wanted is None:
+        if device.type != "cuda" or not GPU_DEFAULTS["fused_elementwise"] or missing:
+            return None
+    elif missing:
         raise SettingsError(f"egoplan_hf: fused_elementwise=true compiles with torch's inductor, which cannot run "
                             f"here: {missing}; drop fused_elementwise")
     fused = fuse_elementwise(model)
-    if fused is None:
+    if fused is None and wanted:
         logger.warning(f"egoplan_hf: fused_elementwise: {type(model).__name__} has no norm, MLP or rotary embedding to "
                        f"compile; it runs as it is")
     return fused

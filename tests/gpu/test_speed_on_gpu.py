@@ -26,8 +26,7 @@ MOST_PER_QUESTION = {"attention_calls_per_question": 200, "device_syncs_per_ques
 # batches 10.38. So it scores 4 batches (3 in --quick) a round, and the rate asserted is the steady one, after each
 # round's first batch (issue 78: the rate a run of EgoPlan Val's 3,355 questions sees); one pass per candidate, a
 # question at a time like prefix sharing and 3.4 times slower, scores only the first of them.
-STEADY_STATE = {"full": ["--batch-size", "8", "--questions", "32", "--one-pass-questions", "8", "--rounds", "3"],
-                "quick": ["--batch-size", "8", "--questions", "24", "--one-pass-questions", "2", "--rounds", "2"]}
+STEADY_STATE = ["--batch-size", "8", "--questions", "32", "--one-pass-questions", "8", "--rounds", "3"]
 
 
 def loglikelihood_bench(gpu_check, arguments: list[str], folder) -> dict:
@@ -44,10 +43,11 @@ def model_case(figures: dict) -> str:
     return f"{figures['shape']}, decoder layers: {figures['layers'] or 'all'}, {figures['dtype']}"
 
 
-@pytest.mark.gpu_budget(full=130, quick=90)
+# Not in --quick: its 24 questions ran past 90 s on the H200 of 2026-11-27 (the 7B shape's load and one pass per
+# candidate), and the GPU defaults' selection measures the batched method's steady rate on 48 questions there.
+@pytest.mark.gpu_budget(full=130)
 def test_prefix_sharing_at_the_qwen2_5_vl_7b_shape(gpu_check, tmp_path):
-    arguments = gpu_check.pick(full=["--shape", "qwen2.5-vl-7b", *SHAPE_7B, *STEADY_STATE["full"]],
-                               quick=["--shape", "qwen2.5-vl-7b", *SHAPE_7B, *STEADY_STATE["quick"]],
+    arguments = gpu_check.pick(full=["--shape", "qwen2.5-vl-7b", *SHAPE_7B, *STEADY_STATE],
                                smallest=["--shape", "tiny", "--layers", "1", "--questions", "2",
                                          "--one-pass-questions", "1", "--rounds", "1", "--batch-size", "1"])
     f = loglikelihood_bench(gpu_check, arguments, tmp_path)

@@ -28,6 +28,7 @@ from lmms_egoplan.core.settings import SettingsError
 from lmms_egoplan.demo.kit.checkpoints import ANSWER_OPENING, ARCHITECTURES, BOS_ADDING, CHAT_TEMPLATES, END_OF_TURN
 from lmms_egoplan.demo.kit.media import index_image, read_index, write_video
 from lmms_egoplan.harness.lmms_eval_task import SuiteInstance
+from lmms_egoplan.models import egoplan_hf
 from lmms_egoplan.models.chat import ChatRenderer, ChatTemplateError
 from lmms_egoplan.models.egoplan_hf import ContextTooLongError, EgoPlanHF
 from lmms_egoplan.models.likelihood import (
@@ -855,6 +856,20 @@ def test_prefetch_processes_need_batches_ahead(tiny_model):
         EgoPlanHF(pretrained=pretrained, prefetch_processes=1)
     with pytest.raises(ValueError, match="prefetch_processes must be 0 or more, got -1"):
         EgoPlanHF(pretrained=pretrained, visual_prefetch=2, prefetch_processes=-1)
+
+
+def test_the_gpu_defaults_apply_on_a_gpu_only_and_an_explicit_setting_wins(backend):
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert egoplan_hf._prefetch_processes(None, 2, cuda) == egoplan_hf.GPU_DEFAULTS["prefetch_processes"] == 2
+    assert egoplan_hf._prefetch_processes(None, 0, cuda) == 0  # nothing prepared ahead: no process either
+    assert egoplan_hf._prefetch_processes(None, 2, cpu) == 0
+    assert egoplan_hf._prefetch_processes("0", 2, cuda) == 0
+    model = backend("qwen2_vl")
+    assert model.prefetch_processes == 0 and model.fused_elementwise is None  # CPU: both off unless asked
+    # Unset on a GPU where inductor cannot compile (here: no CUDA), the default quietly stays eager.
+    assert egoplan_hf._fused(model.model, None, cuda) is None
+    with pytest.raises(SettingsError, match="fused_elementwise=true compiles with torch's inductor"):
+        egoplan_hf._fused(model.model, True, cuda)
 
 
 def test_visual_prefetch_is_a_count_off_by_default_on_cpu(backend, tiny_model):
