@@ -1,7 +1,7 @@
 """RoboVQA end to end: the group through the real `lmms-eval` CLI on the official TFRecord layout, answered by a
 loopback chat model (lmms-eval's `openai` backend): every task's questions, the default protocol's 16 frames and
 prompt reach the model, and each task's score is the one its answers imply (sacrebleu and exact yes / no, computed
-here without the suite's scorer)."""
+here without the suite's scorer); each lineage's preset likewise, scored by the transcriptions of its code."""
 
 import base64
 import io
@@ -15,6 +15,13 @@ from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.media import read_index
 from lmms_egoplan.demo.robovqa import EPISODE_FRAMES, EPISODES, build_fixture
 from lmms_egoplan.robovqa.data import BINARY_TYPES, QUESTION_TYPES, fetch_question_answer, question_type
+from lmms_egoplan.robovqa.task import PROTOCOLS
+from tests.robovqa.test_scoring import (
+    mimo_transcribed,
+    multinet_normalize_transcribed,
+    physbrain_transcribed,
+    robomamba_transcribed,
+)
 
 ANSWER = "put packet on the table"
 
@@ -52,3 +59,54 @@ def test_the_group_runs_on_the_official_shards_with_the_default_protocol(tmp_pat
         shown = [read_index(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))) for url in urls]
         assert len(shown) == 16 and shown == [int(i * (EPISODE_FRAMES - 1) / 15) for i in range(16)]
         assert all(message["role"] != "system" for message in call.messages)
+
+
+# Each lineage's preset through the CLI: its frames, system turn and decoding reach the model, and each task's
+# metrics are the means of the transcription of that lineage's code over the answers the run logged.
+PRESET_FRAMES = {"mimo": 8, "physbrain": 16, "robomamba": None, "multinet": None}  # None: the last frame, an image
+
+
+def preset_values(protocol, answer, reference, kind):
+    """The preset's metrics of one answer, by the transcriptions of its code (tests/robovqa/test_scoring.py)."""
+    if protocol == "mimo":
+        return dict(zip(("mimo_score", "mimo_bleu1", "mimo_bleu2", "mimo_bleu3", "mimo_bleu4"),
+                        mimo_transcribed(answer, reference)))
+    if protocol == "physbrain":
+        gold = reference.strip().rstrip(".").rstrip()
+        return {"physbrain_bleu": physbrain_transcribed(answer, gold.lower() if kind in BINARY_TYPES else gold)}
+    if protocol == "robomamba":
+        return {f"robomamba_bleu{n}": value for n, value in enumerate(robomamba_transcribed(answer, reference), 1)}
+    exact = multinet_normalize_transcribed(answer) == multinet_normalize_transcribed(reference)
+    return {"multinet_exact_match": float(exact), "multinet_invalid": float(not answer.strip())}
+
+
+def preset_reply(call):
+    return Reply("Yes." if "yes or no" in call.text.lower() else ANSWER)
+
+
+@pytest.mark.parametrize("protocol", list(PRESET_FRAMES))
+def test_each_lineages_preset_runs_with_its_frames_turns_decoding_and_scorer(protocol, tmp_path):
+    fixture = build_fixture(tmp_path / "robovqa")
+    with ChatServer(preset_reply) as server:
+        run = run_lmms_eval(model="openai", model_args=f"model_version=fake,base_url={server.base_url},api_key=unused",
+                            tasks=["robovqa"], output_dir=tmp_path / "out",
+                            env=fixture.env("tfrecord", protocol=protocol))
+    assert run.metric("robovqa", "predictions") == 18 == len(server.calls)
+    frames, system = PRESET_FRAMES[protocol], PROTOCOLS[protocol].system_prompt
+    for call in server.calls:
+        content = [m for m in call.messages if m["role"] == "user"][-1]["content"]
+        urls = [part["image_url"]["url"] for part in content if part["type"] == "image_url"]
+        shown = [read_index(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))) for url in urls]
+        assert shown == ([EPISODE_FRAMES - 1] if frames is None else
+                         [int(i * (EPISODE_FRAMES - 1) / (frames - 1)) for i in range(frames)]), protocol
+        turns = [[part["text"] for part in m["content"]] for m in call.messages if m["role"] == "system"]
+        assert turns == ([[system]] if system else [])
+        assert call.body["temperature"] == PROTOCOLS[protocol].decoding["temperature"]
+    for kind in QUESTION_TYPES:
+        samples = run.samples(f"robovqa_{kind}")
+        per_answer = [preset_values(protocol, sample["filtered_resps"], sample["target"], kind)
+                      for sample in samples]
+        assert samples and {s["filtered_resps"] for s in samples} <= {"Yes.", ANSWER}
+        for name in per_answer[0]:
+            mean = sum(values[name] for values in per_answer) / len(per_answer)
+            assert run.metric(f"robovqa_{kind}", name) == pytest.approx(mean, abs=1e-9), (protocol, kind, name)
