@@ -267,7 +267,7 @@ class EgoPlanHF(DocRequests, lmms):
             return [[self.scorer.score_full(self._on_device(self._encode([r.text], [visuals], prepared.where)), s,
                                              loss_mean)
                      for r, s in zip(rendered, sequences)]]
-        return self.scorer.score_shared(prepared.prefill.moved(self._on_device),
+        return self.scorer.score_shared(self._on_device(prepared.prefill),
                                         [sequences for _, sequences in prepared.conversations], loss_mean)
 
     # ------------------------------------------------------------------ generation
@@ -392,7 +392,9 @@ class EgoPlanHF(DocRequests, lmms):
         return tensor.pin_memory() if self._device.type == "cuda" and get_worker_info() is None else tensor
 
     def _on_device(self, inputs):
-        """Processor outputs (``_encode``) or a tensor, on the model's device (not blocking: from pinned memory)."""
+        """Processor outputs (``_encode``) or a prefill, on the model's device (not blocking: from pinned memory)."""
+        if isinstance(inputs, Prefill):
+            return inputs.moved(lambda tensor: tensor.to(self._device, non_blocking=True))
         return inputs.to(self._device, non_blocking=True)
 
     def _check_length(self, length: int, where: str) -> None:
