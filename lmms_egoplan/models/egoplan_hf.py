@@ -48,6 +48,10 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # DEFAULT_RULE decided on the H200 run of 2026-11-27 (docs/development.md, "Measured on a GPU"): fused 1.16x the
 # batched method's steady rate, 2 processes 1.30x the fused thread's; candidates_in_prefill 0.97x, so it stays off.
 GPU_DEFAULTS = {"fused_elementwise": True, "prefetch_processes": 2}
+# Questions of several a batch are sorted by length within windows of this many batches (``_length_sorted``), as
+# lmms-eval's Collator sorts requests by length: a batch's rows then differ little, and pad little. Bounded, so the
+# scores still come in about the requests' order (a progress bar, an interrupted run's cached responses).
+LENGTH_SORTED_BATCHES = 16
 
 
 class ContextTooLongError(ValueError):
@@ -221,8 +225,12 @@ class EgoPlanHF(DocRequests, lmms):
         return prepared
 
     def _question_batches(self, questions: Sequence[Question]) -> list[list[Question]]:
-        """Consecutive questions, ``batch_size`` at most (1 without prefix sharing), of one loss rule each."""
+        """Questions ``batch_size`` at most (1 without prefix sharing), of one loss rule each, in request order; several
+        a batch, in the order of their lengths within each window of ``LENGTH_SORTED_BATCHES`` batches
+        (``_length_sorted``), so that a batch pads little."""
         size = self.batch_size if self.prefix_sharing else 1
+        if size > 1:
+            questions = self._length_sorted(questions, size * LENGTH_SORTED_BATCHES)
         batches: list[list[Question]] = []
         for question in questions:
             if batches and len(batches[-1]) < size and batches[-1][0].options == question.options:
@@ -230,6 +238,25 @@ class EgoPlanHF(DocRequests, lmms):
             else:
                 batches.append([question])
         return batches
+
+    def _length_sorted(self, questions: Sequence[Question], window: int) -> list[Question]:
+        """``questions`` sorted within each run of ``window`` by their options (in order of first appearance: a batch
+        holds one loss rule), then their context's tokens, then their candidates' tokens: what the prefill's rows
+        (left padded to the longest) and the candidates' (right padded) are made of; the visuals' tokens are not
+        known before they are decoded. The scores go back by request index, so the order of the requests holds."""
+        ordered = []
+        for start in range(0, len(questions), window):
+            run = questions[start:start + window]
+            context_tokens = self.tokenizer([q.context for q in run], add_special_tokens=False)["input_ids"]
+            candidate_tokens = self.tokenizer([c for q in run for c in q.continuations],
+                                              add_special_tokens=False)["input_ids"]
+            stops = list(itertools.accumulate(len(q.members) for q in run))
+            ranks: dict[tuple, int] = {}
+            keys = [(ranks.setdefault(tuple(q.options.items()), len(ranks)), len(context),
+                     sum(len(tokens) for tokens in candidate_tokens[stop - len(q.members):stop]))
+                    for q, context, stop in zip(run, context_tokens, stops)]
+            ordered.extend(question for _, question in sorted(zip(keys, run), key=lambda pair: pair[0]))
+        return ordered
 
     def _prepared_batch(self, batch: Sequence[Question]) -> PreparedBatch:
         """A batch's visuals decoded, its candidates rendered and tokenized, and (prefix sharing) its prompts
