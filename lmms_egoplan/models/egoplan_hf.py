@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -30,6 +30,7 @@ from lmms_egoplan.core.hub_download import hub_checked
 from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SAMPLING_DEFAULTS, SCORED_SPAN, SYSTEM_PROMPT
 from lmms_egoplan.core.settings import SettingsError, coerce_setting
 from lmms_egoplan.models.chat import ChatRenderer, RenderedAnswer
+from lmms_egoplan.models.device_pixels import RAW_VALUES, DevicePixels
 from lmms_egoplan.models.doc_requests import (
     DocRequests,
     Question,
@@ -140,6 +141,7 @@ class EgoPlanHF(DocRequests, lmms):
         # After packing: the packed forwards' rotary embedding is compiled too.
         self.fused_elementwise = _fused(self._model, _arg(fused_elementwise, bool | None, "fused_elementwise"),
                                         self._device)
+        self.device_pixels = DevicePixels.for_model(self._model.config.model_type, self.processor, self._model.dtype)
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # decoder-only batched generation
         if self.tokenizer.pad_token is None:
@@ -402,12 +404,16 @@ class EgoPlanHF(DocRequests, lmms):
             media.update(videos=[video.frames for video in videos],
                          video_metadata=[video.metadata() for video in videos],
                          do_sample_frames=False)
+        if media and self.device_pixels is not None:
+            media.update(RAW_VALUES)
         # One template renders every text of a batch, so they all start alike (transformers decides from the first).
         inputs = self.processor(text=texts, return_tensors="pt", padding=True,
                                 add_special_tokens=self.chat.adds_special_tokens(texts[0]), **media)
         self._check_length(inputs["input_ids"].shape[1], where)
-        # Pixel values in the model's dtype before they travel (bfloat16: half the bytes of float32); ids and
-        # masks stay integers.
+        if media and self.device_pixels is not None:
+            self.device_pixels.on_host(inputs)
+        # Pixel values in the model's dtype before they travel (bfloat16: half the bytes of float32), or uint8 patches
+        # (device_pixels); ids and masks stay integers.
         for key, value in inputs.items():
             if isinstance(value, torch.Tensor):
                 inputs[key] = self._pinned(value.to(self._model.dtype) if value.is_floating_point() else value)
@@ -419,10 +425,15 @@ class EgoPlanHF(DocRequests, lmms):
         return tensor.pin_memory() if self._device.type == "cuda" and get_worker_info() is None else tensor
 
     def _on_device(self, inputs):
-        """Processor outputs (``_encode``) or a prefill, on the model's device (not blocking: from pinned memory)."""
+        """Processor outputs (``_encode``) or a prefill, on the model's device (not blocking: from pinned memory), with
+        uint8 pixels normalised there (``device_pixels``)."""
         if isinstance(inputs, Prefill):
-            return inputs.moved(lambda tensor: tensor.to(self._device, non_blocking=True))
-        return inputs.to(self._device, non_blocking=True)
+            moved = inputs.moved(lambda tensor: tensor.to(self._device, non_blocking=True))
+            return replace(moved, inputs=self._normalised(moved.inputs))
+        return self._normalised(inputs.to(self._device, non_blocking=True))
+
+    def _normalised(self, inputs):
+        return inputs if self.device_pixels is None else self.device_pixels.normalised(inputs)
 
     def _check_length(self, length: int, where: str) -> None:
         if self.max_length is not None and length > self.max_length:
