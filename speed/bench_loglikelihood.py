@@ -15,7 +15,10 @@ of the one before only from its second batch on, so it needs several batches a r
 multiple of ``--batch-size``, 4 batches or more) to be measured at the steady state that a run of EgoPlan Val
 (3,355 questions) sees; the values are compared on the questions both methods scored. Before the rounds, each
 method scores its questions once with the model step counted (``model_step_counts``: attention calls, host
-reads of tensor values, forward passes, per question); each method's peak memory is the largest of its rounds.
+reads of tensor values, forward passes and bytes handed to the device, per question, and the padded tokens' share of
+the forward passes' tokens); each method's peak memory is the largest of its rounds. The questions are the demo's
+EgoPlan-Val ones (``lmms_egoplan.demo.egoplan.VALIDATION_SAMPLES``, 8 prompts of unequal length, taken in turn), so
+the padding is that of prompts of realistic, unequal lengths.
 Visuals are decoded in every method alike (the batched method ``--visual-prefetch`` batches ahead), so the ratios
 are model work only.
 
