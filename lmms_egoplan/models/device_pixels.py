@@ -7,8 +7,8 @@ and the standard deviation). Asked for neither (``do_rescale`` and ``do_normaliz
 uint8: a quarter of float32's bytes, half of bfloat16's. ``DevicePixels`` normalises them on the device with the
 processor's own mean, standard deviation and factor in that order of operations, so the model gets the values the
 processor would have given, bit for bit in float32 (then cast to the model's dtype, as the host cast them before).
-Other architectures' processors resize in float, crop, pad or lay out their patches otherwise: their pixels keep
-being normalised on the host.
+Other architectures' processors (their resizing, cropping and patch layouts not checked against this) keep
+normalising on the host.
 """
 
 from __future__ import annotations
