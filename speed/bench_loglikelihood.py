@@ -15,7 +15,10 @@ of the one before only from its second batch on, so it needs several batches a r
 multiple of ``--batch-size``, 4 batches or more) to be measured at the steady state that a run of EgoPlan Val
 (3,355 questions) sees; the values are compared on the questions both methods scored. Before the rounds, each
 method scores its questions once with the model step counted (``model_step_counts``: attention calls, host
-reads of tensor values, forward passes, per question); each method's peak memory is the largest of its rounds.
+reads of tensor values, forward passes and bytes handed to the device, per question, and the padded tokens' share of
+the forward passes' tokens); each method's peak memory is the largest of its rounds. The questions are the demo's
+EgoPlan-Val ones (``lmms_egoplan.demo.egoplan.VALIDATION_SAMPLES``, 8 prompts of unequal length, taken in turn), so
+the padding is that of prompts of realistic, unequal lengths.
 Visuals are decoded in every method alike (the batched method ``--visual-prefetch`` batches ahead), so the ratios
 are model work only.
 
@@ -297,11 +300,19 @@ def timed(backend, requests, method: str, batch_size: int = 1, visual_prefetch: 
     return Timing(elapsed, values, host[0], peak, batch_ends)
 
 
+# The model step's counts per question (model_step_counts), and what --batched's are compared by against prefix sharing
+STEP_COUNTS = ("attention_calls_per_question", "device_syncs_per_question", "forward_passes_per_question")
+
+
 def model_step_counts(backend, requests) -> tuple[dict[str, float], list]:
     """(counts, values): per question, while the model scores ``requests`` as ``backend`` is set (``use_method``;
     the scorer's calls only: the processor and the decoding before them are host work): the attention calls
     (``scaled_dot_product_attention``), the host reads of tensor values (``host_read``: what would synchronise a
-    GPU; on the CPU every tensor is on the host, so this is an upper bound) and the model's forward passes.
+    GPU; on the CPU every tensor is on the host, so this is an upper bound) and the model's forward passes; the bytes
+    of the tensors handed to the device (``host_to_device_bytes_per_question``: each prefill or processor output as
+    ``EgoPlanHF._on_device`` takes it; on a CPU nothing is copied, on a GPU all of it); and the padded tokens' share of
+    all the tokens of the forward passes (``padding_share``: each pass's padding as the scorer counted it where it
+    built the batch, ``LikelihoodScorer._forward``).
     Prefix sharing's host step (``LikelihoodScorer.prefill_on_host``: the prompts cut to their common prefixes, an
     M-RoPE model's positions) runs in ``_prepared_batch``, ahead of the model on host tensors, so its reads are not
     counted: they synchronise nothing."""
@@ -325,17 +336,40 @@ def model_step_counts(backend, requests) -> tuple[dict[str, float], list]:
                 return score(*args, **kwargs)
         return run
 
+    tokens = {"all": 0, "padded": 0}
+    forward, on_device = backend.scorer._forward, backend._on_device
+
+    def counted_forward(inputs, padded_tokens, **options):
+        tokens["all"] += inputs["input_ids"].numel()
+        tokens["padded"] += padded_tokens
+        return forward(inputs, padded_tokens, **options)
+
+    def counted_on_device(inputs):  # a prefill (each of its tensors) or a processor output
+        def count(tensor):
+            counts["host_to_device_bytes"] += tensor.nbytes
+            return tensor
+        if hasattr(inputs, "moved"):
+            inputs.moved(count)
+        else:
+            for value in inputs.values():
+                if isinstance(value, torch.Tensor):
+                    count(value)
+        return on_device(inputs)
+
+    counts["host_to_device_bytes"] = 0
     scorer = backend.scorer
     hook = backend.model.register_forward_pre_hook(lambda *_: counts.__setitem__("forward_passes",
                                                                                  counts["forward_passes"] + 1))
     scorer.score_full, scorer.score_shared = counted(scorer.score_full), counted(scorer.score_shared)
+    scorer._forward, backend._on_device = counted_forward, counted_on_device
     try:
         values = backend.loglikelihood(requests)
     finally:
         hook.remove()
-        del scorer.score_full, scorer.score_shared
+        del scorer.score_full, scorer.score_shared, scorer._forward, backend._on_device
     questions = len({request.args[3] for request in requests})
-    return {f"{name}_per_question": count / questions for name, count in counts.items()}, values
+    return {**{f"{name}_per_question": count / questions for name, count in counts.items()},
+            "padding_share": tokens["padded"] / max(tokens["all"], 1)}, values
 
 
 MODEL_STEP = "model step"  # the profiler's record of the scorer's calls (kernels_per_question)
@@ -738,7 +772,9 @@ def report(args, facts: dict, timings: dict[str, list[Timing]], counts: dict) ->
               f"{first_batch[method]:.2f} s   peak {memory} {peaks[method]:6.2f} GiB   "
               f"per question: {step['attention_calls_per_question']:8.1f} attention calls, "
               f"{step['device_syncs_per_question']:6.1f} host reads, "
-              f"{step['forward_passes_per_question']:5.2f} forward passes; host preparation "
+              f"{step['forward_passes_per_question']:5.2f} forward passes, "
+              f"{step['host_to_device_bytes_per_question'] / 2 ** 20:6.2f} MiB to the device, padding "
+              f"{step['padding_share']:.1%} of the tokens; host preparation "
               f"{statistics.median(host[method]) / questions[method] * 1000:.1f} ms a question "
               f"({questions[method]} questions)")
     ratio = (rates["prefix_shared"] / rates["one_pass_per_candidate"]
@@ -746,7 +782,7 @@ def report(args, facts: dict, timings: dict[str, list[Timing]], counts: dict) ->
     batched_ratio = rates["batched"] / rates["prefix_shared"] if "prefix_shared" in rates else None
     against_current = {name.removesuffix("_per_question"): counts["prefix_shared"][name] / max(counts["batched"][name],
                                                                                                1e-9)
-                       for name in counts["batched"]} if "prefix_shared" in counts else {}
+                       for name in STEP_COUNTS} if "prefix_shared" in counts else {}
     if ratio is not None:
         print(f"ratio                  : {ratio:8.2f}x  (prefix-shared / one pass per candidate)")
     if batched_ratio is not None:
@@ -792,7 +828,12 @@ def report(args, facts: dict, timings: dict[str, list[Timing]], counts: dict) ->
             "questions_per_second": rates, "ratio": ratio, "ratio_batched_to_prefix_shared": batched_ratio,
             "ratio_fused_to_batched": fused_ratio, "prefetch_processes": args.prefetch_processes,
             "ratio_processes_to_thread": processes_ratio,
-            **counts["batched"], "counts": counts, "fewer_per_question_than_prefix_shared": against_current,
+            **{name: counts["batched"][name] for name in STEP_COUNTS}, "counts": counts,
+            "fewer_per_question_than_prefix_shared": against_current,
+            # per method: padded tokens over all tokens of the forward passes; bytes handed to the device a question
+            "padding_share": {method: step["padding_share"] for method, step in counts.items()},
+            "host_to_device_bytes_per_question": {method: step["host_to_device_bytes_per_question"]
+                                                  for method, step in counts.items()},
             "host_preparation_seconds": {method: statistics.median(times) for method, times in host.items()},
             "peak_memory_gib": peaks,
             "steady_questions_per_second": steady, "first_batch_seconds": first_batch,

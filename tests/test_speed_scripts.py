@@ -4,6 +4,7 @@ quotes the scripts' own runs at their default settings). The GPU checks run four
 smallest setting in tests/test_gpu_check.py, which looks for their ratio lines here); speed/gpu_check.py
 and speed/gpu_wheels.py, the GPU command, are tested there too."""
 
+import json
 import re
 import subprocess
 import sys
@@ -93,3 +94,22 @@ def test_the_likelihood_bench_estimates_a_run_from_its_steady_rate_not_its_first
     assert minutes["batched"] == pytest.approx((0.5 + EGOPLAN_VAL_QUESTIONS / 40.0) / 60)
     assert minutes["batched_fused"] == pytest.approx((0.5 + 30.0 + EGOPLAN_VAL_QUESTIONS / 40.0) / 60)
     assert minutes["prefix_shared"] == pytest.approx((0.6 + EGOPLAN_VAL_QUESTIONS / (8 / 0.6)) / 60)
+
+
+def test_the_likelihood_bench_reports_padding_and_bytes_to_the_device_per_method(tmp_path):
+    """bench_loglikelihood.py at a small setting (tiny Qwen2-VL, 4 of the demo's EgoPlan questions, 2 a batch): its
+    --json gives each method's padded share of the forward passes' tokens and its bytes handed to the device a
+    question (issue 78 point 3), and its lines print them."""
+    out = tmp_path / "figures.json"
+    run = subprocess.run([sys.executable, str(SPEED / "bench_loglikelihood.py"), "--questions", "4",
+                          "--batch-size", "2", "--rounds", "1", "--skip-one-pass", "--layers", "2", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0 and "Traceback" not in run.stderr, (run.stdout + run.stderr)[-3000:]
+    figures = json.loads(out.read_text())
+    assert set(figures["padding_share"]) == set(figures["host_to_device_bytes_per_question"]) == {"prefix_shared",
+                                                                                                  "batched"}
+    assert all(0 <= share < 0.5 for share in figures["padding_share"].values())
+    assert figures["padding_share"]["prefix_shared"] < figures["padding_share"]["batched"]  # one question: no left pad
+    sizes = figures["host_to_device_bytes_per_question"]  # the same pixels either way; the ids and masks differ a bit
+    assert 0 < sizes["batched"] == pytest.approx(sizes["prefix_shared"], rel=0.01)
+    assert re.search(r"MiB to the device, padding [\d.]+% of the tokens", run.stdout)

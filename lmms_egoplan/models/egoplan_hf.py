@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -30,6 +30,7 @@ from lmms_egoplan.core.hub_download import hub_checked
 from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SAMPLING_DEFAULTS, SCORED_SPAN, SYSTEM_PROMPT
 from lmms_egoplan.core.settings import SettingsError, coerce_setting
 from lmms_egoplan.models.chat import ChatRenderer, RenderedAnswer
+from lmms_egoplan.models.device_pixels import RAW_VALUES, DevicePixels
 from lmms_egoplan.models.doc_requests import (
     DocRequests,
     Question,
@@ -48,6 +49,10 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # DEFAULT_RULE decided on the H200 run of 2026-11-27 (docs/development.md, "Measured on a GPU"): fused 1.16x the
 # batched method's steady rate, 2 processes 1.30x the fused thread's; candidates_in_prefill 0.97x, so it stays off.
 GPU_DEFAULTS = {"fused_elementwise": True, "prefetch_processes": 2}
+# Questions of several a batch are sorted by length within windows of this many batches (``_length_sorted``), as
+# lmms-eval's Collator sorts requests by length: a batch's rows then differ little, and pad little. Bounded, so the
+# scores still come in about the requests' order (a progress bar, an interrupted run's cached responses).
+LENGTH_SORTED_BATCHES = 16
 
 
 class ContextTooLongError(ValueError):
@@ -136,6 +141,7 @@ class EgoPlanHF(DocRequests, lmms):
         # After packing: the packed forwards' rotary embedding is compiled too.
         self.fused_elementwise = _fused(self._model, _arg(fused_elementwise, bool | None, "fused_elementwise"),
                                         self._device)
+        self.device_pixels = DevicePixels.for_model(self._model.config.model_type, self.processor, self._model.dtype)
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # decoder-only batched generation
         if self.tokenizer.pad_token is None:
@@ -221,8 +227,12 @@ class EgoPlanHF(DocRequests, lmms):
         return prepared
 
     def _question_batches(self, questions: Sequence[Question]) -> list[list[Question]]:
-        """Consecutive questions, ``batch_size`` at most (1 without prefix sharing), of one loss rule each."""
+        """Questions ``batch_size`` at most (1 without prefix sharing), of one loss rule each, in request order; several
+        a batch, in the order of their lengths within each window of ``LENGTH_SORTED_BATCHES`` batches
+        (``_length_sorted``), so that a batch pads little."""
         size = self.batch_size if self.prefix_sharing else 1
+        if size > 1:
+            questions = self._length_sorted(questions, size * LENGTH_SORTED_BATCHES)
         batches: list[list[Question]] = []
         for question in questions:
             if batches and len(batches[-1]) < size and batches[-1][0].options == question.options:
@@ -230,6 +240,25 @@ class EgoPlanHF(DocRequests, lmms):
             else:
                 batches.append([question])
         return batches
+
+    def _length_sorted(self, questions: Sequence[Question], window: int) -> list[Question]:
+        """``questions`` sorted within each run of ``window`` by their options (in order of first appearance: a batch
+        holds one loss rule), then their context's tokens, then their candidates' tokens: what the prefill's rows
+        (left padded to the longest) and the candidates' (right padded) are made of; the visuals' tokens are not
+        known before they are decoded. The scores go back by request index, so the order of the requests holds."""
+        ordered = []
+        for start in range(0, len(questions), window):
+            run = questions[start:start + window]
+            context_tokens = self.tokenizer([q.context for q in run], add_special_tokens=False)["input_ids"]
+            candidate_tokens = self.tokenizer([c for q in run for c in q.continuations],
+                                              add_special_tokens=False)["input_ids"]
+            stops = list(itertools.accumulate(len(q.members) for q in run))
+            ranks: dict[tuple, int] = {}
+            keys = [(ranks.setdefault(tuple(q.options.items()), len(ranks)), len(context),
+                     sum(len(tokens) for tokens in candidate_tokens[stop - len(q.members):stop]))
+                    for q, context, stop in zip(run, context_tokens, stops)]
+            ordered.extend(question for _, question in sorted(zip(keys, run), key=lambda pair: pair[0]))
+        return ordered
 
     def _prepared_batch(self, batch: Sequence[Question]) -> PreparedBatch:
         """A batch's visuals decoded, its candidates rendered and tokenized, and (prefix sharing) its prompts
@@ -267,7 +296,7 @@ class EgoPlanHF(DocRequests, lmms):
             return [[self.scorer.score_full(self._on_device(self._encode([r.text], [visuals], prepared.where)), s,
                                              loss_mean)
                      for r, s in zip(rendered, sequences)]]
-        return self.scorer.score_shared(prepared.prefill.moved(self._on_device),
+        return self.scorer.score_shared(self._on_device(prepared.prefill),
                                         [sequences for _, sequences in prepared.conversations], loss_mean)
 
     # ------------------------------------------------------------------ generation
@@ -375,12 +404,16 @@ class EgoPlanHF(DocRequests, lmms):
             media.update(videos=[video.frames for video in videos],
                          video_metadata=[video.metadata() for video in videos],
                          do_sample_frames=False)
+        if media and self.device_pixels is not None:
+            media.update(RAW_VALUES)
         # One template renders every text of a batch, so they all start alike (transformers decides from the first).
         inputs = self.processor(text=texts, return_tensors="pt", padding=True,
                                 add_special_tokens=self.chat.adds_special_tokens(texts[0]), **media)
         self._check_length(inputs["input_ids"].shape[1], where)
-        # Pixel values in the model's dtype before they travel (bfloat16: half the bytes of float32); ids and
-        # masks stay integers.
+        if media and self.device_pixels is not None:
+            self.device_pixels.on_host(inputs)
+        # Pixel values in the model's dtype before they travel (bfloat16: half the bytes of float32), or uint8 patches
+        # (device_pixels); ids and masks stay integers.
         for key, value in inputs.items():
             if isinstance(value, torch.Tensor):
                 inputs[key] = self._pinned(value.to(self._model.dtype) if value.is_floating_point() else value)
@@ -392,8 +425,15 @@ class EgoPlanHF(DocRequests, lmms):
         return tensor.pin_memory() if self._device.type == "cuda" and get_worker_info() is None else tensor
 
     def _on_device(self, inputs):
-        """Processor outputs (``_encode``) or a tensor, on the model's device (not blocking: from pinned memory)."""
-        return inputs.to(self._device, non_blocking=True)
+        """Processor outputs (``_encode``) or a prefill, on the model's device (not blocking: from pinned memory), with
+        uint8 pixels normalised there (``device_pixels``)."""
+        if isinstance(inputs, Prefill):
+            moved = inputs.moved(lambda tensor: tensor.to(self._device, non_blocking=True))
+            return replace(moved, inputs=self._normalised(moved.inputs))
+        return self._normalised(inputs.to(self._device, non_blocking=True))
+
+    def _normalised(self, inputs):
+        return inputs if self.device_pixels is None else self.device_pixels.normalised(inputs)
 
     def _check_length(self, length: int, where: str) -> None:
         if self.max_length is not None and length > self.max_length:

@@ -369,6 +369,7 @@ class Prefill:
     starts: torch.Tensor | None
     # The candidates laid in the prefill (``inputs`` then holds them too); None: continuations after the prefill
     tree: CandidateTree | None = None
+    padded_tokens: int = 0  # of ``inputs``' tokens, padding (left, and with ``tree`` right), counted on the host
 
     def moved(self, move) -> Prefill:
         """The prefill with each of its tensors replaced by ``move(tensor)`` (pinned, copied to the device)."""
@@ -401,7 +402,7 @@ class LikelihoodScorer:
         shift = expansion_shift(ids.tolist(), sequence, sequence.first, self.model_name, self.architecture)
         self._clear_position_state()
         first, stop = shift + sequence.first, shift + sequence.stop
-        logits = self.model(**inputs, logits_to_keep=len(ids) - first + 1).logits[0]  # from position first - 1 on
+        logits = self._forward(inputs, 0, logits_to_keep=len(ids) - first + 1).logits[0]  # from position first - 1 on
         return answer_nll(logits[:stop - first], ids[first:stop], rule)
 
     @torch.inference_mode()
@@ -439,8 +440,9 @@ class LikelihoodScorer:
         # starts None (a get_rope_index that asked for what the processor did not give): the path of continuations
         if self.candidates_in_prefill and starts is not None:
             inputs, tree = candidate_tree(cut, starts, questions, commons)
-            return Prefill(inputs, commons, prefixes, starts, tree)
-        return Prefill(cut, commons, prefixes, starts)
+            return Prefill(inputs, commons, prefixes, starts, tree, int((tree.segments < 0).sum()))
+        padded = int((cut["attention_mask"] == 0).sum()) if "attention_mask" in cut else 0
+        return Prefill(cut, commons, prefixes, starts, padded_tokens=padded)
 
     def _vision_tower_layout(self, inputs: dict) -> dict:
         """What a Qwen-VL vision tower computes from each modality's ``grid_thw`` before its blocks (segment bounds,
@@ -491,7 +493,7 @@ class LikelihoodScorer:
             return self._score_in_prefill(prefill, questions, rule)
         commons, prefixes = prefill.commons, prefill.prefixes
         self._clear_position_state()
-        output = self.model(**prefill.inputs, use_cache=True, logits_to_keep=1)
+        output = self._forward(prefill.inputs, prefill.padded_tokens, use_cache=True, logits_to_keep=1)
         last_logits = output.logits[:, -1]  # each row's prediction of the first token after its prefix
         # Where each question's continuation starts: its prefix length, plus the M-RoPE offset of its positions.
         starts = prefill.starts
@@ -519,7 +521,8 @@ class LikelihoodScorer:
             if padded:  # the cache holds left padding: masked out, as in the prefill
                 continuation["attention_mask"] = torch.cat(
                     [prefill.inputs["attention_mask"][owners], torch.ones_like(continuation["input_ids"])], dim=1)
-            logits = self.model(**continuation, use_cache=True, **{keyword: cache}).logits
+            padded = batch.numel() - sum(len(suffix) for suffix in suffixes)
+            logits = self._forward(continuation, padded, use_cache=True, **{keyword: cache}).logits
             predicting = [torch.cat([last_logits[question, None], logits[row, :len(suffix) - 1]])
                           [sequence.first - common:sequence.stop - common]
                           for row, ((question, common, sequence), suffix) in enumerate(zip(chunk, suffixes))]
@@ -536,11 +539,17 @@ class LikelihoodScorer:
         inputs = {**prefill.inputs, "attention_mask": tree_attention_mask(tree.segments, self.model.dtype)}
         self._clear_position_state()
         kept = inputs["input_ids"].shape[1] - tree.prefix_length + 1
-        logits = self.model(**inputs, use_cache=False, logits_to_keep=kept).logits
+        logits = self._forward(inputs, prefill.padded_tokens, use_cache=False, logits_to_keep=kept).logits
         predicting = logits[tree.rows, tree.columns]
         scores = answer_scores(list(predicting.split(tree.lengths)), list(tree.targets.split(tree.lengths)), rule)
         counts = itertools.accumulate(len(sequences) for sequences in questions)
         return [scores[stop - len(sequences):stop] for sequences, stop in zip(questions, counts)]
+
+    def _forward(self, inputs, padded_tokens: int, **options):
+        """The model's forward pass over ``inputs``, ``padded_tokens`` of whose tokens are padding: counted on the host
+        where the batch was built, passed here, where every forward pass goes, for speed/bench_loglikelihood.py's
+        ``padding_share`` to read beside the tokens."""
+        return self.model(**inputs, **options)
 
     def _clear_position_state(self) -> None:
         for module in self._position_state:

@@ -148,7 +148,8 @@ def labelled_loss(model: EgoPlanHF, doc: dict, answer: str, *, with_end_of_turn:
         unscored = end_of_turn.removeprefix(SCORED_END_OF_TURN[arch]) if with_end_of_turn else end_of_turn
     visuals = model_visuals(model, doc)
     prompt = model.chat.generation_prompt(model.chat.user_turn(visuals.parts, doc["question"]))
-    inputs = model._encode([prompt + ANSWER_OPENING[arch] + answer + end_of_turn], [visuals], "reference")
+    inputs = model._on_device(model._encode([prompt + ANSWER_OPENING[arch] + answer + end_of_turn], [visuals],
+                                            "reference"))  # a Qwen-VL's pixels normalised there, as the model gets them
     first = model._encode([prompt], [visuals], "reference")["input_ids"].shape[1]
     stop = inputs["input_ids"].shape[1] - len(model.tokenizer(unscored, add_special_tokens=False)["input_ids"])
     labels = torch.full_like(inputs["input_ids"], -100)
@@ -625,8 +626,8 @@ def test_generation_is_batched_with_left_padding_and_returns_only_new_text(arch,
     # Reference: the model's own generate() on the same prompt; only the new tokens are returned.
     model = backend(arch)
     visuals = model_visuals(model, docs[1])
-    inputs = model._encode([model.chat.generation_prompt(model.chat.user_turn(visuals.parts, "Short?"))], [visuals],
-                           "t")
+    prompt = model.chat.generation_prompt(model.chat.user_turn(visuals.parts, "Short?"))
+    inputs = model._on_device(model._encode([prompt], [visuals], "t"))
     with torch.inference_mode():
         out = model.model.generate(**inputs, max_new_tokens=8, do_sample=False)
     assert one[1] == model.tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
