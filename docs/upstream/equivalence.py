@@ -1144,6 +1144,25 @@ QWEN_DTYPES = {"qwen2_vl": "auto", "qwen2_5_vl": "bfloat16", "qwen3_vl": "bfloat
 QWEN_SYSTEM_PROMPT = "You are a helpful assistant."  # the Qwen backends' default system_prompt
 
 
+# 28's tasks read the release's files from the folder lmms-eval runs in (their data_files): a comparison copies them
+# there from the folder the suite reads them in (the harness's own variable, which no task reads).
+RELEASE_FOLDER = "EQUIVALENCE_RELEASE_FOLDER"
+
+
+def release_files_in_run_folder(*names: str) -> Callable[[Path, Mapping[str, str]], None]:
+    """A preparation: the release's files ``names`` from the folder RELEASE_FOLDER names into the folder lmms-eval's
+    side runs in, as the task's README tells a user to put them (never into the package)."""
+    def prepare(scratch: Path, environment: Mapping[str, str]) -> None:
+        run_folder = scratch.parent / UPSTREAM
+        run_folder.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            source = Path(environment.get(RELEASE_FOLDER, "")) / name
+            if not source.is_file():
+                raise EquivalenceError(f"the suite's annotation_dir holds no {name} ({source}) for lmms-eval's side")
+            shutil.copyfile(source, run_folder / name)
+    return prepare
+
+
 def _egoplan_settings(task_yaml: str) -> SuiteSettings:
     from lmms_egoplan.egoplan.data import ENV_PREFIX
     from lmms_egoplan.egoplan.settings import EgoPlanSettings
@@ -1154,7 +1173,8 @@ def _egoplan_settings(task_yaml: str) -> SuiteSettings:
     return SuiteSettings(EgoPlanSettings, ENV_PREFIX, task_yaml,
                          shared=("annotation_dir", "epic_frames_root", "ego4d_videos_root"),
                          unscored=("images_decoded_at_load", "allow_paths_outside_root", "progress_length_bins",
-                                   "similarity_model", "clips_dir", "seed_bench_r1_root", "epic_annotation_fps"))
+                                   "similarity_model", "clips_dir", "seed_bench_r1_root", "epic_annotation_fps"),
+                         upstream_variables={"annotation_dir": RELEASE_FOLDER})
 
 
 def _egoplan_backends(model: str, model_args: str) -> dict[str, tuple[str, str]]:
@@ -1212,7 +1232,8 @@ def _egoplan() -> Benchmark:
                         tolerance=1e-4),
                TaskPair("egoplan_test_mcppl", "egoplan_test", (EGOPLAN_BOOKKEEPING, EGOPLAN_END_OF_TURN),
                         tolerance=1e-4)),
-        settings=_egoplan_settings("tasks/egoplan/egoplan_val.yaml"))
+        settings=_egoplan_settings("tasks/egoplan/egoplan_val.yaml"),
+        prepare=(release_files_in_run_folder("EgoPlan_validation.json", "EgoPlan_test.json"),))
 
 
 def _egoplan_gen() -> Benchmark:
@@ -1221,7 +1242,8 @@ def _egoplan_gen() -> Benchmark:
         patches=("37-video-frames-at.patch", "28-egoplan-bench-tasks.patch"),
         tasks=(TaskPair("egoplan_val_mc", "egoplan_val_gen", (EGOPLAN_BOOKKEEPING, EGOPLAN_ANALYSIS,
                                                               EGOPLAN_EVERY_SOURCE, EGOPLAN_MCQ_READING)),),
-        settings=_egoplan_settings("tasks/egoplan/egoplan_val_gen.yaml"))
+        settings=_egoplan_settings("tasks/egoplan/egoplan_val_gen.yaml"),
+        prepare=(release_files_in_run_folder("EgoPlan_validation.json"),))
 
 
 declare(_egoplan())

@@ -166,7 +166,10 @@ def test_egoplans_per_task_annotation_file_is_its_default_and_a_setting_its_upst
     declared = equivalence.BENCHMARKS["egoplan"].settings
     roots = {name: str(tmp_path) for name in ("EGOPLAN_ANNOTATION_DIR", "EGOPLAN_EPIC_FRAMES_ROOT",
                                                "EGOPLAN_EGO4D_VIDEOS_ROOT")}
-    assert upstream_settings(declared, roots) == roots  # egoplan_val.yaml's EgoPlan_validation.json: no change
+    # egoplan_val.yaml's EgoPlan_validation.json: no change; the release's folder is copied into lmms-eval's run folder
+    assert upstream_settings(declared, roots) == {
+        **{name: root for name, root in roots.items() if name != "EGOPLAN_ANNOTATION_DIR"},
+        equivalence.RELEASE_FOLDER: roots["EGOPLAN_ANNOTATION_DIR"]}
     for name, value in (("EGOPLAN_ANNOTATION_FILE", "/data/other.json"), ("EGOPLAN_SCORED_TOKENS", "answer"),
                         ("EGOPLAN_FRAME_SAMPLING", "uniform")):
         with pytest.raises(EquivalenceError, match=f"lmms-eval's task has no setting {name}"):
