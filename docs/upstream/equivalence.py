@@ -1007,30 +1007,26 @@ def judged_ratings(item: dict, ratings: Mapping[str, float | None]) -> dict[str,
 
 
 def actplan_samples(samples: list[dict], side: SideRun) -> list[dict]:
-    """Each plan's LCS, normalised LCS and BLEURT verdict: lmms-eval's task logs them; the suite logs the parsed plans
-    and scores them all at once in its aggregation, so they are scored here by the suite's own code (its step
-    matcher and classifier, as its settings say); a split's metric only for that split's plans."""
+    """Each plan's LCS and normalised LCS: lmms-eval's task logs them; the suite logs the parsed plans and scores them
+    all at once in its aggregation, so they are scored here by the suite's own code (its step matcher, as its settings
+    say); a split's metric only for that split's plans."""
     if side.side == UPSTREAM:
         return samples
-    from lmms_egoplan.actplan.plans import bleurt_correct, score_lcs
-    from lmms_egoplan.actplan.task import _classifier, _matcher
+    from lmms_egoplan.actplan.plans import score_lcs
+    from lmms_egoplan.actplan.task import _matcher
 
     settings = _actplan_settings(side.environ)
     first = [sample["lcs"] for sample in samples]
-    pairs = [(item["prediction"], item["gold"]) for item in first]
-    scores = score_lcs(pairs, _matcher(settings), settings.gold_plan)
-    verdicts = bleurt_correct(pairs, _classifier(settings.bleurt_checkpoint, settings.bleurt_base,
-                                                 settings.scoring_device), settings.gold_plan) \
-        if settings.bleurt_checkpoint else [None] * len(pairs)
+    scores = score_lcs([(item["prediction"], item["gold"]) for item in first], _matcher(settings), settings.gold_plan)
     viewed = []
-    for sample, score, verdict in zip(samples, scores, verdicts):
+    for sample, score in zip(samples, scores):
         view = {}
         for name, value in sample.items():
-            family = next((f for f in ("norm_lcs", "lcs", "bleurt_accuracy") if name.startswith(f)), None)
+            family = next((f for f in ("norm_lcs", "lcs") if name.startswith(f)), None)
             if family is None or not isinstance(value, dict) or "scope" not in value:
                 view[name] = value
             elif value["scope"] in ("all", value["split"]):
-                view[name] = {"lcs": score.lcs, "norm_lcs": score.norm_lcs, "bleurt_accuracy": verdict}[family]
+                view[name] = {"lcs": score.lcs, "norm_lcs": score.norm_lcs}[family]
         viewed.append(view)
     return viewed
 
@@ -1109,8 +1105,8 @@ def _egothink() -> Benchmark:
 declare(_egothink())
 
 
-# ActPlan-1K (PR h, 32): the release converted, the action(object) parser, LCS at 0.8, BLEURT with a checkpoint (its
-# *_bleurt variants; the suite's actplan1k reports BLEURT whenever its checkpoint is set).
+# ActPlan-1K (PR h, 32): the release converted, the action(object) parser, LCS at 0.8; no BLEURT (the authors publish
+# no classifier), so the suite's must have none set.
 def _actplan() -> Benchmark:
     from lmms_egoplan.actplan.data import ENV_PREFIX
     from lmms_egoplan.actplan.settings import ActPlanSettings
@@ -1123,11 +1119,11 @@ def _actplan() -> Benchmark:
     # The embedding model is lmms-eval's task metadata (all-MiniLM-L6-v2, the suite's default): not a shared setting.
     return Benchmark(
         name="actplan1k", patches=("32-actplan1k-tasks.patch",), capture="chat",
-        tasks=tuple(TaskPair(f"{task}_bleurt", task, sample_view=actplan_samples, differences=(bookkeeping, media))
+        tasks=tuple(TaskPair(task, task, sample_view=actplan_samples, differences=(bookkeeping, media))
                     for task in ("actplan1k", "actplan1k_text_only")),
         settings=SuiteSettings(
             ActPlanSettings, ENV_PREFIX, "tasks/actplan/_default_template_yaml",
-            shared=("data_root", "bleurt_checkpoint", "bleurt_base"),
+            shared=("data_root",),
             unscored=("embedding_batch_size", "bleurt_batch_size", "images_decoded_at_load",
                       "allow_paths_outside_root")),
         prepare=(converted("lmms_eval/tasks/actplan1k/actplan1k_to_jsonl.py", "ACTPLAN_DATA_ROOT"),))
