@@ -101,37 +101,6 @@ class Difference:
 
 
 @dataclass(frozen=True)
-class Regrouped:
-    """An upstream metric holding in one value what the suite reports as one metric per group of the data (lmms-eval's
-    metric list is fixed in its YAML; the suite adds a metric per group it finds): per sample ``{key: group, value:
-    x}``, aggregated as ``{group: x}``; compared as the suite's ``<metric>_<group>``. A deliberate difference."""
-
-    metric: str
-    key: str
-    value: str
-    why: str
-    # The suite's metric of a group, where not ``<metric>_<group>`` (a name the suite cleans, e.g. lower-cased)
-    suite_metric: Callable[[str], str] | None = None
-
-    def name(self, group: Any) -> str:
-        return self.suite_metric(group) if self.suite_metric else f"{self.metric}_{group}"
-
-    def per_sample(self, sample: Mapping) -> dict:
-        item = sample.get(self.metric)
-        if not isinstance(item, Mapping) or self.key not in item:
-            return dict(sample)
-        rest = {name: value for name, value in sample.items() if name != self.metric}
-        return {**rest, self.name(item[self.key]): item.get(self.value)}
-
-    def aggregated(self, metrics: Mapping) -> dict:
-        groups = metrics.get(self.metric)
-        if not isinstance(groups, Mapping):
-            return dict(metrics)
-        rest = {name: value for name, value in metrics.items() if name != self.metric}
-        return {**rest, **{self.name(group): value for group, value in groups.items()}}
-
-
-@dataclass(frozen=True)
 class TaskPair:
     """An upstream task and the suite's task it must score as."""
 
@@ -139,27 +108,18 @@ class TaskPair:
     suite: str
     differences: tuple[Difference, ...] = ()
     tolerance: float = 1e-9  # floats (per-sample values, aggregates) equal within this, absolute or relative
-    regrouped: tuple[Regrouped, ...] = ()
     # Where the two tasks log one value in two forms (the suite's judge items, whose ratings are in its audit trail,
     # and lmms-eval's ratings; plans the suite scores at aggregation and lmms-eval per sample):
-    # ``(logged samples, the side's run) -> samples`` puts both in one form before they are compared (after
-    # ``regrouped``); each says in its docstring what it reads.
+    # ``(logged samples, the side's run) -> samples`` puts both in one form before they are compared; each says in
+    # its docstring what it reads.
     sample_view: Callable[[list[dict], SideRun], list[dict]] | None = None
     group: bool = False  # a task group: it logs no samples, its aggregates are compared
     # Named on the command line; False for a task or group a named group holds (named too, it would run twice)
     named: bool = True
 
-    def upstream_sample(self, sample: Mapping) -> dict:
-        for regrouped in self.regrouped:
-            sample = regrouped.per_sample(sample)
-        return dict(sample)
-
     def upstream_aggregates(self, metrics: Mapping) -> dict:
         # lmms-eval writes [] for a value a task logs per sample without aggregating it: not an aggregate.
-        metrics = {name: value for name, value in metrics.items() if value != []}
-        for regrouped in self.regrouped:
-            metrics = regrouped.aggregated(metrics)
-        return metrics
+        return {name: value for name, value in metrics.items() if value != []}
 
 
 @dataclass(frozen=True)
@@ -701,8 +661,7 @@ def compare_pair(pair: TaskPair, upstream: SideRun, suite: SideRun) -> Report:
     if pair.group:
         compare_aggregates(report, upstream.run.results, suite.run.results)
         return report
-    samples = {UPSTREAM: [pair.upstream_sample(sample) for sample in upstream.run.samples(pair.upstream)],
-               SUITE: suite.run.samples(pair.suite)}
+    samples = {UPSTREAM: upstream.run.samples(pair.upstream), SUITE: suite.run.samples(pair.suite)}
     if pair.sample_view:
         samples = {side: pair.sample_view(samples[side], run) for side, run in ((UPSTREAM, upstream), (SUITE, suite))}
     if [s["doc_id"] for s in samples[UPSTREAM]] != [s["doc_id"] for s in samples[SUITE]]:
@@ -773,7 +732,7 @@ def compare_sample_values(report: Report, samples: Mapping[str, list[dict]]) -> 
 
 
 def compare_aggregates(report: Report, upstream: Mapping, suite: Mapping) -> None:
-    """Every aggregate of the two results files (lmms-eval's regrouped as the suite's, ``TaskPair.regrouped``)."""
+    """Every aggregate of the two results files."""
     ours = report.pair.upstream_aggregates(reported_metrics(upstream).get(report.pair.upstream, {}))
     theirs = reported_metrics(suite).get(report.pair.suite, {})
     equal = []
@@ -835,10 +794,6 @@ def print_report(report: Report, out=sys.stdout) -> None:
     print(f"\n== {pair.upstream} (lmms-eval, patched) against {pair.suite} (the suite)", file=out)
     for line in report.equal:
         print(textwrap.fill(line, 118, initial_indent="  equal       ", subsequent_indent=" " * 14), file=out)
-    for regrouped in pair.regrouped:
-        print(textwrap.fill(f"{regrouped.metric} regrouped: {regrouped.why} (compared above as "
-                            f"{regrouped.metric}_<{regrouped.key}>)", 118, initial_indent="  deliberate  ",
-                            subsequent_indent=" " * 14), file=out)
     for difference in pair.differences:
         covered = report.deliberate.get(difference.name, [])
         print(textwrap.fill(f"{difference.name}: {difference.why} ({len(covered)} item(s) in this run)", 118,
@@ -948,7 +903,28 @@ def suite_bookkeeping(*names: str) -> Difference:
                                                                          for kind in ("sample", "aggregate")))
 
 
-# EgoPlan-Bench2 (PR d, 27): the official evaluation, both answer parsers, the paper's domains and scenarios.
+# lmms-eval's egothink and egoplan_bench2 read their questions from the Hub only (no variable changes the data): a
+# comparison on a copy points the scratch copy's YAML at the copy the suite reads (the harness's own variables, which
+# no task reads).
+DATASET_COPY, DATASET_COPY_REVISION = "EQUIVALENCE_DATASET_COPY", "EQUIVALENCE_DATASET_COPY_REVISION"
+
+
+def dataset_copy(template: str) -> Callable[[Path, Mapping[str, str]], None]:
+    """A preparation: the scratch copy's ``template`` (a path in it) names the dataset copy DATASET_COPY names (and
+    its revision) instead of the Hub dataset, when set."""
+    def prepare(scratch: Path, environment: Mapping[str, str]) -> None:
+        if not environment.get(DATASET_COPY):
+            return
+        path, revision = scratch / template, environment.get(DATASET_COPY_REVISION)
+        text = re.sub(r"(?m)^dataset_path: .*$", f"dataset_path: {environment[DATASET_COPY]}", path.read_text())
+        if revision:
+            text = text.replace("dataset_kwargs:\n", f"dataset_kwargs:\n  revision: {revision}\n")
+        path.write_text(text)
+    return prepare
+
+
+# EgoPlan-Bench2 (PR d, 27): the official evaluation, eval.py's reading and lmms-eval's extract_mcq_answer, the
+# paper's domains.
 def _egoplan_bench2() -> Benchmark:
     from lmms_egoplan.egoplan_bench2.data import ENV_PREFIX
     from lmms_egoplan.egoplan_bench2.settings import EgoPlanBench2Settings
@@ -957,10 +933,7 @@ def _egoplan_bench2() -> Benchmark:
         name="egoplan_bench2",
         patches=("23-egoplan2-official-parser.patch", "37-video-frames-at.patch", "27-egoplan-bench2-task.patch"),
         capture="chat",
-        tasks=(TaskPair("egoplan_bench2", "egoplan_bench2", regrouped=(Regrouped(
-                            "accuracy_scenario", "scenario", "correct", "the data's scenarios (the paper's 24) "
-                            "in one metric of lmms-eval's fixed metric list, its aggregate a mapping of each scenario "
-                            "to its accuracy; the suite adds a metric per scenario it finds"),),
+        tasks=(TaskPair("egoplan_bench2", "egoplan_bench2",
                         differences=(
                             suite_bookkeeping("predictions", "failed_requests", "skipped_samples", "n_domain_*",
                                               "n_scenario_*"),
@@ -973,20 +946,30 @@ def _egoplan_bench2() -> Benchmark:
                                        "reports the question count as the task's `samples` (it takes the item count "
                                        "of the last metric); the suite logs a question's own domain only",
                                        ("sample:accuracy_domain_*",)),
-                            Difference("one reading per metric name", "27's `accuracy` and `unparseable` are "
-                                       "eval.py's reading, fixed in its YAML (no parser variable), and "
-                                       "`accuracy_robust` / `unparseable_robust` the robust one; the suite reads "
-                                       "`accuracy` as its `parser` says (the comparison sets it to official) and "
-                                       "reports each reading under its name as well",
-                                       tuple(f"{kind}:{name}_official*" for kind in ("sample", "aggregate")
-                                             for name in ("accuracy", "unparseable"))))),),
+                            Difference("scenarios in the logged documents", "27 keeps lmms-eval's metric list fixed "
+                                       "in its YAML (no metric holding a mapping): a question's scenario is in its "
+                                       "logged document; the suite adds an accuracy per scenario it finds",
+                                       ("sample:accuracy_scenario_*", "aggregate:accuracy_scenario_*")),
+                            Difference("the second reading", "27's `accuracy` and `unparseable` are eval.py's "
+                                       "reading, fixed in its YAML (no parser variable), and `accuracy_mcq_extract` / "
+                                       "`unparseable_mcq_extract` lmms-eval's extract_mcq_answer; the suite reads "
+                                       "`accuracy` as its `parser` says (the comparison sets it to official), reports "
+                                       "each reading under its name as well, and its second reading is its own robust "
+                                       "parser",
+                                       tuple(f"{kind}:{name}" for kind in ("sample", "aggregate")
+                                             for name in ("accuracy_official*", "unparseable_official*",
+                                                          "accuracy_robust*", "unparseable_robust*",
+                                                          "accuracy_mcq_extract*", "unparseable_mcq_extract*"))))),),
         settings=SuiteSettings(
             EgoPlanBench2Settings, ENV_PREFIX, "tasks/egoplan_bench2/egoplan_bench2.yaml",
-            # The data's folders; the data source and the frames are 27's task variants (egoplan_bench2 compares the
-            # release's keyframes), so the suite's must be at their defaults, as its annotation rate (30 fps, fixed)
-            shared=("annotation_dir", "annotation_file", "ego4d_videos_root", "seed_bench_r1_root"),
+            # The media's folders (the questions: the Hub dataset's copy the suite reads); the data source and the
+            # frames are 27's task variants (egoplan_bench2 compares the release's keyframes), so the suite's must be
+            # at their defaults, as its annotation rate (30 fps, fixed)
+            shared=("annotation_dir", "ego4d_videos_root", "seed_bench_r1_root"),
             unscored=("images_decoded_at_load", "allow_paths_outside_root", "scored_tokens", "loss_mean"),
-            fixed={"parser": "official"}))
+            upstream_variables={"annotation_dir": DATASET_COPY},
+            fixed={"parser": "official", "annotation_file": "EgoPlan-Bench2.json"}),
+        prepare=(dataset_copy("lmms_eval/tasks/egoplan2/egoplan_bench2.yaml"),))
 
 
 declare(_egoplan_bench2())
@@ -1024,30 +1007,26 @@ def judged_ratings(item: dict, ratings: Mapping[str, float | None]) -> dict[str,
 
 
 def actplan_samples(samples: list[dict], side: SideRun) -> list[dict]:
-    """Each plan's LCS, normalised LCS and BLEURT verdict: lmms-eval's task logs them; the suite logs the parsed plans
-    and scores them all at once in its aggregation, so they are scored here by the suite's own code (its step
-    matcher and classifier, as its settings say); a split's metric only for that split's plans."""
+    """Each plan's LCS and normalised LCS: lmms-eval's task logs them; the suite logs the parsed plans and scores them
+    all at once in its aggregation, so they are scored here by the suite's own code (its step matcher, as its settings
+    say); a split's metric only for that split's plans."""
     if side.side == UPSTREAM:
         return samples
-    from lmms_egoplan.actplan.plans import bleurt_correct, score_lcs
-    from lmms_egoplan.actplan.task import _classifier, _matcher
+    from lmms_egoplan.actplan.plans import score_lcs
+    from lmms_egoplan.actplan.task import _matcher
 
     settings = _actplan_settings(side.environ)
     first = [sample["lcs"] for sample in samples]
-    pairs = [(item["prediction"], item["gold"]) for item in first]
-    scores = score_lcs(pairs, _matcher(settings), settings.gold_plan)
-    verdicts = bleurt_correct(pairs, _classifier(settings.bleurt_checkpoint, settings.bleurt_base,
-                                                 settings.scoring_device), settings.gold_plan) \
-        if settings.bleurt_checkpoint else [None] * len(pairs)
+    scores = score_lcs([(item["prediction"], item["gold"]) for item in first], _matcher(settings), settings.gold_plan)
     viewed = []
-    for sample, score, verdict in zip(samples, scores, verdicts):
+    for sample, score in zip(samples, scores):
         view = {}
         for name, value in sample.items():
-            family = next((f for f in ("norm_lcs", "lcs", "bleurt_accuracy") if name.startswith(f)), None)
+            family = next((f for f in ("norm_lcs", "lcs") if name.startswith(f)), None)
             if family is None or not isinstance(value, dict) or "scope" not in value:
                 view[name] = value
             elif value["scope"] in ("all", value["split"]):
-                view[name] = {"lcs": score.lcs, "norm_lcs": score.norm_lcs, "bleurt_accuracy": verdict}[family]
+                view[name] = {"lcs": score.lcs, "norm_lcs": score.norm_lcs}[family]
         viewed.append(view)
     return viewed
 
@@ -1082,25 +1061,6 @@ def egothink_samples(task: str) -> Callable[[list[dict], SideRun], list[dict]]:
             viewed.append(view)
         return viewed
     return view
-
-
-# lmms-eval's egothink reads its Hub dataset only (no variable changes the data): a comparison on a copy of it points
-# the scratch copy's YAML at the copy the suite reads (the harness's own variables, which no task reads).
-DATASET_COPY, DATASET_COPY_REVISION = "EQUIVALENCE_DATASET_COPY", "EQUIVALENCE_DATASET_COPY_REVISION"
-
-
-def dataset_copy(template: str) -> Callable[[Path, Mapping[str, str]], None]:
-    """A preparation: the scratch copy's ``template`` (a path in it) names the dataset copy DATASET_COPY names (and
-    its revision) instead of the Hub dataset, when set."""
-    def prepare(scratch: Path, environment: Mapping[str, str]) -> None:
-        if not environment.get(DATASET_COPY):
-            return
-        path, revision = scratch / template, environment.get(DATASET_COPY_REVISION)
-        text = re.sub(r"(?m)^dataset_path: .*$", f"dataset_path: {environment[DATASET_COPY]}", path.read_text())
-        if revision:
-            text = text.replace("dataset_kwargs:\n", f"dataset_kwargs:\n  revision: {revision}\n")
-        path.write_text(text)
-    return prepare
 
 
 # EgoThink (PR f, 30; its judge code is 24's): the paper's prompts, greedy decoding, Table 7's judge through llm_judge,
@@ -1145,8 +1105,8 @@ def _egothink() -> Benchmark:
 declare(_egothink())
 
 
-# ActPlan-1K (PR h, 32): the release converted, the action(object) parser, LCS at 0.8, BLEURT with a checkpoint (its
-# *_bleurt variants; the suite's actplan1k reports BLEURT whenever its checkpoint is set).
+# ActPlan-1K (PR h, 32): the release converted, the action(object) parser, LCS at 0.8; no BLEURT (the authors publish
+# no classifier), so the suite's must have none set.
 def _actplan() -> Benchmark:
     from lmms_egoplan.actplan.data import ENV_PREFIX
     from lmms_egoplan.actplan.settings import ActPlanSettings
@@ -1159,11 +1119,11 @@ def _actplan() -> Benchmark:
     # The embedding model is lmms-eval's task metadata (all-MiniLM-L6-v2, the suite's default): not a shared setting.
     return Benchmark(
         name="actplan1k", patches=("32-actplan1k-tasks.patch",), capture="chat",
-        tasks=tuple(TaskPair(f"{task}_bleurt", task, sample_view=actplan_samples, differences=(bookkeeping, media))
+        tasks=tuple(TaskPair(task, task, sample_view=actplan_samples, differences=(bookkeeping, media))
                     for task in ("actplan1k", "actplan1k_text_only")),
         settings=SuiteSettings(
             ActPlanSettings, ENV_PREFIX, "tasks/actplan/_default_template_yaml",
-            shared=("data_root", "bleurt_checkpoint", "bleurt_base"),
+            shared=("data_root",),
             unscored=("embedding_batch_size", "bleurt_batch_size", "images_decoded_at_load",
                       "allow_paths_outside_root")),
         prepare=(converted("lmms_eval/tasks/actplan1k/actplan1k_to_jsonl.py", "ACTPLAN_DATA_ROOT"),))
@@ -1180,6 +1140,25 @@ QWEN_DTYPES = {"qwen2_vl": "auto", "qwen2_5_vl": "bfloat16", "qwen3_vl": "bfloat
 QWEN_SYSTEM_PROMPT = "You are a helpful assistant."  # the Qwen backends' default system_prompt
 
 
+# 28's tasks read the release's files from the folder lmms-eval runs in (their data_files): a comparison copies them
+# there from the folder the suite reads them in (the harness's own variable, which no task reads).
+RELEASE_FOLDER = "EQUIVALENCE_RELEASE_FOLDER"
+
+
+def release_files_in_run_folder(*names: str) -> Callable[[Path, Mapping[str, str]], None]:
+    """A preparation: the release's files ``names`` from the folder RELEASE_FOLDER names into the folder lmms-eval's
+    side runs in, as the task's README tells a user to put them (never into the package)."""
+    def prepare(scratch: Path, environment: Mapping[str, str]) -> None:
+        run_folder = scratch.parent / UPSTREAM
+        run_folder.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            source = Path(environment.get(RELEASE_FOLDER, "")) / name
+            if not source.is_file():
+                raise EquivalenceError(f"the suite's annotation_dir holds no {name} ({source}) for lmms-eval's side")
+            shutil.copyfile(source, run_folder / name)
+    return prepare
+
+
 def _egoplan_settings(task_yaml: str) -> SuiteSettings:
     from lmms_egoplan.egoplan.data import ENV_PREFIX
     from lmms_egoplan.egoplan.settings import EgoPlanSettings
@@ -1190,7 +1169,8 @@ def _egoplan_settings(task_yaml: str) -> SuiteSettings:
     return SuiteSettings(EgoPlanSettings, ENV_PREFIX, task_yaml,
                          shared=("annotation_dir", "epic_frames_root", "ego4d_videos_root"),
                          unscored=("images_decoded_at_load", "allow_paths_outside_root", "progress_length_bins",
-                                   "similarity_model", "clips_dir", "seed_bench_r1_root", "epic_annotation_fps"))
+                                   "similarity_model", "clips_dir", "seed_bench_r1_root", "epic_annotation_fps"),
+                         upstream_variables={"annotation_dir": RELEASE_FOLDER})
 
 
 def _egoplan_backends(model: str, model_args: str) -> dict[str, tuple[str, str]]:
@@ -1248,7 +1228,8 @@ def _egoplan() -> Benchmark:
                         tolerance=1e-4),
                TaskPair("egoplan_test_mcppl", "egoplan_test", (EGOPLAN_BOOKKEEPING, EGOPLAN_END_OF_TURN),
                         tolerance=1e-4)),
-        settings=_egoplan_settings("tasks/egoplan/egoplan_val.yaml"))
+        settings=_egoplan_settings("tasks/egoplan/egoplan_val.yaml"),
+        prepare=(release_files_in_run_folder("EgoPlan_validation.json", "EgoPlan_test.json"),))
 
 
 def _egoplan_gen() -> Benchmark:
@@ -1257,7 +1238,8 @@ def _egoplan_gen() -> Benchmark:
         patches=("37-video-frames-at.patch", "28-egoplan-bench-tasks.patch"),
         tasks=(TaskPair("egoplan_val_mc", "egoplan_val_gen", (EGOPLAN_BOOKKEEPING, EGOPLAN_ANALYSIS,
                                                               EGOPLAN_EVERY_SOURCE, EGOPLAN_MCQ_READING)),),
-        settings=_egoplan_settings("tasks/egoplan/egoplan_val_gen.yaml"))
+        settings=_egoplan_settings("tasks/egoplan/egoplan_val_gen.yaml"),
+        prepare=(release_files_in_run_folder("EgoPlan_validation.json"),))
 
 
 declare(_egoplan())

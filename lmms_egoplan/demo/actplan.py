@@ -346,11 +346,11 @@ def scripted_plan(kind: str, gold: Sequence[str]) -> ScriptedPlan:
 SCRIPTED_KINDS = ("exact", "partly right", "wrong", "no plan")
 
 
-def scripted_answers(data: Path, classifier: Path) -> ScriptedAnswers:
+def scripted_answers(data: Path, classifier: Path | None) -> ScriptedAnswers:
     """Each instance answered with one kind of ``SCRIPTED_KINDS`` in turn (the same with and without
     images). LCS from a plain DP over the scripted and first gold steps (the unrelated steps match no
-    gold step, the others are gold steps); BLEURT accuracy the share of outputs with a plan (the
-    demo's classifier accepts every plan); format errors, plan length and no-plan rate by construction."""
+    gold step, the others are gold steps); with a ``classifier`` (the demo's accepts every plan), BLEURT
+    accuracy the share of outputs with a plan; format errors, plan length and no-plan rate by construction."""
     from lmms_egoplan.actplan.data import load_instances
 
     docs = load_instances(data)
@@ -369,17 +369,18 @@ def scripted_answers(data: Path, classifier: Path) -> ScriptedAnswers:
         for suffix, chosen in (("", answered), *((f"_{split}", [i for i in answered if docs[i]["split"] == split])
                                                  for split in ("normal", "counterfactual"))):
             metrics |= {f"lcs{suffix}": mean([lcs[i] for i in chosen]),
-                        f"norm_lcs{suffix}": mean([norm_lcs[i] for i in chosen]),
-                        f"bleurt_accuracy{suffix}": mean([accepted[i] for i in chosen])}
+                        f"norm_lcs{suffix}": mean([norm_lcs[i] for i in chosen])}
+            if classifier:
+                metrics[f"bleurt_accuracy{suffix}"] = mean([accepted[i] for i in chosen])
         return {task: metrics for task in SCRIPTED_TASKS}
 
     answers = {doc["description"]: plan.text for doc, plan in zip(docs, plans)}
     return ScriptedAnswers(tasks=SCRIPTED_TASKS, answers=answers, expected=expected, env=_settings(data, classifier))
 
 
-def _settings(data: Path, classifier: Path) -> dict[str, str]:
-    return {"ACTPLAN_DATA_ROOT": str(data), "ACTPLAN_BLEURT_CHECKPOINT": str(classifier),
-            "ACTPLAN_SCORING_DEVICE": "cpu"}
+def _settings(data: Path, classifier: Path | None) -> dict[str, str]:
+    return {"ACTPLAN_DATA_ROOT": str(data), "ACTPLAN_SCORING_DEVICE": "cpu",
+            **({"ACTPLAN_BLEURT_CHECKPOINT": str(classifier)} if classifier else {})}
 
 
 def smoke_suite(workdir: Path, resources: ExitStack) -> SmokeSuite:

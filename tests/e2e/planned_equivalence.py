@@ -1,53 +1,20 @@
 """EgoThink (patches 24 and 30) and ActPlan-1K (patch 32) on the demo's data, for
 tests/e2e/test_upstream_equivalence.py. ActPlan-1K: one run of the real CLI per side carries actplan1k and
 actplan1k_text_only; a scripted model answers through lmms-eval's ``openai`` backend (the instances told apart by
-their task descriptions) and a BLEURT classifier in the release's checkpoint format judges some plans correct and
-others not. EgoThink: the demo's Hub-shaped copy, the scripted answers and ratings, a judge withholding the ratings of
-the answers whose reference is EGOTHINK_FAILED_REFERENCE."""
+their task descriptions); no BLEURT classifier (32 has none). EgoThink: the demo's Hub-shaped copy, the scripted
+answers and ratings, a judge withholding the ratings of the answers whose reference is EGOTHINK_FAILED_REFERENCE."""
 
 from __future__ import annotations
 
 from contextlib import ExitStack
 from pathlib import Path
 
-import torch
-
-from lmms_egoplan.actplan.classifier import load_classifier
 from lmms_egoplan.core.embeddings import default_sentence_model
 from lmms_egoplan.demo import actplan, egothink
 from lmms_egoplan.demo.kit.judge_server import ChatCall, ChatServer, Reply
 from lmms_egoplan.demo.kit.scripted import MODEL_NAME, ScriptedAnswers, answering, rating_by_script
 
 EGOTHINK_FAILED_REFERENCE = "Yes."  # the reference of 4 of the demo's 24 questions, in 4 dimensions
-
-
-def release_checkpoint(folder, workdir, calibration) -> tuple[str, str]:
-    """A plan classifier in the release's format (``bleu-cls/finetune*.py``'s ``torch.save(model.state_dict())``:
-    BERT with its pooler, and the ``mlp`` head) and the BLEURT folder it was fine-tuned from."""
-    base = actplan.build_tiny_bert(workdir / "tiny-bert")
-    suite_folder = actplan.write_classifier_checkpoint(folder, base, calibration)
-    state = load_classifier(suite_folder, device="cpu").module.state_dict()
-    hidden = state["bert.embeddings.word_embeddings.weight"].shape[1]
-    pooler = torch.nn.Linear(hidden, hidden)
-    state.update({"bert.pooler.dense.weight": pooler.weight.detach(), "bert.pooler.dense.bias": pooler.bias.detach()})
-    checkpoint = workdir / "best-model.ckpt"
-    torch.save(state, checkpoint)
-    return str(checkpoint), str(base)
-
-
-def calibration(data) -> list[tuple[str, str]]:
-    """The plan pairs the classifier will be asked about (the scripted plans that hold steps, against their first gold
-    plans) and one more, so that it judges about half of them correct, none of them by a hair."""
-    from lmms_egoplan.actplan.data import load_instances
-    from lmms_egoplan.actplan.plans import plan_text
-
-    docs = load_instances(data)
-    plans = [actplan.scripted_plan(actplan.SCRIPTED_KINDS[i % len(actplan.SCRIPTED_KINDS)], doc["gold_plans"][0])
-             for i, doc in enumerate(docs)]
-    pairs = [(plan_text(doc["gold_plans"][0]), plan_text(plan.steps)) for doc, plan in zip(docs, plans) if plan.steps]
-    return pairs + [(plan_text(docs[0]["gold_plans"][0]), plan_text(docs[-1]["gold_plans"][0]))]
-
-
 EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"  # the one actplan1k's metadata names
 
 
@@ -63,13 +30,13 @@ def hub_cache_holding(model_id: str, folder: str, cache: Path) -> Path:
 
 
 def actplan_release(workdir: Path, resources: ExitStack, tiny_model=None) -> tuple[str, str, dict[str, str]]:
-    """A small ActPlan-1K release answered by the scripted model through lmms-eval's openai backend, with a BLEURT
-    classifier in the release's format: (model, model_args, the settings). No checkpoint: ``tiny_model`` goes unused."""
+    """A small ActPlan-1K release answered by the scripted model through lmms-eval's openai backend, without a BLEURT
+    classifier (32 has none: the authors publish none): (model, model_args, the settings). No checkpoint: ``tiny_model``
+    goes unused."""
     data = actplan.write_release_dataset(workdir / "ActPlan-1K", scenes=2, activities=1, samples=1)
-    checkpoint, base = release_checkpoint(workdir / "classifier", workdir, calibration(data))
-    chat = resources.enter_context(ChatServer(answering([actplan.scripted_answers(data, checkpoint)]),
+    chat = resources.enter_context(ChatServer(answering([actplan.scripted_answers(data, None)]),
                                               model_name=MODEL_NAME))
-    settings = {"ACTPLAN_DATA_ROOT": data, "ACTPLAN_BLEURT_CHECKPOINT": checkpoint, "ACTPLAN_BLEURT_BASE": base,
+    settings = {"ACTPLAN_DATA_ROOT": data,
                 # lmms-eval's task loads the embedding model its metadata names from the Hub, offline: from this cache
                 "HF_HUB_CACHE": hub_cache_holding(EMBEDDING_MODEL, default_sentence_model(), workdir / "hub-cache")}
     return ("openai", f"model_version={MODEL_NAME},base_url={chat.base_url},api_key=unused",

@@ -1,8 +1,9 @@
 """The EgoPlan-Bench2 pull requests for lmms-eval (docs/upstream/), held to the suite in process: 23's test in
-lmms-eval's test tree reads every answer shape of the suite's parser tests; 27's task, loaded from its diff with the
-shared helpers it needs (the official parser it moves, 37's frame decoder), shows the suite's frames and writes its
-prompt in both data layouts and both frame samplings (its task variants), and its robust parser reads as the
-suite's. The whole task through lmms-eval's CLI against the suite's: tests/e2e/test_upstream_equivalence.py."""
+lmms-eval's test tree reads every answer shape of the suite's parser tests; 27's task (the egoplan_bench2 variants of
+egoplan2/), loaded from its diff with what it imports (egoplan2's parser as 23 fixes it, 37's frame decoder), shows the
+suite's frames and writes its prompt in both data layouts and both frame samplings (its task variants), and its
+`accuracy` reads answers as the suite's official parser. The whole task through lmms-eval's CLI against the suite's:
+tests/e2e/test_upstream_equivalence.py."""
 
 import ast
 import hashlib
@@ -14,9 +15,9 @@ import pytest
 from lmms_egoplan.core.settings import resolve_settings
 from lmms_egoplan.demo.egoplan_bench2 import SCRIPTED_STYLES, build_fixture, scripted_answer
 from lmms_egoplan.egoplan_bench2 import data, settings, task
-from lmms_egoplan.egoplan_bench2.parsing import robust_letter
+from lmms_egoplan.egoplan_bench2.parsing import official_letter
 from tests.e2e.upstream_patches import PATCHES, added_file
-from tests.egoplan_bench2.test_answer_parsers import CHOICES, OFFICIAL, ROBUST
+from tests.egoplan_bench2.test_answer_parsers import OFFICIAL, ROBUST
 from tests.kit.upstream_module import added_module, changed_module
 
 FIX = PATCHES / "23-egoplan2-official-parser.patch"
@@ -31,16 +32,15 @@ def fixture(tmp_path_factory):
 
 @pytest.fixture
 def upstream(fixture, tmp_path, monkeypatch):
-    """27's ``utils.py``, loaded from its diff with the shared helpers it needs in lmms-eval's ``_task_utils`` (its
-    parser, 37's decoder) and the data folders pointing at the fixture's layouts."""
+    """27's ``egoplan_bench2_utils.py``, loaded from its diff with what it imports (egoplan2's ``utils.py`` as 23 fixes
+    it, 37's decoder in lmms-eval's ``_task_utils``) and the media folders pointing at the fixture's layouts."""
     for name, value in fixture.env().items():
         monkeypatch.setenv(name, value)
-    shared = "lmms_eval.tasks._task_utils"
-    monkeypatch.setitem(sys.modules, f"{shared}.egoplan_bench2_mcq_utils", added_module(
-        TASK, "lmms_eval/tasks/_task_utils/egoplan_bench2_mcq_utils.py", tmp_path))
-    monkeypatch.setitem(sys.modules, f"{shared}.video_loader", changed_module(
+    monkeypatch.setitem(sys.modules, "lmms_eval.tasks.egoplan2.utils", changed_module(
+        FIX, "lmms_eval/tasks/egoplan2/utils.py", tmp_path))
+    monkeypatch.setitem(sys.modules, "lmms_eval.tasks._task_utils.video_loader", changed_module(
         DECODER, "lmms_eval/tasks/_task_utils/video_loader.py", tmp_path))
-    return added_module(TASK, "lmms_eval/tasks/egoplan_bench2/utils.py", tmp_path)
+    return added_module(TASK, "lmms_eval/tasks/egoplan2/egoplan_bench2_utils.py", tmp_path)
 
 
 def test_the_fixs_test_reads_every_answer_shape_of_the_suites_parser_tests():
@@ -76,11 +76,14 @@ def test_the_upstream_task_shows_the_suites_frames_and_writes_its_prompt(upstrea
         assert upstream.egoplan_bench2_doc_to_text(ours) == task.doc_to_text(theirs)
 
 
-def test_the_upstream_robust_parser_reads_as_the_suites(upstream):
+def test_the_upstream_accuracy_reads_answers_as_the_suites_official_parser(upstream, fixture):
     words = ["The", "answer", "Answer:", "is", "option", "A", "B", "C", "D", "a", "b", "(C)", "Based", "<answer>",
              "</answer>", "<think>", "</think>", "I", "choose", "place", "oven", "tray", "operate", ".", "D.", "\n"]
     rng = random.Random(0)
-    answers = [response for response, _ in ROBUST] + [" ".join(rng.choice(words) for _ in range(rng.randint(0, 12)))
-                                                      for _ in range(3000)]
+    answers = [response for response, _ in (*OFFICIAL, *ROBUST)] + [
+        " ".join(rng.choice(words) for _ in range(rng.randint(0, 12))) for _ in range(3000)]
+    doc = upstream._question(fixture.records()[0], upstream.KEYFRAMES)
     for answer in answers:
-        assert upstream.robust_letter(answer, CHOICES) == robust_letter(answer, CHOICES), answer
+        scores = upstream.egoplan_bench2_process_results(doc, [answer])
+        assert scores["accuracy"] == float(official_letter(answer) == doc["golden_choice_idx"]), answer
+        assert scores["unparseable"] == float(official_letter(answer) is None), answer

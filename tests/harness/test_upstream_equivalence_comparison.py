@@ -1,6 +1,6 @@
 """docs/upstream/equivalence.py's comparison can fail: on two sides' logged samples, results and captured requests
 written here, it finds a changed prompt, image, request parameter, per-sample value and aggregate, explains only what
-a declared difference names, regroups an upstream metric per group, reads a loss logged as text as a number, refuses a
+a declared difference names, reads a loss logged as text as a number, refuses a
 setting lmms-eval's task lacks, and does not call a run proven whose guard saw the suite imported; the likelihood
 capture's recorder keeps what a backend answered (the real runs: tests/e2e/test_upstream_equivalence.py)."""
 
@@ -21,7 +21,6 @@ from docs.upstream.equivalence import (
     Difference,
     EquivalenceError,
     LikelihoodCapture,
-    Regrouped,
     Request,
     SideRun,
     TaskPair,
@@ -94,17 +93,6 @@ def test_only_what_a_declared_difference_names_is_deliberate(tmp_path):
     assert [line.split(":")[1] for line in report.differing] == ["accuracy"]
 
 
-def test_an_upstream_metric_per_group_is_compared_as_the_suites_metric_per_group(tmp_path):
-    pair = TaskPair("t_up", "t_suite", regrouped=(Regrouped("accuracy_scenario", "scenario", "correct", "fixed list"),))
-    requests = [Request(PROMPT, ("img1", "img2"), '{"max_tokens": 16}')]
-    upstream = ([sample(accuracy_scenario={"scenario": "baking", "correct": 1.0})],
-                {"accuracy": 1.0, "accuracy_scenario": {"baking": 1.0}}, requests)
-    suite = ([sample(accuracy_scenario_baking=1.0)], {"accuracy": 1.0, "accuracy_scenario_baking": 1.0}, requests)
-    assert compared(tmp_path, pair, upstream, suite).differing == []
-    wrong = ([sample(accuracy_scenario_baking=0.0)], {"accuracy": 1.0, "accuracy_scenario_baking": 0.0}, requests)
-    assert len(compared(tmp_path / "wrong", pair, upstream, wrong).differing) == 2
-
-
 def png(pixels: Image.Image, level: int) -> str:
     buffer = io.BytesIO()
     pixels.save(buffer, format="PNG", compress_level=level)
@@ -127,8 +115,10 @@ def test_a_setting_lmms_evals_task_lacks_is_refused_and_the_shared_ones_handed_o
     declared = equivalence.BENCHMARKS["egoplan_bench2"].settings
     official = {**fixture_env, "EGOPLAN2_PARSER": "official"}
     handed = upstream_settings(declared, official)
-    assert handed == {**fixture_env, "EGOPLAN2_ANNOTATION_FILE": "EgoPlan-Bench2.json",
-                      "EGOPLAN2_SEED_BENCH_R1_ROOT": ""}  # the data's folders only: no parser, no frames
+    # the media's folders, and the questions' folder as the Hub dataset's copy: no parser, no frames
+    assert handed == {"EGOPLAN2_EGO4D_VIDEOS_ROOT": fixture_env["EGOPLAN2_EGO4D_VIDEOS_ROOT"],
+                      equivalence.DATASET_COPY: fixture_env["EGOPLAN2_ANNOTATION_DIR"],
+                      "EGOPLAN2_SEED_BENCH_R1_ROOT": ""}
     # 27's variants fix the frames and the data source, its YAML the reading: the suite's must match them
     for name, value in (("EGOPLAN2_MAX_SIDE", "224"), ("EGOPLAN2_FRAME_SAMPLING", "clip"),
                         ("EGOPLAN2_DATA_SOURCE", "seed_bench_r1")):
@@ -137,6 +127,10 @@ def test_a_setting_lmms_evals_task_lacks_is_refused_and_the_shared_ones_handed_o
     with pytest.raises(EquivalenceError, match="lmms-eval's task fixes what the suite sets with EGOPLAN2_PARSER="
                                                "official"):
         upstream_settings(declared, fixture_env)
+    # the Hub dataset's file name is 27's YAML's
+    with pytest.raises(EquivalenceError, match="fixes what the suite sets with EGOPLAN2_ANNOTATION_FILE="
+                                               "EgoPlan-Bench2.json"):
+        upstream_settings(declared, {**official, "EGOPLAN2_ANNOTATION_FILE": "mine.json"})
 
 
 @pytest.fixture
@@ -172,7 +166,10 @@ def test_egoplans_per_task_annotation_file_is_its_default_and_a_setting_its_upst
     declared = equivalence.BENCHMARKS["egoplan"].settings
     roots = {name: str(tmp_path) for name in ("EGOPLAN_ANNOTATION_DIR", "EGOPLAN_EPIC_FRAMES_ROOT",
                                                "EGOPLAN_EGO4D_VIDEOS_ROOT")}
-    assert upstream_settings(declared, roots) == roots  # egoplan_val.yaml's EgoPlan_validation.json: no change
+    # egoplan_val.yaml's EgoPlan_validation.json: no change; the release's folder is copied into lmms-eval's run folder
+    assert upstream_settings(declared, roots) == {
+        **{name: root for name, root in roots.items() if name != "EGOPLAN_ANNOTATION_DIR"},
+        equivalence.RELEASE_FOLDER: roots["EGOPLAN_ANNOTATION_DIR"]}
     for name, value in (("EGOPLAN_ANNOTATION_FILE", "/data/other.json"), ("EGOPLAN_SCORED_TOKENS", "answer"),
                         ("EGOPLAN_FRAME_SAMPLING", "uniform")):
         with pytest.raises(EquivalenceError, match=f"lmms-eval's task has no setting {name}"):
