@@ -79,6 +79,11 @@ def test_a_run_whose_import_time_environment_differs_runs_in_a_plain_process(war
         == "False\n"
     assert run_python([sys.executable, "-c", probe], env={**warm, WARM_PYTHON_VARIABLE: ""}, timeout=300).stdout \
         == "False\n"
+    # huggingface_hub reads XDG_CACHE_HOME when imported; no pre-imported module reads XDG_CONFIG_HOME (the settings)
+    assert run_python([sys.executable, "-c", probe], env={**warm, "XDG_CACHE_HOME": "/elsewhere"},
+                      timeout=300).stdout == "False\n"
+    assert run_python([sys.executable, "-c", probe], env={**warm, "XDG_CONFIG_HOME": "/elsewhere"},
+                      timeout=300).stdout == "True\n"
 
 
 def test_a_run_with_its_own_pythonpath_forks_with_the_path_a_plain_process_has_unless_it_shadows_an_import(

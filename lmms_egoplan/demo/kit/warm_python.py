@@ -30,10 +30,11 @@ import time
 from pathlib import Path
 
 WARM_PYTHON_VARIABLE = "LMMS_EGOPLAN_WARM_PYTHON"  # the socket of a warm Python that runs may fork from
-# Prefixes of the variables the pre-imported modules (or the interpreter) read when imported or started.
+# Prefixes of the variables the pre-imported modules (or the interpreter) read when imported or started. Of the XDG_
+# ones only XDG_CACHE_HOME (huggingface_hub's default cache): a user's XDG_CONFIG_HOME (the settings file) forks.
 IMPORT_TIME_VARIABLES = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "TORCH", "PYTORCH", "CUDA", "NCCL", "OMP_",
                          "KMP_", "MKL", "OPENBLAS", "NUMEXPR", "NUMPY", "PYTHON", "LD_", "DATASETS", "EVALUATE",
-                         "ACCELERATE", "USE_", "XDG_", "HOME", "TMP", "TEMP", "LANG", "LC_", "TZ")
+                         "ACCELERATE", "USE_", "XDG_CACHE_HOME", "HOME", "TMP", "TEMP", "LANG", "LC_", "TZ")
 PYTHON_PATH = "PYTHONPATH"  # compared apart: a run's own is put on its sys.path where it shadows no imported module
 REFUSED = -1  # the pid a warm Python answers for a run it does not start
 _WAIT_FOR_START = 300.0  # seconds a first run waits for the warm Python to finish its imports
