@@ -146,10 +146,19 @@ _TASKS_FIRST = "tasks.check_suite_tasks_before_the_model"
 _SIMPLE_EVALUATE = ("lmms_eval.evaluator", "simple_evaluate")
 
 def _suite_task_names(task_manager: Any) -> set[str]:
-    """Task, group and tag names of the suite's task folder, indexed as lmms-eval indexes any folder."""
+    """Task and group names the run's task index has from the suite's task folder, and its tags of only those: read
+    from the index lmms-eval built (reading the folder's YAML files again cost each run some 0.3 s)."""
     spec = importlib.util.find_spec(f"{SUITE_PLUGIN}.tasks")
-    folder = list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
-    return set(task_manager._get_task_and_group(folder)) if folder else set()
+    if not spec or not spec.submodule_search_locations:
+        return set()
+    inside = os.path.join(os.path.realpath(list(spec.submodule_search_locations)[0]), "")
+    index = task_manager.task_index
+    folders = {os.path.dirname(entry["yaml_path"]) for entry in index.values() if isinstance(entry["yaml_path"], str)}
+    # resolved once per folder (a few hundred), not per file (some two thousand): 0.04 s instead of 0.13 s
+    resolved = {folder: os.path.join(os.path.realpath(folder), "") for folder in folders}
+    names = {name for name, entry in index.items() if isinstance(entry["yaml_path"], str)
+             and resolved[os.path.dirname(entry["yaml_path"])].startswith(inside)}
+    return names | {name for name, entry in index.items() if entry["type"] == "tag" and set(entry["task"]) <= names}
 
 class _Prebuilt(NamedTuple):
     names: set[str]  # the suite's task and group names the run named

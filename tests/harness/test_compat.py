@@ -392,3 +392,25 @@ def test_a_run_of_the_suites_tasks_without_use_cache_keeps_its_responses_under_i
         assert durability.keep_responses_by_default(run, None, cli_args) is None
     finally:
         logger.remove(sink)
+
+
+def test_the_suites_task_names_are_read_from_the_runs_index_through_any_path_to_its_folder_and_not_where_shadowed(
+        tmp_path):
+    """What ``check_suite_tasks_before_the_model`` takes for the suite's tasks: the names lmms-eval indexes from the
+    suite's task folder (here through a symlink to it), less one that a folder indexed before it names too (lmms-eval
+    builds that folder's task, as it builds a built-in's over a plugin's)."""
+    import importlib.util
+
+    import yaml
+    from lmms_eval.tasks import TaskManager
+
+    from lmms_egoplan.compat.tasks import _suite_task_names
+
+    folder = Path(list(importlib.util.find_spec("lmms_egoplan.tasks").submodule_search_locations)[0])
+    (tmp_path / "linked").symlink_to(folder)
+    (tmp_path / "earlier").mkdir()
+    (tmp_path / "earlier" / "egoplan_val.yaml").write_text(yaml.safe_dump({"task": "egoplan_val", "dataset_path": "x"}))
+    own = set(TaskManager(include_path=str(folder), include_defaults=False).task_index)
+    linked = TaskManager(include_path=[str(tmp_path / "earlier"), str(tmp_path / "linked")], include_defaults=False)
+    assert "egoplan_val" in own and len(own) > 40
+    assert _suite_task_names(linked) == own - {"egoplan_val"}
