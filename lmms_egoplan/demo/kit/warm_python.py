@@ -6,10 +6,8 @@ atexit handlers and signals, as ``subprocess.run`` (``run_python``) or ``subproc
 
 Nothing of lmms_eval, lm_eval or lmms_egoplan is imported before the fork (their import-time behaviour depends on the
 run's environment). A run whose environment differs from the warm process's in a variable that the pre-imported
-modules read when imported (``IMPORT_TIME_VARIABLES``), whose ``PYTHONPATH`` holds a module the warm process has
-imported (it would import that one from there), or whose interpreter is another one, is refused, and starts as a
-plain process instead. Another ``PYTHONPATH`` (a scratch copy of lmms-eval, a stand-in module) is put on the run's
-``sys.path`` where the interpreter puts it.
+modules read when imported (``IMPORT_TIME_VARIABLES``), or whose interpreter is another one, is refused, and
+starts as a plain process instead.
 
 Started as a script (``python warm_python.py SOCKET``: this file imports nothing but the standard library at its top)
 by whoever runs many such processes: the end-to-end tests (``tests/e2e/conftest.py``) name its socket in
@@ -35,37 +33,12 @@ WARM_PYTHON_VARIABLE = "LMMS_EGOPLAN_WARM_PYTHON"  # the socket of a warm Python
 IMPORT_TIME_VARIABLES = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "TORCH", "PYTORCH", "CUDA", "NCCL", "OMP_",
                          "KMP_", "MKL", "OPENBLAS", "NUMEXPR", "NUMPY", "PYTHON", "LD_", "DATASETS", "EVALUATE",
                          "ACCELERATE", "USE_", "XDG_CACHE_HOME", "HOME", "TMP", "TEMP", "LANG", "LC_", "TZ")
-PYTHON_PATH = "PYTHONPATH"  # compared apart: a run's own is put on its sys.path where it shadows no imported module
 REFUSED = -1  # the pid a warm Python answers for a run it does not start
 _WAIT_FOR_START = 300.0  # seconds a first run waits for the warm Python to finish its imports
 
 
 def import_time_environment(environ) -> dict[str, str]:
-    return {name: value for name, value in environ.items()
-            if name.startswith(IMPORT_TIME_VARIABLES) and name != PYTHON_PATH}
-
-
-def python_path_entries(environ, cwd: str) -> list[str]:
-    """The ``PYTHONPATH`` folders as the interpreter puts them on ``sys.path``: absolute (an empty one: ``cwd``)."""
-    value = environ.get(PYTHON_PATH, "")
-    return [os.path.abspath(os.path.join(cwd, entry)) for entry in value.split(os.pathsep)] if value else []
-
-
-def shadows_an_imported_module(entries: list[str]) -> bool:
-    """Whether a module this process has imported would be imported from one of ``entries`` by a fresh interpreter
-    (a package or module of that name there; a zip archive or other file counts as one)."""
-    import importlib.machinery
-
-    imported = {name.partition(".")[0] for name in sys.modules}
-    suffixes = tuple(importlib.machinery.all_suffixes())
-    for entry in map(Path, entries):
-        if entry.exists() and not entry.is_dir():
-            return True
-        names = {child.name.split(".")[0] if child.name.endswith(suffixes) else child.name
-                 for child in (entry.iterdir() if entry.is_dir() else ())}
-        if names & imported:
-            return True
-    return False
+    return {name: value for name, value in environ.items() if name.startswith(IMPORT_TIME_VARIABLES)}
 
 
 def run_python(command: list[str], *, env: dict[str, str] | None = None, cwd=None, timeout: float | None = None,
@@ -236,12 +209,12 @@ def serve(path: Path) -> dict:
         if os.fork() == 0:
             listener.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            return _keep_one_run(connection, started_environment, before.get(PYTHON_PATH, ""), set_by_imports)
+            return _keep_one_run(connection, started_environment, set_by_imports)
         connection.close()
     sys.exit(0)
 
 
-def _keep_one_run(connection: socket.socket, started_environment: dict[str, str], started_path: str,
+def _keep_one_run(connection: socket.socket, started_environment: dict[str, str],
                   set_by_imports: dict[str, str]) -> dict:
     """In the keeper: read the request, fork the run, answer its pid and then its exit status; returns the request
     in the run."""
@@ -251,19 +224,14 @@ def _keep_one_run(connection: socket.socket, started_environment: dict[str, str]
     while len(payload) < length:
         payload += connection.recv(length - len(payload))
     request = json.loads(payload)
-    own_path = request["env"].get(PYTHON_PATH, "")
     if (request["executable"] != sys.executable
-            or import_time_environment(request["env"]) != started_environment
-            or own_path != started_path and (started_path or shadows_an_imported_module(
-                python_path_entries(request["env"], request["cwd"])))):
+            or import_time_environment(request["env"]) != started_environment):
         connection.sendall(f"{REFUSED}\n".encode())
         os._exit(0)
     run = os.fork()
     if run == 0:
         connection.close()
-        # the run's own PYTHONPATH, where it is not the warm Python's: put on its sys.path before the warm Python's
-        python_path = python_path_entries(request["env"], request["cwd"]) if own_path != started_path else []
-        return {**request, "env": {**request["env"], **set_by_imports}, "fds": fds, "python_path": python_path}
+        return {**request, "env": {**request["env"], **set_by_imports}, "fds": fds}
     for fd in fds:
         os.close(fd)
     try:
@@ -288,8 +256,6 @@ def become_the_run(request: dict) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    # first occurrences, as site.removeduppaths keeps them
-    sys.path[1:] = list(dict.fromkeys([*request["python_path"], *sys.path[1:]]))
     random.seed()  # each process its own draws, as a fresh interpreter would have
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
