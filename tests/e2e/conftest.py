@@ -27,9 +27,6 @@ def warm_python():
     from lmms_egoplan.demo.kit import warm_python
     from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV
 
-    if os.environ.get(warm_python.WARM_PYTHON_VARIABLE):  # a pytest a test of this tier started (upstream_patches.py):
-        yield  # its runs fork from that tier's warm Python
-        return
     with tempfile.TemporaryDirectory(prefix="warm-python-") as folder, pytest.MonkeyPatch.context() as patch:
         socket = Path(folder) / "socket"
         # Under the runs' offline variables, which the pre-imported modules read when imported.

@@ -19,7 +19,6 @@ from pathlib import Path
 import lmms_egoplan.compat
 from lmms_egoplan.compat import OFF_SWITCH
 from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV
-from lmms_egoplan.demo.kit.warm_python import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = ROOT / "docs" / "upstream"
@@ -206,12 +205,10 @@ def run_tests(scratch: Path, tests: list[str], workarounds: set[str], checkpoint
     env = {**os.environ, **OFFLINE_ENV, "PYTHONPATH": str(scratch), OFF_SWITCH: ",".join(sorted(workarounds)),
            "LMMS_EGOPLAN_TEST_CACHE": str(checkpoints)}
     env.pop("LMMS_EVAL_PLUGINS", None)
-    # forked from this tier's warm Python where it runs (the scratch copy shadows none of its imports), as are the
-    # lmms-eval runs of the tests it runs
-    completed = run_python([sys.executable, "-c", RUNNER, str(scratch), str(report), "-q", "-p", "no:cacheprovider",
-                            "-c", str(ROOT / "setup.cfg"), "--rootdir", str(ROOT), "-m", "e2e or not e2e",
-                            "--continue-on-collection-errors", *tests],
-                           cwd=ROOT, env=env, stderr_apart=True, timeout=900)
+    completed = subprocess.run([sys.executable, "-c", RUNNER, str(scratch), str(report), "-q", "-p", "no:cacheprovider",
+                                "-c", str(ROOT / "setup.cfg"), "--rootdir", str(ROOT), "-m", "e2e or not e2e",
+                                "--continue-on-collection-errors", *tests],
+                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert report.exists(), completed.stdout[-3000:] + completed.stderr[-3000:]
     outcomes = {}
     for node, outcome in json.loads(report.read_text()).items():
