@@ -6,6 +6,7 @@ differs runs in a plain process."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -84,6 +85,27 @@ def test_a_run_whose_import_time_environment_differs_runs_in_a_plain_process(war
                       timeout=300).stdout == "False\n"
     assert run_python([sys.executable, "-c", probe], env={**warm, "XDG_CONFIG_HOME": "/elsewhere"},
                       timeout=300).stdout == "True\n"
+
+
+def test_a_caller_that_imported_transformers_pipelines_or_scikit_learn_forks_its_runs(warm):
+    """Importing transformers' pipelines sets ``TORCHINDUCTOR_CACHE_DIR`` in the importing process (through torch's
+    inductor), scikit-learn ``KMP_DUPLICATE_LIB_OK`` and ``KMP_INIT_AT_FORK``: the end-to-end tier's test processes
+    hold them from their test modules' imports, and their runs all started plain before (2026-11-27). A run holding
+    another inductor folder starts plain; the KMP_ variables are read by no runtime a pip torch loads (libgomp)."""
+    probe = "import os, sys; print('torch' in sys.modules, os.environ['TORCHINDUCTOR_CACHE_DIR'])"
+    importer = ("import json, os, sklearn, transformers.pipelines; "
+                "print(json.dumps({k: v for k, v in os.environ.items() if k.startswith(('TORCHINDUCTOR', 'KMP_'))}))")
+    imported = subprocess.run([sys.executable, "-c", importer],
+                              env=warm, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=300)
+    set_by_imports = json.loads(imported.stdout.splitlines()[-1])
+    assert set(set_by_imports) == {"TORCHINDUCTOR_CACHE_DIR", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"}
+    folder = set_by_imports["TORCHINDUCTOR_CACHE_DIR"]
+    assert run_python([sys.executable, "-c", probe], env={**warm, "TORCHINDUCTOR_CACHE_DIR": folder},
+                      timeout=300).stdout == f"True {folder}\n"
+    assert run_python([sys.executable, "-c", probe], env={**warm, **set_by_imports}, timeout=300).stdout \
+        == f"True {folder}\n"
+    assert run_python([sys.executable, "-c", probe], env={**warm, "TORCHINDUCTOR_CACHE_DIR": "/elsewhere"},
+                      timeout=300).stdout == "False /elsewhere\n"
 
 
 def test_a_run_with_its_own_pythonpath_runs_in_a_plain_process_where_its_sitecustomize_runs(warm, tmp_path):

@@ -9,15 +9,18 @@ run's environment). A run whose environment differs from the warm process's in a
 modules read when imported (``IMPORT_TIME_VARIABLES``), or whose interpreter is another one, is refused, and
 starts as a plain process instead.
 
-Started as a script (``python warm_python.py SOCKET``: this file imports nothing but the standard library at its top)
-by whoever runs many such processes: the end-to-end tests (``tests/e2e/conftest.py``) name its socket in
+Started as a script (``python warm_python.py SOCKET [PRELUDE]``: this file imports nothing but the standard library at
+its top) by whoever runs many such processes: the end-to-end tests (``tests/e2e/conftest.py``) name its socket in
 ``WARM_PYTHON_VARIABLE``, which the runs they start inherit (the demo's runs, under ``lmms-egoplan smoke``, too).
+``PRELUDE``, a Python file, runs in each forked run before its command (the end-to-end tier's: ``tests/e2e/
+task_index_memo.py``); the demo names none.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import selectors
 import signal
 import socket
@@ -25,6 +28,7 @@ import struct
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 WARM_PYTHON_VARIABLE = "LMMS_EGOPLAN_WARM_PYTHON"  # the socket of a warm Python that runs may fork from
@@ -37,8 +41,21 @@ REFUSED = -1  # the pid a warm Python answers for a run it does not start
 _WAIT_FOR_START = 300.0  # seconds a first run waits for the warm Python to finish its imports
 
 
-def import_time_environment(environ) -> dict[str, str]:
-    return {name: value for name, value in environ.items() if name.startswith(IMPORT_TIME_VARIABLES)}
+def import_time_environment(environ, prefixes: tuple[str, ...] = IMPORT_TIME_VARIABLES) -> dict[str, str]:
+    return {name: value for name, value in environ.items() if name.startswith(prefixes)}
+
+
+def _import_time_prefixes() -> tuple[str, ...]:
+    """``IMPORT_TIME_VARIABLES`` of this warm Python, less ``KMP_`` where no Intel or LLVM OpenMP runtime is loaded,
+    the only readers of those (a pip torch on Linux loads GNU's libgomp): scikit-learn and joblib set two of them
+    when imported, which a test process that imported them hands on to its runs (all refused before, 2026-11-27)."""
+    try:
+        loaded = Path("/proc/self/maps").read_text()
+    except OSError:  # not Linux: keep them
+        return IMPORT_TIME_VARIABLES
+    if re.search(r"/libi?omp[0-9]*[.-]", loaded):  # libiomp5, libomp (not libgomp)
+        return IMPORT_TIME_VARIABLES
+    return tuple(prefix for prefix in IMPORT_TIME_VARIABLES if prefix != "KMP_")
 
 
 def run_python(command: list[str], *, env: dict[str, str] | None = None, cwd=None, timeout: float | None = None,
@@ -195,9 +212,11 @@ def serve(path: Path) -> dict:
     os.rename(f"{path}.binding", path)  # clients wait for this name: it appears listening
     listener.settimeout(5)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
-    started_environment = import_time_environment(before)
+    prefixes = _import_time_prefixes()
     # What the imports wrote into the environment (torch: TORCHINDUCTOR_CACHE_DIR) a fresh process would have too.
-    set_by_imports = {name: value for name, value in os.environ.items() if before.get(name) != value}
+    started = _Started(prefixes, import_time_environment(before, prefixes),
+                       {name: value for name, value in os.environ.items() if before.get(name) != value},
+                       Path(f"{path}.refused"))
     while os.getppid() == parent:  # ends with whoever started it
         try:
             connection, _ = listener.accept()
@@ -209,13 +228,32 @@ def serve(path: Path) -> dict:
         if os.fork() == 0:
             listener.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            return _keep_one_run(connection, started_environment, set_by_imports)
+            return _keep_one_run(connection, started)
         connection.close()
     sys.exit(0)
 
 
-def _keep_one_run(connection: socket.socket, started_environment: dict[str, str],
-                  set_by_imports: dict[str, str]) -> dict:
+@dataclass(frozen=True)
+class _Started:
+    """How the warm Python started: the import-time variables it reads (``prefixes``) and their values before its
+    imports (``environment``), what its imports set (``set_by_imports``); ``refusals``: a line per run it refused."""
+
+    prefixes: tuple[str, ...]
+    environment: dict[str, str]
+    set_by_imports: dict[str, str]
+    refusals: Path
+
+    def differences(self, run_env: dict[str, str]) -> list[str]:
+        """The import-time variables in which a plain process under ``run_env`` would import the pre-imported modules
+        otherwise than the warm Python did, but for those its imports set (transformers' pipelines, through torch's
+        inductor: ``TORCHINDUCTOR_CACHE_DIR``) where the run holds the value they set (its caller imported them)."""
+        own = import_time_environment({name: value for name, value in run_env.items()
+                                       if self.set_by_imports.get(name) != value}, self.prefixes)
+        return sorted(name for name in own.keys() | self.environment.keys()
+                      if own.get(name) != self.environment.get(name))
+
+
+def _keep_one_run(connection: socket.socket, started: _Started) -> dict:
     """In the keeper: read the request, fork the run, answer its pid and then its exit status; returns the request
     in the run."""
     header, fds, _, _ = socket.recv_fds(connection, 4, 3)
@@ -224,14 +262,17 @@ def _keep_one_run(connection: socket.socket, started_environment: dict[str, str]
     while len(payload) < length:
         payload += connection.recv(length - len(payload))
     request = json.loads(payload)
-    if (request["executable"] != sys.executable
-            or import_time_environment(request["env"]) != started_environment):
+    differences = ["another interpreter"] if request["executable"] != sys.executable else \
+        started.differences(request["env"])
+    if differences:
+        with started.refusals.open("a") as refusals:  # seen by whoever started the warm Python
+            refusals.write(f"{' '.join(request['argv'][:2])}: {', '.join(differences)}\n")
         connection.sendall(f"{REFUSED}\n".encode())
         os._exit(0)
     run = os.fork()
     if run == 0:
         connection.close()
-        return {**request, "env": {**request["env"], **set_by_imports}, "fds": fds}
+        return {**request, "env": {**request["env"], **started.set_by_imports}, "fds": fds}
     for fd in fds:
         os.close(fd)
     try:
@@ -242,9 +283,10 @@ def _keep_one_run(connection: socket.socket, started_environment: dict[str, str]
         os._exit(0)
 
 
-def become_the_run(request: dict) -> None:
-    """In the forked run: take the request's streams, folder, environment and arguments, then run the command line
-    in a fresh ``__main__``; its end (an exception, ``sys.exit``, atexit) is the interpreter's, as in any process."""
+def become_the_run(request: dict, prelude: str | None = None) -> None:
+    """In the forked run: take the request's streams, folder, environment and arguments, run the ``prelude`` file if
+    one is named, then the command line in a fresh ``__main__``; its end (an exception, ``sys.exit``, atexit) is the
+    interpreter's, as in any process."""
     import random
     import runpy
     import types
@@ -263,6 +305,8 @@ def become_the_run(request: dict) -> None:
     sys.modules["__main__"] = main
     flag, target, *arguments = request["argv"]
     try:
+        if prelude is not None:
+            runpy.run_path(prelude, run_name="__warm_python_prelude__")
         if flag == "-m":
             sys.path[0] = os.getcwd()
             sys.argv = ["-m", *arguments]
@@ -310,4 +354,4 @@ def _end_as_the_interpreter_does(status: int) -> None:
     os._exit(status & 0xFF)
 
 if __name__ == "__main__":
-    become_the_run(serve(Path(sys.argv[1])))
+    become_the_run(serve(Path(sys.argv[1])), prelude=sys.argv[2] if len(sys.argv) > 2 else None)
