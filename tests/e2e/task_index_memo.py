@@ -32,7 +32,7 @@ class ParsedYamlMemo:
         self.memo_file = memo_file
         self.signature = _folder_signature(task_folder)
         self.configs: dict[tuple, bytes] = {}
-        self.added, self.served = False, 0
+        self.parsed, self.served = 0, 0
         try:
             stored = pickle.loads(memo_file.read_bytes())
         except (OSError, pickle.UnpicklingError, EOFError):
@@ -42,7 +42,8 @@ class ParsedYamlMemo:
         atexit.register(self.save)
 
     def wrap(self, load, key_of):
-        """``load`` serving each memoised call (``memo``: this memo, ``served`` the calls it served): ``key_of(args,
+        """``load`` serving each memoised call (``memo``: this memo, counting the calls it ``parsed`` and ``served``;
+        lmms-eval's includes go through it too): ``key_of(args,
         kwargs)`` is the call's key, None for a call to pass through (a load that resolves functions); a file
         outside the folder passes too."""
 
@@ -55,14 +56,14 @@ class ParsedYamlMemo:
                 return pickle.loads(self.configs[key])
             config = load(*args, **kwargs)  # an exception passes, unstored: the next run parses the file again
             self.configs[key] = pickle.dumps(config)
-            self.added = True
+            self.parsed += 1
             return config
 
         memoised.memo = self
         return memoised
 
     def save(self) -> None:
-        if not self.added:
+        if not self.parsed:
             return
         partial = self.memo_file.with_name(f"{self.memo_file.name}.{os.getpid()}.partial")
         partial.write_bytes(pickle.dumps({"signature": self.signature, "configs": self.configs}))
