@@ -312,12 +312,14 @@ def model_step_counts(backend, requests) -> tuple[dict[str, float], list]:
     of the tensors handed to the device (``host_to_device_bytes_per_question``: each prefill or processor output as
     ``EgoPlanHF._on_device`` takes it; on a CPU nothing is copied, on a GPU all of it); and the padded tokens' share of
     all the tokens of the forward passes (``padding_share``: each pass's padding as the scorer counted it where it
-    built the batch, ``LikelihoodScorer._forward``).
+    built the batch, ``LikelihoodScorer.forward_tokens``).
     Prefix sharing's host step (``LikelihoodScorer.prefill_on_host``: the prompts cut to their common prefixes, an
     M-RoPE model's positions) runs in ``_prepared_batch``, ahead of the model on host tensors, so its reads are not
     counted: they synchronise nothing."""
     import torch
     from torch.overrides import TorchFunctionMode
+
+    from lmms_egoplan.models.likelihood import ForwardTokens
 
     counts = {"attention_calls": 0, "device_syncs": 0, "forward_passes": 0}
 
@@ -336,13 +338,7 @@ def model_step_counts(backend, requests) -> tuple[dict[str, float], list]:
                 return score(*args, **kwargs)
         return run
 
-    tokens = {"all": 0, "padded": 0}
-    forward, on_device = backend.scorer._forward, backend._on_device
-
-    def counted_forward(inputs, padded_tokens, **options):
-        tokens["all"] += inputs["input_ids"].numel()
-        tokens["padded"] += padded_tokens
-        return forward(inputs, padded_tokens, **options)
+    on_device = backend._on_device
 
     def counted_on_device(inputs):  # a prefill (each of its tensors) or a processor output
         def count(tensor):
@@ -358,18 +354,19 @@ def model_step_counts(backend, requests) -> tuple[dict[str, float], list]:
 
     counts["host_to_device_bytes"] = 0
     scorer = backend.scorer
+    scorer.forward_tokens = tokens = ForwardTokens()  # these requests' passes only
     hook = backend.model.register_forward_pre_hook(lambda *_: counts.__setitem__("forward_passes",
                                                                                  counts["forward_passes"] + 1))
     scorer.score_full, scorer.score_shared = counted(scorer.score_full), counted(scorer.score_shared)
-    scorer._forward, backend._on_device = counted_forward, counted_on_device
+    backend._on_device = counted_on_device
     try:
         values = backend.loglikelihood(requests)
     finally:
         hook.remove()
-        del scorer.score_full, scorer.score_shared, scorer._forward, backend._on_device
+        del scorer.score_full, scorer.score_shared, backend._on_device
     questions = len({request.args[3] for request in requests})
     return {**{f"{name}_per_question": count / questions for name, count in counts.items()},
-            "padding_share": tokens["padded"] / max(tokens["all"], 1)}, values
+            "padding_share": tokens.padded / max(tokens.total, 1)}, values
 
 
 MODEL_STEP = "model step"  # the profiler's record of the scorer's calls (kernels_per_question)

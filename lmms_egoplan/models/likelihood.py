@@ -378,6 +378,19 @@ class Prefill:
                        tree=None if self.tree is None else self.tree.moved(move))
 
 
+@dataclass
+class ForwardTokens:
+    """The tokens of a scorer's forward passes, and the padding among them (counted on the host where each batch is
+    built): what speed/bench_loglikelihood.py reads for its ``padding_share``."""
+
+    total: int = 0
+    padded: int = 0
+
+    def count(self, input_ids: torch.Tensor, padded: int) -> None:
+        self.total += input_ids.numel()
+        self.padded += padded
+
+
 class LikelihoodScorer:
     def __init__(self, model, model_name: str, continuation_batch_size: int, candidates_in_prefill: bool = False):
         self.model = model
@@ -391,6 +404,7 @@ class LikelihoodScorer:
         # Qwen2-VL-style models keep the M-RoPE offset of the last prefill on the module and reuse it
         # for cached continuations; a text-only prefill does not refresh it, so it is cleared first.
         self._position_state = [m for m in model.modules() if hasattr(m, "rope_deltas")]
+        self.forward_tokens = ForwardTokens()
 
     @torch.inference_mode()
     def score_full(self, inputs, sequence: ScoredSequence, rule: str = EVERY_SCORED_TOKEN) -> tuple[float, bool]:
@@ -402,7 +416,8 @@ class LikelihoodScorer:
         shift = expansion_shift(ids.tolist(), sequence, sequence.first, self.model_name, self.architecture)
         self._clear_position_state()
         first, stop = shift + sequence.first, shift + sequence.stop
-        logits = self._forward(inputs, 0, logits_to_keep=len(ids) - first + 1).logits[0]  # from position first - 1 on
+        self.forward_tokens.count(inputs["input_ids"], 0)
+        logits = self.model(**inputs, logits_to_keep=len(ids) - first + 1).logits[0]  # from position first - 1 on
         return answer_nll(logits[:stop - first], ids[first:stop], rule)
 
     @torch.inference_mode()
@@ -493,7 +508,8 @@ class LikelihoodScorer:
             return self._score_in_prefill(prefill, questions, rule)
         commons, prefixes = prefill.commons, prefill.prefixes
         self._clear_position_state()
-        output = self._forward(prefill.inputs, prefill.padded_tokens, use_cache=True, logits_to_keep=1)
+        self.forward_tokens.count(prefill.inputs["input_ids"], prefill.padded_tokens)
+        output = self.model(**prefill.inputs, use_cache=True, logits_to_keep=1)
         last_logits = output.logits[:, -1]  # each row's prediction of the first token after its prefix
         # Where each question's continuation starts: its prefix length, plus the M-RoPE offset of its positions.
         starts = prefill.starts
@@ -521,8 +537,8 @@ class LikelihoodScorer:
             if padded:  # the cache holds left padding: masked out, as in the prefill
                 continuation["attention_mask"] = torch.cat(
                     [prefill.inputs["attention_mask"][owners], torch.ones_like(continuation["input_ids"])], dim=1)
-            padded = batch.numel() - sum(len(suffix) for suffix in suffixes)
-            logits = self._forward(continuation, padded, use_cache=True, **{keyword: cache}).logits
+            self.forward_tokens.count(batch, batch.numel() - sum(len(suffix) for suffix in suffixes))
+            logits = self.model(**continuation, use_cache=True, **{keyword: cache}).logits
             predicting = [torch.cat([last_logits[question, None], logits[row, :len(suffix) - 1]])
                           [sequence.first - common:sequence.stop - common]
                           for row, ((question, common, sequence), suffix) in enumerate(zip(chunk, suffixes))]
@@ -539,17 +555,12 @@ class LikelihoodScorer:
         inputs = {**prefill.inputs, "attention_mask": tree_attention_mask(tree.segments, self.model.dtype)}
         self._clear_position_state()
         kept = inputs["input_ids"].shape[1] - tree.prefix_length + 1
-        logits = self._forward(inputs, prefill.padded_tokens, use_cache=False, logits_to_keep=kept).logits
+        self.forward_tokens.count(inputs["input_ids"], prefill.padded_tokens)
+        logits = self.model(**inputs, use_cache=False, logits_to_keep=kept).logits
         predicting = logits[tree.rows, tree.columns]
         scores = answer_scores(list(predicting.split(tree.lengths)), list(tree.targets.split(tree.lengths)), rule)
         counts = itertools.accumulate(len(sequences) for sequences in questions)
         return [scores[stop - len(sequences):stop] for sequences, stop in zip(questions, counts)]
-
-    def _forward(self, inputs, padded_tokens: int, **options):
-        """The model's forward pass over ``inputs``, ``padded_tokens`` of whose tokens are padding: counted on the host
-        where the batch was built, passed here, where every forward pass goes, for speed/bench_loglikelihood.py's
-        ``padding_share`` to read beside the tokens."""
-        return self.model(**inputs, **options)
 
     def _clear_position_state(self) -> None:
         for module in self._position_state:

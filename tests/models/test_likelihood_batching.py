@@ -63,16 +63,18 @@ def test_questions_scored_in_batches_score_as_one_at_a_time(arch, tiny_model):
     assert passes == 2 + math.ceil(12 / 5) + math.ceil(8 / 5)  # 2 prefills of 3 and 2 questions, their chunks
 
 
+@pytest.mark.parametrize("continuation_batch_size", [16, 1])
 @pytest.mark.parametrize("arch", ["llama", "qwen2_vl"])
-def test_text_only_questions_of_different_lengths_batch_too(arch, tiny_model):
+def test_text_only_questions_of_different_lengths_batch_too(arch, continuation_batch_size, tiny_model):
     """No visuals (a context-free request, or a text-only model): the positions of a left-padded row come from the
-    attention mask, for M-RoPE models too."""
+    attention mask, for M-RoPE models too. One candidate a continuation batch (no right padding in any) still masks
+    the left padding of its question's prefill in every batch, not only in the first."""
     contexts = ["Short one.", "A much longer context, with many more words in it than the others, to pad.", "Mid."]
     requests = [SuiteInstance(request_type="loglikelihood", idx=i, arguments=(context, continuation),
                               metadata={"task": None, "doc_id": None, "repeats": 1})
                 for context in contexts for i, continuation in enumerate([" yes", " no way", " maybe", " later"])]
-    alone, batched = (EgoPlanHF(pretrained=str(tiny_model(arch)), device="cpu", dtype="float32", batch_size=size)
-                      for size in (1, 3))
+    alone, batched = (EgoPlanHF(pretrained=str(tiny_model(arch)), device="cpu", dtype="float32", batch_size=size,
+                                continuation_batch_size=continuation_batch_size) for size in (1, 3))
     assert_same_scores(batched.loglikelihood(requests), alone.loglikelihood(requests))
 
 

@@ -11,6 +11,7 @@ from lmms_egoplan.harness.lmms_eval_task import SuiteInstance
 from lmms_egoplan.models import egoplan_hf
 from lmms_egoplan.models.device_pixels import RAW_VALUES, DevicePixels
 from lmms_egoplan.models.egoplan_hf import EgoPlanHF
+from lmms_egoplan.models.likelihood import ForwardTokens
 from tests.gpu.conftest import load_speed_module
 from tests.models.test_egoplan_hf import SPLIT, TASK, egoplan_doc, egoplan_visuals, mc_requests
 from tests.models.test_likelihood_batching import TREE_ARCHS, assert_same_scores
@@ -38,21 +39,14 @@ def requests_of(backend: EgoPlanHF, arch: str) -> list:
 
 def scored_with_padding(backend: EgoPlanHF, requests) -> tuple[list, list, float]:
     """(values, what the response sink got, padded tokens over all tokens of the forward passes)."""
-    tokens, handed = [0, 0], []
-    forward = backend.scorer._forward
-
-    def counted(inputs, padded_tokens, **options):
-        tokens[0] += inputs["input_ids"].numel()
-        tokens[1] += padded_tokens
-        return forward(inputs, padded_tokens, **options)
-
-    backend.scorer._forward, backend.response_sink = counted, lambda request, score: handed.append((request, score))
+    handed = []
+    backend.scorer.forward_tokens = tokens = ForwardTokens()
+    backend.response_sink = lambda request, score: handed.append((request, score))
     try:
         values = backend.loglikelihood(requests)
     finally:
-        del backend.scorer._forward
         backend.response_sink = None
-    return values, handed, tokens[1] / tokens[0]
+    return values, handed, tokens.padded / tokens.total
 
 
 @pytest.mark.parametrize("arch", TREE_ARCHS)
