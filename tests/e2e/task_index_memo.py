@@ -43,9 +43,8 @@ class ParsedYamlMemo:
 
     def wrap(self, load, key_of):
         """``load`` serving each memoised call (``memo``: this memo, counting the calls it ``parsed`` and ``served``;
-        lmms-eval's includes go through it too): ``key_of(args,
-        kwargs)`` is the call's key, None for a call to pass through (a load that resolves functions); a file
-        outside the folder passes too."""
+        lmms-eval's includes go through it too): ``key_of(args, kwargs)`` is the call's key, None for a call to pass
+        through (a load that resolves functions); a file outside the folder passes too."""
 
         def memoised(*args, **kwargs):
             key = key_of(args, kwargs)

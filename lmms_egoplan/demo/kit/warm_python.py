@@ -41,7 +41,7 @@ REFUSED = -1  # the pid a warm Python answers for a run it does not start
 _WAIT_FOR_START = 300.0  # seconds a first run waits for the warm Python to finish its imports
 
 
-def import_time_environment(environ, prefixes: tuple[str, ...] = IMPORT_TIME_VARIABLES) -> dict[str, str]:
+def import_time_environment(environ, prefixes: tuple[str, ...]) -> dict[str, str]:
     return {name: value for name, value in environ.items() if name.startswith(prefixes)}
 
 
