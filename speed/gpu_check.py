@@ -16,8 +16,8 @@ Here again, with the results file it wrote:
 Also: ``list`` (offline: what would travel, its size, and what in the lock no longer fits), ``lock`` (after a
 dependency change: resolve the wheels again from a run's imports; reaches the package index), ``table FILE``
 (a results file's table). Each check stops at its own budget (``gpu_budget`` in tests/gpu/), the whole run at
-``--budget``. ``run --quick`` runs correctness on every architecture (bfloat16, the GPU defaults), the judge at
-fewer prompts and the GPU defaults' selection in 7 minutes; ``--skip WORD`` leaves out the checks with WORD in their
+``--budget``. ``run --quick`` runs correctness on every architecture (bfloat16, the GPU defaults) and the GPU
+defaults' selection in 7 minutes; ``--skip WORD`` leaves out the checks with WORD in their
 test's name (likelihoods, prefix_sharing, visual_decoding, judge, defaults, or an added check's); ``--device cpu
 --setting smallest`` runs them here.
 docs/development.md, "On a GPU", says which checks there are and how to add one.
@@ -316,9 +316,8 @@ def main() -> int:
     checks.add_argument("--skip", action="append", default=[], help="leave out the checks with this word in their name")
     checks.add_argument("--device", default="cuda")
     checks.add_argument("--setting", default="full", choices=["full", "smallest"])
-    checks.add_argument("--quick", action="store_true", help="correctness on every architecture, the judge at fewer "
-                                                             "prompts, the GPU defaults' selection: "
-                                                             "7 minutes, install included")
+    checks.add_argument("--quick", action="store_true", help="correctness on every architecture and the GPU "
+                                                             "defaults' selection: 7 minutes, install included")
     checks.add_argument("--budget", type=float, help="seconds for it all, install included (default: 570; 420 with "
                                                      "--quick); each check also stops at its own budget")
     checks.add_argument("--check-seconds", type=float, help="at most this long for each check (its own budget "

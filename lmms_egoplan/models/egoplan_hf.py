@@ -46,8 +46,9 @@ from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError, de
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # The likelihood path's speed options on a GPU when a run leaves them unset, as speed/bench_loglikelihood.py's
-# DEFAULT_RULE decided on the H200 run of 2026-11-27 (docs/development.md, "Measured on a GPU"): fused 1.16x the
-# batched method's steady rate, 2 processes 1.30x the fused thread's; candidates_in_prefill 0.97x, so it stays off.
+# DEFAULT_RULE decided on the H200 and H100 runs of 2026-11-27 (docs/development.md, "Measured on a GPU"): fused
+# 1.16x / 1.39x the batched method's steady rate, 2 processes 1.30x / 1.08x the fused thread's; candidates_in_prefill
+# 0.97x / 1.09x the unfused path's, unmeasured beside the two, so it stays off.
 GPU_DEFAULTS = {"fused_elementwise": True, "prefetch_processes": 2}
 # Questions of several a batch are sorted by length within windows of this many batches (``_length_sorted``), as
 # lmms-eval's Collator sorts requests by length: a batch's rows then differ little, and pad little. Bounded, so the

@@ -2,7 +2,7 @@
 decoding behind the model (bench_egoplan_visuals.py) at Qwen2.5-VL-7B's published shape, all 28 layers, bfloat16;
 the in-process transformers judge at Qwen3-8B's (bench_judge_hf.py), 700 EgoThink judge prompts. Each records its
 figures for the table; at the smallest setting (the fast tier, on the CPU) they run at the scripts' tiny shapes.
-Prefix sharing and the judge (700 prompts less) are in ``speed/gpu_check.py run --quick``."""
+Neither prefix sharing nor the judge is in ``speed/gpu_check.py run --quick``."""
 
 import math
 
@@ -97,13 +97,14 @@ def test_visual_decoding_behind_the_model_at_the_qwen2_5_vl_7b_shape(gpu_check, 
         assert prefetched["wall"] < prefetched["decode"] + prefetched["model"]
 
 
-@pytest.mark.gpu_budget(full=180, quick=85)
+# Not in --quick: on the H100 of 2026-11-27 its 128 prompts ran past 85 s (the 8B shape's load and the old lock's
+# prompts), and the GPU defaults' selection needs about 185 s of --quick's 420 there.
+@pytest.mark.gpu_budget(full=180)
 def test_the_transformers_judge_at_the_qwen3_8b_shape(gpu_check, tmp_path):
     # 32 in flight (judge_concurrency=32) and 96 new tokens (a short explanation, then the rating); the old lock,
-    # for the ratio, on the first 32 (16 in --quick) prompts.
+    # for the ratio, on the first 32 prompts.
     shape = ["--shape", "qwen3-8b", "--concurrency", "32", "--new-tokens", "96"]
     arguments = gpu_check.pick(full=[*shape, "--items", "700", "--naive-items", "32"],
-                               quick=[*shape, "--items", "128", "--naive-items", "16"],
                                smallest=["--shape", "tiny", "--items", "8", "--concurrency", "4", "--naive-items", "4",
                                          "--new-tokens", "4"])
     f = gpu_check.speed_script("bench_judge_hf.py", [*arguments, "--device", gpu_check.device], tmp_path)
@@ -131,7 +132,7 @@ SELECTION = ["--fused", "--in-prefill", "--skip-one-pass", "--skip-prefix-shared
              "--prefetch-processes", "2"]
 
 
-@pytest.mark.gpu_budget(full=180, quick=180)
+@pytest.mark.gpu_budget(full=210, quick=210)
 def test_gpu_defaults_chosen_at_the_qwen2_5_vl_7b_shape(gpu_check, tmp_path):
     selection = [*SELECTION, "--profile", str(tmp_path / "profile.txt")]
     arguments = gpu_check.pick(full=["--shape", "qwen2.5-vl-7b", *SHAPE_7B, *selection, "--batch-size", "8",
