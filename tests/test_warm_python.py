@@ -140,3 +140,50 @@ def test_a_started_run_is_signalled_and_waited_for_as_a_process(warm, tmp_path, 
             process.wait(timeout=0.1)
         process.send_signal(signum)
         assert process.wait(timeout=60) == status == process.returncode
+
+
+CONSOLE_SCRIPT = r"""#!{python}
+import os, sys, time
+print(sys.argv[1:], os.getcwd(), os.environ.get("PROBE_VARIABLE"), "torch" in sys.modules, flush=True)
+print("to stderr", file=sys.stderr, flush=True)
+if sys.argv[1] == "sleep":
+    time.sleep(300)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def console_script(tmp_path):
+    """An installed console script (``probe-command``) and its stand-in first on a shell's PATH
+    (``tests/kit/forked_console_scripts.py``)."""
+    from tests.kit.forked_console_scripts import forked_console_scripts
+
+    script = tmp_path / "installed" / "probe-command"
+    script.parent.mkdir()
+    script.write_text(CONSOLE_SCRIPT.format(python=sys.executable))
+    script.chmod(0o755)
+    return script, forked_console_scripts(tmp_path / "stand-ins", [script])
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_a_console_scripts_stand_in_runs_its_code_forked_as_the_script_would_run(warm, console_script, tmp_path,
+                                                                                 refused):
+    script, stand_ins = console_script
+    line = "probe-command 3 'two words'; echo status $?"
+    env = {**warm, "PROBE_VARIABLE": "seen", **({"HF_HOME": str(tmp_path / "elsewhere")} if refused else {})}
+    ran = [subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**env, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"})
+           for folder in (stand_ins, script.parent)]
+    forked, plain = ([run.stdout, run.stderr] for run in ran)
+    assert forked == [plain[0].replace("False", str(not refused)), plain[1]]
+    assert plain == [f"['3', 'two words'] {tmp_path} seen False\nstatus 3\n", "to stderr\n"]
+
+
+def test_a_console_scripts_stand_in_passes_sigterm_on_and_exits_as_a_shell_reports_it(warm, console_script,
+                                                                                    tmp_path):
+    _, stand_ins = console_script
+    started = subprocess.Popen([str(stand_ins / "probe-command"), "sleep"], env=warm, stdout=subprocess.PIPE,
+                               text=True)
+    assert "['sleep']" in started.stdout.readline()  # the run is up, forked (torch imported)
+    started.send_signal(signal.SIGTERM)
+    assert started.wait(timeout=60) == 128 + signal.SIGTERM

@@ -46,6 +46,6 @@ def warm_python():
         assert not failed.exists(), f"the warm Python did not start:\n{failed.read_text()}"
         refused = Path(f"{socket}.refused")  # some by design (a test's own HF_HOME); a surprise costs the tier time
         if refused.exists():
-            reasons = collections.Counter(line.split(": ", 1)[1] for line in refused.read_text().splitlines())
+            reasons = collections.Counter(line.rsplit(": ", 1)[1] for line in refused.read_text().splitlines())
             warnings.warn(f"runs this test process started plain, not forked from its warm Python, by the "
                           f"import-time variables they differ in: {dict(reasons.most_common())}", stacklevel=1)

@@ -3,7 +3,8 @@ printed, in one shell per block and in the page's order, in a folder where a tin
 `Qwen/Qwen2.5-VL-7B-Instruct`, on the demo's data; each server launch is stood in for by a loopback server on the
 printed port answering as the printed name; each `accelerate launch` is checked (its options are the launcher's, the
 lmms-eval command after `-m lmms_eval` is one this test runs in full). The page's section "What the test runs" says
-the same to its reader."""
+the same to its reader. Its `lmms-eval` and `lmms-egoplan` commands run their console scripts' code forked from the
+tier's warm Python, as the tier's other runs (`tests/kit/forked_console_scripts.py`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from lmms_egoplan.demo.kit.judge_server import ChatServer, rating_responder
 from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV
 from lmms_egoplan.demo.kit.settings import DEMO_SETTINGS_FILE, with_demo_settings
 from lmms_egoplan.demo.smoke import suites
+from tests.kit.forked_console_scripts import forked_console_scripts
 from tests.kit.loopback_hub import LoopbackHub
 from tests.models.engine_servers import EngineServer
 
@@ -91,8 +93,10 @@ def workplace(tmp_path_factory, tiny_model):
 
 
 def environment(root: Path, settings: Path, variables: dict[str, str]) -> dict[str, str]:
-    return {**os.environ, **OFFLINE_ENV, **variables, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-            "DATA": str(root / "data"), SETTINGS_VARIABLE: str(settings)}
+    forked = forked_console_scripts(root / "forked-bin", [BIN / "lmms-eval", BIN / "lmms-egoplan"])
+    path = os.pathsep.join([str(forked), str(BIN), os.environ["PATH"]])
+    return {**os.environ, **OFFLINE_ENV, **variables, "PATH": path, "DATA": str(root / "data"),
+            SETTINGS_VARIABLE: str(settings)}
 
 
 def run_block(commands: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -87,6 +87,17 @@ def start_python(command: list[str], *, env: dict[str, str], cwd, output) -> sub
     return forked or subprocess.Popen(command, env=env, cwd=cwd, stdout=output, stderr=subprocess.STDOUT)
 
 
+def run_in_place_of_this_process(command: list[str]) -> int:
+    """``command`` with this process's stdin, stdout, stderr, folder and environment, forked from the warm Python
+    named in the environment where that one can run it, else as a child; its exit status, a death by a signal as a
+    shell reports it (128 + the signal). SIGINT and SIGTERM sent to this process are passed on to it."""
+    process = _fork(command, dict(os.environ), os.getcwd(), [1, 2]) or subprocess.Popen(command)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda received, _: process.send_signal(received))
+    status = process.wait()
+    return 128 - status if status < 0 else status
+
+
 class ForkedProcess:
     """A run forked from a warm Python, seen as ``subprocess.Popen`` sees its child. Its exit status comes from the
     warm Python's keeper of the run, over ``connection``."""
@@ -266,7 +277,8 @@ def _keep_one_run(connection: socket.socket, started: _Started) -> dict:
         started.differences(request["env"])
     if differences:
         with started.refusals.open("a") as refusals:  # seen by whoever started the warm Python
-            refusals.write(f"{' '.join(request['argv'][:2])}: {', '.join(differences)}\n")
+            command = " ".join(request["argv"][:2]).replace("\n", "\\n")  # -c CODE: one line a refusal
+            refusals.write(f"{command[:200]}: {', '.join(differences)}\n")
         connection.sendall(f"{REFUSED}\n".encode())
         os._exit(0)
     run = os.fork()
