@@ -1,9 +1,17 @@
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
 END_TO_END = Path(__file__).parent / "e2e"
+
+
+def pytest_configure(config):
+    """Ctrl-C as at a terminal: pytest started in a script's background has SIGINT ignored, which the runs its tests
+    start (and a warm Python they fork from) would inherit; the tests that send them SIGINT expect a terminal's."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items):

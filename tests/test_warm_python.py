@@ -44,10 +44,7 @@ def warm(tmp_path_factory):
     from lmms_egoplan.demo.kit import warm_python
 
     socket = tmp_path_factory.mktemp("warm") / "socket"
-    # SIGINT as a foreground command gets it: pytest started in the background of a script ignores it, and so would
-    # the warm Python and its runs (tested below, as a plain process under a terminal).
-    server = subprocess.Popen([sys.executable, warm_python.__file__, str(socket)],
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    server = subprocess.Popen([sys.executable, warm_python.__file__, str(socket)])
     yield {**os.environ, WARM_PYTHON_VARIABLE: str(socket)}
     server.terminate()
     server.wait(timeout=60)
