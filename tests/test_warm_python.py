@@ -184,6 +184,7 @@ def test_a_console_scripts_stand_in_passes_sigterm_on_and_exits_as_a_shell_repor
     _, stand_ins = console_script
     started = subprocess.Popen([str(stand_ins / "probe-command"), "sleep"], env=warm, stdout=subprocess.PIPE,
                                text=True)
-    assert "['sleep']" in started.stdout.readline()  # the run is up, forked (torch imported)
+    up = started.stdout.readline()
+    assert up.startswith("['sleep']") and up.endswith(" True\n"), up  # the run is up, forked (torch imported)
     started.send_signal(signal.SIGTERM)
     assert started.wait(timeout=60) == 128 + signal.SIGTERM
