@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -71,6 +72,23 @@ def test_runs_fork_with_torch_imported_each_its_own_draws_and_python_m_runs_a_mo
                                               " sys.argv[1:], sys.path[0] == os.getcwd(), __name__)")
     ran = run_python([sys.executable, "-m", "probe_module", "x"], env=warm, cwd=tmp_path, timeout=300)
     assert (ran.returncode, ran.stdout) == (0, "True ['x'] True __main__\n")
+
+
+def test_a_run_of_this_interpreter_by_another_name_forks_and_another_venvs_does_not(warm, tmp_path):
+    """Console scripts' ``#!`` lines name the venv's ``python3`` where pytest ran as ``python`` (CI): the demo's runs
+    under ``lmms-egoplan smoke`` all started plain before (2026-11-28). A venv on the same base interpreter is another
+    Python (its own site-packages): it starts plain."""
+    probe = "import sys; print('torch' in sys.modules, sys.executable)"
+    here = Path(sys.executable)
+    other_name = next(path for path in sorted(here.parent.glob("python*"))
+                      if path.name != here.name and os.path.realpath(path) == os.path.realpath(here))
+    assert run_python([str(other_name), "-c", probe], env=warm, timeout=300).stdout == f"True {other_name}\n"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=300)
+    another_venv = tmp_path / "venv" / "bin" / here.name
+    assert os.path.realpath(another_venv) == os.path.realpath(here)
+    ran = run_python([str(another_venv), "-c", "import sys; print('torch' in sys.modules, sys.prefix)"], env=warm,
+                     timeout=300)
+    assert ran.stdout == f"False {tmp_path / 'venv'}\n"
 
 
 def test_a_run_whose_import_time_environment_differs_runs_in_a_plain_process(warm):

@@ -140,7 +140,7 @@ def _fork(command: list[str], env: dict[str, str], cwd, fds: list[int]) -> Forke
     """The run forked from the warm Python named in ``env``, its stdout and stderr ``fds``; None where none is named,
     it failed to start, or it refuses the run (another interpreter, another import-time environment)."""
     warm = env.get(WARM_PYTHON_VARIABLE)
-    if not warm or command[0] != sys.executable or command[1:2] not in (["-m"], ["-c"]):
+    if not warm or not same_interpreter(command[0], sys.executable) or command[1:2] not in (["-m"], ["-c"]):
         return None
     connection = _connect(Path(warm))
     if connection is None:
@@ -160,6 +160,19 @@ def _fork(command: list[str], env: dict[str, str], cwd, fds: list[int]) -> Forke
         connection.close()
         return None
     return ForkedProcess(command, int(pid), connection, rest)
+
+
+def same_interpreter(executable: str, other: str) -> bool:
+    """Whether two interpreter paths start the same Python: the same file under two names in one folder (a venv's
+    ``python`` and ``python3``, which console scripts' ``#!`` lines name) is; the same base interpreter in another
+    venv is not (a venv is found from the folder of the path it is started by, not of the file it resolves to)."""
+    if executable == other:
+        return True
+    try:
+        return os.path.realpath(executable) == os.path.realpath(other) \
+            and os.path.samefile(os.path.dirname(executable), os.path.dirname(other))
+    except OSError:  # a path that does not exist starts nothing of this one
+        return False
 
 
 def _connect(path: Path) -> socket.socket | None:
@@ -273,7 +286,7 @@ def _keep_one_run(connection: socket.socket, started: _Started) -> dict:
     while len(payload) < length:
         payload += connection.recv(length - len(payload))
     request = json.loads(payload)
-    differences = ["another interpreter"] if request["executable"] != sys.executable else \
+    differences = ["another interpreter"] if not same_interpreter(request["executable"], sys.executable) else \
         started.differences(request["env"])
     if differences:
         with started.refusals.open("a") as refusals:  # seen by whoever started the warm Python
@@ -310,6 +323,7 @@ def become_the_run(request: dict, prelude: str | None = None) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    sys.executable = request["executable"]  # the name it was started by, as a plain process has it
     random.seed()  # each process its own draws, as a fresh interpreter would have
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
