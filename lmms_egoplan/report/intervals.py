@@ -172,6 +172,7 @@ def _bisect(decreasing: Callable[[float], float], target: float) -> float:
     return (low + high) / 2
 
 
+@functools.lru_cache(maxsize=None)  # a report asks it again for each run with the same counts (a bisection each)
 def exact_binomial_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
     """Clopper-Pearson interval of a proportion: the p whose binomial tails at ``successes`` are each
     (1 - confidence) / 2. Exact (never narrower than the nominal coverage)."""

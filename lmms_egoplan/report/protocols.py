@@ -9,6 +9,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from lmms_egoplan.judge.identity import JudgeIdentity
 from lmms_egoplan.report.layout import NOT_STATED
@@ -59,21 +60,31 @@ class RunProtocol:
     tasks: tuple[str, ...]
     judged: bool
 
+    @cached_property
+    def recorded(self) -> dict[str, str]:
+        """The tasks' merged settings, read once."""
+        return self.run.recorded(self.tasks)
+
+    @cached_property
+    def statement(self) -> tuple[str | None, ...]:
+        """What the run states of each compared field, in ``COMPARED``'s order: runs that state the same compare
+        alike, so a table compares each published row once per distinct statement, not once per run row."""
+        return tuple(read_run(self) for _, read_run in COMPARED.values())
+
     def frames(self) -> str | None:
-        recorded = self.run.recorded(self.tasks)
         for name, unit in (("num_frames", "frames"), ("fps", "fps")):
-            number = _number(recorded.get(name))
+            number = _number(self.recorded.get(name))
             if number is not None:
                 return f"{number:g} {unit}"
         return None
 
     def parser(self) -> str | None:
-        return self.run.recorded(self.tasks).get("parser")
+        return self.recorded.get("parser")
 
     def judge(self) -> str | None:
         if not self.judged:
             return NO_JUDGE
-        identity = JudgeIdentity.from_record(self.run.recorded(self.tasks))
+        identity = JudgeIdentity.from_record(self.recorded)
         return identity.model if identity else None
 
     def items(self) -> str | None:
@@ -110,8 +121,8 @@ def compare(protocol: Mapping[str, str], run: RunProtocol) -> Comparison:
     """Where ``protocol`` (a published row's) and ``run`` state a field differently, and which fields one of them
     does not state."""
     differing, not_compared = [], []
-    for name, (read_published, read_run) in COMPARED.items():
-        published, ran = read_published(protocol[name]), read_run(run)
+    for (name, (read_published, _)), ran in zip(COMPARED.items(), run.statement):
+        published = read_published(protocol[name])
         if published is not None and ran is not None:
             differing += [Difference(f"{name} {published}", f"the run's {ran}")] if published != ran else []
             continue

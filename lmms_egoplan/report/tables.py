@@ -17,7 +17,7 @@ from lmms_egoplan.judge.retirements import retirement
 from lmms_egoplan.report.intervals import Interval, NoInterval, group_interval, interval
 from lmms_egoplan.report.layout import NOT_STATED, SUBMISSION, Column, ReportFace, TableLayout, protocol_text
 from lmms_egoplan.report.metric_roles import invalid_reason, unscored_reason
-from lmms_egoplan.report.protocols import Difference, RunProtocol, compare
+from lmms_egoplan.report.protocols import Comparison, Difference, RunProtocol, compare
 from lmms_egoplan.report.runs import LM_EVAL, Run, not_judged, not_scored_predicted
 
 THIS_RUN = "this run"
@@ -214,18 +214,21 @@ def _published_row(layout: TableLayout, published: dict, beside: list[str], apar
 APART = "shown apart"
 
 
-def _placement(layout: TableLayout, protocol: dict, run_rows: list[Row],
+def _placement(layout: TableLayout, protocol: dict, run_rows: list[tuple[Row, RunProtocol]],
                runs_scoring: str) -> tuple[list[str], list[Difference], list[str]]:
     """Where a published row sits: the tasks of the run rows that score as it did and state no field of its protocol
     otherwise (``protocols.compare``); else the fields that differ ("scoring generative, the runs here ...",
     "frames 4 fps, the run's 2 fps"); and which fields were not compared, against the runs it sits beside."""
     scoring = protocol["scoring"]
-    alike = [row for row in run_rows if scoring != NOT_STATED and layout.scoring.get(row.task) == scoring]
+    alike = [(row, stated) for row, stated in run_rows
+             if scoring != NOT_STATED and layout.scoring.get(row.task) == scoring]
     if not alike:
         return [], [Difference(f"scoring {scoring}", f"the runs here {runs_scoring}")], []
-    found = [(row, compare(protocol, RunProtocol(row.run, tuple({column.task_of(row.task)
-                                                                for column in layout.columns}), layout.judged)))
-             for row in alike]
+    comparisons: dict[tuple, Comparison] = {}
+    for _, stated in alike:
+        if stated.statement not in comparisons:
+            comparisons[stated.statement] = compare(protocol, stated)
+    found = [(row, comparisons[stated.statement]) for row, stated in alike]
     agreeing = [(row, comparison) for row, comparison in found if not comparison.differing]
     if not agreeing:
         return [], list(dict.fromkeys(difference for _, comparison in found for difference in comparison.differing)), []
@@ -244,9 +247,11 @@ def published_block(layout: TableLayout, published: Sequence[dict], run_rows: li
     spread and sources."""
     tasks = list(dict.fromkeys(row.task for row in run_rows))
     runs_scoring = ", ".join(f"{task} {layout.scoring.get(task, 'no published protocol')}" for task in tasks)
+    stated = [(row, RunProtocol(row.run, tuple({column.task_of(row.task) for column in layout.columns}),
+                                layout.judged)) for row in run_rows]
     beside, apart = [], []
     for entry in (p for p in published if p["benchmark"] == layout.key):
-        near, differing, notes = _placement(layout, entry["protocol"], run_rows, runs_scoring)
+        near, differing, notes = _placement(layout, entry["protocol"], stated, runs_scoring)
         row = _published_row(layout, entry, near, differing, notes)
         (beside if near else apart).append((row, f"{entry['paper']}, {entry['table']}"))
     _note_spreads(layout, beside + apart)
