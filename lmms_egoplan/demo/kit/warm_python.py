@@ -1,8 +1,9 @@
 """A warm Python: one process that has imported the heavy third-party modules every lmms-eval / lm-eval run imports
-(torch, torchvision, transformers and its pipelines through evaluate, datasets, accelerate: some 11 s of CPU a
-process) and forks a fresh process per run, which then runs the real command line (``python -m MODULE ARGS`` or
-``python -c CODE ARGS``) with its own arguments, environment, working directory, stdin, stdout, stderr, exit status,
-atexit handlers and signals, as ``subprocess.run`` (``run_python``) or ``subprocess.Popen`` (``start_python``) would.
+(torch, torchvision, transformers and its pipelines through evaluate, datasets, accelerate, sentence-transformers:
+some 15 s of CPU a process) and forks a fresh process per run, which then runs the real command line
+(``python -m MODULE ARGS`` or ``python -c CODE ARGS``) with its own arguments, environment, working directory, stdin,
+stdout, stderr, exit status, atexit handlers and signals, as ``subprocess.run`` (``run_python``) or
+``subprocess.Popen`` (``start_python``) would.
 
 Nothing of lmms_eval, lm_eval or lmms_egoplan is imported before the fork (their import-time behaviour depends on the
 run's environment). A run whose environment differs from the warm process's in a variable that the pre-imported
@@ -36,7 +37,8 @@ WARM_PYTHON_VARIABLE = "LMMS_EGOPLAN_WARM_PYTHON"  # the socket of a warm Python
 # ones only XDG_CACHE_HOME (huggingface_hub's default cache): a user's XDG_CONFIG_HOME (the settings file) forks.
 IMPORT_TIME_VARIABLES = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "TORCH", "PYTORCH", "CUDA", "NCCL", "OMP_",
                          "KMP_", "MKL", "OPENBLAS", "NUMEXPR", "NUMPY", "PYTHON", "LD_", "DATASETS", "EVALUATE",
-                         "ACCELERATE", "USE_", "XDG_CACHE_HOME", "HOME", "TMP", "TEMP", "LANG", "LC_", "TZ")
+                         "ACCELERATE", "USE_", "XDG_CACHE_HOME", "HOME", "TMP", "TEMP", "LANG", "LC_", "TZ", "SKLEARN",
+                         "SCIPY")
 REFUSED = -1  # the pid a warm Python answers for a run it does not start
 _WAIT_FOR_START = 300.0  # seconds a first run waits for the warm Python to finish its imports
 
@@ -221,6 +223,7 @@ def serve(path: Path) -> dict:
         import evaluate  # noqa: F401
         import numpy  # noqa: F401
         import PIL.Image  # noqa: F401
+        import sentence_transformers  # noqa: F401  EgoPlan's similarity levels, ActPlan-1K's step matcher
         import torch  # noqa: F401
         import torchvision  # noqa: F401
         import transformers.pipelines  # noqa: F401
