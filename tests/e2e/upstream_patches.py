@@ -19,6 +19,7 @@ from pathlib import Path
 import lmms_egoplan.compat
 from lmms_egoplan.compat import OFF_SWITCH
 from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV
+from lmms_egoplan.demo.kit.warm_python import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = ROOT / "docs" / "upstream"
@@ -175,8 +176,14 @@ def git_apply(patch: Path, scratch: Path, *options: str) -> subprocess.Completed
 
 # Runs pytest in a fresh process that imports lmms-eval from the scratch copy, and writes each test's outcome
 # (passed, failed, skipped; a file that cannot be collected: failed).
+# The scratch lmms-eval goes where a PYTHONPATH would put it (after the -c script's folder), and into the PYTHONPATH
+# of the runs its tests start: the runner itself then forks from the tier's warm Python, which refuses any run with a
+# PYTHONPATH of its own (what one holds can act when an interpreter starts; the scratch tree holds nothing such).
 RUNNER = """
-import json, sys, lmms_eval, pytest
+import json, os, sys
+sys.path.insert(1, sys.argv[1])
+os.environ["PYTHONPATH"] = sys.argv[1]
+import lmms_eval, pytest
 assert lmms_eval.__file__.startswith(sys.argv[1]), f"lmms-eval imported from {lmms_eval.__file__}"
 outcomes = {}
 
@@ -202,14 +209,14 @@ sys.exit(status)
 def run_tests(scratch: Path, tests: list[str], workarounds: set[str], checkpoints: Path, report: Path) -> dict:
     """Run ``tests`` in one fresh pytest process importing lmms-eval from ``scratch``, the ``workarounds`` switched
     off: ``{(file stem, test): outcome}`` (a file that cannot be collected: ``(stem, "")``)."""
-    env = {**os.environ, **OFFLINE_ENV, "PYTHONPATH": str(scratch), OFF_SWITCH: ",".join(sorted(workarounds)),
+    env = {**os.environ, **OFFLINE_ENV, OFF_SWITCH: ",".join(sorted(workarounds)),
            "LMMS_EGOPLAN_TEST_CACHE": str(checkpoints)}
-    env.pop("LMMS_EVAL_PLUGINS", None)
-    completed = subprocess.run([sys.executable, "-c", RUNNER, str(scratch), str(report), "-q", "-p", "no:cacheprovider",
-                                "-c", str(ROOT / "setup.cfg"), "--rootdir", str(ROOT), "-m", "e2e or not e2e",
-                                "--continue-on-collection-errors", *tests],
-                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert report.exists(), completed.stdout[-3000:] + completed.stderr[-3000:]
+    for name in ("LMMS_EVAL_PLUGINS", "PYTHONPATH"):
+        env.pop(name, None)
+    completed = run_python([sys.executable, "-c", RUNNER, str(scratch), str(report), "-q", "-p", "no:cacheprovider",
+                            "-c", str(ROOT / "setup.cfg"), "--rootdir", str(ROOT), "-m", "e2e or not e2e",
+                            "--continue-on-collection-errors", *tests], cwd=ROOT, env=env, timeout=900)
+    assert report.exists(), completed.stdout[-6000:]
     outcomes = {}
     for node, outcome in json.loads(report.read_text()).items():
         file, _, test = node.partition("::")
