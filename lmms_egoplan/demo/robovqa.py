@@ -6,19 +6,35 @@ Two episodes, each a video of ``EPISODE_FRAMES`` frames whose pixels encode thei
 question types). Layouts: ``frames16/`` (``qa.jsonl`` and ``frames/<episode>/<n>.jpg``, 16 frames spread over the
 video), ``tianli/`` (``data/validation-00000-of-00001.parquet`` rows ``uid``, ``video``, ``text``, and
 ``videos/<episode>.mp4``), ``tfrecord/val-00000-of-00001`` (a SequenceExample per episode written by the
-``tfrecord`` package: feature lists ``images``, a JPEG per frame, and ``texts``)."""
+``tfrecord`` package: feature lists ``images``, a JPEG per frame, and ``texts``).
+
+Each lineage's scorer transcribed from its code (``mimo_transcribed``, ...): what the suite's presets
+(``lmms_egoplan.robovqa.scoring``) are checked against, by their tests and by the demo, whose scripted answers go
+through every preset's scorer too (``preset_rescorings``)."""
 
 from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from lmms_egoplan.core.settings import env_var
+from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun
 from lmms_egoplan.demo.kit.media import index_image, write_video
-from lmms_egoplan.robovqa.data import ENV_PREFIX, FRAMES16, TFRECORD, TIANLI, fetch_question_answer
+from lmms_egoplan.demo.kit.scripted import TOLERANCE, Expected, Rescored, ScriptedAnswers, mean
+from lmms_egoplan.robovqa.data import (
+    BINARY_TYPES,
+    ENV_PREFIX,
+    FRAMES16,
+    QUESTION_TYPES,
+    TFRECORD,
+    TIANLI,
+    fetch_question_answer,
+)
 
 EPISODE_FRAMES = 20
 FRAMES16_COUNT = 16
@@ -114,7 +130,7 @@ FREE_STYLES = ("put packet on the table", "put the packet", "I cannot tell")
 def _scripted_rows() -> list[tuple[str, str, str, str]]:
     """(question type, prompt key, reference, answer) per question of the episodes, the styles cycling over the
     distinct question texts (a text two episodes share gets one answer)."""
-    from lmms_egoplan.robovqa.data import BINARY_TYPES, answer_text, question_type
+    from lmms_egoplan.robovqa.data import answer_text, question_type
 
     answers: dict[str, str] = {}
     rows = []
@@ -132,8 +148,6 @@ def _default_score(kind: str, reference: str, answer: str) -> tuple[float, float
     """(score, unextracted) as the default protocol defines them, computed here by sacrebleu and string tests."""
     import sacrebleu
 
-    from lmms_egoplan.robovqa.data import BINARY_TYPES
-
     if kind not in BINARY_TYPES:
         return float(sacrebleu.sentence_bleu(answer, [reference]).score), 0.0
     first = answer.lower().strip(" .")
@@ -141,12 +155,10 @@ def _default_score(kind: str, reference: str, answer: str) -> tuple[float, float
     return 100.0 * (read == reference), float(read is None)
 
 
-def scripted_answers(fixture: RoboVQAFixture):
+def scripted_answers(fixture: RoboVQAFixture) -> ScriptedAnswers:
     """``robovqa`` answered by script on the official TFRecord layout under the default protocol; every value the run
-    reports follows from the answers and the references (``_default_score``)."""
-    from lmms_egoplan.demo.kit.scripted import ScriptedAnswers, mean
-    from lmms_egoplan.robovqa.data import QUESTION_TYPES
-
+    reports follows from the answers and the references (``_default_score``); the logged answers go through each
+    preset's scorer too (``preset_rescorings``)."""
     rows = _scripted_rows()
 
     def scores(of: list[tuple[str, str, str, str]], failed: frozenset[str]) -> dict[str, float]:
@@ -164,7 +176,161 @@ def scripted_answers(fixture: RoboVQAFixture):
         return {"robovqa": group, **tasks}
 
     return ScriptedAnswers(tasks=("robovqa",), answers={key: answer for _, key, _, answer in rows},
-                           expected=expected, env=fixture.env("tfrecord"))
+                           expected=expected, env=fixture.env("tfrecord"), rescorings=preset_rescorings)
+
+
+# The presets' metrics that count answers (totals); every other is a mean over the answers.
+COUNTED = ("multinet_invalid",)
+# float32 sentence embeddings of a text encoded alone and in a batch differ in their last bits
+SIMILARITY_TOLERANCE = 1e-6
+
+
+def _by_task(per_type: dict[str, list[dict[str, float]]]) -> Expected:
+    """Per task the metrics' means (counts' totals) over its answers' values, and over all answers for the group
+    (micro, as the group averages every preset's metric)."""
+    def aggregate(values: list[dict[str, float]]) -> dict[str, float]:
+        return {name: (sum if name in COUNTED else mean)([scores[name] for scores in values]) for name in values[0]}
+
+    pooled = [scores for values in per_type.values() for scores in values]
+    return {"robovqa": aggregate(pooled),
+            **{f"robovqa_{kind}": aggregate(values) for kind, values in per_type.items() if values}}
+
+
+def _as_results_file(values: Expected) -> dict:
+    """Values per task and group in a results file's form (``scripted.reported_metrics`` reads them back)."""
+    def metrics(task: str) -> dict[str, float]:
+        return {f"{name},none": value for name, value in values[task].items()}
+
+    return {"groups": {"robovqa": metrics("robovqa")},
+            "results": {task: metrics(task) for task in values if task != "robovqa"}}
+
+
+def preset_rescorings(run: EvalRun, failed: frozenset[str] = frozenset()) -> list[Rescored]:
+    """The scripted run's logged answers through each preset's scorer (``lmms_egoplan.robovqa.task.PROTOCOLS``),
+    which one run under the default protocol cannot apply, and the values the script implies: the transcriptions of
+    the lineages' code (``lineage_scores``) over the script's answers and the episodes' references."""
+    from lmms_egoplan.robovqa.task import PROTOCOLS
+
+    # a failed request's logged sample holds its count alone, no predictions record
+    logged = {kind: [(sample["filtered_resps"], sample["predictions"]) for sample in run.samples(f"robovqa_{kind}")
+                     if "predictions" in sample] for kind in QUESTION_TYPES}
+    scripted = [row for row in _scripted_rows() if row[1] not in failed]
+    rescorings = []
+    with warnings.catch_warnings():  # NLTK's warning of n-gram orders without overlap: the lineages score them so
+        warnings.simplefilter("ignore", UserWarning)
+        for protocol in (name for name in PROTOCOLS if name != "default"):
+            score = PROTOCOLS[protocol].score
+            reported = _by_task({kind: [score(answer, {"answer": record["reference"], "tag": record["tag"],
+                                                       "question_type": record["question_type"]})
+                                        for answer, record in pairs] for kind, pairs in logged.items()})
+            expected = _by_task({kind: [lineage_scores(protocol, answer, reference, kind)
+                                        for of, _, reference, answer in scripted if of == kind]
+                                 for kind in QUESTION_TYPES})
+            rescorings.append(Rescored(protocol, _as_results_file(reported), expected,
+                                       SIMILARITY_TOLERANCE if protocol == "multinet" else TOLERANCE))
+    return rescorings
+
+
+# =============================================================================================
+# Each lineage's scorer, transcribed from its code (independent of lmms_egoplan.robovqa.scoring)
+# =============================================================================================
+
+
+def mimo_transcribed(prediction_raw, gold_answer):
+    """XiaomiMiMo/MiMo-Embodied @0bee4b6 lmms_eval/tasks/robovqa/utils.py, get_bleu_score and
+    robovqa_process_results, transcribed."""
+    from nltk.translate.bleu_score import sentence_bleu
+
+    prediction = prediction_raw.strip()
+    prediction = re.sub(r"<think>.*?</think>", "", prediction, flags=re.DOTALL | re.MULTILINE)
+    prediction = re.sub(r"<[^>]+>", "", prediction)
+    prediction = re.sub(r"\n+", " ", prediction)
+    prediction = prediction.strip()
+    pred = prediction.replace("\n", "").lower()
+    gt = gold_answer.replace("\n", "").lower()
+    if gt in ["yes", "no"]:
+        pred = re.sub(r"\b\w*yes\w*\b", "yes", pred)
+        pred = re.sub(r"\b\w*no\w*\b", "no", pred)
+    candidate, reference = pred.split(" "), [gt.split(" ")]
+    ref_len = len(reference[0])
+    if ref_len <= 1:
+        weights_list = [(1.00, 0.00, 0.00, 0.00)] * 4
+    elif ref_len == 2:
+        weights_list = [(1.00, 0.00, 0.00, 0.00)] + [(0.50, 0.50, 0.00, 0.00)] * 3
+    elif ref_len == 3:
+        weights_list = [(1.00, 0.00, 0.00, 0.00), (0.50, 0.50, 0.00, 0.00)] + [(0.33, 0.33, 0.33, 0.00)] * 2
+    else:
+        weights_list = [(1.00, 0.00, 0.00, 0.00), (0.50, 0.50, 0.00, 0.00), (0.33, 0.33, 0.33, 0.00),
+                        (0.25, 0.25, 0.25, 0.25)]
+    bleu_scores = [sentence_bleu(reference, candidate, weights=w) for w in weights_list]
+    return sum(bleu_scores) / 4, *bleu_scores
+
+
+def physbrain_transcribed(raw_output_text, gt_answer):
+    """DeepCybo-PhysAI/PhysBrainEvalKit @c95d9ee benchmark/robovqa.py process_raw_output (not thinking),
+    transcribed."""
+    import sacrebleu
+
+    predicted_text = str(raw_output_text).strip().lower()
+    if predicted_text.endswith("."):
+        predicted_text = predicted_text[:-1]
+    predicted_text = predicted_text.replace("<", "").replace(">", "")
+    try:
+        return sacrebleu.sentence_bleu(predicted_text, [gt_answer], tokenize="intl").score
+    except Exception:
+        return 0.0
+
+
+def robomamba_transcribed(answer, gold):
+    """lmzpai/roboMamba @d383bbb src/test.py judge_robovqa, transcribed (the answer as written to its result file:
+    newlines replaced by spaces; jieba's cut joined back, the identity)."""
+    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+
+    result = re.sub(r"<\|.*?\|>", " ", answer.strip().replace("\n", " "))
+    result = re.sub(r"<.*?>", " ", result)
+    result = result.replace("A:", " ").replace(":", " ").replace("(", " ").replace(")", " ")
+    ans = result.strip()
+    gt = gold.strip()
+    return [max(sentence_bleu([ans[:len(gt) - lenth].split()], gt.split(),
+                              smoothing_function=SmoothingFunction().method4, weights=w) for lenth in range(-5, 5))
+            for w in ((1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1))]
+
+
+def multinet_normalize_transcribed(text):
+    """ManifoldRG/MultiNet RoboVQAModule ``_normalize_text``, transcribed."""
+    if not isinstance(text, str):
+        return ""
+    text = re.sub(r"[^\w\s]", "", text.lower())
+    return " ".join(text.split())
+
+
+def sentence_similarity(first: str, second: str) -> float:
+    """The cosine of all-MiniLM-L6-v2's embeddings of the two texts, each encoded alone, by sentence-transformers'
+    own ``util.cos_sim`` (MultiNet's similarity)."""
+    from sentence_transformers import util
+
+    from lmms_egoplan.core.devices import resolve_device
+    from lmms_egoplan.core.embeddings import default_sentence_model, sentence_model
+
+    model = sentence_model(default_sentence_model(), resolve_device(None))
+    return float(util.cos_sim(model.encode(first), model.encode(second))[0][0])
+
+
+def lineage_scores(protocol: str, answer: str, reference: str, kind: str) -> dict[str, float]:
+    """A preset's metrics of one answer, by the transcriptions of its lineage's code."""
+    if protocol == "mimo":
+        return dict(zip(("mimo_score", "mimo_bleu1", "mimo_bleu2", "mimo_bleu3", "mimo_bleu4"),
+                        mimo_transcribed(answer, reference)))
+    if protocol == "physbrain":  # transform_training_qa's reference: a final "." dropped, yes / no lower-cased
+        gold = reference.strip().rstrip(".").rstrip()
+        return {"physbrain_bleu": physbrain_transcribed(answer, gold.lower() if kind in BINARY_TYPES else gold)}
+    if protocol == "robomamba":
+        return {f"robomamba_bleu{n}": value for n, value in enumerate(robomamba_transcribed(answer, reference), 1)}
+    if not answer.strip():  # an invalid answer: 0 and 0, counted
+        return {"multinet_exact_match": 0.0, "multinet_similarity": 0.0, "multinet_invalid": 1.0}
+    exact = multinet_normalize_transcribed(answer) == multinet_normalize_transcribed(reference)
+    return {"multinet_exact_match": float(exact), "multinet_similarity": sentence_similarity(answer, reference),
+            "multinet_invalid": 0.0}
 
 
 def smoke_suite(workdir: Path, resources):

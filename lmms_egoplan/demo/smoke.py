@@ -6,8 +6,9 @@ through the real ``lmms-eval`` CLI with ``LMMS_EVAL_PLUGINS=lmms_egoplan`` (as a
 checks the pipeline, and its scores measure nothing. A random model writes no parseable plan,
 intent or letter, so the generative benchmarks then run once more with scripted answers of known
 quality (``lmms_egoplan.demo.kit.scripted``), through lmms-eval's ``openai`` backend, so that
-every scorer shows what it computes; each of their values is checked against the one the script
-implies. A text-only architecture (``llama``) runs what it can take, each benchmark's text-only
+every scorer shows what it computes (scorers a run cannot apply beside its own, a benchmark's other
+protocols, score its logged answers again in this process); each of their values is checked against
+the one the script implies. A text-only architecture (``llama``) runs what it can take, each benchmark's text-only
 baselines through the real ``lm_eval`` CLI (``--model hf``), and says what it leaves out and why. It
 prints a table per benchmark (a row per task, its main metrics as columns; scripted
 rows marked) and writes the report of its runs (``lmms-egoplan report``).
@@ -217,8 +218,9 @@ def run_scripted(scripts: Mapping[str, ScriptedAnswers], log_dir: Path, resource
 
 def print_tables(random_runs: Mapping[str, EvalRun], scripts: Mapping[str, ScriptedAnswers],
                  scripted_run: EvalRun | None, out: TextIO) -> list[str]:
-    """A table per benchmark: the random model's rows, then the scripted rows and their check.
-    Returns the benchmarks whose scripted values differ from their script's."""
+    """A table per benchmark: the random model's rows, then the scripted rows; a table per other scorer of the
+    scripted answers (``ScriptedAnswers.rescored``); their check. Returns the benchmarks whose scripted values
+    differ from their script's."""
     failures = []
     for name, run in random_runs.items():
         script = scripts.get(name) if scripted_run is not None else None
@@ -230,6 +232,12 @@ def print_tables(random_runs: Mapping[str, EvalRun], scripts: Mapping[str, Scrip
         expected = script.values(scripted_run)
         found = differences(reported_metrics(scripted), expected)
         checked = sum(len(metrics) for metrics in expected.values())
+        for rescored in script.rescored(scripted_run):
+            mark = f"[scripted, {rescored.label}]"
+            print("\n" + task_table([(rescored.results, mark)], face), file=out)
+            found += [f"{mark} {difference}" for difference in
+                      differences(reported_metrics(rescored.results), rescored.expected, rescored.tolerance)]
+            checked += sum(len(metrics) for metrics in rescored.expected.values())
         if found:
             failures.append(f"{name} (scripted)")
             print(f"{SCRIPTED} rows: {len(found)} of {checked} values differ from what the script implies:\n  "

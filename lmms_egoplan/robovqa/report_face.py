@@ -2,8 +2,10 @@
 accuracy for the binary types, smoothed sentence BLEU for the others, 0-100) with its 95 % interval from the logged
 samples, the macro and micro means over the types, and beside them each lineage preset's overall value (micro, as
 the lineages average); a run fills the columns of the protocol it ran (the row's notes name a preset other than the
-default). Published rows: MiMo-Embodied's Table 2, its starred rows in the MiMo lineage's column, its unstarred ones
-(no scorer stated) in a column of their own that no run fills (tasks/robovqa/README.md, Published results)."""
+default). Published rows: MiMo-Embodied's Table 2, its starred rows in the MiMo lineage's column, RoboMamba's Table 1
+in the RoboMamba lineage's, and the rows whose source names no scorer (MiMo's unstarred ones, PhysBrain 1.5's,
+ACE-Brain-0's, ThinkAct's and Fast-ThinkAct's) in a column of their own that no run fills (tasks/robovqa/README.md,
+Published results)."""
 
 from __future__ import annotations
 

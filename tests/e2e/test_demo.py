@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lmms_egoplan.demo import egoplan, smoke
+from lmms_egoplan.demo import egoplan, robovqa, smoke
 from lmms_egoplan.demo.kit.checkpoints import ARCHITECTURES, TEXT_ONLY_ARCHITECTURES
 from lmms_egoplan.demo.kit.suite import SmokeSuite
 
@@ -146,3 +146,37 @@ def test_a_scripted_value_off_the_script_fails_the_demo(tmp_path, monkeypatch):
     assert f"[scripted] rows: 1 of 23 values differ from what the script implies:\n  egoplan_val_gen accuracy: " \
            f"reported {reported}, expected {reported + 0.125:.6g}" in printed
     assert printed.rstrip().endswith("FAILED: egoplan (scripted)")
+
+
+def tampered_robovqa(workdir, resources):
+    """RoboVQA's suite whose script expects the PhysBrain preset's BLEU over the group one point higher."""
+    suite = robovqa.smoke_suite(workdir, resources)
+    script = suite.scripted
+
+    def rescorings(run, failed=frozenset()):
+        rescored = script.rescorings(run, failed=failed)
+        next(r for r in rescored if r.label == "physbrain").expected["robovqa"]["physbrain_bleu"] += 1.0
+        return rescored
+
+    return dataclasses.replace(suite, scripted=dataclasses.replace(script, rescorings=rescorings))
+
+
+def test_robovqas_scripted_answers_go_through_every_presets_scorer_each_value_checked(tmp_path, monkeypatch):
+    """One scripted run (the default protocol); its logged answers scored again by each preset's scorer, a table
+    each, and every value checked against the transcriptions of the lineages' code: here only the tampered one
+    differs."""
+    monkeypatch.setattr(smoke, "suites", lambda: {"robovqa": tampered_robovqa})
+    out = io.StringIO()
+    assert smoke.run_smoke(tmp_path, out=out) == 1
+    printed = out.getvalue()
+    assert len(list((tmp_path / "logs" / "scripted").rglob("*_results.json"))) == 1  # no run per preset
+    for preset in ("mimo", "physbrain", "robomamba", "multinet"):
+        assert f"\nrobovqa [scripted, {preset}] " in printed and f"\nrobovqa_success [scripted, {preset}] " in printed
+    found = re.search(r"\[scripted\] rows: 1 of (\d+) values differ from what the script implies:\n  "
+                      r"\[scripted, physbrain\] robovqa physbrain_bleu: reported ([\d.]+), expected ([\d.]+)\n",
+                      printed)
+    assert found, printed[-3000:]
+    # the group and the seven types: the default's 7 values, then mimo's 5, physbrain's 1, robomamba's 4, multinet's 3
+    assert int(found.group(1)) == 8 * (7 + 5 + 1 + 4 + 3)
+    assert float(found.group(3)) == pytest.approx(float(found.group(2)) + 1.0, abs=1e-3)
+    assert printed.rstrip().endswith("FAILED: robovqa (scripted)")

@@ -4,6 +4,7 @@ only where they score alike (likelihood beside likelihood, generative beside gen
 field that differs named, and one model's several published values shown as their spread with sources."""
 
 import json
+import re
 
 import pytest
 
@@ -18,6 +19,7 @@ from tests.report.test_report import (
     egoplan_bench2_run,
     egoplan_run,
     read_csv,
+    robovqa_run,
     write_lmms_eval_run,
 )
 
@@ -104,6 +106,41 @@ def test_the_2025_26_egoplan_bench2_rows_are_as_their_sources_print_them_and_cop
     flash = cosmos["Gemini 2.0 Flash"]["values"]
     no_av = [flash[f"accuracy_{s}"] for s in ("bridgev2", "robovqa", "agibot", "holoassist", "robofail")]
     assert sum(no_av) / 5 == pytest.approx(48.64) and "48.64" in cosmos["Gemini 2.0 Flash"]["note"]
+
+
+def test_the_robovqa_rows_are_as_their_sources_print_them_each_in_its_lineages_column_or_scorer_not_stated(tmp_path):
+    """RoboMamba's own Table 1 in the RoboMamba lineage's column (its BLEU-1, which no column holds, in the notes);
+    ThinkAct's and Fast-ThinkAct's pages name no scorer: their Overall, the mean of the BLEU-1..4 each row's notes
+    give (to the printed 0.1), under "scorer not stated"; Fast-ThinkAct's GPT-4V and Magma-8B, ThinkAct's values
+    again, not transcribed twice. In the report beside a run of the default protocol, each fills its column alone."""
+    robomamba = _rows("RoboMamba", "robovqa")
+    assert {m: r["values"] for m, r in robomamba.items()} == {
+        "RoboMamba (2.7B, 224 px)": {"robomamba_bleu4": 42.8}, "RoboMamba (2.7B, 336 px)": {"robomamba_bleu4": 41.8},
+        "TinyLLaVA (2.7B, fine-tuned on RoboVQA)": {"robomamba_bleu4": 29.6},
+        "LLaMA-AdapterV2 (7B, fine-tuned on RoboVQA)": {"robomamba_bleu4": 8.1}}
+    assert all(row["note"].startswith("the RoboMamba lineage (protocol robomamba)") for row in robomamba.values())
+    thinkact, fast = _rows("ThinkAct", "robovqa"), _rows("Fast-ThinkAct", "robovqa")
+    assert len(thinkact) == 9 and len(fast) == 8
+    for row in (*thinkact.values(), *fast.values()):
+        assert set(row["values"]) == {"unstated_score"} and row["note"].startswith("the page names no scorer")
+        bleu = [float(value) for value in re.search(r"BLEU-1\.\.4 ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+) and",
+                                                    row["note"]).groups()]
+        assert row["values"]["unstated_score"] == pytest.approx(sum(bleu) / 4, abs=0.05 + 1e-9), row["model"]
+    assert {"GPT-4V", "Magma"} <= set(thinkact) and not {"GPT-4V", "Magma-8B"} & set(fast)
+    assert [thinkact["ThinkAct"]["protocol"]["made"], fast["Fast-ThinkAct-3B"]["protocol"]["made"],
+            fast["ThinkAct-3B"]["protocol"]["made"]] == [
+        "ran it (the page's own model)", "ran it (the page's own model)",
+        "not stated (the page does not say who ran the other models)"]
+    robovqa_run(tmp_path / "run")
+    write_report([tmp_path / "run"], tmp_path / "report", FACES)
+    rows = read_csv(tmp_path / "report" / "robovqa.csv")
+    lineage, unstated, default = "RoboMamba BLEU-4 (%)", "Scorer not stated (0-100)", "Default, macro (0-100)"
+    filled = {row["model"]: {column for column in (lineage, unstated, default) if row[column] not in ("", "—")}
+              for row in rows if "RoboMamba" in row["source"] or "ThinkAct" in row["source"] or
+              row["source"] == THIS_RUN}
+    assert filled == {**{model: {lineage} for model in robomamba},
+                      **{model: {unstated} for model in (*thinkact, *fast)}, "tiny-model": {default}}
+    assert next(row for row in rows if row["model"] == "ThinkAct")[unstated] == "59.8"
 
 
 def _egoplan_gen_run(folder, **kwargs):

@@ -1,12 +1,16 @@
-"""Each lineage's scorer against a transcription of its code on stress answers (one-word yes / no, empty, long,
-Chinese punctuation); the suite's default scorer; the unsmoothed BLEU-4 trap."""
-
-import re
+"""Each lineage's scorer against a transcription of its code (in ``lmms_egoplan.demo.robovqa``) on stress answers
+(one-word yes / no, empty, long, Chinese punctuation); the suite's default scorer; the unsmoothed BLEU-4 trap."""
 
 import pytest
 import sacrebleu
-from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+from nltk.translate.bleu_score import sentence_bleu
 
+from lmms_egoplan.demo.robovqa import (
+    mimo_transcribed,
+    multinet_normalize_transcribed,
+    physbrain_transcribed,
+    robomamba_transcribed,
+)
 from lmms_egoplan.robovqa import scoring
 
 STRESS = ["yes", "Yes.", "no", "Now it is done", "", "   ", "put packet on the table",
@@ -20,67 +24,6 @@ DOCS = [{"question_type": "success", "answer": "yes", "tag": "<task:success:disc
         {"question_type": "next_five_steps", "answer": "1- put packet on the table 2- done",
          "tag": "<task:remaining5_planning_with_context20:freeform>"}]
 CASES = [(answer, doc) for answer in STRESS for doc in DOCS]
-
-
-def mimo_transcribed(prediction_raw, gold_answer):
-    """XiaomiMiMo/MiMo-Embodied @0bee4b6 lmms_eval/tasks/robovqa/utils.py, get_bleu_score and
-    robovqa_process_results, transcribed."""
-    prediction = prediction_raw.strip()
-    prediction = re.sub(r"<think>.*?</think>", "", prediction, flags=re.DOTALL | re.MULTILINE)
-    prediction = re.sub(r"<[^>]+>", "", prediction)
-    prediction = re.sub(r"\n+", " ", prediction)
-    prediction = prediction.strip()
-    pred = prediction.replace("\n", "").lower()
-    gt = gold_answer.replace("\n", "").lower()
-    if gt in ["yes", "no"]:
-        pred = re.sub(r"\b\w*yes\w*\b", "yes", pred)
-        pred = re.sub(r"\b\w*no\w*\b", "no", pred)
-    candidate, reference = pred.split(" "), [gt.split(" ")]
-    ref_len = len(reference[0])
-    if ref_len <= 1:
-        weights_list = [(1.00, 0.00, 0.00, 0.00)] * 4
-    elif ref_len == 2:
-        weights_list = [(1.00, 0.00, 0.00, 0.00)] + [(0.50, 0.50, 0.00, 0.00)] * 3
-    elif ref_len == 3:
-        weights_list = [(1.00, 0.00, 0.00, 0.00), (0.50, 0.50, 0.00, 0.00)] + [(0.33, 0.33, 0.33, 0.00)] * 2
-    else:
-        weights_list = [(1.00, 0.00, 0.00, 0.00), (0.50, 0.50, 0.00, 0.00), (0.33, 0.33, 0.33, 0.00),
-                        (0.25, 0.25, 0.25, 0.25)]
-    bleu_scores = [sentence_bleu(reference, candidate, weights=w) for w in weights_list]
-    return sum(bleu_scores) / 4, *bleu_scores
-
-
-def physbrain_transcribed(raw_output_text, gt_answer):
-    """DeepCybo-PhysAI/PhysBrainEvalKit @c95d9ee benchmark/robovqa.py process_raw_output (not thinking),
-    transcribed."""
-    predicted_text = str(raw_output_text).strip().lower()
-    if predicted_text.endswith("."):
-        predicted_text = predicted_text[:-1]
-    predicted_text = predicted_text.replace("<", "").replace(">", "")
-    try:
-        return sacrebleu.sentence_bleu(predicted_text, [gt_answer], tokenize="intl").score
-    except Exception:
-        return 0.0
-
-
-def robomamba_transcribed(answer, gold):
-    """lmzpai/roboMamba @d383bbb src/test.py judge_robovqa, transcribed (the answer as written to its result file:
-    newlines replaced by spaces; jieba's cut joined back, the identity)."""
-    result = re.sub(r"<\|.*?\|>", " ", answer.strip().replace("\n", " "))
-    result = re.sub(r"<.*?>", " ", result)
-    result = result.replace("A:", " ").replace(":", " ").replace("(", " ").replace(")", " ")
-    ans = result.strip()
-    gt = gold.strip()
-    return [max(sentence_bleu([ans[:len(gt) - lenth].split()], gt.split(),
-                              smoothing_function=SmoothingFunction().method4, weights=w) for lenth in range(-5, 5))
-            for w in ((1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1))]
-
-
-def multinet_normalize_transcribed(text):
-    if not isinstance(text, str):
-        return ""
-    text = re.sub(r"[^\w\s]", "", text.lower())
-    return " ".join(text.split())
 
 
 @pytest.mark.parametrize("answer, doc", CASES)
