@@ -1009,7 +1009,7 @@ def judged_ratings(item: dict, ratings: Mapping[str, float | None]) -> dict[str,
 def actplan_samples(samples: list[dict], side: SideRun) -> list[dict]:
     """Each plan's LCS and normalised LCS: lmms-eval's task logs them; the suite logs the parsed plans and scores them
     all at once in its aggregation, so they are scored here by the suite's own code (its step matcher, as its settings
-    say); a split's metric only for that split's plans."""
+    say); a split's metric for that split's plans, None for the others' (as lmms-eval's task logs it)."""
     if side.side == UPSTREAM:
         return samples
     from lmms_egoplan.actplan.plans import score_lcs
@@ -1025,8 +1025,9 @@ def actplan_samples(samples: list[dict], side: SideRun) -> list[dict]:
             family = next((f for f in ("norm_lcs", "lcs") if name.startswith(f)), None)
             if family is None or not isinstance(value, dict) or "scope" not in value:
                 view[name] = value
-            elif value["scope"] in ("all", value["split"]):
-                view[name] = {"lcs": score.lcs, "norm_lcs": score.norm_lcs}[family]
+            else:
+                in_scope = value["scope"] in ("all", value["split"])
+                view[name] = {"lcs": score.lcs, "norm_lcs": score.norm_lcs}[family] if in_scope else None
         viewed.append(view)
     return viewed
 
@@ -1105,8 +1106,8 @@ def _egothink() -> Benchmark:
 declare(_egothink())
 
 
-# ActPlan-1K (PR h, 32): the release converted, the action(object) parser, LCS at 0.8; no BLEURT (the authors publish
-# no classifier), so the suite's must have none set.
+# ActPlan-1K (PR h, 32, on 37's media readers): the release converted, the action(object) parser, LCS at 0.8; no
+# BLEURT (the authors publish no classifier), so the suite's must have none set.
 def _actplan() -> Benchmark:
     from lmms_egoplan.actplan.data import ENV_PREFIX
     from lmms_egoplan.actplan.settings import ActPlanSettings
@@ -1118,7 +1119,7 @@ def _actplan() -> Benchmark:
                        "in the requests", ("sample:input_media",))
     # The embedding model is lmms-eval's task metadata (all-MiniLM-L6-v2, the suite's default): not a shared setting.
     return Benchmark(
-        name="actplan1k", patches=("32-actplan1k-tasks.patch",), capture="chat",
+        name="actplan1k", patches=("37-video-frames-at.patch", "32-actplan1k-tasks.patch"), capture="chat",
         tasks=tuple(TaskPair(task, task, sample_view=actplan_samples, differences=(bookkeeping, media))
                     for task in ("actplan1k", "actplan1k_text_only")),
         settings=SuiteSettings(

@@ -7,6 +7,7 @@ CLI against the suite's: tests/e2e/test_upstream_equivalence.py."""
 from __future__ import annotations
 
 import random
+import sys
 
 import pytest
 
@@ -21,6 +22,7 @@ from tests.e2e.upstream_patches import PATCHES, added_file
 from tests.kit.upstream_module import added_module
 
 PATCH = PATCHES / "32-actplan1k-tasks.patch"
+READERS = PATCHES / "37-video-frames-at.patch"  # the media readers 32 needs, in lmms-eval's _task_utils
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +30,10 @@ def upstream(tmp_path_factory):
     folder = tmp_path_factory.mktemp("upstream")
     template = "_default_template_yaml"  # utils reads the embedding model from it, beside itself
     (folder / template).write_text(added_file(PATCH, f"lmms_eval/tasks/actplan1k/{template}"))
-    utils = added_module(PATCH, "lmms_eval/tasks/actplan1k/utils.py", folder)
+    with pytest.MonkeyPatch.context() as patch:  # the released lmms-eval lacks 37's module: loaded from its diff
+        patch.setitem(sys.modules, "lmms_eval.tasks._task_utils.media_files",
+                      added_module(READERS, "lmms_eval/tasks/_task_utils/media_files.py", folder))
+        utils = added_module(PATCH, "lmms_eval/tasks/actplan1k/utils.py", folder)
     utils.EMBEDDING_MODEL = default_sentence_model()  # all-MiniLM-L6-v2, offline (the task's default: the Hub's)
     return utils, added_module(PATCH, "lmms_eval/tasks/actplan1k/actplan1k_to_jsonl.py", folder)
 

@@ -1,6 +1,6 @@
 """The EgoPlan-Bench2 pull requests for lmms-eval (docs/upstream/), held to the suite in process: 23's test in
 lmms-eval's test tree reads every answer shape of the suite's parser tests; 27's task (the egoplan_bench2 variants of
-egoplan2/), loaded from its diff with what it imports (egoplan2's parser as 23 fixes it, 37's frame decoder), shows the
+egoplan2/), loaded from its diff with what it imports (egoplan2's parser as 23 fixes it, 37's media readers), shows the
 suite's frames and writes its prompt in both data layouts and both frame samplings (its task variants), and its
 `accuracy` reads answers as the suite's official parser. The whole task through lmms-eval's CLI against the suite's:
 tests/e2e/test_upstream_equivalence.py."""
@@ -33,13 +33,16 @@ def fixture(tmp_path_factory):
 @pytest.fixture
 def upstream(fixture, tmp_path, monkeypatch):
     """27's ``egoplan_bench2_utils.py``, loaded from its diff with what it imports (egoplan2's ``utils.py`` as 23 fixes
-    it, 37's decoder in lmms-eval's ``_task_utils``) and the media folders pointing at the fixture's layouts."""
+    it, 37's frame decoder and media files in lmms-eval's ``_task_utils``) and the media folders pointing at the
+    fixture's layouts."""
     for name, value in fixture.env().items():
         monkeypatch.setenv(name, value)
     monkeypatch.setitem(sys.modules, "lmms_eval.tasks.egoplan2.utils", changed_module(
         FIX, "lmms_eval/tasks/egoplan2/utils.py", tmp_path))
     monkeypatch.setitem(sys.modules, "lmms_eval.tasks._task_utils.video_loader", changed_module(
         DECODER, "lmms_eval/tasks/_task_utils/video_loader.py", tmp_path))
+    monkeypatch.setitem(sys.modules, "lmms_eval.tasks._task_utils.media_files", added_module(
+        DECODER, "lmms_eval/tasks/_task_utils/media_files.py", tmp_path))
     return added_module(TASK, "lmms_eval/tasks/egoplan2/egoplan_bench2_utils.py", tmp_path)
 
 
