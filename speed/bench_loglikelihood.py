@@ -182,14 +182,18 @@ def requests_for(docs: list[dict], span: str) -> list:
 # issue 63 (one question per forward pass, the vision tower's windows attended one by one), the batched path, and
 # (--fused) the batched path with the elementwise work fused (egoplan_hf's fused_elementwise: regional torch.compile),
 # and (--prefetch-processes) the batched path, fused with --fused, prepared ahead in worker processes instead of a
-# thread (egoplan_hf's prefetch_processes); batch_size None: --batch-size; fused None: as --fused.
+# thread (egoplan_hf's prefetch_processes), and (--in-prefill) the candidates scored inside the prefill on top of the
+# other options asked for (fused with --fused, in processes with --prefetch-processes): the whole design measured
+# beside the defaults it would join; batch_size None: --batch-size; fused None: as --fused; processes: the method
+# prepares in --prefetch-processes worker processes where given.
 METHODS = {"one_pass_per_candidate": {"prefix_sharing": False, "batch_size": 1, "packed": False, "fused": False},
            "prefix_shared": {"prefix_sharing": True, "batch_size": 1, "packed": False, "fused": False},
            "batched": {"prefix_sharing": True, "batch_size": None, "packed": True, "fused": False},
            "batched_fused": {"prefix_sharing": True, "batch_size": None, "packed": True, "fused": True},
-           "batched_processes": {"prefix_sharing": True, "batch_size": None, "packed": True, "fused": None},
-           "batched_in_prefill": {"prefix_sharing": True, "batch_size": None, "packed": True, "fused": False,
-                                  "in_prefill": True}}
+           "batched_processes": {"prefix_sharing": True, "batch_size": None, "packed": True, "fused": None,
+                                 "processes": True},
+           "batched_in_prefill": {"prefix_sharing": True, "batch_size": None, "packed": True, "fused": None,
+                                  "processes": True, "in_prefill": True}}
 # the methods that decode ahead (--visual-prefetch)
 BATCHED = ("batched", "batched_fused", "batched_processes", "batched_in_prefill")
 # Tensor methods and torch functions that read a tensor's values to the host (on a GPU: a device synchronisation),
@@ -198,13 +202,19 @@ HOST_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "_
                         "masked_select", "unique", "unique_consecutive", "equal", "allclose"})
 
 
+def fused_methods(args) -> set[str]:
+    """The methods measured with fused_elementwise on (those that follow --fused, where it is given)."""
+    return {method for method, settings in METHODS.items()
+            if settings["fused"] or (settings["fused"] is None and args.fused)}
+
+
 def use_method(backend, method: str, batch_size: int, visual_prefetch: int | None, processes: int = 0) -> None:
     """``backend`` set to score as ``method`` (``processes``: batched_processes' worker processes)."""
     settings = METHODS[method]
     backend.prefix_sharing = settings["prefix_sharing"]
     backend.batch_size = settings["batch_size"] or batch_size
     backend.visual_prefetch = visual_prefetch if method in BATCHED and visual_prefetch is not None else 0
-    backend.prefetch_processes = processes if method == "batched_processes" and backend.visual_prefetch else 0
+    backend.prefetch_processes = processes if settings.get("processes") and backend.visual_prefetch else 0
     fused = backend.fused_elementwise is not None if settings["fused"] is None else settings["fused"]
     if backend.vision_attention is not None:
         backend.vision_attention.enabled = settings["packed"]
@@ -483,7 +493,8 @@ def main() -> None:
                              "against the batched method's")
     parser.add_argument("--in-prefill", action="store_true",
                         help="also the batched method with the candidates scored inside the prefill (egoplan_hf's "
-                             "candidates_in_prefill: one forward pass a batch under a tree-shaped attention mask)")
+                             "candidates_in_prefill: one forward pass a batch under a tree-shaped attention mask), on "
+                             "top of --fused and --prefetch-processes where given (judged beside them)")
     parser.add_argument("--prefetch-processes", type=int, default=0,
                         help="also the batched method (fused with --fused) with its batches prepared ahead in this "
                              "many worker processes instead of a thread (egoplan_hf's prefetch_processes; needs "
@@ -669,10 +680,13 @@ LOSS_TOLERANCE = {"float32": 1e-4, "bfloat16": 1e-1, "float16": 1e-2}
 # The rule that sets egoplan_hf's GPU defaults from one run of the GPU command (issue 78 point 4): a method becomes the
 # default where its steady rate is at least the factor times its reference's, its losses within LOSS_TOLERANCE of the
 # reference's, its choices changed only where the reference's two lowest losses lie within it (near ties), and, a
-# fused method, nothing compiled again during the rounds. Method -> (option it stands for, reference, factor).
-DEFAULT_RULE = {"batched_fused": ("fused_elementwise=true", "batched", 1.10),
-                "batched_processes": ("prefetch_processes=2", "batched_fused", 0.98),
-                "batched_in_prefill": ("candidates_in_prefill=true", "batched", 1.0)}
+# fused method, nothing compiled again during the rounds. Method -> (option it stands for, references: the first of
+# them measured, factor): each option is judged beside the options before it that the run measured, so that
+# candidates_in_prefill is judged on top of the defaults it would join.
+DEFAULT_RULE = {"batched_fused": ("fused_elementwise=true", ("batched",), 1.10),
+                "batched_processes": ("prefetch_processes=2", ("batched_fused", "batched"), 0.98),
+                "batched_in_prefill": ("candidates_in_prefill=true", ("batched_processes", "batched_fused", "batched"),
+                                       1.0)}
 
 
 def default_verdicts(args, values: dict, steady: dict, facts: dict) -> dict:
@@ -681,10 +695,9 @@ def default_verdicts(args, values: dict, steady: dict, facts: dict) -> dict:
     recompiled, and the verdict with the condition that failed."""
     tolerance = LOSS_TOLERANCE[args.dtype]
     verdicts = {}
-    for method, (option, reference, factor) in DEFAULT_RULE.items():
-        if method == "batched_processes" and not args.fused:
-            reference = "batched"
-        if method not in values or reference not in values:
+    for method, (option, references, factor) in DEFAULT_RULE.items():
+        reference = next((name for name in references if name in values), None)
+        if method not in values or reference is None:
             continue
         ratio = (steady[method] / steady[reference] if steady[method] is not None and steady[reference] is not None
                  else None)
@@ -695,8 +708,7 @@ def default_verdicts(args, values: dict, steady: dict, facts: dict) -> dict:
         near_tie = lowest_two[:, 1] - lowest_two[:, 0] <= tolerance
         changed_beyond_ties = int(((found.argmin(1) != expected.argmin(1)) & ~near_tie).sum())
         difference = float(np.abs(found - expected).max())
-        recompiled = facts.get("compiled_in_rounds", 0) if method == "batched_fused" or (
-            method == "batched_processes" and args.fused) else 0
+        recompiled = facts.get("compiled_in_rounds", 0) if method in fused_methods(args) else 0
         failed = [why for why, holds in (
             (f"steady rate {ratio:.2f}x {reference}'s, needs {factor:.2f}x" if ratio is not None
              else "no steady rate (one batch a round)", ratio is not None and ratio >= factor),
@@ -733,7 +745,7 @@ def full_run_estimates(args, facts: dict, timings: dict[str, list[Timing]]) -> t
     its first batch's seconds, the median of its rounds'; its compile seconds, paid once by a fused method; the minutes
     of EgoPlan Val: first batch + compile + the 3,355 questions at the steady rate). A method whose rounds are one
     batch has no steady rate (None): its estimate takes its whole rounds' rate and says so."""
-    fused = {"batched_fused"} | ({"batched_processes"} if args.fused else set())
+    fused = fused_methods(args)
     steady, first, compile_seconds, minutes = {}, {}, {}, {}
     for method, rounds in timings.items():
         rates = [timing.steady_questions_per_second for timing in rounds]
@@ -761,7 +773,9 @@ def report(args, facts: dict, timings: dict[str, list[Timing]], counts: dict) ->
               "batched": f"batched ({args.batch_size})", "batched_fused": f"batched, fused ({args.batch_size})",
               "batched_processes": f"batched{', fused' if args.fused else ''}, {args.prefetch_processes} processes "
                                    f"({args.batch_size})",
-              "batched_in_prefill": f"batched, in prefill ({args.batch_size})"}
+              "batched_in_prefill": f"batched{', fused' if args.fused else ''}"
+                                    f"{f', {args.prefetch_processes} processes' if args.prefetch_processes else ''}, "
+                                    f"in prefill ({args.batch_size})"}
     for method in rates:
         step = counts[method]
         steady_rate = f"{steady[method]:.3f}" if steady[method] is not None else "- (one batch a round)"

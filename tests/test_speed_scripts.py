@@ -96,6 +96,36 @@ def test_the_likelihood_bench_estimates_a_run_from_its_steady_rate_not_its_first
     assert minutes["prefix_shared"] == pytest.approx((0.6 + EGOPLAN_VAL_QUESTIONS / (8 / 0.6)) / 60)
 
 
+
+def test_the_rule_judges_candidates_in_prefill_beside_the_defaults_it_would_join():
+    """bench_loglikelihood.py's DEFAULT_RULE (issue 78 point 4): the candidates inside the prefill, measured on top of
+    the other options asked for, are judged beside the most complete of them measured (the fused path in processes,
+    else the fused path, else the batched one), not beside the unfused batched path; a recompile during the rounds
+    counts against each method measured fused."""
+    import argparse
+
+    sys.path.insert(0, str(SPEED))
+    from bench_loglikelihood import METHODS, default_verdicts, fused_methods
+
+    values = [(1.0, False), (2.0, False), (3.0, False), (4.0, False)] * 6
+    steady = {"batched": 10.0, "batched_fused": 14.0, "batched_processes": 16.0, "batched_in_prefill": 15.0}
+    every = default_verdicts(argparse.Namespace(dtype="bfloat16", fused=True), dict.fromkeys(steady, values), steady,
+                             {"compiled_in_rounds": 0})
+    assert every["batched_in_prefill"]["reference"] == "batched_processes"
+    assert every["batched_in_prefill"]["ratio"] == pytest.approx(15 / 16) and not every["batched_in_prefill"]["default"]
+    assert every["batched_processes"]["reference"] == "batched_fused" and every["batched_processes"]["default"]
+    no_processes = {method: rate for method, rate in steady.items() if method != "batched_processes"}
+    verdicts = default_verdicts(argparse.Namespace(dtype="bfloat16", fused=True), dict.fromkeys(no_processes, values),
+                                no_processes, {"compiled_in_rounds": 2})
+    assert verdicts["batched_in_prefill"]["reference"] == "batched_fused"
+    assert verdicts["batched_in_prefill"]["why_not"] == ["2 graphs compiled during the rounds"]
+    unfused = default_verdicts(argparse.Namespace(dtype="bfloat16", fused=False),
+                               dict.fromkeys(("batched", "batched_in_prefill"), values), steady,
+                               {"compiled_in_rounds": 2})
+    assert unfused["batched_in_prefill"]["reference"] == "batched" and unfused["batched_in_prefill"]["default"]
+    assert fused_methods(argparse.Namespace(fused=False)) == {"batched_fused"}
+    assert fused_methods(argparse.Namespace(fused=True)) == {m for m in METHODS if m.startswith("batched_")}
+
 def test_the_likelihood_bench_reports_padding_and_bytes_to_the_device_per_method(tmp_path):
     """bench_loglikelihood.py at a small setting (tiny Qwen2-VL, 4 of the demo's EgoPlan questions, 2 a batch): its
     --json gives each method's padded share of the forward passes' tokens and its bytes handed to the device a
