@@ -6,13 +6,16 @@ run that parsed it, is served to the runs after it. Everything else is the harne
 makes of each config (kinds, groups, tags, the warnings it logs), every YAML outside its folder (the suite's, a test's)
 and every load that resolves functions. The folder changed (any file's size or time) drops the memo.
 
-The memo lies in ``MEMO_FOLDER_VARIABLE``'s folder; ``LMMS_EGOPLAN_E2E_FRESH_INDEX=1`` turns it off for a tier
-(conftest). Imports nothing of either harness: the functions are wrapped when the run imports their modules.
+The memo lies in ``MEMO_FOLDER_VARIABLE``'s folder, a file per harness folder (a run of a scratch lmms-eval keeps its
+own); ``LMMS_EGOPLAN_E2E_FRESH_INDEX=1`` turns it off for a tier (conftest). The warm Python runs it before the runs
+it forks and before those it refuses (a run of another ``HF_HOME``, ``PYTHONPATH``), which start plain. Imports
+nothing of either harness: the functions are wrapped when the run imports their modules.
 """
 
 from __future__ import annotations
 
 import atexit
+import hashlib
 import importlib.abc
 import importlib.machinery
 import os
@@ -120,17 +123,21 @@ class _WrapWhenImported(importlib.abc.MetaPathFinder):
 
 
 def _memoise_lmms_eval(utils_module) -> None:
-    memo = ParsedYamlMemo(Path(utils_module.__file__).parent / "tasks", _memo_folder() / "lmms_eval.pickle")
+    folder = Path(utils_module.__file__).parent / "tasks"
+    memo = ParsedYamlMemo(folder, _memo_file("lmms_eval", folder))
     utils_module.load_yaml_config = memo.wrap(utils_module.load_yaml_config, _lmms_eval_key)
 
 
 def _memoise_lm_eval(index_module) -> None:
-    memo = ParsedYamlMemo(Path(index_module.__file__).parent, _memo_folder() / "lm_eval.pickle")
+    folder = Path(index_module.__file__).parent
+    memo = ParsedYamlMemo(folder, _memo_file("lm_eval", folder))
     index_module.load_yaml = memo.wrap(index_module.load_yaml, _lm_eval_key)
 
 
-def _memo_folder() -> Path:
-    return Path(os.environ[MEMO_FOLDER_VARIABLE])
+def _memo_file(harness: str, folder: Path) -> Path:
+    """The memo of ``harness``'s task ``folder``: one file each, so that runs of two copies do not drop each other's."""
+    digest = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]
+    return Path(os.environ[MEMO_FOLDER_VARIABLE]) / f"{harness}-{digest}.pickle"
 
 
 if os.environ.get(MEMO_FOLDER_VARIABLE):

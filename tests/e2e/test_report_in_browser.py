@@ -4,6 +4,7 @@ paths holding markup stay text. CI installs Chromium (.ci/run), where a missing 
 the test (LMMS_EGOPLAN_REQUIRE_CHROMIUM=1); elsewhere it is skipped, saying how to install one."""
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -45,16 +46,21 @@ def chromium_or_skip() -> None:
         pytest.skip(str(missing))
 
 
-def test_in_a_browser_the_page_fits_1400_pixels_every_figure_renders_and_markup_stays_text(results_tree, tmp_path):
-    """The screenshots are what a developer looks at (python -m lmms_egoplan.report.screenshots)."""
+def test_in_a_browser_the_page_fits_1400_pixels_every_figure_renders_and_markup_stays_text(results_tree, tmp_path,
+                                                                                            capsys):
+    """The screenshots are what a developer looks at (python -m lmms_egoplan.report.screenshots, run here)."""
     from PIL import Image
 
     from lmms_egoplan.report import screenshots
 
     chromium_or_skip()
     report = write_report([results_tree], tmp_path / "report", FACES)
-    size, shots = screenshots.take_screenshots(tmp_path / "report", tmp_path / "shots", width=1400)
-    assert size.width <= 1400 and size.height > 1400  # no sideways scrolling; every table and figure below
+    assert screenshots.main([str(tmp_path / "report"), "--output", str(tmp_path / "shots")]) == 0
+    printed = capsys.readouterr().out
+    shots = [Path(line) for line in printed.splitlines() if line.endswith(".png")]
+    size = re.search(r"^report\.html at 1400 px: (\d+) x (\d+) px, no horizontal scrolling$", printed, re.MULTILINE)
+    assert size and int(size[1]) <= 1400 < int(size[2]), printed  # no sideways scrolling; every table and figure below
+    assert "every main score and 'not scored' reason in view" in printed
     figures = sorted(path.stem for path in report.files if path.suffix == ".svg")
     assert [shot.name for shot in shots] == ["report.png", "report-unrolled.png", *(f"{name}.png" for name in figures)]
     for shot in shots:
@@ -62,7 +68,6 @@ def test_in_a_browser_the_page_fits_1400_pixels_every_figure_renders_and_markup_
             assert len(image.convert("L").getcolors(256)) > 10, shot  # drawn, not a blank page
     with Image.open(shots[1]) as unrolled:  # every column of the widest table (EgoThink's 19 columns and notes)
         assert unrolled.width > 1400
-    assert screenshots.main([str(tmp_path / "report"), "--output", str(tmp_path / "again")]) == 0
 
     # each table's main score right after the model's name, and in view with every "not scored" reason
     with tempfile.TemporaryDirectory() as profile:

@@ -14,7 +14,9 @@ Started as a script (``python warm_python.py SOCKET [PRELUDE]``: this file impor
 its top) by whoever runs many such processes: the end-to-end tests (``tests/e2e/conftest.py``) name its socket in
 ``WARM_PYTHON_VARIABLE``, which the runs they start inherit (the demo's runs, under ``lmms-egoplan smoke``, too).
 ``PRELUDE``, a Python file, runs in each forked run before its command (the end-to-end tier's: ``tests/e2e/
-task_index_memo.py``); the demo names none.
+task_index_memo.py``), and in each run it refused, which then starts as ``python warm_python.py --plain PRELUDE -m
+MODULE ARGS`` (a plain interpreter, its own imports, the prelude, then the command as ``become_the_run`` runs it);
+the demo names none.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ IMPORT_TIME_VARIABLES = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "TO
                          "ACCELERATE", "USE_", "XDG_CACHE_HOME", "HOME", "TMP", "TEMP", "LANG", "LC_", "TZ", "SKLEARN",
                          "SCIPY")
 REFUSED = -1  # the pid a warm Python answers for a run it does not start
+PLAIN = "--plain"  # ``python warm_python.py --plain PRELUDE -m|-c ...``: a refused run, in a plain process
 _WAIT_FOR_START = 300.0  # seconds a first run waits for the warm Python to finish its imports
 
 
@@ -74,7 +77,7 @@ def run_python(command: list[str], *, env: dict[str, str] | None = None, cwd=Non
     if forked is None:
         for reader in readers:
             reader.close()
-        return subprocess.run(command, env=env, cwd=cwd, stdout=subprocess.PIPE,
+        return subprocess.run(_plain(command, env), env=env, cwd=cwd, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE if stderr_apart else subprocess.STDOUT, text=True, timeout=timeout)
     outputs = _read_until_closed(readers, forked.pid, command, timeout)
     returncode = forked.wait()
@@ -86,14 +89,14 @@ def start_python(command: list[str], *, env: dict[str, str], cwd, output) -> sub
     """``subprocess.Popen(command, env=env, cwd=cwd, stdout=output, stderr=STDOUT)``, forked from the warm Python
     named in ``env`` where that one can run it: the process (``poll``, ``wait``, ``send_signal``, ``returncode``)."""
     forked = _fork(command, env, cwd, [output.fileno(), output.fileno()])
-    return forked or subprocess.Popen(command, env=env, cwd=cwd, stdout=output, stderr=subprocess.STDOUT)
+    return forked or subprocess.Popen(_plain(command, env), env=env, cwd=cwd, stdout=output, stderr=subprocess.STDOUT)
 
 
 def run_in_place_of_this_process(command: list[str]) -> int:
     """``command`` with this process's stdin, stdout, stderr, folder and environment, forked from the warm Python
     named in the environment where that one can run it, else as a child; its exit status, a death by a signal as a
     shell reports it (128 + the signal). SIGINT and SIGTERM sent to this process are passed on to it."""
-    process = _fork(command, dict(os.environ), os.getcwd(), [1, 2]) or subprocess.Popen(command)
+    process = _fork(command, dict(os.environ), os.getcwd(), [1, 2]) or subprocess.Popen(_plain(command, os.environ))
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda received, _: process.send_signal(received))
     status = process.wait()
@@ -164,6 +167,19 @@ def _fork(command: list[str], env: dict[str, str], cwd, fds: list[int]) -> Forke
     return ForkedProcess(command, int(pid), connection, rest)
 
 
+def _plain(command: list[str], env) -> list[str]:
+    """How a run the warm Python named in ``env`` did not fork starts: with that warm Python's prelude first
+    (``PLAIN``), where it names one and the run is ``python -m`` / ``python -c``; else as ``command`` is."""
+    warm = env.get(WARM_PYTHON_VARIABLE)
+    if not warm or command[1:2] not in (["-m"], ["-c"]):
+        return command
+    try:
+        prelude = Path(f"{warm}.prelude").read_text()
+    except OSError:  # none named, or no warm Python there
+        return command
+    return [command[0], os.path.abspath(__file__), PLAIN, prelude, *command[1:]]
+
+
 def same_interpreter(executable: str, other: str) -> bool:
     """Whether two interpreter paths start the same Python: the same file under two names in one folder (a venv's
     ``python`` and ``python3``, which console scripts' ``#!`` lines name) is; the same base interpreter in another
@@ -213,10 +229,12 @@ def _read_until_closed(readers: list, pid: int, command: list[str], timeout: flo
     return [b"".join(chunks[reader]) for reader in readers]
 
 
-def serve(path: Path) -> dict:
+def serve(path: Path, prelude: str | None = None) -> dict:
     """Import the heavy third-party modules, listen on ``path``, fork a keeper per request; returns the request in
-    the forked run."""
+    the forked run. ``prelude`` is named beside the socket (``<path>.prelude``) for the runs it refuses."""
     before = dict(os.environ)
+    if prelude is not None:
+        Path(f"{path}.prelude").write_text(os.path.abspath(prelude))
     try:  # what every run imports: torch, transformers and its pipelines (through lmms-eval's metrics' evaluate), ...
         import accelerate  # noqa: F401
         import datasets  # noqa: F401
@@ -383,4 +401,8 @@ def _end_as_the_interpreter_does(status: int) -> None:
     os._exit(status & 0xFF)
 
 if __name__ == "__main__":
-    become_the_run(serve(Path(sys.argv[1])), prelude=sys.argv[2] if len(sys.argv) > 2 else None)
+    if sys.argv[1] == PLAIN:  # a refused run: this interpreter's own imports, then the prelude and the command
+        become_the_run({"argv": sys.argv[3:], "env": dict(os.environ), "cwd": os.getcwd(), "fds": [],
+                        "executable": sys.executable}, prelude=sys.argv[2])
+    prelude_file = sys.argv[2] if len(sys.argv) > 2 else None
+    become_the_run(serve(Path(sys.argv[1]), prelude_file), prelude=prelude_file)
