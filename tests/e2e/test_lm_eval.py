@@ -5,7 +5,6 @@ equals the one recomputed from lm-eval's logged samples."""
 import hashlib
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from statistics import mean
@@ -21,6 +20,7 @@ from lmms_egoplan.demo.egoplan import build_fixture
 from lmms_egoplan.demo.egothink import write_release
 from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
 from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV
+from lmms_egoplan.demo.kit.warm_python import run_python
 from lmms_egoplan.egoplan.data import CHOICE_LETTERS
 from lmms_egoplan.egothink.data import DIMENSIONS
 
@@ -33,8 +33,9 @@ def run_lm_eval(model: str, model_args: str, tasks: str, output: Path, env: dict
     command = [sys.executable, "-m", "lm_eval", "run", "--model", model, "--model_args", model_args,
                "--include_path", str(CHECKOUT / "lm_eval_tasks"), "--tasks", tasks,
                "--output_path", str(output), "--log_samples", *extra]
-    completed = subprocess.run(command, env={**os.environ, **OFFLINE_ENV, "OMP_NUM_THREADS": "1", **env},
-                               capture_output=True, text=True, timeout=600)
+    # through the tier's warm Python: OMP_NUM_THREADS has it start plain, with the task index memo first
+    completed = run_python(command, env={**os.environ, **OFFLINE_ENV, "OMP_NUM_THREADS": "1", **env}, timeout=600,
+                           stderr_apart=True)
     assert completed.returncode == 0, completed.stderr[-4000:]
     [results] = output.glob("*/results_*.json")
     return json.loads(results.read_text())
