@@ -96,7 +96,6 @@ def test_the_likelihood_bench_estimates_a_run_from_its_steady_rate_not_its_first
     assert minutes["prefix_shared"] == pytest.approx((0.6 + EGOPLAN_VAL_QUESTIONS / (8 / 0.6)) / 60)
 
 
-
 def test_the_rule_judges_candidates_in_prefill_beside_the_defaults_it_would_join():
     """bench_loglikelihood.py's DEFAULT_RULE (issue 78 point 4): the candidates inside the prefill, measured on top of
     the other options asked for, are judged beside the most complete of them measured (the fused path in processes,
@@ -125,6 +124,7 @@ def test_the_rule_judges_candidates_in_prefill_beside_the_defaults_it_would_join
     assert unfused["batched_in_prefill"]["reference"] == "batched" and unfused["batched_in_prefill"]["default"]
     assert fused_methods(argparse.Namespace(fused=False)) == {"batched_fused"}
     assert fused_methods(argparse.Namespace(fused=True)) == {m for m in METHODS if m.startswith("batched_")}
+
 
 def test_the_likelihood_bench_reports_padding_and_bytes_to_the_device_per_method(tmp_path):
     """bench_loglikelihood.py at a small setting (tiny Qwen2-VL, 4 of the demo's EgoPlan questions, 2 a batch): its

@@ -105,7 +105,6 @@ def test_a_run_whose_import_time_environment_differs_runs_in_a_plain_process(war
                       timeout=300).stdout == "True\n"
 
 
-
 @pytest.mark.parametrize("ending", ["normal", "status", "error"])
 def test_a_refused_run_starts_plain_with_the_warm_pythons_prelude_first(tmp_path, ending):
     """The end-to-end tier's prelude (its task index memo) runs before every run of its warm Python, those it refuses
