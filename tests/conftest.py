@@ -23,14 +23,17 @@ LONGEST_FIRST = ("test_upstream_patches.py", "test_demo.py", "test_run_all.py", 
                  "test_wheel.py", "test_resume.py", "test_egoplan_hf.py", "test_user_surface.py")
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """The end-to-end tier is a folder: every test under tests/e2e/ is marked ``e2e`` (setup.cfg's
-    ``-m "not e2e"`` leaves them to ``pytest -m e2e``), and no test elsewhere is. Modules run in the order that
-    balances two workers: the end-to-end tier's longest first, then the others with the most tests first (xdist's
-    own order), each module's tests together and in their order."""
+    ``-m "not e2e"`` leaves them to ``pytest -m e2e``), and no test elsewhere is. Under xdist (a worker's
+    collection is the order modules are handed out in), modules go in the order that balances two workers: the
+    end-to-end tier's longest first, then the others with the most tests first (xdist's own order), each module's
+    tests together and in their order; a run without workers keeps the order it was given."""
     for item in items:
         if END_TO_END in item.path.parents:
             item.add_marker(pytest.mark.e2e)
+    if not hasattr(config, "workerinput"):
+        return
     tests_of = Counter(item.path for item in items)
     first_seen = {path: index for index, path in reversed(list(enumerate(item.path for item in items)))}
 

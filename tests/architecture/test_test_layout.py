@@ -3,6 +3,7 @@ tests/e2e/ (marked by the root conftest, nowhere else), the architecture tests t
 
 import ast
 from pathlib import Path
+from types import SimpleNamespace
 
 from lmms_egoplan.catalogue import CATALOGUE
 
@@ -45,7 +46,10 @@ def test_the_longest_end_to_end_modules_are_handed_out_first_each_modules_tests_
     few, many = TESTS / "e2e" / "test_few.py", TESTS / "core" / "test_many.py"
     items = [Item(path) for path in (few, many, second, many, longest, many, second, longest)]
     numbered = {id(item): index for index, item in enumerate(items)}
-    conftest.pytest_collection_modifyitems(items)
+    without_workers = items[:]
+    conftest.pytest_collection_modifyitems(SimpleNamespace(), without_workers)
+    assert without_workers == items  # the order as given
+    conftest.pytest_collection_modifyitems(SimpleNamespace(workerinput={}), items)
     assert [item.path for item in items] == [longest, longest, second, second, many, many, many, few]
     assert all(numbered[id(a)] < numbered[id(b)] for a, b in zip(items, items[1:]) if a.path == b.path)
     assert [bool(item.marks) for item in items] == [True, True, True, True, False, False, False, True]
