@@ -17,8 +17,8 @@ def pytest_configure(config):
 
 # The end-to-end modules that take longest on CI's machine (2 cores, `-n 2`), longest first (seconds measured
 # 2026-11-28: 711, 342, 257, 188, 184, 167, 133, 120). xdist hands a module to the worker that asks next, so a long
-# one handed out last kept the other worker idle: 121 s of the tier's 1,554. Handed out first, the tier ends within
-# seconds on both workers (setup.cfg's --no-loadscope-reorder keeps this order).
+# one handed out last kept the other worker idle: 121 s of the tier's 1,554. Handed out first, by the same timings
+# the workers end at 1,435 and 1,440 s (setup.cfg's --no-loadscope-reorder keeps this order).
 LONGEST_FIRST = ("test_upstream_patches.py", "test_demo.py", "test_run_all.py", "test_upstream_equivalence.py",
                  "test_wheel.py", "test_resume.py", "test_egoplan_hf.py", "test_user_surface.py")
 
@@ -34,8 +34,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.e2e)
     if not hasattr(config, "workerinput"):
         return
-    tests_of = Counter(item.path for item in items)
-    first_seen = {path: index for index, path in reversed(list(enumerate(item.path for item in items)))}
+    tests_of = Counter(item.path for item in items)  # a Counter keeps the order in which modules first appear
+    first_seen = {path: index for index, path in enumerate(tests_of)}
 
     def module_order(item) -> tuple:
         listed = item.path.name in LONGEST_FIRST and END_TO_END in item.path.parents
