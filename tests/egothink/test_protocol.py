@@ -1,8 +1,10 @@
 """EgoThink: the release and Hub data loaders, the twelve dimensions and six capabilities, the task YAMLs
 (all twelve tasks through the lmms-eval CLI: tests/e2e/test_egothink.py)."""
 
+import ast
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -272,3 +274,33 @@ def test_the_judge_prompt_is_the_official_single_math_v2_to_the_character():
     assert system == {"role": "system", "content": egothink_protocol.JUDGE_SYSTEM_PROMPT}
     assert user == {"role": "user", "content": official_form(egothink_protocol.JUDGE_PROMPT).format(
         question="Q?", ref_answer_1="R", answer="A")}
+
+
+def official_rating(judgment: str) -> float:
+    """AdaCheng/EgoThink@fbafe8f common.py lines 35-36 and 177-186 (run_judge_single, output format "[[rating]]"),
+    transcribed: the first [[x]], else the first [x], read by ast.literal_eval; -1 when there is none."""
+    one_score_pattern, one_score_pattern_backup = re.compile(r"\[\[(\d+\.?\d*)\]\]"), re.compile(r"\[(\d+\.?\d*)\]")
+    match = re.search(one_score_pattern, judgment) or re.search(one_score_pattern_backup, judgment)
+    return ast.literal_eval(match.groups()[0]) if match else -1
+
+
+@pytest.mark.parametrize("judgment", [
+    "Correct. Rating: [[1]]", "Rating: [[0.5]].", "Rating: [[0]]", "[[1.0]]", "[[1.]]", "[[0.50]]",
+    "first [0.5], then Rating: [[1]]",  # a double bracket anywhere wins over an earlier single one
+    "Rating: [[0]] ... corrected: [[1]]", "Rating: [0.5]", "Rating: [1] and [0]",
+    "Rating: [[ 1 ]]", "Rating: [[.5]]", "Rating: [[-1]]", "Rating: [[1/2]]", "Rating: 1", "$ERROR$", "",
+    'the format "[[rating]]", for example: "Rating: [[0.5]]". Rating: [[1]]',  # an echoed example is read first
+    "Rating: [[10]]", "Rating: [[0.8]]", "Rating: [[2]]", "Rating: [7]",  # off the 0 / 0.5 / 1 scale
+])
+def test_the_rating_is_read_as_the_official_parser_reads_it_and_kept_only_on_the_papers_scale(judgment):
+    """Where the official parser reads 0, 0.5 or 1 the suite reads the same; where it reads nothing (-1, a judgement
+    show_result.py drops) or a number off the paper's scale (which it averaged in: Fidelity, Rating) the
+    judgement fails."""
+    from lmms_egoplan.egothink.protocol import RUBRIC
+
+    official = official_rating(judgment)
+    if official in (0, 0.5, 1):
+        assert RUBRIC.parse_rating(judgment) == official
+    else:
+        with pytest.raises(ValueError):
+            RUBRIC.parse_rating(judgment)

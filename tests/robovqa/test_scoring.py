@@ -105,3 +105,16 @@ def test_unsmoothed_bleu4_scores_a_right_one_word_answer_as_zero():
 def test_the_notebooks_call_fails_on_sacrebleu_2():
     with pytest.raises(TypeError):  # data_loading_and_eval.ipynb: sentence_bleu(answer, pred_answer)
         sacrebleu.sentence_bleu("A: yes", "This is a mock answer!")
+
+
+@pytest.mark.parametrize("answer, doc", [(answer, doc) for answer in STRESS + ["Put Packet on the Table"]
+                                         for doc in DOCS[2:]])
+def test_the_default_bleu_is_sacrebleus_bleu4_with_13a_tokens_exp_smoothing_and_effective_order(answer, doc):
+    """The default's free-form score spelled out, so that a change of sacrebleu's defaults shows here: n-grams up to
+    4, 13a tokens, case kept, exponential smoothing, orders up to the sentence's; the answer as the hypothesis (the
+    notebook's sentence_bleu has the same defaults and passes the reference as the hypothesis)."""
+    from sacrebleu.metrics import BLEU
+
+    bleu = BLEU(max_ngram_order=4, tokenize="13a", lowercase=False, smooth_method="exp", effective_order=True)
+    assert scoring.default_scores(answer, doc)["score"] == \
+        pytest.approx(bleu.sentence_score(answer.strip(), [doc["answer"]]).score, abs=1e-9)
