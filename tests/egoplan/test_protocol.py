@@ -15,6 +15,7 @@ from PIL import Image
 
 from lmms_egoplan.contract.benchmark import LoadedDocs, TaskContext
 from lmms_egoplan.core import media
+from lmms_egoplan.core.candidate_ranking import CandidateLossError
 from lmms_egoplan.core.embeddings import cosine_similarities
 from lmms_egoplan.core.request_options import (
     ANSWER,
@@ -486,7 +487,7 @@ def test_a_nan_loss_stops_the_question_named_wherever_it_stands(position):
     """min() over [nan, 1, 2, 3] picks A, over [1, nan, ...] skips B: a NaN would be scored by where it stands."""
     losses = [1.0, 2.0, 3.0, 4.0]
     losses[position] = float("nan")
-    with pytest.raises(egoplan.CandidateLossError, match=r"EgoPlan question 1234: .*nan"):
+    with pytest.raises(CandidateLossError, match=r"EgoPlan question 1234: .*nan"):
         egoplan.ranked_choice(egoplan.candidate_losses([(loss, False) for loss in losses]), 1234)
 
 

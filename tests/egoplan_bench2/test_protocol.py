@@ -20,6 +20,7 @@ from PIL import Image
 
 from lmms_egoplan.contract.benchmark import TaskContext
 from lmms_egoplan.core import media
+from lmms_egoplan.core.candidate_ranking import CandidateLossError
 from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, SCORED_SPAN
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
 from lmms_egoplan.demo.egoplan_bench2 import EGO4D_VIDEOS, build_fixture
@@ -235,6 +236,16 @@ def test_the_likelihood_variant_ranks_by_the_lowest_mean_loss_ties_to_the_first(
     assert scores["accuracy"] == 1.0 and scores["predictions"]["label"] == "D"
     assert scores["predictions"]["candidate_losses"] == {"A": 2.0, "B": 1.5, "C": 3.0, "D": 0.25}
     assert task.process_likelihood_results(doc, [(1.0, False)] * 4, None)["predictions"]["label"] == "A"
+
+
+@pytest.mark.parametrize("position", range(4))
+def test_a_nan_candidate_loss_stops_the_likelihood_variant_naming_the_question_wherever_it_stands(fixture, position):
+    """min() over [nan, 1, 2, 3] picks A (the gold of a question whose gold is A): a failed score ranked."""
+    doc = load(fixture).docs[0]
+    losses = [1.0, 2.0, 3.0, 4.0]
+    losses[position] = float("nan")
+    with pytest.raises(CandidateLossError, match=rf"EgoPlan-Bench2 question {doc['sample_id']}: .*nan"):
+        task.process_likelihood_results(doc, [(loss, False) for loss in losses], None)
 
 
 def make_task(fixture, monkeypatch, yaml_name, **settings):
