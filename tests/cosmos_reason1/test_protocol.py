@@ -67,6 +67,16 @@ def test_the_clip_is_sampled_as_qwen_vl_utils_samples_it(total, video_fps, max_f
     assert task.sampled_indices(total, video_fps, 4.0, max_frames) == expected
 
 
+def test_the_clip_is_sampled_as_qwen_vl_utils_samples_it_at_any_length_and_rate():
+    """The same over clips of 4 to 4,000 frames at the sources' usual rates: ``torch.linspace`` (float32) and the
+    suite's numpy (float64) round every index alike."""
+    for video_fps in (30, 29.97, 24, 10, 60):
+        for total in range(4, 4001, 7):
+            count = smart_nframes({"fps": 4.0}, total_frames=total, video_fps=video_fps)
+            expected = torch.linspace(0, total - 1, count).round().long().tolist()
+            assert task.sampled_indices(total, video_fps, 4.0, 768) == expected, (total, video_fps)
+
+
 @pytest.mark.parametrize("frame_timing", [None, "assumed_2fps", "sampled_rate"])
 def test_the_model_sees_the_sampled_frames_as_one_video_timed_as_the_setting_says(fixture, frame_timing):
     """By default (the benchmark script's run) frame k is at k / 2 s, the 2 fps the Qwen2.5-VL processor assumes
