@@ -303,7 +303,7 @@ def _where_clips_come_from(part: str) -> str:
 
 def _media_settings(settings) -> dict:
     return {"fps": settings.fps, "max_frames": settings.max_frames, "max_side": settings.max_side,
-            "frame_timing": settings.frame_timing}
+            "frame_timing": settings.frame_timing, "frame_pixels": settings.frame_pixels}
 
 
 def shortfall(part: str, found: int, settings) -> str | None:

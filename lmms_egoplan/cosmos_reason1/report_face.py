@@ -90,7 +90,7 @@ FACE = ReportFace(
     ),
     published=published_rows(__package__),
     protocol=protocol_defaults(CosmosReason1Settings, ("data_source", "prompt", "robovqa_items", "fps", "max_frames",
-                                                       "max_retries")),
+                                                       "max_retries", "frame_timing", "frame_pixels")),
     # means of 0 / 1 per question, as the accuracies; a published mean that does not say which, in percent as printed
     units=(("micro_*", PERCENT), ("no_av_*", PERCENT), ("unstated_mean", PERCENT)),
     bookkeeping=("unparseable_official", "unparseable_robust", "disagreements"),

@@ -29,6 +29,13 @@ PROCESSOR_DEFAULT_FPS = 2.0  # transformers' Qwen2.5-VL processor: fps when none
 # qwen_vl_utils' FPS_MAX_FRAMES: the most frames the official reader (process_vision_info) samples of a clip.
 OFFICIAL_MAX_FRAMES = 768
 
+# How large the frames reach the backend. qwen_vl_utils: resized as the official reader resizes them
+# (process_vision_info's fetch_video: sides multiples of 28, 128 x 28 x 28 to 768 x 28 x 28 pixels a frame, less past
+# 300 frames), which the Qwen2.5-VL processor then leaves as they are; decoded: as decoded (max_side aside), the
+# backend's processor resizing them by its checkpoint's configuration (version 4).
+QWEN_VL_UTILS, DECODED = "qwen_vl_utils", "decoded"
+FRAME_PIXELS = (QWEN_VL_UTILS, DECODED)
+
 
 @dataclass(frozen=True)
 class CosmosReason1Settings:
@@ -52,6 +59,9 @@ class CosmosReason1Settings:
     # sampled_rate: their true times (scripts/inference.py)
     frame_timing: str = setting(ASSUMED_2FPS, choices=FRAME_TIMINGS)
     max_side: int | None = setting(None, minimum=1)  # downscale frames so the longer side is at most this
+    # qwen_vl_utils: each frame's size as the official reader's (a frame max_side downscaled, from its new size);
+    # decoded: as decoded, for the backend's processor to resize
+    frame_pixels: str = setting(QWEN_VL_UTILS, choices=FRAME_PIXELS)
     # skip questions whose clips are missing (counted) instead of failing
     skip_missing: bool = setting(False, changes_answers=False)
     # read clips a record names outside root / paibench_u_root (an absolute path, '..', a symbolic link out of it)

@@ -9,7 +9,8 @@ Protocol:
    ``robovqa_items: official_101``.
 2. Visual input: the clip sampled as ``qwen_vl_utils.process_vision_info`` samples it at ``fps: 4`` (input.py
    ``prepare_model_inputs_parallel``): ``smart_nframes`` frames (duration x 4, even, 4 to 768), spread by
-   ``linspace(0, total - 1, n).round()``, each with its time, as one video.
+   ``linspace(0, total - 1, n).round()``, each with its time, as one video; each frame resized as its
+   ``fetch_video`` resizes it (``frame_pixels``: sides multiples of 28, 128 to 768 x 28 x 28 pixels).
    The frames' times as the benchmark script gives them (``frame_timing: assumed_2fps``): none, so the Qwen2.5-VL
    processor assumes 2 fps; their true times with ``sampled_rate`` (scripts/inference.py).
 3. Prompt (input.py ``get_prompt``): the system prompt "Answer the questions." (carried by every request,
@@ -73,7 +74,7 @@ from lmms_egoplan.cosmos_reason1.data import (
     shortfall,
 )
 from lmms_egoplan.cosmos_reason1.parsing import LETTER, REASONING, official_answer, official_correct, robust_answer
-from lmms_egoplan.cosmos_reason1.settings import PROCESSOR_DEFAULT_FPS, SAMPLED_RATE, SYSTEM_PROMPT
+from lmms_egoplan.cosmos_reason1.settings import PROCESSOR_DEFAULT_FPS, QWEN_VL_UTILS, SAMPLED_RATE, SYSTEM_PROMPT
 
 # input.py get_prompt, verbatim.
 LETTER_INSTRUCTION = "Answer with the option's letter from the given choices directly."
@@ -202,19 +203,60 @@ def sampled_indices(total_frames: int, video_fps: float, fps: float, max_frames:
     return np.linspace(0, total_frames - 1, frames).round().astype(int).tolist()
 
 
+# qwen_vl_utils 0.0.11 (the official lock's) vision_process.py lines 26-41: the frames' side factor and pixel bounds.
+SIDE_FACTOR = 28
+VIDEO_MIN_PIXELS = 128 * 28 * 28
+VIDEO_MAX_PIXELS = 768 * 28 * 28
+VIDEO_TOTAL_PIXELS = 128000 * 28 * 28 * 0.9
+
+
+def official_frame_size(width: int, height: int, frames: int) -> tuple[int, int]:
+    """The (width, height) qwen_vl_utils ``fetch_video`` (lines 400-430) resizes each of a clip's ``frames`` sampled
+    frames of ``width`` x ``height`` to: ``smart_resize`` (lines 60-86) into the frame's share of the total budget,
+    ``max(min(VIDEO_MAX_PIXELS, VIDEO_TOTAL_PIXELS / frames * 2), VIDEO_MIN_PIXELS * 1.05)`` pixels at most,
+    ``VIDEO_MIN_PIXELS`` at least, both sides multiples of 28."""
+    most = max(min(VIDEO_MAX_PIXELS, VIDEO_TOTAL_PIXELS / frames * 2), int(VIDEO_MIN_PIXELS * 1.05))
+    side_height = max(SIDE_FACTOR, round(height / SIDE_FACTOR) * SIDE_FACTOR)
+    side_width = max(SIDE_FACTOR, round(width / SIDE_FACTOR) * SIDE_FACTOR)
+    if side_height * side_width > most:
+        beta = math.sqrt(height * width / most)
+        side_height = math.floor(height / beta / SIDE_FACTOR) * SIDE_FACTOR
+        side_width = math.floor(width / beta / SIDE_FACTOR) * SIDE_FACTOR
+    elif side_height * side_width < VIDEO_MIN_PIXELS:
+        beta = math.sqrt(VIDEO_MIN_PIXELS / (height * width))
+        side_height = math.ceil(height * beta / SIDE_FACTOR) * SIDE_FACTOR
+        side_width = math.ceil(width * beta / SIDE_FACTOR) * SIDE_FACTOR
+    return side_width, side_height
+
+
+def shown_frame_size(decoded: tuple[int, int], frames: int, frame_pixels: str,
+                     max_side: int | None) -> tuple[int, int]:
+    """The size the frames reach the backend in: ``official_frame_size`` of their decoded size (``frame_pixels:
+    decoded``: that size), its longer side bounded by ``max_side``."""
+    size = official_frame_size(*decoded, frames) if frame_pixels == QWEN_VL_UTILS else tuple(decoded)
+    return media.fitted_size(size, max_side)
+
+
 def doc_to_visual(doc: Mapping) -> list[Image.Image]:
-    """The clip's frames at the protocol's rate, tagged as one video, each with its time: as the benchmark script's
-    processor assumes them (frame k at k / 2 s) or, with ``frame_timing: sampled_rate``, the true one."""
+    """The clip's frames at the protocol's rate, resized as the official reader resizes them (``frame_pixels``),
+    tagged as one video, each with its time: as the benchmark script's processor assumes them (frame k at k / 2 s)
+    or, with ``frame_timing: sampled_rate``, the true one."""
     return list(_clip(doc["video"], doc["fps"], doc["max_frames"], doc["max_side"], doc["item_id"],
-                      doc["frame_timing"]))
+                      doc["frame_timing"], doc["frame_pixels"]))
 
 
 @functools.lru_cache(maxsize=4)
-def _clip(path: str, fps: float, max_frames: int, max_side: int | None, item_id: str, frame_timing: str) -> tuple:
+def _clip(path: str, fps: float, max_frames: int, max_side: int | None, item_id: str, frame_timing: str,
+          frame_pixels: str) -> tuple:
     try:
         with media.VideoFile(path) as video:
             indices = sampled_indices(video.info.num_frames, video.info.fps, fps, max_frames)
-            frames = video.frames(indices, max_side=max_side)
+            frames = video.frames(indices, max_side=None if frame_pixels == QWEN_VL_UTILS else max_side)
+            size = shown_frame_size(frames[0].size, len(frames), frame_pixels, max_side)
+            # fetch_video resizes with torchvision's antialiased bicubic; PIL's bicubic gives the same size, its
+            # pixel values a few levels of 255 apart at most (about 0.2 on average)
+            frames = [frame if frame.size == size else frame.resize(size, Image.Resampling.BICUBIC)
+                      for frame in frames]
             times = media.frame_times(indices, 0, video.info.fps) if frame_timing == SAMPLED_RATE else \
                 media.frame_times(range(len(indices)), 0, PROCESSOR_DEFAULT_FPS)
     except media.MediaError as error:
@@ -225,12 +267,13 @@ def _clip(path: str, fps: float, max_frames: int, max_side: int | None, item_id:
 
 
 @functools.lru_cache(maxsize=4096)
-def frames_shown(path: str, fps: float, max_frames: int, max_side: int | None) -> dict[str, Any]:
+def frames_shown(path: str, fps: float, max_frames: int, max_side: int | None, frame_pixels: str) -> dict[str, Any]:
     """How many frames of a clip the model is shown and their size in pixels (before the backend's own resizing),
     read from the clip's header (nothing decoded), for the sample log."""
     with media.VideoFile(path) as video:
         count = len(sampled_indices(video.info.num_frames, video.info.fps, fps, max_frames))
-        return {"frames": count, "frame_size": list(media.fitted_size(video.info.size, max_side))}
+        size = shown_frame_size(video.info.size, count, frame_pixels, max_side)
+        return {"frames": count, "frame_size": list(size)}
 
 
 # =============================================================================================
@@ -275,7 +318,8 @@ def process_results(doc: Mapping, results: Sequence[str], context: TaskContext) 
                   predictions={"item_id": doc["item_id"], "source": doc["source"], "gold": gold,
                                "official": official, "robust": robust, "prompt": doc["prompt"], "retries": retries,
                                "system_turn": context.state.system_turn, "frame_timing": doc["frame_timing"],
-                               **frames_shown(doc["video"], doc["fps"], doc["max_frames"], doc["max_side"])})
+                               **frames_shown(doc["video"], doc["fps"], doc["max_frames"], doc["max_side"],
+                                              doc["frame_pixels"])})
     return scores
 
 

@@ -39,7 +39,6 @@ import collections
 import dataclasses
 import functools
 import json
-import math
 import string
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -57,6 +56,7 @@ from lmms_egoplan.contract.benchmark import (
     warn_of_skipped,
 )
 from lmms_egoplan.core import media, seed_bench_r1
+from lmms_egoplan.core.candidate_ranking import lowest_loss
 from lmms_egoplan.core.files import write_atomically
 from lmms_egoplan.core.letter_choice import extract_choice
 from lmms_egoplan.core.request_options import LOSS_MEAN, SCORED_SPAN
@@ -314,18 +314,11 @@ def candidate_losses(results: Sequence[Sequence]) -> list[float]:
     return [float(result[0]) for result in results]
 
 
-class CandidateLossError(ValueError):
-    """A backend scored a question's candidates with a loss that is not a number."""
-
-
 def ranked_choice(losses: Sequence[float], sample_id: Any) -> int:
     """The candidate with the lowest mean token loss; ties go to the earlier candidate, as ``argmin``
-    in the official evaluation. A NaN loss (the backend's scoring failed: an fp16 overflow) stops the
-    run naming the question: ``min`` would pick a candidate by where the NaN stands, a failure scored."""
-    if any(math.isnan(loss) for loss in losses):
-        raise CandidateLossError(f"EgoPlan question {sample_id}: the backend's candidate losses {list(losses)} hold a "
-                                 f"NaN, which ranks nothing; check the model's dtype and the backend's scoring")
-    return min(range(len(losses)), key=losses.__getitem__)
+    in the official evaluation. A NaN loss (the backend's scoring failed) stops the run naming the question
+    (``core.candidate_ranking``)."""
+    return lowest_loss(losses, f"EgoPlan question {sample_id}")
 
 
 def process_ranking_results(doc: Mapping, results: Sequence[Sequence], context: TaskContext) -> dict[str, Any]:

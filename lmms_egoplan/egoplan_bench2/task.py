@@ -47,6 +47,7 @@ from lmms_egoplan.contract.benchmark import (
     warn_of_skipped,
 )
 from lmms_egoplan.core import media, seed_bench_r1
+from lmms_egoplan.core.candidate_ranking import lowest_loss
 from lmms_egoplan.core.request_options import LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import setting_name
 from lmms_egoplan.core.statistics import count, total
@@ -207,9 +208,10 @@ def process_generation_results(doc: Mapping, results: Sequence[str], context: Ta
 
 def process_likelihood_results(doc: Mapping, results: Sequence[Sequence], context: TaskContext) -> dict[str, Any]:
     """``egoplan_bench2_likelihood``: the candidate with the lowest mean token loss (ties: the first,
-    as ``argmin``); each result is ``(loss, is_greedy)`` (a list once logged as JSON)."""
+    as ``argmin``; a NaN loss stops the run naming the question, ``core.candidate_ranking``); each result is
+    ``(loss, is_greedy)`` (a list once logged as JSON)."""
     losses = [float(result[0]) for result in results]
-    ranked = min(range(len(losses)), key=losses.__getitem__)
+    ranked = lowest_loss(losses, f"EgoPlan-Bench2 question {doc['sample_id']}")
     return scored(doc, CHOICE_LETTERS[ranked], {"candidate_losses": dict(zip(CHOICE_LETTERS, losses))})
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from qwen_vl_utils.vision_process import smart_nframes
+from qwen_vl_utils.vision_process import smart_nframes, smart_resize
 
 from lmms_egoplan.contract.benchmark import TaskContext
 from lmms_egoplan.core.settings import resolve_settings
@@ -65,6 +65,44 @@ def test_the_clip_is_sampled_as_qwen_vl_utils_samples_it(total, video_fps, max_f
     count = smart_nframes(element, total_frames=total, video_fps=video_fps)
     expected = torch.linspace(0, total - 1, count).round().long().tolist()
     assert task.sampled_indices(total, video_fps, 4.0, max_frames) == expected
+
+
+def test_the_clip_is_sampled_as_qwen_vl_utils_samples_it_at_any_length_and_rate():
+    """The same over clips of 4 to 4,000 frames at the sources' usual rates: ``torch.linspace`` (float32) and the
+    suite's numpy (float64) round every index alike."""
+    for video_fps in (30, 29.97, 24, 10, 60):
+        for total in range(4, 4001, 7):
+            count = smart_nframes({"fps": 4.0}, total_frames=total, video_fps=video_fps)
+            expected = torch.linspace(0, total - 1, count).round().long().tolist()
+            assert task.sampled_indices(total, video_fps, 4.0, 768) == expected, (total, video_fps)
+
+
+@pytest.mark.parametrize("width, height", [(64, 64), (256, 256), (320, 240), (640, 480), (896, 504), (1280, 720),
+                                           (1920, 1080), (3840, 2160), (1008, 560), (100, 3000), (29, 41)])
+def test_each_frame_gets_the_size_qwen_vl_utils_fetch_video_gives_it(width, height):
+    """qwen_vl_utils' ``smart_resize`` (the installed package as oracle) into ``fetch_video``'s per-frame budget
+    (vision_process.py@0.0.11 lines 403-405: 128 x 28 x 28 pixels at least, at most 768 x 28 x 28 or, past 300
+    frames, the frame's share of 128,000 x 28 x 28 x 0.9 for two frames), for clips of 4 to 768 frames."""
+    for frames in (4, 32, 300, 302, 500, 768):
+        most = max(min(768 * 28 * 28, 128000 * 28 * 28 * 0.9 / frames * 2), int(128 * 28 * 28 * 1.05))
+        official_height, official_width = smart_resize(height, width, factor=28, min_pixels=128 * 28 * 28,
+                                                       max_pixels=most)
+        assert task.official_frame_size(width, height, frames) == (official_width, official_height), frames
+
+
+@pytest.mark.parametrize("frame_pixels, size", [(None, (336, 336)), ("qwen_vl_utils", (336, 336)),
+                                                ("decoded", (64, 64))])
+def test_the_frames_reach_the_backend_at_the_official_readers_size(fixture, frame_pixels, size):
+    """The fixture's 64 x 64 frames, which qwen_vl_utils enlarges to its 128 x 28 x 28 pixels at least (a size the
+    Qwen2.5-VL processor then leaves as it is); ``decoded`` hands them over as decoded, for the backend's processor
+    to resize by its checkpoint's configuration."""
+    values = {} if frame_pixels is None else {"frame_pixels": frame_pixels}
+    context = context_of(fixture, "holoassist", **values)
+    doc = task.load_docs(context).docs[0]
+    frames = task.doc_to_visual(doc)
+    indices = task.sampled_indices(CLIP_FRAMES, CLIP_FPS, 4.0, 768)
+    assert {frame.size for frame in frames} == {size} and [read_index(frame) for frame in frames] == indices
+    assert task.process_results(doc, ["<answer>A</answer>"], context)["predictions"]["frame_size"] == list(size)
 
 
 @pytest.mark.parametrize("frame_timing", [None, "assumed_2fps", "sampled_rate"])
@@ -161,8 +199,9 @@ def test_av_and_the_common_sense_categories_have_no_share_in_the_five_source_mea
         "no_av_official", "no_av_robust"]
 
 
-def test_the_sample_log_shows_the_frames_and_pixels_shown(fixture):
-    context = context_of(fixture, "space", max_side="32")
+@pytest.mark.parametrize("frame_pixels", ["qwen_vl_utils", "decoded"])
+def test_the_sample_log_shows_the_frames_and_pixels_shown(fixture, frame_pixels):
+    context = context_of(fixture, "space", max_side="32", frame_pixels=frame_pixels)
     doc = task.load_docs(context).docs[0]
     shown = task.doc_to_visual(doc)
     logged = task.process_results(doc, ["<answer>A</answer>"], context)["predictions"]

@@ -53,7 +53,9 @@ def test_scripted_answers_score_as_the_script_implies_with_the_official_prompt_a
         assert f"{pair['question']}\n{options}\n{task.LETTER_INSTRUCTION}\n{task.REASONING_INSTRUCTION}" in call.text
         content = [m for m in call.messages if m["role"] == "user"][-1]["content"]
         urls = [part["image_url"]["url"] for part in content if part["type"] == "image_url"]
-        assert [read_index(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))) for url in urls] == indices
+        frames = [Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))) for url in urls]
+        # the fixture's 64 x 64 frames at qwen_vl_utils' size: 128 x 28 x 28 pixels at least
+        assert [read_index(frame) for frame in frames] == indices and {frame.size for frame in frames} == {(336, 336)}
         assert call.body.get("temperature") == pytest.approx(0.6, abs=1e-9) and call.body.get("top_p") == 0.95
         assert call.messages[0] == {"role": "system", "content": [{"type": "text", "text": "Answer the questions."}]}
     processor = AutoProcessor.from_pretrained(tiny_model("qwen2_5_vl"))
@@ -66,7 +68,8 @@ def test_scripted_answers_score_as_the_script_implies_with_the_official_prompt_a
                           for p in logged)
     assert "do not match their questions" in run.log
     recorded = run.results["configs"]["cosmos_reason1_robovqa"]["metadata"]
-    assert (recorded["version"], recorded["prompt"], recorded["robovqa_items"]) == (4, "official_reasoning", "all")
+    assert (recorded["version"], recorded["prompt"], recorded["robovqa_items"], recorded["frame_pixels"]) == (
+        5, "official_reasoning", "all", "qwen_vl_utils")
 
 
 def test_a_part_without_clips_is_not_run_and_the_run_fails_naming_it(fixture, tmp_path):

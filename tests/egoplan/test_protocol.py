@@ -2,6 +2,7 @@
 
 import collections
 import json
+import random
 import re
 import shutil
 from argparse import Namespace
@@ -15,6 +16,7 @@ from PIL import Image
 
 from lmms_egoplan.contract.benchmark import LoadedDocs, TaskContext
 from lmms_egoplan.core import media
+from lmms_egoplan.core.candidate_ranking import CandidateLossError
 from lmms_egoplan.core.embeddings import cosine_similarities
 from lmms_egoplan.core.request_options import (
     ANSWER,
@@ -129,6 +131,42 @@ def test_the_released_sample_115_shows_the_official_frames(sample_115):
     record = sample_115
     settings = egoplan_settings.EgoPlanSettings()
     assert egoplan_data.frame_plan(record, settings) == egoplan_data.FramePlan([SAMPLE_115_OFFICIAL_FRAMES], False)
+
+
+def official_clip_frames(record, n_frms=8):
+    """The frame numbers of the clip ``epic_kitchens_video_process`` builds (ChenYi99/EgoPlan
+    ``src/video_llama_interface.py@67f506e``; ``ego4d_video_process`` computes the same indices), its statements
+    transcribed with the frames replaced by their numbers: the oracle."""
+    import numpy as np
+
+    current_observation_frame_idx = record["current_observation_frame"]
+    task_progress_metadata = record["task_progress_metadata"]
+    if len(task_progress_metadata) > 0:
+        start_frame_idx = task_progress_metadata[0]["start_frame"]
+        end_frame_idx = current_observation_frame_idx
+        frame_indices = np.arange(start_frame_idx, end_frame_idx,
+                                  (end_frame_idx - start_frame_idx) / (n_frms - 1)).astype(int).tolist()
+        clip = frame_indices[:n_frms - 1]
+        clip.append(current_observation_frame_idx)
+    else:
+        clip = [current_observation_frame_idx] * n_frms
+    return clip
+
+
+def test_the_official_clip_is_the_official_codes_on_any_task_span():
+    """Spans short and long, starts near 0 and deep into a video, 2 to 16 frames; among them spans where the
+    official ``np.arange`` yields one index too many (span 17 of 8 frames: its 8th index is the observation itself,
+    which the official code drops with ``[:n_frms - 1]``)."""
+    rng = random.Random(0)
+    cases = [(0, 17, 8), (36, 760, 8)] + [
+        (rng.choice([0, 1, rng.randint(0, 600_000)]), rng.choice([rng.randint(1, 50), rng.randint(1, 50_000)]),
+         rng.choice([2, 4, 8, 16])) for _ in range(3000)]
+    for start, span, frames in cases:
+        record = {"current_observation_frame": start + span,
+                  "task_progress_metadata": [{"start_frame": start, "stop_frame": start + span}]}
+        assert egoplan_data.official_clip(record, frames) == official_clip_frames(record, frames), (start, span)
+    assert egoplan_data.official_clip({"current_observation_frame": 9, "task_progress_metadata": []}, 8) == \
+        official_clip_frames({"current_observation_frame": 9, "task_progress_metadata": []})
 
 
 @pytest.mark.parametrize("source", ["raw", "clips"])
@@ -486,7 +524,7 @@ def test_a_nan_loss_stops_the_question_named_wherever_it_stands(position):
     """min() over [nan, 1, 2, 3] picks A, over [1, nan, ...] skips B: a NaN would be scored by where it stands."""
     losses = [1.0, 2.0, 3.0, 4.0]
     losses[position] = float("nan")
-    with pytest.raises(egoplan.CandidateLossError, match=r"EgoPlan question 1234: .*nan"):
+    with pytest.raises(CandidateLossError, match=r"EgoPlan question 1234: .*nan"):
         egoplan.ranked_choice(egoplan.candidate_losses([(loss, False) for loss in losses]), 1234)
 
 

@@ -4,6 +4,7 @@ defects of lmms-eval's built-in `egoplan2`, each shown on lmms-eval's own code."
 
 import importlib.util
 import json
+import random
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from PIL import Image
 
 from lmms_egoplan.contract.benchmark import TaskContext
 from lmms_egoplan.core import media
+from lmms_egoplan.core.candidate_ranking import CandidateLossError
 from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, SCORED_SPAN
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
 from lmms_egoplan.demo.egoplan_bench2 import EGO4D_VIDEOS, build_fixture
@@ -105,6 +107,20 @@ def test_video_models_get_the_clip_with_each_frames_real_time(fixture):
         assert [time.seconds for time in video.times] == pytest.approx([(n - start) / FPS for n in cut_clip])
     assert shown(load(fixture, frame_sampling="clip",
                       num_frames=5).docs[0])[0] == official_keyframes(fixture.records()[0], 5)
+
+
+def test_the_clip_frames_are_longvas_samples_of_the_cut_clip_for_any_task_span():
+    """eval.py ``cut_video_clip`` writes the frames start..observation (``range(start, end + 1)``) and LongVA's
+    ``load_video`` samples ``np.linspace(0, total_frame_num - 1, 32, dtype=int)`` of the cut clip
+    (models/LongVA/inference.py@5be8155 lines 294-309): the frames ``shown_frames`` gives from the task's start, for
+    spans short and long and starts near 0 and deep in a video (the keyframes' 8 too)."""
+    rng = random.Random(0)
+    for _ in range(3000):
+        start = rng.choice([0, 1, rng.randint(0, 600_000)])
+        total_frame_num = rng.choice([rng.randint(2, 60), rng.randint(2, 20_000)])  # the cut clip's frames
+        for count in (32, 8):
+            sampled = np.linspace(0, total_frame_num - 1, count, dtype=int).tolist()
+            assert data.shown_frames(start, start + total_frame_num - 1, count) == [start + i for i in sampled]
 
 
 @pytest.mark.parametrize("sampling", ["keyframes", "clip"])
@@ -235,6 +251,16 @@ def test_the_likelihood_variant_ranks_by_the_lowest_mean_loss_ties_to_the_first(
     assert scores["accuracy"] == 1.0 and scores["predictions"]["label"] == "D"
     assert scores["predictions"]["candidate_losses"] == {"A": 2.0, "B": 1.5, "C": 3.0, "D": 0.25}
     assert task.process_likelihood_results(doc, [(1.0, False)] * 4, None)["predictions"]["label"] == "A"
+
+
+@pytest.mark.parametrize("position", range(4))
+def test_a_nan_candidate_loss_stops_the_likelihood_variant_naming_the_question_wherever_it_stands(fixture, position):
+    """min() over [nan, 1, 2, 3] picks A (the gold of a question whose gold is A): a failed score ranked."""
+    doc = load(fixture).docs[0]
+    losses = [1.0, 2.0, 3.0, 4.0]
+    losses[position] = float("nan")
+    with pytest.raises(CandidateLossError, match=rf"EgoPlan-Bench2 question {doc['sample_id']}: .*nan"):
+        task.process_likelihood_results(doc, [(loss, False) for loss in losses], None)
 
 
 def make_task(fixture, monkeypatch, yaml_name, **settings):

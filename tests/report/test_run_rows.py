@@ -26,6 +26,12 @@ def test_a_run_alone_names_each_protocol_setting_it_departs_from(tmp_path):
     assert cosmos["notes"].startswith(f"{DEPARTS}: prompt official_letter (default official_reasoning), "
                                       "max_retries 0 (default 10);")
     assert "official prompt" not in cosmos["input"]
+    cosmos_reason1_run(tmp_path / "frames_as_decoded", settings={"frame_timing": "sampled_rate",
+                                                                 "frame_pixels": "decoded"})
+    write_report([tmp_path / "frames_as_decoded"], tmp_path / "report3", FACES)
+    [cosmos] = _own_rows(tmp_path / "report3", "cosmos_reason1")
+    assert cosmos["notes"].startswith(f"{DEPARTS}: frame_timing sampled_rate (default assumed_2fps), "
+                                      "frame_pixels decoded (default qwen_vl_utils);")
 
     egoplan_run(tmp_path / "default", settings={"num_frames": 8, "data_source": "official"})
     write_report([tmp_path / "default"], tmp_path / "report2", FACES)
