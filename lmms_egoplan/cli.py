@@ -69,15 +69,25 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _judge_settings(args: argparse.Namespace, recorded: dict | None = None):
-    """The judge settings the command line gives (``--judge_*``), over ``recorded`` (a run's judge)."""
+    """The judge settings the command line gives (``--judge_*``), over ``recorded`` (a run's judge); a value that
+    does not fit is named as the user gave it: its option, else as the run recorded it."""
     import dataclasses
+    import typing
 
-    from lmms_egoplan.core.settings import resolve_settings
+    from lmms_egoplan.core.settings import SettingsError, coerce_setting, value_problems
     from lmms_egoplan.judge.settings import JudgeSettings
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JudgeSettings) if hasattr(args, f.name)}
-    return resolve_settings(JudgeSettings, task=args.command, metadata={**(recorded or {}), **given}, env_prefix="",
-                            environ={})
+    types = typing.get_type_hints(JudgeSettings)
+
+    def named(setting: str) -> str:
+        return f"--{setting}" if setting in given else f"{setting} (as the run recorded it)"
+
+    settings = JudgeSettings(**{name: coerce_setting(value, types[name], named(name))
+                                for name, value in {**(recorded or {}), **given}.items()})
+    if problems := value_problems(settings, named):
+        raise SettingsError("; ".join(problems))
+    return settings
 
 
 def _rejudge(args: argparse.Namespace) -> int:

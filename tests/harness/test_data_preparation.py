@@ -123,6 +123,14 @@ def test_the_command_writes_the_judge_it_is_given_and_refuses_a_value_of_the_wro
     arguments = ["prepare", "egothink", "--root", str(tmp_path / "data"), "--settings", str(settings)]
     assert main([*arguments, "--judge_model", "my-judge", "--judge_timeout", "soon"]) == 2
     assert "judge_timeout: expected a number, got 'soon'" in capsys.readouterr().err and not settings.exists()
+    # Named as the option the user typed (it used to be "_JUDGE_CONCURRENCY (metadata.judge_concurrency)"); a
+    # backoff of inf or nan (which no range check catches) is no value to write into the file either.
+    assert main([*arguments, "--judge_concurrency", "0", "--judge_backoff", "nan"]) == 2
+    assert capsys.readouterr().err == ("lmms-egoplan prepare: --judge_backoff: expected a finite number, got 'nan'\n")
+    assert main([*arguments, "--judge_concurrency", "0", "--judge_backend", "openaii"]) == 2
+    assert capsys.readouterr().err == ("lmms-egoplan prepare: --judge_backend must be one of openai, azure, hf, got "
+                                       "'openaii'; --judge_concurrency must be at least 1, got 0\n")
+    assert not settings.exists()
     assert main([*arguments, "--judge_model", "my-judge", "--judge_timeout", "90", "--judge_cache_dir", "~/j"]) == 0
     assert read_settings_file(settings, NAMES).judge == {"judge_model": "my-judge", "judge_timeout": 90.0,
                                                          "judge_cache_dir": str(Path("~/j").expanduser())}
