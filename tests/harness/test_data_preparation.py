@@ -137,6 +137,23 @@ def test_the_command_writes_the_judge_it_is_given_and_refuses_a_value_of_the_wro
 
 
 
+def test_a_root_or_settings_folder_that_cannot_be_made_stops_prepare_before_it_fetches(hub, tmp_path, capsys):
+    """A file where a folder goes: the settings file's folder was mkdir's FileExistsError traceback once the data were
+    fetched, --root a failure to write the list of what is needed."""
+    from lmms_egoplan.cli import main
+
+    blocking = tmp_path / "notes.txt"
+    blocking.write_text("a file where a folder was to go")
+    data, settings = tmp_path / "data", tmp_path / "settings.yaml"
+    assert main(["prepare", "egothink", "--root", str(data), "--settings", str(blocking / "settings.yaml")]) == 1
+    assert capsys.readouterr().err == (f"lmms-egoplan prepare: the folder of --settings {blocking}: cannot make this "
+                                       f"folder ({blocking} is a file, where a folder goes)\n")
+    assert main(["prepare", "egothink", "--root", str(blocking / "data"), "--settings", str(settings)]) == 1
+    assert capsys.readouterr().err == (f"lmms-egoplan prepare: --root {blocking / 'data'}: cannot make this folder "
+                                       f"({blocking} is a file, where a folder goes)\n")
+    assert not data.exists() and not settings.exists()  # nothing fetched, nothing written
+
+
 def test_prepare_adds_to_a_file_that_holds_other_benchmarks_and_reads_it_before_fetching_anything(hub, tmp_path):
     """A different set each time: EgoThink, then EgoPlan-Bench2 and ActPlan-1K into the same file, which keeps
     EgoThink's block and record and adds theirs; a file prepare cannot read stops it before any download."""

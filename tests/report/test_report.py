@@ -754,6 +754,16 @@ def test_a_report_into_a_full_disk_names_the_file_it_could_not_write(results_tre
     assert [path.name for path in (disk.path / "report").iterdir()] == []  # no part of a file left
 
 
+def test_a_report_into_a_folder_that_cannot_be_made_says_why_in_one_line(results_tree, tmp_path, capsys):
+    """A file where the folder goes was mkdir's FileExistsError traceback."""
+    blocking = tmp_path / "report"
+    blocking.write_text("an earlier report.md, named report")
+    for output in (blocking, blocking / "html"):
+        assert main(["report", str(results_tree), "--output", str(output)]) == 1
+        assert capsys.readouterr().err == (f"lmms-egoplan report: the report's folder {output}: cannot make this "
+                                           f"folder ({blocking} is a file, where a folder goes)\n")
+
+
 def test_a_cut_per_sample_log_costs_its_rows_intervals_not_the_report(tmp_path):
     egoplan_run(tmp_path / "r")
     log = next((tmp_path / "r").glob("*_samples_egoplan_val.jsonl"))
