@@ -126,7 +126,6 @@ def _rejudge(args: argparse.Namespace) -> int:
 
 
 def _judge_agreement(args: argparse.Namespace) -> int:
-
     from lmms_egoplan.core.errors import InputError
     from lmms_egoplan.core.files import make_folder
     from lmms_egoplan.harness.agreement import agreements, second_opinions
