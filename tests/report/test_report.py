@@ -625,6 +625,18 @@ def test_a_results_file_with_any_field_of_another_type_is_named_and_left_out(res
     assert len(named) > 20
 
 
+@pytest.mark.parametrize("name, stamp", [("20261399_999999_results.json", "20261399_999999"),
+                                         ("results_2026-02-30T10-00-00.json", "2026-02-30T10-00-00")])
+def test_a_results_file_named_with_no_date_is_named_and_left_out_not_a_traceback(name, stamp, results_tree, tmp_path,
+                                                                                  capsys):
+    """The strptime of lmms-eval's name, or the ISO reading of lm-eval's, was a ValueError traceback: no report."""
+    egothink = next((results_tree / "egothink").rglob("*_results.json"))
+    renamed = egothink.rename(egothink.with_name(name))
+    assert main(["report", str(results_tree), "--output", str(tmp_path / "report")]) == 0
+    assert (f"Unreadable: {renamed}: unreadable (its name's date-time '{stamp}' is no date and time)"
+            in capsys.readouterr().out)
+
+
 def test_a_value_outside_its_metrics_range_is_invalid_with_a_note_never_a_number(tmp_path):
     """An accuracy of 1e308 or -5, a count below 0, a judge score of 150, a number written as text:
     "invalid" in every table (a note says what and why), left out of every figure."""
