@@ -52,9 +52,10 @@ def _literal(text: str) -> str:
 
 
 def _smoke(args: argparse.Namespace) -> int:
+    from lmms_egoplan.core.files import make_folder
     from lmms_egoplan.demo.smoke import run_smoke
 
-    workdir = args.workdir or tempfile.mkdtemp(prefix="lmms-egoplan-smoke-")
+    workdir = make_folder(args.workdir, "--workdir") if args.workdir else tempfile.mkdtemp(prefix="lmms-egoplan-smoke-")
     return 1 if run_smoke(workdir, arch=args.arch, only=args.benchmark) else 0
 
 
