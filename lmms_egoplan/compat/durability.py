@@ -25,7 +25,7 @@ from lmms_egoplan.compat import (
 )
 from lmms_egoplan.compat.replacements import add_layer, counts_when_in_effect, has_layer, note_in_place
 from lmms_egoplan.core.errors import StorageError
-from lmms_egoplan.core.files import storage_failure
+from lmms_egoplan.core.files import disk_full, storage_failure
 from lmms_egoplan.core.request_facts import AnswerRetries, mark_retries, retries_of
 from lmms_egoplan.core.run import SuiteRun, hand_over, run_of
 
@@ -399,10 +399,11 @@ def _create_recovering(create, cls, cache_root: str, **kwargs):
         _claim_run_folder(cache)
     except (OSError, sqlite3.Error) as error:
         where = getattr(error, "filename", None) or _database_being_opened(error) or root
+        advice = ("Free space on its disk (or point --use_cache at a folder on another disk)" if disk_full(error, root)
+                  else "Point --use_cache at a folder this run can write (a read-only one cannot take a response)")
         raise StorageError(f"--use_cache {root}: the response cache cannot store responses there "
-                           f"({storage_failure(error, root)}: {where}); the responses it holds are kept. Free "
-                           f"space on its disk (or point --use_cache at a folder on another disk) and run "
-                           f"again") from None
+                           f"({storage_failure(error, root)}: {where}); the responses it holds are kept. {advice} and "
+                           f"run again") from None
     _GuardedStoring.guard(cache)
     return cache
 
