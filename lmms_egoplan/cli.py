@@ -52,9 +52,10 @@ def _literal(text: str) -> str:
 
 
 def _smoke(args: argparse.Namespace) -> int:
+    from lmms_egoplan.core.files import make_folder
     from lmms_egoplan.demo.smoke import run_smoke
 
-    workdir = args.workdir or tempfile.mkdtemp(prefix="lmms-egoplan-smoke-")
+    workdir = make_folder(args.workdir, "--workdir") if args.workdir else tempfile.mkdtemp(prefix="lmms-egoplan-smoke-")
     return 1 if run_smoke(workdir, arch=args.arch, only=args.benchmark) else 0
 
 
@@ -69,23 +70,36 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _judge_settings(args: argparse.Namespace, recorded: dict | None = None):
-    """The judge settings the command line gives (``--judge_*``), over ``recorded`` (a run's judge)."""
+    """The judge settings the command line gives (``--judge_*``), over ``recorded`` (a run's judge); a value that
+    does not fit is named as the user gave it: its option, else as the run recorded it."""
     import dataclasses
+    import typing
 
-    from lmms_egoplan.core.settings import resolve_settings
+    from lmms_egoplan.core.settings import SettingsError, coerce_setting, value_problems
     from lmms_egoplan.judge.settings import JudgeSettings
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JudgeSettings) if hasattr(args, f.name)}
-    return resolve_settings(JudgeSettings, task=args.command, metadata={**(recorded or {}), **given}, env_prefix="",
-                            environ={})
+    types = typing.get_type_hints(JudgeSettings)
+
+    def named(setting: str) -> str:
+        return f"--{setting}" if setting in given else f"{setting} (as the run recorded it)"
+
+    settings = JudgeSettings(**{name: coerce_setting(value, types[name], named(name))
+                                for name, value in {**(recorded or {}), **given}.items()})
+    if problems := value_problems(settings, named):
+        raise SettingsError("; ".join(problems))
+    return settings
 
 
 def _rejudge(args: argparse.Namespace) -> int:
+    from lmms_egoplan.core.files import make_folder
     from lmms_egoplan.core.text_tables import format_table, format_value
     from lmms_egoplan.harness.rejudge import answering_judge, read_logged_items, recorded_judge, rejudge_samples
 
-    # First: a folder without samples says so before the key is asked for.
+    # First: a folder without samples says so before the key is asked for, an output that cannot be written before
+    # the judge is.
     logged = read_logged_items(args.samples, suite.rubrics())
+    make_folder(args.output, "--output")
     for problem in (problem for problems in logged.unusable.values() for problem in problems):
         print(f"lmms-egoplan rejudge: skipped {problem}", file=sys.stderr)
     # Each task with the judge its run recorded, but for the settings given here.
@@ -113,16 +127,15 @@ def _rejudge(args: argparse.Namespace) -> int:
 
 
 def _judge_agreement(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from lmms_egoplan.core.errors import InputError
+    from lmms_egoplan.core.files import make_folder
     from lmms_egoplan.harness.agreement import agreements, second_opinions
     from lmms_egoplan.harness.rejudge import answering_judge, read_logged_items, recorded_judge
     from lmms_egoplan.judge.agreement import most_disagreed
     from lmms_egoplan.report.agreement import agreement_table, disagreement_lines, write_agreement
 
-    output = Path(args.output)
     logged = read_logged_items(args.samples, suite.rubrics())
+    output = make_folder(args.output, "--output")  # before the second judge is asked
     for problem in (problem for problems in logged.unusable.values() for problem in problems):
         print(f"lmms-egoplan judge-agreement: skipped {problem}", file=sys.stderr)
     first = " / ".join(dict.fromkeys(f"{judge.get('judge_backend', 'openai')}:{judge['judge_model']}"
@@ -170,6 +183,7 @@ def _prepare(args: argparse.Namespace) -> int:
     import dataclasses
     from pathlib import Path
 
+    from lmms_egoplan.core.files import make_folder
     from lmms_egoplan.harness.data_preparation import prepare
     from lmms_egoplan.judge.settings import JudgeSettings
 
@@ -177,7 +191,12 @@ def _prepare(args: argparse.Namespace) -> int:
     checked = _judge_settings(args)  # a judge setting of the wrong type stops here, naming it
     judge = {name: str(value) if isinstance(value, Path) else value  # as the YAML writes it
              for name, value in ((name, getattr(checked, name)) for name in given)}
-    done = prepare(_prepared_benchmarks(args.benchmark), Path(args.root), _settings_file_to_write(args), judge=judge)
+    # Both folders before anything is fetched: what is fetched goes in one, the settings file that points at it in
+    # the other.
+    settings_file = _settings_file_to_write(args)
+    make_folder(settings_file.parent, "the folder of --settings")
+    done = prepare(_prepared_benchmarks(args.benchmark), make_folder(Path(args.root).expanduser(), "--root"),
+                   settings_file, judge=judge)
     failed = [repo for each in done for repo in each.failed]
     if failed:
         print(f"lmms-egoplan prepare: {', '.join(failed)} could not be fetched (said above); run the same command "
@@ -190,6 +209,7 @@ def _check_data(args: argparse.Namespace) -> int:
 
     from loguru import logger
 
+    from lmms_egoplan.core.files import make_folder
     from lmms_egoplan.core.settings_file import read_settings_file, run_settings_file
     from lmms_egoplan.harness.data_check import check_benchmark, check_report_path, write_check_report
 
@@ -199,12 +219,13 @@ def _check_data(args: argparse.Namespace) -> int:
     names = [entry.name for entry in suite.BENCHMARKS]
     settings_file = (read_settings_file(Path(args.settings).expanduser(), names) if args.settings
                      else run_settings_file(names))
+    report = Path(args.output) if args.output else check_report_path(settings_file)
+    make_folder(report.parent, "the folder of --output")  # before the data are read, which can take long
     checks = []
     for entry in _prepared_benchmarks(args.benchmark or ["all"]):
         checks.append(check_benchmark(entry, settings_file))
         print(checks[-1].summary(), flush=True)
-    report = write_check_report(Path(args.output) if args.output else check_report_path(settings_file), checks,
-                                settings_file)
+    report = write_check_report(report, checks, settings_file)
     incomplete = [check.name for check in checks if not check.complete]
     print(f"Everything found missing, one item a line: {report}")
     if incomplete:

@@ -80,6 +80,15 @@ def test_a_bad_argument_is_one_line_naming_the_choices_not_a_traceback(capsys):
                                              "(choose from")
 
 
+def test_a_smoke_workdir_that_cannot_be_made_is_one_line_before_anything_is_built(tmp_path, capsys):
+    """A file where the folder goes was mkdir's NotADirectoryError traceback, once the demo had started."""
+    blocking = tmp_path / "notes.txt"
+    blocking.write_text("a file where the work folder was to go")
+    assert main(["smoke", "--workdir", str(blocking / "demo"), "--benchmark", "egoplan"]) == 1
+    assert capsys.readouterr().err == (f"lmms-egoplan smoke: --workdir {blocking / 'demo'}: cannot make this folder "
+                                       f"({blocking} is a file, where a folder goes)\n")
+
+
 def command_parsers() -> dict[str, argparse.ArgumentParser]:
     """Each subcommand's parser as ``lmms-egoplan <command>`` builds it, and the top-level one ("")."""
     from lmms_egoplan.cli import build_parser

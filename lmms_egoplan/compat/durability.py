@@ -25,7 +25,7 @@ from lmms_egoplan.compat import (
 )
 from lmms_egoplan.compat.replacements import add_layer, counts_when_in_effect, has_layer, note_in_place
 from lmms_egoplan.core.errors import StorageError
-from lmms_egoplan.core.files import storage_failure
+from lmms_egoplan.core.files import disk_full, storage_failure
 from lmms_egoplan.core.request_facts import AnswerRetries, mark_retries, retries_of
 from lmms_egoplan.core.run import SuiteRun, hand_over, run_of
 
@@ -151,6 +151,10 @@ def error_line(error: BaseException | None, logged: str = "") -> str:
     error, the one lmms-eval logged."""
     if error is None:
         text = logged.removeprefix("Error during evaluation: ").split(". Please set `--verbosity=DEBUG`")[0]
+    elif items := _model_args_without_a_value(error):
+        text = (f"--model_args: {', '.join(map(repr, items))} "
+                f"{'is no key=value item' if len(items) == 1 else 'are no key=value items'} (the items are key=value, "
+                f"separated by commas)")
     elif type(error).__module__.split(".")[0] == SUITE_PLUGIN:
         text = str(error)
     else:
@@ -159,6 +163,17 @@ def error_line(error: BaseException | None, logged: str = "") -> str:
     if backend is not None and not text.startswith(f"{backend}:"):
         text = f"--model {backend} could not be loaded: {text}{_backend_hint(backend, error)}"
     return " ".join(text.split())
+
+
+def _model_args_without_a_value(error: BaseException) -> list[str]:
+    """The items of ``--model_args`` without a ``=`` that lmms-eval's parser failed on (its error, "not enough values
+    to unpack (expected 2, got 1)", names none), or []."""
+    import traceback
+
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        if frame.f_code.co_name == "simple_parse_args_string" and frame.f_globals.get("__name__") == "lmms_eval.utils":
+            return [item for item in frame.f_locals.get("arg_list") or () if "=" not in item]
+    return []
 
 # ``lmms_eval/api/model.py:lmms.create_from_arg_string`` / ``create_from_arg_obj``).
 _BACKEND_CONSTRUCTION = ("get_model", "create_from_arg_string", "create_from_arg_obj")
@@ -385,10 +400,11 @@ def _create_recovering(create, cls, cache_root: str, **kwargs):
         _claim_run_folder(cache)
     except (OSError, sqlite3.Error) as error:
         where = getattr(error, "filename", None) or _database_being_opened(error) or root
+        advice = ("Free space on its disk (or point --use_cache at a folder on another disk)" if disk_full(error, root)
+                  else "Point --use_cache at a folder this run can write (a read-only one cannot take a response)")
         raise StorageError(f"--use_cache {root}: the response cache cannot store responses there "
-                           f"({storage_failure(error, root)}: {where}); the responses it holds are kept. Free "
-                           f"space on its disk (or point --use_cache at a folder on another disk) and run "
-                           f"again") from None
+                           f"({storage_failure(error, root)}: {where}); the responses it holds are kept. {advice} and "
+                           f"run again") from None
     _GuardedStoring.guard(cache)
     return cache
 

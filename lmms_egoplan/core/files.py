@@ -162,9 +162,29 @@ _NO_SPACE = 64 * 1024  # less than this free: a database or file that cannot gro
 
 
 def storage_failure(error: BaseException, where: str | Path | None = None) -> str:
-    """Why something could not be written, for a message: "the disk is full (...)" where it is (``disk_full``)."""
+    """Why something could not be written, for a message: "the disk is full (...)" where it is (``disk_full``), the
+    file that stands where a folder of ``where`` goes (mkdir's bare "File exists" names none)."""
     detail = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+    if isinstance(error, (FileExistsError, NotADirectoryError)) and where is not None:
+        path = Path(where).absolute()
+        if blocking := next((each for each in (*reversed(path.parents), path) if each.exists() and not each.is_dir()),
+                            None):
+            return f"{blocking} is a file, where a folder goes"
     return f"the disk is full ({detail})" if disk_full(error, where) else f"{type(error).__name__}: {detail}"
+
+
+def make_folder(folder: str | Path, what: str) -> Path:
+    """``folder`` and its parents made where missing, before anything is computed for it: StorageError naming
+    ``what`` (the option or setting that chose it) and why it cannot be made (a file in its place, no permission)."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise StorageError(f"{what} {folder}: cannot make this folder ({storage_failure(error, folder)})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        why = "its file system is read-only" if os.statvfs(folder).f_flag & os.ST_RDONLY else "no write permission"
+        raise StorageError(f"{what} {folder}: cannot write into this folder ({why})")
+    return folder
 
 
 def write_atomically(path: str | Path, content: str | bytes) -> Path:

@@ -70,7 +70,11 @@ def hub_checked(repo_id: str, revision: str | None = None, *, repo_type: str = "
     the load that follows says it). A Hub that cannot be reached fails here, in seconds, saying what to do."""
     from huggingface_hub import HfApi, constants
 
-    if constants.HF_HUB_OFFLINE or Path(repo_id).expanduser().exists():
+    if Path(repo_id).expanduser().exists():
+        return None
+    if problem := missing_folder(repo_id, repo_type):
+        raise InputError(problem)
+    if constants.HF_HUB_OFFLINE:
         return None
     try:
         return HfApi(endpoint=os.environ.get("HF_ENDPOINT")).repo_info(
@@ -83,6 +87,14 @@ def hub_checked(repo_id: str, revision: str | None = None, *, repo_type: str = "
                             f"Where its files are in this machine's Hub cache already, set HF_HUB_OFFLINE=1 to use "
                             f"them without the Hub; otherwise fetch them where the Hub can be reached (`{fetch}`), "
                             f"or name a local folder") from None
+
+
+def missing_folder(name: str, repo_type: str = "model") -> str | None:
+    """Why ``name``, written as a path (``/``, ``./``, ``../``, ``~``) of nothing, loads nothing: a Hub id is never
+    written so, and huggingface_hub's own words for it ("Repo id must be in the form 'repo_name'") name no folder."""
+    if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
+        return f"{name}: no such folder (a path names no Hub {repo_type})"
+    return None
 
 
 def _unreachable(error: BaseException) -> bool:

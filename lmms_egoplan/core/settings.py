@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import typing
 from pathlib import Path
@@ -182,9 +183,11 @@ def coerce_setting(raw: Any, annotation: Any, where: str) -> Any:
                                 f"{str(raw).lower()} (true/false is no number)")
         try:
             value = target(raw)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: int() of YAML's .inf
             raise SettingsError(f"{where}: expected "
                                 f"{'an integer' if target is int else 'a number'}, got {raw!r}") from None
+        if not math.isfinite(value):  # nan passes every range check, inf every minimum (a backoff, a frame rate)
+            raise SettingsError(f"{where}: expected a finite number, got {raw!r}")
         if target is int and isinstance(raw, float) and raw != value:
             raise SettingsError(f"{where}: expected an integer, got {raw!r}")
         return value

@@ -186,8 +186,5 @@ def _key_lines(node: Any, prefix: str, lines: dict[str, int], path: Path) -> Non
 
 def write_settings_file(path: Path, content: SettingsFile, writer: str) -> Path:
     """Write ``content`` to ``path`` atomically (a crash leaves the old file or the new, never half of one)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, content.as_yaml(writer))
-    return path
+    return write_atomically(Path(path), content.as_yaml(writer))
 

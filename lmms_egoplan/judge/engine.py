@@ -38,6 +38,7 @@ from loguru import logger
 
 from lmms_egoplan.core.errors import StorageError
 from lmms_egoplan.core.files import LineAppender, storage_failure
+from lmms_egoplan.core.hub_download import missing_folder
 from lmms_egoplan.core.retry import backoff_delay
 from lmms_egoplan.core.secrets import mask_secrets
 from lmms_egoplan.judge.base import JudgeBackend
@@ -302,6 +303,8 @@ def preflight(settings: JudgeSettings, environ: Mapping[str, str] = os.environ) 
     if settings.judge_backend == "hf":
         from transformers import AutoConfig
 
+        if problem := missing_folder(settings.judge_model):
+            raise JudgeSetupError(f"the hf judge cannot be loaded: {problem}")
         try:
             AutoConfig.from_pretrained(settings.judge_model, revision=settings.judge_revision)
         except (OSError, ValueError) as error:

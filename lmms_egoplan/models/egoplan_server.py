@@ -34,7 +34,7 @@ from tqdm import tqdm
 from lmms_egoplan.compat.switches import SUITE_USED, switch_on
 from lmms_egoplan.core.documentation import doc_page
 from lmms_egoplan.core.failed_requests import request_failed_text
-from lmms_egoplan.core.hub_download import hub_checked
+from lmms_egoplan.core.hub_download import hub_checked, missing_folder
 from lmms_egoplan.core.request_options import INPUT_ORDER, LOSS_MEAN, SAMPLING_DEFAULTS, SCORED_SPAN, SYSTEM_PROMPT
 from lmms_egoplan.core.settings import SettingsError, coerce_setting
 from lmms_egoplan.models.chat import ChatRenderer
@@ -152,9 +152,11 @@ class EgoPlanServer(DocRequests, lmms):
         served_from = _same_model([(server, _connect(server, wait)) for server in self.servers.engines])
         self.pretrained = str(pretrained or served_from)
         trust_remote_code = _arg(trust_remote_code, bool, "trust_remote_code")
+        hint = "pass the served model's folder as model_args pretrained"
+        if problem := missing_folder(self.pretrained):  # the served name: a path on the server's machine, say
+            raise ValueError(f"egoplan_server: {problem}; {hint}")
         hub_checked(self.pretrained, revision)
-        self.processor = load_processor(self.pretrained, trust_remote_code, "egoplan_server",
-                                        hint="pass the served model's folder as model_args pretrained",
+        self.processor = load_processor(self.pretrained, trust_remote_code, "egoplan_server", hint=hint,
                                         revision=revision)
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.takes_images, video_native, self.videos_with_images = processor_inputs(self.processor)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmms_egoplan.core.files import write_atomically
+from lmms_egoplan.core.files import make_folder, write_atomically
 from lmms_egoplan.report.layout import ReportFace
 from lmms_egoplan.report.runs import LMMS_EVAL_DEFAULT_ZONE, NothingFoundError, load_runs
 
@@ -50,8 +50,7 @@ def write_report(paths: list[str | Path], output: str | Path, faces: Sequence[Re
         raise NothingFoundError(f"no results of the suite's tasks in {', '.join(map(str, paths))}"
                                 + (f" (other tasks: {', '.join(ignored)})" if ignored else "")
                                 + "".join(f"\n  {line}" for line in unreadable))
-    output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
+    output = make_folder(output, "the report's folder")
     lines = [f"Ignored (no table of the suite reads them): {', '.join(ignored)}"] if ignored else []
     lines += [f"Unreadable: {line}" for line in unreadable]
     # Which columns have no interval, by benchmark (sorted: the same text whatever the faces' order).

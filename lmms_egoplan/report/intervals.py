@@ -72,9 +72,15 @@ def _judged_value(item: dict, ratings: dict[str, float | None], rubrics: Mapping
 def sample_values(run: Run, task: str, metric: str, *,
                   rubrics: Mapping[str, Rubric]) -> tuple[list[float], bool] | None:
     """The metric's value for each logged sample that reports it, and whether they are judge scores (read with
-    the rubric of ``rubrics`` their items name: the benchmark's, ``ReportFace.rubrics``); None without a usable log."""
+    the rubric of ``rubrics`` their items name: the benchmark's, ``ReportFace.rubrics``); None without a usable log.
+    Raises InputError where the log holds other than the samples the run scored (cut at a line's end, as a full
+    disk leaves it, or emptied): an interval from it would be of other samples."""
     if task not in run.samples:
         return None
+    logged, scored = len(_samples(run.samples[task])), run.sample_counts.get(task)
+    if scored is not None and logged != scored:
+        raise InputError(f"{run.samples[task]} logs {logged} samples, the run scored {scored}: the log is not the "
+                         f"whole run's")
     values: list[float] = []
     judged_items = False
     for sample in _samples(run.samples[task]):
@@ -106,7 +112,13 @@ def interval(run: Run, task: str, metric: str, *, rubrics: Mapping[str, Rubric],
     binomial for a ``proportion`` (logged as 0 / 1 per sample), else bootstrap. ``rubrics``: what reads
     judged items (``sample_values``)."""
     found = sample_values(run, task, metric, rubrics=rubrics)
-    return None if found is None else _interval_of_mean(*found, proportion)
+    if found is None:
+        return None
+    reported, point = run.metrics.get(task, {}).get(metric), mean_or_nan(found[0])
+    if isinstance(reported, (int, float)) and not math.isclose(point, reported, rel_tol=1e-9, abs_tol=1e-9):
+        raise InputError(f"{run.path}: {task} {metric} is {reported}, but the mean of its logged samples "
+                         f"({run.samples[task].name}) is {point}: an interval around another value is left out")
+    return _interval_of_mean(*found, proportion)
 
 
 def _interval_of_mean(values: list[float], judged: bool, proportion: bool) -> Interval:

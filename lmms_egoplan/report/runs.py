@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from lmms_egoplan.compat.results import LMMS_EVAL_DEFAULT_TIMEZONE
@@ -142,9 +142,10 @@ def _run_time(harness: str, stamp_text: str, data: dict) -> tuple[datetime, list
                 return datetime.fromtimestamp(started, tz=timezone.utc), []
             except (OverflowError, OSError, ValueError):
                 raise FieldError(f"'date' is {started!r}, not a time") from None
-        naive = datetime.fromisoformat(stamp_text[:10] + stamp_text[10:].replace("-", ":"))
+        naive = _named_time(lambda: datetime.fromisoformat(stamp_text[:10] + stamp_text[10:].replace("-", ":")),
+                            stamp_text)
         return naive.astimezone(), ["no start time recorded: the file name's local time is read in this machine's zone"]
-    naive = datetime.strptime(stamp_text, "%Y%m%d_%H%M%S")
+    naive = _named_time(lambda: datetime.strptime(stamp_text, "%Y%m%d_%H%M%S"), stamp_text)
     arguments = _field(_field(data, "config", dict) or {}, "resolved_cli_args", dict, "config.") or {}
     name = _field(arguments, "timezone", str, "config.resolved_cli_args.") or LMMS_EVAL_DEFAULT_TIMEZONE
     try:
@@ -152,6 +153,15 @@ def _run_time(harness: str, stamp_text: str, data: dict) -> tuple[datetime, list
     except (ZoneInfoNotFoundError, ValueError):
         return naive.replace(tzinfo=ZoneInfo(LMMS_EVAL_DEFAULT_TIMEZONE)), [
             f"time zone {name!r} unknown here: its time read as lmms-eval's default {LMMS_EVAL_DEFAULT_TIMEZONE}"]
+
+
+def _named_time(read: Callable[[], datetime], stamp_text: str) -> datetime:
+    """The date-time a results file's name holds: one of the right shape but no date (a renamed file's
+    20261399_999999) is named, never a traceback that costs the whole report."""
+    try:
+        return read()
+    except ValueError:
+        raise FieldError(f"its name's date-time {stamp_text!r} is no date and time") from None
 
 
 def results_files(paths: list[str | Path]) -> list[Path]:

@@ -100,6 +100,21 @@ def test_a_hub_model_or_dataset_with_the_hub_unreachable_fails_in_seconds_saying
     resolved_commit.cache_clear()
 
 
+def test_a_checkpoint_or_hf_judge_path_that_names_no_folder_is_said_so(tmp_path):
+    """huggingface_hub took the path for a Hub id: "Repo id must be in the form 'repo_name' or
+    'namespace/repo_name'", with the Hub unreachable or not, offline too."""
+    from lmms_egoplan.core.errors import InputError
+    from lmms_egoplan.judge.engine import preflight
+    from lmms_egoplan.judge.settings import JudgeSettings, JudgeSetupError
+    from lmms_egoplan.models.egoplan_hf import EgoPlanHF
+
+    missing = tmp_path / "models" / "Qwen2.5-VL-7B-Instruct"
+    with pytest.raises(InputError, match=rf"^{missing}: no such folder \(a path names no Hub model\)$"):
+        EgoPlanHF(pretrained=str(missing), device="cpu")
+    with pytest.raises(JudgeSetupError, match=rf"^the hf judge cannot be loaded: {missing}: no such folder"):
+        preflight(JudgeSettings(judge_backend="hf", judge_model=str(missing), judge_cache_dir=None))
+
+
 def test_a_model_is_named_by_its_revision_and_the_hashes_of_its_weights_index_and_chat_template(tmp_path):
     from lmms_egoplan.core.provenance import model_identity
 

@@ -111,6 +111,21 @@ def test_a_boolean_where_a_number_goes_is_refused_naming_the_file_the_key_and_th
         resolved(SettingsFile(), metadata={"num_frames": False})
 
 
+@pytest.mark.parametrize("text, error", [
+    ("bench:\n  sample_fps: .inf\n", r"bench.sample_fps \(line 2\): expected a finite number, got inf"),
+    ("bench:\n  sample_fps: .nan\n", r"bench.sample_fps \(line 2\): expected a finite number, got nan"),
+    ("bench:\n  num_frames: .inf\n", r"bench.num_frames \(line 2\): expected an integer, got inf"),  # no traceback
+])
+def test_a_value_that_is_no_finite_number_is_refused_naming_the_file_the_key_and_the_line(tmp_path, text, error):
+    """nan passes every range check and inf every minimum (a judge's backoff, a frame rate): neither is a value."""
+    path = written(tmp_path, text)
+    with pytest.raises(SettingsError, match=rf"settings file {path}: {error}"):
+        resolved(read_settings_file(path, BENCHMARKS))
+    with pytest.raises(SettingsError, match=r"environment variable BENCH_SAMPLE_FPS: expected a finite number, got "
+                                            r"'-inf'"):
+        resolved(SettingsFile(), environ={"BENCH_SAMPLE_FPS": "-inf"})
+
+
 def test_an_expected_counts_part_the_benchmark_lacks_is_refused_naming_its_line(tmp_path):
     path = written(tmp_path, "expected_counts:\n  bench:\n    val: 3\n    tset: 2\n")
     file = read_settings_file(path, BENCHMARKS)

@@ -138,6 +138,9 @@ def test_a_good_run_loads_the_model_once_its_tasks_are_checked_and_builds_them_o
      "lmms-egoplan: error: --model llava could not be loaded: NameError: name "
      "'get_model_name_from_path' is not defined; the suite's tasks also run on its own backends: --model egoplan_hf "
      "(transformers) or --model egoplan_server (an SGLang / vLLM server)"),
+    ("a --model_args item without its key", "egoplan_hf", "pretrained=/no/such/dir,bfloat16", "egoplan_val",
+     "lmms-egoplan: error: --model egoplan_hf could not be loaded: --model_args: 'bfloat16' is no key=value item (the "
+     "items are key=value, separated by commas)"),
     ("the suite's backend without its checkpoint", "egoplan_hf", "max_frames=8", "egoplan_val_gen",
      "lmms-egoplan: error: egoplan_hf: model_args pretrained is required: the checkpoint's folder or hub id "
      "(--model_args pretrained=Qwen/Qwen2-VL-7B-Instruct,...)"),

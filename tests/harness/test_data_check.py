@@ -68,6 +68,21 @@ def test_a_loader_that_stops_at_missing_images_lists_every_one_and_the_part_is_n
                               f"{len(images)} problems"
 
 
+def test_an_output_folder_that_cannot_be_made_is_named_before_any_data_are_read(tmp_path, capsys, monkeypatch):
+    from lmms_egoplan.cli import main
+
+    def not_before_the_output_is_checked(*args):
+        raise AssertionError("the data were read before --output was checked")
+
+    monkeypatch.setattr("lmms_egoplan.harness.data_check.check_benchmark", not_before_the_output_is_checked)
+    settings, blocking = tmp_path / "settings.yaml", tmp_path / "notes.txt"
+    settings.write_text(f"egothink:\n  data_root: {tmp_path}\n")
+    blocking.write_text("a file where the report's folder was to go")
+    assert main(["check-data", "egothink", "--settings", str(settings), "--output", str(blocking / "x.txt")]) == 1
+    assert capsys.readouterr().err == (f"lmms-egoplan check-data: the folder of --output {blocking}: cannot make this "
+                                       f"folder ({blocking} is a file, where a folder goes)\n")
+
+
 def test_a_setting_not_set_is_a_problem_naming_it():
     check = check_benchmark(benchmark("egointent"), SettingsFile())
     assert check.problems == ["egointent: task egointent: set EGOINTENT_ANNOTATIONS (metadata.annotations) to the "

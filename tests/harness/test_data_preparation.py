@@ -123,10 +123,35 @@ def test_the_command_writes_the_judge_it_is_given_and_refuses_a_value_of_the_wro
     arguments = ["prepare", "egothink", "--root", str(tmp_path / "data"), "--settings", str(settings)]
     assert main([*arguments, "--judge_model", "my-judge", "--judge_timeout", "soon"]) == 2
     assert "judge_timeout: expected a number, got 'soon'" in capsys.readouterr().err and not settings.exists()
+    # Named as the option the user typed (it used to be "_JUDGE_CONCURRENCY (metadata.judge_concurrency)"); a
+    # backoff of inf or nan (which no range check catches) is no value to write into the file either.
+    assert main([*arguments, "--judge_concurrency", "0", "--judge_backoff", "nan"]) == 2
+    assert capsys.readouterr().err == ("lmms-egoplan prepare: --judge_backoff: expected a finite number, got 'nan'\n")
+    assert main([*arguments, "--judge_concurrency", "0", "--judge_backend", "openaii"]) == 2
+    assert capsys.readouterr().err == ("lmms-egoplan prepare: --judge_backend must be one of openai, azure, hf, got "
+                                       "'openaii'; --judge_concurrency must be at least 1, got 0\n")
+    assert not settings.exists()
     assert main([*arguments, "--judge_model", "my-judge", "--judge_timeout", "90", "--judge_cache_dir", "~/j"]) == 0
     assert read_settings_file(settings, NAMES).judge == {"judge_model": "my-judge", "judge_timeout": 90.0,
                                                          "judge_cache_dir": str(Path("~/j").expanduser())}
 
+
+
+def test_a_root_or_settings_folder_that_cannot_be_made_stops_prepare_before_it_fetches(hub, tmp_path, capsys):
+    """A file where a folder goes: the settings file's folder was mkdir's FileExistsError traceback once the data were
+    fetched, --root a failure to write the list of what is needed."""
+    from lmms_egoplan.cli import main
+
+    blocking = tmp_path / "notes.txt"
+    blocking.write_text("a file where a folder was to go")
+    data, settings = tmp_path / "data", tmp_path / "settings.yaml"
+    assert main(["prepare", "egothink", "--root", str(data), "--settings", str(blocking / "settings.yaml")]) == 1
+    assert capsys.readouterr().err == (f"lmms-egoplan prepare: the folder of --settings {blocking}: cannot make this "
+                                       f"folder ({blocking} is a file, where a folder goes)\n")
+    assert main(["prepare", "egothink", "--root", str(blocking / "data"), "--settings", str(settings)]) == 1
+    assert capsys.readouterr().err == (f"lmms-egoplan prepare: --root {blocking / 'data'}: cannot make this folder "
+                                       f"({blocking} is a file, where a folder goes)\n")
+    assert not data.exists() and not settings.exists()  # nothing fetched, nothing written
 
 
 def test_prepare_adds_to_a_file_that_holds_other_benchmarks_and_reads_it_before_fetching_anything(hub, tmp_path):

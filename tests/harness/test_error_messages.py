@@ -49,6 +49,19 @@ def test_a_backend_failing_while_it_is_built_is_named_in_the_error_line():
     assert durability.error_line(elsewhere.value) == "ValueError: a task failed"
 
 
+def test_a_model_args_item_without_a_value_is_named_not_lmms_evals_unpacking_error():
+    from lmms_eval.api.model import lmms
+
+    def simple_evaluate(model, model_args):
+        lmms.create_from_arg_string(model_args)  # lmms-eval's parser, as its simple_evaluate calls it
+
+    with pytest.raises(ValueError, match="not enough values to unpack") as raised:
+        simple_evaluate("egoplan_hf", "pretrained=/models/m,bfloat16,max_frames=8,8")
+    assert durability.error_line(raised.value) == (
+        "--model egoplan_hf could not be loaded: --model_args: 'bfloat16', '8' are no key=value items (the items "
+        "are key=value, separated by commas)")
+
+
 def test_a_missing_file_names_the_setting_and_what_its_folder_holds(tmp_path):
     from lmms_egoplan.core.files import missing_file_message
 

@@ -67,10 +67,24 @@ def test_use_cache_on_a_full_disk_names_the_cache_and_keeps_its_responses(suite_
                                       f"there (the disk is full (")
     assert f"): {disk.path / 'cache' / 'runs'}/" in str(full.value) and "/rank_0.db); " in str(full.value)  # the file
     assert "the responses it holds are kept" in str(full.value)
+    assert "Free space on its disk" in str(full.value)
     disk.free()
     model = Model()
     open_cache(disk.path / "cache").execute(model, "generate_until", questions(8))
     assert model.answered == []  # all 8 read back
+
+
+def test_use_cache_on_a_read_only_disk_is_not_told_to_free_space(suite_workarounds, small_disk):
+    import subprocess
+
+    disk = small_disk()
+    open_cache(disk.path / "cache").finalize(success=True)
+    subprocess.run(["mount", "-o", "remount,ro", str(disk.path)], check=True)
+    with pytest.raises(StorageError) as refused:
+        open_cache(disk.path / "cache")
+    assert "Read-only file system" in str(refused.value) and "the responses it holds are kept" in str(refused.value)
+    assert str(refused.value).endswith(". Point --use_cache at a folder this run can write (a read-only one cannot "
+                                       "take a response) and run again")
 
 
 def test_a_response_that_cannot_be_stored_stops_the_run_before_the_model_computes_more(suite_workarounds, small_disk):

@@ -57,6 +57,23 @@ def test_rejudge_of_a_folder_without_samples_says_so_before_asking_for_an_api_ke
     assert "OPENAI_API_KEY" not in err
 
 
+def test_an_output_folder_that_cannot_be_made_is_named_before_the_judge_is_asked(tmp_path, capsys):
+    """It was a FileExistsError of an audit trail ("its lines before this one are whole") once the judge answered."""
+    from lmms_egoplan.cli import main
+
+    samples = tmp_path / "20261122_101010_samples_ego_think_counting.jsonl"
+    samples.write_text("".join(json.dumps(row) + "\n" for row in judged_rows(2)))
+    blocking = tmp_path / "notes.txt"
+    blocking.write_text("a file where the output folder was to go")
+    with ChatServer(rating_responder(lambda call: "1")) as judge:
+        for command in ("rejudge", "judge-agreement"):
+            assert main([command, str(samples), "--output", str(blocking / "out"), "--judge_base_url",
+                         judge.base_url, "--judge_model", "loopback-judge", "--judge_api_key_env", ""]) == 1
+            assert capsys.readouterr().err == (f"lmms-egoplan {command}: --output {blocking / 'out'}: cannot make this "
+                                               f"folder ({blocking} is a file, where a folder goes)\n")
+    assert not judge.calls
+
+
 def test_rejudge_with_failed_judgements_exits_with_the_distinct_status_saying_how_to_finish(tmp_path, capsys):
     from lmms_egoplan.cli import main
 

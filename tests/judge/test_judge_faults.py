@@ -5,6 +5,7 @@ judging before more is paid for and says what is kept."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,15 @@ def test_the_preflight_names_an_unreachable_server_an_unknown_model_a_refused_ke
         with ChatServer(lambda call: Reply(text, status=status), answer_preflight=False) as server:
             with pytest.raises(JudgeSetupError, match=rf"did not answer a test request: HTTP {status}: {text}"):
                 preflight(preflight_settings(server.base_url, tmp_path))
+    # A base URL without /v1, answered as vLLM answers a path it has no route for: the reply names neither.
+    no_route = Reply(status=404, body='{"detail":"Not Found"}', headers={"Content-Type": "application/json"})
+    with ChatServer(lambda call: no_route, answer_preflight=False) as server:
+        without_v1 = server.base_url.removesuffix("/v1")
+        with pytest.raises(JudgeSetupError, match=re.escape(
+                f"did not answer a test request: HTTP 404: Error code: 404 (POST {without_v1}/chat/completions: no "
+                "such route on this server; an OpenAI-compatible server's routes are under /v1: a base URL such as "
+                "http://localhost:8000/v1)")):
+            preflight(preflight_settings(without_v1, tmp_path))
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / JudgeCache.FILE_NAME).write_bytes(b"garbage" * 500)
     with pytest.raises(JudgeSetupError, match="is not a readable SQLite database"):

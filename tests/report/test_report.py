@@ -625,6 +625,18 @@ def test_a_results_file_with_any_field_of_another_type_is_named_and_left_out(res
     assert len(named) > 20
 
 
+@pytest.mark.parametrize("name, stamp", [("20261399_999999_results.json", "20261399_999999"),
+                                         ("results_2026-02-30T10-00-00.json", "2026-02-30T10-00-00")])
+def test_a_results_file_named_with_no_date_is_named_and_left_out_not_a_traceback(name, stamp, results_tree, tmp_path,
+                                                                                  capsys):
+    """The strptime of lmms-eval's name, or the ISO reading of lm-eval's, was a ValueError traceback: no report."""
+    egothink = next((results_tree / "egothink").rglob("*_results.json"))
+    renamed = egothink.rename(egothink.with_name(name))
+    assert main(["report", str(results_tree), "--output", str(tmp_path / "report")]) == 0
+    assert (f"Unreadable: {renamed}: unreadable (its name's date-time '{stamp}' is no date and time)"
+            in capsys.readouterr().out)
+
+
 def test_a_value_outside_its_metrics_range_is_invalid_with_a_note_never_a_number(tmp_path):
     """An accuracy of 1e308 or -5, a count below 0, a judge score of 150, a number written as text:
     "invalid" in every table (a note says what and why), left out of every figure."""
@@ -754,6 +766,16 @@ def test_a_report_into_a_full_disk_names_the_file_it_could_not_write(results_tre
     assert [path.name for path in (disk.path / "report").iterdir()] == []  # no part of a file left
 
 
+def test_a_report_into_a_folder_that_cannot_be_made_says_why_in_one_line(results_tree, tmp_path, capsys):
+    """A file where the folder goes was mkdir's FileExistsError traceback."""
+    blocking = tmp_path / "report"
+    blocking.write_text("an earlier report.md, named report")
+    for output in (blocking, blocking / "html"):
+        assert main(["report", str(results_tree), "--output", str(output)]) == 1
+        assert capsys.readouterr().err == (f"lmms-egoplan report: the report's folder {output}: cannot make this "
+                                           f"folder ({blocking} is a file, where a folder goes)\n")
+
+
 def test_a_cut_per_sample_log_costs_its_rows_intervals_not_the_report(tmp_path):
     egoplan_run(tmp_path / "r")
     log = next((tmp_path / "r").glob("*_samples_egoplan_val.jsonl"))
@@ -763,6 +785,29 @@ def test_a_cut_per_sample_log_costs_its_rows_intervals_not_the_report(tmp_path):
              if row["task"] == "egoplan_val" and row["source"] == THIS_RUN]
     assert val["Accuracy (%)"] == "60.0" and val["Accuracy (%) 95% low"] == ""
     assert f"no interval: {log}:5: not JSON" in val["notes"]
+
+
+@pytest.mark.parametrize("case", ["cut at a line's end", "emptied", "of other values"])
+def test_a_per_sample_log_that_is_not_the_runs_own_costs_its_rows_interval_saying_why(case, tmp_path):
+    """A log cut between two lines (a full disk), emptied, or whose values are not the run's gave, with no note, an
+    interval of the samples left (or none), or one around another value than the row's."""
+    egoplan_run(tmp_path / "r", n_samples={"egoplan_val": {"original": 5, "effective": 5}})
+    results = next((tmp_path / "r").glob("*_results.json"))
+    log = next((tmp_path / "r").glob("*_samples_egoplan_val.jsonl"))
+    lines = log.read_text().splitlines(keepends=True)
+    logged = {"cut at a line's end": lines[:3], "emptied": [],
+              "of other values": [line.replace('"accuracy": 0', '"accuracy": 1') for line in lines]}[case]
+    log.write_text("".join(logged))
+    assert main(["report", str(tmp_path / "r"), "--output", str(tmp_path / "report")]) == 0
+    [val] = [row for row in read_csv(tmp_path / "report" / "egoplan_val.csv")
+             if row["task"] == "egoplan_val" and row["source"] == THIS_RUN]
+    assert val["Accuracy (%)"] == "60.0" and val["Accuracy (%) 95% low"] == ""
+    assert (f"no interval: {log} logs {len(logged)} samples, the run scored 5: the log is not the whole run's"
+            if len(logged) != 5 else f"no interval: {results}: egoplan_val accuracy is 0.6, but the mean of its "
+                                     f"logged samples ({log.name}) is 1.0: an interval around another value is left "
+                                     f"out") in val["notes"]
+
+
 def test_every_row_of_a_judged_table_names_its_judge_and_runs_of_other_judge_prompts_are_other_rows(tmp_path):
     judge = {"judge_backend": "openai", "judge_model": "Qwen/Qwen3-30B-A3B-Instruct-2507",
              "judge_revision": "0d7cf23991f47feeb3a57ecb4c9cee8ea4a17bfe", "judge_rubric": "egothink",

@@ -17,6 +17,7 @@ from lmms_egoplan.judge.protocol import (
     JudgeUnreachableError,
     TransientJudgeError,
 )
+from lmms_egoplan.judge.retirements import says_model_is_gone
 
 # Reasoning models take max_completion_tokens and reject a temperature other than the default.
 REASONING_MODEL_PREFIXES = ("gpt-5", "o1", "o3", "o4")
@@ -58,7 +59,7 @@ class OpenAIChatBackend(JudgeBackend):
             response = self._client.chat.completions.create(
                 model=self.model, messages=list(messages), **sampling_kwargs(self.model, decoding))
         except openai.APIStatusError as error:
-            message = masked(f"HTTP {error.status_code}: {_error_message(error)}")
+            message = masked(f"HTTP {error.status_code}: {_error_message(error)}{self._route_hint(error)}")
             if error.status_code in (408, 409, 429) or error.status_code >= 500:
                 headers = getattr(getattr(error, "response", None), "headers", None)
                 raise TransientJudgeError(message, retry_after(headers)) from None
@@ -79,6 +80,17 @@ class OpenAIChatBackend(JudgeBackend):
             raise TransientJudgeError(masked(f"malformed response body (no choices): {str(response)[:120]!r}"))
         return Completion(text=choices[0].message.content or "", model=response.model or self.model,
                           fingerprint=getattr(response, "system_fingerprint", None))
+
+
+    def _route_hint(self, error) -> str:
+        """For a 404 that names no model: the request's URL, which the server does not serve (a base URL without
+        /v1 is the usual slip; the reply alone, "Error code: 404", names neither)."""
+        if error.status_code != 404 or says_model_is_gone(404, _error_code(error), _error_message(error)):
+            return ""
+        request = error.request
+        usual = ("" if self.kind == "azure" or "/v1/" in request.url.path else
+                 "; an OpenAI-compatible server's routes are under /v1: a base URL such as http://localhost:8000/v1")
+        return f" ({request.method} {request.url}: no such route on this server{usual})"
 
 
 def _error_code(error) -> str | None:
