@@ -77,13 +77,13 @@ def sample_values(run: Run, task: str, metric: str, *,
     disk leaves it, or emptied): an interval from it would be of other samples."""
     if task not in run.samples:
         return None
-    logged, scored = len(_samples(run.samples[task])), run.sample_counts.get(task)
-    if scored is not None and logged != scored:
-        raise InputError(f"{run.samples[task]} logs {logged} samples, the run scored {scored}: the log is not the "
-                         f"whole run's")
+    samples, scored = _samples(run.samples[task]), run.sample_counts.get(task)
+    if scored is not None and len(samples) != scored:
+        raise InputError(f"{run.samples[task]} logs {len(samples)} samples, the run scored {scored}: the log is not "
+                         f"the whole run's")
     values: list[float] = []
     judged_items = False
-    for sample in _samples(run.samples[task]):
+    for sample in samples:
         value = sample.get(metric)
         logged = sample.get(PREDICTED_ONLY)  # a --predict_only run logs its judged items there (rejudged since)
         if value is None and isinstance(logged, dict) and isinstance(logged.get(PREDICT_ONLY_ITEMS), dict):
