@@ -210,7 +210,7 @@ def _check_data(args: argparse.Namespace) -> int:
     from loguru import logger
 
     from lmms_egoplan.core.files import make_folder
-    from lmms_egoplan.core.settings_file import read_settings_file, run_settings_file
+    from lmms_egoplan.core.settings_file import read_settings_file, run_settings_file, settings_source
     from lmms_egoplan.harness.data_check import check_benchmark, check_report_path, write_check_report
 
     logger.remove()  # the loaders' notes on what they read and skip: the summary and the report say it all
@@ -221,6 +221,7 @@ def _check_data(args: argparse.Namespace) -> int:
                      else run_settings_file(names))
     report = Path(args.output) if args.output else check_report_path(settings_file)
     make_folder(report.parent, "the folder of --output")  # before the data are read, which can take long
+    print(f"Reading the data as a run would, with {settings_source(settings_file)}", flush=True)
     checks = []
     for entry in _prepared_benchmarks(args.benchmark or ["all"]):
         checks.append(check_benchmark(entry, settings_file))

@@ -109,6 +109,17 @@ def settings_path(environ: Mapping[str, str] = os.environ) -> Path | None:
     return default if default.is_file() else None
 
 
+def settings_source(settings_file: SettingsFile, environ: Mapping[str, str] = os.environ) -> str:
+    """Which settings file ``settings_file`` came from, or why there is none: a command that reads the data says it
+    first, since without one every benchmark reads its default source (the Hub, for most)."""
+    if settings_file.path:
+        return f"the settings file {settings_file.path}"
+    why = (f"{SETTINGS_VARIABLE} is empty" if SETTINGS_VARIABLE in environ
+           else f"none at {default_settings_path(environ)}, and {SETTINGS_VARIABLE} is not set")
+    return (f"no settings file ({why}): each benchmark reads its default source and its variables; "
+            f"`lmms-egoplan prepare` writes one")
+
+
 def run_settings_file(benchmarks: Collection[str], environ: Mapping[str, str] = os.environ) -> SettingsFile:
     """The settings file of this run (an empty one where there is none); a file that ``LMMS_EGOPLAN_SETTINGS``
     names and that does not exist is an error."""

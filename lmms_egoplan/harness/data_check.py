@@ -24,7 +24,7 @@ from lmms_egoplan.contract.benchmark import Benchmark, TaskContext
 from lmms_egoplan.contract.data import DataPart
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.settings import resolve_settings
-from lmms_egoplan.core.settings_file import SettingsFile
+from lmms_egoplan.core.settings_file import SettingsFile, settings_source
 
 
 @dataclass(frozen=True)
@@ -40,12 +40,21 @@ class PartCount:
 
     def text(self) -> str:
         if self.expected is None:
-            found = "not counted" if self.found is None else f"{self.found:,}"
-            return f"{self.part.name}: {found} {self.part.unit} (the release states no count)"
-        found = "not counted" if self.found is None else f"{self.found:,} of {self.expected:,}"
-        release = "states none" if self.part.release_count is None else f"has {self.part.release_count:,}"
-        of = (f"a declared subset; the release {release}" if self.declared else "the release's count")
+            of = "the release states no count"
+        elif self.declared:
+            release = "states none" if self.part.release_count is None else f"has {self.part.release_count:,}"
+            of = f"a declared subset; the release {release}"
+        else:
+            of = "the release's count"
+        if self.found is None:
+            expected = "" if self.expected is None else f"{self.expected:,} {self.part.unit} expected: "
+            return f"{self.part.name}: not counted, a loader stopped ({expected}{of})"
+        found = f"{self.found:,}" if self.expected is None else f"{self.found:,} of {self.expected:,}"
         return f"{self.part.name}: {found} {self.part.unit} ({of})"
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 @dataclass
@@ -56,7 +65,13 @@ class BenchmarkCheck:
     name: str
     counts: list[PartCount] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    # What stopped a loader, each problem once with the tasks it stopped: the tasks of a part share their settings
+    # and data, so one cause (a missing folder, an unreachable Hub) stops them all.
+    stopped: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def problems(self) -> list[str]:
+        return [f"{', '.join(tasks)}: {problem}" for problem, tasks in self.stopped.items()]
 
     @property
     def complete(self) -> bool:
@@ -65,8 +80,12 @@ class BenchmarkCheck:
     def summary(self) -> str:
         state = "complete" if self.complete else "INCOMPLETE"
         found = [count.text() for count in self.counts]
-        found += [f"{len(self.missing):,} samples with missing or unusable media"] if self.missing else []
-        found += [f"{len(self.problems):,} problems"] if self.problems else []
+        found += [f"{_counted(len(self.missing), 'sample')} with missing or unusable media"] if self.missing else []
+        if self.stopped:  # the first on the console: where loaders stop at once (no data source), it is the cause
+            problem, tasks = next(iter(self.stopped.items()))
+            where = tasks[0] if len(tasks) == 1 else f"{tasks[0]} and {_counted(len(tasks) - 1, 'other task')}"
+            first = "" if len(self.stopped) == 1 else ", the first"
+            found += [f"{_counted(len(self.stopped), 'problem')}{first}: {where}: {problem}"]
         return f"{self.name}: {state}: {'; '.join(found)}"
 
     def details(self) -> list[str]:
@@ -84,14 +103,13 @@ def check_benchmark(benchmark: Benchmark, settings_file: SettingsFile) -> Benchm
         counted = [_count_task(benchmark, part, task, settings_file, check) for task in part.tasks]
         found = None if None in counted else sum(counted)
         check.counts.append(PartCount(part, found, declared.get(part.name, part.release_count), part.name in declared))
-    check.problems = list(dict.fromkeys(check.problems))  # the tasks of a part share settings, so their problems
     return check
 
 
 def _count_task(benchmark: Benchmark, part: DataPart, task: str, settings_file: SettingsFile,
                 check: BenchmarkCheck) -> int | None:
     """The records of one task (skipped ones included), its missing media joining ``check.missing``; None, with
-    what stopped its loader in ``check.problems``."""
+    what stopped its loader in ``check.stopped``."""
     config = task_config(benchmark.name, task)
     try:
         settings = resolve_settings(benchmark.settings, task=task, metadata=config.get("metadata"),
@@ -103,7 +121,8 @@ def _count_task(benchmark: Benchmark, part: DataPart, task: str, settings_file: 
         spec = benchmark.lmms_eval_tasks[part.spec]
         loaded = spec.load_docs(context)
     except (InputError, FileNotFoundError, RuntimeError) as error:
-        check.problems += [f"{task}: {problem}" for problem in getattr(error, "problems", (str(error),))]
+        for problem in getattr(error, "problems", (str(error),)):
+            check.stopped.setdefault(problem, []).append(task)
         return None
     check.missing += [f"{task}: {sample}" for sample in loaded.skipped or ()]
     check.missing += [f"{task}: {problem}" for problem in undecodable(spec.doc_to_visual, loaded.docs)]
@@ -158,8 +177,7 @@ def write_check_report(path: Path, checks: Sequence[BenchmarkCheck], settings_fi
     """Every benchmark's line, then everything missing, one item a line: the full list a summary line counts."""
     from lmms_egoplan.core.files import write_atomically
 
-    source = f"settings file {settings_file.path}" if settings_file.path else "no settings file (variables only)"
-    lines = [f"# lmms-egoplan check-data, {source}", *(check.summary() for check in checks), ""]
+    lines = [f"# lmms-egoplan check-data, {settings_source(settings_file)}", *(check.summary() for check in checks), ""]
     for check in checks:
         lines += [f"## {check.name}", *(check.details() or ["nothing missing"]), ""]
     return write_atomically(path, "\n".join(lines))

@@ -33,7 +33,8 @@ def test_check_data_passes_the_demos_data_and_names_a_clip_removed_from_it(tmp_p
     elsewhere.mkdir()
     complete = lmms_egoplan("check-data", "--settings", str(settings), cwd=elsewhere)
     assert complete.returncode == 0, complete.stdout + complete.stderr[-3000:]
-    lines = complete.stdout.splitlines()
+    source, *lines = complete.stdout.splitlines()
+    assert source == f"Reading the data as a run would, with the settings file {settings}"
     assert [line.split(": ")[0:2] for line in lines[:len(BENCHMARKS)]] == \
         [[entry.name, "complete"] for entry in BENCHMARKS]
     assert "(a declared subset; the release has 3,355)" in lines[0]
@@ -43,9 +44,9 @@ def test_check_data_passes_the_demos_data_and_names_a_clip_removed_from_it(tmp_p
     clip.unlink()
     incomplete = lmms_egoplan("check-data", "--settings", str(settings), "egointent", "egothink", cwd=tmp_path)
     assert incomplete.returncode == 1
-    thinking, intent = incomplete.stdout.splitlines()[:2]  # in the suite's order
+    thinking, intent = incomplete.stdout.splitlines()[1:3]  # in the suite's order
     assert thinking.startswith("egothink: complete: ")
-    assert intent.startswith("egointent: INCOMPLETE: steps: ") and intent.endswith("; 1 samples with missing or "
+    assert intent.startswith("egointent: INCOMPLETE: steps: ") and intent.endswith("; 1 sample with missing or "
                                                                                    "unusable media")
     assert "lmms-egoplan check-data: incomplete: egointent" in incomplete.stderr
     missing = [line for line in report.read_text().splitlines() if line.startswith("missing: ")]
@@ -68,8 +69,9 @@ def test_prepare_fetches_from_the_hub_and_check_data_reads_what_it_wrote(tmp_pat
     assert prepared.stdout.rstrip().endswith(f"Settings file (a run reads it; see docs/data.md): {settings}")
     checked = lmms_egoplan("check-data", "egothink", cwd=tmp_path, env={"LMMS_EGOPLAN_SETTINGS": str(settings)})
     assert checked.returncode == 1  # the demo's 24 questions, not the release's 700
-    assert checked.stdout.splitlines()[0] == ("egothink: INCOMPLETE: questions: 24 of 700 questions (the release's "
-                                              "count)")
+    assert checked.stdout.splitlines()[:2] == [
+        f"Reading the data as a run would, with the settings file {settings}",
+        "egothink: INCOMPLETE: questions: 24 of 700 questions (the release's count)"]
     shutil.rmtree(root / "egothink" / "EgoThink" / "Activity" / "images")
     checked = lmms_egoplan("check-data", "egothink", cwd=tmp_path, env={"LMMS_EGOPLAN_SETTINGS": str(settings)})
     assert "2 problems" in checked.stdout and checked.returncode == 1

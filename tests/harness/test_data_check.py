@@ -64,8 +64,37 @@ def test_a_loader_that_stops_at_missing_images_lists_every_one_and_the_part_is_n
     assert check.counts[0].found is None and not check.complete
     assert len(check.problems) == len(images) and all(p.startswith("ego_think_activity: ") for p in check.problems)
     assert all(any(image.name in problem for problem in check.problems) for image in images)
-    assert check.summary() == f"egothink: INCOMPLETE: questions: not counted questions (the release's count); " \
-                              f"{len(images)} problems"
+    assert check.summary() == (f"egothink: INCOMPLETE: questions: not counted, a loader stopped (700 questions "
+                               f"expected: the release's count); {len(images)} problems, the first: "
+                               f"{check.problems[0]}")
+
+
+def test_one_cause_that_stops_every_task_is_said_once_with_its_tasks_and_on_the_summary_line(tmp_path, monkeypatch):
+    """No settings file and the Hub's copy not on this machine stop the loaders of all twelve EgoThink tasks alike:
+    one problem naming them (not twelve copies), and the summary line, which is what the console shows, says it."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hub-cache"))
+    check = check_benchmark(benchmark("egothink"), SettingsFile())
+    tasks = benchmark("egothink").data.parts[0].tasks
+    assert len(tasks) == 12 and len(check.problems) == 1 and not check.complete
+    assert check.problems[0].startswith(f"{', '.join(tasks)}: ") and "EgoThink/EgoThink" in check.problems[0]
+    cause = check.problems[0].removeprefix(f"{', '.join(tasks)}: ")
+    assert check.summary().endswith(f"; 1 problem: {tasks[0]} and 11 other tasks: {cause}")
+
+
+def test_without_a_settings_file_the_console_says_so_before_any_data_are_read(tmp_path, capsys, monkeypatch):
+    from lmms_egoplan.cli import main
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("LMMS_EGOPLAN_SETTINGS", raising=False)
+    monkeypatch.setenv("EGOINTENT_ANNOTATIONS", str(tmp_path / "not-here"))
+    assert main(["check-data", "egointent", "--output", str(tmp_path / "report.txt")]) == 1
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == (f"Reading the data as a run would, with no settings file (none at {tmp_path}/config/lmms-egoplan/"
+                     f"settings.yaml, and LMMS_EGOPLAN_SETTINGS is not set): each benchmark reads its default source "
+                     f"and its variables; `lmms-egoplan prepare` writes one")
+    assert (tmp_path / "report.txt").read_text().splitlines()[0] == first.replace(
+        "Reading the data as a run would, with", "# lmms-egoplan check-data,")
 
 
 def test_an_output_folder_that_cannot_be_made_is_named_before_any_data_are_read(tmp_path, capsys, monkeypatch):
