@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterable
 
 from lmms_egoplan.catalogue import entry
+from lmms_egoplan.core.embeddings import sentence_model_problem
 from lmms_egoplan.core.errors import DatasetProblems, InputError
 from lmms_egoplan.core.files import inside_root, read_text
 from lmms_egoplan.core.media import IMAGES_DECODED_AT_LOAD, image_problems
@@ -248,3 +249,5 @@ def check_settings(settings, task: str) -> None:
         value = getattr(settings, field)
         if value and not Path(value).expanduser().exists():
             fail(field, f"not found: {value}")
+    if settings.embedding_model and (problem := sentence_model_problem(settings.embedding_model)):
+        fail("embedding_model", problem)

@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from lmms_egoplan.core.devices import resolve_device
-from lmms_egoplan.core.embeddings import default_sentence_model, full_float32, sentence_embeddings, sentence_model
+from lmms_egoplan.core.embeddings import (
+    default_sentence_model,
+    full_float32,
+    sentence_embeddings,
+    sentence_model,
+    sentence_model_problem,
+)
+from lmms_egoplan.core.errors import InputError
 
 DEFAULT_MATCH_THRESHOLD = 0.8
 DEFAULT_EMBEDDING_BATCH_SIZE = 256
@@ -68,8 +75,8 @@ class StepMatcher:
     def __init__(self, model: str | Path | None = None, *, threshold: float = DEFAULT_MATCH_THRESHOLD,
                  device: str = "cpu", batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE):
         self.model_path = str(Path(model).expanduser()) if model else default_sentence_model()
-        if not Path(self.model_path).is_dir():
-            raise FileNotFoundError(f"sentence-embedding model folder not found: {self.model_path}")
+        if problem := sentence_model_problem(self.model_path):
+            raise InputError(f"ActPlan-1K's sentence-embedding model: {problem}")
         self.threshold = float(threshold)
         self.device = resolve_device(device, runs=f"ActPlan-1K's step matcher {Path(self.model_path).name}")
         self.batch_size = batch_size

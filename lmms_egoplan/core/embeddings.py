@@ -36,6 +36,28 @@ def default_sentence_model() -> str:
 
 
 
+def sentence_model_problem(folder: str | Path) -> str | None:
+    """Why ``folder`` cannot be loaded as a sentence-transformers model, or None: checked from its files, before any
+    answer is paid for (sentence-transformers itself fails later with a transformers traceback naming no setting)."""
+    import json
+
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        return f"no such folder: {folder}"
+    config = folder / "config.json"
+    try:
+        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+    except FileNotFoundError:
+        model_type = None
+    except (OSError, ValueError, AttributeError) as error:
+        return f"{config} cannot be read as a model configuration ({type(error).__name__}: {error})"
+    if not model_type:
+        return (f"{folder} is no sentence-transformers model folder (no config.json naming its model_type): give the "
+                f"folder a download of the model writes, e.g. `hf download sentence-transformers/all-MiniLM-L6-v2 "
+                f"--local-dir <folder>`")
+    return None
+
+
 @functools.lru_cache(maxsize=4)
 def sentence_model(name_or_path: str, device: str):
     """One loaded sentence-transformers model per (model, resolved device), shared by every caller."""

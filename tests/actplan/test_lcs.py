@@ -151,6 +151,14 @@ def test_scoring_command_says_what_is_missing_without_a_traceback(tmp_path, caps
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"candidate": "grab(x)", "reference": "grab(x)"}) + "\n{candidate: grab(x)}\n")
     assert f"{bad}:2: not JSON" in one_line_error(["actplan-score", "--pairs", str(bad)])
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"candidate": "grab(x)", "reference": "grab(x)"}) + "\n")
+    (tmp_path / "not-a-model").mkdir()
+    (tmp_path / "not-a-model" / "config.json").write_text("{}")
+    assert f"{tmp_path / 'not-a-model'} is no sentence-transformers model folder" in one_line_error(
+        ["actplan-score", "--pairs", str(good), "--embedding_model", str(tmp_path / "not-a-model")])
+    assert f"no such folder: {tmp_path / 'nowhere'}" in one_line_error(
+        ["actplan-score", "--pairs", str(good), "--embedding_model", str(tmp_path / "nowhere")])
 
 
 @pytest.mark.parametrize("threshold", ["0", "1.5", "high"])

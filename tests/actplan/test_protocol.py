@@ -220,6 +220,9 @@ def test_the_description_comes_before_the_images_as_the_paper_orders_them_and_af
     ({"match_threshold": 1.5}, r"ACTPLAN_MATCH_THRESHOLD \(metadata.match_threshold\): expected a cosine in \(0, 1\]"),
     ({"bleurt_checkpoint": "/no/such/checkpoint"},
      r"ACTPLAN_BLEURT_CHECKPOINT \(metadata.bleurt_checkpoint\): not found"),
+    # A folder that is no model fails before any answer is generated, not at scoring with a transformers traceback.
+    ({"embedding_model": "."}, r"ACTPLAN_EMBEDDING_MODEL \(metadata.embedding_model\): \. is no sentence-transformers "
+                               r"model folder \(no config.json naming its model_type\)"),
 ])
 def test_bad_settings_name_the_setting(overrides, message):
     with pytest.raises(SettingsError, match=message):
