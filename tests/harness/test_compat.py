@@ -414,3 +414,27 @@ def test_the_suites_task_names_are_read_from_the_runs_index_through_any_path_to_
     linked = TaskManager(include_path=[str(tmp_path / "earlier"), str(tmp_path / "linked")], include_defaults=False)
     assert "egoplan_val" in own and len(own) > 40
     assert _suite_task_names(linked) == own - {"egoplan_val"}
+
+
+def test_the_log_masking_keeps_a_loguru_patcher_someone_else_configured(monkeypatch):
+    """loguru's logger is the process's: the patcher that masks the run's secrets in its lines runs after the one the
+    user (or another library) configured before, which stays in effect; loguru's ``configure`` alone would replace
+    it for the rest of the process."""
+    from loguru import logger
+
+    from lmms_egoplan.compat import secrets
+
+    monkeypatch.setenv("SOME_SERVICE_API_KEY", "sk-environment-0123456789")
+    for owner, name in ((ResponseCache, "_log_to_audit"), (EvaluationTracker, "save_results_samples")):
+        monkeypatch.setattr(owner, name, inspect.unwrap(getattr(owner, name)))  # not yet in place
+    monkeypatch.setattr(secrets, "_masked_in_the_log", secrets._masked_in_the_log)
+    monkeypatch.setattr(logger._core, "patcher", lambda record: record["extra"].update(request_id="r-1"))
+    lines = []
+    sink = logger.add(lambda message: lines.append((message.record["message"], message.record["extra"])),
+                      format="{message}")
+    try:
+        assert secrets.keep_secrets_out_of_lmms_evals_error_texts()
+        logger.info("the key sk-environment-0123456789 was refused")
+    finally:
+        logger.remove(sink)
+    assert lines == [("the key *** was refused", {"request_id": "r-1"})]
