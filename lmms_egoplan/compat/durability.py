@@ -549,7 +549,8 @@ def keep_responses_by_default(run: SuiteRun, use_cache: str | None, cli_args: An
     root = str(Path(output_path).absolute() / DEFAULT_RESPONSE_CACHE)
     logger.info(f"lmms-egoplan: no --use_cache given: the model's responses are kept as they are computed in the "
                 f"response cache {root}; the same command (the same --output_path) resumes from them after a stop")
-    note_in_place(_BY_DEFAULT)
+    note_in_place(_BY_DEFAULT)  # listed for the runs it gave a cache only
+    counts_when_in_effect(_BY_DEFAULT, lambda run: run is not None and run.default_response_cache is not None)
     run.default_response_cache = root
     return root
 

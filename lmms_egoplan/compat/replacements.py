@@ -154,7 +154,7 @@ _IN_EFFECT_WHEN: dict[str, Callable[[Any], bool]] = {}
 
 def counts_when_in_effect(concern: str, in_effect: Callable[[Any], bool]) -> None:
     """List ``concern`` among the workarounds in place only where ``in_effect(run)`` (its layers pass everything
-    through until then)."""
+    through until then; a noted one acts on some runs of the process only)."""
     _IN_EFFECT_WHEN[concern] = in_effect
 
 
@@ -169,10 +169,9 @@ def in_place(run: Any = None) -> list[str]:
     named: dict[str, None] = {}
     for (module, attribute), order in LAYER_ORDER.items():
         layers = _layers_on(module, attribute)
-        named.update((concern, None) for concern in order if concern in layers and concern not in _NOT_WORKAROUNDS
-                     and _IN_EFFECT_WHEN.get(concern, lambda run: True)(run))
+        named.update((concern, None) for concern in order if concern in layers and concern not in _NOT_WORKAROUNDS)
     named.update(_NOTED)
-    return list(named)
+    return [concern for concern in named if _IN_EFFECT_WHEN.get(concern, lambda run: True)(run)]
 
 
 RECORD_KEY = "lmms_egoplan_workarounds"

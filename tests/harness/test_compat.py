@@ -438,3 +438,16 @@ def test_the_log_masking_keeps_a_loguru_patcher_someone_else_configured(monkeypa
     finally:
         logger.remove(sink)
     assert lines == [("the key *** was refused", {"request_id": "r-1"})]
+
+
+def test_a_run_that_names_its_response_cache_does_not_list_the_default_cache_an_earlier_run_got(tmp_path):
+    """Two runs of one process: the first, without --use_cache, gets the default response cache; the second names
+    its own, and its results file must not say it got the default one."""
+    from argparse import Namespace
+
+    without_cache, with_cache = SuiteRun(), SuiteRun()
+    assert durability.keep_responses_by_default(without_cache, None, Namespace(output_path=str(tmp_path))) is not None
+    assert durability.keep_responses_by_default(with_cache, "mine/", Namespace(output_path=str(tmp_path))) == "mine/"
+    assert "durability.keep_responses_by_default" in replacements.in_place(without_cache)
+    assert "durability.keep_responses_by_default" not in replacements.in_place(with_cache)
+    assert "durability.keep_responses_by_default" not in replacements.in_place()
