@@ -58,6 +58,10 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
         "secrets.keep_secrets_out_of_lmms_evals_error_texts",
     ),
     ("lmms_eval.models.simple.llava_hf", "LlavaHf.loglikelihood"): ("backends.score_llava_hf_with_its_images",),
+    ("lmms_eval.__main__", "cli_evaluate_single"): (  # the command's exit status, once its last run has run
+        "durability.fail_runs_with_failed_tasks",
+        "durability.exit_when_results_are_written",
+    ),
     ("lmms_eval.tasks", "TaskManager.__init__"): (
         "switches.switch_on",  # the workarounds on simple_evaluate, once lmms-eval has imported its evaluator
         "durability.fail_runs_with_failed_tasks",  # the exit guard's sink, after cli_evaluate's log reset

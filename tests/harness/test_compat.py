@@ -264,13 +264,17 @@ def test_every_lmms_eval_function_the_suite_replaces_is_replaced_once_by_one_wra
         if module == "lmms_eval.models.simple.llava_hf":
             # once a suite task is bound to llava_hf, which imports decord (tests/e2e/test_lmms_eval_llava_hf.py)
             continue
+        if module == "lmms_eval.__main__":
+            # once a run of a --config file with runs after it asks for an exit status
+            # (tests/harness/test_lmms_eval_behaviours.py::test_a_failed_evaluation_exits_non_zero_after_the_other_...)
+            continue
         owner, name = replacements._owner(module, attribute)
         raw = vars(owner).get(name) if isinstance(owner, type) else getattr(owner, name)
         wrapper = getattr(raw, "__func__", raw)
         assert getattr(wrapper, replacements._LAYERS, None), f"{module}.{attribute} is not the suite's wrapper"
         assert not hasattr(wrapper.__wrapped__, replacements._LAYERS), f"{module}.{attribute} is wrapped twice"
         replaced += 1
-    assert replaced == len(replacements.LAYER_ORDER) - 1
+    assert replaced == len(replacements.LAYER_ORDER) - 2
     from lmms_eval import evaluator
 
     assert evaluator.unwrap_generation_output is instance.unwrap_generation_output  # the name lmms-eval bound too
