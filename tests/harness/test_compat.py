@@ -97,6 +97,10 @@ def test_releases_from_the_fixed_version_on_get_no_workaround(monkeypatch):
     assert compat_results.fail_runs_whose_files_are_cut() is False
     assert durability.exit_when_results_are_written() is False
     assert compat_tasks.unretried_process_results(ConfigurableTask.process_results) is ConfigurableTask.process_results
+    prepared = []  # a class task that a fixed release left without a model name keeps it so
+    task = SimpleNamespace(model_name=None, _prepare_model_specific_config=lambda: prepared.append(True))
+    compat_tasks.bind_class_task_to_backend(task, SimpleNamespace(model="dummy"))
+    assert (task.model_name, prepared) == (None, [])
 
 
 def test_the_exit_status_layer_is_in_every_suite_run_and_recorded_once_a_task_asks_for_a_status():
