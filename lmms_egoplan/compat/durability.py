@@ -46,7 +46,8 @@ def fail_runs_with_failed_tasks() -> bool:
     once, when it sets the verbosity: the sink is (re-)added at moments after that, when the run's
     ``TaskManager`` is built (the first line of ``cli_evaluate_single``: a layer on ``TaskManager.__init__``)
     and when a suite task or backend is built (``switches.SUITE_USED``). With ``--verbosity DEBUG`` lmms-eval
-    re-raises, and the exit status is already non-zero. Retired by docs/upstream/03. Returns whether the
+    re-raises, and the exit status is already non-zero. A ``--config`` file of several runs exits once its last run
+    has run, as the patch has it (``_exit_with``). Retired by docs/upstream/03. Returns whether the
     workaround is in place.
     """
     global _exit_guard_sink
@@ -81,12 +82,14 @@ def _evaluation_ending_the_run(simple_evaluate, *args, **kwargs):
     """An error of an evaluation lmms-eval's CLI started (it passes ``cli_args``) ends the process with status 1,
     before ``cli_evaluate`` prints its traceback and carries on: the traceback goes into a file of the run's
     ``--output_path`` (``write_traceback``), a line says where, the error is the last line. A call without
-    ``cli_args`` (``simple_evaluate`` called from Python) raises as lmms-eval's does."""
+    ``cli_args`` (``simple_evaluate`` called from Python) raises as lmms-eval's does, and so does the error of a run
+    of a ``--config`` file with runs after it: lmms-eval's CLI prints it and goes on, and the command ends with status 1
+    once they have run (``_exit_with``)."""
     cli_args = kwargs.get("cli_args")
     try:
         return simple_evaluate(*args, **kwargs)
     except Exception as error:
-        if cli_args is None or getattr(cli_args, "verbosity", None) == "DEBUG":
+        if cli_args is None or getattr(cli_args, "verbosity", None) == "DEBUG" or _runs_after_this_one():
             raise
         import traceback
 
@@ -129,21 +132,85 @@ def _exit_after_evaluation_error(message) -> None:
     # The sink runs inside lmms-eval's ``except`` block, which still holds the error (none for a run without tasks).
     error = sys.exc_info()[1]
     if error is None and str(message).startswith(_FAILURE_RECORDS["cli_evaluate_single"]):
-        line = "--tasks: name the tasks to evaluate (`lmms-eval --tasks list` lists them)"
+        # lmms-eval's sys.exit() follows, which ends a command of several runs too
+        _exit_failed("--tasks: name the tasks to evaluate (`lmms-eval --tasks list` lists them)",
+                     after_the_command=False)
     else:
-        line = error_line(error, str(message))
-    _exit_failed(line)
+        _exit_failed(error_line(error, str(message)))
 
-def _exit_failed(line: str) -> None:
-    sys.stdout.flush()
+def _exit_failed(line: str, *, after_the_command: bool = True) -> None:
+    """End the process with status 1, ``line`` (the error) last (``_exit_with``; ``after_the_command``: once the runs
+    after this one of a ``--config`` file have run)."""
     from lmms_egoplan.core.documentation import doc_page
 
-    sys.stderr.write(f"lmms-egoplan: the evaluation failed; exiting with status {_FAILED_RUN_EXIT_STATUS}, where "
-                     f"lmms-eval {version('lmms-eval')} alone would exit 0 (see {doc_page('upstream.md')})\n")
-    # The error again, last: lmms-eval printed it above dozens of log lines.
-    sys.stderr.write(f"lmms-egoplan: error: {line}\n")
+    _exit_with(_FAILED_RUN_EXIT_STATUS, [
+        f"lmms-egoplan: the evaluation failed; exiting with status {_FAILED_RUN_EXIT_STATUS}, where lmms-eval "
+        f"{version('lmms-eval')} alone would exit 0 (see {doc_page('upstream.md')})",
+        f"lmms-egoplan: error: {line}"],  # the error again, last: lmms-eval printed it above dozens of log lines
+        after_the_command=after_the_command, concern=_EXIT_GUARD)
+
+
+# lmms-eval's CLI runs the runs of a ``--config`` file one after another in one process (``cli_evaluate``'s loop over
+# ``args_list``, each run's ``args``), and a run that fails does not stop the others. A run that must end with a
+# non-zero status ends the command once the runs after it have run, as docs/upstream/03 has it: its status and lines
+# wait on its ``args`` (``SuiteRun.waiting_exit``: a run whose results are written or that wrote none, so no file of
+# lmms-eval's records the arguments after).
+_CLI_RUN = ("lmms_eval.__main__", "cli_evaluate_single")
+
+
+def _runs_of_the_command() -> tuple[Any, list] | None:
+    """(the ``args`` of the run lmms-eval's CLI is running, those of every run of its command), read from its
+    ``cli_evaluate`` loop on the stack; None outside it (``simple_evaluate`` called from Python)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "cli_evaluate" and Path(code.co_filename).parts[-2:] == ("lmms_eval", "__main__.py"):
+            runs, current = frame.f_locals.get("args_list"), frame.f_locals.get("args")
+            return (current, runs) if isinstance(runs, list) and any(run is current for run in runs) else None
+        frame = frame.f_back
+    return None
+
+
+def _runs_after_this_one() -> bool:
+    command = _runs_of_the_command()
+    return command is not None and command[1][-1] is not command[0]
+
+
+def _exit_with(status: int, lines: list[str], *, after_the_command: bool = True, concern: str) -> None:
+    """End the process with ``status`` (0: go on), ``lines`` last. Where lmms-eval's CLI has runs of its ``--config``
+    file after this one (and ``after_the_command``), once they have run: the status waits on this run's ``args``, and
+    the command's last run (``concern``'s layer on ``cli_evaluate_single``, or its own exit) ends the process with the
+    highest status of its runs, the lines of each run that asked for one in order, headed by the run."""
+    command = _runs_of_the_command()
+    if status and after_the_command and command is not None and command[1][-1] is not command[0]:
+        run = run_of(command[0]) or SuiteRun()
+        run.waiting_exit = (status, lines)
+        hand_over(run, command[0])
+        if not has_layer(concern, *_CLI_RUN):
+            add_layer(concern, *_CLI_RUN, _ending_the_command_after_its_last_run)
+        sys.stderr.write(f"lmms-egoplan: {lines[-1].removeprefix('lmms-egoplan: ')}; the other runs of the --config "
+                         f"file go on, then the command exits with status {status}\n")
+        return
+    runs = command[1] if command is not None else []
+    waiting = [(f"lmms-egoplan: run {number} of {len(runs)} of the --config file (--tasks {args.tasks}):", *exit)
+               for number, args in enumerate(runs, 1) if (exit := getattr(run_of(args), "waiting_exit", None))]
+    if status:
+        waiting.append(("", status, lines))
+    if not waiting:
+        return
+    sys.stdout.flush()
+    for heading, _, run_lines in waiting:
+        sys.stderr.write("".join(f"{line}\n" for line in (heading, *run_lines) if line))
     sys.stderr.flush()
-    raise SystemExit(_FAILED_RUN_EXIT_STATUS)
+    raise SystemExit(max(run_status for _, run_status, _ in waiting))
+
+
+def _ending_the_command_after_its_last_run(cli_evaluate_single, args, *more, **kwargs):
+    outcome = cli_evaluate_single(args, *more, **kwargs)
+    command = _runs_of_the_command()
+    if command is not None and command[1][-1] is args:
+        _exit_with(0, [], concern=_EXIT_GUARD)  # the statuses the command's earlier runs asked for
+    return outcome
 
 def error_line(error: BaseException | None, logged: str = "") -> str:
     """The error on one line: its message (the suite's errors name the file, field or setting to
@@ -224,7 +291,8 @@ def exit_when_results_are_written() -> bool:
     save_results_aggregated`` / ``save_results_samples``), the registered ``reason`` callables are
     asked (with the files written); where one returns a status, the results tables are printed as
     lmms-eval would print them, then the reasons' lines, the one of the highest status last, and the
-    process exits with that status. Reasons come from the suite's tasks only (``ask_for_exit_status``); a run none
+    process exits with that status (a run of a ``--config`` file of several runs: once the last has run).
+    Reasons come from the suite's tasks only (``ask_for_exit_status``); a run none
     asks goes on as lmms-eval's, and its results do not list the workaround (``counts_when_in_effect``). Returns
     whether it is in place.
     No patch retires it: suite policy (docs/upstream/README.md).
@@ -287,14 +355,12 @@ def _exit_if_asked(run: SuiteRun) -> None:
     from lmms_eval.utils import make_table
 
     results = written.results
-    print(make_table(results))
-    if "groups" in results:
-        print(make_table(results, "groups"))
-    sys.stdout.flush()
-    for _, line in verdicts:
-        sys.stderr.write(f"lmms-egoplan: {line}\n")
-    sys.stderr.flush()
-    raise SystemExit(max(status for status, _ in verdicts))
+    if not _runs_after_this_one():  # lmms-eval prints the tables of a --config file's runs after the last has run
+        print(make_table(results))
+        if "groups" in results:
+            print(make_table(results, "groups"))
+    _exit_with(max(status for status, _ in verdicts), [f"lmms-egoplan: {line}" for _, line in verdicts],
+               concern=_EXIT_WHEN_WRITTEN)
 
 def keep_responses_of_stopped_runs() -> bool:
     """Make ``--use_cache`` resume a run that stopped part-way, or was killed, from the responses it had.
@@ -549,7 +615,8 @@ def keep_responses_by_default(run: SuiteRun, use_cache: str | None, cli_args: An
     root = str(Path(output_path).absolute() / DEFAULT_RESPONSE_CACHE)
     logger.info(f"lmms-egoplan: no --use_cache given: the model's responses are kept as they are computed in the "
                 f"response cache {root}; the same command (the same --output_path) resumes from them after a stop")
-    note_in_place(_BY_DEFAULT)
+    note_in_place(_BY_DEFAULT)  # listed for the runs it gave a cache only
+    counts_when_in_effect(_BY_DEFAULT, lambda run: run is not None and run.default_response_cache is not None)
     run.default_response_cache = root
     return root
 

@@ -58,6 +58,10 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
         "secrets.keep_secrets_out_of_lmms_evals_error_texts",
     ),
     ("lmms_eval.models.simple.llava_hf", "LlavaHf.loglikelihood"): ("backends.score_llava_hf_with_its_images",),
+    ("lmms_eval.__main__", "cli_evaluate_single"): (  # the command's exit status, once its last run has run
+        "durability.fail_runs_with_failed_tasks",
+        "durability.exit_when_results_are_written",
+    ),
     ("lmms_eval.tasks", "TaskManager.__init__"): (
         "switches.switch_on",  # the workarounds on simple_evaluate, once lmms-eval has imported its evaluator
         "durability.fail_runs_with_failed_tasks",  # the exit guard's sink, after cli_evaluate's log reset
@@ -154,7 +158,7 @@ _IN_EFFECT_WHEN: dict[str, Callable[[Any], bool]] = {}
 
 def counts_when_in_effect(concern: str, in_effect: Callable[[Any], bool]) -> None:
     """List ``concern`` among the workarounds in place only where ``in_effect(run)`` (its layers pass everything
-    through until then)."""
+    through until then; a noted one acts on some runs of the process only)."""
     _IN_EFFECT_WHEN[concern] = in_effect
 
 
@@ -169,10 +173,9 @@ def in_place(run: Any = None) -> list[str]:
     named: dict[str, None] = {}
     for (module, attribute), order in LAYER_ORDER.items():
         layers = _layers_on(module, attribute)
-        named.update((concern, None) for concern in order if concern in layers and concern not in _NOT_WORKAROUNDS
-                     and _IN_EFFECT_WHEN.get(concern, lambda run: True)(run))
+        named.update((concern, None) for concern in order if concern in layers and concern not in _NOT_WORKAROUNDS)
     named.update(_NOTED)
-    return list(named)
+    return [concern for concern in named if _IN_EFFECT_WHEN.get(concern, lambda run: True)(run)]
 
 
 RECORD_KEY = "lmms_egoplan_workarounds"

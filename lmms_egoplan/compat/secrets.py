@@ -136,8 +136,8 @@ def keep_secrets_out_of_lmms_evals_error_texts() -> bool:
     if switched_off(_ERROR_TEXTS) or not affected_release():
         return False
     global _masked_in_the_log
-    _masked_in_the_log = masked = _MaskedSecrets(run_secrets())
-    logger.configure(patcher=masked.mask_record)
+    _masked_in_the_log = masked = _MaskedSecrets(run_secrets(), _configured_patcher(logger))
+    logger.configure(patcher=masked.mask_record)  # replaces the process's patcher: the one configured runs first
 
     def log_masked_to_audit(log_to_audit, self, request_type, task_name, doc_id, idx, gen_kwargs, response, **kwargs):
         return log_to_audit(self, request_type, task_name, doc_id, idx, gen_kwargs,
@@ -171,13 +171,25 @@ def mask_the_model_args_key_too() -> None:
 
 
 class _MaskedSecrets:
-    """The secrets masked in lmms-eval's log: the run's, learnt again by each ``simple_evaluate`` call."""
+    """The secrets masked in lmms-eval's log: the run's, learnt again by each ``simple_evaluate`` call; ``previous``:
+    the patcher configured before (the user's or another library's), which runs first."""
 
-    def __init__(self, secrets: tuple[str, ...]):
+    def __init__(self, secrets: tuple[str, ...], previous: Callable[[dict], None] | None = None):
         self.secrets = secrets
+        self.previous = previous
 
     def mask_record(self, record: dict) -> None:
+        if self.previous is not None:
+            self.previous(record)
         record["message"] = mask_secrets(record["message"], self.secrets)
+
+
+def _configured_patcher(logger: Any) -> Callable[[dict], None] | None:
+    """The patcher configured on loguru's logger (``logger.configure(patcher=...)``) before the suite's, the suite's
+    own left out: loguru has no public way to read it, and its ``configure`` replaces it."""
+    patcher = getattr(getattr(logger, "_core", None), "patcher", None)
+    owner = getattr(patcher, "__self__", None)
+    return owner.previous if isinstance(owner, _MaskedSecrets) else patcher
 
 
 # loguru's logger is one per process, and so is the patcher that masks its lines: what it masks is held beside it

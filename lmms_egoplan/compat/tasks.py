@@ -226,7 +226,7 @@ def bind_class_task_to_backend(task: Any, cli_args: Any) -> None:
     Retired by docs/upstream/06-class-task-model-name.patch.
     """
     model = getattr(cli_args, "model", None)
-    if not isinstance(model, str) or getattr(task, "model_name", None) == model \
+    if not isinstance(model, str) or getattr(task, "model_name", None) == model or not affected_release() \
             or switched_off("tasks.bind_class_task_to_backend"):
         return
     note_in_place("tasks.bind_class_task_to_backend")

@@ -56,9 +56,13 @@ class SuiteRun:
     # lmms-eval's four seeds of the run (random, numpy, torch, fewshot), which key the sampled answers of the suite's
     # tasks in the response cache (``compat.durability.resume_sampled_runs``); None: that run keeps none
     sampling_seeds: tuple[Any, ...] | None = None
+    # The exit status a run of a ``--config`` file of several runs asks for, and its lines, kept (on the run's lmms-eval
+    # ``args``) until the command's last run has run (``compat.durability._exit_with``); None: none asked
+    waiting_exit: tuple[int, list[str]] | None = None
 
 
-# The attribute an lmms-eval object of one evaluation (its results writer, its response cache) carries its run in.
+# The attribute an lmms-eval object of one evaluation (its results writer, its response cache, its CLI arguments)
+# carries its run in.
 _RUN_ATTRIBUTE = "lmms_egoplan_run"
 
 

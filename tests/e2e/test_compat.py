@@ -162,3 +162,26 @@ def test_a_failed_run_of_a_suite_task_exits_non_zero_and_a_good_one_zero(tmp_pat
                   env={"PROBE_DATA_FILE": str(data), "PROBE_REPEAT": "not-a-number"})
     assert bad[0] == 1 and bad[2] is None
     assert "PROBE_REPEAT" in bad[3] and "lmms-egoplan: the evaluation failed" in bad[3]
+
+
+def test_a_config_file_whose_first_run_fails_runs_the_others_then_exits_1(tmp_path):
+    """lmms-eval's CLI runs the runs of a ``--config`` file one after another: a suite task's run that fails does not
+    stop lmms-eval's task's run after it (docs/upstream/03: the command exits 1 once every run has run)."""
+    data = tmp_path / "plain.json"
+    data.write_text(json.dumps([{"question": f"q{i}?", "answer": "A" if i % 2 else "B"} for i in range(4)]))
+    plain_lmms_eval_task(tmp_path / "tasks" / "plain", data)
+    shutil.copytree(PROBE_TASKS, tmp_path / "tasks" / "suite")
+    folders = {"include_path": str(tmp_path / "tasks")}
+    runs = [{"model": "dummy", "tasks": task, **folders, "output_path": str(tmp_path / task), "log_samples": True}
+            for task in ("lmms_egoplan_probe", "plain_probe")]
+    runs[0]["env"] = {"PROBE_DATA_FILE": str(tmp_path / "no_such_file.json")}
+    (tmp_path / "runs.yaml").write_text(json.dumps(runs))  # JSON is YAML
+    env = {**os.environ, **OFFLINE_ENV, "LMMS_EVAL_PLUGINS": "lmms_egoplan"}
+    completed = run_python([sys.executable, "-c", CHILD, "installed", "--config", str(tmp_path / "runs.yaml")], env=env,
+                           cwd=tmp_path, timeout=600, stderr_apart=True)
+    assert completed.returncode == 1, completed.stderr[-3000:]
+    [results] = (tmp_path / "plain_probe").rglob("*_results.json")
+    assert "exact_match,none" in json.loads(results.read_text())["results"]["plain_probe"]  # it ran to its score
+    last = completed.stderr.splitlines()[-3:]
+    assert last[0] == "lmms-egoplan: run 1 of 2 of the --config file (--tasks lmms_egoplan_probe):"
+    assert last[-1].startswith("lmms-egoplan: error: ") and "no_such_file.json" in last[-1]

@@ -129,6 +129,32 @@ def test_a_failed_evaluation_exits_non_zero(monkeypatch, switch_on, lmms_eval_lo
     assert cli(monkeypatch, ["--model", "dummy", "--tasks", "plain_probe"], single=failing_evaluation) not in (0, None)
 
 
+def configs(folder: Path, *tasks: str) -> Path:
+    """A ``--config`` file of one run per task (lmms-eval's CLI runs them one after another in one process)."""
+    path = folder / "runs.yaml"
+    path.write_text("".join(f"- {{model: dummy, tasks: {task}}}\n" for task in tasks))
+    return path
+
+
+@pytest.mark.parametrize("fails_where", ["after simple_evaluate", "inside simple_evaluate"])
+def test_a_failed_evaluation_exits_non_zero_after_the_other_configs_have_run(fails_where, monkeypatch, switch_on,
+                                                                            lmms_eval_log, tmp_path):
+    """Patch 03's behaviour for a ``--config`` file of several runs: the runs after the failed one still run."""
+    switch_on(durability.fail_runs_with_failed_tasks)
+    evaluated = []
+
+    def single(args):
+        evaluated.append(args.tasks)
+        if args.tasks == "failing":
+            (failing_evaluation if fails_where == "after simple_evaluate" else failing_inside_simple_evaluate)(args)
+        lmms_eval_cli.TaskManager(args.verbosity)
+        return None, None
+
+    assert cli(monkeypatch, ["--config", str(configs(tmp_path, "passing", "failing", "passing_too"))],
+               single=single) not in (0, None)
+    assert evaluated == ["passing", "failing", "passing_too"]
+
+
 def test_a_failed_evaluations_traceback_goes_to_a_file_and_what_to_fix_ends_the_output(monkeypatch, switch_on,
                                                                                        lmms_eval_log, capfd, tmp_path):
     """Suite policy (issue 57), not lmms-eval behaviour: patch 03's test above is the behaviour its patch replaces.

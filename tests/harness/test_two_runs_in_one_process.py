@@ -101,3 +101,39 @@ def test_two_lm_eval_evaluations_in_the_process_write_their_side_files_each_besi
         assert submission.parent == tmp_path / name / sanitize_model_name(str(model))
         stamps.add(submission.name.split("_submission_")[0])
     assert len(stamps) == 2
+
+
+def test_a_run_of_a_config_file_that_asks_for_an_exit_status_ends_the_command_with_it_after_the_others(
+        tmp_path, monkeypatch, switch_on, lmms_eval_log, capfd):  # noqa: F811 (the fixture)
+    """lmms-eval's CLI runs the runs of a ``--config`` file one after another: the first asks for status 3 once its
+    files are written (``durability.ask_for_exit_status``: failed judgements), the second fails; both run after it,
+    and the command ends with the highest status, each run's lines named by the run."""
+    from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
+
+    from lmms_egoplan.core.run import SuiteRun, hand_over
+    from tests.harness.test_lmms_eval_behaviours import cli, configs, failing_evaluation
+
+    switch_on(durability.exit_when_results_are_written, durability.fail_runs_with_failed_tasks)
+    evaluated = []
+
+    def single(args):
+        evaluated.append(args.tasks)
+        lmms_eval_cli.TaskManager(args.verbosity)
+        if args.tasks == "judged":
+            writer = EvaluationTracker(output_path=str(tmp_path / "out"))
+            writer.general_config_tracker.model_name_sanitized = "model"
+            run = SuiteRun()
+            durability.ask_for_exit_status(run, lambda run, files: (3, "2 judgements failed"))
+            hand_over(run, writer)
+            writer.save_results_aggregated(results={"results": {}}, samples=None, datetime_str="20260101_000000")
+        elif args.tasks == "failing":
+            failing_evaluation(args)
+        return None, None
+
+    status = cli(monkeypatch, ["--config", str(configs(tmp_path, "judged", "failing", "passing"))], single=single)
+    assert (status, evaluated) == (3, ["judged", "failing", "passing"])
+    last = capfd.readouterr().err.splitlines()[-5:]
+    assert last[0] == "lmms-egoplan: run 1 of 3 of the --config file (--tasks judged):"
+    assert last[1] == "lmms-egoplan: 2 judgements failed"
+    assert last[2] == "lmms-egoplan: run 2 of 3 of the --config file (--tasks failing):"
+    assert last[4].startswith("lmms-egoplan: error: RuntimeError: the evaluation failed")
