@@ -317,7 +317,9 @@ def _judge_agreement_arguments(agreement: argparse.ArgumentParser) -> None:
 
 def _report_arguments(report: argparse.ArgumentParser) -> None:
     report.add_argument("results", nargs="+", help="results files or folders holding them, at any depth "
-                                                   "(lmms-eval <date>_results.json, lm-eval results_<date-time>.json)")
+                                                   "(lmms-eval <date>_results.json, lm-eval results_<date-time>.json; "
+                                                   "rejudge's <date>_rejudged.json in place of the judged scores of "
+                                                   "the run it names)")
     report.add_argument("--output", required=True, help="folder for report.md, report.html, the CSVs and figures")
     report.add_argument("--all_runs", action="store_true",
                         help="every run of a model and task (default: the latest)")
