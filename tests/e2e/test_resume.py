@@ -360,3 +360,28 @@ def test_a_sampled_run_stopped_part_way_resumes_from_its_answers_and_another_see
     answers = {sample["doc_id"]: sample["filtered_resps"] for sample in reseeded.samples(SAMPLED_TASK)}
     assert all(answers[doc] != answer for doc, answer in first_seed.items())  # drawn anew
     assert len(reseeded.samples("seedbench_local")) == 2 and stored_answers(cache, "seedbench_local") == {}
+
+
+def test_a_commit_in_the_repository_that_holds_the_environment_leaves_every_stored_answer_served(egoplan_data,
+                                                                                                 tmp_path):
+    """lmms-eval put the commit of the repository around its installed package in every response key: with the
+    environment inside a project's repository (``GIT_DIR`` stands for one here), a commit there between two runs
+    made every stored answer unreachable. The same command after a commit asks the model nothing."""
+    import subprocess
+
+    def git(*arguments: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *arguments], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
+
+    git("init", "-q", "project")
+    git("-C", "project", "commit", "-q", "--allow-empty", "-m", "first")
+    args = dict(model="dummy", model_args="", tasks=["egoplan_val"], check=False,
+                env={**egoplan_data.env(scored_tokens="answer"), "GIT_DIR": str(tmp_path / "project" / ".git")},
+                extra_args=["--use_cache", str(tmp_path / "cache")])
+    first = run_lmms_eval(output_dir=tmp_path / "first", **args)
+    assert first.returncode == 0 and cache_hits(first.log) == 0
+    git("-C", "project", "commit", "-q", "--allow-empty", "-m", "second")
+    again = run_lmms_eval(output_dir=tmp_path / "second", **args)
+    assert again.returncode == 0 and "0 misses" in again.log and cache_hits(again.log) == 4 * 8  # 4 choices each
