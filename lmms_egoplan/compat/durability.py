@@ -317,6 +317,8 @@ def keep_responses_of_stopped_runs() -> bool:
       called again a document at a time, so that the documents before the failing one are stored too
       (``call_in_chunks``). Responses and their order are unchanged;
     * a failed run's stored responses are merged into the cache like a finished run's;
+    * a ``cache.db`` that is no readable database (cut short, emptied, damaged) is set aside and built again from
+      the run folders lmms-eval merged into it (``rebuild_unreadable_cache``), before the run opens the cache;
     * each rank records its process in its run folder (``<rank db>.owner.json``), and the next run
       on the same machine, before it opens the cache, merges the folders of runs whose processes
       are all gone (``recover_killed_runs``, under lmms-eval's merge lock; a folder of a run still
@@ -399,6 +401,7 @@ def _create_recovering(create, cls, cache_root: str, **kwargs):
     import sqlite3
 
     root = cache_folder(cache_root)
+    rebuild_unreadable_cache(root)
     recover_killed_runs(root)
     try:
         cache = create(cls, cache_root, **kwargs)
@@ -929,6 +932,66 @@ def recover_killed_runs(cache_root: str) -> int:
         _drop_ownerless_lock(cache_root)
         logger.warning(f"ResponseCache: killed runs not recovered now ({storage_failure(error, cache_root)})")
     return merged
+
+def rebuild_unreadable_cache(cache_root: str) -> int:
+    """Set aside a ``<cache_root>/cache.db`` that is no readable SQLite database (a copy cut short, a damaged disk),
+    and build it again from the run folders lmms-eval keeps under ``runs/``, those it merged before: each finished
+    run's responses are still there. Returns the responses merged. lmms-eval only warns that it cannot open the
+    database, computes every answer again, and fails to merge them into it, in that run and every later one."""
+    import sqlite3
+    import time
+    from glob import glob
+
+    from lmms_eval.caching.response_cache import ResponseCache, _merge_lock
+
+    database = Path(cache_root, "cache.db")
+    if _unreadable_database(database) is None:
+        return 0
+    runs = Path(cache_root, "runs")
+    merged = 0
+    try:
+        with _merge_lock(str(runs / ".merge.lock"), timeout_seconds=60):
+            if (problem := _unreadable_database(database)) is None:  # another run rebuilt it meanwhile
+                return 0
+            aside = f"cache.db.unreadable-{time.strftime('%Y%m%dT%H%M%S')}"
+            for suffix in ("", "-wal", "-shm"):  # its journal would be read into the new one
+                if Path(f"{database}{suffix}").exists():
+                    os.replace(f"{database}{suffix}", Path(cache_root, aside + suffix))
+            finished = sorted(folder for folder in runs.glob("*") if (folder / ".merged").exists())
+            for folder in finished:
+                replay_whole_audit_lines(folder)
+                merged += ResponseCache.merge_shards(sorted(glob(str(folder / "rank_*.db"))), str(database))
+    except (TimeoutError, OSError, sqlite3.Error) as error:
+        why = storage_failure(error, cache_root)
+        raise StorageError(f"--use_cache {cache_root}: its database {database} is no readable SQLite database, and it "
+                           f"could not be rebuilt from the run folders under {runs} ({why}); move it away and run "
+                           f"again") from None
+    logger.warning(f"ResponseCache: {database} is no readable SQLite database ({problem}); it is kept as "
+                   f"{Path(cache_root, aside)}, and was built again with the {merged} responses of {len(finished)} "
+                   f"finished run(s) kept under {runs}")
+    return merged
+
+
+def _unreadable_database(path: Path) -> str | None:
+    """Why the SQLite database ``path`` cannot be read (not a database, damaged, empty: SQLite never leaves a database
+    of 0 bytes, a copy cut short does), or None (none there; or readable; or a problem that is no damage, such as a
+    lock, which lmms-eval reports itself)."""
+    import sqlite3
+    import urllib.parse
+    from contextlib import closing
+
+    if not path.is_file():
+        return None
+    if not path.stat().st_size:
+        return "an empty file"
+    try:
+        with closing(sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro", uri=True, timeout=60)) as db:
+            db.execute("SELECT COUNT(*) FROM responses").fetchone()
+    except sqlite3.DatabaseError as error:
+        if getattr(error, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT):
+            return str(error)
+    return None
+
 
 def replay_whole_audit_lines(folder: Path) -> int:
     """Store in each rank database of the run ``folder`` the answers its audit log holds whole and the database
