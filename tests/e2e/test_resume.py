@@ -403,3 +403,23 @@ def test_a_response_cache_database_cut_short_is_rebuilt_from_the_runs_it_merged(
     [aside] = database.parent.glob("cache.db.unreadable-*[0-9]")
     assert (f"ResponseCache: {database} is no readable SQLite database (" in again.log
             and f"it is kept as {aside}, and was built again with the 32 responses of 1 finished run(s)" in again.log)
+
+
+def test_a_judge_of_other_weights_judges_again_and_the_same_weights_read_their_answers(tmp_path):
+    """judge_revision names the judge's weights: the same command with another revision asks the judge again for every
+    answer (and the model for none); back at the first revision, the judge is asked nothing."""
+    from lmms_egoplan.demo.egothink import write_release
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
+
+    data = write_release(tmp_path / "data", per_dimension=3)
+    with ChatServer(lambda call: Reply("Two.")) as model, ChatServer(rating_responder(lambda call: "1")) as judge:
+        def judged_with(revision: str) -> tuple[int, int]:
+            model.reset(), judge.reset()
+            run = run_lmms_eval(output_dir=tmp_path / revision, **egothink_run_args(data, model, judge, tmp_path,
+                                                                                   judge_revision=revision * 40))
+            assert run.metric("ego_think_counting", "judged") == 3
+            return len(model.calls), len(judge.calls)
+
+        assert judged_with("a") == (3, 3)
+        assert judged_with("b") == (0, 3)
+        assert judged_with("a") == (0, 0)
