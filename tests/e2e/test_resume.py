@@ -387,22 +387,29 @@ def test_a_commit_in_the_repository_that_holds_the_environment_leaves_every_stor
     assert again.returncode == 0 and "0 misses" in again.log and cache_hits(again.log) == 4 * 8  # 4 choices each
 
 
-@pytest.mark.parametrize("damage", ["cut", "emptied"])
+@pytest.mark.parametrize("damage", ["cut", "emptied", "copied alone"])
 def test_a_response_cache_database_cut_short_is_rebuilt_from_the_runs_it_merged(damage, egoplan_data, tmp_path):
     """``cache.db`` cut to half (a copy that stopped) or to nothing: lmms-eval warned that it could not open it, asked
     the model every question again, and could not merge the answers into it, in every later run. It is set aside,
-    said, and built again from the finished runs' folders under ``runs/``: the same command asks the model nothing."""
+    said, and built again from the finished runs' folders under ``runs/``: the same command asks the model nothing.
+    Copied without its run folders, it is set aside all the same, and the answers are computed again."""
+    import shutil
+
     from tests.e2e.runs import truncate
 
     args = dict(extra_args=["--use_cache", str(tmp_path / "cache")])
     assert egoplan_run(egoplan_data, tmp_path / "first", **args).returncode == 0
     database = tmp_path / "cache" / "cache.db"
-    truncate(database, keep=0.5 if damage == "cut" else 0)
+    truncate(database, keep=0 if damage == "emptied" else 0.5)
+    if damage == "copied alone":
+        shutil.rmtree(tmp_path / "cache" / "runs")
     again = egoplan_run(egoplan_data, tmp_path / "second", **args)
-    assert again.returncode == 0 and cache_hits(again.log) == 4 * 8 and "0 misses" in again.log
+    served = 0 if damage == "copied alone" else 4 * 8  # 4 choices each
+    assert again.returncode == 0 and cache_hits(again.log) == served and f"{served} hits" in again.log
     [aside] = database.parent.glob("cache.db.unreadable-*[0-9]")
     assert (f"ResponseCache: {database} is no readable SQLite database (" in again.log
-            and f"it is kept as {aside}, and was built again with the 32 responses of 1 finished run(s)" in again.log)
+            and f"it is kept as {aside}, and was built again with the {served} responses of {served // 32} finished "
+                f"run(s)" in again.log)
 
 
 def test_a_judge_of_other_weights_judges_again_and_the_same_weights_read_their_answers(tmp_path):
