@@ -37,7 +37,8 @@ dropped and what a user loses). Each one
   ``durability.keep_responses_of_stopped_runs``               a suite task or backend is built (the response
                                                               cache, one per run)
   ``durability.key_suite_answers_by_what_changes_them``       a suite task or backend is built (the response
-                                                              cache's keys of the suite's tasks)
+                                                              cache's keys of the suite's tasks; the lmms-eval
+                                                              version in every task's key)
   ``durability.keep_responses_by_default``                    a run names a suite task and no ``--use_cache``,
                                                               with an ``--output_path`` (the run's response
                                                               cache: ``<output_path>/response_cache``)

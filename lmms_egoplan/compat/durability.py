@@ -383,17 +383,21 @@ def keep_responses_of_stopped_runs() -> bool:
       called again a document at a time, so that the documents before the failing one are stored too
       (``call_in_chunks``). Responses and their order are unchanged;
     * a failed run's stored responses are merged into the cache like a finished run's;
+    * a ``cache.db`` that is no readable database (cut short, emptied, damaged) is set aside and built again from
+      the run folders lmms-eval merged into it (``rebuild_unreadable_cache``), before the run opens the cache;
     * each rank records its process in its run folder (``<rank db>.owner.json``), and the next run
       on the same machine, before it opens the cache, merges the folders of runs whose processes
       are all gone (``recover_killed_runs``, under lmms-eval's merge lock; a folder of a run still
-      alive, of another machine, or written without this workaround, is left as it is);
+      alive, of another machine, or written without this workaround, is left as it is), with the answers
+      their audit logs hold whole and their databases lack (``replay_whole_audit_lines``: lmms-eval writes
+      the line first, so a kill between the two, or a full disk with room for a line, kept them there only);
     * a full disk (lmms-eval: ``OperationalError: database or disk is full`` naming no file, a cut
       line in the cache's audit log, and the backend called again for each document of the chunk):
       a cache that cannot be opened is named with what it keeps; a response that cannot be stored
       stops the run at the end of its chunk (at once with a ``response_sink``), before the backend
       computes more, saying how many were not stored and where (``_GuardedStoring``); a line the
       audit log cannot take whole is cut back off; a merge that fails leaves the run's folder for
-      the next run to merge.
+      the next run to merge, and so does a run with responses not stored, for their audit lines.
 
     Returns whether the workaround is in place.
     No patch retires it yet: docs/upstream/issues/response-cache-stopped-runs.md asks lmms-eval for the design; the
@@ -439,7 +443,10 @@ def _finalize_keeping_responses(finalize, self, *, success: bool, **kwargs):
         # (stop_cleanly_on_sigterm), beside the cache's name
         note_kept_on_stop(run, f"this run stored {stored} model response(s) there", first=True)
     try:
-        return finalize(self, success=True, **kwargs)
+        finalize(self, success=True, **kwargs)
+        guard = getattr(self, "_lmms_egoplan_storing", None)
+        if guard is not None and guard.not_stored:  # answers its audit log may hold: the next run replays them
+            Path(self._run_dir, ".merged").unlink(missing_ok=True)
     except (OSError, sqlite3.Error) as error:  # a full disk: the run's folder keeps them for the next run
         _drop_ownerless_lock(self._cache_root)
         logger.warning(f"ResponseCache: this run's responses could not be merged into {self._cache_root} "
@@ -460,6 +467,7 @@ def _create_recovering(create, cls, cache_root: str, **kwargs):
     import sqlite3
 
     root = cache_folder(cache_root)
+    rebuild_unreadable_cache(root)
     recover_killed_runs(root)
     try:
         cache = create(cls, cache_root, **kwargs)
@@ -501,7 +509,16 @@ def key_suite_answers_by_what_changes_them() -> bool:
     the settings that change answers, the data by content), recorded in the cache's ``meta`` table beside the
     answers; a run whose answer identity differs from the one the cache recorded for the task says which settings
     moved before it computes the answers again, and a cache holding a task's answers with no record (an earlier
-    lmms-egoplan's, keyed by the whole config) is said not to be served, and why. Returns whether it is in place.
+    lmms-egoplan's, keyed by the whole config) is said not to be served, and why.
+
+    Bug, in the same keys (every task's): ``lmms_eval/utils.py:get_lmms_eval_cache_version``, which ``create`` puts in
+    every key, is the commit ``git describe`` finds from the folder above the ``lmms_eval`` package; for an
+    installed lmms-eval that is ``site-packages``, and where the virtual environment lies inside a git repository (a
+    project's ``.venv``, this suite's checkout) it is that repository's commit: any commit or pull there made every
+    stored answer unreachable, silently (the warning lmms-eval has for it reads the run's new database). Fix (the
+    whole cache: lmms-eval's own tasks' keys too): the commit only where lmms-eval runs from its own checkout (a
+    ``.git`` beside its package, what lmms-eval means it for), else lmms-eval's release (``_cache_version``), as
+    lmms-eval has it outside a repository. Returns whether it is in place.
     No patch retires it: suite policy (docs/upstream/README.md).
     """
     if switched_off(_ANSWER_KEYS):
@@ -529,6 +546,7 @@ def _create_keying_answers(create, cls, cache_root: str, **kwargs):
     from lmms_egoplan.contract.adapter import KeysItsAnswers
 
     cache = create(cls, cache_root, **kwargs)
+    cache._eval_version = _cache_version(cache._eval_version)
     for name, task in _named_tasks(kwargs.get("task_dict") or {}):
         if not isinstance(task, KeysItsAnswers):
             continue
@@ -544,6 +562,16 @@ def _create_keying_answers(create, cls, cache_root: str, **kwargs):
             logger.warning(f"ResponseCache: what task {name}'s answers are made with is not recorded in "
                            f"{cache.db_path} ({error}): a later run cannot say what changed")
     return cache
+
+
+def _cache_version(chosen: str) -> str:
+    """The lmms-eval version in the response cache's keys: ``chosen`` (lmms-eval's) where lmms-eval runs from its own
+    git checkout, else its release (not the commit of a repository that merely holds the environment)."""
+    import lmms_eval
+
+    if Path(lmms_eval.__file__).resolve().parents[1].joinpath(".git").exists():
+        return chosen
+    return version("lmms-eval")
 
 
 def _named_tasks(task_dict: Mapping) -> list[tuple[str, Any]]:
@@ -953,6 +981,7 @@ def recover_killed_runs(cache_root: str) -> int:
                     if (folder / ".merged").exists() or not owners or any(
                             o.get("host") != host or process_runs(o.get("pid"), o.get("started")) for o in owners):
                         continue
+                    replayed = replay_whole_audit_lines(folder)
                     databases = sorted(glob(str(folder / "rank_*.db")))
                     count = ResponseCache.merge_shards(databases, str(Path(cache_root, "cache.db"))) if databases else 0
                     ResponseCache.merge_audit_logs(sorted(glob(str(folder / "rank_*.audit.jsonl"))),
@@ -961,7 +990,8 @@ def recover_killed_runs(cache_root: str) -> int:
                     logger.warning(f"ResponseCache: could not recover the killed run in {folder}: {error}")
                     continue
                 _touch_text(str(folder / ".merged"), "recovered by lmms_egoplan from a run that was killed\n")
-                logger.info(f"ResponseCache: recovered {count} responses of a killed run ({folder}) into {cache_root}")
+                logger.info(f"ResponseCache: recovered {count} responses of a killed run ({folder}) into {cache_root}"
+                            + (f", {replayed} of them from its audit log only" if replayed else ""))
                 merged += count
     except TimeoutError as error:
         logger.warning(f"ResponseCache: killed runs not recovered now (merge lock busy): {error}")
@@ -969,6 +999,101 @@ def recover_killed_runs(cache_root: str) -> int:
         _drop_ownerless_lock(cache_root)
         logger.warning(f"ResponseCache: killed runs not recovered now ({storage_failure(error, cache_root)})")
     return merged
+
+def rebuild_unreadable_cache(cache_root: str) -> int:
+    """Set aside a ``<cache_root>/cache.db`` that is no readable SQLite database (a copy cut short, a damaged disk),
+    and build it again from the run folders lmms-eval keeps under ``runs/``, those it merged before: each finished
+    run's responses are still there. Returns the responses merged. lmms-eval only warns that it cannot open the
+    database, computes every answer again, and fails to merge them into it, in that run and every later one."""
+    import sqlite3
+    import time
+    from glob import glob
+
+    from lmms_eval.caching.response_cache import ResponseCache, _merge_lock
+
+    database = Path(cache_root, "cache.db")
+    if _unreadable_database(database) is None:
+        return 0
+    runs = Path(cache_root, "runs")
+    merged = 0
+    try:
+        with _merge_lock(str(runs / ".merge.lock"), timeout_seconds=60):
+            if (problem := _unreadable_database(database)) is None:  # another run rebuilt it meanwhile
+                return 0
+            aside = f"cache.db.unreadable-{time.strftime('%Y%m%dT%H%M%S')}"
+            for suffix in ("", "-wal", "-shm"):  # its journal would be read into the new one
+                if Path(f"{database}{suffix}").exists():
+                    os.replace(f"{database}{suffix}", Path(cache_root, aside + suffix))
+            finished = sorted(folder for folder in runs.glob("*") if (folder / ".merged").exists())
+            for folder in finished:
+                replay_whole_audit_lines(folder)
+                merged += ResponseCache.merge_shards(sorted(glob(str(folder / "rank_*.db"))), str(database))
+    except (TimeoutError, OSError, sqlite3.Error) as error:
+        why = storage_failure(error, cache_root)
+        raise StorageError(f"--use_cache {cache_root}: its database {database} is no readable SQLite database, and it "
+                           f"could not be rebuilt from the run folders under {runs} ({why}); move it away and run "
+                           f"again") from None
+    logger.warning(f"ResponseCache: {database} is no readable SQLite database ({problem}); it is kept as "
+                   f"{Path(cache_root, aside)}, and was built again with the {merged} responses of {len(finished)} "
+                   f"finished run(s) kept under {runs}")
+    return merged
+
+
+def _unreadable_database(path: Path) -> str | None:
+    """Why the SQLite database ``path`` cannot be read (not a database, damaged, empty: SQLite never leaves a database
+    of 0 bytes, a copy cut short does), or None (none there; or readable; or a problem that is no damage, such as a
+    lock, which lmms-eval reports itself)."""
+    import sqlite3
+    import urllib.parse
+    from contextlib import closing
+
+    if not path.is_file():
+        return None
+    if not path.stat().st_size:
+        return "an empty file"
+    try:
+        with closing(sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro", uri=True, timeout=60)) as db:
+            db.execute("SELECT COUNT(*) FROM responses").fetchone()
+    except sqlite3.DatabaseError as error:
+        if getattr(error, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT):
+            return str(error)
+    return None
+
+
+def replay_whole_audit_lines(folder: Path) -> int:
+    """Store in each rank database of the run ``folder`` the answers its audit log holds whole and the database
+    lacks; returns how many. lmms-eval writes a response's audit line before it stores the response: a run killed
+    between the two, or whose disk had room for the line but not for the database's next page, computed answers
+    that only the line keeps (lmms-eval replays a log only when the same run reopens it). A line counts as lmms-eval
+    stores: deterministic, with its key, and a valid response (``ResponseCache._is_valid_response``: no failure)."""
+    import sqlite3
+    from contextlib import closing
+
+    from lmms_eval.caching.response_cache import ResponseCache, _deserialize_response
+
+    replayed = 0
+    for audit in sorted(folder.glob("rank_*.audit.jsonl")):
+        database = audit.with_name(audit.name.removesuffix(".audit.jsonl") + ".db")
+        if not database.is_file():
+            continue
+        with closing(sqlite3.connect(database, timeout=30)) as db:
+            for line in audit.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    record = json.loads(line)
+                    row = (record["cache_key"], record["request_type"], record["task_name"], record["doc_id"],
+                           record.get("idx", 0), record.get("gen_kwargs", "{}"), record["response"],
+                           record.get("created_at", 0))
+                except (ValueError, TypeError, KeyError):  # a line cut by the kill
+                    continue
+                if (not row[0] or not record.get("deterministic", True)
+                        or not ResponseCache._is_valid_response(_deserialize_response(row[6]), row[1])):
+                    continue
+                replayed += db.execute("INSERT OR IGNORE INTO responses (cache_key, request_type, task_name, doc_id, "
+                                       "idx, gen_kwargs, response, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                       row).rowcount
+            db.commit()
+    return replayed
+
 
 def _drop_ownerless_lock(cache_root: str) -> None:
     """Remove the merge lock a full disk left without its owner file (lmms-eval's ``_merge_lock`` makes the

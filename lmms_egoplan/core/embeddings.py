@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lmms_egoplan.core.devices import describe_device, resolve_device
-from lmms_egoplan.core.provenance import folder_digest
+from lmms_egoplan.core.provenance import content_files, folder_digest
 
 # A folder for the embeddings store, or "off"; default ~/.cache/lmms_egoplan/embeddings.
 EMBEDDING_CACHE_VARIABLE = "LMMS_EGOPLAN_EMBEDDING_CACHE"
@@ -93,7 +93,7 @@ def model_fingerprint(folder: str, device: str) -> str | None:
     root = Path(folder)
     if not root.is_dir():
         return None
-    digest = hashlib.sha256(folder_digest(root, sorted(path for path in root.rglob("*") if path.is_file())).encode())
+    digest = hashlib.sha256(folder_digest(root, content_files(root)).encode())
     for package in ("sentence-transformers", "transformers", "torch"):
         try:
             digest.update(f"{package} {version(package)}\0".encode())

@@ -69,7 +69,8 @@ def _git(folder: Path, *args: str) -> str:
 
 def data_source(read_from: Sequence[str]) -> list[dict]:
     """Where a task's documents came from, one entry per source its loader names: a file with its SHA-256; a folder
-    with the SHA-256 of its annotation files (every file but media, by relative path and content) and their count;
+    with the SHA-256 of its annotation files (every file but media and hidden ones, ``content_files``, by relative
+    path and content) and their count;
     a Hub dataset (``hub:<repo>@<revision>``) with its repository and revision."""
     entries = []
     for source in read_from:
@@ -81,7 +82,7 @@ def data_source(read_from: Sequence[str]) -> list[dict]:
         if path.is_file():
             entries.append({"file": str(path), "sha256": _file_digest(path)})
         elif path.is_dir():
-            files = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix.lower() not in MEDIA_SUFFIXES)
+            files = [f for f in content_files(path) if f.suffix.lower() not in MEDIA_SUFFIXES]
             entries.append({"folder": str(path), "annotation_files": len(files), "sha256": folder_digest(path, files)})
         else:
             entries.append({"path": str(path), "sha256": None})
@@ -149,6 +150,15 @@ def _file_digest(path: Path) -> str:
         for block in iter(lambda: file.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def content_files(root: Path) -> list[Path]:
+    """The files of the folder ``root``, sorted, but those under a hidden name (``.cache/huggingface/``, which
+    ``prepare`` and ``hf download --local-dir`` rewrite with new timestamps when they check a file again, ``.git/``,
+    ``.DS_Store``): tools' bookkeeping, which no loader reads and which must not make the same content look changed
+    (the response cache keys a task's answers by its data's digest)."""
+    return sorted(path for path in root.rglob("*") if path.is_file()
+                  and not any(part.startswith(".") for part in path.relative_to(root).parts))
 
 
 def folder_digest(root: Path, files: Iterable[Path]) -> str:

@@ -23,7 +23,7 @@ class JudgeCacheError(JudgeSetupError):
 
 class JudgeCache:
     """Raw judge outputs (and the model and configuration the server said answered) on disk, keyed by
-    (judge model, full prompt, decoding settings).
+    (judge model, its revision where known, full prompt, decoding settings).
 
     SQLite in WAL mode: several processes (two evaluations sharing the cache) and the engine's
     threads can write at once; each answer is committed as it arrives. Only requests and
@@ -74,8 +74,11 @@ class JudgeCache:
                     pass
 
     @staticmethod
-    def key(judge_model: str, messages: Sequence[Mapping[str, str]], decoding: Decoding) -> str:
-        return hashlib.sha256(_request_json(judge_model, messages, decoding).encode()).hexdigest()
+    def key(judge_model: str, messages: Sequence[Mapping[str, str]], decoding: Decoding,
+            revision: str | None = None) -> str:
+        """The key of a judge answer; ``revision``: the judge's weights (``judge_revision``), part of the key where
+        known, so that a judge of other weights never reads another's answers."""
+        return hashlib.sha256(_request_json(judge_model, messages, decoding, revision).encode()).hexdigest()
 
     def get(self, key: str) -> Optional[Completion]:
         with self._lock:
@@ -87,12 +90,12 @@ class JudgeCache:
         return Completion(*row) if row else None
 
     def put(self, key: str, judge_model: str, messages: Sequence[Mapping[str, str]], decoding: Decoding,
-            answer: Completion) -> None:
+            answer: Completion, revision: str | None = None) -> None:
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO judgements (key, judge_model, request, output, created, served_model, "
                 "system_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (key, judge_model, _request_json(judge_model, messages, decoding), answer.text, time.time(),
+                (key, judge_model, _request_json(judge_model, messages, decoding, revision), answer.text, time.time(),
                  answer.model, answer.fingerprint))
 
     def __len__(self) -> int:
@@ -104,6 +107,8 @@ class JudgeCache:
             self._db.close()
 
 
-def _request_json(judge_model: str, messages, decoding: Decoding) -> str:
+def _request_json(judge_model: str, messages, decoding: Decoding, revision: str | None = None) -> str:
+    # Without a revision, the request as caches recorded it before revisions were keyed: their answers stay reachable.
     return json.dumps({"judge_model": judge_model, "messages": [dict(m) for m in messages],
-                       "decoding": dataclasses.asdict(decoding)}, sort_keys=True, ensure_ascii=False)
+                       "decoding": dataclasses.asdict(decoding), **({"revision": revision} if revision else {})},
+                      sort_keys=True, ensure_ascii=False)

@@ -63,8 +63,10 @@ class Judge:
     """Runs batches of judge requests against one judge model. Thread-safe; reuse it."""
 
     def __init__(self, backend: JudgeBackend, *, decoding: Decoding = Decoding(), cache: JudgeCache | None = None,
-                 concurrency: int = 16, retries: int = 6, backoff: float = 1.0, max_backoff: float = 60.0):
+                 concurrency: int = 16, retries: int = 6, backoff: float = 1.0, max_backoff: float = 60.0,
+                 revision: str | None = None):
         self.backend = backend
+        self.revision = revision  # the judge's weights (judge_revision): part of its answers' cache key
         self.decoding = decoding
         self.cache = cache
         self.concurrency = concurrency
@@ -81,7 +83,7 @@ class Judge:
                    decoding=Decoding(settings.judge_temperature, settings.judge_max_tokens),
                    cache=JudgeCache(settings.judge_cache_dir) if settings.judge_cache_dir else None,
                    concurrency=settings.judge_concurrency, retries=settings.judge_retries,
-                   backoff=settings.judge_backoff)
+                   backoff=settings.judge_backoff, revision=settings.judge_revision)
 
     @property
     def model(self) -> str:
@@ -172,7 +174,7 @@ class Judge:
             raise ValueError(f"judge request ids must be unique; repeated: {duplicates[:5]}")
         by_key: dict[str, list[JudgeRequest]] = {}
         for request in requests:
-            key = JudgeCache.key(self.model, request.messages, self.decoding)
+            key = JudgeCache.key(self.model, request.messages, self.decoding, self.revision)
             by_key.setdefault(key, []).append(request)
         return by_key
 
@@ -180,13 +182,23 @@ class Judge:
                        record: Callable[..., None]) -> list[str]:
         """Records each prompt whose cached answer carries a valid rating; returns the keys left to ask."""
         missing = []
-        for key in by_key:
-            cached = self.cache.get(key) if self.cache is not None else None
+        for key, requests in by_key.items():
+            cached = self._cached(key, requests[0].messages)
             if cached is None or _parsed(parse_rating, cached.text)[0] is None:
                 missing.append(key)
             else:
                 record(key, cached, None, True, 0)
         return missing
+
+    def _cached(self, key: str, messages) -> Completion | None:
+        """The cached answer to ``messages``: under ``key``, else (a judge with a revision) under the key a cache
+        written before revisions were keyed gave it, whose revision is not known."""
+        if self.cache is None:
+            return None
+        cached = self.cache.get(key)
+        if cached is None and self.revision:
+            cached = self.cache.get(JudgeCache.key(self.model, messages, self.decoding))
+        return cached
 
     def _warn_of_failures(self, results: JudgeResults) -> None:
         reasons = Counter(j.error for j in results.judgements if not j.ok)
@@ -245,7 +257,7 @@ class Judge:
         if self.cache is None:
             return None
         try:
-            self.cache.put(key, self.model, messages, self.decoding, answer)
+            self.cache.put(key, self.model, messages, self.decoding, answer, self.revision)
         except sqlite3.Error as error:
             return storage_failure(error, self.cache.path.parent)
         return None

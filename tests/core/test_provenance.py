@@ -131,3 +131,16 @@ def test_a_model_is_named_by_its_revision_and_the_hashes_of_its_weights_index_an
     absent = model_identity("no-such-org/no-such-model", "v1")  # not in this machine's Hub cache: nothing asked
     assert absent == {"pretrained": "no-such-org/no-such-model", "revision": "v1", "commit": None,
                       "weights_index_sha256": None, "chat_template_sha256": None}
+
+
+def test_a_folders_digest_skips_tools_hidden_bookkeeping_but_not_a_folder_that_lies_under_a_hidden_one(tmp_path):
+    release = tmp_path / ".cache" / "release"  # where data often lies: under ~/.cache
+    (release / ".cache" / "huggingface" / "download").mkdir(parents=True)
+    (release / "label.json").write_text("{}")
+    metadata = release / ".cache" / "huggingface" / "download" / "label.json.metadata"
+    metadata.write_text("commit\netag\n1795873084.4\n")
+    [entry] = data_source([str(release)])
+    assert entry["annotation_files"] == 1
+    metadata.write_text("commit\netag\n1795873999.9\n")  # the same file checked again by huggingface_hub
+    (release / ".DS_Store").write_bytes(b"\0")
+    assert data_source([str(release)]) == [entry]

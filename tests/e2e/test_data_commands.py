@@ -75,3 +75,43 @@ def test_prepare_fetches_from_the_hub_and_check_data_reads_what_it_wrote(tmp_pat
     shutil.rmtree(root / "egothink" / "EgoThink" / "Activity" / "images")
     checked = lmms_egoplan("check-data", "egothink", cwd=tmp_path, env={"LMMS_EGOPLAN_SETTINGS": str(settings)})
     assert "2 problems" in checked.stdout and checked.returncode == 1
+
+
+def test_prepare_run_again_over_the_same_data_keeps_every_answer_a_run_stored(tmp_path):
+    """The annotations given new times (as a copy to another disk gives them), then prepare run again: it checks each
+    file against the Hub and rewrites its bookkeeping (``.cache/huggingface/``, with new timestamps). The content is
+    the same, so the next run with the same response cache asks the model nothing."""
+    import os
+
+    from lmms_egoplan.demo import egothink
+    from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply, rating_responder
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
+    from tests.e2e.test_resume import cache_hits
+
+    release = egothink.write_release(tmp_path / "repo", per_dimension=3)
+    settings, root = tmp_path / "settings.yaml", tmp_path / "data"
+    with LoopbackHub() as hub, ChatServer(lambda call: Reply("Two.")) as model, \
+            ChatServer(rating_responder(lambda call: "1")) as judge:
+        hub.add("EgoThink/EgoThink", release)
+
+        def prepare() -> None:
+            prepared = lmms_egoplan("prepare", "egothink", "--root", str(root), "--settings", str(settings),
+                                    "--judge_model", "loopback-judge", "--judge_base_url", judge.base_url,
+                                    "--judge_api_key_env", "", "--judge_cache_dir", str(tmp_path / "judge"),
+                                    cwd=tmp_path, env={"HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0"})
+            assert prepared.returncode == 0, prepared.stdout + prepared.stderr[-3000:]
+
+        prepare()
+        args = dict(model="openai", model_args=f"model_version=fake,base_url={model.base_url},api_key=unused",
+                    tasks=["ego_think_counting"], env={"LMMS_EGOPLAN_SETTINGS": str(settings)},
+                    extra_args=["--use_cache", str(tmp_path / "responses")])
+        assert run_lmms_eval(output_dir=tmp_path / "first", **args).returncode == 0 and len(model.calls) == 3
+        bookkeeping = {path: path.read_text() for path in root.rglob(".cache/huggingface/download/**/*.metadata")}
+        for annotations in root.rglob("annotations.json"):
+            os.utime(annotations, (annotations.stat().st_atime, annotations.stat().st_mtime + 60))
+        prepare()
+        assert any(path.read_text() != text for path, text in bookkeeping.items())  # what the digest must not read
+        model.reset()
+        again = run_lmms_eval(output_dir=tmp_path / "second", **args)
+    assert again.returncode == 0 and model.calls == [] and cache_hits(again.log) == 3
+    assert "were made with other settings" not in again.log

@@ -64,12 +64,20 @@ def test_a_response_cache_filling_while_the_model_answers_stops_the_run_before_i
         args = egothink_run_args(data, model, judge, tmp_path, model_concurrency=2)
         args["extra_args"] = ["--use_cache", str(disk.path / "responses")]
         run = run_lmms_eval(output_dir=tmp_path / "out", check=False, **args)
-    root, last = disk.path / "responses", run.log.rstrip().splitlines()[-1]
-    assert run.returncode == 1 and len(model.calls) == 8 and judge.calls == []
-    disk.free()
-    stored = stored_responses(root)
-    assert 4 <= stored < 8
-    assert last.startswith(f"lmms-egoplan: error: --use_cache {root}: {8 - stored} model response"), last
-    assert "The run stopped before the model computed more" in last and f"the {stored} responses it stored" in last
-    for audit in root.rglob("*.audit.jsonl"):  # lmms-eval's log of every response: each line whole
-        assert all(json.loads(line) for line in audit.read_text().splitlines())
+        root, last = disk.path / "responses", run.log.rstrip().splitlines()[-1]
+        assert run.returncode == 1 and len(model.calls) == 8 and judge.calls == []
+        disk.free()
+        stored = stored_responses(root)
+        assert 4 <= stored < 8
+        assert last.startswith(f"lmms-egoplan: error: --use_cache {root}: {8 - stored} model response"), last
+        assert "The run stopped before the model computed more" in last and f"the {stored} responses it stored" in last
+        audited = set()  # lmms-eval's log of every response: each line whole, and written before the response's row
+        for audit in root.rglob("*.audit.jsonl"):
+            audited |= {json.loads(line)["cache_key"] for line in audit.read_text().splitlines()}
+        assert stored < len(audited) <= 8
+        # The same command once there is room: every answer stored or kept whole in the audit log is served.
+        model.reset()
+        resumed = run_lmms_eval(output_dir=tmp_path / "again", check=False, **args)
+    assert resumed.returncode == 0 and len(model.calls) == 12 - len(audited)
+    assert f"recovered {len(audited)} responses of a killed run" in resumed.log
+    assert f", {len(audited) - stored} of them from its audit log only" in resumed.log

@@ -360,3 +360,73 @@ def test_a_sampled_run_stopped_part_way_resumes_from_its_answers_and_another_see
     answers = {sample["doc_id"]: sample["filtered_resps"] for sample in reseeded.samples(SAMPLED_TASK)}
     assert all(answers[doc] != answer for doc, answer in first_seed.items())  # drawn anew
     assert len(reseeded.samples("seedbench_local")) == 2 and stored_answers(cache, "seedbench_local") == {}
+
+
+def test_a_commit_in_the_repository_that_holds_the_environment_leaves_every_stored_answer_served(egoplan_data,
+                                                                                                 tmp_path):
+    """lmms-eval put the commit of the repository around its installed package in every response key: with the
+    environment inside a project's repository (``GIT_DIR`` stands for one here), a commit there between two runs
+    made every stored answer unreachable. The same command after a commit asks the model nothing."""
+    import subprocess
+
+    def git(*arguments: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *arguments], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
+
+    git("init", "-q", "project")
+    git("-C", "project", "commit", "-q", "--allow-empty", "-m", "first")
+    args = dict(model="dummy", model_args="", tasks=["egoplan_val"], check=False,
+                env={**egoplan_data.env(scored_tokens="answer"), "GIT_DIR": str(tmp_path / "project" / ".git")},
+                extra_args=["--use_cache", str(tmp_path / "cache")])
+    first = run_lmms_eval(output_dir=tmp_path / "first", **args)
+    assert first.returncode == 0 and cache_hits(first.log) == 0
+    git("-C", "project", "commit", "-q", "--allow-empty", "-m", "second")
+    again = run_lmms_eval(output_dir=tmp_path / "second", **args)
+    assert again.returncode == 0 and "0 misses" in again.log and cache_hits(again.log) == 4 * 8  # 4 choices each
+
+
+@pytest.mark.parametrize("damage", ["cut", "emptied", "copied alone"])
+def test_a_response_cache_database_cut_short_is_rebuilt_from_the_runs_it_merged(damage, egoplan_data, tmp_path):
+    """``cache.db`` cut to half (a copy that stopped) or to nothing: lmms-eval warned that it could not open it, asked
+    the model every question again, and could not merge the answers into it, in every later run. It is set aside,
+    said, and built again from the finished runs' folders under ``runs/``: the same command asks the model nothing.
+    Copied without its run folders, it is set aside all the same, and the answers are computed again."""
+    import shutil
+
+    from tests.e2e.runs import truncate
+
+    args = dict(extra_args=["--use_cache", str(tmp_path / "cache")])
+    assert egoplan_run(egoplan_data, tmp_path / "first", **args).returncode == 0
+    database = tmp_path / "cache" / "cache.db"
+    truncate(database, keep=0 if damage == "emptied" else 0.5)
+    if damage == "copied alone":
+        shutil.rmtree(tmp_path / "cache" / "runs")
+    again = egoplan_run(egoplan_data, tmp_path / "second", **args)
+    served = 0 if damage == "copied alone" else 4 * 8  # 4 choices each
+    assert again.returncode == 0 and cache_hits(again.log) == served and f"{served} hits" in again.log
+    [aside] = database.parent.glob("cache.db.unreadable-*[0-9]")
+    assert (f"ResponseCache: {database} is no readable SQLite database (" in again.log
+            and f"it is kept as {aside}, and was built again with the {served} responses of {served // 32} finished "
+                f"run(s)" in again.log)
+
+
+def test_a_judge_of_other_weights_judges_again_and_the_same_weights_read_their_answers(tmp_path):
+    """judge_revision names the judge's weights: the same command with another revision asks the judge again for every
+    answer (and the model for none); back at the first revision, the judge is asked nothing."""
+    from lmms_egoplan.demo.egothink import write_release
+    from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
+
+    data = write_release(tmp_path / "data", per_dimension=3)
+    with ChatServer(lambda call: Reply("Two.")) as model, ChatServer(rating_responder(lambda call: "1")) as judge:
+        def judged_with(revision: str) -> tuple[int, int]:
+            model.reset(), judge.reset()
+            run = run_lmms_eval(output_dir=tmp_path / revision, **egothink_run_args(data, model, judge, tmp_path,
+                                                                                   judge_revision=revision * 40))
+            assert run.metric("ego_think_counting", "judged") == 3
+            return len(model.calls), len(judge.calls)
+
+        assert judged_with("a") == (3, 3)
+        assert judged_with("b") == (0, 3)
+        assert judged_with("a") == (0, 0)

@@ -35,10 +35,10 @@ def requests(n, prefix="q"):
 
 
 def judge_for(server, *, cache_dir=None, model="loopback-judge", concurrency=8, retries=3, backoff=0.01,
-              timeout=10.0, decoding=Decoding()):
+              timeout=10.0, decoding=Decoding(), revision=None):
     backend = OpenAIChatBackend(model, base_url=server.base_url, api_key_env="", timeout=timeout)
     return Judge(backend, cache=JudgeCache(cache_dir) if cache_dir else None, concurrency=concurrency,
-                 retries=retries, backoff=backoff, decoding=decoding)
+                 retries=retries, backoff=backoff, decoding=decoding, revision=revision)
 
 
 def mean_rating(results):
@@ -197,6 +197,20 @@ def test_rerun_makes_zero_calls_and_the_cache_key_covers_model_prompt_and_decodi
         assert len(server.calls) == 20
         judge_for(server, cache_dir=tmp_path).run(requests(10, prefix="p"), ZERO_HALF_ONE, progress=False)
         assert len(server.calls) == 30
+
+
+def test_a_judge_of_other_weights_never_reads_another_revisions_answers_and_a_moved_server_reads_its_own(tmp_path):
+    """judge_revision is part of the key where set; answers a cache holds from before revisions were keyed (their
+    revision unknown) stay served; the server's URL is no part of the key."""
+    with ChatServer(rating_responder(hash_rating)) as server, ChatServer(rating_responder(hash_rating)) as moved:
+        judge_for(server, cache_dir=tmp_path).run(requests(10), ZERO_HALF_ONE, progress=False)  # keyed as before
+        assert judge_for(server, cache_dir=tmp_path, revision="a").run(requests(10), ZERO_HALF_ONE,
+                                                                       progress=False).calls == 0
+        later = requests(10, prefix="p")
+        assert judge_for(server, cache_dir=tmp_path, revision="a").run(later, ZERO_HALF_ONE, progress=False).calls == 10
+        assert judge_for(server, cache_dir=tmp_path, revision="b").run(later, ZERO_HALF_ONE, progress=False).calls == 10
+        assert judge_for(moved, cache_dir=tmp_path, revision="a").run(later, ZERO_HALF_ONE, progress=False).calls == 0
+    assert len(server.calls) == 10 + 10 + 10 and moved.calls == []
 
 
 def test_failed_calls_are_not_cached_so_a_rerun_retries_them(tmp_path):
