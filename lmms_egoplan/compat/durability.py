@@ -171,9 +171,13 @@ def _runs_of_the_command() -> tuple[Any, list] | None:
     return None
 
 
-def _runs_after_this_one() -> bool:
-    command = _runs_of_the_command()
+def _runs_after(command: tuple[Any, list] | None) -> bool:
+    """Whether ``command`` (``_runs_of_the_command``'s) has runs after the one running."""
     return command is not None and command[1][-1] is not command[0]
+
+
+def _runs_after_this_one() -> bool:
+    return _runs_after(_runs_of_the_command())
 
 
 def _exit_with(status: int, lines: list[str], *, after_the_command: bool = True, concern: str) -> None:
@@ -182,7 +186,7 @@ def _exit_with(status: int, lines: list[str], *, after_the_command: bool = True,
     the command's last run (``concern``'s layer on ``cli_evaluate_single``, or its own exit) ends the process with the
     highest status of its runs, the lines of each run that asked for one in order, headed by the run."""
     command = _runs_of_the_command()
-    if status and after_the_command and command is not None and command[1][-1] is not command[0]:
+    if status and after_the_command and _runs_after(command):
         run = run_of(command[0]) or SuiteRun()
         run.waiting_exit = (status, lines)
         hand_over(run, command[0])
