@@ -56,7 +56,8 @@ dropped and what a user loses). Each one
                                                               or backend is built (every log line of the
                                                               process, every failure text of the run's samples
                                                               files and response cache)
-  ``durability.stop_cleanly_on_sigterm``                      a suite task or backend is built (the process)
+  ``durability.stop_cleanly_on_sigterm``                      a suite task or backend is built (the process;
+                                                              Ctrl-C only in a run of lmms-eval's CLI)
   ``results.clean_lone_surrogates``                           a suite task or backend is built (every response
                                                               of the run: lmms-eval unwraps them before it
                                                               knows their task)

@@ -1,5 +1,5 @@
 """lmms-eval workarounds about what a run keeps and how it ends: responses stored as they are
-computed and recovered from killed runs, SIGTERM stopping cleanly, and an exit status that says what
+computed and recovered from killed runs, SIGTERM and Ctrl-C stopping cleanly, and an exit status that says what
 happened (a failed run exits non-zero; a task may end a finished run with its own status). Guards
 and the switch table: ``lmms_egoplan.compat``; a run's facts: ``lmms_egoplan.core.run.SuiteRun``, handed to the
 objects of its evaluation (``core.run.hand_over``)."""
@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
 import sys
 from dataclasses import dataclass, field
 from importlib.metadata import version
@@ -1193,56 +1194,84 @@ def _document_chunks(requests: list, size: int, min_requests: int = 0) -> list[l
     return chunks
 
 def stop_cleanly_on_sigterm() -> bool:
-    """Make SIGTERM (what Slurm and Kubernetes send on preemption) stop a run the way an error does.
+    """Make SIGTERM (what Slurm and Kubernetes send on preemption), and Ctrl-C (SIGINT) in a run of lmms-eval's CLI,
+    stop a run the way an error does, its last line saying what is kept and how to resume.
 
     Bug: lmms-eval installs no SIGTERM handler, so the process ends at once, in the middle of a
     pass: no ``finally`` runs, ``ResponseCache.finalize`` never merges what the run stored, nothing
-    says what happened, and the run's work is lost like a SIGKILL's. Fix: SIGTERM raises
-    ``RunStopped`` (a ``SystemExit`` with status 128 + 15 = 143, as a shell reports a process ended
-    by SIGTERM) in the main thread, so that lmms-eval's cleanup runs (the response cache merges
-    what was computed, ``keep_responses_of_stopped_runs``; the judge engine stores the judgements
-    that arrive and asks nothing more), and the last line says what is kept and how to resume. A
-    second SIGTERM ends the process at once. Left alone where a handler is already installed, or
-    outside the main thread. Returns whether the workaround is in place.
+    says what happened, and the run's work is lost like a SIGKILL's. Ctrl-C raises Python's
+    ``KeyboardInterrupt``, which lmms-eval's CLI does not catch: the cleanup runs, but the run ends on
+    a traceback of wherever the signal fell, and nothing says what was kept or how to resume. Fix:
+    SIGTERM raises ``RunStopped`` (a ``SystemExit`` with status 128 + 15 = 143, as a shell reports a
+    process ended by SIGTERM) in the main thread; Ctrl-C raises a ``KeyboardInterrupt`` whose traceback
+    is not printed, so that Python ends the process by SIGINT once the cleanup and exit handlers have
+    run, as on any Ctrl-C (a shell reports 130, and a shell script running the command stops with it:
+    bash goes on with a script's next command where the command exits 130 instead). Either way
+    lmms-eval's cleanup runs (the response cache merges what was computed,
+    ``keep_responses_of_stopped_runs``; the judge engine stores the judgements that arrive and asks
+    nothing more), and the last line says what is kept and how to resume. A second SIGTERM or
+    Ctrl-C ends the process at once (the signals' defaults: a user is never trapped). Each signal
+    is left alone where a handler other than Python's default is installed, or outside the main
+    thread; Ctrl-C also outside lmms-eval's CLI (``simple_evaluate`` called from Python, a notebook:
+    there the caller handles ``KeyboardInterrupt``). Returns whether the workaround is in place.
     Retired by docs/upstream/09-sigterm.patch.
     """
-    import signal
     import threading
 
-    current = signal.getsignal(signal.SIGTERM)
-    if current is _stop_on_sigterm:
-        return True
-    if switched_off("durability.stop_cleanly_on_sigterm") or not (
-            affected_release() and current == signal.SIG_DFL and threading.current_thread() is threading.main_thread()):
+    if switched_off(_STOP_CLEANLY) or not affected_release():
         return False
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
-    note_in_place("durability.stop_cleanly_on_sigterm")
-    return True
+    may_install = threading.current_thread() is threading.main_thread()  # signal.signal's own condition
+    in_the_cli = _runs_of_the_command() is not None
+    for signum, python_default in _STOP_SIGNALS.items():
+        if (may_install and signal.getsignal(signum) == python_default
+                and (signum != signal.SIGINT or in_the_cli)):
+            signal.signal(signum, _stop_on_signal)
+    handled = any(signal.getsignal(signum) is _stop_on_signal for signum in _STOP_SIGNALS)
+    if handled:
+        note_in_place(_STOP_CLEANLY)
+    return handled
+
+_STOP_CLEANLY = "durability.stop_cleanly_on_sigterm"
+# The signals that stop a run cleanly, each with Python's own handling of it: the only one the workaround replaces.
+_STOP_SIGNALS = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
 
 class RunStopped(SystemExit):
     """The run was asked to stop (SIGTERM); its exit status is 128 + the signal number. ``run``: the run it
     stopped, as the ``simple_evaluate`` wrapper that made it hands it over while the stop passes
-    (``tasks.check_suite_tasks_before_the_model``); None: a stop outside one."""
+    (``tasks.check_suite_tasks_before_the_model``; Ctrl-C's ``KeyboardInterrupt`` gets it the same way); None: a
+    stop outside one."""
 
     run: SuiteRun | None = None
 
-def _stop_on_sigterm(signum, frame) -> None:
+def _stop_on_signal(signum, frame) -> None:
     import atexit
-    import signal
 
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for stop_signal in _STOP_SIGNALS:  # a second stop, of either kind, ends the process at once
+        signal.signal(stop_signal, signal.SIG_DFL)
     sys.stdout.flush()
-    sys.stderr.write("lmms-egoplan: SIGTERM received: stopping; what this run computed is being kept\n")
+    sys.stderr.write(f"lmms-egoplan: {signal.Signals(signum).name} received: stopping; what this run computed is "
+                     f"being kept\n")
     sys.stderr.flush()
-    stopped = RunStopped(128 + signum)
+    stopped = _interrupted() if signum == signal.SIGINT else RunStopped(128 + signum)
     atexit.register(_report_stop, signum, stopped)  # after the run's cleanup, which says what it kept
     raise stopped
 
-def _report_stop(signum: int, stopped: RunStopped) -> None:
-    import signal
+def _interrupted() -> KeyboardInterrupt:
+    """Ctrl-C's stop: Python's own ``KeyboardInterrupt`` (its exact class: only that one makes the interpreter end by
+    SIGINT once it has run the exit handlers), whose traceback the process's exception hook does not print."""
+    interrupted = KeyboardInterrupt()
+    print_exception = sys.excepthook
 
+    def printing_all_but_the_stop(kind, error, traceback):
+        if error is not interrupted:
+            print_exception(kind, error, traceback)
+
+    sys.excepthook = printing_all_but_the_stop  # the process is ending: the hook it ends with
+    return interrupted
+
+def _report_stop(signum: int, stopped: BaseException) -> None:
     name = signal.Signals(signum).name
-    run = stopped.run or SuiteRun()
+    run = getattr(stopped, "run", None) or SuiteRun()
     if run.response_cache_root is not None:
         given = ("the same --output_path" if run.response_cache_root == run.default_response_cache
                  else f"with --use_cache {run.response_cache_root}")

@@ -115,7 +115,7 @@ def check_suite_tasks_before_the_model() -> bool:
 def _evaluate_as_one_run(simple_evaluate: Callable, arguments: Any, run: SuiteRun, prebuilt: _Prebuilt) -> Any:
     """lmms-eval's ``simple_evaluate`` call (its bound ``arguments``), with the suite's ``prebuilt`` tasks and
     ``run`` handed to what the call builds: its backend and response cache, as ``simple_evaluate`` hands them to
-    ``evaluate``; a stop (SIGTERM) that passes carries ``run``, so that it says what the run kept."""
+    ``evaluate``; a stop (SIGTERM, Ctrl-C) that passes carries ``run``, so that it says what the run kept."""
     from lmms_eval import evaluator
 
     build_tasks, run_evaluation = evaluator.get_task_dict, evaluator.evaluate
@@ -136,7 +136,7 @@ def _evaluate_as_one_run(simple_evaluate: Callable, arguments: Any, run: SuiteRu
     evaluator.get_task_dict, evaluator.evaluate = get_task_dict, evaluate  # for this call only
     try:
         return simple_evaluate(*arguments.args, **arguments.kwargs)
-    except RunStopped as stopped:
+    except (RunStopped, KeyboardInterrupt) as stopped:  # SIGTERM's, Ctrl-C's
         stopped.run = run
         raise
     finally:

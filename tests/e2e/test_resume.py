@@ -138,11 +138,11 @@ def test_a_likelihood_pass_stopped_mid_way_keeps_every_scored_question(signum, e
 
 
 @pytest.mark.parametrize("signum", [15, 2], ids=["SIGTERM", "Ctrl-C"])
-def test_a_run_without_use_cache_stopped_by_sigterm_keeps_its_answers_and_the_same_command_resumes(
+def test_a_run_without_use_cache_stopped_by_sigterm_or_ctrl_c_keeps_its_answers_and_the_same_command_resumes(
         signum, egoplan_data, tiny_model, tmp_path):
     """No --use_cache: the suite's run keeps its responses in <output_path>/response_cache as they are computed
-    (said in one line); SIGTERM or Ctrl-C (SIGINT) keeps every one and leaves no lock file, and the same command
-    resumes from them."""
+    (said in one line); SIGTERM or Ctrl-C (SIGINT) keeps every one, ends with a line saying so (no traceback) and
+    status 128 + the signal, and leaves no lock file, and the same command resumes from them."""
     import signal
 
     from lmms_egoplan.compat.durability import DEFAULT_RESPONSE_CACHE
@@ -165,16 +165,71 @@ def test_a_run_without_use_cache_stopped_by_sigterm_keeps_its_answers_and_the_sa
     assert 1 <= frozen <= kept <= frozen + 4, (frozen, kept, stopped.returncode, stopped.log_tail())
     assert (f"no --use_cache given: the model's responses are kept as they are computed in the response cache "
             f"{cache}") in stopped.log
-    if signum == signal.SIGTERM:
-        assert stopped.returncode == 143 and stopped.log.splitlines()[-1].startswith(
-            f"lmms-egoplan: stopped by SIGTERM (exit status 143); the model responses it computed are kept in the "
-            f"response cache {cache}; the same command (the same --output_path) resumes from them")
-    else:
-        assert stopped.returncode != 0 and "KeyboardInterrupt" in stopped.log
+    # Ctrl-C as SIGTERM, the last line saying what is kept, no traceback (lmms-eval alone prints Ctrl-C's); the status
+    # a shell reports, 128 + the signal: SIGTERM's run exits 143, Ctrl-C's ends by SIGINT after its cleanup, as
+    # Python's own does (so that a shell script running it stops too)
+    assert stopped.returncode == (-signum if signum == signal.SIGINT else 128 + signum), stopped.log_tail()
+    assert "Traceback" not in stopped.log and "KeyboardInterrupt" not in stopped.log, stopped.log_tail()
+    assert stopped.log.splitlines()[-1].startswith(
+        f"lmms-egoplan: stopped by {signal.Signals(signum).name} (exit status {128 + signum}); the model responses "
+        f"it computed are kept in the response cache {cache}; the same command (the same --output_path) resumes "
+        f"from them"), stopped.log_tail()
     assert not list(output.rglob("*.lmms_egoplan.lock"))
     resumed = run_lmms_eval(**args)
     assert cache_hits(resumed.log) == kept and f"{kept}/{4 * QUESTIONS} cache hits" in resumed.log
     assert not list(output.rglob("*.lmms_egoplan.lock"))
+
+
+# lmms-eval's CLI in a process of its own, its run stopped by Ctrl-C and its cleanup slow (``sys.argv[1]``: where the
+# stop finds it): each step said on stdout.
+SLOW_CLEANUP = """
+import sys, time
+from lmms_eval import __main__ as cli
+from lmms_egoplan.compat import durability
+
+def cli_evaluate_single(args):
+    durability.stop_cleanly_on_sigterm()  # where a run of the suite switches it on
+    try:
+        print("running", flush=True)
+        time.sleep(120)
+    finally:
+        print("cleaning up", flush=True)
+        time.sleep(120)
+
+cli.cli_evaluate_single = cli_evaluate_single
+sys.argv = ["lmms-eval", "--model", "dummy", "--tasks", "plain_probe"]
+cli.cli_evaluate()
+"""
+
+
+def test_a_second_ctrl_c_during_the_cleanup_ends_the_process_at_once(tmp_path):
+    """The first Ctrl-C unwinds the run, saying so; its cleanup may take long (a merge, calls in flight): a second
+    Ctrl-C does not wait for it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from lmms_egoplan.compat import OFF_SWITCH
+
+    with open(tmp_path / "stderr", "w+") as stderr:
+        process = subprocess.Popen([sys.executable, "-c", SLOW_CLEANUP], env={**os.environ, OFF_SWITCH: ""},
+                                   stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            steps = []
+            for signal_after in ("running", "cleaning up"):
+                while (line := process.stdout.readline()) and line.strip() != signal_after:
+                    pass
+                steps.append(line.strip())
+                process.send_signal(signal.SIGINT)
+            process.wait(timeout=60)  # the cleanup would take 120 s
+        finally:
+            process.kill()
+        stderr.seek(0)
+        said = stderr.read()
+    assert steps == ["running", "cleaning up"], said[-3000:]
+    assert process.returncode == -signal.SIGINT, said[-3000:]
+    assert "lmms-egoplan: SIGINT received: stopping" in said and "Traceback" not in said, said[-3000:]
 
 
 def test_a_generation_pass_killed_mid_way_resumes_from_what_lmms_evals_cache_kept(tmp_path):

@@ -33,7 +33,7 @@ def test_the_installed_lmms_eval_is_a_release_with_the_bugs_worked_around():
     unwrap = inspect.unwrap(instance.unwrap_generation_output)
     assert isinstance(unwrap((1.5, False))[0], str) and unwrap("\udcff") == ("\udcff", None)
     assert hasattr(ConfigurableTask.process_results, "retry")
-    assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, durability._stop_on_sigterm)
+    assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, durability._stop_on_signal)
 
 
 def test_nothing_is_changed_where_lmms_eval_behaves(monkeypatch):
@@ -101,6 +101,20 @@ def test_releases_from_the_fixed_version_on_get_no_workaround(monkeypatch):
     task = SimpleNamespace(model_name=None, _prepare_model_specific_config=lambda: prepared.append(True))
     compat_tasks.bind_class_task_to_backend(task, SimpleNamespace(model="dummy"))
     assert (task.model_name, prepared) == (None, [])
+
+
+def test_ctrl_c_is_left_to_python_outside_lmms_evals_cli():
+    """Outside lmms-eval's CLI (``simple_evaluate`` from Python, a notebook, this test) Ctrl-C stays Python's
+    ``KeyboardInterrupt``; SIGTERM is handled there too, as it ends any process at once."""
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, signal.SIG_DFL),
+                signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
+    try:
+        assert durability.stop_cleanly_on_sigterm() is True
+        assert signal.getsignal(signal.SIGTERM) is durability._stop_on_signal
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def test_the_exit_status_layer_is_in_every_suite_run_and_recorded_once_a_task_asks_for_a_status():

@@ -434,25 +434,38 @@ def test_the_response_cache_holds_no_api_key(tmp_path, cache_workarounds):
 
 # --- a run's end: SIGTERM, the summary line, the results and samples files (09, 10, 11, 12, 13, 15, 16) ------
 
-def test_sigterm_stops_a_run_with_143_after_its_cleanup(monkeypatch, switch_on, lmms_eval_log):
-    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_sigterm_and_ctrl_c_stop_a_run_after_its_cleanup_with_no_traceback(signum, monkeypatch, switch_on,
+                                                                          lmms_eval_log, capsys):
+    """Either signal, sent during the evaluation, unwinds the run (its ``finally`` blocks run) and ends the process
+    with the status a shell reports for it, 128 + the signal: SIGTERM's exits 143; Ctrl-C's exits 130, or ends by
+    SIGINT as Python's own Ctrl-C does (its ``KeyboardInterrupt`` reaches the interpreter, which prints it with the
+    exception hook and then ends by SIGINT), with no traceback."""
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # the stop may set the hook the process ends with
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, signal.SIG_DFL),
+                signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
     cleaned_up = []
 
     def single(args):
+        switch_on(durability.stop_cleanly_on_sigterm)  # where a run of the suite switches it on: inside lmms-eval's CLI
         # Sent only where a handler unwinds the run: SIGTERM's default would end the test process itself.
-        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None), "SIGTERM would end the process at once"
+        assert signal.getsignal(signum) not in (signal.SIG_DFL, None), f"{signum.name} would end the process at once"
         try:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signum)
         finally:
             cleaned_up.append(True)
 
     try:
-        switch_on(durability.stop_cleanly_on_sigterm)
-        assert cli(monkeypatch, ["--model", "dummy", "--tasks", "plain_probe"], single=single) == 143
+        status = cli(monkeypatch, ["--model", "dummy", "--tasks", "plain_probe"], single=single)
+    except KeyboardInterrupt as interrupted:  # what the interpreter does with it: print it, end by SIGINT
+        sys.excepthook(type(interrupted), interrupted, interrupted.__traceback__)
+        status = 128 + signal.SIGINT
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
         atexit.unregister(durability._report_stop)  # the suite's last line, said as this test process ends
-    assert cleaned_up == [True]
+    assert status == 128 + signum and cleaned_up == [True]
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_the_summary_line_holds_no_api_key(monkeypatch, switch_on, lmms_eval_log, tmp_path, capsys):
