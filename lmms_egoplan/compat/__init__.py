@@ -14,7 +14,8 @@ dropped and what a user loses). Each one
 * is switched on only by a run that names the suite (``switches``: ``LMMS_EVAL_PLUGINS=lmms_egoplan``, or a suite
   task or backend being built), and acts on the suite's tasks alone where lmms-eval lets it be scoped; the
   others act on the whole run, as said below (what that changes for lmms-eval's own tasks in a mixed run:
-  docs/lmms_eval_tasks.md);
+  docs/lmms_eval_tasks.md); a later run of the same process that names nothing of the suite gets lmms-eval's own
+  functions (``tasks.scope_to_the_runs_that_use_the_suite``);
 * replaces an lmms-eval function, if at all, as a layer of the one wrapper the suite puts on it
   (``replacements``: lmms-eval's attributes only, each replaced once, its layers called in a stated order); a run's
   results file names the workarounds in place and lmms-eval's release (``results.record_in_results``).

@@ -6,6 +6,7 @@ objects of its evaluation (``core.run.hand_over``)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -24,11 +25,17 @@ from lmms_egoplan.compat import (
     affected_release,
     switched_off,
 )
-from lmms_egoplan.compat.replacements import add_layer, counts_when_in_effect, has_layer, note_in_place
+from lmms_egoplan.compat.replacements import (
+    add_layer,
+    counts_when_in_effect,
+    has_layer,
+    note_in_place,
+    put_aside_for_other_runs,
+)
 from lmms_egoplan.core.errors import StorageError
 from lmms_egoplan.core.files import disk_full, storage_failure
 from lmms_egoplan.core.request_facts import AnswerRetries, mark_retries, retries_of
-from lmms_egoplan.core.run import SuiteRun, hand_over, run_of
+from lmms_egoplan.core.run import SuiteRun, hand_over, not_the_suites, run_of
 
 _FAILED_RUN_EXIT_STATUS = 1
 
@@ -130,6 +137,9 @@ def _is_evaluation_error(record: Mapping[str, Any]) -> bool:
             and str(record["message"]).startswith(start))
 
 def _exit_after_evaluation_error(message) -> None:
+    command = _runs_of_the_command()
+    if command is not None and not_the_suites(command[0]):
+        return  # a run of the command that did not use the suite (``tasks.run_uses_the_suite``): lmms-eval's status
     # The sink runs inside lmms-eval's ``except`` block, which still holds the error (none for a run without tasks).
     error = sys.exc_info()[1]
     if error is None and str(message).startswith(_FAILURE_RECORDS["cli_evaluate_single"]):
@@ -1229,7 +1239,27 @@ def stop_cleanly_on_sigterm() -> bool:
     handled = any(signal.getsignal(signum) is _stop_on_signal for signum in _STOP_SIGNALS)
     if handled:
         note_in_place(_STOP_CLEANLY)
+        put_aside_for_other_runs(_STOP_CLEANLY, _signals_as_python_handles_them)
     return handled
+
+
+@contextlib.contextmanager
+def _signals_as_python_handles_them():
+    """While a run that does not use the suite runs (``replacements.lmms_evals_own_functions``): Python's own handling
+    of the signals this workaround took over, put back on leaving unless the run changed it (the main thread only,
+    where signal handlers can be set)."""
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    taken = [signum for signum in _STOP_SIGNALS if main and signal.getsignal(signum) is _stop_on_signal]
+    for signum in taken:
+        signal.signal(signum, _STOP_SIGNALS[signum])
+    try:
+        yield
+    finally:
+        for signum in taken:
+            if signal.getsignal(signum) == _STOP_SIGNALS[signum]:
+                signal.signal(signum, _stop_on_signal)
 
 _STOP_CLEANLY = "durability.stop_cleanly_on_sigterm"
 # The signals that stop a run cleanly, each with Python's own handling of it: the only one the workaround replaces.

@@ -4,7 +4,9 @@ replaced once.
 A workaround that changes an lmms-eval function adds a *layer* to it (``add_layer``): ``layer(call, *args,
 **kwargs)``, where ``call`` runs the layers inside it and, innermost, lmms-eval's own function. The first
 layer put on a function replaces it by one wrapper; later layers join that wrapper, which calls them in
-the order stated in ``LAYER_ORDER`` (outermost first), whatever order they were switched on in. A run's
+the order stated in ``LAYER_ORDER`` (outermost first), whatever order they were switched on in. The layers of an
+attribute that ``scope_layers`` scopes act only on the calls of runs that use the suite: a later run of the same
+process that does not gets lmms-eval's own functions, as if the suite had never taken part. A run's
 results file names the workarounds in place and the lmms-eval release they worked around
 (``record_in_results``), so that a number can be traced to the lmms-eval behaviour that produced it.
 This module imports nothing of lmms-eval at import (entry points load while lmms-eval imports).
@@ -12,6 +14,7 @@ This module imports nothing of lmms-eval at import (entry points load while lmms
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import sys
@@ -68,6 +71,7 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
         "tasks.enable_plugin_task_discovery",
     ),
     ("lmms_eval.evaluator", "simple_evaluate"): (
+        "tasks.scope_to_the_runs_that_use_the_suite",  # tells a run of the suite from one that is lmms-eval's alone
         "durability.fail_runs_with_failed_tasks",  # outermost: any error of the run, its checks included, ends it
         "secrets.keep_api_keys_out_of_the_run_summary",  # once the run, checks included, is over
         "secrets.keep_secrets_out_of_lmms_evals_error_texts",  # learns the model_args' key before anything logs it
@@ -85,7 +89,7 @@ ALIASES: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {
 _NOTED: dict[str, None] = {}
 
 # Concerns that are no workaround of an lmms-eval bug (left out of the record).
-_NOT_WORKAROUNDS = ("results.record_in_results", "switches.switch_on")
+_NOT_WORKAROUNDS = ("results.record_in_results", "switches.switch_on", "tasks.scope_to_the_runs_that_use_the_suite")
 
 _LAYERS = "_lmms_egoplan_layers"
 
@@ -102,7 +106,7 @@ def add_layer(concern: str, module: str, attribute: str, layer: Callable) -> Non
     function = raw.__func__ if kind else raw
     layers = getattr(function, _LAYERS, None)
     if layers is None:
-        wrapper = _wrapper(function, order)
+        wrapper = _wrapper(function, (module, attribute))
         layers = getattr(wrapper, _LAYERS)
         replacement = kind(wrapper) if kind else wrapper
         setattr(owner, name, replacement)
@@ -113,11 +117,16 @@ def add_layer(concern: str, module: str, attribute: str, layer: Callable) -> Non
     layers[concern] = layer
 
 
-def _wrapper(original: Callable, order: tuple[str, ...]) -> Callable:
+def _wrapper(original: Callable, replaced: tuple[str, str]) -> Callable:
+    order = LAYER_ORDER[replaced]
     layers: dict[str, Callable] = {}
 
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
+        uses_the_suite = _SCOPES.get(replaced)
+        if uses_the_suite is not None and not uses_the_suite(*args, **kwargs):
+            with lmms_evals_own_functions():
+                return original(*args, **kwargs)
         call = original
         for concern in reversed(order):
             layer = layers.get(concern)
@@ -127,6 +136,59 @@ def _wrapper(original: Callable, order: tuple[str, ...]) -> Callable:
 
     setattr(wrapper, _LAYERS, layers)
     return wrapper
+
+
+# lmms-eval attribute -> whether a call of it (its arguments) belongs to a run that uses the suite (``scope_layers``)
+_SCOPES: dict[tuple[str, str], Callable[..., bool]] = {}
+# What a workaround changed of the process beyond lmms-eval's attributes (a signal handler), each as a context in which
+# it is put back as lmms-eval leaves it (``put_aside_for_other_runs``)
+_PUT_ASIDE: dict[str, Callable[[], contextlib.AbstractContextManager]] = {}
+
+
+def scope_layers(module: str, attribute: str, uses_the_suite: Callable[..., bool]) -> None:
+    """Have the layers on lmms-eval's ``module.attribute`` act only on the calls that ``uses_the_suite(*args,
+    **kwargs)`` says belong to a run that uses the suite. Any other call runs lmms-eval's own function with every
+    replaced attribute back to lmms-eval's own while it runs (``lmms_evals_own_functions``): a later run of a
+    ``--config`` file, or a later ``simple_evaluate`` call, that names nothing of the suite is lmms-eval's alone."""
+    _SCOPES[(module, attribute)] = uses_the_suite
+
+
+def put_aside_for_other_runs(concern: str, as_lmms_eval_leaves_it: Callable[[], contextlib.AbstractContextManager]):
+    """Have ``concern``'s change to the process (a signal handler) undone while a run that does not use the suite
+    runs: ``as_lmms_eval_leaves_it()`` is a context that undoes it and, on leaving, puts it back."""
+    _PUT_ASIDE[concern] = as_lmms_eval_leaves_it
+
+
+@contextlib.contextmanager
+def lmms_evals_own_functions():
+    """A context in which every attribute the suite replaced is lmms-eval's own again (its aliases too), and what a
+    workaround changed of the process is put aside (``put_aside_for_other_runs``); all put back on leaving."""
+    swapped: list[tuple[Any, str, Any, Any]] = []  # (owner, name, the suite's replacement, lmms-eval's own)
+    for module, attribute in LAYER_ORDER:
+        if module not in sys.modules:
+            continue
+        owner, name = _owner(module, attribute)
+        raw = vars(owner).get(name) if isinstance(owner, type) else getattr(owner, name, None)
+        kind = type(raw) if isinstance(raw, (classmethod, staticmethod)) else None
+        function = raw.__func__ if kind else raw
+        if getattr(function, _LAYERS, None) is None:
+            continue
+        own = kind(function.__wrapped__) if kind else function.__wrapped__
+        swapped.append((owner, name, raw, own))
+        for alias_module, alias in ALIASES.get((module, attribute), ()):
+            aliased = sys.modules.get(alias_module)
+            if aliased is not None and getattr(aliased, alias, None) is raw:
+                swapped.append((aliased, alias, raw, own))
+    with contextlib.ExitStack() as put_back:
+        for as_lmms_eval_leaves_it in _PUT_ASIDE.values():
+            put_back.enter_context(as_lmms_eval_leaves_it())
+        for owner, name, _, own in swapped:
+            setattr(owner, name, own)
+        try:
+            yield
+        finally:
+            for owner, name, replacement, _ in swapped:
+                setattr(owner, name, replacement)
 
 
 def has_layer(concern: str, module: str, attribute: str) -> bool:

@@ -100,7 +100,9 @@ def _on_suite_use() -> None:
         keep_secrets_out_of_lmms_evals_error_texts,
         mask_the_model_args_key_too,
     )
+    from lmms_egoplan.compat.tasks import scope_to_the_runs_that_use_the_suite
 
+    scope_to_the_runs_that_use_the_suite()
     keep_loglikelihood_results()
     fail_runs_with_failed_tasks()
     keep_responses_of_stopped_runs()

@@ -185,3 +185,39 @@ def test_a_config_file_whose_first_run_fails_runs_the_others_then_exits_1(tmp_pa
     last = completed.stderr.splitlines()[-3:]
     assert last[0] == "lmms-egoplan: run 1 of 2 of the --config file (--tasks lmms_egoplan_probe):"
     assert last[-1].startswith("lmms-egoplan: error: ") and "no_such_file.json" in last[-1]
+
+
+def test_the_runs_of_a_config_file_that_do_not_use_the_suite_are_lmms_evals_own_after_one_that_did(tmp_path):
+    """One process, four runs of a ``--config`` file, no LMMS_EVAL_PLUGINS: lmms-eval's own task, a suite task
+    (``--include_path``), lmms-eval's task again, and one of lmms-eval's tasks that fails. The runs after the suite's
+    write what lmms-eval alone writes (no record of the suite's, the same samples), and the failed one keeps
+    lmms-eval's exit status (0), as in a process the suite never took part in."""
+    data = tmp_path / "plain.json"
+    data.write_text(json.dumps([{"question": f"q{i}?", "answer": "A" if i % 2 else "B"} for i in range(4)]))
+    plain_lmms_eval_task(tmp_path / "tasks" / "plain", data)
+    missing = plain_lmms_eval_task(tmp_path / "tasks" / "missing", tmp_path / "no_such_file.json") / "plain_probe.yaml"
+    missing.rename(missing.with_name("missing_probe.yaml"))
+    missing.with_name("missing_probe.yaml").write_text(missing.with_name("missing_probe.yaml").read_text()
+                                                       .replace("task: plain_probe", "task: missing_probe"))
+    shutil.copytree(PROBE_TASKS, tmp_path / "tasks" / "suite")
+    probe_data = tmp_path / "probe.json"
+    probe_data.write_text(json.dumps([{"question": "q?", "answer": "A"}]))
+    outputs = ["first", "suite", "third", "failed"]
+    runs = [{"model": "dummy", "tasks": task, "include_path": str(tmp_path / "tasks"),
+             "output_path": str(tmp_path / output), "log_samples": True}
+            for task, output in zip(("plain_probe", "lmms_egoplan_probe", "plain_probe", "missing_probe"), outputs)]
+    runs[1]["env"] = {"PROBE_DATA_FILE": str(probe_data)}
+    (tmp_path / "runs.yaml").write_text(json.dumps(runs))  # JSON is YAML
+    env = {key: value for key, value in {**os.environ, **OFFLINE_ENV}.items() if key != "LMMS_EVAL_PLUGINS"}
+    completed = run_python([sys.executable, "-c", CHILD, "installed", "--config", str(tmp_path / "runs.yaml")], env=env,
+                           cwd=tmp_path, timeout=600, stderr_apart=True)
+    log = completed.stdout + completed.stderr
+    assert completed.returncode == 0, log[-3000:]
+    written = {output: json.loads(next((tmp_path / output).rglob("*_results.json")).read_text())
+               for output in outputs[:3]}
+    assert RECORD_KEY in written["suite"] and PROVENANCE_KEY in written["suite"]  # the suite's run, recorded
+    assert set(written["third"]) == set(written["first"]) and RECORD_KEY not in written["third"]
+    assert comparable(written["third"]) == comparable(written["first"])
+    assert samples_of(tmp_path / "third", "plain_probe") == samples_of(tmp_path / "first", "plain_probe")
+    assert not list((tmp_path / "failed").rglob("*_results.json")) and "Error during evaluation" in log
+    assert "lmms-egoplan: the evaluation failed" not in log
