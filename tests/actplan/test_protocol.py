@@ -290,6 +290,9 @@ def test_first_gold_plan_or_best_gold_plan():
     assert (best.lcs, best.norm_lcs, best.gold_index) == (3, 0.75, 1)
     empty, = score_lcs([([], golds)], ExactMatcher(), "best")
     assert (empty.lcs, empty.norm_lcs) == (0, 0.0)
+    # the best is the highest normalised LCS, not the longest LCS: 1 / max(2, 1) = 0.5 beats 2 / max(2, 5) = 0.4
+    shorter, = score_lcs([(["a", "b"], [["a", "b", "c", "d", "e"], ["a"]])], ExactMatcher(), "best")
+    assert (shorter.lcs, shorter.norm_lcs, shorter.gold_index) == (1, 0.5, 1)
 
 
 class KeywordClassifier:
@@ -313,6 +316,20 @@ def test_bleurt_correctness_against_the_first_or_any_gold_plan():
     # Plans are given as the fine-tuning data writes them; a plan without steps is never asked.
     assert classifier.asked == [("walk_to(x)", "walk_to(good) grab(cup)"), ("walk_to(x)", "walk_to(bad)")]
     assert bleurt_correct(pairs, KeywordClassifier(), "best") == [1, 0, 0]
+
+
+class SameTextClassifier:
+    """Judges a plan correct when it is its reference, word for word."""
+
+    def predict(self, references, candidates, batch_size=16):
+        return [int(reference == candidate) for reference, candidate in zip(references, candidates)]
+
+
+def test_bleurt_best_is_correct_where_any_gold_plan_judges_it_correct_wherever_that_plan_stands():
+    pairs = [(["walk_to(x)"], [["walk_to(x)"], ["walk_to(y)"]]), (["walk_to(y)"], [["walk_to(x)"], ["walk_to(y)"]]),
+             (["walk_to(z)"], [["walk_to(x)"], ["walk_to(y)"]])]
+    assert bleurt_correct(pairs, SameTextClassifier(), "best") == [1, 1, 0]
+    assert bleurt_correct(pairs, SameTextClassifier(), "first") == [1, 0, 0]
 
 
 def load_tasks(names):

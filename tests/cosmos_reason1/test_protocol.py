@@ -11,9 +11,12 @@ from qwen_vl_utils.vision_process import smart_nframes, smart_resize
 from lmms_egoplan.contract.benchmark import TaskContext
 from lmms_egoplan.core.settings import resolve_settings
 from lmms_egoplan.cosmos_reason1 import task
+from lmms_egoplan.cosmos_reason1.data import ER_SOURCES
 from lmms_egoplan.cosmos_reason1.settings import CosmosReason1Settings
+from lmms_egoplan.cosmos_reason1.sources import task_of
 from lmms_egoplan.demo.cosmos_reason1 import CLIP_FPS, CLIP_FRAMES, build_fixture
 from lmms_egoplan.demo.kit.media import read_index
+from tests.kit.group_means import group_metrics
 
 
 # nvidia-cosmos/cosmos-reason1 @3e7f1cb, examples/benchmark/tools/eval/utils/input.py get_prompt, verbatim but for
@@ -180,6 +183,9 @@ def test_an_answer_is_scored_by_both_parsers_and_their_difference_counted(fixtur
     assert (scores["accuracy_official"], scores["accuracy_robust"], scores["micro_robust"]) == (0.0, 1.0, 1.0)
     assert (scores["no_av_official"], scores["no_av_robust"]) == (0.0, 1.0)
     assert scores["disagreements"] == 1.0 and scores["unparseable_official"] == 0.0
+    # no answer tag: the official reasoning parser reads nothing, the robust one the stated letter
+    untagged = task.process_results(doc, [f"I pick option {gold.lower()}"], context)
+    assert (untagged["unparseable_official"], untagged["unparseable_robust"]) == (1.0, 0.0)
     assert (scores["empty_answer_retried"], scores["empty_after_retries"]) == (0.0, 0.0)  # a plain str: asked once
     assert scores["predictions"] | {} == {"item_id": doc["item_id"], "source": "agibot", "gold": gold,
                                           "official": "T", "robust": gold, "prompt": "official_reasoning",
@@ -197,6 +203,33 @@ def test_av_and_the_common_sense_categories_have_no_share_in_the_five_source_mea
     context = context_of(fixture, "robovqa")
     assert [metric.name for metric in task.no_av_metrics(context, task.load_docs(context).docs)] == [
         "no_av_official", "no_av_robust"]
+
+
+def test_the_groups_report_macro_and_micro_means_as_the_docs_say():
+    """lmms-eval's own group aggregation over the suite's group YAMLs (tests/kit/group_means.py), parts of different
+    sizes. ER, (accuracy, questions): av (1, 8), agibot (0.5, 4), bridgev2 (0, 2), holoassist (1, 2), robofail (0, 2),
+    robovqa (0.5, 4): macro (1 + 0.5 + 0 + 1 + 0 + 0.5) / 6 = 0.5; micro (8 + 2 + 0 + 2 + 0 + 2) / 22 = 14 / 22;
+    without AV, the macro of the five others (0.5 + 0 + 1 + 0 + 0.5) / 5 = 0.4. CS: space (1, 1), time (0, 3),
+    other_physics (0.5, 2): macro 1.5 / 3 = 0.5, micro (1 + 0 + 1) / 6. Overall: the macro over the nine parts
+    (3 + 1.5) / 9 = 0.5, the micro (14 + 2) / 28."""
+    parts = {"av": (1.0, 8), "agibot": (0.5, 4), "bridgev2": (0.0, 2), "holoassist": (1.0, 2), "robofail": (0.0, 2),
+             "robovqa": (0.5, 4), "space": (1.0, 1), "time": (0.0, 3), "other_physics": (0.5, 2)}
+    members = {}
+    for part, (accuracy, _) in parts.items():
+        values = {f"{mean}_{parser}": accuracy for mean in ("accuracy", "micro") for parser in ("official", "robust")}
+        if part in ER_SOURCES and part != "av":
+            values.update(no_av_official=accuracy, no_av_robust=accuracy)
+        members[task_of(part)] = values
+    groups = group_metrics("cosmos_reason1", "cosmos_reason1", members,
+                           {task_of(part): questions for part, (_, questions) in parts.items()})
+    expected = {"cosmos_reason1_er": (0.5, 14 / 22), "cosmos_reason1_cs": (0.5, 2 / 6),
+                "cosmos_reason1": (0.5, 16 / 28)}
+    for group, (macro, micro) in expected.items():
+        for parser in ("official", "robust"):
+            assert groups[group][f"accuracy_{parser}"] == pytest.approx(macro), (group, parser)
+            assert groups[group][f"micro_{parser}"] == pytest.approx(micro), (group, parser)
+    assert groups["cosmos_reason1_er"]["no_av_official"] == groups["cosmos_reason1_er"]["no_av_robust"] == \
+        pytest.approx(0.4)
 
 
 @pytest.mark.parametrize("frame_pixels", ["qwen_vl_utils", "decoded"])

@@ -340,6 +340,9 @@ def test_missing_fields_score_zero_without_a_judge_call_and_present_ones_are_jud
     assert values["local_intent"]["judge_parts"].keys() == {"local_intent"}
     assert (values["incomplete_answers"], values["missing_fields"], values["capped_samples"]) == (1, 2, 0)
     assert "indoor" not in values
+    one_missing = egointent.process_results(
+        doc, ['{"local_intent": "hold the ladder still", "procedural_intent": "reach the branch"}'], None)
+    assert (one_missing["incomplete_answers"], one_missing["missing_fields"]) == (1, 1)
 
 
 

@@ -519,6 +519,18 @@ def test_ranking_picks_the_lowest_mean_loss():
     assert egoplan.ranked_choice([1.0] * 4, "q") == 0  # ties: the first, as argmin
 
 
+def test_the_text_only_baselines_rank_by_the_highest_log_likelihood():
+    """lm-eval's loglikelihood results are (log-likelihood, is_greedy): the loss is its negation, so the candidate
+    with the highest log-likelihood wins (B: -0.5 > -0.7 > -2.0 > -3.0)."""
+    results = [(-2.0, False), (-0.5, True), (-0.7, False), (-3.0, False)]
+    assert egoplan.lm_eval_losses(results) == [2.0, 0.5, 0.7, 3.0]
+    doc = {"sample_id": 7, "golden_choice_idx": "B", "video_source": "EpicKitchens", "progress_length": 3,
+           "progress_bucket": "0_4", "similarity_level": "low"}
+    scores = egoplan.process_blind_ranking_results(doc, results, context=None)
+    assert scores["predictions"]["label"] == "B" and scores["accuracy"] == 1.0
+    assert egoplan.process_blind_submission_results(doc, results, context=None)["predictions"]["label"] == "B"
+
+
 @pytest.mark.parametrize("position", range(4))
 def test_a_nan_loss_stops_the_question_named_wherever_it_stands(position):
     """min() over [nan, 1, 2, 3] picks A, over [1, nan, ...] skips B: a NaN would be scored by where it stands."""
@@ -561,6 +573,7 @@ CHOICES = ["put cereal box into cupboard", "take cereal bag", "open cupboard", "
     ("It is not A. The correct answer is D because the box is closed.", 3),
     ("A good next step is D.", 3),
     ("The answer is a knife", None), ("I cannot tell from the video.", None), ("", None), ("A or B", None),
+    ("take cereal bag or open cupboard", None),  # two candidates named: neither is read
 ])
 def test_answer_extraction(response, expected):
     assert egoplan.extract_choice(response, CHOICES) == expected

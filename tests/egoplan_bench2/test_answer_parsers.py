@@ -94,6 +94,8 @@ ROBUST = [
     ("<answer>C</answer>", "C"), ("<think>Option B looks plausible.</think><answer>D</answer>", "D"),
     ("<think>hmm</think>\n<answer> (a) </answer>", "A"), ("<answer>operate oven</answer>", "C"),
     ("<think>The answer is B... no, the tray is in.</think>\nD", "D"), ("the answer may be A.</think> C", "C"),
+    ("<answer>A</answer> Wait, the tray is in. <answer>C</answer>", "C"),  # the last answer tag counts
+    ("<answer>D</answer>\n<thinking>Option B would fit too.</thinking>", "D"),  # reasoning after the answer
     ("B. place oven tray", "B"), ("c) operate oven", "C"), ("Place oven tray.", "B"),
     ("I would set stopwatch next.", "D"), ("The next action: attach stopwatch", "A"),
     ("the answer is a knife", None), ("A good next step would be to wait.", None),

@@ -235,6 +235,10 @@ def test_both_parsers_are_scored_the_setting_choosing_accuracy_and_unread_answer
                                      "scenario": "baking"}
     scored_officially = task.process_generation_results(doc, [answer], TaskContext("egoplan_bench2", official, None))
     assert scored_officially["accuracy"] == 1.0
+    # unparseable is the chosen parser's: an answer only the robust parser reads
+    named = f"i would {task.doc_to_choice(doc)[2].lower()}"
+    assert task.process_generation_results(doc, [named], TaskContext("egoplan_bench2", robust))["unparseable"] == 0.0
+    assert task.process_generation_results(doc, [named], TaskContext("egoplan_bench2", official))["unparseable"] == 1.0
     unread = task.process_generation_results(doc, ["i would wait and see"],
                                           TaskContext("egoplan_bench2", robust))
     assert (unread["accuracy"], unread["unparseable_robust"], unread["unparseable_official"]) == (0.0, 1.0, 1.0)

@@ -304,3 +304,54 @@ def test_the_rating_is_read_as_the_official_parser_reads_it_and_kept_only_on_the
     else:
         with pytest.raises(ValueError):
             RUBRIC.parse_rating(judgment)
+
+
+def test_the_groups_average_their_dimensions_unweighted_as_the_papers_average():
+    """Table 3's Average is the mean of the twelve dimension scores, each capability the mean of its dimensions, not
+    weighted by questions or judgements; rejudge (``group_scores``) and the group YAMLs (lmms-eval's own aggregation,
+    tests/kit/group_means.py) report the same. Object (existence 90, 50 judged; attribute 60, 10; affordance 30, 10) is
+    (90 + 60 + 30) / 3 = 60, not the judged-weighted (4500 + 600 + 300) / 70; Activity 40 alone; the other eight
+    dimensions 20 each, 5 judged: the Average (90 + 60 + 30 + 40 + 8 * 20) / 12 = 380 / 12, not the mean of the six
+    capabilities (60 + 40 + 4 * 20) / 6 = 30."""
+    from lmms_egoplan.egothink.protocol import group_scores
+    from tests.kit.group_means import group_metrics
+
+    dimensions = [name for members in CAPABILITIES.values() for name in members]
+
+    scores = dict.fromkeys(dimensions, 20.0) | {"existence": 90.0, "attribute": 60.0, "affordance": 30.0,
+                                                "activity": 40.0}
+    judged = dict.fromkeys(dimensions, 5) | {"existence": 50, "attribute": 10, "affordance": 10}
+    rows = {f"ego_think_{name}": {"score": scores[name], "judged": judged[name], "failed": 1} for name in dimensions}
+    rejudged = group_scores(rows)
+    reported = group_metrics("egothink", "ego_think", {task: {"score": row["score"]} for task, row in rows.items()},
+                             {task: row["judged"] + row["failed"] for task, row in rows.items()})
+    for groups in (rejudged, reported):
+        assert groups["ego_think"]["score"] == pytest.approx(380 / 12)
+        assert groups["ego_think_capability_object"]["score"] == pytest.approx(60.0)
+        assert groups["ego_think_capability_activity"]["score"] == pytest.approx(40.0)
+        assert groups["ego_think_capability_planning"]["score"] == pytest.approx(20.0)
+    assert rejudged["ego_think"]["judged"] == 50 + 10 + 10 + 9 * 5 and rejudged["ego_think"]["failed"] == 12
+
+
+def test_a_dimension_scores_its_mean_rating_times_100_over_the_judgements_that_gave_one():
+    """Judge answers rated 1, 0.5 and 0, and one without a rating: (1 + 0.5 + 0) / 3 x 100 = 50, the failed judgement
+    counted, not averaged in (show_result.py drops a -1)."""
+    from lmms_egoplan.egothink import task
+    from lmms_egoplan.egothink.protocol import RUBRIC, RUBRIC_NAME
+    from lmms_egoplan.judge.protocol import Judgement
+    from lmms_egoplan.judge.rubrics import item_requests, score_judged
+
+    outputs = ["Correct. Rating: [[1]]", "Partly. Rating: [[0.5]]", "Wrong. Rating: [[0]]", "I cannot rate this."]
+    items = [task.process_results({"id": f"q{i}", "question": "What is in my hand?", "answer": "a cup"}, ["a mug"],
+                                  None)["score"] for i in range(len(outputs))]
+    judgements = {}
+    for item, output in zip(items, outputs):
+        [request] = item_requests([item])
+        try:
+            rating, error = RUBRIC.parse_rating(output), None
+        except ValueError as problem:
+            rating, error = None, str(problem)
+        judgements[request.id] = Judgement(request.id, "judge", request.messages, output, rating, error, False, 1)
+    scored = score_judged(items, judgements, {RUBRIC_NAME: RUBRIC}, judge_model="judge")
+    assert scored.score == pytest.approx(50.0)
+    assert (scored.results.judged, scored.results.failed) == (3, 1)

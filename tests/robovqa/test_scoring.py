@@ -12,17 +12,21 @@ from lmms_egoplan.demo.robovqa import (
     robomamba_transcribed,
 )
 from lmms_egoplan.robovqa import scoring
+from tests.kit.group_means import group_metrics
 
 STRESS = ["yes", "Yes.", "no", "Now it is done", "", "   ", "put packet on the table",
           "I think the robot should put the packet on the table and then close the drawer, then wait " * 8,
           "把包放在桌子上。", "yes，放好了！", "<think>maybe</think> no", "1- put packet on the table 2- done",
-          "A: (put) packet: on the table"]
+          "A: (put) packet: on the table",
+          "I would say yes not no",  # RoboMamba: a one-word reference cuts the answer from its end (k up to 4)
+          "open the drawer slowly"]  # MiMo: a three-word reference weighs its n-grams 0.33, not 1 / 3
 DOCS = [{"question_type": "success", "answer": "yes", "tag": "<task:success:discrete:True>"},
         {"question_type": "discriminative_affordance", "answer": "no",
          "tag": "<task:affordance:discriminative:discrete:False>"},
         {"question_type": "next_step", "answer": "put packet on the table", "tag": "<task:planning:freeform>"},
         {"question_type": "next_five_steps", "answer": "1- put packet on the table 2- done",
-         "tag": "<task:remaining5_planning_with_context20:freeform>"}]
+         "tag": "<task:remaining5_planning_with_context20:freeform>"},
+        {"question_type": "past_description", "answer": "open the drawer", "tag": "<task:past_description:freeform>"}]
 CASES = [(answer, doc) for answer in STRESS for doc in DOCS]
 
 
@@ -81,8 +85,9 @@ def test_multinet_scores_exact_match_similarity_and_invalid():
 
 def test_the_default_reads_yes_and_no_strictly():
     assert [scoring.strict_yes_no(answer) for answer in
-            ("yes", "Yes.", "  no, it is not", "Now it is done", "yes and no", "", "yes，放好了！", "nope")] == \
-        ["yes", "yes", "no", None, None, None, "yes", None]
+            ("yes", "Yes.", "  no, it is not", "Now it is done", "yes and no", "", "yes，放好了！", "nope", "**Yes**",
+             "- no")] == \
+        ["yes", "yes", "no", None, None, None, "yes", None, "yes", "no"]
     scores = scoring.default_scores("Yes.", DOCS[0])
     assert scores["score"] == 100.0 and scores["unextracted"] == 0.0
     assert scoring.default_scores("Now it is done", DOCS[1])["unextracted"] == 1.0
@@ -118,3 +123,17 @@ def test_the_default_bleu_is_sacrebleus_bleu4_with_13a_tokens_exp_smoothing_and_
     bleu = BLEU(max_ngram_order=4, tokenize="13a", lowercase=False, smooth_method="exp", effective_order=True)
     assert scoring.default_scores(answer, doc)["score"] == \
         pytest.approx(bleu.sentence_score(answer.strip(), [doc["answer"]]).score, abs=1e-9)
+
+
+def test_the_group_reports_the_macro_score_and_every_other_mean_over_questions():
+    """lmms-eval's own group aggregation over the suite's group YAML (tests/kit/group_means.py): ``score`` the mean over
+    the seven question types, the others over questions. Types (score, questions): next_step (100, 1) and the six
+    others (0, 3): macro 100 / 7; micro 100 / (1 + 6 * 3) = 100 / 19."""
+    types = ["next_step", "next_five_steps", "success", "discriminative_affordance", "generative_affordance",
+             "future_prediction", "past_description"]
+    metrics = ("score", "micro_score", "mimo_score", "physbrain_bleu", "robomamba_bleu4", "multinet_similarity")
+    members = {f"robovqa_{kind}": dict.fromkeys(metrics, 100.0 if kind == "next_step" else 0.0) for kind in types}
+    samples = {f"robovqa_{kind}": 1 if kind == "next_step" else 3 for kind in types}
+    group = group_metrics("robovqa", "robovqa", members, samples)["robovqa"]
+    assert group["score"] == pytest.approx(100 / 7)
+    assert {metric: group[metric] for metric in metrics[1:]} == pytest.approx(dict.fromkeys(metrics[1:], 100 / 19))
