@@ -113,17 +113,6 @@ def checkpoint_cache(tmp_path_factory) -> Path:
     return _run_folder(tmp_path_factory, "checkpoints")
 
 
-@pytest.fixture(autouse=True)
-def runs_told_apart_only_where_the_test_uses_the_suite(monkeypatch):
-    """A test process is many runs: the suite's scoping of its workarounds to the runs that use it
-    (``compat.replacements.scope_layers``), once a test has used the suite, would leave every later test's run that
-    names nothing of the suite to lmms-eval alone. Each test starts without it; a test that uses the suite sets it."""
-    from lmms_egoplan.compat import replacements
-
-    monkeypatch.setattr(replacements, "_SCOPES", {})
-    monkeypatch.setattr(replacements, "_PUT_ASIDE", {})
-
-
 @pytest.fixture(scope="session", autouse=True)
 def embeddings_of_this_test_run(tmp_path_factory):
     """The sentence-embedding store (``core.embeddings.EmbeddingStore``) of every test and lmms-eval subprocess of

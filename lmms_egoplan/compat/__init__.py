@@ -14,14 +14,16 @@ dropped and what a user loses). Each one
 * is switched on only by a run that names the suite (``switches``: ``LMMS_EVAL_PLUGINS=lmms_egoplan``, or a suite
   task or backend being built), and acts on the suite's tasks alone where lmms-eval lets it be scoped; the
   others act on the whole run, as said below (what that changes for lmms-eval's own tasks in a mixed run:
-  docs/lmms_eval_tasks.md); a later run of the same process that names nothing of the suite gets lmms-eval's own
-  functions (``tasks.scope_to_the_runs_that_use_the_suite``);
+  docs/lmms_eval_tasks.md); once switched on, it stays in place for the rest of the process, but acts only on the
+  runs that use the suite (``replacements.uses_the_suite``): a later run of the process that names nothing of the suite
+  is lmms-eval's alone, unless ``LMMS_EVAL_PLUGINS`` (the process's) names the suite;
 * replaces an lmms-eval function, if at all, as a layer of the one wrapper the suite puts on it
   (``replacements``: lmms-eval's attributes only, each replaced once, its layers called in a stated order); a run's
   results file names the workarounds in place and lmms-eval's release (``results.record_in_results``).
 
   ==========================================================  ==============================================
-  workaround                                                  switched on when (and what it acts on)
+  workaround                                                  switched on when (and what it acts on, in a run
+                                                              that uses the suite)
   ==========================================================  ==============================================
   ``tasks.enable_plugin_task_discovery``                      ``LMMS_EVAL_PLUGINS`` names ``lmms_egoplan``
   ``durability.fail_runs_with_failed_tasks``                  ``LMMS_EVAL_PLUGINS`` names the suite (its sink

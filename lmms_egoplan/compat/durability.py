@@ -6,7 +6,6 @@ objects of its evaluation (``core.run.hand_over``)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
@@ -30,12 +29,12 @@ from lmms_egoplan.compat.replacements import (
     counts_when_in_effect,
     has_layer,
     note_in_place,
-    put_aside_for_other_runs,
+    uses_the_suite,
 )
 from lmms_egoplan.core.errors import StorageError
 from lmms_egoplan.core.files import disk_full, storage_failure
 from lmms_egoplan.core.request_facts import AnswerRetries, mark_retries, retries_of
-from lmms_egoplan.core.run import SuiteRun, hand_over, not_the_suites, run_of
+from lmms_egoplan.core.run import SuiteRun, hand_over, run_of
 
 _FAILED_RUN_EXIT_STATUS = 1
 
@@ -91,13 +90,15 @@ def _evaluation_ending_the_run(simple_evaluate, *args, **kwargs):
     before ``cli_evaluate`` prints its traceback and carries on: the traceback goes into a file of the run's
     ``--output_path`` (``write_traceback``), a line says where, the error is the last line. A call without
     ``cli_args`` (``simple_evaluate`` called from Python) raises as lmms-eval's does, and so does the error of a run
-    of a ``--config`` file with runs after it: lmms-eval's CLI prints it and goes on, and the command ends with status 1
-    once they have run (``_exit_with``)."""
+    that does not use the suite (``replacements.uses_the_suite``), and that of a run of a ``--config`` file with runs
+    after it: lmms-eval's CLI prints it and goes on, and the command ends with status 1 once they have run
+    (``_exit_with``)."""
     cli_args = kwargs.get("cli_args")
     try:
         return simple_evaluate(*args, **kwargs)
     except Exception as error:
-        if cli_args is None or getattr(cli_args, "verbosity", None) == "DEBUG" or _runs_after_this_one():
+        if cli_args is None or getattr(cli_args, "verbosity", None) == "DEBUG" or not uses_the_suite(cli_args) \
+                or _runs_after_this_one():
             raise
         import traceback
 
@@ -131,15 +132,13 @@ _FAILURE_RECORDS = {"cli_evaluate": "Error during evaluation",
                     "cli_evaluate_single": "Need to specify task to evaluate"}
 
 def _is_evaluation_error(record: Mapping[str, Any]) -> bool:
-    # By file, not module name: ``python -m lmms_eval`` runs that file as ``__main__``.
+    # By file, not module name: ``python -m lmms_eval`` runs that file as ``__main__``. Logged by a run of the suite
+    # only: the sink stays for the process's later runs, which may not use it.
     start = _FAILURE_RECORDS.get(record["function"])
     return (start is not None and Path(record["file"].path).parts[-2:] == ("lmms_eval", "__main__.py")
-            and str(record["message"]).startswith(start))
+            and str(record["message"]).startswith(start) and uses_the_suite())
 
 def _exit_after_evaluation_error(message) -> None:
-    command = _runs_of_the_command()
-    if command is not None and not_the_suites(command[0]):
-        return  # a run of the command that did not use the suite (``tasks.run_uses_the_suite``): lmms-eval's status
     # The sink runs inside lmms-eval's ``except`` block, which still holds the error (none for a run without tasks).
     error = sys.exc_info()[1]
     if error is None and str(message).startswith(_FAILURE_RECORDS["cli_evaluate_single"]):
@@ -1223,7 +1222,9 @@ def stop_cleanly_on_sigterm() -> bool:
     Ctrl-C ends the process at once (the signals' defaults: a user is never trapped). Each signal
     is left alone where a handler other than Python's default is installed, or outside the main
     thread; Ctrl-C also outside lmms-eval's CLI (``simple_evaluate`` called from Python, a notebook:
-    there the caller handles ``KeyboardInterrupt``). Returns whether the workaround is in place.
+    there the caller handles ``KeyboardInterrupt``). A SIGTERM or Ctrl-C during a later run of the process that does
+    not use the suite (``replacements.uses_the_suite``) gets Python's own handling, as lmms-eval's does. Returns
+    whether the workaround is in place.
     Retired by docs/upstream/09-sigterm.patch.
     """
     import threading
@@ -1239,27 +1240,8 @@ def stop_cleanly_on_sigterm() -> bool:
     handled = any(signal.getsignal(signum) is _stop_on_signal for signum in _STOP_SIGNALS)
     if handled:
         note_in_place(_STOP_CLEANLY)
-        put_aside_for_other_runs(_STOP_CLEANLY, _signals_as_python_handles_them)
     return handled
 
-
-@contextlib.contextmanager
-def _signals_as_python_handles_them():
-    """While a run that does not use the suite runs (``replacements.lmms_evals_own_functions``): Python's own handling
-    of the signals this workaround took over, put back on leaving unless the run changed it (the main thread only,
-    where signal handlers can be set)."""
-    import threading
-
-    main = threading.current_thread() is threading.main_thread()
-    taken = [signum for signum in _STOP_SIGNALS if main and signal.getsignal(signum) is _stop_on_signal]
-    for signum in taken:
-        signal.signal(signum, _STOP_SIGNALS[signum])
-    try:
-        yield
-    finally:
-        for signum in taken:
-            if signal.getsignal(signum) == _STOP_SIGNALS[signum]:
-                signal.signal(signum, _stop_on_signal)
 
 _STOP_CLEANLY = "durability.stop_cleanly_on_sigterm"
 # The signals that stop a run cleanly, each with Python's own handling of it: the only one the workaround replaces.
@@ -1276,6 +1258,11 @@ class RunStopped(SystemExit):
 def _stop_on_signal(signum, frame) -> None:
     import atexit
 
+    if not uses_the_suite():  # a run that is lmms-eval's alone: Python's own handling of the signal, as there
+        if signum == signal.SIGINT:
+            signal.default_int_handler(signum, frame)  # KeyboardInterrupt
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
     for stop_signal in _STOP_SIGNALS:  # a second stop, of either kind, ends the process at once
         signal.signal(stop_signal, signal.SIG_DFL)
     sys.stdout.flush()

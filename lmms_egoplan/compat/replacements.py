@@ -4,21 +4,25 @@ replaced once.
 A workaround that changes an lmms-eval function adds a *layer* to it (``add_layer``): ``layer(call, *args,
 **kwargs)``, where ``call`` runs the layers inside it and, innermost, lmms-eval's own function. The first
 layer put on a function replaces it by one wrapper; later layers join that wrapper, which calls them in
-the order stated in ``LAYER_ORDER`` (outermost first), whatever order they were switched on in. The layers of an
-attribute that ``scope_layers`` scopes act only on the calls of runs that use the suite: a later run of the same
-process that does not gets lmms-eval's own functions, as if the suite had never taken part. A run's
+the order stated in ``LAYER_ORDER`` (outermost first), whatever order they were switched on in. A run's
 results file names the workarounds in place and the lmms-eval release they worked around
 (``record_in_results``), so that a number can be traced to the lmms-eval behaviour that produced it.
+Replaced once, a function stays replaced for the rest of the process, but its wrapper calls the layers only for a run
+that uses the suite (``uses_the_suite``); for any other run it is lmms-eval's own function.
 This module imports nothing of lmms-eval at import (entry points load while lmms-eval imports).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
 import sys
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from lmms_egoplan.compat import suite_plugin_enabled
+from lmms_egoplan.contract.adapter import JoinsARun
+from lmms_egoplan.core.run import run_of
 
 # lmms-eval attribute (module, dotted path) -> the concerns that replace it, outermost first: an outer one
 # sees what the inner ones did (the files as written, the run's exit after the checks).
@@ -71,13 +75,22 @@ LAYER_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
         "tasks.enable_plugin_task_discovery",
     ),
     ("lmms_eval.evaluator", "simple_evaluate"): (
-        "tasks.scope_to_the_runs_that_use_the_suite",  # tells a run of the suite from one that is lmms-eval's alone
         "durability.fail_runs_with_failed_tasks",  # outermost: any error of the run, its checks included, ends it
         "secrets.keep_api_keys_out_of_the_run_summary",  # once the run, checks included, is over
         "secrets.keep_secrets_out_of_lmms_evals_error_texts",  # learns the model_args' key before anything logs it
         "tasks.check_suite_tasks_before_the_model",
     ),
 }
+
+# The attributes whose layers act in every run of the process, each deciding for itself: a run builds its task index,
+# and calls simple_evaluate, before it is known whether it uses the suite; the command's exit status is its last run's
+# to give. The layers of the others act in the runs that use the suite only (``uses_the_suite``).
+_EVERY_RUN = (("lmms_eval.tasks", "TaskManager.__init__"), ("lmms_eval.evaluator", "simple_evaluate"),
+              ("lmms_eval.__main__", "cli_evaluate_single"))
+# The attributes of an object that carries its run: a results writer of a run of the suite is handed the run
+# (``core.run.hand_over``); lmms-eval's own Python callers write theirs after their simple_evaluate call has returned.
+_RUN_CARRIED = (("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_aggregated"),
+                ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_samples"))
 
 # Other names lmms-eval binds the same function to at import: replaced with it.
 ALIASES: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {
@@ -89,7 +102,7 @@ ALIASES: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {
 _NOTED: dict[str, None] = {}
 
 # Concerns that are no workaround of an lmms-eval bug (left out of the record).
-_NOT_WORKAROUNDS = ("results.record_in_results", "switches.switch_on", "tasks.scope_to_the_runs_that_use_the_suite")
+_NOT_WORKAROUNDS = ("results.record_in_results", "switches.switch_on")
 
 _LAYERS = "_lmms_egoplan_layers"
 
@@ -106,7 +119,9 @@ def add_layer(concern: str, module: str, attribute: str, layer: Callable) -> Non
     function = raw.__func__ if kind else raw
     layers = getattr(function, _LAYERS, None)
     if layers is None:
-        wrapper = _wrapper(function, (module, attribute))
+        scope = None if (module, attribute) in _EVERY_RUN else (
+            carries_a_run_of_the_suite if (module, attribute) in _RUN_CARRIED else uses_the_suite)
+        wrapper = _wrapper(function, order, scope)
         layers = getattr(wrapper, _LAYERS)
         replacement = kind(wrapper) if kind else wrapper
         setattr(owner, name, replacement)
@@ -117,16 +132,15 @@ def add_layer(concern: str, module: str, attribute: str, layer: Callable) -> Non
     layers[concern] = layer
 
 
-def _wrapper(original: Callable, replaced: tuple[str, str]) -> Callable:
-    order = LAYER_ORDER[replaced]
+def _wrapper(original: Callable, order: tuple[str, ...], scope: Callable[[Any], bool] | None) -> Callable:
+    """The one wrapper of ``original``: its layers, in ``order``, in a run ``scope`` says uses the suite (given the
+    call's first argument, its object if any); None: every run, each layer deciding for itself."""
     layers: dict[str, Callable] = {}
 
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
-        uses_the_suite = _SCOPES.get(replaced)
-        if uses_the_suite is not None and not uses_the_suite(*args, **kwargs):
-            with lmms_evals_own_functions():
-                return original(*args, **kwargs)
+        if scope is not None and not scope(args[0] if args else None):
+            return original(*args, **kwargs)  # a run that does not use the suite: lmms-eval's own function
         call = original
         for concern in reversed(order):
             layer = layers.get(concern)
@@ -138,57 +152,61 @@ def _wrapper(original: Callable, replaced: tuple[str, str]) -> Callable:
     return wrapper
 
 
-# lmms-eval attribute -> whether a call of it (its arguments) belongs to a run that uses the suite (``scope_layers``)
-_SCOPES: dict[tuple[str, str], Callable[..., bool]] = {}
-# What a workaround changed of the process beyond lmms-eval's attributes (a signal handler), each as a context in which
-# it is put back as lmms-eval leaves it (``put_aside_for_other_runs``)
-_PUT_ASIDE: dict[str, Callable[[], contextlib.AbstractContextManager]] = {}
+def uses_the_suite(owner: Any = None) -> bool:
+    """Whether the lmms-eval run a call belongs to uses the suite: ``LMMS_EVAL_PLUGINS`` names it (then every run
+    of the process does: a ``--config`` file's ``env`` is set for all its runs before the first), ``owner`` (the
+    call's object) was handed a run of the suite, or the evaluation lmms-eval is running builds a suite task, runs a
+    suite backend, or was handed a run of the suite (its CLI arguments, its results writer). lmms-eval hands the
+    objects of a run to neither its unwrapping of responses, nor its response cache's checks, nor its log: the
+    evaluation is its ``simple_evaluate`` / CLI call on the stack. A call outside any evaluation (the suite's own code,
+    its tests) is its caller's, who switched the layers on."""
+    if carries_a_run_of_the_suite(owner):
+        return True
+    evaluations = [[found.get(name) for name in _EVALUATION_FRAMES[key]] for key, found in _evaluation_frames()]
+    return not evaluations or any(_of_the_suite(value) for values in evaluations for value in values)
 
 
-def scope_layers(module: str, attribute: str, uses_the_suite: Callable[..., bool]) -> None:
-    """Have the layers on lmms-eval's ``module.attribute`` act only on the calls that ``uses_the_suite(*args,
-    **kwargs)`` says belong to a run that uses the suite. Any other call runs lmms-eval's own function with every
-    replaced attribute back to lmms-eval's own while it runs (``lmms_evals_own_functions``): a later run of a
-    ``--config`` file, or a later ``simple_evaluate`` call, that names nothing of the suite is lmms-eval's alone."""
-    _SCOPES[(module, attribute)] = uses_the_suite
+def carries_a_run_of_the_suite(owner: Any) -> bool:
+    """Whether ``owner`` (an lmms-eval object of a run: its results writer) was handed a run of the suite, or
+    ``LMMS_EVAL_PLUGINS`` names the suite."""
+    return suite_plugin_enabled() or run_of(owner) is not None
 
 
-def put_aside_for_other_runs(concern: str, as_lmms_eval_leaves_it: Callable[[], contextlib.AbstractContextManager]):
-    """Have ``concern``'s change to the process (a signal handler) undone while a run that does not use the suite
-    runs: ``as_lmms_eval_leaves_it()`` is a context that undoes it and, on leaving, puts it back."""
-    _PUT_ASIDE[concern] = as_lmms_eval_leaves_it
+# lmms-eval's functions that run an evaluation (its folder, file, function) -> their locals that say whether it is one
+# of the suite: its CLI arguments and results writer (handed a run of the suite), its backend and tasks (the suite's).
+_SIMPLE_EVALUATE_FRAME = ("lmms_eval", "evaluator.py", "simple_evaluate")
+_EVALUATION_FRAMES: dict[tuple[str, str, str], tuple[str, ...]] = {
+    _SIMPLE_EVALUATE_FRAME: ("cli_args", "evaluation_tracker", "lm", "task_dict"),
+    ("lmms_eval", "__main__.py", "cli_evaluate_single"): ("args", "evaluation_tracker"),
+    ("lmms_eval", "__main__.py", "cli_evaluate"): ("args",),  # the run its loop over a --config file's runs is at
+}
 
 
-@contextlib.contextmanager
-def lmms_evals_own_functions():
-    """A context in which every attribute the suite replaced is lmms-eval's own again (its aliases too), and what a
-    workaround changed of the process is put aside (``put_aside_for_other_runs``); all put back on leaving."""
-    swapped: list[tuple[Any, str, Any, Any]] = []  # (owner, name, the suite's replacement, lmms-eval's own)
-    for module, attribute in LAYER_ORDER:
-        if module not in sys.modules:
-            continue
-        owner, name = _owner(module, attribute)
-        raw = vars(owner).get(name) if isinstance(owner, type) else getattr(owner, name, None)
-        kind = type(raw) if isinstance(raw, (classmethod, staticmethod)) else None
-        function = raw.__func__ if kind else raw
-        if getattr(function, _LAYERS, None) is None:
-            continue
-        own = kind(function.__wrapped__) if kind else function.__wrapped__
-        swapped.append((owner, name, raw, own))
-        for alias_module, alias in ALIASES.get((module, attribute), ()):
-            aliased = sys.modules.get(alias_module)
-            if aliased is not None and getattr(aliased, alias, None) is raw:
-                swapped.append((aliased, alias, raw, own))
-    with contextlib.ExitStack() as put_back:
-        for as_lmms_eval_leaves_it in _PUT_ASIDE.values():
-            put_back.enter_context(as_lmms_eval_leaves_it())
-        for owner, name, _, own in swapped:
-            setattr(owner, name, own)
-        try:
-            yield
-        finally:
-            for owner, name, replacement, _ in swapped:
-                setattr(owner, name, replacement)
+def _evaluation_frames():
+    """lmms-eval's evaluation functions on the stack, innermost first: (their ``_EVALUATION_FRAMES`` key, their locals);
+    a ``python -m lmms_eval`` run's module is ``__main__``: known by its file."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = Path(frame.f_code.co_filename)
+        key = (path.parent.name, path.name, frame.f_code.co_name)
+        if key in _EVALUATION_FRAMES:
+            yield key, frame.f_locals
+        frame = frame.f_back
+
+
+def evaluation_in_progress() -> dict[str, Any]:
+    """The innermost ``simple_evaluate`` call of lmms-eval on the stack: its locals named in ``_EVALUATION_FRAMES``
+    ({} outside one)."""
+    return next(({name: found.get(name) for name in _EVALUATION_FRAMES[key]} for key, found in _evaluation_frames()
+                 if key == _SIMPLE_EVALUATE_FRAME), {})
+
+
+def _of_the_suite(value: Any) -> bool:
+    """Whether ``value`` (a local of an lmms-eval evaluation) was handed a run of the suite, or is a suite task or
+    backend, or a task dict that holds one (groups included)."""
+    if isinstance(value, Mapping):
+        return any(_of_the_suite(item) for item in value.values())
+    return run_of(value) is not None or isinstance(value, JoinsARun)
 
 
 def has_layer(concern: str, module: str, attribute: str) -> bool:

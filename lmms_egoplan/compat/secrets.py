@@ -12,7 +12,7 @@ import os
 from typing import Any, Callable, Mapping
 
 from lmms_egoplan.compat import affected_release, switched_off
-from lmms_egoplan.compat.replacements import add_layer, has_layer, note_in_place
+from lmms_egoplan.compat.replacements import add_layer, has_layer, note_in_place, uses_the_suite
 from lmms_egoplan.core.failed_requests import is_failure_placeholder
 from lmms_egoplan.core.secrets import SHORTEST_KNOWN_SECRET, mask_known_secrets, mask_secrets
 
@@ -122,11 +122,12 @@ def keep_secrets_out_of_lmms_evals_error_texts() -> bool:
     <error>``), which the samples file (``resps``, ``filtered_resps``) and the response cache's audit log
     (``ResponseCache._log_to_audit``) keep: a server or proxy that answers 401 echoing the request's
     ``Authorization`` header, or an error that quotes the key, puts the key on the console and on disk.
-    Fix: every log line of the run, the failure texts written into the samples file and the responses
-    written into the cache's audit log pass through ``core.secrets.mask_secrets``, with the run's own
-    secrets (``run_secrets``: the values of ``*_API_KEY`` / ``*_TOKEN`` environment variables, and the
-    ``api_key`` of the ``model_args`` once ``simple_evaluate`` is called) masked wherever they appear. Answers
-    that hold no secret are written as they are. Returns whether the workaround is in place.
+    Fix: every log line of a run that uses the suite (``replacements.uses_the_suite``), the failure texts written
+    into the samples file and the responses written into the cache's audit log pass through
+    ``core.secrets.mask_secrets``, with the run's own secrets (``run_secrets``: the values of ``*_API_KEY`` /
+    ``*_TOKEN`` environment variables, and the ``api_key`` of the ``model_args`` once ``simple_evaluate`` is called)
+    masked wherever they appear. Answers that hold no secret are written as they are.
+    Returns whether the workaround is in place.
     Retired by docs/upstream/18-secrets-in-error-texts.patch.
     """
     from loguru import logger
@@ -181,7 +182,8 @@ class _MaskedSecrets:
     def mask_record(self, record: dict) -> None:
         if self.previous is not None:
             self.previous(record)
-        record["message"] = mask_secrets(record["message"], self.secrets)
+        if uses_the_suite():  # the patcher stays for the process's later runs, which may not use the suite
+            record["message"] = mask_secrets(record["message"], self.secrets)
 
 
 def _configured_patcher(logger: Any) -> Callable[[dict], None] | None:

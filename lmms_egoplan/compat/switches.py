@@ -79,7 +79,8 @@ def _on_task_index_built() -> None:
 
 
 def _on_suite_use() -> None:
-    """Called when a suite task or the suite's backend is built: this run uses the suite."""
+    """Called when a suite task or the suite's backend is built: this run uses the suite, and its workarounds act on
+    it (and on later runs of the process that use the suite, not on the others: ``replacements.uses_the_suite``)."""
     from lmms_egoplan.compat.durability import (
         exit_when_results_are_written,
         fail_runs_with_failed_tasks,
@@ -100,9 +101,7 @@ def _on_suite_use() -> None:
         keep_secrets_out_of_lmms_evals_error_texts,
         mask_the_model_args_key_too,
     )
-    from lmms_egoplan.compat.tasks import scope_to_the_runs_that_use_the_suite
 
-    scope_to_the_runs_that_use_the_suite()
     keep_loglikelihood_results()
     fail_runs_with_failed_tasks()
     keep_responses_of_stopped_runs()
@@ -117,6 +116,21 @@ def _on_suite_use() -> None:
     fail_runs_whose_files_are_cut()
     exit_when_results_are_written()
     record_in_results()
+    _join_the_evaluation_in_progress()
+
+
+def _join_the_evaluation_in_progress() -> None:
+    """Hand the CLI arguments and the results writer of the ``simple_evaluate`` call that builds the suite's task or
+    backend one run of the suite (the one either has already): they say, once the call has returned, that the run
+    used the suite (its exit status, its files: ``replacements.uses_the_suite``)."""
+    from lmms_egoplan.compat.replacements import evaluation_in_progress
+    from lmms_egoplan.core.run import SuiteRun, hand_over, run_of
+
+    evaluation = evaluation_in_progress()
+    carriers = [evaluation[name] for name in ("cli_args", "evaluation_tracker") if evaluation.get(name) is not None]
+    run = next((run_of(carrier) for carrier in carriers if run_of(carrier) is not None), None) or SuiteRun()
+    for carrier in carriers:
+        hand_over(run, carrier)
 
 
 def _on_backend_chosen(backend: type) -> None:

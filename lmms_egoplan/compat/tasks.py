@@ -8,16 +8,16 @@ import importlib.util
 import os
 from typing import Any, Callable, Mapping, NamedTuple
 
-from lmms_egoplan.compat import SUITE_BACKENDS, SUITE_PLUGIN, affected_release, suite_plugin_enabled, switched_off
+from lmms_egoplan.compat import SUITE_BACKENDS, SUITE_PLUGIN, affected_release, switched_off
 from lmms_egoplan.compat.durability import (
     RunStopped,
     join_response_cache,
     keep_responses_by_default,
     resume_sampled_runs,
 )
-from lmms_egoplan.compat.replacements import add_layer, has_layer, note_in_place, scope_layers
+from lmms_egoplan.compat.replacements import add_layer, has_layer, note_in_place
 from lmms_egoplan.contract.adapter import ChecksBeforeTheModel, JoinsARun
-from lmms_egoplan.core.run import SuiteRun, hand_over, mark_not_the_suites, not_the_suites
+from lmms_egoplan.core.run import SuiteRun, hand_over
 
 
 def enable_plugin_task_discovery() -> bool:
@@ -110,55 +110,6 @@ def check_suite_tasks_before_the_model() -> bool:
 
     add_layer(_TASKS_FIRST, *_SIMPLE_EVALUATE, tasks_first)
     return True
-
-
-def scope_to_the_runs_that_use_the_suite() -> None:
-    """The suite's layers on ``simple_evaluate`` and on the results writer act on the runs that use the suite only
-    (``replacements.scope_layers``): a run, of a process where an earlier run used the suite, that names nothing of
-    the suite is lmms-eval's alone (docs/lmms_eval_tasks.md). Such a run is marked so on its results writer and its
-    CLI arguments (``core.run.not_the_suites``), which lmms-eval uses once the call is over."""
-    import inspect
-
-    from lmms_eval import evaluator
-
-    signature = inspect.signature(evaluator.simple_evaluate)
-
-    def evaluation_uses_the_suite(*args, **kwargs) -> bool:
-        call = signature.bind(*args, **kwargs)
-        call.apply_defaults()
-        if run_uses_the_suite(call.arguments):
-            return True
-        for used_after_the_call in (call.arguments["evaluation_tracker"], call.arguments["cli_args"]):
-            if used_after_the_call is not None:
-                mark_not_the_suites(used_after_the_call)
-        return False
-
-    if not has_layer(_SCOPE, *_SIMPLE_EVALUATE):  # the one wrapper, which tells the runs apart, on every call
-        add_layer(_SCOPE, *_SIMPLE_EVALUATE, lambda simple_evaluate, *args, **kwargs: simple_evaluate(*args, **kwargs))
-    scope_layers(*_SIMPLE_EVALUATE, evaluation_uses_the_suite)
-    for writer in _RESULTS_WRITERS:
-        scope_layers(*writer, lambda tracker, *args, **kwargs: not_the_suites(tracker) is False)
-
-
-_SCOPE = "tasks.scope_to_the_runs_that_use_the_suite"
-
-
-def run_uses_the_suite(call: Mapping[str, Any]) -> bool:
-    """Whether lmms-eval's ``simple_evaluate`` call (its arguments by name) is a run of the suite: LMMS_EVAL_PLUGINS
-    names the suite (in every run of the process: lmms-eval reads it once), the model is the suite's backend, or a
-    task named is the suite's. A model or task passed as an object (Python callers) counts as the suite's: as before
-    the scoping, the workarounds act on it."""
-    model, tasks, task_manager = call["model"], call["tasks"], call["task_manager"]
-    if suite_plugin_enabled() or not isinstance(model, str) or model in SUITE_BACKENDS:
-        return True
-    if not isinstance(tasks, list) or not all(isinstance(task, str) for task in tasks):
-        return True
-    # Without a task index lmms-eval builds one without include paths: the suite's tasks only through the plugin.
-    return task_manager is not None and not set(tasks).isdisjoint(_suite_task_names(task_manager))
-
-
-_RESULTS_WRITERS = (("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_aggregated"),
-                    ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_samples"))
 
 
 def _evaluate_as_one_run(simple_evaluate: Callable, arguments: Any, run: SuiteRun, prebuilt: _Prebuilt) -> Any:

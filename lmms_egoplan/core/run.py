@@ -74,18 +74,3 @@ def hand_over(run: SuiteRun, owner: Any) -> None:
 def run_of(owner: Any) -> SuiteRun | None:
     """The run ``hand_over`` gave ``owner``; None: an evaluation that is not the suite's."""
     return getattr(owner, _RUN_ATTRIBUTE, None)
-
-
-# Marks an lmms-eval object of an evaluation (its results writer, its CLI arguments) that does not use the suite, in a
-# process where an earlier evaluation did: what the suite put on lmms-eval leaves it alone
-# (``compat.tasks.scope_to_the_runs_that_use_the_suite``).
-_NOT_THE_SUITES = "lmms_egoplan_not_the_suites"
-
-
-def mark_not_the_suites(owner: Any) -> None:
-    setattr(owner, _NOT_THE_SUITES, True)
-
-
-def not_the_suites(owner: Any) -> bool:
-    """Whether ``mark_not_the_suites`` marked ``owner``."""
-    return getattr(owner, _NOT_THE_SUITES, False)

@@ -187,37 +187,61 @@ def test_a_config_file_whose_first_run_fails_runs_the_others_then_exits_1(tmp_pa
     assert last[-1].startswith("lmms-egoplan: error: ") and "no_such_file.json" in last[-1]
 
 
-def test_the_runs_of_a_config_file_that_do_not_use_the_suite_are_lmms_evals_own_after_one_that_did(tmp_path):
-    """One process, four runs of a ``--config`` file, no LMMS_EVAL_PLUGINS: lmms-eval's own task, a suite task
-    (``--include_path``), lmms-eval's task again, and one of lmms-eval's tasks that fails. The runs after the suite's
-    write what lmms-eval alone writes (no record of the suite's, the same samples), and the failed one keeps
-    lmms-eval's exit status (0), as in a process the suite never took part in."""
+def test_a_run_after_a_run_of_the_suite_in_one_process_is_lmms_evals_own(tmp_path):
+    """lmms-eval's CLI runs the runs of a ``--config`` file in one process: lmms-eval's own task run after a run of a
+    suite task writes the results and samples files a run of it alone writes in a process without the suite (the
+    suite's keys in neither), and the command exits as lmms-eval's does; a failing one after it exits 0, as lmms-eval
+    alone does. A suite task's run after them (its folder of its own, as a user's adapter) is the suite's again."""
     data = tmp_path / "plain.json"
     data.write_text(json.dumps([{"question": f"q{i}?", "answer": "A" if i % 2 else "B"} for i in range(4)]))
     plain_lmms_eval_task(tmp_path / "tasks" / "plain", data)
-    missing = plain_lmms_eval_task(tmp_path / "tasks" / "missing", tmp_path / "no_such_file.json") / "plain_probe.yaml"
-    missing.rename(missing.with_name("missing_probe.yaml"))
-    missing.with_name("missing_probe.yaml").write_text(missing.with_name("missing_probe.yaml").read_text()
-                                                       .replace("task: plain_probe", "task: missing_probe"))
     shutil.copytree(PROBE_TASKS, tmp_path / "tasks" / "suite")
     probe_data = tmp_path / "probe.json"
     probe_data.write_text(json.dumps([{"question": "q?", "answer": "A"}]))
-    outputs = ["first", "suite", "third", "failed"]
-    runs = [{"model": "dummy", "tasks": task, "include_path": str(tmp_path / "tasks"),
-             "output_path": str(tmp_path / output), "log_samples": True}
-            for task, output in zip(("plain_probe", "lmms_egoplan_probe", "plain_probe", "missing_probe"), outputs)]
+    include_path = tmp_path / "tasks"
+    runs = [{"model": "dummy", "tasks": task, "include_path": str(include_path), "log_samples": True,
+             "output_path": str(tmp_path / f"run{number}")}
+            for number, task in enumerate(["plain_probe", "lmms_egoplan_probe"] * 2, 1)]
     runs[1]["env"] = {"PROBE_DATA_FILE": str(probe_data)}
     (tmp_path / "runs.yaml").write_text(json.dumps(runs))  # JSON is YAML
-    env = {key: value for key, value in {**os.environ, **OFFLINE_ENV}.items() if key != "LMMS_EVAL_PLUGINS"}
-    completed = run_python([sys.executable, "-c", CHILD, "installed", "--config", str(tmp_path / "runs.yaml")], env=env,
-                           cwd=tmp_path, timeout=600, stderr_apart=True)
-    log = completed.stdout + completed.stderr
-    assert completed.returncode == 0, log[-3000:]
-    written = {output: json.loads(next((tmp_path / output).rglob("*_results.json")).read_text())
-               for output in outputs[:3]}
-    assert RECORD_KEY in written["suite"] and PROVENANCE_KEY in written["suite"]  # the suite's run, recorded
-    assert set(written["third"]) == set(written["first"]) and RECORD_KEY not in written["third"]
-    assert comparable(written["third"]) == comparable(written["first"])
-    assert samples_of(tmp_path / "third", "plain_probe") == samples_of(tmp_path / "first", "plain_probe")
-    assert not list((tmp_path / "failed").rglob("*_results.json")) and "Error during evaluation" in log
-    assert "lmms-egoplan: the evaluation failed" not in log
+    env = {**os.environ, **OFFLINE_ENV}
+    env.pop("LMMS_EVAL_PLUGINS", None)
+    command = [sys.executable, "-c", CHILD, "installed", "--config", str(tmp_path / "runs.yaml")]
+    completed = run_python(command, env=env, cwd=tmp_path, timeout=600, stderr_apart=True)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    for run in ("run2", "run4"):  # the suite's runs had their workarounds
+        assert {RECORD_KEY, PROVENANCE_KEY} <= set(written_results(tmp_path / run))
+    alone = run_cli("alone", "plain_probe", tmp_path / "alone", include_path=include_path)
+    assert alone[0] == 0, alone[3][-3000:]
+    for run in ("run1", "run3"):
+        assert as_written(tmp_path / run) == as_written(tmp_path / "alone", tmp_path / run)
+    assert "lmms_egoplan" not in (next((tmp_path / "run3").rglob("*_results.json")).read_text())
+
+    # lmms-eval's own task failing after a run of the suite: lmms-eval's exit status (0), no file, no line of the suite.
+    data.unlink()
+    runs[2]["output_path"] = str(tmp_path / "failed")
+    (tmp_path / "runs.yaml").write_text(json.dumps(runs[1:3]))
+    failed = run_python(command, env=env, cwd=tmp_path, timeout=600, stderr_apart=True)
+    assert failed.returncode == 0, failed.stderr[-3000:]
+    assert "Error during evaluation" in failed.stdout + failed.stderr and "lmms-egoplan:" not in failed.stderr
+    assert not list((tmp_path / "failed").rglob("lmms-egoplan-traceback-*"))
+
+
+def written_results(output: Path) -> dict:
+    [results] = output.rglob("*_results.json")
+    return json.loads(results.read_text())
+
+
+# What differs between two runs of the same task on the same model: when they ran, and how long they took.
+RUN_TIMES = ("date", "start_time", "end_time", "total_evaluation_time_seconds")
+
+
+def as_written(output: Path, named_as: Path | None = None) -> dict:
+    """The results file (without its times) and the samples files of the run written in ``output``, as text, with
+    the output folder named ``named_as`` (a run of the same task elsewhere)."""
+    [results_file] = output.rglob("*_results.json")
+    results = {key: value for key, value in json.loads(results_file.read_text()).items() if key not in RUN_TIMES}
+    results["config"].get("resolved_cli_args", {}).pop("config", None)  # the --config file its run came from
+    texts = {"results": json.dumps(results, sort_keys=True),
+             **{path.name.split("_samples_")[1]: path.read_text() for path in output.rglob("*_samples_*.jsonl")}}
+    return {name: text.replace(str(output), str(named_as or output)) for name, text in texts.items()}

@@ -186,8 +186,10 @@ SLOW_CLEANUP = """
 import sys, time
 from lmms_eval import __main__ as cli
 from lmms_egoplan.compat import durability
+from lmms_egoplan.core.run import SuiteRun, hand_over
 
 def cli_evaluate_single(args):
+    hand_over(SuiteRun(), args)  # a run of the suite: its CLI arguments carry its run
     durability.stop_cleanly_on_sigterm()  # where a run of the suite switches it on
     try:
         print("running", flush=True)

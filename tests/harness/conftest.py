@@ -4,8 +4,16 @@ import pytest
 
 
 @pytest.fixture
-def switch_on():
-    """``switch_on(workaround, ...)``: put the suite's workarounds in place, as a run that uses the suite does. Where
+def runs_name_the_suite(monkeypatch):
+    """The test's runs name the suite (``LMMS_EVAL_PLUGINS``): the workarounds in place act on them, on lmms-eval's
+    own tasks and backends too (a run that names nothing of the suite is lmms-eval's own)."""
+    monkeypatch.setenv("LMMS_EVAL_PLUGINS", "lmms_egoplan")
+
+
+@pytest.fixture
+def switch_on(runs_name_the_suite):
+    """``switch_on(workaround, ...)``: put the suite's workarounds in place, as a run that uses the suite does, for the
+    test's runs, which name the suite (``runs_name_the_suite``). Where
     tests/e2e/test_upstream_patches.py switched one off (``LMMS_EGOPLAN_COMPAT_OFF``) it stays off, and lmms-eval,
     patched with docs/upstream/'s fix, must do the job alone; elsewhere each must be in place."""
     from lmms_egoplan.compat import switched_off

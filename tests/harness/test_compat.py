@@ -318,40 +318,6 @@ def test_the_layers_of_a_function_run_in_the_stated_order_whatever_order_they_we
         replacements.add_layer("elsewhere", __name__, "replaced_for_the_test", lambda call, value: call(value))
 
 
-def test_a_call_scoped_out_of_the_suite_runs_with_every_replaced_function_and_signal_handler_lmms_evals_own(
-        monkeypatch):
-    """A call of a scoped attribute that does not belong to a run of the suite (``scope_layers``) runs lmms-eval's own
-    function, and inside it every other replaced attribute is lmms-eval's own too, and the SIGTERM / Ctrl-C handler of
-    ``durability.stop_cleanly_on_sigterm`` is Python's; all are the suite's again after it."""
-    import signal
-
-    seen = []
-    target = sys.modules[__name__]
-
-    def outer(value):
-        seen.append((target.inner_for_the_test(value), signal.getsignal(signal.SIGTERM)))
-        return value
-
-    monkeypatch.setattr(target, "outer_for_the_test", outer, raising=False)
-    monkeypatch.setattr(target, "inner_for_the_test", lambda value: "lmms-eval's", raising=False)
-    for name in ("outer_for_the_test", "inner_for_the_test"):
-        monkeypatch.setitem(replacements.LAYER_ORDER, (__name__, name), ("layer",))
-        replacements.add_layer("layer", __name__, name, lambda call, value: "the suite's")
-    replacements.add_layer("layer", __name__, "outer_for_the_test", lambda call, value: call(value))
-    monkeypatch.setattr(signal, "signal", lambda signum, handler: handlers.__setitem__(signum, handler))
-    monkeypatch.setattr(signal, "getsignal", lambda signum: handlers[signum])
-    handlers = {signal.SIGTERM: durability._stop_on_signal, signal.SIGINT: signal.default_int_handler}
-    replacements.put_aside_for_other_runs(durability._STOP_CLEANLY, durability._signals_as_python_handles_them)
-    replacements.scope_layers(__name__, "outer_for_the_test", lambda value: value != "not the suite's")
-
-    assert target.outer_for_the_test("the suite's run") == "the suite's run"
-    assert seen.pop() == ("the suite's", durability._stop_on_signal)
-    assert target.outer_for_the_test("not the suite's") == "not the suite's"
-    assert seen.pop() == ("lmms-eval's", signal.SIG_DFL)
-    assert target.inner_for_the_test(1) == "the suite's" and handlers[signal.SIGTERM] is durability._stop_on_signal
-    assert handlers[signal.SIGINT] is signal.default_int_handler  # not taken over: left as it was
-
-
 def test_compat_replaces_lmms_eval_attributes_only_through_its_one_wrapper():
     """No module of compat/ but replacements.py assigns an attribute of lmms-eval or loguru (whose logger it only
     adds sinks to and configures a patcher on), and replacements.py replaces lmms-eval's only; the one exception,
@@ -386,7 +352,7 @@ def test_the_suite_replaces_attributes_of_lmms_eval_only():
     assert {module.split(".")[0] for aliases in replacements.ALIASES.values() for module, _ in aliases} == {"lmms_eval"}
 
 
-def test_a_results_file_names_the_workarounds_in_place_and_lmms_evals_release(tmp_path):
+def test_a_results_file_names_the_workarounds_in_place_and_lmms_evals_release(tmp_path, runs_name_the_suite):
     from importlib.metadata import version
 
     assert compat_results.keep_loglikelihood_results() and compat_results.record_in_results()

@@ -22,9 +22,9 @@ from lmms_egoplan.core.run import SuiteRun, hand_over
 
 
 @pytest.fixture
-def suite_workarounds(monkeypatch):
-    """The response cache's and results writer's workarounds, as a run of the suite installs them; the
-    classes as they were after the test."""
+def suite_workarounds(monkeypatch, runs_name_the_suite):
+    """The response cache's and results writer's workarounds, as a run of the suite installs them, for the test's runs
+    (``runs_name_the_suite``); the classes as they were after the test."""
     for name in ("execute", "finalize", "create"):
         monkeypatch.setattr(ResponseCache, name, ResponseCache.__dict__[name])
     for name in ("save_results_aggregated", "save_results_samples"):

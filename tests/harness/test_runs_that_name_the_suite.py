@@ -24,8 +24,9 @@ KEY = "sk-test-0123456789abcdef"
 def lmms_eval_cli_logging(function: str, message: str):
     """A function named and placed as lmms-eval's CLI function that logs ``message`` as an error."""
     namespace = {"logger": logger}
-    exec(compile(f"def {function}():\n    logger.error({message!r})\n", "/site-packages/lmms_eval/__main__.py", "exec"),
-         namespace)
+    # ``args``: the arguments of the run lmms-eval's CLI is running
+    exec(compile(f"def {function}(args=None):\n    logger.error({message!r})\n", "/site-packages/lmms_eval/__main__.py",
+                 "exec"), namespace)
     return namespace[function]
 
 
@@ -35,7 +36,8 @@ def lmms_eval_cli_logging(function: str, message: str):
     ("cli_evaluate_single", "Need to specify task to evaluate.",
      "lmms-egoplan: error: --tasks: name the tasks to evaluate (`lmms-eval --tasks list` lists them)"),
 ])
-def test_the_exit_guard_added_after_lmms_evals_log_reset_ends_the_run(function, message, last_line, capsys):
+def test_the_exit_guard_added_after_lmms_evals_log_reset_ends_the_run(function, message, last_line, capsys,
+                                                                      runs_name_the_suite):
     logger.remove()  # what cli_evaluate does when it sets the verbosity, before the run's TaskManager is built
     remove, print_exc = logger.remove, traceback.print_exc
     assert durability.fail_runs_with_failed_tasks()
@@ -49,6 +51,58 @@ def test_the_exit_guard_added_after_lmms_evals_log_reset_ends_the_run(function, 
     finally:
         logger.remove()
         logger.add(sys.stderr)
+
+
+def test_the_exit_guard_ends_a_run_that_uses_the_suite_only(monkeypatch, capsys):
+    """Once a run has put it in place, the exit guard stays for the process's later runs: one whose CLI arguments
+    carry no run of the suite (a later run of a --config file that names nothing of it) fails as lmms-eval's does."""
+    from lmms_egoplan.core.run import SuiteRun, hand_over
+
+    monkeypatch.delenv("LMMS_EVAL_PLUGINS", raising=False)
+    failing = lmms_eval_cli_logging("cli_evaluate", "Error during evaluation: boom.")
+    logger.remove()
+    assert durability.fail_runs_with_failed_tasks()
+    try:
+        failing(SimpleNamespace())  # lmms-eval's: the error logged, the loop goes on
+        suite_run = SimpleNamespace()
+        hand_over(SuiteRun(), suite_run)
+        with pytest.raises(SystemExit) as stopped:
+            failing(suite_run)
+        assert stopped.value.code == 1 and capsys.readouterr().err.splitlines()[-1] == "lmms-egoplan: error: boom."
+    finally:
+        logger.remove()
+        logger.add(sys.stderr)
+
+
+# lmms-eval's CLI running one run that names nothing of the suite, in a process where an earlier run switched the
+# SIGTERM handler on; the signal arrives mid-run.
+PLAIN_RUN_STOPPED = """
+import os, signal, sys
+from lmms_eval import __main__ as cli
+from lmms_egoplan.compat import durability
+
+def cli_evaluate_single(args):
+    assert durability.stop_cleanly_on_sigterm()
+    os.kill(os.getpid(), signal.SIGTERM)
+    print("went on", flush=True)
+
+cli.cli_evaluate_single = cli_evaluate_single
+sys.argv = ["lmms-eval", "--model", "dummy", "--tasks", "plain_probe"]
+cli.cli_evaluate()
+"""
+
+
+def test_a_sigterm_in_a_run_that_does_not_use_the_suite_ends_it_as_lmms_evals_own():
+    """Python's own end by SIGTERM (killed by the signal, nothing said), not the suite's clean stop (status 143)."""
+    import signal
+
+    from lmms_egoplan.compat import OFF_SWITCH
+
+    env = {**{key: value for key, value in os.environ.items() if key != "LMMS_EVAL_PLUGINS"}, OFF_SWITCH: ""}
+    completed = subprocess.run([sys.executable, "-c", PLAIN_RUN_STOPPED], capture_output=True, text=True, env=env,
+                               timeout=300)
+    assert completed.returncode == -signal.SIGTERM, completed.stderr[-3000:]
+    assert "went on" not in completed.stdout and "lmms-egoplan" not in completed.stderr
 
 
 def test_the_model_fingerprint_of_the_response_cache_holds_no_key(tmp_path):

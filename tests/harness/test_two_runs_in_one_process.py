@@ -137,3 +137,35 @@ def test_a_run_of_a_config_file_that_asks_for_an_exit_status_ends_the_command_wi
     assert last[1] == "lmms-egoplan: 2 judgements failed"
     assert last[2] == "lmms-egoplan: run 2 of 3 of the --config file (--tasks failing):"
     assert last[4].startswith("lmms-egoplan: error: RuntimeError: the evaluation failed")
+
+
+def test_a_python_run_after_one_of_the_suite_is_lmms_evals_own(tmp_path, monkeypatch):
+    """lmms-eval's Python API, twice in one process: a call on a suite task (found through its folder, the suite's
+    workarounds switched on by it) writes their record; a later call on lmms-eval's own task, whose results writer
+    writes its files after the call, writes what lmms-eval alone writes: nothing of the suite."""
+    from lmms_eval import evaluator
+    from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
+    from lmms_eval.tasks import TaskManager
+
+    from lmms_egoplan.compat.replacements import RECORD_KEY
+    from tests.fixtures import PROBE_TASKS
+    from tests.harness.test_lmms_eval_behaviours import plain_task
+
+    monkeypatch.delenv("LMMS_EVAL_PLUGINS", raising=False)
+    (tmp_path / "probe.json").write_text(json.dumps([{"question": "q?", "answer": "A"}]))
+    monkeypatch.setenv("PROBE_DATA_FILE", str(tmp_path / "probe.json"))
+    folders = [str(PROBE_TASKS), str(plain_task(tmp_path / "tasks"))]
+
+    def evaluate(task: str) -> str:
+        """The results and samples files of a ``simple_evaluate`` call of ``task``, as its caller writes them."""
+        output = tmp_path / task
+        writer = EvaluationTracker(output_path=str(output))
+        results = evaluator.simple_evaluate(model="dummy", tasks=[task], log_samples=True, evaluation_tracker=writer,
+                                            task_manager=TaskManager(include_path=folders, include_defaults=False))
+        samples = results.pop("samples")
+        writer.save_results_aggregated(results=results, samples=samples, datetime_str="20260101_000000")
+        writer.save_results_samples(task_name=task, samples=samples[task])
+        return "".join(path.read_text() for path in sorted(output.rglob("*.json*")))
+
+    assert RECORD_KEY in evaluate("lmms_egoplan_probe")
+    assert "lmms_egoplan" not in evaluate("plain_probe")
