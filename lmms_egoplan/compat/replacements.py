@@ -181,16 +181,19 @@ _EVALUATION_FRAMES: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("lmms_eval", "__main__.py", "cli_evaluate"): ("args",),  # the run its loop over a --config file's runs is at
 }
 
+_EVALUATION_FUNCTIONS = frozenset(name for _, _, name in _EVALUATION_FRAMES)
 
 def _evaluation_frames():
     """lmms-eval's evaluation functions on the stack, innermost first: (their ``_EVALUATION_FRAMES`` key, their locals);
     a ``python -m lmms_eval`` run's module is ``__main__``: known by its file."""
     frame = sys._getframe(1)
     while frame is not None:
-        path = Path(frame.f_code.co_filename)
-        key = (path.parent.name, path.name, frame.f_code.co_name)
-        if key in _EVALUATION_FRAMES:
-            yield key, frame.f_locals
+        # Asked at every response and log line: the function's name first, and a Path of the file only where it matches
+        if frame.f_code.co_name in _EVALUATION_FUNCTIONS:
+            path = Path(frame.f_code.co_filename)
+            key = (path.parent.name, path.name, frame.f_code.co_name)
+            if key in _EVALUATION_FRAMES:
+                yield key, frame.f_locals
         frame = frame.f_back
 
 
