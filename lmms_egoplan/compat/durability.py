@@ -26,6 +26,7 @@ from lmms_egoplan.compat import (
 )
 from lmms_egoplan.compat.replacements import (
     add_layer,
+    command_in_progress,
     counts_when_in_effect,
     has_layer,
     note_in_place,
@@ -171,14 +172,9 @@ _CLI_RUN = ("lmms_eval.__main__", "cli_evaluate_single")
 def _runs_of_the_command() -> tuple[Any, list] | None:
     """(the ``args`` of the run lmms-eval's CLI is running, those of every run of its command), read from its
     ``cli_evaluate`` loop on the stack; None outside it (``simple_evaluate`` called from Python)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name == "cli_evaluate" and Path(code.co_filename).parts[-2:] == ("lmms_eval", "__main__.py"):
-            runs, current = frame.f_locals.get("args_list"), frame.f_locals.get("args")
-            return (current, runs) if isinstance(runs, list) and any(run is current for run in runs) else None
-        frame = frame.f_back
-    return None
+    command = command_in_progress()
+    runs, current = command.get("args_list"), command.get("args")
+    return (current, runs) if isinstance(runs, list) and any(run is current for run in runs) else None
 
 
 def _runs_after(command: tuple[Any, list] | None) -> bool:

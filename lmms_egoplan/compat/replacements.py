@@ -175,13 +175,14 @@ def carries_a_run_of_the_suite(owner: Any) -> bool:
 # lmms-eval's functions that run an evaluation (its folder, file, function) -> their locals that say whether it is one
 # of the suite: its CLI arguments and results writer (handed a run of the suite), its backend and tasks (the suite's).
 _SIMPLE_EVALUATE_FRAME = ("lmms_eval", "evaluator.py", "simple_evaluate")
+_CLI_EVALUATE_FRAME = ("lmms_eval", "__main__.py", "cli_evaluate")
 _EVALUATION_FRAMES: dict[tuple[str, str, str], tuple[str, ...]] = {
     _SIMPLE_EVALUATE_FRAME: ("cli_args", "evaluation_tracker", "lm", "task_dict"),
     ("lmms_eval", "__main__.py", "cli_evaluate_single"): ("args", "evaluation_tracker"),
-    ("lmms_eval", "__main__.py", "cli_evaluate"): ("args",),  # the run its loop over a --config file's runs is at
+    _CLI_EVALUATE_FRAME: ("args",),  # the run its loop over a --config file's runs is at
 }
-
 _EVALUATION_FUNCTIONS = frozenset(name for _, _, name in _EVALUATION_FRAMES)
+
 
 def _evaluation_frames():
     """lmms-eval's evaluation functions on the stack, innermost first: (their ``_EVALUATION_FRAMES`` key, their locals);
@@ -200,8 +201,18 @@ def _evaluation_frames():
 def evaluation_in_progress() -> dict[str, Any]:
     """The innermost ``simple_evaluate`` call of lmms-eval on the stack: its locals named in ``_EVALUATION_FRAMES``
     ({} outside one)."""
-    return next(({name: found.get(name) for name in _EVALUATION_FRAMES[key]} for key, found in _evaluation_frames()
-                 if key == _SIMPLE_EVALUATE_FRAME), {})
+    found = _innermost(_SIMPLE_EVALUATE_FRAME)
+    return {name: found.get(name) for name in _EVALUATION_FRAMES[_SIMPLE_EVALUATE_FRAME]} if found else {}
+
+
+def command_in_progress() -> Mapping[str, Any]:
+    """The locals of lmms-eval's CLI loop over the runs of its command (``cli_evaluate``) on the stack ({} outside
+    one: ``simple_evaluate`` called from Python)."""
+    return _innermost(_CLI_EVALUATE_FRAME)
+
+
+def _innermost(frame_key: tuple[str, str, str]) -> Mapping[str, Any]:
+    return next((found for key, found in _evaluation_frames() if key == frame_key), {})
 
 
 def _of_the_suite(value: Any) -> bool:
