@@ -46,10 +46,10 @@ from lmms_egoplan.models.visuals import ModelVisuals, UnsupportedVisualError, de
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # The likelihood path's speed options on a GPU when a run leaves them unset, as speed/bench_loglikelihood.py's
-# DEFAULT_RULE decided on the H200 and H100 runs of 2026-11-27 (docs/development.md, "Measured on a GPU"): fused
-# 1.16x / 1.39x the batched method's steady rate, 2 processes 1.30x / 1.08x the fused thread's; candidates_in_prefill
-# 0.97x / 1.09x the unfused path's, unmeasured beside the two, so it stays off.
-GPU_DEFAULTS = {"fused_elementwise": True, "prefetch_processes": 2}
+# DEFAULT_RULE decided (docs/development.md, "Measured on a GPU"): fused 1.16x / 1.39x the batched method's steady
+# rate, 2 processes 1.30x / 1.08x the fused thread's (H200 and H100, 2026-11-27); candidates_in_prefill 1.23x the
+# fused path in 2 processes, its losses within 0.1, choices changed only on near ties (H200, 2026-11-28).
+GPU_DEFAULTS = {"fused_elementwise": True, "prefetch_processes": 2, "candidates_in_prefill": True}
 # Questions of several a batch are sorted by length within windows of this many batches (``_length_sorted``), as
 # lmms-eval's Collator sorts requests by length: a batch's rows then differ little, and pad little. Bounded, so the
 # scores still come in about the requests' order (a progress bar, an interrupted run's cached responses).
@@ -106,7 +106,7 @@ class EgoPlanHF(DocRequests, lmms):
         prefix_sharing: bool = True,
         lstrip_continuation: bool = True,
         continuation_batch_size: int = 16,
-        candidates_in_prefill: bool = False,
+        candidates_in_prefill: bool | None = None,
         visual_prefetch: int | None = None,
         prefetch_processes: int | None = None,
         packed_vision_attention: bool = True,
@@ -599,12 +599,15 @@ def _prefetch_processes(value, visual_prefetch: int, device: torch.device) -> in
 
 
 def _scorer(model, pretrained: str, continuation_batch_size: Any, candidates_in_prefill: Any) -> LikelihoodScorer:
-    """The likelihood scorer of the model args; where the model cannot score its candidates inside the prefill, the
-    continuations, said once."""
+    """The likelihood scorer of the model args (``candidates_in_prefill`` unset: ``GPU_DEFAULTS``' where the model is
+    on a GPU, else off); where the model cannot score its candidates inside the prefill, the continuations, said
+    once."""
     continuation_batch_size = _arg(continuation_batch_size, int, "continuation_batch_size")
     if continuation_batch_size < 1:
         raise ValueError(f"egoplan_hf: continuation_batch_size must be at least 1, got {continuation_batch_size}")
-    candidates_in_prefill = _arg(candidates_in_prefill, bool, "candidates_in_prefill")
+    candidates_in_prefill = _arg(candidates_in_prefill, bool | None, "candidates_in_prefill")
+    if candidates_in_prefill is None:
+        candidates_in_prefill = model.device.type == "cuda" and GPU_DEFAULTS["candidates_in_prefill"]
     scorer = LikelihoodScorer(model, pretrained, continuation_batch_size, candidates_in_prefill)
     if candidates_in_prefill and scorer.tree_unsupported:
         logger.warning(f"egoplan_hf: candidates_in_prefill: {type(model).__name__} scores its candidates after the "

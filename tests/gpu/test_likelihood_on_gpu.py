@@ -26,13 +26,14 @@ TOLERANCE = {"float32": 5e-3, "bfloat16": 1e-1}
 
 def losses(pretrained, device: str, dtype: str, docs: list[dict]) -> tuple[np.ndarray, str]:
     """Each question's 4 candidate losses (questions x candidates), with the backend's defaults there (on a GPU its
-    GPU_DEFAULTS: fused elementwise work, batches prepared in worker processes)."""
+    GPU_DEFAULTS: fused elementwise work, batches prepared in worker processes, candidates inside the prefill)."""
     bench = load_speed_module("bench_loglikelihood")
     backend = EgoPlanHF(pretrained=str(pretrained), device=device, dtype=dtype)
     backend.task_dict = {bench.TASK: {bench.SPLIT: docs}}
     values = backend.loglikelihood(bench.requests_for(docs, ANSWER_AND_END_OF_TURN))
     defaults = (f"fused_elementwise {'on' if backend.fused_elementwise else 'off'}, "
-                f"prefetch_processes {backend.prefetch_processes}")
+                f"prefetch_processes {backend.prefetch_processes}, "
+                f"candidates_in_prefill {'on' if backend.scorer.candidates_in_prefill else 'off'}")
     return np.array([loss for loss, _ in values]).reshape(len(docs), 4), defaults
 
 
