@@ -139,9 +139,6 @@ class EgoPlanHF(DocRequests, lmms):
         # Qwen-VL vision towers: every window in one attention call (vision_attention); None: nothing to pack.
         self.vision_attention = pack_vision_attention(self._model, _arg(packed_vision_attention, bool,
                                                                         "packed_vision_attention"))
-        # After packing: the packed forwards' rotary embedding is compiled too.
-        self.fused_elementwise = _fused(self._model, _arg(fused_elementwise, bool | None, "fused_elementwise"),
-                                        self._device)
         self.device_pixels = DevicePixels.for_model(self._model.config.model_type, self.processor, self._model.dtype)
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # decoder-only batched generation
@@ -158,11 +155,21 @@ class EgoPlanHF(DocRequests, lmms):
         self.batch_size = _batch_size(batch_size)
         self.prefix_sharing = _arg(prefix_sharing, bool, "prefix_sharing")
         self.lstrip_continuation = _arg(lstrip_continuation, bool, "lstrip_continuation")
-        self.scorer = _scorer(self._model, self.pretrained, continuation_batch_size, candidates_in_prefill)
-        self.visual_prefetch = _visual_prefetch(visual_prefetch, self._device)
-        self.prefetch_processes = _prefetch_processes(prefetch_processes, self.visual_prefetch, self._device)
+        # After packing: the packed forwards' rotary embedding is compiled too.
+        self._choose_speed_options(fused_elementwise, continuation_batch_size, candidates_in_prefill, visual_prefetch,
+                                   prefetch_processes)
         self.settle_turn_end(self._model.generation_config)
         self._reported_generation_keys: set[str] = set()
+
+    def _choose_speed_options(self, fused_elementwise, continuation_batch_size, candidates_in_prefill, visual_prefetch,
+                              prefetch_processes) -> None:
+        """The likelihood path's speed options; each one a run leaves unset, by the run's device (``_place``)."""
+        self.fused_elementwise = _fused(self._model, _arg(fused_elementwise, bool | None, "fused_elementwise"),
+                                        self._device)
+        self.scorer = _scorer(self._model, self.pretrained, continuation_batch_size, candidates_in_prefill,
+                              self._device)
+        self.visual_prefetch = _visual_prefetch(visual_prefetch, self._device)
+        self.prefetch_processes = _prefetch_processes(prefetch_processes, self.visual_prefetch, self._device)
 
     @property
     def model(self):
@@ -598,16 +605,16 @@ def _prefetch_processes(value, visual_prefetch: int, device: torch.device) -> in
     return processes
 
 
-def _scorer(model, pretrained: str, continuation_batch_size: Any, candidates_in_prefill: Any) -> LikelihoodScorer:
-    """The likelihood scorer of the model args (``candidates_in_prefill`` unset: ``GPU_DEFAULTS``' where the model is
-    on a GPU, else off); where the model cannot score its candidates inside the prefill, the continuations, said
-    once."""
+def _scorer(model, pretrained: str, continuation_batch_size: Any, candidates_in_prefill: Any,
+            device: torch.device) -> LikelihoodScorer:
+    """The likelihood scorer of the model args (``candidates_in_prefill`` unset: ``GPU_DEFAULTS``' where the run is on
+    a GPU, else off); where the model cannot score its candidates inside the prefill, the continuations, said once."""
     continuation_batch_size = _arg(continuation_batch_size, int, "continuation_batch_size")
     if continuation_batch_size < 1:
         raise ValueError(f"egoplan_hf: continuation_batch_size must be at least 1, got {continuation_batch_size}")
     candidates_in_prefill = _arg(candidates_in_prefill, bool | None, "candidates_in_prefill")
     if candidates_in_prefill is None:
-        candidates_in_prefill = model.device.type == "cuda" and GPU_DEFAULTS["candidates_in_prefill"]
+        candidates_in_prefill = device.type == "cuda" and GPU_DEFAULTS["candidates_in_prefill"]
     scorer = LikelihoodScorer(model, pretrained, continuation_batch_size, candidates_in_prefill)
     if candidates_in_prefill and scorer.tree_unsupported:
         logger.warning(f"egoplan_hf: candidates_in_prefill: {type(model).__name__} scores its candidates after the "

@@ -859,7 +859,7 @@ def test_prefetch_processes_need_batches_ahead(tiny_model):
         EgoPlanHF(pretrained=pretrained, visual_prefetch=2, prefetch_processes=-1)
 
 
-def test_the_gpu_defaults_apply_on_a_gpu_only_and_an_explicit_setting_wins(backend, monkeypatch):
+def test_the_gpu_defaults_apply_on_a_gpu_only_and_an_explicit_setting_wins(backend):
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert egoplan_hf._prefetch_processes(None, 2, cuda) == egoplan_hf.GPU_DEFAULTS["prefetch_processes"] == 2
     assert egoplan_hf._prefetch_processes(None, 0, cuda) == 0  # nothing prepared ahead: no process either
@@ -868,10 +868,10 @@ def test_the_gpu_defaults_apply_on_a_gpu_only_and_an_explicit_setting_wins(backe
     model = backend("qwen2_vl")
     assert model.prefetch_processes == 0 and model.fused_elementwise is None  # CPU: both off unless asked
     assert not model.scorer.candidates_in_prefill
-    monkeypatch.setattr(type(model.model), "device", property(lambda self: cuda))  # the model's weights on a GPU
-    assert egoplan_hf._scorer(model.model, model.pretrained, 16, None).candidates_in_prefill \
+    assert egoplan_hf._scorer(model.model, model.pretrained, 16, None, cuda).candidates_in_prefill \
         is egoplan_hf.GPU_DEFAULTS["candidates_in_prefill"] is True
-    assert egoplan_hf._scorer(model.model, model.pretrained, 16, "false").candidates_in_prefill is False
+    assert egoplan_hf._scorer(model.model, model.pretrained, 16, None, cpu).candidates_in_prefill is False
+    assert egoplan_hf._scorer(model.model, model.pretrained, 16, "false", cuda).candidates_in_prefill is False
     # Unset on a GPU where inductor cannot compile (here: no CUDA), the default quietly stays eager.
     assert egoplan_hf._fused(model.model, None, cuda) is None
     with pytest.raises(SettingsError, match="fused_elementwise=true compiles with torch's inductor"):
