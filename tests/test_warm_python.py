@@ -105,33 +105,38 @@ def test_a_run_whose_import_time_environment_differs_runs_in_a_plain_process(war
                       timeout=300).stdout == "True\n"
 
 
-@pytest.mark.parametrize("ending", ["normal", "status", "error"])
-def test_a_refused_run_starts_plain_with_the_warm_pythons_prelude_first(tmp_path, ending):
-    """The end-to-end tier's prelude (its task index memo) runs before every run of its warm Python, those it refuses
-    (another ``HF_HOME``: they start plain) too; such a run is otherwise the same command in a plain process."""
+@pytest.fixture(scope="module")
+def warm_with_prelude(tmp_path_factory):
+    """The environment of runs that fork from a warm Python started with a prelude, as the end-to-end tier's is (its
+    task index memo): the prelude records the process it ran in, and whether torch was imported by then."""
     from lmms_egoplan.demo.kit import warm_python
 
-    prelude = tmp_path / "prelude.py"
+    folder = tmp_path_factory.mktemp("warm-with-prelude")
+    prelude = folder / "prelude.py"
     prelude.write_text("import builtins, os, sys\nbuiltins.PRELUDE_RAN = os.getpid(), 'torch' in sys.modules\n")
-    socket = tmp_path / "socket"
-    server = subprocess.Popen([sys.executable, warm_python.__file__, str(socket), str(prelude)])
-    try:
-        env = {**os.environ, WARM_PYTHON_VARIABLE: str(socket), "PROBE_VARIABLE": ending}
-        probe = "import builtins, os; ran = getattr(builtins, 'PRELUDE_RAN', None); print(ran == (os.getpid(), "
-        forked = run_python([sys.executable, "-c", probe + "True))"], env=env, cwd=tmp_path, timeout=300)
-        refused = run_python([sys.executable, "-c", probe + "False))"], env={**env, "HF_HOME": str(tmp_path)},
-                             cwd=tmp_path, timeout=300)
-        assert (forked.stdout, refused.stdout) == ("True\n", "True\n")
-        command = [sys.executable, "-c", PROBE, ending, "second argument"]
-        as_refused = run_python(command, env={**env, "HF_HOME": str(tmp_path)}, cwd=tmp_path, timeout=300,
-                                stderr_apart=True)
-        plain = subprocess.run(command, env={**env, "HF_HOME": str(tmp_path)}, cwd=tmp_path, capture_output=True,
-                               text=True, timeout=300)
-        assert (as_refused.returncode, as_refused.stdout, as_refused.stderr) == \
-            (plain.returncode, plain.stdout, plain.stderr)
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
+    server = subprocess.Popen([sys.executable, warm_python.__file__, str(folder / "socket"), str(prelude)])
+    yield {**os.environ, WARM_PYTHON_VARIABLE: str(folder / "socket")}
+    server.terminate()
+    server.wait(timeout=60)
+
+
+@pytest.mark.parametrize("ending", ["normal", "status", "error"])
+def test_a_refused_run_starts_plain_with_the_warm_pythons_prelude_first(warm_with_prelude, tmp_path, ending):
+    """The end-to-end tier's prelude (its task index memo) runs before every run of its warm Python, those it refuses
+    (another ``HF_HOME``: they start plain) too; such a run is otherwise the same command in a plain process."""
+    env = {**warm_with_prelude, "PROBE_VARIABLE": ending}
+    probe = "import builtins, os; ran = getattr(builtins, 'PRELUDE_RAN', None); print(ran == (os.getpid(), "
+    forked = run_python([sys.executable, "-c", probe + "True))"], env=env, cwd=tmp_path, timeout=300)
+    refused = run_python([sys.executable, "-c", probe + "False))"], env={**env, "HF_HOME": str(tmp_path)},
+                         cwd=tmp_path, timeout=300)
+    assert (forked.stdout, refused.stdout) == ("True\n", "True\n")
+    command = [sys.executable, "-c", PROBE, ending, "second argument"]
+    as_refused = run_python(command, env={**env, "HF_HOME": str(tmp_path)}, cwd=tmp_path, timeout=300,
+                            stderr_apart=True)
+    plain = subprocess.run(command, env={**env, "HF_HOME": str(tmp_path)}, cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300)
+    assert (as_refused.returncode, as_refused.stdout, as_refused.stderr) == \
+        (plain.returncode, plain.stdout, plain.stderr)
 
 def test_a_caller_that_imported_transformers_pipelines_or_scikit_learn_forks_its_runs(warm):
     """Importing transformers' pipelines sets ``TORCHINDUCTOR_CACHE_DIR`` in the importing process (through torch's

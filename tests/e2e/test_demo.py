@@ -1,15 +1,13 @@
-"""The offline demo, ``lmms-egoplan smoke``: one table, plain words about random scores, scripted answers
-whose values are checked, the report of its runs, and a non-zero exit status when a benchmark fails
-or a scripted value is not the one its script implies."""
+"""The offline demo, ``lmms-egoplan smoke``: every architecture it offers, scripted answers whose values are checked,
+and a non-zero exit status when a benchmark fails or a scripted value is not the one its script implies. Its one
+table, plain words about random scores and the report of its runs: tests/e2e/test_user_surface.py, on the run of the
+whole demo it compares to the snapshots."""
 
 import dataclasses
 import io
 import json
 import re
-import subprocess
-import sys
 from contextlib import ExitStack
-from pathlib import Path
 
 import pytest
 
@@ -18,63 +16,6 @@ from lmms_egoplan.demo.kit.checkpoints import ARCHITECTURES, TEXT_ONLY_ARCHITECT
 from lmms_egoplan.demo.kit.suite import SmokeSuite
 
 # End to end: the real lmms-eval CLI in subprocesses.
-
-
-def test_smoke_command_evaluates_a_benchmark_and_prints_one_table(tmp_path):
-    """Hermetic: the user's own settings file at the default location and an EGOPLAN_* variable, both of which would
-    change the demo's values, are not read."""
-    import os
-
-    command = Path(sys.executable).parent / "lmms-egoplan"
-    users = tmp_path / "config" / "lmms-egoplan" / "settings.yaml"
-    users.parent.mkdir(parents=True)
-    users.write_text("egoplan:\n  num_frames: 2\n  frame_sampling: bogus\n")
-    environment = {key: value for key, value in os.environ.items() if key != "LMMS_EGOPLAN_SETTINGS"}
-    completed = subprocess.run([str(command), "smoke", "--workdir", str(tmp_path / "demo"), "--benchmark", "egoplan"],
-                               capture_output=True, text=True, timeout=900,
-                               env={**environment, "XDG_CONFIG_HOME": str(tmp_path / "config"),
-                                    "EGOPLAN_MAX_SIDE": "3"})
-    tmp_path = tmp_path / "demo"
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    printed = completed.stdout
-    table = printed[printed.index("task "):printed.index("Rows without a mark")]
-    assert max(map(len, table.splitlines())) <= 120  # fits a terminal: breakdowns and reasons listed below
-    for task in ("egoplan_val", "egoplan_test", "egoplan_val_gen", f"egoplan_val_gen {smoke.SCRIPTED}"):
-        assert f"\n{task} " in table
-    assert "tiny RANDOM model" in printed and "measure nothing" in printed
-    assert f"{tmp_path / 'logs' / 'egoplan'}" in printed and f"{tmp_path / 'logs' / 'scripted'}" in printed
-    assert list((tmp_path / "logs" / "egoplan").rglob("*_results.json"))
-    # the settings file of its data, which its runs read and a user re-runs a task with (docs/data.md)
-    settings = tmp_path / "lmms-egoplan-settings.yaml"
-    assert f"its judge stopped with the demo): {settings}\n" in printed
-    results = json.loads(next((tmp_path / "logs" / "egoplan").rglob("*_results.json")).read_text())
-    assert results["configs"]["egoplan_val"]["metadata"]["settings_file"] == str(settings)
-    # one row per task, its main metrics as columns (each header with its unit); below, the breakdown bins in
-    # their natural order
-    header, _, *task_rows = table.strip().splitlines()
-    assert re.split(r"\s{2,}", header)[:4] == ["task", "accuracy (%)", "accuracy_epic_kitchens (%)",
-                                               "accuracy_ego4d (%)"]
-    progress = next(line for line in task_rows if line.startswith("  egoplan_val, progress (%): "))
-    similarity = next(line for line in task_rows if line.startswith("  egoplan_val, similarity (%): "))
-    assert progress.index(": 0_4") < progress.index(", 5_9") < progress.index(", 10_14") < progress.index(", 15_plus")
-    assert similarity.index(": low") < similarity.index(", medium") < similarity.index(", high")
-    # the random model's letters are unreadable: its accuracy says it is no score, and why (below the table)
-    random_row = next(line for line in task_rows if line.startswith("egoplan_val_gen "))
-    assert "(not scored)" in random_row
-    assert table.index(smoke.WHY_NOT_SCORED) < table.index("\n  egoplan_val_gen: 8 of 8 answers unparseable\n")
-    # the scripted answers: 3 of every 5 right (stated letter, bare letter, candidate text), 1 in 5 unreadable
-    scripted_row = next(line for line in task_rows if line.startswith(f"egoplan_val_gen {smoke.SCRIPTED}"))
-    records = egoplan.build_fixture(tmp_path / "data" / "egoplan").records()
-    right = sum(egoplan.SCRIPTED_STYLES[i % 5] in ("stated letter", "bare letter", "candidate text")
-                for i in range(len(records)))
-    assert scripted_row.split()[2] == f"{100 * right / len(records):.4g}" and "not scored" not in scripted_row  # in %
-    assert f"{smoke.SCRIPTED} rows: answers of known quality; all 23 values equal" in printed
-    report = tmp_path / "report" / "report.md"
-    assert printed.rstrip().endswith(str(report))
-    # the model, then its main score (column 2, ``value_order``), then where the row comes from
-    percent = f"{100 * right / len(records):.2f}"
-    assert re.search(rf"^\| scripted-answers \| {percent} \[[^]]*\] \| this run \| egoplan_val_gen \|",
-                     report.read_text(), re.MULTILINE)
 
 
 @pytest.fixture(scope="module")
