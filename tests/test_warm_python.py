@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -39,16 +40,24 @@ if ending == "interrupt":
 """
 
 
+@contextmanager
+def warm_python_in(folder: Path, *prelude: Path):
+    """A warm Python listening in ``folder`` (with ``prelude``, if given): the environment of runs that fork from it."""
+    from lmms_egoplan.demo.kit import warm_python
+
+    server = subprocess.Popen([sys.executable, warm_python.__file__, str(folder / "socket"), *map(str, prelude)])
+    try:
+        yield {**os.environ, WARM_PYTHON_VARIABLE: str(folder / "socket")}
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory):
     """The environment of runs that fork from a warm Python (started here, ended after the module)."""
-    from lmms_egoplan.demo.kit import warm_python
-
-    socket = tmp_path_factory.mktemp("warm") / "socket"
-    server = subprocess.Popen([sys.executable, warm_python.__file__, str(socket)])
-    yield {**os.environ, WARM_PYTHON_VARIABLE: str(socket)}
-    server.terminate()
-    server.wait(timeout=60)
+    with warm_python_in(tmp_path_factory.mktemp("warm")) as environment:
+        yield environment
 
 
 @pytest.mark.parametrize("ending", ["normal", "status", "message", "error", "interrupt"])
@@ -109,15 +118,11 @@ def test_a_run_whose_import_time_environment_differs_runs_in_a_plain_process(war
 def warm_with_prelude(tmp_path_factory):
     """The environment of runs that fork from a warm Python started with a prelude, as the end-to-end tier's is (its
     task index memo): the prelude records the process it ran in, and whether torch was imported by then."""
-    from lmms_egoplan.demo.kit import warm_python
-
     folder = tmp_path_factory.mktemp("warm-with-prelude")
     prelude = folder / "prelude.py"
     prelude.write_text("import builtins, os, sys\nbuiltins.PRELUDE_RAN = os.getpid(), 'torch' in sys.modules\n")
-    server = subprocess.Popen([sys.executable, warm_python.__file__, str(folder / "socket"), str(prelude)])
-    yield {**os.environ, WARM_PYTHON_VARIABLE: str(folder / "socket")}
-    server.terminate()
-    server.wait(timeout=60)
+    with warm_python_in(folder, prelude) as environment:
+        yield environment
 
 
 @pytest.mark.parametrize("ending", ["normal", "status", "error"])
@@ -137,6 +142,7 @@ def test_a_refused_run_starts_plain_with_the_warm_pythons_prelude_first(warm_wit
                            text=True, timeout=300)
     assert (as_refused.returncode, as_refused.stdout, as_refused.stderr) == \
         (plain.returncode, plain.stdout, plain.stderr)
+
 
 def test_a_caller_that_imported_transformers_pipelines_or_scikit_learn_forks_its_runs(warm):
     """Importing transformers' pipelines sets ``TORCHINDUCTOR_CACHE_DIR`` in the importing process (through torch's

@@ -33,8 +33,8 @@ def run_lm_eval(model: str, model_args: str, tasks: str, output: Path, env: dict
     command = [sys.executable, "-m", "lm_eval", "run", "--model", model, "--model_args", model_args,
                "--include_path", str(CHECKOUT / "lm_eval_tasks"), "--tasks", tasks,
                "--output_path", str(output), "--log_samples", *extra]
-    # one thread, through the tier's warm Python: forked where the tier shares the cores (tests/conftest.py), which
-    # sets the same OMP_NUM_THREADS; else it starts plain, with the task index memo first
+    # one thread, through the tier's warm Python: forked where a worker's share of the cores is one thread too (two
+    # workers on two cores: tests/conftest.py); else it starts plain, with the task index memo first
     completed = run_python(command, env={**os.environ, **OFFLINE_ENV, "OMP_NUM_THREADS": "1", **env}, timeout=600,
                            stderr_apart=True)
     assert completed.returncode == 0, completed.stderr[-4000:]
