@@ -413,7 +413,9 @@ def kernels_per_question(backend, requests, method: str, batch_size: int) -> flo
         del scorer.score_full, scorer.score_shared
     events = profiler.events()
     if cuda:
-        kernels = sum(event.device_type == torch.autograd.DeviceType.CUDA for event in events)
+        # not the device events record_function adds: one a scorer call, spanning its kernels
+        kernels = sum(event.device_type == torch.autograd.DeviceType.CUDA and not event.is_user_annotation
+                      for event in events)
     else:
         kernels = sum(_in_model_step(event) and (_computes(event) or "cpp_fused" in event.name) for event in events
                       if event.cpu_parent is None or not event.cpu_parent.name.startswith("aten::"))
@@ -650,7 +652,9 @@ PROFILED_OPERATORS = 15  # the leading operators of --profile that --json carrie
 def profile_fastest(backend, requests, args, path: Path, seconds: dict[str, list[float]]) -> dict:
     """Where the fastest batched method's time goes (the highest median rate of the rounds: what is left to gain):
     its operators under torch.profiler, most device (else CPU) time first, with the device's busy share of the wall
-    time; written to ``path`` and printed, the leading ones returned for ``--json``."""
+    time (``device_busy_seconds``; on a CPU the operators' own CPU time); on a GPU also its leading kernels. Written
+    to ``path`` and printed, the leading ones returned for ``--json``."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     method = min((m for m in seconds if m in BATCHED), key=lambda m: statistics.median(seconds[m]))
@@ -660,18 +664,42 @@ def profile_fastest(backend, requests, args, path: Path, seconds: dict[str, list
                         args.prefetch_processes).seconds
     averages = profiler.key_averages()
     own = "self_device_time_total" if cuda else "self_cpu_time_total"
-    busy = sum(getattr(event, own) for event in averages) / 1e6
+    # torch.profiler lists a kernel twice, under the operator that launched it and as a device event of its own
+    operators = [event for event in averages if event.device_type == DeviceType.CPU]
+    if cuda:
+        busy, busy_is = device_busy_seconds(profiler.events()), "device busy (its kernels and copies)"
+    else:
+        busy, busy_is = sum(event.self_cpu_time_total for event in operators) / 1e6, "operators' own CPU time"
     summary = (f"{method} ({args.batch_size} a pass, visual_prefetch={args.visual_prefetch}): {len(requests) // 4} "
-               f"questions in {elapsed:.3f} s under the profiler; operators' own {'device' if cuda else 'CPU'} time "
-               f"{busy:.3f} s ({busy / elapsed:.0%} of the wall time)")
+               f"questions in {elapsed:.3f} s under the profiler; {busy_is} {busy:.3f} s ({busy / elapsed:.0%} of the "
+               "wall time)")
     path.write_text(summary + "\n" + averages.table(sort_by=own, row_limit=60, max_name_column_width=70) + "\n")
     print(summary + f"; operators: {path}")
     print(averages.table(sort_by=own, row_limit=25, max_name_column_width=60))
-    leading = sorted(averages, key=lambda event: getattr(event, own), reverse=True)[:PROFILED_OPERATORS]
+
+    def leading(events) -> list[dict]:
+        return [{"name": event.key, "seconds": getattr(event, own) / 1e6, "calls": event.count}
+                for event in sorted(events, key=lambda event: getattr(event, own), reverse=True)[:PROFILED_OPERATORS]]
+
+    kernels = [event for event in averages if event.device_type != DeviceType.CPU and not event.is_user_annotation]
     return {"profile": {"method": method, "seconds": elapsed, "busy_seconds": busy, "busy_share": busy / elapsed,
-                        "time": "device" if cuda else "CPU",
-                        "operators": [{"name": event.key, "seconds": getattr(event, own) / 1e6, "calls": event.count}
-                                      for event in leading]}}
+                        "time": "device" if cuda else "CPU", "operators": leading(operators),
+                        **({"kernels": leading(kernels)} if cuda else {})}}
+
+
+def device_busy_seconds(events) -> float:
+    """The seconds a device worked, from torch.profiler's events: the union of its kernels' and copies' intervals.
+    Not the sum of its table's self device times, which counts each kernel twice (under the operator that launched
+    it and as a device event) and a ``record_function`` region once more (a device event spanning its kernels); the
+    union also counts once what two streams ran at the same time."""
+    from torch.autograd import DeviceType
+
+    busy, reached = 0.0, float("-inf")
+    for start, end in sorted((event.time_range.start, event.time_range.end) for event in events
+                             if event.device_type != DeviceType.CPU and not event.is_user_annotation):
+        busy += max(0.0, end - max(start, reached))
+        reached = max(reached, end)
+    return busy / 1e6
 
 
 # The largest loss difference between two ways of scoring the same candidates that rounding explains: float32 sums in

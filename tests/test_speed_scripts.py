@@ -126,6 +126,42 @@ def test_the_rule_judges_candidates_in_prefill_beside_the_defaults_it_would_join
     assert fused_methods(argparse.Namespace(fused=True)) == {m for m in METHODS if m.startswith("batched_")}
 
 
+def test_the_profile_counts_each_kernel_once_as_torch_does():
+    """bench_loglikelihood.py --profile: the device's busy time is torch's own total of its device time (the "Self
+    CUDA time total" of its table) over events as torch.profiler builds them from a GPU trace
+    (``_parse_kineto_results``: a kernel both appended to the operator that launched it and an event of its own, a
+    ``record_function`` region a device event spanning its kernels), not the sum of the table's rows, which counted
+    most kernels twice (the H100's profile read "busy 5.11 s of 4.47"); kernels that two streams run at once count
+    once."""
+    import re
+
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import EventList, FunctionEvent
+
+    sys.path.insert(0, str(SPEED))
+    from bench_loglikelihood import device_busy_seconds
+
+    def event(number, name, start, end, device=DeviceType.CPU, **kwargs):
+        return FunctionEvent(id=number, name=name, thread=0, start_us=start, end_us=end, device_type=device,
+                             use_device="cuda", stack=[], input_shapes=[], **kwargs)
+
+    matmul, gemm = event(1, "aten::mm", 0, 50), event(2, "gemm", 10, 40, DeviceType.CUDA)
+    matmul.append_kernel("gemm", 0, 30)
+    norm, fused = event(3, "aten::mul", 55, 60), event(4, "triton_fused", 60, 70, DeviceType.CUDA)
+    norm.append_kernel("triton_fused", 0, 10)
+    copy = event(5, "Memcpy HtoD", 80, 84, DeviceType.CUDA)
+    step = event(6, "model step", 0, 90, DeviceType.CUDA, is_user_annotation=True)
+    events = EventList([matmul, gemm, norm, fused, copy, step], use_device="cuda")
+    events._build_tree()
+    table = events.key_averages().table()
+    torch_total = float(re.search(r"Self CUDA time total: ([\d.]+)us", table).group(1))
+    assert torch_total == 44.0 and device_busy_seconds(events) == pytest.approx(torch_total / 1e6)
+    assert sum(row.self_device_time_total for row in events.key_averages()) == 174  # the old sum
+    # a copy on a second stream while the gemm runs: the device is busy once for the overlap
+    side_copy = event(7, "Memcpy HtoD", 20, 45, DeviceType.CUDA)
+    assert device_busy_seconds([*events, side_copy]) == pytest.approx((35 + 10 + 4) / 1e6)
+
+
 def test_the_likelihood_bench_reports_padding_and_bytes_to_the_device_per_method(tmp_path):
     """bench_loglikelihood.py at a small setting (tiny Qwen2-VL, 4 of the demo's EgoPlan questions, 2 a batch): its
     --json gives each method's padded share of the forward passes' tokens and its bytes handed to the device a
