@@ -161,8 +161,9 @@ def load_classifier(checkpoint: str | Path, *, base: str | Path | None = None, d
         config = BertConfig.from_pretrained(str(base))
         config.vocab_size = len(tokenizer)
         state = torch.load(checkpoint, map_location="cpu")
-        # The release's BertModel carries an unused pooler; this head reads the [CLS] vector directly.
-        state = {k: v for k, v in state.items() if not k.startswith("bert.pooler.")}
+        # The release's BertModel carries an unused pooler, this head reads the [CLS] vector directly; finetune.py's
+        # model also holds its loss, whose class weights (``loss.weight``) are training's only.
+        state = {k: v for k, v in state.items() if not k.startswith(("bert.pooler.", "loss."))}
     module = PlanPairClassifier(config)
     missing, unexpected = module.load_state_dict(state, strict=False)
     if missing or unexpected:

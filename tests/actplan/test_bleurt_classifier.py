@@ -170,12 +170,13 @@ def test_optimizer_and_presets_follow_the_paper(tiny_bert):
 
 
 def test_release_state_dict_checkpoints_load_with_their_base(tiny_bert, tmp_path):
-    # finetune.py saves BleurtModel.state_dict(): bert.* (pooler included) and mlp.*.
+    # finetune.py saves BleurtModel.state_dict(): bert.* (pooler included), mlp.* and its CrossEntropyLoss's class
+    # weights (loss.weight); finetune_large.py's model has an unweighted loss, so no loss.* key.
     trained = classifier_from_base(tiny_bert, device="cpu", seed=5)
     state = trained.module.state_dict()
     hidden = trained.module.bert.config.hidden_size
     state.update({"bert.pooler.dense.weight": torch.zeros(hidden, hidden),
-                  "bert.pooler.dense.bias": torch.zeros(hidden)})
+                  "bert.pooler.dense.bias": torch.zeros(hidden), "loss.weight": torch.tensor([1.0, 1.0])})
     checkpoint = tmp_path / "best-model.ckpt"
     torch.save(state, checkpoint)
     with pytest.raises(ValueError, match="also give the BLEURT base"):
