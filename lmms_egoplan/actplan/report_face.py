@@ -103,7 +103,7 @@ FACE = ReportFace(
                         scoring=dict.fromkeys(("actplan1k", "actplan1k_text_only", "actplan1k_text_only_lm"),
                                               GENERATIVE)),),
     published=published_rows(__package__),
-    # The human evaluation (Table 4) is published in percent, as the papers print it.
+    # The human evaluation (Tables 3 and 6) is published in percent, as the paper prints it.
     units=(("human_*", Unit(1.0, "%", 0.0, 100.0)), ("norm_lcs", FRACTION), ("norm_lcs_*", FRACTION), ("lcs", STEPS),
            ("lcs_*", STEPS), ("plan_length", STEPS)),
     bookkeeping=("no_plan_rate",),
