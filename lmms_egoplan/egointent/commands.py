@@ -43,9 +43,9 @@ def _check_arguments(check: argparse.ArgumentParser) -> None:
                        help="list the steps whose video is missing or unusable instead of failing")
     check.add_argument("--sample_fps", type=float, default=6.0, help="frames sampled per second (default: 6)")
     check.add_argument("--max_frames", type=_frame_cap, default=32, help="frame cap per clip, or none (default: 32)")
-    check.add_argument("--longer_clips", default="end", choices=("end", "start", "error"),
+    check.add_argument("--longer_clips", default="end", choices=("end", "start", "whole", "error"),
                        help="a clip longer than its window: show the window ending at the clip's end (default), "
-                            "the one from its first frame, or list it as a problem")
+                            "the one from its first frame, the whole clip, or list it as a problem")
     allow_paths_outside_root_argument(check, "videos")
     check.set_defaults(handler=_check)
 

@@ -84,11 +84,12 @@ FORMER_FIELDS = {former: d.field for d in DIMENSIONS for former in d.former_fiel
 ENVIRONMENTS = ("indoor", "outdoor")
 SCENARIO = "scenario"  # a scenario's breakdown is the metric scenario_<name> (scenario_metric)
 NEXT_STEP_REFERENCES = ("observed", "observed_and_plausible")  # what the judge compares a Next-Plan with
-LAYOUTS = ("auto", "release", "flat")
-# The setting longer_clips: which window of a release clip longer than its window is shown. end: the window that
-# ends at the clip's end (the authors feed the whole clip, whose end is the observation boundary); start: the
-# window from the clip's first frame (versions 1-3: the seconds before the boundary are lost); error: a problem.
-LONGER_CLIPS = ("end", "start", "error")  # the setting data_layout: auto reads a folder as the release, a file as flat
+LAYOUTS = ("auto", "release", "flat")  # the setting data_layout: auto reads a folder as the release, a file as flat
+# The setting longer_clips: what of a release clip longer than its window is shown. end: the window that ends at
+# the clip's end (whose end is the observation boundary); start: the window from the clip's first frame (versions
+# 1-3: the seconds before the boundary are lost); whole: the whole clip, as the authors' prompt README sends it;
+# error: a problem.
+LONGER_CLIPS = ("end", "start", "whole", "error")
 
 
 class EgoIntentDataError(InputError):
@@ -544,9 +545,10 @@ def step_docs(steps: list[Step], settings) -> tuple[list[dict], list[tuple[Step,
             unusable.append((step, f"{longer_clip_text(step, info, excess)}; "
                                    f"{setting_name(ENV_PREFIX, 'longer_clips')} is error"))
             continue
-        # The window shown: where the clip holds more than its window, the one the setting longer_clips picks.
-        start, end = (excess, excess + step.clip_end) if excess and settings.longer_clips == "end" else (
-            step.clip_start, step.clip_end)
+        # What is shown: where the clip holds more than its window, what the setting longer_clips picks.
+        start, end = step.clip_start, step.clip_end
+        if excess and settings.longer_clips != "start":
+            start, end = (start if settings.longer_clips == "whole" else excess), excess + end
         try:
             indices = clip_frame_indices(start, end, info.fps, info.num_frames,
                                          sample_fps=settings.sample_fps, max_frames=settings.max_frames)
@@ -587,7 +589,7 @@ def longer_clips_summary(docs: list[dict], settings) -> str:
         return ""
     largest = max(longer, key=lambda doc: doc["clip_excess"])
     shown = {"end": "the window that ends at each clip's end", "start": "the window from each clip's first frame "
-             "(the seconds before the clip's end are not shown)"}[settings.longer_clips]
+             "(the seconds before the clip's end are not shown)", "whole": "each whole clip"}[settings.longer_clips]
     return (f"{len(longer)} clip(s) longer than their window ({RELEASE.end} - {RELEASE.start}) by more than a frame, "
             f"by up to {largest['clip_excess']:.3f} s ({largest['step_id']}); first: "
             f"{', '.join(doc['step_id'] for doc in longer[:5])}; shown: {shown} "

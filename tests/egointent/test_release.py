@@ -237,11 +237,16 @@ def test_a_clip_longer_than_its_window_is_reported_and_shown_as_the_setting_long
                lambda steps: steps[3].update({RELEASE.start: steps[3][RELEASE.start] + 1.0}))
     step = next(s for s in released_steps() if s.event.event == "boil_noodles" and s.step_id == 4)
     assert step.event.fps == 30 and step.clip_frames == 240  # 8 s
-    end, start = ({d["step_id"]: d for d in docs_of(root, **settings)} for settings in ({}, {"longer_clips": "start"}))
+    end, start, whole = ({d["step_id"]: d for d in docs_of(root, **settings)}
+                         for settings in ({}, {"longer_clips": "start"}, {"longer_clips": "whole", "max_frames": None}))
     assert end[step.sample_id]["clip_excess"] == pytest.approx(1.0, abs=1e-6)
-    # end: from 1 s into the clip to its last frame; start: from its first frame, the clip's last second never shown
+    # end: from 1 s into the clip to its last frame; start: from its first frame, the clip's last second never shown;
+    # whole: all 8 s of the clip, 48 frames at 6 fps (no cap), the authors' input
     assert end[step.sample_id]["frame_indices"][0] == 30 and end[step.sample_id]["frame_indices"][-1] == 239
     assert start[step.sample_id]["frame_indices"][0] == 0 and start[step.sample_id]["frame_indices"][-1] == 209
+    assert whole[step.sample_id]["frame_indices"][0] == 0 and whole[step.sample_id]["frame_indices"][-1] == 239
+    assert len(whole[step.sample_id]["frame_indices"]) == 48
+    assert (whole[step.sample_id]["clip_start"], whole[step.sample_id]["clip_end"]) == (0.0, 8.0)
     untouched = {d["step_id"]: d for d in docs_of(release)}
     for step_id, doc in end.items():  # every other step as before, in either reading
         assert doc["clip_excess"] == 0.0 or step_id == step.sample_id
