@@ -246,6 +246,16 @@ def fit_within(image: Image.Image, max_side: int | None, max_pixels: int | None 
     return image if size == image.size else image.resize(size, Image.BICUBIC)
 
 
+def short_side_limit(size: tuple[int, int], short_side: int | None, max_side: int | None = None) -> int | None:
+    """The ``max_side`` that gives frames of ``size`` (width, height) at most ``short_side`` pixels on their shorter
+    side (as Ego4D's downscaled ``v1_288p`` copies, 288), within ``max_side`` too; ``max_side`` where the frames are
+    that small already, the size is unknown (0) or ``short_side`` is None."""
+    if not short_side or min(size) <= short_side:
+        return max_side
+    limit = math.floor(max(size) * short_side / min(size) + 1e-6)
+    return min(limit, max_side) if max_side else limit
+
+
 def fitted_size(size: tuple[int, int], max_side: int | None, max_pixels: int | None = None) -> tuple[int, int]:
     """The (width, height) ``fit_within`` gives an image of ``size``: ``size`` itself where it fits."""
     scale = 1.0

@@ -451,6 +451,7 @@ def _record_media_fields(record: Mapping, settings) -> dict:
         "clip_first_frame": task_start_frame(record),
         "frame_rate": annotation_frame_rate(kind, record, settings),
         "max_side": settings.max_side,
+        "short_side": settings.ego4d_short_side if kind == "ego4d_video" else None,
     }
     if kind == "epic_frames":
         frame_files_inside_root({**record, **fields}, settings)
@@ -484,6 +485,7 @@ def _package_media_fields(item: seed_bench_r1.PackageRecord, settings) -> dict:
         "clip_first_frame": 0,
         "frame_rate": None,
         "max_side": settings.max_side,
+        "short_side": None,
         "frame_sampling": settings.frame_sampling,
         "num_frames": settings.num_frames,
     }

@@ -42,6 +42,9 @@ class EgoPlanSettings:
     keyframe_segments: int = setting(4, minimum=1)
     keyframes_per_segment: int = setting(8, minimum=1)
     max_side: int | None = setting(None, minimum=1)  # downscale frames so the longer side is at most this
+    # Ego4D frames at most this many pixels on their shorter side: the release's videos are the downscaled v1_288p
+    # copies, prepare's the full-scale ones; none: the file's resolution
+    ego4d_short_side: int | None = setting(288, minimum=1)
     # Frames and images decoded in full before the model loads, spread over the data (every one's first and
     # last bytes are checked): core.media.image_problems
     images_decoded_at_load: int = setting(media.IMAGES_DECODED_AT_LOAD, minimum=0, changes_answers=False)

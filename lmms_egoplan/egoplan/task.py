@@ -132,7 +132,7 @@ def doc_to_visual(doc: Mapping) -> list[Image.Image]:
     """
     key = (doc["media_kind"], doc["media_path"], tuple(map(tuple, doc["clips"])), doc["observation_image"],
            doc["current_observation_frame"], doc["clip_first_frame"], doc["frame_rate"], doc["max_side"],
-           doc.get("observation_path"), doc.get("frame_sampling"), doc.get("num_frames"))
+           doc["short_side"], doc.get("observation_path"), doc.get("frame_sampling"), doc.get("num_frames"))
     with _visual_memo_lock:
         if key in _visual_memo:
             _visual_memo.move_to_end(key)
@@ -195,7 +195,8 @@ def _read_frames(doc: Mapping, numbers: Sequence[int]) -> tuple[list[Image.Image
             return frames, media.frame_times(numbers, start, doc["frame_rate"])
         with media.VideoFile(doc["media_path"]) as video:
             indices = video_indices(doc, video, numbers)
-            frames = video.frames(indices, max_side=doc["max_side"])
+            frames = video.frames(indices, max_side=media.short_side_limit(video.info.size, doc["short_side"],
+                                                                           doc["max_side"]))
             if doc["media_kind"] == "clip":
                 return frames, media.frame_times(indices, 0, video.info.fps)
             return frames, media.frame_times(numbers, start, doc["frame_rate"])

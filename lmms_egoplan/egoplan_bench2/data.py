@@ -192,7 +192,7 @@ def _question(record: Mapping) -> dict:
 
 def _media_settings(settings) -> dict:
     return {"frame_sampling": settings.frame_sampling, "num_frames": frame_count(settings),
-            "max_side": settings.max_side}
+            "max_side": settings.max_side, "short_side": settings.ego4d_short_side}
 
 
 def _official_docs(settings, problems: DatasetProblems) -> tuple[list[dict], list[tuple[int, Path, str]]]:

@@ -36,6 +36,9 @@ class EgoPlanBench2Settings:
     frame_sampling: str = setting("keyframes", choices=FRAME_SAMPLINGS)
     num_frames: int | None = setting(None, minimum=2)  # none: the official count (keyframes 8, clip 32)
     max_side: int | None = setting(None, minimum=1)  # downscale frames so the longer side is at most this
+    # Ego4D frames at most this many pixels on their shorter side: the official scripts read the downscaled v1_288p
+    # copies, prepare fetches the full-scale ones; none: the file's resolution
+    ego4d_short_side: int | None = setting(288, minimum=1)
     # the answer reading `accuracy` and the breakdowns use
     parser: str = setting("robust", choices=PARSERS, changes_answers=False)
     # Observation images (seed_bench_r1) decoded in full before the model loads, spread over the data

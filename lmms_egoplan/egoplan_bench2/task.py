@@ -106,17 +106,20 @@ def doc_to_visual(doc: Mapping) -> list[Image.Image]:
     """
     return list(_visuals(doc["media_kind"], doc["video"], doc["observation_image"],
                          tuple(doc["frame_numbers"] or ()), doc["task_start_frame"], doc["frame_rate"],
-                         doc["frame_sampling"], doc["num_frames"], doc["max_side"], str(doc["sample_id"])))
+                         doc["frame_sampling"], doc["num_frames"], doc["max_side"], doc["short_side"],
+                         str(doc["sample_id"])))
 
 
 # lmms-eval asks for a doc's visuals once per request: 4 times per question in the likelihood variant.
 @functools.lru_cache(maxsize=8)
 def _visuals(kind: str, video: str | None, observation: str | None, numbers: tuple[int, ...], start: int | None,
-             fps: float | None, sampling: str, frames: int, max_side: int | None, sample_id: str) -> tuple:
+             fps: float | None, sampling: str, frames: int, max_side: int | None, short_side: int | None,
+             sample_id: str) -> tuple:
     try:
         if kind == "ego4d_video":
             with media.VideoFile(video) as source:
-                images = source.frames([file_index(source, n, fps) for n in numbers], max_side=max_side)
+                images = source.frames([file_index(source, n, fps) for n in numbers],
+                                       max_side=media.short_side_limit(source.info.size, short_side, max_side))
             progress, times, shown_apart = images, media.frame_times(numbers, start, fps), []
         else:
             package = seed_bench_r1.read_progress(video, observation, package_positions(frames), max_side)

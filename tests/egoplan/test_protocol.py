@@ -282,6 +282,21 @@ def test_max_side_bounds_the_frame_resolution(fixture):
     assert all(max(image.size) == 32 for image in egoplan.doc_to_visual(doc))
 
 
+def test_ego4d_frames_are_read_at_the_short_side_of_the_official_copies_epic_frames_as_they_are(fixture):
+    """The official evaluation reads the Ego4D v1_288p copies; prepare fetches the full-scale videos, whose frames
+    ego4d_short_side (288) brings to that size. The fixture's 64 px frames stand for full scale at a short side of
+    48; EPIC-KITCHENS frames and pre-cut clips keep their size; none keeps the file's."""
+    def sizes(**overrides):
+        docs = load(fixture, frame_sampling="uniform", **overrides).docs
+        return {kind: {image.size for doc in docs if doc["media_kind"] == kind for image in egoplan.doc_to_visual(doc)}
+                for kind in ("ego4d_video", "epic_frames")}
+
+    assert sizes() == {"ego4d_video": {(64, 64)}, "epic_frames": {(64, 64)}}  # 64 px: below 288 already
+    assert sizes(ego4d_short_side=48) == {"ego4d_video": {(48, 48)}, "epic_frames": {(64, 64)}}
+    assert sizes(ego4d_short_side=48, max_side=40)["ego4d_video"] == {(40, 40)}  # the smaller limit holds
+    assert sizes(ego4d_short_side="none") == sizes()
+
+
 # --- The SEED-Bench-R1 package (Levels 1-2) ----------------------------------------------------
 
 

@@ -171,6 +171,18 @@ def test_max_side_bounds_the_frame_resolution(fixture):
         assert all(max(image.size) == 32 for image in task.doc_to_visual(doc))
 
 
+def test_ego4d_frames_are_read_at_the_short_side_of_the_official_copies(fixture):
+    """eval.py reads the Ego4D v1_288p copies; prepare fetches the full-scale videos, whose frames ego4d_short_side
+    (288) brings to that size: the fixture's 64 px frames stand for full scale at a short side of 48. The package's
+    clips and images keep their size."""
+    def sizes(source, **overrides):
+        task._visuals.cache_clear()
+        return {image.size for image in task.doc_to_visual(load(fixture, data_source=source, **overrides).docs[0])}
+
+    assert sizes("official") == {(64, 64)} and sizes("official", ego4d_short_side=48) == {(48, 48)}
+    assert sizes("seed_bench_r1", ego4d_short_side=48) == sizes("seed_bench_r1")
+
+
 # --- Prompt -----------------------------------------------------------------------------------
 
 # eval.py lines 24-33, transcribed.
