@@ -1,7 +1,8 @@
 """Reading which of four lettered candidates a free-form answer picks, as a person reads it: a bare
-letter, a stated one ("The answer is (B)", "option C"), a leading one ("B. open cupboard"), the text
-of one candidate, or one stand-alone capital; never the capital of an ordinary word ("Based on"), and
-never the article "a". Shared by the generative multiple-choice tasks."""
+letter, a stated one ("The answer is (B)", "I choose C"), a leading one ("B. open cupboard", a first line
+"B"), one named ("option C is best"), the text of one candidate, or one stand-alone capital; never the
+capital of an ordinary word ("Based on"), and never the article "a". Shared by the generative
+multiple-choice tasks."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from collections.abc import Sequence
 CHOICE_LETTERS = "ABCD"
 
 _BARE_LETTER = re.compile(r"[(\[]?\s*([A-Da-d])\s*[)\]]?[.:]?")
+_LETTER_AFTER = r"\s*(?:(?:option|choice)\s+)?(?P<open>[(\[])?(?P<letter>[A-Da-d])(?P<close>[)\]])?(?![A-Za-z0-9])"
+# An answer given: "the answer is B", "Answer: B", "the best option would be (C)", "I choose D", "pick option A".
 _STATED_LETTER = re.compile(
-    r"\b(?:answer|option|choice|choose|chose|select|pick)\b"
-    r"(?:\s+(?:is|would\s+be|should\s+be|will\s+be))?\s*[:\-]?\s*(?:(?:option|choice)\s+)?"
-    r"(?P<open>[(\[])?(?P<letter>[A-Da-d])(?P<close>[)\]])?(?![A-Za-z0-9])",
-    re.IGNORECASE,
-)
+    r"\b(?:(?:answer|option|choice)(?:\s+(?:is|would\s+be|should\s+be|will\s+be)\s*[:\-]?|\s*[:\-])"
+    r"|(?:choose|chose|select|pick)\b)" + _LETTER_AFTER, re.IGNORECASE)
+# An option named, which may be one discussed ("option C is tempting", "not option D", "Answer A is premature").
+_NAMED_LETTER = re.compile(r"\b(?:answer|option|choice)\b" + _LETTER_AFTER, re.IGNORECASE)
 _LEADING_LETTER = re.compile(r"^(?:[(\[]([A-Da-d])[)\]]|([A-D])\s*[.:)\-]|([a-d])[.)])")
 _LONE_CAPITAL = re.compile(r"(?<![A-Za-z0-9'])([A-D])(?![A-Za-z0-9'])")
 # "A good step ..." is the article; "A or B", "A is right" name option A.
@@ -26,21 +28,24 @@ _ARTICLE_FOLLOWER = re.compile(r"\s+(?!(?:or|and|is|was|seems|would|should|becau
 def extract_choice(response: str, choices: Sequence[str]) -> int | None:
     """The candidate a free-form answer picks, or None when it cannot be told.
 
-    In order: a bare letter ("B", "(b)"); a stated letter ("The answer is (B)", "option C";
-    the last one counts); a leading letter ("B. open cupboard"); the text of exactly one
-    candidate; exactly one distinct stand-alone capital A-D. An "a" / "A" followed by a word
-    ("the answer is a knife", "A good step") is the article, not option A.
+    In order: a bare letter ("B", "(b)"); a stated answer ("The answer is (B)", "I choose C"; the
+    last one counts, so a correction wins); a leading letter ("B. open cupboard", or a first line
+    that is only "B"), whatever options the explanation after it discusses; a named option ("option
+    C is best"; the last one counts); the text of exactly one candidate; exactly one distinct
+    stand-alone capital A-D. An "a" / "A" followed by a word ("the answer is a knife", "A good step")
+    is the article, not option A.
     """
     text = (response or "").strip()
     if not text:
         return None
     if match := _BARE_LETTER.fullmatch(text):
         return CHOICE_LETTERS.index(match.group(1).upper())
-    stated = [m for m in _STATED_LETTER.finditer(text) if not _is_article(text, m)]
-    if stated:
+    if stated := [m for m in _STATED_LETTER.finditer(text) if not _is_article(text, m)]:
         return CHOICE_LETTERS.index(stated[-1].group("letter").upper())
-    if match := _LEADING_LETTER.match(text):
+    if match := _LEADING_LETTER.match(text) or _BARE_LETTER.fullmatch(text.split("\n", 1)[0].strip()):
         return CHOICE_LETTERS.index(next(g for g in match.groups() if g).upper())
+    if mentioned := [m for m in _NAMED_LETTER.finditer(text) if not _is_article(text, m)]:
+        return CHOICE_LETTERS.index(mentioned[-1].group("letter").upper())
     named = _named_choices(text, choices)
     if len(named) == 1:
         return named[0]

@@ -97,6 +97,10 @@ ROBUST = [
     ("<answer>A</answer> Wait, the tray is in. <answer>C</answer>", "C"),  # the last answer tag counts
     ("<answer>D</answer>\n<thinking>Option B would fit too.</thinking>", "D"),  # reasoning after the answer
     ("B. place oven tray", "B"), ("c) operate oven", "C"), ("Place oven tray.", "B"),
+    # the answer first, then an explanation that discusses other options: the answer counts
+    ("B. place oven tray. Option C is incorrect because the tray is not in.", "B"),
+    ("B\n\nOption A is not needed yet.", "B"), ("The best answer is B. Answer A is premature.", "B"),
+    ("The answer is B, not option D.", "B"), ("The answer is A. Wait, actually the answer is C.", "C"),
     ("I would set stopwatch next.", "D"), ("The next action: attach stopwatch", "A"),
     ("the answer is a knife", None), ("A good next step would be to wait.", None),
     ("I cannot tell from these frames.", None), ("", None), ("A or B", None),
