@@ -81,7 +81,8 @@ def test_seed_bench_r1s_levels_are_counts_of_their_questions_as_its_readme_print
 def test_the_2025_26_egoplan_bench2_rows_are_as_their_sources_print_them_and_copies_are_marked():
     mimo, hy = _rows("MiMo-Embodied", "egoplan_bench2"), _rows("HY-Embodied", "egoplan_bench2")
     assert {m: r["values"]["accuracy"] for m, r in mimo.items()} == {
-        "MiMo-Embodied-7B": 43.0, "Qwen2.5-VL-7B": 39.67, "InternVL3.5-8B": 42.92}
+        "MiMo-Embodied-7B": 43.0, "Qwen2.5-VL-7B": 39.67, "MiMo-VL-7B": 34.14, "Qwen-VL-Max": 44.68,
+        "InternVL3.5-8B": 42.92}
     assert mimo["InternVL3.5-8B"]["protocol"]["made"].startswith("copied from")  # unstarred: not MiMo's framework
     assert {m: r["values"]["accuracy"] for m, r in hy.items()} == {
         "HY-Embodied-0.5 MoT-2B": 45.5, "Qwen3-VL-2B": 35.5, "Qwen3-VL-4B": 38.8, "RoboBrain 2.5-4B": 52.6,
