@@ -16,8 +16,9 @@ from lmms_egoplan.judge.settings import JudgeSettings
 
 # How answers are decoded: ``greedy`` keeps the YAML's generation_kwargs (the default: a run is
 # repeatable); the others are the sampling of the official inference scripts (AdaCheng/EgoThink
-# ``models/test_llava2.py``: temperature 0.2, top_p unset; ``models/test_pandagpt.py``: temperature
-# 0.1, top_p 0.01), put over the YAML's. Token limits are the YAML's either way (the scripts' too).
+# ``models/test_llava2.py`` as of 1c86253: temperature 0.2, top_p unset, where its first release a3074e2
+# sampled at 0.001, near greedy; ``models/test_pandagpt.py``: temperature 0.1, top_p 0.01), put over the
+# YAML's. Token limits are the YAML's either way (the scripts' too).
 DECODING_PRESETS: dict[str, dict] = {
     "greedy": {},
     "official_llava": {"do_sample": True, "temperature": 0.2, "num_beams": 1},
