@@ -157,15 +157,23 @@ def _instance(root: Path, scene: Path, activity: Path, problem: int, sample: int
 # Plan text: action(args) steps
 # ---------------------------------------------------------------------------------------------
 
-# ``action(arg, ...)``: the name touches the parenthesis (so prose such as "the kitchen (left)"
-# is not a step); arguments are non-empty and unnested.
-STEP = re.compile(r"(?<![\w-])([A-Za-z][\w-]*)\(([^()\n]*[^()\s,][^()\n]*)\)")
+# ``action(arg, ...)``: the name touches the parenthesis (so prose such as "the kitchen (left)" is not a step).
+# Words that start the line and are joined to the name by single spaces are part of it: "walk to(kitchen)" is one
+# step written out of form, never the fragment "to(kitchen)". Only at the line's start, so that a plan of
+# space-joined steps keeps an annotation between them apart ("walk_to(a) wait grab(b)"). Arguments may be empty
+# ("wait()") or hold one level of parentheses ("next_to(toilet)"); unless blank, they hold more than commas. Each
+# part matches one way only, and word runs only from the line's start: linear time on any line.
+_NESTED = r"\([^()\n]*\)"
+STEP = re.compile(rf"(?<![\w-])((?:^(?:\w[\w-]* )+)?[A-Za-z][\w-]*)"
+                  rf"\((\s*|[\s,]*(?:[^()\s,]|{_NESTED})(?:[^()\n]|{_NESTED})*)\)")
 _LIST_MARKER = re.compile(r"^\s*(?:[-*+\u2022]\s+|\(?\d+\s*[.):]\s*|step\s*\d+\s*[:.)-]?\s*)", re.IGNORECASE)
 _DECORATION = re.compile(r"[`*]")
 # What may surround steps on a line that is "in the required form".
 _SEPARATOR = r"[\s,;.>\u2192-]"
 _SEPARATORS = re.compile(f"{_SEPARATOR}*")
 _TRIMMED = re.compile(f"{_SEPARATOR}*(.*?){_SEPARATOR}*", re.DOTALL)
+# Blanks just inside a nested argument's parentheses (those next to commas go as the commas are re-joined).
+_BLANKS_INSIDE_PARENTHESES = re.compile(r"(?<=\()\s+|(?<!\s)\s+(?=\))")
 
 
 @dataclass(frozen=True)
@@ -174,16 +182,24 @@ class PlanLine:
 
     text: str  # stripped
     cleaned: str
-    steps: list[str]  # canonical: arguments re-joined with ", "
+    steps: list[str]  # canonical (``_canonical_step``)
 
     @property
-    def in_form(self) -> bool:
+    def only_steps(self) -> bool:
         """The line holds steps and nothing else but separators."""
         return bool(self.steps) and _SEPARATORS.fullmatch(STEP.sub("", self.cleaned)) is not None
 
+    @property
+    def in_form(self) -> bool:
+        """Only steps, each named by one token (``walk to(kitchen)`` is a step, out of form)."""
+        return self.only_steps and not any(" " in step.partition("(")[0] for step in self.steps)
+
 
 def _canonical_step(action: str, args: str) -> str:
-    return f"{action}({', '.join(arg.strip() for arg in args.split(','))})"
+    """Arguments re-joined with ", " at every depth: ``place_on_top(mousetrap3,floor, next_to( toilet ))`` reads
+    ``place_on_top(mousetrap3, floor, next_to(toilet))``."""
+    joined = ", ".join(arg.strip() for arg in args.split(","))
+    return f"{action}({_BLANKS_INSIDE_PARENTHESES.sub('', joined)})"
 
 
 def plan_lines(text: str) -> list[PlanLine]:
@@ -202,15 +218,15 @@ def plan_lines(text: str) -> list[PlanLine]:
 def gold_steps(text: str) -> list[str]:
     """A gold plan's steps, its lines split as model output is (``plan_lines``).
 
-    A line holding only steps gives them (several on a line, as ``finetuning_data.jsonl`` writes
-    plans, are split). Other text is an annotated step, not a format error: a line with several
-    steps gives them and the text between them; any other line (``wait``, the nested
-    ``place_on_top(mousetrap3, floor, next_to(toilet))``) is one step as written. So the release's
+    A line holding only steps gives them, in form or not, as a model's output gives them (several on a
+    line, as ``finetuning_data.jsonl`` writes plans, are split). Other text is an annotated step, not a
+    format error: a line with several steps gives them and the text between them; any other line
+    (``wait``, an unclosed ``place_inside(carton, snack_food``) is one step as written. So the release's
     one-step-per-line gold files give their lines.
     """
     steps = []
     for line in plan_lines(text):
-        if len(line.steps) < 2 and not line.in_form:
+        if len(line.steps) < 2 and not line.only_steps:
             steps.append(line.text)
         else:
             steps += _steps_and_text_between(line.cleaned)

@@ -35,7 +35,8 @@ class ParsedPlan:
 
     ``plan_lines``: non-blank lines from the first to the last line holding a step (the whole
     output when there is none; code-fence lines never count). ``format_errors``: those of them
-    that are not only steps (prose, malformed steps, steps with comments).
+    that are not only steps named by one token (prose, malformed steps, steps with comments,
+    ``walk to(kitchen)``).
     """
 
     steps: list[str]

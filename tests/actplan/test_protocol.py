@@ -137,7 +137,8 @@ def test_empty_release_and_missing_folder_are_errors(tmp_path):
     # No step at all: every line is a format error (the open-source VLM output of Appendix F).
     ("1. Walk to the table. 2. Place a cookie on top of the bowl.\n3. Grab a candle from the floor.", [], 2, 2),
     ("", [], 0, 0),
-    ("Walk to the kitchen (the one on the left) and grab() the cup.", [], 1, 1),
+    # Prose before a parenthesis is no step (the name must touch it); empty arguments are one.
+    ("Walk to the kitchen (the one on the left) and grab() the cup.", ["grab()"], 1, 1),
 ])
 def test_plan_parsing(text, steps, plan_lines, format_errors):
     assert parse_plan(text) == ParsedPlan(steps, plan_lines, format_errors)

@@ -17,6 +17,7 @@ from lmms_egoplan.actplan.lcs import StepMatcher
 from lmms_egoplan.actplan.plans import parse_plan
 from lmms_egoplan.core.embeddings import default_sentence_model
 from lmms_egoplan.demo.actplan import model_output, vlm_plan, write_release_dataset
+from tests.actplan import test_plan_steps as step_tests
 from tests.actplan import test_protocol as suite_tests
 from tests.e2e.upstream_patches import PATCHES, added_file
 from tests.kit.upstream_module import added_module
@@ -63,6 +64,7 @@ def test_its_converter_reads_the_release_as_the_suite_and_its_tasks_send_the_sui
 def test_it_parses_plans_and_gold_plans_as_the_suite(upstream, release):
     utils = upstream[0]
     outputs = [text for mark in suite_tests.test_plan_parsing.pytestmark for text, *_ in mark.args[1]]
+    outputs += [line for line, *_ in (*step_tests.STEP_LINES, *step_tests.PROSE_LINES)]
     rng = random.Random(0)
     outputs += [model_output(vlm_plan(doc["gold_plans"][0], rng, 0.5), rng) for doc in load_instances(release)]
     for text in outputs:
@@ -71,6 +73,8 @@ def test_it_parses_plans_and_gold_plans_as_the_suite(upstream, release):
     for mark in suite_tests.test_gold_plans_are_split_into_steps_as_model_output_is.pytestmark:
         for text, _ in mark.args[1]:
             assert utils.gold_steps(text) == gold_steps(text), text
+    for text in outputs:
+        assert utils.gold_steps(text) == gold_steps(text), text
 
 
 def scored_plan(utils, row: dict, doc: dict, rng: random.Random) -> tuple[str, dict]:
