@@ -56,6 +56,9 @@ class SuiteRun:
     # lmms-eval's four seeds of the run (random, numpy, torch, fewshot), which key the sampled answers of the suite's
     # tasks in the response cache (``compat.durability.resume_sampled_runs``); None: that run keeps none
     sampling_seeds: tuple[Any, ...] | None = None
+    # What the run's tasks said once for all of them (a warning each of several tasks would give; e.g.
+    # ``robovqa.task.on_backend``'s data layout a preset's lineage did not read), by a key of the caller's
+    said_once: set[str] = field(default_factory=set)
     # The exit status a run of a ``--config`` file of several runs asks for, and its lines, kept (on the run's lmms-eval
     # ``args``) until the command's last run has run (``compat.durability._exit_with``); None: none asked
     waiting_exit: tuple[int, list[str]] | None = None

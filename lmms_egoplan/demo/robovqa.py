@@ -281,16 +281,17 @@ def physbrain_transcribed(raw_output_text, gt_answer):
         return 0.0
 
 
-def robomamba_transcribed(answer, gold):
+def robomamba_transcribed(answer, gold_value):
     """lmzpai/roboMamba @d383bbb src/test.py judge_robovqa, transcribed (the answer as written to its result file:
-    newlines replaced by spaces; jieba's cut joined back, the identity)."""
+    newlines replaced by spaces; jieba's cut joined back, the identity); ``gold_value``: its
+    ``conversations[1]['value']``."""
     from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
     result = re.sub(r"<\|.*?\|>", " ", answer.strip().replace("\n", " "))
     result = re.sub(r"<.*?>", " ", result)
     result = result.replace("A:", " ").replace(":", " ").replace("(", " ").replace(")", " ")
     ans = result.strip()
-    gt = gold.strip()
+    gt = gold_value.split(":")[1].strip()
     return [max(sentence_bleu([ans[:len(gt) - lenth].split()], gt.split(),
                               smoothing_function=SmoothingFunction().method4, weights=w) for lenth in range(-5, 5))
             for w in ((1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1))]
@@ -324,8 +325,9 @@ def lineage_scores(protocol: str, answer: str, reference: str, kind: str) -> dic
     if protocol == "physbrain":  # transform_training_qa's reference: a final "." dropped, yes / no lower-cased
         gold = reference.strip().rstrip(".").rstrip()
         return {"physbrain_bleu": physbrain_transcribed(answer, gold.lower() if kind in BINARY_TYPES else gold)}
-    if protocol == "robomamba":
-        return {f"robomamba_bleu{n}": value for n, value in enumerate(robomamba_transcribed(answer, reference), 1)}
+    if protocol == "robomamba":  # its gold value taken as the notebook's answer, "A: " and the reference
+        return {f"robomamba_bleu{n}": value
+                for n, value in enumerate(robomamba_transcribed(answer, f"A: {reference}"), 1)}
     if not answer.strip():  # an invalid answer: 0 and 0, counted
         return {"multinet_exact_match": 0.0, "multinet_similarity": 0.0, "multinet_invalid": 1.0}
     exact = multinet_normalize_transcribed(answer) == multinet_normalize_transcribed(reference)

@@ -59,6 +59,11 @@ def default_scores(answer: str, doc: dict) -> dict[str, float]:
 # mimo: XiaomiMiMo/MiMo-Embodied @0bee4b6 lmms_eval/tasks/robovqa/utils.py
 # =============================================================================================
 
+# lmms_eval/models/mivllm.py: the system turn every request carries (line 119), and the user turn's last text item
+# under disable_thinking_user=true (lines 117, 219-220), which the README runs RoboVQA with (lines 267-286)
+MIMO_SYSTEM_PROMPT = "You are a helpful assistant."
+MIMO_NO_THINK = " /no_think"
+
 # _QUESTION_REPLACEMENTS, verbatim
 MIMO_REPLACEMENTS = (
     (". Q: immediate next step", ". what is the immediate next step"),
@@ -204,17 +209,24 @@ def physbrain_scores(answer: str, doc: dict) -> dict[str, float]:
 # =============================================================================================
 
 
+def robomamba_gold(reference: str) -> str:
+    """``judge_robovqa``'s gold: ``conversations[1]['value'].split(":")[1]``, stripped. Its ``robovqa.json`` is not
+    published; a value without ":" would raise IndexError there, so the value is taken as the notebook's answer
+    ``A: <reference>``: the gold is the reference up to its first ":" (the whole reference where it holds none)."""
+    return f"A: {reference}".split(":")[1].strip()
+
+
 def robomamba_scores(answer: str, doc: dict) -> dict[str, float]:
     """``judge_robovqa``: special tokens and tags blanked, "A:", ":", "(" and ")" blanked, then for each n the
     best over k in [-5, 5) of NLTK's BLEU with weight 1 on n-grams of order n alone and smoothing method 4, the
-    answer's first ``len(gt) - k`` characters as the reference and the gold answer as the hypothesis (0-1). jieba's
-    segmentation is joined back without separators, which leaves the text as it was."""
+    answer's first ``len(gt) - k`` characters as the reference and the gold answer (``robomamba_gold``) as the
+    hypothesis (0-1). jieba's segmentation is joined back without separators, which leaves the text as it was."""
     from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
     result = re.sub(r"<\|.*?\|>", " ", answer.replace("\n", " "))
     result = re.sub(r"<.*?>", " ", result)
     result = result.replace("A:", " ").replace(":", " ").replace("(", " ").replace(")", " ").strip()
-    gt = doc["answer"].strip()
+    gt = robomamba_gold(doc["answer"])
     smoothing = SmoothingFunction().method4
     scores = {}
     for order in range(1, 5):

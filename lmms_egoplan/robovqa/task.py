@@ -6,8 +6,9 @@ Protocol:
 
 1. Data: every question of the type in the chosen layout (``lmms_egoplan.robovqa.data``), typed by its official tag.
 2. Visual input: the protocol's frames of the video: ``n`` spread as MiMo's ``robovqa_doc_to_visual`` spreads them
-   (``np.linspace(0, total - 1, n, dtype=int)``, all frames where there are fewer), as one video; or the last frame
-   alone, as one image.
+   (``np.linspace(0, total - 1, n, dtype=int)``, all frames where there are fewer), as one video (``default``) or as
+   separate images, one image item each, as the lineage's code sends them (``mimo``, ``physbrain``); or the last
+   frame alone, as one image. A preset whose lineage read another data layout says so once a run (``on_backend``).
 3. Prompt and decoding: the protocol's (its system turn through the request option ``system_prompt``).
 4. Scores: the protocol's metrics per question; lmms-eval averages them per task, and the group ``robovqa`` over its
    tasks (``score``: macro over the types; every other mean: micro over the questions, as the lineages average).
@@ -43,6 +44,7 @@ from lmms_egoplan.robovqa.data import (
     ENV_PREFIX,
     FRAMES16,
     TFRECORD,
+    TIANLI,
     RoboVQADataError,
     load_type,
     tfrecord_frames,
@@ -52,7 +54,8 @@ from lmms_egoplan.robovqa.data import (
 @dataclass(frozen=True)
 class Protocol:
     """A way to run RoboVQA: its source, frames (a count spread over the video, or None: the last frame alone),
-    system turn, prompt, decoding, scorer and metrics (name -> aggregation)."""
+    system turn, prompt, decoding, scorer and metrics (name -> aggregation); whether the frames go as one video
+    (``as_video``) or as separate images; the data layout its lineage read (``layout``; None: not stated or any)."""
 
     source: str
     frames: int | None
@@ -61,6 +64,8 @@ class Protocol:
     decoding: Mapping[str, Any]
     score: Callable[[str, Mapping], dict[str, float]]
     metrics: tuple[Metric, ...]
+    as_video: bool = False
+    layout: str | None = None
 
 
 def _default_prompt(doc: Mapping) -> str:
@@ -73,20 +78,25 @@ PROTOCOLS: dict[str, Protocol] = {
     "default": Protocol(
         "the suite's", 16, "", _default_prompt, {"max_new_tokens": 128, **GREEDY}, scoring.default_scores,
         (Metric("score", "mean"), Metric("micro_score", "mean"), Metric("unextracted", total, higher_is_better=False),
-         Metric("length_ratio", "mean", higher_is_better=False))),
+         Metric("length_ratio", "mean", higher_is_better=False)), as_video=True),
+    # utils.py robovqa_doc_to_visual: 8 PIL frames of the Tianli mp4, which mivllm.py (84-85) sends as 8 image items;
+    # mivllm.py: its system turn (119), " /no_think" after the text (117; the README's no-think RoboVQA), the
+    # robovqa.yaml's 32,768 new tokens capped at 16,384 (62-63)
     "mimo": Protocol(
-        "XiaomiMiMo/MiMo-Embodied@0bee4b6 lmms_eval/tasks/robovqa/{robovqa.yaml,utils.py}", 8, "",
-        lambda doc: scoring.mimo_prompt(doc["question"]), {"max_new_tokens": 32768, "top_p": 1.0, "num_beams": 1,
-                                                           **GREEDY},
+        "XiaomiMiMo/MiMo-Embodied@0bee4b6 lmms_eval/tasks/robovqa/{robovqa.yaml,utils.py}, lmms_eval/models/"
+        "mivllm.py", 8, scoring.MIMO_SYSTEM_PROMPT,
+        lambda doc: scoring.mimo_prompt(doc["question"]) + scoring.MIMO_NO_THINK,
+        {"max_new_tokens": 16384, "top_p": 1.0, "num_beams": 1, **GREEDY},
         scoring.mimo_scores, tuple(Metric(name, "mean") for name in (
-            "mimo_score", "mimo_bleu1", "mimo_bleu2", "mimo_bleu3", "mimo_bleu4"))),
+            "mimo_score", "mimo_bleu1", "mimo_bleu2", "mimo_bleu3", "mimo_bleu4")), layout=TIANLI),
     # eval_robovqa.py: local data (qa.jsonl) runs train_explicit_style with its system prompt and 16 frames; its
-    # sampling defaults: temperature 0, top-p 1, top-k -1, repetition penalty 1.05, 128 tokens
+    # sampling defaults: temperature 0, top-p 1, top-k -1, repetition penalty 1.05, 128 tokens; benchmark/robovqa.py
+    # load_dataset puts the 16 frame paths in row["images"], core/hf_engine.py prepare_messages one image item each
     "physbrain": Protocol(
         "DeepCybo-PhysAI/PhysBrainEvalKit@c95d9ee eval_robovqa.py, benchmark/robovqa.py (train_explicit_style)", 16,
         scoring.PHYSBRAIN_SYSTEM_PROMPT, lambda doc: scoring.physbrain_question(doc["question"], doc["tag"])[0],
         {"max_new_tokens": 128, "top_p": 1.0, "repetition_penalty": 1.05, **GREEDY}, scoring.physbrain_scores,
-        (Metric("physbrain_bleu", "mean"),)),
+        (Metric("physbrain_bleu", "mean"),), layout=FRAMES16),
     "robomamba": Protocol(
         "lmzpai/roboMamba@d383bbb src/test.py (load_dataset_robovqa, VQADataset, run_test, judge_robovqa)", None, "",
         lambda doc: f"Question:{doc['question']} Answer:",
@@ -126,11 +136,33 @@ def protocol_metrics(context: TaskContext, docs: Sequence[Mapping]) -> list[Metr
 
 
 def on_backend(context: TaskContext, backend: str, chat: bool) -> None:
-    """Say where a run departs from the preset it names: a system turn lmms-eval's plain backends do not send."""
-    protocol = PROTOCOLS[context.settings.protocol]
+    """Say where a run departs from the preset it names: a system turn lmms-eval's plain backends do not send; a data
+    layout other than the one its lineage read (once a run, for all of its tasks)."""
+    settings = context.settings
+    protocol = PROTOCOLS[settings.protocol]
     if protocol.system_prompt and not chat and backend not in ("egoplan_hf", "egoplan_server"):
-        logger.warning(f"{context.task_name}: the {context.settings.protocol} protocol sends a system prompt; "
+        logger.warning(f"{context.task_name}: the {settings.protocol} protocol sends a system prompt; "
                        f"lmms-eval's {backend} backend sends none of the task's, so this run departs from it")
+    if protocol.layout not in (None, settings.data_source) and context.run is not None:
+        said = f"robovqa: {settings.protocol} on {settings.data_source}"
+        if said not in context.run.said_once:
+            context.run.said_once.add(said)
+            logger.warning(f"RoboVQA: {LAYOUT_DEPARTURES[settings.protocol, settings.data_source]}; set "
+                           f"{setting_name(ENV_PREFIX, 'data_source')} to {protocol.layout} to show its frames")
+
+
+# Where a preset's frames are not its lineage's, by data layout (the lineage's own layout: ``Protocol.layout``).
+LAYOUT_DEPARTURES = {
+    ("mimo", FRAMES16): "the mimo protocol's 8 frames are spread over the 16 frames the frames16 copy kept, not over "
+                        "the video's frames as MiMo's robovqa_doc_to_visual spreads them over a Tianli/robovqa mp4: "
+                        "other frames",
+    ("mimo", TFRECORD): "the mimo protocol's 8 frames are spread over the official shard's frames; MiMo decoded "
+                        "Tianli/robovqa's mp4 files, and the shards' frames are not shown to be theirs",
+    ("physbrain", TIANLI): "the physbrain protocol's 16 frames are spread over the video's frames; PhysBrainEvalKit "
+                           "read the 16 frames the frames16 copy kept, whose choice is not shown to be this spread",
+    ("physbrain", TFRECORD): "the physbrain protocol's 16 frames are spread over the shard's frames; PhysBrainEvalKit "
+                             "read the 16 frames the frames16 copy kept, whose choice is not shown to be this spread",
+}
 
 
 # =============================================================================================
@@ -151,10 +183,11 @@ def shown_indices(total_frames: int, frames: int | None) -> list[int]:
 
 
 def doc_to_visual(doc: Mapping) -> list[Image.Image]:
-    """The protocol's frames of the question's video: a video's frames tagged as one clip, a single frame as an
-    image."""
-    frames = PROTOCOLS[doc["protocol"]].frames
-    return list(_frames(doc["item_id"], _media_key(doc["media"]), frames, doc["max_side"]))
+    """The protocol's frames of the question's video: tagged as one clip where the protocol sends a video, else
+    each an image of its own (a single frame, or the frames a lineage sends as separate images)."""
+    protocol = PROTOCOLS[doc["protocol"]]
+    return list(_frames(doc["item_id"], _media_key(doc["media"]), protocol.frames, doc["max_side"],
+                        protocol.as_video and protocol.frames is not None))
 
 
 def _media_key(media_of: Mapping) -> tuple:
@@ -162,7 +195,7 @@ def _media_key(media_of: Mapping) -> tuple:
 
 
 @functools.lru_cache(maxsize=8)
-def _frames(item_id: str, media_key: tuple, frames: int | None, max_side: int | None) -> tuple:
+def _frames(item_id: str, media_key: tuple, frames: int | None, max_side: int | None, as_video: bool) -> tuple:
     where = dict(media_key)
     try:
         if where["kind"] == FRAMES16:
@@ -178,7 +211,7 @@ def _frames(item_id: str, media_key: tuple, frames: int | None, max_side: int | 
     except (media.MediaError, OSError, ValueError) as error:
         raise RoboVQADataError(f"RoboVQA question {item_id}: {error}; check {setting_name(ENV_PREFIX, 'root')} "
                                f"(a run with --use_cache resumes from the answers already given)") from error
-    return tuple(images if frames is None else media.as_video_frames(images, clip=item_id))
+    return tuple(media.as_video_frames(images, clip=item_id) if as_video else images)
 
 
 # =============================================================================================

@@ -55,9 +55,12 @@ def test_the_group_runs_on_the_official_shards_with_the_default_protocol(tmp_pat
         assert all(message["role"] != "system" for message in call.messages)
 
 
-# Each lineage's preset through the CLI: its frames, system turn and decoding reach the model, and each task's
-# metrics are the means of the transcription of that lineage's code over the answers the run logged.
+# Each lineage's preset through the CLI: its frames, system turn, text and decoding reach the model, and each task's
+# metrics are the means of the transcription of that lineage's code over the answers the run logged. On the TFRecord
+# layout mimo and physbrain show frames their lineages did not read: the run says so once.
 PRESET_FRAMES = {"mimo": 8, "physbrain": 16, "robomamba": None, "multinet": None}  # None: the last frame, an image
+LAYOUT_WARNING = {"mimo": "the mimo protocol's 8 frames are spread over the official shard's frames",
+                  "physbrain": "the physbrain protocol's 16 frames are spread over the shard's frames"}
 
 
 def preset_reply(call):
@@ -82,6 +85,11 @@ def test_each_lineages_preset_runs_with_its_frames_turns_decoding_and_scorer(pro
         turns = [[part["text"] for part in m["content"]] for m in call.messages if m["role"] == "system"]
         assert turns == ([[system]] if system else [])
         assert call.body["temperature"] == PROTOCOLS[protocol].decoding["temperature"]
+        assert call.body["max_tokens"] == PROTOCOLS[protocol].decoding["max_new_tokens"]
+        assert call.text.endswith(" /no_think") == (protocol == "mimo")
+    warned = [line for line in run.log.splitlines() if "ROBOVQA_DATA_SOURCE" in line]
+    assert len(warned) == (protocol in LAYOUT_WARNING)
+    assert all(LAYOUT_WARNING[protocol] in line for line in warned)
     for kind in QUESTION_TYPES:
         samples = run.samples(f"robovqa_{kind}")
         per_answer = [lineage_scores(protocol, sample["filtered_resps"], sample["target"], kind)

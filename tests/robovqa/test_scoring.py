@@ -26,7 +26,10 @@ DOCS = [{"question_type": "success", "answer": "yes", "tag": "<task:success:disc
         {"question_type": "next_step", "answer": "put packet on the table", "tag": "<task:planning:freeform>"},
         {"question_type": "next_five_steps", "answer": "1- put packet on the table 2- done",
          "tag": "<task:remaining5_planning_with_context20:freeform>"},
-        {"question_type": "past_description", "answer": "open the drawer", "tag": "<task:past_description:freeform>"}]
+        {"question_type": "past_description", "answer": "open the drawer", "tag": "<task:past_description:freeform>"},
+        # RoboMamba's gold is cut at a second ":" of its conversation value ("A: <reference>")
+        {"question_type": "generative_affordance", "answer": "write the label: fragile",
+         "tag": "<task:affordance:generative:positive:freeform>"}]
 CASES = [(answer, doc) for answer in STRESS for doc in DOCS]
 
 
@@ -67,7 +70,19 @@ def test_physbrain_rewrites_each_template():
 def test_robomamba_is_its_code(answer, doc):
     ours = scoring.robomamba_scores(answer, doc)
     assert [ours[f"robomamba_bleu{n}"] for n in range(1, 5)] == \
-        pytest.approx(robomamba_transcribed(answer, doc["answer"]), abs=1e-12)
+        pytest.approx(robomamba_transcribed(answer, f"A: {doc['answer']}"), abs=1e-12)
+
+
+def test_robomamba_scores_against_the_reference_cut_at_its_first_colon_as_its_gold_is():
+    """judge_robovqa's gold is ``conversations[1]['value'].split(":")[1]``: an answer that is the reference up to its
+    colon scores full marks up to the gold's three words (BLEU-1..3), as against the whole reference it would not."""
+    doc = DOCS[-1]
+    assert scoring.robomamba_gold(doc["answer"]) == "write the label"
+    assert scoring.robomamba_gold("put packet on the table") == "put packet on the table"
+    scores = scoring.robomamba_scores("write the label", doc)
+    assert [scores[f"robomamba_bleu{n}"] for n in (1, 2, 3)] == pytest.approx([1.0, 1.0, 1.0])
+    whole = scoring.robomamba_scores("write the label", {**doc, "answer": "write the label fragile"})
+    assert whole["robomamba_bleu1"] < 1.0
 
 
 @pytest.mark.parametrize("answer", STRESS)
