@@ -92,7 +92,7 @@ def test_reported_accuracies_are_those_of_the_logged_candidate_losses(run, fixtu
                                                                                                                    3]
     assert run.metric("egoplan_val", "skipped_samples") == 1
     recorded = run.results["configs"]["egoplan_val"]["metadata"]
-    assert recorded["version"] == 4 and recorded["frame_sampling"] == "official"
+    assert recorded["version"] == 5 and recorded["frame_sampling"] == "official"
     assert recorded["scored_tokens"] == "answer_and_end_of_turn" and recorded["loss_mean"] == "every_scored_token"
 
 
