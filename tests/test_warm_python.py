@@ -245,3 +245,22 @@ def test_a_console_scripts_stand_in_passes_sigterm_on_and_exits_as_a_shell_repor
     assert up.startswith("['sleep']") and up.endswith(" True\n"), up  # the run is up, forked (torch imported)
     started.send_signal(signal.SIGTERM)
     assert started.wait(timeout=60) == 128 + signal.SIGTERM
+
+
+def test_a_sigterm_that_comes_before_the_run_is_known_is_passed_on_once_it_is(tmp_path):
+    """The run may be up, and the stand-in signalled, before the stand-in learns the run's pid (the CI failure of
+    2026-11-29); here the signal comes as ``_fork`` returns, in a plain process (no warm Python named)."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import os, signal, sys\n"
+        "from lmms_egoplan.demo.kit import warm_python\n"
+        "real_fork = warm_python._fork\n"
+        "def fork_then_signalled(*args):\n"
+        "    started = real_fork(*args)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return started\n"
+        "warm_python._fork = fork_then_signalled\n"
+        "sys.exit(warm_python.run_in_place_of_this_process([sys.executable, '-c', 'import time; time.sleep(60)']))\n")
+    env = {key: value for key, value in os.environ.items() if key != WARM_PYTHON_VARIABLE}
+    ran = subprocess.run([sys.executable, str(probe)], env=env, timeout=60)
+    assert ran.returncode == 128 + signal.SIGTERM  # the run ended by the signal, reported as a shell does

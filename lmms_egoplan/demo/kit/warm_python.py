@@ -96,9 +96,18 @@ def run_in_place_of_this_process(command: list[str]) -> int:
     """``command`` with this process's stdin, stdout, stderr, folder and environment, forked from the warm Python
     named in the environment where that one can run it, else as a child; its exit status, a death by a signal as a
     shell reports it (128 + the signal). SIGINT and SIGTERM sent to this process are passed on to it."""
-    process = _fork(command, dict(os.environ), os.getcwd(), [1, 2]) or subprocess.Popen(_plain(command, os.environ))
+    # The handlers come first: the run may be up (and be signalled) before this process learns its pid.
+    started, early = [], []
+
+    def pass_on(received, _):
+        (started[0].send_signal if started else early.append)(received)
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda received, _: process.send_signal(received))
+        signal.signal(signum, pass_on)
+    process = _fork(command, dict(os.environ), os.getcwd(), [1, 2]) or subprocess.Popen(_plain(command, os.environ))
+    started.append(process)
+    for received in early:
+        process.send_signal(received)
     status = process.wait()
     return 128 - status if status < 0 else status
 
