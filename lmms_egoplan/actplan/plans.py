@@ -21,6 +21,7 @@ from lmms_egoplan.actplan.data import (
     split_of_path,
 )
 from lmms_egoplan.core.files import read_jsonl, read_text
+from lmms_egoplan.core.reasoning import without_reasoning
 from lmms_egoplan.core.statistics import mean_or_nan
 from lmms_egoplan.core.text_tables import format_table
 
@@ -144,10 +145,11 @@ class CandidatePlan:
 
 def candidate_plan(model: str, instance_id: str, split: str | None, text: str, gold: list[list[str]],
                    steps: str) -> CandidatePlan:
-    """``steps="parsed"``: the plan's ``action(args)`` steps are scored; ``"lines"``: the release's
-    ``text.split("\\n")`` verbatim (a trailing newline gives a final empty step, which matches the
-    other plan's). Format errors are counted on the parsed plan either way."""
-    parsed = parse_plan(text)
+    """``steps="parsed"``: the plan's ``action(args)`` steps are scored, its reasoning blocks left out as the run
+    leaves them out (``core.reasoning``); ``"lines"``: the release's ``text.split("\\n")`` verbatim (a trailing
+    newline gives a final empty step, which matches the other plan's). Format errors are counted on the parsed plan
+    either way."""
+    parsed = parse_plan(without_reasoning(text))
     return CandidatePlan(model, instance_id, split, parsed.steps if steps == "parsed" else text.split("\n"), gold,
                          parsed)
 

@@ -6,15 +6,11 @@ answer is correct when ``answer.lower() == correct_answer.lower()``), and beside
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from lmms_egoplan.core.letter_choice import CHOICE_LETTERS, extract_choice
+from lmms_egoplan.core.reasoning import without_reasoning
 from lmms_egoplan.core.request_options import ANSWER_PATTERN, SINGLE_LETTER_PATTERN
-
-# output.py: REASONING_PATTERN, verbatim (ANSWER_PATTERN and SINGLE_LETTER_PATTERN: the backends' empty-answer rule
-# reads them too, core.request_options).
-REASONING_PATTERN = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 
 REASONING = "official_reasoning"
 LETTER = "official_letter"
@@ -40,11 +36,11 @@ def official_correct(answer: str, gold: str) -> bool:
 
 def robust_answer(text: str, letters: Sequence[str], options: Sequence[str]) -> str:
     """The option a person reads: inside the ``<answer>`` tag where there is one, else the answer without its
-    ``<think>`` blocks, read by ``core.letter_choice.extract_choice`` (a bare or stated letter, the text of one
-    option, one stand-alone capital); "" when it cannot be told. An option past D is not read (the shared reader
-    knows A-D)."""
+    reasoning blocks (``core.reasoning``), read by ``core.letter_choice.extract_choice`` (a bare or stated letter,
+    the text of one option, one stand-alone capital); "" when it cannot be told. An option past D is not read (the
+    shared reader knows A-D)."""
     found = ANSWER_PATTERN.search(text)
-    body = found.group(1) if found else REASONING_PATTERN.sub(" ", text).split("</think>")[-1]
+    body = found.group(1) if found else without_reasoning(text)
     lettered = [letter for letter in letters if letter.upper() in CHOICE_LETTERS]
     texts = [options[letters.index(letter)] for letter in lettered]
     position = extract_choice(body, texts if lettered == list(CHOICE_LETTERS[:len(lettered)]) else ())

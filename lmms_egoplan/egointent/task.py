@@ -50,6 +50,7 @@ from loguru import logger
 from lmms_egoplan.contract.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec, chat_messages, warn_of_skipped
 from lmms_egoplan.contract.judged import JUDGED_METRICS, judged
 from lmms_egoplan.core.media import VideoFile, as_video_frames, frame_times
+from lmms_egoplan.core.reasoning import reasoning_left_open, without_reasoning
 from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.egointent.data import (
     DIMENSIONS,
@@ -249,10 +250,11 @@ _EMPTY_VALUES = {"", "n/a", "na", "none", "null", "unknown", "-"}
 
 
 def parse_answer(text: str) -> dict[str, str]:
-    """The three fields from a model's answer: a JSON object (also in a code fence or amid
-    prose) or labelled lines ("Local Intent: ...", "**Procedural intent** - ...", "1. Next-Plan:
-    ..."). Fields found in neither are absent from the result."""
-    text = text if isinstance(text, str) else ""
+    """The three fields from a model's answer less its reasoning blocks (``core.reasoning``: a thinking model's
+    drafts are not its answer): a JSON object (also in a code fence or amid prose) or labelled lines ("Local
+    Intent: ...", "**Procedural intent** - ...", "1. Next-Plan: ..."). Fields found in neither are absent from the
+    result."""
+    text = without_reasoning(text if isinstance(text, str) else "")
     fields = _fields_from_json(text)
     for field, value in _fields_from_lines(text).items():
         fields.setdefault(field, value)
@@ -411,11 +413,10 @@ def incomplete_answers(items: list[int]) -> int:
 
 
 def ends_unfinished(text: str) -> bool:
-    """Whether an answer stops inside what it opened -- a ``<think>`` block, a JSON object, a code fence --
-    as a generation cut by ``max_new_tokens`` does (lmms-eval gives the task the text, not why it stopped)."""
+    """Whether an answer stops inside what it opened -- a reasoning block (``core.reasoning``), a JSON object, a code
+    fence -- as a generation cut by ``max_new_tokens`` does (lmms-eval gives the task the text, not why it stopped)."""
     text = text if isinstance(text, str) else ""
-    return (text.count("<think>") > text.count("</think>") or text.count("{") > text.count("}")
-            or text.count("```") % 2 == 1)
+    return reasoning_left_open(text) or text.count("{") > text.count("}") or text.count("```") % 2 == 1
 
 
 def cut_answers(items: list[int]) -> int:

@@ -59,6 +59,7 @@ from lmms_egoplan.core import media, seed_bench_r1
 from lmms_egoplan.core.candidate_ranking import lowest_loss
 from lmms_egoplan.core.files import write_atomically
 from lmms_egoplan.core.letter_choice import extract_choice
+from lmms_egoplan.core.reasoning import without_reasoning
 from lmms_egoplan.core.request_options import LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import setting_name
 from lmms_egoplan.core.statistics import count, total
@@ -348,8 +349,9 @@ def process_blind_submission_results(doc: Mapping, results: Sequence[Sequence], 
 
 
 def process_generation_results(doc: Mapping, results: Sequence[str], context: TaskContext) -> dict[str, Any]:
-    """``egoplan_val_gen``: the letter read from the answer, scored as above; an unread one is counted."""
-    predicted = extract_choice(results[0], doc_to_choice(doc))
+    """``egoplan_val_gen``: the letter read from the answer less its reasoning blocks, scored as above; an unread one
+    is counted."""
+    predicted = extract_choice(without_reasoning(results[0]), doc_to_choice(doc))
     return {**labelled_scores(doc, sample_record(doc, predicted)), "unparseable": float(predicted is None)}
 
 

@@ -8,8 +8,8 @@ Answer parsing).
   prefixes are case-sensitive and removed anywhere in the answer; then the first capital A-D anywhere
   is the answer, so "Based on the video, D." reads as B, "Best answer: D" as B (its prefix is one of
   the fused ones) and "Clearly, the answer is D" as C.
-* ``robust`` (the default): what a person reads. Reasoning blocks (``<think>...</think>``, as
-  lmms-eval's default ``--reasoning_tags`` name them, and ``<thinking>``) are left out; then the content
+* ``robust`` (the default): what a person reads. Reasoning blocks (``<think>...</think>`` and the other kinds
+  of ``lmms_egoplan.core.reasoning``, Kimi-VL-Thinking's ``◁think▷`` among them) are left out; then the content
   of an ``<answer>`` tag first (the last one), then the rest of the answer, each read by
   ``lmms_egoplan.core.letter_choice.extract_choice``: a bare
   letter ("D", "(c)", "b."), a stated one ("Answer: D", "The answer is (C)", "option B"; the last
@@ -26,6 +26,7 @@ import re
 from collections.abc import Sequence
 
 from lmms_egoplan.core.letter_choice import CHOICE_LETTERS, extract_choice
+from lmms_egoplan.core.reasoning import without_reasoning
 
 PARSERS = ("robust", "official")
 
@@ -58,14 +59,6 @@ def official_letter(response: str) -> str | None:
 
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
-_REASONING_BLOCK = re.compile(r"<(think|thinking|analysis)>.*?</\1>", re.IGNORECASE | re.DOTALL)
-# A chat template may open the reasoning block in the prompt: the answer then holds only its end.
-_REASONING_END = re.compile(r"^.*</(?:think|thinking|analysis)>", re.IGNORECASE | re.DOTALL)
-
-
-def without_reasoning(response: str) -> str:
-    """``response`` less its reasoning blocks, and less everything up to a closing tag left alone."""
-    return _REASONING_END.sub("", _REASONING_BLOCK.sub(" ", response or "")).strip()
 
 
 def robust_letter(response: str, choices: Sequence[str]) -> str | None:

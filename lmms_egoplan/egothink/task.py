@@ -42,6 +42,7 @@ from lmms_egoplan.contract.judged import JUDGED_METRICS
 from lmms_egoplan.core.hub_download import resolved_commit
 from lmms_egoplan.core.media import load_image
 from lmms_egoplan.core.provenance import HUB_PREFIX
+from lmms_egoplan.core.reasoning import without_reasoning
 from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.egothink.data import (
     DIMENSIONS,
@@ -155,8 +156,9 @@ def doc_to_messages(doc: dict, lmms_eval_specific_kwargs: dict | None = None) ->
 # --- 3. Results: the judge (Table 7) ------------------------------------------------------------
 
 def process_results(doc: dict, results: list, context: TaskContext) -> dict:
-    """The judge item for this answer; the judge rates all items of the task after generation."""
-    item = judge_parts_item({"": judge_request(doc, results[0])}, RUBRIC_NAME)  # judged as a whole
+    """The judge item for this answer less its reasoning blocks (``core.reasoning``: the judge rates the answer, not
+    a thinking model's drafts); the judge rates all items of the task after generation."""
+    item = judge_parts_item({"": judge_request(doc, without_reasoning(results[0]))}, RUBRIC_NAME)  # as a whole
     return {"score": item, "judged": item, "failed": item}
 
 

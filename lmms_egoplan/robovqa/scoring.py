@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import string
 
+from lmms_egoplan.core.reasoning import without_reasoning
 from lmms_egoplan.robovqa.data import BINARY_TYPES
 
 # =============================================================================================
@@ -45,7 +46,9 @@ def smoothed_bleu(answer: str, reference: str) -> float:
 def default_scores(answer: str, doc: dict) -> dict[str, float]:
     """Yes / no questions: 100 if the strictly read word is the reference's, else 0 (``unextracted`` counts the
     answers read as neither); the others: the smoothed sentence BLEU. ``length_ratio``: the answer's words per
-    reference word."""
+    reference word. Reasoning blocks (``core.reasoning``) are left out first: a thinking model's drafts are not its
+    answer."""
+    answer = without_reasoning(answer)
     length_ratio = len(answer.split()) / max(1, len(doc["answer"].split()))
     if doc["question_type"] in BINARY_TYPES:
         read = strict_yes_no(answer)
@@ -261,6 +264,9 @@ MULTINET_SYSTEM_PROMPT = """
                     2. Feasibility/Possibility Query (e.g., "Can I grasp the handle?", "Is the drawer open?"):
                         - Respond with a single word: Yes or No.
                 """  # noqa: E501, W293
+
+# The system turn each protocol sends (the default and robomamba send none): settings.RoboVQASettings.system_prompt
+SYSTEM_PROMPTS = {"mimo": MIMO_SYSTEM_PROMPT, "physbrain": PHYSBRAIN_SYSTEM_PROMPT, "multinet": MULTINET_SYSTEM_PROMPT}
 
 
 def multinet_normalize(text: str) -> str:

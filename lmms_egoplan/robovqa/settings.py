@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from lmms_egoplan.core.settings import setting
 from lmms_egoplan.robovqa.data import DATA_SOURCES, FRAMES16
-from lmms_egoplan.robovqa.scoring import MIMO_SYSTEM_PROMPT, MULTINET_SYSTEM_PROMPT, PHYSBRAIN_SYSTEM_PROMPT
+from lmms_egoplan.robovqa.scoring import SYSTEM_PROMPTS
 
 # The suite's scorer and each publishing lineage's preset (lmms_egoplan.robovqa.task.PROTOCOLS).
 PROTOCOLS = ("default", "mimo", "physbrain", "robomamba", "multinet")
@@ -30,7 +30,6 @@ class RoboVQASettings:
 
     @property
     def system_prompt(self) -> str:
-        """The system turn every request carries (``core.request_options.SYSTEM_PROMPT``): the mimo, multinet and
-        physbrain presets' (``lmms_egoplan.robovqa.task.PROTOCOLS``); none for the others."""
-        return {"mimo": MIMO_SYSTEM_PROMPT, "multinet": MULTINET_SYSTEM_PROMPT,
-                "physbrain": PHYSBRAIN_SYSTEM_PROMPT}.get(self.protocol, "")
+        """The system turn every request carries (``core.request_options.SYSTEM_PROMPT``): the protocol's
+        (``scoring.SYSTEM_PROMPTS``), none for one without."""
+        return SYSTEM_PROMPTS.get(self.protocol, "")

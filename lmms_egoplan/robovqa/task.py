@@ -54,12 +54,12 @@ from lmms_egoplan.robovqa.data import (
 @dataclass(frozen=True)
 class Protocol:
     """A way to run RoboVQA: its source, frames (a count spread over the video, or None: the last frame alone),
-    system turn, prompt, decoding, scorer and metrics (name -> aggregation); whether the frames go as one video
+    prompt, decoding, scorer and metrics (name -> aggregation; its system turn: ``scoring.SYSTEM_PROMPTS``, by the
+    protocol's name); whether the frames go as one video
     (``as_video``) or as separate images; the data layout its lineage read (``layout``; None: not stated or any)."""
 
     source: str
     frames: int | None
-    system_prompt: str
     prompt: Callable[[Mapping], str]
     decoding: Mapping[str, Any]
     score: Callable[[str, Mapping], dict[str, float]]
@@ -76,7 +76,7 @@ GREEDY = {"temperature": 0, "do_sample": False, "until": []}
 
 PROTOCOLS: dict[str, Protocol] = {
     "default": Protocol(
-        "the suite's", 16, "", _default_prompt, {"max_new_tokens": 128, **GREEDY}, scoring.default_scores,
+        "the suite's", 16, _default_prompt, {"max_new_tokens": 128, **GREEDY}, scoring.default_scores,
         (Metric("score", "mean"), Metric("micro_score", "mean"), Metric("unextracted", total, higher_is_better=False),
          Metric("length_ratio", "mean", higher_is_better=False)), as_video=True),
     # utils.py robovqa_doc_to_visual: 8 PIL frames of the Tianli mp4, which mivllm.py (84-85) sends as 8 image items;
@@ -84,8 +84,7 @@ PROTOCOLS: dict[str, Protocol] = {
     # robovqa.yaml's 32,768 new tokens capped at 16,384 (62-63)
     "mimo": Protocol(
         "XiaomiMiMo/MiMo-Embodied@0bee4b6 lmms_eval/tasks/robovqa/{robovqa.yaml,utils.py}, lmms_eval/models/"
-        "mivllm.py", 8, scoring.MIMO_SYSTEM_PROMPT,
-        lambda doc: scoring.mimo_prompt(doc["question"]) + scoring.MIMO_NO_THINK,
+        "mivllm.py", 8, lambda doc: scoring.mimo_prompt(doc["question"]) + scoring.MIMO_NO_THINK,
         {"max_new_tokens": 16384, "top_p": 1.0, "num_beams": 1, **GREEDY},
         scoring.mimo_scores, tuple(Metric(name, "mean") for name in (
             "mimo_score", "mimo_bleu1", "mimo_bleu2", "mimo_bleu3", "mimo_bleu4")), layout=TIANLI),
@@ -94,17 +93,17 @@ PROTOCOLS: dict[str, Protocol] = {
     # load_dataset puts the 16 frame paths in row["images"], core/hf_engine.py prepare_messages one image item each
     "physbrain": Protocol(
         "DeepCybo-PhysAI/PhysBrainEvalKit@c95d9ee eval_robovqa.py, benchmark/robovqa.py (train_explicit_style)", 16,
-        scoring.PHYSBRAIN_SYSTEM_PROMPT, lambda doc: scoring.physbrain_question(doc["question"], doc["tag"])[0],
+        lambda doc: scoring.physbrain_question(doc["question"], doc["tag"])[0],
         {"max_new_tokens": 128, "top_p": 1.0, "repetition_penalty": 1.05, **GREEDY}, scoring.physbrain_scores,
         (Metric("physbrain_bleu", "mean"),), layout=FRAMES16),
     "robomamba": Protocol(
-        "lmzpai/roboMamba@d383bbb src/test.py (load_dataset_robovqa, VQADataset, run_test, judge_robovqa)", None, "",
+        "lmzpai/roboMamba@d383bbb src/test.py (load_dataset_robovqa, VQADataset, run_test, judge_robovqa)", None,
         lambda doc: f"Question:{doc['question']} Answer:",
         {"max_new_tokens": 128, "temperature": 0.4, "do_sample": True, "until": []}, scoring.robomamba_scores,
         tuple(Metric(f"robomamba_bleu{n}", "mean") for n in range(1, 5))),
     "multinet": Protocol(
         "ManifoldRG/MultiNet RoboVQAModule, definitions/robovqa_prompt.py@13a7cd9", None,
-        scoring.MULTINET_SYSTEM_PROMPT, lambda doc: doc["question"], {"max_new_tokens": 128, **GREEDY},
+        lambda doc: doc["question"], {"max_new_tokens": 128, **GREEDY},
         scoring.multinet_scores, (Metric("multinet_exact_match", "mean"), Metric("multinet_similarity", "mean"),
                                   Metric("multinet_invalid", total, higher_is_better=False))),
 }
@@ -140,7 +139,7 @@ def on_backend(context: TaskContext, backend: str, chat: bool) -> None:
     layout other than the one its lineage read (once a run, for all of its tasks)."""
     settings = context.settings
     protocol = PROTOCOLS[settings.protocol]
-    if protocol.system_prompt and not chat and backend not in ("egoplan_hf", "egoplan_server"):
+    if settings.system_prompt and not chat and backend not in ("egoplan_hf", "egoplan_server"):
         logger.warning(f"{context.task_name}: the {settings.protocol} protocol sends a system prompt; "
                        f"lmms-eval's {backend} backend sends none of the task's, so this run departs from it")
     if protocol.layout not in (None, settings.data_source) and context.run is not None:
@@ -225,7 +224,7 @@ def doc_to_text(doc: Mapping, lmms_eval_specific_kwargs: Mapping | None = None) 
 
 def doc_to_messages(doc: Mapping, lmms_eval_specific_kwargs: Mapping | None = None) -> list[dict]:
     """Chat backends: the protocol's system turn (if any), then the frames and the text."""
-    return chat_messages(PROTOCOLS[doc["protocol"]].system_prompt, doc_to_visual(doc), doc_to_text(doc))
+    return chat_messages(scoring.SYSTEM_PROMPTS.get(doc["protocol"], ""), doc_to_visual(doc), doc_to_text(doc))
 
 
 # =============================================================================================

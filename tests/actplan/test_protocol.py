@@ -266,6 +266,19 @@ def test_process_results_gives_every_plan_metric_the_plan_and_its_scope(release)
     assert not any(name.endswith("_normal") for name in one_split) and "bleurt_accuracy_counterfactual" in one_split
 
 
+def test_a_thinking_models_drafts_are_not_its_plan_and_the_output_is_kept_whole(release):
+    doc = load_instances(release)[-1]
+    output = "◁think▷Maybe:\n1. open(fridge)\n2. grab(cup)◁/think▷\n1. walk_to(table)\n2. grab(cup)"
+    values = process_results(doc, [output], TaskContext("actplan1k", settings()))
+    assert values["lcs"]["prediction"] == ["walk_to(table)", "grab(cup)"] and values["lcs"]["output"] == output
+    assert values["format_error_rate"] == {"format_errors": 0, "plan_lines": 2}
+    # lmms-egoplan actplan-score reads the kept output as the run read it
+    from lmms_egoplan.actplan.plans import candidate_plan
+
+    rescored = candidate_plan("m", doc["instance_id"], doc["split"], output, doc["gold_plans"], "parsed")
+    assert rescored.prediction == values["lcs"]["prediction"]
+
+
 def test_format_error_rate_is_pooled_over_lines_and_nan_without_any():
     items = [{"format_errors": 1, "plan_lines": 4}, {"format_errors": 0, "plan_lines": 0},
              {"format_errors": 2, "plan_lines": 6}]

@@ -88,6 +88,8 @@ def test_the_traps_of_the_official_parsers_are_kept():
     ("open the drawer", "C"),
     ("<answer>b</answer>", "B"),
     ("<think>maybe A</think> D", "D"),
+    ("◁think▷maybe A◁/think▷ D", "D"),  # Kimi-VL-Thinking's markers
+    ("<think>maybe A, or", ""),  # cut inside its thinking: no answer
     ("B and C", ""),
     ("", ""),
     ("<answer>E</answer>", ""),  # no such option

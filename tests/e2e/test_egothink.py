@@ -209,7 +209,7 @@ def test_the_judge_is_recorded_whole_in_the_results_each_judged_sample_and_each_
     for task in TASKS:
         metadata = run.results["configs"][task]["metadata"]
         assert {name: metadata[f"judge_{name}"] for name in judge} == judge
-        assert metadata["version"] == 2  # judged by another default judge than version 1
+        assert metadata["version"] == 3  # 2: another default judge than version 1; 3: reasoning blocks left out
         assert all(sample[metric]["judge"] == judge for sample in run.samples(task) for metric in ("score", "failed"))
         assert all(record["judge"] == judge and record["system_fingerprint"] == FINGERPRINT
                    for record in audit_trail(run.output_dir, task))

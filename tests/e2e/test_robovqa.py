@@ -15,6 +15,7 @@ from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.media import read_index
 from lmms_egoplan.demo.robovqa import EPISODE_FRAMES, EPISODES, SIMILARITY_TOLERANCE, build_fixture, lineage_scores
 from lmms_egoplan.robovqa.data import BINARY_TYPES, QUESTION_TYPES, fetch_question_answer, question_type
+from lmms_egoplan.robovqa.scoring import SYSTEM_PROMPTS
 from lmms_egoplan.robovqa.task import PROTOCOLS
 
 ANSWER = "put packet on the table"
@@ -75,7 +76,7 @@ def test_each_lineages_preset_runs_with_its_frames_turns_decoding_and_scorer(pro
                             tasks=["robovqa"], output_dir=tmp_path / "out",
                             env=fixture.env("tfrecord", protocol=protocol))
     assert run.metric("robovqa", "predictions") == 18 == len(server.calls)
-    frames, system = PRESET_FRAMES[protocol], PROTOCOLS[protocol].system_prompt
+    frames, system = PRESET_FRAMES[protocol], SYSTEM_PROMPTS.get(protocol, "")
     for call in server.calls:
         content = [m for m in call.messages if m["role"] == "user"][-1]["content"]
         urls = [part["image_url"]["url"] for part in content if part["type"] == "image_url"]

@@ -290,6 +290,12 @@ def test_scenarios_get_distinct_metric_names():
     ("x {[1]: 2}\nLocal intent: a", {"local_intent": "a"}),
     ('{"local_intent": "...", "procedural_intent": "N/A", "next_step_plan": ""}', {}),
     ("The person is in a kitchen.", {}),
+    # A thinking model's drafts are not its answer (Kimi-VL-Thinking's markers, which lmms-eval does not strip)
+    ('◁think▷Local intent: grab it? {"next_step": "x"}◁/think▷{"local_intent": "lift the lid", "next_step": "stir"}',
+     {"local_intent": "lift the lid", "next_step_plan": "stir"}),
+    ("<thinking>Local intent: open the jar\nNext step: pour</thinking>\nNext step: close the jar",
+     {"next_step_plan": "close the jar"}),
+    ("◁think▷Local intent: maybe grab the", {}),  # cut inside its thinking
 ])
 def test_answers_are_read_from_json_or_labelled_lines_amid_prose(answer, expected):
     assert parse_answer(answer) == expected
@@ -410,6 +416,7 @@ def test_an_incomplete_answer_that_ends_unfinished_is_counted_as_cut_at_the_toke
            "judge_sees_plausible_next_steps": False, "definitions": "release"}
     complete = '{"local_intent": "x", "procedural_intent": "y", "next_step": "z"}'
     for answer, cut in [("<think>The person reaches for the", 1),  # a thinking model spent its tokens thinking
+                        ('◁think▷{"local_intent": "x", "procedural_intent": "y", "next_step": "z"}', 1),
                         ('{"local_intent": "x", "procedural_int', 1), ('```json\n{"local_intent": "x"}', 1),
                         ('{"local_intent": "x"}', 0), ("I cannot tell.", 0), (complete, 0),
                         (complete + " {", 0)]:  # every field written: not incomplete, whatever follows

@@ -96,6 +96,8 @@ ROBUST = [
     ("<think>The answer is B... no, the tray is in.</think>\nD", "D"), ("the answer may be A.</think> C", "C"),
     ("<answer>A</answer> Wait, the tray is in. <answer>C</answer>", "C"),  # the last answer tag counts
     ("<answer>D</answer>\n<thinking>Option B would fit too.</thinking>", "D"),  # reasoning after the answer
+    ("◁think▷The answer is B... no.◁/think▷The answer is D.", "D"),  # Kimi-VL-Thinking's markers
+    ("<think>The answer is B, I think, but the tray", None),  # cut inside its thinking: no answer
     ("B. place oven tray", "B"), ("c) operate oven", "C"), ("Place oven tray.", "B"),
     # the answer first, then an explanation that discusses other options: the answer counts
     ("B. place oven tray. Option C is incorrect because the tray is not in.", "B"),

@@ -355,3 +355,14 @@ def test_a_dimension_scores_its_mean_rating_times_100_over_the_judgements_that_g
     scored = score_judged(items, judgements, {RUBRIC_NAME: RUBRIC}, judge_model="judge")
     assert scored.score == pytest.approx(50.0)
     assert (scored.results.judged, scored.results.failed) == (3, 1)
+
+
+def test_the_judge_rates_the_answer_without_a_thinking_models_drafts():
+    """lmms-eval strips only <think> and <analysis> blocks; Kimi-VL-Thinking's ◁think▷ ones reach the task."""
+    from lmms_egoplan.egothink.task import process_results
+
+    doc = {"id": "q1", "question": "How many cups are on the table?", "answer": "Two."}
+    item = process_results(doc, ["◁think▷Three? No, the third is a bowl.◁/think▷Two."], None)["score"]
+    shown = item["judge_parts"][""]["judge_messages"][-1]["content"]
+    assert "[The Start of Assistant's Answer]\nTwo.\n[The End of Assistant's Answer]" in shown
+    assert "Three" not in shown

@@ -108,6 +108,14 @@ def test_the_default_reads_yes_and_no_strictly():
     assert scoring.default_scores("Now it is done", DOCS[1])["unextracted"] == 1.0
 
 
+def test_the_default_scores_the_answer_without_a_thinking_models_drafts():
+    assert scoring.default_scores("◁think▷No... the lid is on.◁/think▷Yes.", DOCS[0])["score"] == 100.0
+    cut = scoring.default_scores("<think>put packet on the table, I think, but", DOCS[2])  # cut: no answer
+    assert cut["score"] == 0.0 and cut["length_ratio"] == 0.0
+    drafted = scoring.default_scores("◁think▷open the door?◁/think▷put packet on the table", DOCS[2])
+    assert drafted["score"] == pytest.approx(100.0) and drafted["length_ratio"] == pytest.approx(1.0)
+
+
 def test_the_default_smooths_free_form_bleu():
     assert scoring.default_scores("put packet on the table", DOCS[2])["score"] == pytest.approx(100.0)
     short = scoring.default_scores("put packet", DOCS[2])
