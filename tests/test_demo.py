@@ -102,6 +102,8 @@ def test_scripted_answers_of_each_benchmark_cover_every_kind(tmp_path):
     plans = list(actplan.scripted_answers(data, tmp_path / "classifier").answers.values())
     assert len(plans) == 4 and plans[0].startswith("```") and plans[1].startswith("1. ") and actplan.NO_PLAN in plans[3]
     assert sum(kinds[2] is None for _, kinds in egointent.SCRIPTED_STEPS) == 1  # an incomplete answer
+    intents = egointent.scripted_answers(tmp_path / "EgoIntent").answers.values()
+    assert any(answer.startswith("◁think▷") for answer in intents)  # a draft the reader must leave out
 
 
 def test_unscored_reasons_come_from_the_counts():

@@ -194,7 +194,7 @@ SCRIPTED_STEPS = (
     ("lines", ("partly right", "reference", "wrong")),
     ("json", ("reference", "partly right", None)),  # incomplete: no next-step plan
     ("fenced json", ("partly right", "partly right", "partly right")),
-    ("lines", ("wrong", "wrong", "reference")),
+    ("thinking, then lines", ("wrong", "wrong", "reference")),  # a draft of other fields first: not the answer
     ("json", ("reference", "reference", "partly right")),
 )  # six, against five steps per video: each video (scenario) gets its own mix
 _LABELS = {"local_intent": "Local Intent", "procedural_intent": "Procedural intent", "next_step_plan": "Next-Plan"}
@@ -208,7 +208,11 @@ def field_answer(reference: str, kind: str) -> str:
 
 def scripted_text(form: str, fields: dict[str, str]) -> str:
     """An answer in one of the forms models write: a JSON object, one in a fenced block amid prose,
-    or labelled lines."""
+    labelled lines, or those after a thinking model's draft of other fields (Kimi-VL-Thinking's markers, which
+    lmms-eval does not strip)."""
+    if form == "thinking, then lines":
+        draft = "\n".join(f"{_LABELS[name]}: perhaps not {value}" for name, value in fields.items())
+        return f"◁think▷The clip is short.\n{draft}\n◁/think▷\n" + scripted_text("lines", fields)
     if form == "lines":
         return "\n".join(f"{_LABELS[name]}: {value}" for name, value in fields.items())
     text = json.dumps(fields)
