@@ -51,11 +51,12 @@ class ParsedPlan:
 
 
 def parse_plan(text: str) -> ParsedPlan:
-    """Extract the steps of a free-form plan (numbered lists, bullets, code fences, prose around it).
+    """Extract the steps of a free-form plan (numbered lists, bullets, code fences, prose around it), its reasoning
+    blocks left out (``core.reasoning``: a thinking model's drafts are not its plan).
 
     Lines are split into steps as gold plans are (``actplan.data.plan_lines``); what differs is
     other text: here it is a format error and scores nothing, in a gold plan it is a step."""
-    lines = plan_lines(text)
+    lines = plan_lines(without_reasoning(text))
     with_steps = [i for i, line in enumerate(lines) if line.steps]
     if with_steps:
         lines = lines[with_steps[0]:with_steps[-1] + 1]
@@ -145,11 +146,10 @@ class CandidatePlan:
 
 def candidate_plan(model: str, instance_id: str, split: str | None, text: str, gold: list[list[str]],
                    steps: str) -> CandidatePlan:
-    """``steps="parsed"``: the plan's ``action(args)`` steps are scored, its reasoning blocks left out as the run
-    leaves them out (``core.reasoning``); ``"lines"``: the release's ``text.split("\\n")`` verbatim (a trailing
-    newline gives a final empty step, which matches the other plan's). Format errors are counted on the parsed plan
-    either way."""
-    parsed = parse_plan(without_reasoning(text))
+    """``steps="parsed"``: the plan's ``action(args)`` steps are scored, read as the run reads them (``parse_plan``);
+    ``"lines"``: the release's ``text.split("\\n")`` verbatim (a trailing newline gives a final empty step, which
+    matches the other plan's). Format errors are counted on the parsed plan either way."""
+    parsed = parse_plan(text)
     return CandidatePlan(model, instance_id, split, parsed.steps if steps == "parsed" else text.split("\n"), gold,
                          parsed)
 

@@ -43,7 +43,6 @@ from lmms_egoplan.actplan.settings import ActPlanSettings
 from lmms_egoplan.contract.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
 from lmms_egoplan.core.files import valid_text, write_atomically
 from lmms_egoplan.core.media import load_image
-from lmms_egoplan.core.reasoning import without_reasoning
 from lmms_egoplan.core.request_options import INPUT_ORDER
 from lmms_egoplan.core.settings import setting_name
 from lmms_egoplan.core.statistics import mean_or_nan
@@ -174,7 +173,7 @@ def process_results(doc: dict, results: list[str], context: TaskContext) -> dict
     """
     settings = context.settings
     output = valid_text(results[0])  # no lone surrogate reaches the embedding model or the plans file
-    plan = parse_plan(without_reasoning(output))  # a thinking model's drafts are not its plan (core.reasoning)
+    plan = parse_plan(output)
     scored = {"instance_id": doc["instance_id"], "split": doc["split"], "output": output,
               "prediction": plan.steps, "gold": doc["gold_plans"]}
     families = ("lcs", "norm_lcs", *(("bleurt_accuracy",) if settings.bleurt_checkpoint else ()))

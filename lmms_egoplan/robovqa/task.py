@@ -55,8 +55,8 @@ from lmms_egoplan.robovqa.data import (
 class Protocol:
     """A way to run RoboVQA: its source, frames (a count spread over the video, or None: the last frame alone),
     prompt, decoding, scorer and metrics (name -> aggregation; its system turn: ``scoring.SYSTEM_PROMPTS``, by the
-    protocol's name); whether the frames go as one video
-    (``as_video``) or as separate images; the data layout its lineage read (``layout``; None: not stated or any)."""
+    protocol's name); whether the frames go as one video (``as_video``) or as separate images; the data layout its
+    lineage read (``layout``; None: not stated or any)."""
 
     source: str
     frames: int | None
