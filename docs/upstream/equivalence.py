@@ -1080,16 +1080,21 @@ def _egothink() -> Benchmark:
                              "[x]), any number taken; the suite asks once and takes only the prompt's 0, 0.5 or 1 (any "
                              "other is a failed judgement, never scored); a judge that rates on the scale scores alike",
                              ())
+    question_mean = Difference("the suite's mean over the questions", "micro_score, each dimension's score again, "
+                               "which the suite's groups average over the questions for the later reports that print "
+                               "that mean (PhysBrain's); the pull request keeps the paper's Average over the twelve "
+                               "dimensions", ("sample:micro_score", "aggregate:micro_score"))
     dimensions = [name for names in CAPABILITIES.values() for name in names]
     groups = [("egothink_paper", "ego_think"), *((f"egothink_paper_capability_{capability}",
                                                  f"ego_think_capability_{capability}") for capability in CAPABILITIES)]
     return Benchmark(
         name="egothink", capture="chat",
         patches=("36-llm-judge-base-url.patch", "24-egothink-llm-judge.patch", "30-egothink-paper-protocol.patch"),
-        tasks=(*(TaskPair(f"egothink_paper_{name}", f"ego_think_{name}", differences=(bookkeeping, media, rating_rule),
+        tasks=(*(TaskPair(f"egothink_paper_{name}", f"ego_think_{name}",
+                          differences=(bookkeeping, media, rating_rule, question_mean),
                           sample_view=egothink_samples(f"ego_think_{name}"), named=False) for name in dimensions),
-               *(TaskPair(upstream, suite, differences=(bookkeeping,), group=True, named=upstream == "egothink_paper")
-                 for upstream, suite in groups)),
+               *(TaskPair(upstream, suite, differences=(bookkeeping, question_mean), group=True,
+                          named=upstream == "egothink_paper") for upstream, suite in groups)),
         settings=SuiteSettings(
             EgoThinkSettings, ENV_PREFIX, "tasks/egothink/_default_template_yaml",
             shared=("hub_repo", "hub_revision", "judge_model"),

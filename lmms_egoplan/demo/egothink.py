@@ -15,6 +15,7 @@ import json
 import re
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Mapping
 
 from lmms_egoplan.demo.kit.judge_server import hash_rating, loopback_judge_settings
 from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun
@@ -35,12 +36,13 @@ def synthetic_records(dimension: Dimension, count: int) -> list[dict]:
              "answer": ANSWERS[(i + len(dimension.name)) % len(ANSWERS)]} for i in range(count)]
 
 
-def write_release(root: str | Path, per_dimension: int = 2) -> Path:
-    """The release's data folder with ``per_dimension`` questions (and images) per dimension."""
+def write_release(root: str | Path, per_dimension: int = 2, counts: Mapping[str, int] | None = None) -> Path:
+    """The release's data folder with ``per_dimension`` questions (and images) per dimension, or the number ``counts``
+    gives a dimension it names (the release's activity and forecasting have twice the others' questions)."""
     root = Path(root)
     for number, dimension in enumerate(DIMENSIONS.values()):
         folder = root / dimension.release_dirs[0]
-        records = synthetic_records(dimension, per_dimension)
+        records = synthetic_records(dimension, (counts or {}).get(dimension.name, per_dimension))
         for index, record in enumerate(records):
             write_image(folder / "images" / record["image_path"][0], seed=100 * number + index)
         (folder / "annotations.json").write_text(json.dumps(records, indent=2))
@@ -107,13 +109,17 @@ def scripted_answers(data_root: Path, per_dimension: int) -> ScriptedAnswers:
         # Each dimension: the mean rating x 100 of its answered questions, how many, how many failed.
         scores = {d: ([r for q, r in asked if q not in failed], sum(q in failed for q, _ in asked))
                   for d, asked in questions.items()}
-        values = {f"ego_think_{d.name}": {"score": 100 * mean(rated), "judged": len(rated), "failed": 0,
+        values = {f"ego_think_{d.name}": {"score": 100 * mean(rated), "micro_score": 100 * mean(rated),
+                                          "judged": len(rated), "failed": 0,
                                           "failed_requests": lost} for d, (rated, lost) in scores.items()}
         groups = {f"ego_think_capability_{capability}": [d for d in scores if d.name in names]
                   for capability, names in CAPABILITIES.items()}
         groups["ego_think"] = list(scores)
         for group, members in groups.items():
+            # micro_score: each dimension weighted by its questions, as lmms-eval weighs a group's members by size
             values[group] = {"score": mean([100 * mean(scores[d][0]) for d in members]),
+                             "micro_score": sum(100 * mean(scores[d][0]) * len(questions[d]) for d in members)
+                             / sum(len(questions[d]) for d in members),
                              "judged": sum(len(scores[d][0]) for d in members), "failed": 0,
                              "failed_requests": sum(scores[d][1] for d in members)}
         return values

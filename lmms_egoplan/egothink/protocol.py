@@ -84,8 +84,8 @@ def judge_request(doc: dict, prediction: str) -> JudgeRequest:
 def group_scores(task_scores: dict[str, dict]) -> dict[str, dict]:
     """The groups' scores as the run reports them (``tasks/egothink/_group_yaml``), from the
     dimensions' (``rejudge``): each capability and ``ego_think`` the unweighted mean of their
-    dimensions' scores (the paper's Average: over the 12 dimensions), judged / failed totals.
-    Only groups whose dimensions are all present."""
+    dimensions' scores (the paper's Average: over the 12 dimensions), ``micro_score`` their mean weighted by their
+    questions (where the samples logged it), judged / failed totals. Only groups whose dimensions are all present."""
     capabilities = {f"ego_think_capability_{capability}": [f"ego_think_{name}" for name in names]
                     for capability, names in CAPABILITIES.items()}
     members = {"ego_think": [task for tasks in capabilities.values() for task in tasks], **capabilities}
@@ -95,4 +95,13 @@ def group_scores(task_scores: dict[str, dict]) -> dict[str, dict]:
             rows = [task_scores[task] for task in tasks]
             groups[group] = {"score": sum(row["score"] for row in rows) / len(rows),
                              "judged": sum(row["judged"] for row in rows), "failed": sum(row["failed"] for row in rows)}
+            if all("micro_score" in row for row in rows):
+                sizes = [_questions(row) for row in rows]
+                groups[group]["micro_score"] = sum(row["micro_score"] * n for row, n in zip(rows, sizes)) / sum(sizes)
     return groups
+
+
+def _questions(row: dict) -> int:
+    """A rejudged dimension's questions, as lmms-eval sizes a group's member: every sample it logged (judged, failed,
+    its request failed, its row unusable)."""
+    return row["judged"] + row["failed"] + row.get("failed_requests", 0) + row.get("unusable_rows", 0)

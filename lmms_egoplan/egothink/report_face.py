@@ -1,6 +1,6 @@
 """EgoThink in ``lmms-egoplan report`` and the demo's table: the twelve dimensions, the six
-capabilities and the average in the layout of its Table 3, and each dimension's score beside the
-published models' (the paper's Table 3 and later reports, each row with the judge its source used)."""
+capabilities and the average in the layout of its Table 3 (then the mean over the questions), and each dimension's
+score beside the published models' (the paper's Table 3 and later reports, each row with the judge its source used)."""
 
 from __future__ import annotations
 
@@ -57,12 +57,14 @@ def egothink_dimensions(table: Table) -> Figure:
     return figure
 
 
-# The dimensions first (the figure draws the first twelve columns), then the capabilities and the average.
+# The dimensions first (the figure draws the first twelve columns), then the capabilities and the averages: the
+# paper's over the twelve dimensions, and the mean over the questions some later reports print as their average.
 COLUMNS = (
     *(Column(name.capitalize(), "score", task=f"{{task}}_{name}", published=name, digits=1) for name in DIMENSIONS),
     *(Column(f"{name.capitalize()} (capability)", "score", task=f"{{task}}_capability_{name}",
              published=f"capability_{name}", digits=1, interval=False) for name in CAPABILITIES),
     Column("Average", "score", published="average", digits=1, interval=False),
+    Column("Mean over questions", "micro_score", published="average_over_questions", digits=1, interval=False),
 )
 FACE = ReportFace(
     tables=(TableLayout("ego_think", "EgoThink: judge scores (0-100)", "EgoThink Table 3",
@@ -70,6 +72,6 @@ FACE = ReportFace(
                         figures={"egothink_dimensions": egothink_dimensions}, judged=True,
                         main="Average", scoring=dict.fromkeys(("ego_think", "ego_think_blind"), GENERATIVE)),),
     published=published_rows(__package__),
-    units=(("score", SCORE_0_100),),
+    units=(("score", SCORE_0_100), ("micro_score", SCORE_0_100)),
     no_interval="EgoThink's capabilities and average are groups",
 )

@@ -18,7 +18,8 @@ The protocol, as the paper (section 3-4, appendices C-D) and its release define 
   selectable where it is still served (tasks/egothink/README.md).
 * A dimension's score is its mean rating x 100; the paper's "Average" (Table 3) is the mean of
   the twelve dimension scores (it reproduces every row but one to 0.05, see tasks/egothink/README.md), which
-  is what the ``ego_think`` group reports; capability groups average their dimensions.
+  is what the ``ego_think`` group reports; capability groups average their dimensions. The groups' ``micro_score``
+  is the mean over the questions instead, the average some later reports print (PhysBrain's).
   Judgements that fail or carry no valid rating are excluded from the mean, as the official
   ``show_result.py`` does, and counted (``judged`` / ``failed``).
 
@@ -38,7 +39,7 @@ import yaml
 from loguru import logger
 
 from lmms_egoplan.contract.benchmark import Configuration, LoadedDocs, TaskContext, TaskSpec, chat_messages
-from lmms_egoplan.contract.judged import JUDGED_METRICS
+from lmms_egoplan.contract.judged import JUDGED_METRICS, judged
 from lmms_egoplan.core.hub_download import resolved_commit
 from lmms_egoplan.core.media import load_image
 from lmms_egoplan.core.provenance import HUB_PREFIX
@@ -159,7 +160,7 @@ def process_results(doc: dict, results: list, context: TaskContext) -> dict:
     """The judge item for this answer less its reasoning blocks (``core.reasoning``: the judge rates the answer, not
     a thinking model's drafts); the judge rates all items of the task after generation."""
     item = judge_parts_item({"": judge_request(doc, without_reasoning(results[0]))}, RUBRIC_NAME)  # as a whole
-    return {"score": item, "judged": item, "failed": item}
+    return {"score": item, "micro_score": item, "judged": item, "failed": item}
 
 
 def judge_rubric(settings) -> str:
@@ -168,9 +169,13 @@ def judge_rubric(settings) -> str:
 
 # --- The tasks, as the harnesses build them -----------------------------------------------------
 
+# ``micro_score``: a dimension's score again, under the name its groups average over the questions (weighted by their
+# sizes), the mean some later reports print as EgoThink's average (PhysBrain's Table 1), beside the paper's ``score``.
+METRICS = (*JUDGED_METRICS, judged("micro_score"))
+
 DIMENSION = TaskSpec(load_docs=load_docs, doc_to_visual=doc_to_visual, doc_to_text=doc_to_text,
                      doc_to_messages=doc_to_messages, doc_to_target="answer", process_results=process_results,
-                     metrics=JUDGED_METRICS, judge_rubric=judge_rubric, configure=configure)
+                     metrics=METRICS, judge_rubric=judge_rubric, configure=configure)
 BLIND = TaskSpec(load_docs=load_docs, doc_to_text=doc_to_text_blind, doc_to_target="answer",
-                 process_results=process_results, metrics=JUDGED_METRICS, judge_rubric=judge_rubric,
+                 process_results=process_results, metrics=METRICS, judge_rubric=judge_rubric,
                  configure=configure_blind)

@@ -3,6 +3,7 @@ recomputed from the audit trail, the papers' prompts, the judge recorded whole, 
 agreement."""
 
 import hashlib
+import itertools
 import json
 import sqlite3
 import statistics
@@ -45,10 +46,19 @@ def sometimes_unrated(call):
     return Reply(f"The assistant's answer differs from the reference. Rating: [[{hash_rating(call)}]]")
 
 
+# Two questions a dimension, four for activity and forecasting: the release's proportions (100 and 50).
+QUESTIONS = {"activity": 4, "forecasting": 4}
+ANSWERS = 2 * 12 + 2 + 2
+
+
+def questions(task: str) -> int:
+    return QUESTIONS.get(task.removeprefix("ego_think_"), 2)
+
+
 @pytest.fixture(scope="module")
 def evaluation(tmp_path_factory, tiny_model):
     root = tmp_path_factory.mktemp("egothink")
-    data = write_release(root / "data", per_dimension=2)
+    data = write_release(root / "data", per_dimension=2, counts=QUESTIONS)
     with ChatServer(sometimes_unrated, system_fingerprint=FINGERPRINT) as judge:
         run = run_lmms_eval(
             model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}", tasks=["ego_think"],
@@ -94,7 +104,7 @@ def test_every_dimension_reports_the_score_recomputed_from_its_audit_trail(evalu
             assert by_id[doc["id"]]["judge_model"] == "openai:loopback-judge"
             assert by_id[doc["id"]]["served_model"] == "loopback-judge"
     assert total_failed > 0, "the scripted judge should have left some answers unrated"
-    assert len(evaluation.judge.calls) == 24  # one call per answer, nothing judged twice
+    assert len(evaluation.judge.calls) == ANSWERS  # one call per answer, nothing judged twice
 
 
 def test_capabilities_average_their_dimensions_and_the_overall_is_the_mean_of_all_twelve(evaluation):
@@ -109,7 +119,19 @@ def test_capabilities_average_their_dimensions_and_the_overall_is_the_mean_of_al
     assert run.metric("ego_think", "score") == pytest.approx(statistics.mean(scores.values()))
     capability_mean = statistics.mean(run.metric(f"ego_think_capability_{c}", "score") for c in CAPABILITIES)
     assert capability_mean != pytest.approx(statistics.mean(scores.values()))
-    assert run.metric("ego_think", "judged") + run.metric("ego_think", "failed") == 24
+    assert run.metric("ego_think", "judged") + run.metric("ego_think", "failed") == ANSWERS
+
+
+def test_the_groups_mean_over_the_questions_weighs_each_dimension_by_its_questions(evaluation):
+    run = evaluation.run
+    groups = {f"ego_think_capability_{c}": names for c, names in CAPABILITIES.items()}
+    groups["ego_think"] = [name for names in CAPABILITIES.values() for name in names]
+    for group, names in groups.items():
+        tasks = [f"ego_think_{name}" for name in names]
+        expected = sum(run.metric(t, "score") * questions(t) for t in tasks) / sum(map(questions, tasks))
+        assert run.metric(group, "micro_score") == pytest.approx(expected)
+    # Activity and forecasting weigh twice as much as the others: not the paper's Average.
+    assert run.metric("ego_think", "micro_score") != pytest.approx(run.metric("ego_think", "score"))
 
 
 def test_models_get_the_papers_prompts_greedy_decoding_and_longer_planning_answers(evaluation):
@@ -142,14 +164,16 @@ def test_rejudging_logged_outputs_with_another_judge_needs_no_model(evaluation, 
         assert main(["rejudge", str(evaluation.run.output_dir), "--output", str(tmp_path / "new"),
                      "--judge_base_url", other.base_url, "--judge_model", "other-judge", "--judge_api_key_env", "",
                      "--judge_cache_dir", str(tmp_path / "cache")]) == 0
-    assert len(other.calls) == 24
+    assert len(other.calls) == ANSWERS
     summary = json.loads(next((tmp_path / "new").glob("*_rejudged.json")).read_text())
     groups = {"ego_think", *(f"ego_think_capability_{d.capability.lower()}" for d in DIMENSIONS.values())}
     assert summary.keys() == set(TASKS) | groups  # the groups as the run reports them
-    assert summary["ego_think"]["score"] == 100.0 and summary["ego_think"]["judged"] == 2 * len(TASKS)
+    assert summary["ego_think"]["score"] == summary["ego_think"]["micro_score"] == 100.0
+    assert summary["ego_think"]["judged"] == ANSWERS
     for task in TASKS:
-        assert summary[task]["score"] == 100.0 and (summary[task]["judged"], summary[task]["failed"]) == (2, 0)
-        assert [r["rating"] for r in audit_trail(tmp_path / "new", task)] == [1.0, 1.0]
+        assert summary[task]["score"] == 100.0 and (summary[task]["judged"], summary[task]["failed"]) == (
+            questions(task), 0)
+        assert [r["rating"] for r in audit_trail(tmp_path / "new", task)] == [1.0] * questions(task)
         # The same prompts the first judge saw.
         assert ({json.dumps(r["prompt"]) for r in audit_trail(tmp_path / "new", task)}
                 == {json.dumps(r["prompt"]) for r in audit_trail(evaluation.run.output_dir, task)})
@@ -167,9 +191,11 @@ def test_rejudging_with_the_same_judge_and_cache_makes_no_calls(evaluation, tmp_
     failed = sum(evaluation.run.metric(task, "failed") for task in TASKS)
     assert len(same.calls) == failed > 0
     summary = json.loads(next(tmp_path.glob("*_rejudged.json")).read_text())
-    for task in TASKS:
-        reported = evaluation.run.metric(task, "score")
-        assert summary[task]["score"] == (None if reported is None else pytest.approx(reported))
+    # Every score as the run reported it, lmms-eval's group means (over the dimensions, over the questions) included.
+    groups = ("ego_think", *(f"ego_think_capability_{c}" for c in CAPABILITIES))
+    for task, metric in itertools.product((*TASKS, *groups), ("score", "micro_score")):
+        reported = evaluation.run.metric(task, metric)
+        assert summary[task][metric] == (None if reported is None else pytest.approx(reported)), (task, metric)
 
 
 def test_chat_backends_get_the_preset_as_a_system_turn_with_the_image(tmp_path):
@@ -209,7 +235,7 @@ def test_the_judge_is_recorded_whole_in_the_results_each_judged_sample_and_each_
     for task in TASKS:
         metadata = run.results["configs"][task]["metadata"]
         assert {name: metadata[f"judge_{name}"] for name in judge} == judge
-        assert metadata["version"] == 3  # 2: another default judge than version 1; 3: reasoning blocks left out
+        assert metadata["version"] == 4  # 2: another default judge; 3: reasoning blocks left out; 4: micro_score
         assert all(sample[metric]["judge"] == judge for sample in run.samples(task) for metric in ("score", "failed"))
         assert all(record["judge"] == judge and record["system_fingerprint"] == FINGERPRINT
                    for record in audit_trail(run.output_dir, task))
@@ -248,8 +274,8 @@ def test_a_second_judge_is_compared_with_the_runs_without_touching_its_judgement
             "--judge_model", "second-judge", "--judge_api_key_env", "", "--top", "5"]
     with ChatServer(second_judge) as second:
         assert main([arg.format(url=second.base_url) for arg in args]) == 0
-        assert len(second.calls) == 24  # every answer, into a cache of its own
-        assert main([arg.format(url=second.base_url) for arg in args]) == 0 and len(second.calls) == 24
+        assert len(second.calls) == ANSWERS  # every answer, into a cache of its own
+        assert main([arg.format(url=second.base_url) for arg in args]) == 0 and len(second.calls) == ANSWERS
     assert {path: contents(path) for path in kept} == kept  # the run's judgements and cache untouched
     assert (tmp_path / "agreement" / "judge-cache" / "judgements.sqlite").is_file()
     # What the two scripts make of the answers the run's judge rated, computed here from its audit trails.

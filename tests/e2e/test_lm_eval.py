@@ -85,7 +85,8 @@ def judge_rating(text: str) -> str:
 
 
 def test_chat_completions_baselines_report_what_their_logged_samples_give(tmp_path):
-    egothink = write_release(tmp_path / "egothink", per_dimension=2)
+    # The release's proportions: activity and forecasting have twice the others' questions.
+    egothink = write_release(tmp_path / "egothink", per_dimension=2, counts={"activity": 4, "forecasting": 4})
     actplan_root = write_release_dataset(tmp_path / "actplan", scenes=1, activities=2)
     gold = {doc["description"]: doc["gold_plans"][0] for doc in load_instances(actplan_root)}
 
@@ -104,7 +105,7 @@ def test_chat_completions_baselines_report_what_their_logged_samples_give(tmp_pa
         report = run_lm_eval("local-chat-completions",
                              f"model=scripted,base_url={server.base_url}/chat/completions,tokenized_requests=False",
                              "ego_think_blind,actplan1k_text_only_lm", output, env, "--apply_chat_template")
-    dimension_scores = []
+    dimension_scores, sizes = [], []
     for dimension in DIMENSIONS.values():
         task = f"ego_think_blind_{dimension.name}"
         samples, reported = logged_samples(output, task), report["results"][task]
@@ -117,7 +118,11 @@ def test_chat_completions_baselines_report_what_their_logged_samples_give(tmp_pa
         assert reported["score,none"] == pytest.approx(100 * mean(ratings))
         assert (reported["judged,none"], reported["failed,none"]) == (len(samples), 0)
         dimension_scores.append(reported["score,none"])
+        sizes.append(len(samples))
     assert report["results"]["ego_think_blind"]["score,none"] == pytest.approx(mean(dimension_scores))
+    assert report["results"]["ego_think_blind"]["micro_score,none"] == pytest.approx(
+        sum(score * size for score, size in zip(dimension_scores, sizes)) / sum(sizes))
+    assert sorted(sizes) == [2] * 10 + [4, 4]
 
     samples, reported = logged_samples(output, "actplan1k_text_only_lm"), report["results"]["actplan1k_text_only_lm"]
     items = [sample["lcs"] for sample in samples]

@@ -192,9 +192,9 @@ def test_the_hooks_and_metrics_come_from_the_task_spec_and_a_yaml_that_sets_one_
     assert built.config.doc_to_visual is egothink.doc_to_visual and built.config.doc_to_target == "answer"
     # Every metric is in the config lmms-eval builds the task from, the failed model requests' count included.
     assert [(m["metric"], m["higher_is_better"]) for m in built.config.metric_list] == [
-        ("score", True), ("judged", True), ("failed", False), ("failed_requests", False)]
+        ("score", True), ("judged", True), ("failed", False), ("micro_score", True), ("failed_requests", False)]
     assert {m["metric"]: m["aggregation"].keywords["context"] for m in built.config.metric_list} == dict.fromkeys(
-        ("score", "judged", "failed", "failed_requests"), built.compiled.context)
+        ("score", "judged", "failed", "micro_score", "failed_requests"), built.compiled.context)
     folder = tmp_path / "tasks"
     folder.mkdir()
     (folder / "mine.yaml").write_text("task: my_ego_think\ndataset_name: Reasoning_counting\n"

@@ -130,7 +130,7 @@ def write_results_tree(root: Path) -> Path:
     think = {f"ego_think_{d}": {"score": 100 * sum(ratings.get(d, [0.5])) / len(ratings.get(d, [0.5])), "judged": 1}
              for d in DIMENSIONS}
     think.update({f"ego_think_capability_{c}": {"score": 40.0 + i} for i, c in enumerate(CAPABILITIES)})
-    think["ego_think"] = {"score": 45.5}
+    think["ego_think"] = {"score": 45.5, "micro_score": 46.25}
     think_samples = {f"ego_think_{d}": [{"doc_id": i, "score": judged(f"{d}/{i}")} for i in range(len(r))]
                      for d, r in ratings.items()}
     folder = root / "egothink" / "tiny-model"
@@ -222,6 +222,11 @@ def test_every_number_in_the_tables_equals_its_results_file(results_tree, tmp_pa
     assert think["Activity (0-100) 95% low"] == ""  # no samples logged for it
     published = [r for r in read_csv(tmp_path / "report" / "ego_think.csv") if r["source"].startswith("published")]
     assert float(next(r for r in published if r["model"] == "GPT-4V")["Average (0-100)"]) == 65.5
+    # Two averages, each beside its own kind: the paper's over the twelve dimensions, PhysBrain's over the questions.
+    assert float(think["Mean over questions (0-100)"]) == 46.25
+    physbrain = next(r for r in published if r["model"] == "LLaVA-1.5-7B" and "PhysBrain" in r["source"])
+    assert physbrain["Average (0-100)"] == "" and float(physbrain["Mean over questions (0-100)"]) == 51.6
+    assert next(r for r in published if r["model"] == "GPT-4V")["Mean over questions (0-100)"] == ""
 
     intent = read_csv(tmp_path / "report" / "egointent.csv")[0]
     # written as global_intent (its name up to version 2), shown as Procedural Intent
