@@ -3,7 +3,6 @@ any harness: what ``lmms_egoplan.egointent.benchmark`` holds and ``task`` uses."
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -83,17 +82,8 @@ OTHER_DIMENSION = {"release": "the visible motion instead of its goal",
 ALSO_ACCEPTABLE = "Also acceptable: {answers}\n"
 OR_ALSO_ACCEPTABLE = " (or with one of the answers also acceptable)"
 JUDGE_SCALE = tuple(range(11))
-_THINKING = re.compile(r"<think>.*?</think>", re.DOTALL)
-_RATING = bracket_rating(JUDGE_SCALE)
-
-
-def parse_judge_rating(text: str) -> float:
-    """The 0-10 rating of a judge answer (``Rating: [[x]]``); a Qwen3 ``<think>`` block is skipped."""
-    if "<think>" in text and "</think>" not in text:
-        raise ValueError("the judge's reasoning never ended (raise judge_max_tokens)")
-    return _RATING(_THINKING.sub("", text))
-
-
+# The 0-10 rating of a judge answer (``Rating: [[x]]``), a thinking judge's reasoning blocks left out.
+parse_judge_rating = bracket_rating(JUDGE_SCALE)
 
 
 # Where a judge prompt holds the prediction (judge-agreement's excerpts)
@@ -110,7 +100,8 @@ def _rubric(definitions: str) -> Rubric:
     (its hash changes with any change of the prompt or of a definition)."""
     prompt = "\n\n".join([JUDGE_SYSTEM, judge_template(definitions),
                            *(f"{d.label}: {d.definitions[definitions]}" for d in DIMENSIONS)])
-    return Rubric(parse_judge_rating, scale=10.0, levels=JUDGE_SCALE, version="1", prompt=prompt,
+    # version 2: a judge's reasoning blocks of every kind left out before the rating is read (1: <think> only)
+    return Rubric(parse_judge_rating, scale=10.0, levels=JUDGE_SCALE, version="2", prompt=prompt,
                   answer_pattern=ANSWER_PATTERN)
 
 

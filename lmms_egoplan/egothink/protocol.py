@@ -66,10 +66,11 @@ JUDGE_PROMPT = (
     "[The Start of Assistant's Answer]\n{answer}\n[The End of Assistant's Answer]"
 )
 
-# Scores are mean ratings x 100; a rating other than 0, 0.5 or 1 is no valid rating.
+# Scores are mean ratings x 100; a rating other than 0, 0.5 or 1 is no valid rating. Version 2: a thinking judge's
+# reasoning blocks left out before the rating is read (1: read with them).
 RATINGS = (0, 0.5, 1)
 RUBRIC = Rubric(bracket_rating(allowed=RATINGS), scale=100.0, levels=RATINGS,
-                prompt=f"{JUDGE_SYSTEM_PROMPT}\n\n{JUDGE_PROMPT}", version="1",
+                prompt=f"{JUDGE_SYSTEM_PROMPT}\n\n{JUDGE_PROMPT}", version="2",
                 answer_pattern=r"\[The Start of Assistant's Answer\]\n(?P<answer>.*)"
                                r"\n\[The End of Assistant's Answer\]$")
 RUBRIC_NAME = "egothink"  # the name its judged items (and logs) carry (lmms_egoplan.catalogue)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from lmms_egoplan.catalogue import rubric_name
+from lmms_egoplan.core.reasoning import reasoning_left_open, without_reasoning
 from lmms_egoplan.core.statistics import mean_or_nan
 from lmms_egoplan.judge.protocol import Judgement, JudgeRequest, JudgeResults, RatingParser
 
@@ -64,12 +65,16 @@ def bracket_rating(allowed: Sequence[float]) -> RatingParser:
     Like FastChat (and the MT-Bench-style judges built on it) it takes the first
     ``[[x]]`` and falls back to the first ``[x]``. The rating must then be one of ``allowed``;
     anything else is no valid rating (a judge answering on another scale is a failed
-    judgement, not a score).
+    judgement, not a score). A thinking judge's reasoning blocks (``core.reasoning``) are left out first: a rating
+    it drafted there is not its verdict, and an answer whose reasoning never ended has no rating.
     """
     double = re.compile(r"\[\[(\d+\.?\d*)\]\]")
     single = re.compile(r"\[(\d+\.?\d*)\]")
 
     def parse(text: str) -> float:
+        if reasoning_left_open(text):
+            raise ValueError("the judge's reasoning never ended (raise judge_max_tokens)")
+        text = without_reasoning(text)
         match = double.search(text) or single.search(text)
         if match is None:
             raise ValueError("no [[rating]] in the judge output")

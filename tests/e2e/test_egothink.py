@@ -229,7 +229,7 @@ def test_the_judge_is_recorded_whole_in_the_results_each_judged_sample_and_each_
 
     prompt_hash = hashlib.sha256(f"{JUDGE_SYSTEM_PROMPT}\n\n{JUDGE_PROMPT}".encode()).hexdigest()[:16]
     judge = {"backend": "openai", "model": "loopback-judge", "revision": None, "rubric": "egothink",
-             "rubric_version": "1", "prompt_hash": prompt_hash, "served_model": "loopback-judge",
+             "rubric_version": "2", "prompt_hash": prompt_hash, "served_model": "loopback-judge",
              "system_fingerprint": FINGERPRINT}
     run = evaluation.run
     for task in TASKS:

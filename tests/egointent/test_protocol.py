@@ -323,8 +323,10 @@ def test_degenerate_answers_are_read_in_linear_time(answer, monkeypatch):
 
 def test_judge_ratings_are_integers_0_to_10_after_any_thinking():
     assert parse_judge_rating("<think>perhaps [[2]]</think>Close in meaning. Rating: [[8]]") == 8.0
+    assert parse_judge_rating("◁think▷perhaps [[2]]◁/think▷Close in meaning. Rating: [[8]]") == 8.0  # version 2
     for text, reason in [("Rating: [[7.5]]", "not one of 0, 1"), ("Rating: [[11]]", "not one of"),
-                         ("<think>so long", "reasoning never ended"), ("Fine.", "no \\[\\[rating\\]\\]")]:
+                         ("<think>so long", "reasoning never ended"), ("◁think▷so long [[3]]", "reasoning never ended"),
+                         ("Fine.", "no \\[\\[rating\\]\\]")]:
         with pytest.raises(ValueError, match=reason):
             parse_judge_rating(text)
 

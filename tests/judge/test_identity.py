@@ -27,7 +27,7 @@ def test_the_identity_of_a_judge_its_rubric_and_what_its_server_said(tmp_path):
     metadata = {"judge_backend": "openai", "judge_model": "served-judge", "judge_revision": "abc1234def",
                 **{key: json.dumps(value) if value is None else value for key, value in identity.metadata().items()}}
     assert JudgeIdentity.from_record(metadata) == identity
-    assert (identity.text() == f"openai:served-judge@abc1234 (fingerprint fp_7); rubric egothink v1, prompt "
+    assert (identity.text() == f"openai:served-judge@abc1234 (fingerprint fp_7); rubric egothink v2, prompt "
                                f"{RUBRIC.prompt_hash}")
     assert JudgeIdentity.from_record({"judge_model": "null"}) is None and JudgeIdentity.from_record({}) is None
 

@@ -373,6 +373,12 @@ def test_offline_transformers_judge_batches_records_and_caches(tiny_model, tmp_p
     ("Partially. Rating: [[0.5]].", 0.5),
     ("Wrong [[0]] and later [[1]]", 0.0),  # the first rating counts, as in FastChat
     ("Rating: [0.5]", 0.5),  # FastChat's single-bracket fallback
+    # A thinking judge's verdict, not its drafts: reasoning blocks of every kind left out first
+    ("<think>Perhaps [[0]]?</think>The answer is right. Rating: [[1]]", 1.0),
+    ("<THINKING>[0]</THINKING>Rating: [[0.5]]", 0.5),
+    ("◁think▷Rating: [[1]], no: partly.◁/think▷Rating: [[0.5]]", 0.5),
+    ("<analysis>[[1]]</analysis>Rating: [[0]]", 0.0),
+    ("Drafted [[1]] with the block opened in the prompt.</think>\nRating: [[0]]", 0.0),
 ])
 def test_bracket_rating_reads_fastchat_ratings(text, rating):
     assert ZERO_HALF_ONE(text) == rating
@@ -382,6 +388,9 @@ def test_bracket_rating_reads_fastchat_ratings(text, rating):
     ("no rating here", "no [[rating]]"),
     ("Rating: [[8]]", "rating 8 is not one of 0, 0.5, 1"),
     ("Rating: [[0.7]]", "rating 0.7 is not one of 0, 0.5, 1"),
+    ("<think>Rating: [[1]] is likely, but", "the judge's reasoning never ended"),  # cut by the token limit
+    ("◁think▷[[0.5]]", "the judge's reasoning never ended"),
+    ("<think>[[1]]</think> The answer is right.", "no [[rating]]"),  # its verdict holds none
 ])
 def test_bracket_rating_rejects_missing_and_off_scale_ratings(text, reason):
     with pytest.raises(ValueError, match=reason.replace("[", r"\[").replace(".", r"\.")):
