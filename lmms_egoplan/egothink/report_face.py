@@ -18,7 +18,7 @@ from lmms_egoplan.report.figures import (
     run_labels,
     unscored_notes,
 )
-from lmms_egoplan.report.layout import GENERATIVE, Column, ReportFace, TableLayout, published_rows
+from lmms_egoplan.report.layout import GENERATIVE, MACRO, Column, GroupMean, ReportFace, TableLayout, published_rows
 from lmms_egoplan.report.metric_roles import SCORE_0_100
 from lmms_egoplan.report.tables import Table
 
@@ -57,13 +57,21 @@ def egothink_dimensions(table: Table) -> Figure:
     return figure
 
 
+def _dimensions_mean(names: list[str]) -> GroupMean:
+    """A group's unweighted mean of its dimensions' scores, its interval from their logged judgements."""
+    return GroupMean(tuple(f"{{task}}_{name}" for name in names), MACRO)
+
+
 # The dimensions first (the figure draws the first twelve columns), then the capabilities and the averages: the
-# paper's over the twelve dimensions, and the mean over the questions some later reports print as their average.
+# paper's over the twelve dimensions, and the mean over the questions some later reports print as their average (no
+# interval: the groups weigh a dimension by its questions, failed judgements included, which no pooling of the logged
+# judgements reproduces once one failed).
 COLUMNS = (
     *(Column(name.capitalize(), "score", task=f"{{task}}_{name}", published=name, digits=1) for name in DIMENSIONS),
     *(Column(f"{name.capitalize()} (capability)", "score", task=f"{{task}}_capability_{name}",
-             published=f"capability_{name}", digits=1, interval=False) for name in CAPABILITIES),
-    Column("Average", "score", published="average", digits=1, interval=False),
+             published=f"capability_{name}", digits=1, group_mean=_dimensions_mean(names))
+      for name, names in CAPABILITIES.items()),
+    Column("Average", "score", published="average", digits=1, group_mean=_dimensions_mean(DIMENSIONS)),
     Column("Mean over questions", "micro_score", published="average_over_questions", digits=1, interval=False),
 )
 FACE = ReportFace(
@@ -73,5 +81,5 @@ FACE = ReportFace(
                         main="Average", scoring=dict.fromkeys(("ego_think", "ego_think_blind"), GENERATIVE)),),
     published=published_rows(__package__),
     units=(("score", SCORE_0_100), ("micro_score", SCORE_0_100)),
-    no_interval="EgoThink's capabilities and average are groups",
+    no_interval="EgoThink's mean over the questions",
 )

@@ -14,7 +14,7 @@ import dataclasses
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import TYPE_CHECKING
 
@@ -53,7 +53,8 @@ MACRO = "macro"  # a group's unweighted mean of its members' means (weight_by_si
 class GroupMean:
     """How a column's group averages its member tasks, for an interval from their logged samples
     (``intervals.group_interval``): ``members``, its leaf tasks (lmms-eval averages a nested group over them; a member
-    that does not report the column's metric is not in the mean), and ``weighting``, ``MICRO`` or ``MACRO``."""
+    that does not report the column's metric is not in the mean; ``{task}`` in a name stands for the row's task, as in
+    ``Column.task``), and ``weighting``, ``MICRO`` or ``MACRO``."""
 
     members: tuple[str, ...]
     weighting: str
@@ -61,6 +62,10 @@ class GroupMean:
     def __post_init__(self) -> None:
         if self.weighting not in (MICRO, MACRO):
             raise ValueError(f"a group mean is {MICRO} or {MACRO}, not {self.weighting!r}")
+
+    def of_row(self, row_task: str) -> GroupMean:
+        """The group mean of a row of task ``row_task``: its members named."""
+        return replace(self, members=tuple(member.format(task=row_task) for member in self.members))
 
 
 @dataclass(frozen=True)

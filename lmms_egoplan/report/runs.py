@@ -79,13 +79,18 @@ class Run:
         return f"{self.stamp:%Y-%m-%d %H:%M:%S} {zone_text(self.stamp)}"
 
     def side_file(self, kind: str, task: str) -> Path | None:
-        """A file an lmms-eval run of the suite wrote beside its results (``<date>_<kind>_<task>.<ext>``)."""
-        if self.harness != LMMS_EVAL:
-            return None
+        """A file a run of the suite wrote beside its results (``<date>_<kind>_<task>.<ext>``): an lmms-eval run's
+        carries its results' date; an lm-eval run's the time the run began (``harness.lm_eval_task``), before its
+        results' (``results_<date>.json``): the latest of them not after it."""
         if kind == "judgements" and task in self.audit_trails:  # rejudged: the audit trail of the scores shown
             return self.audit_trails[task]
-        prefix = self.path.name.removesuffix("_results.json")
-        return next(iter(sorted(self.path.parent.glob(f"{prefix}_{kind}_{task}.*"))), None)
+        if self.harness == LMMS_EVAL:
+            prefix = self.path.name.removesuffix("_results.json")
+            return next(iter(sorted(self.path.parent.glob(f"{prefix}_{kind}_{task}.*"))), None)
+        written = self.path.stem.removeprefix("results_")
+        begun = [path for path in sorted(self.path.parent.glob(f"*_{kind}_{task}.*"))
+                 if path.name.split(f"_{kind}_")[0] <= written]
+        return begun[-1] if begun else None
 
 
 # The one metric lmms-eval reports for each task of a ``--predict_only`` run.
@@ -275,6 +280,11 @@ def read_run(path: Path) -> Run:
         raise InputError(f"{path}: unreadable ({error})") from None
 
 
+# What the harnesses write beside a task's metrics in its results: its display name; lm-eval 0.4.13 also its name, its
+# samples' count and each metric's (not metrics).
+TASK_BOOKKEEPING = ("alias", "name", "sample_len", "sample_count")
+
+
 def _run(path: Path, harness: str, stamp_text: str, data: dict) -> Run:
     metrics: dict[str, dict[str, object]] = {}
     null_tasks = []
@@ -286,7 +296,7 @@ def _run(path: Path, harness: str, stamp_text: str, data: dict) -> Run:
                 null_tasks.append(f"{section}.{task}")
             values = values or {}
             metrics.setdefault(task, {}).update((key.split(",")[0], value) for key, value in values.items()
-                                                if "_stderr" not in key and key != "alias")
+                                                if "_stderr" not in key and key not in TASK_BOOKKEEPING)
     stamp, time_notes = _run_time(harness, stamp_text, data)
     model_path, producer = _producer(data)
     time_notes += [f"'{task}' is null: the file holds no value of it" for task in null_tasks]

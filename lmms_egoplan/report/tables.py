@@ -130,9 +130,8 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
     for column, scale, value in zip(layout.columns, scales, values):
         reason = _unscored(face, run, task, column, descriptive=True)  # no interval on a value of an unscored task
         measured = isinstance(value, (int, float)) and not math.isnan(value) and not reason
-        which = column.task_of(task)
         try:
-            found = _interval(face, run, which, column) if column.interval and measured else None
+            found = _interval(face, run, task, column) if column.interval and measured else None
         except (InputError, NoInterval) as error:  # a per-sample log cut short or damaged; samples all alike
             found = None
             unreadable_logs += [] if str(error) in unreadable_logs else [str(error)]
@@ -173,12 +172,14 @@ def _departures(face: ReportFace, run: Run, tasks: set[str]) -> list[str]:
     return [f"{DEPARTS}: " + ", ".join(departed)] if departed else []
 
 
-def _interval(face: ReportFace, run: Run, task: str, column: Column) -> Interval | None:
-    """The column's interval for ``task`` (the column's own), from the task's logged samples or, for a group's
-    mean, from its members'."""
+def _interval(face: ReportFace, run: Run, row_task: str, column: Column) -> Interval | None:
+    """The column's interval in the row of ``row_task``, from the logged samples of the column's task or, for a
+    group's mean, of its members."""
+    task = column.task_of(row_task)
     metric = column.reported_name(run.metrics.get(task, {}))
     if column.group_mean:
-        return group_interval(run, task, metric, column.group_mean, rubrics=face.rubrics, proportion=column.proportion)
+        return group_interval(run, task, metric, column.group_mean.of_row(row_task), rubrics=face.rubrics,
+                              proportion=column.proportion)
     return interval(run, task, metric, rubrics=face.rubrics, proportion=column.proportion)
 
 

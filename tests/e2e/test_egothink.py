@@ -134,6 +134,37 @@ def test_the_groups_mean_over_the_questions_weighs_each_dimension_by_its_questio
     assert run.metric("ego_think", "micro_score") != pytest.approx(run.metric("ego_think", "score"))
 
 
+def test_the_report_gives_the_average_and_each_capability_an_interval_from_the_logged_judgements(evaluation, tmp_path):
+    import csv
+
+    from lmms_egoplan.cli import main
+    from lmms_egoplan.report.intervals import stratified_bootstrap_interval
+    from lmms_egoplan.report.tables import THIS_RUN
+
+    assert main(["report", str(evaluation.run.output_dir), "--output", str(tmp_path)]) == 0
+    [row] = [row for row in csv.DictReader((tmp_path / "ego_think.csv").open()) if row["source"] == THIS_RUN]
+    # Each dimension's ratings x 100 as the judge gave them (its audit trail), in the order of its logged samples (the
+    # bootstrap's draws follow it), failed judgements left out.
+    scored = {}
+    for dimension in DIMENSIONS.values():
+        task, docs = f"ego_think_{dimension.name}", load_release_dimension(evaluation.data, dimension)
+        ratings = {r["id"]: r["rating"] for r in audit_trail(evaluation.run.output_dir, task)}
+        in_order = [ratings[docs[sample["doc_id"]]["id"]] for sample in evaluation.run.samples(task)]
+        scored[dimension.name] = [100 * rating for rating in in_order if rating is not None]
+    columns = {"Average": list(scored),
+               **{f"{capability.capitalize()} (capability)": names for capability, names in CAPABILITIES.items()}}
+    for header, names in columns.items():
+        strata = [scored[name] for name in names]
+        found = (row[f"{header} (0-100) 95% low"], row[f"{header} (0-100) 95% high"])
+        if len({value for stratum in strata for value in stratum}) == 1:  # every judgement alike: no interval
+            assert found == ("", "") and f"every logged sample of ego_think_{names[0]}" in row["notes"], header
+        else:
+            assert tuple(map(float, found)) == pytest.approx(stratified_bootstrap_interval(strata), rel=1e-9), header
+            assert float(found[0]) <= float(row[f"{header} (0-100)"]) <= float(found[1])
+    # Dimensions weighed by their questions, failed judgements included: no pooling of the judgements gives it.
+    assert row["Mean over questions (0-100)"] and "Mean over questions (0-100) 95% low" not in row
+
+
 def test_models_get_the_papers_prompts_greedy_decoding_and_longer_planning_answers(evaluation):
     run = evaluation.run
     for task, dimension in zip(TASKS, DIMENSIONS.values()):

@@ -2,6 +2,7 @@
 (`hf`) and through `local-chat-completions` against the loopback server; every reported metric
 equals the one recomputed from lm-eval's logged samples."""
 
+import csv
 import hashlib
 import json
 import os
@@ -15,6 +16,7 @@ from lmms_egoplan.actplan import settings as actplan_settings
 from lmms_egoplan.actplan import task as actplan
 from lmms_egoplan.actplan.data import load_instances
 from lmms_egoplan.actplan.plans import score_lcs
+from lmms_egoplan.cli import main
 from lmms_egoplan.demo.actplan import write_release_dataset
 from lmms_egoplan.demo.egoplan import build_fixture
 from lmms_egoplan.demo.egothink import write_release
@@ -23,6 +25,8 @@ from lmms_egoplan.demo.kit.lmms_eval_run import OFFLINE_ENV
 from lmms_egoplan.demo.kit.warm_python import run_python
 from lmms_egoplan.egoplan.data import CHOICE_LETTERS
 from lmms_egoplan.egothink.data import DIMENSIONS
+from lmms_egoplan.report.intervals import bootstrap_interval, stratified_bootstrap_interval
+from lmms_egoplan.report.tables import TEXT_ONLY_BASELINE
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 RATINGS = ("0", "0.5", "1")
@@ -105,7 +109,7 @@ def test_chat_completions_baselines_report_what_their_logged_samples_give(tmp_pa
         report = run_lm_eval("local-chat-completions",
                              f"model=scripted,base_url={server.base_url}/chat/completions,tokenized_requests=False",
                              "ego_think_blind,actplan1k_text_only_lm", output, env, "--apply_chat_template")
-    dimension_scores, sizes = [], []
+    dimension_scores, sizes, strata = [], [], {}
     for dimension in DIMENSIONS.values():
         task = f"ego_think_blind_{dimension.name}"
         samples, reported = logged_samples(output, task), report["results"][task]
@@ -119,10 +123,22 @@ def test_chat_completions_baselines_report_what_their_logged_samples_give(tmp_pa
         assert (reported["judged,none"], reported["failed,none"]) == (len(samples), 0)
         dimension_scores.append(reported["score,none"])
         sizes.append(len(samples))
+        strata[dimension.name] = [100 * rating for rating in ratings]
     assert report["results"]["ego_think_blind"]["score,none"] == pytest.approx(mean(dimension_scores))
     assert report["results"]["ego_think_blind"]["micro_score,none"] == pytest.approx(
         sum(score * size for score, size in zip(dimension_scores, sizes)) / sum(sizes))
     assert sorted(sizes) == [2] * 10 + [4, 4]
+    # The report's Average of the text-only row, with its interval from the logged judgements of the blind dimensions.
+    assert main(["report", str(output), "--output", str(tmp_path / "report")]) == 0
+    [row] = [row for row in csv.DictReader((tmp_path / "report" / "ego_think.csv").open())
+             if row["source"] == TEXT_ONLY_BASELINE]
+    assert float(row["Average (0-100)"]) == pytest.approx(mean(dimension_scores))
+    assert row["notes"] == ""  # nothing of lm-eval's bookkeeping (name, sample_count) read as an invalid metric
+    assert (float(row["Average (0-100) 95% low"]), float(row["Average (0-100) 95% high"])) == pytest.approx(
+        stratified_bootstrap_interval(list(strata.values())), rel=1e-9)
+    # Each dimension's from its own, read from the audit trail lm-eval's run wrote before its results.
+    assert (float(row["Counting (0-100) 95% low"]), float(row["Counting (0-100) 95% high"])) == pytest.approx(
+        bootstrap_interval(strata["counting"]), rel=1e-9)
 
     samples, reported = logged_samples(output, "actplan1k_text_only_lm"), report["results"]["actplan1k_text_only_lm"]
     items = [sample["lcs"] for sample in samples]

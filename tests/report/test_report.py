@@ -966,3 +966,27 @@ def test_a_rejudged_file_that_cannot_be_read_is_named_and_the_run_still_reported
     report = write_report([tmp_path / "runs"], tmp_path / "report", FACES)
     assert any("20260102_120000_rejudged.json: unreadable" in line for line in report.lines)
     assert "not judged (--predict_only)" in this_run_row(tmp_path / "report")["notes"]
+
+
+def test_an_lm_eval_run_reads_its_metrics_alone_and_the_side_files_its_run_began(tmp_path):
+    """lm-eval 0.4.13 writes a task's name and sample counts beside its metrics; a suite task of an lm-eval run names
+    its side files (an audit trail) by the time the run began, before its results' time."""
+    from lmms_egoplan.report.runs import load_runs
+
+    folder = tmp_path / "tiny-lm"
+    folder.mkdir()
+    for written in ("2026-01-01T10-00-00.000001", "2026-01-01T12-00-00.000001"):
+        (folder / f"results_{written}.json").write_text(json.dumps({
+            "results": {"egoplan_val_blind": {"alias": "egoplan_val_blind", "name": "egoplan_val_blind",
+                                              "sample_len": 5, "accuracy,none": 0.4, "accuracy_stderr,none": 0.2,
+                                              "sample_count": {"accuracy,none": 5}}},
+            "configs": {}, "config": {"model": "hf", "model_args": "pretrained=tiny-lm", "limit": None},
+            "n-samples": {"egoplan_val_blind": {"original": 5, "effective": 5}}, "model_name": "tiny-lm"}))
+    for begun in ("2026-01-01T09-59-00.000001", "2026-01-01T11-59-00.000001", "2026-01-01T12-30-00.000001"):
+        (folder / f"{begun}_judgements_egoplan_val_blind.jsonl").write_text("")
+    runs, unreadable = load_runs([folder], all_runs=True)
+    assert not unreadable and len(runs) == 2
+    for run, begun in zip(sorted(runs, key=lambda run: run.path.name), ("09-59", "11-59")):
+        assert run.metrics["egoplan_val_blind"] == {"accuracy": 0.4}
+        assert run.side_file("judgements", "egoplan_val_blind").name.startswith(f"2026-01-01T{begun}")
+        assert run.side_file("plans", "egoplan_val_blind") is None
