@@ -81,6 +81,11 @@ def test_egoplan_baselines_on_a_tiny_llama_report_what_their_logged_likelihoods_
                        for s in test_samples),
                       key=lambda record: record["sample_id"])
     assert json.loads(submission.read_text()) == expected
+    # The report names it in the text-only row (written under the time the run began, before lm-eval's results).
+    assert main(["report", str(output), "--output", str(tmp_path / "report")]) == 0
+    [row] = [row for row in csv.DictReader((tmp_path / "report" / "egoplan_test.csv").open())
+             if row["source"] == TEXT_ONLY_BASELINE]
+    assert row["Submission file"] == submission.name and float(row["Predictions"]) == len(expected)
 
 
 def judge_rating(text: str) -> str:
