@@ -31,7 +31,7 @@ from lmms_egoplan.report.layout import (
     published_rows,
 )
 from lmms_egoplan.report.metric_roles import FRACTION, STEPS, Unit
-from lmms_egoplan.report.tables import Table
+from lmms_egoplan.report.tables import Row, Table
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -40,8 +40,8 @@ IMAGES, TEXT_ONLY = "images", "text only"  # a row's input
 
 
 def actplan_splits(table: Table) -> Figure:
-    """Normalised LCS on normal vs counterfactual tasks per row beside the published models' overall
-    values (Table 4, grey), and with images vs text only per model."""
+    """Normalised LCS on normal vs counterfactual tasks per row (with their 95% intervals) beside the published
+    models' overall values (Table 4, grey), and with images vs text only per model."""
     metrics = [column.metric for column in table.layout.columns]
     normal, counterfactual, overall = (metrics.index(m) for m in ("norm_lcs_normal", "norm_lcs_counterfactual",
                                                                   "norm_lcs"))
@@ -55,9 +55,11 @@ def actplan_splits(table: Table) -> Figure:
     user = len(labels)
     series = [("normal", colour(0), [row.scored(normal) for row in rows] + [None] * len(published)),
               ("counterfactual", colour(1), [row.scored(counterfactual) for row in rows] + [None] * len(published))]
+    errors = {"normal": [row.bounds(normal) for row in rows] + [None] * len(published),
+              "counterfactual": [row.bounds(counterfactual) for row in rows] + [None] * len(published)}
     horizontal = is_horizontal(groups)  # many rows: a line each
     if groups:
-        bars(splits, groups, series)
+        bars(splits, groups, series, errors)
         for position, row in enumerate(published, start=user):
             (splits.barh if horizontal else splits.bar)(position, row.values[overall], 0.5, color=PUBLISHED_COLOUR,
                                                         label="published, overall (Table 4, images)")
@@ -68,15 +70,17 @@ def actplan_splits(table: Table) -> Figure:
                   horizontal=horizontal)
     models = sorted({row.model for row in rows})
 
-    def by_input(text_only: bool) -> list[float | None]:
-        return [next((row.scored(overall) for row in rows if row.model == model
-                      and (row.input == TEXT_ONLY) == text_only
+    def by_input(text_only: bool) -> list[Row | None]:
+        return [next((row for row in rows if row.model == model and (row.input == TEXT_ONLY) == text_only
                       and row.scored(overall) is not None), None) for model in models]
 
     inputs.set_title(f"ActPlan-1K normalised LCS: {IMAGES} vs {TEXT_ONLY}", fontsize=10)
-    by_model = [(IMAGES, colour(2), by_input(False)), (TEXT_ONLY, colour(4), by_input(True))]
+    chosen = {IMAGES: by_input(False), TEXT_ONLY: by_input(True)}
+    by_model = [(name, colour(index), [row and row.scored(overall) for row in chosen[name]])
+                for name, index in ((IMAGES, 2), (TEXT_ONLY, 4))]
     if any(v is not None for *_, values in by_model for v in values):
-        bars(inputs, models, by_model)
+        bars(inputs, models, by_model, {name: [row and row.bounds(overall) for row in found]
+                                        for name, found in chosen.items()})
         mark_unscored(inputs, [i for i in range(len(models)) if all(values[i] is None for *_, values in by_model)],
                       horizontal=is_horizontal(models))
         value_axis(inputs, 0, 1, horizontal=is_horizontal(models))
@@ -109,5 +113,5 @@ FACE = ReportFace(
     bookkeeping=("no_plan_rate",),
     descriptive=("format_error_rate", "plan_length"),
     breakdowns=(Breakdown(rf"^(.+)_({'|'.join(SPLITS)})$"),),
-    no_interval="ActPlan-1K's LCS, BLEURT and format errors are scored at aggregation",
+    no_interval="ActPlan-1K's format-error rate (format-error lines over all plan lines, pooled)",
 )

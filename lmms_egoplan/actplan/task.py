@@ -40,6 +40,7 @@ from loguru import logger
 from lmms_egoplan.actplan.data import ENV_PREFIX, SPLITS, annotation_root, check_settings, load_instances
 from lmms_egoplan.actplan.plans import PlanScore, aggregate_format_error_rate, bleurt_correct, parse_plan, score_lcs
 from lmms_egoplan.actplan.settings import ActPlanSettings
+from lmms_egoplan.contract.adapter import SAMPLE_SCORES
 from lmms_egoplan.contract.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
 from lmms_egoplan.core.files import valid_text, write_atomically
 from lmms_egoplan.core.media import load_image
@@ -65,12 +66,14 @@ def load_docs(context: TaskContext) -> LoadedDocs:
 class PlansOfTheRun:
     """What the plan metrics of a task share over a run (``TaskContext.state``): every plan metric (overall and per
     split) receives every plan of the run, keeps them in the run's plans file if no metric has yet, and reads the
-    same LCS scores and BLEURT verdicts, whatever order the harness aggregates them in."""
+    same LCS scores and BLEURT verdicts, whatever order the harness aggregates them in; each adds the plans' values it
+    averaged to the run's per-plan scores (``contract.adapter.SAMPLE_SCORES``), which the report's intervals read."""
 
     def __init__(self, context: TaskContext):
         self.context = context
         self.plans_file: Path | None = None
         self._verdicts: RememberedVerdicts | None = None
+        self._plan_scores: dict[str, dict] = {}  # instance id -> its values, in the run's order
 
     def keep_plans(self, items: Sequence[dict], args: Any) -> Path:
         """Write the run's plans, once, before any is scored, so that a failure while scoring loses
@@ -105,6 +108,21 @@ class PlansOfTheRun:
                                                             settings.scoring_device))
         return bleurt_correct([(item["prediction"], item["gold"]) for item in items], self._verdicts,
                               settings.gold_plan, settings.bleurt_batch_size)
+
+    def mean_in_scope(self, family: str, items: Sequence[dict], values: Sequence[float], args: Any) -> float:
+        """The mean of the values of the plans in the metric's scope (all plans, or one split's), after adding them
+        to the run's per-plan scores under the metric's name (rewritten whole: a metric's values are all or none)."""
+        in_scope = [(item, value) for item, value in zip(items, values) if item["scope"] in ("all", item["split"])]
+        if items:
+            metric = _metric_name(family, items[0]["scope"])
+            for item in items:
+                self._plan_scores.setdefault(item["instance_id"], {"instance_id": item["instance_id"],
+                                                                   "split": item["split"]})
+            for item, value in in_scope:
+                self._plan_scores[item["instance_id"]][metric] = value
+            write_atomically(self.context.run_files.run_file(args, SAMPLE_SCORES),
+                             "".join(json.dumps(scores) + "\n" for scores in self._plan_scores.values()))
+        return mean_or_nan(value for _, value in in_scope)
 
 
 class RememberedVerdicts:
@@ -203,24 +221,22 @@ def _classifier(checkpoint: str, base: str, device: str):
     return load_classifier(checkpoint, base=base or None, device=device)
 
 
-def _mean_in_scope(items: Sequence[dict], values: Sequence[float]) -> float:
-    """The mean of the values of the plans in the metric's scope."""
-    return mean_or_nan(value for item, value in zip(items, values) if item["scope"] in ("all", item["split"]))
-
-
 def aggregate_lcs(items: list[dict], args=None, *, context: TaskContext) -> float:
     """Mean LCS over the metric's scope (``lcs``: all instances; ``lcs_<split>``: one split)."""
-    return _mean_in_scope(items, [score.lcs for score in context.state.lcs_scores(items, args)])
+    state = context.state
+    return state.mean_in_scope("lcs", items, [score.lcs for score in state.lcs_scores(items, args)], args)
 
 
 def aggregate_norm_lcs(items: list[dict], args=None, *, context: TaskContext) -> float:
     """Mean normalised LCS over the metric's scope."""
-    return _mean_in_scope(items, [score.norm_lcs for score in context.state.lcs_scores(items, args)])
+    state = context.state
+    return state.mean_in_scope("norm_lcs", items, [score.norm_lcs for score in state.lcs_scores(items, args)], args)
 
 
 def aggregate_bleurt_accuracy(items: list[dict], args=None, *, context: TaskContext) -> float:
     """Fraction of the plans in the metric's scope that the BLEURT classifier judges correct."""
-    return _mean_in_scope(items, context.state.bleurt_verdicts(items, args))
+    state = context.state
+    return state.mean_in_scope("bleurt_accuracy", items, state.bleurt_verdicts(items, args), args)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,6 +25,11 @@ class RunFiles(Protocol):
         """The evaluated model as the harness's results name it."""
 
 
+# The run file of the per-sample values of metrics a task scores at aggregation (plans against gold plans, say): a
+# JSON line per sample, holding each such metric in whose mean it counts; the report's intervals read it.
+SAMPLE_SCORES = "sample_scores"
+
+
 @runtime_checkable
 class ChecksBeforeTheModel(Protocol):
     """A task that checks what depends on the run before the model loads: the call the lmms-eval workaround that

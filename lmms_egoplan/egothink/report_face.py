@@ -18,7 +18,16 @@ from lmms_egoplan.report.figures import (
     run_labels,
     unscored_notes,
 )
-from lmms_egoplan.report.layout import GENERATIVE, MACRO, Column, GroupMean, ReportFace, TableLayout, published_rows
+from lmms_egoplan.report.layout import (
+    GENERATIVE,
+    MACRO,
+    MICRO,
+    Column,
+    GroupMean,
+    ReportFace,
+    TableLayout,
+    published_rows,
+)
 from lmms_egoplan.report.metric_roles import SCORE_0_100
 from lmms_egoplan.report.tables import Table
 
@@ -29,8 +38,8 @@ DIMENSIONS = [name for names in CAPABILITIES.values() for name in names]
 
 
 def egothink_dimensions(table: Table) -> Figure:
-    """Per-dimension scores: your runs as bars; the published models (Table 3 and later reports that
-    give the dimension) as grey dots, one per model, over a grey band spanning their range."""
+    """Per-dimension scores: your runs as bars with their 95% intervals; the published models (Table 3 and later
+    reports that give the dimension) as grey dots, one per model, over a grey band spanning their range."""
     rows = table.user_rows
     labels = run_labels(rows)
     figure = new_figure(figsize=(13, 5.5), layout="constrained")
@@ -45,7 +54,8 @@ def egothink_dimensions(table: Table) -> Figure:
                          label="published models: one dot each")
     series = [(label, colour(index), [row.scored(i) for i in range(len(DIMENSIONS))])
               for index, (label, row) in enumerate(zip(labels, rows))]
-    bars(axes, DIMENSIONS, series)
+    bars(axes, DIMENSIONS, series, {label: [row.bounds(i) for i in range(len(DIMENSIONS))]
+                                     for label, row in zip(labels, rows)})
     if not any(v is not None for *_, values in series for v in values):
         axes.text(0.5, 0.95, "no data from your runs", transform=axes.transAxes, ha="center", va="top",
                   color=NOTE_COLOUR)
@@ -57,22 +67,22 @@ def egothink_dimensions(table: Table) -> Figure:
     return figure
 
 
-def _dimensions_mean(names: list[str]) -> GroupMean:
-    """A group's unweighted mean of its dimensions' scores, its interval from their logged judgements."""
-    return GroupMean(tuple(f"{{task}}_{name}" for name in names), MACRO)
+def _dimensions_mean(names: list[str], weighting: str = MACRO) -> GroupMean:
+    """A group's mean of its dimensions' scores (unweighted, or ``MICRO``: each weighted by its questions), its
+    interval from their logged judgements."""
+    return GroupMean(tuple(f"{{task}}_{name}" for name in names), weighting, member_metric="score")
 
 
 # The dimensions first (the figure draws the first twelve columns), then the capabilities and the averages: the
-# paper's over the twelve dimensions, and the mean over the questions some later reports print as their average (no
-# interval: the groups weigh a dimension by its questions, failed judgements included, which no pooling of the logged
-# judgements reproduces once one failed).
+# paper's over the twelve dimensions, and the mean over the questions some later reports print as their average.
 COLUMNS = (
     *(Column(name.capitalize(), "score", task=f"{{task}}_{name}", published=name, digits=1) for name in DIMENSIONS),
     *(Column(f"{name.capitalize()} (capability)", "score", task=f"{{task}}_capability_{name}",
              published=f"capability_{name}", digits=1, group_mean=_dimensions_mean(names))
       for name, names in CAPABILITIES.items()),
     Column("Average", "score", published="average", digits=1, group_mean=_dimensions_mean(DIMENSIONS)),
-    Column("Mean over questions", "micro_score", published="average_over_questions", digits=1, interval=False),
+    Column("Mean over questions", "micro_score", published="average_over_questions", digits=1,
+           group_mean=_dimensions_mean(DIMENSIONS, MICRO)),
 )
 FACE = ReportFace(
     tables=(TableLayout("ego_think", "EgoThink: judge scores (0-100)", "EgoThink Table 3",
@@ -81,5 +91,4 @@ FACE = ReportFace(
                         main="Average", scoring=dict.fromkeys(("ego_think", "ego_think_blind"), GENERATIVE)),),
     published=published_rows(__package__),
     units=(("score", SCORE_0_100), ("micro_score", SCORE_0_100)),
-    no_interval="EgoThink's mean over the questions",
 )

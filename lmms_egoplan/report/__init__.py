@@ -41,7 +41,12 @@ def write_report(paths: list[str | Path], output: str | Path, faces: Sequence[Re
     """
     from lmms_egoplan.report.figures import table_figures
     from lmms_egoplan.report.html import figure_bytes, html_page
-    from lmms_egoplan.report.intervals import BOOTSTRAP, EXACT_BINOMIAL, STRATIFIED_BOOTSTRAP
+    from lmms_egoplan.report.intervals import (
+        BOOTSTRAP,
+        EXACT_BINOMIAL,
+        STRATIFIED_BOOTSTRAP,
+        WEIGHTED_STRATIFIED_BOOTSTRAP,
+    )
     from lmms_egoplan.report.tables import APART, build_tables, csv_table, markdown_table, markdown_text
 
     runs, unreadable = load_runs(paths, all_runs=all_runs)
@@ -62,7 +67,9 @@ def write_report(paths: list[str | Path], output: str | Path, faces: Sequence[Re
         f"Runs: {len({row.run.path for table in tables for row in table.user_rows})} results files ({chosen}).",
         f"95% intervals in brackets: accuracies {EXACT_BINOMIAL}; other means {BOOTSTRAP}"
         + (f"; a group's mean over its tasks, from their samples: a micro mean (over questions) as a task's over the "
-           f"pooled samples, a macro mean (of the tasks' means) by {STRATIFIED_BOOTSTRAP}" if group_means else "")
+           f"pooled samples, or, where a task's mean left samples out (failed judgements), by "
+           f"{WEIGHTED_STRATIFIED_BOOTSTRAP}; a macro mean (of the tasks' means) by {STRATIFIED_BOOTSTRAP}"
+           if group_means else "")
         + ". Rows marked "
         "'no per-sample logs' ran without --log_samples and have none"
         + (f"; {without_intervals}: no interval." if without_intervals else "."),

@@ -13,7 +13,7 @@ import math
 from typing import TYPE_CHECKING
 
 from lmms_egoplan.core.errors import InputError
-from lmms_egoplan.report.intervals import interval
+from lmms_egoplan.report.intervals import NoInterval, interval
 from lmms_egoplan.report.tables import INVALID, NOT_SCORED, Row, Table
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ MANY_RUNS = len(RUN_COLOURS)
 MANY_GROUPS = 30
 GROUP_INCHES = 0.16
 LEGEND_ROW_INCHES = 0.18
+INTERVAL_LABEL = "95% interval (the table's)"  # the error bars' legend entry, once a figure
 
 
 def run_labels(rows: list[Row]) -> list[str]:
@@ -125,7 +126,7 @@ def bars(axes, groups: list[str], series: list[tuple[str, str, list[float | None
             if bounds:
                 spread = [[value - bounds[0]], [bounds[1] - value]]
                 axes.errorbar(*((value, x) if horizontal else (x, value)), **{"xerr" if horizontal else "yerr": spread},
-                              color="black", capsize=3, linewidth=1)
+                              color="black", capsize=3, linewidth=1, label=INTERVAL_LABEL)
             count = (counts or {}).get(label, [None] * len(values))[position]
             if count is not None:
                 top = bounds[1] if bounds else value
@@ -168,7 +169,7 @@ def binned_accuracies(row: Row, family: str, bins: list[str]) -> tuple[list, lis
         try:
             # an accuracy is 0 / 1 per sample, never a judged item: no rubric to read
             found = interval(row.run, row.task, metric, rubrics={}, proportion=True) if value is not None else None
-        except InputError:  # a cut per-sample log: no interval (the table's notes name it)
+        except (InputError, NoInterval):  # a cut per-sample log, samples all alike: no interval (the notes say why)
             found = None
         values.append(None if value is None else value * 100)
         bounds.append((found.low * 100, found.high * 100) if found else None)

@@ -7,8 +7,10 @@ Accuracies (every value 0 or 1) get the exact binomial (Clopper-Pearson) interva
 percentile bootstrap over samples. A group's mean (``layout.GroupMean``) gets its interval from its member
 tasks' samples: a micro mean (over the pooled samples) as a task's mean, a macro mean (the mean of the members'
 means, independent samples of different sizes) a stratified percentile bootstrap (each member's samples resampled
-within it). Metrics whose value is computed at aggregation from what was logged (plans scored against gold plans,
-say) have no interval.
+within it); a micro mean whose members left samples out of their means (failed judgements: lmms-eval still weighs a
+member by all it logged) the stratified bootstrap of the members' means weighted as the group weighs them. A metric
+a task scores at aggregation from what was logged (plans scored against gold plans, say) has the per-sample values of
+the run's ``SAMPLE_SCORES`` file (``contract.adapter``); without that file, no interval.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lmms_egoplan.contract.adapter import SAMPLE_SCORES
 from lmms_egoplan.contract.judged import PREDICT_ONLY_ITEMS
 from lmms_egoplan.core.errors import InputError
 from lmms_egoplan.core.files import read_jsonl
@@ -32,6 +35,8 @@ EXACT_BINOMIAL = "exact binomial (Clopper-Pearson)"
 BOOTSTRAP = "percentile bootstrap over samples (2,000 resamples, seed 0)"
 STRATIFIED_BOOTSTRAP = ("stratified percentile bootstrap, each task's samples resampled within it (2,000 resamples, "
                         "seed 0)")
+WEIGHTED_STRATIFIED_BOOTSTRAP = ("stratified percentile bootstrap, each task's samples resampled within it and its "
+                                 "mean weighted by all the samples it logged (2,000 resamples, seed 0)")
 RESAMPLES = 2000
 
 
@@ -101,16 +106,29 @@ def sample_values(run: Run, task: str, metric: str, *,
             if judged is None:  # a failed judgement: the score leaves it out too
                 continue
             values.append(judged)
-        else:  # scored at aggregation (e.g. plans against gold plans): no per-sample value
-            return None
+        else:  # scored at aggregation (e.g. plans against gold plans): the values the task kept of each sample
+            return _scored_at_aggregation(run, task, metric)
     return (values, judged_items) if values else None
+
+
+def _scored_at_aggregation(run: Run, task: str, metric: str) -> tuple[list[float], bool]:
+    """The metric's value for each sample in whose mean it counts, as the task kept them when it aggregated (its
+    ``SAMPLE_SCORES`` run file). Raises NoInterval where the run kept none of them (a run of a version before the
+    file)."""
+    path = run.side_file(SAMPLE_SCORES, task)
+    values = [] if path is None else [float(scores[metric]) for scores in _samples(path) if metric in scores]
+    if not values:
+        raise NoInterval(f"{task} {metric} is scored at aggregation and the run kept no per-sample values of it "
+                         f"({'no ' + SAMPLE_SCORES + ' file beside its results' if path is None else path.name})")
+    return values, False
 
 
 def interval(run: Run, task: str, metric: str, *, rubrics: Mapping[str, Rubric],
              proportion: bool = False) -> Interval | None:
     """The 95% interval of the metric's mean over the logged samples (None without them): exact
     binomial for a ``proportion`` (logged as 0 / 1 per sample), else bootstrap. ``rubrics``: what reads
-    judged items (``sample_values``)."""
+    judged items (``sample_values``). Raises InputError where the samples' mean is not the reported value, NoInterval
+    where a bootstrap's samples all score alike."""
     found = sample_values(run, task, metric, rubrics=rubrics)
     if found is None:
         return None
@@ -118,7 +136,19 @@ def interval(run: Run, task: str, metric: str, *, rubrics: Mapping[str, Rubric],
     if isinstance(reported, (int, float)) and not math.isclose(point, reported, rel_tol=1e-9, abs_tol=1e-9):
         raise InputError(f"{run.path}: {task} {metric} is {reported}, but the mean of its logged samples "
                          f"({run.samples[task].name}) is {point}: an interval around another value is left out")
-    return _interval_of_mean(*found, proportion)
+    result = _interval_of_mean(*found, proportion)
+    _refuse_a_certain_bootstrap(result, [found[0]], f"{task} {metric}: every logged sample", "mean")
+    return result
+
+
+def _refuse_a_certain_bootstrap(result: Interval, strata: Sequence[Sequence[float]], samples: str, mean: str) -> None:
+    """Raise NoInterval where the samples of each stratum of a bootstrap scored the same: every resample is alike,
+    and its [v, v] would claim a certainty the samples do not give (the exact binomial interval of 0 / 1 outcomes
+    needs no such rule)."""
+    if result.method != EXACT_BINOMIAL and all(len(set(values)) == 1 for values in strata):
+        alike = len({values[0] for values in strata}) == 1
+        raise NoInterval(f"{samples} scored {f'{strata[0][0]:g}' if alike else 'alike within its task'}; a bootstrap "
+                         f"gives no interval of their {mean}")
 
 
 def _interval_of_mean(values: list[float], judged: bool, proportion: bool) -> Interval:
@@ -131,30 +161,39 @@ def _interval_of_mean(values: list[float], judged: bool, proportion: bool) -> In
 
 def group_interval(run: Run, group: str, metric: str, mean: GroupMean, *, rubrics: Mapping[str, Rubric],
                    proportion: bool = False) -> Interval | None:
-    """The 95% interval of group ``group``'s ``metric``, ``mean``'s average of its members that report it, from
-    their logged samples (None where one has none): a micro mean's as ``interval``'s over the pooled samples, a
-    macro mean's the stratified bootstrap. Raises InputError where the samples' mean is not the group's reported
-    value (members or weighting other than the group's), NoInterval where a macro mean's samples all score alike."""
-    members = [member for member in mean.members if metric in run.metrics.get(member, {})]
-    found = [sample_values(run, member, metric, rubrics=rubrics) for member in members]
+    """The 95% interval of group ``group``'s ``metric``, ``mean``'s average of its members that report its
+    ``member_metric``, from their logged samples (None where one has none): a micro mean's as ``interval``'s over
+    the pooled samples (or, where a member's mean leaves logged samples out, the stratified bootstrap weighted by
+    them), a macro mean's the stratified bootstrap. Raises InputError where the samples' mean is not the group's
+    reported value (members or weighting other than the group's), NoInterval where a bootstrap's samples all score
+    alike."""
+    member_metric = mean.member_metric or metric
+    members = [member for member in mean.members if member_metric in run.metrics.get(member, {})]
+    found = [sample_values(run, member, member_metric, rubrics=rubrics) for member in members]
     if not found or any(each is None for each in found):
         return None
     strata = [values for values, _ in found]
-    if mean.weighting == MICRO:
+    logged = [len(_samples(run.samples[member])) for member in members]
+    means = [sum(values) / len(values) for values in strata]
+    stratified = mean.weighting != MICRO or logged != list(map(len, strata))
+    if not stratified:  # each member weighs its samples, all in its mean: the pooled samples' mean
         pooled = [value for values in strata for value in values]
         point, result = sum(pooled) / len(pooled), _interval_of_mean(pooled, any(j for _, j in found), proportion)
+    elif mean.weighting == MICRO:  # lmms-eval weighs a member by all it logged, those its mean left out included
+        point = sum(size * value for size, value in zip(logged, means)) / sum(logged)
+        low, high = stratified_bootstrap_interval(strata, CONFIDENCE, weights=logged)
+        result = Interval(low, high, WEIGHTED_STRATIFIED_BOOTSTRAP, sum(map(len, strata)))
     else:
-        point = sum(sum(values) / len(values) for values in strata) / len(strata)
+        point = sum(means) / len(means)
         low, high = stratified_bootstrap_interval(strata, CONFIDENCE)
         result = Interval(low, high, STRATIFIED_BOOTSTRAP, sum(map(len, strata)))
     reported = run.metrics.get(group, {}).get(metric)
     if isinstance(reported, (int, float)) and not math.isclose(point, reported, rel_tol=1e-9, abs_tol=1e-9):
         raise InputError(f"{run.path}: {group} {metric} is {reported}, but the {mean.weighting} mean of its tasks' "
                          f"logged samples ({', '.join(members)}) is {point}: the group's interval is left out")
-    if mean.weighting != MICRO and len({value for values in strata for value in values}) == 1:
-        # every resample the same: the bootstrap's [v, v] would claim a certainty the samples do not give
-        raise NoInterval(f"{group} {metric}: every logged sample of {', '.join(members)} scored {strata[0][0]:g}; "
-                         "a bootstrap gives no interval of their macro mean")
+    _refuse_a_certain_bootstrap(result, strata if stratified else [[v for values in strata for v in values]],
+                                f"{group} {metric}: every logged sample of {', '.join(members)}",
+                                f"{mean.weighting} mean")
     return result
 
 
@@ -206,19 +245,23 @@ def bootstrap_interval(values: Sequence[float], confidence: float = 0.95, *, res
 
 
 def stratified_bootstrap_interval(strata: Sequence[Sequence[float]], confidence: float = 0.95, *,
-                                  resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the unweighted mean of the strata's means: each resample draws every
-    stratum's samples with replacement from that stratum alone (the strata are independent samples, of their own
-    sizes), ``resamples`` times from a fixed ``seed``."""
+                                  weights: Sequence[float] | None = None, resamples: int = RESAMPLES,
+                                  seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of the strata's means, unweighted or by ``weights`` (one per
+    stratum): each resample draws every stratum's samples with replacement from that stratum alone (the strata are
+    independent samples, of their own sizes), ``resamples`` times from a fixed ``seed``."""
     import numpy as np
 
     if not strata or any(len(values) == 0 for values in strata):
         raise ValueError("a stratified bootstrap interval needs at least one value in every stratum")
+    if weights is not None and (len(weights) != len(strata) or min(weights) < 0 or sum(weights) <= 0):
+        raise ValueError(f"a stratified bootstrap needs a weight >= 0 per stratum, not all 0; got {weights}")
     generator = np.random.default_rng(seed)
     means = np.zeros(resamples)
-    for values in strata:
+    for index, values in enumerate(strata):
         data = np.asarray(values, dtype=float)
-        means += data[generator.integers(0, len(data), size=(resamples, len(data)))].mean(axis=1)
-    means /= len(strata)
+        stratum_means = data[generator.integers(0, len(data), size=(resamples, len(data)))].mean(axis=1)
+        means += stratum_means if weights is None else weights[index] * stratum_means
+    means /= len(strata) if weights is None else sum(weights)
     tail = (1 - confidence) / 2 * 100
     return float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))

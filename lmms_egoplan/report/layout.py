@@ -45,7 +45,7 @@ RAN_IT = "ran it"
 COPIED_FROM = "copied from "
 
 
-MICRO = "micro"  # a group's mean over its members' samples pooled (lmms-eval's weight_by_size: true)
+MICRO = "micro"  # a group's mean of its members' means weighted by their samples (lmms-eval's weight_by_size: true)
 MACRO = "macro"  # a group's unweighted mean of its members' means (weight_by_size: false)
 
 
@@ -54,10 +54,12 @@ class GroupMean:
     """How a column's group averages its member tasks, for an interval from their logged samples
     (``intervals.group_interval``): ``members``, its leaf tasks (lmms-eval averages a nested group over them; a member
     that does not report the column's metric is not in the mean; ``{task}`` in a name stands for the row's task, as in
-    ``Column.task``), and ``weighting``, ``MICRO`` or ``MACRO``."""
+    ``Column.task``), ``weighting``, ``MICRO`` or ``MACRO``, and ``member_metric``, what the members report that the
+    group averages (default: the column's metric)."""
 
     members: tuple[str, ...]
     weighting: str
+    member_metric: str | None = None
 
     def __post_init__(self) -> None:
         if self.weighting not in (MICRO, MACRO):

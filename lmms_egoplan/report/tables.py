@@ -72,6 +72,11 @@ class Row:
         unscored = self.unscored[index] if self.unscored else None
         return None if unscored or not isinstance(value, (int, float)) or math.isnan(value) else value
 
+    def bounds(self, index: int) -> tuple[float, float] | None:
+        """The column's 95% interval where its value is a score with one (what figures draw as error bars)."""
+        found = self.intervals[index] if self.scored(index) is not None else None
+        return (found.low, found.high) if found else None
+
     @property
     def published(self) -> bool:
         return self.run is None

@@ -166,6 +166,42 @@ def test_plans_are_kept_for_the_scoring_command(chat_run, docs, capsys):
         assert float(printed[(f"{task}:fake", "all")][4]) == pytest.approx(run.metric(task, "norm_lcs"), abs=0.0005)
 
 
+def test_the_report_gives_the_plan_scores_intervals_from_the_plans_the_run_scored(chat_run, docs, matcher, classifier,
+                                                                               tmp_path):
+    import csv
+
+    from lmms_egoplan.cli import main
+    from lmms_egoplan.report.intervals import bootstrap_interval, exact_binomial_interval
+    from lmms_egoplan.report.tables import THIS_RUN
+
+    run, _ = chat_run
+    assert main(["report", str(run.output_dir), "--output", str(tmp_path)]) == 0
+    table = csv.DictReader((tmp_path / "actplan1k.csv").open())
+    rows = {row["task"]: row for row in table if row["source"] == THIS_RUN}
+    for task in TASKS:
+        samples, row = run.samples(task), rows[task]
+        # Each plan's scores recomputed from its logged output, in the logged order (the bootstrap's draws follow it).
+        pairs = [(parse_plan(logged_output(s)).steps, docs[s["doc_id"]]["gold_plans"]) for s in samples]
+        lcs = score_lcs(pairs, matcher, "first")
+        correct = bleurt_correct(pairs, load_classifier(classifier, device="cpu"), "first")
+        for suffix, split in (("", None), (" normal", "normal"), (" counterfactual", "counterfactual")):
+            chosen = [i for i, s in enumerate(samples) if split in (None, docs[s["doc_id"]]["split"])]
+            expected = {f"LCS{suffix} (steps)": bootstrap_interval([lcs[i].lcs for i in chosen]),
+                        f"Norm. LCS{suffix} (0-1)": bootstrap_interval([lcs[i].norm_lcs for i in chosen])}
+            if not split:  # the splits' BLEURT accuracies are in the results, not the report's table
+                hits = sum(correct[i] for i in chosen)
+                expected["BLEURT accuracy (%)"] = tuple(100 * b for b in exact_binomial_interval(hits, len(chosen)))
+            for header, (low, high) in expected.items():
+                found = (float(row[f"{header} 95% low"]), float(row[f"{header} 95% high"]))
+                assert found == pytest.approx((low, high), rel=1e-9, abs=1e-12), (task, header)
+                assert found[0] <= float(row[header]) <= found[1], (task, header)
+        assert "no interval" not in row["notes"], row["notes"]
+    # The per-plan values the run scored, kept beside its results for the report (and for anyone to read).
+    kept = [json.loads(line) for line in
+            next((run.output_dir / "fake").glob("*_sample_scores_actplan1k.jsonl")).read_text().splitlines()]
+    assert [k["instance_id"] for k in kept] == [docs[s["doc_id"]]["instance_id"] for s in run.samples("actplan1k")]
+
+
 def test_egoplan_hf_backend_with_multi_image_input(release, classifier, docs, matcher, tiny_model, tmp_path):
     run = run_lmms_eval(model="egoplan_hf", model_args=f"pretrained={tiny_model('qwen2_vl')}", tasks=TASKS,
                         output_dir=tmp_path, env=env(release, classifier),

@@ -138,7 +138,7 @@ def test_the_report_gives_the_average_and_each_capability_an_interval_from_the_l
     import csv
 
     from lmms_egoplan.cli import main
-    from lmms_egoplan.report.intervals import stratified_bootstrap_interval
+    from lmms_egoplan.report.intervals import bootstrap_interval, stratified_bootstrap_interval
     from lmms_egoplan.report.tables import THIS_RUN
 
     assert main(["report", str(evaluation.run.output_dir), "--output", str(tmp_path)]) == 0
@@ -156,13 +156,20 @@ def test_the_report_gives_the_average_and_each_capability_an_interval_from_the_l
     for header, names in columns.items():
         strata = [scored[name] for name in names]
         found = (row[f"{header} (0-100) 95% low"], row[f"{header} (0-100) 95% high"])
-        if len({value for stratum in strata for value in stratum}) == 1:  # every judgement alike: no interval
+        if all(len(set(stratum)) == 1 for stratum in strata):  # each dimension's judgements alike: no interval
             assert found == ("", "") and f"every logged sample of ego_think_{names[0]}" in row["notes"], header
         else:
             assert tuple(map(float, found)) == pytest.approx(stratified_bootstrap_interval(strata), rel=1e-9), header
             assert float(found[0]) <= float(row[f"{header} (0-100)"]) <= float(found[1])
-    # Dimensions weighed by their questions, failed judgements included: no pooling of the judgements gives it.
-    assert row["Mean over questions (0-100)"] and "Mean over questions (0-100) 95% low" not in row
+    # The mean over the questions: each dimension weighed by all its logged questions, failed judgements included
+    # (none failed: the pooled ratings' bootstrap; one failed: the stratified bootstrap weighted by the questions).
+    logged = [len(evaluation.run.samples(f"ego_think_{name}")) for name in scored]
+    strata = list(scored.values())
+    expected = (bootstrap_interval([value for stratum in strata for value in stratum])
+                if logged == list(map(len, strata)) else stratified_bootstrap_interval(strata, weights=logged))
+    found = (row["Mean over questions (0-100) 95% low"], row["Mean over questions (0-100) 95% high"])
+    assert tuple(map(float, found)) == pytest.approx(expected, rel=1e-9)
+    assert float(found[0]) <= float(row["Mean over questions (0-100)"]) <= float(found[1])
 
 
 def test_models_get_the_papers_prompts_greedy_decoding_and_longer_planning_answers(evaluation):

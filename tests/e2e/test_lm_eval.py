@@ -138,7 +138,12 @@ def test_chat_completions_baselines_report_what_their_logged_samples_give(tmp_pa
     [row] = [row for row in csv.DictReader((tmp_path / "report" / "ego_think.csv").open())
              if row["source"] == TEXT_ONLY_BASELINE]
     assert float(row["Average (0-100)"]) == pytest.approx(mean(dimension_scores))
-    assert row["notes"] == ""  # nothing of lm-eval's bookkeeping (name, sample_count) read as an invalid metric
+    # Nothing of lm-eval's bookkeeping (name, sample_count) read as an invalid metric: the notes say only which
+    # dimensions' two ratings were alike (a bootstrap of them would print a point).
+    alike = [name for name, ratings in strata.items() if len(set(ratings)) == 1]
+    assert alike and row["notes"] == "; ".join(
+        f"no interval: ego_think_blind_{name} score: every logged sample scored {strata[name][0]:g}; a bootstrap gives "
+        f"no interval of their mean" for name in alike)
     assert (float(row["Average (0-100) 95% low"]), float(row["Average (0-100) 95% high"])) == pytest.approx(
         stratified_bootstrap_interval(list(strata.values())), rel=1e-9)
     # Each dimension's from its own, read from the audit trail lm-eval's run wrote before its results.
@@ -152,3 +157,10 @@ def test_chat_completions_baselines_report_what_their_logged_samples_give(tmp_pa
     assert reported["lcs,none"] == pytest.approx(mean(score.lcs for score in scores)) and reported["lcs,none"] > 0
     assert reported["norm_lcs,none"] == pytest.approx(mean(score.norm_lcs for score in scores))
     assert reported["plan_length,none"] == pytest.approx(mean(len(item["prediction"]) for item in items))
+    # The report's text-only ActPlan-1K row: its intervals from the per-plan scores the run kept beside its results.
+    [plans_row] = [row for row in csv.DictReader((tmp_path / "report" / "actplan1k.csv").open())
+                   if row["source"] == TEXT_ONLY_BASELINE]
+    for header, values in (("LCS (steps)", [score.lcs for score in scores]),
+                           ("Norm. LCS (0-1)", [score.norm_lcs for score in scores])):
+        assert (float(plans_row[f"{header} 95% low"]), float(plans_row[f"{header} 95% high"])) == pytest.approx(
+            bootstrap_interval(values), rel=1e-9), header

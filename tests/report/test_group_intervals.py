@@ -3,6 +3,8 @@ samples: a micro mean's the exact binomial over the pooled questions, a macro me
 proportions) a stratified percentile bootstrap, checked against scipy's bootstrap and the normal approximation of a
 mean of independent proportions; in the report, Cosmos-Reason1's group columns."""
 
+import json
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -12,23 +14,25 @@ from lmms_egoplan.cosmos_reason1.sources import task_of
 from lmms_egoplan.report import write_report
 from lmms_egoplan.report.intervals import (
     STRATIFIED_BOOTSTRAP,
+    WEIGHTED_STRATIFIED_BOOTSTRAP,
     bootstrap_interval,
     exact_binomial_interval,
     stratified_bootstrap_interval,
 )
 from lmms_egoplan.report.layout import GroupMean
 from lmms_egoplan.report.tables import THIS_RUN
-from tests.report.test_report import FACES, read_csv, write_lmms_eval_run
+from tests.report.test_report import FACES, judged, read_csv, write_lmms_eval_run
 
 # Right answers of 100 questions per source, as in the paper's table (RoboVQA 110).
 STRATA = [[1.0] * right + [0.0] * (size - right) for right, size in ((55, 100), (72, 100), (38, 100), (81, 100),
                                                                       (64, 100), (93, 110))]
 
 
-def scipy_interval(strata, resamples=20000):
-    """scipy's percentile bootstrap of the mean of the samples' means, each sample resampled on its own."""
+def scipy_interval(strata, resamples=20000, weights=None):
+    """scipy's percentile bootstrap of the (``weights``-weighted) mean of the samples' means, each sample resampled on
+    its own."""
     def mean_of_means(*samples, axis=-1):
-        return np.mean([sample.mean(axis=axis) for sample in samples], axis=0)
+        return np.average([sample.mean(axis=axis) for sample in samples], axis=0, weights=weights)
 
     found = stats.bootstrap(tuple(np.asarray(s) for s in strata), mean_of_means, method="percentile",
                             n_resamples=resamples, vectorized=True, rng=np.random.default_rng(1))
@@ -47,6 +51,17 @@ def test_the_macro_interval_is_near_the_normal_one_of_a_mean_of_independent_prop
     mean = sum(p for p, _ in proportions) / len(proportions)
     half = 1.959964 * sum(p * (1 - p) / n for p, n in proportions) ** 0.5 / len(proportions)
     assert stratified_bootstrap_interval(STRATA) == pytest.approx((mean - half, mean + half), abs=0.01)
+
+
+def test_the_weighted_interval_is_scipy_s_stratified_bootstrap_of_the_weighted_mean():
+    weights = [100, 100, 50, 50, 50, 110]  # far from equal: the weighted and unweighted intervals differ
+    found = stratified_bootstrap_interval(STRATA, weights=weights)
+    assert found == pytest.approx(scipy_interval(STRATA, weights=weights), abs=0.005)
+    assert found != pytest.approx(stratified_bootstrap_interval(STRATA), abs=0.005)
+    assert stratified_bootstrap_interval(STRATA, weights=[3] * 6) == pytest.approx(
+        stratified_bootstrap_interval(STRATA), abs=1e-12)
+    with pytest.raises(ValueError, match="a weight >= 0 per stratum"):
+        stratified_bootstrap_interval(STRATA, weights=[1, 2])
 
 
 def test_one_stratum_is_the_plain_bootstrap_and_the_interval_is_reproducible():
@@ -143,3 +158,64 @@ def test_a_macro_mean_whose_samples_all_score_alike_gets_no_interval_and_says_wh
     assert "scored 0; a bootstrap gives no interval of their macro mean" in row["notes"]
     markdown = (tmp_path / "report" / "report.md").read_text()
     assert "[0.00, 0.00]" not in markdown
+
+
+def test_a_macro_mean_whose_tasks_each_score_alike_within_gets_no_interval_and_the_pooled_mean_keeps_its_own(tmp_path):
+    """Parts all right or all wrong: every resample of the stratified bootstrap draws the same means, so its interval
+    would be a point; the pooled questions are not alike, and the micro means keep their exact binomial interval."""
+    parts = {part: (size * (index % 2), size) for index, (part, (_, size)) in enumerate(PARTS.items())}
+    cosmos_reason1_run(tmp_path / "results", parts=parts)
+    write_report([tmp_path / "results"], tmp_path / "report", FACES)
+    (row,) = [r for r in read_csv(tmp_path / "report" / "cosmos_reason1.csv") if r["source"] == THIS_RUN]
+    er = [parts[part] for part in ER_SOURCES]
+    assert interval_of(row, "ER micro") == pytest.approx(
+        [100 * b for b in exact_binomial_interval(sum(r for r, _ in er), sum(n for _, n in er))], abs=1e-6)
+    for header in ("ER macro", "CS macro", "ER macro without AV"):
+        assert row[f"{header} (%) 95% low"] == "" and 0 < float(row[f"{header} (%)"]) < 100, header
+    assert "scored alike within its task; a bootstrap gives no interval of their macro mean" in row["notes"]
+
+
+# EgoThink dimensions' ratings (None: a failed judgement, left out of its dimension's score, not of its weight), in
+# the report's order of the dimensions (the bootstrap draws the strata in it).
+RATINGS = {"existence": [1, 0, 0.5], "activity": [1, 0.5, 0, 1, None, 1], "counting": [0, 0, 1]}
+
+
+def egothink_run(folder, ratings):
+    """An EgoThink run of three dimensions, the group's mean over the questions as lmms-eval weighs it (each
+    dimension's score by all the samples it logged)."""
+    scores = {d: [r for r in values if r is not None] for d, values in ratings.items()}
+    metrics = {f"ego_think_{d}": {"score": 100 * sum(v) / len(v), "judged": len(v),
+                                  "failed": len(ratings[d]) - len(v)} for d, v in scores.items()}
+    metrics["ego_think"] = {
+        "score": sum(m["score"] for m in metrics.values()) / len(metrics),
+        "micro_score": sum(metrics[f"ego_think_{d}"]["score"] * len(ratings[d]) for d in ratings)
+        / sum(map(len, ratings.values()))}
+    samples = {f"ego_think_{d}": [{"doc_id": i, "score": judged(f"{d}/{i}")} for i in range(len(r))]
+               for d, r in ratings.items()}
+    write_lmms_eval_run(folder, "20260101_110000", metrics, samples)
+    for d, r in ratings.items():
+        (folder / f"20260101_110000_judgements_ego_think_{d}.jsonl").write_text(
+            "".join(json.dumps({"id": f"{d}/{i}", "rating": v}) + "\n" for i, v in enumerate(r)))
+    return scores
+
+
+def test_the_mean_over_questions_weighs_each_dimension_by_all_it_logged_failed_judgements_included(tmp_path):
+    """Without a failed judgement the mean over the questions is the pooled ratings' mean (their bootstrap); with one,
+    lmms-eval still weighs its dimension by all its questions, which no pooling gives: the stratified bootstrap of the
+    dimensions' scores, each weighted by its logged questions."""
+    answered = {d: [0.5 if r is None else r for r in values] for d, values in RATINGS.items()}
+    for name, ratings in (("answered", answered), ("failed", RATINGS)):
+        scores = egothink_run(tmp_path / name, ratings)
+        report = write_report([tmp_path / name], tmp_path / f"report_{name}", FACES)
+        (row,) = [r for r in read_csv(tmp_path / f"report_{name}" / "ego_think.csv") if r["source"] == THIS_RUN]
+        found = (float(row["Mean over questions (0-100) 95% low"]), float(row["Mean over questions (0-100) 95% high"]))
+        strata = [[100 * r for r in scores[d]] for d in ratings]
+        if name == "answered":
+            expected = bootstrap_interval([value for stratum in strata for value in stratum])
+        else:
+            expected = stratified_bootstrap_interval(strata, weights=[len(ratings[d]) for d in ratings])
+            assert expected != pytest.approx(bootstrap_interval([v for stratum in strata for v in stratum]))
+        assert found == pytest.approx(expected, rel=1e-9), name
+        assert found[0] <= float(row["Mean over questions (0-100)"]) <= found[1]
+        assert "no interval" not in row["notes"], row["notes"]
+        assert WEIGHTED_STRATIFIED_BOOTSTRAP in report.markdown.read_text()

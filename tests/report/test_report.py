@@ -25,7 +25,7 @@ from lmms_egoplan.egoplan.report_face import egoplan_breakdowns
 from lmms_egoplan.egothink.data import CAPABILITIES
 from lmms_egoplan.egothink.report_face import egothink_dimensions
 from lmms_egoplan.report import NothingFoundError, write_report
-from lmms_egoplan.report.figures import PUBLISHED_COLOUR, table_figures
+from lmms_egoplan.report.figures import INTERVAL_LABEL, PUBLISHED_COLOUR, table_figures
 from lmms_egoplan.report.intervals import bootstrap_interval, exact_binomial_interval
 from lmms_egoplan.report.layout import PUBLISHED_FIELDS
 from lmms_egoplan.report.runs import load_runs
@@ -218,7 +218,12 @@ def test_every_number_in_the_tables_equals_its_results_file(results_tree, tmp_pa
     assert float(think["Existence (0-100)"]) == 50.0 and float(think["Counting (0-100)"]) == 100.0 \
         and float(think["Average (0-100)"]) == 45.5
     assert float(think["Object (capability) (0-100)"]) == 40.0
-    assert (float(think["Counting (0-100) 95% low"]), float(think["Counting (0-100) 95% high"])) == (100.0, 100.0)
+    assert (float(think["Existence (0-100) 95% low"]), float(think["Existence (0-100) 95% high"])) == pytest.approx(
+        tuple(100 * bound for bound in bootstrap_interval([1, 0.5, 0])))
+    # Every rating the same: a bootstrap's [100, 100] would claim a certainty two answers do not give.
+    assert think["Counting (0-100) 95% low"] == "" and ("no interval: ego_think_counting score: every logged sample "
+                                                        "scored 100; a bootstrap gives no interval of their mean") \
+        in think["notes"]
     assert think["Activity (0-100) 95% low"] == ""  # no samples logged for it
     published = [r for r in read_csv(tmp_path / "report" / "ego_think.csv") if r["source"].startswith("published")]
     assert float(next(r for r in published if r["model"] == "GPT-4V")["Average (0-100)"]) == 65.5
@@ -281,6 +286,7 @@ def test_figures_have_a_bar_or_cell_per_model_and_bin(results_tree):
     assert [line.get_ydata() for line in progress.lines if line.get_linestyle() == "--"] == [[25.0, 25.0]]
     assert len(figure.legends) == 1 and all(axes.get_legend() is None for axes in figure.axes)
     assert "chance (25%" in " ".join(t.get_text() for t in figure.legends[0].get_texts())
+    assert [t.get_text() for t in figure.legends[0].get_texts()].count(INTERVAL_LABEL) == 1  # the error bars, once
 
     think_table = tables["ego_think"]
     think = egothink_dimensions(think_table).axes[0]
@@ -293,6 +299,8 @@ def test_figures_have_a_bar_or_cell_per_model_and_bin(results_tree):
     dots = [c for c in think.collections if isinstance(c, PathCollection)]
     assert all(to_hex(c.get_facecolor()[0]) == PUBLISHED_COLOUR for c in dots) and len(given[0]) == 21
     assert [sorted(c.get_offsets()[:, 1]) for c in dots] == [values for values in given if values]
+    # one error bar: existence's ratings vary; counting's are all alike (no interval), the others were not logged
+    assert error_bars(think) == [pytest.approx(tuple(100 * b for b in bootstrap_interval([1, 0.5, 0])))]
     intent = egointent_scenarios(tables["egointent"])
     # as the paper's Figure 7: scenarios from the lowest mean score to the highest
     assert [t.get_text() for t in intent.axes[0].get_xticklabels()] == ["kitchen", "yard", "bedroom"]
@@ -304,6 +312,14 @@ def test_figures_have_a_bar_or_cell_per_model_and_bin(results_tree):
     assert [p.get_height() for p in plans.axes[0].patches] == [0.6, 0.6, 0.4, 0.4, *table_4]
     assert [to_hex(p.get_facecolor()) for p in plans.axes[0].patches[4:]] == [PUBLISHED_COLOUR] * len(table_4)
     assert [p.get_height() for p in plans.axes[1].patches] == [0.5, 0.3]
+
+
+def error_bars(axes) -> list[tuple[float, float]]:
+    """The (low, high) of each vertical error bar ``figures.bars`` drew on ``axes``."""
+    from matplotlib.collections import LineCollection
+
+    return [(min(segment[:, 1]), max(segment[:, 1])) for collection in axes.collections
+            if isinstance(collection, LineCollection) for segment in collection.get_segments()]
 
 
 def test_a_panel_without_data_says_so(tmp_path):
@@ -575,6 +591,42 @@ def test_a_value_beside_scores_that_measure_nothing_has_no_interval(tmp_path):
     [row] = [row for row in read_csv(tmp_path / "report" / "actplan1k.csv") if row["source"] == THIS_RUN]
     assert row["Plan length (steps)"] == "0.0" and row["Plan length (steps) 95% low"] == ""
     assert "not scored: no plan in 4 of 4 outputs" in row["notes"]
+
+
+def test_plan_scores_get_intervals_from_the_values_the_run_kept_and_none_without_them(tmp_path):
+    """ActPlan-1K scores its plans at aggregation: its sample log holds plans, not values. The interval is the run's
+    kept per-plan values' (``sample_scores``); a run that kept none (of an older version) says so, as does one whose
+    kept values do not give its reported mean."""
+    plans = [{"doc_id": i, "plan_length": 2.0 + i, "lcs": {"instance_id": f"i{i}", "split": "normal", "scope": "all"},
+              "norm_lcs": {"instance_id": f"i{i}", "split": "normal", "scope": "all"}} for i in range(4)]
+    kept = [{"instance_id": f"i{i}", "split": "normal", "lcs": i, "norm_lcs": i / 4} for i in range(4)]
+    for name, metrics, sample_scores in (("kept", {"lcs": 1.5, "norm_lcs": 0.375}, kept),
+                                         ("older", {"lcs": 1.5, "norm_lcs": 0.375}, None),
+                                         ("other", {"lcs": 2.5, "norm_lcs": 0.375}, kept)):
+        folder = write_lmms_eval_run(tmp_path / name, "20260101_100000", {"actplan1k": {
+            **metrics, "plan_length": 3.5, "no_plan_rate": 0.0}}, {"actplan1k": plans},
+            n_samples={"actplan1k": {"original": 4, "effective": 4}}).parent
+        if sample_scores:
+            (folder / "20260101_100000_sample_scores_actplan1k.jsonl").write_text(
+                "".join(json.dumps(record) + "\n" for record in sample_scores))
+        write_report([folder], tmp_path / f"report_{name}", FACES)
+        [row] = [row for row in read_csv(tmp_path / f"report_{name}" / "actplan1k.csv") if row["source"] == THIS_RUN]
+        bounds = {column: (row[f"{column} 95% low"], row[f"{column} 95% high"])
+                  for column in ("LCS (steps)", "Norm. LCS (0-1)")}
+        if name == "kept":
+            assert bounds == {"LCS (steps)": tuple(map(str, bootstrap_interval([0, 1, 2, 3]))),
+                              "Norm. LCS (0-1)": tuple(map(str, bootstrap_interval([0, 0.25, 0.5, 0.75])))}
+            assert "no interval" not in row["notes"]
+            # the figure's images-vs-text panel draws the interval of the normalised LCS
+            [table] = [t for t in build_tables(load_runs([folder])[0], FACES)[0] if t.name == "actplan1k"]
+            assert error_bars(actplan_splits(table).axes[1]) == [bootstrap_interval([0, 0.25, 0.5, 0.75])]
+        elif name == "older":
+            assert bounds == {"LCS (steps)": ("", ""), "Norm. LCS (0-1)": ("", "")}
+            assert ("no interval: actplan1k lcs is scored at aggregation and the run kept no per-sample values of it "
+                    "(no sample_scores file beside its results)") in row["notes"]
+        else:
+            assert bounds["LCS (steps)"] == ("", "") and bounds["Norm. LCS (0-1)"] != ("", "")
+            assert "actplan1k lcs is 2.5, but the mean of its logged samples" in row["notes"]
 
 
 def test_the_report_says_which_time_zone_its_run_times_are_in(results_tree, tmp_path):
