@@ -239,22 +239,36 @@ class SummaryRow:
     lcs: float
     norm_lcs: float
     format_error_rate: float
+    lcs_interval: tuple[float, float] | None  # 95%, the report's bootstrap; None where every plan scored alike
+    norm_lcs_interval: tuple[float, float] | None
 
 
 def summarize(plans: Sequence[CandidatePlan], scores: Sequence[PlanScore]) -> list[SummaryRow]:
-    """Mean LCS / normalised LCS and the format-error rate per model, overall and per split."""
+    """Mean LCS / normalised LCS (with the 95% intervals ``lmms-egoplan report`` gives them: over the plans in their
+    order, a run's plans file scoring as its report) and the format-error rate per model, overall and per split."""
     rows = []
     for model in dict.fromkeys(p.model for p in plans):
         for split in ("all", *SPLITS):
             chosen = [(p, s) for p, s in zip(plans, scores) if p.model == model and split in ("all", p.split)]
             if chosen:
-                rows.append(SummaryRow(model, split, len(chosen), mean_or_nan(s.lcs for _, s in chosen),
-                                       mean_or_nan(s.norm_lcs for _, s in chosen),
-                                       aggregate_format_error_rate(p.parsed.format_counts for p, _ in chosen)))
+                lcs, norm_lcs = [s.lcs for _, s in chosen], [s.norm_lcs for _, s in chosen]
+                rows.append(SummaryRow(model, split, len(chosen), mean_or_nan(lcs), mean_or_nan(norm_lcs),
+                                       aggregate_format_error_rate(p.parsed.format_counts for p, _ in chosen),
+                                       _interval(lcs), _interval(norm_lcs)))
     return rows
 
 
+def _interval(values: Sequence[float]) -> tuple[float, float] | None:
+    from lmms_egoplan.report.intervals import bootstrap_interval
+
+    return bootstrap_interval(values) if len(set(values)) > 1 else None  # all alike: a point, no interval
+
+
 def format_summary(rows: Sequence[SummaryRow]) -> str:
-    return format_table(("model", "split", "n", "LCS", "Norm. LCS", "format errors"),
+    def interval(bounds: tuple[float, float] | None, digits: int) -> str:
+        return "—" if bounds is None else f"[{bounds[0]:.{digits}f}, {bounds[1]:.{digits}f}]"
+
+    return format_table(("model", "split", "n", "LCS", "Norm. LCS", "format errors", "LCS 95%", "Norm. LCS 95%"),
                         [(r.model, r.split, str(r.count), f"{r.lcs:.2f}", f"{r.norm_lcs:.3f}",
-                          f"{r.format_error_rate * 100:.1f}%") for r in rows], right=(2, 3, 4, 5))
+                          f"{r.format_error_rate * 100:.1f}%", interval(r.lcs_interval, 2),
+                          interval(r.norm_lcs_interval, 3)) for r in rows], right=(2, 3, 4, 5, 6, 7))

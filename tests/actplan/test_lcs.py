@@ -14,6 +14,7 @@ import pytest
 
 from lmms_egoplan.actplan.lcs import StepMatcher, lcs_length, normalized_lcs
 from lmms_egoplan.demo.actplan import make_activities, model_output, release_lcs, vlm_plan, write_release_dataset
+from lmms_egoplan.report.intervals import bootstrap_interval
 
 
 def recursive_lcs(matches) -> int:
@@ -127,8 +128,18 @@ def test_scoring_command_on_the_release_layout(tmp_path, matcher, encode, capsys
         assert row["lcs"] == release_lcs(candidate, reference, encode)
         assert row["norm_lcs"] == row["lcs"] / max(len(candidate), len(reference))
     mean = np.mean([r["lcs"] for r in rows if r["model"] == "gpt-4v"])
-    assert any(line.split()[:2] == ["gpt-4v", "all"] and float(line.split()[3]) == pytest.approx(mean, abs=0.005)
-               for line in table.splitlines())
+    [line] = [line for line in table.splitlines() if line.split()[:2] == ["gpt-4v", "all"]]
+    assert float(line.split()[3]) == pytest.approx(mean, abs=0.005)
+    # the report's bootstrap interval of each mean, over the model's plans in their order; "—" where they are alike
+    # (here the two plans' LCS, and the one plan of each split)
+    printed = line.split("%", 1)[1].split()
+    for metric, digits, shown in (("lcs", 2, printed[:1]), ("norm_lcs", 3, printed[1:])):
+        values = [r[metric] for r in rows if r["model"] == "gpt-4v"]
+        low, high = bootstrap_interval(values)
+        assert shown == (["—"] if len(set(values)) == 1 else [f"[{low:.{digits}f},", f"{high:.{digits}f}]"]), metric
+    assert printed == ["—", "[0.706,", "0.923]"]  # both kinds shown
+    assert [line.split()[-2:] for line in table.splitlines() if line.split()[:2] == ["gpt-4v", "normal"]] == [
+        ["—", "—"]]
 
 
 def test_scoring_command_says_what_is_missing_without_a_traceback(tmp_path, capsys):

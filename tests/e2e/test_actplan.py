@@ -12,6 +12,7 @@ import base64
 import io
 import json
 import random
+import re
 
 import pytest
 from PIL import Image
@@ -36,6 +37,7 @@ from lmms_egoplan.demo.actplan import (
 from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
 from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.media import read_index
+from lmms_egoplan.report.intervals import bootstrap_interval
 
 TASKS = entry("actplan").tasks  # actplan1k, actplan1k_text_only
 
@@ -164,6 +166,14 @@ def test_plans_are_kept_for_the_scoring_command(chat_run, docs, capsys):
     for task in TASKS:
         assert float(printed[(f"{task}:fake", "all")][3]) == pytest.approx(run.metric(task, "lcs"), abs=0.005)
         assert float(printed[(f"{task}:fake", "all")][4]) == pytest.approx(run.metric(task, "norm_lcs"), abs=0.0005)
+        # with the intervals the report gives the run (from the per-plan values the run kept, in the same order)
+        kept_scores = [json.loads(line) for line in
+                       next((run.output_dir / "fake").glob(f"*_sample_scores_{task}.jsonl")).read_text().splitlines()]
+        intervals = re.findall(r"\[([\d.]+), ([\d.]+)\]", " ".join(printed[(f"{task}:fake", "all")]))
+        for (low, high), metric, digits in zip(intervals, ("lcs", "norm_lcs"), (2, 3)):
+            expected = bootstrap_interval([scores[metric] for scores in kept_scores])
+            assert (float(low), float(high)) == pytest.approx(expected, abs=0.6 * 10 ** -digits), metric
+        assert len(intervals) == 2
 
 
 def test_the_report_gives_the_plan_scores_intervals_from_the_plans_the_run_scored(chat_run, docs, matcher, classifier,

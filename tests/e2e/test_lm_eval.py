@@ -146,6 +146,9 @@ def test_chat_completions_baselines_report_what_their_logged_samples_give(tmp_pa
         f"no interval of their mean" for name in alike)
     assert (float(row["Average (0-100) 95% low"]), float(row["Average (0-100) 95% high"])) == pytest.approx(
         stratified_bootstrap_interval(list(strata.values())), rel=1e-9)
+    # The mean over the questions: no judgement failed, so the pooled ratings' bootstrap.
+    assert (float(row["Mean over questions (0-100) 95% low"]), float(row["Mean over questions (0-100) 95% high"])) \
+        == pytest.approx(bootstrap_interval([rating for ratings in strata.values() for rating in ratings]), rel=1e-9)
     # Each dimension's from its own, read from the audit trail lm-eval's run wrote before its results.
     assert (float(row["Counting (0-100) 95% low"]), float(row["Counting (0-100) 95% high"])) == pytest.approx(
         bootstrap_interval(strata["counting"]), rel=1e-9)
