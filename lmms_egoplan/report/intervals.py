@@ -120,7 +120,16 @@ def _scored_at_aggregation(run: Run, task: str, metric: str) -> tuple[list[float
     if not values:
         raise NoInterval(f"{task} {metric} is scored at aggregation and the run kept no per-sample values of it "
                          f"({'no ' + SAMPLE_SCORES + ' file beside its results' if path is None else path.name})")
+    _check_the_mean(run, task, metric, values, f"the per-sample values the run kept ({path.name})")
     return values, False
+
+
+def _check_the_mean(run: Run, task: str, metric: str, values: Sequence[float], source: str) -> None:
+    """Raise InputError where the values' mean is not the task's reported value: they are not what it averaged."""
+    reported, point = run.metrics.get(task, {}).get(metric), mean_or_nan(values)
+    if isinstance(reported, (int, float)) and not math.isclose(point, reported, rel_tol=1e-9, abs_tol=1e-9):
+        raise InputError(f"{run.path}: {task} {metric} is {reported}, but the mean of {source} is {point}: an "
+                         f"interval around another value is left out")
 
 
 def interval(run: Run, task: str, metric: str, *, rubrics: Mapping[str, Rubric],
@@ -132,10 +141,7 @@ def interval(run: Run, task: str, metric: str, *, rubrics: Mapping[str, Rubric],
     found = sample_values(run, task, metric, rubrics=rubrics)
     if found is None:
         return None
-    reported, point = run.metrics.get(task, {}).get(metric), mean_or_nan(found[0])
-    if isinstance(reported, (int, float)) and not math.isclose(point, reported, rel_tol=1e-9, abs_tol=1e-9):
-        raise InputError(f"{run.path}: {task} {metric} is {reported}, but the mean of its logged samples "
-                         f"({run.samples[task].name}) is {point}: an interval around another value is left out")
+    _check_the_mean(run, task, metric, found[0], f"its logged samples ({run.samples[task].name})")
     result = _interval_of_mean(*found, proportion)
     _refuse_a_certain_bootstrap(result, [found[0]], f"{task} {metric}: every logged sample", "mean")
     return result

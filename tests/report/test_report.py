@@ -626,7 +626,8 @@ def test_plan_scores_get_intervals_from_the_values_the_run_kept_and_none_without
                     "(no sample_scores file beside its results)") in row["notes"]
         else:
             assert bounds["LCS (steps)"] == ("", "") and bounds["Norm. LCS (0-1)"] != ("", "")
-            assert "actplan1k lcs is 2.5, but the mean of its logged samples" in row["notes"]
+            assert ("actplan1k lcs is 2.5, but the mean of the per-sample values the run kept "
+                    "(20260101_100000_sample_scores_actplan1k.jsonl) is 1.5") in row["notes"]
 
 
 def test_the_report_says_which_time_zone_its_run_times_are_in(results_tree, tmp_path):
