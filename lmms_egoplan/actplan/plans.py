@@ -259,9 +259,9 @@ def summarize(plans: Sequence[CandidatePlan], scores: Sequence[PlanScore]) -> li
 
 
 def _interval(values: Sequence[float]) -> tuple[float, float] | None:
-    from lmms_egoplan.report.intervals import bootstrap_interval
+    from lmms_egoplan.report.intervals import bootstrap_interval, bootstrap_is_a_point
 
-    return bootstrap_interval(values) if len(set(values)) > 1 else None  # all alike: a point, no interval
+    return None if bootstrap_is_a_point([values]) else bootstrap_interval(values)
 
 
 def format_summary(rows: Sequence[SummaryRow]) -> str:

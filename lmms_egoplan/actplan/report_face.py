@@ -53,10 +53,10 @@ def actplan_splits(table: Table) -> Figure:
     published = [row for row in table.rows if row.published and isinstance(row.values[overall], (int, float))]
     groups = [*labels, *(f"{row.model} (published)" for row in published)]
     user = len(labels)
-    series = [("normal", colour(0), [row.scored(normal) for row in rows] + [None] * len(published)),
-              ("counterfactual", colour(1), [row.scored(counterfactual) for row in rows] + [None] * len(published))]
-    errors = {"normal": [row.bounds(normal) for row in rows] + [None] * len(published),
-              "counterfactual": [row.bounds(counterfactual) for row in rows] + [None] * len(published)}
+    padding, by_split = [None] * len(published), {"normal": normal, "counterfactual": counterfactual}
+    series = [(name, colour(index), [row.scored(column) for row in rows] + padding)
+              for index, (name, column) in enumerate(by_split.items())]
+    errors = {name: [row.bounds(column) for row in rows] + padding for name, column in by_split.items()}
     horizontal = is_horizontal(groups)  # many rows: a line each
     if groups:
         bars(splits, groups, series, errors)

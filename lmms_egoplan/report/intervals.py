@@ -52,6 +52,15 @@ class Interval:
     samples: int
 
 
+@dataclass(frozen=True)
+class SampleValues:
+    """A metric's per-sample values (``sample_values``): whether they are judge scores, and where they were read."""
+
+    values: list[float]
+    judged: bool
+    source: str  # "its logged samples (<file>)", for a message
+
+
 @functools.lru_cache(maxsize=None)
 def _samples(path: Path) -> tuple[dict, ...]:
     return tuple(sample for _, sample in read_jsonl(path))
@@ -74,8 +83,7 @@ def _judged_value(item: dict, ratings: dict[str, float | None], rubrics: Mapping
     return mean_or_nan(values) * load_rubric(item["judge_rubric"], rubrics).scale
 
 
-def sample_values(run: Run, task: str, metric: str, *,
-                  rubrics: Mapping[str, Rubric]) -> tuple[list[float], bool] | None:
+def sample_values(run: Run, task: str, metric: str, *, rubrics: Mapping[str, Rubric]) -> SampleValues | None:
     """The metric's value for each logged sample that reports it, and whether they are judge scores (read with
     the rubric of ``rubrics`` their items name: the benchmark's, ``ReportFace.rubrics``); None without a usable log.
     Raises InputError where the log holds other than the samples the run scored (cut at a line's end, as a full
@@ -108,10 +116,10 @@ def sample_values(run: Run, task: str, metric: str, *,
             values.append(judged)
         else:  # scored at aggregation (e.g. plans against gold plans): the values the task kept of each sample
             return _scored_at_aggregation(run, task, metric)
-    return (values, judged_items) if values else None
+    return SampleValues(values, judged_items, f"its logged samples ({run.samples[task].name})") if values else None
 
 
-def _scored_at_aggregation(run: Run, task: str, metric: str) -> tuple[list[float], bool]:
+def _scored_at_aggregation(run: Run, task: str, metric: str) -> SampleValues:
     """The metric's value for each sample in whose mean it counts, as the task kept them when it aggregated (its
     ``SAMPLE_SCORES`` run file). Raises NoInterval where the run kept none of them (a run of a version before the
     file)."""
@@ -120,16 +128,16 @@ def _scored_at_aggregation(run: Run, task: str, metric: str) -> tuple[list[float
     if not values:
         raise NoInterval(f"{task} {metric} is scored at aggregation and the run kept no per-sample values of it "
                          f"({'no ' + SAMPLE_SCORES + ' file beside its results' if path is None else path.name})")
-    _check_the_mean(run, task, metric, values, f"the per-sample values the run kept ({path.name})")
-    return values, False
+    return SampleValues(values, False, f"the per-sample values the run kept ({path.name})")
 
 
-def _check_the_mean(run: Run, task: str, metric: str, values: Sequence[float], source: str) -> None:
-    """Raise InputError where the values' mean is not the task's reported value: they are not what it averaged."""
-    reported, point = run.metrics.get(task, {}).get(metric), mean_or_nan(values)
+def _check_reported(run: Run, task: str, metric: str, point: float, what: str,
+                    left_out: str = "an interval around another value is left out") -> None:
+    """Raise InputError where ``point``, ``what`` the interval is of, is not the task's reported value: the samples
+    are not those it averaged."""
+    reported = run.metrics.get(task, {}).get(metric)
     if isinstance(reported, (int, float)) and not math.isclose(point, reported, rel_tol=1e-9, abs_tol=1e-9):
-        raise InputError(f"{run.path}: {task} {metric} is {reported}, but the mean of {source} is {point}: an "
-                         f"interval around another value is left out")
+        raise InputError(f"{run.path}: {task} {metric} is {reported}, but {what} is {point}: {left_out}")
 
 
 def interval(run: Run, task: str, metric: str, *, rubrics: Mapping[str, Rubric],
@@ -141,9 +149,9 @@ def interval(run: Run, task: str, metric: str, *, rubrics: Mapping[str, Rubric],
     found = sample_values(run, task, metric, rubrics=rubrics)
     if found is None:
         return None
-    _check_the_mean(run, task, metric, found[0], f"its logged samples ({run.samples[task].name})")
-    result = _interval_of_mean(*found, proportion)
-    _refuse_a_certain_bootstrap(result, [found[0]], f"{task} {metric}: every logged sample", "mean")
+    _check_reported(run, task, metric, mean_or_nan(found.values), f"the mean of {found.source}")
+    result = _interval_of_mean(found.values, found.judged, proportion)
+    _refuse_a_certain_bootstrap(result, [found.values], f"{task} {metric}: every logged sample", "mean")
     return result
 
 
@@ -151,7 +159,7 @@ def _refuse_a_certain_bootstrap(result: Interval, strata: Sequence[Sequence[floa
     """Raise NoInterval where the samples of each stratum of a bootstrap scored the same: every resample is alike,
     and its [v, v] would claim a certainty the samples do not give (the exact binomial interval of 0 / 1 outcomes
     needs no such rule)."""
-    if result.method != EXACT_BINOMIAL and all(len(set(values)) == 1 for values in strata):
+    if result.method != EXACT_BINOMIAL and bootstrap_is_a_point(strata):
         alike = len({values[0] for values in strata}) == 1
         raise NoInterval(f"{samples} scored {f'{strata[0][0]:g}' if alike else 'alike within its task'}; a bootstrap "
                          f"gives no interval of their {mean}")
@@ -178,13 +186,14 @@ def group_interval(run: Run, group: str, metric: str, mean: GroupMean, *, rubric
     found = [sample_values(run, member, member_metric, rubrics=rubrics) for member in members]
     if not found or any(each is None for each in found):
         return None
-    strata = [values for values, _ in found]
+    strata = [each.values for each in found]
     logged = [len(_samples(run.samples[member])) for member in members]
     means = [sum(values) / len(values) for values in strata]
+    pooled = [value for values in strata for value in values]
     stratified = mean.weighting != MICRO or logged != list(map(len, strata))
     if not stratified:  # each member weighs its samples, all in its mean: the pooled samples' mean
-        pooled = [value for values in strata for value in values]
-        point, result = sum(pooled) / len(pooled), _interval_of_mean(pooled, any(j for _, j in found), proportion)
+        point = sum(pooled) / len(pooled)
+        result = _interval_of_mean(pooled, any(each.judged for each in found), proportion)
     elif mean.weighting == MICRO:  # lmms-eval weighs a member by all it logged, those its mean left out included
         point = sum(size * value for size, value in zip(logged, means)) / sum(logged)
         low, high = stratified_bootstrap_interval(strata, CONFIDENCE, weights=logged)
@@ -193,11 +202,10 @@ def group_interval(run: Run, group: str, metric: str, mean: GroupMean, *, rubric
         point = sum(means) / len(means)
         low, high = stratified_bootstrap_interval(strata, CONFIDENCE)
         result = Interval(low, high, STRATIFIED_BOOTSTRAP, sum(map(len, strata)))
-    reported = run.metrics.get(group, {}).get(metric)
-    if isinstance(reported, (int, float)) and not math.isclose(point, reported, rel_tol=1e-9, abs_tol=1e-9):
-        raise InputError(f"{run.path}: {group} {metric} is {reported}, but the {mean.weighting} mean of its tasks' "
-                         f"logged samples ({', '.join(members)}) is {point}: the group's interval is left out")
-    _refuse_a_certain_bootstrap(result, strata if stratified else [[v for values in strata for v in values]],
+    _check_reported(run, group, metric, point,
+                    f"the {mean.weighting} mean of its tasks' logged samples ({', '.join(members)})",
+                    "the group's interval is left out")
+    _refuse_a_certain_bootstrap(result, strata if stratified else [pooled],
                                 f"{group} {metric}: every logged sample of {', '.join(members)}",
                                 f"{mean.weighting} mean")
     return result
@@ -239,6 +247,11 @@ def exact_binomial_interval(successes: int, trials: int, confidence: float = 0.9
     lower = 0.0 if successes == 0 else _bisect(lambda p: _binomial_cdf(successes - 1, trials, p), 1 - tail)
     upper = 1.0 if successes == trials else _bisect(lambda p: _binomial_cdf(successes, trials, p), tail)
     return lower, upper
+
+
+def bootstrap_is_a_point(strata: Sequence[Sequence[float]]) -> bool:
+    """Whether every (stratified) bootstrap resample of ``strata`` draws the same mean: each stratum's samples alike."""
+    return all(len(set(values)) == 1 for values in strata)
 
 
 def bootstrap_interval(values: Sequence[float], confidence: float = 0.95, *, resamples: int = RESAMPLES,
