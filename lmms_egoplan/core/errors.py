@@ -58,6 +58,19 @@ class DatasetProblems:
                      f"its own ({why})")
         return [item for item in items if counts[key(item)] == 1]
 
+    def unusable_media(self, unusable: Sequence, *, skip: bool, label: str, skip_setting: str,
+                       samples: str = "questions", media: str = "media") -> set:
+        """The ids of the samples in ``unusable`` (``core.media.MissingMedia``), left out where ``skip``; otherwise
+        each is a problem of the data, raised now with every other one and ``skip_setting``'s advice. ``label`` (the
+        benchmark's name) begins each problem; ``samples`` and ``media`` say what is skipped ("the questions whose
+        clips are unusable")."""
+        if not skip:
+            for sample in unusable:
+                self.add(f"{label} {sample}")
+        self.raise_if_any(f"Set {skip_setting} to true to skip the {samples} whose {media} are unusable instead (they "
+                          f"are counted in the skipped_samples metric)" if unusable and not skip else "")
+        return {sample.sample_id for sample in unusable}
+
     def raise_if_any(self, advice: str = "") -> None:
         """Raise one ``error_class`` listing every problem found (the first ``LISTED``, then how many
         more), ``advice`` last; one problem is the error's message as it is. The error's ``problems`` holds them all."""

@@ -34,6 +34,7 @@ from lmms_egoplan.core.media import (
     load_image,
     video_problems,
 )
+from lmms_egoplan.core.settings import SettingsError, setting_name
 
 ANNOTATIONS = "annotations"
 VIDEOS = "videos"
@@ -81,6 +82,30 @@ def read_levels(root: str | os.PathLike, levels: Sequence[int], *, problems: Dat
                                             error_class, allow_outside, allow_setting)
                 records.append(PackageRecord(record, f"{path}:{line}", video, image))
     return records
+
+
+def checked_records(settings, levels: Sequence[int], *, label: str, env_prefix: str, problems: DatasetProblems,
+                    check: Callable[[PackageRecord], None], why_unique: str) -> list[PackageRecord]:
+    """A benchmark's records of ``levels`` in the package at its ``seed_bench_r1_root`` setting (``read_levels``),
+    each checked by ``check`` (which raises ``problems.error_class``; the problem joins ``problems``), less those
+    whose ``sample_id`` another has too: one problem names them and the level file (the package, for several levels)
+    and ``why_unique``. ``label`` and ``env_prefix`` name the benchmark and its settings in messages."""
+    root = settings.seed_bench_r1_root
+    root_setting = setting_name(env_prefix, "seed_bench_r1_root")
+    if not root:
+        raise SettingsError(f"{label}: {setting_name(env_prefix, 'data_source')} is seed_bench_r1 but {root_setting} "
+                            f"(the package's folder) is not set")
+    items = read_levels(root, levels, problems=problems, root_setting=root_setting,
+                        allow_outside=settings.allow_paths_outside_root,
+                        allow_setting=setting_name(env_prefix, "allow_paths_outside_root"))
+    checked = []
+    for item in items:
+        with problems.collected():
+            check(item)
+            checked.append(item)
+    where = str(level_file(root, levels[0])) if len(levels) == 1 else f"the SEED-Bench-R1 package {root}"
+    return problems.without_repeats(checked, lambda item: item.record["sample_id"], where=where, field="sample_id",
+                                    why=why_unique)
 
 
 def _media_paths(record: dict, root: str | os.PathLike, where: str, error_class: type[InputError],

@@ -250,12 +250,8 @@ def _load_part(settings, part: str) -> LoadedSamples:
     check = f"check {where}"
     skipped = [MissingMedia(doc["item_id"], doc["video"], f"{problem}; {check}")
                for doc in docs for _, problem in video_problems(doc["video"], [doc], lambda video, _: (0, "frame 0"))]
-    if not settings.skip_missing:
-        for sample in skipped:
-            problems.add(f"Cosmos-Reason1 {sample}")
-    problems.raise_if_any(f"Set {setting_name(ENV_PREFIX, 'skip_missing')} to true to skip the questions whose clips "
-                          f"are unusable instead (they are counted in the skipped_samples metric)" if skipped else "")
-    left_out = {sample.sample_id for sample in skipped}
+    left_out = problems.unusable_media(skipped, skip=settings.skip_missing, label="Cosmos-Reason1", media="clips",
+                                       skip_setting=setting_name(ENV_PREFIX, "skip_missing"))
     kept = [{**doc, **_media_settings(settings)} for doc in docs if doc["item_id"] not in left_out]
     if not kept:
         raise CosmosReason1DataError(f"Cosmos-Reason1 {part}: not run: none of its {len(docs)} clips is usable; "

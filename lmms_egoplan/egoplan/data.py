@@ -95,21 +95,10 @@ def package_records(settings, problems: DatasetProblems) -> list[seed_bench_r1.P
     """EgoPlan-Bench Val as the SEED-Bench-R1 package's Levels 1 and 2, each record checked as the
     release's are, less the frame numbers (the package's clip and image replace them); each other
     record's problem joins ``problems``."""
-    root = settings.seed_bench_r1_root
-    if not root:
-        raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, 'data_source')} is seed_bench_r1 but "
-                            f"{setting_name(ENV_PREFIX, 'seed_bench_r1_root')} (the package's folder) is not set")
-    items = seed_bench_r1.read_levels(root, SEED_BENCH_R1_LEVELS, problems=problems,
-                                      root_setting=setting_name(ENV_PREFIX, "seed_bench_r1_root"),
-                                      allow_outside=settings.allow_paths_outside_root,
-                                      allow_setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"))
-    checked = []
-    for item in items:
-        with problems.collected():
-            _check_record(item.record, item.where, labelled=True, frame_numbers=False)
-            checked.append(item)
-    return problems.without_repeats(checked, lambda item: item.record["sample_id"],
-                                    where=f"the SEED-Bench-R1 package {root}", field="sample_id", why=_UNIQUE_IDS)
+    return seed_bench_r1.checked_records(
+        settings, SEED_BENCH_R1_LEVELS, label="EgoPlan", env_prefix=ENV_PREFIX, problems=problems,
+        why_unique=_UNIQUE_IDS,
+        check=lambda item: _check_record(item.record, item.where, labelled=True, frame_numbers=False))
 
 
 def _is_int(value: Any) -> bool:
@@ -403,13 +392,8 @@ def load_samples(settings, *, labelled: bool, with_media: bool = True) -> Loaded
         with problems.collected():
             docs.append({**_record_text(record, bins), **(media_fields() if with_media else {})})
     missing = find_missing_media(docs, settings.images_decoded_at_load) if with_media else []
-    skip = setting_name(ENV_PREFIX, "skip_missing")
-    if not settings.skip_missing:
-        for sample in missing:
-            problems.add(f"EgoPlan {sample}")
-    problems.raise_if_any(f"Set {skip} to true to skip the samples whose media are unusable instead (they are counted "
-                          f"in the skipped_samples metric)" if missing and not settings.skip_missing else "")
-    missing_ids = {problem.sample_id for problem in missing}
+    missing_ids = problems.unusable_media(missing, skip=settings.skip_missing, label="EgoPlan", samples="samples",
+                                          skip_setting=setting_name(ENV_PREFIX, "skip_missing"))
     docs = [doc for doc in docs if doc["sample_id"] not in missing_ids]
     if labelled:
         add_similarity_levels(docs, settings)

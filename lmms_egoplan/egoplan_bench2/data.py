@@ -176,12 +176,8 @@ def load_samples(settings) -> LoadedSamples:
     else:
         docs, unusable = _official_docs(settings, problems)
     skipped = [MissingMedia(docs[number]["sample_id"], str(path), problem) for number, path, problem in unusable]
-    if not settings.skip_missing:
-        for sample in skipped:
-            problems.add(f"EgoPlan-Bench2 {sample}")
-    problems.raise_if_any(f"Set {setting_name(ENV_PREFIX, 'skip_missing')} to true to skip the questions whose media "
-                          f"are unusable instead (they are counted in the skipped_samples metric)"
-                          if skipped and not settings.skip_missing else "")
+    problems.unusable_media(skipped, skip=settings.skip_missing, label="EgoPlan-Bench2",
+                            skip_setting=setting_name(ENV_PREFIX, "skip_missing"))
     left_out = {number for number, _, _ in unusable}
     return LoadedSamples([doc for number, doc in enumerate(docs) if number not in left_out], skipped)
 
@@ -242,21 +238,9 @@ def file_index(video, number: int, annotation_fps: float) -> int:
 
 
 def _package_docs(settings, problems: DatasetProblems) -> tuple[list[dict], list[tuple[int, Path, str]]]:
-    root = settings.seed_bench_r1_root
-    if not root:
-        raise SettingsError(f"EgoPlan-Bench2: {setting_name(ENV_PREFIX, 'data_source')} is seed_bench_r1 but "
-                            f"{setting_name(ENV_PREFIX, 'seed_bench_r1_root')} (the package's folder) is not set")
-    items = seed_bench_r1.read_levels(root, [SEED_BENCH_R1_LEVEL], problems=problems,
-                                      root_setting=setting_name(ENV_PREFIX, "seed_bench_r1_root"),
-                                      allow_outside=settings.allow_paths_outside_root,
-                                      allow_setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"))
-    checked = []
-    for item in items:
-        with problems.collected():
-            check_record(item.record, item.where, with_frames=False)
-            checked.append(item)
-    checked = problems.without_repeats(checked, lambda item: item.record["sample_id"], field="sample_id",
-                                       where=str(seed_bench_r1.level_file(root, SEED_BENCH_R1_LEVEL)), why=_UNIQUE_IDS)
+    checked = seed_bench_r1.checked_records(
+        settings, [SEED_BENCH_R1_LEVEL], label="EgoPlan-Bench2", env_prefix=ENV_PREFIX, problems=problems,
+        why_unique=_UNIQUE_IDS, check=lambda item: check_record(item.record, item.where, with_frames=False))
     docs = [{**_question(item.record), "media_kind": "seed_bench_r1",
              "video": None if item.video is None else str(item.video), "observation_image": str(item.image),
              "task_start_frame": None, "current_observation_frame": None, "frame_numbers": None, "frame_rate": None,

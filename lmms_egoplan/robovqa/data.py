@@ -314,12 +314,8 @@ def load_type(settings: Any, kind: str) -> LoadedSamples:
     docs = [doc for doc in docs if doc["question_type"] == kind]
     skipped = [MissingMedia(doc["item_id"], str(doc["media"]), f"{problem}; check "
                             f"{setting_name(ENV_PREFIX, 'root')}") for doc in docs for problem in media_problems(doc)]
-    if not settings.skip_missing:
-        for sample in skipped:
-            problems.add(f"RoboVQA {sample}")
-    problems.raise_if_any(f"Set {setting_name(ENV_PREFIX, 'skip_missing')} to true to skip the questions whose "
-                          f"frames are unusable instead (counted in skipped_samples)" if skipped else "")
-    left_out = {sample.sample_id for sample in skipped}
+    left_out = problems.unusable_media(skipped, skip=settings.skip_missing, label="RoboVQA", media="frames",
+                                       skip_setting=setting_name(ENV_PREFIX, "skip_missing"))
     kept = [doc for doc in docs if doc["item_id"] not in left_out]
     if not kept:
         raise RoboVQADataError(f"RoboVQA {kind}: not run: none of its {len(docs)} questions has usable frames under "

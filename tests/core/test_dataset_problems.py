@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lmms_egoplan.core.errors import DatasetProblems, InputError
+from lmms_egoplan.core.media import MissingMedia
 
 
 class RecordError(InputError):
@@ -45,3 +46,26 @@ def test_one_problem_is_the_error_as_it_is_and_none_raises_nothing():
     with pytest.raises(ValueError, match="not a record problem"):  # other errors are not collected
         with problems.collected():
             raise ValueError("not a record problem")
+
+
+def test_unusable_media_are_problems_with_the_skip_settings_advice_or_left_out_when_skipped():
+    unusable = [MissingMedia(7, "/data/7.mp4", "clip not found: /data/7.mp4; check BENCH_ROOT"),
+                MissingMedia("q9", "/data/9.mp4", "video is empty (0 bytes): /data/9.mp4; check BENCH_ROOT")]
+    problems = DatasetProblems("the test data", RecordError)
+    problems.add("data.json, record 3: field answer must be text")
+    with pytest.raises(RecordError) as error:
+        problems.unusable_media(unusable, skip=False, label="Bench", skip_setting="BENCH_SKIP_MISSING",
+                                media="clips")
+    assert error.value.problems == ("data.json, record 3: field answer must be text",
+                                    "Bench sample 7: clip not found: /data/7.mp4; check BENCH_ROOT",
+                                    "Bench sample q9: video is empty (0 bytes): /data/9.mp4; check BENCH_ROOT")
+    assert str(error.value).endswith("Set BENCH_SKIP_MISSING to true to skip the questions whose clips are unusable "
+                                     "instead (they are counted in the skipped_samples metric)")
+    # Skipped: left out, and the data's other problems are raised without advice about media
+    problems = DatasetProblems("the test data", RecordError)
+    assert problems.unusable_media(unusable, skip=True, label="Bench", skip_setting="BENCH_SKIP_MISSING") == {7, "q9"}
+    problems.add("data.json, record 3: field answer must be text")
+    with pytest.raises(RecordError, match=r"^data\.json, record 3: field answer must be text$"):
+        problems.unusable_media(unusable, skip=True, label="Bench", skip_setting="BENCH_SKIP_MISSING")
+    assert DatasetProblems("the test data", RecordError).unusable_media(
+        [], skip=False, label="Bench", skip_setting="BENCH_SKIP_MISSING") == set()

@@ -334,6 +334,24 @@ def test_the_package_holds_val_only_gives_no_keyframes_and_names_what_is_missing
         101, 102, 103, 104, 105, 107, 108]
 
 
+def test_the_package_without_its_folder_or_with_a_sample_id_in_both_levels_says_so(fixture, tmp_path):
+    with pytest.raises(SettingsError, match=r"^EgoPlan: EGOPLAN_DATA_SOURCE .* is seed_bench_r1 but "
+                                            r"EGOPLAN_SEED_BENCH_R1_ROOT .* \(the package's folder\) is not set$"):
+        load(fixture, data_source="seed_bench_r1", seed_bench_r1_root="")
+    root = tmp_path / "copy"
+    shutil.copytree(fixture.root, root)
+    copy = build_fixture(root)
+    levels = Path(copy.package_root) / "annotations"
+    first = (levels / "validation_L1.jsonl").read_text().splitlines()[0]
+    with (levels / "validation_L2.jsonl").open("a") as level_2:
+        level_2.write(first + "\n")
+    repeated = json.loads(first)["sample_id"]
+    with pytest.raises(egoplan_data.EgoPlanDataError) as error:
+        load(copy, data_source="seed_bench_r1")
+    assert str(error.value) == (f"the SEED-Bench-R1 package {copy.package_root}: sample_id(s) {repeated!r} appear more "
+                                f"than once; each record needs its own (results and the submission are keyed by it)")
+
+
 # --- Bad input --------------------------------------------------------------------------------
 
 
