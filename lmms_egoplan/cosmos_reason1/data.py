@@ -41,7 +41,6 @@ CS_CATEGORIES = {"space": 80, "time": 298, "other_physics": 226}
 RELEASE_COUNTS = {**ER_SOURCES, **CS_CATEGORIES}
 OFFICIAL_ROBOVQA = 101  # what the official reader runs of RoboVQA's 110 (the rest overwritten by clip)
 AV_CAMERA_SUFFIX = ".camera_front_wide_120fov"  # input.py get_video_path
-VIDEO_EXTENSIONS = (".mp4", ".avi", ".mov")  # evaluate.py make_all_tasks
 ROBOVQA_ITEMS = ("all", "official_101")
 DATA_SOURCES = ("official", "paibench_u")
 # PAI-Bench-U's subcategory labels (lower case, "_" for the rest) that name a part other than by its own name

@@ -16,10 +16,6 @@ from lmms_egoplan.judge.protocol import Completion
 from lmms_egoplan.judge.rubrics import Rubric
 from lmms_egoplan.judge.settings import JudgeSettings
 
-# The results' metadata keys of an identity that are not judge settings.
-METADATA_KEYS = ("judge_rubric", "judge_rubric_version", "judge_prompt_hash", "judge_served_model",
-                 "judge_system_fingerprint")
-
 
 @dataclass(frozen=True)
 class JudgeIdentity:
@@ -45,7 +41,7 @@ class JudgeIdentity:
         return asdict(self)
 
     def metadata(self) -> dict[str, Any]:
-        """The results' metadata keys (``METADATA_KEYS``; backend, model and revision are judge settings)."""
+        """The results' metadata keys of the identity that are not judge settings (backend, model and revision are)."""
         return {"judge_rubric": self.rubric, "judge_rubric_version": self.rubric_version,
                 "judge_prompt_hash": self.prompt_hash, "judge_served_model": self.served_model,
                 "judge_system_fingerprint": self.system_fingerprint}
