@@ -118,6 +118,21 @@ def test_saved_files(ckpt_dirs):
             assert "processor_config.json" in names
 
 
+def test_the_text_models_attend_as_the_real_checkpoints_where_that_decides_the_scoring_path(loaded):
+    """Which likelihood path a model takes (``candidates_in_prefill_unsupported``) follows its attention: the tiny
+    Mistral 3 has no sliding window, as Mistral3Config's own text config (Mistral Small 3.1's) has none, so it takes
+    the tree mask as the real ones do; the tiny Gemma 3 has its sliding-window layers (a short window: prompts outrun
+    it) and keeps the continuations."""
+    from transformers import Mistral3Config
+
+    from lmms_egoplan.models.likelihood import candidates_in_prefill_unsupported
+
+    mistral3 = loaded["mistral3"][1]
+    assert mistral3.config.text_config.sliding_window is None is Mistral3Config().text_config.sliding_window
+    assert candidates_in_prefill_unsupported(mistral3) is None
+    assert "sliding-window" in candidates_in_prefill_unsupported(loaded["gemma3"][1])
+
+
 @pytest.mark.parametrize("arch", MULTIMODAL)
 def test_images_forward_generate(arch, loaded):
     proc, model = loaded[arch]
