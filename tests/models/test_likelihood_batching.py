@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from lmms_egoplan.harness.lmms_eval_task import SuiteInstance
-from lmms_egoplan.models.egoplan_hf import EgoPlanHF
+from lmms_egoplan.models.egoplan_hf import GPU_DEFAULTS, EgoPlanHF
 from tests.gpu.conftest import load_speed_module
 from tests.models.test_egoplan_hf import egoplan_doc, mc_requests
 
@@ -262,6 +262,20 @@ TREE_ARCHS = ["llava", "llava_onevision", "qwen2_vl", "idefics3", "qwen2_5_vl", 
               "smolvlm", "llava_next_video", "mistral3", "llama"]
 
 
+def questions_of_every_kind(arch: str, model: EgoPlanHF, *others: EgoPlanHF) -> list:
+    """Likelihood requests for ``model`` (and ``others``, given its task index): EgoPlan questions of different prompt
+    lengths; a text-only model's: contexts of different lengths, no visuals."""
+    if arch == "llama":
+        return [SuiteInstance(request_type="loglikelihood", idx=i, arguments=(context, continuation),
+                              metadata={"task": None, "doc_id": None, "repeats": 1})
+                for context in ["Short one.", "A much longer context than the others, to pad it.", "Mid."]
+                for i, continuation in enumerate([" yes", " no way", " maybe", " later on"])]
+    requests = mc_requests(model, [egoplan_doc(seed) for seed in SEEDS])
+    for other in others:
+        other.task_dict = model.task_dict
+    return requests
+
+
 @pytest.mark.parametrize("arch", TREE_ARCHS)
 def test_candidates_scored_inside_the_prefill_score_as_the_continuations(arch, tiny_model):
     """candidates_in_prefill: a batch's prompts and every candidate in one forward pass under the tree mask (each
@@ -277,14 +291,7 @@ def test_candidates_scored_inside_the_prefill_score_as_the_continuations(arch, t
         in_prefill = EgoPlanHF(**settings, candidates_in_prefill=True)
     finally:
         logger.remove(sink)
-    if arch == "llama":  # text only: questions of different lengths, no visuals
-        requests = [SuiteInstance(request_type="loglikelihood", idx=i, arguments=(context, continuation),
-                                  metadata={"task": None, "doc_id": None, "repeats": 1})
-                    for context in ["Short one.", "A much longer context than the others, to pad it.", "Mid."]
-                    for i, continuation in enumerate([" yes", " no way", " maybe", " later on"])]
-    else:
-        requests = mc_requests(continuations, [egoplan_doc(seed) for seed in SEEDS])
-        in_prefill.task_dict = continuations.task_dict
+    requests = questions_of_every_kind(arch, continuations, in_prefill)
     expected, passes_before = forward_passes(continuations, requests)
     values, passes = forward_passes(in_prefill, requests)
     assert_same_scores(values, expected)
@@ -295,3 +302,18 @@ def test_candidates_scored_inside_the_prefill_score_as_the_continuations(arch, t
         assert passes == passes_before
         assert any("candidates_in_prefill" in warning and in_prefill.scorer.tree_unsupported in warning
                    for warning in warnings), warnings
+
+
+@pytest.mark.parametrize("arch", TREE_ARCHS)
+def test_the_gpu_defaults_together_score_as_the_plain_path_on_every_architecture(arch, tiny_model):
+    """What a GPU run gets unless it says otherwise (``GPU_DEFAULTS``: the elementwise work fused, batches prepared in
+    worker processes, the candidates inside the prefill), all at once on the CPU: the plain path's values, greedy
+    flags and choices, on every architecture (the GPU command checks the same on a GPU against the CPU)."""
+    torch._dynamo.reset()  # each architecture's compiled functions from scratch, below torch's recompile limit
+    settings = dict(pretrained=str(tiny_model(arch)), device="cpu", dtype="float32", batch_size=3)
+    plain = EgoPlanHF(**settings)
+    defaults = EgoPlanHF(**settings, **GPU_DEFAULTS, visual_prefetch=2)
+    requests = questions_of_every_kind(arch, plain, defaults)
+    assert_same_scores(defaults.loglikelihood(requests), plain.loglikelihood(requests))
+    assert defaults.fused_elementwise.compiled_variants() > 0
+    assert defaults.scorer.candidates_in_prefill == (arch != "gemma3")
