@@ -128,7 +128,8 @@ def test_the_text_models_attend_as_the_real_checkpoints_where_that_decides_the_s
     from lmms_egoplan.models.likelihood import candidates_in_prefill_unsupported
 
     mistral3 = loaded["mistral3"][1]
-    assert mistral3.config.text_config.sliding_window is None is Mistral3Config().text_config.sliding_window
+    assert Mistral3Config().text_config.sliding_window is None
+    assert mistral3.config.text_config.sliding_window is None
     assert candidates_in_prefill_unsupported(mistral3) is None
     assert "sliding-window" in candidates_in_prefill_unsupported(loaded["gemma3"][1])
 
