@@ -237,10 +237,14 @@ def preset_rescorings(run: EvalRun, failed: frozenset[str] = frozenset()) -> lis
 
 
 def mimo_transcribed(prediction_raw, gold_answer):
-    """XiaomiMiMo/MiMo-Embodied @0bee4b6 lmms_eval/tasks/robovqa/utils.py, get_bleu_score and
-    robovqa_process_results, transcribed."""
+    """XiaomiMiMo/MiMo-Embodied @0bee4b6: lmms_eval/tasks/robovqa/robovqa.yaml's filter (AfterThinkFilter,
+    lmms_eval/tasks/_task_utils/eval_utils.py extract_after_think_content), then lmms_eval/tasks/robovqa/utils.py
+    robovqa_process_results and get_bleu_score, transcribed."""
     from nltk.translate.bleu_score import sentence_bleu
 
+    last_think_end = prediction_raw.rfind("</think>")
+    if last_think_end != -1:
+        prediction_raw = prediction_raw[last_think_end + len("</think>"):].strip()
     prediction = prediction_raw.strip()
     prediction = re.sub(r"<think>.*?</think>", "", prediction, flags=re.DOTALL | re.MULTILINE)
     prediction = re.sub(r"<[^>]+>", "", prediction)

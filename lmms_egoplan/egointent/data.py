@@ -261,8 +261,8 @@ def _release_step_problems(record: dict) -> list[str]:
 
 
 def _plausible_problems(record: dict, name: str) -> list[str]:
-    """Further plausible next steps: optional, a list of non-empty strings."""
-    plausible = record.get(name, [])
+    """Further plausible next steps: optional (absent or null: none), a list of non-empty strings."""
+    plausible = record.get(name) or []
     if isinstance(plausible, list) and all(isinstance(text, str) and text.strip() for text in plausible):
         return []
     return [f"field {name}: must be a list of non-empty strings, got {plausible!r}"]

@@ -17,7 +17,8 @@ implements it:
    models).
 3. **Prompt.** One prompt for all models: by default (``definitions: release``) the authors' published
    prediction prompts (YePan2/EgoIntent@3528dc9, ``prompts/``; withdrawn, public in the history), a system
-   and a user message with the whole clip, asking for ``local_intent``, ``procedural_intent`` and
+   message as the system turn (at the head of the text for lmms-eval's plain models, which send none of a
+   task's) and a user message with the clip, asking for ``local_intent``, ``procedural_intent`` and
    ``next_step`` by the release's definitions; ``definitions: v1``: this suite's prompt of versions 1-3. No
    task or event name, no annotation; the sample id only with ``show_step_id``. Answers cut by
    ``max_new_tokens`` before every field is written are counted (``cut_answers``).
@@ -51,6 +52,7 @@ from lmms_egoplan.contract.benchmark import LoadedDocs, Metric, TaskContext, Tas
 from lmms_egoplan.contract.judged import JUDGED_METRICS, judged
 from lmms_egoplan.core.media import VideoFile, as_video_frames, frame_times
 from lmms_egoplan.core.reasoning import reasoning_left_open, without_reasoning
+from lmms_egoplan.core.request_options import SYSTEM_PROMPT as SYSTEM_PROMPT_OPTION
 from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.egointent.data import (
     DIMENSIONS,
@@ -65,6 +67,8 @@ from lmms_egoplan.egointent.protocol import (
     ALSO_ACCEPTABLE,
     JUDGE_SYSTEM,
     OR_ALSO_ACCEPTABLE,
+    RELEASE_SYSTEM,
+    RELEASE_USER,
     RUBRIC_NAMES,
     EgoIntentSettings,
     judge_template,
@@ -126,61 +130,6 @@ def doc_to_visual(doc: dict) -> list:
 # =============================================================================================
 
 
-# definitions: release -- the authors' prediction prompts, verbatim: YePan2/EgoIntent@3528dc9,
-# prompts/benchmark_prediction_system.txt (the system message) and prompts/benchmark_prediction_user.txt (the
-# user message, with the whole clip), as prompts/README.md says to send them. Withdrawn at ef6dc0b, public in
-# the history; the only prediction prompts the authors published.
-RELEASE_SYSTEM = """You are evaluating egocentric procedural video understanding.
-
-You will receive one video containing the complete observation window of a single benchmark step. Watch the entire \
-video in chronological order and infer exactly three labels.
-
-LABEL DEFINITIONS
-
-1. local_intent
-The actor's immediate goal within the observed video.
-Describe what the actor is trying to accomplish through the current action, rather than only describing body motion.
-An action-form phrase is acceptable when it clearly expresses the immediate goal.
-Keep the description specific to the current step.
-
-2. procedural_intent
-The near-term procedural subgoal that the local intent supports.
-It should be one level more abstract than local_intent, but it must remain visually and procedurally supported.
-Do not infer a broad event-level goal merely from the scene or objects.
-
-3. next_step
-The single most likely action that will occur immediately after the observation window ends.
-Predict only one action.
-Do not repeat an action that has already been completed in the video.
-If an action is clearly unfinished at the end of the video, its immediate continuation may be predicted.
-Keep the prediction temporally close and at a similar level of granularity to the observed action.
-
-EVIDENCE RULES
-
-- Use motion and state changes across the entire video, not only the final frame.
-- Treat the final frame as the temporal boundary between the observation and the predicted next step.
-- Base all predictions only on visible evidence and ordinary procedural continuity.
-- Do not invent specific objects, tools, directions, or goals that are not visually supported.
-- When multiple interpretations are possible, choose the single most visually supported and temporally immediate \
-interpretation.
-- Describe the camera wearer or primary actor, not the camera movement.
-
-OUTPUT REQUIREMENTS
-
-- Write all labels in English.
-- Use concise verb phrases.
-- Return valid JSON only.
-- Do not include explanations, reasoning, confidence scores, alternatives, or additional fields.
-
-REQUIRED OUTPUT FORMAT
-
-{
-  "local_intent": "string",
-  "procedural_intent": "string",
-  "next_step": "string"
-}"""
-RELEASE_USER = ("Watch the attached step video in full and predict the three required labels.\n\n"
-                "Return only the JSON object specified in the system prompt.")
 # definitions: v1 -- the suite's own prompt up to version 3 (arXiv v1 published none), no system message.
 V1_PROMPT = (
     "This egocentric (first-person) video clip shows one step of a person's activity. "
@@ -204,10 +153,11 @@ def prompt_turns(doc: dict) -> tuple[str, str]:
 
 
 def doc_to_text(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> str:
-    """Backends without a system turn (the suite's egoplan_hf, lmms-eval's simple models): the system
-    message leads the text."""
+    """The user message; the system message leads it for backends that send no system turn of the task's
+    (lmms-eval's plain models). The suite's backends send it as the system turn (the request option
+    ``system_prompt``): the YAML's ``lmms_eval_specific_kwargs`` say ``system_turn: true`` for them."""
     system, user = prompt_turns(doc)
-    return f"{system}\n\n{user}" if system else user
+    return f"{system}\n\n{user}" if system and not (lmms_eval_specific_kwargs or {}).get("system_turn") else user
 
 
 def doc_to_messages(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> list[dict]:
@@ -246,7 +196,8 @@ _LABELLED_LINE = re.compile(
     rf"^[ \t>#*\-•\d.)(\[\]]*[\"'*_`]*(?P<label>{_LABEL})[\"'*_`]*[ \t]*(?:\([^)\n]*\))?[\"'*_`]*[ \t]*"
     rf"(?:[:：=\-–—]+|(?=\r?\n)|\Z)(?P<value>.*)$",
     re.IGNORECASE | re.MULTILINE)
-_EMPTY_VALUES = {"", "n/a", "na", "none", "null", "unknown", "-"}
+# No answer: "string" is the placeholder of the authors' output format (an echo of it answers nothing), "..." v1's.
+_EMPTY_VALUES = {"", "n/a", "na", "none", "null", "unknown", "-", "string"}
 
 
 def parse_answer(text: str) -> dict[str, str]:
@@ -353,7 +304,8 @@ def _fields_from_lines(text: str) -> dict[str, str]:
 
 
 def _clean(value: str) -> str:
-    value = re.sub(r"^[\s*_`\"']+|[\s*_`\"',]+$", "", value)
+    # Trailing "}": a labelled line read from a JSON object (an empty field's line runs on to the closing brace).
+    value = re.sub(r"^[\s*_`\"']+|[\s*_`\"',}]+$", "", value)
     return "" if value.lower().rstrip(".") in _EMPTY_VALUES else value
 
 
@@ -449,7 +401,7 @@ def capped_samples(items: list[int]) -> int:
 STEPS = TaskSpec(
     load_docs=load_docs, doc_to_visual=doc_to_visual, doc_to_text=doc_to_text, doc_to_messages=doc_to_messages,
     doc_to_target=doc_to_target, process_results=process_results, judge_rubric=judge_rubric,
-    metrics_of_the_data=scenario_metrics,
+    metrics_of_the_data=scenario_metrics, request_options={"system_prompt": SYSTEM_PROMPT_OPTION},
     metrics=(judged("overall"),  # mean of the three field scores (Table 3)
              # procedural_intent: "global_intent" up to version 2 (arXiv v1's name)
              *(judged(field) for field in ("local_intent", "procedural_intent", "next_step_plan")),

@@ -22,15 +22,23 @@ from lmms_egoplan.robovqa.data import BINARY_TYPES
 # =============================================================================================
 
 _YES_NO = re.compile(r"(yes|no)(?![a-z])")
+# An answer label before the word, its leading "<" or "**" stripped: "Answer: yes", "<answer>no</answer>".
+_ANSWER_LABEL = re.compile(r"answer\s*(?:>|[:：])")
+# "no" opening an abstention, not a denial: "No idea", "No way to tell", "No-one can say".
+_ABSTENTION = re.compile(r"[\s\-]*(idea|clue|comment|way|one|body|answer|information|telling)\b")
+_LEADING = string.punctuation + string.whitespace
 
 
 def strict_yes_no(answer: str) -> str | None:
-    """"yes" or "no" where the answer, lower-cased and stripped of white space and punctuation at its start, starts
-    with the word (then a non-letter, or nothing); None otherwise ("Now it is done", "not sure", "Yes and no"
-    included: an answer naming both is not read)."""
-    text = answer.strip().lower().lstrip(string.punctuation + string.whitespace)
+    """"yes" or "no" where the answer, lower-cased and stripped of white space, punctuation and an answer label
+    ("Answer:", ``<answer>``) at its start, starts with the word (then a non-letter, or nothing); None otherwise
+    ("Now it is done", "not sure", "No idea" included, and "Yes and no": an answer naming both is not read)."""
+    text = answer.strip().lower().lstrip(_LEADING)
+    if label := _ANSWER_LABEL.match(text):
+        text = text[label.end():].lstrip(_LEADING)
     found = _YES_NO.match(text)
-    if not found or re.search(r"\b(yes|no)\b", text[found.end():]):
+    if not found or re.search(r"\b(yes|no)\b", text[found.end():]) or \
+            (found.group(1) == "no" and _ABSTENTION.match(text, found.end())):
         return None
     return found.group(1)
 
@@ -101,11 +109,15 @@ _MIMO_WEIGHTS = {
 
 
 def mimo_scores(answer: str, doc: dict) -> dict[str, float]:
-    """``robovqa_process_results``: think blocks and tags removed, lower case, the yes / no rewrite where the
+    """``robovqa.yaml``'s filter (``AfterThinkFilter``: the text after the last ``</think>``), then
+    ``robovqa_process_results``: think blocks and tags removed, lower case, the yes / no rewrite where the
     reference is yes or no (``\\b\\w*no\\w*\\b`` -> no: "Now it is done" becomes "no it is done"), then NLTK BLEU-1..4
     on tokens split at single spaces with weights by the reference's length, and their mean (0-1)."""
     from nltk.translate.bleu_score import sentence_bleu
 
+    # robovqa.yaml filter_list: _task_utils/eval_utils.py AfterThinkFilter (extract_after_think_content)
+    if (think_end := answer.rfind("</think>")) != -1:
+        answer = answer[think_end + len("</think>"):].strip()
     prediction = answer.strip()
     prediction = re.sub(r"<think>.*?</think>", "", prediction, flags=re.DOTALL | re.MULTILINE)
     prediction = re.sub(r"<[^>]+>", "", prediction)

@@ -21,11 +21,8 @@ from lmms_egoplan.egointent.data import (
     FIELDS,
     scenario_metric,
 )
-from lmms_egoplan.egointent.task import (
-    RELEASE_SYSTEM,
-    parse_answer,
-    prompt_turns,
-)
+from lmms_egoplan.egointent.protocol import RELEASE_SYSTEM, RELEASE_USER
+from lmms_egoplan.egointent.task import parse_answer, prompt_turns
 from tests.egointent.test_protocol import (
     audit_trail,
     dataset_docs,
@@ -185,6 +182,8 @@ def test_egoplan_hf_backend_end_to_end(runs, dataset):
     run = runs.hf.run
     check_metrics_against_audit_trail(run, docs)
     assert len(run.samples("egointent")) == 6 and run.metric("egointent", "skipped_samples") == 0
+    # The authors' system message goes as the system turn (the request option), not in the text.
+    assert {sample["input"] for sample in run.samples("egointent")} == {RELEASE_USER}
     # Judged only what the random model's answers held (usually nothing): one call per field found.
     assert len(runs.hf.judge.calls) == len(audit_trail(run.output_dir))
 

@@ -383,9 +383,52 @@ def test_the_default_prompt_is_the_authors_published_one_verbatim_with_no_step_i
         "local_intent": "a", "procedural_intent": "b", "next_step_plan": "c"}
 
 
+@pytest.mark.parametrize("backend", ["egoplan_hf", "egoplan_server", "llava_hf"])
+def test_the_authors_system_message_is_a_system_turn_where_the_backend_sends_one_else_it_leads_the_text(
+        backend, tmp_path, monkeypatch):
+    """The task as lmms-eval builds it for ``--model <backend>`` (its choice of ``lmms_eval_specific_kwargs`` by model
+    name, which a ``class:`` task gets when it is bound to the run's backend): the suite's backends get the user
+    message as the text and the system message as the request's system turn (YePan2/EgoIntent@3528dc9
+    prompts/README.md: "as the system message"); lmms-eval's plain models, which send no system turn of a task's, get
+    it at the head of the text. Under v1 there is none."""
+    from lmms_eval.tasks import TaskManager, get_task_dict
+
+    from lmms_egoplan.compat.tasks import bind_class_task_to_backend
+    from lmms_egoplan.core.request_options import SYSTEM_PROMPT
+
+    annotations = write_dataset(tmp_path / "data")
+    with ChatServer(lambda call: Reply("Rating: [[5]]")) as judge:
+        for name, value in judge_env(judge, tmp_path / "cache", annotations).items():
+            monkeypatch.setenv(name, value)
+        folder = Path(__file__).parents[2] / "tasks" / "egointent"
+        for definitions, system in (("release", egointent_protocol.RELEASE_SYSTEM), ("v1", "")):
+            monkeypatch.setenv("EGOINTENT_DEFINITIONS", definitions)
+            task = get_task_dict(["egointent"], TaskManager(include_path=str(folder), include_defaults=False,
+                                                            model_name=backend))["egointent"]
+            bind_class_task_to_backend(task, SimpleNamespace(model=backend))
+            task.build_all_requests(limit=1)
+            request = task.instances[0]
+            user = egointent.prompt_turns({"step_id": "", "definitions": definitions, "show_step_id": False})[1]
+            suite_backend = backend.startswith("egoplan_")
+            assert request.args[0] == (user if suite_backend or not system else f"{system}\n\n{user}"), definitions
+            marked = getattr(request, "request_options", {}).get(SYSTEM_PROMPT.name)
+            assert marked == (system or None), definitions
+
+
+def test_an_echo_of_either_prompts_output_format_is_no_answer():
+    """The authors' format block ("string" placeholders) and v1's ("...") read as no field, so nothing is judged
+    and every field counts as missing."""
+    authors_format = egointent_protocol.RELEASE_SYSTEM.rsplit("REQUIRED OUTPUT FORMAT", 1)[1]
+    assert '"string"' in authors_format and parse_answer(authors_format) == {}
+    v1_format = egointent.V1_PROMPT.rsplit("nothing else: ", 1)[1].replace("{{", "{").replace("}}", "}")
+    assert parse_answer(v1_format) == {}
+    assert parse_answer('{"local_intent": "String the beads", "procedural_intent": "string", "next_step": "x"}') == {
+        "local_intent": "String the beads", "next_step_plan": "x"}
+
+
 def test_the_step_id_is_shown_only_where_the_setting_asks_and_v1_keeps_version_3s_prompt():
     system, user = egointent.prompt_turns(prompt_doc(show_step_id=True))
-    assert user.startswith("Step id: s7\n\n") and user.endswith(egointent.RELEASE_USER)
+    assert user.startswith("Step id: s7\n\n") and user.endswith(egointent_protocol.RELEASE_USER)
     assert egointent.prompt_turns(prompt_doc(definitions="v1", show_step_id=True)) == ("", VERSION_3_PROMPT)
     assert egointent.prompt_turns(prompt_doc(definitions="v1")) == ("", VERSION_3_PROMPT.replace("Step id: s7\n", ""))
 

@@ -133,6 +133,21 @@ def test_every_problem_of_a_release_its_clips_included_is_listed_in_one_error(re
         assert ("EGOINTENT_SKIP_MISSING (metadata.skip_missing) to true to skip the 3 step(s)" in message) is not skip
 
 
+def test_plausible_next_steps_null_reads_as_none_and_a_wrong_value_is_named(release, tmp_path):
+    """The optional field: null is "none" (as an absent field), not an error; a string instead of a list is named."""
+    root = damaged_copy(release, tmp_path)
+    label = root / "indoor" / "kitchen" / "boil_noodles" / RELEASE.label_file
+    edit_steps(label, lambda steps: steps[0].update({RELEASE.plausible_next_steps: None}))
+    labels = json.loads(label.read_text())
+    edited = f"{labels[RELEASE.video_uid]}_{labels[RELEASE.steps][0][RELEASE.step_id]}"
+    docs = {doc["step_id"]: doc for doc in load_samples(EgoIntentSettings(annotations=root)).docs}
+    assert docs[edited]["plausible_next_steps"] == [] and sum(bool(d["plausible_next_steps"]) for d in docs.values())
+    edit_steps(label, lambda steps: steps[0].update({RELEASE.plausible_next_steps: "stir"}))
+    with pytest.raises(EgoIntentDataError, match="event boil_noodles, step 1, field plausible_next_steps: must be a "
+                                                 "list of non-empty strings, got 'stir'"):
+        load_samples(EgoIntentSettings(annotations=root))
+
+
 def test_steps_whose_clips_cannot_be_used_are_skipped_and_counted_where_asked(release, tmp_path):
     from lmms_eval.tasks import TaskManager
 

@@ -17,6 +17,7 @@ from tests.kit.group_means import group_metrics
 STRESS = ["yes", "Yes.", "no", "Now it is done", "", "   ", "put packet on the table",
           "I think the robot should put the packet on the table and then close the drawer, then wait " * 8,
           "把包放在桌子上。", "yes，放好了！", "<think>maybe</think> no", "1- put packet on the table 2- done",
+          "let me think... </think>\n\nyes",  # MiMo's filter: the text after the last </think> (no opening tag)
           "A: (put) packet: on the table",
           "I would say yes not no",  # RoboMamba: a one-word reference cuts the answer from its end (k up to 4)
           "open the drawer slowly"]  # MiMo: a three-word reference weighs its n-grams 0.33, not 1 / 3
@@ -39,6 +40,13 @@ def test_mimo_is_its_code(answer, doc):
     theirs = mimo_transcribed(answer, doc["answer"])
     assert [ours[name] for name in ("mimo_score", "mimo_bleu1", "mimo_bleu2", "mimo_bleu3", "mimo_bleu4")] == \
         pytest.approx(list(theirs), abs=1e-12)
+
+
+def test_mimo_scores_the_text_after_the_last_think_end_as_its_filter_does():
+    """robovqa.yaml's AfterThinkFilter runs before robovqa_process_results: a thinking template's answer whose
+    opening <think> sat in the prompt scores as its final text."""
+    assert scoring.mimo_scores("let me think... </think>\n\nyes", DOCS[0])["mimo_score"] == 1.0
+    assert scoring.mimo_scores("<think>a</think> no </think> yes", DOCS[0])["mimo_score"] == 1.0
 
 
 def test_mimo_rewrites_now_into_no():
@@ -103,8 +111,14 @@ def test_the_default_reads_yes_and_no_strictly():
             ("yes", "Yes.", "  no, it is not", "Now it is done", "yes and no", "", "yes，放好了！", "nope", "**Yes**",
              "- no")] == \
         ["yes", "yes", "no", None, None, None, "yes", None, "yes", "no"]
+    # an answer label is read past; "no" opening an abstention is no answer, not a denial
+    assert [scoring.strict_yes_no(answer) for answer in
+            ("Answer: yes", "<answer>no</answer>", "**Answer:** No.", "No idea.", "No way to tell from the image",
+             "no-one can say", "No one knows", "No, the lid is on", "No the lid is on", "Answers vary")] == \
+        ["yes", "no", "no", None, None, None, None, "no", "no", None]
     scores = scoring.default_scores("Yes.", DOCS[0])
     assert scores["score"] == 100.0 and scores["unextracted"] == 0.0
+    assert scoring.default_scores("No idea.", DOCS[1]) == {**scoring.default_scores("", DOCS[1]), "length_ratio": 2.0}
     assert scoring.default_scores("Now it is done", DOCS[1])["unextracted"] == 1.0
 
 
