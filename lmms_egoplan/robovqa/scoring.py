@@ -253,29 +253,46 @@ def robomamba_scores(answer: str, doc: dict) -> dict[str, float]:
 
 
 # =============================================================================================
-# multinet: ManifoldRG/MultiNet, RoboVQAModule (_normalize_text, _validate_outputs_and_calculate_metrics)
+# multinet: ManifoldRG/MultiNet @d6fe80e src/v1/modules/robovqa_module.py (RoboVQAModule: _normalize_text,
+# _validate_outputs_and_calculate_metrics), src/data_utils/openx_dataloader.py, definitions/robovqa_prompt.py
 # =============================================================================================
 
-# definitions/robovqa_prompt.py @13a7cd9 ROBOVQA_PROMPT, verbatim (its indentation included)
+# definitions/robovqa_prompt.py @d6fe80e ROBOVQA_PROMPT (last changed at 3efce5b, 2025-09-20, before MultiNet's
+# RoboVQA results of 2025-09-30), verbatim, its indentation included
 MULTINET_SYSTEM_PROMPT = """
-                You are a specialized Visual-Language Model Assistant that answers questions about robotics tasks based on the given image and text context. Your primary function is to interpret visual and textual data to provide precise answers to the asked question.
+        You are a Visual-Language Model Assistant that specializes in answering questions about robotics tasks based on given images representing the robot's environment.
 
-                Core directive:
-                Analyze the provided Image and Text Context to answer the asked Question. Your answer must be grounded in the provided context and informed by general commonsense. Adhere strictly to the output formatting rules.
+        Core directive:
+        Analyze the provided image and answer the question. 
+        Your answer must be grounded in the provided verbal context and/or task descriptions and informed by general commonsense. 
+        Adhere strictly to the output formatting rules.
 
-                Inputs:
-                    1. Image: A visual representation of the robot's current environment.
-                    2. Text Context: A string of text describing the overall task, goal, or recent history of actions.
-                    3. Question: A specific query about the environment or the next possible action.
+        Inputs:
+            1. Image: A visual representation of the robot's current environment.
+            2. Question: A specific query about the environment or the next possible action, along with additional context and/or task description.
 
-                Output formatting rules:
-                Your response must be one of the following three types, and nothing else. Do not add conversational filler, explanations, or apologies.
-                
-                    1. Action Execution Query (e.g., "What should I do?", "What is the next step?"):
-                        - Respond with a concise action phrase.
-                    2. Feasibility/Possibility Query (e.g., "Can I grasp the handle?", "Is the drawer open?"):
-                        - Respond with a single word: Yes or No.
-                """  # noqa: E501, W293
+        Output formatting rules:
+        Your response must be one of the following, and nothing else. Do not add conversational filler, explanations, or apologies.
+            1. Action Execution Query (e.g., "What should I do?", "What is the next step?"):
+                - Respond with a concise action phrase.
+            2. Feasibility/Possibility/Completion Query (e.g., "Is it possible to grasp the handle?", "Is the drawer open?"):
+                - Respond with a single word: yes or no.
+        If the current goal is to perform an action with no followup question, then assume it's an action execution query.
+        Do not respond with any additional explanation or information.
+    """  # noqa: E501, W291, W293
+
+
+def multinet_question(question: str) -> str:
+    """src/data_utils/openx_dataloader.py @d6fe80e (lines 129-136), the text a robot_vqa step shows: split at the
+    first "Q:"; a text that starts with it becomes "Question: ...", one with a context before it
+    "Task and Context: ...\n Question: ..."; one without it stays as it is."""
+    parts = question.split("Q:", 1)
+    if len(parts) == 1:
+        return question
+    if question.startswith("Q:"):
+        return f"Question: {parts[1].strip()}"
+    return f"Task and Context: {parts[0].strip()}\n Question: {parts[1].strip()}"
+
 
 # The system turn each protocol sends (the default and robomamba send none): settings.RoboVQASettings.system_prompt
 SYSTEM_PROMPTS = {"mimo": MIMO_SYSTEM_PROMPT, "physbrain": PHYSBRAIN_SYSTEM_PROMPT, "multinet": MULTINET_SYSTEM_PROMPT}

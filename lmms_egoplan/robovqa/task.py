@@ -101,9 +101,12 @@ PROTOCOLS: dict[str, Protocol] = {
         lambda doc: f"Question:{doc['question']} Answer:",
         {"max_new_tokens": 128, "temperature": 0.4, "do_sample": True, "until": []}, scoring.robomamba_scores,
         tuple(Metric(f"robomamba_bleu{n}", "mean") for n in range(1, 5))),
+    # robovqa_module.py sends the last image, then the text, under ROBOVQA_PROMPT as the system turn; the decoding of
+    # its open-weight runs: src/v1/modules/Magma/scripts/robovqa_single_inference.py (greedy, max_new_tokens 75)
     "multinet": Protocol(
-        "ManifoldRG/MultiNet RoboVQAModule, definitions/robovqa_prompt.py@13a7cd9", None,
-        lambda doc: doc["question"], {"max_new_tokens": 128, **GREEDY},
+        "ManifoldRG/MultiNet@d6fe80e src/v1/modules/robovqa_module.py, src/data_utils/openx_dataloader.py, "
+        "definitions/robovqa_prompt.py, src/v1/modules/Magma/scripts/robovqa_single_inference.py", None,
+        lambda doc: scoring.multinet_question(doc["question"]), {"max_new_tokens": 75, **GREEDY},
         scoring.multinet_scores, (Metric("multinet_exact_match", "mean"), Metric("multinet_similarity", "mean"),
                                   Metric("multinet_invalid", total, higher_is_better=False))),
 }

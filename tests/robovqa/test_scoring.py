@@ -1,6 +1,8 @@
 """Each lineage's scorer against a transcription of its code (in ``lmms_egoplan.demo.robovqa``) on stress answers
 (one-word yes / no, empty, long, Chinese punctuation); the suite's default scorer; the unsmoothed BLEU-4 trap."""
 
+import hashlib
+
 import pytest
 import sacrebleu
 from nltk.translate.bleu_score import sentence_bleu
@@ -96,6 +98,33 @@ def test_robomamba_scores_against_the_reference_cut_at_its_first_colon_as_its_go
 @pytest.mark.parametrize("answer", STRESS)
 def test_multinet_normalizes_as_its_code(answer):
     assert scoring.multinet_normalize(answer) == multinet_normalize_transcribed(answer)
+
+
+# ManifoldRG/MultiNet @d6fe80e definitions/robovqa_prompt.py: the SHA-256 of ROBOVQA_PROMPT's value
+MULTINET_PROMPT_SHA256 = "b01885c6b7d085ba123c07c7b675574f187183f0ef8704c01d667815422c6265"
+
+
+def multinet_question_transcribed(text_observation):
+    """src/data_utils/openx_dataloader.py @d6fe80e lines 129-136, transcribed."""
+    parts = text_observation.split('Q:', 1)
+    if len(parts) == 1:
+        text_observation_multi_embodiment = text_observation
+    elif len(parts) == 2 and text_observation.startswith("Q:"):
+        text_observation_multi_embodiment = f"Question: {parts[1].strip()}"
+    else:
+        text_observation_multi_embodiment = f"Task and Context: {parts[0].strip()}\n Question: {parts[1].strip()}"
+    return text_observation_multi_embodiment
+
+
+@pytest.mark.parametrize("question", [
+    "current goal is: put the packet away Q: immediate next step?", "Q: what just happened?", "Q:", "no marker here",
+    "goal: tidy up. Q: is it possible right now? Q: twice", " Q: leading space", "lower q: is not the marker"])
+def test_multinet_shows_the_question_as_its_loader_does(question):
+    assert scoring.multinet_question(question) == multinet_question_transcribed(question)
+
+
+def test_multinet_sends_its_current_prompt():
+    assert hashlib.sha256(scoring.MULTINET_SYSTEM_PROMPT.encode()).hexdigest() == MULTINET_PROMPT_SHA256
 
 
 def test_multinet_scores_exact_match_similarity_and_invalid():
