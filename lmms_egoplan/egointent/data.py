@@ -14,7 +14,7 @@ import json
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -160,9 +160,8 @@ def read_release(root: Path, *, allow_outside: bool = False) -> tuple[list[Step]
             f"<indoor|outdoor>/<scene>/<event>/{RELEASE.label_file} (tasks/egointent/README.md, Data preparation); "
             f"point {setting_name(ENV_PREFIX, 'annotations')} at the folder you downloaded, or at a flat annotation "
             f"file")
-    steps: list[Step] = []
+    events: list[list[Step]] = []
     problems: list[str] = []
-    sample_ids: dict[str, str] = {}
     for label in labels:
         relative = label.relative_to(root)
         if len(relative.parts) != 4 or relative.parts[0] not in ENVIRONMENTS:
@@ -171,15 +170,26 @@ def read_release(root: Path, *, allow_outside: bool = False) -> tuple[list[Step]
             continue
         event_steps, event_problems = _event_steps(root, relative, allow_outside=allow_outside)
         problems += event_problems
-        for step in event_steps:
-            if step.step_id in sample_ids:  # one Ego4D video cut into two events with the same step ids
-                problems.append(f"{step.where}: field {RELEASE.video_uid}: the sample id {step.step_id!r} "
-                                f"({RELEASE.video_uid} and {RELEASE.step_id}) is also that of "
-                                f"{sample_ids[step.step_id]}")
-                continue
-            sample_ids[step.step_id] = step.where
-            steps.append(step)
-    return steps, problems
+        events.append(event_steps)
+    return _with_unique_sample_ids(events), problems
+
+
+def _with_unique_sample_ids(events: list[list[Step]]) -> list[Step]:
+    """The events' steps, in order. A sample id is ``<video_uid>_<step_id>``; where one Ego4D video was cut into
+    several events, whose step ids may repeat, each of them gets its ordinal among them in folder order
+    (``<video_uid>_<n>_<step_id>``): still no scene, event or task name for the model to read."""
+    events_of_video = Counter(event[0].source_video for event in events if event)
+    ordinal: Counter = Counter()
+    steps = []
+    for event in events:
+        video = event[0].source_video if event else None
+        if events_of_video[video] > 1:
+            ordinal[video] += 1
+            # each step's id is <video_uid>_<step_id> (_event_steps): the ordinal goes between the two
+            event = [replace(step, step_id=f"{video}_{ordinal[video]}_{step.step_id[len(video) + 1:]}")
+                     for step in event]
+        steps += event
+    return steps
 
 
 def _event_steps(root: Path, relative: Path, *, allow_outside: bool) -> tuple[list[Step], list[str]]:

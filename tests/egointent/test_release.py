@@ -148,6 +148,29 @@ def test_plausible_next_steps_null_reads_as_none_and_a_wrong_value_is_named(rele
         load_samples(EgoIntentSettings(annotations=root))
 
 
+def test_events_cut_from_one_video_keep_every_step_with_ids_that_name_no_event(release, tmp_path):
+    """Two events whose label files name the same video_uid (one Ego4D video, two events, step ids 1, 2, ...): every
+    step is a sample, each id unique, ``<video_uid>_<n>_<step_id>`` with the event's ordinal, never its name; the
+    other events' ids stay ``<video_uid>_<step_id>``."""
+    root = damaged_copy(release, tmp_path)
+    before = load_samples(EgoIntentSettings(annotations=root)).docs
+    first, second = sorted(root.rglob(RELEASE.label_file))[:2]
+    shared = json.loads(first.read_text())[RELEASE.video_uid]
+    data = json.loads(second.read_text())
+    moved, data[RELEASE.video_uid] = data[RELEASE.video_uid], shared
+    second.write_text(json.dumps(data))
+    after = load_samples(EgoIntentSettings(annotations=root)).docs
+    ids = [doc["step_id"] for doc in after]
+    assert len(ids) == len(set(ids)) == len(before)
+    renamed = [i for i in ids if i.startswith(f"{shared}_")]
+    steps = [len(json.loads(label.read_text())[RELEASE.steps]) for label in (first, second)]
+    assert sorted(renamed) == sorted([f"{shared}_1_{n}" for n in range(1, steps[0] + 1)]
+                                     + [f"{shared}_2_{n}" for n in range(1, steps[1] + 1)])
+    assert {i for i in ids if not i.startswith(f"{shared}_")} == \
+        {doc["step_id"] for doc in before if not doc["step_id"].startswith((f"{shared}_", f"{moved}_"))}
+    assert not any(part in i for i in renamed for part in first.parent.relative_to(root).parts + ("step",))
+
+
 def test_steps_whose_clips_cannot_be_used_are_skipped_and_counted_where_asked(release, tmp_path):
     from lmms_eval.tasks import TaskManager
 
