@@ -118,6 +118,8 @@ def typed_questions(text: str, where: str) -> list[dict]:
         if kind is None:
             raise RoboVQADataError(f"{where}: field text, question #{number}: tag {tag} names no RoboVQA question "
                                    f"type (known: {', '.join(QUESTION_TYPES)})")
+        if not answer.lower().startswith("a:"):  # the notebook's split makes such a text all answer
+            raise RoboVQADataError(f"{where}: field text, question #{number}: no 'A:' marks where its answer starts")
         found.append(_question(kind, tag, question, answer_text(answer), f"{where}, question #{number}"))
     if not found:
         raise RoboVQADataError(f"{where}: field text holds no <task:...> question")

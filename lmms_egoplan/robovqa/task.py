@@ -124,8 +124,28 @@ def load_docs(context: TaskContext) -> LoadedDocs:
     warn_of_skipped(context.task_name, loaded.skipped, "question(s) with unusable frames", ENV_PREFIX)
     protocol = PROTOCOLS[settings.protocol]
     docs = [{**doc, "protocol": settings.protocol, "max_side": settings.max_side} for doc in loaded.docs]
+    check_prompts(protocol, docs, settings)
     logger.info(f"{context.task_name}: {len(docs)} questions, protocol {settings.protocol} ({protocol.source})")
     return LoadedDocs(docs, loaded.skipped, read_from=[settings.root])
+
+
+def check_prompts(protocol: Protocol, docs: Sequence[Mapping], settings: Any) -> None:
+    """Every question's prompt built before the model loads: a question the preset cannot rewrite (physbrain's
+    ``transform_training_qa`` raises on a template it does not know) stops the run now, naming it, not at its
+    request."""
+    unwritable = []
+    for doc in docs:
+        try:
+            protocol.prompt(doc)
+        except ValueError as error:
+            unwritable.append(f"{doc['item_id']}: {error}")
+    if unwritable:
+        shown = "\n  ".join(unwritable[:10]) + (f"\n  ... and {len(unwritable) - 10} more" if len(unwritable) > 10
+                                                else "")
+        raise RoboVQADataError(f"the {settings.protocol} protocol ({protocol.source}) cannot write the prompt of "
+                               f"{len(unwritable)} question(s) of the RoboVQA data under {settings.root}:\n  {shown}\n"
+                               f"set {setting_name(ENV_PREFIX, 'protocol')} to another protocol (default reads every "
+                               f"question)")
 
 
 def configure(context: TaskContext, config: Mapping[str, Any]) -> Configuration:

@@ -145,7 +145,31 @@ def test_bad_qa_lines_are_named_together_and_missing_frames_after_them(fixture, 
     assert len(loaded.skipped) == 2 and len(loaded.docs) == 2
 
 
+def test_a_question_a_preset_cannot_rewrite_stops_the_task_before_the_model_naming_it(fixture, tmp_path):
+    """physbrain's transform_training_qa raises on a template it does not know: the task's loader builds every
+    prompt, so the run stops before the model with the question's item named (not at its request)."""
+    from dataclasses import replace
+
+    from lmms_egoplan.contract.benchmark import TaskContext
+
+    def unknown(lines):
+        next(line for line in lines if "immediate next step" in line["question"])["question"] = "what now?"
+
+    settings = _copy_with(fixture.layout("frames16"), tmp_path, unknown)
+    with pytest.raises(RoboVQADataError, match=r"the physbrain protocol .* cannot write the prompt of 1 question\(s\) "
+                                               r"of the RoboVQA data under .*\n  qa.jsonl/episode_\w+/\d+: Unsupported "
+                                               r"RoboVQA question template for planning: what now\?\nset "
+                                               r"ROBOVQA_PROTOCOL"):
+        task.load_docs(TaskContext("robovqa_next_step", replace(settings, protocol="physbrain"),
+                                   dataset_name="next_step"))
+    assert task.load_docs(TaskContext("robovqa_next_step", settings, dataset_name="next_step")).docs  # default
+
+
 def test_an_unknown_tag_in_a_tianli_row_is_named(fixture, tmp_path):
     (tmp_path / "validation.jsonl").write_text(json.dumps({"video": "x.mp4", "text": "<task:odd>Q: a? A: b"}) + "\n")
     with pytest.raises(RoboVQADataError, match=r"validation.jsonl, row #0: field text, question #0: tag <task:odd>"):
+        load_type(RoboVQASettings(data_source="tianli", root=str(tmp_path)), "success")
+    # no "A:": the notebook's split makes the text all answer; the error says what is missing, not "empty question"
+    (tmp_path / "validation.jsonl").write_text(json.dumps({"video": "x.mp4", "text": "<task:planning>Q: next? b"}))
+    with pytest.raises(RoboVQADataError, match=r"row #0: field text, question #0: no 'A:' marks where its answer"):
         load_type(RoboVQASettings(data_source="tianli", root=str(tmp_path)), "success")
