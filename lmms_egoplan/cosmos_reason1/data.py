@@ -285,6 +285,14 @@ def _part_docs(settings, part: str, problems: DatasetProblems) -> tuple[list[dic
     return docs, where
 
 
+def files_read(settings, part: str) -> list[str]:
+    """The files a part's questions are read from, as a run records them (its data's identity): the part's QA file,
+    or under ``data_source: paibench_u`` the PAI-Bench-U parquet files."""
+    if settings.data_source == "paibench_u":
+        return [str(path) for path in sorted((Path(settings.paibench_u_root).expanduser() / "data").glob("*.parquet"))]
+    return [str(qa_file(settings.root, part))]
+
+
 def _where_clips_come_from(part: str) -> str:
     if part in ("av", "robovqa"):
         return "the Hub dataset nvidia/Cosmos-Reason1-Benchmark holds them as clips.tar.gz: unpack it in place"

@@ -43,7 +43,12 @@ def robust_answer(text: str, letters: Sequence[str], options: Sequence[str]) -> 
     body = found.group(1) if found else without_reasoning(text)
     lettered = [letter for letter in letters if letter.upper() in CHOICE_LETTERS]
     texts = [options[letters.index(letter)] for letter in lettered]
-    position = extract_choice(body, texts if lettered == list(CHOICE_LETTERS[:len(lettered)]) else ())
+    # Options past D are not read; an answer naming one's text is not read by the texts of A-D either (E's text
+    # may hold D's: "open the drawer slowly" is not D's "open the drawer").
+    past_d = [text for letter, text in zip(letters, options) if letter not in lettered]
+    names_past_d = any(text.strip() and text.strip().lower() in body.lower() for text in past_d)
+    in_order = lettered == list(CHOICE_LETTERS[:len(lettered)])
+    position = extract_choice(body, texts if in_order and not names_past_d else ())
     if position is None:
         return ""
     letter = CHOICE_LETTERS[position]

@@ -76,8 +76,8 @@ FACE = ReportFace(
                      count_column("Unparseable, official parser", "unparseable_official"),
                      count_column("Samples", "predictions")),
                     notes=("ER macro is the paper's mean over the six sources, ER micro the PAI-Bench leaderboard's "
-                           "mean over questions; BridgeData V2's rebuilt clips do not match their questions "
-                           "(tasks/cosmos_reason1/README.md, Fidelity)",
+                           "mean over questions; BridgeData V2's clips rebuilt before nvidia-cosmos/cosmos-reason1 "
+                           "f8ec02d do not match their questions (tasks/cosmos_reason1/README.md, Fidelity)",
                            "A published row fills the columns of its source's averaging only (the paper: macro; the "
                            "PAI-Bench leaderboard: micro; MiMo-Embodied: the five sources without AV), with its "
                            "own prompt and decoding (its notes); one that prints a single 'Cosmos' value without "

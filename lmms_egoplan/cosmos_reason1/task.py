@@ -69,8 +69,8 @@ from lmms_egoplan.cosmos_reason1.data import (
     ENV_PREFIX,
     ER_SOURCES,
     CosmosReason1DataError,
+    files_read,
     load_part,
-    qa_file,
     shortfall,
 )
 from lmms_egoplan.cosmos_reason1.parsing import LETTER, REASONING, official_answer, official_correct, robust_answer
@@ -112,7 +112,7 @@ def load_docs(context: TaskContext) -> LoadedDocs:
         logger.warning(BRIDGEV2_WARNING)
     docs = [{**doc, "prompt": settings.prompt} for doc in loaded.docs]
     logger.info(f"{context.task_name}: {len(docs)} questions, prompt {settings.prompt}, clips at {settings.fps:g} fps")
-    return LoadedDocs(docs, loaded.skipped, read_from=[str(qa_file(settings.root, part))])
+    return LoadedDocs(docs, loaded.skipped, read_from=files_read(settings, part))
 
 
 def configure(context: TaskContext, config: Mapping[str, Any]) -> Configuration:
@@ -260,9 +260,10 @@ def _clip(path: str, fps: float, max_frames: int, max_side: int | None, item_id:
             times = media.frame_times(indices, 0, video.info.fps) if frame_timing == SAMPLED_RATE else \
                 media.frame_times(range(len(indices)), 0, PROCESSOR_DEFAULT_FPS)
     except media.MediaError as error:
-        raise CosmosReason1DataError(f"Cosmos-Reason1 question {item_id}: {error}; check "
-                                     f"{setting_name(ENV_PREFIX, 'root')} (a run with --use_cache resumes from the "
-                                     f"answers already given)") from error
+        raise CosmosReason1DataError(
+            f"Cosmos-Reason1 question {item_id}: {error}; check {setting_name(ENV_PREFIX, 'root')} "
+            f"({setting_name(ENV_PREFIX, 'paibench_u_root')} under data_source paibench_u; a run with --use_cache "
+            f"resumes from the answers already given)") from error
     return tuple(media.as_video_frames(frames, clip="clip", times=times))
 
 

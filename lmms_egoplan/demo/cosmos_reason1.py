@@ -185,6 +185,9 @@ def _means(parts: dict[str, dict[str, float]], members: tuple[str, ...]) -> dict
     return means
 
 
+NOT_RETRIED = {"empty_answer_retried": 0, "empty_after_retries": 0}
+
+
 def scripted_answers(fixture: CosmosReason1Fixture) -> ScriptedAnswers:
     """``cosmos_reason1`` answered in the eight styles; each value the run reports follows from what each parser
     reads of each style (``scripted_answer``), computed here without the parsers."""
@@ -199,14 +202,13 @@ def scripted_answers(fixture: CosmosReason1Fixture) -> ScriptedAnswers:
                                ("cosmos_reason1", every)):
             pooled = _scores([row for row in rows if row[0] in members])
             asked = sum(row[0] in members for row in read.values())
+            # lmms-eval's openai backend asks once: no answer generated again
             values[group] = {**pooled, **_means(parts, members), "skipped_samples": 0,
-                             "failed_requests": asked - pooled["predictions"]}
+                             "failed_requests": asked - pooled["predictions"], **NOT_RETRIED}
         for part, scores in parts.items():
             asked = sum(row[0] == part for row in read.values())
             values[_task(part)] = {**scores, **_means(parts, (part,)), "skipped_samples": 0,
-                                   "failed_requests": asked - scores["predictions"],
-                                   # lmms-eval's openai backend asks once
-                                   "empty_answer_retried": 0, "empty_after_retries": 0}
+                                   "failed_requests": asked - scores["predictions"], **NOT_RETRIED}
         return values
 
     answers = {question: row[2] for question, row in read.items()}

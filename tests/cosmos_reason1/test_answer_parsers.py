@@ -104,3 +104,7 @@ def test_an_option_past_d_is_not_read_by_the_shared_reader_of_a_to_d():
     assert robust_answer("<answer>two</answer>", letters, options) == "B"
     assert robust_answer("<answer>E</answer>", letters, options) == ""
     assert robust_answer("<answer>five</answer>", letters, options) == ""
+    # E's text holds D's: naming E is not read as D
+    letters, options = list("ABCDE"), ["a cup", "a plate", "a bowl", "open the drawer", "open the drawer slowly"]
+    assert robust_answer("<answer>open the drawer slowly</answer>", letters, options) == ""
+    assert robust_answer("<answer>Open the drawer.</answer>", letters, options) == "D"

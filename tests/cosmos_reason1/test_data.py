@@ -112,6 +112,19 @@ def test_the_paibench_u_layout_gives_each_part_the_same_questions(fixture):
         assert all(doc["video"].startswith(str(fixture.paibench_u_root / "videos" / part)) for doc in hub)
 
 
+def test_a_run_records_the_files_its_questions_came_from_in_either_layout(fixture):
+    """The results' data_read_from and the answers' data identity: the part's QA file, or the PAI-Bench-U parquet
+    files (not the QA file of a root that may be set too)."""
+    from lmms_egoplan.contract.benchmark import TaskContext
+    from lmms_egoplan.cosmos_reason1.task import load_docs
+
+    official = load_docs(TaskContext("cosmos_reason1_av", settings_of(fixture), dataset_name="av")).read_from
+    assert official == [str(fixture.root / "av" / "av_benchmark_qa_pairs.json")]
+    hub = load_docs(TaskContext("cosmos_reason1_av", settings_of(fixture, data_source="paibench_u"),
+                                dataset_name="av")).read_from
+    assert hub == sorted(str(path) for path in (fixture.paibench_u_root / "data").glob("*.parquet")) and hub
+
+
 def test_a_paibench_u_row_of_no_known_part_is_named(fixture, tmp_path):
     from datasets import Dataset
 

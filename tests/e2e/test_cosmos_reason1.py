@@ -69,7 +69,7 @@ def test_scripted_answers_score_as_the_script_implies_with_the_official_prompt_a
     assert "do not match their questions" in run.log
     recorded = run.results["configs"]["cosmos_reason1_robovqa"]["metadata"]
     assert (recorded["version"], recorded["prompt"], recorded["robovqa_items"], recorded["frame_pixels"]) == (
-        7, "official_reasoning", "all", "qwen_vl_utils")
+        8, "official_reasoning", "all", "qwen_vl_utils")
 
 
 def test_a_part_without_clips_is_not_run_and_the_run_fails_naming_it(fixture, tmp_path):
