@@ -10,6 +10,7 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,9 +89,8 @@ def load_release_dimension(data_root: str | Path, dimension: Dimension, *, allow
             where = f"{annotations}, record {index}"
             if not isinstance(record, dict):
                 raise EgoThinkDataError(f"{where}: expected a JSON object, got {type(record).__name__}")
-            for key in ("question", "answer"):
-                if not isinstance(record.get(key), str):
-                    raise EgoThinkDataError(f"{where}: field {key!r} must be text, got {record.get(key)!r}")
+            if found := _text_problems(record):
+                raise EgoThinkDataError(f"{where}: {'; '.join(found)}")
             paths = record.get("image_path")
             if not isinstance(paths, list) or not paths or not isinstance(paths[0], str) or not paths[0].strip():
                 raise EgoThinkDataError(f"{where}: field image_path must be a list whose first item is the image's "
@@ -106,6 +106,13 @@ def load_release_dimension(data_root: str | Path, dimension: Dimension, *, allow
             problems.add(f"{where}: {problem}")
     problems.raise_if_any(f"Check {setting_name(ENV_PREFIX, 'data_root')}" if unusable else "")
     return docs
+
+
+def _text_problems(record: Mapping) -> list[str]:
+    """A record's question and reference answer must be text that is not blank (a blank reference would be judged
+    against, a missing one reach the judge as "None")."""
+    return [f"field {key!r} must be text that is not blank, got {record.get(key)!r}" for key in ("question", "answer")
+            if not isinstance(record.get(key), str) or not record.get(key).strip()]
 
 
 def load_hub_dimension(repo: str, dimension: Dimension, *, revision: str | None = None, image_cache: str | Path,
@@ -128,10 +135,13 @@ def load_hub_dimension(repo: str, dimension: Dimension, *, revision: str | None 
     folder = Path(image_cache).expanduser() / re.sub(r"[^\w.-]+", "_", repo) / dimension.hub_config
     folder.mkdir(parents=True, exist_ok=True)
     docs = []
+    problems = DatasetProblems(f"EgoThink {dimension.name} ({repo}, config {dimension.hub_config})", EgoThinkDataError)
     for index, row in enumerate(data):
+        if found := _text_problems(row):
+            problems.add(f"{repo}, config {dimension.hub_config}, row {index}: {'; '.join(found)}")
+            continue
         image = _stored_image(row["image"], folder, index)
         docs.append(_doc(dimension, index, row["question"], row["answer"], image))
-    problems = DatasetProblems(f"EgoThink {dimension.name} ({repo}, config {dimension.hub_config})", EgoThinkDataError)
     rows = {Path(doc["image"]): number for number, doc in enumerate(docs)}
     for image, problem in image_problems(rows, images_decoded).items():
         problems.add(f"{repo}, config {dimension.hub_config}, row {rows[image]}: field image: {problem}")

@@ -83,6 +83,8 @@ COLUMNS = (
     Column("Average", "score", published="average", digits=1, group_mean=_dimensions_mean(DIMENSIONS)),
     Column("Mean over questions", "micro_score", published="average_over_questions", digits=1,
            group_mean=_dimensions_mean(DIMENSIONS, MICRO)),
+    # a published single EgoThink value whose source does not say which mean it is (EgoTools' Table 2)
+    Column("Average, mean not stated", "average_not_stated", digits=1, interval=False),
 )
 FACE = ReportFace(
     tables=(TableLayout("ego_think", "EgoThink: judge scores (0-100)", "EgoThink Table 3",

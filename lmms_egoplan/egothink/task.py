@@ -82,8 +82,12 @@ def load_docs(context: TaskContext) -> LoadedDocs:
     else:
         raise SettingsError(f"task {task_name}: {setting_name(ENV_PREFIX, 'source')} must be 'hub' or "
                             f"'local', got {settings.source!r}")
-    logger.info(f"EgoThink {dimension.capability}/{dimension.name}: {len(docs)} questions from {origin} "
-                f"(the paper has {dimension.paper_count})")
+    said = f"EgoThink {dimension.capability}/{dimension.name}: {len(docs)} questions from {origin}"
+    if len(docs) == dimension.paper_count:
+        logger.info(f"{said} (as the paper)")
+    else:  # a partial copy scores over other questions than the paper's, with nothing else to say so
+        logger.warning(f"{said}, the paper has {dimension.paper_count}: its score is over other questions than "
+                       f"the paper's")
     return LoadedDocs(docs, read_from=[read_from])
 
 

@@ -73,14 +73,16 @@ def test_every_problem_of_a_dimension_is_listed_in_one_error_naming_file_record_
     annotations = data / "Activity" / "annotations.json"
     records = json.loads(annotations.read_text())
     del records[1]["answer"]
+    records[0]["question"] = "  "
     records[2]["image_path"] = [5]
     annotations.write_text(json.dumps(records))
     (data / "Activity" / "images" / records[3]["image_path"][0]).write_text("<html>not found</html>\n")
     with pytest.raises(EgoThinkDataError) as error:
         load_release_dimension(data, DIMENSIONS["Activity"])
     assert str(error.value).splitlines() == [
-        f"3 problems in EgoThink activity ({annotations}):",
-        f"  {annotations}, record 1: field 'answer' must be text, got None;",
+        f"4 problems in EgoThink activity ({annotations}):",
+        f"  {annotations}, record 0: field 'question' must be text that is not blank, got '  ';",
+        f"  {annotations}, record 1: field 'answer' must be text that is not blank, got None;",
         f"  {annotations}, record 2: field image_path must be a list whose first item is the image's file name, "
         "got [5];",
         f"  {annotations}, record 3: field image_path '4.jpg': not an image file (it starts with bytes "
@@ -107,6 +109,24 @@ def test_hub_loader_reads_the_hub_shaped_dataset_and_stores_its_images_once(tmp_
         stamps = [p.stat().st_mtime_ns for p in images]
         again = load_hub_dimension(str(hub), dimension, image_cache=tmp_path / "images")
         assert [Path(d["image"]).stat().st_mtime_ns for d in again] == stamps
+
+
+def test_hub_rows_without_a_question_or_reference_are_named_with_repository_config_and_row(tmp_path, monkeypatch):
+    """A reference that is None or blank would reach the judge as "None" or be judged against: named, not read."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    hub = write_hub_copy(tmp_path / "hub", per_dimension=2)
+    dimension = DIMENSIONS["Object_existence"]
+    shard = hub / dimension.hub_config / "test-00000-of-00001.parquet"
+    rows = datasets.Dataset.from_parquet(str(shard)).to_list()
+    rows[0]["answer"], rows[1]["question"] = None, ""
+    datasets.Dataset.from_list(rows, features=datasets.Dataset.from_parquet(str(shard)).features).to_parquet(str(shard))
+    with pytest.raises(EgoThinkDataError) as error:
+        load_hub_dimension(str(hub), dimension, image_cache=tmp_path / "images")
+    assert f"{hub}, config {dimension.hub_config}, row 0: field 'answer' must be text that is not blank, got None" \
+        in str(error.value)
+    assert "row 1: field 'question' must be text that is not blank, got ''" in str(error.value)
 
 
 def _store_images(folder, barrier, count):
