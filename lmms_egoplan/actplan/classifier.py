@@ -202,21 +202,31 @@ def load_finetuning_data(data_file: str | Path, activities_file: str | Path) -> 
         missing = [key for key in ("activity", *_PLAN_LISTS) if key not in row]
         if missing:
             raise FinetuningDataError(f"{data_file}:{number}: missing {', '.join(missing)}")
-        if row["activity"] in split_of:
-            rows[split_of[row["activity"]]].append(row)
+        split = split_of.get(row["activity"])
+        if split == "train" and not _positives(row):  # training draws a correct plan from every row
+            raise FinetuningDataError(f"{data_file}:{number}: a training row with no gold or correct plan "
+                                      f"({', '.join(POSITIVE_LISTS)} all empty)")
+        if split is not None:
+            rows[split].append(row)
         else:
             unassigned += 1
     return rows, unassigned
 
 
+# The plans of a row the classifier learns as correct. The paper and the release's readme mix gold and correct plans
+# of both VLMs as positives (the release's code leaves out pos_gpt).
+POSITIVE_LISTS = ("gold_gpt", "pos_gpt", "pos_gemini", "gold_gemini")
+
+
+def _positives(row: dict) -> list[str]:
+    return [plan for name in POSITIVE_LISTS for plan in row[name]]
+
+
 def training_pair(row: dict, rng: random.Random) -> tuple[str, str, int]:
-    """One (reference, candidate, label) pair drawn from a training row (release ``EmbDataset``)."""
-    # The paper and the release's readme mix gold and correct plans of both VLMs as positives
-    # (the release's code leaves out pos_gpt).
-    positives = row["gold_gpt"] + row["pos_gpt"] + row["pos_gemini"] + row["gold_gemini"]
+    """One (reference, candidate, label) pair drawn from a training row (release ``EmbDataset``; every training row
+    has a correct plan: ``load_finetuning_data``)."""
+    positives = _positives(row)
     negatives = row["neg_gpt"] + row["neg_gemini"]
-    if not positives:
-        raise FinetuningDataError(f"row {row.get('path', row['activity'])} has no gold or correct plan")
     draw = rng.random()
     if draw < 0.3:
         return (*_two_positives(positives, rng), 1)

@@ -166,6 +166,9 @@ def _instance(root: Path, scene: Path, activity: Path, problem: int, sample: int
 _NESTED = r"\([^()\n]*\)"
 STEP = re.compile(rf"(?<![\w-])((?:^(?:\w[\w-]* )+)?[A-Za-z][\w-]*)"
                   rf"\((\s*|[\s,]*(?:[^()\s,]|{_NESTED})(?:[^()\n]|{_NESTED})*)\)")
+# The task descriptions' format placeholder ("... the planning steps described with action(object)"): an answer
+# that repeats it, or the description's sentence, names no step (``plans.parse_plan``).
+FORMAT_PLACEHOLDER = re.compile(r"(?:^|\s)action\(object\)$", re.IGNORECASE)
 _LIST_MARKER = re.compile(r"^\s*(?:[-*+\u2022]\s+|\(?\d+\s*[.):]\s*|step\s*\d+\s*[:.)-]?\s*)", re.IGNORECASE)
 _DECORATION = re.compile(r"[`*]")
 # What may surround steps on a line that is "in the required form".

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from lmms_egoplan.actplan.data import (
+    FORMAT_PLACEHOLDER,
     GOLD_CHOICES,
     SPLITS,
     ActPlanDataError,
@@ -57,11 +58,13 @@ def parse_plan(text: str) -> ParsedPlan:
     Lines are split into steps as gold plans are (``actplan.data.plan_lines``); what differs is
     other text: here it is a format error and scores nothing, in a gold plan it is a step."""
     lines = plan_lines(without_reasoning(text))
-    with_steps = [i for i, line in enumerate(lines) if line.steps]
+    steps = [[step for step in line.steps if not FORMAT_PLACEHOLDER.search(step)] for line in lines]
+    with_steps = [i for i, found in enumerate(steps) if found]
     if with_steps:
-        lines = lines[with_steps[0]:with_steps[-1] + 1]
-    return ParsedPlan(steps=[step for line in lines for step in line.steps], plan_lines=len(lines),
-                      format_errors=sum(not line.in_form for line in lines))
+        lines, steps = lines[with_steps[0]:with_steps[-1] + 1], steps[with_steps[0]:with_steps[-1] + 1]
+    return ParsedPlan(steps=[step for found in steps for step in found], plan_lines=len(lines),
+                      format_errors=sum(not line.in_form or len(found) < len(line.steps)
+                                        for line, found in zip(lines, steps)))
 
 
 def aggregate_format_error_rate(counts: Iterable[Mapping[str, int]]) -> float:
@@ -148,10 +151,12 @@ def candidate_plan(model: str, instance_id: str, split: str | None, text: str, g
                    steps: str) -> CandidatePlan:
     """``steps="parsed"``: the plan's ``action(args)`` steps are scored, read as the run reads them (``parse_plan``);
     ``"lines"``: the release's ``text.split("\\n")`` verbatim (a trailing newline gives a final empty step, which
-    matches the other plan's). Format errors are counted on the parsed plan either way."""
+    matches the other plan's), less reasoning blocks where it has any (the release's plans have none). Format
+    errors are counted on the parsed plan either way."""
     parsed = parse_plan(text)
-    return CandidatePlan(model, instance_id, split, parsed.steps if steps == "parsed" else text.split("\n"), gold,
-                         parsed)
+    answer = without_reasoning(text)
+    lines = (text if answer == text.strip() else answer).split("\n")
+    return CandidatePlan(model, instance_id, split, parsed.steps if steps == "parsed" else lines, gold, parsed)
 
 
 def _gold(text: str, steps: str) -> list[str]:

@@ -120,6 +120,22 @@ def test_fine_tuning_command_keeps_the_best_validation_epoch(tiny_bert, finetuni
     assert info["epoch"] == metrics["best_epoch"] and info["training"]["batch_size"] == 12
 
 
+def test_a_training_row_without_a_correct_plan_is_named_when_the_data_is_read(finetuning, tmp_path):
+    """Training draws a correct plan from every training row: one without any stops the command before the model
+    loads, naming the file and line (not an epoch later, naming neither)."""
+    data, activities = finetuning
+    train = {line.split("\t")[0] for line in activities.read_text().splitlines() if line.endswith("\ttrain")}
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    number = next(n for n, row in enumerate(rows, 1) if row["activity"] in train)
+    rows[number - 1].update(gold_gpt=[], pos_gpt=[], pos_gemini=[], gold_gemini=[])
+    damaged = tmp_path / "finetuning_data.jsonl"
+    damaged.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(bleurt.FinetuningDataError, match=rf"{damaged}:{number}: a training row with no gold or correct "
+                                                         rf"plan \(gold_gpt, pos_gpt, pos_gemini, gold_gemini all "
+                                                         rf"empty\)"):
+        load_finetuning_data(damaged, activities)
+
+
 @pytest.mark.parametrize("setting, value, message", [
     ("epochs", 0, "epochs must be at least 1, got 0"),
     ("batch_size", 0, "batch_size must be at least 1"),

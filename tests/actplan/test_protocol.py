@@ -139,9 +139,24 @@ def test_empty_release_and_missing_folder_are_errors(tmp_path):
     ("", [], 0, 0),
     # Prose before a parenthesis is no step (the name must touch it); empty arguments are one.
     ("Walk to the kitchen (the one on the left) and grab() the cup.", ["grab()"], 1, 1),
+    # The descriptions' format placeholder, or their sentence repeated, names no step (and is a format error).
+    ("action(object)\naction(object)", [], 2, 2),
+    ("Generate admissible procedural plans without natural language using the planning steps described with "
+     "action(object).", [], 1, 1),
+    ("walk_to(table)\naction(object)\ngrab(cup)", ["walk_to(table)", "grab(cup)"], 3, 1),
 ])
 def test_plan_parsing(text, steps, plan_lines, format_errors):
     assert parse_plan(text) == ParsedPlan(steps, plan_lines, format_errors)
+
+
+def test_the_release_lines_of_a_plan_leave_out_reasoning_blocks_and_keep_everything_else():
+    from lmms_egoplan.actplan.plans import candidate_plan
+
+    def lines(text):
+        return candidate_plan("m", "i", None, text, [], "lines").prediction
+
+    assert lines("walk_to(a)\ngrab(b)\n") == ["walk_to(a)", "grab(b)", ""]  # the release's trailing empty step
+    assert lines("<think>walk_to(x)\nmaybe</think>\nwalk_to(a)\ngrab(b)") == ["walk_to(a)", "grab(b)"]
 
 
 @pytest.mark.parametrize("text, steps", [
