@@ -92,5 +92,5 @@ FACE = ReportFace(
                         figures={"egothink_dimensions": egothink_dimensions}, judged=True,
                         main="Average", scoring=dict.fromkeys(("ego_think", "ego_think_blind"), GENERATIVE)),),
     published=published_rows(__package__),
-    units=(("score", SCORE_0_100), ("micro_score", SCORE_0_100)),
+    units=(("score", SCORE_0_100), ("micro_score", SCORE_0_100), ("average_not_stated", SCORE_0_100)),
 )
