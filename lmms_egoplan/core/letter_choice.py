@@ -23,6 +23,9 @@ _LEADING_LETTER = re.compile(r"^(?:[(\[]([A-Da-d])[)\]]|([A-D])\s*[.:)\-]|([a-d]
 _LONE_CAPITAL = re.compile(r"(?<![A-Za-z0-9'])([A-D])(?![A-Za-z0-9'])")
 # "A good step ..." is the article; "A or B", "A is right" name option A.
 _ARTICLE_FOLLOWER = re.compile(r"\s+(?!(?:or|and|is|was|seems|would|should|because|since)\b)[a-z]")
+# A letter ruled out, not chosen: "not C", "is not (C)", "the wrong answer is A", "not option D".
+_RULED_OUT = re.compile(r"\b(?:not|wrong|incorrect)\s+(?:the\s+)?(?:(?:answer|option|choice)\s+)?[(\[]?\s*$",
+                        re.IGNORECASE)
 
 
 def extract_choice(response: str, choices: Sequence[str]) -> int | None:
@@ -33,25 +36,30 @@ def extract_choice(response: str, choices: Sequence[str]) -> int | None:
     that is only "B"), whatever options the explanation after it discusses; a named option ("option
     C is best"; the last one counts); the text of exactly one candidate; exactly one distinct
     stand-alone capital A-D. An "a" / "A" followed by a word ("the answer is a knife", "A good step")
-    is the article, not option A.
+    is the article, not option A; a letter ruled out ("not C", "the wrong answer is A", "not option D")
+    is not chosen.
     """
     text = (response or "").strip()
     if not text:
         return None
     if match := _BARE_LETTER.fullmatch(text):
         return CHOICE_LETTERS.index(match.group(1).upper())
-    if stated := [m for m in _STATED_LETTER.finditer(text) if not _is_article(text, m)]:
+    if stated := [m for m in _STATED_LETTER.finditer(text) if not _is_article(text, m) and not _ruled_out(text, m)]:
         return CHOICE_LETTERS.index(stated[-1].group("letter").upper())
     if match := _LEADING_LETTER.match(text) or _BARE_LETTER.fullmatch(text.split("\n", 1)[0].strip()):
         return CHOICE_LETTERS.index(next(g for g in match.groups() if g).upper())
-    if mentioned := [m for m in _NAMED_LETTER.finditer(text) if not _is_article(text, m)]:
+    if mentioned := [m for m in _NAMED_LETTER.finditer(text) if not _is_article(text, m) and not _ruled_out(text, m)]:
         return CHOICE_LETTERS.index(mentioned[-1].group("letter").upper())
     named = _named_choices(text, choices)
     if len(named) == 1:
         return named[0]
     letters = {m.group(1) for m in _LONE_CAPITAL.finditer(text)
-               if not (m.group(1) == "A" and _ARTICLE_FOLLOWER.match(text, m.end()))}
+               if not (m.group(1) == "A" and _ARTICLE_FOLLOWER.match(text, m.end())) and not _ruled_out(text, m)}
     return CHOICE_LETTERS.index(letters.pop()) if len(letters) == 1 else None
+
+
+def _ruled_out(text: str, match: re.Match) -> bool:
+    return bool(_RULED_OUT.search(text, max(0, match.start() - 40), match.start()))
 
 
 def _is_article(text: str, match: re.Match) -> bool:

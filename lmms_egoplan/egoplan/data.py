@@ -140,7 +140,7 @@ def _check_record(record: Any, where: str, *, labelled: bool, frame_numbers: boo
     for field, (valid, expected) in _FIELD_TYPES.items():
         if field not in frame_fields and not valid(record[field]):
             raise EgoPlanDataError(f"{where}: {field} must be {expected}, got {record[field]!r}")
-    if record["video_source"] not in VIDEO_SOURCES:
+    if not isinstance(record["video_source"], str) or record["video_source"] not in VIDEO_SOURCES:
         raise EgoPlanDataError(f"{where}: video_source must be one of {sorted(VIDEO_SOURCES)}, "
                                f"got {record['video_source']!r}")
     if labelled and record["golden_choice_idx"] not in tuple(CHOICE_LETTERS):

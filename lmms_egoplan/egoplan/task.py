@@ -228,6 +228,9 @@ def question_text(doc: Mapping, question_format: str = "dataset") -> str:
         goal = doc["task_goal"].strip(string.punctuation + " ").lower()
         if "goal" in goal:  # "the goal is to X" -> "X", as the official prompt builder does
             goal = goal.split("to", 1)[-1].strip()
+        if not goal:  # the official builder fails here too (an IndexError)
+            raise EgoPlanDataError(f"EgoPlan sample {doc['sample_id']}: field task_goal {doc['task_goal']!r} "
+                                   f"leaves no goal for the egoplan_it prompt")
         form = "gerund" if goal.split()[0].endswith("ing") else "imperative"
         return _EGOPLAN_IT_OPENINGS[form].format(goal=goal) + _EGOPLAN_IT_REST
     raise ValueError(f"EgoPlan: lmms_eval_specific_kwargs.question_format must be one of "

@@ -88,7 +88,7 @@ def test_the_generative_task_reports_both_parsers_and_the_breakdowns_of_the_logg
     check_breakdowns(run, "egoplan_bench2", docs, correct["robust"])
     assert run.metric("egoplan_bench2", "skipped_samples") == 1 and UNAVAILABLE in run.log
     recorded = run.results["configs"]["egoplan_bench2"]["metadata"]
-    assert (recorded["version"], recorded["parser"], recorded["frame_sampling"]) == (4, "robust", "keyframes")
+    assert (recorded["version"], recorded["parser"], recorded["frame_sampling"]) == (5, "robust", "keyframes")
 
 
 def test_the_likelihood_diagnostic_reports_the_argmin_of_the_logged_losses(run, fixture, with_unavailable):

@@ -539,6 +539,10 @@ def test_prompts(fixture):
         doc["question"] + "".join(f"\n{x}. {c}" for x, c in zip("ABCD", choices)) + "\nLetter?")
     with pytest.raises(ValueError, match="question_format"):
         egoplan.doc_to_text(doc, {"question_format": "free"})
+    for goal in ("...", "The goal is to"):  # nothing left of the goal: named, not an IndexError
+        with pytest.raises(egoplan_data.EgoPlanDataError, match=rf"EgoPlan sample {doc['sample_id']}: field task_goal "
+                                                   rf"{re.escape(repr(goal))} leaves no goal"):
+            egoplan.question_text({**doc, "task_goal": goal}, "egoplan_it")
 
 
 # --- Scoring ----------------------------------------------------------------------------------
@@ -607,6 +611,9 @@ CHOICES = ["put cereal box into cupboard", "take cereal bag", "open cupboard", "
     ("A good next step is D.", 3),
     ("The answer is a knife", None), ("I cannot tell from the video.", None), ("", None), ("A or B", None),
     ("take cereal bag or open cupboard", None),  # two candidates named: neither is read
+    # a letter ruled out is not chosen
+    ("The answer is not C.", None), ("The correct answer is D; the wrong answer is A", 3), ("not (C)", None),
+    ("B is right, not option D", 1), ("Not C, but B", 1),
 ])
 def test_answer_extraction(response, expected):
     assert egoplan.extract_choice(response, CHOICES) == expected
@@ -722,6 +729,7 @@ def test_a_run_that_did_not_predict_the_whole_split_writes_no_complete_looking_s
     ("sample_id", [1], "sample_id must be an integer, got [1]"),
     ("choice_a", 3, "choice_a must be a non-empty string, got 3"),
     ("question", None, "question must be a non-empty string, got None"),
+    ("video_source", ["EpicKitchens"], "video_source must be one of ['Ego4D', 'EpicKitchens'], got ['EpicKitchens']"),
 ])
 def test_egoplan_record_fields_of_the_wrong_type_are_named_at_load(field, value, message, tmp_path):
     from lmms_egoplan.core.settings import resolve_settings
