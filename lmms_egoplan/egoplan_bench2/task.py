@@ -32,6 +32,7 @@ harness calls in order -- visuals, text, results.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -53,6 +54,7 @@ from lmms_egoplan.core.settings import setting_name
 from lmms_egoplan.core.statistics import count, total
 from lmms_egoplan.egoplan_bench2.data import (
     CHOICE_LETTERS,
+    DOMAINS,
     ENV_PREFIX,
     EgoPlanBench2DataError,
     annotation_path,
@@ -62,9 +64,7 @@ from lmms_egoplan.egoplan_bench2.data import (
     package_positions,
 )
 from lmms_egoplan.egoplan_bench2.parsing import read_letters
-
-PAPER_QUESTIONS = 1321  # the paper's count (abstract, §3)
-
+from lmms_egoplan.egoplan_bench2.settings import PAPER_QUESTIONS
 
 # =============================================================================================
 # The questions
@@ -78,6 +78,11 @@ def load_docs(context: TaskContext) -> LoadedDocs:
     warn_of_skipped(context.task_name, loaded.skipped, "question(s) with missing media", ENV_PREFIX)
     logger.info(f"{context.task_name}: {len(loaded.docs)} questions ({settings.data_source} data; the paper "
                 f"has {PAPER_QUESTIONS})")
+    if unnamed := Counter(doc["domain"] for doc in loaded.docs if doc["domain"] not in DOMAINS):
+        logger.warning(f"{context.task_name}: questions of domains the paper does not name "
+                       f"({', '.join(f'{name!r}: {n}' for name, n in unnamed.items())}; the paper's: "
+                       f"{', '.join(DOMAINS)}): each gets its own accuracy_domain_* metric, and no column in the "
+                       f"report's domain table")
     source = settings.seed_bench_r1_root if settings.data_source == "seed_bench_r1" else annotation_path(settings)
     return LoadedDocs(loaded.docs, loaded.skipped, read_from=[str(source)])
 

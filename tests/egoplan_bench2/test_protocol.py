@@ -318,6 +318,29 @@ def write_release(tmp_path, records) -> Path:
     return path
 
 
+def test_a_domain_the_paper_does_not_name_is_warned_and_scored_on_its_own(fixture, tmp_path):
+    """A renamed or misspelt domain gets a breakdown of its own, which the report's domain table (the paper's four
+    domains) does not show: the task says so when it loads."""
+    from loguru import logger
+
+    from lmms_egoplan.contract.benchmark import TaskContext
+    from lmms_egoplan.egoplan_bench2 import task as bench2_task
+
+    records = fixture.records()
+    records[1]["domain"] = "Sports"
+    annotation = write_release(tmp_path, records)
+    context = TaskContext("egoplan_bench2", settings_for(fixture, annotation_file=str(annotation)))
+    lines = []
+    sink = logger.add(lines.append, format="{message}")
+    try:
+        docs = bench2_task.load_docs(context).docs
+    finally:
+        logger.remove(sink)
+    warned = [line for line in lines if "domains the paper does not name" in line]
+    assert len(warned) == 1 and "'Sports': 1" in warned[0] and "Daily life, Hobbies, Recreation, Work" in warned[0]
+    assert "accuracy_domain_sports" in {metric.name for metric in bench2_task.breakdown_metrics(context, docs)}
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda r: r.pop("task_start_frame"), r"record #2 \(sample_id '.*_3'\): missing field\(s\) task_start_frame"),
     (lambda r: r.update(golden_choice_idx="E"), r"record #2 .*golden_choice_idx must be one of A, B, C, D, got 'E'"),
