@@ -166,7 +166,7 @@ def read_paibench_u(root: str | Path, problems: DatasetProblems, allow_outside: 
     if not root:
         raise SettingsError(f"Cosmos-Reason1: {setting_name(ENV_PREFIX, 'data_source')} is paibench_u but "
                             f"{setting_name(ENV_PREFIX, 'paibench_u_root')} (the Hub dataset's folder) is not set")
-    files = sorted((Path(root).expanduser() / "data").glob("*.parquet"))
+    files = paibench_u_files(root)
     if not files:
         raise CosmosReason1DataError(f"no PAI-Bench-U parquet files under {Path(root).expanduser() / 'data'}; check "
                                      f"{setting_name(ENV_PREFIX, 'paibench_u_root')}")
@@ -289,8 +289,13 @@ def files_read(settings, part: str) -> list[str]:
     """The files a part's questions are read from, as a run records them (its data's identity): the part's QA file,
     or under ``data_source: paibench_u`` the PAI-Bench-U parquet files."""
     if settings.data_source == "paibench_u":
-        return [str(path) for path in sorted((Path(settings.paibench_u_root).expanduser() / "data").glob("*.parquet"))]
+        return [str(path) for path in paibench_u_files(settings.paibench_u_root)]
     return [str(qa_file(settings.root, part))]
+
+
+def paibench_u_files(root: str | Path) -> list[Path]:
+    """The PAI-Bench-U Hub dataset's parquet files (``<root>/data/*.parquet``), in name order."""
+    return sorted((Path(root).expanduser() / "data").glob("*.parquet"))
 
 
 def _where_clips_come_from(part: str) -> str:

@@ -15,7 +15,7 @@ from typing import Mapping
 
 from lmms_egoplan.contract.data import DataPart, DataPlan, DataSources, HubDataset, Needed
 from lmms_egoplan.core.files import folder_holding
-from lmms_egoplan.cosmos_reason1.data import ER_SOURCES, RELEASE_COUNTS, part_folder
+from lmms_egoplan.cosmos_reason1.data import ER_SOURCES, RELEASE_COUNTS, paibench_u_files, part_folder
 
 HUB = HubDataset("nvidia/Cosmos-Reason1-Benchmark", "Cosmos-Reason1-Benchmark")
 PAIBENCH_U = HubDataset("shi-labs/physical-ai-bench-understanding", "PAI-Bench-U")
@@ -34,7 +34,7 @@ def plan(folder: Path, hub: Mapping[str, Path]) -> DataPlan:
     paibench_u = hub.get(PAIBENCH_U.repo_id, folder / PAIBENCH_U.folder)
     root = folder_holding(fetched, "av/av_benchmark_qa_pairs.json") or fetched
     official = (root / "av" / "av_benchmark_qa_pairs.json").is_file()
-    source = "official" if official or not any((paibench_u / "data").glob("*.parquet")) else "paibench_u"
+    source = "official" if official or not paibench_u_files(paibench_u) else "paibench_u"
     settings = {"data_source": source, "root": str(root), "paibench_u_root": str(paibench_u)}
     if source == "paibench_u":
         return DataPlan(settings)
