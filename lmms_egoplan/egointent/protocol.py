@@ -55,7 +55,7 @@ class EgoIntentSettings(JudgeSettings):
     def system_prompt(self) -> str:
         """The system turn every request carries (``core.request_options.SYSTEM_PROMPT``): the authors' system
         message under the release's definitions, none under v1."""
-        return RELEASE_SYSTEM if self.definitions == "release" else ""
+        return SYSTEM_MESSAGES[self.definitions]
 
     def check_sampling(self, name: Callable[[str], str]) -> None:
         """Fail early on a frame plan that cannot work (``lmms-egoplan egointent-steps``; inside
@@ -119,6 +119,8 @@ REQUIRED OUTPUT FORMAT
 }"""
 RELEASE_USER = ("Watch the attached step video in full and predict the three required labels.\n\n"
                 "Return only the JSON object specified in the system prompt.")
+# The system message of each setting of definitions (v1: the suite's prompt of versions 1-3 has none).
+SYSTEM_MESSAGES = {"release": RELEASE_SYSTEM, "v1": ""}
 
 
 JUDGE_SYSTEM = ("You are a careful evaluator of egocentric video understanding. You compare a model's prediction "

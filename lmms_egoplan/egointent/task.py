@@ -67,9 +67,9 @@ from lmms_egoplan.egointent.protocol import (
     ALSO_ACCEPTABLE,
     JUDGE_SYSTEM,
     OR_ALSO_ACCEPTABLE,
-    RELEASE_SYSTEM,
     RELEASE_USER,
     RUBRIC_NAMES,
+    SYSTEM_MESSAGES,
     EgoIntentSettings,
     judge_template,
 )
@@ -147,9 +147,10 @@ def prompt_turns(doc: dict) -> tuple[str, str]:
     """(system message, user message) of the prediction prompt the setting ``definitions`` picks; the
     step id is in it only with ``show_step_id``."""
     step_line = STEP_LINE.format(step_id=doc["step_id"]) if doc["show_step_id"] else ""
+    system = SYSTEM_MESSAGES[doc["definitions"]]
     if doc["definitions"] == "v1":
-        return "", V1_PROMPT.format(step_line=step_line)
-    return RELEASE_SYSTEM, f"{step_line}\n{RELEASE_USER}" if step_line else RELEASE_USER
+        return system, V1_PROMPT.format(step_line=step_line)
+    return system, f"{step_line}\n{RELEASE_USER}" if step_line else RELEASE_USER
 
 
 def doc_to_text(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> str:
