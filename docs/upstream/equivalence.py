@@ -1165,7 +1165,7 @@ def release_files_in_run_folder(*names: str) -> Callable[[Path, Mapping[str, str
     return prepare
 
 
-def _egoplan_settings(task_yaml: str) -> SuiteSettings:
+def _egoplan_settings(task_yaml: str, fixed: Mapping[str, Any] | None = None) -> SuiteSettings:
     from lmms_egoplan.egoplan.data import ENV_PREFIX
     from lmms_egoplan.egoplan.settings import EgoPlanSettings
 
@@ -1176,7 +1176,7 @@ def _egoplan_settings(task_yaml: str) -> SuiteSettings:
                          shared=("annotation_dir", "epic_frames_root", "ego4d_videos_root"),
                          unscored=("images_decoded_at_load", "allow_paths_outside_root", "progress_length_bins",
                                    "similarity_model", "clips_dir", "seed_bench_r1_root", "epic_annotation_fps"),
-                         upstream_variables={"annotation_dir": RELEASE_FOLDER})
+                         upstream_variables={"annotation_dir": RELEASE_FOLDER}, fixed=fixed or {})
 
 
 def _egoplan_backends(model: str, model_args: str) -> dict[str, tuple[str, str]]:
@@ -1234,7 +1234,8 @@ def _egoplan() -> Benchmark:
                         tolerance=1e-4),
                TaskPair("egoplan_test_mcppl", "egoplan_test", (EGOPLAN_BOOKKEEPING, EGOPLAN_END_OF_TURN),
                         tolerance=1e-4)),
-        settings=_egoplan_settings("tasks/egoplan/egoplan_val.yaml"),
+        # lmms-eval's loglikelihood is the mean over every scored token (25), the suite's default the official division
+        settings=_egoplan_settings("tasks/egoplan/egoplan_val.yaml", fixed={"loss_mean": "every_scored_token"}),
         prepare=(release_files_in_run_folder("EgoPlan_validation.json", "EgoPlan_test.json"),))
 
 

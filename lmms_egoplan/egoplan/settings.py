@@ -58,6 +58,6 @@ class EgoPlanSettings:
     # Likelihood tasks: "answer_and_end_of_turn" (the official loss) or "answer" (lmms-eval's convention).
     scored_tokens: str = setting(request_options.ANSWER_AND_END_OF_TURN,
                                  choices=(request_options.ANSWER_AND_END_OF_TURN, request_options.ANSWER))
-    # Likelihood tasks: a candidate's loss is the mean over "every_scored_token" (default), or, as the
-    # official code computes it, the summed loss over the "nonzero_loss_tokens" (README, Fidelity).
-    loss_mean: str = setting(request_options.EVERY_SCORED_TOKEN, choices=LOSS_MEAN.values)
+    # Likelihood tasks: a candidate's loss is, as the official code computes it, the summed loss over the
+    # "nonzero_loss_tokens" (default), or the mean over "every_scored_token" (lmms-eval's convention; README, Fidelity).
+    loss_mean: str = setting(request_options.NONZERO_LOSS_TOKENS, choices=LOSS_MEAN.values)

@@ -52,4 +52,4 @@ class EgoPlanBench2Settings:
     # (as egoplan_val: tasks/egoplan/README.md, Settings).
     scored_tokens: str = setting(request_options.ANSWER_AND_END_OF_TURN,
                                  choices=(request_options.ANSWER_AND_END_OF_TURN, request_options.ANSWER))
-    loss_mean: str = setting(request_options.EVERY_SCORED_TOKEN, choices=LOSS_MEAN.values)
+    loss_mean: str = setting(request_options.NONZERO_LOSS_TOKENS, choices=LOSS_MEAN.values)

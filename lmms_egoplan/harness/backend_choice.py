@@ -84,21 +84,25 @@ def simple_backend_hint(task: Any, model: str) -> str:
 
 
 def check_backend_honours_options(task: Any, model_class: type, model: str) -> None:
-    """Refuse a backend that cannot honour a request option of ``task`` that changes scores; warn of one that
-    follows its own convention for an option that does not."""
+    """Refuse a backend that cannot honour request options of ``task`` that change scores, naming all of them at
+    once; warn of one that follows its own convention for an option that does not."""
+    refused = []
     for name, option, value in task.requested_options():
         if option.honoured_by(model_class, value) or option.said_by_task:
             continue
         setting = setting_name(task.benchmark.entry.env_prefix, name)
-        if not option.binding:
-            logger.warning(f"task {task.config.task} asks for {option.name} {value!r} ({setting}), which backend "
-                           f"{model!r} does not declare it honours: it follows its own convention")
+        if option.binding:
+            refused.append((option, value, setting))
             continue
+        logger.warning(f"task {task.config.task} asks for {option.name} {value!r} ({setting}), which backend "
+                       f"{model!r} does not declare it honours: it follows its own convention")
+    if refused:
+        asked = " and ".join(f"{option.name} {value!r}" for option, value, _ in refused)
+        conventions = " and ".join(f"{setting} to {option.convention!r}" for option, _, setting in refused)
         raise SettingsError(
-            f"task {task.config.task} asks for {option.name} {value!r} (its official evaluation does), which "
-            f"backend {model!r} cannot honour; use --model egoplan_hf, or set {setting} to "
-            f"{option.convention!r} (lmms-eval's convention)"
-        )
+            f"task {task.config.task} asks for {asked} (its official evaluation does), which backend {model!r} "
+            f"cannot honour; use --model egoplan_hf, or set {conventions} (lmms-eval's convention"
+            f"{'s' if len(refused) > 1 else ''})")
 
 
 def backend_class(model: str, force_simple: bool) -> type:

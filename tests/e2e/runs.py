@@ -20,7 +20,8 @@ def broken_copy(egoplan_data, tmp_path):
 def egoplan_run(data, output: Path, *, model: str = "dummy", model_args: str = "", extra_args=(), **settings):
     from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 
-    scored = {} if model == "egoplan_hf" else {"scored_tokens": "answer"}  # dummy scores no end-of-turn
+    # dummy follows lmms-eval's conventions: no end-of-turn token, the mean over every scored token
+    scored = {} if model == "egoplan_hf" else {"scored_tokens": "answer", "loss_mean": "every_scored_token"}
     return run_lmms_eval(model=model, model_args=model_args, tasks=["egoplan_val"], output_dir=output,
                          env=data.env(**{**scored, **settings}), extra_args=list(extra_args), check=False)
 

@@ -92,8 +92,8 @@ def test_reported_accuracies_are_those_of_the_logged_candidate_losses(run, fixtu
                                                                                                                    3]
     assert run.metric("egoplan_val", "skipped_samples") == 1
     recorded = run.results["configs"]["egoplan_val"]["metadata"]
-    assert recorded["version"] == 5 and recorded["frame_sampling"] == "official"
-    assert recorded["scored_tokens"] == "answer_and_end_of_turn" and recorded["loss_mean"] == "every_scored_token"
+    assert recorded["version"] == 6 and recorded["frame_sampling"] == "official"
+    assert recorded["scored_tokens"] == "answer_and_end_of_turn" and recorded["loss_mean"] == "nonzero_loss_tokens"
 
 
 def test_validation_writes_its_submission_file_marked_partial_when_samples_were_skipped(run, fixture):

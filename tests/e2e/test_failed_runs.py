@@ -119,7 +119,8 @@ def test_a_good_run_loads_the_model_once_its_tasks_are_checked_and_builds_them_o
      "compute (lmms-eval's chat implementation of it only generates); run it with --model egoplan_hf (transformers, in "
      "this process) or --model egoplan_server (an SGLang / vLLM server), or run the generative task egoplan_val_gen "
      "with --model llava_hf, or add --force_simple for lmms-eval's simple implementation of llava_hf, which scores by "
-     "lmms-eval's conventions: with EGOPLAN_SCORED_TOKENS (metadata.scored_tokens) set to 'answer'; --model llava_hf "
+     "lmms-eval's conventions: with EGOPLAN_SCORED_TOKENS (metadata.scored_tokens) set to 'answer' and "
+     "EGOPLAN_LOSS_MEAN (metadata.loss_mean) set to 'every_scored_token'; --model llava_hf "
      "needs device=cpu,device_map=cpu in its --model_args on a machine without a CUDA GPU, and decord, which it "
      "imports and this environment lacks (pip install decord)"),
     # Said before lmms-eval imports the backend's module (its decord import would fail first: issue 57).

@@ -34,7 +34,7 @@ def test_llava_hf_scores_egoplan_val_and_an_lmms_eval_image_likelihood_task_in_o
     run = run_lmms_eval(model="llava_hf", model_args=f"pretrained={tiny_model('llava')},device=cpu,device_map=cpu,"
                                                      "dtype=float32", tasks=["egoplan_val", seedbench],
                         env={**egoplan.env(), **local.env, "EGOPLAN_SCORED_TOKENS": "answer",
-                             "PYTHONPATH": python_path},
+                             "EGOPLAN_LOSS_MEAN": "every_scored_token", "PYTHONPATH": python_path},
                         output_dir=tmp_path / "run", include_path=local.include_path, extra_args=["--force_simple"])
     seedbench_golds = [LETTERS.index(record["answer"]) for record in seedbench_records(4)]
     for task, metric, gold in (("egoplan_val", "accuracy", lambda sample: int(sample["target"])),

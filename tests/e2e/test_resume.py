@@ -435,7 +435,8 @@ def test_a_commit_in_the_repository_that_holds_the_environment_leaves_every_stor
     git("init", "-q", "project")
     git("-C", "project", "commit", "-q", "--allow-empty", "-m", "first")
     args = dict(model="dummy", model_args="", tasks=["egoplan_val"], check=False,
-                env={**egoplan_data.env(scored_tokens="answer"), "GIT_DIR": str(tmp_path / "project" / ".git")},
+                env={**egoplan_data.env(scored_tokens="answer", loss_mean="every_scored_token"),
+                     "GIT_DIR": str(tmp_path / "project" / ".git")},
                 extra_args=["--use_cache", str(tmp_path / "cache")])
     first = run_lmms_eval(output_dir=tmp_path / "first", **args)
     assert first.returncode == 0 and cache_hits(first.log) == 0

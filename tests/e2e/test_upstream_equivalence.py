@@ -49,7 +49,7 @@ def egoplan(workdir: Path, resources: contextlib.ExitStack, tiny_model) -> tuple
     from lmms_egoplan.demo.egoplan import build_fixture
 
     return ("qwen2_5_vl", f"pretrained={tiny_model('qwen2_5_vl')},device=cpu,device_map=cpu",
-            build_fixture(workdir / "data").env())
+            build_fixture(workdir / "data").env(loss_mean="every_scored_token"))  # lmms-eval's loglikelihood
 
 
 def egoplan_gen(workdir: Path, resources: contextlib.ExitStack, tiny_model) -> tuple[str, str, dict[str, str]]:

@@ -482,36 +482,42 @@ def test_a_similarity_model_that_does_not_load_stops_the_labelled_tasks_at_load(
     assert len(config["class"](config=config).eval_docs) == len(fixture.records("test"))
 
 
-def test_likelihood_tasks_score_the_official_span_and_refuse_backends_that_cannot(fixture, monkeypatch):
-    """egoplan_val / egoplan_test ask for the answer and end-of-turn tokens on every request; a backend that
-    does not declare that span is refused before any model call, naming the setting that changes it."""
+def test_likelihood_tasks_score_the_official_loss_and_refuse_backends_that_cannot(fixture, monkeypatch):
+    """egoplan_val / egoplan_test ask on every request for the answer and end-of-turn tokens, averaged over those
+    whose loss is not 0 (the official code's division); a backend that declares neither is refused before any model
+    call, naming at once both settings that change them."""
     for name, value in fixture.env().items():
         monkeypatch.setenv(name, value)
     for yaml in ("egoplan_val.yaml", "egoplan_test.yaml"):
         config = load_yaml_config(str(TASKS / yaml))
         task = config["class"](config=config)
-        with pytest.raises(SettingsError, match=r"scored_span 'answer_and_end_of_turn'.*backend 'dummy' cannot honour"
-                                                 r".*EGOPLAN_SCORED_TOKENS.*'answer'"):
+        with pytest.raises(SettingsError, match=r"scored_span 'answer_and_end_of_turn' and loss_mean "
+                                                 r"'nonzero_loss_tokens' .*backend 'dummy' cannot honour.*set "
+                                                 r"EGOPLAN_SCORED_TOKENS \(metadata.scored_tokens\) to 'answer' and "
+                                                 r"EGOPLAN_LOSS_MEAN \(metadata.loss_mean\) to 'every_scored_token' "
+                                                 r"\(lmms-eval's conventions\)"):
             task._bind_to_backend(Namespace(model="dummy"))
         task._bind_to_backend(Namespace(model="egoplan_hf"))
         requests = task.construct_requests(doc_id=0, ctx="Next?", metadata={
             "task": config["task"], "doc_id": 0, "repeats": 1, "split": task.config.test_split})
         assert len(requests) == 4
         assert {SCORED_SPAN.of(request) for request in requests} == {ANSWER_AND_END_OF_TURN}
-        assert {LOSS_MEAN.of(request) for request in requests} == {EVERY_SCORED_TOKEN}
-    monkeypatch.setenv("EGOPLAN_LOSS_MEAN", NONZERO_LOSS_TOKENS)  # the official code's mean
+        assert {LOSS_MEAN.of(request) for request in requests} == {NONZERO_LOSS_TOKENS}
+    monkeypatch.setenv("EGOPLAN_LOSS_MEAN", EVERY_SCORED_TOKEN)  # the mean over every scored token
     config = load_yaml_config(str(TASKS / "egoplan_val.yaml"))
     task = config["class"](config=config)
     task._bind_to_backend(Namespace(model="egoplan_hf"))
     requests = task.construct_requests(doc_id=0, ctx="Next?", metadata={
         "task": "egoplan_val", "doc_id": 0, "repeats": 1, "split": "validation"})
-    assert {LOSS_MEAN.of(request) for request in requests} == {NONZERO_LOSS_TOKENS}
+    assert {LOSS_MEAN.of(request) for request in requests} == {EVERY_SCORED_TOKEN}
     monkeypatch.setenv("EGOPLAN_SCORED_TOKENS", "answer")
-    with pytest.raises(SettingsError, match=r"loss_mean 'nonzero_loss_tokens'.*backend 'dummy'.*EGOPLAN_LOSS_MEAN"):
-        config["class"](config=config)._bind_to_backend(Namespace(model="dummy"))
     monkeypatch.delenv("EGOPLAN_LOSS_MEAN")
+    with pytest.raises(SettingsError, match=r"asks for loss_mean 'nonzero_loss_tokens' \(.*backend 'dummy'.*set "
+                                             r"EGOPLAN_LOSS_MEAN .* 'every_scored_token' \(lmms-eval's convention\)"):
+        config["class"](config=config)._bind_to_backend(Namespace(model="dummy"))
+    monkeypatch.setenv("EGOPLAN_LOSS_MEAN", EVERY_SCORED_TOKEN)
     task = config["class"](config=config)
-    task._bind_to_backend(Namespace(model="dummy"))  # lmms-eval's convention: any backend
+    task._bind_to_backend(Namespace(model="dummy"))  # lmms-eval's conventions: any backend
     requests = task.construct_requests(doc_id=0, ctx="Next?", metadata={
         "task": "egoplan_val", "doc_id": 0, "repeats": 1, "split": "validation"})
     assert {SCORED_SPAN.of(request) for request in requests} == {ANSWER}

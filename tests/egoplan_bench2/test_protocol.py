@@ -22,7 +22,7 @@ from PIL import Image
 from lmms_egoplan.contract.benchmark import TaskContext
 from lmms_egoplan.core import media
 from lmms_egoplan.core.candidate_ranking import CandidateLossError
-from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, SCORED_SPAN
+from lmms_egoplan.core.request_options import ANSWER_AND_END_OF_TURN, LOSS_MEAN, NONZERO_LOSS_TOKENS, SCORED_SPAN
 from lmms_egoplan.core.settings import SettingsError, resolve_settings
 from lmms_egoplan.demo.egoplan_bench2 import EGO4D_VIDEOS, build_fixture
 from lmms_egoplan.demo.kit.media import read_index, write_video
@@ -300,12 +300,14 @@ def test_each_domain_and_scenario_of_the_data_gets_an_accuracy_and_a_count(fixtu
 
 def test_the_likelihood_variant_scores_the_official_span_and_refuses_backends_that_cannot(fixture, monkeypatch):
     built = make_task(fixture, monkeypatch, "egoplan_bench2_likelihood.yaml")
-    with pytest.raises(SettingsError, match=r"backend 'dummy' cannot honour.*EGOPLAN2_SCORED_TOKENS"):
+    with pytest.raises(SettingsError, match=r"backend 'dummy' cannot honour.*EGOPLAN2_SCORED_TOKENS .*and "
+                                             r"EGOPLAN2_LOSS_MEAN .* to 'every_scored_token'"):
         built._bind_to_backend(Namespace(model="dummy"))
     built._bind_to_backend(Namespace(model="egoplan_hf"))
     requests = built.construct_requests(doc_id=0, ctx="Next?", metadata={
         "task": "egoplan_bench2_likelihood", "doc_id": 0, "repeats": 1, "split": "test"})
     assert len(requests) == 4 and {SCORED_SPAN.of(request) for request in requests} == {ANSWER_AND_END_OF_TURN}
+    assert {LOSS_MEAN.of(request) for request in requests} == {NONZERO_LOSS_TOKENS}  # as egoplan_val
     make_task(fixture, monkeypatch, "egoplan_bench2.yaml")._bind_to_backend(Namespace(model="dummy"))  # generation
 
 

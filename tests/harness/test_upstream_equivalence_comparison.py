@@ -166,14 +166,20 @@ def test_egoplans_per_task_annotation_file_is_its_default_and_a_setting_its_upst
     declared = equivalence.BENCHMARKS["egoplan"].settings
     roots = {name: str(tmp_path) for name in ("EGOPLAN_ANNOTATION_DIR", "EGOPLAN_EPIC_FRAMES_ROOT",
                                                "EGOPLAN_EGO4D_VIDEOS_ROOT")}
+    # lmms-eval's loglikelihood averages over every scored token: the suite's default, the official division, is refused
+    with pytest.raises(EquivalenceError, match="fixes what the suite sets with EGOPLAN_LOSS_MEAN=every_scored_token"):
+        upstream_settings(declared, roots)
+    roots["EGOPLAN_LOSS_MEAN"] = "every_scored_token"
     # egoplan_val.yaml's EgoPlan_validation.json: no change; the release's folder is copied into lmms-eval's run folder
     assert upstream_settings(declared, roots) == {
-        **{name: root for name, root in roots.items() if name != "EGOPLAN_ANNOTATION_DIR"},
+        **{name: root for name, root in roots.items() if name not in ("EGOPLAN_ANNOTATION_DIR", "EGOPLAN_LOSS_MEAN")},
         equivalence.RELEASE_FOLDER: roots["EGOPLAN_ANNOTATION_DIR"]}
     for name, value in (("EGOPLAN_ANNOTATION_FILE", "/data/other.json"), ("EGOPLAN_SCORED_TOKENS", "answer"),
                         ("EGOPLAN_FRAME_SAMPLING", "uniform")):
         with pytest.raises(EquivalenceError, match=f"lmms-eval's task has no setting {name}"):
             upstream_settings(declared, {**roots, name: value})
+    del roots["EGOPLAN_LOSS_MEAN"]
+    upstream_settings(equivalence.BENCHMARKS["egoplan_gen"].settings, roots)  # the generative pair scores no loss
 
 
 # A backend in a process started with the likelihood capture's environment: its class and a subclass calling it.
