@@ -5,6 +5,9 @@ reports ``micro_score`` weighted only because its own entry comes after ``score`
 (the first fails the day lmms-eval matches the name exactly; then the order no longer matters) and every suite
 group's order."""
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,9 @@ import yaml
 
 from tests.kit.group_means import group_metrics
 
-TASKS = Path(__file__).resolve().parents[2] / "tasks"
+ROOT = Path(__file__).resolve().parents[2]
+TASKS = ROOT / "tasks"
+ISSUE = ROOT / "docs" / "upstream" / "issues" / "group-metric-substring.md"
 
 
 def test_lmms_eval_aggregates_a_metric_by_every_entry_whose_name_it_contains(tmp_path, monkeypatch):
@@ -51,3 +56,16 @@ def test_an_entry_comes_after_every_entry_whose_name_its_own_contains(path):
              if later != name and later in name]
     assert not early, f"{path}: in each pair (shorter, longer) the longer comes first, so the shorter's rule wins: " \
                       f"{early}"
+
+
+def test_the_upstream_issue_reproduces_what_it_says():
+    """The reproduction in docs/upstream/issues/group-metric-substring.md, run as a user would paste it."""
+    [snippet] = re.findall(r"```python\n(.*?)```", ISSUE.read_text(encoding="utf-8"), re.S)
+    printed = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, check=True).stdout
+    assert printed.split() == ["0.5", "0.5"] and "# 0.5 0.5: micro_score" in snippet
+    swapped = snippet.replace('"micro_score", "aggregation": "mean", "weight_by_size": True}', "FIRST").replace(
+        '"score", "aggregation": "mean", "weight_by_size": False}',
+        '"micro_score", "aggregation": "mean", "weight_by_size": True}').replace(
+        "FIRST", '"score", "aggregation": "mean", "weight_by_size": False}')
+    printed = subprocess.run([sys.executable, "-c", swapped], capture_output=True, text=True, check=True).stdout
+    assert printed.split() == ["0.5", "0.75"]  # "with the two entries swapped, 0.75"
