@@ -163,9 +163,9 @@ def scripted_answers(fixture: EgoPlanBench2Fixture) -> ScriptedAnswers:
         right = {parser: {r["sample_id"]: float(read[r["sample_id"]][column] == r["golden_choice_idx"])
                           for r in records}
                  for parser, column in (("official", 1), ("robust", 2))}
-        # The default parser, robust, decides accuracy and unparseable.
-        metrics = {"accuracy": mean(list(right["robust"].values())), "predictions": len(records), "skipped_samples": 0,
-                   "unparseable": sum(read_letters[2] is None for read_letters in letters),
+        # The default parser, the official one, decides accuracy, unparseable and the breakdowns.
+        metrics = {"accuracy": mean(list(right["official"].values())), "predictions": len(records),
+                   "skipped_samples": 0, "unparseable": sum(read_letters[1] is None for read_letters in letters),
                    "failed_requests": len(every_record) - len(records)}
         for parser, column in (("official", 1), ("robust", 2)):
             metrics[f"accuracy_{parser}"] = mean(list(right[parser].values()))
@@ -174,7 +174,7 @@ def scripted_answers(fixture: EgoPlanBench2Fixture) -> ScriptedAnswers:
             for value in {r[field] for r in records}:
                 members = [r["sample_id"] for r in records if r[field] == value]
                 label = value.lower().replace(" ", "_")
-                metrics[f"accuracy_{field}_{label}"] = mean([right["robust"][i] for i in members])
+                metrics[f"accuracy_{field}_{label}"] = mean([right["official"][i] for i in members])
                 metrics[f"n_{field}_{label}"] = len(members)
         return {"egoplan_bench2": metrics}
 

@@ -39,8 +39,8 @@ class EgoPlanBench2Settings:
     # Ego4D frames at most this many pixels on their shorter side: the official scripts read the downscaled v1_288p
     # copies, prepare fetches the full-scale ones; none: the file's resolution
     ego4d_short_side: int | None = setting(288, minimum=1)
-    # the answer reading `accuracy` and the breakdowns use
-    parser: str = setting("robust", choices=PARSERS, changes_answers=False)
+    # the answer reading `accuracy` and the breakdowns use: eval.py's, as the paper's numbers were read, or "robust"
+    parser: str = setting("official", choices=PARSERS, changes_answers=False)
     # Observation images (seed_bench_r1) decoded in full before the model loads, spread over the data
     # (every one's first and last bytes are checked): core.media.image_problems
     images_decoded_at_load: int = setting(media.IMAGES_DECODED_AT_LOAD, minimum=0, changes_answers=False)

@@ -18,7 +18,8 @@ Protocol:
 4. Answers: greedy generation, read by the official parser and by a robust one
    (``lmms_egoplan.egoplan_bench2.parsing``); accuracy over all questions, an unread answer wrong
    (lines 129-134). Both parsers' accuracies and unparseable counts are reported, and per sample the
-   letter each read; ``parser`` chooses which one ``accuracy`` and the breakdowns use.
+   letter each read; ``parser`` chooses which one ``accuracy`` and the breakdowns use (the official one
+   by default, as the paper's numbers were read).
 5. Breakdowns (paper, per domain and scenario): accuracy with its sample count ``n_`` beside it;
    each logged sample carries its 0 / 1 per breakdown, from which the report computes intervals.
 6. A diagnostic no paper reports, ``egoplan_bench2_likelihood``: the candidates ranked by their mean

@@ -74,7 +74,7 @@ def test_the_generative_task_reports_both_parsers_and_the_breakdowns_of_the_logg
                for doc, sample in zip(docs, samples)}
     for doc, sample in zip(docs, samples):  # each logged sample shows what each parser read
         item = sample["predictions"]
-        assert item["letters"] == letters[doc["sample_id"]] and item["label"] == letters[doc["sample_id"]]["robust"]
+        assert item["letters"] == letters[doc["sample_id"]] and item["label"] == letters[doc["sample_id"]]["official"]
         assert (item["gold"], item["domain"], item["scenario"]) == (doc["golden_choice_idx"], doc["domain"],
                                                                     doc["scenario"])
     correct = {parser: {i: float(found[parser] == doc["golden_choice_idx"])
@@ -84,11 +84,11 @@ def test_the_generative_task_reports_both_parsers_and_the_breakdowns_of_the_logg
         assert run.metric("egoplan_bench2", f"accuracy_{parser}") == pytest.approx(mean(list(correct[parser].values())))
         assert run.metric("egoplan_bench2",
                           f"unparseable_{parser}") == sum(found[parser] is None for found in letters.values())
-    assert run.metric("egoplan_bench2", "accuracy") == run.metric("egoplan_bench2", "accuracy_robust")
-    check_breakdowns(run, "egoplan_bench2", docs, correct["robust"])
+    assert run.metric("egoplan_bench2", "accuracy") == run.metric("egoplan_bench2", "accuracy_official")
+    check_breakdowns(run, "egoplan_bench2", docs, correct["official"])
     assert run.metric("egoplan_bench2", "skipped_samples") == 1 and UNAVAILABLE in run.log
     recorded = run.results["configs"]["egoplan_bench2"]["metadata"]
-    assert (recorded["version"], recorded["parser"], recorded["frame_sampling"]) == (5, "robust", "keyframes")
+    assert (recorded["version"], recorded["parser"], recorded["frame_sampling"]) == (6, "official", "keyframes")
 
 
 def test_the_likelihood_diagnostic_reports_the_argmin_of_the_logged_losses(run, fixture, with_unavailable):
