@@ -50,8 +50,10 @@ class SuiteRun:
     # (``compat.results.record_in_results``)
     turn_end: str | None = None
     turn_end_tasks: set[str] = field(default_factory=set)
-    # Where the run's backend changed a task's frame plan ({task: {setting: what it changed}}, warned once per task
-    # and setting: ``models.doc_requests``), recorded in the results (``compat.results.record_in_results``)
+    # Where the run's backend changed a task's protocol ({task: {setting: what it changed}}, warned once per task and
+    # setting: its frame plan, ``models.doc_requests``; the empty answers it does not retry,
+    # ``cosmos_reason1.task.on_backend``), recorded in the results (``compat.results.record_in_results``) and noted
+    # in the report's row (``report.tables``)
     protocol_changes: dict[str, dict[str, str]] = field(default_factory=dict)
     # lmms-eval's four seeds of the run (random, numpy, torch, fewshot), which key the sampled answers of the suite's
     # tasks in the response cache (``compat.durability.resume_sampled_runs``); None: that run keeps none

@@ -175,6 +175,10 @@ def on_backend(context: TaskContext, backend: str, chat: bool) -> None:
         logger.warning(f"{name}: the official run generates {empty} again, up to {EMPTY_ANSWER_MAX_RETRIES} times; "
                        f"lmms-eval's {backend} backend asks once, so such answers are only counted "
                        f"(unparseable_official; egoplan_hf and egoplan_server retry them)")
+        if settings.max_retries:  # recorded in the results, noted in the report: the run's max_retries did not apply
+            context.run.protocol_changes.setdefault(name, {})["max_retries"] = (
+                f"lmms-eval's {backend} backend asks once: {empty} is not generated again (max_retries "
+                f"{settings.max_retries} not applied)")
 
 
 def no_av_metrics(context: TaskContext, docs: Sequence[Mapping]) -> list[Metric]:

@@ -168,7 +168,7 @@ def binned_accuracies(row: Row, family: str, bins: list[str]) -> tuple[list, lis
         value = None if not isinstance(value, (int, float)) or math.isnan(value) else value
         try:
             # an accuracy is 0 / 1 per sample, never a judged item: no rubric to read
-            found = interval(row.run, row.task, metric, rubrics={}, proportion=True) if value is not None else None
+            found = interval(row.run, row.task, metric, rubrics={}, success=1.0) if value is not None else None
         except (InputError, NoInterval):  # a cut per-sample log, samples all alike: no interval (the notes say why)
             found = None
         values.append(None if value is None else value * 100)

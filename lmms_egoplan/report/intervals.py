@@ -141,16 +141,16 @@ def _check_reported(run: Run, task: str, metric: str, point: float, what: str,
 
 
 def interval(run: Run, task: str, metric: str, *, rubrics: Mapping[str, Rubric],
-             proportion: bool = False) -> Interval | None:
-    """The 95% interval of the metric's mean over the logged samples (None without them): exact
-    binomial for a ``proportion`` (logged as 0 / 1 per sample), else bootstrap. ``rubrics``: what reads
-    judged items (``sample_values``). Raises InputError where the samples' mean is not the reported value, NoInterval
-    where a bootstrap's samples all score alike."""
+             success: float | None = None) -> Interval | None:
+    """The 95% interval of the metric's mean over the logged samples (None without them): exact binomial for a
+    proportion (each sample logged as 0 or ``success``: 1, or 100 on a 0-100 scale), else bootstrap. ``rubrics``: what
+    reads judged items (``sample_values``). Raises InputError where the samples' mean is not the reported value,
+    NoInterval where a bootstrap's samples all score alike."""
     found = sample_values(run, task, metric, rubrics=rubrics)
     if found is None:
         return None
     _check_reported(run, task, metric, mean_or_nan(found.values), f"the mean of {found.source}")
-    result = _interval_of_mean(found.values, found.judged, proportion)
+    result = _interval_of_mean(found.values, found.judged, success)
     _refuse_a_certain_bootstrap(result, [found.values], f"{task} {metric}: every logged sample", "mean")
     return result
 
@@ -165,16 +165,16 @@ def _refuse_a_certain_bootstrap(result: Interval, strata: Sequence[Sequence[floa
                          f"gives no interval of their {mean}")
 
 
-def _interval_of_mean(values: list[float], judged: bool, proportion: bool) -> Interval:
-    if proportion and not judged and set(values) <= {0.0, 1.0}:
-        low, high = exact_binomial_interval(int(sum(values)), len(values), CONFIDENCE)
-        return Interval(low, high, EXACT_BINOMIAL, len(values))
+def _interval_of_mean(values: list[float], judged: bool, success: float | None) -> Interval:
+    if success is not None and not judged and set(values) <= {0.0, success}:
+        low, high = exact_binomial_interval(values.count(success), len(values), CONFIDENCE)
+        return Interval(low * success, high * success, EXACT_BINOMIAL, len(values))
     low, high = bootstrap_interval(values, CONFIDENCE)
     return Interval(low, high, BOOTSTRAP, len(values))
 
 
 def group_interval(run: Run, group: str, metric: str, mean: GroupMean, *, rubrics: Mapping[str, Rubric],
-                   proportion: bool = False) -> Interval | None:
+                   success: float | None = None) -> Interval | None:
     """The 95% interval of group ``group``'s ``metric``, ``mean``'s average of its members that report its
     ``member_metric``, from their logged samples (None where one has none): a micro mean's as ``interval``'s over
     the pooled samples (or, where a member's mean leaves logged samples out, the stratified bootstrap weighted by
@@ -193,7 +193,7 @@ def group_interval(run: Run, group: str, metric: str, mean: GroupMean, *, rubric
     stratified = mean.weighting != MICRO or logged != list(map(len, strata))
     if not stratified:  # each member weighs its samples, all in its mean: the pooled samples' mean
         point = sum(pooled) / len(pooled)
-        result = _interval_of_mean(pooled, any(each.judged for each in found), proportion)
+        result = _interval_of_mean(pooled, any(each.judged for each in found), success)
     elif mean.weighting == MICRO:  # lmms-eval weighs a member by all it logged, those its mean left out included
         point = sum(size * value for size, value in zip(logged, means)) / sum(logged)
         low, high = stratified_bootstrap_interval(strata, CONFIDENCE, weights=logged)

@@ -78,7 +78,7 @@ class Column:
     published: str | None = None  # the published rows' name for it (default: the metric)
     digits: int = 2
     interval: bool = True  # a mean over samples (counts and file names have none)
-    proportion: bool = False  # a mean of 0 / 1 outcomes: exact binomial interval
+    proportion: bool = False  # a mean of two outcomes (0 or the unit's top): exact binomial interval
     former_metrics: tuple[str, ...] = ()  # the metric's names in results of earlier versions of its task, still read
     group_mean: GroupMean | None = None  # a group's mean: its interval comes from its members' logged samples
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from lmms_egoplan.compat.results import LMMS_EVAL_DEFAULT_TIMEZONE
+from lmms_egoplan.compat.results import LMMS_EVAL_DEFAULT_TIMEZONE, PROTOCOL_CHANGES_KEY
 from lmms_egoplan.core.errors import InputError
 
 LMMS_EVAL = "lmms-eval"
@@ -60,6 +60,8 @@ class Run:
     audit_trails: dict[str, Path] = field(default_factory=dict)  # task -> the judge's audit trail of those scores
     # task -> {metric name prefix: "not scored: <why, and the setting to set>"} (its config's metadata.not_scored)
     not_scored: dict[str, dict[str, str]] = field(default_factory=dict)
+    # task -> {setting: what the run's backend changed of the protocol} (the suite's record in the results)
+    protocol_changes: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def identity(self, tasks: Iterable[str]) -> dict[str, str]:
         """What produced this run's values of ``tasks``: the backend, every model_arg and the run's
@@ -331,6 +333,7 @@ def _run(path: Path, harness: str, stamp_text: str, data: dict) -> Run:
             run.partial[task] = "; ".join(reasons)
     run.samples = _samples_files(path, harness, stamp_text)
     run.not_scored = _not_scored(data)
+    run.protocol_changes = _protocol_changes(data)
     return run
 
 
@@ -343,6 +346,14 @@ def _not_scored(data: dict) -> dict[str, dict[str, str]]:
         unscored = _field(metadata, "not_scored", dict, f"configs.{task}.metadata.") or {}
         found[task] = {str(metric): _text(why) for metric, why in unscored.items()}
     return {task: unscored for task, unscored in found.items() if unscored}
+
+
+def _protocol_changes(data: dict) -> dict[str, dict[str, str]]:
+    """What the run's backend changed of each task's protocol, as the suite records it (``PROTOCOL_CHANGES_KEY``)."""
+    recorded = _field(data, PROTOCOL_CHANGES_KEY, dict) or {}
+    found = {task: _field(recorded, task, dict, f"{PROTOCOL_CHANGES_KEY}.") or {} for task in recorded}
+    return {task: {str(setting): _text(change) for setting, change in changes.items()}
+            for task, changes in found.items() if changes}
 
 
 class FieldError(InputError):

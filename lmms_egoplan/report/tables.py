@@ -143,6 +143,8 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
         intervals.append(Interval(found.low * scale, found.high * scale, found.method, found.samples)
                          if found else None)
     notes = _departures(face, run, tasks)
+    changed = {change for t in tasks for change in run.protocol_changes.get(t, {}).values()}  # said once a row
+    notes += [f"{CHANGED_BY_BACKEND}: {change}" for change in sorted(changed)]
     notes += [f"partial: {run.partial[t]}" for t in sorted(tasks) if t in run.partial] + run.notes
     notes += [f"{INVALID}, left out: {metric if t == task else f'{t}: {metric}'}: {value.reason}" for t in sorted(tasks)
               for metric, value in run.metrics.get(t, {}).items() if isinstance(value, Invalid)]
@@ -165,6 +167,7 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
 
 
 DEPARTS = "departs from the default protocol"
+CHANGED_BY_BACKEND = "protocol changed by the run's backend"
 
 
 def _departures(face: ReportFace, run: Run, tasks: set[str]) -> list[str]:
@@ -182,10 +185,12 @@ def _interval(face: ReportFace, run: Run, row_task: str, column: Column) -> Inte
     group's mean, of its members."""
     task = column.task_of(row_task)
     metric = column.reported_name(run.metrics.get(task, {}))
+    # a proportion's success is logged as its unit's top: 1 for a share, 100 on a 0-100 scale
+    success = face.unit(metric).high if column.proportion else None
     if column.group_mean:
         return group_interval(run, task, metric, column.group_mean.of_row(row_task), rubrics=face.rubrics,
-                              proportion=column.proportion)
-    return interval(run, task, metric, rubrics=face.rubrics, proportion=column.proportion)
+                              success=success)
+    return interval(run, task, metric, rubrics=face.rubrics, success=success)
 
 
 def _unscored_by_the_settings(run: Run, layout: TableLayout, task: str, notes: list[str]) -> list[str]:

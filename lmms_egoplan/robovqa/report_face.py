@@ -22,7 +22,7 @@ from lmms_egoplan.report.layout import (
     published_rows,
 )
 from lmms_egoplan.report.metric_roles import PERCENT, SCORE_0_100
-from lmms_egoplan.robovqa.data import QUESTION_TYPES
+from lmms_egoplan.robovqa.data import BINARY_TYPES, QUESTION_TYPES
 from lmms_egoplan.robovqa.settings import RoboVQASettings
 from lmms_egoplan.robovqa.sources import task_of
 
@@ -32,8 +32,9 @@ FACE = ReportFace(
     tables=(
         TableLayout("robovqa", "RoboVQA: the protocol's scores", "per question type (the official tags)",
                     {"robovqa": "frames, prompt, decoding and scorer of ROBOVQA_PROTOCOL (notes: a lineage preset)"},
-                    (*(Column(kind.replace("_", " ").capitalize(), "score", task=task_of(kind)) for kind in
-                       QUESTION_TYPES),
+                    # the binary types' default score is 0 or 100 a question: a proportion
+                    (*(Column(kind.replace("_", " ").capitalize(), "score", task=task_of(kind),
+                              proportion=kind in BINARY_TYPES) for kind in QUESTION_TYPES),
                      Column("Default, macro", "score", task="robovqa", group_mean=GroupMean(_TASKS, MACRO)),
                      Column("Default, micro", "micro_score", task="robovqa", group_mean=GroupMean(_TASKS, MICRO)),
                      Column("MiMo score", "mimo_score", task="robovqa", published="mimo_score", interval=False),

@@ -2,6 +2,7 @@
 qwen_vl_utils samples it at 4 fps (the installed package as oracle), the decoding of each prompt, and the scores
 of an answer under both parsers."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 from qwen_vl_utils.vision_process import smart_nframes, smart_resize
 
 from lmms_egoplan.contract.benchmark import TaskContext
+from lmms_egoplan.core.run import SuiteRun
 from lmms_egoplan.core.settings import resolve_settings
 from lmms_egoplan.cosmos_reason1 import task
 from lmms_egoplan.cosmos_reason1.data import ER_SOURCES
@@ -163,9 +165,10 @@ def test_the_run_says_what_of_the_protocol_its_backend_cannot_deliver(fixture, b
     from loguru import logger
 
     lines = []
+    context = dataclasses.replace(context_of(fixture, "av", prompt=prompt), run=SuiteRun())
     sink = logger.add(lines.append, format="{message}")
     try:
-        task.on_backend(context_of(fixture, "av", prompt=prompt), backend, chat)
+        task.on_backend(context, backend, chat)
     finally:
         logger.remove(sink)
     retries = retries.format(empty=empty)
@@ -173,6 +176,10 @@ def test_the_run_says_what_of_the_protocol_its_backend_cannot_deliver(fixture, b
     assert [line for line in lines if "again, up to" in line or "asks once" in line] == \
         [line for line in lines if retries in line] and sum(retries in line for line in lines) == 1
     assert sum(empty in line for line in lines) == 1
+    # what the run's results record, and the report notes on its row: max_retries did not apply
+    changes = context.run.protocol_changes
+    assert changes == ({} if backend.startswith("egoplan_") else {"cosmos_reason1_av": {"max_retries": (
+        f"lmms-eval's {backend} backend asks once: {empty} is not generated again (max_retries 10 not applied)")}})
 
 
 def test_an_answer_is_scored_by_both_parsers_and_their_difference_counted(fixture):

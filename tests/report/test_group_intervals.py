@@ -219,3 +219,30 @@ def test_the_mean_over_questions_weighs_each_dimension_by_all_it_logged_failed_j
         assert found[0] <= float(row["Mean over questions (0-100)"]) <= found[1]
         assert "no interval" not in row["notes"], row["notes"]
         assert WEIGHTED_STRATIFIED_BOOTSTRAP in report.markdown.read_text()
+
+
+def test_robovqa_yes_no_scores_get_the_exact_binomial_interval_on_their_0_100_scale(tmp_path):
+    """The binary types' default score is 0 or 100 a question: a proportion on the 0-100 scale. Its interval is
+    scipy's exact (Clopper-Pearson) one times 100, also where every answer is wrong (a bootstrap would give none);
+    a BLEU type keeps the bootstrap."""
+    from lmms_egoplan.robovqa.data import QUESTION_TYPES
+
+    logged = {"success": [0.0, 0.0], "discriminative_affordance": [100.0, 0.0, 100.0, 0.0],
+              "next_step": [12.5, 30.0, 0.0]}
+    logged.update({kind: [50.0] for kind in QUESTION_TYPES if kind not in logged})
+    tasks = {f"robovqa_{kind}": {"score": sum(values) / len(values), "predictions": len(values), "unextracted": 0}
+             for kind, values in logged.items()}
+    samples = {f"robovqa_{kind}": [{"doc_id": i, "score": value, "micro_score": value}
+                                   for i, value in enumerate(values)] for kind, values in logged.items()}
+    write_lmms_eval_run(tmp_path / "results", "20260101_105000", tasks, samples)
+    write_report([tmp_path / "results"], tmp_path / "report", FACES)
+    (row,) = [r for r in read_csv(tmp_path / "report" / "robovqa.csv") if r["source"] == THIS_RUN]
+
+    def bounds(header):
+        return float(row[f"{header} (0-100) 95% low"]), float(row[f"{header} (0-100) 95% high"])
+
+    for header, (right, size) in (("Success", (0, 2)), ("Discriminative affordance", (2, 4))):
+        exact = stats.binomtest(right, size).proportion_ci(confidence_level=0.95, method="exact")
+        assert bounds(header) == pytest.approx((100 * exact.low, 100 * exact.high), abs=1e-6), header
+    assert bounds("Success")[1] == pytest.approx(84.19, abs=0.01)
+    assert bounds("Next step") == pytest.approx([bound for bound in bootstrap_interval(logged["next_step"])], abs=1e-6)

@@ -2,8 +2,10 @@
 even when it stands alone; "(not scored)" on a value only where that value measures nothing (a parser's accuracy by
 that parser's own count of unreadable answers), on every benchmark alike."""
 
+import json
+
 from lmms_egoplan.report import write_report
-from lmms_egoplan.report.tables import DEPARTS, THIS_RUN
+from lmms_egoplan.report.tables import CHANGED_BY_BACKEND, DEPARTS, THIS_RUN
 from lmms_egoplan.suite import report_faces
 from tests.report.test_report import cosmos_reason1_run, egoplan_run, read_csv, write_lmms_eval_run
 
@@ -55,3 +57,21 @@ def test_not_scored_marks_a_value_only_where_its_own_parser_read_nothing(tmp_pat
     assert "| 0.00 (not scored) |" in markdown.split("Cosmos-Reason1: accuracy")[1]
     [cosmos] = _own_rows(tmp_path / "report", "cosmos_reason1")
     assert "not scored: cosmos_reason1_av: 4 of 4 answers unparseable (official parser)" in cosmos["notes"]
+
+
+def test_what_the_runs_backend_changed_of_the_protocol_is_noted_once_on_its_row(tmp_path):
+    """The suite records in the results where the run's backend changed a task's protocol (Cosmos-Reason1's retries
+    that lmms-eval's backends do not make; frames a backend's model_args cut): the row says so, once for all of its
+    tasks, though its settings are the defaults."""
+    from lmms_egoplan.compat.results import PROTOCOL_CHANGES_KEY
+
+    path = cosmos_reason1_run(tmp_path / "asked_once")
+    data = json.loads(path.read_text())
+    asked_once = "lmms-eval's openai backend asks once: an empty answer is not generated again (max_retries 10)"
+    data[PROTOCOL_CHANGES_KEY] = {task: {"max_retries": asked_once} for task in data["results"]
+                                  if task.startswith("cosmos_reason1_") and task.count("_") == 2}
+    path.write_text(json.dumps(data))
+    write_report([tmp_path / "asked_once"], tmp_path / "report", FACES)
+    [cosmos] = _own_rows(tmp_path / "report", "cosmos_reason1")
+    assert DEPARTS not in cosmos["notes"]
+    assert cosmos["notes"].count(f"{CHANGED_BY_BACKEND}: {asked_once}") == 1
