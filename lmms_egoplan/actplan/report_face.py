@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lmms_egoplan.actplan.data import SPLITS
+from lmms_egoplan.actplan.settings import ActPlanSettings
 from lmms_egoplan.report.figures import (
     PUBLISHED_COLOUR,
     bars,
@@ -28,6 +29,7 @@ from lmms_egoplan.report.layout import (
     ReportFace,
     TableLayout,
     percent_column,
+    protocol_defaults,
     published_rows,
 )
 from lmms_egoplan.report.metric_roles import FRACTION, STEPS, Unit
@@ -107,6 +109,7 @@ FACE = ReportFace(
                         scoring=dict.fromkeys(("actplan1k", "actplan1k_text_only", "actplan1k_text_only_lm"),
                                               GENERATIVE)),),
     published=published_rows(__package__),
+    protocol=protocol_defaults(ActPlanSettings, ("instances", "input_order", "gold_plan", "match_threshold")),
     # The human evaluation (Tables 3 and 6) is published in percent, as the paper prints it.
     units=(("human_*", Unit(1.0, "%", 0.0, 100.0)), ("norm_lcs", FRACTION), ("norm_lcs_*", FRACTION), ("lcs", STEPS),
            ("lcs_*", STEPS), ("plan_length", STEPS)),

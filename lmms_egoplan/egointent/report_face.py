@@ -10,8 +10,17 @@ from statistics import mean
 from typing import TYPE_CHECKING
 
 from lmms_egoplan.egointent.data import DIMENSIONS, ENVIRONMENTS, FIELDS, FORMER_FIELDS, SCENARIO
+from lmms_egoplan.egointent.protocol import EgoIntentSettings
 from lmms_egoplan.report.figures import footnote, new_figure, no_data, run_labels, unscored_notes
-from lmms_egoplan.report.layout import GENERATIVE, Breakdown, Column, ReportFace, TableLayout, published_rows
+from lmms_egoplan.report.layout import (
+    GENERATIVE,
+    Breakdown,
+    Column,
+    ReportFace,
+    TableLayout,
+    protocol_defaults,
+    published_rows,
+)
 from lmms_egoplan.report.metric_roles import SCORE_0_100
 from lmms_egoplan.report.tables import Row, Table
 
@@ -88,6 +97,8 @@ FACE = ReportFace(
                         figures={"egointent_scenarios": egointent_scenarios}, judged=True, notes=NOTES,
                         main="Overall", scoring={"egointent": GENERATIVE}),),
     published=published_rows(__package__),
+    protocol=protocol_defaults(EgoIntentSettings, ("definitions", "show_step_id", "sample_fps", "max_frames",
+                                                   "longer_clips", "video_input")),
     # Every score is a judge's mean rating x 100: the three fields, overall, per environment and scenario.
     units=tuple((metric, SCORE_0_100) for metric in ("overall", *FIELDS, *FORMER_FIELDS, *ENVIRONMENTS,
                                                      f"{SCENARIO_PREFIX}*")),

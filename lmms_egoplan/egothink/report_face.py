@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lmms_egoplan.egothink.data import CAPABILITIES
+from lmms_egoplan.egothink.protocol import EgoThinkSettings
 from lmms_egoplan.report.figures import (
     NOTE_COLOUR,
     PUBLISHED_COLOUR,
@@ -26,6 +27,7 @@ from lmms_egoplan.report.layout import (
     GroupMean,
     ReportFace,
     TableLayout,
+    protocol_defaults,
     published_rows,
 )
 from lmms_egoplan.report.metric_roles import SCORE_0_100
@@ -92,5 +94,6 @@ FACE = ReportFace(
                         figures={"egothink_dimensions": egothink_dimensions}, judged=True,
                         main="Average", scoring=dict.fromkeys(("ego_think", "ego_think_blind"), GENERATIVE)),),
     published=published_rows(__package__),
+    protocol=protocol_defaults(EgoThinkSettings, ("prompt_preset", "decoding")),
     units=(("score", SCORE_0_100), ("micro_score", SCORE_0_100), ("average_not_stated", SCORE_0_100)),
 )

@@ -75,3 +75,20 @@ def test_what_the_runs_backend_changed_of_the_protocol_is_noted_once_on_its_row(
     [cosmos] = _own_rows(tmp_path / "report", "cosmos_reason1")
     assert DEPARTS not in cosmos["notes"]
     assert cosmos["notes"].count(f"{CHANGED_BY_BACKEND}: {asked_once}") == 1
+
+
+def test_egointent_egothink_and_actplan_rows_name_the_protocol_settings_they_depart_from(tmp_path):
+    """A run with the step id shown (EgoIntent; the authors' prompt shows none), LLaVA's sampled decoding (EgoThink)
+    or the images before the text (ActPlan-1K) says so on its row, as the other benchmarks' runs do."""
+    write_lmms_eval_run(tmp_path / "egointent", "20260101_100000", {"egointent": {"overall": 40.0, "judged": 4}},
+                        settings={"show_step_id": True, "definitions": "release"})
+    write_lmms_eval_run(tmp_path / "egothink", "20260101_100000", {"ego_think_activity": {"score": 50.0, "judged": 2}},
+                        settings={"decoding": "official_llava", "prompt_preset": None})
+    write_lmms_eval_run(tmp_path / "actplan", "20260101_100000", {"actplan1k": {"norm_lcs": 0.5, "lcs": 3.0}},
+                        settings={"input_order": "visuals_first", "instances": "all"})
+    write_report([tmp_path / name for name in ("egointent", "egothink", "actplan")], tmp_path / "report", FACES)
+    for table, departure in (("egointent", "show_step_id true (default false)"),
+                             ("ego_think", "decoding official_llava (default greedy)"),
+                             ("actplan1k", "input_order visuals_first (default text_first)")):
+        [row] = _own_rows(tmp_path / "report", table)
+        assert row["notes"].startswith(f"{DEPARTS}: {departure}"), (table, row["notes"])
