@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from transformers import AutoTokenizer, BertConfig, BertModel
 
-from lmms_egoplan.actplan.classifier_config import MAX_LENGTH, TrainingConfig
+from lmms_egoplan.actplan.classifier_config import CLASSIFIER_WEIGHTS, MAX_LENGTH, TrainingConfig
 from lmms_egoplan.actplan.plans import parse_plan
 from lmms_egoplan.core.devices import resolve_device
 from lmms_egoplan.core.errors import InputError
@@ -40,7 +40,6 @@ from lmms_egoplan.core.text_tables import format_table
 
 # The release adds these action names to the BERT vocabulary as special (unsplit) tokens.
 RELEASE_SPECIAL_TOKENS = ("switch-on", "switch-off", "place_inside", "place_on_top", "walk_to")
-CLASSIFIER_WEIGHTS = "plan_classifier.safetensors"
 CLASSIFIER_INFO = "plan_classifier.json"
 
 

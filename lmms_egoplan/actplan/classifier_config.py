@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from lmms_egoplan.core.errors import InputError
 
 MAX_LENGTH = 512  # tokens per plan pair, as the release
+CLASSIFIER_WEIGHTS = "plan_classifier.safetensors"  # a trained classifier folder's weights (the settings check it)
 # Paper §4.2.2. (The release's scripts use them the other way round: 5e-6 for BLEURT-base, 1e-6
 # for BLEURT-large.)
 PRESET_LEARNING_RATES = {"bleurt": 5e-6, "bleurt-base": 1e-6}

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from lmms_egoplan.actplan.classifier_config import CLASSIFIER_WEIGHTS
 from lmms_egoplan.catalogue import entry
 from lmms_egoplan.core.embeddings import sentence_model_problem
 from lmms_egoplan.core.errors import DatasetProblems, InputError
@@ -54,7 +55,8 @@ def annotation_root(data_root: str | Path) -> Path:
     """The release's ``annotation`` folder: ``data_root/annotation``, or ``data_root`` itself."""
     root = Path(data_root).expanduser()
     if not root.is_dir():
-        raise ActPlanDataError(f"ActPlan-1K data folder not found: {root}")
+        raise ActPlanDataError(f"ActPlan-1K data folder not found: {root}; set {setting_name(ENV_PREFIX, 'data_root')} "
+                               f"(actplan-score: --data_root) to the release folder holding {ANNOTATION_FOLDER}/")
     return root / ANNOTATION_FOLDER if (root / ANNOTATION_FOLDER).is_dir() else root
 
 
@@ -117,7 +119,8 @@ def load_instances(data_root: str | Path, *, allow_outside: bool = False,
     problems.raise_if_any()
     if not instances:
         raise ActPlanDataError(f"no ActPlan-1K instances under {root}: expected "
-                               f"{ANNOTATION_FOLDER}/<scene>/<activity>/<problem>/sample_<k>/ folders")
+                               f"{ANNOTATION_FOLDER}/<scene>/<activity>/<problem>/sample_<k>/ folders; check "
+                               f"{setting_name(ENV_PREFIX, 'data_root')} (actplan-score: --data_root)")
     return instances
 
 
@@ -138,6 +141,9 @@ def _instance(root: Path, scene: Path, activity: Path, problem: int, sample: int
     plans = [gold_steps(read_text(path, ActPlanDataError)) for path in golds]
     if empty := [path.name for path, steps in zip(golds, plans) if not steps]:
         raise ActPlanDataError(f"{folder}: gold plan without a step {', '.join(empty)}")
+    description = read_text(description_file, ActPlanDataError).strip()
+    if not description:  # the model would plan a task it is not told
+        raise ActPlanDataError(f"{folder}: its task description {description_file} is empty")
     return {
         "instance_id": folder.relative_to(root).as_posix(),
         "scene": scene.name,
@@ -146,7 +152,7 @@ def _instance(root: Path, scene: Path, activity: Path, problem: int, sample: int
         "sample": sample,
         "split": split_of_problem(problem),
         "folder": str(folder),
-        "description": read_text(description_file, ActPlanDataError).strip(),
+        "description": description,
         "image_paths": [str(path) for path in images],
         "gold_files": [path.name for path in golds],
         "gold_plans": plans,
@@ -270,3 +276,19 @@ def check_settings(settings, task: str) -> None:
             fail(field, f"not found: {value}")
     if settings.embedding_model and (problem := sentence_model_problem(settings.embedding_model)):
         fail("embedding_model", problem)
+    checkpoint = Path(settings.bleurt_checkpoint).expanduser() if settings.bleurt_checkpoint else None
+    if checkpoint is not None:  # found now, not at aggregation after the paid model run
+        if checkpoint.is_dir() and not (checkpoint / CLASSIFIER_WEIGHTS).is_file():
+            fail("bleurt_checkpoint", f"{checkpoint} is not a plan-classifier folder (no {CLASSIFIER_WEIGHTS}); train "
+                                      f"one with `lmms-egoplan actplan-train-bleurt`")
+        if checkpoint.is_file() and not settings.bleurt_base:
+            fail("bleurt_base", f"{checkpoint} is a state-dict file (the release's format): set this to the BLEURT "
+                                f"base checkpoint folder it was fine-tuned from")
+    if settings.scoring_device != "auto":
+        import torch
+
+        try:
+            torch.device(settings.scoring_device)
+        except RuntimeError as error:
+            fail("scoring_device", f"{settings.scoring_device!r} names no torch device ({error}); auto, cpu, cuda or "
+                                   f"cuda:<n>")

@@ -12,7 +12,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from lmms_egoplan.core.errors import InputError, StorageError
 
@@ -50,6 +50,9 @@ def missing_file_message(what: str, path: Path, folder_setting: str, file_settin
     ``file_setting``, if any, names the file itself."""
     folder = path.parent
     or_file = f", or set {file_setting} to the file" if file_setting else ""
+    if path.is_dir():  # the file's name leads to a folder: the file setting is the one to fix
+        return f"{what} is a folder, not a file: {path}; " + (f"set {file_setting} to the file itself" if file_setting
+                                                               else f"check {folder_setting}")
     if not folder.is_dir():
         return (f"{what} not found: the folder {folder}, named by {folder_setting}, does not exist; point it at the "
                 f"folder that holds {path.name}{or_file}")
@@ -245,6 +248,18 @@ class LineAppender:
         if self._descriptor is not None:
             os.close(self._descriptor)
             self._descriptor = None
+
+
+def parquet_rows(path: str | Path, error_class: type[InputError], advice: str) -> Iterable[dict]:
+    """The rows of a parquet file (a ``datasets.Dataset`` in memory, read row by row); one that is not a parquet file
+    (empty, cut short, another format) raises ``error_class`` naming it, with ``advice`` (what to fetch again, the
+    setting that points at it)."""
+    from datasets import Dataset
+
+    try:
+        return Dataset.from_parquet(str(path), keep_in_memory=True)
+    except Exception as error:  # pyarrow's ArrowInvalid and OSError name no file
+        raise error_class(f"{path}: not a readable parquet file ({type(error).__name__}: {error}); {advice}") from None
 
 
 def read_jsonl(path: str | Path, error_class: type[InputError] = InputError) -> Iterator[tuple[int, dict]]:

@@ -508,6 +508,12 @@ class VideoFile:
 Item = TypeVar("Item")
 
 
+def last_declared_frame(video: VideoFile, _item: object = None) -> tuple[int, str]:
+    """``video_problems``' ``last_frame`` of a protocol whose frames span the whole clip (its last frame shown: a
+    spread of ``linspace(0, total - 1, n)``): the clip's last declared frame."""
+    return video.info.num_frames - 1, "its last frame (the last one shown)"
+
+
 def video_problems(path: str | os.PathLike, items: Sequence[Item],
                    last_frame: Callable[[VideoFile, Item], tuple[int, str]]) -> list[tuple[Item, str]]:
     """What keeps each of ``items`` from reading the last frame it needs from the video at ``path``:

@@ -60,7 +60,7 @@ def read_levels(root: str | os.PathLike, levels: Sequence[int], *, problems: Dat
                 allow_outside: bool = False, allow_setting: str = "") -> list[PackageRecord]:
     """The records of the package's level files, in file and line order, each with its media paths.
 
-    A missing level file or a line that is not a JSON object raises ``problems.error_class`` naming the
+    A missing or empty level file or a line that is not a JSON object raises ``problems.error_class`` naming the
     file, the line and ``root_setting`` (the setting that points at the package); a record whose media
     fields are missing, of the wrong type or lead out of ``root`` (``inside_root``; ``allow_outside``
     allows it) is left out and its problem, naming file, line and field, joins ``problems``.
@@ -74,7 +74,11 @@ def read_levels(root: str | os.PathLike, levels: Sequence[int], *, problems: Dat
                               f"the TencentARC/SEED-Bench-R1 package (it holds {ANNOTATIONS}/, {VIDEOS}/, {IMAGES}/)")
         inside_root(path, root, where=f"SEED-Bench-R1 annotation file {path}", setting=allow_setting,
                     allow=allow_outside, error_class=error_class)
-        for line, record in read_jsonl(path, error_class):
+        read = list(read_jsonl(path, error_class))
+        if not read:  # a level read as no question would shrink the benchmark without a word
+            raise error_class(f"SEED-Bench-R1 annotation file {path} holds no record (empty or blank); fetch it again "
+                              f"into the package that {root_setting} names")
+        for line, record in read:
             if "sample_id" not in record and "id" in record:
                 record["sample_id"] = record["id"]
             with problems.collected():

@@ -29,8 +29,8 @@ from typing import Any
 
 from lmms_egoplan.catalogue import entry
 from lmms_egoplan.core.errors import DatasetProblems, InputError
-from lmms_egoplan.core.files import inside_root, read_json_list
-from lmms_egoplan.core.media import LoadedSamples, MissingMedia, video_problems
+from lmms_egoplan.core.files import inside_root, parquet_rows, read_json_list
+from lmms_egoplan.core.media import LoadedSamples, MissingMedia, last_declared_frame, video_problems
 from lmms_egoplan.core.settings import SettingsError, setting_name
 
 ENV_PREFIX = entry("cosmos_reason1").env_prefix  # settings are overridden by COSMOS_REASON1_<SETTING>
@@ -170,18 +170,19 @@ def read_paibench_u(root: str | Path, problems: DatasetProblems, allow_outside: 
     if not files:
         raise CosmosReason1DataError(f"no PAI-Bench-U parquet files under {Path(root).expanduser() / 'data'}; check "
                                      f"{setting_name(ENV_PREFIX, 'paibench_u_root')}")
-    from datasets import Dataset
-
     docs = []
+    advice = f"fetch it again into the folder {setting_name(ENV_PREFIX, 'paibench_u_root')} names"
     for path in files:
-        for position, row in enumerate(Dataset.from_parquet(str(path), keep_in_memory=True)):
+        for position, row in enumerate(parquet_rows(path, CosmosReason1DataError, advice)):
             where = f"PAI-Bench-U file {path}, row #{position}"
             with problems.collected():
                 part = paibench_u_part(row.get("subcategory"))
                 if part is None:
                     raise CosmosReason1DataError(f"{where}: subcategory {row.get('subcategory')!r} names none of "
                                                  f"{', '.join(RELEASE_COUNTS)}")
-                options = {key: text for key, text in (row.get("index2ans") or {}).items() if text is not None}
+                options = row.get("index2ans")  # the Hub's struct: a letter per column, None where absent
+                options = {key: text for key, text in options.items() if text is not None} \
+                    if isinstance(options, dict) else options  # anything else: question_of names it
                 asked = row.get("question")
                 if isinstance(asked, str):
                     asked = asked.replace(PAIBENCH_U_EMBEDDED_INSTRUCTION, "").strip()
@@ -248,7 +249,7 @@ def _load_part(settings, part: str) -> LoadedSamples:
         docs = [doc for doc in docs if doc["official_reader_keeps"]]
     check = f"check {where}"
     skipped = [MissingMedia(doc["item_id"], doc["video"], f"{problem}; {check}")
-               for doc in docs for _, problem in video_problems(doc["video"], [doc], lambda video, _: (0, "frame 0"))]
+               for doc in docs for _, problem in video_problems(doc["video"], [doc], last_declared_frame)]
     left_out = problems.unusable_media(skipped, skip=settings.skip_missing, label="Cosmos-Reason1", media="clips",
                                        skip_setting=setting_name(ENV_PREFIX, "skip_missing"))
     kept = [{**doc, **_media_settings(settings)} for doc in docs if doc["item_id"] not in left_out]

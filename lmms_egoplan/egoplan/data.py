@@ -143,8 +143,10 @@ def _check_record(record: Any, where: str, *, labelled: bool, frame_numbers: boo
     if not isinstance(record["video_source"], str) or record["video_source"] not in VIDEO_SOURCES:
         raise EgoPlanDataError(f"{where}: video_source must be one of {sorted(VIDEO_SOURCES)}, "
                                f"got {record['video_source']!r}")
-    if labelled and record["golden_choice_idx"] not in tuple(CHOICE_LETTERS):
-        raise EgoPlanDataError(f"{where}: golden_choice_idx must be one of A-D, got {record['golden_choice_idx']!r}")
+    golden = record.get("golden_choice_idx")
+    # labelled: always a letter; the test split's may be absent or empty, and is not read if so
+    if (labelled or golden not in (None, "")) and golden not in tuple(CHOICE_LETTERS):
+        raise EgoPlanDataError(f"{where}: golden_choice_idx must be one of A-D, got {golden!r}")
     actions = record["task_progress_metadata"]
     action_fields = _ACTION_FIELDS if frame_numbers else ("narration_text",)
     if not isinstance(actions, list) or any(not isinstance(a, dict) or any(f not in a for f in action_fields)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from lmms_egoplan.catalogue import entry
 from lmms_egoplan.core.errors import DatasetProblems, InputError
-from lmms_egoplan.core.files import inside_root, read_json_list
+from lmms_egoplan.core.files import inside_root, make_folder, read_json_list
 from lmms_egoplan.core.media import IMAGES_DECODED_AT_LOAD, image_problems
 from lmms_egoplan.core.settings import setting_name
 
@@ -73,9 +73,9 @@ def load_release_dimension(data_root: str | Path, dimension: Dimension, *, allow
     candidates = [Path(data_root).expanduser() / d for d in dimension.release_dirs]
     folder = next((c for c in candidates if (c / "annotations.json").is_file()), None)
     if folder is None:
-        raise FileNotFoundError(f"EgoThink {dimension.name}: no annotations.json in "
+        raise EgoThinkDataError(f"EgoThink {dimension.name}: no annotations.json in "
                                 + " or ".join(str(c) for c in candidates)
-                                + " (is data_root the release's data folder?)")
+                                + f"; set {setting_name(ENV_PREFIX, 'data_root')} to the release's data folder")
     annotations = folder / "annotations.json"
     allow_setting = setting_name(ENV_PREFIX, "allow_paths_outside_root")
     inside_root(annotations, data_root, where=f"EgoThink {dimension.name}: {annotations}", setting=allow_setting,
@@ -132,13 +132,16 @@ def load_hub_dimension(repo: str, dimension: Dimension, *, revision: str | None 
             f"{setting_name(ENV_PREFIX, 'hub_repo')} to lmms-lab/Egothink (same configs), or use a local copy "
             f"({setting_name(ENV_PREFIX, 'source')} local, {setting_name(ENV_PREFIX, 'data_root')})") from error
     data = data.cast_column("image", datasets.Image(decode=False))
-    folder = Path(image_cache).expanduser() / re.sub(r"[^\w.-]+", "_", repo) / dimension.hub_config
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_folder(Path(image_cache).expanduser() / re.sub(r"[^\w.-]+", "_", repo) / dimension.hub_config,
+                         setting_name(ENV_PREFIX, "image_cache"))
     docs = []
     problems = DatasetProblems(f"EgoThink {dimension.name} ({repo}, config {dimension.hub_config})", EgoThinkDataError)
     for index, row in enumerate(data):
         if found := _text_problems(row):
             problems.add(f"{repo}, config {dimension.hub_config}, row {index}: {'; '.join(found)}")
+            continue
+        if not isinstance(row["image"], dict) or not (row["image"].get("bytes") or row["image"].get("path")):
+            problems.add(f"{repo}, config {dimension.hub_config}, row {index}: field image holds no image")
             continue
         image = _stored_image(row["image"], folder, index)
         docs.append(_doc(dimension, index, row["question"], row["answer"], image))

@@ -132,8 +132,10 @@ def compile_task(benchmark: Benchmark, spec: TaskSpec, yaml_config: Mapping[str,
     if split is None:
         raise ValueError(f"task {context.task_name}: set test_split (or validation_split) in its YAML")
     context.loaded = loaded = spec.load_docs(context)
-    if not loaded.docs:
-        raise ValueError(f"task {context.task_name}: the benchmark loader returned no samples")
+    if not loaded.docs:  # nothing to evaluate: a data problem (an empty file, a filter that keeps nothing), named
+        read = ", ".join(map(str, loaded.read_from)) or "its data"
+        raise InputError(f"task {context.task_name}: no sample to evaluate in {read}; check the files there and the "
+                         f"{benchmark.entry.env_prefix}_* settings (data, splits, filters) that choose them")
     config["metadata"]["data_read_from"] = data_source(loaded.read_from)
     config["metadata"]["not_scored"] = not_scored(spec, context)
     if context.judging is not None:

@@ -27,8 +27,15 @@ from typing import Any, Iterator
 
 from lmms_egoplan.catalogue import entry
 from lmms_egoplan.core.errors import DatasetProblems, InputError
-from lmms_egoplan.core.files import inside_root, read_jsonl
-from lmms_egoplan.core.media import LoadedSamples, MediaError, MissingMedia, image_file_problem, video_problems
+from lmms_egoplan.core.files import inside_root, parquet_rows, read_jsonl
+from lmms_egoplan.core.media import (
+    LoadedSamples,
+    MediaError,
+    MissingMedia,
+    image_file_problem,
+    last_declared_frame,
+    video_problems,
+)
 from lmms_egoplan.core.settings import SettingsError, setting_name
 
 ENV_PREFIX = entry("robovqa").env_prefix  # settings are overridden by ROBOVQA_<SETTING>
@@ -158,8 +165,11 @@ def read_frames16(root: Path, problems: DatasetProblems, allow_outside: bool) ->
                 raise RoboVQADataError(f"{where}: field frame_paths must be a non-empty list of paths, got {paths!r}")
             frames = [str(_inside(root / frame, root, f"{where}: field frame_paths", allow_outside))
                       for frame in paths]
-            question = _question(kind, tag.group(0), str(record.get("question") or ""),
-                                 answer_text(str(record.get("answer") or "")), where)
+            for field in ("question", "answer"):  # a list or a number would be shown, or scored, as its repr
+                if not isinstance(record.get(field, ""), str):
+                    raise RoboVQADataError(f"{where}: field {field} must be text, got {record.get(field)!r}")
+            question = _question(kind, tag.group(0), record.get("question") or "",
+                                 answer_text(record.get("answer") or ""), where)
             docs.append({"item_id": f"qa.jsonl/{record.get('id', line)}", **question,
                          "media": {"kind": FRAMES16, "frames": frames}})
     return docs
@@ -201,9 +211,8 @@ def _rows(path: Path) -> Iterator[tuple[int, dict]]:
     if path.suffix == ".jsonl":
         yield from ((line - 1, record) for line, record in read_jsonl(path, RoboVQADataError))
         return
-    from datasets import Dataset
-
-    yield from enumerate(Dataset.from_parquet(str(path), keep_in_memory=True))
+    yield from enumerate(parquet_rows(path, RoboVQADataError, f"fetch it again into the folder "
+                                                              f"{setting_name(ENV_PREFIX, 'root')} names"))
 
 
 def read_tfrecord(root: Path, problems: DatasetProblems) -> list[dict]:
@@ -238,7 +247,9 @@ def _records(shard: Path) -> Iterator[tuple[int, bytes]]:
             yield offset, bytes(record)
             offset += 16 + len(record)
             number += 1
-    except RuntimeError as error:  # the reader's "Failed to read the record." for data cut short
+    # the reader's "Failed to read the record." for data cut short; a length read from text or another format can
+    # exceed any buffer
+    except (RuntimeError, OverflowError, MemoryError, ValueError) as error:
         raise RoboVQADataError(f"RoboVQA shard {shard}, record #{number} (byte {offset}): {error} (the file is cut "
                                f"short or not a TFRecord file); fetch it again") from None
 
@@ -341,5 +352,5 @@ def media_problems(doc: dict) -> list[str]:
     if media["kind"] == FRAMES16:
         return frames16_problems(doc)
     if media["kind"] == TIANLI:
-        return [problem for _, problem in video_problems(media["video"], [doc], lambda video, _: (0, "frame 0"))]
+        return [problem for _, problem in video_problems(media["video"], [doc], last_declared_frame)]
     return []  # a shard's records are checked whole as they are read

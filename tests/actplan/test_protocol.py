@@ -114,9 +114,10 @@ def test_a_scene_image_with_random_image_data_is_found_before_the_model_and_name
 
 def test_empty_release_and_missing_folder_are_errors(tmp_path):
     (tmp_path / "annotation").mkdir()
-    with pytest.raises(ActPlanDataError, match="no ActPlan-1K instances"):
+    with pytest.raises(ActPlanDataError, match=r"no ActPlan-1K instances .*; check ACTPLAN_DATA_ROOT "
+                                               r"\(metadata.data_root\) \(actplan-score: --data_root\)"):
         load_instances(tmp_path)
-    with pytest.raises(ActPlanDataError, match="not found"):
+    with pytest.raises(ActPlanDataError, match=r"not found: .*nowhere; set ACTPLAN_DATA_ROOT .* to the release folder"):
         load_instances(tmp_path / "nowhere")
 
 
@@ -189,6 +190,12 @@ def test_a_gold_plan_without_a_step_is_named_with_its_file_and_row(release, tmp_
     (folder / "plan_gold_2.txt").write_text("\n\n")
     with pytest.raises(ActPlanDataError, match=rf"{folder}: gold plan without a step plan_gold_2.txt"):
         load_instances(copy)
+    shutil.rmtree(copy)
+    shutil.copytree(release, copy)
+    description = next(folder.parent.glob("task_description_*.txt"))
+    description.write_text(" \n")  # the model would plan a task it is not told
+    with pytest.raises(ActPlanDataError, match=rf"(?s){folder}: its task description {description} is empty"):
+        load_instances(copy)
 
 
 def settings(**overrides):
@@ -243,6 +250,23 @@ def test_the_description_comes_before_the_images_as_the_paper_orders_them_and_af
 def test_bad_settings_name_the_setting(overrides, message):
     with pytest.raises(SettingsError, match=message):
         check_settings(settings(**overrides), "actplan1k")
+
+
+def test_scoring_settings_that_would_fail_at_aggregation_are_named_at_load(tmp_path):
+    """Found before any answer is generated, not when the paid run's plans are scored."""
+    with pytest.raises(SettingsError, match=rf"ACTPLAN_BLEURT_CHECKPOINT \(metadata.bleurt_checkpoint\): {tmp_path} is "
+                                            r"not a plan-classifier folder \(no plan_classifier.safetensors\)"):
+        check_settings(settings(bleurt_checkpoint=str(tmp_path)), "actplan1k")
+    state_dict = tmp_path / "best-model.ckpt"
+    state_dict.write_bytes(b"")
+    with pytest.raises(SettingsError, match=r"ACTPLAN_BLEURT_BASE \(metadata.bleurt_base\): .*best-model.ckpt is a "
+                                            r"state-dict file"):
+        check_settings(settings(bleurt_checkpoint=str(state_dict)), "actplan1k")
+    with pytest.raises(SettingsError, match=r"ACTPLAN_SCORING_DEVICE \(metadata.scoring_device\): 'tpu9' names no "
+                                            r"torch device"):
+        check_settings(settings(scoring_device="tpu9"), "actplan1k")
+    for device in ("cpu", "cuda", "cuda:1", "auto"):  # parsed, not looked for: a GPU box's names pass here too
+        check_settings(settings(scoring_device=device), "actplan1k")
 
 
 @pytest.mark.parametrize("variable, value, message", [
@@ -369,7 +393,10 @@ def load_tasks(names):
 
 def test_plan_metrics_keep_the_plans_once_and_classify_each_pair_once_in_any_order(release, monkeypatch, tmp_path):
     monkeypatch.setenv("ACTPLAN_DATA_ROOT", str(release))
-    monkeypatch.setenv("ACTPLAN_BLEURT_CHECKPOINT", str(release))  # must exist; the classifier is replaced below
+    checkpoint = tmp_path / "classifier"  # a trained classifier's folder, as the settings check it; replaced below
+    checkpoint.mkdir()
+    (checkpoint / "plan_classifier.safetensors").write_bytes(b"")
+    monkeypatch.setenv("ACTPLAN_BLEURT_CHECKPOINT", str(checkpoint))
     classifier = KeywordClassifier()
     monkeypatch.setattr(actplan, "_classifier", lambda *configuration: classifier)
     monkeypatch.setattr(actplan, "_matcher", lambda settings: ExactMatcher())
@@ -525,3 +552,24 @@ def test_yaml_tasks_bind_settings_and_differ_only_in_images(release, monkeypatch
     assert isinstance(context.state, actplan.PlansOfTheRun)
     assert with_images.aggregation()["lcs"].keywords["context"] is context
     assert with_images.aggregation()["bleurt_accuracy_normal"].keywords["context"] is context
+
+
+def test_settings_that_keep_no_instance_stop_the_task_at_load_naming_what_was_read(release, tmp_path, monkeypatch):
+    """instances=normal on a release whose only problems are counterfactual: no sample to evaluate, an input error
+    naming the folder read and the settings that choose it (never a bare ValueError)."""
+    import shutil
+
+    from lmms_eval.utils import load_yaml_config
+
+    from lmms_egoplan.core.errors import InputError
+
+    copy = tmp_path / "ActPlan-1K"
+    shutil.copytree(release, copy)
+    for normal in [path for path in (copy / "annotation").glob("*/*/0") if path.is_dir()]:
+        shutil.rmtree(normal)
+    monkeypatch.setenv("ACTPLAN_DATA_ROOT", str(copy))
+    monkeypatch.setenv("ACTPLAN_INSTANCES", "normal")
+    config = load_yaml_config(str(TASKS_DIR / "actplan" / "actplan1k.yaml"))
+    with pytest.raises(InputError, match=rf"task actplan1k: no sample to evaluate in .*{copy.name}.*; check the files "
+                                         r"there and the ACTPLAN_\* settings"):
+        config["class"](config=config)

@@ -86,6 +86,20 @@ def test_a_missing_clip_is_named_or_skipped_and_counted(fixture):
     assert [sample.sample_id for sample in loaded.skipped] == ["agibot/1/0"]
 
 
+def test_a_clip_cut_short_after_its_index_is_named_at_load_or_skipped_and_counted(fixture):
+    """Its index before the frames, a copy cut short still opens and shows its first frame; the frames the protocol
+    shows span the clip to its last, so the load reads its data to there (not decoded) and names it, before any model
+    call, never mid-run."""
+    clip = fixture.root / "agibot" / "clips" / "clip_1.mp4"
+    write_video(clip, num_frames=120, fps=30, faststart=True)
+    clip.write_bytes(clip.read_bytes()[:clip.stat().st_size // 2])
+    with pytest.raises(CosmosReason1DataError, match=r"agibot/1/0: video .*clip_1.mp4 (has a damaged packet near frame "
+                                                     r"\d+|holds frames up to file index \d+ of the 120)"):
+        load_part(settings_of(fixture), "agibot")
+    loaded = load_part(settings_of(fixture, skip_missing="true"), "agibot")
+    assert [sample.sample_id for sample in loaded.skipped] == ["agibot/1/0"]
+
+
 @pytest.mark.parametrize("pair, field", [
     ({"question": "q", "index2ans": {"A": "x", "B": "y"}, "answer": "C"}, "answer"),
     ({"question": "q", "index2ans": {"A": "x"}, "answer": "A"}, "index2ans"),
@@ -134,6 +148,22 @@ def test_a_paibench_u_row_of_no_known_part_is_named(fixture, tmp_path):
                         "subcategory": "Planning"}]).to_parquet(str(root / "data" / "test.parquet"))
     with pytest.raises(CosmosReason1DataError, match=r"test.parquet, row #0: subcategory 'Planning' names none of"):
         load_part(settings_of(fixture, data_source="paibench_u", paibench_u_root=root), "space")
+
+
+def test_a_paibench_u_file_that_is_no_parquet_or_an_index2ans_that_is_no_mapping_is_named(fixture, tmp_path):
+    from datasets import Dataset
+
+    root = tmp_path / "hub"
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "test.parquet").write_bytes(b"")
+    settings = settings_of(fixture, data_source="paibench_u", paibench_u_root=root)
+    with pytest.raises(CosmosReason1DataError, match=r"test.parquet: not a readable parquet file .*fetch it again into "
+                                                     r"the folder COSMOS_REASON1_PAIBENCH_U_ROOT"):
+        load_part(settings, "space")
+    Dataset.from_list([{"question": "q", "index2ans": '{"A": "x", "B": "y"}', "answer": "A", "video_path": "v.mp4",
+                        "subcategory": "Space"}]).to_parquet(str(root / "data" / "test.parquet"))
+    with pytest.raises(CosmosReason1DataError, match=r"test.parquet, row #0: index2ans must map two or more letters"):
+        load_part(settings, "space")
 
 
 def test_a_paibench_u_question_s_embedded_letter_instruction_is_removed_as_lmms_evals_reader_removes_it(fixture):

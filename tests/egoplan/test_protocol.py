@@ -752,3 +752,27 @@ def test_egoplan_record_fields_of_the_wrong_type_are_named_at_load(field, value,
                                 metadata={"annotation_file": str(annotation)}, env_prefix="EGOPLAN", environ=data.env())
     with pytest.raises(egoplan_data.EgoPlanDataError, match=rf"{annotation}, record #2 .*: {re.escape(message)}"):
         egoplan_data.load_samples(settings, labelled=True)
+
+
+@pytest.mark.parametrize("value", ["E", 5, "b"])
+def test_a_test_split_record_whose_label_is_no_letter_is_named_not_crashed_on(value, tmp_path):
+    """The test split needs no label; one it holds must be a letter (else its 'answer' would be read from a
+    choice_e field that does not exist)."""
+    from lmms_egoplan.core.settings import resolve_settings
+    from lmms_egoplan.demo.egoplan import build_fixture
+    from lmms_egoplan.egoplan import data as egoplan_data
+    from lmms_egoplan.egoplan import settings as egoplan_settings
+
+    data = build_fixture(tmp_path / "egoplan")
+    records = data.records("test")
+    annotation = tmp_path / "EgoPlan_test.json"
+    settings = resolve_settings(egoplan_settings.EgoPlanSettings, task="t",
+                                metadata={"annotation_file": str(annotation)}, env_prefix="EGOPLAN", environ=data.env())
+    annotation.write_text(json.dumps([{k: v for k, v in record.items() if k != "golden_choice_idx"}
+                                      for record in records]))
+    assert len(egoplan_data.load_samples(settings, labelled=False).docs) == len(records)  # no label: read as none
+    records[1]["golden_choice_idx"] = value
+    annotation.write_text(json.dumps(records))
+    with pytest.raises(egoplan_data.EgoPlanDataError,
+                       match=rf"{annotation}, record #1 .*: golden_choice_idx must be one of A-D, got {value!r}"):
+        egoplan_data.load_samples(settings, labelled=False)

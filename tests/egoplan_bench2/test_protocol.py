@@ -429,6 +429,10 @@ def test_the_package_source_names_missing_files_and_fields(fixture, tmp_path):
     with pytest.raises(data.EgoPlanBench2DataError, match=rf"{level}:4 \(sample_id .*\): current_observation_basename "
                                                           r"must be a non-empty string"):
         load(copy, data_source="seed_bench_r1")
+    level.write_text("\n")  # an empty level: no question read, never a smaller benchmark without a word
+    with pytest.raises(data.EgoPlanBench2DataError, match=rf"{level} holds no record \(empty or blank\); fetch it "
+                                                          r"again into the package that EGOPLAN2_SEED_BENCH_R1_ROOT"):
+        load(copy, data_source="seed_bench_r1")
     level.unlink()
     with pytest.raises(data.EgoPlanBench2DataError, match=r"validation_L3.jsonl; set EGOPLAN2_SEED_BENCH_R1_ROOT"):
         load(copy, data_source="seed_bench_r1")

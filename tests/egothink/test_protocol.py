@@ -63,7 +63,8 @@ def test_release_loader_reads_every_dimension_and_names_missing_images(tmp_path)
                              rf"image not found: {missing}\. Check EGOTHINK_DATA_ROOT"):
         load_release_dimension(data, DIMENSIONS["Reasoning_counting"])
     shutil.rmtree(data / "Planning")
-    with pytest.raises(FileNotFoundError, match="no annotations.json in .*Planning/navigation"):
+    with pytest.raises(EgoThinkDataError, match=r"no annotations.json in .*Planning/navigation; set EGOTHINK_DATA_ROOT "
+                                                r"\(metadata.data_root\) to the release's data folder"):
         load_release_dimension(data, DIMENSIONS["Planning_navigation"])
 
 
@@ -121,12 +122,27 @@ def test_hub_rows_without_a_question_or_reference_are_named_with_repository_conf
     shard = hub / dimension.hub_config / "test-00000-of-00001.parquet"
     rows = datasets.Dataset.from_parquet(str(shard)).to_list()
     rows[0]["answer"], rows[1]["question"] = None, ""
+    rows.append({**rows[1], "question": "Is there a cup?", "image": None})  # a row without its image
     datasets.Dataset.from_list(rows, features=datasets.Dataset.from_parquet(str(shard)).features).to_parquet(str(shard))
     with pytest.raises(EgoThinkDataError) as error:
         load_hub_dimension(str(hub), dimension, image_cache=tmp_path / "images")
     assert f"{hub}, config {dimension.hub_config}, row 0: field 'answer' must be text that is not blank, got None" \
         in str(error.value)
     assert "row 1: field 'question' must be text that is not blank, got ''" in str(error.value)
+    assert "row 2: field image holds no image" in str(error.value)
+
+
+def test_an_image_cache_that_cannot_be_a_folder_is_named_with_its_setting(tmp_path, monkeypatch):
+    import datasets
+
+    from lmms_egoplan.core.errors import StorageError
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    hub = write_hub_copy(tmp_path / "hub", per_dimension=1)
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(StorageError, match=r"EGOTHINK_IMAGE_CACHE \(metadata.image_cache\) .*a-file.*: cannot make "
+                                           r"this folder"):
+        load_hub_dimension(str(hub), DIMENSIONS["Object_existence"], image_cache=tmp_path / "a-file")
 
 
 def _store_images(folder, barrier, count):

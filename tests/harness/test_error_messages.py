@@ -76,6 +76,10 @@ def test_a_missing_file_names_the_setting_and_what_its_folder_holds(tmp_path):
         (folder / f"{name}.json").write_text("[]")
     assert "X_DIR, holds b.json, c.json, d.json, e.json, f.json and 2 more;" in \
         missing_file_message("a", folder / "a.json", "X_DIR", "X_FILE")
+    (folder / "a.json").mkdir()  # the file setting names a folder: that setting is the one to fix, not the folder's
+    assert missing_file_message("a", folder / "a.json", "X_DIR", "X_FILE") == \
+        f"a is a folder, not a file: {folder / 'a.json'}; set X_FILE to the file itself"
+    assert missing_file_message("a", folder / "a.json", "X_DIR", None).endswith("; check X_DIR")
 
 
 def test_a_backend_without_loglikelihood_is_told_from_its_source_without_importing_it():

@@ -102,6 +102,19 @@ def test_a_cut_short_shard_names_its_record(fixture, tmp_path):
         load_type(RoboVQASettings(data_source="tfrecord", root=str(tmp_path)), "success")
 
 
+def test_a_shard_or_parquet_file_that_is_not_one_is_named_with_its_file(tmp_path):
+    """An HTML page or a Git LFS pointer fetched in place of a shard, a parquet file empty or cut short: the file is
+    named, never pyarrow's or the TFRecord reader's own error."""
+    (tmp_path / "val-00000-of-00001").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0\n")
+    with pytest.raises(RoboVQADataError, match=r"val-00000-of-00001, record #0 .*not a TFRecord file"):
+        load_type(RoboVQASettings(data_source="tfrecord", root=str(tmp_path)), "success")
+    for content in (b"", b"PAR1" + bytes(100)):
+        (tmp_path / "validation-00000.parquet").write_bytes(content)
+        with pytest.raises(RoboVQADataError, match=r"validation-00000.parquet: not a readable parquet file .*fetch it "
+                                                   r"again into the folder ROBOVQA_ROOT"):
+            load_type(RoboVQASettings(data_source="tianli", root=str(tmp_path)), "success")
+
+
 def test_a_record_without_frames_names_its_field(tmp_path):
     from tfrecord import TFRecordWriter
 
@@ -126,11 +139,15 @@ def test_bad_qa_lines_are_named_together_and_missing_frames_after_them(fixture, 
     def damaged(lines):
         lines[0]["question_idx"] = "no tag here"
         lines[2]["answer"] = ""
+        lines[3]["answer"] = ["put the cup down"]  # never scored as the text "['put the cup down']"
+        lines[4]["question"] = 5
 
     with pytest.raises(RoboVQADataError) as error:
         load_type(_copy_with(fixture.layout("frames16"), tmp_path, damaged), "next_step")
     assert "qa.jsonl, line 1: field question_idx" in str(error.value)
     assert "qa.jsonl, line 3: the answer is empty" in str(error.value)
+    assert "qa.jsonl, line 4: field answer must be text, got ['put the cup down']" in str(error.value)
+    assert "qa.jsonl, line 5: field question must be text, got 5" in str(error.value)
 
     def missing(lines):
         for line in lines:
