@@ -106,10 +106,13 @@ def load_instances(data_root: str | Path, *, allow_outside: bool = False,
         for activity in sorted(p for p in scene.iterdir() if p.is_dir()):
             problem_folders = sorted((int(p.name), p) for p in activity.iterdir() if p.is_dir() and p.name.isdigit())
             for problem, problem_folder in problem_folders:
-                description_file = problem_folder / f"task_description_{problem}.txt"
-                for sample, folder in _numbered((p for p in problem_folder.iterdir() if p.is_dir()), _SAMPLE_FOLDER):
+                samples = _numbered((p for p in problem_folder.iterdir() if p.is_dir()), _SAMPLE_FOLDER)
+                description = None  # its samples share it: what is wrong with it is said once
+                with problems.collected():
+                    description = _description(root, problem_folder, problem, allow_outside) if samples else None
+                for sample, folder in samples:
                     with problems.collected():
-                        instances.append(_instance(root, scene, activity, problem, sample, folder, description_file,
+                        instances.append(_instance(root, scene, activity, problem, sample, folder, description,
                                                    allow_outside))
     unusable = image_problems([path for instance in instances for path in instance["image_paths"]], images_decoded)
     for instance in instances:
@@ -124,16 +127,34 @@ def load_instances(data_root: str | Path, *, allow_outside: bool = False,
     return instances
 
 
+def _description(root: Path, problem_folder: Path, problem: int, allow_outside: bool) -> str:
+    """A problem's task description, which its sample folders share; what keeps it from being one raises
+    ActPlanDataError, naming the file."""
+    path = problem_folder / f"task_description_{problem}.txt"
+    if not path.is_file():
+        raise ActPlanDataError(f"{problem_folder}: no task description ({path.name}"
+                               f"{', a folder' if path.is_dir() else ''}): its samples have no task to plan")
+    inside_root(path, root, where=f"ActPlan-1K problem {problem_folder.relative_to(root).as_posix()}: {path.name}",
+                setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"), allow=allow_outside,
+                error_class=ActPlanDataError)
+    description = read_text(path, ActPlanDataError).strip()
+    if not description:  # the model would plan a task it is not told
+        raise ActPlanDataError(f"{problem_folder}: its task description {path} is empty")
+    return description
+
+
 def _instance(root: Path, scene: Path, activity: Path, problem: int, sample: int, folder: Path,
-              description_file: Path, allow_outside: bool) -> dict:
-    """An instance folder's doc; the first thing that keeps it from being one raises ActPlanDataError."""
+              description: str | None, allow_outside: bool) -> dict:
+    """An instance folder's doc (``description``: its problem's, None where that has a problem of its own, said
+    once); the first thing that keeps it from being one raises ActPlanDataError."""
     images, golds = image_files(folder), gold_plan_files(folder)
-    parts = (("images (*.png / *.jpg)", images), ("gold plan (plan_gold_<n>.txt)", golds),
-             (f"task description ({description_file.name} beside it)", description_file.is_file()))
+    parts = (("images (*.png / *.jpg)", images), ("gold plan (plan_gold_<n>.txt)", golds))
     missing = [what for what, ok in parts if not ok]
     if missing:
         raise ActPlanDataError(f"{folder}: no {', no '.join(missing)}")
-    for path in (folder, description_file, *images, *golds):
+    if folders := [path.name for path in golds if not path.is_file()]:
+        raise ActPlanDataError(f"{folder}: {', '.join(folders)} is a folder, not a gold plan file")
+    for path in (folder, *images, *golds):
         inside_root(path, root, where=f"ActPlan-1K instance {folder.relative_to(root).as_posix()}: "
                                       f"{path.relative_to(folder.parent).as_posix()}",
                     setting=setting_name(ENV_PREFIX, "allow_paths_outside_root"), allow=allow_outside,
@@ -141,9 +162,6 @@ def _instance(root: Path, scene: Path, activity: Path, problem: int, sample: int
     plans = [gold_steps(read_text(path, ActPlanDataError)) for path in golds]
     if empty := [path.name for path, steps in zip(golds, plans) if not steps]:
         raise ActPlanDataError(f"{folder}: gold plan without a step {', '.join(empty)}")
-    description = read_text(description_file, ActPlanDataError).strip()
-    if not description:  # the model would plan a task it is not told
-        raise ActPlanDataError(f"{folder}: its task description {description_file} is empty")
     return {
         "instance_id": folder.relative_to(root).as_posix(),
         "scene": scene.name,

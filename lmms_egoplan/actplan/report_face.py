@@ -102,6 +102,7 @@ FACE = ReportFace(
                          Column("Norm. LCS counterfactual", "norm_lcs_counterfactual"),
                          percent_column("BLEURT accuracy", "bleurt_accuracy"),
                          Column("Format-error rate", "format_error_rate", interval=False),
+                         Column("No-plan rate", "no_plan_rate", interval=False),
                          Column("Plan length", "plan_length"),
                          Column("Human correctness", "human_correctness", interval=False),
                          Column("Human commonsense", "human_commonsense", interval=False)),

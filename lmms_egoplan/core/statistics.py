@@ -1,6 +1,6 @@
 """Aggregations and breakdowns lmms-eval's metric registry lacks: counts, sums, the largest of a
-run-level number, means that are NaN over nothing, value bins (``0-4,5-9,15+``) and equal-size
-levels of a sorted split."""
+run-level number, means that are NaN over nothing, value bins (``0-4,5-9,15+``), equal-size
+levels of a sorted split, and the metric-name labels of named bins (a domain, a scenario)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,22 @@ class ValueBin:
 
 
 _BIN = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)|(\+))?\s*$")
+
+
+def breakdown_label(name: str) -> str:
+    """A metric-name-safe label of a named bin (a domain, a scenario): lower case, ``_`` for the rest
+    ("Daily life" -> daily_life)."""
+    return re.sub(r"[^0-9a-z]+", "_", name.lower()).strip("_") or "unnamed"
+
+
+def shared_labels(names: Iterable[str], what: str) -> list[str]:
+    """A problem for each label (``breakdown_label``) that several of ``names``, the data's ``what`` ("scenarios"),
+    share: their samples would be scored as one bin ("Cooking food" and "cooking-food")."""
+    found: dict[str, set[str]] = {}
+    for name in names:
+        found.setdefault(breakdown_label(name), set()).add(name)
+    return [f"{what} {', '.join(map(repr, sorted(group)))} share the metric name label {label!r}; rename one"
+            for label, group in found.items() if len(group) > 1]
 
 
 def parse_bins(spec: str) -> tuple[ValueBin, ...]:

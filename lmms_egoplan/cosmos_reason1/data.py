@@ -98,6 +98,9 @@ def question_of(pair: Any, where: str) -> dict:
             isinstance(key, str) and isinstance(value, str) for key, value in options.items()):
         raise CosmosReason1DataError(f"{where}: index2ans must map two or more letters to option texts, "
                                      f"got {options!r}")
+    if not all(len(key) == 1 and "A" <= key <= "Z" for key in options):  # the parsers read one capital letter
+        raise CosmosReason1DataError(f"{where}: index2ans's keys must be the option letters, one capital letter each "
+                                     f"(A, B, ...), got {', '.join(map(repr, options))}")
     if not isinstance(answer, str) or answer.upper() not in {key.upper() for key in options}:
         raise CosmosReason1DataError(f"{where}: answer (or correct_answer) must be one of the letters "
                                      f"{', '.join(options)}, got {answer!r}")

@@ -26,6 +26,7 @@ from typing import Callable, Mapping, Sequence, TextIO
 from lmms_egoplan import catalogue
 from lmms_egoplan.core.text_tables import TERMINAL_WIDTH, format_table, format_value, indented_list
 from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun, EvalRunError, run_lm_eval, run_lmms_eval
+from lmms_egoplan.demo.kit.scripted import MODEL_NAME as SCRIPTED_MODEL_NAME
 from lmms_egoplan.demo.kit.scripted import ScriptedAnswers, differences, reported_metrics, scripted_environment
 from lmms_egoplan.demo.kit.settings import DEMO_SETTINGS_FILE, users_settings_kept_out, with_demo_settings
 from lmms_egoplan.demo.kit.suite import SmokeSuite
@@ -55,6 +56,10 @@ def suites() -> dict[str, Callable[[Path, ExitStack], SmokeSuite]]:
 MODEL = "egoplan_hf"
 DEFAULT_ARCH = "qwen2_vl"
 SCRIPTED = "[scripted]"  # marks the rows of the scripted answers in the printed tables
+# What the report says first of the demo's rows: none is a model's measurement to set beside a published row.
+RANDOM_MODEL_NOTE = "the demo's tiny RANDOM model on synthetic data: checks the pipeline end to end, measures nothing"
+SCRIPTED_MODEL_NOTE = ("the demo's scripted answers of known quality on synthetic data: check the scoring, "
+                       "measure no model")
 
 
 def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] | None = None,
@@ -135,7 +140,8 @@ def _run_smoke(workdir: str | Path, *, arch: str, only: list[str] | None, out: T
     results_dirs = [d for d in log_dirs
                     if any(next(d.rglob(pattern), None) for pattern in ("*_results.json", "results_*.json"))]
     if results_dirs:
-        report = write_report(results_dirs, workdir / "report", report_faces())
+        notes = {checkpoint.name: RANDOM_MODEL_NOTE, SCRIPTED_MODEL_NAME: SCRIPTED_MODEL_NOTE}
+        report = write_report(results_dirs, workdir / "report", report_faces(), model_notes=notes)
         print(f"Report of these runs (tables beside the published rows, figures, HTML): {report.markdown}", file=out)
     if failures:
         print(f"FAILED: {', '.join(failures)}", file=out)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,6 +31,7 @@ from lmms_egoplan.core.media import (
     video_problems,
 )
 from lmms_egoplan.core.settings import setting_name
+from lmms_egoplan.core.statistics import breakdown_label, shared_labels
 
 ENV_PREFIX = entry("egointent").env_prefix  # settings are overridden by environment variables EGOINTENT_<SETTING>
 
@@ -207,6 +207,8 @@ def _event_steps(root: Path, relative: Path, *, allow_outside: bool) -> tuple[li
     if not isinstance(data, dict) or not isinstance(data.get(RELEASE.steps), list):
         return [], [f"{relative}: event {event}: expected a JSON object whose field {RELEASE.steps} is a list of "
                     f"steps"]
+    if not data[RELEASE.steps]:  # an event the release lists has steps: a file cut short, or not the release's
+        return [], [f"{relative}: event {event}: field {RELEASE.steps} is an empty list; fetch the release again"]
     problems = []
     video_uid = data.get(RELEASE.video_uid)
     if not isinstance(video_uid, str) or not video_uid.strip():
@@ -463,22 +465,17 @@ def load_samples(settings) -> LoadedSamples:
 
 def _scenario_problems(steps: list[Step]) -> list[str]:
     """Each scenario is indoor or outdoor, and each gets a metric name of its own."""
-    problems = []
     environments: dict[str, set[str]] = {}
-    names: dict[str, set[str]] = {}
     for step in steps:
         environments.setdefault(step.scenario, set()).add(step.environment)
-        names.setdefault(scenario_metric(step.scenario), set()).add(step.scenario)
-    problems += [f"scenario {scenario!r} is filed as both indoor and outdoor"
-                 for scenario, found in environments.items() if len(found) > 1]
-    problems += [f"scenarios {sorted(found)} share the metric name {metric!r}; rename one"
-                 for metric, found in names.items() if len(found) > 1]
-    return problems
+    return [f"scenario {scenario!r} is filed as both indoor and outdoor"
+            for scenario, found in environments.items() if len(found) > 1] + shared_labels(
+        (step.scenario for step in steps), "scenarios")
 
 
 def scenario_metric(scenario: str) -> str:
     """The metric name of a scenario's breakdown: ``scenario_<lower-case name, _ for the rest>``."""
-    return f"{SCENARIO}_" + (re.sub(r"[^0-9a-z]+", "_", scenario.lower()).strip("_") or "unnamed")
+    return f"{SCENARIO}_{breakdown_label(scenario)}"
 
 
 # =============================================================================================

@@ -14,10 +14,12 @@ from lmms_egoplan.egointent.protocol import EgoIntentSettings
 from lmms_egoplan.report.figures import footnote, new_figure, no_data, run_labels, unscored_notes
 from lmms_egoplan.report.layout import (
     GENERATIVE,
+    JUDGE_COUNTS,
     Breakdown,
     Column,
     ReportFace,
     TableLayout,
+    count_column,
     protocol_defaults,
     published_rows,
 )
@@ -93,7 +95,8 @@ FACE = ReportFace(
                         {"egointent": "video"},
                         (*(Column(dimension.label, dimension.field, former_metrics=dimension.former_fields)
                            for dimension in DIMENSIONS), Column("Overall", "overall"),
-                         *(Column(environment.capitalize(), environment) for environment in ENVIRONMENTS)),
+                         *(Column(environment.capitalize(), environment) for environment in ENVIRONMENTS),
+                         *JUDGE_COUNTS, count_column("Incomplete answers", "incomplete_answers")),
                         figures={"egointent_scenarios": egointent_scenarios}, judged=True, notes=NOTES,
                         main="Overall", scoring={"egointent": GENERATIVE}),),
     published=published_rows(__package__),

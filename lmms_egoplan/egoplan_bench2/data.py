@@ -16,7 +16,6 @@ taking ``settings`` receive an ``EgoPlanBench2Settings``.
 from __future__ import annotations
 
 import collections
-import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from lmms_egoplan.core.errors import DatasetProblems, InputError
 from lmms_egoplan.core.files import inside_root, read_json_list
 from lmms_egoplan.core.media import LoadedSamples, MissingMedia, video_problems
 from lmms_egoplan.core.settings import SettingsError, setting_name
+from lmms_egoplan.core.statistics import shared_labels
 
 ENV_PREFIX = entry("egoplan_bench2").env_prefix  # settings are overridden by environment variables EGOPLAN2_<SETTING>
 CHOICE_LETTERS = "ABCD"
@@ -175,6 +175,9 @@ def load_samples(settings) -> LoadedSamples:
         docs, unusable = _package_docs(settings, problems)
     else:
         docs, unusable = _official_docs(settings, problems)
+    for field in ("domain", "scenario"):  # two names of one label would be scored as one breakdown
+        for problem in shared_labels((doc[field] for doc in docs), f"{field}s"):
+            problems.add(problem)
     skipped = [MissingMedia(docs[number]["sample_id"], str(path), problem) for number, path, problem in unusable]
     problems.unusable_media(skipped, skip=settings.skip_missing, label="EgoPlan-Bench2",
                             skip_setting=setting_name(ENV_PREFIX, "skip_missing"))
@@ -251,7 +254,3 @@ def _package_docs(settings, problems: DatasetProblems) -> tuple[list[dict], list
     setting = setting_name(ENV_PREFIX, "seed_bench_r1_root")
     return docs, [(number, Path(path), f"{problem}; check {setting}") for number, path, problem in unusable]
 
-
-def metric_label(text: str) -> str:
-    """A metric-name-safe form of a domain or scenario: lower case, ``_`` for the rest ("Daily life" -> daily_life)."""
-    return re.sub(r"[^0-9a-z]+", "_", text.lower()).strip("_") or "unnamed"

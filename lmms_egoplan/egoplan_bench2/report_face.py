@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lmms_egoplan.egoplan_bench2.data import CHOICE_LETTERS, DOMAINS, metric_label
+from lmms_egoplan.core.statistics import breakdown_label
+from lmms_egoplan.egoplan_bench2.data import CHOICE_LETTERS, DOMAINS
 from lmms_egoplan.egoplan_bench2.settings import EgoPlanBench2Settings
 from lmms_egoplan.report.figures import (
     PUBLISHED_COLOUR,
@@ -34,7 +35,7 @@ from lmms_egoplan.report.layout import (
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-_DOMAIN_METRICS = {domain: f"accuracy_domain_{metric_label(domain)}" for domain in DOMAINS}
+_DOMAIN_METRICS = {domain: f"accuracy_domain_{breakdown_label(domain)}" for domain in DOMAINS}
 
 
 def egoplan_bench2_breakdowns(table) -> Figure:
@@ -47,7 +48,7 @@ def egoplan_bench2_breakdowns(table) -> Figure:
     figure = new_figure(figsize=(15, 5.5), layout="constrained")
     by_domain, by_scenario = figure.subplots(1, 2, width_ratios=(1, 3))
     for axes, family, bins, title in (
-            (by_domain, "domain", [metric_label(d) for d in DOMAINS], "by domain"),
+            (by_domain, "domain", [breakdown_label(d) for d in DOMAINS], "by domain"),
             (by_scenario, "scenario", _reported_scenarios(rows), "by scenario")):
         axes.set_title(f"EgoPlan-Bench2 accuracy {title}", fontsize=10)
         names = list(DOMAINS) if family == "domain" else [b.replace("_", " ") for b in bins]

@@ -52,7 +52,7 @@ from lmms_egoplan.core import media, seed_bench_r1
 from lmms_egoplan.core.candidate_ranking import lowest_loss
 from lmms_egoplan.core.request_options import LOSS_MEAN, SCORED_SPAN
 from lmms_egoplan.core.settings import setting_name
-from lmms_egoplan.core.statistics import count, total
+from lmms_egoplan.core.statistics import breakdown_label, count, total
 from lmms_egoplan.egoplan_bench2.data import (
     CHOICE_LETTERS,
     DOMAINS,
@@ -61,7 +61,6 @@ from lmms_egoplan.egoplan_bench2.data import (
     annotation_path,
     file_index,
     load_samples,
-    metric_label,
     package_positions,
 )
 from lmms_egoplan.egoplan_bench2.parsing import read_letters
@@ -189,7 +188,7 @@ def doc_to_target(doc: Mapping) -> int:
 
 def breakdowns(doc: Mapping) -> tuple[str, str]:
     """The domain and the scenario a question is scored in: ``domain_<label>``, ``scenario_<label>``."""
-    return f"domain_{metric_label(doc['domain'])}", f"scenario_{metric_label(doc['scenario'])}"
+    return f"domain_{breakdown_label(doc['domain'])}", f"scenario_{breakdown_label(doc['scenario'])}"
 
 
 def scored(doc: Mapping, letter: str | None, logged: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from lmms_egoplan.report.figures import (
 )
 from lmms_egoplan.report.layout import (
     GENERATIVE,
+    JUDGE_COUNTS,
     MACRO,
     MICRO,
     Column,
@@ -87,6 +88,7 @@ COLUMNS = (
            group_mean=_dimensions_mean(DIMENSIONS, MICRO)),
     # a published single EgoThink value whose source does not say which mean it is (EgoTools' Table 2)
     Column("Average, mean not stated", "average_not_stated", digits=1, interval=False),
+    *JUDGE_COUNTS,
 )
 FACE = ReportFace(
     tables=(TableLayout("ego_think", "EgoThink: judge scores (0-100)", "EgoThink Table 3",

@@ -11,7 +11,7 @@ CSVs and figure.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,9 +33,10 @@ class Report:
 
 
 def write_report(paths: list[str | Path], output: str | Path, faces: Sequence[ReportFace], *,
-                 all_runs: bool = False) -> Report:
+                 all_runs: bool = False, model_notes: Mapping[str, str] | None = None) -> Report:
     """Write report.md, report.html, a CSV per table of ``faces`` (the benchmarks' report faces) and
-    the figures (PNG and SVG) into ``output``.
+    the figures (PNG and SVG) into ``output``. ``model_notes``: a note for the rows of a model (by the name the
+    tables show), first in their notes.
 
     Raises NothingFoundError when ``paths`` hold no result of the suite's tasks.
     """
@@ -50,7 +51,7 @@ def write_report(paths: list[str | Path], output: str | Path, faces: Sequence[Re
     from lmms_egoplan.report.tables import APART, build_tables, csv_table, markdown_table, markdown_text
 
     runs, unreadable = load_runs(paths, all_runs=all_runs)
-    tables, ignored = build_tables(runs, faces)
+    tables, ignored = build_tables(runs, faces, model_notes)
     if not tables:
         raise NothingFoundError(f"no results of the suite's tasks in {', '.join(map(str, paths))}"
                                 + (f" (other tasks: {', '.join(ignored)})" if ignored else "")
@@ -77,8 +78,8 @@ def write_report(paths: list[str | Path], output: str | Path, faces: Sequence[Re
         "are not re-computed. Each says in its notes how it was made (its protocol: scoring, parser, judge, frames, "
         "thinking, decoding, averaging, split, source, ran or copied); one scored otherwise than the runs of its "
         "table, or stating other frames, parser, judge or item count than they do, is shown apart, below the "
-        f"others, its source naming the field ('{APART}: scoring ...', '{APART}: frames 4 fps'); a field either "
-        "side does not state is not compared, and its notes say which.",
+        f"others, its source naming the field ('{APART}: scoring ...', '{APART}: frames 4 fps'); one set beside the "
+        "runs names in its notes each field it or they do not state, which could not be compared.",
         "Run times are those in the results files' names, each with its time zone: lmms-eval names its files in the "
         f"zone of its --timezone ({LMMS_EVAL_DEFAULT_ZONE} by default, not this machine's), lm-eval runs are shown in "
         "UTC.",

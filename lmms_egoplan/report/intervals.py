@@ -41,7 +41,13 @@ RESAMPLES = 2000
 
 
 class NoInterval(Exception):
-    """An interval the samples cannot give (its message says why): the row says so, never a degenerate [v, v]."""
+    """An interval the samples cannot give (its message says why): the row says so, never a degenerate [v, v].
+    Its message: ``subject`` (what has none, "<task> <metric>"), then ``reason``, kept apart so that a row says
+    a reason several subjects share once."""
+
+    def __init__(self, reason: str, subject: str = "") -> None:
+        super().__init__(f"{subject}: {reason}" if subject else reason)
+        self.reason, self.subject = reason, subject
 
 
 @dataclass(frozen=True)
@@ -151,18 +157,19 @@ def interval(run: Run, task: str, metric: str, *, rubrics: Mapping[str, Rubric],
         return None
     _check_reported(run, task, metric, mean_or_nan(found.values), f"the mean of {found.source}")
     result = _interval_of_mean(found.values, found.judged, success)
-    _refuse_a_certain_bootstrap(result, [found.values], f"{task} {metric}: every logged sample", "mean")
+    _refuse_a_certain_bootstrap(result, [found.values], f"{task} {metric}", "every logged sample", "mean")
     return result
 
 
-def _refuse_a_certain_bootstrap(result: Interval, strata: Sequence[Sequence[float]], samples: str, mean: str) -> None:
+def _refuse_a_certain_bootstrap(result: Interval, strata: Sequence[Sequence[float]], subject: str, samples: str,
+                                mean: str) -> None:
     """Raise NoInterval where the samples of each stratum of a bootstrap scored the same: every resample is alike,
     and its [v, v] would claim a certainty the samples do not give (the exact binomial interval of 0 / 1 outcomes
     needs no such rule)."""
     if result.method != EXACT_BINOMIAL and bootstrap_is_a_point(strata):
         alike = len({values[0] for values in strata}) == 1
         raise NoInterval(f"{samples} scored {f'{strata[0][0]:g}' if alike else 'alike within its task'}; a bootstrap "
-                         f"gives no interval of their {mean}")
+                         f"gives no interval of their {mean}", subject)
 
 
 def _interval_of_mean(values: list[float], judged: bool, success: float | None) -> Interval:
@@ -206,7 +213,7 @@ def group_interval(run: Run, group: str, metric: str, mean: GroupMean, *, rubric
                     f"the {mean.weighting} mean of its tasks' logged samples ({', '.join(members)})",
                     "the group's interval is left out")
     _refuse_a_certain_bootstrap(result, strata if stratified else [pooled],
-                                f"{group} {metric}: every logged sample of {', '.join(members)}",
+                                f"{group} {metric}", f"every logged sample of {', '.join(members)}",
                                 f"{mean.weighting} mean")
     return result
 

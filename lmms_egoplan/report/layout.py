@@ -103,6 +103,10 @@ def count_column(header: str, metric: str, task: str = "{task}") -> Column:
     return Column(header, metric, task=task, digits=0, interval=False)
 
 
+# A judged table's counts: the answers judged, and those whose judgement failed (left out of the scores)
+JUDGE_COUNTS = (count_column("Judged", "judged"), count_column("Failed judgements", "failed"))
+
+
 @dataclass(frozen=True)
 class TableLayout:
     key: str  # the table's name (its CSV's stem) and its published rows' "benchmark"
@@ -216,15 +220,32 @@ def protocol_defaults(settings_class: type, names: tuple[str, ...]) -> tuple[tup
 def published_rows(package: str) -> tuple[dict, ...]:
     """A benchmark's published rows, as transcribed in its package's ``published_results.json``: one
     object per row with benchmark (the table's key), paper, table, model, values and protocol (``PROTOCOL_FIELDS``);
-    optional input, note, source (where the numbers were read) and judge_model (the judge's API name, looked up
-    in the judge retirement table). A row without its protocol is refused, naming the file, row and field."""
+    optional input, note, source (where the numbers were read), judge_model (the judge's API name, looked up
+    in the judge retirement table) and same_model (the name another row gives the same model, where they differ
+    beyond case, punctuation and "Instruct": the report sets their values side by side). A row without its protocol,
+    or whose same_model names no other row's model, is refused, naming the file, row and field."""
     path = resources.files(package).joinpath(PUBLISHED_FILE)
     rows = tuple(json.loads(path.read_text(encoding="utf-8")))
     problems = [f"row {number} ({row.get('model', '?')}): {problem}"
                 for number, row in enumerate(rows, 1) for problem in protocol_problems(row)]
+    problems += [f"row {number} ({row.get('model', '?')}): same_model {row['same_model']!r} names no model of another "
+                 f"row of {row.get('benchmark')!r}" for number, row in enumerate(rows, 1)
+                 if "same_model" in row and not _names_another_row(row, rows)]
     if problems:
         raise InputError(f"{path}: " + "; ".join(problems))
     return rows
+
+
+def _names_another_row(row: Mapping, rows: tuple[dict, ...]) -> bool:
+    """Whether ``row``'s same_model is the model of another row of its table."""
+    return any(other is not row and other.get("benchmark") == row.get("benchmark")
+               and model_key(str(other.get("model", ""))) == model_key(str(row["same_model"])) for other in rows)
+
+
+def model_key(name: str) -> str:
+    """A model's name as reports vary it ("Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL 7B"): its letters, digits, dots and
+    pluses, lower case, without "instruct"."""
+    return re.sub(r"[^a-z0-9.+]", "", name.lower()).replace("instruct", "")
 
 
 def protocol_problems(row: Mapping) -> list[str]:

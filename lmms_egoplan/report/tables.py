@@ -7,7 +7,7 @@ import html
 import io
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from lmms_egoplan.core.errors import InputError
@@ -15,7 +15,15 @@ from lmms_egoplan.core.text_tables import NO_VALUE, is_no_value
 from lmms_egoplan.judge.identity import JudgeIdentity
 from lmms_egoplan.judge.retirements import retirement
 from lmms_egoplan.report.intervals import Interval, NoInterval, group_interval, interval
-from lmms_egoplan.report.layout import NOT_STATED, SUBMISSION, Column, ReportFace, TableLayout, protocol_text
+from lmms_egoplan.report.layout import (
+    NOT_STATED,
+    SUBMISSION,
+    Column,
+    ReportFace,
+    TableLayout,
+    model_key,
+    protocol_text,
+)
 from lmms_egoplan.report.metric_roles import invalid_reason, unscored_reason
 from lmms_egoplan.report.protocols import Comparison, Difference, RunProtocol, compare
 from lmms_egoplan.report.runs import LM_EVAL, Run, not_judged, not_scored_predicted
@@ -131,7 +139,7 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
     scales = [face.column_unit(column).scale for column in layout.columns]
     values = [_value(run, task, column, scale) for column, scale in zip(layout.columns, scales)]
     unscored = [_unscored(face, run, task, column) for column in layout.columns]
-    intervals, unreadable_logs = [], []
+    intervals, without_interval = [], {}  # why a column has no interval -> the subjects it holds for
     for column, scale, value in zip(layout.columns, scales, values):
         reason = _unscored(face, run, task, column, descriptive=True)  # no interval on a value of an unscored task
         measured = isinstance(value, (int, float)) and not math.isnan(value) and not reason
@@ -139,7 +147,9 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
             found = _interval(face, run, task, column) if column.interval and measured else None
         except (InputError, NoInterval) as error:  # a per-sample log cut short or damaged; samples all alike
             found = None
-            unreadable_logs += [] if str(error) in unreadable_logs else [str(error)]
+            why, subject = (error.reason, error.subject) if isinstance(error, NoInterval) else (str(error), "")
+            subjects = without_interval.setdefault(why, [])
+            subjects += [subject] if subject not in subjects else []
         intervals.append(Interval(found.low * scale, found.high * scale, found.method, found.samples)
                          if found else None)
     notes = _departures(face, run, tasks)
@@ -148,11 +158,9 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
     notes += [f"partial: {run.partial[t]}" for t in sorted(tasks) if t in run.partial] + run.notes
     notes += [f"{INVALID}, left out: {metric if t == task else f'{t}: {metric}'}: {value.reason}" for t in sorted(tasks)
               for metric, value in run.metrics.get(t, {}).items() if isinstance(value, Invalid)]
-    notes += [f"no interval: {error}" for error in unreadable_logs]
-    for column, reason in zip(layout.columns, unscored):
-        which = column.task_of(task)
-        note = f"{NOT_SCORED}: {reason}" if which == task else f"{NOT_SCORED}: {which}: {reason}"
-        notes += [note] if reason and note not in notes else []
+    notes += [f"no interval: {', '.join(filter(None, subjects))}{': ' if any(subjects) else ''}{why}"
+              for why, subjects in without_interval.items()]
+    notes += _unscored_notes(layout, task, unscored)
     notes += _unscored_by_the_settings(run, layout, task, notes)
     if not run.samples.keys() & tasks:
         notes.append(NO_INTERVALS)
@@ -164,6 +172,28 @@ def _run_row(face: ReportFace, layout: TableLayout, run: Run, task: str) -> Row 
     row = Row(source, run.model, task, layout.tasks[task], values, intervals, notes, run, unscored)
     row.judge = judge_text(run.recorded(tasks)) if layout.judged else ""
     return row
+
+
+_BY_PARSER = re.compile(r"^(?P<reason>.+) \((?P<parser>\w+) parser\)$")
+
+
+def _unscored_notes(layout: TableLayout, task: str, unscored: list[str | None]) -> list[str]:
+    """A note per reason the row's columns are no scores, each said once: "not scored: 8 of 8 answers unparseable
+    (official and robust parsers)" for the columns of two parsers and the main one, which reads the default's."""
+    by_task: dict[str, dict[str, list[str]]] = {}  # task -> reason -> parsers it holds for
+    for column, reason in zip(layout.columns, unscored):
+        if reason:
+            match = _BY_PARSER.match(reason)
+            reason, parser = (match["reason"], match["parser"]) if match else (reason, "")
+            parsers = by_task.setdefault(column.task_of(task), {}).setdefault(reason, [])
+            parsers += [parser] if parser not in parsers else []
+    notes = []
+    for which, reasons in by_task.items():
+        for reason, parsers in reasons.items():
+            named = [parser for parser in parsers if parser]  # a parser's reading tells which reader the plain one is
+            reason += f" ({' and '.join(named)} parser{'s' if len(named) > 1 else ''})" if named else ""
+            notes.append(f"{NOT_SCORED}: {reason}" if which == task else f"{NOT_SCORED}: {which}: {reason}")
+    return notes
 
 
 DEPARTS = "departs from the default protocol"
@@ -264,15 +294,9 @@ def published_block(layout: TableLayout, published: Sequence[dict], run_rows: li
     for entry in (p for p in published if p["benchmark"] == layout.key):
         near, differing, notes = _placement(layout, entry["protocol"], stated, runs_scoring)
         row = _published_row(layout, entry, near, differing, notes)
-        (beside if near else apart).append((row, f"{entry['paper']}, {entry['table']}"))
+        (beside if near else apart).append((row, f"{entry['paper']}, {entry['table']}", entry.get("same_model")))
     _note_spreads(layout, beside + apart)
-    return [row for row, _ in beside + apart]
-
-
-def _model_key(name: str) -> str:
-    """A model's name as reports vary it ("Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL 7B"): its letters, digits, dots and
-    pluses, lower case, without "instruct"."""
-    return re.sub(r"[^a-z0-9.+]", "", name.lower()).replace("instruct", "")
+    return [row for row, _, _ in beside + apart]
 
 
 def _score_column(layout: TableLayout, row: Row) -> int | None:
@@ -282,14 +306,15 @@ def _score_column(layout: TableLayout, row: Row) -> int | None:
     return layout.main_column if layout.main_column in filled else next(iter(filled), None)
 
 
-def _note_spreads(layout: TableLayout, rows: list[tuple[Row, str]]) -> None:
-    """Note on each published row (with its source: paper, table) of a model with several scores in one column here
+def _note_spreads(layout: TableLayout, rows: list[tuple[Row, str, str | None]]) -> None:
+    """Note on each published row (with its source: paper, table, and the name another source gives its model,
+    ``same_model``, where the names differ beyond ``model_key``) of a model with several scores in one column here
     (``_score_column``) their range and sources."""
     groups: dict[tuple[str, int], list[tuple[Row, str]]] = {}
-    for row, source in rows:
+    for row, source, same_model in rows:
         column = _score_column(layout, row)
         if column is not None:
-            groups.setdefault((_model_key(row.model), column), []).append((row, source))
+            groups.setdefault((model_key(same_model or row.model), column), []).append((row, source))
     for (_, column), group in groups.items():
         values = [row.values[column] for row, _ in group]
         if len(set(values)) < 2:
@@ -342,15 +367,19 @@ def label_differences(layout: TableLayout, rows: list[Row]) -> None:
 NO_SETTING = "unset"
 
 
-def build_tables(runs: list[Run], faces: Sequence[ReportFace]) -> tuple[list[Table], list[str]]:
+def build_tables(runs: list[Run], faces: Sequence[ReportFace], model_notes: Mapping[str, str] | None = None
+                 ) -> tuple[list[Table], list[str]]:
     """The tables of ``faces`` (the benchmarks') that a run reports, and the tasks no table reads.
-    Values that are no value of their metric are marked ``Invalid`` in the runs first."""
+    Values that are no value of their metric are marked ``Invalid`` in the runs first. ``model_notes``: what a
+    reader must know of a model's rows (the demo's: a random model measures nothing), first in their notes."""
     mark_invalid_values(runs, faces)
     tables = []
     layouts = [(face, layout) for face in faces for layout in face.tables]
     for face, layout in layouts:
         rows = [row for run in sorted(runs, key=lambda r: (r.model, r.stamp)) for task in layout.tasks
                 if (row := _run_row(face, layout, run, task))]
+        for row in rows:
+            row.notes[:0] = [model_notes[row.model]] if model_notes and row.model in model_notes else []
         label_differences(layout, rows)
         if rows:
             rows += published_block(layout, face.published, rows)
@@ -435,9 +464,19 @@ def markdown_table(table: Table) -> str:
     return "\n".join(lines)
 
 
+def _csv_value(value: object, column: Column, unscored: str | None) -> str:
+    """A CSV cell: the full-precision value, a count as a whole number; empty where the row has none or its value
+    is no score (report.md's "(not scored)": the row's notes say why), so that no tool averages it in."""
+    if is_no_value(value) or unscored:
+        return ""
+    if isinstance(value, float) and column.digits == 0 and not column.interval and value.is_integer():
+        return str(int(value))
+    return repr(value) if isinstance(value, float) else str(value)
+
+
 def csv_table(table: Table) -> str:
     """Full-precision values, in report.md's order; a ``<column> 95% low`` / ``high`` pair beside each mean over
-    samples."""
+    samples; empty cells where a value is no score."""
     columns = table.layout.columns
     first, *others = value_order(table)
 
@@ -447,9 +486,8 @@ def csv_table(table: Table) -> str:
 
     def cells(row: Row, index: int) -> list[str]:
         value, found = row.values[index], row.intervals[index]
-        text = "" if is_no_value(value) else repr(value) if isinstance(value, float) else str(value)
-        return [text] + (([repr(found.low), repr(found.high)] if found else ["", ""]) if columns[index].interval
-                         else [])
+        return [_csv_value(value, columns[index], row.unscored[index] if row.unscored else None)] + (
+            ([repr(found.low), repr(found.high)] if found else ["", ""]) if columns[index].interval else [])
 
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")

@@ -152,7 +152,10 @@ def read_frames16(root: Path, problems: DatasetProblems, allow_outside: bool) ->
         raise RoboVQADataError(f"RoboVQA: no qa.jsonl in {root} (the 16-frame copy's question file); check "
                                f"{setting_name(ENV_PREFIX, 'root')}")
     docs = []
-    for line, record in read_jsonl(path, RoboVQADataError):
+    records = list(read_jsonl(path, RoboVQADataError))
+    if not records:
+        raise RoboVQADataError(f"RoboVQA file {path} holds no question (it is empty); {_FETCH_AGAIN}")
+    for line, record in records:
         where = f"RoboVQA file {path}, line {line}"
         with problems.collected():
             tag = re.search(r"<task[:\w]*>", str(record.get("question_idx", "")))
@@ -191,7 +194,10 @@ def read_tianli(root: Path, problems: DatasetProblems, allow_outside: bool) -> l
         videos.setdefault(video.name, video)
     docs = []
     for path in files:
-        for position, row in _rows(path):
+        rows = list(_rows(path))
+        if not rows:
+            problems.add(f"RoboVQA file {path} holds no row (it is empty); {_FETCH_AGAIN}")
+        for position, row in rows:
             where = f"RoboVQA file {path}, row #{position}"
             with problems.collected():
                 name, text = row.get("video"), row.get("text")
@@ -207,12 +213,14 @@ def read_tianli(root: Path, problems: DatasetProblems, allow_outside: bool) -> l
     return docs
 
 
+_FETCH_AGAIN = f"fetch it again into the folder {setting_name(ENV_PREFIX, 'root')} names"
+
+
 def _rows(path: Path) -> Iterator[tuple[int, dict]]:
     if path.suffix == ".jsonl":
         yield from ((line - 1, record) for line, record in read_jsonl(path, RoboVQADataError))
         return
-    yield from enumerate(parquet_rows(path, RoboVQADataError, f"fetch it again into the folder "
-                                                              f"{setting_name(ENV_PREFIX, 'root')} names"))
+    yield from enumerate(parquet_rows(path, RoboVQADataError, _FETCH_AGAIN))
 
 
 def read_tfrecord(root: Path, problems: DatasetProblems) -> list[dict]:
@@ -225,6 +233,8 @@ def read_tfrecord(root: Path, problems: DatasetProblems) -> list[dict]:
     docs = []
     for shard in shards:
         with problems.collected():
+            if not shard.stat().st_size:  # the reader reads nothing from it, silently
+                raise RoboVQADataError(f"RoboVQA shard {shard} holds no record (it is empty); {_FETCH_AGAIN}")
             for number, (offset, example) in enumerate(_records(shard)):
                 where = f"RoboVQA shard {shard}, record #{number}"
                 with problems.collected():

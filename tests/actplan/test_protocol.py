@@ -76,8 +76,30 @@ def test_an_incomplete_instance_folder_is_named_in_the_error(release, tmp_path, 
     folder = copy / "annotation" / load_instances(release)[3]["instance_id"]
     for path in folder.glob(remove):
         path.unlink()
-    with pytest.raises(ActPlanDataError, match=rf"{folder}: {message}"):
+    named = folder.parent if remove.startswith("..") else folder  # a description is its problem's, not a sample's
+    with pytest.raises(ActPlanDataError, match=rf"{named}: {message}"):
         load_instances(copy)
+
+
+def test_a_description_its_samples_share_is_named_once_and_a_gold_plan_folder_is_named(release, tmp_path):
+    """A task description that is not UTF-8 is its problem's: one problem, not one per sample folder; a folder named
+    plan_gold_1.txt is named as such, never a traceback."""
+    copy = tmp_path / "copy"
+    shutil.copytree(release, copy)
+    instances = load_instances(release)
+    folder = copy / "annotation" / instances[3]["instance_id"]
+    shared = sum(Path(i["instance_id"]).parent == Path(instances[3]["instance_id"]).parent for i in instances)
+    assert shared > 1  # the fixture's problem has several samples
+    description = next(folder.parent.glob("task_description_*.txt"))
+    description.write_bytes(b"tidy the \xff room")
+    other = copy / "annotation" / instances[0]["instance_id"]
+    gold = next(other.glob("plan_gold_*.txt"))
+    gold.unlink()
+    gold.mkdir()
+    with pytest.raises(ActPlanDataError) as caught:
+        load_instances(copy)
+    assert str(caught.value).count("not UTF-8") == 1 and f"{description}:1: not UTF-8 text" in str(caught.value)
+    assert f"{other}: {gold.name} is a folder, not a gold plan file" in str(caught.value)
 
 
 def test_a_scene_image_with_random_image_data_is_found_before_the_model_and_named(release, tmp_path):
@@ -194,7 +216,8 @@ def test_a_gold_plan_without_a_step_is_named_with_its_file_and_row(release, tmp_
     shutil.copytree(release, copy)
     description = next(folder.parent.glob("task_description_*.txt"))
     description.write_text(" \n")  # the model would plan a task it is not told
-    with pytest.raises(ActPlanDataError, match=rf"(?s){folder}: its task description {description} is empty"):
+    with pytest.raises(ActPlanDataError, match=rf"(?s){description.parent}: its task description {description} is "
+                                               rf"empty"):
         load_instances(copy)
 
 

@@ -104,6 +104,10 @@ def test_a_clip_cut_short_after_its_index_is_named_at_load_or_skipped_and_counte
     ({"question": "q", "index2ans": {"A": "x", "B": "y"}, "answer": "C"}, "answer"),
     ({"question": "q", "index2ans": {"A": "x"}, "answer": "A"}, "index2ans"),
     ({"question": "", "index2ans": {"A": "x", "B": "y"}, "answer": "A"}, "question"),
+    # options the parsers could never name (they read one capital letter)
+    ({"question": "q", "index2ans": {"1": "x", "2": "y"}, "answer": "1"}, "index2ans's keys must be the option "
+                                                                         "letters, one capital letter each"),
+    ({"question": "q", "index2ans": {"a": "x", "AB": "y"}, "answer": "a"}, "index2ans's keys"),
 ])
 def test_a_bad_record_is_named_with_its_file_item_and_field(fixture, pair, field):
     path = qa_file(fixture.root, "space")

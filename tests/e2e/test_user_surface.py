@@ -104,5 +104,9 @@ def test_the_demo_prints_one_table_a_benchmark_and_says_what_its_rows_measure(wh
     assert printed.rstrip().endswith(str(report))
     # the model, then its main score (column 2, ``value_order``), then where the row comes from
     percent = f"{100 * right / len(records):.2f}"
-    assert re.search(rf"^\| scripted-answers \| {percent} \[[^]]*\] \| this run \| egoplan_val_gen \|",
-                     report.read_text(), re.MULTILINE)
+    assert re.search(rf"^\| scripted-answers \| {percent} \[[^]]*\] \| this run \| egoplan_val_gen \|.*\| "
+                     rf"{re.escape(smoke.SCRIPTED_MODEL_NOTE)}", report.read_text(), re.MULTILINE)
+    # the report says it too, first in the notes of every row of the random model
+    random_rows = [line for line in report.read_text().splitlines() if "| this run |" in line
+                   and not line.startswith("| scripted-answers |")]
+    assert random_rows and all(f"| {smoke.RANDOM_MODEL_NOTE}" in line for line in random_rows)

@@ -388,3 +388,18 @@ def test_the_published_blocks_are_what_the_notes_say_they_are():
                                                                                 "next_step_plan"))
     assert (round(overall, 1), round(field, 1)) == (19.4, 25.9)
     assert f"up to {overall:.1f} points" in report_face.NOTES[0] and f"up to {field:.1f}." in report_face.NOTES[0]
+
+
+def test_two_scenes_of_one_metric_name_and_an_event_without_steps_are_named(release, tmp_path):
+    """Scenes "kitchen" and "Kitchen" would be scored as one scenario_kitchen; an event whose label file lists no step
+    would lose its steps silently: both are named, with the rest of the release's problems."""
+    root = damaged_copy(release, tmp_path)
+    (root / "indoor" / "bedroom").rename(root / "indoor" / "Kitchen")
+    label = root / "outdoor" / "yard" / "rake_leaves" / RELEASE.label_file
+    label.write_text(json.dumps({**json.loads(label.read_text()), RELEASE.steps: []}))
+    with pytest.raises(EgoIntentDataError) as caught:
+        load_samples(EgoIntentSettings(annotations=root))
+    assert str(caught.value).splitlines()[1:] == [
+        "  outdoor/yard/rake_leaves/step_label.json: event rake_leaves: field steps is an empty list; fetch the "
+        "release again;",
+        "  scenarios 'Kitchen', 'kitchen' share the metric name label 'kitchen'; rename one"]

@@ -344,6 +344,15 @@ def test_a_domain_the_paper_does_not_name_is_warned_and_scored_on_its_own(fixtur
     assert "accuracy_domain_sports" in {metric.name for metric in bench2_task.breakdown_metrics(context, docs)}
 
 
+def test_two_scenarios_of_one_metric_name_are_named(fixture, tmp_path):
+    """"Cooking food" and "cooking-food" would be scored as one accuracy_scenario_cooking_food: named at load."""
+    records = fixture.records()
+    records[1]["scenario"], records[2]["scenario"] = "Cooking food", "cooking-food"
+    with pytest.raises(data.EgoPlanBench2DataError, match=r"scenarios 'Cooking food', 'cooking-food' share the metric "
+                                                          r"name label 'cooking_food'; rename one"):
+        load(fixture, annotation_file=write_release(tmp_path, records))
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda r: r.pop("task_start_frame"), r"record #2 \(sample_id '.*_3'\): missing field\(s\) task_start_frame"),
     (lambda r: r.update(golden_choice_idx="E"), r"record #2 .*golden_choice_idx must be one of A, B, C, D, got 'E'"),

@@ -52,6 +52,13 @@ def test_a_row_without_its_protocol_is_refused_naming_the_row_and_field(tmp_path
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(InputError, match=r"published_results.json: row 1 \(m\): protocol: no field 'frames'"):
         published_rows("transcribed")
+    # a same_model naming no other row's model (a typo would leave the two rows unlinked, silently) is refused too
+    complete = {**row, "protocol": {**{name: "not stated" for name in PROTOCOL_FIELDS}, "source_kind": "secondary"}}
+    (package / "published_results.json").write_text(json.dumps([
+        {**complete, "model": "Kimi-VL-A3B-16B", "same_model": "Kimi-VL-A3B"}, {**complete, "same_model": "m"}]))
+    with pytest.raises(InputError, match=r"row 1 \(Kimi-VL-A3B-16B\): same_model 'Kimi-VL-A3B' names no model of "
+                                         r"another row of 'b'; row 2 \(m\): same_model 'm' names no model of another"):
+        published_rows("transcribed")
 
 
 def _rows(paper, benchmark):
@@ -201,6 +208,13 @@ def test_one_models_several_published_values_show_their_spread_and_sources(tmp_p
     assert all(row[unstated] in ("", "—") for row in rows if row["source"] == THIS_RUN)
     mimo = [row for row in rows if row["model"] == "MiMo-Embodied-7B"]
     assert len(mimo) == 2 and not any("published values" in row["notes"] for row in mimo)
+    # two names of one model (EgoIntent's leaderboard and its paper's "-16B"), linked by the row's same_model
+    write_lmms_eval_run(tmp_path / "intent", "20260101_120000", {"egointent": {"overall": 30.0}})
+    write_report([tmp_path / "intent"], tmp_path / "intent_report", FACES)
+    kimi = [row for row in read_csv(tmp_path / "intent_report" / "egointent.csv") if row["model"].startswith("Kimi")]
+    assert {row["model"] for row in kimi} == {"Kimi-VL-A3B-Thinking-2506", "Kimi-VL-A3B-Thinking-2506-16B"}
+    assert all(row["notes"].startswith("2 published values of this model, 22.27 to 25.09: 25.09 (EgoIntent") for row
+               in kimi), [row["notes"] for row in kimi]
 
 
 

@@ -429,6 +429,14 @@ def test_values_that_are_no_score_say_why_in_the_tables_and_figures(tmp_path):
     rows = {r["task"]: r for r in read_csv(tmp_path / "report" / "ego_think.csv") if r["source"] == THIS_RUN}
     assert rows["ego_think"]["Existence (0-100)"] == rows["ego_think"]["Counting (0-100)"] == "" \
         and float(rows["ego_think"]["Spatial (0-100)"]) == 50
+    # the CSV leaves a value that is no score empty (no tool averages it in), its notes say why; counts are whole
+    [intent_csv] = [r for r in read_csv(tmp_path / "report" / "egointent.csv") if r["source"] == THIS_RUN]
+    assert intent_csv["Overall (0-100)"] == intent_csv["Local Intent (0-100)"] == intent_csv["Indoor (0-100)"] == ""
+    assert (intent_csv["Incomplete answers"], intent_csv["Judged"], intent_csv["Failed judgements"]) == ("15", "0", "0")
+    assert "not scored: 0 judged: 15 of 15 answers incomplete" in intent_csv["notes"]
+    [generated_csv] = [r for r in read_csv(tmp_path / "report" / "egoplan_val.csv") if r["source"] == THIS_RUN]
+    assert generated_csv["Accuracy (%)"] == "" and generated_csv["Unparseable (generated letter)"] == "8"
+    assert generated_csv["Samples"] == "8"
     # figures leave them out and name them
     tables = {t.name: t for t in build_tables(load_runs([folder])[0], FACES)[0]}
     intent_figure = egointent_scenarios(tables["egointent"])
@@ -1043,3 +1051,64 @@ def test_an_lm_eval_run_reads_its_metrics_alone_and_the_side_files_its_run_began
         assert run.metrics["egoplan_val_blind"] == {"accuracy": 0.4}
         assert run.side_file("judgements", "egoplan_val_blind").name.startswith(f"2026-01-01T{begun}")
         assert run.side_file("plans", "egoplan_val_blind") is None
+
+
+def test_a_reason_several_columns_share_is_said_once_in_the_rows_notes(tmp_path):
+    """Every answer unparseable by both parsers: one note naming both, not one per column; two question types whose
+    samples all scored 0: one "no interval" note naming both."""
+    folder = tmp_path / "r"
+    unread = {"accuracy": 0.0, "accuracy_official": 0.0, "accuracy_robust": 0.0, "unparseable": 4,
+              "unparseable_official": 4, "unparseable_robust": 4, "predictions": 4}
+    zeros = {"score": 0.0, "predictions": 2}
+    write_lmms_eval_run(folder, "20260101_100000", {
+        "egoplan_bench2": unread, "robovqa_next_step": zeros, "robovqa_future_prediction": zeros,
+        "robovqa_success": {"score": 50.0, "predictions": 2}},
+        {task: [{"doc_id": i, "score": 0.0} for i in range(2)] for task in ("robovqa_next_step",
+                                                                              "robovqa_future_prediction")})
+    tables = {table.name: table for table in build_tables(load_runs([folder])[0], FACES)[0]}
+    [bench2] = tables["egoplan_bench2"].user_rows
+    assert [note for note in bench2.notes if note.startswith("not scored")] == [
+        "not scored: 4 of 4 answers unparseable (official and robust parsers)"]
+    [robovqa] = tables["robovqa"].user_rows
+    assert [note for note in robovqa.notes if note.startswith("no interval")] == [
+        "no interval: robovqa_next_step score, robovqa_future_prediction score: every logged sample scored 0; a "
+        "bootstrap gives no interval of their mean"]
+    # one parser alone reading nothing: its note names it, the main column's (the default parser's) says it once
+    write_lmms_eval_run(folder, "20260101_110000", {"egoplan_bench2": {**unread, "accuracy_robust": 0.5,
+                                                                       "unparseable_robust": 0}})
+    tables = {table.name: table for table in build_tables(load_runs([folder], all_runs=True)[0], FACES)[0]}
+    latest = next(row for row in tables["egoplan_bench2"].user_rows if row.run.path.name.startswith("20260101_11"))
+    assert [note for note in latest.notes if note.startswith("not scored")] == [
+        "not scored: 4 of 4 answers unparseable (official parser)"]
+
+
+def test_the_demos_rows_say_first_that_they_measure_no_model(tmp_path):
+    """``model_notes`` (the demo's: a random model, scripted answers) lead the notes of that model's rows, in every
+    table and the CSV."""
+    folder = tmp_path / "r"
+    egoplan_run(folder / "tiny-model")
+    note = "a tiny RANDOM model: measures nothing"
+    write_report([folder], tmp_path / "report", FACES, model_notes={"tiny-model": note, "other": "not this"})
+    rows = [row for row in read_csv(tmp_path / "report" / "egoplan_val.csv") if row["source"] == THIS_RUN]
+    assert rows and all(row["notes"].startswith(note) and "not this" not in row["notes"] for row in rows)
+    published = [row for row in read_csv(tmp_path / "report" / "egoplan_val.csv") if row["source"] != THIS_RUN]
+    assert published and not any(note in row["notes"] for row in published)
+    assert f"| {note}" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_judged_tables_count_the_judged_answers_and_the_failed_judgements(tmp_path):
+    """Failed judgements are left out of the scores and counted: each judged table shows both counts (and EgoIntent
+    its incomplete answers), never hidden behind a score."""
+    folder = tmp_path / "r"
+    write_lmms_eval_run(folder, "20260101_100000", {
+        "egointent": {"overall": 30.0, "local_intent": 20.0, "procedural_intent": 40.0, "next_step_plan": 30.0,
+                      "indoor": 30.0, "judged": 3.0, "failed": 2.0, "incomplete_answers": 1.0},
+        "ego_think": {"score": 45.5, "micro_score": 46.0, "judged": 20, "failed": 4}})
+    write_report([folder], tmp_path / "report", FACES)
+    [intent] = [row for row in read_csv(tmp_path / "report" / "egointent.csv") if row["source"] == THIS_RUN]
+    assert (intent["Judged"], intent["Failed judgements"], intent["Incomplete answers"]) == ("3", "2", "1")
+    [think] = [row for row in read_csv(tmp_path / "report" / "ego_think.csv") if row["source"] == THIS_RUN]
+    assert (think["Judged"], think["Failed judgements"]) == ("20", "4")
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "Failed judgements" in markdown.split("## EgoIntent")[1] and "Failed judgements" in markdown.split(
+        "## EgoThink")[1]

@@ -115,6 +115,19 @@ def test_a_shard_or_parquet_file_that_is_not_one_is_named_with_its_file(tmp_path
             load_type(RoboVQASettings(data_source="tianli", root=str(tmp_path)), "success")
 
 
+def test_an_empty_question_file_or_shard_is_named_never_a_type_without_questions(fixture, tmp_path):
+    """A zero-byte qa.jsonl, shard or validation file: the file is named, not "no question of this type"."""
+    for source, name in (("frames16", "qa.jsonl"), ("tfrecord", "val-00000-of-00001"),
+                         ("tianli", "robovqa_validation.jsonl")):
+        root = tmp_path / source
+        root.mkdir()
+        (root / name).write_bytes(b"")
+        with pytest.raises(RoboVQADataError, match=rf"RoboVQA (file|shard) {root / name} holds no (question|record|"
+                                                   rf"row) \(it is empty\); fetch it again into the folder "
+                                                   rf"ROBOVQA_ROOT \(metadata.root\) names"):
+            load_type(RoboVQASettings(data_source=source, root=str(root)), "success")
+
+
 def test_a_record_without_frames_names_its_field(tmp_path):
     from tfrecord import TFRecordWriter
 
