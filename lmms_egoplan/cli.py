@@ -7,6 +7,7 @@ import sys
 import tempfile
 
 from lmms_egoplan import suite
+from lmms_egoplan.core.arguments import positive_int
 
 # `lmms-egoplan --help`'s description: plain text, as a terminal shows it.
 DESCRIPTION = "lmms-egoplan: the suite's own commands (the evaluations themselves run through lmms-eval)."
@@ -183,7 +184,7 @@ def _prepare(args: argparse.Namespace) -> int:
     import dataclasses
     from pathlib import Path
 
-    from lmms_egoplan.core.files import make_folder
+    from lmms_egoplan.core.files import make_folder, output_file
     from lmms_egoplan.harness.data_preparation import prepare
     from lmms_egoplan.judge.settings import JudgeSettings
 
@@ -193,8 +194,7 @@ def _prepare(args: argparse.Namespace) -> int:
              for name, value in ((name, getattr(checked, name)) for name in given)}
     # Both folders before anything is fetched: what is fetched goes in one, the settings file that points at it in
     # the other.
-    settings_file = _settings_file_to_write(args)
-    make_folder(settings_file.parent, "the folder of --settings")
+    settings_file = output_file(_settings_file_to_write(args), "--settings")
     done = prepare(_prepared_benchmarks(args.benchmark), make_folder(Path(args.root).expanduser(), "--root"),
                    settings_file, judge=judge)
     failed = [repo for each in done for repo in each.failed]
@@ -209,7 +209,7 @@ def _check_data(args: argparse.Namespace) -> int:
 
     from loguru import logger
 
-    from lmms_egoplan.core.files import make_folder
+    from lmms_egoplan.core.files import output_file
     from lmms_egoplan.core.settings_file import read_settings_file, run_settings_file, settings_source
     from lmms_egoplan.harness.data_check import check_benchmark, check_report_path, write_check_report
 
@@ -219,8 +219,9 @@ def _check_data(args: argparse.Namespace) -> int:
     names = [entry.name for entry in suite.BENCHMARKS]
     settings_file = (read_settings_file(Path(args.settings).expanduser(), names) if args.settings
                      else run_settings_file(names))
-    report = Path(args.output) if args.output else check_report_path(settings_file)
-    make_folder(report.parent, "the folder of --output")  # before the data are read, which can take long
+    # before the data are read, which can take long
+    report = (output_file(args.output, "--output") if args.output
+              else output_file(check_report_path(settings_file), "the check report's file (--output)"))
     print(f"Reading the data as a run would, with {settings_source(settings_file)}", flush=True)
     checks = []
     for entry in _prepared_benchmarks(args.benchmark or ["all"]):
@@ -309,8 +310,8 @@ def _judge_agreement_arguments(agreement: argparse.ArgumentParser) -> None:
     agreement.add_argument("--output", required=True,
                            help="folder for the tables, the figure, the second judge's audit trails and its cache "
                                 "(judge-cache/, unless --judge_cache_dir)")
-    agreement.add_argument("--top", type=int, default=10, help="how many of the answers the judges disagree on most "
-                                                               "to list (default: 10)")
+    agreement.add_argument("--top", type=positive_int, default=10,
+                           help="how many of the answers the judges disagree on most to list (default: 10)")
     _judge_options(agreement, "", judge_cache_dir="<output>/judge-cache, a cache of its own")
     agreement.set_defaults(handler=_judge_agreement)
 
@@ -387,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     except StorageError as error:  # a full disk: what was not written, where, what is kept
         print(f"lmms-egoplan {args.command}: {error}", file=sys.stderr)
         return 1
+    except (PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError) as error:
+        # a path that cannot be read or written where a command found it: which, and why (no traceback)
+        return _fail(args.command, f"{error.filename}: {error.strerror}" if error.filename else str(error))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from lmms_egoplan.actplan.classifier_config import CLASSIFIER_WEIGHTS, MAX_LENGT
 from lmms_egoplan.actplan.plans import parse_plan
 from lmms_egoplan.core.devices import resolve_device
 from lmms_egoplan.core.errors import InputError
-from lmms_egoplan.core.files import read_jsonl, read_text, strict_json
+from lmms_egoplan.core.files import make_folder, read_jsonl, read_text, strict_json
 from lmms_egoplan.core.statistics import mean_or_nan
 from lmms_egoplan.core.text_tables import format_table
 
@@ -124,12 +124,17 @@ def _base_tokenizer(base: Path):
 def classifier_from_base(base: str | Path, *, device: str = "auto", seed: int = 0) -> PlanClassifier:
     """A classifier to fine-tune: the BERT encoder of a BLEURT-style checkpoint folder + a fresh head."""
     base = _existing_path(base, "BLEURT base checkpoint")
-    tokenizer = _base_tokenizer(base)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        encoder = BertModel.from_pretrained(str(base), add_pooling_layer=False)
-        encoder.resize_token_embeddings(len(tokenizer))
-        module = PlanPairClassifier(encoder.config, encoder)
+    try:
+        tokenizer = _base_tokenizer(base)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            encoder = BertModel.from_pretrained(str(base), add_pooling_layer=False)
+    except (OSError, ValueError) as error:  # transformers' own words name no setting: a file, or not a BERT folder
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise InputError(f"BLEURT base checkpoint {base}: not a BERT-based checkpoint folder with its tokenizer "
+                         f"({reason})") from None
+    encoder.resize_token_embeddings(len(tokenizer))
+    module = PlanPairClassifier(encoder.config, encoder)
     return PlanClassifier(module, tokenizer, resolve_device(device, runs=f"the BLEURT classifier built on {base}"))
 
 
@@ -361,9 +366,12 @@ def train_classifier(data_file: str | Path, activities_file: str | Path, base: s
         + (f"; {counts['rows_without_gold']} evaluation rows without gold_gpt left out"
            if counts["rows_without_gold"] else ""))
 
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    output_dir = make_folder(output_dir, "the classifier's output folder")  # before the base checkpoint is read
     classifier = classifier_from_base(base, device=device, seed=config.seed)
+    positions = classifier.module.bert.config.max_position_embeddings
+    if config.max_length > positions:  # found now, not as a tensor-size error in the first batch
+        raise InputError(f"max_length {config.max_length} is more than the {positions} token positions of the BLEURT "
+                         f"base checkpoint {base}")
     classifier.max_length = config.max_length
     optimizer = _optimizer(classifier.module, config)
     rng = random.Random(config.seed)

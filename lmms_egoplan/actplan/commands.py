@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import argparse
 
-from lmms_egoplan.core.arguments import allow_paths_outside_root_argument
+from lmms_egoplan.core.arguments import allow_paths_outside_root_argument, positive_int, torch_device
 from lmms_egoplan.core.errors import InputError
 
 
 def _match_threshold(text: str) -> float:
     from lmms_egoplan.actplan.data import match_threshold_problem
 
-    threshold = float(text)
+    try:
+        threshold = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if problem := match_threshold_problem(threshold):
         raise argparse.ArgumentTypeError(problem)
     return threshold
@@ -23,12 +26,17 @@ def _match_threshold(text: str) -> float:
 def _score(args: argparse.Namespace) -> int:
     from lmms_egoplan.actplan import plans as actplan_plans
     from lmms_egoplan.actplan.lcs import step_matcher
-    from lmms_egoplan.core.files import strict_json, write_atomically
+    from lmms_egoplan.core.files import output_file, strict_json, write_atomically
 
     if not args.data_root and not args.pairs:
         raise InputError("give --data_root (release layout) and/or --pairs (JSONL)")
     if args.pairs and args.gold not in actplan_plans.GOLD_CHOICES:
         raise InputError(f"--gold {args.gold} picks a release gold file; with --pairs use first or best")
+    if args.model and not args.data_root:
+        raise InputError("--model picks the release's plan_<model>.txt files: it needs --data_root (a --pairs file's "
+                         "plans are all scored)")
+    if args.output:  # before the plans are scored, which can take long
+        output_file(args.output, "--output")
     plans, notes = [], []
     if args.data_root:
         plans, notes = actplan_plans.candidates_from_release(args.data_root, args.model, gold=args.gold,
@@ -93,8 +101,9 @@ def _score_arguments(score: argparse.ArgumentParser) -> None:
                             f"{actplan_lcs.DEFAULT_MATCH_THRESHOLD})")
     score.add_argument("--embedding_model",
                        help="the step matcher's sentence-transformers model folder (default: bundled all-MiniLM-L6-v2)")
-    score.add_argument("--device", default="cpu", help="where the step matcher runs: cpu, cuda or auto (default cpu)")
-    score.add_argument("--batch_size", type=int, default=actplan_lcs.DEFAULT_EMBEDDING_BATCH_SIZE,
+    score.add_argument("--device", default="cpu", type=torch_device,
+                       help="where the step matcher runs: cpu, cuda or auto (default cpu)")
+    score.add_argument("--batch_size", type=positive_int, default=actplan_lcs.DEFAULT_EMBEDDING_BATCH_SIZE,
                        help=f"plan steps embedded per batch (default {actplan_lcs.DEFAULT_EMBEDDING_BATCH_SIZE})")
     score.add_argument("--output", help="write per-plan values to this JSONL file")
     allow_paths_outside_root_argument(score, "instance files")
@@ -118,18 +127,19 @@ def _train_bleurt_arguments(train: argparse.ArgumentParser) -> None:
                             f"BERT-large BLEURT)")
     train.add_argument("--learning_rate", type=float, help="overrides the preset's learning rate")
     defaults = bleurt.TrainingConfig()
-    train.add_argument("--batch_size", type=int, default=defaults.batch_size,
+    train.add_argument("--batch_size", type=positive_int, default=defaults.batch_size,
                        help=f"training pairs per optimizer step (default {defaults.batch_size})")
-    train.add_argument("--epochs", type=int, default=defaults.epochs,
+    train.add_argument("--epochs", type=positive_int, default=defaults.epochs,
                        help=f"passes over the training pairs (default {defaults.epochs})")
-    train.add_argument("--max_length", type=int, default=defaults.max_length,
+    train.add_argument("--max_length", type=positive_int, default=defaults.max_length,
                        help=f"the most tokens of a plan pair, cut longest-first (default {defaults.max_length}, as the "
                             f"release)")
     train.add_argument("--select_by", choices=bleurt.SELECTION_CRITERIA, default=defaults.select_by,
                        help="keep the epoch with the best validation accuracy (paper, default) or loss (release code)")
     train.add_argument("--seed", type=int, default=defaults.seed,
                        help=f"random seed of the initialisation and the shuffling (default {defaults.seed})")
-    train.add_argument("--device", default="auto", help="where the classifier trains: cpu, cuda or auto (default)")
+    train.add_argument("--device", default="auto", type=torch_device,
+                       help="where the classifier trains: cpu, cuda or auto (default)")
     train.set_defaults(handler=_train_bleurt)
 
 

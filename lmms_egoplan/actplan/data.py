@@ -12,6 +12,7 @@ from typing import Iterable
 
 from lmms_egoplan.actplan.classifier_config import CLASSIFIER_WEIGHTS
 from lmms_egoplan.catalogue import entry
+from lmms_egoplan.core.devices import device_problem
 from lmms_egoplan.core.embeddings import sentence_model_problem
 from lmms_egoplan.core.errors import DatasetProblems, InputError
 from lmms_egoplan.core.files import inside_root, read_text
@@ -302,11 +303,5 @@ def check_settings(settings, task: str) -> None:
         if checkpoint.is_file() and not settings.bleurt_base:
             fail("bleurt_base", f"{checkpoint} is a state-dict file (the release's format): set this to the BLEURT "
                                 f"base checkpoint folder it was fine-tuned from")
-    if settings.scoring_device != "auto":
-        import torch
-
-        try:
-            torch.device(settings.scoring_device)
-        except RuntimeError as error:
-            fail("scoring_device", f"{settings.scoring_device!r} names no torch device ({error}); auto, cpu, cuda or "
-                                   f"cuda:<n>")
+    if problem := device_problem(settings.scoring_device, here=False):  # checked where the data is, run elsewhere
+        fail("scoring_device", problem)

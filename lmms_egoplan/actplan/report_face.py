@@ -117,5 +117,6 @@ FACE = ReportFace(
     bookkeeping=("no_plan_rate",),
     descriptive=("format_error_rate", "plan_length"),
     breakdowns=(Breakdown(rf"^(.+)_({'|'.join(SPLITS)})$"),),
-    no_interval="ActPlan-1K's format-error rate (format-error lines over all plan lines, pooled)",
+    no_interval="ActPlan-1K's format-error rate (format-error lines over all plan lines, pooled) and no-plan rate "
+                "(a count of outputs, as a share)",
 )

@@ -19,6 +19,29 @@ def resolve_device(device: str | None, *, runs: str | None = None) -> str:
     return resolved
 
 
+def device_problem(device: str, *, here: bool = True) -> str | None:
+    """Why ``device`` (a setting's or option's value) cannot run a model, or None: ``auto``, or a torch device that
+    is here (``here=False``: that torch can parse, for a setting that may be read on another machine than the one
+    that runs it). Said before any model is loaded, never torch's traceback after the work."""
+    if device == "auto":
+        return None
+    import torch
+
+    try:
+        named = torch.device(device)
+    except RuntimeError as error:
+        return f"{device!r} names no torch device ({error}); auto, cpu, cuda or cuda:<n>"
+    if not here:
+        return None
+    if named.type == "cuda" and not torch.cuda.is_available():
+        return (f"{device!r} names a CUDA device, but torch sees no GPU here (torch.cuda.is_available() is False); "
+                f"use cpu or auto")
+    count = torch.cuda.device_count() if named.type == "cuda" else 0
+    if named.type == "cuda" and named.index is not None and named.index >= count:
+        return f"{device!r}: torch sees {count} GPU(s) here, cuda:0 to cuda:{count - 1}"
+    return None
+
+
 def _auto() -> str:
     import torch
 

@@ -67,6 +67,8 @@ def read_text(path: str | Path, error_class: type[InputError] = InputError) -> s
     """The UTF-8 text of ``path``. A missing file raises FileNotFoundError; bytes that are not UTF-8
     raise ``error_class`` naming the file, the line and the column."""
     path = Path(path)
+    if path.is_dir():
+        raise error_class(f"{path} is a folder, not a file")
     if not path.is_file():
         raise FileNotFoundError(f"file not found: {path}")
     data = path.read_bytes()
@@ -188,6 +190,16 @@ def make_folder(folder: str | Path, what: str) -> Path:
         why = "its file system is read-only" if os.statvfs(folder).f_flag & os.ST_RDONLY else "no write permission"
         raise StorageError(f"{what} {folder}: cannot write into this folder ({why})")
     return folder
+
+
+def output_file(path: str | Path, what: str) -> Path:
+    """A file a command will write, checked before anything is computed for it: not a folder (InputError naming
+    ``what``, the option that chose it), its folder made and writable (``make_folder``)."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{what} {path} is a folder: name the file to write")
+    make_folder(path.parent, f"the folder of {what}")
+    return path
 
 
 def write_atomically(path: str | Path, content: str | bytes) -> Path:

@@ -30,12 +30,14 @@ class SettingsError(InputError):
 
 
 def setting(default: Any, *, choices: tuple | None = None, minimum: float | None = None,
-            above: float | None = None, maximum: float | None = None, changes_answers: bool = True) -> Any:
+            above: float | None = None, maximum: float | None = None, non_empty: bool | None = None,
+            changes_answers: bool = True) -> Any:
     """A settings field whose allowed values ``resolve_settings`` checks: one of ``choices``, or a
-    number ``>= minimum``, ``> above``, ``<= maximum`` (None, where the type allows it, is always allowed).
+    number ``>= minimum``, ``> above``, ``<= maximum``, or (``non_empty``) a text that is not blank (None, where the
+    type allows it, is always allowed).
     ``changes_answers=False``: the model's answers do not depend on it (where data or caches lie, how answers are
     judged or scored), so the response cache serves answers across a change of it (``answer_settings``)."""
-    limits = {"choices": choices, "minimum": minimum, "above": above, "maximum": maximum}
+    limits = {"choices": choices, "minimum": minimum, "above": above, "maximum": maximum, "non_empty": non_empty}
     metadata = {key: value for key, value in limits.items() if value is not None}
     return dataclasses.field(default=default, metadata=metadata if changes_answers else {**metadata,
                                                                                          _KEEPS_ANSWERS: True})
@@ -72,6 +74,8 @@ def value_problems(settings: Any, name: Callable[[str], str] = str) -> list[str]
             problems.append(f"{name(field.name)} must be greater than {limits['above']}, got {value!r}")
         if "maximum" in limits and value > limits["maximum"]:
             problems.append(f"{name(field.name)} must be at most {limits['maximum']}, got {value!r}")
+        if limits.get("non_empty") and not str(value).strip():
+            problems.append(f"{name(field.name)} must not be empty")
     return problems
 
 

@@ -74,6 +74,7 @@ FACE = ReportFace(
                      Column("Cosmos, mean not stated", "unstated_mean", task="cosmos_reason1", interval=False),
                      count_column("Read differently", "disagreements"),
                      count_column("Unparseable, official parser", "unparseable_official"),
+                     count_column("Unparseable, robust parser", "unparseable_robust"),
                      count_column("Samples", "predictions")),
                     notes=("ER macro is the paper's mean over the six sources, ER micro the PAI-Bench leaderboard's "
                            "mean over questions; BridgeData V2's clips rebuilt before nvidia-cosmos/cosmos-reason1 "

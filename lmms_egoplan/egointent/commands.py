@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from lmms_egoplan.core.arguments import allow_paths_outside_root_argument
+from lmms_egoplan.core.errors import InputError
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -19,8 +20,28 @@ def _check(args: argparse.Namespace) -> int:
                                  allow_paths_outside_root=args.allow_paths_outside_root, skip_missing=args.skip_missing,
                                  longer_clips=args.longer_clips)
     settings.check_sampling(name=lambda field: "--" + field)
-    print(describe_steps(load_samples(settings), settings))
+    try:
+        loaded = load_samples(settings)
+    except InputError as error:  # the loader names the task's settings; this command's are its options
+        error.args = (_as_options(str(error)),)
+        raise
+    print(describe_steps(loaded, settings))
     return 0
+
+
+def _as_options(message: str) -> str:
+    """``message`` with each setting of the task (EGOINTENT_SKIP_MISSING (metadata.skip_missing)) spelled as this
+    command's option (--skip_missing), the annotations as its argument."""
+    from lmms_egoplan.core.settings import setting_name
+    from lmms_egoplan.egointent.data import ENV_PREFIX
+
+    message = message.replace(setting_name(ENV_PREFIX, "annotations"), "the annotations argument")
+    for flag in ("skip_missing", "allow_paths_outside_root"):  # switches: given, not set to true
+        message = message.replace(f"{setting_name(ENV_PREFIX, flag)} to true", f"--{flag}")
+    for option in ("data_layout", "video_root", "sample_fps", "max_frames", "longer_clips", "skip_missing",
+                   "allow_paths_outside_root"):
+        message = message.replace(setting_name(ENV_PREFIX, option), f"--{option}")
+    return message
 
 
 def _frame_cap(text: str) -> int | None:

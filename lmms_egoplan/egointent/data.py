@@ -453,6 +453,7 @@ def load_samples(settings) -> LoadedSamples:
         problems += [media.message for media in skipped]
     if not problems and not docs:
         problems.append(f"{path}: " + ("no steps" if not skipped else "every step's media is unusable"))
+        problems += [media.message for media in skipped]  # which, and why, even where they would be skipped
     found = DatasetProblems(f"the EgoIntent {'release' if layout == 'release' else 'annotations'} {path} "
                             f"(format: tasks/egointent/README.md)", EgoIntentDataError)
     for problem in problems:

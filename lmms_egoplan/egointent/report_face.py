@@ -96,7 +96,9 @@ FACE = ReportFace(
                         (*(Column(dimension.label, dimension.field, former_metrics=dimension.former_fields)
                            for dimension in DIMENSIONS), Column("Overall", "overall"),
                          *(Column(environment.capitalize(), environment) for environment in ENVIRONMENTS),
-                         *JUDGE_COUNTS, count_column("Incomplete answers", "incomplete_answers")),
+                         *JUDGE_COUNTS, count_column("Incomplete answers", "incomplete_answers"),
+                         # clips that max_frames held below sample_fps: shown fewer frames than the protocol's rate
+                         count_column("Clips capped at max_frames", "capped_samples")),
                         figures={"egointent_scenarios": egointent_scenarios}, judged=True, notes=NOTES,
                         main="Overall", scoring={"egointent": GENERATIVE}),),
     published=published_rows(__package__),

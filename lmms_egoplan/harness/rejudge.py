@@ -8,6 +8,7 @@ logged items hold the full judge requests and name their rubric."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from dataclasses import dataclass, field, fields
@@ -69,6 +70,7 @@ def read_logged_items(paths: Sequence[str | Path], rubrics: Mapping[str, Rubric]
     columns: dict[str, dict[str, list[dict]]] = {}
     unusable: dict[str, list[str]] = {}
     failed_requests: dict[str, int] = {}
+    nothing: list[str] = []  # why each file had nothing to judge
     for task, samples_file in files.items():
         rows, problems = _logged_rows(samples_file)
         task_columns: dict[str, list[dict]] = {}
@@ -86,16 +88,21 @@ def read_logged_items(paths: Sequence[str | Path], rubrics: Mapping[str, Rubric]
             for metric, item in items.items():
                 task_columns.setdefault(metric, []).append(item)
         if not task_columns:
-            why = ("every model request of the file failed" if failed_requests.get(task) == len(rows)
-                   else f"task {task} is not a judged task of this suite")
+            if not rows:  # an empty file, or one whose every line is damaged
+                why = (f"no line is a JSON row: line {problems[0][0]}: {problems[0][1]}" if problems
+                       else "the file is empty")
+            elif failed_requests.get(task) == len(rows):
+                why = "every model request of the file failed"
+            else:
+                why = f"task {task} is not a judged task of this suite"
             logger.warning(f"{samples_file}: nothing to judge ({why})")
+            nothing.append(f"{samples_file}: {why}")
             continue
         problems += without_items  # the other rows of the file have judged items
         columns[task] = task_columns
         unusable[task] = [f"{samples_file}:{number}: {problem}" for number, problem in sorted(problems)]
     if not columns:
-        raise NothingToJudgeError(f"nothing to judge in {', '.join(map(str, paths))}: the samples files of "
-                                  f"{', '.join(sorted(files))} hold no judged items (no judged task of this suite)")
+        raise NothingToJudgeError(f"nothing to judge in {', '.join(map(str, paths))}: " + "; ".join(nothing))
     return LoggedItems(columns, {task: files[task] for task in columns}, unusable,
                        {task: failed_requests.get(task, 0) for task in columns}, rubrics)
 
@@ -238,9 +245,15 @@ def files_zone(samples_files: Iterable[Path]) -> ZoneInfo | None:
 
 
 def _samples_files(paths: Sequence[str | Path]) -> dict[str, Path]:
-    """Task name -> its logged samples file (the newest, when a folder holds several runs)."""
+    """Task name -> its logged samples file (the newest, when a folder holds several runs of one model). The runs of
+    one task in several folders (two models' runs) are refused, naming them: one rejudging scores one run."""
     found: dict[str, Path] = {}
+    folders: dict[str, set[Path]] = {}
     for path in map(Path, paths):
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist")
+        if path.is_dir() and not os.access(path, os.R_OK | os.X_OK):
+            raise InputError(f"{path}: cannot read this folder (no permission)")
         candidates = sorted(path.rglob("*_samples_*.jsonl")) if path.is_dir() else [path]
         if not candidates:
             raise FileNotFoundError(f"no lmms-eval samples files (*_samples_<task>.jsonl) under {path}")
@@ -248,8 +261,13 @@ def _samples_files(paths: Sequence[str | Path]) -> dict[str, Path]:
             match = re.search(r"_samples_(.+)\.jsonl$", candidate.name)
             if match is None or not candidate.is_file():
                 raise FileNotFoundError(f"{candidate} is not an lmms-eval samples file (<date>_samples_<task>.jsonl)")
+            folders.setdefault(match.group(1), set()).add(candidate.parent)
             if match.group(1) not in found or candidate.name > found[match.group(1)].name:
                 found[match.group(1)] = candidate
+    if several := {task: sorted(map(str, where)) for task, where in folders.items() if len(where) > 1}:
+        raise InputError("the samples files given hold runs of one task in several folders (one rejudging scores "
+                         "one run; give one run's folder or files): " + "; ".join(
+                             f"{task} in {', '.join(where)}" for task, where in sorted(several.items())))
     return found
 
 

@@ -34,9 +34,17 @@ class JudgeCache:
 
     def __init__(self, directory: str | os.PathLike):
         self.path = Path(os.path.expanduser(str(directory))) / self.FILE_NAME
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # a file in its place, no permission: before any judgement is asked for
+            raise JudgeCacheError(f"the judge cache's folder {self.path.parent} cannot be made "
+                                  f"({storage_failure(error, self.path.parent)}); point judge_cache_dir at another "
+                                  f"folder") from None
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
+        try:
+            self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
+        except sqlite3.DatabaseError as error:  # a folder it cannot write into
+            raise self._unusable(error) from None
         try:
             self._open()
         except sqlite3.DatabaseError as error:

@@ -72,7 +72,8 @@ class JudgeSettings:
 
     # "openai" (any OpenAI-compatible server), "azure" or "hf"
     judge_backend: str = judge_setting("openai", choices=JUDGE_BACKENDS)
-    judge_model: str = judge_setting(DEFAULT_JUDGE_MODEL)  # API model / Azure deployment / HF model path or id
+    # API model / Azure deployment / HF model path or id
+    judge_model: str = judge_setting(DEFAULT_JUDGE_MODEL, non_empty=True)
     # The model's Hub revision: the hf judge loads it; a server is started with it (`vllm serve --revision`)
     # and the runs record it. Unset: the revision pinned for the model (PINNED_REVISIONS), if any.
     judge_revision: Optional[str] = judge_setting(None)

@@ -212,9 +212,10 @@ def group_interval(run: Run, group: str, metric: str, mean: GroupMean, *, rubric
     _check_reported(run, group, metric, point,
                     f"the {mean.weighting} mean of its tasks' logged samples ({', '.join(members)})",
                     "the group's interval is left out")
-    _refuse_a_certain_bootstrap(result, strata if stratified else [pooled],
-                                f"{group} {metric}", f"every logged sample of {', '.join(members)}",
-                                f"{mean.weighting} mean")
+    # said as its members' samples are (a group of one: as its member's), so that a row says it once for all of them
+    _refuse_a_certain_bootstrap(result, strata if stratified else [pooled], f"{group} {metric}",
+                                "every logged sample" + (f" of {', '.join(members)}" if len(members) > 1 else ""),
+                                "mean")
     return result
 
 

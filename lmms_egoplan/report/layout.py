@@ -103,8 +103,9 @@ def count_column(header: str, metric: str, task: str = "{task}") -> Column:
     return Column(header, metric, task=task, digits=0, interval=False)
 
 
-# A judged table's counts: the answers judged, and those whose judgement failed (left out of the scores)
-JUDGE_COUNTS = (count_column("Judged", "judged"), count_column("Failed judgements", "failed"))
+# A judged table's counts: the judgements with a rating (one an answer, or one a field of it), and those that failed
+# (left out of the scores)
+JUDGE_COUNTS = (count_column("Judgements", "judged"), count_column("Failed judgements", "failed"))
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,8 @@ def unscored_reason(metrics: Mapping[str, object], samples: int | None = None, m
     ``metrics``: one task's (or group's) metrics by name; ``samples``: how many samples it evaluated
     (lmms-eval's ``n-samples``), when known. Nothing was judged ("0 judged: 15 of 15 answers
     incomplete", "0 judged: 24 failed"), every answer was unparseable ("8 of 8 answers unparseable"; a metric
-    of one parser, ``accuracy_official``, by that parser's count, ``unparseable_official``), or no output held
+    of one parser, ``accuracy_official``, by that parser's count, ``unparseable_official``) or, of a yes / no
+    reading, unread (``unextracted``: "2 of 2 yes / no answers unread"), or no output held
     a plan ("no plan in 2 of 2 outputs"), or every model request failed ("8 of 8 model requests failed").
     """
     requests_failed = _count(metrics.get("failed_requests"))
@@ -101,6 +102,9 @@ def unscored_reason(metrics: Mapping[str, object], samples: int | None = None, m
     predictions = _count(metrics.get("predictions"))
     if unparseable and unparseable == (predictions or samples):
         return f"{unparseable:g} of {unparseable:g} answers unparseable" + (f" ({parser} parser)" if by_parser else "")
+    unread = _count(metrics.get("unextracted"))  # yes / no answers whose yes or no could not be read
+    if unread and unread == (predictions or samples):
+        return f"{unread:g} of {unread:g} yes / no answers unread"
     if _count(metrics.get("no_plan_rate")) == 1:
         return f"no plan in {samples:g} of {samples:g} outputs" if samples else "no plan in any output"
     return None

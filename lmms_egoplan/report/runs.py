@@ -6,6 +6,7 @@ itself reported (none, for a ``--predict_only`` run)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -177,6 +178,8 @@ def results_files(paths: list[str | Path]) -> list[Path]:
     for path in map(Path, paths):
         if not path.exists():
             raise FileNotFoundError(f"{path} does not exist")
+        if path.is_dir() and not os.access(path, os.R_OK | os.X_OK):  # rglob would find nothing in it, silently
+            raise InputError(f"{path}: cannot read this folder (no permission)")
         candidates = [path] if path.is_file() else sorted(path.rglob("*.json"))
         found += [c for c in candidates if _stamp_text(c) is not None]
         if path.is_file() and _stamp_text(path) is None and not _REJUDGED.match(path.name):
@@ -462,17 +465,18 @@ def load_runs(paths: list[str | Path], *, all_runs: bool = False) -> tuple[list[
     files = results_files(paths)
     rejudged = rejudged_files(paths)
     unreadable: list[str] = []
+    damaged: list[str] = []  # rejudged files that cannot be read: said with the runs, or as why none was found
     # The runs a rejudged file scores, where they were not named (``rejudge --output`` another folder).
     for path in rejudged:
         try:
             files += [results for row in _rejudged(path).values()
                       if (results := _results_of_samples(row)) is not None and results.is_file()]
-        except InputError:
-            continue  # said once, by apply_rejudged
+        except InputError as error:
+            damaged.append(str(error))  # with runs to report: said once, by apply_rejudged
     files = sorted({path.resolve(): path for path in files}.values())
     if not files:
         raise NothingFoundError(f"no results files (<date>_results.json, results_<date-time>.json) under "
-                                f"{', '.join(map(str, paths))}")
+                                f"{', '.join(map(str, paths))}" + "".join(f"; {problem}" for problem in damaged))
     runs = []
     for path in files:
         try:

@@ -155,7 +155,7 @@ def test_a_macro_mean_whose_samples_all_score_alike_gets_no_interval_and_says_wh
     for header in ("ER macro", "CS macro", "ER macro without AV"):
         assert row[f"{header} (%) 95% low"] == "" and float(row[f"{header} (%)"]) == 0, header
     assert "no interval: cosmos_reason1_er accuracy_official: every logged sample of " in row["notes"]
-    assert "scored 0; a bootstrap gives no interval of their macro mean" in row["notes"]
+    assert "scored 0; a bootstrap gives no interval of their mean" in row["notes"]
     markdown = (tmp_path / "report" / "report.md").read_text()
     assert "[0.00, 0.00]" not in markdown
 
@@ -172,7 +172,7 @@ def test_a_macro_mean_whose_tasks_each_score_alike_within_gets_no_interval_and_t
         [100 * b for b in exact_binomial_interval(sum(r for r, _ in er), sum(n for _, n in er))], abs=1e-6)
     for header in ("ER macro", "CS macro", "ER macro without AV"):
         assert row[f"{header} (%) 95% low"] == "" and 0 < float(row[f"{header} (%)"]) < 100, header
-    assert "scored alike within its task; a bootstrap gives no interval of their macro mean" in row["notes"]
+    assert "scored alike within its task; a bootstrap gives no interval of their mean" in row["notes"]
 
 
 # EgoThink dimensions' ratings (None: a failed judgement, left out of its dimension's score, not of its weight), in

@@ -432,7 +432,8 @@ def test_values_that_are_no_score_say_why_in_the_tables_and_figures(tmp_path):
     # the CSV leaves a value that is no score empty (no tool averages it in), its notes say why; counts are whole
     [intent_csv] = [r for r in read_csv(tmp_path / "report" / "egointent.csv") if r["source"] == THIS_RUN]
     assert intent_csv["Overall (0-100)"] == intent_csv["Local Intent (0-100)"] == intent_csv["Indoor (0-100)"] == ""
-    assert (intent_csv["Incomplete answers"], intent_csv["Judged"], intent_csv["Failed judgements"]) == ("15", "0", "0")
+    assert (intent_csv["Incomplete answers"], intent_csv["Judgements"], intent_csv["Failed judgements"]) == (
+        "15", "0", "0")
     assert "not scored: 0 judged: 15 of 15 answers incomplete" in intent_csv["notes"]
     [generated_csv] = [r for r in read_csv(tmp_path / "report" / "egoplan_val.csv") if r["source"] == THIS_RUN]
     assert generated_csv["Accuracy (%)"] == "" and generated_csv["Unparseable (generated letter)"] == "8"
@@ -1059,20 +1060,27 @@ def test_a_reason_several_columns_share_is_said_once_in_the_rows_notes(tmp_path)
     folder = tmp_path / "r"
     unread = {"accuracy": 0.0, "accuracy_official": 0.0, "accuracy_robust": 0.0, "unparseable": 4,
               "unparseable_official": 4, "unparseable_robust": 4, "predictions": 4}
-    zeros = {"score": 0.0, "predictions": 2}
+    zeros = {"score": 0.0, "micro_score": 0.0, "predictions": 2}
+    types = [f"robovqa_{kind}" for kind in QUESTION_TYPES]
+    yes_no = ("robovqa_success", "robovqa_discriminative_affordance")
     write_lmms_eval_run(folder, "20260101_100000", {
-        "egoplan_bench2": unread, "robovqa_next_step": zeros, "robovqa_future_prediction": zeros,
-        "robovqa_success": {"score": 50.0, "predictions": 2}},
-        {task: [{"doc_id": i, "score": 0.0} for i in range(2)] for task in ("robovqa_next_step",
-                                                                              "robovqa_future_prediction")})
+        "egoplan_bench2": unread, **{task: zeros for task in types},
+        **{task: {**zeros, "unextracted": 2} for task in yes_no},  # no yes or no read: not a 0% score
+        "robovqa": {"score": 0.0, "micro_score": 0.0, "predictions": 2 * len(types)}},
+        {task: [{"doc_id": i, "score": 0.0, "micro_score": 0.0} for i in range(2)] for task in types})
     tables = {table.name: table for table in build_tables(load_runs([folder])[0], FACES)[0]}
     [bench2] = tables["egoplan_bench2"].user_rows
     assert [note for note in bench2.notes if note.startswith("not scored")] == [
         "not scored: 4 of 4 answers unparseable (official and robust parsers)"]
     [robovqa] = tables["robovqa"].user_rows
+    scored = [task for task in types if task not in yes_no]
     assert [note for note in robovqa.notes if note.startswith("no interval")] == [
-        "no interval: robovqa_next_step score, robovqa_future_prediction score: every logged sample scored 0; a "
-        "bootstrap gives no interval of their mean"]
+        f"no interval: {', '.join(f'{task} score' for task in scored)}: every logged sample scored 0; a bootstrap "
+        "gives no interval of their mean",
+        f"no interval: robovqa score, robovqa micro_score: every logged sample of {', '.join(types)} scored 0; a "
+        "bootstrap gives no interval of their mean"]  # the macro and the micro mean: one note
+    assert [note for note in robovqa.notes if note.startswith("not scored")] == [
+        f"not scored: {task}: 2 of 2 yes / no answers unread" for task in yes_no]
     # one parser alone reading nothing: its note names it, the main column's (the default parser's) says it once
     write_lmms_eval_run(folder, "20260101_110000", {"egoplan_bench2": {**unread, "accuracy_robust": 0.5,
                                                                        "unparseable_robust": 0}})
@@ -1102,13 +1110,14 @@ def test_judged_tables_count_the_judged_answers_and_the_failed_judgements(tmp_pa
     folder = tmp_path / "r"
     write_lmms_eval_run(folder, "20260101_100000", {
         "egointent": {"overall": 30.0, "local_intent": 20.0, "procedural_intent": 40.0, "next_step_plan": 30.0,
-                      "indoor": 30.0, "judged": 3.0, "failed": 2.0, "incomplete_answers": 1.0},
+                      "indoor": 30.0, "judged": 3.0, "failed": 2.0, "incomplete_answers": 1.0, "capped_samples": 1},
         "ego_think": {"score": 45.5, "micro_score": 46.0, "judged": 20, "failed": 4}})
     write_report([folder], tmp_path / "report", FACES)
     [intent] = [row for row in read_csv(tmp_path / "report" / "egointent.csv") if row["source"] == THIS_RUN]
-    assert (intent["Judged"], intent["Failed judgements"], intent["Incomplete answers"]) == ("3", "2", "1")
+    assert (intent["Judgements"], intent["Failed judgements"], intent["Incomplete answers"],
+            intent["Clips capped at max_frames"]) == ("3", "2", "1", "1")
     [think] = [row for row in read_csv(tmp_path / "report" / "ego_think.csv") if row["source"] == THIS_RUN]
-    assert (think["Judged"], think["Failed judgements"]) == ("20", "4")
+    assert (think["Judgements"], think["Failed judgements"]) == ("20", "4")
     markdown = (tmp_path / "report" / "report.md").read_text()
     assert "Failed judgements" in markdown.split("## EgoIntent")[1] and "Failed judgements" in markdown.split(
         "## EgoThink")[1]
