@@ -141,9 +141,12 @@ def test_chat_completions_baselines_report_what_their_logged_samples_give(tmp_pa
     # Nothing of lm-eval's bookkeeping (name, sample_count) read as an invalid metric: the notes say only which
     # dimensions' two ratings were alike (a bootstrap of them would print a point).
     alike = [name for name, ratings in strata.items() if len(set(ratings)) == 1]
+    by_value: dict[float, list[str]] = {}  # dimensions whose samples all scored one value: named in one note
+    for name in alike:
+        by_value.setdefault(strata[name][0], []).append(f"ego_think_blind_{name} score")
     assert alike and row["notes"] == "; ".join(
-        f"no interval: ego_think_blind_{name} score: every logged sample scored {strata[name][0]:g}; a bootstrap gives "
-        f"no interval of their mean" for name in alike)
+        f"no interval: {', '.join(names)}: every logged sample scored {value:g}; a bootstrap gives no interval of "
+        f"their mean" for value, names in by_value.items())
     assert (float(row["Average (0-100) 95% low"]), float(row["Average (0-100) 95% high"])) == pytest.approx(
         stratified_bootstrap_interval(list(strata.values())), rel=1e-9)
     # The mean over the questions: no judgement failed, so the pooled ratings' bootstrap.
