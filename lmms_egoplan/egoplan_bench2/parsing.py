@@ -1,15 +1,15 @@
 """The letter an answer picks, read two ways; every run reports both (tasks/egoplan_bench2/README.md,
 Answer parsing).
 
-* ``official``: ``extract_characters_regex`` of ``qiulu66/EgoPlan-Bench2`` ``eval.py`` (lines 35-60),
-  upper-cased as ``run_inference`` does (line 129), reproduced exactly, its defects included, so that
-  published numbers can be compared: two missing commas fuse two pairs of answer prefixes into one
+* ``official`` (the default, since version 6): ``extract_characters_regex`` of ``qiulu66/EgoPlan-Bench2``
+  ``eval.py`` (lines 35-60), upper-cased as ``run_inference`` does (line 129), reproduced exactly, its defects
+  included, so that published numbers can be compared: two missing commas fuse two pairs of answer prefixes into one
   string each (lines 43-46: "The best option is" and "Best answer:" are never removed alone); the
   prefixes are case-sensitive and removed anywhere in the answer; then the first capital A-D anywhere
   is the answer, so "Based on the video, D." reads as B, "Best answer: D" as B (its prefix is one of
   the fused ones) and "Clearly, the answer is D" as C.
-* ``robust`` (the default): what a person reads. Reasoning blocks (``<think>...</think>`` and the other kinds
-  of ``lmms_egoplan.core.reasoning``, Kimi-VL-Thinking's ``◁think▷`` among them) are left out; then the content
+* ``robust`` (versions 1-5's default): what a person reads. Reasoning blocks (``<think>...</think>`` and the other
+  kinds of ``lmms_egoplan.core.reasoning``, Kimi-VL-Thinking's ``◁think▷`` among them) are left out; then the content
   of an ``<answer>`` tag first (the last one), then the rest of the answer, each read by
   ``lmms_egoplan.core.letter_choice.extract_choice``: a bare
   letter ("D", "(c)", "b."), a stated one ("Answer: D", "The answer is (C)", "option B"; the last
