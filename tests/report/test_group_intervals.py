@@ -246,3 +246,22 @@ def test_robovqa_yes_no_scores_get_the_exact_binomial_interval_on_their_0_100_sc
         assert bounds(header) == pytest.approx((100 * exact.low, 100 * exact.high), abs=1e-6), header
     assert bounds("Success")[1] == pytest.approx(84.19, abs=0.01)
     assert bounds("Next step") == pytest.approx([bound for bound in bootstrap_interval(logged["next_step"])], abs=1e-6)
+
+
+def test_a_group_of_one_task_without_an_interval_is_said_with_its_task(tmp_path):
+    """EgoThink's Forecasting capability is its one dimension: where every rating of it was 0, the row names both in
+    one note, not the same samples twice."""
+    from lmms_egoplan.egothink.data import CAPABILITIES
+
+    assert CAPABILITIES["forecasting"] == ("forecasting",)
+    folder = tmp_path / "run"
+    egothink_run(folder, {"forecasting": [0, 0], "existence": [1, 0.5]})
+    results = next(folder.glob("*_results.json"))
+    data = json.loads(results.read_text())
+    data["results"]["ego_think_capability_forecasting"] = {"alias": "forecasting", "score,none": 0.0}
+    results.write_text(json.dumps(data))
+    write_report([folder], tmp_path / "report", FACES)
+    (row,) = [r for r in read_csv(tmp_path / "report" / "ego_think.csv") if r["source"] == THIS_RUN]
+    assert [note for note in row["notes"].split("; ") if note.startswith("no interval")] == [
+        "no interval: ego_think_forecasting score, ego_think_capability_forecasting score: every logged sample scored "
+        "0"], row["notes"]
