@@ -192,6 +192,13 @@ def make_folder(folder: str | Path, what: str) -> Path:
     return folder
 
 
+def refuse_unreadable_folder(path: Path) -> None:
+    """Raise InputError where ``path`` is a folder this process cannot list: a search under it would find nothing,
+    silently, and the user would read "no file there"."""
+    if path.is_dir() and not os.access(path, os.R_OK | os.X_OK):
+        raise InputError(f"{path}: cannot read this folder (no permission)")
+
+
 def output_file(path: str | Path, what: str) -> Path:
     """A file a command will write, checked before anything is computed for it: not a folder (InputError naming
     ``what``, the option that chose it), its folder made and writable (``make_folder``)."""

@@ -8,7 +8,6 @@ logged items hold the full judge requests and name their rubric."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 from dataclasses import dataclass, field, fields
@@ -22,7 +21,7 @@ from loguru import logger
 from lmms_egoplan.compat.results import LMMS_EVAL_DEFAULT_TIMEZONE
 from lmms_egoplan.contract.judged import PREDICT_ONLY_ITEMS
 from lmms_egoplan.core.errors import InputError
-from lmms_egoplan.core.files import read_text, strict_json, write_atomically
+from lmms_egoplan.core.files import read_text, refuse_unreadable_folder, strict_json, write_atomically
 from lmms_egoplan.harness.failed_requests import FAILED_REQUEST_MARK, FAILED_REQUESTS
 from lmms_egoplan.judge.engine import Judge, RetiredJudgeError, preflight
 from lmms_egoplan.judge.identity import JudgeIdentity
@@ -252,8 +251,7 @@ def _samples_files(paths: Sequence[str | Path]) -> dict[str, Path]:
     for path in map(Path, paths):
         if not path.exists():
             raise FileNotFoundError(f"{path} does not exist")
-        if path.is_dir() and not os.access(path, os.R_OK | os.X_OK):
-            raise InputError(f"{path}: cannot read this folder (no permission)")
+        refuse_unreadable_folder(path)
         candidates = sorted(path.rglob("*_samples_*.jsonl")) if path.is_dir() else [path]
         if not candidates:
             raise FileNotFoundError(f"no lmms-eval samples files (*_samples_<task>.jsonl) under {path}")

@@ -6,7 +6,6 @@ itself reported (none, for a ``--predict_only`` run)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from lmms_egoplan.compat.results import LMMS_EVAL_DEFAULT_TIMEZONE, PROTOCOL_CHANGES_KEY
 from lmms_egoplan.core.errors import InputError
+from lmms_egoplan.core.files import refuse_unreadable_folder
 
 LMMS_EVAL = "lmms-eval"
 LM_EVAL = "lm-eval"
@@ -178,8 +178,7 @@ def results_files(paths: list[str | Path]) -> list[Path]:
     for path in map(Path, paths):
         if not path.exists():
             raise FileNotFoundError(f"{path} does not exist")
-        if path.is_dir() and not os.access(path, os.R_OK | os.X_OK):  # rglob would find nothing in it, silently
-            raise InputError(f"{path}: cannot read this folder (no permission)")
+        refuse_unreadable_folder(path)
         candidates = [path] if path.is_file() else sorted(path.rglob("*.json"))
         found += [c for c in candidates if _stamp_text(c) is not None]
         if path.is_file() and _stamp_text(path) is None and not _REJUDGED.match(path.name):
