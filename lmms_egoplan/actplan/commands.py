@@ -127,11 +127,11 @@ def _train_bleurt_arguments(train: argparse.ArgumentParser) -> None:
                             f"BERT-large BLEURT)")
     train.add_argument("--learning_rate", type=float, help="overrides the preset's learning rate")
     defaults = bleurt.TrainingConfig()
-    train.add_argument("--batch_size", type=positive_int, default=defaults.batch_size,
+    train.add_argument("--batch_size", type=int, default=defaults.batch_size,
                        help=f"training pairs per optimizer step (default {defaults.batch_size})")
-    train.add_argument("--epochs", type=positive_int, default=defaults.epochs,
+    train.add_argument("--epochs", type=int, default=defaults.epochs,
                        help=f"passes over the training pairs (default {defaults.epochs})")
-    train.add_argument("--max_length", type=positive_int, default=defaults.max_length,
+    train.add_argument("--max_length", type=int, default=defaults.max_length,
                        help=f"the most tokens of a plan pair, cut longest-first (default {defaults.max_length}, as the "
                             f"release)")
     train.add_argument("--select_by", choices=bleurt.SELECTION_CRITERIA, default=defaults.select_by,

@@ -31,13 +31,13 @@ def device_problem(device: str, *, here: bool = True) -> str | None:
         named = torch.device(device)
     except RuntimeError as error:
         return f"{device!r} names no torch device ({error}); auto, cpu, cuda or cuda:<n>"
-    if not here:
+    if not here or named.type != "cuda":
         return None
-    if named.type == "cuda" and not torch.cuda.is_available():
+    if not torch.cuda.is_available():
         return (f"{device!r} names a CUDA device, but torch sees no GPU here (torch.cuda.is_available() is False); "
                 f"use cpu or auto")
-    count = torch.cuda.device_count() if named.type == "cuda" else 0
-    if named.type == "cuda" and named.index is not None and named.index >= count:
+    count = torch.cuda.device_count()
+    if named.index is not None and named.index >= count:
         return f"{device!r}: torch sees {count} GPU(s) here, cuda:0 to cuda:{count - 1}"
     return None
 
