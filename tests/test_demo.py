@@ -122,6 +122,13 @@ def test_null_and_nan_read_no_value(value):
     assert format_value(value) == "no value"
 
 
+def test_a_value_nearer_0_than_a_ten_thousandth_reads_as_such_not_in_exponent_notation():
+    """The scripted RoboVQA rows' BLEU-3 of 3.28e-153 (no 3-gram matched) read as an exponent in a column of %."""
+    assert [format_value(value) for value in (3.28e-153, -2e-7, 0.0, 0.0001, 16.93, 27.4412)] == [
+        "<0.0001", "-<0.0001", "0", "0.0001", "16.93", "27.44"]
+    assert format_value(3.28e-153, ".3f") == "0.000"  # a format asked for is kept
+
+
 def test_the_demo_table_marks_scripted_rows_and_says_why_zeros_are_no_scores():
     def results(**tasks):
         return {"results": {task: {f"{k},none": v for k, v in metrics.items()} for task, metrics in tasks.items()},

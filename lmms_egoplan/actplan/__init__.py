@@ -2,7 +2,7 @@
 scene images, scored by LCS with sentence-embedding step matching (``lcs``) and a fine-tuned BERT
 classifier (``classifier``). ``task`` holds the hooks in the order lmms-eval calls them, ``data``
 reads the release, ``plans`` parses and scores plans,
-``synthetic`` the demo's data, ``report_face`` its tables and figure in ``lmms-egoplan report`` (its
+the demo's data in ``demo.actplan``, ``report_face`` its tables and figure in ``lmms-egoplan report`` (its
 published rows in ``published_results.json``), ``commands`` its ``lmms-egoplan`` commands. The task YAMLs
 (``tasks/actplan/``, ``lm_eval_tasks/actplan/``) name
 its ``benchmark.ACTPLAN`` and a spec of it; importing this package imports nothing else, so that its data and

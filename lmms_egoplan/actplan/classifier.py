@@ -20,7 +20,9 @@ per VLM with accuracy and the Matthews correlation coefficient (Table 5).
 from __future__ import annotations
 
 import math
+import os
 import random
+import shutil
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,8 +35,16 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 from lmms_egoplan.actplan.classifier_config import CLASSIFIER_WEIGHTS, MAX_LENGTH, TrainingConfig
 from lmms_egoplan.actplan.plans import parse_plan
 from lmms_egoplan.core.devices import resolve_device
-from lmms_egoplan.core.errors import InputError
-from lmms_egoplan.core.files import make_folder, read_jsonl, read_text, strict_json
+from lmms_egoplan.core.errors import InputError, StorageError
+from lmms_egoplan.core.files import (
+    LineAppender,
+    make_folder,
+    read_jsonl,
+    read_text,
+    storage_failure,
+    strict_json,
+    write_atomically,
+)
 from lmms_egoplan.core.statistics import mean_or_nan
 from lmms_egoplan.core.text_tables import format_table
 
@@ -103,15 +113,31 @@ class PlanClassifier:
         return (total_loss / len(references) if labels is not None and references else math.nan), predictions
 
     def save(self, out_dir: str | Path, info: dict) -> Path:
+        """The checkpoint in ``out_dir``, replacing the one there only once it is whole: its files are written into a
+        folder beside them, then each renamed over its predecessor, the info naming its epoch last. A crash or a full
+        disk while the weights are written leaves the checkpoint there before as it was."""
         from safetensors.torch import save_file
 
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        self.tokenizer.save_pretrained(out)
-        self.module.bert.config.save_pretrained(out)
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.module.state_dict().items()},
-                  out / CLASSIFIER_WEIGHTS)
-        (out / CLASSIFIER_INFO).write_text(strict_json(info, indent=2) + "\n")
+        out = make_folder(out_dir, "the classifier's output folder")
+        staging = out / ".checkpoint-being-saved"
+        shutil.rmtree(staging, ignore_errors=True)  # what a crash left
+        try:
+            staging.mkdir()
+            self.tokenizer.save_pretrained(staging)
+            self.module.bert.config.save_pretrained(staging)
+            save_file({k: v.detach().cpu().contiguous() for k, v in self.module.state_dict().items()},
+                      staging / CLASSIFIER_WEIGHTS)
+            (staging / CLASSIFIER_INFO).write_text(strict_json(info, indent=2) + "\n")
+        except BaseException as error:
+            shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(error, OSError):
+                kept = "the checkpoint there before is kept" if (out / CLASSIFIER_INFO).exists() else "none is there"
+                raise StorageError(f"cannot save the classifier in {out}: {storage_failure(error, out)}; "
+                                   f"{kept}") from error
+            raise
+        for path in sorted(staging.iterdir(), key=lambda path: path.name == CLASSIFIER_INFO):
+            os.replace(path, out / path.name)
+        staging.rmdir()
         return out
 
 
@@ -377,47 +403,55 @@ def train_classifier(data_file: str | Path, activities_file: str | Path, base: s
     rng = random.Random(config.seed)
     torch.manual_seed(config.seed)
     best: tuple[int, SplitScores, SplitScores] | None = None
-    log_file = output_dir / "training_log.jsonl"
-    log_file.write_text("")
-    for epoch in range(config.epochs):
-        classifier.module.train()
-        order = rng.sample(range(len(rows["train"])), len(rows["train"]))
-        train_loss = 0.0
-        for start in range(0, len(order), config.batch_size):
-            pairs = [training_pair(rows["train"][i], rng) for i in order[start:start + config.batch_size]]
-            logits = classifier.logits([p[0] for p in pairs], [p[1] for p in pairs])
-            loss = torch.nn.functional.cross_entropy(logits,
-                                                     torch.tensor([p[2] for p in pairs], device=classifier.device))
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(classifier.module.parameters(), config.max_grad_norm)
-            optimizer.step()
-            optimizer.zero_grad()
-            train_loss += loss.item() * len(pairs)
-        validation = score_split(classifier, val_pairs, config.eval_batch_size)
-        test = (score_split(classifier, test_pairs, config.eval_batch_size) if test_pairs
-                else SplitScores(math.nan, math.nan))
-        improved = best is None or (validation.accuracy > best[1].accuracy if config.select_by == "accuracy"
-                                    else validation.loss < best[1].loss)
-        record = {"epoch": epoch, "train_loss": train_loss / len(order), "validation": asdict(validation),
-                  "test": asdict(test), "selected": improved}
-        with log_file.open("a") as out:
-            out.write(strict_json(record) + "\n")
-        log(f"epoch {epoch}: train loss {record['train_loss']:.4f}, validation accuracy {validation.accuracy:.4f} "
-            f"(loss {validation.loss:.4f}), test accuracy {test.accuracy:.4f}" + (" *" if improved else ""))
-        if improved:
-            best = (epoch, validation, test)
-            classifier.save(output_dir, {"format": "lmms_egoplan plan classifier",
-                                         "input": "[CLS] gold [SEP] [SEP] generated [SEP]",
-                                         "labels": {"0": "wrong", "1": "correct"}, "base": str(base), "epoch": epoch,
-                                         "training": asdict(config), "validation": asdict(validation),
-                                         "test": asdict(test)})
+    if (output_dir / CLASSIFIER_INFO).exists():
+        log(f"{output_dir} holds a classifier already: this training's best epoch replaces it once scored")
+    log_file = LineAppender(output_dir / "training_log.jsonl", append=False)
+    try:
+        for epoch in range(config.epochs):
+            train_loss = _train_epoch(classifier, optimizer, rows["train"], rng, config)
+            validation = score_split(classifier, val_pairs, config.eval_batch_size)
+            test = (score_split(classifier, test_pairs, config.eval_batch_size) if test_pairs
+                    else SplitScores(math.nan, math.nan))
+            improved = best is None or (validation.accuracy > best[1].accuracy if config.select_by == "accuracy"
+                                        else validation.loss < best[1].loss)
+            log_file.write(strict_json({"epoch": epoch, "train_loss": train_loss, "validation": asdict(validation),
+                                        "test": asdict(test), "selected": improved}) + "\n")
+            log(f"epoch {epoch}: train loss {train_loss:.4f}, validation accuracy {validation.accuracy:.4f} "
+                f"(loss {validation.loss:.4f}), test accuracy {test.accuracy:.4f}" + (" *" if improved else ""))
+            if improved:
+                best = (epoch, validation, test)
+                classifier.save(output_dir, {"format": "lmms_egoplan plan classifier",
+                                             "input": "[CLS] gold [SEP] [SEP] generated [SEP]",
+                                             "labels": {"0": "wrong", "1": "correct"}, "base": str(base),
+                                             "epoch": epoch, "training": asdict(config),
+                                             "validation": asdict(validation), "test": asdict(test)})
+    finally:
+        log_file.close()
     epoch, validation, test = best
     report = TrainingReport(best_epoch=epoch, selected_by=config.select_by, validation=validation, test=test,
                             checkpoint=output_dir, counts=counts)
-    (output_dir / "metrics.json").write_text(strict_json(
+    write_atomically(output_dir / "metrics.json", strict_json(
         {"best_epoch": epoch, "selected_by": config.select_by, "validation": asdict(validation), "test": asdict(test),
          "counts": counts}, indent=2) + "\n")
     return report
+
+
+def _train_epoch(classifier: PlanClassifier, optimizer, rows: list[dict], rng: random.Random,
+                 config: TrainingConfig) -> float:
+    """One pass over the training rows in a shuffled order, a pair drawn from each; the mean training loss."""
+    classifier.module.train()
+    order = rng.sample(range(len(rows)), len(rows))
+    train_loss = 0.0
+    for start in range(0, len(order), config.batch_size):
+        pairs = [training_pair(rows[i], rng) for i in order[start:start + config.batch_size]]
+        logits = classifier.logits([p[0] for p in pairs], [p[1] for p in pairs])
+        loss = torch.nn.functional.cross_entropy(logits, torch.tensor([p[2] for p in pairs], device=classifier.device))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(classifier.module.parameters(), config.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad()
+        train_loss += loss.item() * len(pairs)
+    return train_loss / len(order)
 
 
 def format_report(report: TrainingReport) -> str:

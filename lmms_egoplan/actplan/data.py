@@ -279,7 +279,7 @@ def match_threshold_problem(threshold: float) -> str | None:
 
 
 def check_settings(settings, task: str) -> None:
-    """Values of an ``actplan.ActPlanSettings`` that neither the type check nor the declared choices
+    """Values of an ``actplan.settings.ActPlanSettings`` that neither the type check nor the declared choices
     and ranges catch, reported with the setting's variable name and YAML key."""
 
     def fail(field: str, problem: str):

@@ -78,7 +78,7 @@ class PlansOfTheRun:
     def keep_plans(self, items: Sequence[dict], args: Any) -> Path:
         """Write the run's plans, once, before any is scored, so that a failure while scoring loses
         none of the model's outputs: a pair file for ``lmms-egoplan actplan-score`` beside the
-        results (``harness.run_file``: ``<date-time>_plans_<task>.jsonl``)."""
+        results (``harness.run_files.run_file``: ``<date-time>_plans_<task>.jsonl``)."""
         if self.plans_file is None:
             run_files, task_name = self.context.run_files, self.context.task_name
             path = run_files.run_file(args, "plans")

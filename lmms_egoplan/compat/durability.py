@@ -33,7 +33,7 @@ from lmms_egoplan.compat.replacements import (
     uses_the_suite,
 )
 from lmms_egoplan.core.errors import StorageError
-from lmms_egoplan.core.files import disk_full, storage_failure
+from lmms_egoplan.core.files import disk_full, storage_failure, write_atomically
 from lmms_egoplan.core.request_facts import AnswerRetries, mark_retries, retries_of
 from lmms_egoplan.core.run import SuiteRun, hand_over, run_of
 
@@ -966,7 +966,8 @@ def _claim_run_folder(cache: Any) -> None:
 
     Path(cache._run_dir, ".merged").unlink(missing_ok=True)
     owner = {"host": socket.gethostname(), "pid": os.getpid(), "started": process_start(os.getpid())}
-    Path(cache._run_dir, f"rank_{cache._global_rank}.db{_OWNER_SUFFIX}").write_text(json.dumps(owner))
+    # whole or absent: a cut owner file would leave the folder to a warning at every later recovery
+    write_atomically(Path(cache._run_dir, f"rank_{cache._global_rank}.db{_OWNER_SUFFIX}"), json.dumps(owner))
 
 def recover_killed_runs(cache_root: str) -> int:
     """Merge into ``<cache_root>/cache.db`` the run folders whose writers (their owner files) are all

@@ -111,11 +111,12 @@ def inside_root(path: str | Path, root: str | Path, *, where: str, setting: str,
     path, root = Path(path), Path(root).expanduser()
     if allow:
         return path
-    if not _is_within(path, root):
+    text, root_text = str(path), str(root)  # as pathlib writes them: "a//b", "a/./b" and "a/b/" are "a/b"
+    if not _is_within(text, root_text):
         why = "is an absolute path"
-    elif not _is_within(os.path.normpath(path), os.path.normpath(root)):
+    elif not _is_within(os.path.normpath(text), os.path.normpath(root_text)):
         why = "climbs out of it with '..'"
-    elif not _is_within(os.path.realpath(path), os.path.realpath(root)):
+    elif not _is_within(os.path.realpath(text), os.path.realpath(root_text)):
         why = f"leads out of it through a symbolic link (to {os.path.realpath(path)})"
     else:
         return path
@@ -123,8 +124,10 @@ def inside_root(path: str | Path, root: str | Path, *, where: str, setting: str,
                       f"only inside their data folders (set {setting} to true to allow paths outside it)")
 
 
-def _is_within(path: str | Path, root: str | Path) -> bool:
-    return Path(path) == Path(root) or Path(root) in Path(path).parents
+def _is_within(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` or under it, both written alike (by pathlib, ``normpath`` or ``realpath``), by
+    their text: ``Path.parents`` builds an object a level, felt where a task checks tens of thousands of frames."""
+    return path == root or path.startswith(root if root.endswith(os.sep) else root + os.sep)
 
 
 def _read_umask() -> int:

@@ -99,12 +99,15 @@ def missing_folder(name: str, repo_type: str = "model") -> str | None:
 
 def _unreachable(error: BaseException) -> bool:
     """Whether ``error`` says the Hub did not answer (huggingface_hub's HTTP client, httpx or its fork httpx2 by
-    version, raises its own transport errors; a refused connection is an OSError)."""
+    version, raises its own transport errors; a refused connection is an OSError). Its HTTP errors are OSErrors
+    too: one carrying an answer below 500 (not there, gated, no such revision) came from a Hub that answered."""
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    if isinstance(status, int) and status < 500:
+        return False
     return type(error).__module__.partition(".")[0] in ("httpx", "httpx2") or isinstance(error, (OSError,
                                                                                                   TimeoutError))
 
 
-@functools.lru_cache(maxsize=None)  # one commit for every task of a run that reads the dataset
 def resolved_commit(repo_id: str, revision: str | None = None) -> str | None:
     """The commit ``revision`` (None: the default branch) of Hub dataset ``repo_id`` names now, for a run that loads
     the dataset from the Hub to load and record that commit; None where the Hub cannot say (offline, ``repo_id`` a
@@ -112,10 +115,26 @@ def resolved_commit(repo_id: str, revision: str | None = None) -> str | None:
     cannot be reached fails in seconds (``hub_checked``)."""
     if revision and re.fullmatch(r"[0-9a-f]{40}", revision):
         return revision
+    try:
+        return _answered_commit(repo_id, revision)
+    except _NoCommit:
+        if not _offline_or_local(repo_id):
+            logger.warning(f"{repo_id}: the Hub did not say which commit {revision or 'its default branch'} is; the "
+                           f"run records the revision unresolved")
+        return None
+
+
+class _NoCommit(Exception):
+    """The Hub named no commit: not kept by ``_answered_commit``'s cache, so the next task asks again."""
+
+
+# One commit for every task of a run that reads the dataset (EgoThink's twelve dimensions load the same one, even
+# where the branch moves during the run); only commits the Hub named are kept (functools caches no exception).
+@functools.lru_cache(maxsize=None)
+def _answered_commit(repo_id: str, revision: str | None) -> str:
     commit = hub_checked(repo_id, revision, repo_type="dataset")
-    if commit is None and not _offline_or_local(repo_id):
-        logger.warning(f"{repo_id}: the Hub did not say which commit {revision or 'its default branch'} is; the run "
-                       f"records the revision unresolved")
+    if commit is None:
+        raise _NoCommit
     return commit
 
 

@@ -162,9 +162,20 @@ def closest_name_hint(name: str, known: Collection[str], listing: str = "known:"
     return f"did you mean {closest[0]}?" if closest else f"{listing} {', '.join(sorted(known))}"
 
 
-def coerce_setting(raw: Any, annotation: Any, where: str) -> Any:
+def coerce_setting(raw: Any, annotation: Any, where: str, *, minimum: float | None = None,
+                   above: float | None = None) -> Any:
     """Convert a YAML, environment or command-line value to the annotated type (str / int / float /
-    bool / Path / Optional); a value that does not fit raises SettingsError naming ``where``."""
+    bool / Path / Optional); a value that does not fit, or a number below ``minimum`` or not above ``above``,
+    raises SettingsError naming ``where``."""
+    value = _coerced(raw, annotation, where)
+    if value is not None and minimum is not None and value < minimum:
+        raise SettingsError(f"{where} must be at least {minimum}, got {raw!r}")
+    if value is not None and above is not None and value <= above:
+        raise SettingsError(f"{where} must be greater than {above}, got {raw!r}")
+    return value
+
+
+def _coerced(raw: Any, annotation: Any, where: str) -> Any:
     optional = type(None) in typing.get_args(annotation)
     target = next((a for a in typing.get_args(annotation) if a is not type(None)),
                   annotation) if optional else annotation

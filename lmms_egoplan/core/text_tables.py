@@ -17,10 +17,16 @@ def is_no_value(value) -> bool:
 
 
 def format_value(value, spec: str = ".4g") -> str:
-    """A cell: numbers by ``spec`` (null and NaN as "no value"), anything else as text."""
+    """A cell: numbers by ``spec`` (null and NaN as "no value"; by the default, one nearer 0 than 0.0001 as
+    "<0.0001": BLEU's mean over orders with none matched reads 3.28e-153), anything else as text."""
     if is_no_value(value):
         return NO_VALUE
+    if spec == ".4g" and isinstance(value, float) and 0 < abs(value) < _TINY:
+        return f"{'-' if value < 0 else ''}<{_TINY}"
     return format(value, spec) if isinstance(value, float) else str(value)
+
+
+_TINY = 0.0001
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Collection[int] = (),

@@ -1,7 +1,7 @@
 """Synthetic ActPlan-1K data in the release's exact layout, a tiny BERT, and the release's LCS.
 
 * ``write_release_dataset``: ``annotation/<scene>/<activity>/<problem>/sample_<k>/`` folders with
-  scene images (``fixtures.media.index_image``: each image encodes a unique number), gold plans,
+  scene images (``demo.kit.media.index_image``: each image encodes a unique number), gold plans,
   VLM plans and task descriptions, plus ``problem<k>.bddl`` files, as the release ships them.
 * ``make_activities`` / ``vlm_plan`` / ``model_output``: plausible gold plans (about 24 steps,
   counterfactual ones longer), model plans with the paper's error types, and free-form output.

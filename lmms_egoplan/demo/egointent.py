@@ -3,7 +3,7 @@
 * ``write_release(root)``: the authors' layout, ``<indoor|outdoor>/<scene>/<event>/step_label.json``
   and a pre-cut clip per step (``step<step_id>.mp4``), three events (two indoor scenes, one
   outdoor) at 30, 29.97 (30000/1001) and 25 FPS, five steps each; each clip's frames show their
-  frame number in the source video (``fixtures.media``), windows end on frame boundaries and
+  frame number in the source video (``demo.kit.media``), windows end on frame boundaries and
   between frames, one clip holds frames after its window (never shown), one is shorter than a
   sampling interval, three longer than the frame cap; steps have zero to two plausible next steps.
 * ``write_dataset(root)``: the same kind of steps in the flat format, whole videos named by

@@ -7,9 +7,9 @@
 * the validation questions as Levels 1 (EPIC-KITCHENS) and 2 (Ego4D) of the TencentARC/SEED-Bench-R1
   package: per question a progress clip of its source frames from the task's start to the observation
   (none when nothing is done yet) and the observation image, the records without frame numbers
-  (``fixtures.seed_bench_r1``).
+  (``demo.kit.seed_bench_r1``).
 
-Every frame's pixels encode its source frame number (``fixtures.media.read_index``), so a test can
+Every frame's pixels encode its source frame number (``demo.kit.media.read_index``), so a test can
 check which frames a model was shown. Progress lengths cover every default progress bin.
 """
 

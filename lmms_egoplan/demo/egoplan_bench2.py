@@ -3,10 +3,10 @@
 * the official release: ``EgoPlan-Bench2.json`` and Ego4D videos ``<ego4d>/<video uid>.mp4`` at 30 fps;
 * the TencentARC/SEED-Bench-R1 package: ``annotations/validation_L3.jsonl``, a progress clip per
   question (its source frames ``task_start_frame..current_observation_frame``) and the observation
-  image (``fixtures.seed_bench_r1``); the question whose task has nothing done yet has no clip.
+  image (``demo.kit.seed_bench_r1``); the question whose task has nothing done yet has no clip.
 
 The same questions in both, over four domains and five scenarios, the right letter cycling A-D. Every
-frame's pixels encode its source frame number (``fixtures.media.read_index``), so a test can check
+frame's pixels encode its source frame number (``demo.kit.media.read_index``), so a test can check
 which frames a model was shown.
 """
 

@@ -23,6 +23,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Mapping, Sequence, TextIO
 
+from loguru import logger
+
 from lmms_egoplan import catalogue
 from lmms_egoplan.core.text_tables import TERMINAL_WIDTH, format_table, format_value, indented_list
 from lmms_egoplan.demo.kit.lmms_eval_run import EvalRun, EvalRunError, run_lm_eval, run_lmms_eval
@@ -74,13 +76,17 @@ def run_smoke(workdir: str | Path, *, arch: str = DEFAULT_ARCH, only: list[str] 
 def _run_smoke(workdir: str | Path, *, arch: str, only: list[str] | None, out: TextIO | None) -> int:
     import sys
 
+    from datasets.utils import logging as datasets_logging
     from transformers.utils import logging as transformers_logging
 
     from lmms_egoplan.demo.kit.checkpoints import TEXT_ONLY_ARCHITECTURES, tiny_checkpoint
 
-    # Building the fixtures' random models is not news: keep transformers' reports and bars out of the table's way.
+    # Building the fixtures' random models and datasets is not news: keep the libraries' reports and bars out of the
+    # table's way.
     transformers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()
+    datasets_logging.disable_progress_bar()
+    began = time.monotonic()
     out = out or sys.stdout
     workdir = Path(workdir).resolve()
     entries = {name: build for name, build in suites().items() if not only or name in only}
@@ -95,6 +101,7 @@ def _run_smoke(workdir: str | Path, *, arch: str, only: list[str] | None, out: T
     failures: list[str] = []
     log_dirs: list[Path] = []
     left_out: list[str] = []
+    by_hand: str | None = None  # a task the closing lines show how to run by hand
     with ExitStack() as resources:
         for name, build in entries.items():
             # A text-only model's plan first: a benchmark it leaves out builds no fixtures.
@@ -104,16 +111,15 @@ def _run_smoke(workdir: str | Path, *, arch: str, only: list[str] | None, out: T
                 left_out.append(name)
                 if not plan.tasks:
                     continue
-            try:
-                suite = build(workdir / "data" / name, resources)
-                suite = with_demo_settings(workdir / DEMO_SETTINGS_FILE, name, suite)
-            except Exception as error:  # a broken fixture fails its benchmark, not the whole demo
+            suite = _built_fixtures(name, build, workdir, resources, out)
+            if suite is None:
                 failures.append(name)
-                print(f"[{name}] FAILED building its fixtures: {type(error).__name__}: {error}", file=out)
                 continue
             log_dir = workdir / "logs" / name
             log_dirs.append(log_dir)
             plan = plan or ArchPlan(False, suite.tasks or catalogue.entry(name).tasks)
+            if by_hand is None and not plan.text_only and not catalogue.entry(name).rubrics:  # its judge stops
+                by_hand = plan.tasks[0]
             print(f"[{name}] {plan.harness} --model {plan.model} --tasks {','.join(plan.tasks)} ...", file=out,
                   flush=True)
             started = time.monotonic()
@@ -136,27 +142,56 @@ def _run_smoke(workdir: str | Path, *, arch: str, only: list[str] | None, out: T
           "and measure nothing.", file=out)
     if left_out:
         print(f"Left out for the text-only {arch}: what [{'], ['.join(left_out)}] say above.", file=out)
-    print_where(workdir, log_dirs, out)
+    print_where(workdir, log_dirs, out, checkpoint, by_hand)
+    _report_and_close(workdir, log_dirs, checkpoint, failures, time.monotonic() - began, out)
+    return len(failures)
+
+
+def _report_and_close(workdir: Path, log_dirs: Sequence[Path], checkpoint: Path, failures: Sequence[str],
+                      seconds: float, out: TextIO) -> None:
+    """The report of the demo's runs, then how the demo ended: the report's pages last, or what failed."""
     results_dirs = [d for d in log_dirs
                     if any(next(d.rglob(pattern), None) for pattern in ("*_results.json", "results_*.json"))]
     if results_dirs:
         notes = {checkpoint.name: RANDOM_MODEL_NOTE, SCRIPTED_MODEL_NAME: SCRIPTED_MODEL_NOTE}
         report = write_report(results_dirs, workdir / "report", report_faces(), model_notes=notes)
-        print(f"Report of these runs (tables beside the published rows, figures, HTML): {report.markdown}", file=out)
+        if not failures:
+            print(f"Every benchmark ran and every table above held; no failure ({seconds:.0f} s).", file=out)
+        print(f"Report of these runs (tables beside the published rows, figures): {report.markdown}; to open in a "
+              f"browser: {report.html}", file=out)
     if failures:
         print(f"FAILED: {', '.join(failures)}", file=out)
-    return len(failures)
 
 
-def print_where(workdir: Path, log_dirs: Sequence[Path], out: TextIO) -> None:
-    """Where the demo's runs wrote, the settings file of its data, and in which time zone its logs are."""
+def _built_fixtures(name: str, build: Callable[[Path, ExitStack], SmokeSuite], workdir: Path, resources: ExitStack,
+                    out: TextIO) -> SmokeSuite | None:
+    """A benchmark's fixtures and the demo settings pointing at them; None, said, where building them failed (a
+    broken fixture fails its benchmark, not the whole demo). The suite's notes on the fixtures are not news (the
+    runs log on their own)."""
+    logger.disable("lmms_egoplan")
+    try:
+        return with_demo_settings(workdir / DEMO_SETTINGS_FILE, name, build(workdir / "data" / name, resources))
+    except Exception as error:  # noqa: BLE001 (whatever broke, the demo goes on with the other benchmarks)
+        print(f"[{name}] FAILED building its fixtures: {type(error).__name__}: {error}", file=out)
+        return None
+    finally:
+        logger.enable("lmms_egoplan")
+
+
+def print_where(workdir: Path, log_dirs: Sequence[Path], out: TextIO, checkpoint: Path | None = None,
+                task: str | None = None) -> None:
+    """Where the demo's runs wrote, the settings file of its data (with ``task``, the command that runs it by hand
+    on ``checkpoint``), and in which time zone its logs are."""
     print("Logs, per-sample outputs and results:" + "".join(f"\n  {d}" for d in log_dirs), file=out)
-    if (workdir / DEMO_SETTINGS_FILE).is_file():
-        print(f"Settings file of the demo's data (re-run a task by hand: LMMS_EGOPLAN_SETTINGS=<it> lmms-eval ...; "
-              f"its judge stopped with the demo): {workdir / DEMO_SETTINGS_FILE}", file=out)
-    print(f"Times: lmms-eval's log lines above are in this machine's zone ({zone_text(datetime.now().astimezone())});"
-          f"\n  it names its files, and the report shows run times, in {LMMS_EVAL_DEFAULT_ZONE} (its --timezone's "
-          "default).", file=out)
+    settings = workdir / DEMO_SETTINGS_FILE
+    if settings.is_file():
+        print(f"Settings file of the demo's data (its judge stopped with the demo): {settings}", file=out)
+    if settings.is_file() and checkpoint is not None and task is not None:
+        print(f"A task by hand on it: LMMS_EVAL_PLUGINS=lmms_egoplan LMMS_EGOPLAN_SETTINGS={settings} lmms-eval "
+              f"--model egoplan_hf --model_args pretrained={checkpoint} --tasks {task} --output_path "
+              f"{workdir / 'logs' / 'by-hand'} --log_samples", file=out)
+    print(f"Times: lmms-eval logs in this machine's zone ({zone_text(datetime.now().astimezone())}); it names its "
+          f"files, and the report shows run times, in {LMMS_EVAL_DEFAULT_ZONE} (its --timezone's default).", file=out)
 
 
 @dataclass(frozen=True)

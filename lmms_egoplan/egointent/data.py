@@ -5,7 +5,7 @@ every problem of a dataset, its media included, in one error; and each step's pr
 planned as frame indices (docs hold paths and indices, never decoded frames).
 
 The protocol is in ``lmms_egoplan.egointent.task``. Functions taking ``settings`` receive an
-``egointent.EgoIntentSettings``.
+``egointent.protocol.EgoIntentSettings``.
 """
 
 from __future__ import annotations

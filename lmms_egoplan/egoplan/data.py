@@ -4,8 +4,8 @@ with ``data_source: seed_bench_r1``, EgoPlan-Bench Val as Levels 1-2 of the auth
 TencentARC/SEED-Bench-R1 (``lmms_egoplan.core.seed_bench_r1``): a re-encoded progress clip and the
 observation image per question, not the release's frames.
 
-``lmms_egoplan.egoplan.task`` holds the protocol (settings, task, prompt, scoring); this module holds
-what it loads. Functions taking ``settings`` receive an ``egoplan.EgoPlanSettings``.
+``lmms_egoplan.egoplan.task`` holds the protocol (task, prompt, scoring), ``egoplan.settings`` its settings; this
+module holds what it loads. Functions taking ``settings`` receive an ``egoplan.settings.EgoPlanSettings``.
 """
 
 from __future__ import annotations

@@ -390,7 +390,7 @@ def validate_submission(records: Any, sample_ids: Iterable[int] | None = None) -
 
 def write_submission(items: Sequence[Mapping], args=None, *, context: TaskContext) -> int:
     """Aggregation of ``predictions``: write the leaderboard submission file beside the results
-    file (``harness.run_file``: ``<output_path>/<model>/<date-time>_submission_<task>.json``);
+    file (``harness.run_files.run_file``: ``<output_path>/<model>/<date-time>_submission_<task>.json``);
     report its size.
 
     A run that did not predict every sample of the split (``--limit``, samples skipped for missing

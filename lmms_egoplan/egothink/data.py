@@ -7,16 +7,14 @@ copy of the release layout (``<data_root>/<Capability>/<dimension>/annotations.j
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from lmms_egoplan.catalogue import entry
 from lmms_egoplan.core.errors import DatasetProblems, InputError
-from lmms_egoplan.core.files import inside_root, make_folder, read_json_list
+from lmms_egoplan.core.files import inside_root, make_folder, read_json_list, write_atomically
 from lmms_egoplan.core.media import IMAGES_DECODED_AT_LOAD, image_problems
 from lmms_egoplan.core.settings import setting_name
 
@@ -124,13 +122,17 @@ def load_hub_dimension(repo: str, dimension: Dimension, *, revision: str | None 
 
     try:
         data = datasets.load_dataset(repo, dimension.hub_config, split="test", revision=revision)
-    except Exception as error:  # say which settings lead elsewhere, keep the cause
-        raise RuntimeError(
-            f"EgoThink {dimension.name}: could not load config {dimension.hub_config!r} of {repo} "
-            f"(revision {revision or 'default'}): {error}. If this datasets version refuses the repository's "
-            f"loading script, set {setting_name(ENV_PREFIX, 'hub_revision')} to refs/convert/parquet, or "
-            f"{setting_name(ENV_PREFIX, 'hub_repo')} to lmms-lab/Egothink (same configs), or use a local copy "
-            f"({setting_name(ENV_PREFIX, 'source')} local, {setting_name(ENV_PREFIX, 'data_root')})") from error
+    except Exception as error:  # noqa: BLE001 (datasets raises many kinds: each said with its cause and the way out)
+        local = (f"use a local copy ({setting_name(ENV_PREFIX, 'source')} local, "
+                 f"{setting_name(ENV_PREFIX, 'data_root')})")
+        advice = (f"this datasets version refuses the repository's loading script: set "
+                  f"{setting_name(ENV_PREFIX, 'hub_revision')} to refs/convert/parquet, or "
+                  f"{setting_name(ENV_PREFIX, 'hub_repo')} to lmms-lab/Egothink (same configs), or {local}"
+                  if _LOADING_SCRIPT_REFUSED in str(error) else f"check {setting_name(ENV_PREFIX, 'hub_repo')} and "
+                  f"{setting_name(ENV_PREFIX, 'hub_revision')}, or {local}")
+        raise EgoThinkDataError(f"EgoThink {dimension.name}: could not load config {dimension.hub_config!r} of {repo} "
+                                f"(revision {revision or 'default'}): {type(error).__name__}: {error}. "
+                                f"{advice[0].upper()}{advice[1:]}") from error
     data = data.cast_column("image", datasets.Image(decode=False))
     folder = make_folder(Path(image_cache).expanduser() / re.sub(r"[^\w.-]+", "_", repo) / dimension.hub_config,
                          setting_name(ENV_PREFIX, "image_cache"))
@@ -152,6 +154,10 @@ def load_hub_dimension(repo: str, dimension: Dimension, *, revision: str | None 
     return docs
 
 
+# What datasets 4 and later say of a repository that holds a loading script (datasets/load.py)
+_LOADING_SCRIPT_REFUSED = "scripts are no longer supported"
+
+
 def _stored_image(image: dict, folder: Path, index: int) -> Path:
     content = image.get("bytes")
     if content is None:  # the dataset points at a local file
@@ -163,15 +169,7 @@ def _stored_image(image: dict, folder: Path, index: int) -> Path:
     if not path.is_file():
         # Ranks load at once and may store the same image together: each writes a file of its
         # own and renames it into place (the same bytes, whichever rename lands last).
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".partial",
-                                         delete=False) as partial:
-            partial.write(content)
-        try:
-            os.replace(partial.name, path)
-        except OSError:
-            Path(partial.name).unlink(missing_ok=True)
-            if not path.is_file():
-                raise
+        write_atomically(path, content)
     return path
 
 

@@ -115,8 +115,8 @@ class DocRequests:
     def visual_limits(backend: str, max_frames, image_max_side, image_max_pixels, video_max_side,
                       video_max_pixels) -> VisualLimits:
         """The visual-size model_args both backends take, each checked under its own name."""
-        def arg(value, annotation, name: str):
-            return coerce_setting(value, annotation, f"{backend} model_args {name}")
+        def arg(value, annotation, name: str):  # 0 or less would show one-pixel images, or none
+            return coerce_setting(value, annotation, f"{backend} model_args {name}", minimum=1)
 
         return VisualLimits(max_frames=arg(max_frames, int, "max_frames"),
                             image_max_side=arg(image_max_side, int | None, "image_max_side"),

@@ -151,7 +151,7 @@ class EgoPlanHF(DocRequests, lmms):
                                  chat_template=chat_template)
         self.limits = self.visual_limits("egoplan_hf", max_frames, image_max_side, image_max_pixels, video_max_side,
                                          video_max_pixels)
-        self.max_length = _arg(max_length, int | None, "max_length") or _context_window(self._model)
+        self.max_length = _arg(max_length, int | None, "max_length", minimum=1) or _context_window(self._model)
         self.batch_size = _batch_size(batch_size)
         self.prefix_sharing = _arg(prefix_sharing, bool, "prefix_sharing")
         self.lstrip_continuation = _arg(lstrip_continuation, bool, "lstrip_continuation")
@@ -273,7 +273,9 @@ class EgoPlanHF(DocRequests, lmms):
         through the processor and cut to their common prefixes, positions included (``prefill_on_host``), on the
         host: what the background thread (or a worker process) does ahead of the model."""
         visuals = [self._doc_visuals(question.visual_key) for question in batch]
-        conversations = [self._scored_conversation(q.context, q.continuations, v, q.where, **q.options)
+        conversations = [self._scored_conversation(q.context, q.continuations, v, q.where,
+                                                   q.options.get(SCORED_SPAN.name, SCORED_SPAN.convention),
+                                                   q.options.get(INPUT_ORDER.name, INPUT_ORDER.convention))
                          for q, v in zip(batch, visuals)]
         where = batch[0].where if len(batch) == 1 else f"{batch[0].where} to {batch[-1].where}"
         prefill = None
@@ -288,9 +290,7 @@ class EgoPlanHF(DocRequests, lmms):
         return PreparedBatch(batch, visuals, conversations, prefill, where)
 
     def _scored_conversation(self, context: str, continuations: Sequence[str], visuals: ModelVisuals, where: str,
-                             scored_span: str = SCORED_SPAN.convention, loss_mean: str = LOSS_MEAN.convention,
-                             input_order: str = INPUT_ORDER.convention) -> tuple[list[RenderedAnswer],
-                                                                                 list[ScoredSequence]]:
+                             scored_span: str, input_order: str) -> tuple[list[RenderedAnswer], list[ScoredSequence]]:
         answers = [c.lstrip() if self.lstrip_continuation else c for c in continuations]
         if not all(answers):
             raise ValueError(f"{self.pretrained}: an empty continuation in {where} has no tokens to score")
@@ -584,21 +584,16 @@ def _visual_prefetch(value, device: torch.device) -> int:
     """The batches prepared ahead: on a GPU the scoring thread mostly waits for the device, so a preparing
     thread runs beside it; on CPU the model's threads already use every core, and preparing ahead only
     competes with them."""
-    value = _arg(value, int | None, "visual_prefetch")
-    prefetch = (2 if device.type == "cuda" else 0) if value is None else value
-    if prefetch < 0:
-        raise ValueError(f"egoplan_hf: visual_prefetch must be 0 or more, got {prefetch}")
-    return prefetch
+    value = _arg(value, int | None, "visual_prefetch", minimum=0)
+    return (2 if device.type == "cuda" else 0) if value is None else value
 
 
 def _prefetch_processes(value, visual_prefetch: int, device: torch.device) -> int:
     """Worker processes preparing the batches ahead (0: a thread, ``visual_prefetch``); by default on a GPU
     ``GPU_DEFAULTS``' count where batches are prepared ahead."""
-    processes = _arg(value, int | None, "prefetch_processes")
+    processes = _arg(value, int | None, "prefetch_processes", minimum=0)
     if processes is None:
         return GPU_DEFAULTS["prefetch_processes"] if device.type == "cuda" and visual_prefetch else 0
-    if processes < 0:
-        raise ValueError(f"egoplan_hf: prefetch_processes must be 0 or more, got {processes}")
     if processes and not visual_prefetch:
         raise ValueError(f"egoplan_hf: prefetch_processes={processes} prepares batches ahead, but visual_prefetch is 0 "
                          "(none ahead; on a CPU its default): set visual_prefetch to 1 or more or prefetch_processes=0")
@@ -609,9 +604,7 @@ def _scorer(model, pretrained: str, continuation_batch_size: Any, candidates_in_
             device: torch.device) -> LikelihoodScorer:
     """The likelihood scorer of the model args (``candidates_in_prefill`` unset: ``GPU_DEFAULTS``' where the run is on
     a GPU, else off); where the model cannot score its candidates inside the prefill, the continuations, said once."""
-    continuation_batch_size = _arg(continuation_batch_size, int, "continuation_batch_size")
-    if continuation_batch_size < 1:
-        raise ValueError(f"egoplan_hf: continuation_batch_size must be at least 1, got {continuation_batch_size}")
+    continuation_batch_size = _arg(continuation_batch_size, int, "continuation_batch_size", minimum=1)
     candidates_in_prefill = _arg(candidates_in_prefill, bool | None, "candidates_in_prefill")
     if candidates_in_prefill is None:
         candidates_in_prefill = device.type == "cuda" and GPU_DEFAULTS["candidates_in_prefill"]
@@ -650,10 +643,10 @@ def _batch_size(value) -> int:
     """``--batch_size`` as a number (``auto`` is refused)."""
     if str(value).startswith("auto"):
         raise ValueError("egoplan_hf: batch_size=auto is not supported; pass --batch_size N")
-    return _arg(value, int, "batch_size")
+    return _arg(value, int, "batch_size", minimum=1)
 
 
-def _arg(value, annotation, name: str):
-    """A model_arg (lmms-eval passes them as parsed literals or strings) as ``annotation``;
-    a value that does not fit raises an error naming the argument."""
-    return coerce_setting(value, annotation, f"egoplan_hf model_args {name}")
+def _arg(value, annotation, name: str, **limits):
+    """A model_arg (lmms-eval passes them as parsed literals or strings) as ``annotation``, within ``limits``
+    (``coerce_setting``'s); a value that does not fit raises an error naming the argument."""
+    return coerce_setting(value, annotation, f"egoplan_hf model_args {name}", **limits)

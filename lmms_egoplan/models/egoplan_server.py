@@ -135,20 +135,21 @@ class EgoPlanServer(DocRequests, lmms):
         if unknown:
             raise SettingsError(unknown_model_args_message("egoplan_server", EgoPlanServer, unknown))
         _check_server_args(engine, model, api_key)
-        self.concurrency = _arg(concurrency, int, "concurrency")
-        if self.concurrency < 1:
-            raise SettingsError(f"egoplan_server: model_args concurrency must be at least 1, got {self.concurrency}")
+        self.concurrency = _arg(concurrency, int, "concurrency", minimum=1)
+        self.limits = self.visual_limits("egoplan_server", max_frames, image_max_side, image_max_pixels, video_max_side,
+                                         video_max_pixels)
         urls = _server_urls(engine, base_url, base_urls)
-        options = {"timeout": _arg(timeout, float, "timeout"), "retries": _arg(retries, int, "retries"),
-                   "backoff": _arg(backoff, float, "backoff"), "connections": 4 * self.concurrency,
+        options = {"timeout": _arg(timeout, float, "timeout", above=0),
+                   "retries": _arg(retries, int, "retries", minimum=0),
+                   "backoff": _arg(backoff, float, "backoff", minimum=0), "connections": 4 * self.concurrency,
                    "api_key": _api_key(api_key_env)}
         self.retries = options["retries"]
         self.servers = ServerPool([ENGINE_CLASSES[engine](ServerClient(url, **options), str(model),
                                                           concurrency=self.concurrency) for url in urls],
                                   concurrency=self.concurrency,
-                                  recheck_after=_arg(recheck_after, float, "recheck_after"))
+                                  recheck_after=_arg(recheck_after, float, "recheck_after", minimum=0))
         # Before anything loads: every server answers, with this model.
-        wait = _arg(wait_for_servers, float, "wait_for_servers")
+        wait = _arg(wait_for_servers, float, "wait_for_servers", minimum=0)
         served_from = _same_model([(server, _connect(server, wait)) for server in self.servers.engines])
         self.pretrained = str(pretrained or served_from)
         trust_remote_code = _arg(trust_remote_code, bool, "trust_remote_code")
@@ -170,8 +171,6 @@ class EgoPlanServer(DocRequests, lmms):
         self.sampling_defaults = generation_defaults(config)
         self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt,
                                  chat_template=chat_template)
-        self.limits = self.visual_limits("egoplan_server", max_frames, image_max_side, image_max_pixels, video_max_side,
-                                         video_max_pixels)
         self.lstrip_continuation = _arg(lstrip_continuation, bool, "lstrip_continuation")
         self.visual_prefetch = 0  # the questions in flight decode their own visuals, in parallel
         self.settle_turn_end(config)
@@ -444,8 +443,8 @@ def _connect(server, wait: float) -> str:
             time.sleep(min(SERVER_WAIT_INTERVAL_S, max(0.0, deadline - time.monotonic())))
 
 
-def _arg(value, annotation, name: str):
-    return coerce_setting(value, annotation, f"egoplan_server model_args {name}")
+def _arg(value, annotation, name: str, **limits):
+    return coerce_setting(value, annotation, f"egoplan_server model_args {name}", **limits)
 
 
 def _server_urls(engine: str, base_url: str | None, base_urls: str | list | None) -> list[str]:
@@ -504,6 +503,9 @@ def _model_type(pretrained: str, trust_remote_code: bool, revision: str | None =
 
     try:
         return AutoConfig.from_pretrained(pretrained, trust_remote_code=trust_remote_code, revision=revision).model_type
-    except (OSError, ValueError):  # a processor folder without the model's config
+    except (OSError, ValueError) as error:  # a processor folder without the model's config
+        logger.warning(f"egoplan_server: {pretrained} gives no model config ({type(error).__name__}), so the "
+                       f"architecture is not known: its engine's per-prompt media limits and known deviations are "
+                       f"not checked; pass the served model's folder as model_args pretrained")
         return ""
 

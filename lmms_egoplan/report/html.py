@@ -9,10 +9,11 @@ from matplotlib.figure import Figure
 
 from lmms_egoplan.report.tables import JUDGE_COLUMN, Row, Table, cell_text, run_text, value_order
 
-# The page never scrolls sideways: a table wider than the window scrolls inside its own box, figures
-# shrink to the page's width. Each table starts with the model and its main score (visible in any
-# window); numbers stay on one line, the text columns wrap; a row's judge and notes are footnotes below
-# its table, marked beside the model's name.
+# The page never scrolls sideways: a table wider than the window scrolls inside its own box, its model column staying
+# in view; figures shrink to the page's width, down to a width their labels stay readable at (narrower, they scroll
+# in their own box). Each table starts with the model and its main score (visible in any window); numbers stay on
+# one line, the text columns wrap; a row's judge and notes are footnotes below its table, marked beside the model's
+# name. A contents list links every table.
 _STYLE = ("body{font-family:sans-serif;margin:2em auto;padding:0 2em;max-width:1600px;box-sizing:border-box}"
           ".table-box{overflow-x:auto;max-width:100%}"
           "table{border-collapse:collapse;font-size:12px}"
@@ -21,10 +22,12 @@ _STYLE = ("body{font-family:sans-serif;margin:2em auto;padding:0 2em;max-width:1
           "td.text{white-space:normal;text-align:left;min-width:7em}"
           "td.source{white-space:normal;text-align:left;min-width:18em}"
           "td.model{white-space:normal;text-align:left;min-width:14em;max-width:22em}th span{white-space:nowrap}"
+          "td.model,th:first-child{position:sticky;left:0;z-index:1}td.model{background:#fff}"
           "td.model sup{font-size:10px;white-space:nowrap}td.main,th.main{font-weight:bold}"
           "tr.published{color:#666}tr.published td{background:#f6f6f6}"
           "ol.notes{font-size:12px;color:#333;margin:0.5em 0 1em;padding-left:2.5em}ol.notes li{margin:1px 0}"
-          "figure{margin:1em 0}figure svg{max-width:100%;height:auto}figcaption{color:#555;font-size:13px}")
+          "figure{margin:1em 0;overflow-x:auto}figure svg{max-width:100%;min-width:560px;height:auto}"
+          "figcaption{color:#555;font-size:13px}nav li{margin:2px 0}")
 
 
 def figure_bytes(figure: Figure, file_format: str) -> bytes:
@@ -82,13 +85,17 @@ def html_table(table: Table) -> str:
 
 
 def html_page(title: str, preamble: list[str], sections: list[tuple[Table, dict[str, Figure]]]) -> str:
-    body = [f"<h1>{html.escape(title)}</h1>", *(f"<p>{html.escape(line)}</p>" for line in preamble)]
+    body = [f"<h1>{html.escape(title)}</h1>", *(f"<p>{html.escape(line)}</p>" for line in preamble),
+            "<nav><p>Tables:</p><ul>" + "".join(f'<li><a href="#section-{table.name}">'
+                                                f"{html.escape(table.layout.title)}</a></li>"
+                                                for table, _ in sections) + "</ul></nav>"]
     for table, figures in sections:
-        body += [f"<h2>{html.escape(table.layout.title)}</h2>",
+        body += [f'<h2 id="section-{table.name}">{html.escape(table.layout.title)}</h2>',
                  f"<p>Layout of {html.escape(table.layout.source)}.</p>",
                  *(f"<p>{html.escape(note)}</p>" for note in table.layout.notes), html_table(table)]
         body += [f'<figure id="figure-{name}">{svg_text(figure)}<figcaption>also as {html.escape(name)}.png and '
                  f'{html.escape(name)}.svg beside this page</figcaption></figure>'
                  for name, figure in figures.items()]
-    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{html.escape(title)}</title>'
             f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

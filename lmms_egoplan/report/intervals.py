@@ -102,6 +102,7 @@ def sample_values(run: Run, task: str, metric: str, *, rubrics: Mapping[str, Rub
                          f"the whole run's")
     values: list[float] = []
     judged_items = False
+    ratings: dict[str, float | None] | None = None  # read at the first judged item: a folder listing, once a task
     for sample in samples:
         value = sample.get(metric)
         logged = sample.get(PREDICTED_ONLY)  # a --predict_only run logs its judged items there (rejudged since)
@@ -113,7 +114,7 @@ def sample_values(run: Run, task: str, metric: str, *, rubrics: Mapping[str, Rub
             values.append(float(value))
         elif is_judge_parts_item(value):
             judged_items = True
-            ratings = _ratings(run.side_file("judgements", task))
+            ratings = _ratings(run.side_file("judgements", task)) if ratings is None else ratings
             if any(not isinstance(part, FixedRating) and part.id not in ratings for part in item_parts(value).values()):
                 return None  # the run's audit trail is not there, or not whole: its ratings cannot be read
             judged = _judged_value(value, ratings, rubrics)

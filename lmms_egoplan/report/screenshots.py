@@ -116,8 +116,8 @@ def svg_size(svg: Path) -> tuple[int, int]:
 def take_screenshots(report_dir: str | Path, output: str | Path | None = None, *, width: int = 1400,
                      chromium: str | None = None) -> tuple[PageSize, list[Path]]:
     """Screenshot ``report.html`` (whole page) and every figure's SVG; returns the page size and the PNGs."""
-    report_dir = Path(report_dir)
-    output = Path(output) if output else report_dir / "screenshots"
+    report_dir = Path(report_dir).resolve()  # a file URI names an absolute path
+    output = Path(output).resolve() if output else report_dir / "screenshots"
     output.mkdir(parents=True, exist_ok=True)
     chromium = find_chromium(chromium)
     html = report_dir / "report.html"
@@ -143,12 +143,26 @@ def take_screenshots(report_dir: str | Path, output: str | Path | None = None, *
     return size, shots
 
 
+# Headless Chromium lays a page out at least this wide, whatever --window-size says: a narrower window would be
+# a crop of this layout, its sideways scrolling misreported.
+NARROWEST_WINDOW = 500
+
+
+def _window_width(text: str) -> int:
+    width = int(text)
+    if width < NARROWEST_WINDOW:
+        raise argparse.ArgumentTypeError(f"headless Chromium lays pages out at least {NARROWEST_WINDOW} px wide; "
+                                         f"got {width}")
+    return width
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lmms_egoplan.report.screenshots",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("report_dir", help="a folder written by lmms-egoplan report (report.html, *.svg)")
     parser.add_argument("--output", help="where the PNGs go (default: REPORT_DIR/screenshots)")
-    parser.add_argument("--width", type=int, default=1400, help="browser window width in pixels (default 1400)")
+    parser.add_argument("--width", type=_window_width, default=1400,
+                        help=f"browser window width in pixels, at least {NARROWEST_WINDOW} (default 1400)")
     parser.add_argument("--chromium", help="the Chromium executable (default: found on the PATH)")
     args = parser.parse_args(argv)
     size, shots = take_screenshots(args.report_dir, args.output, width=args.width, chromium=args.chromium)

@@ -408,9 +408,10 @@ def fixed_header(table: Table) -> list[str]:
 
 
 def header(table: Table) -> list[str]:
-    """report.md's columns: the model, its main score, what made the row, the other values, the notes."""
+    """report.md's columns: the model (its notes' numbers beside it), its main score, what made the row, the other
+    values."""
     first, *others = (table.face.heading(table.layout.columns[i]) for i in value_order(table))
-    return ["model", first, *fixed_header(table), *others, "notes"]
+    return ["model", first, *fixed_header(table), *others]
 
 
 def cell_text(value: object, column: Column, found: Interval | None, unscored: str | None = None) -> str:
@@ -429,11 +430,11 @@ def cell_text(value: object, column: Column, found: Interval | None, unscored: s
 
 
 def row_cells(table: Table, row: Row) -> list[str]:
-    """The row's cells as report.md shows them (``header``)."""
+    """The row's cells as report.md shows them (``header``), the model's without its notes' numbers."""
     columns, unscored = table.layout.columns, row.unscored or [None] * len(row.values)
     values = [cell_text(*cell) for cell in zip(row.values, columns, row.intervals, unscored)]
     first, *others = (values[i] for i in value_order(table))
-    return [row.model, first, *fixed_cells(table, row), *others, "; ".join(row.notes)]
+    return [row.model, first, *fixed_cells(table, row), *others]
 
 
 def fixed_cells(table: Table, row: Row) -> list[str]:
@@ -457,10 +458,18 @@ def markdown_text(text: str) -> str:
 
 
 def markdown_table(table: Table) -> str:
+    """The table, then its rows' notes as a numbered list (a text shared by rows is one note), each row's numbers
+    beside its model, as report.html has them: a row stays a line one can read and paste."""
     names = header(table)
     lines = ["| " + " | ".join(map(markdown_text, names)) + " |", "|" + " --- |" * len(names)]
+    notes: dict[str, int] = {}
     for row in table.rows:
-        lines.append("| " + " | ".join(map(markdown_text, row_cells(table, row))) + " |")
+        cells = row_cells(table, row)
+        if marks := dict.fromkeys(notes.setdefault(text, len(notes) + 1) for text in row.notes):
+            cells[0] += f" [{', '.join(map(str, marks))}]"
+        lines.append("| " + " | ".join(map(markdown_text, cells)) + " |")
+    if notes:
+        lines += ["", "Notes:", "", *(f"{number}. {markdown_text(text)}" for text, number in notes.items())]
     return "\n".join(lines)
 
 

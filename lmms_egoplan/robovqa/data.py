@@ -144,9 +144,10 @@ def _question(kind: str, tag: str, question: str, answer: str, where: str) -> di
     return {"question_type": kind, "tag": tag, "question": question, "answer": answer}
 
 
-def read_frames16(root: Path, problems: DatasetProblems, allow_outside: bool) -> list[dict]:
-    """A doc per line of ``<root>/qa.jsonl``, its frames' paths resolved and checked (present, an image that is
-    not cut short); a line's problem joins ``problems``."""
+def read_frames16(root: Path, problems: DatasetProblems, allow_outside: bool, kind: str) -> list[dict]:
+    """A doc per line of ``<root>/qa.jsonl``, the frames' paths of question type ``kind``'s resolved and checked
+    (present, an image that is not cut short; the others', which the caller drops, None: each type's task checks its
+    own, not the whole file's 64,000 seven times); a line's problem joins ``problems``."""
     path = root / "qa.jsonl"
     if not path.is_file():
         raise RoboVQADataError(f"RoboVQA: no qa.jsonl in {root} (the 16-frame copy's question file); check "
@@ -159,19 +160,19 @@ def read_frames16(root: Path, problems: DatasetProblems, allow_outside: bool) ->
         where = f"RoboVQA file {path}, line {line}"
         with problems.collected():
             tag = re.search(r"<task[:\w]*>", str(record.get("question_idx", "")))
-            kind = tag and question_type(tag.group(0))
-            if not kind:
+            question_kind = tag and question_type(tag.group(0))
+            if not question_kind:
                 raise RoboVQADataError(f"{where}: field question_idx must hold an official <task:...> tag of a "
                                        f"question type, got {record.get('question_idx')!r}")
             paths = record.get("frame_paths")
             if not isinstance(paths, list) or not paths or not all(isinstance(p, str) and p for p in paths):
                 raise RoboVQADataError(f"{where}: field frame_paths must be a non-empty list of paths, got {paths!r}")
             frames = [str(_inside(root / frame, root, f"{where}: field frame_paths", allow_outside))
-                      for frame in paths]
+                      for frame in paths] if kind == question_kind else None
             for field in ("question", "answer"):  # a list or a number would be shown, or scored, as its repr
                 if not isinstance(record.get(field, ""), str):
                     raise RoboVQADataError(f"{where}: field {field} must be text, got {record.get(field)!r}")
-            question = _question(kind, tag.group(0), record.get("question") or "",
+            question = _question(question_kind, tag.group(0), record.get("question") or "",
                                  answer_text(record.get("answer") or ""), where)
             docs.append({"item_id": f"qa.jsonl/{record.get('id', line)}", **question,
                          "media": {"kind": FRAMES16, "frames": frames}})
@@ -332,7 +333,7 @@ def load_type(settings: Any, kind: str) -> LoadedSamples:
                             f"({setting_name(ENV_PREFIX, 'data_source')}: {settings.data_source})")
     root = Path(settings.root).expanduser()
     problems = DatasetProblems("the RoboVQA data", RoboVQADataError)
-    docs = all_docs(settings.data_source, root, problems, settings.allow_paths_outside_root)
+    docs = all_docs(settings.data_source, root, problems, settings.allow_paths_outside_root, kind)
     problems.raise_if_any()
     docs = [doc for doc in docs if doc["question_type"] == kind]
     skipped = [MissingMedia(doc["item_id"], str(doc["media"]), f"{problem}; check "
@@ -346,9 +347,10 @@ def load_type(settings: Any, kind: str) -> LoadedSamples:
     return LoadedSamples(kept, skipped)
 
 
-def all_docs(source: str, root: Path, problems: DatasetProblems, allow_outside: bool) -> list[dict]:
+def all_docs(source: str, root: Path, problems: DatasetProblems, allow_outside: bool, kind: str) -> list[dict]:
+    """Every question of the data, those of type ``kind`` whole (the others' media may be left unresolved)."""
     if source == FRAMES16:
-        docs = read_frames16(root, problems, allow_outside)
+        docs = read_frames16(root, problems, allow_outside, kind)
     elif source == TIANLI:
         docs = read_tianli(root, problems, allow_outside)
     else:

@@ -3,6 +3,7 @@
 import json
 import random
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -118,6 +119,36 @@ def test_fine_tuning_command_keeps_the_best_validation_epoch(tiny_bert, finetuni
     assert validation.per_vlm == metrics["validation"]["per_vlm"]
     info = json.loads((output / bleurt.CLASSIFIER_INFO).read_text())
     assert info["epoch"] == metrics["best_epoch"] and info["training"]["batch_size"] == 12
+
+
+def test_a_checkpoint_that_cannot_be_saved_whole_leaves_the_one_before_as_it_was(tiny_bert, tmp_path, monkeypatch):
+    """Each improved epoch replaced the best checkpoint so far file by file in place: a full disk or a crash while
+    its weights were written left neither epoch's classifier."""
+    import errno
+
+    import safetensors.torch
+
+    from lmms_egoplan.core.errors import StorageError
+
+    output = tmp_path / "classifier"
+    first = classifier_from_base(tiny_bert, device="cpu", seed=1)
+    first.save(output, {"epoch": 0})
+    saved = (output / classifier_config.CLASSIFIER_WEIGHTS).read_bytes()
+
+    def disk_fills(tensors, path):
+        Path(path).write_bytes(b"\0" * 100)  # a part of the weights, then no space
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", disk_fills)
+    with pytest.raises(StorageError, match=rf"cannot save the classifier in {output}: the disk is full \(No space "
+                                           rf"left on device\); the checkpoint there before is kept"):
+        classifier_from_base(tiny_bert, device="cpu", seed=2).save(output, {"epoch": 1})
+    assert (output / classifier_config.CLASSIFIER_WEIGHTS).read_bytes() == saved
+    assert json.loads((output / bleurt.CLASSIFIER_INFO).read_text()) == {"epoch": 0}
+    assert sorted(path.name for path in output.iterdir() if path.name.startswith(".")) == []
+    reloaded = load_classifier(output, device="cpu")
+    assert all(torch.equal(reloaded.module.state_dict()[name], value)
+               for name, value in first.module.state_dict().items())
 
 
 def test_a_training_row_without_a_correct_plan_is_named_when_the_data_is_read(finetuning, tmp_path):

@@ -51,7 +51,7 @@ def test_a_file_is_recorded_with_its_sha256_and_a_folder_with_its_annotation_fil
 
 def test_an_unpinned_hub_revision_is_resolved_to_its_commit_which_the_task_loads_and_records(tmp_path, monkeypatch):
     from lmms_egoplan.contract.benchmark import TaskContext
-    from lmms_egoplan.core.hub_download import resolved_commit
+    from lmms_egoplan.core.hub_download import _answered_commit, resolved_commit
     from lmms_egoplan.demo import egothink
     from lmms_egoplan.egothink import task
     from lmms_egoplan.egothink.data import DIMENSIONS
@@ -62,7 +62,7 @@ def test_an_unpinned_hub_revision_is_resolved_to_its_commit_which_the_task_loads
     monkeypatch.setattr(task, "load_hub_dimension", lambda repo, dimension, *, revision, **_: loaded.append(revision)
                         or [])
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)  # the tiny checkpoints' tests set it
-    resolved_commit.cache_clear()
+    _answered_commit.cache_clear()
     context = TaskContext("ego_think_existence", EgoThinkSettings(source="hub"), dataset_name=next(iter(DIMENSIONS)))
     with LoopbackHub() as hub:
         hub.add("EgoThink/EgoThink", egothink.write_release(tmp_path / "repo"))
@@ -72,10 +72,32 @@ def test_an_unpinned_hub_revision_is_resolved_to_its_commit_which_the_task_loads
     assert loaded == [commit]  # the commit recorded is the one loaded
     assert data_source([f"hub:EgoThink/EgoThink@{commit}"]) == [{"hub": "EgoThink/EgoThink", "revision": commit}]
     assert resolved_commit("EgoThink/EgoThink", "a" * 40) == "a" * 40  # a pinned commit asks no Hub
-    resolved_commit.cache_clear()
+    _answered_commit.cache_clear()
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     assert resolved_commit("EgoThink/EgoThink") is None  # offline: the load reads its cache, unpinned
-    resolved_commit.cache_clear()
+    _answered_commit.cache_clear()
+
+
+def test_a_commit_the_hub_did_not_name_is_asked_again_by_the_next_task_and_a_named_one_kept(tmp_path, monkeypatch):
+    """A Hub refusing once (here: the dataset not there yet; a 5xx alike) left every later task of the process
+    loading the dataset unpinned; a commit the Hub named is kept, so that every task of a run loads the same."""
+    from lmms_egoplan.core.hub_download import _answered_commit, resolved_commit
+    from tests.kit.loopback_hub import LoopbackHub
+
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)  # the tiny checkpoints' tests set it
+    _answered_commit.cache_clear()
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "README.md").write_text("a dataset")
+    with LoopbackHub() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        # A Hub that answers "not there" was reached: no "cannot be reached", the load that follows names it.
+        assert resolved_commit("EgoThink/EgoThink") is None
+        hub.add("EgoThink/EgoThink", tmp_path / "repo")
+        commit = hub.datasets["EgoThink/EgoThink"].sha
+        assert resolved_commit("EgoThink/EgoThink") == commit
+        hub.datasets["EgoThink/EgoThink"].sha = "b" * 40  # the branch moves during the run
+        assert resolved_commit("EgoThink/EgoThink") == commit
+    _answered_commit.cache_clear()
 
 
 def test_a_hub_model_or_dataset_with_the_hub_unreachable_fails_in_seconds_saying_what_to_do(monkeypatch):
@@ -83,12 +105,12 @@ def test_a_hub_model_or_dataset_with_the_hub_unreachable_fails_in_seconds_saying
     to fetch it), for egoplan_hf's checkpoint as for a task's Hub dataset."""
     import time
 
-    from lmms_egoplan.core.hub_download import HubFetchError, resolved_commit
+    from lmms_egoplan.core.hub_download import HubFetchError, _answered_commit, resolved_commit
     from lmms_egoplan.models.egoplan_hf import EgoPlanHF
 
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)  # the tiny checkpoints' tests set it
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
-    resolved_commit.cache_clear()
+    _answered_commit.cache_clear()
     started = time.monotonic()
     with pytest.raises(HubFetchError, match=r"EgoThink/EgoThink: the Hugging Face Hub cannot be reached .* set "
                                             r"HF_HUB_OFFLINE=1 .*`lmms-egoplan prepare`"):
@@ -97,7 +119,7 @@ def test_a_hub_model_or_dataset_with_the_hub_unreachable_fails_in_seconds_saying
                                             r"HF_HUB_OFFLINE=1 .*`hf download Qwen/Qwen2-VL-2B-Instruct`"):
         EgoPlanHF(pretrained="Qwen/Qwen2-VL-2B-Instruct", revision="main", device="cpu")
     assert time.monotonic() - started < 30
-    resolved_commit.cache_clear()
+    _answered_commit.cache_clear()
 
 
 def test_a_checkpoint_or_hf_judge_path_that_names_no_folder_is_said_so(tmp_path):

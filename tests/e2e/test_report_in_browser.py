@@ -88,3 +88,43 @@ def test_in_a_browser_the_page_fits_1400_pixels_every_figure_renders_and_markup_
     assert "data-marked=" not in dom and "<img" not in dom  # no script ran, no image was made
     assert "&lt;script&gt;document.body.setAttribute('data-marked','by-script')&lt;/script&gt;" in dom  # shown as text
     assert "(note &lt;img src=x onerror=" in dom and "&lt;i&gt;runs&lt;/i&gt;/20250101_000000_results.json" in dom
+
+
+# After load: every table box scrolled to its right end; where each model cell then stands against its box's left
+# edge, and whether the box scrolled at all.
+_SCROLL_PROBE = ("<script>window.addEventListener('load',()=>{const found=[];"
+                 "for(const box of document.querySelectorAll('.table-box')){const start=box.scrollLeft;"
+                 "box.scrollLeft=box.scrollWidth;const cell=box.querySelector('td.model');"
+                 "found.push((box.scrollLeft>start?'scrolled:':'fits:')+Math.round(cell.getBoundingClientRect().left"
+                 "-box.getBoundingClientRect().left))}document.body.setAttribute('data-model-left',found.join(','))})"
+                 "</script>")
+
+
+def test_a_wide_tables_model_column_stays_in_view_as_it_scrolls_and_the_contents_link_every_table(
+        results_tree, tmp_path, monkeypatch, capsys):
+    """A published row's one value may sit thousands of pixels to the right: its model's name stays beside it. The
+    screenshot tool takes a report folder named relative to the working folder, and refuses a window narrower than
+    headless Chromium lays pages out at."""
+    from lmms_egoplan.report import screenshots
+
+    chromium_or_skip()
+    report = write_report([results_tree], tmp_path / "report", FACES)
+    page = report.html.read_text(encoding="utf-8")
+    probe = tmp_path / "report" / "probe.html"
+    probe.write_text(page.replace("</body>", _SCROLL_PROBE + "</body>"), encoding="utf-8")
+    with tempfile.TemporaryDirectory() as profile:
+        dom = screenshots.rendered_dom(probe, 1400, screenshots.find_chromium(), Path(profile))
+    found = re.search(r'data-model-left="([^"]*)"', dom)[1].split(",")
+    scrolled = [int(item.split(":")[1]) for item in found if item.startswith("scrolled:")]
+    assert scrolled and all(abs(left) <= 1 for left in scrolled), found
+    sections = re.findall(r'<h2 id="section-([\w-]+)">', page)
+    assert sections and re.findall(r'<li><a href="#section-([\w-]+)">', page) == sections
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
+
+    probe.unlink()
+    monkeypatch.chdir(tmp_path)
+    assert screenshots.main(["report", "--output", "shots"]) == 0 and (tmp_path / "shots" / "report.png").is_file()
+    with pytest.raises(SystemExit) as refused:
+        screenshots.main(["report", "--width", "390"])
+    assert refused.value.code == 2 and "headless Chromium lays pages out at least 500 px wide; got 390" in \
+        capsys.readouterr().err

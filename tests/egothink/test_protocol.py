@@ -132,6 +132,30 @@ def test_hub_rows_without_a_question_or_reference_are_named_with_repository_conf
     assert "row 2: field image holds no image" in str(error.value)
 
 
+def test_a_hub_dataset_that_does_not_load_is_named_with_the_way_out_its_cause_calls_for(tmp_path, monkeypatch):
+    """A repository holding a loading script (what datasets 4 refuses) points at the parquet branch; any other cause
+    at the repository and revision settings, never at the parquet branch."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    scripted = tmp_path / "EgoThink"
+    scripted.mkdir()
+    (scripted / "EgoThink.py").write_text("import datasets\n")
+    with pytest.raises(EgoThinkDataError, match=r"could not load config 'Object_existence' of .*EgoThink \(revision "
+                                                r"default\): RuntimeError: Dataset scripts are no longer supported.*"
+                                                r"This datasets version refuses the repository's loading script: set "
+                                                r"EGOTHINK_HUB_REVISION \(metadata.hub_revision\) to "
+                                                r"refs/convert/parquet"):
+        load_hub_dimension(str(scripted), DIMENSIONS["Object_existence"], image_cache=tmp_path / "images")
+    hub = write_hub_copy(tmp_path / "hub", per_dimension=1)
+    (hub / "Object_existence").rename(hub / "renamed")
+    with pytest.raises(EgoThinkDataError, match=r"could not load config 'Object_existence' .*\. Check "
+                                                r"EGOTHINK_HUB_REPO \(metadata.hub_repo\) and EGOTHINK_HUB_REVISION") \
+            as error:
+        load_hub_dimension(str(hub), DIMENSIONS["Object_existence"], image_cache=tmp_path / "images")
+    assert "refs/convert/parquet" not in str(error.value)
+
+
 def test_an_image_cache_that_cannot_be_a_folder_is_named_with_its_setting(tmp_path, monkeypatch):
     import datasets
 

@@ -855,7 +855,7 @@ def test_prefetch_processes_need_batches_ahead(tiny_model):
     pretrained = str(tiny_model("qwen2_vl"))
     with pytest.raises(ValueError, match="prefetch_processes=1 prepares batches ahead, but visual_prefetch is 0"):
         EgoPlanHF(pretrained=pretrained, prefetch_processes=1)
-    with pytest.raises(ValueError, match="prefetch_processes must be 0 or more, got -1"):
+    with pytest.raises(SettingsError, match="egoplan_hf model_args prefetch_processes must be at least 0, got -1"):
         EgoPlanHF(pretrained=pretrained, visual_prefetch=2, prefetch_processes=-1)
 
 
@@ -880,7 +880,7 @@ def test_the_gpu_defaults_apply_on_a_gpu_only_and_an_explicit_setting_wins(backe
 
 def test_visual_prefetch_is_a_count_off_by_default_on_cpu(backend, tiny_model):
     assert backend("qwen2_vl").visual_prefetch == 0  # the model's threads already use every core
-    with pytest.raises(ValueError, match="visual_prefetch must be 0 or more, got -1"):
+    with pytest.raises(SettingsError, match="egoplan_hf model_args visual_prefetch must be at least 0, got -1"):
         EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), visual_prefetch=-1)
 
 
@@ -951,6 +951,15 @@ def test_bad_model_args_raise(tiny_model):
         EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), image_max_side="big")
     with pytest.raises(ValueError, match="egoplan_hf model_args prefix_sharing: expected true/false"):
         EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), prefix_sharing="maybe")
+
+
+@pytest.mark.parametrize("name,value", [("image_max_side", -3), ("image_max_pixels", 0), ("video_max_side", "0"),
+                                        ("video_max_pixels", -1), ("max_frames", 0), ("batch_size", 0),
+                                        ("continuation_batch_size", 0), ("max_length", 0)])
+def test_a_size_or_count_that_would_show_no_image_or_score_nothing_is_refused_naming_it(tiny_model, name, value):
+    """image_max_side=-3 used to fit every image into one pixel, and 0 to mean no limit: a run scored that."""
+    with pytest.raises(SettingsError, match=f"egoplan_hf model_args {name} must be at least 1, got {value!r}"):
+        EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), **{name: value})
 
 
 def test_dtype_and_attention_implementation_are_model_args(backend):

@@ -396,6 +396,17 @@ def test_bad_model_args_are_named(servers):
         EgoPlanServer(engine="tgi", base_url=server.base_url, model="tiny")
 
 
+@pytest.mark.parametrize("name,value,limit", [("timeout", 0, "greater than 0"), ("retries", -1, "at least 0"),
+                                              ("backoff", -0.5, "at least 0"), ("recheck_after", -1, "at least 0"),
+                                              ("wait_for_servers", -2, "at least 0"), ("concurrency", 0, "at least 1"),
+                                              ("image_max_side", 0, "at least 1")])
+def test_a_timeout_count_or_size_out_of_range_is_refused_before_any_server_is_asked(name, value, limit):
+    """timeout=0 would fail every request, counted only once the run is over."""
+    with pytest.raises(SettingsError, match=f"egoplan_server model_args {name} must be {limit}, got {value!r}"):
+        EgoPlanServer(engine="vllm", model="tiny", base_url="http://127.0.0.1:9", **{"wait_for_servers": 0,
+                                                                                   name: value})
+
+
 @pytest.mark.parametrize("model_args,message", [({"model": "tiny"}, r"model_args engine=sglang\|vllm is required"),
                                                 ({"engine": "vllm"},
                                                  "model_args model=<the served model name> is required")])
@@ -512,6 +523,30 @@ def test_a_mistral_format_repository_on_vllm_is_named_with_the_two_flags(servers
     with pytest.raises(ServerSetupError, match="Mistral-format repository.*--tokenizer-mode hf --config-format hf"):
         server_backend(server, pretrained=str(mistral_format))
     assert mistral_format_flags(str(mistral_format)) == ["--tokenizer-mode hf", "--config-format hf"]
+
+
+def test_a_processor_folder_without_the_models_config_is_said_to_leave_the_architectures_checks_out(
+        tiny_model, tmp_path):
+    """Without config.json the engine's per-prompt limits and deviations of the architecture went unchecked,
+    silently."""
+    import shutil
+
+    import lmms_eval.evaluator  # noqa: F401 (its import, in the backend's, removes loguru's handlers: done before)
+
+    folder = tmp_path / "processor-only"
+    shutil.copytree(tiny_model("qwen2_vl"), folder)
+    (folder / "config.json").unlink()
+    said = []
+    sink = logger.add(lambda message: said.append(message.record["message"]), level="WARNING")
+    try:
+        with EngineServer("vllm", tiny_model("qwen2_vl")) as server:
+            server_backend(server, pretrained=str(folder))
+    finally:
+        logger.remove(sink)
+    assert [line for line in said if "gives no model config" in line] == [
+        f"egoplan_server: {folder} gives no model config (ValueError), so the architecture is not known: its engine's "
+        f"per-prompt media limits and known deviations are not checked; pass the served model's folder as model_args "
+        f"pretrained"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -169,6 +169,30 @@ def read_csv(path):
         return list(csv.DictReader(handle))
 
 
+def markdown_rows(markdown: str, needle: str) -> list[tuple[str, str]]:
+    """report.md's rows holding ``needle``, each as (the row's line, its notes joined by "; "): the notes numbered
+    beside its model ("| model [1, 3] |"), listed below its table."""
+    lines, found = markdown.splitlines(), []
+    for index, line in enumerate(lines):
+        if not line.startswith("| ") or needle not in line:
+            continue
+        marks = re.match(r"\| [^|]*? \[([\d, ]+)\] \|", line)
+        listed = {}
+        for later in lines[index + 1:]:
+            if later.startswith("## "):
+                break
+            if numbered := re.match(r"(\d+)\. (.*)", later):
+                listed[numbered.group(1)] = numbered.group(2)
+        found.append((line, "; ".join(listed[mark] for mark in marks.group(1).split(", ")) if marks else ""))
+    return found
+
+
+def markdown_row(markdown: str, needle: str) -> str:
+    """The first report.md row holding ``needle``, its notes after it (``markdown_rows``)."""
+    line, notes = markdown_rows(markdown, needle)[0]
+    return f"{line} {notes}"
+
+
 def test_published_rows_name_paper_table_model_and_values_of_the_table_columns():
     for face in FACES:  # each benchmark's rows (its folder's published_results.json) are of its own tables
         assert {r["benchmark"] for r in face.published} == {table.key for table in face.tables}
@@ -390,7 +414,7 @@ def test_a_row_with_answers_cut_at_the_token_limit_says_so(tmp_path):
         report = write_report([tmp_path / run], tmp_path / f"report-{run}", FACES)
         [row] = [row for row in read_csv(tmp_path / f"report-{run}" / "egointent.csv")
                  if not row["source"].startswith("published")]
-        assert row["notes"] in report.markdown.read_text()
+        assert markdown_row(report.markdown.read_text(), "| egointent |").endswith(f"| {row['notes']}")
         return row["notes"]
 
     cut_some, cut_all = notes("a"), notes("b")
@@ -417,12 +441,12 @@ def test_values_that_are_no_score_say_why_in_the_tables_and_figures(tmp_path):
     assert "NaN" in (folder / "20260101_100000_results.json").read_text()  # as older files hold it
     report = write_report([folder], tmp_path / "report", FACES)
     markdown = report.markdown.read_text()
-    intent = next(line for line in markdown.splitlines() if "| egointent |" in line)
+    intent = markdown_row(markdown, "| egointent |")
     assert intent.count("0.00 (not scored)") == 6 and "[" not in intent.split("| video |")[1]  # no interval
     assert "not scored: 0 judged: 15 of 15 answers incomplete" in intent
-    generated = next(line for line in markdown.splitlines() if "| egoplan_val_gen |" in line)
+    generated = markdown_row(markdown, "| egoplan_val_gen |")
     assert "0.00 (not scored)" in generated and "not scored: 8 of 8 answers unparseable" in generated
-    think = next(line for line in markdown.splitlines() if "| ego_think |" in line)
+    think = markdown_row(markdown, "| ego_think |")
     assert think.count("no value") == 2 and "50.0" in think and "nan" not in think.lower().replace("no value", "")
     assert "not scored: ego_think_existence: 0 judged: 2 failed" in think
     assert "not scored: ego_think_counting: 0 judged: 2 failed" in think
@@ -510,7 +534,7 @@ class _Cells(HTMLParser):
             self._where.append([])
         elif tag in ("td", "th") and self._where:
             self._where[-1].append("")
-        elif tag == "li":
+        elif tag == "li" and self._where is not None:  # a footnote (the contents list is no table's)
             self._where.append("")
 
     def handle_endtag(self, tag):
@@ -1101,7 +1125,8 @@ def test_the_demos_rows_say_first_that_they_measure_no_model(tmp_path):
     assert rows and all(row["notes"].startswith(note) and "not this" not in row["notes"] for row in rows)
     published = [row for row in read_csv(tmp_path / "report" / "egoplan_val.csv") if row["source"] != THIS_RUN]
     assert published and not any(note in row["notes"] for row in published)
-    assert f"| {note}" in (tmp_path / "report" / "report.md").read_text()
+    own = markdown_rows((tmp_path / "report" / "report.md").read_text(), "| this run |")
+    assert own and all(notes.startswith(note) for _, notes in own)
 
 
 def test_judged_tables_count_the_judged_answers_and_the_failed_judgements(tmp_path):
