@@ -66,7 +66,10 @@ def _report(args: argparse.Namespace) -> int:
     report = write_report(args.results, args.output, suite.report_faces(), all_runs=args.all_runs)
     for line in report.lines:
         print(line)
-    print(f"Report: {report.markdown} (and {report.html.name}, {len(report.files)} tables and figures beside it)")
+    tables, figures = (sum(path.suffix == suffix for path in report.files) for suffix in (".csv", ".png"))
+    print(f"Report: {report.markdown} (and {report.html.name}; beside them {tables} CSV "
+          f"{'table' if tables == 1 else 'tables'} and {figures} {'figure' if figures == 1 else 'figures'}, PNG and "
+          f"SVG)")
     return 0
 
 

@@ -225,7 +225,6 @@ def gather(locked: dict) -> None:
     (WHEELS / "COMMIT").write_text(commit.stdout.strip() + "\n")
 
 
-
 def take_machine_versions(results: dict) -> list[str]:
     """Writes into speed/gpu_machine.txt the versions a GPU run read there (its environment's Python, torch and
     tokenizers, and every distribution it imported) of what the machine has itself, the carried wheels left out,
@@ -253,7 +252,6 @@ def take_machine_versions(results: dict) -> list[str]:
                         118, initial_indent=RUN_READ, subsequent_indent=RUN_READ)
     MACHINE.write_text("\n".join([*header, *run, *lines]) + "\n")
     return changed
-
 
 
 def imported_count(results: dict) -> str:

@@ -136,17 +136,3 @@ class StepMatcher:
         self.embeddings(step for pair in pairs for plan in pair for step in plan)
         return [self.lcs(a, b) for a, b in pairs]
 
-
-_MATCHERS: dict[tuple, StepMatcher] = {}
-_MATCHERS_LOCK = threading.Lock()
-
-
-def step_matcher(model: str | Path | None = None, *, threshold: float = DEFAULT_MATCH_THRESHOLD,
-                 device: str = "cpu", batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE) -> StepMatcher:
-    """A process-wide ``StepMatcher`` per configuration (its LCS cache is shared)."""
-    key = (str(model or default_sentence_model()), float(threshold), resolve_device(device), batch_size)
-    with _MATCHERS_LOCK:
-        if key not in _MATCHERS:
-            _MATCHERS[key] = StepMatcher(model, threshold=threshold, device=device, batch_size=batch_size)
-        return _MATCHERS[key]
-

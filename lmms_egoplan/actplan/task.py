@@ -30,7 +30,6 @@ in order -- visuals, text, results, aggregation -- then the tasks' specs and the
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from pathlib import Path
 from typing import Any, Sequence
@@ -39,12 +38,12 @@ from loguru import logger
 
 from lmms_egoplan.actplan.data import ENV_PREFIX, SPLITS, annotation_root, check_settings, load_instances
 from lmms_egoplan.actplan.plans import PlanScore, aggregate_format_error_rate, bleurt_correct, parse_plan, score_lcs
-from lmms_egoplan.actplan.settings import ActPlanSettings
 from lmms_egoplan.contract.adapter import SAMPLE_SCORES
 from lmms_egoplan.contract.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
 from lmms_egoplan.core.files import valid_text, write_atomically
 from lmms_egoplan.core.media import load_image
 from lmms_egoplan.core.request_options import INPUT_ORDER
+from lmms_egoplan.core.run import shared_scorer
 from lmms_egoplan.core.settings import setting_name
 from lmms_egoplan.core.statistics import mean_or_nan
 
@@ -96,7 +95,7 @@ class PlansOfTheRun:
         """LCS of every plan of the run (cached by the shared matcher, so each pair is scored once)."""
         self.keep_plans(items, args)
         settings = self.context.settings
-        return score_lcs([(item["prediction"], item["gold"]) for item in items], _matcher(settings),
+        return score_lcs([(item["prediction"], item["gold"]) for item in items], _matcher(self.context),
                          settings.gold_plan)
 
     def bleurt_verdicts(self, items: Sequence[dict], args: Any) -> list[int]:
@@ -104,8 +103,7 @@ class PlansOfTheRun:
         self.keep_plans(items, args)
         settings = self.context.settings
         if self._verdicts is None:
-            self._verdicts = RememberedVerdicts(_classifier(settings.bleurt_checkpoint, settings.bleurt_base,
-                                                            settings.scoring_device))
+            self._verdicts = RememberedVerdicts(_classifier(self.context))
         return bleurt_correct([(item["prediction"], item["gold"]) for item in items], self._verdicts,
                               settings.gold_plan, settings.bleurt_batch_size)
 
@@ -207,18 +205,26 @@ def process_results(doc: dict, results: list[str], context: TaskContext) -> dict
 # ---------------------------------------------------------------------------------------------
 
 
-def _matcher(settings: ActPlanSettings):
-    from lmms_egoplan.actplan.lcs import step_matcher
+def _matcher(context: TaskContext):
+    """The run's step matcher of the task's settings (both tasks of a run share its LCS cache)."""
+    from lmms_egoplan.actplan.lcs import StepMatcher
 
-    return step_matcher(settings.embedding_model or None, threshold=settings.match_threshold,
-                        device=settings.scoring_device, batch_size=settings.embedding_batch_size)
+    settings = context.settings
+    key = ("step matcher", settings.embedding_model, settings.match_threshold, settings.scoring_device,
+           settings.embedding_batch_size)
+    return shared_scorer(context.run, key, lambda: StepMatcher(
+        settings.embedding_model or None, threshold=settings.match_threshold, device=settings.scoring_device,
+        batch_size=settings.embedding_batch_size))
 
 
-@functools.lru_cache(maxsize=4)
-def _classifier(checkpoint: str, base: str, device: str):
+def _classifier(context: TaskContext):
+    """The run's plan classifier of the task's settings, loaded once a run."""
     from lmms_egoplan.actplan.classifier import load_classifier
 
-    return load_classifier(checkpoint, base=base or None, device=device)
+    settings = context.settings
+    key = ("plan classifier", settings.bleurt_checkpoint, settings.bleurt_base, settings.scoring_device)
+    return shared_scorer(context.run, key, lambda: load_classifier(
+        settings.bleurt_checkpoint, base=settings.bleurt_base or None, device=settings.scoring_device))
 
 
 def aggregate_lcs(items: list[dict], args=None, *, context: TaskContext) -> float:
@@ -258,6 +264,8 @@ PLAN_METRICS = (
     Metric("no_plan_rate", "mean", higher_is_better=False),
     *_plan_metrics("bleurt_accuracy", aggregate_bleurt_accuracy),  # scored only when bleurt_checkpoint is set
 )
+
+
 def unscored_metrics(context: TaskContext) -> dict[str, str]:
     """``bleurt_accuracy`` (and per split) without a classifier: why, and the setting that scores it."""
     if context.settings.bleurt_checkpoint:

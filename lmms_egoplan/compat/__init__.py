@@ -107,6 +107,7 @@ SUITE_PLUGIN = "lmms_egoplan"
 
 FIXED_IN = (0, 8)
 
+
 def lmms_eval_version() -> tuple[int, ...]:
     numbers = []
     for part in version("lmms-eval").split(".")[:3]:
@@ -114,21 +115,26 @@ def lmms_eval_version() -> tuple[int, ...]:
         numbers.append(int(digits or 0))
     return tuple(numbers)
 
+
 def affected_release() -> bool:
     """Whether the installed lmms-eval is a release before ``FIXED_IN``: every workaround's guard."""
     return lmms_eval_version() < FIXED_IN
+
 
 def suite_plugin_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether ``LMMS_EVAL_PLUGINS`` names this suite (the user asked lmms-eval for its tasks)."""
     return SUITE_PLUGIN in (p.strip() for p in environ.get("LMMS_EVAL_PLUGINS", "").split(","))
 
+
 OFF_SWITCH = "LMMS_EGOPLAN_COMPAT_OFF"
+
 
 def switched_off(workaround: str, environ: Mapping[str, str] = os.environ) -> bool:
     """Whether ``LMMS_EGOPLAN_COMPAT_OFF`` (comma-separated ``<module>.<function>`` names, as in the table
     above) names ``workaround``: tests/e2e/test_upstream_patches.py runs the suite's tests of a behaviour
     on lmms-eval patched with its fix and the workaround off."""
     return workaround in (name.strip() for name in environ.get(OFF_SWITCH, "").split(","))
+
 
 # The suite's backends (lmms_egoplan.models.AVAILABLE_MODELS), named here: this package imports nothing of the
 # suite while lmms-eval loads the entry point.

@@ -33,6 +33,7 @@ def score_llava_hf_with_its_images(model_class: type) -> bool:
     add_layer(_LLAVA_HF, *_LLAVA_HF_LOGLIKELIHOOD, lambda loglikelihood, self, requests: _loglikelihood(self, requests))
     return True
 
+
 _LLAVA_HF = "backends.score_llava_hf_with_its_images"
 _LLAVA_HF_LOGLIKELIHOOD = ("lmms_eval.models.simple.llava_hf", "LlavaHf.loglikelihood")
 

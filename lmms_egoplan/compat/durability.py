@@ -39,6 +39,7 @@ from lmms_egoplan.core.run import SuiteRun, hand_over, run_of
 
 _FAILED_RUN_EXIT_STATUS = 1
 
+
 def fail_runs_with_failed_tasks() -> bool:
     """Make a run of the suite that failed exit with a non-zero status.
 
@@ -73,6 +74,7 @@ def fail_runs_with_failed_tasks() -> bool:
         add_layer(_EXIT_GUARD, *_TASK_MANAGER_INIT, _arming_the_exit_guard_again)
     return True
 
+
 def _arming_the_exit_guard_again(init, *args, **kwargs):
     """lmms-eval's CLI builds the run's TaskManager after its log reset: the guard's sink again, last of the sinks,
     and the layer on ``simple_evaluate`` (not before: lmms-eval loads the entry point while its evaluator imports)."""
@@ -80,11 +82,13 @@ def _arming_the_exit_guard_again(init, *args, **kwargs):
         add_layer(_EXIT_GUARD, *_SIMPLE_EVALUATE, _evaluation_ending_the_run)
     return init(*args, **kwargs)
 
+
 _EXIT_GUARD = "durability.fail_runs_with_failed_tasks"
 _SIMPLE_EVALUATE = ("lmms_eval.evaluator", "simple_evaluate")
 _TASK_MANAGER_INIT = ("lmms_eval.tasks", "TaskManager.__init__")
 # loguru's handle of the exit guard's sink: loguru's sinks belong to the process, and so does its exit status.
 _exit_guard_sink: int | None = None
+
 
 def _evaluation_ending_the_run(simple_evaluate, *args, **kwargs):
     """An error of an evaluation lmms-eval's CLI started (it passes ``cli_args``) ends the process with status 1,
@@ -110,6 +114,7 @@ def _evaluation_ending_the_run(simple_evaluate, *args, **kwargs):
             sys.stderr.write(f"lmms-egoplan: lmms-eval's traceback of the error is in {path}\n")
         _exit_failed(error_line(error))
 
+
 def write_traceback(text: str, output_path: str | None) -> Path | None:
     """``text`` (a traceback) in a new file ``lmms-egoplan-traceback-*.txt`` of the run's ``output_path`` (the
     temporary folder for a run without one: nothing is left outside a run's output folder); None where none can be
@@ -127,10 +132,12 @@ def write_traceback(text: str, output_path: str | None) -> Path | None:
         return None
     return Path(path)
 
+
 # What lmms-eval's CLI logs where a run failed, by the function that logs it: an evaluation's error
 # (caught by ``cli_evaluate``), a run without tasks (``cli_evaluate_single``, before ``sys.exit()``).
 _FAILURE_RECORDS = {"cli_evaluate": "Error during evaluation",
                     "cli_evaluate_single": "Need to specify task to evaluate"}
+
 
 def _is_evaluation_error(record: Mapping[str, Any]) -> bool:
     # By file, not module name: ``python -m lmms_eval`` runs that file as ``__main__``. Logged by a run of the suite
@@ -138,6 +145,7 @@ def _is_evaluation_error(record: Mapping[str, Any]) -> bool:
     start = _FAILURE_RECORDS.get(record["function"])
     return (start is not None and Path(record["file"].path).parts[-2:] == ("lmms_eval", "__main__.py")
             and str(record["message"]).startswith(start) and uses_the_suite())
+
 
 def _exit_after_evaluation_error(message) -> None:
     # The sink runs inside lmms-eval's ``except`` block, which still holds the error (none for a run without tasks).
@@ -148,6 +156,7 @@ def _exit_after_evaluation_error(message) -> None:
                      after_the_command=False)
     else:
         _exit_failed(error_line(error, str(message)))
+
 
 def _exit_failed(line: str, *, after_the_command: bool = True) -> None:
     """End the process with status 1, ``line`` (the error) last (``_exit_with``; ``after_the_command``: once the runs
@@ -222,6 +231,7 @@ def _ending_the_command_after_its_last_run(cli_evaluate_single, args, *more, **k
         _exit_with(0, [], concern=_EXIT_GUARD)  # the statuses the command's earlier runs asked for
     return outcome
 
+
 def error_line(error: BaseException | None, logged: str = "") -> str:
     """The error on one line: its message (the suite's errors name the file, field or setting to
     fix), with the type of anything else, and the backend where building it failed; without the
@@ -252,8 +262,10 @@ def _model_args_without_a_value(error: BaseException) -> list[str]:
             return [item for item in frame.f_locals.get("arg_list") or () if "=" not in item]
     return []
 
+
 # ``lmms_eval/api/model.py:lmms.create_from_arg_string`` / ``create_from_arg_obj``).
 _BACKEND_CONSTRUCTION = ("get_model", "create_from_arg_string", "create_from_arg_obj")
+
 
 def _backend_being_built(error: BaseException | None) -> str | None:
     """The ``--model`` whose import or construction raised ``error`` inside ``simple_evaluate``, or None."""
@@ -268,6 +280,7 @@ def _backend_being_built(error: BaseException | None) -> str | None:
             return model
     return None
 
+
 def _backend_hint(backend: str, error: BaseException) -> str:
     if hint := missing_dependency_hint(error):
         return hint
@@ -276,12 +289,14 @@ def _backend_hint(backend: str, error: BaseException) -> str:
     return ("; the suite's tasks also run on its own backends: --model egoplan_hf (transformers) or "
             "--model egoplan_server (an SGLang / vLLM server)")
 
+
 def missing_dependency_hint(error: BaseException) -> str:
     """What to install where an lmms-eval backend failed to import a package lmms-eval does not declare."""
     if isinstance(error, ModuleNotFoundError) and error.name == "decord":
         return ("; lmms-eval's own video backends (llava_hf, llava, ...) import decord, which lmms-eval does not "
                 "declare: pip install decord (or pip install 'lmms-egoplan[lmms-builtins]')")
     return ""
+
 
 def ask_for_exit_status(run: SuiteRun, reason: Callable[[SuiteRun, list[Path]], tuple[int, str] | None]) -> None:
     """Have ``reason`` asked, once lmms-eval has written ``run``'s files, whether the run ends with a non-zero
@@ -337,9 +352,11 @@ def exit_when_results_are_written() -> bool:
     add_layer(_EXIT_WHEN_WRITTEN, *_SAVE_SAMPLES, samples_written)
     return True
 
+
 _EXIT_WHEN_WRITTEN = "durability.exit_when_results_are_written"
 _SAVE_RESULTS = ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_aggregated")
 _SAVE_SAMPLES = ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_samples")
+
 
 @dataclass
 class WrittenFiles:
@@ -361,6 +378,9 @@ def _exit_if_asked(run: SuiteRun) -> None:
     if not any(status for status, _ in verdicts):  # none, or accepted by a setting: said, lmms-eval goes on
         for _, line in verdicts:
             logger.warning(f"lmms-egoplan: {line}")
+        if written.files:  # lmms-eval names its samples files, not its results file
+            logger.info(f"lmms-egoplan: results in {written.files[0]}; `lmms-egoplan report "
+                        f"{written.files[0].parent.parent}` sets them beside the papers' rows")
         return
     from lmms_eval.utils import make_table
 
@@ -371,6 +391,7 @@ def _exit_if_asked(run: SuiteRun) -> None:
             print(make_table(results, "groups"))
     _exit_with(max(status for status, _ in verdicts), [f"lmms-egoplan: {line}" for _, line in verdicts],
                concern=_EXIT_WHEN_WRITTEN)
+
 
 def keep_responses_of_stopped_runs() -> bool:
     """Make ``--use_cache`` resume a run that stopped part-way, or was killed, from the responses it had.
@@ -425,6 +446,7 @@ def keep_responses_of_stopped_runs() -> bool:
     add_layer(_KEEP_RESPONSES, _RESPONSE_CACHE, "ResponseCache.create", _create_recovering)
     return True
 
+
 def _stored_call(whole_call, self, lm, reqtype, requests, *, store_sampled: bool = False):
     responses = whole_call(self, lm, reqtype, requests)
     if store_sampled:  # a backend without a response_sink: lmms-eval stored the chunk's others (resume_sampled_runs)
@@ -433,6 +455,7 @@ def _stored_call(whole_call, self, lm, reqtype, requests, *, store_sampled: bool
             store(request, response)
     _GuardedStoring.of(self).stop_if_not_stored()
     return responses
+
 
 def _execute_storing_as_it_goes(whole_call, self, lm, reqtype, requests):
     if hasattr(lm, "response_sink"):
@@ -444,6 +467,7 @@ def _execute_storing_as_it_goes(whole_call, self, lm, reqtype, requests):
     size = max(RESPONSE_CHUNK_MIN_DOCS, RESPONSE_CHUNK_BATCHES * _batch_size(lm))
     call = functools.partial(_stored_call, whole_call, self, lm, reqtype, store_sampled=True)
     return call_in_chunks(call, requests, size, min_requests=concurrent_requests(lm))
+
 
 def _finalize_keeping_responses(finalize, self, *, success: bool, **kwargs):
     import sqlite3
@@ -462,6 +486,7 @@ def _finalize_keeping_responses(finalize, self, *, success: bool, **kwargs):
         logger.warning(f"ResponseCache: this run's responses could not be merged into {self._cache_root} "
                        f"({storage_failure(error, self._cache_root)}); they are kept in {self._run_dir}, which "
                        f"the next run with --use_cache {self._cache_root} merges")
+
 
 def _responses_stored(cache: Any) -> int | None:
     """How many responses this run stored (its own database, before the merge); None where it cannot be read."""
@@ -503,6 +528,7 @@ def join_response_cache(run: SuiteRun, cache: Any) -> None:
     cache the run (the seeds that key its sampled answers, what a stopped run keeps)."""
     hand_over(run, cache)
     run.response_cache_root = cache_folder(cache._cache_root)
+
 
 _KEEP_RESPONSES = "durability.keep_responses_of_stopped_runs"
 
@@ -628,6 +654,7 @@ def _differences(before: dict, now: dict) -> list[str]:
         moved.append(f"data {before.get('data')} -> {now['data']}")
     return moved
 
+
 # The response cache of a run of the suite's tasks that names none, under its --output_path.
 DEFAULT_RESPONSE_CACHE = "response_cache"
 
@@ -663,6 +690,7 @@ _BY_DEFAULT = "durability.keep_responses_by_default"
 _RESPONSE_CACHE = "lmms_eval.caching.response_cache"
 _CACHE_EXECUTE = (_RESPONSE_CACHE, "ResponseCache.execute")
 
+
 def keep_failed_requests_out_of_the_response_cache() -> bool:
     """Make ``--use_cache`` ask a failed model request again instead of serving its failure.
 
@@ -697,7 +725,9 @@ def keep_failed_requests_out_of_the_response_cache() -> bool:
     add_layer(_NO_FAILURES_CACHED, _RESPONSE_CACHE, "ResponseCache._lookup", lookup_answered)
     return True
 
+
 _NO_FAILURES_CACHED = "durability.keep_failed_requests_out_of_the_response_cache"
+
 
 def resume_sampled_runs(run: SuiteRun, seeds: Sequence[Any]) -> bool:
     """Make the response cache keep and serve the sampled answers of the suite's tasks, keyed by the run's seeds.
@@ -868,6 +898,7 @@ def _database_being_opened(error: BaseException) -> str | None:
                if isinstance(cache, ResponseCache) and getattr(cache, "db_path", None)]
     return opening[-1] if opening else None
 
+
 def _store_as_computed(cache: Any, reqtype: str, *, sampled_only: bool = False) -> Callable[[Any, Any], None]:
     """Store one response the way ``ResponseCache.execute`` stores it after the backend returns (the
     same key, validity rule and row); execute stores it again then (the same row). A sampled answer of a suite task
@@ -956,7 +987,9 @@ class _GuardedStoring:
                            f"the next run merges. Free space on that disk (or point --use_cache at another) and run "
                            f"the same command again: it computes only what is not stored")
 
+
 _OWNER_SUFFIX = ".owner.json"
+
 
 def _claim_run_folder(cache: Any) -> None:
     """Record this process as the writer of its rank's database, so that a later run can tell that
@@ -968,6 +1001,7 @@ def _claim_run_folder(cache: Any) -> None:
     owner = {"host": socket.gethostname(), "pid": os.getpid(), "started": process_start(os.getpid())}
     # whole or absent: a cut owner file would leave the folder to a warning at every later recovery
     write_atomically(Path(cache._run_dir, f"rank_{cache._global_rank}.db{_OWNER_SUFFIX}"), json.dumps(owner))
+
 
 def recover_killed_runs(cache_root: str) -> int:
     """Merge into ``<cache_root>/cache.db`` the run folders whose writers (their owner files) are all
@@ -1010,6 +1044,7 @@ def recover_killed_runs(cache_root: str) -> int:
         _drop_ownerless_lock(cache_root)
         logger.warning(f"ResponseCache: killed runs not recovered now ({storage_failure(error, cache_root)})")
     return merged
+
 
 def rebuild_unreadable_cache(cache_root: str) -> int:
     """Set aside a ``<cache_root>/cache.db`` that is no readable SQLite database (a copy cut short, a damaged disk),
@@ -1119,6 +1154,7 @@ def _drop_ownerless_lock(cache_root: str) -> None:
     except OSError:
         pass
 
+
 def process_start(pid: int) -> str | None:
     """The start time of process ``pid`` (Linux: clock ticks since boot), telling it from a later
     process given the same id; None where it cannot be read."""
@@ -1126,6 +1162,7 @@ def process_start(pid: int) -> str | None:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
+
 
 def process_runs(pid: Any, started: str | None) -> bool:
     if not isinstance(pid, int):
@@ -1138,15 +1175,18 @@ def process_runs(pid: Any, started: str | None) -> bool:
         pass  # it runs, as another user
     return started is None or process_start(pid) in (None, started)
 
+
 RESPONSE_CHUNK_BATCHES = 4
 
 RESPONSE_CHUNK_MIN_DOCS = 4
+
 
 def _batch_size(lm) -> int:
     try:
         return max(1, int(getattr(lm, "batch_size", 1)))
     except (TypeError, ValueError):  # e.g. "auto"
         return 1
+
 
 def concurrent_requests(lm) -> int:
     """How many requests a backend runs at once: lmms-eval's API backends built on its concurrency control (they
@@ -1157,6 +1197,7 @@ def concurrent_requests(lm) -> int:
     if lm.adaptive_concurrency:
         return max(1, int(lm.adaptive_config.max_concurrency))
     return max(1, int(getattr(lm, "num_concurrent", getattr(lm, "num_cpus", 1)) or 1))
+
 
 def call_in_chunks(call, requests: list, size: int, min_requests: int = 0) -> list:
     """``call(chunk)`` for each chunk of at least ``size`` documents and ``min_requests`` requests (the last one:
@@ -1181,6 +1222,7 @@ def call_in_chunks(call, requests: list, size: int, min_requests: int = 0) -> li
                 responses += call(document)
     return responses
 
+
 def _document_chunks(requests: list, size: int, min_requests: int = 0) -> list[list]:
     """``requests`` in order, cut at document boundaries into runs of ``size`` documents, more where a run needs
     more to hold ``min_requests`` requests (a document's requests, e.g. the four candidates of a question, stay
@@ -1198,6 +1240,7 @@ def _document_chunks(requests: list, size: int, min_requests: int = 0) -> list[l
             previous = document
         chunks[-1].append(request)
     return chunks
+
 
 def stop_cleanly_on_sigterm() -> bool:
     """Make SIGTERM (what Slurm and Kubernetes send on preemption), and Ctrl-C (SIGINT) in a run of lmms-eval's CLI,
@@ -1244,6 +1287,7 @@ _STOP_CLEANLY = "durability.stop_cleanly_on_sigterm"
 # The signals that stop a run cleanly, each with Python's own handling of it: the only one the workaround replaces.
 _STOP_SIGNALS = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
 
+
 class RunStopped(SystemExit):
     """The run was asked to stop (SIGTERM); its exit status is 128 + the signal number. ``run``: the run it
     stopped, as the ``simple_evaluate`` wrapper that made it hands it over while the stop passes
@@ -1251,6 +1295,7 @@ class RunStopped(SystemExit):
     stop outside one."""
 
     run: SuiteRun | None = None
+
 
 def _stop_on_signal(signum, frame) -> None:
     import atexit
@@ -1270,6 +1315,7 @@ def _stop_on_signal(signum, frame) -> None:
     atexit.register(_report_stop, signum, stopped)  # after the run's cleanup, which says what it kept
     raise stopped
 
+
 def _interrupted() -> KeyboardInterrupt:
     """Ctrl-C's stop: Python's own ``KeyboardInterrupt`` (its exact class: only that one makes the interpreter end by
     SIGINT once it has run the exit handlers), whose traceback the process's exception hook does not print."""
@@ -1282,6 +1328,7 @@ def _interrupted() -> KeyboardInterrupt:
 
     sys.excepthook = printing_all_but_the_stop  # the process is ending: the hook it ends with
     return interrupted
+
 
 def _report_stop(signum: int, stopped: BaseException) -> None:
     name = signal.Signals(signum).name
@@ -1297,6 +1344,7 @@ def _report_stop(signum: int, stopped: BaseException) -> None:
     sys.stderr.write(f"lmms-egoplan: stopped by {name} (exit status {128 + signum}); "
                      + "; ".join([kept, *run.kept_on_stop]) + "\n")
     sys.stderr.flush()
+
 
 def note_kept_on_stop(run: SuiteRun, what: str, *, first: bool = False) -> None:
     """What else ``run`` keeps if it is stopped (e.g. "judgements already made are in the judge cache <dir>"),

@@ -49,8 +49,10 @@ def keep_loglikelihood_results() -> bool:
     add_layer(_KEEP_PAIRS, *_UNWRAP, keep_pairs)
     return True
 
+
 _KEEP_PAIRS = "results.keep_loglikelihood_results"
 _UNWRAP = ("lmms_eval.api.instance", "unwrap_generation_output")
+
 
 def clean_lone_surrogates() -> bool:
     """Log model output that holds a lone surrogate instead of losing the samples file.
@@ -88,15 +90,19 @@ def clean_lone_surrogates() -> bool:
         add_layer(_CLEAN_TEXT, *_CACHEABLE, clean_cacheable)
     return has_layer(_CLEAN_TEXT, *_UNWRAP) or has_layer(_CLEAN_TEXT, *_CACHEABLE)
 
+
 _CLEAN_TEXT = "results.clean_lone_surrogates"
 _CACHEABLE = ("lmms_eval.caching.response_cache", "ResponseCache._extract_cacheable")
+
 
 def _is_loglikelihood_pair(output: Any) -> bool:
     return (isinstance(output, (tuple, list)) and len(output) == 2 and isinstance(output[1], bool)
             and isinstance(output[0], (int, float)) and not isinstance(output[0], bool))
 
+
 def _pairs_become_strings(unwrap: Callable) -> bool:
     return isinstance(unwrap((1.5, False))[0], str)
+
 
 def write_results_as_strict_json() -> bool:
     """Write a metric without a value as ``null``, not as a bare ``NaN``.
@@ -132,9 +138,11 @@ def write_results_as_strict_json() -> bool:
     add_layer(_STRICT_JSON, *SAVE_SAMPLES, strict_samples)
     return True
 
+
 _STRICT_JSON = "results.write_results_as_strict_json"
 SAVE_RESULTS = ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_aggregated")
 SAVE_SAMPLES = ("lmms_eval.loggers.evaluation_tracker", "EvaluationTracker.save_results_samples")
+
 
 def fail_runs_whose_files_are_cut() -> bool:
     """Make a results or samples file that lmms-eval could not write whole fail the run, naming it.
@@ -191,7 +199,9 @@ def fail_runs_whose_files_are_cut() -> bool:
     add_layer(_WHOLE_FILES, *SAVE_SAMPLES, whole_samples)
     return True
 
+
 _WHOLE_FILES = "results.fail_runs_whose_files_are_cut"
+
 
 def _written_since(path: Path, start: int) -> bytes:
     if not path.exists():
@@ -200,8 +210,10 @@ def _written_since(path: Path, start: int) -> bytes:
         file.seek(start)
         return file.read()
 
+
 def _output_folder(tracker: Any) -> Path:
     return Path(tracker.output_path, tracker.general_config_tracker.model_name_sanitized)
+
 
 @contextlib.contextmanager
 def _logged_write_errors():
@@ -217,11 +229,13 @@ def _logged_write_errors():
     finally:
         logger.remove(sink)
 
+
 def _why(errors: list[str]) -> str:
     """Why lmms-eval could not write a file, from the error it logged (and swallowed)."""
     if any("No space left" in error or "Errno 28" in error or "Errno 122" in error for error in errors):
         return f"the disk is full ({errors[-1]})"
     return errors[-1] if errors else "lmms-eval left it cut"
+
 
 def _what_is_kept(run: SuiteRun | None) -> str:
     """What a run that cannot write its files keeps (``run``; None: one the suite made none for), and how to resume."""
@@ -230,7 +244,6 @@ def _what_is_kept(run: SuiteRun | None) -> str:
             else "this run had no --use_cache: its model responses are not kept", *run.kept_on_stop]
     return f"The run stopped: {'; '.join(kept)}. Free space on that disk (or point --output_path at another) and run " \
            f"the same command again"
-
 
 
 def evaluated_model(config: Mapping[str, Any]) -> dict:
@@ -286,6 +299,7 @@ def record_in_results() -> bool:
     add_layer(_RECORD, *SAVE_RESULTS, record)
     add_layer(_RECORD, *SAVE_SAMPLES, record_in_samples)
     return True
+
 
 TURN_END_KEY = "lmms_egoplan_end_of_turn"
 PROTOCOL_CHANGES_KEY = "lmms_egoplan_protocol_changes"

@@ -57,6 +57,7 @@ def keep_api_keys_out_of_the_response_cache() -> bool:
     add_layer(_CACHE_FINGERPRINT, *_CREATE, create_without_secrets)
     return True
 
+
 _CACHE_FINGERPRINT = "secrets.keep_api_keys_out_of_the_response_cache"
 _CREATE = ("lmms_eval.caching.response_cache", "ResponseCache.create")
 
@@ -101,6 +102,7 @@ def keep_api_keys_out_of_the_run_summary() -> bool:
 
     add_layer(_RUN_SUMMARY, *_SIMPLE_EVALUATE, redact_once_evaluated)
     return True
+
 
 _RUN_SUMMARY = "secrets.keep_api_keys_out_of_the_run_summary"
 _SIMPLE_EVALUATE = ("lmms_eval.evaluator", "simple_evaluate")

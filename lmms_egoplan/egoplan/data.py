@@ -41,7 +41,6 @@ class EgoPlanDataError(InputError):
     """An annotation record or its media cannot be used; the message names the sample, path and setting."""
 
 
-
 # =============================================================================================
 # Annotation records and where their media live
 # =============================================================================================
@@ -88,7 +87,6 @@ def read_annotations(path: Path, *, labelled: bool, problems: DatasetProblems) -
             checked.append(record)
     return problems.without_repeats(checked, lambda record: record["sample_id"],
                                     where=f"EgoPlan annotation file {path}", field="sample_id", why=_UNIQUE_IDS)
-
 
 
 def package_records(settings, problems: DatasetProblems) -> list[seed_bench_r1.PackageRecord]:
@@ -245,7 +243,6 @@ def record_media(record: Mapping, settings) -> tuple[str, Path]:
                              allow=settings.allow_paths_outside_root)
 
 
-
 # =============================================================================================
 # Which frames a doc shows (annotation frame numbers; paper §3.3, appendix C.1, official code)
 # =============================================================================================
@@ -355,7 +352,6 @@ def video_indices(doc: Mapping, video: media.VideoFile, numbers: Sequence[int]) 
     if observation <= first:
         return [last] * len(numbers)
     return [min(last, max(0, round((n - first) * last / (observation - first)))) for n in numbers]
-
 
 
 # =============================================================================================

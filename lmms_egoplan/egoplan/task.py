@@ -205,7 +205,6 @@ def _read_frames(doc: Mapping, numbers: Sequence[int]) -> tuple[list[Image.Image
         raise _frames_error(doc, error) from error
 
 
-
 # =============================================================================================
 # 2. Text (doc_to_text, doc_to_choice, doc_to_target)
 # =============================================================================================
@@ -252,7 +251,6 @@ def doc_to_text_with_options(doc: Mapping, lmms_eval_specific_kwargs: Mapping | 
     return f"{kwargs.get('pre_prompt', '')}{question}\n{options}{kwargs.get('post_prompt', '')}"
 
 
-
 def doc_to_text_blind(doc: Mapping) -> str:
     """The text-only baselines' prompt (lm-eval): the task goal and the record's question, nothing
     of the video; the candidates continue it."""
@@ -276,7 +274,6 @@ def doc_to_target(doc: Mapping) -> int | None:
     """Index of the right candidate (``golden_choice_idx``); None on the unlabelled Test split."""
     golden = doc.get("golden_choice_idx")
     return CHOICE_LETTERS.index(golden) if golden else None
-
 
 
 # =============================================================================================
@@ -362,7 +359,6 @@ def process_submission_results(doc: Mapping, results: Sequence[Sequence], contex
     """``egoplan_test``: the likelihood-ranked candidate's letter, for the submission file."""
     losses = candidate_losses(results)
     return {"predictions": sample_record(doc, ranked_choice(losses, doc["sample_id"]), losses)}
-
 
 
 # =============================================================================================

@@ -52,10 +52,8 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     for capability in dict.fromkeys(d.capability for d in DIMENSIONS.values())}
 
 
-
 class EgoThinkDataError(InputError):
     """An annotation file of the release cannot be used."""
-
 
 
 def load_release_dimension(data_root: str | Path, dimension: Dimension, *, allow_outside: bool = False,

@@ -44,7 +44,6 @@ class EgoThinkSettings(JudgeSettings):
     allow_paths_outside_root: bool = setting(False, changes_answers=False)
 
 
-
 # --- The judge (Table 7) ---------------------------------------------------------------------
 
 # Table 7's text; whitespace, the "[[rating]]" brackets and the system turn as in the authors'

@@ -202,8 +202,6 @@ class TaskJudgements:
     settings: JudgeSettings
 
 
-
-
 def failed_judgements_verdict(run: SuiteRun, files: Sequence[Path]) -> tuple[int, str] | None:
     """(exit status, what to do) when judgements of ``run`` failed: how many, of which tasks, and
     the ``lmms-egoplan rejudge`` command that asks the judge for them (and takes the others from the

@@ -234,6 +234,7 @@ class EgoPlanServer(DocRequests, lmms):
             raise ValueError(f"{self.pretrained}: an empty continuation in {question.where} has no tokens to score")
         rendered, sequences = self._candidates(prompt, answers, question.options[SCORED_SPAN.name])
         # The question and all its candidates on one server, which shares their prefix.
+
         def score(server):
             logger.debug(f"egoplan_server: {question.where} scored on {server.client.base_url}")
             return server.score(prompt, rendered, sequences)

@@ -60,12 +60,15 @@ def write_report(paths: list[str | Path], output: str | Path, faces: Sequence[Re
     lines = [f"Ignored (no table of the suite reads them): {', '.join(ignored)}"] if ignored else []
     lines += [f"Unreadable: {line}" for line in unreadable]
     # Which columns have no interval, by benchmark (sorted: the same text whatever the faces' order).
-    without_intervals = " and ".join(sorted(face.no_interval for face in faces if face.no_interval))
+    without_intervals = " and ".join(sorted(face.no_interval for face in faces if face.no_interval
+                                            and any(table.face is face for table in tables)))
     group_means = any(column.group_mean for table in tables for column in table.layout.columns)
     chosen = ("every run" if all_runs
               else "of runs identical in model, model_args and settings the latest; --all_runs for every run")
+    runs = len({row.run.path for table in tables for row in table.user_rows})
     preamble = [
-        f"Runs: {len({row.run.path for table in tables for row in table.user_rows})} results files ({chosen}).",
+        f"Runs: {runs} results {'file' if runs == 1 else 'files'} ({chosen}). A cell '—': the row reports no such "
+        f"value; 'no value': its results file holds none (null).",
         f"95% intervals in brackets: accuracies {EXACT_BINOMIAL}; other means {BOOTSTRAP}"
         + (f"; a group's mean over its tasks, from their samples: a micro mean (over questions) as a task's over the "
            f"pooled samples, or, where a task's mean left samples out (failed judgements), by "

@@ -19,6 +19,7 @@ from lmms_egoplan.report.tables import INVALID, NOT_SCORED, Row, Table
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+
 def new_figure(**options) -> Figure:
     """A matplotlib ``Figure`` (its ``options``: figsize, layout, ...) the faces draw on: a Figure, not pyplot, so
     no backend is chosen and no display needed (saving picks the writer of the file's format); matplotlib loads
@@ -178,7 +179,6 @@ def binned_accuracies(row: Row, family: str, bins: list[str]) -> tuple[list, lis
     return values, bounds, sizes
 
 
-
 def accuracy_bars(axes, runs: list[tuple[str, Row]], family: str, bins: list[str], names: list[str], *,
                   candidates: int, empty: str) -> bool:
     """Each run's accuracy per bin of a breakdown (``binned_accuracies``) as bars named ``names``, the
@@ -200,6 +200,7 @@ def accuracy_bars(axes, runs: list[tuple[str, Row]], family: str, bins: list[str
     axes.set_yticks(range(0, 101, 20))
     axes.set_ylabel("accuracy (%)")
     return True
+
 
 def _group_ticks(axes, groups: list[str]) -> None:
     if is_horizontal(groups):  # a line per group, the first on top; the figure grows to give each its line

@@ -67,15 +67,20 @@ class SampleValues:
     source: str  # "its logged samples (<file>)", for a message
 
 
-@functools.lru_cache(maxsize=None)
-def _samples(path: Path) -> tuple[dict, ...]:
-    return tuple(sample for _, sample in read_jsonl(path))
+def _samples(run: Run, path: Path) -> tuple[dict, ...]:
+    """The records of one of ``run``'s JSON-lines files (its logged samples, its per-sample scores), read once."""
+    if ("records", path) not in run.read_files:
+        run.read_files["records", path] = tuple(sample for _, sample in read_jsonl(path))
+    return run.read_files["records", path]
 
 
-@functools.lru_cache(maxsize=None)
-def _ratings(audit_trail: Path | None) -> dict[str, float | None]:
-    """Request id -> rating in a judge audit trail (the last record of an id wins: retries append)."""
-    return {} if audit_trail is None else {record["id"]: record.get("rating") for _, record in read_jsonl(audit_trail)}
+def _ratings(run: Run, audit_trail: Path | None) -> dict[str, float | None]:
+    """Request id -> rating in one of ``run``'s judge audit trails (the last record of an id wins: retries append),
+    read once."""
+    if ("ratings", audit_trail) not in run.read_files:
+        run.read_files["ratings", audit_trail] = {} if audit_trail is None else {
+            record["id"]: record.get("rating") for _, record in read_jsonl(audit_trail)}
+    return run.read_files["ratings", audit_trail]
 
 
 def _judged_value(item: dict, ratings: dict[str, float | None], rubrics: Mapping[str, Rubric]) -> float | None:
@@ -96,7 +101,7 @@ def sample_values(run: Run, task: str, metric: str, *, rubrics: Mapping[str, Rub
     disk leaves it, or emptied): an interval from it would be of other samples."""
     if task not in run.samples:
         return None
-    samples, scored = _samples(run.samples[task]), run.sample_counts.get(task)
+    samples, scored = _samples(run, run.samples[task]), run.sample_counts.get(task)
     if scored is not None and len(samples) != scored:
         raise InputError(f"{run.samples[task]} logs {len(samples)} samples, the run scored {scored}: the log is not "
                          f"the whole run's")
@@ -114,7 +119,7 @@ def sample_values(run: Run, task: str, metric: str, *, rubrics: Mapping[str, Rub
             values.append(float(value))
         elif is_judge_parts_item(value):
             judged_items = True
-            ratings = _ratings(run.side_file("judgements", task)) if ratings is None else ratings
+            ratings = _ratings(run, run.side_file("judgements", task)) if ratings is None else ratings
             if any(not isinstance(part, FixedRating) and part.id not in ratings for part in item_parts(value).values()):
                 return None  # the run's audit trail is not there, or not whole: its ratings cannot be read
             judged = _judged_value(value, ratings, rubrics)
@@ -131,7 +136,7 @@ def _scored_at_aggregation(run: Run, task: str, metric: str) -> SampleValues:
     ``SAMPLE_SCORES`` run file). Raises NoInterval where the run kept none of them (a run of a version before the
     file)."""
     path = run.side_file(SAMPLE_SCORES, task)
-    values = [] if path is None else [float(scores[metric]) for scores in _samples(path) if metric in scores]
+    values = [] if path is None else [float(scores[metric]) for scores in _samples(run, path) if metric in scores]
     if not values:
         raise NoInterval(f"{task} {metric} is scored at aggregation and the run kept no per-sample values of it "
                          f"({'no ' + SAMPLE_SCORES + ' file beside its results' if path is None else path.name})")
@@ -195,7 +200,7 @@ def group_interval(run: Run, group: str, metric: str, mean: GroupMean, *, rubric
     if not found or any(each is None for each in found):
         return None
     strata = [each.values for each in found]
-    logged = [len(_samples(run.samples[member])) for member in members]
+    logged = [len(_samples(run, run.samples[member])) for member in members]
     means = [sum(values) / len(values) for values in strata]
     pooled = [value for values in strata for value in values]
     stratified = mean.weighting != MICRO or logged != list(map(len, strata))
@@ -234,7 +239,6 @@ def _binomial_cdf(successes: int, trials: int, p: float) -> float:
     return min(1.0, sum(math.exp(log_n - math.lgamma(i + 1) - math.lgamma(trials - i + 1)
                                  + i * log_p + (trials - i) * log_q)
                         for i in range(successes + 1)))
-
 
 
 def _bisect(decreasing: Callable[[float], float], target: float) -> float:

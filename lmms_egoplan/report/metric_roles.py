@@ -54,6 +54,8 @@ def invalid_reason(value: object, low: float = -math.inf, high: float = math.inf
     if not math.isfinite(value) or not low <= value <= high:
         return f"{value:g} is outside its range [{low:g}, {high:g}]"
     return None
+
+
 # Metric name patterns (fnmatch) -> unit, first match wins: what every benchmark's names mean (an
 # accuracy or a rate is a share). A face's own patterns (``ReportFace.units``) are tried after these.
 METRIC_UNITS = (

@@ -117,6 +117,7 @@ class Comparison:
     differing: tuple[Difference, ...]
     not_compared: tuple[str, ...]  # "thinking (not stated by the run)"
 
+
 def compare(protocol: Mapping[str, str], run: RunProtocol) -> Comparison:
     """Where ``protocol`` (a published row's) and ``run`` state a field differently, and which fields one of them
     does not state."""

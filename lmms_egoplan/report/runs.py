@@ -63,6 +63,9 @@ class Run:
     not_scored: dict[str, dict[str, str]] = field(default_factory=dict)
     # task -> {setting: what the run's backend changed of the protocol} (the suite's record in the results)
     protocol_changes: dict[str, dict[str, str]] = field(default_factory=dict)
+    # What the report read of the run's other files (its logged samples, audit trails, per-sample scores), read once
+    # by its intervals (``report.intervals``) and kept with the run: a later report reads them again
+    read_files: dict[tuple[str, Path | None], Any] = field(default_factory=dict, repr=False, compare=False)
 
     def identity(self, tasks: Iterable[str]) -> dict[str, str]:
         """What produced this run's values of ``tasks``: the backend, every model_arg and the run's

@@ -515,7 +515,7 @@ def test_space_joined_gold_plans_score_as_one_step_per_line(tmp_path, monkeypatc
     from lmms_egoplan.cli import main
     from lmms_egoplan.demo.actplan import write_finetuning_data
 
-    monkeypatch.setattr(actplan_lcs, "step_matcher", lambda *args, **kwargs: ExactMatcher())
+    monkeypatch.setattr(actplan_lcs, "StepMatcher", lambda *args, **kwargs: ExactMatcher())
     data, _ = write_finetuning_data(tmp_path, activities=3)
     rows = [json.loads(line) for line in data.read_text().splitlines()]
     # Pairs as finetuning_data.jsonl writes plans (steps joined by spaces), and the same plans one step per line.
@@ -543,7 +543,7 @@ def test_release_pairing_scores_gemini_against_the_second_gold_plan(release, tmp
     copy = tmp_path / "copy"
     shutil.copytree(release, copy)
     next(copy.glob("annotation/*/*/*/sample_0/plan_gold_2.txt")).unlink()
-    monkeypatch.setattr(actplan_lcs, "step_matcher", lambda *args, **kwargs: ExactMatcher())
+    monkeypatch.setattr(actplan_lcs, "StepMatcher", lambda *args, **kwargs: ExactMatcher())
     output = tmp_path / "scores.jsonl"
     assert main(["actplan-score", "--data_root", str(copy), "--gold", RELEASE_PAIRING, "--output", str(output)]) == 0
     assert "note: 1 instance(s) left out (gemini: no plan_gold_2.txt)" in capsys.readouterr().out
@@ -596,3 +596,24 @@ def test_settings_that_keep_no_instance_stop_the_task_at_load_naming_what_was_re
     with pytest.raises(InputError, match=rf"task actplan1k: no sample to evaluate in .*{copy.name}.*; check the files "
                                          r"there and the ACTPLAN_\* settings"):
         config["class"](config=config)
+
+
+def test_the_tasks_of_a_run_share_its_step_matcher_and_classifier_and_the_next_run_builds_its_own(monkeypatch):
+    """They were kept for the whole process by their settings: a later evaluation in the process used the models it
+    had loaded, whatever their files had become."""
+    from lmms_egoplan.actplan import classifier as bleurt
+    from lmms_egoplan.actplan import lcs as actplan_lcs
+    from lmms_egoplan.core.run import SuiteRun
+
+    built = []
+    monkeypatch.setattr(actplan_lcs, "StepMatcher", lambda *args, **kwargs: built.append("matcher") or object())
+    monkeypatch.setattr(bleurt, "load_classifier", lambda *args, **kwargs: built.append("classifier") or object())
+    settings = ActPlanSettings(bleurt_checkpoint="/ckpt")
+    first, second = SuiteRun(), SuiteRun()
+    contexts = [TaskContext(task, settings, run=run) for run in (first, first, second)
+                for task in ("actplan1k", "actplan1k_text_only")]
+    matchers = [actplan._matcher(context) for context in contexts]
+    classifiers = [actplan._classifier(context) for context in contexts]
+    assert built == ["matcher", "matcher", "classifier", "classifier"]
+    assert len({id(m) for m in matchers[:4]}) == 1 and matchers[4] is matchers[5] is not matchers[0]
+    assert len({id(c) for c in classifiers[:4]}) == 1 and classifiers[4] is not classifiers[0]

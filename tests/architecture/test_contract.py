@@ -11,6 +11,8 @@ from tests.architecture.test_imports import BENCHMARKS, PACKAGE, import_graph, m
 # The judge's values (its settings, the rubrics that read judged items, what a judgement is): no engine, no client.
 JUDGE_VALUES = {"lmms_egoplan.judge", "lmms_egoplan.judge.protocol", "lmms_egoplan.judge.rubrics",
                 "lmms_egoplan.judge.settings"}
+
+
 def loaded_by(statement: str) -> set[str]:
     """The suite's modules a fresh interpreter holds after ``statement``."""
     code = f"import sys\n{statement}\nprint('\\n'.join(m for m in sys.modules if m.startswith('lmms_egoplan')))"
@@ -50,8 +52,6 @@ def test_a_task_module_loads_no_harness_workaround_report_or_judge_engine():
 
 def test_egoplans_task_module_loads_no_judge_module_at_all():
     assert under(loaded_by("import lmms_egoplan.egoplan.task"), "harness", "compat", "report", "judge") == set()
-
-
 
 
 # The judge's engine: what sends requests to a judge and keeps its answers.

@@ -247,7 +247,6 @@ def test_the_guard_sees_benchmarks_in_any_spelling_but_not_the_backends_or_the_s
     assert named_benchmarks(source) == ["ActPlan", "EgoIntent", "EgoPlan", "actplan", "ego_think", "egoplan"]
 
 
-
 def calls_in(tree: ast.AST) -> list[str]:
     """The names called in ``tree`` (``a.b(...)``: "a.b")."""
     return [ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)]

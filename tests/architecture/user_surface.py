@@ -275,6 +275,7 @@ def exit_status_constants() -> dict[str, int]:
 
 DATE_TIME = re.compile(r"\d{8}_\d{6}(\.\d+)?|\d{4}-\d{2}-\d{2}T\d{2}[-:]\d{2}[-:]\d{2}(\.\d+)?")
 
+
 def masked_file_name(name: str) -> str:
     """A file name with its date-time masked."""
     return DATE_TIME.sub("<date-time>", name)

@@ -108,6 +108,11 @@ def test_validation_writes_its_submission_file_marked_partial_when_samples_were_
     assert run.metric("egoplan_val", "predictions") == len(submission)
 
 
+def test_a_run_names_its_results_file_which_lmms_eval_does_not_and_the_report_command(run):
+    assert (f"lmms-egoplan: results in {run.results_file}; `lmms-egoplan report {run.results_file.parent.parent}` "
+            f"sets them beside the papers' rows") in run.log
+
+
 def test_test_split_writes_a_valid_submission_and_reports_no_accuracy(run, fixture):
     files = list(run.output_dir.rglob("*_submission_egoplan_test.json"))
     assert [file.parent for file in files] == [run.results_file.parent]  # one file, beside the results

@@ -353,7 +353,6 @@ def test_missing_fields_score_zero_without_a_judge_call_and_present_ones_are_jud
     assert (one_missing["incomplete_answers"], one_missing["missing_fields"]) == (1, 1)
 
 
-
 # The authors' prediction prompts, held by the SHA-256 of each file as published: YePan2/EgoIntent@3528dc9,
 # prompts/benchmark_prediction_system.txt and prompts/benchmark_prediction_user.txt (each ends with a newline).
 OFFICIAL_PROMPT_SHA256 = {"system": "1ed38740763de641459988d21c915d7d83db75a446713d957ccdb218a11d9684",
@@ -451,7 +450,6 @@ def test_the_judge_follows_the_definitions_setting_and_each_prompt_has_its_own_i
     assert egointent_protocol.RUBRIC_NAMES == {"release": "egointent_release", "v1": "egointent"}
     assert load_rubric("egointent", EGOINTENT.rubrics).prompt_hash == "ec9c4e681602dc98"
     assert load_rubric("egointent_release", EGOINTENT.rubrics).prompt_hash not in ("ec9c4e681602dc98", "")
-
 
 
 def test_an_incomplete_answer_that_ends_unfinished_is_counted_as_cut_at_the_token_limit():

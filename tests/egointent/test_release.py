@@ -262,7 +262,6 @@ def test_the_check_command_reads_the_release_and_lists_the_steps_it_would_skip(r
     assert "--data_layout must be one of auto, release, flat, got 'folder'" in capsys.readouterr().err
 
 
-
 def test_a_clip_longer_than_its_window_is_reported_and_shown_as_the_setting_longer_clips_says(release, tmp_path,
                                                                                               capsys):
     """A release-layout copy with one step's start_time moved 1 s later: its 8 s clip holds a 7 s window.
@@ -301,7 +300,6 @@ def test_a_clip_longer_than_its_window_is_reported_and_shown_as_the_setting_long
     assert main(["egointent-check", str(root), "--longer_clips", "error"]) == 2
     assert "the clip is 1.000 s longer than its window" in capsys.readouterr().err
     assert main(["egointent-check", str(release)]) == 0 and "longer than" not in capsys.readouterr().out
-
 
 
 def test_the_run_warns_of_longer_clips_when_it_loads_the_data_before_any_model(release, tmp_path, monkeypatch):

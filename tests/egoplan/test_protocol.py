@@ -393,7 +393,6 @@ def test_every_problem_of_the_data_records_and_media_is_listed_in_one_error(brok
         load(broken, visual_source="clips")
 
 
-
 @pytest.mark.parametrize("damage", ["empty frame", "truncated frame", "frame not an image", "empty clip",
                                     "clip not a video"])
 def test_an_unusable_frame_or_clip_is_named_at_load_with_its_sample_and_setting(damage, fixture, tmp_path):

@@ -136,7 +136,6 @@ def test_the_command_writes_the_judge_it_is_given_and_refuses_a_value_of_the_wro
                                                          "judge_cache_dir": str(Path("~/j").expanduser())}
 
 
-
 def test_a_root_or_settings_folder_that_cannot_be_made_stops_prepare_before_it_fetches(hub, tmp_path, capsys):
     """A file where a folder goes: the settings file's folder was mkdir's FileExistsError traceback once the data were
     fetched, --root a failure to write the list of what is needed."""

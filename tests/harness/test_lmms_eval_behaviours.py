@@ -568,8 +568,6 @@ def test_a_lone_surrogate_is_kept_in_the_response_cache_as_u_fffd_and_read_back_
     assert "Two plates \ufffd." in audit
 
 
-
-
 class EchoingServer(http.server.BaseHTTPRequestHandler):
     """An OpenAI-compatible server that answers 401, echoing the request's Authorization header."""
 

@@ -153,6 +153,7 @@ def test_audit_trail_records_prompt_raw_output_rating_and_judge_model(tmp_path):
 
     batch = requests(5)
     # The server answers "judge-v1" requests with a dated snapshot, as OpenAI does for its aliases.
+
     def snapshot(call):
         return dataclasses.replace(rating_responder(hash_rating)(call), model="judge-v1-2024-06-13")
     with ChatServer(snapshot) as server:

@@ -500,7 +500,6 @@ class _EngineHandler(_Handler):
         except (BrokenPipeError, ConnectionResetError):
             pass
 
-
     def _refused_without_key(self, server: EngineServer, path: str) -> bool:
         """--api-key: SGLang guards every endpoint but /health (utils/auth.py), vLLM /v1/... (its
         AuthenticationMiddleware's GUARDED_PREFIX)."""

@@ -265,3 +265,19 @@ def test_a_group_of_one_task_without_an_interval_is_said_with_its_task(tmp_path)
     assert [note for note in row["notes"].split("; ") if note.startswith("no interval")] == [
         "no interval: ego_think_forecasting score, ego_think_capability_forecasting score: every logged sample scored "
         "0"], row["notes"]
+
+
+def test_a_later_report_in_the_same_process_reads_the_logs_and_audit_trails_again(tmp_path):
+    """The report kept every log and audit trail it read for the rest of the process, by path: a report written
+    after a run's files changed (judged again into the same audit trail) showed the intervals of the old ones."""
+    again = {d: [None if r is None else 1.0 - r for r in values] for d, values in RATINGS.items()}
+    egothink_run(tmp_path / "changed", RATINGS)
+    write_report([tmp_path / "changed"], tmp_path / "report_before", FACES)
+    egothink_run(tmp_path / "changed", again)  # the same files, other ratings
+    egothink_run(tmp_path / "fresh", again)
+    for name in ("changed", "fresh"):
+        write_report([tmp_path / name], tmp_path / f"report_{name}", FACES)
+    before, changed, fresh = ([r for r in read_csv(tmp_path / report / "ego_think.csv") if r["source"] == THIS_RUN][0]
+                              for report in ("report_before", "report_changed", "report_fresh"))
+    header = "Mean over questions (0-100) 95% low"
+    assert changed[header] == fresh[header] != before[header]

@@ -217,7 +217,6 @@ def test_one_models_several_published_values_show_their_spread_and_sources(tmp_p
                in kimi), [row["notes"] for row in kimi]
 
 
-
 def test_a_row_whose_stated_frames_or_items_differ_from_the_runs_is_shown_apart_naming_the_field(tmp_path):
     # MiMo-Embodied's rows state 2 fps (its README's preprocessing); a run at the suite's 4 fps is not their protocol
     cosmos_reason1_run(tmp_path / "four_fps", settings={"fps": 4.0})

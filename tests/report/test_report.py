@@ -399,7 +399,6 @@ def test_a_results_file_of_another_version_is_read_and_named(tmp_path):
     assert len(runs) == 1 and "no 'results' object" in unreadable[0]
 
 
-
 def test_a_row_with_answers_cut_at_the_token_limit_says_so(tmp_path):
     """EgoIntent counts incomplete answers that end unfinished (cut_answers): scored, their missing fields 0,
     and named in the row's notes; where nothing was judged, in the reason too."""
@@ -410,6 +409,7 @@ def test_a_row_with_answers_cut_at_the_token_limit_says_so(tmp_path):
     write_lmms_eval_run(tmp_path / "b", "20260101_110000", {"egointent": {
         **{name: 0.0 for name in scores}, "judged": 0, "failed": 0, "incomplete_answers": 15, "missing_fields": 45,
         "cut_answers": 15}}, n_samples={"egointent": {"original": 15, "effective": 15}})
+
     def notes(run):
         report = write_report([tmp_path / run], tmp_path / f"report-{run}", FACES)
         [row] = [row for row in read_csv(tmp_path / f"report-{run}" / "egointent.csv")
@@ -1146,3 +1146,21 @@ def test_judged_tables_count_the_judged_answers_and_the_failed_judgements(tmp_pa
     markdown = (tmp_path / "report" / "report.md").read_text()
     assert "Failed judgements" in markdown.split("## EgoIntent")[1] and "Failed judgements" in markdown.split(
         "## EgoThink")[1]
+
+
+def test_the_preamble_counts_runs_in_words_explains_its_marks_and_speaks_of_the_tables_shown_only(tmp_path, capsys):
+    """An EgoPlan-only report said "1 results files" and explained ActPlan-1K's format-error rate; the command said
+    "3 tables and figures" of one table's CSV and one figure's two files."""
+    from lmms_egoplan.cli import main
+
+    egoplan_run(tmp_path / "r")
+    assert main(["report", str(tmp_path / "r"), "--output", str(tmp_path / "report")]) == 0
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "Runs: 1 results file (" in markdown and "A cell '—': the row reports no such value" in markdown
+    assert "ActPlan-1K" not in markdown.split("\n## ")[0]
+    tables = len(list((tmp_path / "report").glob("*.csv")))
+    figures = len(list((tmp_path / "report").glob("*.png")))
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"Report: {tmp_path / 'report' / 'report.md'} (and report.html; beside them {tables} CSV "
+        f"{'table' if tables == 1 else 'tables'} and {figures} {'figure' if figures == 1 else 'figures'}, PNG and "
+        f"SVG)")

@@ -409,6 +409,7 @@ def _end_as_the_interpreter_does(status: int) -> None:
         os.kill(os.getpid(), signal.SIGINT)
     os._exit(status & 0xFF)
 
+
 if __name__ == "__main__":
     if sys.argv[1] == PLAIN:  # a refused run: this interpreter's own imports, then the prelude and the command
         become_the_run({"argv": sys.argv[3:], "env": dict(os.environ), "cwd": os.getcwd(), "fds": [],

@@ -81,7 +81,6 @@ class OpenAIChatBackend(JudgeBackend):
         return Completion(text=choices[0].message.content or "", model=response.model or self.model,
                           fingerprint=getattr(response, "system_fingerprint", None))
 
-
     def _route_hint(self, error) -> str:
         """For a 404 that names no model: the request's URL, which the server does not serve (a base URL without
         /v1 is the usual slip; the reply alone, "Error code: 404", names neither)."""
