@@ -122,8 +122,18 @@ class EgoPlanHF(DocRequests, lmms):
         if not pretrained:
             raise SettingsError("egoplan_hf: model_args pretrained is required: the checkpoint's folder or hub id "
                                 "(--model_args pretrained=Qwen/Qwen2-VL-7B-Instruct,...)")
+        # Every model_arg that needs no model checked before the weights load (minutes for a large checkpoint).
+        self.limits = self.visual_limits("egoplan_hf", max_frames, image_max_side, image_max_pixels, video_max_side,
+                                         video_max_pixels)
+        max_length = _arg(max_length, int | None, "max_length", minimum=1)
+        self.batch_size = _batch_size(batch_size)
+        self.prefix_sharing = _arg(prefix_sharing, bool, "prefix_sharing")
+        self.lstrip_continuation = _arg(lstrip_continuation, bool, "lstrip_continuation")
+        videos_as_frames = _arg(videos_as_frames, bool, "videos_as_frames")
+        packed_vision_attention = _arg(packed_vision_attention, bool, "packed_vision_attention")
+        speed = _SpeedArgs.checked(fused_elementwise, continuation_batch_size, candidates_in_prefill, visual_prefetch,
+                                   prefetch_processes)
         from accelerate import Accelerator
-
         self.pretrained = str(pretrained)
         accelerator = Accelerator()
         placement = _placement(device_map, max_memory, offload_folder, device, accelerator.num_processes)
@@ -137,8 +147,7 @@ class EgoPlanHF(DocRequests, lmms):
         self._device = _place(self._model, self.pretrained, device, placement, accelerator)
         self._model.eval()
         # Qwen-VL vision towers: every window in one attention call (vision_attention); None: nothing to pack.
-        self.vision_attention = pack_vision_attention(self._model, _arg(packed_vision_attention, bool,
-                                                                        "packed_vision_attention"))
+        self.vision_attention = pack_vision_attention(self._model, packed_vision_attention)
         self.device_pixels = DevicePixels.for_model(self._model.config.model_type, self.processor, self._model.dtype)
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # decoder-only batched generation
@@ -146,30 +155,22 @@ class EgoPlanHF(DocRequests, lmms):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.takes_images, self.video_native, self.videos_with_images = processor_inputs(self.processor)
         # A video's frames as images, as lmms-eval's own backends show a frame list (the model then sees no time).
-        self.video_native = self.video_native and not _arg(videos_as_frames, bool, "videos_as_frames")
+        self.video_native = self.video_native and not videos_as_frames
         self.chat = ChatRenderer(self.processor, self.pretrained, system_prompt=system_prompt,
                                  chat_template=chat_template)
-        self.limits = self.visual_limits("egoplan_hf", max_frames, image_max_side, image_max_pixels, video_max_side,
-                                         video_max_pixels)
-        self.max_length = _arg(max_length, int | None, "max_length", minimum=1) or _context_window(self._model)
-        self.batch_size = _batch_size(batch_size)
-        self.prefix_sharing = _arg(prefix_sharing, bool, "prefix_sharing")
-        self.lstrip_continuation = _arg(lstrip_continuation, bool, "lstrip_continuation")
+        self.max_length = max_length or _context_window(self._model)
         # After packing: the packed forwards' rotary embedding is compiled too.
-        self._choose_speed_options(fused_elementwise, continuation_batch_size, candidates_in_prefill, visual_prefetch,
-                                   prefetch_processes)
+        self._choose_speed_options(speed)
         self.settle_turn_end(self._model.generation_config)
         self._reported_generation_keys: set[str] = set()
 
-    def _choose_speed_options(self, fused_elementwise, continuation_batch_size, candidates_in_prefill, visual_prefetch,
-                              prefetch_processes) -> None:
+    def _choose_speed_options(self, speed: _SpeedArgs) -> None:
         """The likelihood path's speed options; each one a run leaves unset, by the run's device (``_place``)."""
-        self.fused_elementwise = _fused(self._model, _arg(fused_elementwise, bool | None, "fused_elementwise"),
-                                        self._device)
-        self.scorer = _scorer(self._model, self.pretrained, continuation_batch_size, candidates_in_prefill,
+        self.fused_elementwise = _fused(self._model, speed.fused_elementwise, self._device)
+        self.scorer = _scorer(self._model, self.pretrained, speed.continuation_batch_size, speed.candidates_in_prefill,
                               self._device)
-        self.visual_prefetch = _visual_prefetch(visual_prefetch, self._device)
-        self.prefetch_processes = _prefetch_processes(prefetch_processes, self.visual_prefetch, self._device)
+        self.visual_prefetch = _visual_prefetch(speed.visual_prefetch, self._device)
+        self.prefetch_processes = _prefetch_processes(speed.prefetch_processes, self.visual_prefetch, self._device)
 
     @property
     def model(self):
@@ -580,18 +581,37 @@ def _resolve_device(device: str | None, accelerator, runs: str) -> str:
     return device
 
 
-def _visual_prefetch(value, device: torch.device) -> int:
+@dataclass(frozen=True)
+class _SpeedArgs:
+    """The likelihood path's speed model_args as the run gives them (None: chosen by the device), checked before the
+    weights load."""
+
+    fused_elementwise: bool | None
+    continuation_batch_size: int
+    candidates_in_prefill: bool | None
+    visual_prefetch: int | None
+    prefetch_processes: int | None
+
+    @classmethod
+    def checked(cls, fused_elementwise, continuation_batch_size, candidates_in_prefill, visual_prefetch,
+                prefetch_processes) -> _SpeedArgs:
+        return cls(_arg(fused_elementwise, bool | None, "fused_elementwise"),
+                   _arg(continuation_batch_size, int, "continuation_batch_size", minimum=1),
+                   _arg(candidates_in_prefill, bool | None, "candidates_in_prefill"),
+                   _arg(visual_prefetch, int | None, "visual_prefetch", minimum=0),
+                   _arg(prefetch_processes, int | None, "prefetch_processes", minimum=0))
+
+
+def _visual_prefetch(value: int | None, device: torch.device) -> int:
     """The batches prepared ahead: on a GPU the scoring thread mostly waits for the device, so a preparing
     thread runs beside it; on CPU the model's threads already use every core, and preparing ahead only
     competes with them."""
-    value = _arg(value, int | None, "visual_prefetch", minimum=0)
     return (2 if device.type == "cuda" else 0) if value is None else value
 
 
-def _prefetch_processes(value, visual_prefetch: int, device: torch.device) -> int:
+def _prefetch_processes(processes: int | None, visual_prefetch: int, device: torch.device) -> int:
     """Worker processes preparing the batches ahead (0: a thread, ``visual_prefetch``); by default on a GPU
     ``GPU_DEFAULTS``' count where batches are prepared ahead."""
-    processes = _arg(value, int | None, "prefetch_processes", minimum=0)
     if processes is None:
         return GPU_DEFAULTS["prefetch_processes"] if device.type == "cuda" and visual_prefetch else 0
     if processes and not visual_prefetch:
@@ -600,12 +620,10 @@ def _prefetch_processes(value, visual_prefetch: int, device: torch.device) -> in
     return processes
 
 
-def _scorer(model, pretrained: str, continuation_batch_size: Any, candidates_in_prefill: Any,
+def _scorer(model, pretrained: str, continuation_batch_size: int, candidates_in_prefill: bool | None,
             device: torch.device) -> LikelihoodScorer:
     """The likelihood scorer of the model args (``candidates_in_prefill`` unset: ``GPU_DEFAULTS``' where the run is on
     a GPU, else off); where the model cannot score its candidates inside the prefill, the continuations, said once."""
-    continuation_batch_size = _arg(continuation_batch_size, int, "continuation_batch_size", minimum=1)
-    candidates_in_prefill = _arg(candidates_in_prefill, bool | None, "candidates_in_prefill")
     if candidates_in_prefill is None:
         candidates_in_prefill = device.type == "cuda" and GPU_DEFAULTS["candidates_in_prefill"]
     scorer = LikelihoodScorer(model, pretrained, continuation_batch_size, candidates_in_prefill)

@@ -864,14 +864,14 @@ def test_the_gpu_defaults_apply_on_a_gpu_only_and_an_explicit_setting_wins(backe
     assert egoplan_hf._prefetch_processes(None, 2, cuda) == egoplan_hf.GPU_DEFAULTS["prefetch_processes"] == 2
     assert egoplan_hf._prefetch_processes(None, 0, cuda) == 0  # nothing prepared ahead: no process either
     assert egoplan_hf._prefetch_processes(None, 2, cpu) == 0
-    assert egoplan_hf._prefetch_processes("0", 2, cuda) == 0
+    assert egoplan_hf._prefetch_processes(0, 2, cuda) == 0
     model = backend("qwen2_vl")
     assert model.prefetch_processes == 0 and model.fused_elementwise is None  # CPU: both off unless asked
     assert not model.scorer.candidates_in_prefill
     assert egoplan_hf._scorer(model.model, model.pretrained, 16, None, cuda).candidates_in_prefill \
         is egoplan_hf.GPU_DEFAULTS["candidates_in_prefill"] is True
     assert egoplan_hf._scorer(model.model, model.pretrained, 16, None, cpu).candidates_in_prefill is False
-    assert egoplan_hf._scorer(model.model, model.pretrained, 16, "false", cuda).candidates_in_prefill is False
+    assert egoplan_hf._scorer(model.model, model.pretrained, 16, False, cuda).candidates_in_prefill is False
     # Unset on a GPU where inductor cannot compile (here: no CUDA), the default quietly stays eager.
     assert egoplan_hf._fused(model.model, None, cuda) is None
     with pytest.raises(SettingsError, match="fused_elementwise=true compiles with torch's inductor"):
@@ -957,9 +957,20 @@ def test_bad_model_args_raise(tiny_model):
                                         ("video_max_pixels", -1), ("max_frames", 0), ("batch_size", 0),
                                         ("continuation_batch_size", 0), ("max_length", 0)])
 def test_a_size_or_count_that_would_show_no_image_or_score_nothing_is_refused_naming_it(tiny_model, name, value):
-    """image_max_side=-3 used to fit every image into one pixel, and 0 to mean no limit: a run scored that."""
-    with pytest.raises(SettingsError, match=f"egoplan_hf model_args {name} must be at least 1, got {value!r}"):
-        EgoPlanHF(pretrained=str(tiny_model("qwen2_vl")), **{name: value})
+    """image_max_side=-3 used to fit every image into one pixel, and 0 to mean no limit: a run scored that. Each is
+    refused before the weights load (a folder that holds none is not even looked at)."""
+    for pretrained in (str(tiny_model("qwen2_vl")), "/no/such/checkpoint"):
+        with pytest.raises(SettingsError, match=f"egoplan_hf model_args {name} must be at least 1, got {value!r}"):
+            EgoPlanHF(pretrained=pretrained, **{name: value})
+
+
+@pytest.mark.parametrize("model_args", [{"visual_prefetch": -1}, {"prefetch_processes": "-1"},
+                                        {"candidates_in_prefill": "maybe"}, {"fused_elementwise": "perhaps"},
+                                        {"packed_vision_attention": "2"}, {"videos_as_frames": "x"}])
+def test_every_model_arg_that_needs_no_model_is_checked_before_the_weights_load(model_args):
+    [name] = model_args
+    with pytest.raises(SettingsError, match=f"egoplan_hf model_args {name}"):
+        EgoPlanHF(pretrained="/no/such/checkpoint", **model_args)
 
 
 def test_dtype_and_attention_implementation_are_model_args(backend):
