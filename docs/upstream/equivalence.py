@@ -1013,11 +1013,12 @@ def actplan_samples(samples: list[dict], side: SideRun) -> list[dict]:
     if side.side == UPSTREAM:
         return samples
     from lmms_egoplan.actplan.plans import score_lcs
-    from lmms_egoplan.actplan.task import _matcher
+    from lmms_egoplan.actplan.task import configured_matcher
 
     settings = _actplan_settings(side.environ)
     first = [sample["lcs"] for sample in samples]
-    scores = score_lcs([(item["prediction"], item["gold"]) for item in first], _matcher(settings), settings.gold_plan)
+    scores = score_lcs([(item["prediction"], item["gold"]) for item in first], configured_matcher(settings),
+                        settings.gold_plan)
     viewed = []
     for sample, score in zip(samples, scores):
         view = {}

@@ -38,6 +38,7 @@ from loguru import logger
 
 from lmms_egoplan.actplan.data import ENV_PREFIX, SPLITS, annotation_root, check_settings, load_instances
 from lmms_egoplan.actplan.plans import PlanScore, aggregate_format_error_rate, bleurt_correct, parse_plan, score_lcs
+from lmms_egoplan.actplan.settings import ActPlanSettings
 from lmms_egoplan.contract.adapter import SAMPLE_SCORES
 from lmms_egoplan.contract.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
 from lmms_egoplan.core.files import valid_text, write_atomically
@@ -205,16 +206,20 @@ def process_results(doc: dict, results: list[str], context: TaskContext) -> dict
 # ---------------------------------------------------------------------------------------------
 
 
-def _matcher(context: TaskContext):
-    """The run's step matcher of the task's settings (both tasks of a run share its LCS cache)."""
+def configured_matcher(settings: ActPlanSettings):
+    """A step matcher as ``settings`` configure it (its embedding model, threshold, device and batch size)."""
     from lmms_egoplan.actplan.lcs import StepMatcher
 
+    return StepMatcher(settings.embedding_model or None, threshold=settings.match_threshold,
+                       device=settings.scoring_device, batch_size=settings.embedding_batch_size)
+
+
+def _matcher(context: TaskContext):
+    """The run's step matcher of the task's settings (both tasks of a run share its LCS cache)."""
     settings = context.settings
     key = ("step matcher", settings.embedding_model, settings.match_threshold, settings.scoring_device,
            settings.embedding_batch_size)
-    return shared_scorer(context.run, key, lambda: StepMatcher(
-        settings.embedding_model or None, threshold=settings.match_threshold, device=settings.scoring_device,
-        batch_size=settings.embedding_batch_size))
+    return shared_scorer(context.run, key, lambda: configured_matcher(settings))
 
 
 def _classifier(context: TaskContext):

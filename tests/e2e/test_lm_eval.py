@@ -159,7 +159,7 @@ def test_chat_completions_baselines_report_what_their_logged_samples_give(tmp_pa
     samples, reported = logged_samples(output, "actplan1k_text_only_lm"), report["results"]["actplan1k_text_only_lm"]
     items = [sample["lcs"] for sample in samples]
     scores = score_lcs([(item["prediction"], item["gold"]) for item in items],
-                       actplan._matcher(actplan_settings.ActPlanSettings()), "first")
+                       actplan.configured_matcher(actplan_settings.ActPlanSettings()), "first")
     assert reported["lcs,none"] == pytest.approx(mean(score.lcs for score in scores)) and reported["lcs,none"] > 0
     assert reported["norm_lcs,none"] == pytest.approx(mean(score.norm_lcs for score in scores))
     assert reported["plan_length,none"] == pytest.approx(mean(len(item["prediction"]) for item in items))
