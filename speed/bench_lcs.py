@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.threads} torch threads, load average {os.getloadavg()[0]:.1f}")
 
     started = time.perf_counter()
-    matcher = StepMatcher(device="cpu")
+    matcher = StepMatcher()
     matcher.model.encode(["warm up"])
     print(f"model load: {time.perf_counter() - started:.1f} s")
 

@@ -26,6 +26,7 @@ def _match_threshold(text: str) -> float:
 def _score(args: argparse.Namespace) -> int:
     from lmms_egoplan.actplan import plans as actplan_plans
     from lmms_egoplan.actplan.lcs import StepMatcher
+    from lmms_egoplan.core.embeddings import SentenceEncoder
     from lmms_egoplan.core.files import output_file, strict_json, write_atomically
 
     if not args.data_root and not args.pairs:
@@ -46,8 +47,8 @@ def _score(args: argparse.Namespace) -> int:
         plans += actplan_plans.candidates_from_jsonl(path, steps=args.steps)
     if not plans:
         raise InputError("no plans to score" + "".join(f"\n  {note}" for note in notes))
-    matcher = StepMatcher(args.embedding_model, threshold=args.threshold, device=args.device,
-                          batch_size=args.batch_size)
+    encoder = SentenceEncoder(args.embedding_model, device=args.device, runs="ActPlan-1K's step matcher")
+    matcher = StepMatcher(encoder, threshold=args.threshold, batch_size=args.batch_size)
     scores = actplan_plans.score_lcs([(p.prediction, p.gold) for p in plans], matcher,
                                      args.gold if args.gold in actplan_plans.GOLD_CHOICES else "first")
     print(actplan_plans.format_summary(actplan_plans.summarize(plans, scores)))

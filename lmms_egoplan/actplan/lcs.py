@@ -19,17 +19,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
-from lmms_egoplan.core.devices import resolve_device
-from lmms_egoplan.core.embeddings import (
-    default_sentence_model,
-    full_float32,
-    sentence_embeddings,
-    sentence_model,
-    sentence_model_problem,
-)
+from lmms_egoplan.core.embeddings import SentenceEncoder, full_float32, sentence_model_problem
 from lmms_egoplan.core.errors import InputError
 
 DEFAULT_MATCH_THRESHOLD = 0.8
@@ -67,18 +59,18 @@ def normalized_lcs(lcs: int, length_a: int, length_b: int) -> float:
 class StepMatcher:
     """Embedding-based step matching and LCS, with every distinct step embedded once.
 
-    ``model``: a sentence-transformers model folder (default: the bundled all-MiniLM-L6-v2).
-    Embeddings (process-wide, ``sentence_embeddings``) and LCS values are cached, so scoring the
+    ``encoder``: the sentence encoder (default: the bundled all-MiniLM-L6-v2 on the CPU; a run's tasks share the
+    run's, ``core.embeddings.run_encoder``). Embeddings (the encoder's) and LCS values are cached, so scoring the
     same plans again (e.g. once per reported metric) costs nothing.
     """
 
-    def __init__(self, model: str | Path | None = None, *, threshold: float = DEFAULT_MATCH_THRESHOLD,
-                 device: str = "cpu", batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE):
-        self.model_path = str(Path(model).expanduser()) if model else default_sentence_model()
-        if problem := sentence_model_problem(self.model_path):
+    def __init__(self, encoder: SentenceEncoder | None = None, *, threshold: float = DEFAULT_MATCH_THRESHOLD,
+                 batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE):
+        self.encoder = encoder or SentenceEncoder(device="cpu")
+        if problem := sentence_model_problem(self.encoder.model_path):
             raise InputError(f"ActPlan-1K's sentence-embedding model: {problem}")
         self.threshold = float(threshold)
-        self.device = resolve_device(device, runs=f"ActPlan-1K's step matcher {Path(self.model_path).name}")
+        self.device = self.encoder.device
         self.batch_size = batch_size
         self.recheck_margin = RECHECK_MARGIN["cpu" if self.device == "cpu" else "cuda"]
         self._single_embeddings: dict[str, Any] = {}
@@ -88,11 +80,11 @@ class StepMatcher:
 
     @property
     def model(self):
-        return sentence_model(self.model_path, self.device)
+        return self.encoder.model
 
     def embeddings(self, steps: Iterable[str]) -> list:
-        """Unit-norm embeddings of ``steps`` (batched; each distinct step encoded once per process)."""
-        return sentence_embeddings(steps, self.model_path, device=self.device, batch_size=self.batch_size)
+        """Unit-norm embeddings of ``steps`` (batched; each distinct step encoded once by the encoder)."""
+        return self.encoder.embeddings(steps, batch_size=self.batch_size)
 
     def reference_cosine(self, step_a: str, step_b: str):
         """The cosine exactly as the release computes it: each step encoded alone, ``util.cos_sim``.

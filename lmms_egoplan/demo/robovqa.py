@@ -209,8 +209,10 @@ def preset_rescorings(run: EvalRun, failed: frozenset[str] = frozenset()) -> lis
     """The scripted run's logged answers through each preset's scorer (``lmms_egoplan.robovqa.task.PROTOCOLS``),
     which one run under the default protocol cannot apply, and the values the script implies: the transcriptions of
     the lineages' code (``lineage_scores``) over the script's answers and the episodes' references."""
+    from lmms_egoplan.core.embeddings import SentenceEncoder
     from lmms_egoplan.robovqa.task import PROTOCOLS
 
+    encoder, sentence_model = SentenceEncoder(), minilm()
     # a failed request's logged sample holds its count alone, no predictions record
     logged = {kind: [(sample["filtered_resps"], sample["predictions"]) for sample in run.samples(f"robovqa_{kind}")
                      if "predictions" in sample] for kind in QUESTION_TYPES}
@@ -219,11 +221,11 @@ def preset_rescorings(run: EvalRun, failed: frozenset[str] = frozenset()) -> lis
     with warnings.catch_warnings():  # NLTK's warning of n-gram orders without overlap: the lineages score them so
         warnings.simplefilter("ignore", UserWarning)
         for protocol in (name for name in PROTOCOLS if name != "default"):
-            score = PROTOCOLS[protocol].score
-            reported = _by_task({kind: [score(answer, {"answer": record["reference"], "tag": record["tag"],
-                                                       "question_type": record["question_type"]})
+            scored = PROTOCOLS[protocol].scored
+            reported = _by_task({kind: [scored(answer, {"answer": record["reference"], "tag": record["tag"],
+                                                        "question_type": record["question_type"]}, lambda: encoder)
                                         for answer, record in pairs] for kind, pairs in logged.items()})
-            expected = _by_task({kind: [lineage_scores(protocol, answer, reference, kind)
+            expected = _by_task({kind: [lineage_scores(protocol, answer, reference, kind, sentence_model)
                                         for of, _, reference, answer in scripted if of == kind]
                                  for kind in QUESTION_TYPES})
             rescorings.append(Rescored(protocol, _as_results_file(reported), expected,
@@ -309,20 +311,26 @@ def multinet_normalize_transcribed(text):
     return " ".join(text.split())
 
 
-def sentence_similarity(first: str, second: str) -> float:
-    """The cosine of all-MiniLM-L6-v2's embeddings of the two texts, each encoded alone, by sentence-transformers'
-    own ``util.cos_sim`` (MultiNet's similarity)."""
+def sentence_similarity(first: str, second: str, model) -> float:
+    """The cosine of ``model``'s (all-MiniLM-L6-v2's, loaded by sentence-transformers) embeddings of the two texts,
+    each encoded alone, by sentence-transformers' own ``util.cos_sim`` (MultiNet's similarity)."""
     from sentence_transformers import util
 
-    from lmms_egoplan.core.devices import resolve_device
-    from lmms_egoplan.core.embeddings import default_sentence_model, sentence_model
-
-    model = sentence_model(default_sentence_model(), resolve_device(None))
     return float(util.cos_sim(model.encode(first), model.encode(second))[0][0])
 
 
-def lineage_scores(protocol: str, answer: str, reference: str, kind: str) -> dict[str, float]:
-    """A preset's metrics of one answer, by the transcriptions of its lineage's code."""
+def minilm():
+    """all-MiniLM-L6-v2, loaded by sentence-transformers (as MultiNet loads it; not through the suite's encoder)."""
+    from sentence_transformers import SentenceTransformer
+
+    from lmms_egoplan.core.embeddings import default_sentence_model
+
+    return SentenceTransformer(default_sentence_model())
+
+
+def lineage_scores(protocol: str, answer: str, reference: str, kind: str, sentence_model=None) -> dict[str, float]:
+    """A preset's metrics of one answer, by the transcriptions of its lineage's code (``sentence_model``: MultiNet's
+    all-MiniLM-L6-v2, ``minilm()``)."""
     if protocol == "mimo":
         return dict(zip(("mimo_score", "mimo_bleu1", "mimo_bleu2", "mimo_bleu3", "mimo_bleu4"),
                         mimo_transcribed(answer, reference)))
@@ -335,8 +343,8 @@ def lineage_scores(protocol: str, answer: str, reference: str, kind: str) -> dic
     if not answer.strip():  # an invalid answer: 0 and 0, counted
         return {"multinet_exact_match": 0.0, "multinet_similarity": 0.0, "multinet_invalid": 1.0}
     exact = multinet_normalize_transcribed(answer) == multinet_normalize_transcribed(reference)
-    return {"multinet_exact_match": float(exact), "multinet_similarity": sentence_similarity(answer, reference),
-            "multinet_invalid": 0.0}
+    return {"multinet_exact_match": float(exact),
+            "multinet_similarity": sentence_similarity(answer, reference, sentence_model), "multinet_invalid": 0.0}
 
 
 def smoke_suite(workdir: Path, resources):

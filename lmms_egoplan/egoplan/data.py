@@ -21,7 +21,7 @@ from typing import Any
 
 from lmms_egoplan.catalogue import entry
 from lmms_egoplan.core import media, seed_bench_r1
-from lmms_egoplan.core.embeddings import cosine_similarities
+from lmms_egoplan.core.embeddings import SentenceEncoder
 from lmms_egoplan.core.errors import DatasetProblems, InputError
 from lmms_egoplan.core.files import inside_root, read_json_list
 from lmms_egoplan.core.media import LoadedSamples, MissingMedia
@@ -546,8 +546,8 @@ def add_similarity_levels(docs: Sequence[dict], settings) -> None:
     loads the docs, and this should not take GPU memory there.
     """
     try:
-        similarities = cosine_similarities([(doc["task_goal"], doc["answer"]) for doc in docs],
-                                           settings.similarity_model or None, device="cpu")
+        encoder = SentenceEncoder(settings.similarity_model or None, device="cpu")
+        similarities = encoder.cosine_similarities([(doc["task_goal"], doc["answer"]) for doc in docs])
     except (ImportError, OSError, ValueError) as error:
         raise SettingsError(f"EgoPlan: {setting_name(ENV_PREFIX, 'similarity_model')}: cannot load the goal-answer "
                             f"similarity model {settings.similarity_model or 'all-MiniLM-L6-v2'!r}: {error}") from error

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import string
 
+from lmms_egoplan.core.embeddings import SentenceEncoder
 from lmms_egoplan.core.reasoning import without_reasoning
 from lmms_egoplan.robovqa.data import BINARY_TYPES
 
@@ -304,14 +305,12 @@ def multinet_normalize(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", "", text.lower()).split())
 
 
-def multinet_scores(answer: str, doc: dict) -> dict[str, float]:
+def multinet_scores(answer: str, doc: dict, encoder: SentenceEncoder) -> dict[str, float]:
     """``_validate_outputs_and_calculate_metrics``: an empty (or all white space) answer is invalid, scored 0 and 0;
     else exact match of the normalised texts, and the cosine similarity of all-MiniLM-L6-v2's embeddings of the raw
-    answer and reference."""
+    answer and reference (``encoder``'s)."""
     if not answer.strip():
         return {"multinet_exact_match": 0.0, "multinet_similarity": 0.0, "multinet_invalid": 1.0}
-    from lmms_egoplan.core.embeddings import cosine_similarities
-
     exact = float(multinet_normalize(answer) == multinet_normalize(doc["answer"]))
-    similarity = cosine_similarities([(answer, doc["answer"])])[0]
+    similarity = encoder.cosine_similarities([(answer, doc["answer"])])[0]
     return {"multinet_exact_match": exact, "multinet_similarity": float(similarity), "multinet_invalid": 0.0}

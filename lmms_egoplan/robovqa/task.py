@@ -35,6 +35,7 @@ from lmms_egoplan.contract.benchmark import (
     warn_of_skipped,
 )
 from lmms_egoplan.core import media
+from lmms_egoplan.core.embeddings import SentenceEncoder, run_encoder
 from lmms_egoplan.core.request_options import SYSTEM_PROMPT as SYSTEM_PROMPT_OPTION
 from lmms_egoplan.core.settings import setting_name
 from lmms_egoplan.core.statistics import count, total
@@ -56,16 +57,22 @@ class Protocol:
     """A way to run RoboVQA: its source, frames (a count spread over the video, or None: the last frame alone),
     prompt, decoding, scorer and metrics (name -> aggregation; its system turn: ``scoring.SYSTEM_PROMPTS``, by the
     protocol's name); whether the frames go as one video (``as_video``) or as separate images; the data layout its
-    lineage read (``layout``; None: not stated or any)."""
+    lineage read (``layout``; None: not stated or any); whether its scorer compares sentence embeddings
+    (``embeds``: it is given the run's encoder of all-MiniLM-L6-v2, ``core.embeddings.run_encoder``)."""
 
     source: str
     frames: int | None
     prompt: Callable[[Mapping], str]
     decoding: Mapping[str, Any]
-    score: Callable[[str, Mapping], dict[str, float]]
+    score: Callable[..., dict[str, float]]  # (answer, doc), and the run's encoder where ``embeds``
     metrics: tuple[Metric, ...]
     as_video: bool = False
     layout: str | None = None
+    embeds: bool = False
+
+    def scored(self, answer: str, doc: Mapping, encoder: Callable[[], SentenceEncoder]) -> dict[str, float]:
+        """The answer's metrics; ``encoder`` gives the sentence encoder a scorer that ``embeds`` compares with."""
+        return self.score(answer, doc, encoder()) if self.embeds else self.score(answer, doc)
 
 
 def _default_prompt(doc: Mapping) -> str:
@@ -108,7 +115,7 @@ PROTOCOLS: dict[str, Protocol] = {
         "definitions/robovqa_prompt.py, src/v1/modules/Magma/scripts/robovqa_single_inference.py", None,
         lambda doc: scoring.multinet_question(doc["question"]), {"max_new_tokens": 75, **GREEDY},
         scoring.multinet_scores, (Metric("multinet_exact_match", "mean"), Metric("multinet_similarity", "mean"),
-                                  Metric("multinet_invalid", total, higher_is_better=False))),
+                                  Metric("multinet_invalid", total, higher_is_better=False)), embeds=True),
 }
 
 
@@ -258,7 +265,8 @@ def doc_to_messages(doc: Mapping, lmms_eval_specific_kwargs: Mapping | None = No
 def process_results(doc: Mapping, results: Sequence[str], context: TaskContext) -> dict[str, Any]:
     """The answer scored by the protocol's scorer; what it was scored against logged."""
     answer = results[0]
-    scores: dict[str, Any] = dict(PROTOCOLS[doc["protocol"]].score(answer, doc))
+    scores: dict[str, Any] = PROTOCOLS[doc["protocol"]].scored(answer, doc,
+                                                               lambda: run_encoder(context.run, None, None))
     scores["predictions"] = {"item_id": doc["item_id"], "question_type": doc["question_type"], "tag": doc["tag"],
                              "reference": doc["answer"], "protocol": doc["protocol"]}
     return scores

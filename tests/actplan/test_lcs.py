@@ -43,25 +43,13 @@ def test_iterative_dp_equals_the_recursion_for_any_match_relation():
 
 @pytest.fixture(scope="module")
 def matcher():
-    return StepMatcher(device="cpu")
+    return StepMatcher()  # all-MiniLM-L6-v2 on the CPU
 
 
 @pytest.fixture(scope="module")
 def encode(matcher):
     return functools.lru_cache(maxsize=None)(lambda step: matcher.model.encode(step, convert_to_tensor=True,
                                                                                show_progress_bar=False))
-
-
-def test_one_sentence_model_and_one_embedding_cache_per_device_whoever_asks(matcher):
-    from lmms_egoplan.core import embeddings
-
-    step = "place_inside(dishwasher_3, teapot_7)"  # embedded nowhere else
-    # The matcher's device given as "auto", cosine_similarities' left unset: both are this machine's CPU.
-    StepMatcher(device="auto").embeddings([step])
-    loads = embeddings.sentence_model.cache_info().misses
-    assert embeddings.cosine_similarities([(step, step)]) == [pytest.approx(1.0)]
-    assert embeddings.sentence_model.cache_info().misses == loads
-    assert {device for _, device, text in embeddings._embedding_cache if text == step} == {matcher.device} == {"cpu"}
 
 
 def near_threshold_pairs(matcher, steps, low=0.76, high=0.84):
@@ -96,8 +84,8 @@ def test_a_cosine_on_the_threshold_is_decided_as_the_release_decides(matcher, en
     # the last float32 bits) must not decide alone: the release says match at >=, no match just above.
     a, b = "place_inside(cabinet, cookie_1)", "place_inside(cabinet_2, cookie)"
     exact = float(matcher.reference_cosine(a, b))
-    on = StepMatcher(device="cpu", threshold=exact)
-    above = StepMatcher(device="cpu", threshold=float(np.nextafter(np.float32(exact), np.float32(2))))
+    on = StepMatcher(matcher.encoder, threshold=exact)
+    above = StepMatcher(matcher.encoder, threshold=float(np.nextafter(np.float32(exact), np.float32(2))))
     assert on.lcs([a], [b]) == release_lcs([a], [b], encode, threshold=exact) == 1
     assert above.lcs([a], [b]) == release_lcs([a], [b], encode, threshold=above.threshold) == 0
     assert on.rechecked_pairs == above.rechecked_pairs == 1

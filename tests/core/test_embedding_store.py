@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from lmms_egoplan.core import embeddings
 from lmms_egoplan.core.embeddings import EMBEDDING_CACHE_VARIABLE, default_sentence_model
@@ -15,8 +16,8 @@ TEXTS = ["open the fridge", "take the milk", "open the fridge"]
 # A fresh process: its embeddings and whether it imported sentence_transformers.
 _PROBE = """
 import json, sys
-from lmms_egoplan.core.embeddings import sentence_embeddings
-vectors = sentence_embeddings(json.loads(sys.argv[1]), device="cpu")
+from lmms_egoplan.core.embeddings import SentenceEncoder
+vectors = SentenceEncoder(device="cpu").embeddings(json.loads(sys.argv[1]))
 print(json.dumps({"vectors": [v.tolist() for v in vectors], "imported": "sentence_transformers" in sys.modules}))
 """
 
@@ -45,12 +46,9 @@ def test_other_model_files_or_another_device_are_another_store(tmp_path, monkeyp
     monkeypatch.setenv(EMBEDDING_CACHE_VARIABLE, str(tmp_path / "store"))
     first = embeddings.EmbeddingStore.for_model(str(model), "cpu").path
     (model / "README.md").write_text("edited\n")
-    embeddings.model_fingerprint.cache_clear()
     edited = embeddings.EmbeddingStore.for_model(str(model), "cpu").path
     monkeypatch.setattr(embeddings, "describe_device", lambda device: "cuda:0 (NVIDIA H100 80GB HBM3)")
-    embeddings.model_fingerprint.cache_clear()
     on_a_gpu = embeddings.EmbeddingStore.for_model(str(model), "cuda:0").path
-    embeddings.model_fingerprint.cache_clear()
     assert len({first, edited, on_a_gpu}) == 3 and first.parent == tmp_path / "store"
     assert embeddings.EmbeddingStore.for_model("sentence-transformers/all-MiniLM-L6-v2", "cpu") is None  # a Hub name
 
@@ -64,7 +62,7 @@ def test_a_store_that_cannot_be_written_is_said_and_the_run_computes_its_embeddi
     said = []
     sink = logger.add(lambda message: said.append(str(message)), level="WARNING")
     try:
-        vectors = embeddings.sentence_embeddings([f"a text no other test encodes {tmp_path}"], device="cpu")
+        vectors = embeddings.SentenceEncoder(device="cpu").embeddings([f"a text no other test encodes {tmp_path}"])
     finally:
         logger.remove(sink)
     assert len(vectors) == 1 and np.isclose(np.linalg.norm(vectors[0]), 1, atol=1e-6)
@@ -75,3 +73,27 @@ def test_a_store_that_cannot_be_written_is_said_and_the_run_computes_its_embeddi
 def test_off_keeps_no_store(tmp_path, monkeypatch):
     monkeypatch.setenv(EMBEDDING_CACHE_VARIABLE, "off")
     assert embeddings.EmbeddingStore.for_model(default_sentence_model(), "cpu") is None
+
+
+def test_the_tasks_of_a_run_share_one_encoder_per_model_and_device_and_the_next_run_has_its_own():
+    """The loaded model and the texts encoded were kept for the whole process: a later evaluation in the process used
+    them, whatever the model's files had become since."""
+    from lmms_egoplan.actplan import task as actplan
+    from lmms_egoplan.actplan.settings import ActPlanSettings
+    from lmms_egoplan.contract.benchmark import TaskContext
+    from lmms_egoplan.core.run import SuiteRun
+    from lmms_egoplan.robovqa import task as robovqa
+
+    first, second = SuiteRun(), SuiteRun()
+    matcher = actplan._matcher(TaskContext("actplan1k", ActPlanSettings(scoring_device="auto"), run=first))
+    # RoboVQA's multinet scorer asks for the default model on the default device; "auto" is this machine's CPU too
+    encoder = embeddings.run_encoder(first, None, None)
+    assert matcher.encoder is encoder is embeddings.run_encoder(first, default_sentence_model(), "cpu")
+    assert embeddings.run_encoder(second, None, None) is not encoder
+    answer = f"the gripper opens the drawer {id(first)}"
+    doc = {"protocol": "multinet", "answer": "open the drawer", "item_id": "q1", "question_type": "planning",
+           "tag": "planning"}
+    scores = robovqa.process_results(doc, [answer], TaskContext("robovqa_planning", None, run=first))
+    assert scores["multinet_similarity"] == pytest.approx(float(np.dot(*encoder.embeddings([answer, doc["answer"]]))))
+    assert matcher.embeddings([answer])[0] is encoder.embeddings([answer])[0]  # encoded once, for both benchmarks
+    assert embeddings.run_encoder(second, None, None)._model is None  # the next run loads its own, when it needs it

@@ -90,7 +90,7 @@ def chat_run(release, classifier, scripted, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def matcher():
-    return StepMatcher(device="cpu")
+    return StepMatcher()
 
 
 def logged_output(sample) -> str:

@@ -13,7 +13,14 @@ from PIL import Image
 from lmms_egoplan.demo.kit.judge_server import ChatServer, Reply
 from lmms_egoplan.demo.kit.lmms_eval_run import run_lmms_eval
 from lmms_egoplan.demo.kit.media import read_index
-from lmms_egoplan.demo.robovqa import EPISODE_FRAMES, EPISODES, SIMILARITY_TOLERANCE, build_fixture, lineage_scores
+from lmms_egoplan.demo.robovqa import (
+    EPISODE_FRAMES,
+    EPISODES,
+    SIMILARITY_TOLERANCE,
+    build_fixture,
+    lineage_scores,
+    minilm,
+)
 from lmms_egoplan.robovqa.data import BINARY_TYPES, QUESTION_TYPES, fetch_question_answer, question_type
 from lmms_egoplan.robovqa.scoring import SYSTEM_PROMPTS
 from lmms_egoplan.robovqa.task import PROTOCOLS
@@ -91,9 +98,10 @@ def test_each_lineages_preset_runs_with_its_frames_turns_decoding_and_scorer(pro
     warned = [line for line in run.log.splitlines() if "ROBOVQA_DATA_SOURCE" in line]
     assert len(warned) == (protocol in LAYOUT_WARNING)
     assert all(LAYOUT_WARNING[protocol] in line for line in warned)
+    sentence_model = minilm() if protocol == "multinet" else None
     for kind in QUESTION_TYPES:
         samples = run.samples(f"robovqa_{kind}")
-        per_answer = [lineage_scores(protocol, sample["filtered_resps"], sample["target"], kind)
+        per_answer = [lineage_scores(protocol, sample["filtered_resps"], sample["target"], kind, sentence_model)
                       for sample in samples]
         assert samples and {s["filtered_resps"] for s in samples} <= {"Yes.", ANSWER}
         for name in per_answer[0]:

@@ -17,7 +17,7 @@ from PIL import Image
 from lmms_egoplan.contract.benchmark import LoadedDocs, TaskContext
 from lmms_egoplan.core import media
 from lmms_egoplan.core.candidate_ranking import CandidateLossError
-from lmms_egoplan.core.embeddings import cosine_similarities
+from lmms_egoplan.core.embeddings import SentenceEncoder
 from lmms_egoplan.core.request_options import (
     ANSWER,
     ANSWER_AND_END_OF_TURN,
@@ -671,16 +671,16 @@ def test_similarity_levels_are_equal_size_tertiles_of_the_split_fixed_at_load(fi
     levels = equal_size_levels(list(range(10)), key=lambda x: -x, n_levels=3)
     assert levels == [[9, 8, 7, 6], [5, 4, 3], [2, 1, 0]]
 
-    def similarity(pairs, model=None, device=None):  # decreasing with the sample's position
+    def similarity(encoder, pairs):  # decreasing with the sample's position
         return [-position / 10 for position, _ in enumerate(pairs)]
 
-    with mock.patch.object(egoplan_data, "cosine_similarities", similarity):
+    with mock.patch.object(egoplan_data.SentenceEncoder, "cosine_similarities", similarity):
         docs = load(fixture).docs
     assert [doc["similarity_level"] for doc in docs] == ["high"] * 2 + ["medium"] * 3 + ["low"] * 3
     assert [doc["goal_answer_similarity"] for doc in docs] == [-i / 10 for i in range(len(docs))]
     real = load(fixture).docs  # all-MiniLM-L6-v2
     assert [d["goal_answer_similarity"] for d in real] == pytest.approx(
-        cosine_similarities([(d["task_goal"], d["answer"]) for d in real]), abs=1e-6)
+        SentenceEncoder(device="cpu").cosine_similarities([(d["task_goal"], d["answer"]) for d in real]), abs=1e-6)
     assert sorted(collections.Counter(d["similarity_level"] for d in real).values()) == [2, 3, 3]
 
 

@@ -128,11 +128,14 @@ def test_multinet_sends_its_current_prompt():
 
 
 def test_multinet_scores_exact_match_similarity_and_invalid():
-    assert scoring.multinet_scores("  ", DOCS[0]) == {"multinet_exact_match": 0.0, "multinet_similarity": 0.0,
-                                                      "multinet_invalid": 1.0}
-    right = scoring.multinet_scores("Put packet on the table.", DOCS[2])
+    from lmms_egoplan.core.embeddings import SentenceEncoder
+
+    encoder = SentenceEncoder(device="cpu")
+    assert scoring.multinet_scores("  ", DOCS[0], encoder) == {"multinet_exact_match": 0.0, "multinet_similarity": 0.0,
+                                                               "multinet_invalid": 1.0}
+    right = scoring.multinet_scores("Put packet on the table.", DOCS[2], encoder)
     assert right["multinet_exact_match"] == 1.0 and right["multinet_similarity"] > 0.9
-    assert scoring.multinet_scores("open the door", DOCS[2])["multinet_similarity"] < 0.9
+    assert scoring.multinet_scores("open the door", DOCS[2], encoder)["multinet_similarity"] < 0.9
 
 
 def test_the_default_reads_yes_and_no_strictly():
