@@ -210,6 +210,7 @@ def preset_rescorings(run: EvalRun, failed: frozenset[str] = frozenset()) -> lis
     which one run under the default protocol cannot apply, and the values the script implies: the transcriptions of
     the lineages' code (``lineage_scores``) over the script's answers and the episodes' references."""
     from lmms_egoplan.core.embeddings import SentenceEncoder
+    from lmms_egoplan.robovqa.scoring import MULTINET_SCRIPT
     from lmms_egoplan.robovqa.task import PROTOCOLS
 
     encoder, sentence_model = SentenceEncoder(), minilm()
@@ -223,7 +224,8 @@ def preset_rescorings(run: EvalRun, failed: frozenset[str] = frozenset()) -> lis
         for protocol in (name for name in PROTOCOLS if name != "default"):
             scored = PROTOCOLS[protocol].scored
             reported = _by_task({kind: [scored(answer, {"answer": record["reference"], "tag": record["tag"],
-                                                        "question_type": record["question_type"]}, lambda: encoder)
+                                                        "question_type": record["question_type"],
+                                                        "multinet_scorer": MULTINET_SCRIPT}, lambda: encoder)
                                         for answer, record in pairs] for kind, pairs in logged.items()})
             expected = _by_task({kind: [lineage_scores(protocol, answer, reference, kind, sentence_model)
                                         for of, _, reference, answer in scripted if of == kind]
@@ -311,6 +313,20 @@ def multinet_normalize_transcribed(text):
     return " ".join(text.split())
 
 
+def multinet_script_normalize_transcribed(text):
+    """ManifoldRG/MultiNet @d6fe80e src/v1/modules/Magma/scripts/robovqa_single_inference.py ``_normalize_text``,
+    transcribed."""
+    if not isinstance(text, str):
+        return ""
+    text = re.sub(r"[^\w\s]", "", text.lower())
+    text = " ".join(text.split())
+    numbers = "zero one two three four five six seven eight nine".split()
+    int_numbers = [str(i) for i in range(10)]
+    if text in int_numbers:
+        text = numbers[int(text)]
+    return text
+
+
 def sentence_similarity(first: str, second: str, model) -> float:
     """The cosine of ``model``'s (all-MiniLM-L6-v2's, loaded by sentence-transformers) embeddings of the two texts,
     each encoded alone, by sentence-transformers' own ``util.cos_sim`` (MultiNet's similarity)."""
@@ -328,9 +344,10 @@ def minilm():
     return SentenceTransformer(default_sentence_model())
 
 
-def lineage_scores(protocol: str, answer: str, reference: str, kind: str, sentence_model=None) -> dict[str, float]:
+def lineage_scores(protocol: str, answer: str, reference: str, kind: str, sentence_model=None,
+                   multinet_scorer: str = "script") -> dict[str, float]:
     """A preset's metrics of one answer, by the transcriptions of its lineage's code (``sentence_model``: MultiNet's
-    all-MiniLM-L6-v2, ``minilm()``)."""
+    all-MiniLM-L6-v2, ``minilm()``; ``multinet_scorer``: its open-weight script's or its API module's)."""
     if protocol == "mimo":
         return dict(zip(("mimo_score", "mimo_bleu1", "mimo_bleu2", "mimo_bleu3", "mimo_bleu4"),
                         mimo_transcribed(answer, reference)))
@@ -342,9 +359,13 @@ def lineage_scores(protocol: str, answer: str, reference: str, kind: str, senten
                 for n, value in enumerate(robomamba_transcribed(answer, f"A: {reference}"), 1)}
     if not answer.strip():  # an invalid answer: 0 and 0, counted
         return {"multinet_exact_match": 0.0, "multinet_similarity": 0.0, "multinet_invalid": 1.0}
-    exact = multinet_normalize_transcribed(answer) == multinet_normalize_transcribed(reference)
-    return {"multinet_exact_match": float(exact),
-            "multinet_similarity": sentence_similarity(answer, reference, sentence_model), "multinet_invalid": 0.0}
+    if multinet_scorer == "module":
+        exact = multinet_normalize_transcribed(answer) == multinet_normalize_transcribed(reference)
+        similarity = sentence_similarity(answer, reference, sentence_model)
+    else:  # the script: the stripped response parsed (_validate_outputs_and_parse), then against the label as read
+        predicted = multinet_script_normalize_transcribed(answer.strip())
+        exact, similarity = predicted == reference, sentence_similarity(predicted, reference, sentence_model)
+    return {"multinet_exact_match": float(exact), "multinet_similarity": similarity, "multinet_invalid": 0.0}
 
 
 def smoke_suite(workdir: Path, resources):

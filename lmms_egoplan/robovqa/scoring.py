@@ -254,8 +254,10 @@ def robomamba_scores(answer: str, doc: dict) -> dict[str, float]:
 
 
 # =============================================================================================
-# multinet: ManifoldRG/MultiNet @d6fe80e src/v1/modules/robovqa_module.py (RoboVQAModule: _normalize_text,
-# _validate_outputs_and_calculate_metrics), src/data_utils/openx_dataloader.py, definitions/robovqa_prompt.py
+# multinet: ManifoldRG/MultiNet @d6fe80e src/v1/modules/Magma/scripts/robovqa_single_inference.py (_normalize_text,
+# _validate_outputs_and_parse, _calculate_final_metrics), src/v1/modules/robovqa_module.py (RoboVQAModule:
+# _normalize_text, _validate_outputs_and_calculate_metrics), src/data_utils/openx_dataloader.py,
+# definitions/robovqa_prompt.py
 # =============================================================================================
 
 # definitions/robovqa_prompt.py @d6fe80e ROBOVQA_PROMPT (last changed at 3efce5b, 2025-09-20, before MultiNet's
@@ -299,18 +301,36 @@ def multinet_question(question: str) -> str:
 SYSTEM_PROMPTS = {"mimo": MIMO_SYSTEM_PROMPT, "physbrain": PHYSBRAIN_SYSTEM_PROMPT, "multinet": MULTINET_SYSTEM_PROMPT}
 
 
-def multinet_normalize(text: str) -> str:
+# The scorers of MultiNet's two RoboVQA runs (the setting ``multinet_scorer``): ``script``, its open-weight script's
+# (src/v1/modules/Magma/scripts/robovqa_single_inference.py, behind its published Magma results, whose decoding the
+# preset takes); ``module``, its API runs' (src/v1/modules/robovqa_module.py, RoboVQAModule)
+MULTINET_SCRIPT, MULTINET_MODULE = "script", "module"
+MULTINET_SCORERS = (MULTINET_SCRIPT, MULTINET_MODULE)
+_DIGITS = tuple(str(digit) for digit in range(10))
+_DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def multinet_normalize(text: str, *, digit_words: bool = False) -> str:
     """``_normalize_text``: lower case, every character neither a word character nor white space removed, white
-    space collapsed."""
-    return " ".join(re.sub(r"[^\w\s]", "", text.lower()).split())
+    space collapsed; the script's (``digit_words``) then writes a text that is one digit as its word ("2" -> "two")."""
+    normalized = " ".join(re.sub(r"[^\w\s]", "", text.lower()).split())
+    return _DIGIT_WORDS[int(normalized)] if digit_words and normalized in _DIGITS else normalized
 
 
 def multinet_scores(answer: str, doc: dict, encoder: SentenceEncoder) -> dict[str, float]:
-    """``_validate_outputs_and_calculate_metrics``: an empty (or all white space) answer is invalid, scored 0 and 0;
-    else exact match of the normalised texts, and the cosine similarity of all-MiniLM-L6-v2's embeddings of the raw
-    answer and reference (``encoder``'s)."""
+    """An empty (or all white space) answer is invalid, scored 0 and 0 (both scorers). Else, by ``doc``'s
+    ``multinet_scorer``: the script's ``_calculate_final_metrics`` compares the normalised answer (digits as words)
+    with the reference as it is, exactly and by the cosine of all-MiniLM-L6-v2's embeddings (``encoder``'s); the
+    module's ``_validate_outputs_and_calculate_metrics`` compares the two normalised texts exactly and the two raw
+    texts by the cosine."""
     if not answer.strip():
         return {"multinet_exact_match": 0.0, "multinet_similarity": 0.0, "multinet_invalid": 1.0}
-    exact = float(multinet_normalize(answer) == multinet_normalize(doc["answer"]))
-    similarity = encoder.cosine_similarities([(answer, doc["answer"])])[0]
+    reference = doc["answer"]
+    if doc["multinet_scorer"] == MULTINET_MODULE:
+        exact = float(multinet_normalize(answer) == multinet_normalize(reference))
+        similarity = encoder.cosine_similarities([(answer, reference)])[0]
+    else:
+        predicted = multinet_normalize(answer, digit_words=True)
+        exact = float(predicted == reference)
+        similarity = encoder.cosine_similarities([(predicted, reference)])[0]
     return {"multinet_exact_match": exact, "multinet_similarity": float(similarity), "multinet_invalid": 0.0}

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from lmms_egoplan.core.settings import setting
 from lmms_egoplan.robovqa.data import DATA_SOURCES, FRAMES16
-from lmms_egoplan.robovqa.scoring import SYSTEM_PROMPTS
+from lmms_egoplan.robovqa.scoring import MULTINET_SCORERS, MULTINET_SCRIPT, SYSTEM_PROMPTS
 
 # The suite's scorer and each publishing lineage's preset (lmms_egoplan.robovqa.task.PROTOCOLS).
 PROTOCOLS = ("default", "mimo", "physbrain", "robomamba", "multinet")
@@ -22,6 +22,8 @@ class RoboVQASettings:
     root: str = setting("", changes_answers=False)
     # the frames, prompt, decoding and scorer of the suite (default) or of one lineage that publishes numbers
     protocol: str = setting("default", choices=PROTOCOLS)
+    # the multinet protocol's scorer: its open-weight script's (behind its published results) or its API module's
+    multinet_scorer: str = setting(MULTINET_SCRIPT, choices=MULTINET_SCORERS, changes_answers=False)
     max_side: int | None = setting(None, minimum=1)  # downscale frames so the longer side is at most this
     # skip questions whose frames are missing or unusable (counted) instead of failing
     skip_missing: bool = setting(False, changes_answers=False)

@@ -103,13 +103,16 @@ PROTOCOLS: dict[str, Protocol] = {
         lambda doc: scoring.physbrain_question(doc["question"], doc["tag"])[0],
         {"max_new_tokens": 128, "top_p": 1.0, "repetition_penalty": 1.05, **GREEDY}, scoring.physbrain_scores,
         (Metric("physbrain_bleu", "mean"),), layout=FRAMES16),
+    # run_test asks for sampling at temperature 0.4 (src/test.py:379-385), but its Mamba generate keeps top_k 1
+    # (src/model/my_mamba/modeling_mamba.py:786-806), and sample() short-circuits top_k 1 to argmax (632-638): greedy
     "robomamba": Protocol(
-        "lmzpai/roboMamba@d383bbb src/test.py (load_dataset_robovqa, VQADataset, run_test, judge_robovqa)", None,
-        lambda doc: f"Question:{doc['question']} Answer:",
-        {"max_new_tokens": 128, "temperature": 0.4, "do_sample": True, "until": []}, scoring.robomamba_scores,
+        "lmzpai/roboMamba@d383bbb src/test.py (load_dataset_robovqa, VQADataset, run_test, judge_robovqa), "
+        "src/model/my_mamba/modeling_mamba.py (generate, sample)", None,
+        lambda doc: f"Question:{doc['question']} Answer:", {"max_new_tokens": 128, **GREEDY}, scoring.robomamba_scores,
         tuple(Metric(f"robomamba_bleu{n}", "mean") for n in range(1, 5))),
-    # robovqa_module.py sends the last image, then the text, under ROBOVQA_PROMPT as the system turn; the decoding of
-    # its open-weight runs: src/v1/modules/Magma/scripts/robovqa_single_inference.py (greedy, max_new_tokens 75)
+    # robovqa_module.py sends the last image, then the text, under ROBOVQA_PROMPT as the system turn; the decoding and
+    # (by default, multinet_scorer) the scorer of its open-weight runs: src/v1/modules/Magma/scripts/
+    # robovqa_single_inference.py (greedy, max_new_tokens 75)
     "multinet": Protocol(
         "ManifoldRG/MultiNet@d6fe80e src/v1/modules/robovqa_module.py, src/data_utils/openx_dataloader.py, "
         "definitions/robovqa_prompt.py, src/v1/modules/Magma/scripts/robovqa_single_inference.py", None,
@@ -130,7 +133,8 @@ def load_docs(context: TaskContext) -> LoadedDocs:
     loaded = load_type(settings, kind)
     warn_of_skipped(context.task_name, loaded.skipped, "question(s) with unusable frames", ENV_PREFIX)
     protocol = PROTOCOLS[settings.protocol]
-    docs = [{**doc, "protocol": settings.protocol, "max_side": settings.max_side} for doc in loaded.docs]
+    docs = [{**doc, "protocol": settings.protocol, "max_side": settings.max_side,
+             "multinet_scorer": settings.multinet_scorer} for doc in loaded.docs]
     check_prompts(protocol, docs, settings)
     logger.info(f"{context.task_name}: {len(docs)} questions, protocol {settings.protocol} ({protocol.source})")
     return LoadedDocs(docs, loaded.skipped, read_from=[settings.root])

@@ -91,8 +91,8 @@ def test_the_tasks_of_a_run_share_one_encoder_per_model_and_device_and_the_next_
     assert matcher.encoder is encoder is embeddings.run_encoder(first, default_sentence_model(), "cpu")
     assert embeddings.run_encoder(second, None, None) is not encoder
     answer = f"the gripper opens the drawer {id(first)}"
-    doc = {"protocol": "multinet", "answer": "open the drawer", "item_id": "q1", "question_type": "planning",
-           "tag": "planning"}
+    doc = {"protocol": "multinet", "multinet_scorer": "script", "answer": "open the drawer", "item_id": "q1",
+           "question_type": "planning", "tag": "planning"}
     scores = robovqa.process_results(doc, [answer], TaskContext("robovqa_planning", None, run=first))
     assert scores["multinet_similarity"] == pytest.approx(float(np.dot(*encoder.embeddings([answer, doc["answer"]]))))
     assert matcher.embeddings([answer])[0] is encoder.embeddings([answer])[0]  # encoded once, for both benchmarks

@@ -8,8 +8,12 @@ import sacrebleu
 from nltk.translate.bleu_score import sentence_bleu
 
 from lmms_egoplan.demo.robovqa import (
+    SIMILARITY_TOLERANCE,
+    lineage_scores,
     mimo_transcribed,
+    minilm,
     multinet_normalize_transcribed,
+    multinet_script_normalize_transcribed,
     physbrain_transcribed,
     robomamba_transcribed,
 )
@@ -95,9 +99,10 @@ def test_robomamba_scores_against_the_reference_cut_at_its_first_colon_as_its_go
     assert whole["robomamba_bleu1"] < 1.0
 
 
-@pytest.mark.parametrize("answer", STRESS)
+@pytest.mark.parametrize("answer", [*STRESS, "2", " 7. ", "12", "²", "two"])
 def test_multinet_normalizes_as_its_code(answer):
     assert scoring.multinet_normalize(answer) == multinet_normalize_transcribed(answer)
+    assert scoring.multinet_normalize(answer, digit_words=True) == multinet_script_normalize_transcribed(answer)
 
 
 # ManifoldRG/MultiNet @d6fe80e definitions/robovqa_prompt.py: the SHA-256 of ROBOVQA_PROMPT's value
@@ -127,15 +132,29 @@ def test_multinet_sends_its_current_prompt():
     assert hashlib.sha256(scoring.MULTINET_SYSTEM_PROMPT.encode()).hexdigest() == MULTINET_PROMPT_SHA256
 
 
-def test_multinet_scores_exact_match_similarity_and_invalid():
+# Answers on which MultiNet's two scorers differ: a reference the script's exact match never meets (it keeps case and
+# punctuation), a digit the script writes as a word, an answer whose punctuation the script drops before the cosine.
+MULTINET_ANSWERS = [("1- put packet on the table 2- done", DOCS[3]), ("2", {**DOCS[2], "answer": "two"}),
+                    ("Yes.", DOCS[0]), ("Put packet on the table.", DOCS[2]), ("open the door", DOCS[2]),
+                    ("  ", DOCS[0])]
+
+
+@pytest.mark.parametrize("scorer", ["script", "module"])
+def test_multinet_scores_as_the_transcription_of_each_of_its_scorers(scorer):
     from lmms_egoplan.core.embeddings import SentenceEncoder
 
-    encoder = SentenceEncoder(device="cpu")
-    assert scoring.multinet_scores("  ", DOCS[0], encoder) == {"multinet_exact_match": 0.0, "multinet_similarity": 0.0,
-                                                               "multinet_invalid": 1.0}
-    right = scoring.multinet_scores("Put packet on the table.", DOCS[2], encoder)
-    assert right["multinet_exact_match"] == 1.0 and right["multinet_similarity"] > 0.9
-    assert scoring.multinet_scores("open the door", DOCS[2], encoder)["multinet_similarity"] < 0.9
+    encoder, sentence_model = SentenceEncoder(device="cpu"), minilm()
+    suite = [scoring.multinet_scores(answer, {**doc, "multinet_scorer": scorer}, encoder)
+             for answer, doc in MULTINET_ANSWERS]
+    transcribed = [lineage_scores("multinet", answer, doc["answer"], doc["question_type"], sentence_model, scorer)
+                   for answer, doc in MULTINET_ANSWERS]
+    for ours, theirs in zip(suite, transcribed):
+        assert ours == pytest.approx(theirs, abs=SIMILARITY_TOLERANCE)
+    exact = [scores["multinet_exact_match"] for scores in suite]
+    assert exact == ([0.0, 1.0, 1.0, 1.0, 0.0, 0.0] if scorer == "script" else [1.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    assert suite[-1] == {"multinet_exact_match": 0.0, "multinet_similarity": 0.0, "multinet_invalid": 1.0}
+    if scorer == "script":  # "yes" against "yes": punctuation dropped before the cosine
+        assert suite[2]["multinet_similarity"] == pytest.approx(1.0, abs=SIMILARITY_TOLERANCE)
 
 
 def test_the_default_reads_yes_and_no_strictly():
