@@ -28,6 +28,11 @@ SMOKE_RUNS = {
     "bench_qwen_loglikelihood.py": (None, r"egoplan_hf / lmms-eval = [\d.]+x"),
     "bench_media_check.py": (["--samples", "4", "--frames-per-video", "400"],
                              r"pre-cut clips \(H\.264\)\s+: check .* check / decoding = [\d.]+%"),
+    "bench_full_size.py": (["--questions", "63", "--report-scale", "0.02", "--rounds", "1"],
+                           r"task build .*: naive [\d.]+ s, suite [\d.]+ s -> naive / suite = [\d.]+x\n(.*\n)*"
+                           r"audit-trail look-ups: naive [\d,]+ listings [\d.]+ s, suite [\d,]+ listings [\d.]+ s -> "
+                           r"naive / suite = [\d.]+x\n"
+                           r"report tables: naive [\d.]+ s, suite [\d.]+ s -> naive / suite = [\d.]+x"),
 }
 
 
