@@ -1,5 +1,5 @@
 """The end-to-end tier's prelude to each run it forks from its warm Python (``conftest.warm_python``): each lmms-eval
-run indexes lmms-eval's own 1,985 installed task YAMLs, and each lm-eval run lm-eval's 14,683, with the pure-Python
+run indexes lmms-eval's own 1,927 installed task YAMLs, and each lm-eval run lm-eval's 14,683, with the pure-Python
 YAML parser (5-8 s and about 17 s of CPU a run on this machine: most of the tier's time). Here a YAML file under the
 harness's own installed task folder, unchanged, is parsed once for the tier: its parsed config, stored by the first
 run that parsed it, is served to the runs after it. Everything else is the harness's: which files it reads, what it
