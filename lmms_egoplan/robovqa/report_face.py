@@ -51,7 +51,7 @@ FACE = ReportFace(
                     main="Default, macro", scoring={"robovqa": GENERATIVE}),
     ),
     published=published_rows(__package__),
-    protocol=protocol_defaults(RoboVQASettings, ("data_source", "protocol")),
+    protocol=protocol_defaults(RoboVQASettings, ("data_source", "protocol", "multinet_scorer")),
     # the lineages' 0-1 means in percent, as MiMo prints its score; the default's and PhysBrain's are 0-100 already
     units=(("score", SCORE_0_100), ("micro_score", SCORE_0_100), ("physbrain_bleu", SCORE_0_100),
            ("mimo_*", PERCENT), ("robomamba_*", PERCENT), ("multinet_exact_match", PERCENT),

@@ -102,14 +102,15 @@ def cosmos_reason1_run(folder, stamp="20260101_104000", settings=None, **metrics
     return write_lmms_eval_run(folder, stamp, {**{task: part for task in parts}, **groups}, settings=settings)
 
 
-def robovqa_run(folder, stamp="20260101_105000"):
+def robovqa_run(folder, stamp="20260101_105000", settings=None):
     """Each question type's default score, and the group's macro and micro means of them (2 questions a type)."""
     types = [f"robovqa_{kind}" for kind in QUESTION_TYPES]
     scores = {task: {"score": 10.0 * (number + 1), "predictions": 2, "unextracted": 0}
               for number, task in enumerate(types)}
     macro = sum(metrics["score"] for metrics in scores.values()) / len(scores)
     return write_lmms_eval_run(folder, stamp, {**scores, "robovqa": {"score": macro, "micro_score": macro,
-                                                                      "predictions": 2 * len(types)}})
+                                                                      "predictions": 2 * len(types)}},
+                               settings=settings)
 
 
 def judged(request_id):

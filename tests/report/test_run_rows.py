@@ -7,7 +7,7 @@ import json
 from lmms_egoplan.report import write_report
 from lmms_egoplan.report.tables import CHANGED_BY_BACKEND, DEPARTS, THIS_RUN
 from lmms_egoplan.suite import report_faces
-from tests.report.test_report import cosmos_reason1_run, egoplan_run, read_csv, write_lmms_eval_run
+from tests.report.test_report import cosmos_reason1_run, egoplan_run, read_csv, robovqa_run, write_lmms_eval_run
 
 FACES = report_faces()
 
@@ -34,6 +34,13 @@ def test_a_run_alone_names_each_protocol_setting_it_departs_from(tmp_path):
     [cosmos] = _own_rows(tmp_path / "report3", "cosmos_reason1")
     assert cosmos["notes"].startswith(f"{DEPARTS}: frame_timing sampled_rate (default assumed_2fps), "
                                       "frame_pixels decoded (default qwen_vl_utils);")
+
+    # RoboVQA's multinet run scored by MultiNet's API module, not the script behind its published row
+    robovqa_run(tmp_path / "multinet", settings={"protocol": "multinet", "multinet_scorer": "module"})
+    write_report([tmp_path / "multinet"], tmp_path / "report4", FACES)
+    [robovqa] = _own_rows(tmp_path / "report4", "robovqa")
+    assert robovqa["notes"].startswith(f"{DEPARTS}: protocol multinet (default default), multinet_scorer module "
+                                       "(default script)")
 
     egoplan_run(tmp_path / "default", settings={"num_frames": 8, "data_source": "official"})
     write_report([tmp_path / "default"], tmp_path / "report2", FACES)
