@@ -75,8 +75,9 @@ class TurnEnd:
     ...); or the template writes no special token there (llava-hf's LLaVA-1.5 and LLaVA-NeXT-Video close
     the turn with a space) and the model's own EOS, the token its ``generation_config`` (else its
     tokenizer) stops at, is written right after the answer's last token, as the model was trained to
-    emit it (EgoPlan-Bench's official loss: Video-LLaMA's ``preprocess_for_llama_v2`` closes the answer
-    with ``</s>``)."""
+    emit it (EgoPlan-Bench's official loss: Video-LLaMA's ``preprocess_for_llama_v2`` scores the answer, the
+    separator space of its ``{answer} </s>`` and ``</s>``; the rule scores such a separator wherever a template
+    writes one before its special token)."""
 
     token: str
     source: str
