@@ -117,7 +117,7 @@ def model_times(backend, docs: list[dict], prefetch: int) -> dict[str, float]:
     SCORED_SPAN.mark(requests, ANSWER_AND_END_OF_TURN)
     backend.task_dict = {TASK: {SPLIT: docs}}
     backend.visual_prefetch = prefetch
-    egoplan._visual_memo.clear()
+    egoplan._visuals.cache_clear()
     # Instance attributes shadow the methods for this measurement only.
     backend._doc_visuals = timing("decode", type(backend)._doc_visuals.__get__(backend))
     backend._score_questions = timing("model", type(backend)._score_questions.__get__(backend))
@@ -147,7 +147,7 @@ def main() -> None:
     figures = {"questions": args.questions, "video_seconds": args.seconds}
     with tempfile.TemporaryDirectory() as folder:
         docs = write_data(Path(folder), args.questions, args.seconds)
-        egoplan._visual_memo.clear()
+        egoplan._visuals.cache_clear()
         results = {"naive": timed(naive, docs), "batched": timed(batched, docs),
                    "egoplan": timed(egoplan.doc_to_visual, docs)}
         print(f"{len(docs)} questions x {CANDIDATES} candidate requests, 9 frames each, "

@@ -110,7 +110,7 @@ def measure(root: Path, visual_source: str) -> tuple[float, float, float, int]:
         started = time.perf_counter()
         egoplan_data.find_missing_media(docs, 0)
         headers.append(time.perf_counter() - started)
-        egoplan._visual_memo.clear()
+        egoplan._visuals.cache_clear()
         started = time.perf_counter()
         frames = sum(len(egoplan.doc_to_visual(doc)) for doc in docs)
         decodes.append(time.perf_counter() - started)

@@ -40,7 +40,6 @@ import dataclasses
 import functools
 import json
 import string
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -113,11 +112,12 @@ def progress_clip_name(position: int) -> str:
     return f"task_progress_{position + 1}"
 
 
-# Frames are read through one reader per doc; lmms-eval asks for a doc's visuals once per
-# candidate (4 times per question), so the last few docs' frames are kept.
-_VISUAL_MEMO_SIZE = 8
-_visual_memo: collections.OrderedDict[tuple, tuple[Image.Image, ...]] = collections.OrderedDict()
-_visual_memo_lock = threading.Lock()
+@dataclasses.dataclass(frozen=True)
+class _KeyedDoc:
+    """A doc, hashed and compared by the fields its visuals depend on (``_visuals`` keeps the last few)."""
+
+    key: tuple
+    doc: Mapping = dataclasses.field(compare=False, hash=False)
 
 
 def doc_to_visual(doc: Mapping) -> list[Image.Image]:
@@ -134,16 +134,15 @@ def doc_to_visual(doc: Mapping) -> list[Image.Image]:
     key = (doc["media_kind"], doc["media_path"], tuple(map(tuple, doc["clips"])), doc["observation_image"],
            doc["current_observation_frame"], doc["clip_first_frame"], doc["frame_rate"], doc["max_side"],
            doc["short_side"], doc.get("observation_path"), doc.get("frame_sampling"), doc.get("num_frames"))
-    with _visual_memo_lock:
-        if key in _visual_memo:
-            _visual_memo.move_to_end(key)
-            return list(_visual_memo[key])
-    visuals = _package_visuals(doc) if doc["media_kind"] == PACKAGE_KIND else _release_visuals(doc)
-    with _visual_memo_lock:
-        _visual_memo[key] = visuals
-        while len(_visual_memo) > _VISUAL_MEMO_SIZE:
-            _visual_memo.popitem(last=False)
-    return list(visuals)
+    return list(_visuals(_KeyedDoc(key, doc)))
+
+
+# Frames are read through one reader per doc; lmms-eval asks for a doc's visuals once per
+# candidate (4 times per question), so the last few docs' frames are kept.
+@functools.lru_cache(maxsize=8)
+def _visuals(keyed: _KeyedDoc) -> tuple[Image.Image, ...]:
+    doc = keyed.doc
+    return _package_visuals(doc) if doc["media_kind"] == PACKAGE_KIND else _release_visuals(doc)
 
 
 def _release_visuals(doc: Mapping) -> tuple[Image.Image, ...]:

@@ -271,7 +271,7 @@ def test_ego4d_frame_numbers_count_at_the_annotation_rate_whatever_the_file_rate
 def test_frames_are_decoded_once_for_the_four_candidate_requests(fixture):
     doc = next(d for d in load(fixture).docs if d["media_kind"] == "ego4d_video")
     with mock.patch.object(egoplan, "_read_frames", wraps=egoplan._read_frames) as reader:
-        egoplan._visual_memo.clear()
+        egoplan._visuals.cache_clear()
         calls = [egoplan.doc_to_visual(doc) for _ in range(4)]
     assert reader.call_count == 1
     assert all(c == calls[0] and c is not calls[0] for c in calls[1:])
