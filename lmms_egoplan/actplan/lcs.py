@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from lmms_egoplan.core.embeddings import SentenceEncoder, full_float32, sentence_model_problem
+from lmms_egoplan.core.embeddings import SentenceEncoder, sentence_model_problem
 from lmms_egoplan.core.errors import InputError
 
 DEFAULT_MATCH_THRESHOLD = 0.8
@@ -95,9 +95,7 @@ class StepMatcher:
 
         def encoded(step):
             if step not in self._single_embeddings:
-                with full_float32():
-                    self._single_embeddings[step] = self.model.encode(step, convert_to_tensor=True,
-                                                                      show_progress_bar=False)
+                self._single_embeddings[step] = self.encoder.encoded_alone(step)
             return self._single_embeddings[step]
 
         return util.cos_sim(encoded(step_a), encoded(step_b)).cpu().numpy()[0][0]

@@ -224,7 +224,8 @@ def _matcher(context: TaskContext):
     key = ("step matcher", settings.embedding_model, settings.match_threshold, settings.scoring_device,
            settings.embedding_batch_size)
     return shared_scorer(context.run, key, lambda: configured_matcher(
-        settings, run_encoder(context.run, settings.embedding_model or None, settings.scoring_device)))
+        settings, run_encoder(context.run, settings.embedding_model or None, settings.scoring_device,
+                              user=f"ActPlan-1K's step matcher ({setting_name(ENV_PREFIX, 'scoring_device')})")))
 
 
 def _classifier(context: TaskContext):

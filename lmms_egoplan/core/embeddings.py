@@ -157,16 +157,24 @@ class SentenceEncoder:
         self._model = None
         self._vectors: dict[str, Any] = {}
         self._store: EmbeddingStore | None | bool = False  # False: not looked for yet
-        self._lock = threading.Lock()
+        # the tasks of a run that share the encoder may call it from several threads: one load, one encoding at a time
+        self._lock = threading.RLock()
 
     @property
     def model(self):
         """The loaded sentence-transformers model (loaded at the first call that needs it)."""
-        if self._model is None:
-            from sentence_transformers import SentenceTransformer
+        with self._lock:
+            if self._model is None:
+                from sentence_transformers import SentenceTransformer
 
-            self._model = SentenceTransformer(self.model_path, device=self.device)
-        return self._model
+                self._model = SentenceTransformer(self.model_path, device=self.device)
+            return self._model
+
+    def encoded_alone(self, text: str):
+        """``text`` encoded by itself (not normalised, a tensor on the model's device): the one-sentence encoding that
+        code scoring a pair of texts at a time computes, for callers that must reproduce it bit for bit."""
+        with self._lock, full_float32():
+            return self.model.encode(text, convert_to_tensor=True, show_progress_bar=False)
 
     def embeddings(self, texts: Iterable[str], *, batch_size: int = 64) -> list:
         """Unit-norm float32 embeddings of ``texts``, in order; each distinct text encoded once, in batches."""
@@ -198,10 +206,15 @@ class SentenceEncoder:
         return [float(np.dot(vectors[2 * i], vectors[2 * i + 1])) for i in range(len(pairs))]
 
 
-def run_encoder(run: SuiteRun, model: str | Path | None, device: str | None) -> SentenceEncoder:
+def run_encoder(run: SuiteRun | None, model: str | Path | None, device: str | None, *, user: str) -> SentenceEncoder:
     """``run``'s encoder of ``model`` on ``device``: the run's tasks that compare sentence embeddings with the same
-    model on the same device share its loaded model and what it encoded."""
+    model on the same device share its loaded model and what it encoded. ``user``: who asks first (a scorer and its
+    device setting), named in the log line of its device (a warning where ``auto`` finds no GPU). Outside a run
+    (None), a new encoder each call."""
     path = str(Path(model).expanduser()) if model else default_sentence_model()
-    resolved = resolve_device(device)
-    return shared_scorer(run, ("sentence encoder", path, resolved), lambda: SentenceEncoder(
-        path, device=resolved, runs=f"the sentence-embedding model {Path(path).name}"))
+
+    def made() -> SentenceEncoder:
+        return SentenceEncoder(path, device=device, runs=f"{user}'s sentence-embedding model "
+                                                          f"{model or 'all-MiniLM-L6-v2'}")
+
+    return made() if run is None else shared_scorer(run, ("sentence encoder", path, resolve_device(device)), made)

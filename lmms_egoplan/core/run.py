@@ -56,7 +56,8 @@ class SuiteRun:
     # in the report's row (``report.tables``)
     protocol_changes: dict[str, dict[str, str]] = field(default_factory=dict)
     # Scoring models the run's tasks share, by what builds them (ActPlan-1K's step matcher, with its LCS cache, and its
-    # plan classifier): built once a run, and again by the next, which may find other files (``shared_scorer``)
+    # plan classifier; a sentence encoder per model and device, ``core.embeddings.run_encoder``, which ActPlan-1K and
+    # RoboVQA share): built once a run, and again by the next, which may find other files (``shared_scorer``)
     scorers: dict[Any, Any] = field(default_factory=dict)
     # lmms-eval's four seeds of the run (random, numpy, torch, fewshot), which key the sampled answers of the suite's
     # tasks in the response cache (``compat.durability.resume_sampled_runs``); None: that run keeps none

@@ -37,7 +37,7 @@ from lmms_egoplan.contract.benchmark import (
 from lmms_egoplan.core import media
 from lmms_egoplan.core.embeddings import SentenceEncoder, run_encoder
 from lmms_egoplan.core.request_options import SYSTEM_PROMPT as SYSTEM_PROMPT_OPTION
-from lmms_egoplan.core.settings import setting_name
+from lmms_egoplan.core.settings import SettingsError, setting_name
 from lmms_egoplan.core.statistics import count, total
 from lmms_egoplan.robovqa import scoring
 from lmms_egoplan.robovqa.data import (
@@ -130,6 +130,10 @@ PROTOCOLS: dict[str, Protocol] = {
 def load_docs(context: TaskContext) -> LoadedDocs:
     """The questions of the task's type (its YAML's ``dataset_name``), their frames checked."""
     settings, kind = context.settings, context.dataset_name
+    if settings.multinet_scorer != scoring.MULTINET_SCRIPT and settings.protocol != "multinet":
+        raise SettingsError(f"RoboVQA: {setting_name(ENV_PREFIX, 'multinet_scorer')} is {settings.multinet_scorer}, "
+                            f"which chooses the multinet protocol's scorer, but {setting_name(ENV_PREFIX, 'protocol')} "
+                            f"is {settings.protocol}: set the protocol to multinet, or leave the scorer unset")
     loaded = load_type(settings, kind)
     warn_of_skipped(context.task_name, loaded.skipped, "question(s) with unusable frames", ENV_PREFIX)
     protocol = PROTOCOLS[settings.protocol]
@@ -269,8 +273,8 @@ def doc_to_messages(doc: Mapping, lmms_eval_specific_kwargs: Mapping | None = No
 def process_results(doc: Mapping, results: Sequence[str], context: TaskContext) -> dict[str, Any]:
     """The answer scored by the protocol's scorer; what it was scored against logged."""
     answer = results[0]
-    scores: dict[str, Any] = PROTOCOLS[doc["protocol"]].scored(answer, doc,
-                                                               lambda: run_encoder(context.run, None, None))
+    scores: dict[str, Any] = PROTOCOLS[doc["protocol"]].scored(
+        answer, doc, lambda: run_encoder(context.run, model=None, device=None, user="RoboVQA's multinet scorer"))
     scores["predictions"] = {"item_id": doc["item_id"], "question_type": doc["question_type"], "tag": doc["tag"],
                              "reference": doc["answer"], "protocol": doc["protocol"]}
     return scores

@@ -87,13 +87,40 @@ def test_the_tasks_of_a_run_share_one_encoder_per_model_and_device_and_the_next_
     first, second = SuiteRun(), SuiteRun()
     matcher = actplan._matcher(TaskContext("actplan1k", ActPlanSettings(scoring_device="auto"), run=first))
     # RoboVQA's multinet scorer asks for the default model on the default device; "auto" is this machine's CPU too
-    encoder = embeddings.run_encoder(first, None, None)
-    assert matcher.encoder is encoder is embeddings.run_encoder(first, default_sentence_model(), "cpu")
-    assert embeddings.run_encoder(second, None, None) is not encoder
+    encoder = embeddings.run_encoder(first, None, None, user="RoboVQA")
+    assert matcher.encoder is encoder is embeddings.run_encoder(first, default_sentence_model(), "cpu", user="RoboVQA")
+    assert embeddings.run_encoder(second, None, None, user="RoboVQA") is not encoder
     answer = f"the gripper opens the drawer {id(first)}"
     doc = {"protocol": "multinet", "multinet_scorer": "script", "answer": "open the drawer", "item_id": "q1",
            "question_type": "planning", "tag": "planning"}
     scores = robovqa.process_results(doc, [answer], TaskContext("robovqa_planning", None, run=first))
     assert scores["multinet_similarity"] == pytest.approx(float(np.dot(*encoder.embeddings([answer, doc["answer"]]))))
     assert matcher.embeddings([answer])[0] is encoder.embeddings([answer])[0]  # encoded once, for both benchmarks
-    assert embeddings.run_encoder(second, None, None)._model is None  # the next run loads its own, when it needs it
+    assert embeddings.run_encoder(second, None, None, user="RoboVQA")._model is None  # the next run loads its own
+    # scored outside a run (a caller of its own): an encoder of its own, the same value
+    alone = robovqa.process_results(doc, [answer], TaskContext("robovqa_planning", None))
+    assert alone["multinet_similarity"] == pytest.approx(scores["multinet_similarity"], abs=1e-6)
+
+
+def test_auto_on_a_machine_without_a_gpu_warns_naming_who_asked_and_its_setting(monkeypatch):
+    """The encoder a run shares was made with its device resolved already, and ``auto`` finding no GPU went unsaid."""
+    from loguru import logger
+
+    from lmms_egoplan.actplan import task as actplan
+    from lmms_egoplan.actplan.settings import ActPlanSettings
+    from lmms_egoplan.contract.benchmark import TaskContext
+    from lmms_egoplan.core import devices
+    from lmms_egoplan.core.run import SuiteRun
+
+    monkeypatch.setattr(devices, "_auto", lambda: "cpu")  # no GPU, whatever this machine has
+    said = []
+    sink = logger.add(lambda message: said.append(str(message)), level="INFO")
+    try:
+        actplan._matcher(TaskContext("actplan1k", ActPlanSettings(scoring_device="auto"), run=SuiteRun()))
+        actplan._matcher(TaskContext("actplan1k", ActPlanSettings(scoring_device="cpu"), run=SuiteRun()))
+    finally:
+        logger.remove(sink)
+    warned = [line for line in said if "found no CUDA GPU" in line]
+    assert len(warned) == 1 and "ActPlan-1K's step matcher (ACTPLAN_SCORING_DEVICE" in warned[0], said
+    assert "sentence-embedding model all-MiniLM-L6-v2 runs on the CPU" in warned[0]
+    assert any("ActPlan-1K's step matcher" in line and "runs on cpu" in line for line in said if line not in warned)

@@ -13,7 +13,7 @@ from lmms_egoplan.core.run import SuiteRun
 from lmms_egoplan.demo.kit.media import read_index
 from lmms_egoplan.demo.robovqa import EPISODE_FRAMES, build_fixture
 from lmms_egoplan.models.visuals import VisualLimits, prepare_visuals
-from lmms_egoplan.robovqa.data import QUESTION_TYPES
+from lmms_egoplan.robovqa.data import FRAMES16, QUESTION_TYPES
 from lmms_egoplan.robovqa.scoring import MULTINET_SYSTEM_PROMPT
 
 HELPFUL = "You are a helpful assistant."
@@ -124,3 +124,23 @@ def test_a_preset_on_a_layout_its_lineage_did_not_read_is_said_once_a_run(fixtur
         assert len(layout) == 2 and all(said in line for line in layout), layout
         assert layout[0].rstrip().endswith(f"set ROBOVQA_DATA_SOURCE (metadata.data_source) to {target} to show its "
                                            "frames")
+
+
+def test_robomamba_decodes_greedily_as_its_generate_does():
+    """run_test asks for sampling at temperature 0.4, but RoboMamba's Mamba ``generate`` keeps ``top_k`` 1 and its
+    ``sample`` takes the argmax at ``top_k`` 1 (src/model/my_mamba/modeling_mamba.py @d383bbb, 632-638, 786-806)."""
+    from lmms_egoplan.robovqa.task import PROTOCOLS
+
+    decoding = PROTOCOLS["robomamba"].decoding
+    assert (decoding["temperature"], decoding["do_sample"], decoding["max_new_tokens"]) == (0, False, 128)
+
+
+def test_a_multinet_scorer_under_another_protocol_is_refused_naming_both_settings(fixture, monkeypatch):
+    from lmms_egoplan.core.settings import SettingsError
+
+    env = {**fixture.env(FRAMES16, protocol="default"), "ROBOVQA_MULTINET_SCORER": "module"}
+    with pytest.raises(SettingsError, match="ROBOVQA_MULTINET_SCORER .* is module, .* but ROBOVQA_PROTOCOL .* is "
+                                            "default: set the protocol to multinet"):
+        load_tasks(["robovqa_success"], env, monkeypatch)["robovqa_success"].build_all_requests(limit=1)
+    multinet = {**fixture.env(FRAMES16, protocol="multinet"), "ROBOVQA_MULTINET_SCORER": "module"}
+    assert load_tasks(["robovqa_success"], multinet, monkeypatch)["robovqa_success"].dataset
