@@ -271,10 +271,9 @@ def _clip(path: str, fps: float, max_frames: int, max_side: int | None, item_id:
     return tuple(media.as_video_frames(frames, clip="clip", times=times))
 
 
-@functools.lru_cache(maxsize=4096)
 def frames_shown(path: str, fps: float, max_frames: int, max_side: int | None, frame_pixels: str) -> dict[str, Any]:
     """How many frames of a clip the model is shown and their size in pixels (before the backend's own resizing),
-    read from the clip's header (nothing decoded), for the sample log."""
+    read from the clip's header (nothing decoded), for the sample log: once a question, as it is scored."""
     with media.VideoFile(path) as video:
         count = len(sampled_indices(video.info.num_frames, video.info.fps, fps, max_frames))
         size = shown_frame_size(video.info.size, count, frame_pixels, max_side)
